@@ -1,0 +1,88 @@
+"""Plans: the per-bucket runtime settings chosen by the planner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from datacentric.shapes import SampleShape
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """Settings for one bucket: its micro-batches of ``micro_batch_size`` samples run
+    on groups of ``sp_size`` ranks with per-block ``recompute``."""
+
+    bucket: str
+    shape: SampleShape
+    sp_size: int
+    micro_batch_size: int
+    recompute: tuple[bool, ...]
+    est_time_s: float
+    est_memory_bytes: int
+
+    @property
+    def samples_per_gpu_second(self) -> float:
+        return self.micro_batch_size / (self.sp_size * self.est_time_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket,
+            "shape": self.shape.to_json(),
+            "sp_size": self.sp_size,
+            "micro_batch_size": self.micro_batch_size,
+            "recompute": "".join("1" if r else "0" for r in self.recompute),
+            "num_recomputed": sum(self.recompute),
+            "est_time_s": self.est_time_s,
+            "est_memory_bytes": self.est_memory_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BucketPlan:
+        return cls(
+            bucket=str(d["bucket"]),
+            shape=SampleShape.from_json(d["shape"]),
+            sp_size=int(d["sp_size"]),
+            micro_batch_size=int(d["micro_batch_size"]),
+            recompute=tuple(c == "1" for c in d["recompute"]),
+            est_time_s=float(d["est_time_s"]),
+            est_memory_bytes=int(d["est_memory_bytes"]),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Bucket plans keyed by bucket name, with the cap and world they were made for.
+
+    ``skipped`` maps bucket names the user explicitly allowed to skip (they fit no
+    configuration) to the number of samples left out.
+    """
+
+    buckets: dict[str, BucketPlan]
+    memory_cap_bytes: int
+    world_size: int
+    num_blocks: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "memory_cap_bytes": self.memory_cap_bytes,
+            "world_size": self.world_size,
+            "num_blocks": self.num_blocks,
+            "buckets": [b.to_json() for b in self.buckets.values()],
+            "skipped": self.skipped,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        plans = [BucketPlan.from_json(b) for b in d["buckets"]]
+        return cls(
+            buckets={p.bucket: p for p in plans},
+            memory_cap_bytes=int(d["memory_cap_bytes"]),
+            world_size=int(d["world_size"]),
+            num_blocks=int(d["num_blocks"]),
+            skipped={str(k): int(v) for k, v in d.get("skipped", {}).items()},
+            meta=dict(d.get("meta", {})),
+        )
