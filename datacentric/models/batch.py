@@ -1,0 +1,67 @@
+"""The packed micro-batch that our models consume.
+
+A micro-batch's samples are concatenated into one sequence of ``S`` tokens
+(padding-free packing), optionally followed by one padding segment so that ``S``
+divides the SP size. Per-token tensors have ``S`` (global) or ``S / sp`` (a
+shard) rows; ``cu_seqlens`` and per-sample tensors always describe the whole
+micro-batch, so a shard still knows the global layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+
+PER_TOKEN_FIELDS = ("inputs", "targets", "position_ids", "segment_ids", "loss_mask")
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """Packed samples of one micro-batch.
+
+    Fields (S = tokens of this batch or shard):
+    - ``sample_ids``: dataset ids of the samples, in segment order;
+    - ``cu_seqlens``: int64 ``(n_segments + 1,)`` boundaries over the *full* padded
+      sequence; a trailing padding segment, if any, is the last one;
+    - ``inputs``: ``(S,)`` token ids, or ``(S, C)`` noisy latents;
+    - ``targets``: ``(S,)`` next-token labels, or ``(S, C)`` regression targets;
+    - ``position_ids``: ``(S,)`` positions within the sample, or ``(S, 3)``
+      (frame, row, column) for video; global, not shard-relative;
+    - ``segment_ids``: ``(S,)`` index into ``sample_ids``, ``-1`` on padding;
+    - ``loss_mask``: ``(S,)`` bool, tokens that carry loss (never padding);
+    - ``sample_cond``: optional ``(n_samples,)`` per-sample conditioning (diffusion
+      timesteps);
+    - ``token_offset``: index of this shard's first token in the full sequence.
+    """
+
+    sample_ids: tuple[int, ...]
+    cu_seqlens: torch.Tensor
+    inputs: torch.Tensor
+    targets: torch.Tensor
+    position_ids: torch.Tensor
+    segment_ids: torch.Tensor
+    loss_mask: torch.Tensor
+    sample_cond: torch.Tensor | None = None
+    token_offset: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.inputs.shape[0])
+
+    @property
+    def full_length(self) -> int:
+        return int(self.cu_seqlens[-1])
+
+    def slice_tokens(self, start: int, end: int) -> PackedBatch:
+        """Rows ``start:end`` of every per-token tensor (a sequence shard)."""
+        sliced = {name: getattr(self, name)[start:end] for name in PER_TOKEN_FIELDS}
+        return replace(self, token_offset=self.token_offset + start, **sliced)
+
+    def to(self, device: torch.device | str) -> PackedBatch:
+        moved = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                moved[f.name] = value.to(device)
+        return replace(self, **moved)
