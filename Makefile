@@ -1,4 +1,4 @@
-# Entry points for a new user and for CI. Needs only python3 (3.10+), pip and make.
+# Entry points for a new user and for CI. Needs only python3 (3.11+), pip and make.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
