@@ -1,0 +1,294 @@
+"""The execution model: run a :class:`~datacentric.schedule.Schedule` on modelled hardware.
+
+For every iteration, every group (an assignment: ``sp_size`` ranks starting at
+``rank_start``) runs its micro-batches back to back, all ranks of the group in lock
+step (Ulysses all-to-all synchronises them inside every attention layer). A
+micro-batch's duration is the cost model's ``pass_time_s`` for the micro-batch's
+sample shapes, SP size and recomputation, *re-derived from the dataset's shapes*
+(``MicroBatch.est_time_s`` and ``MicroBatch.tokens`` are never trusted): forward,
+backward, recomputation of the blocks that recompute, and the group's all-to-all,
+whose cost the model charges by group size and by whether the group spans more
+than ``gpus_per_node`` ranks.
+
+When every group has finished, the world all-reduces gradients once. The
+reduction overlaps the backward of each rank's last micro-batch (buckets are
+reduced as soon as their gradients are final); only the part the cost model says
+is *not* hidden (``grad_sync_time_s``) is added after the slowest group.
+
+Every micro-batch is checked against ``memory_capacity_bytes``: a schedule that
+would not fit raises :class:`PlanDoesNotFitError` naming the iteration, the group
+and the micro-batch, instead of returning an optimistic number.
+
+Measures:
+- *idle share* of an iteration: the GPU time ranks spend waiting for the slowest
+  group, over ``world_size x makespan`` (makespan before the gradient reduction);
+  the epoch's idle share weights iterations by their makespan;
+- *tokens per second*: the dataset tokens scheduled over the epoch time;
+- *efficiency*: the ideal epoch time (the scheduler's bound) over the simulated one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.schedule import Assignment, MicroBatch, Schedule
+from datacentric.shapes import SampleShape
+
+
+class PlanDoesNotFitError(ValueError):
+    """A micro-batch of the schedule needs more memory than the device has."""
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Modelled cost of one micro-batch pass on one rank of its group."""
+
+    seconds: float
+    """Wall time of forward + backward, recomputation and all-to-all included."""
+    recompute_s: float
+    """Part of ``seconds`` spent recomputing activations."""
+    comm_s: float
+    """Part of ``seconds`` spent in the group's all-to-all (0 when the model does not say)."""
+    memory_bytes: int
+    """Peak bytes on one rank."""
+
+
+@dataclass(frozen=True)
+class MicroBatchSpan:
+    """When one micro-batch ran: the same interval on every rank of its group."""
+
+    iteration: int
+    rank_start: int
+    sp_size: int
+    index: int
+    """Position in the group's accumulation list."""
+    bucket: str
+    start_s: float
+    """Seconds from the start of the epoch."""
+    end_s: float
+    samples: int
+    tokens: int
+    recompute_s: float
+    comm_s: float
+    memory_bytes: int
+
+    @property
+    def ranks(self) -> range:
+        return range(self.rank_start, self.rank_start + self.sp_size)
+
+
+@dataclass(frozen=True)
+class IterationResult:
+    """Timing of one iteration."""
+
+    index: int
+    start_s: float
+    makespan_s: float
+    """Time until the slowest group finishes its last micro-batch."""
+    grad_sync_s: float
+    """Exposed gradient all-reduce after the makespan."""
+    idle_share: float
+    tokens: int
+
+    @property
+    def time_s(self) -> float:
+        return self.makespan_s + self.grad_sync_s
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of simulating one schedule."""
+
+    policy: str
+    world_size: int
+    iterations: tuple[IterationResult, ...]
+    tokens: int
+    samples: int
+    busy_gpu_s: float
+    """Sum over ranks of the time spent in micro-batches."""
+    recompute_gpu_s: float
+    comm_gpu_s: float
+    ideal_epoch_time_s: float | None = None
+    spans: tuple[MicroBatchSpan, ...] = field(default=(), repr=False)
+
+    @property
+    def epoch_time_s(self) -> float:
+        return sum(it.time_s for it in self.iterations)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.epoch_time_s
+
+    @property
+    def idle_share(self) -> float:
+        """Idle GPU time over all GPU time before the gradient reductions (epoch-level)."""
+        total = self.world_size * sum(it.makespan_s for it in self.iterations)
+        return 1.0 - self.busy_gpu_s / total
+
+    @property
+    def idle_share_per_iteration(self) -> list[float]:
+        return [it.idle_share for it in self.iterations]
+
+    @property
+    def efficiency(self) -> float | None:
+        if self.ideal_epoch_time_s is None:
+            return None
+        return self.ideal_epoch_time_s / self.epoch_time_s
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able headline numbers."""
+        grad = sum(it.grad_sync_s for it in self.iterations)
+        return {
+            "policy": self.policy,
+            "world_size": self.world_size,
+            "iterations": len(self.iterations),
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "epoch_time_s": self.epoch_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "idle_share": self.idle_share,
+            "idle_share_mean_per_iteration": (
+                sum(self.idle_share_per_iteration) / len(self.iterations)
+            ),
+            "efficiency": self.efficiency,
+            "ideal_epoch_time_s": self.ideal_epoch_time_s,
+            "recompute_share": self.recompute_gpu_s / self.busy_gpu_s,
+            "comm_share": self.comm_gpu_s / self.busy_gpu_s,
+            "grad_sync_share": grad / self.epoch_time_s,
+        }
+
+
+class PassCostCache:
+    """Memoised pass costs of one cost model (many micro-batches repeat a shape mix)."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.cost_model = cost_model
+        self._cache: dict[tuple[Any, ...], PassCost] = {}
+
+    def __call__(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> PassCost:
+        key = (tuple(shapes), sp_size, tuple(recompute))
+        cost = self._cache.get(key)
+        if cost is None:
+            cost = self._cache[key] = self._compute(key[0], sp_size, key[2])
+        return cost
+
+    def _compute(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, recompute: tuple[bool, ...]
+    ) -> PassCost:
+        model = self.cost_model
+        recompute = recompute or (False,) * model.num_blocks
+        seconds = model.pass_time_s(shapes, sp_size, recompute)
+        breakdown = getattr(model, "pass_breakdown", None)
+        if breakdown is not None:
+            parts = breakdown(shapes, sp_size, recompute)
+            recompute_s, comm_s = float(parts["recompute_s"]), float(parts["comm_s"])
+        else:
+            # Recomputation is exactly what the model charges beyond the same pass
+            # without it; the all-to-all cannot be told apart from compute.
+            without = model.pass_time_s(shapes, sp_size, (False,) * len(recompute))
+            recompute_s, comm_s = max(0.0, seconds - without), 0.0
+        memory = int(model.pass_memory_bytes(shapes, sp_size, recompute))
+        return PassCost(seconds, recompute_s, comm_s, memory)
+
+
+def simulate(
+    schedule: Schedule,
+    shapes: Sequence[SampleShape],
+    cost_model: CostModel,
+    *,
+    ideal_epoch_time_s: float | None = None,
+    record_spans: bool = True,
+    costs: PassCostCache | None = None,
+) -> SimResult:
+    """Execute ``schedule`` over the dataset ``shapes`` on ``cost_model``'s hardware.
+
+    ``ideal_epoch_time_s`` (the scheduler's bound for the same dataset and world)
+    makes the result report an efficiency. ``costs`` shares memoised pass costs
+    between simulations on the same cost model.
+    """
+    if len(shapes) != schedule.num_samples:
+        raise ValueError(
+            f"the schedule is over {schedule.num_samples} samples but {len(shapes)} shapes "
+            "were given"
+        )
+    schedule.validate()
+    costs = costs or PassCostCache(cost_model)
+    capacity = cost_model.memory_capacity_bytes
+    grad_sync_s = cost_model.grad_sync_time_s(schedule.world_size)
+    world = schedule.world_size
+    iterations: list[IterationResult] = []
+    spans: list[MicroBatchSpan] = []
+    clock = tokens = samples = 0
+    busy = recompute_gpu = comm_gpu = 0.0
+    for it in schedule.iterations:
+        group_times = []
+        it_tokens = 0
+        for group in it.assignments:
+            t = 0.0
+            for k, mb in enumerate(group.micro_batches):
+                mb_shapes = [shapes[i] for i in mb.sample_ids]
+                cost = costs(mb_shapes, group.sp_size, mb.recompute)
+                if cost.memory_bytes > capacity:
+                    raise PlanDoesNotFitError(_does_not_fit(it.index, group, k, mb, cost, capacity))
+                mb_tokens = sum(s.tokens for s in mb_shapes)
+                if record_spans:
+                    spans.append(
+                        MicroBatchSpan(
+                            iteration=it.index,
+                            rank_start=group.rank_start,
+                            sp_size=group.sp_size,
+                            index=k,
+                            bucket=mb.bucket,
+                            start_s=clock + t,
+                            end_s=clock + t + cost.seconds,
+                            samples=len(mb.sample_ids),
+                            tokens=mb_tokens,
+                            recompute_s=cost.recompute_s,
+                            comm_s=cost.comm_s,
+                            memory_bytes=cost.memory_bytes,
+                        )
+                    )
+                t += cost.seconds
+                it_tokens += mb_tokens
+                samples += len(mb.sample_ids)
+                recompute_gpu += cost.recompute_s * group.sp_size
+                comm_gpu += cost.comm_s * group.sp_size
+            group_times.append((group.sp_size, t))
+        makespan = max(t for _, t in group_times)
+        it_busy = sum(sp * t for sp, t in group_times)
+        idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
+        iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))
+        busy += it_busy
+        tokens += it_tokens
+        clock += makespan + grad_sync_s
+    if not iterations:
+        raise ValueError("the schedule has no iterations: nothing to simulate")
+    return SimResult(
+        policy=schedule.policy,
+        world_size=world,
+        iterations=tuple(iterations),
+        tokens=tokens,
+        samples=samples,
+        busy_gpu_s=busy,
+        recompute_gpu_s=recompute_gpu,
+        comm_gpu_s=comm_gpu,
+        ideal_epoch_time_s=ideal_epoch_time_s,
+        spans=tuple(spans),
+    )
+
+
+def _does_not_fit(
+    iteration: int, group: Assignment, index: int, mb: MicroBatch, cost: PassCost, capacity: int
+) -> str:
+    last = group.rank_start + group.sp_size - 1
+    return (
+        f"iteration {iteration}, group of ranks {group.rank_start}..{last} (sp {group.sp_size}), "
+        f"micro-batch {index} (bucket {mb.bucket!r}, {len(mb.sample_ids)} samples, "
+        f"recompute {mb.num_recomputed} blocks) needs {cost.memory_bytes / 2**30:.2f} GiB per "
+        f"rank, above the capacity of {capacity / 2**30:.2f} GiB: the plan does not fit"
+    )

@@ -1,0 +1,119 @@
+"""The execution model on hand-built schedules with a toy cost model (exact numbers)."""
+
+from collections.abc import Sequence
+
+import pytest
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule, uniform_iteration
+from datacentric.shapes import SampleShape
+from datacentric.sim.engine import PassCostCache, PlanDoesNotFitError, simulate
+
+
+class ToyCostModel:
+    """1 ms per token spread over the group, 0.1 s all-to-all when sp > 1, 10 ms per
+    recomputed block; memory 100 B per token on a rank; 0.5 s exposed gradient sync."""
+
+    num_blocks = 2
+    gpus_per_node = 2
+
+    def __init__(self, capacity: int = 10**6) -> None:
+        self.memory_capacity_bytes = capacity
+        self.calls = 0
+
+    def pass_time_s(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> float:
+        self.calls += 1
+        tokens = sum(s.tokens for s in shapes)
+        return tokens / (1000 * sp_size) + (0.1 if sp_size > 1 else 0) + 0.01 * sum(recompute)
+
+    def pass_memory_bytes(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> int:
+        return 100 * sum(s.tokens for s in shapes) // sp_size
+
+    def grad_sync_time_s(self, world_size: int) -> float:
+        return 0.5 if world_size > 1 else 0.0
+
+
+SHAPES = [SampleShape.text(n) for n in (2000, 500, 300, 200, 1000, 1000)]
+
+
+def _mb(ids, rc=(), est=99.0):
+    # est_time_s and tokens are deliberately wrong: the engine must re-derive them.
+    return MicroBatch(sample_ids=ids, bucket="b", tokens=1, recompute=rc, est_time_s=est)
+
+
+def _schedule() -> Schedule:
+    it0 = Iteration(
+        index=0,
+        assignments=(
+            Assignment(rank_start=0, sp_size=2, micro_batches=(_mb((0,)),)),
+            Assignment(rank_start=2, sp_size=1, micro_batches=(_mb((1,)), _mb((2,)))),
+            Assignment(rank_start=3, sp_size=1, micro_batches=(_mb((3,)),)),
+        ),
+    )
+    it1 = uniform_iteration(1, 4, 4, [[_mb((4, 5), (True, True))]])
+    return Schedule(
+        world_size=4, policy="toy", seed=0, epoch=0, num_samples=6, iterations=(it0, it1)
+    )
+
+
+def test_toy_is_a_cost_model():
+    assert isinstance(ToyCostModel(), CostModel)
+
+
+def test_exact_makespans_idle_and_throughput():
+    result = simulate(_schedule(), SHAPES, ToyCostModel(), ideal_epoch_time_s=2.0)
+    it0, it1 = result.iterations
+    assert it0.makespan_s == pytest.approx(1.1)  # 2000 tokens / 2 ranks + all-to-all
+    assert it0.idle_share == pytest.approx(1 - (2 * 1.1 + 0.8 + 0.2) / (4 * 1.1))
+    assert it0.time_s == pytest.approx(1.6)  # plus the exposed gradient sync
+    assert it1.makespan_s == pytest.approx(0.62) and it1.idle_share == pytest.approx(0.0)
+    assert result.epoch_time_s == pytest.approx(2.72)
+    assert result.tokens == 5000 and result.samples == 6
+    assert result.tokens_per_s == pytest.approx(5000 / 2.72)
+    assert result.idle_share == pytest.approx(1 - (3.2 + 4 * 0.62) / (4 * (1.1 + 0.62)))
+    assert result.efficiency == pytest.approx(2.0 / 2.72)
+    assert result.recompute_gpu_s == pytest.approx(4 * 0.02)
+    summary = result.summary()
+    assert summary["grad_sync_share"] == pytest.approx(1.0 / 2.72)
+    assert summary["idle_share_mean_per_iteration"] == pytest.approx(it0.idle_share / 2)
+
+
+def test_spans_per_group_back_to_back():
+    result = simulate(_schedule(), SHAPES, ToyCostModel())
+    spans = [s for s in result.spans if s.rank_start == 2]
+    assert [(s.start_s, s.end_s) for s in spans] == [
+        pytest.approx((0.0, 0.5)),
+        pytest.approx((0.5, 0.8)),
+    ]
+    last = [s for s in result.spans if s.iteration == 1]
+    assert len(last) == 1 and last[0].start_s == pytest.approx(1.6)
+    assert list(last[0].ranks) == [0, 1, 2, 3] and last[0].tokens == 2000
+    assert result.efficiency is None
+
+
+def test_memory_check_names_the_micro_batch():
+    # 2000 tokens * 100 B on 4 ranks = 50 kB in iteration 1; 100 kB in iteration 0 group 0.
+    with pytest.raises(PlanDoesNotFitError, match=r"iteration 0, group of ranks 0\.\.1 \(sp 2\)"):
+        simulate(_schedule(), SHAPES, ToyCostModel(capacity=60_000))
+    with pytest.raises(PlanDoesNotFitError, match="micro-batch 0"):
+        simulate(_schedule(), SHAPES, ToyCostModel(capacity=99_999))
+    simulate(_schedule(), SHAPES, ToyCostModel(capacity=100_000))  # exactly fits
+
+
+def test_shapes_must_match_the_schedule():
+    with pytest.raises(ValueError, match="6 samples"):
+        simulate(_schedule(), SHAPES[:5], ToyCostModel())
+
+
+def test_cache_reuses_pass_costs():
+    model = ToyCostModel()
+    cache = PassCostCache(model)
+    simulate(_schedule(), SHAPES, model, costs=cache)
+    calls = model.calls
+    simulate(_schedule(), SHAPES, model, costs=cache)
+    assert model.calls == calls
+    assert cache([SHAPES[4], SHAPES[5]], 4, (True, True)).recompute_s == pytest.approx(0.02)
