@@ -1,0 +1,103 @@
+"""Figures of simulated schedules (matplotlib, Agg backend: no display needed).
+
+:func:`plot_results` draws, for each policy, a Gantt chart of one representative
+iteration (ranks on the y axis, micro-batches as bars coloured by log tokens, the
+exposed gradient all-reduce in grey, idle time blank) and, below, a bar chart of
+throughput with each policy's speedup over ``static``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from datacentric.sim.engine import IterationResult, SimResult
+
+
+def representative_iteration(result: SimResult) -> IterationResult:
+    """The iteration whose idle share is closest to the epoch's (ties: the earliest).
+
+    The last iteration (often a partial remainder) is avoided when there are others.
+    """
+    pool = result.iterations[:-1] or result.iterations
+    return min(pool, key=lambda it: (abs(it.idle_share - result.idle_share), it.index))
+
+
+def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -> None:
+    """Save the Gantt charts and the throughput bar chart of ``results`` to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import cm, colors
+
+    policies = list(results)
+    world = max(r.world_size for r in results.values())
+    gantt_height = max(1.6, min(6.0, 0.12 * world + 1.0))
+    fig, axes = plt.subplots(
+        len(policies) + 1,
+        1,
+        figsize=(11, gantt_height * len(policies) + 3.2),
+        gridspec_kw={"height_ratios": [gantt_height] * len(policies) + [3.0]},
+        squeeze=False,
+        layout="constrained",
+    )
+    spans = [s for r in results.values() for s in r.spans]
+    lo = math.log10(max(1, min((s.tokens for s in spans), default=1)))
+    hi = math.log10(max((s.tokens for s in spans), default=10))
+    norm = colors.Normalize(vmin=lo, vmax=max(hi, lo + 1))
+    cmap = plt.get_cmap("viridis")
+    for ax, policy in zip(axes[:-1, 0], policies):
+        _gantt(ax, results[policy], policy, norm, cmap)
+    bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[:-1, 0]))
+    bar.set_label("log10 tokens of the micro-batch")
+    _throughput(axes[-1, 0], results)
+    if title:
+        fig.suptitle(title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _gantt(ax, result: SimResult, policy: str, norm, cmap) -> None:
+    it = representative_iteration(result)
+    for span in result.spans:
+        if span.iteration != it.index:
+            continue
+        ax.broken_barh(
+            [(span.start_s - it.start_s, span.end_s - span.start_s)],
+            (span.rank_start, span.sp_size),
+            facecolors=cmap(norm(math.log10(max(1, span.tokens)))),
+            edgecolors="white",
+            linewidth=0.4,
+        )
+    if it.grad_sync_s > 0:
+        ax.broken_barh([(it.makespan_s, it.grad_sync_s)], (0, result.world_size), facecolors="0.6")
+    ax.set_xlim(0, it.time_s * 1.01)
+    ax.set_ylim(result.world_size, 0)
+    ax.set_ylabel("rank")
+    ax.set_title(
+        f"{policy}: iteration {it.index} ({it.time_s * 1e3:.0f} ms, idle {it.idle_share:.1%})",
+        fontsize=9,
+        loc="left",
+    )
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel("seconds", fontsize=8)
+
+
+def _throughput(ax, results: Mapping[str, SimResult]) -> None:
+    names = list(results)
+    values = [results[p].tokens_per_s / 1e6 for p in names]
+    bars = ax.bar(names, values, color="tab:blue")
+    base = results["static"].tokens_per_s / 1e6 if "static" in results else None
+    for rect, value in zip(bars, values):
+        label = f"{value:.3g}" + (f" ({value / base:.2f}x)" if base else "")
+        ax.annotate(
+            label,
+            (rect.get_x() + rect.get_width() / 2, rect.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    ax.set_ylabel("M tokens / s")
+    ax.set_ylim(0, max(values) * 1.2)
+    ax.tick_params(labelsize=8)
