@@ -1,1 +1,37 @@
-"""datacentric.data."""
+"""Datasets: the embedded standard-library corpus, synthetic text and video latents.
+
+Every dataset follows :class:`Dataset`: ``len``, ``shapes()`` and
+``pack(sample_ids, pad_to_multiple) -> PackedBatch``.
+"""
+
+from datacentric.data.base import Dataset, SegmentLayout, padded_length, segment_layout
+from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, ChunkInfo, StdlibCorpus
+from datacentric.data.text import SyntheticTextDataset, pack_token_samples
+from datacentric.data.video import (
+    RESOLUTIONS,
+    VIDEO_FRAMES,
+    SyntheticVideoDataset,
+    VideoSample,
+    benchmark_video_shapes,
+    latent_grid,
+    video_shape,
+)
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "RESOLUTIONS",
+    "VIDEO_FRAMES",
+    "ChunkInfo",
+    "Dataset",
+    "SegmentLayout",
+    "StdlibCorpus",
+    "SyntheticTextDataset",
+    "SyntheticVideoDataset",
+    "VideoSample",
+    "benchmark_video_shapes",
+    "latent_grid",
+    "pack_token_samples",
+    "padded_length",
+    "segment_layout",
+    "video_shape",
+]

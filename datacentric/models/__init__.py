@@ -1,1 +1,36 @@
-"""datacentric.models."""
+"""Plain nn.Module reference models; they never import the distributed code.
+
+The attention callable is injected (:data:`AttentionFn`); every model takes a
+:class:`PackedBatch` and returns the unreduced per-token loss.
+"""
+
+from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.batch import PackedBatch
+from datacentric.models.dit import DiTConfig, VideoDiT
+from datacentric.models.llama import Llama, LlamaConfig
+from datacentric.models.presets import (
+    MODEL_PRESETS,
+    ModelFacts,
+    ModelPreset,
+    build_model,
+    list_models,
+    model_config,
+    model_facts,
+)
+
+__all__ = [
+    "MODEL_PRESETS",
+    "AttentionFn",
+    "DiTConfig",
+    "Llama",
+    "LlamaConfig",
+    "ModelFacts",
+    "ModelPreset",
+    "PackedBatch",
+    "VideoDiT",
+    "build_model",
+    "list_models",
+    "model_config",
+    "model_facts",
+    "varlen_attention",
+]

@@ -1,0 +1,111 @@
+"""The dataset protocol and the segment layout shared by every packer.
+
+A dataset knows the shape of each sample (by id, without loading it) and packs
+any list of sample ids into one :class:`~datacentric.models.batch.PackedBatch`:
+samples concatenated in the given order, then at most one padding segment so
+that the packed length is a multiple of ``pad_to_multiple`` (the SP size).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from datacentric.models.batch import PackedBatch
+from datacentric.shapes import SampleShape
+
+
+@runtime_checkable
+class Dataset(Protocol):
+    """What the planner, scheduler and runtime need of a dataset."""
+
+    def __len__(self) -> int: ...
+
+    def shapes(self) -> list[SampleShape]:
+        """The shape of every sample, indexed by sample id."""
+        ...
+
+    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+        """Pack samples (in this order) into one padded micro-batch."""
+        ...
+
+
+def padded_length(tokens: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is at least ``tokens``."""
+    if multiple < 1:
+        raise ValueError(f"pad_to_multiple must be >= 1, got {multiple}")
+    return -(-tokens // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class SegmentLayout:
+    """Where each sample of a packed micro-batch lies.
+
+    ``cu_seqlens`` has one boundary per sample plus, when ``padding > 0``, one for
+    the trailing padding segment; ``segment_ids`` is the sample's index in
+    ``sample_ids`` for every token and ``-1`` on padding.
+    """
+
+    sample_ids: tuple[int, ...]
+    lengths: tuple[int, ...]
+    padding: int
+    cu_seqlens: torch.Tensor
+    segment_ids: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of samples (without padding)."""
+        return sum(self.lengths)
+
+    @property
+    def total(self) -> int:
+        """Packed length including padding."""
+        return self.num_tokens + self.padding
+
+
+def check_sample_ids(sample_ids: Sequence[int], size: int) -> tuple[int, ...]:
+    """Validate ids against a dataset of ``size`` samples (non-empty, in range)."""
+    ids = tuple(int(i) for i in sample_ids)
+    if not ids:
+        raise ValueError("cannot pack an empty list of samples")
+    bad = [i for i in ids if not 0 <= i < size]
+    if bad:
+        raise IndexError(f"sample id(s) {bad[:5]} out of range for a dataset of {size} samples")
+    return ids
+
+
+def segment_layout(
+    sample_ids: Sequence[int], lengths: Sequence[int], pad_to_multiple: int = 1
+) -> SegmentLayout:
+    """The layout of samples of ``lengths`` packed in order, padded to a multiple."""
+    lengths = tuple(int(n) for n in lengths)
+    if len(lengths) != len(sample_ids) or not lengths:
+        raise ValueError(f"need one length per sample, got {len(lengths)} for {len(sample_ids)}")
+    if min(lengths) < 1:
+        raise ValueError(f"every packed sample needs at least one token, got lengths {lengths}")
+    real = sum(lengths)
+    padding = padded_length(real, pad_to_multiple) - real
+    bounds = [0]
+    for n in lengths + ((padding,) if padding else ()):
+        bounds.append(bounds[-1] + n)
+    segment_ids = torch.repeat_interleave(
+        torch.arange(len(lengths), dtype=torch.long), torch.tensor(lengths, dtype=torch.long)
+    )
+    segment_ids = torch.cat((segment_ids, torch.full((padding,), -1, dtype=torch.long)))
+    return SegmentLayout(
+        sample_ids=tuple(int(i) for i in sample_ids),
+        lengths=lengths,
+        padding=padding,
+        cu_seqlens=torch.tensor(bounds, dtype=torch.long),
+        segment_ids=segment_ids,
+    )
+
+
+def sample_generator(seed: int, sample_id: int) -> torch.Generator:
+    """A generator seeded only by (dataset seed, sample id): rank-independent draws."""
+    # Mix the two into one 63-bit seed (golden-ratio multiplier spreads nearby seeds).
+    mixed = (int(seed) * 0x9E3779B97F4A7C15 + int(sample_id) * 0xBF58476D1CE4E5B9) % (2**63)
+    return torch.Generator().manual_seed(mixed)

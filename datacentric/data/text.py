@@ -1,0 +1,84 @@
+"""Packing of byte/token sequences for the causal LM, and a synthetic text dataset.
+
+Targets are the next token *within the same sample*: the last token of every
+sample has no target (``IGNORE_INDEX``, loss mask False), and so has padding.
+Positions restart at 0 for every sample (and for the padding segment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from datacentric.data.base import check_sample_ids, sample_generator, segment_layout
+from datacentric.models.batch import PackedBatch
+from datacentric.models.llama import IGNORE_INDEX
+from datacentric.shapes import SampleShape
+
+
+def pack_token_samples(
+    sample_ids: Sequence[int], tokens: Sequence[torch.Tensor], pad_to_multiple: int = 1
+) -> PackedBatch:
+    """Pack 1D token tensors (one per sample, in order) into a micro-batch.
+
+    ``inputs`` are the tokens (int64, padding 0); ``targets[i]`` is the next token
+    of the same sample or ``IGNORE_INDEX``; ``loss_mask`` is ``targets != IGNORE_INDEX``.
+    """
+    if len(tokens) != len(sample_ids):
+        raise ValueError(f"got {len(tokens)} token tensors for {len(sample_ids)} sample ids")
+    layout = segment_layout(sample_ids, [int(t.numel()) for t in tokens], pad_to_multiple)
+    inputs, targets, positions = [], [], []
+    ignore_one = torch.full((1,), IGNORE_INDEX, dtype=torch.long)
+    for sample in tokens:
+        sample = sample.reshape(-1).long()
+        inputs.append(sample)
+        targets.append(torch.cat((sample[1:], ignore_one)))
+        positions.append(torch.arange(sample.numel(), dtype=torch.long))
+    if layout.padding:
+        inputs.append(torch.zeros(layout.padding, dtype=torch.long))
+        targets.append(torch.full((layout.padding,), IGNORE_INDEX, dtype=torch.long))
+        positions.append(torch.arange(layout.padding, dtype=torch.long))
+    targets_S = torch.cat(targets)
+    return PackedBatch(
+        sample_ids=layout.sample_ids,
+        cu_seqlens=layout.cu_seqlens,
+        inputs=torch.cat(inputs),
+        targets=targets_S,
+        position_ids=torch.cat(positions),
+        segment_ids=layout.segment_ids,
+        loss_mask=targets_S != IGNORE_INDEX,
+    )
+
+
+class SyntheticTextDataset:
+    """Random byte sequences of given lengths, deterministic in (seed, sample id).
+
+    For profiling and simulation workloads whose lengths come from elsewhere (a
+    lengths file, a distribution); the real text corpus is :class:`StdlibCorpus`.
+    """
+
+    def __init__(self, shapes: Sequence[SampleShape], vocab_size: int = 256, seed: int = 0):
+        self._shapes = list(shapes)
+        videos = [i for i, s in enumerate(self._shapes) if s.is_video]
+        if videos:
+            raise ValueError(f"text dataset got video shapes (sample ids {videos[:5]})")
+        self.vocab_size = vocab_size
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shapes(self) -> list[SampleShape]:
+        return list(self._shapes)
+
+    def sample(self, sample_id: int) -> torch.Tensor:
+        """Tokens of sample ``sample_id`` (int64)."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        gen = sample_generator(self.seed, sample_id)
+        n = self._shapes[sample_id].tokens
+        return torch.randint(0, self.vocab_size, (n,), generator=gen, dtype=torch.long)
+
+    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+        ids = check_sample_ids(sample_ids, len(self))
+        return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple)

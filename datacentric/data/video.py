@@ -1,0 +1,194 @@
+"""Synthetic video latents for the diffusion model, and video bucket shapes.
+
+A sample is a latent video of ``frames x height x width`` patches (its
+:class:`~datacentric.shapes.SampleShape` grid). Each token holds one patch:
+``channels x patch_f x patch_h x patch_w`` values (4 x 1 x 2 x 2 = 16 by default).
+
+Everything a sample needs is drawn from a generator seeded by ``(seed, sample id)``
+only, in a fixed order: the diffusion time ``t ~ U[0, 1)``, the clean latents
+``x0`` (a sum of a few random low-frequency 3D waves per channel, so there is
+structure to learn, with unit variance), then the noise ``eps ~ N(0, 1)``.
+Training follows rectified flow: the model sees ``x_t = (1 - t) x0 + t eps`` and
+regresses the velocity ``eps - x0``.
+
+The latent-grid arithmetic follows the Open-Sora v1.2 benchmark (see
+``docs/data.md``): ``frames * 5 // 17`` latent frames (1 for an image), spatial
+down-sampling by 8, patches of 1 x 2 x 2; partial patches round up (padded).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from datacentric.data.base import check_sample_ids, sample_generator, segment_layout
+from datacentric.models.batch import PackedBatch
+from datacentric.shapes import SampleShape
+
+RESOLUTIONS: dict[str, tuple[int, int]] = {
+    "144p": (144, 256),
+    "240p": (240, 426),
+    "360p": (360, 640),
+    "480p": (480, 854),
+    "720p": (720, 1280),
+}
+"""Benchmark resolutions as (height, width) in pixels (aspect 9:16)."""
+
+VIDEO_FRAMES: tuple[int, ...] = (1, 51, 102, 204, 408)
+"""Benchmark frame counts (1 is an image)."""
+
+SPATIAL_DOWNSAMPLE = 8
+PATCH: tuple[int, int, int] = (1, 2, 2)
+LATENT_CHANNELS = 4
+
+
+def latent_frames(frames: int) -> int:
+    """Latent frames of a clip: 1 for an image, ``frames * 5 // 17`` (at least 1) else."""
+    if frames < 1:
+        raise ValueError(f"a clip needs at least one frame, got {frames}")
+    return 1 if frames == 1 else max(1, frames * 5 // 17)
+
+
+def latent_grid(
+    height_px: int,
+    width_px: int,
+    frames: int,
+    *,
+    spatial_downsample: int = SPATIAL_DOWNSAMPLE,
+    patch: tuple[int, int, int] = PATCH,
+) -> tuple[int, int, int]:
+    """Patch grid ``(frames, height, width)`` of a ``frames``-frame clip at the given pixels."""
+    if height_px < 1 or width_px < 1:
+        raise ValueError(f"resolution must be positive, got {height_px}x{width_px}")
+    latent = (
+        latent_frames(frames),
+        math.ceil(height_px / spatial_downsample),
+        math.ceil(width_px / spatial_downsample),
+    )
+    f, h, w = (math.ceil(n / p) for n, p in zip(latent, patch))
+    return f, h, w
+
+
+def video_shape(resolution: str, frames: int) -> SampleShape:
+    """Shape of a benchmark bucket, e.g. ``video_shape("240p", 51)``."""
+    if resolution not in RESOLUTIONS:
+        raise KeyError(f"unknown resolution {resolution!r}; known: {', '.join(RESOLUTIONS)}")
+    height, width = RESOLUTIONS[resolution]
+    return SampleShape.video(*latent_grid(height, width, frames))
+
+
+def benchmark_video_shapes() -> dict[tuple[str, int], SampleShape]:
+    """Every (resolution, frames) bucket of the benchmark and its latent shape."""
+    return {(r, n): video_shape(r, n) for r in RESOLUTIONS for n in VIDEO_FRAMES}
+
+
+@dataclass(frozen=True)
+class VideoSample:
+    """One sample's clean latents, noise (both ``(S, C)``) and diffusion time."""
+
+    x0: torch.Tensor
+    noise: torch.Tensor
+    t: float
+
+
+def grid_positions(grid: tuple[int, int, int]) -> torch.Tensor:
+    """(frame, row, column) of every patch in row-major order, ``(f * h * w, 3)`` int64."""
+    axes = [torch.arange(n, dtype=torch.long) for n in grid]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
+
+
+class SyntheticVideoDataset:
+    """Latent videos of the given shapes, deterministic in (seed, sample id)."""
+
+    def __init__(
+        self,
+        shapes: Sequence[SampleShape],
+        channels: int = LATENT_CHANNELS,
+        seed: int = 0,
+        *,
+        patch: tuple[int, int, int] = PATCH,
+        num_waves: int = 4,
+    ) -> None:
+        self._shapes = list(shapes)
+        texts = [i for i, s in enumerate(self._shapes) if not s.is_video]
+        if texts:
+            raise ValueError(f"video dataset got text shapes (sample ids {texts[:5]})")
+        self.channels = channels
+        self.patch = tuple(patch)
+        self.seed = seed
+        self.num_waves = num_waves
+
+    @property
+    def token_dim(self) -> int:
+        """Values per token: channels x patch volume (the model's ``in_channels``)."""
+        return self.channels * math.prod(self.patch)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shapes(self) -> list[SampleShape]:
+        return list(self._shapes)
+
+    def sample(self, sample_id: int) -> VideoSample:
+        """Draw sample ``sample_id``: time, clean latents and noise (float32)."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        grid = self._shapes[sample_id].grid
+        assert grid is not None
+        gen = sample_generator(self.seed, sample_id)
+        t = float(torch.rand((), generator=gen))
+        x0 = self._clean_latents(grid, gen)
+        noise = torch.randn(x0.shape, generator=gen)
+        return VideoSample(x0=x0, noise=noise, t=t)
+
+    def _clean_latents(self, grid: tuple[int, int, int], gen: torch.Generator) -> torch.Tensor:
+        """Sum of random 3D waves per channel on the latent pixels, patchified to ``(S, C)``."""
+        pf, ph, pw = self.patch
+        dims = (grid[0] * pf, grid[1] * ph, grid[2] * pw)
+        k = self.num_waves
+        # Frequencies in cycles per latent pixel (low: smooth content), phases, amplitudes.
+        freqs = (torch.rand((self.channels, k, 3), generator=gen) - 0.5) * 0.3
+        phases = torch.rand((self.channels, k), generator=gen) * (2 * math.pi)
+        amps = torch.randn((self.channels, k), generator=gen) * math.sqrt(2.0 / k)
+        f_idx, y_idx, x_idx = (torch.arange(n, dtype=torch.float32) for n in dims)
+        f_idx, y_idx, x_idx = f_idx[:, None, None], y_idx[None, :, None], x_idx[None, None, :]
+        latents = torch.zeros((self.channels, *dims))
+        for c in range(self.channels):
+            for j in range(k):
+                fr = freqs[c, j]
+                arg = 2 * math.pi * (fr[0] * f_idx + fr[1] * y_idx + fr[2] * x_idx) + phases[c, j]
+                latents[c] += amps[c, j] * torch.cos(arg)
+        # (C, f*pf, h*ph, w*pw) -> (f, h, w, C, pf, ph, pw) -> (S, C*pf*ph*pw)
+        x = latents.view(self.channels, grid[0], pf, grid[1], ph, grid[2], pw)
+        return x.permute(1, 3, 5, 0, 2, 4, 6).reshape(math.prod(grid), self.token_dim)
+
+    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+        """Pack samples: noisy latents in, velocity targets, (frame, row, col) positions."""
+        ids = check_sample_ids(sample_ids, len(self))
+        lengths = [self._shapes[i].tokens for i in ids]
+        layout = segment_layout(ids, lengths, pad_to_multiple)
+        inputs, targets, positions, times = [], [], [], []
+        for i in ids:
+            s = self.sample(i)
+            inputs.append((1.0 - s.t) * s.x0 + s.t * s.noise)
+            targets.append(s.noise - s.x0)
+            grid = self._shapes[i].grid
+            assert grid is not None
+            positions.append(grid_positions(grid))
+            times.append(s.t)
+        if layout.padding:
+            inputs.append(torch.zeros((layout.padding, self.token_dim)))
+            targets.append(torch.zeros((layout.padding, self.token_dim)))
+            positions.append(torch.zeros((layout.padding, 3), dtype=torch.long))
+        return PackedBatch(
+            sample_ids=layout.sample_ids,
+            cu_seqlens=layout.cu_seqlens,
+            inputs=torch.cat(inputs),
+            targets=torch.cat(targets),
+            position_ids=torch.cat(positions),
+            segment_ids=layout.segment_ids,
+            loss_mask=layout.segment_ids >= 0,
+            sample_cond=torch.tensor(times, dtype=torch.float32),
+        )

@@ -1,0 +1,182 @@
+"""Named model configurations and the one way to build a model from a name.
+
+``llama`` and ``dit`` are small enough for CPU tests and the demo (8 blocks, 4 heads,
+so SP sizes 1, 2 and 4 divide the heads). ``llama-7b``, ``llama-13b`` and ``dit3d-1b``
+are realistic shapes of the same classes, for the planner and the simulator; build
+them on the meta device to inspect them without memory.
+
+:func:`model_facts` gives the numbers an analytic cost model needs (width, layers,
+heads, feed-forward width, vocabulary, parameters) as one plain dataclass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.common import count_parameters
+from datacentric.models.dit import DiTConfig, VideoDiT
+from datacentric.models.llama import Llama, LlamaConfig
+
+ModelConfig = LlamaConfig | DiTConfig
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A named configuration of one of the model classes."""
+
+    name: str
+    config: ModelConfig
+    description: str
+
+
+def _presets() -> dict[str, ModelPreset]:
+    presets = [
+        ModelPreset(
+            "llama",
+            LlamaConfig(hidden_size=128, num_layers=8, num_heads=4, ffn_hidden_size=352),
+            "tiny byte-level Llama for CPU tests and the demo",
+        ),
+        ModelPreset(
+            "llama-7b",
+            LlamaConfig(
+                hidden_size=4096,
+                num_layers=32,
+                num_heads=32,
+                ffn_hidden_size=11008,
+                vocab_size=32000,
+            ),
+            "Llama-7B shape (32k vocabulary, as the original; bytes are ids < 256)",
+        ),
+        ModelPreset(
+            "llama-13b",
+            LlamaConfig(
+                hidden_size=5120,
+                num_layers=40,
+                num_heads=40,
+                ffn_hidden_size=13824,
+                vocab_size=32000,
+            ),
+            "Llama-13B shape (32k vocabulary)",
+        ),
+        ModelPreset(
+            "dit",
+            DiTConfig(hidden_size=128, num_layers=8, num_heads=4, ffn_hidden_size=512),
+            "tiny video DiT for CPU tests and the demo",
+        ),
+        ModelPreset(
+            "dit3d-1b",
+            DiTConfig(hidden_size=1536, num_layers=28, num_heads=16, ffn_hidden_size=6144),
+            "1.2B video DiT with full 3D attention (28 blocks like STDiT3-XL/2, wider)",
+        ),
+    ]
+    return {p.name: p for p in presets}
+
+
+MODEL_PRESETS: dict[str, ModelPreset] = _presets()
+"""Every named model, by name."""
+
+
+def list_models() -> list[str]:
+    """Names of the model presets, in definition order."""
+    return list(MODEL_PRESETS)
+
+
+def model_config(name: str, **overrides: object) -> ModelConfig:
+    """The config of preset ``name`` with fields replaced by ``overrides``."""
+    if name not in MODEL_PRESETS:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+    config = MODEL_PRESETS[name].config
+    known = {f.name for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(
+            f"model {name!r} ({type(config).__name__}) has no field(s) {unknown}; "
+            f"fields: {sorted(known)}"
+        )
+    return dataclasses.replace(config, **overrides)
+
+
+def model_from_config(
+    config: ModelConfig, *, attention: AttentionFn = varlen_attention
+) -> Llama | VideoDiT:
+    """Instantiate the model class that ``config`` describes."""
+    if isinstance(config, LlamaConfig):
+        return Llama(config, attention=attention)
+    if isinstance(config, DiTConfig):
+        return VideoDiT(config, attention=attention)
+    raise TypeError(f"not a model config: {type(config).__name__}")
+
+
+def build_model(
+    name: str,
+    *,
+    attention: AttentionFn = varlen_attention,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    **overrides: object,
+) -> Llama | VideoDiT:
+    """Build preset ``name`` (config fields replaced by ``overrides``).
+
+    Weights are drawn from the global torch RNG: seed it first for reproducible
+    weights. ``device="meta"`` builds without allocating memory.
+    """
+    config = model_config(name, **overrides)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        model = model_from_config(config, attention=attention)
+    return model.to(dtype=dtype)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What an analytic cost model needs to know about a model, as plain numbers."""
+
+    name: str
+    kind: str
+    """``"llama"`` (causal LM) or ``"dit"`` (video diffusion)."""
+    loss_mode: str
+    """``"token"`` or ``"sample"``: how the runtime normalises the per-token loss."""
+    causal: bool
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    ffn_hidden_size: int
+    """Inner feed-forward width (SwiGLU has three matrices of this width, GELU two)."""
+    ffn_matrices: int
+    """Number of ``hidden_size x ffn_hidden_size`` matrices per block (3 SwiGLU, 2 GELU)."""
+    vocab_size: int
+    """Output classes per token (0 for diffusion)."""
+    in_channels: int
+    """Regression channels per token (0 for the LM)."""
+    num_params: int
+    params_per_block: int
+
+
+def model_facts(name: str, **overrides: object) -> ModelFacts:
+    """Plain facts of preset ``name`` (parameters counted on the meta device)."""
+    config = model_config(name, **overrides)
+    model = build_model(name, device="meta", **overrides)
+    block: nn.Module = model.blocks[0]
+    is_llama = isinstance(config, LlamaConfig)
+    return ModelFacts(
+        name=name,
+        kind="llama" if is_llama else "dit",
+        loss_mode=model.loss_mode,
+        causal=is_llama,
+        hidden_size=config.hidden_size,
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        head_dim=config.head_dim,
+        ffn_hidden_size=config.ffn_hidden_size,
+        ffn_matrices=3 if is_llama else 2,
+        vocab_size=config.vocab_size,
+        in_channels=0 if is_llama else config.in_channels,
+        num_params=count_parameters(model),
+        params_per_block=count_parameters(block),
+    )
