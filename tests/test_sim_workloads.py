@@ -8,7 +8,6 @@ from datacentric.shapes import SampleShape
 from datacentric.sim.workloads import (
     apportion,
     get_workload,
-    latent_grid,
     list_workloads,
     video_bucket_shapes,
     workload_from_lengths,
@@ -27,10 +26,15 @@ def test_unknown_preset_names_choices():
         get_workload("nope")
 
 
-def test_latent_grid_matches_open_sora_geometry():
-    assert latent_grid(144, 256, 1) == (1, 9, 16)
-    assert latent_grid(720, 1280, 408) == (120, 45, 80)
-    assert latent_grid(240, 426, 51) == (15, 15, 27)  # 53 latent columns pad to 54
+def test_stdlib_code_uses_the_real_file_lengths():
+    w = get_workload("stdlib-code", seed=2)
+    assert w.shapes == get_workload("stdlib-code", seed=2).shapes
+    assert max(s.tokens for s in w.shapes) <= 131_072
+    assert len(get_workload("stdlib-code", num_samples=3 * len(w.shapes) + 1).shapes) == (
+        3 * len(w.shapes) + 1
+    )
+    lengths = sorted(s.tokens for s in w.shapes)
+    assert lengths[-1] > 10 * lengths[len(lengths) // 2]  # long-tailed
 
 
 def test_apportion_sums_and_is_proportional():
@@ -62,6 +66,7 @@ def test_opensora_determinism_and_mixing(name):
 def test_opensora_shapes_shift_with_preset():
     images, videos = video_bucket_shapes()
     assert len(images) == 5 and len(videos) == 20
+    assert videos[-1].grid == (120, 45, 80) and images[0].grid == (1, 9, 16)
     mean = {}
     for name in OPENSORA:
         shapes = get_workload(name).shapes

@@ -2,24 +2,13 @@
 
 Transcribed from the benchmark configuration of the DCP reference code
 (``examples/training/open_sora/configs/benchmarks/*.yaml`` in NUS-HPC-AI-Lab/VideoSys):
-bucket resolutions (one aspect ratio, 9:16) and frame counts, the latent geometry of
-the Open-Sora v1.2 VAE and STDiT patching, and the benchmark dataset's size and
-mixing. The workload presets in :mod:`datacentric.sim.workloads` are built from them.
+the benchmark dataset's size, bucket frequencies and image mixing, and the blog's
+model and hardware. The bucket resolutions, frame counts and latent geometry live in
+:mod:`datacentric.data.video`. The workload presets in :mod:`datacentric.sim.workloads`
+are built from both.
 """
 
 from __future__ import annotations
-
-#: Pixel ``(height, width)`` of each resolution bucket, in ascending size.
-RESOLUTIONS: dict[str, tuple[int, int]] = {
-    "144p": (144, 256),
-    "240p": (240, 426),
-    "360p": (360, 640),
-    "480p": (480, 854),
-    "720p": (720, 1280),
-}
-
-#: Pixel frame counts of the benchmark buckets; 1 frame is an image.
-FRAMES: tuple[int, ...] = (1, 51, 102, 204, 408)
 
 #: Videos in the reference benchmark dataset.
 BENCHMARK_VIDEOS = 2000

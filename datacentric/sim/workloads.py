@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datacentric.data.stdlib import StdlibCorpus
+from datacentric.data.video import benchmark_video_shapes
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.sim import video_buckets as vb
 
@@ -71,23 +73,11 @@ def apportion(total: int, weights: Sequence[float]) -> list[int]:
     return counts
 
 
-def latent_grid(height: int, width: int, frames: int) -> tuple[int, int, int]:
-    """Open-Sora v1.2 latent patch grid ``(frames, height, width)`` of a pixel clip.
-
-    The VAE maps ``frames`` to ``frames * 5 // 17`` latent frames (1 for an image) and
-    downsamples space by 8; STDiT patches 1x2x2, padding odd latent sizes up.
-    """
-    latent_frames = 1 if frames == 1 else frames * 5 // 17
-    return (latent_frames, -(-(height // 8) // 2), -(-(width // 8) // 2))
-
-
 def video_bucket_shapes() -> tuple[list[SampleShape], list[SampleShape]]:
     """Image and video bucket shapes of the benchmark, each sorted by tokens."""
     images, videos = [], []
-    for height, width in vb.RESOLUTIONS.values():
-        for frames in vb.FRAMES:
-            shape = SampleShape.video(*latent_grid(height, width, frames))
-            (images if frames == 1 else videos).append(shape)
+    for (_, frames), shape in benchmark_video_shapes().items():
+        (images if frames == 1 else videos).append(shape)
     key = lambda s: (s.tokens, s.grid)
     return sorted(images, key=key), sorted(videos, key=key)
 
@@ -172,15 +162,18 @@ def sft_longtail_workload(seed: int = 0, num_samples: int | None = None) -> Work
     )
 
 
+#: stdlib-code: files longer than this are split into near-equal chunks (a 128K context);
+#: only 4 files of the corpus are that long, so lengths stay the files' own.
+STDLIB_MAX_TOKENS = 131_072
+
+
 def stdlib_code_workload(seed: int = 0, num_samples: int | None = None) -> Workload:
     """Real file lengths of the embedded standard-library corpus (``datacentric.data``).
 
     The corpus fixes the lengths; ``seed`` orders them and ``num_samples`` keeps that
     many (files repeat in seeded order when more are asked than the corpus holds).
     """
-    from datacentric.data.stdlib import StdlibCorpus
-
-    lengths = list(StdlibCorpus().shapes())
+    lengths = StdlibCorpus(max_tokens=STDLIB_MAX_TOKENS).shapes()
     rng = np.random.default_rng(seed)
     total = len(lengths) if num_samples is None else int(num_samples)
     picks = np.concatenate(
