@@ -1,6 +1,7 @@
 """The execution model on hand-built schedules with a toy cost model (exact numbers)."""
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
@@ -117,3 +118,27 @@ def test_cache_reuses_pass_costs():
     simulate(_schedule(), SHAPES, model, costs=cache)
     assert model.calls == calls
     assert cache([SHAPES[4], SHAPES[5]], 4, (True, True)).recompute_s == pytest.approx(0.02)
+
+
+class ToyWithWork(ToyCostModel):
+    """The toy plus a work decomposition: 1 MB over NVLink per pass at sp > 1."""
+
+    hardware = SimpleNamespace(
+        intra_node_bandwidth=1e7,
+        inter_node_bandwidth=1e6,
+        network_efficiency=0.5,
+        collective_latency_s=0.001,
+    )
+
+    def work(self, shapes, sp_size, recompute):
+        ib = 1e5 if sp_size > self.gpus_per_node else 0.0
+        return SimpleNamespace(nvlink_bytes=1e6, ib_bytes=ib, collectives=4)
+
+
+def test_alltoall_share_from_the_work_decomposition():
+    cache = PassCostCache(ToyWithWork())
+    assert cache([SHAPES[0]], 1, ()).comm_s == 0.0
+    assert cache([SHAPES[0]], 2, ()).comm_s == pytest.approx(0.2 + 0.004)
+    assert cache([SHAPES[0]], 4, ()).comm_s == pytest.approx(0.2 + 0.2 + 0.004)
+    result = simulate(_schedule(), SHAPES, ToyWithWork())
+    assert result.comm_gpu_s == pytest.approx(2 * 0.204 + 4 * 0.404)

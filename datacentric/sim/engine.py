@@ -51,7 +51,7 @@ class PassCost:
     recompute_s: float
     """Part of ``seconds`` spent recomputing activations."""
     comm_s: float
-    """Part of ``seconds`` spent in the group's all-to-all (0 when the model does not say)."""
+    """Part of ``seconds`` spent in the group's all-to-all (0 when the model cannot say)."""
     memory_bytes: int
     """Peak bytes on one rank."""
 
@@ -183,15 +183,10 @@ class PassCostCache:
         model = self.cost_model
         recompute = recompute or (False,) * model.num_blocks
         seconds = model.pass_time_s(shapes, sp_size, recompute)
-        breakdown = getattr(model, "pass_breakdown", None)
-        if breakdown is not None:
-            parts = breakdown(shapes, sp_size, recompute)
-            recompute_s, comm_s = float(parts["recompute_s"]), float(parts["comm_s"])
-        else:
-            # Recomputation is exactly what the model charges beyond the same pass
-            # without it; the all-to-all cannot be told apart from compute.
-            without = model.pass_time_s(shapes, sp_size, (False,) * len(recompute))
-            recompute_s, comm_s = max(0.0, seconds - without), 0.0
+        # Recomputation is exactly what the model charges beyond the same pass without it.
+        without = model.pass_time_s(shapes, sp_size, (False,) * len(recompute))
+        recompute_s = max(0.0, seconds - without)
+        comm_s = _alltoall_seconds(model, shapes, sp_size, recompute)
         memory = int(model.pass_memory_bytes(shapes, sp_size, recompute))
         return PassCost(seconds, recompute_s, comm_s, memory)
 
@@ -280,6 +275,24 @@ def simulate(
         ideal_epoch_time_s=ideal_epoch_time_s,
         spans=tuple(spans),
     )
+
+
+def _alltoall_seconds(
+    model: CostModel, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+) -> float:
+    """The all-to-all part of a pass, for traces and the communication share.
+
+    Only a model that exposes its work decomposition (the analytic model's ``work``
+    and ``hardware``) can tell it apart from compute; for any other model it is 0 and
+    the all-to-all stays inside the pass time, which is what counts.
+    """
+    work_of, hw = getattr(model, "work", None), getattr(model, "hardware", None)
+    if sp_size == 1 or work_of is None or hw is None:
+        return 0.0
+    work = work_of(shapes, sp_size, recompute)
+    seconds = work.nvlink_bytes / (hw.intra_node_bandwidth * hw.network_efficiency)
+    seconds += work.ib_bytes / (hw.inter_node_bandwidth * hw.network_efficiency)
+    return seconds + work.collectives * hw.collective_latency_s
 
 
 def _does_not_fit(
