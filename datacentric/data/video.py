@@ -13,7 +13,8 @@ regresses the velocity ``eps - x0``.
 
 The latent-grid arithmetic follows the Open-Sora v1.2 benchmark (see
 ``docs/data.md``): ``frames * 5 // 17`` latent frames (1 for an image), spatial
-down-sampling by 8, patches of 1 x 2 x 2; partial patches round up (padded).
+down-sampling by 8 (rounding down, as the VAE's strided convolutions do), patches
+of 1 x 2 x 2 (a partial patch is padded, rounding up).
 """
 
 from __future__ import annotations
@@ -63,10 +64,12 @@ def latent_grid(
     """Patch grid ``(frames, height, width)`` of a ``frames``-frame clip at the given pixels."""
     if height_px < 1 or width_px < 1:
         raise ValueError(f"resolution must be positive, got {height_px}x{width_px}")
+    # The VAE's strided convolutions floor odd sizes (426 -> 213 -> 106 -> 53);
+    # the patch embedding pads partial patches (53 -> 27 patches of 2).
     latent = (
         latent_frames(frames),
-        math.ceil(height_px / spatial_downsample),
-        math.ceil(width_px / spatial_downsample),
+        max(1, height_px // spatial_downsample),
+        max(1, width_px // spatial_downsample),
     )
     f, h, w = (math.ceil(n / p) for n, p in zip(latent, patch))
     return f, h, w

@@ -71,8 +71,8 @@ def _presets() -> dict[str, ModelPreset]:
         ),
         ModelPreset(
             "dit3d-1b",
-            DiTConfig(hidden_size=1536, num_layers=28, num_heads=16, ffn_hidden_size=6144),
-            "1.2B video DiT with full 3D attention (28 blocks like STDiT3-XL/2, wider)",
+            DiTConfig(hidden_size=1536, num_layers=28, num_heads=24, ffn_hidden_size=6144),
+            "1.2B video DiT, full 3D attention, 28 blocks of width 1536 (24 heads of 64)",
         ),
     ]
     return {p.name: p for p in presets}
