@@ -1,0 +1,137 @@
+"""Gradient synchronisation: once per iteration, over the whole world, as a SUM.
+
+Ranks of one iteration run different numbers of forward/backward passes (their
+groups have different accumulation counts), so a collective issued on every
+pass over the whole world (a DDP reduction on each backward, a ZeRO-3/FSDP
+parameter all-gather on each forward) would pair up different passes on
+different ranks and deadlock. Gradients are therefore accumulated locally over
+a rank's micro-steps and reduced once, after its last one.
+
+The reduction is a SUM, not a mean: ``loss.LossWeights`` already divides by the
+global batch, so the sum over ranks of the local gradients is the global-batch
+mean gradient (dividing by the world size again would be wrong whenever SP
+groups hold more than one rank or groups hold different amounts of data).
+
+Three ways to hold the model, one rule (see docs/runtime.md):
+- a plain module: :func:`allreduce_gradients` after the last micro-step;
+- DDP: :func:`wrap_ddp` (SUM comm hook, no buffer broadcast), and every
+  micro-step but the last under ``no_sync()`` -- :func:`micro_step_context`;
+- FSDP2 (``fully_shard``): gradient sync and resharding after backward off for
+  every micro-step but the last -- also :func:`micro_step_context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+try:
+    from torch.distributed.fsdp import FSDPModule
+except ImportError:  # torch < 2.6 kept FSDP2 in a private module
+    try:
+        from torch.distributed._composable.fsdp import FSDPModule
+    except ImportError:
+        FSDPModule = None  # type: ignore[assignment,misc]
+
+DEFAULT_BUCKET_BYTES = 25 * 2**20
+
+
+def allreduce_gradients(
+    params: Iterable[nn.Parameter],
+    group: dist.ProcessGroup | None = None,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+) -> int:
+    """Sum ``.grad`` of ``params`` over the ranks of ``group`` (default: world), in place.
+
+    Gradients are flattened into buckets of about ``bucket_bytes`` per dtype and
+    device, one all-reduce each. A parameter without a gradient on this rank
+    gets a zero one, so every rank reduces the same layout. Returns the number
+    of all-reduce calls issued.
+    """
+    trainable = [p for p in params if p.requires_grad]
+    for p in trainable:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    buckets: list[list[nn.Parameter]] = []
+    by_kind: dict[tuple[torch.dtype, torch.device], list[nn.Parameter]] = {}
+    for p in trainable:
+        by_kind.setdefault((p.grad.dtype, p.grad.device), []).append(p)
+    for members in by_kind.values():
+        current: list[nn.Parameter] = []
+        size = 0
+        for p in members:
+            current.append(p)
+            size += p.grad.numel() * p.grad.element_size()
+            if size >= bucket_bytes:
+                buckets.append(current)
+                current, size = [], 0
+        if current:
+            buckets.append(current)
+    for bucket in buckets:
+        grads = [p.grad for p in bucket]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        for g, part in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(part.view_as(g))
+    return len(buckets)
+
+
+def sum_allreduce_hook(
+    process_group: dist.ProcessGroup | None, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: all-reduce SUM (DDP's default divides by the world size)."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+def wrap_ddp(model: nn.Module, **ddp_kwargs: Any) -> DistributedDataParallel:
+    """Wrap ``model`` in DDP for data-centric runs.
+
+    Buffers are not broadcast (that is a world collective on every forward,
+    which deadlocks when ranks run different numbers of passes), and the
+    reduction sums instead of averaging. Run micro-steps through
+    :func:`micro_step_context` so only the last one reduces.
+    """
+    ddp_kwargs.setdefault("broadcast_buffers", False)
+    if ddp_kwargs["broadcast_buffers"]:
+        raise ValueError(
+            "broadcast_buffers=True issues a world collective on every forward; ranks run "
+            "different numbers of forwards per iteration, so it would deadlock"
+        )
+    ddp = DistributedDataParallel(model, **ddp_kwargs)
+    ddp.register_comm_hook(None, sum_allreduce_hook)
+    return ddp
+
+
+def is_fsdp2(model: nn.Module) -> bool:
+    """Whether ``model`` was sharded with FSDP2 ``fully_shard``."""
+    return FSDPModule is not None and isinstance(model, FSDPModule)
+
+
+def syncs_itself(model: nn.Module) -> bool:
+    """Whether ``model`` (DDP or FSDP2) reduces its gradients inside backward."""
+    return isinstance(model, DistributedDataParallel) or is_fsdp2(model)
+
+
+def micro_step_context(model: nn.Module, is_last: bool) -> AbstractContextManager[Any]:
+    """The context to run one micro-step's forward and backward in.
+
+    For DDP: ``no_sync()`` unless it is the rank's last micro-step of the
+    iteration. For FSDP2: gradient reduction and resharding after backward only
+    on the last micro-step (parameters stay gathered in between, so FSDP
+    communicates once per iteration). For a plain module: nothing (call
+    :func:`allreduce_gradients` after the last micro-step).
+    """
+    if isinstance(model, DistributedDataParallel):
+        return nullcontext() if is_last else model.no_sync()
+    if is_fsdp2(model):
+        model.set_requires_gradient_sync(is_last)
+        model.set_reshard_after_backward(is_last)
+    return nullcontext()

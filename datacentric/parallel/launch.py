@@ -1,0 +1,182 @@
+"""Starting ranks: N local processes (:func:`spawn`) or under torchrun (:func:`init_from_env`).
+
+A worker is a plain function. Inside it ``torch.distributed`` is initialised,
+so it builds :class:`~datacentric.parallel.groups.ProcessGroups` and runs; the
+same worker therefore runs under :func:`spawn` (tests, ``datacentric
+equivalence``, one-machine benchmarks) and under ``torchrun`` after
+:func:`init_from_env`.
+
+:func:`spawn` returns every rank's return value, re-raises the first failure
+in the parent with the rank named, and turns a hang into a ``TimeoutError``
+(collectives time out too), so a deadlock fails a test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import queue as queue_module
+import socket
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from datacentric.parallel.groups import ProcessGroups, device_for_backend
+
+DEFAULT_TIMEOUT_S = 300.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _worker_entry(
+    rank: int,
+    world_size: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    backend: str,
+    init_method: str,
+    timeout_s: float,
+    threads: int | None,
+    results: Any,
+) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        device = device_for_backend(backend, rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        value = fn(*args)
+        # Serialise here: the parent must not depend on this process's shared memory.
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        results.put((rank, True, buffer.getvalue()))
+    except BaseException:  # noqa: BLE001 - every failure goes to the parent, named
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def spawn(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    backend: str = "gloo",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    threads_per_rank: int | None = 1,
+) -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
+
+    Each process initialises ``torch.distributed`` (``backend``, TCP rendezvous on
+    a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
+    ``fn``; ``fn`` must be importable (a module-level function) and its return
+    value serialisable with ``torch.save``. If any rank raises, the others are
+    stopped and ``RuntimeError`` names the rank and carries its traceback. If the
+    ranks have not all returned after ``timeout_s`` seconds, they are stopped and
+    ``TimeoutError`` names the missing ranks. ``threads_per_rank`` caps each
+    rank's intra-op threads (many ranks on few cores); ``None`` leaves torch's
+    default.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    processes = []
+    for rank in range(world_size):
+        process = context.Process(
+            target=_worker_entry,
+            args=(rank, world_size, fn, args, backend, init_method, timeout_s, threads_per_rank),
+            kwargs={"results": results},
+            daemon=True,
+        )
+        process.start()
+        processes.append(process)
+    try:
+        values = _collect(processes, results, timeout_s)
+    except BaseException:
+        for process in processes:
+            process.kill()
+            process.join(timeout=10)
+        raise
+    for process in processes:
+        process.join(timeout=30)
+        if process.is_alive():
+            process.kill()
+    return values
+
+
+def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
+    deadline = time.monotonic() + timeout_s
+    values: dict[int, Any] = {}
+    silent_deaths: dict[int, int] = {}
+    while len(values) < len(processes):
+        try:
+            rank, ok, payload = results.get(timeout=0.2)
+        except queue_module.Empty:
+            for rank, process in enumerate(processes):
+                if rank in values or process.is_alive():
+                    continue
+                # Seen dead twice with an empty queue: it died without reporting.
+                silent_deaths[rank] = silent_deaths.get(rank, 0) + 1
+                if silent_deaths[rank] > 2:
+                    raise RuntimeError(
+                        f"rank {rank} exited with code {process.exitcode} without a result "
+                        "(killed, out of memory, or a crash in native code)"
+                    ) from None
+            if time.monotonic() > deadline:
+                missing = [r for r in range(len(processes)) if r not in values]
+                raise TimeoutError(
+                    f"ranks {missing} did not finish within {timeout_s:.0f} s "
+                    "(a deadlock: ranks issuing different collectives?)"
+                ) from None
+            continue
+        if not ok:
+            raise RuntimeError(f"rank {rank} failed:\n{payload}")
+        values[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+    return [values[r] for r in range(len(processes))]
+
+
+def init_from_env(
+    backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ProcessGroups:
+    """Initialise ``torch.distributed`` from torchrun's environment and build the groups.
+
+    ``backend`` defaults to NCCL when CUDA is available, else gloo. Reads
+    ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (env:// init) and
+    ``LOCAL_RANK`` for the CUDA device.
+    """
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(
+            f"init_from_env needs torchrun's environment; {', '.join(missing)} not set "
+            "(start with `torchrun --nproc-per-node N ...` or use launch.spawn)"
+        )
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = device_for_backend(backend, int(os.environ["RANK"]))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+    return ProcessGroups()

@@ -1,0 +1,91 @@
+"""Per-block activation recomputation, switched per micro-batch.
+
+Pyramid activation checkpointing decides, for every micro-batch, which
+transformer blocks recompute their activations in backward
+(``MicroBatch.recompute``): long sequences recompute many blocks to fit in
+memory, short ones few or none to save time. :class:`BlockRecompute` is applied
+from outside to a model's ``blocks`` (the model is not modified otherwise and
+parameter names do not change): each block's ``forward`` is routed through
+non-reentrant ``torch.utils.checkpoint`` when its switch is on. The switches
+are read at forward time, so flipping them between micro-batches is free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+_ORIGINAL_FORWARD = "_datacentric_original_forward"
+
+
+class BlockRecompute:
+    """Switchable activation checkpointing of every block in ``blocks``.
+
+    ``set(recompute)`` takes one bool per block (an empty sequence means none
+    recompute); ``use(recompute)`` does the same for a ``with`` block.
+    """
+
+    def __init__(self, blocks: Sequence[nn.Module]) -> None:
+        self.blocks = list(blocks)
+        self.enabled = [False] * len(self.blocks)
+        for index, block in enumerate(self.blocks):
+            if _ORIGINAL_FORWARD in block.__dict__:
+                raise ValueError(f"block {index} already has switchable recomputation applied")
+            original = block.forward
+            setattr(block, _ORIGINAL_FORWARD, original)
+            block.forward = self._switchable(index, original)
+
+    @classmethod
+    def apply(cls, model: nn.Module) -> BlockRecompute:
+        """Apply to ``model.blocks`` (the repeated transformer blocks)."""
+        blocks = getattr(model, "blocks", None)
+        if blocks is None:
+            raise ValueError(
+                f"{type(model).__name__} has no `blocks` attribute; recomputation is applied "
+                "per transformer block"
+            )
+        return cls(blocks)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    def _switchable(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if self.enabled[index] and torch.is_grad_enabled():
+                return checkpoint(original, *args, use_reentrant=False, **kwargs)
+            return original(*args, **kwargs)
+
+        return forward
+
+    def set(self, recompute: Sequence[bool]) -> None:
+        """Switch recomputation per block (``()``: no block recomputes)."""
+        if recompute and len(recompute) != self.num_blocks:
+            raise ValueError(
+                f"the recompute setting has {len(recompute)} entries but the model has "
+                f"{self.num_blocks} blocks"
+            )
+        self.enabled = [bool(r) for r in recompute] if recompute else [False] * self.num_blocks
+
+    @contextmanager
+    def use(self, recompute: Sequence[bool]) -> Iterator[BlockRecompute]:
+        """Recompute per ``recompute`` inside the block; restore the previous switches after."""
+        previous = list(self.enabled)
+        self.set(recompute)
+        try:
+            yield self
+        finally:
+            self.enabled = previous
+
+    def remove(self) -> None:
+        """Restore every block's original forward."""
+        for block in self.blocks:
+            del block.__dict__[_ORIGINAL_FORWARD]
+            del block.__dict__["forward"]  # back to the class's forward
+        self.blocks = []
+        self.enabled = []

@@ -1,0 +1,210 @@
+"""The data-centric runtime: execute this rank's part of one ``Iteration``.
+
+For every iteration a rank finds its :class:`~datacentric.schedule.Assignment`
+(its SP group and ordered micro-batches) and, for each micro-batch:
+
+1. packs the micro-batch's samples into one sequence padded to a multiple of
+   the group size (``pack(sample_ids, pad_to_multiple)``, from the data module);
+2. takes its contiguous shard (``sharding.shard_batch``);
+3. points the injected attention at the group and switches per-block
+   recomputation to the micro-batch's setting;
+4. runs forward (per-token loss), weights it (``loss.LossWeights``) and runs
+   backward, accumulating into ``.grad``.
+
+After its last micro-batch the rank joins the one world-wide gradient SUM
+(``grad_sync``). The result is the gradient a single process computes on the
+iteration's whole global batch. The training command, the profiler and the
+equivalence check all run iterations through :class:`DataCentricRuntime`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.batch import PackedBatch
+from datacentric.parallel.grad_sync import allreduce_gradients, micro_step_context, syncs_itself
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.loss import LossMode, LossWeights
+from datacentric.parallel.recompute import BlockRecompute
+from datacentric.parallel.sharding import shard_batch
+from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
+from datacentric.schedule import Iteration
+
+Pack = Callable[[Sequence[int], int], PackedBatch]
+"""``pack(sample_ids, pad_to_multiple) -> PackedBatch``: the whole micro-batch."""
+
+
+@dataclass
+class MicroBatchStats:
+    """What one micro-batch pass did on this rank."""
+
+    sample_ids: tuple[int, ...]
+    #: tokens of the full padded micro-batch (all shards)
+    tokens: int
+    #: tokens of this rank's shard
+    local_tokens: int
+    sp_size: int
+    num_recomputed: int
+    #: this rank's weighted loss, ``sum_t w_t * loss_t`` over its shard
+    weighted_loss: float
+    #: wall time of forward + backward (device synchronised)
+    time_s: float
+
+
+@dataclass
+class IterationStats:
+    """What this rank did in one iteration."""
+
+    index: int
+    rank: int
+    rank_start: int
+    sp_size: int
+    micro_batches: list[MicroBatchStats] = field(default_factory=list)
+    #: wall time of the gradient synchronisation (0 when the model syncs itself)
+    sync_time_s: float = 0.0
+    total_time_s: float = 0.0
+
+    @property
+    def weighted_loss(self) -> float:
+        """This rank's share of the global-batch loss (sum over ranks = the loss)."""
+        return sum(mb.weighted_loss for mb in self.micro_batches)
+
+    @property
+    def local_tokens(self) -> int:
+        return sum(mb.local_tokens for mb in self.micro_batches)
+
+    @property
+    def accumulation_steps(self) -> int:
+        return len(self.micro_batches)
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside a DDP wrapper (FSDP2 modules are their own)."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class DataCentricRuntime:
+    """Runs iterations of a data-centric schedule on this rank.
+
+    ``model`` is a plain module, or one wrapped with ``grad_sync.wrap_ddp`` or
+    sharded with FSDP2; the module must have ``blocks``, ``set_attention(fn)``,
+    ``num_heads`` and ``loss_mode`` (``"token"`` or ``"sample"``; override with
+    ``loss_mode``), and ``forward(batch) -> (S_local,)`` per-token losses.
+    ``pack`` builds a whole micro-batch; ``loss_tokens_of(sample_id)`` says how
+    many loss tokens a sample has (the same numbers on every rank, so loss
+    weights need no communication). ``sp_sizes`` are checked against the head
+    count now (default: checked per assignment when it runs). ``attention`` is
+    the single-process kernel used inside each group.
+
+    Gradients accumulate into ``.grad``: zero them before each iteration.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        groups: ProcessGroups,
+        pack: Pack,
+        loss_tokens_of: Callable[[int], int],
+        *,
+        loss_mode: LossMode | None = None,
+        sp_sizes: Sequence[int] | None = None,
+        attention: AttentionFn = varlen_attention,
+        check_batches: bool = True,
+    ) -> None:
+        self.model = model
+        self.groups = groups
+        self.pack = pack
+        self.loss_tokens_of = loss_tokens_of
+        self.check_batches = check_batches
+        module = unwrap(model)
+        self.module = module
+        self.loss_mode: LossMode = loss_mode or module.loss_mode
+        self.num_heads = int(module.num_heads)
+        self.num_kv_heads = int(getattr(module, "num_kv_heads", self.num_heads))
+        if sp_sizes is not None:
+            self.check_sp_sizes(sp_sizes)
+        self.attention = SequenceParallelAttention(attention)
+        module.set_attention(self.attention)
+        self.recompute = BlockRecompute.apply(module)
+
+    def check_sp_sizes(self, sp_sizes: Sequence[int]) -> None:
+        """Raise ``ValueError`` if an SP size does not divide the model's head counts."""
+        check_sp_compatible(self.num_heads, sp_sizes, "attention")
+        if self.num_kv_heads != self.num_heads:
+            check_sp_compatible(self.num_kv_heads, sp_sizes, "key/value")
+
+    def run_iteration(self, iteration: Iteration) -> IterationStats:
+        """Forward and backward of this rank's micro-batches, then one gradient sync.
+
+        Collective: every rank of the world must call it with the same iteration.
+        """
+        start_time = time.perf_counter()
+        groups = self.groups
+        iteration.validate(groups.world_size)
+        assignment = iteration.assignment_for_rank(groups.rank)
+        sp = assignment.sp_size
+        self.check_sp_sizes([sp])
+        group = groups.for_assignment(assignment)
+        rank_in_group = groups.rank - assignment.rank_start
+        weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
+        stats = IterationStats(
+            index=iteration.index, rank=groups.rank, rank_start=assignment.rank_start, sp_size=sp
+        )
+        last = len(assignment.micro_batches) - 1
+        for step, micro_batch in enumerate(assignment.micro_batches):
+            full = self.pack(micro_batch.sample_ids, sp)
+            if self.check_batches:
+                weights.check_batch(full)
+            shard = shard_batch(full, rank_in_group, sp).to(groups.device)
+            _synchronize(groups.device)
+            pass_start = time.perf_counter()
+            with (
+                micro_step_context(self.model, is_last=step == last),
+                self.attention.use(group),
+                self.recompute.use(micro_batch.recompute),
+            ):
+                loss_S = self.model(shard)
+                weighted = weights.weighted_sum(loss_S, shard)
+                weighted.backward()
+            _synchronize(groups.device)
+            stats.micro_batches.append(
+                MicroBatchStats(
+                    sample_ids=micro_batch.sample_ids,
+                    tokens=full.num_tokens,
+                    local_tokens=shard.num_tokens,
+                    sp_size=sp,
+                    num_recomputed=micro_batch.num_recomputed,
+                    weighted_loss=float(weighted.detach()),
+                    time_s=time.perf_counter() - pass_start,
+                )
+            )
+        if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
+            sync_start = time.perf_counter()
+            allreduce_gradients(self.model.parameters(), groups.world)
+            _synchronize(groups.device)
+            stats.sync_time_s = time.perf_counter() - sync_start
+        stats.total_time_s = time.perf_counter() - start_time
+        return stats
+
+    def global_loss(self, stats: IterationStats) -> float:
+        """The global-batch loss of an iteration: the SUM of every rank's weighted loss.
+
+        Collective over the world (one scalar all-reduce).
+        """
+        total = torch.tensor([stats.weighted_loss], dtype=torch.float64, device=self.groups.device)
+        if self.groups.distributed and self.groups.world_size > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=self.groups.world)
+        return float(total.item())

@@ -1,0 +1,177 @@
+"""Ulysses (all-to-all) sequence-parallel attention.
+
+Shape legend: S = tokens of the full packed (padded) sequence, sp = ranks in the
+SP group, H = heads, D = head dim. Each rank of a group holds a contiguous shard
+of ``S / sp`` tokens. Attention needs whole sequences, so:
+
+1. all-to-all: scatter heads, gather the sequence, ``(S/sp, H, D) -> (S, H/sp, D)``;
+2. attend over the full sequence with the global ``cu_seqlens`` (varlen attention,
+   so packed samples never see each other);
+3. the reverse all-to-all, ``(S, H/sp, D) -> (S/sp, H, D)``.
+
+Both all-to-alls are autograd Functions whose backward is the opposite
+all-to-all, so gradients flow back to every shard exactly. The collective is
+``torch.distributed.all_to_all_single``, which NCCL and gloo (CPU) both
+implement, so the same code runs on GPUs and in CPU tests.
+
+:class:`SequenceParallelAttention` is the callable injected once into a model
+(``model.set_attention``); the runtime switches its group per micro-batch with
+``with sp_attention.use(group): ...``. A group of ``None`` (or of one rank) is
+plain attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from datacentric.models.attention import AttentionFn, varlen_attention
+
+
+def check_sp_compatible(num_heads: int, sp_sizes: Iterable[int], what: str = "attention") -> None:
+    """Raise ``ValueError`` unless every SP size divides ``num_heads``.
+
+    Ulysses splits heads across the group, so a model with ``num_heads`` heads
+    can only run on SP groups whose size divides it. ``what`` names the heads
+    in the message (e.g. ``"key/value"``).
+    """
+    bad = sorted({int(s) for s in sp_sizes if s < 1 or num_heads % s})
+    if bad:
+        raise ValueError(
+            f"the model has {num_heads} {what} heads, not divisible by SP size "
+            f"{bad[0]}" + (f" (nor by {bad[1:]})" if len(bad) > 1 else "") + "; "
+            "Ulysses sequence parallelism splits heads across the group: use SP sizes "
+            f"that divide {num_heads}, or a model whose head count they divide"
+        )
+
+
+def group_size(group: dist.ProcessGroup | None) -> int:
+    """Ranks in ``group`` (1 for ``None``)."""
+    return 1 if group is None else dist.get_world_size(group)
+
+
+def _all_to_all(
+    x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup
+) -> torch.Tensor:
+    """Split ``x`` into ``sp`` chunks along ``scatter_dim``, send chunk ``j`` to group
+    rank ``j`` and concatenate the received chunks (in group-rank order) along
+    ``gather_dim``."""
+    sp = dist.get_world_size(group)
+    if x.shape[scatter_dim] % sp:
+        raise ValueError(
+            f"all-to-all over {sp} ranks cannot split dimension {scatter_dim} of size "
+            f"{x.shape[scatter_dim]}"
+        )
+    send = torch.stack(x.chunk(sp, dim=scatter_dim)).contiguous()
+    received = torch.empty_like(send)
+    dist.all_to_all_single(received, send, group=group)
+    return torch.cat(received.unbind(0), dim=gather_dim)
+
+
+class _AllToAll(torch.autograd.Function):
+    """Differentiable all-to-all: the gradient is the opposite all-to-all."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        scatter_dim: int,
+        gather_dim: int,
+        group: dist.ProcessGroup,
+    ) -> torch.Tensor:
+        ctx.scatter_dim, ctx.gather_dim, ctx.group = scatter_dim, gather_dim, group
+        return _all_to_all(x, scatter_dim, gather_dim, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        return _all_to_all(grad, ctx.gather_dim, ctx.scatter_dim, ctx.group), None, None, None
+
+
+def seq_to_heads(x_SHD: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """``(S/sp, H, D)`` shard of all heads -> ``(S, H/sp, D)`` full sequence, some heads."""
+    return _AllToAll.apply(x_SHD, 1, 0, group)
+
+
+def heads_to_seq(x_SHD: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """``(S, H/sp, D)`` full sequence, some heads -> ``(S/sp, H, D)`` shard of all heads."""
+    return _AllToAll.apply(x_SHD, 0, 1, group)
+
+
+def ulysses_attention(
+    q_SHD: torch.Tensor,
+    k_SHD: torch.Tensor,
+    v_SHD: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    causal: bool,
+    group: dist.ProcessGroup | None,
+    attention: AttentionFn = varlen_attention,
+) -> torch.Tensor:
+    """Attention over a sequence sharded across ``group``; returns this rank's shard.
+
+    ``q/k/v_SHD`` are this rank's ``(S/sp, H, D)`` shard (contiguous tokens, in
+    group-rank order); ``cu_seqlens`` describes the full padded sequence of ``S``
+    tokens. ``attention`` is the single-process kernel run on ``(S, H/sp, D)``.
+    With ``group`` of ``None`` or one rank this is ``attention`` itself.
+    """
+    sp = group_size(group)
+    if sp == 1:
+        return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal)
+    check_sp_compatible(q_SHD.shape[1], [sp], "query")
+    check_sp_compatible(k_SHD.shape[1], [sp], "key/value")
+    full = int(cu_seqlens[-1])
+    if q_SHD.shape[0] * sp != full:
+        raise ValueError(
+            f"shard of {q_SHD.shape[0]} tokens on {sp} ranks does not cover the packed "
+            f"sequence of {full} tokens (pad the sequence to a multiple of the SP size)"
+        )
+    q, k, v = (seq_to_heads(t, group) for t in (q_SHD, k_SHD, v_SHD))
+    out_full_SHD = attention(q, k, v, cu_seqlens, causal)
+    return heads_to_seq(out_full_SHD, group)
+
+
+class SequenceParallelAttention:
+    """An :data:`AttentionFn` whose SP group is switched per micro-batch.
+
+    Inject it once (``model.set_attention(sp_attention)``); then
+    ``with sp_attention.use(group): loss = model(shard)`` runs Ulysses attention
+    on ``group`` (plain ``attention`` when the group is ``None`` or has one rank).
+    Keep the backward pass inside the same ``use`` block: recomputed blocks call
+    attention again during backward.
+    """
+
+    def __init__(self, attention: AttentionFn = varlen_attention) -> None:
+        self.attention = attention
+        self.group: dist.ProcessGroup | None = None
+
+    @property
+    def sp_size(self) -> int:
+        """Ranks in the current group."""
+        return group_size(self.group)
+
+    @contextmanager
+    def use(self, group: dist.ProcessGroup | None) -> Iterator[SequenceParallelAttention]:
+        """Run attention on ``group`` inside the block; restore the previous group after."""
+        previous, self.group = self.group, group
+        try:
+            yield self
+        finally:
+            self.group = previous
+
+    def __call__(
+        self,
+        q_SHD: torch.Tensor,
+        k_SHD: torch.Tensor,
+        v_SHD: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        causal: bool,
+    ) -> torch.Tensor:
+        return ulysses_attention(
+            q_SHD, k_SHD, v_SHD, cu_seqlens, causal, group=self.group, attention=self.attention
+        )
+
+    def __repr__(self) -> str:
+        return f"SequenceParallelAttention(sp_size={self.sp_size}, attention={self.attention!r})"
