@@ -144,6 +144,18 @@ def test_blocks_can_be_wrapped_for_recomputation(name: str) -> None:
         torch.testing.assert_close(p.grad, reference[n.replace(".block.", ".")])
 
 
+@pytest.mark.parametrize("name", ["llama", "dit"])
+def test_forward_creates_no_tensor_on_the_default_device(name: str) -> None:
+    # On the meta device any tensor made on the CPU by mistake raises: this is the
+    # CPU-only stand-in for "runs on CUDA" (attention is stubbed, varlen needs values).
+    _, data = model_and_data(name)
+    model = build_model(name, device="meta", attention=identity_attention)
+    batch = data.pack([0, 1], pad_to_multiple=4).to("meta")
+    loss = model(batch)
+    assert loss.is_meta and loss.shape == (batch.num_tokens,)
+    loss.sum().backward()
+
+
 def test_low_precision_weights_still_give_float32_loss() -> None:
     torch.manual_seed(0)
     model = build_model("llama", dtype=torch.bfloat16)
