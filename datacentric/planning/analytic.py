@@ -1,0 +1,344 @@
+"""An analytic cost model: FLOPs and bytes of a :class:`ModelSpec` on a :class:`Hardware`.
+
+Time of one micro-batch pass on one rank of an SP group of ``sp`` ranks::
+
+    t = matmul_flops / (peak * matmul_eff * sat(tokens_per_rank))
+      + attention_flops / (peak * attention_eff)
+      + elementwise_bytes / (mem_bw * mem_eff)
+      + a2a_bytes_nvlink / (nvlink_bw * net_eff) + a2a_bytes_ib / (ib_bw * net_eff)
+      + collectives * collective_latency + block_passes * block_overhead
+
+with ``sat(t) = t / (t + half_efficiency_tokens)`` (small GEMMs under-fill the
+device). Work counted per block and pass:
+
+- *forward*: linear layers ``2 * params * tokens``; self-attention
+  ``4 * hidden * pairs`` where ``pairs`` is ``s^2`` (full), ``s(s+1)/2`` (causal),
+  ``frames * (h*w)^2`` (spatial) or ``h*w * frames^2`` (temporal) per sample;
+  cross-attention ``4 * hidden * s * cond_tokens``; everything per rank is ``1/sp``
+  of the sample's (Ulysses splits heads, frame-sharding splits frames) except the
+  conditioning tokens' k/v projections, which every rank of a group repeats;
+- *backward*: 2x the forward's linear FLOPs and element-wise bytes, 2.5x its
+  attention FLOPs (FlashAttention-2's backward runs 5 matmuls to the forward's 2);
+- *recomputation*: one more forward of every recomputed block (its all-to-alls too);
+- *all-to-all* (SP > 1): ``ulysses``: 4 per self-attention forward (q, k, v, out),
+  4 in backward, each moving ``(sp-1)/sp`` of the local tensor; ``frame-sharded``:
+  none for spatial blocks when ``frames % sp == 0``, 2 of the hidden state for
+  temporal blocks. Groups of at most ``gpus_per_node`` ranks use NVLink; a larger
+  group sends ``(sp - gpn)/(sp - 1)`` of its bytes over InfiniBand (the two
+  transfers are charged one after the other: conservative).
+
+Memory on one rank (bytes):
+
+- model states: ``P * (dtype_bytes + (grad_bytes + optimizer_bytes) / state_shards)``;
+  ``state_shards = 1`` is DDP (every rank holds all gradients and optimizer state),
+  ``state_shards = world`` is ZeRO-2 (gradients and optimizer state partitioned;
+  parameters replicated, as SP needs every weight on every rank);
+- saved activations: per non-recomputed block ``saved_elems * tokens/sp * dtype``
+  (see :func:`saved_elements_per_token`), per recomputed block only its input
+  ``hidden * tokens/sp * dtype``; conditioning k/v per sample, not sharded;
+- transient peak: the larger of the loss head's logits (LM: fp32 + dtype copy of
+  ``tokens/sp x vocab``) and, in backward, one recomputed block's full activations
+  plus the gradient working set (``(2 hidden + ffn) * tokens/sp * dtype``).
+
+Results are cached per (shapes, sp, recomputed count per block kind).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from datacentric.planning.hardware import Hardware
+from datacentric.planning.model_specs import ModelSpec
+from datacentric.shapes import SampleShape
+
+ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward
+
+
+@dataclass(frozen=True)
+class Work:
+    """Work of one pass on one rank, in the units the hardware constants divide."""
+
+    matmul_flops: float
+    """Linear-layer FLOPs already divided by the GEMM saturation factor."""
+    attention_flops: float
+    memory_bytes: float
+    nvlink_bytes: float
+    ib_bytes: float
+    collectives: int
+    block_passes: int
+
+    def as_array(self) -> np.ndarray:
+        return np.array(
+            [
+                self.matmul_flops,
+                self.attention_flops,
+                self.memory_bytes,
+                self.nvlink_bytes,
+                self.ib_bytes,
+                self.collectives,
+                self.block_passes,
+            ],
+            dtype=float,
+        )
+
+
+def saved_elements_per_token(spec: ModelSpec) -> int:
+    """Activation elements one non-recomputed block saves per token for backward.
+
+    Self-attention: norm input and output, q, k, v, attention output (``4h + 2kv``);
+    cross-attention: its input, q and output (``3h``); MLP: norm input and output plus
+    ``2f`` (up, activation) or ``4f`` gated (gate, up, activation, product);
+    adaLN modulation: modulated inputs and gated outputs (``4h``). Approximate: it
+    ignores small per-head statistics (softmax log-sum-exp) and norm statistics.
+    """
+    h, f = spec.hidden, spec.ffn_hidden
+    attn = 4 * h + 2 * spec.kv_dim
+    cross = 3 * h if spec.cross_attn_tokens else 0
+    mlp = 2 * h + (4 if spec.gated_mlp else 2) * f
+    adaln = 4 * h if spec.adaln_single else 0
+    return attn + cross + mlp + adaln + spec.extra_saved_per_token
+
+
+def attention_pairs(kind: str, shape: SampleShape) -> float:
+    """Query-key pairs one self-attention layer of ``kind`` scores for one sample."""
+    s = shape.tokens
+    frames, height, width = shape.grid if shape.grid is not None else (1, s, 1)
+    if kind == "full":
+        return float(s) * s
+    if kind == "causal":
+        return s * (s + 1) / 2.0
+    if kind == "spatial":
+        return float(frames) * (height * width) ** 2
+    if kind == "temporal":
+        return float(height * width) * frames**2
+    raise ValueError(f"unknown block kind {kind!r}")
+
+
+class AnalyticCostModel:
+    """Implements :class:`~datacentric.planning.cost_model.CostModel` from FLOPs and bytes."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        hardware: Hardware,
+        memory_fraction: float = 0.7,
+        dtype_bytes: int = 2,
+        *,
+        grad_bytes: int | None = None,
+        optimizer_bytes_per_param: int | None = None,
+        state_shards: int = 1,
+        grad_sync_overlap: float = 0.0,
+        cache_size: int = 1 << 16,
+    ) -> None:
+        """``memory_fraction``: share of device memory plans may use (the paper's 70%).
+        ``grad_bytes``: bytes per gradient element (default ``dtype_bytes``).
+        ``optimizer_bytes_per_param``: Adam moments (8) plus an fp32 master copy when
+        training in 16 bits (default 12 if ``dtype_bytes == 2`` else 8).
+        ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
+        ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward."""
+        if not 0 < memory_fraction <= 1:
+            raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
+        if not 0 <= grad_sync_overlap <= 1:
+            raise ValueError(f"grad_sync_overlap must be in [0, 1], got {grad_sync_overlap}")
+        self.spec = spec
+        self.hardware = hardware
+        self.memory_fraction = memory_fraction
+        self.dtype_bytes = dtype_bytes
+        self.grad_bytes = dtype_bytes if grad_bytes is None else grad_bytes
+        self.optimizer_bytes_per_param = (
+            (12 if dtype_bytes == 2 else 8)
+            if optimizer_bytes_per_param is None
+            else optimizer_bytes_per_param
+        )
+        self.state_shards = state_shards
+        self.grad_sync_overlap = grad_sync_overlap
+        self._kinds = spec.kinds
+        self._kind_index = {k: i for i, k in enumerate(self._kinds)}
+        self._kind_counts = tuple(spec.kind_counts()[k] for k in self._kinds)
+        self._saved_elems = saved_elements_per_token(spec)
+        hw = hardware
+        self._rates = np.array(
+            [
+                1.0 / (hw.peak_flops * hw.matmul_efficiency),
+                1.0 / (hw.peak_flops * hw.attention_efficiency),
+                1.0 / (hw.memory_bandwidth * hw.memory_efficiency),
+                1.0 / (hw.intra_node_bandwidth * hw.network_efficiency),
+                1.0 / (hw.inter_node_bandwidth * hw.network_efficiency),
+                hw.collective_latency_s,
+                hw.block_overhead_s,
+            ]
+        )
+        self._cached = lru_cache(maxsize=cache_size)(self._evaluate)
+
+    # --- CostModel protocol ---------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return self.spec.num_blocks
+
+    @property
+    def block_kinds(self) -> tuple[str, ...]:
+        """Kind of every block (the planner groups the recomputation knapsack by it)."""
+        return self.spec.block_kinds
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        return int(self.hardware.memory_bytes * self.memory_fraction)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.hardware.gpus_per_node
+
+    def supports_sp_size(self, sp_size: int) -> bool:
+        """Ulysses splits heads: ``sp_size`` must divide the number of heads."""
+        return sp_size >= 1 and self.spec.heads % sp_size == 0
+
+    def pass_time_s(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> float:
+        return self._cached(tuple(shapes), sp_size, self._counts(recompute))[0]
+
+    def pass_memory_bytes(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> int:
+        return self._cached(tuple(shapes), sp_size, self._counts(recompute))[1]
+
+    def grad_sync_time_s(self, world_size: int) -> float:
+        """Ring all-reduce of all gradients over ``world_size`` ranks (ZeRO-2's
+        reduce-scatter plus parameter all-gather moves the same bytes), minus the
+        share ``grad_sync_overlap`` hidden behind the last backward."""
+        if world_size <= 1:
+            return 0.0
+        hw = self.hardware
+        n = world_size
+        volume = 2.0 * (n - 1) / n * self.spec.num_params * self.grad_bytes
+        bandwidth = hw.intra_node_bandwidth if n <= hw.gpus_per_node else hw.inter_node_bandwidth
+        seconds = volume / (bandwidth * hw.network_efficiency)
+        seconds += 2 * (n - 1) * hw.collective_latency_s
+        return seconds * (1.0 - self.grad_sync_overlap)
+
+    # --- extras ---------------------------------------------------------------------------
+    def model_state_bytes(self) -> int:
+        """Parameters, gradients and optimizer state held by one rank."""
+        per_param = (
+            self.dtype_bytes
+            + (self.grad_bytes + self.optimizer_bytes_per_param) / self.state_shards
+        )
+        return int(self.spec.num_params * per_param)
+
+    def work(self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]) -> Work:
+        """The work the time formula charges for (used by hardware calibration)."""
+        return self._work(tuple(shapes), sp_size, self._counts(recompute))
+
+    def _counts(self, recompute: Sequence[bool]) -> tuple[int, ...]:
+        if not recompute:
+            return (0,) * len(self._kinds)
+        if len(recompute) != self.spec.num_blocks:
+            raise ValueError(
+                f"recompute has {len(recompute)} entries for {self.spec.num_blocks} blocks"
+            )
+        counts = [0] * len(self._kinds)
+        for kind, r in zip(self.spec.block_kinds, recompute):
+            if r:
+                counts[self._kind_index[kind]] += 1
+        return tuple(counts)
+
+    def _evaluate(
+        self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]
+    ) -> tuple[float, int]:
+        work = self._work(shapes, sp, counts)
+        return float(work.as_array() @ self._rates), self._memory(shapes, sp, counts)
+
+    def _work(self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]) -> Work:
+        if not shapes:
+            raise ValueError("a micro-batch needs at least one sample")
+        if sp < 1:
+            raise ValueError(f"sp_size must be >= 1, got {sp}")
+        spec, hw, b = self.spec, self.hardware, self.dtype_bytes
+        h = spec.hidden
+        tokens = sum(s.tokens for s in shapes)
+        local = tokens / sp
+        n = len(shapes)
+        cond = spec.cross_attn_tokens
+
+        block_matmul = (
+            2.0 * spec.token_matmul_params * local
+            + 2.0 * spec.cond_matmul_params * cond * n
+            + 2.0 * spec.per_sample_block_params * n
+        )
+        block_mem = 2.0 * self._saved_elems * local * b
+        mm = attn = mem = nvl = ib = 0.0
+        colls = passes = 0
+        for i, kind in enumerate(self._kinds):
+            blocks = self._kind_counts[i]
+            fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
+            pairs = sum(attention_pairs(kind, s) for s in shapes)
+            attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
+            a2a_bytes, a2a_calls = self._alltoall(kind, shapes, sp, local)
+            mm += block_matmul * (fwd_passes + 2 * blocks)
+            attn += attn_fwd * (fwd_passes + ATTENTION_BACKWARD_FACTOR * blocks)
+            mem += block_mem * (fwd_passes + 2 * blocks)
+            total_a2a = a2a_bytes * (fwd_passes + blocks)
+            colls += a2a_calls * (fwd_passes + blocks)
+            passes += fwd_passes + 2 * blocks
+            if sp > hw.gpus_per_node:
+                off = (sp - hw.gpus_per_node) / (sp - 1)
+                ib += total_a2a * off
+                nvl += total_a2a * (1 - off)
+            else:
+                nvl += total_a2a
+        # outside the blocks: LM head (forward + 2x backward) or DiT patch in/out and the
+        # caption embedder (every rank of the group embeds the whole caption).
+        outer = 0.0
+        if spec.vocab_size:
+            outer += 2.0 * h * spec.vocab_size * local
+            mem += 3.0 * spec.vocab_size * local * 4  # softmax + loss over fp32 logits
+        if spec.patch_channels:
+            outer += 2.0 * 2 * spec.patch_channels * h * local
+        if cond:
+            outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
+        mm += 3.0 * outer
+        sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0
+        return Work(mm / sat, attn, mem, nvl, ib, colls, passes)
+
+    def _alltoall(
+        self, kind: str, shapes: tuple[SampleShape, ...], sp: int, local: float
+    ) -> tuple[float, int]:
+        """Bytes one rank sends and collective calls in one forward of one block."""
+        if sp == 1:
+            return 0.0, 0
+        spec, b = self.spec, self.dtype_bytes
+        share = (sp - 1) / sp
+        ulysses = (local * (2 * spec.hidden + 2 * spec.kv_dim) * b * share, 4)
+        if spec.sp_layout == "ulysses":
+            return ulysses
+        frame_sharded = all(s.grid is not None and s.grid[0] % sp == 0 for s in shapes)
+        if not frame_sharded:
+            return ulysses  # frames cannot be split evenly: fall back to Ulysses
+        if kind == "spatial":
+            return 0.0, 0
+        return local * spec.hidden * b * share * 2, 2
+
+    def _memory(self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]) -> int:
+        spec, b = self.spec, self.dtype_bytes
+        h = spec.hidden
+        local = sum(s.tokens for s in shapes) / sp
+        n = len(shapes)
+        saved_block = self._saved_elems * local * b
+        input_only = h * local * b
+        cond_kv = 2 * h * spec.cross_attn_tokens * n * b
+        saved = 0.0
+        for i in range(len(self._kinds)):
+            recomputed = counts[i]
+            kept = self._kind_counts[i] - recomputed
+            saved += kept * (saved_block + cond_kv) + recomputed * (input_only + cond_kv)
+        # embeddings / caption embedder outputs kept for backward
+        saved += 2 * h * local * b + spec.cross_attn_tokens * n * (spec.cross_attn_width + h) * b
+        head = spec.vocab_size * local * (4 + b) if spec.vocab_size else 0.0
+        grad_work = (2 * h + spec.ffn_hidden) * local * b
+        recompute_peak = saved_block - input_only if any(counts) else 0.0
+        transient = max(head, recompute_peak + grad_work)
+        return int(self.model_state_bytes() + saved + transient)

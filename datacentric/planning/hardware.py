@@ -1,0 +1,259 @@
+"""Named hardware presets for the analytic cost model.
+
+A :class:`Hardware` holds the few constants the analytic model needs: peak dense
+matmul rate, device memory and its bandwidth, the per-device bandwidth of the
+intra-node (NVLink) and inter-node (InfiniBand) networks, and *efficiency
+factors*, the fraction of each peak that a training step reaches in practice.
+Peaks come from public datasheets (named beside each number); efficiency factors
+are approximate, stated with their reasoning, and are the knobs a calibration
+fits (:func:`calibrate_hardware`).
+
+``cpu-local`` describes this machine; its constants are fitted from measured
+points and stored in ``cpu_local.json`` next to this file (regenerate with
+``python -m datacentric.planning.calibrate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+GB = 10**9
+GIB = 2**30
+
+CPU_LOCAL_JSON = Path(__file__).with_name("cpu_local.json")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """Per-device constants of one accelerator type and its networks."""
+
+    name: str
+    """Preset name (``h100-sxm``, ...)."""
+    gpus_per_node: int
+    """Devices per node; SP groups larger than this cross the inter-node network."""
+    peak_flops: float
+    """Dense matmul peak in FLOP/s at the training dtype (bf16 on GPUs, fp32 on CPU)."""
+    memory_bytes: int
+    """Device memory per rank in bytes (HBM, or host RAM for ``cpu-local``)."""
+    memory_bandwidth: float
+    """Device memory bandwidth in bytes/s."""
+    intra_node_bandwidth: float
+    """Per-device, one-direction bandwidth inside a node in bytes/s (NVLink)."""
+    inter_node_bandwidth: float
+    """Per-device, one-direction bandwidth across nodes in bytes/s (InfiniBand)."""
+    matmul_efficiency: float
+    """Fraction of ``peak_flops`` that large linear layers reach (approximate)."""
+    attention_efficiency: float
+    """Fraction of ``peak_flops`` that fused attention kernels reach (approximate)."""
+    memory_efficiency: float
+    """Fraction of ``memory_bandwidth`` that element-wise kernels reach (approximate)."""
+    network_efficiency: float
+    """Fraction of link bandwidth that all-to-all and all-reduce reach (approximate)."""
+    collective_latency_s: float
+    """Fixed cost of one collective call in seconds (approximate)."""
+    block_overhead_s: float
+    """Fixed cost of one block's forward pass (kernel launches, Python) in seconds."""
+    half_efficiency_tokens: float = 0.0
+    """Tokens per rank of a pass at which matmul efficiency is half of
+    ``matmul_efficiency`` (small GEMMs under-fill the device); 0 disables."""
+    source: str = ""
+    """Where the numbers come from."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Hardware:
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown hardware fields {sorted(unknown)}")
+        return cls(**d)
+
+
+def _h100_sxm() -> Hardware:
+    return Hardware(
+        name="h100-sxm",
+        gpus_per_node=8,  # DGX/HGX H100: 8 GPUs per node
+        # NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 1,979 TFLOPS *with
+        # sparsity*, i.e. 989.5 TFLOPS dense.
+        peak_flops=989.5e12,
+        memory_bytes=80 * GB,  # datasheet: 80 GB HBM3
+        memory_bandwidth=3.35e12,  # datasheet: 3.35 TB/s
+        # datasheet: NVLink 900 GB/s per GPU, total of both directions -> 450 GB/s each way.
+        intra_node_bandwidth=450e9,
+        # DGX H100 user guide: 8x ConnectX-7 400 Gb/s InfiniBand per node, one per GPU
+        # -> 50 GB/s per GPU each way.
+        inter_node_bandwidth=50e9,
+        # Approximate: Megatron-LM/torchtitan report 40-55% MFU for dense transformer
+        # training on H100 in bf16; we use 0.5 for large GEMMs.
+        matmul_efficiency=0.50,
+        # Approximate: FlashAttention-2 forward+backward reaches ~35-45% of H100 peak
+        # (FlashAttention-3 paper, Dao et al. 2024, baseline figures).
+        attention_efficiency=0.40,
+        memory_efficiency=0.70,  # approximate: element-wise kernels at ~70% of HBM peak
+        # Approximate: NCCL all-to-all/all-reduce bus bandwidth ~70-80% of link peak
+        # (nccl-tests results published for DGX H100).
+        network_efficiency=0.75,
+        collective_latency_s=20e-6,  # approximate NCCL small-message latency inside a node
+        block_overhead_s=100e-6,  # approximate: ~20 kernel launches of ~5 us per block
+        half_efficiency_tokens=512.0,  # approximate: GEMMs with M < ~1k rows under-fill 132 SMs
+        source="NVIDIA H100 datasheet; DGX H100 user guide; efficiencies approximate",
+    )
+
+
+def _h200_sxm() -> Hardware:
+    h100 = _h100_sxm()
+    return replace(
+        h100,
+        name="h200-sxm",
+        # NVIDIA H200 datasheet (SXM): same Hopper compute as H100 SXM, BF16 1,979
+        # TFLOPS with sparsity (989.5 dense).
+        peak_flops=989.5e12,
+        memory_bytes=141 * GB,  # datasheet: 141 GB HBM3e
+        memory_bandwidth=4.8e12,  # datasheet: 4.8 TB/s
+        intra_node_bandwidth=450e9,  # datasheet: NVLink 900 GB/s total per GPU
+        inter_node_bandwidth=50e9,  # DGX H200: 8x ConnectX-7 400 Gb/s, one per GPU
+        source="NVIDIA H200 datasheet; DGX H200 user guide; efficiencies as h100-sxm",
+    )
+
+
+def load_cpu_local(path: str | Path = CPU_LOCAL_JSON) -> Hardware:
+    """The calibrated ``cpu-local`` preset stored at ``path``."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return Hardware.from_json(data["hardware"])
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{path}: no cpu-local calibration; run `python -m datacentric.planning.calibrate`"
+        ) from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: corrupt cpu-local calibration ({err})") from err
+
+
+_PRESETS = {"h100-sxm": _h100_sxm, "h200-sxm": _h200_sxm, "cpu-local": load_cpu_local}
+
+
+def list_hardware() -> list[str]:
+    """Names of the hardware presets."""
+    return sorted(_PRESETS)
+
+
+@cache
+def get_hardware(name: str) -> Hardware:
+    """The hardware preset called ``name``."""
+    try:
+        factory = _PRESETS[name]
+    except KeyError:
+        raise KeyError(f"unknown hardware {name!r}; choose one of {list_hardware()}") from None
+    return factory()
+
+
+# --- calibration -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalibrationPoint:
+    """One measured pass, decomposed into the work the analytic model charges for.
+
+    ``matmul_flops`` should already be divided by the matmul efficiency curve's
+    saturation factor when ``half_efficiency_tokens`` is used (the analytic model's
+    :meth:`~datacentric.planning.analytic.AnalyticCostModel.work` does this).
+    """
+
+    matmul_flops: float
+    attention_flops: float
+    memory_bytes: float
+    network_bytes: float
+    collectives: int
+    block_passes: int
+    seconds: float
+
+
+def calibrate_hardware(
+    base: Hardware, points: Sequence[CalibrationPoint], *, name: str | None = None
+) -> Hardware:
+    """Fit ``base``'s efficiency and overhead constants to measured points.
+
+    Solves ``seconds ~ a*matmul_flops + b*attention_flops + c*memory_bytes +
+    d*network_bytes + e*collectives + f*block_passes`` by non-negative least squares
+    on *relative* error (each row divided by its measured time, so short and long
+    passes count alike). Peaks are kept; efficiencies become ``1/(coef*peak)``.
+    A work column that is zero in every point keeps ``base``'s constant.
+    """
+    if len(points) < 2:
+        raise ValueError(f"calibration needs at least 2 measured points, got {len(points)}")
+    feats = np.array(
+        [
+            [
+                p.matmul_flops,
+                p.attention_flops,
+                p.memory_bytes,
+                p.network_bytes,
+                p.collectives,
+                p.block_passes,
+            ]
+            for p in points
+        ],
+        dtype=float,
+    )
+    secs = np.array([p.seconds for p in points], dtype=float)
+    if np.any(secs <= 0):
+        raise ValueError("calibration points need positive measured seconds")
+    used = np.flatnonzero(feats.max(axis=0) > 0)
+    scale = feats[:, used].max(axis=0)
+    rows = feats[:, used] / scale / secs[:, None]
+    coef_scaled = _nnls(rows, np.ones(len(points)))
+    coef = np.zeros(feats.shape[1])
+    coef[used] = coef_scaled / scale
+
+    def eff(value: float, peak: float, default: float) -> float:
+        return default if value <= 0 else float(min(1.0 / (value * peak), 1e3))
+
+    out = replace(base, name=name or base.name)
+    if 0 in used:
+        out = replace(out, matmul_efficiency=eff(coef[0], base.peak_flops, base.matmul_efficiency))
+    if 1 in used:
+        out = replace(
+            out, attention_efficiency=eff(coef[1], base.peak_flops, base.attention_efficiency)
+        )
+    if 2 in used:
+        out = replace(
+            out, memory_efficiency=eff(coef[2], base.memory_bandwidth, base.memory_efficiency)
+        )
+    if 3 in used:
+        out = replace(
+            out,
+            network_efficiency=eff(coef[3], base.intra_node_bandwidth, base.network_efficiency),
+        )
+    if 4 in used:
+        out = replace(out, collective_latency_s=float(coef[4]))
+    if 5 in used:
+        out = replace(out, block_overhead_s=float(coef[5]))
+    return out
+
+
+def _nnls(a: np.ndarray, b: np.ndarray, iterations: int = 200) -> np.ndarray:
+    """Non-negative least squares by active-set elimination (small problems only)."""
+    active = np.ones(a.shape[1], dtype=bool)
+    x = np.zeros(a.shape[1])
+    for _ in range(iterations):
+        if not active.any():
+            return x
+        sol, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
+        if (sol >= 0).all():
+            x[:] = 0
+            x[active] = sol
+            return x
+        # drop the most negative coefficient and refit
+        idx = np.flatnonzero(active)[int(np.argmin(sol))]
+        active[idx] = False
+    return x

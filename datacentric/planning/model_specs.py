@@ -1,0 +1,245 @@
+"""Analytic descriptions of transformer models: enough to count FLOPs, bytes and params.
+
+A :class:`ModelSpec` lists the repeated blocks by *kind* (which attention they run)
+and the widths that set every matmul. The analytic cost model
+(:mod:`datacentric.planning.analytic`) turns a spec plus a hardware preset into time
+and memory; the planner groups blocks by kind for the recomputation knapsack.
+
+Block kinds:
+
+- ``full``: attention over all tokens of a sample (text encoder style or 3D DiT);
+- ``causal``: attention over all earlier tokens of a sample (decoder LM; half the work);
+- ``spatial``: attention within each frame (``height*width`` tokens, per frame);
+- ``temporal``: attention across frames at each spatial location (``frames`` tokens).
+
+Text samples have no grid; ``spatial``/``temporal`` blocks treat them as one frame.
+
+Biases and norm weights are ignored in parameter counts (< 0.1% of any preset here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import cache
+
+BLOCK_KINDS = ("full", "causal", "spatial", "temporal")
+SP_LAYOUTS = ("ulysses", "frame-sharded")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """Shapes of a transformer that decide its cost."""
+
+    name: str
+    """Preset name."""
+    hidden: int
+    """Model width ``h``."""
+    heads: int
+    """Query heads; Ulysses SP needs ``heads % sp == 0``."""
+    kv_heads: int = 0
+    """Key/value heads (grouped-query attention); 0 means ``heads``."""
+    ffn_hidden: int
+    """Feed-forward inner width ``f``."""
+    gated_mlp: bool = False
+    """SwiGLU-style MLP with three matrices (``gate``, ``up``, ``down``) instead of two."""
+    block_kinds: tuple[str, ...]
+    """Kind of every repeated block, in order (see module doc)."""
+    cross_attn_tokens: int = 0
+    """Conditioning tokens every block cross-attends to (0: no cross-attention)."""
+    cross_attn_width: int = 0
+    """Width of the conditioning encoder's output (projected to ``hidden`` once)."""
+    vocab_size: int = 0
+    """Vocabulary of a language model (embedding and output head); 0 for DiTs."""
+    tie_embeddings: bool = False
+    """The output head shares the embedding matrix."""
+    patch_channels: int = 0
+    """DiT: values per latent patch (channels x patch volume) in and out."""
+    adaln_single: bool = False
+    """DiT timestep modulation shared by all blocks (adaLN-single, PixArt-alpha)."""
+    per_sample_block_params: int = 0
+    """Block weights applied once per sample, not per token (per-block adaLN MLPs)."""
+    extra_outer_params: int = 0
+    """Parameters outside the blocks beyond the generic count (final norms, biases)."""
+    extra_saved_per_token: int = 0
+    """Activation elements per token a block saves beyond the generic count (see
+    :func:`~datacentric.planning.analytic.saved_elements_per_token`)."""
+    sp_layout: str = "ulysses"
+    """How SP shards a sample: ``ulysses`` (sequence shards, 4 all-to-alls of q, k, v,
+    out per self-attention) or ``frame-sharded`` (Open-Sora: frames sharded, spatial
+    attention local, temporal blocks switch layout with 2 all-to-alls of the
+    hidden state)."""
+    source: str = ""
+    """Where the architecture numbers come from."""
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.block_kinds if k not in BLOCK_KINDS]
+        if bad or not self.block_kinds:
+            raise ValueError(f"{self.name}: block kinds must be in {BLOCK_KINDS}, got {bad}")
+        if self.hidden % self.heads:
+            raise ValueError(f"{self.name}: hidden {self.hidden} not divisible by heads")
+        if self.sp_layout not in SP_LAYOUTS:
+            raise ValueError(f"{self.name}: sp_layout must be one of {SP_LAYOUTS}")
+
+    # --- derived sizes ---------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return len(self.block_kinds)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return (self.kv_heads or self.heads) * self.head_dim
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Distinct block kinds in first-appearance order."""
+        return tuple(dict.fromkeys(self.block_kinds))
+
+    def kind_counts(self) -> dict[str, int]:
+        return {k: self.block_kinds.count(k) for k in self.kinds}
+
+    @property
+    def token_matmul_params(self) -> int:
+        """Weights every token multiplies by in one block (self-attn, cross-attn q/o, MLP)."""
+        h, f = self.hidden, self.ffn_hidden
+        attn = 2 * h * h + 2 * h * self.kv_dim  # q, o and k, v
+        cross = 2 * h * h if self.cross_attn_tokens else 0  # q and out of cross-attention
+        mlp = (3 if self.gated_mlp else 2) * h * f
+        return attn + cross + mlp
+
+    @property
+    def cond_matmul_params(self) -> int:
+        """Per-block weights applied to the conditioning tokens (cross-attention k, v)."""
+        return 2 * self.hidden * self.hidden if self.cross_attn_tokens else 0
+
+    @property
+    def block_params(self) -> int:
+        return self.token_matmul_params + self.cond_matmul_params + self.per_sample_block_params
+
+    @property
+    def outer_params(self) -> int:
+        """Parameters outside the repeated blocks (embeddings, heads, embedders)."""
+        h = self.hidden
+        total = 0
+        if self.vocab_size:
+            total += self.vocab_size * h * (1 if self.tie_embeddings else 2)
+        if self.patch_channels:
+            total += 2 * self.patch_channels * h  # patch embedding in, final projection out
+            total += 256 * h + h * h  # timestep embedder MLP (256 frequencies, DiT)
+            total += 6 * h * h if self.adaln_single else 0  # shared modulation MLP
+        if self.cross_attn_tokens:
+            total += self.cross_attn_width * h + h * h  # caption embedder MLP
+        return total + self.extra_outer_params
+
+    @property
+    def num_params(self) -> int:
+        return self.num_blocks * self.block_params + self.outer_params
+
+    def truncated(self, num_blocks: int) -> ModelSpec:
+        """The same model with only its first ``num_blocks`` blocks (dual-layer profiling)."""
+        return replace(self, block_kinds=self.block_kinds[:num_blocks])
+
+
+def _stdit_1_1b() -> ModelSpec:
+    # Open-Sora v1.2 STDiT3-XL/2 (hpcaitech/Open-Sora, opensora/models/stdit/stdit3.py, and
+    # ../shared/data/video_buckets.json): depth 28 means 28 *pairs* of blocks, a spatial
+    # block then a temporal block, 56 blocks in all; this is what makes the published 1.1B
+    # (56 blocks x 16 h^2 = 1.19e9). hidden 1152, 16 heads, MLP ratio 4 (GELU), T5 captions
+    # of 300 tokens x 4096 projected to 1152, adaLN-single, latent 4 channels, patch 1x2x2.
+    return ModelSpec(
+        name="stdit-1.1b",
+        hidden=1152,
+        heads=16,
+        ffn_hidden=4 * 1152,
+        block_kinds=("spatial", "temporal") * 28,
+        cross_attn_tokens=300,
+        cross_attn_width=4096,
+        patch_channels=4 * 1 * 2 * 2,
+        adaln_single=True,
+        sp_layout="frame-sharded",
+        source="Open-Sora v1.2 STDiT3-XL/2 (stdit3.py); shared/data/video_buckets.json",
+    )
+
+
+def spec_from_model_preset(name: str) -> ModelSpec:
+    """The spec of a runnable model preset (:mod:`datacentric.models.presets`).
+
+    Widths, depth and vocabulary come from the preset's config, so the two never drift
+    apart; parameters are counted from the layer structure of ``models/llama.py`` and
+    ``models/dit.py`` (without building the model, which takes seconds at 13B; a test
+    checks the count against the built small models).
+    """
+    from datacentric.models.presets import model_config  # torch is only needed here
+
+    config = model_config(name)
+    h, f = config.hidden_size, config.ffn_hidden_size
+    if type(config).__name__ == "LlamaConfig":
+        return ModelSpec(
+            name=name,
+            hidden=h,
+            heads=config.num_heads,
+            ffn_hidden=f,
+            gated_mlp=True,
+            block_kinds=("causal",) * config.num_layers,
+            vocab_size=config.vocab_size,
+            per_sample_block_params=2 * h,  # the two RMSNorm weights
+            extra_outer_params=h,  # final RMSNorm
+            # approximate, read from models/common.py: each RMSNorm also keeps its
+            # normalised value before the weight (2 x h), the rotary embedding keeps the
+            # un-rotated q and k (2h).
+            extra_saved_per_token=4 * h,
+            source=f"datacentric.models.presets {name!r}",
+        )
+    c, freq = config.in_channels, config.timestep_freq_dim
+    return ModelSpec(
+        name=name,
+        hidden=h,
+        heads=config.num_heads,
+        ffn_hidden=f,
+        block_kinds=("full",) * config.num_layers,
+        patch_channels=c,
+        # per-block adaLN MLP (6h x h, runs once per sample) and the biases of q, k, v,
+        # o, both feed-forward layers and adaLN
+        per_sample_block_params=6 * h * h + 4 * h + f + h + 6 * h,
+        # generic count has patch in/out (2ch), timestep MLP (256h + h^2); add the
+        # actual frequency width, the final adaLN (2h^2 + 2h) and biases
+        extra_outer_params=(freq - 256) * h + 2 * h * h + 2 * h + h + 2 * h + c,
+        # approximate, read from models/dit.py: the per-token gathered modulation rows
+        # (6h), both LayerNorm outputs kept for the scale product (2h), the un-rotated
+        # q and k (2h), the attention and MLP outputs kept for their gates (2h).
+        extra_saved_per_token=12 * h,
+        source=f"datacentric.models.presets {name!r}",
+    )
+
+
+_PRESETS: dict[str, Callable[[], ModelSpec]] = {
+    "stdit-1.1b": _stdit_1_1b,
+    # Our runnable model classes at realistic sizes (see datacentric/models/presets.py):
+    # llama-7b/13b follow the LLaMA paper (Touvron et al. 2023, Table 2: 32 layers x 4096,
+    # 32 heads; 40 x 5120, 40 heads; SwiGLU 11008 / 13824; 32k vocabulary); dit3d-1b is
+    # a full-3D-attention DiT of 28 blocks x 1536 with per-block adaLN.
+    "llama-7b": lambda: spec_from_model_preset("llama-7b"),
+    "llama-13b": lambda: spec_from_model_preset("llama-13b"),
+    "dit3d-1b": lambda: spec_from_model_preset("dit3d-1b"),
+    # The small runnable presets profiled on this machine.
+    "llama": lambda: spec_from_model_preset("llama"),
+    "dit": lambda: spec_from_model_preset("dit"),
+}
+
+
+def list_model_specs() -> list[str]:
+    """Names of the analytic model presets."""
+    return sorted(_PRESETS)
+
+
+@cache
+def get_model_spec(name: str) -> ModelSpec:
+    """The analytic model preset called ``name``."""
+    try:
+        return _PRESETS[name]()
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; choose one of {sorted(_PRESETS)}") from None

@@ -1,0 +1,288 @@
+"""The planner: per bucket, the SP size, micro-batch size and recomputation to run it with.
+
+For each bucket (planned through its largest member shape) the planner searches
+
+- SP sizes: divisors of the world the cost model supports, those within a node first;
+  groups larger than a node are tried only when nothing fits inside one;
+- micro-batch sizes: 1, 2, 4, ... until the predicted memory with *full* recomputation
+  exceeds the cap (or ``max_micro_batch``);
+- recomputation: Pyramid Activation Checkpointing (PAC). With every block
+  recomputing, the pass fits with some spare memory; a knapsack chooses which blocks
+  keep their activations instead (value: the recomputation time saved; cost: the extra
+  activation bytes; capacity: the spare bytes). Blocks of one kind cost and save the
+  same, so the knapsack is over *counts per block kind*, solved exactly by a Pareto
+  frontier over (bytes, seconds) with bytes as exact integers (no rounding to GB).
+
+and keeps the setting with the most samples per GPU-second, ``bs / (sp * time)``.
+Everything is a pure function of the buckets and the cost model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.plan import BucketPlan, Plan
+from datacentric.schedule import group_sizes
+from datacentric.shapes import Bucket, Bucketing, SampleShape
+
+DEFAULT_MAX_MICRO_BATCH = 1024
+
+
+class UnfittableBucketError(ValueError):
+    """A bucket fits no configuration even at the largest SP size with full recomputation."""
+
+    def __init__(self, bucket: str, needed_bytes: int, cap_bytes: int, sp_size: int) -> None:
+        self.bucket = bucket
+        self.needed_bytes = needed_bytes
+        self.cap_bytes = cap_bytes
+        self.sp_size = sp_size
+        super().__init__(
+            f"bucket {bucket!r} does not fit: one sample needs {needed_bytes} bytes "
+            f"({needed_bytes / 2**30:.2f} GiB) per rank even with SP size {sp_size} and every "
+            f"block recomputing, above the memory cap of {cap_bytes} bytes "
+            f"({cap_bytes / 2**30:.2f} GiB); raise the cap, use more ranks, or skip it "
+            "explicitly (skip_unfittable / --skip-unfittable)"
+        )
+
+
+@dataclass(frozen=True)
+class KnapsackResult:
+    """Chosen count per group, total value and total cost."""
+
+    counts: tuple[int, ...]
+    value: float
+    cost: int
+
+
+def knapsack_counts(
+    values: Sequence[float], costs: Sequence[int], limits: Sequence[int], capacity: int
+) -> KnapsackResult:
+    """Bounded knapsack over groups of identical items, solved exactly.
+
+    Group ``g`` has ``limits[g]`` items, each worth ``values[g]`` and costing
+    ``costs[g]`` (integer bytes). Returns counts maximising the total value with total
+    cost at most ``capacity``. Keeps the Pareto frontier of (cost, value) over the
+    groups seen so far, so it is exact for any integer costs; its size is bounded by
+    the product of ``limits[g] + 1`` (a few thousand for the models here).
+    """
+    if not len(values) == len(costs) == len(limits):
+        raise ValueError("values, costs and limits must have one entry per group")
+    frontier: list[tuple[int, float, tuple[int, ...]]] = [(0, 0.0, ())]
+    for value, cost, limit in zip(values, costs, limits):
+        cost = int(cost)
+        grown = [
+            (c + k * cost, v + k * value, counts + (k,))
+            for c, v, counts in frontier
+            for k in range(limit + 1)
+            if c + k * cost <= capacity
+        ]
+        frontier = _pareto(grown)
+    best = max(frontier, key=lambda item: (item[1], -item[0]))
+    return KnapsackResult(counts=best[2], value=best[1], cost=best[0])
+
+
+def _pareto(
+    items: list[tuple[int, float, tuple[int, ...]]],
+) -> list[tuple[int, float, tuple[int, ...]]]:
+    """Items not dominated (less or equal cost and more value) by another."""
+    items.sort(key=lambda item: (item[0], -item[1]))
+    kept: list[tuple[int, float, tuple[int, ...]]] = []
+    for item in items:
+        if not kept or item[1] > kept[-1][1]:
+            kept.append(item)
+    return kept
+
+
+def block_kinds_of(cost_model: CostModel) -> tuple[str, ...]:
+    """Kind of every block: the cost model's ``block_kinds`` when it has one, else one kind."""
+    kinds = getattr(cost_model, "block_kinds", None)
+    if kinds is None:
+        return ("block",) * cost_model.num_blocks
+    return tuple(kinds)
+
+
+def recompute_from_counts(
+    block_kinds: Sequence[str], kept_per_kind: Mapping[str, int]
+) -> tuple[bool, ...]:
+    """Per-block recompute flags where the *last* ``kept_per_kind[k]`` blocks of each kind
+    keep their activations (backward reaches them first, so they are freed first)."""
+    remaining = dict(kept_per_kind)
+    flags = [True] * len(block_kinds)
+    for i in range(len(block_kinds) - 1, -1, -1):
+        kind = block_kinds[i]
+        if remaining.get(kind, 0) > 0:
+            flags[i] = False
+            remaining[kind] -= 1
+    return tuple(flags)
+
+
+@dataclass(frozen=True)
+class RecomputeChoice:
+    """A recomputation setting with its predicted time and peak memory."""
+
+    recompute: tuple[bool, ...]
+    time_s: float
+    memory_bytes: int
+
+
+def choose_recompute(
+    cost_model: CostModel, shapes: Sequence[SampleShape], sp_size: int, cap_bytes: int
+) -> RecomputeChoice | None:
+    """The fastest recomputation setting of one micro-batch under ``cap_bytes`` (PAC).
+
+    ``None`` when even full recomputation does not fit. The knapsack uses each kind's
+    marginal value and cost measured on the cost model (one block of that kind stops
+    recomputing); the chosen setting is then checked against the cost model itself and
+    the capacity tightened if a non-additive term (a transient peak) overshoots.
+    """
+    kinds = block_kinds_of(cost_model)
+    none = (False,) * len(kinds)
+    mem_none = cost_model.pass_memory_bytes(shapes, sp_size, none)
+    if mem_none <= cap_bytes:  # everything fits: recompute nothing
+        return RecomputeChoice(none, cost_model.pass_time_s(shapes, sp_size, none), mem_none)
+    full = (True,) * len(kinds)
+    mem_full = cost_model.pass_memory_bytes(shapes, sp_size, full)
+    if mem_full > cap_bytes:
+        return None
+    time_full = cost_model.pass_time_s(shapes, sp_size, full)
+    distinct = tuple(dict.fromkeys(kinds))
+    limits = [kinds.count(k) for k in distinct]
+    values, costs = [], []
+    for kind in distinct:
+        one_kept = recompute_from_counts(kinds, {kind: 1})
+        values.append(time_full - cost_model.pass_time_s(shapes, sp_size, one_kept))
+        costs.append(cost_model.pass_memory_bytes(shapes, sp_size, one_kept) - mem_full)
+    capacity = cap_bytes - mem_full
+    best = RecomputeChoice(full, time_full, mem_full)
+    for _ in range(8):  # tighten the capacity if the additive estimate overshoots
+        result = knapsack_counts(values, costs, limits, capacity)
+        flags = recompute_from_counts(kinds, dict(zip(distinct, result.counts)))
+        memory = cost_model.pass_memory_bytes(shapes, sp_size, flags)
+        if memory <= cap_bytes:
+            time = cost_model.pass_time_s(shapes, sp_size, flags)
+            return RecomputeChoice(flags, time, memory) if time <= best.time_s else best
+        capacity -= memory - cap_bytes
+        if capacity < 0:
+            break
+    return best
+
+
+def candidate_sp_sizes(
+    cost_model: CostModel, world_size: int, sp_sizes: Sequence[int] | None = None
+) -> tuple[list[int], list[int]]:
+    """SP sizes to try, split into (within a node, across nodes), ascending."""
+    sizes = sorted(set(sp_sizes)) if sp_sizes else group_sizes(world_size)
+    bad = [s for s in sizes if s < 1 or world_size % s]
+    if bad:
+        raise ValueError(f"SP sizes {bad} do not divide world size {world_size}")
+    supports = getattr(cost_model, "supports_sp_size", None)
+    if supports is not None:
+        sizes = [s for s in sizes if supports(s)]
+    node = cost_model.gpus_per_node
+    return [s for s in sizes if s <= node], [s for s in sizes if s > node]
+
+
+def plan_bucket(
+    bucket: Bucket,
+    cost_model: CostModel,
+    *,
+    world_size: int,
+    memory_cap_bytes: int | None = None,
+    sp_sizes: Sequence[int] | None = None,
+    max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
+) -> BucketPlan:
+    """The best (sp, micro-batch, recompute) of one bucket; raises
+    :class:`UnfittableBucketError` when nothing fits."""
+    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    within, across = candidate_sp_sizes(cost_model, world_size, sp_sizes)
+    if not within and not across:
+        raise ValueError(f"no usable SP size for world size {world_size} (sp_sizes={sp_sizes})")
+    for tier in (within, across):
+        best: BucketPlan | None = None
+        for sp in tier:
+            bs = 1
+            while bs <= max_micro_batch:
+                shapes = [bucket.shape] * bs
+                choice = choose_recompute(cost_model, shapes, sp, cap)
+                if choice is None:
+                    break
+                candidate = BucketPlan(
+                    bucket=bucket.name,
+                    shape=bucket.shape,
+                    sp_size=sp,
+                    micro_batch_size=bs,
+                    recompute=choice.recompute,
+                    est_time_s=choice.time_s,
+                    est_memory_bytes=choice.memory_bytes,
+                )
+                if best is None or _better(candidate, best):
+                    best = candidate
+                bs *= 2
+        if best is not None:
+            return best
+    largest = (within + across)[-1]
+    needed = cost_model.pass_memory_bytes([bucket.shape], largest, (True,) * cost_model.num_blocks)
+    raise UnfittableBucketError(bucket.name, needed, cap, largest)
+
+
+def _better(a: BucketPlan, b: BucketPlan) -> bool:
+    """More samples per GPU-second; ties go to less memory, then smaller groups."""
+    ra, rb = a.samples_per_gpu_second, b.samples_per_gpu_second
+    if abs(ra - rb) > 1e-12 * max(ra, rb):
+        return ra > rb
+    return (a.est_memory_bytes, a.sp_size) < (b.est_memory_bytes, b.sp_size)
+
+
+def plan_buckets(
+    buckets: Sequence[Bucket] | Bucketing,
+    cost_model: CostModel,
+    *,
+    world_size: int,
+    memory_cap_bytes: int | None = None,
+    sp_sizes: Sequence[int] | None = None,
+    max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
+    skip_unfittable: bool = False,
+    sample_counts: Mapping[str, int] | None = None,
+) -> Plan:
+    """Plan every bucket (see the module doc).
+
+    ``buckets`` may be a :class:`~datacentric.shapes.Bucketing`, whose member counts
+    then give the skipped sample counts; otherwise pass ``sample_counts`` (bucket name
+    to samples) for them. An unfittable bucket raises :class:`UnfittableBucketError`
+    unless ``skip_unfittable``, in which case it is left out of the plan and its sample
+    count recorded in ``Plan.skipped``.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if max_micro_batch < 1:
+        raise ValueError(f"max_micro_batch must be >= 1, got {max_micro_batch}")
+    counts: dict[str, int] = dict(sample_counts or {})
+    if isinstance(buckets, Bucketing):
+        counts = {b.name: len(m) for b, m in zip(buckets.buckets, buckets.members())}
+        buckets = buckets.buckets
+    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    plans: dict[str, BucketPlan] = {}
+    skipped: dict[str, int] = {}
+    for bucket in buckets:
+        try:
+            plans[bucket.name] = plan_bucket(
+                bucket,
+                cost_model,
+                world_size=world_size,
+                memory_cap_bytes=cap,
+                sp_sizes=sp_sizes,
+                max_micro_batch=max_micro_batch,
+            )
+        except UnfittableBucketError:
+            if not skip_unfittable:
+                raise
+            skipped[bucket.name] = counts.get(bucket.name, 0)
+    return Plan(
+        buckets=plans,
+        memory_cap_bytes=cap,
+        world_size=world_size,
+        num_blocks=cost_model.num_blocks,
+        skipped=skipped,
+    )

@@ -1,0 +1,136 @@
+"""Analytic cost model, presets and hardware calibration."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from datacentric.planning.analytic import AnalyticCostModel, attention_pairs
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.hardware import (
+    CalibrationPoint,
+    calibrate_hardware,
+    get_hardware,
+    list_hardware,
+)
+from datacentric.planning.model_specs import get_model_spec, list_model_specs
+from datacentric.shapes import SampleShape
+
+
+def test_presets_exist_and_match_published_sizes() -> None:
+    assert {"h100-sxm", "h200-sxm", "cpu-local"} <= set(list_hardware())
+    assert {"stdit-1.1b", "dit3d-1b", "llama-7b", "llama-13b", "llama", "dit"} <= set(
+        list_model_specs()
+    )
+    assert get_model_spec("stdit-1.1b").num_params == pytest.approx(1.1e9, rel=0.1)
+    assert get_model_spec("llama-7b").num_params == pytest.approx(6.74e9, rel=0.01)
+    assert get_model_spec("llama-13b").num_params == pytest.approx(13.0e9, rel=0.01)
+    assert get_model_spec("dit3d-1b").num_params == pytest.approx(1.2e9, rel=0.1)
+    assert get_hardware("h200-sxm").memory_bytes > get_hardware("h100-sxm").memory_bytes
+    with pytest.raises(KeyError, match="unknown hardware"):
+        get_hardware("tpu-v9")
+
+
+def test_runnable_specs_count_the_real_parameters() -> None:
+    from datacentric.models.presets import model_facts
+
+    for name in ("llama", "dit", "dit3d-1b"):
+        assert get_model_spec(name).num_params == model_facts(name).num_params
+
+
+def test_attention_pairs_by_kind() -> None:
+    video = SampleShape.video(4, 3, 5)
+    assert attention_pairs("full", video) == 60 * 60
+    assert attention_pairs("spatial", video) == 4 * 15 * 15
+    assert attention_pairs("temporal", video) == 15 * 4 * 4
+    assert attention_pairs("causal", SampleShape.text(10)) == 55
+
+
+def model(name: str = "llama-7b", **kwargs) -> AnalyticCostModel:
+    return AnalyticCostModel(get_model_spec(name), get_hardware("h100-sxm"), **kwargs)
+
+
+def test_implements_the_protocol() -> None:
+    assert isinstance(model(), CostModel)
+
+
+def test_time_grows_quadratically_and_sp_divides_it() -> None:
+    m = model()
+    t = [m.pass_time_s([SampleShape.text(n)], 1, ()) for n in (32768, 65536, 131072)]
+    # beyond linear: attention's quadratic term dominates long sequences
+    assert t[1] / t[0] > 2.2 and t[2] / t[1] > t[1] / t[0]
+    t_sp = m.pass_time_s([SampleShape.text(131072)], 8, ())
+    assert t[2] / 8 < t_sp < t[2] / 4  # compute split 8 ways, plus all-to-all
+
+
+def test_recomputation_trades_time_for_memory() -> None:
+    m = model()
+    shapes = [SampleShape.text(8192)] * 2
+    full, none = (True,) * 32, (False,) * 32
+    assert m.pass_time_s(shapes, 1, full) > m.pass_time_s(shapes, 1, none)
+    assert m.pass_memory_bytes(shapes, 1, full) < m.pass_memory_bytes(shapes, 1, none)
+    # one recomputed block costs about one block's forward: 1/3 of its fwd+bwd
+    ratio = m.pass_time_s(shapes, 1, full) / m.pass_time_s(shapes, 1, none)
+    assert 1.2 < ratio < 1.4
+
+
+def test_memory_scales_with_sp_and_state_sharding() -> None:
+    m = model()
+    act = m.pass_memory_bytes([SampleShape.text(65536)], 1, ()) - m.model_state_bytes()
+    act8 = m.pass_memory_bytes([SampleShape.text(65536)], 8, ()) - m.model_state_bytes()
+    assert act8 == pytest.approx(act / 8, rel=0.01)
+    assert model(state_shards=32).model_state_bytes() < m.model_state_bytes() / 5
+
+
+def test_crossing_a_node_costs_more_than_nvlink() -> None:
+    m = model()
+    shapes = [SampleShape.text(1 << 20)]
+    w8, w16 = m.work(shapes, 8, ()), m.work(shapes, 16, ())
+    assert w8.ib_bytes == 0 and w16.ib_bytes > 0
+    assert m.grad_sync_time_s(16) > m.grad_sync_time_s(8) > m.grad_sync_time_s(1) == 0
+
+
+def test_frame_sharded_spatial_blocks_need_no_alltoall() -> None:
+    m = AnalyticCostModel(get_model_spec("stdit-1.1b"), get_hardware("h100-sxm"))
+    video = [SampleShape.video(32, 30, 54)]
+    assert m._alltoall("spatial", tuple(video), 4, 1.0)[1] == 0
+    assert m._alltoall("temporal", tuple(video), 4, 1.0)[1] == 2
+    image = (SampleShape.video(1, 30, 54),)  # one frame cannot be split: Ulysses
+    assert m._alltoall("spatial", image, 4, 1.0)[1] == 4
+
+
+def test_calibration_recovers_known_constants() -> None:
+    truth = replace(
+        get_hardware("h100-sxm"),
+        matmul_efficiency=0.31,
+        attention_efficiency=0.22,
+        block_overhead_s=3e-4,
+        half_efficiency_tokens=0.0,
+    )
+    start = replace(truth, matmul_efficiency=0.9, attention_efficiency=0.9, block_overhead_s=0)
+    spec = get_model_spec("llama-7b")
+    true_model = AnalyticCostModel(spec, truth)
+    points = []
+    for n in (512, 2048, 8192, 32768):
+        for sp in (1, 2):
+            shapes = [SampleShape.text(n)]
+            w = true_model.work(shapes, sp, ())
+            points.append(
+                CalibrationPoint(
+                    matmul_flops=w.matmul_flops,
+                    attention_flops=w.attention_flops,
+                    memory_bytes=w.memory_bytes,
+                    network_bytes=w.nvlink_bytes,
+                    collectives=w.collectives,
+                    block_passes=w.block_passes,
+                    seconds=true_model.pass_time_s(shapes, sp, ()),
+                )
+            )
+    fitted = calibrate_hardware(start, points)
+    fitted_model = AnalyticCostModel(spec, fitted)
+    for n in (1024, 16384):
+        shapes = [SampleShape.text(n)]
+        assert fitted_model.pass_time_s(shapes, 2, ()) == pytest.approx(
+            true_model.pass_time_s(shapes, 2, ()), rel=0.02
+        )

@@ -1,0 +1,118 @@
+"""Planner: best throughput per bucket, monotone in the memory cap, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.hardware import get_hardware
+from datacentric.planning.model_specs import get_model_spec
+from datacentric.planning.planner import UnfittableBucketError, plan_bucket, plan_buckets
+from datacentric.shapes import Bucket, SampleShape, make_buckets
+
+GIB = 2**30
+
+
+def stdit_model() -> AnalyticCostModel:
+    return AnalyticCostModel(get_model_spec("stdit-1.1b"), get_hardware("h100-sxm"))
+
+
+def llama_model() -> AnalyticCostModel:
+    return AnalyticCostModel(get_model_spec("llama-7b"), get_hardware("h200-sxm"), state_shards=32)
+
+
+VIDEO = [
+    Bucket("144p-1", SampleShape.video(1, 9, 16)),
+    Bucket("240p-51", SampleShape.video(15, 15, 27)),
+    Bucket("480p-102", SampleShape.video(30, 30, 54)),
+    Bucket("720p-408", SampleShape.video(120, 45, 80)),
+]
+
+
+def test_plan_is_the_best_of_all_configurations() -> None:
+    model = stdit_model()
+    plan = plan_bucket(VIDEO[1], model, world_size=8, max_micro_batch=8)
+    cap = model.memory_capacity_bytes
+    best = 0.0
+    for sp in (1, 2, 4, 8):
+        for bs in (1, 2, 4, 8):
+            shapes = [VIDEO[1].shape] * bs
+            for flags in ((True,) * 56, (False,) * 56):
+                if model.pass_memory_bytes(shapes, sp, flags) <= cap:
+                    best = max(best, bs / (sp * model.pass_time_s(shapes, sp, flags)))
+    assert plan.est_memory_bytes <= cap
+    assert plan.samples_per_gpu_second >= best * (1 - 1e-9)
+
+
+def test_long_buckets_get_larger_sp_than_images() -> None:
+    plan = plan_buckets(VIDEO, stdit_model(), world_size=32)
+    sps = [plan.buckets[b.name].sp_size for b in VIDEO]
+    assert sps[0] == 1
+    assert sps == sorted(sps)
+    assert sps[-1] >= 4
+    for bucket_plan in plan.buckets.values():
+        assert bucket_plan.est_memory_bytes <= plan.memory_cap_bytes
+
+
+@pytest.mark.parametrize("bucket", VIDEO[1:], ids=lambda b: b.name)
+def test_tighter_cap_means_larger_sp_or_more_recomputation(bucket: Bucket) -> None:
+    model = stdit_model()
+    changes = 0
+    previous = None
+    for cap_gib in (60, 48, 40, 34, 30, 27, 25, 23, 21):
+        try:
+            plan = plan_bucket(
+                bucket, model, world_size=32, memory_cap_bytes=cap_gib * GIB, max_micro_batch=1
+            )
+        except UnfittableBucketError:
+            break
+        assert plan.est_memory_bytes <= cap_gib * GIB
+        if previous is not None and plan != previous:
+            changes += 1
+            more_sp = plan.sp_size > previous.sp_size
+            more_recompute = sum(plan.recompute) > sum(previous.recompute)
+            assert more_sp or more_recompute, (cap_gib, plan, previous)
+            assert plan.samples_per_gpu_second <= previous.samples_per_gpu_second * (1 + 1e-9)
+        previous = plan
+    assert changes >= 1  # the caps above do bind
+
+
+def test_tighter_cap_never_raises_throughput_with_free_micro_batch() -> None:
+    model = stdit_model()
+    for bucket in VIDEO:
+        rates = []
+        for cap_gib in (60, 45, 35, 28):
+            plan = plan_bucket(bucket, model, world_size=32, memory_cap_bytes=cap_gib * GIB)
+            rates.append(plan.samples_per_gpu_second)
+        assert rates == sorted(rates, reverse=True)
+
+
+def test_unfittable_bucket_names_bucket_bytes_and_cap() -> None:
+    model = llama_model()
+    huge = Bucket("t<=4194304", SampleShape.text(4 * 2**20))
+    with pytest.raises(UnfittableBucketError) as info:
+        plan_buckets([huge], model, world_size=8)
+    err = info.value
+    assert err.bucket == huge.name and err.cap_bytes == model.memory_capacity_bytes
+    assert err.needed_bytes > err.cap_bytes
+    assert huge.name in str(err) and str(err.needed_bytes) in str(err)
+    assert str(model.memory_capacity_bytes) in str(err)
+
+
+def test_skip_unfittable_reports_skipped_samples() -> None:
+    shapes = [SampleShape.text(900)] * 5 + [SampleShape.text(3 * 2**20)] * 2
+    bucketing = make_buckets(shapes)
+    plan = plan_buckets(bucketing, llama_model(), world_size=8, skip_unfittable=True)
+    assert plan.skipped == {"t<=4194304": 2}
+    assert set(plan.buckets) == {"t<=1024"}
+
+
+def test_past_a_node_only_when_nothing_fits_inside() -> None:
+    model = llama_model()
+    fits_in_node = plan_bucket(Bucket("t", SampleShape.text(65536)), model, world_size=32)
+    assert fits_in_node.sp_size <= 8
+    long = Bucket("t", SampleShape.text(3 << 20))
+    needs_more = plan_bucket(long, model, world_size=32)
+    assert needs_more.sp_size > 8
+    with pytest.raises(UnfittableBucketError):
+        plan_bucket(long, model, world_size=8)
