@@ -224,4 +224,7 @@ def test_datasets_follow_the_protocol(corpus: StdlibCorpus) -> None:
     ):
         assert isinstance(dataset, Dataset)
         assert len(dataset.shapes()) == len(dataset)
-        assert isinstance(dataset.pack([0], pad_to_multiple=2), PackedBatch)
+        for i in (0, len(dataset) - 1):
+            batch = dataset.pack([i], pad_to_multiple=2)
+            assert isinstance(batch, PackedBatch)
+            assert dataset.loss_tokens(i) == int(batch.loss_mask.sum())

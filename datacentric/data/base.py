@@ -1,6 +1,7 @@
 """The dataset protocol and the segment layout shared by every packer.
 
-A dataset knows the shape of each sample (by id, without loading it) and packs
+A dataset knows the shape and the loss-token count of each sample (by id, without
+loading it) and packs
 any list of sample ids into one :class:`~datacentric.models.batch.PackedBatch`:
 samples concatenated in the given order, then at most one padding segment so
 that the packed length is a multiple of ``pad_to_multiple`` (the SP size).
@@ -26,6 +27,11 @@ class Dataset(Protocol):
 
     def shapes(self) -> list[SampleShape]:
         """The shape of every sample, indexed by sample id."""
+        ...
+
+    def loss_tokens(self, sample_id: int) -> int:
+        """Tokens of the sample that carry loss (what its packed ``loss_mask`` holds);
+        known without loading the sample, so loss weights cost nothing."""
         ...
 
     def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:

@@ -136,6 +136,10 @@ class StdlibCorpus:
         (sample_id,) = check_sample_ids([sample_id], len(self))
         return self._chunks[sample_id]
 
+    def loss_tokens(self, sample_id: int) -> int:
+        """Every byte but the last of the sample has a next-byte target."""
+        return self.describe(sample_id).tokens - 1
+
     def sample(self, sample_id: int) -> torch.Tensor:
         """The bytes of sample ``sample_id`` as a uint8 tensor."""
         info = self.describe(sample_id)

@@ -72,6 +72,11 @@ class SyntheticTextDataset:
     def shapes(self) -> list[SampleShape]:
         return list(self._shapes)
 
+    def loss_tokens(self, sample_id: int) -> int:
+        """Every token but the last has a next-token target."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        return self._shapes[sample_id].tokens - 1
+
     def sample(self, sample_id: int) -> torch.Tensor:
         """Tokens of sample ``sample_id`` (int64)."""
         (sample_id,) = check_sample_ids([sample_id], len(self))

@@ -135,6 +135,11 @@ class SyntheticVideoDataset:
     def shapes(self) -> list[SampleShape]:
         return list(self._shapes)
 
+    def loss_tokens(self, sample_id: int) -> int:
+        """Every patch carries loss."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        return self._shapes[sample_id].tokens
+
     def sample(self, sample_id: int) -> VideoSample:
         """Draw sample ``sample_id``: time, clean latents and noise (float32)."""
         (sample_id,) = check_sample_ids([sample_id], len(self))
