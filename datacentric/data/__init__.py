@@ -4,7 +4,13 @@ Every dataset follows :class:`Dataset`: ``len``, ``shapes()`` and
 ``pack(sample_ids, pad_to_multiple) -> PackedBatch``.
 """
 
-from datacentric.data.base import Dataset, SegmentLayout, padded_length, segment_layout
+from datacentric.data.base import (
+    Dataset,
+    SegmentLayout,
+    ShapeListDataset,
+    padded_length,
+    segment_layout,
+)
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, ChunkInfo, StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset, pack_token_samples
 from datacentric.data.video import (
@@ -24,6 +30,7 @@ __all__ = [
     "ChunkInfo",
     "Dataset",
     "SegmentLayout",
+    "ShapeListDataset",
     "StdlibCorpus",
     "SyntheticTextDataset",
     "SyntheticVideoDataset",

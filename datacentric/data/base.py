@@ -115,3 +115,31 @@ def sample_generator(seed: int, sample_id: int) -> torch.Generator:
     # Mix the two into one 63-bit seed (golden-ratio multiplier spreads nearby seeds).
     mixed = (int(seed) * 0x9E3779B97F4A7C15 + int(sample_id) * 0xBF58476D1CE4E5B9) % (2**63)
     return torch.Generator().manual_seed(mixed)
+
+
+class ShapeListDataset:
+    """Base of the synthetic datasets: samples defined by a list of shapes and a seed."""
+
+    is_video: bool = False
+    """Whether every shape must be a video grid (else every shape must be text)."""
+
+    def __init__(self, shapes: Sequence[SampleShape], seed: int = 0) -> None:
+        self._shapes = list(shapes)
+        if not self._shapes:
+            raise ValueError(f"{type(self).__name__} needs at least one sample shape")
+        wrong = [i for i, s in enumerate(self._shapes) if s.is_video != self.is_video]
+        if wrong:
+            kind = "text" if self.is_video else "video"
+            raise ValueError(f"{type(self).__name__} got {kind} shapes (sample ids {wrong[:5]})")
+        self.seed = int(seed)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shapes(self) -> list[SampleShape]:
+        return list(self._shapes)
+
+    def shape(self, sample_id: int) -> SampleShape:
+        """Shape of sample ``sample_id`` (range-checked)."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        return self._shapes[sample_id]

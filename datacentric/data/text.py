@@ -11,7 +11,12 @@ from collections.abc import Sequence
 
 import torch
 
-from datacentric.data.base import check_sample_ids, sample_generator, segment_layout
+from datacentric.data.base import (
+    ShapeListDataset,
+    check_sample_ids,
+    sample_generator,
+    segment_layout,
+)
 from datacentric.models.batch import PackedBatch
 from datacentric.models.llama import IGNORE_INDEX
 from datacentric.shapes import SampleShape
@@ -51,7 +56,7 @@ def pack_token_samples(
     )
 
 
-class SyntheticTextDataset:
+class SyntheticTextDataset(ShapeListDataset):
     """Random byte sequences of given lengths, deterministic in (seed, sample id).
 
     For profiling and simulation workloads whose lengths come from elsewhere (a
@@ -59,29 +64,17 @@ class SyntheticTextDataset:
     """
 
     def __init__(self, shapes: Sequence[SampleShape], vocab_size: int = 256, seed: int = 0):
-        self._shapes = list(shapes)
-        videos = [i for i, s in enumerate(self._shapes) if s.is_video]
-        if videos:
-            raise ValueError(f"text dataset got video shapes (sample ids {videos[:5]})")
+        super().__init__(shapes, seed)
         self.vocab_size = vocab_size
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def shapes(self) -> list[SampleShape]:
-        return list(self._shapes)
 
     def loss_tokens(self, sample_id: int) -> int:
         """Every token but the last has a next-token target."""
-        (sample_id,) = check_sample_ids([sample_id], len(self))
-        return self._shapes[sample_id].tokens - 1
+        return self.shape(sample_id).tokens - 1
 
     def sample(self, sample_id: int) -> torch.Tensor:
         """Tokens of sample ``sample_id`` (int64)."""
-        (sample_id,) = check_sample_ids([sample_id], len(self))
+        n = self.shape(sample_id).tokens
         gen = sample_generator(self.seed, sample_id)
-        n = self._shapes[sample_id].tokens
         return torch.randint(0, self.vocab_size, (n,), generator=gen, dtype=torch.long)
 
     def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:

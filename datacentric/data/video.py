@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
-from datacentric.data.base import check_sample_ids, sample_generator, segment_layout
+from datacentric.data.base import (
+    ShapeListDataset,
+    check_sample_ids,
+    sample_generator,
+    segment_layout,
+)
 from datacentric.models.batch import PackedBatch
 from datacentric.shapes import SampleShape
 
@@ -103,8 +108,10 @@ def grid_positions(grid: tuple[int, int, int]) -> torch.Tensor:
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(-1, 3)
 
 
-class SyntheticVideoDataset:
+class SyntheticVideoDataset(ShapeListDataset):
     """Latent videos of the given shapes, deterministic in (seed, sample id)."""
+
+    is_video = True
 
     def __init__(
         self,
@@ -115,13 +122,9 @@ class SyntheticVideoDataset:
         patch: tuple[int, int, int] = PATCH,
         num_waves: int = 4,
     ) -> None:
-        self._shapes = list(shapes)
-        texts = [i for i, s in enumerate(self._shapes) if not s.is_video]
-        if texts:
-            raise ValueError(f"video dataset got text shapes (sample ids {texts[:5]})")
+        super().__init__(shapes, seed)
         self.channels = channels
         self.patch = tuple(patch)
-        self.seed = seed
         self.num_waves = num_waves
 
     @property
@@ -129,16 +132,9 @@ class SyntheticVideoDataset:
         """Values per token: channels x patch volume (the model's ``in_channels``)."""
         return self.channels * math.prod(self.patch)
 
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def shapes(self) -> list[SampleShape]:
-        return list(self._shapes)
-
     def loss_tokens(self, sample_id: int) -> int:
         """Every patch carries loss."""
-        (sample_id,) = check_sample_ids([sample_id], len(self))
-        return self._shapes[sample_id].tokens
+        return self.shape(sample_id).tokens
 
     def sample(self, sample_id: int) -> VideoSample:
         """Draw sample ``sample_id``: time, clean latents and noise (float32)."""
