@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from datacentric.planning.lsq import nonnegative_least_squares
+
 GB = 10**9
 GIB = 2**30
 
@@ -178,82 +180,83 @@ class CalibrationPoint:
     seconds: float
 
 
+CALIBRATION_COLUMNS = (
+    "matmul_flops",
+    "attention_flops",
+    "memory_bytes",
+    "network_bytes",
+    "collectives",
+    "block_passes",
+)
+DEFAULT_FIT_COLUMNS = (
+    "matmul_flops",
+    "attention_flops",
+    "network_bytes",
+    "collectives",
+    "block_passes",
+)
+MAX_EFFICIENCY = 1e3  # a fitted rate of zero seconds per unit: "free", capped to stay finite
+
+
 def calibrate_hardware(
-    base: Hardware, points: Sequence[CalibrationPoint], *, name: str | None = None
+    base: Hardware,
+    points: Sequence[CalibrationPoint],
+    *,
+    name: str | None = None,
+    fit_columns: Sequence[str] = DEFAULT_FIT_COLUMNS,
 ) -> Hardware:
     """Fit ``base``'s efficiency and overhead constants to measured points.
 
     Solves ``seconds ~ a*matmul_flops + b*attention_flops + c*memory_bytes +
-    d*network_bytes + e*collectives + f*block_passes`` by non-negative least squares
-    on *relative* error (each row divided by its measured time, so short and long
-    passes count alike). Peaks are kept; efficiencies become ``1/(coef*peak)``.
-    A work column that is zero in every point keeps ``base``'s constant.
+    d*network_bytes + e*collectives + f*block_passes`` for the coefficients of
+    ``fit_columns`` by non-negative least squares on *relative* error (each row divided
+    by its measured time, so short and long passes count alike); the other columns keep
+    ``base``'s constants and their predicted seconds are subtracted first. Element-wise
+    traffic (``memory_bytes``) is not fitted by default: it grows with tokens exactly as
+    linear-layer FLOPs do, so the two cannot be told apart and the matmul rate absorbs
+    it. Peaks are kept; efficiencies become ``1/(coef*peak)`` (a zero coefficient maps to
+    ``MAX_EFFICIENCY``). A fitted column that is zero in every point keeps ``base``.
     """
+    unknown = set(fit_columns) - set(CALIBRATION_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown calibration columns {sorted(unknown)}")
     if len(points) < 2:
         raise ValueError(f"calibration needs at least 2 measured points, got {len(points)}")
     feats = np.array(
-        [
-            [
-                p.matmul_flops,
-                p.attention_flops,
-                p.memory_bytes,
-                p.network_bytes,
-                p.collectives,
-                p.block_passes,
-            ]
-            for p in points
-        ],
-        dtype=float,
+        [[float(getattr(p, c)) for c in CALIBRATION_COLUMNS] for p in points], dtype=float
     )
     secs = np.array([p.seconds for p in points], dtype=float)
     if np.any(secs <= 0):
         raise ValueError("calibration points need positive measured seconds")
-    used = np.flatnonzero(feats.max(axis=0) > 0)
+    rates = np.array(
+        [
+            1.0 / (base.peak_flops * base.matmul_efficiency),
+            1.0 / (base.peak_flops * base.attention_efficiency),
+            1.0 / (base.memory_bandwidth * base.memory_efficiency),
+            1.0 / (base.intra_node_bandwidth * base.network_efficiency),
+            base.collective_latency_s,
+            base.block_overhead_s,
+        ]
+    )
+    fit = [i for i, c in enumerate(CALIBRATION_COLUMNS) if c in fit_columns]
+    fixed = [i for i in range(len(CALIBRATION_COLUMNS)) if i not in fit]
+    target = secs - feats[:, fixed] @ rates[fixed]
+    used = [i for i in fit if feats[:, i].max() > 0]
     scale = feats[:, used].max(axis=0)
     rows = feats[:, used] / scale / secs[:, None]
-    coef_scaled = _nnls(rows, np.ones(len(points)))
-    coef = np.zeros(feats.shape[1])
-    coef[used] = coef_scaled / scale
+    coef = rates.copy()
+    coef[used] = nonnegative_least_squares(rows, target / secs) / scale
 
-    def eff(value: float, peak: float, default: float) -> float:
-        return default if value <= 0 else float(min(1.0 / (value * peak), 1e3))
+    def eff(value: float, peak: float) -> float:
+        return MAX_EFFICIENCY if value <= 0 else float(min(1.0 / (value * peak), MAX_EFFICIENCY))
 
-    out = replace(base, name=name or base.name)
-    if 0 in used:
-        out = replace(out, matmul_efficiency=eff(coef[0], base.peak_flops, base.matmul_efficiency))
-    if 1 in used:
-        out = replace(
-            out, attention_efficiency=eff(coef[1], base.peak_flops, base.attention_efficiency)
-        )
-    if 2 in used:
-        out = replace(
-            out, memory_efficiency=eff(coef[2], base.memory_bandwidth, base.memory_efficiency)
-        )
-    if 3 in used:
-        out = replace(
-            out,
-            network_efficiency=eff(coef[3], base.intra_node_bandwidth, base.network_efficiency),
-        )
-    if 4 in used:
-        out = replace(out, collective_latency_s=float(coef[4]))
-    if 5 in used:
-        out = replace(out, block_overhead_s=float(coef[5]))
-    return out
-
-
-def _nnls(a: np.ndarray, b: np.ndarray, iterations: int = 200) -> np.ndarray:
-    """Non-negative least squares by active-set elimination (small problems only)."""
-    active = np.ones(a.shape[1], dtype=bool)
-    x = np.zeros(a.shape[1])
-    for _ in range(iterations):
-        if not active.any():
-            return x
-        sol, *_ = np.linalg.lstsq(a[:, active], b, rcond=None)
-        if (sol >= 0).all():
-            x[:] = 0
-            x[active] = sol
-            return x
-        # drop the most negative coefficient and refit
-        idx = np.flatnonzero(active)[int(np.argmin(sol))]
-        active[idx] = False
-    return x
+    return replace(
+        base,
+        name=name or base.name,
+        matmul_efficiency=eff(coef[0], base.peak_flops),
+        attention_efficiency=eff(coef[1], base.peak_flops),
+        memory_efficiency=eff(coef[2], base.memory_bandwidth),
+        network_efficiency=eff(coef[3], base.intra_node_bandwidth),
+        collective_latency_s=float(coef[4]),
+        block_overhead_s=float(coef[5]),
+    )
