@@ -160,18 +160,7 @@ class AnalyticCostModel:
         self._kind_index = {k: i for i, k in enumerate(self._kinds)}
         self._kind_counts = tuple(spec.kind_counts()[k] for k in self._kinds)
         self._saved_elems = saved_elements_per_token(spec)
-        hw = hardware
-        self._rates = np.array(
-            [
-                1.0 / (hw.peak_flops * hw.matmul_efficiency),
-                1.0 / (hw.peak_flops * hw.attention_efficiency),
-                1.0 / (hw.memory_bandwidth * hw.memory_efficiency),
-                1.0 / (hw.intra_node_bandwidth * hw.network_efficiency),
-                1.0 / (hw.inter_node_bandwidth * hw.network_efficiency),
-                hw.collective_latency_s,
-                hw.block_overhead_s,
-            ]
-        )
+        self._rates = hardware.seconds_per_unit()
         self._cached = lru_cache(maxsize=cache_size)(self._evaluate)
 
     # --- CostModel protocol ---------------------------------------------------------------

@@ -68,6 +68,22 @@ class Hardware:
     source: str = ""
     """Where the numbers come from."""
 
+    def seconds_per_unit(self) -> np.ndarray:
+        """Seconds per matmul FLOP, attention FLOP, memory byte, NVLink byte, InfiniBand
+        byte, collective call and block pass (the analytic model's time is a dot product
+        of its work with this vector)."""
+        return np.array(
+            [
+                1.0 / (self.peak_flops * self.matmul_efficiency),
+                1.0 / (self.peak_flops * self.attention_efficiency),
+                1.0 / (self.memory_bandwidth * self.memory_efficiency),
+                1.0 / (self.intra_node_bandwidth * self.network_efficiency),
+                1.0 / (self.inter_node_bandwidth * self.network_efficiency),
+                self.collective_latency_s,
+                self.block_overhead_s,
+            ]
+        )
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -228,16 +244,7 @@ def calibrate_hardware(
     secs = np.array([p.seconds for p in points], dtype=float)
     if np.any(secs <= 0):
         raise ValueError("calibration points need positive measured seconds")
-    rates = np.array(
-        [
-            1.0 / (base.peak_flops * base.matmul_efficiency),
-            1.0 / (base.peak_flops * base.attention_efficiency),
-            1.0 / (base.memory_bandwidth * base.memory_efficiency),
-            1.0 / (base.intra_node_bandwidth * base.network_efficiency),
-            base.collective_latency_s,
-            base.block_overhead_s,
-        ]
-    )
+    rates = np.delete(base.seconds_per_unit(), 4)  # calibration has no inter-node column
     fit = [i for i, c in enumerate(CALIBRATION_COLUMNS) if c in fit_columns]
     fixed = [i for i in range(len(CALIBRATION_COLUMNS)) if i not in fit]
     target = secs - feats[:, fixed] @ rates[fixed]
