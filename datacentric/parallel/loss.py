@@ -140,3 +140,23 @@ class LossWeights:
                     f"sample {s}: the packed batch has {got} loss tokens but loss_tokens_of "
                     f"said {self.loss_tokens.get(s)}"
                 )
+
+
+def loss_tokens_function(dataset: object) -> Callable[[int], int]:
+    """``sample_id -> loss tokens`` for a dataset.
+
+    Uses ``dataset.loss_tokens(sample_id)`` when the dataset has it; otherwise
+    packs the sample alone and counts its ``loss_mask`` (cached per sample id).
+    """
+    direct = getattr(dataset, "loss_tokens", None)
+    if callable(direct):
+        return lambda sample_id: int(direct(sample_id))
+    pack = dataset.pack  # type: ignore[attr-defined]
+    cache: dict[int, int] = {}
+
+    def count(sample_id: int) -> int:
+        if sample_id not in cache:
+            cache[sample_id] = int(pack([sample_id], 1).loss_mask.sum())
+        return cache[sample_id]
+
+    return count

@@ -1,0 +1,246 @@
+"""The equivalence check: one data-centric optimizer step equals one single-process step.
+
+A case is a model preset, a small dataset and one :class:`Iteration` that mixes
+what data-centric parallelism varies: SP group sizes (at world 4: one group of 2
+and two groups of 1), accumulation counts (1, 2, 3, ... micro-batches per group),
+micro-batch sizes (1 or 2 packed samples) and per-block recomputation (all,
+every other, none). The distributed run executes it on ``world`` gloo ranks
+through :class:`~datacentric.parallel.runtime.DataCentricRuntime`; the
+reference packs the same global batch into one sequence in one process and
+computes the global-batch mean loss directly (mean over loss tokens, or mean
+over samples of per-sample means), independently of ``loss.LossWeights``.
+``datacentric equivalence`` prints the comparison.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from datacentric.data import StdlibCorpus, SyntheticVideoDataset
+from datacentric.data.base import Dataset
+from datacentric.models.presets import build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import spawn
+from datacentric.parallel.loss import loss_tokens_function
+from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.shapes import SampleShape, bucket_name
+
+TOLERANCE = 1e-5
+"""Largest accepted ``max_rel_grad_err`` in float32."""
+
+EQUIVALENCE_MODELS = ("llama", "dit")
+
+# Latent grids (frames, rows, columns) of the DiT case: images and short clips.
+_VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
+
+
+def equivalence_dataset(model: str, seed: int = 0) -> Dataset:
+    """The small dataset of a case: stdlib chunks for ``llama``, latents for ``dit``."""
+    if model == "llama":
+        return StdlibCorpus(max_tokens=160, limit=60)
+    if model == "dit":
+        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(24)]
+        return SyntheticVideoDataset(shapes, seed=seed)
+    raise ValueError(f"no equivalence case for model {model!r}; choose from {EQUIVALENCE_MODELS}")
+
+
+def mixed_iteration(
+    shapes: Sequence[SampleShape], world_size: int, num_blocks: int, seed: int = 0
+) -> Iteration:
+    """One iteration mixing SP sizes, accumulation counts and recomputation.
+
+    At ``world_size >= 4`` the first half of the ranks form one SP group and every
+    other rank is a group of one; at world 2 both ranks are groups of one (so
+    their accumulation counts differ). Group ``g`` runs ``g + 1`` micro-batches
+    of 2 or 1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP group
+    gets the longest samples. Recomputation cycles through all blocks, every
+    other block and none.
+    """
+    sizes = [world_size // 2] + [1] * (world_size // 2) if world_size >= 4 else [1] * world_size
+    counts = [g + 1 for g in range(len(sizes))]
+    per_batch = [2 - (i % 2) for i in range(sum(counts))]
+    needed = sum(per_batch)
+    if needed > len(shapes):
+        raise ValueError(f"the case needs {needed} samples, the dataset has {len(shapes)}")
+    chosen = random.Random(seed).sample(range(len(shapes)), needed)
+    chosen.sort(key=lambda i: -shapes[i].tokens)  # longest first: they go to the SP group
+    patterns = [
+        (True,) * num_blocks,
+        tuple(b % 2 == 0 for b in range(num_blocks)),
+        (False,) * num_blocks,
+    ]
+    assignments, rank, next_sample, next_batch = [], 0, 0, 0
+    for sp, count in zip(sizes, counts):
+        micro_batches = []
+        for _ in range(count):
+            ids = tuple(chosen[next_sample : next_sample + per_batch[next_batch]])
+            micro_batches.append(
+                MicroBatch(
+                    sample_ids=ids,
+                    bucket=bucket_name(max((shapes[i] for i in ids), key=lambda s: s.tokens)),
+                    tokens=sum(shapes[i].tokens for i in ids),
+                    recompute=patterns[next_batch % len(patterns)],
+                )
+            )
+            next_sample += len(ids)
+            next_batch += 1
+        assignments.append(Assignment(rank, sp, tuple(micro_batches)))
+        rank += sp
+    iteration = Iteration(index=0, assignments=tuple(assignments))
+    iteration.validate(world_size)
+    return iteration
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Loss and every parameter gradient of one optimizer step."""
+
+    loss: float
+    grads: dict[str, torch.Tensor]
+    #: whether every rank ended with bit-identical gradients (True for one process)
+    ranks_agree: bool = True
+
+
+def _build(model_name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dataset]:
+    torch.manual_seed(seed)  # the same initial weights on every rank and in the reference
+    return build_model(model_name, dtype=dtype), equivalence_dataset(model_name, seed)
+
+
+def _distributed_worker(
+    cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: torch.dtype
+) -> list[tuple[float, dict[str, torch.Tensor]]]:
+    groups = ProcessGroups()
+    out = []
+    for model_name, iteration_json in cases:
+        model, dataset = _build(model_name, seed, dtype)
+        runtime = DataCentricRuntime(
+            model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
+        )
+        stats = runtime.run_iteration(Iteration.from_json(iteration_json))
+        loss = runtime.global_loss(stats)
+        out.append((loss, {n: p.grad.detach().clone() for n, p in model.named_parameters()}))
+    return out
+
+
+def run_distributed(
+    cases: Sequence[tuple[str, Iteration]],
+    world_size: int,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    timeout_s: float = 300.0,
+) -> list[StepResult]:
+    """Run each ``(model, iteration)`` case on ``world_size`` spawned gloo ranks (one spawn)."""
+    payload = [(model, iteration.to_json()) for model, iteration in cases]
+    per_rank = spawn(_distributed_worker, world_size, payload, seed, dtype, timeout_s=timeout_s)
+    results = []
+    for case_index in range(len(cases)):
+        loss, grads = per_rank[0][case_index]
+        agree = all(
+            all(torch.equal(grads[n], other[case_index][1][n]) for n in grads)
+            for other in per_rank[1:]
+        )
+        results.append(StepResult(loss=loss, grads=grads, ranks_agree=agree))
+    return results
+
+
+def global_mean_loss(model: nn.Module, dataset: Dataset, sample_ids: Sequence[int]) -> torch.Tensor:
+    """The global-batch loss in one process: all samples packed into one sequence."""
+    batch = dataset.pack(list(sample_ids), 1)
+    loss_S = model(batch)
+    mask = batch.loss_mask
+    if model.loss_mode == "token":
+        return loss_S[mask].sum() / mask.sum()
+    segments = batch.segment_ids[mask]
+    n = len(batch.sample_ids)
+    sums = torch.zeros(n, dtype=loss_S.dtype).index_add(0, segments, loss_S[mask])
+    counts = torch.bincount(segments, minlength=n)
+    has_loss = counts > 0
+    return (sums[has_loss] / counts[has_loss]).mean()
+
+
+def run_reference(
+    model_name: str, iteration: Iteration, *, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> StepResult:
+    """The same global batch, one process, plain attention, no recomputation."""
+    model, dataset = _build(model_name, seed, dtype)
+    loss = global_mean_loss(model, dataset, iteration.sample_ids())
+    loss.backward()
+    return StepResult(
+        loss=float(loss.detach()),
+        grads={n: p.grad.detach().clone() for n, p in model.named_parameters()},
+    )
+
+
+def relative_errors(
+    grads: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]
+) -> dict[str, float]:
+    """``||g - g_ref|| / ||g_ref||`` per parameter (computed in float64)."""
+    out = {}
+    for name, ref in reference.items():
+        diff = float((grads[name].double() - ref.double()).norm())
+        norm = float(ref.double().norm())
+        out[name] = diff / norm if norm > 0 else (0.0 if diff == 0 else float("inf"))
+    return out
+
+
+def check_equivalence(
+    models: Sequence[str],
+    world_size: int,
+    *,
+    seed: int = 0,
+    tolerance: float = TOLERANCE,
+    timeout_s: float = 300.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the distributed step and the reference for each model; one JSON-able report each."""
+    cases = []
+    for name in models:
+        shapes = equivalence_dataset(name, seed).shapes()
+        num_blocks = len(build_model(name, device="meta").blocks)
+        cases.append((name, mixed_iteration(shapes, world_size, num_blocks, seed)))
+    start = time.perf_counter()
+    distributed = run_distributed(cases, world_size, seed=seed, timeout_s=timeout_s)
+    dist_time = time.perf_counter() - start
+    reports = []
+    for (name, iteration), result in zip(cases, distributed):
+        if progress:
+            progress(f"{name}: distributed step done, running the single-process reference")
+        reference = run_reference(name, iteration, seed=seed)
+        errors = relative_errors(result.grads, reference.grads)
+        worst = max(errors, key=errors.__getitem__)
+        reports.append(
+            {
+                "model": name,
+                "world": world_size,
+                "sp_sizes": [a.sp_size for a in iteration.assignments],
+                "accumulation_counts": [a.accumulation_steps for a in iteration.assignments],
+                "samples_per_micro_batch": [
+                    [len(mb.sample_ids) for mb in a.micro_batches] for a in iteration.assignments
+                ],
+                "recomputed_blocks": [
+                    [mb.num_recomputed for mb in a.micro_batches] for a in iteration.assignments
+                ],
+                "num_samples": len(iteration.sample_ids()),
+                "num_tokens": iteration.num_tokens,
+                "dtype": "float32",
+                "loss_distributed": result.loss,
+                "loss_reference": reference.loss,
+                "max_rel_grad_err": errors[worst],
+                "worst_parameter": worst,
+                "num_parameters": len(errors),
+                "ranks_agree": result.ranks_agree,
+                "tolerance": tolerance,
+                "passed": errors[worst] <= tolerance and result.ranks_agree,
+                "distributed_time_s": round(dist_time, 3),
+            }
+        )
+    return reports
