@@ -16,6 +16,7 @@ from datacentric.models.presets import (
     list_models,
     model_config,
     model_facts,
+    model_from_config,
 )
 
 __all__ = [
@@ -32,5 +33,6 @@ __all__ = [
     "list_models",
     "model_config",
     "model_facts",
+    "model_from_config",
     "varlen_attention",
 ]
