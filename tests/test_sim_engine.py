@@ -142,3 +142,13 @@ def test_alltoall_share_from_the_work_decomposition():
     assert cache([SHAPES[0]], 4, ()).comm_s == pytest.approx(0.2 + 0.2 + 0.004)
     result = simulate(_schedule(), SHAPES, ToyWithWork())
     assert result.comm_gpu_s == pytest.approx(2 * 0.204 + 4 * 0.404)
+
+
+def test_grad_sync_overlaps_the_slowest_groups_last_backward():
+    result = simulate(_schedule(), SHAPES, ToyCostModel(), overlap_grad_sync=True)
+    it0, it1 = result.iterations
+    # iteration 0: the slowest group's pass is 1.1 s, backward 2/3 of it > 0.5 s reduction
+    assert it0.grad_sync_s == 0.0 and it0.time_s == pytest.approx(1.1)
+    # iteration 1: 0.62 s pass with 0.02 s recompute: forward 0.2, backward 0.42
+    assert it1.grad_sync_s == pytest.approx(0.5 - 0.42)
+    assert result.epoch_time_s == pytest.approx(1.1 + 0.62 + 0.08)

@@ -10,10 +10,16 @@ backward, recomputation of the blocks that recompute, and the group's all-to-all
 whose cost the model charges by group size and by whether the group spans more
 than ``gpus_per_node`` ranks.
 
-When every group has finished, the world all-reduces gradients once. The
-reduction overlaps the backward of each rank's last micro-batch (buckets are
-reduced as soon as their gradients are final); only the part the cost model says
-is *not* hidden (``grad_sync_time_s``) is added after the slowest group.
+Once per iteration the world reduces gradients. By default the engine trusts the
+cost model: ``grad_sync_time_s`` is the part *not* hidden behind backward, added
+after the slowest group. With ``overlap_grad_sync=True`` the engine models the
+overlap itself and takes ``grad_sync_time_s`` as the *whole* reduction: as in DDP
+and ZeRO-2, gradient buckets are reduced as soon as they are final on every rank,
+so the reduction runs behind the backward of the last micro-batch of the group
+that finishes last (ranks of faster groups are already waiting), and only
+``max(0, reduction - that backward)`` is exposed. A pass's backward is taken as
+its time minus its forward, the forward being a third of the pass without
+recomputation (the usual 1:2 forward:backward FLOP ratio; approximate).
 
 Every micro-batch is checked against ``memory_capacity_bytes``: a schedule that
 would not fit raises :class:`PlanDoesNotFitError` naming the iteration, the group
@@ -199,12 +205,15 @@ def simulate(
     ideal_epoch_time_s: float | None = None,
     record_spans: bool = True,
     costs: PassCostCache | None = None,
+    overlap_grad_sync: bool = False,
 ) -> SimResult:
     """Execute ``schedule`` over the dataset ``shapes`` on ``cost_model``'s hardware.
 
     ``ideal_epoch_time_s`` (the scheduler's bound for the same dataset and world)
     makes the result report an efficiency. ``costs`` shares memoised pass costs
-    between simulations on the same cost model.
+    between simulations on the same cost model. ``overlap_grad_sync``: model the
+    gradient reduction's overlap with the last backward here (see the module doc);
+    the cost model's ``grad_sync_time_s`` must then be the whole reduction.
     """
     if len(shapes) != schedule.num_samples:
         raise ValueError(
@@ -214,7 +223,7 @@ def simulate(
     schedule.validate()
     costs = costs or PassCostCache(cost_model)
     capacity = cost_model.memory_capacity_bytes
-    grad_sync_s = cost_model.grad_sync_time_s(schedule.world_size)
+    reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
     world = schedule.world_size
     iterations: list[IterationResult] = []
     spans: list[MicroBatchSpan] = []
@@ -224,7 +233,7 @@ def simulate(
         group_times = []
         it_tokens = 0
         for group in it.assignments:
-            t = 0.0
+            t = last_backward = 0.0
             for k, mb in enumerate(group.micro_batches):
                 mb_shapes = [shapes[i] for i in mb.sample_ids]
                 cost = costs(mb_shapes, group.sp_size, mb.recompute)
@@ -249,13 +258,18 @@ def simulate(
                         )
                     )
                 t += cost.seconds
+                last_backward = cost.seconds - (cost.seconds - cost.recompute_s) / 3
                 it_tokens += mb_tokens
                 samples += len(mb.sample_ids)
                 recompute_gpu += cost.recompute_s * group.sp_size
                 comm_gpu += cost.comm_s * group.sp_size
-            group_times.append((group.sp_size, t))
-        makespan = max(t for _, t in group_times)
-        it_busy = sum(sp * t for sp, t in group_times)
+            group_times.append((group.sp_size, t, last_backward))
+        makespan = max(t for _, t, _ in group_times)
+        it_busy = sum(sp * t for sp, t, _ in group_times)
+        grad_sync_s = reduction_s
+        if overlap_grad_sync:
+            window = min(bwd for _, t, bwd in group_times if t == makespan)
+            grad_sync_s = max(0.0, reduction_s - window)
         idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
         iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))
         busy += it_busy

@@ -1,0 +1,142 @@
+"""Run several scheduling policies on one workload and compare their simulated results.
+
+The schedules come from :func:`datacentric.scheduling.build_schedule` (the very
+objects the runtime executes), the epoch-time bound from the scheduler's own
+:func:`~datacentric.scheduling.ideal_epoch_time`, and every policy is executed by
+:func:`datacentric.sim.engine.simulate` on the same cost model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.hardware import get_hardware
+from datacentric.planning.model_specs import get_model_spec
+from datacentric.planning.plan import Plan
+from datacentric.planning.planner import plan_buckets
+from datacentric.schedule import Schedule
+from datacentric.shapes import SampleShape, make_buckets
+from datacentric.sim.engine import PassCostCache, SimResult, simulate
+
+if TYPE_CHECKING:
+    from datacentric.scheduling import ScheduleOptions
+
+#: The policies of the paper reproduction, baseline first.
+DEFAULT_POLICIES = ("static", "megatron-dyncp", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt")
+
+#: Share of device memory plans may use (the paper's default cap).
+MEMORY_FRACTION = 0.7
+
+
+def simulation_cost_model(model: str, hardware: str, world_size: int) -> AnalyticCostModel:
+    """The analytic cost model the simulator uses for ``model`` on ``hardware``.
+
+    Settings (stated, not fitted): bf16; plans capped at 70% of device memory;
+    gradients and optimizer state sharded over the world (ZeRO-2, as the reference
+    benchmark's ``zero2`` plugin; parameters stay replicated, as SP needs them);
+    the model reports the whole gradient all-reduce (``grad_sync_overlap=0``) and the
+    simulator overlaps it with the last backward of the slowest group
+    (``simulate(..., overlap_grad_sync=True)``, as DDP and ZeRO-2 do).
+    """
+    return AnalyticCostModel(
+        get_model_spec(model),
+        get_hardware(hardware),
+        memory_fraction=MEMORY_FRACTION,
+        state_shards=world_size,
+        grad_sync_overlap=0.0,
+    )
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One policy's schedule and its simulation."""
+
+    policy: str
+    schedule: Schedule
+    result: SimResult
+    schedule_seconds: float
+    """Wall time the scheduler took to build the epoch."""
+
+
+def run_policies(
+    shapes: Sequence[SampleShape],
+    cost_model: CostModel,
+    world_size: int,
+    policies: Sequence[str] = DEFAULT_POLICIES,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    record_spans: bool = False,
+    options: ScheduleOptions | None = None,
+    plan: Plan | None = None,
+) -> dict[str, PolicyRun]:
+    """Schedule ``shapes`` with each policy and simulate the schedules.
+
+    Every policy gets the same ``options`` and the same ``plan`` (by default the
+    planner's, :func:`~datacentric.planning.planner.plan_buckets`, whose knapsack
+    recomputation ``dcp-pac`` and ``dcp-opt`` may use), so policies are compared on
+    equal terms. Efficiency is against the scheduler's ideal bound over the samples
+    each schedule actually runs.
+    """
+    from datacentric.scheduling import build_schedule, ideal_epoch_time
+
+    shapes = list(shapes)
+    if plan is None:
+        plan = plan_buckets(make_buckets(shapes), cost_model, world_size=world_size)
+    bounds: dict[tuple[int, ...], float] = {}
+    costs = PassCostCache(cost_model)
+    runs: dict[str, PolicyRun] = {}
+    for policy in policies:
+        start = time.perf_counter()
+        schedule = build_schedule(
+            shapes,
+            policy=policy,
+            world_size=world_size,
+            cost_model=cost_model,
+            plan=plan,
+            seed=seed,
+            epoch=epoch,
+            options=options,
+            measure=False,
+        )
+        elapsed = time.perf_counter() - start
+        dropped = schedule.dropped_sample_ids
+        if dropped not in bounds:
+            kept = sorted(set(range(len(shapes))) - set(dropped)) if dropped else None
+            bounds[dropped] = ideal_epoch_time(
+                shapes, cost_model, world_size, plan=plan, sample_ids=kept
+            )
+        bound = bounds[dropped]
+        result = simulate(
+            schedule,
+            shapes,
+            cost_model,
+            ideal_epoch_time_s=bound,
+            record_spans=record_spans,
+            costs=costs,
+            overlap_grad_sync=True,
+        )
+        runs[policy] = PolicyRun(policy, schedule, result, elapsed)
+    return runs
+
+
+def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
+    """Per policy: ``tokens_per_s``, ``speedup_vs_static`` (None without ``static``),
+    ``idle_share``, ``efficiency`` and the other headline numbers of the simulation."""
+    static = runs.get("static")
+    table: dict[str, dict[str, Any]] = {}
+    for policy, run in runs.items():
+        row = run.result.summary()
+        row.pop("policy")
+        row["speedup_vs_static"] = (
+            run.result.tokens_per_s / static.result.tokens_per_s if static else None
+        )
+        row["samples_dropped"] = len(run.schedule.dropped_sample_ids)
+        row["schedule_seconds"] = run.schedule_seconds
+        table[policy] = row
+    return table
