@@ -1,0 +1,123 @@
+"""The scheduler's entry point: ``build_schedule`` and the policy registry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+
+import numpy as np
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.plan import Plan
+from datacentric.schedule import Schedule
+from datacentric.scheduling import (
+    dcp_inter,
+    dcp_intra,
+    dcp_opt,
+    dcp_pac,
+    megatron_dyncp,
+    packed,
+    static,
+)
+from datacentric.scheduling.common import PolicyInput, PolicyOutput
+from datacentric.scheduling.context import DatasetView
+from datacentric.scheduling.measures import ideal_gpu_seconds, schedule_measures
+from datacentric.scheduling.options import ScheduleOptions
+from datacentric.shapes import SampleShape
+
+#: Every policy by name: a pure function of its :class:`PolicyInput`.
+POLICIES: dict[str, Callable[[PolicyInput], PolicyOutput]] = {
+    "static": static.schedule,
+    "packed": packed.schedule,
+    "dcp-intra": dcp_intra.schedule,
+    "dcp-inter": dcp_inter.schedule,
+    "dcp-pac": dcp_pac.schedule,
+    "megatron-dyncp": megatron_dyncp.schedule,
+    "dcp-opt": dcp_opt.schedule,
+}
+
+
+def epoch_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The generator every rank derives for ``(seed, epoch)``."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch)]))
+
+
+def build_schedule(
+    shapes: Sequence[SampleShape],
+    *,
+    policy: str,
+    world_size: int,
+    cost_model: CostModel,
+    plan: Plan | None = None,
+    seed: int = 0,
+    epoch: int = 0,
+    options: ScheduleOptions | None = None,
+    sample_ids: Sequence[int] | None = None,
+    measure: bool = True,
+) -> Schedule:
+    """An epoch of iterations for the dataset ``shapes`` (sample id = index).
+
+    A pure function of its arguments: every rank computes the same schedule, with
+    no communication. ``plan`` (optional) adds each bucket's knapsack recomputation
+    choice and memory cap, and its skipped buckets' samples are dropped (reported).
+    ``sample_ids`` restricts the epoch to those samples (the rest are listed as
+    dropped; :func:`~datacentric.scheduling.resume.replan_remaining` uses it).
+    ``measure`` fills ``meta`` with imbalance, efficiency and the ideal bound.
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    options = options or ScheduleOptions()
+    started = time.perf_counter()
+    view = DatasetView(shapes)
+    active = np.arange(view.num_samples) if sample_ids is None else np.unique(sample_ids)
+    if len(active) and (active[0] < 0 or active[-1] >= view.num_samples):
+        raise ValueError(f"sample_ids must lie in 0..{view.num_samples - 1}")
+    not_asked = np.setdiff1d(np.arange(view.num_samples), active)
+    skipped = np.zeros(0, dtype=np.int64)
+    if plan is not None and plan.skipped:
+        gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
+        skipped = active[np.isin(view.bucket_of[active], gone)]
+        active = np.setdiff1d(active, skipped)
+    if len(active) == 0:
+        raise ValueError("no samples to schedule (all were skipped or excluded)")
+    cap = options.memory_cap_bytes or (plan.memory_cap_bytes if plan else None)
+    inp = PolicyInput(
+        view=view,
+        cost_model=cost_model,
+        world_size=int(world_size),
+        options=options,
+        plan=plan,
+        rng=epoch_rng(seed, epoch),
+        active=active,
+        memory_cap_bytes=int(cap or cost_model.memory_capacity_bytes),
+    )
+    out = POLICIES[policy](inp)
+    dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])
+    meta: dict = {
+        "samples_total": view.num_samples,
+        "samples_excluded": int(len(not_asked)),
+        "samples_dropped": int(len(dropped)),
+        "samples_skipped_by_plan": int(len(skipped)),
+        "memory_cap_bytes": inp.memory_cap_bytes,
+        "options": asdict(options),
+    }
+    schedule = Schedule(
+        world_size=int(world_size),
+        policy=policy,
+        seed=int(seed),
+        epoch=int(epoch),
+        num_samples=view.num_samples,
+        iterations=tuple(out.iterations),
+        dropped_sample_ids=tuple(sorted(int(i) for i in np.concatenate([not_asked, dropped]))),
+        meta=meta,
+    )
+    meta["plan_seconds"] = time.perf_counter() - started
+    if measure:
+        table = inp.pac_table()
+        scheduled = np.setdiff1d(active, dropped)
+        ideal = ideal_gpu_seconds(table, scheduled) / world_size if len(scheduled) else None
+        meta.update(schedule_measures(schedule, cost_model, ideal))
+    return schedule

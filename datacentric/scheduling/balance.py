@@ -1,0 +1,183 @@
+"""Assigning micro-batches to SP groups of mixed sizes: layout, LPT, local search.
+
+The problem of one iteration: items ``j`` (micro-batches) with a time ``t[j, s]``
+on a group of ``s`` ranks (infinite where they do not fit), a world of ``W``
+ranks. Choose group sizes (powers of two summing to ``W``) and give every group a
+non-empty list of items so that the largest group time (the makespan) is least.
+
+- :func:`proportional_layout` sizes the groups from where the load naturally goes
+  (each item's cheapest size), in proportion to GPU-seconds;
+- :func:`lpt` places items longest first on the group where they would finish
+  earliest (largest processing time first, for unrelated machines);
+- :func:`local_search` then moves and swaps items off the makespan group while
+  that lowers it;
+- :func:`fill_empty` makes sure every group runs something.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+
+EPS = 1e-12
+
+
+def proportional_layout(
+    world_size: int, sizes: Sequence[int], load: np.ndarray, max_groups: int
+) -> list[int]:
+    """Group sizes (one entry per group) whose GPU share follows ``load[k]`` (the
+    GPU-seconds that prefer ``sizes[k]``), at most ``max_groups`` groups."""
+    total = float(load.sum())
+    want = load * world_size / total / np.asarray(sizes) if total > 0 else np.zeros(len(sizes))
+    counts = np.floor(want).astype(int)
+    left = world_size - int((counts * np.asarray(sizes)).sum())
+    # Hand out the rest by largest shortfall in GPUs, never past what is left.
+    for k in np.argsort(-(want - counts) * np.asarray(sizes), kind="stable"):
+        if want[k] > counts[k] and sizes[k] <= left:
+            counts[k] += 1
+            left -= sizes[k]
+    for k in range(len(sizes) - 1, -1, -1):
+        while sizes[k] <= left:
+            counts[k] += 1
+            left -= sizes[k]
+    layout = [s for s, c in zip(sizes, counts) for _ in range(c)]
+    return merge_groups(world_size, layout, max_groups)
+
+
+def merge_groups(world_size: int, layout: list[int], max_groups: int) -> list[int]:
+    """Merge the smallest groups pairwise (two of size s make one of 2s) until there
+    are at most ``max_groups``; a world that is not a power of two ends as one group."""
+    layout = sorted(layout)
+    while len(layout) > max(1, max_groups):
+        s = layout[0]
+        if len(layout) > 1 and layout[1] == s and world_size % (2 * s) == 0:
+            layout = sorted([2 * s, *layout[2:]])
+        else:
+            layout = [world_size]
+    return layout
+
+
+def lpt(
+    times: np.ndarray,
+    group_class: Sequence[int],
+    class_sizes: Sequence[int],
+    order: Sequence[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Largest-processing-time-first placement.
+
+    ``times[j, k]``: time of item ``j`` on a group of size ``class_sizes[k]``;
+    ``group_class[g]``: class of group ``g``. Items go, longest (by their best
+    time) first, to the group where they finish earliest, the one costing fewer
+    GPU-seconds among equals. Returns ``(owner, loads)``: the group of every item
+    and the load of every group.
+    """
+    n_items, n_classes = times.shape
+    loads = np.zeros(len(group_class))
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(n_classes)]
+    for g, k in enumerate(group_class):
+        heaps[k].append((0.0, g))
+    for h in heaps:
+        heapq.heapify(h)
+    if order is None:
+        order = np.argsort(-times.min(axis=1), kind="stable")
+    owner = np.full(n_items, -1, dtype=np.int64)
+    for j in order:
+        best_k, best = -1, (np.inf, np.inf)
+        for k in range(n_classes):
+            if heaps[k] and np.isfinite(times[j, k]):
+                key = (heaps[k][0][0] + times[j, k], class_sizes[k] * times[j, k])
+                if key < best:
+                    best_k, best = k, key
+        if best_k < 0:
+            raise ValueError(f"item {j} fits no group of this layout")
+        load, g = heapq.heappop(heaps[best_k])
+        load += times[j, best_k]
+        loads[g] = load
+        owner[j] = g
+        heapq.heappush(heaps[best_k], (load, g))
+    return owner, loads
+
+
+def local_search(
+    times: np.ndarray, group_class: np.ndarray, owner: np.ndarray, max_moves: int
+) -> np.ndarray:
+    """Move or swap items off the makespan group while that lowers the makespan.
+
+    Keeps every group non-empty if it was. Returns the new ``owner``.
+    """
+    n_groups = len(group_class)
+    owner = owner.copy()
+    t_own = times[np.arange(len(owner)), group_class[owner]]
+    loads = np.bincount(owner, weights=t_own, minlength=n_groups)
+    counts = np.bincount(owner, minlength=n_groups)
+    for _ in range(max_moves):
+        top = int(np.argmax(loads))
+        peak = loads[top]
+        members = np.flatnonzero(owner == top)
+        if len(members) == 0:
+            break
+        members = members[np.argsort(-t_own[members], kind="stable")]
+        done = False
+        # Moves: an item leaves the top group for the group where it ends earliest.
+        if counts[top] > 1:
+            for j in members:
+                finish = loads + times[j, group_class]
+                finish[top] = np.inf
+                h = int(np.argmin(finish))
+                if finish[h] < peak - EPS:
+                    loads[top] -= t_own[j]
+                    loads[h] = finish[h]
+                    counts[top] -= 1
+                    counts[h] += 1
+                    owner[j], t_own[j] = h, times[j, group_class[h]]
+                    done = True
+                    break
+        if done:
+            continue
+        # Swaps: exchange an item of the top group with a shorter one elsewhere.
+        for j in members[:8]:
+            t_j_there = times[j, group_class[owner]]  # j on each item's group
+            t_i_here = times[:, group_class[top]]  # each item on the top group
+            new_top = peak - t_own[j] + t_i_here
+            new_other = loads[owner] - t_own + t_j_there
+            ok = (owner != top) & (np.maximum(new_top, new_other) < peak - EPS)
+            if ok.any():
+                cand = np.flatnonzero(ok)
+                i = int(cand[np.argmin(np.maximum(new_top, new_other)[cand])])
+                h = int(owner[i])
+                loads[top], loads[h] = new_top[i], new_other[i]
+                owner[i], owner[j] = top, h
+                t_own[i], t_own[j] = t_i_here[i], t_j_there[i]
+                done = True
+                break
+        if not done:
+            break
+    return owner
+
+
+def fill_empty(times: np.ndarray, group_class: np.ndarray, owner: np.ndarray) -> bool:
+    """Give every empty group an item taken from a group that has several, choosing
+    the move that keeps the makespan lowest. Returns False if some group stays empty."""
+    n_groups = len(group_class)
+    while True:
+        counts = np.bincount(owner, minlength=n_groups)
+        empty = np.flatnonzero(counts == 0)
+        if len(empty) == 0:
+            return True
+        g = int(empty[0])
+        t_own = times[np.arange(len(owner)), group_class[owner]]
+        loads = np.bincount(owner, weights=t_own, minlength=n_groups)
+        movable = (counts[owner] > 1) & np.isfinite(times[:, group_class[g]])
+        if not movable.any():
+            return False
+        cand = np.flatnonzero(movable)
+        worst = np.maximum(times[cand, group_class[g]], loads[owner[cand]] - t_own[cand])
+        owner[int(cand[np.argmin(worst)])] = g
+
+
+def makespan(times: np.ndarray, group_class: np.ndarray, owner: np.ndarray) -> float:
+    """Largest group time of an assignment."""
+    t_own = times[np.arange(len(owner)), group_class[owner]]
+    return float(np.bincount(owner, weights=t_own, minlength=len(group_class)).max())

@@ -1,0 +1,177 @@
+"""What every policy works from: the dataset as arrays, and cached bucket costs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.scheduling.costs import (
+    Config,
+    best_config,
+    candidate_sp_sizes,
+    chain_sizes,
+    fits_shapes,
+    safe_time,
+)
+from datacentric.shapes import Bucket, SampleShape, make_buckets
+
+if TYPE_CHECKING:
+    from datacentric.scheduling.items import Item
+
+
+class DatasetView:
+    """Sample shapes as numpy arrays: tokens and bucket per sample id.
+
+    Buckets come from :func:`datacentric.shapes.make_buckets` (the same names the
+    planner uses), computed on the distinct shapes only so that a million samples
+    cost one pass over the list.
+    """
+
+    def __init__(self, shapes: Sequence[SampleShape]) -> None:
+        if len(shapes) == 0:
+            raise ValueError("cannot schedule an empty dataset: there are no samples")
+        self.shapes = shapes
+        codes: dict[object, int] = {}
+        distinct: list[SampleShape] = []
+        code_of = np.empty(len(shapes), dtype=np.int64)
+        for i, s in enumerate(shapes):
+            key = s.grid if s.grid is not None else s.tokens
+            code = codes.get(key)
+            if code is None:
+                code = codes[key] = len(distinct)
+                distinct.append(s)
+            code_of[i] = code
+        bucketing = make_buckets(distinct)
+        self.buckets: tuple[Bucket, ...] = bucketing.buckets
+        self.bucket_of = np.asarray(bucketing.bucket_of_sample, dtype=np.int64)[code_of]
+        self.tokens = np.asarray([s.tokens for s in distinct], dtype=np.int64)[code_of]
+        distinct_per_bucket = np.bincount(
+            np.asarray(bucketing.bucket_of_sample), minlength=len(self.buckets)
+        )
+        #: a bucket whose members all have its representative's shape
+        self.uniform = distinct_per_bucket == 1
+        for d, b in enumerate(bucketing.bucket_of_sample):
+            self.uniform[b] &= distinct[d] == self.buckets[b].shape
+        order = np.argsort(self.bucket_of, kind="stable")
+        bounds = np.searchsorted(self.bucket_of[order], np.arange(len(self.buckets) + 1))
+        self.members = [order[bounds[b] : bounds[b + 1]] for b in range(len(self.buckets))]
+        self.bucket_index = {bk.name: b for b, bk in enumerate(self.buckets)}
+        self._exact: dict[tuple, float] = {}
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.shapes)
+
+    def rep_tokens(self, b: int) -> int:
+        return self.buckets[b].shape.tokens
+
+    def exact_time(self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple) -> float:
+        """The cost model's time for the micro-batch of samples ``ids`` (memoised)."""
+        b = int(self.bucket_of[ids[0]])
+        if self.uniform[b] and all(self.bucket_of[i] == b for i in ids):
+            key: tuple = (b, len(ids), sp, rc)
+        else:
+            key = (tuple(int(self.tokens[i]) for i in ids), sp, rc)
+            if any(self.shapes[i].grid is not None for i in ids):
+                key = (tuple(self.shapes[i] for i in ids), sp, rc)
+        t = self._exact.get(key)
+        if t is None:
+            t = self._exact[key] = safe_time(cost_model, [self.shapes[i] for i in ids], sp, rc)
+        return t
+
+
+class CostTable:
+    """Lazily evaluated :class:`Config` per (bucket, SP size), best over a policy's
+    recomputation candidates, with the bucket's preferred (cheapest) SP size."""
+
+    def __init__(
+        self,
+        view: DatasetView,
+        cost_model: CostModel,
+        *,
+        world_size: int,
+        memory_cap_bytes: int,
+        max_sp_size: int | None,
+        max_micro_batch_size: int,
+        recomputes: Callable[[int], Sequence[tuple[bool, ...]]],
+    ) -> None:
+        self.view = view
+        self.cost_model = cost_model
+        self.world_size = world_size
+        self.cap = memory_cap_bytes
+        self.limit = max_micro_batch_size
+        self.recomputes = recomputes
+        self.node_sizes = candidate_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
+        self.all_sizes = chain_sizes(world_size)
+        self._configs: dict[tuple[int, int], Config | None] = {}
+        self._preferred: dict[int, Config] = {}
+
+    def config(self, b: int, sp: int) -> Config | None:
+        """Best config of bucket ``b`` on ``sp`` ranks (None: does not fit)."""
+        key = (b, sp)
+        if key not in self._configs:
+            shape = self.view.buckets[b].shape
+            self._configs[key] = best_config(
+                self.cost_model, shape, sp, self.recomputes(b), self.cap, self.limit
+            )
+        return self._configs[key]
+
+    def preferred(self, b: int) -> Config:
+        """The config with the fewest GPU-seconds per sample: within a node when
+        anything fits there, else the smallest larger size that fits."""
+        if b not in self._preferred:
+            options = [c for s in self.node_sizes if (c := self.config(b, s)) is not None]
+            if not options:
+                larger = [s for s in self.all_sizes if s > self.node_sizes[-1]]
+                options = [c for s in larger if (c := self.config(b, s)) is not None][:1]
+            if not options:
+                bucket = self.view.buckets[b]
+                raise ValueError(
+                    f"bucket {bucket.name!r} ({bucket.shape.tokens} tokens per sample) fits no "
+                    f"SP size up to {self.world_size} under the memory cap of "
+                    f"{self.cap / 2**30:.2f} GiB with the recomputation settings "
+                    f"{sorted({sum(r) for r in self.recomputes(b)})} (blocks recomputed); "
+                    "use a larger world, a larger cap, or a plan that skips the bucket"
+                )
+            self._preferred[b] = min(options, key=lambda c: (c.gpu_seconds_per_sample, c.sp))
+        return self._preferred[b]
+
+    def min_sp(self, b: int) -> int:
+        """The smallest SP size on which one sample of bucket ``b`` fits."""
+        for s in self.all_sizes:
+            if self.config(b, s) is not None:
+                return s
+        self.preferred(b)  # raises the error that names the bucket
+        raise AssertionError("unreachable")
+
+    def count_of(self, b: int, count: int, tokens: int) -> float:
+        """How many representatives a micro-batch of ``count`` samples of ``tokens``
+        total amounts to (exact for uniform buckets, by tokens otherwise)."""
+        if self.view.uniform[b]:
+            return float(count)
+        return tokens / self.view.rep_tokens(b)
+
+    def item_time(self, item: Item, sp: int) -> float:
+        """Estimated time of ``item`` on ``sp`` ranks (infinity where it does not fit).
+
+        A micro-batch of a text bucket is packed by tokens: its members are no
+        longer than the representative and sum to at most ``max_batch``
+        representatives, so its attention work (sum of squared lengths) and its
+        activations are bounded by the representative micro-batch's: memory-safe.
+        A micro-batch that mixes buckets is asked of the cost model directly.
+        """
+        cfg = self.config(item.bucket, sp)
+        if cfg is None:
+            return float("inf")
+        if item.mixed:
+            shapes = [self.view.shapes[i] for i in item.ids]
+            if not fits_shapes(self.cost_model, shapes, sp, cfg.recompute, self.cap):
+                return float("inf")
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
+        units = self.count_of(item.bucket, item.count, item.tokens)
+        if units > cfg.max_batch:
+            return float("inf")
+        return cfg.time(units)

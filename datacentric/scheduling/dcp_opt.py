@@ -1,0 +1,151 @@
+"""``dcp-opt``: ours. Per iteration, choose the group sizes and the assignment of
+micro-batches to groups that minimise the iteration's makespan.
+
+1. **Global batches.** The epoch's samples are interleaved by bucket (every stretch
+   holds each bucket in proportion) and cut into ``ceil(total / bound)`` global
+   batches of nearly equal tokens (or samples), the bound being
+   ``ScheduleOptions.tokens_per_iteration`` / ``samples_per_iteration``: every
+   iteration sees the same mix, so none is left with only long samples.
+2. **Micro-batches.** Each bucket's samples are packed (longest first, by tokens)
+   into micro-batches of its cheapest configuration (SP size, micro-batch size and
+   recomputation with the fewest GPU-seconds per sample, PAC included), capped so
+   that no micro-batch exceeds ``1/item_split`` of the iteration's target makespan.
+3. **Layout.** Group sizes (powers of two summing to the world) in proportion to the
+   GPU-seconds that prefer each size.
+4. **Assignment.** LPT on unrelated machines (each micro-batch may run on any size
+   where it fits, at that size's time and recomputation), local search (moves and
+   swaps off the makespan group), and HiGHS on small iterations whose heuristic
+   makespan is still above the lower bound (see ``docs/scheduling.md``).
+   A few layouts are tried (the proportional one and its neighbours); the best wins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from datacentric.scheduling import balance, exact
+from datacentric.scheduling.common import (
+    PolicyInput,
+    PolicyOutput,
+    assign_to_layout,
+    chunk_even,
+    ensure_items,
+    stratified_order,
+    time_matrix,
+)
+from datacentric.scheduling.context import CostTable
+from datacentric.scheduling.items import Item, emit_iteration, pack
+
+
+def make_items(inp: PolicyInput, table: CostTable, ids: np.ndarray) -> list[Item]:
+    """Pack a global batch's samples into micro-batches of their cheapest config."""
+    view, opts = inp.view, inp.options
+    buckets = view.bucket_of[ids]
+    present = np.unique(buckets)
+    prefs = {int(b): table.preferred(int(b)) for b in present}
+    counts = np.bincount(buckets, minlength=len(view.buckets))
+    gpu_s = sum(prefs[b].gpu_seconds_per_sample * counts[b] for b in prefs)
+    target = gpu_s / inp.world_size
+    items: list[Item] = []
+    for b, cfg in prefs.items():
+        units = cfg.max_batch
+        if opts.item_split > 0:
+            units = min(units, cfg.batch_for_time(target / opts.item_split))
+        items += pack(table, b, ids[buckets == b], units)
+    return items
+
+
+def lower_bound(times: np.ndarray, sizes: list[int], world_size: int) -> float:
+    """No makespan is below the cheapest GPU-seconds over the world, nor below the
+    fastest any single micro-batch can run."""
+    gpu = (times * np.asarray(sizes)).min(axis=1).sum() / world_size
+    return float(max(gpu, times.min(axis=1).max()))
+
+
+def candidate_layouts(
+    world_size: int, sizes: list[int], times: np.ndarray, n_items: int
+) -> list[list[int]]:
+    """The proportional layout, and the ones that turn a group of one size into groups
+    of the next smaller or larger size."""
+    pref = np.argmin(times * np.asarray(sizes), axis=1)
+    load = np.bincount(pref, weights=(times * np.asarray(sizes)).min(axis=1), minlength=len(sizes))
+    base = balance.proportional_layout(world_size, sizes, load, n_items)
+    out = [base]
+    for small, big in zip(sizes, sizes[1:]):
+        if big % small:
+            continue
+        if base.count(big):  # split one big group into small ones
+            alt = list(base)
+            alt.remove(big)
+            out.append(alt + [small] * (big // small))
+        if base.count(small) >= big // small:  # merge small groups into a big one
+            alt = list(base)
+            for _ in range(big // small):
+                alt.remove(small)
+            out.append(alt + [big])
+    return [sorted(lay) for lay in out if len(lay) <= n_items]
+
+
+def solve_iteration(
+    inp: PolicyInput, table: CostTable, items: list[Item], *, tries: bool = True
+) -> list[tuple[int, list[Item]]]:
+    """Group sizes and assignment of ``items`` with the least estimated makespan."""
+    world, opts = inp.world_size, inp.options
+    items = ensure_items(items, 1, table)
+    sizes = list(table.node_sizes)
+    times = time_matrix(table, items, sizes)
+    for s in table.all_sizes:  # past a node only for micro-batches that fit nothing within
+        if s > sizes[-1] and not np.isfinite(times).any(axis=1).all():
+            sizes.append(s)
+            times = np.column_stack([times, time_matrix(table, items, [s])])
+    if not np.isfinite(times).any(axis=1).all():
+        j = int(np.flatnonzero(~np.isfinite(times).any(axis=1))[0])
+        raise ValueError(
+            f"a micro-batch of bucket {table.view.buckets[items[j].bucket].name!r} fits no "
+            "SP size at this world size"
+        )
+    layouts = candidate_layouts(world, sizes, times, len(items)) if tries else []
+    if not layouts:
+        layouts = [balance.merge_groups(world, [1] * world, len(items))]
+    best: tuple[float, list[int], np.ndarray] | None = None
+    for layout in layouts:
+        layout = balance.merge_groups(world, layout, len(items))
+        if any(s not in sizes for s in layout):
+            continue
+        group_class = np.asarray([sizes.index(s) for s in layout])
+        if not np.isfinite(times[:, sorted(set(group_class))]).any(axis=1).all():
+            continue
+        owner, _ = balance.lpt(times, group_class, sizes)
+        owner = balance.local_search(times, group_class, owner, opts.local_search_moves)
+        if not balance.fill_empty(times, group_class, owner):
+            continue
+        span = balance.makespan(times, group_class, owner)
+        if best is None or span < best[0] - 1e-12:
+            best = (span, layout, owner)
+    if best is None:
+        # Too few micro-batches for any layout tried: fall back to merging groups.
+        return assign_to_layout(items, [1] * world, table, world, max_moves=opts.local_search_moves)
+    span, layout, owner = best
+    group_class = np.asarray([sizes.index(s) for s in layout])
+    bound = lower_bound(times, sizes, world)
+    if (
+        opts.exact_solver
+        and exact.available()
+        and span > 1.01 * bound
+        and len(items) * len(layout) <= opts.exact_max_binaries
+    ):
+        better = exact.solve_assignment(times, group_class, owner, max_nodes=opts.exact_max_nodes)
+        if better is not None:
+            owner = better
+    return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def schedule(inp: PolicyInput) -> PolicyOutput:
+    """The ``dcp-opt`` policy."""
+    table = inp.pac_table()
+    chunks, dropped = chunk_even(inp, stratified_order(inp))
+    out = PolicyOutput(iterations=[], dropped=dropped)
+    for chunk in chunks:
+        groups = solve_iteration(inp, table, make_items(inp, table, chunk))
+        out.iterations.append(emit_iteration(len(out.iterations), inp.world_size, groups, table))
+    return out

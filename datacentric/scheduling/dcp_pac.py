@@ -1,0 +1,17 @@
+"""``dcp-pac``: ``dcp-inter`` with Pyramid Activation Checkpointing.
+
+Short sequences have memory to spare, so their buckets recompute fewer blocks: each
+bucket runs the recomputation with the fewest GPU-seconds per sample among none,
+all blocks, and the plan's knapsack choice (when a plan is given), at its cheapest
+SP size and largest micro-batch. Balancing is ``dcp-inter``'s.
+"""
+
+from __future__ import annotations
+
+from datacentric.scheduling.common import PolicyInput, PolicyOutput
+from datacentric.scheduling.dcp_inter import schedule_with
+
+
+def schedule(inp: PolicyInput) -> PolicyOutput:
+    """The ``dcp-pac`` policy."""
+    return schedule_with(inp, inp.pac_table())

@@ -1,0 +1,149 @@
+"""Micro-batches under construction, and turning groups of them into an Iteration."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.scheduling.context import CostTable
+
+
+@dataclass
+class Item:
+    """Samples that run as one micro-batch (packed when more than one).
+
+    ``bucket`` is the samples' bucket, or for a ``mixed`` item (samples of several
+    buckets packed together) the bucket of its longest sample, which names it.
+    """
+
+    bucket: int
+    ids: list[int]
+    tokens: int
+    mixed: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+
+def pack(
+    table: CostTable, b: int, ids: Sequence[int], units: float, *, sort: bool = True
+) -> list[Item]:
+    """Split bucket ``b``'s samples ``ids`` into micro-batches of at most ``units``
+    representatives each (samples for uniform buckets, tokens over the
+    representative's tokens for text buckets; at least one sample each).
+
+    ``sort`` packs the longest first (next-fit over lengths in descending order,
+    which leaves every micro-batch but the last nearly full); otherwise ``ids``'
+    order is kept.
+    """
+    view = table.view
+    ids_arr = np.asarray(ids, dtype=np.int64)
+    if len(ids_arr) == 0:
+        return []
+    if view.uniform[b]:
+        size = max(1, int(units))
+        tok = view.rep_tokens(b)
+        return [
+            Item(b, chunk.tolist(), tok * len(chunk))
+            for chunk in np.array_split(ids_arr, range(size, len(ids_arr), size))
+        ]
+    tokens = view.tokens[ids_arr]
+    if sort:
+        order = np.argsort(-tokens, kind="stable")
+        ids_arr, tokens = ids_arr[order], tokens[order]
+    budget = units * view.rep_tokens(b)
+    items: list[Item] = []
+    current: list[int] = []
+    used = 0
+    for i, t in zip(ids_arr.tolist(), tokens.tolist()):
+        if current and used + t > budget:
+            items.append(Item(b, current, used))
+            current, used = [], 0
+        current.append(i)
+        used += t
+    items.append(Item(b, current, used))
+    return items
+
+
+def split_item(item: Item, table: CostTable) -> tuple[Item, Item]:
+    """Halve a micro-batch of two or more samples (tail iterations need more of them)."""
+    half = item.count // 2
+    first, second = item.ids[:half], item.ids[half:]
+    return make_item(table, first, item.mixed), make_item(table, second, item.mixed)
+
+
+def make_item(table: CostTable, ids: Sequence[int], mixed: bool = True) -> Item:
+    """An item of samples ``ids``; named by its longest sample's bucket."""
+    view = table.view
+    arr = np.asarray(ids, dtype=np.int64)
+    buckets = view.bucket_of[arr]
+    b = int(buckets[np.argmax(view.tokens[arr])])
+    return Item(b, arr.tolist(), int(view.tokens[arr].sum()), mixed and bool((buckets != b).any()))
+
+
+def place_groups(world_size: int, sizes: Sequence[int]) -> list[int]:
+    """Rank starts for groups of ``sizes`` (each a power of two dividing the world, or
+    the whole world) laid out largest first: every start is then a multiple of its
+    size. Returns starts in the order of ``sizes``."""
+    if sum(sizes) != world_size:
+        raise ValueError(f"group sizes {sorted(sizes)} do not add up to world size {world_size}")
+    order = sorted(range(len(sizes)), key=lambda g: -sizes[g])
+    starts = [0] * len(sizes)
+    at = 0
+    for g in order:
+        if at % sizes[g]:
+            raise ValueError(f"group of size {sizes[g]} would start unaligned at rank {at}")
+        starts[g] = at
+        at += sizes[g]
+    return starts
+
+
+def emit_iteration(
+    index: int,
+    world_size: int,
+    groups: Sequence[tuple[int, Sequence[Item]]],
+    table: CostTable,
+    *,
+    recompute_of: dict[tuple[int, int], tuple[bool, ...]] | None = None,
+) -> Iteration:
+    """Build the :class:`Iteration` for ``groups`` of ``(sp_size, items)``.
+
+    Each micro-batch gets its bucket's recomputation on that SP size (from the
+    cost table, or ``recompute_of[(bucket, sp)]`` when a policy fixes it) and the
+    cost model's time for its actual samples.
+    """
+    view, model = table.view, table.cost_model
+    sizes = [sp for sp, _ in groups]
+    starts = place_groups(world_size, sizes)
+    assignments = []
+    for (sp, items), start in sorted(zip(groups, starts), key=lambda x: x[1]):
+        mbs = []
+        for item in items:
+            rc = recompute_of.get((item.bucket, sp)) if recompute_of else None
+            if rc is None:
+                cfg = table.config(item.bucket, sp)
+                if cfg is None:
+                    bucket = view.buckets[item.bucket]
+                    raise ValueError(
+                        f"iteration {index}: bucket {bucket.name!r} does not fit on an SP "
+                        f"group of {sp} ranks under the memory cap (or the model rejects "
+                        f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
+                        "use drop_remainder=True or a smaller world"
+                    )
+                rc = cfg.recompute
+            mbs.append(
+                MicroBatch(
+                    sample_ids=tuple(item.ids),
+                    bucket=view.buckets[item.bucket].name,
+                    tokens=int(item.tokens),
+                    recompute=rc,
+                    est_time_s=view.exact_time(model, item.ids, sp, rc),
+                    packed=item.count > 1,
+                )
+            )
+        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=tuple(mbs)))
+    return Iteration(index=index, assignments=tuple(assignments))

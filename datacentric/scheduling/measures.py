@@ -1,0 +1,126 @@
+"""How good a schedule is: per-iteration idle share and efficiency against the ideal.
+
+The **ideal bound** (one function, reused by the simulator): every sample runs at the
+cheapest GPU-seconds any feasible configuration gives it, ``sp * time / samples``
+over SP sizes (within a node, past it only for buckets that fit nothing within),
+recomputation (none, every block, or the plan's choice for its bucket) and
+micro-batch sizes (up to the largest that fits the memory cap); the sum over
+samples divided by the world size is the epoch time of a perfectly balanced,
+communication-free world. A schedule's **efficiency** is that bound over its
+estimated epoch time (iterations' makespans plus the exposed gradient sync).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.plan import Plan
+from datacentric.schedule import Iteration, Schedule
+from datacentric.scheduling.context import CostTable, DatasetView
+from datacentric.scheduling.costs import best_config
+from datacentric.shapes import SampleShape
+
+#: Text buckets with more distinct lengths than this are priced at this many
+#: log-spaced anchor lengths, per-sample cost interpolated in log-log between them.
+ANCHORS = 8
+
+
+def ideal_epoch_time(
+    shapes: Sequence[SampleShape],
+    cost_model: CostModel,
+    world_size: int,
+    *,
+    plan: Plan | None = None,
+    memory_cap_bytes: int | None = None,
+    max_sp_size: int | None = None,
+    max_micro_batch_size: int = 4096,
+    sample_ids: Sequence[int] | None = None,
+) -> float:
+    """The ideal epoch time in seconds of ``shapes`` (or the subset ``sample_ids``) on
+    ``world_size`` ranks (see the module doc)."""
+    view = DatasetView(shapes)
+    cap = memory_cap_bytes or (plan.memory_cap_bytes if plan else None)
+    cap = cap or cost_model.memory_capacity_bytes
+    nb = int(cost_model.num_blocks)
+    names = [bk.name for bk in view.buckets]
+
+    def recomputes(b: int) -> list[tuple[bool, ...]]:
+        out = [(False,) * nb, (True,) * nb]
+        if plan is not None and names[b] in plan.buckets:
+            rc = tuple(plan.buckets[names[b]].recompute)
+            if len(rc) == nb:
+                out.append(rc)
+        return out
+
+    table = CostTable(
+        view,
+        cost_model,
+        world_size=world_size,
+        memory_cap_bytes=cap,
+        max_sp_size=max_sp_size,
+        max_micro_batch_size=max_micro_batch_size,
+        recomputes=recomputes,
+    )
+    ids = np.arange(view.num_samples) if sample_ids is None else np.asarray(sample_ids)
+    return ideal_gpu_seconds(table, ids) / world_size
+
+
+def ideal_gpu_seconds(table: CostTable, ids: np.ndarray) -> float:
+    """Sum over samples ``ids`` of their cheapest GPU-seconds (see module doc)."""
+    view = table.view
+    total = 0.0
+    buckets = view.bucket_of[ids]
+    for b in np.unique(buckets).tolist():
+        lengths = view.tokens[ids[buckets == b]]
+        pref = table.preferred(b)
+        if view.uniform[b]:
+            total += pref.gpu_seconds_per_sample * len(lengths)
+            continue
+        distinct = np.unique(lengths)
+        if len(distinct) > ANCHORS:
+            distinct = np.unique(
+                np.rint(np.geomspace(distinct[0], distinct[-1], ANCHORS)).astype(np.int64)
+            )
+        sizes = list(table.node_sizes) if pref.sp in table.node_sizes else [pref.sp]
+        costs = []
+        for length in distinct.tolist():
+            shape = SampleShape.text(int(length))
+            rcs = table.recomputes(b)
+            options = [
+                c
+                for s in sizes
+                if (c := best_config(table.cost_model, shape, s, rcs, table.cap, table.limit))
+            ]
+            costs.append(min(c.gpu_seconds_per_sample for c in options))
+        log_cost = np.interp(np.log(lengths), np.log(distinct), np.log(costs))
+        total += float(np.exp(log_cost).sum())
+    return total
+
+
+def iteration_imbalance(it: Iteration, world_size: int) -> float:
+    """Idle share of the iteration's GPU time by the micro-batches' estimates."""
+    times = [(a.sp_size, a.est_time_s) for a in it.assignments]
+    span = max(t for _, t in times)
+    if span <= 0:
+        return 0.0
+    return 1.0 - sum(s * t for s, t in times) / (world_size * span)
+
+
+def schedule_measures(
+    schedule: Schedule, cost_model: CostModel, ideal_epoch_time_s: float | None
+) -> dict[str, float | list[float] | None]:
+    """Imbalance per iteration and mean, estimated epoch time and efficiency."""
+    world = schedule.world_size
+    imbalance = [iteration_imbalance(it, world) for it in schedule.iterations]
+    sync = float(cost_model.grad_sync_time_s(world))
+    epoch = sum(it.est_makespan_s + sync for it in schedule.iterations)
+    return {
+        "imbalance": imbalance,
+        "imbalance_mean": float(np.mean(imbalance)) if imbalance else 0.0,
+        "est_epoch_time_s": epoch,
+        "ideal_epoch_time_s": ideal_epoch_time_s,
+        "efficiency": (ideal_epoch_time_s / epoch) if ideal_epoch_time_s and epoch > 0 else None,
+    }

@@ -1,0 +1,69 @@
+"""A tiny cost model for tests and examples of the scheduler (no hardware behind it).
+
+Time: a fixed launch cost, linear and quadratic (attention) work split over the SP
+group, an all-to-all term that grows past a node, and recomputation re-running the
+forward (a third of the pass) of the blocks that recompute. Memory: fixed model
+states plus per-token activations of every block, a recomputing block keeping an
+eighth of them. It satisfies the :class:`~datacentric.planning.cost_model.CostModel`
+protocol, and its numbers are only meant to be plausible in shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from datacentric.shapes import SampleShape
+
+
+@dataclass(frozen=True)
+class ToyCostModel:
+    """A plausible-in-shape cost model (see module doc)."""
+
+    blocks: int = 4
+    capacity_bytes: int = 64 * 2**20
+    node_size: int = 8
+    launch_s: float = 2e-3
+    per_token_s: float = 1e-6
+    per_token_sq_s: float = 2e-10
+    comm_per_token_s: float = 2e-7
+    state_bytes: int = 8 * 2**20
+    act_bytes_per_token_block: int = 64
+    sync_s: float = 1e-3
+
+    @property
+    def num_blocks(self) -> int:
+        return self.blocks
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        return self.capacity_bytes
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node_size
+
+    def pass_time_s(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> float:
+        n = sum(s.tokens for s in shapes)
+        q = sum(s.tokens * s.tokens for s in shapes)
+        compute = (self.per_token_s * n + self.per_token_sq_s * q) / sp_size
+        share = sum(recompute) / self.blocks if recompute else 0.0
+        comm = 0.0
+        if sp_size > 1:
+            slow = 4.0 if sp_size > self.node_size else 1.0
+            comm = self.comm_per_token_s * n * slow * (sp_size - 1) / sp_size
+        return self.launch_s + compute * (1.0 + share / 3.0) + comm
+
+    def pass_memory_bytes(
+        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    ) -> int:
+        per_rank = math.ceil(sum(s.tokens for s in shapes) / sp_size)
+        flags = list(recompute) or [False] * self.blocks
+        kept = sum(0.125 if r else 1.0 for r in flags)
+        return int(self.state_bytes + per_rank * self.act_bytes_per_token_block * kept)
+
+    def grad_sync_time_s(self, world_size: int) -> float:
+        return self.sync_s * math.log2(world_size) if world_size > 1 else 0.0
