@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,9 @@ def save_checkpoint(
         "model": get_model_state_dict(model),
         "optimizer": get_optimizer_state_dict(model, optimizer),
     }
-    dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
     torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
     _barrier()
     if _rank() == 0:
@@ -170,7 +173,9 @@ def load_checkpoint(
         "model": get_model_state_dict(model),
         "optimizer": get_optimizer_state_dict(model, optimizer),
     }
-    dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rng_file = path / f"rng-rank{_rank()}.pt"

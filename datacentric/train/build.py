@@ -1,0 +1,96 @@
+"""Build a run's dataset, model and cost model from its configuration."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from torch import nn
+
+from datacentric.data.stdlib import StdlibCorpus
+from datacentric.data.text import SyntheticTextDataset
+from datacentric.data.video import SyntheticVideoDataset
+from datacentric.models.presets import MODEL_PRESETS, build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.hardware import get_hardware
+from datacentric.planning.model_specs import spec_from_model_preset
+from datacentric.sim.workloads import get_workload, list_workloads
+from datacentric.train.config import TrainConfig
+
+
+def build_dataset(config: TrainConfig):
+    """``stdlib`` (the standard-library corpus) or a workload preset's shapes as
+    synthetic data (video latents for video workloads, random bytes for text)."""
+    if config.dataset == "stdlib":
+        return StdlibCorpus(max_tokens=config.max_tokens, limit=config.dataset_limit)
+    if config.dataset in list_workloads():
+        workload = get_workload(config.dataset, seed=config.seed, num_samples=config.dataset_limit)
+        shapes = list(workload.shapes)
+        if shapes[0].is_video:
+            return SyntheticVideoDataset(shapes, seed=config.seed)
+        return SyntheticTextDataset(shapes, seed=config.seed)
+    raise ValueError(
+        f"unknown dataset {config.dataset!r}; use 'stdlib' or a workload preset "
+        f"({', '.join(list_workloads())})"
+    )
+
+
+def build_model_for(config: TrainConfig, dataset) -> nn.Module:
+    """A model preset by name, or ``package.module:factory`` (called with no arguments).
+
+    Seed the global RNG first: every rank must build identical weights.
+    """
+    name = config.model
+    dtype = torch.float32
+    if name in MODEL_PRESETS:
+        overrides = {}
+        token_dim = getattr(dataset, "token_dim", None)
+        if token_dim is not None:
+            overrides["in_channels"] = token_dim
+        return build_model(name, dtype=dtype, **overrides)
+    if ":" in name:
+        module_name, factory = name.split(":", 1)
+        model = getattr(importlib.import_module(module_name), factory)()
+        missing = [
+            a
+            for a in ("blocks", "set_attention", "num_heads", "loss_mode")
+            if not hasattr(model, a)
+        ]
+        if missing:
+            raise TypeError(
+                f"model {name!r} lacks {', '.join(missing)}; a datacentric model needs "
+                "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> "
+                "per-token loss (see docs/models.md)"
+            )
+        return model
+    raise ValueError(
+        f"unknown model {name!r}; use a preset ({', '.join(MODEL_PRESETS)}) or "
+        "'package.module:factory'"
+    )
+
+
+def build_cost_model(
+    config: TrainConfig, groups: ProcessGroups, model: nn.Module, dataset
+) -> CostModel:
+    """The cost model the schedule is planned with.
+
+    Analytic FLOP/byte model of the preset on this device: ``cpu-local`` (calibrated
+    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name.
+    """
+    if config.model not in MODEL_PRESETS:
+        raise ValueError(
+            f"model {config.model!r} has no analytic spec; profile it first (`datacentric profile`)"
+        )
+    spec = spec_from_model_preset(config.model)
+    hardware = get_hardware(_hardware_name(groups.device))
+    dtype_bytes = 2 if config.dtype == "bfloat16" else 4
+    return AnalyticCostModel(spec, hardware, dtype_bytes=dtype_bytes)
+
+
+def _hardware_name(device: torch.device) -> str:
+    if device.type != "cuda":
+        return "cpu-local"
+    name = torch.cuda.get_device_name(device).lower()
+    return "h200-sxm" if "h200" in name else "h100-sxm"
