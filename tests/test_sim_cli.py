@@ -1,0 +1,58 @@
+"""``datacentric simulate`` end to end on a small preset, and the policy comparison."""
+
+import json
+
+import pytest
+
+from datacentric.cli.main import main
+from datacentric.sim.compare import policy_table, run_policies, simulation_cost_model
+from datacentric.sim.workloads import get_workload
+
+KEYS = {"tokens_per_s", "speedup_vs_static", "idle_share", "efficiency"}
+
+
+def test_simulate_json_trace_and_plot(tmp_path, capsys):
+    trace, plot = tmp_path / "trace.json", tmp_path / "plot.png"
+    args = ["simulate", "--preset", "opensora-short", "--num-samples", "255", "--gpus", "4"]
+    args += ["--policies", "dcp-pac,dcp-opt", "--json", "--trace", str(trace)]
+    args += ["--plot", str(plot)]
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["model"], report["hardware"], report["gpus"]) == ("stdit-1.1b", "h100-sxm", 4)
+    assert list(report["policies"]) == ["static", "dcp-pac", "dcp-opt"]  # static added
+    for row in report["policies"].values():
+        assert KEYS <= set(row)
+        assert row["tokens_per_s"] > 0 and 0 <= row["idle_share"] < 1
+        assert 0 < row["efficiency"] <= 1.0 + 1e-9
+        assert row["samples"] == 255 and row["samples_dropped"] == 0
+    assert report["policies"]["static"]["speedup_vs_static"] == 1.0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["tid"] for e in events if e.get("cat") == "micro_batch"} == {0, 1, 2, 3}
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_lengths_file_overrides(tmp_path, capsys):
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(str(n) for n in [700, 1200, 900, 30_000, 500, 800] * 8))
+    args = ["simulate", "--lengths", str(path), "--gpus", "8", "--hardware", "h100-sxm"]
+    assert main(args + ["--policies", "static,dcp-inter", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["model"], report["hardware"]) == ("llama-7b", "h100-sxm")
+    assert report["tokens"] == 8 * 34_100
+
+
+def test_simulate_needs_a_source():
+    with pytest.raises(SystemExit):
+        main(["simulate", "--gpus", "2"])
+
+
+def test_speedups_are_throughput_ratios():
+    workload = get_workload("opensora-long", num_samples=102)
+    cost_model = simulation_cost_model("stdit-1.1b", "h100-sxm", 8)
+    runs = run_policies(workload.shapes, cost_model, 8, ["static", "dcp-inter"])
+    table = policy_table(runs)
+    ratio = runs["dcp-inter"].result.tokens_per_s / runs["static"].result.tokens_per_s
+    assert table["dcp-inter"]["speedup_vs_static"] == pytest.approx(ratio)
+    for run in runs.values():
+        run.schedule.validate()
+        assert run.result.tokens == workload.num_tokens
