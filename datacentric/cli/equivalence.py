@@ -12,7 +12,12 @@ import argparse
 import json
 import sys
 
-from datacentric.parallel.equivalence import EQUIVALENCE_MODELS, TOLERANCE, check_equivalence
+from datacentric.parallel.equivalence import (
+    EQUIVALENCE_MODELS,
+    TOLERANCE,
+    WRAPPERS,
+    check_equivalence,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=TOLERANCE,
         help=f"largest accepted max_rel_grad_err (default {TOLERANCE:g}, float32)",
     )
+    parser.add_argument(
+        "--wrapper",
+        choices=WRAPPERS,
+        default="none",
+        help="hold the model as is (one all-reduce per step), in DDP, or sharded with FSDP2",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -45,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         args.world,
         seed=args.seed,
         tolerance=args.tolerance,
+        wrapper=args.wrapper,
         timeout_s=args.timeout,
         progress=None if args.json else print,
     )
@@ -52,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         print(
-            f"{report['model']} at world {report['world']}: SP sizes {report['sp_sizes']}, "
-            f"accumulation counts {report['accumulation_counts']}, recomputed blocks "
-            f"{report['recomputed_blocks']}"
+            f"{report['model']} ({report['wrapper']}) at world {report['world']}: "
+            f"SP sizes {report['sp_sizes']}, accumulation counts "
+            f"{report['accumulation_counts']}, recomputed blocks {report['recomputed_blocks']}"
         )
         print(
             f"loss distributed {report['loss_distributed']:.8f} vs reference "

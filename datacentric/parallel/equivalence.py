@@ -26,6 +26,7 @@ from torch import nn
 from datacentric.data import StdlibCorpus, SyntheticVideoDataset
 from datacentric.data.base import Dataset
 from datacentric.models.presets import build_model
+from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
@@ -37,6 +38,8 @@ TOLERANCE = 1e-5
 """Largest accepted ``max_rel_grad_err`` in float32."""
 
 EQUIVALENCE_MODELS = ("llama", "dit")
+WRAPPERS = ("none", "ddp", "fsdp2")
+"""How the distributed run holds the model: plain, DDP or FSDP2."""
 
 # Latent grids (frames, rows, columns) of the DiT case: images and short clips.
 _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
@@ -114,19 +117,32 @@ def _build(model_name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, D
     return build_model(model_name, dtype=dtype), equivalence_dataset(model_name, seed)
 
 
+def _full_grad(param: nn.Parameter) -> torch.Tensor:
+    grad = param.grad
+    if hasattr(grad, "full_tensor"):  # a sharded FSDP2 gradient (collective)
+        grad = grad.full_tensor()
+    return grad.detach().clone()
+
+
 def _distributed_worker(
-    cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: torch.dtype
+    cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: torch.dtype, wrapper: str
 ) -> list[tuple[float, dict[str, torch.Tensor]]]:
     groups = ProcessGroups()
     out = []
     for model_name, iteration_json in cases:
         model, dataset = _build(model_name, seed, dtype)
+        if wrapper == "ddp":
+            model = wrap_ddp(model)
+        elif wrapper == "fsdp2":
+            model = shard_fsdp2(model, groups)
         runtime = DataCentricRuntime(
             model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
         )
         stats = runtime.run_iteration(Iteration.from_json(iteration_json))
         loss = runtime.global_loss(stats)
-        out.append((loss, {n: p.grad.detach().clone() for n, p in model.named_parameters()}))
+        names = [n.removeprefix("module.") for n, _ in model.named_parameters()]
+        grads = [_full_grad(p) for p in model.parameters()]
+        out.append((loss, dict(zip(names, grads))))
     return out
 
 
@@ -136,11 +152,20 @@ def run_distributed(
     *,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
+    wrapper: str = "none",
     timeout_s: float = 300.0,
 ) -> list[StepResult]:
-    """Run each ``(model, iteration)`` case on ``world_size`` spawned gloo ranks (one spawn)."""
+    """Run each ``(model, iteration)`` case on ``world_size`` spawned gloo ranks (one spawn).
+
+    ``wrapper`` holds the model as is (``"none"``: one gradient all-reduce), in
+    DDP (``"ddp"``) or sharded with FSDP2 (``"fsdp2"``).
+    """
+    if wrapper not in WRAPPERS:
+        raise ValueError(f"wrapper must be one of {WRAPPERS}, got {wrapper!r}")
     payload = [(model, iteration.to_json()) for model, iteration in cases]
-    per_rank = spawn(_distributed_worker, world_size, payload, seed, dtype, timeout_s=timeout_s)
+    per_rank = spawn(
+        _distributed_worker, world_size, payload, seed, dtype, wrapper, timeout_s=timeout_s
+    )
     results = []
     for case_index in range(len(cases)):
         loss, grads = per_rank[0][case_index]
@@ -192,12 +217,30 @@ def relative_errors(
     return out
 
 
+def assert_gradients_close(
+    result: StepResult, reference: StepResult, *, rtol: float = 1e-5, atol: float = 1e-7
+) -> None:
+    """``torch.testing.assert_close`` on the loss and on every parameter gradient."""
+    if result.grads.keys() != reference.grads.keys():
+        raise AssertionError(
+            f"parameter names differ: {sorted(set(result.grads) ^ set(reference.grads))[:5]}"
+        )
+    torch.testing.assert_close(
+        torch.tensor(result.loss), torch.tensor(reference.loss), rtol=1e-6, atol=0.0
+    )
+    for name, ref in reference.grads.items():
+        torch.testing.assert_close(
+            result.grads[name], ref, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+
 def check_equivalence(
     models: Sequence[str],
     world_size: int,
     *,
     seed: int = 0,
     tolerance: float = TOLERANCE,
+    wrapper: str = "none",
     timeout_s: float = 300.0,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -208,7 +251,9 @@ def check_equivalence(
         num_blocks = len(build_model(name, device="meta").blocks)
         cases.append((name, mixed_iteration(shapes, world_size, num_blocks, seed)))
     start = time.perf_counter()
-    distributed = run_distributed(cases, world_size, seed=seed, timeout_s=timeout_s)
+    distributed = run_distributed(
+        cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s
+    )
     dist_time = time.perf_counter() - start
     reports = []
     for (name, iteration), result in zip(cases, distributed):
@@ -221,6 +266,7 @@ def check_equivalence(
             {
                 "model": name,
                 "world": world_size,
+                "wrapper": wrapper,
                 "sp_sizes": [a.sp_size for a in iteration.assignments],
                 "accumulation_counts": [a.accumulation_steps for a in iteration.assignments],
                 "samples_per_micro_batch": [

@@ -22,6 +22,7 @@ Three ways to hold the model, one rule (see docs/runtime.md):
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -31,13 +32,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from datacentric.parallel.groups import ProcessGroups
+
 try:
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, fully_shard
 except ImportError:  # torch < 2.6 kept FSDP2 in a private module
     try:
-        from torch.distributed._composable.fsdp import FSDPModule
+        from torch.distributed._composable.fsdp import FSDPModule, fully_shard
     except ImportError:
-        FSDPModule = None  # type: ignore[assignment,misc]
+        FSDPModule = fully_shard = None  # type: ignore[assignment,misc]
 
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 
@@ -91,6 +94,13 @@ def sum_allreduce_hook(
     return work.get_future().then(lambda fut: fut.value()[0])
 
 
+# DDP checks the hook's annotations as objects; this module's are strings.
+sum_allreduce_hook.__annotations__.update(
+    bucket=dist.GradBucket, process_group=dist.ProcessGroup | None
+)
+sum_allreduce_hook.__annotations__["return"] = torch.futures.Future[torch.Tensor]
+
+
 def wrap_ddp(model: nn.Module, **ddp_kwargs: Any) -> DistributedDataParallel:
     """Wrap ``model`` in DDP for data-centric runs.
 
@@ -99,15 +109,55 @@ def wrap_ddp(model: nn.Module, **ddp_kwargs: Any) -> DistributedDataParallel:
     reduction sums instead of averaging. Run micro-steps through
     :func:`micro_step_context` so only the last one reduces.
     """
-    ddp_kwargs.setdefault("broadcast_buffers", False)
-    if ddp_kwargs["broadcast_buffers"]:
-        raise ValueError(
-            "broadcast_buffers=True issues a world collective on every forward; ranks run "
-            "different numbers of forwards per iteration, so it would deadlock"
-        )
+    # Newer torch spells "no buffer sync in forward" forward_sync_buffers=False.
+    key = "forward_sync_buffers" if _ddp_accepts("forward_sync_buffers") else "broadcast_buffers"
+    for name in ("forward_sync_buffers", "broadcast_buffers"):
+        if ddp_kwargs.get(name):
+            raise ValueError(
+                f"{name}=True issues a world collective on every forward; ranks run different "
+                "numbers of forwards per iteration, so it would deadlock"
+            )
+        ddp_kwargs.pop(name, None)
+    ddp_kwargs[key] = False
     ddp = DistributedDataParallel(model, **ddp_kwargs)
     ddp.register_comm_hook(None, sum_allreduce_hook)
     return ddp
+
+
+def _ddp_accepts(argument: str) -> bool:
+    return argument in inspect.signature(DistributedDataParallel.__init__).parameters
+
+
+def shard_fsdp2(model: nn.Module, groups: ProcessGroups) -> nn.Module:
+    """Shard ``model`` with FSDP2 over the whole world, for data-centric runs.
+
+    Every block of ``model.blocks`` and the root become FSDP units with
+    ``reshard_after_forward=False``; with :func:`micro_step_context` the
+    parameters are all-gathered in a rank's first forward of the iteration and
+    stay gathered until its last backward, which reduce-scatters once (a SUM:
+    the divide factor is 1). Parameter and optimizer state stay sharded
+    between iterations (ZeRO-2 within an iteration, ZeRO-3 across them).
+    Returns ``model`` (now an ``FSDPModule``); gradients are sharded DTensors.
+    """
+    if fully_shard is None:
+        raise RuntimeError("this torch has no FSDP2 (fully_shard); upgrade to torch>=2.6")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(groups.device.type, (groups.world_size,))
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, reshard_after_forward=False)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False)
+    for unit in model.modules():  # the settings below do not recurse
+        if not isinstance(unit, FSDPModule):
+            continue
+        if hasattr(unit, "set_gradient_divide_factor"):
+            unit.set_gradient_divide_factor(1.0)
+        else:  # torch 2.6-2.7
+            unit.set_reduce_scatter_divide_factor(1.0)
+        if hasattr(unit, "set_force_sum_reduction_for_comms"):
+            # A plain SUM (gloo has no pre-multiplied sum; NCCL sums zero-copy).
+            unit.set_force_sum_reduction_for_comms(True)
+    return model
 
 
 def is_fsdp2(model: nn.Module) -> bool:

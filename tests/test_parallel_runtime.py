@@ -1,0 +1,117 @@
+"""The runtime, the launcher and the process groups; DDP and FSDP2 with unequal accumulation."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from datacentric.models.presets import build_model
+from datacentric.parallel.equivalence import (
+    assert_gradients_close,
+    equivalence_dataset,
+    mixed_iteration,
+    run_distributed,
+    run_reference,
+)
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import spawn
+from datacentric.parallel.loss import loss_tokens_function
+from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.schedule import Assignment, Iteration, MicroBatch
+
+
+def _groups_worker() -> dict[str, object]:
+    groups = ProcessGroups()
+    rank = groups.rank
+    assert groups.sizes == (1, 2, 4)
+    assert groups.group(rank, 1) is None
+    assert groups.group(0, 4) is dist.group.WORLD
+    pair = groups.group(rank - rank % 2, 2)
+    assert dist.get_process_group_ranks(pair) == [rank - rank % 2, rank - rank % 2 + 1]
+    assignment = Assignment(rank_start=2, sp_size=2, micro_batches=(MicroBatch((0,), "b", 1),))
+    assert dist.get_process_group_ranks(groups.for_assignment(assignment)) == [2, 3]
+    with pytest.raises(ValueError, match="no process group for ranks 1..2"):
+        groups.group(1, 2)
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total, group=pair)  # only the pair's two ranks take part
+    return {"rank": rank, "pair_sum": float(total)}
+
+
+def _failing_worker(bad_rank: int) -> int:
+    if dist.get_rank() == bad_rank:
+        raise ValueError("boom on purpose")
+    return dist.get_rank()
+
+
+def _hanging_worker() -> None:
+    time.sleep(60)
+
+
+@pytest.mark.slow
+def test_process_groups_at_world_four() -> None:
+    results = spawn(_groups_worker, 4, timeout_s=60)
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert [r["pair_sum"] for r in results] == [1.0, 1.0, 5.0, 5.0]
+
+
+@pytest.mark.slow
+def test_spawn_names_the_failing_rank_and_times_out_on_a_hang() -> None:
+    with pytest.raises(RuntimeError, match=r"rank 1 failed:(.|\n)*ValueError: boom on purpose"):
+        spawn(_failing_worker, 2, 1, timeout_s=60)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] did not finish within 3 s"):
+        spawn(_hanging_worker, 2, timeout_s=3)
+    assert time.monotonic() - start < 30
+
+
+def test_local_runtime_accumulates_like_one_big_batch() -> None:
+    """World 1, no torch.distributed: three micro-batches with mixed recomputation."""
+    dataset = equivalence_dataset("dit")
+    shapes = dataset.shapes()
+    mbs = tuple(
+        MicroBatch(ids, "b", sum(shapes[i].tokens for i in ids), recompute=rc)
+        for ids, rc in [((0, 3), (True,) * 8), ((5,), (False, True) * 4), ((1, 2), ())]
+    )
+    iteration = Iteration(index=0, assignments=(Assignment(0, 1, mbs),))
+    torch.manual_seed(0)
+    model = build_model("dit")
+    runtime = DataCentricRuntime(
+        model, ProcessGroups.local(), dataset.pack, loss_tokens_function(dataset)
+    )
+    stats = runtime.run_iteration(iteration)
+    assert stats.accumulation_steps == 3
+    assert [mb.num_recomputed for mb in stats.micro_batches] == [8, 4, 0]
+    assert stats.sync_time_s == 0.0
+    result_loss = runtime.global_loss(stats)
+    reference = run_reference("dit", iteration)
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    assert_gradients_close(type(reference)(loss=result_loss, grads=grads), reference)
+
+
+def test_heads_not_divisible_by_sp_fail_at_setup() -> None:
+    dataset = equivalence_dataset("llama")
+    model = build_model("llama", num_layers=1, num_heads=4)
+    with pytest.raises(ValueError, match=r"4 attention heads, not divisible by SP size 8"):
+        DataCentricRuntime(
+            model,
+            ProcessGroups.local(),
+            dataset.pack,
+            loss_tokens_function(dataset),
+            sp_sizes=[1, 2, 8],
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("wrapper", "model", "world"), [("ddp", "llama", 4), ("fsdp2", "dit", 2)])
+def test_wrapped_models_with_unequal_accumulation(wrapper: str, model: str, world: int) -> None:
+    """Per-pass world collectives would deadlock here; ours run once per iteration."""
+    num_blocks = len(build_model(model, device="meta").blocks)
+    iteration = mixed_iteration(equivalence_dataset(model).shapes(), world, num_blocks)
+    counts = [a.accumulation_steps for a in iteration.assignments]
+    assert len(set(counts)) > 1
+    (result,) = run_distributed([(model, iteration)], world, wrapper=wrapper, timeout_s=120)
+    assert result.ranks_agree
+    assert_gradients_close(result, run_reference(model, iteration))
