@@ -74,6 +74,7 @@ def run_policies(
     record_spans: bool = False,
     options: ScheduleOptions | None = None,
     plan: Plan | None = None,
+    errors: dict[str, str] | None = None,
 ) -> dict[str, PolicyRun]:
     """Schedule ``shapes`` with each policy and simulate the schedules.
 
@@ -81,10 +82,10 @@ def run_policies(
     planner's, :func:`~datacentric.planning.planner.plan_buckets`, whose knapsack
     recomputation ``dcp-pac`` and ``dcp-opt`` may use), so policies are compared on
     equal terms. Efficiency is against the scheduler's ideal bound over the samples
-    each schedule actually runs.
+    each schedule actually runs. With ``errors`` (a dict), a policy whose scheduling
+    or simulation raises is left out of the result and its error recorded there
+    (benchmarks report it); without, the error propagates.
     """
-    from datacentric.scheduling import build_schedule, ideal_epoch_time
-
     shapes = list(shapes)
     if plan is None:
         plan = plan_buckets(make_buckets(shapes), cost_model, world_size=world_size)
@@ -92,37 +93,73 @@ def run_policies(
     costs = PassCostCache(cost_model)
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
-        start = time.perf_counter()
-        schedule = build_schedule(
-            shapes,
-            policy=policy,
-            world_size=world_size,
-            cost_model=cost_model,
-            plan=plan,
-            seed=seed,
-            epoch=epoch,
-            options=options,
-            measure=False,
-        )
-        elapsed = time.perf_counter() - start
-        dropped = schedule.dropped_sample_ids
-        if dropped not in bounds:
-            kept = sorted(set(range(len(shapes))) - set(dropped)) if dropped else None
-            bounds[dropped] = ideal_epoch_time(
-                shapes, cost_model, world_size, plan=plan, sample_ids=kept
+        try:
+            runs[policy] = _run_policy(
+                policy,
+                shapes,
+                cost_model,
+                world_size,
+                plan,
+                costs,
+                bounds,
+                seed=seed,
+                epoch=epoch,
+                record_spans=record_spans,
+                options=options,
             )
-        bound = bounds[dropped]
-        result = simulate(
-            schedule,
-            shapes,
-            cost_model,
-            ideal_epoch_time_s=bound,
-            record_spans=record_spans,
-            costs=costs,
-            overlap_grad_sync=True,
-        )
-        runs[policy] = PolicyRun(policy, schedule, result, elapsed)
+        except Exception as err:  # recorded for the caller, see the docstring
+            if errors is None:
+                raise
+            errors[policy] = f"{type(err).__name__}: {err}"
     return runs
+
+
+def _run_policy(
+    policy: str,
+    shapes: list[SampleShape],
+    cost_model: CostModel,
+    world_size: int,
+    plan: Plan,
+    costs: PassCostCache,
+    bounds: dict[tuple[int, ...], float],
+    *,
+    seed: int,
+    epoch: int,
+    record_spans: bool,
+    options: ScheduleOptions | None,
+) -> PolicyRun:
+    """Schedule and simulate one policy; ``bounds`` caches the ideal time per dropped set."""
+    from datacentric.scheduling import build_schedule, ideal_epoch_time
+
+    start = time.perf_counter()
+    schedule = build_schedule(
+        shapes,
+        policy=policy,
+        world_size=world_size,
+        cost_model=cost_model,
+        plan=plan,
+        seed=seed,
+        epoch=epoch,
+        options=options,
+        measure=False,
+    )
+    elapsed = time.perf_counter() - start
+    dropped = schedule.dropped_sample_ids
+    if dropped not in bounds:
+        kept = sorted(set(range(len(shapes))) - set(dropped)) if dropped else None
+        bounds[dropped] = ideal_epoch_time(
+            shapes, cost_model, world_size, plan=plan, sample_ids=kept
+        )
+    result = simulate(
+        schedule,
+        shapes,
+        cost_model,
+        ideal_epoch_time_s=bounds[dropped],
+        record_spans=record_spans,
+        costs=costs,
+        overlap_grad_sync=True,
+    )
+    return PolicyRun(policy, schedule, result, elapsed)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
