@@ -25,25 +25,90 @@ EPS = 1e-12
 
 
 def proportional_layout(
-    world_size: int, sizes: Sequence[int], load: np.ndarray, max_groups: int
+    world_size: int,
+    sizes: Sequence[int],
+    load: np.ndarray,
+    max_groups: int,
+    longest: np.ndarray | None = None,
+    items: np.ndarray | None = None,
 ) -> list[int]:
-    """Group sizes (one entry per group) whose GPU share follows ``load[k]`` (the
-    GPU-seconds that prefer ``sizes[k]``), at most ``max_groups`` groups."""
-    total = float(load.sum())
-    want = load * world_size / total / np.asarray(sizes) if total > 0 else np.zeros(len(sizes))
-    counts = np.floor(want).astype(int)
-    left = world_size - int((counts * np.asarray(sizes)).sum())
-    # Hand out the rest by largest shortfall in GPUs, never past what is left.
-    for k in np.argsort(-(want - counts) * np.asarray(sizes), kind="stable"):
-        if want[k] > counts[k] and sizes[k] <= left:
+    """Group sizes (one entry per group) for a world whose size classes carry
+    ``load[k]`` GPU-seconds (items that prefer ``sizes[k]``), at most ``max_groups``.
+
+    Apportioned greedily (D'Hondt-like): every loaded class gets a group, then the
+    class whose groups would run longest, ``max(load / (size * groups), longest)``,
+    gets another while that shortens it and its size fits the ranks left. Ranks still
+    left become groups of the smallest loaded size (cheapest for small items to move
+    to). ``longest[k]``: the longest item of class ``k``; ``items[k]``: how many it
+    has (a class never gets more groups than items).
+    """
+    sizes_arr = np.asarray(sizes, dtype=float)
+    longest = np.zeros(len(sizes)) if longest is None else np.asarray(longest, dtype=float)
+    items = np.full(len(sizes), np.inf) if items is None else np.asarray(items, dtype=float)
+    counts = np.zeros(len(sizes), dtype=int)
+    left = world_size
+    for k in np.argsort(-load, kind="stable"):
+        if load[k] > 0 and sizes[k] <= left:
             counts[k] += 1
             left -= sizes[k]
-    for k in range(len(sizes) - 1, -1, -1):
+    while left:
+        span = np.maximum(load / (sizes_arr * np.maximum(counts, 1)), longest)
+        after = np.maximum(load / (sizes_arr * (counts + 1)), longest)
+        ok = (sizes_arr <= left) & (load > 0) & (counts < items) & (after < span * (1 - 1e-9))
+        if not ok.any():
+            break
+        k = int(np.argmax(np.where(ok, span, -np.inf)))
+        counts[k] += 1
+        left -= sizes[k]
+    loaded = [k for k in range(len(sizes)) if load[k] > 0] or [0]
+    for k in loaded + list(range(len(sizes) - 1, -1, -1)):
         while sizes[k] <= left:
             counts[k] += 1
             left -= sizes[k]
     layout = [s for s, c in zip(sizes, counts) for _ in range(c)]
     return merge_groups(world_size, layout, max_groups)
+
+
+def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> list[int]:
+    """Group sizes by rounding each class's share of the world to whole groups.
+
+    Each item prefers its cheapest size; a class whose load rounds to no group at all
+    (a few long items among many short ones) is closed and its items re-prefer their
+    next-cheapest size, so that no group is opened for a sliver of work and then
+    filled with items that run better elsewhere. Ranks left over, or taken away to
+    fit the world, go to or come from the classes whose groups run longest/shortest.
+    """
+    size_arr = np.asarray(sizes, dtype=float)
+    allowed = np.ones(len(sizes), dtype=bool)
+    while True:
+        cost = np.where(allowed[None, :], times * size_arr, np.inf)
+        pref = np.argmin(cost, axis=1)
+        load = np.bincount(pref, weights=cost[np.arange(len(times)), pref], minlength=len(sizes))
+        share = load / (load.sum() / world_size) / size_arr
+        counts = np.floor(share + 0.5).astype(int)
+        orphans = np.flatnonzero((load > 0) & (counts == 0))
+        if len(orphans) == 0:
+            break
+        k = int(orphans[np.argmin(load[orphans])])
+        allowed[k] = False
+        if not np.isfinite(np.where(allowed[None, :], times, np.inf)).any(axis=1).all():
+            allowed[k] = True  # its items fit nowhere else: keep one group
+            counts[k] = 1
+            break
+    counts = np.maximum(counts, (load > 0).astype(int))
+    span = lambda: load / (size_arr * np.maximum(counts, 1))  # noqa: E731
+    while (counts * size_arr).sum() > world_size:
+        k = int(np.argmin(np.where(counts > 1, span(), np.inf)))
+        counts[k] -= 1
+    left = world_size - int((counts * size_arr).sum())
+    while left:
+        fits = (size_arr <= left) & (load > 0)
+        if not fits.any():
+            fits = size_arr <= left
+        k = int(np.argmax(np.where(fits, span(), -np.inf)))
+        counts[k] += 1
+        left -= sizes[k]
+    return [s for s, c in zip(sizes, counts) for _ in range(c)]
 
 
 def merge_groups(world_size: int, layout: list[int], max_groups: int) -> list[int]:
@@ -101,12 +166,18 @@ def lpt(
 
 
 def local_search(
-    times: np.ndarray, group_class: np.ndarray, owner: np.ndarray, max_moves: int
+    times: np.ndarray,
+    group_class: np.ndarray,
+    class_sizes: Sequence[int],
+    owner: np.ndarray,
+    max_moves: int,
 ) -> np.ndarray:
-    """Move or swap items off the makespan group while that lowers the makespan.
+    """Move or swap items off the makespan group while that lowers the makespan; a
+    move goes where it costs the fewest GPU-seconds among the groups where it helps.
 
     Keeps every group non-empty if it was. Returns the new ``owner``.
     """
+    class_sizes = np.asarray(class_sizes)
     n_groups = len(group_class)
     owner = owner.copy()
     t_own = times[np.arange(len(owner)), group_class[owner]]
@@ -120,13 +191,15 @@ def local_search(
             break
         members = members[np.argsort(-t_own[members], kind="stable")]
         done = False
-        # Moves: an item leaves the top group for the group where it ends earliest.
+        # Moves: an item leaves the top group for the cheapest group where that helps.
         if counts[top] > 1:
             for j in members:
                 finish = loads + times[j, group_class]
                 finish[top] = np.inf
-                h = int(np.argmin(finish))
-                if finish[h] < peak - EPS:
+                ok = np.flatnonzero(finish < peak - EPS)
+                if len(ok):
+                    gpu = class_sizes[group_class[ok]] * times[j, group_class[ok]]
+                    h = int(ok[np.lexsort((finish[ok], gpu))[0]])
                     loads[top] -= t_own[j]
                     loads[h] = finish[h]
                     counts[top] -= 1

@@ -224,7 +224,7 @@ def assign_to_layout(
             continue
         owner, _ = balance.lpt(times, group_class, sizes)
         if max_moves:
-            owner = balance.local_search(times, group_class, owner, max_moves)
+            owner = balance.local_search(times, group_class, sizes, owner, max_moves)
         if balance.fill_empty(times, group_class, owner):
             break
         layout = balance.merge_groups(world_size, layout, len(layout) - 1)

@@ -106,6 +106,8 @@ class CostTable:
         self.recomputes = recomputes
         self.node_sizes = candidate_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
         self.all_sizes = chain_sizes(world_size)
+        #: the model's own test of an SP size (Ulysses: it must divide the heads)
+        self.supports = getattr(cost_model, "supports_sp_size", None)
         self._configs: dict[tuple[int, int], Config | None] = {}
         self._preferred: dict[int, Config] = {}
 
@@ -113,6 +115,9 @@ class CostTable:
         """Best config of bucket ``b`` on ``sp`` ranks (None: does not fit)."""
         key = (b, sp)
         if key not in self._configs:
+            if self.supports is not None and not self.supports(sp):
+                self._configs[key] = None
+                return None
             shape = self.view.buckets[b].shape
             self._configs[key] = best_config(
                 self.cost_model, shape, sp, self.recomputes(b), self.cap, self.limit
@@ -161,11 +166,14 @@ class CostTable:
         longer than the representative and sum to at most ``max_batch``
         representatives, so its attention work (sum of squared lengths) and its
         activations are bounded by the representative micro-batch's: memory-safe.
-        A micro-batch that mixes buckets is asked of the cost model directly.
+        A micro-batch that mixes buckets, or a single sample shorter than its
+        representative, is asked of the cost model directly.
         """
         cfg = self.config(item.bucket, sp)
         if cfg is None:
             return float("inf")
+        if item.count == 1 and not self.view.uniform[item.bucket]:
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
         if item.mixed:
             shapes = [self.view.shapes[i] for i in item.ids]
             if not fits_shapes(self.cost_model, shapes, sp, cfg.recompute, self.cap):

@@ -48,25 +48,31 @@ def fits(
 
 
 def max_batch(
-    cost_model: CostModel, shape: SampleShape, sp: int, rc: tuple, cap: int, limit: int
+    cost_model: CostModel,
+    shape: SampleShape,
+    sp: int,
+    rc: tuple,
+    cap: int,
+    limit: int,
+    guess: int = 1,
 ) -> int:
     """Most samples of ``shape`` per micro-batch that fit (0: not even one).
 
-    Doubles from 1 (as the reference does), then bisects between the last size
-    that fits and the first that does not, so the answer is exact, not a power of two.
+    Gallops from ``guess`` (doubling up while it fits, halving down while it does
+    not), then bisects, so the answer is exact, not a power of two; a good guess
+    (the answer for a similar shape) makes it a handful of memory queries.
     """
-    if not fits(cost_model, shape, 1, sp, rc, cap):
-        return 0
-    good = 1
-    while good < limit and fits(cost_model, shape, min(2 * good, limit), sp, rc, cap):
-        good = min(2 * good, limit)
-    bad = min(2 * good, limit + 1)
+    good, bad = 0, limit + 1
+    probe = max(1, min(int(guess), limit))
     while bad - good > 1:
-        mid = (good + bad) // 2
-        if fits(cost_model, shape, mid, sp, rc, cap):
-            good = mid
+        if fits(cost_model, shape, probe, sp, rc, cap):
+            good = probe
+            probe = min(2 * probe, bad - 1) if bad == limit + 1 else (good + bad) // 2
         else:
-            bad = mid
+            bad = probe
+            probe = max(probe // 2, good + 1) if good == 0 else (good + bad) // 2
+        if probe <= good or probe >= bad:
+            probe = (good + bad) // 2
     return good
 
 
@@ -105,13 +111,22 @@ class Config:
 
 
 def evaluate_config(
-    cost_model: CostModel, shape: SampleShape, sp: int, rc: tuple, cap: int, limit: int
+    cost_model: CostModel,
+    shape: SampleShape,
+    sp: int,
+    rc: tuple,
+    cap: int,
+    limit: int,
+    *,
+    guess: int = 1,
+    curve: bool = True,
 ) -> Config | None:
-    """The :class:`Config` of ``shape`` at ``(sp, rc)``, or None if nothing fits."""
-    top = max_batch(cost_model, shape, sp, rc, cap, limit)
+    """The :class:`Config` of ``shape`` at ``(sp, rc)``, or None if nothing fits.
+    Without ``curve`` only the largest micro-batch is timed."""
+    top = max_batch(cost_model, shape, sp, rc, cap, limit, guess)
     if top == 0:
         return None
-    counts = [1]
+    counts = [1] if curve else [top]
     while counts[-1] * 2 < top:
         counts.append(counts[-1] * 2)
     if counts[-1] != top:
@@ -129,12 +144,19 @@ def best_config(
     recomputes: Sequence[tuple[bool, ...]],
     cap: int,
     limit: int,
+    *,
+    guesses: dict[tuple[bool, ...], int] | None = None,
+    curve: bool = True,
 ) -> Config | None:
     """Among ``recomputes``, the config of ``shape`` at ``sp`` with the fewest
-    GPU-seconds per sample (None if none fits)."""
+    GPU-seconds per sample (None if none fits). ``guesses`` (per recomputation, a
+    micro-batch size near the answer) is updated with the sizes found."""
     best: Config | None = None
     for rc in dict.fromkeys(recomputes):
-        cfg = evaluate_config(cost_model, shape, sp, rc, cap, limit)
+        guess = guesses.get(rc, 1) if guesses is not None else 1
+        cfg = evaluate_config(cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve)
+        if guesses is not None and cfg is not None:
+            guesses[rc] = cfg.max_batch
         if cfg is not None and (
             best is None or cfg.gpu_seconds_per_sample < best.gpu_seconds_per_sample
         ):

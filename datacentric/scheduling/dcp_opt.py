@@ -36,6 +36,9 @@ from datacentric.scheduling.common import (
 from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.items import Item, emit_iteration, pack
 
+#: Iterations with at most this many micro-batches also try the neighbouring layouts.
+NEIGHBOUR_LIMIT = 4000
+
 
 def make_items(inp: PolicyInput, table: CostTable, ids: np.ndarray) -> list[Item]:
     """Pack a global batch's samples into micro-batches of their cheapest config."""
@@ -62,18 +65,26 @@ def lower_bound(times: np.ndarray, sizes: list[int], world_size: int) -> float:
     return float(max(gpu, times.min(axis=1).max()))
 
 
+def preferred_class(times: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """Each item's cheapest size class (fewest GPU-seconds; the smaller on ties)."""
+    return np.argmin(times * np.asarray(sizes, dtype=float), axis=1)
+
+
 def candidate_layouts(
-    world_size: int, sizes: list[int], times: np.ndarray, n_items: int
+    world_size: int, sizes: list[int], times: np.ndarray, n_items: int, neighbours: bool
 ) -> list[list[int]]:
-    """The proportional layout, and the ones that turn a group of one size into groups
-    of the next smaller or larger size."""
-    pref = np.argmin(times * np.asarray(sizes), axis=1)
-    load = np.bincount(pref, weights=(times * np.asarray(sizes)).min(axis=1), minlength=len(sizes))
-    base = balance.proportional_layout(world_size, sizes, load, n_items)
-    out = [base]
-    for small, big in zip(sizes, sizes[1:]):
-        if big % small:
-            continue
+    """The apportioned layout and, if ``neighbours``, the ones that turn one group of a
+    size into groups of the next smaller size or merge groups into the next larger."""
+    pref = preferred_class(times, sizes)
+    own = times[np.arange(len(times)), pref]
+    load = np.bincount(pref, weights=own * np.asarray(sizes)[pref], minlength=len(sizes))
+    longest = np.zeros(len(sizes))
+    np.maximum.at(longest, pref, own)
+    count = np.bincount(pref, minlength=len(sizes))
+    apportioned = balance.proportional_layout(world_size, sizes, load, n_items, longest, count)
+    base = balance.rounded_layout(world_size, sizes, times)
+    out = [base, apportioned]
+    for small, big in zip(sizes, sizes[1:]) if neighbours else ():
         if base.count(big):  # split one big group into small ones
             alt = list(base)
             alt.remove(big)
@@ -87,7 +98,7 @@ def candidate_layouts(
 
 
 def solve_iteration(
-    inp: PolicyInput, table: CostTable, items: list[Item], *, tries: bool = True
+    inp: PolicyInput, table: CostTable, items: list[Item]
 ) -> list[tuple[int, list[Item]]]:
     """Group sizes and assignment of ``items`` with the least estimated makespan."""
     world, opts = inp.world_size, inp.options
@@ -104,19 +115,23 @@ def solve_iteration(
             f"a micro-batch of bucket {table.view.buckets[items[j].bucket].name!r} fits no "
             "SP size at this world size"
         )
-    layouts = candidate_layouts(world, sizes, times, len(items)) if tries else []
-    if not layouts:
-        layouts = [balance.merge_groups(world, [1] * world, len(items))]
+    pref = preferred_class(times, sizes)
+    strict = np.full_like(times, np.inf)
+    strict[np.arange(len(items)), pref] = times[np.arange(len(items)), pref]
+    neighbours = len(items) <= NEIGHBOUR_LIMIT
     best: tuple[float, list[int], np.ndarray] | None = None
-    for layout in layouts:
+    for layout in candidate_layouts(world, sizes, times, len(items), neighbours):
         layout = balance.merge_groups(world, layout, len(items))
         if any(s not in sizes for s in layout):
             continue
         group_class = np.asarray([sizes.index(s) for s in layout])
-        if not np.isfinite(times[:, sorted(set(group_class))]).any(axis=1).all():
+        classes = np.unique(group_class)
+        # Each item on its cheapest size when the layout has it, else anywhere.
+        start = np.where(np.isin(pref, classes)[:, None], strict, times)
+        if not np.isfinite(start[:, classes]).any(axis=1).all():
             continue
-        owner, _ = balance.lpt(times, group_class, sizes)
-        owner = balance.local_search(times, group_class, owner, opts.local_search_moves)
+        owner, _ = balance.lpt(start, group_class, sizes)
+        owner = balance.local_search(times, group_class, sizes, owner, opts.local_search_moves)
         if not balance.fill_empty(times, group_class, owner):
             continue
         span = balance.makespan(times, group_class, owner)

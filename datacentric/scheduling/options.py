@@ -43,7 +43,7 @@ class ScheduleOptions:
     exact_solver: bool = True
     """``dcp-opt``: let HiGHS improve small, badly balanced iterations (see
     ``docs/scheduling.md``); the heuristic alone when False or highspy is missing."""
-    exact_max_binaries: int = 3000
+    exact_max_binaries: int = 600
     """``dcp-opt``: largest assignment MILP (items x groups) handed to HiGHS."""
     exact_max_nodes: int = 300
     """``dcp-opt``: branch-and-bound node limit (deterministic, unlike a time limit)."""
