@@ -56,3 +56,13 @@ def test_speedups_are_throughput_ratios():
     for run in runs.values():
         run.schedule.validate()
         assert run.result.tokens == workload.num_tokens
+
+
+def test_failing_policy_is_recorded_not_hidden():
+    workload = get_workload("opensora-short", num_samples=51)
+    cost_model = simulation_cost_model("stdit-1.1b", "h100-sxm", 4)
+    errors: dict[str, str] = {}
+    runs = run_policies(workload.shapes, cost_model, 4, ["static", "nope"], errors=errors)
+    assert list(runs) == ["static"] and "nope" in errors["nope"]
+    with pytest.raises(ValueError, match="nope"):
+        run_policies(workload.shapes, cost_model, 4, ["nope"])

@@ -1,0 +1,156 @@
+"""Check the simulator against the real runtime on this machine; writes sim_validation.md.
+
+    .venv/bin/python benchmarks/sim_validation.py [--iterations 6] [--out-dir runs/sim_validation]
+
+1. Profile the tiny ``llama`` preset on the standard-library corpus with the real runtime
+   (``datacentric profile``, gloo, world 2, 2 GiB cap; reused when fresh) and fit the cost
+   model from it (``Profile.cost_model``).
+2. Schedule a seeded subset of the corpus with several policies on that cost model, keeping
+   the first ``--iterations`` iterations of each.
+3. Execute those very schedules with ``DataCentricRuntime`` on 2 gloo ranks, timing every
+   iteration (after one untimed warm-up pass of the first iteration).
+4. Simulate the same schedules (``datacentric.sim.engine.simulate``) on the same cost model
+   and report predicted against measured iteration times.
+
+The machine is shared: other processes on its cores add noise to the measured times, and the
+file says how busy the machine was (load average) when it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import io
+import os
+import platform
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from datacentric.schedule import Schedule
+
+MODEL = "llama"
+WORLD = 2
+MEMORY_GIB = 2.0
+POLICIES = ("static", "dcp-pac", "dcp-opt")
+SUBSET = 200
+TOKENS_PER_ITERATION = 24_000
+
+
+def profile(out_dir: Path):  # noqa: ANN201 - a datacentric.planning.store.Profile
+    """Measure (or reuse) the profile with the ``datacentric profile`` command."""
+    from datacentric.cli.main import main
+    from datacentric.planning.store import load_profile
+
+    args = ["profile", "--model", MODEL, "--dataset", "stdlib", "--world", str(WORLD)]
+    args += ["--memory-gb", str(MEMORY_GIB), "--out", str(out_dir), "--json"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        if main(args) != 0:
+            raise SystemExit("datacentric profile failed")
+    return load_profile(out_dir)
+
+
+def truncated(schedule: Schedule, iterations: int) -> Schedule:
+    """The first ``iterations`` iterations; the other samples become dropped ids."""
+    kept = schedule.iterations[:iterations]
+    used = {i for it in kept for i in it.sample_ids()}
+    dropped = tuple(i for i in range(schedule.num_samples) if i not in used)
+    return replace(schedule, iterations=kept, dropped_sample_ids=dropped)
+
+
+def _execute(schedule_json: dict, seed: int) -> list[float]:
+    """On every rank: run the schedule's iterations; per-iteration wall seconds."""
+    import torch
+
+    from datacentric.data import StdlibCorpus
+    from datacentric.models.presets import build_model
+    from datacentric.parallel.groups import ProcessGroups
+    from datacentric.parallel.runtime import DataCentricRuntime
+
+    schedule = Schedule.from_json(schedule_json)
+    groups = ProcessGroups()
+    corpus = StdlibCorpus()
+    torch.manual_seed(seed)
+    model = build_model(MODEL, device=groups.device)
+    runtime = DataCentricRuntime(model, groups, corpus.pack, corpus.loss_tokens)
+    model.zero_grad(set_to_none=True)
+    runtime.run_iteration(schedule.iterations[0])  # warm-up, untimed
+    times = []
+    for iteration in schedule.iterations:
+        model.zero_grad(set_to_none=True)
+        times.append(runtime.run_iteration(iteration).total_time_s)
+    return times
+
+
+def main() -> None:
+    from datacentric.data import StdlibCorpus
+    from datacentric.parallel.launch import spawn
+    from datacentric.scheduling import ScheduleOptions, build_schedule
+    from datacentric.sim.engine import simulate
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--out-dir", default="runs/sim_validation")
+    parser.add_argument("--out", default=str(Path(__file__).with_suffix(".md")))
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    prof = profile(Path(args.out_dir))
+    cost_model = prof.cost_model(int(MEMORY_GIB * 2**30))
+    shapes = StdlibCorpus().shapes()
+    subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
+    options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)
+    rows = []
+    for policy in POLICIES:
+        full = build_schedule(
+            shapes,
+            policy=policy,
+            world_size=WORLD,
+            cost_model=cost_model,
+            options=options,
+            sample_ids=subset.tolist(),
+            measure=False,
+        )
+        schedule = truncated(full, args.iterations)
+        predicted = simulate(schedule, shapes, cost_model)
+        measured = np.max(spawn(_execute, WORLD, schedule.to_json(), 0), axis=0)
+        for it, real in zip(predicted.iterations, measured):
+            rows.append((policy, it.index, it.time_s, float(real)))
+        print(policy, [f"{p.time_s:.3f}/{m:.3f}" for p, m in zip(predicted.iterations, measured)])
+    write_report(args.out, rows, prof, load_before, os.getloadavg())
+
+
+def write_report(path: str, rows: list, prof, load_before, load_after) -> None:  # noqa: ANN001
+    errors = [p / m - 1 for _, _, p, m in rows]
+    lines = [
+        "# Simulator against the real runtime",
+        "",
+        f"Generated {dt.date.today().isoformat()} by `benchmarks/sim_validation.py` on "
+        f"{platform.machine()} with {os.cpu_count()} CPUs (load average before "
+        f"{load_before[0]:.2f}, after {load_after[0]:.2f}; the cores are shared).",
+        "",
+        f"Model `{MODEL}` (the tiny byte-level Llama) on the standard-library corpus, gloo, "
+        f"world {WORLD}, cap {MEMORY_GIB} GiB. Cost model: fitted from this machine's profile "
+        f"({len(prof.points)} points, measured in {prof.profile_seconds:.0f} s). Schedules: "
+        f"{SUBSET} seeded samples, at most {TOKENS_PER_ITERATION} tokens per iteration; "
+        "measured time = the slower rank's iteration (passes and gradient all-reduce).",
+        "",
+        f"- iterations compared: {len(rows)}",
+        f"- mean absolute relative error: {statistics.mean(abs(e) for e in errors):.1%}",
+        f"- worst: {max(errors, key=abs):+.1%}",
+        f"- total predicted / measured: "
+        f"{sum(r[2] for r in rows) / sum(r[3] for r in rows) - 1:+.1%}",
+        "",
+        "| policy | iteration | predicted s | measured s | error |",
+        "|---|---|---|---|---|",
+        *(f"| {pol} | {i} | {p:.3f} | {m:.3f} | {p / m - 1:+.1%} |" for pol, i, p, m in rows),
+        "",
+    ]
+    Path(path).write_text("\n".join(lines), encoding="utf-8")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
