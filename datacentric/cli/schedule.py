@@ -1,0 +1,158 @@
+"""``datacentric schedule``: build one epoch's schedule and report how good it is.
+
+The dataset is ``--dataset NAME`` (``stdlib`` or a workload preset) or ``--lengths
+FILE``; costs come from a saved profile (``--profile DIR``, its fitted cost model) or
+an analytic preset (``--model PRESET --hardware PRESET``; a workload preset brings
+its own defaults). The planner plans every bucket first (its knapsack recomputation
+is one of the choices ``dcp-pac`` and ``dcp-opt`` use). Prints a summary, or one
+JSON object with ``--json``; ``--out FILE`` saves the schedule itself as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from datacentric.cli.plan import GIB, analytic_model, dataset_shapes
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from datacentric.scheduling import POLICIES
+
+    parser = subparsers.add_parser(
+        "schedule",
+        help="build an epoch's schedule with a policy and report its efficiency",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", help="stdlib, or a workload preset (opensora-short, ...)")
+    source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
+    parser.add_argument("--world", type=int, required=True, help="number of ranks (GPUs)")
+    parser.add_argument("--policy", required=True, choices=list(POLICIES))
+    parser.add_argument("--profile", help="folder written by `datacentric profile`")
+    parser.add_argument("--model", help="analytic model preset (default: the workload's)")
+    parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
+    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
+    parser.add_argument(
+        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
+    )
+    parser.add_argument(
+        "--state-shards",
+        type=int,
+        default=0,
+        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="schedule (and preset) seed")
+    parser.add_argument("--epoch", type=int, default=0)
+    parser.add_argument("--tokens-per-iteration", type=int, help="global-batch bound in tokens")
+    parser.add_argument("--samples-per-iteration", type=int, help="global-batch bound in samples")
+    parser.add_argument("--drop-remainder", action="store_true", help="drop the last batch")
+    parser.add_argument("--max-sp", type=int, help="largest SP size (default: a node)")
+    parser.add_argument("--no-exact", action="store_true", help="dcp-opt: heuristic only")
+    parser.add_argument("--skip-unfittable", action="store_true", help="drop unfittable buckets")
+    parser.add_argument("--out", metavar="FILE", help="save the schedule as JSON")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, Any, str]:
+    """The cost model (profile or analytic), the planner's plan, and where they came from."""
+    from datacentric.planning.planner import plan_buckets
+    from datacentric.planning.store import ProfileError, load_plan, load_profile
+    from datacentric.shapes import make_buckets
+
+    cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
+    if args.profile:
+        profile = load_profile(args.profile)
+        if profile is None:
+            raise ProfileError(f"{args.profile}: no profile.json")
+        cap = cap or load_plan(args.profile).memory_cap_bytes
+        cost, source = profile.cost_model(cap), f"profile {args.profile}"
+    else:
+        model, hardware = args.model, args.hardware
+        if args.dataset and not (model and hardware):  # the workload preset's defaults
+            from datacentric.sim.workloads import get_workload
+
+            name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
+            preset = get_workload(name, seed=args.seed, num_samples=100)
+            model, hardware = model or preset.model, hardware or preset.hardware
+        if not (model and hardware):
+            raise ValueError("give --profile DIR, or --model PRESET --hardware PRESET")
+        cost = analytic_model(model, hardware, args.world, args)
+        source = f"analytic {model} on {hardware}"
+    plan = plan_buckets(
+        make_buckets(shapes),
+        cost,
+        world_size=args.world,
+        memory_cap_bytes=cap,
+        skip_unfittable=args.skip_unfittable,
+    )
+    return cost, plan, source
+
+
+def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the schedule the arguments describe; its summary as a JSON-able dict."""
+    from datacentric.scheduling import ScheduleOptions, build_schedule
+
+    shapes = list(dataset_shapes(args.dataset, args.lengths, args.seed))
+    cost, plan, source = cost_model_and_plan(args, shapes)
+    options = ScheduleOptions(
+        tokens_per_iteration=args.tokens_per_iteration,
+        samples_per_iteration=args.samples_per_iteration,
+        drop_remainder=args.drop_remainder,
+        max_sp_size=args.max_sp,
+        exact_solver=not args.no_exact,
+    )
+    schedule = build_schedule(
+        shapes,
+        policy=args.policy,
+        world_size=args.world,
+        cost_model=cost,
+        plan=plan,
+        seed=args.seed,
+        epoch=args.epoch,
+        options=options,
+    )
+    schedule.validate()
+    if args.out:
+        schedule.save(args.out)
+    meta = schedule.meta
+    groups = [len(it.assignments) for it in schedule.iterations]
+    return {
+        "policy": args.policy,
+        "world": args.world,
+        "cost_model": source,
+        "iterations": len(schedule.iterations),
+        "samples_total": len(shapes),
+        "samples_scheduled": schedule.samples_scheduled,
+        "samples_dropped": meta["samples_dropped"],
+        "efficiency": meta["efficiency"],
+        "imbalance_mean": meta["imbalance_mean"],
+        "imbalance_max": max(meta["imbalance"]),
+        "est_epoch_time_s": meta["est_epoch_time_s"],
+        "ideal_epoch_time_s": meta["ideal_epoch_time_s"],
+        "plan_seconds": meta["plan_seconds"],
+        "groups_per_iteration_mean": sum(groups) / len(groups),
+        "out": args.out,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from datacentric.planning.planner import UnfittableBucketError
+    from datacentric.planning.store import ProfileError
+
+    try:
+        summary = schedule_summary(args)
+    except (ProfileError, UnfittableBucketError, ValueError, KeyError, OSError) as err:
+        print(f"datacentric schedule: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            shown = f"{value:.4g}" if isinstance(value, float) else value
+            print(f"{key:>26}: {shown}")
+    return 0
