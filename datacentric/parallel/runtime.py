@@ -20,7 +20,7 @@ equivalence check all run iterations through :class:`DataCentricRuntime`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +71,8 @@ class IterationStats:
     #: wall time of the gradient synchronisation (0 when the model syncs itself)
     sync_time_s: float = 0.0
     total_time_s: float = 0.0
+    #: ``time.perf_counter()`` when the iteration started
+    started_at: float = 0.0
 
     @property
     def weighted_loss(self) -> float:
@@ -84,6 +86,25 @@ class IterationStats:
     @property
     def accumulation_steps(self) -> int:
         return len(self.micro_batches)
+
+
+@dataclass
+class MicroStep:
+    """One micro-batch handed to the caller: run the model on ``batch`` (this rank's
+    shard) and pass the per-token loss to :meth:`backward`."""
+
+    batch: PackedBatch
+    weights: LossWeights
+    #: this rank's weighted loss once :meth:`backward` ran
+    weighted: float | None = None
+
+    def backward(self, loss_S: torch.Tensor) -> float:
+        """Weight the per-token loss (see ``parallel.loss``) and backpropagate it;
+        returns this rank's weighted share of the iteration's loss."""
+        weighted = self.weights.weighted_sum(loss_S, self.batch)
+        weighted.backward()
+        self.weighted = float(weighted.detach())
+        return self.weighted
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -151,24 +172,45 @@ class DataCentricRuntime:
 
         Collective: every rank of the world must call it with the same iteration.
         """
-        start_time = time.perf_counter()
+        stats = self.start_iteration(iteration)
+        for micro in self.micro_steps(iteration, stats):
+            micro.backward(self.model(micro.batch))
+        self.finish_iteration(stats)
+        return stats
+
+    def start_iteration(self, iteration: Iteration) -> IterationStats:
+        """Validate ``iteration`` for this world and open its statistics."""
+        iteration.validate(self.groups.world_size)
+        assignment = iteration.assignment_for_rank(self.groups.rank)
+        self.check_sp_sizes([assignment.sp_size])
+        return IterationStats(
+            index=iteration.index,
+            rank=self.groups.rank,
+            rank_start=assignment.rank_start,
+            sp_size=assignment.sp_size,
+            started_at=time.perf_counter(),
+        )
+
+    def micro_steps(self, iteration: Iteration, stats: IterationStats) -> Iterator[MicroStep]:
+        """Yield this rank's micro-batches of ``iteration``, each ready to run.
+
+        While a :class:`MicroStep` is out, the injected attention uses the
+        micro-batch's SP group and the blocks recompute as its plan says; the
+        caller runs ``micro.backward(model(micro.batch))`` before asking for the next.
+        """
         groups = self.groups
-        iteration.validate(groups.world_size)
         assignment = iteration.assignment_for_rank(groups.rank)
         sp = assignment.sp_size
-        self.check_sp_sizes([sp])
         group = groups.for_assignment(assignment)
         rank_in_group = groups.rank - assignment.rank_start
         weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
-        stats = IterationStats(
-            index=iteration.index, rank=groups.rank, rank_start=assignment.rank_start, sp_size=sp
-        )
         last = len(assignment.micro_batches) - 1
         for step, micro_batch in enumerate(assignment.micro_batches):
             full = self.pack(micro_batch.sample_ids, sp)
             if self.check_batches:
                 weights.check_batch(full)
             shard = shard_batch(full, rank_in_group, sp).to(groups.device)
+            micro = MicroStep(batch=shard, weights=weights)
             _synchronize(groups.device)
             pass_start = time.perf_counter()
             with (
@@ -176,9 +218,12 @@ class DataCentricRuntime:
                 self.attention.use(group),
                 self.recompute.use(micro_batch.recompute),
             ):
-                loss_S = self.model(shard)
-                weighted = weights.weighted_sum(loss_S, shard)
-                weighted.backward()
+                yield micro
+            if micro.weighted is None:
+                raise RuntimeError(
+                    f"iteration {iteration.index}: micro-batch {step} of rank {groups.rank} "
+                    "was not run; call micro.backward(model(micro.batch)) for every micro-batch"
+                )
             _synchronize(groups.device)
             stats.micro_batches.append(
                 MicroBatchStats(
@@ -187,17 +232,20 @@ class DataCentricRuntime:
                     local_tokens=shard.num_tokens,
                     sp_size=sp,
                     num_recomputed=micro_batch.num_recomputed,
-                    weighted_loss=float(weighted.detach()),
+                    weighted_loss=float(micro.weighted),
                     time_s=time.perf_counter() - pass_start,
                 )
             )
+
+    def finish_iteration(self, stats: IterationStats) -> None:
+        """The iteration's one world-wide gradient sum (collective), then timing."""
+        groups = self.groups
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
             sync_start = time.perf_counter()
             allreduce_gradients(self.model.parameters(), groups.world)
             _synchronize(groups.device)
             stats.sync_time_s = time.perf_counter() - sync_start
-        stats.total_time_s = time.perf_counter() - start_time
-        return stats
+        stats.total_time_s = time.perf_counter() - stats.started_at
 
     def global_loss(self, stats: IterationStats) -> float:
         """The global-batch loss of an iteration: the SUM of every rank's weighted loss.
