@@ -35,7 +35,7 @@ def test_presets_exist_and_match_published_sizes() -> None:
 def test_runnable_specs_count_the_real_parameters() -> None:
     from datacentric.models.presets import model_facts
 
-    for name in ("llama", "dit", "dit3d-1b"):
+    for name in ("llama", "dit"):
         assert get_model_spec(name).num_params == model_facts(name).num_params
 
 

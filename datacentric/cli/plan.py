@@ -1,0 +1,183 @@
+"""``datacentric plan``: per-bucket SP size, micro-batch size and recomputation.
+
+From a saved profile (``--profile DIR``: the plan saved there, or a new plan of the
+dataset given with ``--dataset``/``--lengths`` on the profile's fitted cost model), or
+from an analytic preset (``--model PRESET --hardware PRESET``). Prints a table, or
+one JSON object with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from datacentric.planning.plan import Plan
+from datacentric.shapes import Bucketing, SampleShape, make_buckets, read_lengths_file
+
+GIB = 2**30
+
+
+def dataset_shapes(name: str | None, lengths: str | None, seed: int = 0) -> list[SampleShape]:
+    """Sample shapes of ``--dataset NAME`` (``stdlib`` or a simulator workload preset)
+    or of ``--lengths FILE``."""
+    if lengths:
+        return read_lengths_file(lengths)
+    if name == "stdlib":
+        from datacentric.data import StdlibCorpus
+
+        return StdlibCorpus().shapes()
+    if name:
+        from datacentric.sim.workloads import get_workload
+
+        return list(get_workload(name, seed=seed).shapes)
+    raise ValueError("give --dataset NAME or --lengths FILE")
+
+
+def plan_json(plan: Plan, bucketing: Bucketing | None = None) -> list[dict[str, Any]]:
+    """Bucket rows for JSON output (with sample counts when the bucketing is known)."""
+    counts = {}
+    if bucketing is not None:
+        counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
+    rows = []
+    for bp in plan.buckets.values():
+        row = bp.to_json()
+        row["samples_per_gpu_second"] = bp.samples_per_gpu_second
+        if counts:
+            row["samples"] = counts.get(bp.bucket, 0)
+        rows.append(row)
+    return rows
+
+
+def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
+    """A fixed-width table of the plan."""
+    rows = plan_json(plan, bucketing)
+    header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'batch':>7}"
+    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'samples/GPU-s':>15}"
+    lines = [header]
+    for row in rows:
+        shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
+        lines.append(
+            f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
+            f"{row['micro_batch_size']:>7}{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
+            f"{row['est_time_s']:>11.4g}{row['est_memory_bytes'] / GIB:>9.3f}"
+            f"{row['samples_per_gpu_second']:>15.4g}"
+        )
+    lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
+    for name, count in plan.skipped.items():
+        lines.append(f"skipped bucket {name}: {count} samples (fits no configuration)")
+    return "\n".join(lines)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        help="show the per-bucket plan of a profile or of an analytic preset",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profile", help="folder written by `datacentric profile`")
+    parser.add_argument("--model", help="analytic model preset (with --hardware)")
+    parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
+    parser.add_argument("--dataset", help="stdlib, or a workload preset (opensora-short, ...)")
+    parser.add_argument("--lengths", help="file of sample shapes, one per line")
+    parser.add_argument("--world", type=int, help="number of ranks (GPUs)")
+    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
+    parser.add_argument(
+        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
+    )
+    parser.add_argument(
+        "--state-shards",
+        type=int,
+        default=0,
+        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
+    )
+    parser.add_argument("--max-micro-batch", type=int, default=1024)
+    parser.add_argument("--skip-unfittable", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="workload preset seed")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datacentric.planning.planner import UnfittableBucketError
+    from datacentric.planning.store import ProfileError
+
+    try:
+        plan, bucketing, source = _make_plan(args)
+    except (ProfileError, UnfittableBucketError, ValueError, KeyError) as err:
+        print(f"datacentric plan: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = {
+            "source": source,
+            "world": plan.world_size,
+            "memory_cap_bytes": plan.memory_cap_bytes,
+            "num_blocks": plan.num_blocks,
+            "buckets": plan_json(plan, bucketing),
+            "skipped": plan.skipped,
+        }
+        print(json.dumps(out))
+    else:
+        print(f"plan from {source}")
+        print(format_table(plan, bucketing))
+    return 0
+
+
+def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
+    from datacentric.planning.planner import plan_buckets
+    from datacentric.planning.store import ProfileError, load_plan, load_profile
+
+    has_data = bool(args.dataset or args.lengths)
+    cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
+    if args.profile:
+        if not has_data:
+            return load_plan(args.profile), None, f"saved plan in {args.profile}"
+        profile = load_profile(args.profile)
+        if profile is None:
+            raise ProfileError(f"{args.profile}: no profile.json")
+        if cap is None:
+            cap = load_plan(args.profile).memory_cap_bytes
+        bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths, args.seed))
+        world = args.world or int(profile.fingerprint["world_size"])
+        plan = plan_buckets(
+            bucketing,
+            profile.cost_model(cap),
+            world_size=world,
+            max_micro_batch=args.max_micro_batch,
+            skip_unfittable=args.skip_unfittable,
+        )
+        return plan, bucketing, f"profile {args.profile}"
+    if not (args.model and args.hardware and has_data and args.world):
+        raise ValueError(
+            "give --profile DIR, or --model PRESET --hardware PRESET --world N with "
+            "--dataset NAME or --lengths FILE"
+        )
+    cost = analytic_model(args.model, args.hardware, args.world, args)
+    bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths, args.seed))
+    plan = plan_buckets(
+        bucketing,
+        cost,
+        world_size=args.world,
+        memory_cap_bytes=cap,
+        max_micro_batch=args.max_micro_batch,
+        skip_unfittable=args.skip_unfittable,
+    )
+    return plan, bucketing, f"analytic {args.model} on {args.hardware}"
+
+
+def analytic_model(model: str, hardware: str, world: int, args: Any) -> Any:
+    from datacentric.planning.analytic import AnalyticCostModel
+    from datacentric.planning.hardware import get_hardware
+    from datacentric.planning.model_specs import get_model_spec
+
+    hw = get_hardware(hardware)
+    dtype_bytes = 4 if hw.name == "cpu-local" else 2
+    return AnalyticCostModel(
+        get_model_spec(model),
+        hw,
+        memory_fraction=args.memory_fraction,
+        dtype_bytes=dtype_bytes,
+        state_shards=args.state_shards or world,
+    )

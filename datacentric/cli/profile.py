@@ -1,0 +1,115 @@
+"""``datacentric profile``: dual-layer profile, plan and validation of a model on a dataset.
+
+Starts ``--world`` local ranks (gloo on CPU, or NCCL with ``--backend nccl``), measures
+dual-layer profile points of a few bucket shapes per SP size through the real runtime,
+fits the cost model, plans every bucket under ``--memory-gb`` and checks the
+extrapolation on ``--validate`` buckets by running the full-depth model. Writes
+``profile.json`` and ``plan.json`` to ``--out``; a fresh profile found there is reused
+(``--force`` re-measures), a stale one (other model, device, torch, world or dtype) is
+re-measured, a corrupt one is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from datacentric.cli.plan import GIB, dataset_shapes, format_table, plan_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "profile",
+        help="profile a model on this machine and plan a dataset's buckets",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", default="llama", help="runnable model preset")
+    parser.add_argument("--dataset", help="stdlib, or a workload preset")
+    parser.add_argument("--lengths", help="file of sample shapes, one per line")
+    parser.add_argument("--world", type=int, default=2, help="ranks to start")
+    parser.add_argument("--memory-gb", type=float, required=True, help="cap per rank, GiB")
+    parser.add_argument("--out", required=True, help="folder for profile.json and plan.json")
+    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    parser.add_argument("--dtype", default=None, help="float32 (gloo default) or bfloat16")
+    parser.add_argument("--warmup", type=int, default=2, help="passes before measuring (>= 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="measured passes (median)")
+    parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
+    parser.add_argument(
+        "--max-profile-tokens", type=int, default=4096, help="largest profiled sample"
+    )
+    parser.add_argument("--validate", type=int, default=3, help="buckets to validate (0: no)")
+    parser.add_argument(
+        "--validation-tokens", type=int, default=4096, help="largest validated micro-batch"
+    )
+    parser.add_argument("--skip-unfittable", action="store_true")
+    parser.add_argument("--force", action="store_true", help="re-measure a fresh profile")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datacentric.planning.autoprofile import run_profile
+    from datacentric.planning.planner import UnfittableBucketError
+    from datacentric.planning.profiler import ProfileSettings
+    from datacentric.planning.store import ProfileError
+    from datacentric.shapes import make_buckets
+
+    start = time.perf_counter()
+    try:
+        bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths))
+        settings = ProfileSettings(
+            model=args.model,
+            world_size=args.world,
+            backend=args.backend,
+            dtype=args.dtype or ("float32" if args.backend == "gloo" else "bfloat16"),
+            warmup=max(2, args.warmup),
+            repeats=args.repeats,
+            timeout_s=args.timeout,
+            progress=not args.json,
+        )
+        report = run_profile(
+            settings,
+            bucketing,
+            memory_cap_bytes=int(args.memory_gb * GIB),
+            max_points=args.max_points,
+            max_profile_tokens=args.max_profile_tokens,
+            validate=args.validate,
+            validation_tokens=args.validation_tokens,
+            skip_unfittable=args.skip_unfittable,
+            out_dir=args.out,
+            reuse=not args.force,
+        )
+    except (ProfileError, UnfittableBucketError, ValueError, KeyError) as err:
+        print(f"datacentric profile: {err}", file=sys.stderr)
+        return 2
+    profile, plan = report.profile, report.plan
+    out = {
+        "model": args.model,
+        "dataset": args.dataset or args.lengths,
+        "world": args.world,
+        "memory_cap_bytes": plan.memory_cap_bytes,
+        "buckets": plan_json(plan, bucketing),
+        "skipped": plan.skipped,
+        "profile_seconds": profile.profile_seconds,
+        "profile_reused": report.reused,
+        "wall_seconds": time.perf_counter() - start,
+        "validation": profile.validation,
+        "out": args.out,
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(format_table(plan, bucketing))
+    verb = "reused" if report.reused else "measured"
+    print(f"profile {verb} in {profile.profile_seconds:.1f} s; saved to {args.out}")
+    if profile.validation:
+        v = profile.validation
+        print(
+            f"validation on {len(v['buckets'])} buckets (full depth vs dual-layer): "
+            f"time_rel_err {v['time_rel_err']:.3f}, memory_rel_err {v['memory_rel_err']:.3f}"
+        )
+    return 0

@@ -1,0 +1,279 @@
+"""Profile a model for a dataset, plan it, validate the extrapolation, and persist.
+
+:func:`run_profile` is what ``datacentric profile`` runs: dual-layer profile points
+for a few bucket shapes per SP size (the fitted cost model predicts the others),
+the plan under the memory cap, and a validation that runs the *full-depth* model on
+some buckets and compares measured time and memory with the prediction.
+:func:`ensure_profile` is what a training run calls at start: it returns the saved
+profile when its fingerprint matches, and otherwise measures one on the ranks at hand
+(inside the run's own ``torch.distributed`` world when one is initialised; no second
+launch) and saves it.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from datacentric.planning.fitted import FittedCostModel, extrapolate
+from datacentric.planning.model_specs import get_model_spec
+from datacentric.planning.plan import Plan
+from datacentric.planning.planner import plan_buckets
+from datacentric.planning.profiler import (
+    ProfileSettings,
+    RunCase,
+    RunResult,
+    dual_layer_cases,
+    measure,
+    point_from_runs,
+)
+from datacentric.planning.store import (
+    Profile,
+    fingerprint,
+    load_profile,
+    save_plan,
+    save_profile,
+    stale_fields,
+)
+from datacentric.shapes import Bucket, Bucketing, SampleShape
+
+
+def select_profile_shapes(
+    shapes: Sequence[SampleShape], *, max_points: int = 3, max_tokens: int | None = None
+) -> list[tuple[SampleShape, ...]]:
+    """Micro-batches to profile: up to ``max_points`` distinct bucket shapes spread
+    geometrically over the token range (at most ``max_tokens`` each), plus four copies
+    of the smallest (so the fit can tell a per-sample cost from a per-token one)."""
+    distinct = sorted(set(shapes), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
+    if max_tokens is not None:
+        distinct = [s for s in distinct if s.tokens <= max_tokens] or distinct[:1]
+    if len(distinct) > max_points:
+        last = len(distinct) - 1
+        picks = sorted({round(i * last / (max_points - 1)) for i in range(max_points)})
+        distinct = [distinct[i] for i in picks]
+    return [(s,) for s in distinct] + [(distinct[0],) * 4]
+
+
+def attention_kind(model: str) -> str:
+    """The attention of a runnable model's blocks (``causal`` or ``full``)."""
+    kinds = get_model_spec(model).kinds
+    if len(kinds) != 1:
+        raise ValueError(f"{model}: the profiler handles one block kind, got {kinds}")
+    return kinds[0]
+
+
+def measure_profile(
+    settings: ProfileSettings,
+    micro_batches: Sequence[tuple[SampleShape, ...]],
+    sp_sizes: Sequence[int],
+    *,
+    extra_cases: Sequence[RunCase] = (),
+) -> tuple[Profile, list[Any]]:
+    """Dual-layer profile points of every micro-batch on every SP size (one spawn), and
+    the results of ``extra_cases`` measured in the same session."""
+    start = time.perf_counter()
+    cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
+    results = measure([*cases, *extra_cases], settings)
+    dual, extra = results[: len(cases)], results[len(cases) :]
+    points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
+    sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
+    sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
+    spec = get_model_spec(settings.model)
+    depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
+    full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
+    profile = Profile(
+        fingerprint=fingerprint(
+            settings.model, settings.world_size, settings.dtype, settings.backend
+        ),
+        model=settings.model,
+        num_blocks=spec.num_blocks,
+        attention_kind=attention_kind(settings.model),
+        points=tuple(points),
+        gpus_per_node=settings.world_size,  # the ranks of one machine share its links
+        grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
+        profile_seconds=time.perf_counter() - start,
+    )
+    return profile, extra
+
+
+def validation_cases(
+    plan: Plan, cost: FittedCostModel, *, count: int = 3, max_tokens: int = 4096
+) -> list[RunCase]:
+    """Full-depth runs to check: the ``count`` largest planned buckets whose micro-batch
+    fits in ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved
+    to the largest SP size when no planned bucket uses SP above 1, and the last set to
+    recompute every other block when no planned bucket recomputes."""
+    chosen: list[RunCase] = []
+    for bp in sorted(plan.buckets.values(), key=lambda b: -b.shape.tokens):
+        bs = min(bp.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
+        if bp.shape.tokens * bs > max_tokens:
+            continue
+        chosen.append(RunCase((bp.shape,) * bs, bp.sp_size, cost.num_blocks, bp.recompute))
+        if len(chosen) == count:
+            break
+    largest = max(cost.sp_sizes)
+    if largest > 1 and chosen and all(c.sp_size == 1 for c in chosen):
+        chosen[0] = replace(chosen[0], sp_size=largest)
+    if len(chosen) > 1 and not any(any(c.flags()) for c in chosen):
+        # check the recomputation extrapolation too: half the blocks recompute
+        half = tuple(i % 2 == 0 for i in range(cost.num_blocks))
+        chosen[-1] = replace(chosen[-1], recompute=half)
+    return chosen
+
+
+def validation_report(
+    cost: FittedCostModel, full: Sequence[RunResult], dual: Sequence[RunResult]
+) -> dict[str, Any]:
+    """Measured full-depth time and memory against the dual-layer prediction.
+
+    ``dual`` holds the four dual-layer runs of each full-depth case, in order. The
+    prediction (``predicted_*``, whose errors are reported) extrapolates the case's own
+    dual-layer point to full depth; ``fitted_*`` is what the fitted cost model, which
+    did not see that point, predicts for it (a check of the fit, reported alongside).
+    """
+    rows = []
+    for index, r in enumerate(full):
+        case = r.case
+        flags = case.flags()
+        point = point_from_runs(dual[4 * index : 4 * index + 4])
+        pred_t, pred_m = extrapolate(point, case.depth, sum(flags))
+        rows.append(
+            {
+                "shape": case.shapes[0].to_json(),
+                "micro_batch_size": len(case.shapes),
+                "sp_size": case.sp_size,
+                "num_blocks": case.depth,
+                "num_recomputed": sum(flags),
+                "measured_time_s": r.time_s,
+                "predicted_time_s": pred_t,
+                "time_rel_err": abs(pred_t - r.time_s) / r.time_s,
+                "measured_memory_bytes": r.memory_bytes,
+                "predicted_memory_bytes": pred_m,
+                "memory_rel_err": abs(pred_m - r.memory_bytes) / r.memory_bytes,
+                "fitted_time_s": cost.pass_time_s(case.shapes, case.sp_size, flags),
+                "fitted_memory_bytes": cost.pass_memory_bytes(case.shapes, case.sp_size, flags),
+            }
+        )
+    return {
+        "buckets": rows,
+        "time_rel_err": max((row["time_rel_err"] for row in rows), default=0.0),
+        "memory_rel_err": max((row["memory_rel_err"] for row in rows), default=0.0),
+    }
+
+
+@dataclass(frozen=True)
+class ProfileReport:
+    """What ``datacentric profile`` produced."""
+
+    profile: Profile
+    plan: Plan
+    wall_seconds: float
+    reused: bool = False
+    """The profile was loaded from ``out_dir`` (fresh fingerprint), not measured."""
+
+
+def run_profile(
+    settings: ProfileSettings,
+    bucketing: Bucketing,
+    *,
+    memory_cap_bytes: int,
+    sp_sizes: Sequence[int] | None = None,
+    max_points: int = 3,
+    max_profile_tokens: int | None = None,
+    validate: int = 3,
+    validation_tokens: int = 4096,
+    skip_unfittable: bool = False,
+    out_dir: str | os.PathLike[str] | None = None,
+    reuse: bool = True,
+) -> ProfileReport:
+    """Profile, plan and (``validate`` > 0) validate on ``validate`` buckets; save to
+    ``out_dir`` when given. With ``reuse``, a fresh profile in ``out_dir`` is loaded
+    instead of measured (and its saved validation kept); a stale one is re-measured; a
+    corrupt one raises :class:`~datacentric.planning.store.ProfileError`."""
+    start = time.perf_counter()
+    world = settings.world_size
+    sp_sizes = list(sp_sizes or _powers_of_two(world))
+    current = fingerprint(settings.model, world, settings.dtype, settings.backend)
+    saved = load_profile(out_dir) if out_dir is not None else None
+    if reuse and saved is not None and not stale_fields(saved, current):
+        cost = saved.cost_model(memory_cap_bytes)
+        plan = plan_buckets(
+            bucketing,
+            cost,
+            world_size=world,
+            memory_cap_bytes=memory_cap_bytes,
+            skip_unfittable=skip_unfittable,
+        )
+        save_plan(plan, saved.fingerprint, out_dir)
+        return ProfileReport(saved, plan, time.perf_counter() - start, reused=True)
+    shapes = [b.shape for b in bucketing.buckets]
+    micro_batches = select_profile_shapes(
+        shapes, max_points=max_points, max_tokens=max_profile_tokens
+    )
+    profile, _ = measure_profile(settings, micro_batches, sp_sizes)
+    cost = profile.cost_model(memory_cap_bytes)
+    plan = plan_buckets(
+        bucketing,
+        cost,
+        world_size=world,
+        memory_cap_bytes=memory_cap_bytes,
+        skip_unfittable=skip_unfittable,
+    )
+    if validate:
+        cases = validation_cases(plan, cost, count=validate, max_tokens=validation_tokens)
+        dual = [c for case in cases for c in dual_layer_cases(case.shapes, case.sp_size)]
+        results = measure([*cases, *dual], settings)
+        report = validation_report(cost, results[: len(cases)], results[len(cases) :])
+        profile = replace(profile, validation=report)
+    if out_dir is not None:
+        save_profile(profile, out_dir)
+        save_plan(plan, profile.fingerprint, out_dir)
+    return ProfileReport(profile=profile, plan=plan, wall_seconds=time.perf_counter() - start)
+
+
+def ensure_profile(
+    directory: str | os.PathLike[str],
+    settings: ProfileSettings,
+    shapes: Sequence[SampleShape],
+    *,
+    sp_sizes: Sequence[int] | None = None,
+    max_points: int = 3,
+    max_profile_tokens: int | None = None,
+) -> Profile:
+    """The profile saved in ``directory`` if it matches this model, device, torch, world
+    and dtype; otherwise measure one now and save it. A corrupt file raises
+    :class:`~datacentric.planning.store.ProfileError`.
+
+    Called by every rank of a training run that has initialised ``torch.distributed``
+    (the measurement then runs on those ranks), or by one process without it (the
+    measurement then starts ``settings.world_size`` local ranks)."""
+    current = fingerprint(settings.model, settings.world_size, settings.dtype, settings.backend)
+    saved = load_profile(directory)
+    if saved is not None and not stale_fields(saved, current):
+        return saved
+    buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
+    micro_batches = select_profile_shapes(
+        [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
+    )
+    sizes = list(sp_sizes or _powers_of_two(settings.world_size))
+    profile, _ = measure_profile(settings, micro_batches, sizes)
+    if _is_rank_zero():
+        save_profile(profile, directory)
+    return profile
+
+
+def _powers_of_two(world: int) -> list[int]:
+    sizes = [1]
+    while sizes[-1] * 2 <= world and world % (sizes[-1] * 2) == 0:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def _is_rank_zero() -> bool:
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0

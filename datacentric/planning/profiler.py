@@ -1,0 +1,323 @@
+"""Dual-layer profiling on the real device, through the real runtime.
+
+For a micro-batch (sample shapes) on an SP size, the profiler runs the model
+truncated to at most two blocks: ``(depth, recomputed blocks)`` in
+``(0, 0), (1, 1), (2, 0), (2, 2)``. Times fit ``T(d, k) = base + d*block +
+k*recompute`` by least squares (four runs, three unknowns: the depth-0 run pins the
+base directly, so the per-block time is ``(T(2) - T(0)) / 2`` rather than a
+difference of two nearly equal numbers); peak memory gives, exactly,
+
+    base = M(0)      block = (M(2, 0) - M(0)) / 2      recomputed = M(2, 2) - M(1, 1)
+    transient = M(1, 1) - base - recomputed
+
+(:class:`~datacentric.planning.fitted.ProfilePoint`). Runs go through
+:class:`~datacentric.parallel.runtime.DataCentricRuntime` on ``world_size`` ranks
+(gloo on CPU, NCCL on GPUs), so SP sizes above 1 are measured with the real
+Ulysses all-to-alls in real process groups. Every rank takes part in every round:
+SP groups of a round run different cases side by side (the work is split across
+ranks); a case's time is the median over ``repeats`` passes (each pass: its slowest
+rank) after ``warmup`` passes. The first warm-up pass measures memory
+(:mod:`datacentric.planning.memory`), to which parameters, gradients and Adam's
+two moments are added from their sizes.
+
+This module imports the runtime (and so ``torch.distributed``) lazily, inside the
+functions that measure; the cost models and the planner stay pure.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from datacentric.planning.fitted import ProfilePoint
+from datacentric.shapes import SampleShape
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileSettings:
+    """How to measure: which model, on how many ranks, how carefully."""
+
+    model: str
+    """Runnable model preset (``datacentric.models.presets``)."""
+    world_size: int
+    """Ranks to start (each SP size measured must divide it)."""
+    backend: str = "gloo"
+    """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
+    dtype: str = "float32"
+    """Parameter and activation dtype (``float32``, ``bfloat16``)."""
+    warmup: int = 2
+    """Unmeasured passes before the measured ones (at least 2: the first allocates
+    gradients, the second measures memory)."""
+    repeats: int = 3
+    """Measured passes per case (the median is kept)."""
+    seed: int = 0
+    """Weights and synthetic data."""
+    threads_per_rank: int | None = 1
+    """Intra-op threads of each rank (ranks share this machine's cores)."""
+    timeout_s: float = 900.0
+    """Give up when the ranks have not finished by then."""
+    progress: bool = False
+    """Show a progress bar (rank 0, on stderr)."""
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """One measured configuration: a micro-batch on an SP group of a model of ``depth``
+    blocks, with every block recomputing (``recompute``) or none."""
+
+    shapes: tuple[SampleShape, ...]
+    sp_size: int
+    depth: int
+    recompute: bool | tuple[bool, ...]
+
+    def flags(self) -> tuple[bool, ...]:
+        if isinstance(self.recompute, tuple):
+            return self.recompute
+        return (self.recompute,) * self.depth
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Median pass time, every measured time, and peak bytes of the busiest rank."""
+
+    case: RunCase
+    time_s: float
+    times: tuple[float, ...] = field(compare=False)
+    memory_bytes: int
+    grad_sync_s: float = 0.0
+
+
+DUAL_LAYER_RUNS = ((0, False), (1, True), (2, False), (2, True))
+
+
+def dual_layer_cases(shapes: Sequence[SampleShape], sp_size: int) -> list[RunCase]:
+    """The four runs that give one profile point."""
+    return [RunCase(tuple(shapes), sp_size, d, r) for d, r in DUAL_LAYER_RUNS]
+
+
+def point_from_runs(results: Sequence[RunResult]) -> ProfilePoint:
+    """Per-block components from the four dual-layer runs of one micro-batch.
+
+    Components are clamped at zero: each is a cost, and timing noise on a very small
+    case must not turn one negative.
+    """
+    by = {(r.case.depth, r.case.recompute): r for r in results}
+    missing = [k for k in DUAL_LAYER_RUNS if k not in by]
+    if missing:
+        raise ValueError(f"dual-layer runs missing (depth, recompute) {missing}")
+    rows = np.array([[1.0, d, d if r else 0] for d, r in DUAL_LAYER_RUNS])
+    times = np.array([by[k].time_s for k in DUAL_LAYER_RUNS])
+    base_t, block_t, recompute_t = np.linalg.lstsq(rows, times, rcond=None)[0]
+    m = {k: by[k].memory_bytes for k in DUAL_LAYER_RUNS}
+    base_m = m[0, False]
+    block_m = max(0, (m[2, False] - base_m) // 2)
+    recomputed_m = max(0, m[2, True] - m[1, True])
+    first = by[0, False].case
+    return ProfilePoint(
+        shapes=first.shapes,
+        sp_size=first.sp_size,
+        base_time_s=max(0.0, float(base_t)),
+        block_time_s=max(0.0, float(block_t)),
+        recompute_time_s=max(0.0, float(recompute_t)),
+        base_memory_bytes=base_m,
+        block_memory_bytes=block_m,
+        recomputed_block_memory_bytes=recomputed_m,
+        transient_memory_bytes=max(0, m[1, True] - base_m - recomputed_m),
+    )
+
+
+def plan_rounds(cases: Sequence[RunCase], world_size: int) -> list[list[tuple[int, int]]]:
+    """Group cases into rounds that cover every rank once: lists of (case index,
+    rank_start). Cases of one round share a model depth; spare ranks of a round rerun
+    its first case (their measurements are not used)."""
+    rounds: list[list[tuple[int, int]]] = []
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].depth, -cases[i].sp_size))
+    current: list[tuple[int, int]] = []
+    used = 0
+    depth = None
+    for i in order:
+        case = cases[i]
+        if world_size % case.sp_size:
+            raise ValueError(f"SP size {case.sp_size} does not divide world size {world_size}")
+        if current and (case.depth != depth or used + case.sp_size > world_size):
+            rounds.append(_fill(current, cases, used, world_size))
+            current, used = [], 0
+        depth = case.depth
+        start = -(-used // case.sp_size) * case.sp_size  # aligned start
+        current.append((i, start))
+        used = start + case.sp_size
+    if current:
+        rounds.append(_fill(current, cases, used, world_size))
+    return rounds
+
+
+def _fill(
+    round_: list[tuple[int, int]], cases: Sequence[RunCase], used: int, world_size: int
+) -> list[tuple[int, int]]:
+    """Fill the ranks a round leaves idle with SP-1 copies of its first case."""
+    taken = {r for i, start in round_ for r in range(start, start + cases[i].sp_size)}
+    filler = -1 - round_[0][0]  # negative index: a copy of that case at SP size 1
+    return round_ + [(filler, r) for r in range(world_size) if r not in taken]
+
+
+def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResult]:
+    """Run every case on ``settings.world_size`` ranks and collect the results.
+
+    Inside an initialised ``torch.distributed`` world (a training run) every rank must
+    call this with the same arguments: the rounds run on the world's ranks and the
+    results are gathered. Otherwise ``settings.world_size`` local ranks are started.
+    """
+    import torch.distributed as dist
+
+    from datacentric.parallel.launch import spawn
+
+    rounds = plan_rounds(cases, settings.world_size)
+    if dist.is_available() and dist.is_initialized():
+        if dist.get_world_size() != settings.world_size:
+            raise ValueError(
+                f"profiling for world size {settings.world_size} inside a world of "
+                f"{dist.get_world_size()} ranks"
+            )
+        per_rank: list[Any] = [None] * settings.world_size
+        dist.all_gather_object(per_rank, _rank_worker(list(cases), rounds, settings))
+    else:
+        per_rank = spawn(
+            _rank_worker,
+            settings.world_size,
+            list(cases),
+            rounds,
+            settings,
+            backend=settings.backend,
+            timeout_s=settings.timeout_s,
+            threads_per_rank=settings.threads_per_rank,
+        )
+    results = []
+    for i, case in enumerate(cases):
+        ranks = [rank_results[i] for rank_results in per_rank if i in rank_results]
+        # a pass of a group ends when its slowest rank ends
+        times = tuple(max(values) for values in zip(*(r[0] for r in ranks)))
+        results.append(
+            RunResult(
+                case=case,
+                time_s=statistics.median(times),
+                times=times,
+                memory_bytes=max(r[1] for r in ranks),
+                grad_sync_s=statistics.median([r[2] for r in ranks]),
+            )
+        )
+    return results
+
+
+def _rank_worker(
+    cases: list[RunCase], rounds: list[list[tuple[int, int]]], settings: ProfileSettings
+) -> dict[int, tuple[list[float], int, float]]:
+    """On every rank: run the rounds; return ``{case index: (times, peak bytes, sync s)}``
+    for the cases this rank took part in."""
+    import torch
+
+    from datacentric.parallel.groups import ProcessGroups
+    from datacentric.parallel.runtime import DataCentricRuntime
+    from datacentric.planning.memory import measure_peak, model_state_bytes
+    from datacentric.schedule import Assignment, Iteration, MicroBatch
+
+    groups = ProcessGroups()
+    dataset, ids = _dataset(settings.model, cases, settings.seed)
+    dtype = getattr(torch, settings.dtype)
+    out: dict[int, tuple[list[float], int, float]] = {}
+    runtimes: dict[int, DataCentricRuntime] = {}
+    bar = _progress(len(rounds), settings.progress and groups.rank == 0)
+    for round_ in rounds:
+        depth = cases[round_[0][0]].depth
+        if depth not in runtimes:
+            runtimes.clear()  # one model at a time
+            runtimes[depth] = _runtime(settings, depth, dtype, groups, dataset)
+        runtime = runtimes[depth]
+        assignments = []
+        for index, start in round_:
+            case = cases[index if index >= 0 else -1 - index]
+            sp = case.sp_size if index >= 0 else 1
+            mb = MicroBatch(
+                sample_ids=ids[index if index >= 0 else -1 - index],
+                bucket="profile",
+                tokens=sum(s.tokens for s in case.shapes),
+                recompute=case.flags(),
+            )
+            assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=(mb,)))
+        iteration = Iteration(index=0, assignments=tuple(assignments))
+        mine = next(
+            (i for i, start in round_ if i >= 0 and _holds(cases, i, start, groups.rank)), None
+        )
+        # the first pass allocates gradients; the second (a warm-up too) measures memory
+        runtime.run_iteration(iteration)
+        peak, _ = measure_peak(groups.device, partial(runtime.run_iteration, iteration))
+        states = model_state_bytes(runtime.module)
+        times, syncs = [], []
+        for step in range(max(0, settings.warmup - 2) + settings.repeats):
+            stats = runtime.run_iteration(iteration)
+            if step >= settings.warmup - 2:
+                times.append(stats.micro_batches[0].time_s)
+                syncs.append(stats.sync_time_s)
+        if mine is not None:
+            out[mine] = (times, peak + states, statistics.median(syncs))
+        bar.update(1)
+    bar.close()
+    return out
+
+
+def _holds(cases: Sequence[RunCase], index: int, start: int, rank: int) -> bool:
+    return start <= rank < start + cases[index].sp_size
+
+
+def _runtime(settings, depth, dtype, groups, dataset):  # noqa: ANN001, ANN202
+    import torch
+
+    from datacentric.models.presets import build_model
+    from datacentric.parallel.runtime import DataCentricRuntime
+
+    torch.manual_seed(settings.seed)
+    layers = max(depth, 1)
+    model = build_model(settings.model, num_layers=layers, dtype=dtype, device=groups.device)
+    runtime = DataCentricRuntime(model, groups, dataset.pack, dataset.loss_tokens)
+    if depth == 0:
+        # the runtime needs an attention layer to wire up; the depth-0 model (embedding,
+        # head and loss only) then drops its one block
+        model.blocks = torch.nn.ModuleList()
+    return runtime
+
+
+def _dataset(model: str, cases: Sequence[RunCase], seed: int):  # noqa: ANN202
+    """A synthetic dataset holding every case's samples, and each case's sample ids."""
+    from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
+
+    shapes: list[SampleShape] = []
+    ids: list[tuple[int, ...]] = []
+    for case in cases:
+        ids.append(tuple(range(len(shapes), len(shapes) + len(case.shapes))))
+        shapes.extend(case.shapes)
+    if all(s.is_video for s in shapes):
+        return SyntheticVideoDataset(shapes, seed=seed), ids
+    if any(s.is_video for s in shapes):
+        raise ValueError(f"profile of {model!r} mixes text and video shapes")
+    return SyntheticTextDataset(shapes, seed=seed), ids
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, show: bool):  # noqa: ANN202
+    if not show:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="profiling", unit="round", file=sys.stderr)

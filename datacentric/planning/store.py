@@ -1,0 +1,187 @@
+"""Profiles on disk: JSON with a fingerprint of everything that changes the numbers.
+
+A profile is valid only for the model configuration, device, torch version, world
+size and dtype it was measured with; :func:`fingerprint` collects them and
+:func:`load_profile` checks them. A missing or stale profile is re-measured by the
+caller (:func:`~datacentric.planning.autoprofile.ensure_profile`); a corrupt one is
+a :class:`ProfileError` that names the file and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datacentric.planning.fitted import FittedCostModel, ProfilePoint
+from datacentric.planning.plan import Plan
+
+FORMAT_VERSION = 1
+PROFILE_FILE = "profile.json"
+PLAN_FILE = "plan.json"
+
+
+class ProfileError(ValueError):
+    """A profile file that exists but cannot be used (corrupt or of another format)."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Measured dual-layer profile points of one model on one device and world."""
+
+    fingerprint: dict[str, Any]
+    model: str
+    num_blocks: int
+    attention_kind: str
+    points: tuple[ProfilePoint, ...]
+    gpus_per_node: int
+    grad_sync_seconds: dict[int, float] = field(default_factory=dict)
+    profile_seconds: float = 0.0
+    validation: dict[str, Any] | None = None
+
+    def cost_model(self, memory_capacity_bytes: int) -> FittedCostModel:
+        """The fitted cost model of these points under a memory cap."""
+        return FittedCostModel(
+            self.points,
+            num_blocks=self.num_blocks,
+            attention_kind=self.attention_kind,
+            memory_capacity_bytes=memory_capacity_bytes,
+            gpus_per_node=self.gpus_per_node,
+            grad_sync_seconds=self.grad_sync_seconds,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "fingerprint_sha256": fingerprint_hash(self.fingerprint),
+            "model": self.model,
+            "num_blocks": self.num_blocks,
+            "attention_kind": self.attention_kind,
+            "gpus_per_node": self.gpus_per_node,
+            "grad_sync_seconds": {str(k): v for k, v in self.grad_sync_seconds.items()},
+            "profile_seconds": self.profile_seconds,
+            "validation": self.validation,
+            "points": [p.to_json() for p in self.points],
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Profile:
+        if d.get("format") != FORMAT_VERSION:
+            raise ProfileError(f"format {d.get('format')!r}, expected {FORMAT_VERSION}")
+        if d.get("fingerprint_sha256") != fingerprint_hash(d["fingerprint"]):
+            raise ProfileError("fingerprint does not match its checksum (edited or damaged)")
+        return cls(
+            fingerprint=dict(d["fingerprint"]),
+            model=str(d["model"]),
+            num_blocks=int(d["num_blocks"]),
+            attention_kind=str(d["attention_kind"]),
+            points=tuple(ProfilePoint.from_json(p) for p in d["points"]),
+            gpus_per_node=int(d["gpus_per_node"]),
+            grad_sync_seconds={int(k): float(v) for k, v in d["grad_sync_seconds"].items()},
+            profile_seconds=float(d["profile_seconds"]),
+            validation=d.get("validation"),
+        )
+
+
+def device_name(backend: str) -> tuple[str, str]:
+    """(device type, device name) that ranks of ``backend`` compute on."""
+    import torch
+
+    if "nccl" in backend.lower() and torch.cuda.is_available():  # pragma: no cover - GPU
+        return "cuda", torch.cuda.get_device_name(0)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return "cpu", f"{name} x{os.cpu_count()}"
+
+
+def fingerprint(model: str, world_size: int, dtype: str, backend: str) -> dict[str, Any]:
+    """What a profile's numbers depend on: model config, device, torch, world, dtype."""
+    import torch
+
+    from datacentric.models.presets import model_config
+
+    config = model_config(model)
+    device_type, name = device_name(backend)
+    return {
+        "model": model,
+        "model_config": {"class": type(config).__name__, **dataclasses.asdict(config)},
+        "device_type": device_type,
+        "device_name": name,
+        "torch": torch.__version__,
+        "world_size": world_size,
+        "dtype": dtype,
+        "backend": backend,
+    }
+
+
+def fingerprint_hash(value: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def save_profile(profile: Profile, directory: str | os.PathLike[str]) -> Path:
+    """Write ``profile.json`` into ``directory`` atomically; returns its path."""
+    return _write_json(Path(directory) / PROFILE_FILE, profile.to_json())
+
+
+def load_profile(directory: str | os.PathLike[str]) -> Profile | None:
+    """The profile in ``directory``; ``None`` if there is none; :class:`ProfileError`
+    if the file is corrupt."""
+    path = Path(directory) / PROFILE_FILE
+    if not path.exists():
+        return None
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        return Profile.from_json(data)
+    except ProfileError as err:
+        raise ProfileError(f"{path}: corrupt profile: {err}; delete it to re-profile") from err
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ProfileError(
+            f"{path}: corrupt profile ({type(err).__name__}: {err}); delete it to re-profile"
+        ) from err
+
+
+def stale_fields(profile: Profile, current: dict[str, Any]) -> list[str]:
+    """Fingerprint fields that differ from ``current`` (empty: the profile is fresh)."""
+    keys = sorted(set(profile.fingerprint) | set(current))
+    return [k for k in keys if profile.fingerprint.get(k) != current.get(k)]
+
+
+def save_plan(plan: Plan, fingerprint_: dict[str, Any], directory: str | os.PathLike[str]) -> Path:
+    """Write ``plan.json`` (the plan and the profile fingerprint it came from)."""
+    data = {"fingerprint": fingerprint_, "plan": plan.to_json()}
+    return _write_json(Path(directory) / PLAN_FILE, data)
+
+
+def load_plan(directory: str | os.PathLike[str]) -> Plan:
+    """The plan saved in ``directory`` (:class:`ProfileError` if corrupt or missing)."""
+    path = Path(directory) / PLAN_FILE
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return Plan.from_json(json.load(handle)["plan"])
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no saved plan (run `datacentric profile` first)") from None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ProfileError(f"{path}: corrupt plan ({type(err).__name__}: {err})") from err
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=1)
+    os.replace(tmp, path)
+    return path

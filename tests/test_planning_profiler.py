@@ -1,0 +1,180 @@
+"""Profiler pieces: rounds, component extraction, memory accounting, persistence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from datacentric.planning.autoprofile import select_profile_shapes, validation_cases
+from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
+from datacentric.planning.memory import LiveTensorBytes
+from datacentric.planning.plan import BucketPlan, Plan
+from datacentric.planning.profiler import (
+    DUAL_LAYER_RUNS,
+    RunCase,
+    RunResult,
+    dual_layer_cases,
+    plan_rounds,
+    point_from_runs,
+)
+from datacentric.planning.store import (
+    Profile,
+    ProfileError,
+    load_profile,
+    save_profile,
+    stale_fields,
+)
+from datacentric.shapes import SampleShape
+
+TEXT = SampleShape.text
+
+
+def test_rounds_cover_every_rank_once_with_one_depth_each() -> None:
+    cases = [
+        *dual_layer_cases([TEXT(64)], 1),
+        *dual_layer_cases([TEXT(64)], 2),
+        *dual_layer_cases([TEXT(128)], 4),
+        RunCase((TEXT(32),), 1, 8, False),
+    ]
+    rounds = plan_rounds(cases, 4)
+    seen = set()
+    for round_ in rounds:
+        ranks = []
+        depths = set()
+        for index, start in round_:
+            case = cases[index if index >= 0 else -1 - index]
+            size = case.sp_size if index >= 0 else 1
+            assert start % size == 0
+            ranks.extend(range(start, start + size))
+            depths.add(case.depth)
+            if index >= 0:
+                seen.add(index)
+        assert sorted(ranks) == [0, 1, 2, 3]
+        assert len(depths) == 1
+    assert seen == set(range(len(cases)))
+    with pytest.raises(ValueError, match="does not divide"):
+        plan_rounds([RunCase((TEXT(8),), 3, 1, False)], 4)
+
+
+def runs_from_law(base_t, block_t, rec_t, base_m, block_m, rec_m, transient):
+    shapes = (TEXT(100),)
+    results = []
+    for depth, recompute in DUAL_LAYER_RUNS:
+        k = depth if recompute else 0
+        t = base_t + depth * block_t + k * rec_t
+        m = base_m + (depth - k) * block_m + k * rec_m + (transient if k else 0)
+        case = RunCase(shapes, 2, depth, recompute)
+        results.append(RunResult(case=case, time_s=t, times=(t,), memory_bytes=m))
+    return results
+
+
+def test_point_from_runs_recovers_components_and_extrapolates() -> None:
+    runs = runs_from_law(0.01, 0.2, 0.07, 1000, 5000, 300, 4000)
+    point = point_from_runs(runs[::-1])  # order does not matter
+    assert point.sp_size == 2
+    assert point.base_time_s == pytest.approx(0.01)
+    assert point.block_time_s == pytest.approx(0.2)
+    assert point.recompute_time_s == pytest.approx(0.07)
+    assert (point.base_memory_bytes, point.block_memory_bytes) == (1000, 5000)
+    assert (point.recomputed_block_memory_bytes, point.transient_memory_bytes) == (300, 4000)
+    t, m = extrapolate(point, 8, 3)
+    assert t == pytest.approx(0.01 + 8 * 0.2 + 3 * 0.07)
+    assert m == 1000 + 5 * 5000 + 3 * 300 + 4000
+    with pytest.raises(ValueError, match="missing"):
+        point_from_runs(runs[:3])
+
+
+def test_live_tensor_bytes_counts_peak_and_frees() -> None:
+    tracker = LiveTensorBytes()
+    with tracker:
+        a = torch.ones(1000)  # 4000 bytes
+        b = torch.ones(500)  # 2000 bytes
+        view = a[:10]  # shares a's storage: not counted again
+        del b
+        c = torch.ones(250)  # 1000 bytes
+    assert tracker.peak == 6000
+    assert tracker.live == 5000
+    del a, view, c
+    assert tracker.live == 0
+
+
+def test_live_tensor_bytes_sees_backward_and_saved_activations() -> None:
+    x = torch.randn(256, 64, requires_grad=True)
+    w = torch.randn(64, 64, requires_grad=True)
+    tracker = LiveTensorBytes()
+    with tracker:
+        h = torch.tanh(x @ w)  # saves its output (64 KiB); the matmul saves x and w
+        after_forward = tracker.live
+        h.sum().backward()
+    assert after_forward >= 256 * 64 * 4
+    assert tracker.peak > after_forward  # gradients and backward temporaries
+
+
+def test_select_profile_shapes_spreads_and_adds_a_batch() -> None:
+    shapes = [TEXT(n) for n in (256, 512, 1024, 2048, 4096, 8192)]
+    picks = select_profile_shapes(shapes, max_points=3, max_tokens=4096)
+    singles = [mb[0].tokens for mb in picks if len(mb) == 1]
+    assert singles == [256, 1024, 4096]
+    assert (TEXT(256),) * 4 in picks
+
+
+def point(sp: int, tokens: int) -> ProfilePoint:
+    return ProfilePoint(
+        shapes=(TEXT(tokens),),
+        sp_size=sp,
+        base_time_s=0.01,
+        block_time_s=1e-5 * tokens / sp,
+        recompute_time_s=3e-6 * tokens / sp,
+        base_memory_bytes=10**6,
+        block_memory_bytes=1000 * tokens // sp,
+        recomputed_block_memory_bytes=100 * tokens // sp,
+        transient_memory_bytes=500 * tokens // sp,
+    )
+
+
+def make_profile(world: int = 2) -> Profile:
+    return Profile(
+        fingerprint={"model": "llama", "world_size": world, "torch": "x", "dtype": "float32"},
+        model="llama",
+        num_blocks=8,
+        attention_kind="causal",
+        points=tuple(point(sp, n) for sp in (1, 2) for n in (128, 512, 2048, 4096)),
+        gpus_per_node=2,
+        grad_sync_seconds={2: 0.003},
+        profile_seconds=1.5,
+    )
+
+
+def test_profile_round_trip_stale_and_corrupt(tmp_path) -> None:
+    profile = make_profile()
+    path = save_profile(profile, tmp_path)
+    loaded = load_profile(tmp_path)
+    assert loaded == profile
+    assert stale_fields(loaded, dict(profile.fingerprint)) == []
+    assert stale_fields(loaded, {**profile.fingerprint, "world_size": 4}) == ["world_size"]
+    assert load_profile(tmp_path / "nowhere") is None
+    data = json.loads(path.read_text())
+    data["fingerprint"]["torch"] = "edited"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="checksum"):
+        load_profile(tmp_path)
+    path.write_text("{not json")
+    with pytest.raises(ProfileError, match="corrupt"):
+        load_profile(tmp_path)
+
+
+def test_validation_cases_cover_sp2_and_recomputation() -> None:
+    cost = make_profile().cost_model(10**9)
+    assert isinstance(cost, FittedCostModel)
+    plans = {
+        f"t<={n}": BucketPlan(f"t<={n}", TEXT(n), 1, 4096 // n, (False,) * 8, 1.0, 10**8)
+        for n in (512, 1024, 2048, 4096, 8192)
+    }
+    plan = Plan(buckets=plans, memory_cap_bytes=10**9, world_size=2, num_blocks=8)
+    cases = validation_cases(plan, cost, count=3, max_tokens=4096)
+    assert len(cases) == 3
+    assert all(sum(s.tokens for s in c.shapes) <= 4096 and c.depth == 8 for c in cases)
+    assert any(c.sp_size == 2 for c in cases)
+    assert any(any(c.flags()) for c in cases)
