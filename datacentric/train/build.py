@@ -11,7 +11,6 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
-from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import get_hardware
@@ -71,22 +70,20 @@ def build_model_for(config: TrainConfig, dataset) -> nn.Module:
     )
 
 
-def build_cost_model(
-    config: TrainConfig, groups: ProcessGroups, model: nn.Module, dataset
-) -> CostModel:
-    """The cost model the schedule is planned with.
+def build_cost_model(model: str, device: torch.device, dtype: str = "float32") -> CostModel:
+    """The cost model a schedule is planned with, for model preset ``model``.
 
     Analytic FLOP/byte model of the preset on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name.
     """
-    if config.model not in MODEL_PRESETS:
+    if model not in MODEL_PRESETS:
         raise ValueError(
-            f"model {config.model!r} has no analytic spec; profile it first (`datacentric profile`)"
+            f"model {model!r} has no analytic spec; pass a cost model, or profile it first "
+            "(`datacentric profile`)"
         )
-    spec = spec_from_model_preset(config.model)
-    hardware = get_hardware(_hardware_name(groups.device))
-    dtype_bytes = 2 if config.dtype == "bfloat16" else 4
-    return AnalyticCostModel(spec, hardware, dtype_bytes=dtype_bytes)
+    spec = spec_from_model_preset(model)
+    hardware = get_hardware(_hardware_name(device))
+    return AnalyticCostModel(spec, hardware, dtype_bytes=2 if dtype == "bfloat16" else 4)
 
 
 def _hardware_name(device: torch.device) -> str:

@@ -14,16 +14,12 @@ or cost model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from datacentric.planning.cost_model import CostModel
 from datacentric.schedule import Schedule
-from datacentric.scheduling.api import build_schedule
-from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.resume import schedule_fingerprint
-from datacentric.shapes import SampleShape
 
 
 @dataclass
@@ -56,45 +52,33 @@ class Position:
 
 def segment_schedule(
     position: Position,
-    shapes: Sequence[SampleShape],
-    *,
+    num_samples: int,
     world_size: int,
-    policy: str,
-    cost_model: CostModel,
-    seed: int,
-    options: ScheduleOptions,
+    make_schedule: Callable[[int, Sequence[int] | None], Schedule],
 ) -> Schedule:
     """The schedule that continues from ``position`` on ``world_size`` ranks.
 
-    Updates ``position`` when a new segment starts (new epoch, or a different
-    world size than the saved segment's: then the remaining samples are re-planned).
+    ``make_schedule(epoch, sample_ids)`` builds an epoch's schedule (restricted to
+    ``sample_ids`` unless ``None``). Updates ``position`` when a new segment starts
+    (new epoch, or a world size other than the saved segment's: then the remaining
+    samples are re-planned for the new world).
     """
-    same_segment = position.segment_world == world_size
-    if not same_segment:
+    if position.segment_world != world_size:
         position.segment_excluded = sorted(position.consumed)
         position.segment_iteration = 0
         position.segment_world = world_size
         position.segment_fingerprint = ""
     excluded = set(position.segment_excluded)
-    sample_ids = None if not excluded else [i for i in range(len(shapes)) if i not in excluded]
+    sample_ids = None if not excluded else [i for i in range(num_samples) if i not in excluded]
     if sample_ids is not None and not sample_ids:
         raise ValueError(f"epoch {position.epoch} has no samples left to run")
-    schedule = build_schedule(
-        shapes,
-        policy=policy,
-        world_size=world_size,
-        cost_model=cost_model,
-        seed=seed,
-        epoch=position.epoch,
-        options=options,
-        sample_ids=sample_ids,
-    )
+    schedule = make_schedule(position.epoch, sample_ids)
     fingerprint = schedule_fingerprint(schedule)
     if position.segment_fingerprint and position.segment_fingerprint != fingerprint:
         raise ValueError(
             f"the rebuilt schedule of epoch {position.epoch} (world {world_size}, policy "
-            f"{policy}) differs from the checkpoint's: the dataset, model, cost model or "
-            "options changed since it was saved; resume with the same settings"
+            f"{schedule.policy}) differs from the checkpoint's: the dataset, model, cost model "
+            "or options changed since it was saved; resume with the same settings"
         )
     position.segment_fingerprint = fingerprint
     return schedule

@@ -23,10 +23,9 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.loss import loss_tokens_function
-from datacentric.parallel.runtime import DataCentricRuntime, IterationStats
+from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Iteration
-from datacentric.scheduling.options import ScheduleOptions
+from datacentric.train.api import DataCentric
 from datacentric.train.build import build_cost_model, build_dataset, build_model_for
 from datacentric.train.checkpoint import (
     latest_checkpoint,
@@ -100,16 +99,19 @@ class Trainer:
         self.is_main = groups.rank == 0
         torch.manual_seed(config.seed)
         self.dataset = build_dataset(config)
-        self.model = build_model_for(config, self.dataset).to(groups.device)
+        self.model = build_model_for(config, self.dataset)
         self.shapes = self.dataset.shapes()
-        self.cost_model = build_cost_model(config, groups, self.model, self.dataset)
-        self.options = ScheduleOptions(
-            memory_cap_bytes=int(config.memory_gb * 2**30) if config.memory_gb else None,
+        self.dc = DataCentric(
+            self.model,
+            self.dataset,
+            policy=config.policy,
+            cost_model=build_cost_model(config.model, groups.device, config.dtype),
+            memory_gb=config.memory_gb,
             tokens_per_iteration=config.tokens_per_iteration,
+            seed=config.seed,
+            groups=groups,
         )
-        self.runtime = DataCentricRuntime(
-            self.model, groups, self.dataset.pack, loss_tokens_function(self.dataset)
-        )
+        self.runtime = self.dc.runtime
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=config.lr,
@@ -123,13 +125,7 @@ class Trainer:
     # ---------------------------------------------------------------- schedule
     def _schedule(self):
         return segment_schedule(
-            self.position,
-            self.shapes,
-            world_size=self.groups.world_size,
-            policy=self.config.policy,
-            cost_model=self.cost_model,
-            seed=self.config.seed,
-            options=self.options,
+            self.position, len(self.shapes), self.groups.world_size, self.dc.schedule
         )
 
     def _planned_total(self) -> int:
