@@ -74,9 +74,10 @@ def test_cli_prints_json_and_exits_by_tolerance(monkeypatch, capsys) -> None:
 
 @pytest.mark.slow
 def test_cli_end_to_end(capsys) -> None:
-    assert main(["equivalence", "--model", "llama", "--world", "2", "--json"]) == 0
+    # World 1 keeps it cheap; worlds 2 and 4 are checked above through the same functions.
+    assert main(["equivalence", "--model", "llama", "--world", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     for key in ("world", "sp_sizes", "accumulation_counts", "loss_distributed", "loss_reference"):
         assert key in report
-    assert report["world"] == 2
+    assert report["world"] == 1 and report["sp_sizes"] == [1]
     assert report["max_rel_grad_err"] <= 1e-5

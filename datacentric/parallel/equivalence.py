@@ -48,7 +48,7 @@ _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8)
 def equivalence_dataset(model: str, seed: int = 0) -> Dataset:
     """The small dataset of a case: stdlib chunks for ``llama``, latents for ``dit``."""
     if model == "llama":
-        return StdlibCorpus(max_tokens=160, limit=60)
+        return StdlibCorpus(max_tokens=128, limit=60)
     if model == "dit":
         shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(24)]
         return SyntheticVideoDataset(shapes, seed=seed)

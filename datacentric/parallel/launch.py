@@ -138,7 +138,8 @@ def _context(start_method: str | None, fn: Callable[..., Any]) -> Any:
         start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     context = mp.get_context(start_method)
     if start_method == "forkserver":
-        preload = ["torch", __name__]
+        # The runtime with the reference models and datasets (what most workers use).
+        preload = ["torch", __name__, "datacentric.parallel.equivalence"]
         if fn.__module__ != "__main__":
             preload.append(fn.__module__)
         # Only the first call before the server starts takes effect.
