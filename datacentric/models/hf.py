@@ -1,0 +1,203 @@
+"""Hugging Face ``transformers`` causal LMs under our model contract.
+
+:class:`HFCausalLM` wraps an unmodified decoder-only ``*ForCausalLM`` (built
+from a config, randomly initialised: nothing is downloaded) so that the
+data-centric runtime can train it like our own models:
+
+- ``blocks`` are the model's decoder layers (per-block recomputation wraps them);
+- ``num_heads`` is the query head count (Ulysses splits heads across a group);
+- ``loss_mode`` is ``"token"`` (mean over the global batch's loss tokens);
+- ``set_attention(fn)`` routes every attention layer through an
+  :data:`~datacentric.models.attention.AttentionFn`. The routing goes through
+  transformers' attention interface: :func:`packed_attention_forward` is
+  registered once as the ``"datacentric"`` implementation
+  (``AttentionInterface.register``) and the model's
+  ``config._attn_implementation`` is switched to it; the callable and the
+  packed layout travel to it as keyword arguments of the model's forward;
+- ``forward(batch)`` returns the unreduced next-token cross-entropy ``(S_local,)``.
+
+Packed sequences: a :class:`PackedBatch` (or its SP shard) becomes a batch of
+one row of ``S_local`` tokens. ``position_ids`` are the batch's own, global
+positions within each sample even on a shard, so RoPE is computed by the model
+from them exactly as in one process. No attention mask is built ("datacentric"
+has no entry in transformers' mask interface); sample boundaries are
+``cu_seqlens`` over the full packed sequence, which the AttentionFn uses.
+
+Shape legend: B = batch rows (always 1 here), H = query heads, Hkv = key/value
+heads, S = tokens of the (possibly sharded) packed batch, D = head dim, V = vocab.
+
+This module does not import the distributed package.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.batch import PackedBatch
+
+try:
+    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+except ImportError as _error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "datacentric.models.hf needs transformers: pip install 'datacentric[hf]'"
+    ) from _error
+
+IGNORE_INDEX = -100
+"""Target of tokens without loss (same convention as ``datacentric.models.llama``)."""
+
+ATTENTION_NAME = "datacentric"
+"""The name :func:`packed_attention_forward` is registered under in transformers."""
+
+SMALL_LLAMA: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 256,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+    "use_cache": False,
+}
+"""Defaults of :func:`build_hf_llama`: a small byte-level Llama (vocabulary 256)."""
+
+
+def packed_attention_forward(
+    module: nn.Module,
+    query_BHSD: torch.Tensor,
+    key_BHSD: torch.Tensor,
+    value_BHSD: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    *,
+    cu_seqlens: torch.Tensor | None = None,
+    datacentric_attention: AttentionFn | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention-interface function that calls an :data:`AttentionFn`.
+
+    transformers passes ``(B, H, S, D)`` queries and ``(B, Hkv, S, D)`` keys and
+    values (RoPE applied), returns ``(B, S, H, D)``. Here ``B`` must be 1 (one
+    packed row), ``cu_seqlens`` describes the full packed sequence and
+    ``datacentric_attention`` is the callable (both forwarded by
+    :meth:`HFCausalLM.forward`). Grouped key/value heads are repeated to ``H``
+    heads first, so a Ulysses group only has to divide ``H``.
+    """
+    if cu_seqlens is None:
+        raise ValueError(
+            f"the {ATTENTION_NAME!r} attention implementation needs cu_seqlens (the packed "
+            "layout); call HFCausalLM.forward(batch), or switch the model back with "
+            "model.hf.set_attn_implementation('sdpa') for plain Hugging Face use"
+        )
+    if attention_mask is not None:
+        raise ValueError(
+            "packed sequences take no attention mask: sample boundaries come from cu_seqlens"
+        )
+    if dropout:
+        raise ValueError(f"attention dropout {dropout} is not supported (set it to 0)")
+    if query_BHSD.shape[0] != 1:
+        raise ValueError(f"a packed batch has one row, got {query_BHSD.shape[0]}")
+    attention = datacentric_attention if datacentric_attention is not None else varlen_attention
+    heads, head_dim = query_BHSD.shape[1], query_BHSD.shape[-1]
+    q_SHD = query_BHSD[0].transpose(0, 1)
+    if scaling is not None and not math.isclose(scaling, head_dim**-0.5, rel_tol=1e-12):
+        # Our kernels scale by 1/sqrt(D); fold a different softmax scale into q.
+        q_SHD = q_SHD * (scaling * math.sqrt(head_dim))
+    repeats = heads // key_BHSD.shape[1]
+    k_SHD = key_BHSD[0].transpose(0, 1).repeat_interleave(repeats, dim=1)
+    v_SHD = value_BHSD[0].transpose(0, 1).repeat_interleave(repeats, dim=1)
+    out_SHD = attention(q_SHD, k_SHD, v_SHD, cu_seqlens, getattr(module, "is_causal", True))
+    return out_SHD.unsqueeze(0), None
+
+
+def register_attention() -> None:
+    """Register :func:`packed_attention_forward` as transformers' ``"datacentric"``."""
+    AttentionInterface.register(ATTENTION_NAME, packed_attention_forward)
+
+
+class HFCausalLM(nn.Module):
+    """A transformers decoder-only causal LM with our model contract.
+
+    ``hf_model`` is a ``*ForCausalLM`` whose decoder layers are
+    ``hf_model.model.layers`` (Llama, Mistral, Qwen2, ...). Its parameters are
+    this module's, under the prefix ``hf.``. ``attention`` is the
+    :data:`AttentionFn` to start with (single-process varlen attention).
+    """
+
+    loss_mode = "token"
+
+    def __init__(self, hf_model: nn.Module, attention: AttentionFn = varlen_attention) -> None:
+        super().__init__()
+        decoder = hf_model.get_decoder() if hasattr(hf_model, "get_decoder") else hf_model.model
+        if not hasattr(decoder, "layers"):
+            raise ValueError(
+                f"{type(hf_model).__name__} has no decoder layers at .model.layers; "
+                "HFCausalLM wraps decoder-only *ForCausalLM models"
+            )
+        self.hf = hf_model
+        self.config = hf_model.config
+        self.num_heads = int(self.config.num_attention_heads)
+        self.blocks = decoder.layers
+        register_attention()
+        self.hf.set_attn_implementation(ATTENTION_NAME)
+        self._attention: AttentionFn = attention
+
+    def set_attention(self, attention: AttentionFn) -> None:
+        """Use ``attention`` in every attention layer."""
+        self._attention = attention
+
+    @property
+    def attention(self) -> AttentionFn:
+        """The :data:`AttentionFn` every attention layer calls."""
+        return self._attention
+
+    def logits(self, batch: PackedBatch) -> torch.Tensor:
+        """Next-token logits ``(S, V)`` of a packed batch or shard (model dtype)."""
+        if batch.inputs.dim() != 1:
+            raise ValueError(
+                f"a causal LM expects token ids of shape (S,), got {tuple(batch.inputs.shape)}"
+            )
+        out = self.hf(
+            input_ids=batch.inputs.long().unsqueeze(0),
+            position_ids=batch.position_ids.long().unsqueeze(0),
+            use_cache=False,
+            cu_seqlens=batch.cu_seqlens,
+            datacentric_attention=self._attention,
+        )
+        return out.logits[0]
+
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        """Unreduced next-token cross-entropy ``(S,)`` (float32), 0 where ``loss_mask`` is False."""
+        logits_SV = self.logits(batch).float()
+        loss_S = F.cross_entropy(
+            logits_SV, batch.targets.long(), ignore_index=IGNORE_INDEX, reduction="none"
+        )
+        return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
+
+
+def build_hf_llama(
+    *,
+    attention: AttentionFn = varlen_attention,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    **config_overrides: Any,
+) -> HFCausalLM:
+    """A randomly initialised ``transformers.LlamaForCausalLM`` wrapped in :class:`HFCausalLM`.
+
+    The config is :data:`SMALL_LLAMA` updated with ``config_overrides`` (any
+    ``LlamaConfig`` field). Weights come from the global torch RNG: seed it for
+    the same model on every rank. Nothing is downloaded.
+    """
+    config = LlamaConfig(**{**SMALL_LLAMA, **config_overrides})
+    model = HFCausalLM(LlamaForCausalLM(config), attention=attention)
+    if device is not None or dtype is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model

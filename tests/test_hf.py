@@ -1,0 +1,216 @@
+"""A Hugging Face Llama trained data-centrically equals the same model in one process.
+
+The distributed side runs :class:`~datacentric.models.hf.HFCausalLM` (attention
+routed through transformers' attention interface to Ulysses attention) under
+:class:`DataCentricRuntime` on gloo ranks; the reference is the unmodified
+``LlamaForCausalLM`` with transformers' own SDPA attention on the whole global
+batch packed into one row (transformers finds the samples from the restarting
+``position_ids``), with the mean loss over loss tokens computed here.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("transformers")
+
+from datacentric.data import StdlibCorpus  # noqa: E402
+from datacentric.models.attention import varlen_attention  # noqa: E402
+from datacentric.models.hf import (  # noqa: E402
+    ATTENTION_NAME,
+    IGNORE_INDEX,
+    HFCausalLM,
+    build_hf_llama,
+    packed_attention_forward,
+)
+from datacentric.parallel.equivalence import (  # noqa: E402
+    StepResult,
+    assert_gradients_close,
+    mixed_iteration,
+    relative_errors,
+)
+from datacentric.parallel.groups import ProcessGroups  # noqa: E402
+from datacentric.parallel.launch import spawn  # noqa: E402
+from datacentric.parallel.loss import loss_tokens_function  # noqa: E402
+from datacentric.parallel.runtime import DataCentricRuntime  # noqa: E402
+from datacentric.schedule import Assignment, Iteration, MicroBatch  # noqa: E402
+from datacentric.shapes import bucket_name  # noqa: E402
+
+SEED = 0
+NUM_LAYERS = 4
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():  # type: ignore[no-untyped-def]
+    """Tiny matmuls: one intra-op thread is much faster than several on a busy machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _dataset() -> StdlibCorpus:
+    return StdlibCorpus(max_tokens=96, limit=20)
+
+
+def _build(seed: int = SEED) -> HFCausalLM:
+    torch.manual_seed(seed)
+    return build_hf_llama(num_hidden_layers=NUM_LAYERS)
+
+
+def sp_iteration(world_size: int, seed: int = SEED) -> Iteration:
+    """All ranks in one SP group running two micro-batches (2 samples, then 1) with
+    recomputation of every block, then of every other block."""
+    shapes = _dataset().shapes()
+    ids = random.Random(seed + 1).sample(range(len(shapes)), 3)
+    patterns = [(True,) * NUM_LAYERS, tuple(b % 2 == 0 for b in range(NUM_LAYERS))]
+    micro_batches = []
+    for chunk, recompute in zip((ids[:2], ids[2:]), patterns):
+        micro_batches.append(
+            MicroBatch(
+                sample_ids=tuple(chunk),
+                bucket=bucket_name(max((shapes[i] for i in chunk), key=lambda s: s.tokens)),
+                tokens=sum(shapes[i].tokens for i in chunk),
+                recompute=recompute,
+            )
+        )
+    iteration = Iteration(index=0, assignments=(Assignment(0, world_size, tuple(micro_batches)),))
+    iteration.validate(world_size)
+    return iteration
+
+
+def _hf_worker(iterations: list[dict], seed: int) -> list[tuple[float, dict[str, torch.Tensor]]]:
+    groups = ProcessGroups()
+    dataset = _dataset()
+    out = []
+    for iteration_json in iterations:
+        model = _build(seed)
+        runtime = DataCentricRuntime(
+            model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
+        )
+        stats = runtime.run_iteration(Iteration.from_json(iteration_json))
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        out.append((runtime.global_loss(stats), grads))
+    return out
+
+
+def run_reference(iteration: Iteration, seed: int = SEED) -> StepResult:
+    """transformers' own SDPA attention on the global batch packed into one row."""
+    model = _build(seed)
+    model.hf.set_attn_implementation("sdpa")
+    batch = _dataset().pack(iteration.sample_ids(), 1)
+    logits_SV = model.hf(
+        input_ids=batch.inputs[None], position_ids=batch.position_ids[None], use_cache=False
+    ).logits[0]
+    loss = F.cross_entropy(
+        logits_SV.float(), batch.targets, ignore_index=IGNORE_INDEX, reduction="sum"
+    ) / int(batch.loss_mask.sum())
+    loss.backward()
+    return StepResult(
+        loss=float(loss.detach()),
+        grads={n: p.grad.detach().clone() for n, p in model.named_parameters()},
+    )
+
+
+def _check(world: int, iterations: list[Iteration]) -> float:
+    results = spawn(_hf_worker, world, [it.to_json() for it in iterations], SEED, timeout_s=240)
+    worst = 0.0
+    for index, iteration in enumerate(iterations):
+        reference = run_reference(iteration)
+        loss, grads = results[0][index]
+        for rank in range(1, world):
+            for name, grad in grads.items():
+                assert torch.equal(grad, results[rank][index][1][name]), f"rank {rank}: {name}"
+        result = StepResult(loss=loss, grads=grads)
+        for name, ref in reference.grads.items():
+            assert ref.abs().sum() > 0, f"{name} has no reference gradient"
+        assert_gradients_close(result, reference)
+        worst = max(worst, max(relative_errors(grads, reference.grads).values()))
+    assert worst <= TOLERANCE
+    return worst
+
+
+def test_hf_llama_sp_and_accumulation_match_one_process_at_world_2() -> None:
+    shapes = _dataset().shapes()
+    sp = sp_iteration(2)
+    mixed = mixed_iteration(shapes, 2, NUM_LAYERS, SEED)
+    assert [a.sp_size for a in sp.assignments] == [2]
+    assert [a.accumulation_steps for a in mixed.assignments] == [1, 2]
+    # Odd totals make the packer pad the SP micro-batches.
+    worst = _check(2, [sp, mixed])
+    print(f"world 2: max relative gradient error {worst:.2e}")
+
+
+@pytest.mark.slow
+def test_hf_llama_mixed_sp_matches_one_process_at_world_4() -> None:
+    mixed = mixed_iteration(_dataset().shapes(), 4, NUM_LAYERS, SEED)
+    assert [a.sp_size for a in mixed.assignments] == [2, 1, 1]
+    worst = _check(4, [mixed])
+    print(f"world 4: max relative gradient error {worst:.2e}")
+
+
+def test_adapter_contract_and_attention_routing() -> None:
+    model = _build()
+    assert model.hf.config._attn_implementation == ATTENTION_NAME
+    assert model.num_heads == 4 and model.loss_mode == "token"
+    assert len(model.blocks) == NUM_LAYERS
+    calls = []
+
+    def counting(q_SHD, k_SHD, v_SHD, cu_seqlens, causal):  # type: ignore[no-untyped-def]
+        calls.append((tuple(q_SHD.shape), cu_seqlens.tolist(), causal))
+        return varlen_attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal)
+
+    model.set_attention(counting)
+    batch = _dataset().pack([0, 1], 1)
+    loss_S = model(batch)
+    assert loss_S.shape == (batch.num_tokens,)
+    assert torch.all(loss_S[~batch.loss_mask] == 0) and torch.all(loss_S[batch.loss_mask] > 0)
+    assert len(calls) == NUM_LAYERS
+    assert calls[0] == ((batch.num_tokens, 4, 16), batch.cu_seqlens.tolist(), True)
+
+
+def test_shard_positions_are_global() -> None:
+    """RoPE on a shard uses the batch's global positions: with an attention that
+    returns the rotated queries (per token), a shard's loss rows equal the full
+    sequence's rows, and differ when the shard's positions are made local."""
+
+    def rotated_queries(q_SHD, k_SHD, v_SHD, cu_seqlens, causal):  # type: ignore[no-untyped-def]
+        return q_SHD
+
+    model = _build()
+    model.set_attention(rotated_queries)
+    batch = _dataset().pack([2], 2)
+    half = batch.num_tokens // 2
+    full_S = model(batch).detach()
+    shard = batch.slice_tokens(half, batch.num_tokens)
+    torch.testing.assert_close(model(shard).detach(), full_S[half:], rtol=1e-6, atol=1e-6)
+    local = replace(shard, position_ids=shard.position_ids - half)
+    assert not torch.allclose(model(local).detach(), full_S[half:])
+
+
+def test_gqa_and_errors() -> None:
+    torch.manual_seed(1)
+    gqa = build_hf_llama(num_hidden_layers=1, num_key_value_heads=2)
+    batch = _dataset().pack([3], 1)
+    ours = gqa(batch)
+    gqa.hf.set_attn_implementation("sdpa")
+    logits = gqa.hf(
+        input_ids=batch.inputs[None], position_ids=batch.position_ids[None], use_cache=False
+    ).logits[0]
+    theirs = F.cross_entropy(
+        logits.float(), batch.targets, ignore_index=IGNORE_INDEX, reduction="none"
+    )
+    torch.testing.assert_close(ours, theirs)
+    q = torch.zeros(1, 4, 8, 16)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        packed_attention_forward(gqa.hf, q, q, q, None)
+    with pytest.raises(ValueError, match="dropout"):
+        packed_attention_forward(
+            gqa.hf, q, q, q, None, dropout=0.1, cu_seqlens=torch.tensor([0, 8])
+        )
