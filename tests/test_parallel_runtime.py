@@ -17,7 +17,7 @@ from datacentric.parallel.equivalence import (
     run_reference,
 )
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import spawn
+from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch
@@ -93,15 +93,25 @@ def test_local_runtime_accumulates_like_one_big_batch() -> None:
 
 def test_heads_not_divisible_by_sp_fail_at_setup() -> None:
     dataset = equivalence_dataset("llama")
-    model = build_model("llama", num_layers=1, num_heads=4)
+    model = build_model("llama", num_layers=2, num_heads=4)
+    args = (ProcessGroups.local(), dataset.pack, loss_tokens_function(dataset))
     with pytest.raises(ValueError, match=r"4 attention heads, not divisible by SP size 8"):
-        DataCentricRuntime(
-            model,
-            ProcessGroups.local(),
-            dataset.pack,
-            loss_tokens_function(dataset),
-            sp_sizes=[1, 2, 8],
-        )
+        DataCentricRuntime(model, *args, sp_sizes=[1, 2, 8])
+    runtime = DataCentricRuntime(model, *args)
+    mb = MicroBatch((0,), "b", 1, recompute=(True, False))
+    runtime.check_schedule([Iteration(0, (Assignment(0, 1, (mb,)),))])
+    with pytest.raises(ValueError, match=r"not divisible by SP size 8"):
+        runtime.check_sp_sizes([8])
+    bad = MicroBatch((0,), "b", 1, recompute=(True,) * 3)
+    with pytest.raises(ValueError, match=r"recompute setting of 3 entries for a model of 2 blocks"):
+        runtime.check_schedule([Iteration(0, (Assignment(0, 1, (bad,)),))])
+
+
+def test_init_from_env_names_what_is_missing(monkeypatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set"):
+        init_from_env()
 
 
 @pytest.mark.slow

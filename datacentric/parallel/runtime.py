@@ -20,7 +20,7 @@ equivalence check all run iterations through :class:`DataCentricRuntime`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -166,6 +166,26 @@ class DataCentricRuntime:
         check_sp_compatible(self.num_heads, sp_sizes, "attention")
         if self.num_kv_heads != self.num_heads:
             check_sp_compatible(self.num_kv_heads, sp_sizes, "key/value")
+
+    def check_schedule(self, iterations: Iterable[Iteration]) -> None:
+        """Fail at setup, not mid-epoch: SP sizes against heads, recompute lengths against blocks.
+
+        Pass ``schedule.iterations``; raises ``ValueError`` naming the offending setting.
+        """
+        sizes: set[int] = set()
+        for iteration in iterations:
+            iteration.validate(self.groups.world_size)
+            for assignment in iteration.assignments:
+                sizes.add(assignment.sp_size)
+                for micro_batch in assignment.micro_batches:
+                    n = len(micro_batch.recompute)
+                    if n and n != self.recompute.num_blocks:
+                        raise ValueError(
+                            f"iteration {iteration.index}, group at rank "
+                            f"{assignment.rank_start}: a recompute setting of {n} entries for "
+                            f"a model of {self.recompute.num_blocks} blocks"
+                        )
+        self.check_sp_sizes(sorted(sizes))
 
     def run_iteration(self, iteration: Iteration) -> IterationStats:
         """Forward and backward of this rank's micro-batches, then one gradient sync.
