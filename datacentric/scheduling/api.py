@@ -72,15 +72,21 @@ def build_schedule(
     options = options or ScheduleOptions()
     started = time.perf_counter()
     view = DatasetView(shapes)
-    active = np.arange(view.num_samples) if sample_ids is None else np.unique(sample_ids)
-    if len(active) and (active[0] < 0 or active[-1] >= view.num_samples):
-        raise ValueError(f"sample_ids must lie in 0..{view.num_samples - 1}")
-    not_asked = np.setdiff1d(np.arange(view.num_samples), active)
+    asked = np.ones(view.num_samples, dtype=bool)
+    if sample_ids is not None:
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= view.num_samples):
+            raise ValueError(f"sample_ids must lie in 0..{view.num_samples - 1}")
+        asked[:] = False
+        asked[ids] = True
+    not_asked = np.flatnonzero(~asked)
     skipped = np.zeros(0, dtype=np.int64)
     if plan is not None and plan.skipped:
         gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
-        skipped = active[np.isin(view.bucket_of[active], gone)]
-        active = np.setdiff1d(active, skipped)
+        in_gone = np.isin(view.bucket_of, gone)
+        skipped = np.flatnonzero(asked & in_gone)
+        asked &= ~in_gone
+    active = np.flatnonzero(asked)
     if len(active) == 0:
         raise ValueError("no samples to schedule (all were skipped or excluded)")
     cap = options.memory_cap_bytes or (plan.memory_cap_bytes if plan else None)
@@ -117,7 +123,9 @@ def build_schedule(
     meta["plan_seconds"] = time.perf_counter() - started
     if measure:
         table = inp.pac_table()
-        scheduled = np.setdiff1d(active, dropped)
+        kept = asked.copy()
+        kept[dropped] = False
+        scheduled = np.flatnonzero(kept)
         ideal = ideal_gpu_seconds(table, scheduled) / world_size if len(scheduled) else None
         meta.update(schedule_measures(schedule, cost_model, ideal))
     return schedule

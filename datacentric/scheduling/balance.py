@@ -17,6 +17,7 @@ non-empty list of items so that the largest group time (the makespan) is least.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -148,20 +149,23 @@ def lpt(
     if order is None:
         order = np.argsort(-times.min(axis=1), kind="stable")
     owner = np.full(n_items, -1, dtype=np.int64)
-    for j in order:
-        best_k, best = -1, (np.inf, np.inf)
-        for k in range(n_classes):
-            if heaps[k] and np.isfinite(times[j, k]):
-                key = (heaps[k][0][0] + times[j, k], class_sizes[k] * times[j, k])
-                if key < best:
-                    best_k, best = k, key
+    rows = times.tolist()
+    usable = [k for k in range(n_classes) if heaps[k]]
+    for j in np.asarray(order).tolist():
+        row = rows[j]
+        best_k, best, best_cost = -1, math.inf, math.inf
+        for k in usable:
+            t = row[k]
+            if t != math.inf:
+                finish = heaps[k][0][0] + t
+                cost = class_sizes[k] * t
+                if finish < best or (finish == best and cost < best_cost):
+                    best_k, best, best_cost = k, finish, cost
         if best_k < 0:
             raise ValueError(f"item {j} fits no group of this layout")
-        load, g = heapq.heappop(heaps[best_k])
-        load += times[j, best_k]
-        loads[g] = load
+        _, g = heapq.heapreplace(heaps[best_k], (best, heaps[best_k][0][1]))
+        loads[g] = best
         owner[j] = g
-        heapq.heappush(heaps[best_k], (load, g))
     return owner, loads
 
 

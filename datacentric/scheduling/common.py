@@ -16,6 +16,10 @@ from datacentric.scheduling.context import CostTable, DatasetView
 from datacentric.scheduling.items import Item, split_item
 from datacentric.scheduling.options import ScheduleOptions
 
+#: Up to this many scheduled samples, every micro-batch's estimate is the cost model's
+#: own answer by default (``ScheduleOptions.exact_estimates``).
+EXACT_ESTIMATE_SAMPLES = 200_000
+
 
 @dataclass
 class PolicyInput:
@@ -49,12 +53,17 @@ class PolicyInput:
                 max_sp_size=self.options.max_sp_size,
                 max_micro_batch_size=self.options.max_micro_batch_size,
                 recomputes=recomputes,
+                exact_estimates=self.exact_estimates,
             )
         return self.tables[name]
 
     def __post_init__(self) -> None:
         self.active_mask = np.zeros(self.view.num_samples, dtype=bool)
         self.active_mask[self.active] = True
+        exact = self.options.exact_estimates
+        self.exact_estimates = (
+            len(self.active) <= EXACT_ESTIMATE_SAMPLES if exact is None else exact
+        )
 
     def bucket_ids(self, b: int) -> np.ndarray:
         """Active sample ids of bucket ``b``, ascending."""
@@ -181,11 +190,31 @@ def stratified_order(inp: PolicyInput) -> np.ndarray:
 
 
 def time_matrix(table: CostTable, items: Sequence[Item], sizes: Sequence[int]) -> np.ndarray:
-    """``t[j, k]``: estimated time of item ``j`` on ``sizes[k]`` ranks (inf: no fit)."""
-    out = np.empty((len(items), len(sizes)))
-    for j, item in enumerate(items):
+    """``t[j, k]``: estimated time of item ``j`` on ``sizes[k]`` ranks (inf: no fit).
+
+    Vectorised per bucket over its cost curve; single samples shorter than their
+    representative and mixed micro-batches are asked of the cost model one by one."""
+    view = table.view
+    n = len(items)
+    out = np.full((n, len(sizes)), np.inf)
+    bucket = np.fromiter((it.bucket for it in items), dtype=np.int64, count=n)
+    count = np.fromiter((it.count for it in items), dtype=np.int64, count=n)
+    tokens = np.fromiter((it.tokens for it in items), dtype=np.int64, count=n)
+    mixed = np.fromiter((it.mixed for it in items), dtype=bool, count=n)
+    single = (count == 1) & ~view.uniform[bucket]
+    special = mixed | single
+    for b in np.unique(bucket).tolist():
+        rows = np.flatnonzero((bucket == b) & ~special)
+        if len(rows) == 0:
+            continue
+        units = count[rows] if view.uniform[b] else tokens[rows] / view.rep_tokens(b)
         for k, s in enumerate(sizes):
-            out[j, k] = table.item_time(item, s)
+            cfg = table.config(b, s)
+            if cfg is not None:
+                out[rows, k] = cfg.times_for(units)
+    for j in np.flatnonzero(special).tolist():
+        for k, s in enumerate(sizes):
+            out[j, k] = table.item_time(items[j], s)
     return out
 
 

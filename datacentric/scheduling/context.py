@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,20 +35,25 @@ class DatasetView:
         if len(shapes) == 0:
             raise ValueError("cannot schedule an empty dataset: there are no samples")
         self.shapes = shapes
-        codes: dict[object, int] = {}
-        distinct: list[SampleShape] = []
+        tokens = np.fromiter(map(attrgetter("tokens"), shapes), dtype=np.int64, count=len(shapes))
+        grids = list(map(attrgetter("grid"), shapes))
+        video = np.fromiter((g is not None for g in grids), dtype=bool, count=len(shapes))
+        # Distinct shapes: text by token count (vectorised), video by grid.
+        text_values, text_codes = np.unique(tokens[~video], return_inverse=True)
+        distinct: list[SampleShape] = [SampleShape.text(int(t)) for t in text_values.tolist()]
         code_of = np.empty(len(shapes), dtype=np.int64)
-        for i, s in enumerate(shapes):
-            key = s.grid if s.grid is not None else s.tokens
-            code = codes.get(key)
+        code_of[~video] = text_codes
+        codes: dict[tuple[int, int, int], int] = {}
+        for i in np.flatnonzero(video).tolist():
+            code = codes.get(grids[i])
             if code is None:
-                code = codes[key] = len(distinct)
-                distinct.append(s)
+                code = codes[grids[i]] = len(distinct)
+                distinct.append(shapes[i])
             code_of[i] = code
         bucketing = make_buckets(distinct)
         self.buckets: tuple[Bucket, ...] = bucketing.buckets
         self.bucket_of = np.asarray(bucketing.bucket_of_sample, dtype=np.int64)[code_of]
-        self.tokens = np.asarray([s.tokens for s in distinct], dtype=np.int64)[code_of]
+        self.tokens = tokens
         distinct_per_bucket = np.bincount(
             np.asarray(bucketing.bucket_of_sample), minlength=len(self.buckets)
         )
@@ -70,13 +76,12 @@ class DatasetView:
 
     def exact_time(self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple) -> float:
         """The cost model's time for the micro-batch of samples ``ids`` (memoised)."""
-        b = int(self.bucket_of[ids[0]])
-        if self.uniform[b] and all(self.bucket_of[i] == b for i in ids):
+        buckets = self.bucket_of[ids]
+        b = int(buckets[0])
+        if self.uniform[b] and (buckets == b).all():
             key: tuple = (b, len(ids), sp, rc)
         else:
-            key = (tuple(int(self.tokens[i]) for i in ids), sp, rc)
-            if any(self.shapes[i].grid is not None for i in ids):
-                key = (tuple(self.shapes[i] for i in ids), sp, rc)
+            key = (tuple(self.shapes[i] for i in ids), sp, rc)
         t = self._exact.get(key)
         if t is None:
             t = self._exact[key] = safe_time(cost_model, [self.shapes[i] for i in ids], sp, rc)
@@ -97,6 +102,7 @@ class CostTable:
         max_sp_size: int | None,
         max_micro_batch_size: int,
         recomputes: Callable[[int], Sequence[tuple[bool, ...]]],
+        exact_estimates: bool = True,
     ) -> None:
         self.view = view
         self.cost_model = cost_model
@@ -104,6 +110,7 @@ class CostTable:
         self.cap = memory_cap_bytes
         self.limit = max_micro_batch_size
         self.recomputes = recomputes
+        self.exact_estimates = exact_estimates
         self.node_sizes = candidate_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
         self.all_sizes = chain_sizes(world_size)
         #: the model's own test of an SP size (Ulysses: it must divide the heads)
@@ -183,3 +190,25 @@ class CostTable:
         if units > cfg.max_batch:
             return float("inf")
         return cfg.time(units)
+
+    def estimates(self, settings: Sequence[tuple[Item, int, tuple[bool, ...]]]) -> list[float]:
+        """The times ``MicroBatch.est_time_s`` carries for ``(item, sp, recompute)``:
+        the cost model's own answer on the item's samples or, with ``exact_estimates``
+        off, the bucket curve's for multi-sample micro-batches of one text bucket
+        (vectorised per bucket and SP size)."""
+        view = self.view
+        out = [0.0] * len(settings)
+        curve: dict[tuple[int, int], list[int]] = {}
+        for n, (item, sp, rc) in enumerate(settings):
+            cfg = None
+            if not (self.exact_estimates or view.uniform[item.bucket] or item.mixed):
+                cfg = self.config(item.bucket, sp) if item.count > 1 else None
+            if cfg is not None and cfg.recompute == rc:
+                curve.setdefault((item.bucket, sp), []).append(n)
+            else:
+                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc)
+        for (b, sp), rows in curve.items():
+            units = [settings[n][0].tokens / view.rep_tokens(b) for n in rows]
+            for n, t in zip(rows, self.config(b, sp).times_for(np.asarray(units)).tolist()):
+                out[n] = t
+        return out

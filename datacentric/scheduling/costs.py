@@ -95,6 +95,18 @@ class Config:
         slope = float(self.times[1] - self.times[0])
         return max(float(self.times[0]) + (count - 1.0) * slope, float(self.times[0]) * count)
 
+    def times_for(self, counts: np.ndarray) -> np.ndarray:
+        """:meth:`time` of every entry of ``counts``, infinite above ``max_batch``."""
+        counts = np.asarray(counts, dtype=float)
+        out = np.interp(counts, self.counts, self.times)
+        low = counts < 1.0
+        if low.any() and len(self.counts) > 1:
+            slope = float(self.times[1] - self.times[0])
+            t0 = float(self.times[0])
+            out[low] = np.maximum(t0 + (counts[low] - 1.0) * slope, t0 * counts[low])
+        out[counts > self.max_batch] = np.inf
+        return out
+
     def batch_for_time(self, seconds: float) -> int:
         """Most samples per micro-batch whose estimated time stays within ``seconds``
         (at least 1)."""

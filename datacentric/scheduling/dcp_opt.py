@@ -83,7 +83,7 @@ def candidate_layouts(
     count = np.bincount(pref, minlength=len(sizes))
     apportioned = balance.proportional_layout(world_size, sizes, load, n_items, longest, count)
     base = balance.rounded_layout(world_size, sizes, times)
-    out = [base, apportioned]
+    out = [base, apportioned] if neighbours else [base]
     for small, big in zip(sizes, sizes[1:]) if neighbours else ():
         if base.count(big):  # split one big group into small ones
             alt = list(base)

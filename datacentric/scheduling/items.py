@@ -56,17 +56,22 @@ def pack(
         order = np.argsort(-tokens, kind="stable")
         ids_arr, tokens = ids_arr[order], tokens[order]
     budget = units * view.rep_tokens(b)
-    items: list[Item] = []
-    current: list[int] = []
+    cuts = next_fit_cuts(tokens.tolist(), budget)
+    sums = np.add.reduceat(tokens, np.asarray([0, *cuts], dtype=np.int64)).tolist()
+    chunks = np.split(ids_arr, cuts)
+    return [Item(b, chunk.tolist(), total) for chunk, total in zip(chunks, sums)]
+
+
+def next_fit_cuts(tokens: list[int], budget: float) -> list[int]:
+    """Where next-fit packing of ``tokens`` into bins of ``budget`` starts a new bin."""
+    cuts = []
     used = 0
-    for i, t in zip(ids_arr.tolist(), tokens.tolist()):
-        if current and used + t > budget:
-            items.append(Item(b, current, used))
-            current, used = [], 0
-        current.append(i)
+    for i, t in enumerate(tokens):
+        if used + t > budget and used:
+            cuts.append(i)
+            used = 0
         used += t
-    items.append(Item(b, current, used))
-    return items
+    return cuts
 
 
 def split_item(item: Item, table: CostTable) -> tuple[Item, Item]:
@@ -116,12 +121,11 @@ def emit_iteration(
     cost table, or ``recompute_of[(bucket, sp)]`` when a policy fixes it) and the
     cost model's time for its actual samples.
     """
-    view, model = table.view, table.cost_model
+    view = table.view
     sizes = [sp for sp, _ in groups]
     starts = place_groups(world_size, sizes)
-    assignments = []
-    for (sp, items), start in sorted(zip(groups, starts), key=lambda x: x[1]):
-        mbs = []
+    settings = []
+    for sp, items in groups:
         for item in items:
             rc = recompute_of.get((item.bucket, sp)) if recompute_of else None
             if rc is None:
@@ -135,15 +139,25 @@ def emit_iteration(
                         "use drop_remainder=True or a smaller world"
                     )
                 rc = cfg.recompute
-            mbs.append(
-                MicroBatch(
-                    sample_ids=tuple(item.ids),
-                    bucket=view.buckets[item.bucket].name,
-                    tokens=int(item.tokens),
-                    recompute=rc,
-                    est_time_s=view.exact_time(model, item.ids, sp, rc),
-                    packed=item.count > 1,
-                )
-            )
-        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=tuple(mbs)))
+            settings.append((item, sp, rc))
+    estimates = table.estimates(settings)
+    names = [bk.name for bk in view.buckets]
+    micro_batches = [
+        MicroBatch(
+            sample_ids=tuple(item.ids),
+            bucket=names[item.bucket],
+            tokens=int(item.tokens),
+            recompute=rc,
+            est_time_s=est,
+            packed=item.count > 1,
+        )
+        for (item, _, rc), est in zip(settings, estimates)
+    ]
+    assignments = []
+    at = 0
+    for (sp, items), start in zip(groups, starts):
+        mbs = tuple(micro_batches[at : at + len(items)])
+        at += len(items)
+        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=mbs))
+    assignments.sort(key=lambda a: a.rank_start)
     return Iteration(index=index, assignments=tuple(assignments))

@@ -40,6 +40,11 @@ class ScheduleOptions:
     megatron_tokens_per_rank: int | None = None
     """``megatron-dyncp``'s per-rank token limit; default: the most tokens one rank
     holds for every bucket (from the memory cap, full recomputation)."""
+    exact_estimates: bool | None = None
+    """Give every micro-batch the cost model's time for its actual samples (True), or
+    interpolate multi-sample micro-batches of text buckets on their bucket's cost
+    curve (False: the cost model is then asked only per bucket, single sample and
+    mixed micro-batch). Default: exact up to 200,000 scheduled samples."""
     exact_solver: bool = True
     """``dcp-opt``: let HiGHS improve small, badly balanced iterations (see
     ``docs/scheduling.md``); the heuristic alone when False or highspy is missing."""
