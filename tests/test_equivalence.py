@@ -17,6 +17,8 @@ from datacentric.parallel.equivalence import (
     run_reference,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 MODELS = ("llama", "dit")
 
 

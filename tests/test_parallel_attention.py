@@ -11,6 +11,8 @@ from datacentric.parallel.launch import spawn
 from datacentric.parallel.sharding import shard_bounds
 from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 HEADS, HEAD_DIM = 4, 8
 
 

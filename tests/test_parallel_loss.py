@@ -11,6 +11,8 @@ from datacentric.parallel.sharding import shard_batch
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 LENGTHS = [5, 3, 8, 1, 4]  # sample 3 has one token, hence no next-token target
 
 

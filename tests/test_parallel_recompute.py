@@ -10,6 +10,8 @@ from datacentric.models.presets import build_model
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.shapes import SampleShape
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 NUM_BLOCKS = 4
 
 

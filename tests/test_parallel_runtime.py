@@ -22,6 +22,8 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def _groups_worker() -> dict[str, object]:
     groups = ProcessGroups()
