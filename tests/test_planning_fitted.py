@@ -25,6 +25,7 @@ def synthetic_point(shapes: tuple[SampleShape, ...], sp: int) -> ProfilePoint:
         block_memory_bytes=10**5 + 9000 * int(t) + 100 * n,
         recomputed_block_memory_bytes=10**5 + 512 * int(t),
         transient_memory_bytes=8000 * int(t),
+        block_state_bytes=10**5,
     )
 
 
@@ -53,8 +54,18 @@ def test_extrapolate_is_linear_in_blocks() -> None:
     assert m8 - m2 == 6 * p.block_memory_bytes
     t8r, m8r = extrapolate(p, 8, 3)
     assert t8r - t8 == pytest.approx(3 * p.recompute_time_s)
-    expected = 3 * (p.recomputed_block_memory_bytes - p.block_memory_bytes)
-    assert m8r - m8 == expected + p.transient_memory_bytes
+    end_of_forward = m8 + 3 * (p.recomputed_block_memory_bytes - p.block_memory_bytes)
+    rematerialising = (
+        p.base_memory_bytes
+        + 5 * p.block_state_bytes
+        + 3 * p.recomputed_block_memory_bytes
+        + p.transient_memory_bytes
+    )
+    assert m8r == max(end_of_forward, rematerialising)
+    # every block recomputing: the transient sits on top of the inputs
+    _, m_all = extrapolate(p, 8, 8)
+    expected_all = 8 * p.recomputed_block_memory_bytes + p.transient_memory_bytes
+    assert m_all == p.base_memory_bytes + expected_all
     with pytest.raises(ValueError):
         extrapolate(p, 2, 3)
 

@@ -66,7 +66,10 @@ def runs_from_law(base_t, block_t, rec_t, base_m, block_m, rec_m, transient):
         t = base_t + depth * block_t + k * rec_t
         m = base_m + (depth - k) * block_m + k * rec_m + (transient if k else 0)
         case = RunCase(shapes, 2, depth, recompute)
-        results.append(RunResult(case=case, time_s=t, times=(t,), memory_bytes=m))
+        states = 700 + 200 * depth
+        results.append(
+            RunResult(case=case, time_s=t, times=(t,), memory_bytes=m, state_bytes=states)
+        )
     return results
 
 
@@ -79,9 +82,12 @@ def test_point_from_runs_recovers_components_and_extrapolates() -> None:
     assert point.recompute_time_s == pytest.approx(0.07)
     assert (point.base_memory_bytes, point.block_memory_bytes) == (1000, 5000)
     assert (point.recomputed_block_memory_bytes, point.transient_memory_bytes) == (300, 4000)
+    assert point.block_state_bytes == 200
     t, m = extrapolate(point, 8, 3)
     assert t == pytest.approx(0.01 + 8 * 0.2 + 3 * 0.07)
-    assert m == 1000 + 5 * 5000 + 3 * 300 + 4000
+    assert m == 1000 + 5 * 5000 + 3 * 300  # end of forward dominates
+    _, m_all = extrapolate(point, 8, 8)
+    assert m_all == 1000 + 8 * 300 + 4000  # rematerialising the last block dominates
     with pytest.raises(ValueError, match="missing"):
         point_from_runs(runs[:3])
 

@@ -22,7 +22,7 @@ from typing import Any
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.model_specs import get_model_spec
 from datacentric.planning.plan import Plan
-from datacentric.planning.planner import plan_buckets
+from datacentric.planning.planner import plan_buckets, recompute_from_counts
 from datacentric.planning.profiler import (
     ProfileSettings,
     RunCase,
@@ -106,7 +106,7 @@ def validation_cases(
     """Full-depth runs to check: the ``count`` largest planned buckets whose micro-batch
     fits in ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved
     to the largest SP size when no planned bucket uses SP above 1, and the last set to
-    recompute every other block when no planned bucket recomputes."""
+    recompute its first half of blocks when no planned bucket recomputes."""
     chosen: list[RunCase] = []
     for bp in sorted(plan.buckets.values(), key=lambda b: -b.shape.tokens):
         bs = min(bp.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
@@ -119,8 +119,9 @@ def validation_cases(
     if largest > 1 and chosen and all(c.sp_size == 1 for c in chosen):
         chosen[0] = replace(chosen[0], sp_size=largest)
     if len(chosen) > 1 and not any(any(c.flags()) for c in chosen):
-        # check the recomputation extrapolation too: half the blocks recompute
-        half = tuple(i % 2 == 0 for i in range(cost.num_blocks))
+        # check the recomputation extrapolation too: half the blocks recompute (the
+        # first ones, as the planner places them)
+        half = recompute_from_counts(cost.block_kinds, {cost.attention_kind: cost.num_blocks // 2})
         chosen[-1] = replace(chosen[-1], recompute=half)
     return chosen
 
@@ -199,22 +200,15 @@ def run_profile(
     sp_sizes = list(sp_sizes or _powers_of_two(world))
     current = fingerprint(settings.model, world, settings.dtype, settings.backend)
     saved = load_profile(out_dir) if out_dir is not None else None
-    if reuse and saved is not None and not stale_fields(saved, current):
-        cost = saved.cost_model(memory_cap_bytes)
-        plan = plan_buckets(
-            bucketing,
-            cost,
-            world_size=world,
-            memory_cap_bytes=memory_cap_bytes,
-            skip_unfittable=skip_unfittable,
+    reused = reuse and saved is not None and not stale_fields(saved, current)
+    if reused:
+        profile = saved
+    else:
+        shapes = [b.shape for b in bucketing.buckets]
+        micro_batches = select_profile_shapes(
+            shapes, max_points=max_points, max_tokens=max_profile_tokens
         )
-        save_plan(plan, saved.fingerprint, out_dir)
-        return ProfileReport(saved, plan, time.perf_counter() - start, reused=True)
-    shapes = [b.shape for b in bucketing.buckets]
-    micro_batches = select_profile_shapes(
-        shapes, max_points=max_points, max_tokens=max_profile_tokens
-    )
-    profile, _ = measure_profile(settings, micro_batches, sp_sizes)
+        profile, _ = measure_profile(settings, micro_batches, sp_sizes)
     cost = profile.cost_model(memory_cap_bytes)
     plan = plan_buckets(
         bucketing,
@@ -223,16 +217,18 @@ def run_profile(
         memory_cap_bytes=memory_cap_bytes,
         skip_unfittable=skip_unfittable,
     )
-    if validate:
+    if validate and not reused:
         cases = validation_cases(plan, cost, count=validate, max_tokens=validation_tokens)
         dual = [c for case in cases for c in dual_layer_cases(case.shapes, case.sp_size)]
         results = measure([*cases, *dual], settings)
         report = validation_report(cost, results[: len(cases)], results[len(cases) :])
         profile = replace(profile, validation=report)
     if out_dir is not None:
-        save_profile(profile, out_dir)
+        if not reused:
+            save_profile(profile, out_dir)
         save_plan(plan, profile.fingerprint, out_dir)
-    return ProfileReport(profile=profile, plan=plan, wall_seconds=time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return ProfileReport(profile=profile, plan=plan, wall_seconds=wall, reused=reused)
 
 
 def ensure_profile(

@@ -8,12 +8,18 @@ measured by the dual-layer profiler as *components* (per rank):
 - ``block``: one block that keeps its activations;
 - ``recompute``: what one recomputed block adds to time (its second forward) and
   what it keeps in memory (its input, its states);
-- ``transient``: the extra peak bytes while a recomputed block is rematerialised.
+- ``transient``: the extra peak bytes while a recomputed block is rematerialised;
+- ``block_state``: the parameters, gradients and optimizer state of one block.
 
-With ``L`` blocks of which ``k`` recompute (see :func:`extrapolate`)::
+With ``L`` blocks of which the first ``k`` recompute (see :func:`extrapolate`)::
 
     time   = base_t + L * block_t + k * recompute_t
-    memory = base_m + (L - k) * block_m + k * recomputed_block_m + (k > 0) * transient_m
+    memory = max(base_m + (L - k) * block_m + k * recomputed_m,                 (A)
+                 base_m + (L - k) * block_state + k * recomputed_m + transient)  (B, k > 0)
+
+(A) is the end of the forward pass (the base includes the loss head's transient);
+(B) is the moment the last recomputed block is rematerialised, when the blocks after
+it, which keep their activations, have already freed them in backward.
 
 :class:`FittedCostModel` fits every component, for each profiled SP size, by
 non-negative least squares on features of the micro-batch per rank: a constant,
@@ -42,6 +48,7 @@ MEMORY_FIELDS = (
     "block_memory_bytes",
     "recomputed_block_memory_bytes",
     "transient_memory_bytes",
+    "block_state_bytes",
 )
 
 
@@ -58,6 +65,7 @@ class ProfilePoint:
     block_memory_bytes: int
     recomputed_block_memory_bytes: int
     transient_memory_bytes: int
+    block_state_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -74,32 +82,37 @@ class ProfilePoint:
             shapes=tuple(SampleShape.from_json(s) for s in d["shapes"]),
             sp_size=int(d["sp_size"]),
             **{name: float(d[name]) for name in TIME_FIELDS},
-            **{name: int(d[name]) for name in MEMORY_FIELDS},
+            **{name: int(d.get(name, 0)) for name in MEMORY_FIELDS},
         )
 
 
 def extrapolate(point: ProfilePoint, num_blocks: int, num_recomputed: int) -> tuple[float, int]:
     """Time and peak memory of the full model from a point's per-block components.
 
-    The one place the dual-layer extrapolation happens: a model of ``L`` blocks costs
-    the measured base plus ``L`` blocks, each block's cost the same (the repeated
-    blocks are identical in shape), recomputed ones adding their second forward and
-    keeping only their input; the recomputation transient is paid once (one block is
-    rematerialised at a time).
+    The one place the dual-layer extrapolation happens (see the module doc): a model of
+    ``L`` blocks costs the measured base plus ``L`` identical blocks, the first
+    ``num_recomputed`` of them adding their second forward and keeping only their input
+    (the planner puts recomputed blocks first); the peak is the larger of the end of the
+    forward pass and the rematerialisation of the last recomputed block.
     """
     if not 0 <= num_recomputed <= num_blocks:
         raise ValueError(f"{num_recomputed} recomputed blocks of {num_blocks}")
+    kept = num_blocks - num_recomputed
     time = (
         point.base_time_s
         + num_blocks * point.block_time_s
         + num_recomputed * point.recompute_time_s
     )
-    memory = (
-        point.base_memory_bytes
-        + (num_blocks - num_recomputed) * point.block_memory_bytes
-        + num_recomputed * point.recomputed_block_memory_bytes
-        + (point.transient_memory_bytes if num_recomputed else 0)
-    )
+    recomputed = num_recomputed * point.recomputed_block_memory_bytes
+    memory = point.base_memory_bytes + kept * point.block_memory_bytes + recomputed
+    if num_recomputed:
+        rematerialising = (
+            point.base_memory_bytes
+            + kept * point.block_state_bytes
+            + recomputed
+            + point.transient_memory_bytes
+        )
+        memory = max(memory, rematerialising)
     return time, int(memory)
 
 

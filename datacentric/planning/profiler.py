@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -64,6 +65,11 @@ class ProfileSettings:
     """Give up when the ranks have not finished by then."""
     progress: bool = False
     """Show a progress bar (rank 0, on stderr)."""
+    clock: str = "auto"
+    """``wall``: the runtime's synchronised wall time of a pass; ``cpu``: the rank
+    process's CPU time over the pass (all its threads: compute and gloo's transfers),
+    which leaves out time the OS gives other processes on a shared machine; ``auto``:
+    ``cpu`` on CPU ranks, ``wall`` on GPUs."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,8 @@ class RunResult:
     times: tuple[float, ...] = field(compare=False)
     memory_bytes: int
     grad_sync_s: float = 0.0
+    state_bytes: int = 0
+    """Parameters, gradients and optimizer state of the (truncated) model, per rank."""
 
 
 DUAL_LAYER_RUNS = ((0, False), (1, True), (2, False), (2, True))
@@ -117,6 +125,7 @@ def point_from_runs(results: Sequence[RunResult]) -> ProfilePoint:
     m = {k: by[k].memory_bytes for k in DUAL_LAYER_RUNS}
     base_m = m[0, False]
     block_m = max(0, (m[2, False] - base_m) // 2)
+    block_state = max(0, (by[2, False].state_bytes - by[0, False].state_bytes) // 2)
     recomputed_m = max(0, m[2, True] - m[1, True])
     first = by[0, False].case
     return ProfilePoint(
@@ -129,6 +138,7 @@ def point_from_runs(results: Sequence[RunResult]) -> ProfilePoint:
         block_memory_bytes=block_m,
         recomputed_block_memory_bytes=recomputed_m,
         transient_memory_bytes=max(0, m[1, True] - base_m - recomputed_m),
+        block_state_bytes=block_state,
     )
 
 
@@ -209,6 +219,7 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
                 times=times,
                 memory_bytes=max(r[1] for r in ranks),
                 grad_sync_s=statistics.median([r[2] for r in ranks]),
+                state_bytes=max(r[3] for r in ranks),
             )
         )
     return results
@@ -216,9 +227,9 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
 
 def _rank_worker(
     cases: list[RunCase], rounds: list[list[tuple[int, int]]], settings: ProfileSettings
-) -> dict[int, tuple[list[float], int, float]]:
-    """On every rank: run the rounds; return ``{case index: (times, peak bytes, sync s)}``
-    for the cases this rank took part in."""
+) -> dict[int, tuple[list[float], int, float, int]]:
+    """On every rank: run the rounds; return ``{case index: (times, peak bytes, sync s,
+    state bytes)}`` for the cases this rank took part in."""
     import torch
 
     from datacentric.parallel.groups import ProcessGroups
@@ -229,7 +240,10 @@ def _rank_worker(
     groups = ProcessGroups()
     dataset, ids = _dataset(settings.model, cases, settings.seed)
     dtype = getattr(torch, settings.dtype)
-    out: dict[int, tuple[list[float], int, float]] = {}
+    out: dict[int, tuple[list[float], int, float, int]] = {}
+    use_cpu_clock = settings.clock == "cpu" or (
+        settings.clock == "auto" and groups.device.type == "cpu"
+    )
     runtimes: dict[int, DataCentricRuntime] = {}
     bar = _progress(len(rounds), settings.progress and groups.rank == 0)
     for round_ in rounds:
@@ -237,6 +251,7 @@ def _rank_worker(
         if depth not in runtimes:
             runtimes.clear()  # one model at a time
             runtimes[depth] = _runtime(settings, depth, dtype, groups, dataset)
+            clock = PassCpuClock(runtimes[depth].module)
         runtime = runtimes[depth]
         assignments = []
         for index, start in round_:
@@ -261,13 +276,34 @@ def _rank_worker(
         for step in range(max(0, settings.warmup - 2) + settings.repeats):
             stats = runtime.run_iteration(iteration)
             if step >= settings.warmup - 2:
-                times.append(stats.micro_batches[0].time_s)
+                times.append(clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s)
                 syncs.append(stats.sync_time_s)
         if mine is not None:
-            out[mine] = (times, peak + states, statistics.median(syncs))
+            out[mine] = (times, peak + states, statistics.median(syncs), states)
         bar.update(1)
     bar.close()
     return out
+
+
+class PassCpuClock:
+    """CPU time of the process over one forward+backward pass of ``module``: from its
+    forward pre-hook to the last parameter's gradient accumulation."""
+
+    def __init__(self, module: Any) -> None:
+        self.start = self.end = 0.0
+        module.register_forward_pre_hook(self._on_forward)
+        for param in module.parameters():
+            param.register_post_accumulate_grad_hook(self._on_grad)
+
+    def _on_forward(self, *_: Any) -> None:
+        self.start = time.process_time()
+
+    def _on_grad(self, *_: Any) -> None:
+        self.end = time.process_time()
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
 
 
 def _holds(cases: Sequence[RunCase], index: int, start: int, rank: int) -> bool:

@@ -1,0 +1,67 @@
+"""End-to-end: `datacentric plan` (analytic, saved) and `datacentric profile` on 2 gloo ranks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datacentric.cli.main import main
+
+
+def run_json(capsys, argv: list[str]) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_plan_from_analytic_presets(capsys, tmp_path) -> None:
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(["1000"] * 5 + ["30000"] * 2 + ["400000"]) + "\n")
+    out = run_json(
+        capsys,
+        ["plan", "--model", "llama-7b", "--hardware", "h200-sxm", "--world", "32",
+         "--lengths", str(lengths), "--json"],
+    )  # fmt: skip
+    rows = {row["bucket"]: row for row in out["buckets"]}
+    assert set(rows) == {"t<=1024", "t<=32768", "t<=524288"}
+    assert rows["t<=1024"]["samples"] == 5
+    assert rows["t<=1024"]["sp_size"] <= rows["t<=32768"]["sp_size"] <= rows["t<=524288"]["sp_size"]
+    assert all(row["est_memory_bytes"] <= out["memory_cap_bytes"] for row in rows.values())
+    assert main(["plan", "--model", "llama-7b", "--hardware", "h200-sxm", "--world", "2",
+                 "--lengths", str(lengths), "--memory-gb", "20"]) == 2  # fmt: skip
+    assert "does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_profile_command_measures_plans_validates_and_reuses(capsys, tmp_path) -> None:
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(str(n) for n in (40, 60, 100, 120, 200, 250, 500)) + "\n")
+    folder = tmp_path / "profile"
+    argv = ["profile", "--model", "llama", "--lengths", str(lengths), "--world", "2",
+            "--memory-gb", "0.05", "--out", str(folder), "--max-points", "2",
+            "--max-profile-tokens", "256", "--validation-tokens", "512", "--repeats", "2",
+            "--json"]  # fmt: skip
+    out = run_json(capsys, argv)
+    assert {"buckets", "profile_seconds", "validation"} <= set(out)
+    for row in out["buckets"]:
+        assert {"shape", "sp_size", "micro_batch_size", "recompute", "est_time_s",
+                "est_memory_bytes"} <= set(row)  # fmt: skip
+        assert row["est_memory_bytes"] <= out["memory_cap_bytes"]
+    validation = out["validation"]
+    assert len(validation["buckets"]) == 3
+    assert any(row["sp_size"] == 2 for row in validation["buckets"])
+    assert all(row["num_blocks"] == 8 for row in validation["buckets"])
+    # memory accounting is exact on CPU, so the extrapolation must be close
+    assert validation["memory_rel_err"] <= 0.10
+    assert 0 <= validation["time_rel_err"] < 10
+    assert (folder / "profile.json").exists() and (folder / "plan.json").exists()
+
+    again = run_json(capsys, argv)  # a fresh profile is reused, not re-measured
+    assert again["profile_reused"] is True
+    assert again["profile_seconds"] == out["profile_seconds"]
+    shown = run_json(capsys, ["plan", "--profile", str(folder), "--json"])
+    assert [r["bucket"] for r in shown["buckets"]] == [r["bucket"] for r in out["buckets"]]
+
+    (folder / "profile.json").write_text("{broken")
+    assert main(argv) == 2
+    assert "corrupt profile" in capsys.readouterr().err
