@@ -200,6 +200,12 @@ def preset_dataset(name: str, scale: Scale) -> SyntheticTextDataset | SyntheticV
     return SyntheticTextDataset([SampleShape.text(n) for n in scale.text], seed=0)
 
 
+def preset_batch(name: str, device: torch.device, scale: Scale) -> tuple[Any, PackedBatch]:
+    """:func:`preset_dataset` and all of its samples packed into one batch on ``device``."""
+    dataset = preset_dataset(name, scale)
+    return dataset, dataset.pack(list(range(len(dataset))), 1).to(device)
+
+
 def mean_loss(model: torch.nn.Module, dataset: Any, batch: PackedBatch) -> torch.Tensor:
     """The batch's loss as training defines it (``LossWeights``: token or sample mean)."""
     weights = LossWeights.for_samples(
@@ -209,8 +215,7 @@ def mean_loss(model: torch.nn.Module, dataset: Any, batch: PackedBatch) -> torch
 
 
 def check_preset(name: str, device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
-    dataset = preset_dataset(name, scale)
-    batch = dataset.pack(list(range(len(dataset))), 1).to(device)
+    dataset, batch = preset_batch(name, device, scale)
     torch.manual_seed(0)
     model = build_model(name, device=device)
     seen: list[torch.dtype] = []
@@ -255,9 +260,7 @@ def check_preset(name: str, device: torch.device, scale: Scale) -> tuple[str, st
 
 
 def check_memory(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
-    dataset = preset_dataset("llama", scale)
-    ids = list(range(len(dataset)))
-    batch = dataset.pack(ids, 1).to(device)
+    dataset, batch = preset_batch("llama", device, scale)
     torch.manual_seed(0)
     model = build_model("llama", device=device)
     # Memory does not depend on the hardware preset; float32 states and activations.
@@ -408,8 +411,7 @@ def check_hf(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, An
         return "skip", "transformers is not installed", {}
     from datacentric.models.hf import build_hf_llama
 
-    dataset = preset_dataset("llama", scale)
-    batch = dataset.pack(list(range(len(dataset))), 1).to(device)
+    dataset, batch = preset_batch("llama", device, scale)
     torch.manual_seed(0)
     model = build_hf_llama(device=device)
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
