@@ -98,8 +98,9 @@ def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> 
             break
     counts = np.maximum(counts, (load > 0).astype(int))
     span = lambda: load / (size_arr * np.maximum(counts, 1))  # noqa: E731
-    while (counts * size_arr).sum() > world_size:
-        k = int(np.argmin(np.where(counts > 1, span(), np.inf)))
+    while (counts * size_arr).sum() > world_size:  # take the group missed least
+        after = load / (size_arr * np.maximum(counts - 1, 1))
+        k = int(np.argmin(np.where(counts > 1, after, np.inf)))
         counts[k] -= 1
     left = world_size - int((counts * size_arr).sum())
     while left:

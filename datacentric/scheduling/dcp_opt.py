@@ -34,10 +34,14 @@ from datacentric.scheduling.common import (
     time_matrix,
 )
 from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.items import Item, emit_iteration, pack
+from datacentric.scheduling.items import Item, emit_iteration, pack, split_item
 
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
+#: Split micro-batches when the makespan is this far above the lower bound ...
+SPLIT_GAP = 0.01
+#: ... in at most this many rounds.
+SPLIT_ROUNDS = 4
 
 
 def make_items(inp: PolicyInput, table: CostTable, ids: np.ndarray) -> list[Item]:
@@ -143,6 +147,11 @@ def solve_iteration(
     span, layout, owner = best
     group_class = np.asarray([sizes.index(s) for s in layout])
     bound = lower_bound(times, sizes, world)
+    if span > (1 + SPLIT_GAP) * bound:
+        items, times, owner = refine_by_splitting(
+            table, items, times, sizes, group_class, owner, bound, opts.local_search_moves
+        )
+        span = balance.makespan(times, group_class, owner)
     if (
         opts.exact_solver
         and exact.available()
@@ -153,6 +162,51 @@ def solve_iteration(
         if better is not None:
             owner = better
     return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def refine_by_splitting(
+    table: CostTable,
+    items: list[Item],
+    times: np.ndarray,
+    sizes: list[int],
+    group_class: np.ndarray,
+    owner: np.ndarray,
+    bound: float,
+    max_moves: int,
+) -> tuple[list[Item], np.ndarray, np.ndarray]:
+    """Finer grain where it pays: when micro-batches are all of similar size, loads
+    come in whole items and some groups run one item longer. Halve the largest
+    multi-sample item of every group above the bound, and search again (a few rounds,
+    kept only while the makespan drops)."""
+    span = balance.makespan(times, group_class, owner)
+    for _ in range(SPLIT_ROUNDS):
+        t_own = times[np.arange(len(owner)), group_class[owner]]
+        loads = np.bincount(owner, weights=t_own, minlength=len(group_class))
+        new_items, new_owner, replaced = [], [], []
+        for g in np.flatnonzero(loads > (1 + SPLIT_GAP / 2) * bound).tolist():
+            members = [j for j in np.flatnonzero(owner == g).tolist() if items[j].count > 1]
+            if members:
+                j = max(members, key=lambda j: (t_own[j], -j))
+                first, second = split_item(items[j], table)
+                replaced.append((j, first))
+                new_items.append(second)
+                new_owner.append(g)
+        if not replaced:
+            break
+        trial = list(items)
+        for j, first in replaced:
+            trial[j] = first
+        trial += new_items
+        changed = [j for j, _ in replaced] + list(range(len(items), len(trial)))
+        trial_times = np.vstack([times, np.zeros((len(new_items), times.shape[1]))])
+        trial_times[changed] = time_matrix(table, [trial[j] for j in changed], sizes)
+        trial_owner = np.r_[owner, np.asarray(new_owner, dtype=owner.dtype)]
+        trial_owner = balance.local_search(trial_times, group_class, sizes, trial_owner, max_moves)
+        trial_span = balance.makespan(trial_times, group_class, trial_owner)
+        if trial_span >= span - 1e-12:
+            break
+        items, times, owner, span = trial, trial_times, trial_owner, trial_span
+    return items, times, owner
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
