@@ -142,17 +142,10 @@ def test_hf_llama_sp_and_accumulation_match_one_process_at_world_2() -> None:
     mixed = mixed_iteration(shapes, 2, NUM_LAYERS, SEED)
     assert [a.sp_size for a in sp.assignments] == [2]
     assert [a.accumulation_steps for a in mixed.assignments] == [1, 2]
-    # Odd totals make the packer pad the SP micro-batches.
+    # An odd total makes the packer pad an SP micro-batch: padding crosses the shards.
+    assert any(mb.tokens % 2 for mb in sp.assignments[0].micro_batches)
     worst = _check(2, [sp, mixed])
     print(f"world 2: max relative gradient error {worst:.2e}")
-
-
-@pytest.mark.slow
-def test_hf_llama_mixed_sp_matches_one_process_at_world_4() -> None:
-    mixed = mixed_iteration(_dataset().shapes(), 4, NUM_LAYERS, SEED)
-    assert [a.sp_size for a in mixed.assignments] == [2, 1, 1]
-    worst = _check(4, [mixed])
-    print(f"world 4: max relative gradient error {worst:.2e}")
 
 
 def test_adapter_contract_and_attention_routing() -> None:
