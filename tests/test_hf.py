@@ -167,6 +167,19 @@ def test_adapter_contract_and_attention_routing() -> None:
     assert len(calls) == NUM_LAYERS
     assert calls[0] == ((batch.num_tokens, 4, 16), batch.cu_seqlens.tolist(), True)
 
+    class ModuleAttention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.unused = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, q_SHD, k_SHD, v_SHD, cu_seqlens, causal):  # type: ignore[no-untyped-def]
+            return varlen_attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal)
+
+    names = [n for n, _ in model.named_parameters()]
+    model.set_attention(ModuleAttention())
+    assert [n for n, _ in model.named_parameters()] == names
+    torch.testing.assert_close(model(batch), loss_S)
+
 
 def test_shard_positions_are_global() -> None:
     """RoPE on a shard uses the batch's global positions: with an attention that

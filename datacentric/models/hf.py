@@ -148,11 +148,15 @@ class HFCausalLM(nn.Module):
         self.blocks = decoder.layers
         register_attention()
         self.hf.set_attn_implementation(ATTENTION_NAME)
-        self._attention: AttentionFn = attention
+        self.set_attention(attention)
 
     def set_attention(self, attention: AttentionFn) -> None:
-        """Use ``attention`` in every attention layer."""
-        self._attention = attention
+        """Use ``attention`` in every attention layer.
+
+        Stored as a plain attribute: an ``nn.Module`` callable is not registered
+        (its parameters, if any, are not this model's).
+        """
+        self.__dict__["_attention"] = attention
 
     @property
     def attention(self) -> AttentionFn:
