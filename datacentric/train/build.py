@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -11,10 +13,13 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
+from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.autoprofile import ensure_profile
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import get_hardware
 from datacentric.planning.model_specs import spec_from_model_preset
+from datacentric.planning.profiler import ProfileSettings
 from datacentric.sim.workloads import get_workload, list_workloads
 from datacentric.train.config import TrainConfig
 
@@ -84,6 +89,39 @@ def build_cost_model(model: str, device: torch.device, dtype: str = "float32") -
     spec = spec_from_model_preset(model)
     hardware = get_hardware(_hardware_name(device))
     return AnalyticCostModel(spec, hardware, dtype_bytes=2 if dtype == "bfloat16" else 4)
+
+
+def run_cost_model(config: TrainConfig, groups: ProcessGroups, shapes) -> CostModel:
+    """The cost model of a training run (collective when it profiles).
+
+    ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
+    if its fingerprint matches this model, device, torch, world and dtype, else one
+    measured now on the run's own ranks (no second launch) and saved there; the
+    fitted model then predicts every bucket. ``analytic``: :func:`build_cost_model`.
+    """
+    if config.cost_model == "analytic":
+        return build_cost_model(config.model, groups.device, config.dtype)
+    directory = config.profile_dir or str(Path(config.out) / "profile")
+    settings = ProfileSettings(
+        model=config.model,
+        world_size=groups.world_size,
+        backend="nccl" if groups.device.type == "cuda" else "gloo",
+        dtype=config.dtype,
+        seed=config.seed,
+        progress=config.progress and groups.rank == 0,
+    )
+    profile = ensure_profile(directory, settings, shapes)
+    cap = int(config.memory_gb * 2**30) if config.memory_gb else _device_capacity(groups.device)
+    return profile.cost_model(cap)
+
+
+def _device_capacity(device: torch.device) -> int:
+    """70% of the device's memory (the paper's default cap)."""
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(0.7 * total)
 
 
 def _hardware_name(device: torch.device) -> str:

@@ -30,6 +30,11 @@ class TrainConfig:
     max_tokens: int = 4096
     # Scheduling policy (static, packed, dcp-intra, dcp-inter, dcp-pac, megatron-dyncp, dcp-opt).
     policy: str = "dcp-opt"
+    # Cost model: ``profile`` (dual-layer profile measured in this run, or reused from
+    # ``profile_dir`` when its fingerprint matches) or ``analytic`` (FLOP/byte model).
+    cost_model: str = "profile"
+    # Where the profile is kept (None: ``<out>/profile``); share it between runs.
+    profile_dir: str | None = None
     # Memory cap per rank in GiB for planning (None: 70% of device memory).
     memory_gb: float | None = None
     # Upper bound on tokens per optimizer step over the whole world (None: the policy's default).
@@ -120,6 +125,8 @@ def validate(config: TrainConfig) -> None:
     """Clear errors for settings that cannot work."""
     if config.lr_schedule not in ("constant", "cosine"):
         raise ValueError(f"lr_schedule must be 'constant' or 'cosine', got {config.lr_schedule!r}")
+    if config.cost_model not in ("profile", "analytic"):
+        raise ValueError(f"cost_model must be 'profile' or 'analytic', got {config.cost_model!r}")
     if config.dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {config.dtype!r}")
     if config.iterations is not None and config.iterations < 1:

@@ -26,7 +26,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Iteration
 from datacentric.train.api import DataCentric
-from datacentric.train.build import build_cost_model, build_dataset, build_model_for
+from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -105,7 +105,7 @@ class Trainer:
             self.model,
             self.dataset,
             policy=config.policy,
-            cost_model=build_cost_model(config.model, groups.device, config.dtype),
+            cost_model=run_cost_model(config, groups, self.dataset.shapes()),
             memory_gb=config.memory_gb,
             tokens_per_iteration=config.tokens_per_iteration,
             seed=config.seed,
