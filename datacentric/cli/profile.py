@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     parser.add_argument("--dtype", default=None, help="float32 (gloo default) or bfloat16")
     parser.add_argument("--warmup", type=int, default=2, help="passes before measuring (>= 2)")
-    parser.add_argument("--repeats", type=int, default=3, help="measured passes (median)")
+    parser.add_argument("--repeats", type=int, default=5, help="measured passes (median)")
     parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
     parser.add_argument(
         "--max-profile-tokens", type=int, default=4096, help="largest profiled sample"

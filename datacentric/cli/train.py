@@ -11,10 +11,9 @@ import argparse
 import json
 import os
 
-from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.train.config import TrainConfig, load_config
-from datacentric.train.trainer import Trainer, TrainResult
+from datacentric.train.trainer import train_rank
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,19 +43,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         else:
             kind = {"int": int, "float": float}.get(str(field.type).split(" |")[0], str)
             parser.add_argument(flag, dest=name, type=kind, default=None)
-
-
-def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
-    """Run one rank of a training job (inside spawn, torchrun, or a single process)."""
-    if groups is None:
-        groups = ProcessGroups() if _dist_ready() else ProcessGroups.local()
-    return Trainer(config, groups).run()
-
-
-def _dist_ready() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_initialized()
 
 
 def run(args: argparse.Namespace) -> int:

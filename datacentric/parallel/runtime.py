@@ -57,6 +57,8 @@ class MicroBatchStats:
     weighted_loss: float
     #: wall time of forward + backward (device synchronised)
     time_s: float
+    #: when the pass started, seconds after the iteration started
+    start_s: float = 0.0
 
 
 @dataclass
@@ -254,6 +256,7 @@ class DataCentricRuntime:
                     num_recomputed=micro_batch.num_recomputed,
                     weighted_loss=float(micro.weighted),
                     time_s=time.perf_counter() - pass_start,
+                    start_s=pass_start - stats.started_at,
                 )
             )
 

@@ -36,7 +36,7 @@ from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.api import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
-from datacentric.shapes import make_buckets
+from datacentric.shapes import SampleShape, make_buckets
 from datacentric.train.build import build_cost_model
 
 
@@ -73,6 +73,49 @@ class Step:
         return self.iteration.sample_ids()
 
 
+class EpochPlanner:
+    """Plans a dataset's buckets once and builds each epoch's schedule (pure: no
+    communication, the same result on every rank and in a separate process)."""
+
+    def __init__(
+        self,
+        shapes: Sequence[SampleShape],
+        cost_model: CostModel,
+        *,
+        world_size: int,
+        policy: str = "dcp-opt",
+        memory_gb: float | None = None,
+        tokens_per_iteration: int | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.shapes = list(shapes)
+        self.cost_model = cost_model
+        self.world_size = world_size
+        self.policy = policy
+        self.seed = seed
+        cap = int(memory_gb * 2**30) if memory_gb else None
+        self.options = ScheduleOptions(
+            memory_cap_bytes=cap, tokens_per_iteration=tokens_per_iteration
+        )
+        self.plan: Plan = plan_buckets(
+            make_buckets(self.shapes), cost_model, world_size=world_size, memory_cap_bytes=cap
+        )
+
+    def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
+        """The epoch's schedule; ``sample_ids`` restricts it to those samples."""
+        return build_schedule(
+            self.shapes,
+            policy=self.policy,
+            world_size=self.world_size,
+            cost_model=self.cost_model,
+            plan=self.plan,
+            seed=self.seed,
+            epoch=epoch,
+            options=self.options,
+            sample_ids=sample_ids,
+        )
+
+
 class DataCentric:
     """Data-centric parallel training of ``model`` on ``dataset``.
 
@@ -101,23 +144,18 @@ class DataCentric:
         self.groups = groups or default_groups()
         self.model = model.to(self.groups.device)
         self.dataset = dataset
-        self.shapes = dataset.shapes()
-        self.policy = policy
-        self.seed = seed
         if cost_model is None:
             if preset is None:
                 raise ValueError("DataCentric needs a cost_model, or the preset name of the model")
             cost_model = build_cost_model(preset, self.groups.device, dtype)
-        self.cost_model = cost_model
-        cap = int(memory_gb * 2**30) if memory_gb else None
-        self.options = ScheduleOptions(
-            memory_cap_bytes=cap, tokens_per_iteration=tokens_per_iteration
-        )
-        self.plan: Plan = plan_buckets(
-            make_buckets(self.shapes),
+        self.planner = EpochPlanner(
+            dataset.shapes(),
             cost_model,
             world_size=self.groups.world_size,
-            memory_cap_bytes=cap,
+            policy=policy,
+            memory_gb=memory_gb,
+            tokens_per_iteration=tokens_per_iteration,
+            seed=seed,
         )
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
@@ -129,17 +167,7 @@ class DataCentric:
 
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
         """The epoch's schedule (the same on every rank); ``sample_ids`` restricts it."""
-        return build_schedule(
-            self.shapes,
-            policy=self.policy,
-            world_size=self.groups.world_size,
-            cost_model=self.cost_model,
-            plan=self.plan,
-            seed=self.seed,
-            epoch=epoch,
-            options=self.options,
-            sample_ids=sample_ids,
-        )
+        return self.planner.schedule(epoch, sample_ids)
 
     def step(self, iteration: Iteration) -> Step:
         """A :class:`Step` for one iteration of a schedule."""

@@ -13,7 +13,6 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
-from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.autoprofile import ensure_profile
 from datacentric.planning.cost_model import CostModel
@@ -91,7 +90,9 @@ def build_cost_model(model: str, device: torch.device, dtype: str = "float32") -
     return AnalyticCostModel(spec, hardware, dtype_bytes=2 if dtype == "bfloat16" else 4)
 
 
-def run_cost_model(config: TrainConfig, groups: ProcessGroups, shapes) -> CostModel:
+def run_cost_model(
+    config: TrainConfig, world_size: int, device: torch.device, shapes, *, is_main: bool = True
+) -> CostModel:
     """The cost model of a training run (collective when it profiles).
 
     ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
@@ -100,18 +101,18 @@ def run_cost_model(config: TrainConfig, groups: ProcessGroups, shapes) -> CostMo
     fitted model then predicts every bucket. ``analytic``: :func:`build_cost_model`.
     """
     if config.cost_model == "analytic":
-        return build_cost_model(config.model, groups.device, config.dtype)
+        return build_cost_model(config.model, device, config.dtype)
     directory = config.profile_dir or str(Path(config.out) / "profile")
     settings = ProfileSettings(
         model=config.model,
-        world_size=groups.world_size,
-        backend="nccl" if groups.device.type == "cuda" else "gloo",
+        world_size=world_size,
+        backend="nccl" if device.type == "cuda" else "gloo",
         dtype=config.dtype,
         seed=config.seed,
-        progress=config.progress and groups.rank == 0,
+        progress=config.progress and is_main,
     )
     profile = ensure_profile(directory, settings, shapes)
-    cap = int(config.memory_gb * 2**30) if config.memory_gb else _device_capacity(groups.device)
+    cap = int(config.memory_gb * 2**30) if config.memory_gb else _device_capacity(device)
     return profile.cost_model(cap)
 
 

@@ -69,6 +69,9 @@ class TrainConfig:
     collective_timeout_s: float = 300.0
     # Fault injection for tests: ``RANK:ITERATION`` kills that rank during that step (off: None).
     fault_inject: str | None = None
+    # Record every rank's micro-batch start/duration per step in metrics.jsonl (one
+    # extra small gather per step; for traces and Gantt charts of measured runs).
+    timeline: bool = False
     # Show a progress bar on rank 0.
     progress: bool = True
 

@@ -105,7 +105,9 @@ class Trainer:
             self.model,
             self.dataset,
             policy=config.policy,
-            cost_model=run_cost_model(config, groups, self.dataset.shapes()),
+            cost_model=run_cost_model(
+                config, groups.world_size, groups.device, self.shapes, is_main=self.is_main
+            ),
             memory_gb=config.memory_gb,
             tokens_per_iteration=config.tokens_per_iteration,
             seed=config.seed,
@@ -302,12 +304,28 @@ class Trainer:
                 [a.rank_start, a.sp_size, a.accumulation_steps] for a in iteration.assignments
             ],
             "rank_compute_s": [float(x) for x in busy],
-            "micro_batch_times_s": _micro_times(stats),
+            "runtime_time_s": wall,
+            **({"timeline": self._timeline(stats)} if config.timeline else {}),
         }
 
+    def _timeline(self, stats: IterationStats) -> list[list[list[float]]]:
+        """Every rank's ``[start_s, seconds]`` per micro-batch, then ``[sync start,
+        sync seconds]`` (collective; rank-indexed)."""
+        mine = [[mb.start_s, mb.time_s] for mb in stats.micro_batches]
+        mine.append([stats.total_time_s - stats.sync_time_s, stats.sync_time_s])
+        if not self.groups.distributed or self.groups.world_size == 1:
+            return [mine]
+        everyone: list = [None] * self.groups.world_size
+        dist.all_gather_object(everyone, mine, group=self.groups.world)
+        return everyone
 
-def _micro_times(stats: IterationStats) -> list[float]:
-    return [mb.time_s for mb in stats.micro_batches]
+
+def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
+    """Run one rank of a training job (inside ``launch.spawn``, torchrun, or alone)."""
+    if groups is None:
+        groups = ProcessGroups() if dist.is_available() and dist.is_initialized() else None
+        groups = groups or ProcessGroups.local()
+    return Trainer(config, groups).run()
 
 
 def _truncate_jsonl(path: Path, keep_below: int) -> None:
