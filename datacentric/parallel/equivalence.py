@@ -31,7 +31,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
-from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
 
 TOLERANCE = 1e-5
@@ -50,7 +50,7 @@ def equivalence_dataset(model: str, seed: int = 0) -> Dataset:
     if model == "llama":
         return StdlibCorpus(max_tokens=128, limit=60)
     if model == "dit":
-        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(24)]
+        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
         return SyntheticVideoDataset(shapes, seed=seed)
     raise ValueError(f"no equivalence case for model {model!r}; choose from {EQUIVALENCE_MODELS}")
 
@@ -60,14 +60,18 @@ def mixed_iteration(
 ) -> Iteration:
     """One iteration mixing SP sizes, accumulation counts and recomputation.
 
-    At ``world_size >= 4`` the first half of the ranks form one SP group and every
-    other rank is a group of one; at world 2 both ranks are groups of one (so
-    their accumulation counts differ). Group ``g`` runs ``g + 1`` micro-batches
-    of 2 or 1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP group
-    gets the longest samples. Recomputation cycles through all blocks, every
-    other block and none.
+    At ``world_size >= 4`` the first ranks form one SP group (the largest power
+    of two that divides the world and is at most half of it) and every other rank
+    is a group of one; at worlds 2 and 3 all groups have one rank (so their
+    accumulation counts differ). Group ``g`` runs ``g + 1`` micro-batches of 2 or
+    1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP
+    group gets the longest samples. Recomputation cycles through all blocks,
+    every other block and none.
     """
-    sizes = [world_size // 2] + [1] * (world_size // 2) if world_size >= 4 else [1] * world_size
+    sizes = [1] * world_size
+    if world_size >= 4:
+        sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
+        sizes = [sp] + [1] * (world_size - sp)
     counts = [g + 1 for g in range(len(sizes))]
     per_batch = [2 - (i % 2) for i in range(sum(counts))]
     needed = sum(per_batch)
@@ -135,10 +139,10 @@ def _distributed_worker(
             model = wrap_ddp(model)
         elif wrapper == "fsdp2":
             model = shard_fsdp2(model, groups)
-        runtime = DataCentricRuntime(
-            model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
-        )
-        stats = runtime.run_iteration(Iteration.from_json(iteration_json))
+        iteration = Iteration.from_json(iteration_json)
+        runtime = DataCentricRuntime(model, groups, dataset.pack, loss_tokens_function(dataset))
+        runtime.check_schedule([iteration])
+        stats = runtime.run_iteration(iteration)
         loss = runtime.global_loss(stats)
         names = [n.removeprefix("module.") for n, _ in model.named_parameters()]
         grads = [_full_grad(p) for p in model.parameters()]
