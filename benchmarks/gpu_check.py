@@ -441,7 +441,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         env["device_name"] = torch.cuda.get_device_name(device)
         env["cuda"] = torch.version.cuda
         env["bf16_supported"] = torch.cuda.is_bf16_supported()
-        env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        nccl = torch.cuda.nccl.version()  # a tuple, or an int in older releases
+        env["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     return env
 
 

@@ -40,6 +40,7 @@ from torch import nn
 
 from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.models.batch import PackedBatch
+from datacentric.models.llama import IGNORE_INDEX
 
 try:
     from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
@@ -47,9 +48,6 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
     raise ImportError(
         "datacentric.models.hf needs transformers: pip install 'datacentric[hf]'"
     ) from _error
-
-IGNORE_INDEX = -100
-"""Target of tokens without loss (same convention as ``datacentric.models.llama``)."""
 
 ATTENTION_NAME = "datacentric"
 """The name :func:`packed_attention_forward` is registered under in transformers."""
