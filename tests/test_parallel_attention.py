@@ -16,30 +16,38 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 HEADS, HEAD_DIM = 4, 8
 
 
+def _gqa_attention(q, k, v, cu_seqlens, causal):
+    """Grouped-query attention: each key/value head serves ``H_q / H_kv`` query heads."""
+    repeat = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(repeat, dim=1) for t in (k, v))
+    return varlen_attention(q, k, v, cu_seqlens, causal)
+
+
 def _reference(q, k, v, grad_out, cu_seqlens, causal):
     """Single-process attention and its input gradients for ``sum(out * grad_out)``."""
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = varlen_attention(*leaves, cu_seqlens, causal)
+    out = _gqa_attention(*leaves, cu_seqlens, causal)
     out.backward(grad_out)
     return out.detach(), [t.grad for t in leaves]
 
 
-def _attention_worker() -> list[tuple[int, bool, float]]:
-    """Every SP size the world allows, causal and not; asserts, then reports errors."""
+def _attention_worker() -> list[tuple[int, bool, int, float]]:
+    """Every SP size the world allows, causal and not, with 4 or 2 key/value heads."""
     groups = ProcessGroups()
-    sp_attention = SequenceParallelAttention()
+    sp_attention = SequenceParallelAttention(_gqa_attention)
     checked = []
     for sp in groups.sizes:
-        for causal in (False, True):
+        for causal, kv_heads in [(False, HEADS), (True, HEADS), (True, HEADS // 2)]:
+            if kv_heads % sp:
+                continue
             # Same data on every rank: three samples and a padding segment.
-            gen = torch.Generator().manual_seed(100 * sp + causal)
-            lengths = [5, 9, 3]
-            real = sum(lengths)
+            gen = torch.Generator().manual_seed(100 * sp + 10 * kv_heads + causal)
+            real = 5 + 9 + 3
             full = -(-real // sp) * sp + sp  # pad to a multiple, always with some padding
             cu_seqlens = torch.tensor([0, 5, 14, 17, full])
             q, k, v, grad_out = (
-                torch.randn(full, HEADS, HEAD_DIM, generator=gen, dtype=torch.float64)
-                for _ in range(4)
+                torch.randn(full, heads, HEAD_DIM, generator=gen, dtype=torch.float64)
+                for heads in (HEADS, kv_heads, kv_heads, HEADS)
             )
             ref_out, ref_grads = _reference(q, k, v, grad_out, cu_seqlens, causal)
 
@@ -58,7 +66,7 @@ def _attention_worker() -> list[tuple[int, bool, float]]:
                     shard.grad, ref[lo:hi], msg=lambda m, n=name: f"d{n}: {m}"
                 )
             err = float((out - ref_out[lo:hi]).abs().max())
-            checked.append((sp, causal, err))
+            checked.append((sp, causal, kv_heads, err))
     return checked
 
 
@@ -68,9 +76,10 @@ def test_ulysses_matches_sdpa(world: int) -> None:
     results = spawn(_attention_worker, world, timeout_s=120)
     expected_sizes = [s for s in (1, 2, 4) if world % s == 0]
     for checked in results:
-        assert sorted({sp for sp, _, _ in checked}) == expected_sizes
-        assert {causal for _, causal, _ in checked} == {False, True}
-        assert max(err for _, _, err in checked) < 1e-10
+        assert sorted({sp for sp, *_ in checked}) == expected_sizes
+        assert {causal for _, causal, _, _ in checked} == {False, True}
+        assert {kv for _, _, kv, _ in checked} == {HEADS, HEADS // 2}
+        assert max(err for *_, err in checked) < 1e-10
 
 
 def test_heads_not_divisible_by_sp_is_a_clear_error() -> None:

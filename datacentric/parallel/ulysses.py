@@ -4,7 +4,8 @@ Shape legend: S = tokens of the full packed (padded) sequence, sp = ranks in the
 SP group, H = heads, D = head dim. Each rank of a group holds a contiguous shard
 of ``S / sp`` tokens. Attention needs whole sequences, so:
 
-1. all-to-all: scatter heads, gather the sequence, ``(S/sp, H, D) -> (S, H/sp, D)``;
+1. all-to-all: scatter heads, gather the sequence, ``(S/sp, H, D) -> (S, H/sp, D)``
+   (q, k and v in one collective when they have the same shape);
 2. attend over the full sequence with the global ``cu_seqlens`` (varlen attention,
    so packed samples never see each other);
 3. the reverse all-to-all, ``(S, H/sp, D) -> (S/sp, H, D)``.
@@ -128,7 +129,12 @@ def ulysses_attention(
             f"shard of {q_SHD.shape[0]} tokens on {sp} ranks does not cover the packed "
             f"sequence of {full} tokens (pad the sequence to a multiple of the SP size)"
         )
-    q, k, v = (seq_to_heads(t, group) for t in (q_SHD, k_SHD, v_SHD))
+    if q_SHD.shape == k_SHD.shape == v_SHD.shape:
+        # One all-to-all for q, k and v together: (S/sp, 3, H, D) -> (S, 3, H/sp, D).
+        qkv_S3HD = _AllToAll.apply(torch.stack((q_SHD, k_SHD, v_SHD), dim=1), 2, 0, group)
+        q, k, v = qkv_S3HD.unbind(1)
+    else:  # grouped-query attention: fewer key/value heads
+        q, k, v = (seq_to_heads(t, group) for t in (q_SHD, k_SHD, v_SHD))
     out_full_SHD = attention(q, k, v, cu_seqlens, causal)
     return heads_to_seq(out_full_SHD, group)
 
