@@ -35,11 +35,11 @@ def test_plan_from_analytic_presets(capsys, tmp_path) -> None:
 @pytest.mark.slow
 def test_profile_command_measures_plans_validates_and_reuses(capsys, tmp_path) -> None:
     lengths = tmp_path / "lengths.txt"
-    lengths.write_text("\n".join(str(n) for n in (40, 60, 100, 120, 200, 250, 500)) + "\n")
+    lengths.write_text("\n".join(str(n) for n in (40, 60, 100, 200, 250, 500, 900)) + "\n")
     folder = tmp_path / "profile"
     argv = ["profile", "--model", "llama", "--lengths", str(lengths), "--world", "2",
             "--memory-gb", "0.05", "--out", str(folder), "--max-points", "2",
-            "--max-profile-tokens", "256", "--validation-tokens", "512", "--repeats", "2",
+            "--max-profile-tokens", "256", "--validation-tokens", "1024", "--repeats", "2",
             "--json"]  # fmt: skip
     out = run_json(capsys, argv)
     assert {"buckets", "profile_seconds", "validation"} <= set(out)
