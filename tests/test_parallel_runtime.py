@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -48,6 +49,12 @@ def _failing_worker(bad_rank: int) -> int:
     return dist.get_rank()
 
 
+def _crashing_worker() -> int:
+    if dist.get_rank() == 1:
+        os._exit(3)  # no exception, no result: as if killed
+    return dist.get_rank()
+
+
 def _hanging_worker() -> None:
     time.sleep(60)
 
@@ -60,9 +67,11 @@ def test_process_groups_at_world_four() -> None:
 
 
 @pytest.mark.slow
-def test_spawn_names_the_failing_rank_and_times_out_on_a_hang() -> None:
+def test_spawn_names_failing_and_crashed_ranks_and_times_out_on_a_hang() -> None:
     with pytest.raises(RuntimeError, match=r"rank 1 failed:(.|\n)*ValueError: boom on purpose"):
         spawn(_failing_worker, 2, 1, timeout_s=60)
+    with pytest.raises(RuntimeError, match=r"rank 1 exited with code 3 without a result"):
+        spawn(_crashing_worker, 2, timeout_s=60)
     start = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] did not finish within 3 s"):
         spawn(_hanging_worker, 2, timeout_s=3)

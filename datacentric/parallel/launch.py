@@ -138,8 +138,9 @@ def _context(start_method: str | None, fn: Callable[..., Any]) -> Any:
         start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     context = mp.get_context(start_method)
     if start_method == "forkserver":
-        # The runtime with the reference models and datasets (what most workers use).
-        preload = ["torch", __name__, "datacentric.parallel.equivalence"]
+        # The runtime, the reference models and the datasets: what most workers use.
+        preload = ["torch", "datacentric.parallel.runtime", "datacentric.models.presets"]
+        preload.append("datacentric.data")
         if fn.__module__ != "__main__":
             preload.append(fn.__module__)
         # Only the first call before the server starts takes effect.
@@ -158,7 +159,7 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
             for rank, process in enumerate(processes):
                 if rank in values or process.is_alive():
                     continue
-                # Seen dead twice with an empty queue: it died without reporting.
+                # Dead, and the queue stayed empty three times since: it died without reporting.
                 silent_deaths[rank] = silent_deaths.get(rank, 0) + 1
                 if silent_deaths[rank] > 2:
                     raise RuntimeError(
