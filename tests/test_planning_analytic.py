@@ -97,7 +97,7 @@ def test_frame_sharded_spatial_blocks_need_no_alltoall() -> None:
     assert m._alltoall("spatial", tuple(video), 4, 1.0)[1] == 0
     assert m._alltoall("temporal", tuple(video), 4, 1.0)[1] == 2
     image = (SampleShape.video(1, 30, 54),)  # one frame cannot be split: Ulysses
-    assert m._alltoall("spatial", image, 4, 1.0)[1] == 4
+    assert m._alltoall("spatial", image, 4, 1.0)[1] == 2  # stacked q/k/v, then out
 
 
 def test_calibration_recovers_known_constants() -> None:

@@ -20,8 +20,10 @@ device). Work counted per block and pass:
 - *backward*: 2x the forward's linear FLOPs and element-wise bytes, 2.5x its
   attention FLOPs (FlashAttention-2's backward runs 5 matmuls to the forward's 2);
 - *recomputation*: one more forward of every recomputed block (its all-to-alls too);
-- *all-to-all* (SP > 1): ``ulysses``: 4 per self-attention forward (q, k, v, out),
-  4 in backward, each moving ``(sp-1)/sp`` of the local tensor; ``frame-sharded``:
+- *all-to-all* (SP > 1): ``ulysses``: q, k and v to head shards (one stacked
+  all-to-all, three with grouped-query attention) and the output back, per
+  self-attention forward, as many in backward, moving ``(sp-1)/sp`` of the local
+  tensors; ``frame-sharded``:
   none for spatial blocks when ``frames % sp == 0``, 2 of the hidden state for
   temporal blocks. Groups of at most ``gpus_per_node`` ranks use NVLink; a larger
   group sends ``(sp - gpn)/(sp - 1)`` of its bytes over InfiniBand (the two
@@ -301,7 +303,10 @@ class AnalyticCostModel:
             return 0.0, 0
         spec, b = self.spec, self.dtype_bytes
         share = (sp - 1) / sp
-        ulysses = (local * (2 * spec.hidden + 2 * spec.kv_dim) * b * share, 4)
+        # q, k, v in (one stacked all-to-all when k and v have all heads, else three),
+        # the attention output back
+        calls = 2 if spec.kv_dim == spec.hidden else 4
+        ulysses = (local * (2 * spec.hidden + 2 * spec.kv_dim) * b * share, calls)
         if spec.sp_layout == "ulysses":
             return ulysses
         frame_sharded = all(s.grid is not None and s.grid[0] % sp == 0 for s in shapes)

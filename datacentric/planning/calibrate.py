@@ -57,19 +57,21 @@ CPU_BASE = Hardware(
 def calibration_cases(spec: ModelSpec, world_size: int) -> list[RunCase]:
     """Passes to measure: token counts and batches at depth 2 and full depth."""
     sizes = [s for s in (1, 2) if world_size % s == 0]
-    batches = [(TEXT(256),) * 4, (TEXT(512),), (TEXT(1024),), (TEXT(2048),), (TEXT(4096),)]
+    batches = [
+        (SampleShape.text(256),) * 4,
+        (SampleShape.text(512),),
+        (SampleShape.text(1024),),
+        (SampleShape.text(2048),),
+        (SampleShape.text(4096),),
+    ]
     cases = []
     for sp in sizes:
         for mb in batches:
             for recompute in (False, True):
                 cases.append(RunCase(mb, sp, 2, recompute))
-        cases.append(RunCase((TEXT(2048),), sp, spec.num_blocks, False))
-        cases.append(RunCase((TEXT(1024),) * 2, sp, spec.num_blocks, True))
+        cases.append(RunCase((SampleShape.text(2048),), sp, spec.num_blocks, False))
+        cases.append(RunCase((SampleShape.text(1024),) * 2, sp, spec.num_blocks, True))
     return cases
-
-
-def TEXT(tokens: int) -> SampleShape:  # noqa: N802 - reads like the shape it makes
-    return SampleShape.text(tokens)
 
 
 def calibration_points(

@@ -214,8 +214,8 @@ class FittedCostModel:
         if world_size in self.grad_sync_seconds:
             return self.grad_sync_seconds[world_size]
         ref = max(self.grad_sync_seconds)
-        ring = lambda n: 2.0 * (n - 1) / n  # noqa: E731 - ring all-reduce volume factor
-        return self.grad_sync_seconds[ref] * ring(world_size) / ring(ref)
+        # ring all-reduce moves 2(n-1)/n of the gradients per rank
+        return self.grad_sync_seconds[ref] * _ring(world_size) / _ring(ref)
 
     # --- extras ---------------------------------------------------------------------------
     def components(self, shapes: Sequence[SampleShape], sp_size: int) -> ProfilePoint:
@@ -245,3 +245,7 @@ class FittedCostModel:
         if not shapes:
             raise ValueError("a micro-batch needs at least one sample")
         return extrapolate(self.components(shapes, sp), self._num_blocks, recomputed)
+
+
+def _ring(ranks: int) -> float:
+    return 2.0 * (ranks - 1) / ranks

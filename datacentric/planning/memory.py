@@ -35,7 +35,7 @@ class LiveTensorBytes(TorchDispatchMode):
         self.peak = 0
         self._alive: dict[int, Any] = {}
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for value in tree_flatten(out)[0]:
             if isinstance(value, torch.Tensor) and value.device.type == "cpu":

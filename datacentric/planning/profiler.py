@@ -310,7 +310,7 @@ def _holds(cases: Sequence[RunCase], index: int, start: int, rank: int) -> bool:
     return start <= rank < start + cases[index].sp_size
 
 
-def _runtime(settings, depth, dtype, groups, dataset):  # noqa: ANN001, ANN202
+def _runtime(settings: ProfileSettings, depth: int, dtype: Any, groups: Any, dataset: Any) -> Any:
     import torch
 
     from datacentric.models.presets import build_model
@@ -327,7 +327,7 @@ def _runtime(settings, depth, dtype, groups, dataset):  # noqa: ANN001, ANN202
     return runtime
 
 
-def _dataset(model: str, cases: Sequence[RunCase], seed: int):  # noqa: ANN202
+def _dataset(model: str, cases: Sequence[RunCase], seed: int) -> tuple[Any, list[Any]]:
     """A synthetic dataset holding every case's samples, and each case's sample ids."""
     from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 
@@ -351,7 +351,7 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, show: bool):  # noqa: ANN202
+def _progress(total: int, show: bool) -> Any:
     if not show:
         return _NoBar()
     from tqdm import tqdm
