@@ -15,11 +15,10 @@ from datacentric.train.config import load_config
 BENCH_DEFAULTS: dict[str, Any] = {
     "model": "llama",
     "dataset": "stdlib",
-    "dataset_limit": 40,
+    "dataset_limit": 12,
     "max_tokens": 2048,
     "memory_gb": 0.25,
     "tokens_per_iteration": 16384,
-    "iterations": 4,
     "lr": 3e-3,
     "progress": False,
 }
@@ -36,8 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated policies; the first is the baseline",
     )
     parser.add_argument("--out", default="runs/bench", help="run folder")
-    parser.add_argument("--iterations", type=int, default=None, help="steps per policy")
-    parser.add_argument("--dataset-limit", type=int, default=None, help="corpus files used")
+    parser.add_argument(
+        "--dataset-limit",
+        type=int,
+        default=None,
+        help="corpus files used (one epoch of them per policy)",
+    )
     parser.add_argument("--memory-gb", type=float, default=None, help="per-rank memory cap")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -76,7 +79,7 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 
 def run(args: argparse.Namespace) -> int:
     overrides = dict(BENCH_DEFAULTS)
-    for key in ("iterations", "dataset_limit", "memory_gb"):
+    for key in ("dataset_limit", "memory_gb"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     config = load_config(None, out=args.out, **overrides)

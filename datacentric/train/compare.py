@@ -2,12 +2,11 @@
 side in one run, and set the simulator's prediction for the very same schedules beside
 the measurement.
 
-Used by ``datacentric bench`` and ``datacentric demo``. Every policy trains from the
-same initial weights on the same samples (the first ``iterations`` steps of epoch 0 of
-each policy's schedule, drawn from the same dataset) with the same cost model: one
-dual-layer profile measured once, in the first run, and reused by the others. The
-first ``warmup`` steps of each run are excluded from throughput and from the
-simulator comparison (allocator and thread-pool warm-up).
+Used by ``datacentric bench`` and ``datacentric demo``. Every policy trains one epoch
+of the same dataset from the same initial weights with the same cost model (one
+dual-layer profile, measured in the first run and reused by the others), so every
+policy processes exactly the same samples; policies differ in how they group them
+into steps. Throughput is tokens over the summed step times of the whole epoch.
 """
 
 from __future__ import annotations
@@ -78,12 +77,11 @@ def compare_policies(
     world_size: int,
     out_dir: str | Path,
     *,
-    warmup: int = 1,
+    warmup: int = 0,
 ) -> dict[str, PolicyMeasurement]:
-    """Train ``base`` once per policy (runs under ``out_dir/<policy>``) and measure."""
+    """Train one epoch of ``base``'s dataset per policy (under ``out_dir/<policy>``) and
+    measure; the first ``warmup`` steps are left out of the timing."""
     out = Path(out_dir)
-    if base.iterations is None or base.iterations <= warmup:
-        raise ValueError(f"compare needs iterations > warmup ({warmup}), got {base.iterations}")
     runs = {}
     for policy in policies:
         config = dataclasses.replace(
@@ -93,6 +91,8 @@ def compare_policies(
             profile_dir=base.profile_dir or str(out / "profile"),
             timeline=True,
             resume=False,
+            epochs=1,
+            iterations=None,
         )
         run_policy(config, world_size)
         runs[policy] = config
@@ -113,11 +113,10 @@ def compare_policies(
         )
         schedule = planner.schedule(0)
         records = read_metrics(config.out)
-        if len(records) > len(schedule.iterations):
-            raise ValueError(
-                f"{policy}: {len(records)} steps ran but epoch 0 has only "
-                f"{len(schedule.iterations)}; lower iterations so the comparison stays in one "
-                "epoch"
+        if len(records) != len(schedule.iterations):
+            raise RuntimeError(
+                f"{policy}: {len(records)} steps were logged but epoch 0 has "
+                f"{len(schedule.iterations)}; the run did not finish its epoch"
             )
         results[policy] = _measure(policy, schedule, records, shapes, cost_model, warmup)
     return results

@@ -167,6 +167,8 @@ class Trainer:
         if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             config.save(self.out / "config.json")
+            plan = self.dc.planner.plan.to_json()
+            (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         self._resume()
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(config, self.total_iterations)
