@@ -8,7 +8,9 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
+from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
 from datacentric.parallel.equivalence import (
     assert_gradients_close,
@@ -22,6 +24,7 @@ from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.shapes import SampleShape
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,6 +60,25 @@ def _crashing_worker() -> int:
 
 def _hanging_worker() -> None:
     time.sleep(60)
+
+
+def _naive_ddp_worker(unequal: bool) -> bool:
+    """Plain DDP, one reduction per backward; rank r runs 1 + r passes if ``unequal``."""
+    torch.manual_seed(0)
+    model = DistributedDataParallel(build_model("llama", num_layers=1))
+    batch = SyntheticTextDataset([SampleShape.text(16)]).pack([0])
+    for _ in range(1 + dist.get_rank() if unequal else 2):
+        model(batch).sum().backward()
+    dist.all_reduce(torch.ones(1))  # the next world collective, e.g. the loss
+    return True
+
+
+@pytest.mark.slow
+def test_per_pass_reductions_deadlock_with_unequal_accumulation() -> None:
+    """Why the runtime reduces once per iteration: the naive way hangs (or errors)."""
+    assert spawn(_naive_ddp_worker, 2, False, timeout_s=60) == [True, True]  # control
+    with pytest.raises((RuntimeError, TimeoutError)):
+        spawn(_naive_ddp_worker, 2, True, timeout_s=6)
 
 
 @pytest.mark.slow
