@@ -67,7 +67,8 @@ class TrainConfig:
     dtype: str = "float32"
     # Seconds a collective may wait before the run fails with the rank and operation named.
     collective_timeout_s: float = 300.0
-    # Fault injection for tests: ``RANK:ITERATION`` kills that rank during that step (off: None).
+    # Fault injection (off: None): ``RANK:ITERATION`` kills that rank at the start of that
+    # step (once per run folder); ``RANK:ITERATION:hang`` makes it stop answering instead.
     fault_inject: str | None = None
     # Record every rank's micro-batch start/duration per step in metrics.jsonl (one
     # extra small gather per step; for traces and Gantt charts of measured runs).
@@ -142,12 +143,17 @@ def validate(config: TrainConfig) -> None:
         parse_fault(config.fault_inject)
 
 
-def parse_fault(spec: str) -> tuple[int, int]:
-    """``RANK:ITERATION`` -> (rank, iteration)."""
+def parse_fault(spec: str) -> tuple[int, int, str]:
+    """``RANK:ITERATION[:kill|hang]`` -> (rank, iteration, mode)."""
+    parts = spec.split(":")
+    mode = parts[2] if len(parts) == 3 else "kill"
     try:
-        rank, iteration = (int(p) for p in spec.split(":"))
+        if len(parts) not in (2, 3) or mode not in ("kill", "hang"):
+            raise ValueError
+        rank, iteration = int(parts[0]), int(parts[1])
     except ValueError:
         raise ValueError(
-            f"fault_inject must be 'RANK:ITERATION' (e.g. '1:3'), got {spec!r}"
+            f"fault_inject must be 'RANK:ITERATION' or 'RANK:ITERATION:hang' (e.g. '1:3'), "
+            f"got {spec!r}"
         ) from None
-    return rank, iteration
+    return rank, iteration, mode

@@ -230,37 +230,57 @@ class Trainer:
         )
 
     def _maybe_inject_fault(self) -> None:
-        """Kill this process mid-step when the fault-injection setting says so (once)."""
+        """Kill (or hang) this rank after its first micro-batch of the step named by the
+        fault-injection setting, once per run folder (a marker file records it)."""
         if self.fault is None:
             return
-        rank, at = self.fault
+        rank, at, mode = self.fault
         marker = self.out / f".fault-injected-rank{rank}-at{at}"
         if self.groups.rank == rank and self.position.iterations_done == at:
             if not marker.exists():
                 marker.touch()
+                if mode == "hang":
+                    time.sleep(10 * self.config.collective_timeout_s)
                 os._exit(17)
 
     def _step(self, iteration: Iteration, scheduler) -> dict[str, Any]:
         config = self.config
         self.optimizer.zero_grad(set_to_none=True)
         started = time.perf_counter()
-        self._maybe_inject_fault()
         autocast = torch.autocast(
             device_type=self.groups.device.type,
             dtype=torch.bfloat16,
             enabled=config.dtype == "bfloat16",
         )
+        runtime = self.runtime
+        phase = "setup"
         try:
-            with autocast:
-                stats = self.runtime.run_iteration(iteration)
+            stats = runtime.start_iteration(iteration)
+            group = iteration.assignment_for_rank(self.groups.rank)
+            for k, micro in enumerate(runtime.micro_steps(iteration, stats)):
+                phase = (
+                    f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
+                    f"{group.sp_size} at rank {group.rank_start})"
+                )
+                with autocast:
+                    loss_S = self.model(micro.batch)
+                micro.backward(loss_S)
+                if k == 0:
+                    self._maybe_inject_fault()
+            phase = "the gradient all-reduce over the world"
+            runtime.finish_iteration(stats)
+            phase = "the all-gather of losses and timings"
+            compute_s = sum(mb.time_s for mb in stats.micro_batches)
+            table = _gather_floats(
+                [stats.weighted_loss, compute_s, stats.total_time_s], self.groups
+            )
         except RuntimeError as err:
+            timed_out = "timed out" in str(err).lower() or "timeout" in str(err).lower()
             raise RuntimeError(
-                f"rank {self.groups.rank}: iteration {self.position.iterations_done} failed "
-                f"({'collective timed out' if 'timed out' in str(err).lower() else 'error'}): "
-                f"{err}"
+                f"rank {self.groups.rank}: iteration {self.position.iterations_done} "
+                f"{'timed out' if timed_out else 'failed'} in {phase}"
+                f"{' (a peer rank stopped answering?)' if timed_out else ''}: {err}"
             ) from err
-        compute_s = sum(mb.time_s for mb in stats.micro_batches)
-        table = _gather_floats([stats.weighted_loss, compute_s, stats.total_time_s], self.groups)
         loss = float(table[:, 0].sum())
         sample_ids = iteration.sample_ids()
         if not math.isfinite(loss):
