@@ -1,0 +1,176 @@
+"""Reliability of training runs: exact resume, elastic resume, crashed and hung ranks,
+non-finite losses, and bad input. Multi-process tests use gloo on local ranks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from datacentric.cli.inspect import inspect_run
+from datacentric.data.stdlib import StdlibCorpus
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import spawn
+from datacentric.planning.planner import UnfittableBucketError
+from datacentric.shapes import SampleShape, read_lengths_file
+from datacentric.train.api import EpochPlanner
+from datacentric.train.build import build_cost_model
+from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
+from datacentric.train.config import TrainConfig, load_config
+from datacentric.train.trainer import NonFiniteLossError, train_rank
+
+pytestmark = pytest.mark.slow
+
+
+def small_config(out: Path, **overrides) -> TrainConfig:
+    """The demo model on two small corpus files, short steps, analytic cost model."""
+    settings = dict(
+        model="llama",
+        dataset="stdlib",
+        dataset_limit=2,
+        max_tokens=256,
+        tokens_per_iteration=1024,
+        cost_model="analytic",
+        out=str(out),
+        progress=False,
+        collective_timeout_s=60.0,
+    )
+    settings.update(overrides)
+    return load_config(None, **settings)
+
+
+def logged_samples(out: Path) -> list[dict]:
+    path = out / "samples.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def epoch_ids(out: Path, epoch: int = 0) -> Counter:
+    return Counter(i for r in logged_samples(out) if r["epoch"] == epoch for i in r["sample_ids"])
+
+
+def test_resume_after_a_crash_is_bitwise_identical(tmp_path):
+    straight = small_config(tmp_path / "straight", iterations=6, checkpoint_every=3)
+    spawn(train_rank, 2, straight, timeout_s=600)
+    crashed = dataclasses.replace(straight, out=str(tmp_path / "crashed"), fault_inject="0:3")
+    with pytest.raises(RuntimeError, match="rank 0"):
+        spawn(train_rank, 2, crashed, timeout_s=600)
+    assert inspect_run(crashed.out)["iterations_done"] == 3
+    spawn(train_rank, 2, dataclasses.replace(crashed, resume=True), timeout_s=600)
+    a, b = inspect_run(straight.out), inspect_run(crashed.out)
+    assert a["iterations_done"] == b["iterations_done"] == 6
+    assert a["samples_seen"] == b["samples_seen"]
+    assert a["weights_sha256"] == b["weights_sha256"]
+    assert logged_samples(Path(straight.out)) == logged_samples(Path(crashed.out))
+
+
+def test_elastic_resume_on_fewer_ranks_runs_every_sample_once(tmp_path):
+    out = tmp_path / "elastic"
+    first = small_config(out, iterations=2, tokens_per_iteration=2048)
+    spawn(train_rank, 4, first, timeout_s=600)
+    assert inspect_run(str(out))["world_size"] == 4
+    rest = dataclasses.replace(first, iterations=None, epochs=1, resume=True)
+    spawn(train_rank, 2, rest, timeout_s=600)
+    info = inspect_run(str(out))
+    assert info["world_size"] == 2 and info["epoch"] == 1
+    counts = epoch_ids(out)
+    assert set(counts) == set(range(len(StdlibCorpus(max_tokens=256, limit=2))))
+    assert max(counts.values()) == 1
+    assert info["samples_seen"] == sum(counts.values())
+
+
+def test_torchrun_restarts_a_killed_rank_and_loses_no_sample(tmp_path):
+    out = tmp_path / "torchrun"
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:0",
+        "-m",
+        "datacentric",
+        "train",
+        "--dataset-limit",
+        "2",
+        "--max-tokens",
+        "256",
+        "--tokens-per-iteration",
+        "1024",
+        "--cost-model",
+        "analytic",
+        "--no-progress",
+        "--checkpoint-every",
+        "1",
+        "--fault-inject",
+        "1:2",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / ".fault-injected-rank1-at2").exists()
+    counts = epoch_ids(out)
+    assert set(counts) == set(range(len(StdlibCorpus(max_tokens=256, limit=2))))
+    assert max(counts.values()) == 1
+
+
+def test_a_hung_rank_times_out_with_rank_and_operation_named(tmp_path):
+    config = small_config(
+        tmp_path / "hang", iterations=3, collective_timeout_s=8.0, fault_inject="1:1:hang"
+    )
+    with pytest.raises(RuntimeError) as err:
+        spawn(train_rank, 2, config, timeout_s=8.0)
+    text = str(err.value)
+    assert "rank 0: iteration 1 timed out in" in text, text[-2000:]
+
+
+def test_non_finite_loss_stops_and_keeps_the_checkpoint(tmp_path):
+    config = small_config(
+        tmp_path / "nan",
+        iterations=4,
+        lr=1e30,
+        grad_clip=0.0,
+        warmup_iterations=0,
+        lr_schedule="constant",
+        checkpoint_every=1,
+    )
+    with pytest.raises(NonFiniteLossError, match=r"iteration \d+ \(epoch \d+\): loss is") as err:
+        train_rank(config, ProcessGroups.local())
+    assert "samples [" in str(err.value)
+    latest = latest_checkpoint(config.out)
+    assert latest is not None
+    state = verify_checkpoint(latest)
+    failed_at = int(str(err.value).split("iteration ")[1].split(" ")[0])
+    assert state["iterations_done"] == failed_at
+
+
+def test_bad_input_gets_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="no non-empty .py files"):
+        StdlibCorpus(limit=0)
+    with pytest.raises(ValueError, match="at least one token"):
+        SampleShape.text(0)
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("12\n0\n")
+    with pytest.raises(ValueError, match="at least one token"):
+        read_lengths_file(str(lengths))
+    lengths.write_text("# nothing\n")
+    with pytest.raises(ValueError, match="empty"):
+        read_lengths_file(str(lengths))
+    shapes = [SampleShape.text(n) for n in (100, 200, 4096)]
+    cost = build_cost_model("llama", torch.device("cpu"))
+    with pytest.raises(UnfittableBucketError, match=r"bucket 't<=4096' does not fit"):
+        EpochPlanner(shapes, cost, world_size=2, memory_gb=0.05)
