@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,13 +171,19 @@ class Trainer:
             plan = self.dc.planner.plan.to_json()
             (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         self._resume()
+        for group in self.optimizer.param_groups:
+            # The schedule multiplies the configured peak; a loaded optimizer state holds
+            # the decayed rate of its last step, which must not become the new base.
+            group["initial_lr"] = config.lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(config, self.total_iterations)
         )
         if self.position.iterations_done:
             # LambdaLR is a pure function of the step count: replay it, no state needed.
             scheduler.last_epoch = self.position.iterations_done - 1
-            scheduler.step()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
+                scheduler.step()
         metrics = MetricsLogger(
             self.out,
             enabled=self.is_main,
