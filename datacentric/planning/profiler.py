@@ -16,7 +16,8 @@ difference of two nearly equal numbers); peak memory gives, exactly,
 Ulysses all-to-alls in real process groups. Every rank takes part in every round:
 SP groups of a round run different cases side by side (the work is split across
 ranks); a case's time is the median over ``repeats`` passes (each pass: its slowest
-rank) after ``warmup`` passes. The first warm-up pass measures memory
+rank) after ``warmup`` passes, the timed passes cycling through all cases so that a
+changing machine load touches every case alike. The first warm-up pass measures memory
 (:mod:`datacentric.planning.memory`), to which parameters, gradients and Adam's
 two moments are added from their sizes.
 
@@ -65,6 +66,9 @@ class ProfileSettings:
     """Give up when the ranks have not finished by then."""
     progress: bool = False
     """Show a progress bar (rank 0, on stderr)."""
+    interleave: bool = True
+    """Cycle the timed passes through all cases (robust to a changing machine load);
+    keeps one model per depth in memory."""
     clock: str = "auto"
     """``wall``: the runtime's synchronised wall time of a pass; ``cpu``: the rank
     process's CPU time over the pass (all its threads: compute and gloo's transfers),
@@ -229,60 +233,96 @@ def _rank_worker(
     cases: list[RunCase], rounds: list[list[tuple[int, int]]], settings: ProfileSettings
 ) -> dict[int, tuple[list[float], int, float, int]]:
     """On every rank: run the rounds; return ``{case index: (times, peak bytes, sync s,
-    state bytes)}`` for the cases this rank took part in."""
+    state bytes)}`` for the cases this rank took part in.
+
+    Warm-up and memory passes run round by round; the timed passes then cycle through
+    all rounds ``repeats`` times (interleaved), so that a change in the machine's load
+    while profiling touches every case alike instead of skewing some against others.
+    With ``interleave`` off, a round's timed passes run back to back and one model is
+    kept at a time (for models too large to keep several depths in memory).
+    """
     import torch
 
     from datacentric.parallel.groups import ProcessGroups
-    from datacentric.parallel.runtime import DataCentricRuntime
     from datacentric.planning.memory import measure_peak, model_state_bytes
-    from datacentric.schedule import Assignment, Iteration, MicroBatch
 
     groups = ProcessGroups()
     dataset, ids = _dataset(settings.model, cases, settings.seed)
     dtype = getattr(torch, settings.dtype)
-    out: dict[int, tuple[list[float], int, float, int]] = {}
     use_cpu_clock = settings.clock == "cpu" or (
         settings.clock == "auto" and groups.device.type == "cpu"
     )
-    runtimes: dict[int, DataCentricRuntime] = {}
-    bar = _progress(len(rounds), settings.progress and groups.rank == 0)
+    models: dict[int, tuple[Any, PassCpuClock]] = {}
+    bar = _progress(len(rounds) * (1 + settings.repeats), settings.progress and groups.rank == 0)
+    prepared = []  # (case index of this rank or None, runtime, clock, iteration)
+    memory: dict[int, tuple[int, int]] = {}
+    times: dict[int, list[float]] = {}
+    syncs: dict[int, list[float]] = {}
+
+    def timed(slot: int) -> None:
+        mine, runtime, clock, iteration = prepared[slot]
+        stats = runtime.run_iteration(iteration)
+        seconds = clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s
+        times.setdefault(slot, []).append(seconds)
+        syncs.setdefault(slot, []).append(stats.sync_time_s)
+        bar.update(1)
+
     for round_ in rounds:
         depth = cases[round_[0][0]].depth
-        if depth not in runtimes:
-            runtimes.clear()  # one model at a time
-            runtimes[depth] = _runtime(settings, depth, dtype, groups, dataset)
-            clock = PassCpuClock(runtimes[depth].module)
-        runtime = runtimes[depth]
-        assignments = []
-        for index, start in round_:
-            case = cases[index if index >= 0 else -1 - index]
-            sp = case.sp_size if index >= 0 else 1
-            mb = MicroBatch(
-                sample_ids=ids[index if index >= 0 else -1 - index],
-                bucket="profile",
-                tokens=sum(s.tokens for s in case.shapes),
-                recompute=case.flags(),
-            )
-            assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=(mb,)))
-        iteration = Iteration(index=0, assignments=tuple(assignments))
+        if depth not in models:
+            if not settings.interleave:
+                models.clear()
+            runtime = _runtime(settings, depth, dtype, groups, dataset)
+            models[depth] = (runtime, PassCpuClock(runtime.module))
+        runtime, clock = models[depth]
+        iteration = _round_iteration(cases, round_, ids)
         mine = next(
             (i for i, start in round_ if i >= 0 and _holds(cases, i, start, groups.rank)), None
         )
+        prepared.append((mine, runtime, clock, iteration))
         # the first pass allocates gradients; the second (a warm-up too) measures memory
         runtime.run_iteration(iteration)
         peak, _ = measure_peak(groups.device, partial(runtime.run_iteration, iteration))
         states = model_state_bytes(runtime.module)
-        times, syncs = [], []
-        for step in range(max(0, settings.warmup - 2) + settings.repeats):
-            stats = runtime.run_iteration(iteration)
-            if step >= settings.warmup - 2:
-                times.append(clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s)
-                syncs.append(stats.sync_time_s)
-        if mine is not None:
-            out[mine] = (times, peak + states, statistics.median(syncs), states)
+        memory[len(prepared) - 1] = (peak + states, states)
+        for _ in range(max(0, settings.warmup - 2)):
+            runtime.run_iteration(iteration)
         bar.update(1)
+        if not settings.interleave:
+            for _ in range(settings.repeats):
+                timed(len(prepared) - 1)
+    if settings.interleave:
+        for _ in range(settings.repeats):
+            for slot in range(len(prepared)):
+                timed(slot)
     bar.close()
+    out: dict[int, tuple[list[float], int, float, int]] = {}
+    for slot, (mine, *_) in enumerate(prepared):
+        if mine is not None:
+            peak, states = memory[slot]
+            out[mine] = (times[slot], peak, statistics.median(syncs[slot]), states)
     return out
+
+
+def _round_iteration(
+    cases: Sequence[RunCase], round_: list[tuple[int, int]], ids: Sequence[tuple[int, ...]]
+) -> Any:
+    """The one-micro-batch iteration that runs a round's cases side by side."""
+    from datacentric.schedule import Assignment, Iteration, MicroBatch
+
+    assignments = []
+    for index, start in round_:
+        real = index if index >= 0 else -1 - index
+        case = cases[real]
+        micro_batch = MicroBatch(
+            sample_ids=ids[real],
+            bucket="profile",
+            tokens=sum(s.tokens for s in case.shapes),
+            recompute=case.flags(),
+        )
+        sp = case.sp_size if index >= 0 else 1
+        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=(micro_batch,)))
+    return Iteration(index=0, assignments=tuple(assignments))
 
 
 class PassCpuClock:
