@@ -23,6 +23,9 @@ class BucketPlan:
 
     @property
     def samples_per_gpu_second(self) -> float:
+        """Throughput per GPU: ``micro_batch_size / (sp_size * est_time_s)``."""
+        if self.est_time_s <= 0:
+            return float("inf")
         return self.micro_batch_size / (self.sp_size * self.est_time_s)
 
     def to_json(self) -> dict[str, Any]:
