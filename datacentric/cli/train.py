@@ -53,7 +53,13 @@ def run(args: argparse.Namespace) -> int:
         result = train_rank(config, groups)
         is_main = groups.rank == 0
     elif args.nproc and args.nproc > 1:
-        results = spawn(train_rank, args.nproc, config, timeout_s=7 * 24 * 3600.0)
+        results = spawn(
+            train_rank,
+            args.nproc,
+            config,
+            timeout_s=7 * 24 * 3600.0,
+            collective_timeout_s=config.collective_timeout_s,
+        )
         result, is_main = results[0], True
     else:
         result, is_main = train_rank(config), True

@@ -83,6 +83,7 @@ def spawn(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     threads_per_rank: int | None = 1,
     start_method: str | None = None,
+    collective_timeout_s: float | None = None,
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
@@ -95,7 +96,8 @@ def spawn(
     ``TimeoutError`` names the missing ranks. ``threads_per_rank`` caps each
     rank's intra-op threads (many ranks on few cores); ``None`` leaves torch's
     default. ``start_method`` defaults to ``forkserver`` where available (see
-    :func:`_context`), else ``spawn``.
+    :func:`_context`), else ``spawn``. ``collective_timeout_s`` sets the collective
+    timeout apart from the whole run's (default: ``timeout_s``).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -106,7 +108,16 @@ def spawn(
     for rank in range(world_size):
         process = context.Process(
             target=_worker_entry,
-            args=(rank, world_size, fn, args, backend, init_method, timeout_s, threads_per_rank),
+            args=(
+                rank,
+                world_size,
+                fn,
+                args,
+                backend,
+                init_method,
+                collective_timeout_s or timeout_s,
+                threads_per_rank,
+            ),
             kwargs={"results": results},
             daemon=True,
         )

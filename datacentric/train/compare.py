@@ -68,7 +68,13 @@ def run_policy(config: TrainConfig, world_size: int) -> None:
     if world_size == 1:
         train_rank(config)
     else:
-        spawn(train_rank, world_size, config, timeout_s=config.collective_timeout_s * 10)
+        spawn(
+            train_rank,
+            world_size,
+            config,
+            timeout_s=7 * 24 * 3600.0,
+            collective_timeout_s=config.collective_timeout_s,
+        )
 
 
 def compare_policies(

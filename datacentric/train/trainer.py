@@ -138,7 +138,9 @@ class Trainer:
 
     # ---------------------------------------------------------------- resume
     def _resume(self) -> None:
-        path = latest_checkpoint(self.out) if self.config.resume else None
+        # A torchrun restart (--max-restarts) always continues from the last checkpoint.
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        path = latest_checkpoint(self.out) if self.config.resume or restarted else None
         if path is None:
             self.total_iterations = self._planned_total()
             return
