@@ -70,6 +70,21 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
     return "\n".join(lines)
 
 
+def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--memory-gb``, ``--memory-fraction`` and ``--state-shards`` (shared by the
+    commands that build an analytic cost model; see :func:`analytic_model`)."""
+    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
+    parser.add_argument(
+        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
+    )
+    parser.add_argument(
+        "--state-shards",
+        type=int,
+        default=0,
+        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
+    )
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
@@ -83,16 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dataset", help="stdlib, or a workload preset (opensora-short, ...)")
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     parser.add_argument("--world", type=int, help="number of ranks (GPUs)")
-    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
-    parser.add_argument(
-        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
-    )
-    parser.add_argument(
-        "--state-shards",
-        type=int,
-        default=0,
-        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
-    )
+    add_cost_model_arguments(parser)
     parser.add_argument("--max-micro-batch", type=int, default=1024)
     parser.add_argument("--skip-unfittable", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="workload preset seed")
@@ -167,7 +173,9 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
     return plan, bucketing, f"analytic {args.model} on {args.hardware}"
 
 
-def analytic_model(model: str, hardware: str, world: int, args: Any) -> Any:
+def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
+    """The analytic cost model of ``--model`` on ``--hardware`` (fp32 on ``cpu-local``,
+    bf16 elsewhere) with the arguments of :func:`add_cost_model_arguments`."""
     from datacentric.planning.analytic import AnalyticCostModel
     from datacentric.planning.hardware import get_hardware
     from datacentric.planning.model_specs import get_model_spec
