@@ -43,13 +43,17 @@ class DatasetView:
         distinct: list[SampleShape] = [SampleShape.text(int(t)) for t in text_values.tolist()]
         code_of = np.empty(len(shapes), dtype=np.int64)
         code_of[~video] = text_codes
-        codes: dict[tuple[int, int, int], int] = {}
-        for i in np.flatnonzero(video).tolist():
-            code = codes.get(grids[i])
-            if code is None:
-                code = codes[grids[i]] = len(distinct)
-                distinct.append(shapes[i])
-            code_of[i] = code
+        video_ids = np.flatnonzero(video)
+        if len(video_ids):
+            grid = np.asarray([grids[i] for i in video_ids.tolist()], dtype=np.int64)
+            if grid.max() < 2**21:  # one int64 key per grid
+                key = (grid[:, 0] << 42) | (grid[:, 1] << 21) | grid[:, 2]
+                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            else:
+                _, first, inverse = np.unique(grid, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            code_of[video_ids] = len(distinct) + inverse
+            distinct += [shapes[int(video_ids[f])] for f in first.tolist()]
         bucketing = make_buckets(distinct)
         self.buckets: tuple[Bucket, ...] = bucketing.buckets
         self.bucket_of = np.asarray(bucketing.bucket_of_sample, dtype=np.int64)[code_of]
@@ -199,7 +203,15 @@ class CostTable:
         view = self.view
         out = [0.0] * len(settings)
         curve: dict[tuple[int, int], list[int]] = {}
+        uniform: dict[tuple, float] = {}
         for n, (item, sp, rc) in enumerate(settings):
+            if view.uniform[item.bucket] and not item.mixed:  # one shape: memoise by count
+                key = (item.bucket, item.count, sp, rc)
+                t = uniform.get(key)
+                if t is None:
+                    t = uniform[key] = view.exact_time(self.cost_model, item.ids, sp, rc)
+                out[n] = t
+                continue
             cfg = None
             if not (self.exact_estimates or view.uniform[item.bucket] or item.mixed):
                 cfg = self.config(item.bucket, sp) if item.count > 1 else None

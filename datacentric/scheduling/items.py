@@ -47,9 +47,10 @@ def pack(
     if view.uniform[b]:
         size = max(1, int(units))
         tok = view.rep_tokens(b)
+        flat = ids_arr.tolist()
         return [
-            Item(b, chunk.tolist(), tok * len(chunk))
-            for chunk in np.array_split(ids_arr, range(size, len(ids_arr), size))
+            Item(b, flat[at : at + size], tok * len(flat[at : at + size]))
+            for at in range(0, len(flat), size)
         ]
     tokens = view.tokens[ids_arr]
     if sort:
@@ -58,8 +59,9 @@ def pack(
     budget = units * view.rep_tokens(b)
     cuts = next_fit_cuts(tokens.tolist(), budget)
     sums = np.add.reduceat(tokens, np.asarray([0, *cuts], dtype=np.int64)).tolist()
-    chunks = np.split(ids_arr, cuts)
-    return [Item(b, chunk.tolist(), total) for chunk, total in zip(chunks, sums)]
+    flat = ids_arr.tolist()
+    bounds = [0, *cuts, len(flat)]
+    return [Item(b, flat[lo:hi], total) for lo, hi, total in zip(bounds, bounds[1:], sums)]
 
 
 def next_fit_cuts(tokens: list[int], budget: float) -> list[int]:
