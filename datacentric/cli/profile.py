@@ -31,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     parser.add_argument("--world", type=int, default=2, help="ranks to start")
     parser.add_argument("--memory-gb", type=float, required=True, help="cap per rank, GiB")
-    parser.add_argument("--out", required=True, help="folder for profile.json and plan.json")
+    parser.add_argument(
+        "--out",
+        help="folder for profile.json and plan.json (default runs/profile-MODEL-worldN)",
+    )
     parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     parser.add_argument("--dtype", default=None, help="float32 (gloo default) or bfloat16")
     parser.add_argument("--warmup", type=int, default=2, help="passes before measuring (>= 2)")
@@ -59,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.shapes import make_buckets
 
     start = time.perf_counter()
+    args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
     try:
         bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths))
         settings = ProfileSettings(
