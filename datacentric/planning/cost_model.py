@@ -7,6 +7,11 @@ group and the peak device memory of each rank. Implementations: the fitted model
 (from profiles measured on the real device) and the analytic model (FLOPs and
 bytes on a named hardware preset). The scheduler and simulator only use this
 protocol, so they never depend on where the numbers come from.
+
+Two optional attributes refine planning when a model has them (both implementations
+here do): ``block_kinds`` (a tuple naming each block's kind; the recomputation knapsack
+groups blocks by it, one kind otherwise) and ``supports_sp_size(sp) -> bool`` (Ulysses
+needs the SP size to divide the heads; the fitted model predicts only measured sizes).
 """
 
 from __future__ import annotations
