@@ -134,3 +134,15 @@ def test_identical_in_another_process_with_another_hash_seed():
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == schedule_fingerprint(here)
+
+
+def test_rounded_layout_fits_the_world_when_every_class_wants_a_group():
+    inf = np.inf
+    # Item 0 prefers SP 2 (2.0 GPU-s vs 2.4); item 1 fits only SP 4: one group each is
+    # 6 ranks for a world of 4, so the class whose items can move (SP 2) must close.
+    times = np.asarray([[inf, 1.0, 0.6], [inf, inf, 0.2]])
+    layout = balance.rounded_layout(4, [1, 2, 4], times)
+    assert layout == [4]
+    shapes = [SampleShape.text(n) for n in [300, 900_000, 200, 150]]
+    schedule = build_schedule(shapes, policy="dcp-opt", world_size=4, cost_model=MODEL)
+    schedule.validate()

@@ -100,7 +100,10 @@ def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> 
     span = lambda: load / (size_arr * np.maximum(counts, 1))  # noqa: E731
     while (counts * size_arr).sum() > world_size:  # take the group missed least
         after = load / (size_arr * np.maximum(counts - 1, 1))
-        k = int(np.argmin(np.where(counts > 1, after, np.inf)))
+        if (counts > 1).any():
+            k = int(np.argmin(np.where(counts > 1, after, np.inf)))
+        else:  # one group per class is too many: close the lightest class that can go
+            k = lightest_closable(times, pref, counts, load)
         counts[k] -= 1
     left = world_size - int((counts * size_arr).sum())
     while left:
@@ -111,6 +114,22 @@ def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> 
         counts[k] += 1
         left -= sizes[k]
     return [s for s, c in zip(sizes, counts) for _ in range(c)]
+
+
+def lightest_closable(
+    times: np.ndarray, pref: np.ndarray, counts: np.ndarray, load: np.ndarray
+) -> int:
+    """The open class of least load whose items all fit on another open class (else the
+    least loaded open class)."""
+    open_classes = np.flatnonzero(counts > 0)
+    movable = []
+    for k in open_classes.tolist():
+        others = [c for c in open_classes.tolist() if c != k]
+        rows = times[pref == k][:, others]
+        if others and np.isfinite(rows).any(axis=1).all():
+            movable.append(k)
+    pool = movable or open_classes.tolist()
+    return min(pool, key=lambda k: (load[k], k))
 
 
 def merge_groups(world_size: int, layout: list[int], max_groups: int) -> list[int]:

@@ -46,6 +46,7 @@ def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
     for b in inp.active_buckets():
         cfg = config[b] = table.preferred(b)
         pools[b] = pack(table, b, rng.permutation(inp.bucket_ids(b)), cfg.max_batch, sort=False)
+        pools[b].reverse()  # the next micro-batch is popped from the end
     out = PolicyOutput(iterations=[])
     while any(pools.values()):
         left, drawn = world, []
@@ -60,7 +61,7 @@ def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
             reserved[b] += 1
             left -= config[b].sp
         if left:  # the end of the epoch: not enough micro-batches to cover the world
-            rest = [it for items in pools.values() for it in items]
+            rest = [it for items in pools.values() for it in reversed(items)]
             if opts.drop_remainder and out.iterations:
                 out.dropped = [i for it in rest for i in it.ids]
                 break
@@ -74,8 +75,7 @@ def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
                 gas = accumulation_for(full[b], tau, opts.min_accumulation, opts.max_accumulation)
                 later = drawn[k + 1 :].count(b)  # keep one micro-batch for each later group
                 take = max(1, min(gas, len(pools[b]) - later))
-                groups.append((config[b].sp, pools[b][:take]))
-                pools[b] = pools[b][take:]
+                groups.append((config[b].sp, [pools[b].pop() for _ in range(take)]))
             pools = {b: items for b, items in pools.items() if items}
         out.iterations.append(emit_iteration(len(out.iterations), world, groups, table))
     return out
