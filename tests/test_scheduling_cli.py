@@ -56,3 +56,38 @@ def test_schedule_drop_remainder_and_errors(lengths_file, capsys):
     assert report["samples_scheduled"] + report["samples_dropped"] == 61
     assert main(["schedule", "--dataset", "no-such-set", "--world", "4", "--policy", "static"]) == 2
     assert "no-such-set" in capsys.readouterr().err
+
+
+def test_schedule_from_a_saved_profile(lengths_file, tmp_path, capsys):
+    from datacentric.planning.fitted import ProfilePoint
+    from datacentric.planning.store import Profile, save_profile
+    from datacentric.shapes import SampleShape
+
+    def point(sp: int, tokens: int) -> ProfilePoint:
+        return ProfilePoint(
+            shapes=(SampleShape.text(tokens),),
+            sp_size=sp,
+            base_time_s=0.01,
+            block_time_s=1e-6 * tokens / sp,
+            recompute_time_s=3e-7 * tokens / sp,
+            base_memory_bytes=10**6,
+            block_memory_bytes=1000 * tokens // sp,
+            recomputed_block_memory_bytes=100 * tokens // sp,
+            transient_memory_bytes=500 * tokens // sp,
+        )
+
+    profile = Profile(
+        fingerprint={"model": "llama", "world_size": 2, "torch": "x", "dtype": "float32"},
+        model="llama",
+        num_blocks=8,
+        attention_kind="causal",
+        points=tuple(point(sp, n) for sp in (1, 2) for n in (128, 1024, 8192, 32768)),
+        gpus_per_node=2,
+        grad_sync_seconds={2: 0.003},
+    )
+    save_profile(profile, tmp_path)
+    argv = ["schedule", "--lengths", str(lengths_file), "--world", "2", "--policy", "dcp-opt"]
+    assert main([*argv, "--profile", str(tmp_path), "--memory-gb", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["cost_model"] == f"profile {tmp_path}"
+    assert report["samples_scheduled"] == 61 and 0 < report["efficiency"] <= 1
