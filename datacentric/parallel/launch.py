@@ -213,5 +213,22 @@ def init_from_env(
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout_s))
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        timeout = timedelta(seconds=timeout_s)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world_size,
+            # torchrun's agent hosts the store when it says so; otherwise rank 0 does.
+            is_master=os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and rank == 0,
+            timeout=timeout,
+        )
+        # A restarted worker group (torchrun --max-restarts) may meet the store of the
+        # failed attempt: keys of each attempt get their own prefix, so no rank connects
+        # to an address a dead rank published.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"datacentric/attempt-{attempt}", store)
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
     return ProcessGroups()
