@@ -16,7 +16,7 @@ BENCH_DEFAULTS: dict[str, Any] = {
     "model": "llama",
     "dataset": "stdlib",
     "dataset_limit": 12,
-    "max_tokens": 2048,
+    "max_tokens": 4096,
     "memory_gb": 0.25,
     "tokens_per_iteration": 16384,
     "lr": 3e-3,
