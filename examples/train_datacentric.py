@@ -10,9 +10,9 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
 
 torch.manual_seed(0)
-dataset = StdlibCorpus(max_tokens=512, limit=6)
+dataset = StdlibCorpus(max_tokens=512, limit=3)
 model = build_model("llama")
-dc = DataCentric(model, dataset, preset="llama", policy="dcp-opt")
+dc = DataCentric(model, dataset, preset="llama", policy="dcp-opt", tokens_per_iteration=2048)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
 for step, batch_step in enumerate(dc.steps()):

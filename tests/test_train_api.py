@@ -1,0 +1,109 @@
+"""The public API, the examples, and the side-by-side policy comparison."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from datacentric.cli.bench import bench_summary
+from datacentric.data.stdlib import StdlibCorpus
+from datacentric.models.presets import build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.loss import loss_tokens_function
+from datacentric.train.api import DataCentric
+from datacentric.train.compare import compare_policies
+from datacentric.train.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_example_diff_is_at_most_ten_lines():
+    plain = (ROOT / "examples/train_plain.py").read_text().splitlines()
+    dcp = (ROOT / "examples/train_datacentric.py").read_text().splitlines()
+    import difflib
+
+    changed = [
+        line
+        for line in difflib.unified_diff(plain, dcp, lineterm="", n=0)
+        if line.startswith("+") and not line.startswith("+++")
+    ]
+    assert 0 < len(changed) <= 10, changed
+
+
+def test_user_loop_step_equals_one_process_gradient():
+    """A step of the user-written loop gives the global batch's mean gradient."""
+    torch.manual_seed(0)
+    dataset = StdlibCorpus(max_tokens=256, limit=1)
+    model = build_model("llama")
+    reference = build_model("llama")
+    reference.load_state_dict(model.state_dict())
+    dc = DataCentric(
+        model,
+        dataset,
+        preset="llama",
+        policy="dcp-opt",
+        tokens_per_iteration=2048,
+        groups=ProcessGroups.local(),
+    )
+    step = next(iter(dc.steps()))
+    micro_count = 0
+    for micro in step:
+        micro.backward(model(micro.batch))
+        micro_count += 1
+    loss = step.finish()
+    ids = step.sample_ids
+    batch = dataset.pack(ids)
+    ref_loss = reference(batch).sum() / sum(loss_tokens_function(dataset)(i) for i in ids)
+    ref_loss.backward()
+    assert micro_count >= 1
+    torch.testing.assert_close(torch.tensor(loss), ref_loss.detach().double().float())
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_plain_and_datacentric_examples_run():
+    for name in ("train_plain.py", "train_datacentric.py"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / name)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        losses = [
+            float(line.split()[-1]) for line in done.stdout.splitlines() if line.startswith("step")
+        ]
+        assert len(losses) >= 2 and losses[-1] < losses[0], done.stdout
+
+
+@pytest.mark.slow
+def test_compare_policies_measures_and_simulates_the_same_epoch(tmp_path):
+    base = load_config(
+        None,
+        model="llama",
+        dataset="stdlib",
+        dataset_limit=1,
+        max_tokens=512,
+        tokens_per_iteration=2048,
+        cost_model="analytic",
+        progress=False,
+        out=str(tmp_path),
+    )
+    results = compare_policies(base, ["static", "dcp-opt"], 2, tmp_path)
+    samples = len(StdlibCorpus(max_tokens=512, limit=1))
+    for r in results.values():
+        assert r.measured.samples == samples
+        assert r.predicted.samples == samples
+        assert r.tokens == r.measured.tokens == r.predicted.tokens
+        assert r.measured_s > 0 and r.predicted_s > 0
+        assert len(r.measured.spans) == len(r.predicted.spans)
+    summary = bench_summary(results, "static")
+    assert set(summary["policies"]) == {"static", "dcp-opt"}
+    assert summary["best_policy"] == "dcp-opt"
+    assert summary["speedup"] == pytest.approx(
+        results["dcp-opt"].tokens_per_s / results["static"].tokens_per_s
+    )
