@@ -42,6 +42,8 @@ NEIGHBOUR_LIMIT = 4000
 SPLIT_GAP = 0.01
 #: ... in at most this many rounds.
 SPLIT_ROUNDS = 4
+#: HiGHS is tried only on iterations whose heuristic assignment idles more than this.
+EXACT_IDLE = 0.02
 
 
 def make_items(inp: PolicyInput, table: CostTable, ids: np.ndarray) -> list[Item]:
@@ -155,13 +157,24 @@ def solve_iteration(
     if (
         opts.exact_solver
         and exact.available()
-        and span > 1.01 * bound
+        and idle_share(times, group_class, sizes, owner, world) > EXACT_IDLE
         and len(items) * len(layout) <= opts.exact_max_binaries
     ):
         better = exact.solve_assignment(times, group_class, owner, max_nodes=opts.exact_max_nodes)
         if better is not None:
             owner = better
     return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def idle_share(
+    times: np.ndarray, group_class: np.ndarray, sizes: list[int], owner: np.ndarray, world: int
+) -> float:
+    """Idle share of the world's time under an assignment (by the estimates)."""
+    t_own = times[np.arange(len(owner)), group_class[owner]]
+    loads = np.bincount(owner, weights=t_own, minlength=len(group_class))
+    busy = float((loads * np.asarray(sizes)[group_class]).sum())
+    span = float(loads.max())
+    return 1.0 - busy / (world * span) if span > 0 else 0.0
 
 
 def refine_by_splitting(

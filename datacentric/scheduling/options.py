@@ -50,7 +50,7 @@ class ScheduleOptions:
     ``docs/scheduling.md``); the heuristic alone when False or highspy is missing."""
     exact_max_binaries: int = 600
     """``dcp-opt``: largest assignment MILP (items x groups) handed to HiGHS."""
-    exact_max_nodes: int = 300
+    exact_max_nodes: int = 200
     """``dcp-opt``: branch-and-bound node limit (deterministic, unlike a time limit)."""
     item_split: float = 4.0
     """``dcp-opt``: a micro-batch takes at most ``1/item_split`` of the target makespan
