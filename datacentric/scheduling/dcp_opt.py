@@ -21,6 +21,8 @@ micro-batches to groups that minimise the iteration's makespan.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from datacentric.scheduling import balance, exact
@@ -223,11 +225,31 @@ def refine_by_splitting(
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
-    """The ``dcp-opt`` policy."""
+    """The ``dcp-opt`` policy.
+
+    Buckets whose cheapest SP size is the whole world (a world no larger than a node)
+    cannot share an iteration with anything else; their samples get iterations of
+    their own (one group of every rank), spread evenly among the others.
+    """
     table = inp.pac_table()
-    chunks, dropped = chunk_even(inp, stratified_order(inp))
-    out = PolicyOutput(iterations=[], dropped=dropped)
-    for chunk in chunks:
-        groups = solve_iteration(inp, table, make_items(inp, table, chunk))
-        out.iterations.append(emit_iteration(len(out.iterations), inp.world_size, groups, table))
+    world = inp.world_size
+    whole = [b for b in inp.active_buckets() if world > 1 and table.preferred(b).sp == world]
+    is_whole = np.isin(inp.view.bucket_of[inp.active], whole)
+    parts = []
+    for ids, alone in ((inp.active[~is_whole], False), (inp.active[is_whole], True)):
+        if len(ids):
+            sub = dataclasses.replace(inp, active=ids)
+            order = sub.rng.permutation(ids) if alone else stratified_order(sub)
+            chunks, dropped = chunk_even(sub, order)
+            parts.append((chunks, dropped, alone))
+    out = PolicyOutput(iterations=[], dropped=[i for _, d, _ in parts for i in d])
+    keyed = [
+        ((k + 0.5) / len(chunks), alone, chunk)
+        for chunks, _, alone in parts
+        for k, chunk in enumerate(chunks)
+    ]
+    for _, alone, chunk in sorted(keyed, key=lambda x: (x[0], x[1])):
+        items = make_items(inp, table, chunk)
+        groups = [(world, items)] if alone else solve_iteration(inp, table, items)
+        out.iterations.append(emit_iteration(len(out.iterations), world, groups, table))
     return out
