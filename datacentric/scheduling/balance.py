@@ -70,7 +70,9 @@ def proportional_layout(
     return merge_groups(world_size, layout, max_groups)
 
 
-def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> list[int]:
+def rounded_layout(
+    world_size: int, sizes: Sequence[int], times: np.ndarray, bump: int | None = None
+) -> list[int]:
     """Group sizes by rounding each class's share of the world to whole groups.
 
     Each item prefers its cheapest size; a class whose load rounds to no group at all
@@ -78,6 +80,7 @@ def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> 
     next-cheapest size, so that no group is opened for a sliver of work and then
     filled with items that run better elsewhere. Ranks left over, or taken away to
     fit the world, go to or come from the classes whose groups run longest/shortest.
+    ``bump``: give that class one group more than rounding does (a neighbouring layout).
     """
     size_arr = np.asarray(sizes, dtype=float)
     allowed = np.ones(len(sizes), dtype=bool)
@@ -97,11 +100,15 @@ def rounded_layout(world_size: int, sizes: Sequence[int], times: np.ndarray) -> 
             counts[k] = 1
             break
     counts = np.maximum(counts, (load > 0).astype(int))
+    keep = np.zeros(len(sizes), dtype=int)
+    if bump is not None and load[bump] > 0 and sizes[bump] <= world_size:
+        counts[bump] += 1
+        keep[bump] = counts[bump]
     span = lambda: load / (size_arr * np.maximum(counts, 1))  # noqa: E731
     while (counts * size_arr).sum() > world_size:  # take the group missed least
         after = load / (size_arr * np.maximum(counts - 1, 1))
-        if (counts > 1).any():
-            k = int(np.argmin(np.where(counts > 1, after, np.inf)))
+        if ((counts > 1) & (counts > keep)).any():
+            k = int(np.argmin(np.where((counts > 1) & (counts > keep), after, np.inf)))
         else:  # one group per class is too many: close the lightest class that can go
             k = lightest_closable(times, pref, counts, load)
         counts[k] -= 1

@@ -92,6 +92,8 @@ def candidate_layouts(
     apportioned = balance.proportional_layout(world_size, sizes, load, n_items, longest, count)
     base = balance.rounded_layout(world_size, sizes, times)
     out = [base, apportioned] if neighbours else [base]
+    for k in range(len(sizes)) if neighbours else ():  # one more group of a size
+        out.append(balance.rounded_layout(world_size, sizes, times, bump=k))
     for small, big in zip(sizes, sizes[1:]) if neighbours else ():
         if base.count(big):  # split one big group into small ones
             alt = list(base)
@@ -102,7 +104,8 @@ def candidate_layouts(
             for _ in range(big // small):
                 alt.remove(small)
             out.append(alt + [big])
-    return [sorted(lay) for lay in out if len(lay) <= n_items]
+    unique = {tuple(sorted(lay)): None for lay in out if len(lay) <= n_items}
+    return [list(lay) for lay in unique]
 
 
 def solve_iteration(
