@@ -110,6 +110,9 @@ def run_cost_model(
         dtype=config.dtype,
         seed=config.seed,
         progress=config.progress and is_main,
+        # Wall time: the schedule (and the simulator checked against this run) predict
+        # wall-clock steps, collective waits included.
+        clock="wall",
     )
     profile = ensure_profile(directory, settings, shapes)
     cap = int(config.memory_gb * 2**30) if config.memory_gb else _device_capacity(device)
