@@ -130,10 +130,10 @@ def test_torchrun_restarts_a_killed_rank_and_loses_no_sample(tmp_path):
 
 def test_a_hung_rank_times_out_with_rank_and_operation_named(tmp_path):
     config = small_config(
-        tmp_path / "hang", iterations=3, collective_timeout_s=8.0, fault_inject="1:1:hang"
+        tmp_path / "hang", iterations=3, collective_timeout_s=15.0, fault_inject="1:1:hang"
     )
     with pytest.raises(RuntimeError) as err:
-        spawn(train_rank, 2, config, timeout_s=300, collective_timeout_s=8.0)
+        spawn(train_rank, 2, config, timeout_s=300, collective_timeout_s=15.0)
     text = str(err.value)
     assert "rank 0: iteration 1 timed out in" in text, text[-2000:]
 

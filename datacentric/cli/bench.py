@@ -17,7 +17,7 @@ BENCH_DEFAULTS: dict[str, Any] = {
     "dataset": "stdlib",
     "dataset_limit": 12,
     "max_tokens": 4096,
-    "memory_gb": 0.25,
+    "memory_gb": 0.2,
     "tokens_per_iteration": 16384,
     "lr": 3e-3,
     "progress": False,
