@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from datacentric.cli.plan import GIB, analytic_model, dataset_shapes
+from datacentric.cli.plan import GIB, add_cost_model_arguments, analytic_model, dataset_shapes
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,16 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", help="folder written by `datacentric profile`")
     parser.add_argument("--model", help="analytic model preset (default: the workload's)")
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
-    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
-    parser.add_argument(
-        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
-    )
-    parser.add_argument(
-        "--state-shards",
-        type=int,
-        default=0,
-        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
-    )
+    add_cost_model_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="schedule (and preset) seed")
     parser.add_argument("--epoch", type=int, default=0)
     parser.add_argument("--tokens-per-iteration", type=int, help="global-batch bound in tokens")
