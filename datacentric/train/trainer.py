@@ -26,6 +26,7 @@ import torch.distributed as dist
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Iteration
+from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.train.api import DataCentric
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
@@ -78,16 +79,6 @@ def _gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
     table = [torch.empty_like(mine) for _ in range(groups.world_size)]
     dist.all_gather(table, mine, group=groups.world)
     return torch.stack(table).cpu()
-
-
-def _estimated_idle_share(iteration: Iteration) -> float:
-    """Idle share of GPU time predicted by the schedule's estimates (0 if none)."""
-    makespan = iteration.est_makespan_s
-    if makespan <= 0:
-        return 0.0
-    busy = sum(a.est_time_s * a.sp_size for a in iteration.assignments)
-    world = sum(a.sp_size for a in iteration.assignments)
-    return 1.0 - busy / (world * makespan)
 
 
 class Trainer:
@@ -329,7 +320,7 @@ class Trainer:
             "iteration_time_s": elapsed,
             "tokens_per_s": tokens / elapsed,
             "est_makespan_s": iteration.est_makespan_s,
-            "est_idle_share": _estimated_idle_share(iteration),
+            "est_idle_share": iteration_imbalance(iteration, self.groups.world_size),
             "measured_idle_share": 1.0 - float(busy.sum()) / (len(busy) * wall) if wall else 0.0,
             "groups": [
                 [a.rank_start, a.sp_size, a.accumulation_steps] for a in iteration.assignments
