@@ -74,6 +74,9 @@ def _gantt(ax, result: SimResult, policy: str, norm, cmap) -> None:
         ax.broken_barh([(it.makespan_s, it.grad_sync_s)], (0, result.world_size), facecolors="0.6")
     ax.set_xlim(0, it.time_s * 1.01)
     ax.set_ylim(result.world_size, 0)
+    step = max(1, result.world_size // 16)
+    ranks = list(range(0, result.world_size, step))
+    ax.set_yticks([r + 0.5 for r in ranks], [str(r) for r in ranks])
     ax.set_ylabel("rank")
     ax.set_title(
         f"{policy}: iteration {it.index} ({it.time_s * 1e3:.0f} ms, idle {it.idle_share:.1%})",
