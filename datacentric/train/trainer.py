@@ -114,10 +114,14 @@ class Trainer:
         )
         self.position = Position()
         self.total_iterations = 0
+        self._pending_schedule = None  # built at start-up to count steps, used once
         self.fault = parse_fault(config.fault_inject) if config.fault_inject else None
 
     # ---------------------------------------------------------------- schedule
     def _schedule(self):
+        if self._pending_schedule is not None:
+            schedule, self._pending_schedule = self._pending_schedule, None
+            return schedule
         return segment_schedule(
             self.position, len(self.shapes), self.groups.world_size, self.dc.schedule
         )
@@ -125,7 +129,8 @@ class Trainer:
     def _planned_total(self) -> int:
         if self.config.iterations is not None:
             return self.config.iterations
-        return self.config.epochs * len(self._schedule().iterations)
+        self._pending_schedule = self._schedule()
+        return self.config.epochs * len(self._pending_schedule.iterations)
 
     # ---------------------------------------------------------------- resume
     def _resume(self) -> None:
