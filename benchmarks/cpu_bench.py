@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cpu_bench.py [--world 2] [--out-dir runs/cpu_bench]
 
-Runs the comparison behind ``datacentric bench`` (``datacentric.train.compare``): one
+Runs the comparison behind ``datacentric bench`` (``datacentric.train.measured_comparison``): one
 epoch of the same standard-library samples per policy, on ``--world`` gloo ranks, with
 the tiny Llama, one dual-layer profile shared by all policies, and the simulator's
 prediction for the very same schedules. Throughputs are measured side by side in one
@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
-from datacentric.train.compare import compare_policies
 from datacentric.train.config import load_config
+from datacentric.train.measured_comparison import compare_policies
 
 POLICIES = ["static", "dcp-pac", "dcp-opt"]
 

@@ -43,22 +43,22 @@ from typing import Any
 
 import torch
 
+from datacentric.batch import PackedBatch
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models import attention as attention_module
 from datacentric.models.attention import varlen_attention
-from datacentric.models.batch import PackedBatch
 from datacentric.models.presets import build_model
-from datacentric.parallel.equivalence import relative_errors
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
-from datacentric.planning.memory import measure_peak, model_state_bytes
-from datacentric.planning.model_specs import spec_from_model_preset
+from datacentric.profiling.memory import measure_peak, model_state_bytes
+from datacentric.profiling.preset_specs import spec_from_model_preset
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
+from datacentric.verify.equivalence import relative_errors
 
 ATTENTION_TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 """Largest accepted ``max |x - ref| / max |ref|`` per dtype (outputs and gradients)."""
@@ -301,11 +301,11 @@ def check_memory(device: torch.device, scale: Scale) -> tuple[str, str, dict[str
 
 
 def check_profile(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
-    if importlib.util.find_spec("datacentric.planning.profiler") is None:
-        return "skip", "datacentric.planning.profiler is not available", {}
+    if importlib.util.find_spec("datacentric.profiling.profiler") is None:
+        return "skip", "datacentric.profiling.profiler is not available", {}
     import torch.distributed as dist
 
-    from datacentric.planning.profiler import (
+    from datacentric.profiling.profiler import (
         ProfileSettings,
         dual_layer_cases,
         measure,

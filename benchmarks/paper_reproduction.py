@@ -17,13 +17,13 @@ import platform
 import time
 from pathlib import Path
 
-from datacentric.sim.compare import (
+from datacentric.data.workloads import get_workload
+from datacentric.sim.policy_comparison import (
     DEFAULT_POLICIES,
     policy_table,
     run_policies,
     simulation_cost_model,
 )
-from datacentric.sim.workloads import get_workload
 
 PRESETS = ("opensora-short", "opensora-balanced", "opensora-long")
 LABELS = {
@@ -260,7 +260,7 @@ def write_report(path: str, at32, scaling, h200, text, num_samples, seconds) -> 
         "Setup: workload presets `opensora-short`, `opensora-balanced`, `opensora-long` "
         f"({samples} samples each; definitions in `docs/simulator.md`), model `stdit-1.1b`, "
         "analytic cost model (`datacentric.planning.analytic`) with the settings of "
-        "`datacentric.sim.compare.simulation_cost_model` (bf16, 70% memory cap, ZeRO-2 "
+        "`datacentric.sim.policy_comparison.simulation_cost_model` (bf16, 70% memory cap, ZeRO-2 "
         "states; the gradient all-reduce overlaps the last backward of the slowest group), "
         "one epoch per policy, seed 0, every policy on the same plan and options. Throughput "
         "is latent-patch tokens per second; speedups are over our `static` on the same data.",

@@ -18,14 +18,14 @@ import platform
 import time
 from pathlib import Path
 
+from datacentric.data.workloads import get_workload
 from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Schedule
 from datacentric.scheduling import build_schedule, schedule_measures
-from datacentric.scheduling.api import POLICIES
+from datacentric.scheduling.epoch import POLICIES
 from datacentric.scheduling.measures import ideal_epoch_time
 from datacentric.shapes import make_buckets
-from datacentric.sim.compare import simulation_cost_model
-from datacentric.sim.workloads import get_workload
+from datacentric.sim.policy_comparison import simulation_cost_model
 
 TARGET_S = 10.0
 

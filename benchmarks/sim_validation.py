@@ -41,10 +41,10 @@ TOKENS_PER_ITERATION = 8_000
 LAUNCH_TIMEOUT_S = 1800.0
 
 
-def profile(out_dir: Path):  # noqa: ANN201 - a datacentric.planning.store.Profile
+def profile(out_dir: Path):  # noqa: ANN201 - a datacentric.profiling.store.Profile
     """Measure (or reuse) the profile with the ``datacentric profile`` command."""
     from datacentric.cli.main import main
-    from datacentric.planning.store import load_profile
+    from datacentric.profiling.store import load_profile
 
     args = ["profile", "--model", MODEL, "--dataset", "stdlib", "--world", str(WORLD)]
     args += ["--memory-gb", str(MEMORY_GIB), "--out", str(out_dir), "--json"]

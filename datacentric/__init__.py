@@ -1,7 +1,7 @@
 """datacentric: Data-Centric Parallel training for variable-length sequences.
 
 ``from datacentric import DataCentric`` is the ten-line integration (see
-``datacentric.train.api``). Heavy modules are imported on first use, so the pure
+``datacentric.train.data_centric``). Heavy modules are imported on first use, so the pure
 parts (``datacentric.scheduling``, ``datacentric.planning``) stay light.
 """
 
@@ -13,7 +13,7 @@ __all__ = ["DataCentric", "TrainConfig", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "DataCentric":
-        from datacentric.train.api import DataCentric
+        from datacentric.train.data_centric import DataCentric
 
         return DataCentric
     if name == "TrainConfig":

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from datacentric.batch import PackedBatch
 from datacentric.data import (
     DEFAULT_MAX_TOKENS,
     Dataset,
@@ -19,7 +20,6 @@ from datacentric.data import (
 )
 from datacentric.data.stdlib import TEST_DIRS, chunk_bounds, list_source_files, stdlib_root
 from datacentric.data.video import grid_positions
-from datacentric.models.batch import PackedBatch
 from datacentric.models.llama import IGNORE_INDEX
 from datacentric.shapes import SampleShape
 

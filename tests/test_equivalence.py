@@ -9,7 +9,7 @@ import pytest
 from datacentric.cli import equivalence as equivalence_cli
 from datacentric.cli.main import main
 from datacentric.models.presets import build_model
-from datacentric.parallel.equivalence import (
+from datacentric.verify.equivalence import (
     assert_gradients_close,
     equivalence_dataset,
     mixed_iteration,

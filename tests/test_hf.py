@@ -28,18 +28,18 @@ from datacentric.models.hf import (  # noqa: E402
     build_hf_llama,
     packed_attention_forward,
 )
-from datacentric.parallel.equivalence import (  # noqa: E402
-    StepResult,
-    assert_gradients_close,
-    mixed_iteration,
-    relative_errors,
-)
 from datacentric.parallel.groups import ProcessGroups  # noqa: E402
 from datacentric.parallel.launch import spawn  # noqa: E402
 from datacentric.parallel.loss import loss_tokens_function  # noqa: E402
 from datacentric.parallel.runtime import DataCentricRuntime  # noqa: E402
 from datacentric.schedule import Assignment, Iteration, MicroBatch  # noqa: E402
 from datacentric.shapes import bucket_name  # noqa: E402
+from datacentric.verify.equivalence import (  # noqa: E402
+    StepResult,
+    assert_gradients_close,
+    mixed_iteration,
+    relative_errors,
+)
 
 SEED = 0
 NUM_LAYERS = 4

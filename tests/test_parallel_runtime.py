@@ -12,19 +12,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
-from datacentric.parallel.equivalence import (
-    assert_gradients_close,
-    equivalence_dataset,
-    mixed_iteration,
-    run_distributed,
-    run_reference,
-)
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
+from datacentric.verify.equivalence import (
+    assert_gradients_close,
+    equivalence_dataset,
+    mixed_iteration,
+    run_distributed,
+    run_reference,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ from datacentric.planning.hardware import (
     get_hardware,
     list_hardware,
 )
-from datacentric.planning.model_specs import get_model_spec, list_model_specs
+from datacentric.profiling.preset_specs import get_model_spec, list_model_specs
 from datacentric.shapes import SampleShape
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
-from datacentric.planning.model_specs import get_model_spec
 from datacentric.planning.planner import UnfittableBucketError, plan_bucket, plan_buckets
+from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 GIB = 2**30

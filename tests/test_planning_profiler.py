@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from datacentric.planning.autoprofile import select_profile_shapes, validation_cases
 from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
-from datacentric.planning.memory import LiveTensorBytes
 from datacentric.planning.plan import BucketPlan, Plan
-from datacentric.planning.profiler import (
+from datacentric.profiling.autoprofile import select_profile_shapes, validation_cases
+from datacentric.profiling.memory import LiveTensorBytes
+from datacentric.profiling.profiler import (
     DUAL_LAYER_RUNS,
     RunCase,
     RunResult,
@@ -19,7 +19,7 @@ from datacentric.planning.profiler import (
     plan_rounds,
     point_from_runs,
 )
-from datacentric.planning.store import (
+from datacentric.profiling.store import (
     Profile,
     ProfileError,
     load_profile,

@@ -60,7 +60,7 @@ def test_schedule_drop_remainder_and_errors(lengths_file, capsys):
 
 def test_schedule_from_a_saved_profile(lengths_file, tmp_path, capsys):
     from datacentric.planning.fitted import ProfilePoint
-    from datacentric.planning.store import Profile, save_profile
+    from datacentric.profiling.store import Profile, save_profile
     from datacentric.shapes import SampleShape
 
     def point(sp: int, tokens: int) -> ProfilePoint:

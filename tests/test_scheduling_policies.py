@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import ScheduleOptions, balance, build_schedule, exact, ideal_epoch_time
 from datacentric.scheduling.resume import schedule_fingerprint
-from datacentric.scheduling.testing import ToyCostModel
 from datacentric.shapes import SampleShape
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
@@ -120,7 +120,7 @@ def test_identical_in_another_process_with_another_hash_seed():
     here = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, seed=9)
     code = (
         "import sys, numpy as np\n"
-        "sys.path.insert(0, '.')\n"
+        "sys.path[:0] = ['.', 'tests']\n"
         "from tests.test_scheduling_policies import _mixed_text, MODEL\n"
         "from datacentric.scheduling import build_schedule\n"
         "from datacentric.scheduling.resume import schedule_fingerprint\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import (
     POLICIES,
@@ -14,7 +15,6 @@ from datacentric.scheduling import (
     replan_remaining,
     resume_schedule,
 )
-from datacentric.scheduling.testing import ToyCostModel
 from datacentric.shapes import SampleShape
 
 #: 16 MiB: one rank holds ~32K tokens without recomputation and ~260K with it, so

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
+from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import build_schedule
-from datacentric.scheduling.sampler import RankBatchSampler
-from datacentric.scheduling.testing import ToyCostModel
 from datacentric.shapes import SampleShape
+from datacentric.train.sampler import RankBatchSampler
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
 

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from datacentric.cli.main import main
-from datacentric.sim.compare import policy_table, run_policies, simulation_cost_model
-from datacentric.sim.workloads import get_workload
+from datacentric.data.workloads import get_workload
+from datacentric.sim.policy_comparison import policy_table, run_policies, simulation_cost_model
 
 KEYS = {"tokens_per_s", "speedup_vs_static", "idle_share", "efficiency"}
 

@@ -4,8 +4,7 @@ from collections import Counter
 
 import pytest
 
-from datacentric.shapes import SampleShape
-from datacentric.sim.workloads import (
+from datacentric.data.workloads import (
     apportion,
     get_workload,
     list_workloads,
@@ -13,6 +12,7 @@ from datacentric.sim.workloads import (
     workload_from_lengths,
     zipf_weights,
 )
+from datacentric.shapes import SampleShape
 
 OPENSORA = ["opensora-short", "opensora-balanced", "opensora-long"]
 

@@ -14,9 +14,9 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
-from datacentric.train.api import DataCentric
-from datacentric.train.compare import compare_policies
 from datacentric.train.config import load_config
+from datacentric.train.data_centric import DataCentric
+from datacentric.train.measured_comparison import compare_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 

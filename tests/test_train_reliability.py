@@ -20,10 +20,10 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.planning.planner import UnfittableBucketError
 from datacentric.shapes import SampleShape, read_lengths_file
-from datacentric.train.api import EpochPlanner
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
 from datacentric.train.config import TrainConfig, load_config
+from datacentric.train.data_centric import EpochPlanner
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
 pytestmark = pytest.mark.slow

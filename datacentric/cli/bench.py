@@ -7,8 +7,8 @@ import argparse
 import json
 from typing import Any
 
-from datacentric.train.compare import PolicyMeasurement, compare_policies
 from datacentric.train.config import load_config
+from datacentric.train.measured_comparison import PolicyMeasurement, compare_policies
 
 #: Settings of the CPU comparison: the tiny Llama on the standard-library corpus with
 #: a memory cap under which the longest files need SP 2 or recomputation.

@@ -16,8 +16,8 @@ from pathlib import Path
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
 from datacentric.sim.plots import plot_results
 from datacentric.sim.trace import write_trace
-from datacentric.train.compare import compare_policies
 from datacentric.train.config import load_config
+from datacentric.train.measured_comparison import compare_policies
 
 DEMO_POLICIES = ["static", "dcp-pac", "dcp-opt"]
 

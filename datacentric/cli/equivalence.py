@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from datacentric.parallel.equivalence import (
+from datacentric.verify.equivalence import (
     EQUIVALENCE_MODELS,
     TOLERANCE,
     WRAPPERS,

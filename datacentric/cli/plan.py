@@ -29,7 +29,7 @@ def dataset_shapes(name: str | None, lengths: str | None, seed: int = 0) -> list
 
         return StdlibCorpus().shapes()
     if name:
-        from datacentric.sim.workloads import get_workload
+        from datacentric.data.workloads import get_workload
 
         return list(get_workload(name, seed=seed).shapes)
     raise ValueError("give --dataset NAME or --lengths FILE")
@@ -108,7 +108,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from datacentric.planning.planner import UnfittableBucketError
-    from datacentric.planning.store import ProfileError
+    from datacentric.profiling.store import ProfileError
 
     try:
         plan, bucketing, source = _make_plan(args)
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
     from datacentric.planning.planner import plan_buckets
-    from datacentric.planning.store import ProfileError, load_plan, load_profile
+    from datacentric.profiling.store import ProfileError, load_plan, load_profile
 
     has_data = bool(args.dataset or args.lengths)
     cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
@@ -178,7 +178,7 @@ def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespa
     bf16 elsewhere) with the arguments of :func:`add_cost_model_arguments`."""
     from datacentric.planning.analytic import AnalyticCostModel
     from datacentric.planning.hardware import get_hardware
-    from datacentric.planning.model_specs import get_model_spec
+    from datacentric.profiling.preset_specs import get_model_spec
 
     hw = get_hardware(hardware)
     dtype_bytes = 4 if hw.name == "cpu-local" else 2

@@ -55,10 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.planning.autoprofile import run_profile
     from datacentric.planning.planner import UnfittableBucketError
-    from datacentric.planning.profiler import ProfileSettings
-    from datacentric.planning.store import ProfileError
+    from datacentric.profiling.autoprofile import run_profile
+    from datacentric.profiling.profiler import ProfileSettings
+    from datacentric.profiling.store import ProfileError
     from datacentric.shapes import make_buckets
 
     start = time.perf_counter()

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, Any, str]:
     """The cost model (profile or analytic), the planner's plan, and where they came from."""
     from datacentric.planning.planner import plan_buckets
-    from datacentric.planning.store import ProfileError, load_plan, load_profile
+    from datacentric.profiling.store import ProfileError, load_plan, load_profile
     from datacentric.shapes import make_buckets
 
     cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
@@ -65,7 +65,7 @@ def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, An
     else:
         model, hardware = args.model, args.hardware
         if args.dataset and not (model and hardware):  # the workload preset's defaults
-            from datacentric.sim.workloads import get_workload
+            from datacentric.data.workloads import get_workload
 
             name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
             preset = get_workload(name, seed=args.seed, num_samples=100)
@@ -133,7 +133,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from datacentric.planning.planner import UnfittableBucketError
-    from datacentric.planning.store import ProfileError
+    from datacentric.profiling.store import ProfileError
 
     try:
         summary = schedule_summary(args)

@@ -12,9 +12,9 @@ import argparse
 import json
 from typing import Any
 
-from datacentric.sim.compare import DEFAULT_POLICIES, policy_table, run_policies
-from datacentric.sim.compare import simulation_cost_model as make_cost_model
-from datacentric.sim.workloads import get_workload, list_workloads, workload_from_lengths
+from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
+from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
+from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

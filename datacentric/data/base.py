@@ -2,7 +2,7 @@
 
 A dataset knows the shape and the loss-token count of each sample (by id, without
 loading it) and packs
-any list of sample ids into one :class:`~datacentric.models.batch.PackedBatch`:
+any list of sample ids into one :class:`~datacentric.batch.PackedBatch`:
 samples concatenated in the given order, then at most one padding segment so
 that the packed length is a multiple of ``pad_to_multiple`` (the SP size).
 """
@@ -15,7 +15,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from datacentric.models.batch import PackedBatch
+from datacentric.batch import PackedBatch
 from datacentric.shapes import SampleShape
 
 

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
+from datacentric.batch import PackedBatch
 from datacentric.data.base import check_sample_ids
 from datacentric.data.text import pack_token_samples
-from datacentric.models.batch import PackedBatch
 from datacentric.shapes import SampleShape
 
 DEFAULT_MAX_TOKENS = 8192

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 
 import torch
 
+from datacentric.batch import PackedBatch
 from datacentric.data.base import (
     ShapeListDataset,
     check_sample_ids,
     sample_generator,
     segment_layout,
 )
-from datacentric.models.batch import PackedBatch
 from datacentric.models.llama import IGNORE_INDEX
 from datacentric.shapes import SampleShape
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass
 
 import torch
 
+from datacentric.batch import PackedBatch
 from datacentric.data.base import (
     ShapeListDataset,
     check_sample_ids,
     sample_generator,
     segment_layout,
 )
-from datacentric.models.batch import PackedBatch
 from datacentric.shapes import SampleShape
 
 RESOLUTIONS: dict[str, tuple[int, int]] = {

@@ -4,8 +4,8 @@ The attention callable is injected (:data:`AttentionFn`); every model takes a
 :class:`PackedBatch` and returns the unreduced per-token loss.
 """
 
+from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.batch import PackedBatch
 from datacentric.models.dit import DiTConfig, VideoDiT
 from datacentric.models.llama import Llama, LlamaConfig
 from datacentric.models.presets import (

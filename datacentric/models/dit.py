@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.batch import PackedBatch
-from datacentric.models.common import (
+from datacentric.models.layers import (
     PackedSelfAttention,
     rope_3d_pairs,
     rope_angles_3d,

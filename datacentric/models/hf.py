@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.batch import PackedBatch
 from datacentric.models.llama import IGNORE_INDEX
 
 try:

@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.batch import PackedBatch
-from datacentric.models.common import (
+from datacentric.models.layers import (
     PackedSelfAttention,
     RMSNorm,
     SwiGLU,

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.common import count_parameters
 from datacentric.models.dit import DiTConfig, VideoDiT
+from datacentric.models.layers import count_parameters
 from datacentric.models.llama import Llama, LlamaConfig
 
 ModelConfig = LlamaConfig | DiTConfig

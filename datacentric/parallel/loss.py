@@ -37,7 +37,7 @@ from typing import Literal
 
 import torch
 
-from datacentric.models.batch import PackedBatch
+from datacentric.batch import PackedBatch
 from datacentric.schedule import Iteration
 
 LossMode = Literal["token", "sample"]

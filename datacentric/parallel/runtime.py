@@ -28,8 +28,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.batch import PackedBatch
 from datacentric.parallel.grad_sync import allreduce_gradients, micro_step_context, syncs_itself
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossMode, LossWeights

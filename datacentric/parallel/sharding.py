@@ -11,7 +11,7 @@ what Ulysses attention and RoPE need. Padding never carries loss.
 
 from __future__ import annotations
 
-from datacentric.models.batch import PackedBatch
+from datacentric.batch import PackedBatch
 
 
 def shard_bounds(num_tokens: int, rank_in_group: int, sp_size: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ fits (:func:`calibrate_hardware`).
 
 ``cpu-local`` describes this machine; its constants are fitted from measured
 points and stored in ``cpu_local.json`` next to this file (regenerate with
-``python -m datacentric.planning.calibrate``).
+``python -m datacentric.profiling.calibrate``).
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def load_cpu_local(path: str | Path = CPU_LOCAL_JSON) -> Hardware:
         return Hardware.from_json(data["hardware"])
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"{path}: no cpu-local calibration; run `python -m datacentric.planning.calibrate`"
+            f"{path}: no cpu-local calibration; run `python -m datacentric.profiling.calibrate`"
         ) from None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path}: corrupt cpu-local calibration ({err})") from err

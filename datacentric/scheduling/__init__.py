@@ -6,7 +6,7 @@ epoch's iterations; every rank computes the same one without communicating. Poli
 ``megatron-dyncp`` and ``dcp-opt``. See ``docs/scheduling.md``.
 """
 
-from datacentric.scheduling.api import POLICIES, build_schedule, epoch_rng
+from datacentric.scheduling.epoch import POLICIES, build_schedule, epoch_rng
 from datacentric.scheduling.measures import (
     ideal_epoch_time,
     iteration_imbalance,

@@ -13,7 +13,8 @@ from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration
 from datacentric.scheduling import balance
 from datacentric.scheduling.context import CostTable, DatasetView
-from datacentric.scheduling.items import Item, split_item
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import split_item
 from datacentric.scheduling.options import ScheduleOptions
 
 #: Up to this many scheduled samples, every micro-batch's estimate is the cost model's

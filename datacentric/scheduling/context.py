@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,10 +16,8 @@ from datacentric.scheduling.costs import (
     fits_shapes,
     safe_time,
 )
+from datacentric.scheduling.item import Item
 from datacentric.shapes import Bucket, SampleShape, make_buckets
-
-if TYPE_CHECKING:
-    from datacentric.scheduling.items import Item
 
 
 class DatasetView:

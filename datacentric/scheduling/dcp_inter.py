@@ -23,7 +23,8 @@ import numpy as np
 from datacentric.scheduling.common import PolicyInput, PolicyOutput
 from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.dcp_opt import solve_iteration
-from datacentric.scheduling.items import Item, emit_iteration, pack
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import emit_iteration, pack
 
 OVERSHOOT_PENALTY = 1.2
 

@@ -19,7 +19,8 @@ from datacentric.scheduling.common import PolicyInput, PolicyOutput
 from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.costs import Config
 from datacentric.scheduling.dcp_opt import solve_iteration
-from datacentric.scheduling.items import Item, emit_iteration, pack
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import emit_iteration, pack
 
 
 def balanced_configs(inp: PolicyInput, table: CostTable) -> dict[int, tuple[Config, int]]:

@@ -36,7 +36,8 @@ from datacentric.scheduling.common import (
     time_matrix,
 )
 from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.items import Item, emit_iteration, pack, split_item
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
 
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000

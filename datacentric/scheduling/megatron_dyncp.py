@@ -19,7 +19,7 @@ import numpy as np
 from datacentric.scheduling import balance
 from datacentric.scheduling.common import PolicyInput, PolicyOutput, chunk_fixed
 from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.items import emit_iteration
+from datacentric.scheduling.micro_batches import emit_iteration
 from datacentric.scheduling.packed import pack_in_order
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from datacentric.scheduling.common import PolicyInput, PolicyOutput
 from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.costs import fits_shapes
-from datacentric.scheduling.items import Item, make_item
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import make_item
 from datacentric.scheduling.static import fixed_groups, uniform_sp
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Schedule
-from datacentric.scheduling.api import build_schedule
+from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.shapes import SampleShape
 

@@ -15,7 +15,8 @@ import numpy as np
 from datacentric.schedule import group_sizes
 from datacentric.scheduling.common import PolicyInput, PolicyOutput, assign_to_layout
 from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.items import Item, emit_iteration, pack
+from datacentric.scheduling.item import Item
+from datacentric.scheduling.micro_batches import emit_iteration, pack
 
 
 def uniform_sp(inp: PolicyInput, table: CostTable) -> int:

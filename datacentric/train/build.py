@@ -12,14 +12,14 @@ from torch import nn
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.video import SyntheticVideoDataset
+from datacentric.data.workloads import get_workload, list_workloads
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.planning.analytic import AnalyticCostModel
-from datacentric.planning.autoprofile import ensure_profile
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import get_hardware
-from datacentric.planning.model_specs import spec_from_model_preset
-from datacentric.planning.profiler import ProfileSettings
-from datacentric.sim.workloads import get_workload, list_workloads
+from datacentric.profiling.autoprofile import ensure_profile
+from datacentric.profiling.preset_specs import spec_from_model_preset
+from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig
 
 

@@ -27,7 +27,6 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Iteration
 from datacentric.scheduling.measures import iteration_imbalance
-from datacentric.train.api import DataCentric
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
     latest_checkpoint,
@@ -36,6 +35,7 @@ from datacentric.train.checkpoint import (
     weights_sha256,
 )
 from datacentric.train.config import TrainConfig, parse_fault
+from datacentric.train.data_centric import DataCentric
 from datacentric.train.metrics import MetricsLogger
 from datacentric.train.position import Position, next_epoch, segment_schedule
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from datacentric.planning.fitted import FittedCostModel, extrapolate
-from datacentric.planning.model_specs import get_model_spec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets, recompute_from_counts
-from datacentric.planning.profiler import (
+from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.profiler import (
     ProfileSettings,
     RunCase,
     RunResult,
@@ -31,7 +31,7 @@ from datacentric.planning.profiler import (
     measure,
     point_from_runs,
 )
-from datacentric.planning.store import (
+from datacentric.profiling.store import (
     Profile,
     fingerprint,
     load_profile,
@@ -194,7 +194,7 @@ def run_profile(
     """Profile, plan and (``validate`` > 0) validate on ``validate`` buckets; save to
     ``out_dir`` when given. With ``reuse``, a fresh profile in ``out_dir`` is loaded
     instead of measured (and its saved validation kept); a stale one is re-measured; a
-    corrupt one raises :class:`~datacentric.planning.store.ProfileError`."""
+    corrupt one raises :class:`~datacentric.profiling.store.ProfileError`."""
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or _powers_of_two(world))
@@ -242,7 +242,7 @@ def ensure_profile(
 ) -> Profile:
     """The profile saved in ``directory`` if it matches this model, device, torch, world
     and dtype; otherwise measure one now and save it. A corrupt file raises
-    :class:`~datacentric.planning.store.ProfileError`.
+    :class:`~datacentric.profiling.store.ProfileError`.
 
     Called by every rank of a training run that has initialised ``torch.distributed``
     (the measurement then runs on those ranks), or by one process without it (the

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datacentric.data import video_buckets as vb
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.video import benchmark_video_shapes
 from datacentric.shapes import SampleShape, read_lengths_file
-from datacentric.sim import video_buckets as vb
 
 
 @dataclass(frozen=True, kw_only=True)

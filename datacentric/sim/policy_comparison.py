@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import get_hardware
-from datacentric.planning.model_specs import get_model_spec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
+from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.schedule import Schedule
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.sim.engine import PassCostCache, SimResult, simulate

@@ -18,7 +18,7 @@ SP groups of a round run different cases side by side (the work is split across
 ranks); a case's time is the median over ``repeats`` passes (each pass: its slowest
 rank) after ``warmup`` passes, the timed passes cycling through all cases so that a
 changing machine load touches every case alike. The first warm-up pass measures memory
-(:mod:`datacentric.planning.memory`), to which parameters, gradients and Adam's
+(:mod:`datacentric.profiling.memory`), to which parameters, gradients and Adam's
 two moments are added from their sizes.
 
 This module imports the runtime (and so ``torch.distributed``) lazily, inside the
@@ -244,7 +244,7 @@ def _rank_worker(
     import torch
 
     from datacentric.parallel.groups import ProcessGroups
-    from datacentric.planning.memory import measure_peak, model_state_bytes
+    from datacentric.profiling.memory import measure_peak, model_state_bytes
 
     groups = ProcessGroups()
     dataset, ids = _dataset(settings.model, cases, settings.seed)

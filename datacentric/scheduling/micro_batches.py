@@ -3,30 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.scheduling.context import CostTable
-
-
-@dataclass
-class Item:
-    """Samples that run as one micro-batch (packed when more than one).
-
-    ``bucket`` is the samples' bucket, or for a ``mixed`` item (samples of several
-    buckets packed together) the bucket of its longest sample, which names it.
-    """
-
-    bucket: int
-    ids: list[int]
-    tokens: int
-    mixed: bool = False
-
-    @property
-    def count(self) -> int:
-        return len(self.ids)
+from datacentric.scheduling.item import Item
 
 
 def pack(

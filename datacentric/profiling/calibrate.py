@@ -1,12 +1,12 @@
 """Calibrate the ``cpu-local`` hardware preset from measured passes of this machine.
 
 Runs the runnable ``llama`` preset through the real runtime on two gloo ranks
-(:func:`~datacentric.planning.profiler.measure`): several token counts and
+(:func:`~datacentric.profiling.profiler.measure`): several token counts and
 micro-batch sizes, SP 1 and 2, with and without recomputation, at depth 2 and at
 full depth. Each measured pass is decomposed into the work the analytic model
 charges for (:meth:`AnalyticCostModel.work` of the truncated spec) and
 :func:`~datacentric.planning.hardware.calibrate_hardware` fits the rates.
-``python -m datacentric.planning.calibrate`` rewrites ``cpu_local.json``.
+``python -m datacentric.profiling.calibrate`` rewrites ``cpu_local.json``.
 
 The starting constants (``CPU_BASE``) describe one core per rank: each rank runs
 one intra-op thread, as the profiler and the runtime's launcher use on this machine.
@@ -30,8 +30,9 @@ from datacentric.planning.hardware import (
     Hardware,
     calibrate_hardware,
 )
-from datacentric.planning.model_specs import ModelSpec, get_model_spec
-from datacentric.planning.profiler import ProfileSettings, RunCase, RunResult, measure
+from datacentric.planning.model_specs import ModelSpec
+from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult, measure
 from datacentric.shapes import SampleShape
 
 CPU_BASE = Hardware(
@@ -50,7 +51,7 @@ CPU_BASE = Hardware(
     network_efficiency=1.0,
     collective_latency_s=100e-6,
     block_overhead_s=1e-3,
-    source="fitted to measured passes of this machine (datacentric.planning.calibrate)",
+    source="fitted to measured passes of this machine (datacentric.profiling.calibrate)",
 )
 
 

@@ -34,7 +34,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.api import build_schedule
+from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.train.build import build_cost_model

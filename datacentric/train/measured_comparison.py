@@ -21,9 +21,9 @@ import torch
 from datacentric.parallel.launch import spawn
 from datacentric.schedule import Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchSpan, SimResult, simulate
-from datacentric.train.api import EpochPlanner
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.config import TrainConfig
+from datacentric.train.data_centric import EpochPlanner
 from datacentric.train.metrics import read_metrics
 from datacentric.train.trainer import train_rank
 

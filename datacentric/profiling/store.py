@@ -3,7 +3,7 @@
 A profile is valid only for the model configuration, device, torch version, world
 size and dtype it was measured with; :func:`fingerprint` collects them and
 :func:`load_profile` checks them. A missing or stale profile is re-measured by the
-caller (:func:`~datacentric.planning.autoprofile.ensure_profile`); a corrupt one is
+caller (:func:`~datacentric.profiling.autoprofile.ensure_profile`); a corrupt one is
 a :class:`ProfileError` that names the file and what is wrong with it.
 """
 

@@ -1,0 +1,1 @@
+"""Profiling: measures the real runtime and fits cost models from it."""

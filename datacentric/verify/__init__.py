@@ -1,0 +1,1 @@
+"""Checks that a distributed step equals one process."""
