@@ -24,8 +24,11 @@ from datacentric.models.attention import varlen_attention  # noqa: E402
 from datacentric.models.hf import (  # noqa: E402
     ATTENTION_NAME,
     IGNORE_INDEX,
+    TINY_CONFIGS,
     HFCausalLM,
+    UnsupportedModelFeature,
     build_hf_llama,
+    build_hf_model,
     packed_attention_forward,
 )
 from datacentric.parallel.groups import ProcessGroups  # noqa: E402
@@ -59,9 +62,9 @@ def _dataset() -> StdlibCorpus:
     return StdlibCorpus(max_tokens=96, limit=20)
 
 
-def _build(seed: int = SEED) -> HFCausalLM:
+def _build(seed: int = SEED, name: str = "llama") -> HFCausalLM:
     torch.manual_seed(seed)
-    return build_hf_llama(num_hidden_layers=NUM_LAYERS)
+    return build_hf_model(name, num_hidden_layers=NUM_LAYERS)
 
 
 def sp_iteration(world_size: int, seed: int = SEED) -> Iteration:
@@ -85,12 +88,14 @@ def sp_iteration(world_size: int, seed: int = SEED) -> Iteration:
     return iteration
 
 
-def _hf_worker(iterations: list[dict], seed: int) -> list[tuple[float, dict[str, torch.Tensor]]]:
+def _hf_worker(
+    iterations: list[dict], seed: int, name: str
+) -> list[tuple[float, dict[str, torch.Tensor]]]:
     groups = ProcessGroups()
     dataset = _dataset()
     out = []
     for iteration_json in iterations:
-        model = _build(seed)
+        model = _build(seed, name)
         runtime = DataCentricRuntime(
             model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
         )
@@ -100,9 +105,10 @@ def _hf_worker(iterations: list[dict], seed: int) -> list[tuple[float, dict[str,
     return out
 
 
-def run_reference(iteration: Iteration, seed: int = SEED) -> StepResult:
-    """transformers' own SDPA attention on the global batch packed into one row."""
-    model = _build(seed)
+def run_reference(iteration: Iteration, seed: int = SEED, name: str = "llama") -> StepResult:
+    """transformers' own SDPA attention (and its own sliding-window mask) on the global
+    batch packed into one row."""
+    model = _build(seed, name)
     model.hf.set_attn_implementation("sdpa")
     batch = _dataset().pack(iteration.sample_ids(), 1)
     logits_SV = model.hf(
@@ -118,18 +124,19 @@ def run_reference(iteration: Iteration, seed: int = SEED) -> StepResult:
     )
 
 
-def _check(world: int, iterations: list[Iteration]) -> float:
-    results = spawn(_hf_worker, world, [it.to_json() for it in iterations], SEED, timeout_s=240)
+def _check(world: int, iterations: list[Iteration], name: str = "llama") -> float:
+    payload = [it.to_json() for it in iterations]
+    results = spawn(_hf_worker, world, payload, SEED, name, timeout_s=240)
     worst = 0.0
     for index, iteration in enumerate(iterations):
-        reference = run_reference(iteration)
+        reference = run_reference(iteration, name=name)
         loss, grads = results[0][index]
         for rank in range(1, world):
-            for name, grad in grads.items():
-                assert torch.equal(grad, results[rank][index][1][name]), f"rank {rank}: {name}"
+            for param, grad in grads.items():
+                assert torch.equal(grad, results[rank][index][1][param]), f"rank {rank}: {param}"
         result = StepResult(loss=loss, grads=grads)
-        for name, ref in reference.grads.items():
-            assert ref.abs().sum() > 0, f"{name} has no reference gradient"
+        for param, ref in reference.grads.items():
+            assert ref.abs().sum() > 0, f"{param} has no reference gradient"
         assert_gradients_close(result, reference)
         worst = max(worst, max(relative_errors(grads, reference.grads).values()))
     assert worst <= TOLERANCE
@@ -146,6 +153,73 @@ def test_hf_llama_sp_and_accumulation_match_one_process_at_world_2() -> None:
     assert any(mb.tokens % 2 for mb in sp.assignments[0].micro_batches)
     worst = _check(2, [sp, mixed])
     print(f"world 2: max relative gradient error {worst:.2e}")
+
+
+@pytest.mark.parametrize("name", [n for n in TINY_CONFIGS if n != "llama"])
+def test_other_architectures_match_one_process_with_sp_2(name: str) -> None:
+    """Mistral (sliding window 16 < the samples), Qwen2 (grouped K/V heads) and GPT-2
+    (learned positions, layers at ``transformer.h``), unmodified, at SP 2 and with
+    accumulation."""
+    shapes = _dataset().shapes()
+    assert max(s.tokens for s in shapes) > 2 * TINY_CONFIGS["mistral"]["sliding_window"]
+    worst = _check(2, [sp_iteration(2), mixed_iteration(shapes, 2, NUM_LAYERS, SEED)], name)
+    print(f"{name} world 2: max relative gradient error {worst:.2e}")
+
+
+def test_sliding_window_reaches_attention() -> None:
+    """The window changes Mistral's loss (so the equivalence above tests it), and an
+    attention callable that cannot take it fails loudly instead of dropping it."""
+    batch = _dataset().pack([0, 1], 1)
+    assert batch.num_tokens > 16
+    losses = []
+    for window in (16, None):
+        model = _build(name="mistral")
+        model.hf.config.sliding_window = window
+        for layer in model.blocks:
+            layer.self_attn.config.sliding_window = window
+        losses.append(model(batch).detach())
+    assert not torch.allclose(losses[0], losses[1])
+    model = _build(name="mistral")
+
+    def no_window(q_SHD, k_SHD, v_SHD, cu_seqlens, causal):  # type: ignore[no-untyped-def]
+        return varlen_attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal)
+
+    model.set_attention(no_window)
+    with pytest.raises(TypeError, match="window"):
+        model(batch)
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "setting"),
+    [
+        ("llama", {"attention_dropout": 0.1}, "attention_dropout"),
+        ("gpt2", {"attn_pdrop": 0.1}, "attn_pdrop"),
+        ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
+        ("llama", {"num_key_value_heads": 3}, "num_key_value_heads"),
+    ],
+)
+def test_unsupported_features_are_refused_at_construction(name, overrides, setting) -> None:
+    with pytest.raises(UnsupportedModelFeature, match=setting):
+        build_hf_model(name, **overrides)
+
+
+def test_gemma2_softcap_is_refused_and_allowed_without_it() -> None:
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    values = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=256,
+        sliding_window=16,
+    )
+    with pytest.raises(UnsupportedModelFeature, match="attn_logit_softcapping=50.0"):
+        HFCausalLM(Gemma2ForCausalLM(Gemma2Config(**values, attn_logit_softcapping=50.0)))
+    model = HFCausalLM(Gemma2ForCausalLM(Gemma2Config(**values, attn_logit_softcapping=None)))
+    assert len(model.blocks) == 2 and model.num_kv_heads == 2
 
 
 def test_adapter_contract_and_attention_routing() -> None:

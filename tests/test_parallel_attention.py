@@ -1,11 +1,15 @@
-"""Ulysses attention against single-process SDPA, forward and backward, on gloo ranks."""
+"""Attention paths against the math reference, and Ulysses attention against one
+process, forward and backward, on gloo ranks."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 
-from datacentric.models.attention import varlen_attention
+from datacentric.models import attention as attention_module
+from datacentric.models.attention import math_attention, varlen_attention
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.sharding import shard_bounds
@@ -16,30 +20,24 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 HEADS, HEAD_DIM = 4, 8
 
 
-def _gqa_attention(q, k, v, cu_seqlens, causal):
-    """Grouped-query attention: each key/value head serves ``H_q / H_kv`` query heads."""
-    repeat = q.shape[1] // k.shape[1]
-    k, v = (t.repeat_interleave(repeat, dim=1) for t in (k, v))
-    return varlen_attention(q, k, v, cu_seqlens, causal)
-
-
-def _reference(q, k, v, grad_out, cu_seqlens, causal):
+def _reference(q, k, v, grad_out, cu_seqlens, causal, window=None):
     """Single-process attention and its input gradients for ``sum(out * grad_out)``."""
     leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = _gqa_attention(*leaves, cu_seqlens, causal)
+    out = math_attention(*leaves, cu_seqlens, causal, window=window)
     out.backward(grad_out)
     return out.detach(), [t.grad for t in leaves]
 
 
 def _attention_worker() -> list[tuple[int, bool, int, float]]:
-    """Every SP size the world allows, causal and not, with 4 or 2 key/value heads."""
+    """Every SP size the world allows, causal and not, with 4, 2 or 1 key/value heads
+    (1: repeated for the group), with and without a sliding window."""
     groups = ProcessGroups()
-    sp_attention = SequenceParallelAttention(_gqa_attention)
+    sp_attention = SequenceParallelAttention()
     checked = []
+    cases = [(False, HEADS, None), (True, HEADS, None), (True, HEADS // 2, None)]
+    cases += [(True, 1, None), (True, HEADS // 2, 3)]
     for sp in groups.sizes:
-        for causal, kv_heads in [(False, HEADS), (True, HEADS), (True, HEADS // 2)]:
-            if kv_heads % sp:
-                continue
+        for causal, kv_heads, window in cases:
             # Same data on every rank: three samples and a padding segment.
             gen = torch.Generator().manual_seed(100 * sp + 10 * kv_heads + causal)
             real = 5 + 9 + 3
@@ -49,7 +47,7 @@ def _attention_worker() -> list[tuple[int, bool, int, float]]:
                 torch.randn(full, heads, HEAD_DIM, generator=gen, dtype=torch.float64)
                 for heads in (HEADS, kv_heads, kv_heads, HEADS)
             )
-            ref_out, ref_grads = _reference(q, k, v, grad_out, cu_seqlens, causal)
+            ref_out, ref_grads = _reference(q, k, v, grad_out, cu_seqlens, causal, window)
 
             start_rank = groups.rank - groups.rank % sp
             group = groups.group(start_rank, sp)
@@ -57,7 +55,7 @@ def _attention_worker() -> list[tuple[int, bool, int, float]]:
             shards = [t[lo:hi].clone().requires_grad_(True) for t in (q, k, v)]
             with sp_attention.use(group):
                 assert sp_attention.sp_size == sp
-                out = sp_attention(*shards, cu_seqlens, causal)
+                out = sp_attention(*shards, cu_seqlens, causal, window=window)
             assert sp_attention.group is None  # restored after the block
             out.backward(grad_out[lo:hi])
             torch.testing.assert_close(out, ref_out[lo:hi])
@@ -78,7 +76,7 @@ def test_ulysses_matches_sdpa(world: int) -> None:
     for checked in results:
         assert sorted({sp for sp, *_ in checked}) == expected_sizes
         assert {causal for _, causal, _, _ in checked} == {False, True}
-        assert {kv for _, _, kv, _ in checked} == {HEADS, HEADS // 2}
+        assert {kv for _, _, kv, _ in checked} == {HEADS, HEADS // 2, 1}
         assert max(err for *_, err in checked) < 1e-10
 
 
@@ -94,3 +92,68 @@ def test_plain_attention_without_group() -> None:
     cu_seqlens = torch.tensor([0, 7, 12])
     out = SequenceParallelAttention()(q, k, v, cu_seqlens, True)
     torch.testing.assert_close(out, varlen_attention(q, k, v, cu_seqlens, True))
+
+
+CASES = [(False, 4, None), (True, 4, None), (True, 2, None), (True, 1, 3), (True, 2, 1)]
+
+
+@pytest.mark.parametrize(("causal", "kv_heads", "window"), CASES)
+@pytest.mark.parametrize("path", ["sdpa", "flex"])
+def test_attention_paths_match_the_math_reference(path, causal, kv_heads, window) -> None:
+    """Each path that runs on this device against the dense definition (FlexAttention
+    runs forward only on CPU; its backward needs CUDA)."""
+    if path == "flex" and attention_module.flex_attention is None:
+        pytest.skip("FlexAttention is not in this torch")
+    gen = torch.Generator().manual_seed(kv_heads + 10 * (window or 0))
+    cu_seqlens = torch.tensor([0, 5, 14, 17, 20])
+    q = torch.randn(20, HEADS, HEAD_DIM, generator=gen, dtype=torch.float64)
+    k, v = (torch.randn(20, kv_heads, HEAD_DIM, generator=gen, dtype=torch.float64) for _ in "kv")
+    ref = math_attention(q, k, v, cu_seqlens, causal, window=window)
+    if path == "flex":
+        with warnings.catch_warnings():  # eager FlexAttention: fine for a correctness check
+            warnings.simplefilter("ignore")
+            out = attention_module._flex_path(
+                *(t.float() for t in (q, k, v)), cu_seqlens, causal, window
+            )
+        torch.testing.assert_close(out, ref.float(), atol=1e-5, rtol=1e-5)
+        return
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = varlen_attention(*leaves, cu_seqlens, causal, window=window)
+    torch.testing.assert_close(out, ref)
+    out.sum().backward()
+    ref_leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    math_attention(*ref_leaves, cu_seqlens, causal, window=window).sum().backward()
+    for got, want in zip(leaves, ref_leaves):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_cuda_never_loops_over_samples_when_a_varlen_kernel_exists(monkeypatch) -> None:
+    """With a varlen kernel installed, a CUDA tensor goes to it in one call, and
+    per-sample SDPA is never reached (the device check is faked: no GPU here)."""
+    calls = []
+
+    def fake_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, window_size, enable_gqa):
+        calls.append((tuple(cu_q.tolist()), max_q, window_size, enable_gqa))
+        return torch.zeros_like(q)
+
+    def no_sdpa(*args, **kwargs):
+        raise AssertionError("per-sample SDPA called although a varlen kernel exists")
+
+    monkeypatch.setattr(attention_module, "_torch_varlen", fake_kernel)
+    monkeypatch.setattr(attention_module.F, "scaled_dot_product_attention", no_sdpa)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    q = torch.randn(228 * 4, HEADS, HEAD_DIM, dtype=torch.bfloat16)
+    kv = torch.randn(228 * 4, 2, HEAD_DIM, dtype=torch.bfloat16)
+    cu_seqlens = torch.arange(0, 228 * 4 + 1, 4)
+    assert attention_module.attention_path(q) == "varlen"
+    varlen_attention(q, kv, kv, cu_seqlens, True, window=3)
+    assert calls == [(tuple(cu_seqlens.tolist()), 4, (2, 0), True)]
+
+
+def test_forcing_an_unavailable_path_is_an_error(monkeypatch) -> None:
+    monkeypatch.setenv(attention_module.PATH_ENV, "varlen")
+    q = torch.zeros(4, HEADS, HEAD_DIM)
+    with pytest.raises(ValueError, match="cannot run torch.float32 on cpu"):
+        varlen_attention(q, q, q, torch.tensor([0, 4]), True)
+    monkeypatch.setenv(attention_module.PATH_ENV, "sdpa")
+    assert attention_module.attention_path(q) == "sdpa"

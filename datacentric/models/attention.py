@@ -13,6 +13,10 @@ always describes the *full* (global, padded) packed sequence.
 
 from __future__ import annotations
 
+import functools
+import math
+import os
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -23,13 +27,31 @@ try:  # pragma: no cover - only on CUDA machines with flash-attn installed
 except Exception:  # noqa: BLE001 - any import failure means "not available"
     _flash_varlen = None
 
+try:  # torch >= 2.10: a varlen flash kernel in PyTorch itself (CUDA only)
+    from torch.nn.attention.varlen import varlen_attn as _torch_varlen
+except Exception:  # noqa: BLE001 - older torch
+    _torch_varlen = None
+
+try:  # torch >= 2.5
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+except Exception:  # noqa: BLE001 - older torch
+    create_block_mask = flex_attention = None
+
+#: attention paths :func:`varlen_attention` can take, in the order it prefers them on CUDA
+PATHS = ("varlen", "flash", "flex", "sdpa")
+#: environment variable that forces one path (for benchmarks and checks)
+PATH_ENV = "DATACENTRIC_ATTENTION"
+
 
 class AttentionFn(Protocol):
-    """``(q_SHD, k_SHD, v_SHD, cu_seqlens, causal) -> out_SHD``.
+    """``(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, *, window=None) -> out_SHD``.
 
     ``cu_seqlens`` is an int tensor of segment boundaries over the full packed
     sequence (``[0, len_0, len_0 + len_1, ..., S_full]``); tokens attend only
-    within their own segment.
+    within their own segment. ``k_SHD``/``v_SHD`` may have fewer heads than
+    ``q_SHD`` (grouped-query attention: query head ``h`` reads key/value head
+    ``h // (H / Hkv)``). ``window`` (causal only) lets query ``i`` see keys
+    ``j`` with ``i - window < j <= i``, transformers' ``sliding_window``.
     """
 
     def __call__(
@@ -39,7 +61,63 @@ class AttentionFn(Protocol):
         v_SHD: torch.Tensor,
         cu_seqlens: torch.Tensor,
         causal: bool,
+        *,
+        window: int | None = None,
     ) -> torch.Tensor: ...
+
+
+def check_attention_args(
+    q_SHD: torch.Tensor, k_SHD: torch.Tensor, cu_seqlens: torch.Tensor, causal: bool, window
+) -> None:
+    """Raise ``ValueError`` for a layout no path can run exactly."""
+    if q_SHD.shape[0] != int(cu_seqlens[-1]):
+        raise ValueError(
+            f"packed sequence has {q_SHD.shape[0]} tokens but cu_seqlens ends at "
+            f"{int(cu_seqlens[-1])}"
+        )
+    if q_SHD.shape[1] % k_SHD.shape[1]:
+        raise ValueError(
+            f"{q_SHD.shape[1]} query heads are not a multiple of {k_SHD.shape[1]} key/value heads"
+        )
+    if window is not None and (not causal or int(window) < 1):
+        raise ValueError(f"a sliding window needs causal attention and window >= 1, got {window}")
+
+
+def attention_path(q_SHD: torch.Tensor, window: int | None = None) -> str:
+    """The path :func:`varlen_attention` takes for ``q_SHD``: one of :data:`PATHS`.
+
+    On CUDA a varlen kernel always (PyTorch's ``varlen_attn`` for fp16/bf16, then
+    flash-attn, else FlexAttention with a document mask); per-sample SDPA only on
+    other devices, where no varlen kernel exists. ``DATACENTRIC_ATTENTION`` forces
+    a path (an unavailable one is an error, never a silent fallback).
+    """
+    forced = os.environ.get(PATH_ENV, "").strip().lower()
+    if forced:
+        if forced not in PATHS:
+            raise ValueError(f"{PATH_ENV}={forced!r}: choose one of {', '.join(PATHS)}")
+        available = available_paths(q_SHD)
+        if forced not in available:
+            raise ValueError(
+                f"{PATH_ENV}={forced!r} cannot run {q_SHD.dtype} on {q_SHD.device.type}; "
+                f"available here: {', '.join(available)}"
+            )
+        return forced
+    return available_paths(q_SHD)[0]
+
+
+def available_paths(q_SHD: torch.Tensor) -> list[str]:
+    """Paths that can run ``q_SHD``'s device and dtype here, preferred first."""
+    half = q_SHD.dtype in (torch.float16, torch.bfloat16)
+    out = []
+    if q_SHD.is_cuda:
+        if _torch_varlen is not None and half:
+            out.append("varlen")
+        if _flash_varlen is not None and half:
+            out.append("flash")
+        if flex_attention is not None:
+            out.append("flex")
+    out.append("sdpa")
+    return out
 
 
 def varlen_attention(
@@ -48,34 +126,137 @@ def varlen_attention(
     v_SHD: torch.Tensor,
     cu_seqlens: torch.Tensor,
     causal: bool,
+    *,
+    window: int | None = None,
 ) -> torch.Tensor:
-    """Attention within each segment of a packed sequence.
+    """Attention within each segment of a packed sequence (see :class:`AttentionFn`).
 
-    Uses ``flash_attn_varlen_func`` on CUDA when installed (fp16/bf16), otherwise
-    one ``scaled_dot_product_attention`` call per segment. Both are exact.
+    Runs the path :func:`attention_path` names; every path is exact (the same
+    softmax over the same keys), and each is checked against :func:`math_attention`.
     """
-    if q_SHD.shape[0] != int(cu_seqlens[-1]):
-        raise ValueError(
-            f"packed sequence has {q_SHD.shape[0]} tokens but cu_seqlens ends at "
-            f"{int(cu_seqlens[-1])}"
-        )
-    if (
-        _flash_varlen is not None
-        and q_SHD.is_cuda
-        and q_SHD.dtype in (torch.float16, torch.bfloat16)
-    ):  # pragma: no cover - CUDA only
-        cu = cu_seqlens.to(device=q_SHD.device, dtype=torch.int32)
-        max_len = int((cu[1:] - cu[:-1]).max())
-        return _flash_varlen(q_SHD, k_SHD, v_SHD, cu, cu, max_len, max_len, causal=causal)
+    check_attention_args(q_SHD, k_SHD, cu_seqlens, causal, window)
+    return _KERNELS[attention_path(q_SHD, window)](q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window)
+
+
+def _lengths(cu_seqlens: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
+    cu = cu_seqlens.to(device=device, dtype=torch.int32)
+    return cu, int((cu[1:] - cu[:-1]).max())
+
+
+def _torch_varlen_path(q, k, v, cu_seqlens, causal, window):  # pragma: no cover - CUDA only
+    cu, max_len = _lengths(cu_seqlens, q.device)
+    left = -1 if window is None else int(window) - 1
+    return _torch_varlen(
+        q,
+        k,
+        v,
+        cu,
+        cu,
+        max_len,
+        max_len,
+        window_size=(left, 0) if causal else (-1, -1),
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+
+
+def _flash_path(q, k, v, cu_seqlens, causal, window):  # pragma: no cover - CUDA only
+    cu, max_len = _lengths(cu_seqlens, q.device)
+    left = -1 if window is None else int(window) - 1
+    return _flash_varlen(q, k, v, cu, cu, max_len, max_len, causal=causal, window_size=(left, -1))
+
+
+def document_ids(cu_seqlens: torch.Tensor, total: int, device: torch.device) -> torch.Tensor:
+    """Segment index of every token of the packed sequence."""
+    cu = cu_seqlens.to(device=device, dtype=torch.long)
+    return torch.bucketize(torch.arange(total, device=device), cu[1:], right=True)
+
+
+def _flex_path(q, k, v, cu_seqlens, causal, window):
+    total = q.shape[0]
+    doc = document_ids(cu_seqlens, total, q.device)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        keep = doc[q_idx] == doc[kv_idx]
+        if causal:
+            keep = keep & (kv_idx <= q_idx)
+        if window is not None:
+            keep = keep & (q_idx - kv_idx < window)
+        return keep
+
+    block_mask = create_block_mask(mask_mod, None, None, total, total, device=q.device)
+    # (S, H, D) -> (1, H, S, D)
+    q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    out = flex_attention(q4, k4, v4, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+    return out.squeeze(0).transpose(0, 1)
+
+
+@functools.cache
+def _compiled_flex() -> Callable[..., torch.Tensor]:  # pragma: no cover - CUDA only
+    """FlexAttention compiled once per process (its fused kernel exists only compiled)."""
+    return torch.compile(flex_attention, dynamic=True)
+
+
+def _band_mask(length: int, window: int | None, device: torch.device) -> torch.Tensor | None:
+    if window is None or window >= length:
+        return None
+    i = torch.arange(length, device=device)
+    delta = i[:, None] - i[None, :]
+    return (delta >= 0) & (delta < window)
+
+
+def _sdpa_path(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window):
+    """One SDPA call per segment: the path for devices without a varlen kernel."""
+    groups = q_SHD.shape[1] // k_SHD.shape[1]
+    if groups > 1:  # grouped heads: SDPA's own enable_gqa is not in every supported torch
+        k_SHD, v_SHD = (t.repeat_interleave(groups, dim=1) for t in (k_SHD, v_SHD))
     bounds = cu_seqlens.tolist()
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end == start:
             continue
         # (S, H, D) -> (1, H, S, D) for SDPA, then back.
-        q = q_SHD[start:end].transpose(0, 1).unsqueeze(0)
-        k = k_SHD[start:end].transpose(0, 1).unsqueeze(0)
-        v = v_SHD[start:end].transpose(0, 1).unsqueeze(0)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        q, k, v = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q_SHD, k_SHD, v_SHD))
+        band = _band_mask(end - start, window, q.device)
+        if band is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=band)
         outs.append(o.squeeze(0).transpose(0, 1))
     return torch.cat(outs, dim=0)
+
+
+_KERNELS: dict[str, Callable[..., torch.Tensor]] = {
+    "varlen": _torch_varlen_path,
+    "flash": _flash_path,
+    "flex": _flex_path,
+    "sdpa": _sdpa_path,
+}
+
+
+def math_attention(
+    q_SHD: torch.Tensor,
+    k_SHD: torch.Tensor,
+    v_SHD: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    causal: bool,
+    *,
+    window: int | None = None,
+) -> torch.Tensor:
+    """The definition, written out with one dense masked softmax (tests and checks only)."""
+    check_attention_args(q_SHD, k_SHD, cu_seqlens, causal, window)
+    groups = q_SHD.shape[1] // k_SHD.shape[1]
+    dtype = torch.promote_types(q_SHD.dtype, torch.float32)
+    k, v = (t.repeat_interleave(groups, dim=1).to(dtype) for t in (k_SHD, v_SHD))
+    q = q_SHD.to(dtype)
+    total = q.shape[0]
+    doc = document_ids(cu_seqlens, total, q.device)
+    i = torch.arange(total, device=q.device)
+    keep = doc[:, None] == doc[None, :]
+    if causal:
+        keep &= i[None, :] <= i[:, None]
+    if window is not None:
+        keep &= i[:, None] - i[None, :] < window
+    scores_HSS = torch.einsum("shd,thd->hst", q, k) / math.sqrt(q.shape[-1])
+    scores_HSS = scores_HSS.masked_fill(~keep, float("-inf"))
+    out = torch.einsum("hst,thd->shd", scores_HSS.softmax(dim=-1), v)
+    return out.to(q_SHD.dtype)

@@ -4,8 +4,11 @@
 from a config, randomly initialised: nothing is downloaded) so that the
 data-centric runtime can train it like our own models:
 
-- ``blocks`` are the model's decoder layers (per-block recomputation wraps them);
-- ``num_heads`` is the query head count (Ulysses splits heads across a group);
+- ``blocks`` are the model's decoder layers, found wherever the architecture keeps
+  them (``model.layers``, GPT-2's ``transformer.h``, NeoX's ``gpt_neox.layers``...);
+  per-block recomputation wraps them;
+- ``num_heads``/``num_kv_heads`` are the query and key/value head counts (Ulysses
+  splits heads across a group; grouped key/value heads travel unrepeated);
 - ``loss_mode`` is ``"token"`` (mean over the global batch's loss tokens);
 - ``set_attention(fn)`` routes every attention layer through an
   :data:`~datacentric.models.attention.AttentionFn`. The routing goes through
@@ -22,6 +25,12 @@ positions within each sample even on a shard, so RoPE is computed by the model
 from them exactly as in one process. No attention mask is built ("datacentric"
 has no entry in transformers' mask interface); sample boundaries are
 ``cu_seqlens`` over the full packed sequence, which the AttentionFn uses.
+
+Never silently wrong: an attention feature that this path cannot run exactly
+(logit softcapping, attention dropout, attention sinks, ALiBi, cross-attention) is
+refused at construction with :class:`UnsupportedModelFeature`, naming the setting.
+Sliding windows (Mistral, Qwen2, Gemma, Phi-3) are run exactly: the layer's
+``sliding_window`` reaches the attention callable as its ``window``.
 
 Shape legend: B = batch rows (always 1 here), H = query heads, Hkv = key/value
 heads, S = tokens of the (possibly sharded) packed batch, D = head dim, V = vocab.
@@ -43,11 +52,16 @@ from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.models.llama import IGNORE_INDEX
 
 try:
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise ImportError(
         "datacentric.models.hf needs transformers: pip install 'datacentric[hf]'"
     ) from _error
+
+
+class UnsupportedModelFeature(ValueError):
+    """A model feature the packed, sequence-parallel path cannot run exactly."""
+
 
 ATTENTION_NAME = "datacentric"
 """The name :func:`packed_attention_forward` is registered under in transformers."""
@@ -78,6 +92,7 @@ def packed_attention_forward(
     *,
     cu_seqlens: torch.Tensor | None = None,
     datacentric_attention: AttentionFn | None = None,
+    sliding_window: int | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function that calls an :data:`AttentionFn`.
@@ -86,9 +101,17 @@ def packed_attention_forward(
     values (RoPE applied), returns ``(B, S, H, D)``. Here ``B`` must be 1 (one
     packed row), ``cu_seqlens`` describes the full packed sequence and
     ``datacentric_attention`` is the callable (both forwarded by
-    :meth:`HFCausalLM.forward`). Grouped key/value heads are repeated to ``H``
-    heads first, so a Ulysses group only has to divide ``H``.
+    :meth:`HFCausalLM.forward`). Grouped key/value heads are passed as they are
+    (the callable and Ulysses handle ``Hkv < H``); the layer's ``sliding_window``
+    becomes the callable's ``window``. A feature that would change the result and
+    that no path runs (``softcap``, attention sinks) raises, never passes silently.
     """
+    for name in REFUSED_KWARGS:
+        if kwargs.get(name) is not None:
+            raise UnsupportedModelFeature(
+                f"{type(module).__name__} passes {name}={kwargs[name]!r} to attention, which "
+                "packed sequence-parallel attention cannot apply exactly"
+            )
     if cu_seqlens is None:
         raise ValueError(
             f"the {ATTENTION_NAME!r} attention implementation needs cu_seqlens (the packed "
@@ -104,16 +127,24 @@ def packed_attention_forward(
     if query_BHSD.shape[0] != 1:
         raise ValueError(f"a packed batch has one row, got {query_BHSD.shape[0]}")
     attention = datacentric_attention if datacentric_attention is not None else varlen_attention
-    heads, head_dim = query_BHSD.shape[1], query_BHSD.shape[-1]
+    head_dim = query_BHSD.shape[-1]
     q_SHD = query_BHSD[0].transpose(0, 1)
     if scaling is not None and not math.isclose(scaling, head_dim**-0.5, rel_tol=1e-12):
         # Our kernels scale by 1/sqrt(D); fold a different softmax scale into q.
         q_SHD = q_SHD * (scaling * math.sqrt(head_dim))
-    repeats = heads // key_BHSD.shape[1]
-    k_SHD = key_BHSD[0].transpose(0, 1).repeat_interleave(repeats, dim=1)
-    v_SHD = value_BHSD[0].transpose(0, 1).repeat_interleave(repeats, dim=1)
-    out_SHD = attention(q_SHD, k_SHD, v_SHD, cu_seqlens, getattr(module, "is_causal", True))
+    k_SHD = key_BHSD[0].transpose(0, 1)
+    v_SHD = value_BHSD[0].transpose(0, 1)
+    causal = getattr(module, "is_causal", True)
+    # Only a windowed layer passes ``window``: a callable without the keyword then
+    # fails loudly instead of attending over the whole sample.
+    extra = {} if sliding_window is None else {"window": int(sliding_window)}
+    out_SHD = attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
     return out_SHD.unsqueeze(0), None
+
+
+#: attention keyword arguments of transformers layers that change the result and that
+#: no path here runs; a layer passing one of them non-None is refused
+REFUSED_KWARGS = ("softcap", "s_aux", "sinks")
 
 
 def register_attention() -> None:
@@ -124,9 +155,9 @@ def register_attention() -> None:
 class HFCausalLM(nn.Module):
     """A transformers decoder-only causal LM with our model contract.
 
-    ``hf_model`` is a ``*ForCausalLM`` whose decoder layers are
-    ``hf_model.model.layers`` (Llama, Mistral, Qwen2, ...). Its parameters are
-    this module's, under the prefix ``hf.``. ``attention`` is the
+    ``hf_model`` is an unmodified decoder-only ``*ForCausalLM`` (Llama, Mistral,
+    Qwen2/3, Gemma2/3, Phi-3, GPT-2, GPT-NeoX, ...). Its parameters are this
+    module's, under the prefix ``hf.``. ``attention`` is the
     :data:`AttentionFn` to start with (single-process varlen attention).
     """
 
@@ -134,16 +165,12 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, hf_model: nn.Module, attention: AttentionFn = varlen_attention) -> None:
         super().__init__()
-        decoder = hf_model.get_decoder() if hasattr(hf_model, "get_decoder") else hf_model.model
-        if not hasattr(decoder, "layers"):
-            raise ValueError(
-                f"{type(hf_model).__name__} has no decoder layers at .model.layers; "
-                "HFCausalLM wraps decoder-only *ForCausalLM models"
-            )
+        check_supported(hf_model.config, type(hf_model).__name__)
         self.hf = hf_model
         self.config = hf_model.config
         self.num_heads = int(self.config.num_attention_heads)
-        self.blocks = decoder.layers
+        self.num_kv_heads = int(getattr(self.config, "num_key_value_heads", None) or self.num_heads)
+        self.blocks = decoder_layers(hf_model)
         register_attention()
         self.hf.set_attn_implementation(ATTENTION_NAME)
         self.set_attention(attention)
@@ -185,6 +212,95 @@ class HFCausalLM(nn.Module):
         return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
 
 
+def check_supported(config: Any, what: str) -> None:
+    """Raise :class:`UnsupportedModelFeature` for a config this path cannot run exactly."""
+
+    def refuse(setting: str, value: Any, fix: str) -> None:
+        raise UnsupportedModelFeature(
+            f"{what}: {setting}={value!r} cannot run exactly with packed sequence-parallel "
+            f"attention; {fix}"
+        )
+
+    if getattr(config, "is_encoder_decoder", False):
+        refuse("is_encoder_decoder", True, "use a decoder-only causal LM")
+    if getattr(config, "add_cross_attention", False):
+        refuse("add_cross_attention", True, "use a decoder-only causal LM")
+    for name in ("attn_logit_softcapping",):
+        if getattr(config, name, None) is not None:
+            refuse(name, getattr(config, name), f"set {name}=None (softcapped logits)")
+    for name in ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"):
+        if float(getattr(config, name, 0.0) or 0.0) > 0.0:
+            refuse(name, getattr(config, name), f"set {name}=0 (dropout inside attention)")
+    if getattr(config, "alibi", False) or getattr(config, "model_type", "") == "bloom":
+        refuse("alibi", True, "use a model with rotary or learned positions")
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    if heads % kv_heads:
+        refuse("num_key_value_heads", kv_heads, f"use a divisor of the {heads} attention heads")
+
+
+def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of a ``*ForCausalLM``, wherever the architecture keeps them:
+    the ``nn.ModuleList`` directly under the base model whose length is the config's
+    layer count (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ...)."""
+    count = int(hf_model.config.num_hidden_layers)
+    base = getattr(hf_model, "base_model", hf_model)
+    lists = [m for m in base.children() if isinstance(m, nn.ModuleList) and len(m) == count]
+    if len(lists) != 1:
+        raise UnsupportedModelFeature(
+            f"{type(hf_model).__name__}: found {len(lists)} module lists of {count} layers "
+            "under the base model, expected exactly one (the decoder layers)"
+        )
+    return lists[0]
+
+
+#: the tiny random-weight configs behind ``hf:NAME`` (tests and ``equivalence``); every
+#: one has 4 layers, width 64, a byte vocabulary and no dropout
+TINY_CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {"model_type": "llama", "num_key_value_heads": 4},
+    "mistral": {"model_type": "mistral", "num_key_value_heads": 2, "sliding_window": 16},
+    "qwen2": {"model_type": "qwen2", "num_key_value_heads": 2},
+    "gpt2": {
+        "model_type": "gpt2",
+        "n_embd": 64,
+        "n_layer": 4,
+        "n_head": 4,
+        "n_positions": 8192,
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    },
+}
+
+
+def build_hf_model(
+    name: str,
+    *,
+    attention: AttentionFn = varlen_attention,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    **config_overrides: Any,
+) -> HFCausalLM:
+    """A tiny randomly initialised transformers causal LM named in :data:`TINY_CONFIGS`
+    (``"mistral"``, ``"qwen2"``, ``"gpt2"``, ...), wrapped in :class:`HFCausalLM`.
+
+    Weights come from the global torch RNG: seed it for the same model on every
+    rank. Nothing is downloaded.
+    """
+    if name not in TINY_CONFIGS:
+        raise KeyError(f"unknown Hugging Face model {name!r}; choose one of {sorted(TINY_CONFIGS)}")
+    values = dict(TINY_CONFIGS[name])
+    model_type = values.pop("model_type")
+    if model_type != "gpt2":
+        values = {**SMALL_LLAMA, **values}
+    values.update(config_overrides)
+    config = AutoConfig.for_model(model_type, **values)
+    model = HFCausalLM(AutoModelForCausalLM.from_config(config), attention=attention)
+    if device is not None or dtype is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model
+
+
 def build_hf_llama(
     *,
     attention: AttentionFn = varlen_attention,
@@ -198,8 +314,6 @@ def build_hf_llama(
     ``LlamaConfig`` field). Weights come from the global torch RNG: seed it for
     the same model on every rank. Nothing is downloaded.
     """
-    config = LlamaConfig(**{**SMALL_LLAMA, **config_overrides})
-    model = HFCausalLM(LlamaForCausalLM(config), attention=attention)
-    if device is not None or dtype is not None:
-        model = model.to(device=device, dtype=dtype)
-    return model
+    return build_hf_model(
+        "llama", attention=attention, device=device, dtype=dtype, **config_overrides
+    )

@@ -5,7 +5,9 @@ SP group, H = heads, D = head dim. Each rank of a group holds a contiguous shard
 of ``S / sp`` tokens. Attention needs whole sequences, so:
 
 1. all-to-all: scatter heads, gather the sequence, ``(S/sp, H, D) -> (S, H/sp, D)``
-   (q, k and v in one collective when they have the same shape);
+   (q, k and v in one collective; with grouped-query attention k and v travel at
+   their own ``Hkv`` heads when the group size divides ``Hkv``, and are repeated
+   only as far as needed otherwise);
 2. attend over the full sequence with the global ``cu_seqlens`` (varlen attention,
    so packed samples never see each other);
 3. the reverse all-to-all, ``(S, H/sp, D) -> (S/sp, H, D)``.
@@ -92,9 +94,22 @@ class _AllToAll(torch.autograd.Function):
         return _all_to_all(grad, ctx.gather_dim, ctx.scatter_dim, ctx.group), None, None, None
 
 
-def seq_to_heads(x_SHD: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """``(S/sp, H, D)`` shard of all heads -> ``(S, H/sp, D)`` full sequence, some heads."""
-    return _AllToAll.apply(x_SHD, 1, 0, group)
+def expand_kv_heads(kv_SHD: torch.Tensor, heads: int, sp: int) -> torch.Tensor:
+    """Key/value heads repeated the least that a group of ``sp`` can split them.
+
+    Unchanged when ``sp`` divides ``Hkv`` (grouped heads travel as they are); else
+    each head is repeated ``r`` times, the smallest ``r`` with ``sp | Hkv * r`` and
+    ``Hkv * r | heads``, which keeps query head ``h`` on key/value head
+    ``h // (heads / (Hkv * r))``, the same head as before the repeat.
+    """
+    kv_heads = kv_SHD.shape[1]
+    if heads % kv_heads:
+        raise ValueError(f"{heads} query heads are not a multiple of {kv_heads} key/value heads")
+    for repeat in range(1, heads // kv_heads + 1):
+        if (heads // kv_heads) % repeat == 0 and (kv_heads * repeat) % sp == 0:
+            return kv_SHD if repeat == 1 else kv_SHD.repeat_interleave(repeat, dim=1)
+    check_sp_compatible(heads, [sp], "query")
+    raise AssertionError("unreachable: sp divides the query heads")
 
 
 def heads_to_seq(x_SHD: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -110,6 +125,8 @@ def ulysses_attention(
     causal: bool,
     group: dist.ProcessGroup | None,
     attention: AttentionFn = varlen_attention,
+    *,
+    window: int | None = None,
 ) -> torch.Tensor:
     """Attention over a sequence sharded across ``group``; returns this rank's shard.
 
@@ -119,23 +136,25 @@ def ulysses_attention(
     With ``group`` of ``None`` or one rank this is ``attention`` itself.
     """
     sp = group_size(group)
+    extra = {} if window is None else {"window": window}  # plain callables need no keyword
     if sp == 1:
-        return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal)
+        return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
     check_sp_compatible(q_SHD.shape[1], [sp], "query")
-    check_sp_compatible(k_SHD.shape[1], [sp], "key/value")
     full = int(cu_seqlens[-1])
     if q_SHD.shape[0] * sp != full:
         raise ValueError(
             f"shard of {q_SHD.shape[0]} tokens on {sp} ranks does not cover the packed "
             f"sequence of {full} tokens (pad the sequence to a multiple of the SP size)"
         )
-    if q_SHD.shape == k_SHD.shape == v_SHD.shape:
-        # One all-to-all for q, k and v together: (S/sp, 3, H, D) -> (S, 3, H/sp, D).
-        qkv_S3HD = _AllToAll.apply(torch.stack((q_SHD, k_SHD, v_SHD), dim=1), 2, 0, group)
-        q, k, v = qkv_S3HD.unbind(1)
-    else:  # grouped-query attention: fewer key/value heads
-        q, k, v = (seq_to_heads(t, group) for t in (q_SHD, k_SHD, v_SHD))
-    out_full_SHD = attention(q, k, v, cu_seqlens, causal)
+    k_SHD, v_SHD = (expand_kv_heads(t, q_SHD.shape[1], sp) for t in (k_SHD, v_SHD))
+    heads, kv_heads = q_SHD.shape[1], k_SHD.shape[1]
+    # One all-to-all for q, k and v: per destination rank, its query heads then its
+    # key/value heads, (S/sp, sp, (H + 2 Hkv)/sp, D) -> (S, (H + 2 Hkv)/sp, D).
+    # Local query head j then reads local key/value head j // (H / Hkv), as globally.
+    per_rank = [t.unflatten(1, (sp, t.shape[1] // sp)) for t in (q_SHD, k_SHD, v_SHD)]
+    qkv_SHD = _AllToAll.apply(torch.cat(per_rank, dim=2).flatten(1, 2), 1, 0, group)
+    q, k, v = qkv_SHD.split([heads // sp, kv_heads // sp, kv_heads // sp], dim=1)
+    out_full_SHD = attention(q, k, v, cu_seqlens, causal, **extra)
     return heads_to_seq(out_full_SHD, group)
 
 
@@ -174,9 +193,18 @@ class SequenceParallelAttention:
         v_SHD: torch.Tensor,
         cu_seqlens: torch.Tensor,
         causal: bool,
+        *,
+        window: int | None = None,
     ) -> torch.Tensor:
         return ulysses_attention(
-            q_SHD, k_SHD, v_SHD, cu_seqlens, causal, group=self.group, attention=self.attention
+            q_SHD,
+            k_SHD,
+            v_SHD,
+            cu_seqlens,
+            causal,
+            group=self.group,
+            attention=self.attention,
+            window=window,
         )
 
     def __repr__(self) -> str:
