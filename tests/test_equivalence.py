@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from datacentric.cli import equivalence as equivalence_cli
 from datacentric.cli.main import main
-from datacentric.models.presets import build_model
+from datacentric.verify.case_models import build_case
 from datacentric.verify.equivalence import (
     assert_gradients_close,
-    equivalence_dataset,
     mixed_iteration,
     run_distributed,
     run_reference,
@@ -27,14 +28,15 @@ MODELS = ("llama", "dit")
 def test_both_models_match_the_single_process_step(world: int) -> None:
     cases = []
     for name in MODELS:
-        shapes = equivalence_dataset(name).shapes()
-        num_blocks = len(build_model(name, device="meta").blocks)
-        cases.append((name, mixed_iteration(shapes, world, num_blocks)))
+        model, dataset = build_case(name, 0, torch.float32)
+        cases.append((name, mixed_iteration(dataset.shapes(), world, len(model.blocks))))
     _, iteration = cases[0]
     counts = [a.accumulation_steps for a in iteration.assignments]
-    assert len(set(counts)) >= 2
     if world == 4:
+        assert len(set(counts)) >= 2
         assert sorted({a.sp_size for a in iteration.assignments}) == [1, 2]
+    else:  # world 2: one SP-2 group accumulating two micro-batches
+        assert [(a.sp_size, a.accumulation_steps) for a in iteration.assignments] == [(2, 2)]
 
     results = run_distributed(cases, world, timeout_s=180)
     for (name, iteration), result in zip(cases, results):
@@ -46,7 +48,7 @@ def test_both_models_match_the_single_process_step(world: int) -> None:
 
 
 def test_mixed_iteration_covers_the_world_with_distinct_settings() -> None:
-    shapes = equivalence_dataset("dit").shapes()
+    shapes = build_case("dit", 0, torch.float32)[1].shapes()
     iteration = mixed_iteration(shapes, 8, num_blocks=4, seed=3)
     iteration.validate(8)
     assert [a.sp_size for a in iteration.assignments] == [4, 1, 1, 1, 1]
@@ -83,3 +85,37 @@ def test_cli_end_to_end(capsys) -> None:
         assert key in report
     assert report["world"] == 1 and report["sp_sizes"] == [1]
     assert report["max_rel_grad_err"] <= 1e-5
+
+
+def user_factory():  # type: ignore[no-untyped-def]
+    """A user's factory (named below as ``tests.test_equivalence:...``)."""
+    from datacentric.models.presets import build_model
+
+    return build_model("llama")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hf:mistral", "hf:gpt2", "tests.test_equivalence:user_factory"])
+def test_cli_checks_other_models_at_world_2_with_sp_2(name, capsys, monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    assert main(["equivalence", "--model", name, "--world", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["model"] == name and report["sp_sizes"] == [2]
+    assert report["accumulation_counts"] == [2] and report["passed"]
+    assert report["max_rel_grad_err"] <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("gpt5", "no equivalence case for model 'gpt5'"),
+        ("hf:nope", "unknown Hugging Face model 'nope'"),
+        ("no_such_module_x:make", "cannot import 'no_such_module_x'"),
+        ("json:nothing", "json has no callable 'nothing'"),
+    ],
+)
+def test_cli_names_a_bad_model_in_one_line(name, message, capsys) -> None:
+    assert main(["equivalence", "--model", name, "--world", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("datacentric equivalence: ") and message in err
+    assert "\n" not in err

@@ -18,9 +18,9 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
+from datacentric.verify.case_models import build_case
 from datacentric.verify.equivalence import (
     assert_gradients_close,
-    equivalence_dataset,
     mixed_iteration,
     run_distributed,
     run_reference,
@@ -102,7 +102,7 @@ def test_spawn_names_failing_and_crashed_ranks_and_times_out_on_a_hang() -> None
 
 def test_local_runtime_accumulates_like_one_big_batch() -> None:
     """World 1, no torch.distributed: three micro-batches with mixed recomputation."""
-    dataset = equivalence_dataset("dit")
+    dataset = build_case("dit", 0, torch.float32)[1]
     shapes = dataset.shapes()
     mbs = tuple(
         MicroBatch(ids, "b", sum(shapes[i].tokens for i in ids), recompute=rc)
@@ -125,7 +125,7 @@ def test_local_runtime_accumulates_like_one_big_batch() -> None:
 
 
 def test_heads_not_divisible_by_sp_fail_at_setup() -> None:
-    dataset = equivalence_dataset("llama")
+    dataset = build_case("llama", 0, torch.float32)[1]
     model = build_model("llama", num_layers=2, num_heads=4)
     args = (ProcessGroups.local(), dataset.pack, loss_tokens_function(dataset))
     with pytest.raises(ValueError, match=r"4 attention heads, not divisible by SP size 8"):
@@ -148,11 +148,11 @@ def test_init_from_env_names_what_is_missing(monkeypatch) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("wrapper", "model", "world"), [("ddp", "llama", 4), ("fsdp2", "dit", 2)])
+@pytest.mark.parametrize(("wrapper", "model", "world"), [("ddp", "llama", 4), ("fsdp2", "dit", 3)])
 def test_wrapped_models_with_unequal_accumulation(wrapper: str, model: str, world: int) -> None:
     """Per-pass world collectives would deadlock here; ours run once per iteration."""
     num_blocks = len(build_model(model, device="meta").blocks)
-    iteration = mixed_iteration(equivalence_dataset(model).shapes(), world, num_blocks)
+    iteration = mixed_iteration(build_case(model, 0, torch.float32)[1].shapes(), world, num_blocks)
     counts = [a.accumulation_steps for a in iteration.assignments]
     assert len(set(counts)) > 1
     (result,) = run_distributed([(model, iteration)], world, wrapper=wrapper, timeout_s=120)

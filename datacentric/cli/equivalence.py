@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
+from datacentric.verify.case_models import known_models
 from datacentric.verify.equivalence import (
-    EQUIVALENCE_MODELS,
     TOLERANCE,
     WRAPPERS,
     check_equivalence,
@@ -27,7 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", choices=EQUIVALENCE_MODELS, default="llama")
+    parser.add_argument(
+        "--model",
+        default="llama",
+        help=f"one of {', '.join(known_models())}, or pkg.module:factory for your own "
+        "model (the factory returns the model, or (model, dataset)) (default: llama)",
+    )
     parser.add_argument("--world", type=int, default=4, help="number of gloo ranks to start")
     parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
     parser.add_argument(
@@ -49,17 +54,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.world < 1:
-        print(f"--world must be at least 1, got {args.world}", file=sys.stderr)
+        print(
+            f"datacentric equivalence: --world must be at least 1, got {args.world}",
+            file=sys.stderr,
+        )
         return 2
-    (report,) = check_equivalence(
-        [args.model],
-        args.world,
-        seed=args.seed,
-        tolerance=args.tolerance,
-        wrapper=args.wrapper,
-        timeout_s=args.timeout,
-        progress=None if args.json else print,
-    )
+    try:
+        (report,) = check_equivalence(
+            [args.model],
+            args.world,
+            seed=args.seed,
+            tolerance=args.tolerance,
+            wrapper=args.wrapper,
+            timeout_s=args.timeout,
+            progress=None if args.json else print,
+        )
+    except ValueError as error:  # a bad --model names what is wrong in one line
+        print(f"datacentric equivalence: {error}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(report))
     else:

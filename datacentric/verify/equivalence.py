@@ -1,6 +1,7 @@
 """The equivalence check: one data-centric optimizer step equals one single-process step.
 
-A case is a model preset, a small dataset and one :class:`Iteration` that mixes
+A case is a model (a preset, a tiny Hugging Face model or a user's factory: see
+:mod:`datacentric.verify.case_models`), a small dataset and one :class:`Iteration` that mixes
 what data-centric parallelism varies: SP group sizes (at world 4: one group of 2
 and two groups of 1), accumulation counts (1, 2, 3, ... micro-batches per group),
 micro-batch sizes (1 or 2 packed samples) and per-block recomputation (all,
@@ -23,9 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.data import StdlibCorpus, SyntheticVideoDataset
 from datacentric.data.base import Dataset
-from datacentric.models.presets import build_model
 from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
@@ -33,26 +32,13 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
+from datacentric.verify.case_models import build_case, num_blocks
 
 TOLERANCE = 1e-5
 """Largest accepted ``max_rel_grad_err`` in float32."""
 
-EQUIVALENCE_MODELS = ("llama", "dit")
 WRAPPERS = ("none", "ddp", "fsdp2")
 """How the distributed run holds the model: plain, DDP or FSDP2."""
-
-# Latent grids (frames, rows, columns) of the DiT case: images and short clips.
-_VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
-
-
-def equivalence_dataset(model: str, seed: int = 0) -> Dataset:
-    """The small dataset of a case: stdlib chunks for ``llama``, latents for ``dit``."""
-    if model == "llama":
-        return StdlibCorpus(max_tokens=128, limit=60)
-    if model == "dit":
-        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
-        return SyntheticVideoDataset(shapes, seed=seed)
-    raise ValueError(f"no equivalence case for model {model!r}; choose from {EQUIVALENCE_MODELS}")
 
 
 def mixed_iteration(
@@ -62,8 +48,9 @@ def mixed_iteration(
 
     At ``world_size >= 4`` the first ranks form one SP group (the largest power
     of two that divides the world and is at most half of it) and every other rank
-    is a group of one; at worlds 2 and 3 all groups have one rank (so their
-    accumulation counts differ). Group ``g`` runs ``g + 1`` micro-batches of 2 or
+    is a group of one; at world 2 both ranks form one SP group of 2 that runs two
+    micro-batches; at world 3 all groups have one rank (so their accumulation
+    counts differ). Otherwise group ``g`` runs ``g + 1`` micro-batches of 2 or
     1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP
     group gets the longest samples. Recomputation cycles through all blocks,
     every other block and none.
@@ -72,7 +59,9 @@ def mixed_iteration(
     if world_size >= 4:
         sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
         sizes = [sp] + [1] * (world_size - sp)
-    counts = [g + 1 for g in range(len(sizes))]
+    elif world_size == 2:
+        sizes = [2]
+    counts = [g + 1 for g in range(len(sizes))] if len(sizes) > 1 else [2]
     per_batch = [2 - (i % 2) for i in range(sum(counts))]
     needed = sum(per_batch)
     if needed > len(shapes):
@@ -116,11 +105,6 @@ class StepResult:
     ranks_agree: bool = True
 
 
-def _build(model_name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dataset]:
-    torch.manual_seed(seed)  # the same initial weights on every rank and in the reference
-    return build_model(model_name, dtype=dtype), equivalence_dataset(model_name, seed)
-
-
 def _full_grad(param: nn.Parameter) -> torch.Tensor:
     grad = param.grad
     if hasattr(grad, "full_tensor"):  # a sharded FSDP2 gradient (collective)
@@ -134,7 +118,7 @@ def _distributed_worker(
     groups = ProcessGroups()
     out = []
     for model_name, iteration_json in cases:
-        model, dataset = _build(model_name, seed, dtype)
+        model, dataset = build_case(model_name, seed, dtype)
         if wrapper == "ddp":
             model = wrap_ddp(model)
         elif wrapper == "fsdp2":
@@ -200,7 +184,7 @@ def run_reference(
     model_name: str, iteration: Iteration, *, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> StepResult:
     """The same global batch, one process, plain attention, no recomputation."""
-    model, dataset = _build(model_name, seed, dtype)
+    model, dataset = build_case(model_name, seed, dtype)
     loss = global_mean_loss(model, dataset, iteration.sample_ids())
     loss.backward()
     return StepResult(
@@ -251,9 +235,9 @@ def check_equivalence(
     """Run the distributed step and the reference for each model; one JSON-able report each."""
     cases = []
     for name in models:
-        shapes = equivalence_dataset(name, seed).shapes()
-        num_blocks = len(build_model(name, device="meta").blocks)
-        cases.append((name, mixed_iteration(shapes, world_size, num_blocks, seed)))
+        model, dataset = build_case(name, seed, torch.float32)
+        blocks = num_blocks(model, name)
+        cases.append((name, mixed_iteration(dataset.shapes(), world_size, blocks, seed)))
     start = time.perf_counter()
     distributed = run_distributed(
         cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s
