@@ -46,7 +46,7 @@ import torch
 from datacentric.batch import PackedBatch
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models import attention as attention_module
-from datacentric.models.attention import varlen_attention
+from datacentric.models.attention import math_attention, varlen_attention
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
@@ -114,36 +114,30 @@ def run_check(name: str, check: Callable[[], tuple[str, str, dict[str, Any]]]) -
 # --- attention --------------------------------------------------------------------------
 
 
-def math_attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal: bool) -> torch.Tensor:  # noqa: ANN001
-    """Explicit softmax attention within each segment (the reference)."""
-    bounds = cu_seqlens.tolist()
-    outs = []
-    for start, end in zip(bounds[:-1], bounds[1:]):
-        q, k, v = (t[start:end].transpose(0, 1) for t in (q_SHD, k_SHD, v_SHD))
-        scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
-        if causal:
-            n = end - start
-            mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-            scores = scores.masked_fill(~mask, float("-inf"))
-        outs.append((scores.softmax(dim=-1) @ v).transpose(0, 1))
-    return torch.cat(outs)
-
-
 def attention_errors(
-    device: torch.device, dtype: torch.dtype, scale: Scale, causal: bool = True
+    device: torch.device,
+    dtype: torch.dtype,
+    scale: Scale,
+    causal: bool = True,
+    *,
+    path: str | None = None,
+    kv_heads: int | None = None,
+    window: int | None = None,
 ) -> dict[str, float]:
-    """Relative max errors of ``varlen_attention`` vs :func:`math_attention` in float64."""
+    """Relative max errors of ``varlen_attention`` (on ``path``, default: its own
+    choice) vs :func:`math_attention` in float64."""
     gen = torch.Generator().manual_seed(0)
     total = sum(scale.segments)
     cu_seqlens = torch.tensor([0, *torch.tensor(scale.segments).cumsum(0).tolist()])
     shape = (total, scale.heads, scale.head_dim)
-    qkv = [torch.randn(shape, generator=gen) for _ in range(3)]
+    kv_shape = (total, kv_heads or scale.heads, scale.head_dim)
+    qkv = [torch.randn(s, generator=gen) for s in (shape, kv_shape, kv_shape)]
     grad_out = torch.randn(shape, generator=gen)
     ours = [t.to(device, dtype, copy=True).requires_grad_() for t in qkv]
-    out = varlen_attention(*ours, cu_seqlens.to(device), causal)
+    out = varlen_attention(*ours, cu_seqlens.to(device), causal, window=window, path=path)
     out.backward(grad_out.to(device, dtype))
     ref = [t.to(device, torch.float64, copy=True).requires_grad_() for t in qkv]
-    ref_out = math_attention(*ref, cu_seqlens.to(device), causal)
+    ref_out = math_attention(*ref, cu_seqlens.to(device), causal, window=window)
     ref_out.backward(grad_out.to(device, torch.float64))
 
     def rel(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -156,37 +150,30 @@ def attention_errors(
 
 
 def check_attention(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
-    flash = attention_module._flash_varlen is not None and device.type == "cuda"
+    """Every attention path this device has, fp32 where the path takes it and bf16,
+    plain, with grouped K/V heads and with a sliding window (FlexAttention's backward
+    exists only on CUDA, so on the CPU it is left out)."""
+    probe = torch.zeros(1, device=device)
     data: dict[str, Any] = {
-        "bf16_kernel": "flash_attn" if flash else "sdpa",
+        "default_path": attention_module.attention_path(probe.to(torch.bfloat16)),
         "segments": scale.segments,
     }
-    worst_ok = True
+    variants = {"plain": {}, "gqa": {"kv_heads": scale.heads // 2}, "window": {"window": 64}}
+    worst_ok, worst = True, {}
     for dtype in (torch.float32, torch.bfloat16):
-        errors = attention_errors(device, dtype, scale)
-        data[str(dtype).removeprefix("torch.")] = errors
-        worst_ok &= max(errors.values()) <= ATTENTION_TOLERANCE[dtype]
-    if device.type == "cuda" and not flash:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        backends = {}
-        for backend in (
-            SDPBackend.FLASH_ATTENTION,
-            SDPBackend.EFFICIENT_ATTENTION,
-            SDPBackend.CUDNN_ATTENTION,
-            SDPBackend.MATH,
-        ):
-            try:
-                with sdpa_kernel([backend]):
-                    errors = attention_errors(device, torch.bfloat16, scale)
-                backends[backend.name] = max(errors.values())
-                worst_ok &= backends[backend.name] <= ATTENTION_TOLERANCE[torch.bfloat16]
-            except RuntimeError as error:  # the backend does not support this case
-                backends[backend.name] = f"unavailable: {str(error).splitlines()[0][:80]}"
-        data["sdpa_backends_bf16"] = backends
-    f32 = max(data["float32"].values())
-    bf16 = max(data["bfloat16"].values())
-    detail = f"max rel err fp32 {f32:.1e}, bf16 {bf16:.1e} ({data['bf16_kernel']})"
+        for path in attention_module.available_paths(probe.to(dtype)):
+            if path == "flex" and device.type != "cuda":
+                continue
+            for variant, kwargs in variants.items():
+                key = f"{path}/{str(dtype).removeprefix('torch.')}/{variant}"
+                errors = attention_errors(device, dtype, scale, path=path, **kwargs)
+                data[key] = errors
+                worst[key] = max(errors.values())
+                worst_ok &= worst[key] <= ATTENTION_TOLERANCE[dtype]
+    f32 = max(v for k, v in worst.items() if "/float32/" in k)
+    bf16 = max(v for k, v in worst.items() if "/bfloat16/" in k)
+    paths = sorted({k.split("/")[0] for k in worst})
+    detail = f"max rel err fp32 {f32:.1e}, bf16 {bf16:.1e} (paths {', '.join(paths)})"
     return ("pass" if worst_ok else "fail"), detail, data
 
 

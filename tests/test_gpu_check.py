@@ -43,8 +43,10 @@ def test_cpu_smoke_mode_runs_every_check(gpu_check: ModuleType, tmp_path: Path, 
     expected_skips = set() if importlib.util.find_spec("transformers") else {"hf"}
     assert {n for n, c in checks.items() if c["status"] == "skip"} == expected_skips
     attention = checks["attention"]["data"]
-    assert max(attention["float32"].values()) <= 1e-4
-    assert max(attention["bfloat16"].values()) <= 3e-2
+    assert attention["default_path"] == "sdpa"  # no varlen kernel on the CPU
+    for variant in ("plain", "gqa", "window"):
+        assert max(attention[f"sdpa/float32/{variant}"].values()) <= 1e-4
+        assert max(attention[f"sdpa/bfloat16/{variant}"].values()) <= 3e-2
     for preset in ("llama", "dit"):
         assert checks[preset]["data"]["attention_dtypes"] == ["bfloat16"]
         assert checks[preset]["data"]["grads_finite"]

@@ -153,7 +153,9 @@ def test_cuda_never_loops_over_samples_when_a_varlen_kernel_exists(monkeypatch) 
 def test_forcing_an_unavailable_path_is_an_error(monkeypatch) -> None:
     monkeypatch.setenv(attention_module.PATH_ENV, "varlen")
     q = torch.zeros(4, HEADS, HEAD_DIM)
-    with pytest.raises(ValueError, match="cannot run torch.float32 on cpu"):
+    with pytest.raises(ValueError, match="'varlen' cannot run torch.float32 on cpu"):
         varlen_attention(q, q, q, torch.tensor([0, 4]), True)
+    with pytest.raises(ValueError, match="'flash' cannot run"):
+        varlen_attention(q, q, q, torch.tensor([0, 4]), True, path="flash")
     monkeypatch.setenv(attention_module.PATH_ENV, "sdpa")
     assert attention_module.attention_path(q) == "sdpa"

@@ -83,23 +83,24 @@ def check_attention_args(
         raise ValueError(f"a sliding window needs causal attention and window >= 1, got {window}")
 
 
-def attention_path(q_SHD: torch.Tensor, window: int | None = None) -> str:
+def attention_path(q_SHD: torch.Tensor, forced: str | None = None) -> str:
     """The path :func:`varlen_attention` takes for ``q_SHD``: one of :data:`PATHS`.
 
     On CUDA a varlen kernel always (PyTorch's ``varlen_attn`` for fp16/bf16, then
     flash-attn, else FlexAttention with a document mask); per-sample SDPA only on
-    other devices, where no varlen kernel exists. ``DATACENTRIC_ATTENTION`` forces
-    a path (an unavailable one is an error, never a silent fallback).
+    other devices, where no varlen kernel exists. ``forced``, else the environment
+    variable ``DATACENTRIC_ATTENTION``, forces a path (an unavailable one is an
+    error, never a silent fallback).
     """
-    forced = os.environ.get(PATH_ENV, "").strip().lower()
+    forced = (forced or os.environ.get(PATH_ENV, "")).strip().lower()
     if forced:
         if forced not in PATHS:
-            raise ValueError(f"{PATH_ENV}={forced!r}: choose one of {', '.join(PATHS)}")
+            raise ValueError(f"attention path {forced!r}: choose one of {', '.join(PATHS)}")
         available = available_paths(q_SHD)
         if forced not in available:
             raise ValueError(
-                f"{PATH_ENV}={forced!r} cannot run {q_SHD.dtype} on {q_SHD.device.type}; "
-                f"available here: {', '.join(available)}"
+                f"attention path {forced!r} cannot run {q_SHD.dtype} on "
+                f"{q_SHD.device.type}; available here: {', '.join(available)}"
             )
         return forced
     return available_paths(q_SHD)[0]
@@ -128,14 +129,17 @@ def varlen_attention(
     causal: bool,
     *,
     window: int | None = None,
+    path: str | None = None,
 ) -> torch.Tensor:
     """Attention within each segment of a packed sequence (see :class:`AttentionFn`).
 
-    Runs the path :func:`attention_path` names; every path is exact (the same
-    softmax over the same keys), and each is checked against :func:`math_attention`.
+    Runs the path :func:`attention_path` names, or ``path`` (one of :data:`PATHS`,
+    an error where it cannot run); every path is exact (the same softmax over the
+    same keys), and each is checked against :func:`math_attention`.
     """
     check_attention_args(q_SHD, k_SHD, cu_seqlens, causal, window)
-    return _KERNELS[attention_path(q_SHD, window)](q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window)
+    chosen = attention_path(q_SHD, forced=path)
+    return _KERNELS[chosen](q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window)
 
 
 def _lengths(cu_seqlens: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
@@ -242,21 +246,26 @@ def math_attention(
     *,
     window: int | None = None,
 ) -> torch.Tensor:
-    """The definition, written out with one dense masked softmax (tests and checks only)."""
+    """The definition, written out: an explicit masked softmax per segment, in at least
+    float32 (tests and checks only)."""
     check_attention_args(q_SHD, k_SHD, cu_seqlens, causal, window)
     groups = q_SHD.shape[1] // k_SHD.shape[1]
     dtype = torch.promote_types(q_SHD.dtype, torch.float32)
-    k, v = (t.repeat_interleave(groups, dim=1).to(dtype) for t in (k_SHD, v_SHD))
-    q = q_SHD.to(dtype)
-    total = q.shape[0]
-    doc = document_ids(cu_seqlens, total, q.device)
-    i = torch.arange(total, device=q.device)
-    keep = doc[:, None] == doc[None, :]
-    if causal:
-        keep &= i[None, :] <= i[:, None]
-    if window is not None:
-        keep &= i[:, None] - i[None, :] < window
-    scores_HSS = torch.einsum("shd,thd->hst", q, k) / math.sqrt(q.shape[-1])
-    scores_HSS = scores_HSS.masked_fill(~keep, float("-inf"))
-    out = torch.einsum("hst,thd->shd", scores_HSS.softmax(dim=-1), v)
-    return out.to(q_SHD.dtype)
+    bounds = cu_seqlens.tolist()
+    outs = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        q_HSD, k_HSD, v_HSD = (
+            t[start:end].to(dtype).transpose(0, 1) for t in (q_SHD, k_SHD, v_SHD)
+        )
+        k_HSD, v_HSD = (t.repeat_interleave(groups, dim=0) for t in (k_HSD, v_HSD))
+        scores_HSS = q_HSD @ k_HSD.transpose(1, 2) / math.sqrt(q_SHD.shape[-1])
+        i = torch.arange(end - start, device=q_SHD.device)
+        delta = i[:, None] - i[None, :]
+        keep = torch.ones_like(delta, dtype=torch.bool)
+        if causal:
+            keep &= delta >= 0
+        if window is not None:
+            keep &= delta < window
+        scores_HSS = scores_HSS.masked_fill(~keep, float("-inf"))
+        outs.append((scores_HSS.softmax(dim=-1) @ v_HSD).transpose(0, 1))
+    return torch.cat(outs).to(q_SHD.dtype)
