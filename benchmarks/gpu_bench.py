@@ -1,0 +1,234 @@
+"""GPU measurements for the cost model: one prepared script, under 8 minutes on one H200.
+
+Re-measures, on one GPU, the tables the cost model is calibrated from:
+
+- ``block_times``: llama-7b and dit3d-1b shaped models at 2 and 4 blocks, one sample
+  per pass, bf16 autocast, forward + backward; the 4-block model also with every
+  block recomputing (recomputation overhead); peak memory of each pass;
+- ``packed``: one long sample against many short samples of the same total tokens
+  in one micro-batch (the per-sample and per-segment costs), on the attention path
+  the runtime takes;
+- ``attention``: attention alone (228 segments of 144 tokens, 24 heads of 64, bf16,
+  forward + backward) on every path the device has.
+
+Each pass is timed with CUDA events (median of ``--repeats`` after two warm-ups).
+Writes ``gpu_bench.json``; ``block_times`` and ``packed`` rows have the fields of the
+shipped measurement files, so ``datacentric calibrate --measurements gpu_bench.json``
+reads it like them. ``--smoke`` runs the same code at tiny sizes on the CPU (tests).
+
+    python benchmarks/gpu_bench.py --out benchmarks/results/gpu_bench.json
+    python benchmarks/gpu_bench.py --smoke --out /tmp/gpu_bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
+from datacentric.models import attention as attention_module
+from datacentric.models.presets import build_model
+from datacentric.parallel.loss import LossWeights, loss_tokens_function
+from datacentric.parallel.recompute import BlockRecompute
+from datacentric.shapes import SampleShape
+
+#: (model, shapes of one sample per pass) measured at 2 and 4 blocks
+BLOCK_CASES = {
+    "llama-7b": [SampleShape.text(n) for n in (1024, 4096, 16384, 32768)],
+    "dit3d-1b": [
+        SampleShape.video(*g) for g in ((4, 16, 16), (16, 16, 32), (16, 32, 32), (32, 32, 32))
+    ],
+}
+#: (model, one sample, many samples of about the same total tokens)
+PACKED_CASES = [
+    ("llama-7b", SampleShape.text(32768), SampleShape.text(512), 64),
+    ("llama-7b", SampleShape.text(16384), SampleShape.text(128), 128),
+    ("dit3d-1b", SampleShape.video(16, 32, 64), SampleShape.video(1, 9, 16), 228),
+    ("dit3d-1b", SampleShape.video(8, 32, 32), SampleShape.video(2, 16, 16), 16),
+]
+SMOKE_BLOCK_CASES = {"llama": [SampleShape.text(64)], "dit": [SampleShape.video(2, 4, 4)]}
+SMOKE_PACKED_CASES = [("llama", SampleShape.text(64), SampleShape.text(8), 8)]
+
+
+class Timer:
+    """Seconds of a callable on the device: CUDA events, or the wall clock on the CPU."""
+
+    def __init__(self, device: torch.device, repeats: int) -> None:
+        self.device, self.repeats = device, repeats
+
+    def __call__(self, fn: Callable[[], None]) -> float:
+        fn()
+        fn()  # warm-ups: kernels chosen, allocator primed
+        times = []
+        for _ in range(self.repeats):
+            if self.device.type == "cuda":
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(True)
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                began = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - began)
+        return statistics.median(times)
+
+
+def peak_bytes(device: torch.device) -> int:
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else 0
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def dataset_of(shapes: list[SampleShape]) -> SyntheticTextDataset | SyntheticVideoDataset:
+    kind = SyntheticVideoDataset if shapes[0].grid is not None else SyntheticTextDataset
+    return kind(shapes, seed=0)
+
+
+def pass_fn(model: torch.nn.Module, dataset: Any, device: torch.device) -> Callable[[], None]:
+    """One forward + backward of all of ``dataset``'s samples packed in one micro-batch."""
+    batch = dataset.pack(list(range(len(dataset))), 1).to(device)
+    weights = LossWeights.for_samples(
+        model.loss_mode, batch.sample_ids, loss_tokens_function(dataset)
+    )
+
+    def once() -> None:
+        with torch.autocast(device.type, torch.bfloat16):
+            loss = weights.weighted_sum(model(batch), batch)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    return once
+
+
+def block_times(device: torch.device, timer: Timer, cases: dict) -> list[dict[str, Any]]:
+    rows = []
+    for name, shapes in cases.items():
+        for shape in shapes:
+            row: dict[str, Any] = {"model": name, "tokens": shape.tokens, "grid": shape.grid}
+            try:
+                for depth in (2, 4):
+                    torch.manual_seed(0)
+                    model = build_model(name, device=device, num_layers=depth)
+                    once = pass_fn(model, dataset_of([shape]), device)
+                    reset_peak(device)
+                    row[f"t{depth}_s"] = timer(once)
+                    row[f"peak{depth}_bytes"] = peak_bytes(device)
+                    if depth == 4:
+                        switch = BlockRecompute.apply(model)
+                        with switch.use((True,) * depth):
+                            reset_peak(device)
+                            row["t4_recompute_s"] = timer(once)
+                            row["peak4_recompute_bytes"] = peak_bytes(device)
+                    del model, once
+                row["measured_block_s"] = (row["t4_s"] - row["t2_s"]) / 2
+                row["recompute_overhead_meas"] = row["t4_recompute_s"] / row["t4_s"] - 1
+            except torch.OutOfMemoryError as error:
+                row["error"] = f"out of memory: {str(error).splitlines()[0][:200]}"
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def packed(device: torch.device, timer: Timer, cases: list) -> list[dict[str, Any]]:
+    rows = []
+    for name, one, short, count in cases:
+        torch.manual_seed(0)
+        model = build_model(name, device=device, num_layers=4)
+        row: dict[str, Any] = {"model": name}
+        for label, shapes in (("one", [one]), ("many", [short] * count)):
+            dataset = dataset_of(shapes)
+            row[label] = {
+                "n": len(shapes),
+                "tokens": sum(s.tokens for s in shapes),
+                "grid": shapes[0].grid,
+                "measured_s": timer(pass_fn(model, dataset, device)),
+            }
+        row["many_over_one_measured"] = row["many"]["measured_s"] / row["one"]["measured_s"]
+        probe = torch.zeros(1, device=device, dtype=torch.bfloat16)
+        row["attention_path"] = attention_module.attention_path(probe)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        del model
+    return rows
+
+
+def attention_paths(device: torch.device, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
+    segments, length, heads, head_dim = (8, 16, 4, 16) if smoke else (228, 144, 24, 64)
+    total = segments * length
+    cu_seqlens = torch.arange(0, total + 1, length, device=device)
+    dtype = torch.float32 if smoke else torch.bfloat16
+    qkv = [
+        torch.randn(total, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
+        for _ in range(3)
+    ]
+    rows = []
+    for path in attention_module.available_paths(qkv[0]):
+        if path == "flex" and device.type != "cuda":
+            continue  # FlexAttention has no CPU backward
+
+        def once(path: str = path) -> None:
+            out = attention_module.varlen_attention(*qkv, cu_seqlens, True, path=path)
+            out.sum().backward()
+
+        row = {"path": path, "segments": segments, "tokens_per_segment": length}
+        row.update(heads=heads, head_dim=head_dim, dtype=str(dtype).removeprefix("torch."))
+        row["fwd_bwd_s"] = timer(once)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("gpu_bench.json"), help="JSON report")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (tests)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per measurement")
+    parser.add_argument(
+        "--only", nargs="+", choices=("block_times", "packed", "attention"), help="a subset"
+    )
+    args = parser.parse_args(argv)
+    if not args.smoke and not torch.cuda.is_available():
+        print("gpu_bench: no CUDA device; use --smoke for the CPU smoke mode", file=sys.stderr)
+        return 2
+    device = torch.device("cpu" if args.smoke else "cuda")
+    timer = Timer(device, max(1, args.repeats))
+    wanted = set(args.only or ("block_times", "packed", "attention"))
+    started = time.perf_counter()
+    report: dict[str, Any] = {
+        "date": date.today().isoformat(),
+        "mode": "cpu-smoke" if args.smoke else "gpu",
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.machine(),
+        "torch": torch.__version__,
+    }
+    if "block_times" in wanted:
+        cases = SMOKE_BLOCK_CASES if args.smoke else BLOCK_CASES
+        report["block_times"] = block_times(device, timer, cases)
+    if "packed" in wanted:
+        report["packed"] = packed(device, timer, SMOKE_PACKED_CASES if args.smoke else PACKED_CASES)
+    if "attention" in wanted:
+        report["attention"] = attention_paths(device, timer, args.smoke)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out} in {report['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The GPU measurement script runs its own code at tiny sizes on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def load_gpu_bench():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "benchmarks/gpu_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_mode_writes_every_table(tmp_path: Path) -> None:
+    gpu_bench = load_gpu_bench()
+    out = tmp_path / "bench.json"
+    assert gpu_bench.main(["--smoke", "--repeats", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["mode"] == "cpu-smoke"
+    rows = {row["model"]: row for row in report["block_times"]}
+    assert set(rows) == {"llama", "dit"}
+    for row in rows.values():
+        for key in ("t2_s", "t4_s", "t4_recompute_s", "measured_block_s"):
+            assert row[key] > 0 or key == "measured_block_s"
+    (packed,) = report["packed"]
+    assert packed["many"]["n"] == 8 and packed["one"]["tokens"] == packed["many"]["tokens"]
+    assert packed["attention_path"] == "sdpa"
+    assert [row["path"] for row in report["attention"]] == ["sdpa"]
+
+
+def test_without_a_gpu_it_says_so(capsys) -> None:
+    gpu_bench = load_gpu_bench()
+    if gpu_bench.torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert gpu_bench.main([]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
