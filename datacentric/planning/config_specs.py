@@ -1,0 +1,64 @@
+"""Model specs read from a Hugging Face ``transformers`` config, for the analytic cost model.
+
+A config is read by attribute only (``hidden_size``, ``num_attention_heads``,
+``num_key_value_heads``, ``intermediate_size``, ``num_hidden_layers``, ``vocab_size``,
+``tie_word_embeddings``, ``max_position_embeddings``, ``model_type``), so this module
+imports neither transformers nor torch. What it approximates, and why:
+
+- every decoder layer is ``causal``; a sliding-window layer does less attention work
+  than that, so windowed models are priced on the safe (slower, larger) side;
+- gated MLPs (three matrices) for the Llama family, plain two-matrix MLPs for the
+  GPT-2/NeoX/OPT families (:data:`UNGATED_MODEL_TYPES`);
+- learned absolute positions (GPT-2 style) are counted as outer parameters;
+- saved activations beyond the generic count: the two norms' inputs and the
+  un-rotated q and k, ``4 h`` per token, as for our Llama.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datacentric.planning.model_specs import ModelSpec
+
+#: architectures whose MLP has two matrices (up, down), not three
+UNGATED_MODEL_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "phi"})
+#: architectures with learned absolute position embeddings
+LEARNED_POSITION_TYPES = frozenset({"gpt2", "opt"})
+
+
+def _get(config: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    if default is None:
+        raise ValueError(f"the config has none of {names}: cannot describe the model")
+    return default
+
+
+def spec_from_hf_config(config: Any, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` of the decoder-only causal LM that ``config`` describes."""
+    model_type = str(getattr(config, "model_type", "") or "")
+    hidden = int(_get(config, "hidden_size", "n_embd"))
+    heads = int(_get(config, "num_attention_heads", "n_head"))
+    kv_heads = int(_get(config, "num_key_value_heads", default=heads))
+    layers = int(_get(config, "num_hidden_layers", "n_layer"))
+    ffn = int(_get(config, "intermediate_size", "n_inner", default=4 * hidden))
+    vocab = int(_get(config, "vocab_size", default=0))
+    positions = 0
+    if model_type in LEARNED_POSITION_TYPES:
+        positions = int(_get(config, "max_position_embeddings", "n_positions", default=0))
+    return ModelSpec(
+        name=name or f"hf:{model_type or 'model'}",
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads if kv_heads != heads else 0,
+        ffn_hidden=ffn,
+        gated_mlp=model_type not in UNGATED_MODEL_TYPES,
+        block_kinds=("causal",) * layers,
+        vocab_size=vocab,
+        tie_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        extra_outer_params=positions * hidden,
+        extra_saved_per_token=4 * hidden,
+        source=f"transformers config ({model_type or 'unknown type'})",
+    )

@@ -1,0 +1,35 @@
+"""Analytic specs read from Hugging Face configs count the parameters of the real model."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from datacentric.models.hf import TINY_CONFIGS, build_hf_model  # noqa: E402
+from datacentric.planning.config_specs import spec_from_hf_config  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_parameter_count_matches_the_built_model(name: str) -> None:
+    model = build_hf_model(name)
+    spec = spec_from_hf_config(model.config)
+    actual = sum(p.numel() for p in model.parameters())
+    # Norm weights and biases are not counted (see model_specs); tiny widths make them
+    # weigh more than at real sizes.
+    assert spec.num_params == pytest.approx(actual, rel=0.05)
+    assert spec.num_blocks == len(model.blocks)
+    assert (spec.kv_heads or spec.heads) == model.num_kv_heads
+
+
+def test_gpt2_is_ungated_with_learned_positions() -> None:
+    spec = spec_from_hf_config(build_hf_model("gpt2").config)
+    assert not spec.gated_mlp and spec.extra_outer_params == 8192 * 64
+
+
+def test_a_config_without_widths_is_named() -> None:
+    class Empty:
+        model_type = "mystery"
+
+    with pytest.raises(ValueError, match="hidden_size"):
+        spec_from_hf_config(Empty())
