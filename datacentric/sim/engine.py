@@ -25,6 +25,10 @@ Every micro-batch is checked against ``memory_capacity_bytes``: a schedule that
 would not fit raises :class:`PlanDoesNotFitError` naming the iteration, the group
 and the micro-batch, instead of returning an optimistic number.
 
+With ``record_spans`` the result holds the timing records the runtime also
+produces (:class:`~datacentric.timing.Span`): per rank and micro-batch, compute,
+recompute and all-to-all spans; per rank and iteration, the exposed gradient sync.
+
 Measures:
 - *idle share* of an iteration: the GPU time ranks spend waiting for the slowest
   group, over ``world_size x makespan`` (makespan before the gradient reduction);
