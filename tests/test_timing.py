@@ -9,6 +9,7 @@ import random
 import pytest
 import torch
 from test_sim_engine import ToyCostModel, _schedule
+from test_train_reliability import small_config
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
@@ -21,6 +22,7 @@ from datacentric.sim.engine import simulate
 from datacentric.sim.trace import write_trace
 from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id, placements
 from datacentric.train.measured_comparison import measured_result
+from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, save_schedule, schedule_path
 from datacentric.train.trainer import train_rank
 
@@ -49,14 +51,7 @@ def test_measured_and_simulated_runs_produce_the_same_record():
         MicroBatch((1,), "b", 16),
         MicroBatch((3,), "b", 12),
     )
-    schedule = Schedule(
-        world_size=1,
-        policy="toy",
-        seed=0,
-        epoch=0,
-        num_samples=4,
-        iterations=(Iteration(0, (Assignment(0, 1, mbs),)),),
-    )
+    schedule = Schedule(1, "toy", 0, 0, 4, (Iteration(0, (Assignment(0, 1, mbs),)),))
     torch.manual_seed(0)
     model = build_model("llama", num_layers=1)
     runtime = DataCentricRuntime(
@@ -152,22 +147,7 @@ def test_measured_trace_is_drawn_from_spans(tmp_path):
 
 @pytest.mark.slow
 def test_training_stores_the_schedule_it_ran_and_spans_per_step(tmp_path):
-    from datacentric.train.config import load_config
-    from datacentric.train.metrics import read_metrics
-
-    config = load_config(
-        None,
-        model="llama",
-        dataset="stdlib",
-        dataset_limit=1,
-        max_tokens=256,
-        tokens_per_iteration=1024,
-        cost_model="analytic",
-        out=str(tmp_path),
-        progress=False,
-        timeline=True,
-        epochs=1,
-    )
+    config = small_config(tmp_path, dataset_limit=1, timeline=True, epochs=1)
     train_rank(config)
     schedule = load_schedule(tmp_path, 0)
     records = read_metrics(tmp_path)
