@@ -139,7 +139,6 @@ def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) ->
         dropped_sample_ids=tuple(i for i in range(schedule.num_samples) if i not in used),
     )
     predicted = simulate(window, shapes, cost_model, record_spans=True)
-    timed = records[warmup:]
     count = len(timed)
     return PolicyMeasurement(
         policy=policy,
