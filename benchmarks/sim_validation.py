@@ -7,9 +7,10 @@
    model from it (``Profile.cost_model``).
 2. Schedule a seeded subset of the corpus with several policies on that cost model, keeping
    the first ``--iterations`` iterations of each.
-3. Execute those very schedules with ``DataCentricRuntime`` on 2 gloo ranks, timing every
-   iteration (after one untimed warm-up pass of the first iteration).
-4. Simulate the same schedules (``datacentric.sim.engine.simulate``) on the same cost model
+3. Store each (``<out-dir>/<policy>/schedules/epoch-0.json``) and execute the stored
+   schedule with ``DataCentricRuntime`` on 2 gloo ranks, timing every iteration (after one
+   untimed warm-up pass of the first iteration).
+4. Simulate the same stored schedules (``datacentric.sim.engine.simulate``) on the same cost model
    and report predicted against measured iteration times.
 
 The machine is shared: other processes on its cores add noise to the measured times, and the
@@ -62,9 +63,9 @@ def truncated(schedule: Schedule, iterations: int) -> Schedule:
     return replace(schedule, iterations=kept, dropped_sample_ids=dropped)
 
 
-def _execute(schedule_json: dict, seed: int) -> list[tuple[float, float]]:
-    """On every rank: run the schedule's iterations; per iteration, (wall seconds, CPU
-    seconds of this rank's process over the iteration, all threads)."""
+def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
+    """On every rank: run the iterations of the schedule stored in ``run_dir``; per
+    iteration, (wall seconds, CPU seconds of this rank's process over it, all threads)."""
     import time
 
     import torch
@@ -73,8 +74,9 @@ def _execute(schedule_json: dict, seed: int) -> list[tuple[float, float]]:
     from datacentric.models.presets import build_model
     from datacentric.parallel.groups import ProcessGroups
     from datacentric.parallel.runtime import DataCentricRuntime
+    from datacentric.train.run_folder import load_schedule
 
-    schedule = Schedule.from_json(schedule_json)
+    schedule = load_schedule(run_dir, 0)
     groups = ProcessGroups()
     corpus = StdlibCorpus()
     torch.manual_seed(seed)
@@ -96,6 +98,7 @@ def main() -> None:
     from datacentric.parallel.launch import spawn
     from datacentric.scheduling import ScheduleOptions, build_schedule
     from datacentric.sim.engine import simulate
+    from datacentric.train.run_folder import load_schedule, save_schedule
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=4)
@@ -119,9 +122,10 @@ def main() -> None:
             sample_ids=subset.tolist(),
             measure=False,
         )
-        schedule = truncated(full, args.iterations)
-        predicted = simulate(schedule, shapes, cost_model)
-        per_rank = spawn(_execute, WORLD, schedule.to_json(), 0, timeout_s=LAUNCH_TIMEOUT_S)
+        run_dir = str(Path(args.out_dir) / policy)
+        save_schedule(run_dir, truncated(full, args.iterations))
+        per_rank = spawn(_execute, WORLD, run_dir, 0, timeout_s=LAUNCH_TIMEOUT_S)
+        predicted = simulate(load_schedule(run_dir, 0), shapes, cost_model)
         measured = np.max(np.asarray(per_rank), axis=0)  # the slower rank, per iteration
         for it, (wall, cpu) in zip(predicted.iterations, measured):
             rows.append((policy, it.index, it.time_s, float(wall), float(cpu)))

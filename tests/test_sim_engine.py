@@ -9,6 +9,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule, uniform_iteration
 from datacentric.shapes import SampleShape
 from datacentric.sim.engine import PassCostCache, PlanDoesNotFitError, simulate
+from datacentric.timing import COMPUTE, SYNC
 
 
 class ToyCostModel:
@@ -85,14 +86,23 @@ def test_exact_makespans_idle_and_throughput():
 
 def test_spans_per_group_back_to_back():
     result = simulate(_schedule(), SHAPES, ToyCostModel())
-    spans = [s for s in result.spans if s.rank_start == 2]
+    spans = [s for s in result.spans if s.rank == 2 and s.kind == COMPUTE and s.iteration == 0]
     assert [(s.start_s, s.end_s) for s in spans] == [
         pytest.approx((0.0, 0.5)),
         pytest.approx((0.5, 0.8)),
     ]
-    last = [s for s in result.spans if s.iteration == 1]
-    assert len(last) == 1 and last[0].start_s == pytest.approx(1.6)
-    assert list(last[0].ranks) == [0, 1, 2, 3] and last[0].tokens == 2000
+    assert [s.micro_batch for s in spans] == [1, 2]  # named by id: the first sample
+    last = [s for s in result.spans if s.iteration == 1 and s.kind != SYNC]
+    # one compute and one recompute span on each of the four ranks
+    assert sorted(s.rank for s in last) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert {s.micro_batch for s in last} == {4}
+    assert min(s.start_s for s in last) == pytest.approx(1.6)
+    assert max(s.end_s for s in last) == pytest.approx(1.6 + 0.62)
+    run = result.micro_batches[4]
+    assert list(run.ranks) == [0, 1, 2, 3] and run.tokens == 2000
+    syncs = [s for s in result.spans if s.kind == SYNC]
+    assert len(syncs) == 8
+    assert sorted({round(s.start_s, 9) for s in syncs}) == [1.1, 2.22]
     assert result.efficiency is None
 
 

@@ -100,7 +100,13 @@ def test_compare_policies_measures_and_simulates_the_same_epoch(tmp_path):
         assert r.predicted.samples == samples
         assert r.tokens == r.measured.tokens == r.predicted.tokens
         assert r.measured_s > 0 and r.predicted_s > 0
-        assert len(r.measured.spans) == len(r.predicted.spans)
+        passes = [
+            {(s.micro_batch, s.rank) for s in result.spans if s.micro_batch is not None}
+            for result in (r.measured, r.predicted)
+        ]
+        assert passes[0] == passes[1] and passes[0]
+        assert r.measured.micro_batches.keys() == r.predicted.micro_batches.keys()
+        assert (Path(tmp_path) / r.policy / "schedules" / "epoch-0.json").exists()
     summary = bench_summary(results, "static")
     assert set(summary["policies"]) == {"static", "dcp-opt"}
     assert summary["best_policy"] == "dcp-opt"

@@ -37,6 +37,7 @@ from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.sharding import shard_batch
 from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
 from datacentric.schedule import Iteration
+from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id
 
 Pack = Callable[[Sequence[int], int], PackedBatch]
 """``pack(sample_ids, pad_to_multiple) -> PackedBatch``: the whole micro-batch."""
@@ -44,7 +45,7 @@ Pack = Callable[[Sequence[int], int], PackedBatch]
 
 @dataclass
 class MicroBatchStats:
-    """What one micro-batch pass did on this rank."""
+    """What one micro-batch pass did on this rank (its timing is ``span``)."""
 
     sample_ids: tuple[int, ...]
     #: tokens of the full padded micro-batch (all shards)
@@ -55,10 +56,13 @@ class MicroBatchStats:
     num_recomputed: int
     #: this rank's weighted loss, ``sum_t w_t * loss_t`` over its shard
     weighted_loss: float
-    #: wall time of forward + backward (device synchronised)
-    time_s: float
-    #: when the pass started, seconds after the iteration started
-    start_s: float = 0.0
+    #: the pass (forward + backward, device synchronised), from the iteration's start
+    span: Span
+
+    @property
+    def time_s(self) -> float:
+        """Wall time of forward + backward."""
+        return self.span.duration_s
 
 
 @dataclass
@@ -70,8 +74,8 @@ class IterationStats:
     rank_start: int
     sp_size: int
     micro_batches: list[MicroBatchStats] = field(default_factory=list)
-    #: wall time of the gradient synchronisation (0 when the model syncs itself)
-    sync_time_s: float = 0.0
+    #: the gradient synchronisation (zero long when the model syncs itself); None until done
+    sync: Span | None = None
     total_time_s: float = 0.0
     #: ``time.perf_counter()`` when the iteration started
     started_at: float = 0.0
@@ -88,6 +92,16 @@ class IterationStats:
     @property
     def accumulation_steps(self) -> int:
         return len(self.micro_batches)
+
+    @property
+    def sync_time_s(self) -> float:
+        """Wall time of the gradient synchronisation (0 when the model syncs itself)."""
+        return self.sync.duration_s if self.sync is not None else 0.0
+
+    def spans(self) -> list[Span]:
+        """This rank's timing records of the iteration (passes, then the sync), in
+        seconds from the iteration's start."""
+        return [mb.span for mb in self.micro_batches] + ([self.sync] if self.sync else [])
 
 
 @dataclass
@@ -247,6 +261,7 @@ class DataCentricRuntime:
                     "was not run; call micro.backward(model(micro.batch)) for every micro-batch"
                 )
             _synchronize(groups.device)
+            pass_end = time.perf_counter()
             stats.micro_batches.append(
                 MicroBatchStats(
                     sample_ids=micro_batch.sample_ids,
@@ -255,20 +270,33 @@ class DataCentricRuntime:
                     sp_size=sp,
                     num_recomputed=micro_batch.num_recomputed,
                     weighted_loss=float(micro.weighted),
-                    time_s=time.perf_counter() - pass_start,
-                    start_s=pass_start - stats.started_at,
+                    span=Span(
+                        rank=groups.rank,
+                        iteration=iteration.index,
+                        kind=COMPUTE,
+                        start_s=pass_start - stats.started_at,
+                        duration_s=pass_end - pass_start,
+                        micro_batch=micro_batch_id(micro_batch),
+                    ),
                 )
             )
 
     def finish_iteration(self, stats: IterationStats) -> None:
         """The iteration's one world-wide gradient sum (collective), then timing."""
         groups = self.groups
+        sync_start = done = time.perf_counter()
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
-            sync_start = time.perf_counter()
             allreduce_gradients(self.model.parameters(), groups.world)
             _synchronize(groups.device)
-            stats.sync_time_s = time.perf_counter() - sync_start
-        stats.total_time_s = time.perf_counter() - stats.started_at
+            done = time.perf_counter()
+        stats.sync = Span(
+            rank=groups.rank,
+            iteration=stats.index,
+            kind=SYNC,
+            start_s=sync_start - stats.started_at,
+            duration_s=done - sync_start,
+        )
+        stats.total_time_s = done - stats.started_at
 
     def global_loss(self, stats: IterationStats) -> float:
         """The global-batch loss of an iteration: the SUM of every rank's weighted loss.

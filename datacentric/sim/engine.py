@@ -25,6 +25,10 @@ Every micro-batch is checked against ``memory_capacity_bytes``: a schedule that
 would not fit raises :class:`PlanDoesNotFitError` naming the iteration, the group
 and the micro-batch, instead of returning an optimistic number.
 
+With ``record_spans`` the result holds the timing records the runtime also
+produces (:class:`~datacentric.timing.Span`): per rank and micro-batch, compute,
+recompute and all-to-all spans; per rank and iteration, the exposed gradient sync.
+
 Measures:
 - *idle share* of an iteration: the GPU time ranks spend waiting for the slowest
   group, over ``world_size x makespan`` (makespan before the gradient reduction);
@@ -35,13 +39,14 @@ Measures:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from datacentric.planning.cost_model import CostModel
 from datacentric.schedule import Assignment, MicroBatch, Schedule
 from datacentric.shapes import SampleShape
+from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch_id
 
 
 class PlanDoesNotFitError(ValueError):
@@ -63,27 +68,37 @@ class PassCost:
 
 
 @dataclass(frozen=True)
-class MicroBatchSpan:
-    """When one micro-batch ran: the same interval on every rank of its group."""
+class MicroBatchRun:
+    """What one micro-batch of a result was (its timing is in the result's spans)."""
 
+    id: int
+    """Its :func:`~datacentric.timing.micro_batch_id`."""
     iteration: int
     rank_start: int
     sp_size: int
-    index: int
-    """Position in the group's accumulation list."""
     bucket: str
-    start_s: float
-    """Seconds from the start of the epoch."""
-    end_s: float
     samples: int
     tokens: int
-    recompute_s: float
-    comm_s: float
     memory_bytes: int
+    """Modelled peak bytes on one rank (0 when measured)."""
 
     @property
     def ranks(self) -> range:
         return range(self.rank_start, self.rank_start + self.sp_size)
+
+    @classmethod
+    def of(cls, iteration: int, group: Assignment, mb: MicroBatch, **facts: int) -> MicroBatchRun:
+        """The record of ``mb`` of ``group``; ``facts`` override ``tokens``/``memory_bytes``."""
+        return cls(
+            id=micro_batch_id(mb),
+            iteration=iteration,
+            rank_start=group.rank_start,
+            sp_size=group.sp_size,
+            bucket=mb.bucket,
+            samples=len(mb.sample_ids),
+            tokens=facts.get("tokens", mb.tokens),
+            memory_bytes=facts.get("memory_bytes", 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,10 @@ class SimResult:
     recompute_gpu_s: float
     comm_gpu_s: float
     ideal_epoch_time_s: float | None = None
-    spans: tuple[MicroBatchSpan, ...] = field(default=(), repr=False)
+    spans: tuple[Span, ...] = field(default=(), repr=False)
+    """Every rank's timing records, in seconds from the start of the epoch."""
+    micro_batches: Mapping[int, MicroBatchRun] = field(default_factory=dict, repr=False)
+    """The micro-batches the spans name, by id."""
 
     @property
     def epoch_time_s(self) -> float:
@@ -226,7 +244,8 @@ def simulate(
     reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
     world = schedule.world_size
     iterations: list[IterationResult] = []
-    spans: list[MicroBatchSpan] = []
+    spans: list[Span] = []
+    runs: dict[int, MicroBatchRun] = {}
     clock = tokens = samples = 0
     busy = recompute_gpu = comm_gpu = 0.0
     for it in schedule.iterations:
@@ -241,22 +260,11 @@ def simulate(
                     raise PlanDoesNotFitError(_does_not_fit(it.index, group, k, mb, cost, capacity))
                 mb_tokens = sum(s.tokens for s in mb_shapes)
                 if record_spans:
-                    spans.append(
-                        MicroBatchSpan(
-                            iteration=it.index,
-                            rank_start=group.rank_start,
-                            sp_size=group.sp_size,
-                            index=k,
-                            bucket=mb.bucket,
-                            start_s=clock + t,
-                            end_s=clock + t + cost.seconds,
-                            samples=len(mb.sample_ids),
-                            tokens=mb_tokens,
-                            recompute_s=cost.recompute_s,
-                            comm_s=cost.comm_s,
-                            memory_bytes=cost.memory_bytes,
-                        )
+                    run = MicroBatchRun.of(
+                        it.index, group, mb, tokens=mb_tokens, memory_bytes=cost.memory_bytes
                     )
+                    runs[run.id] = run
+                    spans.extend(_pass_spans(it.index, group, run.id, clock + t, cost))
                 t += cost.seconds
                 last_backward = cost.seconds - (cost.seconds - cost.recompute_s) / 3
                 it_tokens += mb_tokens
@@ -272,6 +280,10 @@ def simulate(
             grad_sync_s = max(0.0, reduction_s - window)
         idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
         iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))
+        if record_spans:
+            spans.extend(
+                Span(r, it.index, SYNC, clock + makespan, grad_sync_s) for r in range(world)
+            )
         busy += it_busy
         tokens += it_tokens
         clock += makespan + grad_sync_s
@@ -288,7 +300,25 @@ def simulate(
         comm_gpu_s=comm_gpu,
         ideal_epoch_time_s=ideal_epoch_time_s,
         spans=tuple(spans),
+        micro_batches=runs,
     )
+
+
+def _pass_spans(
+    iteration: int, group: Assignment, mb_id: int, start_s: float, cost: PassCost
+) -> list[Span]:
+    """A modelled pass on every rank of its group: compute, then the recomputation, then
+    the all-to-all (in reality both are spread over the layers; the model knows totals)."""
+    compute_s = max(0.0, cost.seconds - cost.recompute_s - cost.comm_s)
+    parts = [(COMPUTE, compute_s), (RECOMPUTE, cost.recompute_s), (COMM, cost.comm_s)]
+    out = []
+    for rank in group.ranks:
+        t = start_s
+        for kind, seconds in parts:
+            if seconds > 0 or kind == COMPUTE:
+                out.append(Span(rank, iteration, kind, t, seconds, mb_id))
+            t += seconds
+    return out
 
 
 def _alltoall_seconds(

@@ -1,9 +1,9 @@
 """Figures of simulated schedules (matplotlib, Agg backend: no display needed).
 
 :func:`plot_results` draws, for each policy, a Gantt chart of one representative
-iteration (ranks on the y axis, micro-batches as bars coloured by log tokens, the
-exposed gradient all-reduce in grey, idle time blank) and, below, a bar chart of
-throughput with each policy's speedup over ``static``.
+iteration drawn from the result's spans (ranks on the y axis, micro-batches as bars
+coloured by log tokens, the gradient all-reduce in grey, idle time blank) and, below,
+a bar chart of throughput with each policy's speedup over ``static``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping
 
 from datacentric.sim.engine import IterationResult, SimResult
+from datacentric.timing import PASS_KINDS, SYNC, Span
 
 
 def representative_iteration(result: SimResult) -> IterationResult:
@@ -42,9 +43,9 @@ def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -
         squeeze=False,
         layout="constrained",
     )
-    spans = [s for r in results.values() for s in r.spans]
-    lo = math.log10(max(1, min((s.tokens for s in spans), default=1)))
-    hi = math.log10(max((s.tokens for s in spans), default=10))
+    tokens = [run.tokens for r in results.values() for run in r.micro_batches.values()]
+    lo = math.log10(max(1, min(tokens, default=1)))
+    hi = math.log10(max(tokens, default=10))
     norm = colors.Normalize(vmin=lo, vmax=max(hi, lo + 1))
     cmap = plt.get_cmap("viridis")
     for ax, policy in zip(axes[:-1, 0], policies):
@@ -60,18 +61,25 @@ def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -
 
 def _gantt(ax, result: SimResult, policy: str, norm, cmap) -> None:
     it = representative_iteration(result)
+    passes: dict[tuple[int, int], list[Span]] = {}
     for span in result.spans:
         if span.iteration != it.index:
             continue
+        if span.kind in PASS_KINDS:
+            passes.setdefault((span.micro_batch, span.rank), []).append(span)
+        elif span.kind == SYNC and span.duration_s > 0:
+            bar = [(span.start_s - it.start_s, span.duration_s)]
+            ax.broken_barh(bar, (span.rank, 1), facecolors="0.6")
+    for (mb_id, rank), spans in passes.items():
+        start = min(s.start_s for s in spans)
+        end = max(s.end_s for s in spans)
         ax.broken_barh(
-            [(span.start_s - it.start_s, span.end_s - span.start_s)],
-            (span.rank_start, span.sp_size),
-            facecolors=cmap(norm(math.log10(max(1, span.tokens)))),
+            [(start - it.start_s, end - start)],
+            (rank, 1),
+            facecolors=cmap(norm(math.log10(max(1, result.micro_batches[mb_id].tokens)))),
             edgecolors="white",
             linewidth=0.4,
         )
-    if it.grad_sync_s > 0:
-        ax.broken_barh([(it.makespan_s, it.grad_sync_s)], (0, result.world_size), facecolors="0.6")
     ax.set_xlim(0, it.time_s * 1.01)
     ax.set_ylim(result.world_size, 0)
     step = max(1, result.world_size // 16)

@@ -1,13 +1,14 @@
-"""Chrome / Perfetto trace of simulated schedules.
+"""Chrome / Perfetto trace of simulated or measured runs.
 
 The file is the Trace Event Format's JSON object form (``{"traceEvents": [...]}``),
 which both ``chrome://tracing`` and https://ui.perfetto.dev open. Layout: one
-process per policy, one thread (track) per GPU. Each micro-batch is a complete
-(``"X"``) slice on every rank of its group; inside it, two nested slices show the
-*aggregate* time of its recomputation and of its all-to-all (in reality both are
-spread over the layers; the model only knows their totals). After the slowest group
-finishes, every rank gets a ``grad all-reduce`` slice for the exposed gradient sync.
-Gaps on a track are idle time.
+process per policy, one thread (track) per GPU. It is drawn from the result's
+:class:`~datacentric.timing.Span` records alone: each micro-batch is a complete
+(``"X"``) slice on every rank that ran it, enclosing its spans; inside it, nested
+slices show the *aggregate* time of its recomputation and of its all-to-all (in
+reality both are spread over the layers; the model only knows their totals).
+Every ``sync`` span is a ``grad all-reduce`` slice, every ``idle`` span an ``idle``
+slice. Gaps on a track are idle time.
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from datacentric.sim.engine import MicroBatchSpan, SimResult
+from datacentric.sim.engine import MicroBatchRun, SimResult
+from datacentric.timing import COMM, IDLE, RECOMPUTE, SYNC, Span
 
 _US = 1e6  # trace timestamps are microseconds
+_NESTED = {
+    RECOMPUTE: ("recompute (total)", "recompute"),
+    COMM: ("all-to-all (total)", "collective"),
+}
 
 
 def trace_events(
@@ -33,26 +39,35 @@ def trace_events(
             events.append(_meta("thread_name", pid, rank, {"name": f"GPU {rank}"}))
             events.append(_meta("thread_sort_index", pid, rank, {"sort_index": rank}))
         keep = {it.index for it in result.iterations[:max_iterations]}
+        passes: dict[tuple[int, int], list[Span]] = {}
+        others: list[Span] = []
         for span in result.spans:
             if span.iteration not in keep:
                 continue
-            for rank in span.ranks:
-                events.extend(_micro_batch_events(pid, rank, span))
-        for it in result.iterations[:max_iterations]:
-            if it.grad_sync_s <= 0:
+            if span.micro_batch is None:
+                others.append(span)
+            else:
+                passes.setdefault((span.micro_batch, span.rank), []).append(span)
+        for (mb_id, rank), spans in passes.items():
+            events.extend(_pass_events(pid, rank, result.micro_batches[mb_id], spans))
+        for span in others:
+            if span.duration_s <= 0:
                 continue
-            for rank in range(result.world_size):
+            if span.kind == SYNC:
+                args = {"iteration": span.iteration, "world_size": result.world_size}
                 events.append(
                     _slice(
                         "grad all-reduce",
                         "collective",
                         pid,
-                        rank,
-                        it.start_s + it.makespan_s,
-                        it.grad_sync_s,
-                        {"iteration": it.index, "world_size": result.world_size},
+                        span.rank,
+                        span.start_s,
+                        span.duration_s,
+                        args,
                     )
                 )
+            elif span.kind == IDLE:
+                events.append(_slice("idle", "idle", pid, span.rank, span.start_s, span.duration_s))
     return events
 
 
@@ -68,25 +83,26 @@ def write_trace(
     return len(events)
 
 
-def _micro_batch_events(pid: int, rank: int, span: MicroBatchSpan) -> list[dict[str, Any]]:
+def _pass_events(
+    pid: int, rank: int, run: MicroBatchRun, spans: list[Span]
+) -> list[dict[str, Any]]:
+    start = min(s.start_s for s in spans)
+    end = max(s.end_s for s in spans)
     args = {
-        "iteration": span.iteration,
-        "group": f"ranks {span.rank_start}..{span.rank_start + span.sp_size - 1}",
-        "sp_size": span.sp_size,
-        "micro_batch": span.index,
-        "samples": span.samples,
-        "tokens": span.tokens,
-        "memory_GiB": round(span.memory_bytes / 2**30, 3),
+        "iteration": run.iteration,
+        "group": f"ranks {run.rank_start}..{run.rank_start + run.sp_size - 1}",
+        "sp_size": run.sp_size,
+        "micro_batch": run.id,
+        "samples": run.samples,
+        "tokens": run.tokens,
+        "memory_GiB": round(run.memory_bytes / 2**30, 3),
     }
-    name = f"{span.bucket} x{span.samples} (sp {span.sp_size})"
-    duration = span.end_s - span.start_s
-    out = [_slice(name, "micro_batch", pid, rank, span.start_s, duration, args)]
-    comm_start = span.end_s - span.comm_s
-    if span.comm_s > 0:
-        out.append(_slice("all-to-all (total)", "collective", pid, rank, comm_start, span.comm_s))
-    if span.recompute_s > 0:
-        start = comm_start - span.recompute_s
-        out.append(_slice("recompute (total)", "recompute", pid, rank, start, span.recompute_s))
+    name = f"{run.bucket} x{run.samples} (sp {run.sp_size})"
+    out = [_slice(name, "micro_batch", pid, rank, start, end - start, args)]
+    for span in spans:
+        if span.kind in _NESTED and span.duration_s > 0:
+            label, category = _NESTED[span.kind]
+            out.append(_slice(label, category, pid, rank, span.start_s, span.duration_s))
     return out
 
 

@@ -7,24 +7,31 @@ of the same dataset from the same initial weights with the same cost model (one
 dual-layer profile, measured in the first run and reused by the others), so every
 policy processes exactly the same samples; policies differ in how they group them
 into steps. Throughput is tokens over the summed step times of the whole epoch.
+
+The comparison reads back what each run stored: the schedule its epoch ran
+(``schedules/epoch-0.json``) and the timing records of every step (the ``timeline``
+of ``metrics.jsonl``), matched to the schedule's micro-batches by id.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from datacentric.parallel.launch import spawn
-from datacentric.schedule import Schedule
-from datacentric.sim.engine import IterationResult, MicroBatchSpan, SimResult, simulate
+from datacentric.schedule import Iteration, Schedule
+from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
+from datacentric.timing import SYNC, Placement, Span, busy_s, micro_batch_id, placements
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.config import TrainConfig
-from datacentric.train.data_centric import EpochPlanner
 from datacentric.train.metrics import read_metrics
+from datacentric.train.run_folder import SCHEDULES, load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
 
 
@@ -62,7 +69,8 @@ class PolicyMeasurement:
 
 def run_policy(config: TrainConfig, world_size: int) -> None:
     """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch."""
-    shutil.rmtree(Path(config.out) / "checkpoints", ignore_errors=True)
+    for folder in ("checkpoints", SCHEDULES):
+        shutil.rmtree(Path(config.out) / folder, ignore_errors=True)
     for name in ("metrics.jsonl", "samples.jsonl"):
         (Path(config.out) / name).unlink(missing_ok=True)
     if world_size == 1:
@@ -108,16 +116,7 @@ def compare_policies(
     cost_model = run_cost_model(first, world_size, torch.device("cpu"), shapes)
     results = {}
     for policy, config in runs.items():
-        planner = EpochPlanner(
-            shapes,
-            cost_model,
-            world_size=world_size,
-            policy=policy,
-            memory_gb=config.memory_gb,
-            tokens_per_iteration=config.tokens_per_iteration,
-            seed=config.seed,
-        )
-        schedule = planner.schedule(0)
+        schedule = load_schedule(config.out, 0)
         records = read_metrics(config.out)
         if len(records) != len(schedule.iterations):
             raise RuntimeError(
@@ -129,7 +128,10 @@ def compare_policies(
 
 
 def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) -> PolicyMeasurement:
-    kept = schedule.iterations[warmup : len(records)]
+    timed = records[warmup:]
+    measured = measured_result(policy, schedule, timed)
+    ran = {it.index for it in measured.iterations}
+    kept = tuple(it for it in schedule.iterations if it.index in ran)
     used = {i for it in kept for i in it.sample_ids()}
     window = dataclasses.replace(
         schedule,
@@ -137,8 +139,6 @@ def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) ->
         dropped_sample_ids=tuple(i for i in range(schedule.num_samples) if i not in used),
     )
     predicted = simulate(window, shapes, cost_model, record_spans=True)
-    timed = records[warmup:]
-    measured = measured_result(policy, window, timed)
     count = len(timed)
     return PolicyMeasurement(
         policy=policy,
@@ -155,68 +155,90 @@ def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) ->
 
 
 def measured_result(policy: str, schedule: Schedule, records) -> SimResult:
-    """A measured run in the simulator's result type (for the same plots and traces).
+    """Measured steps in the simulator's result type (for the same plots and traces).
 
-    Each group's micro-batch spans come from its first rank's timeline; iterations are
-    laid end to end at their measured runtime time.
+    ``schedule`` is the one the steps ran; each step's spans (its record's
+    ``timeline``) name their micro-batches by id, which places the step in the
+    schedule: records may come in any order and spans in any order within a record.
+    Steps are laid end to end at their measured runtime time, in record order. A
+    step's makespan ends when the last rank reached the gradient sync.
     """
-    spans: list[MicroBatchSpan] = []
+    where = placements(schedule)
+    spans: list[Span] = []
     iterations: list[IterationResult] = []
-    clock = 0.0
-    busy = 0.0
-    tokens_total = samples = 0
+    runs: dict[int, MicroBatchRun] = {}
+    clock = busy = 0.0
     world = schedule.world_size
-    for iteration, record in zip(schedule.iterations, records, strict=True):
-        timeline = record["timeline"]
-        ends = []
+    for record in records:
+        mine = timeline_spans(record)
+        iteration = _iteration_of(mine, where, record)
+        makespan = max(
+            [s.start_s for s in mine if s.kind == SYNC]
+            or [s.end_s for s in mine if s.micro_batch is not None]
+        )
         tokens = 0
         for group in iteration.assignments:
-            passes = timeline[group.rank_start]
-            for k, (mb, (start, seconds)) in enumerate(zip(group.micro_batches, passes)):
-                spans.append(
-                    MicroBatchSpan(
-                        iteration=iteration.index,
-                        rank_start=group.rank_start,
-                        sp_size=group.sp_size,
-                        index=k,
-                        bucket=mb.bucket,
-                        start_s=clock + start,
-                        end_s=clock + start + seconds,
-                        samples=len(mb.sample_ids),
-                        tokens=mb.tokens,
-                        recompute_s=0.0,
-                        comm_s=0.0,
-                        memory_bytes=0,
-                    )
-                )
-                busy += seconds * group.sp_size
-                tokens += mb.tokens
-                samples += len(mb.sample_ids)
-            ends.append(passes[-1][0])  # when the group's gradient sync began
-        makespan = max(ends)
-        group_busy = sum(
-            s * g.sp_size for g in iteration.assignments for _, s in timeline[g.rank_start][:-1]
-        )
+            for mb in group.micro_batches:
+                run = MicroBatchRun.of(iteration.index, group, mb)
+                runs[run.id] = run
+                tokens += run.tokens
+        step_busy = busy_s(mine)
         iterations.append(
             IterationResult(
                 index=iteration.index,
                 start_s=clock,
                 makespan_s=makespan,
                 grad_sync_s=record["runtime_time_s"] - makespan,
-                idle_share=1.0 - group_busy / (world * makespan),
+                idle_share=1.0 - step_busy / (world * makespan),
                 tokens=tokens,
             )
         )
+        spans.extend(
+            dataclasses.replace(s, iteration=iteration.index, start_s=s.start_s + clock)
+            for s in mine
+        )
+        busy += step_busy
         clock += record["runtime_time_s"]
-        tokens_total += tokens
     return SimResult(
         policy=policy,
         world_size=world,
         iterations=tuple(iterations),
-        tokens=tokens_total,
-        samples=samples,
+        tokens=sum(it.tokens for it in iterations),
+        samples=sum(run.samples for run in runs.values()),
         busy_gpu_s=busy,
         recompute_gpu_s=0.0,
         comm_gpu_s=0.0,
         spans=tuple(spans),
+        micro_batches=runs,
     )
+
+
+def _iteration_of(
+    spans: list[Span], where: Mapping[int, Placement], record: dict[str, Any]
+) -> Iteration:
+    """The schedule's iteration whose micro-batches ``spans`` name (exactly one, and
+    every one of its micro-batches timed on every rank of its group)."""
+    step = record.get("iteration")
+    named = {s.micro_batch for s in spans if s.micro_batch is not None}
+    unknown = sorted(named - set(where))
+    if unknown:
+        raise ValueError(
+            f"step {step}: micro-batches {unknown[:5]} are not in the schedule that was read"
+        )
+    found = {where[i].iteration.index: where[i].iteration for i in named}
+    if len(found) != 1:
+        raise ValueError(
+            f"step {step}: its spans name micro-batches of iterations {sorted(found)}, "
+            "not of one iteration of the schedule"
+        )
+    (iteration,) = found.values()
+    timed = {(s.micro_batch, s.rank) for s in spans if s.micro_batch is not None}
+    for group in iteration.assignments:
+        for mb in group.micro_batches:
+            missing = [r for r in group.ranks if (micro_batch_id(mb), r) not in timed]
+            if missing:
+                raise ValueError(
+                    f"step {step}: micro-batch {micro_batch_id(mb)} of iteration "
+                    f"{iteration.index} has no timing on ranks {missing}"
+                )
+    return iteration

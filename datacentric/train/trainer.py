@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Iteration
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
@@ -38,6 +37,7 @@ from datacentric.train.config import TrainConfig, parse_fault
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.metrics import MetricsLogger
 from datacentric.train.position import Position, next_epoch, segment_schedule
+from datacentric.train.run_folder import gather_spans, save_schedule, timeline_json
 
 
 class NonFiniteLossError(RuntimeError):
@@ -194,6 +194,11 @@ class Trainer:
         try:
             while not self._finished():
                 schedule = self._schedule()
+                if self.is_main:
+                    replanned = self.position.segment_excluded
+                    save_schedule(
+                        self.out, schedule, self.position.iterations_done if replanned else None
+                    )
                 iterations = schedule.iterations[self.position.segment_iteration :]
                 for iteration in iterations:
                     if self._finished():
@@ -332,19 +337,12 @@ class Trainer:
             ],
             "rank_compute_s": [float(x) for x in busy],
             "runtime_time_s": wall,
-            **({"timeline": self._timeline(stats)} if config.timeline else {}),
+            **(
+                {"timeline": timeline_json(gather_spans(stats, self.groups))}
+                if config.timeline
+                else {}
+            ),
         }
-
-    def _timeline(self, stats: IterationStats) -> list[list[list[float]]]:
-        """Every rank's ``[start_s, seconds]`` per micro-batch, then ``[sync start,
-        sync seconds]`` (collective; rank-indexed)."""
-        mine = [[mb.start_s, mb.time_s] for mb in stats.micro_batches]
-        mine.append([stats.total_time_s - stats.sync_time_s, stats.sync_time_s])
-        if not self.groups.distributed or self.groups.world_size == 1:
-            return [mine]
-        everyone: list = [None] * self.groups.world_size
-        dist.all_gather_object(everyone, mine, group=self.groups.world)
-        return everyone
 
 
 def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:

@@ -1,0 +1,77 @@
+"""What a training run leaves for later readers besides metrics and checkpoints.
+
+- ``schedules/epoch-N.json``: the schedule epoch ``N`` ran (``Schedule.to_json``),
+  written once per epoch by rank 0, atomically. An epoch re-planned mid-way for a
+  new world size on resume runs a second schedule: it is stored as
+  ``schedules/epoch-N-step-S.json``, ``S`` being the run's step where it began.
+- the ``timeline`` of a ``metrics.jsonl`` record (with ``timeline = true``): every
+  rank's :class:`~datacentric.timing.Span` records of the step, as JSON objects,
+  times in seconds from the step's start on that rank.
+
+Comparisons read both back (:func:`load_schedule`, :func:`timeline_spans`) rather
+than rebuilding the schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.runtime import IterationStats
+from datacentric.schedule import Schedule
+from datacentric.timing import Span
+
+SCHEDULES = "schedules"
+
+
+def schedule_path(out_dir: str | Path, epoch: int, first_step: int | None = None) -> Path:
+    """Where the schedule of ``epoch`` is stored (``first_step``: a re-planned segment)."""
+    suffix = "" if first_step is None else f"-step-{first_step}"
+    return Path(out_dir) / SCHEDULES / f"epoch-{epoch}{suffix}.json"
+
+
+def save_schedule(out_dir: str | Path, schedule: Schedule, first_step: int | None = None) -> Path:
+    """Write ``schedule`` under ``out_dir/schedules`` atomically; returns the path."""
+    path = schedule_path(out_dir, schedule.epoch, first_step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(schedule.to_json()), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_schedule(out_dir: str | Path, epoch: int = 0) -> Schedule:
+    """The schedule epoch ``epoch`` of the run in ``out_dir`` ran."""
+    path = schedule_path(out_dir, epoch)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: the run did not start epoch {epoch}")
+    return Schedule.load(str(path))
+
+
+def gather_spans(stats: IterationStats, groups: ProcessGroups) -> list[Span]:
+    """Every rank's spans of the step, rank by rank (collective)."""
+    mine = stats.spans()
+    if not groups.distributed or groups.world_size == 1:
+        return mine
+    everyone: list[Any] = [None] * groups.world_size
+    dist.all_gather_object(everyone, [s.to_json() for s in mine], group=groups.world)
+    return [Span.from_json(s) for rank_spans in everyone for s in rank_spans]
+
+
+def timeline_json(spans: list[Span]) -> list[dict[str, Any]]:
+    """The ``timeline`` field of a metrics record."""
+    return [s.to_json() for s in spans]
+
+
+def timeline_spans(record: dict[str, Any]) -> list[Span]:
+    """The spans of a metrics record's ``timeline`` field."""
+    if "timeline" not in record:
+        raise KeyError(
+            f"step {record.get('iteration')} has no timeline: train with timeline = true"
+        )
+    return [Span.from_json(s) for s in record["timeline"]]
