@@ -94,6 +94,7 @@ def _execute(schedule_json: dict, seed: int) -> list[tuple[float, float]]:
 def main() -> None:
     from datacentric.data import StdlibCorpus
     from datacentric.parallel.launch import spawn
+    from datacentric.profiling.factory import fitted_cost_model
     from datacentric.scheduling import ScheduleOptions, build_schedule
     from datacentric.sim.engine import simulate
 
@@ -104,7 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     prof = profile(Path(args.out_dir))
-    cost_model = prof.cost_model(int(MEMORY_GIB * 2**30))
+    cost_model = fitted_cost_model(prof, memory_gb=MEMORY_GIB)
     shapes = StdlibCorpus().shapes()
     subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
     options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)
