@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from test_planning_fitted import fitted
+from test_scheduling_policies import _mixed_text
 from toy_cost_model import ToyCostModel
 
 from datacentric.cli.main import main
@@ -22,13 +22,6 @@ from datacentric.shapes import SampleShape, make_buckets
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
 
 
-def _shapes(n: int = 300, seed: int = 0) -> list[SampleShape]:
-    rng = np.random.default_rng(seed)
-    short = np.exp(rng.uniform(np.log(64), np.log(8000), n)).astype(int)
-    long = rng.integers(150_000, 400_000, max(1, n // 40))
-    return [SampleShape.text(int(x)) for x in rng.permutation(np.r_[short, long])]
-
-
 def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
     return {
         (mb.bucket, a.sp_size, mb.recompute)
@@ -40,7 +33,7 @@ def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, monkeypatch):
-    shapes = _shapes()
+    shapes = _mixed_text()
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
 
     def no_search(*args, **kwargs):
@@ -57,7 +50,7 @@ def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, mon
 
 @pytest.mark.parametrize("policy", ["static", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt"])
 def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
-    shapes = _shapes(200, seed=1)
+    shapes = _mixed_text(200, seed=1)
     shapes = [s for s in shapes if s.tokens < 100_000]
     # SP 2, and the whole world for the tail iterations that merge groups
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, sp_sizes=[2, 8])
@@ -70,7 +63,7 @@ def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
 
 
 def test_without_a_plan_the_schedule_uses_the_planners():
-    shapes = _shapes(120)
+    shapes = _mixed_text(120)
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, knapsack_option=False)
     given = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=plan)
     made = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL)
@@ -79,7 +72,7 @@ def test_without_a_plan_the_schedule_uses_the_planners():
 
 
 def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
-    shapes = _shapes(120)
+    shapes = _mixed_text(120)
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again == plan
