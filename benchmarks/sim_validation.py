@@ -96,6 +96,7 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
 def main() -> None:
     from datacentric.data import StdlibCorpus
     from datacentric.parallel.launch import spawn
+    from datacentric.profiling.factory import fitted_cost_model
     from datacentric.scheduling import ScheduleOptions, build_schedule
     from datacentric.sim.engine import simulate
     from datacentric.train.run_folder import load_schedule, save_schedule
@@ -107,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     prof = profile(Path(args.out_dir))
-    cost_model = prof.cost_model(int(MEMORY_GIB * 2**30))
+    cost_model = fitted_cost_model(prof, memory_gb=MEMORY_GIB)
     shapes = StdlibCorpus().shapes()
     subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
     options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)

@@ -10,6 +10,7 @@ import torch
 from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
 from datacentric.planning.plan import BucketPlan, Plan
 from datacentric.profiling.autoprofile import select_profile_shapes, validation_cases
+from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.memory import LiveTensorBytes
 from datacentric.profiling.profiler import (
     DUAL_LAYER_RUNS,
@@ -172,7 +173,7 @@ def test_profile_round_trip_stale_and_corrupt(tmp_path) -> None:
 
 
 def test_validation_cases_cover_sp2_and_recomputation() -> None:
-    cost = make_profile().cost_model(10**9)
+    cost = fitted_cost_model(make_profile(), default_cap_bytes=10**9)
     assert isinstance(cost, FittedCostModel)
     plans = {
         f"t<={n}": BucketPlan(f"t<={n}", TEXT(n), 1, 4096 // n, (False,) * 8, 1.0, 10**8)

@@ -1,18 +1,15 @@
 """The execution model on hand-built schedules with a toy cost model (exact numbers)."""
 
-from collections.abc import Sequence
-from types import SimpleNamespace
-
 import pytest
 
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.cost_model import CachedCostModel, CostModel, PassBreakdown
 from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule, uniform_iteration
 from datacentric.shapes import SampleShape
-from datacentric.sim.engine import PassCostCache, PlanDoesNotFitError, simulate
+from datacentric.sim.engine import PlanDoesNotFitError, simulate
 from datacentric.timing import COMPUTE, SYNC
 
 
-class ToyCostModel:
+class ToyCostModel(CachedCostModel):
     """1 ms per token spread over the group, 0.1 s all-to-all when sp > 1, 10 ms per
     recomputed block; memory 100 B per token on a rank; 0.5 s exposed gradient sync."""
 
@@ -23,17 +20,21 @@ class ToyCostModel:
         self.memory_capacity_bytes = capacity
         self.calls = 0
 
-    def pass_time_s(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> float:
+    def compute_breakdown(self, shapes, sp_size, key) -> PassBreakdown:
         self.calls += 1
         tokens = sum(s.tokens for s in shapes)
-        return tokens / (1000 * sp_size) + (0.1 if sp_size > 1 else 0) + 0.01 * sum(recompute)
-
-    def pass_memory_bytes(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> int:
-        return 100 * sum(s.tokens for s in shapes) // sp_size
+        compute, comm, recompute = (
+            tokens / (1000 * sp_size),
+            (0.1 if sp_size > 1 else 0),
+            0.01 * sum(key),
+        )
+        return PassBreakdown(
+            time_s=compute + comm + recompute,
+            compute_s=compute,
+            recompute_s=recompute,
+            comm_s=comm,
+            memory_bytes=100 * tokens // sp_size,
+        )
 
     def grad_sync_time_s(self, world_size: int) -> float:
         return 0.5 if world_size > 1 else 0.0
@@ -93,8 +94,8 @@ def test_spans_per_group_back_to_back():
     ]
     assert [s.micro_batch for s in spans] == [1, 2]  # named by id: the first sample
     last = [s for s in result.spans if s.iteration == 1 and s.kind != SYNC]
-    # one compute and one recompute span on each of the four ranks
-    assert sorted(s.rank for s in last) == [0, 0, 1, 1, 2, 2, 3, 3]
+    # one compute, one recompute and one all-to-all span on each of the four ranks
+    assert sorted(s.rank for s in last) == [r for r in range(4) for _ in range(3)]
     assert {s.micro_batch for s in last} == {4}
     assert min(s.start_s for s in last) == pytest.approx(1.6)
     assert max(s.end_s for s in last) == pytest.approx(1.6 + 0.62)
@@ -120,38 +121,21 @@ def test_shapes_must_match_the_schedule():
         simulate(_schedule(), SHAPES[:5], ToyCostModel())
 
 
-def test_cache_reuses_pass_costs():
+def test_pass_costs_are_the_models_cached_breakdowns():
     model = ToyCostModel()
-    cache = PassCostCache(model)
-    simulate(_schedule(), SHAPES, model, costs=cache)
+    simulate(_schedule(), SHAPES, model)
     calls = model.calls
-    simulate(_schedule(), SHAPES, model, costs=cache)
+    simulate(_schedule(), SHAPES, model)
     assert model.calls == calls
-    assert cache([SHAPES[4], SHAPES[5]], 4, (True, True)).recompute_s == pytest.approx(0.02)
-
-
-class ToyWithWork(ToyCostModel):
-    """The toy plus a work decomposition: 1 MB over NVLink per pass at sp > 1."""
-
-    hardware = SimpleNamespace(
-        intra_node_bandwidth=1e7,
-        inter_node_bandwidth=1e6,
-        network_efficiency=0.5,
-        collective_latency_s=0.001,
+    assert model.breakdown([SHAPES[4], SHAPES[5]], 4, (True, True)).recompute_s == pytest.approx(
+        0.02
     )
 
-    def work(self, shapes, sp_size, recompute):
-        ib = 1e5 if sp_size > self.gpus_per_node else 0.0
-        return SimpleNamespace(nvlink_bytes=1e6, ib_bytes=ib, collectives=4)
 
-
-def test_alltoall_share_from_the_work_decomposition():
-    cache = PassCostCache(ToyWithWork())
-    assert cache([SHAPES[0]], 1, ()).comm_s == 0.0
-    assert cache([SHAPES[0]], 2, ()).comm_s == pytest.approx(0.2 + 0.004)
-    assert cache([SHAPES[0]], 4, ()).comm_s == pytest.approx(0.2 + 0.2 + 0.004)
-    result = simulate(_schedule(), SHAPES, ToyWithWork())
-    assert result.comm_gpu_s == pytest.approx(2 * 0.204 + 4 * 0.404)
+def test_alltoall_share_from_the_breakdown():
+    result = simulate(_schedule(), SHAPES, ToyCostModel())
+    # iteration 0: one group of 2 ranks (0.1 s each); iteration 1: one group of 4
+    assert result.comm_gpu_s == pytest.approx(2 * 0.1 + 4 * 0.1)
 
 
 def test_grad_sync_overlaps_the_slowest_groups_last_backward():

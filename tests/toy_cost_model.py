@@ -11,14 +11,15 @@ protocol, and its numbers are only meant to be plausible in shape.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 
+from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.shapes import SampleShape
 
 
 @dataclass(frozen=True)
-class ToyCostModel:
+class ToyCostModel(CachedCostModel):
     """A plausible-in-shape cost model (see module doc)."""
 
     blocks: int = 4
@@ -44,9 +45,10 @@ class ToyCostModel:
     def gpus_per_node(self) -> int:
         return self.node_size
 
-    def pass_time_s(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> float:
+    def compute_breakdown(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
+    ) -> PassBreakdown:
+        recompute: tuple[bool, ...] = key  # type: ignore[assignment]
         n = sum(s.tokens for s in shapes)
         q = sum(s.tokens * s.tokens for s in shapes)
         compute = (self.per_token_s * n + self.per_token_sq_s * q) / sp_size
@@ -55,15 +57,16 @@ class ToyCostModel:
         if sp_size > 1:
             slow = 4.0 if sp_size > self.node_size else 1.0
             comm = self.comm_per_token_s * n * slow * (sp_size - 1) / sp_size
-        return self.launch_s + compute * (1.0 + share / 3.0) + comm
-
-    def pass_memory_bytes(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> int:
-        per_rank = math.ceil(sum(s.tokens for s in shapes) / sp_size)
+        per_rank = math.ceil(n / sp_size)
         flags = list(recompute) or [False] * self.blocks
         kept = sum(0.125 if r else 1.0 for r in flags)
-        return int(self.state_bytes + per_rank * self.act_bytes_per_token_block * kept)
+        return PassBreakdown(
+            time_s=self.launch_s + compute * (1.0 + share / 3.0) + comm,
+            compute_s=self.launch_s + compute,
+            recompute_s=compute * share / 3.0,
+            comm_s=comm,
+            memory_bytes=int(self.state_bytes + per_rank * self.act_bytes_per_token_block * kept),
+        )
 
     def grad_sync_time_s(self, world_size: int) -> float:
         return self.sync_s * math.log2(world_size) if world_size > 1 else 0.0

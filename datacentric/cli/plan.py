@@ -13,10 +13,9 @@ import json
 import sys
 from typing import Any
 
+from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, make_buckets, read_lengths_file
-
-GIB = 2**30
 
 
 def dataset_shapes(name: str | None, lengths: str | None, seed: int = 0) -> list[SampleShape]:
@@ -42,7 +41,7 @@ def plan_json(plan: Plan, bucketing: Bucketing | None = None) -> list[dict[str, 
         counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
     rows = []
     for bp in plan.buckets.values():
-        row = bp.to_json()
+        row = bp.to_json(with_options=False)
         row["samples_per_gpu_second"] = bp.samples_per_gpu_second
         if counts:
             row["samples"] = counts.get(bp.bucket, 0)
@@ -133,24 +132,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
     from datacentric.planning.planner import plan_buckets
-    from datacentric.profiling.store import ProfileError, load_plan, load_profile
+    from datacentric.profiling.store import load_plan
 
     has_data = bool(args.dataset or args.lengths)
-    cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
     if args.profile:
         if not has_data:
             return load_plan(args.profile), None, f"saved plan in {args.profile}"
-        profile = load_profile(args.profile)
-        if profile is None:
-            raise ProfileError(f"{args.profile}: no profile.json")
-        if cap is None:
-            cap = load_plan(args.profile).memory_cap_bytes
+        cost, world = profiled_model(args)
         bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths, args.seed))
-        world = args.world or int(profile.fingerprint["world_size"])
         plan = plan_buckets(
             bucketing,
-            profile.cost_model(cap),
-            world_size=world,
+            cost,
+            world_size=args.world or world,
             max_micro_batch=args.max_micro_batch,
             skip_unfittable=args.skip_unfittable,
         )
@@ -166,7 +159,6 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
         bucketing,
         cost,
         world_size=args.world,
-        memory_cap_bytes=cap,
         max_micro_batch=args.max_micro_batch,
         skip_unfittable=args.skip_unfittable,
     )
@@ -176,16 +168,26 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
 def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
     """The analytic cost model of ``--model`` on ``--hardware`` (fp32 on ``cpu-local``,
     bf16 elsewhere) with the arguments of :func:`add_cost_model_arguments`."""
-    from datacentric.planning.analytic import AnalyticCostModel
-    from datacentric.planning.hardware import get_hardware
-    from datacentric.profiling.preset_specs import get_model_spec
+    from datacentric.profiling.factory import analytic_cost_model
 
-    hw = get_hardware(hardware)
-    dtype_bytes = 4 if hw.name == "cpu-local" else 2
-    return AnalyticCostModel(
-        get_model_spec(model),
-        hw,
+    return analytic_cost_model(
+        model,
+        hardware,
+        memory_gb=args.memory_gb,
         memory_fraction=args.memory_fraction,
-        dtype_bytes=dtype_bytes,
         state_shards=args.state_shards or world,
     )
+
+
+def profiled_model(args: argparse.Namespace) -> tuple[Any, int]:
+    """The cost model fitted to ``--profile DIR`` under ``--memory-gb`` (default: the
+    cap of the plan saved there) and the world it was measured on."""
+    from datacentric.profiling.factory import fitted_cost_model
+    from datacentric.profiling.store import ProfileError, load_plan, load_profile
+
+    profile = load_profile(args.profile)
+    if profile is None:
+        raise ProfileError(f"{args.profile}: no profile.json")
+    default = None if args.memory_gb is not None else load_plan(args.profile).memory_cap_bytes
+    cost = fitted_cost_model(profile, memory_gb=args.memory_gb, default_cap_bytes=default)
+    return cost, int(profile.fingerprint["world_size"])

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from datacentric.cli.plan import GIB, dataset_shapes, format_table, plan_json
+from datacentric.cli.plan import dataset_shapes, format_table, plan_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         report = run_profile(
             settings,
             bucketing,
-            memory_cap_bytes=int(args.memory_gb * GIB),
+            memory_gb=args.memory_gb,
             max_points=args.max_points,
             max_profile_tokens=args.max_profile_tokens,
             validate=args.validate,

@@ -15,7 +15,12 @@ import json
 import sys
 from typing import Any
 
-from datacentric.cli.plan import GIB, add_cost_model_arguments, analytic_model, dataset_shapes
+from datacentric.cli.plan import (
+    add_cost_model_arguments,
+    analytic_model,
+    dataset_shapes,
+    profiled_model,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,16 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, Any, str]:
     """The cost model (profile or analytic), the planner's plan, and where they came from."""
     from datacentric.planning.planner import plan_buckets
-    from datacentric.profiling.store import ProfileError, load_plan, load_profile
     from datacentric.shapes import make_buckets
 
-    cap = None if args.memory_gb is None else int(args.memory_gb * GIB)
     if args.profile:
-        profile = load_profile(args.profile)
-        if profile is None:
-            raise ProfileError(f"{args.profile}: no profile.json")
-        cap = cap or load_plan(args.profile).memory_cap_bytes
-        cost, source = profile.cost_model(cap), f"profile {args.profile}"
+        cost, _ = profiled_model(args)
+        source = f"profile {args.profile}"
     else:
         model, hardware = args.model, args.hardware
         if args.dataset and not (model and hardware):  # the workload preset's defaults
@@ -78,7 +78,6 @@ def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, An
         make_buckets(shapes),
         cost,
         world_size=args.world,
-        memory_cap_bytes=cap,
         skip_unfittable=args.skip_unfittable,
     )
     return cost, plan, source

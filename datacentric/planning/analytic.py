@@ -42,17 +42,19 @@ Memory on one rank (bytes):
   ``tokens/sp x vocab``) and, in backward, one recomputed block's full activations
   plus the gradient working set (``(2 hidden + ffn) * tokens/sp * dtype``).
 
-Results are cached per (shapes, sp, recomputed count per block kind).
+Breakdowns are cached per (shapes, sp, recomputed count per block kind): compute is
+the pass without recomputation less its all-to-all, recomputation what the recomputed
+blocks add (their all-to-all included).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
+from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.shapes import SampleShape
@@ -120,7 +122,11 @@ def attention_pairs(kind: str, shape: SampleShape) -> float:
     raise ValueError(f"unknown block kind {kind!r}")
 
 
-class AnalyticCostModel:
+#: Entries of :meth:`Work.as_array` that are communication (NVLink, InfiniBand, calls).
+COMM_COLUMNS = slice(3, 6)
+
+
+class AnalyticCostModel(CachedCostModel):
     """Implements :class:`~datacentric.planning.cost_model.CostModel` from FLOPs and bytes."""
 
     def __init__(
@@ -134,14 +140,16 @@ class AnalyticCostModel:
         optimizer_bytes_per_param: int | None = None,
         state_shards: int = 1,
         grad_sync_overlap: float = 0.0,
-        cache_size: int = 1 << 16,
+        memory_capacity_bytes: int | None = None,
     ) -> None:
         """``memory_fraction``: share of device memory plans may use (the paper's 70%).
         ``grad_bytes``: bytes per gradient element (default ``dtype_bytes``).
         ``optimizer_bytes_per_param``: Adam moments (8) plus an fp32 master copy when
         training in 16 bits (default 12 if ``dtype_bytes == 2`` else 8).
         ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
-        ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward."""
+        ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward.
+        ``memory_capacity_bytes``: the cap itself, instead of ``memory_fraction`` of
+        the device."""
         if not 0 < memory_fraction <= 1:
             raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
         if not 0 <= grad_sync_overlap <= 1:
@@ -163,7 +171,11 @@ class AnalyticCostModel:
         self._kind_counts = tuple(spec.kind_counts()[k] for k in self._kinds)
         self._saved_elems = saved_elements_per_token(spec)
         self._rates = hardware.seconds_per_unit()
-        self._cached = lru_cache(maxsize=cache_size)(self._evaluate)
+        self._capacity = (
+            int(hardware.memory_bytes * memory_fraction)
+            if memory_capacity_bytes is None
+            else int(memory_capacity_bytes)
+        )
 
     # --- CostModel protocol ---------------------------------------------------------------
     @property
@@ -177,7 +189,7 @@ class AnalyticCostModel:
 
     @property
     def memory_capacity_bytes(self) -> int:
-        return int(self.hardware.memory_bytes * self.memory_fraction)
+        return self._capacity
 
     @property
     def gpus_per_node(self) -> int:
@@ -187,15 +199,28 @@ class AnalyticCostModel:
         """Ulysses splits heads: ``sp_size`` must divide the number of heads."""
         return sp_size >= 1 and self.spec.heads % sp_size == 0
 
-    def pass_time_s(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> float:
-        return self._cached(tuple(shapes), sp_size, self._counts(recompute))[0]
+    def recompute_key(self, recompute: Sequence[bool]) -> Hashable:
+        """Recomputed blocks per kind (which blocks of a kind does not matter)."""
+        return self._counts(recompute)
 
-    def pass_memory_bytes(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> int:
-        return self._cached(tuple(shapes), sp_size, self._counts(recompute))[1]
+    def compute_breakdown(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
+    ) -> PassBreakdown:
+        counts: tuple[int, ...] = key  # type: ignore[assignment]
+        work = self._work(shapes, sp_size, counts).as_array()
+        time_s = float(work @ self._rates)
+        plain = work if not any(counts) else self._work(shapes, sp_size, (0,) * len(counts))
+        if plain is not work:
+            plain = plain.as_array()
+        comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS])
+        plain_s = float(plain @ self._rates)
+        return PassBreakdown(
+            time_s=time_s,
+            compute_s=plain_s - comm_s,
+            recompute_s=time_s - plain_s,
+            comm_s=comm_s,
+            memory_bytes=self._memory(shapes, sp_size, counts),
+        )
 
     def grad_sync_time_s(self, world_size: int) -> float:
         """Ring all-reduce of all gradients over ``world_size`` ranks (ZeRO-2's
@@ -236,12 +261,6 @@ class AnalyticCostModel:
             if r:
                 counts[self._kind_index[kind]] += 1
         return tuple(counts)
-
-    def _evaluate(
-        self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]
-    ) -> tuple[float, int]:
-        work = self._work(shapes, sp, counts)
-        return float(work.as_array() @ self._rates), self._memory(shapes, sp, counts)
 
     def _work(self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]) -> Work:
         if not shapes:

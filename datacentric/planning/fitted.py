@@ -31,14 +31,14 @@ micro-batch size, so unprofiled buckets are planned without profiling them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from datacentric.planning.analytic import attention_pairs
+from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.lsq import nonnegative_least_squares
 from datacentric.shapes import SampleShape
 
@@ -87,7 +87,15 @@ class ProfilePoint:
 
 
 def extrapolate(point: ProfilePoint, num_blocks: int, num_recomputed: int) -> tuple[float, int]:
-    """Time and peak memory of the full model from a point's per-block components.
+    """Time and peak memory of the full model (see :func:`extrapolate_breakdown`)."""
+    cost = extrapolate_breakdown(point, num_blocks, num_recomputed)
+    return cost.time_s, cost.memory_bytes
+
+
+def extrapolate_breakdown(
+    point: ProfilePoint, num_blocks: int, num_recomputed: int
+) -> PassBreakdown:
+    """Time split and peak memory of the full model from a point's per-block components.
 
     The one place the dual-layer extrapolation happens (see the module doc): a model of
     ``L`` blocks costs the measured base plus ``L`` identical blocks, the first
@@ -98,11 +106,8 @@ def extrapolate(point: ProfilePoint, num_blocks: int, num_recomputed: int) -> tu
     if not 0 <= num_recomputed <= num_blocks:
         raise ValueError(f"{num_recomputed} recomputed blocks of {num_blocks}")
     kept = num_blocks - num_recomputed
-    time = (
-        point.base_time_s
-        + num_blocks * point.block_time_s
-        + num_recomputed * point.recompute_time_s
-    )
+    compute = point.base_time_s + num_blocks * point.block_time_s
+    recompute = num_recomputed * point.recompute_time_s
     recomputed = num_recomputed * point.recomputed_block_memory_bytes
     memory = point.base_memory_bytes + kept * point.block_memory_bytes + recomputed
     if num_recomputed:
@@ -113,7 +118,8 @@ def extrapolate(point: ProfilePoint, num_blocks: int, num_recomputed: int) -> tu
             + point.transient_memory_bytes
         )
         memory = max(memory, rematerialising)
-    return time, int(memory)
+    # the profile measures all-to-all inside the block times: no separate share
+    return PassBreakdown(compute + recompute, compute, recompute, 0.0, int(memory))
 
 
 def features(shapes: Sequence[SampleShape], sp_size: int, kind: str) -> np.ndarray:
@@ -123,7 +129,7 @@ def features(shapes: Sequence[SampleShape], sp_size: int, kind: str) -> np.ndarr
     return np.array([1.0, float(len(shapes)), tokens / sp_size, pairs / sp_size])
 
 
-class FittedCostModel:
+class FittedCostModel(CachedCostModel):
     """Implements :class:`~datacentric.planning.cost_model.CostModel` from profile points."""
 
     def __init__(
@@ -135,7 +141,6 @@ class FittedCostModel:
         memory_capacity_bytes: int,
         gpus_per_node: int,
         grad_sync_seconds: dict[int, float] | None = None,
-        cache_size: int = 1 << 16,
     ) -> None:
         """``attention_kind``: the blocks' attention (``causal``, ``full``, ...), for the
         quadratic feature. ``grad_sync_seconds``: measured exposed gradient sync time by
@@ -151,7 +156,6 @@ class FittedCostModel:
         self._coef: dict[int, dict[str, np.ndarray]] = {}
         for sp in sorted({p.sp_size for p in points}):
             self._coef[sp] = self._fit([p for p in points if p.sp_size == sp])
-        self._cached = lru_cache(maxsize=cache_size)(self._predict)
 
     def _fit(self, points: list[ProfilePoint]) -> dict[str, np.ndarray]:
         x = np.stack([features(p.shapes, p.sp_size, self.attention_kind) for p in points])
@@ -198,15 +202,17 @@ class FittedCostModel:
     def supports_sp_size(self, sp_size: int) -> bool:
         return sp_size in self._coef
 
-    def pass_time_s(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> float:
-        return self._cached(tuple(shapes), sp_size, self._count(recompute))[0]
+    def recompute_key(self, recompute: Sequence[bool]) -> Hashable:
+        """The number of recomputed blocks (all blocks are alike)."""
+        return self._count(recompute)
 
-    def pass_memory_bytes(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> int:
-        return self._cached(tuple(shapes), sp_size, self._count(recompute))[1]
+    def compute_breakdown(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
+    ) -> PassBreakdown:
+        if not shapes:
+            raise ValueError("a micro-batch needs at least one sample")
+        point = self.components(shapes, sp_size)
+        return extrapolate_breakdown(point, self._num_blocks, int(key))  # type: ignore[arg-type]
 
     def grad_sync_time_s(self, world_size: int) -> float:
         if world_size <= 1 or not self.grad_sync_seconds:
@@ -238,13 +244,6 @@ class FittedCostModel:
                 f"recompute has {len(recompute)} entries for {self._num_blocks} blocks"
             )
         return sum(bool(r) for r in recompute)
-
-    def _predict(
-        self, shapes: tuple[SampleShape, ...], sp: int, recomputed: int
-    ) -> tuple[float, int]:
-        if not shapes:
-            raise ValueError("a micro-batch needs at least one sample")
-        return extrapolate(self.components(shapes, sp), self._num_blocks, recomputed)
 
 
 def _ring(ranks: int) -> float:

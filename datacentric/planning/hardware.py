@@ -29,6 +29,13 @@ from datacentric.planning.lsq import nonnegative_least_squares
 GB = 10**9
 GIB = 2**30
 
+
+def gib_to_bytes(gib: float | None) -> int | None:
+    """``gib`` GiB in bytes (``None`` stays ``None``): the one place a cap given in GiB
+    becomes bytes."""
+    return None if gib is None else int(gib * GIB)
+
+
 CPU_LOCAL_JSON = Path(__file__).with_name("cpu_local.json")
 
 

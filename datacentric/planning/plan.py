@@ -1,17 +1,39 @@
-"""Plans: the per-bucket runtime settings chosen by the planner."""
+"""Plans: per bucket, the settings the planner chose and every feasible option.
+
+A :class:`Plan` is the one authority on how a bucket may run: its memory cap (bytes,
+resolved once) and, per bucket, the planner's choice (:class:`BucketPlan`) and the
+options policies choose among (:class:`~datacentric.planning.bucket_options.BucketOption`:
+SP size, recomputation, largest micro-batch and the time curve).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from datacentric.planning.bucket_options import BucketOption
 from datacentric.shapes import SampleShape
+
+#: Largest micro-batch an option may have unless the planner is told otherwise.
+OPTION_BATCH_LIMIT = 4096
+
+
+class PlanWithoutOptionsError(ValueError):
+    """A plan that lacks a bucket's options (saved before plans carried them, or made
+    for other data): it cannot drive a schedule."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(
+            f"the plan has no options for bucket {bucket!r} (made for other data, or saved "
+            "by an older version without bucket options); plan the dataset again"
+        )
 
 
 @dataclass(frozen=True)
 class BucketPlan:
     """Settings for one bucket: its micro-batches of ``micro_batch_size`` samples run
-    on groups of ``sp_size`` ranks with per-block ``recompute``."""
+    on groups of ``sp_size`` ranks with per-block ``recompute``; ``options`` are every
+    (SP size, recomputation) it may run with under the plan's cap."""
 
     bucket: str
     shape: SampleShape
@@ -20,6 +42,7 @@ class BucketPlan:
     recompute: tuple[bool, ...]
     est_time_s: float
     est_memory_bytes: int
+    options: tuple[BucketOption, ...] = ()
 
     @property
     def samples_per_gpu_second(self) -> float:
@@ -28,8 +51,8 @@ class BucketPlan:
             return float("inf")
         return self.micro_batch_size / (self.sp_size * self.est_time_s)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, *, with_options: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "bucket": self.bucket,
             "shape": self.shape.to_json(),
             "sp_size": self.sp_size,
@@ -39,6 +62,9 @@ class BucketPlan:
             "est_time_s": self.est_time_s,
             "est_memory_bytes": self.est_memory_bytes,
         }
+        if with_options:
+            out["options"] = [o.to_json() for o in self.options]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BucketPlan:
@@ -50,6 +76,7 @@ class BucketPlan:
             recompute=tuple(c == "1" for c in d["recompute"]),
             est_time_s=float(d["est_time_s"]),
             est_memory_bytes=int(d["est_memory_bytes"]),
+            options=tuple(BucketOption.from_json(o) for o in d.get("options", ())),
         )
 
 
@@ -58,7 +85,8 @@ class Plan:
     """Bucket plans keyed by bucket name, with the cap and world they were made for.
 
     ``skipped`` maps bucket names the user explicitly allowed to skip (they fit no
-    configuration) to the number of samples left out.
+    configuration) to the number of samples left out. ``option_batch_limit`` is the
+    largest micro-batch the options were searched up to.
     """
 
     buckets: dict[str, BucketPlan]
@@ -67,12 +95,22 @@ class Plan:
     num_blocks: int
     skipped: dict[str, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    option_batch_limit: int = OPTION_BATCH_LIMIT
+
+    def options_of(self, bucket: str) -> tuple[BucketOption, ...]:
+        """The options of ``bucket``; raises :class:`PlanWithoutOptionsError` when the
+        plan has none for it."""
+        plan = self.buckets.get(bucket)
+        if plan is None or not plan.options:
+            raise PlanWithoutOptionsError(bucket)
+        return plan.options
 
     def to_json(self) -> dict[str, Any]:
         return {
             "memory_cap_bytes": self.memory_cap_bytes,
             "world_size": self.world_size,
             "num_blocks": self.num_blocks,
+            "option_batch_limit": self.option_batch_limit,
             "buckets": [b.to_json() for b in self.buckets.values()],
             "skipped": self.skipped,
             "meta": self.meta,
@@ -88,4 +126,5 @@ class Plan:
             num_blocks=int(d["num_blocks"]),
             skipped={str(k): int(v) for k, v in d.get("skipped", {}).items()},
             meta=dict(d.get("meta", {})),
+            option_batch_limit=int(d.get("option_batch_limit", OPTION_BATCH_LIMIT)),
         )

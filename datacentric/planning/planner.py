@@ -14,17 +14,23 @@ For each bucket (planned through its largest member shape) the planner searches
   frontier over (bytes, seconds) with bytes as exact integers (no rounding to GB).
 
 and keeps the setting with the most samples per GPU-second, ``bs / (sp * time)``.
-Everything is a pure function of the buckets and the cost model.
+
+Each bucket's plan also carries its **options** (:func:`bucket_options`), every way
+the scheduler's policies may run it: at every SP size above, with no recomputation,
+with every block recomputing, and with the knapsack's choice, the largest
+micro-batch that fits (exact, up to ``option_batch_limit``) and the time curve.
+Policies choose among these and search nothing themselves. Everything is a pure
+function of the buckets and the cost model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from datacentric.planning.bucket_options import BucketOption, evaluate_option, sp_size_tiers
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.plan import BucketPlan, Plan
-from datacentric.schedule import group_sizes
+from datacentric.planning.plan import OPTION_BATCH_LIMIT, BucketPlan, Plan
 from datacentric.shapes import Bucket, Bucketing, SampleShape
 
 DEFAULT_MAX_MICRO_BATCH = 1024
@@ -169,21 +175,6 @@ def choose_recompute(
     return best
 
 
-def candidate_sp_sizes(
-    cost_model: CostModel, world_size: int, sp_sizes: Sequence[int] | None = None
-) -> tuple[list[int], list[int]]:
-    """SP sizes to try, split into (within a node, across nodes), ascending."""
-    sizes = sorted(set(sp_sizes)) if sp_sizes else group_sizes(world_size)
-    bad = [s for s in sizes if s < 1 or world_size % s]
-    if bad:
-        raise ValueError(f"SP sizes {bad} do not divide world size {world_size}")
-    supports = getattr(cost_model, "supports_sp_size", None)
-    if supports is not None:
-        sizes = [s for s in sizes if supports(s)]
-    node = cost_model.gpus_per_node
-    return [s for s in sizes if s <= node], [s for s in sizes if s > node]
-
-
 def plan_bucket(
     bucket: Bucket,
     cost_model: CostModel,
@@ -192,11 +183,15 @@ def plan_bucket(
     memory_cap_bytes: int | None = None,
     sp_sizes: Sequence[int] | None = None,
     max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
+    option_batch_limit: int | None = None,
+    knapsack_option: bool = True,
 ) -> BucketPlan:
     """The best (sp, micro-batch, recompute) of one bucket; raises
-    :class:`UnfittableBucketError` when nothing fits."""
+    :class:`UnfittableBucketError` when nothing fits. With ``option_batch_limit`` the
+    plan also carries the bucket's options (:func:`bucket_options`), the knapsack's
+    recomputation among them if ``knapsack_option``."""
     cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
-    within, across = candidate_sp_sizes(cost_model, world_size, sp_sizes)
+    within, across = sp_size_tiers(cost_model, world_size, sp_sizes)
     if not within and not across:
         raise ValueError(f"no usable SP size for world size {world_size} (sp_sizes={sp_sizes})")
     for tier in (within, across):
@@ -221,10 +216,54 @@ def plan_bucket(
                     best = candidate
                 bs *= 2
         if best is not None:
-            return best
+            if option_batch_limit is None:
+                return best
+            options = bucket_options(
+                bucket.shape,
+                cost_model,
+                sizes=within + across,
+                recomputes=(best.recompute,) if knapsack_option else (),
+                memory_cap_bytes=cap,
+                option_batch_limit=option_batch_limit,
+            )
+            return replace(best, options=options)
     largest = (within + across)[-1]
     needed = cost_model.pass_memory_bytes([bucket.shape], largest, (True,) * cost_model.num_blocks)
     raise UnfittableBucketError(bucket.name, needed, cap, largest)
+
+
+def bucket_options(
+    shape: SampleShape,
+    cost_model: CostModel,
+    *,
+    sizes: Sequence[int],
+    recomputes: Sequence[tuple[bool, ...]] = (),
+    memory_cap_bytes: int,
+    option_batch_limit: int = OPTION_BATCH_LIMIT,
+) -> tuple[BucketOption, ...]:
+    """Every feasible option of a bucket whose representative is ``shape``: on each
+    of ``sizes``, with no recomputation, every block recomputing and each of
+    ``recomputes`` (the knapsack's choice), ordered by SP size then recomputation."""
+    blocks = cost_model.num_blocks
+    settings = [(False,) * blocks, (True,) * blocks]
+    settings += [tuple(rc) for rc in recomputes if len(rc) == blocks]
+    guesses: dict[tuple[bool, ...], int] = {}
+    options = []
+    for sp in sizes:
+        for rc in dict.fromkeys(settings):
+            option = evaluate_option(
+                cost_model,
+                shape,
+                sp,
+                rc,
+                memory_cap_bytes,
+                option_batch_limit,
+                guess=guesses.get(rc, 1),
+            )
+            if option is not None:
+                guesses[rc] = option.max_batch
+                options.append(option)
+    return tuple(options)
 
 
 def _better(a: BucketPlan, b: BucketPlan) -> bool:
@@ -245,6 +284,8 @@ def plan_buckets(
     max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
     skip_unfittable: bool = False,
     sample_counts: Mapping[str, int] | None = None,
+    option_batch_limit: int = OPTION_BATCH_LIMIT,
+    knapsack_option: bool = True,
 ) -> Plan:
     """Plan every bucket (see the module doc).
 
@@ -252,7 +293,10 @@ def plan_buckets(
     then give the skipped sample counts; otherwise pass ``sample_counts`` (bucket name
     to samples) for them. An unfittable bucket raises :class:`UnfittableBucketError`
     unless ``skip_unfittable``, in which case it is left out of the plan and its sample
-    count recorded in ``Plan.skipped``.
+    count recorded in ``Plan.skipped``. ``memory_cap_bytes`` defaults to the cost
+    model's capacity; every bucket's options are searched up to ``option_batch_limit``
+    samples per micro-batch, and include the knapsack's recomputation choice when
+    ``knapsack_option`` (else only none and every block).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -274,6 +318,8 @@ def plan_buckets(
                 memory_cap_bytes=cap,
                 sp_sizes=sp_sizes,
                 max_micro_batch=max_micro_batch,
+                option_batch_limit=option_batch_limit,
+                knapsack_option=knapsack_option,
             )
         except UnfittableBucketError:
             if not skip_unfittable:
@@ -285,4 +331,5 @@ def plan_buckets(
         world_size=world_size,
         num_blocks=cost_model.num_blocks,
         skipped=skipped,
+        option_batch_limit=option_batch_limit,
     )

@@ -22,6 +22,7 @@ from typing import Any
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets, recompute_from_counts
+from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.profiling.profiler import (
     ProfileSettings,
@@ -181,7 +182,7 @@ def run_profile(
     settings: ProfileSettings,
     bucketing: Bucketing,
     *,
-    memory_cap_bytes: int,
+    memory_gb: float,
     sp_sizes: Sequence[int] | None = None,
     max_points: int = 3,
     max_profile_tokens: int | None = None,
@@ -209,12 +210,11 @@ def run_profile(
             shapes, max_points=max_points, max_tokens=max_profile_tokens
         )
         profile, _ = measure_profile(settings, micro_batches, sp_sizes)
-    cost = profile.cost_model(memory_cap_bytes)
+    cost = fitted_cost_model(profile, memory_gb=memory_gb)
     plan = plan_buckets(
         bucketing,
         cost,
         world_size=world,
-        memory_cap_bytes=memory_cap_bytes,
         skip_unfittable=skip_unfittable,
     )
     if validate and not reused:

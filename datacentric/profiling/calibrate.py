@@ -4,7 +4,7 @@ Runs the runnable ``llama`` preset through the real runtime on two gloo ranks
 (:func:`~datacentric.profiling.profiler.measure`): several token counts and
 micro-batch sizes, SP 1 and 2, with and without recomputation, at depth 2 and at
 full depth. Each measured pass is decomposed into the work the analytic model
-charges for (:meth:`AnalyticCostModel.work` of the truncated spec) and
+charges for (the analytic model's ``work`` of the truncated spec) and
 :func:`~datacentric.planning.hardware.calibrate_hardware` fits the rates.
 ``python -m datacentric.profiling.calibrate`` rewrites ``cpu_local.json``.
 
@@ -23,7 +23,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import (
     CPU_LOCAL_JSON,
     CalibrationPoint,
@@ -31,6 +30,7 @@ from datacentric.planning.hardware import (
     calibrate_hardware,
 )
 from datacentric.planning.model_specs import ModelSpec
+from datacentric.profiling.factory import analytic_cost_model
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult, measure
 from datacentric.shapes import SampleShape
@@ -82,7 +82,7 @@ def calibration_points(
     points = []
     for r in results:
         case = r.case
-        model = AnalyticCostModel(spec.truncated(case.depth), CPU_BASE, dtype_bytes=dtype_bytes)
+        model = analytic_cost_model(spec.truncated(case.depth), CPU_BASE, dtype_bytes=dtype_bytes)
         w = model.work(case.shapes, case.sp_size, case.flags())
         points.append(
             CalibrationPoint(
@@ -112,7 +112,7 @@ def calibrate_cpu_local(
     fitted = replace(fitted, half_efficiency_tokens=0.0)
     check = []
     for r in results:
-        predicted = AnalyticCostModel(
+        predicted = analytic_cost_model(
             spec.truncated(r.case.depth), fitted, dtype_bytes=4
         ).pass_time_s(r.case.shapes, r.case.sp_size, r.case.flags())
         check.append(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datacentric.planning.fitted import FittedCostModel, ProfilePoint
+from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.plan import Plan
 
 FORMAT_VERSION = 1
@@ -43,17 +43,6 @@ class Profile:
     grad_sync_seconds: dict[int, float] = field(default_factory=dict)
     profile_seconds: float = 0.0
     validation: dict[str, Any] | None = None
-
-    def cost_model(self, memory_capacity_bytes: int) -> FittedCostModel:
-        """The fitted cost model of these points under a memory cap."""
-        return FittedCostModel(
-            self.points,
-            num_blocks=self.num_blocks,
-            attention_kind=self.attention_kind,
-            memory_capacity_bytes=memory_capacity_bytes,
-            gpus_per_node=self.gpus_per_node,
-            grad_sync_seconds=self.grad_sync_seconds,
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from datacentric.scheduling.common import PolicyInput, PolicyOutput
-from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.dcp_opt import solve_iteration
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 OVERSHOOT_PENALTY = 1.2
 
@@ -39,7 +39,7 @@ def accumulation_for(t: float, tau: float, lo: int, hi: int) -> int:
     return min(range(lo, hi + 1), key=lambda g: (miss(g), g))
 
 
-def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
+def schedule_with(inp: PolicyInput, table: OptionTable) -> PolicyOutput:
     """``dcp-inter`` over ``table``'s recomputation choices."""
     world, opts, rng = inp.world_size, inp.options, inp.rng
     pools: dict[int, list[Item]] = {}
@@ -53,14 +53,14 @@ def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
         left, drawn = world, []
         reserved = dict.fromkeys(pools, 0)
         while left:
-            cands = [b for b in pools if len(pools[b]) > reserved[b] and config[b].sp <= left]
+            cands = [b for b in pools if len(pools[b]) > reserved[b] and config[b].sp_size <= left]
             if not cands:
                 break
             weights = np.asarray([len(pools[b]) - reserved[b] for b in cands], dtype=float)
             b = cands[int(rng.choice(len(cands), p=weights / weights.sum()))]
             drawn.append(b)
             reserved[b] += 1
-            left -= config[b].sp
+            left -= config[b].sp_size
         if left:  # the end of the epoch: not enough micro-batches to cover the world
             rest = [it for items in pools.values() for it in reversed(items)]
             if opts.drop_remainder and out.iterations:
@@ -76,7 +76,7 @@ def schedule_with(inp: PolicyInput, table: CostTable) -> PolicyOutput:
                 gas = accumulation_for(full[b], tau, opts.min_accumulation, opts.max_accumulation)
                 later = drawn[k + 1 :].count(b)  # keep one micro-batch for each later group
                 take = max(1, min(gas, len(pools[b]) - later))
-                groups.append((config[b].sp, [pools[b].pop() for _ in range(take)]))
+                groups.append((config[b].sp_size, [pools[b].pop() for _ in range(take)]))
             pools = {b: items for b, items in pools.items() if items}
         out.iterations.append(emit_iteration(len(out.iterations), world, groups, table))
     return out

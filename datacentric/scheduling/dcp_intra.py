@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from datacentric.scheduling.common import PolicyInput, PolicyOutput
-from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.costs import Config
+from datacentric.planning.bucket_options import BucketOption
 from datacentric.scheduling.dcp_opt import solve_iteration
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
-def balanced_configs(inp: PolicyInput, table: CostTable) -> dict[int, tuple[Config, int]]:
+def balanced_configs(inp: PolicyInput, table: OptionTable) -> dict[int, tuple[BucketOption, int]]:
     """Per bucket: its config and micro-batch size, balanced towards the median time."""
     buckets = inp.active_buckets()
     prefs = {b: table.preferred(b) for b in buckets}
@@ -32,14 +32,14 @@ def balanced_configs(inp: PolicyInput, table: CostTable) -> dict[int, tuple[Conf
     for b, cfg in prefs.items():
         for s in table.node_sizes:
             alt = table.config(b, s)
-            if s > cfg.sp and alt is not None and cfg.times[0] > target:
+            if s > cfg.sp_size and alt is not None and cfg.times[0] > target:
                 cfg = alt
         out[b] = (cfg, cfg.batch_for_time(target))
     return out
 
 
 def stream_iterations(
-    inp: PolicyInput, table: CostTable, units: list[tuple[int, list[Item]]]
+    inp: PolicyInput, table: OptionTable, units: list[tuple[int, list[Item]]]
 ) -> PolicyOutput:
     """Fill iterations from ``units`` (an SP size and the micro-batches of one group)
     in order; what cannot fill a whole iteration at the end is the remainder."""
@@ -78,7 +78,7 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     items: list[tuple[int, Item]] = []
     for b, (cfg, batch) in configs.items():
         for item in pack(table, b, inp.rng.permutation(inp.bucket_ids(b)), batch, sort=False):
-            items.append((cfg.sp, item))
+            items.append((cfg.sp_size, item))
     items = [items[i] for i in inp.rng.permutation(len(items))]
     acc = inp.options.accumulation
     units: list[tuple[int, list[Item]]] = []

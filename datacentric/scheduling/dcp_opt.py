@@ -26,18 +26,12 @@ import dataclasses
 import numpy as np
 
 from datacentric.scheduling import balance, exact
-from datacentric.scheduling.common import (
-    PolicyInput,
-    PolicyOutput,
-    assign_to_layout,
-    chunk_even,
-    ensure_items,
-    stratified_order,
-    time_matrix,
-)
-from datacentric.scheduling.context import CostTable
+from datacentric.scheduling.global_batches import chunk_even, stratified_order
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
@@ -49,7 +43,7 @@ SPLIT_ROUNDS = 4
 EXACT_IDLE = 0.02
 
 
-def make_items(inp: PolicyInput, table: CostTable, ids: np.ndarray) -> list[Item]:
+def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[Item]:
     """Pack a global batch's samples into micro-batches of their cheapest config."""
     view, opts = inp.view, inp.options
     buckets = view.bucket_of[ids]
@@ -110,7 +104,7 @@ def candidate_layouts(
 
 
 def solve_iteration(
-    inp: PolicyInput, table: CostTable, items: list[Item]
+    inp: PolicyInput, table: OptionTable, items: list[Item]
 ) -> list[tuple[int, list[Item]]]:
     """Group sizes and assignment of ``items`` with the least estimated makespan."""
     world, opts = inp.world_size, inp.options
@@ -184,7 +178,7 @@ def idle_share(
 
 
 def refine_by_splitting(
-    table: CostTable,
+    table: OptionTable,
     items: list[Item],
     times: np.ndarray,
     sizes: list[int],
@@ -237,7 +231,7 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     """
     table = inp.pac_table()
     world = inp.world_size
-    whole = [b for b in inp.active_buckets() if world > 1 and table.preferred(b).sp == world]
+    whole = [b for b in inp.active_buckets() if world > 1 and table.preferred(b).sp_size == world]
     is_whole = np.isin(inp.view.bucket_of[inp.active], whole)
     parts = []
     for ids, alone in ((inp.active[~is_whole], False), (inp.active[is_whole], True)):

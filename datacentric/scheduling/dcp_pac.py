@@ -8,8 +8,8 @@ SP size and largest micro-batch. Balancing is ``dcp-inter``'s.
 
 from __future__ import annotations
 
-from datacentric.scheduling.common import PolicyInput, PolicyOutput
 from datacentric.scheduling.dcp_inter import schedule_with
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:

@@ -20,10 +20,11 @@ from datacentric.scheduling import (
     packed,
     static,
 )
-from datacentric.scheduling.common import PolicyInput, PolicyOutput
-from datacentric.scheduling.context import DatasetView
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.default_plan import plan_dataset
 from datacentric.scheduling.measures import ideal_gpu_seconds, schedule_measures
 from datacentric.scheduling.options import ScheduleOptions
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 from datacentric.shapes import SampleShape
 
 #: Every policy by name: a pure function of its :class:`PolicyInput`.
@@ -59,8 +60,10 @@ def build_schedule(
     """An epoch of iterations for the dataset ``shapes`` (sample id = index).
 
     A pure function of its arguments: every rank computes the same schedule, with
-    no communication. ``plan`` (optional) adds each bucket's knapsack recomputation
-    choice and memory cap, and its skipped buckets' samples are dropped (reported).
+    no communication. ``plan`` is the one authority on what each bucket may run with
+    (its options) and on the memory cap; its skipped buckets' samples are dropped
+    (reported). Without one, :func:`plan_dataset` plans the dataset with the planner on
+    ``cost_model`` (under its capacity).
     ``sample_ids`` restricts the epoch to those samples (the rest are listed as
     dropped; :func:`~datacentric.scheduling.resume.replan_remaining` uses it).
     ``measure`` fills ``meta`` with imbalance, efficiency and the ideal bound.
@@ -81,7 +84,9 @@ def build_schedule(
         asked[ids] = True
     not_asked = np.flatnonzero(~asked)
     skipped = np.zeros(0, dtype=np.int64)
-    if plan is not None and plan.skipped:
+    if plan is None:
+        plan = plan_dataset(view, cost_model, world_size, options.max_micro_batch_size)
+    if plan.skipped:
         gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
         in_gone = np.isin(view.bucket_of, gone)
         skipped = np.flatnonzero(asked & in_gone)
@@ -89,7 +94,6 @@ def build_schedule(
     active = np.flatnonzero(asked)
     if len(active) == 0:
         raise ValueError("no samples to schedule (all were skipped or excluded)")
-    cap = options.memory_cap_bytes or (plan.memory_cap_bytes if plan else None)
     inp = PolicyInput(
         view=view,
         cost_model=cost_model,
@@ -98,7 +102,6 @@ def build_schedule(
         plan=plan,
         rng=epoch_rng(seed, epoch),
         active=active,
-        memory_cap_bytes=int(cap or cost_model.memory_capacity_bytes),
     )
     out = POLICIES[policy](inp)
     dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])

@@ -2,9 +2,9 @@
 
 The **ideal bound** (one function, reused by the simulator): every sample runs at the
 cheapest GPU-seconds any feasible configuration gives it, ``sp * time / samples``
-over SP sizes (within a node, past it only for buckets that fit nothing within),
-recomputation (none, every block, or the plan's choice for its bucket) and
-micro-batch sizes (up to the largest that fits the memory cap); the sum over
+over the plan's options: SP sizes (within a node, past it only for buckets that fit
+nothing within), recomputation (none, every block, or the plan's choice for its
+bucket) and micro-batch sizes (up to the largest that fits the memory cap); the sum over
 samples divided by the world size is the epoch time of a perfectly balanced,
 communication-free world. A schedule's **efficiency** is that bound over its
 estimated epoch time (iterations' makespans plus the exposed gradient sync).
@@ -16,11 +16,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datacentric.planning.bucket_options import cheapest_option
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.context import CostTable, DatasetView
-from datacentric.scheduling.costs import best_config
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.default_plan import plan_dataset
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.policy_input import any_recompute
 from datacentric.shapes import SampleShape
 
 #: Text buckets with more distinct lengths than this are priced at this many
@@ -34,41 +37,27 @@ def ideal_epoch_time(
     world_size: int,
     *,
     plan: Plan | None = None,
-    memory_cap_bytes: int | None = None,
     max_sp_size: int | None = None,
-    max_micro_batch_size: int = 4096,
     sample_ids: Sequence[int] | None = None,
 ) -> float:
     """The ideal epoch time in seconds of ``shapes`` (or the subset ``sample_ids``) on
-    ``world_size`` ranks (see the module doc)."""
+    ``world_size`` ranks (see the module doc), over ``plan``'s options (by default the
+    planner's plan of ``shapes`` on ``cost_model``)."""
     view = DatasetView(shapes)
-    cap = memory_cap_bytes or (plan.memory_cap_bytes if plan else None)
-    cap = cap or cost_model.memory_capacity_bytes
-    nb = int(cost_model.num_blocks)
-    names = [bk.name for bk in view.buckets]
-
-    def recomputes(b: int) -> list[tuple[bool, ...]]:
-        out = [(False,) * nb, (True,) * nb]
-        if plan is not None and names[b] in plan.buckets:
-            rc = tuple(plan.buckets[names[b]].recompute)
-            if len(rc) == nb:
-                out.append(rc)
-        return out
-
-    table = CostTable(
+    plan = plan or plan_dataset(view, cost_model, world_size)
+    table = OptionTable(
         view,
         cost_model,
+        plan,
         world_size=world_size,
-        memory_cap_bytes=cap,
         max_sp_size=max_sp_size,
-        max_micro_batch_size=max_micro_batch_size,
-        recomputes=recomputes,
+        allowed=any_recompute,
     )
     ids = np.arange(view.num_samples) if sample_ids is None else np.asarray(sample_ids)
     return ideal_gpu_seconds(table, ids) / world_size
 
 
-def ideal_gpu_seconds(table: CostTable, ids: np.ndarray) -> float:
+def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
     """Sum over samples ``ids`` of their cheapest GPU-seconds (see module doc)."""
     view = table.view
     total = 0.0
@@ -84,9 +73,12 @@ def ideal_gpu_seconds(table: CostTable, ids: np.ndarray) -> float:
             distinct = np.unique(
                 np.rint(np.geomspace(distinct[0], distinct[-1], ANCHORS)).astype(np.int64)
             )
-        sizes = list(table.node_sizes) if pref.sp in table.node_sizes else [pref.sp]
+        sizes = list(table.node_sizes) if pref.sp_size in table.node_sizes else [pref.sp_size]
         costs = []
         rcs = table.recomputes(b)
+        # The bound prices members shorter than the representative, which the plan's
+        # options (planned on the representative) do not cover: on the bucket's own
+        # SP sizes and recomputation settings, under the plan's cap.
         # Longest first; each (size, recomputation) starts its search from the last
         # answer scaled to the new length: a few memory queries instead of twenty.
         last: dict[int, dict[tuple[bool, ...], tuple[int, int]]] = {s: {} for s in sizes}
@@ -95,13 +87,13 @@ def ideal_gpu_seconds(table: CostTable, ids: np.ndarray) -> float:
             options = []
             for s in sizes:
                 guess = {rc: max(1, bs * prev // length) for rc, (bs, prev) in last[s].items()}
-                cfg = best_config(
+                cfg = cheapest_option(
                     table.cost_model,
                     shape,
                     s,
                     rcs,
                     table.cap,
-                    table.limit,
+                    table.plan.option_batch_limit,
                     guesses=guess,
                     curve=False,
                 )

@@ -17,13 +17,14 @@ from __future__ import annotations
 import numpy as np
 
 from datacentric.scheduling import balance
-from datacentric.scheduling.common import PolicyInput, PolicyOutput, chunk_fixed
-from datacentric.scheduling.context import CostTable
+from datacentric.scheduling.global_batches import chunk_fixed
 from datacentric.scheduling.micro_batches import emit_iteration
+from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.packed import pack_in_order
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
-def tokens_per_rank(inp: PolicyInput, table: CostTable) -> int:
+def tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
     """The per-rank token limit: every bucket fits this many tokens per rank on some
     SP size within a node."""
     if inp.options.megatron_tokens_per_rank:
@@ -40,7 +41,7 @@ def tokens_per_rank(inp: PolicyInput, table: CostTable) -> int:
     return max(1, min(limits))
 
 
-def sp_sizes_for(inp: PolicyInput, table: CostTable, ids: np.ndarray, limit: int) -> np.ndarray:
+def sp_sizes_for(inp: PolicyInput, table: OptionTable, ids: np.ndarray, limit: int) -> np.ndarray:
     """Each sequence's SP size: ``next_pow2(ceil(L / limit))``, at least its bucket's
     smallest feasible size (the whole world when no power of two is left)."""
     need = -(-inp.view.tokens[ids] // limit)
@@ -81,8 +82,7 @@ def balance_batch(
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``megatron-dyncp`` policy."""
     world = inp.world_size
-    full = (True,) * inp.num_blocks
-    table = inp.table("full", lambda b: [full])
+    table = inp.full_table()
     limit = tokens_per_rank(inp, table)
     chunks, dropped = chunk_fixed(inp, inp.rng.permutation(inp.active))
     out = PolicyOutput(iterations=[], dropped=dropped)

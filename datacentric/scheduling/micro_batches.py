@@ -7,12 +7,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.schedule import Assignment, Iteration, MicroBatch
-from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.item import Item
+from datacentric.scheduling.option_table import OptionTable
 
 
 def pack(
-    table: CostTable, b: int, ids: Sequence[int], units: float, *, sort: bool = True
+    table: OptionTable, b: int, ids: Sequence[int], units: float, *, sort: bool = True
 ) -> list[Item]:
     """Split bucket ``b``'s samples ``ids`` into micro-batches of at most ``units``
     representatives each (samples for uniform buckets, tokens over the
@@ -58,14 +58,14 @@ def next_fit_cuts(tokens: list[int], budget: float) -> list[int]:
     return cuts
 
 
-def split_item(item: Item, table: CostTable) -> tuple[Item, Item]:
+def split_item(item: Item, table: OptionTable) -> tuple[Item, Item]:
     """Halve a micro-batch of two or more samples (tail iterations need more of them)."""
     half = item.count // 2
     first, second = item.ids[:half], item.ids[half:]
     return make_item(table, first, item.mixed), make_item(table, second, item.mixed)
 
 
-def make_item(table: CostTable, ids: Sequence[int], mixed: bool = True) -> Item:
+def make_item(table: OptionTable, ids: Sequence[int], mixed: bool = True) -> Item:
     """An item of samples ``ids``; named by its longest sample's bucket."""
     view = table.view
     arr = np.asarray(ids, dtype=np.int64)
@@ -95,7 +95,7 @@ def emit_iteration(
     index: int,
     world_size: int,
     groups: Sequence[tuple[int, Sequence[Item]]],
-    table: CostTable,
+    table: OptionTable,
     *,
     recompute_of: dict[tuple[int, int], tuple[bool, ...]] | None = None,
 ) -> Iteration:

@@ -9,13 +9,11 @@ from dataclasses import dataclass
 class ScheduleOptions:
     """Knobs of :func:`datacentric.scheduling.build_schedule`.
 
-    Defaults give every policy the same memory cap, the same SP sizes and the same
-    global-batch bound, so that policies are compared on equal terms.
+    Defaults give every policy the same SP sizes and the same global-batch bound, so
+    that policies are compared on equal terms; the memory cap and each bucket's
+    options come from the plan.
     """
 
-    memory_cap_bytes: int | None = None
-    """Per-rank memory a micro-batch may use; default: the plan's cap, else the cost
-    model's ``memory_capacity_bytes``."""
     max_sp_size: int | None = None
     """Largest SP size tried; default: a node (``gpus_per_node``), larger only for
     buckets that fit nothing within a node."""
@@ -36,7 +34,8 @@ class ScheduleOptions:
     """Leave out the last, partial global batch; the dropped ids are reported in
     ``Schedule.dropped_sample_ids`` and ``meta['samples_dropped']``."""
     max_micro_batch_size: int = 4096
-    """Upper bound on samples in one micro-batch (the doubling search stops here)."""
+    """Upper bound on samples in one micro-batch when ``build_schedule`` makes the plan
+    (a given plan's options carry their own, ``Plan.option_batch_limit``)."""
     megatron_tokens_per_rank: int | None = None
     """``megatron-dyncp``'s per-rank token limit; default: the most tokens one rank
     holds for every bucket (from the memory cap, full recomputation)."""

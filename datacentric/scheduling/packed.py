@@ -10,22 +10,21 @@ mixes shapes) is halved until it fits. Each iteration every group takes the next
 
 from __future__ import annotations
 
-from datacentric.scheduling.common import PolicyInput, PolicyOutput
-from datacentric.scheduling.context import CostTable
-from datacentric.scheduling.costs import fits_shapes
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import make_item
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 from datacentric.scheduling.static import fixed_groups, uniform_sp
 
 
-def token_budget(inp: PolicyInput, table: CostTable, sp: int) -> int:
+def token_budget(inp: PolicyInput, table: OptionTable, sp: int) -> int:
     """Tokens of the largest micro-batch of the longest active bucket on ``sp`` ranks."""
     top = max(inp.active_buckets(), key=lambda b: inp.view.rep_tokens(b))
     return table.config(top, sp).max_batch * inp.view.rep_tokens(top)
 
 
 def pack_in_order(
-    inp: PolicyInput, table: CostTable, order: list[int], budget: int, sp: int
+    inp: PolicyInput, table: OptionTable, order: list[int], budget: int, sp: int
 ) -> list[Item]:
     """Next-fit packing of ``order`` into items of at most ``budget`` tokens that fit
     in memory on ``sp`` ranks."""
@@ -45,14 +44,13 @@ def pack_in_order(
     return items
 
 
-def fitting_items(inp: PolicyInput, table: CostTable, ids: list[int], sp: int) -> list[Item]:
+def fitting_items(inp: PolicyInput, table: OptionTable, ids: list[int], sp: int) -> list[Item]:
     """``ids`` as one item, halved recursively while the cost model says it does not
     fit (a single sample always stays: its bucket fits on ``sp``)."""
     item = make_item(table, ids)
     if len(ids) == 1:
         return [item]
-    rc = table.config(item.bucket, sp).recompute
-    if fits_shapes(inp.cost_model, [inp.view.shapes[i] for i in ids], sp, rc, table.cap):
+    if table.fits(ids, sp, table.config(item.bucket, sp).recompute):
         return [item]
     half = len(ids) // 2
     return fitting_items(inp, table, ids[:half], sp) + fitting_items(inp, table, ids[half:], sp)

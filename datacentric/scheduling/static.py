@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from datacentric.schedule import group_sizes
-from datacentric.scheduling.common import PolicyInput, PolicyOutput, assign_to_layout
-from datacentric.scheduling.context import CostTable
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.placement import assign_to_layout
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
-def uniform_sp(inp: PolicyInput, table: CostTable) -> int:
+def uniform_sp(inp: PolicyInput, table: OptionTable) -> int:
     """The smallest SP size dividing the world on which every active bucket fits."""
     buckets = inp.active_buckets()
     for s in group_sizes(inp.world_size):
@@ -29,7 +30,7 @@ def uniform_sp(inp: PolicyInput, table: CostTable) -> int:
     raise ValueError(f"no single SP size up to {inp.world_size} fits every bucket")
 
 
-def median_batches(inp: PolicyInput, table: CostTable, sp: int) -> dict[int, int]:
+def median_batches(inp: PolicyInput, table: OptionTable, sp: int) -> dict[int, int]:
     """Per bucket, the largest micro-batch whose time is within the median of the
     buckets' full micro-batch times (at least one sample)."""
     buckets = inp.active_buckets()
@@ -38,7 +39,7 @@ def median_batches(inp: PolicyInput, table: CostTable, sp: int) -> dict[int, int
     return {b: table.config(b, sp).batch_for_time(target) for b in buckets}
 
 
-def bucket_micro_batches(inp: PolicyInput, table: CostTable, batch: dict[int, int]) -> list[Item]:
+def bucket_micro_batches(inp: PolicyInput, table: OptionTable, batch: dict[int, int]) -> list[Item]:
     """Every bucket's samples, shuffled, cut into micro-batches; then all shuffled."""
     items: list[Item] = []
     for b in inp.active_buckets():
@@ -47,7 +48,7 @@ def bucket_micro_batches(inp: PolicyInput, table: CostTable, batch: dict[int, in
 
 
 def fixed_groups(
-    inp: PolicyInput, table: CostTable, sp: int, items: list[Item], accumulation: int
+    inp: PolicyInput, table: OptionTable, sp: int, items: list[Item], accumulation: int
 ) -> PolicyOutput:
     """Iterations of ``world / sp`` equal groups taking ``accumulation`` consecutive
     items each; the last, partial iteration is dropped on request or else spread

@@ -3,7 +3,7 @@
 For every iteration, every group (an assignment: ``sp_size`` ranks starting at
 ``rank_start``) runs its micro-batches back to back, all ranks of the group in lock
 step (Ulysses all-to-all synchronises them inside every attention layer). A
-micro-batch's duration is the cost model's ``pass_time_s`` for the micro-batch's
+micro-batch's duration is the ``time_s`` of the cost model's ``breakdown`` for its
 sample shapes, SP size and recomputation, *re-derived from the dataset's shapes*
 (``MicroBatch.est_time_s`` and ``MicroBatch.tokens`` are never trusted): forward,
 backward, recomputation of the blocks that recompute, and the group's all-to-all,
@@ -43,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.cost_model import CostModel, PassBreakdown
 from datacentric.schedule import Assignment, MicroBatch, Schedule
 from datacentric.shapes import SampleShape
 from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch_id
@@ -51,20 +51,6 @@ from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch
 
 class PlanDoesNotFitError(ValueError):
     """A micro-batch of the schedule needs more memory than the device has."""
-
-
-@dataclass(frozen=True)
-class PassCost:
-    """Modelled cost of one micro-batch pass on one rank of its group."""
-
-    seconds: float
-    """Wall time of forward + backward, recomputation and all-to-all included."""
-    recompute_s: float
-    """Part of ``seconds`` spent recomputing activations."""
-    comm_s: float
-    """Part of ``seconds`` spent in the group's all-to-all (0 when the model cannot say)."""
-    memory_bytes: int
-    """Peak bytes on one rank."""
 
 
 @dataclass(frozen=True)
@@ -185,36 +171,6 @@ class SimResult:
         }
 
 
-class PassCostCache:
-    """Memoised pass costs of one cost model (many micro-batches repeat a shape mix)."""
-
-    def __init__(self, cost_model: CostModel) -> None:
-        self.cost_model = cost_model
-        self._cache: dict[tuple[Any, ...], PassCost] = {}
-
-    def __call__(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-    ) -> PassCost:
-        key = (tuple(shapes), sp_size, tuple(recompute))
-        cost = self._cache.get(key)
-        if cost is None:
-            cost = self._cache[key] = self._compute(key[0], sp_size, key[2])
-        return cost
-
-    def _compute(
-        self, shapes: tuple[SampleShape, ...], sp_size: int, recompute: tuple[bool, ...]
-    ) -> PassCost:
-        model = self.cost_model
-        recompute = recompute or (False,) * model.num_blocks
-        seconds = model.pass_time_s(shapes, sp_size, recompute)
-        # Recomputation is exactly what the model charges beyond the same pass without it.
-        without = model.pass_time_s(shapes, sp_size, (False,) * len(recompute))
-        recompute_s = max(0.0, seconds - without)
-        comm_s = _alltoall_seconds(model, shapes, sp_size, recompute)
-        memory = int(model.pass_memory_bytes(shapes, sp_size, recompute))
-        return PassCost(seconds, recompute_s, comm_s, memory)
-
-
 def simulate(
     schedule: Schedule,
     shapes: Sequence[SampleShape],
@@ -222,14 +178,13 @@ def simulate(
     *,
     ideal_epoch_time_s: float | None = None,
     record_spans: bool = True,
-    costs: PassCostCache | None = None,
     overlap_grad_sync: bool = False,
 ) -> SimResult:
     """Execute ``schedule`` over the dataset ``shapes`` on ``cost_model``'s hardware.
 
     ``ideal_epoch_time_s`` (the scheduler's bound for the same dataset and world)
-    makes the result report an efficiency. ``costs`` shares memoised pass costs
-    between simulations on the same cost model. ``overlap_grad_sync``: model the
+    makes the result report an efficiency. Pass costs are the cost model's cached
+    :meth:`~datacentric.planning.cost_model.CostModel.breakdown`. ``overlap_grad_sync``: model the
     gradient reduction's overlap with the last backward here (see the module doc);
     the cost model's ``grad_sync_time_s`` must then be the whole reduction.
     """
@@ -239,7 +194,6 @@ def simulate(
             "were given"
         )
     schedule.validate()
-    costs = costs or PassCostCache(cost_model)
     capacity = cost_model.memory_capacity_bytes
     reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
     world = schedule.world_size
@@ -255,7 +209,8 @@ def simulate(
             t = last_backward = 0.0
             for k, mb in enumerate(group.micro_batches):
                 mb_shapes = [shapes[i] for i in mb.sample_ids]
-                cost = costs(mb_shapes, group.sp_size, mb.recompute)
+                recompute = mb.recompute or (False,) * cost_model.num_blocks
+                cost = cost_model.breakdown(mb_shapes, group.sp_size, recompute)
                 if cost.memory_bytes > capacity:
                     raise PlanDoesNotFitError(_does_not_fit(it.index, group, k, mb, cost, capacity))
                 mb_tokens = sum(s.tokens for s in mb_shapes)
@@ -265,8 +220,8 @@ def simulate(
                     )
                     runs[run.id] = run
                     spans.extend(_pass_spans(it.index, group, run.id, clock + t, cost))
-                t += cost.seconds
-                last_backward = cost.seconds - (cost.seconds - cost.recompute_s) / 3
+                t += cost.time_s
+                last_backward = cost.time_s - (cost.time_s - cost.recompute_s) / 3
                 it_tokens += mb_tokens
                 samples += len(mb.sample_ids)
                 recompute_gpu += cost.recompute_s * group.sp_size
@@ -305,11 +260,11 @@ def simulate(
 
 
 def _pass_spans(
-    iteration: int, group: Assignment, mb_id: int, start_s: float, cost: PassCost
+    iteration: int, group: Assignment, mb_id: int, start_s: float, cost: PassBreakdown
 ) -> list[Span]:
     """A modelled pass on every rank of its group: compute, then the recomputation, then
     the all-to-all (in reality both are spread over the layers; the model knows totals)."""
-    compute_s = max(0.0, cost.seconds - cost.recompute_s - cost.comm_s)
+    compute_s = max(0.0, cost.compute_s)
     parts = [(COMPUTE, compute_s), (RECOMPUTE, cost.recompute_s), (COMM, cost.comm_s)]
     out = []
     for rank in group.ranks:
@@ -321,26 +276,13 @@ def _pass_spans(
     return out
 
 
-def _alltoall_seconds(
-    model: CostModel, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
-) -> float:
-    """The all-to-all part of a pass, for traces and the communication share.
-
-    Only a model that exposes its work decomposition (the analytic model's ``work``
-    and ``hardware``) can tell it apart from compute; for any other model it is 0 and
-    the all-to-all stays inside the pass time, which is what counts.
-    """
-    work_of, hw = getattr(model, "work", None), getattr(model, "hardware", None)
-    if sp_size == 1 or work_of is None or hw is None:
-        return 0.0
-    work = work_of(shapes, sp_size, recompute)
-    seconds = work.nvlink_bytes / (hw.intra_node_bandwidth * hw.network_efficiency)
-    seconds += work.ib_bytes / (hw.inter_node_bandwidth * hw.network_efficiency)
-    return seconds + work.collectives * hw.collective_latency_s
-
-
 def _does_not_fit(
-    iteration: int, group: Assignment, index: int, mb: MicroBatch, cost: PassCost, capacity: int
+    iteration: int,
+    group: Assignment,
+    index: int,
+    mb: MicroBatch,
+    cost: PassBreakdown,
+    capacity: int,
 ) -> str:
     last = group.rank_start + group.sp_size - 1
     return (

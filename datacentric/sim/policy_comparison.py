@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.hardware import get_hardware
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
-from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.factory import MEMORY_FRACTION, analytic_cost_model
 from datacentric.schedule import Schedule
 from datacentric.shapes import SampleShape, make_buckets
-from datacentric.sim.engine import PassCostCache, SimResult, simulate
+from datacentric.sim.engine import SimResult, simulate
 
 if TYPE_CHECKING:
     from datacentric.scheduling import ScheduleOptions
@@ -29,24 +28,26 @@ if TYPE_CHECKING:
 #: The policies of the paper reproduction, baseline first.
 DEFAULT_POLICIES = ("static", "megatron-dyncp", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt")
 
-#: Share of device memory plans may use (the paper's default cap).
-MEMORY_FRACTION = 0.7
 
-
-def simulation_cost_model(model: str, hardware: str, world_size: int) -> AnalyticCostModel:
+def simulation_cost_model(
+    model: str, hardware: str, world_size: int, *, memory_gb: float | None = None
+) -> AnalyticCostModel:
     """The analytic cost model the simulator uses for ``model`` on ``hardware``.
 
-    Settings (stated, not fitted): bf16; plans capped at 70% of device memory;
+    Settings (stated, not fitted): bf16; plans capped at 70% of device memory (or
+    ``memory_gb`` GiB);
     gradients and optimizer state sharded over the world (ZeRO-2, as the reference
     benchmark's ``zero2`` plugin; parameters stay replicated, as SP needs them);
     the model reports the whole gradient all-reduce (``grad_sync_overlap=0``) and the
     simulator overlaps it with the last backward of the slowest group
     (``simulate(..., overlap_grad_sync=True)``, as DDP and ZeRO-2 do).
     """
-    return AnalyticCostModel(
-        get_model_spec(model),
-        get_hardware(hardware),
+    return analytic_cost_model(
+        model,
+        hardware,
+        memory_gb=memory_gb,
         memory_fraction=MEMORY_FRACTION,
+        dtype_bytes=2,
         state_shards=world_size,
         grad_sync_overlap=0.0,
     )
@@ -90,7 +91,6 @@ def run_policies(
     if plan is None:
         plan = plan_buckets(make_buckets(shapes), cost_model, world_size=world_size)
     bounds: dict[tuple[int, ...], float] = {}
-    costs = PassCostCache(cost_model)
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
         try:
@@ -100,7 +100,6 @@ def run_policies(
                 cost_model,
                 world_size,
                 plan,
-                costs,
                 bounds,
                 seed=seed,
                 epoch=epoch,
@@ -120,7 +119,6 @@ def _run_policy(
     cost_model: CostModel,
     world_size: int,
     plan: Plan,
-    costs: PassCostCache,
     bounds: dict[tuple[int, ...], float],
     *,
     seed: int,
@@ -156,7 +154,6 @@ def _run_policy(
         cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        costs=costs,
         overlap_grad_sync=True,
     )
     return PolicyRun(policy, schedule, result, elapsed)

@@ -14,10 +14,9 @@ from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import get_workload, list_workloads
 from datacentric.models.presets import MODEL_PRESETS, build_model
-from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.hardware import get_hardware
 from datacentric.profiling.autoprofile import ensure_profile
+from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.preset_specs import spec_from_model_preset
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig
@@ -74,20 +73,26 @@ def build_model_for(config: TrainConfig, dataset) -> nn.Module:
     )
 
 
-def build_cost_model(model: str, device: torch.device, dtype: str = "float32") -> CostModel:
+def build_cost_model(
+    model: str, device: torch.device, dtype: str = "float32", memory_gb: float | None = None
+) -> CostModel:
     """The cost model a schedule is planned with, for model preset ``model``.
 
     Analytic FLOP/byte model of the preset on this device: ``cpu-local`` (calibrated
-    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name.
+    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; ``memory_gb``
+    caps each rank (default: 70% of the device).
     """
     if model not in MODEL_PRESETS:
         raise ValueError(
             f"model {model!r} has no analytic spec; pass a cost model, or profile it first "
             "(`datacentric profile`)"
         )
-    spec = spec_from_model_preset(model)
-    hardware = get_hardware(_hardware_name(device))
-    return AnalyticCostModel(spec, hardware, dtype_bytes=2 if dtype == "bfloat16" else 4)
+    return analytic_cost_model(
+        spec_from_model_preset(model),
+        _hardware_name(device),
+        memory_gb=memory_gb,
+        dtype_bytes=2 if dtype == "bfloat16" else 4,
+    )
 
 
 def run_cost_model(
@@ -101,7 +106,7 @@ def run_cost_model(
     fitted model then predicts every bucket. ``analytic``: :func:`build_cost_model`.
     """
     if config.cost_model == "analytic":
-        return build_cost_model(config.model, device, config.dtype)
+        return build_cost_model(config.model, device, config.dtype, config.memory_gb)
     directory = config.profile_dir or str(Path(config.out) / "profile")
     settings = ProfileSettings(
         model=config.model,
@@ -115,8 +120,9 @@ def run_cost_model(
         clock="wall",
     )
     profile = ensure_profile(directory, settings, shapes)
-    cap = int(config.memory_gb * 2**30) if config.memory_gb else _device_capacity(device)
-    return profile.cost_model(cap)
+    return fitted_cost_model(
+        profile, memory_gb=config.memory_gb, default_cap_bytes=_device_capacity(device)
+    )
 
 
 def _device_capacity(device: torch.device) -> int:

@@ -31,6 +31,7 @@ from datacentric.parallel.launch import init_from_env
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Iteration, Schedule
@@ -93,12 +94,12 @@ class EpochPlanner:
         self.world_size = world_size
         self.policy = policy
         self.seed = seed
-        cap = int(memory_gb * 2**30) if memory_gb else None
-        self.options = ScheduleOptions(
-            memory_cap_bytes=cap, tokens_per_iteration=tokens_per_iteration
-        )
+        self.options = ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
         self.plan: Plan = plan_buckets(
-            make_buckets(self.shapes), cost_model, world_size=world_size, memory_cap_bytes=cap
+            make_buckets(self.shapes),
+            cost_model,
+            world_size=world_size,
+            memory_cap_bytes=gib_to_bytes(memory_gb),
         )
 
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
@@ -147,7 +148,7 @@ class DataCentric:
         if cost_model is None:
             if preset is None:
                 raise ValueError("DataCentric needs a cost_model, or the preset name of the model")
-            cost_model = build_cost_model(preset, self.groups.device, dtype)
+            cost_model = build_cost_model(preset, self.groups.device, dtype, memory_gb)
         self.planner = EpochPlanner(
             dataset.shapes(),
             cost_model,

@@ -42,7 +42,12 @@ WRAPPERS = ("none", "ddp", "fsdp2")
 
 
 def mixed_iteration(
-    shapes: Sequence[SampleShape], world_size: int, num_blocks: int, seed: int = 0
+    shapes: Sequence[SampleShape],
+    world_size: int,
+    num_blocks: int,
+    seed: int = 0,
+    *,
+    sizes: Sequence[int] | None = None,
 ) -> Iteration:
     """One iteration mixing SP sizes, accumulation counts and recomputation.
 
@@ -53,14 +58,18 @@ def mixed_iteration(
     counts differ). Otherwise group ``g`` runs ``g + 1`` micro-batches of 2 or
     1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP
     group gets the longest samples. Recomputation cycles through all blocks,
-    every other block and none.
+    every other block and none. ``sizes`` replaces the layout (SP size per group,
+    in rank order), e.g. ``[1, 1]`` for unequal accumulation at world 2.
     """
-    sizes = [1] * world_size
-    if world_size >= 4:
+    if sizes is not None:  # the caller's layout of SP groups
+        sizes = list(sizes)
+    elif world_size >= 4:
         sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
         sizes = [sp] + [1] * (world_size - sp)
     elif world_size == 2:
         sizes = [2]
+    else:
+        sizes = [1] * world_size
     counts = [g + 1 for g in range(len(sizes))] if len(sizes) > 1 else [2]
     per_batch = [2 - (i % 2) for i in range(sum(counts))]
     needed = sum(per_batch)

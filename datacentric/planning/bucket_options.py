@@ -1,23 +1,23 @@
-"""Per-bucket cost tables: what each bucket costs at each SP size, cached.
+"""A bucket's feasible options: the ways it can run, each with its time curve.
 
-Everything the policies know about time and memory comes from the
-:class:`~datacentric.planning.cost_model.CostModel` protocol, asked once per
-(bucket, SP size, recomputation, micro-batch size) on the bucket's representative
-(its largest member, so the answer is memory-safe for every member), and cached
-here. Policies then estimate a micro-batch by interpolating in the number of
-samples (or, for text buckets whose members differ, in tokens over the
-representative's tokens); the final ``MicroBatch.est_time_s`` is the cost model's
-own answer on the actual shapes (:meth:`DatasetView.exact_time`).
+A :class:`BucketOption` is one (SP size, recomputation) under a memory cap, with the
+largest micro-batch of the bucket's representative (its largest member) that fits
+and the pass time at ``1, 2, 4, ..., max_batch`` samples. The planner computes the
+options of every bucket (:func:`evaluate_option`) and the
+:class:`~datacentric.planning.plan.Plan` carries them; policies only choose among
+them. The search functions here are the one place a configuration is searched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from datacentric.planning.cost_model import CostModel
+from datacentric.schedule import group_sizes
 from datacentric.shapes import SampleShape
 
 
@@ -40,13 +40,6 @@ def fits_shapes(
         return False
 
 
-def fits(
-    cost_model: CostModel, shape: SampleShape, count: int, sp: int, rc: tuple, cap: int
-) -> bool:
-    """Whether ``count`` samples of ``shape`` in one micro-batch fit under ``cap``."""
-    return fits_shapes(cost_model, [shape] * count, sp, rc, cap)
-
-
 def max_batch(
     cost_model: CostModel,
     shape: SampleShape,
@@ -65,7 +58,7 @@ def max_batch(
     good, bad = 0, limit + 1
     probe = max(1, min(int(guess), limit))
     while bad - good > 1:
-        if fits(cost_model, shape, probe, sp, rc, cap):
+        if fits_shapes(cost_model, [shape] * probe, sp, rc, cap):
             good = probe
             probe = min(2 * probe, bad - 1) if bad == limit + 1 else (good + bad) // 2
         else:
@@ -77,32 +70,39 @@ def max_batch(
 
 
 @dataclass(frozen=True)
-class Config:
+class BucketOption:
     """One way to run a bucket: SP size, recomputation and the largest micro-batch,
-    with the pass time at sample counts ``1, 2, 4, ..., max_batch``."""
+    with the pass time at sample counts ``counts`` (``1, 2, 4, ..., max_batch``)."""
 
-    sp: int
+    sp_size: int
     recompute: tuple[bool, ...]
     max_batch: int
-    counts: np.ndarray
-    times: np.ndarray
+    counts: tuple[float, ...]
+    times: tuple[float, ...]
+    _arrays: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        arrays = (np.asarray(self.counts, float), np.asarray(self.times, float))
+        object.__setattr__(self, "_arrays", arrays)
 
     def time(self, count: float) -> float:
         """Estimated pass time of ``count`` representatives (fractional allowed)."""
-        if count >= 1.0 or len(self.counts) == 1:
-            return float(np.interp(count, self.counts, self.times))
+        counts, times = self._arrays
+        if count >= 1.0 or len(counts) == 1:
+            return float(np.interp(count, counts, times))
         # Below one representative: extend the first segment, never below proportional.
-        slope = float(self.times[1] - self.times[0])
-        return max(float(self.times[0]) + (count - 1.0) * slope, float(self.times[0]) * count)
+        slope = float(times[1] - times[0])
+        return max(float(times[0]) + (count - 1.0) * slope, float(times[0]) * count)
 
     def times_for(self, counts: np.ndarray) -> np.ndarray:
         """:meth:`time` of every entry of ``counts``, infinite above ``max_batch``."""
+        xs, ys = self._arrays
         counts = np.asarray(counts, dtype=float)
-        out = np.interp(counts, self.counts, self.times)
+        out = np.interp(counts, xs, ys)
         low = counts < 1.0
-        if low.any() and len(self.counts) > 1:
-            slope = float(self.times[1] - self.times[0])
-            t0 = float(self.times[0])
+        if low.any() and len(xs) > 1:
+            slope = float(ys[1] - ys[0])
+            t0 = float(ys[0])
             out[low] = np.maximum(t0 + (counts[low] - 1.0) * slope, t0 * counts[low])
         out[counts > self.max_batch] = np.inf
         return out
@@ -110,19 +110,39 @@ class Config:
     def batch_for_time(self, seconds: float) -> int:
         """Most samples per micro-batch whose estimated time stays within ``seconds``
         (at least 1)."""
-        if seconds <= self.times[0]:
+        xs, ys = self._arrays
+        if seconds <= ys[0]:
             return 1
-        if seconds >= self.times[-1]:
+        if seconds >= ys[-1]:
             return self.max_batch
-        return max(1, int(np.interp(seconds, self.times, self.counts)))
+        return max(1, int(np.interp(seconds, ys, xs)))
 
     @property
     def gpu_seconds_per_sample(self) -> float:
         """GPU-seconds per sample at the largest micro-batch."""
-        return self.sp * float(self.times[-1]) / self.max_batch
+        return self.sp_size * float(self.times[-1]) / self.max_batch
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sp_size": self.sp_size,
+            "recompute": "".join("1" if r else "0" for r in self.recompute),
+            "max_batch": self.max_batch,
+            "counts": list(self.counts),
+            "times_s": list(self.times),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BucketOption:
+        return cls(
+            sp_size=int(d["sp_size"]),
+            recompute=tuple(c == "1" for c in d["recompute"]),
+            max_batch=int(d["max_batch"]),
+            counts=tuple(float(c) for c in d["counts"]),
+            times=tuple(float(t) for t in d["times_s"]),
+        )
 
 
-def evaluate_config(
+def evaluate_option(
     cost_model: CostModel,
     shape: SampleShape,
     sp: int,
@@ -132,8 +152,8 @@ def evaluate_config(
     *,
     guess: int = 1,
     curve: bool = True,
-) -> Config | None:
-    """The :class:`Config` of ``shape`` at ``(sp, rc)``, or None if nothing fits.
+) -> BucketOption | None:
+    """The :class:`BucketOption` of ``shape`` at ``(sp, rc)``, or None if nothing fits.
     Without ``curve`` only the largest micro-batch is timed."""
     top = max_batch(cost_model, shape, sp, rc, cap, limit, guess)
     if top == 0:
@@ -146,10 +166,19 @@ def evaluate_config(
     times = [safe_time(cost_model, [shape] * k, sp, rc) for k in counts]
     if not np.isfinite(times[-1]):
         return None
-    return Config(sp, rc, top, np.asarray(counts, float), np.asarray(times, float))
+    return BucketOption(sp, tuple(rc), top, tuple(map(float, counts)), tuple(times))
 
 
-def best_config(
+def cheapest(options: Sequence[BucketOption]) -> BucketOption | None:
+    """The option with the fewest GPU-seconds per sample (the first on ties)."""
+    best: BucketOption | None = None
+    for option in options:
+        if best is None or option.gpu_seconds_per_sample < best.gpu_seconds_per_sample:
+            best = option
+    return best
+
+
+def cheapest_option(
     cost_model: CostModel,
     shape: SampleShape,
     sp: int,
@@ -159,24 +188,39 @@ def best_config(
     *,
     guesses: dict[tuple[bool, ...], int] | None = None,
     curve: bool = True,
-) -> Config | None:
-    """Among ``recomputes``, the config of ``shape`` at ``sp`` with the fewest
+) -> BucketOption | None:
+    """Among ``recomputes``, the option of ``shape`` at ``sp`` with the fewest
     GPU-seconds per sample (None if none fits). ``guesses`` (per recomputation, a
     micro-batch size near the answer) is updated with the sizes found."""
-    best: Config | None = None
+    found = []
     for rc in dict.fromkeys(recomputes):
         guess = guesses.get(rc, 1) if guesses is not None else 1
-        cfg = evaluate_config(cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve)
-        if guesses is not None and cfg is not None:
-            guesses[rc] = cfg.max_batch
-        if cfg is not None and (
-            best is None or cfg.gpu_seconds_per_sample < best.gpu_seconds_per_sample
-        ):
-            best = cfg
-    return best
+        option = evaluate_option(cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve)
+        if guesses is not None and option is not None:
+            guesses[rc] = option.max_batch
+        if option is not None:
+            found.append(option)
+    return cheapest(found)
 
 
-def candidate_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) -> list[int]:
+def sp_size_tiers(
+    cost_model: CostModel, world_size: int, sp_sizes: Sequence[int] | None = None
+) -> tuple[list[int], list[int]]:
+    """The SP sizes a bucket may be planned on, split into (within a node, across
+    nodes), ascending: ``sp_sizes`` or every divisor of the world, that the model
+    supports."""
+    sizes = sorted(set(sp_sizes)) if sp_sizes else group_sizes(world_size)
+    bad = [s for s in sizes if s < 1 or world_size % s]
+    if bad:
+        raise ValueError(f"SP sizes {bad} do not divide world size {world_size}")
+    supports = getattr(cost_model, "supports_sp_size", None)
+    if supports is not None:
+        sizes = [s for s in sizes if supports(s)]
+    node = cost_model.gpus_per_node
+    return [s for s in sizes if s <= node], [s for s in sizes if s > node]
+
+
+def nesting_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) -> list[int]:
     """SP sizes that can share one iteration: powers of two dividing the world (they
     nest, so any mix tiles the ranks aligned), capped at ``max_sp`` (default a node)."""
     cap = max_sp if max_sp is not None else max(1, gpus_per_node)
@@ -186,10 +230,10 @@ def candidate_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) 
     return sizes
 
 
-def chain_sizes(world_size: int) -> list[int]:
+def mixable_sp_sizes(world_size: int) -> list[int]:
     """Every SP size allowed at ``world_size`` in a mixed iteration: the powers of two
     that divide it, plus the whole world (one group)."""
-    sizes = candidate_sp_sizes(world_size, world_size, world_size)
+    sizes = nesting_sp_sizes(world_size, world_size, world_size)
     if sizes[-1] != world_size:
         sizes.append(world_size)
     return sizes

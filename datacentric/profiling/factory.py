@@ -1,0 +1,71 @@
+"""One factory for every cost model: analytic on a hardware preset (the calibrated
+``cpu-local`` included), and fitted to a measured profile.
+
+A memory cap given in GiB becomes the model's ``memory_capacity_bytes`` here, through
+:func:`~datacentric.planning.hardware.gib_to_bytes` (the one conversion), so that the
+plan, the scheduler and the simulator all see one cap.
+"""
+
+from __future__ import annotations
+
+from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.fitted import FittedCostModel
+from datacentric.planning.hardware import Hardware, get_hardware, gib_to_bytes
+from datacentric.planning.model_specs import ModelSpec
+from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.store import Profile
+
+#: Share of device memory plans may use by default (the paper's 70%).
+MEMORY_FRACTION = 0.7
+
+
+def analytic_cost_model(
+    model: str | ModelSpec,
+    hardware: str | Hardware,
+    *,
+    memory_gb: float | None = None,
+    memory_fraction: float = MEMORY_FRACTION,
+    dtype_bytes: int | None = None,
+    state_shards: int = 1,
+    grad_sync_overlap: float = 0.0,
+) -> AnalyticCostModel:
+    """The analytic model of ``model`` (a preset name or a spec) on ``hardware`` (a
+    preset name, ``cpu-local`` being calibrated on this machine, or constants).
+
+    ``memory_gb`` caps each rank (GiB); otherwise ``memory_fraction`` of the device.
+    ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
+    ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
+    """
+    spec = get_model_spec(model) if isinstance(model, str) else model
+    hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    if dtype_bytes is None:
+        dtype_bytes = 4 if hw.name == "cpu-local" else 2
+    return AnalyticCostModel(
+        spec,
+        hw,
+        memory_fraction=memory_fraction,
+        dtype_bytes=dtype_bytes,
+        state_shards=state_shards,
+        grad_sync_overlap=grad_sync_overlap,
+        memory_capacity_bytes=gib_to_bytes(memory_gb),
+    )
+
+
+def fitted_cost_model(
+    profile: Profile, *, memory_gb: float | None = None, default_cap_bytes: int | None = None
+) -> FittedCostModel:
+    """The model fitted to ``profile``'s points, capped at ``memory_gb`` GiB per rank,
+    else at ``default_cap_bytes`` (a saved plan's cap, or the device's)."""
+    cap = gib_to_bytes(memory_gb)
+    if cap is None:
+        if default_cap_bytes is None:
+            raise ValueError("a fitted cost model needs a memory cap: give memory_gb")
+        cap = default_cap_bytes
+    return FittedCostModel(
+        profile.points,
+        num_blocks=profile.num_blocks,
+        attention_kind=profile.attention_kind,
+        memory_capacity_bytes=cap,
+        gpus_per_node=profile.gpus_per_node,
+        grad_sync_seconds=profile.grad_sync_seconds,
+    )

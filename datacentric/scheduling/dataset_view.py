@@ -1,0 +1,81 @@
+"""The dataset as the policies see it: sample shapes as arrays, grouped in buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from operator import attrgetter
+
+import numpy as np
+
+from datacentric.planning.bucket_options import safe_time
+from datacentric.planning.cost_model import CostModel
+from datacentric.shapes import Bucket, SampleShape, make_buckets
+
+
+class DatasetView:
+    """Sample shapes as numpy arrays: tokens and bucket per sample id.
+
+    Buckets come from :func:`datacentric.shapes.make_buckets` (the same names the
+    planner uses), computed on the distinct shapes only so that a million samples
+    cost one pass over the list.
+    """
+
+    def __init__(self, shapes: Sequence[SampleShape]) -> None:
+        if len(shapes) == 0:
+            raise ValueError("cannot schedule an empty dataset: there are no samples")
+        self.shapes = shapes
+        tokens = np.fromiter(map(attrgetter("tokens"), shapes), dtype=np.int64, count=len(shapes))
+        grids = list(map(attrgetter("grid"), shapes))
+        video = np.fromiter((g is not None for g in grids), dtype=bool, count=len(shapes))
+        # Distinct shapes: text by token count (vectorised), video by grid.
+        text_values, text_codes = np.unique(tokens[~video], return_inverse=True)
+        distinct: list[SampleShape] = [SampleShape.text(int(t)) for t in text_values.tolist()]
+        code_of = np.empty(len(shapes), dtype=np.int64)
+        code_of[~video] = text_codes
+        video_ids = np.flatnonzero(video)
+        if len(video_ids):
+            grid = np.asarray([grids[i] for i in video_ids.tolist()], dtype=np.int64)
+            if grid.max() < 2**21:  # one int64 key per grid
+                key = (grid[:, 0] << 42) | (grid[:, 1] << 21) | grid[:, 2]
+                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            else:
+                _, first, inverse = np.unique(grid, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            code_of[video_ids] = len(distinct) + inverse
+            distinct += [shapes[int(video_ids[f])] for f in first.tolist()]
+        bucketing = make_buckets(distinct)
+        self.buckets: tuple[Bucket, ...] = bucketing.buckets
+        self.bucket_of = np.asarray(bucketing.bucket_of_sample, dtype=np.int64)[code_of]
+        self.tokens = tokens
+        distinct_per_bucket = np.bincount(
+            np.asarray(bucketing.bucket_of_sample), minlength=len(self.buckets)
+        )
+        #: a bucket whose members all have its representative's shape
+        self.uniform = distinct_per_bucket == 1
+        for d, b in enumerate(bucketing.bucket_of_sample):
+            self.uniform[b] &= distinct[d] == self.buckets[b].shape
+        order = np.argsort(self.bucket_of, kind="stable")
+        bounds = np.searchsorted(self.bucket_of[order], np.arange(len(self.buckets) + 1))
+        self.members = [order[bounds[b] : bounds[b + 1]] for b in range(len(self.buckets))]
+        self.bucket_index = {bk.name: b for b, bk in enumerate(self.buckets)}
+        self._exact: dict[tuple, float] = {}
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.shapes)
+
+    def rep_tokens(self, b: int) -> int:
+        return self.buckets[b].shape.tokens
+
+    def exact_time(self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple) -> float:
+        """The cost model's time for the micro-batch of samples ``ids`` (memoised)."""
+        buckets = self.bucket_of[ids]
+        b = int(buckets[0])
+        if self.uniform[b] and (buckets == b).all():
+            key: tuple = (b, len(ids), sp, rc)
+        else:
+            key = (tuple(self.shapes[i] for i in ids), sp, rc)
+        t = self._exact.get(key)
+        if t is None:
+            t = self._exact[key] = safe_time(cost_model, [self.shapes[i] for i in ids], sp, rc)
+        return t

@@ -1,0 +1,177 @@
+"""What each bucket costs at each SP size: the plan's options, as the policies read them.
+
+Everything the policies know about time and memory comes from the
+:class:`~datacentric.planning.plan.Plan`: per bucket, its options (SP size,
+recomputation, largest micro-batch of its representative, time curve), computed by
+the planner on the bucket's representative (its largest member, so the answer is
+memory-safe for every member). An :class:`OptionTable` restricts them to the
+recomputation settings a policy allows and picks, per (bucket, SP size), the one
+with the fewest GPU-seconds per sample; it searches nothing. Policies then estimate
+a micro-batch by interpolating in the number of samples (or, for text buckets whose
+members differ, in tokens over the representative's tokens); the final
+``MicroBatch.est_time_s`` is the cost model's own answer on the actual shapes
+(:meth:`DatasetView.exact_time`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from datacentric.planning.bucket_options import (
+    BucketOption,
+    cheapest,
+    fits_shapes,
+    mixable_sp_sizes,
+    nesting_sp_sizes,
+)
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.plan import Plan
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.item import Item
+
+#: Which of a bucket's options a table may use.
+OptionFilter = Callable[[BucketOption], bool]
+
+
+class OptionTable:
+    """Per (bucket, SP size), the cheapest of the plan's options that ``allowed``
+    admits, with the bucket's preferred (cheapest) SP size."""
+
+    def __init__(
+        self,
+        view: DatasetView,
+        cost_model: CostModel,
+        plan: Plan,
+        *,
+        world_size: int,
+        max_sp_size: int | None,
+        allowed: OptionFilter,
+        exact_estimates: bool = True,
+    ) -> None:
+        self.view = view
+        self.cost_model = cost_model
+        self.plan = plan
+        self.world_size = world_size
+        self.cap = plan.memory_cap_bytes
+        self.allowed = allowed
+        self.exact_estimates = exact_estimates
+        self.node_sizes = nesting_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
+        self.all_sizes = mixable_sp_sizes(world_size)
+        self._options: dict[int, list[BucketOption]] = {}
+        self._configs: dict[tuple[int, int], BucketOption | None] = {}
+        self._preferred: dict[int, BucketOption] = {}
+
+    def options(self, b: int) -> list[BucketOption]:
+        """The plan's options of bucket ``b`` this table admits."""
+        if b not in self._options:
+            found = self.plan.options_of(self.view.buckets[b].name)
+            self._options[b] = [o for o in found if self.allowed(o)]
+        return self._options[b]
+
+    def recomputes(self, b: int) -> list[tuple[bool, ...]]:
+        """The recomputation settings of bucket ``b``'s admitted options."""
+        return list(dict.fromkeys(o.recompute for o in self.options(b)))
+
+    def config(self, b: int, sp: int) -> BucketOption | None:
+        """The cheapest admitted option of bucket ``b`` on ``sp`` ranks (None: none)."""
+        key = (b, sp)
+        if key not in self._configs:
+            self._configs[key] = cheapest([o for o in self.options(b) if o.sp_size == sp])
+        return self._configs[key]
+
+    def preferred(self, b: int) -> BucketOption:
+        """The option with the fewest GPU-seconds per sample: within a node when
+        anything fits there, else the smallest larger size that fits."""
+        if b not in self._preferred:
+            options = [c for s in self.node_sizes if (c := self.config(b, s)) is not None]
+            if not options:
+                larger = [s for s in self.all_sizes if s > self.node_sizes[-1]]
+                options = [c for s in larger if (c := self.config(b, s)) is not None][:1]
+            if not options:
+                bucket = self.view.buckets[b]
+                raise ValueError(
+                    f"bucket {bucket.name!r} ({bucket.shape.tokens} tokens per sample) has no "
+                    f"option up to SP size {self.world_size} under the plan's memory cap of "
+                    f"{self.cap} bytes with the recomputation settings "
+                    f"{sorted({sum(r) for r in self.recomputes(b)})} (blocks recomputed); "
+                    "use a larger world, a larger cap, or a plan that skips the bucket"
+                )
+            self._preferred[b] = min(options, key=lambda c: (c.gpu_seconds_per_sample, c.sp_size))
+        return self._preferred[b]
+
+    def min_sp(self, b: int) -> int:
+        """The smallest SP size on which one sample of bucket ``b`` fits."""
+        for s in self.all_sizes:
+            if self.config(b, s) is not None:
+                return s
+        self.preferred(b)  # raises the error that names the bucket
+        raise AssertionError("unreachable")
+
+    def count_of(self, b: int, count: int, tokens: int) -> float:
+        """How many representatives a micro-batch of ``count`` samples of ``tokens``
+        total amounts to (exact for uniform buckets, by tokens otherwise)."""
+        if self.view.uniform[b]:
+            return float(count)
+        return tokens / self.view.rep_tokens(b)
+
+    def fits(self, ids: Sequence[int], sp: int, rc: tuple[bool, ...]) -> bool:
+        """Whether the micro-batch of samples ``ids`` fits the plan's cap on ``sp``
+        ranks (asked of the cost model: for micro-batches mixing shapes)."""
+        shapes = [self.view.shapes[i] for i in ids]
+        return fits_shapes(self.cost_model, shapes, sp, rc, self.cap)
+
+    def item_time(self, item: Item, sp: int) -> float:
+        """Estimated time of ``item`` on ``sp`` ranks (infinity where it does not fit).
+
+        A micro-batch of a text bucket is packed by tokens: its members are no
+        longer than the representative and sum to at most ``max_batch``
+        representatives, so its attention work (sum of squared lengths) and its
+        activations are bounded by the representative micro-batch's: memory-safe.
+        A micro-batch that mixes buckets, or a single sample shorter than its
+        representative, is asked of the cost model directly.
+        """
+        cfg = self.config(item.bucket, sp)
+        if cfg is None:
+            return float("inf")
+        if item.count == 1 and not self.view.uniform[item.bucket]:
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
+        if item.mixed:
+            if not self.fits(item.ids, sp, cfg.recompute):
+                return float("inf")
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
+        units = self.count_of(item.bucket, item.count, item.tokens)
+        if units > cfg.max_batch:
+            return float("inf")
+        return cfg.time(units)
+
+    def estimates(self, settings: Sequence[tuple[Item, int, tuple[bool, ...]]]) -> list[float]:
+        """The times ``MicroBatch.est_time_s`` carries for ``(item, sp, recompute)``:
+        the cost model's own answer on the item's samples or, with ``exact_estimates``
+        off, the bucket curve's for multi-sample micro-batches of one text bucket
+        (vectorised per bucket and SP size)."""
+        view = self.view
+        out = [0.0] * len(settings)
+        curve: dict[tuple[int, int], list[int]] = {}
+        uniform: dict[tuple, float] = {}
+        for n, (item, sp, rc) in enumerate(settings):
+            if view.uniform[item.bucket] and not item.mixed:  # one shape: memoise by count
+                key = (item.bucket, item.count, sp, rc)
+                t = uniform.get(key)
+                if t is None:
+                    t = uniform[key] = view.exact_time(self.cost_model, item.ids, sp, rc)
+                out[n] = t
+                continue
+            cfg = None
+            if not (self.exact_estimates or view.uniform[item.bucket] or item.mixed):
+                cfg = self.config(item.bucket, sp) if item.count > 1 else None
+            if cfg is not None and cfg.recompute == rc:
+                curve.setdefault((item.bucket, sp), []).append(n)
+            else:
+                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc)
+        for (b, sp), rows in curve.items():
+            units = [settings[n][0].tokens / view.rep_tokens(b) for n in rows]
+            for n, t in zip(rows, self.config(b, sp).times_for(np.asarray(units)).tolist()):
+                out[n] = t
+        return out

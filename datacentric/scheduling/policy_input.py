@@ -1,0 +1,119 @@
+"""What every policy works from (:class:`PolicyInput`) and returns (:class:`PolicyOutput`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from datacentric.planning.bucket_options import BucketOption
+from datacentric.planning.cost_model import CostModel
+from datacentric.planning.plan import Plan
+from datacentric.schedule import Iteration
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.option_table import OptionFilter, OptionTable
+from datacentric.scheduling.options import ScheduleOptions
+
+#: Up to this many scheduled samples, every micro-batch's estimate is the cost model's
+#: own answer by default (``ScheduleOptions.exact_estimates``).
+EXACT_ESTIMATE_SAMPLES = 200_000
+
+
+def no_recompute(option: BucketOption) -> bool:
+    """Options that recompute no block."""
+    return not any(option.recompute)
+
+
+def full_recompute(option: BucketOption) -> bool:
+    """Options that recompute every block."""
+    return all(option.recompute)
+
+
+def any_recompute(option: BucketOption) -> bool:
+    """Every option: none, every block, or the plan's knapsack choice (PAC)."""
+    return True
+
+
+@dataclass
+class PolicyInput:
+    """Everything a policy needs; built once by ``build_schedule``. ``plan`` is the
+    one authority on each bucket's options and on the memory cap."""
+
+    view: DatasetView
+    cost_model: CostModel
+    world_size: int
+    options: ScheduleOptions
+    plan: Plan
+    rng: np.random.Generator
+    active: np.ndarray
+    """Sample ids to schedule (ascending)."""
+    tables: dict[str, OptionTable] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.active_mask = np.zeros(self.view.num_samples, dtype=bool)
+        self.active_mask[self.active] = True
+        exact = self.options.exact_estimates
+        self.exact_estimates = (
+            len(self.active) <= EXACT_ESTIMATE_SAMPLES if exact is None else exact
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.cost_model.num_blocks)
+
+    @property
+    def memory_cap_bytes(self) -> int:
+        """The plan's memory cap per rank."""
+        return self.plan.memory_cap_bytes
+
+    def table(self, name: str, allowed: OptionFilter) -> OptionTable:
+        """The plan's options that ``allowed`` admits (cached under ``name``)."""
+        if name not in self.tables:
+            self.tables[name] = OptionTable(
+                self.view,
+                self.cost_model,
+                self.plan,
+                world_size=self.world_size,
+                max_sp_size=self.options.max_sp_size,
+                allowed=allowed,
+                exact_estimates=self.exact_estimates,
+            )
+        return self.tables[name]
+
+    def full_table(self) -> OptionTable:
+        """The options with every block recomputing."""
+        return self.table("full", full_recompute)
+
+    def uniform_table(self) -> OptionTable:
+        """The options of one recomputation setting for all data: none if every active
+        bucket has an option without it on some SP size within a node, else every
+        block."""
+        probe = self.table("none", no_recompute)
+        ok = all(
+            any(probe.config(b, s) is not None for s in probe.node_sizes)
+            for b in self.active_buckets()
+        )
+        return probe if ok else self.full_table()
+
+    def pac_table(self) -> OptionTable:
+        """Per-bucket recomputation: none, every block, or the plan's knapsack choice,
+        whichever costs fewest GPU-seconds per sample where it fits."""
+        return self.table("pac", any_recompute)
+
+    def bucket_ids(self, b: int) -> np.ndarray:
+        """Active sample ids of bucket ``b``, ascending."""
+        members = self.view.members[b]
+        return members[self.active_mask[members]]
+
+    def active_buckets(self) -> list[int]:
+        """Buckets with at least one sample to schedule."""
+        present = np.unique(self.view.bucket_of[self.active])
+        return [int(b) for b in present]
+
+
+@dataclass
+class PolicyOutput:
+    """Iterations of a policy and the samples it dropped on request."""
+
+    iterations: list[Iteration]
+    dropped: list[int] = field(default_factory=list)

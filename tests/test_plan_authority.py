@@ -1,0 +1,136 @@
+"""The plan is the one authority on what a bucket runs with; one factory builds every
+cost model (one GiB-to-bytes conversion); every model's breakdown sums to its pass time."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_planning_fitted import fitted
+from test_scheduling_policies import _mixed_text
+from toy_cost_model import ToyCostModel
+
+from datacentric.cli.main import main
+from datacentric.planning import bucket_options
+from datacentric.planning.hardware import GIB
+from datacentric.planning.plan import Plan, PlanWithoutOptionsError
+from datacentric.planning.planner import plan_buckets
+from datacentric.profiling.factory import analytic_cost_model
+from datacentric.scheduling import POLICIES, build_schedule
+from datacentric.shapes import SampleShape, make_buckets
+
+MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
+
+
+def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
+    return {
+        (mb.bucket, a.sp_size, mb.recompute)
+        for it in schedule.iterations
+        for a in it.assignments
+        for mb in a.micro_batches
+    }
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, monkeypatch):
+    shapes = _mixed_text()
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("a policy searched a configuration itself")
+
+    monkeypatch.setattr(bucket_options, "max_batch", no_search)
+    schedule = build_schedule(
+        shapes, policy=policy, world_size=8, cost_model=MODEL, plan=plan, measure=False
+    )
+    schedule.validate()
+    for bucket, sp, rc in _settings(schedule):
+        assert (sp, rc) in {(o.sp_size, o.recompute) for o in plan.options_of(bucket)}
+
+
+@pytest.mark.parametrize("policy", ["static", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt"])
+def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
+    shapes = _mixed_text(200, seed=1)
+    shapes = [s for s in shapes if s.tokens < 100_000]
+    # SP 2, and the whole world for the tail iterations that merge groups
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, sp_sizes=[2, 8])
+    assert {o.sp_size for b in plan.buckets.values() for o in b.options} == {2, 8}
+    schedule = build_schedule(shapes, policy=policy, world_size=8, cost_model=MODEL, plan=plan)
+    used = {sp for _, sp, _ in _settings(schedule)}
+    assert 2 in used and used <= {2, 8}
+    free = build_schedule(shapes, policy=policy, world_size=8, cost_model=MODEL)
+    assert {sp for _, sp, _ in _settings(free)} - {2, 8}  # unrestricted, it uses others
+
+
+def test_without_a_plan_the_schedule_uses_the_planners():
+    shapes = _mixed_text(120)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, knapsack_option=False)
+    given = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=plan)
+    made = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL)
+    assert given.iterations == made.iterations
+    assert made.meta["memory_cap_bytes"] == MODEL.memory_capacity_bytes
+
+
+def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
+    shapes = _mixed_text(120)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
+    again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert again == plan
+    a = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=plan)
+    b = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=again)
+    assert a.iterations == b.iterations
+    old = plan.to_json()
+    for row in old["buckets"]:
+        del row["options"]
+    old_plan = Plan.from_json(old)  # still loads (the CLI shows it) ...
+    with pytest.raises(PlanWithoutOptionsError, match="plan the dataset again") as err:
+        build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=old_plan)
+    assert "\n" not in str(err.value)  # ... and cannot drive a schedule: one line why
+
+
+def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_path):
+    from datacentric.train.data_centric import EpochPlanner
+
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(["300"] * 4 + ["2000"] * 2) + "\n")
+    argv = ["plan", "--model", "llama", "--hardware", "cpu-local", "--world", "2"]
+    argv += ["--lengths", str(lengths), "--memory-gb", "0.75", "--json"]
+    assert main(argv) == 0
+    cli_cap = json.loads(capsys.readouterr().out)["memory_cap_bytes"]
+    shapes = [SampleShape.text(300)] * 4 + [SampleShape.text(2000)] * 2
+    factory = analytic_cost_model("llama", "cpu-local", memory_gb=0.75)
+    default = analytic_cost_model("llama", "cpu-local")
+    api = EpochPlanner(shapes, default, world_size=2, memory_gb=0.75)
+    assert cli_cap == factory.memory_capacity_bytes == api.plan.memory_cap_bytes
+    assert cli_cap == int(0.75 * GIB)
+    schedule = api.schedule()
+    assert schedule.meta["memory_cap_bytes"] == cli_cap
+
+
+@pytest.mark.parametrize(
+    "model,sp_sizes",
+    [
+        (ToyCostModel(), (1, 2, 16)),
+        (analytic_cost_model("llama", "cpu-local"), (1, 2)),
+        (analytic_cost_model("stdit-1.1b", "h100-sxm", state_shards=16), (1, 2, 16)),
+        (analytic_cost_model("llama-7b", "h200-sxm"), (1, 8, 16)),
+        (fitted(), (1, 2)),
+    ],
+)
+def test_every_cost_models_breakdown_sums_to_its_pass_time(model, sp_sizes):
+    video = getattr(getattr(model, "spec", None), "patch_channels", 0)
+    shapes = (
+        [SampleShape.video(16, 16, 16)] * 2
+        if video
+        else [SampleShape.text(512), SampleShape.text(2048)]
+    )
+    blocks = model.num_blocks
+    for sp in sp_sizes:
+        for rc in ((False,) * blocks, (True,) * blocks, (True,) + (False,) * (blocks - 1)):
+            cost = model.breakdown(shapes, sp, rc)
+            parts = cost.compute_s + cost.recompute_s + cost.comm_s
+            assert cost.time_s == pytest.approx(parts, rel=1e-12)
+            assert min(cost.compute_s, cost.recompute_s, cost.comm_s) >= 0
+            assert model.pass_time_s(shapes, sp, rc) == cost.time_s
+            assert model.pass_memory_bytes(shapes, sp, rc) == cost.memory_bytes
+        assert model.breakdown(shapes, sp, (False,) * blocks).recompute_s == 0
