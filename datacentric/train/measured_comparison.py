@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from datacentric.parallel.launch import spawn
+from datacentric.parallel.launch import launch
 from datacentric.schedule import Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchSpan, SimResult, simulate
 from datacentric.train.build import build_dataset, run_cost_model
@@ -65,16 +65,7 @@ def run_policy(config: TrainConfig, world_size: int) -> None:
     shutil.rmtree(Path(config.out) / "checkpoints", ignore_errors=True)
     for name in ("metrics.jsonl", "samples.jsonl"):
         (Path(config.out) / name).unlink(missing_ok=True)
-    if world_size == 1:
-        train_rank(config)
-    else:
-        spawn(
-            train_rank,
-            world_size,
-            config,
-            timeout_s=7 * 24 * 3600.0,
-            collective_timeout_s=config.collective_timeout_s,
-        )
+    launch(train_rank, config, nproc=world_size, collective_timeout_s=config.collective_timeout_s)
 
 
 def compare_policies(
