@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from run_config import small_config
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch, launch_mode, process_groups
 from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import weights_sha256
-from datacentric.train.config import TrainConfig, load_config
+from datacentric.train.config import TrainConfig
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.sampler import RankBatchSampler
 from datacentric.train.trainer import lr_lambda, train_rank
@@ -19,20 +20,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_config(out, **overrides) -> TrainConfig:
-    settings = dict(
-        model="llama",
-        dataset="stdlib",
-        dataset_limit=1,
-        max_tokens=256,
-        tokens_per_iteration=1024,
-        cost_model="analytic",
-        out=str(out),
-        progress=False,
-        iterations=3,
-        grad_clip=0.5,
-    )
-    settings.update(overrides)
-    return load_config(None, **settings)
+    settings = dict(dataset_limit=1, iterations=3, grad_clip=0.5)
+    return small_config(out, **{**settings, **overrides})
 
 
 def user_dc(config: TrainConfig) -> DataCentric:
