@@ -9,11 +9,10 @@ from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import (
     POLICIES,
+    Position,
     ScheduleOptions,
-    ScheduleState,
     build_schedule,
-    replan_remaining,
-    resume_schedule,
+    continue_schedule,
 )
 from datacentric.shapes import SampleShape
 
@@ -86,22 +85,37 @@ def test_exactly_once_tiling_and_determinism(policy, data, seed):
 @given(data=datasets(), cut=st.floats(0, 1), new_world=st.sampled_from([1, 2, 4, 8, 16, 32]))
 def test_resume_and_replan(policy, data, cut, new_world):
     shapes, world = data
-    schedule = build_schedule(shapes, policy=policy, world_size=world, cost_model=MODEL, seed=3)
+
+    def make(w):
+        return lambda epoch, ids: build_schedule(
+            shapes,
+            policy=policy,
+            world_size=w,
+            cost_model=MODEL,
+            seed=3,
+            epoch=epoch,
+            sample_ids=ids,
+        )
+
+    schedule = make(world)(0, None)
     k = int(cut * len(schedule.iterations))
-    saved = ScheduleState.at(schedule, k).state_dict()
-    rebuilt, start = resume_schedule(shapes, ScheduleState.from_state_dict(saved), cost_model=MODEL)
-    assert start == k and rebuilt.iterations[k:] == schedule.iterations[k:]
+    saved = Position.at(schedule, k).to_json()
+    rebuilt = continue_schedule(Position.from_json(saved), len(shapes), world, make(world))
+    assert rebuilt.iterations[k:] == schedule.iterations[k:]
     if max(s.tokens for s in shapes) > 200_000 and new_world % 4:
         return  # the longest samples need SP 4
-    state = ScheduleState.from_state_dict(saved)
+    position = Position.from_json(saved)
     if k == len(schedule.iterations):
-        with pytest.raises(ValueError, match="nothing left"):
-            replan_remaining(shapes, state, world_size=new_world, cost_model=MODEL)
+        with pytest.raises(ValueError, match="no samples left"):
+            continue_schedule(position, len(shapes), new_world, make(new_world))
         return
-    rest = replan_remaining(shapes, state, world_size=new_world, cost_model=MODEL)
+    rest = continue_schedule(position, len(shapes), new_world, make(new_world))
     rest.validate()
     ran = [i for it in schedule.iterations[:k] for i in it.sample_ids()]
-    now = [i for it in rest.iterations for i in it.sample_ids()]
+    # The same world continues the segment at k; another one replans what is left.
+    start = k if new_world == world else 0
+    assert position.segment_iteration == start
+    now = [i for it in rest.iterations[start:] for i in it.sample_ids()]
     assert sorted(ran + now) == list(range(len(shapes)))
     assert rest.meta["samples_dropped"] == 0
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_config import small_config
 
 from datacentric.cli.bench import bench_summary
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
-from datacentric.train.config import load_config
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.measured_comparison import compare_policies
 
@@ -82,17 +82,7 @@ def test_plain_and_datacentric_examples_run():
 
 @pytest.mark.slow
 def test_compare_policies_measures_and_simulates_the_same_epoch(tmp_path):
-    base = load_config(
-        None,
-        model="llama",
-        dataset="stdlib",
-        dataset_limit=1,
-        max_tokens=512,
-        tokens_per_iteration=2048,
-        cost_model="analytic",
-        progress=False,
-        out=str(tmp_path),
-    )
+    base = small_config(tmp_path, dataset_limit=1, max_tokens=512, tokens_per_iteration=2048)
     results = compare_policies(base, ["static", "dcp-opt"], 2, tmp_path)
     samples = len(StdlibCorpus(max_tokens=512, limit=1))
     for r in results.values():

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from datacentric.scheduling.resume import Position
 from datacentric.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -14,7 +15,6 @@ from datacentric.train.checkpoint import (
     weights_sha256,
 )
 from datacentric.train.config import load_config
-from datacentric.train.position import Position
 
 
 def test_toml_and_flags_merge(tmp_path):

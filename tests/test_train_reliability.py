@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_config import small_config
 
 from datacentric.cli.inspect import inspect_run
 from datacentric.data.stdlib import StdlibCorpus
@@ -22,28 +23,10 @@ from datacentric.planning.planner import UnfittableBucketError
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
-from datacentric.train.config import TrainConfig, load_config
 from datacentric.train.data_centric import EpochPlanner
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
 pytestmark = pytest.mark.slow
-
-
-def small_config(out: Path, **overrides) -> TrainConfig:
-    """The demo model on two small corpus files, short steps, analytic cost model."""
-    settings = dict(
-        model="llama",
-        dataset="stdlib",
-        dataset_limit=2,
-        max_tokens=256,
-        tokens_per_iteration=1024,
-        cost_model="analytic",
-        out=str(out),
-        progress=False,
-        collective_timeout_s=60.0,
-    )
-    settings.update(overrides)
-    return load_config(None, **settings)
 
 
 def logged_samples(out: Path) -> list[dict]:

@@ -2,16 +2,16 @@
 
 Under torchrun (``torchrun --nproc-per-node N -m datacentric train ...``) each
 rank joins the job from the environment; with ``--nproc N`` the command starts
-N local ranks itself (gloo on CPU); otherwise it runs as one process.
+N local ranks itself (gloo on CPU); otherwise it runs as one process
+(``parallel.launch.launch_mode`` decides).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 
-from datacentric.parallel.launch import init_from_env, spawn
+from datacentric.parallel.launch import launch
 from datacentric.train.config import TrainConfig, load_config
 from datacentric.train.trainer import train_rank
 
@@ -48,22 +48,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
     config = load_config(args.config, **overrides)
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        groups = init_from_env(timeout_s=config.collective_timeout_s)
-        result = train_rank(config, groups)
-        is_main = groups.rank == 0
-    elif args.nproc and args.nproc > 1:
-        results = spawn(
-            train_rank,
-            args.nproc,
-            config,
-            timeout_s=7 * 24 * 3600.0,
-            collective_timeout_s=config.collective_timeout_s,
-        )
-        result, is_main = results[0], True
-    else:
-        result, is_main = train_rank(config), True
-    if is_main:
+    results = launch(
+        train_rank, config, nproc=args.nproc, collective_timeout_s=config.collective_timeout_s
+    )
+    if 0 in results:
+        result = results[0]
         summary = {
             "iterations_done": result.iterations_done,
             "samples_seen": result.samples_seen,

@@ -1,5 +1,11 @@
 """Starting ranks: N local processes (:func:`spawn`) or under torchrun (:func:`init_from_env`).
 
+:func:`launch_mode` is the one place that decides how a job runs: under torchrun
+(its environment is present), as ``nproc`` spawned local ranks, or as a single
+process. :func:`launch` runs a worker that way and :func:`process_groups` gives
+a process its groups the same way; the CLI, ``DataCentric``, the trainer and the
+policy comparison all go through them.
+
 A worker is a plain function. Inside it ``torch.distributed`` is initialised,
 so it builds :class:`~datacentric.parallel.groups.ProcessGroups` and runs; the
 same worker therefore runs under :func:`spawn` (tests, ``datacentric
@@ -20,8 +26,9 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -30,6 +37,8 @@ import torch.multiprocessing as mp
 from datacentric.parallel.groups import ProcessGroups, device_for_backend
 
 DEFAULT_TIMEOUT_S = 300.0
+JOB_TIMEOUT_S = 7 * 24 * 3600.0
+"""Whole-job limit of :func:`launch` (collectives keep their own, shorter timeout)."""
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -232,3 +241,67 @@ def init_from_env(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
     return ProcessGroups()
+
+
+@dataclass(frozen=True)
+class LaunchMode:
+    """How this job runs: the one launch decision (see :func:`launch_mode`)."""
+
+    kind: Literal["torchrun", "spawn", "single"]
+    world_size: int
+    restarts: int = 0
+    """How often torchrun restarted the worker group (``--max-restarts``)."""
+
+
+def launch_mode(nproc: int | None = None) -> LaunchMode:
+    """Decide how the job runs: under torchrun when its environment (``RANK``,
+    ``WORLD_SIZE``) is present, as ``nproc`` spawned local ranks when ``nproc > 1``,
+    else as one process. ``nproc`` other than torchrun's world is an error."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        world = int(os.environ["WORLD_SIZE"])
+        if nproc is not None and nproc != world:
+            raise ValueError(
+                f"--nproc {nproc} under torchrun (WORLD_SIZE={world}): torchrun starts the "
+                "ranks; drop --nproc"
+            )
+        restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        return LaunchMode("torchrun", world, restarts)
+    if nproc is not None and nproc > 1:
+        return LaunchMode("spawn", nproc)
+    return LaunchMode("single", 1)
+
+
+def process_groups(timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroups:
+    """This process's groups: the world already initialised (a spawned rank, or the
+    caller's own ``init_process_group``), torchrun's world, or one local process."""
+    if dist.is_available() and dist.is_initialized():
+        return ProcessGroups()
+    if launch_mode().kind == "torchrun":
+        return init_from_env(timeout_s=timeout_s)
+    return ProcessGroups.local()
+
+
+def launch(
+    fn: Callable[..., Any],
+    *args: Any,
+    nproc: int | None = None,
+    collective_timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float = JOB_TIMEOUT_S,
+) -> dict[int, Any]:
+    """Run ``fn(*args)`` on every rank as :func:`launch_mode` decides; returns the
+    results this process sees by rank: every rank's after a spawn, this rank's own
+    under torchrun (``torch.distributed`` initialised first), rank 0's alone."""
+    mode = launch_mode(nproc)
+    if mode.kind == "spawn":
+        values = spawn(
+            fn,
+            mode.world_size,
+            *args,
+            timeout_s=timeout_s,
+            collective_timeout_s=collective_timeout_s,
+        )
+        return dict(enumerate(values))
+    if mode.kind == "torchrun":
+        groups = init_from_env(timeout_s=collective_timeout_s)
+        return {groups.rank: fn(*args)}
+    return {0: fn(*args)}

@@ -13,23 +13,17 @@ from datacentric.scheduling.measures import (
     schedule_measures,
 )
 from datacentric.scheduling.options import ScheduleOptions
-from datacentric.scheduling.resume import (
-    ScheduleState,
-    replan_remaining,
-    resume_schedule,
-    schedule_fingerprint,
-)
+from datacentric.scheduling.resume import Position, continue_schedule, schedule_fingerprint
 
 __all__ = [
     "POLICIES",
+    "Position",
     "ScheduleOptions",
-    "ScheduleState",
     "build_schedule",
+    "continue_schedule",
     "epoch_rng",
     "ideal_epoch_time",
     "iteration_imbalance",
-    "replan_remaining",
-    "resume_schedule",
     "schedule_fingerprint",
     "schedule_measures",
 ]

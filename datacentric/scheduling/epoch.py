@@ -65,7 +65,7 @@ def build_schedule(
     (reported). Without one, :func:`plan_dataset` plans the dataset with the planner on
     ``cost_model`` (under its capacity).
     ``sample_ids`` restricts the epoch to those samples (the rest are listed as
-    dropped; :func:`~datacentric.scheduling.resume.replan_remaining` uses it).
+    dropped; :func:`~datacentric.scheduling.resume.continue_schedule` uses it).
     ``measure`` fills ``meta`` with imbalance, efficiency and the ideal bound.
     """
     if policy not in POLICIES:

@@ -1,26 +1,34 @@
-"""Resuming a schedule at an iteration boundary, and replanning what is left.
+"""Where a run stands in its data, and the schedule that continues from there.
 
-A schedule is a pure function of (shapes, policy, world, cost model, plan, seed,
-epoch, options), so the state needed to resume is tiny: those names and numbers, the
-next iteration, and a fingerprint of the schedule that proves the rebuilt one is the
-same (a changed dataset, cost model or option is a clear error, not a silent skip).
+One state type, :class:`Position`, serves every resume: the trainer's checkpoints,
+``DataCentric.state_dict()`` in a user's loop, and the per-rank sampler.
+
+An epoch runs in *segments*: a segment is one schedule built for one world size
+over the samples the epoch had not run when the segment began. A run that never
+changes world size has one segment per epoch. Continuing on a different number of
+ranks ends the segment and plans the remaining samples for the new world
+(:func:`continue_schedule`), so every sample still runs exactly once per epoch.
+
+A segment's schedule is a pure function of (shapes, policy, world size, cost model,
+seed, epoch, excluded samples), so the position needs only those numbers and ids; a
+fingerprint of the rebuilt schedule guards against a changed dataset, cost model or
+option (a clear error, not a silent skip).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from datacentric.planning.cost_model import CostModel
-from datacentric.planning.plan import Plan
 from datacentric.schedule import Schedule
-from datacentric.scheduling.epoch import build_schedule
-from datacentric.scheduling.options import ScheduleOptions
-from datacentric.shapes import SampleShape
+
+MakeSchedule = Callable[[int, Sequence[int] | None], Schedule]
+"""``make_schedule(epoch, sample_ids)``: an epoch's schedule, restricted to
+``sample_ids`` unless ``None`` (for example ``DataCentric.schedule``)."""
 
 
 def schedule_fingerprint(schedule: Schedule) -> str:
@@ -38,119 +46,116 @@ def schedule_fingerprint(schedule: Schedule) -> str:
     return digest.hexdigest()[:32]
 
 
-@dataclass(frozen=True)
-class ScheduleState:
-    """Where an epoch stands: enough to rebuild its schedule and continue."""
+@dataclass
+class Position:
+    """A run's progress through its data; JSON-able (:meth:`to_json`)."""
 
-    policy: str
-    world_size: int
-    seed: int
-    epoch: int
-    num_samples: int
-    next_iteration: int
-    """The first iteration not yet run (0 at the start of the epoch)."""
-    fingerprint: str
+    epoch: int = 0
+    iterations_done: int = 0
+    """Optimizer steps since the run's start (across epochs and restarts)."""
+    samples_seen: int = 0
+    """Samples trained since the run's start."""
+    segment_world: int | None = None
+    """World size the current segment's schedule was built for (None: no segment yet)."""
+    segment_excluded: list[int] = field(default_factory=list)
+    """Sample ids the epoch had already run when the segment began."""
+    segment_iteration: int = 0
+    """Next iteration of the current segment's schedule."""
+    segment_fingerprint: str = ""
+    """Fingerprint of the segment's schedule (checked when it is rebuilt)."""
+    consumed: list[int] = field(default_factory=list)
+    """Sample ids of this epoch that have run (in order)."""
 
     @classmethod
-    def at(cls, schedule: Schedule, next_iteration: int) -> ScheduleState:
-        """The state of ``schedule`` once iterations ``0..next_iteration-1`` have run."""
+    def at(cls, schedule: Schedule, next_iteration: int) -> Position:
+        """The position once iterations ``0..next_iteration-1`` of a whole epoch's
+        ``schedule`` have run (counters start at the epoch)."""
         if not 0 <= next_iteration <= len(schedule.iterations):
             raise ValueError(
                 f"next_iteration {next_iteration} is outside 0..{len(schedule.iterations)}"
             )
+        consumed = [i for it in schedule.iterations[:next_iteration] for i in it.sample_ids()]
         return cls(
-            policy=schedule.policy,
-            world_size=schedule.world_size,
-            seed=schedule.seed,
             epoch=schedule.epoch,
-            num_samples=schedule.num_samples,
-            next_iteration=int(next_iteration),
-            fingerprint=schedule_fingerprint(schedule),
+            iterations_done=int(next_iteration),
+            samples_seen=len(consumed),
+            segment_world=schedule.world_size,
+            segment_iteration=int(next_iteration),
+            segment_fingerprint=schedule_fingerprint(schedule),
+            consumed=consumed,
         )
 
-    def state_dict(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict (:meth:`from_json` reads it back)."""
         return asdict(self)
 
     @classmethod
-    def from_state_dict(cls, d: dict[str, Any]) -> ScheduleState:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+    def from_json(cls, d: dict[str, Any]) -> Position:
+        """The position :meth:`to_json` wrote."""
+        if "segment_iteration" not in d or "consumed" not in d:
+            raise ValueError(
+                "not a datacentric position (fields epoch, iterations_done, segment_*, "
+                f"consumed); got keys {sorted(d)}: it was saved by another version"
+            )
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def remaining(self, num_samples: int) -> list[int] | None:
+        """Sample ids the current segment schedules (``None``: the whole epoch)."""
+        if not self.segment_excluded:
+            return None
+        excluded = set(self.segment_excluded)
+        left = [i for i in range(num_samples) if i not in excluded]
+        if not left:
+            raise ValueError(f"epoch {self.epoch} has no samples left to run")
+        return left
+
+    def advance(self, sample_ids: Sequence[int], segment_length: int) -> None:
+        """Record one finished optimizer step of ``sample_ids``; at the end of a
+        segment of ``segment_length`` iterations, move to the next epoch."""
+        self.iterations_done += 1
+        self.samples_seen += len(sample_ids)
+        self.segment_iteration += 1
+        self.consumed.extend(int(i) for i in sample_ids)
+        if self.segment_iteration >= segment_length:
+            self.next_epoch()
+
+    def next_epoch(self) -> None:
+        """Move to the start of the next epoch."""
+        self.epoch += 1
+        self.consumed = []
+        self.segment_excluded = []
+        self.segment_iteration = 0
+        self.segment_world = None
+        self.segment_fingerprint = ""
 
 
-def resume_schedule(
-    shapes: Sequence[SampleShape],
-    state: ScheduleState,
-    *,
-    cost_model: CostModel,
-    plan: Plan | None = None,
-    options: ScheduleOptions | None = None,
-) -> tuple[Schedule, int]:
-    """Rebuild the schedule ``state`` was taken from; returns it and the iteration to
-    continue at. Raises ``ValueError`` if the rebuilt schedule differs."""
-    if len(shapes) != state.num_samples:
-        raise ValueError(
-            f"the saved schedule covers {state.num_samples} samples but the dataset has "
-            f"{len(shapes)}: it changed since the state was saved"
-        )
-    schedule = build_schedule(
-        shapes,
-        policy=state.policy,
-        world_size=state.world_size,
-        cost_model=cost_model,
-        plan=plan,
-        seed=state.seed,
-        epoch=state.epoch,
-        options=options,
-        measure=False,
-    )
-    if schedule_fingerprint(schedule) != state.fingerprint:
-        raise ValueError(
-            f"the rebuilt {state.policy} schedule (seed {state.seed}, epoch {state.epoch}, "
-            f"world {state.world_size}) differs from the saved one: the dataset, cost model, "
-            "plan or options changed; use replan_remaining with the old inputs, or restart "
-            "the epoch"
-        )
-    return schedule, state.next_iteration
-
-
-def replan_remaining(
-    shapes: Sequence[SampleShape],
-    state: ScheduleState,
-    *,
-    world_size: int,
-    cost_model: CostModel,
-    plan: Plan | None = None,
-    options: ScheduleOptions | None = None,
-    policy: str | None = None,
-    new_plan: Plan | None = None,
-    new_cost_model: CostModel | None = None,
+def continue_schedule(
+    position: Position, num_samples: int, world_size: int, make_schedule: MakeSchedule
 ) -> Schedule:
-    """A schedule of the samples the epoch has not run yet, for ``world_size`` ranks.
+    """The schedule that continues from ``position`` on ``world_size`` ranks.
 
-    ``cost_model``/``plan``/``options`` must be those of the saved run (they rebuild
-    it and tell which samples already ran); ``new_plan``/``new_cost_model`` describe
-    the new world if they differ. Samples already run are listed in the new
-    schedule's ``dropped_sample_ids`` and counted in ``meta['samples_excluded']``,
-    apart from the ones really dropped (``meta['samples_dropped']``).
+    Starts a new segment when needed (new epoch, or a world size other than the saved
+    segment's: the samples the epoch has not run are then re-planned for the new
+    world) and updates ``position`` accordingly. Raises ``ValueError`` if the rebuilt
+    schedule differs from the one the position was taken from.
     """
-    old, start = resume_schedule(shapes, state, cost_model=cost_model, plan=plan, options=options)
-    done = [i for it in old.iterations[:start] for i in it.sample_ids()]
-    left = np.setdiff1d(np.arange(old.num_samples), np.asarray(done + list(old.dropped_sample_ids)))
-    if len(left) == 0:
-        raise ValueError("nothing left to replan: the epoch has run every sample")
-    schedule = build_schedule(
-        shapes,
-        policy=policy or state.policy,
-        world_size=world_size,
-        cost_model=new_cost_model or cost_model,
-        plan=new_plan or plan,
-        seed=state.seed,
-        epoch=state.epoch,
-        options=options,
-        sample_ids=left,
-    )
-    schedule.meta["replanned_from"] = {
-        "world_size": state.world_size,
-        "next_iteration": start,
-        "samples_already_run": len(done),
-    }
+    if position.segment_world != world_size:
+        position.segment_excluded = sorted(position.consumed)
+        position.segment_iteration = 0
+        position.segment_world = world_size
+        position.segment_fingerprint = ""
+    schedule = make_schedule(position.epoch, position.remaining(num_samples))
+    fingerprint = schedule_fingerprint(schedule)
+    if position.segment_fingerprint and position.segment_fingerprint != fingerprint:
+        raise ValueError(
+            f"the rebuilt schedule of epoch {position.epoch} (world {world_size}, policy "
+            f"{schedule.policy}) differs from the saved one: the dataset, model, cost model "
+            "or options changed since it was saved; resume with the same settings"
+        )
+    if position.segment_iteration > len(schedule.iterations):
+        raise ValueError(
+            f"the saved position is at iteration {position.segment_iteration} of a "
+            f"{len(schedule.iterations)}-iteration schedule"
+        )
+    position.segment_fingerprint = fingerprint
     return schedule

@@ -17,17 +17,24 @@ the model, plans every bucket of the dataset's shapes and schedules each epoch
 with the chosen policy. Every rank computes the same schedule, with no
 communication. The gradient after ``step.finish()`` is the global batch's mean
 gradient, whatever the groups, accumulation counts and recomputation.
+
+The trainer behind ``datacentric train`` drives this same object: its loop is the
+one above plus clipping, logging and checkpoints. ``dc.state_dict()`` is where the
+run stands (a :class:`~datacentric.scheduling.resume.Position`); after
+``dc.load_state_dict(state)``, ``dc.steps()`` continues there, on any world size.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
+import torch
+import torch.distributed as dist
 from torch import nn
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import init_from_env
+from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
 from datacentric.planning.cost_model import CostModel
@@ -37,36 +44,87 @@ from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
+from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.train.build import build_cost_model
 
 
-def default_groups() -> ProcessGroups:
-    """The world from torchrun's environment when present, else one local process."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return ProcessGroups()
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return init_from_env()
-    return ProcessGroups.local()
+def gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
+    """``(world, len(values))`` float64 table of every rank's values (one collective)."""
+    mine = torch.tensor(values, dtype=torch.float64, device=groups.device)
+    if not groups.distributed or groups.world_size == 1:
+        return mine.unsqueeze(0).cpu()
+    table = [torch.empty_like(mine) for _ in range(groups.world_size)]
+    dist.all_gather(table, mine, group=groups.world)
+    return torch.stack(table).cpu()
 
 
 class Step:
-    """One optimizer step: iterate it for this rank's micro-batches, then ``finish()``."""
+    """One optimizer step: iterate it for this rank's micro-batches, then ``finish()``.
 
-    def __init__(self, runtime: DataCentricRuntime, iteration: Iteration) -> None:
+    After ``finish()``: :attr:`loss` (the global batch's), and every rank's compute
+    and runtime seconds (:attr:`rank_compute_s`, :attr:`rank_time_s`). :attr:`phase`
+    names what the step is doing (for error messages of hung or failed collectives).
+    """
+
+    def __init__(
+        self,
+        runtime: DataCentricRuntime,
+        iteration: Iteration,
+        *,
+        number: int | None = None,
+        epoch: int | None = None,
+        on_finish: Callable[[Step], Any] | None = None,
+    ) -> None:
         self.runtime = runtime
         self.iteration = iteration
+        self.number = number
+        """Optimizer steps the run had done before this one (steps of ``steps()``)."""
+        self.epoch = epoch
+        """The epoch this step belongs to (steps of ``steps()``)."""
+        self.phase = "setup"
+        self.loss: float | None = None
+        self.rank_compute_s: list[float] = []
+        self.rank_time_s: list[float] = []
+        self._on_finish = on_finish
         self.stats: IterationStats = runtime.start_iteration(iteration)
 
     def __iter__(self) -> Iterator[MicroStep]:
-        return self.runtime.micro_steps(self.iteration, self.stats)
+        group = self.iteration.assignment_for_rank(self.runtime.groups.rank)
+        for k, micro in enumerate(self.runtime.micro_steps(self.iteration, self.stats)):
+            self.phase = (
+                f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
+                f"{group.sp_size} at rank {group.rank_start})"
+            )
+            yield micro
 
     def finish(self) -> float:
-        """Sum gradients over the world once (collective) and return the global loss."""
+        """Sum gradients over the world once, gather every rank's loss share and
+        timings (collectives) and return the global batch's loss."""
+        self.phase = "the gradient all-reduce over the world"
         self.runtime.finish_iteration(self.stats)
-        return self.runtime.global_loss(self.stats)
+        self.phase = "the all-gather of losses and timings"
+        compute_s = sum(mb.time_s for mb in self.stats.micro_batches)
+        table = gather_floats(
+            [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
+        )
+        self.loss = float(table[:, 0].sum())
+        self.rank_compute_s = [float(x) for x in table[:, 1]]
+        self.rank_time_s = [float(x) for x in table[:, 2]]
+        self.phase = "finished"
+        if self._on_finish is not None:
+            self._on_finish(self)
+        return self.loss
+
+    @property
+    def finished(self) -> bool:
+        """``finish()`` has run."""
+        return self.loss is not None
+
+    @property
+    def runtime_time_s(self) -> float:
+        """The runtime's time of the step: the slowest rank's (after ``finish()``)."""
+        return max(self.rank_time_s, default=0.0)
 
     @property
     def sample_ids(self) -> list[int]:
@@ -142,7 +200,7 @@ class DataCentric:
         dtype: str = "float32",
         groups: ProcessGroups | None = None,
     ) -> None:
-        self.groups = groups or default_groups()
+        self.groups = groups or process_groups()
         self.model = model.to(self.groups.device)
         self.dataset = dataset
         if cost_model is None:
@@ -161,6 +219,10 @@ class DataCentric:
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
         )
+        self.position = Position()
+        """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
+        self._segment: Schedule | None = None
+        self._segment_epoch = -1
 
     @property
     def rank(self) -> int:
@@ -171,11 +233,54 @@ class DataCentric:
         return self.planner.schedule(epoch, sample_ids)
 
     def step(self, iteration: Iteration) -> Step:
-        """A :class:`Step` for one iteration of a schedule."""
+        """A :class:`Step` for one iteration of any schedule (the position stays)."""
         return Step(self.runtime, iteration)
 
-    def steps(self, epochs: int = 1, start_epoch: int = 0) -> Iterator[Step]:
-        """Every optimizer step of ``epochs`` epochs, in order."""
-        for epoch in range(start_epoch, start_epoch + epochs):
-            for iteration in self.schedule(epoch).iterations:
-                yield self.step(iteration)
+    def state_dict(self) -> dict[str, Any]:
+        """Where the run stands (JSON-able): save it with the model and optimizer."""
+        return self.position.to_json()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a saved :meth:`state_dict`, on this world size: on another
+        one the samples the epoch has not run are re-planned for this world."""
+        self.position = Position.from_json(state)
+        self._segment = None
+
+    def current_schedule(self) -> Schedule:
+        """The schedule the next step comes from (built once per segment)."""
+        p = self.position
+        world = self.groups.world_size
+        if self._segment is None or p.segment_world != world or self._segment_epoch != p.epoch:
+            self._segment = continue_schedule(p, len(self.planner.shapes), world, self.schedule)
+            self._segment_epoch = p.epoch
+        return self._segment
+
+    def steps(self, epochs: int | None = 1, *, iterations: int | None = None) -> Iterator[Step]:
+        """Every optimizer step from :attr:`position` on, until the run has completed
+        ``epochs`` epochs or ``iterations`` steps in all (``None``: no such limit).
+
+        Call ``finish()`` on each step before asking for the next: it advances the
+        position (the trainer checkpoints it; so can a user loop).
+        """
+        if epochs is None and iterations is None:
+            raise ValueError("steps() needs a limit: epochs, iterations or both")
+        while not (
+            (epochs is not None and self.position.epoch >= epochs)
+            or (iterations is not None and self.position.iterations_done >= iterations)
+        ):
+            schedule = self.current_schedule()
+            p = self.position
+            if p.segment_iteration >= len(schedule.iterations):
+                p.next_epoch()  # nothing of this epoch left to run
+                continue
+            length = len(schedule.iterations)
+            step = Step(
+                self.runtime,
+                schedule.iterations[p.segment_iteration],
+                number=p.iterations_done,
+                epoch=p.epoch,
+                on_finish=lambda done, n=length: self.position.advance(done.sample_ids, n),
+            )
+            yield step
+            if not step.finished:
+                raise RuntimeError("call step.finish() before asking for the next step")

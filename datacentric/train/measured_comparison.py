@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from datacentric.parallel.launch import spawn
+from datacentric.parallel.launch import launch
 from datacentric.schedule import Iteration, Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
 from datacentric.timing import SYNC, Placement, Span, busy_s, micro_batch_id, placements
@@ -73,16 +73,7 @@ def run_policy(config: TrainConfig, world_size: int) -> None:
         shutil.rmtree(Path(config.out) / folder, ignore_errors=True)
     for name in ("metrics.jsonl", "samples.jsonl"):
         (Path(config.out) / name).unlink(missing_ok=True)
-    if world_size == 1:
-        train_rank(config)
-    else:
-        spawn(
-            train_rank,
-            world_size,
-            config,
-            timeout_s=7 * 24 * 3600.0,
-            collective_timeout_s=config.collective_timeout_s,
-        )
+    launch(train_rank, config, nproc=world_size, collective_timeout_s=config.collective_timeout_s)
 
 
 def compare_policies(

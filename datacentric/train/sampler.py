@@ -10,7 +10,11 @@ loss-weight denominators of its global batch) is :meth:`RankBatchSampler.micro_b
 in the same order.
 
 Resuming: ``state_dict(next_iteration)`` after an optimizer step records where the
-epoch stands (with the schedule's fingerprint); ``load_state_dict`` continues there.
+epoch stands as a :class:`~datacentric.scheduling.resume.Position` (the one resume
+state of the trainer and ``DataCentric`` too); ``load_state_dict`` continues there.
+On another world size, build the continuing schedule with
+:func:`~datacentric.scheduling.resume.continue_schedule` and a new sampler at the
+position's ``segment_iteration``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from datacentric.schedule import Schedule
-from datacentric.scheduling.resume import schedule_fingerprint
+from datacentric.scheduling.resume import Position, schedule_fingerprint
 
 
 @dataclass(frozen=True)
@@ -123,22 +127,15 @@ class RankBatchSampler(Sampler[list[int]]):
         return rank_micro_batches(self.schedule, self.rank, self.start_iteration)
 
     def state_dict(self, next_iteration: int) -> dict[str, Any]:
-        """Where the epoch stands once iterations before ``next_iteration`` have run."""
-        if not 0 <= next_iteration <= len(self.schedule.iterations):
-            raise ValueError(
-                f"next_iteration {next_iteration} is outside 0..{len(self.schedule.iterations)}"
-            )
-        return {
-            "fingerprint": self._fingerprint,
-            "epoch": self.schedule.epoch,
-            "next_iteration": int(next_iteration),
-        }
+        """The :class:`Position` (as JSON) once iterations before ``next_iteration`` ran."""
+        return Position.at(self.schedule, next_iteration).to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue at ``state['next_iteration']``; the schedule must be the same one."""
-        if state.get("fingerprint") != self._fingerprint:
+        """Continue where a saved :class:`Position` stands; it must be of this schedule."""
+        position = Position.from_json(state)
+        if position.segment_fingerprint != self._fingerprint:
             raise ValueError(
-                "the saved sampler state belongs to a different schedule (dataset, world, "
-                "policy, seed, epoch or options changed); rebuild the saved one or replan"
+                "the saved position belongs to a different schedule (dataset, world, "
+                "policy, seed, epoch or options changed); rebuild it with continue_schedule"
             )
-        self._seek(int(state["next_iteration"]))
+        self._seek(position.segment_iteration)

@@ -1,12 +1,13 @@
 """The training loop behind ``datacentric train`` (one call per rank).
 
 Every rank builds the same model (same seed), dataset, cost model and schedule,
-with no communication; then each optimizer step runs the rank's micro-batches
-through :class:`~datacentric.parallel.runtime.DataCentricRuntime` (one gradient
-all-reduce per step), clips, steps the optimizer and the learning-rate schedule
-once, logs, and checkpoints. Resuming continues the sample stream exactly where
-the checkpoint left it; on a different world size the rest of the epoch is
-re-planned (see :mod:`datacentric.train.position`).
+with no communication; then the trainer drives the very loop a user writes over
+:class:`~datacentric.train.data_centric.DataCentric`: each step's micro-batches
+(one gradient all-reduce per step), then it clips, steps the optimizer and the
+learning-rate schedule once, logs, and checkpoints ``DataCentric``'s position.
+Resuming continues the sample stream exactly where the checkpoint left it; on a
+different world size the rest of the epoch is re-planned (see
+:mod:`datacentric.scheduling.resume`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.schedule import Iteration
+from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.scheduling.measures import iteration_imbalance
+from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
     latest_checkpoint,
@@ -34,9 +35,8 @@ from datacentric.train.checkpoint import (
     weights_sha256,
 )
 from datacentric.train.config import TrainConfig, parse_fault
-from datacentric.train.data_centric import DataCentric
+from datacentric.train.data_centric import DataCentric, Step
 from datacentric.train.metrics import MetricsLogger
-from datacentric.train.position import Position, next_epoch, segment_schedule
 from datacentric.train.run_folder import gather_spans, save_schedule, timeline_json
 
 
@@ -71,16 +71,6 @@ def lr_lambda(config: TrainConfig, total: int):
     return factor
 
 
-def _gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
-    """``(world, len(values))`` float64 table of every rank's values (one collective)."""
-    mine = torch.tensor(values, dtype=torch.float64, device=groups.device)
-    if not groups.distributed or groups.world_size == 1:
-        return mine.unsqueeze(0).cpu()
-    table = [torch.empty_like(mine) for _ in range(groups.world_size)]
-    dist.all_gather(table, mine, group=groups.world)
-    return torch.stack(table).cpu()
-
-
 class Trainer:
     """One rank's training run; construct on every rank after ``groups`` exist."""
 
@@ -112,36 +102,29 @@ class Trainer:
             betas=config.betas,
             weight_decay=config.weight_decay,
         )
-        self.position = Position()
         self.total_iterations = 0
-        self._pending_schedule = None  # built at start-up to count steps, used once
         self.fault = parse_fault(config.fault_inject) if config.fault_inject else None
 
-    # ---------------------------------------------------------------- schedule
-    def _schedule(self):
-        if self._pending_schedule is not None:
-            schedule, self._pending_schedule = self._pending_schedule, None
-            return schedule
-        return segment_schedule(
-            self.position, len(self.shapes), self.groups.world_size, self.dc.schedule
-        )
+    @property
+    def position(self) -> Position:
+        """Where the run stands (``DataCentric``'s position, saved in checkpoints)."""
+        return self.dc.position
 
     def _planned_total(self) -> int:
         if self.config.iterations is not None:
             return self.config.iterations
-        self._pending_schedule = self._schedule()
-        return self.config.epochs * len(self._pending_schedule.iterations)
+        return self.config.epochs * len(self.dc.current_schedule().iterations)
 
     # ---------------------------------------------------------------- resume
     def _resume(self) -> None:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        restarted = launch_mode().restarts > 0
         path = latest_checkpoint(self.out) if self.config.resume or restarted else None
         if path is None:
             self.total_iterations = self._planned_total()
             return
         state = load_checkpoint(path, self.model, self.optimizer)
-        self.position = Position.from_json(state["position"])
+        self.dc.load_state_dict(state["position"])
         self.total_iterations = int(state["total_iterations"])
         if self.is_main:
             _truncate_jsonl(self.out / "metrics.jsonl", self.position.iterations_done)
@@ -191,27 +174,23 @@ class Trainer:
         )
         losses: list[float] = []
         rates: list[float] = []
+        epochs = config.epochs if config.iterations is None else None
         try:
-            while not self._finished():
-                schedule = self._schedule()
-                if self.is_main:
+            saved = None
+            for step in self.dc.steps(epochs, iterations=config.iterations):
+                schedule = self.dc.current_schedule()
+                if self.is_main and schedule is not saved:  # the schedule that runs, once
                     replanned = self.position.segment_excluded
-                    save_schedule(
-                        self.out, schedule, self.position.iterations_done if replanned else None
-                    )
-                iterations = schedule.iterations[self.position.segment_iteration :]
-                for iteration in iterations:
-                    if self._finished():
-                        break
-                    record = self._step(iteration, scheduler)
-                    losses.append(record["loss"])
-                    rates.append(record["tokens_per_s"])
-                    metrics.log(record)
-                    every = config.checkpoint_every
-                    if every and self.position.iterations_done % every == 0:
-                        self._save(scheduler)
-                if self.position.segment_iteration >= len(schedule.iterations):
-                    next_epoch(self.position)
+                    at_step = self.position.iterations_done if replanned else None
+                    save_schedule(self.out, schedule, at_step)
+                    saved = schedule
+                record = self._step(step, scheduler)
+                losses.append(record["loss"])
+                rates.append(record["tokens_per_s"])
+                metrics.log(record)
+                every = config.checkpoint_every
+                if every and self.position.iterations_done % every == 0:
+                    self._save(scheduler)
             self._save(scheduler)
         finally:
             metrics.close()
@@ -224,12 +203,6 @@ class Trainer:
             out_dir=str(self.out),
         )
 
-    def _finished(self) -> bool:
-        p = self.position
-        if self.config.iterations is not None:
-            return p.iterations_done >= self.config.iterations
-        return p.epoch >= self.config.epochs
-
     def _save(self, scheduler) -> None:
         save_checkpoint(
             self.out,
@@ -239,21 +212,23 @@ class Trainer:
             self._trainer_state(scheduler.state_dict()),
         )
 
-    def _maybe_inject_fault(self) -> None:
+    def _maybe_inject_fault(self, number: int) -> None:
         """Kill (or hang) this rank after its first micro-batch of the step named by the
         fault-injection setting, once per run folder (a marker file records it)."""
         if self.fault is None:
             return
         rank, at, mode = self.fault
         marker = self.out / f".fault-injected-rank{rank}-at{at}"
-        if self.groups.rank == rank and self.position.iterations_done == at:
+        if self.groups.rank == rank and number == at:
             if not marker.exists():
                 marker.touch()
                 if mode == "hang":
                     time.sleep(10 * self.config.collective_timeout_s)
                 os._exit(17)
 
-    def _step(self, iteration: Iteration, scheduler) -> dict[str, Any]:
+    def _step(self, step: Step, scheduler) -> dict[str, Any]:
+        """Run one step of ``DataCentric.steps()``: the user loop's body plus mixed
+        precision, fault injection, clipping and the step's metrics record."""
         config = self.config
         self.optimizer.zero_grad(set_to_none=True)
         started = time.perf_counter()
@@ -262,40 +237,26 @@ class Trainer:
             dtype=torch.bfloat16,
             enabled=config.dtype == "bfloat16",
         )
-        runtime = self.runtime
-        phase = "setup"
         try:
-            stats = runtime.start_iteration(iteration)
-            group = iteration.assignment_for_rank(self.groups.rank)
-            for k, micro in enumerate(runtime.micro_steps(iteration, stats)):
-                phase = (
-                    f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
-                    f"{group.sp_size} at rank {group.rank_start})"
-                )
+            for k, micro in enumerate(step):
                 with autocast:
                     loss_S = self.model(micro.batch)
                 micro.backward(loss_S)
                 if k == 0:
-                    self._maybe_inject_fault()
-            phase = "the gradient all-reduce over the world"
-            runtime.finish_iteration(stats)
-            phase = "the all-gather of losses and timings"
-            compute_s = sum(mb.time_s for mb in stats.micro_batches)
-            table = _gather_floats(
-                [stats.weighted_loss, compute_s, stats.total_time_s], self.groups
-            )
+                    self._maybe_inject_fault(step.number)
+            loss = step.finish()
         except RuntimeError as err:
             timed_out = "timed out" in str(err).lower() or "timeout" in str(err).lower()
             raise RuntimeError(
-                f"rank {self.groups.rank}: iteration {self.position.iterations_done} "
-                f"{'timed out' if timed_out else 'failed'} in {phase}"
+                f"rank {self.groups.rank}: iteration {step.number} "
+                f"{'timed out' if timed_out else 'failed'} in {step.phase}"
                 f"{' (a peer rank stopped answering?)' if timed_out else ''}: {err}"
             ) from err
-        loss = float(table[:, 0].sum())
-        sample_ids = iteration.sample_ids()
+        iteration, stats = step.iteration, step.stats
+        sample_ids = step.sample_ids
         if not math.isfinite(loss):
             raise NonFiniteLossError(
-                f"iteration {self.position.iterations_done} (epoch {self.position.epoch}): loss "
+                f"iteration {step.number} (epoch {step.epoch}): loss "
                 f"is {loss}; samples {sorted(sample_ids)}. The step was not applied and the "
                 "last checkpoint is intact; lower the learning rate or inspect these samples"
             )
@@ -306,23 +267,18 @@ class Trainer:
         scheduler.step()
         elapsed = time.perf_counter() - started
         tokens = sum(self.shapes[i].tokens for i in sample_ids)
-        step = self.position.iterations_done
-        p = self.position
-        p.iterations_done += 1
-        p.samples_seen += len(sample_ids)
-        p.segment_iteration += 1
-        p.consumed.extend(sample_ids)
-        busy = table[:, 1]
-        wall = float(table[:, 2].max())
+        step_index, epoch = step.number, step.epoch
+        busy = step.rank_compute_s
+        wall = step.runtime_time_s
         if self.is_main:
             with open(self.out / "samples.jsonl", "a", encoding="utf-8") as handle:
                 handle.write(
-                    json.dumps({"iteration": step, "epoch": p.epoch, "sample_ids": sample_ids})
+                    json.dumps({"iteration": step_index, "epoch": epoch, "sample_ids": sample_ids})
                     + "\n"
                 )
         return {
-            "iteration": step,
-            "epoch": p.epoch,
+            "iteration": step_index,
+            "epoch": epoch,
             "loss": loss,
             "lr": lr,
             "samples": len(sample_ids),
@@ -331,11 +287,11 @@ class Trainer:
             "tokens_per_s": tokens / elapsed,
             "est_makespan_s": iteration.est_makespan_s,
             "est_idle_share": iteration_imbalance(iteration, self.groups.world_size),
-            "measured_idle_share": 1.0 - float(busy.sum()) / (len(busy) * wall) if wall else 0.0,
+            "measured_idle_share": 1.0 - sum(busy) / (len(busy) * wall) if wall else 0.0,
             "groups": [
                 [a.rank_start, a.sp_size, a.accumulation_steps] for a in iteration.assignments
             ],
-            "rank_compute_s": [float(x) for x in busy],
+            "rank_compute_s": busy,
             "runtime_time_s": wall,
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
@@ -346,10 +302,9 @@ class Trainer:
 
 
 def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
-    """Run one rank of a training job (inside ``launch.spawn``, torchrun, or alone)."""
-    if groups is None:
-        groups = ProcessGroups() if dist.is_available() and dist.is_initialized() else None
-        groups = groups or ProcessGroups.local()
+    """Run one rank of a training job (inside ``launch.launch``: spawned, under
+    torchrun, or alone)."""
+    groups = groups or process_groups(config.collective_timeout_s)
     return Trainer(config, groups).run()
 
 
