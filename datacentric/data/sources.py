@@ -95,6 +95,8 @@ def _from_factory(module_name: str, attr: str, settings: DataSettings) -> Datase
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
         raise DataError(f"dataset {spec}: cannot import it ({err})") from None
+    if not callable(factory):
+        raise DataError(f"dataset {spec}: {attr} is a {type(factory).__name__}, not a factory")
     values = dataclasses.asdict(settings)
     try:
         params = inspect.signature(factory).parameters

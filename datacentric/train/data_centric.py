@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 
 from torch import nn
 
+from datacentric.data.base import epoch_pack
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env
 from datacentric.parallel.loss import loss_tokens_function
@@ -121,8 +122,8 @@ class DataCentric:
 
     ``model`` follows the model contract (``blocks``, ``set_attention``,
     ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``);
-    ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple)`` and ideally
-    ``loss_tokens(id)``. The cost model is ``cost_model`` if given, else the
+    ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
+    ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
     planned memory; ``tokens_per_iteration`` bounds the global batch.
     """
@@ -169,6 +170,10 @@ class DataCentric:
         """The epoch's schedule (the same on every rank); ``sample_ids`` restricts it."""
         return self.planner.schedule(epoch, sample_ids)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""
+        self.runtime.pack = epoch_pack(self.dataset, epoch)
+
     def step(self, iteration: Iteration) -> Step:
         """A :class:`Step` for one iteration of a schedule."""
         return Step(self.runtime, iteration)
@@ -176,5 +181,6 @@ class DataCentric:
     def steps(self, epochs: int = 1, start_epoch: int = 0) -> Iterator[Step]:
         """Every optimizer step of ``epochs`` epochs, in order."""
         for epoch in range(start_epoch, start_epoch + epochs):
+            self.set_epoch(epoch)
             for iteration in self.schedule(epoch).iterations:
                 yield self.step(iteration)

@@ -194,6 +194,7 @@ class Trainer:
         try:
             while not self._finished():
                 schedule = self._schedule()
+                self.dc.set_epoch(self.position.epoch)
                 iterations = schedule.iterations[self.position.segment_iteration :]
                 for iteration in iterations:
                     if self._finished():
