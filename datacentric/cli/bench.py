@@ -7,6 +7,8 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.plan import DATASET_HELP, add_data_arguments
+from datacentric.cli.train import check_dataset
 from datacentric.train.config import load_config
 from datacentric.train.measured_comparison import PolicyMeasurement, compare_policies
 
@@ -35,6 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="comma-separated policies; the first is the baseline",
     )
     parser.add_argument("--out", default="runs/bench", help="run folder")
+    parser.add_argument("--dataset", help=DATASET_HELP + " (default: stdlib)")
+    add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
     parser.add_argument(
         "--dataset-limit",
         type=int,
@@ -79,10 +83,13 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 
 def run(args: argparse.Namespace) -> int:
     overrides = dict(BENCH_DEFAULTS)
-    for key in ("dataset_limit", "memory_gb"):
+    keys = ("dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer", "text_field")
+    for key in (*keys, "long_docs", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     config = load_config(None, out=args.out, **overrides)
+    if not check_dataset(config, "bench"):
+        return 2
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     results = compare_policies(config, policies, args.world, args.out)
     summary = bench_summary(results, policies[0])

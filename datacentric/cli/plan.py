@@ -17,20 +17,61 @@ from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, make_buckets, read_lengths_file
 
+DATASET_HELP = (
+    "stdlib, a workload preset (opensora-short, ...), jsonl:/parquet:/text:PATH_OR_GLOB, "
+    "hf-datasets:DIR, latents:DIR or package.module:factory"
+)
 
-def dataset_shapes(name: str | None, lengths: str | None, seed: int = 0) -> list[SampleShape]:
-    """Sample shapes of ``--dataset NAME`` (``stdlib`` or a simulator workload preset)
-    or of ``--lengths FILE``."""
-    if lengths:
-        return read_lengths_file(lengths)
-    if name == "stdlib":
-        from datacentric.data import StdlibCorpus
 
-        return StdlibCorpus().shapes()
-    if name:
-        from datacentric.data.workloads import get_workload
+def add_data_arguments(parser: argparse.ArgumentParser, max_tokens_default: int = 8192) -> None:
+    """The flags that shape a ``--dataset`` source (see ``docs/data.md``); their values
+    default to None here so that a configuration file's values are kept.
+    ``max_tokens_default`` is the command's own default (the datasets' is 8192)."""
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="longest text sample; longer documents follow --long-docs "
+        f"(default {max_tokens_default})",
+    )
+    parser.add_argument(
+        "--tokenizer", help="text datasets: a local tokenizer.json (default: UTF-8 bytes)"
+    )
+    parser.add_argument(
+        "--text-field", help="text datasets: JSON key or column of the text (default: text)"
+    )
+    parser.add_argument(
+        "--long-docs",
+        choices=("chunk", "truncate", "skip", "error"),
+        help="documents over --max-tokens: split into near-equal chunks, keep the first "
+        "--max-tokens, leave out (counted) or fail (default: chunk)",
+    )
+    parser.add_argument(
+        "--bucket-config",
+        help="latent datasets: Open-Sora-style bucket config, JSON (default: none, every "
+        "latent keeps its own shape)",
+    )
 
-        return list(get_workload(name, seed=seed).shapes)
+
+def data_settings(args: argparse.Namespace) -> Any:
+    """:class:`~datacentric.data.sources.DataSettings` of the parsed flags."""
+    from datacentric.data.sources import DataSettings
+
+    keys = ("max_tokens", "tokenizer", "text_field", "long_docs", "bucket_config", "seed")
+    given = {key: getattr(args, key, None) for key in keys}
+    return DataSettings(**{k: v for k, v in given.items() if v is not None})
+
+
+def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
+    """Sample shapes of ``--dataset SPEC`` (any source of
+    :func:`~datacentric.data.sources.open_dataset`, shaped by the data flags) or of
+    ``--lengths FILE``, and how many samples the dataset skipped on request."""
+    if getattr(args, "lengths", None):
+        return read_lengths_file(args.lengths), 0
+    if args.dataset:
+        from datacentric.data.sources import open_dataset, skipped_samples
+
+        dataset = open_dataset(args.dataset, data_settings(args))
+        return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 
 
@@ -94,8 +135,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", help="folder written by `datacentric profile`")
     parser.add_argument("--model", help="analytic model preset (with --hardware)")
     parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
-    parser.add_argument("--dataset", help="stdlib, or a workload preset (opensora-short, ...)")
+    parser.add_argument("--dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
+    add_data_arguments(parser)
     parser.add_argument("--world", type=int, help="number of ranks (GPUs)")
     add_cost_model_arguments(parser)
     parser.add_argument("--max-micro-batch", type=int, default=1024)
@@ -139,7 +181,7 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
         if not has_data:
             return load_plan(args.profile), None, f"saved plan in {args.profile}"
         cost, world = profiled_model(args)
-        bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths, args.seed))
+        bucketing = make_buckets(dataset_shapes(args)[0])
         plan = plan_buckets(
             bucketing,
             cost,
@@ -154,7 +196,7 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
             "--dataset NAME or --lengths FILE"
         )
     cost = analytic_model(args.model, args.hardware, args.world, args)
-    bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths, args.seed))
+    bucketing = make_buckets(dataset_shapes(args)[0])
     plan = plan_buckets(
         bucketing,
         cost,

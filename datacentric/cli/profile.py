@@ -16,7 +16,13 @@ import json
 import sys
 import time
 
-from datacentric.cli.plan import dataset_shapes, format_table, plan_json
+from datacentric.cli.plan import (
+    DATASET_HELP,
+    add_data_arguments,
+    dataset_shapes,
+    format_table,
+    plan_json,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,8 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", default="llama", help="runnable model preset")
-    parser.add_argument("--dataset", help="stdlib, or a workload preset")
+    parser.add_argument("--dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
+    add_data_arguments(parser)
     parser.add_argument("--world", type=int, default=2, help="ranks to start")
     parser.add_argument("--memory-gb", type=float, required=True, help="cap per rank, GiB")
     parser.add_argument(
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
     try:
-        bucketing = make_buckets(dataset_shapes(args.dataset, args.lengths))
+        bucketing = make_buckets(dataset_shapes(args)[0])
         settings = ProfileSettings(
             model=args.model,
             world_size=args.world,
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             out_dir=args.out,
             reuse=not args.force,
         )
-    except (ProfileError, UnfittableBucketError, ValueError, KeyError) as err:
+    except (ProfileError, UnfittableBucketError, ValueError, KeyError, OSError) as err:
         print(f"datacentric profile: {err}", file=sys.stderr)
         return 2
     profile, plan = report.profile, report.plan

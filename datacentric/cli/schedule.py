@@ -16,7 +16,9 @@ import sys
 from typing import Any
 
 from datacentric.cli.plan import (
+    DATASET_HELP,
     add_cost_model_arguments,
+    add_data_arguments,
     analytic_model,
     dataset_shapes,
     profiled_model,
@@ -33,8 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="stdlib, or a workload preset (opensora-short, ...)")
+    source.add_argument("--dataset", help=DATASET_HELP)
     source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
+    add_data_arguments(parser)
     parser.add_argument("--world", type=int, required=True, help="number of ranks (GPUs)")
     parser.add_argument("--policy", required=True, choices=list(POLICIES))
     parser.add_argument("--profile", help="folder written by `datacentric profile`")
@@ -64,10 +67,10 @@ def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, An
         source = f"profile {args.profile}"
     else:
         model, hardware = args.model, args.hardware
-        if args.dataset and not (model and hardware):  # the workload preset's defaults
-            from datacentric.data.workloads import get_workload
+        from datacentric.data.workloads import get_workload, list_workloads
 
-            name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
+        name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
+        if name in list_workloads() and not (model and hardware):  # the preset's defaults
             preset = get_workload(name, seed=args.seed, num_samples=100)
             model, hardware = model or preset.model, hardware or preset.hardware
         if not (model and hardware):
@@ -87,7 +90,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     """Build the schedule the arguments describe; its summary as a JSON-able dict."""
     from datacentric.scheduling import ScheduleOptions, build_schedule
 
-    shapes = list(dataset_shapes(args.dataset, args.lengths, args.seed))
+    shapes, skipped = dataset_shapes(args)
     cost, plan, source = cost_model_and_plan(args, shapes)
     options = ScheduleOptions(
         tokens_per_iteration=args.tokens_per_iteration,
@@ -119,6 +122,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "samples_total": len(shapes),
         "samples_scheduled": schedule.samples_scheduled,
         "samples_dropped": meta["samples_dropped"],
+        "samples_skipped": skipped,
         "efficiency": meta["efficiency"],
         "imbalance_mean": meta["imbalance_mean"],
         "imbalance_max": max(meta["imbalance"]),

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
+from datacentric.cli.plan import DATASET_HELP, add_data_arguments
 from datacentric.parallel.launch import launch
 from datacentric.train.config import TrainConfig, load_config
 from datacentric.train.trainer import train_rank
@@ -30,11 +32,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: Fields whose flags (with help) come from :func:`add_data_arguments`.
+DATA_FLAGS = ("max_tokens", "tokenizer", "text_field", "long_docs", "bucket_config")
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per :class:`TrainConfig` field (unset flags keep the file's value)."""
+    add_data_arguments(parser, TrainConfig.max_tokens)
     for name, field in TrainConfig.__dataclass_fields__.items():
         flag = "--" + name.replace("_", "-")
-        if field.type in ("bool",):
+        if name in DATA_FLAGS:
+            continue
+        if name == "dataset":
+            parser.add_argument(flag, dest=name, default=None, help=DATASET_HELP)
+        elif field.type in ("bool",):
             parser.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None
             )
@@ -45,9 +56,29 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, type=kind, default=None)
 
 
+def check_dataset(config: TrainConfig, command: str) -> bool:
+    """Open the run's dataset once up front: bad data is one line on stderr (False),
+    and samples skipped on request are reported there."""
+    from datacentric.data.base import DataError
+    from datacentric.data.sources import skipped_samples
+    from datacentric.train.build import build_dataset
+
+    try:
+        dataset = build_dataset(config)
+    except (DataError, OSError) as err:
+        print(f"datacentric {command}: {err}", file=sys.stderr)
+        return False
+    skipped = skipped_samples(dataset)
+    if skipped:
+        print(f"datacentric {command}: {skipped} samples skipped as asked", file=sys.stderr)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
     config = load_config(args.config, **overrides)
+    if not check_dataset(config, "train"):
+        return 2
     results = launch(
         train_rank, config, nproc=args.nproc, collective_timeout_s=config.collective_timeout_s
     )

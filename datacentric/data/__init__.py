@@ -1,13 +1,16 @@
 """Datasets: the embedded standard-library corpus, synthetic text and video latents.
 
-Every dataset follows :class:`Dataset`: ``len``, ``shapes()`` and
-``pack(sample_ids, pad_to_multiple) -> PackedBatch``.
+Every dataset follows :class:`Dataset`: ``len``, ``shapes()``, ``loss_tokens(id)`` and
+``pack(sample_ids, pad_to_multiple, *, epoch=0) -> PackedBatch``. Sources by name:
+:func:`datacentric.data.sources.open_dataset`.
 """
 
 from datacentric.data.base import (
+    DataError,
     Dataset,
     SegmentLayout,
     ShapeListDataset,
+    epoch_pack,
     padded_length,
     segment_layout,
 )
@@ -28,6 +31,7 @@ __all__ = [
     "RESOLUTIONS",
     "VIDEO_FRAMES",
     "ChunkInfo",
+    "DataError",
     "Dataset",
     "SegmentLayout",
     "ShapeListDataset",
@@ -36,6 +40,7 @@ __all__ = [
     "SyntheticVideoDataset",
     "VideoSample",
     "benchmark_video_shapes",
+    "epoch_pack",
     "latent_grid",
     "pack_token_samples",
     "padded_length",

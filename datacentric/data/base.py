@@ -5,11 +5,15 @@ loading it) and packs
 any list of sample ids into one :class:`~datacentric.batch.PackedBatch`:
 samples concatenated in the given order, then at most one padding segment so
 that the packed length is a multiple of ``pad_to_multiple`` (the SP size).
+``pack`` takes the epoch as a keyword (default 0) so that per-epoch draws (noise,
+diffusion time, crops) change between epochs; :func:`epoch_pack` binds it for
+callers that pack with two positional arguments, also for datasets without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -34,9 +38,36 @@ class Dataset(Protocol):
         known without loading the sample, so loss weights cost nothing."""
         ...
 
-    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
-        """Pack samples (in this order) into one padded micro-batch."""
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        """Pack samples (in this order) into one padded micro-batch; ``epoch`` seeds
+        per-epoch draws (a dataset without any may omit the keyword)."""
         ...
+
+
+class DataError(ValueError):
+    """Bad input data: the message names the file (and line or row) and the fix."""
+
+
+Pack = Callable[[Sequence[int], int], PackedBatch]
+"""``pack(sample_ids, pad_to_multiple) -> PackedBatch`` with the epoch bound."""
+
+
+def epoch_pack(dataset: Dataset, epoch: int) -> Pack:
+    """``dataset.pack`` with ``epoch`` bound; datasets whose ``pack`` has no ``epoch``
+    keyword (written before it existed) get their plain ``pack``."""
+    try:
+        takes_epoch = "epoch" in inspect.signature(dataset.pack).parameters
+    except (TypeError, ValueError):
+        takes_epoch = False
+    if not takes_epoch:
+        return dataset.pack
+
+    def pack(sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+        return dataset.pack(sample_ids, pad_to_multiple, epoch=epoch)
+
+    return pack
 
 
 def padded_length(tokens: int, multiple: int) -> int:
@@ -110,10 +141,12 @@ def segment_layout(
     )
 
 
-def sample_generator(seed: int, sample_id: int) -> torch.Generator:
-    """A generator seeded only by (dataset seed, sample id): rank-independent draws."""
-    # Mix the two into one 63-bit seed (golden-ratio multiplier spreads nearby seeds).
-    mixed = (int(seed) * 0x9E3779B97F4A7C15 + int(sample_id) * 0xBF58476D1CE4E5B9) % (2**63)
+def sample_generator(seed: int, sample_id: int, epoch: int = 0) -> torch.Generator:
+    """A generator seeded only by (dataset seed, sample id, epoch): rank-independent
+    draws (epoch 0 gives the same stream as before epochs existed)."""
+    # Mix into one 63-bit seed (golden-ratio multiplier spreads nearby seeds).
+    mixed = int(seed) * 0x9E3779B97F4A7C15 + int(sample_id) * 0xBF58476D1CE4E5B9
+    mixed = (mixed + int(epoch) * 0x94D049BB133111EB) % (2**63)
     return torch.Generator().manual_seed(mixed)
 
 

@@ -153,8 +153,11 @@ class StdlibCorpus:
             )
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
-    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
-        """Pack samples into a micro-batch: next-byte targets within each sample."""
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        """Pack samples into a micro-batch: next-byte targets within each sample (the
+        same in every epoch)."""
         ids = check_sample_ids(sample_ids, len(self))
         return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple)
 
@@ -168,6 +171,7 @@ class StdlibCorpus:
             "max_tokens": self.max_tokens,
             "files": len(self.files),
             "skipped_empty": len(self.skipped_empty),
+            "samples_skipped": len(self.skipped_empty),
             "files_split": sum(1 for n in self.file_lengths if n > self.max_tokens),
             "samples": len(lengths),
             "total_tokens": sum(lengths),

@@ -77,6 +77,9 @@ class SyntheticTextDataset(ShapeListDataset):
         gen = sample_generator(self.seed, sample_id)
         return torch.randint(0, self.vocab_size, (n,), generator=gen, dtype=torch.long)
 
-    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        """Pack samples (the same tokens in every epoch)."""
         ids = check_sample_ids(sample_ids, len(self))
         return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple)

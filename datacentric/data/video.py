@@ -136,8 +136,11 @@ class SyntheticVideoDataset(ShapeListDataset):
         """Every patch carries loss."""
         return self.shape(sample_id).tokens
 
-    def sample(self, sample_id: int) -> VideoSample:
-        """Draw sample ``sample_id``: time, clean latents and noise (float32)."""
+    def sample(self, sample_id: int, epoch: int = 0) -> VideoSample:
+        """Draw sample ``sample_id``: time, clean latents and noise (float32).
+
+        The clean latents depend on (seed, sample id) only; time and noise also on
+        the epoch (epoch 0 draws them as before epochs existed)."""
         (sample_id,) = check_sample_ids([sample_id], len(self))
         grid = self._shapes[sample_id].grid
         assert grid is not None
@@ -145,6 +148,8 @@ class SyntheticVideoDataset(ShapeListDataset):
         t = float(torch.rand((), generator=gen))
         x0 = self._clean_latents(grid, gen)
         noise = torch.randn(x0.shape, generator=gen)
+        if epoch:
+            t, noise = draw_time_and_noise(x0.shape, sample_generator(self.seed, sample_id, epoch))
         return VideoSample(x0=x0, noise=noise, t=t)
 
     def _clean_latents(self, grid: tuple[int, int, int], gen: torch.Generator) -> torch.Tensor:
@@ -164,35 +169,62 @@ class SyntheticVideoDataset(ShapeListDataset):
                 fr = freqs[c, j]
                 arg = 2 * math.pi * (fr[0] * f_idx + fr[1] * y_idx + fr[2] * x_idx) + phases[c, j]
                 latents[c] += amps[c, j] * torch.cos(arg)
-        # (C, f*pf, h*ph, w*pw) -> (f, h, w, C, pf, ph, pw) -> (S, C*pf*ph*pw)
-        x = latents.view(self.channels, grid[0], pf, grid[1], ph, grid[2], pw)
-        return x.permute(1, 3, 5, 0, 2, 4, 6).reshape(math.prod(grid), self.token_dim)
+        return patchify(latents, self.patch)
 
-    def pack(self, sample_ids: Sequence[int], pad_to_multiple: int = 1) -> PackedBatch:
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
         """Pack samples: noisy latents in, velocity targets, (frame, row, col) positions."""
         ids = check_sample_ids(sample_ids, len(self))
-        lengths = [self._shapes[i].tokens for i in ids]
-        layout = segment_layout(ids, lengths, pad_to_multiple)
-        inputs, targets, positions, times = [], [], [], []
-        for i in ids:
-            s = self.sample(i)
-            inputs.append((1.0 - s.t) * s.x0 + s.t * s.noise)
-            targets.append(s.noise - s.x0)
-            grid = self._shapes[i].grid
-            assert grid is not None
-            positions.append(grid_positions(grid))
-            times.append(s.t)
-        if layout.padding:
-            inputs.append(torch.zeros((layout.padding, self.token_dim)))
-            targets.append(torch.zeros((layout.padding, self.token_dim)))
-            positions.append(torch.zeros((layout.padding, 3), dtype=torch.long))
-        return PackedBatch(
-            sample_ids=layout.sample_ids,
-            cu_seqlens=layout.cu_seqlens,
-            inputs=torch.cat(inputs),
-            targets=torch.cat(targets),
-            position_ids=torch.cat(positions),
-            segment_ids=layout.segment_ids,
-            loss_mask=layout.segment_ids >= 0,
-            sample_cond=torch.tensor(times, dtype=torch.float32),
-        )
+        grids = [self._shapes[i].grid for i in ids]
+        samples = [self.sample(i, epoch) for i in ids]
+        return pack_video_samples(ids, grids, samples, self.token_dim, pad_to_multiple)
+
+
+def draw_time_and_noise(shape: torch.Size, gen: torch.Generator) -> tuple[float, torch.Tensor]:
+    """Diffusion time ``t ~ U[0, 1)`` then noise ``eps ~ N(0, 1)`` of ``shape``, in that order."""
+    t = float(torch.rand((), generator=gen))
+    return t, torch.randn(shape, generator=gen)
+
+
+def patchify(latents: torch.Tensor, patch: tuple[int, int, int] = PATCH) -> torch.Tensor:
+    """``(C, F, H, W)`` latents -> ``(S, C * patch volume)`` tokens, patches row-major over
+    (frame, row, column); each dimension must be a multiple of its patch size."""
+    c, f, h, w = latents.shape
+    pf, ph, pw = patch
+    x = latents.reshape(c, f // pf, pf, h // ph, ph, w // pw, pw)
+    return x.permute(1, 3, 5, 0, 2, 4, 6).reshape(-1, c * pf * ph * pw)
+
+
+def pack_video_samples(
+    sample_ids: Sequence[int],
+    grids: Sequence[tuple[int, int, int] | None],
+    samples: Sequence[VideoSample],
+    token_dim: int,
+    pad_to_multiple: int = 1,
+) -> PackedBatch:
+    """Pack drawn samples by rectified flow: inputs ``(1 - t) x0 + t eps``, targets
+    ``eps - x0``, (frame, row, column) positions, ``sample_cond = t``; one padding
+    segment of zeros."""
+    layout = segment_layout(sample_ids, [s.x0.shape[0] for s in samples], pad_to_multiple)
+    inputs, targets, positions, times = [], [], [], []
+    for grid, s in zip(grids, samples):
+        assert grid is not None
+        inputs.append((1.0 - s.t) * s.x0 + s.t * s.noise)
+        targets.append(s.noise - s.x0)
+        positions.append(grid_positions(grid))
+        times.append(s.t)
+    if layout.padding:
+        inputs.append(torch.zeros((layout.padding, token_dim)))
+        targets.append(torch.zeros((layout.padding, token_dim)))
+        positions.append(torch.zeros((layout.padding, 3), dtype=torch.long))
+    return PackedBatch(
+        sample_ids=layout.sample_ids,
+        cu_seqlens=layout.cu_seqlens,
+        inputs=torch.cat(inputs),
+        targets=torch.cat(targets),
+        position_ids=torch.cat(positions),
+        segment_ids=layout.segment_ids,
+        loss_mask=layout.segment_ids >= 0,
+        sample_cond=torch.tensor(times, dtype=torch.float32),
+    )

@@ -9,10 +9,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from datacentric.data.stdlib import StdlibCorpus
-from datacentric.data.text import SyntheticTextDataset
-from datacentric.data.video import SyntheticVideoDataset
-from datacentric.data.workloads import get_workload, list_workloads
+from datacentric.data.base import Dataset
+from datacentric.data.sources import DataSettings, open_dataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.planning.cost_model import CostModel
 from datacentric.profiling.autoprofile import ensure_profile
@@ -22,21 +20,22 @@ from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig
 
 
-def build_dataset(config: TrainConfig):
-    """``stdlib`` (the standard-library corpus) or a workload preset's shapes as
-    synthetic data (video latents for video workloads, random bytes for text)."""
-    if config.dataset == "stdlib":
-        return StdlibCorpus(max_tokens=config.max_tokens, limit=config.dataset_limit)
-    if config.dataset in list_workloads():
-        workload = get_workload(config.dataset, seed=config.seed, num_samples=config.dataset_limit)
-        shapes = list(workload.shapes)
-        if shapes[0].is_video:
-            return SyntheticVideoDataset(shapes, seed=config.seed)
-        return SyntheticTextDataset(shapes, seed=config.seed)
-    raise ValueError(
-        f"unknown dataset {config.dataset!r}; use 'stdlib' or a workload preset "
-        f"({', '.join(list_workloads())})"
+def data_settings(config: TrainConfig) -> DataSettings:
+    """The data settings of a run's configuration."""
+    return DataSettings(
+        max_tokens=config.max_tokens,
+        limit=config.dataset_limit,
+        seed=config.seed,
+        tokenizer=config.tokenizer,
+        text_field=config.text_field,
+        bucket_config=config.bucket_config,
+        long_docs=config.long_docs,
     )
+
+
+def build_dataset(config: TrainConfig) -> Dataset:
+    """The run's dataset (see :func:`datacentric.data.sources.open_dataset`)."""
+    return open_dataset(config.dataset, data_settings(config))
 
 
 def build_model_for(config: TrainConfig, dataset) -> nn.Module:
@@ -51,6 +50,10 @@ def build_model_for(config: TrainConfig, dataset) -> nn.Module:
         token_dim = getattr(dataset, "token_dim", None)
         if token_dim is not None:
             overrides["in_channels"] = token_dim
+        vocab_size = getattr(dataset, "vocab_size", None)
+        preset_vocab = getattr(MODEL_PRESETS[name].config, "vocab_size", None)
+        if vocab_size and preset_vocab is not None and vocab_size > preset_vocab:
+            overrides["vocab_size"] = vocab_size  # a tokenizer larger than the preset's
         return build_model(name, dtype=dtype, **overrides)
     if ":" in name:
         module_name, factory = name.split(":", 1)

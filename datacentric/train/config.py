@@ -22,12 +22,21 @@ class TrainConfig:
 
     # Model preset name (``llama``, ``dit``, ...) or ``package.module:factory`` import path.
     model: str = "llama"
-    # Dataset: ``stdlib`` (the standard-library corpus) or a workload preset for video latents.
+    # Dataset: ``stdlib``, a workload preset, ``jsonl:``/``parquet:``/``text:PATH_OR_GLOB``,
+    # ``hf-datasets:DIR``, ``latents:DIR`` or ``package.module:factory`` (docs/data.md).
     dataset: str = "stdlib"
     # Use only the first N samples of the dataset (None: all of it).
     dataset_limit: int | None = None
     # Longest text sample in tokens; longer files are split into chunks of this size.
     max_tokens: int = 4096
+    # Text datasets: a local ``tokenizer.json`` (None: UTF-8 bytes, vocabulary 256).
+    tokenizer: str | None = None
+    # Text datasets: the JSON key or column holding each document's text.
+    text_field: str = "text"
+    # Over-long documents: ``chunk`` (near-equal chunks), ``truncate``, ``skip`` or ``error``.
+    long_docs: str = "chunk"
+    # Latent datasets: Open-Sora-style bucket config, JSON (None: every latent its own shape).
+    bucket_config: str | None = None
     # Scheduling policy (static, packed, dcp-intra, dcp-inter, dcp-pac, megatron-dyncp, dcp-opt).
     policy: str = "dcp-opt"
     # Cost model: ``profile`` (dual-layer profile measured in this run, or reused from

@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from datacentric.data.base import epoch_pack
+from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
@@ -62,8 +64,9 @@ def gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
 class Step:
     """One optimizer step: iterate it for this rank's micro-batches, then ``finish()``.
 
-    After ``finish()``: :attr:`loss` (the global batch's), and every rank's compute
-    and runtime seconds (:attr:`rank_compute_s`, :attr:`rank_time_s`). :attr:`phase`
+    After ``finish()``: :attr:`loss` (the global batch's), every rank's compute and
+    runtime seconds (:attr:`rank_compute_s`, :attr:`rank_time_s`) and this rank's
+    seconds waiting for packed data (:attr:`data_wait_s`). :attr:`phase`
     names what the step is doing (for error messages of hung or failed collectives).
     """
 
@@ -86,6 +89,7 @@ class Step:
         self.loss: float | None = None
         self.rank_compute_s: list[float] = []
         self.rank_time_s: list[float] = []
+        self.data_wait_s = 0.0
         self._on_finish = on_finish
         self.stats: IterationStats = runtime.start_iteration(iteration)
 
@@ -111,6 +115,8 @@ class Step:
         self.loss = float(table[:, 0].sum())
         self.rank_compute_s = [float(x) for x in table[:, 1]]
         self.rank_time_s = [float(x) for x in table[:, 2]]
+        take_wait = getattr(self.runtime.pack, "take_wait_s", None)  # a Prefetcher
+        self.data_wait_s = float(take_wait()) if take_wait is not None else 0.0
         self.phase = "finished"
         if self._on_finish is not None:
             self._on_finish(self)
@@ -180,10 +186,12 @@ class DataCentric:
 
     ``model`` follows the model contract (``blocks``, ``set_attention``,
     ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``);
-    ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple)`` and ideally
-    ``loss_tokens(id)``. The cost model is ``cost_model`` if given, else the
+    ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
+    ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
-    planned memory; ``tokens_per_iteration`` bounds the global batch.
+    planned memory; ``tokens_per_iteration`` bounds the global batch. ``prefetch``
+    micro-batches are packed ahead in a background thread while :meth:`steps` runs
+    (0: pack each one when it is needed).
     """
 
     def __init__(
@@ -199,6 +207,7 @@ class DataCentric:
         seed: int = 0,
         dtype: str = "float32",
         groups: ProcessGroups | None = None,
+        prefetch: int = 2,
     ) -> None:
         self.groups = groups or process_groups()
         self.model = model.to(self.groups.device)
@@ -219,6 +228,7 @@ class DataCentric:
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
         )
+        self.prefetcher = Prefetcher(epoch_pack(dataset, 0), depth=prefetch) if prefetch else None
         self.position = Position()
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
         self._segment: Schedule | None = None
@@ -231,6 +241,24 @@ class DataCentric:
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
         """The epoch's schedule (the same on every rank); ``sample_ids`` restricts it."""
         return self.planner.schedule(epoch, sample_ids)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""
+        self.runtime.pack = epoch_pack(self.dataset, epoch)
+
+    def close(self) -> None:
+        """Stop the background packing (a no-op without it)."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+
+    def _expect(self, schedule: Schedule) -> None:
+        """Pack this rank's micro-batches of ``schedule`` ahead, from the position on."""
+        p = self.position
+        self.set_epoch(p.epoch)  # the dataset packs this epoch's draws
+        if self.prefetcher is not None:
+            remaining = schedule.iterations[p.segment_iteration :]
+            self.prefetcher.expect(rank_requests(remaining, self.rank), self.runtime.pack)
+            self.runtime.pack = self.prefetcher
 
     def step(self, iteration: Iteration) -> Step:
         """A :class:`Step` for one iteration of any schedule (the position stays)."""
@@ -264,12 +292,16 @@ class DataCentric:
         """
         if epochs is None and iterations is None:
             raise ValueError("steps() needs a limit: epochs, iterations or both")
+        expected: Schedule | None = None
         while not (
             (epochs is not None and self.position.epoch >= epochs)
             or (iterations is not None and self.position.iterations_done >= iterations)
         ):
             schedule = self.current_schedule()
             p = self.position
+            if schedule is not expected:
+                self._expect(schedule)
+                expected = schedule
             if p.segment_iteration >= len(schedule.iterations):
                 p.next_epoch()  # nothing of this epoch left to run
                 continue

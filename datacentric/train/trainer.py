@@ -194,6 +194,7 @@ class Trainer:
             self._save(scheduler)
         finally:
             metrics.close()
+            self.dc.close()
         return TrainResult(
             iterations_done=self.position.iterations_done,
             samples_seen=self.position.samples_seen,
@@ -293,6 +294,7 @@ class Trainer:
             ],
             "rank_compute_s": busy,
             "runtime_time_s": wall,
+            "data_wait_s": step.data_wait_s,
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
                 if config.timeline

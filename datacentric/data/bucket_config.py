@@ -1,0 +1,116 @@
+"""Open-Sora-style bucket configs: which (resolution, frames) buckets latents go to.
+
+A JSON file (``--bucket-config FILE``)::
+
+    {"buckets": {"240p": {"1": 1.0, "51": [0.5, 8]}, "480p": {"102": 1.0}},
+     "aspect_ratios": {"240p": {"0.56": [240, 426], "1.00": [320, 320]}}}
+
+``buckets`` maps a resolution name to ``{frames: keep probability}`` (Open-Sora's
+``(probability, batch size)`` pairs are accepted; the batch size is ignored, since the
+planner chooses micro-batches). ``aspect_ratios`` (optional) maps a resolution to its
+``{ratio name: [height, width]}`` pixel sizes; by default each of
+:data:`~datacentric.data.video.RESOLUTIONS` has three: its own (``h x w``), the
+portrait ``w x h`` and a square of about the same area.
+
+Assignment of a latent of ``F x C x H x W`` (latent pixels = pixels / 8), as Open-Sora:
+resolutions are tried from the largest area down. At one resolution, the aspect ratio
+closest to ``H / W`` (in log scale) gives the bucket's latent size ``(h/8, w/8)``; the
+latent must be at least that large (it is centre-cropped, never scaled), and the bucket's
+frame count is the largest configured one whose latent frames (``frames * 5 // 17``, 1
+for an image) the latent has; images (``F = 1``) go to 1-frame buckets only, videos to
+the others. The sample is kept there with the bucket's probability (a draw from
+``(seed, sample index)``, the same in every epoch); if it is not kept, the next smaller
+resolution is tried. A latent that fits no bucket or is kept by none is skipped and
+counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from datacentric.data.base import DataError
+from datacentric.data.video import RESOLUTIONS, SPATIAL_DOWNSAMPLE, latent_frames
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A chosen bucket: its name and the latent size a sample is cropped to."""
+
+    name: str
+    frames: int
+    """Latent frames."""
+    height: int
+    width: int
+
+
+def default_aspect_ratios(height: int, width: int) -> dict[str, tuple[int, int]]:
+    """The resolution's own size, its portrait and a square of about the same area."""
+    side = round(math.sqrt(height * width) / 16) * 16
+    return {
+        f"{height / width:.2f}": (height, width),
+        "1.00": (side, side),
+        f"{width / height:.2f}": (width, height),
+    }
+
+
+class BucketConfig:
+    """A parsed bucket config; :meth:`assign` places one latent."""
+
+    def __init__(self, data: dict, source: str = "bucket config") -> None:
+        if not isinstance(data, dict) or not isinstance(data.get("buckets"), dict):
+            raise DataError(f"{source}: needs an object with a 'buckets' object")
+        ratios = data.get("aspect_ratios", {})
+        self.source = source
+        self.table: list[tuple[str, dict[str, tuple[int, int]], list[tuple[int, float]]]] = []
+        for res, frames in data["buckets"].items():
+            if res in ratios:
+                sizes = {k: (int(v[0]), int(v[1])) for k, v in ratios[res].items()}
+            elif res in RESOLUTIONS:
+                sizes = default_aspect_ratios(*RESOLUTIONS[res])
+            else:
+                raise DataError(
+                    f"{source}: resolution {res!r} is neither one of "
+                    f"{', '.join(RESOLUTIONS)} nor given in 'aspect_ratios'"
+                )
+            try:
+                probs = [
+                    (int(n), float(p[0] if isinstance(p, list | tuple) else p))
+                    for n, p in frames.items()
+                ]
+            except (TypeError, ValueError, AttributeError, IndexError):
+                raise DataError(f"{source}: {res}: want {{frames: probability}}") from None
+            self.table.append((res, sizes, sorted(probs, reverse=True)))
+        area = lambda row: max(h * w for h, w in row[1].values())
+        self.table.sort(key=area, reverse=True)
+
+    @classmethod
+    def load(cls, path: str) -> BucketConfig:
+        """Read a JSON bucket config; a missing or malformed file is a ``DataError``."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DataError(f"--bucket-config {path}: no such file") from None
+        except json.JSONDecodeError as err:
+            raise DataError(f"--bucket-config {path}: not JSON ({err})") from None
+        return cls(data, f"--bucket-config {path}")
+
+    def assign(self, shape: tuple[int, int, int], rng: np.random.Generator) -> Bucket | None:
+        """The bucket of a latent of ``(frames, height, width)`` latent pixels, or None."""
+        f, h, w = shape
+        for res, sizes, probs in self.table:
+            ratio = min(sizes, key=lambda k: abs(math.log(sizes[k][0] / sizes[k][1] / (h / w))))
+            hb, wb = (n // SPATIAL_DOWNSAMPLE for n in sizes[ratio])
+            if h < hb or w < wb:
+                continue
+            fits = [(n, p) for n, p in probs if (n == 1) == (f == 1) and latent_frames(n) <= f]
+            if not fits:
+                continue
+            frames, keep = fits[0]
+            if keep >= 1 or rng.random() < keep:
+                return Bucket(f"{res}-{ratio}-{frames}f", latent_frames(frames), hb, wb)
+        return None

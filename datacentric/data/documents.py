@@ -1,0 +1,148 @@
+"""Text documents read from files: JSONL, Parquet, plain text, or a saved Hugging Face
+``datasets`` dataset.
+
+Every reader yields :class:`Document` (the text and where it came from, for error
+messages) in a fixed order: files sorted by path, then line / row order. Nothing
+is downloaded: Parquet needs the optional ``pyarrow`` and saved datasets the optional
+``datasets`` package (``pip install 'datacentric[data]'``).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from datacentric.data.base import DataError
+
+#: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
+EXTENSIONS: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".json"),
+    "parquet": (".parquet",),
+    "text": (".txt", ".md"),
+}
+
+#: Parquet rows read at a time (bounds memory on large files).
+PARQUET_BATCH_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document's text and origin: file index and line (JSONL, 1-based) or row (0-based)."""
+
+    text: str
+    file: int
+    row: int
+
+
+def require(module: str, extra: str = "data"):
+    """Import an optional dependency, or fail with one line naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DataError(
+            f"this dataset needs the {module!r} package: pip install 'datacentric[{extra}]'"
+        ) from None
+
+
+def resolve_files(kind: str, pattern: str) -> list[str]:
+    """Sorted files of ``PATH``, ``GLOB`` or a folder (searched recursively for
+    :data:`EXTENSIONS` of ``kind``); an empty result is a :class:`DataError`."""
+    if not pattern:
+        raise DataError(f"{kind}: give a file, glob or folder after '{kind}:'")
+    path = Path(pattern).expanduser()
+    if path.is_dir():
+        ends = EXTENSIONS.get(kind, ())
+        files = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.name.endswith(ends))
+        if not files:
+            raise DataError(f"{kind}:{pattern}: folder has no {'/'.join(ends)} file")
+        return files
+    files = sorted(f for f in glob.glob(str(path), recursive=True) if os.path.isfile(f))
+    if not files:
+        raise DataError(f"{kind}:{pattern}: no file matches (check the path or glob)")
+    return files
+
+
+def read_documents(kind: str, files: list[str], text_field: str) -> Iterator[Document]:
+    """Every document of ``files`` in order (``kind``: jsonl, parquet, text, hf-datasets)."""
+    reader = {
+        "jsonl": _jsonl,
+        "parquet": _parquet,
+        "text": _text,
+        "hf-datasets": _hf_datasets,
+    }[kind]
+    for index, path in enumerate(files):
+        for row, text in reader(path, text_field):
+            yield Document(text=text, file=index, row=row)
+
+
+def _field(value: object, field: str, where: str) -> str:
+    if not isinstance(value, dict) or not isinstance(value.get(field), str):
+        keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
+        raise DataError(
+            f"{where}: no string field {field!r} (found: {keys}); pass --text-field NAME"
+        )
+    return value[field]
+
+
+def _jsonl(path: str, field: str) -> Iterator[tuple[int, str]]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue  # a blank line (e.g. at the end) holds no document
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{number}: line is not JSON ({err.msg})") from None
+            yield number, _field(record, field, f"{path}:{number}")
+
+
+def _parquet(path: str, field: str) -> Iterator[tuple[int, str]]:
+    pq = require("pyarrow.parquet")
+    try:
+        handle = pq.ParquetFile(path)
+    except Exception as err:  # pyarrow raises several types for unreadable files
+        raise DataError(f"{path}: not a readable Parquet file ({err})") from None
+    names = handle.schema_arrow.names
+    if field not in names:
+        raise DataError(f"{path}: no column {field!r} (found: {', '.join(names)}); --text-field")
+    row = 0
+    for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
+        for value in batch.column(0).to_pylist():
+            if not isinstance(value, str):
+                raise DataError(f"{path}: row {row} of column {field!r} is not a string")
+            yield row, value
+            row += 1
+
+
+def _text(path: str, field: str) -> Iterator[tuple[int, str]]:
+    try:
+        yield 0, Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _hf_datasets(path: str, field: str) -> Iterator[tuple[int, str]]:
+    datasets = require("datasets")
+    try:
+        data = datasets.load_from_disk(path)
+    except Exception as err:  # not a saved dataset folder
+        raise DataError(f"{path}: not a dataset saved with save_to_disk ({err})") from None
+    if isinstance(data, datasets.DatasetDict):
+        raise DataError(f"{path}: holds splits {', '.join(data)}; pass the folder of one split")
+    if field not in data.column_names:
+        raise DataError(
+            f"{path}: no column {field!r} (found: {', '.join(data.column_names)}); --text-field"
+        )
+    row = 0
+    for batch in data.iter(batch_size=PARQUET_BATCH_ROWS):
+        for value in batch[field]:
+            if not isinstance(value, str):
+                raise DataError(f"{path}: row {row} of column {field!r} is not a string")
+            yield row, value
+            row += 1

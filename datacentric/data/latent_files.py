@@ -1,0 +1,127 @@
+"""Latent tensors in ``.npy``, ``.safetensors`` or ``.pt`` files: shape and dtype from the
+header alone, data through a memory map.
+
+``.npy``: the array header. ``.safetensors``: the JSON header (the file's only tensor,
+or the one named ``latent``, ``latents`` or ``x``). ``.pt``: ``torch.load`` with
+``mmap=True`` (a tensor, or a dict holding one as above), which maps the storage
+without reading it. A file whose header is unreadable or whose data is shorter than
+its header says is a :class:`~datacentric.data.base.DataError` naming the file.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datacentric.data.base import DataError
+
+LATENT_SUFFIXES = (".npy", ".safetensors", ".pt")
+TENSOR_KEYS = ("latent", "latents", "x")
+_SAFETENSORS_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": np.uint16,  # read as raw 16-bit words, reinterpreted by torch
+}
+
+
+def _pick(names: list[str], path: Path) -> str:
+    if len(names) == 1:
+        return names[0]
+    for key in TENSOR_KEYS:
+        if key in names:
+            return key
+    raise DataError(
+        f"{path}: {len(names)} tensors ({', '.join(names[:5])}); name the latent one of "
+        f"{', '.join(TENSOR_KEYS)}"
+    )
+
+
+def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read = {(1, 0): np.lib.format.read_array_header_1_0}.get(
+            version, np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read(handle)
+        return tuple(shape), dtype, handle.tell()
+
+
+def _safetensors_header(path: Path) -> tuple[tuple[int, ...], str, int]:
+    with open(path, "rb") as handle:
+        (size,) = struct.unpack("<Q", handle.read(8))
+        if size > path.stat().st_size:
+            raise ValueError(f"header length {size} exceeds the file")
+        header = json.loads(handle.read(size))
+    names = [k for k in header if k != "__metadata__"]
+    entry = header[_pick(names, path)]
+    begin, end = entry["data_offsets"]
+    if entry["dtype"] not in _SAFETENSORS_DTYPES:
+        raise ValueError(f"dtype {entry['dtype']} (use F32, F16, BF16 or F64)")
+    return tuple(entry["shape"]), entry["dtype"], 8 + size + begin
+
+
+def _pt_tensor(path: Path) -> torch.Tensor:
+    value = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+    if isinstance(value, dict):
+        names = [k for k, v in value.items() if isinstance(v, torch.Tensor)]
+        value = value[_pick(names, path)]
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"holds a {type(value).__name__}, not a tensor")
+    return value
+
+
+def read_shape(path: str | Path) -> tuple[int, ...]:
+    """Shape of the latent tensor in ``path`` (reads the header only)."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            shape, dtype, offset = _npy_header(path)
+            needed = offset + int(np.prod(shape)) * dtype.itemsize
+        elif path.suffix == ".safetensors":
+            shape, dtype_name, offset = _safetensors_header(path)
+            itemsize = np.dtype(_SAFETENSORS_DTYPES[dtype_name]).itemsize
+            needed = offset + int(np.prod(shape)) * itemsize
+        elif path.suffix == ".pt":
+            return tuple(_pt_tensor(path).shape)
+        else:
+            raise ValueError(f"unknown suffix (use {', '.join(LATENT_SUFFIXES)})")
+    except DataError:
+        raise
+    except Exception as err:  # every reader's own failure is a corrupt file to the user
+        raise DataError(f"{path}: corrupt or unreadable latent file ({err})") from None
+    if path.stat().st_size < needed:
+        raise DataError(
+            f"{path}: corrupt latent file (truncated: {path.stat().st_size} bytes, the "
+            f"header needs {needed})"
+        )
+    return shape
+
+
+def open_latent(path: str | Path) -> np.ndarray | torch.Tensor:
+    """The latent tensor of ``path``, memory-mapped (read lazily when sliced): a numpy
+    memmap for ``.npy`` and ``.safetensors``, a tensor for ``.pt`` and bfloat16 data."""
+    path = Path(path)
+    try:
+        if path.suffix == ".npy":
+            return np.load(path, mmap_mode="r")
+        if path.suffix == ".safetensors":
+            shape, dtype_name, offset = _safetensors_header(path)
+            data = np.memmap(path, np.dtype(_SAFETENSORS_DTYPES[dtype_name]), "r", offset, shape)
+            if dtype_name == "BF16":
+                return torch.from_numpy(np.array(data).view(np.int16)).view(torch.bfloat16)
+            return data
+        return _pt_tensor(path)
+    except Exception as err:
+        raise DataError(f"{path}: corrupt or unreadable latent file ({err})") from None
+
+
+def as_float_tensor(data: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A (sliced) latent as a contiguous float32 tensor that owns its memory."""
+    if isinstance(data, np.ndarray):
+        return torch.from_numpy(np.array(data, dtype=np.float32))
+    return data.to(torch.float32).contiguous().clone()

@@ -1,0 +1,204 @@
+"""Precomputed video latents from a folder or a manifest, loaded lazily.
+
+- Source ``latents:DIR``: ``DIR/manifest.jsonl`` if present (one JSON object per line:
+  ``{"latent": PATH, "text": PATH}``, paths relative to the manifest, ``text``
+  optional), else every ``.npy``/``.safetensors``/``.pt`` file below ``DIR`` (sorted).
+  ``latents:FILE.jsonl`` reads that manifest. A latent ``NAME.EXT`` may have a text
+  embedding ``NAME.text.EXT`` beside it (such files are never latents themselves).
+- A latent is ``frames x channels x height x width`` (latent pixels); all share
+  ``channels``. Only headers are read up front.
+- Shapes: without a bucket config a sample keeps its own size; with one
+  (:mod:`datacentric.data.bucket_config`) it is cropped to its bucket's. Either way the
+  height and width are padded with zeros to whole 1 x 2 x 2 patches.
+- Per epoch, from a generator seeded by ``(seed, sample id, epoch)``: the diffusion time
+  ``t``, the noise, then the first frame of the clip when the latent has more frames
+  than its bucket (spatial crops are centred). Packing follows rectified flow, as for
+  :class:`~datacentric.data.video.SyntheticVideoDataset`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datacentric.batch import PackedBatch
+from datacentric.data.base import DataError, check_sample_ids, sample_generator
+from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
+from datacentric.data.video import (
+    PATCH,
+    VideoSample,
+    draw_time_and_noise,
+    pack_video_samples,
+    patchify,
+)
+from datacentric.shapes import SampleShape
+
+MANIFEST = "manifest.jsonl"
+
+
+def _text_beside(latent: Path) -> Path | None:
+    stem = latent.name[: -len(latent.suffix)]
+    for suffix in LATENT_SUFFIXES:
+        candidate = latent.with_name(f"{stem}.text{suffix}")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def list_latents(source: str) -> list[tuple[Path, Path | None]]:
+    """(latent file, text-embedding file or None) of a folder or manifest, in order."""
+    path = Path(source).expanduser()
+    if path.is_dir() and (path / MANIFEST).is_file():
+        path = path / MANIFEST
+    if path.is_file():
+        found = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                latent = path.parent / entry.get("latent", entry.get("path"))
+            except (json.JSONDecodeError, AttributeError, TypeError):
+                raise DataError(
+                    f'{path}:{number}: want a JSON object {{"latent": PATH, "text": PATH}}'
+                ) from None
+            if not latent.is_file():
+                raise DataError(f"{path}:{number}: latent file {latent} not found")
+            text = entry.get("text")
+            found.append((latent, path.parent / text if text else _text_beside(latent)))
+        if not found:
+            raise DataError(f"latents:{source}: manifest lists no latent")
+        return found
+    if not path.is_dir():
+        raise DataError(f"latents:{source}: no such folder or manifest")
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith(".text")
+    )
+    if not files:
+        raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
+    return [(p, _text_beside(p)) for p in files]
+
+
+class LatentDataset:
+    """Video latents from files; sample ids follow the listing (skipped latents removed)."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        bucket_config: str | None = None,
+        seed: int = 0,
+        limit: int | None = None,
+        patch: tuple[int, int, int] = PATCH,
+    ) -> None:
+        self.source, self.seed, self.patch = source, int(seed), tuple(patch)
+        entries = list_latents(source)
+        if limit is not None:
+            entries = entries[: max(0, int(limit))]
+        buckets = BucketConfig.load(bucket_config) if bucket_config else None
+        self.bucket_config = bucket_config
+        self.files: list[Path] = []
+        self.text_files: list[Path | None] = []
+        self._full: list[tuple[int, int, int]] = []  # (frames, height, width) on disk
+        self._crop: list[tuple[int, int, int]] = []  # (frames, height, width) sampled
+        self.bucket_names: list[str] = []
+        self.skipped: list[str] = []
+        channels = None
+        for index, (latent, text) in enumerate(entries):
+            shape = read_shape(latent)
+            if len(shape) != 4 or min(shape) < 1:
+                raise DataError(
+                    f"{latent}: latent of shape {list(shape)}; want frames x channels x "
+                    "height x width"
+                )
+            f, c, h, w = shape
+            if channels is None:
+                channels = c
+            elif c != channels:
+                raise DataError(f"{latent}: {c} channels, but {entries[0][0]} has {channels}")
+            crop, name = (f, h, w), f"{f}x{h}x{w}"
+            if buckets is not None:
+                bucket = buckets.assign((f, h, w), np.random.default_rng([self.seed, index]))
+                if bucket is None:
+                    self.skipped.append(str(latent))
+                    continue
+                crop, name = (bucket.frames, bucket.height, bucket.width), bucket.name
+            self.files.append(latent)
+            self.text_files.append(text)
+            self._full.append((f, h, w))
+            self._crop.append(crop)
+            self.bucket_names.append(name)
+        if not self.files:
+            raise DataError(f"latents:{source}: the bucket config keeps no latent")
+        self.channels = int(channels)
+
+    @property
+    def token_dim(self) -> int:
+        """Values per token: channels x patch volume (the model's ``in_channels``)."""
+        return self.channels * math.prod(self.patch)
+
+    def grid(self, sample_id: int) -> tuple[int, int, int]:
+        """Patch grid of a sample (partial patches padded)."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        return tuple(-(-n // p) for n, p in zip(self._crop[i], self.patch))
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def shapes(self) -> list[SampleShape]:
+        """Video shapes (patch grids) of every sample, by sample id."""
+        return [SampleShape.video(*self.grid(i)) for i in range(len(self))]
+
+    def loss_tokens(self, sample_id: int) -> int:
+        """Every patch carries loss."""
+        return math.prod(self.grid(sample_id))
+
+    def text_embedding(self, sample_id: int) -> torch.Tensor | None:
+        """The sample's text embedding (loaded now), or None if it has none."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        path = self.text_files[i]
+        return None if path is None else as_float_tensor(open_latent(path))
+
+    def sample(self, sample_id: int, epoch: int = 0) -> VideoSample:
+        """Read and crop the latent, patchify it, and draw time and noise for ``epoch``."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        (f, h, w), (cf, ch, cw) = self._full[i], self._crop[i]
+        gen = sample_generator(self.seed, i, epoch)
+        grid = self.grid(i)
+        t, noise = draw_time_and_noise((math.prod(grid), self.token_dim), gen)
+        f0 = int(torch.randint(0, f - cf + 1, (), generator=gen))
+        h0, w0 = (h - ch) // 2, (w - cw) // 2
+        data = open_latent(self.files[i])[f0 : f0 + cf, :, h0 : h0 + ch, w0 : w0 + cw]
+        x = as_float_tensor(data).permute(1, 0, 2, 3)  # (C, F, H, W)
+        pads = [(-n) % p for n, p in zip((cf, ch, cw), self.patch)]
+        x = torch.nn.functional.pad(x, (0, pads[2], 0, pads[1], 0, pads[0]))
+        return VideoSample(x0=patchify(x, self.patch), noise=noise, t=t)
+
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        """Pack samples by rectified flow with this epoch's time and noise."""
+        ids = check_sample_ids(sample_ids, len(self))
+        samples = [self.sample(i, epoch) for i in ids]
+        grids = [self.grid(i) for i in ids]
+        return pack_video_samples(ids, grids, samples, self.token_dim, pad_to_multiple)
+
+    def summary(self) -> dict[str, object]:
+        """Facts of the dataset (JSON-able), skipped count included."""
+        return {
+            "source": f"latents:{self.source}",
+            "samples": len(self),
+            "channels": self.channels,
+            "buckets": len(set(self.bucket_names)),
+            "bucket_config": self.bucket_config,
+            "with_text": sum(p is not None for p in self.text_files),
+            "samples_skipped": len(self.skipped),
+        }

@@ -1,0 +1,121 @@
+"""One function from a ``--dataset`` string to a :class:`~datacentric.data.base.Dataset`.
+
+- ``stdlib``: the embedded standard-library corpus;
+- a workload preset name (``opensora-short``, ``sft-longtail``, ...): its shapes as
+  synthetic data (video latents for video presets, random bytes for text);
+- ``jsonl:PATH_OR_GLOB``, ``parquet:PATH_OR_GLOB``, ``text:PATH_OR_GLOB``,
+  ``hf-datasets:DIR``: tokenized documents (:mod:`datacentric.data.tokenized`);
+- ``latents:DIR`` (or a manifest file): video latents (:mod:`datacentric.data.latents`);
+- ``package.module:factory``: ``factory(**settings)`` returns a dataset; it receives
+  those of :class:`DataSettings`' fields that it names as parameters (all of them if
+  it takes ``**kwargs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+from dataclasses import dataclass
+
+from datacentric.data.base import DataError, Dataset
+from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, StdlibCorpus
+from datacentric.data.text import SyntheticTextDataset
+from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
+from datacentric.data.video import SyntheticVideoDataset
+from datacentric.data.workloads import get_workload, list_workloads
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSettings:
+    """Settings a dataset source may use (each ignores those that do not apply)."""
+
+    max_tokens: int | None = None
+    """Longest text sample (None: the default, 8192); longer documents follow ``long_docs``."""
+    limit: int | None = None
+    """Only the first N documents / files / samples (None: all)."""
+    seed: int = 0
+    """Seed of synthetic data, workload presets, bucket keep draws and per-epoch noise."""
+    tokenizer: str | None = None
+    """A local ``tokenizer.json`` (None: UTF-8 bytes, vocabulary 256)."""
+    text_field: str = "text"
+    """JSON key / column holding a document's text."""
+    bucket_config: str | None = None
+    """Open-Sora-style bucket config (JSON) for latents (None: every latent its own shape)."""
+    long_docs: str = "chunk"
+    """Over-long documents: chunk, truncate, skip or error."""
+
+
+SOURCE_KINDS = (*TEXT_KINDS, "latents")
+
+
+def describe_sources() -> str:
+    """One line listing what ``--dataset`` accepts (for help and errors)."""
+    kinds = ", ".join(f"{k}:PATH" for k in SOURCE_KINDS)
+    presets = ", ".join(list_workloads())
+    return f"stdlib, a workload preset ({presets}), {kinds}, or package.module:factory"
+
+
+def open_dataset(spec: str, settings: DataSettings | None = None) -> Dataset:
+    """The dataset named by ``spec`` (see the module docstring)."""
+    s = settings or DataSettings()
+    if s.long_docs not in LONG_DOC_RULES:
+        raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
+    max_tokens = s.max_tokens or DEFAULT_MAX_TOKENS
+    if spec == "stdlib":
+        return StdlibCorpus(max_tokens=max_tokens, limit=s.limit)
+    if spec in list_workloads():
+        shapes = list(get_workload(spec, seed=s.seed, num_samples=s.limit).shapes)
+        if shapes[0].is_video:
+            return SyntheticVideoDataset(shapes, seed=s.seed)
+        return SyntheticTextDataset(shapes, seed=s.seed)
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in TEXT_KINDS:
+        return TokenizedTextDataset(
+            kind,
+            rest,
+            tokenizer=s.tokenizer,
+            text_field=s.text_field,
+            max_tokens=max_tokens,
+            long_docs=s.long_docs,
+            limit=s.limit,
+        )
+    if sep and kind == "latents":
+        from datacentric.data.latents import LatentDataset
+
+        return LatentDataset(rest, bucket_config=s.bucket_config, seed=s.seed, limit=s.limit)
+    if sep and rest.isidentifier():
+        return _from_factory(kind, rest, s)
+    raise DataError(f"unknown dataset {spec!r}; use {describe_sources()}")
+
+
+def _from_factory(module_name: str, attr: str, settings: DataSettings) -> Dataset:
+    spec = f"{module_name}:{attr}"
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise DataError(f"dataset {spec}: cannot import it ({err})") from None
+    if not callable(factory):
+        raise DataError(f"dataset {spec}: {attr} is a {type(factory).__name__}, not a factory")
+    values = dataclasses.asdict(settings)
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        values = {k: v for k, v in values.items() if k in params}
+    dataset = factory(**values)
+    missing = [a for a in ("__len__", "shapes", "loss_tokens", "pack") if not hasattr(dataset, a)]
+    if missing:
+        raise DataError(
+            f"dataset {spec} returned a {type(dataset).__name__} without "
+            f"{', '.join(missing)}; a dataset needs len, shapes(), loss_tokens(id) and "
+            "pack(ids, pad_to_multiple, *, epoch) (see docs/data.md)"
+        )
+    return dataset
+
+
+def skipped_samples(dataset: object) -> int:
+    """Samples the dataset left out on request (its summary's ``samples_skipped``)."""
+    summary = getattr(dataset, "summary", None)
+    return int(summary().get("samples_skipped", 0)) if callable(summary) else 0

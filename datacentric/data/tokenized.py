@@ -1,0 +1,254 @@
+"""Tokenized text from files: token ids cached on disk, memory-mapped, one sample per
+document (or chunk of a long document).
+
+- Tokenizer: a local ``tokenizer.json`` through the ``tokenizers`` library (its own
+  post-processing, e.g. special tokens, applies), or UTF-8 bytes (vocabulary 256).
+- Cache: the token ids of every document are computed once and stored under
+  ``$DATACENTRIC_CACHE`` (default ``~/.cache/datacentric``) in a folder named by a hash
+  of (source kind, files with sizes and modification times, text field, tokenizer
+  file contents); a changed file makes a new entry. ``tokens.bin`` is read through a
+  memory map, so loading lengths never loads the corpus.
+- Long documents (more than ``max_tokens``), by ``long_docs``: ``chunk`` (default)
+  splits a document of ``n`` tokens into ``ceil(n / max_tokens)`` near-equal chunks
+  (as the standard-library corpus does); ``truncate`` keeps its first ``max_tokens``;
+  ``skip`` leaves it out and counts it; ``error`` raises :class:`DataError` naming it.
+- Empty documents (no token) carry nothing to learn: they are counted, not sampled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from datacentric.batch import PackedBatch
+from datacentric.data.base import DataError, check_sample_ids
+from datacentric.data.documents import read_documents, require, resolve_files
+from datacentric.data.stdlib import DEFAULT_MAX_TOKENS
+from datacentric.data.text import pack_token_samples
+from datacentric.shapes import SampleShape
+
+LONG_DOC_RULES = ("chunk", "truncate", "skip", "error")
+TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
+CACHE_VERSION = 1
+ENCODE_BATCH = 1024
+
+
+def cache_root() -> Path:
+    """Folder of cached token arrays: ``$DATACENTRIC_CACHE`` or ``~/.cache/datacentric``."""
+    return Path(os.environ.get("DATACENTRIC_CACHE") or Path.home() / ".cache" / "datacentric")
+
+
+def _file_facts(path: str) -> list[object]:
+    """(absolute path, size, mtime in ns) of a file, or of every file below a folder."""
+    root = Path(path).resolve()
+    found = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in found]
+
+
+class _Encoder:
+    """UTF-8 bytes, or a ``tokenizer.json`` through the ``tokenizers`` library."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        if path is None:
+            self.vocab_size, self.digest, self._tok = 256, "bytes", None
+            return
+        if not Path(path).is_file():
+            raise DataError(f"--tokenizer {path}: no such file (give a local tokenizer.json)")
+        tokenizers = require("tokenizers")
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(path)
+        except Exception as err:  # the library raises its own exception type
+            raise DataError(f"--tokenizer {path}: not a tokenizer.json ({err})") from None
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    @property
+    def dtype(self) -> np.dtype:
+        if self.vocab_size <= 256:
+            return np.dtype(np.uint8)
+        return np.dtype(np.uint16 if self.vocab_size <= 2**16 else np.uint32)
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        if self._tok is None:
+            return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+        return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
+
+
+def _build_cache(kind: str, files: list[str], text_field: str, enc: _Encoder, final: Path):
+    """Tokenize every document into ``final`` (written in a temporary folder, then renamed:
+    concurrent builders of the same entry agree)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
+    offsets, rows, file_of = [0], [], []
+    try:
+        with open(tmp / "tokens.bin", "wb") as out:
+            pending = []
+
+            def flush() -> None:
+                for doc, ids in zip(pending, enc.encode([d.text for d in pending])):
+                    out.write(ids.astype(enc.dtype, copy=False).tobytes())
+                    offsets.append(offsets[-1] + len(ids))
+                    rows.append(doc.row)
+                    file_of.append(doc.file)
+                pending.clear()
+
+            for doc in read_documents(kind, files, text_field):
+                pending.append(doc)
+                if len(pending) >= ENCODE_BATCH:
+                    flush()
+            flush()
+        np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+        np.save(tmp / "origins.npy", np.asarray([file_of, rows], dtype=np.int64).reshape(2, -1))
+        meta = {"dtype": enc.dtype.str, "vocab_size": enc.vocab_size, "files": files}
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process finished the same entry first
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class TokenizedTextDataset:
+    """Documents of JSONL / Parquet / text files or a saved ``datasets`` folder, tokenized
+    and cached; sample ids follow files (sorted) then documents then chunks."""
+
+    def __init__(
+        self,
+        kind: str,
+        pattern: str,
+        *,
+        tokenizer: str | None = None,
+        text_field: str = "text",
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        long_docs: str = "chunk",
+        limit: int | None = None,
+    ) -> None:
+        if kind not in TEXT_KINDS:
+            raise ValueError(f"unknown text source {kind!r}; use one of {', '.join(TEXT_KINDS)}")
+        if long_docs not in LONG_DOC_RULES:
+            raise ValueError(f"--long-docs must be one of {', '.join(LONG_DOC_RULES)}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        self.kind, self.pattern, self.text_field = kind, pattern, text_field
+        self.max_tokens, self.long_docs = int(max_tokens), long_docs
+        if kind == "hf-datasets":
+            if not Path(pattern).is_dir():
+                raise DataError(f"hf-datasets:{pattern}: no such folder")
+            self.files = [pattern]
+        else:
+            self.files = resolve_files(kind, pattern)
+        enc = _Encoder(tokenizer)
+        self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
+        key = [CACHE_VERSION, kind, [_file_facts(f) for f in self.files], text_field, enc.digest]
+        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+        self.cache_dir = cache_root() / "tokens" / digest
+        if not (self.cache_dir / "meta.json").is_file():
+            _build_cache(kind, self.files, text_field, enc, self.cache_dir)
+        meta = json.loads((self.cache_dir / "meta.json").read_text(encoding="utf-8"))
+        offsets = np.load(self.cache_dir / "offsets.npy")
+        self._origins = np.load(self.cache_dir / "origins.npy")
+        if limit is not None:
+            offsets = offsets[: max(0, int(limit)) + 1]
+        self._offsets = offsets
+        total = int(offsets[-1]) if len(offsets) else 0
+        self._tokens = (
+            np.memmap(self.cache_dir / "tokens.bin", dtype=np.dtype(meta["dtype"]), mode="r")
+            if total
+            else np.zeros(0, dtype=np.uint8)
+        )
+        self._split(np.diff(offsets))
+
+    def _split(self, lengths: np.ndarray) -> None:
+        """Samples (document, start, end) of each document by the long-document rule."""
+        cap, rule = self.max_tokens, self.long_docs
+        long = lengths > cap
+        if rule == "error" and long.any():
+            doc = int(np.argmax(long))
+            raise DataError(
+                f"{self.origin(doc)}: document of {int(lengths[doc])} tokens is longer than "
+                f"--max-tokens {cap} (--long-docs error); raise --max-tokens or pass "
+                "--long-docs chunk, truncate or skip"
+            )
+        counts = np.where(lengths > 0, 1, 0)
+        if rule == "chunk":
+            counts = -(-lengths // cap)
+        elif rule == "skip":
+            counts = np.where(long, 0, counts)
+        self.documents = int(len(lengths))
+        self.skipped_empty = int((lengths == 0).sum())
+        self.skipped_long = int((long & (counts == 0)).sum())
+        self.long_documents = int(long.sum())
+        doc = np.repeat(np.arange(len(lengths)), counts)
+        if not len(doc):
+            raise DataError(f"{self.kind}:{self.pattern}: no document has any token")
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        j = np.arange(len(doc)) - first
+        n, c = lengths[doc], counts[doc]
+        start = j * n // c
+        end = np.minimum((j + 1) * n // c, start + cap) if rule == "truncate" else (j + 1) * n // c
+        base = self._offsets[doc]
+        self._doc, self._start, self._end = doc, base + start, base + end
+
+    def origin(self, doc: int) -> str:
+        """Where document ``doc`` comes from: ``FILE:LINE`` (JSONL), ``FILE row R``, or ``FILE``."""
+        path, row = self.files[int(self._origins[0, doc])], int(self._origins[1, doc])
+        if self.kind == "jsonl":
+            return f"{path}:{row}"
+        return path if self.kind == "text" else f"{path} row {row}"
+
+    def __len__(self) -> int:
+        return len(self._doc)
+
+    def shapes(self) -> list[SampleShape]:
+        """Token counts of every sample, by sample id."""
+        return [SampleShape.text(int(n)) for n in self._end - self._start]
+
+    def loss_tokens(self, sample_id: int) -> int:
+        """Every token but the last has a next-token target."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        return int(self._end[i] - self._start[i]) - 1
+
+    def sample(self, sample_id: int) -> torch.Tensor:
+        """Token ids of sample ``sample_id`` (int64), read from the memory map."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        return torch.from_numpy(np.asarray(self._tokens[self._start[i] : self._end[i]], np.int64))
+
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        """Pack samples (the same tokens in every epoch); each document or chunk is its
+        own segment, so attention never crosses a document boundary."""
+        ids = check_sample_ids(sample_ids, len(self))
+        return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple)
+
+    def summary(self) -> dict[str, object]:
+        """Facts of the dataset (JSON-able), skipped counts included."""
+        lengths = self._end - self._start
+        return {
+            "source": f"{self.kind}:{self.pattern}",
+            "files": len(self.files),
+            "documents": self.documents,
+            "samples": len(self),
+            "total_tokens": int(lengths.sum()),
+            "longest_sample": int(lengths.max()),
+            "max_tokens": self.max_tokens,
+            "long_docs": self.long_docs,
+            "long_documents": self.long_documents,
+            "skipped_long": self.skipped_long,
+            "skipped_empty": self.skipped_empty,
+            "samples_skipped": self.skipped_long + self.skipped_empty,
+            "tokenizer": self.tokenizer or "bytes",
+            "vocab_size": self.vocab_size,
+            "cache": str(self.cache_dir),
+        }

@@ -1,0 +1,180 @@
+"""Text sources (JSONL, Parquet, plain text), the token cache, long documents, factories,
+and the command line on them; fixtures are built on the fly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from datacentric.cli.main import main
+from datacentric.data.base import DataError, epoch_pack
+from datacentric.data.sources import DataSettings, open_dataset, skipped_samples
+from datacentric.data.tokenized import TokenizedTextDataset
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(folder))
+    return folder
+
+
+def write_jsonl(path, texts, field="text"):
+    path.write_text("".join(json.dumps({field: t, "id": i}) + "\n" for i, t in enumerate(texts)))
+    return path
+
+
+TEXTS = ["short one", "x" * 25, "", "hello world, " * 4]
+
+
+def test_jsonl_bytes_samples_and_packing(tmp_path):
+    ds = open_dataset(f"jsonl:{write_jsonl(tmp_path / 'a.jsonl', TEXTS)}")
+    assert [s.tokens for s in ds.shapes()] == [9, 25, 52]
+    assert ds.summary()["skipped_empty"] == 1 and skipped_samples(ds) == 1
+    assert ds.loss_tokens(0) == 8
+    batch = ds.pack([0, 2], pad_to_multiple=4)
+    assert bytes(batch.inputs[:9].tolist()) == b"short one"
+    assert batch.cu_seqlens.tolist() == [0, 9, 61, 64]  # documents stay separate segments
+    assert int(batch.loss_mask.sum()) == ds.loss_tokens(0) + ds.loss_tokens(2)
+    assert torch.equal(epoch_pack(ds, 3)([0, 2], 4).inputs, batch.inputs)
+
+
+@pytest.mark.parametrize(
+    ("rule", "lengths", "skipped"),
+    [
+        ("chunk", [9, 12, 13, 17, 17, 18], 1),
+        ("truncate", [9, 20, 20], 1),
+        ("skip", [9], 3),
+    ],
+)
+def test_long_document_rules(tmp_path, rule, lengths, skipped):
+    path = write_jsonl(tmp_path / "a.jsonl", TEXTS)
+    ds = open_dataset(f"jsonl:{path}", DataSettings(max_tokens=20, long_docs=rule))
+    assert [s.tokens for s in ds.shapes()] == lengths
+    assert skipped_samples(ds) == skipped
+    if rule == "chunk":  # chunks cover the document exactly, in order
+        assert bytes(torch.cat([ds.sample(i) for i in (3, 4, 5)]).tolist()) == TEXTS[3].encode()
+
+
+def test_long_document_error_names_the_line(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", TEXTS)
+    with pytest.raises(DataError, match=r"a\.jsonl:2: document of 25 tokens .*--max-tokens 20"):
+        open_dataset(f"jsonl:{path}", DataSettings(max_tokens=20, long_docs="error"))
+
+
+def test_bad_lines_and_empty_globs(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n\n{"text": oops}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:3: line is not JSON"):
+        open_dataset(f"jsonl:{bad}")
+    bad.write_text('{"body": "no text key"}\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl:1: no string field 'text' .*--text-field"):
+        open_dataset(f"jsonl:{bad}")
+    assert len(open_dataset(f"jsonl:{bad}", DataSettings(text_field="body"))) == 1
+    with pytest.raises(DataError, match="no file matches"):
+        open_dataset(f"jsonl:{tmp_path}/none-*.jsonl")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="folder has no"):
+        open_dataset(f"text:{tmp_path / 'empty'}")
+    with pytest.raises(DataError, match="unknown dataset"):
+        open_dataset("jsonll:x.jsonl")
+
+
+def test_cache_is_reused_and_keyed_by_file_contents(tmp_path, cache):
+    path = write_jsonl(tmp_path / "a.jsonl", ["abc", "defg"])
+    first = TokenizedTextDataset("jsonl", str(path))
+    assert first.cache_dir.parent.parent == cache
+    again = TokenizedTextDataset("jsonl", str(path))
+    assert again.cache_dir == first.cache_dir and len(list((cache / "tokens").iterdir())) == 1
+    write_jsonl(path, ["abc", "defgh", "ij"])
+    changed = TokenizedTextDataset("jsonl", str(path))
+    assert changed.cache_dir != first.cache_dir
+    assert [s.tokens for s in changed.shapes()] == [3, 5, 2]
+
+
+def test_glob_over_text_files_and_tokenizer(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    for name, text in (("b.txt", "beta gamma beta"), ("a.txt", "alpha beta")):
+        (tmp_path / name).write_text(text)
+    ds = open_dataset(f"text:{tmp_path}/*.txt")
+    assert [s.tokens for s in ds.shapes()] == [10, 15]  # sorted: a.txt first
+    model = tokenizers.models.WordLevel(
+        {"[UNK]": 0, "alpha": 1, "beta": 2, "gamma": 3}, unk_token="[UNK]"
+    )
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    settings = DataSettings(tokenizer=str(tmp_path / "tokenizer.json"))
+    ds = open_dataset(f"text:{tmp_path}/*.txt", settings)
+    assert ds.vocab_size == 4
+    assert ds.pack([0, 1]).inputs.tolist() == [1, 2, 2, 3, 2]
+    with pytest.raises(DataError, match="no such file"):
+        open_dataset(f"text:{tmp_path}/*.txt", DataSettings(tokenizer=str(tmp_path / "no")))
+
+
+def test_parquet_with_text_field(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"body": ["one", "three", "fives"]}), tmp_path / "p.parquet")
+    ds = open_dataset(f"parquet:{tmp_path / 'p.parquet'}", DataSettings(text_field="body"))
+    assert [s.tokens for s in ds.shapes()] == [3, 5, 5]
+    with pytest.raises(DataError, match=r"p\.parquet: no column 'text'"):
+        open_dataset(f"parquet:{tmp_path / 'p.parquet'}")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(DataError, match=r"bad\.parquet: not a readable Parquet"):
+        open_dataset(f"parquet:{tmp_path / 'bad.parquet'}")
+
+
+class TinyDataset:
+    def __init__(self, n: int) -> None:
+        self.inner = open_dataset("sft-longtail", DataSettings(limit=n))
+
+    def __len__(self):
+        return len(self.inner)
+
+    def shapes(self):
+        return self.inner.shapes()
+
+    def loss_tokens(self, i):
+        return self.inner.loss_tokens(i)
+
+    def pack(self, ids, pad_to_multiple=1):  # written before pack took the epoch
+        return self.inner.pack(ids, pad_to_multiple)
+
+
+def make_tiny(limit=None, seed=0):
+    return TinyDataset(limit or 5)
+
+
+def make_bad():
+    return []
+
+
+def test_factory_dataset_gets_the_settings_it_names():
+    ds = open_dataset(f"{__name__}:make_tiny", DataSettings(limit=7))
+    assert len(ds) == 7
+    assert epoch_pack(ds, 2)([0], 1).num_tokens == ds.shapes()[0].tokens
+    with pytest.raises(DataError, match="without shapes, loss_tokens, pack"):
+        open_dataset(f"{__name__}:make_bad")
+    with pytest.raises(DataError, match="is a list, not a factory"):
+        open_dataset(f"{__name__}:TEXTS")
+    with pytest.raises(DataError, match="cannot import"):
+        open_dataset("no_such_module_xyz:make")
+
+
+def test_schedule_cli_counts_chunked_documents(tmp_path, capsys):
+    texts = [("token " * n).strip() for n in (10, 3000, 120, 9000, 40)]
+    path = write_jsonl(tmp_path / "corpus.jsonl", texts)
+    argv = ["schedule", "--dataset", f"jsonl:{path}", "--world", "4", "--policy", "dcp-opt"]
+    argv += ["--model", "llama-7b", "--hardware", "h200-sxm", "--json", "--max-tokens", "4096"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 17999 and 53999 bytes exceed 4096: ceil(n / 4096) = 5 and 14 chunks.
+    assert out["samples_total"] == 3 + 5 + 14
+    assert out["samples_dropped"] == 0 and out["samples_skipped"] == 0
+    assert main([*argv, "--long-docs", "error"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("datacentric schedule: ") and "corpus.jsonl:2: document" in err
+    assert len(err.splitlines()) == 1
