@@ -21,8 +21,8 @@ changing machine load touches every case alike. The first warm-up pass measures 
 (:mod:`datacentric.profiling.memory`), to which parameters, gradients and Adam's
 two moments are added from their sizes.
 
-This module imports the runtime (and so ``torch.distributed``) lazily, inside the
-functions that measure; the cost models and the planner stay pure.
+The profiler sits above the runtime (it runs it); the cost models it fits and the
+planner that reads them stay pure, below it.
 """
 
 from __future__ import annotations
@@ -36,8 +36,18 @@ from functools import partial
 from typing import Any
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
 
+from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
+from datacentric.models.presets import build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import spawn
+from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.planning.fitted import ProfilePoint
+from datacentric.profiling.memory import measure_peak, model_state_bytes
+from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 
 
@@ -187,10 +197,6 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
     call this with the same arguments: the rounds run on the world's ranks and the
     results are gathered. Otherwise ``settings.world_size`` local ranks are started.
     """
-    import torch.distributed as dist
-
-    from datacentric.parallel.launch import spawn
-
     rounds = plan_rounds(cases, settings.world_size)
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() != settings.world_size:
@@ -241,18 +247,13 @@ def _rank_worker(
     With ``interleave`` off, a round's timed passes run back to back and one model is
     kept at a time (for models too large to keep several depths in memory).
     """
-    import torch
-
-    from datacentric.parallel.groups import ProcessGroups
-    from datacentric.profiling.memory import measure_peak, model_state_bytes
-
     groups = ProcessGroups()
     dataset, ids = _dataset(settings.model, cases, settings.seed)
     dtype = getattr(torch, settings.dtype)
     use_cpu_clock = settings.clock == "cpu" or (
         settings.clock == "auto" and groups.device.type == "cpu"
     )
-    models: dict[int, tuple[Any, PassCpuClock]] = {}
+    models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
     bar = _progress(len(rounds) * (1 + settings.repeats), settings.progress and groups.rank == 0)
     prepared = []  # (case index of this rank or None, runtime, clock, iteration)
     memory: dict[int, tuple[int, int]] = {}
@@ -306,10 +307,8 @@ def _rank_worker(
 
 def _round_iteration(
     cases: Sequence[RunCase], round_: list[tuple[int, int]], ids: Sequence[tuple[int, ...]]
-) -> Any:
+) -> Iteration:
     """The one-micro-batch iteration that runs a round's cases side by side."""
-    from datacentric.schedule import Assignment, Iteration, MicroBatch
-
     assignments = []
     for index, start in round_:
         real = index if index >= 0 else -1 - index
@@ -329,7 +328,7 @@ class PassCpuClock:
     """CPU time of the process over one forward+backward pass of ``module``: from its
     forward pre-hook to the last parameter's gradient accumulation."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: nn.Module) -> None:
         self.start = self.end = 0.0
         module.register_forward_pre_hook(self._on_forward)
         for param in module.parameters():
@@ -350,12 +349,13 @@ def _holds(cases: Sequence[RunCase], index: int, start: int, rank: int) -> bool:
     return start <= rank < start + cases[index].sp_size
 
 
-def _runtime(settings: ProfileSettings, depth: int, dtype: Any, groups: Any, dataset: Any) -> Any:
-    import torch
-
-    from datacentric.models.presets import build_model
-    from datacentric.parallel.runtime import DataCentricRuntime
-
+def _runtime(
+    settings: ProfileSettings,
+    depth: int,
+    dtype: torch.dtype,
+    groups: ProcessGroups,
+    dataset: SyntheticTextDataset | SyntheticVideoDataset,
+) -> DataCentricRuntime:
     torch.manual_seed(settings.seed)
     layers = max(depth, 1)
     model = build_model(settings.model, num_layers=layers, dtype=dtype, device=groups.device)
@@ -367,10 +367,10 @@ def _runtime(settings: ProfileSettings, depth: int, dtype: Any, groups: Any, dat
     return runtime
 
 
-def _dataset(model: str, cases: Sequence[RunCase], seed: int) -> tuple[Any, list[Any]]:
+def _dataset(
+    model: str, cases: Sequence[RunCase], seed: int
+) -> tuple[SyntheticTextDataset | SyntheticVideoDataset, list[tuple[int, ...]]]:
     """A synthetic dataset holding every case's samples, and each case's sample ids."""
-    from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
-
     shapes: list[SampleShape] = []
     ids: list[tuple[int, ...]] = []
     for case in cases:
