@@ -32,6 +32,8 @@ class PackedBatch:
     - ``loss_mask``: ``(S,)`` bool, tokens that carry loss (never padding);
     - ``sample_cond``: optional ``(n_samples,)`` per-sample conditioning (diffusion
       timesteps);
+    - ``sample_context``: optional ``(n_samples, L, D)`` per-sample conditioning
+      sequence (text embeddings that video models cross-attend to);
     - ``token_offset``: index of this shard's first token in the full sequence.
     """
 
@@ -43,6 +45,7 @@ class PackedBatch:
     segment_ids: torch.Tensor
     loss_mask: torch.Tensor
     sample_cond: torch.Tensor | None = None
+    sample_context: torch.Tensor | None = None
     token_offset: int = 0
 
     @property

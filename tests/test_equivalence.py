@@ -95,7 +95,9 @@ def user_factory():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["hf:mistral", "hf:gpt2", "tests.test_equivalence:user_factory"])
+@pytest.mark.parametrize(
+    "name", ["hf:mistral", "hf:gpt2", "diffusers:wan", "tests.test_equivalence:user_factory"]
+)
 def test_cli_checks_other_models_at_world_2_with_sp_2(name, capsys, monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     assert main(["equivalence", "--model", name, "--world", "2", "--json"]) == 0

@@ -95,11 +95,13 @@ def benchmark_video_shapes() -> dict[tuple[str, int], SampleShape]:
 
 @dataclass(frozen=True)
 class VideoSample:
-    """One sample's clean latents, noise (both ``(S, C)``) and diffusion time."""
+    """One sample's clean latents, noise (both ``(S, C)``), diffusion time and, for
+    models that cross-attend to text, its text embedding ``(L, D)``."""
 
     x0: torch.Tensor
     noise: torch.Tensor
     t: float
+    context: torch.Tensor | None = None
 
 
 def grid_positions(grid: tuple[int, int, int]) -> torch.Tensor:
@@ -121,11 +123,14 @@ class SyntheticVideoDataset(ShapeListDataset):
         *,
         patch: tuple[int, int, int] = PATCH,
         num_waves: int = 4,
+        context_shape: tuple[int, int] | None = None,
     ) -> None:
         super().__init__(shapes, seed)
         self.channels = channels
         self.patch = tuple(patch)
         self.num_waves = num_waves
+        #: (tokens, width) of each sample's synthetic text embedding (None: none)
+        self.context_shape = context_shape
 
     @property
     def token_dim(self) -> int:
@@ -148,9 +153,10 @@ class SyntheticVideoDataset(ShapeListDataset):
         t = float(torch.rand((), generator=gen))
         x0 = self._clean_latents(grid, gen)
         noise = torch.randn(x0.shape, generator=gen)
+        context = torch.randn(self.context_shape, generator=gen) if self.context_shape else None
         if epoch:
             t, noise = draw_time_and_noise(x0.shape, sample_generator(self.seed, sample_id, epoch))
-        return VideoSample(x0=x0, noise=noise, t=t)
+        return VideoSample(x0=x0, noise=noise, t=t, context=context)
 
     def _clean_latents(self, grid: tuple[int, int, int], gen: torch.Generator) -> torch.Tensor:
         """Sum of random 3D waves per channel on the latent pixels, patchified to ``(S, C)``."""
@@ -218,6 +224,9 @@ def pack_video_samples(
         inputs.append(torch.zeros((layout.padding, token_dim)))
         targets.append(torch.zeros((layout.padding, token_dim)))
         positions.append(torch.zeros((layout.padding, 3), dtype=torch.long))
+    contexts = [s.context for s in samples]
+    if any(c is None for c in contexts) and any(c is not None for c in contexts):
+        raise ValueError("some samples of the micro-batch have a text embedding, others not")
     return PackedBatch(
         sample_ids=layout.sample_ids,
         cu_seqlens=layout.cu_seqlens,
@@ -227,4 +236,5 @@ def pack_video_samples(
         segment_ids=layout.segment_ids,
         loss_mask=layout.segment_ids >= 0,
         sample_cond=torch.tensor(times, dtype=torch.float32),
+        sample_context=torch.stack(contexts) if contexts[0] is not None else None,
     )

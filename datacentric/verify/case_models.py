@@ -5,6 +5,9 @@
   (:data:`datacentric.models.hf.TINY_CONFIGS`: ``hf:llama``, ``hf:mistral`` with a
   sliding window shorter than the samples, ``hf:qwen2`` with grouped K/V heads,
   ``hf:gpt2`` with learned positions);
+- ``diffusers:wan``: a tiny random-weight diffusers ``WanTransformer3DModel``,
+  unmodified (:mod:`datacentric.models.diffusers_video`), on synthetic latents with
+  text embeddings;
 - ``pkg.module:factory``: a user's own model. ``factory()`` returns the model, or
   ``(model, dataset)``; with a model alone, a causal LM (``loss_mode == "token"``)
   runs on stdlib chunks of byte tokens (vocabulary 256).
@@ -16,6 +19,7 @@ hold the same weights.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +33,7 @@ from datacentric.shapes import SampleShape
 
 PRESETS = ("llama", "dit")
 HF_PREFIX = "hf:"
+DIFFUSERS_MODELS = ("diffusers:wan",)
 
 # Latent grids (frames, rows, columns) of the DiT case: images and short clips.
 _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
@@ -36,11 +41,16 @@ _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8)
 
 def known_models() -> list[str]:
     """Names that need no code of the user's (``pkg.module:factory`` works too)."""
+    names = list(PRESETS)
     try:
         from datacentric.models.hf import TINY_CONFIGS
+
+        names += [HF_PREFIX + name for name in TINY_CONFIGS]
     except ImportError:  # transformers not installed
-        return list(PRESETS)
-    return list(PRESETS) + [HF_PREFIX + name for name in TINY_CONFIGS]
+        pass
+    if importlib.util.find_spec("diffusers") is not None:
+        names += list(DIFFUSERS_MODELS)
+    return names
 
 
 def _text_corpus() -> StdlibCorpus:
@@ -76,6 +86,18 @@ def build_case(name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dat
         except KeyError as error:
             raise ValueError(str(error).strip("\"'")) from None
         return model, _text_corpus()
+    if name in DIFFUSERS_MODELS:
+        from datacentric.models.diffusers_video import TINY_WAN, build_wan
+
+        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
+        dataset = SyntheticVideoDataset(
+            shapes,
+            channels=TINY_WAN["in_channels"],
+            seed=seed,
+            patch=tuple(TINY_WAN["patch_size"]),
+            context_shape=(5, TINY_WAN["text_dim"]),
+        )
+        return build_wan(dtype=dtype), dataset
     if ":" not in name:
         raise ValueError(
             f"no equivalence case for model {name!r}; choose one of "
