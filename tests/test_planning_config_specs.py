@@ -33,3 +33,16 @@ def test_a_config_without_widths_is_named() -> None:
 
     with pytest.raises(ValueError, match="hidden_size"):
         spec_from_hf_config(Empty())
+
+
+def test_wan_spec_counts_the_block_parameters() -> None:
+    pytest.importorskip("diffusers")
+    from datacentric.models.diffusers_video import build_wan
+    from datacentric.planning.config_specs import spec_from_config
+
+    model = build_wan()
+    spec = spec_from_config(model.config)
+    block = sum(p.numel() for p in model.blocks[0].parameters())
+    # biases and norm weights are not counted; at width 64 they weigh a few percent
+    assert spec.block_params == pytest.approx(block, rel=0.1)
+    assert spec.num_blocks == len(model.blocks) and spec.heads == model.num_heads

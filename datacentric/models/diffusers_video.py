@@ -176,6 +176,7 @@ class DiffusersVideoModel(nn.Module):
                 f"patch_size {tuple(config.patch_size)}: only frame patches of 1 are supported"
             )
         self.transformer = transformer
+        self.config = config
         self.blocks = transformer.blocks
         self.num_heads = int(config.num_attention_heads)
         self.patch = tuple(int(p) for p in config.patch_size)

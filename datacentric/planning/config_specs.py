@@ -1,4 +1,5 @@
-"""Model specs read from a Hugging Face ``transformers`` config, for the analytic cost model.
+"""Model specs read from a Hugging Face ``transformers`` or ``diffusers`` config, for the
+analytic cost model.
 
 A config is read by attribute only (``hidden_size``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``num_hidden_layers``, ``vocab_size``,
@@ -61,4 +62,48 @@ def spec_from_hf_config(config: Any, name: str | None = None) -> ModelSpec:
         extra_outer_params=positions * hidden,
         extra_saved_per_token=4 * hidden,
         source=f"transformers config ({model_type or 'unknown type'})",
+    )
+
+
+#: text tokens a diffusers video model is assumed to cross-attend to (Wan's umT5 prompt
+#: length); the true count comes with the data, so cross-attention is approximate
+VIDEO_TEXT_TOKENS = 512
+
+
+def spec_from_diffusers_config(config: Any, name: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` of a diffusers Wan-style video transformer ``config``
+    (``num_attention_heads``, ``attention_head_dim``, ``ffn_dim``, ``num_layers``,
+    ``in_channels``, ``patch_size``, ``text_dim``): full 3D attention in every block,
+    cross-attention to :data:`VIDEO_TEXT_TOKENS` text tokens (approximate), a plain
+    two-matrix MLP, adaLN-single modulation, ``12 h`` extra saved elements per token
+    as for our DiT."""
+    heads = int(_get(config, "num_attention_heads"))
+    hidden = heads * int(_get(config, "attention_head_dim"))
+    patch = 1
+    for p in _get(config, "patch_size"):
+        patch *= int(p)
+    return ModelSpec(
+        name=name or "diffusers:video",
+        hidden=hidden,
+        heads=heads,
+        ffn_hidden=int(_get(config, "ffn_dim")),
+        block_kinds=("full",) * int(_get(config, "num_layers")),
+        cross_attn_tokens=VIDEO_TEXT_TOKENS,
+        cross_attn_width=int(_get(config, "text_dim")),
+        patch_channels=int(_get(config, "in_channels")) * patch,
+        adaln_single=True,
+        per_sample_block_params=6 * hidden,
+        extra_saved_per_token=12 * hidden,
+        source="diffusers config (video transformer)",
+    )
+
+
+def spec_from_config(config: Any, name: str | None = None) -> ModelSpec:
+    """The spec of a transformers causal LM or a diffusers video transformer config."""
+    if getattr(config, "model_type", None) or getattr(config, "n_embd", None):
+        return spec_from_hf_config(config, name)
+    if getattr(config, "attention_head_dim", None) and getattr(config, "patch_size", None):
+        return spec_from_diffusers_config(config, name)
+    raise ValueError(
+        f"cannot describe a model from a {type(config).__name__}: pass a cost model or a preset"
     )

@@ -13,6 +13,7 @@ from datacentric.data.base import Dataset
 from datacentric.data.sources import DataSettings, open_dataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.preset_specs import spec_from_model_preset
@@ -77,21 +78,26 @@ def build_model_for(config: TrainConfig, dataset) -> nn.Module:
 
 
 def build_cost_model(
-    model: str, device: torch.device, dtype: str = "float32", memory_gb: float | None = None
+    model: str | ModelSpec,
+    device: torch.device,
+    dtype: str = "float32",
+    memory_gb: float | None = None,
 ) -> CostModel:
-    """The cost model a schedule is planned with, for model preset ``model``.
+    """The cost model a schedule is planned with, for model preset ``model`` (or a spec,
+    e.g. :func:`~datacentric.planning.config_specs.spec_from_config` of a transformers
+    or diffusers config).
 
-    Analytic FLOP/byte model of the preset on this device: ``cpu-local`` (calibrated
+    Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; ``memory_gb``
     caps each rank (default: 70% of the device).
     """
-    if model not in MODEL_PRESETS:
+    if isinstance(model, str) and model not in MODEL_PRESETS:
         raise ValueError(
             f"model {model!r} has no analytic spec; pass a cost model, or profile it first "
             "(`datacentric profile`)"
         )
     return analytic_cost_model(
-        spec_from_model_preset(model),
+        model if isinstance(model, ModelSpec) else spec_from_model_preset(model),
         _hardware_name(device),
         memory_gb=memory_gb,
         dtype_bytes=2 if dtype == "bfloat16" else 4,

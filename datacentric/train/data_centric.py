@@ -39,8 +39,10 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
+from datacentric.planning.config_specs import spec_from_config
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import gib_to_bytes
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Iteration, Schedule
@@ -49,6 +51,7 @@ from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.train.build import build_cost_model
+from datacentric.verify.model_contract import check_model_contract
 
 
 def gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
@@ -152,6 +155,7 @@ class EpochPlanner:
         memory_gb: float | None = None,
         tokens_per_iteration: int | None = None,
         seed: int = 0,
+        sp_sizes: Sequence[int] | None = None,
     ) -> None:
         self.shapes = list(shapes)
         self.cost_model = cost_model
@@ -164,6 +168,7 @@ class EpochPlanner:
             cost_model,
             world_size=world_size,
             memory_cap_bytes=gib_to_bytes(memory_gb),
+            sp_sizes=sp_sizes,
         )
 
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
@@ -179,6 +184,26 @@ class EpochPlanner:
             options=self.options,
             sample_ids=sample_ids,
         )
+
+
+def model_spec(model: nn.Module) -> ModelSpec:
+    """The analytic spec of a model without a preset: read from its transformers or
+    diffusers ``config`` (a one-line error otherwise)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ValueError(
+            f"DataCentric cannot price {type(model).__name__}: pass cost_model=, preset=, or "
+            "a model with a transformers/diffusers .config"
+        )
+    return spec_from_config(config)
+
+
+def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
+    """The SP sizes the planner may use: powers of two dividing the world and the
+    model's query heads (Ulysses splits heads across a group)."""
+    heads = int(getattr(model, "num_heads", 0) or 0)
+    sizes = [s for s in (2**k for k in range(world_size.bit_length())) if world_size % s == 0]
+    return [s for s in sizes if heads == 0 or heads % s == 0]
 
 
 class DataCentric:
@@ -208,14 +233,16 @@ class DataCentric:
         dtype: str = "float32",
         groups: ProcessGroups | None = None,
         prefetch: int = 2,
+        check_model: bool = True,
     ) -> None:
         self.groups = groups or process_groups()
         self.model = model.to(self.groups.device)
         self.dataset = dataset
         if cost_model is None:
-            if preset is None:
-                raise ValueError("DataCentric needs a cost_model, or the preset name of the model")
-            cost_model = build_cost_model(preset, self.groups.device, dtype, memory_gb)
+            described = preset if preset is not None else model_spec(model)
+            cost_model = build_cost_model(described, self.groups.device, dtype, memory_gb)
+        if check_model:
+            check_model_contract(model, dataset)
         self.planner = EpochPlanner(
             dataset.shapes(),
             cost_model,
@@ -224,6 +251,7 @@ class DataCentric:
             memory_gb=memory_gb,
             tokens_per_iteration=tokens_per_iteration,
             seed=seed,
+            sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
         )
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)

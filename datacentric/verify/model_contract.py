@@ -76,11 +76,16 @@ def check_model_contract(
     samples (default: the two shortest with at least 4 tokens)."""
     first, second = sample_ids if sample_ids is not None else _pick_samples(dataset, 2)
     name = type(model).__name__
+    device = next(model.parameters()).device
+
+    def pack(ids: list[int], multiple: int):  # noqa: ANN202
+        return dataset.pack(ids, multiple).to(device)
+
     was_training = model.training
     model.eval()
     try:
-        alone = model(dataset.pack([second], 1)).float()
-        packed_batch = dataset.pack([first, second], 1)
+        alone = model(pack([second], 1)).float()
+        packed_batch = pack([first, second], 1)
         packed = model(packed_batch).float()
         start = int(packed_batch.cu_seqlens[1])
         if not _close(packed[start : start + alone.shape[0]], alone, rtol):
@@ -93,7 +98,7 @@ def check_model_contract(
         previous = current_attention(model)
         model.set_attention(_queries)
         try:
-            batch = dataset.pack([first], 2)
+            batch = pack([first], 2)
             half = batch.num_tokens // 2
             whole = model(batch).float()
             shard = model(batch.slice_tokens(half, batch.num_tokens)).float()
