@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
+from datacentric.models.dit import DiTConfig
+from datacentric.models.llama import LlamaConfig
 from datacentric.models.presets import model_config
 from datacentric.planning.model_specs import ModelSpec, stdit_1_1b
 
@@ -21,9 +23,13 @@ def spec_from_model_preset(name: str) -> ModelSpec:
     ``models/dit.py`` (without building the model, which takes seconds at 13B; a test
     checks the count against the built small models).
     """
-    config = model_config(name)
+    return spec_from_model_config(model_config(name), name)
+
+
+def spec_from_model_config(config: LlamaConfig | DiTConfig, name: str) -> ModelSpec:
+    """The spec of one of our models from its config (see :func:`spec_from_model_preset`)."""
     h, f = config.hidden_size, config.ffn_hidden_size
-    if type(config).__name__ == "LlamaConfig":
+    if isinstance(config, LlamaConfig):
         return ModelSpec(
             name=name,
             hidden=h,

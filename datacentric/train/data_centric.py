@@ -35,6 +35,8 @@ from torch import nn
 
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
+from datacentric.models.dit import DiTConfig
+from datacentric.models.llama import LlamaConfig
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
@@ -45,6 +47,7 @@ from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
+from datacentric.profiling.preset_specs import spec_from_model_config
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
@@ -187,9 +190,11 @@ class EpochPlanner:
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
-    """The analytic spec of a model without a preset: read from its transformers or
-    diffusers ``config`` (a one-line error otherwise)."""
+    """The analytic spec of a model without a preset: read from its ``config`` (ours, a
+    transformers or a diffusers one; a one-line error otherwise)."""
     config = getattr(model, "config", None)
+    if isinstance(config, LlamaConfig | DiTConfig):
+        return spec_from_model_config(config, type(model).__name__.lower())
     if config is None:
         raise ValueError(
             f"DataCentric cannot price {type(model).__name__}: pass cost_model=, preset=, or "
