@@ -104,6 +104,11 @@ class Work:
     recomputed_blocks: int = 0
     outer_ops: int = 0
 
+    @property
+    def all_attention_flops(self) -> float:
+        """Attention FLOPs of forward and backward (one rate: ``calibrate_hardware``)."""
+        return self.attention_flops + self.attention_backward_flops
+
     def as_array(self) -> np.ndarray:
         """The work in the order of :meth:`Hardware.seconds_per_unit`."""
         return np.array([getattr(self, f.name) for f in fields(self)], dtype=float)
