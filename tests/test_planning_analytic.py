@@ -11,6 +11,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import (
     CalibrationPoint,
     calibrate_hardware,
+    datasheet_hardware,
     get_hardware,
     list_hardware,
 )
@@ -102,7 +103,7 @@ def test_frame_sharded_spatial_blocks_need_no_alltoall() -> None:
 
 def test_calibration_recovers_known_constants() -> None:
     truth = replace(
-        get_hardware("h100-sxm"),
+        datasheet_hardware("h100-sxm"),
         matmul_efficiency=0.31,
         attention_efficiency=0.22,
         block_overhead_s=3e-4,
@@ -119,7 +120,7 @@ def test_calibration_recovers_known_constants() -> None:
             points.append(
                 CalibrationPoint(
                     matmul_flops=w.matmul_flops,
-                    attention_flops=w.attention_flops,
+                    attention_flops=w.all_attention_flops,
                     memory_bytes=w.memory_bytes,
                     network_bytes=w.nvlink_bytes,
                     collectives=w.collectives,

@@ -3,10 +3,14 @@
 Time of one micro-batch pass on one rank of an SP group of ``sp`` ranks::
 
     t = matmul_flops / (peak * matmul_eff * sat(tokens_per_rank))
-      + attention_flops / (peak * attention_eff)
+      + attention_fwd_flops / (peak * attention_eff)
+      + attention_bwd_flops / (peak * attention_backward_eff)
       + elementwise_bytes / (mem_bw * mem_eff)
       + a2a_bytes_nvlink / (nvlink_bw * net_eff) + a2a_bytes_ib / (ib_bw * net_eff)
       + collectives * collective_latency + block_passes * block_overhead
+      + segment_passes * segment_overhead[path] + segment_copy_bytes * copy_rate[path]
+      + scattered_elements * scatter_rate + modulation_elements * modulation_rate
+      + recomputed_blocks * recompute_overhead + outer_ops * op_launch
 
 with ``sat(t) = t / (t + half_efficiency_tokens)`` (small GEMMs under-fill the
 device). Work counted per block and pass:
@@ -42,6 +46,20 @@ Memory on one rank (bytes):
   ``tokens/sp x vocab``) and, in backward, one recomputed block's full activations
   plus the gradient working set (``(2 hidden + ffn) * tokens/sp * dtype``).
 
+Terms fitted to measurement (``datacentric calibrate``; see docs/planning.md):
+
+- *segments*: every sample of a micro-batch is one attention segment; each attention
+  pass (forward, recomputed forward, backward counted twice) costs
+  ``segments * segment_overhead`` of the attention path the hardware names. On the
+  ``sdpa-per-sample`` path each segment's slice backward also writes a full-size
+  gradient of q, k and v: ``segments * tokens/sp * (h + 2 kv) * dtype`` bytes per
+  backward of a block (this is what makes 128 short samples dearer than one long one);
+- *modulation* (DiT adaLN): ``per_token_modulation`` elements per token and block pass
+  of traffic, plus a backward scatter-add serialised along each sample (elements:
+  ``per_token_modulation * token-weighted mean sample length``);
+- *recomputation*: a fixed ``recompute_overhead`` per recomputed block beyond its forward;
+- *launches*: ``outer_ops`` operators outside the blocks per pass.
+
 Breakdowns are cached per (shapes, sp, recomputed count per block kind): compute is
 the pass without recomputation less its all-to-all, recomputation what the recomputed
 blocks add (their all-to-all included).
@@ -50,7 +68,7 @@ blocks add (their all-to-all included).
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -69,25 +87,31 @@ class Work:
     matmul_flops: float
     """Linear-layer FLOPs already divided by the GEMM saturation factor."""
     attention_flops: float
+    """Attention forward FLOPs (recomputed forwards included)."""
     memory_bytes: float
     nvlink_bytes: float
     ib_bytes: float
     collectives: int
     block_passes: int
+    attention_backward_flops: float = 0.0
+    segment_passes: float = 0.0
+    """Attention segments times attention passes (backward counts twice)."""
+    segment_copy_bytes: float = 0.0
+    """Per-sample path: bytes of the full-size gradients the segments' slices write."""
+    scattered_elements: float = 0.0
+    """Modulation backward scatter-add, serialised along each sample."""
+    modulation_elements: float = 0.0
+    recomputed_blocks: int = 0
+    outer_ops: int = 0
+
+    @property
+    def all_attention_flops(self) -> float:
+        """Attention FLOPs of forward and backward (one rate: ``calibrate_hardware``)."""
+        return self.attention_flops + self.attention_backward_flops
 
     def as_array(self) -> np.ndarray:
-        return np.array(
-            [
-                self.matmul_flops,
-                self.attention_flops,
-                self.memory_bytes,
-                self.nvlink_bytes,
-                self.ib_bytes,
-                self.collectives,
-                self.block_passes,
-            ],
-            dtype=float,
-        )
+        """The work in the order of :meth:`Hardware.seconds_per_unit`."""
+        return np.array([getattr(self, f.name) for f in fields(self)], dtype=float)
 
 
 def saved_elements_per_token(spec: ModelSpec) -> int:
@@ -280,8 +304,11 @@ class AnalyticCostModel(CachedCostModel):
             + 2.0 * spec.per_sample_block_params * n
         )
         block_mem = 2.0 * self._saved_elems * local * b
-        mm = attn = mem = nvl = ib = 0.0
+        mm = attn = attn_bwd = mem = nvl = ib = 0.0
         colls = passes = 0
+        segment_passes = modulation = scattered = 0.0
+        # token-weighted mean sample length: how long each serialised scatter runs
+        serial = sum(s.tokens**2 for s in shapes) / tokens / sp
         for i, kind in enumerate(self._kinds):
             blocks = self._kind_counts[i]
             fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
@@ -289,8 +316,12 @@ class AnalyticCostModel(CachedCostModel):
             attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
             a2a_bytes, a2a_calls = self._alltoall(kind, shapes, sp, local)
             mm += block_matmul * (fwd_passes + 2 * blocks)
-            attn += attn_fwd * (fwd_passes + ATTENTION_BACKWARD_FACTOR * blocks)
+            attn += attn_fwd * fwd_passes
+            attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
             mem += block_mem * (fwd_passes + 2 * blocks)
+            segment_passes += n * (fwd_passes + 2 * blocks)
+            modulation += spec.per_token_modulation * local * (fwd_passes + 2 * blocks)
+            scattered += spec.per_token_modulation * serial * blocks
             total_a2a = a2a_bytes * (fwd_passes + blocks)
             colls += a2a_calls * (fwd_passes + blocks)
             passes += fwd_passes + 2 * blocks
@@ -311,8 +342,27 @@ class AnalyticCostModel(CachedCostModel):
         if cond:
             outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
         mm += 3.0 * outer
+        modulation += spec.outer_per_token_modulation * local * 3
+        scattered += spec.outer_per_token_modulation * serial
         sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0
-        return Work(mm / sat, attn, mem, nvl, ib, colls, passes)
+        # the per-sample path's slice backward: one full-size q, k, v gradient per segment
+        copy = n * local * (h + 2 * spec.kv_dim) * b * spec.num_blocks
+        return Work(
+            mm / sat,
+            attn,
+            mem,
+            nvl,
+            ib,
+            colls,
+            passes,
+            attention_backward_flops=attn_bwd,
+            segment_passes=segment_passes,
+            segment_copy_bytes=copy,
+            scattered_elements=scattered,
+            modulation_elements=modulation,
+            recomputed_blocks=sum(counts),
+            outer_ops=spec.outer_ops,
+        )
 
     def _alltoall(
         self, kind: str, shapes: tuple[SampleShape, ...], sp: int, local: float

@@ -37,6 +37,9 @@ def gib_to_bytes(gib: float | None) -> int | None:
 
 
 CPU_LOCAL_JSON = Path(__file__).with_name("cpu_local.json")
+H200_SXM_JSON = Path(__file__).with_name("h200_sxm.json")
+#: Attention paths the analytic model prices (``Hardware.attention_path``).
+ATTENTION_PATHS = ("varlen", "sdpa-per-sample")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,13 +75,46 @@ class Hardware:
     half_efficiency_tokens: float = 0.0
     """Tokens per rank of a pass at which matmul efficiency is half of
     ``matmul_efficiency`` (small GEMMs under-fill the device); 0 disables."""
+    attention_path: str = "varlen"
+    """Attention kernel the runtime uses: ``varlen`` (one kernel over all segments of a
+    micro-batch) or ``sdpa-per-sample`` (one SDPA call per segment)."""
+    attention_backward_efficiency: float = 0.0
+    """Fraction of ``peak_flops`` attention's backward reaches; 0: ``attention_efficiency``."""
+    segment_overhead_s: float = 0.0
+    """Per-sample SDPA path: seconds per segment and attention pass (forward, recomputed
+    forward, or each of backward's two units)."""
+    segment_copy_s_per_byte: float = 0.0
+    """Per-sample SDPA path: seconds per byte of the full-size gradient copy each
+    segment's slice backward writes (``segments x tokens x (q + k + v)`` per backward)."""
+    varlen_segment_overhead_s: float = 0.0
+    """Varlen path: seconds per segment and attention pass."""
+    scatter_s_per_element: float = 0.0
+    """Seconds per element of a per-sample row's backward scatter-add, serialised along
+    the sample (DiT modulation gathered per token; see ``ModelSpec.per_token_modulation``)."""
+    modulation_s_per_element: float = 0.0
+    """Seconds per element of per-token modulation traffic (gather, modulate, gate)."""
+    recompute_overhead_s: float = 0.0
+    """Fixed seconds each recomputed block adds beyond its forward (checkpoint bookkeeping)."""
+    op_launch_s: float = 0.0
+    """Seconds per operator launched outside the blocks (``ModelSpec.outer_ops``)."""
     source: str = ""
     """Where the numbers come from."""
 
+    def __post_init__(self) -> None:
+        if self.attention_path not in ATTENTION_PATHS:
+            raise ValueError(
+                f"{self.name}: attention_path must be one of {ATTENTION_PATHS}, "
+                f"got {self.attention_path!r}"
+            )
+
     def seconds_per_unit(self) -> np.ndarray:
-        """Seconds per matmul FLOP, attention FLOP, memory byte, NVLink byte, InfiniBand
-        byte, collective call and block pass (the analytic model's time is a dot product
-        of its work with this vector)."""
+        """Seconds per unit of each entry of ``Work.as_array`` (the analytic model's time
+        is a dot product of its work with this vector): matmul FLOP, attention forward
+        FLOP, memory byte, NVLink byte, InfiniBand byte, collective call, block pass,
+        attention backward FLOP, segment pass, segment-copy byte, scattered element,
+        modulation element, recomputed block, outer operator."""
+        backward_eff = self.attention_backward_efficiency or self.attention_efficiency
+        per_sample = self.attention_path == "sdpa-per-sample"
         return np.array(
             [
                 1.0 / (self.peak_flops * self.matmul_efficiency),
@@ -88,6 +124,13 @@ class Hardware:
                 1.0 / (self.inter_node_bandwidth * self.network_efficiency),
                 self.collective_latency_s,
                 self.block_overhead_s,
+                1.0 / (self.peak_flops * backward_eff),
+                self.segment_overhead_s if per_sample else self.varlen_segment_overhead_s,
+                self.segment_copy_s_per_byte if per_sample else 0.0,
+                self.scatter_s_per_element,
+                self.modulation_s_per_element,
+                self.recompute_overhead_s,
+                self.op_launch_s,
             ]
         )
 
@@ -103,7 +146,7 @@ class Hardware:
         return cls(**d)
 
 
-def _h100_sxm() -> Hardware:
+def _h100_datasheet() -> Hardware:
     return Hardware(
         name="h100-sxm",
         gpus_per_node=8,  # DGX/HGX H100: 8 GPUs per node
@@ -134,8 +177,8 @@ def _h100_sxm() -> Hardware:
     )
 
 
-def _h200_sxm() -> Hardware:
-    h100 = _h100_sxm()
+def _h200_datasheet() -> Hardware:
+    h100 = _h100_datasheet()
     return replace(
         h100,
         name="h200-sxm",
@@ -146,22 +189,86 @@ def _h200_sxm() -> Hardware:
         memory_bandwidth=4.8e12,  # datasheet: 4.8 TB/s
         intra_node_bandwidth=450e9,  # datasheet: NVLink 900 GB/s total per GPU
         inter_node_bandwidth=50e9,  # DGX H200: 8x ConnectX-7 400 Gb/s, one per GPU
+        # measured on one H200: attention alone over 228 segments of 144 tokens (24 heads
+        # of 64, bf16) took 2.5 ms forward + backward with torch's varlen_attn; a segment
+        # pass (forward, or half of backward) is at most 2.5 ms / 228 / 3 (FLOPs included)
+        varlen_segment_overhead_s=2.5e-3 / 228 / 3,
         source="NVIDIA H200 datasheet; DGX H200 user guide; efficiencies as h100-sxm",
     )
 
 
-def load_cpu_local(path: str | Path = CPU_LOCAL_JSON) -> Hardware:
-    """The calibrated ``cpu-local`` preset stored at ``path``."""
+def load_hardware_file(path: str | Path) -> Hardware:
+    """The hardware stored at ``path`` (a ``{"hardware": {...}}`` file, as
+    ``datacentric calibrate --out`` and ``python -m datacentric.profiling.calibrate``
+    write)."""
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
         return Hardware.from_json(data["hardware"])
-    except FileNotFoundError:
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: not a hardware file ({err})") from err
+
+
+def load_cpu_local(path: str | Path = CPU_LOCAL_JSON) -> Hardware:
+    """The calibrated ``cpu-local`` preset stored at ``path``."""
+    if not Path(path).exists():
         raise FileNotFoundError(
             f"{path}: no cpu-local calibration; run `python -m datacentric.profiling.calibrate`"
-        ) from None
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{path}: corrupt cpu-local calibration ({err})") from err
+        )
+    return load_hardware_file(path)
+
+
+def datasheet_hardware(name: str) -> Hardware:
+    """``h100-sxm`` or ``h200-sxm`` from datasheet peaks and approximate efficiencies
+    (the starting point of ``datacentric calibrate``)."""
+    makers = {"h100-sxm": _h100_datasheet, "h200-sxm": _h200_datasheet}
+    if name not in makers:
+        raise KeyError(f"no datasheet preset {name!r}; choose one of {sorted(makers)}")
+    return makers[name]()
+
+
+#: Rates bound by memory bandwidth (they scale with it between devices).
+MEMORY_BOUND_RATES = (
+    "segment_copy_s_per_byte",
+    "scatter_s_per_element",
+    "modulation_s_per_element",
+)
+
+
+def scaled_to(calibrated: Hardware, name: str) -> Hardware:
+    """``calibrated`` carried over to the device ``name`` by the ratio of datasheet
+    peaks: efficiencies and fixed overheads are kept (same Hopper compute and software),
+    memory-bound rates scale with ``memory_bandwidth``. Approximate: no measurement of
+    ``name`` enters."""
+    target = datasheet_hardware(name)
+    ratio = calibrated.memory_bandwidth / target.memory_bandwidth
+    peaks = {
+        f: getattr(target, f)
+        for f in (
+            "gpus_per_node",
+            "peak_flops",
+            "memory_bytes",
+            "memory_bandwidth",
+            "intra_node_bandwidth",
+            "inter_node_bandwidth",
+        )
+    }
+    scaled = {f: getattr(calibrated, f) * ratio for f in MEMORY_BOUND_RATES}
+    return replace(
+        calibrated,
+        name=name,
+        **peaks,
+        **scaled,
+        source=f"{calibrated.name} calibration scaled by datasheet peaks ({target.source})",
+    )
+
+
+def _h200_sxm() -> Hardware:
+    return load_hardware_file(H200_SXM_JSON)
+
+
+def _h100_sxm() -> Hardware:
+    return scaled_to(_h200_sxm(), "h100-sxm")
 
 
 _PRESETS = {"h100-sxm": _h100_sxm, "h200-sxm": _h200_sxm, "cpu-local": load_cpu_local}
@@ -251,7 +358,8 @@ def calibrate_hardware(
     secs = np.array([p.seconds for p in points], dtype=float)
     if np.any(secs <= 0):
         raise ValueError("calibration points need positive measured seconds")
-    rates = np.delete(base.seconds_per_unit(), 4)  # calibration has no inter-node column
+    # the first seven rates, less the inter-node one (calibration has no such column)
+    rates = np.delete(base.seconds_per_unit()[:7], 4)
     fit = [i for i, c in enumerate(CALIBRATION_COLUMNS) if c in fit_columns]
     fixed = [i for i in range(len(CALIBRATION_COLUMNS)) if i not in fit]
     target = secs - feats[:, fixed] @ rates[fixed]

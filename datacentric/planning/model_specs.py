@@ -62,6 +62,15 @@ class ModelSpec:
     extra_saved_per_token: int = 0
     """Activation elements per token a block saves beyond the generic count (see
     :func:`~datacentric.planning.analytic.saved_elements_per_token`)."""
+    per_token_modulation: int = 0
+    """Elements per token each block gathers from its sample's modulation row (DiT
+    per-block adaLN: shift, scale, gate twice, ``6h``); backward scatter-adds them back
+    into the row, serialised along the sample."""
+    outer_per_token_modulation: int = 0
+    """The same outside the blocks (DiT final adaLN: shift and scale, ``2h``)."""
+    outer_ops: int = 0
+    """Operators one forward + backward launches outside the blocks (embeddings, heads,
+    losses; counted on the runnable presets): fixed launch cost of a pass."""
     sp_layout: str = "ulysses"
     """How SP shards a sample: ``ulysses`` (sequence shards, 4 all-to-alls of q, k, v,
     out per self-attention) or ``frame-sharded`` (Open-Sora: frames sharded, spatial

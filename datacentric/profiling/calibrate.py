@@ -87,7 +87,7 @@ def calibration_points(
         points.append(
             CalibrationPoint(
                 matmul_flops=w.matmul_flops,
-                attention_flops=w.attention_flops,
+                attention_flops=w.all_attention_flops,
                 memory_bytes=w.memory_bytes,
                 network_bytes=w.nvlink_bytes + w.ib_bytes,
                 collectives=w.collectives,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.fitted import FittedCostModel
-from datacentric.planning.hardware import Hardware, get_hardware, gib_to_bytes
+from datacentric.planning.hardware import Hardware, get_hardware, gib_to_bytes, load_hardware_file
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.profiling.store import Profile
@@ -30,14 +30,15 @@ def analytic_cost_model(
     grad_sync_overlap: float = 0.0,
 ) -> AnalyticCostModel:
     """The analytic model of ``model`` (a preset name or a spec) on ``hardware`` (a
-    preset name, ``cpu-local`` being calibrated on this machine, or constants).
+    preset name, ``cpu-local`` being calibrated on this machine, a calibrated ``.json``
+    file, or constants).
 
     ``memory_gb`` caps each rank (GiB); otherwise ``memory_fraction`` of the device.
     ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
     ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
     """
     spec = get_model_spec(model) if isinstance(model, str) else model
-    hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
+    hw = resolve_hardware(hardware)
     if dtype_bytes is None:
         dtype_bytes = 4 if hw.name == "cpu-local" else 2
     return AnalyticCostModel(
@@ -49,6 +50,15 @@ def analytic_cost_model(
         grad_sync_overlap=grad_sync_overlap,
         memory_capacity_bytes=gib_to_bytes(memory_gb),
     )
+
+
+def resolve_hardware(hardware: str | Hardware) -> Hardware:
+    """A preset name, a ``.json`` file ``datacentric calibrate --out`` wrote, or constants."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    if hardware.endswith(".json"):
+        return load_hardware_file(hardware)
+    return get_hardware(hardware)
 
 
 def fitted_cost_model(

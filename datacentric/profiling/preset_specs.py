@@ -14,6 +14,11 @@ from datacentric.models.llama import LlamaConfig
 from datacentric.models.presets import model_config
 from datacentric.planning.model_specs import ModelSpec, stdit_1_1b
 
+#: Operators outside the blocks in one forward + backward (aten calls less views,
+#: counted under bf16 autocast as 2 * ops(2 blocks) - ops(4 blocks)).
+LLAMA_OUTER_OPS = 62
+DIT_OUTER_OPS = 131
+
 
 def spec_from_model_preset(name: str) -> ModelSpec:
     """The spec of a runnable model preset (:mod:`datacentric.models.presets`).
@@ -44,6 +49,7 @@ def spec_from_model_config(config: LlamaConfig | DiTConfig, name: str) -> ModelS
             # normalised value before the weight (2 x h), the rotary embedding keeps the
             # un-rotated q and k (2h).
             extra_saved_per_token=4 * h,
+            outer_ops=LLAMA_OUTER_OPS,
             source=f"datacentric.models.presets {name!r}",
         )
     c, freq = config.in_channels, config.timestep_freq_dim
@@ -64,6 +70,9 @@ def spec_from_model_config(config: LlamaConfig | DiTConfig, name: str) -> ModelS
         # (6h), both LayerNorm outputs kept for the scale product (2h), the un-rotated
         # q and k (2h), the attention and MLP outputs kept for their gates (2h).
         extra_saved_per_token=12 * h,
+        per_token_modulation=6 * h,  # shift, scale, gate of attention and MLP
+        outer_per_token_modulation=2 * h,  # final adaLN: shift, scale
+        outer_ops=DIT_OUTER_OPS,
         source=f"datacentric.models.presets {name!r}",
     )
 
