@@ -122,5 +122,11 @@ def epoch_batches(
     else:
         weights = view.tokens[order]
         bound = int(tokens_bound or default_tokens_per_iteration(view, active, world_size))
+        longest = int(weights.max())
+        if bound < longest:
+            raise ValueError(
+                f"a global batch of {bound} tokens is smaller than the longest sample "
+                f"({longest} tokens); give at least {longest} (--global-batch-tokens)"
+            )
     chunks, dropped = chunk_even(order, weights, bound, drop_remainder)
     return reorder_windows(view, chunks, reorder_window), dropped
