@@ -74,10 +74,13 @@ def parse_lengths_line(line: str, line_number: int = 0) -> SampleShape:
         numbers = [int(p) for p in parts]
     except ValueError:
         numbers = []
-    if len(numbers) == 1:
-        return SampleShape.text(numbers[0])
-    if len(numbers) == 3:
-        return SampleShape.video(*numbers)
+    try:
+        if len(numbers) == 1:
+            return SampleShape.text(numbers[0])
+        if len(numbers) == 3:
+            return SampleShape.video(*numbers)
+    except ValueError as err:  # zero or negative sizes
+        raise ValueError(f"line {line_number}: {err} (in {line!r})") from None
     raise ValueError(
         f"line {line_number}: expected a token count or 'frames height width', got {line!r}"
     )

@@ -50,12 +50,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: Per-step losses of two policies agree when within this relative difference.
+LOSS_RTOL = 1e-5
+
+
+def losses_equal(curves: list[list[float]], rtol: float = LOSS_RTOL) -> bool:
+    """Whether every loss curve has the same steps and per-step losses within ``rtol``
+    (relative) of the first curve's: the same global batches make this hold."""
+    first = curves[0]
+    return all(
+        len(c) == len(first)
+        and all(abs(a - b) <= rtol * max(abs(b), 1e-12) for a, b in zip(c, first))
+        for c in curves[1:]
+    )
+
+
 def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[str, Any]:
-    """The JSON summary: throughput per policy, best DCP speedup, simulator agreement."""
+    """The JSON summary: throughput per policy, the best DCP policy's speedup over
+    ``baseline`` (all at the same global batch), simulator agreement and whether the
+    loss curves agree."""
     base = results[baseline]
-    others = {p: r for p, r in results.items() if p != baseline}
+    others = {p: r for p, r in results.items() if p != baseline and p.startswith("dcp")}
     best = max(others, key=lambda p: others[p].tokens_per_s) if others else baseline
     return {
+        "losses_equal": losses_equal([r.losses for r in results.values()]),
         "baseline": baseline,
         "policies": {p: r.tokens_per_s for p, r in results.items()},
         "best_policy": best,

@@ -46,8 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cost_model_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="schedule (and preset) seed")
     parser.add_argument("--epoch", type=int, default=0)
-    parser.add_argument("--tokens-per-iteration", type=int, help="global-batch bound in tokens")
-    parser.add_argument("--samples-per-iteration", type=int, help="global-batch bound in samples")
+    add_global_batch_arguments(parser)
     parser.add_argument("--drop-remainder", action="store_true", help="drop the last batch")
     parser.add_argument("--max-sp", type=int, help="largest SP size (default: a node)")
     parser.add_argument("--no-exact", action="store_true", help="dcp-opt: heuristic only")
@@ -55,6 +54,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", metavar="FILE", help="save the schedule as JSON")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
+
+
+def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--global-batch-tokens`` / ``--global-batch-samples`` (older names kept) and
+    ``--reorder-window``: the same for every policy."""
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--global-batch-tokens",
+        "--tokens-per-iteration",
+        dest="global_batch_tokens",
+        type=int,
+        help="tokens per optimizer step, the same for every policy",
+    )
+    batch.add_argument(
+        "--global-batch-samples",
+        "--samples-per-iteration",
+        dest="global_batch_samples",
+        type=int,
+        help="samples per optimizer step (instead of tokens)",
+    )
+    parser.add_argument(
+        "--reorder-window",
+        type=int,
+        default=1,
+        metavar="K",
+        help="let samples move between the K steps of a window (default 1: a data order "
+        "independent of the policy and the world size)",
+    )
+
+
+def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ScheduleOptions keys of :func:`add_global_batch_arguments`, checked."""
+    for name in ("global_batch_tokens", "global_batch_samples", "reorder_window"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    return {
+        "global_batch_tokens": args.global_batch_tokens,
+        "global_batch_samples": args.global_batch_samples,
+        "reorder_window": args.reorder_window,
+    }
 
 
 def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, Any, str]:
@@ -90,11 +131,11 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     """Build the schedule the arguments describe; its summary as a JSON-able dict."""
     from datacentric.scheduling import ScheduleOptions, build_schedule
 
+    batch = global_batch_options(args)
     shapes, skipped = dataset_shapes(args)
     cost, plan, source = cost_model_and_plan(args, shapes)
     options = ScheduleOptions(
-        tokens_per_iteration=args.tokens_per_iteration,
-        samples_per_iteration=args.samples_per_iteration,
+        **batch,
         drop_remainder=args.drop_remainder,
         max_sp_size=args.max_sp,
         exact_solver=not args.no_exact,
@@ -124,6 +165,8 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "samples_dropped": meta["samples_dropped"],
         "samples_skipped": skipped,
         "efficiency": meta["efficiency"],
+        "tokens_per_step_mean": meta["tokens_per_step_mean"],
+        "tokens_per_step_max": meta["tokens_per_step_max"],
         "imbalance_mean": meta["imbalance_mean"],
         "imbalance_max": max(meta["imbalance"]),
         "est_epoch_time_s": meta["est_epoch_time_s"],

@@ -1,9 +1,11 @@
 """``datacentric simulate``: schedule a workload with several policies and simulate them.
 
-Prints, per policy, ``tokens_per_s``, ``speedup_vs_static``, ``idle_share`` and
-``efficiency`` (as one JSON object with ``--json``); ``--trace`` writes a Perfetto
-trace and ``--plot`` a Gantt and throughput figure. ``static`` is always simulated,
-because every speedup is measured against it.
+Prints, per policy, ``tokens_per_s``, ``speedup_vs_static``,
+``speedup_vs_static_reference``, ``idle_share``, ``efficiency`` and
+``tokens_per_step_mean`` (every policy runs the same global batches), as one JSON
+object with ``--json``; ``--trace`` writes a Perfetto trace and ``--plot`` a Gantt
+and throughput figure. ``static`` is always simulated, because speedups are measured
+against it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
 from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
 from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
@@ -34,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=",".join(DEFAULT_POLICIES),
         help="comma-separated scheduling policies (default: %(default)s)",
     )
+    add_global_batch_arguments(parser)
     parser.add_argument("--seed", type=int, default=0, help="workload and schedule seed")
     parser.add_argument("--num-samples", type=int, help="preset size (default: the preset's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -61,6 +65,12 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if "static" not in policies:
         policies.insert(0, "static")
+    from datacentric.scheduling import ScheduleOptions
+
+    try:
+        options = ScheduleOptions(**global_batch_options(args))
+    except ValueError as err:
+        raise SystemExit(f"datacentric simulate: {err}") from None
     cost_model = make_cost_model(model, hardware, args.gpus)
     runs = run_policies(
         workload.shapes,
@@ -69,6 +79,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         policies,
         seed=args.seed,
         record_spans=bool(args.trace or args.plot),
+        options=options,
     )
     results = {p: r.result for p, r in runs.items()}
     if args.trace:

@@ -1,11 +1,9 @@
 """``dcp-opt``: ours. Per iteration, choose the group sizes and the assignment of
 micro-batches to groups that minimise the iteration's makespan.
 
-1. **Global batches.** The epoch's samples are interleaved by bucket (every stretch
-   holds each bucket in proportion) and cut into ``ceil(total / bound)`` global
-   batches of nearly equal tokens (or samples), the bound being
-   ``ScheduleOptions.tokens_per_iteration`` / ``samples_per_iteration``: every
-   iteration sees the same mix, so none is left with only long samples.
+1. **Global batches.** The shared data order
+   (:mod:`~datacentric.scheduling.global_batches`): every iteration sees the same
+   mix of buckets, so none is left with only long samples.
 2. **Micro-batches.** Each bucket's samples are packed (longest first, by tokens)
    into micro-batches of its cheapest configuration (SP size, micro-batch size and
    recomputation with the fewest GPU-seconds per sample, PAC included), capped so
@@ -21,12 +19,9 @@ micro-batches to groups that minimise the iteration's makespan.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from datacentric.scheduling import balance, exact
-from datacentric.scheduling.global_batches import chunk_even, stratified_order
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
 from datacentric.scheduling.option_table import OptionTable
@@ -223,31 +218,11 @@ def refine_by_splitting(
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
-    """The ``dcp-opt`` policy.
-
-    Buckets whose cheapest SP size is the whole world (a world no larger than a node)
-    cannot share an iteration with anything else; their samples get iterations of
-    their own (one group of every rank), spread evenly among the others.
-    """
+    """The ``dcp-opt`` policy: one iteration per global batch of the shared data order."""
     table = inp.pac_table()
-    world = inp.world_size
-    whole = [b for b in inp.active_buckets() if world > 1 and table.preferred(b).sp_size == world]
-    is_whole = np.isin(inp.view.bucket_of[inp.active], whole)
-    parts = []
-    for ids, alone in ((inp.active[~is_whole], False), (inp.active[is_whole], True)):
-        if len(ids):
-            sub = dataclasses.replace(inp, active=ids)
-            order = sub.rng.permutation(ids) if alone else stratified_order(sub)
-            chunks, dropped = chunk_even(sub, order)
-            parts.append((chunks, dropped, alone))
-    out = PolicyOutput(iterations=[], dropped=[i for _, d, _ in parts for i in d])
-    keyed = [
-        ((k + 0.5) / len(chunks), alone, chunk)
-        for chunks, _, alone in parts
-        for k, chunk in enumerate(chunks)
-    ]
-    for _, alone, chunk in sorted(keyed, key=lambda x: (x[0], x[1])):
-        items = make_items(inp, table, chunk)
-        groups = [(world, items)] if alone else solve_iteration(inp, table, items)
-        out.iterations.append(emit_iteration(len(out.iterations), world, groups, table))
+    chunks, dropped = inp.global_batches()
+    out = PolicyOutput(iterations=[], dropped=dropped)
+    for k, chunk in enumerate(chunks):
+        groups = solve_iteration(inp, table, make_items(inp, table, chunk))
+        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
     return out

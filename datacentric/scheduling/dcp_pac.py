@@ -2,8 +2,8 @@
 
 Short sequences have memory to spare, so their buckets recompute fewer blocks: each
 bucket runs the recomputation with the fewest GPU-seconds per sample among none,
-all blocks, and the plan's knapsack choice (when a plan is given), at its cheapest
-SP size and largest micro-batch. Balancing is ``dcp-inter``'s.
+all blocks, and the plan's knapsack choice, at its cheapest SP size and largest
+micro-batch. Placement is ``dcp-inter``'s.
 """
 
 from __future__ import annotations

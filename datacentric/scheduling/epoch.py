@@ -19,6 +19,7 @@ from datacentric.scheduling import (
     megatron_dyncp,
     packed,
     static,
+    static_reference,
 )
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.default_plan import plan_dataset
@@ -30,6 +31,7 @@ from datacentric.shapes import SampleShape
 #: Every policy by name: a pure function of its :class:`PolicyInput`.
 POLICIES: dict[str, Callable[[PolicyInput], PolicyOutput]] = {
     "static": static.schedule,
+    "static-reference": static_reference.schedule,
     "packed": packed.schedule,
     "dcp-intra": dcp_intra.schedule,
     "dcp-inter": dcp_inter.schedule,
@@ -102,6 +104,8 @@ def build_schedule(
         plan=plan,
         rng=epoch_rng(seed, epoch),
         active=active,
+        seed=int(seed),
+        epoch=int(epoch),
     )
     out = POLICIES[policy](inp)
     dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])

@@ -1,76 +1,48 @@
-"""Cutting an epoch into global batches, and the stratified order of its samples."""
+"""The data order: which samples every optimizer step trains on.
+
+One sampler for every policy. The epoch's active samples are interleaved by bucket
+(every stretch holds each bucket in proportion to its size) with a generator derived
+from ``(seed, epoch)`` only, and cut into ``ceil(total / bound)`` global batches of
+nearly equal tokens (or samples), the bound being the global batch
+(``ScheduleOptions.global_batch_tokens`` / ``global_batch_samples``). Step ``k``'s
+samples therefore depend on the seed, the epoch and the global batch, never on the
+policy or the world size; a policy only decides how to run each step (groups, SP
+sizes, micro-batches, accumulation, recomputation). With ``reorder_window = K > 1``
+the samples of each window of ``K`` consecutive steps are dealt again among those
+steps (longest first, each to the step with the least attention work so far), the
+paper's sampler: steps then carry similar work, at the price of a data order that
+depends on the window.
+"""
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.policy_input import PolicyInput
+
+#: Mixed into the seed of the data-order generator (policies use another stream).
+ORDER_STREAM = 0x0D47A
+
+
+def order_rng(seed: int, epoch: int) -> np.random.Generator:
+    """The data order's generator for ``(seed, epoch)``."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), ORDER_STREAM]))
 
 
 def default_tokens_per_iteration(view: DatasetView, active: np.ndarray, world_size: int) -> int:
     """``world * max(2**18, longest sample)`` tokens: each rank gets at least one
-    longest sample's worth of work, and a quarter-million tokens otherwise."""
+    longest sample's worth of work, and a quarter-million tokens otherwise. (Give the
+    global batch explicitly for a data order that does not depend on the world.)"""
     longest = int(view.tokens[active].max())
     return world_size * max(2**18, longest)
 
 
-def batch_weights(inp: PolicyInput, order: np.ndarray) -> tuple[np.ndarray, int]:
-    """Per-sample weight and the bound of the global batch, in tokens or samples."""
-    opts = inp.options
-    if opts.samples_per_iteration is not None:
-        return np.ones(len(order), dtype=np.int64), int(opts.samples_per_iteration)
-    bound = opts.tokens_per_iteration or default_tokens_per_iteration(
-        inp.view, inp.active, inp.world_size
-    )
-    return inp.view.tokens[order], int(bound)
-
-
-def chunk_fixed(inp: PolicyInput, order: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-    """Consecutive global batches of ``order``, each closed when the next sample would
-    pass the bound (a sample larger than the bound makes a batch alone); the last,
-    partial batch is dropped when the options ask for it."""
-    weights, bound = batch_weights(inp, order)
-    chunks: list[np.ndarray] = []
-    start, used = 0, 0
-    for i, w in enumerate(weights.tolist()):
-        if i > start and used + w > bound:
-            chunks.append(order[start:i])
-            start, used = i, 0
-        used += w
-    last = order[start:]
-    if inp.options.drop_remainder and used < bound and chunks:
-        return chunks, last.tolist()
-    chunks.append(last)
-    return chunks, []
-
-
-def chunk_even(inp: PolicyInput, order: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-    """``ceil(total / bound)`` global batches of nearly equal weight (so no tiny last
-    one); with ``drop_remainder``, ``floor(total / bound)`` full batches and the rest
-    of ``order`` dropped."""
-    weights, bound = batch_weights(inp, order)
-    cum = np.cumsum(weights)
-    total = int(cum[-1])
-    dropped: list[int] = []
-    if inp.options.drop_remainder and total >= bound:
-        k = total // bound
-        keep = int(np.searchsorted(cum, k * bound, side="right"))
-        dropped = order[keep:].tolist()
-        order, cum, total = order[:keep], cum[:keep], int(cum[keep - 1])
-    else:
-        k = max(1, -(-total // bound))
-    cuts = np.searchsorted(cum, total * np.arange(1, k) / k, side="left") + 1
-    chunks = [c for c in np.split(order, cuts) if len(c)]
-    return chunks, dropped
-
-
-def stratified_order(inp: PolicyInput) -> np.ndarray:
-    """The active samples interleaved so that every stretch holds each bucket in
-    proportion to its size (each bucket shuffled; bucket ``b``'s ``i``-th sample sits
-    at ``(i + u_b) / n_b`` with a random offset ``u_b``)."""
-    view, rng = inp.view, inp.rng
-    active = inp.active
+def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``active`` interleaved so that every stretch holds each bucket in proportion
+    to its size (each bucket shuffled; bucket ``b``'s ``i``-th sample sits at
+    ``(i + u_b) / n_b`` with a random offset ``u_b``)."""
     buckets = view.bucket_of[active]
     counts = np.bincount(buckets, minlength=len(view.buckets))
     perm = rng.permutation(len(active))
@@ -82,3 +54,79 @@ def stratified_order(inp: PolicyInput) -> np.ndarray:
     offset = rng.random(len(view.buckets))
     key = (rank + offset[bshuf]) / counts[bshuf]
     return shuffled[np.argsort(key, kind="stable")]
+
+
+def chunk_even(
+    order: np.ndarray, weights: np.ndarray, bound: int, drop_remainder: bool
+) -> tuple[list[np.ndarray], list[int]]:
+    """``ceil(total / bound)`` consecutive global batches of ``order`` of nearly equal
+    weight (so no tiny last one); with ``drop_remainder``, ``floor(total / bound)``
+    full batches and the rest of ``order`` dropped."""
+    cum = np.cumsum(weights)
+    total = int(cum[-1])
+    dropped: list[int] = []
+    if drop_remainder and total >= bound:
+        k = total // bound
+        keep = int(np.searchsorted(cum, k * bound, side="right"))
+        dropped = order[keep:].tolist()
+        order, cum, total = order[:keep], cum[:keep], int(cum[keep - 1])
+    else:
+        k = max(1, -(-total // bound))
+    cuts = np.searchsorted(cum, total * np.arange(1, k) / k, side="left") + 1
+    chunks = [c for c in np.split(order, cuts) if len(c)]
+    return chunks, dropped
+
+
+def reorder_windows(view: DatasetView, chunks: list[np.ndarray], window: int) -> list[np.ndarray]:
+    """Deal each window of ``window`` consecutive batches' samples again among its
+    batches: longest first, each to the batch with the least ``sum L**2`` so far among
+    those still below their original sample count (so batch sizes are kept)."""
+    if window <= 1:
+        return chunks
+    out: list[np.ndarray] = []
+    for start in range(0, len(chunks), window):
+        part = chunks[start : start + window]
+        pool = np.concatenate(part)
+        lengths = view.tokens[pool].astype(float)
+        room = [len(c) for c in part]
+        heap = [(0.0, k) for k in range(len(part))]
+        dealt: list[list[int]] = [[] for _ in part]
+        for j in np.argsort(-lengths, kind="stable").tolist():
+            work, k = heapq.heappop(heap)
+            dealt[k].append(int(pool[j]))
+            room[k] -= 1
+            if room[k]:
+                heapq.heappush(heap, (work + lengths[j] ** 2, k))
+        out += [np.asarray(sorted(d), dtype=np.int64) for d in dealt]
+    return out
+
+
+def epoch_batches(
+    view: DatasetView,
+    active: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    tokens_bound: int | None,
+    samples_bound: int | None,
+    world_size: int,
+    reorder_window: int = 1,
+    drop_remainder: bool = False,
+) -> tuple[list[np.ndarray], list[int]]:
+    """The epoch's global batches (sample ids per step) and the ids dropped with
+    ``drop_remainder``: a pure function of the dataset, ``(seed, epoch)`` and the global
+    batch (``world_size`` only for the default token bound). See the module doc."""
+    order = stratified_order(view, active, order_rng(seed, epoch))
+    if samples_bound is not None:
+        weights, bound = np.ones(len(order), dtype=np.int64), int(samples_bound)
+    else:
+        weights = view.tokens[order]
+        bound = int(tokens_bound or default_tokens_per_iteration(view, active, world_size))
+        longest = int(weights.max())
+        if bound < longest:
+            raise ValueError(
+                f"a global batch of {bound} tokens is smaller than the longest sample "
+                f"({longest} tokens); give at least {longest} (--global-batch-tokens)"
+            )
+    chunks, dropped = chunk_even(order, weights, bound, drop_remainder)
+    return reorder_windows(view, chunks, reorder_window), dropped

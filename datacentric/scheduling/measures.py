@@ -124,7 +124,10 @@ def schedule_measures(
     imbalance = [iteration_imbalance(it, world) for it in schedule.iterations]
     sync = float(cost_model.grad_sync_time_s(world))
     epoch = sum(it.est_makespan_s + sync for it in schedule.iterations)
+    tokens = [it.num_tokens for it in schedule.iterations] or [0]
     return {
+        "tokens_per_step_mean": float(np.mean(tokens)),
+        "tokens_per_step_max": int(max(tokens)),
         "imbalance": imbalance,
         "imbalance_mean": float(np.mean(imbalance)) if imbalance else 0.0,
         "est_epoch_time_s": epoch,

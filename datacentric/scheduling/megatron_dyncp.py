@@ -1,31 +1,170 @@
-"""``megatron-dyncp``: Megatron-Core's dynamic context parallel, as publicly described.
+"""``megatron-dyncp``: a port of Megatron-Core's current dynamic context-parallel
+scheduler (``DefaultDynamicCPScheduler``; see ``docs/scheduling.md`` for the files
+and the commit followed).
 
-- A per-rank token limit ``C`` (``ScheduleOptions.megatron_tokens_per_rank``, by
-  default the most tokens per rank that fit for every bucket with full
-  recomputation); each sequence's SP size is the next power of two of
-  ``ceil(L / C)`` (never below the smallest size its bucket fits on).
-- Global batches are the shuffled samples cut at the global-batch bound, in order.
-- Group sizes follow each size's share of the workload estimate; sequences go,
-  largest workload ``L**2 / sp`` first, to the group of their size (or larger, at
-  ``L**2 / size``) with the least estimated work.
-- Each group's sequences are packed (no padding) into micro-batches of at most
-  ``C * sp`` tokens. One recomputation setting for all (every block).
+Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
+
+- each sequence's CP size is the next power of two of ``L / C`` (``C``: the per-rank
+  packed-token cap, ``ScheduleOptions.megatron_tokens_per_rank``, by default the
+  most tokens per rank that fit every bucket with full recomputation), and its work
+  on ``c`` ranks is ``L**2 / c``;
+- sequences, longest first, join an existing group of exactly their size (or a
+  larger power of two) or open a new group on the free ranks, whichever gives the
+  least global maximum rank load, under the token cap ``C`` per rank and the work cap
+  ``L_longest * C * 1.05``; what fits nowhere waits for the next micro-batch;
+- free ranks left at the end are filled by doubling the first smallest group (only
+  where the ranks are there: the fix for worlds that are not a power of two), else
+  the micro-batch falls back to one group of every rank; groups must come out
+  aligned (start divisible by size), which is asserted.
+
+Our runtime holds one group layout per step, while Megatron re-forms it per
+micro-batch; each of Megatron's (CP size, packed sequences) units therefore becomes
+one micro-batch of a group of that size, and the step's units are placed on one
+layout as every fixed-size policy places them. Every block recomputes.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass, field
 
-from datacentric.scheduling import balance
-from datacentric.scheduling.global_batches import chunk_fixed
 from datacentric.scheduling.micro_batches import emit_iteration
 from datacentric.scheduling.option_table import OptionTable
-from datacentric.scheduling.packed import pack_in_order
+from datacentric.scheduling.packed import fitting_items
+from datacentric.scheduling.placement import place_at_sizes
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+
+#: Megatron's workload slack.
+DELTA = 0.05
+
+
+@dataclass
+class CPGroup:
+    """One CP group of a micro-batch: contiguous ranks and the sequences it holds."""
+
+    first: int
+    size: int
+    ids: list[int] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    tokens: float = 0.0
+
+    @property
+    def load(self) -> float:
+        return sum(n * n for n in self.lengths) / self.size
+
+
+def cp_min(length: int, cap: int, min_cp: int = 1) -> int:
+    """The smallest CP size ``min_cp * 2**k`` holding ``length`` at ``cap`` per rank."""
+    c = max(1, min_cp)
+    while c * cap < length:
+        c *= 2
+    return c
+
+
+def form_micro_batch(
+    rem: list[tuple[int, int]], cap: int, ranks: int
+) -> tuple[list[CPGroup], list[tuple[int, int]]]:
+    """One micro-batch over ``ranks`` ranks from ``rem`` (``(id, length)``, longest
+    first); returns its groups (in rank order) and the sequences left for later."""
+    seed_id, seed_len = rem[0]
+    c = cp_min(seed_len, cap)
+    if c > ranks:
+        raise ValueError(
+            f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
+            f"{cap} tokens per rank but there are only {ranks} ranks; raise "
+            "megatron_tokens_per_rank"
+        )
+    work_cap = seed_len * cap * (1 + DELTA)
+    groups = [CPGroup(0, c, [seed_id], [seed_len], seed_len / c)]
+    free = c
+    left: list[tuple[int, int]] = []
+    for sid, length in rem[1:]:
+        top = max(g.load for g in groups)
+        best: tuple[float, CPGroup | None, int] | None = None
+        c = cp_min(length, cap)
+        while c <= ranks:
+            w = length * length / c
+            for g in groups:
+                if g.size != c or g.tokens + length / c > cap:
+                    continue
+                score = max(top, g.load + w)
+                if score <= work_cap and (best is None or score < best[0]):
+                    best = (score, g, c)
+            if ranks - free >= c:
+                score = max(top, w)
+                if score <= work_cap and (best is None or score < best[0]):
+                    best = (score, None, c)
+            c *= 2
+        if best is None:
+            left.append((sid, length))
+            continue
+        _, g, c = best
+        if g is None:
+            g = CPGroup(free, c)
+            groups.append(g)
+            free += c
+        g.ids.append(sid)
+        g.lengths.append(length)
+        g.tokens += length / c
+    while free < ranks:
+        if not expand_once(groups, ranks, ranks - free):
+            return full_group(rem, cap, ranks)
+        free = sum(g.size for g in groups)
+    for g in groups:
+        assert g.first % g.size == 0, f"megatron-dyncp: CP group of {g.size} at rank {g.first}"
+    return groups, left
+
+
+def expand_once(groups: list[CPGroup], ranks: int, empty: int) -> bool:
+    """Double the first smallest group (shifting later groups right), if the empty
+    ranks allow it."""
+    s = min(g.size for g in groups)
+    target = min(2 * s, ranks)
+    need = target - s
+    for k, g in enumerate(groups):
+        if g.size != s or need > empty or g.first + s - 1 + need >= ranks:
+            continue
+        g.size = target
+        for later in groups[k + 1 :]:
+            later.first += need
+        return True
+    return False
+
+
+def full_group(
+    rem: list[tuple[int, int]], cap: int, ranks: int
+) -> tuple[list[CPGroup], list[tuple[int, int]]]:
+    """The fallback: one group of every rank, filled first-fit under the token cap."""
+    g = CPGroup(0, ranks)
+    left = []
+    for sid, length in rem:
+        if g.tokens + length / ranks <= cap:
+            g.ids.append(sid)
+            g.lengths.append(length)
+            g.tokens += length / ranks
+        else:
+            left.append((sid, length))
+    if not g.ids:
+        raise ValueError(
+            "megatron-dyncp: nothing fits one micro-batch; raise megatron_tokens_per_rank"
+        )
+    return [g], left
+
+
+def megatron_micro_batches(
+    lengths: list[tuple[int, int]], cap: int, ranks: int
+) -> list[list[CPGroup]]:
+    """Megatron's schedule of one global batch: its micro-batches, each a list of CP
+    groups covering the ranks."""
+    rem = sorted(lengths, key=lambda x: -x[1])  # stable: ties keep their order
+    out = []
+    while rem:
+        groups, rem = form_micro_batch(rem, cap, ranks)
+        out.append(groups)
+    return out
 
 
 def tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
-    """The per-rank token limit: every bucket fits this many tokens per rank on some
+    """The per-rank token cap: every bucket fits this many tokens per rank on some
     SP size within a node."""
     if inp.options.megatron_tokens_per_rank:
         return int(inp.options.megatron_tokens_per_rank)
@@ -41,58 +180,22 @@ def tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
     return max(1, min(limits))
 
 
-def sp_sizes_for(inp: PolicyInput, table: OptionTable, ids: np.ndarray, limit: int) -> np.ndarray:
-    """Each sequence's SP size: ``next_pow2(ceil(L / limit))``, at least its bucket's
-    smallest feasible size (the whole world when no power of two is left)."""
-    need = -(-inp.view.tokens[ids] // limit)
-    floor = np.asarray([table.min_sp(int(b)) for b in inp.view.bucket_of[ids]])
-    sizes = np.asarray(table.all_sizes)
-    at = np.searchsorted(sizes, np.maximum(need, floor))
-    return sizes[np.minimum(at, len(sizes) - 1)]
-
-
-def workload(lengths: np.ndarray, sp: np.ndarray, sizes: list[int]) -> np.ndarray:
-    """Megatron's estimate ``L**2 / size`` of each sequence on each group size at or
-    above its own SP size (infinite below)."""
-    size_row = np.asarray(sizes, dtype=float)[None, :]
-    return np.where(size_row >= sp[:, None], lengths[:, None] ** 2 / size_row, np.inf)
-
-
-def balance_batch(
-    world: int, chunk: np.ndarray, sp: np.ndarray, lengths: np.ndarray, base_sizes: list[int]
-) -> tuple[list[int], np.ndarray]:
-    """Group sizes and the group of every sequence, greedy on the workload estimate."""
-    sizes = sorted(set(base_sizes) | set(sp.tolist()))
-    own = np.searchsorted(sizes, sp)
-    load = np.bincount(own, weights=lengths**2, minlength=len(sizes))
-    layout = balance.proportional_layout(world, sizes, load, len(chunk))
-    while True:
-        sizes = sorted(set(sizes) | set(layout))
-        work = workload(lengths, sp, sizes)
-        group_class = np.searchsorted(sizes, layout)
-        if np.isfinite(work[:, group_class]).any(axis=1).all():
-            owner, _ = balance.lpt(work, group_class, sizes)
-            if balance.fill_empty(work, group_class, owner):
-                return layout, owner
-        if layout == [world]:
-            raise ValueError(f"megatron-dyncp: cannot cover {world} ranks with this batch")
-        layout = balance.merge_groups(world, layout, len(layout) - 1)
-
-
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``megatron-dyncp`` policy."""
     world = inp.world_size
     table = inp.full_table()
-    limit = tokens_per_rank(inp, table)
-    chunks, dropped = chunk_fixed(inp, inp.rng.permutation(inp.active))
+    cap = tokens_per_rank(inp, table)
+    chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
-    for chunk in chunks:
-        sp = sp_sizes_for(inp, table, chunk, limit)
-        lengths = inp.view.tokens[chunk].astype(float)
-        layout, owner = balance_batch(world, chunk, sp, lengths, table.node_sizes)
-        groups = []
-        for g, s in enumerate(layout):
-            members = chunk[owner == g].tolist()
-            groups.append((s, pack_in_order(inp, table, members, limit * s, s)))
-        out.iterations.append(emit_iteration(len(out.iterations), world, groups, table))
+    for k, chunk in enumerate(chunks):
+        lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
+        items, own = [], []
+        for micro_batch in megatron_micro_batches(lengths, cap, world):
+            for g in micro_batch:
+                size = max(g.size, min(s for s in table.all_sizes if s >= g.size))
+                made = fitting_items(table, g.ids, size)
+                items += made
+                own += [size] * len(made)
+        groups = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
+        out.iterations.append(emit_iteration(k, world, groups, table))
     return out

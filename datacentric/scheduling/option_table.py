@@ -54,6 +54,7 @@ class OptionTable:
         self.cost_model = cost_model
         self.plan = plan
         self.world_size = world_size
+        self.max_sp_size = max_sp_size
         self.cap = plan.memory_cap_bytes
         self.allowed = allowed
         self.exact_estimates = exact_estimates

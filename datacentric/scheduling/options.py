@@ -17,19 +17,21 @@ class ScheduleOptions:
     max_sp_size: int | None = None
     """Largest SP size tried; default: a node (``gpus_per_node``), larger only for
     buckets that fit nothing within a node."""
+    global_batch_tokens: int | None = None
+    """The global batch in tokens: every policy runs exactly one iteration (optimizer
+    step) per global batch, and the data order chooses each step's samples (see
+    :mod:`~datacentric.scheduling.global_batches`); default ``world * max(2**18,
+    longest sample)``. Ignored when ``global_batch_samples`` is set."""
+    global_batch_samples: int | None = None
+    """The global batch in samples (instead of tokens)."""
     tokens_per_iteration: int | None = None
-    """Global-batch bound in tokens for the policies that batch by a bound
-    (``packed``, ``megatron-dyncp``, ``dcp-opt``); default ``world * max(2**18,
-    longest sample)``. Ignored when ``samples_per_iteration`` is set."""
+    """Older name of ``global_batch_tokens`` (either may be given, not both)."""
     samples_per_iteration: int | None = None
-    """Global-batch bound in samples (instead of tokens)."""
-    accumulation: int = 1
-    """Micro-batches per group and iteration for ``static``, ``packed`` and ``dcp-intra``."""
-    min_accumulation: int = 1
-    """Smallest accumulation count of a group (``dcp-inter``, ``dcp-pac``)."""
-    max_accumulation: int = 5
-    """Largest accumulation count of a group (``dcp-inter``, ``dcp-pac``; the reference
-    benchmark's 5)."""
+    """Older name of ``global_batch_samples``."""
+    reorder_window: int = 1
+    """Let samples move between the steps of each window of this many consecutive
+    global batches (the paper's sampler); 1 (default): the data order is the same for
+    every policy and world size."""
     drop_remainder: bool = False
     """Leave out the last, partial global batch; the dropped ids are reported in
     ``Schedule.dropped_sample_ids`` and ``meta['samples_dropped']``."""
@@ -58,14 +60,22 @@ class ScheduleOptions:
     """``dcp-opt``: most improving moves and swaps tried per iteration."""
 
     def __post_init__(self) -> None:
-        for name in ("tokens_per_iteration", "samples_per_iteration", "max_sp_size"):
+        for new, old in (
+            ("global_batch_tokens", "tokens_per_iteration"),
+            ("global_batch_samples", "samples_per_iteration"),
+        ):
+            a, b = getattr(self, new), getattr(self, old)
+            if a is not None and b is not None and a != b:
+                raise ValueError(f"give ScheduleOptions.{new} or its older name {old}, not both")
+            object.__setattr__(self, new, a if a is not None else b)
+            object.__setattr__(self, old, a if a is not None else b)
+        if self.reorder_window < 1:
+            raise ValueError(
+                f"ScheduleOptions.reorder_window must be >= 1, got {self.reorder_window}"
+            )
+        for name in ("global_batch_tokens", "global_batch_samples", "max_sp_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"ScheduleOptions.{name} must be >= 1, got {value}")
-        if not 1 <= self.min_accumulation <= self.max_accumulation:
-            raise ValueError(
-                f"need 1 <= min_accumulation ({self.min_accumulation}) <= max_accumulation "
-                f"({self.max_accumulation})"
-            )
-        if self.accumulation < 1 or self.max_micro_batch_size < 1:
-            raise ValueError("accumulation and max_micro_batch_size must be >= 1")
+        if self.max_micro_batch_size < 1:
+            raise ValueError("max_micro_batch_size must be >= 1")

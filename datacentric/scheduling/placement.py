@@ -56,23 +56,50 @@ def ensure_items(items: list[Item], needed: int, table: OptionTable) -> list[Ite
     return items
 
 
+def largest_group(
+    table: OptionTable, items: Sequence[Item], times: np.ndarray, sizes: Sequence[int]
+) -> int:
+    """The largest group size an iteration may use: ``--max-sp`` when given (more only
+    where some micro-batch fits nothing smaller), and never a size no micro-batch
+    runs on (the model may reject it, e.g. more ranks than attention heads)."""
+    cap = table.max_sp_size or table.world_size
+    fits = np.isfinite(times).any(axis=1)
+    if not fits.all():
+        bucket = table.view.buckets[items[int(np.flatnonzero(~fits)[0])].bucket]
+        raise ValueError(f"a micro-batch of bucket {bucket.name!r} fits no SP size available")
+    need = max(sizes[int(np.flatnonzero(np.isfinite(row))[0])] for row in times)
+    runnable = [s for k, s in enumerate(sizes) if np.isfinite(times[:, k]).any()]
+    return max(s for s in runnable if s <= max(cap, need))
+
+
+def too_few(n_items: int, layout: list[int], limit: int, world_size: int) -> ValueError:
+    """The error of an iteration whose micro-batches cannot cover the world."""
+    return ValueError(
+        f"a global batch of {n_items} micro-batch(es) cannot cover {world_size} ranks with "
+        f"groups of at most {limit} ranks (layout {sorted(layout)}); raise the global batch "
+        "(--global-batch-tokens / --global-batch-samples), raise --max-sp, or drop the "
+        "remainder"
+    )
+
+
 def assign_to_layout(
     items: list[Item], layout: list[int], table: OptionTable, world_size: int, *, max_moves: int = 0
 ) -> list[tuple[int, list[Item]]]:
     """Place ``items`` on groups of ``layout`` sizes (merged until every group can get
-    one) by LPT and optional local search. Returns ``(sp_size, items)`` per group."""
+    one, never past :func:`largest_group`) by LPT and optional local search.
+    Returns ``(sp_size, items)`` per group."""
     items = ensure_items(items, len(layout), table)
+    sizes_all = list(table.all_sizes)
+    limit = largest_group(table, items, time_matrix(table, items, sizes_all), sizes_all)
     layout = balance.merge_groups(world_size, layout, len(items))
     while True:
+        if max(layout) > limit:
+            raise too_few(len(items), layout, limit, world_size)
         sizes = sorted(set(layout))
         times = time_matrix(table, items, sizes)
         group_class = np.asarray([sizes.index(s) for s in layout])
         fits = np.isfinite(times).any(axis=1)
         if not fits.all():
-            j = int(np.flatnonzero(~fits)[0])
-            if max(layout) == world_size:
-                bucket = table.view.buckets[items[j].bucket].name
-                raise ValueError(f"a micro-batch of bucket {bucket!r} fits no SP size available")
             layout = balance.merge_groups(world_size, layout, len(layout) - 1)
             continue
         owner, _ = balance.lpt(times, group_class, sizes)
@@ -80,5 +107,38 @@ def assign_to_layout(
             owner = balance.local_search(times, group_class, sizes, owner, max_moves)
         if balance.fill_empty(times, group_class, owner):
             break
+        if len(layout) == 1:
+            raise too_few(len(items), layout, limit, world_size)
         layout = balance.merge_groups(world_size, layout, len(layout) - 1)
     return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def place_at_sizes(
+    items: list[Item], own: list[int], table: OptionTable, world_size: int, max_moves: int = 0
+) -> list[tuple[int, list[Item]]]:
+    """Groups for ``items`` that each run on their own SP size ``own[j]`` (the policies
+    that fix a size per bucket): group sizes in proportion to each size's GPU-seconds,
+    LPT and local search; when the step has too few micro-batches for that, they go
+    wherever they fit (:func:`assign_to_layout`)."""
+    sizes = sorted(set(own))
+    cls = np.asarray([sizes.index(s) for s in own])
+    own_time = np.asarray(
+        [time_matrix(table, [it], [s])[0, 0] for it, s in zip(items, own)], dtype=float
+    )
+    times = np.full((len(items), len(sizes)), np.inf)
+    times[np.arange(len(items)), cls] = own_time
+    load = np.bincount(cls, weights=own_time * np.asarray(sizes)[cls], minlength=len(sizes))
+    longest = np.zeros(len(sizes))
+    np.maximum.at(longest, cls, own_time)
+    count = np.bincount(cls, minlength=len(sizes))
+    layout = balance.proportional_layout(world_size, sizes, load, len(items), longest, count)
+    if set(layout) == set(sizes):
+        group_class = np.asarray([sizes.index(s) for s in layout])
+        owner, _ = balance.lpt(times, group_class, sizes)
+        if max_moves:
+            owner = balance.local_search(times, group_class, sizes, owner, max_moves)
+        if balance.fill_empty(times, group_class, owner):
+            return [
+                (s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)
+            ]
+    return assign_to_layout(items, layout, table, world_size, max_moves=max_moves)

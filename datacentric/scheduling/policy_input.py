@@ -11,6 +11,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration
 from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.global_batches import epoch_batches
 from datacentric.scheduling.option_table import OptionFilter, OptionTable
 from datacentric.scheduling.options import ScheduleOptions
 
@@ -47,7 +48,10 @@ class PolicyInput:
     rng: np.random.Generator
     active: np.ndarray
     """Sample ids to schedule (ascending)."""
+    seed: int = 0
+    epoch: int = 0
     tables: dict[str, OptionTable] = field(default_factory=dict)
+    _batches: tuple[list[np.ndarray], list[int]] | None = None
 
     def __post_init__(self) -> None:
         self.active_mask = np.zeros(self.view.num_samples, dtype=bool)
@@ -99,6 +103,24 @@ class PolicyInput:
         """Per-bucket recomputation: none, every block, or the plan's knapsack choice,
         whichever costs fewest GPU-seconds per sample where it fits."""
         return self.table("pac", any_recompute)
+
+    def global_batches(self) -> tuple[list[np.ndarray], list[int]]:
+        """The epoch's global batches (one iteration each) and the ids dropped with
+        ``drop_remainder``: the data order every policy shares (computed once)."""
+        if self._batches is None:
+            opts = self.options
+            self._batches = epoch_batches(
+                self.view,
+                self.active,
+                seed=self.seed,
+                epoch=self.epoch,
+                tokens_bound=opts.global_batch_tokens,
+                samples_bound=opts.global_batch_samples,
+                world_size=self.world_size,
+                reorder_window=opts.reorder_window,
+                drop_remainder=opts.drop_remainder,
+            )
+        return self._batches
 
     def bucket_ids(self, b: int) -> np.ndarray:
         """Active sample ids of bucket ``b``, ascending."""

@@ -1,79 +1,119 @@
-"""``static``: the baseline users run today (Open-Sora bucket parallel).
+"""``static``: the best single configuration for the whole run, found by search.
 
-One SP size for all data, the smallest that fits one sample of the longest bucket;
-one recomputation setting (none if every bucket fits without, else every block).
-Each bucket's micro-batch is the largest that fits, then shrunk towards the median
-bucket time (as the reference's bucket config does) so groups that draw different
-buckets finish at similar times. Micro-batches are shuffled; each iteration every
-group takes the next ``accumulation`` of them.
+One SP size, one recomputation setting (none or every block) and one micro-batch
+size (a token budget, capped per bucket by what fits the memory cap) for all data;
+accumulation follows from the global batch: each step's micro-batches are dealt to
+the ``world / sp`` equal data-parallel groups longest first (LPT). The configuration
+is the one with the least estimated time over a sample of the epoch's global batches
+among every SP size within a node (larger only when nothing fits within), both
+recomputation settings and micro-batch budgets in powers of two.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from datacentric.schedule import group_sizes
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
-from datacentric.scheduling.placement import assign_to_layout
+from datacentric.scheduling.placement import assign_to_layout, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+
+#: Global batches the search prices each candidate configuration on.
+SEARCH_BATCHES = 3
+
+
+def uniform_sizes(inp: PolicyInput, table: OptionTable) -> list[int]:
+    """SP sizes on which every active bucket fits: within a node, or else the
+    smallest larger one."""
+    buckets = inp.active_buckets()
+    ok = [s for s in table.all_sizes if all(table.config(b, s) is not None for b in buckets)]
+    inside = [s for s in ok if s in table.node_sizes]
+    return inside or ok[:1]
 
 
 def uniform_sp(inp: PolicyInput, table: OptionTable) -> int:
-    """The smallest SP size dividing the world on which every active bucket fits."""
-    buckets = inp.active_buckets()
-    for s in group_sizes(inp.world_size):
-        if all(table.config(b, s) is not None for b in buckets):
-            return s
-    table.preferred(max(buckets, key=lambda b: inp.view.rep_tokens(b)))  # names the bucket
-    raise ValueError(f"no single SP size up to {inp.world_size} fits every bucket")
+    """The smallest SP size on which every active bucket fits."""
+    sizes = uniform_sizes(inp, table)
+    if not sizes:
+        table.preferred(max(inp.active_buckets(), key=lambda b: inp.view.rep_tokens(b)))
+        raise ValueError(f"no single SP size up to {inp.world_size} fits every bucket")
+    return sizes[0]
 
 
-def median_batches(inp: PolicyInput, table: OptionTable, sp: int) -> dict[int, int]:
-    """Per bucket, the largest micro-batch whose time is within the median of the
-    buckets' full micro-batch times (at least one sample)."""
-    buckets = inp.active_buckets()
-    full = [table.config(b, sp).times[-1] for b in buckets]
-    target = float(np.median(full))
-    return {b: table.config(b, sp).batch_for_time(target) for b in buckets}
-
-
-def bucket_micro_batches(inp: PolicyInput, table: OptionTable, batch: dict[int, int]) -> list[Item]:
-    """Every bucket's samples, shuffled, cut into micro-batches; then all shuffled."""
+def budget_items(
+    inp: PolicyInput, table: OptionTable, ids: np.ndarray, sp: int, budget: float
+) -> list[Item]:
+    """A global batch's samples, per bucket, in micro-batches of at most ``budget``
+    tokens (at least one sample; at most the bucket's largest micro-batch on ``sp``)."""
+    view = inp.view
+    buckets = view.bucket_of[ids]
     items: list[Item] = []
-    for b in inp.active_buckets():
-        items += pack(table, b, inp.rng.permutation(inp.bucket_ids(b)), batch[b], sort=False)
-    return [items[i] for i in inp.rng.permutation(len(items))]
+    for b in np.unique(buckets).tolist():
+        cfg = table.config(b, sp)
+        units = min(float(cfg.max_batch), max(1.0, budget / view.rep_tokens(b)))
+        items += pack(table, b, ids[buckets == b], units)
+    return items
 
 
-def fixed_groups(
-    inp: PolicyInput, table: OptionTable, sp: int, items: list[Item], accumulation: int
-) -> PolicyOutput:
-    """Iterations of ``world / sp`` equal groups taking ``accumulation`` consecutive
-    items each; the last, partial iteration is dropped on request or else spread
-    over as many groups as it can feed."""
-    world = inp.world_size
-    n_groups = world // sp
-    per_iteration = n_groups * accumulation
-    out = PolicyOutput(iterations=[])
-    for start in range(0, len(items), per_iteration):
-        chunk = items[start : start + per_iteration]
-        index = len(out.iterations)
-        if len(chunk) == per_iteration:
-            groups = [(sp, chunk[g::n_groups]) for g in range(n_groups)]
-        elif inp.options.drop_remainder and out.iterations:
-            out.dropped = [i for item in chunk for i in item.ids]
-            break
-        else:
-            groups = assign_to_layout(chunk, [sp] * n_groups, table, world)
-        out.iterations.append(emit_iteration(index, world, groups, table))
-    return out
+def equal_groups(
+    inp: PolicyInput, table: OptionTable, sp: int, items: list[Item]
+) -> list[tuple[int, list[Item]]]:
+    """``items`` dealt longest first to ``world / sp`` groups of ``sp`` ranks."""
+    n_groups = max(1, inp.world_size // sp)
+    return assign_to_layout(items, [sp] * n_groups, table, inp.world_size)
+
+
+def step_time(table: OptionTable, groups: list[tuple[int, list[Item]]]) -> float:
+    """Estimated makespan of a step's groups."""
+    return max(float(time_matrix(table, items, [sp])[:, 0].sum()) for sp, items in groups)
+
+
+def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
+    """Micro-batch token budgets tried: powers of two from the shortest bucket's
+    representative to the largest micro-batch any bucket fits."""
+    reps = [inp.view.rep_tokens(b) for b in inp.active_buckets()]
+    top = max(table.config(b, sp).max_batch * inp.view.rep_tokens(b) for b in inp.active_buckets())
+    out, b = [], float(min(reps))
+    while b < top:
+        out.append(b)
+        b *= 2
+    return out + [float(top)]
+
+
+def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
+    """The (recomputation table, SP size, token budget) with the least estimated time."""
+    chunks, _ = inp.global_batches()
+    sample = chunks[:: max(1, len(chunks) // SEARCH_BATCHES)][:SEARCH_BATCHES]
+    best: tuple[float, OptionTable, int, float] | None = None
+    for table in (inp.table("none", lambda o: not any(o.recompute)), inp.full_table()):
+        for sp in uniform_sizes(inp, table):
+            for budget in budgets(inp, table, sp):
+                try:
+                    t = sum(
+                        step_time(
+                            table,
+                            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
+                        )
+                        for c in sample
+                    )
+                except ValueError:  # too few micro-batches to cover the world
+                    continue
+                if best is None or t < best[0] * (1 - 1e-9):
+                    best = (t, table, sp, budget)
+    if best is None:
+        table = inp.full_table()
+        sp = uniform_sp(inp, table)
+        return table, sp, float(budgets(inp, table, sp)[0])
+    return best[1], best[2], best[3]
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static`` policy."""
-    table = inp.uniform_table()
-    sp = uniform_sp(inp, table)
-    items = bucket_micro_batches(inp, table, median_batches(inp, table, sp))
-    return fixed_groups(inp, table, sp, items, inp.options.accumulation)
+    table, sp, budget = search(inp)
+    chunks, dropped = inp.global_batches()
+    out = PolicyOutput(iterations=[], dropped=dropped)
+    for k, chunk in enumerate(chunks):
+        groups = equal_groups(inp, table, sp, budget_items(inp, table, chunk, sp, budget))
+        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
+    return out

@@ -26,7 +26,15 @@ if TYPE_CHECKING:
     from datacentric.scheduling import ScheduleOptions
 
 #: The policies of the paper reproduction, baseline first.
-DEFAULT_POLICIES = ("static", "megatron-dyncp", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt")
+DEFAULT_POLICIES = (
+    "static",
+    "static-reference",
+    "megatron-dyncp",
+    "dcp-intra",
+    "dcp-inter",
+    "dcp-pac",
+    "dcp-opt",
+)
 
 
 def simulation_cost_model(
@@ -160,16 +168,22 @@ def _run_policy(
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
-    """Per policy: ``tokens_per_s``, ``speedup_vs_static`` (None without ``static``),
-    ``idle_share``, ``efficiency`` and the other headline numbers of the simulation."""
-    static = runs.get("static")
+    """Per policy: ``tokens_per_s``, ``speedup_vs_static`` and
+    ``speedup_vs_static_reference`` (None without that baseline), ``idle_share``,
+    ``efficiency``, ``tokens_per_step_mean`` and the other headline numbers."""
     table: dict[str, dict[str, Any]] = {}
     for policy, run in runs.items():
         row = run.result.summary()
         row.pop("policy")
-        row["speedup_vs_static"] = (
-            run.result.tokens_per_s / static.result.tokens_per_s if static else None
-        )
+        for base, key in (
+            ("static", "speedup_vs_static"),
+            ("static-reference", "speedup_vs_static_reference"),
+        ):
+            ref = runs.get(base)
+            row[key] = run.result.tokens_per_s / ref.result.tokens_per_s if ref else None
+        steps = [it.num_tokens for it in run.schedule.iterations] or [0]
+        row["tokens_per_step_mean"] = sum(steps) / len(steps)
+        row["tokens_per_step_max"] = max(steps)
         row["samples_dropped"] = len(run.schedule.dropped_sample_ids)
         row["schedule_seconds"] = run.schedule_seconds
         table[policy] = row
