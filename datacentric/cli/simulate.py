@@ -12,6 +12,7 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.plan import add_shard_arguments, sharding_of
 from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
 from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
 from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
@@ -45,6 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="iterations per policy in the trace (default: %(default)s; 0: all)",
     )
     parser.add_argument("--plot", metavar="FILE.png", help="write Gantt and throughput charts")
+    add_shard_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -61,7 +63,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     if "static" not in policies:
         policies.insert(0, "static")
-    cost_model = make_cost_model(model, hardware, args.gpus)
+    cost_model = make_cost_model(model, hardware, args.gpus, shard=sharding_of(args))
     runs = run_policies(
         workload.shapes,
         cost_model,

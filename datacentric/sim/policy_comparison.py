@@ -17,6 +17,7 @@ from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import MEMORY_FRACTION, analytic_cost_model
 from datacentric.schedule import Schedule
 from datacentric.shapes import SampleShape, make_buckets
@@ -30,17 +31,21 @@ DEFAULT_POLICIES = ("static", "megatron-dyncp", "dcp-intra", "dcp-inter", "dcp-p
 
 
 def simulation_cost_model(
-    model: str, hardware: str, world_size: int, *, memory_gb: float | None = None
+    model: str,
+    hardware: str,
+    world_size: int,
+    *,
+    memory_gb: float | None = None,
+    shard: ShardingSpec | str | None = None,
 ) -> AnalyticCostModel:
     """The analytic cost model the simulator uses for ``model`` on ``hardware``.
 
     Settings (stated, not fitted): bf16; plans capped at 70% of device memory (or
-    ``memory_gb`` GiB);
-    gradients and optimizer state sharded over the world (ZeRO-2, as the reference
-    benchmark's ``zero2`` plugin; parameters stay replicated, as SP needs them);
-    the model reports the whole gradient all-reduce (``grad_sync_overlap=0``) and the
-    simulator overlaps it with the last backward of the slowest group
-    (``simulate(..., overlap_grad_sync=True)``, as DDP and ZeRO-2 do).
+    ``memory_gb`` GiB); model state held as ``shard`` says on ``world_size`` ranks
+    (default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`, the trainer's, so
+    ``simulate`` plans what ``train`` runs); the gradient reduction charged is its
+    exposed part, the share measured for that setting
+    (:meth:`~datacentric.planning.sharding.ShardingSpec.exposed_sync_share`).
     """
     return analytic_cost_model(
         model,
@@ -48,8 +53,8 @@ def simulation_cost_model(
         memory_gb=memory_gb,
         memory_fraction=MEMORY_FRACTION,
         dtype_bytes=2,
-        state_shards=world_size,
-        grad_sync_overlap=0.0,
+        shard=shard,
+        world_size=world_size,
     )
 
 
@@ -154,7 +159,6 @@ def _run_policy(
         cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        overlap_grad_sync=True,
     )
     return PolicyRun(policy, schedule, result, elapsed)
 
