@@ -54,3 +54,38 @@ def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "plot.png"
     plot_results({"static": result, "toy": result}, str(path), title="toy")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _top_level_slices(events):
+    tracks = {}
+    for e in events:
+        if e["ph"] == "X" and e["cat"] in ("micro_batch", "collective", "idle"):
+            if e["name"] == "all-to-all (total)":
+                continue
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    return tracks
+
+
+def test_no_slice_overlaps_its_sibling_at_any_time_scale(tmp_path):
+    import dataclasses
+
+    result = _result()
+    for scale in (1 / 7.3, 0.123456789, 3.3e-4, 1.1):
+        spans = tuple(
+            dataclasses.replace(s, start_s=s.start_s * scale, duration_s=s.duration_s * scale)
+            for s in result.spans
+        )
+        scaled = dataclasses.replace(result, spans=spans, device="cpu")
+        path = tmp_path / "trace.json"
+        write_trace(scaled, str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+        names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        assert names == {f"CPU rank {r}" for r in range(4)}
+        for slices in _top_level_slices(events).values():
+            slices.sort(key=lambda e: e["ts"])
+            for a, b in zip(slices, slices[1:]):
+                # whole nanoseconds: compare exactly
+                assert round(a["ts"] * 1000) + round(a["dur"] * 1000) <= round(b["ts"] * 1000)
+        for e in events:
+            if e["ph"] == "X":
+                assert e["ts"] * 1000 == round(e["ts"] * 1000)
