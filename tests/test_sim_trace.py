@@ -89,3 +89,12 @@ def test_no_slice_overlaps_its_sibling_at_any_time_scale(tmp_path):
         for e in events:
             if e["ph"] == "X":
                 assert e["ts"] * 1000 == round(e["ts"] * 1000)
+
+
+def test_loss_curves_plot_from_metrics_records(tmp_path):
+    from datacentric.sim.plots import plot_loss_curves
+
+    records = [{"loss": 3.0 - k * 0.5, "tokens": 100} for k in range(4)]
+    path = tmp_path / "loss.png"
+    plot_loss_curves({"static": records, "dcp-opt": records[:2]}, str(path), "loss")
+    assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"

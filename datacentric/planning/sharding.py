@@ -39,12 +39,6 @@ still plans and trains, and the gradient reduction overlaps the last backward. I
 what PyTorch recommends for large models (FSDP2); ``ddp`` keeps every rank's state
 whole, as a single process does."""
 
-EXPOSED_SYNC_SHARE = {"none": 1.0, "ddp": 0.49, "fsdp2": 0.55}
-"""Share of the gradient reduction left exposed after the last backward, per setting:
-measured on gloo, CPU, world 2 (``benchmarks/grad_overlap.py``, its dated table in
-``benchmarks/grad_overlap.md``); ``none`` reduces after backward (nothing hidden).
-The simulator charges ``grad_sync_time_s`` as this share of the whole reduction."""
-
 
 @dataclass(frozen=True)
 class ShardingSpec:
@@ -90,9 +84,10 @@ class ShardingSpec:
             per_param += (param_bytes + grad_bytes) / world_size
         return int(num_params * per_param)
 
-    def exposed_sync_share(self, world_size: int) -> float:
-        """Share of the gradient reduction not hidden behind backward (measured)."""
-        return EXPOSED_SYNC_SHARE[self.effective(world_size).mode]
+    def overlaps_reduction(self, world_size: int) -> bool:
+        """Whether the gradient reduction runs inside the last backward (DDP, FSDP2)
+        rather than after it (``none``)."""
+        return self.effective(world_size).mode != "none"
 
     def to_json(self) -> dict[str, object]:
         return {"mode": self.mode, "reshard_after_forward": self.reshard_after_forward}

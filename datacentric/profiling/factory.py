@@ -29,7 +29,7 @@ def analytic_cost_model(
     dtype_bytes: int | None = None,
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
-    grad_sync_overlap: float | None = None,
+    grad_sync_overlap: float = 0.0,
 ) -> AnalyticCostModel:
     """The analytic model of ``model`` (a preset name or a spec) on ``hardware`` (a
     preset name, ``cpu-local`` being calibrated on this machine, or constants).
@@ -39,16 +39,13 @@ def analytic_cost_model(
     ``shard`` on ``world_size`` ranks: how model state is held (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
     :data:`~datacentric.planning.sharding.DEFAULT_SHARD`). ``grad_sync_overlap``: share
-    of the gradient reduction hidden behind backward (default: the measured share of
-    that setting, :meth:`~datacentric.planning.sharding.ShardingSpec.exposed_sync_share`).
+    of the gradient reduction hidden behind backward (0: the model reports all of it).
     """
     spec = get_model_spec(model) if isinstance(model, str) else model
     hw = get_hardware(hardware) if isinstance(hardware, str) else hardware
     if dtype_bytes is None:
         dtype_bytes = 4 if hw.name == "cpu-local" else 2
     sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
-    if grad_sync_overlap is None:
-        grad_sync_overlap = 1.0 - sharding.exposed_sync_share(world_size)
     return AnalyticCostModel(
         spec,
         hw,

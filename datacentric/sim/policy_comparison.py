@@ -43,9 +43,9 @@ def simulation_cost_model(
     Settings (stated, not fitted): bf16; plans capped at 70% of device memory (or
     ``memory_gb`` GiB); model state held as ``shard`` says on ``world_size`` ranks
     (default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`, the trainer's, so
-    ``simulate`` plans what ``train`` runs); the gradient reduction charged is its
-    exposed part, the share measured for that setting
-    (:meth:`~datacentric.planning.sharding.ShardingSpec.exposed_sync_share`).
+    ``simulate`` plans what ``train`` runs). The model reports the whole gradient
+    reduction; :func:`run_policies` overlaps it with the slowest group's last backward
+    when the setting does (``ddp``, ``fsdp2``: ``simulate(..., overlap_grad_sync=True)``).
     """
     return analytic_cost_model(
         model,
@@ -159,8 +159,16 @@ def _run_policy(
         cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
+        overlap_grad_sync=_overlaps(cost_model, world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed)
+
+
+def _overlaps(cost_model: CostModel, world_size: int) -> bool:
+    """Whether the run's ``shard`` setting reduces gradients inside the last backward
+    (cost models without a setting: yes, as DDP and FSDP2 do)."""
+    sharding = getattr(cost_model, "sharding", None)
+    return sharding is None or sharding.overlaps_reduction(world_size)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
