@@ -339,10 +339,10 @@ class DataCentricRuntime:
         one host read of its losses and times."""
         groups = self.groups
         clock = stats.clock or StepClock(groups.device)
-        sync_start = clock.mark()
+        sync_start = done = clock.mark()
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
             allreduce_gradients(self.model.parameters(), groups.world)
-        done = clock.mark()
+            done = clock.mark()
         marks: list[object] = []
         for _, start, end in stats.pending:
             marks += [start, end]
