@@ -55,3 +55,23 @@ def test_none_at_world_two_matches_one_process(tmp_path):
     # summation order may still differ in the last bits of near-zero entries.
     for name in weights1:
         torch.testing.assert_close(weights2[name], weights1[name], rtol=1e-5, atol=1e-4)
+
+
+def _call_inside_ddp() -> str:
+    from datacentric.parallel.grad_sync import wrap_model
+    from datacentric.parallel.groups import ProcessGroups
+    from datacentric.planning.sharding import ShardingSpec
+
+    module = torch.nn.Linear(2, 2)
+    ddp = wrap_model(module, ProcessGroups(), ShardingSpec("ddp"))
+    ddp(torch.ones(1, 2)).sum().backward()  # through the wrapper: fine
+    try:
+        module(torch.ones(1, 2))
+    except RuntimeError as err:
+        return str(err)
+    return "no error"
+
+
+def test_calling_the_module_inside_ddp_is_refused():
+    for message in spawn(_call_inside_ddp, 2, timeout_s=120):
+        assert "call the wrapper" in message

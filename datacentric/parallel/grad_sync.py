@@ -174,12 +174,36 @@ def wrap_model(model: nn.Module, groups: ProcessGroups, sharding: ShardingSpec) 
     the returned module's parameters (FSDP2 replaces them with sharded ones)."""
     spec = sharding.effective(groups.world_size if groups.distributed else 1)
     if spec.mode == "ddp":
-        if groups.device.type == "cuda":
-            return wrap_ddp(model, device_ids=[groups.device.index])
-        return wrap_ddp(model)
+        ids = [groups.device.index] if groups.device.type == "cuda" else None
+        ddp = wrap_ddp(model, device_ids=ids)
+        _refuse_calls_around(ddp)
+        return ddp
     if spec.mode == "fsdp2":
         return shard_fsdp2(model, groups, reshard_after_forward=spec.reshard_after_forward)
     return model
+
+
+def _refuse_calls_around(ddp: DistributedDataParallel) -> None:
+    """Make calling the module inside ``ddp`` directly an error: DDP would not reduce
+    its gradients, and training would silently diverge across ranks."""
+    inside = [0]
+
+    def enter(*_: Any) -> None:
+        inside[0] += 1
+
+    def leave(*_: Any) -> None:
+        inside[0] -= 1
+
+    def check(*_: Any) -> None:
+        if not inside[0]:
+            raise RuntimeError(
+                "the model is wrapped in DDP (shard 'ddp'): call the wrapper (DataCentric's "
+                "`dc.model`), not the module inside it, or DDP never reduces gradients"
+            )
+
+    ddp.register_forward_pre_hook(enter)
+    ddp.register_forward_hook(leave)
+    ddp.module.register_forward_pre_hook(check)
 
 
 def needs_equal_passes(model: nn.Module) -> bool:
