@@ -159,3 +159,50 @@ def test_wrapped_models_with_unequal_accumulation(wrapper: str, model: str, worl
     (result,) = run_distributed([(model, iteration)], world, wrapper=wrapper, timeout_s=120)
     assert result.ranks_agree
     assert_gradients_close(result, run_reference(model, iteration))
+
+
+def test_losses_and_times_are_read_from_the_device_once_per_step(monkeypatch) -> None:
+    """No float read of a device value inside the micro-batch loop: one ``host_read``
+    per step, at its end (on CUDA the times come from events read there too; this
+    machine has no CUDA, so only the CPU path runs here)."""
+    import datacentric.parallel.runtime as runtime_module
+
+    dataset = build_case("dit", 0, torch.float32)[1]
+    shapes = dataset.shapes()
+    mbs = tuple(MicroBatch((i,), "b", shapes[i].tokens) for i in range(4))
+    iteration = Iteration(index=0, assignments=(Assignment(0, 1, mbs),))
+    model = build_model("dit")
+    packing = []
+
+    def pack(ids, multiple):  # host-side data (its random draws are not device reads)
+        packing.append(True)
+        try:
+            return dataset.pack(ids, multiple)
+        finally:
+            packing.pop()
+
+    runtime = DataCentricRuntime(model, ProcessGroups.local(), pack, loss_tokens_function(dataset))
+    events: list[str] = []
+    real_read = runtime_module.host_read
+    monkeypatch.setattr(
+        runtime_module, "host_read", lambda values: events.append("host_read") or real_read(values)
+    )
+    for name in ("item", "tolist", "__float__"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _real=real, _name=name):
+            if self.is_floating_point() and not packing:
+                events.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: events.append("synchronize"))
+    stats = runtime.start_iteration(iteration)
+    for micro in runtime.micro_steps(iteration, stats):
+        micro.backward(model(micro.batch))
+        events.append("micro-batch")
+    assert events == ["micro-batch"] * 4  # nothing read inside the loop
+    runtime.finish_iteration(stats)
+    assert events[4:] == ["host_read", "tolist"]  # one read of every loss at the end
+    assert all(mb.weighted_loss == mb.weighted_loss for mb in stats.micro_batches)  # not NaN
+    assert all(mb.time_s > 0 for mb in stats.micro_batches)

@@ -112,7 +112,7 @@ def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_pat
     [
         (ToyCostModel(), (1, 2, 16)),
         (analytic_cost_model("llama", "cpu-local"), (1, 2)),
-        (analytic_cost_model("stdit-1.1b", "h100-sxm", state_shards=16), (1, 2, 16)),
+        (analytic_cost_model("stdit-1.1b", "h100-sxm", world_size=16), (1, 2, 16)),
         (analytic_cost_model("llama-7b", "h200-sxm"), (1, 8, 16)),
         (fitted(), (1, 2)),
     ],

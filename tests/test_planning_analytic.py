@@ -15,6 +15,7 @@ from datacentric.planning.hardware import (
     get_hardware,
     list_hardware,
 )
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.preset_specs import get_model_spec, list_model_specs
 from datacentric.shapes import SampleShape
 
@@ -81,7 +82,14 @@ def test_memory_scales_with_sp_and_state_sharding() -> None:
     act = m.pass_memory_bytes([SampleShape.text(65536)], 1, ()) - m.model_state_bytes()
     act8 = m.pass_memory_bytes([SampleShape.text(65536)], 8, ()) - m.model_state_bytes()
     assert act8 == pytest.approx(act / 8, rel=0.01)
-    assert model(state_shards=32).model_state_bytes() < m.model_state_bytes() / 5
+    none = model(sharding=ShardingSpec("none"), world_size=32).model_state_bytes()
+    fsdp2 = model(sharding=ShardingSpec("fsdp2"), world_size=32).model_state_bytes()
+    resharded = model(sharding=ShardingSpec("fsdp2", True), world_size=32).model_state_bytes()
+    # bf16: 2 param + 2 grad + 12 optimizer bytes per parameter, the optimizer's split
+    assert none == pytest.approx(m.spec.num_params * 16, rel=1e-6)
+    assert fsdp2 == pytest.approx(m.spec.num_params * (4 + 16 / 32), rel=1e-6)
+    assert resharded < fsdp2 < none / 3
+    assert model(sharding=ShardingSpec("fsdp2"), world_size=1).model_state_bytes() == none
 
 
 def test_crossing_a_node_costs_more_than_nvlink() -> None:

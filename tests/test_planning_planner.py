@@ -18,7 +18,7 @@ def stdit_model() -> AnalyticCostModel:
 
 
 def llama_model() -> AnalyticCostModel:
-    return AnalyticCostModel(get_model_spec("llama-7b"), get_hardware("h200-sxm"), state_shards=32)
+    return AnalyticCostModel(get_model_spec("llama-7b"), get_hardware("h200-sxm"), world_size=32)
 
 
 VIDEO = [

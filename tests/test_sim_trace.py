@@ -54,3 +54,47 @@ def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "plot.png"
     plot_results({"static": result, "toy": result}, str(path), title="toy")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _top_level_slices(events):
+    tracks = {}
+    for e in events:
+        if e["ph"] == "X" and e["cat"] in ("micro_batch", "collective", "idle"):
+            if e["name"] == "all-to-all (total)":
+                continue
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    return tracks
+
+
+def test_no_slice_overlaps_its_sibling_at_any_time_scale(tmp_path):
+    import dataclasses
+
+    result = _result()
+    for scale in (1 / 7.3, 0.123456789, 3.3e-4, 1.1):
+        spans = tuple(
+            dataclasses.replace(s, start_s=s.start_s * scale, duration_s=s.duration_s * scale)
+            for s in result.spans
+        )
+        scaled = dataclasses.replace(result, spans=spans, device="cpu")
+        path = tmp_path / "trace.json"
+        write_trace(scaled, str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+        names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        assert names == {f"CPU rank {r}" for r in range(4)}
+        for slices in _top_level_slices(events).values():
+            slices.sort(key=lambda e: e["ts"])
+            for a, b in zip(slices, slices[1:]):
+                # whole nanoseconds: compare exactly
+                assert round(a["ts"] * 1000) + round(a["dur"] * 1000) <= round(b["ts"] * 1000)
+        for e in events:
+            if e["ph"] == "X":
+                assert e["ts"] * 1000 == round(e["ts"] * 1000)
+
+
+def test_loss_curves_plot_from_metrics_records(tmp_path):
+    from datacentric.sim.plots import plot_loss_curves
+
+    records = [{"loss": 3.0 - k * 0.5, "tokens": 100} for k in range(4)]
+    path = tmp_path / "loss.png"
+    plot_loss_curves({"static": records, "dcp-opt": records[:2]}, str(path), "loss")
+    assert path.stat().st_size > 1000 and path.read_bytes()[:4] == b"\x89PNG"

@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
-from datacentric.sim.plots import plot_results
+from datacentric.sim.plots import plot_loss_curves, plot_results
 from datacentric.sim.trace import write_trace
 from datacentric.train.config import load_config
 from datacentric.train.measured_comparison import compare_policies
+from datacentric.train.metrics import read_metrics
 
 DEMO_POLICIES = ["static", "dcp-pac", "dcp-opt"]
 
@@ -70,11 +71,15 @@ def run(args: argparse.Namespace) -> int:
     predicted = {p: r.predicted for p, r in results.items()}
     plot_results(measured, str(out / "measured.png"), "measured steps (2 gloo ranks)")
     plot_results(predicted, str(out / "simulated.png"), "simulated, same schedules")
+    plot_loss_curves(
+        {p: read_metrics(out / p) for p in results}, str(out / "loss.png"), "loss vs tokens"
+    )
     events = write_trace(measured, str(out / "trace.json"))
     print(
         f"\nbest: {summary['best_policy']} at {summary['speedup']:.2f}x static "
         f"(simulator: {summary['sim_predicted_speedup']:.2f}x); wrote {out}/measured.png, "
-        f"{out}/simulated.png, {out}/trace.json ({events} events; open in ui.perfetto.dev), "
+        f"{out}/simulated.png, {out}/loss.png, {out}/trace.json ({events} events; open in "
+        "ui.perfetto.dev), "
         f"{out}/summary.json"
     )
     not_learning = [p for p, r in results.items() if not r.losses[-1] < r.losses[0]]

@@ -111,18 +111,39 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
 
 
 def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--memory-gb``, ``--memory-fraction`` and ``--state-shards`` (shared by the
+    """``--memory-gb``, ``--memory-fraction`` and ``--shard`` (shared by the
     commands that build an analytic cost model; see :func:`analytic_model`)."""
     parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
     parser.add_argument(
         "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
     )
+    add_shard_arguments(parser)
+
+
+def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--shard`` and ``--reshard-after-forward``: how model state is held
+    (:class:`~datacentric.planning.sharding.ShardingSpec`; the same setting as ``train``)."""
+    from datacentric.planning.sharding import DEFAULT_SHARD, SHARD_MODES
+
     parser.add_argument(
-        "--state-shards",
-        type=int,
-        default=0,
-        help="analytic: ranks optimizer state is sharded over (0: the world, ZeRO-2; 1: DDP)",
+        "--shard",
+        choices=SHARD_MODES,
+        default=None,
+        help=f"how model state is held across ranks (default: {DEFAULT_SHARD})",
     )
+    parser.add_argument(
+        "--reshard-after-forward",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fsdp2: free gathered parameters after every forward",
+    )
+
+
+def sharding_of(args: argparse.Namespace) -> Any:
+    """The :class:`~datacentric.planning.sharding.ShardingSpec` of ``--shard`` flags."""
+    from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
+
+    return ShardingSpec(args.shard or DEFAULT_SHARD, bool(args.reshard_after_forward))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -217,7 +238,8 @@ def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespa
         hardware,
         memory_gb=args.memory_gb,
         memory_fraction=args.memory_fraction,
-        state_shards=args.state_shards or world,
+        shard=sharding_of(args),
+        world_size=world,
     )
 
 

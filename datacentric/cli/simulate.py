@@ -14,6 +14,7 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.plan import add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
 from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
@@ -49,6 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="iterations per policy in the trace (default: %(default)s; 0: all)",
     )
     parser.add_argument("--plot", metavar="FILE.png", help="write Gantt and throughput charts")
+    add_shard_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -71,7 +73,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         options = ScheduleOptions(**global_batch_options(args))
     except ValueError as err:
         raise SystemExit(f"datacentric simulate: {err}") from None
-    cost_model = make_cost_model(model, hardware, args.gpus)
+    cost_model = make_cost_model(model, hardware, args.gpus, shard=sharding_of(args))
     runs = run_policies(
         workload.shapes,
         cost_model,

@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--nproc",
         type=int,
         default=None,
-        help="start this many local ranks (gloo) instead of using torchrun",
+        help="start this many local ranks instead of using torchrun (NCCL with one GPU "
+        "each when there are enough GPUs, else gloo)",
     )
     add_config_flags(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON summary at the end")
@@ -80,7 +81,11 @@ def run(args: argparse.Namespace) -> int:
     if not check_dataset(config, "train"):
         return 2
     results = launch(
-        train_rank, config, nproc=args.nproc, collective_timeout_s=config.collective_timeout_s
+        train_rank,
+        config,
+        nproc=args.nproc,
+        collective_timeout_s=config.collective_timeout_s,
+        device=config.device,
     )
     if 0 in results:
         result = results[0]

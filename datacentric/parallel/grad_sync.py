@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.parallel.groups import ProcessGroups
+from datacentric.planning.sharding import ShardingSpec
 
 try:
     from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -128,15 +129,20 @@ def _ddp_accepts(argument: str) -> bool:
     return argument in inspect.signature(DistributedDataParallel.__init__).parameters
 
 
-def shard_fsdp2(model: nn.Module, groups: ProcessGroups) -> nn.Module:
+def shard_fsdp2(
+    model: nn.Module, groups: ProcessGroups, *, reshard_after_forward: bool = False
+) -> nn.Module:
     """Shard ``model`` with FSDP2 over the whole world, for data-centric runs.
 
-    Every block of ``model.blocks`` and the root become FSDP units with
-    ``reshard_after_forward=False``; with :func:`micro_step_context` the
-    parameters are all-gathered in a rank's first forward of the iteration and
-    stay gathered until its last backward, which reduce-scatters once (a SUM:
-    the divide factor is 1). Parameter and optimizer state stay sharded
-    between iterations (ZeRO-2 within an iteration, ZeRO-3 across them).
+    Every block of ``model.blocks`` and the root become FSDP units; with
+    :func:`micro_step_context` the parameters are all-gathered in a rank's first
+    forward of the iteration and stay gathered until its last backward, which
+    reduce-scatters once, overlapped with that backward (a SUM: the divide factor
+    is 1). Parameters and optimizer state stay sharded between iterations.
+    ``reshard_after_forward=True`` frees the blocks' gathered parameters after each
+    forward and gathers them again in backward: a world collective on every pass,
+    so every rank must run the same number of micro-batches per iteration
+    (:func:`needs_equal_passes`; the runtime checks it).
     Returns ``model`` (now an ``FSDPModule``); gradients are sharded DTensors.
     """
     if fully_shard is None:
@@ -145,8 +151,9 @@ def shard_fsdp2(model: nn.Module, groups: ProcessGroups) -> nn.Module:
 
     mesh = init_device_mesh(groups.device.type, (groups.world_size,))
     for block in model.blocks:
-        fully_shard(block, mesh=mesh, reshard_after_forward=False)
+        fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
+    model._datacentric_equal_passes = reshard_after_forward
     for unit in model.modules():  # the settings below do not recurse
         if not isinstance(unit, FSDPModule):
             continue
@@ -158,6 +165,51 @@ def shard_fsdp2(model: nn.Module, groups: ProcessGroups) -> nn.Module:
             # A plain SUM (gloo has no pre-multiplied sum; NCCL sums zero-copy).
             unit.set_force_sum_reduction_for_comms(True)
     return model
+
+
+def wrap_model(model: nn.Module, groups: ProcessGroups, sharding: ShardingSpec) -> nn.Module:
+    """``model`` held as ``sharding`` says on ``groups``' world (the one place the
+    trainer and ``DataCentric`` wrap a model): as is (``none``, or one rank),
+    :func:`wrap_ddp` or :func:`shard_fsdp2`. Create the optimizer afterwards, from
+    the returned module's parameters (FSDP2 replaces them with sharded ones)."""
+    spec = sharding.effective(groups.world_size if groups.distributed else 1)
+    if spec.mode == "ddp":
+        ids = [groups.device.index] if groups.device.type == "cuda" else None
+        ddp = wrap_ddp(model, device_ids=ids)
+        _refuse_calls_around(ddp)
+        return ddp
+    if spec.mode == "fsdp2":
+        return shard_fsdp2(model, groups, reshard_after_forward=spec.reshard_after_forward)
+    return model
+
+
+def _refuse_calls_around(ddp: DistributedDataParallel) -> None:
+    """Make calling the module inside ``ddp`` directly an error: DDP would not reduce
+    its gradients, and training would silently diverge across ranks."""
+    inside = [0]
+
+    def enter(*_: Any) -> None:
+        inside[0] += 1
+
+    def leave(*_: Any) -> None:
+        inside[0] -= 1
+
+    def check(*_: Any) -> None:
+        if not inside[0]:
+            raise RuntimeError(
+                "the model is wrapped in DDP (shard 'ddp'): call the wrapper (DataCentric's "
+                "`dc.model`), not the module inside it, or DDP never reduces gradients"
+            )
+
+    ddp.register_forward_pre_hook(enter)
+    ddp.register_forward_hook(leave)
+    ddp.module.register_forward_pre_hook(check)
+
+
+def needs_equal_passes(model: nn.Module) -> bool:
+    """Whether ``model`` communicates on every pass (FSDP2 resharding after forward),
+    so every rank must run the same number of micro-batches per iteration."""
+    return bool(getattr(model, "_datacentric_equal_passes", False))
 
 
 def is_fsdp2(model: nn.Module) -> bool:

@@ -271,14 +271,35 @@ def launch_mode(nproc: int | None = None) -> LaunchMode:
     return LaunchMode("single", 1)
 
 
-def process_groups(timeout_s: float = DEFAULT_TIMEOUT_S) -> ProcessGroups:
+def default_device(device: str | torch.device | None = None) -> torch.device:
+    """A single process's device: ``device`` if given, else ``cuda`` when available,
+    else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def backend_for(world_size: int, device: str | torch.device | None = None) -> str:
+    """NCCL when every local rank gets its own GPU (and ``device`` is not the CPU),
+    else gloo."""
+    wants_cpu = device is not None and torch.device(device).type == "cpu"
+    if not wants_cpu and torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def process_groups(
+    timeout_s: float = DEFAULT_TIMEOUT_S, device: str | torch.device | None = None
+) -> ProcessGroups:
     """This process's groups: the world already initialised (a spawned rank, or the
-    caller's own ``init_process_group``), torchrun's world, or one local process."""
+    caller's own ``init_process_group``), torchrun's world, or one local process on
+    :func:`default_device` (``device`` overriding)."""
     if dist.is_available() and dist.is_initialized():
         return ProcessGroups()
     if launch_mode().kind == "torchrun":
-        return init_from_env(timeout_s=timeout_s)
-    return ProcessGroups.local()
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        return init_from_env(backend_for(local, device), timeout_s=timeout_s)
+    return ProcessGroups.local(default_device(device))
 
 
 def launch(
@@ -287,21 +308,26 @@ def launch(
     nproc: int | None = None,
     collective_timeout_s: float = DEFAULT_TIMEOUT_S,
     timeout_s: float = JOB_TIMEOUT_S,
+    device: str | torch.device | None = None,
 ) -> dict[int, Any]:
     """Run ``fn(*args)`` on every rank as :func:`launch_mode` decides; returns the
     results this process sees by rank: every rank's after a spawn, this rank's own
-    under torchrun (``torch.distributed`` initialised first), rank 0's alone."""
+    under torchrun (``torch.distributed`` initialised first), rank 0's alone.
+    Ranks use NCCL with one GPU each when there are enough GPUs (and ``device`` is not
+    the CPU), else gloo on the CPU (:func:`backend_for`)."""
     mode = launch_mode(nproc)
     if mode.kind == "spawn":
         values = spawn(
             fn,
             mode.world_size,
             *args,
+            backend=backend_for(mode.world_size, device),
             timeout_s=timeout_s,
             collective_timeout_s=collective_timeout_s,
         )
         return dict(enumerate(values))
     if mode.kind == "torchrun":
-        groups = init_from_env(timeout_s=collective_timeout_s)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        groups = init_from_env(backend_for(local, device), timeout_s=collective_timeout_s)
         return {groups.rank: fn(*args)}
     return {0: fn(*args)}

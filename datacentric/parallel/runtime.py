@@ -12,16 +12,23 @@ For every iteration a rank finds its :class:`~datacentric.schedule.Assignment`
    backward, accumulating into ``.grad``.
 
 After its last micro-batch the rank joins the one world-wide gradient SUM
-(``grad_sync``). The result is the gradient a single process computes on the
-iteration's whole global batch. The training command, the profiler and the
-equivalence check all run iterations through :class:`DataCentricRuntime`.
+(``grad_sync``: after backward for a plain module, inside the last backward for
+DDP and FSDP2).
+
+Nothing inside the micro-batch loop waits for the device: losses stay on it and
+passes are timed with CUDA events on CUDA (wall clock on the CPU, where work is
+synchronous anyway); :meth:`DataCentricRuntime.finish_iteration` reads every loss
+and time of the step in one host read (:func:`host_read`). The gradient is the one
+a single process computes on the iteration's whole global batch. The training
+command, the profiler and the equivalence check all run iterations through
+:class:`DataCentricRuntime`.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -30,7 +37,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.parallel.grad_sync import allreduce_gradients, micro_step_context, syncs_itself
+from datacentric.parallel.grad_sync import (
+    allreduce_gradients,
+    micro_step_context,
+    needs_equal_passes,
+    syncs_itself,
+)
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossMode, LossWeights
 from datacentric.parallel.recompute import BlockRecompute
@@ -54,9 +66,10 @@ class MicroBatchStats:
     local_tokens: int
     sp_size: int
     num_recomputed: int
-    #: this rank's weighted loss, ``sum_t w_t * loss_t`` over its shard
+    #: this rank's weighted loss, ``sum_t w_t * loss_t`` over its shard (read at the
+    #: iteration's end; NaN until then)
     weighted_loss: float
-    #: the pass (forward + backward, device synchronised), from the iteration's start
+    #: the pass (forward + backward), from the iteration's start (read at its end)
     span: Span
 
     @property
@@ -79,6 +92,10 @@ class IterationStats:
     total_time_s: float = 0.0
     #: ``time.perf_counter()`` when the iteration started
     started_at: float = 0.0
+    #: the iteration's clock and, per micro-batch, its loss tensor and start/end marks
+    #: (resolved by ``finish_iteration``)
+    clock: StepClock | None = field(default=None, repr=False)
+    pending: list[tuple[torch.Tensor, object, object]] = field(default_factory=list, repr=False)
 
     @property
     def weighted_loss(self) -> float:
@@ -111,26 +128,55 @@ class MicroStep:
 
     batch: PackedBatch
     weights: LossWeights
-    #: this rank's weighted loss once :meth:`backward` ran
-    weighted: float | None = None
+    #: this rank's weighted loss once :meth:`backward` ran (a 0-d tensor on the device)
+    weighted: torch.Tensor | None = None
 
-    def backward(self, loss_S: torch.Tensor) -> float:
+    def backward(self, loss_S: torch.Tensor) -> torch.Tensor:
         """Weight the per-token loss (see ``parallel.loss``) and backpropagate it;
-        returns this rank's weighted share of the iteration's loss."""
+        returns this rank's weighted share of the iteration's loss as a detached 0-d
+        tensor on the device (reading it, e.g. ``float(...)``, waits for the device)."""
         weighted = self.weights.weighted_sum(loss_S, self.batch)
         weighted.backward()
-        self.weighted = float(weighted.detach())
+        self.weighted = weighted.detach()
         return self.weighted
+
+
+def host_read(values: list[torch.Tensor]) -> list[float]:
+    """The one host read of a step: every 0-d tensor of ``values`` as floats."""
+    if not values:
+        return []
+    return torch.stack([v.reshape(()).to(torch.float64) for v in values]).tolist()
+
+
+class StepClock:
+    """Marks times within an iteration without waiting for the device: CUDA events on
+    CUDA, ``time.perf_counter()`` elsewhere. :meth:`seconds` resolves marks once the
+    iteration is over (one event synchronisation on CUDA)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.origin = self.mark()
+
+    def mark(self) -> object:
+        """A point in time on the device's stream (recorded, not waited for)."""
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, marks: list[object]) -> list[float]:
+        """Seconds from the origin to each mark (waits for the last mark on CUDA)."""
+        if not self.cuda:
+            return [float(m) - float(self.origin) for m in marks]  # type: ignore[arg-type]
+        if marks:
+            marks[-1].synchronize()  # type: ignore[attr-defined]
+        return [self.origin.elapsed_time(m) / 1e3 for m in marks]  # type: ignore[attr-defined]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside a DDP wrapper (FSDP2 modules are their own)."""
     return model.module if isinstance(model, DistributedDataParallel) else model
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class DataCentricRuntime:
@@ -219,12 +265,21 @@ class DataCentricRuntime:
         iteration.validate(self.groups.world_size)
         assignment = iteration.assignment_for_rank(self.groups.rank)
         self.check_sp_sizes([assignment.sp_size])
+        if needs_equal_passes(self.model):
+            counts = {a.accumulation_steps for a in iteration.assignments}
+            if len(counts) > 1:
+                raise ValueError(
+                    f"iteration {iteration.index}: groups run {sorted(counts)} micro-batches; "
+                    "FSDP2 with reshard_after_forward communicates on every pass and needs "
+                    "the same count on every rank (turn reshard_after_forward off)"
+                )
         return IterationStats(
             index=iteration.index,
             rank=self.groups.rank,
             rank_start=assignment.rank_start,
             sp_size=assignment.sp_size,
             started_at=time.perf_counter(),
+            clock=StepClock(self.groups.device),
         )
 
     def micro_steps(self, iteration: Iteration, stats: IterationStats) -> Iterator[MicroStep]:
@@ -247,8 +302,7 @@ class DataCentricRuntime:
                 weights.check_batch(full)
             shard = shard_batch(full, rank_in_group, sp).to(groups.device)
             micro = MicroStep(batch=shard, weights=weights)
-            _synchronize(groups.device)
-            pass_start = time.perf_counter()
+            pass_start = stats.clock.mark()
             with (
                 micro_step_context(self.model, is_last=step == last),
                 self.attention.use(group),
@@ -260,8 +314,7 @@ class DataCentricRuntime:
                     f"iteration {iteration.index}: micro-batch {step} of rank {groups.rank} "
                     "was not run; call micro.backward(model(micro.batch)) for every micro-batch"
                 )
-            _synchronize(groups.device)
-            pass_end = time.perf_counter()
+            stats.pending.append((micro.weighted, pass_start, stats.clock.mark()))
             stats.micro_batches.append(
                 MicroBatchStats(
                     sample_ids=micro_batch.sample_ids,
@@ -269,34 +322,46 @@ class DataCentricRuntime:
                     local_tokens=shard.num_tokens,
                     sp_size=sp,
                     num_recomputed=micro_batch.num_recomputed,
-                    weighted_loss=float(micro.weighted),
+                    weighted_loss=float("nan"),
                     span=Span(
                         rank=groups.rank,
                         iteration=iteration.index,
                         kind=COMPUTE,
-                        start_s=pass_start - stats.started_at,
-                        duration_s=pass_end - pass_start,
+                        start_s=0.0,
+                        duration_s=0.0,
                         micro_batch=micro_batch_id(micro_batch),
                     ),
                 )
             )
 
     def finish_iteration(self, stats: IterationStats) -> None:
-        """The iteration's one world-wide gradient sum (collective), then timing."""
+        """The iteration's one world-wide gradient sum (collective), then the step's
+        one host read of its losses and times."""
         groups = self.groups
-        sync_start = done = time.perf_counter()
+        clock = stats.clock or StepClock(groups.device)
+        sync_start = done = clock.mark()
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
             allreduce_gradients(self.model.parameters(), groups.world)
-            _synchronize(groups.device)
-            done = time.perf_counter()
+            done = clock.mark()
+        marks: list[object] = []
+        for _, start, end in stats.pending:
+            marks += [start, end]
+        seconds = clock.seconds([*marks, sync_start, done])
+        losses = host_read([loss for loss, _, _ in stats.pending])
+        for k, mb in enumerate(stats.micro_batches):
+            mb.weighted_loss = losses[k]
+            start_s, end_s = seconds[2 * k], seconds[2 * k + 1]
+            mb.span = replace(mb.span, start_s=start_s, duration_s=end_s - start_s)
+        stats.pending.clear()
+        sync_s, done_s = seconds[-2], seconds[-1]
         stats.sync = Span(
             rank=groups.rank,
             iteration=stats.index,
             kind=SYNC,
-            start_s=sync_start - stats.started_at,
-            duration_s=done - sync_start,
+            start_s=sync_s,
+            duration_s=done_s - sync_s,
         )
-        stats.total_time_s = done - stats.started_at
+        stats.total_time_s = done_s
 
     def global_loss(self, stats: IterationStats) -> float:
         """The global-batch loss of an iteration: the SUM of every rank's weighted loss.

@@ -35,10 +35,9 @@ device). Work counted per block and pass:
 
 Memory on one rank (bytes):
 
-- model states: ``P * (dtype_bytes + (grad_bytes + optimizer_bytes) / state_shards)``;
-  ``state_shards = 1`` is DDP (every rank holds all gradients and optimizer state),
-  ``state_shards = world`` is ZeRO-2 (gradients and optimizer state partitioned;
-  parameters replicated, as SP needs every weight on every rank);
+- model states: as the run's ``shard`` setting holds them on ``world_size`` ranks
+  (:meth:`~datacentric.planning.sharding.ShardingSpec.model_state_bytes`: replicated
+  for ``none``/``ddp``; optimizer state split over the world for ``fsdp2``);
 - saved activations: per non-recomputed block ``saved_elems * tokens/sp * dtype``
   (see :func:`saved_elements_per_token`), per recomputed block only its input
   ``hidden * tokens/sp * dtype``; conditioning k/v per sample, not sharded;
@@ -75,6 +74,7 @@ import numpy as np
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
 from datacentric.planning.model_specs import ModelSpec
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.shapes import SampleShape
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward
@@ -162,7 +162,8 @@ class AnalyticCostModel(CachedCostModel):
         *,
         grad_bytes: int | None = None,
         optimizer_bytes_per_param: int | None = None,
-        state_shards: int = 1,
+        sharding: ShardingSpec | None = None,
+        world_size: int = 1,
         grad_sync_overlap: float = 0.0,
         memory_capacity_bytes: int | None = None,
     ) -> None:
@@ -170,7 +171,8 @@ class AnalyticCostModel(CachedCostModel):
         ``grad_bytes``: bytes per gradient element (default ``dtype_bytes``).
         ``optimizer_bytes_per_param``: Adam moments (8) plus an fp32 master copy when
         training in 16 bits (default 12 if ``dtype_bytes == 2`` else 8).
-        ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
+        ``sharding`` on ``world_size`` ranks: how model state is held (default
+        :data:`~datacentric.planning.sharding.DEFAULT_SHARD`; one rank holds it all).
         ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward.
         ``memory_capacity_bytes``: the cap itself, instead of ``memory_fraction`` of
         the device."""
@@ -188,7 +190,8 @@ class AnalyticCostModel(CachedCostModel):
             if optimizer_bytes_per_param is None
             else optimizer_bytes_per_param
         )
-        self.state_shards = state_shards
+        self.sharding = sharding or ShardingSpec()
+        self.world_size = world_size
         self.grad_sync_overlap = grad_sync_overlap
         self._kinds = spec.kinds
         self._kind_index = {k: i for i, k in enumerate(self._kinds)}
@@ -262,12 +265,14 @@ class AnalyticCostModel(CachedCostModel):
 
     # --- extras ---------------------------------------------------------------------------
     def model_state_bytes(self) -> int:
-        """Parameters, gradients and optimizer state held by one rank."""
-        per_param = (
-            self.dtype_bytes
-            + (self.grad_bytes + self.optimizer_bytes_per_param) / self.state_shards
+        """Parameters, gradients and optimizer state held by one rank (its ``sharding``)."""
+        return self.sharding.model_state_bytes(
+            self.spec.num_params,
+            self.world_size,
+            param_bytes=self.dtype_bytes,
+            grad_bytes=self.grad_bytes,
+            optimizer_bytes=self.optimizer_bytes_per_param,
         )
-        return int(self.spec.num_params * per_param)
 
     def work(self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]) -> Work:
         """The work the time formula charges for (used by hardware calibration)."""

@@ -12,6 +12,7 @@ from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.fitted import FittedCostModel
 from datacentric.planning.hardware import Hardware, get_hardware, gib_to_bytes, load_hardware_file
 from datacentric.planning.model_specs import ModelSpec
+from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.profiling.store import Profile
 
@@ -26,7 +27,8 @@ def analytic_cost_model(
     memory_gb: float | None = None,
     memory_fraction: float = MEMORY_FRACTION,
     dtype_bytes: int | None = None,
-    state_shards: int = 1,
+    shard: ShardingSpec | str | None = None,
+    world_size: int = 1,
     grad_sync_overlap: float = 0.0,
 ) -> AnalyticCostModel:
     """The analytic model of ``model`` (a preset name or a spec) on ``hardware`` (a
@@ -35,18 +37,23 @@ def analytic_cost_model(
 
     ``memory_gb`` caps each rank (GiB); otherwise ``memory_fraction`` of the device.
     ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
-    ``state_shards``: ranks gradients and optimizer state are split over (1: DDP).
+    ``shard`` on ``world_size`` ranks: how model state is held (a
+    :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
+    :data:`~datacentric.planning.sharding.DEFAULT_SHARD`). ``grad_sync_overlap``: share
+    of the gradient reduction hidden behind backward (0: the model reports all of it).
     """
     spec = get_model_spec(model) if isinstance(model, str) else model
     hw = resolve_hardware(hardware)
     if dtype_bytes is None:
         dtype_bytes = 4 if hw.name == "cpu-local" else 2
+    sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
     return AnalyticCostModel(
         spec,
         hw,
         memory_fraction=memory_fraction,
         dtype_bytes=dtype_bytes,
-        state_shards=state_shards,
+        sharding=sharding,
+        world_size=world_size,
         grad_sync_overlap=grad_sync_overlap,
         memory_capacity_bytes=gib_to_bytes(memory_gb),
     )

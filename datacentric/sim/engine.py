@@ -123,6 +123,8 @@ class SimResult:
     """Every rank's timing records, in seconds from the start of the epoch."""
     micro_batches: Mapping[int, MicroBatchRun] = field(default_factory=dict, repr=False)
     """The micro-batches the spans name, by id."""
+    device: str = "gpu"
+    """What the ranks are: ``gpu`` (simulated), ``cpu`` or ``cuda`` (measured)."""
 
     @property
     def epoch_time_s(self) -> float:

@@ -1,18 +1,25 @@
 """Figures of simulated schedules (matplotlib, Agg backend: no display needed).
 
 :func:`plot_results` draws, for each policy, a Gantt chart of one representative
-iteration drawn from the result's spans (ranks on the y axis, micro-batches as bars
-coloured by log tokens, the gradient all-reduce in grey, idle time blank) and, below,
-a bar chart of throughput with each policy's speedup over ``static``.
+iteration drawn from the result's spans on one time axis shared by every panel (ranks
+on the y axis; a pass's compute coloured by the micro-batch's log tokens, its
+recomputation red and its all-to-all orange; the gradient reduction grey; idle time
+light grey; a legend names them) and, below, a bar chart of throughput with each
+policy's speedup over ``static``. :func:`plot_loss_curves` draws loss against tokens
+seen for runs' ``metrics.jsonl``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from datacentric.sim.engine import IterationResult, SimResult
-from datacentric.timing import PASS_KINDS, SYNC, Span
+from datacentric.timing import COMM, PASS_KINDS, RECOMPUTE, SYNC
+
+#: Colours of what a rank does (compute is coloured by tokens instead).
+KIND_COLOURS = {RECOMPUTE: "tab:red", COMM: "tab:orange", SYNC: "0.45", "idle": "0.92"}
 
 
 def representative_iteration(result: SimResult) -> IterationResult:
@@ -48,10 +55,20 @@ def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -
     hi = math.log10(max(tokens, default=10))
     norm = colors.Normalize(vmin=lo, vmax=max(hi, lo + 1))
     cmap = plt.get_cmap("viridis")
+    # One time axis for every panel: the longest representative iteration.
+    longest = max(representative_iteration(r).time_s for r in results.values())
     for ax, policy in zip(axes[:-1, 0], policies):
         _gantt(ax, results[policy], policy, norm, cmap)
+        ax.set_xlim(0, longest * 1.01)
     bar = fig.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[:-1, 0]))
-    bar.set_label("log10 tokens of the micro-batch")
+    bar.set_label("log10 tokens of the micro-batch (compute)")
+    from matplotlib.patches import Patch
+
+    legend = [Patch(facecolor=cmap(0.6), label="compute")]
+    labels = {RECOMPUTE: "recomputation", COMM: "all-to-all", SYNC: "gradient sync"}
+    legend += [Patch(facecolor=KIND_COLOURS[k], label=v) for k, v in labels.items()]
+    legend.append(Patch(facecolor=KIND_COLOURS["idle"], edgecolor="0.7", label="idle"))
+    axes[0, 0].legend(handles=legend, loc="upper right", fontsize=7, ncols=len(legend))
     _throughput(axes[-1, 0], results)
     if title:
         fig.suptitle(title)
@@ -61,26 +78,19 @@ def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -
 
 def _gantt(ax, result: SimResult, policy: str, norm, cmap) -> None:
     it = representative_iteration(result)
-    passes: dict[tuple[int, int], list[Span]] = {}
+    ax.set_facecolor(KIND_COLOURS["idle"])  # what no span covers is idle
     for span in result.spans:
-        if span.iteration != it.index:
+        if span.iteration != it.index or span.duration_s <= 0:
             continue
-        if span.kind in PASS_KINDS:
-            passes.setdefault((span.micro_batch, span.rank), []).append(span)
-        elif span.kind == SYNC and span.duration_s > 0:
-            bar = [(span.start_s - it.start_s, span.duration_s)]
-            ax.broken_barh(bar, (span.rank, 1), facecolors="0.6")
-    for (mb_id, rank), spans in passes.items():
-        start = min(s.start_s for s in spans)
-        end = max(s.end_s for s in spans)
-        ax.broken_barh(
-            [(start - it.start_s, end - start)],
-            (rank, 1),
-            facecolors=cmap(norm(math.log10(max(1, result.micro_batches[mb_id].tokens)))),
-            edgecolors="white",
-            linewidth=0.4,
-        )
-    ax.set_xlim(0, it.time_s * 1.01)
+        bar = [(span.start_s - it.start_s, span.duration_s)]
+        if span.kind in PASS_KINDS and span.kind not in KIND_COLOURS:  # compute
+            tokens = result.micro_batches[span.micro_batch].tokens
+            colour = cmap(norm(math.log10(max(1, tokens))))
+        elif span.kind in KIND_COLOURS:
+            colour = KIND_COLOURS[span.kind]
+        else:
+            continue
+        ax.broken_barh(bar, (span.rank, 1), facecolors=colour, edgecolors="white", linewidth=0.3)
     ax.set_ylim(result.world_size, 0)
     step = max(1, result.world_size // 16)
     ranks = list(range(0, result.world_size, step))
@@ -112,3 +122,29 @@ def _throughput(ax, results: Mapping[str, SimResult]) -> None:
     ax.set_ylabel("M tokens / s")
     ax.set_ylim(0, max(values) * 1.2)
     ax.tick_params(labelsize=8)
+
+
+def plot_loss_curves(
+    runs: Mapping[str, Sequence[dict[str, Any]]], path: str, title: str = ""
+) -> None:
+    """Loss against tokens seen, one line per run (``runs``: name -> metrics.jsonl records,
+    e.g. from :func:`datacentric.train.metrics.read_metrics`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), layout="constrained")
+    for name, records in runs.items():
+        seen, total = [], 0
+        for record in records:
+            total += record["tokens"]
+            seen.append(total)
+        ax.plot(seen, [r["loss"] for r in records], marker=".", label=name)
+    ax.set_xlabel("tokens seen")
+    ax.set_ylabel("loss")
+    ax.legend(fontsize=8)
+    if title:
+        ax.set_title(title)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

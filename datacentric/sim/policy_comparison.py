@@ -17,6 +17,7 @@ from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import MEMORY_FRACTION, analytic_cost_model
 from datacentric.schedule import Schedule
 from datacentric.shapes import SampleShape, make_buckets
@@ -38,17 +39,21 @@ DEFAULT_POLICIES = (
 
 
 def simulation_cost_model(
-    model: str, hardware: str, world_size: int, *, memory_gb: float | None = None
+    model: str,
+    hardware: str,
+    world_size: int,
+    *,
+    memory_gb: float | None = None,
+    shard: ShardingSpec | str | None = None,
 ) -> AnalyticCostModel:
     """The analytic cost model the simulator uses for ``model`` on ``hardware``.
 
     Settings (stated, not fitted): bf16; plans capped at 70% of device memory (or
-    ``memory_gb`` GiB);
-    gradients and optimizer state sharded over the world (ZeRO-2, as the reference
-    benchmark's ``zero2`` plugin; parameters stay replicated, as SP needs them);
-    the model reports the whole gradient all-reduce (``grad_sync_overlap=0``) and the
-    simulator overlaps it with the last backward of the slowest group
-    (``simulate(..., overlap_grad_sync=True)``, as DDP and ZeRO-2 do).
+    ``memory_gb`` GiB); model state held as ``shard`` says on ``world_size`` ranks
+    (default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`, the trainer's, so
+    ``simulate`` plans what ``train`` runs). The model reports the whole gradient
+    reduction; :func:`run_policies` overlaps it with the slowest group's last backward
+    when the setting does (``ddp``, ``fsdp2``: ``simulate(..., overlap_grad_sync=True)``).
     """
     return analytic_cost_model(
         model,
@@ -56,8 +61,8 @@ def simulation_cost_model(
         memory_gb=memory_gb,
         memory_fraction=MEMORY_FRACTION,
         dtype_bytes=2,
-        state_shards=world_size,
-        grad_sync_overlap=0.0,
+        shard=shard,
+        world_size=world_size,
     )
 
 
@@ -162,9 +167,16 @@ def _run_policy(
         cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        overlap_grad_sync=True,
+        overlap_grad_sync=_overlaps(cost_model, world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed)
+
+
+def _overlaps(cost_model: CostModel, world_size: int) -> bool:
+    """Whether the run's ``shard`` setting reduces gradients inside the last backward
+    (cost models without a setting: yes, as DDP and FSDP2 do)."""
+    sharding = getattr(cost_model, "sharding", None)
+    return sharding is None or sharding.overlaps_reduction(world_size)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:

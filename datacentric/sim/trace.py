@@ -9,6 +9,12 @@ slices show the *aggregate* time of its recomputation and of its all-to-all (in
 reality both are spread over the layers; the model only knows their totals).
 Every ``sync`` span is a ``grad all-reduce`` slice, every ``idle`` span an ``idle``
 slice. Gaps on a track are idle time.
+
+Times are whole nanoseconds: each slice's start and end are rounded to integer
+nanoseconds and ``ts``/``dur`` (microseconds, as the format wants) are derived from
+those integers, so a slice that ends where its sibling starts never overlaps it.
+Tracks are named by what ran: ``GPU n`` for simulated ranks, ``CPU rank n`` or
+``CUDA rank n`` for measured ones (``SimResult.device``).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from typing import Any
 from datacentric.sim.engine import MicroBatchRun, SimResult
 from datacentric.timing import COMM, IDLE, RECOMPUTE, SYNC, Span
 
-_US = 1e6  # trace timestamps are microseconds
+_NS = 1_000_000_000  # slices start and end on whole nanoseconds
+_TRACK_NAMES = {"gpu": "GPU {}", "cpu": "CPU rank {}", "cuda": "CUDA rank {}"}
 _NESTED = {
     RECOMPUTE: ("recompute (total)", "recompute"),
     COMM: ("all-to-all (total)", "collective"),
@@ -36,7 +43,8 @@ def trace_events(
         events.append(_meta("process_name", pid, None, {"name": policy}))
         events.append(_meta("process_sort_index", pid, None, {"sort_index": pid}))
         for rank in range(result.world_size):
-            events.append(_meta("thread_name", pid, rank, {"name": f"GPU {rank}"}))
+            label = _TRACK_NAMES.get(result.device, result.device + " rank {}").format(rank)
+            events.append(_meta("thread_name", pid, rank, {"name": label}))
             events.append(_meta("thread_sort_index", pid, rank, {"sort_index": rank}))
         keep = {it.index for it in result.iterations[:max_iterations]}
         passes: dict[tuple[int, int], list[Span]] = {}
@@ -121,12 +129,17 @@ def _slice(
         "ph": "X",
         "pid": pid,
         "tid": tid,
-        "ts": round(start_s * _US, 3),
-        "dur": round(duration_s * _US, 3),
+        **_ts_dur(start_s, start_s + duration_s),
     }
     if args:
         event["args"] = args
     return event
+
+
+def _ts_dur(start_s: float, end_s: float) -> dict[str, float]:
+    """``ts`` and ``dur`` in microseconds from integer-nanosecond start and end."""
+    start_ns, end_ns = round(start_s * _NS), round(end_s * _NS)
+    return {"ts": start_ns / 1000, "dur": (end_ns - start_ns) / 1000}
 
 
 def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> dict[str, Any]:

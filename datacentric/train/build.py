@@ -14,11 +14,12 @@ from datacentric.data.sources import DataSettings, open_dataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.model_specs import ModelSpec
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.preset_specs import spec_from_model_preset
 from datacentric.profiling.profiler import ProfileSettings
-from datacentric.train.config import TrainConfig
+from datacentric.train.config import TrainConfig, sharding
 
 
 def data_settings(config: TrainConfig) -> DataSettings:
@@ -82,6 +83,9 @@ def build_cost_model(
     device: torch.device,
     dtype: str = "float32",
     memory_gb: float | None = None,
+    *,
+    shard: ShardingSpec | str | None = None,
+    world_size: int = 1,
 ) -> CostModel:
     """The cost model a schedule is planned with, for model preset ``model`` (or a spec,
     e.g. :func:`~datacentric.planning.config_specs.spec_from_config` of a transformers
@@ -89,7 +93,8 @@ def build_cost_model(
 
     Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; ``memory_gb``
-    caps each rank (default: 70% of the device).
+    caps each rank (default: 70% of the device); model state is held as ``shard``
+    says on ``world_size`` ranks.
     """
     if isinstance(model, str) and model not in MODEL_PRESETS:
         raise ValueError(
@@ -101,6 +106,8 @@ def build_cost_model(
         _hardware_name(device),
         memory_gb=memory_gb,
         dtype_bytes=2 if dtype == "bfloat16" else 4,
+        shard=shard,
+        world_size=world_size,
     )
 
 
@@ -115,7 +122,14 @@ def run_cost_model(
     fitted model then predicts every bucket. ``analytic``: :func:`build_cost_model`.
     """
     if config.cost_model == "analytic":
-        return build_cost_model(config.model, device, config.dtype, config.memory_gb)
+        return build_cost_model(
+            config.model,
+            device,
+            config.dtype,
+            config.memory_gb,
+            shard=sharding(config),
+            world_size=world_size,
+        )
     directory = config.profile_dir or str(Path(config.out) / "profile")
     settings = ProfileSettings(
         model=config.model,

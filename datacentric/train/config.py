@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
+
 
 @dataclass(kw_only=True)
 class TrainConfig:
@@ -84,6 +86,13 @@ class TrainConfig:
     timeline: bool = False
     # Show a progress bar on rank 0.
     progress: bool = True
+    # How model state is held across ranks: ``none`` (plain module, one all-reduce after
+    # backward), ``ddp`` or ``fsdp2`` (optimizer state sharded); docs/runtime.md.
+    shard: str = DEFAULT_SHARD
+    # FSDP2: free gathered parameters after every forward (needs equal micro-batch counts).
+    reshard_after_forward: bool = False
+    # Device of a single process: ``cuda``, ``cuda:N`` or ``cpu`` (None: cuda when available).
+    device: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -150,6 +159,14 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"memory_gb must be positive, got {config.memory_gb}")
     if config.fault_inject is not None:
         parse_fault(config.fault_inject)
+    sharding(config)
+    if config.device is not None and config.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {config.device!r}")
+
+
+def sharding(config: TrainConfig) -> ShardingSpec:
+    """The run's ``shard`` setting (raises ``ValueError`` for a bad one)."""
+    return ShardingSpec(config.shard, config.reshard_after_forward)
 
 
 def parse_fault(spec: str) -> tuple[int, int, str]:

@@ -3,16 +3,20 @@
 .. code-block:: python
 
     dc = DataCentric(model, dataset, preset="llama", policy="dcp-opt")
+    model = dc.model                              # held as ``shard`` says (FSDP2 default)
+    optimizer = torch.optim.AdamW(model.parameters())
     for step in dc.steps():
         for micro in step:                        # this rank's micro-batches
             micro.backward(model(micro.batch))    # per-token loss, weighted exactly
-        loss = step.finish()                      # one gradient all-reduce per step
+        loss = step.finish()                      # one gradient reduction per step
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad()
 
 ``DataCentric`` owns the process groups (from torchrun's environment, or one
-process), injects sequence-parallel attention and per-block recomputation into
+process on ``cuda`` when available, ``device`` overriding), holds the model as the
+``shard`` setting says (``dc.model``: create the optimizer from its parameters,
+after ``DataCentric``), injects sequence-parallel attention and per-block recomputation into
 the model, plans every bucket of the dataset's shapes and schedules each epoch
 with the chosen policy. Every rank computes the same schedule, with no
 communication. The gradient after ``step.finish()`` is the global batch's mean
@@ -37,6 +41,7 @@ from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.dit import DiTConfig
 from datacentric.models.llama import LlamaConfig
+from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
@@ -47,6 +52,7 @@ from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
+from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.preset_specs import spec_from_model_config
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.epoch import build_schedule
@@ -221,7 +227,11 @@ class DataCentric:
     analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
     planned memory; ``tokens_per_iteration`` bounds the global batch. ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
-    (0: pack each one when it is needed).
+    (0: pack each one when it is needed). ``shard`` (a
+    :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
+    default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`) says how the model is
+    held across ranks: call :attr:`model` and build the optimizer from its parameters.
+    ``device`` picks a single process's device (default: ``cuda`` when available).
     """
 
     def __init__(
@@ -239,15 +249,31 @@ class DataCentric:
         groups: ProcessGroups | None = None,
         prefetch: int = 2,
         check_model: bool = True,
+        shard: ShardingSpec | str | None = None,
+        device: str | torch.device | None = None,
     ) -> None:
-        self.groups = groups or process_groups()
-        self.model = model.to(self.groups.device)
+        self.groups = groups or process_groups(device=device)
+        self.sharding = (
+            shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
+        )
+        """How the model is held (``none``, ``ddp``, ``fsdp2``; the plan assumes the same)."""
+        self.module = model.to(self.groups.device)
+        """The user's module (inside ``model``'s DDP wrapper, when there is one)."""
+        if check_model:  # before any wrapper: three local forward passes
+            check_model_contract(self.module, dataset)
+        self.model = wrap_model(self.module, self.groups, self.sharding)
+        """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
         if cost_model is None:
             described = preset if preset is not None else model_spec(model)
-            cost_model = build_cost_model(described, self.groups.device, dtype, memory_gb)
-        if check_model:
-            check_model_contract(model, dataset)
+            cost_model = build_cost_model(
+                described,
+                self.groups.device,
+                dtype,
+                memory_gb,
+                shard=self.sharding,
+                world_size=self.groups.world_size,
+            )
         self.planner = EpochPlanner(
             dataset.shapes(),
             cost_model,

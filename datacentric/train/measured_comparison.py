@@ -201,6 +201,7 @@ def measured_result(policy: str, schedule: Schedule, records) -> SimResult:
         comm_gpu_s=0.0,
         spans=tuple(spans),
         micro_batches=runs,
+        device="cpu",
     )
 
 

@@ -34,9 +34,9 @@ from datacentric.train.checkpoint import (
     save_checkpoint,
     weights_sha256,
 )
-from datacentric.train.config import TrainConfig, parse_fault
+from datacentric.train.config import TrainConfig, parse_fault, sharding
 from datacentric.train.data_centric import DataCentric, Step
-from datacentric.train.metrics import MetricsLogger
+from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
 from datacentric.train.run_folder import gather_spans, save_schedule, timeline_json
 
 
@@ -81,10 +81,10 @@ class Trainer:
         self.is_main = groups.rank == 0
         torch.manual_seed(config.seed)
         self.dataset = build_dataset(config)
-        self.model = build_model_for(config, self.dataset)
+        module = build_model_for(config, self.dataset)
         self.shapes = self.dataset.shapes()
         self.dc = DataCentric(
-            self.model,
+            module,
             self.dataset,
             policy=config.policy,
             cost_model=run_cost_model(
@@ -94,8 +94,11 @@ class Trainer:
             tokens_per_iteration=config.tokens_per_iteration,
             seed=config.seed,
             groups=groups,
+            shard=sharding(config),
         )
         self.runtime = self.dc.runtime
+        self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
+        self.step_metrics = StepMetrics(config, self.dc, groups)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
             lr=config.lr,
@@ -200,7 +203,7 @@ class Trainer:
             samples_seen=self.position.samples_seen,
             losses=losses,
             tokens_per_s=rates,
-            weights_sha256=weights_sha256(self.model.state_dict()),
+            weights_sha256=weights_sha256(full_model_state(self.model)),
             out_dir=str(self.out),
         )
 
@@ -232,6 +235,7 @@ class Trainer:
         precision, fault injection, clipping and the step's metrics record."""
         config = self.config
         self.optimizer.zero_grad(set_to_none=True)
+        self.step_metrics.start()
         started = time.perf_counter()
         autocast = torch.autocast(
             device_type=self.groups.device.type,
@@ -261,8 +265,10 @@ class Trainer:
                 f"is {loss}; samples {sorted(sample_ids)}. The step was not applied and the "
                 "last checkpoint is intact; lower the learning rate or inspect these samples"
             )
-        if config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.grad_clip)
+        # The norm before clipping, over the whole gradient (every shard under FSDP2).
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(), config.grad_clip or math.inf
+        )
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         scheduler.step()
@@ -295,6 +301,7 @@ class Trainer:
             "rank_compute_s": busy,
             "runtime_time_s": wall,
             "data_wait_s": step.data_wait_s,
+            **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
                 if config.timeline
@@ -306,7 +313,7 @@ class Trainer:
 def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
     """Run one rank of a training job (inside ``launch.launch``: spawned, under
     torchrun, or alone)."""
-    groups = groups or process_groups(config.collective_timeout_s)
+    groups = groups or process_groups(config.collective_timeout_s, device=config.device)
     return Trainer(config, groups).run()
 
 
