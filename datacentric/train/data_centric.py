@@ -257,13 +257,6 @@ class DataCentric:
             shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
         )
         """How the model is held (``none``, ``ddp``, ``fsdp2``; the plan assumes the same)."""
-        self.module = model.to(self.groups.device)
-        """The user's module (inside ``model``'s DDP wrapper, when there is one)."""
-        if check_model:  # before any wrapper: three local forward passes
-            check_model_contract(self.module, dataset)
-        self.model = wrap_model(self.module, self.groups, self.sharding)
-        """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
-        self.dataset = dataset
         if cost_model is None:
             described = preset if preset is not None else model_spec(model)
             cost_model = build_cost_model(
@@ -274,6 +267,13 @@ class DataCentric:
                 shard=self.sharding,
                 world_size=self.groups.world_size,
             )
+        self.module = model.to(self.groups.device)
+        """The user's module (inside ``model``'s DDP wrapper, when there is one)."""
+        if check_model:  # before any wrapper: three local forward passes
+            check_model_contract(self.module, dataset)
+        self.model = wrap_model(self.module, self.groups, self.sharding)
+        """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
+        self.dataset = dataset
         self.planner = EpochPlanner(
             dataset.shapes(),
             cost_model,
