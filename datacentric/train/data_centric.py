@@ -152,13 +152,14 @@ class EpochPlanner:
         memory_gb: float | None = None,
         tokens_per_iteration: int | None = None,
         seed: int = 0,
+        options: ScheduleOptions | None = None,
     ) -> None:
         self.shapes = list(shapes)
         self.cost_model = cost_model
         self.world_size = world_size
         self.policy = policy
         self.seed = seed
-        self.options = ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
+        self.options = options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
         self.plan: Plan = plan_buckets(
             make_buckets(self.shapes),
             cost_model,
@@ -189,7 +190,8 @@ class DataCentric:
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
-    planned memory; ``tokens_per_iteration`` bounds the global batch. ``prefetch``
+    planned memory; ``tokens_per_iteration`` bounds the global batch (``options``: every
+    :class:`ScheduleOptions`, instead). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed).
     """
@@ -208,6 +210,7 @@ class DataCentric:
         dtype: str = "float32",
         groups: ProcessGroups | None = None,
         prefetch: int = 2,
+        options: ScheduleOptions | None = None,
     ) -> None:
         self.groups = groups or process_groups()
         self.model = model.to(self.groups.device)
@@ -224,6 +227,7 @@ class DataCentric:
             memory_gb=memory_gb,
             tokens_per_iteration=tokens_per_iteration,
             seed=seed,
+            options=options,
         )
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)

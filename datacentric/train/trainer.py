@@ -94,6 +94,7 @@ class Trainer:
             tokens_per_iteration=config.tokens_per_iteration,
             seed=config.seed,
             groups=groups,
+            options=config.schedule_options(),
         )
         self.runtime = self.dc.runtime
         self.optimizer = torch.optim.AdamW(
