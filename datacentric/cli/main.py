@@ -12,6 +12,7 @@ exit code) as the parser default.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import pkgutil
@@ -74,7 +75,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.remove("--debug")
         debug = True
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(args, "command", None)
+        sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
+        valid = list(sub._option_string_actions) if sub else []
+        flag = next((e for e in extra if e.startswith("-")), extra[0])
+        close = difflib.get_close_matches(flag.split("=")[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        where = f"datacentric {command}" if command else "datacentric"
+        print(f"{where}: unrecognized arguments: {' '.join(extra)}{hint}", file=sys.stderr)
+        return 2
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2

@@ -14,7 +14,7 @@ import json
 import sys
 
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
-from datacentric.parallel.launch import launch
+from datacentric.parallel.launch import launch, launch_mode
 from datacentric.train.config import TrainConfig
 from datacentric.train.run_folder import claim_run_folder
 from datacentric.train.trainer import train_rank
@@ -53,7 +53,8 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    claim_run_folder(config)
+    if launch_mode(config.world).kind != "torchrun":  # under torchrun, rank 0 claims it
+        claim_run_folder(config)
     if not check_dataset(config, "train"):
         return 2
     results = launch(

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -161,7 +162,7 @@ def save_checkpoint(
             os.replace(tmp, final)
             _write_atomic(root / "latest", final.name)
             _prune(run_dir, final, keep_last)
-    except Exception as err:
+    except (Exception, CheckpointException) as err:  # DCP's is a BaseException
         if _rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         if _is_disk_full(err):
@@ -309,7 +310,7 @@ def load_checkpoint(
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*single process.*")
             dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
-    except Exception as err:
+    except (Exception, CheckpointException) as err:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         detail = next((ln for ln in lines if "size" in ln or "Missing key" in ln), None)
         detail = detail or (lines[-1] if lines else type(err).__name__)

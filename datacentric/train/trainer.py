@@ -217,12 +217,13 @@ class Trainer:
         config = self.config
         if self.is_main:
             claim_run_folder(config, restarted=launch_mode().restarts > 0)
+        self._resume()  # checks the checkpoint before anything in the folder changes
+        if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             config.save(self.out / "config.json")
             (self.out / "config.toml").write_text(config.to_toml(), encoding="utf-8")
             plan = self.dc.planner.plan.to_json()
             (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
-        self._resume()
         for group in self.optimizer.param_groups:
             # The schedule multiplies the configured peak; a loaded optimizer state holds
             # the decayed rate of its last step, which must not become the new base.
