@@ -27,11 +27,11 @@ def test_toml_and_flags_merge(tmp_path):
 def test_unknown_keys_are_named_with_a_suggestion(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text("learning_rate = 0.1\npolicy = 'dcp-opt'\n")
-    with pytest.raises(ValueError, match="unknown configuration keys 'learning_rate'"):
+    with pytest.raises(ValueError, match="unknown key 'learning_rate'"):
         load_config(path)
     with pytest.raises(ValueError, match="did you mean 'epochs'"):
         load_config(None, epoch=2)
-    with pytest.raises(ValueError, match="fault_inject must be 'RANK:ITERATION'"):
+    with pytest.raises(ValueError, match="fault_inject: must be 'RANK:ITERATION'"):
         load_config(None, fault_inject="soon")
 
 
@@ -74,3 +74,39 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
 def test_position_json_round_trip():
     p = Position(epoch=1, iterations_done=4, consumed=[3, 1], segment_world=2)
     assert Position.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_example_config_loads_and_show_round_trips(tmp_path, capsys):
+    from pathlib import Path
+
+    from datacentric.cli.main import main
+
+    example = Path(__file__).parent.parent / "examples" / "config.toml"
+    config = load_config(example)
+    assert (config.world, config.policy, config.keep_last) == (2, "dcp-opt", 2)
+    assert main(["config", "--show", "--config", str(example), "--lr", "0.01"]) == 0
+    shown = tmp_path / "shown.toml"
+    shown.write_text(capsys.readouterr().out)
+    again = load_config(shown)
+    assert again == load_config(example, lr=0.01)
+
+
+def test_every_train_flag_has_help_with_default():
+    from datacentric.cli.main import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    for action in train._actions:
+        if action.dest in ("help",) or action.help == "==SUPPRESS==":
+            continue
+        assert action.help, action.option_strings
+        if action.dest not in ("config", "json"):
+            assert "[default:" in action.help, action.option_strings
+
+
+def test_policy_choices_match_the_scheduler():
+    import typing
+
+    from datacentric.scheduling import POLICIES
+    from datacentric.train.config import Policy
+
+    assert set(typing.get_args(Policy)) == set(POLICIES)

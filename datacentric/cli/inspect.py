@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from datacentric.train.checkpoint import (
+    CheckpointError,
     latest_checkpoint,
     read_model_state,
     verify_checkpoint,
@@ -24,9 +26,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def inspect_run(run_dir: str) -> dict:
     """The latest checkpoint's position and SHA-256 of its model tensors."""
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder")
     path = latest_checkpoint(run_dir)
     if path is None:
-        raise SystemExit(f"{run_dir}: no checkpoint found (was the run started with --out?)")
+        raise CheckpointError(f"{run_dir}: no checkpoint found (was the run started with --out?)")
     trainer = verify_checkpoint(path)
     state = read_model_state(path)
     return {

@@ -3,25 +3,50 @@
 Each module in ``datacentric.cli`` that defines ``register(subparsers)`` adds its
 sub-command; ``register`` must set ``func`` (taking the parsed args, returning an
 exit code) as the parser default.
+
+:func:`main` is the one place that reports a failure: one line
+``datacentric <command>: <message>`` on stderr and exit status 2. ``--debug`` (or
+``DATACENTRIC_DEBUG=1``) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import os
 import pkgutil
 import sys
+import typing
 from collections.abc import Sequence
 
+import datacentric
 import datacentric.cli as cli_package
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line (``datacentric <command>: ...``), exit 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="datacentric",
         description="Data-Centric Parallel training for variable-length sequences.",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument(
+        "--version", action="version", version=f"datacentric {datacentric.__version__}"
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of a failure (also: DATACENTRIC_DEBUG=1); accepted anywhere",
+    )
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=OneLineParser
+    )
     for info in sorted(pkgutil.iter_modules(cli_package.__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name == "main":
             continue
@@ -32,13 +57,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(err: BaseException) -> str:
+    """A failure as one line: the message's first line (a rank's failure carries
+    its traceback on the following lines), prefixed by the type for internal errors."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, ValueError | OSError | RuntimeError | LookupError):
+        if isinstance(err, FileNotFoundError | PermissionError) and err.filename:
+            return f"{err.filename}: {err.strerror}"
+        return text or type(err).__name__
+    return f"internal error {type(err).__name__}: {text} (rerun with --debug for the traceback)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = os.environ.get("DATACENTRIC_DEBUG", "") not in ("", "0")
+    if "--debug" in argv:
+        argv.remove("--debug")
+        debug = True
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command = getattr(args, "command", None)
+        sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
+        valid = list(sub._option_string_actions) if sub else []
+        flag = next((e for e in extra if e.startswith("-")), extra[0])
+        close = difflib.get_close_matches(flag.split("=")[0], valid, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        where = f"datacentric {command}" if command else "datacentric"
+        print(f"{where}: unrecognized arguments: {' '.join(extra)}{hint}", file=sys.stderr)
+        return 2
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    if debug:
+        return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"datacentric {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise
+    except Exception as err:  # noqa: BLE001 - the one place a failure is reported
+        print(f"datacentric {args.command}: {one_line(err)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
-"""``datacentric train``: train a model under a data-centric schedule.
+"""``datacentric train``: train a model with a data-centric schedule.
 
 Under torchrun (``torchrun --nproc-per-node N -m datacentric train ...``) each
-rank joins the job from the environment; with ``--nproc N`` the command starts
+rank joins the job from the environment; with ``--world N`` the command starts
 N local ranks itself (gloo on CPU); otherwise it runs as one process
-(``parallel.launch.launch_mode`` decides).
+(``parallel.launch.launch_mode`` decides). Settings come from ``--config FILE``
+and ``--section.key`` flags (``docs/configuration.md``).
 """
 
 from __future__ import annotations
@@ -12,49 +13,24 @@ import argparse
 import json
 import sys
 
-from datacentric.cli.plan import DATASET_HELP, add_data_arguments
-from datacentric.parallel.launch import launch
-from datacentric.train.config import TrainConfig, load_config
+from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
+from datacentric.parallel.launch import launch, launch_mode
+from datacentric.train.config import TrainConfig
+from datacentric.train.run_folder import claim_run_folder
 from datacentric.train.trainer import train_rank
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("train", help="train a model with a data-centric schedule")
-    parser.add_argument("--config", help="TOML file of settings ([train] table or top level)")
-    parser.add_argument(
-        "--nproc",
-        type=int,
-        default=None,
-        help="start this many local ranks instead of using torchrun (NCCL with one GPU "
-        "each when there are enough GPUs, else gloo)",
+    parser = subparsers.add_parser(
+        "train",
+        help="train a model with a data-centric schedule",
+        description="Train a model with a data-centric schedule. Every setting is a "
+        "--section.key flag (or its short name) and a key of the --config TOML file.",
     )
-    add_config_flags(parser)
+    add_config_file_flag(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    add_config_flags(parser)
     parser.set_defaults(func=run)
-
-
-#: Fields whose flags (with help) come from :func:`add_data_arguments`.
-DATA_FLAGS = ("max_tokens", "tokenizer", "text_field", "long_docs", "bucket_config")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per :class:`TrainConfig` field (unset flags keep the file's value)."""
-    add_data_arguments(parser, TrainConfig.max_tokens)
-    for name, field in TrainConfig.__dataclass_fields__.items():
-        flag = "--" + name.replace("_", "-")
-        if name in DATA_FLAGS:
-            continue
-        if name == "dataset":
-            parser.add_argument(flag, dest=name, default=None, help=DATASET_HELP)
-        elif field.type in ("bool",):
-            parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None
-            )
-        elif name == "betas":
-            parser.add_argument(flag, dest=name, type=float, nargs=2, default=None)
-        else:
-            kind = {"int": int, "float": float}.get(str(field.type).split(" |")[0], str)
-            parser.add_argument(flag, dest=name, type=kind, default=None)
 
 
 def check_dataset(config: TrainConfig, command: str) -> bool:
@@ -76,14 +52,15 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = {name: getattr(args, name) for name in TrainConfig.__dataclass_fields__}
-    config = load_config(args.config, **overrides)
+    config = config_from_args(args)
+    if launch_mode(config.world).kind != "torchrun":  # under torchrun, rank 0 claims it
+        claim_run_folder(config)
     if not check_dataset(config, "train"):
         return 2
     results = launch(
         train_rank,
         config,
-        nproc=args.nproc,
+        nproc=config.world,
         collective_timeout_s=config.collective_timeout_s,
         device=config.device,
     )

@@ -58,9 +58,12 @@ def _worker_entry(
     timeout_s: float,
     threads: int | None,
     results: Any,
+    launcher_pid: int | None = None,
 ) -> None:
     if threads:
         torch.set_num_threads(threads)
+    if launcher_pid is not None:
+        _exit_with_launcher(launcher_pid)
     try:
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
@@ -77,11 +80,65 @@ def _worker_entry(
         buffer = io.BytesIO()
         torch.save(value, buffer)
         results.put((rank, True, buffer.getvalue()))
-    except BaseException:  # noqa: BLE001 - every failure goes to the parent, named
-        results.put((rank, False, traceback.format_exc()))
+    except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, named
+        text = str(err).strip()
+        summary = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+        results.put((rank, False, summary + "\n" + traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
+    """Stop this rank when the process that launched it is gone (killed, even with
+    SIGKILL): a daemon thread polls it (ranks of the forkserver are not its children)."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            try:
+                os.kill(launcher_pid, 0)
+            except ProcessLookupError:
+                os._exit(143)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+class _StopRanks:
+    """While active, SIGTERM/SIGINT/SIGHUP to the launcher kill its ranks first, then
+    end the launcher with the signal's usual status (main thread only)."""
+
+    def __init__(self, processes: list[Any]) -> None:
+        self.processes = processes
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopRanks:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+        for process in self.processes:
+            process.join(timeout=10)
+        if signum == 2:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        import signal
+
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
 
 def spawn(
@@ -127,13 +184,14 @@ def spawn(
                 collective_timeout_s or timeout_s,
                 threads_per_rank,
             ),
-            kwargs={"results": results},
+            kwargs={"results": results, "launcher_pid": os.getpid()},
             daemon=True,
         )
         process.start()
         processes.append(process)
     try:
-        values = _collect(processes, results, timeout_s)
+        with _StopRanks(processes):
+            values = _collect(processes, results, timeout_s)
     except BaseException:
         for process in processes:
             process.kill()
@@ -194,7 +252,8 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
                 ) from None
             continue
         if not ok:
-            raise RuntimeError(f"rank {rank} failed:\n{payload}")
+            summary, _, trace = payload.partition("\n")
+            raise RuntimeError(f"rank {rank} failed: {summary}\n{trace}")
         values[rank] = torch.load(io.BytesIO(payload), weights_only=False)
     return [values[r] for r in range(len(processes))]
 

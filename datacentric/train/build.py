@@ -141,6 +141,7 @@ def run_cost_model(
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
+        **config.profile_settings(),
     )
     profile = ensure_profile(directory, settings, shapes)
     return fitted_cost_model(

@@ -10,19 +10,27 @@ Layout of a run folder::
         manifest.json              SHA-256 of every file above (written last)
     checkpoints/latest             name of the newest complete checkpoint
 
-A checkpoint is written into ``step-N.tmp`` and renamed only when complete, and
-``latest`` is replaced atomically, so a crash mid-save leaves the previous
-checkpoint intact. Loading verifies every checksum first. Model and optimizer go
+A checkpoint is written into ``step-N.tmp`` and renamed only when complete (to
+``step-N``, or ``step-N-rK`` when step N was saved before: a final save after a
+periodic one), then ``latest`` is switched atomically, and only then are older
+copies and checkpoints beyond ``keep_last`` deleted: a kill at any moment leaves
+``latest`` naming a complete checkpoint. Loading verifies every checksum first;
+:func:`find_checkpoint` falls back to the newest valid checkpoint, with a notice,
+when ``latest`` is missing, dangling or corrupt. A full disk is a
+:class:`CheckpointError` saying so. Model and optimizer go
 through ``torch.distributed.checkpoint`` so that a run can resume on a different
 number of ranks (replicated parameters are resharded by DCP's planner).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -31,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
@@ -43,7 +52,35 @@ TRAINER_FILE = "trainer.json"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, incomplete or corrupt."""
+    """A checkpoint is missing, incomplete, corrupt, of another model, or cannot be written."""
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)(?:-r(\d+))?$")
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step of a checkpoint folder name (``step-N`` or ``step-N-rK``), else None."""
+    match = _STEP_DIR.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's checkpoint folders (complete or not, no ``.tmp``), oldest first."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [(_STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir()]
+    ordered = sorted((int(m.group(1)), int(m.group(2) or 0), p) for m, p in found if m)
+    return [p for _, _, p in ordered]
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    text = str(err)
+    return (
+        getattr(err, "errno", None) == errno.ENOSPC
+        or "No space left on device" in text
+        or "file write failed" in text
+    )
 
 
 def _rank() -> int:
@@ -92,49 +129,128 @@ def save_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     trainer_state: dict[str, Any],
+    keep_last: int | None = None,
 ) -> Path:
     """Save on every rank (collective); returns the final checkpoint folder.
 
     ``trainer_state`` must be JSON-able (position, lr schedule state, fingerprint).
+    ``keep_last``: delete all but the newest N checkpoints after the save.
     """
     root = checkpoint_dir(run_dir)
-    final = root / f"step-{step:08d}"
     tmp = root / f"step-{step:08d}.tmp"
-    if _rank() == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    _barrier()
-    state = {
-        "model": get_model_state_dict(model),
-        "optimizer": get_optimizer_state_dict(model, optimizer),
-    }
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
-    torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
-    _barrier()
-    if _rank() == 0:
-        (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state), encoding="utf-8")
-        files = sorted(p for p in tmp.iterdir() if p.is_file())
-        manifest = {p.name: _sha256(p) for p in files}
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        _write_atomic(root / "latest", final.name)
+    try:
+        if _rank() == 0:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        _barrier()
+        state = {
+            "model": get_model_state_dict(model),
+            "optimizer": get_optimizer_state_dict(model, optimizer),
+        }
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*single process.*")
+            dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
+        torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
+        _barrier()
+        final = _final_name(root, step)
+        if _rank() == 0:
+            (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state), encoding="utf-8")
+            files = sorted(p for p in tmp.iterdir() if p.is_file())
+            manifest = {p.name: _sha256(p) for p in files}
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+            os.replace(tmp, final)
+            _write_atomic(root / "latest", final.name)
+            _prune(run_dir, final, keep_last)
+    except (Exception, CheckpointException) as err:  # DCP's is a BaseException
+        if _rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if _is_disk_full(err):
+            raise CheckpointError(
+                f"no space left on device while saving checkpoint step {step} to {root}; "
+                "free space (or pass --keep-last N) and resume with --resume"
+            ) from err
+        raise
     _barrier()
     return final
 
 
+def _final_name(root: Path, step: int) -> Path:
+    """``step-N``, or ``step-N-rK`` (next free K) when step N was saved before."""
+    final = root / f"step-{step:08d}"
+    revision = 0
+    while final.exists():
+        revision += 1
+        final = root / f"step-{step:08d}-r{revision}"
+    return final
+
+
+def _prune(run_dir: str | Path, current: Path, keep_last: int | None) -> None:
+    """After ``latest`` names ``current``: delete older copies of its step and all
+    but the newest ``keep_last`` checkpoints."""
+    step = checkpoint_step(current)
+    others = [p for p in list_checkpoints(run_dir) if p != current]
+    stale = [p for p in others if checkpoint_step(p) == step]
+    if keep_last is not None:
+        kept = [p for p in others if p not in stale][-(keep_last - 1) :] if keep_last > 1 else []
+        stale += [p for p in others if p not in stale and p not in kept]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or ``None`` if it has none."""
+    """The newest valid checkpoint of a run, or ``None`` if it has none (see
+    :func:`find_checkpoint`; its notice goes to stderr)."""
+    path, notice = find_checkpoint(run_dir)
+    if notice:
+        print(f"datacentric: note: {notice}", file=sys.stderr)
+    return path
+
+
+def find_checkpoint(run_dir: str | Path) -> tuple[Path | None, str | None]:
+    """``(checkpoint, notice)``: the one ``latest`` names if it verifies, else the
+    newest checkpoint that does (the notice says why and which); ``(None, None)``
+    when the run has no checkpoint; :class:`CheckpointError` when none is valid."""
     root = checkpoint_dir(run_dir)
     pointer = root / "latest"
-    if not pointer.exists():
-        return None
-    path = root / pointer.read_text(encoding="utf-8").strip()
+    candidates = list_checkpoints(run_dir)
+    if not pointer.exists() and not candidates:
+        return None, None
+    problem = None
+    if pointer.exists():
+        named = root / pointer.read_text(encoding="utf-8").strip()
+        try:
+            if not named.is_dir():
+                raise CheckpointError(f"{pointer} names {named.name}, which does not exist")
+            verify_checkpoint(named)
+            return named, None
+        except CheckpointError as err:
+            problem = str(err)
+    else:
+        problem = f"{pointer} is missing"
+    for path in reversed(candidates):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError:
+            continue
+        return path, f"{problem}; using {path.name}, the newest valid checkpoint"
+    raise CheckpointError(f"{problem}; and {root} holds no other valid checkpoint")
+
+
+def resolve_resume_from(run_dir: str | Path, spec: str) -> Path:
+    """The checkpoint ``--resume-from`` names: a folder, or a step number of ``run_dir``."""
+    if spec.isdigit():
+        matches = [p for p in list_checkpoints(run_dir) if checkpoint_step(p) == int(spec)]
+        if not matches:
+            steps = sorted({checkpoint_step(p) for p in list_checkpoints(run_dir)})
+            raise CheckpointError(
+                f"--resume-from {spec}: {checkpoint_dir(run_dir)} has no checkpoint of step "
+                f"{spec} (it has steps {steps or 'none'})"
+            )
+        return matches[-1]
+    path = Path(spec)
     if not path.is_dir():
-        raise CheckpointError(f"{pointer} names {path.name}, which does not exist")
+        raise CheckpointError(f"--resume-from {spec}: no such checkpoint folder")
     return path
 
 
@@ -153,19 +269,30 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         if not file.exists():
             raise CheckpointError(f"{path}: {name} is missing")
         if _sha256(file) != expected:
+            earlier = [p for p in list_checkpoints(path.parent.parent) if p.name < path.name]
+            hint = (
+                f"resume from an earlier one with `datacentric train --resume-from "
+                f"{earlier[-1]} ...`"
+                if earlier
+                else "restore it, or start the run again with --overwrite"
+            )
             raise CheckpointError(
-                f"{path}: checksum mismatch for {name}; the checkpoint is corrupt "
-                "(restore it or resume from an earlier one)"
+                f"{path}: checksum mismatch for {name}; the checkpoint is corrupt: {hint}"
             )
     return json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
 
 
 def load_checkpoint(
-    path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    path: str | Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    expect_model: str | None = None,
 ) -> dict[str, Any]:
     """Load model, optimizer and this rank's RNG (collective); return the trainer state.
 
-    On a different world size, ranks without a saved RNG state keep their own.
+    On a different world size, ranks without a saved RNG state keep their own. A
+    checkpoint of another model (``expect_model``: this run's model setting, checked
+    against the saved config; or tensors of other shapes) is a :class:`CheckpointError`.
     """
     path = Path(path)
     trainer_state = verify_checkpoint(path)
@@ -173,9 +300,24 @@ def load_checkpoint(
         "model": get_model_state_dict(model),
         "optimizer": get_optimizer_state_dict(model, optimizer),
     }
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*single process.*")
-        dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    saved_model = (trainer_state.get("config") or {}).get("model")
+    if expect_model is not None and saved_model is not None and saved_model != expect_model:
+        raise CheckpointError(
+            f"{path} holds a {saved_model!r} model, this run builds {expect_model!r}; "
+            "resume with the same model or choose another --out"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*single process.*")
+            dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+    except (Exception, CheckpointException) as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        detail = next((ln for ln in lines if "size" in ln or "Missing key" in ln), None)
+        detail = detail or (lines[-1] if lines else type(err).__name__)
+        raise CheckpointError(
+            f"{path} does not fit this model (a checkpoint of another model or size?): "
+            f"{detail[:200]}"
+        ) from err
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rng_file = path / f"rng-rank{_rank()}.pt"

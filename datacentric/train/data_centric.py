@@ -165,13 +165,14 @@ class EpochPlanner:
         tokens_per_iteration: int | None = None,
         seed: int = 0,
         sp_sizes: Sequence[int] | None = None,
+        options: ScheduleOptions | None = None,
     ) -> None:
         self.shapes = list(shapes)
         self.cost_model = cost_model
         self.world_size = world_size
         self.policy = policy
         self.seed = seed
-        self.options = ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
+        self.options = options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
         self.plan: Plan = plan_buckets(
             make_buckets(self.shapes),
             cost_model,
@@ -225,7 +226,8 @@ class DataCentric:
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
-    planned memory; ``tokens_per_iteration`` bounds the global batch. ``prefetch``
+    planned memory; ``tokens_per_iteration`` bounds the global batch (``options``: every
+    :class:`ScheduleOptions`, instead). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed). ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
@@ -251,6 +253,7 @@ class DataCentric:
         check_model: bool = True,
         shard: ShardingSpec | str | None = None,
         device: str | torch.device | None = None,
+        options: ScheduleOptions | None = None,
     ) -> None:
         self.groups = groups or process_groups(device=device)
         self.sharding = (
@@ -283,6 +286,7 @@ class DataCentric:
             tokens_per_iteration=tokens_per_iteration,
             seed=seed,
             sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
+            options=options,
         )
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)

@@ -16,7 +16,6 @@ of ``metrics.jsonl``), matched to the schedule's micro-batches by id.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from datacentric.timing import SYNC, Placement, Span, busy_s, micro_batch_id, pl
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.config import TrainConfig
 from datacentric.train.metrics import read_metrics
-from datacentric.train.run_folder import SCHEDULES, load_schedule, timeline_spans
+from datacentric.train.run_folder import load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
 
 
@@ -68,11 +67,9 @@ class PolicyMeasurement:
 
 
 def run_policy(config: TrainConfig, world_size: int) -> None:
-    """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch."""
-    for folder in ("checkpoints", SCHEDULES):
-        shutil.rmtree(Path(config.out) / folder, ignore_errors=True)
-    for name in ("metrics.jsonl", "samples.jsonl"):
-        (Path(config.out) / name).unlink(missing_ok=True)
+    """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch
+    (the folder's earlier run is replaced)."""
+    config = dataclasses.replace(config, overwrite=True, resume=False, resume_from=None)
     launch(train_rank, config, nproc=world_size, collective_timeout_s=config.collective_timeout_s)
 
 

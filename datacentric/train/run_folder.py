@@ -4,6 +4,8 @@
   written once per epoch by rank 0, atomically. An epoch re-planned mid-way for a
   new world size on resume runs a second schedule: it is stored as
   ``schedules/epoch-N-step-S.json``, ``S`` being the run's step where it began.
+- whose run a folder holds (:func:`claim_run_folder`): a fresh run refuses a folder
+  that holds another run unless it resumes it or is told to overwrite it.
 - the ``timeline`` of a ``metrics.jsonl`` record (with ``timeline = true``): every
   rank's :class:`~datacentric.timing.Span` records of the step, as JSON objects,
   times in seconds from the step's start on that rank.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,37 @@ from datacentric.schedule import Schedule
 from datacentric.timing import Span
 
 SCHEDULES = "schedules"
+#: What a run writes into its folder; any of them means the folder holds a run.
+RUN_FILES = ("config.json", "metrics.jsonl", "samples.jsonl", "checkpoints")
+#: What ``overwrite`` removes (a shared ``profile/`` stays: it is a cache).
+RUN_OUTPUTS = (*RUN_FILES, "config.toml", "plan.json", SCHEDULES)
+
+
+class RunFolderError(ValueError):
+    """The run folder holds another run and the settings do not say what to do with it."""
+
+
+def claim_run_folder(config: Any, restarted: bool = False) -> None:
+    """Make ``config.out`` this run's: fine when empty or when resuming (``resume``,
+    ``resume_from`` or a torchrun restart); cleared first with ``overwrite``; else
+    :class:`RunFolderError`. Call once, before the run writes anything."""
+    out = Path(config.out)
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if not found or config.resume or config.resume_from or restarted:
+        return
+    if not config.overwrite:
+        raise RunFolderError(
+            f"--out {out} already holds a run ({', '.join(found)}); pass --resume to "
+            "continue it, --overwrite to replace it, or choose another --out"
+        )
+    for name in RUN_OUTPUTS:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    for marker in out.glob(".fault-injected-*"):
+        marker.unlink()
 
 
 def schedule_path(out_dir: str | Path, epoch: int, first_step: int | None = None) -> Path:

@@ -12,9 +12,11 @@ different world size the rest of the epoch is re-planned (see
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,15 +31,26 @@ from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
-    latest_checkpoint,
+    CheckpointError,
+    find_checkpoint,
     load_checkpoint,
+    resolve_resume_from,
     save_checkpoint,
     weights_sha256,
 )
-from datacentric.train.config import TrainConfig, parse_fault, sharding
+from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
 from datacentric.train.data_centric import DataCentric, Step
 from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
-from datacentric.train.run_folder import gather_spans, save_schedule, timeline_json
+from datacentric.train.run_folder import (
+    claim_run_folder,
+    gather_spans,
+    save_schedule,
+    timeline_json,
+)
+
+#: Settings a resume must keep (the sample stream and the model depend on them); the
+#: rest (steps, learning rate, checkpointing, world size...) may change.
+RESUME_FIXED = (*(k for s in ("model", "data", "scheduling") for k in section_keys()[s]), "seed")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -95,6 +108,10 @@ class Trainer:
             seed=config.seed,
             groups=groups,
             shard=sharding(config),
+            options=config.schedule_options(),
+            # a resumed run keeps the model and data its first start checked (the resume
+            # checks refuse any change), and names a changed model by the checkpoint's
+            check_model=not (config.resume or config.resume_from),
         )
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
@@ -119,19 +136,73 @@ class Trainer:
         return self.config.epochs * len(self.dc.current_schedule().iterations)
 
     # ---------------------------------------------------------------- resume
+    def _checkpoint_to_load(self, restarted: bool) -> Path | None:
+        if self.config.resume_from:
+            return resolve_resume_from(self.out, self.config.resume_from)
+        if not (self.config.resume or restarted):
+            return None
+        path, notice = find_checkpoint(self.out)
+        if notice and self.is_main:
+            print(f"datacentric train: note: {notice}", file=sys.stderr)
+        return path
+
     def _resume(self) -> None:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
         restarted = launch_mode().restarts > 0
-        path = latest_checkpoint(self.out) if self.config.resume or restarted else None
+        path = self._checkpoint_to_load(restarted)
         if path is None:
             self.total_iterations = self._planned_total()
+            if self.is_main:  # a fresh start: records of an earlier attempt go
+                _truncate_jsonl(self.out / "metrics.jsonl", 0)
+                _truncate_jsonl(self.out / "samples.jsonl", 0)
             return
-        state = load_checkpoint(path, self.model, self.optimizer)
+        state = load_checkpoint(path, self.model, self.optimizer, expect_model=self.config.model)
+        self._check_unchanged(path, state)
         self.dc.load_state_dict(state["position"])
-        self.total_iterations = int(state["total_iterations"])
+        done = self.position.iterations_done
+        was = int(state["total_iterations"])
+        self.total_iterations = self._resumed_total(was, state.get("config") or {})
         if self.is_main:
-            _truncate_jsonl(self.out / "metrics.jsonl", self.position.iterations_done)
-            _truncate_jsonl(self.out / "samples.jsonl", self.position.iterations_done)
+            new = self.total_iterations
+            change = f" (the checkpoint's run planned {was})" if was != new else ""
+            print(
+                f"datacentric train: resuming from {path.name} at step {done}; learning-rate "
+                f"horizon {self.total_iterations} steps{change}",
+                file=sys.stderr,
+            )
+            _truncate_jsonl(self.out / "metrics.jsonl", done)
+            _truncate_jsonl(self.out / "samples.jsonl", done)
+
+    def _resumed_total(self, was: int, saved: dict[str, Any]) -> int:
+        """The learning-rate horizon of a resumed run: this command's ``iterations``;
+        without it, the saved horizon scaled by a changed ``epochs``."""
+        if self.config.iterations is not None:
+            return self.config.iterations
+        saved_epochs = int(saved.get("epochs", self.config.epochs))
+        return max(1, round(was * self.config.epochs / saved_epochs))
+
+    def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
+        """Refuse a resume whose data, model or schedule settings differ from the
+        checkpoint's (any world size), naming each changed setting."""
+        saved = state.get("config") or {}
+        now = self.config.to_json()
+        changed = [
+            f"{key} ({saved[key]!r} -> {now[key]!r})"
+            for key in RESUME_FIXED
+            if key in saved and _as_json(saved[key]) != _as_json(now[key])
+        ]
+        fingerprint = state.get("dataset_fingerprint")
+        if fingerprint is not None and fingerprint != self._dataset_fingerprint():
+            changed.append("the dataset's samples")
+        if changed:
+            raise CheckpointError(
+                f"cannot resume from {path}: changed since it was saved: {', '.join(changed)}; "
+                "resume with the same settings, or start a new run (another --out or --overwrite)"
+            )
+
+    def _dataset_fingerprint(self) -> str:
+        """SHA-256 of the dataset's sample shapes, in order."""
+        return hashlib.sha256(repr(list(self.shapes)).encode()).hexdigest()
 
     def _trainer_state(self, lr_state: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -143,6 +214,7 @@ class Trainer:
             "total_iterations": self.total_iterations,
             "lr_scheduler": lr_state,
             "config": self.config.to_json(),
+            "dataset_fingerprint": self._dataset_fingerprint(),
         }
 
     # ---------------------------------------------------------------- loop
@@ -150,11 +222,14 @@ class Trainer:
         """Train until ``config.iterations`` steps or ``config.epochs`` epochs are done."""
         config = self.config
         if self.is_main:
+            claim_run_folder(config, restarted=launch_mode().restarts > 0)
+        self._resume()  # checks the checkpoint before anything in the folder changes
+        if self.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             config.save(self.out / "config.json")
+            (self.out / "config.toml").write_text(config.to_toml(), encoding="utf-8")
             plan = self.dc.planner.plan.to_json()
             (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
-        self._resume()
         for group in self.optimizer.param_groups:
             # The schedule multiplies the configured peak; a loaded optimizer state holds
             # the decayed rate of its last step, which must not become the new base.
@@ -214,6 +289,7 @@ class Trainer:
             self.model,
             self.optimizer,
             self._trainer_state(scheduler.state_dict()),
+            keep_last=self.config.keep_last,
         )
 
     def _maybe_inject_fault(self, number: int) -> None:
@@ -315,6 +391,10 @@ def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> Trai
     torchrun, or alone)."""
     groups = groups or process_groups(config.collective_timeout_s, device=config.device)
     return Trainer(config, groups).run()
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
 
 
 def _truncate_jsonl(path: Path, keep_below: int) -> None:
