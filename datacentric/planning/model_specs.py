@@ -153,7 +153,7 @@ class ModelSpec:
 
 def stdit_1_1b() -> ModelSpec:
     # Open-Sora v1.2 STDiT3-XL/2 (hpcaitech/Open-Sora, opensora/models/stdit/stdit3.py, and
-    # ../shared/data/video_buckets.json): depth 28 means 28 *pairs* of blocks, a spatial
+    # Open-Sora v1.2 bucket configuration): depth 28 means 28 *pairs* of blocks, a spatial
     # block then a temporal block, 56 blocks in all; this is what makes the published 1.1B
     # (56 blocks x 16 h^2 = 1.19e9). hidden 1152, 16 heads, MLP ratio 4 (GELU), T5 captions
     # of 300 tokens x 4096 projected to 1152, adaLN-single, latent 4 channels, patch 1x2x2.
@@ -168,5 +168,5 @@ def stdit_1_1b() -> ModelSpec:
         patch_channels=4 * 1 * 2 * 2,
         adaln_single=True,
         sp_layout="frame-sharded",
-        source="Open-Sora v1.2 STDiT3-XL/2 (stdit3.py); shared/data/video_buckets.json",
+        source="Open-Sora v1.2 STDiT3-XL/2 (stdit3.py) and its bucket configuration",
     )
