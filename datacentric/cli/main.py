@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import datacentric
 import datacentric.cli as cli_package
+from datacentric.cli.flags import apply_config_file, complete_help
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
+    for sub in subparsers.choices.values():
+        complete_help(sub)
     return parser
 
 
@@ -66,6 +69,12 @@ def one_line(err: BaseException) -> str:
             return f"{err.filename}: {err.strerror}"
         return text or type(err).__name__
     return f"internal error {type(err).__name__}: {text} (rerun with --debug for the traceback)"
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Settle the ``--config`` file's values (commands other than ``train``), then run."""
+    apply_config_file(args)
+    return int(args.func(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -90,9 +99,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if debug:
-        return int(args.func(args) or 0)
+        return run_command(args)
     try:
-        return int(args.func(args) or 0)
+        return run_command(args)
     except KeyboardInterrupt:
         print(f"datacentric {args.command}: interrupted", file=sys.stderr)
         return 130
