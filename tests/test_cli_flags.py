@@ -117,6 +117,24 @@ def test_simulate_reads_config_and_flags_override_it(tmp_path, capsys):
     assert report["gpus"] == 2 and list(report["policies"]) == ["static", "dcp-opt"]
 
 
+def test_bench_and_profile_take_their_keys_from_the_config():
+    cpu = str(ROOT / "examples/configs/cpu.toml")
+    bench = parse(["bench", "--config", cpu, "--dataset-limit", "3"])
+    apply_config_file(bench)
+    assert (bench.world, bench.policy, bench.out) == (2, "dcp-opt", "runs/cpu")
+    assert (bench.dataset, bench.dataset_limit, bench.memory_gb) == ("stdlib", 3, 1.0)
+    assert bench.max_tokens == 256 and bench.tokenizer is None  # not in the file: unset
+    profile = parse(["profile", "--config", cpu])
+    apply_config_file(profile)
+    assert (profile.memory_gb, profile.world, profile.model, profile.dtype) == (
+        1.0,
+        2,
+        "llama",
+        "float32",
+    )
+    assert (profile.out, profile.warmup, profile.timeout_s) == (None, 2, 1800.0)  # defaults
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -32,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "bench", help="measure static vs DCP policies side by side, with the simulator's view"
     )
     add_world_flag(parser, default=2, help="local gloo ranks")
-    add_policy_flag(parser, several=True, default="static,dcp-pac,dcp-opt")
+    add_policy_flag(
+        parser, several=True, default="static,dcp-pac,dcp-opt", note="; the first is the baseline"
+    )
     config_option(parser, "--out", key="out", default="runs/bench", help="run folder")
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])

@@ -214,14 +214,19 @@ def add_world_flag(
 
 
 def add_policy_flag(
-    container: Any, *, several: bool, default: str | None = None, required: bool = False
+    container: Any,
+    *,
+    several: bool,
+    default: str | None = None,
+    required: bool = False,
+    note: str = "",
 ) -> None:
     """``--policy``: one policy, or with ``several`` a comma-separated list
     (``--policies``: hidden, deprecated)."""
     from datacentric.scheduling import POLICIES
 
     if several:
-        help_text = "scheduling policies to compare, comma-separated"
+        help_text = "scheduling policies to compare, comma-separated" + note
         options: dict[str, Any] = {"type": policy_list, "metavar": "POLICY[,POLICY...]"}
     else:
         help_text = "scheduling policy (docs/scheduling.md)"
