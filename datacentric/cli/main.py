@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         command = getattr(args, "command", None)
         sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
-        valid = list(sub._option_string_actions) if sub else []
+        shown = sub._option_string_actions.items() if sub else ()
+        valid = [flag for flag, action in shown if action.help != argparse.SUPPRESS]
         flag = next((e for e in extra if e.startswith("-")), extra[0])
         close = difflib.get_close_matches(flag.split("=")[0], valid, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
