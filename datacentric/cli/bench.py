@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
 from datacentric.cli.plan import DATASET_HELP, add_data_arguments
 from datacentric.cli.train import check_dataset
 from datacentric.train.config import load_config
@@ -30,23 +31,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench", help="measure static vs DCP policies side by side, with the simulator's view"
     )
-    parser.add_argument("--world", type=int, default=2, help="local gloo ranks")
-    parser.add_argument(
-        "--policies",
-        default="static,dcp-pac,dcp-opt",
-        help="comma-separated policies; the first is the baseline",
+    add_world_flag(parser, default=2, help="local gloo ranks")
+    add_policy_flag(
+        parser, several=True, default="static,dcp-pac,dcp-opt", note="; the first is the baseline"
     )
-    parser.add_argument("--out", default="runs/bench", help="run folder")
-    parser.add_argument("--dataset", help=DATASET_HELP + " (default: stdlib)")
+    config_option(parser, "--out", key="out", default="runs/bench", help="run folder")
+    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
-    parser.add_argument(
+    config_option(
+        parser,
         "--dataset-limit",
+        key="dataset_limit",
         type=int,
-        default=None,
         help="corpus files used (one epoch of them per policy)",
     )
-    parser.add_argument("--memory-gb", type=float, default=None, help="per-rank memory cap")
+    config_option(
+        parser, "--memory-gb", key="memory_gb", type=float, help="per-rank memory cap in GiB"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    enable_config_file(parser)
     parser.set_defaults(func=run)
 
 
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(None, out=args.out, **overrides)
     if not check_dataset(config, "bench"):
         return 2
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     results = compare_policies(config, policies, args.world, args.out)
     summary = bench_summary(results, policies[0])
     summary["world"] = args.world

@@ -4,7 +4,7 @@ Reads measurement files (``benchmarks/gpu_bench.py``'s report, or the block and 
 row files shipped in ``datacentric/planning/measurements/h200``), fits the preset's
 rates by least squares (:mod:`datacentric.planning.calibration`), and reports the
 largest relative error over every measured time and a held-out check: the fit repeated
-on some shape groups and tested on the others. ``--out`` writes the fitted preset, which
+on some shape groups and tested on the others. ``--json-out FILE`` writes the fitted preset, which
 ``--hardware FILE.json`` of ``plan``, ``schedule`` and ``simulate`` loads.
 """
 
@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from datacentric.cli.flags import add_json_out_flag
 from datacentric.planning.hardware import H200_SXM_JSON
 
 #: The measurements the shipped ``h200-sxm`` preset is fitted to.
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=("h100-sxm", "h200-sxm"),
         help="the device the files were measured on (its datasheet peaks start the fit)",
     )
-    parser.add_argument("--out", type=Path, help="write the fitted preset to this JSON file")
+    add_json_out_flag(parser, help="write the fitted preset to this JSON file", type=Path)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -85,13 +86,13 @@ def run(args: argparse.Namespace) -> int:
             for r, p, e in errors
         ],
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
         record = {
             "hardware": out["hardware"],
             "fit": {k: v for k, v in out.items() if k != "hardware"},
         }
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        args.json_out.write_text(json.dumps(record, indent=1) + "\n")
     if args.json:
         print(json.dumps(out))
         return 0
@@ -103,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"max_rel_err {out['max_rel_err']:.3f} over {len(rows)} measured times")
     if held_err is not None:
         print(f"held_out_max_rel_err {held_err:.3f} (fit without {', '.join(sorted(held))})")
-    if args.out:
-        print(f"wrote {args.out}")
+    if args.json_out:
+        print(f"wrote {args.json_out}")
     return 0
 
 

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
+from datacentric.cli.flags import add_world_flag
 from datacentric.sim.plots import plot_loss_curves, plot_results
 from datacentric.sim.trace import write_trace
 from datacentric.train.config import load_config
@@ -26,7 +27,7 @@ DEMO_POLICIES = ["static", "dcp-pac", "dcp-opt"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="profile, plan and train static vs DCP on CPU")
     parser.add_argument("--out", default="runs/demo", help="run folder")
-    parser.add_argument("--world", type=int, default=2, help="local gloo ranks")
+    add_world_flag(parser, default=2, help="local gloo ranks", from_config=False)
     parser.add_argument(
         "--dataset-limit",
         type=int,

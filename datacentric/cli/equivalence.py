@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from datacentric.cli.flags import add_timeout_flag, add_world_flag
 from datacentric.verify.case_models import known_models
 from datacentric.verify.equivalence import (
     TOLERANCE,
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"one of {', '.join(known_models())}, or pkg.module:factory for your own "
         "model (the factory returns the model, or (model, dataset)) (default: llama)",
     )
-    parser.add_argument("--world", type=int, default=4, help="number of gloo ranks to start")
+    add_world_flag(parser, default=4, help="number of gloo ranks to start", from_config=False)
     parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
     parser.add_argument(
         "--tolerance",
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="none",
         help="hold the model as is (one all-reduce per step), in DDP, or sharded with FSDP2",
     )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before giving up")
+    add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             tolerance=args.tolerance,
             wrapper=args.wrapper,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout_s,
             progress=None if args.json else print,
         )
     except ValueError as error:  # a bad --model names what is wrong in one line

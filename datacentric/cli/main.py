@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import datacentric
 import datacentric.cli as cli_package
+from datacentric.cli.flags import apply_config_file, complete_help
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -54,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
+    for sub in subparsers.choices.values():
+        complete_help(sub)
     return parser
 
 
@@ -68,6 +71,12 @@ def one_line(err: BaseException) -> str:
     return f"internal error {type(err).__name__}: {text} (rerun with --debug for the traceback)"
 
 
+def run_command(args: argparse.Namespace) -> int:
+    """Settle the ``--config`` file's values (commands other than ``train``), then run."""
+    apply_config_file(args)
+    return int(args.func(args) or 0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = os.environ.get("DATACENTRIC_DEBUG", "") not in ("", "0")
@@ -79,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra:
         command = getattr(args, "command", None)
         sub = parser._subparsers._group_actions[0].choices.get(command) if command else None
-        valid = list(sub._option_string_actions) if sub else []
+        shown = sub._option_string_actions.items() if sub else ()
+        valid = [flag for flag, action in shown if action.help != argparse.SUPPRESS]
         flag = next((e for e in extra if e.startswith("-")), extra[0])
         close = difflib.get_close_matches(flag.split("=")[0], valid, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -90,9 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if debug:
-        return int(args.func(args) or 0)
+        return run_command(args)
     try:
-        return int(args.func(args) or 0)
+        return run_command(args)
     except KeyboardInterrupt:
         print(f"datacentric {args.command}: interrupted", file=sys.stderr)
         return 130

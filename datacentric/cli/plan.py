@@ -3,7 +3,8 @@
 From a saved profile (``--profile DIR``: the plan saved there, or a new plan of the
 dataset given with ``--dataset``/``--lengths`` on the profile's fitted cost model), or
 from an analytic preset (``--model PRESET --hardware PRESET``). Prints a table, or
-one JSON object with ``--json``.
+one JSON object with ``--json``. Settings may come from ``--config FILE`` (the keys of
+its flags; flags override it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import sys
 from typing import Any
 
+from datacentric.cli.flags import add_world_flag, config_option, enable_config_file
 from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, make_buckets, read_lengths_file
@@ -27,26 +29,38 @@ def add_data_arguments(parser: argparse.ArgumentParser, max_tokens_default: int 
     """The flags that shape a ``--dataset`` source (see ``docs/data.md``); their values
     default to None here so that a configuration file's values are kept.
     ``max_tokens_default`` is the command's own default (the datasets' is 8192)."""
-    parser.add_argument(
+    config_option(
+        parser,
         "--max-tokens",
+        key="max_tokens",
         type=int,
         help="longest text sample; longer documents follow --long-docs "
         f"(default {max_tokens_default})",
     )
-    parser.add_argument(
-        "--tokenizer", help="text datasets: a local tokenizer.json (default: UTF-8 bytes)"
+    config_option(
+        parser,
+        "--tokenizer",
+        key="tokenizer",
+        help="text datasets: a local tokenizer.json (default: UTF-8 bytes)",
     )
-    parser.add_argument(
-        "--text-field", help="text datasets: JSON key or column of the text (default: text)"
+    config_option(
+        parser,
+        "--text-field",
+        key="text_field",
+        help="text datasets: JSON key or column of the text (default: text)",
     )
-    parser.add_argument(
+    config_option(
+        parser,
         "--long-docs",
+        key="long_docs",
         choices=("chunk", "truncate", "skip", "error"),
         help="documents over --max-tokens: split into near-equal chunks, keep the first "
         "--max-tokens, leave out (counted) or fail (default: chunk)",
     )
-    parser.add_argument(
+    config_option(
+        parser,
         "--bucket-config",
+        key="bucket_config",
         help="latent datasets: Open-Sora-style bucket config, JSON (default: none, every "
         "latent keeps its own shape)",
     )
@@ -113,9 +127,14 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
 def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--memory-gb``, ``--memory-fraction`` and ``--shard`` (shared by the
     commands that build an analytic cost model; see :func:`analytic_model`)."""
-    parser.add_argument("--memory-gb", type=float, help="memory cap per rank in GiB")
+    config_option(
+        parser, "--memory-gb", key="memory_gb", type=float, help="memory cap per rank in GiB"
+    )
     parser.add_argument(
-        "--memory-fraction", type=float, default=0.7, help="analytic: share of device memory"
+        "--memory-fraction",
+        type=float,
+        default=0.7,
+        help="analytic: share of device memory used when --memory-gb is not given",
     )
     add_shard_arguments(parser)
 
@@ -125,16 +144,19 @@ def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
     (:class:`~datacentric.planning.sharding.ShardingSpec`; the same setting as ``train``)."""
     from datacentric.planning.sharding import DEFAULT_SHARD, SHARD_MODES
 
-    parser.add_argument(
+    config_option(
+        parser,
         "--shard",
+        key="shard",
         choices=SHARD_MODES,
-        default=None,
-        help=f"how model state is held across ranks (default: {DEFAULT_SHARD})",
+        default=DEFAULT_SHARD,
+        help="how model state is held across ranks",
     )
-    parser.add_argument(
+    config_option(
+        parser,
         "--reshard-after-forward",
+        key="reshard_after_forward",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="fsdp2: free gathered parameters after every forward",
     )
 
@@ -153,18 +175,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--profile", help="folder written by `datacentric profile`")
+    config_option(
+        parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
+    )
     parser.add_argument("--model", help="analytic model preset (with --hardware)")
     parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
-    parser.add_argument("--dataset", help=DATASET_HELP)
+    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
-    parser.add_argument("--world", type=int, help="number of ranks (GPUs)")
+    add_world_flag(parser)
     add_cost_model_arguments(parser)
-    parser.add_argument("--max-micro-batch", type=int, default=1024)
-    parser.add_argument("--skip-unfittable", action="store_true")
-    parser.add_argument("--seed", type=int, default=0, help="workload preset seed")
+    parser.add_argument(
+        "--max-micro-batch", type=int, default=1024, help="largest micro-batch the planner tries"
+    )
+    parser.add_argument(
+        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
+    )
+    config_option(parser, "--seed", key="seed", type=int, default=0, help="workload preset seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    enable_config_file(parser)
     parser.set_defaults(func=run)
 
 

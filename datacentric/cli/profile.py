@@ -6,7 +6,8 @@ fits the cost model, plans every bucket under ``--memory-gb`` and checks the
 extrapolation on ``--validate`` buckets by running the full-depth model. Writes
 ``profile.json`` and ``plan.json`` to ``--out``; a fresh profile found there is reused
 (``--force`` re-measures), a stale one (other model, device, torch, world or dtype) is
-re-measured, a corrupt one is an error.
+re-measured, a corrupt one is an error. Settings may come from ``--config FILE`` (the
+keys of its flags; ``[profiling] profile_dir`` is ``--out``; flags override it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ import json
 import sys
 import time
 
+from datacentric.cli.flags import (
+    add_timeout_flag,
+    add_world_flag,
+    config_option,
+    enable_config_file,
+)
 from datacentric.cli.plan import (
     DATASET_HELP,
     add_data_arguments,
@@ -32,20 +39,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--model", default="llama", help="runnable model preset")
-    parser.add_argument("--dataset", help=DATASET_HELP)
+    config_option(
+        parser,
+        "--model",
+        key="model",
+        default="llama",
+        help="runnable model preset or pkg.module:factory",
+    )
+    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
-    parser.add_argument("--world", type=int, default=2, help="ranks to start")
-    parser.add_argument("--memory-gb", type=float, required=True, help="cap per rank, GiB")
-    parser.add_argument(
+    add_world_flag(parser, default=2, help="ranks to start")
+    config_option(
+        parser, "--memory-gb", key="memory_gb", type=float, required=True, help="cap per rank, GiB"
+    )
+    config_option(
+        parser,
         "--out",
+        key="profile_dir",
+        metavar="DIR",
         help="folder for profile.json and plan.json (default runs/profile-MODEL-worldN)",
     )
-    parser.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
-    parser.add_argument("--dtype", default=None, help="float32 (gloo default) or bfloat16")
-    parser.add_argument("--warmup", type=int, default=2, help="passes before measuring (>= 2)")
-    parser.add_argument("--repeats", type=int, default=5, help="measured passes (median)")
+    parser.add_argument(
+        "--backend", default="gloo", choices=("gloo", "nccl"), help="collective backend"
+    )
+    config_option(
+        parser,
+        "--dtype",
+        key="dtype",
+        choices=("float32", "bfloat16"),
+        help="compute dtype (default: float32 with gloo, bfloat16 with nccl)",
+    )
+    config_option(
+        parser, "--warmup", key="warmup", type=int, default=2, help="passes before measuring (>= 2)"
+    )
+    config_option(
+        parser, "--repeats", key="repeats", type=int, default=5, help="measured passes (median)"
+    )
     parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
     parser.add_argument(
         "--max-profile-tokens", type=int, default=4096, help="largest profiled sample"
@@ -54,10 +84,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--validation-tokens", type=int, default=4096, help="largest validated micro-batch"
     )
-    parser.add_argument("--skip-unfittable", action="store_true")
+    parser.add_argument(
+        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
+    )
     parser.add_argument("--force", action="store_true", help="re-measure a fresh profile")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
+    add_timeout_flag(parser, 1800.0, "seconds each launch of the ranks may take", key="timeout_s")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    enable_config_file(parser)
     parser.set_defaults(func=run)
 
 
@@ -79,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             dtype=args.dtype or ("float32" if args.backend == "gloo" else "bfloat16"),
             warmup=max(2, args.warmup),
             repeats=args.repeats,
-            timeout_s=args.timeout,
+            timeout_s=args.timeout_s,
             progress=not args.json,
         )
         report = run_profile(

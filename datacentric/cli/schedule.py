@@ -5,7 +5,8 @@ FILE``; costs come from a saved profile (``--profile DIR``, its fitted cost mode
 an analytic preset (``--model PRESET --hardware PRESET``; a workload preset brings
 its own defaults). The planner plans every bucket first (its knapsack recomputation
 is one of the choices ``dcp-pac`` and ``dcp-opt`` use). Prints a summary, or one
-JSON object with ``--json``; ``--out FILE`` saves the schedule itself as JSON.
+JSON object with ``--json``; ``--json-out FILE`` saves the schedule itself as JSON.
+Settings may come from ``--config FILE`` (the keys of its flags; flags override it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,14 @@ import json
 import sys
 from typing import Any
 
+from datacentric.cli.flags import (
+    add_deprecated_alias,
+    add_json_out_flag,
+    add_policy_flag,
+    add_world_flag,
+    config_option,
+    enable_config_file,
+)
 from datacentric.cli.plan import (
     DATASET_HELP,
     add_cost_model_arguments,
@@ -26,33 +35,58 @@ from datacentric.cli.plan import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from datacentric.scheduling import POLICIES
-
     parser = subparsers.add_parser(
         "schedule",
         help="build an epoch's schedule with a policy and report its efficiency",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help=DATASET_HELP)
+    source = parser.add_mutually_exclusive_group()
+    config_option(source, "--dataset", key="dataset", help=DATASET_HELP + " (or --lengths)")
     source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
     add_data_arguments(parser)
-    parser.add_argument("--world", type=int, required=True, help="number of ranks (GPUs)")
-    parser.add_argument("--policy", required=True, choices=list(POLICIES))
-    parser.add_argument("--profile", help="folder written by `datacentric profile`")
+    add_world_flag(parser, required=True)
+    add_policy_flag(parser, several=False, required=True)
+    config_option(
+        parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
+    )
     parser.add_argument("--model", help="analytic model preset (default: the workload's)")
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_cost_model_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="schedule (and preset) seed")
-    parser.add_argument("--epoch", type=int, default=0)
+    config_option(
+        parser, "--seed", key="seed", type=int, default=0, help="schedule (and preset) seed"
+    )
+    parser.add_argument("--epoch", type=int, default=0, help="epoch number (orders the samples)")
     add_global_batch_arguments(parser)
-    parser.add_argument("--drop-remainder", action="store_true", help="drop the last batch")
-    parser.add_argument("--max-sp", type=int, help="largest SP size (default: a node)")
-    parser.add_argument("--no-exact", action="store_true", help="dcp-opt: heuristic only")
-    parser.add_argument("--skip-unfittable", action="store_true", help="drop unfittable buckets")
-    parser.add_argument("--out", metavar="FILE", help="save the schedule as JSON")
+    config_option(
+        parser,
+        "--drop-remainder",
+        key="drop_remainder",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="drop the last, partial global batch",
+    )
+    config_option(
+        parser, "--max-sp", key="max_sp_size", type=int, help="largest SP size (default: a node)"
+    )
+    config_option(
+        parser,
+        "--exact-solver",
+        key="exact_solver",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="dcp-opt: refine the heuristic with the exact solver (--no-exact-solver: "
+        "heuristic only)",
+    )
+    add_deprecated_alias(
+        parser, "--no-exact", "--no-exact-solver", "exact_solver", nargs=0, const=False
+    )
+    parser.add_argument(
+        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
+    )
+    add_json_out_flag(parser, help="save the schedule as JSON to this file")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    enable_config_file(parser)
     parser.set_defaults(func=run)
 
 
@@ -60,22 +94,27 @@ def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """``--global-batch-tokens`` / ``--global-batch-samples`` (older names kept) and
     ``--reorder-window``: the same for every policy."""
     batch = parser.add_mutually_exclusive_group()
-    batch.add_argument(
+    config_option(
+        batch,
         "--global-batch-tokens",
         "--tokens-per-iteration",
-        dest="global_batch_tokens",
+        key="global_batch_tokens",
         type=int,
-        help="tokens per optimizer step, the same for every policy",
+        help="tokens per optimizer step, the same for every policy (default: "
+        "world x max(2**18, longest sample))",
     )
-    batch.add_argument(
+    config_option(
+        batch,
         "--global-batch-samples",
         "--samples-per-iteration",
-        dest="global_batch_samples",
+        key="global_batch_samples",
         type=int,
         help="samples per optimizer step (instead of tokens)",
     )
-    parser.add_argument(
+    config_option(
+        parser,
         "--reorder-window",
+        key="reorder_window",
         type=int,
         default=1,
         metavar="K",
@@ -138,7 +177,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         **batch,
         drop_remainder=args.drop_remainder,
         max_sp_size=args.max_sp,
-        exact_solver=not args.no_exact,
+        exact_solver=args.exact_solver,
     )
     schedule = build_schedule(
         shapes,
@@ -151,8 +190,8 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         options=options,
     )
     schedule.validate()
-    if args.out:
-        schedule.save(args.out)
+    if args.json_out:
+        schedule.save(args.json_out)
     meta = schedule.meta
     groups = [len(it.assignments) for it in schedule.iterations]
     return {
@@ -173,7 +212,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "ideal_epoch_time_s": meta["ideal_epoch_time_s"],
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
-        "out": args.out,
+        "out": args.json_out,
     }
 
 

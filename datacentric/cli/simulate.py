@@ -5,7 +5,8 @@ Prints, per policy, ``tokens_per_s``, ``speedup_vs_static``,
 ``tokens_per_step_mean`` (every policy runs the same global batches), as one JSON
 object with ``--json``; ``--trace`` writes a Perfetto trace and ``--plot`` a Gantt
 and throughput figure. ``static`` is always simulated, because speedups are measured
-against it.
+against it. Settings may come from ``--config FILE`` (the keys of its flags; flags
+override it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 from typing import Any
 
+from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
 from datacentric.cli.plan import add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
@@ -23,7 +25,10 @@ from datacentric.sim.policy_comparison import simulation_cost_model as make_cost
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="simulate scheduling policies on modelled hardware at any scale"
+        "simulate",
+        help="simulate scheduling policies on modelled hardware at any scale",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--preset", choices=list_workloads(), help="a workload preset")
@@ -32,14 +37,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--model", help="model preset (default: the workload's)")
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
-    parser.add_argument("--gpus", type=int, required=True, help="world size")
-    parser.add_argument(
-        "--policies",
-        default=",".join(DEFAULT_POLICIES),
-        help="comma-separated scheduling policies (default: %(default)s)",
-    )
+    add_world_flag(parser, required=True)
+    add_policy_flag(parser, several=True, default=",".join(DEFAULT_POLICIES))
     add_global_batch_arguments(parser)
-    parser.add_argument("--seed", type=int, default=0, help="workload and schedule seed")
+    config_option(
+        parser, "--seed", key="seed", type=int, default=0, help="workload and schedule seed"
+    )
     parser.add_argument("--num-samples", type=int, help="preset size (default: the preset's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto JSON trace")
@@ -51,33 +54,31 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--plot", metavar="FILE.png", help="write Gantt and throughput charts")
     add_shard_arguments(parser)
+    enable_config_file(parser)
     parser.set_defaults(func=run)
 
 
 def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the arguments describe; returns the JSON-able report."""
-    if args.gpus < 1:
-        raise SystemExit(f"--gpus must be >= 1, got {args.gpus}")
+    if args.world < 1:
+        raise ValueError(f"--world must be >= 1, got {args.world}")
     if args.preset:
         workload = get_workload(args.preset, seed=args.seed, num_samples=args.num_samples)
     else:
         workload = workload_from_lengths(args.lengths, args.model, args.hardware)
     model = args.model or workload.model
     hardware = args.hardware or workload.hardware
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     if "static" not in policies:
         policies.insert(0, "static")
     from datacentric.scheduling import ScheduleOptions
 
-    try:
-        options = ScheduleOptions(**global_batch_options(args))
-    except ValueError as err:
-        raise SystemExit(f"datacentric simulate: {err}") from None
-    cost_model = make_cost_model(model, hardware, args.gpus, shard=sharding_of(args))
+    options = ScheduleOptions(**global_batch_options(args))
+    cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     runs = run_policies(
         workload.shapes,
         cost_model,
-        args.gpus,
+        args.world,
         policies,
         seed=args.seed,
         record_spans=bool(args.trace or args.plot),
@@ -91,7 +92,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     if args.plot:
         from datacentric.sim.plots import plot_results
 
-        title = f"{workload.name}: {model} on {args.gpus} x {hardware}"
+        title = f"{workload.name}: {model} on {args.world} x {hardware}"
         plot_results(results, args.plot, title=title)
     first = next(iter(runs.values())).result
     return {
@@ -99,7 +100,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         "description": workload.description,
         "model": model,
         "hardware": hardware,
-        "gpus": args.gpus,
+        "gpus": args.world,  # the JSON field keeps its name
         "samples": len(workload.shapes),
         "tokens": workload.num_tokens,
         "ideal_epoch_time_s": first.ideal_epoch_time_s,

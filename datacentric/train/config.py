@@ -312,22 +312,34 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
     file's (or default) value. Raises :class:`ConfigError` naming the key.
     """
     owners = section_of()
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            with open(path, "rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            raise ConfigError(f"--config {path}: no such file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"--config {path}: not valid TOML: {err}") from None
-        values.update(_flatten(data, str(path)))
+    values: dict[str, Any] = {} if path is None else _read_file(path)
     for key, value in overrides.items():
         if key not in owners:
             raise ConfigError(f"unknown configuration key {key!r}{suggest(key, list(owners))}")
         if value is not None:
             values[key] = value
     return build_config(values)
+
+
+def _read_file(path: str | Path) -> dict[str, Any]:
+    """The flat ``{key: value}`` a TOML file sets (not yet checked)."""
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"--config {path}: not valid TOML: {err}") from None
+    return _flatten(data, str(path))
+
+
+def file_settings(path: str | Path) -> dict[str, Any]:
+    """The checked values of the keys a TOML file sets (and only those): the whole file
+    is checked as :func:`load_config` does. Commands other than ``train`` take the keys
+    they have flags for from it."""
+    values = _read_file(path)
+    config = build_config(values)
+    return {key: getattr(config, key) for key in values}
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:
