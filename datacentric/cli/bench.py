@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: The reference baseline (fixed SP, per-bucket batch), reported beside tuned ``static``.
+REFERENCE = "static-reference"
+
 #: Per-step losses of two policies agree when within this relative difference.
 LOSS_RTOL = 1e-5
 
@@ -70,8 +73,8 @@ def losses_equal(curves: list[list[float]], rtol: float = LOSS_RTOL) -> bool:
 
 def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[str, Any]:
     """The JSON summary: throughput per policy, the best DCP policy's speedup over
-    ``baseline`` (all at the same global batch), simulator agreement and whether the
-    loss curves agree."""
+    ``baseline`` (and over ``static-reference`` when it ran; all at the same global
+    batch), simulator agreement and whether the loss curves agree."""
     base = results[baseline]
     others = {p: r for p, r in results.items() if p != baseline and p.startswith("dcp")}
     best = max(others, key=lambda p: others[p].tokens_per_s) if others else baseline
@@ -84,10 +87,20 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
         "sim_predicted_speedup": (
             results[best].predicted_tokens_per_s / base.predicted_tokens_per_s
         ),
+        **(
+            {
+                "speedup_vs_static_reference": results[best].tokens_per_s
+                / results[REFERENCE].tokens_per_s
+            }
+            if REFERENCE in results
+            else {}
+        ),
         "sim_rel_err": max(r.sim_rel_err for r in results.values()),
         "details": {
             p: {
                 "tokens": r.tokens,
+                "steps": r.steps,
+                "tokens_per_step_mean": r.tokens_per_step,
                 "measured_s": r.measured_s,
                 "runtime_s": r.runtime_s,
                 "predicted_s": r.predicted_s,

@@ -168,7 +168,12 @@ class FittedCostModel(CachedCostModel):
             y = np.array([float(getattr(p, name)) for p in points])
             rows = x[:, usable] / scale
             if name in TIME_FIELDS:
-                weight = 1.0 / np.maximum(np.abs(y), 1e-9)  # relative error
+                # relative error; a component measured as 0 (noise clamped at zero) is
+                # weighted as the smallest non-zero one, or it would force every
+                # non-negative coefficient, hence every prediction, to 0
+                positive = np.abs(y)[np.abs(y) > 0]
+                floor = positive.min() if positive.size else 1e-9
+                weight = 1.0 / np.maximum(np.abs(y), floor)
                 sol = nonnegative_least_squares(rows * weight[:, None], y * weight)
             else:
                 sol = nonnegative_least_squares(rows, y)

@@ -8,12 +8,19 @@ some buckets and compares measured time and memory with the prediction.
 profile when its fingerprint matches, and otherwise measures one on the ranks at hand
 (inside the run's own ``torch.distributed`` world when one is initialised; no second
 launch) and saves it.
+
+A saved profile is reused only when this machine still runs like the one that measured
+it: unless it was measured or checked in the last :data:`PROBE_TRUST_S` seconds,
+:func:`probe_profile` re-times a few of its cases, and a difference above
+:data:`PROBE_TOLERANCE` re-measures it (with a one-line note), so a profile from a
+different or busier machine is never reused silently.
 """
 
 from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,8 +42,10 @@ from datacentric.profiling.profiler import (
 from datacentric.profiling.store import (
     Profile,
     fingerprint,
+    last_checked,
     load_profile,
     save_plan,
+    save_probe,
     save_profile,
     stale_fields,
 )
@@ -195,13 +204,19 @@ def run_profile(
     """Profile, plan and (``validate`` > 0) validate on ``validate`` buckets; save to
     ``out_dir`` when given. With ``reuse``, a fresh profile in ``out_dir`` is loaded
     instead of measured (and its saved validation kept); a stale one is re-measured; a
-    corrupt one raises :class:`~datacentric.profiling.store.ProfileError`."""
+    corrupt one raises :class:`~datacentric.profiling.store.ProfileError`. A saved
+    profile that a probe finds off on this machine (:func:`reusable`) is re-measured."""
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or _powers_of_two(world))
     current = fingerprint(settings.model, world, settings.dtype, settings.backend)
     saved = load_profile(out_dir) if out_dir is not None else None
-    reused = reuse and saved is not None and not stale_fields(saved, current)
+    reused = (
+        reuse
+        and saved is not None
+        and not stale_fields(saved, current)
+        and reusable(saved, settings, out_dir)
+    )
     if reused:
         profile = saved
     else:
@@ -241,7 +256,8 @@ def ensure_profile(
     max_profile_tokens: int | None = None,
 ) -> Profile:
     """The profile saved in ``directory`` if it matches this model, device, torch, world
-    and dtype; otherwise measure one now and save it. A corrupt file raises
+    and dtype and this machine still runs like it (:func:`reusable`); otherwise measure
+    one now and save it. A corrupt file raises
     :class:`~datacentric.profiling.store.ProfileError`.
 
     Called by every rank of a training run that has initialised ``torch.distributed``
@@ -250,7 +266,8 @@ def ensure_profile(
     current = fingerprint(settings.model, settings.world_size, settings.dtype, settings.backend)
     saved = load_profile(directory)
     if saved is not None and not stale_fields(saved, current):
-        return saved
+        if reusable(saved, settings, directory):
+            return saved
     buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
     micro_batches = select_profile_shapes(
         [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
@@ -262,11 +279,108 @@ def ensure_profile(
     return profile
 
 
+#: A reused profile is measured again when a probe case's time differs from the
+#: profile's by more than this share of it.
+PROBE_TOLERANCE = 0.25
+#: A profile measured or probed this many seconds ago is trusted without a probe (the
+#: runs of one comparison share one profile).
+PROBE_TRUST_S = 900.0
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Probe cases with the time the profile gives them and the time measured now."""
+
+    rows: tuple[tuple[RunCase, float, float], ...]
+
+    @property
+    def worst_rel_diff(self) -> float:
+        """Largest ``|now - profile| / profile`` over the cases."""
+        return max((abs(now - then) / then for _, then, now in self.rows), default=0.0)
+
+    def agrees(self, tolerance: float = PROBE_TOLERANCE) -> bool:
+        return self.worst_rel_diff <= tolerance
+
+    def describe(self) -> str:
+        """``tokens@SP: profile ms -> now ms`` of every case."""
+        return ", ".join(
+            f"{sum(s.tokens for s in case.shapes)} tokens@SP{case.sp_size}: "
+            f"{then * 1e3:.1f} -> {now * 1e3:.1f} ms"
+            for case, then, now in self.rows
+        )
+
+
+def probe_cases(profile: Profile, count: int = 2) -> list[tuple[RunCase, float]]:
+    """Up to ``count`` of the profile's micro-batches to re-time: the one with the most
+    tokens on each SP size (largest first), as their two-block run without
+    recomputation, with the time the profile gives that run."""
+    largest: dict[int, Any] = {}
+    for point in profile.points:
+        best = largest.get(point.sp_size)
+        if best is None or _tokens(point.shapes) > _tokens(best.shapes):
+            largest[point.sp_size] = point
+    picks = sorted(largest.values(), key=lambda p: (-_tokens(p.shapes), p.sp_size))[:count]
+    return [
+        (RunCase(p.shapes, p.sp_size, 2, False), p.base_time_s + 2 * p.block_time_s)
+        for p in picks
+        if p.base_time_s + 2 * p.block_time_s > 0
+    ]
+
+
+def probe_profile(profile: Profile, settings: ProfileSettings, count: int = 2) -> ProbeResult:
+    """Re-time :func:`probe_cases` now, under ``settings`` (on the world's ranks inside
+    an initialised ``torch.distributed`` world: every rank calls this)."""
+    cases = probe_cases(profile, count)
+    results = measure([c for c, _ in cases], replace(settings, progress=False))
+    return ProbeResult(tuple((c, then, r.time_s) for (c, then), r in zip(cases, results)))
+
+
+def reusable(
+    saved: Profile,
+    settings: ProfileSettings,
+    directory: str | os.PathLike[str],
+    *,
+    tolerance: float = PROBE_TOLERANCE,
+) -> bool:
+    """Whether ``saved`` (with a fresh fingerprint) may be reused on this machine now:
+    measured or checked recently, or a probe agrees within ``tolerance`` (the check is
+    recorded). Otherwise a one-line note on stderr says why it is measured again."""
+    if _rank_zero_value(time.time() - last_checked(directory) < PROBE_TRUST_S):
+        return True
+    probe = probe_profile(saved, settings)
+    if probe.agrees(tolerance):
+        if _is_rank_zero():
+            save_probe(directory, probe.worst_rel_diff)
+        return True
+    if _is_rank_zero():
+        print(
+            f"datacentric: the profile in {directory} is {probe.worst_rel_diff:.0%} off on this "
+            f"machine now ({probe.describe()}); measuring it again",
+            file=sys.stderr,
+        )
+    return False
+
+
+def _tokens(shapes: Sequence[SampleShape]) -> int:
+    return sum(s.tokens for s in shapes)
+
+
 def _powers_of_two(world: int) -> list[int]:
     sizes = [1]
     while sizes[-1] * 2 <= world and world % (sizes[-1] * 2) == 0:
         sizes.append(sizes[-1] * 2)
     return sizes
+
+
+def _rank_zero_value(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank of an initialised world (else ``value``)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def _is_rank_zero() -> bool:

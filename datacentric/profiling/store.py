@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from datacentric.planning.plan import Plan
 FORMAT_VERSION = 1
 PROFILE_FILE = "profile.json"
 PLAN_FILE = "plan.json"
+PROBE_FILE = "probe.json"
 
 
 class ProfileError(ValueError):
@@ -147,6 +149,27 @@ def stale_fields(profile: Profile, current: dict[str, Any]) -> list[str]:
     """Fingerprint fields that differ from ``current`` (empty: the profile is fresh)."""
     keys = sorted(set(profile.fingerprint) | set(current))
     return [k for k in keys if profile.fingerprint.get(k) != current.get(k)]
+
+
+def save_probe(directory: str | os.PathLike[str], worst_rel_diff: float) -> Path:
+    """Record that the profile in ``directory`` was checked now (``probe.json``)."""
+    data = {"checked_unix": time.time(), "worst_rel_diff": worst_rel_diff}
+    return _write_json(Path(directory) / PROBE_FILE, data)
+
+
+def last_checked(directory: str | os.PathLike[str]) -> float:
+    """When the profile in ``directory`` was last measured or probed (Unix seconds; 0
+    when there is none or the probe record is unreadable)."""
+    root = Path(directory)
+    times = [0.0]
+    if (root / PROFILE_FILE).exists():
+        times.append((root / PROFILE_FILE).stat().st_mtime)
+    try:
+        with open(root / PROBE_FILE, encoding="utf-8") as handle:
+            times.append(float(json.load(handle)["checked_unix"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return max(times)
 
 
 def save_plan(plan: Plan, fingerprint_: dict[str, Any], directory: str | os.PathLike[str]) -> Path:

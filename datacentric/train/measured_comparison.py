@@ -40,6 +40,8 @@ class PolicyMeasurement:
 
     policy: str
     tokens: int
+    steps: int
+    """Optimizer steps timed (after warm-up)."""
     measured_s: float
     """Sum of whole optimizer-step wall times (runtime, clipping, optimizer, logging)."""
     runtime_s: float
@@ -55,6 +57,11 @@ class PolicyMeasurement:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.measured_s
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Mean tokens per optimizer step: the same for every policy at one global batch."""
+        return self.tokens / self.steps
 
     @property
     def predicted_tokens_per_s(self) -> float:
@@ -131,6 +138,7 @@ def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) ->
     return PolicyMeasurement(
         policy=policy,
         tokens=sum(r["tokens"] for r in timed),
+        steps=count,
         measured_s=sum(r["iteration_time_s"] for r in timed),
         runtime_s=sum(r["runtime_time_s"] for r in timed),
         predicted_s=predicted.epoch_time_s,

@@ -1,0 +1,100 @@
+"""A reused profile is probed: one measured on a different or busier machine (here: a
+doctored one) is measured again, with a note, never reused silently."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+from test_planning_profiler import make_profile
+
+from datacentric.profiling import autoprofile
+from datacentric.profiling.autoprofile import (
+    ProbeResult,
+    ensure_profile,
+    probe_cases,
+    reusable,
+)
+from datacentric.profiling.profiler import ProfileSettings, RunCase
+from datacentric.profiling.store import (
+    PROFILE_FILE,
+    last_checked,
+    load_profile,
+    save_probe,
+    save_profile,
+)
+from datacentric.shapes import SampleShape
+
+TEXT = SampleShape.text
+SETTINGS = ProfileSettings(model="llama", world_size=1, warmup=2, repeats=3)
+
+
+def test_probe_cases_take_the_largest_micro_batch_per_sp_size() -> None:
+    profile = make_profile()
+    cases = probe_cases(profile, count=2)
+    assert [(c.sp_size, c.shapes, c.depth, c.recompute) for c, _ in cases] == [
+        (1, (TEXT(4096),), 2, False),
+        (2, (TEXT(4096),), 2, False),
+    ]
+    for case, seconds in cases:
+        point = next(
+            p for p in profile.points if p.shapes == case.shapes and p.sp_size == case.sp_size
+        )
+        assert seconds == pytest.approx(point.base_time_s + 2 * point.block_time_s)
+
+
+def test_probe_result_compares_against_the_tolerance() -> None:
+    case = RunCase((TEXT(64),), 1, 2, False)
+    assert ProbeResult(((case, 1.0, 1.2), (case, 2.0, 1.9))).agrees(0.25)
+    off = ProbeResult(((case, 1.0, 1.2), (case, 2.0, 2.6)))
+    assert off.worst_rel_diff == pytest.approx(0.3)
+    assert not off.agrees(0.25)
+    assert "64 tokens@SP1: 2000.0 -> 2600.0 ms" in off.describe()
+
+
+def test_a_recently_checked_profile_is_trusted_without_a_probe(tmp_path, monkeypatch) -> None:
+    save_profile(make_profile(world=1), tmp_path)
+    old = 1_000_000.0
+    os.utime(tmp_path / PROFILE_FILE, (old, old))
+    assert last_checked(tmp_path) == old
+    save_probe(tmp_path, 0.05)
+    assert last_checked(tmp_path) > old
+
+    def no_measure(*args, **kwargs):
+        raise AssertionError("a recently checked profile was probed")
+
+    monkeypatch.setattr(autoprofile, "measure", no_measure)
+    assert reusable(make_profile(world=1), SETTINGS, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_doctored_profile_is_measured_again_with_a_note(tmp_path, capsys) -> None:
+    shapes = [TEXT(64), TEXT(256)]
+    measured = ensure_profile(tmp_path, SETTINGS, shapes)
+    # As if measured on a machine four times slower (or four times busier), long ago.
+    doctored = dataclasses.replace(
+        measured,
+        points=tuple(
+            dataclasses.replace(
+                p,
+                base_time_s=4 * p.base_time_s,
+                block_time_s=4 * p.block_time_s,
+                recompute_time_s=4 * p.recompute_time_s,
+            )
+            for p in measured.points
+        ),
+    )
+    save_profile(doctored, tmp_path)
+    os.utime(tmp_path / PROFILE_FILE, (1_000_000.0, 1_000_000.0))
+    capsys.readouterr()
+    again = ensure_profile(tmp_path, SETTINGS, shapes)
+    note = capsys.readouterr().err
+    assert "off on this machine now" in note and "measuring it again" in note, note
+    assert again != doctored
+    assert load_profile(tmp_path) == again
+    for case, seconds in probe_cases(again):
+        then = next(
+            p for p in doctored.points if p.shapes == case.shapes and p.sp_size == case.sp_size
+        )
+        assert seconds < (then.base_time_s + 2 * then.block_time_s) / 2
