@@ -6,6 +6,10 @@ from pathlib import Path
 
 from datacentric.train.config import TrainConfig, load_config
 
+#: the same small run as command-line flags (for tests that start ``datacentric train``)
+SMALL_TRAIN_FLAGS = ["--dataset-limit", "2", "--max-tokens", "256", "--cost-model", "analytic"]
+SMALL_TRAIN_FLAGS += ["--tokens-per-iteration", "1024", "--no-progress"]
+
 
 def small_config(out: Path, **overrides) -> TrainConfig:
     """The demo model on two small corpus files, short steps, analytic cost model."""

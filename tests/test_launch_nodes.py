@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from run_config import SMALL_TRAIN_FLAGS
 
 from datacentric.parallel.launch import free_port
 from datacentric.train.metrics import read_metrics
@@ -36,17 +37,9 @@ def _agent(node_rank: int, port: int, out: Path) -> subprocess.Popen:
         "-m",
         "datacentric",
         "train",
-        "--dataset-limit",
-        "2",
-        "--max-tokens",
-        "256",
-        "--tokens-per-iteration",
-        "1024",
-        "--cost-model",
-        "analytic",
+        *SMALL_TRAIN_FLAGS,
         "--iterations",
         "2",
-        "--no-progress",
         "--json",
         "--out",
         str(out),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from wrong_positions import LocalPositions
 
 from datacentric.models.attention import varlen_attention
 from datacentric.verify.case_models import build_case
 from datacentric.verify.model_contract import (
-    LocalPositions,
     ModelContractError,
     check_model_contract,
     current_attention,

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_config import small_config
+from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.main import main
 from datacentric.train import checkpoint as ckpt
 from datacentric.train.trainer import lr_lambda, train_rank
 
-TINY = ["--dataset-limit", "2", "--max-tokens", "256", "--cost-model", "analytic"]
-TINY += ["--tokens-per-iteration", "1024", "--no-progress"]
+TINY = SMALL_TRAIN_FLAGS
 
 
 def run_cli(argv: list[str], capsys) -> tuple[int, list[str]]:

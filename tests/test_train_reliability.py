@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_config import small_config
+from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.inspect import inspect_run
 from datacentric.data.stdlib import StdlibCorpus
@@ -85,15 +85,7 @@ def test_torchrun_restarts_a_killed_rank_and_loses_no_sample(tmp_path):
         "-m",
         "datacentric",
         "train",
-        "--dataset-limit",
-        "2",
-        "--max-tokens",
-        "256",
-        "--tokens-per-iteration",
-        "1024",
-        "--cost-model",
-        "analytic",
-        "--no-progress",
+        *SMALL_TRAIN_FLAGS,
         "--checkpoint-every",
         "1",
         "--fault-inject",

@@ -20,7 +20,6 @@ It costs three small forward passes, without gradients.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import torch
 from torch import nn
@@ -113,21 +112,3 @@ def check_model_contract(
             )
     finally:
         model.train(was_training)
-
-
-class LocalPositions(nn.Module):
-    """A wrapper that makes the wrong-positions mistake on purpose (tests and docs):
-    it replaces the batch's positions by ``arange`` over the rows it sees."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.inner = model
-        self.blocks = model.blocks
-        self.loss_mode = model.loss_mode
-
-    def set_attention(self, fn) -> None:  # noqa: ANN001
-        self.inner.set_attention(fn)
-
-    def forward(self, batch):  # noqa: ANN001, ANN201
-        rows = torch.arange(batch.position_ids.shape[0], device=batch.position_ids.device)
-        return self.inner(replace(batch, position_ids=rows.to(batch.position_ids.dtype)))
