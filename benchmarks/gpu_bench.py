@@ -29,6 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,11 @@ import torch
 
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models import attention as attention_module
-from datacentric.models.presets import build_model
+from datacentric.models.presets import build_model, model_config
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.parallel.recompute import BlockRecompute
+from datacentric.profiling.factory import analytic_cost_model
+from datacentric.profiling.preset_specs import spec_from_model_config
 from datacentric.shapes import SampleShape
 
 #: (model, shapes of one sample per pass) measured at 2 and 4 blocks
@@ -95,6 +98,14 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
+def predicted_peak(name: str, depth: int, shape: SampleShape, recompute: bool) -> int:
+    """The analytic planner's peak bytes of one pass of ``name`` at ``depth`` blocks
+    (what ``peak*_bytes`` is measured against; no optimizer states in either)."""
+    spec = spec_from_model_config(replace(model_config(name), num_layers=depth), name)
+    model = analytic_cost_model(spec, "h200-sxm", shard="none")
+    return int(model.pass_memory_bytes([shape], 1, (recompute,) * depth))
+
+
 def dataset_of(shapes: list[SampleShape]) -> SyntheticTextDataset | SyntheticVideoDataset:
     kind = SyntheticVideoDataset if shapes[0].grid is not None else SyntheticTextDataset
     return kind(shapes, seed=0)
@@ -129,12 +140,16 @@ def block_times(device: torch.device, timer: Timer, cases: dict) -> list[dict[st
                     reset_peak(device)
                     row[f"t{depth}_s"] = timer(once)
                     row[f"peak{depth}_bytes"] = peak_bytes(device)
+                    row[f"predicted_peak{depth}_bytes"] = predicted_peak(name, depth, shape, False)
                     if depth == 4:
                         switch = BlockRecompute.apply(model)
                         with switch.use((True,) * depth):
                             reset_peak(device)
                             row["t4_recompute_s"] = timer(once)
                             row["peak4_recompute_bytes"] = peak_bytes(device)
+                        row["predicted_peak4_recompute_bytes"] = predicted_peak(
+                            name, depth, shape, True
+                        )
                     del model, once
                 row["measured_block_s"] = (row["t4_s"] - row["t2_s"]) / 2
                 row["recompute_overhead_meas"] = row["t4_recompute_s"] / row["t4_s"] - 1

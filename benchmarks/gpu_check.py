@@ -36,6 +36,7 @@ import platform
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -390,6 +391,69 @@ def check_train_step(device: torch.device, scale: Scale) -> tuple[str, str, dict
     return ("pass" if ok else "fail"), detail, data
 
 
+def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
+    """Host synchronisations while one iteration's micro-batches run (CUDA's sync
+    debug mode): the runtime should queue every micro-batch without waiting and read
+    losses and times once, in ``finish_iteration``."""
+    if device.type != "cuda":
+        return "skip", "CUDA only: the CPU has no device queue to stall", {}
+    dataset = preset_dataset("llama", scale)
+    blocks = len(build_model("llama", device="meta").blocks)
+    micro = tuple(
+        MicroBatch((i,), "check", shape.tokens, (True,) * blocks if i == 1 else ())
+        for i, shape in enumerate(dataset.shapes())
+    )
+    iteration = Iteration(index=0, assignments=(Assignment(0, 1, micro),))
+    torch.manual_seed(0)
+    model = build_model("llama", device=device)
+    runtime = DataCentricRuntime(
+        model, ProcessGroups.local(device=device), dataset.pack, loss_tokens_function(dataset)
+    )
+    runtime.run_iteration(iteration)  # warm-up: kernels chosen, pinned host blocks cached
+    synchronize(device)
+    stats = runtime.start_iteration(iteration)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            for step in runtime.micro_steps(iteration, stats):
+                step.backward(runtime.model(step.batch))
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    runtime.finish_iteration(stats)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    where = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in syncs})
+    data = {"micro_batches": len(micro), "host_syncs": len(syncs), "where": where}
+    detail = f"{len(syncs)} host syncs over {len(micro)} micro-batches" + (
+        f" at {', '.join(where[:4])}" if where else ""
+    )
+    return ("pass" if not syncs else "warn"), detail, data
+
+
+def check_compile(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
+    """``torch.compile`` of every block (the ``compile`` setting's unit) against eager:
+    the loss and every gradient, float32."""
+    dataset, batch = preset_batch("llama", device, scale)
+    losses, grads = [], []
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = build_model("llama", device=device)
+        if compiled:
+            backend = "inductor" if device.type == "cuda" else "aot_eager"
+            for block in model.blocks:
+                block.compile(backend=backend)
+        loss = mean_loss(model, dataset, batch)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters()})
+    grad_err = max(relative_errors(grads[1], grads[0]).values())
+    loss_err = abs(losses[1] - losses[0]) / abs(losses[0])
+    ok = grad_err <= 1e-3 and loss_err <= 1e-4
+    data = {"loss_eager": losses[0], "loss_compiled": losses[1], "max_rel_grad_err": grad_err}
+    detail = f"compiled blocks vs eager: loss rel {loss_err:.1e}, grad rel {grad_err:.1e}"
+    return ("pass" if ok else "fail"), detail, data
+
+
 def check_hf(device: torch.device, scale: Scale) -> tuple[str, str, dict[str, Any]]:
     if importlib.util.find_spec("transformers") is None:
         return "skip", "transformers is not installed", {}
@@ -437,6 +501,8 @@ CHECKS: dict[str, Callable[[torch.device, Scale], tuple[str, str, dict[str, Any]
     "memory": check_memory,
     "profile": check_profile,
     "train-step": check_train_step,
+    "host-sync": check_host_sync,
+    "compile": check_compile,
     "hf": check_hf,
 }
 
@@ -480,7 +546,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     for name in names:
         results.append(run_check(name, lambda n=name: CHECKS[n](device, scale)))
-        print(f"{name}: {results[-1].status}", file=sys.stderr, flush=True)
+        done = results[-1]  # as it finishes, so a run cut short still shows it
+        line = f"{name}: {done.status} {done.seconds:.1f} s  {done.detail}"
+        print(line, file=sys.stderr, flush=True)
     print(format_table(results))
     failed = [r.name for r in results if r.status == "fail"]
     report = {

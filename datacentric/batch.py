@@ -62,9 +62,36 @@ class PackedBatch:
         return replace(self, token_offset=self.token_offset + start, **sliced)
 
     def to(self, device: torch.device | str) -> PackedBatch:
+        """This batch on ``device``. On CUDA the copies are asynchronous (pinned host
+        memory) and ``cu_seqlens`` keeps its host-side bounds (:func:`segment_bounds`),
+        so running the batch never waits for the device."""
         moved = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
-                moved[f.name] = value.to(device)
+                moved[f.name] = host_to_device(value, torch.device(device))
+        cu = moved["cu_seqlens"]
+        if cu is not self.cu_seqlens:
+            cu.host_bounds = segment_bounds(self.cu_seqlens)
         return replace(self, **moved)
+
+
+def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``; a host tensor goes to CUDA through pinned memory
+    without blocking the host (a pageable copy would wait for the device's queue)."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def segment_bounds(cu_seqlens: torch.Tensor) -> tuple[int, int]:
+    """``(total tokens, longest segment)`` of a packed layout.
+
+    Read from the host copy that :meth:`PackedBatch.to` keeps with a device
+    ``cu_seqlens``; otherwise computed (which, on a device, waits for it).
+    """
+    known = getattr(cu_seqlens, "host_bounds", None)
+    if known is not None:
+        return known
+    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
+    return int(cu_seqlens[-1]), int(lengths.max()) if lengths.numel() else 0

@@ -14,6 +14,7 @@ always describes the *full* (global, padded) packed sequence.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import os
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+
+from datacentric.batch import segment_bounds
 
 try:  # pragma: no cover - only on CUDA machines with flash-attn installed
     from flash_attn import flash_attn_varlen_func as _flash_varlen
@@ -70,10 +73,10 @@ def check_attention_args(
     q_SHD: torch.Tensor, k_SHD: torch.Tensor, cu_seqlens: torch.Tensor, causal: bool, window
 ) -> None:
     """Raise ``ValueError`` for a layout no path can run exactly."""
-    if q_SHD.shape[0] != int(cu_seqlens[-1]):
+    total, _ = segment_bounds(cu_seqlens)
+    if q_SHD.shape[0] != total:
         raise ValueError(
-            f"packed sequence has {q_SHD.shape[0]} tokens but cu_seqlens ends at "
-            f"{int(cu_seqlens[-1])}"
+            f"packed sequence has {q_SHD.shape[0]} tokens but cu_seqlens ends at {total}"
         )
     if q_SHD.shape[1] % k_SHD.shape[1]:
         raise ValueError(
@@ -143,24 +146,33 @@ def varlen_attention(
 
 
 def _lengths(cu_seqlens: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
-    cu = cu_seqlens.to(device=device, dtype=torch.int32)
-    return cu, int((cu[1:] - cu[:-1]).max())
+    _, max_len = segment_bounds(cu_seqlens)  # host-side: no device read
+    return cu_seqlens.to(device=device, dtype=torch.int32), max_len
+
+
+@functools.cache
+def _varlen_parameters() -> frozenset[str]:  # pragma: no cover - CUDA only
+    """Keyword arguments the installed ``varlen_attn`` takes (2.10 has ``is_causal``;
+    later releases ``window_size`` and ``enable_gqa``)."""
+    return frozenset(inspect.signature(_torch_varlen).parameters)
 
 
 def _torch_varlen_path(q, k, v, cu_seqlens, causal, window):  # pragma: no cover - CUDA only
+    params = _varlen_parameters()
+    if "window_size" not in params and window is not None:
+        return _flex_path(q, k, v, cu_seqlens, causal, window)  # no window in this release
+    if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
+        k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
     cu, max_len = _lengths(cu_seqlens, q.device)
-    left = -1 if window is None else int(window) - 1
-    return _torch_varlen(
-        q,
-        k,
-        v,
-        cu,
-        cu,
-        max_len,
-        max_len,
-        window_size=(left, 0) if causal else (-1, -1),
-        enable_gqa=k.shape[1] != q.shape[1],
-    )
+    kwargs: dict[str, object] = {}
+    if "window_size" in params:
+        left = -1 if window is None else int(window) - 1
+        kwargs["window_size"] = (left, 0) if causal else (-1, -1)
+    else:
+        kwargs["is_causal"] = causal
+    if k.shape[1] != q.shape[1]:
+        kwargs["enable_gqa"] = True
+    return _torch_varlen(q, k, v, cu, cu, max_len, max_len, **kwargs)
 
 
 def _flash_path(q, k, v, cu_seqlens, causal, window):  # pragma: no cover - CUDA only
@@ -190,7 +202,9 @@ def _flex_path(q, k, v, cu_seqlens, causal, window):
     block_mask = create_block_mask(mask_mod, None, None, total, total, device=q.device)
     # (S, H, D) -> (1, H, S, D)
     q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-    out = flex_attention(q4, k4, v4, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+    # Uncompiled, FlexAttention materialises the scores: on CUDA run the fused kernel.
+    kernel = _compiled_flex() if q.is_cuda else flex_attention
+    out = kernel(q4, k4, v4, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
     return out.squeeze(0).transpose(0, 1)
 
 

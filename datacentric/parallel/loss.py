@@ -37,7 +37,7 @@ from typing import Literal
 
 import torch
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import PackedBatch, host_to_device
 from datacentric.schedule import Iteration
 
 LossMode = Literal["token", "sample"]
@@ -103,10 +103,9 @@ class LossWeights:
 
     def token_weights(self, batch: PackedBatch, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(S_local,)`` weights of a (sharded) packed batch; zero off ``loss_mask``."""
-        per_segment = torch.tensor(
-            self.sample_weights(batch.sample_ids) + [0.0],
-            dtype=torch.float64,
-            device=batch.segment_ids.device,
+        per_segment = host_to_device(
+            torch.tensor(self.sample_weights(batch.sample_ids) + [0.0], dtype=torch.float64),
+            batch.segment_ids.device,
         )
         # segment_ids == -1 (padding) picks the trailing 0.0.
         weights = per_segment[batch.segment_ids.long()]

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from datacentric.batch import segment_bounds
 from datacentric.models.attention import AttentionFn, varlen_attention
 
 
@@ -140,7 +141,7 @@ def ulysses_attention(
     if sp == 1:
         return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
     check_sp_compatible(q_SHD.shape[1], [sp], "query")
-    full = int(cu_seqlens[-1])
+    full, _ = segment_bounds(cu_seqlens)
     if q_SHD.shape[0] * sp != full:
         raise ValueError(
             f"shard of {q_SHD.shape[0]} tokens on {sp} ranks does not cover the packed "
