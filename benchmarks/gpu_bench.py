@@ -23,6 +23,7 @@ reads it like them. ``--smoke`` runs the same code at tiny sizes on the CPU (tes
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -183,29 +184,57 @@ def packed(device: torch.device, timer: Timer, cases: list) -> list[dict[str, An
     return rows
 
 
+#: attention-only layouts: (label, segment lengths, heads, kv heads, head dim, causal)
+ATTENTION_CASES = [
+    ("228 clips x 144", [144] * 228, 24, 24, 64, False),
+    ("64 docs x 512, causal", [512] * 64, 32, 32, 128, True),
+    ("1 x 32768, causal", [32768], 32, 32, 128, True),
+    ("1 x 32768", [32768], 24, 24, 64, False),
+    ("4 x 8192, causal, GQA 32/8", [8192] * 4, 32, 8, 128, True),
+]
+SMOKE_ATTENTION_CASES = [
+    ("8 x 16", [16] * 8, 4, 4, 16, False),
+    ("2 x 24, causal", [24] * 2, 4, 2, 16, True),
+]
+
+
+def attend(qkv: tuple, cu_seqlens: torch.Tensor, causal: bool, path: str) -> None:
+    """One forward + backward of attention alone on ``path``."""
+    out = attention_module.varlen_attention(*qkv, cu_seqlens, causal, path=path)
+    out.sum().backward()
+
+
 def attention_paths(device: torch.device, timer: Timer, smoke: bool) -> list[dict[str, Any]]:
-    segments, length, heads, head_dim = (8, 16, 4, 16) if smoke else (228, 144, 24, 64)
-    total = segments * length
-    cu_seqlens = torch.arange(0, total + 1, length, device=device)
+    """Forward + backward of attention alone on every path the device has, per layout."""
     dtype = torch.float32 if smoke else torch.bfloat16
-    qkv = [
-        torch.randn(total, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
-        for _ in range(3)
-    ]
     rows = []
-    for path in attention_module.available_paths(qkv[0]):
-        if path == "flex" and device.type != "cuda":
-            continue  # FlexAttention has no CPU backward
+    for label, lengths, heads, kv_heads, head_dim, causal in (
+        SMOKE_ATTENTION_CASES if smoke else ATTENTION_CASES
+    ):
+        total = sum(lengths)
+        offsets = [0]
+        for n in lengths:
+            offsets.append(offsets[-1] + n)
+        cu_seqlens = torch.tensor(offsets).to(device)
+        cu_seqlens.host_offsets = tuple(offsets)  # as PackedBatch.to keeps them
+        q, k, v = (
+            torch.randn(total, h, head_dim, device=device, dtype=dtype, requires_grad=True)
+            for h in (heads, kv_heads, kv_heads)
+        )
+        for path in attention_module.available_paths(q):
+            if path == "flex" and device.type != "cuda":
+                continue  # FlexAttention has no CPU backward
 
-        def once(path: str = path) -> None:
-            out = attention_module.varlen_attention(*qkv, cu_seqlens, True, path=path)
-            out.sum().backward()
-
-        row = {"path": path, "segments": segments, "tokens_per_segment": length}
-        row.update(heads=heads, head_dim=head_dim, dtype=str(dtype).removeprefix("torch."))
-        row["fwd_bwd_s"] = timer(once)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+            once = functools.partial(attend, (q, k, v), cu_seqlens, causal, path)
+            row = {"case": label, "path": path, "segments": len(lengths), "tokens": total}
+            row.update(heads=heads, kv_heads=kv_heads, head_dim=head_dim, causal=causal)
+            row["dtype"] = str(dtype).removeprefix("torch.")
+            try:
+                row["fwd_bwd_s"] = timer(once)
+            except torch.OutOfMemoryError as error:
+                row["error"] = f"out of memory: {str(error).splitlines()[0][:200]}"
+            print(json.dumps(row), flush=True)
+            rows.append(row)
     return rows
 
 

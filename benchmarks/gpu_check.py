@@ -412,8 +412,16 @@ def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[
     runtime.run_iteration(iteration)  # warm-up: kernels chosen, pinned host blocks cached
     synchronize(device)
     stats = runtime.start_iteration(iteration)
-    with warnings.catch_warnings(record=True) as caught:
+    syncs: list[str] = []  # the Python stack of each, innermost first
+
+    def record(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
+        if "synchroniz" in str(message):
+            frames = traceback.extract_stack()[:-1][-8:]
+            syncs.append(" <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames[::-1]))
+
+    with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
         try:
             for step in runtime.micro_steps(iteration, stats):
@@ -421,11 +429,10 @@ def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[
         finally:
             torch.cuda.set_sync_debug_mode("default")
     runtime.finish_iteration(stats)
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
-    where = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in syncs})
+    where = sorted(set(syncs))
     data = {"micro_batches": len(micro), "host_syncs": len(syncs), "where": where}
     detail = f"{len(syncs)} host syncs over {len(micro)} micro-batches" + (
-        f" at {', '.join(where[:4])}" if where else ""
+        f" at {where[0]}" if where else ""
     )
     return ("pass" if not syncs else "warn"), detail, data
 

@@ -63,7 +63,7 @@ class PackedBatch:
 
     def to(self, device: torch.device | str) -> PackedBatch:
         """This batch on ``device``. On CUDA the copies are asynchronous (pinned host
-        memory) and ``cu_seqlens`` keeps its host-side bounds (:func:`segment_bounds`),
+        memory) and ``cu_seqlens`` keeps its host-side offsets (:func:`segment_offsets`),
         so running the batch never waits for the device."""
         moved = {}
         for f in fields(self):
@@ -72,7 +72,7 @@ class PackedBatch:
                 moved[f.name] = host_to_device(value, torch.device(device))
         cu = moved["cu_seqlens"]
         if cu is not self.cu_seqlens:
-            cu.host_bounds = segment_bounds(self.cu_seqlens)
+            cu.host_offsets = segment_offsets(self.cu_seqlens)
         return replace(self, **moved)
 
 
@@ -84,14 +84,18 @@ def host_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def segment_bounds(cu_seqlens: torch.Tensor) -> tuple[int, int]:
-    """``(total tokens, longest segment)`` of a packed layout.
+def segment_offsets(cu_seqlens: torch.Tensor) -> tuple[int, ...]:
+    """The boundaries of ``cu_seqlens`` as host integers.
 
     Read from the host copy that :meth:`PackedBatch.to` keeps with a device
-    ``cu_seqlens``; otherwise computed (which, on a device, waits for it).
+    ``cu_seqlens``; otherwise read from the tensor (which, on a device, waits for it).
     """
-    known = getattr(cu_seqlens, "host_bounds", None)
-    if known is not None:
-        return known
-    lengths = cu_seqlens[1:] - cu_seqlens[:-1]
-    return int(cu_seqlens[-1]), int(lengths.max()) if lengths.numel() else 0
+    known = getattr(cu_seqlens, "host_offsets", None)
+    return known if known is not None else tuple(cu_seqlens.tolist())
+
+
+def segment_bounds(cu_seqlens: torch.Tensor) -> tuple[int, int]:
+    """``(total tokens, longest segment)`` of a packed layout (see :func:`segment_offsets`)."""
+    offsets = segment_offsets(cu_seqlens)
+    longest = max((b - a for a, b in zip(offsets[:-1], offsets[1:])), default=0)
+    return offsets[-1], longest

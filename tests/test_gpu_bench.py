@@ -33,7 +33,8 @@ def test_smoke_mode_writes_every_table(tmp_path: Path) -> None:
     (packed,) = report["packed"]
     assert packed["many"]["n"] == 8 and packed["one"]["tokens"] == packed["many"]["tokens"]
     assert packed["attention_path"] == "sdpa"
-    assert [row["path"] for row in report["attention"]] == ["sdpa"]
+    assert [row["path"] for row in report["attention"]] == ["sdpa", "sdpa"]  # two layouts
+    assert all(row["fwd_bwd_s"] > 0 for row in report["attention"])
 
 
 def test_without_a_gpu_it_says_so(capsys) -> None:

@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from datacentric.batch import segment_bounds
+from datacentric.batch import segment_bounds, segment_offsets
 
 try:  # pragma: no cover - only on CUDA machines with flash-attn installed
     from flash_attn import flash_attn_varlen_func as _flash_varlen
@@ -188,8 +188,23 @@ def document_ids(cu_seqlens: torch.Tensor, total: int, device: torch.device) -> 
 
 
 def _flex_path(q, k, v, cu_seqlens, causal, window):
-    total = q.shape[0]
-    doc = document_ids(cu_seqlens, total, q.device)
+    block_mask = _document_block_mask(cu_seqlens, q.shape[0], causal, window, q.device)
+    # (S, H, D) -> (1, H, S, D)
+    q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    # Uncompiled, FlexAttention materialises the scores: on CUDA run the fused kernel.
+    kernel = _compiled_flex() if q.is_cuda else flex_attention
+    out = kernel(q4, k4, v4, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
+    return out.squeeze(0).transpose(0, 1)
+
+
+def _document_block_mask(cu_seqlens, total, causal, window, device):
+    """FlexAttention's block mask of a packed layout, made once per micro-batch: kept
+    with ``cu_seqlens`` (the same tensor reaches every layer), compiled on CUDA."""
+    key = (total, causal, window, str(device))
+    cache = None if torch.compiler.is_compiling() else getattr(cu_seqlens, "flex_masks", None)
+    if cache is not None and key in cache:
+        return cache[key]
+    doc = document_ids(cu_seqlens, total, device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         keep = doc[q_idx] == doc[kv_idx]
@@ -199,13 +214,14 @@ def _flex_path(q, k, v, cu_seqlens, causal, window):
             keep = keep & (q_idx - kv_idx < window)
         return keep
 
-    block_mask = create_block_mask(mask_mod, None, None, total, total, device=q.device)
-    # (S, H, D) -> (1, H, S, D)
-    q4, k4, v4 = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
-    # Uncompiled, FlexAttention materialises the scores: on CUDA run the fused kernel.
-    kernel = _compiled_flex() if q.is_cuda else flex_attention
-    out = kernel(q4, k4, v4, block_mask=block_mask, enable_gqa=k.shape[1] != q.shape[1])
-    return out.squeeze(0).transpose(0, 1)
+    block_mask = create_block_mask(
+        mask_mod, None, None, total, total, device=device, _compile=device.type == "cuda"
+    )
+    if not torch.compiler.is_compiling():
+        if cache is None:
+            cache = cu_seqlens.flex_masks = {}
+        cache[key] = block_mask
+    return block_mask
 
 
 @functools.cache
@@ -227,7 +243,7 @@ def _sdpa_path(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window):
     groups = q_SHD.shape[1] // k_SHD.shape[1]
     if groups > 1:  # grouped heads: SDPA's own enable_gqa is not in every supported torch
         k_SHD, v_SHD = (t.repeat_interleave(groups, dim=1) for t in (k_SHD, v_SHD))
-    bounds = cu_seqlens.tolist()
+    bounds = segment_offsets(cu_seqlens)
     outs = []
     for start, end in zip(bounds[:-1], bounds[1:]):
         if end == start:

@@ -32,14 +32,17 @@ class RMSNorm(nn.Module):
         return (normed * self.weight.float()).to(x.dtype)
 
 
-def rope_inverse_frequencies(pairs: int, theta: float) -> torch.Tensor:
-    """Inverse frequencies ``theta ** (-i / pairs)`` for ``i < pairs`` (float32)."""
-    return theta ** (-torch.arange(pairs, dtype=torch.float32) / pairs)
+def rope_inverse_frequencies(
+    pairs: int, theta: float, device: torch.device | None = None
+) -> torch.Tensor:
+    """Inverse frequencies ``theta ** (-i / pairs)`` for ``i < pairs`` (float32), made on
+    ``device`` (no host-to-device copy inside a forward)."""
+    return theta ** (-torch.arange(pairs, dtype=torch.float32, device=device) / pairs)
 
 
 def rope_angles(position_ids: torch.Tensor, pairs: int, theta: float) -> torch.Tensor:
     """Rotary angles ``(S, pairs)`` of 1D positions ``(S,)`` in float32."""
-    inv = rope_inverse_frequencies(pairs, theta).to(position_ids.device)
+    inv = rope_inverse_frequencies(pairs, theta, position_ids.device)
     return position_ids.float()[:, None] * inv[None, :]
 
 
