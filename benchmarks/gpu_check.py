@@ -123,18 +123,23 @@ def attention_errors(
     path: str | None = None,
     kv_heads: int | None = None,
     window: int | None = None,
+    segments: tuple[int, ...] | None = None,
+    heads: int | None = None,
 ) -> dict[str, float]:
     """Relative max errors of ``varlen_attention`` (on ``path``, default: its own
     choice) vs :func:`math_attention` in float64."""
     gen = torch.Generator().manual_seed(0)
-    total = sum(scale.segments)
-    cu_seqlens = torch.tensor([0, *torch.tensor(scale.segments).cumsum(0).tolist()])
-    shape = (total, scale.heads, scale.head_dim)
-    kv_shape = (total, kv_heads or scale.heads, scale.head_dim)
+    segments, heads = segments or scale.segments, heads or scale.heads
+    total = sum(segments)
+    cu_seqlens = torch.tensor([0, *torch.tensor(segments).cumsum(0).tolist()])
+    shape = (total, heads, scale.head_dim)
+    kv_shape = (total, kv_heads or heads, scale.head_dim)
     qkv = [torch.randn(s, generator=gen) for s in (shape, kv_shape, kv_shape)]
     grad_out = torch.randn(shape, generator=gen)
     ours = [t.to(device, dtype, copy=True).requires_grad_() for t in qkv]
-    out = varlen_attention(*ours, cu_seqlens.to(device), causal, window=window, path=path)
+    cu_device = cu_seqlens.to(device)
+    cu_device.host_offsets = tuple(cu_seqlens.tolist())  # as PackedBatch.to keeps them
+    out = varlen_attention(*ours, cu_device, causal, window=window, path=path)
     out.backward(grad_out.to(device, dtype))
     ref = [t.to(device, torch.float64, copy=True).requires_grad_() for t in qkv]
     ref_out = math_attention(*ref, cu_seqlens.to(device), causal, window=window)
@@ -170,6 +175,16 @@ def check_attention(device: torch.device, scale: Scale) -> tuple[str, str, dict[
                 data[key] = errors
                 worst[key] = max(errors.values())
                 worst_ok &= worst[key] <= ATTENTION_TOLERANCE[dtype]
+    if device.type == "cuda":  # the default choice: a long segment by SDPA, the rest varlen
+        split = {"segments": (7200, 300, 50), "heads": 32}
+        q = torch.zeros(sum(split["segments"]), 32, scale.head_dim, device=device)
+        cu = torch.tensor([0, 7200, 7500, 7550])
+        data["split_long_segments"] = attention_module._long_segments(q, cu, True)
+        errors = attention_errors(device, torch.bfloat16, scale, **split)
+        data["default/bfloat16/split"] = errors
+        worst["default/bfloat16/split"] = max(errors.values())
+        worst_ok &= worst["default/bfloat16/split"] <= ATTENTION_TOLERANCE[torch.bfloat16]
+        worst_ok &= data["split_long_segments"] == [0]
     f32 = max(v for k, v in worst.items() if "/float32/" in k)
     bf16 = max(v for k, v in worst.items() if "/bfloat16/" in k)
     paths = sorted({k.split("/")[0] for k in worst})
@@ -414,8 +429,10 @@ def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[
     stats = runtime.start_iteration(iteration)
     syncs: list[str] = []  # the Python stack of each, innermost first
 
+    running = False
+
     def record(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001, ANN202
-        if "synchroniz" in str(message):
+        if running and "synchroniz" in str(message):
             frames = traceback.extract_stack()[:-1][-8:]
             syncs.append(" <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames[::-1]))
 
@@ -423,6 +440,7 @@ def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[
         warnings.simplefilter("always")
         warnings.showwarning = record
         torch.cuda.set_sync_debug_mode("warn")
+        running = True  # (setting the mode itself warns once)
         try:
             for step in runtime.micro_steps(iteration, stats):
                 step.backward(runtime.model(step.batch))

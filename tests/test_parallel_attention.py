@@ -150,6 +150,42 @@ def test_cuda_never_loops_over_samples_when_a_varlen_kernel_exists(monkeypatch) 
     assert calls == [(tuple(cu_seqlens.tolist()), 4, (2, 0), True)]
 
 
+def test_cuda_runs_long_segments_as_their_own_sdpa_call(monkeypatch) -> None:
+    """Where one SDPA call is measured faster (long segments), that segment takes it and
+    every other segment still goes to the varlen kernel in one call; the result is the
+    math reference's, values and gradients (device check faked, costs scaled down)."""
+    calls = []
+
+    def math_kernel(q, k, v, cu_q, cu_k, max_q, max_k, *, window_size, enable_gqa):
+        calls.append(tuple(cu_q.tolist()))
+        return math_attention(q, k, v, cu_q, True)
+
+    monkeypatch.setattr(attention_module, "_torch_varlen", math_kernel)
+    gain_per_unit = 1 / attention_module.VARLEN_UNITS_PER_S - 1 / attention_module.SDPA_UNITS_PER_S
+    break_even = 20 * 20 * HEADS * HEAD_DIM * 0.5 * gain_per_unit  # at 20 causal tokens
+    monkeypatch.setattr(attention_module, "SDPA_CALL_OVERHEAD_S", break_even)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    lengths = [3, 40, 2, 5, 30]  # 40 and 30 count as long at this overhead
+    assert [attention_module.sdpa_is_faster(n, HEADS, HEAD_DIM, True) for n in lengths] == [
+        False, True, False, False, True
+    ]  # fmt: skip
+    cu_seqlens = torch.tensor([0, 3, 43, 45, 50, 80])
+    gen = torch.Generator().manual_seed(0)
+    leaves = [
+        torch.randn(80, h, HEAD_DIM, generator=gen, dtype=torch.bfloat16).requires_grad_()
+        for h in (HEADS, 2, 2)
+    ]
+    ref_leaves = [t.detach().float().requires_grad_() for t in leaves]
+    out = varlen_attention(*leaves, cu_seqlens, True)
+    assert calls == [(0, 3, 5, 10)]  # the short segments, in one call
+    want = math_attention(*ref_leaves, cu_seqlens, True)
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+    out.float().square().sum().backward()
+    want.square().sum().backward()
+    for got, ref in zip(leaves, ref_leaves):
+        torch.testing.assert_close(got.grad.float(), ref.grad, atol=5e-2, rtol=5e-2)
+
+
 def test_forcing_an_unavailable_path_is_an_error(monkeypatch) -> None:
     monkeypatch.setenv(attention_module.PATH_ENV, "varlen")
     q = torch.zeros(4, HEADS, HEAD_DIM)

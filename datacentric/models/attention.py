@@ -23,7 +23,7 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from datacentric.batch import segment_bounds, segment_offsets
+from datacentric.batch import host_to_device, segment_bounds, segment_offsets
 
 try:  # pragma: no cover - only on CUDA machines with flash-attn installed
     from flash_attn import flash_attn_varlen_func as _flash_varlen
@@ -142,7 +142,66 @@ def varlen_attention(
     """
     check_attention_args(q_SHD, k_SHD, cu_seqlens, causal, window)
     chosen = attention_path(q_SHD, forced=path)
+    forced = path or os.environ.get(PATH_ENV, "").strip()
+    if chosen in ("varlen", "flash") and not forced and window is None:
+        long = _long_segments(q_SHD, cu_seqlens, causal)
+        if long:
+            return _split_by_length(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, long, chosen)
     return _KERNELS[chosen](q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window)
+
+
+#: One SDPA call against the varlen kernel on CUDA, measured on one H200 (torch 2.11,
+#: bf16, forward + backward; ``benchmarks/gpu_bench.md``): SDPA ran a long segment
+#: about 1.7x faster (one causal 32K segment 55 ms against 95 ms), but each call costs
+#: about 1 ms more (228 clips of 144 tokens: 91 ms one call each, 2.5 ms in one varlen
+#: call). Work units: segment length squared x heads x head dim, halved when causal.
+SDPA_CALL_OVERHEAD_S = 1e-3
+SDPA_UNITS_PER_S = 3.5e13
+VARLEN_UNITS_PER_S = 2.1e13
+
+
+def sdpa_is_faster(length: int, heads: int, head_dim: int, causal: bool) -> bool:
+    """Whether one SDPA call beats the varlen kernel on a segment (CUDA, measured)."""
+    units = length * length * heads * head_dim * (0.5 if causal else 1.0)
+    return SDPA_CALL_OVERHEAD_S + units / SDPA_UNITS_PER_S < units / VARLEN_UNITS_PER_S
+
+
+def _long_segments(q_SHD: torch.Tensor, cu_seqlens: torch.Tensor, causal: bool) -> list[int]:
+    """Segments that run faster as their own SDPA call; none unless the layout's host
+    offsets are known (reading a device tensor would stall the queue)."""
+    if cu_seqlens.device.type != "cpu" and getattr(cu_seqlens, "host_offsets", None) is None:
+        return []
+    bounds = segment_offsets(cu_seqlens)
+    heads, head_dim = q_SHD.shape[1], q_SHD.shape[2]
+    return [
+        i
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))
+        if sdpa_is_faster(b - a, heads, head_dim, causal)
+    ]
+
+
+def _split_by_length(q, k, v, cu_seqlens, causal, long, kernel):
+    """Long segments one SDPA call each, every other segment in one ``kernel`` call."""
+    bounds = segment_offsets(cu_seqlens)
+    pieces: list[torch.Tensor | None] = [None] * (len(bounds) - 1)
+    for i in long:
+        a, b = bounds[i], bounds[i + 1]
+        local = torch.tensor([0, b - a])
+        local.host_offsets = (0, b - a)
+        pieces[i] = _sdpa_path(q[a:b], k[a:b], v[a:b], local, causal, None)
+    short = [i for i in range(len(pieces)) if pieces[i] is None]
+    if short:
+        ranges = [(bounds[i], bounds[i + 1]) for i in short]
+        offsets = [0]
+        for a, b in ranges:
+            offsets.append(offsets[-1] + b - a)
+        local = host_to_device(torch.tensor(offsets), q.device)
+        local.host_offsets = tuple(offsets)
+        q_s, k_s, v_s = (torch.cat([t[a:b] for a, b in ranges]) for t in (q, k, v))
+        out_s = _KERNELS[kernel](q_s, k_s, v_s, local, causal, None)
+        for i, part in zip(short, out_s.split([b - a for a, b in ranges])):
+            pieces[i] = part
+    return torch.cat(pieces)  # type: ignore[arg-type]
 
 
 def _lengths(cu_seqlens: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, int]:
