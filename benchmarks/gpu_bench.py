@@ -152,6 +152,7 @@ def block_times(device: torch.device, timer: Timer, cases: dict) -> list[dict[st
                             name, depth, shape, True
                         )
                     del model, once
+                    switch = None  # it holds the model: the next row's peak must not see it
                 row["measured_block_s"] = (row["t4_s"] - row["t2_s"]) / 2
                 row["recompute_overhead_meas"] = row["t4_recompute_s"] / row["t4_s"] - 1
             except torch.OutOfMemoryError as error:

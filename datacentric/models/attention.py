@@ -258,7 +258,7 @@ def _flex_path(q, k, v, cu_seqlens, causal, window):
 
 def _document_block_mask(cu_seqlens, total, causal, window, device):
     """FlexAttention's block mask of a packed layout, made once per micro-batch: kept
-    with ``cu_seqlens`` (the same tensor reaches every layer), compiled on CUDA."""
+    with ``cu_seqlens`` (the same tensor reaches every layer)."""
     key = (total, causal, window, str(device))
     cache = None if torch.compiler.is_compiling() else getattr(cu_seqlens, "flex_masks", None)
     if cache is not None and key in cache:
@@ -273,9 +273,8 @@ def _document_block_mask(cu_seqlens, total, causal, window, device):
             keep = keep & (q_idx - kv_idx < window)
         return keep
 
-    block_mask = create_block_mask(
-        mask_mod, None, None, total, total, device=device, _compile=device.type == "cuda"
-    )
+    # Not compiled: a compiled mask builder recompiled for new lengths (seconds each).
+    block_mask = create_block_mask(mask_mod, None, None, total, total, device=device)
     if not torch.compiler.is_compiling():
         if cache is None:
             cache = cu_seqlens.flex_masks = {}
