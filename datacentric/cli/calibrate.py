@@ -21,7 +21,7 @@ from datacentric.planning.hardware import H200_SXM_JSON
 #: The measurements the shipped ``h200-sxm`` preset is fitted to.
 H200_MEASUREMENTS = [
     H200_SXM_JSON.with_name("measurements") / "h200" / name
-    for name in ("cost_model_h200.json", "varlen_h200.json")
+    for name in ("cost_model_h200.json", "varlen_h200.json", "packed_varlen_h200.json")
 ]
 
 
