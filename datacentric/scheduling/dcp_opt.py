@@ -25,6 +25,7 @@ from datacentric.scheduling import balance, exact
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
 from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
@@ -131,36 +132,12 @@ def solve_iteration(
             f"a micro-batch of bucket {table.view.buckets[items[j].bucket].name!r} fits no "
             "SP size at this world size"
         )
-    pref = preferred_class(times, sizes)
-    strict = np.full_like(times, np.inf)
-    strict[np.arange(len(items)), pref] = times[np.arange(len(items)), pref]
     neighbours = len(items) <= NEIGHBOUR_LIMIT
     best: tuple[tuple[float, int], list[int], np.ndarray] | None = None
-    seen: set[tuple[int, ...]] = set()
-
-    def consider(layouts: list[list[int]]) -> bool:
-        """Assign on each new layout; keep the best by makespan, then by fewer groups at
-        the makespan (a step towards a shorter one). True if one improved on it."""
-        nonlocal best
-        improved = False
-        for layout in layouts:
-            layout = balance.merge_groups(world, layout, len(items))
-            key = tuple(sorted(layout))
-            if key in seen or any(s not in sizes for s in layout):
-                continue
-            seen.add(key)
-            found = assign_on_layout(times, strict, pref, sizes, layout, opts.local_search_moves)
-            if found is not None and (best is None or beats(found[0], best[0])):
-                best = (found[0], layout, found[1])
-                improved = True
-        return improved
-
-    consider(candidate_layouts(world, sizes, times, len(items), neighbours))
-    # Local improvement over layouts: walk to the best neighbouring layout while the
-    # makespan drops (the candidates above are only one step from the rounded one).
-    for _ in range(LAYOUT_ROUNDS if neighbours else 0):
-        if best is None or not consider(neighbour_layouts(best[1], sizes)):
-            break
+    for prefer in preference_views(times, sizes, world):
+        found = best_layout(prefer, times, sizes, world, len(items), neighbours, opts)
+        if found is not None and (best is None or beats(found[0], best[0])):
+            best = found
     if best is None:
         # Too few micro-batches for any layout tried: fall back to merging groups.
         return assign_to_layout(items, [1] * world, table, world, max_moves=opts.local_search_moves)
@@ -182,6 +159,64 @@ def solve_iteration(
         if better is not None:
             owner = better
     return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def preference_views(times: np.ndarray, sizes: list[int], world: int) -> list[np.ndarray]:
+    """The time matrices that decide where items prefer to run (and so the layouts):
+    ``times`` itself and, when some item's cheapest size alone takes longer than the
+    step's GPU-second bound (a long video on one GPU), the same with those slow sizes
+    struck out for it, so that it prefers the cheapest size that fits in the bound."""
+    bound = lower_bound(times, sizes, world)
+    slow = times > bound * (1 + PEAK_TOL)
+    slow &= ~slow.all(axis=1, keepdims=True)  # items slow everywhere keep every size
+    pref = preferred_class(times, sizes)
+    if not slow[np.arange(len(times)), pref].any():
+        return [times]
+    return [times, np.where(slow, np.inf, times)]
+
+
+def best_layout(
+    prefer: np.ndarray,
+    times: np.ndarray,
+    sizes: list[int],
+    world: int,
+    n_items: int,
+    neighbours: bool,
+    opts: ScheduleOptions,
+) -> tuple[tuple[float, int], list[int], np.ndarray] | None:
+    """The best layout and assignment found when items prefer sizes by ``prefer``
+    (``times`` with some sizes struck out): the candidate layouts, then a walk to
+    better neighbouring layouts. ``(score, layout, owner)``, or None if none fits."""
+    pref = preferred_class(prefer, sizes)
+    strict = np.full_like(times, np.inf)
+    strict[np.arange(n_items), pref] = times[np.arange(n_items), pref]
+    best: tuple[tuple[float, int], list[int], np.ndarray] | None = None
+    seen: set[tuple[int, ...]] = set()
+
+    def consider(layouts: list[list[int]]) -> bool:
+        """Assign on each new layout; keep the best by makespan, then by fewer groups at
+        the makespan (a step towards a shorter one). True if one improved on it."""
+        nonlocal best
+        improved = False
+        for layout in layouts:
+            layout = balance.merge_groups(world, layout, n_items)
+            key = tuple(sorted(layout))
+            if key in seen or any(s not in sizes for s in layout):
+                continue
+            seen.add(key)
+            found = assign_on_layout(times, strict, pref, sizes, layout, opts.local_search_moves)
+            if found is not None and (best is None or beats(found[0], best[0])):
+                best = (found[0], layout, found[1])
+                improved = True
+        return improved
+
+    consider(candidate_layouts(world, sizes, prefer, n_items, neighbours))
+    # Local improvement over layouts: walk to the best neighbouring layout while the
+    # score drops (the candidates above are only one step from the rounded one).
+    for _ in range(LAYOUT_ROUNDS if neighbours else 0):
+        if best is None or not consider(neighbour_layouts(best[1], sizes)):
+            break
+    return best
 
 
 def assign_on_layout(
