@@ -14,7 +14,8 @@ micro-batches to groups that minimise the iteration's makespan.
    where it fits, at that size's time and recomputation), local search (moves and
    swaps off the makespan group), and HiGHS on small iterations whose heuristic
    makespan is still above the lower bound (see ``docs/scheduling.md``).
-   A few layouts are tried (the proportional one and its neighbours); the best wins.
+   A few layouts are tried (the proportional one and its neighbours), then a walk to
+   better neighbouring layouts; the best wins.
 """
 
 from __future__ import annotations
