@@ -14,7 +14,8 @@ micro-batches to groups that minimise the iteration's makespan.
    where it fits, at that size's time and recomputation), local search (moves and
    swaps off the makespan group), and HiGHS on small iterations whose heuristic
    makespan is still above the lower bound (see ``docs/scheduling.md``).
-   A few layouts are tried (the proportional one and its neighbours); the best wins.
+   A few layouts are tried (the proportional one and its neighbours), then a walk to
+   better neighbouring layouts; the best wins.
 """
 
 from __future__ import annotations
@@ -25,11 +26,16 @@ from datacentric.scheduling import balance, exact
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
 from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
+#: ... and walk from the best layout to better neighbours in at most this many steps.
+LAYOUT_ROUNDS = 8
+#: Loads this close (seconds) count as equal.
+PEAK_TOL = 1e-9
 #: Split micro-batches when the makespan is this far above the lower bound ...
 SPLIT_GAP = 0.01
 #: ... in at most this many rounds.
@@ -71,8 +77,8 @@ def preferred_class(times: np.ndarray, sizes: list[int]) -> np.ndarray:
 def candidate_layouts(
     world_size: int, sizes: list[int], times: np.ndarray, n_items: int, neighbours: bool
 ) -> list[list[int]]:
-    """The apportioned layout and, if ``neighbours``, the ones that turn one group of a
-    size into groups of the next smaller size or merge groups into the next larger."""
+    """The rounded and apportioned layouts and, if ``neighbours``, the rounded one with
+    one more group of each size and its :func:`neighbour_layouts`."""
     pref = preferred_class(times, sizes)
     own = times[np.arange(len(times)), pref]
     load = np.bincount(pref, weights=own * np.asarray(sizes)[pref], minlength=len(sizes))
@@ -84,18 +90,29 @@ def candidate_layouts(
     out = [base, apportioned] if neighbours else [base]
     for k in range(len(sizes)) if neighbours else ():  # one more group of a size
         out.append(balance.rounded_layout(world_size, sizes, times, bump=k))
-    for small, big in zip(sizes, sizes[1:]) if neighbours else ():
-        if base.count(big):  # split one big group into small ones
-            alt = list(base)
+    if neighbours:
+        out += neighbour_layouts(base, sizes)
+    unique = {tuple(sorted(lay)): None for lay in out if len(lay) <= n_items}
+    return [list(lay) for lay in unique]
+
+
+def neighbour_layouts(layout: list[int], sizes: list[int]) -> list[list[int]]:
+    """The layouts one step from ``layout``: one group split into groups of the next
+    smaller size, or groups of a size merged into one of the next larger."""
+    out = []
+    for small, big in zip(sizes, sizes[1:]):
+        if big % small:
+            continue
+        if layout.count(big):  # split one big group into small ones
+            alt = list(layout)
             alt.remove(big)
             out.append(alt + [small] * (big // small))
-        if base.count(small) >= big // small:  # merge small groups into a big one
-            alt = list(base)
+        if layout.count(small) >= big // small:  # merge small groups into a big one
+            alt = list(layout)
             for _ in range(big // small):
                 alt.remove(small)
             out.append(alt + [big])
-    unique = {tuple(sorted(lay)): None for lay in out if len(lay) <= n_items}
-    return [list(lay) for lay in unique]
+    return out
 
 
 def solve_iteration(
@@ -116,32 +133,16 @@ def solve_iteration(
             f"a micro-batch of bucket {table.view.buckets[items[j].bucket].name!r} fits no "
             "SP size at this world size"
         )
-    pref = preferred_class(times, sizes)
-    strict = np.full_like(times, np.inf)
-    strict[np.arange(len(items)), pref] = times[np.arange(len(items)), pref]
     neighbours = len(items) <= NEIGHBOUR_LIMIT
-    best: tuple[float, list[int], np.ndarray] | None = None
-    for layout in candidate_layouts(world, sizes, times, len(items), neighbours):
-        layout = balance.merge_groups(world, layout, len(items))
-        if any(s not in sizes for s in layout):
-            continue
-        group_class = np.asarray([sizes.index(s) for s in layout])
-        classes = np.unique(group_class)
-        # Each item on its cheapest size when the layout has it, else anywhere.
-        start = np.where(np.isin(pref, classes)[:, None], strict, times)
-        if not np.isfinite(start[:, classes]).any(axis=1).all():
-            continue
-        owner, _ = balance.lpt(start, group_class, sizes)
-        owner = balance.local_search(times, group_class, sizes, owner, opts.local_search_moves)
-        if not balance.fill_empty(times, group_class, owner):
-            continue
-        span = balance.makespan(times, group_class, owner)
-        if best is None or span < best[0] - 1e-12:
-            best = (span, layout, owner)
+    best: tuple[tuple[float, int], list[int], np.ndarray] | None = None
+    for prefer in preference_views(times, sizes, world):
+        found = best_layout(prefer, times, sizes, world, len(items), neighbours, opts)
+        if found is not None and (best is None or beats(found[0], best[0])):
+            best = found
     if best is None:
         # Too few micro-batches for any layout tried: fall back to merging groups.
         return assign_to_layout(items, [1] * world, table, world, max_moves=opts.local_search_moves)
-    span, layout, owner = best
+    (span, _), layout, owner = best
     group_class = np.asarray([sizes.index(s) for s in layout])
     bound = lower_bound(times, sizes, world)
     if span > (1 + SPLIT_GAP) * bound:
@@ -159,6 +160,96 @@ def solve_iteration(
         if better is not None:
             owner = better
     return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+
+
+def preference_views(times: np.ndarray, sizes: list[int], world: int) -> list[np.ndarray]:
+    """The time matrices that decide where items prefer to run (and so the layouts):
+    ``times`` itself and, when some item's cheapest size alone takes longer than the
+    step's GPU-second bound (a long video on one GPU), the same with those slow sizes
+    struck out for it, so that it prefers the cheapest size that fits in the bound."""
+    bound = lower_bound(times, sizes, world)
+    slow = times > bound * (1 + PEAK_TOL)
+    slow &= ~slow.all(axis=1, keepdims=True)  # items slow everywhere keep every size
+    pref = preferred_class(times, sizes)
+    if not slow[np.arange(len(times)), pref].any():
+        return [times]
+    return [times, np.where(slow, np.inf, times)]
+
+
+def best_layout(
+    prefer: np.ndarray,
+    times: np.ndarray,
+    sizes: list[int],
+    world: int,
+    n_items: int,
+    neighbours: bool,
+    opts: ScheduleOptions,
+) -> tuple[tuple[float, int], list[int], np.ndarray] | None:
+    """The best layout and assignment found when items prefer sizes by ``prefer``
+    (``times`` with some sizes struck out): the candidate layouts, then a walk to
+    better neighbouring layouts. ``(score, layout, owner)``, or None if none fits."""
+    pref = preferred_class(prefer, sizes)
+    strict = np.full_like(times, np.inf)
+    strict[np.arange(n_items), pref] = times[np.arange(n_items), pref]
+    best: tuple[tuple[float, int], list[int], np.ndarray] | None = None
+    seen: set[tuple[int, ...]] = set()
+
+    def consider(layouts: list[list[int]]) -> bool:
+        """Assign on each new layout; keep the best by makespan, then by fewer groups at
+        the makespan (a step towards a shorter one). True if one improved on it."""
+        nonlocal best
+        improved = False
+        for layout in layouts:
+            layout = balance.merge_groups(world, layout, n_items)
+            key = tuple(sorted(layout))
+            if key in seen or any(s not in sizes for s in layout):
+                continue
+            seen.add(key)
+            found = assign_on_layout(times, strict, pref, sizes, layout, opts.local_search_moves)
+            if found is not None and (best is None or beats(found[0], best[0])):
+                best = (found[0], layout, found[1])
+                improved = True
+        return improved
+
+    consider(candidate_layouts(world, sizes, prefer, n_items, neighbours))
+    # Local improvement over layouts: walk to the best neighbouring layout while the
+    # score drops (the candidates above are only one step from the rounded one).
+    for _ in range(LAYOUT_ROUNDS if neighbours else 0):
+        if best is None or not consider(neighbour_layouts(best[1], sizes)):
+            break
+    return best
+
+
+def assign_on_layout(
+    times: np.ndarray,
+    strict: np.ndarray,
+    pref: np.ndarray,
+    sizes: list[int],
+    layout: list[int],
+    max_moves: int,
+) -> tuple[tuple[float, int], np.ndarray] | None:
+    """LPT (each item on its cheapest size when the layout has it, else anywhere), local
+    search and every group filled; ``((makespan, groups at it), owner)``, or None."""
+    group_class = np.asarray([sizes.index(s) for s in layout])
+    classes = np.unique(group_class)
+    start = np.where(np.isin(pref, classes)[:, None], strict, times)
+    if not np.isfinite(start[:, classes]).any(axis=1).all():
+        return None
+    owner, _ = balance.lpt(start, group_class, sizes)
+    owner = balance.local_search(times, group_class, sizes, owner, max_moves)
+    if not balance.fill_empty(times, group_class, owner):
+        return None
+    t_own = times[np.arange(len(owner)), group_class[owner]]
+    loads = np.bincount(owner, weights=t_own, minlength=len(layout))
+    span = float(loads.max())
+    return (span, int((loads >= span - PEAK_TOL).sum())), owner
+
+
+def beats(a: tuple[float, int], b: tuple[float, int]) -> bool:
+    """Whether score ``a`` (makespan, groups at it) beats ``b``."""
+    if abs(a[0] - b[0]) > PEAK_TOL:
+        return a[0] < b[0]
+    return a[1] < b[1]
 
 
 def idle_share(
