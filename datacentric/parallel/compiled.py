@@ -2,8 +2,8 @@
 
 Each block of ``model.blocks`` gets its ``forward`` compiled on its own, as
 torchtitan does: the blocks are alike, so dynamo compiles one graph for all of
-them (recompiling once when the token count first changes, after which shapes
-are dynamic), and the model around them stays eager.
+them, with dynamic shapes from the start (every micro-batch has its own token
+count), and the model around them stays eager.
 
 Order, the one :class:`~datacentric.train.data_centric.DataCentric` follows:
 compile the blocks after the model-contract check (three eager passes) and
@@ -68,7 +68,7 @@ def compile_blocks(model: nn.Module, backend: str | None = None) -> int:
             )
         if _COMPILED in block.__dict__:
             raise ValueError(f"block {index} is already compiled")
-        block.forward = torch.compile(block.forward, backend=backend)
+        block.forward = torch.compile(block.forward, backend=backend, dynamic=True)
         setattr(block, _COMPILED, backend)
     return len(blocks)
 

@@ -89,8 +89,11 @@ def all_to_all_path(forced: str | None = None) -> str:
     """How the Ulysses all-to-all runs: one of :data:`ALL_TO_ALL_PATHS`.
 
     ``functional`` where this torch has ``all_to_all_single_autograd`` (torch >= 2.4),
-    else ``c10d``. ``forced``, else the environment variable ``DATACENTRIC_ALL_TO_ALL``,
-    picks one (an unavailable one is an error, never a silent fallback).
+    else ``c10d``, the fallback for an older torch. ``forced``, else the environment
+    variable ``DATACENTRIC_ALL_TO_ALL``, picks one (an unavailable one is an error,
+    never a silent fallback). Both paths are checked on torch 2.13 with gloo (CPU):
+    values and gradients bit-identical; a torch whose functional op fails on a backend
+    raises there, and ``DATACENTRIC_ALL_TO_ALL=c10d`` runs the Autograd Function.
     """
     forced = (forced or os.environ.get(ALL_TO_ALL_ENV, "")).strip().lower()
     available = available_all_to_all_paths()
