@@ -20,8 +20,9 @@ choice of how the collective runs (:data:`ALL_TO_ALL_PATHS`):
   all_to_all_single_autograd``, which ``torch.compile`` traces into the graph of a
   compiled block (no graph break at the collective); the default where torch has it;
 - ``c10d``: ``torch.distributed.all_to_all_single`` inside an autograd Function,
-  which dynamo cannot trace (a graph break); the fallback for a torch without the
-  functional op.
+  the fallback for a torch without the functional op. Dynamo traces it only by
+  rewriting the in-place collective into the functional one (torch 2.13 does, with
+  the same results); the functional path does not depend on that rewrite.
 
 Both move the same values to the same places (pure data movement, no arithmetic),
 so outputs and gradients are bit-identical between them; NCCL and gloo (CPU)
@@ -157,7 +158,7 @@ def _all_to_all(
 
 class _AllToAll(torch.autograd.Function):
     """The ``c10d`` path: ``dist.all_to_all_single`` with the opposite all-to-all as
-    its gradient (opaque to dynamo)."""
+    its gradient."""
 
     @staticmethod
     def forward(
