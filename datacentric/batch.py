@@ -48,6 +48,12 @@ class PackedBatch:
     sample_context: torch.Tensor | None = None
     token_offset: int = 0
 
+    def __post_init__(self) -> None:
+        # Host offsets travel with cu_seqlens (segment_offsets), so no consumer reads a
+        # device and a compiled block sees no data-dependent Python int.
+        if self.cu_seqlens.device.type == "cpu" and not hasattr(self.cu_seqlens, "host_offsets"):
+            self.cu_seqlens.host_offsets = tuple(self.cu_seqlens.tolist())
+
     @property
     def num_tokens(self) -> int:
         return int(self.inputs.shape[0])

@@ -10,10 +10,15 @@ import torch
 
 from datacentric.models import attention as attention_module
 from datacentric.models.attention import math_attention, varlen_attention
+from datacentric.parallel import ulysses
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.sharding import shard_bounds
-from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
+from datacentric.parallel.ulysses import (
+    SequenceParallelAttention,
+    available_all_to_all_paths,
+    check_sp_compatible,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,9 +35,10 @@ def _reference(q, k, v, grad_out, cu_seqlens, causal, window=None):
 
 def _attention_worker() -> list[tuple[int, bool, int, float]]:
     """Every SP size the world allows, causal and not, with 4, 2 or 1 key/value heads
-    (1: repeated for the group), with and without a sliding window."""
+    (1: repeated for the group), with and without a sliding window; on every
+    all-to-all path, which agree bit for bit."""
     groups = ProcessGroups()
-    sp_attention = SequenceParallelAttention()
+    paths = available_all_to_all_paths()
     checked = []
     cases = [(False, HEADS, None), (True, HEADS, None), (True, HEADS // 2, None)]
     cases += [(True, 1, None), (True, HEADS // 2, 3)]
@@ -52,19 +58,25 @@ def _attention_worker() -> list[tuple[int, bool, int, float]]:
             start_rank = groups.rank - groups.rank % sp
             group = groups.group(start_rank, sp)
             lo, hi = shard_bounds(full, groups.rank - start_rank, sp)
-            shards = [t[lo:hi].clone().requires_grad_(True) for t in (q, k, v)]
-            with sp_attention.use(group):
-                assert sp_attention.sp_size == sp
-                out = sp_attention(*shards, cu_seqlens, causal, window=window)
-            assert sp_attention.group is None  # restored after the block
-            out.backward(grad_out[lo:hi])
-            torch.testing.assert_close(out, ref_out[lo:hi])
-            for name, shard, ref in zip("qkv", shards, ref_grads):
-                torch.testing.assert_close(
-                    shard.grad, ref[lo:hi], msg=lambda m, n=name: f"d{n}: {m}"
-                )
-            err = float((out - ref_out[lo:hi]).abs().max())
-            checked.append((sp, causal, kv_heads, err))
+            by_path = []
+            for path in paths:
+                sp_attention = SequenceParallelAttention(all_to_all=path)
+                shards = [t[lo:hi].clone().requires_grad_(True) for t in (q, k, v)]
+                with sp_attention.use(group):
+                    assert sp_attention.sp_size == sp
+                    out = sp_attention(*shards, cu_seqlens, causal, window=window)
+                assert sp_attention.group is None  # restored after the block
+                out.backward(grad_out[lo:hi])
+                torch.testing.assert_close(out, ref_out[lo:hi])
+                for name, shard, ref in zip("qkv", shards, ref_grads):
+                    torch.testing.assert_close(
+                        shard.grad, ref[lo:hi], msg=lambda m, n=name, p=path: f"{p} d{n}: {m}"
+                    )
+                by_path.append([out.detach(), *(t.grad for t in shards)])
+                err = float((out - ref_out[lo:hi]).abs().max())
+                checked.append((sp, causal, kv_heads, err, path))
+            for other in by_path[1:]:  # pure data movement: identical bits on every path
+                assert all(torch.equal(a, b) for a, b in zip(by_path[0], other))
     return checked
 
 
@@ -75,9 +87,28 @@ def test_ulysses_matches_sdpa(world: int) -> None:
     expected_sizes = [s for s in (1, 2, 4) if world % s == 0]
     for checked in results:
         assert sorted({sp for sp, *_ in checked}) == expected_sizes
-        assert {causal for _, causal, _, _ in checked} == {False, True}
-        assert {kv for _, _, kv, _ in checked} == {HEADS, HEADS // 2, 1}
-        assert max(err for *_, err in checked) < 1e-10
+        assert {causal for _, causal, *_ in checked} == {False, True}
+        assert {kv for _, _, kv, *_ in checked} == {HEADS, HEADS // 2, 1}
+        assert {path for *_, path in checked} == set(available_all_to_all_paths())
+        assert max(err for *_, err, _ in checked) < 1e-10
+
+
+def test_all_to_all_path_choice(monkeypatch) -> None:
+    """The functional path where torch has it, ``c10d`` otherwise; forcing an unknown or
+    missing path is an error, never a silent fallback."""
+    monkeypatch.delenv(ulysses.ALL_TO_ALL_ENV, raising=False)
+    has_functional = ulysses.all_to_all_single_autograd is not None  # torch >= 2.4
+    assert ulysses.all_to_all_path() == ("functional" if has_functional else "c10d")
+    assert SequenceParallelAttention(all_to_all="c10d").all_to_all == "c10d"
+    monkeypatch.setenv(ulysses.ALL_TO_ALL_ENV, "c10d")
+    assert SequenceParallelAttention().all_to_all == "c10d"
+    with pytest.raises(ValueError, match="choose one of functional, c10d"):
+        ulysses.all_to_all_path("nccl")
+    monkeypatch.setattr(ulysses, "all_to_all_single_autograd", None)
+    monkeypatch.delenv(ulysses.ALL_TO_ALL_ENV)
+    assert ulysses.all_to_all_path() == "c10d"
+    with pytest.raises(ValueError, match="'functional' is not in torch"):
+        ulysses.all_to_all_path("functional")
 
 
 def test_heads_not_divisible_by_sp_is_a_clear_error() -> None:

@@ -7,6 +7,9 @@ import json
 import pytest
 import torch
 
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import spawn
+from datacentric.parallel.ulysses import all_to_all, available_all_to_all_paths
 from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
 from datacentric.planning.plan import BucketPlan, Plan
 from datacentric.profiling.autoprofile import select_profile_shapes, validation_cases
@@ -117,6 +120,26 @@ def test_live_tensor_bytes_sees_backward_and_saved_activations() -> None:
         h.sum().backward()
     assert after_forward >= 256 * 64 * 4
     assert tracker.peak > after_forward  # gradients and backward temporaries
+
+
+def _all_to_all_peaks() -> dict[str, int]:
+    """Peak bytes of one Ulysses all-to-all, forward and backward, on each path."""
+    group = ProcessGroups().group(0, 2)
+    peaks = {}
+    for path in available_all_to_all_paths():
+        x = torch.randn(64, 4, 8, requires_grad=True)
+        tracker = LiveTensorBytes()
+        with tracker:  # the functional path passes wrapper tensors through the mode
+            all_to_all(x * 2, 1, 0, group, path=path).sum().backward()
+        peaks[path] = tracker.peak
+    return peaks
+
+
+@pytest.mark.slow
+def test_live_tensor_bytes_measures_every_all_to_all_path_alike() -> None:
+    for peaks in spawn(_all_to_all_peaks, 2, timeout_s=120):
+        assert min(peaks.values()) >= 64 * 4 * 8 * 4, peaks  # at least the exchanged buffer
+        assert max(peaks.values()) - min(peaks.values()) <= 64, peaks  # a scalar or two
 
 
 def test_select_profile_shapes_spreads_and_adds_a_batch() -> None:

@@ -296,6 +296,7 @@ def _band_mask(length: int, window: int | None, device: torch.device) -> torch.T
     return (delta >= 0) & (delta < window)
 
 
+@torch.compiler.disable  # a loop over segments: traced, it recompiles per sample count
 def _sdpa_path(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, window):
     """One SDPA call per segment: the path for devices without a varlen kernel."""
     groups = q_SHD.shape[1] // k_SHD.shape[1]

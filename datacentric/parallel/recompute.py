@@ -23,6 +23,23 @@ from torch.utils.checkpoint import checkpoint
 _ORIGINAL_FORWARD = "_datacentric_original_forward"
 
 
+def model_blocks(model: nn.Module, what: str) -> Sequence[nn.Module]:
+    """``model.blocks``, the repeated transformer blocks that recomputation and
+    compilation act on one by one (``what`` names the feature in the error)."""
+    blocks = getattr(model, "blocks", None)
+    if blocks is None:
+        raise ValueError(
+            f"{type(model).__name__} has no `blocks` attribute; {what} is applied per "
+            "transformer block"
+        )
+    return blocks
+
+
+def has_recompute(block: nn.Module) -> bool:
+    """Whether :class:`BlockRecompute` routes ``block``'s forward."""
+    return _ORIGINAL_FORWARD in block.__dict__
+
+
 class BlockRecompute:
     """Switchable activation checkpointing of every block in ``blocks``.
 
@@ -34,7 +51,7 @@ class BlockRecompute:
         self.blocks = list(blocks)
         self.enabled = [False] * len(self.blocks)
         for index, block in enumerate(self.blocks):
-            if _ORIGINAL_FORWARD in block.__dict__:
+            if has_recompute(block):
                 raise ValueError(f"block {index} already has switchable recomputation applied")
             original = block.forward
             setattr(block, _ORIGINAL_FORWARD, original)
@@ -43,13 +60,7 @@ class BlockRecompute:
     @classmethod
     def apply(cls, model: nn.Module) -> BlockRecompute:
         """Apply to ``model.blocks`` (the repeated transformer blocks)."""
-        blocks = getattr(model, "blocks", None)
-        if blocks is None:
-            raise ValueError(
-                f"{type(model).__name__} has no `blocks` attribute; recomputation is applied "
-                "per transformer block"
-            )
-        return cls(blocks)
+        return cls(model_blocks(model, "recomputation"))
 
     @property
     def num_blocks(self) -> int:
@@ -83,9 +94,12 @@ class BlockRecompute:
             self.enabled = previous
 
     def remove(self) -> None:
-        """Restore every block's original forward."""
+        """Restore every block's original forward (a compiled one stays compiled)."""
         for block in self.blocks:
-            del block.__dict__[_ORIGINAL_FORWARD]
-            del block.__dict__["forward"]  # back to the class's forward
+            original = block.__dict__.pop(_ORIGINAL_FORWARD)
+            if getattr(original, "__func__", None) is type(block).forward:
+                del block.__dict__["forward"]  # back to the class's forward
+            else:
+                block.forward = original
         self.blocks = []
         self.enabled = []

@@ -12,10 +12,21 @@ of ``S / sp`` tokens. Attention needs whole sequences, so:
    so packed samples never see each other);
 3. the reverse all-to-all, ``(S, H/sp, D) -> (S/sp, H, D)``.
 
-Both all-to-alls are autograd Functions whose backward is the opposite
-all-to-all, so gradients flow back to every shard exactly. The collective is
-``torch.distributed.all_to_all_single``, which NCCL and gloo (CPU) both
-implement, so the same code runs on GPUs and in CPU tests.
+Both all-to-alls are differentiable, their backward the opposite all-to-all, so
+gradients flow back to every shard exactly. :func:`all_to_all_path` is the one
+choice of how the collective runs (:data:`ALL_TO_ALL_PATHS`):
+
+- ``functional``: ``torch.distributed._functional_collectives.
+  all_to_all_single_autograd``, which ``torch.compile`` traces into the graph of a
+  compiled block (no graph break at the collective); the default where torch has it;
+- ``c10d``: ``torch.distributed.all_to_all_single`` inside an autograd Function,
+  the fallback for a torch without the functional op. Dynamo traces it only by
+  rewriting the in-place collective into the functional one (torch 2.13 does, with
+  the same results); the functional path does not depend on that rewrite.
+
+Both move the same values to the same places (pure data movement, no arithmetic),
+so outputs and gradients are bit-identical between them; NCCL and gloo (CPU)
+implement both, so the same code runs on GPUs and in CPU tests.
 
 :class:`SequenceParallelAttention` is the callable injected once into a model
 (``model.set_attention``); the runtime switches its group per micro-batch with
@@ -25,12 +36,18 @@ plain attention.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 import torch.distributed as dist
+
+try:  # torch >= 2.4: differentiable functional all-to-all, traceable by dynamo
+    from torch.distributed._functional_collectives import all_to_all_single_autograd
+except ImportError:  # pragma: no cover - older torch
+    all_to_all_single_autograd = None
 
 from datacentric.batch import segment_bounds
 from datacentric.models.attention import AttentionFn, varlen_attention
@@ -58,12 +75,76 @@ def group_size(group: dist.ProcessGroup | None) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
 
-def _all_to_all(
-    x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup
+#: how the Ulysses all-to-all can run, preferred first (see :func:`all_to_all_path`)
+ALL_TO_ALL_PATHS = ("functional", "c10d")
+#: environment variable that forces one path (for checks and comparisons)
+ALL_TO_ALL_ENV = "DATACENTRIC_ALL_TO_ALL"
+
+
+def available_all_to_all_paths() -> list[str]:
+    """The all-to-all paths this torch has, preferred first."""
+    return [p for p in ALL_TO_ALL_PATHS if p != "functional" or all_to_all_single_autograd]
+
+
+def all_to_all_path(forced: str | None = None) -> str:
+    """How the Ulysses all-to-all runs: one of :data:`ALL_TO_ALL_PATHS`.
+
+    ``functional`` where this torch has ``all_to_all_single_autograd`` (torch >= 2.4),
+    else ``c10d``, the fallback for an older torch. ``forced``, else the environment
+    variable ``DATACENTRIC_ALL_TO_ALL``, picks one (an unavailable one is an error,
+    never a silent fallback). Both paths are checked on torch 2.13 with gloo (CPU):
+    values and gradients bit-identical; a torch whose functional op fails on a backend
+    raises there, and ``DATACENTRIC_ALL_TO_ALL=c10d`` runs the Autograd Function.
+    """
+    forced = (forced or os.environ.get(ALL_TO_ALL_ENV, "")).strip().lower()
+    available = available_all_to_all_paths()
+    if not forced:
+        return available[0]
+    if forced not in ALL_TO_ALL_PATHS:
+        raise ValueError(f"all-to-all path {forced!r}: choose one of {', '.join(ALL_TO_ALL_PATHS)}")
+    if forced not in available:
+        raise ValueError(
+            f"all-to-all path {forced!r} is not in torch {torch.__version__}; available: "
+            f"{', '.join(available)}"
+        )
+    return forced
+
+
+def all_to_all(
+    x: torch.Tensor,
+    scatter_dim: int,
+    gather_dim: int,
+    group: dist.ProcessGroup,
+    *,
+    path: str | None = None,
 ) -> torch.Tensor:
-    """Split ``x`` into ``sp`` chunks along ``scatter_dim``, send chunk ``j`` to group
-    rank ``j`` and concatenate the received chunks (in group-rank order) along
-    ``gather_dim``."""
+    """Differentiable all-to-all: split ``x`` into ``sp`` chunks along ``scatter_dim``,
+    send chunk ``j`` to group rank ``j`` and concatenate the received chunks (in
+    group-rank order) along ``gather_dim``; the gradient is the opposite all-to-all.
+
+    ``path`` (default: :func:`all_to_all_path`) says how the collective runs; every
+    path returns the same values.
+    """
+    if all_to_all_path(path) == "functional":
+        return _all_to_all(x, scatter_dim, gather_dim, group, _functional_exchange)
+    return _AllToAll.apply(x, scatter_dim, gather_dim, group)
+
+
+def _c10d_exchange(send: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    received = torch.empty_like(send)
+    dist.all_to_all_single(received, send, group=group)
+    return received
+
+
+def _functional_exchange(send: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    return all_to_all_single_autograd(send, None, None, group)
+
+
+def _all_to_all(
+    x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup, exchange
+) -> torch.Tensor:
+    """:func:`all_to_all` with ``exchange(send, group)`` as the collective: ``send`` is
+    ``(sp, ...)``, row ``j`` for group rank ``j``; it returns the rows received."""
     sp = dist.get_world_size(group)
     if x.shape[scatter_dim] % sp:
         raise ValueError(
@@ -71,13 +152,13 @@ def _all_to_all(
             f"{x.shape[scatter_dim]}"
         )
     send = torch.stack(x.chunk(sp, dim=scatter_dim)).contiguous()
-    received = torch.empty_like(send)
-    dist.all_to_all_single(received, send, group=group)
+    received = exchange(send, group)
     return torch.cat(received.unbind(0), dim=gather_dim)
 
 
 class _AllToAll(torch.autograd.Function):
-    """Differentiable all-to-all: the gradient is the opposite all-to-all."""
+    """The ``c10d`` path: ``dist.all_to_all_single`` with the opposite all-to-all as
+    its gradient."""
 
     @staticmethod
     def forward(
@@ -88,11 +169,12 @@ class _AllToAll(torch.autograd.Function):
         group: dist.ProcessGroup,
     ) -> torch.Tensor:
         ctx.scatter_dim, ctx.gather_dim, ctx.group = scatter_dim, gather_dim, group
-        return _all_to_all(x, scatter_dim, gather_dim, group)
+        return _all_to_all(x, scatter_dim, gather_dim, group, _c10d_exchange)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        return _all_to_all(grad, ctx.gather_dim, ctx.scatter_dim, ctx.group), None, None, None
+        back = _all_to_all(grad, ctx.gather_dim, ctx.scatter_dim, ctx.group, _c10d_exchange)
+        return back, None, None, None
 
 
 def expand_kv_heads(kv_SHD: torch.Tensor, heads: int, sp: int) -> torch.Tensor:
@@ -113,9 +195,11 @@ def expand_kv_heads(kv_SHD: torch.Tensor, heads: int, sp: int) -> torch.Tensor:
     raise AssertionError("unreachable: sp divides the query heads")
 
 
-def heads_to_seq(x_SHD: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+def heads_to_seq(
+    x_SHD: torch.Tensor, group: dist.ProcessGroup, *, path: str | None = None
+) -> torch.Tensor:
     """``(S, H/sp, D)`` full sequence, some heads -> ``(S/sp, H, D)`` shard of all heads."""
-    return _AllToAll.apply(x_SHD, 0, 1, group)
+    return all_to_all(x_SHD, 0, 1, group, path=path)
 
 
 def ulysses_attention(
@@ -128,13 +212,15 @@ def ulysses_attention(
     attention: AttentionFn = varlen_attention,
     *,
     window: int | None = None,
+    path: str | None = None,
 ) -> torch.Tensor:
     """Attention over a sequence sharded across ``group``; returns this rank's shard.
 
     ``q/k/v_SHD`` are this rank's ``(S/sp, H, D)`` shard (contiguous tokens, in
     group-rank order); ``cu_seqlens`` describes the full padded sequence of ``S``
     tokens. ``attention`` is the single-process kernel run on ``(S, H/sp, D)``.
-    With ``group`` of ``None`` or one rank this is ``attention`` itself.
+    With ``group`` of ``None`` or one rank this is ``attention`` itself. ``path`` says
+    how the all-to-alls run (:func:`all_to_all_path`).
     """
     sp = group_size(group)
     extra = {} if window is None else {"window": window}  # plain callables need no keyword
@@ -153,10 +239,10 @@ def ulysses_attention(
     # key/value heads, (S/sp, sp, (H + 2 Hkv)/sp, D) -> (S, (H + 2 Hkv)/sp, D).
     # Local query head j then reads local key/value head j // (H / Hkv), as globally.
     per_rank = [t.unflatten(1, (sp, t.shape[1] // sp)) for t in (q_SHD, k_SHD, v_SHD)]
-    qkv_SHD = _AllToAll.apply(torch.cat(per_rank, dim=2).flatten(1, 2), 1, 0, group)
+    qkv_SHD = all_to_all(torch.cat(per_rank, dim=2).flatten(1, 2), 1, 0, group, path=path)
     q, k, v = qkv_SHD.split([heads // sp, kv_heads // sp, kv_heads // sp], dim=1)
     out_full_SHD = attention(q, k, v, cu_seqlens, causal, **extra)
-    return heads_to_seq(out_full_SHD, group)
+    return heads_to_seq(out_full_SHD, group, path=path)
 
 
 class SequenceParallelAttention:
@@ -166,11 +252,16 @@ class SequenceParallelAttention:
     ``with sp_attention.use(group): loss = model(shard)`` runs Ulysses attention
     on ``group`` (plain ``attention`` when the group is ``None`` or has one rank).
     Keep the backward pass inside the same ``use`` block: recomputed blocks call
-    attention again during backward.
+    attention again during backward. ``all_to_all`` picks the collective's path
+    (default: :func:`all_to_all_path`, resolved here once, outside any compiled code).
     """
 
-    def __init__(self, attention: AttentionFn = varlen_attention) -> None:
+    def __init__(
+        self, attention: AttentionFn = varlen_attention, *, all_to_all: str | None = None
+    ) -> None:
         self.attention = attention
+        self.all_to_all = all_to_all_path(all_to_all)
+        """How the all-to-alls run: one of :data:`ALL_TO_ALL_PATHS`."""
         self.group: dist.ProcessGroup | None = None
 
     @property
@@ -206,7 +297,11 @@ class SequenceParallelAttention:
             group=self.group,
             attention=self.attention,
             window=window,
+            path=self.all_to_all,
         )
 
     def __repr__(self) -> str:
-        return f"SequenceParallelAttention(sp_size={self.sp_size}, attention={self.attention!r})"
+        return (
+            f"SequenceParallelAttention(sp_size={self.sp_size}, attention={self.attention!r}, "
+            f"all_to_all={self.all_to_all!r})"
+        )

@@ -11,7 +11,8 @@ weak reference to each storage tells it when the storage is freed). Its peak is 
 largest number of bytes alive at once: saved activations plus the largest
 transient. Storages that existed before (parameters, gradients of earlier passes)
 are not seen; the caller adds them from their sizes (:func:`model_state_bytes`).
-Views share their base's storage and are counted once.
+Views share their base's storage and are counted once; tensor wrapper subclasses
+through their inner tensors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten
 
 
@@ -38,7 +39,13 @@ class LiveTensorBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         for value in tree_flatten(out)[0]:
-            if isinstance(value, torch.Tensor) and value.device.type == "cpu":
+            # A wrapper subclass (the functional collectives' AsyncCollectiveTensor,
+            # DTensor) has no storage of its own: its inner tensors are counted.
+            if (
+                isinstance(value, torch.Tensor)
+                and value.device.type == "cpu"
+                and not is_traceable_wrapper_subclass(value)
+            ):
                 self._track(value)
         return out
 

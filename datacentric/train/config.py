@@ -108,6 +108,9 @@ class TrainingConfig:
     """Epochs over the dataset."""
     iterations: int | None = setting(None, ge=1)
     """Stop after this many optimizer steps counted from the run's start (unset: all epochs)."""
+    compile: bool = False
+    """Compile each transformer block's forward with ``torch.compile`` (inductor; the first
+    steps pay the compilation, docs/runtime.md)."""
     fault_inject: str | None = None
     """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
     ``RANK:ITERATION:hang`` stalls it."""

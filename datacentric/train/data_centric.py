@@ -41,6 +41,7 @@ from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.dit import DiTConfig
 from datacentric.models.llama import LlamaConfig
+from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
@@ -234,6 +235,8 @@ class DataCentric:
     default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`) says how the model is
     held across ranks: call :attr:`model` and build the optimizer from its parameters.
     ``device`` picks a single process's device (default: ``cuda`` when available).
+    ``compile=True`` compiles each block's forward with ``torch.compile``
+    (:func:`~datacentric.parallel.compiled.compile_blocks`) before the model is wrapped.
     """
 
     def __init__(
@@ -254,6 +257,7 @@ class DataCentric:
         shard: ShardingSpec | str | None = None,
         device: str | torch.device | None = None,
         options: ScheduleOptions | None = None,
+        compile: bool = False,
     ) -> None:
         self.groups = groups or process_groups(device=device)
         self.sharding = (
@@ -274,6 +278,8 @@ class DataCentric:
         """The user's module (inside ``model``'s DDP wrapper, when there is one)."""
         if check_model:  # before any wrapper: three local forward passes
             check_model_contract(self.module, dataset)
+        if compile:  # per block, before wrapping or sharding and before recomputation
+            compile_blocks(self.module)
         self.model = wrap_model(self.module, self.groups, self.sharding)
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset

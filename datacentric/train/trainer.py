@@ -109,6 +109,7 @@ class Trainer:
             groups=groups,
             shard=sharding(config),
             options=config.schedule_options(),
+            compile=config.compile,
             # a resumed run keeps the model and data its first start checked (the resume
             # checks refuse any change), and names a changed model by the checkpoint's
             check_model=not (config.resume or config.resume_from),
