@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser, several=True, default="static,dcp-pac,dcp-opt", note="; the first is the baseline"
     )
     config_option(parser, "--out", key="out", default="runs/bench", help="run folder")
+    config_option(parser, "--model", key="model", help="runnable model preset (default: llama)")
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
     config_option(
@@ -118,7 +119,7 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 def run(args: argparse.Namespace) -> int:
     overrides = dict(BENCH_DEFAULTS)
     keys = ("dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer", "text_field")
-    for key in (*keys, "long_docs", "bucket_config"):
+    for key in ("model", *keys, "long_docs", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     config = load_config(None, out=args.out, **overrides)
