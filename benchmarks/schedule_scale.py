@@ -84,7 +84,10 @@ def markdown(rows: list[dict], samples: int, gpus: int) -> str:
         "the start of an epoch. Planning the buckets (`plan s`), validating the schedule "
         "and measuring it against the ideal bound are reported apart. With more than "
         "200,000 samples, multi-sample micro-batches of text buckets carry estimates "
-        "interpolated on their bucket's cost curve (`ScheduleOptions.exact_estimates`).",
+        "interpolated on their bucket's cost curve (`ScheduleOptions.exact_estimates`). "
+        "Default `ScheduleOptions`: equal global batches (one optimizer step per global batch "
+        "of `world x max(2**18, longest sample)` tokens, one data order for every policy); "
+        "cost model of `simulation_cost_model` (the `simulate` command's).",
         "",
         f"Target: schedule s <= {TARGET_S:g} s for the fast policy (`dcp-opt`).",
         "",
