@@ -12,6 +12,7 @@ import pytest
 from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import ScheduleOptions, balance, build_schedule, exact, ideal_epoch_time
+from datacentric.scheduling.dcp_opt import one_group_per_big_item
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.shapes import SampleShape
 
@@ -146,3 +147,14 @@ def test_rounded_layout_fits_the_world_when_every_class_wants_a_group():
     shapes = [SampleShape.text(n) for n in [300, 900_000, 200, 150]]
     schedule = build_schedule(shapes, policy="dcp-opt", world_size=4, cost_model=MODEL)
     schedule.validate()
+
+
+def test_a_layout_gets_one_group_per_item_longer_than_half_the_bound() -> None:
+    """Three videos that only fit SP 2 and take 6 s each, on a rounded layout with two
+    SP-2 groups: two would share a group (12 s against a 6 s bound); the layout gains a
+    third SP-2 group from the single-GPU groups."""
+    inf = float("inf")
+    times = np.array([[inf, 6.0]] * 3 + [[1.0, 0.6]] * 8)
+    layout = one_group_per_big_item([1, 1, 1, 1, 2, 2], [1, 2], times, 8)
+    assert sorted(layout) == [1, 1, 2, 2, 2]
+    assert sum(layout) == 8

@@ -77,8 +77,8 @@ def preferred_class(times: np.ndarray, sizes: list[int]) -> np.ndarray:
 def candidate_layouts(
     world_size: int, sizes: list[int], times: np.ndarray, n_items: int, neighbours: bool
 ) -> list[list[int]]:
-    """The rounded and apportioned layouts and, if ``neighbours``, the rounded one with
-    one more group of each size and its :func:`neighbour_layouts`."""
+    """The rounded and apportioned layouts, the rounded one with one more group of each
+    size and, if ``neighbours``, the rounded one's :func:`neighbour_layouts`."""
     pref = preferred_class(times, sizes)
     own = times[np.arange(len(times)), pref]
     load = np.bincount(pref, weights=own * np.asarray(sizes)[pref], minlength=len(sizes))
@@ -87,13 +87,38 @@ def candidate_layouts(
     count = np.bincount(pref, minlength=len(sizes))
     apportioned = balance.proportional_layout(world_size, sizes, load, n_items, longest, count)
     base = balance.rounded_layout(world_size, sizes, times)
-    out = [base, apportioned] if neighbours else [base]
-    for k in range(len(sizes)) if neighbours else ():  # one more group of a size
+    out = [base, apportioned, one_group_per_big_item(base, sizes, times, world_size)]
+    for k in range(len(sizes)):  # one more group of a size
         out.append(balance.rounded_layout(world_size, sizes, times, bump=k))
     if neighbours:
         out += neighbour_layouts(base, sizes)
     unique = {tuple(sorted(lay)): None for lay in out if len(lay) <= n_items}
     return [list(lay) for lay in unique]
+
+
+def one_group_per_big_item(
+    layout: list[int], sizes: list[int], times: np.ndarray, world_size: int
+) -> list[int]:
+    """``layout`` with at least one group per item longer than half the step's bound on
+    its cheapest size (two such items on one group already exceed the bound; a layout
+    rounded from loads alone can have fewer groups of a size than such items), the
+    GPUs taken from groups of the smallest size. ``layout`` itself if that is too few."""
+    pref = preferred_class(times, sizes)
+    own = times[np.arange(len(times)), pref]
+    half = lower_bound(times, sizes, world_size) / 2
+    need = np.bincount(pref[own > half], minlength=len(sizes))
+    out = list(layout)
+    for k, size in enumerate(sizes):
+        extra = int(need[k]) - out.count(size)
+        if k == 0 or extra <= 0:
+            continue
+        ranks = extra * size
+        if out.count(sizes[0]) * sizes[0] - ranks < sizes[0]:
+            return list(layout)
+        for _ in range(ranks // sizes[0]):
+            out.remove(sizes[0])
+        out += [size] * extra
+    return out
 
 
 def neighbour_layouts(layout: list[int], sizes: list[int]) -> list[list[int]]:
