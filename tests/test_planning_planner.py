@@ -116,3 +116,18 @@ def test_past_a_node_only_when_nothing_fits_inside() -> None:
     assert needs_more.sp_size > 8
     with pytest.raises(UnfittableBucketError):
         plan_bucket(long, model, world_size=8)
+
+
+def test_each_sp_size_carries_its_own_knapsack_option() -> None:
+    """A long clip recomputes every block on the fewest GPUs that hold it but has memory
+    to spare on more: the plan offers the knapsack's choice on every size, not only on
+    the best one, and each option fits the cap."""
+    model = AnalyticCostModel(get_model_spec("stdit-1.1b"), get_hardware("h200-sxm"))
+    plan = plan_buckets([VIDEO[-1]], model, world_size=8)
+    options = plan.options_of(VIDEO[-1].name)
+    best = plan.buckets[VIDEO[-1].name]
+    partial = [o for o in options if any(o.recompute) and not all(o.recompute)]
+    assert {o.sp_size for o in partial} - {best.sp_size}, "no knapsack option off the best size"
+    for o in options:
+        shapes = [VIDEO[-1].shape] * o.max_batch
+        assert model.pass_memory_bytes(shapes, o.sp_size, o.recompute) <= plan.memory_cap_bytes

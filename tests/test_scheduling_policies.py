@@ -158,3 +158,60 @@ def test_a_layout_gets_one_group_per_item_longer_than_half_the_bound() -> None:
     layout = one_group_per_big_item([1, 1, 1, 1, 2, 2], [1, 2], times, 8)
     assert sorted(layout) == [1, 1, 2, 2, 2]
     assert sum(layout) == 8
+
+
+def test_dcp_pac_keeps_dcp_inter_sizes_and_recomputes_less():
+    """PAC only lowers recomputation: every bucket runs on dcp-inter's SP size."""
+    shapes = _mixed_text(800)
+    runs = {
+        p: build_schedule(shapes, policy=p, world_size=16, cost_model=MODEL, seed=1)
+        for p in ("dcp-inter", "dcp-pac")
+    }
+
+    def sizes(schedule) -> dict[str, set[int]]:
+        out: dict[str, set[int]] = {}
+        for it in schedule.iterations:
+            for a in it.assignments:
+                for mb in a.micro_batches:
+                    out.setdefault(mb.bucket, set()).add(a.sp_size)
+        return out
+
+    def recomputed(schedule) -> int:
+        return sum(
+            sum(mb.recompute) * len(mb.sample_ids)
+            for it in schedule.iterations
+            for a in it.assignments
+            for mb in a.micro_batches
+        )
+
+    assert sizes(runs["dcp-pac"]) == sizes(runs["dcp-inter"])
+    assert recomputed(runs["dcp-pac"]) < recomputed(runs["dcp-inter"])
+
+
+def test_cutting_gpu_seconds_never_raises_the_makespan():
+    rng = np.random.default_rng(3)
+    sizes = [1, 2]
+    base = rng.uniform(0.1, 1.0, 60)
+    times = np.column_stack([base, base * rng.uniform(0.55, 0.9, 60)])  # SP 2 costs more
+    group_class = np.asarray([0] * 6 + [1] * 5)
+    owner, _ = balance.lpt(times, group_class, sizes)
+    before = balance.makespan(times, group_class, owner)
+
+    def gpu(o: np.ndarray) -> float:
+        cls = group_class[o]
+        return float((times[np.arange(60), cls] * np.asarray(sizes)[cls]).sum())
+
+    after = balance.cut_gpu_seconds(times, group_class, sizes, owner)
+    assert balance.makespan(times, group_class, after) <= before + 1e-12
+    assert gpu(after) <= gpu(owner)
+    assert np.bincount(after, minlength=11).min() >= 1
+
+
+def test_lpt_with_a_target_keeps_fillers_on_their_cheapest_size():
+    inf = np.inf
+    times = np.asarray([[3.0, inf], [inf, 1.0], [1.0, 0.6]])  # a filler costs 1.2 on SP 2
+    group_class = np.asarray([0, 1])
+    owner, _ = balance.lpt(times, group_class, [1, 2], target=4.0)
+    assert owner.tolist() == [0, 1, 0]  # the filler fits the target on its cheapest size
+    plain, _ = balance.lpt(times, group_class, [1, 2])
+    assert plain.tolist() == [0, 1, 1]  # earliest finish

@@ -196,7 +196,9 @@ def plan_bucket(
         raise ValueError(f"no usable SP size for world size {world_size} (sp_sizes={sp_sizes})")
     for tier in (within, across):
         best: BucketPlan | None = None
+        knapsack: dict[int, tuple[bool, ...]] = {}  # per SP size: its best plan's choice
         for sp in tier:
+            best_here: BucketPlan | None = None
             bs = 1
             while bs <= max_micro_batch:
                 shapes = [bucket.shape] * bs
@@ -212,9 +214,13 @@ def plan_bucket(
                     est_time_s=choice.time_s,
                     est_memory_bytes=choice.memory_bytes,
                 )
-                if best is None or _better(candidate, best):
-                    best = candidate
+                if best_here is None or _better(candidate, best_here):
+                    best_here = candidate
                 bs *= 2
+            if best_here is not None:
+                knapsack[sp] = best_here.recompute
+                if best is None or _better(best_here, best):
+                    best = best_here
         if best is not None:
             if option_batch_limit is None:
                 return best
@@ -223,6 +229,7 @@ def plan_bucket(
                 cost_model,
                 sizes=within + across,
                 recomputes=(best.recompute,) if knapsack_option else (),
+                per_size=knapsack if knapsack_option else None,
                 memory_cap_bytes=cap,
                 option_batch_limit=option_batch_limit,
             )
@@ -238,19 +245,24 @@ def bucket_options(
     *,
     sizes: Sequence[int],
     recomputes: Sequence[tuple[bool, ...]] = (),
+    per_size: Mapping[int, tuple[bool, ...]] | None = None,
     memory_cap_bytes: int,
     option_batch_limit: int = OPTION_BATCH_LIMIT,
 ) -> tuple[BucketOption, ...]:
     """Every feasible option of a bucket whose representative is ``shape``: on each
     of ``sizes``, with no recomputation, every block recomputing and each of
-    ``recomputes`` (the knapsack's choice), ordered by SP size then recomputation."""
+    ``recomputes`` (the knapsack's choice), plus on a size of ``per_size`` the
+    knapsack's choice there (a long sample recomputes every block on one GPU but has
+    memory to spare on eight), ordered by SP size then recomputation."""
     blocks = cost_model.num_blocks
     settings = [(False,) * blocks, (True,) * blocks]
     settings += [tuple(rc) for rc in recomputes if len(rc) == blocks]
+    per_size = per_size or {}
     guesses: dict[tuple[bool, ...], int] = {}
     options = []
     for sp in sizes:
-        for rc in dict.fromkeys(settings):
+        own = [tuple(per_size[sp])] if sp in per_size and len(per_size[sp]) == blocks else []
+        for rc in dict.fromkeys(settings + own):
             option = evaluate_option(
                 cost_model,
                 shape,

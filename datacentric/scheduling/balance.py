@@ -157,14 +157,18 @@ def lpt(
     group_class: Sequence[int],
     class_sizes: Sequence[int],
     order: Sequence[int] | None = None,
+    target: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Largest-processing-time-first placement.
 
     ``times[j, k]``: time of item ``j`` on a group of size ``class_sizes[k]``;
     ``group_class[g]``: class of group ``g``. Items go, longest (by their best
     time) first, to the group where they finish earliest, the one costing fewer
-    GPU-seconds among equals. Returns ``(owner, loads)``: the group of every item
-    and the load of every group.
+    GPU-seconds among equals. With ``target`` (a makespan to aim for), an item goes
+    instead to the group costing the fewest GPU-seconds among those where it would
+    finish within ``target`` (earliest among equals), when there is one: filler
+    items then stay on the sizes that run them cheapest. Returns ``(owner, loads)``:
+    the group of every item and the load of every group.
     """
     n_items, n_classes = times.shape
     loads = np.zeros(len(group_class))
@@ -181,12 +185,17 @@ def lpt(
     for j in np.asarray(order).tolist():
         row = rows[j]
         best_k, best, best_cost = -1, math.inf, math.inf
+        within = False  # whether best finishes within the target
         for k in usable:
             t = row[k]
             if t != math.inf:
                 finish = heaps[k][0][0] + t
                 cost = class_sizes[k] * t
-                if finish < best or (finish == best and cost < best_cost):
+                if target is not None and finish <= target:
+                    cheaper = cost < best_cost or (cost == best_cost and finish < best)
+                    if not within or cheaper:
+                        best_k, best, best_cost, within = k, finish, cost, True
+                elif not within and (finish < best or (finish == best and cost < best_cost)):
                     best_k, best, best_cost = k, finish, cost
         if best_k < 0:
             raise ValueError(f"item {j} fits no group of this layout")
@@ -258,6 +267,48 @@ def local_search(
                 break
         if not done:
             break
+    return owner
+
+
+def cut_gpu_seconds(
+    times: np.ndarray,
+    group_class: np.ndarray,
+    class_sizes: Sequence[int],
+    owner: np.ndarray,
+) -> np.ndarray:
+    """Move items to groups where they cost fewer GPU-seconds, never past the current
+    makespan: a filler item on a larger group than it needs goes back to a group of its
+    cheapest size that has room. The makespan does not rise; the time freed on the
+    groups it left lets :func:`local_search` lower it. Keeps every group non-empty if
+    it was. Returns the new ``owner``."""
+    class_sizes = np.asarray(class_sizes)
+    n_groups = len(group_class)
+    owner = owner.copy()
+    gpu = times * class_sizes[None, :]
+    t_own = times[np.arange(len(owner)), group_class[owner]]
+    loads = np.bincount(owner, weights=t_own, minlength=n_groups)
+    counts = np.bincount(owner, minlength=n_groups)
+    cap = float(loads.max())
+    present = np.unique(group_class)
+    own_gpu = gpu[np.arange(len(owner)), group_class[owner]]
+    penalty = own_gpu - gpu[:, present].min(axis=1)
+    for j in np.argsort(-penalty, kind="stable").tolist():
+        if penalty[j] <= EPS:
+            break
+        g = owner[j]
+        if counts[g] <= 1:
+            continue
+        cost = gpu[j, group_class]
+        finish = loads + times[j, group_class]
+        ok = np.flatnonzero((cost < own_gpu[j] - EPS) & (finish <= cap + EPS))
+        if len(ok) == 0:
+            continue
+        h = int(ok[np.lexsort((finish[ok], cost[ok]))[0]])
+        loads[g] -= t_own[j]
+        loads[h] = finish[h]
+        counts[g] -= 1
+        counts[h] += 1
+        owner[j], t_own[j], own_gpu[j] = h, times[j, group_class[h]], cost[h]
     return owner
 
 

@@ -9,26 +9,21 @@ accumulation counts differ per group so that groups finish together (the referen
 draws groups at random and balances their counts by a rule; here the count follows
 from the step's samples). One recomputation setting for all data.
 
-``dcp-pac`` is the same with Pyramid Activation Checkpointing: per-bucket
-recomputation (the plan's knapsack choice, none or all, whichever is cheapest).
+``dcp-pac`` (:mod:`~datacentric.scheduling.dcp_pac`) keeps these SP sizes and adds
+Pyramid Activation Checkpointing: per-bucket recomputation.
 """
 
 from __future__ import annotations
 
 from datacentric.scheduling.dcp_intra import fixed_size_schedule
-from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
-def schedule_with(inp: PolicyInput, table: OptionTable) -> PolicyOutput:
-    """``dcp-inter`` over ``table``'s recomputation choices."""
+def schedule(inp: PolicyInput) -> PolicyOutput:
+    """The ``dcp-inter`` policy (one recomputation setting for all data)."""
+    table = inp.uniform_table()
     configs = {}
     for b in inp.active_buckets():
         cfg = table.preferred(b)
         configs[b] = (cfg, float(cfg.max_batch))
     return fixed_size_schedule(inp, table, configs)
-
-
-def schedule(inp: PolicyInput) -> PolicyOutput:
-    """The ``dcp-inter`` policy (one recomputation setting for all data)."""
-    return schedule_with(inp, inp.uniform_table())

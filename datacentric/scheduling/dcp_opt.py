@@ -40,6 +40,8 @@ PEAK_TOL = 1e-9
 SPLIT_GAP = 0.01
 #: ... in at most this many rounds.
 SPLIT_ROUNDS = 4
+#: Rounds of moving filler items to cheaper sizes, then balancing again.
+COST_ROUNDS = 3
 #: HiGHS is tried only on iterations whose heuristic assignment idles more than this.
 EXACT_IDLE = 0.02
 
@@ -260,14 +262,27 @@ def assign_on_layout(
     start = np.where(np.isin(pref, classes)[:, None], strict, times)
     if not np.isfinite(start[:, classes]).any(axis=1).all():
         return None
-    owner, _ = balance.lpt(start, group_class, sizes)
-    owner = balance.local_search(times, group_class, sizes, owner, max_moves)
-    if not balance.fill_empty(times, group_class, owner):
-        return None
-    t_own = times[np.arange(len(owner)), group_class[owner]]
-    loads = np.bincount(owner, weights=t_own, minlength=len(layout))
-    span = float(loads.max())
-    return (span, int((loads >= span - PEAK_TOL).sum())), owner
+    best: tuple[tuple[float, int], np.ndarray] | None = None
+    bound = lower_bound(times, sizes, sum(layout))
+    for target in (None, bound, 1.02 * bound, 1.05 * bound):
+        owner, _ = balance.lpt(start, group_class, sizes, target=target)
+        owner = balance.local_search(times, group_class, sizes, owner, max_moves)
+        for _ in range(COST_ROUNDS):
+            span = balance.makespan(times, group_class, owner)
+            trial = balance.cut_gpu_seconds(times, group_class, sizes, owner)
+            trial = balance.local_search(times, group_class, sizes, trial, max_moves)
+            if balance.makespan(times, group_class, trial) >= span - PEAK_TOL:
+                break
+            owner = trial
+        if not balance.fill_empty(times, group_class, owner):
+            continue
+        t_own = times[np.arange(len(owner)), group_class[owner]]
+        loads = np.bincount(owner, weights=t_own, minlength=len(layout))
+        span = float(loads.max())
+        score = (span, int((loads >= span - PEAK_TOL).sum()))
+        if best is None or beats(score, best[0]):
+            best = (score, owner)
+    return best
 
 
 def beats(a: tuple[float, int], b: tuple[float, int]) -> bool:

@@ -96,14 +96,12 @@ def emit_iteration(
     world_size: int,
     groups: Sequence[tuple[int, Sequence[Item]]],
     table: OptionTable,
-    *,
-    recompute_of: dict[tuple[int, int], tuple[bool, ...]] | None = None,
 ) -> Iteration:
     """Build the :class:`Iteration` for ``groups`` of ``(sp_size, items)``.
 
-    Each micro-batch gets its bucket's recomputation on that SP size (from the
-    cost table, or ``recompute_of[(bucket, sp)]`` when a policy fixes it) and the
-    cost model's time for its actual samples.
+    Each micro-batch gets the recomputation of the table's fastest option for it on
+    that SP size (:meth:`OptionTable.item_option`) and the cost model's time for its
+    actual samples.
     """
     view = table.view
     sizes = [sp for sp, _ in groups]
@@ -111,19 +109,16 @@ def emit_iteration(
     settings = []
     for sp, items in groups:
         for item in items:
-            rc = recompute_of.get((item.bucket, sp)) if recompute_of else None
-            if rc is None:
-                cfg = table.config(item.bucket, sp)
-                if cfg is None:
-                    bucket = view.buckets[item.bucket]
-                    raise ValueError(
-                        f"iteration {index}: bucket {bucket.name!r} does not fit on an SP "
-                        f"group of {sp} ranks under the memory cap (or the model rejects "
-                        f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
-                        "use drop_remainder=True or a smaller world"
-                    )
-                rc = cfg.recompute
-            settings.append((item, sp, rc))
+            cfg = table.item_option(item, sp)[0] or table.config(item.bucket, sp)
+            if cfg is None:
+                bucket = view.buckets[item.bucket]
+                raise ValueError(
+                    f"iteration {index}: bucket {bucket.name!r} does not fit on an SP "
+                    f"group of {sp} ranks under the memory cap (or the model rejects "
+                    f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
+                    "use drop_remainder=True or a smaller world"
+                )
+            settings.append((item, sp, cfg.recompute))
     estimates = table.estimates(settings)
     names = [bk.name for bk in view.buckets]
     micro_batches = [

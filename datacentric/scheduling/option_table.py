@@ -62,6 +62,7 @@ class OptionTable:
         self.all_sizes = mixable_sp_sizes(world_size)
         self._options: dict[int, list[BucketOption]] = {}
         self._configs: dict[tuple[int, int], BucketOption | None] = {}
+        self._at: dict[tuple[int, int], list[BucketOption]] = {}
         self._preferred: dict[int, BucketOption] = {}
 
     def options(self, b: int) -> list[BucketOption]:
@@ -79,8 +80,19 @@ class OptionTable:
         """The cheapest admitted option of bucket ``b`` on ``sp`` ranks (None: none)."""
         key = (b, sp)
         if key not in self._configs:
-            self._configs[key] = cheapest([o for o in self.options(b) if o.sp_size == sp])
+            self._configs[key] = cheapest(self.options_at(b, sp))
         return self._configs[key]
+
+    def options_at(self, b: int, sp: int) -> list[BucketOption]:
+        """The admitted options of bucket ``b`` on ``sp`` ranks."""
+        key = (b, sp)
+        if key not in self._at:
+            self._at[key] = [o for o in self.options(b) if o.sp_size == sp]
+        return self._at[key]
+
+    def option_with(self, b: int, sp: int, rc: tuple[bool, ...]) -> BucketOption | None:
+        """Bucket ``b``'s admitted option on ``sp`` ranks with recomputation ``rc``."""
+        return next((o for o in self.options_at(b, sp) if o.recompute == rc), None)
 
     def preferred(self, b: int) -> BucketOption:
         """The option with the fewest GPU-seconds per sample: within a node when
@@ -124,7 +136,15 @@ class OptionTable:
         return fits_shapes(self.cost_model, shapes, sp, rc, self.cap)
 
     def item_time(self, item: Item, sp: int) -> float:
-        """Estimated time of ``item`` on ``sp`` ranks (infinity where it does not fit).
+        """Estimated time of ``item`` on ``sp`` ranks (infinity where it does not fit):
+        that of :meth:`item_option`."""
+        return self.item_option(item, sp)[1]
+
+    def item_option(self, item: Item, sp: int) -> tuple[BucketOption | None, float]:
+        """The admitted option on ``sp`` ranks that runs ``item`` fastest, and its time
+        (``(None, inf)`` where none fits). Options differ in recomputation, so a
+        micro-batch smaller than an option's largest may run faster on another: the
+        one that fits it with the least recomputation time.
 
         A micro-batch of a text bucket is packed by tokens: its members are no
         longer than the representative and sum to at most ``max_batch``
@@ -133,9 +153,15 @@ class OptionTable:
         A micro-batch that mixes buckets, or a single sample shorter than its
         representative, is asked of the cost model directly.
         """
-        cfg = self.config(item.bucket, sp)
-        if cfg is None:
-            return float("inf")
+        best: tuple[BucketOption | None, float] = (None, float("inf"))
+        for cfg in self.options_at(item.bucket, sp):
+            t = self._time_with(item, sp, cfg)
+            if t < best[1]:
+                best = (cfg, t)
+        return best
+
+    def _time_with(self, item: Item, sp: int, cfg: BucketOption) -> float:
+        """Estimated time of ``item`` on ``sp`` ranks under option ``cfg``."""
         if item.count == 1 and not self.view.uniform[item.bucket]:
             return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
         if item.mixed:
@@ -147,6 +173,14 @@ class OptionTable:
             return float("inf")
         return cfg.time(units)
 
+    def times_for(self, b: int, sp: int, units: np.ndarray) -> np.ndarray:
+        """Per entry of ``units`` (representatives per micro-batch of bucket ``b``), the
+        fastest admitted option's time on ``sp`` ranks (infinity where none fits)."""
+        out = np.full(len(units), np.inf)
+        for cfg in self.options_at(b, sp):
+            out = np.minimum(out, cfg.times_for(units))
+        return out
+
     def estimates(self, settings: Sequence[tuple[Item, int, tuple[bool, ...]]]) -> list[float]:
         """The times ``MicroBatch.est_time_s`` carries for ``(item, sp, recompute)``:
         the cost model's own answer on the item's samples or, with ``exact_estimates``
@@ -154,7 +188,7 @@ class OptionTable:
         (vectorised per bucket and SP size)."""
         view = self.view
         out = [0.0] * len(settings)
-        curve: dict[tuple[int, int], list[int]] = {}
+        curve: dict[tuple[int, int, tuple[bool, ...]], list[int]] = {}
         uniform: dict[tuple, float] = {}
         for n, (item, sp, rc) in enumerate(settings):
             if view.uniform[item.bucket] and not item.mixed:  # one shape: memoise by count
@@ -166,13 +200,14 @@ class OptionTable:
                 continue
             cfg = None
             if not (self.exact_estimates or view.uniform[item.bucket] or item.mixed):
-                cfg = self.config(item.bucket, sp) if item.count > 1 else None
-            if cfg is not None and cfg.recompute == rc:
-                curve.setdefault((item.bucket, sp), []).append(n)
+                cfg = self.option_with(item.bucket, sp, rc) if item.count > 1 else None
+            if cfg is not None:
+                curve.setdefault((item.bucket, sp, rc), []).append(n)
             else:
                 out[n] = view.exact_time(self.cost_model, item.ids, sp, rc)
-        for (b, sp), rows in curve.items():
+        for (b, sp, rc), rows in curve.items():
             units = [settings[n][0].tokens / view.rep_tokens(b) for n in rows]
-            for n, t in zip(rows, self.config(b, sp).times_for(np.asarray(units)).tolist()):
+            cfg = self.option_with(b, sp, rc)
+            for n, t in zip(rows, cfg.times_for(np.asarray(units)).tolist()):
                 out[n] = t
         return out

@@ -14,7 +14,9 @@ from datacentric.scheduling.option_table import OptionTable
 
 
 def time_matrix(table: OptionTable, items: Sequence[Item], sizes: Sequence[int]) -> np.ndarray:
-    """``t[j, k]``: estimated time of item ``j`` on ``sizes[k]`` ranks (inf: no fit).
+    """``t[j, k]``: estimated time of item ``j`` on ``sizes[k]`` ranks (inf: no fit),
+    under the fastest of the table's options there that fits it
+    (:meth:`~datacentric.scheduling.option_table.OptionTable.item_option`).
 
     Vectorised per bucket over its cost curve; single samples shorter than their
     representative and mixed micro-batches are asked of the cost model one by one."""
@@ -33,9 +35,7 @@ def time_matrix(table: OptionTable, items: Sequence[Item], sizes: Sequence[int])
             continue
         units = count[rows] if view.uniform[b] else tokens[rows] / view.rep_tokens(b)
         for k, s in enumerate(sizes):
-            cfg = table.config(b, s)
-            if cfg is not None:
-                out[rows, k] = cfg.times_for(units)
+            out[rows, k] = table.times_for(b, s, units)
     for j in np.flatnonzero(special).tolist():
         for k, s in enumerate(sizes):
             out[j, k] = table.item_time(items[j], s)
