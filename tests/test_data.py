@@ -18,6 +18,7 @@ from datacentric.data import (
     padded_length,
     video_shape,
 )
+from datacentric.data.base import DataError
 from datacentric.data.stdlib import TEST_DIRS, chunk_bounds, list_source_files, stdlib_root
 from datacentric.data.video import grid_positions
 from datacentric.models.llama import IGNORE_INDEX
@@ -121,6 +122,28 @@ def test_corpus_limit_cap_and_errors() -> None:
         small.pack([])
     with pytest.raises(ValueError, match="pad_to_multiple"):
         small.pack([0], pad_to_multiple=0)
+
+
+def test_corpus_long_file_rules() -> None:
+    """--long-docs applies to the standard-library corpus as to every text source."""
+    chunked = StdlibCorpus(max_tokens=4096, limit=16)
+    sizes = dict(zip(chunked.files, chunked.file_lengths))
+    long = [p for p, n in sizes.items() if n > 4096]
+    assert long
+    skipped = StdlibCorpus(max_tokens=4096, limit=16, long_docs="skip")
+    assert skipped.skipped_long == long
+    assert skipped.summary()["samples_skipped"] == len(long) + len(skipped.skipped_empty)
+    assert sorted(s.tokens for s in skipped.shapes()) == sorted(
+        n for n in sizes.values() if n <= 4096
+    )
+    truncated = StdlibCorpus(max_tokens=4096, limit=16, long_docs="truncate")
+    assert len(truncated) == len(sizes)
+    assert max(s.tokens for s in truncated.shapes()) == 4096
+    first = truncated.files.index(long[0])
+    with open(truncated.root / long[0], "rb") as handle:
+        assert truncated.sample(first).tolist() == list(handle.read(4096))
+    with pytest.raises(DataError, match=f"stdlib {long[0]}: file of {sizes[long[0]]} bytes"):
+        StdlibCorpus(max_tokens=4096, limit=16, long_docs="error")
 
 
 def test_text_packing_invariants() -> None:

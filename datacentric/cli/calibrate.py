@@ -35,8 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--measurements",
         nargs="+",
         type=Path,
-        default=H200_MEASUREMENTS,
-        help="measurement files (default: the shipped H200 measurements)",
+        help="measurement files (default: the three shipped H200 measurement files)",
     )
     parser.add_argument(
         "--hardware",
@@ -62,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         rows = []
+        args.measurements = args.measurements or H200_MEASUREMENTS
         for path in args.measurements:
             rows += read_measurements(json.loads(path.read_text()), get_model_spec)
         calibration = Calibration(datasheet_hardware(args.hardware), get_model_spec)

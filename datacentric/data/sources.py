@@ -63,7 +63,7 @@ def open_dataset(spec: str, settings: DataSettings | None = None) -> Dataset:
         raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
     max_tokens = s.max_tokens or DEFAULT_MAX_TOKENS
     if spec == "stdlib":
-        return StdlibCorpus(max_tokens=max_tokens, limit=s.limit)
+        return StdlibCorpus(max_tokens=max_tokens, limit=s.limit, long_docs=s.long_docs)
     if spec in list_workloads():
         shapes = list(get_workload(spec, seed=s.seed, num_samples=s.limit).shapes)
         if shapes[0].is_video:

@@ -12,9 +12,11 @@ Rules (see ``docs/data.md``):
 - order: sorted POSIX relative paths; sample ids follow that order and, within a
   file, chunk order;
 - tokens: one per byte (vocabulary 256);
-- length cap ``max_tokens`` (default 8192): a longer file becomes
-  ``ceil(n / max_tokens)`` chunks of near-equal length (they differ by at most one
-  byte), so no chunk is tiny and no byte is dropped;
+- length cap ``max_tokens`` (default 8192): a longer file, by ``long_docs``: ``chunk``
+  (default) makes it ``ceil(n / max_tokens)`` chunks of near-equal length (they differ
+  by at most one byte), so no chunk is tiny and no byte is dropped; ``truncate`` keeps
+  its first ``max_tokens`` bytes; ``skip`` leaves it out and reports it
+  (``skipped_long``); ``error`` refuses it by name (the rules of every text source);
 - empty files carry no token and are skipped; their paths are kept in
   ``skipped_empty`` and reported by :meth:`StdlibCorpus.summary`.
 """
@@ -32,12 +34,15 @@ from pathlib import Path
 import torch
 
 from datacentric.batch import PackedBatch
-from datacentric.data.base import check_sample_ids
+from datacentric.data.base import DataError, check_sample_ids
 from datacentric.data.text import pack_token_samples
 from datacentric.shapes import SampleShape
 
 DEFAULT_MAX_TOKENS = 8192
 """Default length cap of one sample (bytes)."""
+
+LONG_DOC_RULES = ("chunk", "truncate", "skip", "error")
+"""What a text source does with a document longer than ``max_tokens``."""
 
 SKIPPED_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__"})
 TEST_DIRS = frozenset({"test", "tests", "idle_test"})
@@ -96,10 +101,14 @@ class StdlibCorpus:
         *,
         root: str | os.PathLike[str] | None = None,
         include_tests: bool = False,
+        long_docs: str = "chunk",
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        if long_docs not in LONG_DOC_RULES:
+            raise ValueError(f"--long-docs must be one of {', '.join(LONG_DOC_RULES)}")
         self.max_tokens = int(max_tokens)
+        self.long_docs = long_docs
         self.root = Path(root) if root is not None else stdlib_root()
         if not self.root.is_dir():
             raise FileNotFoundError(f"standard-library folder not found: {self.root}")
@@ -110,19 +119,35 @@ class StdlibCorpus:
         self.files: list[str] = []
         self.file_lengths: list[int] = []
         self.skipped_empty: list[str] = []
+        self.skipped_long: list[str] = []
         self._chunks: list[ChunkInfo] = []
         for path in files:
             size = (self.root / path).stat().st_size
             if size == 0:
                 self.skipped_empty.append(path)
                 continue
+            if size > self.max_tokens and long_docs != "chunk":
+                if long_docs == "error":
+                    raise DataError(
+                        f"stdlib {path}: file of {size} bytes is longer than --max-tokens "
+                        f"{self.max_tokens} (--long-docs error); raise --max-tokens or pass "
+                        "--long-docs chunk, truncate or skip"
+                    )
+                if long_docs == "skip":
+                    self.skipped_long.append(path)
+                    continue
             self.files.append(path)
             self.file_lengths.append(size)
             bounds = chunk_bounds(size, self.max_tokens)
+            if long_docs == "truncate":
+                bounds = [(0, min(size, self.max_tokens))]
             for j, (start, end) in enumerate(bounds):
                 self._chunks.append(ChunkInfo(path, j, len(bounds), start, end))
         if not self._chunks:
-            raise ValueError(f"no non-empty .py files under {self.root} (limit={limit})")
+            raise ValueError(
+                f"no non-empty .py files under {self.root} (limit={limit}, "
+                f"{len(self.skipped_long)} longer than --max-tokens skipped)"
+            )
 
     def __len__(self) -> int:
         return len(self._chunks)
@@ -170,8 +195,10 @@ class StdlibCorpus:
             "include_tests": self.include_tests,
             "max_tokens": self.max_tokens,
             "files": len(self.files),
+            "long_docs": self.long_docs,
             "skipped_empty": len(self.skipped_empty),
-            "samples_skipped": len(self.skipped_empty),
+            "skipped_long": len(self.skipped_long),
+            "samples_skipped": len(self.skipped_empty) + len(self.skipped_long),
             "files_split": sum(1 for n in self.file_lengths if n > self.max_tokens),
             "samples": len(lengths),
             "total_tokens": sum(lengths),

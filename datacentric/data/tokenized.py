@@ -31,11 +31,10 @@ import torch
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
 from datacentric.data.documents import read_documents, require, resolve_files
-from datacentric.data.stdlib import DEFAULT_MAX_TOKENS
+from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
 from datacentric.shapes import SampleShape
 
-LONG_DOC_RULES = ("chunk", "truncate", "skip", "error")
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
 CACHE_VERSION = 1
 ENCODE_BATCH = 1024
