@@ -17,7 +17,8 @@ and keeps the setting with the most samples per GPU-second, ``bs / (sp * time)``
 
 Each bucket's plan also carries its **options** (:func:`bucket_options`), every way
 the scheduler's policies may run it: at every SP size above, with no recomputation,
-with every block recomputing, and with the knapsack's choice, the largest
+with every block recomputing, and with the knapsack's choices (the best plan's, and each
+size's own), the largest
 micro-batch that fits (exact, up to ``option_batch_limit``) and the time curve.
 Policies choose among these and search nothing themselves. Everything is a pure
 function of the buckets and the cost model.

@@ -11,8 +11,10 @@ micro-batches to groups that minimise the iteration's makespan.
 3. **Layout.** Group sizes (powers of two summing to the world) in proportion to the
    GPU-seconds that prefer each size.
 4. **Assignment.** LPT on unrelated machines (each micro-batch may run on any size
-   where it fits, at that size's time and recomputation), local search (moves and
-   swaps off the makespan group), and HiGHS on small iterations whose heuristic
+   where it fits, at that size's time and recomputation; also tried with a target
+   makespan, under which fillers go where they cost the fewest GPU-seconds), local
+   search (moves and swaps off the makespan group, then moves to cheaper groups that
+   free time for it), and HiGHS on small iterations whose heuristic
    makespan is still above the lower bound (see ``docs/scheduling.md``).
    A few layouts are tried (the proportional one and its neighbours), then a walk to
    better neighbouring layouts; the best wins.
