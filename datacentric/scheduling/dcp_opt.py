@@ -234,7 +234,9 @@ def best_layout(
             if key in seen or any(s not in sizes for s in layout):
                 continue
             seen.add(key)
-            found = assign_on_layout(times, strict, pref, sizes, layout, opts.local_search_moves)
+            found = assign_on_layout(
+                times, strict, pref, sizes, layout, opts.local_search_moves, thorough=neighbours
+            )
             if found is not None and (best is None or beats(found[0], best[0])):
                 best = (found[0], layout, found[1])
                 improved = True
@@ -256,9 +258,13 @@ def assign_on_layout(
     sizes: list[int],
     layout: list[int],
     max_moves: int,
+    *,
+    thorough: bool = True,
 ) -> tuple[tuple[float, int], np.ndarray] | None:
     """LPT (each item on its cheapest size when the layout has it, else anywhere), local
-    search and every group filled; ``((makespan, groups at it), owner)``, or None."""
+    search and every group filled; ``((makespan, groups at it), owner)``, or None.
+    ``thorough`` (steps of at most :data:`NEIGHBOUR_LIMIT` micro-batches) also tries LPT
+    towards target makespans and rounds of GPU-second cuts, and keeps the best."""
     group_class = np.asarray([sizes.index(s) for s in layout])
     classes = np.unique(group_class)
     start = np.where(np.isin(pref, classes)[:, None], strict, times)
@@ -266,10 +272,11 @@ def assign_on_layout(
         return None
     best: tuple[tuple[float, int], np.ndarray] | None = None
     bound = lower_bound(times, sizes, sum(layout))
-    for target in (None, bound, 1.02 * bound, 1.05 * bound):
+    targets = (None, bound, 1.02 * bound, 1.05 * bound) if thorough else (None,)
+    for target in targets:
         owner, _ = balance.lpt(start, group_class, sizes, target=target)
         owner = balance.local_search(times, group_class, sizes, owner, max_moves)
-        for _ in range(COST_ROUNDS):
+        for _ in range(COST_ROUNDS if thorough else 0):
             span = balance.makespan(times, group_class, owner)
             trial = balance.cut_gpu_seconds(times, group_class, sizes, owner)
             trial = balance.local_search(times, group_class, sizes, trial, max_moves)
