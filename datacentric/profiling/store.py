@@ -98,8 +98,14 @@ def device_name(backend: str) -> tuple[str, str]:
     return "cpu", f"{name} x{os.cpu_count()}"
 
 
+#: How the profiler measures (bumped when its method changes: 2 runs every case on every
+#: rank at once); a profile of another method is stale.
+PROFILER_METHOD = 2
+
+
 def fingerprint(model: str, world_size: int, dtype: str, backend: str) -> dict[str, Any]:
-    """What a profile's numbers depend on: model config, device, torch, world, dtype."""
+    """What a profile's numbers depend on: model config, device, torch, world, dtype and
+    the profiler's method."""
     import torch
 
     from datacentric.models.presets import model_config
@@ -115,6 +121,7 @@ def fingerprint(model: str, world_size: int, dtype: str, backend: str) -> dict[s
         "world_size": world_size,
         "dtype": dtype,
         "backend": backend,
+        "profiler_method": PROFILER_METHOD,
     }
 
 
