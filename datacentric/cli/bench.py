@@ -14,7 +14,12 @@ from datacentric.train.config import load_config
 from datacentric.train.measured_comparison import PolicyMeasurement, compare_policies
 
 #: Settings of the CPU comparison: the tiny Llama on the standard-library corpus with
-#: a memory cap under which the longest files need SP 2 or recomputation.
+#: a memory cap under which the longest files need SP 2 or recomputation. The model is
+#: held whole on each rank (``shard`` none, one gradient all-reduce after the step's
+#: passes): under FSDP2 on gloo, the last backward's per-block reduce-scatters tie the
+#: ranks together mid-pass, and on two CPU cores that slowed the other rank's remaining
+#: micro-batches (1.5 s -> 3.6 s), which the simulator does not model (errors 6.5-15.1%
+#: with FSDP2, 0.6-1.5% without, same command, 2026-12-01).
 BENCH_DEFAULTS: dict[str, Any] = {
     "model": "llama",
     "dataset": "stdlib",
@@ -24,6 +29,7 @@ BENCH_DEFAULTS: dict[str, Any] = {
     "tokens_per_iteration": 16384,
     "lr": 3e-3,
     "progress": False,
+    "shard": "none",
 }
 
 
@@ -48,6 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     config_option(
         parser, "--memory-gb", key="memory_gb", type=float, help="per-rank memory cap in GiB"
+    )
+    config_option(
+        parser,
+        "--shard",
+        key="shard",
+        choices=("none", "ddp", "fsdp2"),
+        help="how model state is held across ranks (default: none, see BENCH_DEFAULTS)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     enable_config_file(parser)
@@ -118,7 +131,15 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 
 def run(args: argparse.Namespace) -> int:
     overrides = dict(BENCH_DEFAULTS)
-    keys = ("dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer", "text_field")
+    keys = (
+        "dataset",
+        "dataset_limit",
+        "memory_gb",
+        "max_tokens",
+        "tokenizer",
+        "text_field",
+        "shard",
+    )
     for key in ("model", *keys, "long_docs", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
