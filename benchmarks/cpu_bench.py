@@ -51,8 +51,9 @@ def main() -> None:
         "",
         f"Model `{config.model}` on the first {config.dataset_limit} files of the "
         f"standard-library corpus (chunks of at most {config.max_tokens} bytes), memory cap "
-        f"{config.memory_gb} GiB per rank (the longest chunks need recomputation), "
-        f"one global batch of {config.tokens_per_iteration} tokens per optimizer step for "
+        f"{config.memory_gb} GiB per rank (the longest chunks need recomputation), model "
+        f"state held as `shard = {config.shard}`, one global batch of "
+        f"{config.tokens_per_iteration} tokens per optimizer step for "
         "every policy (the same samples in the same steps, so the loss curves agree: "
         f"`losses_equal` {summary['losses_equal']}). One epoch per policy, the same initial "
         "weights; the cost model is one dual-layer profile measured in the first run. Times "
