@@ -143,8 +143,8 @@ class OptionTable:
     def item_option(self, item: Item, sp: int) -> tuple[BucketOption | None, float]:
         """The admitted option on ``sp`` ranks that runs ``item`` fastest, and its time
         (``(None, inf)`` where none fits). Options differ in recomputation, so a
-        micro-batch smaller than an option's largest may run faster on another: the
-        one that fits it with the least recomputation time.
+        micro-batch smaller than the cheapest option's largest may fit, and run faster
+        under, one that recomputes less.
 
         A micro-batch of a text bucket is packed by tokens: its members are no
         longer than the representative and sum to at most ``max_batch``
