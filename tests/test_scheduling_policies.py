@@ -215,3 +215,26 @@ def test_lpt_with_a_target_keeps_fillers_on_their_cheapest_size():
     assert owner.tolist() == [0, 1, 0]  # the filler fits the target on its cheapest size
     plain, _ = balance.lpt(times, group_class, [1, 2])
     assert plain.tolist() == [0, 1, 1]  # earliest finish
+
+
+def test_dcp_opt_merges_short_micro_batches_across_buckets():
+    """Many tiny samples of different lengths (their own buckets) would each pay a pass's
+    fixed cost; merged on a group, the group's load only drops and no sample is lost."""
+    from datacentric.planning.planner import plan_buckets
+    from datacentric.scheduling.dataset_view import DatasetView
+    from datacentric.scheduling.dcp_opt import merge_small
+    from datacentric.scheduling.item import Item
+    from datacentric.scheduling.option_table import OptionTable
+    from datacentric.scheduling.policy_input import any_recompute
+    from datacentric.shapes import make_buckets
+
+    shapes = [SampleShape.text(n) for n in (40, 70, 130, 260, 500, 1000, 20000)]
+    view = DatasetView(shapes)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=1)
+    table = OptionTable(view, MODEL, plan, world_size=1, max_sp_size=None, allowed=any_recompute)
+    items = [Item(int(view.bucket_of[i]), [i], s.tokens) for i, s in enumerate(shapes)]
+    merged = merge_small(table, items, 1)
+    assert len(merged) < len(items)
+    assert sorted(i for it in merged for i in it.ids) == list(range(len(shapes)))
+    before = sum(table.item_time(it, 1) for it in items)
+    assert sum(table.item_time(it, 1) for it in merged) < before

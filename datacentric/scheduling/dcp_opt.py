@@ -14,8 +14,9 @@ micro-batches to groups that minimise the iteration's makespan.
    where it fits, at that size's time and recomputation; also tried with a target
    makespan, under which fillers go where they cost the fewest GPU-seconds), local
    search (moves and swaps off the makespan group, then moves to cheaper groups that
-   free time for it), and HiGHS on small iterations whose heuristic
-   makespan is still above the lower bound (see ``docs/scheduling.md``).
+   free time for it), HiGHS on small iterations whose heuristic
+   makespan is still above the lower bound (see ``docs/scheduling.md``), and a group's
+   short micro-batches merged across buckets where that runs faster.
    A few layouts are tried (the proportional one and its neighbours), then a walk to
    better neighbouring layouts; the best wins.
 """
@@ -26,7 +27,7 @@ import numpy as np
 
 from datacentric.scheduling import balance, exact
 from datacentric.scheduling.item import Item
-from datacentric.scheduling.micro_batches import emit_iteration, pack, split_item
+from datacentric.scheduling.micro_batches import emit_iteration, make_item, pack, split_item
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
@@ -44,6 +45,8 @@ SPLIT_GAP = 0.01
 SPLIT_ROUNDS = 4
 #: Rounds of moving filler items to cheaper sizes, then balancing again.
 COST_ROUNDS = 3
+#: Micro-batches up to this share of their group's load are tried for merging.
+MERGE_SHARE = 0.1
 #: HiGHS is tried only on iterations whose heuristic assignment idles more than this.
 EXACT_IDLE = 0.02
 
@@ -188,7 +191,35 @@ def solve_iteration(
         better = exact.solve_assignment(times, group_class, owner, max_nodes=opts.exact_max_nodes)
         if better is not None:
             owner = better
-    return [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+    groups = [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
+    if neighbours:
+        groups = [(s, merge_small(table, group, s)) for s, group in groups]
+    return groups
+
+
+def merge_small(table: OptionTable, items: list[Item], sp: int) -> list[Item]:
+    """Merge a group's short micro-batches into mixed ones where the merged pass fits
+    the cap and runs faster than the two apart (each pass pays fixed costs; micro-batches
+    are packed per bucket, so a step's few samples of each image bucket make many short
+    ones). Shortest first, each into the running merge; the group's load only drops."""
+    if len(items) < 2:
+        return items
+    times = [table.item_time(it, sp) for it in items]
+    load = sum(times)
+    order = sorted(range(len(items)), key=lambda j: times[j])
+    out: list[Item] = []
+    current, t_current = items[order[0]], times[order[0]]
+    for j in order[1:]:
+        if times[j] <= MERGE_SHARE * load:
+            merged = make_item(table, [*current.ids, *items[j].ids])
+            t_merged = table.item_time(merged, sp)
+            if t_merged < t_current + times[j] - PEAK_TOL:
+                current, t_current = merged, t_merged
+                continue
+        out.append(current)
+        current, t_current = items[j], times[j]
+    out.append(current)
+    return out
 
 
 def preference_views(times: np.ndarray, sizes: list[int], world: int) -> list[np.ndarray]:
