@@ -233,7 +233,7 @@ def test_dcp_opt_merges_short_micro_batches_across_buckets():
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=1)
     table = OptionTable(view, MODEL, plan, world_size=1, max_sp_size=None, allowed=any_recompute)
     items = [Item(int(view.bucket_of[i]), [i], s.tokens) for i, s in enumerate(shapes)]
-    merged = merge_small(table, items, 1)
+    merged = merge_small(table, items, [table.item_time(it, 1) for it in items], 1)
     assert len(merged) < len(items)
     assert sorted(i for it in merged for i in it.ids) == list(range(len(shapes)))
     before = sum(table.item_time(it, 1) for it in items)

@@ -131,16 +131,8 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 
 def run(args: argparse.Namespace) -> int:
     overrides = dict(BENCH_DEFAULTS)
-    keys = (
-        "dataset",
-        "dataset_limit",
-        "memory_gb",
-        "max_tokens",
-        "tokenizer",
-        "text_field",
-        "shard",
-    )
-    for key in ("model", *keys, "long_docs", "bucket_config"):
+    keys = ("model", "dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer")
+    for key in (*keys, "text_field", "shard", "long_docs", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     config = load_config(None, out=args.out, **overrides)

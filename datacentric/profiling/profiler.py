@@ -15,10 +15,9 @@ difference of two nearly equal numbers); peak memory gives, exactly,
 (gloo on CPU, NCCL on GPUs), so SP sizes above 1 are measured with the real
 Ulysses all-to-alls in real process groups. Every rank takes part in every round:
 each round runs one case on every group of its SP size, so every rank is busy as in a
-training step (ranks share the machine's memory bandwidth); a case's time is the median
-over ``repeats`` passes (each pass: its slowest rank) after ``warmup`` passes, the timed
-passes cycling through all cases so that a
-changing machine load touches every case alike. The first warm-up pass measures memory
+training step; a case's time is the median over ``repeats`` passes (each pass: its
+slowest rank) after ``warmup`` passes, the timed passes cycling through all cases so
+that a changing machine load touches every case alike. The first warm-up pass measures memory
 (:mod:`datacentric.profiling.memory`), to which parameters, gradients and Adam's
 two moments are added from their sizes.
 
@@ -161,8 +160,8 @@ def plan_rounds(cases: Sequence[RunCase], world_size: int) -> list[list[tuple[in
     """One round per case, as lists of (case index, rank_start): the case runs on every
     aligned block of its SP size, so every rank is busy with the same work, as in a
     training step. (Packing different cases side by side let a long SP-1 pass run beside
-    a rank that had finished a short one: on two CPU ranks sharing memory bandwidth it
-    measured 9.1 s for a pass that took 12.3 s in training with both ranks busy.)"""
+    a rank that had finished a short one: on two CPU ranks it measured 9.1 s for a pass
+    that took 12.3 s in training with both ranks busy.)"""
     rounds: list[list[tuple[int, int]]] = []
     for i in sorted(range(len(cases)), key=lambda i: (cases[i].depth, -cases[i].sp_size)):
         size = cases[i].sp_size

@@ -191,20 +191,25 @@ def solve_iteration(
         better = exact.solve_assignment(times, group_class, owner, max_nodes=opts.exact_max_nodes)
         if better is not None:
             owner = better
-    groups = [(s, [items[j] for j in np.flatnonzero(owner == g)]) for g, s in enumerate(layout)]
-    if neighbours:
-        groups = [(s, merge_small(table, group, s)) for s, group in groups]
+    t_own = times[np.arange(len(items)), group_class[owner]]
+    groups = []
+    for g, s in enumerate(layout):
+        members = np.flatnonzero(owner == g)
+        group = [items[j] for j in members]
+        if neighbours:
+            group = merge_small(table, group, t_own[members].tolist(), s)
+        groups.append((s, group))
     return groups
 
 
-def merge_small(table: OptionTable, items: list[Item], sp: int) -> list[Item]:
-    """Merge a group's short micro-batches into mixed ones where the merged pass fits
-    the cap and runs faster than the two apart (each pass pays fixed costs; micro-batches
-    are packed per bucket, so a step's few samples of each image bucket make many short
-    ones). Shortest first, each into the running merge; the group's load only drops."""
+def merge_small(table: OptionTable, items: list[Item], times: list[float], sp: int) -> list[Item]:
+    """Merge a group's short micro-batches (``times``: each one's time on ``sp`` ranks)
+    into mixed ones where the merged pass fits the cap and runs faster than the two apart
+    (each pass pays fixed costs; micro-batches are packed per bucket, so a step's few
+    samples of each image bucket make many short ones). Shortest first, each into the
+    running merge; the group's load only drops."""
     if len(items) < 2:
         return items
-    times = [table.item_time(it, sp) for it in items]
     load = sum(times)
     order = sorted(range(len(items)), key=lambda j: times[j])
     out: list[Item] = []
