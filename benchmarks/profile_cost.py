@@ -18,6 +18,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -42,11 +43,13 @@ def main() -> int:
             "--dataset", args.dataset, "--world", str(args.world),
             "--memory-gb", str(args.memory_gb), "--out", folder, "--json",
         ]  # fmt: skip
+        load_before = os.getloadavg()[0]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - start
+        load = (load_before, os.getloadavg()[0])
     report = json.loads(done.stdout)
-    Path(args.out).write_text(render(report, wall, args))
+    Path(args.out).write_text(render(report, wall, args, load))
     print(f"wrote {args.out}")
     return 0
 
@@ -62,7 +65,7 @@ def epoch_seconds(report: dict, world: int) -> tuple[float, int]:
     return gpu_seconds / world, passes
 
 
-def render(report: dict, wall: float, args: argparse.Namespace) -> str:
+def render(report: dict, wall: float, args: argparse.Namespace, load: tuple[float, float]) -> str:
     epoch, passes = epoch_seconds(report, args.world)
     samples = sum(row["samples"] for row in report["buckets"])
     v = report["validation"] or {"buckets": [], "time_rel_err": 0, "memory_rel_err": 0}
@@ -73,7 +76,8 @@ def render(report: dict, wall: float, args: argparse.Namespace) -> str:
         f" --dataset {args.dataset} --world {args.world} --memory-gb {args.memory_gb}` on "
         f"{platform.processor() or platform.machine()} ({torch.__version__}, "
         f"{torch.get_num_threads()} threads visible, gloo, float32, one thread per rank). "
-        "The machine is shared: other jobs ran at the same time, so timings are noisy.",
+        f"Load average before {load[0]:.2f}, after {load[1]:.2f} (2 cores: above 2, other "
+        "jobs competed and timings are noisy).",
         "",
         "| quantity | value |",
         "|---|---|",
