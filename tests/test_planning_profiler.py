@@ -136,9 +136,10 @@ def _all_to_all_peaks() -> dict[str, int]:
 def test_live_tensor_bytes_measures_every_all_to_all_path_alike() -> None:
     for peaks in spawn(_all_to_all_peaks, 2, timeout_s=120):
         assert min(peaks.values()) >= 64 * 4 * 8 * 4, peaks  # at least the exchanged buffer
-        # Alike up to one exchanged buffer: in a long test process, when the c10d path
-        # frees its send buffer relative to the peak varies (measured 0 or 8,200 bytes).
-        assert max(peaks.values()) - min(peaks.values()) <= 64 * 4 * 8 * 4 + 64, peaks
+        # Alike up to the two exchanged buffers (send and receive): in a long test process,
+        # when the c10d path frees them relative to the peak varies (measured 0, 8,200 and
+        # 16,392 bytes; 0 when run alone).
+        assert max(peaks.values()) - min(peaks.values()) <= 2 * 64 * 4 * 8 * 4 + 64, peaks
 
 
 def test_select_profile_shapes_spreads_and_adds_a_batch() -> None:
