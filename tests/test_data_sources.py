@@ -127,6 +127,29 @@ def test_parquet_with_text_field(tmp_path):
         open_dataset(f"parquet:{tmp_path / 'bad.parquet'}")
 
 
+def test_hf_datasets_folder_saved_with_save_to_disk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_dict({"body": ["one", "", "three", "x" * 25]}).save_to_disk(folder)
+    settings = DataSettings(text_field="body", max_tokens=20)
+    ds = open_dataset(f"hf-datasets:{folder}", settings)
+    assert [s.tokens for s in ds.shapes()] == [3, 5, 12, 13]  # the 25 bytes in two chunks
+    assert ds.summary()["skipped_empty"] == 1
+    assert bytes(ds.pack([1]).inputs.tolist()) == b"three"
+    with pytest.raises(DataError, match=r"saved: no column 'text' \(found: body\)"):
+        open_dataset(f"hf-datasets:{folder}")
+    splits = tmp_path / "splits"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["a"]})}).save_to_disk(
+        splits
+    )
+    with pytest.raises(DataError, match=r"splits: holds splits train; pass the folder"):
+        open_dataset(f"hf-datasets:{splits}")
+    with pytest.raises(DataError, match="not a dataset saved with save_to_disk"):
+        open_dataset(f"hf-datasets:{tmp_path / 'cache'}")
+    with pytest.raises(DataError, match="no such folder"):
+        open_dataset(f"hf-datasets:{tmp_path / 'missing'}")
+
+
 class TinyDataset:
     def __init__(self, n: int) -> None:
         self.inner = open_dataset("sft-longtail", DataSettings(limit=n))

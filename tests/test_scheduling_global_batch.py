@@ -9,7 +9,7 @@ from toy_cost_model import ToyCostModel
 
 from datacentric.scheduling import POLICIES, ScheduleOptions, build_schedule
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.global_batches import epoch_batches
+from datacentric.scheduling.global_batches import epoch_batches, order_change
 from datacentric.scheduling.megatron_dyncp import megatron_micro_batches
 from datacentric.shapes import SampleShape
 
@@ -45,6 +45,12 @@ def test_reorder_window_keeps_step_sizes_and_moves_samples_within_windows():
     for k in range(0, len(plain), 2):
         assert sorted(np.concatenate(plain[k : k + 2])) == sorted(np.concatenate(moved[k : k + 2]))
     assert any(set(a) != set(b) for a, b in zip(plain, moved))
+    change = order_change(plain, moved)
+    assert 0 < change["moved_share"] <= 1 and change["max_shift"] == 1
+    assert change["mean_shift"] == pytest.approx(change["moved_share"])
+    assert order_change(plain, plain) == {"moved_share": 0.0, "mean_shift": 0.0, "max_shift": 0}
+    with pytest.raises(ValueError, match="different samples"):
+        order_change(plain, moved[1:])
 
 
 def test_megatron_port_reproduces_the_documented_example():

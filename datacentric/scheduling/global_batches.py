@@ -130,3 +130,20 @@ def epoch_batches(
             )
     chunks, dropped = chunk_even(order, weights, bound, drop_remainder)
     return reorder_windows(view, chunks, reorder_window), dropped
+
+
+def order_change(base: list[np.ndarray], other: list[np.ndarray]) -> dict[str, float]:
+    """How the data order ``other`` differs from ``base`` (both: sample ids per step, the
+    same samples): ``moved_share``, the share of samples trained at another step;
+    ``mean_shift`` and ``max_shift``, in steps, over all samples (a window of ``K``
+    moves a sample by at most ``K - 1``)."""
+    step_of = {int(i): k for k, chunk in enumerate(base) for i in chunk.tolist()}
+    moved = [(int(i), k) for k, chunk in enumerate(other) for i in chunk.tolist()]
+    if len(moved) != len(step_of) or any(i not in step_of for i, _ in moved):
+        raise ValueError(f"the orders hold different samples ({len(step_of)} and {len(moved)})")
+    shifts = np.asarray([abs(k - step_of[i]) for i, k in moved], dtype=np.int64)
+    return {
+        "moved_share": float((shifts > 0).mean()),
+        "mean_shift": float(shifts.mean()),
+        "max_shift": int(shifts.max()),
+    }
