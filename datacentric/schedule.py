@@ -7,16 +7,21 @@ modelled hardware. They are frozen dataclasses that round-trip through JSON.
 Vocabulary:
 - a **micro-batch** is one forward+backward pass over a few samples on one group;
 - an **assignment** gives one aligned, contiguous block of ranks (an SP group of
-  ``sp_size`` ranks starting at ``rank_start``) an ordered list of micro-batches:
-  its gradient-accumulation count is ``len(micro_batches)``;
-- an **iteration** is one optimizer step: assignments that cover every rank once;
+  ``sp_size`` ranks starting at ``rank_start``) an ordered list of micro-batches in
+  one ``phase`` of the step;
+- an **iteration** is one optimizer step: in each of its phases, assignments that
+  cover every rank once. Most steps have one phase (one group layout); a step of
+  several phases changes its layout between them (Megatron-Core's dynamic CP re-forms
+  its groups per micro-batch), each rank running its phases in order, a group starting
+  once all its ranks are done with the phase before (:func:`phase_timeline`). A rank's
+  gradient-accumulation count is its micro-batches over all phases;
 - a **schedule** is an epoch of iterations over a dataset of ``num_samples``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,8 +85,11 @@ class Assignment:
     rank_start: int
     sp_size: int
     micro_batches: tuple[MicroBatch, ...]
+    phase: int = 0
 
     def __post_init__(self) -> None:
+        if self.phase < 0:
+            raise ValueError(f"group at rank {self.rank_start}: phase {self.phase} is negative")
         if self.sp_size < 1 or self.rank_start < 0:
             raise ValueError(
                 f"bad group: rank_start={self.rank_start}, sp_size={self.sp_size} "
@@ -119,6 +127,7 @@ class Assignment:
             "rank_start": self.rank_start,
             "sp_size": self.sp_size,
             "micro_batches": [mb.to_json() for mb in self.micro_batches],
+            **({"phase": self.phase} if self.phase else {}),
         }
 
     @classmethod
@@ -127,38 +136,59 @@ class Assignment:
             rank_start=int(d["rank_start"]),
             sp_size=int(d["sp_size"]),
             micro_batches=tuple(MicroBatch.from_json(m) for m in d["micro_batches"]),
+            phase=int(d.get("phase", 0)),
         )
 
 
 @dataclass(frozen=True)
 class Iteration:
-    """One optimizer step: groups that together cover every rank exactly once."""
+    """One optimizer step: in each phase, groups that together cover every rank exactly
+    once (see the module doc)."""
 
     index: int
     assignments: tuple[Assignment, ...]
 
-    def validate(self, world_size: int) -> None:
-        """Raise ``ValueError`` unless the groups tile ``range(world_size)`` exactly."""
-        covered = [False] * world_size
-        for a in self.assignments:
-            for r in a.ranks:
-                if r >= world_size:
-                    raise ValueError(
-                        f"iteration {self.index}: group at rank {a.rank_start} of size "
-                        f"{a.sp_size} runs past world size {world_size}"
-                    )
-                if covered[r]:
-                    raise ValueError(f"iteration {self.index}: rank {r} is in two groups")
-                covered[r] = True
-        missing = [r for r, c in enumerate(covered) if not c]
-        if missing:
-            raise ValueError(f"iteration {self.index}: ranks {missing} have no group")
+    @property
+    def num_phases(self) -> int:
+        return 1 + max((a.phase for a in self.assignments), default=0)
 
-    def assignment_for_rank(self, rank: int) -> Assignment:
-        for a in self.assignments:
-            if a.rank_start <= rank < a.rank_start + a.sp_size:
-                return a
-        raise KeyError(f"iteration {self.index}: no group holds rank {rank}")
+    def validate(self, world_size: int) -> None:
+        """Raise ``ValueError`` unless each phase's groups tile ``range(world_size)``
+        exactly."""
+        phases = self.num_phases
+        where = f"iteration {self.index}"
+        for phase in range(phases):
+            at = f"{where}, phase {phase}" if phases > 1 else where
+            covered = [False] * world_size
+            for a in self.assignments:
+                if a.phase != phase:
+                    continue
+                for r in a.ranks:
+                    if r >= world_size:
+                        raise ValueError(
+                            f"{at}: group at rank {a.rank_start} of size {a.sp_size} runs past "
+                            f"world size {world_size}"
+                        )
+                    if covered[r]:
+                        raise ValueError(f"{at}: rank {r} is in two groups")
+                    covered[r] = True
+            missing = [r for r, c in enumerate(covered) if not c]
+            if missing:
+                raise ValueError(f"{at}: ranks {missing} have no group")
+
+    def assignments_for_rank(self, rank: int) -> list[Assignment]:
+        """The groups ``rank`` runs in, one per phase, in phase order."""
+        found = sorted(
+            (a for a in self.assignments if a.rank_start <= rank < a.rank_start + a.sp_size),
+            key=lambda a: a.phase,
+        )
+        if not found:
+            raise KeyError(f"iteration {self.index}: no group holds rank {rank}")
+        return found
+
+    def micro_batches_of_rank(self, rank: int) -> list[tuple[Assignment, MicroBatch]]:
+        """``rank``'s micro-batches in the order it runs them, each with its group."""
+        return [(a, mb) for a in self.assignments_for_rank(rank) for mb in a.micro_batches]
 
     def sample_ids(self) -> list[int]:
         return [i for a in self.assignments for i in a.sample_ids()]
@@ -169,7 +199,8 @@ class Iteration:
 
     @property
     def est_makespan_s(self) -> float:
-        return max(a.est_time_s for a in self.assignments)
+        """When the last group ends, by the micro-batches' estimates."""
+        return max(end for _, _, end in phase_timeline(self, lambda a: a.est_time_s))
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "assignments": [a.to_json() for a in self.assignments]}
@@ -259,6 +290,24 @@ class Schedule:
     def load(cls, path: str) -> Schedule:
         with open(path, encoding="utf-8") as handle:
             return cls.from_json(json.load(handle))
+
+
+def phase_timeline(
+    iteration: Iteration, seconds: Callable[[Assignment], float]
+) -> list[tuple[Assignment, float, float]]:
+    """``(group, start, end)`` of every group of ``iteration``, from the step's start,
+    when a group runs for ``seconds(group)``: phase by phase, each group starting once
+    every one of its ranks has finished the phase before (the one timing rule of phases,
+    for estimates and for the simulator)."""
+    ready: dict[int, float] = {}
+    out = []
+    for a in sorted(iteration.assignments, key=lambda a: a.phase):
+        start = max((ready.get(r, 0.0) for r in a.ranks), default=0.0)
+        end = start + seconds(a)
+        for r in a.ranks:
+            ready[r] = end
+        out.append((a, start, end))
+    return out
 
 
 def _count(seen: list[int], sample_id: int, where: str) -> None:

@@ -72,7 +72,7 @@ def train_steps(compile: bool) -> dict:
         for micro in step:
             micro.backward(dc.model(micro.batch))
         losses.append(step.finish())
-        sp_sizes.append(iteration.assignment_for_rank(groups.rank).sp_size)
+        sp_sizes.append(iteration.assignments_for_rank(groups.rank)[0].sp_size)
         optimizer.step()
         optimizer.zero_grad()
     weights = get_model_state_dict(

@@ -47,6 +47,30 @@ def test_both_models_match_the_single_process_step(world: int) -> None:
         assert_gradients_close(result, reference)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("world", "phases"), [(2, [[1, 1], [2]]), (4, [[2, 1, 1], [1, 1, 2], [4]])]
+)
+def test_a_step_that_changes_its_layout_between_phases_matches_one_process(
+    world: int, phases: list[list[int]]
+) -> None:
+    cases = []
+    for name in MODELS:
+        model, dataset = build_case(name, 0, torch.float32)
+        shapes = dataset.shapes()
+        cases.append((name, mixed_iteration(shapes, world, len(model.blocks), phases=phases)))
+    iteration = cases[0][1]
+    assert iteration.num_phases == len(phases)
+    assert [a.sp_size for a in iteration.assignments_for_rank(world - 1)] == [
+        layout[-1] for layout in phases
+    ]
+    results = run_distributed(cases, world, timeout_s=180)
+    for (name, iteration), result in zip(cases, results):
+        reference = run_reference(name, iteration)
+        assert result.ranks_agree, f"{name}: ranks disagree on the synchronised gradients"
+        assert_gradients_close(result, reference)
+
+
 def test_mixed_iteration_covers_the_world_with_distinct_settings() -> None:
     shapes = build_case("dit", 0, torch.float32)[1].shapes()
     iteration = mixed_iteration(shapes, 8, num_blocks=4, seed=3)

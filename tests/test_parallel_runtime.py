@@ -161,6 +161,19 @@ def test_wrapped_models_with_unequal_accumulation(wrapper: str, model: str, worl
     assert_gradients_close(result, run_reference(model, iteration))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("wrapper", "model"), [("ddp", "llama"), ("fsdp2", "dit")])
+def test_wrapped_models_on_a_step_of_several_phases(wrapper: str, model: str) -> None:
+    """The group layout changes between micro-batches; the world collectives of the
+    wrappers still run once, in each rank's last backward."""
+    num_blocks = len(build_model(model, device="meta").blocks)
+    shapes = build_case(model, 0, torch.float32)[1].shapes()
+    iteration = mixed_iteration(shapes, 2, num_blocks, phases=[[2], [1, 1]])
+    (result,) = run_distributed([(model, iteration)], 2, wrapper=wrapper, timeout_s=120)
+    assert result.ranks_agree
+    assert_gradients_close(result, run_reference(model, iteration))
+
+
 def test_losses_and_times_are_read_from_the_device_once_per_step(monkeypatch) -> None:
     """No float read of a device value inside the micro-batch loop: one ``host_read``
     per step, at its end (on CUDA the times come from events read there too; this

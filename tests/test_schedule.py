@@ -50,7 +50,7 @@ def test_schedule_json_round_trip(tmp_path):
     sched.save(str(path))
     assert Schedule.load(str(path)) == sched
     assert sched.samples_scheduled == 7
-    assert sched.iterations[0].assignment_for_rank(2).accumulation_steps == 2
+    assert len(sched.iterations[0].micro_batches_of_rank(2)) == 2
 
 
 def test_shape_round_trip_and_buckets():
@@ -101,3 +101,23 @@ def test_aligned_groups_cover_every_divisor():
     groups = aligned_groups(4)
     assert (0, 4) in groups and (2, 2) in groups and (3, 1) in groups
     assert len(groups) == 4 + 2 + 1
+
+
+def test_phases_round_trip_and_each_phase_must_tile_the_world():
+    mb = lambda i: MicroBatch(sample_ids=(i,), bucket="b", tokens=5, est_time_s=1.0 + i)
+    first = Assignment(0, 2, (mb(0),))
+    later = (Assignment(0, 1, (mb(1),), phase=1), Assignment(1, 1, (mb(2), mb(3)), phase=1))
+    it = Iteration(index=0, assignments=(first, *later))
+    it.validate(2)
+    assert it.num_phases == 2
+    assert [a.sp_size for a in it.assignments_for_rank(1)] == [2, 1]
+    assert [m.sample_ids for _, m in it.micro_batches_of_rank(1)] == [(0,), (2,), (3,)]
+    assert it.est_makespan_s == pytest.approx(1.0 + 3.0 + 4.0)
+    assert Iteration.from_json(json.loads(json.dumps(it.to_json()))) == it
+    assert "phase" not in first.to_json()
+    with pytest.raises(ValueError, match=r"iteration 0, phase 1: ranks \[1\] have no group"):
+        Iteration(index=0, assignments=(first, later[0])).validate(2)
+    with pytest.raises(ValueError, match="iteration 0, phase 0: ranks"):
+        Iteration(index=0, assignments=later).validate(2)
+    with pytest.raises(ValueError, match="phase -1 is negative"):
+        Assignment(0, 1, (mb(0),), phase=-1)

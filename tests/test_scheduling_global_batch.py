@@ -61,6 +61,32 @@ def test_megatron_port_reproduces_the_documented_example():
     assert {(g.size, tuple(sorted(g.ids))) for g in mbs[1]} == {(4, (5,)), (4, (10, 11))}
 
 
+def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
+    from datacentric.scheduling import megatron_dyncp
+
+    formed = []
+
+    def record(*args):
+        formed.append(real(*args))
+        return formed[-1]
+
+    real = megatron_dyncp.megatron_micro_batches
+    monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
+    options = ScheduleOptions(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
+    schedule = build_schedule(
+        SHAPES, policy="megatron-dyncp", world_size=8, cost_model=MODEL, options=options
+    )
+    assert len(formed) == len(schedule.iterations)
+    assert any(len(micro_batches) > 1 for micro_batches in formed)
+    for it, micro_batches in zip(schedule.iterations, formed):
+        assert it.num_phases == len(micro_batches)
+        for phase, groups in enumerate(micro_batches):
+            ran = [a for a in it.assignments if a.phase == phase]
+            assert sorted((a.rank_start, a.sp_size, sorted(a.sample_ids())) for a in ran) == sorted(
+                (g.first, g.size, sorted(g.ids)) for g in groups
+            )
+
+
 def test_megatron_fill_step_on_a_world_that_is_not_a_power_of_two():
     mbs = megatron_micro_batches([(0, 4000), (1, 4000)], cap=1000, ranks=10)
     for groups in mbs:

@@ -41,7 +41,8 @@ def test_every_rank_runs_its_group_and_groups_cover_samples_once():
         assert [list(m.sample_ids) for m in infos] == list(sampler)
         assert len(sampler) == len(infos)
         for info in infos:
-            group = schedule.iterations[info.iteration].assignment_for_rank(rank)
+            mine = schedule.iterations[info.iteration].micro_batches_of_rank(rank)
+            group = mine[info.micro_step][0]
             assert (info.rank_start, info.sp_size) == (group.rank_start, group.sp_size)
             assert info.sp_rank == rank - group.rank_start
             assert len(info.recompute) == MODEL.num_blocks

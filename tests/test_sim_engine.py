@@ -146,3 +146,32 @@ def test_grad_sync_overlaps_the_slowest_groups_last_backward():
     # iteration 1: 0.62 s pass with 0.02 s recompute: forward 0.2, backward 0.42
     assert it1.grad_sync_s == pytest.approx(0.5 - 0.42)
     assert result.epoch_time_s == pytest.approx(1.1 + 0.62 + 0.08)
+
+
+def test_a_group_of_a_later_phase_starts_when_all_its_ranks_are_free():
+    """Phase 0: an SP-2 group on ranks 0-1 (1.1 s) beside two single ranks (0.5 s,
+    0.3 s); phase 1: ranks 0-1 alone, ranks 2-3 as one SP-2 group, which waits for
+    rank 2 (0.5 s), not for the slower SP-2 group of phase 0."""
+    it = Iteration(
+        index=0,
+        assignments=(
+            Assignment(0, 2, (_mb((0,)),)),
+            Assignment(2, 1, (_mb((1,)),)),
+            Assignment(3, 1, (_mb((2,)),)),
+            Assignment(0, 1, (_mb((3,)),), phase=1),
+            Assignment(1, 1, (_mb((4,)),), phase=1),
+            Assignment(2, 2, (_mb((5,)),), phase=1),
+        ),
+    )
+    schedule = Schedule(
+        world_size=4, policy="toy", seed=0, epoch=0, num_samples=6, iterations=(it,)
+    )
+    result = simulate(schedule, SHAPES, ToyCostModel(), record_spans=True)
+    (step,) = result.iterations
+    starts = {(s.rank, s.micro_batch): s.start_s for s in result.spans if s.kind == COMPUTE}
+    assert starts[(0, 3)] == pytest.approx(1.1) and starts[(1, 4)] == pytest.approx(1.1)
+    assert starts[(2, 5)] == pytest.approx(0.5) and starts[(3, 5)] == pytest.approx(0.5)
+    # rank 0: 1.1 + 0.2; rank 1: 1.1 + 1.0; ranks 2-3: 0.5 + 1000 / 2 ms + 0.1
+    assert step.makespan_s == pytest.approx(2.1)
+    busy = 2 * 1.1 + 0.5 + 0.3 + 0.2 + 1.0 + 2 * 0.6
+    assert step.idle_share == pytest.approx(1 - busy / (4 * 2.1))

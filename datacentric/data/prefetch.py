@@ -35,8 +35,7 @@ def rank_requests(iterations: Iterable[Iteration], rank: int) -> list[Request]:
     """What ``rank`` packs for ``iterations``, in order: (sample ids, its group's SP size)."""
     out: list[Request] = []
     for iteration in iterations:
-        assignment = iteration.assignment_for_rank(rank)
-        for micro_batch in assignment.micro_batches:
+        for assignment, micro_batch in iteration.micro_batches_of_rank(rank):
             out.append((tuple(micro_batch.sample_ids), assignment.sp_size))
     return out
 

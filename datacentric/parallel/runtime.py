@@ -1,7 +1,8 @@
 """The data-centric runtime: execute this rank's part of one ``Iteration``.
 
 For every iteration a rank finds its :class:`~datacentric.schedule.Assignment`
-(its SP group and ordered micro-batches) and, for each micro-batch:
+(its SP group and ordered micro-batches; one per phase, run in phase order, when
+the step changes its group layout between phases) and, for each micro-batch:
 
 1. packs the micro-batch's samples into one sequence padded to a multiple of
    the group size (``pack(sample_ids, pad_to_multiple)``, from the data module);
@@ -263,10 +264,12 @@ class DataCentricRuntime:
     def start_iteration(self, iteration: Iteration) -> IterationStats:
         """Validate ``iteration`` for this world and open its statistics."""
         iteration.validate(self.groups.world_size)
-        assignment = iteration.assignment_for_rank(self.groups.rank)
-        self.check_sp_sizes([assignment.sp_size])
+        mine = iteration.assignments_for_rank(self.groups.rank)
+        self.check_sp_sizes([a.sp_size for a in mine])
         if needs_equal_passes(self.model):
-            counts = {a.accumulation_steps for a in iteration.assignments}
+            counts = {
+                len(iteration.micro_batches_of_rank(r)) for r in range(self.groups.world_size)
+            }
             if len(counts) > 1:
                 raise ValueError(
                     f"iteration {iteration.index}: groups run {sorted(counts)} micro-batches; "
@@ -276,8 +279,8 @@ class DataCentricRuntime:
         return IterationStats(
             index=iteration.index,
             rank=self.groups.rank,
-            rank_start=assignment.rank_start,
-            sp_size=assignment.sp_size,
+            rank_start=mine[0].rank_start,
+            sp_size=mine[0].sp_size,
             started_at=time.perf_counter(),
             clock=StepClock(self.groups.device),
         )
@@ -290,13 +293,13 @@ class DataCentricRuntime:
         caller runs ``micro.backward(model(micro.batch))`` before asking for the next.
         """
         groups = self.groups
-        assignment = iteration.assignment_for_rank(groups.rank)
-        sp = assignment.sp_size
-        group = groups.for_assignment(assignment)
-        rank_in_group = groups.rank - assignment.rank_start
         weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
-        last = len(assignment.micro_batches) - 1
-        for step, micro_batch in enumerate(assignment.micro_batches):
+        mine = iteration.micro_batches_of_rank(groups.rank)
+        last = len(mine) - 1
+        for step, (assignment, micro_batch) in enumerate(mine):
+            sp = assignment.sp_size
+            group = groups.for_assignment(assignment)
+            rank_in_group = groups.rank - assignment.rank_start
             full = self.pack(micro_batch.sample_ids, sp)
             if self.check_batches:
                 weights.check_batch(full)

@@ -109,11 +109,10 @@ def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
 
 def iteration_imbalance(it: Iteration, world_size: int) -> float:
     """Idle share of the iteration's GPU time by the micro-batches' estimates."""
-    times = [(a.sp_size, a.est_time_s) for a in it.assignments]
-    span = max(t for _, t in times)
+    span = it.est_makespan_s
     if span <= 0:
         return 0.0
-    return 1.0 - sum(s * t for s, t in times) / (world_size * span)
+    return 1.0 - sum(a.sp_size * a.est_time_s for a in it.assignments) / (world_size * span)
 
 
 def schedule_measures(

@@ -17,10 +17,13 @@ Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
   the micro-batch falls back to one group of every rank; groups must come out
   aligned (start divisible by size), which is asserted.
 
-Our runtime holds one group layout per step, while Megatron re-forms it per
-micro-batch; each of Megatron's (CP size, packed sequences) units therefore becomes
-one micro-batch of a group of that size, and the step's units are placed on one
-layout as every fixed-size policy places them. Every block recomputes.
+Megatron re-forms the rank layout per micro-batch, and so does the port: each of its
+micro-batches is one phase of the step (:class:`~datacentric.schedule.Iteration`),
+whose CP groups each run their packed sequences (split in halves while they do not
+fit the memory cap). A step whose groups the model cannot run at their size (an SP
+size that does not divide its heads) falls back to one layout: the units are placed
+as every fixed-size policy places them, each on a group of the smallest runnable size
+at least its own. Every block recomputes.
 """
 
 from __future__ import annotations
@@ -46,10 +49,19 @@ class CPGroup:
     ids: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     tokens: float = 0.0
+    squares: float = 0.0
+    """Sum of ``L**2`` over :attr:`lengths` (kept by :meth:`add`)."""
+
+    def add(self, sid: int, length: int, tokens: float) -> None:
+        """Hold sequence ``sid`` of ``length`` tokens, ``tokens`` of them per rank."""
+        self.ids.append(sid)
+        self.lengths.append(length)
+        self.tokens += tokens
+        self.squares += float(length) * length
 
     @property
     def load(self) -> float:
-        return sum(n * n for n in self.lengths) / self.size
+        return self.squares / self.size
 
 
 def cp_min(length: int, cap: int, min_cp: int = 1) -> int:
@@ -74,11 +86,12 @@ def form_micro_batch(
             "megatron_tokens_per_rank"
         )
     work_cap = seed_len * cap * (1 + DELTA)
-    groups = [CPGroup(0, c, [seed_id], [seed_len], seed_len / c)]
+    groups = [CPGroup(0, c)]
+    groups[0].add(seed_id, seed_len, seed_len / c)
+    top = groups[0].load
     free = c
     left: list[tuple[int, int]] = []
     for sid, length in rem[1:]:
-        top = max(g.load for g in groups)
         best: tuple[float, CPGroup | None, int] | None = None
         c = cp_min(length, cap)
         while c <= ranks:
@@ -102,9 +115,8 @@ def form_micro_batch(
             g = CPGroup(free, c)
             groups.append(g)
             free += c
-        g.ids.append(sid)
-        g.lengths.append(length)
-        g.tokens += length / c
+        g.add(sid, length, length / c)
+        top = max(top, g.load)
     while free < ranks:
         if not expand_once(groups, ranks, ranks - free):
             return full_group(rem, cap, ranks)
@@ -138,9 +150,7 @@ def full_group(
     left = []
     for sid, length in rem:
         if g.tokens + length / ranks <= cap:
-            g.ids.append(sid)
-            g.lengths.append(length)
-            g.tokens += length / ranks
+            g.add(sid, length, length / ranks)
         else:
             left.append((sid, length))
     if not g.ids:
@@ -189,13 +199,22 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     out = PolicyOutput(iterations=[], dropped=dropped)
     for k, chunk in enumerate(chunks):
         lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
+        phases = megatron_micro_batches(lengths, cap, world)
+        groups, placed = [], []
+        for phase, micro_batch in enumerate(phases):
+            for g in micro_batch:
+                groups.append((g.size, fitting_items(table, g.ids, g.size)))
+                placed.append((g.first, phase))
+        if all(table.config(item.bucket, sp) is not None for sp, items in groups for item in items):
+            out.iterations.append(emit_iteration(k, world, groups, table, placed=placed))
+            continue
         items, own = [], []
-        for micro_batch in megatron_micro_batches(lengths, cap, world):
+        for micro_batch in phases:
             for g in micro_batch:
                 size = max(g.size, min(s for s in table.all_sizes if s >= g.size))
                 made = fitting_items(table, g.ids, size)
                 items += made
                 own += [size] * len(made)
-        groups = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
-        out.iterations.append(emit_iteration(k, world, groups, table))
+        one_layout = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
+        out.iterations.append(emit_iteration(k, world, one_layout, table))
     return out

@@ -96,16 +96,20 @@ def emit_iteration(
     world_size: int,
     groups: Sequence[tuple[int, Sequence[Item]]],
     table: OptionTable,
+    *,
+    placed: Sequence[tuple[int, int]] | None = None,
 ) -> Iteration:
     """Build the :class:`Iteration` for ``groups`` of ``(sp_size, items)``.
 
     Each micro-batch gets the recomputation of the table's fastest option for it on
     that SP size (:meth:`OptionTable.item_option`) and the cost model's time for its
-    actual samples.
+    actual samples. Groups are laid out largest first in one phase, or where
+    ``placed`` says: ``(rank_start, phase)`` per group.
     """
     view = table.view
     sizes = [sp for sp, _ in groups]
-    starts = place_groups(world_size, sizes)
+    if placed is None:
+        placed = [(start, 0) for start in place_groups(world_size, sizes)]
     settings = []
     for sp, items in groups:
         for item in items:
@@ -134,9 +138,9 @@ def emit_iteration(
     ]
     assignments = []
     at = 0
-    for (sp, items), start in zip(groups, starts):
+    for (sp, items), (start, phase) in zip(groups, placed):
         mbs = tuple(micro_batches[at : at + len(items)])
         at += len(items)
-        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=mbs))
-    assignments.sort(key=lambda a: a.rank_start)
+        assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=mbs, phase=phase))
+    assignments.sort(key=lambda a: (a.phase, a.rank_start))
     return Iteration(index=index, assignments=tuple(assignments))

@@ -33,13 +33,14 @@ MakeSchedule = Callable[[int, Sequence[int] | None], Schedule]
 
 def schedule_fingerprint(schedule: Schedule) -> str:
     """A hash of who runs which samples where: policy, world, seed, epoch and every
-    group's ranks and sample ids in order (estimates and meta excluded)."""
+    group's ranks, phase and sample ids in order (estimates and meta excluded)."""
     digest = hashlib.sha256()
     head = (schedule.policy, schedule.world_size, schedule.seed, schedule.epoch)
     digest.update(repr((*head, schedule.num_samples)).encode())
     for it in schedule.iterations:
         for a in it.assignments:
-            digest.update(np.asarray([-1, it.index, a.rank_start, a.sp_size], np.int64).tobytes())
+            where = [-1, it.index, a.rank_start, a.sp_size] + ([-3, a.phase] if a.phase else [])
+            digest.update(np.asarray(where, np.int64).tobytes())
             for mb in a.micro_batches:
                 digest.update(np.asarray((-2, *mb.sample_ids), dtype=np.int64).tobytes())
     digest.update(np.asarray(schedule.dropped_sample_ids, dtype=np.int64).tobytes())

@@ -2,7 +2,9 @@
 
 For every iteration, every group (an assignment: ``sp_size`` ranks starting at
 ``rank_start``) runs its micro-batches back to back, all ranks of the group in lock
-step (Ulysses all-to-all synchronises them inside every attention layer). A
+step (Ulysses all-to-all synchronises them inside every attention layer); in a step
+of several phases, a group starts once all its ranks are done with the phase before
+(:func:`~datacentric.schedule.phase_timeline`). A
 micro-batch's duration is the ``time_s`` of the cost model's ``breakdown`` for its
 sample shapes, SP size and recomputation, *re-derived from the dataset's shapes*
 (``MicroBatch.est_time_s`` and ``MicroBatch.tokens`` are never trusted): forward,
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datacentric.planning.cost_model import CostModel, PassBreakdown
-from datacentric.schedule import Assignment, MicroBatch, Schedule
+from datacentric.schedule import Assignment, MicroBatch, Schedule, phase_timeline
 from datacentric.shapes import SampleShape
 from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch_id
 
@@ -205,10 +207,11 @@ def simulate(
     clock = tokens = samples = 0
     busy = recompute_gpu = comm_gpu = 0.0
     for it in schedule.iterations:
-        group_times = []
+        group_runs: dict[int, tuple[float, float, list]] = {}
         it_tokens = 0
         for group in it.assignments:
             t = last_backward = 0.0
+            passes = []
             for k, mb in enumerate(group.micro_batches):
                 mb_shapes = [shapes[i] for i in mb.sample_ids]
                 recompute = mb.recompute or (False,) * cost_model.num_blocks
@@ -221,19 +224,25 @@ def simulate(
                         it.index, group, mb, tokens=mb_tokens, memory_bytes=cost.memory_bytes
                     )
                     runs[run.id] = run
-                    spans.extend(_pass_spans(it.index, group, run.id, clock + t, cost))
+                    passes.append((run.id, t, cost))
                 t += cost.time_s
                 last_backward = cost.time_s - (cost.time_s - cost.recompute_s) / 3
                 it_tokens += mb_tokens
                 samples += len(mb.sample_ids)
                 recompute_gpu += cost.recompute_s * group.sp_size
                 comm_gpu += cost.comm_s * group.sp_size
-            group_times.append((group.sp_size, t, last_backward))
-        makespan = max(t for _, t, _ in group_times)
-        it_busy = sum(sp * t for sp, t, _ in group_times)
+            group_runs[id(group)] = (t, last_backward, passes)
+        totals = {key: run[0] for key, run in group_runs.items()}
+        timeline = phase_timeline(it, lambda g, totals=totals: totals[id(g)])
+        makespan = max(end for _, _, end in timeline)
+        it_busy = sum(g.sp_size * (end - start) for g, start, end in timeline)
+        if record_spans:
+            for g, start, _ in timeline:
+                for run_id, at, cost in group_runs[id(g)][2]:
+                    spans.extend(_pass_spans(it.index, g, run_id, clock + start + at, cost))
         grad_sync_s = reduction_s
         if overlap_grad_sync:
-            window = min(bwd for _, t, bwd in group_times if t == makespan)
+            window = min(group_runs[id(g)][1] for g, _, end in timeline if end == makespan)
             grad_sync_s = max(0.0, reduction_s - window)
         idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
         iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))

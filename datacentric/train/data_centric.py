@@ -107,8 +107,9 @@ class Step:
         self.stats: IterationStats = runtime.start_iteration(iteration)
 
     def __iter__(self) -> Iterator[MicroStep]:
-        group = self.iteration.assignment_for_rank(self.runtime.groups.rank)
+        mine = self.iteration.micro_batches_of_rank(self.runtime.groups.rank)
         for k, micro in enumerate(self.runtime.micro_steps(self.iteration, self.stats)):
+            group = mine[k][0]
             self.phase = (
                 f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
                 f"{group.sp_size} at rank {group.rank_start})"

@@ -36,9 +36,9 @@ class RankMicroBatch:
     iteration: int
     """Index of the iteration (optimizer step) in the epoch."""
     micro_step: int
-    """Position in the group's accumulation list (0-based)."""
+    """Position in the rank's accumulation list of the step, over its phases (0-based)."""
     num_micro_steps: int
-    """The group's accumulation count; the optimizer steps after the last one."""
+    """The rank's accumulation count; the optimizer steps after the last one."""
     rank_start: int
     """First rank of the SP group."""
     sp_size: int
@@ -74,14 +74,14 @@ def rank_micro_batches(
     if not 0 <= rank < schedule.world_size:
         raise ValueError(f"rank {rank} is outside 0..{schedule.world_size - 1}")
     for it in schedule.iterations[start_iteration:]:
-        group = it.assignment_for_rank(rank)
+        mine = it.micro_batches_of_rank(rank)
         samples = sum(len(mb.sample_ids) for a in it.assignments for mb in a.micro_batches)
         tokens = it.num_tokens
-        for k, mb in enumerate(group.micro_batches):
+        for k, (group, mb) in enumerate(mine):
             yield RankMicroBatch(
                 iteration=it.index,
                 micro_step=k,
-                num_micro_steps=group.accumulation_steps,
+                num_micro_steps=len(mine),
                 rank_start=group.rank_start,
                 sp_size=group.sp_size,
                 sp_rank=rank - group.rank_start,
@@ -118,7 +118,7 @@ class RankBatchSampler(Sampler[list[int]]):
 
     def __len__(self) -> int:
         return sum(
-            it.assignment_for_rank(self.rank).accumulation_steps
+            len(it.micro_batches_of_rank(self.rank))
             for it in self.schedule.iterations[self.start_iteration :]
         )
 

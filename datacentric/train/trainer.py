@@ -373,7 +373,9 @@ class Trainer:
             "est_idle_share": iteration_imbalance(iteration, self.groups.world_size),
             "measured_idle_share": 1.0 - sum(busy) / (len(busy) * wall) if wall else 0.0,
             "groups": [
-                [a.rank_start, a.sp_size, a.accumulation_steps] for a in iteration.assignments
+                [a.rank_start, a.sp_size, a.accumulation_steps]
+                + ([a.phase] if iteration.num_phases > 1 else [])
+                for a in iteration.assignments
             ],
             "rank_compute_s": busy,
             "runtime_time_s": wall,

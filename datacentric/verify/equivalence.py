@@ -48,6 +48,7 @@ def mixed_iteration(
     seed: int = 0,
     *,
     sizes: Sequence[int] | None = None,
+    phases: Sequence[Sequence[int]] | None = None,
 ) -> Iteration:
     """One iteration mixing SP sizes, accumulation counts and recomputation.
 
@@ -59,49 +60,65 @@ def mixed_iteration(
     1 samples (alternating) drawn at random (``seed``) from ``shapes``; the SP
     group gets the longest samples. Recomputation cycles through all blocks,
     every other block and none. ``sizes`` replaces the layout (SP size per group,
-    in rank order), e.g. ``[1, 1]`` for unequal accumulation at world 2.
+    in rank order), e.g. ``[1, 1]`` for unequal accumulation at world 2; ``phases``
+    gives one such layout per phase of the step (the group layout changing between
+    micro-batches), each phase drawing its own samples.
     """
-    if sizes is not None:  # the caller's layout of SP groups
-        sizes = list(sizes)
-    elif world_size >= 4:
-        sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
-        sizes = [sp] + [1] * (world_size - sp)
-    elif world_size == 2:
-        sizes = [2]
-    else:
-        sizes = [1] * world_size
-    counts = [g + 1 for g in range(len(sizes))] if len(sizes) > 1 else [2]
-    per_batch = [2 - (i % 2) for i in range(sum(counts))]
+    if phases is None:
+        phases = [sizes] if sizes is not None else [default_layout(world_size)]
+    layouts = [list(layout) for layout in phases]
+    counts = [[g + 1 for g in range(len(lay))] if len(lay) > 1 else [2] for lay in layouts]
+    per_batch = [2 - (i % 2) for i in range(sum(map(sum, counts)))]
     needed = sum(per_batch)
     if needed > len(shapes):
         raise ValueError(f"the case needs {needed} samples, the dataset has {len(shapes)}")
     chosen = random.Random(seed).sample(range(len(shapes)), needed)
-    chosen.sort(key=lambda i: -shapes[i].tokens)  # longest first: they go to the SP group
     patterns = [
         (True,) * num_blocks,
         tuple(b % 2 == 0 for b in range(num_blocks)),
         (False,) * num_blocks,
     ]
-    assignments, rank, next_sample, next_batch = [], 0, 0, 0
-    for sp, count in zip(sizes, counts):
-        micro_batches = []
-        for _ in range(count):
-            ids = tuple(chosen[next_sample : next_sample + per_batch[next_batch]])
-            micro_batches.append(
+    assignments, next_sample, next_batch = [], 0, 0
+    for phase, (layout, phase_counts) in enumerate(zip(layouts, counts)):
+        size = sum(per_batch[next_batch : next_batch + sum(phase_counts)])
+        mine = chosen[next_sample : next_sample + size]
+        mine.sort(key=lambda i: -shapes[i].tokens)  # longest first: they go to the SP group
+        order = sorted(range(len(layout)), key=lambda g: -layout[g])  # largest group first
+        taken = {g: [] for g in order}
+        at = 0
+        for g in order:
+            for _ in range(phase_counts[g]):
+                ids = tuple(mine[at : at + per_batch[next_batch]])
+                taken[g].append((ids, patterns[next_batch % len(patterns)]))
+                at += len(ids)
+                next_batch += 1
+        next_sample += size
+        rank = 0
+        for g, sp in enumerate(layout):
+            micro_batches = tuple(
                 MicroBatch(
                     sample_ids=ids,
                     bucket=bucket_name(max((shapes[i] for i in ids), key=lambda s: s.tokens)),
                     tokens=sum(shapes[i].tokens for i in ids),
-                    recompute=patterns[next_batch % len(patterns)],
+                    recompute=recompute,
                 )
+                for ids, recompute in taken[g]
             )
-            next_sample += len(ids)
-            next_batch += 1
-        assignments.append(Assignment(rank, sp, tuple(micro_batches)))
-        rank += sp
+            assignments.append(Assignment(rank, sp, micro_batches, phase=phase))
+            rank += sp
     iteration = Iteration(index=0, assignments=tuple(assignments))
     iteration.validate(world_size)
     return iteration
+
+
+def default_layout(world_size: int) -> list[int]:
+    """:func:`mixed_iteration`'s group sizes (see there) in rank order."""
+    if world_size >= 4:
+        sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
+        return [sp] + [1] * (world_size - sp)
+    if world_size == 2:
+        return [2]
+    return [1] * world_size
 
 
 @dataclass(frozen=True)
