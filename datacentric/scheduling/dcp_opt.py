@@ -19,15 +19,26 @@ micro-batches to groups that minimise the iteration's makespan.
    short micro-batches merged across buckets where that runs faster.
    A few layouts are tried (the proportional one and its neighbours), then a walk to
    better neighbouring layouts; the best wins.
+5. **Phases.** On steps of at most :data:`NEIGHBOUR_LIMIT` micro-batches, also the
+   step in two phases (:func:`two_phases`): the micro-batches whose cheapest size is
+   above the smallest first, then the rest, each phase solved as above; kept when its
+   estimated makespan is at least :data:`PHASE_GAIN` shorter.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from datacentric.schedule import Iteration
 from datacentric.scheduling import balance, exact
 from datacentric.scheduling.item import Item
-from datacentric.scheduling.micro_batches import emit_iteration, make_item, pack, split_item
+from datacentric.scheduling.micro_batches import (
+    emit_iteration,
+    make_item,
+    pack,
+    place_groups,
+    split_item,
+)
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
@@ -49,6 +60,8 @@ COST_ROUNDS = 3
 MERGE_SHARE = 0.1
 #: HiGHS is tried only on iterations whose heuristic assignment idles more than this.
 EXACT_IDLE = 0.02
+#: A step runs in two phases only when that is estimated this much shorter.
+PHASE_GAIN = 0.01
 
 
 def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[Item]:
@@ -399,6 +412,38 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
     for k, chunk in enumerate(chunks):
-        groups = solve_iteration(inp, table, make_items(inp, table, chunk))
-        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
+        items = make_items(inp, table, chunk)
+        best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
+        phased = two_phases(inp, table, items, k)
+        if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
+            best = phased
+        out.iterations.append(best)
     return out
+
+
+def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:
+    """Step ``k`` in two phases, or None where it does not apply: first the micro-batches
+    whose cheapest size is above the smallest (a long video on two GPUs), then the rest,
+    each phase laid out and assigned by :func:`solve_iteration`. One layout keeps groups
+    of the large size open for the whole step, running short micro-batches at their
+    cost there; two phases let the short ones run on the small size after the long ones.
+    Tried on steps of at most :data:`NEIGHBOUR_LIMIT` micro-batches."""
+    if len(items) > NEIGHBOUR_LIMIT:
+        return None
+    sizes = list(table.node_sizes)
+    items = ensure_items(items, 1, table)
+    pref = preferred_class(time_matrix(table, items, sizes), sizes)
+    large = [item for item, c in zip(items, pref) if c > 0]
+    small = [item for item, c in zip(items, pref) if c == 0]
+    if not large or not small:
+        return None
+    groups, placed = [], []
+    for phase, part in enumerate((large, small)):
+        try:
+            solved = solve_iteration(inp, table, part)
+        except ValueError:  # too few micro-batches in a phase to cover the world
+            return None
+        starts = place_groups(inp.world_size, [sp for sp, _ in solved])
+        groups += solved
+        placed += [(start, phase) for start in starts]
+    return emit_iteration(k, inp.world_size, groups, table, placed=placed)
