@@ -45,6 +45,7 @@ def test_schedule_json(policy, lengths_file, tmp_path, capsys):
     saved.validate()
     assert saved.policy == policy and saved.world_size == 8
     assert len(saved.iterations) == report["iterations"]
+    assert report["phases_per_iteration_max"] == max(it.num_phases for it in saved.iterations)
 
 
 def test_schedule_drop_remainder_and_errors(lengths_file, capsys):

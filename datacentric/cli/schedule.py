@@ -212,6 +212,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "ideal_epoch_time_s": meta["ideal_epoch_time_s"],
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
+        "phases_per_iteration_max": max(it.num_phases for it in schedule.iterations),
         "out": args.json_out,
     }
 

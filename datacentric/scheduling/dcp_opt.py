@@ -431,7 +431,6 @@ def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
     if len(items) > NEIGHBOUR_LIMIT:
         return None
     sizes = list(table.node_sizes)
-    items = ensure_items(items, 1, table)
     pref = preferred_class(time_matrix(table, items, sizes), sizes)
     large = [item for item, c in zip(items, pref) if c > 0]
     small = [item for item, c in zip(items, pref) if c == 0]
