@@ -111,6 +111,14 @@ def test_cli_end_to_end(capsys) -> None:
     assert report["max_rel_grad_err"] <= 1e-5
 
 
+@pytest.mark.slow
+def test_cli_checks_a_step_in_two_phases(capsys) -> None:
+    assert main(["equivalence", "--model", "dit", "--world", "2", "--phased"]) == 0
+    out = capsys.readouterr().out
+    assert "dit (none) at world 2, 2 phases: SP sizes [2, 1, 1]" in out
+    assert "-> PASS" in out
+
+
 def user_factory():  # type: ignore[no-untyped-def]
     """A user's factory (named below as ``tests.test_equivalence:...``)."""
     from datacentric.models.presets import build_model

@@ -48,6 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="none",
         help="hold the model as is (one all-reduce per step), in DDP, or sharded with FSDP2",
     )
+    parser.add_argument(
+        "--phased",
+        action="store_true",
+        help="a step in two phases: the group layout changes once, to one group per rank",
+    )
     add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             wrapper=args.wrapper,
             timeout_s=args.timeout_s,
             progress=None if args.json else print,
+            phased=args.phased,
         )
     except ValueError as error:  # a bad --model names what is wrong in one line
         print(f"datacentric equivalence: {error}", file=sys.stderr)
@@ -77,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
     else:
         print(
-            f"{report['model']} ({report['wrapper']}) at world {report['world']}: "
-            f"SP sizes {report['sp_sizes']}, accumulation counts "
+            f"{report['model']} ({report['wrapper']}) at world {report['world']}"
+            + (f", {report['phases']} phases" if report["phases"] > 1 else "")
+            + f": SP sizes {report['sp_sizes']}, accumulation counts "
             f"{report['accumulation_counts']}, recomputed blocks {report['recomputed_blocks']}"
         )
         print(

@@ -257,13 +257,18 @@ def check_equivalence(
     wrapper: str = "none",
     timeout_s: float = 300.0,
     progress: Callable[[str], None] | None = None,
+    phased: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run the distributed step and the reference for each model; one JSON-able report each."""
+    """Run the distributed step and the reference for each model; one JSON-able report
+    each. ``phased``: the step changes its group layout once, from
+    :func:`mixed_iteration`'s layout to one group per rank (two phases)."""
+    phases = [default_layout(world_size), [1] * world_size] if phased else None
     cases = []
     for name in models:
         model, dataset = build_case(name, seed, torch.float32)
         blocks = num_blocks(model, name)
-        cases.append((name, mixed_iteration(dataset.shapes(), world_size, blocks, seed)))
+        shapes = dataset.shapes()
+        cases.append((name, mixed_iteration(shapes, world_size, blocks, seed, phases=phases)))
     start = time.perf_counter()
     distributed = run_distributed(
         cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s
@@ -281,6 +286,7 @@ def check_equivalence(
                 "model": name,
                 "world": world_size,
                 "wrapper": wrapper,
+                "phases": iteration.num_phases,
                 "sp_sizes": [a.sp_size for a in iteration.assignments],
                 "accumulation_counts": [a.accumulation_steps for a in iteration.assignments],
                 "samples_per_micro_batch": [
