@@ -17,6 +17,7 @@ through their inner tensors.
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -86,7 +87,18 @@ def measure_peak(device: torch.device, run: Callable[[], Any]) -> tuple[int, Any
         result = run()
         torch.cuda.synchronize(device)
         return int(torch.cuda.max_memory_allocated(device)) - before, result
+    # Tensors held only by reference cycles are freed when the cyclic garbage collector
+    # runs, which depends on the process's history (a long test process, a forked
+    # worker): collect before the pass and hold the collector off during it, so that
+    # the same pass measures the same peak wherever it runs.
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
     tracker = LiveTensorBytes()
-    with tracker:
-        result = run()
+    try:
+        with tracker:
+            result = run()
+    finally:
+        if enabled:
+            gc.enable()
     return tracker.peak, result
