@@ -71,25 +71,32 @@ VIDEO_TEXT_TOKENS = 512
 
 
 def spec_from_diffusers_config(config: Any, name: str | None = None) -> ModelSpec:
-    """A :class:`ModelSpec` of a diffusers Wan-style video transformer ``config``
-    (``num_attention_heads``, ``attention_head_dim``, ``ffn_dim``, ``num_layers``,
-    ``in_channels``, ``patch_size``, ``text_dim``): full 3D attention in every block,
+    """A :class:`ModelSpec` of a diffusers video transformer ``config`` (Wan, LTX-Video,
+    ...: ``num_attention_heads``, ``attention_head_dim``, ``num_layers``, ``in_channels``,
+    ``patch_size`` (a tuple, or an int with ``patch_size_t``), the feed-forward width
+    ``ffn_dim`` (else 4x the width, as LTX-Video's), the text width ``text_dim`` /
+    ``caption_channels`` / ``text_embed_dim``): full 3D attention in every block,
     cross-attention to :data:`VIDEO_TEXT_TOKENS` text tokens (approximate), a plain
     two-matrix MLP, adaLN-single modulation, ``12 h`` extra saved elements per token
     as for our DiT."""
     heads = int(_get(config, "num_attention_heads"))
     hidden = heads * int(_get(config, "attention_head_dim"))
+    patch_size = _get(config, "patch_size")
+    if isinstance(patch_size, int):
+        patch_size = (int(getattr(config, "patch_size_t", None) or 1), patch_size, patch_size)
     patch = 1
-    for p in _get(config, "patch_size"):
+    for p in patch_size:
         patch *= int(p)
     return ModelSpec(
         name=name or "diffusers:video",
         hidden=hidden,
         heads=heads,
-        ffn_hidden=int(_get(config, "ffn_dim")),
+        ffn_hidden=int(_get(config, "ffn_dim", default=4 * hidden)),
         block_kinds=("full",) * int(_get(config, "num_layers")),
         cross_attn_tokens=VIDEO_TEXT_TOKENS,
-        cross_attn_width=int(_get(config, "text_dim")),
+        cross_attn_width=int(
+            _get(config, "text_dim", "caption_channels", "text_embed_dim", default=hidden)
+        ),
         patch_channels=int(_get(config, "in_channels")) * patch,
         adaln_single=True,
         per_sample_block_params=6 * hidden,

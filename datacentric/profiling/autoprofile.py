@@ -22,7 +22,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,7 +30,7 @@ from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets, recompute_from_counts
 from datacentric.profiling.factory import fitted_cost_model
-from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.module_specs import named_spec
 from datacentric.profiling.profiler import (
     ProfileSettings,
     RunCase,
@@ -68,9 +68,9 @@ def select_profile_shapes(
     return [(s,) for s in distinct] + [(distinct[0],) * 4]
 
 
-def attention_kind(model: str) -> str:
+def attention_kind(model: str, model_args: Mapping[str, Any] | None = None) -> str:
     """The attention of a runnable model's blocks (``causal`` or ``full``)."""
-    kinds = get_model_spec(model).kinds
+    kinds = named_spec(model, model_args).kinds
     if len(kinds) != 1:
         raise ValueError(f"{model}: the profiler handles one block kind, got {kinds}")
     return kinds[0]
@@ -92,16 +92,14 @@ def measure_profile(
     points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
     sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
     sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
-    spec = get_model_spec(settings.model)
+    spec = named_spec(settings.model, settings.model_args)
     depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
     full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
     profile = Profile(
-        fingerprint=fingerprint(
-            settings.model, settings.world_size, settings.dtype, settings.backend
-        ),
+        fingerprint=_fingerprint(settings, settings.world_size),
         model=settings.model,
         num_blocks=spec.num_blocks,
-        attention_kind=attention_kind(settings.model),
+        attention_kind=attention_kind(settings.model, settings.model_args),
         points=tuple(points),
         gpus_per_node=settings.world_size,  # the ranks of one machine share its links
         grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
@@ -209,7 +207,7 @@ def run_profile(
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or _powers_of_two(world))
-    current = fingerprint(settings.model, world, settings.dtype, settings.backend)
+    current = _fingerprint(settings, world)
     saved = load_profile(out_dir) if out_dir is not None else None
     reused = (
         reuse
@@ -263,7 +261,7 @@ def ensure_profile(
     Called by every rank of a training run that has initialised ``torch.distributed``
     (the measurement then runs on those ranks), or by one process without it (the
     measurement then starts ``settings.world_size`` local ranks)."""
-    current = fingerprint(settings.model, settings.world_size, settings.dtype, settings.backend)
+    current = _fingerprint(settings, settings.world_size)
     saved = load_profile(directory)
     if saved is not None and not stale_fields(saved, current):
         if reusable(saved, settings, directory):
@@ -387,3 +385,9 @@ def _is_rank_zero() -> bool:
     import torch.distributed as dist
 
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def _fingerprint(settings: ProfileSettings, world: int) -> dict[str, Any]:
+    return fingerprint(
+        settings.model, world, settings.dtype, settings.backend, dict(settings.model_args)
+    )

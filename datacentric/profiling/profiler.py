@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -41,7 +41,8 @@ import torch.distributed as dist
 from torch import nn
 
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
-from datacentric.models.presets import build_model
+from datacentric.models.presets import MODEL_PRESETS, build_model
+from datacentric.models.source import build_model_named, truncate_blocks
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
@@ -56,7 +57,13 @@ class ProfileSettings:
     """How to measure: which model, on how many ranks, how carefully."""
 
     model: str
-    """Runnable model preset (``datacentric.models.presets``)."""
+    """The model: a preset, ``hf:DIR_OR_NAME``, ``diffusers:DIR_OR_NAME`` or
+    ``pkg.module:factory`` (:mod:`datacentric.models.source`)."""
+    model_args: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the model (``--model-arg``)."""
+    dataset: Any = None
+    """The run's dataset: its own samples of each profiled shape are measured (a model
+    that is not a preset reads the inputs it was made for); ``None``: synthetic samples."""
     world_size: int
     """Ranks to start (each SP size measured must divide it)."""
     backend: str = "gloo"
@@ -229,7 +236,7 @@ def _rank_worker(
     kept at a time (for models too large to keep several depths in memory).
     """
     groups = ProcessGroups()
-    dataset, ids = _dataset(settings.model, cases, settings.seed)
+    dataset, ids = _dataset(settings, cases)
     dtype = getattr(torch, settings.dtype)
     use_cpu_clock = settings.clock == "cpu" or (
         settings.clock == "auto" and groups.device.type == "cpu"
@@ -333,33 +340,57 @@ def _runtime(
     depth: int,
     dtype: torch.dtype,
     groups: ProcessGroups,
-    dataset: SyntheticTextDataset | SyntheticVideoDataset,
+    dataset: Any,
 ) -> DataCentricRuntime:
     torch.manual_seed(settings.seed)
     layers = max(depth, 1)
-    model = build_model(settings.model, num_layers=layers, dtype=dtype, device=groups.device)
+    if settings.model in MODEL_PRESETS:
+        args = {**settings.model_args, "num_layers": layers}
+        model = build_model(settings.model, dtype=dtype, device=groups.device, **args)
+    else:  # any other model: built whole, then cut to its first blocks
+        with torch.device(groups.device):
+            model = build_model_named(
+                settings.model, settings.model_args, dtype=dtype, dataset=settings.dataset
+            )
+        truncate_blocks(model, layers)
     runtime = DataCentricRuntime(model, groups, dataset.pack, dataset.loss_tokens)
     if depth == 0:
         # the runtime needs an attention layer to wire up; the depth-0 model (embedding,
         # head and loss only) then drops its one block
-        model.blocks = torch.nn.ModuleList()
+        truncate_blocks(model, 0)
     return runtime
 
 
 def _dataset(
-    model: str, cases: Sequence[RunCase], seed: int
-) -> tuple[SyntheticTextDataset | SyntheticVideoDataset, list[tuple[int, ...]]]:
-    """A synthetic dataset holding every case's samples, and each case's sample ids."""
+    settings: ProfileSettings, cases: Sequence[RunCase]
+) -> tuple[Any, list[tuple[int, ...]]]:
+    """The dataset every case's samples come from, and each case's sample ids: the
+    run's own samples of each shape when ``settings.dataset`` is given, else a
+    synthetic dataset holding them."""
+    if settings.dataset is not None:
+        by_shape: dict[SampleShape, list[int]] = {}
+        for i, shape in enumerate(settings.dataset.shapes()):
+            by_shape.setdefault(shape, []).append(i)
+        ids = []
+        for case in cases:
+            taken: list[int] = []
+            for shape in case.shapes:
+                pool = by_shape.get(shape)
+                if not pool:
+                    raise ValueError(f"profile of {settings.model!r}: no sample of shape {shape}")
+                taken.append(pool[len(taken) % len(pool)])  # distinct samples where it can
+            ids.append(tuple(taken))
+        return settings.dataset, ids
     shapes: list[SampleShape] = []
-    ids: list[tuple[int, ...]] = []
+    ids = []
     for case in cases:
         ids.append(tuple(range(len(shapes), len(shapes) + len(case.shapes))))
         shapes.extend(case.shapes)
     if all(s.is_video for s in shapes):
-        return SyntheticVideoDataset(shapes, seed=seed), ids
+        return SyntheticVideoDataset(shapes, seed=settings.seed), ids
     if any(s.is_video for s in shapes):
-        raise ValueError(f"profile of {model!r} mixes text and video shapes")
-    return SyntheticTextDataset(shapes, seed=seed), ids
+        raise ValueError(f"profile of {settings.model!r} mixes text and video shapes")
+    return SyntheticTextDataset(shapes, seed=settings.seed), ids
 
 
 class _NoBar:

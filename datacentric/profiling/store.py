@@ -103,18 +103,30 @@ def device_name(backend: str) -> tuple[str, str]:
 PROFILER_METHOD = 2
 
 
-def fingerprint(model: str, world_size: int, dtype: str, backend: str) -> dict[str, Any]:
-    """What a profile's numbers depend on: model config, device, torch, world, dtype and
+def fingerprint(
+    model: str,
+    world_size: int,
+    dtype: str,
+    backend: str,
+    model_args: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a profile's numbers depend on: model config (a preset's fields, or any
+    other model's class, config and parameter shapes), device, torch, world, dtype and
     the profiler's method."""
     import torch
 
-    from datacentric.models.presets import model_config
+    from datacentric.models.presets import MODEL_PRESETS, model_config
+    from datacentric.profiling.module_specs import model_identity
 
-    config = model_config(model)
+    if model in MODEL_PRESETS:
+        config = model_config(model, **(model_args or {}))
+        described = {"class": type(config).__name__, **dataclasses.asdict(config)}
+    else:
+        described = model_identity(model, model_args)
     device_type, name = device_name(backend)
     return {
         "model": model,
-        "model_config": {"class": type(config).__name__, **dataclasses.asdict(config)},
+        "model_config": described,
         "device_type": device_type,
         "device_name": name,
         "torch": torch.__version__,

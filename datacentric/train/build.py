@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 
@@ -11,13 +10,19 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import DataSettings, open_dataset
-from datacentric.models.presets import MODEL_PRESETS, build_model
+from datacentric.models.presets import MODEL_PRESETS
+from datacentric.models.source import (
+    ModelSource,
+    build_from_source,
+    parse_model_args,
+    resolve_model,
+)
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
-from datacentric.profiling.preset_specs import spec_from_model_preset
+from datacentric.profiling.module_specs import named_spec, spec_of_model
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig, sharding
 
@@ -40,42 +45,18 @@ def build_dataset(config: TrainConfig) -> Dataset:
     return open_dataset(config.dataset, data_settings(config))
 
 
-def build_model_for(config: TrainConfig, dataset) -> nn.Module:
-    """A model preset by name, or ``package.module:factory`` (called with no arguments).
+def model_source(config: TrainConfig) -> ModelSource:
+    """The run's model as a :class:`~datacentric.models.source.ModelSource`."""
+    return resolve_model(config.model, getattr(config, "model_args", None))
 
-    Seed the global RNG first: every rank must build identical weights.
-    """
-    name = config.model
-    dtype = torch.float32
-    if name in MODEL_PRESETS:
-        overrides = {}
-        token_dim = getattr(dataset, "token_dim", None)
-        if token_dim is not None:
-            overrides["in_channels"] = token_dim
-        vocab_size = getattr(dataset, "vocab_size", None)
-        preset_vocab = getattr(MODEL_PRESETS[name].config, "vocab_size", None)
-        if vocab_size and preset_vocab is not None and vocab_size > preset_vocab:
-            overrides["vocab_size"] = vocab_size  # a tokenizer larger than the preset's
-        return build_model(name, dtype=dtype, **overrides)
-    if ":" in name:
-        module_name, factory = name.split(":", 1)
-        model = getattr(importlib.import_module(module_name), factory)()
-        missing = [
-            a
-            for a in ("blocks", "set_attention", "num_heads", "loss_mode")
-            if not hasattr(model, a)
-        ]
-        if missing:
-            raise TypeError(
-                f"model {name!r} lacks {', '.join(missing)}; a datacentric model needs "
-                "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> "
-                "per-token loss (see docs/models.md)"
-            )
-        return model
-    raise ValueError(
-        f"unknown model {name!r}; use a preset ({', '.join(MODEL_PRESETS)}) or "
-        "'package.module:factory'"
-    )
+
+def build_model_for(config: TrainConfig, dataset) -> nn.Module:
+    """The run's model (:mod:`datacentric.models.source`: a preset, ``hf:DIR_OR_NAME``,
+    ``diffusers:DIR_OR_NAME`` or ``pkg.module:factory``), its parameters in float32
+    (``bfloat16`` is autocast). Seed the global RNG first: every rank must build
+    identical weights (a pretrained folder's are read from the folder)."""
+    model, _ = build_from_source(model_source(config), dtype=torch.float32, dataset=dataset)
+    return model
 
 
 def build_cost_model(
@@ -96,13 +77,8 @@ def build_cost_model(
     caps each rank (default: 70% of the device); model state is held as ``shard``
     says on ``world_size`` ranks.
     """
-    if isinstance(model, str) and model not in MODEL_PRESETS:
-        raise ValueError(
-            f"model {model!r} has no analytic spec; pass a cost model, or profile it first "
-            "(`datacentric profile`)"
-        )
     return analytic_cost_model(
-        model if isinstance(model, ModelSpec) else spec_from_model_preset(model),
+        model if isinstance(model, ModelSpec) else named_spec(model),
         _hardware_name(device),
         memory_gb=memory_gb,
         dtype_bytes=2 if dtype == "bfloat16" else 4,
@@ -112,18 +88,32 @@ def build_cost_model(
 
 
 def run_cost_model(
-    config: TrainConfig, world_size: int, device: torch.device, shapes, *, is_main: bool = True
+    config: TrainConfig,
+    world_size: int,
+    device: torch.device,
+    shapes,
+    *,
+    is_main: bool = True,
+    model: nn.Module | None = None,
+    dataset: Dataset | None = None,
+    sp_sizes: list[int] | None = None,
 ) -> CostModel:
     """The cost model of a training run (collective when it profiles).
 
     ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
     if its fingerprint matches this model, device, torch, world and dtype, else one
-    measured now on the run's own ranks (no second launch) and saved there; the
-    fitted model then predicts every bucket. ``analytic``: :func:`build_cost_model`.
+    measured now on the run's own ranks (no second launch) on the run's own samples
+    (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
+    predicts every bucket. ``analytic``: :func:`build_cost_model` of the spec read from
+    ``model`` (:func:`~datacentric.profiling.module_specs.spec_of_model`) when it is not
+    a preset.
     """
     if config.cost_model == "analytic":
+        described: str | ModelSpec = config.model
+        if model is not None and (config.model not in MODEL_PRESETS or _model_args(config)):
+            described = spec_of_model(model, config.model)
         return build_cost_model(
-            config.model,
+            described,
             device,
             config.dtype,
             config.memory_gb,
@@ -133,6 +123,8 @@ def run_cost_model(
     directory = config.profile_dir or str(Path(config.out) / "profile")
     settings = ProfileSettings(
         model=config.model,
+        model_args=_model_args(config),
+        dataset=None if config.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
         dtype=config.dtype,
@@ -143,10 +135,14 @@ def run_cost_model(
         clock="wall",
         **config.profile_settings(),
     )
-    profile = ensure_profile(directory, settings, shapes)
+    profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(
         profile, memory_gb=config.memory_gb, default_cap_bytes=_device_capacity(device)
     )
+
+
+def _model_args(config: TrainConfig) -> dict:
+    return parse_model_args(getattr(config, "model_args", None))
 
 
 def _device_capacity(device: torch.device) -> int:

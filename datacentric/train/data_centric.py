@@ -39,22 +39,19 @@ from torch import nn
 
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
-from datacentric.models.dit import DiTConfig
-from datacentric.models.llama import LlamaConfig
 from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
-from datacentric.planning.config_specs import spec_from_config
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
-from datacentric.profiling.preset_specs import spec_from_model_config
+from datacentric.profiling.module_specs import spec_of_model
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
@@ -199,17 +196,9 @@ class EpochPlanner:
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
-    """The analytic spec of a model without a preset: read from its ``config`` (ours, a
-    transformers or a diffusers one; a one-line error otherwise)."""
-    config = getattr(model, "config", None)
-    if isinstance(config, LlamaConfig | DiTConfig):
-        return spec_from_model_config(config, type(model).__name__.lower())
-    if config is None:
-        raise ValueError(
-            f"DataCentric cannot price {type(model).__name__}: pass cost_model=, preset=, or "
-            "a model with a transformers/diffusers .config"
-        )
-    return spec_from_config(config)
+    """The analytic spec of a model without a preset
+    (:func:`~datacentric.profiling.module_specs.spec_of_model`)."""
+    return spec_of_model(model)
 
 
 def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:

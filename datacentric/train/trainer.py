@@ -39,7 +39,7 @@ from datacentric.train.checkpoint import (
     weights_sha256,
 )
 from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
-from datacentric.train.data_centric import DataCentric, Step
+from datacentric.train.data_centric import DataCentric, Step, ulysses_sp_sizes
 from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
 from datacentric.train.run_folder import (
     claim_run_folder,
@@ -101,7 +101,14 @@ class Trainer:
             self.dataset,
             policy=config.policy,
             cost_model=run_cost_model(
-                config, groups.world_size, groups.device, self.shapes, is_main=self.is_main
+                config,
+                groups.world_size,
+                groups.device,
+                self.shapes,
+                is_main=self.is_main,
+                model=module,
+                dataset=self.dataset,
+                sp_sizes=ulysses_sp_sizes(module, groups.world_size),
             ),
             memory_gb=config.memory_gb,
             tokens_per_iteration=config.tokens_per_iteration,

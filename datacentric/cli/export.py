@@ -1,0 +1,40 @@
+"""``datacentric export RUN --out DIR``: the trained model in the format it came in."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="write a run's trained model in its source format (save_pretrained, safetensors)",
+        description="Write the model of a run's newest checkpoint (or --checkpoint) to a "
+        "folder: a Hugging Face or diffusers model with save_pretrained (safetensors), any "
+        "other model as model.safetensors. FSDP2 shards are gathered into full tensors.",
+    )
+    parser.add_argument("run_dir", help="the run folder (--out of `datacentric train`)")
+    parser.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help="a checkpoint of the run to export (step number or folder name; default: newest)",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datacentric.train.export import export_run
+
+    summary = export_run(
+        args.run_dir, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite
+    )
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            print(f"{key:>16}: {value}")
+    return 0

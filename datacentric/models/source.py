@@ -1,0 +1,323 @@
+"""Where a model comes from: the one resolver of ``--model`` strings.
+
+Every command that takes ``--model`` (train, profile, plan, schedule, bench,
+equivalence) and the Python API resolve the string here:
+
+- a preset of :mod:`datacentric.models.presets` (``llama``, ``dit``, ``llama-7b``, ...);
+- ``hf:PATH_OR_NAME``: a folder holding a transformers ``config.json`` loads the
+  pretrained causal LM with ``from_pretrained`` from local files only (weights as
+  safetensors, sharded or not); a folder with only ``config.json`` builds random
+  weights; a tiny name (``hf:qwen2``, ...) builds the small random-weight config of
+  :data:`datacentric.models.hf.TINY_CONFIGS`;
+- ``diffusers:PATH_OR_NAME``: the same for a diffusers video transformer folder, or a
+  tiny name (``diffusers:wan``, ...);
+- ``pkg.module:factory``: the user's own code, called with the model arguments as
+  keyword arguments; it returns the model, or ``(model, dataset)``.
+
+Model arguments (``--model-arg KEY=VALUE``, repeatable) are checked against what the
+model takes: a preset's config fields, a transformers/diffusers config's keys, a
+factory's parameters. Random weights come from the global torch RNG: seed it first
+(the trainer seeds it from ``--seed``) so every rank holds the same weights.
+
+Opening a folder never runs code from it: ``trust_remote_code`` stays off, and only
+safetensors weights are read (a folder with pickled ``*.bin`` weights alone is refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from datacentric.models.presets import MODEL_PRESETS, build_model, model_config
+
+HF_PREFIX = "hf:"
+DIFFUSERS_PREFIX = "diffusers:"
+KINDS = ("preset", "hf", "diffusers", "factory")
+
+
+class ModelSourceError(ValueError):
+    """A ``--model`` string or model argument that names no model we can build."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A resolved ``--model`` string and its keyword arguments."""
+
+    name: str
+    """The string as the user gave it."""
+    kind: str
+    """``preset``, ``hf``, ``diffusers`` or ``factory``."""
+    target: str
+    """Preset name, tiny model name, folder, or ``pkg.module:factory``."""
+    folder: Path | None = None
+    """The model folder (``hf:DIR``, ``diffusers:DIR``); ``None`` otherwise."""
+    args: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments: config fields or the factory's parameters."""
+
+    @property
+    def has_weights(self) -> bool:
+        """The folder holds pretrained weights (safetensors)."""
+        return self.folder is not None and bool(weight_files(self.folder))
+
+
+def parse_model_args(pairs: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (``--model-arg``) as a dict; a value is read as JSON when
+    it is JSON (``2``, ``0.5``, ``true``, ``[1, 2]``), else kept as a string. A mapping
+    (a TOML table) passes through."""
+    if pairs is None:
+        return {}
+    if isinstance(pairs, Mapping):
+        return dict(pairs)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = str(pair).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ModelSourceError(f"model argument {pair!r} is not KEY=VALUE (--model-arg)")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors weight files of a model folder (sharded or not)."""
+    return sorted(folder.glob("*.safetensors"))
+
+
+def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = None) -> ModelSource:
+    """The :class:`ModelSource` that ``name`` means (no model is built)."""
+    values = parse_model_args(args)
+    if name in MODEL_PRESETS:
+        return ModelSource(name, "preset", name, args=values)
+    for prefix, kind in ((HF_PREFIX, "hf"), (DIFFUSERS_PREFIX, "diffusers")):
+        if name.startswith(prefix):
+            target = name.removeprefix(prefix)
+            folder = Path(target).expanduser()
+            if folder.is_dir():
+                if not (folder / "config.json").is_file():
+                    raise ModelSourceError(
+                        f"model {name!r}: {folder} holds no config.json (save the model with "
+                        "save_pretrained)"
+                    )
+                if not weight_files(folder) and any(folder.glob("*.bin")):
+                    raise ModelSourceError(
+                        f"model {name!r}: {folder} holds only pickled *.bin weights, which can "
+                        "run code when read; save them as safetensors "
+                        "(save_pretrained(..., safe_serialization=True))"
+                    )
+                return ModelSource(name, kind, str(folder), folder=folder, args=values)
+            tiny = tiny_names(kind)
+            if target not in tiny:
+                raise ModelSourceError(
+                    f"model {name!r}: no folder {target!r} with a config.json, and no tiny "
+                    f"{kind} model of that name (tiny names: {', '.join(tiny) or 'none'})"
+                )
+            return ModelSource(name, kind, target, args=values)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        if not module_name or not attr.isidentifier():
+            raise ModelSourceError(f"model {name!r} is not pkg.module:factory")
+        return ModelSource(name, "factory", name, args=values)
+    raise ModelSourceError(
+        f"unknown model {name!r}; use a preset ({', '.join(MODEL_PRESETS)}), hf:DIR_OR_NAME, "
+        "diffusers:DIR_OR_NAME or pkg.module:factory"
+    )
+
+
+def tiny_names(kind: str) -> list[str]:
+    """The tiny random-weight models of ``kind`` (``hf`` or ``diffusers``) installed here."""
+    try:
+        if kind == "hf":
+            from datacentric.models.hf import TINY_CONFIGS
+
+            return sorted(TINY_CONFIGS)
+        from datacentric.models import diffusers_video
+
+        return sorted(getattr(diffusers_video, "TINY_MODELS", {"wan": None}))
+    except ImportError:  # the extra is not installed
+        return []
+
+
+def factory_of(source: ModelSource) -> Any:
+    """The user's factory callable of a ``pkg.module:factory`` source."""
+    module_name, _, attr = source.target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ModelSourceError(
+            f"model {source.name!r}: cannot import {module_name!r} ({error})"
+        ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ModelSourceError(f"model {source.name!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def check_model_args(source: ModelSource, accepted: Iterable[str], what: str) -> None:
+    """Refuse model arguments that ``what`` does not take, naming them and the choices."""
+    accepted = set(accepted)
+    unknown = sorted(set(source.args) - accepted)
+    if unknown:
+        shown = ", ".join(sorted(accepted)) if len(accepted) <= 40 else f"{len(accepted)} keys"
+        raise ModelSourceError(
+            f"model {source.name!r}: {what} takes no {', '.join(unknown)} "
+            f"(--model-arg; it takes: {shown})"
+        )
+
+
+def _dataset_overrides(source: ModelSource, dataset: Any) -> dict[str, Any]:
+    """Preset fields the dataset sets: latent channels, a tokenizer larger than the
+    preset's vocabulary (explicit model arguments win)."""
+    overrides: dict[str, Any] = {}
+    token_dim = getattr(dataset, "token_dim", None)
+    if token_dim is not None:
+        overrides["in_channels"] = token_dim
+    vocab_size = getattr(dataset, "vocab_size", None)
+    preset_vocab = getattr(MODEL_PRESETS[source.target].config, "vocab_size", None)
+    if vocab_size and preset_vocab is not None and vocab_size > preset_vocab:
+        overrides["vocab_size"] = vocab_size
+    return overrides
+
+
+def build_from_source(
+    source: ModelSource,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    dataset: Any = None,
+) -> tuple[nn.Module, Any]:
+    """The model ``source`` names, and the dataset its factory returned (else ``None``).
+
+    ``device="meta"`` builds without weights (pretrained weights are not read), for the
+    checks made before ranks start. ``dataset`` lets a preset follow the data (latent
+    channels, vocabulary).
+    """
+    on_meta = str(device) == "meta"
+    if source.kind == "preset":
+        config = model_config(source.target)
+        check_model_args(source, [f.name for f in dataclasses.fields(config)], source.target)
+        overrides = {**_dataset_overrides(source, dataset), **source.args}
+        return build_model(source.target, dtype=dtype, device=device, **overrides), None
+    if source.kind == "hf":
+        return _build_hf(source, dtype, device, on_meta), None
+    if source.kind == "diffusers":
+        return _build_diffusers(source, dtype, device, on_meta), None
+    factory = factory_of(source)
+    params = inspect.signature(factory).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        check_model_args(source, params, f"factory {source.target}")
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        made = factory(**source.args)
+    model, data = made if isinstance(made, tuple) else (made, None)
+    if not isinstance(model, nn.Module):
+        raise ModelSourceError(
+            f"model {source.name!r}: the factory returned {type(model).__name__}, not an "
+            "nn.Module (or a (model, dataset) pair)"
+        )
+    return model.to(dtype=dtype), data
+
+
+def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: bool) -> nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from datacentric.models.hf import TINY_CONFIGS, HFCausalLM, build_hf_model
+
+    if source.folder is None:
+        base = AutoConfig.for_model(**_tiny_hf_values(source.target, TINY_CONFIGS))
+        check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            return build_hf_model(source.target, dtype=dtype, **source.args)
+    config = AutoConfig.from_pretrained(source.folder, local_files_only=True)
+    check_model_args(source, config.to_dict(), f"{source.folder}/config.json")
+    for key, value in source.args.items():
+        setattr(config, key, value)
+    config.use_cache = False
+    if on_meta or not source.has_weights:
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            hf_model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+    else:
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            source.folder,
+            config=config,
+            local_files_only=True,
+            use_safetensors=True,
+            trust_remote_code=False,
+            torch_dtype=dtype,
+        )
+    model = HFCausalLM(hf_model)
+    return model.to(device=device, dtype=dtype) if device is not None else model.to(dtype=dtype)
+
+
+def _tiny_hf_values(name: str, tiny: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The config keyword arguments of a tiny ``hf:NAME`` (for checking model arguments)."""
+    from datacentric.models.hf import SMALL_LLAMA
+
+    values = dict(tiny[name])
+    if values["model_type"] != "gpt2":
+        values = {**SMALL_LLAMA, **values}
+    return values
+
+
+def _build_diffusers(
+    source: ModelSource, dtype: torch.dtype, device: Any, on_meta: bool
+) -> nn.Module:
+    from datacentric.models import diffusers_video
+
+    target = str(source.folder) if source.folder is not None else source.target
+    build = getattr(diffusers_video, "build_diffusers_model", None)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        if build is None:  # only the Wan adapter
+            check_model_args(source, diffusers_video.TINY_WAN, "diffusers:wan's config")
+            return diffusers_video.build_wan(dtype=dtype, **source.args)
+        return build(target, dtype=dtype, **source.args)
+
+
+def build_model_named(
+    name: str,
+    args: Iterable[str] | Mapping[str, Any] | None = None,
+    *,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+    dataset: Any = None,
+) -> nn.Module:
+    """:func:`resolve_model` then :func:`build_from_source`; the model only."""
+    return build_from_source(
+        resolve_model(name, args), dtype=dtype, device=device, dataset=dataset
+    )[0]
+
+
+def inner_pretrained(model: nn.Module) -> Any:
+    """The unmodified transformers or diffusers model inside our adapter (the object
+    that ``save_pretrained`` writes), or ``None`` for other models."""
+    for attr in ("hf", "diffusers_model", "transformer"):
+        inner = getattr(model, attr, None)
+        if inner is not None and hasattr(inner, "save_pretrained"):
+            return inner
+    return None
+
+
+def truncate_blocks(model: nn.Module, depth: int) -> None:
+    """Keep only the first ``depth`` of ``model.blocks``, wherever the model holds them
+    (an adapter's ``blocks`` is the wrapped model's own layer list: every module that
+    holds that list gets the shorter one). Used by dual-layer profiling."""
+    old = model.blocks
+    new = nn.ModuleList(list(old)[:depth])
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if child is old:
+                setattr(module, name, new)
+    if getattr(model, "blocks", None) is old:  # held as a plain attribute
+        model.__dict__["blocks"] = new

@@ -1,0 +1,158 @@
+"""The analytic spec of any built model: no model needs a hand-written spec to train.
+
+:func:`spec_of_model` reads, in order:
+
+1. one of our configs (:class:`~datacentric.models.llama.LlamaConfig`,
+   :class:`~datacentric.models.dit.DiTConfig`): the presets' exact spec;
+2. a transformers or diffusers ``config`` (:mod:`datacentric.planning.config_specs`);
+3. otherwise the module itself (a user's ``pkg.module:factory`` model), from its
+   parameter shapes: ``num_heads`` (and ``num_kv_heads``) from the model contract, the
+   block count from ``blocks``, the width as the input width most of the first block's
+   linear layers share, the feed-forward width as the widest output of a linear layer
+   reading that width (gated when two layers produce it), the vocabulary from the
+   largest ``nn.Embedding`` outside the blocks (tied when an output layer shares its
+   weight), ``causal`` attention for a causal LM (``loss_mode == "token"``) and ``full``
+   otherwise.
+
+Approximate, by construction, for a module read from its shapes: the FLOPs follow the
+generic transformer the widths describe; parameters the generic count misses (norms,
+biases, unusual layers) are added as outer parameters, so memory counts every
+parameter the model really has. A model can be built on the meta device for this
+(no memory is allocated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from torch import nn
+
+from datacentric.models.dit import DiTConfig
+from datacentric.models.llama import LlamaConfig
+from datacentric.models.source import build_model_named
+from datacentric.planning.config_specs import spec_from_config
+from datacentric.planning.model_specs import ModelSpec
+from datacentric.profiling.preset_specs import (
+    get_model_spec,
+    list_model_specs,
+    spec_from_model_config,
+)
+
+
+class UnpricedModelError(ValueError):
+    """A model whose cost the analytic model cannot read from it."""
+
+
+def spec_of_model(model: nn.Module, name: str | None = None) -> ModelSpec:
+    """The analytic :class:`ModelSpec` of a built model (see the module doc)."""
+    name = name or type(model).__name__
+    config = getattr(model, "config", None)
+    if isinstance(config, LlamaConfig | DiTConfig):
+        return dataclasses.replace(spec_from_model_config(config, name), name=name)
+    if config is not None:
+        try:
+            return spec_from_config(config, name)
+        except ValueError:
+            pass  # a config we cannot read: fall back to the parameter shapes
+    return spec_from_shapes(model, name)
+
+
+def spec_from_shapes(model: nn.Module, name: str) -> ModelSpec:
+    """The spec of a contract model read from its parameter shapes (approximate)."""
+    blocks = getattr(model, "blocks", None)
+    heads = int(getattr(model, "num_heads", 0) or 0)
+    if not blocks or not heads:
+        raise UnpricedModelError(
+            f"model {name!r}: cannot read its cost without .blocks and .num_heads (the model "
+            "contract, docs/models.md); pass a cost model or use --cost-model profile"
+        )
+    linears = [m for m in blocks[0].modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise UnpricedModelError(
+            f"model {name!r}: its first block has no nn.Linear layers to read widths from; "
+            "use --cost-model profile"
+        )
+    hidden = Counter(m.in_features for m in linears).most_common(1)[0][0]
+    widths = Counter(m.out_features for m in linears if m.in_features == hidden)
+    ffn = max(widths) if max(widths) > hidden else 4 * hidden
+    gated = widths.get(ffn, 0) >= 2 and ffn > hidden
+    if hidden % heads:
+        raise UnpricedModelError(
+            f"model {name!r}: width {hidden} read from its first block is not divisible by "
+            f"its {heads} heads; use --cost-model profile"
+        )
+    kv_heads = int(getattr(model, "num_kv_heads", 0) or 0)
+    embeddings = [
+        m
+        for m in _outside(model, blocks)
+        if isinstance(m, nn.Embedding) and m.embedding_dim == hidden
+    ]
+    vocab = max((m.num_embeddings for m in embeddings), default=0)
+    tied = any(
+        isinstance(m, nn.Linear) and any(m.weight is e.weight for e in embeddings)
+        for m in _outside(model, blocks)
+    )
+    spec = ModelSpec(
+        name=name,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv_heads if kv_heads not in (0, heads) else 0,
+        ffn_hidden=ffn,
+        gated_mlp=gated,
+        block_kinds=(("causal" if model.loss_mode == "token" else "full"),) * len(blocks),
+        vocab_size=vocab,
+        tie_embeddings=tied,
+        extra_saved_per_token=4 * hidden,
+        source=f"parameter shapes of {type(model).__name__} (approximate)",
+    )
+    total = sum(p.numel() for p in model.parameters())
+    return dataclasses.replace(spec, extra_outer_params=max(0, total - spec.num_params))
+
+
+def _outside(model: nn.Module, blocks: nn.Module) -> list[nn.Module]:
+    inside = {id(m) for m in blocks.modules()}
+    return [m for m in model.modules() if id(m) not in inside]
+
+
+def named_spec(name: str, model_args: Mapping[str, Any] | None = None) -> ModelSpec:
+    """The spec of the model ``name`` means: an analytic preset
+    (:func:`~datacentric.profiling.preset_specs.get_model_spec`, e.g. ``llama-7b``) when
+    it names one and has no model arguments, else read from the model built on the meta
+    device (no memory, no weights read)."""
+    args = dict(model_args or {})
+    if name in list_model_specs() and not args:
+        return get_model_spec(name)
+    return _meta_spec(name, json.dumps(args, sort_keys=True))
+
+
+@cache
+def _meta_spec(name: str, args_json: str) -> ModelSpec:
+    model = build_model_named(name, json.loads(args_json), device="meta")
+    return spec_of_model(model, name)
+
+
+def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a profile of a model that is not a preset depends on: its class, its config
+    (when it has one) and the shapes of its parameters (read on the meta device)."""
+    args = dict(model_args or {})
+    model = build_model_named(name, args, device="meta")
+    shapes = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    described = to_dict() if callable(to_dict) else None
+    return {
+        "class": type(model).__name__,
+        "args": args,
+        "config_sha256": _sha256_json(described) if described is not None else None,
+        "parameter_shapes_sha256": _sha256_json(shapes),
+    }
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
