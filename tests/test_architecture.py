@@ -101,6 +101,19 @@ def test_bottom_layer_imports_only_itself() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_settings_schema_imports_only_itself_and_the_bottom() -> None:
+    """The torch-free settings schema: ``--help`` and ``config --show`` read it alone."""
+    bad = sorted(
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if under(name, "datacentric.settings")
+        for target in targets
+        if under(target, "torch")
+        or (ours(target) and target not in BOTTOM and not under(target, "datacentric.settings"))
+    )
+    assert not bad, "\n".join(bad)
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative; components of more than one module, or a module
     that imports itself."""
