@@ -13,6 +13,11 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+IGNORE_INDEX = -100
+"""The target of a token that has none (the last token of a sample, padding): every loss
+skips it (``cross_entropy(..., ignore_index=IGNORE_INDEX)``), and ``loss_mask`` is
+``targets != IGNORE_INDEX``."""
+
 PER_TOKEN_FIELDS = ("inputs", "targets", "position_ids", "segment_ids", "loss_mask")
 
 

@@ -101,6 +101,19 @@ def test_bottom_layer_imports_only_itself() -> None:
     assert not bad, "\n".join(bad)
 
 
+def test_settings_schema_imports_only_itself_and_the_bottom() -> None:
+    """The torch-free settings schema: ``--help`` and ``config --show`` read it alone."""
+    bad = sorted(
+        f"{name} imports {target}"
+        for name, targets in GRAPH.items()
+        if under(name, "datacentric.settings")
+        for target in targets
+        if under(target, "torch")
+        or (ours(target) and target not in BOTTOM and not under(target, "datacentric.settings"))
+    )
+    assert not bad, "\n".join(bad)
+
+
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     """Tarjan's algorithm, iterative; components of more than one module, or a module
     that imports itself."""
@@ -163,3 +176,79 @@ def test_no_import_cycles() -> None:
 
 def test_no_test_fixtures_in_the_package() -> None:
     assert not [name for name in MODULES if name.rsplit(".", 1)[-1] in {"testing", "fixtures"}]
+
+
+#: The middle layers, lowest first: a module may import its own layer and those below,
+#: never one above (``parallel`` importing ``sim``, say).
+MIDDLE = ("parallel", "profiling", "sim", "verify", "train", "cli")
+
+
+def layer_of(name: str) -> int | None:
+    for rank, layer in enumerate(MIDDLE):
+        if under(name, f"datacentric.{layer}"):
+            return rank
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a imports b`` for every import from a middle layer into a higher one."""
+    return sorted(
+        f"{name} imports {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if layer_of(name) is not None
+        and layer_of(target) is not None
+        and layer_of(target) > layer_of(name)
+    )
+
+
+def test_middle_layers_import_only_downwards() -> None:
+    bad = upward_imports(GRAPH)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_order_check_finds_an_upward_import() -> None:
+    graph = {"datacentric.parallel.runtime": {"datacentric.sim.engine", "datacentric.batch"}}
+    assert upward_imports(graph) == ["datacentric.parallel.runtime imports datacentric.sim.engine"]
+    assert upward_imports({"datacentric.sim.engine": {"datacentric.parallel.runtime"}}) == []
+
+
+def reaches_torch(graph: dict[str, set[str]], start: str) -> list[str]:
+    """The chain of our modules by which ``start`` reaches an import of torch ([] if none)."""
+    seen = {start}
+    paths = [[start]]
+    while paths:
+        path = paths.pop()
+        for target in sorted(graph.get(path[-1], ())):
+            if under(target, "torch"):
+                return [*path, target]
+            if target in graph and target not in seen:
+                seen.add(target)
+                paths.append([*path, target])
+    return []
+
+
+@pytest.mark.parametrize(
+    "layer", ["datacentric.planning", "datacentric.scheduling", "datacentric.settings"]
+)
+def test_pure_layers_reach_no_torch_through_our_modules(layer: str) -> None:
+    bad = [
+        " -> ".join(chain)
+        for name in GRAPH
+        if under(name, layer)
+        for chain in [reaches_torch(GRAPH, name)]
+        if chain
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_reach_check_follows_our_modules_to_torch() -> None:
+    graph = {
+        "datacentric.planning.x": {"datacentric.batch"},
+        "datacentric.batch": {"torch"},
+    }
+    assert reaches_torch(graph, "datacentric.planning.x") == [
+        "datacentric.planning.x",
+        "datacentric.batch",
+        "torch",
+    ]

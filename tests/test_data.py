@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data import (
     DEFAULT_MAX_TOKENS,
     Dataset,
@@ -21,7 +21,6 @@ from datacentric.data import (
 from datacentric.data.base import DataError
 from datacentric.data.stdlib import TEST_DIRS, chunk_bounds, list_source_files, stdlib_root
 from datacentric.data.video import grid_positions
-from datacentric.models.llama import IGNORE_INDEX
 from datacentric.shapes import SampleShape
 
 VIDEO_SHAPES = [SampleShape.video(*g) for g in ((1, 3, 4), (2, 3, 3), (3, 2, 5), (1, 1, 1))]

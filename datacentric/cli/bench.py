@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
 from datacentric.cli.plan import DATASET_HELP, add_data_arguments
 from datacentric.cli.train import check_dataset
-from datacentric.train.config import load_config
-from datacentric.train.measured_comparison import PolicyMeasurement, compare_policies
+from datacentric.settings import load_config
+
+if TYPE_CHECKING:
+    from datacentric.train.measured_comparison import PolicyMeasurement
 
 #: Settings of the CPU comparison: the tiny Llama on the standard-library corpus with
 #: a memory cap under which the longest files need SP 2 or recomputation. The model is
@@ -45,13 +47,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(parser, "--model", key="model", help="runnable model preset (default: llama)")
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
-    config_option(
-        parser,
-        "--dataset-limit",
-        key="dataset_limit",
-        type=int,
-        help="corpus files used (one epoch of them per policy)",
-    )
     config_option(
         parser, "--memory-gb", key="memory_gb", type=float, help="per-rank memory cap in GiB"
     )
@@ -130,6 +125,8 @@ def bench_summary(results: dict[str, PolicyMeasurement], baseline: str) -> dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.train.measured_comparison import compare_policies
+
     overrides = dict(BENCH_DEFAULTS)
     keys = ("model", "dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer")
     for key in (*keys, "text_field", "shard", "long_docs", "bucket_config"):

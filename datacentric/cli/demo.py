@@ -16,16 +16,14 @@ import argparse
 import json
 import math
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
 from datacentric.cli.flags import add_world_flag
-from datacentric.sim.plots import plot_loss_curves, plot_results
-from datacentric.sim.trace import write_trace
-from datacentric.train.config import load_config
-from datacentric.train.measured_comparison import PolicyMeasurement, compare_policies
-from datacentric.train.metrics import read_metrics
+from datacentric.settings import load_config
+
+if TYPE_CHECKING:
+    from datacentric.train.measured_comparison import PolicyMeasurement
 
 #: Tuned ``static`` first (the baseline of every ratio), the reference baseline, then DCP.
 DEMO_POLICIES = ["static", "static-reference", "dcp-pac", "dcp-opt"]
@@ -47,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.sim.plots import plot_loss_curves, plot_results
+    from datacentric.sim.trace import write_trace
+    from datacentric.train.measured_comparison import compare_policies
+    from datacentric.train.metrics import read_metrics
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(BENCH_DEFAULTS, progress=True)
@@ -121,6 +124,8 @@ def _print_table(results: dict[str, PolicyMeasurement], global_batch_tokens: int
 def _print_plan(path: Path) -> None:
     """The best policy's bucket plan, and whether the cap makes the longest bucket
     need SP above 1 or recomputation."""
+    import numpy as np
+
     if not path.exists():
         return
     plan = json.loads(path.read_text(encoding="utf-8"))

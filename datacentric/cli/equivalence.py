@@ -13,12 +13,7 @@ import json
 import sys
 
 from datacentric.cli.flags import add_timeout_flag, add_world_flag
-from datacentric.verify.case_models import known_models
-from datacentric.verify.equivalence import (
-    TOLERANCE,
-    WRAPPERS,
-    check_equivalence,
-)
+from datacentric.settings import SHARD_MODES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,20 +26,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model",
         default="llama",
-        help=f"one of {', '.join(known_models())}, or pkg.module:factory for your own "
-        "model (the factory returns the model, or (model, dataset)) (default: llama)",
+        help="a model preset (llama, dit, ...), hf:NAME (a tiny Hugging Face config), "
+        "diffusers:NAME, or pkg.module:factory for your own model (the factory returns the "
+        "model, or (model, dataset)); an unknown name lists the known ones (default: llama)",
     )
     add_world_flag(parser, default=4, help="number of gloo ranks to start", from_config=False)
     parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
     parser.add_argument(
         "--tolerance",
         type=float,
-        default=TOLERANCE,
-        help=f"largest accepted max_rel_grad_err (default {TOLERANCE:g}, float32)",
+        default=None,
+        help="largest accepted max_rel_grad_err (default: the float32 tolerance of "
+        "datacentric.verify.equivalence.TOLERANCE)",
     )
     parser.add_argument(
         "--wrapper",
-        choices=WRAPPERS,
+        choices=SHARD_MODES,
         default="none",
         help="hold the model as is (one all-reduce per step), in DDP, or sharded with FSDP2",
     )
@@ -59,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.verify.equivalence import TOLERANCE, check_equivalence
+
     if args.world < 1:
         print(
             f"datacentric equivalence: --world must be at least 1, got {args.world}",
@@ -70,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             [args.model],
             args.world,
             seed=args.seed,
-            tolerance=args.tolerance,
+            tolerance=TOLERANCE if args.tolerance is None else args.tolerance,
             wrapper=args.wrapper,
             timeout_s=args.timeout_s,
             progress=None if args.json else print,

@@ -1,9 +1,10 @@
 """Command-line flags of the configuration, and the one vocabulary of the commands.
 
-Every :class:`~datacentric.train.config.TrainConfig` field is a ``--section.key``
-flag whose help is the field's docstring, default and choices; the run settings
-also answer to their short flat name (``--lr`` is ``--training.lr``). Renamed flags
-keep their old name as a hidden alias that warns once (:func:`add_deprecated_alias`).
+Every :class:`~datacentric.settings.TrainConfig` field (the torch-free settings
+schema) is a ``--section.key`` flag whose help is the field's docstring, default and
+choices; the run settings also answer to their short flat name (``--lr`` is
+``--training.lr``). Renamed flags keep their old name as a hidden alias that warns once
+(:func:`add_deprecated_alias`).
 
 The vocabulary (``docs/configuration.md``):
 
@@ -27,10 +28,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import typing
 from typing import Any
 
-from datacentric.train.config import TrainConfig, file_settings, load_config, section_of
-from datacentric.train.config_schema import choices_of, field_docs, field_types
+from datacentric.settings.run_settings import (
+    TrainConfig,
+    build_config,
+    file_settings,
+    load_config,
+    section_of,
+)
+from datacentric.settings.schema import choices_of, field_docs, field_types
+from datacentric.settings.sections import Policy
+
+#: The policies a ``--policy`` flag accepts (the settings' ``Policy`` choices).
+POLICIES: tuple[str, ...] = typing.get_args(Policy)
 
 #: Fields that also answer to ``--<field>`` (the flat flags of earlier releases and
 #: the everyday settings).
@@ -117,8 +129,6 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _base_type(kind: Any) -> Any:
-    import typing
-
     args = [a for a in typing.get_args(kind) if a is not type(None)]
     if typing.get_origin(kind) is typing.Literal:
         return str
@@ -154,8 +164,16 @@ def config_option(
     """A flag that a ``--config`` file's ``key`` may set (see :func:`apply_config_file`).
 
     Its parsed value is ``None`` when not given; ``default`` (shown in the help) and
-    ``required`` are applied after the file is read, so a file can supply them."""
-    kwargs.setdefault("help", "")
+    ``required`` are applied after the file is read, so a file can supply them. The
+    type, choices and help that are not given come from the settings schema's field
+    ``key``, so a key means the same thing in every command."""
+    kind = field_types(TrainConfig)[key]
+    if "action" not in kwargs and "type" not in kwargs and _base_type(kind) in (int, float):
+        kwargs["type"] = _base_type(kind)
+    choices = choices_of(kind)
+    if choices and "action" not in kwargs and "type" not in kwargs:
+        kwargs.setdefault("choices", choices)
+    kwargs.setdefault("help", field_docs(TrainConfig).get(key, "").replace("%", "%%"))
     if required:
         kwargs["help"] += f" (required, or [{section_of()[key]}] {key} in --config)"
     action = container.add_argument(*flags, default=None, **kwargs)
@@ -175,12 +193,21 @@ def enable_config_file(parser: argparse.ArgumentParser) -> None:
 
 def apply_config_file(args: argparse.Namespace) -> None:
     """Fill the :func:`config_option` flags not given: from ``--config`` (the keys the
-    file sets; the whole file is checked), else the flag's default. Raises
-    ``ValueError`` for a required flag given nowhere."""
+    file sets; the whole file is checked), else the flag's default; and set
+    ``args.settings``, the command's resolved :class:`~datacentric.settings.TrainConfig`
+    (every key, not only those with a flag here: the dataset a command opens from it is
+    the one ``train`` opens). Raises ``ValueError`` for a required flag given nowhere."""
     options = getattr(args, "config_options", None)
     if not options:
         return
     from_file = file_settings(args.config) if getattr(args, "config", None) else {}
+    defaults = {
+        a.config_key: a.config_default
+        for a in options
+        if a.config_default is not None and not getattr(a, "config_list", False)
+    }
+    # the command's whole settings: its defaults, then the file, then the flags given
+    args.settings = build_config({**defaults, **from_file, **_given(options, args)})
     for action in options:
         if getattr(args, action.dest) is not None:
             continue
@@ -189,6 +216,15 @@ def apply_config_file(args: argparse.Namespace) -> None:
             key = f"[{section_of()[action.config_key]}] {action.config_key}"
             raise ValueError(f"{action.option_strings[0]} is required (or {key} in --config)")
         setattr(args, action.dest, value)
+
+
+def _given(options: list[argparse.Action], args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line (flags over the file)."""
+    return {
+        a.config_key: getattr(args, a.dest)
+        for a in options
+        if getattr(args, a.dest) is not None and not getattr(a, "config_list", False)
+    }
 
 
 def add_world_flag(
@@ -225,8 +261,6 @@ def add_policy_flag(
 ) -> None:
     """``--policy``: one policy, or with ``several`` a comma-separated list
     (``--policies``: hidden, deprecated)."""
-    from datacentric.scheduling import POLICIES
-
     if several:
         help_text = "scheduling policies to compare, comma-separated" + note
         options: dict[str, Any] = {"type": policy_list, "metavar": "POLICY[,POLICY...]"}
@@ -234,7 +268,7 @@ def add_policy_flag(
         help_text = "scheduling policy (docs/scheduling.md)"
         options = {"choices": list(POLICIES)}
     help_text += "; choices: " + ", ".join(POLICIES)
-    config_option(
+    action = config_option(
         container,
         "--policy",
         key="policy",
@@ -243,13 +277,12 @@ def add_policy_flag(
         help=help_text,
         **options,
     )
+    action.config_list = several
     add_deprecated_alias(container, "--policies", "--policy", "policy", **options)
 
 
 def policy_list(text: str) -> str:
     """A comma-separated list of known policies (argparse type; the text is kept)."""
-    from datacentric.scheduling import POLICIES
-
     names = [p.strip() for p in text.split(",") if p.strip()]
     unknown = [p for p in names if p not in POLICIES]
     if not names or unknown:

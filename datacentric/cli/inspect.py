@@ -6,14 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from datacentric.train.checkpoint import (
-    CheckpointError,
-    latest_checkpoint,
-    read_model_state,
-    verify_checkpoint,
-    weights_sha256,
-)
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -26,6 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def inspect_run(run_dir: str) -> dict:
     """The latest checkpoint's position and SHA-256 of its model tensors."""
+    from datacentric.train.checkpoint import (
+        CheckpointError,
+        latest_checkpoint,
+        read_model_state,
+        verify_checkpoint,
+        weights_sha256,
+    )
+
     if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run folder")
     path = latest_checkpoint(run_dir)

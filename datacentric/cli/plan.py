@@ -25,17 +25,24 @@ DATASET_HELP = (
 )
 
 
-def add_data_arguments(parser: argparse.ArgumentParser, max_tokens_default: int = 8192) -> None:
-    """The flags that shape a ``--dataset`` source (see ``docs/data.md``); their values
-    default to None here so that a configuration file's values are kept.
-    ``max_tokens_default`` is the command's own default (the datasets' is 8192)."""
+def add_data_arguments(
+    parser: argparse.ArgumentParser, max_tokens_default: int | None = None
+) -> None:
+    """The flags that shape a ``--dataset`` source (see ``docs/data.md``), the ``[data]``
+    keys of the settings schema with its defaults (``max_tokens_default``: a command's
+    own, as ``bench``'s), so that ``train`` and this command open the same samples."""
     config_option(
         parser,
         "--max-tokens",
         key="max_tokens",
-        type=int,
-        help="longest text sample; longer documents follow --long-docs "
-        f"(default {max_tokens_default})",
+        default=max_tokens_default or _schema_default("max_tokens"),
+        help="longest text sample; longer documents follow --long-docs",
+    )
+    config_option(
+        parser,
+        "--dataset-limit",
+        key="dataset_limit",
+        help="use only the first N samples of the dataset (default: all of it)",
     )
     config_option(
         parser,
@@ -66,13 +73,13 @@ def add_data_arguments(parser: argparse.ArgumentParser, max_tokens_default: int 
     )
 
 
-def data_settings(args: argparse.Namespace) -> Any:
-    """:class:`~datacentric.data.sources.DataSettings` of the parsed flags."""
-    from datacentric.data.sources import DataSettings
+def _schema_default(key: str) -> Any:
+    """The settings schema's default of ``key``."""
+    import dataclasses
 
-    keys = ("max_tokens", "tokenizer", "text_field", "long_docs", "bucket_config", "seed")
-    given = {key: getattr(args, key, None) for key in keys}
-    return DataSettings(**{k: v for k, v in given.items() if v is not None})
+    from datacentric.settings import TrainConfig
+
+    return {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
 
 
 def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
@@ -82,9 +89,9 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     if getattr(args, "lengths", None):
         return read_lengths_file(args.lengths), 0
     if args.dataset:
-        from datacentric.data.sources import open_dataset, skipped_samples
+        from datacentric.data.sources import data_settings, open_dataset, skipped_samples
 
-        dataset = open_dataset(args.dataset, data_settings(args))
+        dataset = open_dataset(args.dataset, data_settings(args.settings))
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 

@@ -18,9 +18,6 @@ from typing import Any
 from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
 from datacentric.cli.plan import add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
-from datacentric.data.workloads import get_workload, list_workloads, workload_from_lengths
-from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
-from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,14 +28,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", choices=list_workloads(), help="a workload preset")
+    source.add_argument(
+        "--preset",
+        help="a workload preset (opensora-short, ...; an unknown name lists them all)",
+    )
     source.add_argument(
         "--lengths", metavar="FILE", help="one sample per line: TOKENS or FRAMES HEIGHT WIDTH"
     )
     parser.add_argument("--model", help="model preset (default: the workload's)")
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_world_flag(parser, required=True)
-    add_policy_flag(parser, several=True, default=",".join(DEFAULT_POLICIES))
+    add_policy_flag(
+        parser,
+        several=True,
+        note=" (default: the paper's policies, sim.policy_comparison.DEFAULT_POLICIES)",
+    )
     add_global_batch_arguments(parser)
     config_option(
         parser, "--seed", key="seed", type=int, default=0, help="workload and schedule seed"
@@ -60,6 +64,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the arguments describe; returns the JSON-able report."""
+    from datacentric.data.workloads import get_workload, workload_from_lengths
+    from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
+    from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
+
     if args.world < 1:
         raise ValueError(f"--world must be >= 1, got {args.world}")
     if args.preset:
@@ -68,7 +76,8 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         workload = workload_from_lengths(args.lengths, args.model, args.hardware)
     model = args.model or workload.model
     hardware = args.hardware or workload.hardware
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    chosen = args.policy or ",".join(DEFAULT_POLICIES)
+    policies = [p.strip() for p in chosen.split(",") if p.strip()]
     if "static" not in policies:
         policies.insert(0, "static")
     from datacentric.scheduling import ScheduleOptions

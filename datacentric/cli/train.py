@@ -14,10 +14,7 @@ import json
 import sys
 
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
-from datacentric.parallel.launch import launch, launch_mode
-from datacentric.train.config import TrainConfig
-from datacentric.train.run_folder import claim_run_folder
-from datacentric.train.trainer import train_rank
+from datacentric.settings import TrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +49,10 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.parallel.launch import launch, launch_mode
+    from datacentric.train.run_folder import claim_run_folder
+    from datacentric.train.trainer import train_rank
+
     config = config_from_args(args)
     if launch_mode(config.world).kind != "torchrun":  # under torchrun, rank 0 claims it
         claim_run_folder(config)

@@ -24,6 +24,7 @@ from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import get_workload, list_workloads
+from datacentric.settings import TrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +45,20 @@ class DataSettings:
     """Open-Sora-style bucket config (JSON) for latents (None: every latent its own shape)."""
     long_docs: str = "chunk"
     """Over-long documents: chunk, truncate, skip or error."""
+
+
+def data_settings(settings: TrainConfig) -> DataSettings:
+    """The data settings of a run's settings: the one conversion, so ``train``,
+    ``profile``, ``plan``, ``schedule`` and ``bench`` open the same samples."""
+    return DataSettings(
+        max_tokens=settings.max_tokens,
+        limit=settings.dataset_limit,
+        seed=settings.seed,
+        tokenizer=settings.tokenizer,
+        text_field=settings.text_field,
+        bucket_config=settings.bucket_config,
+        long_docs=settings.long_docs,
+    )
 
 
 SOURCE_KINDS = (*TEXT_KINDS, "latents")

@@ -11,14 +11,13 @@ from collections.abc import Sequence
 
 import torch
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data.base import (
     ShapeListDataset,
     check_sample_ids,
     sample_generator,
     segment_layout,
 )
-from datacentric.models.llama import IGNORE_INDEX
 from datacentric.shapes import SampleShape
 
 

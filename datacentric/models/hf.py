@@ -47,9 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.llama import IGNORE_INDEX
 
 try:
     from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch  # IGNORE_INDEX: deprecated alias here
 from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.models.layers import (
     PackedSelfAttention,
@@ -27,7 +27,6 @@ from datacentric.models.layers import (
     set_attention_everywhere,
 )
 
-IGNORE_INDEX = -100
 """Target value of tokens that carry no loss (each sample's last token, padding)."""
 
 

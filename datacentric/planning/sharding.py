@@ -29,15 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHARD_MODES = ("none", "ddp", "fsdp2")
+from datacentric.settings.sections import DEFAULT_SHARD, SHARD_MODES, check_shard
 
-DEFAULT_SHARD = "fsdp2"
-"""The default: a model trained across ranks keeps only its share of the optimizer
-state (Adam's 8-12 bytes per parameter dominate model state), so a model that does
-not fit with replicated state (llama-7b on one H200 in bf16 needs 112 GB with it)
-still plans and trains, and the gradient reduction overlaps the last backward. It is
-what PyTorch recommends for large models (FSDP2); ``ddp`` keeps every rank's state
-whole, as a single process does."""
+__all__ = ["DEFAULT_SHARD", "SHARD_MODES", "ShardingSpec"]
 
 
 @dataclass(frozen=True)
@@ -49,10 +43,7 @@ class ShardingSpec:
     reshard_after_forward: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in SHARD_MODES:
-            raise ValueError(f"shard must be one of {', '.join(SHARD_MODES)}; got {self.mode!r}")
-        if self.reshard_after_forward and self.mode != "fsdp2":
-            raise ValueError("reshard_after_forward applies to shard 'fsdp2' only")
+        check_shard(self.mode, self.reshard_after_forward)
 
     def effective(self, world_size: int) -> ShardingSpec:
         """The setting as it runs on ``world_size`` ranks (one rank: ``none``)."""

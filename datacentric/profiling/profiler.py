@@ -49,11 +49,12 @@ from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.settings.sections import MeasureSettings
 from datacentric.shapes import SampleShape
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProfileSettings:
+class ProfileSettings(MeasureSettings):
     """How to measure: which model, on how many ranks, how carefully."""
 
     model: str
@@ -70,22 +71,10 @@ class ProfileSettings:
     """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
     dtype: str = "float32"
     """Parameter and activation dtype (``float32``, ``bfloat16``)."""
-    warmup: int = 2
-    """Unmeasured passes before the measured ones (at least 2: the first allocates
-    gradients, the second measures memory)."""
-    repeats: int = 3
-    """Measured passes per case (the median is kept)."""
     seed: int = 0
     """Weights and synthetic data."""
-    threads_per_rank: int | None = 1
-    """Intra-op threads of each rank (ranks share this machine's cores)."""
-    timeout_s: float = 900.0
-    """Give up when the ranks have not finished by then."""
     progress: bool = False
     """Show a progress bar (rank 0, on stderr)."""
-    interleave: bool = True
-    """Cycle the timed passes through all cases (robust to a changing machine load);
-    keeps one model per depth in memory."""
     clock: str = "auto"
     """``wall``: the runtime's synchronised wall time of a pass; ``cpu``: the rank
     process's CPU time over the pass (all its threads: compute and gloo's transfers),

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
-from datacentric.data.sources import DataSettings, open_dataset
+from datacentric.data.sources import data_settings, open_dataset
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
@@ -25,19 +25,6 @@ from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.module_specs import named_spec, spec_of_model
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig, sharding
-
-
-def data_settings(config: TrainConfig) -> DataSettings:
-    """The data settings of a run's configuration."""
-    return DataSettings(
-        max_tokens=config.max_tokens,
-        limit=config.dataset_limit,
-        seed=config.seed,
-        tokenizer=config.tokenizer,
-        text_field=config.text_field,
-        bucket_config=config.bucket_config,
-        long_docs=config.long_docs,
-    )
 
 
 def build_dataset(config: TrainConfig) -> Dataset:

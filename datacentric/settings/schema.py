@@ -1,0 +1,162 @@
+"""Machinery of the settings schema: field docs, type and range checks, TOML (no torch).
+
+A *section* is a ``kw_only`` dataclass whose fields each carry a docstring (a string
+literal right under the field, as in :class:`~datacentric.scheduling.options.
+ScheduleOptions`) and optionally a range (``ge``/``gt`` in the field's metadata, see
+:func:`setting`). The configuration class inherits every section, so its attributes
+are flat (``config.lr``) while files and flags are sectioned (``[training] lr``,
+``--training.lr``). The docs are the only source of help text.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import functools
+import inspect
+import textwrap
+import types
+import typing
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A setting is unknown, of the wrong type or out of range; the message names it."""
+
+
+def setting(default: Any, *, ge: float | None = None, gt: float | None = None) -> Any:
+    """A field with a default and an optional lower bound (``>= ge`` or ``> gt``)."""
+    return dataclasses.field(default=default, metadata={"ge": ge, "gt": gt})
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """``{field: one-line doc}`` from the string literal under each field of ``cls``
+    and of its dataclass bases (the first sentence-line, whitespace joined)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        own = set(klass.__dict__.get("__annotations__", {}))
+        klass = klass.__dict__.get("__doc_source__", klass)
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(source)
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+                and node.target.id in own
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+@functools.cache
+def field_types(cls: type) -> dict[str, Any]:
+    """Resolved annotations of every field of ``cls`` (and its bases)."""
+    return typing.get_type_hints(cls)
+
+
+def choices_of(kind: Any) -> tuple[Any, ...] | None:
+    """The allowed values of a ``Literal`` (or ``Literal | None``) type."""
+    for part in _parts(kind):
+        if typing.get_origin(part) is Literal:
+            return typing.get_args(part)
+    return None
+
+
+def _parts(kind: Any) -> tuple[Any, ...]:
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return typing.get_args(kind)
+    return (kind,)
+
+
+def type_name(kind: Any) -> str:
+    """How the type reads in help and errors."""
+    names = []
+    for part in _parts(kind):
+        if part is type(None):
+            continue
+        if typing.get_origin(part) is Literal:
+            names.append(" | ".join(repr(v) for v in typing.get_args(part)))
+        elif typing.get_origin(part) is tuple:
+            names.append("list of " + str(len(typing.get_args(part))) + " numbers")
+        else:
+            names.append(
+                {int: "an integer", float: "a number", bool: "true or false"}.get(part, "a string")
+            )
+    return " or ".join(names)
+
+
+_MISSING = object()
+
+
+def coerce(key: str, value: Any, kind: Any, field: dataclasses.Field) -> Any:
+    """``value`` checked against ``kind`` and the field's range; raises
+    :class:`ConfigError` naming ``key``."""
+    parts = _parts(kind)
+    if value is None:
+        if type(None) in parts:
+            return None
+        raise ConfigError(f"{key}: needs {type_name(kind)}, got nothing")
+    result = _MISSING
+    for part in parts:
+        if part is not type(None):
+            result = _coerce_one(value, part)
+            if result is not _MISSING:
+                break
+    if result is _MISSING:
+        raise ConfigError(f"{key}: needs {type_name(kind)}, got {value!r}")
+    ge, gt = field.metadata.get("ge"), field.metadata.get("gt")
+    if ge is not None and result < ge:
+        raise ConfigError(f"{key}: must be >= {ge}, got {result!r}")
+    if gt is not None and result <= gt:
+        raise ConfigError(f"{key}: must be > {gt}, got {result!r}")
+    return result
+
+
+def _coerce_one(value: Any, kind: Any) -> Any:
+    """``value`` as ``kind``, or ``_MISSING`` when it is not one."""
+    if typing.get_origin(kind) is Literal:
+        return value if value in typing.get_args(kind) else _MISSING
+    if kind is bool:
+        return value if isinstance(value, bool) else _MISSING
+    if kind is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _MISSING
+    if kind is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok else _MISSING
+    if kind is str:
+        return value if isinstance(value, str) else _MISSING
+    if typing.get_origin(kind) is tuple:
+        args = typing.get_args(kind)
+        if not isinstance(value, list | tuple) or len(value) != len(args):
+            return _MISSING
+        items = [_coerce_one(v, a) for v, a in zip(value, args, strict=True)]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+    return _MISSING
+
+
+def suggest(name: str, valid: list[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest valid name, else ``""``."""
+    close = difflib.get_close_matches(name, valid, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def toml_value(value: Any) -> str:
+    """One value as TOML (strings, numbers, booleans and lists of them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")

@@ -1,0 +1,196 @@
+"""The sections of the settings schema: one typed ``kw_only`` dataclass per concern.
+
+Sections follow torchtitan's layout: ``[job]``, ``[model]``, ``[data]``,
+``[training]``, ``[parallelism]``, ``[checkpoint]``, ``[metrics]``, ``[profiling]``
+and ``[scheduling]``. Each field's docstring (the string right under it) is its help
+text; ranges live in the field (:func:`~datacentric.settings.schema.setting`); choices
+are ``Literal`` types. This module imports nothing heavy (no torch, none of our
+runtime), so ``datacentric --help`` and ``datacentric config --show`` stay fast and
+work where torch is missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from datacentric.settings.schema import setting
+
+ShardMode = Literal["none", "ddp", "fsdp2"]
+#: How model state can be held across ranks (see :mod:`datacentric.planning.sharding`).
+SHARD_MODES: tuple[str, ...] = ("none", "ddp", "fsdp2")
+
+DEFAULT_SHARD = "fsdp2"
+"""The default: a model trained across ranks keeps only its share of the optimizer
+state (Adam's 8-12 bytes per parameter dominate model state), so a model that does
+not fit with replicated state (llama-7b on one H200 in bf16 needs 112 GB with it)
+still plans and trains, and the gradient reduction overlaps the last backward. It is
+what PyTorch recommends for large models (FSDP2); ``ddp`` keeps every rank's state
+whole, as a single process does."""
+
+DEFAULT_MEMORY_FRACTION = 0.7
+"""Share of a device's memory the planner may use per rank when ``memory_gb`` is not
+set: the rest is left to the allocator's fragmentation, the communication library's
+buffers and what the memory model does not count. The one place this default is
+written; :func:`datacentric.planning.budget.resolve_budget` applies it."""
+
+
+def check_shard(mode: str, reshard_after_forward: bool) -> None:
+    """Raise ``ValueError`` for a ``shard`` setting that cannot run."""
+    if mode not in SHARD_MODES:
+        raise ValueError(f"shard must be one of {', '.join(SHARD_MODES)}; got {mode!r}")
+    if reshard_after_forward and mode != "fsdp2":
+        raise ValueError("reshard_after_forward applies to shard 'fsdp2' only")
+
+
+Policy = Literal[
+    "static",
+    "static-reference",
+    "packed",
+    "dcp-intra",
+    "dcp-inter",
+    "dcp-pac",
+    "megatron-dyncp",
+    "dcp-opt",
+]
+
+
+@dataclass(kw_only=True)
+class JobConfig:
+    out: str = "runs/train"
+    """Run folder: resolved config, metrics.jsonl, samples.jsonl, checkpoints, schedules."""
+    seed: int = 0
+    """Seed of model initialisation, data noise and the schedule."""
+    overwrite: bool = False
+    """Replace the run already in ``out`` (its checkpoints, logs and schedules) instead of
+    refusing."""
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    model: str = "llama"
+    """Model preset name (``llama``, ``dit``, ...) or ``package.module:factory`` import path."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype (``bfloat16``: autocast, CUDA only)."""
+
+
+@dataclass(kw_only=True)
+class DataConfig:
+    dataset: str = "stdlib"
+    """``stdlib``, a workload preset, ``jsonl:``/``parquet:``/``text:PATH_OR_GLOB``,
+    ``hf-datasets:DIR``, ``latents:DIR`` or ``package.module:factory`` (docs/data.md)."""
+    dataset_limit: int | None = setting(None, ge=1)
+    """Use only the first N samples of the dataset (unset: all of it)."""
+    max_tokens: int = setting(4096, ge=1)
+    """Longest text sample in tokens; longer documents follow ``long_docs``."""
+    tokenizer: str | None = None
+    """Text datasets: a local ``tokenizer.json`` (unset: UTF-8 bytes, vocabulary 256)."""
+    text_field: str = "text"
+    """Text datasets: the JSON key or column holding each document's text."""
+    long_docs: Literal["chunk", "truncate", "skip", "error"] = "chunk"
+    """Documents longer than ``max_tokens``: split into near-equal chunks, truncate, skip
+    or fail."""
+    bucket_config: str | None = None
+    """Latent datasets: Open-Sora-style bucket config, JSON (unset: every latent its own shape)."""
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    lr: float = setting(3e-3, gt=0)
+    """Peak learning rate of AdamW."""
+    weight_decay: float = setting(0.0, ge=0)
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """AdamW betas."""
+    grad_clip: float = setting(1.0, ge=0)
+    """Gradient clipping max norm (0: off); applied after the once-per-step gradient sync."""
+    lr_schedule: Literal["constant", "cosine"] = "cosine"
+    """Learning-rate schedule after the linear warm-up; its horizon is this command's step count."""
+    warmup_iterations: int = setting(2, ge=0)
+    """Warm-up optimizer steps of the learning-rate schedule."""
+    epochs: int = setting(1, ge=1)
+    """Epochs over the dataset."""
+    iterations: int | None = setting(None, ge=1)
+    """Stop after this many optimizer steps counted from the run's start (unset: all epochs)."""
+    compile: bool = False
+    """Compile each transformer block's forward with ``torch.compile`` (inductor; the first
+    steps pay the compilation, docs/runtime.md)."""
+    fault_inject: str | None = None
+    """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
+    ``RANK:ITERATION:hang`` stalls it."""
+
+
+@dataclass(kw_only=True)
+class ParallelismConfig:
+    world: int | None = setting(None, ge=1)
+    """Local ranks to start (gloo on CPU, one GPU each with CUDA); unset: torchrun's ranks or one
+    process."""
+    collective_timeout_s: float = setting(300.0, gt=0)
+    """Seconds a collective may wait before the run fails with the rank and operation named."""
+    shard: ShardMode = DEFAULT_SHARD
+    """How model state is held across ranks: ``none`` (plain module, one all-reduce after
+    backward), ``ddp``, or ``fsdp2`` (optimizer state sharded); docs/runtime.md."""
+    reshard_after_forward: bool = False
+    """FSDP2: free gathered parameters after every forward (needs equal micro-batch counts)."""
+    device: str | None = None
+    """Device of a single process: ``cuda``, ``cuda:N`` or ``cpu`` (unset: cuda when available)."""
+
+
+@dataclass(kw_only=True)
+class CheckpointConfig:
+    checkpoint_every: int = setting(0, ge=0)
+    """Save a checkpoint every K optimizer steps (0: only at the end)."""
+    resume: bool = False
+    """Continue the run in ``out`` from its newest valid checkpoint (a fresh start if it
+    has none)."""
+    resume_from: str | None = None
+    """Continue from this checkpoint: a folder ``.../checkpoints/step-N`` or a step number of
+    ``out``."""
+    keep_last: int | None = setting(None, ge=1)
+    """Keep only the newest N checkpoints (unset: keep all)."""
+
+
+@dataclass(kw_only=True)
+class MetricsConfig:
+    progress: bool = True
+    """Show a progress bar on rank 0."""
+    timeline: bool = False
+    """Record every rank's micro-batch start/duration per step in metrics.jsonl (one small gather
+    per step)."""
+
+
+@dataclass(kw_only=True)
+class ProfilingConfig:
+    cost_model: Literal["profile", "analytic"] = "profile"
+    """``profile``: the dual-layer profile measured on this run's ranks (reused from
+    ``profile_dir`` when its fingerprint matches); ``analytic``: FLOP/byte model."""
+    profile_dir: str | None = None
+    """Where the profile is kept (unset: ``<out>/profile``); share it between runs."""
+    memory_gb: float | None = setting(None, gt=0)
+    """Memory cap per rank in GiB for planning (unset: 70% of device memory)."""
+
+
+@dataclass(kw_only=True)
+class SchedulingConfig:
+    policy: Policy = "dcp-opt"
+    """Scheduling policy (docs/scheduling.md)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureSettings:
+    """How carefully the profiler measures (the ``[profiling]`` keys a run chooses;
+    :class:`~datacentric.profiling.profiler.ProfileSettings` adds the model, world,
+    device and clock)."""
+
+    warmup: int = 2
+    """Unmeasured passes before the measured ones (at least 2: the first allocates
+    gradients, the second measures memory)."""
+    repeats: int = 3
+    """Measured passes per case (the median is kept)."""
+    threads_per_rank: int | None = 1
+    """Intra-op threads of each rank (ranks share this machine's cores)."""
+    timeout_s: float = 900.0
+    """Give up when the ranks have not finished by then."""
+    interleave: bool = True
+    """Cycle the timed passes through all cases (robust to a changing machine load);
+    keeps one model per depth in memory."""
