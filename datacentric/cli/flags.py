@@ -117,6 +117,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             options["action"] = argparse.BooleanOptionalAction
         elif name == "betas":
             options.update(type=float, nargs=2, metavar=("BETA1", "BETA2"))
+        elif name == "model_args":
+            flags.append("--model-arg")
+            options.update(type=str, action="append", metavar="KEY=VALUE")
         else:
             options["type"] = base if base in (int, float) else str
             options["metavar"] = name.upper()

@@ -31,15 +31,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_dataset(config: TrainConfig, command: str) -> bool:
-    """Open the run's dataset once up front: bad data is one line on stderr (False),
-    and samples skipped on request are reported there."""
+    """Open the run's dataset and check its model once up front, before ranks start:
+    bad data or a model we cannot run is one line on stderr (False), and samples
+    skipped on request are reported there."""
     from datacentric.data.base import DataError
     from datacentric.data.sources import skipped_samples
-    from datacentric.train.build import build_dataset
+    from datacentric.train.build import build_dataset, check_model
 
     try:
         dataset = build_dataset(config)
-    except (DataError, OSError) as err:
+        check_model(config, dataset)
+    except (DataError, OSError, ValueError) as err:
         print(f"datacentric {command}: {err}", file=sys.stderr)
         return False
     skipped = skipped_samples(dataset)

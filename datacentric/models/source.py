@@ -247,7 +247,7 @@ def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: boo
     config.use_cache = False
     if on_meta or not source.has_weights:
         with torch.device(device) if device is not None else contextlib.nullcontext():
-            hf_model = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+            hf_model = AutoModelForCausalLM.from_config(config, **_dtype_kwarg(dtype))
     else:
         hf_model = AutoModelForCausalLM.from_pretrained(
             source.folder,
@@ -255,10 +255,18 @@ def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: boo
             local_files_only=True,
             use_safetensors=True,
             trust_remote_code=False,
-            torch_dtype=dtype,
+            **_dtype_kwarg(dtype),
         )
     model = HFCausalLM(hf_model)
     return model.to(device=device, dtype=dtype) if device is not None else model.to(dtype=dtype)
+
+
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """transformers' dtype keyword: ``dtype`` since 4.56, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def _tiny_hf_values(name: str, tiny: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -85,6 +85,8 @@ def type_name(kind: Any) -> str:
             continue
         if typing.get_origin(part) is Literal:
             names.append(" | ".join(repr(v) for v in typing.get_args(part)))
+        elif typing.get_origin(part) is tuple and typing.get_args(part)[-1] is Ellipsis:
+            names.append("list of strings")
         elif typing.get_origin(part) is tuple:
             names.append("list of " + str(len(typing.get_args(part))) + " numbers")
         else:
@@ -134,6 +136,12 @@ def _coerce_one(value: Any, kind: Any) -> Any:
         return float(value) if ok else _MISSING
     if kind is str:
         return value if isinstance(value, str) else _MISSING
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[-1] is Ellipsis:
+        if not isinstance(value, list | tuple):
+            return _MISSING
+        item = typing.get_args(kind)[0]
+        items = [_coerce_one(v, item) for v in value]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
     if typing.get_origin(kind) is tuple:
         args = typing.get_args(kind)
         if not isinstance(value, list | tuple) or len(value) != len(args):

@@ -69,7 +69,12 @@ class JobConfig:
 @dataclass(kw_only=True)
 class ModelConfig:
     model: str = "llama"
-    """Model preset name (``llama``, ``dit``, ...) or ``package.module:factory`` import path."""
+    """The model: a preset (``llama``, ``dit``, ...), ``hf:DIR_OR_NAME`` (a Hugging Face
+    folder, pretrained weights loaded; or a tiny name such as ``hf:qwen2``),
+    ``diffusers:DIR_OR_NAME`` or ``pkg.module:factory`` (docs/models.md)."""
+    model_args: tuple[str, ...] = ()
+    """Keyword arguments of the model, ``KEY=VALUE`` each (``--model-arg``, repeatable):
+    config fields or the factory's parameters, checked against them."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype (``bfloat16``: autocast, CUDA only)."""
 

@@ -146,3 +146,33 @@ def _hardware_name(device: torch.device) -> str:
         return "cpu-local"
     name = torch.cuda.get_device_name(device).lower()
     return "h200-sxm" if "h200" in name else "h100-sxm"
+
+
+def check_model(config: TrainConfig, dataset: Dataset) -> None:
+    """Everything about the run's model that can be checked before ranks start, on the
+    meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
+    model contract's attributes, features the packed path refuses (raised by the
+    adapters at construction), the vocabulary against the dataset's, and, for the
+    analytic cost model, that its cost can be read from it. Raises a ``ValueError``
+    naming the model and what is wrong."""
+    source = model_source(config)
+    model, _ = build_from_source(source, device="meta", dataset=dataset)
+    missing = [
+        a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(model, a)
+    ]
+    if missing:
+        raise ValueError(
+            f"model {config.model!r} lacks {', '.join(missing)}; a datacentric model needs "
+            "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> per-token "
+            "loss (docs/models.md)"
+        )
+    spec = spec_of_model(model, config.model) if config.cost_model == "analytic" else None
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if vocab is None and spec is not None:
+        vocab = spec.vocab_size or None
+    data_vocab = getattr(dataset, "vocab_size", None)
+    if vocab and data_vocab and int(data_vocab) > int(vocab):
+        raise ValueError(
+            f"model {config.model!r} has {vocab} token ids but the dataset's tokenizer has "
+            f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"
+        )
