@@ -13,6 +13,7 @@ from datacentric.data.base import Dataset
 from datacentric.data.sources import data_settings, open_dataset
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
@@ -137,12 +138,12 @@ def run_cost_model(
 
 
 def _device_capacity(device: torch.device) -> int:
-    """70% of the device's memory (the paper's default cap)."""
+    """The default budget on ``device`` (the settings' share of its memory)."""
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
     else:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(0.7 * total)
+    return resolve_memory_cap(None, total)
 
 
 def _hardware_name(device: torch.device) -> str:
