@@ -231,6 +231,10 @@ class Schedule:
     iterations: tuple[Iteration, ...]
     dropped_sample_ids: tuple[int, ...] = ()
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    memory_cap_bytes: int | None = None
+    """The memory budget per rank the schedule was made under, copied from its plan
+    (``Plan.memory_cap_bytes``): the simulator checks every micro-batch against it.
+    ``None``: a schedule made by hand, without a plan."""
 
     def validate(self) -> None:
         """Check group tiling and that every sample id is scheduled or dropped exactly once."""
@@ -265,6 +269,7 @@ class Schedule:
             "epoch": self.epoch,
             "num_samples": self.num_samples,
             "dropped_sample_ids": list(self.dropped_sample_ids),
+            "memory_cap_bytes": self.memory_cap_bytes,
             "meta": self.meta,
             "iterations": [it.to_json() for it in self.iterations],
         }
@@ -280,6 +285,8 @@ class Schedule:
             iterations=tuple(Iteration.from_json(i) for i in d["iterations"]),
             dropped_sample_ids=tuple(int(i) for i in d.get("dropped_sample_ids", ())),
             meta=dict(d.get("meta", {})),
+            # files written before the field existed kept the plan's cap in ``meta``
+            memory_cap_bytes=d.get("memory_cap_bytes", d.get("meta", {}).get("memory_cap_bytes")),
         )
 
     def save(self, path: str) -> None:

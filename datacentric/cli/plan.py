@@ -137,10 +137,12 @@ def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
     config_option(
         parser, "--memory-gb", key="memory_gb", type=float, help="memory cap per rank in GiB"
     )
+    from datacentric.settings import DEFAULT_MEMORY_FRACTION
+
     parser.add_argument(
         "--memory-fraction",
         type=float,
-        default=0.7,
+        default=DEFAULT_MEMORY_FRACTION,
         help="analytic: share of device memory used when --memory-gb is not given",
     )
     add_shard_arguments(parser)

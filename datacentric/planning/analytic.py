@@ -73,8 +73,10 @@ import numpy as np
 
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
+from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION
 from datacentric.shapes import SampleShape
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward
@@ -157,7 +159,7 @@ class AnalyticCostModel(CachedCostModel):
         self,
         spec: ModelSpec,
         hardware: Hardware,
-        memory_fraction: float = 0.7,
+        memory_fraction: float = DEFAULT_MEMORY_FRACTION,
         dtype_bytes: int = 2,
         *,
         grad_bytes: int | None = None,
@@ -167,17 +169,16 @@ class AnalyticCostModel(CachedCostModel):
         grad_sync_overlap: float = 0.0,
         memory_capacity_bytes: int | None = None,
     ) -> None:
-        """``memory_fraction``: share of device memory plans may use (the paper's 70%).
+        """``memory_fraction`` and ``memory_capacity_bytes``: deprecated; the budget a
+        plan is made under is the plan's (``plan_buckets(memory_cap_bytes=...)``, resolved
+        by :func:`~datacentric.planning.memory_cap.resolve_memory_cap`); the model only
+        reports it as the default of a plan made without one.
         ``grad_bytes``: bytes per gradient element (default ``dtype_bytes``).
         ``optimizer_bytes_per_param``: Adam moments (8) plus an fp32 master copy when
         training in 16 bits (default 12 if ``dtype_bytes == 2`` else 8).
         ``sharding`` on ``world_size`` ranks: how model state is held (default
         :data:`~datacentric.planning.sharding.DEFAULT_SHARD`; one rank holds it all).
-        ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward.
-        ``memory_capacity_bytes``: the cap itself, instead of ``memory_fraction`` of
-        the device."""
-        if not 0 < memory_fraction <= 1:
-            raise ValueError(f"memory_fraction must be in (0, 1], got {memory_fraction}")
+        ``grad_sync_overlap``: share of the gradient all-reduce hidden behind backward."""
         if not 0 <= grad_sync_overlap <= 1:
             raise ValueError(f"grad_sync_overlap must be in [0, 1], got {grad_sync_overlap}")
         self.spec = spec
@@ -199,7 +200,7 @@ class AnalyticCostModel(CachedCostModel):
         self._saved_elems = saved_elements_per_token(spec)
         self._rates = hardware.seconds_per_unit()
         self._capacity = (
-            int(hardware.memory_bytes * memory_fraction)
+            resolve_memory_cap(None, hardware.memory_bytes, memory_fraction)
             if memory_capacity_bytes is None
             else int(memory_capacity_bytes)
         )

@@ -15,9 +15,10 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.profiling.store import Profile
+from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION
 
-#: Share of device memory plans may use by default (the paper's 70%).
-MEMORY_FRACTION = 0.7
+#: Deprecated alias of :data:`datacentric.settings.sections.DEFAULT_MEMORY_FRACTION`.
+MEMORY_FRACTION = DEFAULT_MEMORY_FRACTION
 
 
 def analytic_cost_model(

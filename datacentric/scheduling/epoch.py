@@ -126,6 +126,7 @@ def build_schedule(
         iterations=tuple(out.iterations),
         dropped_sample_ids=tuple(sorted(int(i) for i in np.concatenate([not_asked, dropped]))),
         meta=meta,
+        memory_cap_bytes=inp.memory_cap_bytes,
     )
     meta["plan_seconds"] = time.perf_counter() - started
     if measure:

@@ -23,7 +23,8 @@ that finishes last (ranks of faster groups are already waiting), and only
 its time minus its forward, the forward being a third of the pass without
 recomputation (the usual 1:2 forward:backward FLOP ratio; approximate).
 
-Every micro-batch is checked against ``memory_capacity_bytes``: a schedule that
+Every micro-batch is checked against the schedule's memory budget (``Schedule.memory_cap_bytes``,
+copied from its plan, see :func:`schedule_memory_cap`): a schedule that
 would not fit raises :class:`PlanDoesNotFitError` naming the iteration, the group
 and the micro-batch, instead of returning an optimistic number.
 
@@ -175,6 +176,15 @@ class SimResult:
         }
 
 
+def schedule_memory_cap(schedule: Schedule, cost_model: CostModel) -> int:
+    """The memory budget a schedule is checked against: its own, copied from the plan
+    it was made with; only a schedule made by hand, without one, falls back to the
+    cost model's deprecated ``memory_capacity_bytes``."""
+    if schedule.memory_cap_bytes is not None:
+        return int(schedule.memory_cap_bytes)
+    return cost_model.memory_capacity_bytes
+
+
 def simulate(
     schedule: Schedule,
     shapes: Sequence[SampleShape],
@@ -198,7 +208,7 @@ def simulate(
             "were given"
         )
     schedule.validate()
-    capacity = cost_model.memory_capacity_bytes
+    capacity = schedule_memory_cap(schedule, cost_model)
     reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
     world = schedule.world_size
     iterations: list[IterationResult] = []

@@ -18,6 +18,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
@@ -133,12 +134,12 @@ def _model_args(config: TrainConfig) -> dict:
 
 
 def _device_capacity(device: torch.device) -> int:
-    """70% of the device's memory (the paper's default cap)."""
+    """The default budget on ``device`` (the settings' share of its memory)."""
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
     else:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return int(0.7 * total)
+    return resolve_memory_cap(None, total)
 
 
 def _hardware_name(device: torch.device) -> str:
