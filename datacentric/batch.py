@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+__all__ = ["PER_TOKEN_FIELDS", "PackedBatch", "segment_offsets"]
+
 PER_TOKEN_FIELDS = ("inputs", "targets", "position_ids", "segment_ids", "loss_mask")
 
 
