@@ -13,6 +13,8 @@ from dataclasses import dataclass, fields, replace
 
 import torch
 
+__all__ = ["IGNORE_INDEX", "PER_TOKEN_FIELDS", "PackedBatch", "segment_offsets"]
+
 IGNORE_INDEX = -100
 """The target of a token that has none (the last token of a sample, padding): every loss
 skips it (``cross_entropy(..., ignore_index=IGNORE_INDEX)``), and ``loss_mask`` is

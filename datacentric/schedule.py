@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["Assignment", "Iteration", "MicroBatch", "Schedule", "phase_timeline"]
+
 
 @dataclass(frozen=True)
 class MicroBatch:

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 from wrong_positions import LocalPositions
 
 from datacentric.models.attention import varlen_attention
 from datacentric.verify.case_models import build_case
 from datacentric.verify.model_contract import (
+    ATTENTION_FIX,
+    ATTENTION_RULE,
+    BOUNDARY_RULE,
+    POSITION_RULE,
     ModelContractError,
     check_model_contract,
     current_attention,
 )
+
+MODELS_DOC = Path(__file__).resolve().parent.parent / "docs" / "models.md"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -30,8 +40,11 @@ def test_models_that_follow_the_contract_pass(name: str) -> None:
 @pytest.mark.parametrize("name", ["llama", "hf:llama", "hf:gpt2"])
 def test_local_positions_are_caught(name: str) -> None:
     model, dataset = build_case(name, 0, torch.float32)
-    with pytest.raises(ModelContractError, match="positions"):
+    with pytest.raises(ModelContractError, match="positions") as caught:
         check_model_contract(LocalPositions(model), dataset)
+    # Rotary models fail the shard rule; GPT-2's learned absolute positions already the
+    # packing rule. Either way the error quotes the rule of docs/models.md.
+    assert (POSITION_RULE if name != "hf:gpt2" else BOUNDARY_RULE) in str(caught.value)
     assert current_attention(model) is varlen_attention
 
 
@@ -43,8 +56,9 @@ def test_attention_across_samples_is_caught() -> None:
         return varlen_attention(q_SHD, k_SHD, v_SHD, one, causal)
 
     model.set_attention(whole_sequence)
-    with pytest.raises(ModelContractError, match="attends across samples"):
+    with pytest.raises(ModelContractError, match="attends across samples") as caught:
         check_model_contract(model, dataset)
+    assert BOUNDARY_RULE in str(caught.value)
 
 
 def test_a_model_without_attention_callable_is_named() -> None:
@@ -57,5 +71,60 @@ def test_a_model_without_attention_callable_is_named() -> None:
         def set_attention(self, fn) -> None:  # noqa: ANN001
             pass
 
-    with pytest.raises(ModelContractError, match="no attention callable found"):
+    with pytest.raises(ModelContractError, match="no attention callable found") as caught:
         current_attention(Opaque())
+    assert ATTENTION_FIX in str(caught.value) and ATTENTION_RULE in str(caught.value)
+
+
+class OldFormLM(nn.Module):
+    """A one-layer LM written to the 0.1.0 contract ("`set_attention(fn)` routes attention
+    through fn"): it stores fn as ``self.attn_fn``, not ``self.attention``."""
+
+    loss_mode = "token"
+
+    def __init__(self, vocab: int = 256, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.num_heads = heads
+        self.embed = nn.Embedding(vocab, dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.head = nn.Linear(dim, vocab)
+        self.blocks = nn.ModuleList()
+        self.set_attention(varlen_attention)
+
+    def set_attention(self, fn) -> None:  # noqa: ANN001
+        self.attn_fn = fn
+
+    def forward(self, batch) -> torch.Tensor:  # noqa: ANN001
+        x_SD = self.embed(batch.inputs)
+        q_SHD, k_SHD, v_SHD = self.qkv(x_SD).unflatten(1, (3, self.num_heads, -1)).unbind(1)
+        o_SHD = self.attn_fn(q_SHD, k_SHD, v_SHD, batch.cu_seqlens, True)
+        logits_SV = self.head(x_SD + o_SHD.flatten(1)).float()
+        loss_S = F.cross_entropy(
+            logits_SV, batch.targets.long(), ignore_index=-100, reduction="none"
+        )
+        return loss_S * batch.loss_mask
+
+
+def test_the_old_set_attention_form_passes_with_a_warning_naming_the_fix() -> None:
+    _, dataset = build_case("llama", 0, torch.float32)
+    torch.manual_seed(0)
+    model = OldFormLM()
+    with pytest.warns(FutureWarning, match=re.escape(ATTENTION_FIX)) as caught:
+        check_model_contract(model, dataset)
+    assert "`self.attn_fn`" in str(caught[0].message)
+    assert model.attn_fn is varlen_attention  # restored after the check
+
+
+def test_a_set_attention_that_keeps_fn_out_of_reach_is_an_error_naming_the_fix() -> None:
+    _, dataset = build_case("llama", 0, torch.float32)
+    model = OldFormLM()
+    model.set_attention = lambda fn: setattr(model, "attn_fn", lambda *a, **k: fn(*a, **k))
+    with pytest.raises(ModelContractError, match=re.escape(ATTENTION_FIX)):
+        check_model_contract(model, dataset)
+
+
+def test_docs_state_every_rule_the_check_quotes() -> None:
+    doc = MODELS_DOC.read_text()
+    for rule in (ATTENTION_RULE, BOUNDARY_RULE, POSITION_RULE):
+        assert f'"{rule}"' in doc, rule
+    assert f"no attention callable found: {ATTENTION_FIX}" in doc

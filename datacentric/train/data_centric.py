@@ -30,6 +30,7 @@ run stands (a :class:`~datacentric.scheduling.resume.Position`); after
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -201,6 +202,23 @@ def model_spec(model: nn.Module) -> ModelSpec:
     return spec_of_model(model)
 
 
+def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> None:
+    """Warn when the default ``shard`` (FSDP2 since 0.2.0) holds the model otherwise than
+    0.1.0 did (a plain module): on more than one rank, gradients and state are DTensors."""
+    world = groups.world_size if groups.distributed else 1
+    if sharding.effective(world).mode != "fsdp2":
+        return
+    warnings.warn(
+        "DataCentric holds the model with FSDP2 by default since 0.2.0 (0.1.0 held it whole): "
+        "after step.finish() each p.grad is a DTensor, sharded and already reduced, and "
+        "model.state_dict() holds DTensors; use p.grad.full_tensor() for the whole gradient "
+        "and do not all_reduce it, or pass shard='none' for plain tensors (pass shard= to "
+        "silence this; docs/api.md)",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
     """The SP sizes the planner may use: powers of two dividing the world and the
     model's query heads (Ulysses splits heads across a group)."""
@@ -254,6 +272,8 @@ class DataCentric:
             shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
         )
         """How the model is held (``none``, ``ddp``, ``fsdp2``; the plan assumes the same)."""
+        if shard is None:
+            announce_default_shard(self.sharding, self.groups)
         if cost_model is None:
             described = preset if preset is not None else model_spec(model)
             cost_model = build_cost_model(

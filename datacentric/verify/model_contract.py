@@ -19,6 +19,7 @@ It costs three small forward passes, without gradients.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import torch
@@ -31,21 +32,87 @@ class ModelContractError(ValueError):
     """A model that would train with wrong gradients under packing or sharding."""
 
 
+# The rules as docs/models.md states them ("The model contract, as the check enforces
+# it"); every error quotes the rule it found broken, and a test keeps the two equal.
+ATTENTION_RULE = (
+    "`set_attention(fn)` stores `fn` as `self.attention`, on the model or on its attention layers"
+)
+BOUNDARY_RULE = "a sample's per-token losses are the same packed after another sample as alone"
+POSITION_RULE = (
+    "on a sequence shard, each token's output equals its output in the whole sample, "
+    "with an attention callable that returns the queries"
+)
+ATTENTION_FIX = "store fn as `self.attention`"
+OLD_FORM_UNTIL = "0.3.0"
+
+
 def _queries(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, *, window=None):  # noqa: ANN001
     """An attention callable whose output is its queries (per token, position-aware)."""
     return q_SHD
 
 
 def current_attention(model: nn.Module):  # noqa: ANN201
-    """The attention callable ``model`` uses now (to restore it after the check)."""
+    """The attention callable ``model`` uses now (to restore it after the check).
+
+    Read from the first module, the model first, that has an ``attention`` property or a
+    callable ``attention`` attribute. A model whose ``set_attention`` stores ``fn`` under
+    another name (the contract before 0.2.0 did not say where) is found by what its
+    ``set_attention`` writes, with a ``FutureWarning``, until 0.3.0.
+    """
     for sub in model.modules():  # the model first, then its layers
         exposed = isinstance(getattr(type(sub), "attention", None), property)
         if exposed or callable(sub.__dict__.get("attention")):
             return sub.attention
-    raise ModelContractError(
-        f"{type(model).__name__}: no attention callable found (set_attention(fn) must store "
-        "it as an 'attention' attribute of the model or of its attention layers)"
+    name = type(model).__name__
+    found = _stored_elsewhere(model)
+    if found is None:
+        raise ModelContractError(
+            f"{name}: no attention callable found: {ATTENTION_FIX} in set_attention(fn) "
+            f'(docs/models.md, the model contract: "{ATTENTION_RULE}")'
+        )
+    previous, where = found
+    warnings.warn(
+        f"{name}.set_attention(fn) stores fn as `{where}`: {ATTENTION_FIX} instead "
+        f'(docs/models.md, the model contract: "{ATTENTION_RULE}"); the old form is '
+        f"accepted until {OLD_FORM_UNTIL}",
+        FutureWarning,
+        stacklevel=2,
     )
+    return previous
+
+
+class _Probe:
+    """A callable no model holds yet, to see where ``set_attention`` stores it."""
+
+    def __call__(self, q_SHD, k_SHD, v_SHD, cu_seqlens, causal, *, window=None):  # noqa: ANN001, ANN204
+        return q_SHD
+
+
+def _stored_elsewhere(model: nn.Module) -> tuple[object, str] | None:
+    """``(the callable stored now, where)`` for a ``set_attention`` that stores ``fn``
+    as a plain attribute under another name than ``attention``; ``None`` if it stores
+    it nowhere that can be read back. Leaves the model as it found it."""
+    set_attention = getattr(model, "set_attention", None)
+    if set_attention is None:
+        return None
+
+    def attributes() -> dict[tuple[str, str], object]:
+        return {
+            (path, attr): value
+            for path, sub in model.named_modules()
+            for attr, value in vars(sub).items()
+        }
+
+    before = attributes()
+    probe = _Probe()
+    set_attention(probe)
+    places = [key for key, value in attributes().items() if value is probe]
+    previous = before.get(places[0]) if places else None
+    if not callable(previous):
+        return None  # cannot be restored; the error names the fix
+    set_attention(previous)
+    path, attr = places[0]
+    return previous, ".".join(["self", *filter(None, [path]), attr])
 
 
 def _pick_samples(dataset: Dataset, count: int) -> list[int]:
@@ -92,7 +159,7 @@ def check_model_contract(
                 f"{name}: sample {second}'s loss changes when packed after sample {first}: "
                 "the model attends across samples or ignores batch.position_ids; route "
                 "attention through set_attention(fn) with batch.cu_seqlens and take "
-                "positions from batch.position_ids (docs/models.md)"
+                f'positions from batch.position_ids (docs/models.md: "{BOUNDARY_RULE}")'
             )
         previous = current_attention(model)
         model.set_attention(_queries)
@@ -108,7 +175,7 @@ def check_model_contract(
                 f"{name}: a sequence shard of sample {first} gives other values than the "
                 "same tokens of the whole sample: the model computes positions itself "
                 "instead of reading batch.position_ids (global positions within each "
-                "sample, also on a shard); see docs/models.md"
+                f'sample, also on a shard); docs/models.md: "{POSITION_RULE}"'
             )
     finally:
         model.train(was_training)
