@@ -293,6 +293,7 @@ class _RingAttention(torch.autograd.Function):
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), *([None] * 5)
 
 
+@torch.compiler.disable  # host-side layout and point-to-point sends: runs eagerly
 def ring_attention(
     q_SHD: torch.Tensor,
     k_SHD: torch.Tensor,
@@ -310,6 +311,7 @@ def ring_attention(
     ``q_SHD`` is ``(n, H, D)``, ``k/v_SHD`` ``(n, Hkv, D)`` with ``Hkv`` dividing ``H``;
     returns ``(n, H, D)``. ``window`` (causal only) as in ``AttentionFn``. ``kernel``:
     one of :data:`RING_KERNELS` (default :func:`ring_kernel`). Collective over the ring.
+    Left out of compiled graphs (a compiled block runs it eagerly).
     """
     if window is not None and (not causal or int(window) < 1):
         raise ValueError(f"a sliding window needs causal attention and window >= 1, got {window}")
