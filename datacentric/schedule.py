@@ -37,6 +37,9 @@ class MicroBatch:
     ``packed`` micro-batches concatenate their samples into one variable-length
     sequence; otherwise samples are separate sequences of one bucket.
     ``est_time_s`` is the planner's estimate of the pass on its group (0 if unknown).
+    ``ring_size`` is the pass's ring degree within its group: the group's ``sp_size``
+    ranks run Ulysses over ``sp_size / ring_size`` adjacent ranks inside an attention
+    ring of ``ring_size`` positions (1: Ulysses only; ``sp_size``: ring only).
     """
 
     sample_ids: tuple[int, ...]
@@ -45,10 +48,13 @@ class MicroBatch:
     recompute: tuple[bool, ...] = ()
     est_time_s: float = 0.0
     packed: bool = False
+    ring_size: int = 1
 
     def __post_init__(self) -> None:
         if not self.sample_ids:
             raise ValueError(f"micro-batch of bucket {self.bucket!r} has no samples")
+        if self.ring_size < 1:
+            raise ValueError(f"micro-batch of bucket {self.bucket!r}: ring size {self.ring_size}")
 
     @property
     def num_recomputed(self) -> int:
@@ -66,6 +72,8 @@ class MicroBatch:
             out["est_time_s"] = self.est_time_s
         if self.packed:
             out["packed"] = True
+        if self.ring_size > 1:
+            out["ring"] = self.ring_size
         return out
 
     @classmethod
@@ -77,6 +85,7 @@ class MicroBatch:
             recompute=tuple(c == "1" for c in d.get("recompute", "")),
             est_time_s=float(d.get("est_time_s", 0.0)),
             packed=bool(d.get("packed", False)),
+            ring_size=int(d.get("ring", 1)),
         )
 
 
@@ -107,6 +116,12 @@ class Assignment:
                 f"group at rank {self.rank_start} has no micro-batch; every rank must run at "
                 "least one pass per iteration (the gradient reduction is collective)"
             )
+        for mb in self.micro_batches:
+            if self.sp_size % mb.ring_size:
+                raise ValueError(
+                    f"group at rank {self.rank_start} of size {self.sp_size}: a micro-batch "
+                    f"with ring size {mb.ring_size}, which does not divide the group size"
+                )
 
     @property
     def ranks(self) -> range:
@@ -115,6 +130,11 @@ class Assignment:
     @property
     def accumulation_steps(self) -> int:
         return len(self.micro_batches)
+
+    @property
+    def splits(self) -> tuple[tuple[int, int], ...]:
+        """``(Ulysses degree, ring degree)`` of each micro-batch, in order."""
+        return tuple((self.sp_size // mb.ring_size, mb.ring_size) for mb in self.micro_batches)
 
     @property
     def est_time_s(self) -> float:

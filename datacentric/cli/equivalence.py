@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from datacentric.cli.flags import add_timeout_flag, add_world_flag
 from datacentric.settings import SHARD_MODES
@@ -50,6 +51,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="a step in two phases: the group layout changes once, to one group per rank",
     )
+    parser.add_argument(
+        "--sp-split",
+        metavar="U,R",
+        default=None,
+        help="first run a group of U x R ranks as Ulysses over U inside a ring of R "
+        "(e.g. 1,4 ring only, 2,2 hybrid), then the Ulysses layout, in one step",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="replace a field of the preset's config, e.g. num_heads=2 (repeatable)",
+    )
     add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -65,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     try:
+        sp_split = parse_sp_split(args.sp_split)
+        model_args = parse_model_args(args.model_arg)
         (report,) = check_equivalence(
             [args.model],
             args.world,
@@ -74,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout_s,
             progress=None if args.json else print,
             phased=args.phased,
+            sp_split=sp_split,
+            model_args=model_args,
         )
     except ValueError as error:  # a bad --model names what is wrong in one line
         print(f"datacentric equivalence: {error}", file=sys.stderr)
@@ -84,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{report['model']} ({report['wrapper']}) at world {report['world']}"
             + (f", {report['phases']} phases" if report["phases"] > 1 else "")
-            + f": SP sizes {report['sp_sizes']}, accumulation counts "
+            + f": SP sizes {report['sp_sizes']} (Ulysses x ring {report['sp_splits']}), "
+            "accumulation counts "
             f"{report['accumulation_counts']}, recomputed blocks {report['recomputed_blocks']}"
         )
         print(
@@ -97,3 +117,28 @@ def run(args: argparse.Namespace) -> int:
             f"{report['ranks_agree']} -> {'PASS' if report['passed'] else 'FAIL'}"
         )
     return 0 if report["passed"] else 1
+
+
+def parse_sp_split(text: str | None) -> tuple[int, int] | None:
+    """``"U,R"`` (``--sp-split``) as ``(U, R)``; ``ValueError`` naming the flag otherwise."""
+    if text is None:
+        return None
+    parts = text.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(f"--sp-split {text!r}: give two positive integers U,R, e.g. 2,2")
+    return int(parts[0]), int(parts[1])
+
+
+def parse_model_args(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (``--model-arg``) as a dict, a value read as JSON when it
+    parses (``num_heads=2`` is the integer 2), else kept as the string."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--model-arg {pair!r} is not KEY=VALUE, e.g. num_heads=2")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out

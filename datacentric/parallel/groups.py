@@ -11,6 +11,12 @@ Size-1 blocks get no communicator: :meth:`ProcessGroups.group` returns ``None``
 for them and sequence-parallel attention falls back to plain attention. The
 whole world is ``torch.distributed.group.WORLD``.
 
+A hybrid group (:meth:`ProcessGroups.split`) of ``u x r`` ranks runs Ulysses over
+``u`` adjacent ranks (an aligned block, so within a node when ``u`` is at most the GPUs
+of one) and an attention ring over the ``r`` ranks holding the same Ulysses rank of
+each block. The ring talks point to point on the world communicator, addressed by
+global rank (:class:`RingGroup`), so it needs no communicator of its own.
+
 The object is passed explicitly to whoever needs a group; there are no module
 globals.
 """
@@ -18,6 +24,7 @@ globals.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -35,6 +42,37 @@ def device_for_backend(backend: str | None, rank: int = 0) -> torch.device:
         local_rank = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class RingGroup:
+    """The global ranks of one attention ring, in ring order, and this rank's position."""
+
+    ranks: tuple[int, ...]
+    index: int
+
+    @property
+    def size(self) -> int:
+        """Positions in the ring."""
+        return len(self.ranks)
+
+    @property
+    def next_rank(self) -> int:
+        """The global rank this position sends key/value blocks to."""
+        return self.ranks[(self.index + 1) % self.size]
+
+    @property
+    def prev_rank(self) -> int:
+        """The global rank this position receives key/value blocks from."""
+        return self.ranks[(self.index - 1) % self.size]
+
+
+def split_position(rank_in_group: int, sp_size: int, ring_size: int) -> tuple[int, int]:
+    """``(ring position, Ulysses rank)`` of a group rank in a ``u x r`` hybrid group
+    (``u = sp_size / ring_size`` adjacent ranks per ring position)."""
+    if ring_size < 1 or sp_size % ring_size:
+        raise ValueError(f"ring size {ring_size} does not divide SP size {sp_size}")
+    return divmod(rank_in_group, sp_size // ring_size)
 
 
 class ProcessGroups:
@@ -107,6 +145,19 @@ class ProcessGroups:
     def for_assignment(self, assignment: Assignment) -> dist.ProcessGroup | None:
         """The group an assignment runs on (``None`` for a group of one rank)."""
         return self.group(assignment.rank_start, assignment.sp_size)
+
+    def split(
+        self, rank_start: int, sp_size: int, ring_size: int = 1
+    ) -> tuple[dist.ProcessGroup | None, RingGroup | None]:
+        """This rank's Ulysses group and ring in the hybrid group of ``sp_size`` ranks at
+        ``rank_start`` with ring degree ``ring_size`` (``None`` ring without one)."""
+        position, ulysses_rank = split_position(self.rank - rank_start, sp_size, ring_size)
+        ulysses = sp_size // ring_size
+        group = self.group(rank_start + position * ulysses, ulysses)
+        if ring_size == 1:
+            return group, None
+        ranks = tuple(rank_start + j * ulysses + ulysses_rank for j in range(ring_size))
+        return group, RingGroup(ranks=ranks, index=position)
 
     def __repr__(self) -> str:
         return (

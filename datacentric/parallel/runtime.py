@@ -6,8 +6,10 @@ the step changes its group layout between phases) and, for each micro-batch:
 
 1. packs the micro-batch's samples into one sequence padded to a multiple of
    the group size (``pack(sample_ids, pad_to_multiple)``, from the data module);
-2. takes its contiguous shard (``sharding.shard_batch``);
-3. points the injected attention at the group and switches per-block
+2. takes its shard (``sharding.shard_batch``: contiguous, or the ring layout's piece
+   when the micro-batch's ``ring_size`` is above 1);
+3. points the injected attention at the group (its Ulysses group and ring,
+   ``ProcessGroups.split``) and switches per-block
    recomputation to the micro-batch's setting;
 4. runs forward (per-token loss), weights it (``loss.LossWeights``) and runs
    backward, accumulating into ``.grad``.
@@ -66,6 +68,8 @@ class MicroBatchStats:
     #: tokens of this rank's shard
     local_tokens: int
     sp_size: int
+    #: ring degree of the pass (its Ulysses degree is ``sp_size / ring_size``)
+    ring_size: int
     num_recomputed: int
     #: this rank's weighted loss, ``sum_t w_t * loss_t`` over its shard (read at the
     #: iteration's end; NaN until then)
@@ -239,7 +243,7 @@ class DataCentricRuntime:
         for iteration in iterations:
             iteration.validate(self.groups.world_size)
             for assignment in iteration.assignments:
-                sizes.add(assignment.sp_size)
+                sizes.update(ulysses for ulysses, _ in assignment.splits)
                 for micro_batch in assignment.micro_batches:
                     n = len(micro_batch.recompute)
                     if n and n != self.recompute.num_blocks:
@@ -265,7 +269,7 @@ class DataCentricRuntime:
         """Validate ``iteration`` for this world and open its statistics."""
         iteration.validate(self.groups.world_size)
         mine = iteration.assignments_for_rank(self.groups.rank)
-        self.check_sp_sizes([a.sp_size for a in mine])
+        self.check_sp_sizes([ulysses for a in mine for ulysses, _ in a.splits])
         if needs_equal_passes(self.model):
             counts = {
                 len(iteration.micro_batches_of_rank(r)) for r in range(self.groups.world_size)
@@ -298,17 +302,18 @@ class DataCentricRuntime:
         last = len(mine) - 1
         for step, (assignment, micro_batch) in enumerate(mine):
             sp = assignment.sp_size
-            group = groups.for_assignment(assignment)
+            ring = micro_batch.ring_size
+            group, ring_group = groups.split(assignment.rank_start, sp, ring)
             rank_in_group = groups.rank - assignment.rank_start
             full = self.pack(micro_batch.sample_ids, sp)
             if self.check_batches:
                 weights.check_batch(full)
-            shard = shard_batch(full, rank_in_group, sp).to(groups.device)
+            shard = shard_batch(full, rank_in_group, sp, ring).to(groups.device)
             micro = MicroStep(batch=shard, weights=weights)
             pass_start = stats.clock.mark()
             with (
                 micro_step_context(self.model, is_last=step == last),
-                self.attention.use(group),
+                self.attention.use(group, ring_group),
                 self.recompute.use(micro_batch.recompute),
             ):
                 yield micro
@@ -324,6 +329,7 @@ class DataCentricRuntime:
                     tokens=full.num_tokens,
                     local_tokens=shard.num_tokens,
                     sp_size=sp,
+                    ring_size=ring,
                     num_recomputed=micro_batch.num_recomputed,
                     weighted_loss=float("nan"),
                     span=Span(

@@ -7,11 +7,21 @@ the contiguous tokens ``[i*S/sp, (i+1)*S/sp)``: per-token tensors are sliced,
 while ``cu_seqlens``, ``position_ids`` values (global positions within each
 sample) and per-sample tensors keep describing the whole micro-batch, which is
 what Ulysses attention and RoPE need. Padding never carries loss.
+
+A hybrid group of ``u x r`` ranks with a ring (``ring > 1``) shards by the ring's
+zigzag layout instead (``ring_layout``): ring position ``j`` holds its tokens in its
+local order, and its ``u`` adjacent ranks take contiguous pieces of them. Such a shard
+is not a contiguous slice; models only need per-token tensors and global
+``position_ids``, so the order does not matter to them.
 """
 
 from __future__ import annotations
 
-from datacentric.batch import PackedBatch
+from dataclasses import replace
+
+from datacentric.batch import PER_TOKEN_FIELDS, PackedBatch, segment_offsets
+from datacentric.parallel.groups import split_position
+from datacentric.parallel.ring_layout import ring_layout
 
 
 def shard_bounds(num_tokens: int, rank_in_group: int, sp_size: int) -> tuple[int, int]:
@@ -27,8 +37,9 @@ def shard_bounds(num_tokens: int, rank_in_group: int, sp_size: int) -> tuple[int
     return rank_in_group * per_rank, (rank_in_group + 1) * per_rank
 
 
-def shard_batch(batch: PackedBatch, rank_in_group: int, sp_size: int) -> PackedBatch:
-    """This rank's contiguous shard of a full packed micro-batch.
+def shard_batch(batch: PackedBatch, rank_in_group: int, sp_size: int, ring: int = 1) -> PackedBatch:
+    """This rank's shard of a full packed micro-batch: contiguous tokens, or with a
+    ``ring`` of more than one position, its piece of the ring layout (module doc).
 
     ``batch`` must be the whole micro-batch (``token_offset == 0`` and as many
     tokens as ``cu_seqlens`` covers); with ``sp_size == 1`` it is returned as is.
@@ -43,4 +54,11 @@ def shard_batch(batch: PackedBatch, rank_in_group: int, sp_size: int) -> PackedB
     start, end = shard_bounds(batch.num_tokens, rank_in_group, sp_size)
     if sp_size == 1:
         return batch
-    return batch.slice_tokens(start, end)
+    if ring == 1:
+        return batch.slice_tokens(start, end)
+    position, ulysses_rank = split_position(rank_in_group, sp_size, ring)
+    tokens = ring_layout(segment_offsets(batch.cu_seqlens), ring).tokens(position)
+    piece = len(tokens) * ring // sp_size
+    index = tokens[ulysses_rank * piece : (ulysses_rank + 1) * piece]
+    # token_offset names a contiguous shard's first token; a ring shard has none
+    return replace(batch, **{name: getattr(batch, name)[index] for name in PER_TOKEN_FIELDS})

@@ -51,6 +51,8 @@ except ImportError:  # pragma: no cover - older torch
 
 from datacentric.batch import segment_bounds
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.parallel.groups import RingGroup
+from datacentric.parallel.ring import ring_attention
 
 
 def check_sp_compatible(num_heads: int, sp_sizes: Iterable[int], what: str = "attention") -> None:
@@ -66,7 +68,8 @@ def check_sp_compatible(num_heads: int, sp_sizes: Iterable[int], what: str = "at
             f"the model has {num_heads} {what} heads, not divisible by SP size "
             f"{bad[0]}" + (f" (nor by {bad[1:]})" if len(bad) > 1 else "") + "; "
             "Ulysses sequence parallelism splits heads across the group: use SP sizes "
-            f"that divide {num_heads}, or a model whose head count they divide"
+            f"that divide {num_heads}, a ring for the rest (a micro-batch's ring_size), or "
+            "a model whose head count they divide"
         )
 
 
@@ -202,6 +205,28 @@ def heads_to_seq(
     return all_to_all(x_SHD, 0, 1, group, path=path)
 
 
+def seq_to_heads(
+    q_SHD: torch.Tensor,
+    k_SHD: torch.Tensor,
+    v_SHD: torch.Tensor,
+    group: dist.ProcessGroup,
+    *,
+    path: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(S/sp, H, D)`` shards of q, k, v -> the whole sequence of ``H/sp`` heads each, in
+    one all-to-all (k and v at their own head count, repeated only as far as needed)."""
+    sp = group_size(group)
+    k_SHD, v_SHD = (expand_kv_heads(t, q_SHD.shape[1], sp) for t in (k_SHD, v_SHD))
+    heads, kv_heads = q_SHD.shape[1], k_SHD.shape[1]
+    # One all-to-all for q, k and v: per destination rank, its query heads then its
+    # key/value heads, (S/sp, sp, (H + 2 Hkv)/sp, D) -> (S, (H + 2 Hkv)/sp, D).
+    # Local query head j then reads local key/value head j // (H / Hkv), as globally.
+    per_rank = [t.unflatten(1, (sp, t.shape[1] // sp)) for t in (q_SHD, k_SHD, v_SHD)]
+    qkv_SHD = all_to_all(torch.cat(per_rank, dim=2).flatten(1, 2), 1, 0, group, path=path)
+    q, k, v = qkv_SHD.split([heads // sp, kv_heads // sp, kv_heads // sp], dim=1)
+    return q, k, v
+
+
 def ulysses_attention(
     q_SHD: torch.Tensor,
     k_SHD: torch.Tensor,
@@ -213,6 +238,7 @@ def ulysses_attention(
     *,
     window: int | None = None,
     path: str | None = None,
+    ring: RingGroup | None = None,
 ) -> torch.Tensor:
     """Attention over a sequence sharded across ``group``; returns this rank's shard.
 
@@ -221,28 +247,32 @@ def ulysses_attention(
     tokens. ``attention`` is the single-process kernel run on ``(S, H/sp, D)``.
     With ``group`` of ``None`` or one rank this is ``attention`` itself. ``path`` says
     how the all-to-alls run (:func:`all_to_all_path`).
+
+    With a ``ring`` of ``r > 1`` positions (a hybrid group, ``parallel.ring``), the
+    ranks of ``group`` hold the ``S/r`` tokens of ring position ``ring.index`` instead
+    (``ring_layout``), the all-to-all gathers those, and ring attention replaces
+    ``attention``.
     """
     sp = group_size(group)
+    ring_size = 1 if ring is None else ring.size
     extra = {} if window is None else {"window": window}  # plain callables need no keyword
     if sp == 1:
-        return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
+        if ring_size == 1:
+            return attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
+        return ring_attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, ring, window=window)
     check_sp_compatible(q_SHD.shape[1], [sp], "query")
     full, _ = segment_bounds(cu_seqlens)
-    if q_SHD.shape[0] * sp != full:
+    if q_SHD.shape[0] * sp * ring_size != full:
         raise ValueError(
-            f"shard of {q_SHD.shape[0]} tokens on {sp} ranks does not cover the packed "
-            f"sequence of {full} tokens (pad the sequence to a multiple of the SP size)"
+            f"shard of {q_SHD.shape[0]} tokens on {sp * ring_size} ranks does not cover the "
+            f"packed sequence of {full} tokens (pad the sequence to a multiple of the SP size)"
         )
-    k_SHD, v_SHD = (expand_kv_heads(t, q_SHD.shape[1], sp) for t in (k_SHD, v_SHD))
-    heads, kv_heads = q_SHD.shape[1], k_SHD.shape[1]
-    # One all-to-all for q, k and v: per destination rank, its query heads then its
-    # key/value heads, (S/sp, sp, (H + 2 Hkv)/sp, D) -> (S, (H + 2 Hkv)/sp, D).
-    # Local query head j then reads local key/value head j // (H / Hkv), as globally.
-    per_rank = [t.unflatten(1, (sp, t.shape[1] // sp)) for t in (q_SHD, k_SHD, v_SHD)]
-    qkv_SHD = all_to_all(torch.cat(per_rank, dim=2).flatten(1, 2), 1, 0, group, path=path)
-    q, k, v = qkv_SHD.split([heads // sp, kv_heads // sp, kv_heads // sp], dim=1)
-    out_full_SHD = attention(q, k, v, cu_seqlens, causal, **extra)
-    return heads_to_seq(out_full_SHD, group, path=path)
+    q, k, v = seq_to_heads(q_SHD, k_SHD, v_SHD, group, path=path)
+    if ring_size == 1:
+        out_SHD = attention(q, k, v, cu_seqlens, causal, **extra)
+    else:
+        out_SHD = ring_attention(q, k, v, cu_seqlens, causal, ring, window=window)
+    return heads_to_seq(out_SHD, group, path=path)
 
 
 class SequenceParallelAttention:
@@ -250,7 +280,9 @@ class SequenceParallelAttention:
 
     Inject it once (``model.set_attention(sp_attention)``); then
     ``with sp_attention.use(group): loss = model(shard)`` runs Ulysses attention
-    on ``group`` (plain ``attention`` when the group is ``None`` or has one rank).
+    on ``group`` (plain ``attention`` when the group is ``None`` or has one rank);
+    ``use(group, ring)`` runs Ulysses on ``group`` inside ``ring`` (a hybrid group,
+    ``ProcessGroups.split``).
     Keep the backward pass inside the same ``use`` block: recomputed blocks call
     attention again during backward. ``all_to_all`` picks the collective's path
     (default: :func:`all_to_all_path`, resolved here once, outside any compiled code).
@@ -263,20 +295,24 @@ class SequenceParallelAttention:
         self.all_to_all = all_to_all_path(all_to_all)
         """How the all-to-alls run: one of :data:`ALL_TO_ALL_PATHS`."""
         self.group: dist.ProcessGroup | None = None
+        self.ring: RingGroup | None = None
 
     @property
     def sp_size(self) -> int:
-        """Ranks in the current group."""
-        return group_size(self.group)
+        """Ranks in the current group (Ulysses ranks times ring positions)."""
+        return group_size(self.group) * (1 if self.ring is None else self.ring.size)
 
     @contextmanager
-    def use(self, group: dist.ProcessGroup | None) -> Iterator[SequenceParallelAttention]:
-        """Run attention on ``group`` inside the block; restore the previous group after."""
-        previous, self.group = self.group, group
+    def use(
+        self, group: dist.ProcessGroup | None, ring: RingGroup | None = None
+    ) -> Iterator[SequenceParallelAttention]:
+        """Run attention on ``group`` (inside ``ring``, if one) within the block; restore
+        the previous group after."""
+        previous, self.group, self.ring = (self.group, self.ring), group, ring
         try:
             yield self
         finally:
-            self.group = previous
+            self.group, self.ring = previous
 
     def __call__(
         self,
@@ -298,10 +334,12 @@ class SequenceParallelAttention:
             attention=self.attention,
             window=window,
             path=self.all_to_all,
+            ring=self.ring,
         )
 
     def __repr__(self) -> str:
         return (
-            f"SequenceParallelAttention(sp_size={self.sp_size}, attention={self.attention!r}, "
+            f"SequenceParallelAttention(sp_size={self.sp_size}, "
+            f"ring={1 if self.ring is None else self.ring.size}, attention={self.attention!r}, "
             f"all_to_all={self.all_to_all!r})"
         )

@@ -69,11 +69,22 @@ def _factory(name: str) -> Callable[[], Any]:
     return factory
 
 
-def build_case(name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dataset]:
-    """The model (seeded weights) and dataset of the case ``name``."""
+def build_case(
+    name: str, seed: int, dtype: torch.dtype, model_args: dict[str, Any] | None = None
+) -> tuple[nn.Module, Dataset]:
+    """The model (seeded weights) and dataset of the case ``name``; ``model_args``
+    replace fields of a preset's config (e.g. ``{"num_heads": 2}``; presets only)."""
     torch.manual_seed(seed)  # the same initial weights on every rank and in the reference
+    if model_args and name not in PRESETS:
+        raise ValueError(
+            f"model {name!r} takes no model arguments here ({sorted(model_args)}); only the "
+            f"presets {', '.join(PRESETS)} do"
+        )
     if name in PRESETS:
-        model = build_model(name, dtype=dtype)
+        try:
+            model = build_model(name, dtype=dtype, **(model_args or {}))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"model {name!r}: {error} (--model-arg)") from None
         if name == "llama":
             return model, _text_corpus()
         shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -111,6 +111,35 @@ def mixed_iteration(
     return iteration
 
 
+def split_phases(world_size: int, sp_split: tuple[int, int]) -> list[list[int]]:
+    """The layouts of an ``--sp-split u,r`` step: one group of ``u x r`` (and groups of
+    one for the other ranks), then :func:`default_layout`; ``ValueError`` when ``u x r``
+    does not divide the world."""
+    ulysses, ring = sp_split
+    size = ulysses * ring
+    if ulysses < 1 or ring < 1 or world_size % size:
+        raise ValueError(
+            f"--sp-split {ulysses},{ring} makes a group of {size} ranks, which must divide "
+            f"--world {world_size} (both degrees at least 1)"
+        )
+    return [[size] + [1] * (world_size - size), default_layout(world_size)]
+
+
+def with_ring(iteration: Iteration, *, phase: int, rank_start: int, ring_size: int) -> Iteration:
+    """``iteration`` with every micro-batch of the group at ``rank_start`` in ``phase`` run
+    on a ring of ``ring_size`` positions (Ulysses over the rest of the group)."""
+    assignments = tuple(
+        replace(
+            a,
+            micro_batches=tuple(replace(mb, ring_size=ring_size) for mb in a.micro_batches),
+        )
+        if (a.phase, a.rank_start) == (phase, rank_start)
+        else a
+        for a in iteration.assignments
+    )
+    return replace(iteration, assignments=assignments)
+
+
 def default_layout(world_size: int) -> list[int]:
     """:func:`mixed_iteration`'s group sizes (see there) in rank order."""
     if world_size >= 4:
@@ -139,12 +168,16 @@ def _full_grad(param: nn.Parameter) -> torch.Tensor:
 
 
 def _distributed_worker(
-    cases: list[tuple[str, dict[str, Any]]], seed: int, dtype: torch.dtype, wrapper: str
+    cases: list[tuple[str, dict[str, Any]]],
+    seed: int,
+    dtype: torch.dtype,
+    wrapper: str,
+    model_args: dict[str, Any] | None = None,
 ) -> list[tuple[float, dict[str, torch.Tensor]]]:
     groups = ProcessGroups()
     out = []
     for model_name, iteration_json in cases:
-        model, dataset = build_case(model_name, seed, dtype)
+        model, dataset = build_case(model_name, seed, dtype, model_args)
         if wrapper == "ddp":
             model = wrap_ddp(model)
         elif wrapper == "fsdp2":
@@ -168,6 +201,7 @@ def run_distributed(
     dtype: torch.dtype = torch.float32,
     wrapper: str = "none",
     timeout_s: float = 300.0,
+    model_args: dict[str, Any] | None = None,
 ) -> list[StepResult]:
     """Run each ``(model, iteration)`` case on ``world_size`` spawned gloo ranks (one spawn).
 
@@ -178,7 +212,14 @@ def run_distributed(
         raise ValueError(f"wrapper must be one of {WRAPPERS}, got {wrapper!r}")
     payload = [(model, iteration.to_json()) for model, iteration in cases]
     per_rank = spawn(
-        _distributed_worker, world_size, payload, seed, dtype, wrapper, timeout_s=timeout_s
+        _distributed_worker,
+        world_size,
+        payload,
+        seed,
+        dtype,
+        wrapper,
+        model_args,
+        timeout_s=timeout_s,
     )
     results = []
     for case_index in range(len(cases)):
@@ -207,10 +248,15 @@ def global_mean_loss(model: nn.Module, dataset: Dataset, sample_ids: Sequence[in
 
 
 def run_reference(
-    model_name: str, iteration: Iteration, *, seed: int = 0, dtype: torch.dtype = torch.float32
+    model_name: str,
+    iteration: Iteration,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    model_args: dict[str, Any] | None = None,
 ) -> StepResult:
     """The same global batch, one process, plain attention, no recomputation."""
-    model, dataset = build_case(model_name, seed, dtype)
+    model, dataset = build_case(model_name, seed, dtype, model_args)
     loss = global_mean_loss(model, dataset, iteration.sample_ids())
     loss.backward()
     return StepResult(
@@ -258,27 +304,37 @@ def check_equivalence(
     timeout_s: float = 300.0,
     progress: Callable[[str], None] | None = None,
     phased: bool = False,
+    sp_split: tuple[int, int] | None = None,
+    model_args: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Run the distributed step and the reference for each model; one JSON-able report
     each. ``phased``: the step changes its group layout once, from
-    :func:`mixed_iteration`'s layout to one group per rank (two phases)."""
+    :func:`mixed_iteration`'s layout to one group per rank (two phases). ``sp_split``
+    ``(u, r)``: a first phase with one group of ``u x r`` ranks running Ulysses over
+    ``u`` inside a ring of ``r`` (:func:`split_phases`), then :func:`mixed_iteration`'s
+    Ulysses layout. ``model_args`` replace fields of a preset's config."""
     phases = [default_layout(world_size), [1] * world_size] if phased else None
+    if sp_split is not None:
+        phases = split_phases(world_size, sp_split)
     cases = []
     for name in models:
-        model, dataset = build_case(name, seed, torch.float32)
+        model, dataset = build_case(name, seed, torch.float32, model_args)
         blocks = num_blocks(model, name)
         shapes = dataset.shapes()
-        cases.append((name, mixed_iteration(shapes, world_size, blocks, seed, phases=phases)))
+        iteration = mixed_iteration(shapes, world_size, blocks, seed, phases=phases)
+        if sp_split is not None:
+            iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
+        cases.append((name, iteration))
     start = time.perf_counter()
     distributed = run_distributed(
-        cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s
+        cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s, model_args=model_args
     )
     dist_time = time.perf_counter() - start
     reports = []
     for (name, iteration), result in zip(cases, distributed):
         if progress:
             progress(f"{name}: distributed step done, running the single-process reference")
-        reference = run_reference(name, iteration, seed=seed)
+        reference = run_reference(name, iteration, seed=seed, model_args=model_args)
         errors = relative_errors(result.grads, reference.grads)
         worst = max(errors, key=errors.__getitem__)
         reports.append(
@@ -288,6 +344,7 @@ def check_equivalence(
                 "wrapper": wrapper,
                 "phases": iteration.num_phases,
                 "sp_sizes": [a.sp_size for a in iteration.assignments],
+                "sp_splits": [[list(s) for s in a.splits] for a in iteration.assignments],
                 "accumulation_counts": [a.accumulation_steps for a in iteration.assignments],
                 "samples_per_micro_batch": [
                     [len(mb.sample_ids) for mb in a.micro_batches] for a in iteration.assignments
