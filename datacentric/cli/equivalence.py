@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
             + f": SP sizes {report['sp_sizes']}, accumulation counts "
             f"{report['accumulation_counts']}, recomputed blocks {report['recomputed_blocks']}"
         )
+        print(f"reference: {report['reference']}; dropout {report['dropout']}")
         print(
             f"loss distributed {report['loss_distributed']:.8f} vs reference "
             f"{report['loss_reference']:.8f}"

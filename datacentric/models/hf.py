@@ -8,7 +8,8 @@ data-centric runtime can train it like our own models:
   them (``model.layers``, GPT-2's ``transformer.h``, NeoX's ``gpt_neox.layers``...);
   per-block recomputation wraps them;
 - ``num_heads``/``num_kv_heads`` are the query and key/value head counts (Ulysses
-  splits heads across a group; grouped key/value heads travel unrepeated);
+  splits heads across a group; grouped key/value heads are repeated only as far as
+  a group needs to split them);
 - ``loss_mode`` is ``"token"`` (mean over the global batch's loss tokens);
 - ``set_attention(fn)`` routes every attention layer through an
   :data:`~datacentric.models.attention.AttentionFn`. The routing goes through
