@@ -158,21 +158,12 @@ def _tiny_phi3(**overrides):  # type: ignore[no-untyped-def]
     """A tiny Phi-3 (head dim 16: 8 rotary pairs) wrapped for our runtime."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    from datacentric.models.hf import HFCausalLM
+    from datacentric.models.hf import SMALL_LLAMA, HFCausalLM
 
-    values = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=None,
-        eos_token_id=None,
-        use_cache=False,
-    )
+    # SMALL_LLAMA's shapes, 2 layers, 2 key/value heads; token ids inside the vocabulary
+    values = {**SMALL_LLAMA, "num_hidden_layers": 2, "num_key_value_heads": 2}
+    values.update(max_position_embeddings=256, pad_token_id=0, bos_token_id=None)
+    values["eos_token_id"] = None
     values.update(overrides)
     return HFCausalLM(Phi3ForCausalLM(Phi3Config(**values)))
 
