@@ -24,7 +24,6 @@ from datacentric.models.attention import varlen_attention  # noqa: E402
 from datacentric.models.hf import (  # noqa: E402
     ATTENTION_NAME,
     IGNORE_INDEX,
-    TINY_CONFIGS,
     HFCausalLM,
     UnsupportedModelFeature,
     build_hf_llama,
@@ -155,18 +154,6 @@ def test_hf_llama_sp_and_accumulation_match_one_process_at_world_2() -> None:
     print(f"world 2: max relative gradient error {worst:.2e}")
 
 
-@pytest.mark.parametrize("name", [n for n in TINY_CONFIGS if n != "llama"])
-def test_other_architectures_match_one_process_with_sp_2(name: str) -> None:
-    """Mistral (sliding window 16 < the samples), Qwen2 (grouped K/V heads) and GPT-2
-    (learned positions, layers at ``transformer.h``), unmodified, at SP 2 and with
-    accumulation."""
-    shapes = _dataset().shapes()
-    assert max(s.tokens for s in shapes) > 2 * TINY_CONFIGS["mistral"]["sliding_window"]
-    mixed = mixed_iteration(shapes, 2, NUM_LAYERS, SEED, sizes=[1, 1])
-    worst = _check(2, [sp_iteration(2), mixed], name)
-    print(f"{name} world 2: max relative gradient error {worst:.2e}")
-
-
 def test_sliding_window_reaches_attention() -> None:
     """The window changes Mistral's loss (so the equivalence above tests it), and an
     attention callable that cannot take it fails loudly instead of dropping it."""
@@ -197,6 +184,7 @@ def test_sliding_window_reaches_attention() -> None:
         ("gpt2", {"attn_pdrop": 0.1}, "attn_pdrop"),
         ("gpt2", {"add_cross_attention": True}, "add_cross_attention"),
         ("llama", {"num_key_value_heads": 3}, "num_key_value_heads"),
+        ("llama", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "dynamic NTK"),
     ],
 )
 def test_unsupported_features_are_refused_at_construction(name, overrides, setting) -> None:
@@ -295,3 +283,97 @@ def test_gqa_and_errors() -> None:
         packed_attention_forward(
             gqa.hf, q, q, q, None, dropout=0.1, cu_seqlens=torch.tensor([0, 8])
         )
+
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, vocab_size=256)
+
+#: (model type, config values, words the refusal must contain: the real feature)
+REFUSED = [
+    ("bloom", dict(n_layer=2, n_head=4), "ALiBi"),
+    ("mpt", dict(d_model=64, n_heads=4, n_layers=2), "ALiBi"),
+    ("falcon", dict(num_attention_heads=4, alibi=True), "ALiBi"),
+    ("falcon", dict(num_attention_heads=4), "not through transformers' attention interface"),
+    (
+        "gpt_neo",
+        dict(num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]]),
+        "local attention",
+    ),
+    (
+        "gpt_neo",
+        dict(num_layers=2, num_heads=4, attention_types=[[["global"], 2]]),
+        "attention interface",
+    ),
+    ("llama4_text", dict(num_attention_heads=4), "chunked attention"),
+    ("llama4_text", dict(num_attention_heads=4, attention_chunk_size=None), "temperature tuning"),
+    ("gemma2", dict(num_attention_heads=4, head_dim=16), "softcapping"),
+    (
+        "phi3",
+        dict(
+            num_attention_heads=4,
+            pad_token_id=0,
+            original_max_position_embeddings=64,
+            rope_scaling={
+                "rope_type": "longrope",
+                "short_factor": [1.0] * 8,
+                "long_factor": [2.0] * 8,
+                "original_max_position_embeddings": 64,
+            },
+        ),
+        "LongRoPE",
+    ),
+    (
+        "llama",
+        dict(num_attention_heads=4, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+        "dynamic NTK",
+    ),
+]
+
+
+def test_every_unsupported_model_is_refused_at_construction_naming_its_feature() -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    for model_type, values, feature in REFUSED:
+        config = AutoConfig.for_model(model_type, **{**SMALL, **values})
+        with pytest.raises(UnsupportedModelFeature) as caught:
+            HFCausalLM(AutoModelForCausalLM.from_config(config))
+        message = str(caught.value)
+        assert feature in message and "\n" not in message, (model_type, message)
+    # position-local rotary scalings are accepted
+    for rope in (
+        {"rope_type": "linear", "factor": 2.0},
+        {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64},
+        {
+            "rope_type": "llama3",
+            "factor": 2.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
+    ):
+        build_hf_llama(num_hidden_layers=1, max_position_embeddings=128, rope_scaling=rope)
+
+
+def test_dropout_outside_attention_runs_in_training_and_is_off_in_eval() -> None:
+    """GPT-2's residual and embedding dropout run as the model defines them (the
+    masks come from the torch random stream); ``eval()`` turns them off."""
+    torch.manual_seed(0)
+    model = build_hf_model("gpt2", resid_pdrop=0.5, embd_pdrop=0.5)
+    batch = _dataset().pack([0], 1)
+    first, second = model(batch).detach(), model(batch).detach()
+    assert not torch.allclose(first, second)
+    model.eval()
+    torch.testing.assert_close(model(batch), model(batch))
+
+
+def test_allowed_sp_sizes_repeat_key_value_heads_as_far_as_a_group_needs() -> None:
+    from datacentric.planning.heads import allowed_sp_sizes, check_sp_sizes, kv_head_repeat
+
+    assert allowed_sp_sizes(4, 2) == [1, 2, 4]
+    assert allowed_sp_sizes(32, 8) == [1, 2, 4, 8, 16, 32]
+    assert [kv_head_repeat(4, 2, sp) for sp in (1, 2, 4)] == [1, 1, 2]
+    assert kv_head_repeat(32, 8, 16) == 2 and kv_head_repeat(12, 4, 6) == 3
+    check_sp_sizes(4, 2, [1, 2, 4])
+    with pytest.raises(ValueError, match="6 attention heads, not divisible by SP size 4"):
+        check_sp_sizes(6, 2, [2, 4])
+    with pytest.raises(ValueError, match="not a multiple of 3 key/value heads"):
+        allowed_sp_sizes(4, 3)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from datacentric.cli.flags import add_timeout_flag, add_world_flag
 from datacentric.settings import SHARD_MODES
@@ -27,9 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--model",
         default="llama",
-        help="a model preset (llama, dit, ...), hf:NAME (a tiny Hugging Face config), "
-        "diffusers:NAME, or pkg.module:factory for your own model (the factory returns the "
-        "model, or (model, dataset)); an unknown name lists the known ones (default: llama)",
+        help="a model preset (llama, dit, ...), hf:DIR_OR_NAME (a Hugging Face folder or a "
+        "tiny config), diffusers:DIR_OR_NAME, or pkg.module:factory for your own model (the "
+        "factory returns the model, or (model, dataset)) (default: llama)",
     )
     add_world_flag(parser, default=4, help="number of gloo ranks to start", from_config=False)
     parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
@@ -63,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="replace a field of the preset's config, e.g. num_heads=2 (repeatable)",
+        help="a keyword argument of the model: a config field or the factory's parameter, "
+        "e.g. num_heads=2 (repeatable)",
     )
     add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -71,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.models.source import parse_model_args
     from datacentric.verify.equivalence import TOLERANCE, check_equivalence
 
     if args.world < 1:
@@ -107,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             "accumulation counts "
             f"{report['accumulation_counts']}, recomputed blocks {report['recomputed_blocks']}"
         )
+        print(f"reference: {report['reference']}; dropout {report['dropout']}")
         print(
             f"loss distributed {report['loss_distributed']:.8f} vs reference "
             f"{report['loss_reference']:.8f}"
@@ -127,18 +129,3 @@ def parse_sp_split(text: str | None) -> tuple[int, int] | None:
     if len(parts) != 2 or not all(p.strip().isdigit() and int(p) >= 1 for p in parts):
         raise ValueError(f"--sp-split {text!r}: give two positive integers U,R, e.g. 2,2")
     return int(parts[0]), int(parts[1])
-
-
-def parse_model_args(pairs: list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings (``--model-arg``) as a dict, a value read as JSON when it
-    parses (``num_heads=2`` is the integer 2), else kept as the string."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"--model-arg {pair!r} is not KEY=VALUE, e.g. num_heads=2")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out

@@ -8,7 +8,8 @@ data-centric runtime can train it like our own models:
   them (``model.layers``, GPT-2's ``transformer.h``, NeoX's ``gpt_neox.layers``...);
   per-block recomputation wraps them;
 - ``num_heads``/``num_kv_heads`` are the query and key/value head counts (Ulysses
-  splits heads across a group; grouped key/value heads travel unrepeated);
+  splits heads across a group; grouped key/value heads are repeated only as far as
+  a group needs to split them);
 - ``loss_mode`` is ``"token"`` (mean over the global batch's loss tokens);
 - ``set_attention(fn)`` routes every attention layer through an
   :data:`~datacentric.models.attention.AttentionFn`. The routing goes through
@@ -26,11 +27,19 @@ from them exactly as in one process. No attention mask is built ("datacentric"
 has no entry in transformers' mask interface); sample boundaries are
 ``cu_seqlens`` over the full packed sequence, which the AttentionFn uses.
 
-Never silently wrong: an attention feature that this path cannot run exactly
-(logit softcapping, attention dropout, attention sinks, ALiBi, cross-attention) is
-refused at construction with :class:`UnsupportedModelFeature`, naming the setting.
-Sliding windows (Mistral, Qwen2, Gemma, Phi-3) are run exactly: the layer's
+Never silently wrong: a feature this path cannot run exactly is refused at
+construction with :class:`UnsupportedModelFeature` naming it (:func:`check_supported`:
+cross-attention, ALiBi, attention-logit softcapping, GPT-Neo local attention, chunked
+attention, row-index temperature tuning, rotary scalings that depend on the sequence
+length at run time such as LongRoPE and dynamic NTK, dropout on attention
+probabilities, and every model that computes attention outside transformers' attention
+interface). Sliding windows (Mistral, Qwen2, Gemma, Phi-3) are run exactly: the layer's
 ``sliding_window`` reaches the attention callable as its ``window``.
+
+Dropout outside attention (GPT-2's ``resid_pdrop``/``embd_pdrop``, ...) runs as the
+model defines it while the module is in training mode: masks come from the torch
+random stream of the rank that runs the token (recomputation replays the same masks).
+``model.eval()`` turns it off; ``datacentric equivalence`` runs that way.
 
 Shape legend: B = batch rows (always 1 here), H = query heads, Hkv = key/value
 heads, S = tokens of the (possibly sharded) packed batch, D = head dim, V = vocab.
@@ -164,7 +173,7 @@ class HFCausalLM(nn.Module):
 
     def __init__(self, hf_model: nn.Module, attention: AttentionFn = varlen_attention) -> None:
         super().__init__()
-        check_supported(hf_model.config, type(hf_model).__name__)
+        check_supported(hf_model.config, type(hf_model).__name__, type(hf_model))
         self.hf = hf_model
         self.config = hf_model.config
         self.num_heads = int(self.config.num_attention_heads)
@@ -211,46 +220,149 @@ class HFCausalLM(nn.Module):
         return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
 
 
-def check_supported(config: Any, what: str) -> None:
-    """Raise :class:`UnsupportedModelFeature` for a config this path cannot run exactly."""
+#: rotary scalings whose angles are a function of each token's own position for a fixed
+#: config: transformers computes their inverse frequencies once, from the config, when the
+#: rotary embedding is built (``ROPE_INIT_FUNCTIONS[type](config, device)`` with no
+#: sequence length), and its ``dynamic_rope_update`` recomputes them at run time only for
+#: the ``dynamic`` types and ``longrope``. So a token's angles are ``position * inv_freq``
+#: (times a constant attention factor), the same packed, sharded or alone.
+POSITION_LOCAL_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
-    def refuse(setting: str, value: Any, fix: str) -> None:
+#: why a rotary scaling outside :data:`POSITION_LOCAL_ROPE_TYPES` is refused, per type
+_ROPE_REASONS = {
+    "longrope": "LongRoPE rotary scaling switches between its short and long factors on the "
+    "largest position in the packed row or shard, so a sample's angles depend on the "
+    "samples packed with it",
+    "dynamic": "dynamic NTK rotary scaling recomputes its frequencies from the largest "
+    "position in the packed row or shard, so a sample's angles depend on the samples "
+    "packed with it",
+}
+
+#: config settings of dropout on attention probabilities (our attention kernels run none)
+ATTENTION_DROPOUT_SETTINGS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
+
+
+def rope_types(config: Any) -> list[str]:
+    """The rotary scaling types a config declares (``rope_parameters`` in transformers 5,
+    ``rope_scaling`` before; one dict, or one per layer type), ``"default"`` for none."""
+    found = []
+    for name in ("rope_parameters", "rope_scaling"):
+        value = getattr(config, name, None)
+        if not isinstance(value, dict):
+            continue
+        entries = [v for v in value.values() if isinstance(v, dict)] or [value]
+        for entry in entries:
+            found.append(str(entry.get("rope_type", entry.get("type", "default"))))
+    return sorted(set(found)) or ["default"]
+
+
+def check_supported(config: Any, what: str, model_class: type | None = None) -> None:
+    """Raise :class:`UnsupportedModelFeature` for a model this path cannot run exactly,
+    naming the feature: cross-attention, ALiBi, attention-logit softcapping, GPT-Neo's
+    local attention, chunked attention and row-index temperature tuning (Llama4), a
+    rotary scaling that is not position-local, dropout on attention probabilities, key/value
+    heads that do not divide the query heads, and (``model_class`` given) a model that
+    computes attention in its own code instead of through transformers' attention
+    interface. Cheap: reads the config only (call it before building the weights)."""
+
+    def refuse(feature: str, fix: str) -> None:
         raise UnsupportedModelFeature(
-            f"{what}: {setting}={value!r} cannot run exactly with packed sequence-parallel "
-            f"attention; {fix}"
+            f"{what}: {feature} cannot run exactly with packed sequence-parallel attention; {fix}"
         )
 
+    model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_encoder_decoder", False):
-        refuse("is_encoder_decoder", True, "use a decoder-only causal LM")
+        refuse("encoder-decoder attention (is_encoder_decoder=True)", "use a decoder-only LM")
     if getattr(config, "add_cross_attention", False):
-        refuse("add_cross_attention", True, "use a decoder-only causal LM")
-    for name in ("attn_logit_softcapping",):
-        if getattr(config, name, None) is not None:
-            refuse(name, getattr(config, name), f"set {name}=None (softcapped logits)")
-    for name in ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"):
+        refuse("cross-attention (add_cross_attention=True)", "use a decoder-only causal LM")
+    attn_config = getattr(config, "attn_config", None)  # MPT keeps ALiBi here
+    if (
+        model_type == "bloom"
+        or getattr(config, "alibi", False)
+        or getattr(attn_config, "alibi", False)
+    ):
+        refuse(
+            f"ALiBi position biases ({model_type or 'alibi=True'}: a bias added to the "
+            "attention scores, which our attention kernels do not compute)",
+            "use a model with rotary or learned positions",
+        )
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        refuse(
+            f"attention-logit softcapping (attn_logit_softcapping="
+            f"{config.attn_logit_softcapping!r}, a tanh on the scores inside attention)",
+            "set attn_logit_softcapping=None",
+        )
+    if "local" in (getattr(config, "attention_layers", None) or ()):
+        refuse(
+            f"GPT-Neo local attention (attention_types with 'local' layers, window_size="
+            f"{getattr(config, 'window_size', None)!r}, computed in the model's own code)",
+            "use a model that routes attention through transformers' attention interface",
+        )
+    if getattr(config, "attention_chunk_size", None) is not None:
+        refuse(
+            f"chunked attention (attention_chunk_size={config.attention_chunk_size!r}: "
+            "tokens attend only within fixed chunks of the row)",
+            "set attention_chunk_size=None",
+        )
+    if getattr(config, "attn_temperature_tuning", False):
+        refuse(
+            "attention temperature tuning (attn_temperature_tuning=True: queries of NoPE "
+            "layers are scaled by the token's index in the packed row, not its position in "
+            "its sample)",
+            "set attn_temperature_tuning=False",
+        )
+    for rope_type in rope_types(config):
+        if rope_type not in POSITION_LOCAL_ROPE_TYPES:
+            reason = _ROPE_REASONS.get(
+                rope_type, "a rotary scaling not known to depend on each token's position only"
+            )
+            refuse(
+                f"rope_type={rope_type!r} ({reason})",
+                f"use one of {', '.join(POSITION_LOCAL_ROPE_TYPES)}",
+            )
+    for name in ATTENTION_DROPOUT_SETTINGS:
         if float(getattr(config, name, 0.0) or 0.0) > 0.0:
-            refuse(name, getattr(config, name), f"set {name}=0 (dropout inside attention)")
-    if getattr(config, "alibi", False) or getattr(config, "model_type", "") == "bloom":
-        refuse("alibi", True, "use a model with rotary or learned positions")
+            refuse(
+                f"dropout on attention probabilities ({name}={getattr(config, name)!r}; our "
+                "attention kernels apply none)",
+                f"set {name}=0 (dropout outside attention runs: docs/huggingface.md)",
+            )
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % kv_heads:
-        refuse("num_key_value_heads", kv_heads, f"use a divisor of the {heads} attention heads")
+        refuse(
+            f"num_key_value_heads={kv_heads} (not a divisor of the {heads} attention heads)",
+            f"use a divisor of {heads}",
+        )
+    compatible = getattr(model_class, "is_backend_compatible", None)
+    if model_class is not None and (compatible is None or not compatible()):
+        refuse(
+            "attention computed in the model's own code, not through transformers' "
+            f"attention interface ({model_class.__name__} does not support attention "
+            "backends, so no attention callable can replace it)",
+            "use an architecture that supports attention backends (Llama, Mistral, Qwen2/3, "
+            "Gemma2/3, Phi-3, GPT-2, GPT-NeoX, OLMo, Starcoder2, ...)",
+        )
 
 
 def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
     """The decoder layers of a ``*ForCausalLM``, wherever the architecture keeps them:
-    the ``nn.ModuleList`` directly under the base model whose length is the config's
-    layer count (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ...)."""
+    the shallowest ``nn.ModuleList`` whose length is the config's layer count
+    (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ...), which must be unique."""
     count = int(hf_model.config.num_hidden_layers)
-    base = getattr(hf_model, "base_model", hf_model)
-    lists = [m for m in base.children() if isinstance(m, nn.ModuleList) and len(m) == count]
-    if len(lists) != 1:
+    lists = [
+        (name.count("."), name, m)
+        for name, m in hf_model.named_modules()
+        if isinstance(m, nn.ModuleList) and len(m) == count
+    ]
+    shallowest = [entry for entry in lists if entry[0] == min((e[0] for e in lists), default=0)]
+    if len(shallowest) != 1:
         raise UnsupportedModelFeature(
-            f"{type(hf_model).__name__}: found {len(lists)} module lists of {count} layers "
-            "under the base model, expected exactly one (the decoder layers)"
+            f"{type(hf_model).__name__}: found {len(shallowest)} module lists of {count} "
+            f"layers at the shallowest depth ({[e[1] for e in shallowest]}), expected exactly "
+            "one (the decoder layers)"
         )
-    return lists[0]
+    return shallowest[0][2]
 
 
 #: the tiny random-weight configs behind ``hf:NAME`` (tests and ``equivalence``); every
@@ -272,6 +384,20 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+def tiny_hf_config(name: str, **config_overrides: Any) -> Any:
+    """The transformers config of the tiny model ``name`` of :data:`TINY_CONFIGS`
+    (updated with ``config_overrides``): what :func:`build_hf_model` builds, and what an
+    independent reference builds again unmodified."""
+    if name not in TINY_CONFIGS:
+        raise KeyError(f"unknown Hugging Face model {name!r}; choose one of {sorted(TINY_CONFIGS)}")
+    values = dict(TINY_CONFIGS[name])
+    model_type = values.pop("model_type")
+    if model_type != "gpt2":
+        values = {**SMALL_LLAMA, **values}
+    values.update(config_overrides)
+    return AutoConfig.for_model(model_type, **values)
+
+
 def build_hf_model(
     name: str,
     *,
@@ -284,16 +410,11 @@ def build_hf_model(
     (``"mistral"``, ``"qwen2"``, ``"gpt2"``, ...), wrapped in :class:`HFCausalLM`.
 
     Weights come from the global torch RNG: seed it for the same model on every
-    rank. Nothing is downloaded.
+    rank. Nothing is downloaded. The config is checked (:func:`check_supported`)
+    before any weight is drawn.
     """
-    if name not in TINY_CONFIGS:
-        raise KeyError(f"unknown Hugging Face model {name!r}; choose one of {sorted(TINY_CONFIGS)}")
-    values = dict(TINY_CONFIGS[name])
-    model_type = values.pop("model_type")
-    if model_type != "gpt2":
-        values = {**SMALL_LLAMA, **values}
-    values.update(config_overrides)
-    config = AutoConfig.for_model(model_type, **values)
+    config = tiny_hf_config(name, **config_overrides)
+    check_supported(config, f"hf:{name}", AutoModelForCausalLM._model_mapping[type(config)])
     model = HFCausalLM(AutoModelForCausalLM.from_config(config), attention=attention)
     if device is not None or dtype is not None:
         model = model.to(device=device, dtype=dtype)

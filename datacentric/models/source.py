@@ -233,10 +233,10 @@ def build_from_source(
 def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: bool) -> nn.Module:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from datacentric.models.hf import TINY_CONFIGS, HFCausalLM, build_hf_model
+    from datacentric.models.hf import HFCausalLM, build_hf_model, tiny_hf_config
 
     if source.folder is None:
-        base = AutoConfig.for_model(**_tiny_hf_values(source.target, TINY_CONFIGS))
+        base = tiny_hf_config(source.target)
         check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
         with torch.device(device) if device is not None else contextlib.nullcontext():
             return build_hf_model(source.target, dtype=dtype, **source.args)
@@ -267,16 +267,6 @@ def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
 
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
-
-
-def _tiny_hf_values(name: str, tiny: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The config keyword arguments of a tiny ``hf:NAME`` (for checking model arguments)."""
-    from datacentric.models.hf import SMALL_LLAMA
-
-    values = dict(tiny[name])
-    if values["model_type"] != "gpt2":
-        values = {**SMALL_LLAMA, **values}
-    return values
 
 
 def _build_diffusers(

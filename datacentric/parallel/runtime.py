@@ -50,7 +50,8 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossMode, LossWeights
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.sharding import shard_batch
-from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
+from datacentric.parallel.ulysses import SequenceParallelAttention
+from datacentric.planning.heads import check_sp_sizes
 from datacentric.schedule import Iteration
 from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id
 
@@ -229,10 +230,10 @@ class DataCentricRuntime:
         self.recompute = BlockRecompute.apply(module)
 
     def check_sp_sizes(self, sp_sizes: Sequence[int]) -> None:
-        """Raise ``ValueError`` if an SP size does not divide the model's head counts."""
-        check_sp_compatible(self.num_heads, sp_sizes, "attention")
-        if self.num_kv_heads != self.num_heads:
-            check_sp_compatible(self.num_kv_heads, sp_sizes, "key/value")
+        """Raise ``ValueError`` if the model's heads do not allow an SP size
+        (:func:`datacentric.planning.heads.check_sp_sizes`: query heads split, key/value
+        heads repeated as far as a group needs)."""
+        check_sp_sizes(self.num_heads, self.num_kv_heads, sp_sizes, "attention")
 
     def check_schedule(self, iterations: Iterable[Iteration]) -> None:
         """Fail at setup, not mid-epoch: SP sizes against heads, recompute lengths against blocks.

@@ -53,24 +53,18 @@ from datacentric.batch import segment_bounds
 from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.parallel.groups import RingGroup
 from datacentric.parallel.ring import ring_attention
+from datacentric.planning.heads import check_sp_sizes, kv_head_repeat
 
 
 def check_sp_compatible(num_heads: int, sp_sizes: Iterable[int], what: str = "attention") -> None:
     """Raise ``ValueError`` unless every SP size divides ``num_heads``.
 
-    Ulysses splits heads across the group, so a model with ``num_heads`` heads
-    can only run on SP groups whose size divides it. ``what`` names the heads
-    in the message (e.g. ``"key/value"``).
+    Ulysses splits heads across the group, so a model with ``num_heads`` query heads
+    can only run on SP groups whose size divides it (key/value heads are repeated as
+    far as a group needs: :mod:`datacentric.planning.heads`). ``what`` names the
+    heads in the message.
     """
-    bad = sorted({int(s) for s in sp_sizes if s < 1 or num_heads % s})
-    if bad:
-        raise ValueError(
-            f"the model has {num_heads} {what} heads, not divisible by SP size "
-            f"{bad[0]}" + (f" (nor by {bad[1:]})" if len(bad) > 1 else "") + "; "
-            "Ulysses sequence parallelism splits heads across the group: use SP sizes "
-            f"that divide {num_heads}, a ring for the rest (a micro-batch's ring_size), or "
-            "a model whose head count they divide"
-        )
+    check_sp_sizes(num_heads, None, sp_sizes, what)
 
 
 def group_size(group: dist.ProcessGroup | None) -> int:
@@ -184,18 +178,12 @@ def expand_kv_heads(kv_SHD: torch.Tensor, heads: int, sp: int) -> torch.Tensor:
     """Key/value heads repeated the least that a group of ``sp`` can split them.
 
     Unchanged when ``sp`` divides ``Hkv`` (grouped heads travel as they are); else
-    each head is repeated ``r`` times, the smallest ``r`` with ``sp | Hkv * r`` and
-    ``Hkv * r | heads``, which keeps query head ``h`` on key/value head
-    ``h // (heads / (Hkv * r))``, the same head as before the repeat.
+    each head is repeated ``r = kv_head_repeat(heads, Hkv, sp)`` times, which keeps
+    query head ``h`` on key/value head ``h // (heads / (Hkv * r))``, the same head as
+    before the repeat.
     """
-    kv_heads = kv_SHD.shape[1]
-    if heads % kv_heads:
-        raise ValueError(f"{heads} query heads are not a multiple of {kv_heads} key/value heads")
-    for repeat in range(1, heads // kv_heads + 1):
-        if (heads // kv_heads) % repeat == 0 and (kv_heads * repeat) % sp == 0:
-            return kv_SHD if repeat == 1 else kv_SHD.repeat_interleave(repeat, dim=1)
-    check_sp_compatible(heads, [sp], "query")
-    raise AssertionError("unreachable: sp divides the query heads")
+    repeat = kv_head_repeat(heads, kv_SHD.shape[1], sp)
+    return kv_SHD if repeat == 1 else kv_SHD.repeat_interleave(repeat, dim=1)
 
 
 def heads_to_seq(

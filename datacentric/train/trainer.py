@@ -123,6 +123,9 @@ class Trainer:
         )
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
+        # The weights are drawn; from here each rank draws its own random stream, so a
+        # model's dropout masks differ between ranks (and between an SP group's shards).
+        torch.manual_seed(config.seed + 1 + groups.rank)
         self.step_metrics = StepMetrics(config, self.dc, groups)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),

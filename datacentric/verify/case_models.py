@@ -12,15 +12,15 @@
   ``(model, dataset)``; with a model alone, a causal LM (``loss_mode == "token"``)
   runs on stdlib chunks of byte tokens (vocabulary 256).
 
-Every rank and the reference call the builder after seeding the global RNG, so they
-hold the same weights.
+Every rank calls :func:`build_case` after seeding the global RNG, so they hold the same
+weights. :func:`build_reference` builds the independent side of the check
+(:mod:`datacentric.verify.reference`): a fresh, unmodified model from the same seed.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from collections.abc import Callable
+import copy
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -28,28 +28,30 @@ from torch import nn
 
 from datacentric.data import StdlibCorpus, SyntheticVideoDataset
 from datacentric.data.base import Dataset
-from datacentric.models.presets import build_model
+from datacentric.models.source import ModelSource, build_from_source, resolve_model, tiny_names
 from datacentric.shapes import SampleShape
+from datacentric.verify.reference import (
+    Reference,
+    causal_lm_sample_loss,
+    packed_model_sample_loss,
+    unmodified_copy,
+    video_sample_loss,
+)
 
 PRESETS = ("llama", "dit")
 HF_PREFIX = "hf:"
-DIFFUSERS_MODELS = ("diffusers:wan",)
+DIFFUSERS_PREFIX = "diffusers:"
 
 # Latent grids (frames, rows, columns) of the DiT case: images and short clips.
 _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
 
 
 def known_models() -> list[str]:
-    """Names that need no code of the user's (``pkg.module:factory`` works too)."""
+    """Names that need no code of the user's (``pkg.module:factory`` and model folders
+    work too)."""
     names = list(PRESETS)
-    try:
-        from datacentric.models.hf import TINY_CONFIGS
-
-        names += [HF_PREFIX + name for name in TINY_CONFIGS]
-    except ImportError:  # transformers not installed
-        pass
-    if importlib.util.find_spec("diffusers") is not None:
-        names += list(DIFFUSERS_MODELS)
+    names += [HF_PREFIX + name for name in tiny_names("hf")]
+    names += [DIFFUSERS_PREFIX + name for name in tiny_names("diffusers")]
     return names
 
 
@@ -57,77 +59,138 @@ def _text_corpus() -> StdlibCorpus:
     return StdlibCorpus(max_tokens=128, limit=60)
 
 
-def _factory(name: str) -> Callable[[], Any]:
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"model {name!r}: cannot import {module_name!r} ({error})") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ValueError(f"model {name!r}: {module_name} has no callable {attr!r}")
-    return factory
+def _video_shapes(count: int = 64) -> list[SampleShape]:
+    return [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(count)]
+
+
+def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
+    """The small dataset a case runs on: byte-token stdlib chunks for causal LMs,
+    synthetic latents (with text embeddings for diffusers models) for video models."""
+    if source.kind == "diffusers":
+        return diffusers_dataset(model, seed)
+    if getattr(model, "loss_mode", None) == "token":
+        return _text_corpus()
+    if source.kind == "preset":
+        return SyntheticVideoDataset(_video_shapes(), seed=seed)
+    raise ValueError(
+        f"model {source.name!r} is not a causal LM (loss_mode 'token'): return "
+        "(model, dataset) from the factory"
+    )
+
+
+def diffusers_dataset(model: nn.Module, seed: int, count: int = 64) -> Dataset:
+    """Synthetic latents and text embeddings (5 tokens) that a diffusers video model
+    takes: its channels, its text width, clips of the equivalence grids."""
+    from datacentric.models import diffusers_video
+
+    config = model.transformer.config
+    width = getattr(diffusers_video, "text_width", None)
+    patch = getattr(diffusers_video, "DATA_PATCH", None) or tuple(config.patch_size)
+    return SyntheticVideoDataset(
+        _video_shapes(count),
+        channels=int(config.in_channels),
+        seed=seed,
+        patch=tuple(patch),
+        context_shape=(5, width(config) if width else int(config.text_dim)),
+    )
 
 
 def build_case(
-    name: str, seed: int, dtype: torch.dtype, model_args: dict[str, Any] | None = None
+    name: str, seed: int, dtype: torch.dtype, model_args: Mapping[str, Any] | None = None
 ) -> tuple[nn.Module, Dataset]:
-    """The model (seeded weights) and dataset of the case ``name``; ``model_args``
-    replace fields of a preset's config (e.g. ``{"num_heads": 2}``; presets only)."""
+    """The model (seeded weights) and dataset of the case ``name``
+    (:func:`~datacentric.models.source.resolve_model`: a preset, ``hf:``/``diffusers:``
+    a tiny name or a folder, ``pkg.module:factory``); ``model_args`` are the model's
+    keyword arguments (``--model-arg``)."""
     torch.manual_seed(seed)  # the same initial weights on every rank and in the reference
-    if model_args and name not in PRESETS:
-        raise ValueError(
-            f"model {name!r} takes no model arguments here ({sorted(model_args)}); only the "
-            f"presets {', '.join(PRESETS)} do"
-        )
-    if name in PRESETS:
-        try:
-            model = build_model(name, dtype=dtype, **(model_args or {}))
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"model {name!r}: {error} (--model-arg)") from None
-        if name == "llama":
-            return model, _text_corpus()
-        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
-        return model, SyntheticVideoDataset(shapes, seed=seed)
-    if name.startswith(HF_PREFIX):
-        from datacentric.models.hf import build_hf_model
-
-        try:
-            model = build_hf_model(name.removeprefix(HF_PREFIX), dtype=dtype)
-        except KeyError as error:
-            raise ValueError(str(error).strip("\"'")) from None
-        return model, _text_corpus()
-    if name in DIFFUSERS_MODELS:
-        from datacentric.models.diffusers_video import TINY_WAN, build_wan
-
-        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
-        dataset = SyntheticVideoDataset(
-            shapes,
-            channels=TINY_WAN["in_channels"],
-            seed=seed,
-            patch=tuple(TINY_WAN["patch_size"]),
-            context_shape=(5, TINY_WAN["text_dim"]),
-        )
-        return build_wan(dtype=dtype), dataset
-    if ":" not in name:
-        raise ValueError(
-            f"no equivalence case for model {name!r}; choose one of "
-            f"{', '.join(known_models())}, or pkg.module:factory"
-        )
-    made = _factory(name)()
-    model, dataset = made if isinstance(made, tuple) else (made, None)
-    if not isinstance(model, nn.Module):
-        raise ValueError(
-            f"model {name!r}: the factory returned {type(model).__name__}, not a module"
-        )
+    source = resolve_model(name, model_args)
+    model, dataset = build_from_source(source, dtype=dtype)
     if dataset is None:
-        if getattr(model, "loss_mode", None) != "token":
-            raise ValueError(
-                f"model {name!r} is not a causal LM (loss_mode 'token'): return "
-                "(model, dataset) from the factory"
-            )
-        dataset = _text_corpus()
-    return model.to(dtype=dtype), dataset
+        dataset = _case_dataset(source, model, seed)
+    return model, dataset
+
+
+def build_reference(
+    name: str, seed: int, dtype: torch.dtype, model_args: Mapping[str, Any] | None = None
+) -> tuple[Reference, Dataset]:
+    """The independent side of case ``name``: a fresh, unmodified model built from the
+    same seed as :func:`build_case`'s (never the instance the distributed side wraps),
+    with how one sample's loss is computed alone (:mod:`datacentric.verify.reference`).
+    An adapter of ours (Hugging Face, diffusers) is replaced by a fresh instance of the
+    model it wraps, holding the same weights. The model is in ``eval()`` mode: every
+    dropout is off."""
+    model, dataset = build_case(name, seed, dtype, model_args)  # a fresh build
+    reference = _factory_reference(model, dataset)
+    reference.module.eval()
+    return reference, dataset
+
+
+def _packed_reference(model: nn.Module, dataset: Dataset, what: str) -> Reference:
+    return Reference(
+        module=model,
+        prefix="",
+        loss_mode=model.loss_mode,
+        sample_loss=packed_model_sample_loss(model, dataset),
+        description=f"{what} on each sample alone, with the attention it was built with",
+    )
+
+
+def _causal_lm_reference(hf_model: nn.Module, dataset: Dataset) -> Reference:
+    return Reference(
+        module=hf_model,
+        prefix="hf.",
+        loss_mode="token",
+        sample_loss=causal_lm_sample_loss(hf_model, dataset),
+        description=(
+            f"transformers {type(hf_model).__name__}.forward on each sample's input_ids "
+            f"alone ({hf_model.config._attn_implementation} attention), cross-entropy of "
+            "its logits"
+        ),
+    )
+
+
+def _video_reference(transformer: nn.Module, dataset: Dataset, prefix: str) -> Reference:
+    """The hook of a diffusers case: its unmodified transformer, one clip at a time."""
+    from datacentric.models.diffusers_video import TIMESTEP_SCALE
+
+    config = transformer.config
+    return Reference(
+        module=transformer,
+        prefix=prefix,
+        loss_mode="sample",
+        sample_loss=video_sample_loss(
+            transformer,
+            dataset,
+            channels=int(config.in_channels),
+            patch=tuple(int(p) for p in config.patch_size),
+            timestep_scale=TIMESTEP_SCALE,
+        ),
+        description=(
+            f"diffusers {type(transformer).__name__}.forward on each clip alone, squared "
+            "error against the velocity"
+        ),
+    )
+
+
+def _factory_reference(model: nn.Module, dataset: Dataset) -> Reference:
+    """A factory's model: an adapter we provide is replaced by a fresh instance of the
+    model it wraps (the adapter patched the one it holds); anything else is the fresh
+    model the factory just returned, run through its own forward."""
+    kind = type(model).__name__
+    if kind == "HFCausalLM":
+        inner = model.hf
+        config = copy.deepcopy(inner.config)
+        fresh = unmodified_copy(
+            inner, lambda: type(inner)._from_config(config, attn_implementation="sdpa")
+        )
+        return _causal_lm_reference(fresh.to(dtype=next(inner.parameters()).dtype), dataset)
+    if kind in ("DiffusersVideoModel", "DiffusersVideoTransformer"):
+        inner = model.transformer
+        fresh = unmodified_copy(inner, lambda: type(inner).from_config(inner.config))
+        return _video_reference(
+            fresh.to(dtype=next(inner.parameters()).dtype), dataset, "transformer."
+        )
+    return _packed_reference(model, dataset, f"{kind}.forward")
 
 
 def num_blocks(model: nn.Module, name: str) -> int:

@@ -6,11 +6,13 @@ what data-centric parallelism varies: SP group sizes (at world 4: one group of 2
 and two groups of 1), accumulation counts (1, 2, 3, ... micro-batches per group),
 micro-batch sizes (1 or 2 packed samples) and per-block recomputation (all,
 every other, none). The distributed run executes it on ``world`` gloo ranks
-through :class:`~datacentric.parallel.runtime.DataCentricRuntime`; the
-reference packs the same global batch into one sequence in one process and
-computes the global-batch mean loss directly (mean over loss tokens, or mean
-over samples of per-sample means), independently of ``loss.LossWeights``.
-``datacentric equivalence`` prints the comparison.
+through :class:`~datacentric.parallel.runtime.DataCentricRuntime`. The reference
+is independent of all of that (:mod:`datacentric.verify.reference`): a fresh,
+unmodified model built from the same seed runs its own ``forward`` on each sample
+alone, in one process, and the global-batch loss is combined from the per-sample
+sums as the loss mode says (mean over loss tokens, or mean over samples of
+per-sample means). Both sides run in ``eval()`` mode: every dropout is off (the
+report says so). ``datacentric equivalence`` prints the comparison.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.data.base import Dataset
 from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
@@ -32,7 +33,8 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
-from datacentric.verify.case_models import build_case, num_blocks
+from datacentric.verify.case_models import build_case, build_reference, num_blocks
+from datacentric.verify.reference import reference_grads, reference_loss
 
 TOLERANCE = 1e-5
 """Largest accepted ``max_rel_grad_err`` in float32."""
@@ -178,6 +180,7 @@ def _distributed_worker(
     out = []
     for model_name, iteration_json in cases:
         model, dataset = build_case(model_name, seed, dtype, model_args)
+        model.eval()  # every dropout off, as in the reference
         if wrapper == "ddp":
             model = wrap_ddp(model)
         elif wrapper == "fsdp2":
@@ -232,21 +235,6 @@ def run_distributed(
     return results
 
 
-def global_mean_loss(model: nn.Module, dataset: Dataset, sample_ids: Sequence[int]) -> torch.Tensor:
-    """The global-batch loss in one process: all samples packed into one sequence."""
-    batch = dataset.pack(list(sample_ids), 1)
-    loss_S = model(batch)
-    mask = batch.loss_mask
-    if model.loss_mode == "token":
-        return loss_S[mask].sum() / mask.sum()
-    segments = batch.segment_ids[mask]
-    n = len(batch.sample_ids)
-    sums = torch.zeros(n, dtype=loss_S.dtype).index_add(0, segments, loss_S[mask])
-    counts = torch.bincount(segments, minlength=n)
-    has_loss = counts > 0
-    return (sums[has_loss] / counts[has_loss]).mean()
-
-
 def run_reference(
     model_name: str,
     iteration: Iteration,
@@ -255,14 +243,24 @@ def run_reference(
     dtype: torch.dtype = torch.float32,
     model_args: dict[str, Any] | None = None,
 ) -> StepResult:
-    """The same global batch, one process, plain attention, no recomputation."""
-    model, dataset = build_case(model_name, seed, dtype, model_args)
-    loss = global_mean_loss(model, dataset, iteration.sample_ids())
+    """The same global batch in one process: the unmodified model on each sample alone
+    (:func:`~datacentric.verify.case_models.build_reference`), dropout off."""
+    return _reference_step(model_name, iteration, seed, dtype, model_args)[0]
+
+
+def _reference_step(
+    model_name: str,
+    iteration: Iteration,
+    seed: int,
+    dtype: torch.dtype,
+    model_args: dict[str, Any] | None = None,
+) -> tuple[StepResult, str]:
+    """:func:`run_reference`'s result and which code it ran, in words."""
+    reference, _ = build_reference(model_name, seed, dtype, model_args)
+    loss = reference_loss(reference, iteration.sample_ids())
     loss.backward()
-    return StepResult(
-        loss=float(loss.detach()),
-        grads={n: p.grad.detach().clone() for n, p in model.named_parameters()},
-    )
+    result = StepResult(loss=float(loss.detach()), grads=reference_grads(reference))
+    return result, reference.description
 
 
 def relative_errors(
@@ -312,7 +310,7 @@ def check_equivalence(
     :func:`mixed_iteration`'s layout to one group per rank (two phases). ``sp_split``
     ``(u, r)``: a first phase with one group of ``u x r`` ranks running Ulysses over
     ``u`` inside a ring of ``r`` (:func:`split_phases`), then :func:`mixed_iteration`'s
-    Ulysses layout. ``model_args`` replace fields of a preset's config."""
+    Ulysses layout. ``model_args``: the model's keyword arguments (``--model-arg``)."""
     phases = [default_layout(world_size), [1] * world_size] if phased else None
     if sp_split is not None:
         phases = split_phases(world_size, sp_split)
@@ -334,7 +332,7 @@ def check_equivalence(
     for (name, iteration), result in zip(cases, distributed):
         if progress:
             progress(f"{name}: distributed step done, running the single-process reference")
-        reference = run_reference(name, iteration, seed=seed, model_args=model_args)
+        reference, description = _reference_step(name, iteration, seed, torch.float32, model_args)
         errors = relative_errors(result.grads, reference.grads)
         worst = max(errors, key=errors.__getitem__)
         reports.append(
@@ -355,6 +353,8 @@ def check_equivalence(
                 "num_samples": len(iteration.sample_ids()),
                 "num_tokens": iteration.num_tokens,
                 "dtype": "float32",
+                "dropout": "off (eval mode, both sides)",
+                "reference": description,
                 "loss_distributed": result.loss,
                 "loss_reference": reference.loss,
                 "max_rel_grad_err": errors[worst],

@@ -1,0 +1,64 @@
+"""Which SP sizes a model's attention heads allow (pure: no torch).
+
+Ulysses sequence parallelism splits attention heads across the ranks of an SP group.
+Query heads are split as they are, so the group size must divide ``num_heads``.
+Key/value heads (grouped-query attention, ``num_kv_heads`` dividing ``num_heads``)
+are repeated only as far as the group needs: each is repeated ``r`` times, the
+smallest ``r`` with ``sp | num_kv_heads * r`` and ``num_kv_heads * r | num_heads``.
+Such an ``r`` exists for every ``sp`` that divides ``num_heads`` (at worst
+``r = num_heads / num_kv_heads``, one key/value head per query head), so the key/value
+head count never narrows the choice: a model with 4 query and 2 key/value heads runs
+at SP 1, 2 and 4.
+
+The planner asks :func:`allowed_sp_sizes`; the runtime checks with
+:func:`check_sp_sizes`; Ulysses repeats by :func:`kv_head_repeat`. One rule, one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def _check_counts(num_heads: int, num_kv_heads: int) -> None:
+    if num_heads < 1 or num_kv_heads < 1 or num_heads % num_kv_heads:
+        raise ValueError(
+            f"{num_heads} query heads are not a multiple of {num_kv_heads} key/value heads"
+        )
+
+
+def kv_head_repeat(num_heads: int, num_kv_heads: int, sp_size: int) -> int:
+    """How many times Ulysses repeats each key/value head on a group of ``sp_size``:
+    the smallest ``r`` with ``sp_size | num_kv_heads * r`` and
+    ``num_kv_heads * r | num_heads`` (1: the heads travel as they are). Raises
+    ``ValueError`` when ``sp_size`` does not divide ``num_heads``."""
+    _check_counts(num_heads, num_kv_heads)
+    check_sp_sizes(num_heads, num_kv_heads, [sp_size])
+    group = num_heads // num_kv_heads  # query heads per key/value head
+    return next(
+        r for r in range(1, group + 1) if group % r == 0 and (num_kv_heads * r) % sp_size == 0
+    )
+
+
+def allowed_sp_sizes(num_heads: int, num_kv_heads: int | None = None) -> list[int]:
+    """Every SP size a model with these head counts can run, ascending: the divisors
+    of ``num_heads`` (key/value heads are repeated as far as a group needs, see the
+    module docstring). ``num_kv_heads`` defaults to ``num_heads``."""
+    _check_counts(num_heads, num_kv_heads or num_heads)
+    return [s for s in range(1, num_heads + 1) if num_heads % s == 0]
+
+
+def check_sp_sizes(
+    num_heads: int, num_kv_heads: int | None, sp_sizes: Iterable[int], what: str = "attention"
+) -> None:
+    """Raise ``ValueError`` naming the first SP size of ``sp_sizes`` that the head counts
+    do not allow (see :func:`allowed_sp_sizes`); ``what`` names the heads' owner."""
+    _check_counts(num_heads, num_kv_heads or num_heads)
+    bad = sorted({int(s) for s in sp_sizes if s < 1 or num_heads % s})
+    if bad:
+        raise ValueError(
+            f"the model has {num_heads} {what} heads, not divisible by SP size "
+            f"{bad[0]}" + (f" (nor by {bad[1:]})" if len(bad) > 1 else "") + "; "
+            "Ulysses sequence parallelism splits heads across the group: use SP sizes "
+            f"that divide {num_heads} ({', '.join(map(str, allowed_sp_sizes(num_heads)))}), "
+            "or a model whose head count they divide"
+        )
