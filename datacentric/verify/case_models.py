@@ -5,9 +5,11 @@
   (:data:`datacentric.models.hf.TINY_CONFIGS`: ``hf:llama``, ``hf:mistral`` with a
   sliding window shorter than the samples, ``hf:qwen2`` with grouped K/V heads,
   ``hf:gpt2`` with learned positions);
-- ``diffusers:wan``: a tiny random-weight diffusers ``WanTransformer3DModel``,
-  unmodified (:mod:`datacentric.models.diffusers_video`), on synthetic latents with
-  text embeddings;
+- ``diffusers:NAME_OR_PATH``: a diffusers video transformer, unmodified, through the
+  generic path (:mod:`datacentric.models.diffusers_generic`): a tiny random-weight
+  ``diffusers:wan`` or ``diffusers:ltx``
+  (:data:`datacentric.models.diffusers_build.TINY_DIFFUSERS`) or a local model folder,
+  on synthetic latents with text embeddings (:func:`diffusers_dataset`);
 - ``pkg.module:factory``: a user's own model. ``factory()`` returns the model, or
   ``(model, dataset)``; with a model alone, a causal LM (``loss_mode == "token"``)
   runs on stdlib chunks of byte tokens (vocabulary 256).
@@ -33,7 +35,8 @@ from datacentric.shapes import SampleShape
 
 PRESETS = ("llama", "dit")
 HF_PREFIX = "hf:"
-DIFFUSERS_MODELS = ("diffusers:wan",)
+DIFFUSERS_PREFIX = "diffusers:"
+DIFFUSERS_MODELS = ("diffusers:wan", "diffusers:ltx")
 
 # Latent grids (frames, rows, columns) of the DiT case: images and short clips.
 _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
@@ -86,18 +89,11 @@ def build_case(name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dat
         except KeyError as error:
             raise ValueError(str(error).strip("\"'")) from None
         return model, _text_corpus()
-    if name in DIFFUSERS_MODELS:
-        from datacentric.models.diffusers_video import TINY_WAN, build_wan
+    if name.startswith(DIFFUSERS_PREFIX):
+        from datacentric.models.diffusers_build import build_diffusers_model
 
-        shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(64)]
-        dataset = SyntheticVideoDataset(
-            shapes,
-            channels=TINY_WAN["in_channels"],
-            seed=seed,
-            patch=tuple(TINY_WAN["patch_size"]),
-            context_shape=(5, TINY_WAN["text_dim"]),
-        )
-        return build_wan(dtype=dtype), dataset
+        model = build_diffusers_model(name.removeprefix(DIFFUSERS_PREFIX), dtype=dtype)
+        return model, diffusers_dataset(model, seed)
     if ":" not in name:
         raise ValueError(
             f"no equivalence case for model {name!r}; choose one of "
@@ -117,6 +113,23 @@ def build_case(name: str, seed: int, dtype: torch.dtype) -> tuple[nn.Module, Dat
             )
         dataset = _text_corpus()
     return model.to(dtype=dtype), dataset
+
+
+def diffusers_dataset(model: nn.Module, seed: int, count: int = 64) -> SyntheticVideoDataset:
+    """Synthetic latents and text embeddings (5 tokens) that a diffusers video model
+    built by ``build_diffusers_model`` takes: its channels, its text width, clips of the
+    equivalence grids (``count`` samples, deterministic in ``seed``)."""
+    from datacentric.models.diffusers_build import text_width
+    from datacentric.models.diffusers_generic import DATA_PATCH
+
+    shapes = [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(count)]
+    return SyntheticVideoDataset(
+        shapes,
+        channels=int(model.config.in_channels),
+        seed=seed,
+        patch=DATA_PATCH,
+        context_shape=(5, text_width(model.config)),
+    )
 
 
 def num_blocks(model: nn.Module, name: str) -> int:
