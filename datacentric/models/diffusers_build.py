@@ -160,6 +160,8 @@ def export_diffusers(
     transformer = diffusers_model_of(model)
     if state_dict is not None:
         prefix = "transformer."
+        if any(k.startswith(prefix) for k in state_dict):
+            state_dict = {k: v for k, v in state_dict.items() if k.startswith(prefix)}
         weights = {k.removeprefix(prefix): v for k, v in state_dict.items()}
         copy = type(transformer).from_config(transformer.config)
         copy.load_state_dict(weights, strict=True)

@@ -213,7 +213,8 @@ class DiffusersVideoTransformer(nn.Module):
         config = transformer.config
         params = inspect.signature(type(transformer).forward).parameters
         self.transformer = transformer
-        self.blocks = transformer_blocks(transformer)
+        # a plain attribute: registered once, under transformer., so state_dict has no copy
+        self.__dict__["blocks"] = transformer_blocks(transformer)
         self.num_heads = int(config.num_attention_heads)
         self.patch = model_patch(config)
         self.data_patch = tuple(int(p) for p in data_patch)
