@@ -40,7 +40,7 @@ def dataset(model, grids=GRIDS) -> SyntheticVideoDataset:  # noqa: ANN001
     shapes = [SampleShape.video(*g) for g in grids]
     width = text_width(model.config)
     return SyntheticVideoDataset(
-        shapes, channels=model.channels, patch=DATA_PATCH, context_shape=(5, width)
+        shapes, channels=model.config.in_channels, patch=DATA_PATCH, context_shape=(5, width)
     )
 
 
@@ -101,14 +101,17 @@ def tiny_reference(name: str):  # noqa: ANN201
     return getattr(diffusers, class_name).from_config(config)
 
 
-@pytest.mark.parametrize("name", ["wan", "ltx"])
+@pytest.mark.parametrize("name", ["wan", "ltx", "wan-packed"])
 def test_generic_path_equals_the_models_own_forward(name: str) -> None:
+    from datacentric.models.diffusers_video import build_wan
+
+    family = name.removesuffix("-packed")
     torch.manual_seed(0)
-    reference = tiny_reference(name)
+    reference = tiny_reference(family)
     torch.manual_seed(0)
-    model = build_diffusers_model(name)
+    model = build_wan() if name == "wan-packed" else build_diffusers_model(name)
     data = dataset(model)
-    ref = reference_loss(name, reference, data, GRIDS)
+    ref = reference_loss(family, reference, data, GRIDS)
     ref.backward()
     ours = packed_loss(model, data, [0, 1, 2, 3])  # three shapes, two clips of one stacked
     ours.backward()

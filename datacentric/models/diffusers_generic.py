@@ -142,8 +142,9 @@ def check_supported(
     return plan
 
 
-class _SdpaRoute(TorchFunctionMode):
-    """Sends the ``scaled_dot_product_attention`` calls of a processor to ``run``."""
+class SdpaRoute(TorchFunctionMode):
+    """Sends the ``scaled_dot_product_attention`` calls made inside it to ``run`` (counted
+    in ``calls``): how a diffusers attention processor runs unchanged with our attention."""
 
     def __init__(self, run: Any) -> None:
         super().__init__()
@@ -170,7 +171,7 @@ class _RoutedProcessor:
         bound = self.signature.bind_partial(attn, hidden_states, *args, **kwargs).arguments
         if bound.get("encoder_hidden_states") is not None:  # cross-attention: local
             return self.inner(attn, hidden_states, *args, **kwargs)
-        route = _SdpaRoute(self.owner._self_attention)
+        route = SdpaRoute(self.owner._self_attention)
         with route:
             out = self.inner(attn, hidden_states, *args, **kwargs)
         if route.calls != 1:
