@@ -1,60 +1,88 @@
-"""An unmodified diffusers Wan transformer under the packed contract equals its own
-``forward``, sample by sample (loss and every gradient)."""
+"""diffusers video transformers through the generic path equal their own ``forward``.
+
+The reference is the unmodified diffusers model (built from the same config and seed,
+its own attention, no hook of ours) run on each sample alone, its inputs laid out as
+the diffusers pipelines lay them out; the generic path packs several shapes (two clips
+of one shape stacked) into one micro-batch. Loss and every gradient are compared.
+"""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("diffusers")
 
-from diffusers import WanTransformer3DModel  # noqa: E402
+import diffusers  # noqa: E402
 
 from datacentric.data.video import SyntheticVideoDataset  # noqa: E402
-from datacentric.models.diffusers_video import (  # noqa: E402
-    TIMESTEP_SCALE,
-    TINY_WAN,
-    UnsupportedVideoModel,
-    build_wan,
+from datacentric.models.diffusers_build import (  # noqa: E402
+    TINY_DIFFUSERS,
+    build_diffusers_model,
+    export_diffusers,
+    text_width,
 )
+from datacentric.models.diffusers_generic import TIMESTEP_SCALE  # noqa: E402
+from datacentric.models.diffusers_plan import UnsupportedVideoModel  # noqa: E402
 from datacentric.shapes import SampleShape  # noqa: E402
 from datacentric.verify.model_contract import check_model_contract  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-GRIDS = [(1, 3, 4), (2, 2, 3), (3, 2, 2)]
-PATCH = tuple(TINY_WAN["patch_size"])
+GRIDS = [(1, 3, 4), (2, 2, 3), (1, 3, 4), (3, 2, 2)]
+DATA_PATCH = (1, 2, 2)
 
 
-def dataset() -> SyntheticVideoDataset:
-    shapes = [SampleShape.video(*g) for g in GRIDS]
-    channels = TINY_WAN["in_channels"]
+def dataset(model, grids=GRIDS) -> SyntheticVideoDataset:  # noqa: ANN001
+    shapes = [SampleShape.video(*g) for g in grids]
+    width = text_width(model.config)
     return SyntheticVideoDataset(
-        shapes, channels=channels, patch=PATCH, context_shape=(5, TINY_WAN["text_dim"])
+        shapes, channels=model.config.in_channels, patch=DATA_PATCH, context_shape=(5, width)
     )
 
 
 def unpatchify(tokens: torch.Tensor, grid: tuple[int, int, int], channels: int) -> torch.Tensor:
-    """``(S, C * patch volume)`` -> ``(C, F, H, W)``: the inverse of ``data.video.patchify``."""
+    """``(S, C * 4)`` data tokens -> ``(C, F, H, W)``: the inverse of ``data.video.patchify``."""
     f, h, w = grid
-    pf, ph, pw = PATCH
+    pf, ph, pw = DATA_PATCH
     x = tokens.reshape(f, h, w, channels, pf, ph, pw).permute(3, 0, 4, 1, 5, 2, 6)
     return x.reshape(channels, f * pf, h * ph, w * pw)
 
 
-def reference_loss(model: WanTransformer3DModel, data: SyntheticVideoDataset) -> torch.Tensor:
-    """The model's own forward on each sample alone; mean over samples of their MSE."""
-    channels = TINY_WAN["in_channels"]
+def own_forward(name: str, model, latents: torch.Tensor, t: float, text: torch.Tensor):  # noqa: ANN001, ANN201
+    """The diffusers model's own forward on one clip ``(1, C, F, H, W)``, as its pipeline
+    calls it; returns the prediction ``(1, C, F, H, W)``."""
+    timestep = torch.tensor([t * TIMESTEP_SCALE])
+    if name == "wan":
+        return model(hidden_states=latents, timestep=timestep, encoder_hidden_states=text).sample
+    config = model.config
+    p, pt = config.patch_size, config.patch_size_t
+    _, _, f, h, w = latents.shape
+    tokens = diffusers.LTXPipeline._pack_latents(latents, p, pt)
+    out = model(
+        hidden_states=tokens,
+        encoder_hidden_states=text,
+        timestep=timestep,
+        encoder_attention_mask=None,
+        num_frames=f // pt,
+        height=h // p,
+        width=w // p,
+    ).sample
+    return diffusers.LTXPipeline._unpack_latents(out, f // pt, h // p, w // p, p, pt)
+
+
+def reference_loss(name: str, model, data: SyntheticVideoDataset, grids) -> torch.Tensor:  # noqa: ANN001
+    """Mean over samples of each sample's velocity MSE, each sample alone."""
+    channels = model.config.in_channels
     losses = []
-    for i, grid in enumerate(GRIDS):
+    for i, grid in enumerate(grids):
         s = data.sample(i)
         noisy = unpatchify((1 - s.t) * s.x0 + s.t * s.noise, grid, channels)[None]
         target = unpatchify(s.noise - s.x0, grid, channels)[None]
-        out = model(
-            hidden_states=noisy,
-            timestep=torch.tensor([s.t * TIMESTEP_SCALE]),
-            encoder_hidden_states=s.context[None],
-        ).sample
+        out = own_forward(name, model, noisy, s.t, s.context[None])
         losses.append((out - target).pow(2).mean())
     return torch.stack(losses).mean()
 
@@ -62,55 +90,131 @@ def reference_loss(model: WanTransformer3DModel, data: SyntheticVideoDataset) ->
 def packed_loss(model, data: SyntheticVideoDataset, ids: list[int]) -> torch.Tensor:  # noqa: ANN001
     batch = data.pack(ids, 1)
     loss_S = model(batch)
-    sums = torch.zeros(len(ids)).index_add(
-        0, batch.segment_ids[batch.loss_mask], loss_S[batch.loss_mask]
-    )
-    counts = torch.bincount(batch.segment_ids[batch.loss_mask], minlength=len(ids))
+    mask = batch.loss_mask
+    sums = torch.zeros(len(ids)).index_add(0, batch.segment_ids[mask], loss_S[mask])
+    counts = torch.bincount(batch.segment_ids[mask], minlength=len(ids))
     return (sums / counts).mean()
 
 
-def test_packed_adapter_equals_the_models_own_forward() -> None:
-    data = dataset()
+def tiny_reference(name: str):  # noqa: ANN201
+    class_name, config = TINY_DIFFUSERS[name]
+    return getattr(diffusers, class_name).from_config(config)
+
+
+@pytest.mark.parametrize("name", ["wan", "ltx", "wan-packed"])
+def test_generic_path_equals_the_models_own_forward(name: str) -> None:
+    from datacentric.models.diffusers_video import build_wan
+
+    family = name.removesuffix("-packed")
     torch.manual_seed(0)
-    reference = WanTransformer3DModel(**TINY_WAN)
+    reference = tiny_reference(family)
     torch.manual_seed(0)
-    adapter = build_wan()
-    ref = reference_loss(reference, data)
+    model = build_wan() if name == "wan-packed" else build_diffusers_model(name)
+    data = dataset(model)
+    ref = reference_loss(family, reference, data, GRIDS)
     ref.backward()
-    ours = packed_loss(adapter, data, [0, 1, 2])  # three shapes packed in one micro-batch
+    ours = packed_loss(model, data, [0, 1, 2, 3])  # three shapes, two clips of one stacked
     ours.backward()
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=0)
     ref_grads = dict(reference.named_parameters())
-    for name, param in adapter.transformer.named_parameters():
-        assert param.grad is not None and param.grad.abs().sum() > 0, name
-        torch.testing.assert_close(param.grad, ref_grads[name].grad, rtol=1e-4, atol=1e-6)
+    for param_name, param in model.transformer.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, param_name
+        torch.testing.assert_close(
+            param.grad, ref_grads[param_name].grad, rtol=1e-4, atol=1e-6, msg=param_name
+        )
 
 
 def test_contract_check_passes_and_recomputation_is_exact() -> None:
     from datacentric.parallel.recompute import BlockRecompute
 
-    data = dataset()
     torch.manual_seed(0)
-    model = build_wan()
+    model = build_diffusers_model("ltx")
+    data = dataset(model)
     check_model_contract(model, data)
-    plain = packed_loss(model, data, [2, 0])
+    plain = packed_loss(model, data, [3, 0])
     plain.backward()
     grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     switch = BlockRecompute.apply(model)
     with switch.use((True, False, True, True)):
-        again = packed_loss(model, data, [2, 0])
+        again = packed_loss(model, data, [3, 0])
         again.backward()
     torch.testing.assert_close(again, plain)
     for got, want in zip((p.grad for p in model.parameters()), grads):
         torch.testing.assert_close(got, want)
 
 
-def test_unsupported_configs_are_refused() -> None:
-    with pytest.raises(UnsupportedVideoModel, match="image conditioning"):
-        build_wan(image_dim=16, added_kv_proj_dim=64)
-    with pytest.raises(UnsupportedVideoModel, match="frame patches"):
-        build_wan(patch_size=(2, 2, 2))
-    model = build_wan(rope_max_seq_len=2)
-    with pytest.raises(UnsupportedVideoModel, match="rope_max_seq_len of 2"):
-        model(dataset().pack([0], 1))
+@pytest.mark.parametrize(
+    ("name", "overrides", "message"),
+    [
+        ("cogvideox", {}, "CogVideoXTransformer3DModel declares no _cp_plan"),
+        ("hunyuan-video", {}, "HunyuanVideoTransformer3DModel declares no _cp_plan"),
+        ("ltx2", {}, "its forward needs audio_hidden_states, audio_encoder_hidden_states"),
+        ("wan", {"image_dim": 16, "added_kv_proj_dim": 64}, "image_dim is set"),
+    ],
+)
+def test_unsupported_models_are_refused_in_one_line(name, overrides, message) -> None:  # noqa: ANN001
+    with pytest.raises(UnsupportedVideoModel, match=message) as caught:
+        build_diffusers_model(name, **overrides)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_shard_without_its_group_is_refused() -> None:
+    torch.manual_seed(0)
+    model = build_diffusers_model("wan")
+    batch = dataset(model).pack([0], 2)
+    with pytest.raises(ValueError, match="without its SP group"):
+        model(batch.slice_tokens(0, batch.num_tokens // 2))
+
+
+def test_folders_load_pretrained_weights_and_export_round_trips(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = build_diffusers_model("ltx", num_layers=2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)  # "trained": far from any fresh draw
+    out = export_diffusers(model, tmp_path / "export")
+    assert (out / "config.json").is_file() and list(out.glob("*.safetensors"))
+    loaded = diffusers.LTXVideoTransformer3DModel.from_pretrained(out, local_files_only=True)
+    want = model.transformer.state_dict()
+    assert loaded.state_dict().keys() == want.keys()
+    for key, value in loaded.state_dict().items():
+        torch.testing.assert_close(value, want[key], rtol=0, atol=0)
+    torch.manual_seed(1)
+    again = build_diffusers_model(str(out))  # config + weights: the weights, not a draw
+    for (key, value), (_, original) in zip(again.named_parameters(), model.named_parameters()):
+        torch.testing.assert_close(value, original, rtol=0, atol=0, msg=key)
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    (config_only / "config.json").write_text((out / "config.json").read_text())
+    fresh = build_diffusers_model(str(config_only))  # config alone: random weights
+    assert json.loads((config_only / "config.json").read_text())["num_layers"] == 2
+    assert not torch.equal(fresh.transformer.proj_in.weight, model.transformer.proj_in.weight)
+    halved = {k: v / 2 for k, v in model.state_dict().items()}
+    export_diffusers(model, tmp_path / "from-state", state_dict=halved)
+    reloaded = diffusers.LTXVideoTransformer3DModel.from_pretrained(tmp_path / "from-state")
+    torch.testing.assert_close(reloaded.proj_in.weight, model.transformer.proj_in.weight / 2)
+
+
+def test_a_folder_that_is_neither_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="neither a tiny name"):
+        build_diffusers_model(str(tmp_path))
+
+
+def padded_wan_case():  # noqa: ANN201
+    """Wan on clips of 10 and 9 tokens: at SP 2 one is padded, and in one micro-batch
+    both would pad to 10 (the adapter pads the 9 to 12)."""
+    torch.manual_seed(0)
+    model = build_diffusers_model("wan")
+    return model, dataset(model, [(1, 3, 3), (1, 2, 5), (1, 3, 3)])
+
+
+@pytest.mark.slow
+def test_sp_2_with_padding_and_accumulation_equals_one_process(monkeypatch) -> None:  # noqa: ANN001
+    from datacentric.verify.equivalence import check_equivalence
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    (report,) = check_equivalence(["tests.test_diffusers:padded_wan_case"], 2)
+    assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2]
+    assert report["samples_per_micro_batch"] == [[2, 1]]
+    assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report

@@ -1,4 +1,10 @@
-"""diffusers video transformers (Wan) under our model contract, unmodified.
+"""The packed fast path for diffusers' Wan: one adapter written for one family.
+
+Any diffusers video transformer with a context-parallel plan, Wan included, trains
+through the generic path (:mod:`datacentric.models.diffusers_generic`, what
+``diffusers:wan`` builds). This module stays as a fast path for Wan alone: it packs
+clips of different shapes into one sequence instead of one model call per shape, and
+measured 17-19% faster on CPU (``benchmarks/diffusers_paths.md``).
 
 :class:`DiffusersVideoModel` trains a ``diffusers`` ``WanTransformer3DModel`` (built
 from a config with random weights, nothing downloaded) on packed micro-batches of
@@ -46,10 +52,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.diffusers_build import TINY_DIFFUSERS
+from datacentric.models.diffusers_generic import TIMESTEP_SCALE, SdpaRoute
+from datacentric.models.diffusers_plan import UnsupportedVideoModel
 
 try:
     from diffusers import WanTransformer3DModel
@@ -58,27 +66,16 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
         "datacentric.models.diffusers_video needs diffusers: pip install 'datacentric[video]'"
     ) from _error
 
-#: rectified-flow time t in [0, 1) -> the model's timestep scale
-TIMESTEP_SCALE = 1000.0
+__all__ = [
+    "TIMESTEP_SCALE",
+    "TINY_WAN",
+    "DiffusersVideoModel",
+    "UnsupportedVideoModel",
+    "build_wan",
+]
 
-TINY_WAN: dict[str, Any] = {
-    "patch_size": (1, 2, 2),
-    "num_attention_heads": 4,
-    "attention_head_dim": 16,
-    "in_channels": 4,
-    "out_channels": 4,
-    "text_dim": 32,
-    "freq_dim": 32,
-    "ffn_dim": 128,
-    "num_layers": 4,
-    "cross_attn_norm": True,
-    "rope_max_seq_len": 64,
-}
+TINY_WAN: dict[str, Any] = TINY_DIFFUSERS["wan"][1]
 """The tiny random-weight config of ``diffusers:wan`` (tests and ``equivalence``)."""
-
-
-class UnsupportedVideoModel(ValueError):
-    """A diffusers model feature the packed, sequence-parallel path cannot run exactly."""
 
 
 class _Layout:
@@ -89,24 +86,6 @@ class _Layout:
         self.cross_mask: torch.Tensor | None = None  # (1, 1, S, n * L) bool
 
 
-class _SdpaRoute(TorchFunctionMode):
-    """Sends the one ``scaled_dot_product_attention`` call of a processor to ours."""
-
-    def __init__(self, run: Any) -> None:
-        super().__init__()
-        self.run = run
-        self.calls = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        kwargs = kwargs or {}
-        if func is F.scaled_dot_product_attention:
-            self.calls += 1
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-            bound = dict(zip(names, args)) | kwargs
-            return self.run(**bound)
-        return func(*args, **kwargs)
-
-
 class _PackedProcessor:
     """Wraps a diffusers attention processor: runs it unchanged, with its attention
     call routed to the packed self-attention or the masked cross-attention."""
@@ -115,7 +94,7 @@ class _PackedProcessor:
         self.inner, self.owner, self.cross = inner, owner, cross
 
     def __call__(self, attn: nn.Module, hidden_states, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN204
-        route = _SdpaRoute(self._cross if self.cross else self._self)
+        route = SdpaRoute(self._cross if self.cross else self._self)
         with route:
             out = self.inner(attn, hidden_states, *args, **kwargs)
         if route.calls != 1:

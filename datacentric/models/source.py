@@ -30,6 +30,8 @@ import dataclasses
 import importlib
 import inspect
 import json
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,9 +146,9 @@ def tiny_names(kind: str) -> list[str]:
             from datacentric.models.hf import TINY_CONFIGS
 
             return sorted(TINY_CONFIGS)
-        from datacentric.models import diffusers_video
+        from datacentric.models.diffusers_build import TINY_DIFFUSERS
 
-        return sorted(getattr(diffusers_video, "TINY_MODELS", {"wan": None}))
+        return sorted(TINY_DIFFUSERS)
     except ImportError:  # the extra is not installed
         return []
 
@@ -272,15 +274,17 @@ def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
 def _build_diffusers(
     source: ModelSource, dtype: torch.dtype, device: Any, on_meta: bool
 ) -> nn.Module:
-    from datacentric.models import diffusers_video
+    from datacentric.models.diffusers_build import build_diffusers_model
 
+    if on_meta and source.folder is not None:
+        # the config alone (no weights read): a folder holding only its config.json
+        with tempfile.TemporaryDirectory() as scratch:
+            shutil.copy2(source.folder / "config.json", Path(scratch) / "config.json")
+            with torch.device(device):
+                return build_diffusers_model(scratch, dtype=dtype, **source.args)
     target = str(source.folder) if source.folder is not None else source.target
-    build = getattr(diffusers_video, "build_diffusers_model", None)
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        if build is None:  # only the Wan adapter
-            check_model_args(source, diffusers_video.TINY_WAN, "diffusers:wan's config")
-            return diffusers_video.build_wan(dtype=dtype, **source.args)
-        return build(target, dtype=dtype, **source.args)
+        return build_diffusers_model(target, dtype=dtype, **source.args)
 
 
 def build_model_named(

@@ -186,6 +186,25 @@ def expand_kv_heads(kv_SHD: torch.Tensor, heads: int, sp: int) -> torch.Tensor:
     return kv_SHD if repeat == 1 else kv_SHD.repeat_interleave(repeat, dim=1)
 
 
+def all_gather(
+    x: torch.Tensor, dim: int, group: dist.ProcessGroup, *, path: str | None = None
+) -> torch.Tensor:
+    """Differentiable all-gather: every rank's ``x`` concatenated along ``dim`` in
+    group-rank order (all ranks' ``x`` must have the same shape).
+
+    Runs as one :func:`all_to_all` that sends ``x`` to every rank, so its gradient is
+    the opposite all-to-all followed by the sum of ``sp`` copies: each rank gets the
+    sum over the group of the gradients of its own rows (a reduce-scatter), which is
+    what a loss computed on every rank from the gathered rows needs.
+    """
+    sp = dist.get_world_size(group)
+    if sp == 1:
+        return x
+    copies = x.unsqueeze(0).expand(sp, *x.shape).contiguous()
+    received = all_to_all(copies, 0, 0, group, path=path)  # row j came from group rank j
+    return torch.cat(received.unbind(0), dim=dim)
+
+
 def heads_to_seq(
     x_SHD: torch.Tensor, group: dist.ProcessGroup, *, path: str | None = None
 ) -> torch.Tensor:
@@ -289,6 +308,19 @@ class SequenceParallelAttention:
     def sp_size(self) -> int:
         """Ranks in the current group (Ulysses ranks times ring positions)."""
         return group_size(self.group) * (1 if self.ring is None else self.ring.size)
+
+    @property
+    def rank_in_group(self) -> int:
+        """This rank's index in the current group (0 for ``None``)."""
+        return 0 if self.group is None else dist.get_rank(self.group)
+
+    def gather(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """:func:`all_gather` of ``x`` along ``dim`` over the current group (``x`` itself
+        for a group of one). Models that split a sequence themselves (their own
+        context-parallel plan) gather through it."""
+        if self.sp_size == 1:
+            return x
+        return all_gather(x, dim, self.group, path=self.all_to_all)
 
     @contextmanager
     def use(

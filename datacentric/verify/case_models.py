@@ -80,18 +80,18 @@ def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
 
 def diffusers_dataset(model: nn.Module, seed: int, count: int = 64) -> Dataset:
     """Synthetic latents and text embeddings (5 tokens) that a diffusers video model
-    takes: its channels, its text width, clips of the equivalence grids."""
-    from datacentric.models import diffusers_video
+    built by :func:`~datacentric.models.diffusers_build.build_diffusers_model` takes:
+    its channels, its text width, clips of the equivalence grids."""
+    from datacentric.models.diffusers_build import diffusers_model_of, text_width
+    from datacentric.models.diffusers_generic import DATA_PATCH
 
-    config = model.transformer.config
-    width = getattr(diffusers_video, "text_width", None)
-    patch = getattr(diffusers_video, "DATA_PATCH", None) or tuple(config.patch_size)
+    config = diffusers_model_of(model).config
     return SyntheticVideoDataset(
         _video_shapes(count),
         channels=int(config.in_channels),
         seed=seed,
-        patch=tuple(patch),
-        context_shape=(5, width(config) if width else int(config.text_dim)),
+        patch=DATA_PATCH,
+        context_shape=(5, text_width(config)),
     )
 
 

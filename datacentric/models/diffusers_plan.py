@@ -1,0 +1,238 @@
+"""Context-parallel plans of diffusers transformers, read as data.
+
+A diffusers model class declares where its token sequence is split across a
+context-parallel group and where it is gathered again (``_cp_plan``: module path ->
+inputs to split, outputs to split, or outputs to gather; ``""`` is the model itself,
+``"blocks.*"`` every entry of a list). :func:`install_plan` reads such a plan and puts
+one forward hook (or pre-hook) on each module it names; the hooks split and gather
+through a :class:`SequenceSplit`, the state of the clips being run, which the adapter
+(:mod:`datacentric.models.diffusers_generic`) sets per group of same-shape clips. The
+hooks do nothing while no split is set, so the model runs as diffusers wrote it.
+
+How we read a plan (``ContextParallelInput``: ``split_dim``, ``expected_dims``,
+``split_output``; ``ContextParallelOutput``: ``gather_dim``, ``expected_dims``):
+
+- a tensor whose rank differs from ``expected_dims`` is left whole, as diffusers does
+  (e.g. Wan's per-token ``timestep`` entry when the timestep is one per clip);
+- entries for the text conditioning (:data:`KEPT_WHOLE`) are left whole: every rank
+  holds the whole text, so a cross-attention needs no communication and gives what a
+  split-and-gathered one gives (diffusers splits it for LTX-Video);
+- every other split tensor must have the clips' sequence length along ``split_dim``
+  (else :class:`UnsupportedVideoModel` names the entry); it is padded with zeros to a
+  multiple of the group size and this rank keeps its contiguous chunk. The padding
+  rows form their own attention segment, so no real token ever sees them;
+- a gathered tensor is gathered in group-rank order and its padding dropped.
+
+Models without a plan get one here (:data:`DECLARED_CP_PLANS`, by class name) or are
+refused in one line naming what is missing (:data:`REFUSED_MODELS`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+
+class UnsupportedVideoModel(ValueError):
+    """A diffusers model feature the packed, sequence-parallel path cannot run exactly."""
+
+
+KEPT_WHOLE = ("encoder_hidden_states", "encoder_attention_mask")
+"""Forward arguments that carry the text conditioning: never split (see above)."""
+
+DECLARED_CP_PLANS: dict[str, dict[str, Any]] = {}
+"""Plans we declare for model classes that have no ``_cp_plan`` (class name -> plan, in
+diffusers' format). Add one here (or pass ``cp_plan=`` to the adapter) to run such a
+model through the generic path."""
+
+REFUSED_MODELS: dict[str, str] = {
+    "CogVideoXTransformer3DModel": (
+        "declares no _cp_plan, and its attention runs over the text and video tokens "
+        "joined into one sequence (the generic path splits the video sequence only and "
+        "keeps the text whole)"
+    ),
+    "HunyuanVideoTransformer3DModel": (
+        "declares no _cp_plan, and its dual-stream blocks attend over the text and "
+        "video tokens joined into one sequence, with a text mask (the generic path splits "
+        "the video sequence only and keeps the text whole)"
+    ),
+}
+"""Model classes without a plan, and what is missing for the generic path."""
+
+
+def cp_plan_of(model_class: type, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The context-parallel plan to run a model of ``model_class`` with: ``plan``, else
+    the class's own ``_cp_plan``, else :data:`DECLARED_CP_PLANS`; else
+    :class:`UnsupportedVideoModel` naming what is missing."""
+    name = model_class.__name__
+    found = plan or getattr(model_class, "_cp_plan", None) or DECLARED_CP_PLANS.get(name)
+    if found:
+        return found
+    reason = REFUSED_MODELS.get(name, "declares no _cp_plan (where its sequence is split")
+    if name not in REFUSED_MODELS:
+        reason += " and gathered), and none is declared in diffusers_plan.DECLARED_CP_PLANS"
+    raise UnsupportedVideoModel(f"{name} {reason}")
+
+
+@dataclass
+class SequenceSplit:
+    """The clips being run and their group: ``seq_len`` tokens each (the model's own
+    patches), split into ``sp`` chunks of ``padded // sp``; this rank keeps chunk ``rank``.
+    ``gather(x, dim)`` concatenates every rank's ``x`` along ``dim`` (differentiable)."""
+
+    seq_len: int
+    padded: int
+    sp: int
+    rank: int
+    gather: Callable[[torch.Tensor, int], torch.Tensor]
+
+    def split(self, x: torch.Tensor, dim: int, what: str) -> torch.Tensor:
+        """This rank's chunk of ``x`` along ``dim`` (padded with zeros first)."""
+        if x.shape[dim] != self.seq_len:
+            raise UnsupportedVideoModel(
+                f"the context-parallel plan splits {what} of length {x.shape[dim]} along "
+                f"dimension {dim}, not the video sequence of {self.seq_len} tokens"
+            )
+        if self.sp == 1:
+            return x
+        if self.padded > self.seq_len:
+            pad_shape = list(x.shape)
+            pad_shape[dim] = self.padded - self.seq_len
+            x = torch.cat([x, x.new_zeros(pad_shape)], dim=dim)
+        return x.chunk(self.sp, dim=dim)[self.rank]
+
+    def unsplit(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """Every rank's chunk gathered along ``dim``, without the padding."""
+        if self.sp == 1:
+            return x
+        return self.gather(x.contiguous(), dim).narrow(dim, 0, self.seq_len)
+
+
+def _modules_named(model: nn.Module, path: str) -> list[nn.Module]:
+    """The modules a plan key names (``""``: the model; one ``*`` expands a list)."""
+    found = [model]
+    for atom in path.split(".") if path else []:
+        step = []
+        for module in found:
+            if atom == "*":
+                step.extend(module.children())
+            elif hasattr(module, atom):
+                step.append(getattr(module, atom))
+            else:
+                raise UnsupportedVideoModel(
+                    f"the context-parallel plan names {path!r}, but {type(model).__name__} "
+                    f"has no submodule {atom!r}"
+                )
+        found = step
+    return found
+
+
+def _as_list(entry: Any) -> list[Any]:
+    return list(entry) if isinstance(entry, (list, tuple)) else [entry]
+
+
+def _applies(x: Any, spec: Any) -> bool:
+    expected = getattr(spec, "expected_dims", None)
+    return isinstance(x, torch.Tensor) and (expected is None or x.dim() == expected)
+
+
+def install_plan(
+    model: nn.Module, plan: dict[str, Any], current: Callable[[], SequenceSplit | None]
+) -> list[RemovableHandle]:
+    """Hooks that split and gather as ``plan`` says, through ``current()`` (no-ops while
+    it returns ``None``). Returns the handles (``handle.remove()`` undoes them)."""
+    handles = []
+    for path, entry in plan.items():
+        for module in _modules_named(model, path):
+            if isinstance(entry, dict):
+                inputs = {k: v for k, v in entry.items() if not _as_list(v)[0].split_output}
+                outputs = {k: v for k, v in entry.items() if _as_list(v)[0].split_output}
+                if inputs:
+                    hook = _input_splitter(module, path, inputs, current)
+                    handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+                if outputs:
+                    hook = _output_splitter(path, outputs, current)
+                    handles.append(module.register_forward_hook(hook))
+            else:
+                hook = _output_gatherer(path, _as_list(entry), current)
+                handles.append(module.register_forward_hook(hook))
+    return handles
+
+
+def _input_splitter(
+    module: nn.Module, path: str, inputs: dict[str, Any], current: Callable[[], Any]
+) -> Callable[..., Any]:
+    signature = inspect.signature(type(module).forward)  # the class's: blocks may be wrapped
+
+    def hook(mod: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        split = current()
+        if split is None:
+            return None
+        bound = signature.bind(mod, *args, **kwargs)
+        for name, spec in inputs.items():
+            value = bound.arguments.get(name)
+            if name in KEPT_WHOLE or value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                specs = _as_list(spec)
+                value = type(value)(
+                    split.split(v, s.split_dim, f"{path or 'the model'}'s {name}[{i}]")
+                    if _applies(v, s) and not s.split_output
+                    else v
+                    for i, (v, s) in enumerate(zip(value, specs))
+                )
+            elif _applies(value, spec):
+                value = split.split(value, spec.split_dim, f"{path or 'the model'}'s {name}")
+            bound.arguments[name] = value
+        return bound.args[1:], bound.kwargs
+
+    return hook
+
+
+def _outputs(output: Any) -> tuple[list[Any], bool]:
+    if isinstance(output, torch.Tensor):
+        return [output], True
+    return list(output), False
+
+
+def _output_splitter(
+    path: str, outputs: dict[int, Any], current: Callable[[], Any]
+) -> Callable[..., Any]:
+    def hook(mod: nn.Module, args: tuple, output: Any) -> Any:
+        split = current()
+        if split is None:
+            return None
+        values, single = _outputs(output)
+        for index, spec in outputs.items():
+            if _applies(values[index], spec):
+                values[index] = split.split(values[index], spec.split_dim, f"{path}[{index}]")
+        return values[0] if single else type(output)(values)
+
+    return hook
+
+
+def _output_gatherer(
+    path: str, specs: Sequence[Any], current: Callable[[], Any]
+) -> Callable[..., Any]:
+    def hook(mod: nn.Module, args: tuple, output: Any) -> Any:
+        split = current()
+        if split is None:
+            return None
+        values, single = _outputs(output)
+        if len(values) != len(specs):
+            raise UnsupportedVideoModel(
+                f"the context-parallel plan gathers {len(specs)} outputs of {path!r}, "
+                f"which returned {len(values)}"
+            )
+        for i, spec in enumerate(specs):
+            if spec is not None and _applies(values[i], spec):
+                values[i] = split.unsplit(values[i], spec.gather_dim)
+        return values[0] if single else type(output)(values)
+
+    return hook
