@@ -188,7 +188,7 @@ def _split_by_length(q, k, v, cu_seqlens, causal, long, kernel):
         a, b = bounds[i], bounds[i + 1]
         local = torch.tensor([0, b - a])
         local.host_offsets = (0, b - a)
-        pieces[i] = _sdpa_path(q[a:b], k[a:b], v[a:b], local, causal, None)
+        pieces[i] = _KERNELS["sdpa"](q[a:b], k[a:b], v[a:b], local, causal, None)
     short = [i for i in range(len(pieces)) if pieces[i] is None]
     if short:
         ranges = [(bounds[i], bounds[i + 1]) for i in short]

@@ -139,10 +139,18 @@ def read_measurements(
         group = f"{r['model']} {int(r['one']['tokens'])}"
         for label in ("one", "many"):
             x = r[label]
+            taken = x.get("attention_path")  # the kernels this pass ran (gpu_bench)
+            if taken is not None and taken not in RUNTIME_PATHS:
+                raise ValueError(
+                    f"{r['model']} packed {label}: attention_path {taken!r} mixes kernels; "
+                    f"the cost model prices one of {sorted(RUNTIME_PATHS)} per pass"
+                )
+            priced = RUNTIME_PATHS[taken] if taken is not None else path
             shape = _shape(spec, int(x["tokens"]), int(x["n"]), x.get("grid"))
             case = PassCase(r["model"], 4, (shape,) * int(x["n"]))
             name = f"packed {r['many']['n']} {label}"
-            rows.append(MeasuredRow(group, name, ((1.0, case),), float(x["measured_s"]), path))
+            row = MeasuredRow(group, name, ((1.0, case),), float(x["measured_s"]), priced)
+            rows.append(row)
     return rows
 
 
