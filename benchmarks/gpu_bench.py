@@ -6,8 +6,9 @@ Re-measures, on one GPU, the tables the cost model is calibrated from:
   per pass, bf16 autocast, forward + backward; the 4-block model also with every
   block recomputing (recomputation overhead); peak memory of each pass;
 - ``packed``: one long sample against many short samples of the same total tokens
-  in one micro-batch (the per-sample and per-segment costs), on the attention path
-  the runtime takes;
+  in one micro-batch (the per-sample and per-segment costs), each with the attention
+  kernels it actually ran (``attention_path``: ``sdpa``, ``varlen``, or ``sdpa+varlen``
+  when long segments went to SDPA; ``attention_calls`` counts the calls);
 - ``attention``: attention alone (228 segments of 144 tokens, 24 heads of 64, bf16,
   forward + backward) on every path the device has.
 
@@ -162,6 +163,34 @@ def block_times(device: torch.device, timer: Timer, cases: dict) -> list[dict[st
     return rows
 
 
+class PathsTaken:
+    """Counts the attention kernels a pass actually runs (``varlen_attention`` may send
+    long segments to SDPA and the rest to the varlen kernel): wraps each kernel of
+    ``attention._KERNELS`` while in use."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, int] = {}
+        self._saved: dict[str, Callable[..., torch.Tensor]] = {}
+
+    def __enter__(self) -> PathsTaken:
+        kernels = attention_module._KERNELS
+        self._saved = dict(kernels)
+        for name, kernel in self._saved.items():
+            kernels[name] = functools.partial(self._run, name, kernel)
+        return self
+
+    def _run(self, name: str, kernel: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return kernel(*args)
+
+    def __exit__(self, *exc: object) -> None:
+        attention_module._KERNELS.update(self._saved)
+
+    def path(self) -> str:
+        """The one path taken, or the paths joined by ``+`` when a pass mixed them."""
+        return "+".join(sorted(self.calls)) or "none"
+
+
 def packed(device: torch.device, timer: Timer, cases: list) -> list[dict[str, Any]]:
     rows = []
     for name, one, short, count in cases:
@@ -170,15 +199,18 @@ def packed(device: torch.device, timer: Timer, cases: list) -> list[dict[str, An
         row: dict[str, Any] = {"model": name}
         for label, shapes in (("one", [one]), ("many", [short] * count)):
             dataset = dataset_of(shapes)
+            with PathsTaken() as taken:
+                seconds = timer(pass_fn(model, dataset, device))
             row[label] = {
                 "n": len(shapes),
                 "tokens": sum(s.tokens for s in shapes),
                 "grid": shapes[0].grid,
-                "measured_s": timer(pass_fn(model, dataset, device)),
+                "measured_s": seconds,
+                "attention_path": taken.path(),  # what ran, not what is preferred
+                "attention_calls": taken.calls,
             }
         row["many_over_one_measured"] = row["many"]["measured_s"] / row["one"]["measured_s"]
-        probe = torch.zeros(1, device=device, dtype=torch.bfloat16)
-        row["attention_path"] = attention_module.attention_path(probe)
+        row["attention_path"] = row["many"]["attention_path"]
         print(json.dumps(row), flush=True)
         rows.append(row)
         del model

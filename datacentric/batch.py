@@ -110,5 +110,8 @@ def segment_offsets(cu_seqlens: torch.Tensor) -> tuple[int, ...]:
 def segment_bounds(cu_seqlens: torch.Tensor) -> tuple[int, int]:
     """``(total tokens, longest segment)`` of a packed layout (see :func:`segment_offsets`)."""
     offsets = segment_offsets(cu_seqlens)
-    longest = max((b - a for a, b in zip(offsets[:-1], offsets[1:])), default=0)
+    # a plain loop: max(..., default=) breaks a compiled graph (dynamo cannot trace it)
+    longest = 0
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        longest = max(longest, b - a)
     return offsets[-1], longest

@@ -33,6 +33,15 @@ def test_smoke_mode_writes_every_table(tmp_path: Path) -> None:
     (packed,) = report["packed"]
     assert packed["many"]["n"] == 8 and packed["one"]["tokens"] == packed["many"]["tokens"]
     assert packed["attention_path"] == "sdpa"
+    for label in ("one", "many"):  # the kernels that ran: one SDPA call per sample on CPU
+        assert packed[label]["attention_path"] == "sdpa"
+        assert packed[label]["attention_calls"]["sdpa"] > 0
+    # calibrate reads the report as it reads the shipped files
+    from datacentric.planning.calibration import read_measurements
+    from datacentric.profiling.preset_specs import get_model_spec
+
+    rows = read_measurements(report, get_model_spec)
+    assert {r.attention_path for r in rows} == {"sdpa-per-sample"}
     assert [row["path"] for row in report["attention"]] == ["sdpa", "sdpa"]  # two layouts
     assert all(row["fwd_bwd_s"] > 0 for row in report["attention"])
 
@@ -43,3 +52,14 @@ def test_without_a_gpu_it_says_so(capsys) -> None:
         pytest.skip("a GPU is present")
     assert gpu_bench.main([]) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_paths_taken_counts_the_kernels_that_ran() -> None:
+    gpu_bench = load_gpu_bench()
+    attention = gpu_bench.attention_module
+    q = gpu_bench.torch.randn(12, 2, 8)
+    cu_seqlens = gpu_bench.torch.tensor([0, 5, 12])
+    with gpu_bench.PathsTaken() as taken:
+        attention.varlen_attention(q, q, q, cu_seqlens, True)
+    assert taken.calls == {"sdpa": 1} and taken.path() == "sdpa"
+    assert attention._KERNELS["sdpa"] is attention._sdpa_path  # restored

@@ -2,9 +2,12 @@
 
 Reads measurement files (``benchmarks/gpu_bench.py``'s report, or the block and packed
 row files shipped in ``datacentric/planning/measurements/h200``), fits the preset's
-rates by least squares (:mod:`datacentric.planning.calibration`), and reports the
-largest relative error over every measured time and a held-out check: the fit repeated
-on some shape groups and tested on the others. ``--json-out FILE`` writes the fitted preset, which
+rates by bounded least squares (:mod:`datacentric.planning.calibration`), and reports
+the largest relative error over every measured time (``max_rel_err``), the
+leave-one-shape-group-out errors (``cv_max_rel_err``, ``cv_median_rel_err``: every row
+predicted by the fit to the other groups), the default held-out split
+(``held_out_max_rel_err``), the fit's condition number and every fitted term (which
+sit on their physical floor). ``--json-out FILE`` writes the fitted preset, which
 ``--hardware FILE.json`` of ``plan``, ``schedule`` and ``simulate`` loads.
 """
 
@@ -48,9 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: What a calibration should reach (docs/planning.md): on the fit, on the worst and the
+#: median row left out with its shape group.
+TARGETS = {"max_rel_err": 0.10, "cv_max_rel_err": 0.20, "cv_median_rel_err": 0.08}
+
+
 def run(args: argparse.Namespace) -> int:
+    import statistics
+
     from datacentric.planning.calibration import (
         Calibration,
+        cross_validate,
         held_out_groups,
         max_rel_err,
         read_measurements,
@@ -70,22 +81,34 @@ def run(args: argparse.Namespace) -> int:
         train = [r for r in rows if r.group not in held]
         test = [r for r in rows if r.group in held]
         held_err = max_rel_err(calibration, calibration.fit(train), test) if test else None
+        cv = cross_validate(calibration, rows) if len({r.group for r in rows}) > 1 else []
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"datacentric calibrate: {err}", file=sys.stderr)
         return 2
     fitted = _with_source(fitted, args.measurements)
     errors = relative_errors(calibration, fitted, rows)
+    cv_abs = [abs(e) for _, _, e in cv]
     out = {
         "hardware": fitted.to_json(),
         "rows": len(rows),
+        "groups": len({r.group for r in rows}),
         "max_rel_err": max(abs(e) for _, _, e in errors),
+        "cv_max_rel_err": max(cv_abs) if cv else None,
+        "cv_median_rel_err": statistics.median(cv_abs) if cv else None,
         "held_out_groups": sorted(held),
         "held_out_max_rel_err": held_err,
+        "condition_number": calibration.condition_number(fitted, rows),
+        "terms": calibration.terms(fitted, rows),
+        "targets": TARGETS,
         "errors": [
             {"row": r.describe(), "measured_s": r.seconds, "predicted_s": p, "rel_err": e}
             for r, p, e in errors
         ],
+        "cv_errors": [{"row": r.describe(), "predicted_s": p, "rel_err": e} for r, p, e in cv],
     }
+    out["meets_targets"] = all(
+        out[k] is not None and out[k] <= limit for k, limit in TARGETS.items()
+    )
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         record = {
@@ -96,14 +119,28 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
+    cv_of = {id(r): e for r, _, e in cv}
     for row, predicted, err in errors:
+        left_out = f"  left out {cv_of[id(row)]:+.3f}" if id(row) in cv_of else ""
         print(
-            f"{row.describe():<32} measured {row.seconds * 1e3:9.2f} ms  "
-            f"predicted {predicted * 1e3:9.2f} ms  {err:+.3f}"
+            f"{row.describe():<36} measured {row.seconds * 1e3:9.2f} ms  "
+            f"predicted {predicted * 1e3:9.2f} ms  {err:+.3f}{left_out}"
         )
     print(f"max_rel_err {out['max_rel_err']:.3f} over {len(rows)} measured times")
+    if cv:
+        print(
+            f"cv_max_rel_err {out['cv_max_rel_err']:.3f}, cv_median_rel_err "
+            f"{out['cv_median_rel_err']:.3f} (each of {out['groups']} shape groups left out)"
+        )
     if held_err is not None:
         print(f"held_out_max_rel_err {held_err:.3f} (fit without {', '.join(sorted(held))})")
+    print(f"condition_number {out['condition_number']:.3g}")
+    floors = [t["term"] for t in out["terms"] if t["at_floor"]]
+    if floors:
+        print(f"at their physical floor (not pinned by these measurements): {', '.join(floors)}")
+    if not out["meets_targets"]:
+        limits = ", ".join(f"{k} <= {v}" for k, v in TARGETS.items())
+        print(f"misses the targets ({limits})")
     if args.json_out:
         print(f"wrote {args.json_out}")
     return 0

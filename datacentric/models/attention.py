@@ -35,10 +35,10 @@ try:  # torch >= 2.10: a varlen flash kernel in PyTorch itself (CUDA only)
 except Exception:  # noqa: BLE001 - older torch
     _torch_varlen = None
 
-try:  # torch >= 2.5
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+try:  # torch >= 2.6 (BlockMask.from_kv_blocks with seq_lengths)
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
 except Exception:  # noqa: BLE001 - older torch
-    create_block_mask = flex_attention = None
+    BlockMask = flex_attention = None
 
 #: attention paths :func:`varlen_attention` can take, in the order it prefers them on CUDA
 PATHS = ("varlen", "flash", "flex", "sdpa")
@@ -188,7 +188,7 @@ def _split_by_length(q, k, v, cu_seqlens, causal, long, kernel):
         a, b = bounds[i], bounds[i + 1]
         local = torch.tensor([0, b - a])
         local.host_offsets = (0, b - a)
-        pieces[i] = _sdpa_path(q[a:b], k[a:b], v[a:b], local, causal, None)
+        pieces[i] = _KERNELS["sdpa"](q[a:b], k[a:b], v[a:b], local, causal, None)
     short = [i for i in range(len(pieces)) if pieces[i] is None]
     if short:
         ranges = [(bounds[i], bounds[i + 1]) for i in short]
@@ -256,14 +256,57 @@ def _flex_path(q, k, v, cu_seqlens, causal, window):
     return out.squeeze(0).transpose(0, 1)
 
 
+#: FlexAttention's block size (its default): masks are built per block of this many tokens.
+FLEX_BLOCK = 128
+
+
+@torch.compiler.disable  # eager, once per micro-batch: under compile too, never per layer
 def _document_block_mask(cu_seqlens, total, causal, window, device):
     """FlexAttention's block mask of a packed layout, made once per micro-batch: kept
-    with ``cu_seqlens`` (the same tensor reaches every layer)."""
+    with ``cu_seqlens`` (the same tensor reaches every layer, compiled or not)."""
     key = (total, causal, window, str(device))
-    cache = None if torch.compiler.is_compiling() else getattr(cu_seqlens, "flex_masks", None)
-    if cache is not None and key in cache:
-        return cache[key]
-    doc = document_ids(cu_seqlens, total, device)
+    cache = getattr(cu_seqlens, "flex_masks", None)
+    if cache is None:
+        cache = cu_seqlens.flex_masks = {}
+    if key not in cache:
+        offsets = segment_offsets(cu_seqlens)
+        cache[key] = document_block_mask(offsets, causal, window, device)
+    return cache[key]
+
+
+def document_block_mask(
+    offsets: tuple[int, ...],
+    causal: bool,
+    window: int | None,
+    device: torch.device | str,
+    block: int = FLEX_BLOCK,
+):
+    """The ``BlockMask`` of segments at host ``offsets`` (``[0, len_0, ..., S]``), built
+    block by block from each block's first and last segment: ``(S / block)^2`` block
+    entries and ``O(S)`` per-token ids, never the ``S x S`` mask that
+    ``create_block_mask`` evaluates uncompiled (1 GiB at 32K tokens). A block pair is
+    *full* (no mask applied) when both blocks are whole and lie in one segment and the
+    causal and window limits hold for every pair; *partial* (``mask_mod`` applied) when
+    they may share a segment; skipped otherwise."""
+    device = torch.device(device)
+    total = int(offsets[-1])
+    cu = torch.tensor(offsets, device=device, dtype=torch.long)
+    starts = torch.arange(0, total, block, device=device)
+    ends = torch.clamp(starts + block, max=total) - 1  # last token of each block
+    first, last = (torch.bucketize(t, cu[1:], right=True) for t in (starts, ends))
+    whole = ends - starts + 1 == block
+    q_first, q_last, q_start, q_end = (t[:, None] for t in (first, last, starts, ends))
+    k_first, k_last, k_start, k_end = (t[None, :] for t in (first, last, starts, ends))
+    shared = (q_first <= k_last) & (k_first <= q_last)
+    full = (q_first == q_last) & (k_first == k_last) & (q_first == k_first)
+    full &= whole[:, None] & whole[None, :]
+    if causal:
+        shared &= k_start <= q_end
+        full &= k_end <= q_start
+    if window is not None:
+        shared &= q_start - k_end < window
+        full &= q_end - k_start < window
+    doc = document_ids(cu, total, device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         keep = doc[q_idx] == doc[kv_idx]
@@ -273,13 +316,22 @@ def _document_block_mask(cu_seqlens, total, causal, window, device):
             keep = keep & (q_idx - kv_idx < window)
         return keep
 
-    # Not compiled: a compiled mask builder recompiled for new lengths (seconds each).
-    block_mask = create_block_mask(mask_mod, None, None, total, total, device=device)
-    if not torch.compiler.is_compiling():
-        if cache is None:
-            cache = cu_seqlens.flex_masks = {}
-        cache[key] = block_mask
-    return block_mask
+    def listed(blocks_QK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        counts = blocks_QK.sum(dim=-1, dtype=torch.int32)
+        order = torch.argsort((~blocks_QK).to(torch.int8), dim=-1, stable=True)
+        return counts[None, None], order.to(torch.int32)[None, None]
+
+    partial_num, partial_idx = listed(shared & ~full)
+    full_num, full_idx = listed(full)
+    return BlockMask.from_kv_blocks(
+        partial_num,
+        partial_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=block,
+        mask_mod=mask_mod,
+        seq_lengths=(total, total),
+    )
 
 
 @functools.cache

@@ -175,19 +175,27 @@ class DiffusersVideoModel(nn.Module):
         return self._attention
 
     def _rotary(self, positions_S3: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model's rotary rows for each token's (frame, row, column)."""
-        limit = int(self.transformer.config.rope_max_seq_len)
-        grid = [int(positions_S3[:, axis].max()) + 1 for axis in range(3)]
-        if max(grid) > limit:
-            raise UnsupportedVideoModel(
-                f"a position of {max(grid) - 1} patches along one axis is beyond the model's "
-                f"rope_max_seq_len of {limit}"
-            )
-        pt, ph, pw = self.patch
-        shape = (1, 1, grid[0] * pt, grid[1] * ph, grid[2] * pw)
-        cos, sin = self.transformer.rope(torch.empty(shape, device="meta"))  # reads the shape
-        rows = (positions_S3[:, 0] * grid[1] + positions_S3[:, 1]) * grid[2] + positions_S3[:, 2]
-        return cos[:, rows], sin[:, rows]
+        """The model's rotary rows for each token's (frame, row, column), gathered per
+        axis from the rotary tables (the rows ``rope`` builds for a whole grid), so no
+        grid size is read back from the device."""
+        rope = self.transformer.rope
+        limit = int(rope.max_seq_len)
+        if positions_S3.device.type == "cpu":  # a host check costs nothing here
+            top = int(positions_S3.max()) if positions_S3.numel() else 0
+            if top >= limit:
+                raise UnsupportedVideoModel(
+                    f"a position of {top} patches along one axis is beyond the model's "
+                    f"rope_max_seq_len of {limit}"
+                )
+        else:  # checked on the device, without waiting for it
+            torch._assert_async(positions_S3.max() < limit, "position beyond rope_max_seq_len")
+        split = [rope.t_dim, rope.h_dim, rope.w_dim]
+        tables = []
+        for table in (rope.freqs_cos, rope.freqs_sin):
+            axes = table.split(split, dim=1)
+            rows = [axis[positions_S3[:, i]] for i, axis in enumerate(axes)]
+            tables.append(torch.cat(rows, dim=-1)[None, :, None, :])
+        return tables[0], tables[1]
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         """Per-token mean squared error of the velocity ``(S,)`` (float32), 0 where

@@ -57,7 +57,10 @@ Terms fitted to measurement (``datacentric calibrate``; see docs/planning.md):
   of traffic, plus a backward scatter-add serialised along each sample (elements:
   ``per_token_modulation * token-weighted mean sample length``);
 - *recomputation*: a fixed ``recompute_overhead`` per recomputed block beyond its forward;
-- *launches*: ``outer_ops`` operators outside the blocks per pass.
+- *launches*: ``outer_ops`` operators outside the blocks per pass;
+- *weight traffic* (memory bytes): the fp32 weights' 16-bit copies and gradient
+  accumulation under mixed precision (:func:`weight_traffic_bytes`), per block pass,
+  not divided by ``sp`` (every rank holds the weights).
 
 Breakdowns are cached per (shapes, sp, recomputed count per block kind): compute is
 the pass without recomputation less its all-to-all, recomputation what the recomputed
@@ -131,6 +134,22 @@ def saved_elements_per_token(spec: ModelSpec) -> int:
     mlp = 2 * h + (4 if spec.gated_mlp else 2) * f
     adaln = 4 * h if spec.adaln_single else 0
     return attn + cross + mlp + adaln + spec.extra_saved_per_token
+
+
+def weight_traffic_bytes(dtype_bytes: int) -> tuple[int, int]:
+    """Bytes per parameter of weight traffic that is not a matmul operand: in each
+    forward (recomputed ones too), and in each backward of a block.
+
+    Mixed precision (``dtype_bytes < 4``: fp32 weights under autocast, as the runtime
+    trains): every forward reads each fp32 weight and writes its 16-bit copy
+    (``4 + dtype``); the backward writes and reads the 16-bit weight gradient and reads
+    and writes the fp32 gradient it accumulates into (``2 * dtype + 8``). Full fp32
+    training casts nothing; its gradient accumulation is left out (0, 0), as before.
+    Approximate: fused optimizers and gradient buckets are not counted.
+    """
+    if dtype_bytes >= 4:
+        return 0, 0
+    return 4 + dtype_bytes, 2 * dtype_bytes + 8
 
 
 def attention_pairs(kind: str, shape: SampleShape) -> float:
@@ -310,6 +329,7 @@ class AnalyticCostModel(CachedCostModel):
             + 2.0 * spec.per_sample_block_params * n
         )
         block_mem = 2.0 * self._saved_elems * local * b
+        cast, grad = weight_traffic_bytes(b)
         mm = attn = attn_bwd = mem = nvl = ib = 0.0
         colls = passes = 0
         segment_passes = modulation = scattered = 0.0
@@ -325,6 +345,7 @@ class AnalyticCostModel(CachedCostModel):
             attn += attn_fwd * fwd_passes
             attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
             mem += block_mem * (fwd_passes + 2 * blocks)
+            mem += spec.block_params * (cast * fwd_passes + grad * blocks)
             segment_passes += n * (fwd_passes + 2 * blocks)
             modulation += spec.per_token_modulation * local * (fwd_passes + 2 * blocks)
             scattered += spec.per_token_modulation * serial * blocks
@@ -348,6 +369,7 @@ class AnalyticCostModel(CachedCostModel):
         if cond:
             outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
         mm += 3.0 * outer
+        mem += spec.outer_params * (cast + grad)
         modulation += spec.outer_per_token_modulation * local * 3
         scattered += spec.outer_per_token_modulation * serial
         sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0

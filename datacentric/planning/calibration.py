@@ -1,18 +1,25 @@
-"""Fit a hardware preset's constants to measured passes on a GPU.
+"""Fit a hardware preset's constants to measured passes on a GPU, and cross-validate it.
 
-Reads the measurement files ``benchmarks/gpu_bench.py`` writes (and the two shipped in
+Reads the measurement files ``benchmarks/gpu_bench.py`` writes (and the three shipped in
 ``planning/measurements/h200``): *block rows* (one sample through 2- and 4-block models,
 the 4-block one also with every block recomputed) and *packed rows* (one long sample
 against many short ones of the same tokens, 4 blocks). Every measured time becomes one
 :class:`MeasuredRow`: ``t2``, ``t4``, ``t4_recompute``, the per-block time
 ``(t4 - t2) / 2`` and each packed micro-batch.
 
-:func:`fit_hardware` solves for the rates of the analytic model's work
-(:meth:`~datacentric.planning.analytic.AnalyticCostModel.work`) by non-negative least
-squares on relative error, reweighted towards the largest errors (Lawson's iteration
-for a minimax fit), over a small grid of GEMM half-efficiency token counts. Element-wise
-bytes and communication keep the base preset's rates: they grow with tokens exactly as
-linear-layer FLOPs do, so the matmul rate absorbs them. Pure: specs come from the caller.
+:meth:`Calibration.fit` solves for the rates of the analytic model's work
+(:meth:`~datacentric.planning.analytic.AnalyticCostModel.work`, one rate per
+:data:`TERMS` entry) by bounded least squares on relative error: every rate of work
+that a datasheet peak bounds is at least ``1 / peak`` (efficiency in (0, 1]) and every
+overhead is at least 0. Attention forward and backward FLOPs share one rate (their
+columns are nearly proportional, so two rates would be collinear). Communication keeps
+the base preset's rates (the measurements are on one GPU). The GEMM half-efficiency
+token count is chosen from a small grid by the fit's largest error.
+
+:func:`cross_validate` refits with each *shape group* left out (one model at one token
+count, with every packed case whose one long sample has that count: a packed case and
+its one-sample twin, which is the same shape as a block row, are never split) and
+predicts the group's rows. Pure: specs come from the caller.
 """
 
 from __future__ import annotations
@@ -25,17 +32,29 @@ import numpy as np
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import Hardware
-from datacentric.planning.lsq import nonnegative_least_squares
+from datacentric.planning.lsq import bounded_least_squares
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.shapes import SampleShape
 
-#: ``Work.as_array`` entries fitted (the rest keep the base rates): matmul, attention
-#: forward, block pass, attention backward, segment pass, segment copy, scatter,
-#: modulation, recomputed block, outer operator; plus the varlen segment pass (14).
-FIT_COLUMNS = (0, 1, 6, 7, 8, 9, 10, 11, 12, 13, 14)
+#: Fitted terms: name, the ``Work.as_array`` entries (plus 14, the varlen segment pass)
+#: its rate prices, and its lower bound: ``flop`` (``1 / peak_flops``), ``byte``
+#: (``1 / memory_bandwidth``) or 0. Entries 3-5 (communication) keep the base rates.
+TERMS = (
+    ("matmul", (0,), "flop"),
+    ("attention", (1, 7), "flop"),
+    ("memory", (2,), "byte"),
+    ("block_pass", (6,), None),
+    ("segment_pass", (8,), None),
+    ("segment_copy", (9,), "byte"),
+    ("scatter", (10,), None),
+    ("modulation", (11,), None),
+    ("recomputed_block", (12,), None),
+    ("outer_op", (13,), None),
+    ("varlen_segment_pass", (14,), None),
+)
+FIXED_COLUMNS = (3, 4, 5)
 #: GEMM half-efficiency token counts tried (``Hardware.half_efficiency_tokens``).
 HALF_EFFICIENCY_GRID = (0.0, 256.0, 1024.0)
-LAWSON_ITERATIONS = 40
 #: the runtime's attention path names (benchmarks' ``attention_path``) -> priced path
 RUNTIME_PATHS = {"sdpa": "sdpa-per-sample", "varlen": "varlen", "flash": "varlen", "flex": "varlen"}
 
@@ -55,9 +74,10 @@ class MeasuredRow:
     """One measured time: ``sum(weight * time(case))`` over ``terms`` took ``seconds``."""
 
     group: str
-    """Shape group (``llama-7b 4096``; ``llama-7b packed 128``): held-out splits by it."""
+    """Shape group (``llama-7b 16384``): one model at one token count, with the packed
+    cases whose one long sample has that many tokens. Cross-validation holds it out whole."""
     label: str
-    """``t2``, ``t4``, ``t4_recompute``, ``block``, ``one`` or ``many``."""
+    """``t2``, ``t4``, ``t4_recompute``, ``block``, or ``packed N one`` / ``packed N many``."""
     terms: tuple[tuple[float, PassCase], ...]
     seconds: float
     attention_path: str
@@ -116,38 +136,31 @@ def read_measurements(
     for r in packed:
         spec = spec_of(r["model"])
         path = RUNTIME_PATHS.get(r.get("attention_path", ""), default_path)
-        group = f"{r['model']} packed {r['many']['n']}"
+        group = f"{r['model']} {int(r['one']['tokens'])}"
         for label in ("one", "many"):
             x = r[label]
+            taken = x.get("attention_path")  # the kernels this pass ran (gpu_bench)
+            if taken is not None and taken not in RUNTIME_PATHS:
+                raise ValueError(
+                    f"{r['model']} packed {label}: attention_path {taken!r} mixes kernels; "
+                    f"the cost model prices one of {sorted(RUNTIME_PATHS)} per pass"
+                )
+            priced = RUNTIME_PATHS[taken] if taken is not None else path
             shape = _shape(spec, int(x["tokens"]), int(x["n"]), x.get("grid"))
             case = PassCase(r["model"], 4, (shape,) * int(x["n"]))
-            rows.append(MeasuredRow(group, label, ((1.0, case),), float(x["measured_s"]), path))
+            name = f"packed {r['many']['n']} {label}"
+            row = MeasuredRow(group, name, ((1.0, case),), float(x["measured_s"]), priced)
+            rows.append(row)
     return rows
 
 
 def held_out_groups(rows: Sequence[MeasuredRow]) -> set[str]:
-    """Groups a held-out check tests on: per model, the second-smallest block shape and
-    the packed case with the most samples (the fit never sees their rows)."""
-    held: set[str] = set()
-    by_model: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    """The default held-out split: per model, the second-smallest shape group."""
+    by_model: dict[str, set[int]] = {}
     for row in rows:
-        model, kind, size = _group_key(row.group)
-        by_model.setdefault((model, kind), []).append((size, row.group))
-    for (_, kind), groups in by_model.items():
-        ordered = sorted(set(groups))
-        if len(ordered) < 2:
-            continue
-        held.add(ordered[1][1] if kind == "block" else ordered[-1][1])
-    return held
-
-
-def _group_key(group: str) -> tuple[str, str, int]:
-    parts = group.split()
-    return (
-        (parts[0], "packed", int(parts[2]))
-        if len(parts) == 3
-        else (parts[0], "block", int(parts[1]))
-    )
+        model, tokens = row.group.rsplit(" ", 1)
+        by_model.setdefault(model, set()).add(int(tokens))
+    return {f"{m} {sorted(t)[1]}" for m, t in by_model.items() if len(t) >= 2}
 
 
 class Calibration:
@@ -160,6 +173,7 @@ class Calibration:
         dtype_bytes: int = 2,
     ) -> None:
         self.base, self.spec_of, self.dtype_bytes = base, spec_of, dtype_bytes
+        self._features: dict[tuple[float, MeasuredRow], np.ndarray] = {}
 
     def _model(self, hw: Hardware, case: PassCase) -> AnalyticCostModel:
         spec = self.spec_of(case.model).truncated(case.depth)
@@ -167,6 +181,9 @@ class Calibration:
 
     def features(self, hw: Hardware, row: MeasuredRow) -> np.ndarray:
         """The row's work, one entry per rate (the segment pass split by path)."""
+        key = (hw.half_efficiency_tokens, row)
+        if key in self._features:
+            return self._features[key]
         total = np.zeros(15)
         for weight, case in row.terms:
             work = self._model(hw, case).work(case.shapes, 1, [case.recomputed] * case.depth)
@@ -174,7 +191,18 @@ class Calibration:
             if row.attention_path == "varlen":
                 arr[14], arr[8], arr[9] = arr[8], 0.0, 0.0
             total += weight * arr
+        self._features[key] = total
         return total
+
+    def design(self, hw: Hardware, rows: Sequence[MeasuredRow]) -> np.ndarray:
+        """Each row's work per fitted term (one column per :data:`TERMS` entry)."""
+        feats = np.array([self.features(hw, r) for r in rows])
+        return np.stack([feats[:, list(cols)].sum(axis=1) for _, cols, _ in TERMS], axis=1)
+
+    def lower_bounds(self) -> np.ndarray:
+        """The physical floor of every term's rate (see :data:`TERMS`)."""
+        floor = {"flop": 1.0 / self.base.peak_flops, "byte": 1.0 / self.base.memory_bandwidth}
+        return np.array([floor.get(bound, 0.0) for _, _, bound in TERMS])  # type: ignore[arg-type]
 
     def predict(self, hw: Hardware, row: MeasuredRow) -> float:
         """The row's time on the analytic model of ``hw`` priced on the row's path."""
@@ -187,8 +215,8 @@ class Calibration:
 
     def fit(self, rows: Sequence[MeasuredRow], name: str | None = None) -> Hardware:
         """The base preset with its rates fitted to ``rows`` (see module doc)."""
-        if len(rows) < len(FIT_COLUMNS):
-            raise ValueError(f"calibration needs at least {len(FIT_COLUMNS)} rows, got {len(rows)}")
+        if len(rows) < len(TERMS):
+            raise ValueError(f"calibration needs at least {len(TERMS)} rows, got {len(rows)}")
         best: tuple[float, Hardware] | None = None
         for half in HALF_EFFICIENCY_GRID:
             hw = self._fit_at(replace(self.base, half_efficiency_tokens=half), rows, name)
@@ -201,22 +229,42 @@ class Calibration:
     def _fit_at(self, base: Hardware, rows: Sequence[MeasuredRow], name: str | None) -> Hardware:
         feats = np.array([self.features(base, r) for r in rows])
         secs = np.array([r.seconds for r in rows])
-        rates = _rates(base)
-        fixed = [i for i in range(feats.shape[1]) if i not in FIT_COLUMNS]
-        target = secs - feats[:, fixed] @ rates[fixed]
-        used = [i for i in FIT_COLUMNS if np.abs(feats[:, i]).max() > 0]
-        scale = np.abs(feats[:, used]).max(axis=0)
-        a = feats[:, used] / scale / secs[:, None]
-        b = target / secs
-        weights = np.full(len(rows), 1.0 / len(rows))
-        for _ in range(LAWSON_ITERATIONS):
-            root = np.sqrt(weights)
-            coef = nonnegative_least_squares(a * root[:, None], b * root)
-            weights = weights * (np.abs(a @ coef - b) + 1e-12)
-            weights /= weights.sum()
-        fitted = rates.copy()
+        if np.any(secs <= 0):
+            raise ValueError("calibration needs positive measured seconds")
+        fixed = list(FIXED_COLUMNS)
+        target = secs - feats[:, fixed] @ _rates(base)[fixed]
+        x = self.design(base, rows)
+        used = np.abs(x).max(axis=0) > 0
+        scale = np.abs(x[:, used]).max(axis=0)
+        a = x[:, used] / scale / secs[:, None]  # relative error: every row counts alike
+        coef = bounded_least_squares(a, target / secs, self.lower_bounds()[used] * scale)
+        fitted = np.full(len(TERMS), np.nan)
         fitted[used] = coef / scale
         return _with_rates(base, fitted, name)
+
+    def condition_number(self, hw: Hardware, rows: Sequence[MeasuredRow]) -> float:
+        """2-norm condition number of the fit's design (relative rows, unit columns):
+        how much the fitted rates can move for a small change of the measurements."""
+        secs = np.array([r.seconds for r in rows])
+        a = self.design(hw, rows) / secs[:, None]
+        a = a[:, np.abs(a).max(axis=0) > 0]
+        return float(np.linalg.cond(a / np.linalg.norm(a, axis=0)))
+
+    def terms(self, hw: Hardware, rows: Sequence[MeasuredRow]) -> list[dict[str, Any]]:
+        """Every fitted term's rate, floor and whether it sits on the floor (the
+        measurements then do not pin it) or has no work in ``rows`` (kept from the base)."""
+        rates, floors = _term_rates(hw), self.lower_bounds()
+        work = np.abs(self.design(hw, rows)).max(axis=0)
+        return [
+            {
+                "term": name,
+                "rate": float(rate),
+                "floor": float(floor),
+                "at_floor": bool(work[i] > 0 and rate <= floor * (1 + 1e-9)),
+                "measured": bool(work[i] > 0),
+            }
+            for i, ((name, _, _), rate, floor) in enumerate(zip(TERMS, rates, floors))
+        ]
 
 
 def _rates(hw: Hardware) -> np.ndarray:
@@ -224,24 +272,35 @@ def _rates(hw: Hardware) -> np.ndarray:
     return np.append(per_sample, hw.varlen_segment_overhead_s)
 
 
+def _term_rates(hw: Hardware) -> np.ndarray:
+    """The rate of every :data:`TERMS` entry in ``hw`` (attention: the forward's)."""
+    rates = _rates(hw)
+    return np.array([rates[cols[0]] for _, cols, _ in TERMS])
+
+
 def _with_rates(base: Hardware, r: np.ndarray, name: str | None) -> Hardware:
+    """``base`` with the fitted term rates ``r`` (NaN: no work in the rows, keep base)."""
+    kept = _term_rates(base)
+    r = np.where(np.isnan(r), kept, r)
+
     def eff(rate: float, peak: float) -> float:
-        return 1e3 if rate <= 0 else float(min(1.0 / (rate * peak), 1e3))
+        return float(min(1.0, 1.0 / (rate * peak)))  # rate >= 1 / peak: rounding only
 
     return replace(
         base,
         name=name or base.name,
         matmul_efficiency=eff(r[0], base.peak_flops),
         attention_efficiency=eff(r[1], base.peak_flops),
-        block_overhead_s=float(r[6]),
-        attention_backward_efficiency=eff(r[7], base.peak_flops),
-        segment_overhead_s=float(r[8]),
-        segment_copy_s_per_byte=float(r[9]),
-        scatter_s_per_element=float(r[10]),
-        modulation_s_per_element=float(r[11]),
-        recompute_overhead_s=float(r[12]),
-        op_launch_s=float(r[13]),
-        varlen_segment_overhead_s=float(r[14]),
+        attention_backward_efficiency=0.0,  # one rate for forward and backward
+        memory_efficiency=eff(r[2], base.memory_bandwidth),
+        block_overhead_s=float(r[3]),
+        segment_overhead_s=float(r[4]),
+        segment_copy_s_per_byte=float(r[5]),
+        scatter_s_per_element=float(r[6]),
+        modulation_s_per_element=float(r[7]),
+        recompute_overhead_s=float(r[8]),
+        op_launch_s=float(r[9]),
+        varlen_segment_overhead_s=float(r[10]),
     )
 
 
@@ -259,3 +318,18 @@ def relative_errors(
 def max_rel_err(calibration: Calibration, hw: Hardware, rows: Iterable[MeasuredRow]) -> float:
     """The largest ``|predicted / measured - 1|`` over ``rows``."""
     return max(abs(e) for _, _, e in relative_errors(calibration, hw, rows))
+
+
+def cross_validate(
+    calibration: Calibration, rows: Sequence[MeasuredRow]
+) -> list[tuple[MeasuredRow, float, float]]:
+    """Leave-one-shape-group-out: ``(row, predicted_s, relative error)`` of every row,
+    predicted by the fit to all the other groups' rows."""
+    out: dict[int, tuple[MeasuredRow, float, float]] = {}
+    for group in sorted({r.group for r in rows}):
+        train = [r for r in rows if r.group != group]
+        hw = calibration.fit(train)
+        for i, row in enumerate(rows):
+            if row.group == group:
+                out[i] = relative_errors(calibration, hw, [row])[0]
+    return [out[i] for i in range(len(rows))]
