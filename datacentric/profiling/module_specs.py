@@ -88,16 +88,11 @@ def spec_from_shapes(model: nn.Module, name: str) -> ModelSpec:
             f"its {heads} heads; use --cost-model profile"
         )
     kv_heads = int(getattr(model, "num_kv_heads", 0) or 0)
-    embeddings = [
-        m
-        for m in _outside(model, blocks)
-        if isinstance(m, nn.Embedding) and m.embedding_dim == hidden
-    ]
-    vocab = max((m.num_embeddings for m in embeddings), default=0)
-    tied = any(
-        isinstance(m, nn.Linear) and any(m.weight is e.weight for e in embeddings)
-        for m in _outside(model, blocks)
-    )
+    outside = _outside(model, blocks)
+    embeddings = [m for m in outside if isinstance(m, nn.Embedding) and m.embedding_dim == hidden]
+    heads_out = [m for m in outside if isinstance(m, nn.Linear) and m.in_features == hidden]
+    vocab = max((m.out_features for m in heads_out), default=0)  # the output head's width
+    tied = any(m.weight is e.weight for m in heads_out for e in embeddings)
     spec = ModelSpec(
         name=name,
         hidden=hidden,

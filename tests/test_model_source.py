@@ -1,0 +1,210 @@
+"""The one model resolver (``--model``), model arguments, the analytic spec of any model,
+the checks made before ranks start, and export back to the format a model came in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from datacentric.models.source import (
+    ModelSourceError,
+    build_model_named,
+    parse_model_args,
+    resolve_model,
+    truncate_blocks,
+)
+from datacentric.profiling.module_specs import named_spec, spec_of_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_model_strings_resolve_or_name_what_is_wrong(tmp_path: Path) -> None:
+    assert resolve_model("llama").kind == "preset"
+    assert resolve_model("hf:qwen2").kind == "hf"
+    assert resolve_model("tests.user_models:tiny_gpt", ["layers=1"]).args == {"layers": 1}
+    with pytest.raises(ModelSourceError, match="unknown model 'lama'"):
+        resolve_model("lama")
+    with pytest.raises(ModelSourceError, match="no folder 'nowhere'.*tiny names: .*qwen2"):
+        resolve_model("hf:nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelSourceError, match="holds no config.json"):
+        resolve_model(f"hf:{tmp_path / 'empty'}")
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text("{}")
+    (pickled / "pytorch_model.bin").write_bytes(b"")
+    with pytest.raises(ModelSourceError, match="only pickled \\*.bin weights"):
+        resolve_model(f"hf:{pickled}")
+    with pytest.raises(ModelSourceError, match="not KEY=VALUE"):
+        parse_model_args(["num_heads"])
+    assert parse_model_args(["a=2", "b=0.5", "c=true", "d=text"]) == {
+        "a": 2,
+        "b": 0.5,
+        "c": True,
+        "d": "text",
+    }
+
+
+def test_model_arguments_are_checked_against_what_the_model_takes() -> None:
+    model = build_model_named("llama", ["num_heads=2"], device="meta")
+    assert model.num_heads == 2
+    with pytest.raises(ModelSourceError, match="llama takes no num_head .*num_heads"):
+        build_model_named("llama", ["num_head=2"], device="meta")
+    with pytest.raises(ModelSourceError, match="factory tests.user_models:tiny_gpt takes no x"):
+        build_model_named("tests.user_models:tiny_gpt", ["x=1"], device="meta")
+    with pytest.raises(ModelSourceError, match="hf:qwen2's config takes no bogus"):
+        build_model_named("hf:qwen2", ["bogus=1"], device="meta")
+    qwen = build_model_named("hf:qwen2", ["num_hidden_layers=2"], device="meta")
+    assert len(qwen.blocks) == 2
+
+
+def test_a_users_model_is_priced_from_its_parameter_shapes() -> None:
+    model = build_model_named("tests.user_models:tiny_gpt", ["width=64", "heads=4"])
+    spec = spec_of_model(model, "tiny_gpt")
+    assert (spec.hidden, spec.heads, spec.ffn_hidden, spec.num_blocks) == (64, 4, 256, 2)
+    assert spec.block_kinds == ("causal", "causal") and spec.vocab_size == 256
+    # every parameter the model has is counted (memory), the generic count plus the rest
+    assert spec.num_params == sum(p.numel() for p in model.parameters())
+    # a model with a config is read from it; a preset name with arguments is built
+    assert named_spec("hf:qwen2").kv_heads == 2
+    assert named_spec("llama", {"num_heads": 2}).heads == 2
+
+
+def test_truncated_blocks_reach_the_wrapped_models_own_layer_list() -> None:
+    model = build_model_named("hf:qwen2", device="meta")
+    truncate_blocks(model, 1)
+    assert len(model.blocks) == 1 and len(model.hf.model.layers) == 1
+
+
+def _run(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "datacentric", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path) -> None:
+    for argv, expected in (
+        (["--model", "hf:nowhere"], "no folder 'nowhere'"),
+        (["--model", "llama", "--model-arg", "num_head=2"], "takes no num_head"),
+        (["--model", "tests.user_models:missing"], "has no callable 'missing'"),
+    ):
+        result = _run("train", *argv, "--world", "2", "--out", str(tmp_path / "run"))
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("datacentric train: "), lines
+        assert expected in lines[0]
+
+
+def _pretrained_folder(folder: Path) -> list[str]:
+    """A 2-layer Qwen2 saved with save_pretrained, its own tokenizer beside it, and 60
+    short documents; returns the texts."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    texts = [
+        f"document {i}: " + " ".join(f"word{j % 37} tok{(i * j) % 11}" for j in range(5 + 3 * i))
+        for i in range(60)
+    ]
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    folder.mkdir()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(1)
+    config = AutoConfig.for_model(
+        "qwen2",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=128,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return texts
+
+
+@pytest.mark.slow
+def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    run_dir, exported = tmp_path / "run", tmp_path / "exported"
+    result = _run(
+        "train",
+        "--model", f"hf:{folder}",
+        "--dataset", f"jsonl:{data}",
+        "--tokenizer", str(folder / "tokenizer.json"),
+        "--world", "2",
+        "--iterations", "3",
+        "--training.lr", "1e-6",
+        "--cost-model", "analytic",
+        "--no-progress",
+        "--out", str(run_dir),
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
+    result = _run("export", str(run_dir), "--out", str(exported), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "transformers"
+    assert (exported / "tokenizer.json").is_file()
+    before = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(exported).state_dict()
+    assert sorted(before) == sorted(after)
+    moved = False
+    for name, weight in before.items():
+        # relative to the pretrained tensor (absolute for tensors initialised to zero)
+        scale = max(float(weight.norm()), 1.0)
+        change = float((after[name] - weight).norm()) / scale
+        assert change <= 1e-3, (name, change)  # loaded, not re-initialised
+        moved |= change > 0
+    assert moved  # and trained
+    # export refuses to overwrite a folder it did not make
+    result = _run("export", str(run_dir), "--out", str(exported))
+    assert result.returncode == 2 and "not empty" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None:
+    """The default cost model profiles the user's model on the run's own samples."""
+    run_dir = tmp_path / "run"
+    result = _run(
+        "train",
+        "--model", "tests.user_models:tiny_gpt",
+        "--model-arg", "layers=2",
+        "--world", "2",
+        "--iterations", "2",
+        "--dataset-limit", "24",
+        "--max-tokens", "128",
+        "--no-progress",
+        "--out", str(run_dir),
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 2
+    profile = json.loads((run_dir / "profile" / "profile.json").read_text())
+    identity = profile["fingerprint"]["model_config"]
+    assert identity["class"] == "TinyGPT" and identity["args"] == {"layers": 2}
+    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    from safetensors.torch import load_file
+
+    from tests.user_models import tiny_gpt
+
+    state = load_file(str(tmp_path / "exported" / "model.safetensors"))
+    assert sorted(state) == sorted(tiny_gpt(layers=2).state_dict())
