@@ -108,12 +108,17 @@ class TrainingConfig:
     """Epochs over the dataset."""
     iterations: int | None = setting(None, ge=1)
     """Stop after this many optimizer steps counted from the run's start (unset: all epochs)."""
+    lr_horizon: Literal["extend", "first"] = "extend"
+    """Learning-rate horizon of a resumed run: ``extend``: this command's step count (its
+    ``iterations``, else its ``epochs``), so a longer resume stretches the schedule;
+    ``first``: the horizon the run started with (steps past it run at the minimum rate)."""
     compile: bool = False
     """Compile each transformer block's forward with ``torch.compile`` (inductor; the first
     steps pay the compilation, docs/runtime.md)."""
     fault_inject: str | None = None
     """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
-    ``RANK:ITERATION:hang`` stalls it."""
+    ``RANK:ITERATION:hang`` stalls it; ``RANK:ITERATION:term`` sends SIGTERM to its process
+    group."""
 
 
 @dataclass(kw_only=True)
@@ -144,6 +149,12 @@ class CheckpointConfig:
     ``out``."""
     keep_last: int | None = setting(None, ge=1)
     """Keep only the newest N checkpoints (unset: keep all)."""
+    expect_sha256: str | None = None
+    """Resume only if the checkpoint's ``manifest.json`` has this SHA-256 (printed at save
+    time and by ``datacentric inspect``); checked before anything else in it is read."""
+    save_on_signal: bool = True
+    """On SIGTERM/SIGINT, finish the step on every rank, save a checkpoint and exit with
+    128+signal (preempted); off: stop at once without saving."""
 
 
 @dataclass(kw_only=True)
@@ -363,6 +374,25 @@ def validate(config: TrainConfig) -> None:
     """Settings that are each valid but cannot work together, or need parsing."""
     if config.fault_inject is not None:
         parse_fault(config.fault_inject)
+    resuming = config.resume or config.resume_from is not None
+    if config.overwrite and resuming:
+        flag = "--resume" if config.resume else "--resume-from"
+        raise ConfigError(
+            f"job.overwrite and checkpoint.{flag[2:].replace('-', '_')} cannot both be set: "
+            f"--overwrite deletes the run that {flag} continues; drop one of them"
+        )
+    if config.expect_sha256 is not None:
+        digest = config.expect_sha256.strip().lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ConfigError(
+                "checkpoint.expect_sha256: needs 64 hexadecimal digits (the SHA-256 of "
+                f"manifest.json), got {config.expect_sha256!r}"
+            )
+        if not resuming:
+            raise ConfigError(
+                "checkpoint.expect_sha256: only checked when resuming; pass --resume or "
+                "--resume-from with it"
+            )
     try:
         sharding(config)
     except ValueError as err:
@@ -393,12 +423,12 @@ def parse_fault(spec: str) -> tuple[int, int, str]:
     parts = spec.split(":")
     mode = parts[2] if len(parts) == 3 else "kill"
     try:
-        if len(parts) not in (2, 3) or mode not in ("kill", "hang"):
+        if len(parts) not in (2, 3) or mode not in ("kill", "hang", "term"):
             raise ValueError
         rank, iteration = int(parts[0]), int(parts[1])
     except ValueError:
         raise ConfigError(
-            f"training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang' "
+            f"training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang|term' "
             f"(e.g. '1:3'), got {spec!r}"
         ) from None
     return rank, iteration, mode
