@@ -71,6 +71,9 @@ BAD_SETTINGS = [
     (["--scheduling.global_batch_tokens", "0"], "global_batch_tokens"),
     (["--training.lrr", "1"], "--training.lrr"),
     (["--config", "no-such-file.toml"], "no-such-file.toml"),
+    (["--overwrite", "--resume"], "job.overwrite and checkpoint.resume cannot both be set"),
+    (["--overwrite", "--resume-from", "3"], "checkpoint.resume_from"),
+    (["--lr-horizon", "longest"], "lr_horizon"),
 ]
 
 
