@@ -206,3 +206,15 @@ def test_sigterm_saves_and_the_resume_is_bitwise_identical(tmp_path):
     assert a["iterations_done"] == b["iterations_done"] == 6
     assert a["weights_sha256"] == b["weights_sha256"]
     assert logged_samples(Path(straight.out)) == logged_samples(out)
+
+
+def test_a_rank_stopped_inside_a_checkpoint_save_is_named(tmp_path, capsys):
+    from test_reliability_cases import errors_only, run_cli
+
+    argv = ["train", *SMALL_TRAIN_FLAGS, "--world", "2", "--iterations", "2"]
+    argv += ["--checkpoint-every", "1", "--collective-timeout-s", "10"]
+    argv += ["--fault-inject", "1:1:stop", "--out", str(tmp_path / "run")]
+    status, err = run_cli(argv, capsys)
+    lines = errors_only([ln for ln in err if "saved" not in ln])
+    assert status == 2 and len(lines) == 1, err
+    assert "rank 1 stopped answering during checkpoint save (step 1)" in lines[0], lines

@@ -37,6 +37,7 @@ import re
 import shutil
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +144,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> Path:
     """Save on every rank (collective); returns the final checkpoint folder.
 
     ``trainer_state`` must be JSON-able (position, lr schedule state, fingerprint).
     ``keep_last``: delete all but the newest N checkpoints after the save.
+    ``before_commit``: called on every rank once its files are written (fault injection).
     """
     root = checkpoint_dir(run_dir)
     tmp = root / f"step-{step:08d}.tmp"
@@ -165,6 +168,8 @@ def save_checkpoint(
             warnings.filterwarnings("ignore", message=".*single process.*")
             dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
         torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
+        if before_commit is not None:
+            before_commit()
         _barrier()
         final = _final_name(root, step)
         if _rank() == 0:

@@ -118,7 +118,7 @@ class TrainingConfig:
     fault_inject: str | None = None
     """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
     ``RANK:ITERATION:hang`` stalls it; ``RANK:ITERATION:term`` sends SIGTERM to its process
-    group."""
+    group; ``RANK:STEP:stop`` SIGSTOPs it inside the checkpoint save of step STEP."""
 
 
 @dataclass(kw_only=True)
@@ -423,12 +423,12 @@ def parse_fault(spec: str) -> tuple[int, int, str]:
     parts = spec.split(":")
     mode = parts[2] if len(parts) == 3 else "kill"
     try:
-        if len(parts) not in (2, 3) or mode not in ("kill", "hang", "term"):
+        if len(parts) not in (2, 3) or mode not in ("kill", "hang", "term", "stop"):
             raise ValueError
         rank, iteration = int(parts[0]), int(parts[1])
     except ValueError:
         raise ConfigError(
-            f"training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang|term' "
+            f"training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang|term|stop' "
             f"(e.g. '1:3'), got {spec!r}"
         ) from None
     return rank, iteration, mode

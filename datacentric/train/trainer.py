@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
@@ -43,6 +44,7 @@ from datacentric.train.checkpoint import (
 )
 from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
 from datacentric.train.data_centric import DataCentric, Step
+from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
 from datacentric.train.preemption import StopSignals, signal_name
 from datacentric.train.run_folder import (
@@ -138,7 +140,17 @@ class Trainer:
         )
         self.total_iterations = 0
         self.saved: Path | None = None
+        self.activity = "setup"
+        """What this rank is doing (published by the heartbeat; names it when it stalls)."""
+        self._step_now: Step | None = None
+        self.heartbeat = Heartbeat(groups, self._phase_now)
         self.fault = parse_fault(config.fault_inject) if config.fault_inject else None
+
+    def _phase_now(self) -> str:
+        step = self._step_now
+        if step is not None and not step.finished:
+            return f"step {step.number}: {step.phase}"
+        return self.activity
 
     @property
     def position(self) -> Position:
@@ -238,10 +250,11 @@ class Trainer:
         if lock is not None:
             lock.acquire()  # before anything in the folder is written
         try:
-            if self.config.save_on_signal:
-                with StopSignals() as signals:
-                    return self._run(signals)
-            return self._run(None)
+            with self.heartbeat:
+                if self.config.save_on_signal:
+                    with StopSignals() as signals:
+                        return self._run(signals)
+                return self._run(None)
         finally:
             if lock is not None:
                 lock.release()
@@ -324,20 +337,48 @@ class Trainer:
         )
 
     def _save(self, scheduler) -> None:
-        self.saved = save_checkpoint(
-            self.out,
-            self.position.iterations_done,
-            self.model,
-            self.optimizer,
-            self._trainer_state(scheduler.state_dict()),
-            keep_last=self.config.keep_last,
-        )
+        step = self.position.iterations_done
+        self.activity = f"checkpoint save (step {step})"
+        try:
+            self.saved = save_checkpoint(
+                self.out,
+                step,
+                self.model,
+                self.optimizer,
+                self._trainer_state(scheduler.state_dict()),
+                keep_last=self.config.keep_last,
+                before_commit=self._maybe_stop_in_save,
+            )
+        except CheckpointError:
+            raise
+        except (Exception, CheckpointException) as err:
+            if not is_timeout(err):
+                raise
+            peers = self.heartbeat.describe_peers() or "a peer rank stopped answering?"
+            raise RuntimeError(
+                f"rank {self.groups.rank}: checkpoint save (step {step}) timed out after "
+                f"{self.config.collective_timeout_s:g} s: {peers}"
+            ) from err
+        finally:
+            self.activity = f"training after step {step}"
         if self.is_main:
             print(
                 f"datacentric train: saved {self.saved} (manifest sha256 "
                 f"{manifest_sha256(self.saved)})",
                 file=sys.stderr,
             )
+
+    def _maybe_stop_in_save(self) -> None:
+        """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
+        of step STEP, after its files are written (once per run folder)."""
+        if self.fault is None or self.fault[2] != "stop":
+            return
+        rank, at, _ = self.fault
+        marker = self.out / f".fault-injected-rank{rank}-at{at}"
+        if self.groups.rank == rank and self.position.iterations_done == at:
+            if not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGSTOP)
 
     def _maybe_inject_fault(self, number: int) -> None:
         """Kill (or hang) this rank after its first micro-batch of the step named by the
@@ -346,7 +387,7 @@ class Trainer:
             return
         rank, at, mode = self.fault
         marker = self.out / f".fault-injected-rank{rank}-at{at}"
-        if self.groups.rank == rank and number == at:
+        if self.groups.rank == rank and number == at and mode != "stop":
             if not marker.exists():
                 marker.touch()
                 if mode == "term":  # as a cluster preempting the job: every process of it
@@ -368,6 +409,7 @@ class Trainer:
             dtype=torch.bfloat16,
             enabled=config.dtype == "bfloat16",
         )
+        self._step_now = step
         try:
             for k, micro in enumerate(step):
                 with autocast:
@@ -377,11 +419,16 @@ class Trainer:
                     self._maybe_inject_fault(step.number)
             loss = step.finish()
         except RuntimeError as err:
-            timed_out = "timed out" in str(err).lower() or "timeout" in str(err).lower()
+            timed_out = is_timeout(err)
+            peers = (
+                (self.heartbeat.describe_peers() or "a peer rank stopped answering?")
+                if timed_out
+                else ""
+            )
             raise RuntimeError(
                 f"rank {self.groups.rank}: iteration {step.number} "
                 f"{'timed out' if timed_out else 'failed'} in {step.phase}"
-                f"{' (a peer rank stopped answering?)' if timed_out else ''}: {err}"
+                f"{f' ({peers})' if timed_out else ''}: {err}"
             ) from err
         iteration, stats = step.iteration, step.stats
         sample_ids = step.sample_ids
