@@ -107,6 +107,16 @@ def test_bad_config_file_is_one_line_naming_the_key(text, named, tmp_path, capsy
     assert status == 2 and len(err) == 1 and named in err[0], err
 
 
+def test_a_config_that_is_no_toml_file_is_named(tmp_path, capsys):
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(b"\xff\xfe\x00lr = 1\n")
+    for path, named in ((binary, "not a text TOML file"), (tmp_path, "is a folder")):
+        status, err = run_cli(
+            ["train", "--config", str(path), "--out", str(tmp_path / "r")], capsys
+        )
+        assert status == 2 and len(err) == 1 and str(path) in err[0] and named in err[0], err
+
+
 def test_inspect_failures_are_one_line(tmp_path, capsys):
     status, err = run_cli(["inspect", str(tmp_path / "missing")], capsys)
     assert status == 2 and len(err) == 1 and "missing" in err[0]
@@ -198,6 +208,26 @@ def test_full_disk_is_named(tmp_path, monkeypatch):
     assert snapshot(tmp_path) == before and ckpt.latest_checkpoint(tmp_path) == kept
 
 
+def test_full_disk_on_one_rank_of_dcp_is_named(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    model, opt = _model_and_optimizer()
+
+    def failing(full: bool):
+        def save(*args, **kwargs):
+            error = OSError(errno.ENOSPC, "No space left on device") if full else KeyError("x")
+            raise CheckpointException("CheckpointException", {1: (error, None)})
+
+        return save
+
+    monkeypatch.setattr(ckpt.dcp, "save", failing(True))
+    with pytest.raises(ckpt.CheckpointError, match="no space left on device while saving"):
+        ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
+    monkeypatch.setattr(ckpt.dcp, "save", failing(False))
+    with pytest.raises(ckpt.CheckpointError, match="failed: rank 1: KeyError: 'x'"):
+        ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
+
+
 def test_checkpoint_of_another_model_says_so(tmp_path):
     model, opt = _model_and_optimizer()
     path = ckpt.save_checkpoint(tmp_path, 1, model, opt, {"config": {"model": "llama"}})
@@ -222,6 +252,18 @@ def test_resume_with_more_iterations_uses_the_new_lr_horizon(tmp_path, capsys):
     factor = lr_lambda(longer, 4)
     for record in records[2:]:
         assert record["lr"] == pytest.approx(longer.lr * factor(record["iteration"]))
+
+
+@pytest.mark.slow
+def test_lr_horizon_first_keeps_the_horizon_the_run_started_with(tmp_path, capsys):
+    out = tmp_path / "run"
+    train_rank(small_config(out, iterations=2, checkpoint_every=1, warmup_iterations=1))
+    longer = small_config(out, iterations=3, resume=True, warmup_iterations=1, lr_horizon="first")
+    train_rank(longer)
+    assert "learning-rate horizon 2 steps" in capsys.readouterr().err
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 2
+    assert last["lr"] == pytest.approx(longer.lr * 0.1)  # past the horizon: the minimum
 
 
 @pytest.mark.slow

@@ -114,6 +114,8 @@ def test_a_hung_rank_times_out_with_rank_and_operation_named(tmp_path):
         spawn(train_rank, 2, config, timeout_s=300, collective_timeout_s=15.0)
     text = str(err.value)
     assert "rank 0: iteration 1 timed out in" in text, text[-2000:]
+    first = text.splitlines()[0]  # the collective (FSDP2 is the default) and the peer
+    assert "FSDP" in first and "rank 1 is alive in step 1: micro-batch" in first, first
 
 
 def test_non_finite_loss_stops_and_keeps_the_checkpoint(tmp_path):

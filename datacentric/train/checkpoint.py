@@ -88,13 +88,30 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, _, p in ordered]
 
 
+def _rank_failures(err: BaseException) -> list[tuple[int | None, BaseException]]:
+    """``(rank, exception)`` of each rank a DCP ``CheckpointException`` collected, else
+    ``[(None, err)]``."""
+    failures = getattr(err, "failures", None)
+    if not isinstance(failures, dict) or not failures:
+        return [(None, err)]
+    found = []
+    for rank, failure in sorted(failures.items()):
+        exc = failure[0] if isinstance(failure, tuple) else failure
+        found.append((rank, exc if isinstance(exc, BaseException) else err))
+    return found
+
+
 def _is_disk_full(err: BaseException) -> bool:
-    text = str(err)
-    return (
-        getattr(err, "errno", None) == errno.ENOSPC
-        or "No space left on device" in text
-        or "file write failed" in text
-    )
+    for _, exc in _rank_failures(err):
+        text = str(exc)
+        if (
+            getattr(exc, "errno", None) == errno.ENOSPC
+            or "No space left on device" in text
+            or "file write failed" in text
+            or "[Errno 28]" in text
+        ):
+            return True
+    return False
 
 
 def _rank() -> int:
@@ -188,9 +205,22 @@ def save_checkpoint(
                 f"no space left on device while saving checkpoint step {step} to {root}; "
                 "free space (or pass --keep-last N) and resume with --resume"
             ) from err
+        if isinstance(err, CheckpointException):  # name each rank and what failed there
+            failed = "; ".join(
+                f"rank {rank}: {type(exc).__name__}: {_first_line(exc)}"
+                for rank, exc in _rank_failures(err)
+            )
+            raise CheckpointError(
+                f"saving checkpoint step {step} to {root} failed: {failed}"
+            ) from err
         raise
     _barrier()
     return final
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[0][:200] if lines else ""
 
 
 def _final_name(root: Path, step: int) -> Path:

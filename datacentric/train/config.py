@@ -342,6 +342,12 @@ def _read_file(path: str | Path) -> dict[str, Any]:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"--config {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--config {path}: is a folder; name a TOML file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--config {path}: not a text TOML file (byte {err.start} is not UTF-8)"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"--config {path}: not valid TOML: {err}") from None
     return _flatten(data, str(path))

@@ -349,8 +349,6 @@ class Trainer:
                 keep_last=self.config.keep_last,
                 before_commit=self._maybe_stop_in_save,
             )
-        except CheckpointError:
-            raise
         except (Exception, CheckpointException) as err:
             if not is_timeout(err):
                 raise
