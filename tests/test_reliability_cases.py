@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -117,6 +118,16 @@ def test_a_config_that_is_no_toml_file_is_named(tmp_path, capsys):
         assert status == 2 and len(err) == 1 and str(path) in err[0] and named in err[0], err
 
 
+def test_an_out_that_is_a_file_is_named(tmp_path, capsys):
+    out = tmp_path / "notes.txt"
+    out.write_text("mine")
+    status, err = run_cli(["train", *TINY, "--out", str(out)], capsys)
+    assert status == 2 and err == [
+        f"datacentric train: --out {out} is a file; name a folder for the run"
+    ]
+    assert out.read_text() == "mine"
+
+
 def test_inspect_failures_are_one_line(tmp_path, capsys):
     status, err = run_cli(["inspect", str(tmp_path / "missing")], capsys)
     assert status == 2 and len(err) == 1 and "missing" in err[0]
@@ -160,6 +171,16 @@ def test_refused_runs_change_nothing(finished_run, extra, named, tmp_path, capsy
     assert status == 2
     assert len(errors_only(err)) == 1 and named in errors_only(err)[0], err
     assert snapshot(finished_run) == before
+
+
+@pytest.mark.slow
+def test_a_resume_takes_the_new_name_of_a_setting(finished_run, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    renamed = [f for f in TINY if f not in ("--tokens-per-iteration", "1024")]
+    argv = ["train", "--out", str(out), *renamed, "--global-batch-tokens", "1024"]
+    status, err = run_cli([*argv, "--iterations", "3", "--resume"], capsys)
+    assert status == 0, err
 
 
 def _model_and_optimizer():
@@ -239,7 +260,7 @@ def test_checkpoint_of_another_model_says_so(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_with_more_iterations_uses_the_new_lr_horizon(tmp_path, capsys):
+def test_resume_lr_horizon_extend_and_first(tmp_path, capsys):
     out = tmp_path / "run"
     train_rank(small_config(out, iterations=2, checkpoint_every=1, warmup_iterations=1))
     longer = small_config(out, iterations=4, resume=True, warmup_iterations=1)
@@ -252,18 +273,16 @@ def test_resume_with_more_iterations_uses_the_new_lr_horizon(tmp_path, capsys):
     factor = lr_lambda(longer, 4)
     for record in records[2:]:
         assert record["lr"] == pytest.approx(longer.lr * factor(record["iteration"]))
-
-
-@pytest.mark.slow
-def test_lr_horizon_first_keeps_the_horizon_the_run_started_with(tmp_path, capsys):
-    out = tmp_path / "run"
-    train_rank(small_config(out, iterations=2, checkpoint_every=1, warmup_iterations=1))
-    longer = small_config(out, iterations=3, resume=True, warmup_iterations=1, lr_horizon="first")
-    train_rank(longer)
-    assert "learning-rate horizon 2 steps" in capsys.readouterr().err
+    # lr_horizon = "first": a further resume keeps the horizon of 4 (past it: the minimum)
+    train_rank(small_config(out, iterations=5, resume=True, warmup_iterations=1,
+                            lr_horizon="first"))  # fmt: skip
+    assert (
+        "learning-rate horizon 4 steps (the checkpoint's run planned 4)"
+        not in (err := capsys.readouterr().err)
+        and "learning-rate horizon 4 steps" in err
+    )
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last["iteration"] == 2
-    assert last["lr"] == pytest.approx(longer.lr * 0.1)  # past the horizon: the minimum
+    assert last["iteration"] == 4 and last["lr"] == pytest.approx(longer.lr * 0.1)
 
 
 @pytest.mark.slow

@@ -60,9 +60,17 @@ class RunFolderLock:
         self._fd: int | None = None
 
     def acquire(self) -> RunFolderLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        out = self.path.parent
+        if out.exists() and not out.is_dir():
+            raise RunFolderError(f"--out {out} is a file; name a folder for the run")
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise RunFolderError(
+                    f"--out {out} cannot be written ({err.strerror}); choose another --out"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -58,6 +58,12 @@ from datacentric.train.run_folder import (
 #: Settings a resume must keep (the sample stream and the model depend on them); the
 #: rest (steps, learning rate, checkpointing, world size...) may change.
 RESUME_FIXED = (*(k for s in ("model", "data", "scheduling") for k in section_keys()[s]), "seed")
+#: Older names that are one setting with a newer one (``ScheduleOptions``): a resume
+#: compares the value, whichever name gave it.
+ALIASES = {
+    "tokens_per_iteration": "global_batch_tokens",
+    "samples_per_iteration": "global_batch_samples",
+}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -208,8 +214,8 @@ class Trainer:
     def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
         """Refuse a resume whose data, model or schedule settings differ from the
         checkpoint's (any world size), naming each changed setting."""
-        saved = state.get("config") or {}
-        now = self.config.to_json()
+        saved = _resolve_aliases(state.get("config") or {})
+        now = _resolve_aliases(self.config.to_json())
         changed = [
             f"{key} ({saved[key]!r} -> {now[key]!r})"
             for key in RESUME_FIXED
@@ -494,6 +500,16 @@ def train_rank_in_locked_folder(config: TrainConfig) -> TrainResult:
     """:func:`train_rank` for a launcher that holds the run folder's lock itself."""
     groups = process_groups(config.collective_timeout_s, device=config.device)
     return Trainer(config, groups, lock_folder=False).run()
+
+
+def _resolve_aliases(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with each old name and its new name holding the value either gave."""
+    resolved = dict(settings)
+    for old, new in ALIASES.items():
+        if old in resolved or new in resolved:
+            value = resolved.get(new)
+            resolved[old] = resolved[new] = value if value is not None else resolved.get(old)
+    return resolved
 
 
 def _as_json(value: Any) -> Any:
