@@ -7,6 +7,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,6 +72,9 @@ BAD_SETTINGS = [
     (["--scheduling.global_batch_tokens", "0"], "global_batch_tokens"),
     (["--training.lrr", "1"], "--training.lrr"),
     (["--config", "no-such-file.toml"], "no-such-file.toml"),
+    (["--overwrite", "--resume"], "job.overwrite and checkpoint.resume cannot both be set"),
+    (["--overwrite", "--resume-from", "3"], "checkpoint.resume_from"),
+    (["--lr-horizon", "longest"], "lr_horizon"),
 ]
 
 
@@ -102,6 +106,26 @@ def test_bad_config_file_is_one_line_naming_the_key(text, named, tmp_path, capsy
     path.write_text(text)
     status, err = run_cli(["config", "--show", "--config", str(path)], capsys)
     assert status == 2 and len(err) == 1 and named in err[0], err
+
+
+def test_a_config_that_is_no_toml_file_is_named(tmp_path, capsys):
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(b"\xff\xfe\x00lr = 1\n")
+    for path, named in ((binary, "not a text TOML file"), (tmp_path, "is a folder")):
+        status, err = run_cli(
+            ["train", "--config", str(path), "--out", str(tmp_path / "r")], capsys
+        )
+        assert status == 2 and len(err) == 1 and str(path) in err[0] and named in err[0], err
+
+
+def test_an_out_that_is_a_file_is_named(tmp_path, capsys):
+    out = tmp_path / "notes.txt"
+    out.write_text("mine")
+    status, err = run_cli(["train", *TINY, "--out", str(out)], capsys)
+    assert status == 2 and err == [
+        f"datacentric train: --out {out} is a file; name a folder for the run"
+    ]
+    assert out.read_text() == "mine"
 
 
 def test_inspect_failures_are_one_line(tmp_path, capsys):
@@ -147,6 +171,16 @@ def test_refused_runs_change_nothing(finished_run, extra, named, tmp_path, capsy
     assert status == 2
     assert len(errors_only(err)) == 1 and named in errors_only(err)[0], err
     assert snapshot(finished_run) == before
+
+
+@pytest.mark.slow
+def test_a_resume_takes_the_new_name_of_a_setting(finished_run, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run, out)
+    renamed = [f for f in TINY if f not in ("--tokens-per-iteration", "1024")]
+    argv = ["train", "--out", str(out), *renamed, "--global-batch-tokens", "1024"]
+    status, err = run_cli([*argv, "--iterations", "3", "--resume"], capsys)
+    assert status == 0, err
 
 
 def _model_and_optimizer():
@@ -195,6 +229,26 @@ def test_full_disk_is_named(tmp_path, monkeypatch):
     assert snapshot(tmp_path) == before and ckpt.latest_checkpoint(tmp_path) == kept
 
 
+def test_full_disk_on_one_rank_of_dcp_is_named(tmp_path, monkeypatch):
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    model, opt = _model_and_optimizer()
+
+    def failing(full: bool):
+        def save(*args, **kwargs):
+            error = OSError(errno.ENOSPC, "No space left on device") if full else KeyError("x")
+            raise CheckpointException("CheckpointException", {1: (error, None)})
+
+        return save
+
+    monkeypatch.setattr(ckpt.dcp, "save", failing(True))
+    with pytest.raises(ckpt.CheckpointError, match="no space left on device while saving"):
+        ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
+    monkeypatch.setattr(ckpt.dcp, "save", failing(False))
+    with pytest.raises(ckpt.CheckpointError, match="failed: rank 1: KeyError: 'x'"):
+        ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
+
+
 def test_checkpoint_of_another_model_says_so(tmp_path):
     model, opt = _model_and_optimizer()
     path = ckpt.save_checkpoint(tmp_path, 1, model, opt, {"config": {"model": "llama"}})
@@ -206,7 +260,7 @@ def test_checkpoint_of_another_model_says_so(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_with_more_iterations_uses_the_new_lr_horizon(tmp_path, capsys):
+def test_resume_lr_horizon_extend_and_first(tmp_path, capsys):
     out = tmp_path / "run"
     train_rank(small_config(out, iterations=2, checkpoint_every=1, warmup_iterations=1))
     longer = small_config(out, iterations=4, resume=True, warmup_iterations=1)
@@ -219,6 +273,16 @@ def test_resume_with_more_iterations_uses_the_new_lr_horizon(tmp_path, capsys):
     factor = lr_lambda(longer, 4)
     for record in records[2:]:
         assert record["lr"] == pytest.approx(longer.lr * factor(record["iteration"]))
+    # lr_horizon = "first": a further resume keeps the horizon of 4 (past it: the minimum)
+    train_rank(small_config(out, iterations=5, resume=True, warmup_iterations=1,
+                            lr_horizon="first"))  # fmt: skip
+    assert (
+        "learning-rate horizon 4 steps (the checkpoint's run planned 4)"
+        not in (err := capsys.readouterr().err)
+        and "learning-rate horizon 4 steps" in err
+    )
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["iteration"] == 4 and last["lr"] == pytest.approx(longer.lr * 0.1)
 
 
 @pytest.mark.slow

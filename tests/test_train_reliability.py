@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
 from datacentric.train.data_centric import EpochPlanner
+from datacentric.train.run_folder import LOCK_FILE
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
 pytestmark = pytest.mark.slow
@@ -111,6 +114,8 @@ def test_a_hung_rank_times_out_with_rank_and_operation_named(tmp_path):
         spawn(train_rank, 2, config, timeout_s=300, collective_timeout_s=15.0)
     text = str(err.value)
     assert "rank 0: iteration 1 timed out in" in text, text[-2000:]
+    first = text.splitlines()[0]  # the collective (FSDP2 is the default) and the peer
+    assert "FSDP" in first and "rank 1 is alive in step 1: micro-batch" in first, first
 
 
 def test_non_finite_loss_stops_and_keeps_the_checkpoint(tmp_path):
@@ -149,3 +154,69 @@ def test_bad_input_gets_clear_errors(tmp_path):
     cost = build_cost_model("llama", torch.device("cpu"))
     with pytest.raises(UnfittableBucketError, match=r"bucket 't<=4096' does not fit"):
         EpochPlanner(shapes, cost, world_size=2, memory_gb=0.05)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "datacentric", "train", *SMALL_TRAIN_FLAGS, *args]
+
+
+def test_two_resumes_at_once_one_runs_the_other_names_the_holder(tmp_path, capsys):
+    from test_reliability_cases import errors_only, run_cli
+
+    out = tmp_path / "run"
+    argv = ["--resume", "--epochs", "2", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    first = subprocess.Popen(_cli(*argv), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)  # fmt: skip
+    lock = out / LOCK_FILE
+    deadline = time.monotonic() + 300
+    while "pid" not in (lock.read_text() if lock.exists() else ""):
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+        time.sleep(0.05)
+    os.kill(first.pid, signal.SIGSTOP)  # holds the lock while the second one starts
+    try:
+        status, err = run_cli(["train", *SMALL_TRAIN_FLAGS, *argv], capsys)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert status == 2 and len(errors_only(err)) == 1, err
+    assert f"pid {first.pid}" in errors_only(err)[0] and "another run" in errors_only(err)[0]
+    assert first.wait(timeout=300) == 0, first.stderr.read().decode()[-2000:]
+    every = set(range(len(StdlibCorpus(max_tokens=256, limit=2))))
+    for epoch in (0, 1):
+        counts = epoch_ids(out, epoch)
+        assert set(counts) == every and max(counts.values()) == 1, (epoch, counts)
+    assert not lock.exists()
+
+
+def test_sigterm_saves_and_the_resume_is_bitwise_identical(tmp_path):
+    straight = small_config(tmp_path / "straight", iterations=6, checkpoint_every=100)
+    spawn(train_rank, 2, straight, timeout_s=600)
+    out = tmp_path / "preempted"
+    argv = ["--world", "2", "--iterations", "6", "--checkpoint-every", "100", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    stopped = subprocess.run(
+        _cli(*argv, "--fault-inject", "0:3:term"),  # rank 0 signals the job in step 3
+        env=env, capture_output=True, text=True, timeout=600, start_new_session=True,
+    )  # fmt: skip
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
+    assert "stopped by SIGTERM after step 4" in stopped.stderr
+    assert inspect_run(str(out))["iterations_done"] == 4
+    resumed = subprocess.run(_cli(*argv, "--resume"), env=env, capture_output=True,
+                             text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = inspect_run(straight.out), inspect_run(str(out))
+    assert a["iterations_done"] == b["iterations_done"] == 6
+    assert a["weights_sha256"] == b["weights_sha256"]
+    assert logged_samples(Path(straight.out)) == logged_samples(out)
+
+
+def test_a_rank_stopped_inside_a_checkpoint_save_is_named(tmp_path, capsys):
+    from test_reliability_cases import errors_only, run_cli
+
+    argv = ["train", *SMALL_TRAIN_FLAGS, "--world", "2", "--iterations", "2"]
+    argv += ["--checkpoint-every", "1", "--collective-timeout-s", "10"]
+    argv += ["--fault-inject", "1:1:stop", "--out", str(tmp_path / "run")]
+    status, err = run_cli(argv, capsys)
+    lines = errors_only([ln for ln in err if "saved" not in ln])
+    assert status == 2 and len(lines) == 1, err
+    assert "rank 1 stopped answering during checkpoint save (step 1)" in lines[0], lines

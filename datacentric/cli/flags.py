@@ -53,7 +53,7 @@ FLAT_ALIASES = (
     "epochs", "iterations", "out", "checkpoint_every", "resume", "resume_from", "keep_last",
     "overwrite", "dtype", "collective_timeout_s", "fault_inject", "timeline", "progress", "world",
     "shard", "reshard_after_forward", "device", "global_batch_tokens", "global_batch_samples",
-    "compile",
+    "compile", "expect_sha256", "save_on_signal", "lr_horizon",
 )  # fmt: skip
 
 

@@ -1,4 +1,7 @@
-"""``datacentric inspect RUN_DIR``: facts of a run's latest checkpoint."""
+"""``datacentric inspect RUN_DIR``: facts of a run's latest checkpoint.
+
+Reads no pickle unrestricted (:mod:`datacentric.train.safe_load`); prints the SHA-256 of
+the checkpoint's ``manifest.json``, the value ``--expect-sha256`` takes."""
 
 from __future__ import annotations
 
@@ -13,14 +16,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("run_dir", help="the run folder (--out of `datacentric train`)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--expect-sha256",
+        metavar="HEX",
+        help="read the checkpoint only if its manifest.json has this SHA-256 (checked first)",
+    )
     parser.set_defaults(func=run)
 
 
-def inspect_run(run_dir: str) -> dict:
-    """The latest checkpoint's position and SHA-256 of its model tensors."""
+def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
+    """The latest checkpoint's position, SHA-256 of its model tensors and of its
+    manifest (``expect_sha256``: refuse a checkpoint whose manifest has another)."""
     from datacentric.train.checkpoint import (
         CheckpointError,
         latest_checkpoint,
+        manifest_sha256,
         read_model_state,
         verify_checkpoint,
         weights_sha256,
@@ -31,10 +41,11 @@ def inspect_run(run_dir: str) -> dict:
     path = latest_checkpoint(run_dir)
     if path is None:
         raise CheckpointError(f"{run_dir}: no checkpoint found (was the run started with --out?)")
-    trainer = verify_checkpoint(path)
+    trainer = verify_checkpoint(path, expect_sha256)
     state = read_model_state(path)
     return {
         "checkpoint": path.name,
+        "manifest_sha256": manifest_sha256(path),
         "iterations_done": trainer["iterations_done"],
         "samples_seen": trainer["samples_seen"],
         "epoch": trainer["epoch"],
@@ -44,7 +55,7 @@ def inspect_run(run_dir: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    info = inspect_run(args.run_dir)
+    info = inspect_run(args.run_dir, args.expect_sha256)
     if args.json:
         print(json.dumps(info))
     else:

@@ -5,6 +5,9 @@ rank joins the job from the environment; with ``--world N`` the command starts
 N local ranks itself (gloo on CPU); otherwise it runs as one process
 (``parallel.launch.launch_mode`` decides). Settings come from ``--config FILE``
 and ``--section.key`` flags (``docs/configuration.md``).
+
+The command locks the run folder before it writes anything (under torchrun, rank 0
+does); a run stopped by SIGTERM/SIGINT after saving exits with ``128 + signal``.
 """
 
 from __future__ import annotations
@@ -52,21 +55,33 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     from datacentric.parallel.launch import launch, launch_mode
-    from datacentric.train.run_folder import claim_run_folder
-    from datacentric.train.trainer import train_rank
+    from datacentric.train.run_folder import RunFolderLock, claim_run_folder
+    from datacentric.train.trainer import train_rank, train_rank_in_locked_folder
 
     config = config_from_args(args)
-    if launch_mode(config.world).kind != "torchrun":  # under torchrun, rank 0 claims it
-        claim_run_folder(config)
     if not check_dataset(config, "train"):
         return 2
-    results = launch(
-        train_rank,
-        config,
+    options = dict(
         nproc=config.world,
         collective_timeout_s=config.collective_timeout_s,
         device=config.device,
     )
+    if launch_mode(config.world).kind == "torchrun":  # rank 0 locks and claims the folder
+        return _report(args, launch(train_rank, config, **options))
+    with RunFolderLock(config.out):
+        claim_run_folder(config)
+        results = launch(
+            train_rank_in_locked_folder,
+            config,
+            **options,
+            forward_signals=config.save_on_signal,
+        )
+    return _report(args, results)
+
+
+def _report(args: argparse.Namespace, results: dict) -> int:
+    """Print rank 0's summary; the exit status (``128 + signal`` after a stop by one)."""
+    stopped = next((r.stopped_by_signal for r in results.values() if r.stopped_by_signal), None)
     if 0 in results:
         result = results[0]
         summary = {
@@ -85,4 +100,4 @@ def run(args: argparse.Namespace) -> int:
             if args.json
             else "\n".join(f"{k:>18}: {v}" for k, v in summary.items())
         )
-    return 0
+    return 128 + stopped if stopped else 0

@@ -109,10 +109,16 @@ def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
 
 class _StopRanks:
     """While active, SIGTERM/SIGINT/SIGHUP to the launcher kill its ranks first, then
-    end the launcher with the signal's usual status (main thread only)."""
+    end the launcher with the signal's usual status (main thread only).
 
-    def __init__(self, processes: list[Any]) -> None:
+    ``forward``: the first SIGTERM/SIGINT is passed on to the ranks as SIGTERM instead
+    (they stop after a step they agree on and return); a second one, or a rank that dies
+    after the first, kills them all as above."""
+
+    def __init__(self, processes: list[Any], forward: bool = False) -> None:
         self.processes = processes
+        self.forward = forward
+        self.forwarded: int | None = None
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopRanks:
@@ -125,6 +131,16 @@ class _StopRanks:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if self.forward and self.forwarded is None and signum in (2, 15):
+            self.forwarded = signum
+            for process in self.processes:
+                if process.is_alive():
+                    process.terminate()
+            return
+        self.stop(signum)
+
+    def stop(self, signum: int) -> None:
+        """Kill the ranks and end the launcher with ``128 + signum`` (SIGINT: interrupt)."""
         for process in self.processes:
             if process.is_alive():
                 process.kill()
@@ -150,6 +166,7 @@ def spawn(
     threads_per_rank: int | None = 1,
     start_method: str | None = None,
     collective_timeout_s: float | None = None,
+    forward_signals: bool = False,
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
@@ -163,7 +180,9 @@ def spawn(
     rank's intra-op threads (many ranks on few cores); ``None`` leaves torch's
     default. ``start_method`` defaults to ``forkserver`` where available (see
     :func:`_context`), else ``spawn``. ``collective_timeout_s`` sets the collective
-    timeout apart from the whole run's (default: ``timeout_s``).
+    timeout apart from the whole run's (default: ``timeout_s``). ``forward_signals``:
+    a SIGTERM/SIGINT to this process reaches the ranks as SIGTERM and the ranks' results
+    are still awaited (for ranks that stop cleanly on it); a second signal kills them.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -189,9 +208,15 @@ def spawn(
         )
         process.start()
         processes.append(process)
+    stopper = _StopRanks(processes, forward=forward_signals)
     try:
-        with _StopRanks(processes):
-            values = _collect(processes, results, timeout_s)
+        with stopper:
+            try:
+                values = _collect(processes, results, timeout_s)
+            except (RuntimeError, TimeoutError):
+                if stopper.forwarded is None:
+                    raise
+                stopper.stop(stopper.forwarded)  # a rank died of the signal it was sent
     except BaseException:
         for process in processes:
             process.kill()
@@ -254,7 +279,10 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
         if not ok:
             summary, _, trace = payload.partition("\n")
             raise RuntimeError(f"rank {rank} failed: {summary}\n{trace}")
-        values[rank] = torch.load(io.BytesIO(payload), weights_only=False)
+        values[rank] = torch.load(
+            io.BytesIO(payload),
+            weights_only=False,  # trusted: this launch's own ranks' results, over a local pipe
+        )
     return [values[r] for r in range(len(processes))]
 
 
@@ -368,12 +396,14 @@ def launch(
     collective_timeout_s: float = DEFAULT_TIMEOUT_S,
     timeout_s: float = JOB_TIMEOUT_S,
     device: str | torch.device | None = None,
+    forward_signals: bool = False,
 ) -> dict[int, Any]:
     """Run ``fn(*args)`` on every rank as :func:`launch_mode` decides; returns the
     results this process sees by rank: every rank's after a spawn, this rank's own
     under torchrun (``torch.distributed`` initialised first), rank 0's alone.
     Ranks use NCCL with one GPU each when there are enough GPUs (and ``device`` is not
-    the CPU), else gloo on the CPU (:func:`backend_for`)."""
+    the CPU), else gloo on the CPU (:func:`backend_for`). ``forward_signals``: see
+    :func:`spawn` (spawned ranks only; torchrun forwards signals itself)."""
     mode = launch_mode(nproc)
     if mode.kind == "spawn":
         values = spawn(
@@ -383,6 +413,7 @@ def launch(
             backend=backend_for(mode.world_size, device),
             timeout_s=timeout_s,
             collective_timeout_s=collective_timeout_s,
+            forward_signals=forward_signals,
         )
         return dict(enumerate(values))
     if mode.kind == "torchrun":

@@ -209,6 +209,12 @@ def _read_file(path: str | Path) -> dict[str, Any]:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"--config {path}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"--config {path}: is a folder; name a TOML file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"--config {path}: not a text TOML file (byte {err.start} is not UTF-8)"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"--config {path}: not valid TOML: {err}") from None
     return _flatten(data, str(path))
@@ -241,6 +247,25 @@ def validate(config: TrainConfig) -> None:
     """Settings that are each valid but cannot work together, or need parsing."""
     if config.fault_inject is not None:
         parse_fault(config.fault_inject)
+    resuming = config.resume or config.resume_from is not None
+    if config.overwrite and resuming:
+        flag = "--resume" if config.resume else "--resume-from"
+        raise ConfigError(
+            f"job.overwrite and checkpoint.{flag[2:].replace('-', '_')} cannot both be set: "
+            f"--overwrite deletes the run that {flag} continues; drop one of them"
+        )
+    if config.expect_sha256 is not None:
+        digest = config.expect_sha256.strip().lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ConfigError(
+                "checkpoint.expect_sha256: needs 64 hexadecimal digits (the SHA-256 of "
+                f"manifest.json), got {config.expect_sha256!r}"
+            )
+        if not resuming:
+            raise ConfigError(
+                "checkpoint.expect_sha256: only checked when resuming; pass --resume or "
+                "--resume-from with it"
+            )
     try:
         check_shard(config.shard, config.reshard_after_forward)
     except ValueError as err:
@@ -266,12 +291,12 @@ def parse_fault(spec: str) -> tuple[int, int, str]:
     parts = spec.split(":")
     mode = parts[2] if len(parts) == 3 else "kill"
     try:
-        if len(parts) not in (2, 3) or mode not in ("kill", "hang"):
+        if len(parts) not in (2, 3) or mode not in ("kill", "hang", "term", "stop"):
             raise ValueError
         rank, iteration = int(parts[0]), int(parts[1])
     except ValueError:
         raise ConfigError(
-            f"training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang' "
+            "training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang|term|stop' "
             f"(e.g. '1:3'), got {spec!r}"
         ) from None
     return rank, iteration, mode

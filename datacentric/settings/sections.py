@@ -117,12 +117,17 @@ class TrainingConfig:
     """Epochs over the dataset."""
     iterations: int | None = setting(None, ge=1)
     """Stop after this many optimizer steps counted from the run's start (unset: all epochs)."""
+    lr_horizon: Literal["extend", "first"] = "extend"
+    """Learning-rate horizon of a resumed run: ``extend``: this command's step count (its
+    ``iterations``, else its ``epochs``), so a longer resume stretches the schedule;
+    ``first``: the horizon the run started with (steps past it run at the minimum rate)."""
     compile: bool = False
     """Compile each transformer block's forward with ``torch.compile`` (inductor; the first
     steps pay the compilation, docs/runtime.md)."""
     fault_inject: str | None = None
     """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
-    ``RANK:ITERATION:hang`` stalls it."""
+    ``RANK:ITERATION:hang`` stalls it; ``RANK:ITERATION:term`` sends SIGTERM to its process
+    group; ``RANK:STEP:stop`` SIGSTOPs it inside the checkpoint save of step STEP."""
 
 
 @dataclass(kw_only=True)
@@ -153,6 +158,12 @@ class CheckpointConfig:
     ``out``."""
     keep_last: int | None = setting(None, ge=1)
     """Keep only the newest N checkpoints (unset: keep all)."""
+    expect_sha256: str | None = None
+    """Resume only if the checkpoint's ``manifest.json`` has this SHA-256 (printed at save
+    time and by ``datacentric inspect``); checked before anything else in it is read."""
+    save_on_signal: bool = True
+    """On SIGTERM/SIGINT, finish the step on every rank, save a checkpoint and exit with
+    128+signal (preempted); off: stop at once without saving."""
 
 
 @dataclass(kw_only=True)

@@ -4,7 +4,7 @@ Layout of a run folder::
 
     checkpoints/step-00000006/     one checkpoint (DCP shards + our files)
         .metadata, __0_0.distcp    model and optimizer state (torch.distributed.checkpoint)
-        rng-rank0.pt ...           each rank's RNG states
+        rng-rank0.pt ...           each rank's RNG states (tensors only)
         trainer.json               position (epoch, iteration, samples seen, consumed ids),
                                    learning-rate schedule, profile fingerprint, world size
         manifest.json              SHA-256 of every file above (written last)
@@ -20,6 +20,11 @@ when ``latest`` is missing, dangling or corrupt. A full disk is a
 :class:`CheckpointError` saying so. Model and optimizer go
 through ``torch.distributed.checkpoint`` so that a run can resume on a different
 number of ranks (replicated parameters are resharded by DCP's planner).
+
+Nothing in a checkpoint runs code when it is read (:mod:`datacentric.train.safe_load`):
+every pickle in it goes through an allow-list, and ``expect_sha256`` (the SHA-256 of
+``manifest.json``, printed at save time and by ``inspect``) pins every file of a
+checkpoint before any of them is read.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +45,20 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
     set_optimizer_state_dict,
+)
+
+from datacentric.train.safe_load import (
+    SafeFileSystemReader,
+    SafeLoadPlanner,
+    UnsafeFileError,
+    load_tensor_file,
+    read_metadata_file,
 )
 
 MANIFEST = "manifest.json"
@@ -74,13 +88,30 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, _, p in ordered]
 
 
+def _rank_failures(err: BaseException) -> list[tuple[int | None, BaseException]]:
+    """``(rank, exception)`` of each rank a DCP ``CheckpointException`` collected, else
+    ``[(None, err)]``."""
+    failures = getattr(err, "failures", None)
+    if not isinstance(failures, dict) or not failures:
+        return [(None, err)]
+    found = []
+    for rank, failure in sorted(failures.items()):
+        exc = failure[0] if isinstance(failure, tuple) else failure
+        found.append((rank, exc if isinstance(exc, BaseException) else err))
+    return found
+
+
 def _is_disk_full(err: BaseException) -> bool:
-    text = str(err)
-    return (
-        getattr(err, "errno", None) == errno.ENOSPC
-        or "No space left on device" in text
-        or "file write failed" in text
-    )
+    for _, exc in _rank_failures(err):
+        text = str(exc)
+        if (
+            getattr(exc, "errno", None) == errno.ENOSPC
+            or "No space left on device" in text
+            or "file write failed" in text
+            or "[Errno 28]" in text
+        ):
+            return True
+    return False
 
 
 def _rank() -> int:
@@ -130,11 +161,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> Path:
     """Save on every rank (collective); returns the final checkpoint folder.
 
     ``trainer_state`` must be JSON-able (position, lr schedule state, fingerprint).
     ``keep_last``: delete all but the newest N checkpoints after the save.
+    ``before_commit``: called on every rank once its files are written (fault injection).
     """
     root = checkpoint_dir(run_dir)
     tmp = root / f"step-{step:08d}.tmp"
@@ -152,6 +185,8 @@ def save_checkpoint(
             warnings.filterwarnings("ignore", message=".*single process.*")
             dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
         torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
+        if before_commit is not None:
+            before_commit()
         _barrier()
         final = _final_name(root, step)
         if _rank() == 0:
@@ -170,9 +205,22 @@ def save_checkpoint(
                 f"no space left on device while saving checkpoint step {step} to {root}; "
                 "free space (or pass --keep-last N) and resume with --resume"
             ) from err
+        if isinstance(err, CheckpointException):  # name each rank and what failed there
+            failed = "; ".join(
+                f"rank {rank}: {type(exc).__name__}: {_first_line(exc)}"
+                for rank, exc in _rank_failures(err)
+            )
+            raise CheckpointError(
+                f"saving checkpoint step {step} to {root} failed: {failed}"
+            ) from err
         raise
     _barrier()
     return final
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    return lines[0][:200] if lines else ""
 
 
 def _final_name(root: Path, step: int) -> Path:
@@ -254,10 +302,29 @@ def resolve_resume_from(run_dir: str | Path, spec: str) -> Path:
     return path
 
 
-def verify_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Check every file against the manifest; return the trainer state."""
+def manifest_sha256(path: str | Path) -> str:
+    """SHA-256 of a checkpoint's ``manifest.json``: it pins every file of the checkpoint
+    (the manifest holds their SHA-256), so it identifies the checkpoint's content."""
+    manifest = Path(path) / MANIFEST
+    if not manifest.exists():
+        raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
+    return _sha256(manifest)
+
+
+def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dict[str, Any]:
+    """Check every file against the manifest; return the trainer state.
+
+    ``expect_sha256``: the manifest's SHA-256 must be this (checked first, before any
+    other file of the checkpoint is opened)."""
     path = Path(path)
     manifest_path = path / MANIFEST
+    if expect_sha256 is not None:
+        found = manifest_sha256(path)
+        if found != expect_sha256.strip().lower():
+            raise CheckpointError(
+                f"{manifest_path}: SHA-256 is {found}, --expect-sha256 says {expect_sha256}; "
+                "this is not the checkpoint you meant to trust (nothing in it was read)"
+            )
     if not manifest_path.exists():
         raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
     try:
@@ -287,15 +354,19 @@ def load_checkpoint(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     expect_model: str | None = None,
+    expect_sha256: str | None = None,
 ) -> dict[str, Any]:
     """Load model, optimizer and this rank's RNG (collective); return the trainer state.
 
     On a different world size, ranks without a saved RNG state keep their own. A
     checkpoint of another model (``expect_model``: this run's model setting, checked
-    against the saved config; or tensors of other shapes) is a :class:`CheckpointError`.
+    against the saved config; or tensors of other shapes) is a :class:`CheckpointError`;
+    so is a manifest whose SHA-256 is not ``expect_sha256`` (checked first), and a file
+    that holds anything but data (:class:`~datacentric.train.safe_load.UnsafeFileError`,
+    raised before it is built).
     """
     path = Path(path)
-    trainer_state = verify_checkpoint(path)
+    trainer_state = verify_checkpoint(path, expect_sha256)
     state = {
         "model": get_model_state_dict(model),
         "optimizer": get_optimizer_state_dict(model, optimizer),
@@ -307,10 +378,11 @@ def load_checkpoint(
             "resume with the same model or choose another --out"
         )
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp.load(state, checkpoint_id=str(path), no_dist=not dist.is_initialized())
+        _load_dcp(state, path)
     except (Exception, CheckpointException) as err:
+        unsafe = _unsafe_cause(err)
+        if unsafe is not None:
+            raise unsafe from None
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         detail = next((ln for ln in lines if "size" in ln or "Missing key" in ln), None)
         detail = detail or (lines[-1] if lines else type(err).__name__)
@@ -322,8 +394,42 @@ def load_checkpoint(
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rng_file = path / f"rng-rank{_rank()}.pt"
     if rng_file.exists():
-        set_rng_state(torch.load(rng_file, weights_only=False))
+        set_rng_state(load_tensor_file(rng_file))
     return trainer_state
+
+
+def _load_dcp(state: dict[str, Any], path: Path, single: bool = False) -> None:
+    """``dcp.load`` into ``state`` with the allow-listing reader and planner."""
+    # Read here first: DCP would turn the refusal into a message inside its own error.
+    read_metadata_file(path / ".metadata")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*single process.*")
+        dcp.load(
+            state,
+            storage_reader=SafeFileSystemReader(str(path)),
+            planner=SafeLoadPlanner(path),
+            no_dist=single or not dist.is_initialized(),
+        )
+
+
+def _unsafe_cause(err: BaseException) -> UnsafeFileError | None:
+    """The :class:`UnsafeFileError` behind a DCP failure (raised as is on one process,
+    collected per rank in a ``CheckpointException`` otherwise), if any."""
+    seen: list[Any] = [err]
+    while seen:
+        current = seen.pop()
+        if isinstance(current, UnsafeFileError):
+            return current
+        if not isinstance(current, BaseException):
+            continue
+        failures = getattr(current, "failures", None)
+        if isinstance(failures, dict):
+            for failure in failures.values():  # (exception, stack) per rank
+                seen.extend(f for f in (failure if isinstance(failure, tuple) else (failure,)))
+        for linked in (current.__cause__, current.__context__):
+            if isinstance(linked, BaseException):
+                seen.append(linked)
+    return None
 
 
 def weights_sha256(model_state: dict[str, torch.Tensor]) -> str:
@@ -338,12 +444,20 @@ def weights_sha256(model_state: dict[str, torch.Tensor]) -> str:
 
 def read_model_state(path: str | Path) -> dict[str, torch.Tensor]:
     """Read the model tensors of a checkpoint in one process (for ``inspect``);
-    call :func:`verify_checkpoint` first."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
+    call :func:`verify_checkpoint` first. Reads only tensors (no pickle runs)."""
     path = Path(path)
-    with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "state.pt"
-        dcp_to_torch_save(str(path), str(out))
-        full = torch.load(out, weights_only=False)
-    return full["model"]
+    metadata = read_metadata_file(path / ".metadata")
+    model = {
+        key.removeprefix("model."): torch.empty(entry.size, dtype=entry.properties.dtype)
+        for key, entry in metadata.state_dict_metadata.items()
+        if key.startswith("model.") and isinstance(entry, TensorStorageMetadata)
+    }
+    state = {"model": model}
+    try:
+        _load_dcp(state, path, single=True)
+    except (Exception, CheckpointException) as err:
+        unsafe = _unsafe_cause(err)
+        if unsafe is not None:
+            raise unsafe from None
+        raise
+    return state["model"]

@@ -41,7 +41,7 @@ from torch import nn
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.parallel.compiled import compile_blocks
-from datacentric.parallel.grad_sync import wrap_model
+from datacentric.parallel.grad_sync import is_fsdp2, syncs_itself, wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
@@ -107,17 +107,31 @@ class Step:
     def __iter__(self) -> Iterator[MicroStep]:
         mine = self.iteration.micro_batches_of_rank(self.runtime.groups.rank)
         for k, micro in enumerate(self.runtime.micro_steps(self.iteration, self.stats)):
-            group = mine[k][0]
-            self.phase = (
-                f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
-                f"{group.sp_size} at rank {group.rank_start})"
-            )
+            self.phase = f"micro-batch {k} (forward/backward with {self._collectives(mine, k)})"
             yield micro
+
+    def _collectives(self, mine: Sequence[Any], k: int) -> str:
+        """The collectives micro-batch ``k`` of this rank issues, by who issues them."""
+        group, last = mine[k][0], k == len(mine) - 1
+        sp = f"the SP all-to-all of the group of {group.sp_size} at rank {group.rank_start}"
+        model = self.runtime.model
+        if is_fsdp2(model):
+            parts = ["FSDP's parameter all-gather", sp]
+            return ", ".join(parts + (["FSDP's gradient reduce-scatter"] if last else []))
+        if syncs_itself(model) and last:
+            return f"{sp} and DDP's gradient all-reduce"
+        return sp
 
     def finish(self) -> float:
         """Sum gradients over the world once, gather every rank's loss share and
         timings (collectives) and return the global batch's loss."""
-        self.phase = "the gradient all-reduce over the world"
+        model = self.runtime.model
+        self.phase = (
+            "the end of the step (waiting for "
+            f"{'FSDP' if is_fsdp2(model) else 'DDP'}'s gradient sync)"
+            if syncs_itself(model)
+            else "the gradient all-reduce over the world"
+        )
         self.runtime.finish_iteration(self.stats)
         self.phase = "the all-gather of losses and timings"
         compute_s = sum(mb.time_s for mb in self.stats.micro_batches)

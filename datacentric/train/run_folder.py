@@ -6,6 +6,10 @@
   ``schedules/epoch-N-step-S.json``, ``S`` being the run's step where it began.
 - whose run a folder holds (:func:`claim_run_folder`): a fresh run refuses a folder
   that holds another run unless it resumes it or is told to overwrite it.
+- who writes it now (:class:`RunFolderLock`): one process at a time, fresh run or
+  resume, holds an exclusive ``fcntl`` lock on ``.datacentric.lock`` (the file names the
+  holder's host and pid); the kernel drops it when the holder dies, so a crashed run
+  never leaves a stale lock behind.
 - the ``timeline`` of a ``metrics.jsonl`` record (with ``timeline = true``): every
   rank's :class:`~datacentric.timing.Span` records of the step, as JSON objects,
   times in seconds from the step's start on that rank.
@@ -16,9 +20,11 @@ than rebuilding the schedule.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +42,80 @@ RUN_FILES = ("config.json", "metrics.jsonl", "samples.jsonl", "checkpoints")
 RUN_OUTPUTS = (*RUN_FILES, "config.toml", "plan.json", SCHEDULES)
 
 
+LOCK_FILE = ".datacentric.lock"
+
+
 class RunFolderError(ValueError):
     """The run folder holds another run and the settings do not say what to do with it."""
+
+
+class RunFolderLock:
+    """The exclusive right to write a run folder (a context manager; see the module doc).
+
+    ``acquire`` creates the folder if needed and raises :class:`RunFolderError` naming
+    the holder when another process holds it; ``release`` removes the lock file."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.path = Path(out) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunFolderLock:
+        out = self.path.parent
+        if out.exists() and not out.is_dir():
+            raise RunFolderError(f"--out {out} is a file; name a folder for the run")
+        while True:
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as err:
+                raise RunFolderError(
+                    f"--out {out} cannot be written ({err.strerror}); choose another --out"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise RunFolderError(
+                    f"--out {self.path.parent} is being written by another run "
+                    f"({self._holder()}); wait for it to finish, or choose another --out"
+                ) from None
+            # The holder before us may have removed the file after we opened it: the lock
+            # counts only on the file that is still at the path.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"host {socket.gethostname()} pid {os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def _holder(self) -> str:
+        try:
+            text = self.path.read_text(encoding="utf-8").strip()
+        except OSError:
+            text = ""
+        return text or "a process that has not written its name yet"
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> RunFolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
 
 
 def claim_run_folder(config: Any, restarted: bool = False) -> None:

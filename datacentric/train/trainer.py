@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 import warnings
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
@@ -32,16 +34,21 @@ from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
     CheckpointError,
+    checkpoint_step,
     find_checkpoint,
     load_checkpoint,
+    manifest_sha256,
     resolve_resume_from,
     save_checkpoint,
     weights_sha256,
 )
 from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
 from datacentric.train.data_centric import DataCentric, Step, ulysses_sp_sizes
+from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
+from datacentric.train.preemption import StopSignals, signal_name
 from datacentric.train.run_folder import (
+    RunFolderLock,
     claim_run_folder,
     gather_spans,
     save_schedule,
@@ -51,6 +58,12 @@ from datacentric.train.run_folder import (
 #: Settings a resume must keep (the sample stream and the model depend on them); the
 #: rest (steps, learning rate, checkpointing, world size...) may change.
 RESUME_FIXED = (*(k for s in ("model", "data", "scheduling") for k in section_keys()[s]), "seed")
+#: Older names that are one setting with a newer one (``ScheduleOptions``): a resume
+#: compares the value, whichever name gave it.
+ALIASES = {
+    "tokens_per_iteration": "global_batch_tokens",
+    "samples_per_iteration": "global_batch_samples",
+}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -67,6 +80,10 @@ class TrainResult:
     tokens_per_s: list[float]
     weights_sha256: str
     out_dir: str
+    stopped_by_signal: int | None = None
+    """The signal (SIGTERM, SIGINT) the run stopped for after saving, else ``None``."""
+    checkpoint: str | None = None
+    """The last checkpoint this run saved (its folder name)."""
 
 
 def lr_lambda(config: TrainConfig, total: int):
@@ -87,8 +104,12 @@ def lr_lambda(config: TrainConfig, total: int):
 class Trainer:
     """One rank's training run; construct on every rank after ``groups`` exist."""
 
-    def __init__(self, config: TrainConfig, groups: ProcessGroups) -> None:
+    def __init__(
+        self, config: TrainConfig, groups: ProcessGroups, *, lock_folder: bool = True
+    ) -> None:
         self.config = config
+        self.lock_folder = lock_folder
+        """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.groups = groups
         self.out = Path(config.out)
         self.is_main = groups.rank == 0
@@ -134,7 +155,18 @@ class Trainer:
             weight_decay=config.weight_decay,
         )
         self.total_iterations = 0
+        self.saved: Path | None = None
+        self.activity = "setup"
+        """What this rank is doing (published by the heartbeat; names it when it stalls)."""
+        self._step_now: Step | None = None
+        self.heartbeat = Heartbeat(groups, self._phase_now)
         self.fault = parse_fault(config.fault_inject) if config.fault_inject else None
+
+    def _phase_now(self) -> str:
+        step = self._step_now
+        if step is not None and not step.finished:
+            return f"step {step.number}: {step.phase}"
+        return self.activity
 
     @property
     def position(self) -> Position:
@@ -161,18 +193,23 @@ class Trainer:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
         restarted = launch_mode().restarts > 0
         path = self._checkpoint_to_load(restarted)
+        planned = self._planned_total()
         if path is None:
-            self.total_iterations = self._planned_total()
+            self.total_iterations = planned
             if self.is_main:  # a fresh start: records of an earlier attempt go
                 _truncate_jsonl(self.out / "metrics.jsonl", 0)
                 _truncate_jsonl(self.out / "samples.jsonl", 0)
             return
-        state = load_checkpoint(path, self.model, self.optimizer, expect_model=self.config.model)
+        # The checkpoint the user named is pinned; a restart resumes this job's own.
+        expect = None if restarted else self.config.expect_sha256
+        state = load_checkpoint(
+            path, self.model, self.optimizer, expect_model=self.config.model, expect_sha256=expect
+        )
         self._check_unchanged(path, state)
         self.dc.load_state_dict(state["position"])
         done = self.position.iterations_done
         was = int(state["total_iterations"])
-        self.total_iterations = self._resumed_total(was, state.get("config") or {})
+        self.total_iterations = was if self.config.lr_horizon == "first" else planned
         if self.is_main:
             new = self.total_iterations
             change = f" (the checkpoint's run planned {was})" if was != new else ""
@@ -184,19 +221,11 @@ class Trainer:
             _truncate_jsonl(self.out / "metrics.jsonl", done)
             _truncate_jsonl(self.out / "samples.jsonl", done)
 
-    def _resumed_total(self, was: int, saved: dict[str, Any]) -> int:
-        """The learning-rate horizon of a resumed run: this command's ``iterations``;
-        without it, the saved horizon scaled by a changed ``epochs``."""
-        if self.config.iterations is not None:
-            return self.config.iterations
-        saved_epochs = int(saved.get("epochs", self.config.epochs))
-        return max(1, round(was * self.config.epochs / saved_epochs))
-
     def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
         """Refuse a resume whose data, model or schedule settings differ from the
         checkpoint's (any world size), naming each changed setting."""
-        saved = state.get("config") or {}
-        now = self.config.to_json()
+        saved = _resolve_aliases(state.get("config") or {})
+        now = _resolve_aliases(self.config.to_json())
         changed = [
             f"{key} ({saved[key]!r} -> {now[key]!r})"
             for key in RESUME_FIXED
@@ -230,7 +259,23 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def run(self) -> TrainResult:
-        """Train until ``config.iterations`` steps or ``config.epochs`` epochs are done."""
+        """Train until ``config.iterations`` steps or ``config.epochs`` epochs are done,
+        or until a SIGTERM/SIGINT (``save_on_signal``): then every rank stops after the
+        same step and saves (see :mod:`datacentric.train.preemption`)."""
+        lock = RunFolderLock(self.out) if self.is_main and self.lock_folder else None
+        if lock is not None:
+            lock.acquire()  # before anything in the folder is written
+        try:
+            with self.heartbeat:
+                if self.config.save_on_signal:
+                    with StopSignals() as signals:
+                        return self._run(signals)
+                return self._run(None)
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _run(self, signals: StopSignals | None) -> TrainResult:
         config = self.config
         if self.is_main:
             claim_run_folder(config, restarted=launch_mode().restarts > 0)
@@ -264,6 +309,7 @@ class Trainer:
         losses: list[float] = []
         rates: list[float] = []
         epochs = config.epochs if config.iterations is None else None
+        stopped_by = None
         try:
             saved = None
             for step in self.dc.steps(epochs, iterations=config.iterations):
@@ -280,10 +326,21 @@ class Trainer:
                 every = config.checkpoint_every
                 if every and self.position.iterations_done % every == 0:
                     self._save(scheduler)
-            self._save(scheduler)
+                stopped_by = signals.agreed(self.groups) if signals is not None else None
+                if stopped_by is not None:
+                    break
+            just_saved = checkpoint_step(self.saved or "") == self.position.iterations_done
+            if stopped_by is None or not just_saved:
+                self._save(scheduler)
         finally:
             metrics.close()
             self.dc.close()
+        if stopped_by is not None and self.is_main:
+            print(
+                f"datacentric train: stopped by {signal_name(stopped_by)} after step "
+                f"{self.position.iterations_done}; saved {self.saved}; continue with --resume",
+                file=sys.stderr,
+            )
         return TrainResult(
             iterations_done=self.position.iterations_done,
             samples_seen=self.position.samples_seen,
@@ -291,17 +348,51 @@ class Trainer:
             tokens_per_s=rates,
             weights_sha256=weights_sha256(full_model_state(self.model)),
             out_dir=str(self.out),
+            stopped_by_signal=stopped_by,
+            checkpoint=self.saved.name if self.saved else None,
         )
 
     def _save(self, scheduler) -> None:
-        save_checkpoint(
-            self.out,
-            self.position.iterations_done,
-            self.model,
-            self.optimizer,
-            self._trainer_state(scheduler.state_dict()),
-            keep_last=self.config.keep_last,
-        )
+        step = self.position.iterations_done
+        self.activity = f"checkpoint save (step {step})"
+        try:
+            self.saved = save_checkpoint(
+                self.out,
+                step,
+                self.model,
+                self.optimizer,
+                self._trainer_state(scheduler.state_dict()),
+                keep_last=self.config.keep_last,
+                before_commit=self._maybe_stop_in_save,
+            )
+        except (Exception, CheckpointException) as err:
+            if not is_timeout(err):
+                raise
+            peers = self.heartbeat.describe_peers() or "a peer rank stopped answering?"
+            raise RuntimeError(
+                f"rank {self.groups.rank}: checkpoint save (step {step}) timed out after "
+                f"{self.config.collective_timeout_s:g} s: {peers}"
+            ) from err
+        finally:
+            self.activity = f"training after step {step}"
+        if self.is_main:
+            print(
+                f"datacentric train: saved {self.saved} (manifest sha256 "
+                f"{manifest_sha256(self.saved)})",
+                file=sys.stderr,
+            )
+
+    def _maybe_stop_in_save(self) -> None:
+        """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
+        of step STEP, after its files are written (once per run folder)."""
+        if self.fault is None or self.fault[2] != "stop":
+            return
+        rank, at, _ = self.fault
+        marker = self.out / f".fault-injected-rank{rank}-at{at}"
+        if self.groups.rank == rank and self.position.iterations_done == at:
+            if not marker.exists():
+                marker.touch()
+                os.kill(os.getpid(), signal.SIGSTOP)
 
     def _maybe_inject_fault(self, number: int) -> None:
         """Kill (or hang) this rank after its first micro-batch of the step named by the
@@ -310,9 +401,12 @@ class Trainer:
             return
         rank, at, mode = self.fault
         marker = self.out / f".fault-injected-rank{rank}-at{at}"
-        if self.groups.rank == rank and number == at:
+        if self.groups.rank == rank and number == at and mode != "stop":
             if not marker.exists():
                 marker.touch()
+                if mode == "term":  # as a cluster preempting the job: every process of it
+                    os.killpg(os.getpgid(0), signal.SIGTERM)
+                    return
                 if mode == "hang":
                     time.sleep(10 * self.config.collective_timeout_s)
                 os._exit(17)
@@ -329,6 +423,7 @@ class Trainer:
             dtype=torch.bfloat16,
             enabled=config.dtype == "bfloat16",
         )
+        self._step_now = step
         try:
             for k, micro in enumerate(step):
                 with autocast:
@@ -338,11 +433,16 @@ class Trainer:
                     self._maybe_inject_fault(step.number)
             loss = step.finish()
         except RuntimeError as err:
-            timed_out = "timed out" in str(err).lower() or "timeout" in str(err).lower()
+            timed_out = is_timeout(err)
+            peers = (
+                (self.heartbeat.describe_peers() or "a peer rank stopped answering?")
+                if timed_out
+                else ""
+            )
             raise RuntimeError(
                 f"rank {self.groups.rank}: iteration {step.number} "
                 f"{'timed out' if timed_out else 'failed'} in {step.phase}"
-                f"{' (a peer rank stopped answering?)' if timed_out else ''}: {err}"
+                f"{f' ({peers})' if timed_out else ''}: {err}"
             ) from err
         iteration, stats = step.iteration, step.stats
         sample_ids = step.sample_ids
@@ -401,9 +501,25 @@ class Trainer:
 
 def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
     """Run one rank of a training job (inside ``launch.launch``: spawned, under
-    torchrun, or alone)."""
+    torchrun, or alone); rank 0 locks the run folder."""
     groups = groups or process_groups(config.collective_timeout_s, device=config.device)
     return Trainer(config, groups).run()
+
+
+def train_rank_in_locked_folder(config: TrainConfig) -> TrainResult:
+    """:func:`train_rank` for a launcher that holds the run folder's lock itself."""
+    groups = process_groups(config.collective_timeout_s, device=config.device)
+    return Trainer(config, groups, lock_folder=False).run()
+
+
+def _resolve_aliases(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with each old name and its new name holding the value either gave."""
+    resolved = dict(settings)
+    for old, new in ALIASES.items():
+        if old in resolved or new in resolved:
+            value = resolved.get(new)
+            resolved[old] = resolved[new] = value if value is not None else resolved.get(old)
+    return resolved
 
 
 def _as_json(value: Any) -> Any:

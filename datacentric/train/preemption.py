@@ -1,0 +1,75 @@
+"""Stopping a run on SIGTERM/SIGINT at a step boundary that every rank agrees on.
+
+Clusters send SIGTERM before they kill a job. With ``[checkpoint] save_on_signal``
+(on by default) each rank records the signal (:class:`StopSignals`) instead of dying;
+after every step the ranks take the largest signal any of them got
+(:meth:`StopSignals.agreed`, one small all-reduce), so all of them stop after the same
+step, save an ordinary checkpoint and exit with ``128 + signal``, the status torchrun
+and schedulers read as "terminated by that signal" (preempted).
+
+A second signal more than :data:`SECOND_SIGNAL_AFTER_S` after the first ends the
+process at once (``checkpoints/latest`` is switched atomically, so it still names a
+complete checkpoint). Signals closer together count as one: a terminal's Ctrl-C
+reaches every process of the job at once, and launchers forward it as well.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from datacentric.parallel.groups import ProcessGroups
+
+SECOND_SIGNAL_AFTER_S = 1.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignals:
+    """While active (a context manager, main thread only), SIGTERM and SIGINT are
+    recorded rather than ending the process; :attr:`signum` is the first one seen."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._at = 0.0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum, self._at = signum, time.monotonic()
+        elif time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
+            os._exit(128 + signum)
+
+    def agreed(self, groups: ProcessGroups) -> int | None:
+        """The signal every rank stops for (collective: call after each step on every
+        rank), or ``None`` while no rank got one."""
+        mine = self.signum or 0
+        if groups.distributed and groups.world_size > 1:
+            flag = torch.tensor([mine], dtype=torch.int64, device=groups.device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=groups.world)
+            mine = int(flag.item())
+        return mine or None
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
