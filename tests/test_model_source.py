@@ -208,3 +208,61 @@ def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None
 
     state = load_file(str(tmp_path / "exported" / "model.safetensors"))
     assert sorted(state) == sorted(tiny_gpt(layers=2).state_dict())
+
+
+def _latent_folder(folder: Path, channels: int, text_width: int, count: int = 12) -> None:
+    """Video latents (frames x channels x height x width) with text embeddings beside them
+    (``NAME.text.safetensors``), as docs/data.md describes."""
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    generator = torch.Generator().manual_seed(0)
+    for i in range(count):
+        frames, size = 1 + i % 3, 4 + 2 * (i % 2)
+        latent = torch.randn(frames, channels, size, size, generator=generator)
+        save_file({"latent": latent}, str(folder / f"clip{i:02d}.safetensors"))
+        text = torch.randn(5, text_width, generator=generator)
+        save_file({"latent": text}, str(folder / f"clip{i:02d}.text.safetensors"))
+
+
+@pytest.mark.slow
+def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
+    tmp_path: Path,
+) -> None:
+    import diffusers
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS
+
+    class_name, config = TINY_DIFFUSERS["ltx"]
+    cls = getattr(diffusers, class_name)
+    torch.manual_seed(2)
+    folder = tmp_path / "ltx"
+    cls.from_config(config).save_pretrained(folder)
+    latents = tmp_path / "latents"
+    _latent_folder(latents, config["in_channels"], config["caption_channels"])
+    run_dir, exported = tmp_path / "run", tmp_path / "exported"
+    result = _run(
+        "train",
+        "--model", f"diffusers:{folder}",
+        "--dataset", f"latents:{latents}",
+        "--world", "2",
+        "--iterations", "3",
+        "--training.lr", "1e-6",
+        "--cost-model", "analytic",
+        "--no-progress",
+        "--out", str(run_dir),
+        "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    result = _run("export", str(run_dir), "--out", str(exported), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "diffusers"
+    before = cls.from_pretrained(folder).state_dict()
+    after = cls.from_pretrained(exported).state_dict()
+    assert sorted(before) == sorted(after)
+    changes = {
+        name: float((after[name] - w).norm()) / max(float(w.norm()), 1.0)
+        for name, w in before.items()
+    }
+    assert max(changes.values()) <= 1e-3, max(changes.items(), key=lambda kv: kv[1])
+    assert any(c > 0 for c in changes.values())

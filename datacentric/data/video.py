@@ -227,6 +227,12 @@ def pack_video_samples(
     contexts = [s.context for s in samples]
     if any(c is None for c in contexts) and any(c is not None for c in contexts):
         raise ValueError("some samples of the micro-batch have a text embedding, others not")
+    shapes = {tuple(c.shape) for c in contexts if c is not None}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"the text embeddings of samples {list(layout.sample_ids)} have different shapes "
+            f"{sorted(shapes)}: pad them to one length (as the text encoder's pipeline does)"
+        )
     return PackedBatch(
         sample_ids=layout.sample_ids,
         cu_seqlens=layout.cu_seqlens,

@@ -151,6 +151,7 @@ def _causal_lm_reference(hf_model: nn.Module, dataset: Dataset) -> Reference:
 
 def _video_reference(transformer: nn.Module, dataset: Dataset, prefix: str) -> Reference:
     """The hook of a diffusers case: its unmodified transformer, one clip at a time."""
+    from datacentric.models.diffusers_generic import DATA_PATCH
     from datacentric.models.diffusers_video import TIMESTEP_SCALE
 
     config = transformer.config
@@ -162,7 +163,7 @@ def _video_reference(transformer: nn.Module, dataset: Dataset, prefix: str) -> R
             transformer,
             dataset,
             channels=int(config.in_channels),
-            patch=tuple(int(p) for p in config.patch_size),
+            patch=DATA_PATCH,
             timestep_scale=TIMESTEP_SCALE,
         ),
         description=(

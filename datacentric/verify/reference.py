@@ -28,6 +28,7 @@ the mean over samples of each sample's mean (:func:`reference_loss`). Dropout is
 from __future__ import annotations
 
 import copy
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -141,11 +142,8 @@ def video_sample_loss(
         grid = dataset.shapes()[sample_id].grid
         noisy = unpatchify((1 - sample.t) * sample.x0 + sample.t * sample.noise, grid)
         target = unpatchify(sample.noise - sample.x0, grid)
-        out = transformer(
-            hidden_states=noisy[None],
-            timestep=torch.tensor([sample.t * timestep_scale]),
-            encoder_hidden_states=sample.context[None],
-        ).sample
+        timestep = torch.tensor([sample.t * timestep_scale])
+        out = own_video_forward(transformer, noisy[None], timestep, sample.context[None])
         tokens = sample.x0.shape[0]
         per_value = (out.float() - target[None].float()).pow(2)
         # each token's loss is the mean over its values; the sum over tokens is then
@@ -153,6 +151,34 @@ def video_sample_loss(
         return per_value.sum() / (per_value.numel() // tokens), tokens
 
     return sample_loss
+
+
+def own_video_forward(
+    transformer: nn.Module, latents: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor
+) -> torch.Tensor:
+    """The prediction ``(1, C, F, H, W)`` of a diffusers video transformer's own
+    ``forward`` on one clip, called as its pipeline calls it: a model that takes packed
+    tokens with ``num_frames``/``height``/``width`` (LTX-Video) gets the latents packed by
+    its pipeline's own ``_pack_latents`` (and the output unpacked by ``_unpack_latents``);
+    any other gets the latent video itself (Wan)."""
+    if "num_frames" not in inspect.signature(transformer.forward).parameters:
+        return transformer(
+            hidden_states=latents, timestep=timestep, encoder_hidden_states=text
+        ).sample
+    from diffusers import LTXPipeline
+
+    p, pt = int(transformer.config.patch_size), int(transformer.config.patch_size_t)
+    f, h, w = latents.shape[2:]
+    out = transformer(
+        hidden_states=LTXPipeline._pack_latents(latents, p, pt),
+        encoder_hidden_states=text,
+        timestep=timestep,
+        encoder_attention_mask=None,
+        num_frames=f // pt,
+        height=h // p,
+        width=w // p,
+    ).sample
+    return LTXPipeline._unpack_latents(out, f // pt, h // p, w // p, p, pt)
 
 
 def unmodified_copy(module: nn.Module, build: Callable[[], nn.Module]) -> nn.Module:
