@@ -274,6 +274,9 @@ def validate(config: TrainConfig) -> None:
         config.schedule_options()
     except ValueError as err:
         raise ConfigError(f"scheduling: {err}") from None
+    if any(step < 1 for step in config.trace_steps):
+        low = min(config.trace_steps)
+        raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
     if config.warmup < 2:
         raise ConfigError(f"cost.warmup: must be >= 2, got {config.warmup}")
     if config.repeats < 1:
