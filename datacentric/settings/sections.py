@@ -3,7 +3,7 @@
 Sections follow torchtitan's layout: ``[job]``, ``[model]``, ``[data]``, ``[training]``,
 ``[parallelism]``, ``[checkpoint]``, ``[metrics]``, ``[profiling]`` (``torch.profiler``
 traces, as in torchtitan), ``[cost]`` (the cost model and the cost profiler;
-``[profiling]`` in releases up to 0.2, still read) and ``[scheduling]``. Each field's
+formerly ``[profiling]``, still read) and ``[scheduling]``. Each field's
 docstring (the string right under it) is its help text; ranges live in the field
 (:func:`~datacentric.settings.schema.setting`); choices are ``Literal`` types. This
 module imports nothing heavy (no torch, none of our runtime), so ``datacentric --help``
