@@ -2,8 +2,11 @@
 under Data-Centric Parallel (train_datacentric.py, also under `torchrun
 --nproc-per-node 2`). Diff the two files: at most ten lines change.
 
-The model is our Llama by default, or an unmodified Hugging Face / diffusers model:
-`python examples/train_plain.py hf:mistral` (hf:qwen2, hf:gpt2, diffusers:wan).
+Only the public API: `open_dataset` reads any `--dataset` source (here the
+standard-library corpus; `jsonl:docs.jsonl` for your own), `build_model_named` builds
+any `--model` (our Llama by default, or an unmodified Hugging Face decoder:
+`python examples/train_plain.py hf:mistral`, hf:qwen2, hf:gpt2, or a pretrained folder
+`hf:path/to/model`, wrapped as `HFCausalLM`).
 """
 
 import sys
@@ -11,10 +14,13 @@ import sys
 import torch
 
 from datacentric import DataCentric
-from datacentric.verify.case_models import build_case
+from datacentric.data.sources import DataSettings, open_dataset
+from datacentric.models.source import build_model_named
 
 name = sys.argv[1] if len(sys.argv) > 1 else "llama"
-model, dataset = build_case(name, seed=0, dtype=torch.float32)
+torch.manual_seed(0)
+dataset = open_dataset("stdlib", DataSettings(max_tokens=256, limit=1))
+model = build_model_named(name, dataset=dataset)
 dc = DataCentric(model, dataset, policy="dcp-opt", tokens_per_iteration=1024)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

@@ -2,21 +2,27 @@
 under Data-Centric Parallel (train_datacentric.py, also under `torchrun
 --nproc-per-node 2`). Diff the two files: at most ten lines change.
 
-The model is our Llama by default, or an unmodified Hugging Face / diffusers model:
-`python examples/train_plain.py hf:mistral` (hf:qwen2, hf:gpt2, diffusers:wan).
+Only the public API: `open_dataset` reads any `--dataset` source (here the
+standard-library corpus; `jsonl:docs.jsonl` for your own), `build_model_named` builds
+any `--model` (our Llama by default, or an unmodified Hugging Face decoder:
+`python examples/train_plain.py hf:mistral`, hf:qwen2, hf:gpt2, or a pretrained folder
+`hf:path/to/model`, wrapped as `HFCausalLM`).
 """
 
 import sys
 
 import torch
 
-from datacentric.verify.case_models import build_case
+from datacentric.data.sources import DataSettings, open_dataset
+from datacentric.models.source import build_model_named
 
 name = sys.argv[1] if len(sys.argv) > 1 else "llama"
-model, dataset = build_case(name, seed=0, dtype=torch.float32)
+torch.manual_seed(0)
+dataset = open_dataset("stdlib", DataSettings(max_tokens=256, limit=1))
+model = build_model_named(name, dataset=dataset)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-batches = [list(range(i, min(i + 4, 24))) for i in range(0, 24, 4)]
+batches = [list(range(i, min(i + 4, 20))) for i in range(0, 20, 4)]
 for step, sample_ids in enumerate(batches):
     batch = dataset.pack(sample_ids)
     loss_per_token = model(batch)

@@ -146,7 +146,7 @@ def test_bench_and_profile_take_their_keys_from_the_config():
 def test_simulate_config_errors_are_one_line(tmp_path, capsys, text, message):
     config = tmp_path / "bad.toml"
     config.write_text(text)
-    argv = ["simulate", "--preset", "opensora-short", "--config", str(config)]
+    argv = ["simulate", "--dataset", "opensora-short", "--config", str(config)]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("datacentric simulate: ") and message in err

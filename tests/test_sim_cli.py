@@ -13,8 +13,8 @@ KEYS = {"tokens_per_s", "speedup_vs_static", "idle_share", "efficiency"}
 
 def test_simulate_json_trace_and_plot(tmp_path, capsys):
     trace, plot = tmp_path / "trace.json", tmp_path / "plot.png"
-    args = ["simulate", "--preset", "opensora-short", "--num-samples", "255", "--gpus", "4"]
-    args += ["--policies", "dcp-pac,dcp-opt", "--json", "--trace", str(trace)]
+    args = ["simulate", "--dataset", "opensora-short", "--dataset-limit", "255", "--world", "4"]
+    args += ["--policy", "dcp-pac,dcp-opt", "--json", "--trace", str(trace)]
     args += ["--plot", str(plot)]
     assert main(args) == 0
     report = json.loads(capsys.readouterr().out)
@@ -41,9 +41,26 @@ def test_simulate_lengths_file_overrides(tmp_path, capsys):
     assert report["tokens"] == 8 * 34_100
 
 
-def test_simulate_needs_a_source():
-    with pytest.raises(SystemExit):
-        main(["simulate", "--gpus", "2"])
+def test_simulate_your_own_data_says_how_many_steps_and_why(tmp_path, capsys):
+    data = tmp_path / "docs.jsonl"
+    texts = ["x" * n for n in (300, 1200, 40, 800, 2500, 90, 600, 1500)] * 4
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    args = ["simulate", "--dataset", f"jsonl:{data}", "--world", "8", "--policy", "static,dcp-opt"]
+    assert main([*args, "--global-batch-tokens", "8000"]) == 0
+    out = capsys.readouterr().out
+    assert f"jsonl:{data}: 32 samples, llama-7b on 8 x h200-sxm" in out
+    # 32 samples of 31,120 bytes in global batches of at most 8000 tokens: 4 steps or more
+    steps = int(out.split("one epoch simulated: ")[1].split()[0])
+    assert steps >= 4 and "global batch of 8000 tokens (--global-batch-tokens)" in out
+    assert main([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["steps"] == 1 and "the default" in report["steps_why"]
+    assert set(report["policies"]) == {"static", "dcp-opt"}
+
+
+def test_simulate_needs_a_source(capsys):
+    assert main(["simulate", "--world", "2"]) == 2
+    assert "give --dataset SPEC or --lengths FILE" in capsys.readouterr().err
 
 
 def test_speedups_are_throughput_ratios():

@@ -2,9 +2,10 @@
 
 Every :class:`~datacentric.settings.TrainConfig` field (the torch-free settings
 schema) is a ``--section.key`` flag whose help is the field's docstring, default and
-choices; the run settings also answer to their short flat name (``--lr`` is
-``--training.lr``). Renamed flags keep their old name as a hidden alias that warns once
-(:func:`add_deprecated_alias`).
+choices, and has one short alias, the key with dashes (``--lr`` is ``--training.lr``,
+``--log-every`` is ``--metrics.log_every``), spelled the same in every command that
+takes the key. Renamed flags keep their old name as a hidden alias that warns
+(:func:`add_deprecated_alias`); ``tests/test_flag_vocabulary.py`` walks every command.
 
 The vocabulary (``docs/configuration.md``):
 
@@ -14,7 +15,13 @@ The vocabulary (``docs/configuration.md``):
 - ``--out DIR``: always a folder; a single JSON file is ``--json-out FILE`` (was ``--out``
   in ``schedule`` and ``calibrate``);
 - ``--timeout-s``: a whole launch's limit in seconds (``profile``, ``equivalence``; was
-  ``--timeout``); ``--collective-timeout-s`` one collective's (``train``).
+  ``--timeout``); ``--collective-timeout-s`` one collective's (``train``);
+- ``--profile-dir`` (was ``--profile`` in ``plan``/``schedule``, ``--out`` in
+  ``profile``), ``--max-sp-size`` (was ``--max-sp``), ``--overwrite`` (was ``profile
+  --force``), ``--dataset-limit`` (was ``simulate --num-samples``), ``--dataset`` (was
+  ``simulate --preset``), ``--max-micro-batch-size`` (was ``plan --max-micro-batch``);
+- ``--cost.KEY`` (was ``--profiling.KEY``: ``[profiling]`` now holds the
+  ``torch.profiler`` traces).
 
 ``profile``, ``plan``, ``schedule``, ``simulate`` and ``bench`` also read ``--config
 FILE``: a flag made with :func:`config_option` names its configuration key, and
@@ -32,10 +39,12 @@ import typing
 from typing import Any
 
 from datacentric.settings.run_settings import (
+    RENAMED_SECTIONS,
     TrainConfig,
     build_config,
     file_settings,
     load_config,
+    renamed_section_of,
     section_of,
 )
 from datacentric.settings.schema import choices_of, field_docs, field_types
@@ -44,17 +53,22 @@ from datacentric.settings.sections import Policy
 #: The policies a ``--policy`` flag accepts (the settings' ``Policy`` choices).
 POLICIES: tuple[str, ...] = typing.get_args(Policy)
 
-#: Fields that also answer to ``--<field>`` (the flat flags of earlier releases and
-#: the everyday settings).
-FLAT_ALIASES = (
-    "model", "dataset", "dataset_limit", "max_tokens", "tokenizer", "text_field", "long_docs",
-    "bucket_config", "policy", "cost_model", "profile_dir", "memory_gb", "tokens_per_iteration",
-    "lr", "weight_decay", "betas", "grad_clip", "lr_schedule", "warmup_iterations", "seed",
-    "epochs", "iterations", "out", "checkpoint_every", "resume", "resume_from", "keep_last",
-    "overwrite", "dtype", "collective_timeout_s", "fault_inject", "timeline", "progress", "world",
-    "shard", "reshard_after_forward", "device", "global_batch_tokens", "global_batch_samples",
-    "compile", "expect_sha256", "save_on_signal", "lr_horizon",
-)  # fmt: skip
+
+def section_flag(key: str, section: str | None = None) -> str:
+    """``--section.key``: the one section flag of a settings key (``section``: an older
+    section name, for its deprecated alias)."""
+    return f"--{section or section_of()[key]}.{key}"
+
+
+def short_flag(key: str) -> str:
+    """The one short alias of a settings key, the same in every command: the key with
+    dashes (``--log-every``); ``model_args`` reads ``--model-arg`` (repeatable)."""
+    return "--model-arg" if key == "model_args" else "--" + key.replace("_", "-")
+
+
+def old_section_flags(key: str) -> list[str]:
+    """``--old.key`` of every renamed section the key was in (deprecated aliases)."""
+    return [section_flag(key, old) for old in RENAMED_SECTIONS if renamed_section_of(old, key)]
 
 
 class DeprecatedAlias(argparse.Action):
@@ -62,6 +76,7 @@ class DeprecatedAlias(argparse.Action):
 
     def __init__(self, option_strings, dest, new: str = "", **kwargs) -> None:
         self.new = new
+        self.append = False
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
@@ -69,16 +84,41 @@ class DeprecatedAlias(argparse.Action):
             f"datacentric: note: {option_string} is deprecated; use {self.new}",
             file=sys.stderr,
         )
-        setattr(namespace, self.dest, values if self.nargs != 0 else self.const)
+        value = values if self.nargs != 0 else self.const
+        if self.append:
+            value = [*(getattr(namespace, self.dest, None) or []), *value]
+        setattr(namespace, self.dest, value)
 
 
 def add_deprecated_alias(
-    parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kwargs: Any
+    parser: Any,
+    old: str,
+    new: str,
+    dest: str,
+    *,
+    like: argparse.Action | None = None,
+    **kwargs: Any,
 ) -> None:
-    """Accept ``old`` as a hidden, warning alias of the flag ``new`` (same ``dest``)."""
-    parser.add_argument(
+    """Accept ``old`` as a hidden, warning alias of the flag ``new`` (same ``dest``);
+    ``like``: the new flag's action, whose type, choices and arity the alias takes (a
+    boolean flag's alias also gets its ``--no-`` form)."""
+    append = False
+    if like is not None:
+        if isinstance(like, argparse.BooleanOptionalAction):
+            no_new = "--no-" + new[2:]
+            add_deprecated_alias(parser, old, new, dest, nargs=0, const=True)
+            add_deprecated_alias(parser, "--no-" + old[2:], no_new, dest, nargs=0, const=False)
+            return
+        append = isinstance(like, argparse._AppendAction)
+        kwargs = {"type": like.type, "choices": like.choices, "metavar": like.metavar, **kwargs}
+        if like.nargs is not None:
+            kwargs.setdefault("nargs", like.nargs)
+        if append:
+            kwargs.setdefault("nargs", 1)
+    action = parser.add_argument(
         old, dest=dest, action=DeprecatedAlias, new=new, help=argparse.SUPPRESS, **kwargs
     )
+    action.append = append
 
 
 def field_help(doc: str, default: Any, choices: tuple[Any, ...] | None) -> str:
@@ -93,8 +133,9 @@ def field_help(doc: str, default: Any, choices: tuple[Any, ...] | None) -> str:
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per :class:`TrainConfig` field, grouped by section; values default to
-    ``None`` so that unset flags keep the file's (or the default) value."""
+    """One flag per :class:`TrainConfig` field, grouped by section: ``--section.key`` and
+    its short alias (:func:`short_flag`), values defaulting to ``None`` so that unset flags
+    keep the file's (or the default) value; ``--quiet`` is ``--log-level warning``."""
     docs = field_docs(TrainConfig)
     kinds = field_types(TrainConfig)
     owners = section_of()
@@ -105,30 +146,52 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         group = groups.get(section) or groups.setdefault(
             section, parser.add_argument_group(f"[{section}]")
         )
-        flags = [f"--{section}.{name}"]
-        if name in FLAT_ALIASES:
-            flags.append("--" + name.replace("_", "-"))
         kind = kinds[name]
         choices = choices_of(kind)
         help_text = field_help(docs.get(name, ""), field.default, choices)
         options: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
-        base = _base_type(kind)
-        if base is bool:
-            options["action"] = argparse.BooleanOptionalAction
-        elif name == "betas":
-            options.update(type=float, nargs=2, metavar=("BETA1", "BETA2"))
-        elif name == "model_args":
-            flags.append("--model-arg")
-            options.update(type=str, action="append", metavar="KEY=VALUE")
-        else:
-            options["type"] = base if base in (int, float) else str
-            options["metavar"] = name.upper()
-            if choices:
-                options["choices"] = choices
-                options["metavar"] = "{" + ",".join(map(str, choices)) + "}"
-        group.add_argument(*flags, **options)
+        options.update(_flag_kind(name, kind))
+        action = group.add_argument(section_flag(name), short_flag(name), **options)
+        action.config_key = name
+        for old in old_section_flags(name):
+            add_deprecated_alias(parser, old, section_flag(name), name, like=action)
+        if name == "log_level":
+            group.add_argument(
+                "--quiet",
+                dest=name,
+                action="store_const",
+                const="warning",
+                help="log only warnings and errors (--log-level warning)",
+            )
     add_deprecated_alias(parser, "--nproc", "--world", "world", type=int)
     add_deprecated_alias(parser, "--gpus", "--world", "world", type=int)
+
+
+def _flag_kind(name: str, kind: Any) -> dict[str, Any]:
+    """The argparse type, arity and choices of a settings key's flag."""
+    base = _base_type(kind)
+    choices = choices_of(kind)
+    if base is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if name == "betas":
+        return {"type": float, "nargs": 2, "metavar": ("BETA1", "BETA2")}
+    if name == "model_args":
+        return {"type": str, "action": "append", "metavar": "KEY=VALUE"}
+    if typing.get_origin(kind) is tuple and typing.get_args(kind)[0] is int:
+        return {"type": int_list, "metavar": "N[,N...]"}
+    if choices:
+        return {"type": str, "choices": choices, "metavar": "{" + ",".join(map(str, choices)) + "}"}
+    return {"type": base if base in (int, float) else str, "metavar": name.upper()}
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """``3,4`` -> ``(3, 4)`` (argparse type of a list-of-integers key)."""
+    try:
+        return tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"needs comma-separated integers (e.g. 3,4), got {text!r}"
+        ) from None
 
 
 def _base_type(kind: Any) -> Any:
@@ -158,31 +221,41 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 def config_option(
     container: Any,
-    *flags: str,
+    *old_flags: str,
     key: str,
     default: Any = None,
     required: bool = False,
     **kwargs: Any,
 ) -> argparse.Action:
-    """A flag that a ``--config`` file's ``key`` may set (see :func:`apply_config_file`).
+    """The flags of settings key ``key`` in a command that takes ``--config``: its
+    section flag and short alias (:func:`section_flag`, :func:`short_flag`), spelled as
+    in every other command; ``old_flags`` other than those stay as hidden, deprecated
+    aliases (the first one names ``dest``, so the command reads the same attribute).
 
     Its parsed value is ``None`` when not given; ``default`` (shown in the help) and
-    ``required`` are applied after the file is read, so a file can supply them. The
-    type, choices and help that are not given come from the settings schema's field
-    ``key``, so a key means the same thing in every command."""
+    ``required`` are applied after the file is read (:func:`apply_config_file`), so a
+    file can supply them. The type, choices and help that are not given come from the
+    settings schema's field ``key``, so a key means the same thing in every command."""
     kind = field_types(TrainConfig)[key]
-    if "action" not in kwargs and "type" not in kwargs and _base_type(kind) in (int, float):
-        kwargs["type"] = _base_type(kind)
+    if "action" not in kwargs and "type" not in kwargs:
+        kwargs.update(
+            {k: v for k, v in _flag_kind(key, kind).items() if k not in ("metavar", "choices")}
+        )
     choices = choices_of(kind)
-    if choices and "action" not in kwargs and "type" not in kwargs:
+    if choices and "action" not in kwargs and kwargs.get("type") in (None, str):
         kwargs.setdefault("choices", choices)
     kwargs.setdefault("help", field_docs(TrainConfig).get(key, "").replace("%", "%%"))
     if required:
         kwargs["help"] += f" (required, or [{section_of()[key]}] {key} in --config)"
-    action = container.add_argument(*flags, default=None, **kwargs)
+    flags = [short_flag(key), section_flag(key)]
+    dest = kwargs.pop("dest", None) or (old_flags[0][2:] if old_flags else key).replace("-", "_")
+    action = container.add_argument(*flags, dest=dest, default=None, **kwargs)
     action.config_key = key
     action.config_default = default
     action.config_required = required
+    for old in [*old_flags, *old_section_flags(key)]:
+        if old not in flags:
+            add_deprecated_alias(container, old, flags[0], dest, like=action)
     return action
 
 
@@ -217,7 +290,8 @@ def apply_config_file(args: argparse.Namespace) -> None:
         value = from_file.get(action.config_key, action.config_default)
         if value is None and action.config_required:
             key = f"[{section_of()[action.config_key]}] {action.config_key}"
-            raise ValueError(f"{action.option_strings[0]} is required (or {key} in --config)")
+            flag = short_flag(action.config_key)
+            raise ValueError(f"{flag} is required (or {key} in --config)")
         setattr(args, action.dest, value)
 
 

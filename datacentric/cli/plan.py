@@ -1,6 +1,6 @@
 """``datacentric plan``: per-bucket SP size, micro-batch size and recomputation.
 
-From a saved profile (``--profile DIR``: the plan saved there, or a new plan of the
+From a saved profile (``--profile-dir DIR``: the plan saved there, or a new plan of the
 dataset given with ``--dataset``/``--lengths`` on the profile's fitted cost model), or
 from an analytic preset (``--model PRESET --hardware PRESET``). Prints a table, or
 one JSON object with ``--json``. Settings may come from ``--config FILE`` (the keys of
@@ -187,15 +187,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(
         parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
     )
-    parser.add_argument("--model", help="analytic model preset (with --hardware)")
+    config_option(parser, "--model", key="model", help="analytic model preset (with --hardware)")
     parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
     add_world_flag(parser)
     add_cost_model_arguments(parser)
-    parser.add_argument(
-        "--max-micro-batch", type=int, default=1024, help="largest micro-batch the planner tries"
+    config_option(
+        parser,
+        "--max-micro-batch",
+        key="max_micro_batch_size",
+        dest="max_micro_batch",
+        default=1024,
+        help="largest micro-batch the planner tries",
     )
     parser.add_argument(
         "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
@@ -251,7 +256,7 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
         return plan, bucketing, f"profile {args.profile}"
     if not (args.model and args.hardware and has_data and args.world):
         raise ValueError(
-            "give --profile DIR, or --model PRESET --hardware PRESET --world N with "
+            "give --profile-dir DIR, or --model PRESET --hardware PRESET --world N with "
             "--dataset NAME or --lengths FILE"
         )
     cost = analytic_model(args.model, args.hardware, args.world, args)

@@ -4,15 +4,16 @@ Starts ``--world`` local ranks (gloo on CPU, or NCCL with ``--backend nccl``), m
 dual-layer profile points of a few bucket shapes per SP size through the real runtime,
 fits the cost model, plans every bucket under ``--memory-gb`` and checks the
 extrapolation on ``--validate`` buckets by running the full-depth model. Writes
-``profile.json`` and ``plan.json`` to ``--out``; a fresh profile found there is reused
-(``--force`` re-measures), a stale one (other model, device, torch, world or dtype) is
+``profile.json`` and ``plan.json`` to ``--profile-dir``; a fresh profile found there is reused
+(``--overwrite`` re-measures), a stale one (other model, device, torch, world or dtype) is
 re-measured, a corrupt one is an error. Settings may come from ``--config FILE`` (the
-keys of its flags; ``[profiling] profile_dir`` is ``--out``; flags override it).
+keys of its flags; flags override it).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -30,6 +31,11 @@ from datacentric.cli.plan import (
     format_table,
     plan_json,
 )
+
+#: Default longest sample, profiled sample and validated micro-batch with gloo (CPUs:
+#: attention over 8k-token samples takes seconds per pass, docs/data.md) and with nccl.
+CPU_MAX_TOKENS = 1024
+GPU_MAX_TOKENS = 4096
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +55,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
+    for action in parser._actions:  # the longest sample's default depends on the device
+        if getattr(action, "config_key", None) == "max_tokens":
+            action.config_default = None
+            action.help += f" (default: {CPU_MAX_TOKENS} with gloo on CPUs, else {GPU_MAX_TOKENS})"
     add_world_flag(parser, default=2, help="ranks to start")
     config_option(
         parser, "--memory-gb", key="memory_gb", type=float, required=True, help="cap per rank, GiB"
@@ -78,16 +88,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
     parser.add_argument(
-        "--max-profile-tokens", type=int, default=4096, help="largest profiled sample"
+        "--max-profile-tokens",
+        type=int,
+        help=f"largest profiled sample (default: {CPU_MAX_TOKENS} with gloo, {GPU_MAX_TOKENS} "
+        "with nccl)",
     )
     parser.add_argument("--validate", type=int, default=3, help="buckets to validate (0: no)")
     parser.add_argument(
-        "--validation-tokens", type=int, default=4096, help="largest validated micro-batch"
+        "--validation-tokens",
+        type=int,
+        help=f"largest validated micro-batch (default: {CPU_MAX_TOKENS} with gloo, "
+        f"{GPU_MAX_TOKENS} with nccl)",
     )
     parser.add_argument(
         "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
     )
-    parser.add_argument("--force", action="store_true", help="re-measure a fresh profile")
+    config_option(
+        parser,
+        "--force",
+        key="overwrite",
+        dest="overwrite",
+        action=argparse.BooleanOptionalAction,
+        help="re-measure the profile in --profile-dir even when it is fresh",
+    )
     add_timeout_flag(parser, 1800.0, "seconds each launch of the ranks may take", key="timeout_s")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     enable_config_file(parser)
@@ -103,6 +126,12 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
+    longest = CPU_MAX_TOKENS if args.backend == "gloo" else GPU_MAX_TOKENS
+    if args.max_tokens is None:
+        args.max_tokens = longest
+        args.settings = dataclasses.replace(args.settings, max_tokens=longest)
+    args.max_profile_tokens = args.max_profile_tokens or longest
+    args.validation_tokens = args.validation_tokens or longest
     try:
         bucketing = make_buckets(dataset_shapes(args)[0])
         settings = ProfileSettings(
@@ -125,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
             validation_tokens=args.validation_tokens,
             skip_unfittable=args.skip_unfittable,
             out_dir=args.out,
-            reuse=not args.force,
+            reuse=not args.overwrite,
         )
     except (ProfileError, UnfittableBucketError, ValueError, KeyError, OSError) as err:
         print(f"datacentric profile: {err}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """``datacentric schedule``: build one epoch's schedule and report how good it is.
 
 The dataset is ``--dataset NAME`` (``stdlib`` or a workload preset) or ``--lengths
-FILE``; costs come from a saved profile (``--profile DIR``, its fitted cost model) or
+FILE``; costs come from a saved profile (``--profile-dir DIR``, its fitted cost model) or
 an analytic preset (``--model PRESET --hardware PRESET``; a workload preset brings
 its own defaults). The planner plans every bucket first (its knapsack recomputation
 is one of the choices ``dcp-pac`` and ``dcp-opt`` use). Prints a summary, or one
@@ -50,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(
         parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
     )
-    parser.add_argument("--model", help="analytic model preset (default: the workload's)")
+    config_option(
+        parser, "--model", key="model", help="analytic model preset (default: the workload's)"
+    )
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_cost_model_arguments(parser)
     config_option(

@@ -1,4 +1,9 @@
-"""``datacentric simulate``: schedule a workload with several policies and simulate them.
+"""``datacentric simulate``: schedule a dataset with several policies and simulate them.
+
+The dataset is ``--dataset SPEC`` (a workload preset, ``stdlib`` or your own data:
+``jsonl:FILE``, ... as ``train`` opens it, shaped by the same ``[data]`` flags) or
+``--lengths FILE``. One epoch is simulated: every global batch is one optimizer step,
+so the step count is the dataset's tokens over the global batch (the report says which).
 
 Prints, per policy, ``tokens_per_s``, ``speedup_vs_static``,
 ``speedup_vs_static_reference``, ``idle_share``, ``efficiency`` and
@@ -15,8 +20,14 @@ import argparse
 import json
 from typing import Any
 
-from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
-from datacentric.cli.plan import add_shard_arguments, sharding_of
+from datacentric.cli.flags import (
+    add_deprecated_alias,
+    add_policy_flag,
+    add_world_flag,
+    config_option,
+    enable_config_file,
+)
+from datacentric.cli.plan import DATASET_HELP, add_data_arguments, add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 
 
@@ -27,15 +38,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    config_option(
+        source,
         "--preset",
-        help="a workload preset (opensora-short, ...; an unknown name lists them all)",
+        key="dataset",
+        dest="dataset",
+        help=DATASET_HELP + " (or --lengths; a workload preset brings its model and hardware)",
     )
     source.add_argument(
         "--lengths", metavar="FILE", help="one sample per line: TOKENS or FRAMES HEIGHT WIDTH"
     )
-    parser.add_argument("--model", help="model preset (default: the workload's)")
+    add_data_arguments(parser)
+    add_deprecated_alias(parser, "--num-samples", "--dataset-limit", "dataset_limit", type=int)
+    config_option(
+        parser,
+        "--model",
+        key="model",
+        help="analytic model preset (default: the workload's; llama-7b for text data)",
+    )
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_world_flag(parser, required=True)
     add_policy_flag(
@@ -47,7 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(
         parser, "--seed", key="seed", type=int, default=0, help="workload and schedule seed"
     )
-    parser.add_argument("--num-samples", type=int, help="preset size (default: the preset's)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto JSON trace")
     parser.add_argument(
@@ -64,16 +84,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the arguments describe; returns the JSON-able report."""
-    from datacentric.data.workloads import get_workload, workload_from_lengths
     from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
     from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
 
     if args.world < 1:
         raise ValueError(f"--world must be >= 1, got {args.world}")
-    if args.preset:
-        workload = get_workload(args.preset, seed=args.seed, num_samples=args.num_samples)
-    else:
-        workload = workload_from_lengths(args.lengths, args.model, args.hardware)
+    workload = _workload(args)
     model = args.model or workload.model
     hardware = args.hardware or workload.hardware
     chosen = args.policy or ",".join(DEFAULT_POLICIES)
@@ -104,6 +120,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         title = f"{workload.name}: {model} on {args.world} x {hardware}"
         plot_results(results, args.plot, title=title)
     first = next(iter(runs.values())).result
+    steps = len(next(iter(runs.values())).schedule.iterations)
     return {
         "workload": workload.name,
         "description": workload.description,
@@ -113,8 +130,50 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         "samples": len(workload.shapes),
         "tokens": workload.num_tokens,
         "ideal_epoch_time_s": first.ideal_epoch_time_s,
+        "steps": steps,
+        "steps_why": _steps_why(args, workload.shapes, steps),
         "policies": policy_table(runs),
     }
+
+
+def _workload(args: argparse.Namespace) -> Any:
+    """The workload of ``--dataset`` (a preset keeps its model and hardware) or
+    ``--lengths``."""
+    from datacentric.data.workloads import (
+        get_workload,
+        list_workloads,
+        workload_from_lengths,
+        workload_from_shapes,
+    )
+
+    if args.lengths:
+        return workload_from_lengths(args.lengths, args.model, args.hardware)
+    if not args.dataset:
+        raise ValueError("give --dataset SPEC or --lengths FILE")
+    if args.dataset in list_workloads():
+        return get_workload(args.dataset, seed=args.seed, num_samples=args.dataset_limit)
+    from datacentric.cli.plan import dataset_shapes
+
+    shapes, _ = dataset_shapes(args)
+    return workload_from_shapes(args.dataset, shapes, args.model, args.hardware, "")
+
+
+def _steps_why(args: argparse.Namespace, shapes: Any, steps: int) -> str:
+    """Why the epoch has ``steps`` optimizer steps: the global batch and where it is set."""
+    if args.global_batch_samples:
+        return f"global batch of {args.global_batch_samples} samples (--global-batch-samples)"
+    if args.global_batch_tokens:
+        return f"global batch of {args.global_batch_tokens} tokens (--global-batch-tokens)"
+    import numpy as np
+
+    from datacentric.scheduling.dataset_view import DatasetView
+    from datacentric.scheduling.global_batches import default_tokens_per_iteration
+
+    bound = default_tokens_per_iteration(DatasetView(shapes), np.arange(len(shapes)), args.world)
+    return (
+        f"global batch of {bound} tokens (the default, world x max(2**18, longest sample); "
+        "--global-batch-tokens changes it)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,6 +184,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{report['workload']}: {report['samples']} samples, {report['model']} on "
         f"{report['gpus']} x {report['hardware']}"
+    )
+    steps = report["steps"]
+    print(
+        f"one epoch simulated: {steps} optimizer step{'s' if steps != 1 else ''}, "
+        f"each a {report['steps_why']}"
     )
     print(f"{'policy':<16}{'M tok/s':>9}{'speedup':>9}{'idle':>8}{'effic.':>8}{'iters':>7}")
     for policy, row in report["policies"].items():

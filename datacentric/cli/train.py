@@ -35,10 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def check_dataset(config: TrainConfig, command: str) -> bool:
     """Open the run's dataset and check its model once up front, before ranks start:
-    bad data or a model we cannot run is one line on stderr (False), and samples
-    skipped on request are reported there."""
+    bad data or a model we cannot run is one line on stderr (False), and skipped
+    samples are reported there, saying why."""
     from datacentric.data.base import DataError
-    from datacentric.data.sources import skipped_samples
+    from datacentric.data.sources import skipped_note
     from datacentric.train.build import build_dataset, check_model
 
     try:
@@ -47,9 +47,19 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     except (DataError, OSError, ValueError) as err:
         print(f"datacentric {command}: {err}", file=sys.stderr)
         return False
-    skipped = skipped_samples(dataset)
-    if skipped:
-        print(f"datacentric {command}: {skipped} samples skipped as asked", file=sys.stderr)
+    note = skipped_note(dataset)
+    if note:
+        print(f"datacentric {command}: note: {note}", file=sys.stderr)
+    if config.wandb:
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            print(
+                f"datacentric {command}: metrics.wandb: the wandb package is not installed; "
+                "pip install 'datacentric[wandb]' or leave --wandb off",
+                file=sys.stderr,
+            )
+            return False
     return True
 
 

@@ -134,3 +134,22 @@ def skipped_samples(dataset: object) -> int:
     """Samples the dataset left out on request (its summary's ``samples_skipped``)."""
     summary = getattr(dataset, "summary", None)
     return int(summary().get("samples_skipped", 0)) if callable(summary) else 0
+
+
+def skipped_note(dataset: object) -> str:
+    """Why samples were left out, truthfully: empty documents (nothing to train on) and
+    documents longer than ``max_tokens`` under ``long_docs = "skip"`` (asked for);
+    ``""`` when none were."""
+    summary = getattr(dataset, "summary", None)
+    facts = summary() if callable(summary) else {}
+    empty, long = int(facts.get("skipped_empty", 0)), int(facts.get("skipped_long", 0))
+    total = int(facts.get("samples_skipped", empty + long))
+    if not total:
+        return ""
+    parts = [f"{empty} empty (no tokens)"] if empty else []
+    if long:
+        parts.append(f"{long} longer than data.max_tokens (data.long_docs = skip)")
+    other = total - empty - long
+    if other:
+        parts.append(f"{other} by the dataset")
+    return f"{total} sample{'s' if total != 1 else ''} skipped: {', '.join(parts)}"

@@ -218,12 +218,24 @@ def workload_from_lengths(
     Without ``model``/``hardware``, video files default to the Open-Sora benchmark's
     and text files to ``llama-7b`` on ``h200-sxm``.
     """
-    shapes = tuple(read_lengths_file(path))
+    shapes = read_lengths_file(path)
+    return workload_from_shapes(f"lengths:{path}", shapes, model, hardware, f"read from {path}")
+
+
+def workload_from_shapes(
+    name: str,
+    shapes: Sequence[SampleShape],
+    model: str | None = None,
+    hardware: str | None = None,
+    source: str = "",
+) -> Workload:
+    """A workload of any dataset's sample shapes; without ``model``/``hardware``, video
+    defaults to the Open-Sora benchmark's and text to ``llama-7b`` on ``h200-sxm``."""
     video = any(s.is_video for s in shapes)
     return Workload(
-        name=f"lengths:{path}",
-        shapes=shapes,
+        name=name,
+        shapes=tuple(shapes),
         model=model or (vb.BENCHMARK_MODEL if video else "llama-7b"),
         hardware=hardware or (vb.BENCHMARK_HARDWARE if video else "h200-sxm"),
-        description=f"{len(shapes)} samples read from {path}",
+        description=f"{len(shapes)} samples {source}".strip(),
     )

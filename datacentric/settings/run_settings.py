@@ -32,6 +32,7 @@ from datacentric.settings.schema import (
 )
 from datacentric.settings.sections import (
     CheckpointConfig,
+    CostConfig,
     DataConfig,
     JobConfig,
     MeasureSettings,
@@ -44,7 +45,7 @@ from datacentric.settings.sections import (
     check_shard,
 )
 
-#: ``[profiling]`` fields of the profiler's measurement a run chooses (model, world,
+#: ``[cost]`` fields of the cost profiler's measurement a run chooses (model, world,
 #: dtype, seed, progress and the clock come from the other sections and the device).
 PROFILE_FIELDS = tuple(f.name for f in dataclasses.fields(MeasureSettings))
 
@@ -76,9 +77,21 @@ SECTIONS: dict[str, tuple[type, ...]] = {
     "parallelism": (ParallelismConfig,),
     "checkpoint": (CheckpointConfig,),
     "metrics": (MetricsConfig,),
-    "profiling": (ProfilingConfig, ProfileSettingsConfig),
+    "profiling": (ProfilingConfig,),
+    "cost": (CostConfig, ProfileSettingsConfig),
     "scheduling": (SchedulingConfig, ScheduleOptionsConfig),
 }
+
+#: Sections renamed since an earlier release: ``(old section, its keys) -> new section``.
+#: Files may still write these keys under the old name (with a note), and ``--old.key``
+#: flags stay as deprecated aliases: the key, and so the setting, is the same.
+RENAMED_SECTIONS: dict[str, str] = {"profiling": "cost"}
+
+
+def renamed_section_of(old: str, key: str) -> str | None:
+    """The section ``key`` moved to from the renamed section ``old`` (None: it did not)."""
+    new = RENAMED_SECTIONS.get(old)
+    return new if new is not None and key in section_keys()[new] else None
 
 
 @dataclass(kw_only=True)
@@ -86,6 +99,7 @@ class TrainConfig(
     ScheduleOptionsConfig,
     SchedulingConfig,
     ProfileSettingsConfig,
+    CostConfig,
     ProfilingConfig,
     MetricsConfig,
     CheckpointConfig,
@@ -124,12 +138,12 @@ class TrainConfig(
         return ScheduleOptions(**{n: getattr(self, n) for n in names})
 
     def profile_settings(self) -> dict[str, Any]:
-        """The ``[profiling]`` fields of :class:`MeasureSettings` this run chooses."""
+        """The ``[cost]`` fields of :class:`MeasureSettings` this run chooses."""
         return {n: getattr(self, n) for n in PROFILE_FIELDS}
 
     def section(self, name: str) -> Any:
         """The typed ``[name]`` section of these settings (``settings.section("training").lr``);
-        ``profiling`` and ``scheduling`` return their first class (see :data:`SECTIONS`)."""
+        ``cost`` and ``scheduling`` return their first class (see :data:`SECTIONS`)."""
         if name not in SECTIONS:
             raise KeyError(f"no section [{name}]{suggest(name, list(SECTIONS))}")
         cls = SECTIONS[name][0]
@@ -177,7 +191,14 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
         if name not in SECTIONS:
             raise ConfigError(f"{where}: unknown section [{name}]{suggest(name, list(SECTIONS))}")
         for key, value in table.items():
-            if key not in keys_of[name]:
+            moved = renamed_section_of(name, key)
+            if moved is not None:
+                print(
+                    f"datacentric: note: {where}: [{name}] {key} is deprecated; "
+                    f"write it under [{moved}] (the same setting)",
+                    file=sys.stderr,
+                )
+            elif key not in keys_of[name]:
                 hint = f" (it belongs in [{owners[key]}])" if key in owners else ""
                 raise ConfigError(
                     f"{where}: unknown key {name}.{key}{hint or suggest(key, keys_of[name])}"
@@ -278,12 +299,15 @@ def validate(config: TrainConfig) -> None:
         config.schedule_options()
     except ValueError as err:
         raise ConfigError(f"scheduling: {err}") from None
+    if any(step < 1 for step in config.trace_steps):
+        low = min(config.trace_steps)
+        raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
     if config.warmup < 2:
-        raise ConfigError(f"profiling.warmup: must be >= 2, got {config.warmup}")
+        raise ConfigError(f"cost.warmup: must be >= 2, got {config.warmup}")
     if config.repeats < 1:
-        raise ConfigError(f"profiling.repeats: must be >= 1, got {config.repeats}")
+        raise ConfigError(f"cost.repeats: must be >= 1, got {config.repeats}")
     if config.timeout_s <= 0:
-        raise ConfigError(f"profiling.timeout_s: must be > 0, got {config.timeout_s}")
+        raise ConfigError(f"cost.timeout_s: must be > 0, got {config.timeout_s}")
 
 
 def parse_fault(spec: str) -> tuple[int, int, str]:

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -53,8 +54,15 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(after.value.value, str)
                 and node.target.id in own
             ):
-                docs[node.target.id] = " ".join(after.value.value.split())
+                docs[node.target.id] = plain_text(" ".join(after.value.value.split()))
     return docs
+
+
+def plain_text(doc: str) -> str:
+    """A docstring line as users read it in help and TOML comments: reST roles
+    (``:func:`~a.b.c```) become their last name, double backquotes single ones."""
+    doc = re.sub(r":\w+:`~?([\w.]+)`", lambda m: "`" + m.group(1).split(".")[-1] + "`", doc)
+    return doc.replace("``", "`")
 
 
 @functools.cache
@@ -86,7 +94,9 @@ def type_name(kind: Any) -> str:
         if typing.get_origin(part) is Literal:
             names.append(" | ".join(repr(v) for v in typing.get_args(part)))
         elif typing.get_origin(part) is tuple and typing.get_args(part)[-1] is Ellipsis:
-            names.append("list of strings")
+            names.append(
+                "list of integers" if typing.get_args(part)[0] is int else "list of strings"
+            )
         elif typing.get_origin(part) is tuple:
             names.append("list of " + str(len(typing.get_args(part))) + " numbers")
         else:

@@ -1,12 +1,13 @@
 """The sections of the settings schema: one typed ``kw_only`` dataclass per concern.
 
-Sections follow torchtitan's layout: ``[job]``, ``[model]``, ``[data]``,
-``[training]``, ``[parallelism]``, ``[checkpoint]``, ``[metrics]``, ``[profiling]``
-and ``[scheduling]``. Each field's docstring (the string right under it) is its help
-text; ranges live in the field (:func:`~datacentric.settings.schema.setting`); choices
-are ``Literal`` types. This module imports nothing heavy (no torch, none of our
-runtime), so ``datacentric --help`` and ``datacentric config --show`` stay fast and
-work where torch is missing.
+Sections follow torchtitan's layout: ``[job]``, ``[model]``, ``[data]``, ``[training]``,
+``[parallelism]``, ``[checkpoint]``, ``[metrics]``, ``[profiling]`` (``torch.profiler``
+traces, as in torchtitan), ``[cost]`` (the cost model and the cost profiler;
+formerly ``[profiling]``, still read) and ``[scheduling]``. Each field's
+docstring (the string right under it) is its help text; ranges live in the field
+(:func:`~datacentric.settings.schema.setting`); choices are ``Literal`` types. This
+module imports nothing heavy (no torch, none of our runtime), so ``datacentric --help``
+and ``datacentric config --show`` stay fast and work where torch is missing.
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ class TrainingConfig:
     epochs: int = setting(1, ge=1)
     """Epochs over the dataset."""
     iterations: int | None = setting(None, ge=1)
-    """Stop after this many optimizer steps counted from the run's start (unset: all epochs)."""
+    """Stop after this many optimizer steps counted from the run's start (unset: all epochs);
+    set, it wins over ``epochs`` (a max_steps: the data repeats or stops early, with a note)."""
     lr_horizon: Literal["extend", "first"] = "extend"
     """Learning-rate horizon of a resumed run: ``extend``: this command's step count (its
     ``iterations``, else its ``epochs``), so a longer resume stretches the schedule;
@@ -166,17 +168,55 @@ class CheckpointConfig:
     128+signal (preempted); off: stop at once without saving."""
 
 
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
 @dataclass(kw_only=True)
 class MetricsConfig:
+    log_every: int = setting(10, ge=0)
+    """Log one line every N optimizer steps (step, loss, grad norm, tokens/s, MFU, memory,
+    data wait, estimated vs measured step time; 0: none). The last step is always logged."""
+    log_level: LogLevel = "info"
+    """Level of the ``datacentric`` logger (``--quiet``: ``warning``, only problems)."""
+    log_all_ranks: bool = False
+    """Log from every rank (each line names its rank); default: rank 0 only."""
     progress: bool = True
-    """Show a progress bar on rank 0."""
+    """Show a progress bar on rank 0 when the output is an interactive terminal."""
     timeline: bool = False
     """Record every rank's micro-batch start/duration per step in metrics.jsonl (one small gather
     per step)."""
+    tensorboard: bool = True
+    """Write TensorBoard scalars under ``<out>/tb`` when ``tensorboard`` is installed
+    (``metrics.jsonl`` is always written)."""
+    wandb: bool = False
+    """Send the step records to Weights & Biases (the ``wandb`` extra)."""
+    wandb_project: str = "datacentric"
+    """Weights & Biases project of the run."""
+    wandb_mode: Literal["online", "offline"] = "offline"
+    """``offline``: W&B writes under ``<out>/wandb`` with no network (``wandb sync`` uploads
+    it later); ``online``: it uploads as it runs."""
+    plots: bool = True
+    """At the end of a run, draw ``plots/*.png`` in the run folder: measured vs estimated
+    step time, idle share and loss (needs matplotlib; ``datacentric plot RUN`` redraws)."""
 
 
 @dataclass(kw_only=True)
 class ProfilingConfig:
+    """``torch.profiler`` traces of chosen steps (torchtitan's ``[profiling]``); the cost
+    profiler's settings are in ``[cost]``."""
+
+    trace_steps: tuple[int, ...] = ()
+    """Optimizer steps (numbered from 1) to trace with ``torch.profiler``, e.g. ``3,4``: each
+    is written to ``<out>/traces/step-N-rankR.json.gz`` (Chrome trace: Perfetto, chrome://tracing)."""
+    trace_all_ranks: bool = False
+    """Trace every rank (default: rank 0 only)."""
+    memory_snapshot: bool = True
+    """CUDA: also record the allocator's history over the traced steps and write
+    ``<out>/traces/memory-step-N-rankR.pickle`` (pytorch.org/memory_viz); ignored on CPU."""
+
+
+@dataclass(kw_only=True)
+class CostConfig:
     cost_model: Literal["profile", "analytic"] = "profile"
     """``profile``: the dual-layer profile measured on this run's ranks (reused from
     ``profile_dir`` when its fingerprint matches); ``analytic``: FLOP/byte model."""
@@ -194,7 +234,7 @@ class SchedulingConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class MeasureSettings:
-    """How carefully the profiler measures (the ``[profiling]`` keys a run chooses;
+    """How carefully the cost profiler measures (the ``[cost]`` keys a run chooses;
     :class:`~datacentric.profiling.profiler.ProfileSettings` adds the model, world,
     device and clock)."""
 

@@ -4,7 +4,7 @@
 iteration drawn from the result's spans on one time axis shared by every panel (ranks
 on the y axis; a pass's compute coloured by the micro-batch's log tokens, its
 recomputation red and its all-to-all orange; the gradient reduction grey; idle time
-light grey; a legend names them) and, below, a bar chart of throughput with each
+light grey; a legend below the figure names them) and, below, a bar chart of throughput with each
 policy's speedup over ``static``. :func:`plot_loss_curves` draws loss against tokens
 seen for runs' ``metrics.jsonl``.
 """
@@ -68,7 +68,8 @@ def plot_results(results: Mapping[str, SimResult], path: str, title: str = "") -
     labels = {RECOMPUTE: "recomputation", COMM: "all-to-all", SYNC: "gradient sync"}
     legend += [Patch(facecolor=KIND_COLOURS[k], label=v) for k, v in labels.items()]
     legend.append(Patch(facecolor=KIND_COLOURS["idle"], edgecolor="0.7", label="idle"))
-    axes[0, 0].legend(handles=legend, loc="upper right", fontsize=7, ncols=len(legend))
+    # below every panel: inside the first one it hid that policy's ranks
+    fig.legend(handles=legend, loc="outside lower center", fontsize=7, ncols=len(legend))
     _throughput(axes[-1, 0], results)
     if title:
         fig.suptitle(title)

@@ -1,4 +1,7 @@
-"""Per-iteration metrics: JSON lines, a rank-0 progress bar, TensorBoard when installed.
+"""Per-iteration metrics: what a step record holds beyond loss and speed.
+
+The sinks the records go to (``metrics.jsonl``, the log line, TensorBoard, W&B) are in
+:mod:`datacentric.train.metric_sinks` (``MetricsLogger`` is re-exported here).
 
 :class:`StepMetrics` adds what users watch at scale to every record: ``grad_norm``
 (what ``clip_grad_norm_`` returns: the whole gradient's norm before clipping),
@@ -16,36 +19,23 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import unwrap
+from datacentric.train.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
+from datacentric.train.metric_sinks import MetricsLogger  # noqa: F401
 
 if TYPE_CHECKING:
     from datacentric.train.config import TrainConfig
     from datacentric.train.data_centric import DataCentric, Step
-
-#: Scalars of a record that go to TensorBoard.
-TB_SCALARS = (
-    "loss",
-    "lr",
-    "grad_norm",
-    "tokens_per_s",
-    "mfu",
-    "peak_memory_bytes",
-    "optimizer_state_bytes",
-    "data_wait_s",
-    "iteration_time_s",
-    "est_idle_share",
-    "measured_idle_share",
-)
 
 
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -78,6 +68,17 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def memory_capacity_bytes(device: torch.device) -> int | None:
+    """What :func:`peak_memory_bytes` is a share of: the CUDA device's memory, or this
+    machine's physical memory on the CPU (None when the system does not say)."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class StepMetrics:
@@ -139,68 +140,6 @@ class StepMetrics:
             "peak_memory_bytes": peak_memory_bytes(self.groups.device),
             "optimizer_state_bytes": local_bytes(optimizer.state_dict()["state"]),
         }
-
-
-class MetricsLogger:
-    """Writes one JSON object per optimizer step to ``<out>/metrics.jsonl`` (rank 0 only).
-
-    Appends, so a resumed run continues the same file. Also drives a progress bar
-    and, when ``tensorboard`` is installed, TensorBoard scalars under ``<out>/tb``.
-    """
-
-    def __init__(
-        self,
-        out_dir: str | Path,
-        *,
-        enabled: bool,
-        total: int | None,
-        initial: int = 0,
-        progress: bool = True,
-    ) -> None:
-        self.enabled = enabled
-        self._file = None
-        self._bar = None
-        self._tb = None
-        if not enabled:
-            return
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        self._file = open(out / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        if progress:
-            self._bar = tqdm(
-                total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True
-            )
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except Exception:  # noqa: BLE001 - tensorboard is optional
-            SummaryWriter = None  # noqa: N806
-        if SummaryWriter is not None:
-            self._tb = SummaryWriter(log_dir=str(out / "tb"))
-
-    def log(self, record: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        assert self._file is not None
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        if self._bar is not None:
-            self._bar.update(1)
-            self._bar.set_postfix(
-                loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}"
-            )
-        if self._tb is not None:
-            step = record["iteration"]
-            for key in TB_SCALARS:
-                if record.get(key) is not None:
-                    self._tb.add_scalar(key, record[key], step)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        if self._file is not None:
-            self._file.close()
-        if self._tb is not None:
-            self._tb.close()
 
 
 def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:

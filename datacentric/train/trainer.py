@@ -34,7 +34,6 @@ from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
 from datacentric.train.checkpoint import (
     CheckpointError,
-    checkpoint_step,
     find_checkpoint,
     load_checkpoint,
     manifest_sha256,
@@ -45,7 +44,8 @@ from datacentric.train.checkpoint import (
 from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
 from datacentric.train.data_centric import DataCentric, Step, ulysses_sp_sizes
 from datacentric.train.heartbeat import Heartbeat, is_timeout
-from datacentric.train.metrics import MetricsLogger, StepMetrics, full_model_state
+from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
+from datacentric.train.metrics import StepMetrics, full_model_state, memory_capacity_bytes
 from datacentric.train.preemption import StopSignals, signal_name
 from datacentric.train.run_folder import (
     RunFolderLock,
@@ -54,6 +54,7 @@ from datacentric.train.run_folder import (
     save_schedule,
     timeline_json,
 )
+from datacentric.train.step_trace import StepTracer
 
 #: Settings a resume must keep (the sample stream and the model depend on them); the
 #: rest (steps, learning rate, checkpointing, world size...) may change.
@@ -174,9 +175,26 @@ class Trainer:
         return self.dc.position
 
     def _planned_total(self) -> int:
-        if self.config.iterations is not None:
-            return self.config.iterations
-        return self.config.epochs * len(self.dc.current_schedule().iterations)
+        per_epoch = len(self.dc.current_schedule().iterations)
+        if self.config.iterations is None:
+            return self.config.epochs * per_epoch
+        if self.is_main and self.config.iterations != self.config.epochs * per_epoch:
+            # iterations is a max_steps: it wins over epochs; say so (the data repeats
+            # or stops early, unlike what `epochs` alone would do)
+            log = (
+                logger.warning
+                if self.config.iterations > per_epoch * self.config.epochs
+                else logger.info
+            )
+            log(
+                "note: training.iterations %d sets the step count over training.epochs %d "
+                "(%d steps per epoch): %.3g epochs of data",
+                self.config.iterations,
+                self.config.epochs,
+                per_epoch,
+                self.config.iterations / max(1, per_epoch),
+            )
+        return self.config.iterations
 
     # ---------------------------------------------------------------- resume
     def _checkpoint_to_load(self, restarted: bool) -> Path | None:
@@ -277,6 +295,7 @@ class Trainer:
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         config = self.config
+        setup_logging(config.log_level, self.groups.rank, config.log_all_ranks)
         if self.is_main:
             claim_run_folder(config, restarted=launch_mode().restarts > 0)
         self._resume()  # checks the checkpoint before anything in the folder changes
@@ -305,11 +324,36 @@ class Trainer:
             total=self.total_iterations,
             initial=self.position.iterations_done,
             progress=config.progress,
+            log_every=config.log_every,
+            tensorboard=config.tensorboard,
+            wandb=wandb_settings(config) if self.is_main else None,
+            memory_capacity_bytes=memory_capacity_bytes(self.groups.device),
         )
+        tracer = StepTracer(
+            self.out,
+            config.trace_steps,
+            rank=self.groups.rank,
+            device=self.groups.device,
+            enabled=self.is_main or config.trace_all_ranks,
+            memory_snapshot=config.memory_snapshot,
+        )
+        if self.is_main:
+            logger.info(
+                "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
+                config.model,
+                self.groups.world_size,
+                self.groups.device.type,
+                config.policy,
+                self.total_iterations,
+                self.position.iterations_done + 1,
+                self.out,
+            )
         losses: list[float] = []
         rates: list[float] = []
         epochs = config.epochs if config.iterations is None else None
         stopped_by = None
+        # a resumed run's checkpoint at its first step exists already
+        checkpointed = self.position.iterations_done or None
         try:
             saved = None
             for step in self.dc.steps(epochs, iterations=config.iterations):
@@ -319,20 +363,23 @@ class Trainer:
                     at_step = self.position.iterations_done if replanned else None
                     save_schedule(self.out, schedule, at_step)
                     saved = schedule
+                tracer.begin(step.number + 1)
                 record = self._step(step, scheduler)
+                tracer.end(step.number + 1)
                 losses.append(record["loss"])
                 rates.append(record["tokens_per_s"])
                 metrics.log(record)
                 every = config.checkpoint_every
                 if every and self.position.iterations_done % every == 0:
                     self._save(scheduler)
+                    checkpointed = self.position.iterations_done
                 stopped_by = signals.agreed(self.groups) if signals is not None else None
                 if stopped_by is not None:
                     break
-            just_saved = checkpoint_step(self.saved or "") == self.position.iterations_done
-            if stopped_by is None or not just_saved:
+            if checkpointed != self.position.iterations_done:  # one final checkpoint
                 self._save(scheduler)
         finally:
+            tracer.close()
             metrics.close()
             self.dc.close()
         if stopped_by is not None and self.is_main:
@@ -341,6 +388,8 @@ class Trainer:
                 f"{self.position.iterations_done}; saved {self.saved}; continue with --resume",
                 file=sys.stderr,
             )
+        if self.is_main and config.plots:
+            _draw_plots(self.out)
         return TrainResult(
             iterations_done=self.position.iterations_done,
             samples_seen=self.position.samples_seen,
@@ -520,6 +569,20 @@ def _resolve_aliases(settings: dict[str, Any]) -> dict[str, Any]:
             value = resolved.get(new)
             resolved[old] = resolved[new] = value if value is not None else resolved.get(old)
     return resolved
+
+
+def _draw_plots(out: Path) -> None:
+    """The run's figures (``plots/``); a missing matplotlib is a note, not a failure."""
+    from datacentric.train.run_plots import plot_run
+
+    try:
+        paths = plot_run(out)
+    except ImportError:
+        logger.info("note: no plots (matplotlib is not installed: pip install 'datacentric[plot]')")
+        return
+    except ValueError:  # no step ran
+        return
+    logger.info("plots: %s", ", ".join(str(p) for p in paths))
 
 
 def _as_json(value: Any) -> Any:

@@ -1,0 +1,215 @@
+"""Where a run's step records go: the log line, ``metrics.jsonl``, TensorBoard, W&B.
+
+:class:`MetricsLogger` takes one record per optimizer step (the trainer's) and hands it
+to every sink the ``[metrics]`` settings choose:
+
+- ``metrics.jsonl`` in the run folder, always (appended: a resumed run continues it);
+- a log line every ``log_every`` steps through the ``datacentric`` :mod:`logging` logger
+  (:func:`step_line`, torchtitan-style), and the last step's line;
+- a progress bar, only when stderr is an interactive terminal and ``progress`` is on;
+- TensorBoard scalars under ``<out>/tb`` when ``tensorboard`` is on and installed;
+- Weights & Biases when ``wandb`` is on (``wandb_mode = "offline"`` writes under
+  ``<out>/wandb`` without network).
+
+Only rank 0 writes records; :func:`setup_logging` decides which ranks log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+#: The package's logger; the CLI and the trainer log through it.
+LOGGER_NAME = "datacentric"
+
+#: Scalars of a record that go to TensorBoard and W&B.
+SCALARS = (
+    "loss",
+    "lr",
+    "grad_norm",
+    "tokens_per_s",
+    "mfu",
+    "peak_memory_bytes",
+    "optimizer_state_bytes",
+    "data_wait_s",
+    "iteration_time_s",
+    "est_makespan_s",
+    "est_idle_share",
+    "measured_idle_share",
+)
+
+GIB = 1024**3
+
+logger = logging.getLogger(LOGGER_NAME)
+
+
+class _RankFilter(logging.Filter):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
+
+
+def setup_logging(level: str = "info", rank: int = 0, all_ranks: bool = False) -> None:
+    """Send the ``datacentric`` logger to stderr at ``level`` on rank 0 (every rank with
+    ``all_ranks``, each line prefixed by its rank); other ranks log warnings and errors.
+    Idempotent: a second call replaces the handler this function installed."""
+    wanted = logging.getLevelName(level.upper())
+    logger.setLevel(wanted if rank == 0 or all_ranks else max(wanted, logging.WARNING))
+    for handler in list(logger.handlers):
+        if getattr(handler, "_datacentric", False):
+            logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._datacentric = True  # type: ignore[attr-defined]
+    prefix = "[rank %(rank)d] " if all_ranks else ""
+    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
+    handler.addFilter(_RankFilter(rank))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.1f}ms" if value < 1 else f"{value:.3f}s"
+
+
+def step_line(record: dict[str, Any], memory_capacity_bytes: int | None = None) -> str:
+    """One step as a log line: step, loss, grad norm, tokens/s, MFU, peak memory in GiB
+    and as a share of ``memory_capacity_bytes``, data wait, and the measured step time
+    beside the schedule's estimate (``est``)."""
+    parts = [f"step {record['iteration'] + 1:>5}", f"loss {record['loss']:8.4f}"]
+    norm = record.get("grad_norm")
+    parts.append(f"grad_norm {norm:7.4f}" if norm is not None else "grad_norm -")
+    parts.append(f"tokens/s {record['tokens_per_s']:>9,.0f}")
+    mfu = record.get("mfu")
+    parts.append(f"mfu {mfu:6.2%}" if mfu is not None else "mfu -")
+    peak = record.get("peak_memory_bytes")
+    if peak is not None:
+        memory = f"memory {peak / GIB:6.2f}GiB"
+        if memory_capacity_bytes:
+            memory += f" ({peak / memory_capacity_bytes:5.1%})"
+        parts.append(memory)
+    parts.append(f"data_wait {_seconds(record.get('data_wait_s'))}")
+    parts.append(
+        f"step_time {_seconds(record.get('iteration_time_s'))} "
+        f"(est {_seconds(record.get('est_makespan_s'))})"
+    )
+    return "  ".join(parts)
+
+
+class MetricsLogger:
+    """Hands each step record to the sinks the settings choose (see the module docstring).
+
+    ``enabled`` is False on ranks other than 0: nothing is written there. ``total`` and
+    ``initial`` size the progress bar (steps of the run, steps already done)."""
+
+    def __init__(
+        self,
+        out_dir: str | Path,
+        *,
+        enabled: bool,
+        total: int | None,
+        initial: int = 0,
+        progress: bool = True,
+        log_every: int = 0,
+        tensorboard: bool = True,
+        wandb: dict[str, Any] | None = None,
+        memory_capacity_bytes: int | None = None,
+    ) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.log_every = log_every
+        self.memory_capacity_bytes = memory_capacity_bytes
+        self._file = None
+        self._bar = None
+        self._tb = None
+        self._wandb = None
+        if not enabled:
+            return
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        self._file = open(out / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        if progress and sys.stderr.isatty():
+            self._bar = tqdm(
+                total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True
+            )
+        if tensorboard:
+            self._tb = _tensorboard_writer(out / "tb")
+        if wandb is not None:
+            self._wandb = _wandb_run(out, **wandb)
+
+    def log(self, record: dict[str, Any]) -> None:
+        """Write one step's record to every sink."""
+        if not self.enabled:
+            return
+        assert self._file is not None
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        number = record["iteration"] + 1
+        last = self.total is not None and number >= self.total
+        if self.log_every and (number % self.log_every == 0 or last):
+            line = step_line(record, self.memory_capacity_bytes)
+            if self._bar is not None:
+                self._bar.write(line, file=sys.stderr)
+            else:
+                logger.info(line)
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix(
+                loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}"
+            )
+        scalars = {k: record[k] for k in SCALARS if record.get(k) is not None}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, record["iteration"])
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=record["iteration"])
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._file is not None:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def _tensorboard_writer(log_dir: Path) -> Any:
+    """A TensorBoard ``SummaryWriter``, or None when tensorboard is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except Exception:  # noqa: BLE001 - tensorboard is optional
+        logger.debug("tensorboard is not installed: no TensorBoard scalars")
+        return None
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) -> Any:
+    """A W&B run writing under ``out/wandb`` (``mode``: ``online`` or ``offline``)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError(
+            "metrics.wandb: the wandb package is not installed; "
+            "pip install 'datacentric[wandb]' or set --no-wandb"
+        ) from None
+    (out / "wandb").mkdir(parents=True, exist_ok=True)
+    return wandb.init(project=project, mode=mode, dir=str(out), name=out.name, config=config)
+
+
+def wandb_settings(config: Any) -> dict[str, Any] | None:
+    """The W&B arguments of a run's ``[metrics]`` settings (None: W&B is off)."""
+    if not config.wandb:
+        return None
+    return {"project": config.wandb_project, "mode": config.wandb_mode, "config": config.to_json()}

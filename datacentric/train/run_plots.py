@@ -1,0 +1,95 @@
+"""Figures of a training run, drawn from its ``metrics.jsonl`` (matplotlib, Agg backend).
+
+:func:`plot_run` writes into ``<run>/plots/``:
+
+- ``step_time.png``: each step's measured time (the trainer's wall clock, data wait
+  included) beside the schedule's estimate (``est_makespan_s``, the cost model's
+  makespan of the step's groups);
+- ``idle_share.png``: the share of rank time idle per step, estimated by the schedule
+  and measured (from each rank's compute time over the runtime's wall time);
+- ``loss.png``: the loss per step.
+
+The trainer calls it when a run ends (``[metrics] plots``); ``datacentric plot RUN``
+redraws the figures of any run folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from datacentric.train.metrics import read_metrics
+
+#: The figures :func:`plot_run` writes under ``<run>/plots/``: file, y label, title,
+#: and the lines drawn (label -> the record's key).
+FIGURES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
+    (
+        "step_time.png",
+        "seconds",
+        "step time, measured vs estimated",
+        {"measured": "iteration_time_s", "estimated (schedule)": "est_makespan_s"},
+    ),
+    (
+        "idle_share.png",
+        "idle share of rank time",
+        "idle share per step",
+        {"measured": "measured_idle_share", "estimated (schedule)": "est_idle_share"},
+    ),
+    ("loss.png", "loss", "loss", {"loss": "loss"}),
+)
+PLOT_FILES = tuple(f[0] for f in FIGURES)
+
+
+def plot_run(run_dir: str | Path) -> list[Path]:
+    """Draw the run's figures (see the module docstring); returns their paths.
+
+    Raises ``ValueError`` when the folder has no step records, ``ImportError`` when
+    matplotlib is missing."""
+    records = read_metrics(run_dir)
+    if not records:
+        raise ValueError(f"{run_dir}: no metrics.jsonl records (is it a run folder?)")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    folder = Path(run_dir) / "plots"
+    folder.mkdir(parents=True, exist_ok=True)
+    steps = [r["iteration"] + 1 for r in records]
+    name = Path(run_dir).name
+    return [
+        _lines(
+            folder / file,
+            steps,
+            {label: [r.get(key) for r in records] for label, key in lines.items()},
+            ylabel,
+            f"{name}: {title}",
+        )
+        for file, ylabel, title, lines in FIGURES
+    ]
+
+
+def _lines(
+    path: Path,
+    steps: Sequence[int],
+    series: dict[str, Sequence[Any]],
+    ylabel: str,
+    title: str,
+) -> Path:
+    """One figure of ``series`` (label -> value per step; None values are left out)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
+    for label, values in series.items():
+        points = [(s, v) for s, v in zip(steps, values) if v is not None]
+        if points:
+            xs, ys = zip(*points)
+            ax.plot(xs, ys, marker=".", label=label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    if len(series) > 1:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

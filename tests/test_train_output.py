@@ -1,0 +1,155 @@
+"""What a user watches: the log line, the metric sinks, traces, plots, one checkpoint."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from datacentric.data.sources import skipped_note
+from datacentric.train.metric_sinks import MetricsLogger, setup_logging, step_line
+from datacentric.train.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+LINE = re.compile(
+    r"step +(\d+) +loss +([\d.]+) +grad_norm +([\d.]+) +tokens/s +([\d,]+) +mfu +([\d.]+)% "
+    r"+memory +([\d.]+)GiB \( *([\d.]+)%\) +data_wait \S+ +step_time \S+ \(est \S+\)"
+)
+
+
+@pytest.mark.slow
+def test_cpu_config_logs_every_step_traces_plots_and_checkpoints_once(tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--config", "examples/configs/cpu.toml", "--out", str(out)]
+    argv += ["--metrics.log_every", "1", "--iterations", "2", "--checkpoint-every", "2"]
+    argv += ["--trace-steps", "2", "--no-tensorboard"]
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [LINE.search(line) for line in done.stderr.splitlines()]
+    lines = [m for m in lines if m]
+    records = read_metrics(out)
+    assert [int(m.group(1)) for m in lines] == [1, 2] and len(records) == 2
+    for match, record in zip(lines, records, strict=True):
+        torch.testing.assert_close(float(match.group(2)), record["loss"], atol=1e-4, rtol=0)
+        torch.testing.assert_close(float(match.group(3)), record["grad_norm"], atol=1e-4, rtol=0)
+        assert float(match.group(6)) == pytest.approx(record["peak_memory_bytes"] / 2**30, abs=0.01)
+        assert 0 < float(match.group(5)) and 0 < float(match.group(7)) < 100
+    trace = json.loads((out / "traces" / "step-2-rank0.json").read_text())
+    assert trace["traceEvents"]
+    assert sorted(p.name for p in (out / "traces").iterdir()) == ["step-2-rank0.json"]
+    for name in ("step_time.png", "idle_share.png", "loss.png"):
+        assert (out / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+    # the last step is a multiple of checkpoint_every: one checkpoint, not a second "-r1"
+    steps = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("step"))
+    assert steps == ["step-00000002"]
+    assert not (out / "tb").exists()
+
+
+def record(iteration: int, loss: float = 2.5) -> dict:
+    return {
+        "iteration": iteration,
+        "loss": loss,
+        "lr": 1e-3,
+        "grad_norm": 1.25,
+        "tokens_per_s": 1234.0,
+        "mfu": 0.0125,
+        "peak_memory_bytes": 3 * 2**30,
+        "data_wait_s": 0.002,
+        "iteration_time_s": 0.5,
+        "est_makespan_s": 0.25,
+    }
+
+
+def test_step_line_holds_what_users_watch():
+    line = step_line(record(4), memory_capacity_bytes=12 * 2**30)
+    match = LINE.search(line)
+    assert match, line
+    assert match.groups()[:2] == ("5", "2.5000")  # steps are numbered from 1
+    assert (match.group(5), match.group(6), match.group(7)) == ("1.25", "3.00", "25.0")
+    assert "step_time 500.0ms (est 250.0ms)" in line
+
+
+def test_log_every_and_the_last_step(tmp_path, caplog):
+    setup_logging("info")
+    logging.getLogger("datacentric").propagate = True  # let caplog see the lines
+    sink = MetricsLogger(tmp_path, enabled=True, total=5, progress=False, log_every=2)
+    with caplog.at_level(logging.INFO, logger="datacentric"):
+        for step in range(5):
+            sink.log(record(step))
+    sink.close()
+    assert [m.split()[1] for m in caplog.messages if m.startswith("step")] == ["2", "4", "5"]
+    assert len(read_metrics(tmp_path)) == 5
+
+
+def test_quiet_and_other_ranks_log_warnings_only():
+    logger = logging.getLogger("datacentric")
+    setup_logging("warning", rank=0)
+    assert not logger.isEnabledFor(logging.INFO)
+    setup_logging("info", rank=1)
+    assert not logger.isEnabledFor(logging.INFO) and logger.isEnabledFor(logging.WARNING)
+    setup_logging("info", rank=1, all_ranks=True)
+    assert logger.isEnabledFor(logging.INFO)
+    setup_logging("info")
+
+
+def test_wandb_sink_offline(tmp_path, monkeypatch):
+    calls: list[tuple] = []
+
+    class Run:
+        def log(self, data, step):
+            calls.append(("log", dict(data), step))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    def init(**kwargs):
+        calls.append(("init", kwargs))
+        return Run()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    wandb = {"project": "p", "mode": "offline", "config": {"lr": 1e-3}}
+    sink = MetricsLogger(
+        tmp_path, enabled=True, total=2, progress=False, tensorboard=False, wandb=wandb
+    )
+    sink.log(record(0, loss=3.0))
+    sink.close()
+    assert calls[0][0] == "init" and calls[0][1]["mode"] == "offline"
+    assert calls[0][1]["dir"] == str(tmp_path) and calls[0][1]["config"] == {"lr": 1e-3}
+    assert calls[1][0] == "log" and calls[1][1]["loss"] == 3.0 and calls[1][2] == 0
+    assert calls[-1] == ("finish",)
+
+
+def test_wandb_missing_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import fails
+    with pytest.raises(ValueError, match="metrics.wandb: the wandb package is not installed"):
+        MetricsLogger(
+            tmp_path, enabled=True, total=1, wandb={"project": "p", "mode": "offline", "config": {}}
+        )
+
+
+def test_skip_note_says_why(tmp_path):
+    from datacentric.data.sources import DataSettings, open_dataset
+
+    data = tmp_path / "d.jsonl"
+    docs = ["", "short", "x" * 50]
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
+    chunked = open_dataset(f"jsonl:{data}", DataSettings(max_tokens=20))
+    assert skipped_note(chunked) == "1 sample skipped: 1 empty (no tokens)"
+    skipping = open_dataset(f"jsonl:{data}", DataSettings(max_tokens=20, long_docs="skip"))
+    assert skipped_note(skipping) == (
+        "2 samples skipped: 1 empty (no tokens), 1 longer than data.max_tokens "
+        "(data.long_docs = skip)"
+    )
