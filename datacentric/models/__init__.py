@@ -18,6 +18,14 @@ from datacentric.models.presets import (
     model_facts,
     model_from_config,
 )
+from datacentric.models.source import (
+    ModelSource,
+    ModelSourceError,
+    build_from_source,
+    build_model_named,
+    parse_model_args,
+    resolve_model,
+)
 
 __all__ = [
     "MODEL_PRESETS",
@@ -27,12 +35,18 @@ __all__ = [
     "LlamaConfig",
     "ModelFacts",
     "ModelPreset",
+    "ModelSource",
+    "ModelSourceError",
     "PackedBatch",
     "VideoDiT",
+    "build_from_source",
     "build_model",
+    "build_model_named",
     "list_models",
     "model_config",
     "model_facts",
     "model_from_config",
+    "parse_model_args",
+    "resolve_model",
     "varlen_attention",
 ]
