@@ -96,8 +96,9 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
 def main() -> None:
     from datacentric.data import StdlibCorpus
     from datacentric.parallel.launch import spawn
+    from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.profiling.factory import fitted_cost_model
-    from datacentric.scheduling import ScheduleOptions, build_schedule
+    from datacentric.scheduling import Pipeline, ScheduleOptions
     from datacentric.sim.engine import simulate
     from datacentric.train.run_folder import load_schedule, save_schedule
 
@@ -108,21 +109,20 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     prof = profile(Path(args.out_dir))
-    cost_model = fitted_cost_model(prof, memory_gb=MEMORY_GIB)
+    cost_model = fitted_cost_model(prof)
     shapes = StdlibCorpus().shapes()
     subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
     options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)
     rows = []
+    pipeline = Pipeline(
+        shapes,
+        cost_model,
+        world_size=WORLD,
+        memory_cap_bytes=resolve_memory_cap(MEMORY_GIB, None),
+        settings=options,
+    )
     for policy in POLICIES:
-        full = build_schedule(
-            shapes,
-            policy=policy,
-            world_size=WORLD,
-            cost_model=cost_model,
-            options=options,
-            sample_ids=subset.tolist(),
-            measure=False,
-        )
+        full = pipeline.schedule(sample_ids=subset.tolist(), policy=policy, measure=False)
         run_dir = str(Path(args.out_dir) / policy)
         save_schedule(run_dir, truncated(full, args.iterations))
         per_rank = spawn(_execute, WORLD, run_dir, 0, timeout_s=LAUNCH_TIMEOUT_S)

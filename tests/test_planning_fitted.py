@@ -40,7 +40,6 @@ def fitted(sp_sizes=(1, 2)) -> FittedCostModel:
         points,
         num_blocks=8,
         attention_kind="causal",
-        memory_capacity_bytes=2 * 10**9,
         gpus_per_node=2,
         grad_sync_seconds={2: 0.01},
     )

@@ -6,11 +6,17 @@ import pytest
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
+from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.planning.planner import UnfittableBucketError, plan_bucket, plan_buckets
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 GIB = 2**30
+
+
+def budget(model: AnalyticCostModel) -> int:
+    """The default budget on the model's hardware (70% of its memory)."""
+    return resolve_memory_cap(None, device_memory_of(model))
 
 
 def stdit_model() -> AnalyticCostModel:
@@ -31,8 +37,8 @@ VIDEO = [
 
 def test_plan_is_the_best_of_all_configurations() -> None:
     model = stdit_model()
-    plan = plan_bucket(VIDEO[1], model, world_size=8, max_micro_batch=8)
-    cap = model.memory_capacity_bytes
+    cap = budget(model)
+    plan = plan_bucket(VIDEO[1], model, world_size=8, memory_cap_bytes=cap, max_micro_batch=8)
     best = 0.0
     for sp in (1, 2, 4, 8):
         for bs in (1, 2, 4, 8):
@@ -45,7 +51,8 @@ def test_plan_is_the_best_of_all_configurations() -> None:
 
 
 def test_long_buckets_get_larger_sp_than_images() -> None:
-    plan = plan_buckets(VIDEO, stdit_model(), world_size=32)
+    model = stdit_model()
+    plan = plan_buckets(VIDEO, model, world_size=32, memory_cap_bytes=budget(model))
     sps = [plan.buckets[b.name].sp_size for b in VIDEO]
     assert sps[0] == 1
     assert sps == sorted(sps)
@@ -91,31 +98,37 @@ def test_unfittable_bucket_names_bucket_bytes_and_cap() -> None:
     model = llama_model()
     huge = Bucket("t<=4194304", SampleShape.text(4 * 2**20))
     with pytest.raises(UnfittableBucketError) as info:
-        plan_buckets([huge], model, world_size=8)
+        plan_buckets([huge], model, world_size=8, memory_cap_bytes=budget(model))
     err = info.value
-    assert err.bucket == huge.name and err.cap_bytes == model.memory_capacity_bytes
+    assert err.bucket == huge.name and err.cap_bytes == budget(model)
     assert err.needed_bytes > err.cap_bytes
     assert huge.name in str(err) and str(err.needed_bytes) in str(err)
-    assert str(model.memory_capacity_bytes) in str(err)
+    assert str(budget(model)) in str(err)
 
 
 def test_skip_unfittable_reports_skipped_samples() -> None:
     shapes = [SampleShape.text(900)] * 5 + [SampleShape.text(3 * 2**20)] * 2
     bucketing = make_buckets(shapes)
-    plan = plan_buckets(bucketing, llama_model(), world_size=8, skip_unfittable=True)
+    model = llama_model()
+    plan = plan_buckets(
+        bucketing, model, world_size=8, memory_cap_bytes=budget(model), skip_unfittable=True
+    )
     assert plan.skipped == {"t<=4194304": 2}
     assert set(plan.buckets) == {"t<=1024"}
 
 
 def test_past_a_node_only_when_nothing_fits_inside() -> None:
     model = llama_model()
-    fits_in_node = plan_bucket(Bucket("t", SampleShape.text(65536)), model, world_size=32)
+    cap = budget(model)
+    fits_in_node = plan_bucket(
+        Bucket("t", SampleShape.text(65536)), model, world_size=32, memory_cap_bytes=cap
+    )
     assert fits_in_node.sp_size <= 8
     long = Bucket("t", SampleShape.text(3 << 20))
-    needs_more = plan_bucket(long, model, world_size=32)
+    needs_more = plan_bucket(long, model, world_size=32, memory_cap_bytes=cap)
     assert needs_more.sp_size > 8
     with pytest.raises(UnfittableBucketError):
-        plan_bucket(long, model, world_size=8)
+        plan_bucket(long, model, world_size=8, memory_cap_bytes=cap)
 
 
 def test_each_sp_size_carries_its_own_knapsack_option() -> None:
@@ -123,7 +136,7 @@ def test_each_sp_size_carries_its_own_knapsack_option() -> None:
     to spare on more: the plan offers the knapsack's choice on every size, not only on
     the best one, and each option fits the cap."""
     model = AnalyticCostModel(get_model_spec("stdit-1.1b"), get_hardware("h200-sxm"))
-    plan = plan_buckets([VIDEO[-1]], model, world_size=8)
+    plan = plan_buckets([VIDEO[-1]], model, world_size=8, memory_cap_bytes=budget(model))
     options = plan.options_of(VIDEO[-1].name)
     best = plan.buckets[VIDEO[-1].name]
     partial = [o for o in options if any(o.recompute) and not all(o.recompute)]

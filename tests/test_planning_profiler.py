@@ -196,7 +196,7 @@ def test_profile_round_trip_stale_and_corrupt(tmp_path) -> None:
 
 
 def test_validation_cases_cover_sp2_and_recomputation() -> None:
-    cost = fitted_cost_model(make_profile(), default_cap_bytes=10**9)
+    cost = fitted_cost_model(make_profile())
     assert isinstance(cost, FittedCostModel)
     plans = {
         f"t<={n}": BucketPlan(f"t<={n}", TEXT(n), 1, 4096 // n, (False,) * 8, 1.0, 10**8)

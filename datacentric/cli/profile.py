@@ -95,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.autoprofile import run_profile
     from datacentric.profiling.profiler import ProfileSettings
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
     try:
-        bucketing = make_buckets(dataset_shapes(args)[0])
+        shapes = dataset_shapes(args)[0]
+        bucketing = make_buckets(shapes)
         settings = ProfileSettings(
             model=args.model,
             world_size=args.world,
@@ -117,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
         )
         report = run_profile(
             settings,
-            bucketing,
-            memory_gb=args.memory_gb,
+            shapes,
+            memory_cap_bytes=resolve_memory_cap(args.memory_gb, None),
             max_points=args.max_points,
             max_profile_tokens=args.max_profile_tokens,
             validate=args.validate,

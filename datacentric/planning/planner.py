@@ -26,6 +26,7 @@ function of the buckets and the cost model.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -191,7 +192,7 @@ def plan_bucket(
     :class:`UnfittableBucketError` when nothing fits. With ``option_batch_limit`` the
     plan also carries the bucket's options (:func:`bucket_options`), the knapsack's
     recomputation among them if ``knapsack_option``."""
-    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    cap = plan_budget(cost_model, memory_cap_bytes, "plan_bucket")
     within, across = sp_size_tiers(cost_model, world_size, sp_sizes)
     if not within and not across:
         raise ValueError(f"no usable SP size for world size {world_size} (sp_sizes={sp_sizes})")
@@ -279,6 +280,27 @@ def bucket_options(
     return tuple(options)
 
 
+def plan_budget(cost_model: CostModel, memory_cap_bytes: int | None, caller: str) -> int:
+    """The budget a plan is made under: ``memory_cap_bytes``; without one, the
+    deprecated cap of a cost model that still holds one (with a warning)."""
+    if memory_cap_bytes is not None:
+        if memory_cap_bytes <= 0:
+            raise ValueError(f"memory_cap_bytes must be > 0, got {memory_cap_bytes}")
+        return int(memory_cap_bytes)
+    warnings.warn(
+        f"{caller} without memory_cap_bytes is deprecated: resolve the budget once "
+        "(resolve_memory_cap) and pass it",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        legacy = getattr(cost_model, "memory_capacity_bytes", None)
+    if legacy is None:
+        raise TypeError(f"{caller} needs memory_cap_bytes (cost models hold no budget)")
+    return int(legacy)
+
+
 def _better(a: BucketPlan, b: BucketPlan) -> bool:
     """More samples per GPU-second; ties go to less memory, then smaller groups."""
     ra, rb = a.samples_per_gpu_second, b.samples_per_gpu_second
@@ -306,8 +328,9 @@ def plan_buckets(
     then give the skipped sample counts; otherwise pass ``sample_counts`` (bucket name
     to samples) for them. An unfittable bucket raises :class:`UnfittableBucketError`
     unless ``skip_unfittable``, in which case it is left out of the plan and its sample
-    count recorded in ``Plan.skipped``. ``memory_cap_bytes`` defaults to the cost
-    model's capacity; every bucket's options are searched up to ``option_batch_limit``
+    count recorded in ``Plan.skipped``. ``memory_cap_bytes`` is the budget per rank,
+    resolved by the caller (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`);
+    every bucket's options are searched up to ``option_batch_limit``
     samples per micro-batch, and include the knapsack's recomputation choice when
     ``knapsack_option`` (else only none and every block).
     """
@@ -319,7 +342,7 @@ def plan_buckets(
     if isinstance(buckets, Bucketing):
         counts = {b.name: len(m) for b, m in zip(buckets.buckets, buckets.members())}
         buckets = buckets.buckets
-    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    cap = plan_budget(cost_model, memory_cap_bytes, "plan_buckets")
     plans: dict[str, BucketPlan] = {}
     skipped: dict[str, int] = {}
     for bucket in buckets:

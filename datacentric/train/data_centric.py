@@ -47,18 +47,15 @@ from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.hardware import gib_to_bytes
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.planning.plan import Plan
-from datacentric.planning.planner import plan_buckets
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.module_specs import spec_of_model
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
-from datacentric.shapes import SampleShape, make_buckets
-from datacentric.train.build import build_cost_model
+from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.verify.model_contract import check_model_contract
 
 
@@ -150,52 +147,6 @@ class Step:
         return self.iteration.sample_ids()
 
 
-class EpochPlanner:
-    """Plans a dataset's buckets once and builds each epoch's schedule (pure: no
-    communication, the same result on every rank and in a separate process)."""
-
-    def __init__(
-        self,
-        shapes: Sequence[SampleShape],
-        cost_model: CostModel,
-        *,
-        world_size: int,
-        policy: str = "dcp-opt",
-        memory_gb: float | None = None,
-        tokens_per_iteration: int | None = None,
-        seed: int = 0,
-        sp_sizes: Sequence[int] | None = None,
-        options: ScheduleOptions | None = None,
-    ) -> None:
-        self.shapes = list(shapes)
-        self.cost_model = cost_model
-        self.world_size = world_size
-        self.policy = policy
-        self.seed = seed
-        self.options = options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
-        self.plan: Plan = plan_buckets(
-            make_buckets(self.shapes),
-            cost_model,
-            world_size=world_size,
-            memory_cap_bytes=gib_to_bytes(memory_gb),
-            sp_sizes=sp_sizes,
-        )
-
-    def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
-        """The epoch's schedule; ``sample_ids`` restricts it to those samples."""
-        return build_schedule(
-            self.shapes,
-            policy=self.policy,
-            world_size=self.world_size,
-            cost_model=self.cost_model,
-            plan=self.plan,
-            seed=self.seed,
-            epoch=epoch,
-            options=self.options,
-            sample_ids=sample_ids,
-        )
-
-
 def model_spec(model: nn.Module) -> ModelSpec:
     """The analytic spec of a model without a preset
     (:func:`~datacentric.profiling.module_specs.spec_of_model`)."""
@@ -234,9 +185,10 @@ class DataCentric:
     ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``);
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
-    analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
-    planned memory; ``tokens_per_iteration`` bounds the global batch (``options``: every
-    :class:`ScheduleOptions`, instead). ``prefetch``
+    analytic model of ``preset`` on this device; it only prices memory.
+    ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory),
+    held by the plan and every schedule; ``tokens_per_iteration`` bounds the global
+    batch (``options``: every :class:`ScheduleOptions`, instead). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed). ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
@@ -280,7 +232,6 @@ class DataCentric:
                 described,
                 self.groups.device,
                 dtype,
-                memory_gb,
                 shard=self.sharding,
                 world_size=self.groups.world_size,
             )
@@ -293,17 +244,18 @@ class DataCentric:
         self.model = wrap_model(self.module, self.groups, self.sharding)
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
-        self.planner = EpochPlanner(
+        self.pipeline = Pipeline(
             dataset.shapes(),
             cost_model,
             world_size=self.groups.world_size,
+            memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
             policy=policy,
-            memory_gb=memory_gb,
-            tokens_per_iteration=tokens_per_iteration,
+            settings=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
             seed=seed,
             sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
-            options=options,
         )
+        """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
+        else 70% of this device) and builds each epoch's schedule."""
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
         )
@@ -319,7 +271,12 @@ class DataCentric:
 
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
         """The epoch's schedule (the same on every rank); ``sample_ids`` restricts it."""
-        return self.planner.schedule(epoch, sample_ids)
+        return self.pipeline.schedule(epoch, sample_ids=sample_ids)
+
+    @property
+    def planner(self) -> Pipeline:
+        """Deprecated name of :attr:`pipeline`."""
+        return self.pipeline
 
     def set_epoch(self, epoch: int) -> None:
         """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""
@@ -358,7 +315,7 @@ class DataCentric:
         p = self.position
         world = self.groups.world_size
         if self._segment is None or p.segment_world != world or self._segment_epoch != p.epoch:
-            self._segment = continue_schedule(p, len(self.planner.shapes), world, self.schedule)
+            self._segment = continue_schedule(p, len(self.pipeline.shapes), world, self.schedule)
             self._segment_epoch = p.epoch
         return self._segment
 
