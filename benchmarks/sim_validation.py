@@ -74,6 +74,7 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
     from datacentric.models.presets import build_model
     from datacentric.parallel.groups import ProcessGroups
     from datacentric.parallel.runtime import DataCentricRuntime
+    from datacentric.parallel.step import run_step
     from datacentric.train.run_folder import load_schedule
 
     schedule = load_schedule(run_dir, 0)
@@ -83,12 +84,12 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
     model = build_model(MODEL, device=groups.device)
     runtime = DataCentricRuntime(model, groups, corpus.pack, corpus.loss_tokens)
     model.zero_grad(set_to_none=True)
-    runtime.run_iteration(schedule.iterations[0])  # warm-up, untimed
+    run_step(runtime, schedule.iterations[0])  # warm-up, untimed
     times = []
     for iteration in schedule.iterations:
         model.zero_grad(set_to_none=True)
         cpu_start = time.process_time()
-        stats = runtime.run_iteration(iteration)
+        stats = run_step(runtime, iteration).stats
         times.append((stats.total_time_s, time.process_time() - cpu_start))
     return times
 

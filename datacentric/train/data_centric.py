@@ -31,11 +31,10 @@ run stands (a :class:`~datacentric.scheduling.resume.Position`); after
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from datacentric.data.base import epoch_pack
@@ -45,7 +44,8 @@ from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
-from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
+from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import Step
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
@@ -57,94 +57,6 @@ from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.verify.model_contract import check_model_contract
-
-
-def gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
-    """``(world, len(values))`` float64 table of every rank's values (one collective)."""
-    mine = torch.tensor(values, dtype=torch.float64, device=groups.device)
-    if not groups.distributed or groups.world_size == 1:
-        return mine.unsqueeze(0).cpu()
-    table = [torch.empty_like(mine) for _ in range(groups.world_size)]
-    dist.all_gather(table, mine, group=groups.world)
-    return torch.stack(table).cpu()
-
-
-class Step:
-    """One optimizer step: iterate it for this rank's micro-batches, then ``finish()``.
-
-    After ``finish()``: :attr:`loss` (the global batch's), every rank's compute and
-    runtime seconds (:attr:`rank_compute_s`, :attr:`rank_time_s`) and this rank's
-    seconds waiting for packed data (:attr:`data_wait_s`). :attr:`phase`
-    names what the step is doing (for error messages of hung or failed collectives).
-    """
-
-    def __init__(
-        self,
-        runtime: DataCentricRuntime,
-        iteration: Iteration,
-        *,
-        number: int | None = None,
-        epoch: int | None = None,
-        on_finish: Callable[[Step], Any] | None = None,
-    ) -> None:
-        self.runtime = runtime
-        self.iteration = iteration
-        self.number = number
-        """Optimizer steps the run had done before this one (steps of ``steps()``)."""
-        self.epoch = epoch
-        """The epoch this step belongs to (steps of ``steps()``)."""
-        self.phase = "setup"
-        self.loss: float | None = None
-        self.rank_compute_s: list[float] = []
-        self.rank_time_s: list[float] = []
-        self.data_wait_s = 0.0
-        self._on_finish = on_finish
-        self.stats: IterationStats = runtime.start_iteration(iteration)
-
-    def __iter__(self) -> Iterator[MicroStep]:
-        mine = self.iteration.micro_batches_of_rank(self.runtime.groups.rank)
-        for k, micro in enumerate(self.runtime.micro_steps(self.iteration, self.stats)):
-            group = mine[k][0]
-            self.phase = (
-                f"micro-batch {k} (forward/backward with the SP all-to-all of the group of "
-                f"{group.sp_size} at rank {group.rank_start})"
-            )
-            yield micro
-
-    def finish(self) -> float:
-        """Sum gradients over the world once, gather every rank's loss share and
-        timings (collectives) and return the global batch's loss."""
-        self.phase = "the gradient all-reduce over the world"
-        self.runtime.finish_iteration(self.stats)
-        self.phase = "the all-gather of losses and timings"
-        compute_s = sum(mb.time_s for mb in self.stats.micro_batches)
-        table = gather_floats(
-            [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
-        )
-        self.loss = float(table[:, 0].sum())
-        self.rank_compute_s = [float(x) for x in table[:, 1]]
-        self.rank_time_s = [float(x) for x in table[:, 2]]
-        take_wait = getattr(self.runtime.pack, "take_wait_s", None)  # a Prefetcher
-        self.data_wait_s = float(take_wait()) if take_wait is not None else 0.0
-        self.phase = "finished"
-        if self._on_finish is not None:
-            self._on_finish(self)
-        return self.loss
-
-    @property
-    def finished(self) -> bool:
-        """``finish()`` has run."""
-        return self.loss is not None
-
-    @property
-    def runtime_time_s(self) -> float:
-        """The runtime's time of the step: the slowest rank's (after ``finish()``)."""
-        return max(self.rank_time_s, default=0.0)
-
-    @property
-    def sample_ids(self) -> list[int]:
-        """Every sample of this step, over all ranks."""
-        return self.iteration.sample_ids()
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
