@@ -1,4 +1,5 @@
-"""``datacentric plan``: per-bucket SP size, micro-batch size and recomputation.
+"""``datacentric plan``: per bucket, its options and the preferred one (SP size,
+micro-batch size and recomputation: ``Plan.preferred``).
 
 From a saved profile (``--profile DIR``: the plan saved there, or a new plan of the
 dataset given with ``--dataset``/``--lengths`` on the profile's fitted cost model), or
@@ -96,33 +97,51 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     raise ValueError("give --dataset NAME or --lengths FILE")
 
 
-def plan_json(plan: Plan, bucketing: Bucketing | None = None) -> list[dict[str, Any]]:
-    """Bucket rows for JSON output (with sample counts when the bucketing is known)."""
+def plan_json(
+    plan: Plan, bucketing: Bucketing | None = None, cost: Any = None
+) -> list[dict[str, Any]]:
+    """Bucket rows for JSON output: each bucket's preferred option
+    (:meth:`~datacentric.planning.plan.Plan.preferred`), with sample counts when the
+    bucketing is known and its memory per rank (``est_memory_bytes``) on ``cost``."""
     counts = {}
     if bucketing is not None:
         counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
     rows = []
     for bp in plan.buckets.values():
+        best = plan.preferred(bp.bucket)
         row = bp.to_json(with_options=False)
-        row["samples_per_gpu_second"] = bp.samples_per_gpu_second
+        row.update(
+            sp_size=best.sp_size,
+            micro_batch_size=best.micro_batch_size,
+            recompute="".join("1" if r else "0" for r in best.recompute),
+            num_recomputed=sum(best.recompute),
+            est_time_s=best.est_time_s,
+            max_batch=max(o.max_batch for o in bp.options if o.sp_size == best.sp_size),
+            options=len(bp.options),
+            samples_per_gpu_second=best.samples_per_gpu_second,
+        )
+        if cost is not None:
+            shapes = [bp.shape] * best.micro_batch_size
+            row["est_memory_bytes"] = cost.pass_memory_bytes(shapes, best.sp_size, best.recompute)
         if counts:
             row["samples"] = counts.get(bp.bucket, 0)
         rows.append(row)
     return rows
 
 
-def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
-    """A fixed-width table of the plan."""
-    rows = plan_json(plan, bucketing)
+def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = None) -> str:
+    """A fixed-width table of the plan (memory per rank on ``cost``)."""
+    rows = plan_json(plan, bucketing, cost)
     header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'batch':>7}"
-    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'samples/GPU-s':>15}"
+    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'options':>9}{'samples/GPU-s':>15}"
     lines = [header]
     for row in rows:
         shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
         lines.append(
             f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
             f"{row['micro_batch_size']:>7}{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
-            f"{row['est_time_s']:>11.4g}{row['est_memory_bytes'] / GIB:>9.3f}"
+            f"{row['est_time_s']:>11.4g}{row.get('est_memory_bytes', float('nan')) / GIB:>9.3f}"
+            f"{row['options']:>9}"
             f"{row['samples_per_gpu_second']:>15.4g}"
         )
     lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
@@ -211,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.profiling.store import ProfileError
 
     try:
-        plan, bucketing, source = _make_plan(args)
+        plan, bucketing, source, cost = _make_plan(args)
     except (ProfileError, UnfittableBucketError, ValueError, KeyError) as err:
         print(f"datacentric plan: {err}", file=sys.stderr)
         return 2
@@ -221,24 +240,24 @@ def run(args: argparse.Namespace) -> int:
             "world": plan.world_size,
             "memory_cap_bytes": plan.memory_cap_bytes,
             "num_blocks": plan.num_blocks,
-            "buckets": plan_json(plan, bucketing),
+            "buckets": plan_json(plan, bucketing, cost),
             "skipped": plan.skipped,
         }
         print(json.dumps(out))
     else:
         print(f"plan from {source}")
-        print(format_table(plan, bucketing))
+        print(format_table(plan, bucketing, cost))
     return 0
 
 
-def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
+def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, Any]:
     from datacentric.profiling.store import load_plan
 
     has_data = bool(args.dataset or args.lengths)
     if args.profile:
-        if not has_data:
-            return load_plan(args.profile), None, f"saved plan in {args.profile}"
         cost, world = profiled_model(args)
+        if not has_data:
+            return load_plan(args.profile), None, f"saved plan in {args.profile}", cost
         source = f"profile {args.profile}"
     elif not (args.model and args.hardware and has_data and args.world):
         raise ValueError(
@@ -249,7 +268,7 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
         cost, world = analytic_model(args.model, args.hardware, args.world, args), args.world
         source = f"analytic {args.model} on {args.hardware}"
     pipeline = command_pipeline(args, dataset_shapes(args)[0], cost, args.world or world)
-    return pipeline.plan, pipeline.bucketing, source
+    return pipeline.plan, pipeline.bucketing, source, cost
 
 
 def command_pipeline(

@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.autoprofile import run_profile
+    from datacentric.profiling.factory import fitted_cost_model
     from datacentric.profiling.profiler import ProfileSettings
     from datacentric.profiling.store import ProfileError
     from datacentric.shapes import make_buckets
@@ -133,12 +134,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"datacentric profile: {err}", file=sys.stderr)
         return 2
     profile, plan = report.profile, report.plan
+    cost = fitted_cost_model(profile)
     out = {
         "model": args.model,
         "dataset": args.dataset or args.lengths,
         "world": args.world,
         "memory_cap_bytes": plan.memory_cap_bytes,
-        "buckets": plan_json(plan, bucketing),
+        "buckets": plan_json(plan, bucketing, cost),
         "skipped": plan.skipped,
         "profile_seconds": profile.profile_seconds,
         "profile_reused": report.reused,
@@ -149,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(format_table(plan, bucketing))
+    print(format_table(plan, bucketing, cost))
     verb = "reused" if report.reused else "measured"
     print(f"profile {verb} in {profile.profile_seconds:.1f} s; saved to {args.out}")
     if profile.validation:

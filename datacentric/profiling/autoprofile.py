@@ -112,16 +112,18 @@ def measure_profile(
 def validation_cases(
     plan: Plan, cost: FittedCostModel, *, count: int = 3, max_tokens: int = 4096
 ) -> list[RunCase]:
-    """Full-depth runs to check: the ``count`` largest planned buckets whose micro-batch
-    fits in ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved
-    to the largest SP size when no planned bucket uses SP above 1, and the last set to
+    """Full-depth runs to check: the ``count`` largest planned buckets whose preferred
+    micro-batch (:meth:`~datacentric.planning.plan.Plan.preferred`) fits in
+    ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved to the
+    largest SP size when no planned bucket uses SP above 1, and the last set to
     recompute its first half of blocks when no planned bucket recomputes."""
     chosen: list[RunCase] = []
     for bp in sorted(plan.buckets.values(), key=lambda b: -b.shape.tokens):
-        bs = min(bp.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
+        best = plan.preferred(bp.bucket)
+        bs = min(best.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
         if bp.shape.tokens * bs > max_tokens:
             continue
-        chosen.append(RunCase((bp.shape,) * bs, bp.sp_size, cost.num_blocks, bp.recompute))
+        chosen.append(RunCase((bp.shape,) * bs, best.sp_size, cost.num_blocks, best.recompute))
         if len(chosen) == count:
             break
     largest = max(cost.sp_sizes)
