@@ -108,21 +108,10 @@ def plan_json(
         counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
     rows = []
     for bp in plan.buckets.values():
+        row = plan.bucket_row(bp.bucket, cost, with_options=False)
         best = plan.preferred(bp.bucket)
-        row = bp.to_json(with_options=False)
-        row.update(
-            sp_size=best.sp_size,
-            micro_batch_size=best.micro_batch_size,
-            recompute="".join("1" if r else "0" for r in best.recompute),
-            num_recomputed=sum(best.recompute),
-            est_time_s=best.est_time_s,
-            max_batch=max(o.max_batch for o in bp.options if o.sp_size == best.sp_size),
-            options=len(bp.options),
-            samples_per_gpu_second=best.samples_per_gpu_second,
-        )
-        if cost is not None:
-            shapes = [bp.shape] * best.micro_batch_size
-            row["est_memory_bytes"] = cost.pass_memory_bytes(shapes, best.sp_size, best.recompute)
+        row["max_batch"] = max(o.max_batch for o in bp.options if o.sp_size == best.sp_size)
+        row["options"] = len(bp.options)
         if counts:
             row["samples"] = counts.get(bp.bucket, 0)
         rows.append(row)

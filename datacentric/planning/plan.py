@@ -147,13 +147,39 @@ class Plan:
         GPU-second (derived from its options; policies choose for themselves)."""
         return preferred_choice(self.options_of(bucket))
 
-    def to_json(self) -> dict[str, Any]:
+    def bucket_row(
+        self, bucket: str, cost_model: Any = None, *, with_options: bool = True
+    ) -> dict[str, Any]:
+        """``bucket``'s JSON with its preferred choice (derived, for readers: ignored
+        by :meth:`from_json`), and that choice's memory per rank on ``cost_model``."""
+        plan = self.buckets[bucket]
+        row = plan.to_json(with_options=with_options)
+        if not plan.options:
+            return row
+        best = plan.preferred()
+        row.update(
+            sp_size=best.sp_size,
+            micro_batch_size=best.micro_batch_size,
+            recompute="".join("1" if r else "0" for r in best.recompute),
+            num_recomputed=sum(best.recompute),
+            est_time_s=best.est_time_s,
+            samples_per_gpu_second=best.samples_per_gpu_second,
+        )
+        if cost_model is not None:
+            shapes = [plan.shape] * best.micro_batch_size
+            memory = cost_model.pass_memory_bytes(shapes, best.sp_size, best.recompute)
+            row["est_memory_bytes"] = int(memory)
+        return row
+
+    def to_json(self, cost_model: Any = None) -> dict[str, Any]:
+        """The plan as JSON; each bucket with :meth:`bucket_row`'s derived choice (and its
+        memory on ``cost_model`` when given)."""
         return {
             "memory_cap_bytes": self.memory_cap_bytes,
             "world_size": self.world_size,
             "num_blocks": self.num_blocks,
             "option_batch_limit": self.option_batch_limit,
-            "buckets": [b.to_json() for b in self.buckets.values()],
+            "buckets": [self.bucket_row(name, cost_model) for name in self.buckets],
             "skipped": self.skipped,
             "meta": self.meta,
         }
