@@ -50,7 +50,7 @@ from datacentric.parallel.grad_sync import (
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossMode, LossWeights
 from datacentric.parallel.recompute import BlockRecompute
-from datacentric.parallel.sharding import shard_batch
+from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.parallel.ulysses import SequenceParallelAttention, check_sp_compatible
 from datacentric.schedule import Iteration
 from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id
