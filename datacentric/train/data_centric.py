@@ -188,6 +188,11 @@ class DataCentric:
     @property
     def planner(self) -> Pipeline:
         """Deprecated name of :attr:`pipeline`."""
+        warnings.warn(
+            "DataCentric.planner is deprecated: use DataCentric.pipeline",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return self.pipeline
 
     def set_epoch(self, epoch: int) -> None:
