@@ -54,6 +54,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.profiling.preset_specs import spec_from_model_preset
@@ -368,7 +369,7 @@ def check_train_step(device: torch.device, scale: Scale) -> tuple[str, str, dict
         return DataCentricRuntime(model, groups, dataset.pack, loss_tokens_function(dataset))
 
     runtime = runtime_for()
-    stats = runtime.run_iteration(iteration)
+    stats = run_step(runtime, iteration).stats
     loss = runtime.global_loss(stats)
     grads = {n: p.grad.detach().clone() for n, p in runtime.module.named_parameters()}
     torch.manual_seed(0)
@@ -384,7 +385,7 @@ def check_train_step(device: torch.device, scale: Scale) -> tuple[str, str, dict
     synchronize(device)
     start = time.perf_counter()
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
-        bf16_stats = runtime.run_iteration(iteration)
+        bf16_stats = run_step(runtime, iteration).stats
     optimizer.step()
     synchronize(device)
     elapsed = time.perf_counter() - start
@@ -425,7 +426,7 @@ def check_host_sync(device: torch.device, scale: Scale) -> tuple[str, str, dict[
     runtime = DataCentricRuntime(
         model, ProcessGroups.local(device=device), dataset.pack, loss_tokens_function(dataset)
     )
-    runtime.run_iteration(iteration)  # warm-up: kernels chosen, pinned host blocks cached
+    run_step(runtime, iteration)  # warm-up: kernels chosen, pinned host blocks cached
     synchronize(device)
     stats = runtime.start_iteration(iteration)
     syncs: list[str] = []  # the Python stack of each, innermost first

@@ -27,6 +27,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.verify.case_models import build_case
 from datacentric.verify.equivalence import mixed_iteration
@@ -44,7 +45,7 @@ def _worker(mode: str, repeats: int) -> dict[str, float]:
     for k in range(repeats + 1):
         for p in model.parameters():
             p.grad = None
-        stats = runtime.run_iteration(iteration)
+        stats = run_step(runtime, iteration).stats
         if k:  # the first step warms up (FSDP2's lazy init, allocations)
             steps.append(stats.total_time_s)
             syncs.append(stats.sync_time_s)

@@ -30,12 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from datacentric.data.workloads import get_workload
-from datacentric.planning.planner import plan_buckets
-from datacentric.scheduling import ScheduleOptions
+from datacentric.scheduling import Pipeline, ScheduleOptions
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches, order_change
-from datacentric.shapes import make_buckets
-from datacentric.sim.policy_comparison import policy_table, run_policies, simulation_cost_model
+from datacentric.sim.policy_comparison import (
+    policy_table,
+    run_policies,
+    simulation_budget,
+    simulation_cost_model,
+)
 
 WORKLOADS = "opensora-short,opensora-balanced,opensora-long,sft-longtail"
 POLICIES = "static,static-reference,dcp-opt"
@@ -51,7 +54,7 @@ def run_workload(name: str, gpus: int, windows: list[int], policies: list[str]) 
     wl = get_workload(name)
     shapes = list(wl.shapes)
     cost = simulation_cost_model(wl.model, wl.hardware, gpus)
-    plan = plan_buckets(make_buckets(shapes), cost, world_size=gpus)
+    plan = Pipeline(shapes, cost, world_size=gpus, memory_cap_bytes=simulation_budget(cost)).plan
     view = DatasetView(shapes)
     active = np.arange(view.num_samples)
     tokens = view.tokens.astype(float)

@@ -19,13 +19,10 @@ import time
 from pathlib import Path
 
 from datacentric.data.workloads import get_workload
-from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Schedule
-from datacentric.scheduling import build_schedule, schedule_measures
+from datacentric.scheduling import Pipeline, schedule_measures
 from datacentric.scheduling.epoch import POLICIES
-from datacentric.scheduling.measures import ideal_epoch_time
-from datacentric.shapes import make_buckets
-from datacentric.sim.policy_comparison import simulation_cost_model
+from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
 TARGET_S = 10.0
 
@@ -35,19 +32,20 @@ def run_one(workload: str, policy: str, samples: int, gpus: int) -> dict:
     wl = get_workload(workload, seed=0, num_samples=samples)
     shapes = list(wl.shapes)
     cost = simulation_cost_model(wl.model, wl.hardware, gpus)
+    pipeline = Pipeline(
+        shapes, cost, world_size=gpus, memory_cap_bytes=simulation_budget(cost), policy=policy
+    )
     started = time.perf_counter()
-    plan = plan_buckets(make_buckets(shapes), cost, world_size=gpus)
+    _ = pipeline.plan
     plan_s = time.perf_counter() - started
     started = time.perf_counter()
-    schedule = build_schedule(
-        shapes, policy=policy, world_size=gpus, cost_model=cost, plan=plan, measure=False
-    )
+    schedule = pipeline.schedule(measure=False)
     schedule_s = time.perf_counter() - started
     started = time.perf_counter()
     schedule.validate()
     validate_s = time.perf_counter() - started
     started = time.perf_counter()
-    ideal = ideal_epoch_time(shapes, cost, gpus, plan=plan)
+    ideal = pipeline.ideal_epoch_time()
     measures = schedule_measures(schedule, cost, ideal)
     measure_s = time.perf_counter() - started
     return {

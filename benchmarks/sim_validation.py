@@ -74,6 +74,7 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
     from datacentric.models.presets import build_model
     from datacentric.parallel.groups import ProcessGroups
     from datacentric.parallel.runtime import DataCentricRuntime
+    from datacentric.parallel.step import run_step
     from datacentric.train.run_folder import load_schedule
 
     schedule = load_schedule(run_dir, 0)
@@ -83,12 +84,12 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
     model = build_model(MODEL, device=groups.device)
     runtime = DataCentricRuntime(model, groups, corpus.pack, corpus.loss_tokens)
     model.zero_grad(set_to_none=True)
-    runtime.run_iteration(schedule.iterations[0])  # warm-up, untimed
+    run_step(runtime, schedule.iterations[0])  # warm-up, untimed
     times = []
     for iteration in schedule.iterations:
         model.zero_grad(set_to_none=True)
         cpu_start = time.process_time()
-        stats = runtime.run_iteration(iteration)
+        stats = run_step(runtime, iteration).stats
         times.append((stats.total_time_s, time.process_time() - cpu_start))
     return times
 
@@ -96,8 +97,9 @@ def _execute(run_dir: str, seed: int) -> list[tuple[float, float]]:
 def main() -> None:
     from datacentric.data import StdlibCorpus
     from datacentric.parallel.launch import spawn
+    from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.profiling.factory import fitted_cost_model
-    from datacentric.scheduling import ScheduleOptions, build_schedule
+    from datacentric.scheduling import Pipeline, ScheduleOptions
     from datacentric.sim.engine import simulate
     from datacentric.train.run_folder import load_schedule, save_schedule
 
@@ -108,21 +110,20 @@ def main() -> None:
     args = parser.parse_args()
     load_before = os.getloadavg()
     prof = profile(Path(args.out_dir))
-    cost_model = fitted_cost_model(prof, memory_gb=MEMORY_GIB)
+    cost_model = fitted_cost_model(prof)
     shapes = StdlibCorpus().shapes()
     subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
     options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)
     rows = []
+    pipeline = Pipeline(
+        shapes,
+        cost_model,
+        world_size=WORLD,
+        memory_cap_bytes=resolve_memory_cap(MEMORY_GIB, None),
+        settings=options,
+    )
     for policy in POLICIES:
-        full = build_schedule(
-            shapes,
-            policy=policy,
-            world_size=WORLD,
-            cost_model=cost_model,
-            options=options,
-            sample_ids=subset.tolist(),
-            measure=False,
-        )
+        full = pipeline.schedule(sample_ids=subset.tolist(), policy=policy, measure=False)
         run_dir = str(Path(args.out_dir) / policy)
         save_schedule(run_dir, truncated(full, args.iterations))
         per_rank = spawn(_execute, WORLD, run_dir, 0, timeout_s=LAUNCH_TIMEOUT_S)

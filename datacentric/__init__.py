@@ -16,7 +16,7 @@ __version__ = "0.2.0"
 # Public name -> the module that defines it (imported on first use).
 _LAZY = {
     "DataCentric": "datacentric.train.data_centric",
-    "Step": "datacentric.train.data_centric",
+    "Step": "datacentric.parallel.step",
     "MicroStep": "datacentric.parallel.runtime",
     "TrainConfig": "datacentric.train.config",
     "ModelContractError": "datacentric.verify.model_contract",

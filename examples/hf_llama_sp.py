@@ -25,6 +25,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape, bucket_name
 
@@ -92,7 +93,7 @@ def train(iterations: list[dict], lr: float, seed: int) -> list[dict]:
         iteration = Iteration.from_json(iteration_json)
         optimizer.zero_grad(set_to_none=True)
         start = time.perf_counter()
-        stats = runtime.run_iteration(iteration)
+        stats = run_step(runtime, iteration).stats
         loss = runtime.global_loss(stats)
         optimizer.step()
         log.append(

@@ -11,9 +11,11 @@ from datacentric import DataCentric
 from datacentric.data import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
+from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.profiling.preset_specs import get_model_spec
-from datacentric.train.data_centric import EpochPlanner, ulysses_sp_sizes
+from datacentric.scheduling.pipeline import Pipeline
+from datacentric.train.data_centric import ulysses_sp_sizes
 from datacentric.verify.model_contract import ModelContractError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -30,7 +32,7 @@ def test_hf_model_without_preset_gets_a_cost_model_from_its_config() -> None:
     torch.manual_seed(0)
     model = build_hf_model("qwen2")
     dc = DataCentric(model, corpus(), groups=ProcessGroups.local(), tokens_per_iteration=512)
-    spec = dc.planner.cost_model.spec
+    spec = dc.pipeline.cost_model.spec
     assert (spec.heads, spec.kv_heads, spec.num_blocks) == (4, 2, 4)
     step = next(dc.steps(iterations=1))
     for micro in step:
@@ -55,8 +57,9 @@ def test_sp_sizes_follow_the_heads() -> None:
     shapes = StdlibCorpus(max_tokens=8192, limit=40).shapes()
 
     def planned_sizes(**kwargs) -> set[int]:  # noqa: ANN003
-        planner = EpochPlanner(shapes, cost, world_size=8, **kwargs)
-        return {o.sp_size for b in planner.plan.buckets.values() for o in b.options}
+        budget = resolve_memory_cap(None, device_memory_of(cost))
+        plan = Pipeline(shapes, cost, world_size=8, memory_cap_bytes=budget, **kwargs).plan
+        return {o.sp_size for b in plan.buckets.values() for o in b.options}
 
     assert planned_sizes() == {1, 2, 4}  # unrestricted, the plan would use SP 4
     assert planned_sizes(sp_sizes=ulysses_sp_sizes(six, 8)) == {1, 2}

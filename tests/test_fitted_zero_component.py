@@ -34,7 +34,6 @@ def test_a_zero_block_time_leaves_long_samples_priced():
         points,
         num_blocks=8,
         attention_kind="causal",
-        memory_capacity_bytes=2**30,
         gpus_per_node=1,
     )
     block = model.components((TEXT(3775),), 1).block_time_s

@@ -34,6 +34,7 @@ from datacentric.parallel.groups import ProcessGroups  # noqa: E402
 from datacentric.parallel.launch import spawn  # noqa: E402
 from datacentric.parallel.loss import loss_tokens_function  # noqa: E402
 from datacentric.parallel.runtime import DataCentricRuntime  # noqa: E402
+from datacentric.parallel.step import run_step  # noqa: E402
 from datacentric.schedule import Assignment, Iteration, MicroBatch  # noqa: E402
 from datacentric.shapes import bucket_name  # noqa: E402
 from datacentric.verify.equivalence import (  # noqa: E402
@@ -98,9 +99,9 @@ def _hf_worker(
         runtime = DataCentricRuntime(
             model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
         )
-        stats = runtime.run_iteration(Iteration.from_json(iteration_json))
+        step = run_step(runtime, Iteration.from_json(iteration_json))
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        out.append((runtime.global_loss(stats), grads))
+        out.append((step.loss, grads))
     return out
 
 

@@ -13,7 +13,7 @@ from datacentric.models.attention import math_attention, varlen_attention
 from datacentric.parallel import ulysses
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
-from datacentric.parallel.sharding import shard_bounds
+from datacentric.parallel.sequence_shards import shard_bounds
 from datacentric.parallel.ulysses import (
     SequenceParallelAttention,
     available_all_to_all_paths,

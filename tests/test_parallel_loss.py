@@ -7,7 +7,7 @@ import torch
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
-from datacentric.parallel.sharding import shard_batch
+from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 

@@ -16,6 +16,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 from datacentric.verify.case_models import build_case
@@ -114,11 +115,12 @@ def test_local_runtime_accumulates_like_one_big_batch() -> None:
     runtime = DataCentricRuntime(
         model, ProcessGroups.local(), dataset.pack, loss_tokens_function(dataset)
     )
-    stats = runtime.run_iteration(iteration)
+    step = run_step(runtime, iteration)
+    stats = step.stats
     assert stats.accumulation_steps == 3
     assert [mb.num_recomputed for mb in stats.micro_batches] == [8, 4, 0]
     assert stats.sync_time_s == 0.0
-    result_loss = runtime.global_loss(stats)
+    result_loss = step.loss
     reference = run_reference("dit", iteration)
     grads = {n: p.grad for n, p in model.named_parameters()}
     assert_gradients_close(type(reference)(loss=result_loss, grads=grads), reference)

@@ -8,18 +8,22 @@ import json
 import pytest
 from test_planning_fitted import fitted
 from test_scheduling_policies import _mixed_text
-from toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel, toy_pipeline
 
 from datacentric.cli.main import main
 from datacentric.planning import bucket_options
+from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import GIB
+from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.planning.plan import Plan, PlanWithoutOptionsError
 from datacentric.planning.planner import plan_buckets
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import POLICIES, build_schedule
+from datacentric.scheduling import POLICIES, Pipeline, build_schedule
 from datacentric.shapes import SampleShape, make_buckets
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
+CAP = MODEL.capacity_bytes
 
 
 def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
@@ -34,7 +38,7 @@ def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, monkeypatch):
     shapes = _mixed_text()
-    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP)
 
     def no_search(*args, **kwargs):
         raise AssertionError("a policy searched a configuration itself")
@@ -53,27 +57,33 @@ def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
     shapes = _mixed_text(200, seed=1)
     shapes = [s for s in shapes if s.tokens < 100_000]
     # SP 2, and the whole world for the tail iterations that merge groups
-    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, sp_sizes=[2, 8])
+    plan = plan_buckets(
+        make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP, sp_sizes=[2, 8]
+    )
     assert {o.sp_size for b in plan.buckets.values() for o in b.options} == {2, 8}
     schedule = build_schedule(shapes, policy=policy, world_size=8, cost_model=MODEL, plan=plan)
     used = {sp for _, sp, _ in _settings(schedule)}
     assert 2 in used and used <= {2, 8}
-    free = build_schedule(shapes, policy=policy, world_size=8, cost_model=MODEL)
+    free = toy_pipeline(shapes, MODEL, world_size=8, policy=policy).schedule()
     assert {sp for _, sp, _ in _settings(free)} - {2, 8}  # unrestricted, it uses others
 
 
-def test_without_a_plan_the_schedule_uses_the_planners():
+def test_a_schedule_needs_a_plan_and_the_pipeline_gives_the_planners():
     shapes = _mixed_text(120)
-    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, knapsack_option=False)
+    with pytest.raises(TypeError, match="plan"):
+        build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL)
+    pipeline = toy_pipeline(shapes, MODEL, world_size=8)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP)
+    assert pipeline.plan == plan
     given = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=plan)
-    made = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL)
+    made = pipeline.schedule()
     assert given.iterations == made.iterations
-    assert made.meta["memory_cap_bytes"] == MODEL.memory_capacity_bytes
+    assert made.memory_cap_bytes == made.meta["memory_cap_bytes"] == CAP
 
 
 def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
     shapes = _mixed_text(120)
-    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8)
+    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP)
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again == plan
     a = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=plan)
@@ -89,8 +99,6 @@ def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
 
 
 def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_path):
-    from datacentric.train.data_centric import EpochPlanner
-
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("\n".join(["300"] * 4 + ["2000"] * 2) + "\n")
     argv = ["plan", "--model", "llama", "--hardware", "cpu-local", "--world", "2"]
@@ -98,13 +106,27 @@ def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_pat
     assert main(argv) == 0
     cli_cap = json.loads(capsys.readouterr().out)["memory_cap_bytes"]
     shapes = [SampleShape.text(300)] * 4 + [SampleShape.text(2000)] * 2
-    factory = analytic_cost_model("llama", "cpu-local", memory_gb=0.75)
-    default = analytic_cost_model("llama", "cpu-local")
-    api = EpochPlanner(shapes, default, world_size=2, memory_gb=0.75)
-    assert cli_cap == factory.memory_capacity_bytes == api.plan.memory_cap_bytes
-    assert cli_cap == int(0.75 * GIB)
+    cost = analytic_cost_model("llama", "cpu-local")
+    budget = resolve_memory_cap(0.75, device_memory_of(cost))
+    api = Pipeline(shapes, cost, world_size=2, memory_cap_bytes=budget)
+    assert cli_cap == api.plan.memory_cap_bytes == int(0.75 * GIB)
     schedule = api.schedule()
-    assert schedule.meta["memory_cap_bytes"] == cli_cap
+    assert schedule.memory_cap_bytes == schedule.meta["memory_cap_bytes"] == cli_cap
+
+
+def test_cost_models_hold_no_budget():
+    assert "memory_capacity_bytes" not in dir(CostModel)
+    cost = analytic_cost_model("llama", "cpu-local")
+    with pytest.warns(DeprecationWarning, match="only price memory"):
+        AnalyticCostModel(cost.spec, cost.hardware, memory_fraction=0.5)
+    with pytest.warns(DeprecationWarning, match="only price memory"):
+        analytic_cost_model("llama", "cpu-local", memory_gb=1.0)
+    with pytest.warns(DeprecationWarning, match="without memory_cap_bytes"):
+        plan = plan_buckets(make_buckets([SampleShape.text(300)]), cost, world_size=1)
+    assert plan.memory_cap_bytes == resolve_memory_cap(None, cost.hardware.memory_bytes)
+    with pytest.raises(TypeError, match="needs memory_cap_bytes"):  # and no deprecated cap
+        with pytest.warns(DeprecationWarning):
+            plan_buckets(make_buckets([SampleShape.text(300)]), fitted(), world_size=1)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,6 @@ def fitted(sp_sizes=(1, 2)) -> FittedCostModel:
         points,
         num_blocks=8,
         attention_kind="causal",
-        memory_capacity_bytes=2 * 10**9,
         gpus_per_node=2,
         grad_sync_seconds={2: 0.01},
     )
@@ -97,9 +96,13 @@ def test_planner_runs_on_the_fitted_model() -> None:
     model = fitted()
     buckets = [Bucket(f"t<={n}", SampleShape.text(n)) for n in (256, 2048, 8192)]
     plan = plan_buckets(buckets, model, world_size=2, memory_cap_bytes=400 * 10**6)
-    for b in plan.buckets.values():
-        assert b.sp_size in (1, 2)
-        assert b.est_memory_bytes <= 400 * 10**6
+    for name, b in plan.buckets.items():
+        best = plan.preferred(name)
+        assert best.sp_size in (1, 2)
+        memory = model.pass_memory_bytes(
+            [b.shape] * best.micro_batch_size, best.sp_size, best.recompute
+        )
+        assert memory <= 400 * 10**6
     # the 8192 bucket needs recomputation or SP 2 under this cap
-    big = plan.buckets["t<=8192"]
+    big = plan.preferred("t<=8192")
     assert big.sp_size == 2 or any(big.recompute)

@@ -65,7 +65,6 @@ class AdditiveModel:
         self.transient = rng.randint(0, 500)
 
     num_blocks = property(lambda self: len(self.block_kinds))
-    memory_capacity_bytes = 10**6
     gpus_per_node = 8
 
     def pass_time_s(self, shapes, sp_size, recompute) -> float:

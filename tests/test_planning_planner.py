@@ -6,11 +6,17 @@ import pytest
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
+from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.planning.planner import UnfittableBucketError, plan_bucket, plan_buckets
 from datacentric.profiling.preset_specs import get_model_spec
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 GIB = 2**30
+
+
+def budget(model: AnalyticCostModel) -> int:
+    """The default budget on the model's hardware (70% of its memory)."""
+    return resolve_memory_cap(None, device_memory_of(model))
 
 
 def stdit_model() -> AnalyticCostModel:
@@ -31,8 +37,9 @@ VIDEO = [
 
 def test_plan_is_the_best_of_all_configurations() -> None:
     model = stdit_model()
-    plan = plan_bucket(VIDEO[1], model, world_size=8, max_micro_batch=8)
-    cap = model.memory_capacity_bytes
+    cap = budget(model)
+    plan = plan_bucket(VIDEO[1], model, world_size=8, memory_cap_bytes=cap, option_batch_limit=8)
+    choice = plan.preferred()
     best = 0.0
     for sp in (1, 2, 4, 8):
         for bs in (1, 2, 4, 8):
@@ -40,18 +47,23 @@ def test_plan_is_the_best_of_all_configurations() -> None:
             for flags in ((True,) * 56, (False,) * 56):
                 if model.pass_memory_bytes(shapes, sp, flags) <= cap:
                     best = max(best, bs / (sp * model.pass_time_s(shapes, sp, flags)))
-    assert plan.est_memory_bytes <= cap
-    assert plan.samples_per_gpu_second >= best * (1 - 1e-9)
+    shapes = [VIDEO[1].shape] * choice.micro_batch_size
+    assert model.pass_memory_bytes(shapes, choice.sp_size, choice.recompute) <= cap
+    assert choice.samples_per_gpu_second >= best * (1 - 1e-9)
 
 
 def test_long_buckets_get_larger_sp_than_images() -> None:
-    plan = plan_buckets(VIDEO, stdit_model(), world_size=32)
-    sps = [plan.buckets[b.name].sp_size for b in VIDEO]
+    model = stdit_model()
+    plan = plan_buckets(VIDEO, model, world_size=32, memory_cap_bytes=budget(model))
+    sps = [plan.preferred(b.name).sp_size for b in VIDEO]
     assert sps[0] == 1
     assert sps == sorted(sps)
     assert sps[-1] >= 4
-    for bucket_plan in plan.buckets.values():
-        assert bucket_plan.est_memory_bytes <= plan.memory_cap_bytes
+    for name, bucket_plan in plan.buckets.items():
+        best = plan.preferred(name)
+        shapes = [bucket_plan.shape] * best.micro_batch_size
+        memory = model.pass_memory_bytes(shapes, best.sp_size, best.recompute)
+        assert memory <= plan.memory_cap_bytes
 
 
 @pytest.mark.parametrize("bucket", VIDEO[1:], ids=lambda b: b.name)
@@ -62,11 +74,17 @@ def test_tighter_cap_means_larger_sp_or_more_recomputation(bucket: Bucket) -> No
     for cap_gib in (60, 48, 40, 34, 30, 27, 25, 23, 21):
         try:
             plan = plan_bucket(
-                bucket, model, world_size=32, memory_cap_bytes=cap_gib * GIB, max_micro_batch=1
-            )
+                bucket,
+                model,
+                world_size=32,
+                memory_cap_bytes=cap_gib * GIB,
+                max_micro_batch=1,
+                option_batch_limit=1,
+            ).preferred()
         except UnfittableBucketError:
             break
-        assert plan.est_memory_bytes <= cap_gib * GIB
+        memory = model.pass_memory_bytes([bucket.shape], plan.sp_size, plan.recompute)
+        assert memory <= cap_gib * GIB
         if previous is not None and plan != previous:
             changes += 1
             more_sp = plan.sp_size > previous.sp_size
@@ -83,7 +101,7 @@ def test_tighter_cap_never_raises_throughput_with_free_micro_batch() -> None:
         rates = []
         for cap_gib in (60, 45, 35, 28):
             plan = plan_bucket(bucket, model, world_size=32, memory_cap_bytes=cap_gib * GIB)
-            rates.append(plan.samples_per_gpu_second)
+            rates.append(plan.preferred().samples_per_gpu_second)
         assert rates == sorted(rates, reverse=True)
 
 
@@ -91,31 +109,37 @@ def test_unfittable_bucket_names_bucket_bytes_and_cap() -> None:
     model = llama_model()
     huge = Bucket("t<=4194304", SampleShape.text(4 * 2**20))
     with pytest.raises(UnfittableBucketError) as info:
-        plan_buckets([huge], model, world_size=8)
+        plan_buckets([huge], model, world_size=8, memory_cap_bytes=budget(model))
     err = info.value
-    assert err.bucket == huge.name and err.cap_bytes == model.memory_capacity_bytes
+    assert err.bucket == huge.name and err.cap_bytes == budget(model)
     assert err.needed_bytes > err.cap_bytes
     assert huge.name in str(err) and str(err.needed_bytes) in str(err)
-    assert str(model.memory_capacity_bytes) in str(err)
+    assert str(budget(model)) in str(err)
 
 
 def test_skip_unfittable_reports_skipped_samples() -> None:
     shapes = [SampleShape.text(900)] * 5 + [SampleShape.text(3 * 2**20)] * 2
     bucketing = make_buckets(shapes)
-    plan = plan_buckets(bucketing, llama_model(), world_size=8, skip_unfittable=True)
+    model = llama_model()
+    plan = plan_buckets(
+        bucketing, model, world_size=8, memory_cap_bytes=budget(model), skip_unfittable=True
+    )
     assert plan.skipped == {"t<=4194304": 2}
     assert set(plan.buckets) == {"t<=1024"}
 
 
 def test_past_a_node_only_when_nothing_fits_inside() -> None:
     model = llama_model()
-    fits_in_node = plan_bucket(Bucket("t", SampleShape.text(65536)), model, world_size=32)
-    assert fits_in_node.sp_size <= 8
+    cap = budget(model)
+    fits_in_node = plan_bucket(
+        Bucket("t", SampleShape.text(65536)), model, world_size=32, memory_cap_bytes=cap
+    )
+    assert fits_in_node.preferred().sp_size <= 8
     long = Bucket("t", SampleShape.text(3 << 20))
-    needs_more = plan_bucket(long, model, world_size=32)
-    assert needs_more.sp_size > 8
+    needs_more = plan_bucket(long, model, world_size=32, memory_cap_bytes=cap)
+    assert needs_more.preferred().sp_size > 8
     with pytest.raises(UnfittableBucketError):
-        plan_bucket(long, model, world_size=8)
+        plan_bucket(long, model, world_size=8, memory_cap_bytes=cap)
 
 
 def test_each_sp_size_carries_its_own_knapsack_option() -> None:
@@ -123,9 +147,9 @@ def test_each_sp_size_carries_its_own_knapsack_option() -> None:
     to spare on more: the plan offers the knapsack's choice on every size, not only on
     the best one, and each option fits the cap."""
     model = AnalyticCostModel(get_model_spec("stdit-1.1b"), get_hardware("h200-sxm"))
-    plan = plan_buckets([VIDEO[-1]], model, world_size=8)
+    plan = plan_buckets([VIDEO[-1]], model, world_size=8, memory_cap_bytes=budget(model))
     options = plan.options_of(VIDEO[-1].name)
-    best = plan.buckets[VIDEO[-1].name]
+    best = plan.preferred(VIDEO[-1].name)
     partial = [o for o in options if any(o.recompute) and not all(o.recompute)]
     assert {o.sp_size for o in partial} - {best.sp_size}, "no knapsack option off the best size"
     for o in options:

@@ -10,6 +10,7 @@ import torch
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.ulysses import all_to_all, available_all_to_all_paths
+from datacentric.planning.bucket_options import BucketOption
 from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
 from datacentric.planning.plan import BucketPlan, Plan
 from datacentric.profiling.autoprofile import select_profile_shapes, validation_cases
@@ -196,10 +197,14 @@ def test_profile_round_trip_stale_and_corrupt(tmp_path) -> None:
 
 
 def test_validation_cases_cover_sp2_and_recomputation() -> None:
-    cost = fitted_cost_model(make_profile(), default_cap_bytes=10**9)
+    cost = fitted_cost_model(make_profile())
     assert isinstance(cost, FittedCostModel)
     plans = {
-        f"t<={n}": BucketPlan(f"t<={n}", TEXT(n), 1, 4096 // n, (False,) * 8, 1.0, 10**8)
+        f"t<={n}": BucketPlan(
+            f"t<={n}",
+            TEXT(n),
+            (BucketOption(1, (False,) * 8, 4096 // n, (float(4096 // n),), (1.0,)),),
+        )
         for n in (512, 1024, 2048, 4096, 8192)
     }
     plan = Plan(buckets=plans, memory_cap_bytes=10**9, world_size=2, num_blocks=8)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel, toy_pipeline
 
-from datacentric.scheduling import POLICIES, ScheduleOptions, build_schedule
+from datacentric.scheduling import POLICIES, ScheduleOptions
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches, order_change
 from datacentric.scheduling.megatron_dyncp import megatron_micro_batches
@@ -24,9 +24,9 @@ def test_every_policy_runs_the_same_samples_per_step_whatever_the_world():
     steps = None
     for world in (2, 4, 8):
         for policy in POLICIES:
-            schedule = build_schedule(
-                SHAPES, policy=policy, world_size=world, cost_model=MODEL, seed=1, options=options
-            )
+            schedule = toy_pipeline(
+                SHAPES, MODEL, world_size=world, policy=policy, seed=1, settings=options
+            ).schedule()
             ids = [sorted(it.sample_ids()) for it in schedule.iterations]
             steps = steps or ids
             assert ids == steps, (policy, world)
@@ -73,9 +73,9 @@ def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
     real = megatron_dyncp.megatron_micro_batches
     monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
     options = ScheduleOptions(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
-    schedule = build_schedule(
-        SHAPES, policy="megatron-dyncp", world_size=8, cost_model=MODEL, options=options
-    )
+    schedule = toy_pipeline(
+        SHAPES, MODEL, world_size=8, policy="megatron-dyncp", settings=options
+    ).schedule()
     assert len(formed) == len(schedule.iterations)
     assert any(len(micro_batches) > 1 for micro_batches in formed)
     for it, micro_batches in zip(schedule.iterations, formed):
@@ -97,15 +97,13 @@ def test_megatron_fill_step_on_a_world_that_is_not_a_power_of_two():
 def test_global_batch_smaller_than_the_longest_sample_fails_fast():
     options = ScheduleOptions(global_batch_tokens=1)
     with pytest.raises(ValueError, match="smaller than the longest sample"):
-        build_schedule(SHAPES, policy="static", world_size=4, cost_model=MODEL, options=options)
+        toy_pipeline(SHAPES, MODEL, world_size=4, policy="static", settings=options).schedule()
 
 
 def test_max_sp_is_honoured_when_a_step_is_too_small_for_the_world():
     options = ScheduleOptions(global_batch_samples=2, max_sp_size=2)
     with pytest.raises(ValueError, match="cannot cover 8 ranks"):
-        build_schedule(
-            SHAPES[:4], policy="dcp-opt", world_size=8, cost_model=MODEL, options=options
-        )
+        toy_pipeline(SHAPES[:4], MODEL, world_size=8, policy="dcp-opt", settings=options).schedule()
 
 
 @pytest.mark.parametrize("bad", ["0", "-5", "4 0 16"])

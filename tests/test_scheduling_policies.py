@@ -9,9 +9,9 @@ import sys
 
 import numpy as np
 import pytest
-from toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel, toy_pipeline
 
-from datacentric.scheduling import ScheduleOptions, balance, build_schedule, exact, ideal_epoch_time
+from datacentric.scheduling import ScheduleOptions, balance, exact
 from datacentric.scheduling.dcp_opt import one_group_per_big_item
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.shapes import SampleShape
@@ -32,7 +32,7 @@ def _group_sizes(schedule) -> set[int]:
 
 def test_static_uses_one_sp_size_the_smallest_that_fits_the_longest():
     shapes = _mixed_text()
-    schedule = build_schedule(shapes, policy="static", world_size=8, cost_model=MODEL)
+    schedule = toy_pipeline(shapes, MODEL, world_size=8, policy="static").schedule()
     # 700K tokens fit 4 ranks with full recomputation (~1M per 4), not 2 (~520K).
     assert _group_sizes(schedule) == {4}
     full = (True,) * MODEL.num_blocks
@@ -43,9 +43,9 @@ def test_static_uses_one_sp_size_the_smallest_that_fits_the_longest():
 def test_megatron_sp_is_next_power_of_two_of_length_over_limit():
     shapes = [SampleShape.text(n) for n in [1000] * 40 + [3000, 5000, 9000]]
     options = ScheduleOptions(megatron_tokens_per_rank=2048)
-    schedule = build_schedule(
-        shapes, policy="megatron-dyncp", world_size=16, cost_model=MODEL, options=options
-    )
+    schedule = toy_pipeline(
+        shapes, MODEL, world_size=16, policy="megatron-dyncp", settings=options
+    ).schedule()
     sp_of = {}
     for it in schedule.iterations:
         for a in it.assignments:
@@ -58,8 +58,11 @@ def test_megatron_sp_is_next_power_of_two_of_length_over_limit():
 
 def test_dcp_opt_mixes_buckets_and_sizes_and_beats_the_paper_variants():
     shapes = _mixed_text(800)
+    # an all-to-all 5x the default's: with the knapsack's recomputation among the
+    # plan's options, short samples then run best on smaller groups than long ones
+    model = ToyCostModel(capacity_bytes=16 * 2**20, comm_per_token_s=1e-6)
     runs = {
-        p: build_schedule(shapes, policy=p, world_size=16, cost_model=MODEL, seed=1)
+        p: toy_pipeline(shapes, model, world_size=16, policy=p, seed=1).schedule()
         for p in ("static", "dcp-pac", "megatron-dyncp", "dcp-opt")
     }
     opt = runs["dcp-opt"]
@@ -81,18 +84,18 @@ def test_global_batch_bound_holds():
     bound = 2_000_000
     options = ScheduleOptions(tokens_per_iteration=bound)
     for policy in ("packed", "megatron-dyncp", "dcp-opt"):
-        schedule = build_schedule(
-            shapes, policy=policy, world_size=8, cost_model=MODEL, options=options
-        )
+        schedule = toy_pipeline(
+            shapes, MODEL, world_size=8, policy=policy, settings=options
+        ).schedule()
         longest = max(s.tokens for s in shapes)
         assert max(it.num_tokens for it in schedule.iterations) <= bound + longest
 
 
 def test_ideal_bound_is_below_every_schedule():
     shapes = _mixed_text(300, seed=3)
-    ideal = ideal_epoch_time(shapes, MODEL, 8)
+    ideal = toy_pipeline(shapes, MODEL, world_size=8).ideal_epoch_time()
     for policy in ("static", "packed", "dcp-intra", "dcp-inter", "dcp-opt"):
-        schedule = build_schedule(shapes, policy=policy, world_size=8, cost_model=MODEL)
+        schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy).schedule()
         assert schedule.meta["ideal_epoch_time_s"] == pytest.approx(ideal, rel=1e-9)
         assert ideal <= schedule.meta["est_epoch_time_s"]
 
@@ -118,15 +121,15 @@ def test_lpt_and_local_search_reach_the_optimum_on_small_cases():
 
 def test_identical_in_another_process_with_another_hash_seed():
     shapes = _mixed_text(200, seed=5)
-    here = build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, seed=9)
+    here = toy_pipeline(shapes, MODEL, world_size=8, policy="dcp-opt", seed=9).schedule()
     code = (
         "import sys, numpy as np\n"
         "sys.path[:0] = ['.', 'tests']\n"
         "from tests.test_scheduling_policies import _mixed_text, MODEL\n"
-        "from datacentric.scheduling import build_schedule\n"
+        "from toy_cost_model import toy_pipeline\n"
         "from datacentric.scheduling.resume import schedule_fingerprint\n"
-        "s = build_schedule(_mixed_text(200, seed=5), policy='dcp-opt', world_size=8,\n"
-        "                   cost_model=MODEL, seed=9)\n"
+        "s = toy_pipeline(_mixed_text(200, seed=5), MODEL, world_size=8, policy='dcp-opt',\n"
+        "                 seed=9).schedule()\n"
         "print(schedule_fingerprint(s))\n"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")
@@ -145,7 +148,7 @@ def test_rounded_layout_fits_the_world_when_every_class_wants_a_group():
     layout = balance.rounded_layout(4, [1, 2, 4], times)
     assert layout == [4]
     shapes = [SampleShape.text(n) for n in [300, 900_000, 200, 150]]
-    schedule = build_schedule(shapes, policy="dcp-opt", world_size=4, cost_model=MODEL)
+    schedule = toy_pipeline(shapes, MODEL, world_size=4, policy="dcp-opt").schedule()
     schedule.validate()
 
 
@@ -164,7 +167,7 @@ def test_dcp_pac_keeps_dcp_inter_sizes_and_recomputes_less():
     """PAC only lowers recomputation: every bucket runs on dcp-inter's SP size."""
     shapes = _mixed_text(800)
     runs = {
-        p: build_schedule(shapes, policy=p, world_size=16, cost_model=MODEL, seed=1)
+        p: toy_pipeline(shapes, MODEL, world_size=16, policy=p, seed=1).schedule()
         for p in ("dcp-inter", "dcp-pac")
     }
 
@@ -220,17 +223,15 @@ def test_lpt_with_a_target_keeps_fillers_on_their_cheapest_size():
 def test_dcp_opt_merges_short_micro_batches_across_buckets():
     """Many tiny samples of different lengths (their own buckets) would each pay a pass's
     fixed cost; merged on a group, the group's load only drops and no sample is lost."""
-    from datacentric.planning.planner import plan_buckets
     from datacentric.scheduling.dataset_view import DatasetView
     from datacentric.scheduling.dcp_opt import merge_small
     from datacentric.scheduling.item import Item
     from datacentric.scheduling.option_table import OptionTable
     from datacentric.scheduling.policy_input import any_recompute
-    from datacentric.shapes import make_buckets
 
     shapes = [SampleShape.text(n) for n in (40, 70, 130, 260, 500, 1000, 20000)]
     view = DatasetView(shapes)
-    plan = plan_buckets(make_buckets(shapes), MODEL, world_size=1)
+    plan = toy_pipeline(shapes, MODEL, world_size=1).plan
     table = OptionTable(view, MODEL, plan, world_size=1, max_sp_size=None, allowed=any_recompute)
     items = [Item(int(view.bucket_of[i]), [i], s.tokens) for i, s in enumerate(shapes)]
     merged = merge_small(table, items, [table.item_time(it, 1) for it in items], 1)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel, toy_pipeline
 
 from datacentric.scheduling import (
     POLICIES,
     Position,
     ScheduleOptions,
-    build_schedule,
     continue_schedule,
 )
 from datacentric.shapes import SampleShape
@@ -61,7 +60,7 @@ def check_schedule(schedule, shapes, world: int) -> None:
                 mb_shapes = [shapes[i] for i in mb.sample_ids]
                 assert mb.tokens == sum(s.tokens for s in mb_shapes)
                 memory = MODEL.pass_memory_bytes(mb_shapes, a.sp_size, mb.recompute)
-                assert memory <= MODEL.memory_capacity_bytes, (schedule.policy, mb.bucket)
+                assert memory <= schedule.memory_cap_bytes, (schedule.policy, mb.bucket)
     meta = schedule.meta
     assert meta["samples_dropped"] == len(schedule.dropped_sample_ids)
     assert 0.0 <= meta["imbalance_mean"] < 1.0
@@ -73,10 +72,10 @@ def check_schedule(schedule, shapes, world: int) -> None:
 @given(data=datasets(), seed=st.integers(0, 3))
 def test_exactly_once_tiling_and_determinism(policy, data, seed):
     shapes, world = data
-    first = build_schedule(shapes, policy=policy, world_size=world, cost_model=MODEL, seed=seed)
+    first = toy_pipeline(shapes, MODEL, world_size=world, policy=policy, seed=seed).schedule()
     check_schedule(first, shapes, world)
     assert first.dropped_sample_ids == ()
-    again = build_schedule(shapes, policy=policy, world_size=world, cost_model=MODEL, seed=seed)
+    again = toy_pipeline(shapes, MODEL, world_size=world, policy=policy, seed=seed).schedule()
     assert again == first  # deterministic: what every rank computes on its own
 
 
@@ -87,15 +86,9 @@ def test_resume_and_replan(policy, data, cut, new_world):
     shapes, world = data
 
     def make(w):
-        return lambda epoch, ids: build_schedule(
-            shapes,
-            policy=policy,
-            world_size=w,
-            cost_model=MODEL,
-            seed=3,
-            epoch=epoch,
-            sample_ids=ids,
-        )
+        return lambda epoch, ids: toy_pipeline(
+            shapes, MODEL, world_size=w, policy=policy, seed=3
+        ).schedule(epoch=epoch, sample_ids=ids)
 
     schedule = make(world)(0, None)
     k = int(cut * len(schedule.iterations))
@@ -126,9 +119,9 @@ def test_resume_and_replan(policy, data, cut, new_world):
 def test_drop_remainder_is_reported(policy, data, per_iteration):
     shapes, world = data
     options = ScheduleOptions(drop_remainder=True, samples_per_iteration=per_iteration)
-    schedule = build_schedule(
-        shapes, policy=policy, world_size=world, cost_model=MODEL, options=options
-    )
+    schedule = toy_pipeline(
+        shapes, MODEL, world_size=world, policy=policy, settings=options
+    ).schedule()
     schedule.validate()
     dropped = schedule.dropped_sample_ids
     assert schedule.meta["samples_dropped"] == len(dropped)
@@ -139,9 +132,9 @@ def test_drop_remainder_is_reported(policy, data, per_iteration):
 def test_world_too_small_names_the_bucket():
     shapes = [SampleShape.text(900_000), SampleShape.text(100)]
     with pytest.raises(ValueError, match=r"t<=1048576"):
-        build_schedule(shapes, policy="dcp-opt", world_size=1, cost_model=MODEL)
+        toy_pipeline(shapes, MODEL, world_size=1, policy="dcp-opt").schedule()
 
 
 def test_unknown_policy_lists_the_choices():
     with pytest.raises(ValueError, match="dcp-opt"):
-        build_schedule([SampleShape.text(5)], policy="nope", world_size=1, cost_model=MODEL)
+        toy_pipeline([SampleShape.text(5)], MODEL, world_size=1, policy="nope").schedule()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
-from toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel, toy_pipeline
 
-from datacentric.scheduling import build_schedule
 from datacentric.shapes import SampleShape
 from datacentric.train.sampler import RankBatchSampler
 
@@ -27,8 +26,8 @@ class IdDataset(Dataset):
 def _schedule(world: int = 4, policy: str = "dcp-opt"):
     lengths = [300 + 997 * i % 50_000 for i in range(120)] + [400_000, 350_000]
     shapes = [SampleShape.text(n) for n in lengths]
-    return build_schedule(
-        shapes, policy=policy, world_size=world, cost_model=MODEL, seed=5, measure=False
+    return toy_pipeline(shapes, MODEL, world_size=world, policy=policy, seed=5).schedule(
+        measure=False
     )
 
 

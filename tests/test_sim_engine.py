@@ -1,5 +1,7 @@
 """The execution model on hand-built schedules with a toy cost model (exact numbers)."""
 
+from dataclasses import replace
+
 import pytest
 
 from datacentric.planning.cost_model import CachedCostModel, CostModel, PassBreakdown
@@ -16,8 +18,7 @@ class ToyCostModel(CachedCostModel):
     num_blocks = 2
     gpus_per_node = 2
 
-    def __init__(self, capacity: int = 10**6) -> None:
-        self.memory_capacity_bytes = capacity
+    def __init__(self) -> None:
         self.calls = 0
 
     def compute_breakdown(self, shapes, sp_size, key) -> PassBreakdown:
@@ -59,7 +60,13 @@ def _schedule() -> Schedule:
     )
     it1 = uniform_iteration(1, 4, 4, [[_mb((4, 5), (True, True))]])
     return Schedule(
-        world_size=4, policy="toy", seed=0, epoch=0, num_samples=6, iterations=(it0, it1)
+        world_size=4,
+        policy="toy",
+        seed=0,
+        epoch=0,
+        num_samples=6,
+        iterations=(it0, it1),
+        memory_cap_bytes=10**6,
     )
 
 
@@ -109,11 +116,16 @@ def test_spans_per_group_back_to_back():
 
 def test_memory_check_names_the_micro_batch():
     # 2000 tokens * 100 B on 4 ranks = 50 kB in iteration 1; 100 kB in iteration 0 group 0.
+    def capped(cap: int) -> Schedule:
+        return replace(_schedule(), memory_cap_bytes=cap)
+
     with pytest.raises(PlanDoesNotFitError, match=r"iteration 0, group of ranks 0\.\.1 \(sp 2\)"):
-        simulate(_schedule(), SHAPES, ToyCostModel(capacity=60_000))
+        simulate(capped(60_000), SHAPES, ToyCostModel())
     with pytest.raises(PlanDoesNotFitError, match="micro-batch 0"):
-        simulate(_schedule(), SHAPES, ToyCostModel(capacity=99_999))
-    simulate(_schedule(), SHAPES, ToyCostModel(capacity=100_000))  # exactly fits
+        simulate(capped(99_999), SHAPES, ToyCostModel())
+    simulate(capped(100_000), SHAPES, ToyCostModel())  # exactly fits
+    with pytest.raises(ValueError, match="carries no memory budget"):
+        simulate(replace(_schedule(), memory_cap_bytes=None), SHAPES, ToyCostModel())
 
 
 def test_shapes_must_match_the_schedule():
@@ -164,7 +176,13 @@ def test_a_group_of_a_later_phase_starts_when_all_its_ranks_are_free():
         ),
     )
     schedule = Schedule(
-        world_size=4, policy="toy", seed=0, epoch=0, num_samples=6, iterations=(it,)
+        world_size=4,
+        policy="toy",
+        seed=0,
+        epoch=0,
+        num_samples=6,
+        iterations=(it,),
+        memory_cap_bytes=10**6,
     )
     result = simulate(schedule, SHAPES, ToyCostModel(), record_spans=True)
     (step,) = result.iterations

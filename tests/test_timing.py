@@ -16,6 +16,7 @@ from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
 from datacentric.shapes import SampleShape
 from datacentric.sim.engine import simulate
@@ -51,13 +52,14 @@ def test_measured_and_simulated_runs_produce_the_same_record():
         MicroBatch((1,), "b", 16),
         MicroBatch((3,), "b", 12),
     )
-    schedule = Schedule(1, "toy", 0, 0, 4, (Iteration(0, (Assignment(0, 1, mbs),)),))
+    iterations = (Iteration(0, (Assignment(0, 1, mbs),)),)
+    schedule = Schedule(1, "toy", 0, 0, 4, iterations, memory_cap_bytes=2**40)
     torch.manual_seed(0)
     model = build_model("llama", num_layers=1)
     runtime = DataCentricRuntime(
         model, ProcessGroups.local(), dataset.pack, loss_tokens_function(dataset)
     )
-    measured = runtime.run_iteration(schedule.iterations[0]).spans()
+    measured = run_step(runtime, schedule.iterations[0]).stats.spans()
     simulated = simulate(schedule, shapes, ToyCostModel()).spans
     assert {type(s) for s in measured} == {type(s) for s in simulated} == {Span}
     ids = [micro_batch_id(mb) for mb in mbs]

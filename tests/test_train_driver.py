@@ -93,15 +93,13 @@ def test_user_loop_resumes_from_state_dict(tmp_path):
 
 
 def test_sampler_state_is_the_position_and_old_states_are_refused():
-    from toy_cost_model import ToyCostModel
+    from toy_cost_model import ToyCostModel, toy_pipeline
 
-    from datacentric.scheduling import build_schedule
     from datacentric.shapes import SampleShape
 
     shapes = [SampleShape.text(n) for n in (100, 900, 3000, 50, 4000, 700, 1200, 64)]
-    schedule = build_schedule(
-        shapes, policy="dcp-opt", world_size=2, cost_model=ToyCostModel(), seed=1
-    )
+    pipeline = toy_pipeline(shapes, ToyCostModel(), world_size=2, policy="dcp-opt", seed=1)
+    schedule = pipeline.schedule()
     sampler = RankBatchSampler(schedule, rank=0)
     state = sampler.state_dict(1)
     assert Position.from_json(state) == Position.at(schedule, 1)

@@ -21,11 +21,12 @@ from datacentric.cli.inspect import inspect_run
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
+from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.planner import UnfittableBucketError
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
-from datacentric.train.data_centric import EpochPlanner
 from datacentric.train.run_folder import LOCK_FILE
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
@@ -153,7 +154,7 @@ def test_bad_input_gets_clear_errors(tmp_path):
     shapes = [SampleShape.text(n) for n in (100, 200, 4096)]
     cost = build_cost_model("llama", torch.device("cpu"))
     with pytest.raises(UnfittableBucketError, match=r"bucket 't<=4096' does not fit"):
-        EpochPlanner(shapes, cost, world_size=2, memory_gb=0.05)
+        _ = Pipeline(shapes, cost, world_size=2, memory_cap_bytes=gib_to_bytes(0.05)).plan
 
 
 def _cli(*args: str) -> list[str]:

@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 
 
@@ -24,6 +25,7 @@ class ToyCostModel(CachedCostModel):
 
     blocks: int = 4
     capacity_bytes: int = 64 * 2**20
+    """The budget the tests plan under (the model itself holds none)."""
     node_size: int = 8
     launch_s: float = 2e-3
     per_token_s: float = 1e-6
@@ -36,10 +38,6 @@ class ToyCostModel(CachedCostModel):
     @property
     def num_blocks(self) -> int:
         return self.blocks
-
-    @property
-    def memory_capacity_bytes(self) -> int:
-        return self.capacity_bytes
 
     @property
     def gpus_per_node(self) -> int:
@@ -70,3 +68,15 @@ class ToyCostModel(CachedCostModel):
 
     def grad_sync_time_s(self, world_size: int) -> float:
         return self.sync_s * math.log2(world_size) if world_size > 1 else 0.0
+
+
+def toy_pipeline(shapes, cost_model: ToyCostModel, *, world_size: int, **settings) -> Pipeline:
+    """A :class:`~datacentric.scheduling.pipeline.Pipeline` under the toy's budget
+    (``capacity_bytes``); ``settings``: the pipeline's other arguments."""
+    return Pipeline(
+        shapes,
+        cost_model,
+        world_size=world_size,
+        memory_cap_bytes=cost_model.capacity_bytes,
+        **settings,
+    )

@@ -1,4 +1,5 @@
-"""``datacentric plan``: per-bucket SP size, micro-batch size and recomputation.
+"""``datacentric plan``: per bucket, its options and the preferred one (SP size,
+micro-batch size and recomputation: ``Plan.preferred``).
 
 From a saved profile (``--profile-dir DIR``: the plan saved there, or a new plan of the
 dataset given with ``--dataset``/``--lengths`` on the profile's fitted cost model), or
@@ -17,7 +18,7 @@ from typing import Any
 from datacentric.cli.flags import add_world_flag, config_option, enable_config_file
 from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
-from datacentric.shapes import Bucketing, SampleShape, make_buckets, read_lengths_file
+from datacentric.shapes import Bucketing, SampleShape, read_lengths_file
 
 DATASET_HELP = (
     "stdlib, a workload preset (opensora-short, ...), jsonl:/parquet:/text:PATH_OR_GLOB, "
@@ -96,33 +97,40 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     raise ValueError("give --dataset NAME or --lengths FILE")
 
 
-def plan_json(plan: Plan, bucketing: Bucketing | None = None) -> list[dict[str, Any]]:
-    """Bucket rows for JSON output (with sample counts when the bucketing is known)."""
+def plan_json(
+    plan: Plan, bucketing: Bucketing | None = None, cost: Any = None
+) -> list[dict[str, Any]]:
+    """Bucket rows for JSON output: each bucket's preferred option
+    (:meth:`~datacentric.planning.plan.Plan.preferred`), with sample counts when the
+    bucketing is known and its memory per rank (``est_memory_bytes``) on ``cost``."""
     counts = {}
     if bucketing is not None:
         counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
     rows = []
     for bp in plan.buckets.values():
-        row = bp.to_json(with_options=False)
-        row["samples_per_gpu_second"] = bp.samples_per_gpu_second
+        row = plan.bucket_row(bp.bucket, cost, with_options=False)
+        best = plan.preferred(bp.bucket)
+        row["max_batch"] = max(o.max_batch for o in bp.options if o.sp_size == best.sp_size)
+        row["options"] = len(bp.options)
         if counts:
             row["samples"] = counts.get(bp.bucket, 0)
         rows.append(row)
     return rows
 
 
-def format_table(plan: Plan, bucketing: Bucketing | None = None) -> str:
-    """A fixed-width table of the plan."""
-    rows = plan_json(plan, bucketing)
+def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = None) -> str:
+    """A fixed-width table of the plan (memory per rank on ``cost``)."""
+    rows = plan_json(plan, bucketing, cost)
     header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'batch':>7}"
-    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'samples/GPU-s':>15}"
+    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'options':>9}{'samples/GPU-s':>15}"
     lines = [header]
     for row in rows:
         shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
         lines.append(
             f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
             f"{row['micro_batch_size']:>7}{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
-            f"{row['est_time_s']:>11.4g}{row['est_memory_bytes'] / GIB:>9.3f}"
+            f"{row['est_time_s']:>11.4g}{row.get('est_memory_bytes', float('nan')) / GIB:>9.3f}"
+            f"{row['options']:>9}"
             f"{row['samples_per_gpu_second']:>15.4g}"
         )
     lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
@@ -143,7 +151,7 @@ def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--memory-fraction",
         type=float,
         default=DEFAULT_MEMORY_FRACTION,
-        help="analytic: share of device memory used when --memory-gb is not given",
+        help="analytic: share of the hardware's memory budgeted when --memory-gb is not given",
     )
     add_shard_arguments(parser)
 
@@ -216,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.profiling.store import ProfileError
 
     try:
-        plan, bucketing, source = _make_plan(args)
+        plan, bucketing, source, cost = _make_plan(args)
     except (ProfileError, UnfittableBucketError, ValueError, KeyError) as err:
         print(f"datacentric plan: {err}", file=sys.stderr)
         return 2
@@ -226,75 +234,84 @@ def run(args: argparse.Namespace) -> int:
             "world": plan.world_size,
             "memory_cap_bytes": plan.memory_cap_bytes,
             "num_blocks": plan.num_blocks,
-            "buckets": plan_json(plan, bucketing),
+            "buckets": plan_json(plan, bucketing, cost),
             "skipped": plan.skipped,
         }
         print(json.dumps(out))
     else:
         print(f"plan from {source}")
-        print(format_table(plan, bucketing))
+        print(format_table(plan, bucketing, cost))
     return 0
 
 
-def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str]:
-    from datacentric.planning.planner import plan_buckets
+def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, Any]:
     from datacentric.profiling.store import load_plan
 
     has_data = bool(args.dataset or args.lengths)
     if args.profile:
-        if not has_data:
-            return load_plan(args.profile), None, f"saved plan in {args.profile}"
         cost, world = profiled_model(args)
-        bucketing = make_buckets(dataset_shapes(args)[0])
-        plan = plan_buckets(
-            bucketing,
-            cost,
-            world_size=args.world or world,
-            max_micro_batch=args.max_micro_batch,
-            skip_unfittable=args.skip_unfittable,
-        )
-        return plan, bucketing, f"profile {args.profile}"
-    if not (args.model and args.hardware and has_data and args.world):
+        if not has_data:
+            return load_plan(args.profile), None, f"saved plan in {args.profile}", cost
+        source = f"profile {args.profile}"
+    elif not (args.model and args.hardware and has_data and args.world):
         raise ValueError(
             "give --profile-dir DIR, or --model PRESET --hardware PRESET --world N with "
             "--dataset NAME or --lengths FILE"
         )
-    cost = analytic_model(args.model, args.hardware, args.world, args)
-    bucketing = make_buckets(dataset_shapes(args)[0])
-    plan = plan_buckets(
-        bucketing,
+    else:
+        cost, world = analytic_model(args.model, args.hardware, args.world, args), args.world
+        source = f"analytic {args.model} on {args.hardware}"
+    pipeline = command_pipeline(args, dataset_shapes(args)[0], cost, args.world or world)
+    return pipeline.plan, pipeline.bucketing, source, cost
+
+
+def command_pipeline(
+    args: argparse.Namespace, shapes: list[SampleShape], cost: Any, world: int, **settings: Any
+) -> Any:
+    """The :class:`~datacentric.scheduling.pipeline.Pipeline` of a command's flags: the
+    budget of :func:`memory_budget`, ``--max-micro-batch`` and ``--skip-unfittable`` when
+    the command has them; ``settings``: the rest (``settings``, ``seed``, ``policy``)."""
+    from datacentric.scheduling.pipeline import Pipeline
+
+    if getattr(args, "max_micro_batch", None) is not None:
+        settings["max_micro_batch"] = args.max_micro_batch
+    return Pipeline(
+        shapes,
         cost,
-        world_size=args.world,
-        max_micro_batch=args.max_micro_batch,
-        skip_unfittable=args.skip_unfittable,
+        world_size=world,
+        memory_cap_bytes=memory_budget(args, cost),
+        skip_unfittable=bool(getattr(args, "skip_unfittable", False)),
+        **settings,
     )
-    return plan, bucketing, f"analytic {args.model} on {args.hardware}"
+
+
+def memory_budget(args: argparse.Namespace, cost: Any) -> int:
+    """The budget per rank of a command, resolved once: ``--memory-gb``, else the cap of
+    the plan saved in ``--profile DIR``, else ``--memory-fraction`` of the memory of the
+    analytic model's hardware."""
+    from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
+    from datacentric.profiling.store import load_plan
+
+    if args.memory_gb is None and getattr(args, "profile", None):
+        return load_plan(args.profile).memory_cap_bytes
+    return resolve_memory_cap(args.memory_gb, device_memory_of(cost), args.memory_fraction)
 
 
 def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
     """The analytic cost model of ``--model`` on ``--hardware`` (fp32 on ``cpu-local``,
-    bf16 elsewhere) with the arguments of :func:`add_cost_model_arguments`."""
+    bf16 elsewhere) with ``--shard``; the budget is :func:`memory_budget`'s."""
     from datacentric.profiling.factory import analytic_cost_model
 
-    return analytic_cost_model(
-        model,
-        hardware,
-        memory_gb=args.memory_gb,
-        memory_fraction=args.memory_fraction,
-        shard=sharding_of(args),
-        world_size=world,
-    )
+    return analytic_cost_model(model, hardware, shard=sharding_of(args), world_size=world)
 
 
 def profiled_model(args: argparse.Namespace) -> tuple[Any, int]:
-    """The cost model fitted to ``--profile DIR`` under ``--memory-gb`` (default: the
-    cap of the plan saved there) and the world it was measured on."""
+    """The cost model fitted to ``--profile DIR`` and the world it was measured on
+    (the budget is :func:`memory_budget`'s)."""
     from datacentric.profiling.factory import fitted_cost_model
-    from datacentric.profiling.store import ProfileError, load_plan, load_profile
+    from datacentric.profiling.store import ProfileError, load_profile
 
     profile = load_profile(args.profile)
     if profile is None:
         raise ProfileError(f"{args.profile}: no profile.json")
-    default = None if args.memory_gb is not None else load_plan(args.profile).memory_cap_bytes
-    cost = fitted_cost_model(profile, memory_gb=args.memory_gb, default_cap_bytes=default)
-    return cost, int(profile.fingerprint["world_size"])
+    return fitted_cost_model(profile), int(profile.fingerprint["world_size"])

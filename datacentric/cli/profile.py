@@ -118,8 +118,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.autoprofile import run_profile
+    from datacentric.profiling.factory import fitted_cost_model
     from datacentric.profiling.profiler import ProfileSettings
     from datacentric.profiling.store import ProfileError
     from datacentric.shapes import make_buckets
@@ -133,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
     args.max_profile_tokens = args.max_profile_tokens or longest
     args.validation_tokens = args.validation_tokens or longest
     try:
-        bucketing = make_buckets(dataset_shapes(args)[0])
+        shapes = dataset_shapes(args)[0]
+        bucketing = make_buckets(shapes)
         settings = ProfileSettings(
             model=args.model,
             world_size=args.world,
@@ -146,8 +149,8 @@ def run(args: argparse.Namespace) -> int:
         )
         report = run_profile(
             settings,
-            bucketing,
-            memory_gb=args.memory_gb,
+            shapes,
+            memory_cap_bytes=resolve_memory_cap(args.memory_gb, None),
             max_points=args.max_points,
             max_profile_tokens=args.max_profile_tokens,
             validate=args.validate,
@@ -160,12 +163,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"datacentric profile: {err}", file=sys.stderr)
         return 2
     profile, plan = report.profile, report.plan
+    cost = fitted_cost_model(profile)
     out = {
         "model": args.model,
         "dataset": args.dataset or args.lengths,
         "world": args.world,
         "memory_cap_bytes": plan.memory_cap_bytes,
-        "buckets": plan_json(plan, bucketing),
+        "buckets": plan_json(plan, bucketing, cost),
         "skipped": plan.skipped,
         "profile_seconds": profile.profile_seconds,
         "profile_reused": report.reused,
@@ -176,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out))
         return 0
-    print(format_table(plan, bucketing))
+    print(format_table(plan, bucketing, cost))
     verb = "reused" if report.reused else "measured"
     print(f"profile {verb} in {profile.profile_seconds:.1f} s; saved to {args.out}")
     if profile.validation:

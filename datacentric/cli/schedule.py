@@ -29,6 +29,7 @@ from datacentric.cli.plan import (
     add_cost_model_arguments,
     add_data_arguments,
     analytic_model,
+    command_pipeline,
     dataset_shapes,
     profiled_model,
 )
@@ -139,58 +140,38 @@ def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, Any, str]:
-    """The cost model (profile or analytic), the planner's plan, and where they came from."""
-    from datacentric.planning.planner import plan_buckets
-    from datacentric.shapes import make_buckets
-
+def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
+    """The cost model (profile or analytic) and where it came from."""
     if args.profile:
         cost, _ = profiled_model(args)
-        source = f"profile {args.profile}"
-    else:
-        model, hardware = args.model, args.hardware
-        from datacentric.data.workloads import get_workload, list_workloads
+        return cost, f"profile {args.profile}"
+    model, hardware = args.model, args.hardware
+    from datacentric.data.workloads import get_workload, list_workloads
 
-        name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
-        if name in list_workloads() and not (model and hardware):  # the preset's defaults
-            preset = get_workload(name, seed=args.seed, num_samples=100)
-            model, hardware = model or preset.model, hardware or preset.hardware
-        if not (model and hardware):
-            raise ValueError("give --profile DIR, or --model PRESET --hardware PRESET")
-        cost = analytic_model(model, hardware, args.world, args)
-        source = f"analytic {model} on {hardware}"
-    plan = plan_buckets(
-        make_buckets(shapes),
-        cost,
-        world_size=args.world,
-        skip_unfittable=args.skip_unfittable,
-    )
-    return cost, plan, source
+    name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
+    if name in list_workloads() and not (model and hardware):  # the preset's defaults
+        preset = get_workload(name, seed=args.seed, num_samples=100)
+        model, hardware = model or preset.model, hardware or preset.hardware
+    if not (model and hardware):
+        raise ValueError("give --profile DIR, or --model PRESET --hardware PRESET")
+    return analytic_model(model, hardware, args.world, args), f"analytic {model} on {hardware}"
 
 
 def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     """Build the schedule the arguments describe; its summary as a JSON-able dict."""
-    from datacentric.scheduling import ScheduleOptions, build_schedule
+    from datacentric.scheduling import ScheduleOptions
 
     batch = global_batch_options(args)
     shapes, skipped = dataset_shapes(args)
-    cost, plan, source = cost_model_and_plan(args, shapes)
+    cost, source = cost_model_and_source(args)
     options = ScheduleOptions(
         **batch,
         drop_remainder=args.drop_remainder,
         max_sp_size=args.max_sp,
         exact_solver=args.exact_solver,
     )
-    schedule = build_schedule(
-        shapes,
-        policy=args.policy,
-        world_size=args.world,
-        cost_model=cost,
-        plan=plan,
-        seed=args.seed,
-        epoch=args.epoch,
-        options=options,
-    )
+    pipeline = command_pipeline(args, shapes, cost, args.world, settings=options, seed=args.seed)
+    schedule = pipeline.schedule(args.epoch, policy=args.policy)
     schedule.validate()
     if args.json_out:
         schedule.save(args.json_out)

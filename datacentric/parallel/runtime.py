@@ -30,6 +30,7 @@ command, the profiler and the equivalence check all run iterations through
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -49,7 +50,7 @@ from datacentric.parallel.grad_sync import (
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossMode, LossWeights
 from datacentric.parallel.recompute import BlockRecompute
-from datacentric.parallel.sharding import shard_batch
+from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.parallel.ulysses import SequenceParallelAttention
 from datacentric.planning.heads import check_sp_sizes
 from datacentric.schedule import Iteration
@@ -256,10 +257,15 @@ class DataCentricRuntime:
         self.check_sp_sizes(sorted(sizes))
 
     def run_iteration(self, iteration: Iteration) -> IterationStats:
-        """Forward and backward of this rank's micro-batches, then one gradient sync.
-
-        Collective: every rank of the world must call it with the same iteration.
-        """
+        """Deprecated: :func:`datacentric.parallel.step.run_step` (the one driver; its
+        ``.stats`` is this, its ``.loss`` the global loss). Forward and backward of this
+        rank's micro-batches, then one gradient sync (collective)."""
+        warnings.warn(
+            "DataCentricRuntime.run_iteration is deprecated: use "
+            "datacentric.parallel.step.run_step(runtime, iteration) (.stats, .loss)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         stats = self.start_iteration(iteration)
         for micro in self.micro_steps(iteration, stats):
             micro.backward(self.model(micro.batch))

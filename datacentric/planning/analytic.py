@@ -76,10 +76,9 @@ import numpy as np
 
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
-from datacentric.planning.memory_cap import resolve_memory_cap
+from datacentric.planning.memory_cap import resolve_memory_cap, warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION
 from datacentric.shapes import SampleShape
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward
@@ -178,7 +177,7 @@ class AnalyticCostModel(CachedCostModel):
         self,
         spec: ModelSpec,
         hardware: Hardware,
-        memory_fraction: float = DEFAULT_MEMORY_FRACTION,
+        memory_fraction: float | None = None,
         dtype_bytes: int = 2,
         *,
         grad_bytes: int | None = None,
@@ -188,10 +187,10 @@ class AnalyticCostModel(CachedCostModel):
         grad_sync_overlap: float = 0.0,
         memory_capacity_bytes: int | None = None,
     ) -> None:
-        """``memory_fraction`` and ``memory_capacity_bytes``: deprecated; the budget a
-        plan is made under is the plan's (``plan_buckets(memory_cap_bytes=...)``, resolved
-        by :func:`~datacentric.planning.memory_cap.resolve_memory_cap`); the model only
-        reports it as the default of a plan made without one.
+        """``memory_fraction`` and ``memory_capacity_bytes``: deprecated and unused by
+        the planner, the scheduler and the simulator; the budget is the plan's (resolved
+        by :func:`~datacentric.planning.memory_cap.resolve_memory_cap`). The model only
+        prices memory.
         ``grad_bytes``: bytes per gradient element (default ``dtype_bytes``).
         ``optimizer_bytes_per_param``: Adam moments (8) plus an fp32 master copy when
         training in 16 bits (default 12 if ``dtype_bytes == 2`` else 8).
@@ -202,7 +201,6 @@ class AnalyticCostModel(CachedCostModel):
             raise ValueError(f"grad_sync_overlap must be in [0, 1], got {grad_sync_overlap}")
         self.spec = spec
         self.hardware = hardware
-        self.memory_fraction = memory_fraction
         self.dtype_bytes = dtype_bytes
         self.grad_bytes = dtype_bytes if grad_bytes is None else grad_bytes
         self.optimizer_bytes_per_param = (
@@ -218,10 +216,13 @@ class AnalyticCostModel(CachedCostModel):
         self._kind_counts = tuple(spec.kind_counts()[k] for k in self._kinds)
         self._saved_elems = saved_elements_per_token(spec)
         self._rates = hardware.seconds_per_unit()
-        self._capacity = (
-            resolve_memory_cap(None, hardware.memory_bytes, memory_fraction)
-            if memory_capacity_bytes is None
-            else int(memory_capacity_bytes)
+        if memory_fraction is not None or memory_capacity_bytes is not None:
+            warn_cost_model_cap("AnalyticCostModel(memory_fraction=, memory_capacity_bytes=)")
+        fraction = {} if memory_fraction is None else {"fraction": memory_fraction}
+        self._legacy_cap = (
+            int(memory_capacity_bytes)
+            if memory_capacity_bytes is not None
+            else resolve_memory_cap(None, hardware.memory_bytes, **fraction)
         )
 
     # --- CostModel protocol ---------------------------------------------------------------
@@ -236,7 +237,9 @@ class AnalyticCostModel(CachedCostModel):
 
     @property
     def memory_capacity_bytes(self) -> int:
-        return self._capacity
+        """Deprecated: the budget is the plan's (:mod:`datacentric.planning.memory_cap`)."""
+        warn_cost_model_cap("AnalyticCostModel.memory_capacity_bytes")
+        return self._legacy_cap
 
     @property
     def gpus_per_node(self) -> int:

@@ -10,7 +10,8 @@ and ``pass_memory_bytes`` from them: the fitted model (profiles measured on the
 real device), the analytic model (FLOPs and bytes on a named hardware preset, also
 calibrated). :func:`datacentric.profiling.factory.build_cost_model` builds every
 kind. The scheduler and simulator only use this protocol, so they never depend on
-where the numbers come from.
+where the numbers come from. A cost model prices memory (``memory_bytes``) and holds
+no budget: the budget is the plan's (:mod:`datacentric.planning.memory_cap`).
 
 Two optional attributes refine planning when a model has them (both implementations
 here do): ``block_kinds`` (a tuple naming each block's kind; the recomputation knapsack
@@ -59,11 +60,6 @@ class CostModel(Protocol):
     @property
     def num_blocks(self) -> int:
         """Number of repeated transformer blocks (length of a recompute tuple)."""
-        ...
-
-    @property
-    def memory_capacity_bytes(self) -> int:
-        """Usable device memory per rank (the cap plans fit under unless given one)."""
         ...
 
     @property

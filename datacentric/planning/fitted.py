@@ -40,6 +40,7 @@ import numpy as np
 from datacentric.planning.analytic import attention_pairs
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.lsq import nonnegative_least_squares
+from datacentric.planning.memory_cap import warn_cost_model_cap
 from datacentric.shapes import SampleShape
 
 TIME_FIELDS = ("base_time_s", "block_time_s", "recompute_time_s")
@@ -138,18 +139,21 @@ class FittedCostModel(CachedCostModel):
         *,
         num_blocks: int,
         attention_kind: str,
-        memory_capacity_bytes: int,
         gpus_per_node: int,
+        memory_capacity_bytes: int | None = None,
         grad_sync_seconds: dict[int, float] | None = None,
     ) -> None:
         """``attention_kind``: the blocks' attention (``causal``, ``full``, ...), for the
         quadratic feature. ``grad_sync_seconds``: measured exposed gradient sync time by
-        world size (others are scaled by the ring volume ``2(n-1)/n``)."""
+        world size (others are scaled by the ring volume ``2(n-1)/n``).
+        ``memory_capacity_bytes``: deprecated and unused (the budget is the plan's)."""
         if not points:
             raise ValueError("a fitted cost model needs at least one profile point")
         self._num_blocks = num_blocks
         self.attention_kind = attention_kind
-        self._capacity = int(memory_capacity_bytes)
+        if memory_capacity_bytes is not None:
+            warn_cost_model_cap("FittedCostModel(memory_capacity_bytes=)")
+        self._legacy_cap = memory_capacity_bytes
         self._gpus_per_node = gpus_per_node
         self.grad_sync_seconds = dict(grad_sync_seconds or {})
         self.points = tuple(points)
@@ -193,7 +197,11 @@ class FittedCostModel(CachedCostModel):
 
     @property
     def memory_capacity_bytes(self) -> int:
-        return self._capacity
+        """Deprecated: the budget is the plan's (:mod:`datacentric.planning.memory_cap`)."""
+        warn_cost_model_cap("FittedCostModel.memory_capacity_bytes")
+        if self._legacy_cap is None:
+            raise AttributeError("a fitted cost model holds no memory budget: see the plan's")
+        return int(self._legacy_cap)
 
     @property
     def gpus_per_node(self) -> int:

@@ -10,7 +10,7 @@ fits (:func:`calibrate_hardware`).
 
 ``cpu-local`` describes this machine; its constants are fitted from measured
 points and stored in ``cpu_local.json`` next to this file (regenerate with
-``python -m datacentric.profiling.calibrate``).
+``python -m datacentric.profiling.cpu_calibration``).
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _h200_datasheet() -> Hardware:
 
 def load_hardware_file(path: str | Path) -> Hardware:
     """The hardware stored at ``path`` (a ``{"hardware": {...}}`` file, as
-    ``datacentric calibrate --out`` and ``python -m datacentric.profiling.calibrate``
+    ``datacentric calibrate --out`` and ``python -m datacentric.profiling.cpu_calibration``
     write)."""
     try:
         with open(path, encoding="utf-8") as handle:
@@ -213,7 +213,8 @@ def load_cpu_local(path: str | Path = CPU_LOCAL_JSON) -> Hardware:
     """The calibrated ``cpu-local`` preset stored at ``path``."""
     if not Path(path).exists():
         raise FileNotFoundError(
-            f"{path}: no cpu-local calibration; run `python -m datacentric.profiling.calibrate`"
+            f"{path}: no cpu-local calibration; run "
+            "`python -m datacentric.profiling.cpu_calibration`"
         )
     return load_hardware_file(path)
 

@@ -4,11 +4,13 @@
 The planner writes it into the :class:`~datacentric.planning.plan.Plan`
 (``memory_cap_bytes``), ``build_schedule`` copies it onto the
 :class:`~datacentric.schedule.Schedule`, and the scheduler, the simulator and the
-reports read it there. The 70% default is
-:data:`~datacentric.settings.sections.DEFAULT_MEMORY_FRACTION`, written once.
+reports read it there. Cost models only price memory; they hold no budget. The 70%
+default is :data:`~datacentric.settings.sections.DEFAULT_MEMORY_FRACTION`, written once.
 """
 
 from __future__ import annotations
+
+import warnings
 
 from datacentric.planning.hardware import gib_to_bytes
 from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION
@@ -30,3 +32,22 @@ def resolve_memory_cap(
     if device_memory_bytes is None:
         raise ValueError("no memory budget: set memory_gb (the device's memory is unknown)")
     return int(fraction * device_memory_bytes)
+
+
+def device_memory_of(cost_model: object) -> int | None:
+    """The memory of the device a cost model prices: an analytic model's hardware
+    preset (``None`` when the model names no hardware, as a fitted one)."""
+    memory = getattr(getattr(cost_model, "hardware", None), "memory_bytes", None)
+    return None if memory is None else int(memory)
+
+
+def warn_cost_model_cap(what: str) -> None:
+    """The deprecation warning of a cost model's memory cap (``memory_fraction``,
+    ``memory_capacity_bytes``, ``memory_gb`` of a cost-model factory)."""
+    warnings.warn(
+        f"{what} is deprecated: cost models only price memory; the budget is the plan's "
+        "(resolve_memory_cap(memory_gb, device memory) -> Pipeline(memory_cap_bytes=...) "
+        "or plan_buckets(memory_cap_bytes=...))",
+        DeprecationWarning,
+        stacklevel=3,
+    )

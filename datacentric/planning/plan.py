@@ -1,13 +1,16 @@
 """Plans: per bucket, the settings the planner chose and every feasible option.
 
-A :class:`Plan` is the one authority on how a bucket may run: its memory cap (bytes,
-resolved once) and, per bucket, the planner's choice (:class:`BucketPlan`) and the
-options policies choose among (:class:`~datacentric.planning.bucket_options.BucketOption`:
+A :class:`Plan` is the one authority on how a bucket may run: its memory budget
+(bytes, resolved once) and, per bucket (:class:`BucketPlan`), the options policies
+choose among (:class:`~datacentric.planning.bucket_options.BucketOption`:
 SP size, recomputation, largest micro-batch and the time curve).
+:meth:`Plan.preferred` derives a bucket's best option on its own (the ``plan``
+command's table and the profiler's validation cases read it).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,19 +33,15 @@ class PlanWithoutOptionsError(ValueError):
 
 
 @dataclass(frozen=True)
-class BucketPlan:
-    """Settings for one bucket: its micro-batches of ``micro_batch_size`` samples run
-    on groups of ``sp_size`` ranks with per-block ``recompute``; ``options`` are every
-    (SP size, recomputation) it may run with under the plan's cap."""
+class BucketChoice:
+    """One way to run a bucket with its micro-batch size: what
+    :meth:`Plan.preferred` derives from the bucket's options."""
 
-    bucket: str
-    shape: SampleShape
     sp_size: int
     micro_batch_size: int
     recompute: tuple[bool, ...]
     est_time_s: float
-    est_memory_bytes: int
-    options: tuple[BucketOption, ...] = ()
+    """The option's time of ``micro_batch_size`` representatives (a measured point)."""
 
     @property
     def samples_per_gpu_second(self) -> float:
@@ -51,31 +50,69 @@ class BucketPlan:
             return float("inf")
         return self.micro_batch_size / (self.sp_size * self.est_time_s)
 
+
+def preferred_choice(options: tuple[BucketOption, ...]) -> BucketChoice:
+    """The option and micro-batch size (one of each option's timed sizes ``1, 2, 4,
+    ..., max_batch``) with the most samples per GPU-second; ties go to smaller groups,
+    then fewer recomputed blocks, then smaller micro-batches."""
+    best: BucketChoice | None = None
+    for option in options:
+        for count, seconds in zip(option.counts, option.times):
+            choice = BucketChoice(option.sp_size, int(count), option.recompute, float(seconds))
+            if best is None or _preferred_over(choice, best):
+                best = choice
+    if best is None:
+        raise ValueError("a bucket without options has no preferred choice")
+    return best
+
+
+def _preferred_over(a: BucketChoice, b: BucketChoice) -> bool:
+    ra, rb = a.samples_per_gpu_second, b.samples_per_gpu_second
+    if abs(ra - rb) > 1e-12 * max(ra, rb):
+        return ra > rb
+    key = (a.sp_size, sum(a.recompute), a.micro_batch_size)
+    return key < (b.sp_size, sum(b.recompute), b.micro_batch_size)
+
+
+_DEPRECATED_CHOICE = ("sp_size", "micro_batch_size", "recompute", "est_time_s")
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """One bucket of a plan: its representative ``shape`` and ``options``, every
+    (SP size, recomputation) it may run with under the plan's budget. Which of them is
+    best on its own is derived, :meth:`Plan.preferred`."""
+
+    bucket: str
+    shape: SampleShape
+    options: tuple[BucketOption, ...] = ()
+
+    def preferred(self) -> BucketChoice:
+        """The option and micro-batch size with the most samples per GPU-second."""
+        return preferred_choice(self.options)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _DEPRECATED_CHOICE or name == "samples_per_gpu_second":
+            warnings.warn(
+                f"BucketPlan.{name} is deprecated: use Plan.preferred(bucket).{name}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(self.preferred(), name)
+        raise AttributeError(name)
+
     def to_json(self, *, with_options: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "bucket": self.bucket,
-            "shape": self.shape.to_json(),
-            "sp_size": self.sp_size,
-            "micro_batch_size": self.micro_batch_size,
-            "recompute": "".join("1" if r else "0" for r in self.recompute),
-            "num_recomputed": sum(self.recompute),
-            "est_time_s": self.est_time_s,
-            "est_memory_bytes": self.est_memory_bytes,
-        }
+        out: dict[str, Any] = {"bucket": self.bucket, "shape": self.shape.to_json()}
         if with_options:
             out["options"] = [o.to_json() for o in self.options]
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> BucketPlan:
+        """Also reads plans saved with the planner's choice (those keys are derived now)."""
         return cls(
             bucket=str(d["bucket"]),
             shape=SampleShape.from_json(d["shape"]),
-            sp_size=int(d["sp_size"]),
-            micro_batch_size=int(d["micro_batch_size"]),
-            recompute=tuple(c == "1" for c in d["recompute"]),
-            est_time_s=float(d["est_time_s"]),
-            est_memory_bytes=int(d["est_memory_bytes"]),
             options=tuple(BucketOption.from_json(o) for o in d.get("options", ())),
         )
 
@@ -105,13 +142,44 @@ class Plan:
             raise PlanWithoutOptionsError(bucket)
         return plan.options
 
-    def to_json(self) -> dict[str, Any]:
+    def preferred(self, bucket: str) -> BucketChoice:
+        """The option and micro-batch size of ``bucket`` with the most samples per
+        GPU-second (derived from its options; policies choose for themselves)."""
+        return preferred_choice(self.options_of(bucket))
+
+    def bucket_row(
+        self, bucket: str, cost_model: Any = None, *, with_options: bool = True
+    ) -> dict[str, Any]:
+        """``bucket``'s JSON with its preferred choice (derived, for readers: ignored
+        by :meth:`from_json`), and that choice's memory per rank on ``cost_model``."""
+        plan = self.buckets[bucket]
+        row = plan.to_json(with_options=with_options)
+        if not plan.options:
+            return row
+        best = plan.preferred()
+        row.update(
+            sp_size=best.sp_size,
+            micro_batch_size=best.micro_batch_size,
+            recompute="".join("1" if r else "0" for r in best.recompute),
+            num_recomputed=sum(best.recompute),
+            est_time_s=best.est_time_s,
+            samples_per_gpu_second=best.samples_per_gpu_second,
+        )
+        if cost_model is not None:
+            shapes = [plan.shape] * best.micro_batch_size
+            memory = cost_model.pass_memory_bytes(shapes, best.sp_size, best.recompute)
+            row["est_memory_bytes"] = int(memory)
+        return row
+
+    def to_json(self, cost_model: Any = None) -> dict[str, Any]:
+        """The plan as JSON; each bucket with :meth:`bucket_row`'s derived choice (and its
+        memory on ``cost_model`` when given)."""
         return {
             "memory_cap_bytes": self.memory_cap_bytes,
             "world_size": self.world_size,
             "num_blocks": self.num_blocks,
             "option_batch_limit": self.option_batch_limit,
-            "buckets": [b.to_json() for b in self.buckets.values()],
+            "buckets": [self.bucket_row(name, cost_model) for name in self.buckets],
             "skipped": self.skipped,
             "meta": self.meta,
         }

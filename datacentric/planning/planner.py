@@ -13,7 +13,8 @@ For each bucket (planned through its largest member shape) the planner searches
   same, so the knapsack is over *counts per block kind*, solved exactly by a Pareto
   frontier over (bytes, seconds) with bytes as exact integers (no rounding to GB).
 
-and keeps the setting with the most samples per GPU-second, ``bs / (sp * time)``.
+and keeps the setting with the most samples per GPU-second, ``bs / (sp * time)``, whose
+recomputation (and each SP size's own) joins the bucket's options.
 
 Each bucket's plan also carries its **options** (:func:`bucket_options`), every way
 the scheduler's policies may run it: at every SP size above, with no recomputation,
@@ -26,8 +27,9 @@ function of the buckets and the cost model.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from datacentric.planning.bucket_options import BucketOption, evaluate_option, sp_size_tiers
 from datacentric.planning.cost_model import CostModel
@@ -184,57 +186,48 @@ def plan_bucket(
     memory_cap_bytes: int | None = None,
     sp_sizes: Sequence[int] | None = None,
     max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
-    option_batch_limit: int | None = None,
+    option_batch_limit: int = OPTION_BATCH_LIMIT,
     knapsack_option: bool = True,
 ) -> BucketPlan:
-    """The best (sp, micro-batch, recompute) of one bucket; raises
-    :class:`UnfittableBucketError` when nothing fits. With ``option_batch_limit`` the
-    plan also carries the bucket's options (:func:`bucket_options`), the knapsack's
-    recomputation among them if ``knapsack_option``."""
-    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    """The options of one bucket (:func:`bucket_options`, up to ``option_batch_limit``
+    samples per micro-batch), the knapsack's recomputation among them if
+    ``knapsack_option``: the best (sp, micro-batch up to ``max_micro_batch``,
+    recompute) of the search below, and each SP size's own. Raises
+    :class:`UnfittableBucketError` when nothing fits."""
+    cap = plan_budget(cost_model, memory_cap_bytes, "plan_bucket")
     within, across = sp_size_tiers(cost_model, world_size, sp_sizes)
     if not within and not across:
         raise ValueError(f"no usable SP size for world size {world_size} (sp_sizes={sp_sizes})")
     for tier in (within, across):
-        best: BucketPlan | None = None
+        best: _Candidate | None = None
         knapsack: dict[int, tuple[bool, ...]] = {}  # per SP size: its best plan's choice
         for sp in tier:
-            best_here: BucketPlan | None = None
+            best_here: _Candidate | None = None
             bs = 1
             while bs <= max_micro_batch:
                 shapes = [bucket.shape] * bs
                 choice = choose_recompute(cost_model, shapes, sp, cap)
                 if choice is None:
                     break
-                candidate = BucketPlan(
-                    bucket=bucket.name,
-                    shape=bucket.shape,
-                    sp_size=sp,
-                    micro_batch_size=bs,
-                    recompute=choice.recompute,
-                    est_time_s=choice.time_s,
-                    est_memory_bytes=choice.memory_bytes,
-                )
+                candidate = _Candidate(sp, bs, choice)
                 if best_here is None or _better(candidate, best_here):
                     best_here = candidate
                 bs *= 2
             if best_here is not None:
-                knapsack[sp] = best_here.recompute
+                knapsack[sp] = best_here.choice.recompute
                 if best is None or _better(best_here, best):
                     best = best_here
         if best is not None:
-            if option_batch_limit is None:
-                return best
             options = bucket_options(
                 bucket.shape,
                 cost_model,
                 sizes=within + across,
-                recomputes=(best.recompute,) if knapsack_option else (),
+                recomputes=(best.choice.recompute,) if knapsack_option else (),
                 per_size=knapsack if knapsack_option else None,
                 memory_cap_bytes=cap,
                 option_batch_limit=option_batch_limit,
             )
-            return replace(best, options=options)
+            return BucketPlan(bucket.name, bucket.shape, options)
     largest = (within + across)[-1]
     needed = cost_model.pass_memory_bytes([bucket.shape], largest, (True,) * cost_model.num_blocks)
     raise UnfittableBucketError(bucket.name, needed, cap, largest)
@@ -279,12 +272,48 @@ def bucket_options(
     return tuple(options)
 
 
-def _better(a: BucketPlan, b: BucketPlan) -> bool:
+def plan_budget(cost_model: CostModel, memory_cap_bytes: int | None, caller: str) -> int:
+    """The budget a plan is made under: ``memory_cap_bytes``; without one, the
+    deprecated cap of a cost model that still holds one (with a warning)."""
+    if memory_cap_bytes is not None:
+        if memory_cap_bytes <= 0:
+            raise ValueError(f"memory_cap_bytes must be > 0, got {memory_cap_bytes}")
+        return int(memory_cap_bytes)
+    warnings.warn(
+        f"{caller} without memory_cap_bytes is deprecated: resolve the budget once "
+        "(resolve_memory_cap) and pass it",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        legacy = getattr(cost_model, "memory_capacity_bytes", None)
+    if legacy is None:
+        raise TypeError(f"{caller} needs memory_cap_bytes (cost models hold no budget)")
+    return int(legacy)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A setting the search tries: ``bs`` samples on ``sp`` ranks with its PAC choice."""
+
+    sp: int
+    bs: int
+    choice: RecomputeChoice
+
+    @property
+    def rate(self) -> float:
+        if self.choice.time_s <= 0:
+            return float("inf")
+        return self.bs / (self.sp * self.choice.time_s)
+
+
+def _better(a: _Candidate, b: _Candidate) -> bool:
     """More samples per GPU-second; ties go to less memory, then smaller groups."""
-    ra, rb = a.samples_per_gpu_second, b.samples_per_gpu_second
+    ra, rb = a.rate, b.rate
     if abs(ra - rb) > 1e-12 * max(ra, rb):
         return ra > rb
-    return (a.est_memory_bytes, a.sp_size) < (b.est_memory_bytes, b.sp_size)
+    return (a.choice.memory_bytes, a.sp) < (b.choice.memory_bytes, b.sp)
 
 
 def plan_buckets(
@@ -306,8 +335,9 @@ def plan_buckets(
     then give the skipped sample counts; otherwise pass ``sample_counts`` (bucket name
     to samples) for them. An unfittable bucket raises :class:`UnfittableBucketError`
     unless ``skip_unfittable``, in which case it is left out of the plan and its sample
-    count recorded in ``Plan.skipped``. ``memory_cap_bytes`` defaults to the cost
-    model's capacity; every bucket's options are searched up to ``option_batch_limit``
+    count recorded in ``Plan.skipped``. ``memory_cap_bytes`` is the budget per rank,
+    resolved by the caller (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`);
+    every bucket's options are searched up to ``option_batch_limit``
     samples per micro-batch, and include the knapsack's recomputation choice when
     ``knapsack_option`` (else only none and every block).
     """
@@ -319,7 +349,7 @@ def plan_buckets(
     if isinstance(buckets, Bucketing):
         counts = {b.name: len(m) for b, m in zip(buckets.buckets, buckets.members())}
         buckets = buckets.buckets
-    cap = cost_model.memory_capacity_bytes if memory_cap_bytes is None else memory_cap_bytes
+    cap = plan_budget(cost_model, memory_cap_bytes, "plan_buckets")
     plans: dict[str, BucketPlan] = {}
     skipped: dict[str, int] = {}
     for bucket in buckets:

@@ -28,7 +28,7 @@ from typing import Any
 
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
-from datacentric.planning.planner import plan_buckets, recompute_from_counts
+from datacentric.planning.planner import recompute_from_counts
 from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.module_specs import named_spec
 from datacentric.profiling.profiler import (
@@ -49,7 +49,8 @@ from datacentric.profiling.store import (
     save_profile,
     stale_fields,
 )
-from datacentric.shapes import Bucket, Bucketing, SampleShape
+from datacentric.scheduling.pipeline import Pipeline
+from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 
 def select_profile_shapes(
@@ -111,16 +112,18 @@ def measure_profile(
 def validation_cases(
     plan: Plan, cost: FittedCostModel, *, count: int = 3, max_tokens: int = 4096
 ) -> list[RunCase]:
-    """Full-depth runs to check: the ``count`` largest planned buckets whose micro-batch
-    fits in ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved
-    to the largest SP size when no planned bucket uses SP above 1, and the last set to
+    """Full-depth runs to check: the ``count`` largest planned buckets whose preferred
+    micro-batch (:meth:`~datacentric.planning.plan.Plan.preferred`) fits in
+    ``max_tokens`` (the micro-batch shrunk to fit when needed); the first moved to the
+    largest SP size when no planned bucket uses SP above 1, and the last set to
     recompute its first half of blocks when no planned bucket recomputes."""
     chosen: list[RunCase] = []
     for bp in sorted(plan.buckets.values(), key=lambda b: -b.shape.tokens):
-        bs = min(bp.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
+        best = plan.preferred(bp.bucket)
+        bs = min(best.micro_batch_size, max(1, max_tokens // bp.shape.tokens))
         if bp.shape.tokens * bs > max_tokens:
             continue
-        chosen.append(RunCase((bp.shape,) * bs, bp.sp_size, cost.num_blocks, bp.recompute))
+        chosen.append(RunCase((bp.shape,) * bs, best.sp_size, cost.num_blocks, best.recompute))
         if len(chosen) == count:
             break
     largest = max(cost.sp_sizes)
@@ -187,9 +190,9 @@ class ProfileReport:
 
 def run_profile(
     settings: ProfileSettings,
-    bucketing: Bucketing,
+    shapes: Sequence[SampleShape],
     *,
-    memory_gb: float,
+    memory_cap_bytes: int,
     sp_sizes: Sequence[int] | None = None,
     max_points: int = 3,
     max_profile_tokens: int | None = None,
@@ -199,11 +202,13 @@ def run_profile(
     out_dir: str | os.PathLike[str] | None = None,
     reuse: bool = True,
 ) -> ProfileReport:
-    """Profile, plan and (``validate`` > 0) validate on ``validate`` buckets; save to
-    ``out_dir`` when given. With ``reuse``, a fresh profile in ``out_dir`` is loaded
-    instead of measured (and its saved validation kept); a stale one is re-measured; a
-    corrupt one raises :class:`~datacentric.profiling.store.ProfileError`. A saved
-    profile that a probe finds off on this machine (:func:`reusable`) is re-measured."""
+    """Profile, plan the dataset ``shapes`` under ``memory_cap_bytes`` per rank (one
+    :class:`~datacentric.scheduling.pipeline.Pipeline`) and (``validate`` > 0) validate
+    on ``validate`` buckets; save to ``out_dir`` when given. With ``reuse``, a fresh
+    profile in ``out_dir`` is loaded instead of measured (and its saved validation
+    kept); a stale one is re-measured; a corrupt one raises
+    :class:`~datacentric.profiling.store.ProfileError`. A saved profile that a probe
+    finds off on this machine (:func:`reusable`) is re-measured."""
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or _powers_of_two(world))
@@ -218,18 +223,20 @@ def run_profile(
     if reused:
         profile = saved
     else:
-        shapes = [b.shape for b in bucketing.buckets]
         micro_batches = select_profile_shapes(
-            shapes, max_points=max_points, max_tokens=max_profile_tokens
+            [b.shape for b in make_buckets(shapes).buckets],
+            max_points=max_points,
+            max_tokens=max_profile_tokens,
         )
         profile, _ = measure_profile(settings, micro_batches, sp_sizes)
-    cost = fitted_cost_model(profile, memory_gb=memory_gb)
-    plan = plan_buckets(
-        bucketing,
+    cost = fitted_cost_model(profile)
+    plan = Pipeline(
+        shapes,
         cost,
         world_size=world,
+        memory_cap_bytes=memory_cap_bytes,
         skip_unfittable=skip_unfittable,
-    )
+    ).plan
     if validate and not reused:
         cases = validation_cases(plan, cost, count=validate, max_tokens=validation_tokens)
         dual = [c for case in cases for c in dual_layer_cases(case.shapes, case.sp_size)]

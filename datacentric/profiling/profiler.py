@@ -46,6 +46,7 @@ from datacentric.models.source import build_model_named, truncate_blocks
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.schedule import Assignment, Iteration, MicroBatch
@@ -239,7 +240,7 @@ def _rank_worker(
 
     def timed(slot: int) -> None:
         mine, runtime, clock, iteration = prepared[slot]
-        stats = runtime.run_iteration(iteration)
+        stats = run_step(runtime, iteration).stats
         seconds = clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s
         times.setdefault(slot, []).append(seconds)
         syncs.setdefault(slot, []).append(stats.sync_time_s)
@@ -257,12 +258,12 @@ def _rank_worker(
         mine = next((i for i, start in round_ if _holds(cases, i, start, groups.rank)), None)
         prepared.append((mine, runtime, clock, iteration))
         # the first pass allocates gradients; the second (a warm-up too) measures memory
-        runtime.run_iteration(iteration)
-        peak, _ = measure_peak(groups.device, partial(runtime.run_iteration, iteration))
+        run_step(runtime, iteration)
+        peak, _ = measure_peak(groups.device, partial(run_step, runtime, iteration))
         states = model_state_bytes(runtime.module)
         memory[len(prepared) - 1] = (peak + states, states)
         for _ in range(max(0, settings.warmup - 2)):
-            runtime.run_iteration(iteration)
+            run_step(runtime, iteration)
         bar.update(1)
         if not settings.interleave:
             for _ in range(settings.repeats):

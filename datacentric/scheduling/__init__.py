@@ -1,7 +1,8 @@
 """The data-centric scheduler: pure functions from sample shapes to a Schedule.
 
-``build_schedule(shapes, policy=..., world_size=..., cost_model=...)`` returns the
-epoch's iterations; every rank computes the same one without communicating. Policies
+``Pipeline(shapes, cost_model, world_size=..., memory_cap_bytes=...)`` plans the
+buckets once (``.plan``) and returns each epoch's iterations (``.schedule(epoch)``,
+through ``build_schedule``); every rank computes the same ones without communicating. Policies
 (``POLICIES``): ``static``, ``packed``, ``dcp-intra``, ``dcp-inter``, ``dcp-pac``,
 ``megatron-dyncp`` and ``dcp-opt``. See ``docs/scheduling.md``.
 """
@@ -13,10 +14,12 @@ from datacentric.scheduling.measures import (
     schedule_measures,
 )
 from datacentric.scheduling.options import ScheduleOptions
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule, schedule_fingerprint
 
 __all__ = [
     "POLICIES",
+    "Pipeline",
     "Position",
     "ScheduleOptions",
     "build_schedule",

@@ -22,7 +22,6 @@ from datacentric.scheduling import (
     static_reference,
 )
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.default_plan import plan_dataset
 from datacentric.scheduling.measures import ideal_gpu_seconds, schedule_measures
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
@@ -52,7 +51,7 @@ def build_schedule(
     policy: str,
     world_size: int,
     cost_model: CostModel,
-    plan: Plan | None = None,
+    plan: Plan,
     seed: int = 0,
     epoch: int = 0,
     options: ScheduleOptions | None = None,
@@ -63,9 +62,10 @@ def build_schedule(
 
     A pure function of its arguments: every rank computes the same schedule, with
     no communication. ``plan`` is the one authority on what each bucket may run with
-    (its options) and on the memory cap; its skipped buckets' samples are dropped
-    (reported). Without one, :func:`plan_dataset` plans the dataset with the planner on
-    ``cost_model`` (under its capacity).
+    (its options) and on the memory budget, which the schedule carries
+    (``Schedule.memory_cap_bytes``); its skipped buckets' samples are dropped
+    (reported). :class:`~datacentric.scheduling.pipeline.Pipeline` makes the plan and
+    calls this.
     ``sample_ids`` restricts the epoch to those samples (the rest are listed as
     dropped; :func:`~datacentric.scheduling.resume.continue_schedule` uses it).
     ``measure`` fills ``meta`` with imbalance, efficiency and the ideal bound.
@@ -86,8 +86,8 @@ def build_schedule(
         asked[ids] = True
     not_asked = np.flatnonzero(~asked)
     skipped = np.zeros(0, dtype=np.int64)
-    if plan is None:
-        plan = plan_dataset(view, cost_model, world_size, options.max_micro_batch_size)
+    if not isinstance(plan, Plan):
+        raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
     if plan.skipped:
         gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
         in_gone = np.isin(view.bucket_of, gone)

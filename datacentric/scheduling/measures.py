@@ -21,7 +21,6 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.default_plan import plan_dataset
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import any_recompute
 from datacentric.shapes import SampleShape
@@ -36,15 +35,13 @@ def ideal_epoch_time(
     cost_model: CostModel,
     world_size: int,
     *,
-    plan: Plan | None = None,
+    plan: Plan,
     max_sp_size: int | None = None,
     sample_ids: Sequence[int] | None = None,
 ) -> float:
     """The ideal epoch time in seconds of ``shapes`` (or the subset ``sample_ids``) on
-    ``world_size`` ranks (see the module doc), over ``plan``'s options (by default the
-    planner's plan of ``shapes`` on ``cost_model``)."""
+    ``world_size`` ranks (see the module doc), over ``plan``'s options."""
     view = DatasetView(shapes)
-    plan = plan or plan_dataset(view, cost_model, world_size)
     table = OptionTable(
         view,
         cost_model,

@@ -176,13 +176,15 @@ class SimResult:
         }
 
 
-def schedule_memory_cap(schedule: Schedule, cost_model: CostModel) -> int:
+def schedule_memory_cap(schedule: Schedule) -> int:
     """The memory budget a schedule is checked against: its own, copied from the plan
-    it was made with; only a schedule made by hand, without one, falls back to the
-    cost model's deprecated ``memory_capacity_bytes``."""
-    if schedule.memory_cap_bytes is not None:
-        return int(schedule.memory_cap_bytes)
-    return cost_model.memory_capacity_bytes
+    it was made with (cost models hold none)."""
+    if schedule.memory_cap_bytes is None:
+        raise ValueError(
+            "the schedule carries no memory budget (made by hand, or saved by an older "
+            "version): set Schedule.memory_cap_bytes, or build it again from a plan"
+        )
+    return int(schedule.memory_cap_bytes)
 
 
 def simulate(
@@ -208,7 +210,7 @@ def simulate(
             "were given"
         )
     schedule.validate()
-    capacity = schedule_memory_cap(schedule, cost_model)
+    capacity = schedule_memory_cap(schedule)
     reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
     world = schedule.world_size
     iterations: list[IterationResult] = []

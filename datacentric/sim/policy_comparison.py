@@ -1,8 +1,8 @@
 """Run several scheduling policies on one workload and compare their simulated results.
 
-The schedules come from :func:`datacentric.scheduling.build_schedule` (the very
-objects the runtime executes), the epoch-time bound from the scheduler's own
-:func:`~datacentric.scheduling.ideal_epoch_time`, and every policy is executed by
+The schedules come from one :class:`~datacentric.scheduling.pipeline.Pipeline` (the
+very objects the runtime executes, every policy on the same plan and budget), the
+epoch-time bound from the scheduler's own ideal bound, and every policy is executed by
 :func:`datacentric.sim.engine.simulate` on the same cost model.
 """
 
@@ -15,12 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.memory_cap import (
+    device_memory_of,
+    resolve_memory_cap,
+    warn_cost_model_cap,
+)
 from datacentric.planning.plan import Plan
-from datacentric.planning.planner import plan_buckets
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.profiling.factory import MEMORY_FRACTION, analytic_cost_model
+from datacentric.profiling.factory import analytic_cost_model
 from datacentric.schedule import Schedule
-from datacentric.shapes import SampleShape, make_buckets
+from datacentric.scheduling.pipeline import Pipeline
+from datacentric.shapes import SampleShape
 from datacentric.sim.engine import SimResult, simulate
 
 if TYPE_CHECKING:
@@ -48,22 +53,29 @@ def simulation_cost_model(
 ) -> AnalyticCostModel:
     """The analytic cost model the simulator uses for ``model`` on ``hardware``.
 
-    Settings (stated, not fitted): bf16; plans capped at 70% of device memory (or
-    ``memory_gb`` GiB); model state held as ``shard`` says on ``world_size`` ranks
+    Settings (stated, not fitted): bf16; model state held as ``shard`` says on
+    ``world_size`` ranks
     (default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`, the trainer's, so
     ``simulate`` plans what ``train`` runs). The model reports the whole gradient
     reduction; :func:`run_policies` overlaps it with the slowest group's last backward
     when the setting does (``ddp``, ``fsdp2``: ``simulate(..., overlap_grad_sync=True)``).
+    ``memory_gb``: deprecated; the budget is :func:`simulation_budget`'s, the plan's.
     """
+    if memory_gb is not None:
+        warn_cost_model_cap("simulation_cost_model(memory_gb=)")
     return analytic_cost_model(
         model,
         hardware,
-        memory_gb=memory_gb,
-        memory_fraction=MEMORY_FRACTION,
         dtype_bytes=2,
         shard=shard,
         world_size=world_size,
     )
+
+
+def simulation_budget(cost_model: CostModel, memory_gb: float | None = None) -> int:
+    """The budget per rank of a simulated run: ``memory_gb`` GiB, else the default share
+    of the memory of the hardware the cost model prices."""
+    return resolve_memory_cap(memory_gb, device_memory_of(cost_model))
 
 
 @dataclass(frozen=True)
@@ -88,36 +100,39 @@ def run_policies(
     record_spans: bool = False,
     options: ScheduleOptions | None = None,
     plan: Plan | None = None,
+    memory_cap_bytes: int | None = None,
     errors: dict[str, str] | None = None,
+    pipeline: Pipeline | None = None,
 ) -> dict[str, PolicyRun]:
     """Schedule ``shapes`` with each policy and simulate the schedules.
 
-    Every policy gets the same ``options`` and the same ``plan`` (by default the
-    planner's, :func:`~datacentric.planning.planner.plan_buckets`, whose knapsack
-    recomputation ``dcp-pac`` and ``dcp-opt`` may use), so policies are compared on
-    equal terms. Efficiency is against the scheduler's ideal bound over the samples
-    each schedule actually runs. With ``errors`` (a dict), a policy whose scheduling
-    or simulation raises is left out of the result and its error recorded there
-    (benchmarks report it); without, the error propagates.
+    Every policy gets the same ``options``, the same plan and the same budget, so
+    policies are compared on equal terms: one ``pipeline``'s, or one made of the
+    arguments (the planner's plan under ``memory_cap_bytes``, by default
+    :func:`simulation_budget`; or ``plan``). Efficiency is against the scheduler's ideal
+    bound over the samples each schedule actually runs. With ``errors`` (a dict), a
+    policy whose scheduling or simulation raises is left out of the result and its
+    error recorded there (benchmarks report it); without, the error propagates.
     """
-    shapes = list(shapes)
-    if plan is None:
-        plan = plan_buckets(make_buckets(shapes), cost_model, world_size=world_size)
+    if pipeline is None:
+        if plan is None and memory_cap_bytes is None:
+            memory_cap_bytes = simulation_budget(cost_model)
+        pipeline = Pipeline(
+            shapes,
+            cost_model,
+            world_size=world_size,
+            memory_cap_bytes=memory_cap_bytes,
+            settings=options,
+            seed=seed,
+            plan=plan,
+        )
+    _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
     bounds: dict[tuple[int, ...], float] = {}
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
         try:
             runs[policy] = _run_policy(
-                policy,
-                shapes,
-                cost_model,
-                world_size,
-                plan,
-                bounds,
-                seed=seed,
-                epoch=epoch,
-                record_spans=record_spans,
-                options=options,
+                pipeline, policy, bounds, epoch=epoch, record_spans=record_spans
             )
         except Exception as err:  # recorded for the caller, see the docstring
             if errors is None:
@@ -127,47 +142,29 @@ def run_policies(
 
 
 def _run_policy(
+    pipeline: Pipeline,
     policy: str,
-    shapes: list[SampleShape],
-    cost_model: CostModel,
-    world_size: int,
-    plan: Plan,
     bounds: dict[tuple[int, ...], float],
     *,
-    seed: int,
     epoch: int,
     record_spans: bool,
-    options: ScheduleOptions | None,
 ) -> PolicyRun:
     """Schedule and simulate one policy; ``bounds`` caches the ideal time per dropped set."""
-    from datacentric.scheduling import build_schedule, ideal_epoch_time
-
     start = time.perf_counter()
-    schedule = build_schedule(
-        shapes,
-        policy=policy,
-        world_size=world_size,
-        cost_model=cost_model,
-        plan=plan,
-        seed=seed,
-        epoch=epoch,
-        options=options,
-        measure=False,
-    )
+    schedule = pipeline.schedule(epoch, policy=policy, measure=False)
     elapsed = time.perf_counter() - start
     dropped = schedule.dropped_sample_ids
     if dropped not in bounds:
-        kept = sorted(set(range(len(shapes))) - set(dropped)) if dropped else None
-        bounds[dropped] = ideal_epoch_time(
-            shapes, cost_model, world_size, plan=plan, sample_ids=kept
-        )
+        everyone = range(len(pipeline.shapes))
+        kept = sorted(set(everyone) - set(dropped)) if dropped else None
+        bounds[dropped] = pipeline.ideal_epoch_time(sample_ids=kept)
     result = simulate(
         schedule,
-        shapes,
-        cost_model,
+        pipeline.shapes,
+        pipeline.cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        overlap_grad_sync=_overlaps(cost_model, world_size),
+        overlap_grad_sync=_overlaps(pipeline.cost_model, pipeline.world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed)
 

@@ -18,7 +18,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.memory_cap import resolve_memory_cap
+from datacentric.planning.memory_cap import warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
@@ -61,14 +61,15 @@ def build_cost_model(
     or diffusers config).
 
     Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
-    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; ``memory_gb``
-    caps each rank (default: 70% of the device); model state is held as ``shard``
-    says on ``world_size`` ranks.
+    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model state is
+    held as ``shard`` says on ``world_size`` ranks. ``memory_gb``: deprecated (the
+    budget is the plan's; the model only prices memory).
     """
+    if memory_gb is not None:
+        warn_cost_model_cap("build_cost_model(memory_gb=)")
     return analytic_cost_model(
         model if isinstance(model, ModelSpec) else named_spec(model),
         _hardware_name(device),
-        memory_gb=memory_gb,
         dtype_bytes=2 if dtype == "bfloat16" else 4,
         shard=shard,
         world_size=world_size,
@@ -104,7 +105,6 @@ def run_cost_model(
             described,
             device,
             config.dtype,
-            config.memory_gb,
             shard=sharding(config),
             world_size=world_size,
         )
@@ -124,22 +124,20 @@ def run_cost_model(
         **config.profile_settings(),
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
-    return fitted_cost_model(
-        profile, memory_gb=config.memory_gb, default_cap_bytes=_device_capacity(device)
-    )
+    return fitted_cost_model(profile)
 
 
 def _model_args(config: TrainConfig) -> dict:
     return parse_model_args(getattr(config, "model_args", None))
 
 
-def _device_capacity(device: torch.device) -> int:
-    """The default budget on ``device`` (the settings' share of its memory)."""
+def device_memory_bytes(device: torch.device) -> int:
+    """The memory of ``device`` (a CUDA device's, else the machine's), from which the
+    budget's default share is taken
+    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`)."""
     if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-    else:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return resolve_memory_cap(None, total)
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _hardware_name(device: torch.device) -> str:

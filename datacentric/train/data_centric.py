@@ -31,183 +31,32 @@ run stands (a :class:`~datacentric.scheduling.resume.Position`); after
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.parallel.compiled import compile_blocks
-from datacentric.parallel.grad_sync import is_fsdp2, syncs_itself, wrap_model
+from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
-from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
+from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import Step
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.hardware import gib_to_bytes
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.planning.plan import Plan
-from datacentric.planning.planner import plan_buckets
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.module_specs import spec_of_model
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.options import ScheduleOptions
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
-from datacentric.shapes import SampleShape, make_buckets
-from datacentric.train.build import build_cost_model
+from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.verify.model_contract import check_model_contract
-
-
-def gather_floats(values: list[float], groups: ProcessGroups) -> torch.Tensor:
-    """``(world, len(values))`` float64 table of every rank's values (one collective)."""
-    mine = torch.tensor(values, dtype=torch.float64, device=groups.device)
-    if not groups.distributed or groups.world_size == 1:
-        return mine.unsqueeze(0).cpu()
-    table = [torch.empty_like(mine) for _ in range(groups.world_size)]
-    dist.all_gather(table, mine, group=groups.world)
-    return torch.stack(table).cpu()
-
-
-class Step:
-    """One optimizer step: iterate it for this rank's micro-batches, then ``finish()``.
-
-    After ``finish()``: :attr:`loss` (the global batch's), every rank's compute and
-    runtime seconds (:attr:`rank_compute_s`, :attr:`rank_time_s`) and this rank's
-    seconds waiting for packed data (:attr:`data_wait_s`). :attr:`phase`
-    names what the step is doing (for error messages of hung or failed collectives).
-    """
-
-    def __init__(
-        self,
-        runtime: DataCentricRuntime,
-        iteration: Iteration,
-        *,
-        number: int | None = None,
-        epoch: int | None = None,
-        on_finish: Callable[[Step], Any] | None = None,
-    ) -> None:
-        self.runtime = runtime
-        self.iteration = iteration
-        self.number = number
-        """Optimizer steps the run had done before this one (steps of ``steps()``)."""
-        self.epoch = epoch
-        """The epoch this step belongs to (steps of ``steps()``)."""
-        self.phase = "setup"
-        self.loss: float | None = None
-        self.rank_compute_s: list[float] = []
-        self.rank_time_s: list[float] = []
-        self.data_wait_s = 0.0
-        self._on_finish = on_finish
-        self.stats: IterationStats = runtime.start_iteration(iteration)
-
-    def __iter__(self) -> Iterator[MicroStep]:
-        mine = self.iteration.micro_batches_of_rank(self.runtime.groups.rank)
-        for k, micro in enumerate(self.runtime.micro_steps(self.iteration, self.stats)):
-            self.phase = f"micro-batch {k} (forward/backward with {self._collectives(mine, k)})"
-            yield micro
-
-    def _collectives(self, mine: Sequence[Any], k: int) -> str:
-        """The collectives micro-batch ``k`` of this rank issues, by who issues them."""
-        group, last = mine[k][0], k == len(mine) - 1
-        sp = f"the SP all-to-all of the group of {group.sp_size} at rank {group.rank_start}"
-        model = self.runtime.model
-        if is_fsdp2(model):
-            parts = ["FSDP's parameter all-gather", sp]
-            return ", ".join(parts + (["FSDP's gradient reduce-scatter"] if last else []))
-        if syncs_itself(model) and last:
-            return f"{sp} and DDP's gradient all-reduce"
-        return sp
-
-    def finish(self) -> float:
-        """Sum gradients over the world once, gather every rank's loss share and
-        timings (collectives) and return the global batch's loss."""
-        model = self.runtime.model
-        self.phase = (
-            "the end of the step (waiting for "
-            f"{'FSDP' if is_fsdp2(model) else 'DDP'}'s gradient sync)"
-            if syncs_itself(model)
-            else "the gradient all-reduce over the world"
-        )
-        self.runtime.finish_iteration(self.stats)
-        self.phase = "the all-gather of losses and timings"
-        compute_s = sum(mb.time_s for mb in self.stats.micro_batches)
-        table = gather_floats(
-            [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
-        )
-        self.loss = float(table[:, 0].sum())
-        self.rank_compute_s = [float(x) for x in table[:, 1]]
-        self.rank_time_s = [float(x) for x in table[:, 2]]
-        take_wait = getattr(self.runtime.pack, "take_wait_s", None)  # a Prefetcher
-        self.data_wait_s = float(take_wait()) if take_wait is not None else 0.0
-        self.phase = "finished"
-        if self._on_finish is not None:
-            self._on_finish(self)
-        return self.loss
-
-    @property
-    def finished(self) -> bool:
-        """``finish()`` has run."""
-        return self.loss is not None
-
-    @property
-    def runtime_time_s(self) -> float:
-        """The runtime's time of the step: the slowest rank's (after ``finish()``)."""
-        return max(self.rank_time_s, default=0.0)
-
-    @property
-    def sample_ids(self) -> list[int]:
-        """Every sample of this step, over all ranks."""
-        return self.iteration.sample_ids()
-
-
-class EpochPlanner:
-    """Plans a dataset's buckets once and builds each epoch's schedule (pure: no
-    communication, the same result on every rank and in a separate process)."""
-
-    def __init__(
-        self,
-        shapes: Sequence[SampleShape],
-        cost_model: CostModel,
-        *,
-        world_size: int,
-        policy: str = "dcp-opt",
-        memory_gb: float | None = None,
-        tokens_per_iteration: int | None = None,
-        seed: int = 0,
-        sp_sizes: Sequence[int] | None = None,
-        options: ScheduleOptions | None = None,
-    ) -> None:
-        self.shapes = list(shapes)
-        self.cost_model = cost_model
-        self.world_size = world_size
-        self.policy = policy
-        self.seed = seed
-        self.options = options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration)
-        self.plan: Plan = plan_buckets(
-            make_buckets(self.shapes),
-            cost_model,
-            world_size=world_size,
-            memory_cap_bytes=gib_to_bytes(memory_gb),
-            sp_sizes=sp_sizes,
-        )
-
-    def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
-        """The epoch's schedule; ``sample_ids`` restricts it to those samples."""
-        return build_schedule(
-            self.shapes,
-            policy=self.policy,
-            world_size=self.world_size,
-            cost_model=self.cost_model,
-            plan=self.plan,
-            seed=self.seed,
-            epoch=epoch,
-            options=self.options,
-            sample_ids=sample_ids,
-        )
 
 
 def model_spec(model: nn.Module) -> ModelSpec:
@@ -248,9 +97,10 @@ class DataCentric:
     ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``);
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
-    analytic model of ``preset`` on this device. ``memory_gb`` caps each rank's
-    planned memory; ``tokens_per_iteration`` bounds the global batch (``options``: every
-    :class:`ScheduleOptions`, instead). ``prefetch``
+    analytic model of ``preset`` on this device; it only prices memory.
+    ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory),
+    held by the plan and every schedule; ``tokens_per_iteration`` bounds the global
+    batch (``options``: every :class:`ScheduleOptions`, instead). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed). ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
@@ -294,7 +144,6 @@ class DataCentric:
                 described,
                 self.groups.device,
                 dtype,
-                memory_gb,
                 shard=self.sharding,
                 world_size=self.groups.world_size,
             )
@@ -307,17 +156,18 @@ class DataCentric:
         self.model = wrap_model(self.module, self.groups, self.sharding)
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
-        self.planner = EpochPlanner(
+        self.pipeline = Pipeline(
             dataset.shapes(),
             cost_model,
             world_size=self.groups.world_size,
+            memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
             policy=policy,
-            memory_gb=memory_gb,
-            tokens_per_iteration=tokens_per_iteration,
+            settings=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
             seed=seed,
             sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
-            options=options,
         )
+        """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
+        else 70% of this device) and builds each epoch's schedule."""
         self.runtime = DataCentricRuntime(
             self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
         )
@@ -333,7 +183,17 @@ class DataCentric:
 
     def schedule(self, epoch: int = 0, sample_ids: Sequence[int] | None = None) -> Schedule:
         """The epoch's schedule (the same on every rank); ``sample_ids`` restricts it."""
-        return self.planner.schedule(epoch, sample_ids)
+        return self.pipeline.schedule(epoch, sample_ids=sample_ids)
+
+    @property
+    def planner(self) -> Pipeline:
+        """Deprecated name of :attr:`pipeline`."""
+        warnings.warn(
+            "DataCentric.planner is deprecated: use DataCentric.pipeline",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.pipeline
 
     def set_epoch(self, epoch: int) -> None:
         """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""
@@ -372,7 +232,7 @@ class DataCentric:
         p = self.position
         world = self.groups.world_size
         if self._segment is None or p.segment_world != world or self._segment_epoch != p.epoch:
-            self._segment = continue_schedule(p, len(self.planner.shapes), world, self.schedule)
+            self._segment = continue_schedule(p, len(self.pipeline.shapes), world, self.schedule)
             self._segment_epoch = p.epoch
         return self._segment
 

@@ -89,7 +89,7 @@ class StepMetrics:
         from datacentric.train.build import build_cost_model
 
         self.groups = groups
-        self.shapes = dc.planner.shapes
+        self.shapes = dc.pipeline.shapes
         self.analytic = (
             build_cost_model(config.model, groups.device, config.dtype)
             if config.model in MODEL_PRESETS

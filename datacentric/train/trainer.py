@@ -303,7 +303,7 @@ class Trainer:
             self.out.mkdir(parents=True, exist_ok=True)
             config.save(self.out / "config.json")
             (self.out / "config.toml").write_text(config.to_toml(), encoding="utf-8")
-            plan = self.dc.planner.plan.to_json()
+            plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
             (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         for group in self.optimizer.param_groups:
             # The schedule multiplies the configured peak; a loaded optimizer state holds

@@ -31,6 +31,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.step import run_step
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
 from datacentric.verify.case_models import build_case, build_reference, num_blocks
@@ -188,8 +189,7 @@ def _distributed_worker(
         iteration = Iteration.from_json(iteration_json)
         runtime = DataCentricRuntime(model, groups, dataset.pack, loss_tokens_function(dataset))
         runtime.check_schedule([iteration])
-        stats = runtime.run_iteration(iteration)
-        loss = runtime.global_loss(stats)
+        loss = run_step(runtime, iteration).loss
         names = [n.removeprefix("module.") for n, _ in model.named_parameters()]
         grads = [_full_grad(p) for p in model.parameters()]
         out.append((loss, dict(zip(names, grads))))
