@@ -256,6 +256,8 @@ def config_option(
     for old in [*old_flags, *old_section_flags(key)]:
         if old not in flags:
             add_deprecated_alias(container, old, flags[0], dest, like=action)
+    if key == "model":  # every command that takes --model takes its arguments too
+        config_option(container, key="model_args", action="append", metavar="KEY=VALUE")
     return action
 
 

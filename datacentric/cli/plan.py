@@ -298,11 +298,15 @@ def memory_budget(args: argparse.Namespace, cost: Any) -> int:
 
 
 def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
-    """The analytic cost model of ``--model`` on ``--hardware`` (fp32 on ``cpu-local``,
-    bf16 elsewhere) with ``--shard``; the budget is :func:`memory_budget`'s."""
+    """The analytic cost model of ``--model`` (any model string, with its ``--model-arg``
+    keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with
+    ``--shard``; the budget is :func:`memory_budget`'s."""
+    from datacentric.models.source import parse_model_args
     from datacentric.profiling.factory import analytic_cost_model
+    from datacentric.profiling.module_specs import named_spec
 
-    return analytic_cost_model(model, hardware, shard=sharding_of(args), world_size=world)
+    spec = named_spec(model, parse_model_args(getattr(args, "model_args", None)))
+    return analytic_cost_model(spec, hardware, shard=sharding_of(args), world_size=world)
 
 
 def profiled_model(args: argparse.Namespace) -> tuple[Any, int]:

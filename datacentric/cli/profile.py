@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         key="model",
         default="llama",
-        help="runnable model preset or pkg.module:factory",
+        help="the model (a preset, hf:DIR_OR_NAME, diffusers:DIR_OR_NAME or pkg.module:factory)",
     )
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
@@ -118,6 +118,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.models.source import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.autoprofile import run_profile
@@ -139,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         bucketing = make_buckets(shapes)
         settings = ProfileSettings(
             model=args.model,
+            model_args=parse_model_args(args.model_args),
             world_size=args.world,
             backend=args.backend,
             dtype=args.dtype or ("float32" if args.backend == "gloo" else "bfloat16"),
