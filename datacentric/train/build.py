@@ -155,7 +155,11 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
     analytic cost model, that its cost can be read from it. Raises a ``ValueError``
     naming the model and what is wrong."""
     source = model_source(config)
-    model, _ = build_from_source(source, device="meta", dataset=dataset)
+    try:
+        model, _ = build_from_source(source, device="meta", dataset=dataset)
+    except (AssertionError, TypeError, KeyError, RuntimeError, NotImplementedError) as err:
+        # raised inside the model's own constructor: name the model and the cause
+        raise ValueError(f"model {config.model!r} cannot be built: {err}") from err
     missing = [
         a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(model, a)
     ]
