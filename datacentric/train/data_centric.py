@@ -47,6 +47,7 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import Step
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.heads import allowed_sp_sizes
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
@@ -83,11 +84,15 @@ def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> Non
 
 
 def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
-    """The SP sizes the planner may use: powers of two dividing the world and the
-    model's query heads (Ulysses splits heads across a group)."""
+    """The SP sizes the planner may use: powers of two dividing the world that the
+    model's heads allow (:func:`~datacentric.planning.heads.allowed_sp_sizes`: Ulysses
+    splits query heads across a group, key/value heads are repeated as far as it needs)."""
     heads = int(getattr(model, "num_heads", 0) or 0)
     sizes = [s for s in (2**k for k in range(world_size.bit_length())) if world_size % s == 0]
-    return [s for s in sizes if heads == 0 or heads % s == 0]
+    if not heads:
+        return sizes
+    allowed = set(allowed_sp_sizes(heads, int(getattr(model, "num_kv_heads", 0) or heads)))
+    return [s for s in sizes if s in allowed]
 
 
 class DataCentric:
