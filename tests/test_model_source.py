@@ -240,20 +240,21 @@ def _latent_folder(folder: Path, channels: int, text_width: int, count: int = 12
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("tiny", ["wan", "ltx"])
 def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
-    tmp_path: Path,
+    tmp_path: Path, tiny: str
 ) -> None:
     import diffusers
 
-    from datacentric.models.diffusers_build import TINY_DIFFUSERS
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
 
-    class_name, config = TINY_DIFFUSERS["ltx"]
+    class_name, config = TINY_DIFFUSERS[tiny]
     cls = getattr(diffusers, class_name)
     torch.manual_seed(2)
-    folder = tmp_path / "ltx"
-    cls.from_config(config).save_pretrained(folder)
+    folder = tmp_path / tiny
+    cls.from_config(config).save_pretrained(folder)  # Wan's needs accelerate to load
     latents = tmp_path / "latents"
-    _latent_folder(latents, config["in_channels"], config["caption_channels"])
+    _latent_folder(latents, config["in_channels"], text_width(config))
     run_dir, exported = tmp_path / "run", tmp_path / "exported"
     result = _run(
         "train",
