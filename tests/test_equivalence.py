@@ -142,8 +142,8 @@ def test_cli_checks_other_models_at_world_2_with_sp_2(name, capsys, monkeypatch)
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("gpt5", "no equivalence case for model 'gpt5'"),
-        ("hf:nope", "unknown Hugging Face model 'nope'"),
+        ("gpt5", "unknown model 'gpt5'"),
+        ("hf:nope", "no folder 'nope'"),
         ("no_such_module_x:make", "cannot import 'no_such_module_x'"),
         ("json:nothing", "json has no callable 'nothing'"),
     ],

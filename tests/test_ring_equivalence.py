@@ -56,9 +56,9 @@ def test_cli_checks_a_ring_split_beyond_the_head_count(split: str, capsys) -> No
     [
         (["--sp-split", "3"], "--sp-split '3': give two positive integers U,R"),
         (["--sp-split", "2,3"], "makes a group of 6 ranks, which must divide --world 4"),
-        (["--model-arg", "heads"], "--model-arg 'heads' is not KEY=VALUE"),
+        (["--model-arg", "heads"], "model argument 'heads' is not KEY=VALUE (--model-arg)"),
         (["--model-arg", "num_heads=3"], "hidden_size 128 is not divisible by num_heads 3"),
-        (["--model", "dit", "--model-arg", "bogus=1"], "has no field(s) ['bogus']"),
+        (["--model", "dit", "--model-arg", "bogus=1"], "dit takes no bogus"),
     ],
 )
 def test_cli_names_a_bad_split_or_model_argument_in_one_line(argv, message, capsys) -> None:

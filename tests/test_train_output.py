@@ -82,15 +82,30 @@ def test_step_line_holds_what_users_watch():
     assert "step_time 500.0ms (est 250.0ms)" in line
 
 
-def test_log_every_and_the_last_step(tmp_path, caplog):
+class Collect(logging.Handler):
+    """Every message the ``datacentric`` logger emits, once (whatever other handlers
+    earlier tests left on the root logger)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_log_every_and_the_last_step(tmp_path):
     setup_logging("info")
-    logging.getLogger("datacentric").propagate = True  # let caplog see the lines
-    sink = MetricsLogger(tmp_path, enabled=True, total=5, progress=False, log_every=2)
-    with caplog.at_level(logging.INFO, logger="datacentric"):
+    collect = Collect()
+    logging.getLogger("datacentric").addHandler(collect)
+    try:
+        sink = MetricsLogger(tmp_path, enabled=True, total=5, progress=False, log_every=2)
         for step in range(5):
             sink.log(record(step))
-    sink.close()
-    assert [m.split()[1] for m in caplog.messages if m.startswith("step")] == ["2", "4", "5"]
+        sink.close()
+    finally:
+        logging.getLogger("datacentric").removeHandler(collect)
+    assert [m.split()[1] for m in collect.messages if m.startswith("step")] == ["2", "4", "5"]
     assert len(read_metrics(tmp_path)) == 5
 
 

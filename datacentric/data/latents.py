@@ -180,11 +180,11 @@ class LatentDataset:
         x = as_float_tensor(data).permute(1, 0, 2, 3)  # (C, F, H, W)
         pads = [(-n) % p for n, p in zip((cf, ch, cw), self.patch)]
         x = torch.nn.functional.pad(x, (0, pads[2], 0, pads[1], 0, pads[0]))
-        # the text embedding travels with the sample: a text-conditioned model (the
-        # diffusers path) reads it as ``PackedBatch.sample_context``
-        return VideoSample(
-            x0=patchify(x, self.patch), noise=noise, t=t, context=self.text_embedding(i)
-        )
+        # when every sample has one, the text embedding travels with the sample: a
+        # text-conditioned model (the diffusers path) reads ``PackedBatch.sample_context``
+        every = all(p is not None for p in self.text_files)
+        context = self.text_embedding(i) if every else None
+        return VideoSample(x0=patchify(x, self.patch), noise=noise, t=t, context=context)
 
     def pack(
         self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
