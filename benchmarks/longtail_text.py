@@ -123,7 +123,9 @@ def main() -> None:
             settings.append(f"- {name}, {policy}: `{json.dumps(row['settings'])}`")
         load = os.getloadavg()[0]
         lines.append(
-            f"| {name} | {describe(lengths)} | " + " | ".join(cells) + f" | {wall:.0f} | {load:.1f} |"
+            f"| {name} | {describe(lengths)} | "
+            + " | ".join(cells)
+            + f" | {wall:.0f} | {load:.1f} |"
         )
         print(lines[-1], flush=True)
     lines += ["", "What each policy chose (`settings`):", "", *settings, ""]

@@ -6,6 +6,9 @@ an analytic preset (``--model PRESET --hardware PRESET``; a workload preset brin
 its own defaults). The planner plans every bucket first (its knapsack recomputation
 is one of the choices ``dcp-pac`` and ``dcp-opt`` use). Prints a summary, or one
 JSON object with ``--json``; ``--json-out FILE`` saves the schedule itself as JSON.
+With several policies (``--policy static,dcp-opt``) every policy schedules the same
+data on the same plan, and the JSON object holds ``policies`` keyed by name (as
+``datacentric simulate --json`` does).
 Settings may come from ``--config FILE`` (the keys of its flags; flags override it).
 """
 
@@ -46,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
     add_data_arguments(parser)
     add_world_flag(parser, required=True)
-    add_policy_flag(parser, several=False, required=True)
+    add_policy_flag(parser, several=True, required=True)
     config_option(
         parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
     )
@@ -167,21 +170,47 @@ def cost_model_and_plan(args: argparse.Namespace, shapes: list) -> tuple[Any, An
 
 
 def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the schedule the arguments describe; its summary as a JSON-able dict."""
-    from datacentric.scheduling import ScheduleOptions, build_schedule
-
+    """Build the schedule(s) the arguments describe; the summary as a JSON-able dict:
+    one policy's fields, or with several policies ``policies`` keyed by name."""
+    policies = [p for p in args.policy.split(",") if p]
+    if len(policies) > 1 and args.json_out:
+        raise ValueError("--json-out saves one schedule: give one --policy")
     batch = global_batch_options(args)
     shapes, skipped = dataset_shapes(args)
     cost, plan, source = cost_model_and_plan(args, shapes)
+    rows = {p: policy_summary(args, p, shapes, cost, plan, source, skipped) for p in policies}
+    if len(policies) == 1:
+        return rows[policies[0]]
+    shared = ("world", "cost_model", "samples_total", "samples_skipped", "tokens_per_step_mean")
+    first = rows[policies[0]]
+    return {
+        **{key: first[key] for key in shared},
+        "global_batch_tokens": batch["global_batch_tokens"],
+        "policies": {p: {k: v for k, v in row.items() if k != "policy"} for p, row in rows.items()},
+    }
+
+
+def policy_summary(
+    args: argparse.Namespace,
+    policy: str,
+    shapes: list,
+    cost: Any,
+    plan: Any,
+    source: str,
+    skipped: int,
+) -> dict[str, Any]:
+    """One policy's schedule of ``shapes``, built and validated; its summary fields."""
+    from datacentric.scheduling import ScheduleOptions, build_schedule
+
     options = ScheduleOptions(
-        **batch,
+        **global_batch_options(args),
         drop_remainder=args.drop_remainder,
         max_sp_size=args.max_sp,
         exact_solver=args.exact_solver,
     )
     schedule = build_schedule(
         shapes,
-        policy=args.policy,
+        policy=policy,
         world_size=args.world,
         cost_model=cost,
         plan=plan,
@@ -195,7 +224,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     meta = schedule.meta
     groups = [len(it.assignments) for it in schedule.iterations]
     return {
-        "policy": args.policy,
+        "policy": policy,
         "world": args.world,
         "cost_model": source,
         "iterations": len(schedule.iterations),
@@ -204,12 +233,16 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "samples_dropped": meta["samples_dropped"],
         "samples_skipped": skipped,
         "efficiency": meta["efficiency"],
+        "efficiency_step_bound": meta["efficiency_step_bound"],
+        "settings": meta["settings"],
         "tokens_per_step_mean": meta["tokens_per_step_mean"],
         "tokens_per_step_max": meta["tokens_per_step_max"],
         "imbalance_mean": meta["imbalance_mean"],
         "imbalance_max": max(meta["imbalance"]),
         "est_epoch_time_s": meta["est_epoch_time_s"],
         "ideal_epoch_time_s": meta["ideal_epoch_time_s"],
+        "step_bound_epoch_time_s": meta["step_bound_epoch_time_s"],
+        "grad_sync_exposed_s": meta["grad_sync_exposed_s"],
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
         "phases_per_iteration_max": max(it.num_phases for it in schedule.iterations),
@@ -228,8 +261,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(summary))
-    else:
-        for key, value in summary.items():
+        return 0
+    for name, row in summary.get("policies", {"": summary}).items():
+        if name:
+            print(f"{'policy':>26}: {name}")
+        for key, value in row.items():
             shown = f"{value:.4g}" if isinstance(value, float) else value
             print(f"{key:>26}: {shown}")
     return 0

@@ -4,9 +4,11 @@ One SP size, one recomputation setting (none or every block) and one micro-batch
 size (a token budget, capped per bucket by what fits the memory cap) for all data;
 accumulation follows from the global batch: each step's micro-batches are dealt to
 the ``world / sp`` equal data-parallel groups longest first (LPT). The configuration
-is the one with the least estimated time over a sample of the epoch's global batches
-among every SP size within a node (larger only when nothing fits within), both
-recomputation settings and micro-batch budgets in powers of two.
+is the one with the least estimated epoch time among every SP size within a node
+(larger only when nothing fits within), both recomputation settings and micro-batch
+budgets in powers of two: every candidate priced on a few steps spread over the
+epoch, then the best :data:`FINALISTS` and the budgets a factor ``sqrt(2)`` either
+side of the best on every step (:mod:`~datacentric.scheduling.search_steps`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.search_steps import priced_steps
 
-#: Global batches the search prices each candidate configuration on.
-SEARCH_BATCHES = 3
+#: Candidates re-priced on every step after the first pass.
+FINALISTS = 3
 
 
 def uniform_sizes(inp: PolicyInput, table: OptionTable) -> list[int]:
@@ -81,38 +84,66 @@ def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
     return out + [float(top)]
 
 
+def price(
+    inp: PolicyInput, table: OptionTable, sp: int, budget: float, chunks: list[np.ndarray]
+) -> float:
+    """Estimated time of ``chunks`` under one configuration (ValueError: it cannot
+    cover the world)."""
+    return sum(
+        step_time(table, equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)))
+        for c in chunks
+    )
+
+
 def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
     """The (recomputation table, SP size, token budget) with the least estimated time."""
     chunks, _ = inp.global_batches()
-    sample = chunks[:: max(1, len(chunks) // SEARCH_BATCHES)][:SEARCH_BATCHES]
-    best: tuple[float, OptionTable, int, float] | None = None
-    for table in (inp.table("none", lambda o: not any(o.recompute)), inp.full_table()):
+    sample = [chunks[k] for k in priced_steps(len(chunks))]
+    first: list[tuple[float, int, OptionTable, int, float]] = []
+    tables = (inp.table("none", lambda o: not any(o.recompute)), inp.full_table())
+    for n, table in enumerate(tables):
         for sp in uniform_sizes(inp, table):
             for budget in budgets(inp, table, sp):
                 try:
-                    t = sum(
-                        step_time(
-                            table,
-                            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
-                        )
-                        for c in sample
-                    )
+                    first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
                 except ValueError:  # too few micro-batches to cover the world
                     continue
-                if best is None or t < best[0] * (1 - 1e-9):
-                    best = (t, table, sp, budget)
-    if best is None:
+    if not first:
         table = inp.full_table()
         sp = uniform_sp(inp, table)
         return table, sp, float(budgets(inp, table, sp)[0])
+    first.sort(key=lambda row: row[:2])
+    finalists = [row[2:] for row in first[:FINALISTS]]
+    _, _, table, sp, budget = first[0]
+    for factor in (2**-0.5, 2**0.5):
+        finalists.append((table, sp, budget * factor))
+    best: tuple[float, OptionTable, int, float] | None = None
+    for table, sp, budget in finalists:
+        try:
+            t = price(inp, table, sp, budget, chunks)
+        except ValueError:
+            continue
+        if best is None or t < best[0] * (1 - 1e-9):
+            best = (t, table, sp, budget)
+    if best is None:  # no finalist covers the world on every step
+        return first[0][2], first[0][3], first[0][4]
     return best[1], best[2], best[3]
+
+
+def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> dict:
+    """What ``static`` chose, for ``Schedule.meta['settings']``."""
+    return {
+        "sp_size": sp,
+        "recompute": "full" if table is inp.full_table() else "none",
+        "token_budget": int(budget),
+    }
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static`` policy."""
     table, sp, budget = search(inp)
     chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
+    out = PolicyOutput(iterations=[], dropped=dropped, settings=settings_of(inp, table, sp, budget))
     for k, chunk in enumerate(chunks):
         groups = equal_groups(inp, table, sp, budget_items(inp, table, chunk, sp, budget))
         out.iterations.append(emit_iteration(k, inp.world_size, groups, table))

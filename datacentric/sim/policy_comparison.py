@@ -141,6 +141,7 @@ def _run_policy(
 ) -> PolicyRun:
     """Schedule and simulate one policy; ``bounds`` caches the ideal time per dropped set."""
     from datacentric.scheduling import build_schedule, ideal_epoch_time
+    from datacentric.scheduling.measures import overlaps_grad_sync
 
     start = time.perf_counter()
     schedule = build_schedule(
@@ -167,16 +168,9 @@ def _run_policy(
         cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        overlap_grad_sync=_overlaps(cost_model, world_size),
+        overlap_grad_sync=overlaps_grad_sync(cost_model, world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed)
-
-
-def _overlaps(cost_model: CostModel, world_size: int) -> bool:
-    """Whether the run's ``shard`` setting reduces gradients inside the last backward
-    (cost models without a setting: yes, as DDP and FSDP2 do)."""
-    sharding = getattr(cost_model, "sharding", None)
-    return sharding is None or sharding.overlaps_reduction(world_size)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
