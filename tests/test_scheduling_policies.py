@@ -161,7 +161,8 @@ def test_a_layout_gets_one_group_per_item_longer_than_half_the_bound() -> None:
 
 
 def test_dcp_pac_keeps_dcp_inter_sizes_and_recomputes_less():
-    """PAC only lowers recomputation: every bucket runs on dcp-inter's SP size."""
+    """PAC lowers recomputation: every bucket runs on dcp-inter's SP size, except those
+    whose single sample would outlast an average step, which move to a larger one."""
     shapes = _mixed_text(800)
     runs = {
         p: build_schedule(shapes, policy=p, world_size=16, cost_model=MODEL, seed=1)
@@ -184,7 +185,13 @@ def test_dcp_pac_keeps_dcp_inter_sizes_and_recomputes_less():
             for mb in a.micro_batches
         )
 
-    assert sizes(runs["dcp-pac"]) == sizes(runs["dcp-inter"])
+    moved = runs["dcp-pac"].meta["settings"]["moved_to_outlast_no_step"]
+    pac, inter = sizes(runs["dcp-pac"]), sizes(runs["dcp-inter"])
+    assert {b: pac[b] for b in pac if b not in moved} == {
+        b: inter[b] for b in pac if b not in moved
+    }
+    for bucket, size in moved.items():
+        assert pac[bucket] == {size} and size > min(inter[bucket])
     assert recomputed(runs["dcp-pac"]) < recomputed(runs["dcp-inter"])
 
 
@@ -259,3 +266,36 @@ def test_dcp_opt_runs_long_videos_in_a_phase_of_their_own_where_that_is_shorter(
         later = [a.sp_size for a in it.assignments if a.phase == 1]
         assert later.count(1) > len(later) / 2  # the rest runs mostly on single GPUs
     assert run.result.efficiency >= 0.95
+
+
+@pytest.mark.parametrize(
+    "policy",
+    ["static", "static-reference", "packed", "dcp-intra", "dcp-inter", "dcp-pac"]
+    + ["megatron-dyncp", "dcp-opt"],
+)
+def test_every_policy_honours_max_sp_where_everything_fits(policy):
+    rng = np.random.default_rng(5)
+    shapes = [SampleShape.text(int(x)) for x in np.exp(rng.uniform(np.log(64), np.log(8000), 300))]
+    options = ScheduleOptions(max_sp_size=1)
+    schedule = build_schedule(
+        shapes, policy=policy, world_size=8, cost_model=MODEL, options=options
+    )
+    assert _group_sizes(schedule) == {1}
+
+
+@pytest.mark.parametrize("world", [48, 64])
+def test_megatron_runs_a_40_head_model_on_sizes_dividing_its_heads(world):
+    """llama-13b (40 heads) at worlds 48 and 64: CP groups only of sizes the model runs."""
+    from datacentric.sim.policy_comparison import simulation_cost_model
+
+    rng = np.random.default_rng(2)
+    lengths = np.r_[np.exp(rng.uniform(np.log(200), np.log(8000), 400)), [60_000, 120_000]]
+    shapes = [SampleShape.text(int(x)) for x in lengths]
+    cost = simulation_cost_model("llama-13b", "h200-sxm", world)
+    options = ScheduleOptions(global_batch_tokens=1_000_000)
+    schedule = build_schedule(
+        shapes, policy="megatron-dyncp", world_size=world, cost_model=cost, options=options
+    )
+    schedule.validate()
+    assert all(40 % s == 0 for s in _group_sizes(schedule))
+    assert schedule.meta["settings"]["max_cp_size"] == 8

@@ -112,8 +112,8 @@ def form_micro_batch(
     if c > top_cp:
         raise ValueError(
             f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
-            f"{cap} tokens per rank but CP groups hold at most {top_cp} ranks; raise "
-            "megatron_tokens_per_rank or --max-sp"
+            f"{cap} tokens per rank but CP groups hold at most {top_cp} ranks here (the "
+            "model's heads, --max-sp and the world); raise megatron_tokens_per_rank"
         )
     work_cap = seed_len * cap * (1 + DELTA)
     groups = [CPGroup(0, c)]
@@ -330,6 +330,7 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
     chunks, _ = inp.global_batches()
     sample = priced_steps(len(chunks))
     first: list[tuple[float, str, int]] = []
+    why = "no recomputation setting fits every bucket"
     for name, allowed in RECOMPUTATIONS.items():
         table = inp.table(name if name != "plan" else "pac", allowed)
         if not all(table.options(b) for b in inp.active_buckets()):
@@ -337,14 +338,12 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
         for cap in cap_candidates(inp, table):
             try:
                 steps = [build_steps(inp, table, cap, [chunks[k]], k)[0] for k in sample]
-            except ValueError:  # a sequence needs more ranks, or a unit fits nothing
+            except ValueError as err:  # a sequence needs more ranks, or a unit fits nothing
+                why = f"{cap} tokens per rank, recomputation {name}: {err}"
                 continue
             first.append((sum(it.est_makespan_s for it in steps), name, cap))
     if not first:
-        raise ValueError(
-            "megatron-dyncp: no per-rank cap and recomputation setting runs every step; "
-            "raise --max-sp or the memory cap"
-        )
+        raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
     first.sort()
     best: tuple[float, str, int] | None = None
     for _, name, cap in first[:FINALISTS]:
