@@ -299,3 +299,37 @@ def test_megatron_runs_a_40_head_model_on_sizes_dividing_its_heads(world):
     schedule.validate()
     assert all(40 % s == 0 for s in _group_sizes(schedule))
     assert schedule.meta["settings"]["max_cp_size"] == 8
+
+
+def test_static_is_within_half_a_percent_of_a_wider_search():
+    """Both settings, every size, budgets 2**(1/4) apart, every step priced."""
+    from datacentric.scheduling import static
+    from datacentric.scheduling.dataset_view import DatasetView
+    from datacentric.scheduling.default_plan import plan_dataset
+    from datacentric.scheduling.epoch import epoch_rng
+    from datacentric.scheduling.policy_input import PolicyInput, no_recompute
+
+    shapes = _mixed_text(300, seed=4)
+    view = DatasetView(shapes)
+    inp = PolicyInput(
+        view=view,
+        cost_model=MODEL,
+        world_size=8,
+        options=ScheduleOptions(global_batch_samples=40),
+        plan=plan_dataset(view, MODEL, 8),
+        rng=epoch_rng(0, 0),
+        active=np.arange(len(shapes)),
+    )
+    chunks, _ = inp.global_batches()
+    assert len(chunks) > 4  # more steps than the first pass prices
+    chosen = static.price(inp, *static.search(inp), chunks)
+    wider = []
+    for table in (inp.table("none", no_recompute), inp.full_table()):
+        for sp in static.uniform_sizes(inp, table):
+            grid = static.budgets(inp, table, sp)
+            for k in range(4 * len(grid)):
+                try:
+                    wider.append(static.price(inp, table, sp, grid[0] * 2 ** (k / 4), chunks))
+                except ValueError:
+                    continue
+    assert chosen <= min(wider) * 1.005

@@ -7,8 +7,8 @@ the ``world / sp`` equal data-parallel groups longest first (LPT). The configura
 is the one with the least estimated epoch time among every SP size within a node
 (larger only when nothing fits within), both recomputation settings and micro-batch
 budgets in powers of two: every candidate priced on a few steps spread over the
-epoch, then the best :data:`FINALISTS` and the budgets a factor ``sqrt(2)`` either
-side of the best on every step (:mod:`~datacentric.scheduling.search_steps`).
+epoch, the best (setting, size) again on budgets ``2**(1/4)`` apart, then the best
+:data:`FINALISTS` of all on every step (:mod:`~datacentric.scheduling.search_steps`).
 """
 
 from __future__ import annotations
@@ -113,10 +113,19 @@ def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
         sp = uniform_sp(inp, table)
         return table, sp, float(budgets(inp, table, sp)[0])
     first.sort(key=lambda row: row[:2])
+    # The best (setting, size) again on a finer grid: budgets 2**(k/4) apart.
+    _, n, table, sp, _ = first[0]
+    coarse = budgets(inp, table, sp)
+    for k in range(4 * len(coarse)):
+        budget = coarse[0] * 2 ** (k / 4)
+        if k % 4 == 0 or budget > coarse[-1]:
+            continue
+        try:
+            first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
+        except ValueError:
+            continue
+    first.sort(key=lambda row: row[:2])
     finalists = [row[2:] for row in first[:FINALISTS]]
-    _, _, table, sp, budget = first[0]
-    for factor in (2**-0.5, 2**0.5):
-        finalists.append((table, sp, budget * factor))
     best: tuple[float, OptionTable, int, float] | None = None
     for table, sp, budget in finalists:
         try:
