@@ -307,6 +307,7 @@ def test_static_is_within_half_a_percent_of_a_wider_search():
     from datacentric.scheduling.dataset_view import DatasetView
     from datacentric.scheduling.default_plan import plan_dataset
     from datacentric.scheduling.epoch import epoch_rng
+    from datacentric.scheduling.measures import epoch_estimate_s
     from datacentric.scheduling.policy_input import PolicyInput, no_recompute
 
     shapes = _mixed_text(300, seed=4)
@@ -322,14 +323,18 @@ def test_static_is_within_half_a_percent_of_a_wider_search():
     )
     chunks, _ = inp.global_batches()
     assert len(chunks) > 4  # more steps than the first pass prices
-    chosen = static.price(inp, *static.search(inp), chunks)
+
+    def epoch(table, sp, budget) -> float:
+        return epoch_estimate_s(static.build(inp, table, sp, budget), MODEL, shapes, 8)
+
+    chosen = epoch(*static.search(inp))
     wider = []
     for table in (inp.table("none", no_recompute), inp.full_table()):
         for sp in static.uniform_sizes(inp, table):
             grid = static.budgets(inp, table, sp)
             for k in range(4 * len(grid)):
                 try:
-                    wider.append(static.price(inp, table, sp, grid[0] * 2 ** (k / 4), chunks))
+                    wider.append(epoch(table, sp, grid[0] * 2 ** (k / 4)))
                 except ValueError:
                     continue
     assert chosen <= min(wider) * 1.005

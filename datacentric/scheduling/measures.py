@@ -204,6 +204,23 @@ def estimated_grad_sync_s(
     return exposed_grad_sync_s(reduction_s, min(windows) if windows else None)
 
 
+def epoch_estimate_s(
+    iterations: Sequence[Iteration],
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    world_size: int,
+) -> float:
+    """Estimated time of ``iterations``: their makespans plus the exposed gradient sync
+    (:func:`estimated_grad_sync_s`), what ``efficiency`` charges; the searches of
+    ``static`` and ``megatron-dyncp`` price their finalists with it."""
+    reduction = float(cost_model.grad_sync_time_s(world_size))
+    overlap = overlaps_grad_sync(cost_model, world_size)
+    return sum(
+        it.est_makespan_s + estimated_grad_sync_s(it, cost_model, shapes, reduction, overlap)
+        for it in iterations
+    )
+
+
 def iteration_imbalance(it: Iteration, world_size: int) -> float:
     """Idle share of the iteration's GPU time by the micro-batches' estimates."""
     span = it.est_makespan_s

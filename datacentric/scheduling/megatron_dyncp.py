@@ -41,6 +41,7 @@ import numpy as np
 
 from datacentric.planning.bucket_options import nesting_sp_sizes
 from datacentric.schedule import Iteration
+from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.micro_batches import emit_iteration
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.packed import fitting_items
@@ -349,7 +350,8 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
     for _, name, cap in first[:FINALISTS]:
         table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
         try:
-            total = sum(it.est_makespan_s for it in build_steps(inp, table, cap, chunks))
+            steps = build_steps(inp, table, cap, chunks)
+            total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
         except ValueError:
             continue
         if best is None or total < best[0] * (1 - 1e-9):

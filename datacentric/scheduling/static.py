@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from datacentric.schedule import Iteration
 from datacentric.scheduling.item import Item
+from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
@@ -129,7 +131,9 @@ def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
     best: tuple[float, OptionTable, int, float] | None = None
     for table, sp, budget in finalists:
         try:
-            t = price(inp, table, sp, budget, chunks)
+            t = epoch_estimate_s(
+                build(inp, table, sp, budget), inp.cost_model, inp.view.shapes, inp.world_size
+            )
         except ValueError:
             continue
         if best is None or t < best[0] * (1 - 1e-9):
@@ -148,12 +152,25 @@ def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) ->
     }
 
 
+def build(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> list[Iteration]:
+    """Every step of the epoch under one configuration."""
+    chunks, _ = inp.global_batches()
+    return [
+        emit_iteration(
+            k,
+            inp.world_size,
+            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
+            table,
+        )
+        for k, c in enumerate(chunks)
+    ]
+
+
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static`` policy."""
     table, sp, budget = search(inp)
-    chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped, settings=settings_of(inp, table, sp, budget))
-    for k, chunk in enumerate(chunks):
-        groups = equal_groups(inp, table, sp, budget_items(inp, table, chunk, sp, budget))
-        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
-    return out
+    _, dropped = inp.global_batches()
+    settings = settings_of(inp, table, sp, budget)
+    return PolicyOutput(
+        iterations=build(inp, table, sp, budget), dropped=dropped, settings=settings
+    )
