@@ -17,7 +17,12 @@ import numpy as np
 
 from datacentric.schedule import Iteration
 from datacentric.scheduling.item import Item
-from datacentric.scheduling.measures import epoch_estimate_s
+from datacentric.scheduling.measures import (
+    backward_s,
+    epoch_estimate_s,
+    exposed_grad_sync_s,
+    overlaps_grad_sync,
+)
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
@@ -25,7 +30,7 @@ from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 from datacentric.scheduling.search_steps import priced_steps
 
 #: Candidates re-priced on every step after the first pass.
-FINALISTS = 3
+FINALISTS = 6
 
 
 def uniform_sizes(inp: PolicyInput, table: OptionTable) -> list[int]:
@@ -71,7 +76,33 @@ def equal_groups(
 
 def step_time(table: OptionTable, groups: list[tuple[int, list[Item]]]) -> float:
     """Estimated makespan of a step's groups."""
-    return max(float(time_matrix(table, items, [sp])[:, 0].sum()) for sp, items in groups)
+    return max(group_times(table, groups))
+
+
+def group_times(table: OptionTable, groups: list[tuple[int, list[Item]]]) -> list[float]:
+    """Estimated time of each of a step's groups."""
+    return [float(time_matrix(table, items, [sp])[:, 0].sum()) for sp, items in groups]
+
+
+def step_estimate(
+    inp: PolicyInput, table: OptionTable, groups: list[tuple[int, list[Item]]]
+) -> float:
+    """A step's makespan plus its exposed gradient sync, by the rule ``efficiency``
+    charges (:func:`~datacentric.scheduling.measures.exposed_grad_sync_s`)."""
+    times = group_times(table, groups)
+    top = max(times)
+    world = inp.world_size
+    reduction = float(inp.cost_model.grad_sync_time_s(world))
+    if reduction <= 0 or not overlaps_grad_sync(inp.cost_model, world):
+        return top + reduction
+    windows = []
+    for (sp, items), t in zip(groups, times):
+        if t == top and items:
+            last = items[-1]
+            option = table.item_option(last, sp)[0] or table.config(last.bucket, sp)
+            shapes = [inp.view.shapes[i] for i in last.ids]
+            windows.append(backward_s(inp.cost_model.breakdown(shapes, sp, option.recompute)))
+    return top + exposed_grad_sync_s(reduction, min(windows) if windows else None)
 
 
 def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
@@ -89,10 +120,12 @@ def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
 def price(
     inp: PolicyInput, table: OptionTable, sp: int, budget: float, chunks: list[np.ndarray]
 ) -> float:
-    """Estimated time of ``chunks`` under one configuration (ValueError: it cannot
-    cover the world)."""
+    """Estimated time of ``chunks`` under one configuration, makespans plus exposed
+    gradient sync (ValueError: it cannot cover the world)."""
     return sum(
-        step_time(table, equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)))
+        step_estimate(
+            inp, table, equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget))
+        )
         for c in chunks
     )
 
