@@ -24,7 +24,9 @@ from datacentric.scheduling import Pipeline, schedule_measures
 from datacentric.scheduling.epoch import POLICIES
 from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
-TARGET_S = 10.0
+#: Targets for the fast policy: wall seconds on an idle machine, and under a load of 4.
+TARGET_IDLE_S = 2.0
+TARGET_LOADED_S = 4.0
 
 
 def run_one(workload: str, policy: str, samples: int, gpus: int) -> dict:
@@ -38,15 +40,18 @@ def run_one(workload: str, policy: str, samples: int, gpus: int) -> dict:
     started = time.perf_counter()
     _ = pipeline.plan
     plan_s = time.perf_counter() - started
-    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    started, cpu_started = time.perf_counter(), time.process_time()
     schedule = pipeline.schedule(measure=False)
     schedule_s = time.perf_counter() - started
+    schedule_cpu_s = time.process_time() - cpu_started
+    load_after = os.getloadavg()[0]
     started = time.perf_counter()
     schedule.validate()
     validate_s = time.perf_counter() - started
     started = time.perf_counter()
     ideal = pipeline.ideal_epoch_time()
-    measures = schedule_measures(schedule, cost, ideal)
+    measures = schedule_measures(schedule, cost, ideal, shapes=shapes)
     measure_s = time.perf_counter() - started
     return {
         "workload": workload,
@@ -57,6 +62,8 @@ def run_one(workload: str, policy: str, samples: int, gpus: int) -> dict:
         "micro_batches": count_micro_batches(schedule),
         "plan_s": plan_s,
         "schedule_s": schedule_s,
+        "schedule_cpu_s": schedule_cpu_s,
+        "load": (load_before, load_after),
         "validate_s": validate_s,
         "measure_s": measure_s,
         "efficiency": measures["efficiency"],
@@ -87,16 +94,21 @@ def markdown(rows: list[dict], samples: int, gpus: int) -> str:
         "of `world x max(2**18, longest sample)` tokens, one data order for every policy); "
         "cost model of `simulation_cost_model` (the `simulate` command's).",
         "",
-        f"Target: schedule s <= {TARGET_S:g} s for the fast policy (`dcp-opt`).",
+        f"Target for the fast policy (`dcp-opt`): schedule s <= {TARGET_IDLE_S:g} s on an "
+        f"idle machine, <= {TARGET_LOADED_S:g} s under a load average of 4. `cpu s` is the "
+        "process's CPU time over the same call (less sensitive to other jobs than the wall "
+        "time, not immune: they share caches and memory bandwidth); `load` is the 1-minute "
+        "load average just before and just after the call.",
         "",
         "| workload | model | policy | iterations | micro-batches | plan s | schedule s "
-        "| validate s | measure s | efficiency | imbalance |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| cpu s | load | validate s | measure s | efficiency | imbalance |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['workload']} | {r['model']} | {r['policy']} | {r['iterations']} "
             f"| {r['micro_batches']:,} | {r['plan_s']:.1f} | **{r['schedule_s']:.2f}** "
+            f"| {r['schedule_cpu_s']:.2f} | {r['load'][0]:.1f} / {r['load'][1]:.1f} "
             f"| {r['validate_s']:.1f} | {r['measure_s']:.1f} | {r['efficiency']:.3f} "
             f"| {r['imbalance_mean']:.3f} |"
         )

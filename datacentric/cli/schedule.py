@@ -6,6 +6,9 @@ an analytic preset (``--model PRESET --hardware PRESET``; a workload preset brin
 its own defaults). The planner plans every bucket first (its knapsack recomputation
 is one of the choices ``dcp-pac`` and ``dcp-opt`` use). Prints a summary, or one
 JSON object with ``--json``; ``--json-out FILE`` saves the schedule itself as JSON.
+With several policies (``--policy static,dcp-opt``) every policy schedules the same
+data on the same plan, and the JSON object holds ``policies`` keyed by name (as
+``datacentric simulate --json`` does).
 Settings may come from ``--config FILE`` (the keys of its flags; flags override it).
 """
 
@@ -47,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
     add_data_arguments(parser)
     add_world_flag(parser, required=True)
-    add_policy_flag(parser, several=False, required=True)
+    add_policy_flag(parser, several=True, required=True)
     config_option(
         parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
     )
@@ -158,9 +161,14 @@ def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
-    """Build the schedule the arguments describe; its summary as a JSON-able dict."""
+    """Build the schedule(s) the arguments describe; the summary as a JSON-able dict:
+    one policy's fields, or with several policies ``policies`` keyed by name (one plan,
+    one pipeline, every policy on the same global batches)."""
     from datacentric.scheduling import ScheduleOptions
 
+    policies = [p for p in args.policy.split(",") if p]
+    if len(policies) > 1 and args.json_out:
+        raise ValueError("--json-out saves one schedule: give one --policy")
     batch = global_batch_options(args)
     shapes, skipped = dataset_shapes(args)
     cost, source = cost_model_and_source(args)
@@ -171,14 +179,32 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         exact_solver=args.exact_solver,
     )
     pipeline = command_pipeline(args, shapes, cost, args.world, settings=options, seed=args.seed)
-    schedule = pipeline.schedule(args.epoch, policy=args.policy)
+    rows = {p: policy_summary(args, p, pipeline, source, skipped) for p in policies}
+    if len(policies) == 1:
+        return rows[policies[0]]
+    shared = ("world", "cost_model", "samples_total", "samples_skipped", "tokens_per_step_mean")
+    first = rows[policies[0]]
+    return {
+        **{key: first[key] for key in shared},
+        "global_batch_tokens": batch["global_batch_tokens"],
+        "policies": {p: {k: v for k, v in row.items() if k != "policy"} for p, row in rows.items()},
+    }
+
+
+def policy_summary(
+    args: argparse.Namespace, policy: str, pipeline: Any, source: str, skipped: int
+) -> dict[str, Any]:
+    """One policy's schedule from the command's pipeline, built and validated; its
+    summary fields."""
+    shapes = pipeline.shapes
+    schedule = pipeline.schedule(args.epoch, policy=policy)
     schedule.validate()
     if args.json_out:
         schedule.save(args.json_out)
     meta = schedule.meta
     groups = [len(it.assignments) for it in schedule.iterations]
     return {
-        "policy": args.policy,
+        "policy": policy,
         "world": args.world,
         "cost_model": source,
         "iterations": len(schedule.iterations),
@@ -187,12 +213,16 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "samples_dropped": meta["samples_dropped"],
         "samples_skipped": skipped,
         "efficiency": meta["efficiency"],
+        "efficiency_step_bound": meta["efficiency_step_bound"],
+        "settings": meta["settings"],
         "tokens_per_step_mean": meta["tokens_per_step_mean"],
         "tokens_per_step_max": meta["tokens_per_step_max"],
         "imbalance_mean": meta["imbalance_mean"],
         "imbalance_max": max(meta["imbalance"]),
         "est_epoch_time_s": meta["est_epoch_time_s"],
         "ideal_epoch_time_s": meta["ideal_epoch_time_s"],
+        "step_bound_epoch_time_s": meta["step_bound_epoch_time_s"],
+        "grad_sync_exposed_s": meta["grad_sync_exposed_s"],
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
         "phases_per_iteration_max": max(it.num_phases for it in schedule.iterations),
@@ -211,8 +241,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(json.dumps(summary))
-    else:
-        for key, value in summary.items():
+        return 0
+    for name, row in summary.get("policies", {"": summary}).items():
+        if name:
+            print(f"{'policy':>26}: {name}")
+        for key, value in row.items():
             shown = f"{value:.4g}" if isinstance(value, float) else value
             print(f"{key:>26}: {shown}")
     return 0

@@ -223,17 +223,25 @@ def local_search(
     t_own = times[np.arange(len(owner)), group_class[owner]]
     loads = np.bincount(owner, weights=t_own, minlength=n_groups)
     counts = np.bincount(owner, minlength=n_groups)
+    # Each group's items, kept as moves and swaps go (an O(n) scan per move otherwise).
+    order = np.argsort(owner, kind="stable")
+    cuts = np.searchsorted(owner[order], np.arange(n_groups + 1))
+    held = [set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)]
     for _ in range(max_moves):
         top = int(np.argmax(loads))
         peak = loads[top]
-        members = np.flatnonzero(owner == top)
-        if len(members) == 0:
+        if not held[top]:
             break
+        members = np.fromiter(sorted(held[top]), dtype=np.int64, count=len(held[top]))
         members = members[np.argsort(-t_own[members], kind="stable")]
         done = False
         # Moves: an item leaves the top group for the cheapest group where that helps.
         if counts[top] > 1:
-            for j in members:
+            # The first member (longest first) that some other group takes in time.
+            reach = loads[None, :] + times[members][:, group_class]
+            reach[:, top] = np.inf
+            helps = np.flatnonzero((reach < peak - EPS).any(axis=1))
+            for j in members[helps[:1]]:
                 finish = loads + times[j, group_class]
                 finish[top] = np.inf
                 ok = np.flatnonzero(finish < peak - EPS)
@@ -245,6 +253,8 @@ def local_search(
                     counts[top] -= 1
                     counts[h] += 1
                     owner[j], t_own[j] = h, times[j, group_class[h]]
+                    held[top].discard(int(j))
+                    held[h].add(int(j))
                     done = True
                     break
         if done:
@@ -263,6 +273,10 @@ def local_search(
                 loads[top], loads[h] = new_top[i], new_other[i]
                 owner[i], owner[j] = top, h
                 t_own[i], t_own[j] = t_i_here[i], t_j_there[i]
+                held[top].discard(int(j))
+                held[h].discard(i)
+                held[top].add(i)
+                held[h].add(int(j))
                 done = True
                 break
         if not done:

@@ -7,6 +7,19 @@ knapsack choice costs the fewest GPU-seconds per sample, at its largest micro-ba
 Short sequences have memory to spare there, so they recompute fewer blocks. Placement
 is ``dcp-inter``'s.
 
+One exception, a bucket whose single sample would outlast a whole step: where one
+representative sample at that size takes longer than the average step's ideal
+makespan (the scheduled samples' ideal GPU-seconds over the world and the steps), the
+bucket moves to the smallest larger SP size within the node where it does not (or
+the largest). ``dcp-inter`` runs those buckets on a larger size too, but only by
+accident: with every block recomputing its micro-batches are few and large, so a
+step's groups get merged to cover the world (on the held-out long-tailed text of
+``benchmarks/longtail_text.py`` at 64 GPUs, step 0 had 32 micro-batches for 64 ranks,
+every bucket on SP 2 although each prefers SP 1). PAC recomputes less, so its
+micro-batches are smaller and many (345 in that step), nothing is merged, and without
+the exception a 98K-token sample ran alone on one GPU for 26.6 s, twice the step
+(efficiency 0.253 against dcp-inter's 0.495).
+
 Letting PAC also move a bucket to another SP size (say SP 8 without recomputation
 instead of SP 1 with it) is what ``dcp-opt`` does; under ``dcp-inter``'s placement,
 which opens a group for every SP size a step's buckets prefer, it left the few
@@ -16,14 +29,24 @@ groups of the larger sizes nearly empty (38% idle on ``opensora-short`` at 32 GP
 from __future__ import annotations
 
 from datacentric.scheduling.dcp_intra import fixed_size_schedule
+from datacentric.scheduling.measures import ideal_gpu_seconds
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``dcp-pac`` policy."""
     inter, pac = inp.uniform_table(), inp.pac_table()
-    configs = {}
+    chunks, _ = inp.global_batches()
+    step_s = ideal_gpu_seconds(pac, inp.active) / (inp.world_size * max(1, len(chunks)))
+    configs, moved = {}, {}
     for b in inp.active_buckets():
         cfg = pac.config(b, inter.preferred(b).sp_size)
+        for s in pac.node_sizes:
+            alt = pac.config(b, s)
+            if s > cfg.sp_size and alt is not None and cfg.times[0] > step_s:
+                cfg = alt
+                moved[inp.view.buckets[b].name] = s
         configs[b] = (cfg, float(cfg.max_batch))
-    return fixed_size_schedule(inp, pac, configs)
+    out = fixed_size_schedule(inp, pac, configs)
+    out.settings = {"moved_to_outlast_no_step": moved}
+    return out

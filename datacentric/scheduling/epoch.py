@@ -22,7 +22,7 @@ from datacentric.scheduling import (
     static_reference,
 )
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.measures import ideal_gpu_seconds, schedule_measures
+from datacentric.scheduling.measures import sample_gpu_seconds, schedule_measures, step_bound_s
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 from datacentric.shapes import SampleShape
@@ -68,7 +68,9 @@ def build_schedule(
     calls this.
     ``sample_ids`` restricts the epoch to those samples (the rest are listed as
     dropped; :func:`~datacentric.scheduling.resume.continue_schedule` uses it).
-    ``measure`` fills ``meta`` with imbalance, efficiency and the ideal bound.
+    ``measure`` fills ``meta`` with imbalance, efficiency, the ideal bound and the
+    per-step bounds (``efficiency_step_bound``). ``meta["settings"]`` holds what the
+    policy chose (e.g. ``static``'s SP size, recomputation and token budget).
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -116,6 +118,7 @@ def build_schedule(
         "samples_skipped_by_plan": int(len(skipped)),
         "memory_cap_bytes": inp.memory_cap_bytes,
         "options": asdict(options),
+        "settings": dict(out.settings),
     }
     schedule = Schedule(
         world_size=int(world_size),
@@ -134,6 +137,14 @@ def build_schedule(
         kept = asked.copy()
         kept[dropped] = False
         scheduled = np.flatnonzero(kept)
-        ideal = ideal_gpu_seconds(table, scheduled) / world_size if len(scheduled) else None
-        meta.update(schedule_measures(schedule, cost_model, ideal))
+        work = np.zeros(view.num_samples)
+        work[scheduled] = sample_gpu_seconds(table, scheduled)
+        ideal = float(work.sum()) / world_size if len(scheduled) else None
+        bounds = []
+        for it in schedule.iterations:
+            ids = np.asarray(it.sample_ids(), dtype=np.int64)
+            bounds.append(step_bound_s(table, ids, world_size, work[ids]))
+        meta.update(
+            schedule_measures(schedule, cost_model, ideal, shapes=view.shapes, step_bounds_s=bounds)
+        )
     return schedule

@@ -8,6 +8,17 @@ bucket) and micro-batch sizes (up to the largest that fits the memory cap); the 
 samples divided by the world size is the epoch time of a perfectly balanced,
 communication-free world. A schedule's **efficiency** is that bound over its
 estimated epoch time (iterations' makespans plus the exposed gradient sync).
+
+The **gradient sync** is charged by one rule, :func:`exposed_grad_sync_s`, which the
+simulator applies too: where the run's sharding reduces gradients inside the last
+backward (DDP, FSDP2: :func:`overlaps_grad_sync`), only the part of the whole
+reduction longer than the backward of the last micro-batch of the group that
+finishes last is exposed; otherwise all of it.
+
+The **per-step bound** of a step (:func:`step_bound_s`) is the larger of its
+samples' ideal GPU-seconds over the world and its longest sample's fastest single
+run on any SP size (a sample cannot be split over steps or groups); their sum over
+the steps is never below the ideal bound, and no schedule of those steps beats it.
 """
 
 from __future__ import annotations
@@ -17,10 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.planning.bucket_options import cheapest_option
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.cost_model import CostModel, PassBreakdown
 from datacentric.planning.plan import Plan
-from datacentric.schedule import Iteration, Schedule
+from datacentric.schedule import Iteration, Schedule, phase_timeline
 from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.item import Item
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import any_recompute
 from datacentric.shapes import SampleShape
@@ -56,14 +68,21 @@ def ideal_epoch_time(
 
 def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
     """Sum over samples ``ids`` of their cheapest GPU-seconds (see module doc)."""
+    return float(sample_gpu_seconds(table, ids).sum())
+
+
+def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
+    """Per sample of ``ids`` (in that order), its cheapest GPU-seconds (module doc)."""
     view = table.view
-    total = 0.0
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.zeros(len(ids))
     buckets = view.bucket_of[ids]
     for b in np.unique(buckets).tolist():
-        lengths = view.tokens[ids[buckets == b]]
+        rows = buckets == b
+        lengths = view.tokens[ids[rows]]
         pref = table.preferred(b)
         if view.uniform[b]:
-            total += pref.gpu_seconds_per_sample * len(lengths)
+            out[rows] = pref.gpu_seconds_per_sample
             continue
         distinct = np.unique(lengths)
         if len(distinct) > ANCHORS:
@@ -100,8 +119,103 @@ def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
             costs.append(min(c.gpu_seconds_per_sample for c in options))
         costs.reverse()
         log_cost = np.interp(np.log(lengths), np.log(distinct), np.log(costs))
-        total += float(np.exp(log_cost).sum())
-    return total
+        out[rows] = np.exp(log_cost)
+    return out
+
+
+def step_bound_s(
+    table: OptionTable, ids: np.ndarray, world_size: int, gpu_seconds: np.ndarray | None = None
+) -> float:
+    """A lower bound on the makespan of the step of samples ``ids`` (see the module
+    doc): the larger of their ideal GPU-seconds over the world and the fastest time
+    any SP size the model runs (up to ``--max-sp`` when given, else the world) gives
+    the step's slowest single sample. Each bucket's longest member stands for its
+    bucket (a longer sample of one bucket never runs faster). ``gpu_seconds``: the
+    samples' :func:`sample_gpu_seconds`, when already known."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) == 0:
+        return 0.0
+    view = table.view
+    sizes = [s for s in table.all_sizes if s <= (table.max_sp_size or table.world_size)]
+    slowest = 0.0
+    buckets = view.bucket_of[ids]
+    for b in np.unique(buckets).tolist():
+        members = ids[buckets == b]
+        longest = int(members[np.argmax(view.tokens[members])])
+        item = Item(b, [longest], int(view.tokens[longest]))
+        fastest = min(table.item_time(item, s) for s in sizes)
+        if np.isfinite(fastest):
+            slowest = max(slowest, fastest)
+    work = sample_gpu_seconds(table, ids) if gpu_seconds is None else gpu_seconds
+    return max(float(np.sum(work)) / world_size, slowest)
+
+
+def overlaps_grad_sync(cost_model: CostModel, world_size: int) -> bool:
+    """Whether the run's ``shard`` setting reduces gradients inside the last backward
+    (cost models without a setting: yes, as DDP and FSDP2 do)."""
+    sharding = getattr(cost_model, "sharding", None)
+    return sharding is None or sharding.overlaps_reduction(world_size)
+
+
+def backward_s(cost: PassBreakdown) -> float:
+    """A pass's backward: its time minus its forward, the forward taken as a third of
+    the pass without recomputation (the usual 1:2 forward:backward FLOPs;
+    approximate)."""
+    return cost.time_s - (cost.time_s - cost.recompute_s) / 3
+
+
+def exposed_grad_sync_s(reduction_s: float, window_s: float | None) -> float:
+    """The exposed part of a step's gradient reduction of ``reduction_s`` seconds:
+    all of it without an overlap window (``None``), else what outlasts the window
+    (the backward of the last micro-batch of the group that finishes last: faster
+    groups' ranks are already waiting, and gradient buckets reduce as they become
+    final). ``benchmarks/grad_overlap.py`` measured DDP and FSDP2 hiding the reduction
+    of its small model entirely; this model is approximate."""
+    if window_s is None:
+        return reduction_s
+    return max(0.0, reduction_s - window_s)
+
+
+def estimated_grad_sync_s(
+    it: Iteration,
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    reduction_s: float,
+    overlap: bool,
+) -> float:
+    """The exposed gradient sync of ``it`` under the scheduler's estimates: the rule
+    of :func:`exposed_grad_sync_s` on the estimated timeline (the simulator applies
+    it to the simulated one)."""
+    if not overlap or reduction_s <= 0 or not it.assignments:
+        return exposed_grad_sync_s(reduction_s, None)
+    timeline = phase_timeline(it, lambda g: g.est_time_s)
+    makespan = max(end for _, _, end in timeline)
+    windows = []
+    for g, _, end in timeline:
+        if end != makespan or not g.micro_batches:
+            continue
+        mb = g.micro_batches[-1]
+        recompute = mb.recompute or (False,) * cost_model.num_blocks
+        cost = cost_model.breakdown([shapes[i] for i in mb.sample_ids], g.sp_size, recompute)
+        windows.append(backward_s(cost))
+    return exposed_grad_sync_s(reduction_s, min(windows) if windows else None)
+
+
+def epoch_estimate_s(
+    iterations: Sequence[Iteration],
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    world_size: int,
+) -> float:
+    """Estimated time of ``iterations``: their makespans plus the exposed gradient sync
+    (:func:`estimated_grad_sync_s`), what ``efficiency`` charges; the searches of
+    ``static`` and ``megatron-dyncp`` price their finalists with it."""
+    reduction = float(cost_model.grad_sync_time_s(world_size))
+    overlap = overlaps_grad_sync(cost_model, world_size)
+    return sum(
+        it.est_makespan_s + estimated_grad_sync_s(it, cost_model, shapes, reduction, overlap)
+        for it in iterations
+    )
 
 
 def iteration_imbalance(it: Iteration, world_size: int) -> float:
@@ -113,13 +227,28 @@ def iteration_imbalance(it: Iteration, world_size: int) -> float:
 
 
 def schedule_measures(
-    schedule: Schedule, cost_model: CostModel, ideal_epoch_time_s: float | None
+    schedule: Schedule,
+    cost_model: CostModel,
+    ideal_epoch_time_s: float | None,
+    *,
+    shapes: Sequence[SampleShape] | None = None,
+    step_bounds_s: Sequence[float] | None = None,
 ) -> dict[str, float | list[float] | None]:
-    """Imbalance per iteration and mean, estimated epoch time and efficiency."""
+    """Imbalance per iteration and mean, estimated epoch time and efficiency.
+
+    With the dataset's ``shapes`` the gradient sync is charged as the simulator
+    charges it (:func:`estimated_grad_sync_s`); without, all of it is exposed.
+    ``step_bounds_s`` (:func:`step_bound_s` per iteration) adds
+    ``step_bound_epoch_time_s`` and ``efficiency_step_bound``."""
     world = schedule.world_size
     imbalance = [iteration_imbalance(it, world) for it in schedule.iterations]
-    sync = float(cost_model.grad_sync_time_s(world))
-    epoch = sum(it.est_makespan_s + sync for it in schedule.iterations)
+    reduction = float(cost_model.grad_sync_time_s(world))
+    overlap = shapes is not None and overlaps_grad_sync(cost_model, world)
+    syncs = [
+        estimated_grad_sync_s(it, cost_model, shapes, reduction, overlap) if shapes else reduction
+        for it in schedule.iterations
+    ]
+    epoch = sum(it.est_makespan_s for it in schedule.iterations) + sum(syncs)
     tokens = [it.num_tokens for it in schedule.iterations] or [0]
     return {
         "tokens_per_step_mean": float(np.mean(tokens)),
@@ -129,4 +258,17 @@ def schedule_measures(
         "est_epoch_time_s": epoch,
         "ideal_epoch_time_s": ideal_epoch_time_s,
         "efficiency": (ideal_epoch_time_s / epoch) if ideal_epoch_time_s and epoch > 0 else None,
+        "grad_sync_exposed_s": float(sum(syncs)),
+        **step_bound_measures(step_bounds_s, epoch),
+    }
+
+
+def step_bound_measures(step_bounds_s: Sequence[float] | None, epoch_s: float) -> dict:
+    """``step_bound_epoch_time_s`` and ``efficiency_step_bound`` (empty without bounds)."""
+    if step_bounds_s is None:
+        return {}
+    total = float(sum(step_bounds_s))
+    return {
+        "step_bound_epoch_time_s": total,
+        "efficiency_step_bound": total / epoch_s if epoch_s > 0 else None,
     }

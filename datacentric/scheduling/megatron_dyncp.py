@@ -5,9 +5,9 @@ and the commit followed).
 Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
 
 - each sequence's CP size is the next power of two of ``L / C`` (``C``: the per-rank
-  packed-token cap, ``ScheduleOptions.megatron_tokens_per_rank``, by default the
-  most tokens per rank that fit every bucket with full recomputation), and its work
-  on ``c`` ranks is ``L**2 / c``;
+  packed-token cap), and its work on ``c`` ranks is ``L**2 / c``; CP sizes stop at
+  the largest power of two the model runs (Ulysses: dividing its heads) within
+  ``--max-sp`` (default: the world);
 - sequences, longest first, join an existing group of exactly their size (or a
   larger power of two) or open a new group on the free ranks, whichever gives the
   least global maximum rank load, under the token cap ``C`` per rank and the work cap
@@ -23,21 +23,50 @@ whose CP groups each run their packed sequences (split in halves while they do n
 fit the memory cap). A step whose groups the model cannot run at their size (an SP
 size that does not divide its heads) falls back to one layout: the units are placed
 as every fixed-size policy places them, each on a group of the smallest runnable size
-at least its own. Every block recomputes.
+at least its own; so does a step whose micro-batch cannot cover the ranks with those
+sizes.
+
+Tuned as ``static`` is: the cap ``C`` and the recomputation (none, every block, or
+the plan's per-bucket choice) are searched (:func:`search`), each candidate priced on
+a spread of the epoch's steps, the best few on every step; ``settings`` reports the
+choice. ``ScheduleOptions.megatron_tokens_per_rank`` fixes the cap (the recomputation
+is still searched).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from datacentric.planning.bucket_options import nesting_sp_sizes
+from datacentric.schedule import Iteration
+from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.micro_batches import emit_iteration
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.packed import fitting_items
 from datacentric.scheduling.placement import place_at_sizes
-from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.policy_input import (
+    PolicyInput,
+    PolicyOutput,
+    any_recompute,
+    full_recompute,
+    no_recompute,
+)
+from datacentric.scheduling.search_steps import priced_steps
 
 #: Megatron's workload slack.
 DELTA = 0.05
+
+#: The recomputation settings searched, by the name ``settings`` reports.
+RECOMPUTATIONS = {"none": no_recompute, "full": full_recompute, "plan": any_recompute}
+
+#: Candidates re-priced on every step after the first pass.
+FINALISTS = 3
+
+
+class NoLayoutError(ValueError):
+    """Megatron's forming cannot cover the ranks with the CP sizes the model runs."""
 
 
 @dataclass
@@ -73,17 +102,19 @@ def cp_min(length: int, cap: int, min_cp: int = 1) -> int:
 
 
 def form_micro_batch(
-    rem: list[tuple[int, int]], cap: int, ranks: int
+    rem: list[tuple[int, int]], cap: int, ranks: int, max_cp: int | None = None
 ) -> tuple[list[CPGroup], list[tuple[int, int]]]:
     """One micro-batch over ``ranks`` ranks from ``rem`` (``(id, length)``, longest
-    first); returns its groups (in rank order) and the sequences left for later."""
+    first), in CP groups of at most ``max_cp`` ranks (default: ``ranks``); returns its
+    groups (in rank order) and the sequences left for later."""
+    top_cp = min(ranks, max_cp or ranks)
     seed_id, seed_len = rem[0]
     c = cp_min(seed_len, cap)
-    if c > ranks:
+    if c > top_cp:
         raise ValueError(
             f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
-            f"{cap} tokens per rank but there are only {ranks} ranks; raise "
-            "megatron_tokens_per_rank"
+            f"{cap} tokens per rank but CP groups hold at most {top_cp} ranks here (the "
+            "model's heads, --max-sp and the world); raise megatron_tokens_per_rank"
         )
     work_cap = seed_len * cap * (1 + DELTA)
     groups = [CPGroup(0, c)]
@@ -94,7 +125,7 @@ def form_micro_batch(
     for sid, length in rem[1:]:
         best: tuple[float, CPGroup | None, int] | None = None
         c = cp_min(length, cap)
-        while c <= ranks:
+        while c <= top_cp:
             w = length * length / c
             for g in groups:
                 if g.size != c or g.tokens + length / c > cap:
@@ -118,7 +149,9 @@ def form_micro_batch(
         g.add(sid, length, length / c)
         top = max(top, g.load)
     while free < ranks:
-        if not expand_once(groups, ranks, ranks - free):
+        if not expand_once(groups, ranks, ranks - free, top_cp):
+            if top_cp < ranks:
+                raise NoLayoutError(f"megatron-dyncp: {ranks - free} ranks left empty")
             return full_group(rem, cap, ranks)
         free = sum(g.size for g in groups)
     for g in groups:
@@ -126,11 +159,13 @@ def form_micro_batch(
     return groups, left
 
 
-def expand_once(groups: list[CPGroup], ranks: int, empty: int) -> bool:
+def expand_once(groups: list[CPGroup], ranks: int, empty: int, max_cp: int | None = None) -> bool:
     """Double the first smallest group (shifting later groups right), if the empty
-    ranks allow it."""
+    ranks and ``max_cp`` allow it."""
     s = min(g.size for g in groups)
     target = min(2 * s, ranks)
+    if target > (max_cp or ranks):
+        return False
     need = target - s
     for k, g in enumerate(groups):
         if g.size != s or need > empty or g.first + s - 1 + need >= ranks:
@@ -161,60 +196,180 @@ def full_group(
 
 
 def megatron_micro_batches(
-    lengths: list[tuple[int, int]], cap: int, ranks: int
+    lengths: list[tuple[int, int]], cap: int, ranks: int, max_cp: int | None = None
 ) -> list[list[CPGroup]]:
     """Megatron's schedule of one global batch: its micro-batches, each a list of CP
-    groups covering the ranks."""
+    groups (at most ``max_cp`` ranks) covering the ranks."""
     rem = sorted(lengths, key=lambda x: -x[1])  # stable: ties keep their order
     out = []
     while rem:
-        groups, rem = form_micro_batch(rem, cap, ranks)
+        groups, rem = form_micro_batch(rem, cap, ranks, max_cp)
         out.append(groups)
     return out
 
 
-def tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
-    """The per-rank token cap: every bucket fits this many tokens per rank on some
-    SP size within a node."""
+def cp_sizes(inp: PolicyInput) -> list[int]:
+    """The CP sizes Megatron's groups may take here: powers of two dividing the world,
+    up to ``--max-sp`` (default: the world), that the model runs."""
+    world = inp.world_size
+    sizes = nesting_sp_sizes(world, world, inp.options.max_sp_size or world)
+    supports = getattr(inp.cost_model, "supports_sp_size", None)
+    return [s for s in sizes if supports is None or supports(s)] or [1]
+
+
+def default_tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
+    """Megatron's default cap: the most tokens per rank that fit every bucket on some
+    SP size within a node under ``table``'s recomputation."""
+    return max(1, min(rank_tokens(inp, table, b) for b in inp.active_buckets()))
+
+
+def rank_tokens(inp: PolicyInput, table: OptionTable, b: int) -> int:
+    """The most tokens of bucket ``b`` one rank holds on an SP size within a node (on
+    its smallest size where nothing fits within)."""
+    rep = inp.view.rep_tokens(b)
+    per_rank = [
+        cfg.max_batch * rep // s
+        for s in table.node_sizes
+        if (cfg := table.config(b, s)) is not None
+    ]
+    return max(per_rank) if per_rank else rep // table.min_sp(b)
+
+
+def cap_candidates(inp: PolicyInput, table: OptionTable) -> list[int]:
+    """Per-rank caps searched: the default, and powers of two from 4,096 tokens up to
+    the most tokens any bucket fits on one rank (or on its smallest SP size)."""
     if inp.options.megatron_tokens_per_rank:
-        return int(inp.options.megatron_tokens_per_rank)
-    limits = []
-    for b in inp.active_buckets():
-        rep = inp.view.rep_tokens(b)
-        per_rank = [
-            cfg.max_batch * rep // s
-            for s in table.node_sizes
-            if (cfg := table.config(b, s)) is not None
-        ]
-        limits.append(max(per_rank) if per_rank else rep // table.min_sp(b))
-    return max(1, min(limits))
+        return [int(inp.options.megatron_tokens_per_rank)]
+    top = max(rank_tokens(inp, table, b) for b in inp.active_buckets())
+    caps = {default_tokens_per_rank(inp, table)}
+    c = 4096
+    while c < top:
+        caps.add(c)
+        c *= 2
+    caps.add(top)
+    return sorted(caps)
+
+
+def build_steps(
+    inp: PolicyInput, table: OptionTable, cap: int, chunks: list[np.ndarray], first: int = 0
+) -> list[Iteration]:
+    """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``."""
+    world = inp.world_size
+    max_cp = cp_sizes(inp)[-1]
+    out = []
+    for k, chunk in enumerate(chunks, start=first):
+        lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
+        try:
+            phases = megatron_micro_batches(lengths, cap, world, max_cp)
+        except NoLayoutError:
+            phases = None
+        if phases is not None:
+            groups, placed = [], []
+            for phase, micro_batch in enumerate(phases):
+                for g in micro_batch:
+                    groups.append((g.size, fitting_items(table, g.ids, g.size)))
+                    placed.append((g.first, phase))
+            runnable = all(
+                table.config(item.bucket, sp) is not None for sp, items in groups for item in items
+            )
+            if runnable:
+                out.append(emit_iteration(k, world, groups, table, placed=placed))
+                continue
+        out.append(one_layout(inp, table, k, lengths, cap, max_cp))
+    return out
+
+
+def one_layout(
+    inp: PolicyInput,
+    table: OptionTable,
+    k: int,
+    lengths: list[tuple[int, int]],
+    cap: int,
+    max_cp: int,
+) -> Iteration:
+    """Step ``k`` on one layout: each sequence packed as Megatron would at its CP size
+    (up to ``max_cp``), each unit on the smallest size at least that where it runs,
+    placed as ``dcp-inter`` places its micro-batches."""
+    world = inp.world_size
+    runnable = [s for s in table.all_sizes if s <= max_cp] or [1]
+    by_size: dict[int, list[int]] = {}
+    for sid, length in sorted(lengths, key=lambda x: -x[1]):
+        by_size.setdefault(min(cp_min(length, cap), max_cp), []).append(sid)
+    items, own = [], []
+    for c, ids in sorted(by_size.items()):
+        per_group = max(1, int(cap * c))
+        batch: list[int] = []
+        tokens = 0
+        for sid in [*ids, None]:
+            length = 0 if sid is None else int(inp.view.tokens[sid])
+            if batch and (sid is None or tokens + length > per_group):
+                for item in fitting_items(table, batch, c):
+                    sizes = [
+                        s for s in runnable if s >= c and np.isfinite(table.item_time(item, s))
+                    ]
+                    sizes = sizes or [s for s in runnable if np.isfinite(table.item_time(item, s))]
+                    if not sizes:
+                        bucket = inp.view.buckets[item.bucket].name
+                        raise ValueError(
+                            f"megatron-dyncp: step {k}: a micro-batch of bucket {bucket!r} "
+                            f"fits no SP size up to {max_cp}"
+                        )
+                    items.append(item)
+                    own.append(sizes[0])
+                batch, tokens = [], 0
+            if sid is not None:
+                batch.append(sid)
+                tokens += length
+    groups = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
+    return emit_iteration(k, world, groups, table)
+
+
+def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
+    """The (recomputation, its table, per-rank cap) with the least estimated time:
+    every candidate priced on a spread of the epoch's steps, the best
+    :data:`FINALISTS` on every step."""
+    chunks, _ = inp.global_batches()
+    sample = priced_steps(len(chunks))
+    first: list[tuple[float, str, int]] = []
+    why = "no recomputation setting fits every bucket"
+    for name, allowed in RECOMPUTATIONS.items():
+        table = inp.table(name if name != "plan" else "pac", allowed)
+        if not all(table.options(b) for b in inp.active_buckets()):
+            continue
+        for cap in cap_candidates(inp, table):
+            try:
+                steps = [build_steps(inp, table, cap, [chunks[k]], k)[0] for k in sample]
+            except ValueError as err:  # a sequence needs more ranks, or a unit fits nothing
+                why = f"{cap} tokens per rank, recomputation {name}: {err}"
+                continue
+            first.append((sum(it.est_makespan_s for it in steps), name, cap))
+    if not first:
+        raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
+    first.sort()
+    best: tuple[float, str, int] | None = None
+    for _, name, cap in first[:FINALISTS]:
+        table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
+        try:
+            steps = build_steps(inp, table, cap, chunks)
+            total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
+        except ValueError:
+            continue
+        if best is None or total < best[0] * (1 - 1e-9):
+            best = (total, name, cap)
+    if best is None:
+        raise ValueError("megatron-dyncp: no searched setting schedules every step")
+    name = best[1]
+    return name, inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name]), best[2]
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``megatron-dyncp`` policy."""
-    world = inp.world_size
-    table = inp.full_table()
-    cap = tokens_per_rank(inp, table)
+    name, table, cap = search(inp)
     chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
-    for k, chunk in enumerate(chunks):
-        lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
-        phases = megatron_micro_batches(lengths, cap, world)
-        groups, placed = [], []
-        for phase, micro_batch in enumerate(phases):
-            for g in micro_batch:
-                groups.append((g.size, fitting_items(table, g.ids, g.size)))
-                placed.append((g.first, phase))
-        if all(table.config(item.bucket, sp) is not None for sp, items in groups for item in items):
-            out.iterations.append(emit_iteration(k, world, groups, table, placed=placed))
-            continue
-        items, own = [], []
-        for micro_batch in phases:
-            for g in micro_batch:
-                size = max(g.size, min(s for s in table.all_sizes if s >= g.size))
-                made = fitting_items(table, g.ids, size)
-                items += made
-                own += [size] * len(made)
-        one_layout = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
-        out.iterations.append(emit_iteration(k, world, one_layout, table))
-    return out
+    iterations = build_steps(inp, table, cap, chunks)
+    settings = {"tokens_per_rank": cap, "recompute": name, "max_cp_size": cp_sizes(inp)[-1]}
+    return PolicyOutput(iterations=iterations, dropped=dropped, settings=settings)
+
+
+#: Deprecated name of :func:`default_tokens_per_rank` (before the cap was searched).
+tokens_per_rank = default_tokens_per_rank

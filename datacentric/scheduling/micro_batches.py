@@ -111,9 +111,13 @@ def emit_iteration(
     if placed is None:
         placed = [(start, 0) for start in place_groups(world_size, sizes)]
     settings = []
+    by_size: dict[int, list[Item]] = {}
+    for sp, items in groups:
+        by_size.setdefault(sp, []).extend(items)
+    chosen = {sp: iter(table.item_options(items, sp)) for sp, items in by_size.items()}
     for sp, items in groups:
         for item in items:
-            cfg = table.item_option(item, sp)[0] or table.config(item.bucket, sp)
+            cfg = next(chosen[sp]) or table.config(item.bucket, sp)
             if cfg is None:
                 bucket = view.buckets[item.bucket]
                 raise ValueError(

@@ -160,6 +160,32 @@ class OptionTable:
                 best = (cfg, t)
         return best
 
+    def item_options(self, items: Sequence[Item], sp: int) -> list[BucketOption | None]:
+        """:meth:`item_option`'s option for every item of ``items`` on ``sp`` ranks,
+        vectorised per bucket over the options' cost curves (the same choice: the
+        first fastest option, None where none fits)."""
+        view = self.view
+        out: list[BucketOption | None] = [None] * len(items)
+        rows: dict[int, list[int]] = {}
+        for n, item in enumerate(items):
+            if item.mixed or (item.count == 1 and not view.uniform[item.bucket]):
+                out[n] = self.item_option(item, sp)[0]
+            else:
+                rows.setdefault(item.bucket, []).append(n)
+        for b, ns in rows.items():
+            options = self.options_at(b, sp)
+            if not options:
+                continue
+            units = np.asarray(
+                [self.count_of(b, items[n].count, items[n].tokens) for n in ns], dtype=float
+            )
+            times = np.stack([cfg.times_for(units) for cfg in options])
+            best = np.argmin(times, axis=0)
+            found = np.isfinite(times[best, np.arange(len(ns))])
+            for n, k, ok in zip(ns, best.tolist(), found.tolist()):
+                out[n] = options[k] if ok else None
+        return out
+
     def _time_with(self, item: Item, sp: int, cfg: BucketOption) -> float:
         """Estimated time of ``item`` on ``sp`` ranks under option ``cfg``."""
         if item.count == 1 and not self.view.uniform[item.bucket]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -135,7 +136,10 @@ class PolicyInput:
 
 @dataclass
 class PolicyOutput:
-    """Iterations of a policy and the samples it dropped on request."""
+    """Iterations of a policy, the samples it dropped on request, and what it chose."""
 
     iterations: list[Iteration]
     dropped: list[int] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    """JSON-able: the configuration a policy chose for the run (``static``'s SP size,
+    recomputation and token budget; ``megatron-dyncp``'s cap and recomputation)."""

@@ -4,23 +4,33 @@ One SP size, one recomputation setting (none or every block) and one micro-batch
 size (a token budget, capped per bucket by what fits the memory cap) for all data;
 accumulation follows from the global batch: each step's micro-batches are dealt to
 the ``world / sp`` equal data-parallel groups longest first (LPT). The configuration
-is the one with the least estimated time over a sample of the epoch's global batches
-among every SP size within a node (larger only when nothing fits within), both
-recomputation settings and micro-batch budgets in powers of two.
+is the one with the least estimated epoch time among every SP size within a node
+(larger only when nothing fits within), both recomputation settings and micro-batch
+budgets in powers of two: every candidate priced on a few steps spread over the
+epoch, the best (setting, size) again on budgets ``2**(1/4)`` apart, then the best
+:data:`FINALISTS` of all on every step (:mod:`~datacentric.scheduling.search_steps`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from datacentric.schedule import Iteration
 from datacentric.scheduling.item import Item
+from datacentric.scheduling.measures import (
+    backward_s,
+    epoch_estimate_s,
+    exposed_grad_sync_s,
+    overlaps_grad_sync,
+)
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.search_steps import priced_steps
 
-#: Global batches the search prices each candidate configuration on.
-SEARCH_BATCHES = 3
+#: Candidates re-priced on every step after the first pass.
+FINALISTS = 6
 
 
 def uniform_sizes(inp: PolicyInput, table: OptionTable) -> list[int]:
@@ -66,7 +76,33 @@ def equal_groups(
 
 def step_time(table: OptionTable, groups: list[tuple[int, list[Item]]]) -> float:
     """Estimated makespan of a step's groups."""
-    return max(float(time_matrix(table, items, [sp])[:, 0].sum()) for sp, items in groups)
+    return max(group_times(table, groups))
+
+
+def group_times(table: OptionTable, groups: list[tuple[int, list[Item]]]) -> list[float]:
+    """Estimated time of each of a step's groups."""
+    return [float(time_matrix(table, items, [sp])[:, 0].sum()) for sp, items in groups]
+
+
+def step_estimate(
+    inp: PolicyInput, table: OptionTable, groups: list[tuple[int, list[Item]]]
+) -> float:
+    """A step's makespan plus its exposed gradient sync, by the rule ``efficiency``
+    charges (:func:`~datacentric.scheduling.measures.exposed_grad_sync_s`)."""
+    times = group_times(table, groups)
+    top = max(times)
+    world = inp.world_size
+    reduction = float(inp.cost_model.grad_sync_time_s(world))
+    if reduction <= 0 or not overlaps_grad_sync(inp.cost_model, world):
+        return top + reduction
+    windows = []
+    for (sp, items), t in zip(groups, times):
+        if t == top and items:
+            last = items[-1]
+            option = table.item_option(last, sp)[0] or table.config(last.bucket, sp)
+            shapes = [inp.view.shapes[i] for i in last.ids]
+            windows.append(backward_s(inp.cost_model.breakdown(shapes, sp, option.recompute)))
+    return top + exposed_grad_sync_s(reduction, min(windows) if windows else None)
 
 
 def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
@@ -81,39 +117,93 @@ def budgets(inp: PolicyInput, table: OptionTable, sp: int) -> list[float]:
     return out + [float(top)]
 
 
+def price(
+    inp: PolicyInput, table: OptionTable, sp: int, budget: float, chunks: list[np.ndarray]
+) -> float:
+    """Estimated time of ``chunks`` under one configuration, makespans plus exposed
+    gradient sync (ValueError: it cannot cover the world)."""
+    return sum(
+        step_estimate(
+            inp, table, equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget))
+        )
+        for c in chunks
+    )
+
+
 def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
     """The (recomputation table, SP size, token budget) with the least estimated time."""
     chunks, _ = inp.global_batches()
-    sample = chunks[:: max(1, len(chunks) // SEARCH_BATCHES)][:SEARCH_BATCHES]
-    best: tuple[float, OptionTable, int, float] | None = None
-    for table in (inp.table("none", lambda o: not any(o.recompute)), inp.full_table()):
+    sample = [chunks[k] for k in priced_steps(len(chunks))]
+    first: list[tuple[float, int, OptionTable, int, float]] = []
+    tables = (inp.table("none", lambda o: not any(o.recompute)), inp.full_table())
+    for n, table in enumerate(tables):
         for sp in uniform_sizes(inp, table):
             for budget in budgets(inp, table, sp):
                 try:
-                    t = sum(
-                        step_time(
-                            table,
-                            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
-                        )
-                        for c in sample
-                    )
+                    first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
                 except ValueError:  # too few micro-batches to cover the world
                     continue
-                if best is None or t < best[0] * (1 - 1e-9):
-                    best = (t, table, sp, budget)
-    if best is None:
+    if not first:
         table = inp.full_table()
         sp = uniform_sp(inp, table)
         return table, sp, float(budgets(inp, table, sp)[0])
+    first.sort(key=lambda row: row[:2])
+    # The best (setting, size) again on a finer grid: budgets 2**(k/4) apart.
+    _, n, table, sp, _ = first[0]
+    coarse = budgets(inp, table, sp)
+    for k in range(4 * len(coarse)):
+        budget = coarse[0] * 2 ** (k / 4)
+        if k % 4 == 0 or budget > coarse[-1]:
+            continue
+        try:
+            first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
+        except ValueError:
+            continue
+    first.sort(key=lambda row: row[:2])
+    finalists = [row[2:] for row in first[:FINALISTS]]
+    best: tuple[float, OptionTable, int, float] | None = None
+    for table, sp, budget in finalists:
+        try:
+            t = epoch_estimate_s(
+                build(inp, table, sp, budget), inp.cost_model, inp.view.shapes, inp.world_size
+            )
+        except ValueError:
+            continue
+        if best is None or t < best[0] * (1 - 1e-9):
+            best = (t, table, sp, budget)
+    if best is None:  # no finalist covers the world on every step
+        return first[0][2], first[0][3], first[0][4]
     return best[1], best[2], best[3]
+
+
+def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> dict:
+    """What ``static`` chose, for ``Schedule.meta['settings']``."""
+    return {
+        "sp_size": sp,
+        "recompute": "full" if table is inp.full_table() else "none",
+        "token_budget": int(budget),
+    }
+
+
+def build(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> list[Iteration]:
+    """Every step of the epoch under one configuration."""
+    chunks, _ = inp.global_batches()
+    return [
+        emit_iteration(
+            k,
+            inp.world_size,
+            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
+            table,
+        )
+        for k, c in enumerate(chunks)
+    ]
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static`` policy."""
     table, sp, budget = search(inp)
-    chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
-    for k, chunk in enumerate(chunks):
-        groups = equal_groups(inp, table, sp, budget_items(inp, table, chunk, sp, budget))
-        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
-    return out
+    _, dropped = inp.global_batches()
+    settings = settings_of(inp, table, sp, budget)
+    return PolicyOutput(
+        iterations=build(inp, table, sp, budget), dropped=dropped, settings=settings
+    )

@@ -1,9 +1,9 @@
 """``static-reference``: the reference implementation's baseline (Open-Sora bucket
 parallel as the DCP paper runs it).
 
-- Fixed SP size 4 (capped by the world and by the SP sizes the model runs, e.g. that
-  divide its heads; larger only if some bucket fits nothing at 4), every block
-  recomputing.
+- Fixed SP size 4 (capped by ``--max-sp``, the world and the SP sizes the model
+  runs, e.g. that divide its heads; larger only if some bucket fits nothing at that
+  size, as every policy exceeds ``--max-sp`` only there), every block recomputing.
 - Each bucket's micro-batch is found by doubling from one sample until the next
   doubling runs out of memory (the largest power of two that fits).
 - Buckets whose micro-batch is slower than the median bucket's are shrunk to the
@@ -27,7 +27,8 @@ REFERENCE_SP = 4
 
 
 def reference_sp(inp: PolicyInput, table: OptionTable) -> int:
-    """SP 4, or the largest runnable size below it; larger only if a bucket needs it."""
+    """SP 4 (at most ``--max-sp``), or the largest runnable size below it; larger only
+    if a bucket needs it."""
     buckets = inp.active_buckets()
     ok = [s for s in table.all_sizes if all(table.config(b, s) is not None for b in buckets)]
     if not ok:
@@ -35,7 +36,7 @@ def reference_sp(inp: PolicyInput, table: OptionTable) -> int:
         raise ValueError(
             f"static-reference: no single SP size up to {inp.world_size} fits every bucket"
         )
-    below = [s for s in ok if s <= REFERENCE_SP]
+    below = [s for s in ok if s <= min(REFERENCE_SP, inp.options.max_sp_size or REFERENCE_SP)]
     return below[-1] if below else ok[0]
 
 
@@ -55,6 +56,11 @@ def doubling_batches(inp: PolicyInput, table: OptionTable, sp: int) -> dict[int,
     }
 
 
+def batch_names(inp: PolicyInput, batch: dict[int, int]) -> dict[str, int]:
+    """``batch`` keyed by bucket name (for ``settings``)."""
+    return {inp.view.buckets[b].name: int(n) for b, n in batch.items()}
+
+
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static-reference`` policy."""
     table = inp.full_table()
@@ -62,7 +68,8 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     batch = doubling_batches(inp, table, sp)
     n_groups = max(1, inp.world_size // sp)
     chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
+    settings = {"sp_size": sp, "recompute": "full", "micro_batch_samples": batch_names(inp, batch)}
+    out = PolicyOutput(iterations=[], dropped=dropped, settings=settings)
     view = inp.view
     for k, chunk in enumerate(chunks):
         buckets = view.bucket_of[chunk]

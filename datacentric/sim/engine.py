@@ -21,7 +21,9 @@ so the reduction runs behind the backward of the last micro-batch of the group
 that finishes last (ranks of faster groups are already waiting), and only
 ``max(0, reduction - that backward)`` is exposed. A pass's backward is taken as
 its time minus its forward, the forward being a third of the pass without
-recomputation (the usual 1:2 forward:backward FLOP ratio; approximate).
+recomputation (the usual 1:2 forward:backward FLOP ratio; approximate). The rule is
+the scheduler's (:func:`~datacentric.scheduling.measures.exposed_grad_sync_s`), so
+``schedule``'s estimate and the simulation charge the sync alike.
 
 Every micro-batch is checked against the schedule's memory budget (``Schedule.memory_cap_bytes``,
 copied from its plan, see :func:`schedule_memory_cap`): a schedule that
@@ -48,6 +50,7 @@ from typing import Any
 
 from datacentric.planning.cost_model import CostModel, PassBreakdown
 from datacentric.schedule import Assignment, MicroBatch, Schedule, phase_timeline
+from datacentric.scheduling.measures import backward_s, exposed_grad_sync_s
 from datacentric.shapes import SampleShape
 from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch_id
 
@@ -238,7 +241,7 @@ def simulate(
                     runs[run.id] = run
                     passes.append((run.id, t, cost))
                 t += cost.time_s
-                last_backward = cost.time_s - (cost.time_s - cost.recompute_s) / 3
+                last_backward = backward_s(cost)
                 it_tokens += mb_tokens
                 samples += len(mb.sample_ids)
                 recompute_gpu += cost.recompute_s * group.sp_size
@@ -252,10 +255,10 @@ def simulate(
             for g, start, _ in timeline:
                 for run_id, at, cost in group_runs[id(g)][2]:
                     spans.extend(_pass_spans(it.index, g, run_id, clock + start + at, cost))
-        grad_sync_s = reduction_s
+        window = None
         if overlap_grad_sync:
             window = min(group_runs[id(g)][1] for g, _, end in timeline if end == makespan)
-            grad_sync_s = max(0.0, reduction_s - window)
+        grad_sync_s = exposed_grad_sync_s(reduction_s, window)
         idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
         iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))
         if record_spans:

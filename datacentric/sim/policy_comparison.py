@@ -150,6 +150,8 @@ def _run_policy(
     record_spans: bool,
 ) -> PolicyRun:
     """Schedule and simulate one policy; ``bounds`` caches the ideal time per dropped set."""
+    from datacentric.scheduling.measures import overlaps_grad_sync
+
     start = time.perf_counter()
     schedule = pipeline.schedule(epoch, policy=policy, measure=False)
     elapsed = time.perf_counter() - start
@@ -164,16 +166,9 @@ def _run_policy(
         pipeline.cost_model,
         ideal_epoch_time_s=bounds[dropped],
         record_spans=record_spans,
-        overlap_grad_sync=_overlaps(pipeline.cost_model, pipeline.world_size),
+        overlap_grad_sync=overlaps_grad_sync(pipeline.cost_model, pipeline.world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed)
-
-
-def _overlaps(cost_model: CostModel, world_size: int) -> bool:
-    """Whether the run's ``shard`` setting reduces gradients inside the last backward
-    (cost models without a setting: yes, as DDP and FSDP2 do)."""
-    sharding = getattr(cost_model, "sharding", None)
-    return sharding is None or sharding.overlaps_reduction(world_size)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,22 @@
+"""Which of an epoch's steps a configuration search prices first.
+
+The baselines that run one configuration for the whole epoch (``static``,
+``megatron-dyncp``) search it in two passes: every candidate is priced on a few
+steps spread over the epoch (the data order gives each step every bucket in
+proportion, so they are alike), then the best few on every step, and the one with
+the least estimated epoch time wins.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: Steps of the first pass.
+SEARCH_STEPS = 4
+
+
+def priced_steps(num_steps: int, count: int = SEARCH_STEPS) -> list[int]:
+    """Up to ``count`` step indices spread evenly over ``num_steps`` steps."""
+    if num_steps <= count:
+        return list(range(num_steps))
+    return sorted({int(k) for k in np.rint(np.linspace(0, num_steps - 1, count))})
