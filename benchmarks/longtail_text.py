@@ -91,18 +91,21 @@ def gap_breakdown(lengths: list[int], world: int, tokens: int, policy: str = "dc
     integrality already counts) and ``sync`` (exposed gradient reduction); and the
     efficiency with the whole reduction charged after every step (the former
     ``schedule`` accounting)."""
-    from datacentric.planning.planner import plan_buckets
-    from datacentric.scheduling import ScheduleOptions, build_schedule
-    from datacentric.shapes import SampleShape, make_buckets
-    from datacentric.sim.policy_comparison import simulation_cost_model
+    from datacentric.scheduling import Pipeline, ScheduleOptions
+    from datacentric.shapes import SampleShape
+    from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
     shapes = [SampleShape.text(x) for x in lengths]
     cost = simulation_cost_model("llama-7b", "h200-sxm", world)
-    plan = plan_buckets(make_buckets(shapes), cost, world_size=world)
     options = ScheduleOptions(global_batch_tokens=tokens)
-    schedule = build_schedule(
-        shapes, policy=policy, world_size=world, cost_model=cost, plan=plan, options=options
-    )
+    schedule = Pipeline(
+        shapes,
+        cost,
+        world_size=world,
+        memory_cap_bytes=simulation_budget(cost),
+        policy=policy,
+        settings=options,
+    ).schedule()
     meta = schedule.meta
     epoch, ideal, bound = (
         meta["est_epoch_time_s"],
