@@ -132,18 +132,17 @@ def wider_static(lengths: list[int], world: int, tokens: int) -> tuple[float, fl
     ``efficiency`` charges) and the best of a wider search: both recomputation
     settings, every SP size ``static`` may use, budgets ``2**(1/4)`` apart over the
     whole range, each priced on every step."""
-    from datacentric.planning.planner import plan_buckets
-    from datacentric.scheduling import ScheduleOptions, static
+    from datacentric.scheduling import Pipeline, ScheduleOptions, static
     from datacentric.scheduling.dataset_view import DatasetView
     from datacentric.scheduling.epoch import epoch_rng
     from datacentric.scheduling.measures import epoch_estimate_s
     from datacentric.scheduling.policy_input import PolicyInput
-    from datacentric.shapes import SampleShape, make_buckets
-    from datacentric.sim.policy_comparison import simulation_cost_model
+    from datacentric.shapes import SampleShape
+    from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
     shapes = [SampleShape.text(x) for x in lengths]
     cost = simulation_cost_model("llama-7b", "h200-sxm", world)
-    plan = plan_buckets(make_buckets(shapes), cost, world_size=world)
+    plan = Pipeline(shapes, cost, world_size=world, memory_cap_bytes=simulation_budget(cost)).plan
     inp = PolicyInput(
         view=DatasetView(shapes),
         cost_model=cost,
