@@ -249,14 +249,16 @@ def test_dcp_opt_merges_short_micro_batches_across_buckets():
 
 
 def test_dcp_opt_runs_long_videos_in_a_phase_of_their_own_where_that_is_shorter():
-    """H100 long-dominated preset at 32 GPUs: 720p x 408-frame clips need two GPUs each
-    (6.4 s). On one layout their SP-2 groups stay open for the whole step; in a phase
-    of their own the rest then runs on single GPUs (docs/scheduling.md)."""
+    """H200 (the measured preset), long-dominated Open-Sora set at 32 GPUs: the longest
+    clips run on larger groups. On one layout those groups stay open for the whole step;
+    in a phase of their own the rest then runs on single GPUs (docs/scheduling.md).
+    (Under the refitted h100-sxm preset no phase is shorter there, and dcp-opt makes
+    none: phases are kept only where they are estimated shorter.)"""
     from datacentric.data.workloads import get_workload
     from datacentric.sim.policy_comparison import run_policies, simulation_cost_model
 
     workload = get_workload("opensora-long")
-    cost = simulation_cost_model(workload.model, "h100-sxm", 32)
+    cost = simulation_cost_model(workload.model, "h200-sxm", 32)
     run = run_policies(list(workload.shapes), cost, 32, ["dcp-opt"])["dcp-opt"]
     phased = [it for it in run.schedule.iterations if it.num_phases == 2]
     assert phased

@@ -9,7 +9,8 @@ is ``dcp-inter``'s.
 
 One exception, a bucket whose single sample would outlast a whole step: where one
 representative sample at that size takes longer than the average step's ideal
-makespan (the scheduled samples' ideal GPU-seconds over the world and the steps), the
+makespan (the samples' GPU-seconds per the plan, each bucket priced on its longest
+member, over the world and the steps), the
 bucket moves to the smallest larger SP size within the node where it does not (or
 the largest). ``dcp-inter`` runs those buckets on a larger size too, but only by
 accident: with every block recomputing its micro-batches are few and large, so a
@@ -28,8 +29,9 @@ groups of the larger sizes nearly empty (38% idle on ``opensora-short`` at 32 GP
 
 from __future__ import annotations
 
+import numpy as np
+
 from datacentric.scheduling.dcp_intra import fixed_size_schedule
-from datacentric.scheduling.measures import ideal_gpu_seconds
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
 
@@ -37,7 +39,14 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``dcp-pac`` policy."""
     inter, pac = inp.uniform_table(), inp.pac_table()
     chunks, _ = inp.global_batches()
-    step_s = ideal_gpu_seconds(pac, inp.active) / (inp.world_size * max(1, len(chunks)))
+    # the plan's GPU-seconds per sample of each bucket (priced on its representative,
+    # its longest member: an upper estimate of the ideal, read from the plan's options,
+    # never searched here)
+    counts = np.bincount(inp.view.bucket_of[inp.active], minlength=len(inp.view.buckets))
+    work = sum(
+        int(counts[b]) * pac.preferred(b).gpu_seconds_per_sample for b in inp.active_buckets()
+    )
+    step_s = work / (inp.world_size * max(1, len(chunks)))
     configs, moved = {}, {}
     for b in inp.active_buckets():
         cfg = pac.config(b, inter.preferred(b).sp_size)
