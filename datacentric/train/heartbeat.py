@@ -47,6 +47,8 @@ class Heartbeat:
         self.store = _job_store() if groups.distributed and groups.world_size > 1 else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._count = 0
 
     def __enter__(self) -> Heartbeat:
         if self.store is not None:
@@ -55,14 +57,25 @@ class Heartbeat:
         return self
 
     def _beat(self) -> None:
-        count = 0
         while not self._stop.is_set():
-            count += 1
-            try:
-                self.store.set(f"{PREFIX}/{self.rank}", f"{count}|{self.phase()}")
-            except Exception:  # noqa: BLE001 - a dead store ends the beat, not the rank
+            if not self.publish():
                 return
             self._stop.wait(self.period_s)
+
+    def publish(self) -> bool:
+        """Publish the beat and the phase now (the beat thread does every period; the
+        trainer also calls it when it enters a phase a stall must be named by, such as a
+        checkpoint save, so the store never shows the phase before it). False when the
+        store is gone."""
+        if self.store is None:
+            return True
+        with self._lock:
+            self._count += 1
+            try:
+                self.store.set(f"{PREFIX}/{self.rank}", f"{self._count}|{self.phase()}")
+            except Exception:  # noqa: BLE001 - a dead store ends the beat, not the rank
+                return False
+        return True
 
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()

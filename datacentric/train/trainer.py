@@ -404,6 +404,7 @@ class Trainer:
     def _save(self, scheduler) -> None:
         step = self.position.iterations_done
         self.activity = f"checkpoint save (step {step})"
+        self.heartbeat.publish()  # before the save can stall: a peer reads this phase
         try:
             self.saved = save_checkpoint(
                 self.out,
