@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from datacentric.cli.bench import bench_summary, describe_speedup, noise_verdict
+from datacentric.cli.main import main
 from datacentric.timing import relative_spread
 from datacentric.train.machine_load import LoadReading
 from datacentric.train.measured_comparison import (
@@ -134,3 +135,9 @@ def test_load_reading_says_when_the_machine_was_busy():
     assert starved.cpu_share == pytest.approx(0.3)
     assert starved.under_load
     assert starved.to_json()["under_load"] is True
+
+
+def test_bench_refuses_fewer_than_one_repeat(capsys):
+    assert main(["bench", "--repeats", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["datacentric bench: --repeats 0: give at least 1"], err
