@@ -91,7 +91,11 @@ def test_a_range_that_includes_one_is_within_noise():
     assert summary["verdict"] == "within noise"
     assert "within noise" in describe_speedup(summary)
     assert "speedup_vs_static_reference" not in summary
-    assert noise_verdict(0.8, 0.95) == "slower"
+    assert noise_verdict(0.9, 0.8, 0.95) == "slower"
+    # a ratio of medians no further from 1.0 than one policy's run-to-run spread
+    assert noise_verdict(1.5, 1.3, 1.9, noise_rel=0.57) == "within noise"
+    assert noise_verdict(0.7, 0.6, 0.8, noise_rel=0.5) == "within noise"
+    assert noise_verdict(1.5, 1.3, 1.9, noise_rel=0.2) == "faster"
 
 
 def test_losses_of_every_repeat_must_agree():

@@ -89,10 +89,17 @@ def losses_equal(curves: list[list[float]], rtol: float = LOSS_RTOL) -> bool:
     )
 
 
-def noise_verdict(speedup_min: float, speedup_max: float) -> str:
-    """``within noise`` when the speedup range includes 1.0, else ``faster`` or
+def noise_verdict(
+    speedup: float, speedup_min: float, speedup_max: float, noise_rel: float = 0.0
+) -> str:
+    """``within noise`` when the speedup range includes 1.0, or when the speedup (the
+    ratio of medians) is no further from 1.0 than the largest run-to-run spread of one
+    policy (``noise_rel``: between 1 / (1 + noise_rel) and 1 + noise_rel; with few runs on
+    a machine whose load drifts, the pairings alone can miss 1.0); else ``faster`` or
     ``slower``."""
     if speedup_min <= 1.0 <= speedup_max:
+        return "within noise"
+    if 1.0 / (1.0 + noise_rel) <= speedup <= 1.0 + noise_rel:
         return "within noise"
     return "faster" if speedup_min > 1.0 else "slower"
 
@@ -111,17 +118,19 @@ def bench_summary(comparison: Comparison, baseline: str) -> dict[str, Any]:
     best = max(others, key=lambda p: others[p].tokens_per_s) if others else baseline
     low, high = speedup_range(results[best], base)
     load = comparison.load
+    noise = max(r.noise_rel for r in results.values())
+    speedup = results[best].tokens_per_s / base.tokens_per_s
     summary: dict[str, Any] = {
         "losses_equal": losses_equal([r.losses for rs in results.values() for r in rs.runs]),
         "baseline": baseline,
         "policies": {p: r.tokens_per_s for p, r in results.items()},
         "best_policy": best,
         "repeats": min(len(r.runs) for r in results.values()),
-        "speedup": results[best].tokens_per_s / base.tokens_per_s,
+        "speedup": speedup,
         "speedup_min": low,
         "speedup_max": high,
-        "verdict": noise_verdict(low, high),
-        "noise_rel": max(r.noise_rel for r in results.values()),
+        "noise_rel": noise,
+        "verdict": noise_verdict(speedup, low, high, noise),
         "sim_predicted_speedup": (
             results[best].predicted_tokens_per_s / base.predicted_tokens_per_s
         ),
