@@ -94,8 +94,9 @@ def main() -> None:
         )
     lines += [
         "",
-        f"Best DCP policy: `{summary['best_policy']}` at {describe_speedup(summary)} against "
-        f"tuned static; {summary['speedup_vs_static_reference']:.2f}x static-reference "
+        f"Best DCP policy: `{summary['best_policy']}` at "
+        f"{describe_speedup(summary, 'tuned static')}; "
+        f"{summary['speedup_vs_static_reference']:.2f}x static-reference "
         f"(range {summary['speedup_vs_static_reference_min']:.2f}-"
         f"{summary['speedup_vs_static_reference_max']:.2f}x); simulator: "
         f"{summary['sim_predicted_speedup']:.2f}x static, largest error "
@@ -103,6 +104,12 @@ def main() -> None:
         f"{summary['runtime_noise_rel']:.1%}).",
         "",
     ]
+    if comparison.profiles > 1:
+        lines[-1:-1] = [
+            f"A probe found the profile off mid-comparison and it was measured again "
+            f"({comparison.profiles} profiles): later runs planned with the new one.",
+            "",
+        ]
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     print("\n".join(lines))
 

@@ -78,7 +78,9 @@ def test_summary_reports_median_ratios_ranges_and_noise():
     assert summary["details"]["static"]["measured_s_runs"] == [10.0, 11.0, 12.0]
     assert summary["load_average"] == {"before": [0.1, 0.2, 0.3], "after": [1.9, 0.9, 0.5]}
     assert not summary["under_load"]
-    assert "range 1.67-2.40x over 3 repeats, noise 20.0%): faster" in describe_speedup(summary)
+    assert describe_speedup(summary, "static") == (
+        "2.00x static (range 1.67-2.40x over 3 repeats, noise 20.0%): faster"
+    )
 
 
 def test_a_range_that_includes_one_is_within_noise():

@@ -173,10 +173,11 @@ def bench_summary(comparison: Comparison, baseline: str) -> dict[str, Any]:
     return summary
 
 
-def describe_speedup(summary: dict[str, Any]) -> str:
-    """``1.01x (range 0.95-1.07x over 2 repeats, noise 6.1%): within noise``."""
+def describe_speedup(summary: dict[str, Any], baseline: str = "the baseline") -> str:
+    """``1.01x tuned static (range 0.95-1.07x over 2 repeats, noise 6.1%): within
+    noise``."""
     return (
-        f"{summary['speedup']:.2f}x (range {summary['speedup_min']:.2f}-"
+        f"{summary['speedup']:.2f}x {baseline} (range {summary['speedup_min']:.2f}-"
         f"{summary['speedup_max']:.2f}x over {summary['repeats']} repeats, noise "
         f"{summary['noise_rel']:.1%}): {summary['verdict']}"
     )
@@ -210,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
     print(
-        f"datacentric bench: {summary['best_policy']} at {describe_speedup(summary)}; "
+        f"datacentric bench: {summary['best_policy']} at "
+        f"{describe_speedup(summary, summary['baseline'])}; "
         f"{comparison.load.describe()}",
         file=sys.stderr,
     )

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         )
     ref = summary.get("speedup_vs_static_reference")
     print(
-        f"best: {summary['best_policy']} at {describe_speedup(summary)} against tuned static"
+        f"best: {summary['best_policy']} at {describe_speedup(summary, 'tuned static')}"
         + (
             f"; {ref:.2f}x static-reference (range {summary['speedup_vs_static_reference_min']:.2f}"
             f"-{summary['speedup_vs_static_reference_max']:.2f}x)"
