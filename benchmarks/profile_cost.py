@@ -18,7 +18,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import platform
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from datacentric.train.machine_load import busy, cores, load_average
 
 
 def main() -> int:
@@ -43,11 +44,11 @@ def main() -> int:
             "--dataset", args.dataset, "--world", str(args.world),
             "--memory-gb", str(args.memory_gb), "--out", folder, "--json",
         ]  # fmt: skip
-        load_before = os.getloadavg()[0]
+        load_before = load_average()[0]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         wall = time.perf_counter() - start
-        load = (load_before, os.getloadavg()[0])
+        load = (load_before, load_average()[0])
     report = json.loads(done.stdout)
     Path(args.out).write_text(render(report, wall, args, load))
     print(f"wrote {args.out}")
@@ -67,6 +68,8 @@ def epoch_seconds(report: dict, world: int) -> tuple[float, int]:
 
 def render(report: dict, wall: float, args: argparse.Namespace, load: tuple[float, float]) -> str:
     epoch, passes = epoch_seconds(report, args.world)
+    # the command's own ranks count in the load after it
+    loaded = busy(max(load[0], load[1] - args.world), cores())
     samples = sum(row["samples"] for row in report["buckets"])
     v = report["validation"] or {"buckets": [], "time_rel_err": 0, "memory_rel_err": 0}
     lines = [
@@ -76,8 +79,10 @@ def render(report: dict, wall: float, args: argparse.Namespace, load: tuple[floa
         f" --dataset {args.dataset} --world {args.world} --memory-gb {args.memory_gb}` on "
         f"{platform.processor() or platform.machine()} ({torch.__version__}, "
         f"{torch.get_num_threads()} threads visible, gloo, float32, one thread per rank). "
-        f"Load average before {load[0]:.2f}, after {load[1]:.2f} (2 cores: above 2, other "
-        "jobs competed and timings are noisy).",
+        f"Load average {load[0]:.2f} before, {load[1]:.2f} after on {cores()} cores"
+        + (": UNDER LOAD, other jobs shared the cores and timings are noisy." if loaded else ".")
+        + " Pass times are each rank's CPU time (the profiler's clock on CPU ranks), which "
+        "leaves out the time other jobs held the cores, not every effect of their load.",
         "",
         "| quantity | value |",
         "|---|---|",
@@ -87,21 +92,30 @@ def render(report: dict, wall: float, args: argparse.Namespace, load: tuple[floa
         f"{epoch:.0f} s ({epoch / 3600:.2f} h) |",
         f"| profiling / epoch | {report['profile_seconds'] / epoch:.2%} |",
         f"| whole command / epoch | {wall / epoch:.2%} |",
-        f"| validation time_rel_err (max) | {v['time_rel_err']:.3f} |",
+        f"| validation time_rel_err (max, against the median over sessions) | "
+        f"{v['time_rel_err']:.3f} |",
+        f"| validation time spread between {v.get('sessions', 1)} sessions (max) | "
+        f"{v.get('time_noise_rel', 0.0):.3f} |",
         f"| validation memory_rel_err (max) | {v['memory_rel_err']:.3f} |",
         "",
         "Validation (full-depth model measured vs dual-layer extrapolation of the same "
-        "micro-batch; `fitted` is the fitted cost model, which did not see the point):",
+        "micro-batch; `measured s` is the median over sessions, each a fresh start of the "
+        "ranks, `sessions s` every session's and `spread` their largest relative "
+        "difference: an error below it is not told apart from noise; `fitted` is the "
+        "fitted cost model, which did not see the point):",
         "",
-        "| shape | batch | sp | recomputed | measured s | predicted s | fitted s "
-        "| measured MB | predicted MB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| shape | batch | sp | recomputed | measured s | sessions s | spread | predicted s "
+        "| error | fitted s | measured MB | predicted MB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in v["buckets"]:
+        sessions = row.get("measured_times_s", [row["measured_time_s"]])
         lines.append(
             f"| {row['shape']} | {row['micro_batch_size']} | {row['sp_size']} | "
             f"{row['num_recomputed']}/{row['num_blocks']} | {row['measured_time_s']:.3f} | "
-            f"{row['predicted_time_s']:.3f} | {row['fitted_time_s']:.3f} | "
+            f"{', '.join(f'{t:.3f}' for t in sessions)}"
+            f" | {row.get('time_noise_rel', 0.0):.1%} | {row['predicted_time_s']:.3f} | "
+            f"{row['time_rel_err']:.1%} | {row['fitted_time_s']:.3f} | "
             f"{row['measured_memory_bytes'] / 1e6:.1f} | "
             f"{row['predicted_memory_bytes'] / 1e6:.1f} |"
         )

@@ -18,7 +18,7 @@ A span belongs to the micro-batch it served, named by :func:`micro_batch_id`
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,3 +126,11 @@ def placements(schedule: Schedule) -> dict[int, Placement]:
 def busy_s(spans: Iterable[Span]) -> float:
     """Seconds spent in passes (every rank's, summed)."""
     return sum(s.duration_s for s in spans if s.kind in PASS_KINDS)
+
+
+def relative_spread(values: Sequence[float]) -> float:
+    """The largest relative difference between two repeated measurements of one thing:
+    ``(max - min) / min`` (0 for a single value). Noise of the measurement, not of the
+    thing measured: a difference between two things below it is not shown."""
+    low = min(values)
+    return (max(values) - low) / low if low > 0 else 0.0

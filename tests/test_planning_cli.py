@@ -54,6 +54,10 @@ def test_profile_command_measures_plans_validates_and_reuses(capsys, tmp_path) -
     # memory accounting is exact on CPU, so the extrapolation must be close
     assert validation["memory_rel_err"] <= 0.10
     assert 0 <= validation["time_rel_err"] < 10
+    # the full-depth runs are measured in two sessions; their spread is reported
+    assert validation["sessions"] == 2
+    assert all(len(row["measured_times_s"]) == 2 for row in validation["buckets"])
+    assert validation["time_noise_rel"] >= 0
     assert (folder / "profile.json").exists() and (folder / "plan.json").exists()
 
     again = run_json(capsys, argv)  # a fresh profile is reused, not re-measured

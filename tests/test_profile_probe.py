@@ -7,16 +7,21 @@ import dataclasses
 import os
 
 import pytest
-from test_planning_profiler import make_profile
+from test_planning_profiler import make_profile, runs_from_law
 
 from datacentric.profiling import autoprofile
 from datacentric.profiling.autoprofile import (
+    PROBE_MIN_TOLERANCE,
+    PROBE_TOLERANCE,
     ProbeResult,
     ensure_profile,
     probe_cases,
+    probe_tolerance,
     reusable,
+    validation_report,
 )
-from datacentric.profiling.profiler import ProfileSettings, RunCase
+from datacentric.profiling.factory import fitted_cost_model
+from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult
 from datacentric.profiling.store import (
     PROFILE_FILE,
     last_checked,
@@ -98,3 +103,51 @@ def test_a_doctored_profile_is_measured_again_with_a_note(tmp_path, capsys) -> N
             p for p in doctored.points if p.shapes == case.shapes and p.sp_size == case.sp_size
         )
         assert seconds < (then.base_time_s + 2 * then.block_time_s) / 2
+
+
+def test_probe_tolerance_is_the_spread_the_validation_measured() -> None:
+    profile = make_profile()
+    assert probe_tolerance(profile) == PROBE_TOLERANCE  # not validated: no spread known
+
+    def validated(spread: float):
+        return dataclasses.replace(profile, validation={"time_noise_rel": spread})
+
+    assert probe_tolerance(validated(0.12)) == pytest.approx(0.12)
+    assert probe_tolerance(validated(0.001)) == PROBE_MIN_TOLERANCE
+    assert probe_tolerance(validated(0.9)) == PROBE_TOLERANCE
+
+
+@pytest.mark.parametrize(("spread", "reused"), [(0.04, False), (0.15, True)])
+def test_a_probe_must_agree_within_the_validated_spread(
+    tmp_path, monkeypatch, capsys, spread, reused
+) -> None:
+    profile = dataclasses.replace(make_profile(world=1), validation={"time_noise_rel": spread})
+    save_profile(profile, tmp_path)
+    os.utime(tmp_path / PROFILE_FILE, (1_000_000.0, 1_000_000.0))  # long ago: probe
+    case = RunCase((TEXT(4096),), 1, 2, False)
+    monkeypatch.setattr(
+        autoprofile, "probe_profile", lambda *a, **k: ProbeResult(((case, 1.0, 1.1),))
+    )
+    assert reusable(profile, SETTINGS, tmp_path) is reused
+    note = capsys.readouterr().err
+    assert ("more than its 5% tolerance" in note) is not reused, note
+
+
+def test_validation_reports_the_spread_between_sessions() -> None:
+    dual = runs_from_law(0.01, 0.2, 0.07, 1000, 5000, 300, 4000)
+    case = RunCase(dual[0].case.shapes, 2, 8, False)
+    predicted = 0.01 + 8 * 0.2
+
+    def session(seconds: float) -> list[RunResult]:
+        return [RunResult(case=case, time_s=seconds, times=(seconds,), memory_bytes=41000)]
+
+    cost = fitted_cost_model(make_profile(), default_cap_bytes=10**9)
+    report = validation_report(cost, [session(1.5), session(1.8), session(1.6)], dual)
+    (row,) = report["buckets"]
+    assert row["measured_times_s"] == [1.5, 1.8, 1.6]
+    assert row["measured_time_s"] == pytest.approx(1.6)  # the median
+    assert row["time_noise_rel"] == pytest.approx(0.2)
+    assert row["time_rel_err"] == pytest.approx(abs(predicted - 1.6) / 1.6)
+    assert report["time_noise_rel"] == pytest.approx(0.2)
+    assert report["sessions"] == 3
+    assert report["memory_rel_err"] == pytest.approx(0.0)

@@ -4,7 +4,10 @@ On two local gloo ranks: profile the tiny Llama on the standard-library corpus u
 a memory cap under which the longest files need SP 2 or recomputation (the plan says
 whether they do), then train the same samples in the same global batches (one token
 budget per optimizer step for every policy) under tuned ``static``,
-``static-reference``, ``dcp-pac`` and ``dcp-opt``, side by side in one run. The table
+``static-reference``, ``dcp-pac`` and ``dcp-opt``, side by side in one run, each policy
+twice, interleaved (A B A B). The best policy's speedup is printed as the ratio of
+medians with its range over the pairings of runs, and ``within noise`` when the range
+includes 1.0; the first and last lines give the machine's load. The table
 sets each policy's measured runtime beside the simulator's prediction for the same
 steps, and the throughput ratios against ``static`` and ``static-reference``; plots
 and a Perfetto trace of the measured steps go under ``--out``.
@@ -18,15 +21,19 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary
+from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flags import add_world_flag
 from datacentric.settings import load_config
 
 if TYPE_CHECKING:
-    from datacentric.train.measured_comparison import PolicyMeasurement
+    from datacentric.train.measured_comparison import PolicyRepeats
 
 #: Tuned ``static`` first (the baseline of every ratio), the reference baseline, then DCP.
 DEMO_POLICIES = ["static", "static-reference", "dcp-pac", "dcp-opt"]
+#: Corpus files of the demo: one epoch of them per policy and run (10 files: 24 chunks,
+#: 5 steps; bench keeps 12), so that two runs of each policy keep ``make demo`` near
+#: five minutes on an idle machine (one run of each, on 12 files, took 2 min 53 s).
+DEMO_DATASET_LIMIT = 10
 #: Steps of each run left out of the timing (the first pays one-off allocation costs).
 DEMO_WARMUP = 1
 
@@ -47,12 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace
-    from datacentric.train.measured_comparison import compare_policies
+    from datacentric.train.machine_load import cores, describe_start, load_average
+    from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
     from datacentric.train.metrics import read_metrics
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = dict(BENCH_DEFAULTS, progress=True)
+    settings = dict(BENCH_DEFAULTS, progress=True, dataset_limit=DEMO_DATASET_LIMIT)
     if args.dataset_limit:
         settings["dataset_limit"] = args.dataset_limit
     config = load_config(None, out=str(out), **settings)
@@ -60,64 +68,82 @@ def run(args: argparse.Namespace) -> int:
         f"datacentric demo: {config.model} on the standard-library corpus "
         f"({config.dataset_limit} files, chunks of <= {config.max_tokens} bytes), "
         f"{args.world} gloo ranks, memory cap {config.memory_gb} GiB per rank, "
-        "one epoch per policy"
+        f"one epoch per policy, {DEFAULT_REPEATS} runs each (A B A B); "
+        f"{describe_start(load_average(), cores())}"
     )
-    results = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
-    summary = bench_summary(results, DEMO_POLICIES[0])
+    comparison = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
+    results = comparison.policies
+    summary = bench_summary(comparison, DEMO_POLICIES[0])
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_plan(out / summary["best_policy"] / "plan.json")
     _print_table(results, config.tokens_per_iteration)
-    measured = {p: r.measured for p, r in results.items()}
-    predicted = {p: r.predicted for p, r in results.items()}
+    first = {p: r.first for p, r in results.items()}
+    measured = {p: r.measured for p, r in first.items()}
+    predicted = {p: r.predicted for p, r in first.items()}
     plot_results(measured, str(out / "measured.png"), f"measured steps ({args.world} gloo ranks)")
     plot_results(predicted, str(out / "simulated.png"), "simulated, same schedules")
     plot_loss_curves(
-        {p: read_metrics(out / p) for p in results}, str(out / "loss.png"), "loss vs tokens"
+        {p: read_metrics(r.out) for p, r in first.items()}, str(out / "loss.png"), "loss vs tokens"
     )
     events = write_trace(measured, str(out / "trace.json"))
-    versus_reference = summary.get("speedup_vs_static_reference")
     print(
-        f"\nbest: {summary['best_policy']} at {summary['speedup']:.2f}x tuned static"
-        + (f", {versus_reference:.2f}x static-reference" if versus_reference else "")
-        + f" (simulator: {summary['sim_predicted_speedup']:.2f}x static); largest simulator "
-        f"error {summary['sim_rel_err']:.1%}; loss curves equal: {summary['losses_equal']}"
-    )
-    print(
-        f"wrote {out}/measured.png, "
+        f"\nwrote {out}/measured.png, "
         f"{out}/simulated.png, {out}/loss.png, {out}/trace.json ({events} events; open in "
-        "ui.perfetto.dev), "
+        "ui.perfetto.dev; plots and trace from each policy's first run), "
         f"{out}/summary.json"
     )
-    not_learning = [p for p, r in results.items() if not r.losses[-1] < r.losses[0]]
+    if comparison.profiles > 1:
+        print(
+            f"note: the profile was measured again mid-comparison ({comparison.profiles} "
+            "profiles); each run is simulated with the one it planned with"
+        )
+    ref = summary.get("speedup_vs_static_reference")
+    print(
+        f"best: {summary['best_policy']} at {describe_speedup(summary, 'tuned static')}"
+        + (
+            f"; {ref:.2f}x static-reference (range {summary['speedup_vs_static_reference_min']:.2f}"
+            f"-{summary['speedup_vs_static_reference_max']:.2f}x)"
+            if ref
+            else ""
+        )
+        + f"; simulator: {summary['sim_predicted_speedup']:.2f}x static, largest error "
+        f"{summary['sim_rel_err']:.1%} against the median (runtime noise "
+        f"{summary['runtime_noise_rel']:.1%}); loss curves equal: {summary['losses_equal']}"
+    )
+    not_learning = [p for p, r in first.items() if not r.losses[-1] < r.losses[0]]
     if not_learning:
         print(f"error: the loss did not go down under {', '.join(not_learning)}")
-        return 1
-    return 0
+    print(f"machine: {comparison.load.describe()}")
+    return 1 if not_learning else 0
 
 
-def _print_table(results: dict[str, PolicyMeasurement], global_batch_tokens: int) -> None:
-    """Measured against simulated time per policy, and throughput ratios against tuned
-    ``static`` and ``static-reference`` (all at one global batch)."""
+def _print_table(results: dict[str, PolicyRepeats], global_batch_tokens: int) -> None:
+    """Median throughput per policy with its spread over the repeats, measured against
+    simulated time, and throughput ratios (of medians) against tuned ``static`` and
+    ``static-reference`` (all at one global batch)."""
     base = results["static"]
     reference = results.get("static-reference")
     print(
         f"\nglobal batch: {global_batch_tokens} tokens per optimizer step for every policy; "
-        "times after the first step"
+        "times after the first step; medians over the runs, `noise` the largest "
+        "difference between two runs of a policy"
     )
     header = (
-        f"{'policy':<17} {'tok/step':>8} {'runtime s':>9} {'sim s':>7} {'sim err':>7} "
-        f"{'tokens/s':>8} {'vs static':>9} {'vs ref':>7} {'sim vs static':>13} "
+        f"{'policy':<17} {'tok/step':>8} {'tokens/s':>8} {'noise':>6} {'runtime s':>9} "
+        f"{'sim s':>7} {'sim err':>7} {'vs static':>9} {'vs ref':>7} {'sim vs static':>13} "
         f"{'loss first->final':>18} {'idle':>6}"
     )
     print(header + "\n" + "-" * len(header))
     for policy, r in results.items():
         vs_ref = f"{r.tokens_per_s / reference.tokens_per_s:>6.2f}x" if reference else f"{'-':>7}"
+        first = r.first
         print(
-            f"{policy:<17} {r.tokens_per_step:>8.0f} {r.runtime_s:>9.2f} {r.predicted_s:>7.2f} "
-            f"{r.sim_rel_err:>7.1%} {r.tokens_per_s:>8.0f} "
-            f"{r.tokens_per_s / base.tokens_per_s:>8.2f}x {vs_ref} "
+            f"{policy:<17} {first.tokens_per_step:>8.0f} {r.tokens_per_s:>8.0f} "
+            f"{r.noise_rel:>6.1%} {r.runtime_s:>9.2f} {r.predicted_s:>7.2f} "
+            f"{r.sim_rel_err:>7.1%} {r.tokens_per_s / base.tokens_per_s:>8.2f}x {vs_ref} "
             f"{r.predicted_tokens_per_s / base.predicted_tokens_per_s:>12.2f}x "
-            f"{r.losses[0]:>8.3f} -> {r.losses[-1]:<7.3f} {r.measured_idle_share:>6.1%}"
+            f"{first.losses[0]:>8.3f} -> {first.losses[-1]:<7.3f} "
+            f"{first.measured_idle_share:>6.1%}"
         )
 
 

@@ -189,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
         v = profile.validation
         print(
             f"validation on {len(v['buckets'])} buckets (full depth vs dual-layer): "
-            f"time_rel_err {v['time_rel_err']:.3f}, memory_rel_err {v['memory_rel_err']:.3f}"
+            f"time_rel_err {v['time_rel_err']:.3f} (spread between "
+            f"{v.get('sessions', 1)} sessions {v.get('time_noise_rel', 0.0):.3f}), "
+            f"memory_rel_err {v['memory_rel_err']:.3f}"
         )
     return 0

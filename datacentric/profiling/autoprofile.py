@@ -11,9 +11,10 @@ launch) and saves it.
 
 A saved profile is reused only when this machine still runs like the one that measured
 it: unless it was measured or checked in the last :data:`PROBE_TRUST_S` seconds,
-:func:`probe_profile` re-times a few of its cases, and a difference above
-:data:`PROBE_TOLERANCE` re-measures it (with a one-line note), so a profile from a
-different or busier machine is never reused silently.
+:func:`probe_profile` re-times a few of its cases, and a difference above the spread
+its validation measured between sessions (:func:`probe_tolerance`) re-measures it (with
+a one-line note), so a profile from a different or busier machine is never reused
+silently.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from datacentric.profiling.store import (
 )
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import Bucket, SampleShape, make_buckets
+from datacentric.timing import relative_spread
 
 
 def select_profile_shapes(
@@ -137,22 +139,37 @@ def validation_cases(
     return chosen
 
 
+#: Sessions of the full-depth validation runs (each a fresh start of the ranks): two
+#: are the fewest that show how much one session's times differ from another's.
+VALIDATION_REPEATS = 2
+
+
 def validation_report(
-    cost: FittedCostModel, full: Sequence[RunResult], dual: Sequence[RunResult]
+    cost: FittedCostModel,
+    full: Sequence[Sequence[RunResult]],
+    dual: Sequence[RunResult],
 ) -> dict[str, Any]:
     """Measured full-depth time and memory against the dual-layer prediction.
 
-    ``dual`` holds the four dual-layer runs of each full-depth case, in order. The
-    prediction (``predicted_*``, whose errors are reported) extrapolates the case's own
-    dual-layer point to full depth; ``fitted_*`` is what the fitted cost model, which
-    did not see that point, predicts for it (a check of the fit, reported alongside).
+    ``full`` holds one list of the full-depth cases' results per session in which they
+    were measured (the same cases, in order); a case's measured time is the median over
+    sessions and its ``time_noise_rel`` the largest relative difference between two
+    sessions (:func:`~datacentric.timing.relative_spread`): an error below it is not
+    told apart from noise. ``dual`` holds the four dual-layer runs of each full-depth
+    case, in order. The prediction (``predicted_*``, whose errors are reported)
+    extrapolates the case's own dual-layer point to full depth; ``fitted_*`` is what the
+    fitted cost model, which did not see that point, predicts for it (a check of the
+    fit, reported alongside).
     """
     rows = []
-    for index, r in enumerate(full):
+    for index, r in enumerate(full[0]):
         case = r.case
         flags = case.flags()
         point = point_from_runs(dual[4 * index : 4 * index + 4])
         pred_t, pred_m = extrapolate(point, case.depth, sum(flags))
+        times = [session[index].time_s for session in full]
+        measured_t = statistics.median(times)
+        memory = max(session[index].memory_bytes for session in full)
         rows.append(
             {
                 "shape": case.shapes[0].to_json(),
@@ -160,19 +177,23 @@ def validation_report(
                 "sp_size": case.sp_size,
                 "num_blocks": case.depth,
                 "num_recomputed": sum(flags),
-                "measured_time_s": r.time_s,
+                "measured_time_s": measured_t,
+                "measured_times_s": times,
+                "time_noise_rel": relative_spread(times),
                 "predicted_time_s": pred_t,
-                "time_rel_err": abs(pred_t - r.time_s) / r.time_s,
-                "measured_memory_bytes": r.memory_bytes,
+                "time_rel_err": abs(pred_t - measured_t) / measured_t,
+                "measured_memory_bytes": memory,
                 "predicted_memory_bytes": pred_m,
-                "memory_rel_err": abs(pred_m - r.memory_bytes) / r.memory_bytes,
+                "memory_rel_err": abs(pred_m - memory) / memory,
                 "fitted_time_s": cost.pass_time_s(case.shapes, case.sp_size, flags),
                 "fitted_memory_bytes": cost.pass_memory_bytes(case.shapes, case.sp_size, flags),
             }
         )
     return {
         "buckets": rows,
+        "sessions": len(full),
         "time_rel_err": max((row["time_rel_err"] for row in rows), default=0.0),
+        "time_noise_rel": max((row["time_noise_rel"] for row in rows), default=0.0),
         "memory_rel_err": max((row["memory_rel_err"] for row in rows), default=0.0),
     }
 
@@ -198,13 +219,15 @@ def run_profile(
     max_profile_tokens: int | None = None,
     validate: int = 3,
     validation_tokens: int = 4096,
+    validation_repeats: int = VALIDATION_REPEATS,
     skip_unfittable: bool = False,
     out_dir: str | os.PathLike[str] | None = None,
     reuse: bool = True,
 ) -> ProfileReport:
     """Profile, plan the dataset ``shapes`` under ``memory_cap_bytes`` per rank (one
     :class:`~datacentric.scheduling.pipeline.Pipeline`) and (``validate`` > 0) validate
-    on ``validate`` buckets; save to ``out_dir`` when given. With ``reuse``, a fresh
+    on ``validate`` buckets (their full-depth runs measured in ``validation_repeats``
+    sessions); save to ``out_dir`` when given. With ``reuse``, a fresh
     profile in ``out_dir`` is loaded instead of measured (and its saved validation
     kept); a stale one is re-measured; a corrupt one raises
     :class:`~datacentric.profiling.store.ProfileError`. A saved profile that a probe
@@ -241,7 +264,12 @@ def run_profile(
         cases = validation_cases(plan, cost, count=validate, max_tokens=validation_tokens)
         dual = [c for case in cases for c in dual_layer_cases(case.shapes, case.sp_size)]
         results = measure([*cases, *dual], settings)
-        report = validation_report(cost, results[: len(cases)], results[len(cases) :])
+        sessions = [results[: len(cases)]]
+        # the full-depth cases again, each time in a fresh session: the spread between
+        # sessions is the noise the errors are read against (and the probe's tolerance)
+        for _ in range(1, validation_repeats):
+            sessions.append(measure(cases, replace(settings, progress=False)))
+        report = validation_report(cost, sessions, results[len(cases) :])
         profile = replace(profile, validation=report)
     if out_dir is not None:
         if not reused:
@@ -285,8 +313,12 @@ def ensure_profile(
 
 
 #: A reused profile is measured again when a probe case's time differs from the
-#: profile's by more than this share of it.
+#: profile's by more than its tolerance (:func:`probe_tolerance`): the spread its
+#: validation measured between sessions, at least :data:`PROBE_MIN_TOLERANCE` and at
+#: most this; this when the profile was not validated (no spread was measured).
 PROBE_TOLERANCE = 0.25
+#: The least tolerance of a probe: a spread from two sessions can be small by chance.
+PROBE_MIN_TOLERANCE = 0.05
 #: A profile measured or probed this many seconds ago is trusted without a probe (the
 #: runs of one comparison share one profile).
 PROBE_TRUST_S = 900.0
@@ -313,6 +345,17 @@ class ProbeResult:
             f"{then * 1e3:.1f} -> {now * 1e3:.1f} ms"
             for case, then, now in self.rows
         )
+
+
+def probe_tolerance(profile: Profile) -> float:
+    """How far a probe may be off ``profile`` for it to be reused: the largest spread
+    between sessions that its validation measured (``time_noise_rel``), within
+    [:data:`PROBE_MIN_TOLERANCE`, :data:`PROBE_TOLERANCE`]; :data:`PROBE_TOLERANCE` for a
+    profile without one (not validated, or saved before validations were repeated)."""
+    spread = (profile.validation or {}).get("time_noise_rel")
+    if spread is None:
+        return PROBE_TOLERANCE
+    return min(PROBE_TOLERANCE, max(PROBE_MIN_TOLERANCE, float(spread)))
 
 
 def probe_cases(profile: Profile, count: int = 2) -> list[tuple[RunCase, float]]:
@@ -345,11 +388,14 @@ def reusable(
     settings: ProfileSettings,
     directory: str | os.PathLike[str],
     *,
-    tolerance: float = PROBE_TOLERANCE,
+    tolerance: float | None = None,
 ) -> bool:
     """Whether ``saved`` (with a fresh fingerprint) may be reused on this machine now:
-    measured or checked recently, or a probe agrees within ``tolerance`` (the check is
-    recorded). Otherwise a one-line note on stderr says why it is measured again."""
+    measured or checked recently, or a probe agrees within ``tolerance`` (default:
+    :func:`probe_tolerance`, the spread its validation measured; the check is recorded).
+    Otherwise a one-line note on stderr says why it is measured again."""
+    if tolerance is None:
+        tolerance = probe_tolerance(saved)
     if _rank_zero_value(time.time() - last_checked(directory) < PROBE_TRUST_S):
         return True
     probe = probe_profile(saved, settings)
@@ -360,7 +406,8 @@ def reusable(
     if _is_rank_zero():
         print(
             f"datacentric: the profile in {directory} is {probe.worst_rel_diff:.0%} off on this "
-            f"machine now ({probe.describe()}); measuring it again",
+            f"machine now, more than its {tolerance:.0%} tolerance ({probe.describe()}); "
+            "measuring it again",
             file=sys.stderr,
         )
     return False

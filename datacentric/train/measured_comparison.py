@@ -1,12 +1,19 @@
 """Measured policy comparison: train the same samples under several policies, side by
-side in one run, and set the simulator's prediction for the very same schedules beside
-the measurement.
+side in one run, repeated, and set the simulator's prediction for the very same
+schedules beside the measurement.
 
 Used by ``datacentric bench`` and ``datacentric demo``. Every policy trains one epoch
 of the same dataset from the same initial weights with the same cost model (one
 dual-layer profile, measured in the first run and reused by the others), so every
 policy processes exactly the same samples; policies differ in how they group them
 into steps. Throughput is tokens over the summed step times of the whole epoch.
+
+Each policy runs ``repeats`` times, interleaved (A B A B, so that a change in the
+machine's load touches every policy alike), on the same global batches: the spread
+between repeats of one policy (:attr:`PolicyRepeats.noise_rel`) says how large a
+difference between policies must be to be more than noise, and a speedup is reported
+as a range over the pairings of repeats (:func:`speedup_range`). The machine's load
+around the runs and the CPU time the ranks got are recorded (:class:`LoadReading`).
 
 The comparison reads back what each run stored: the schedule its epoch ran
 (``schedules/epoch-0.json``) and the timing records of every step (the ``timeline``
@@ -16,7 +23,9 @@ of ``metrics.jsonl``), matched to the schedule's micro-batches by id.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import statistics
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,14 +33,29 @@ from typing import Any
 import torch
 
 from datacentric.parallel.launch import launch
+from datacentric.planning.cost_model import CostModel
+from datacentric.profiling.store import PROFILE_FILE
 from datacentric.schedule import Iteration, Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
-from datacentric.timing import SYNC, Placement, Span, busy_s, micro_batch_id, placements
+from datacentric.timing import (
+    SYNC,
+    Placement,
+    Span,
+    busy_s,
+    micro_batch_id,
+    placements,
+    relative_spread,
+)
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.config import TrainConfig
+from datacentric.train.machine_load import LoadReading, cores, load_average
 from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
+
+#: Runs of each policy in a comparison (``bench`` and ``demo``): two is the fewest that
+#: show a spread.
+DEFAULT_REPEATS = 2
 
 
 @dataclass
@@ -53,6 +77,8 @@ class PolicyMeasurement:
     est_idle_share: float
     measured: SimResult
     predicted: SimResult
+    out: str = ""
+    """The run folder."""
 
     @property
     def tokens_per_s(self) -> float:
@@ -73,11 +99,104 @@ class PolicyMeasurement:
         return abs(self.predicted_s - self.runtime_s) / self.runtime_s
 
 
-def run_policy(config: TrainConfig, world_size: int) -> None:
+@dataclass(frozen=True)
+class PolicyRepeats:
+    """One policy's repeated runs (in the order they ran) on the same global batches."""
+
+    policy: str
+    runs: tuple[PolicyMeasurement, ...]
+
+    @property
+    def first(self) -> PolicyMeasurement:
+        """The first run (its folder holds the plots' and the trace's steps)."""
+        return self.runs[0]
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Median throughput over the repeats."""
+        return statistics.median(r.tokens_per_s for r in self.runs)
+
+    @property
+    def runtime_s(self) -> float:
+        """Median of the runtime's time over the repeats."""
+        return statistics.median(r.runtime_s for r in self.runs)
+
+    @property
+    def predicted_s(self) -> float:
+        """The simulator's time (the same for every repeat unless the profile changed)."""
+        return statistics.median(r.predicted_s for r in self.runs)
+
+    @property
+    def predicted_tokens_per_s(self) -> float:
+        return self.first.tokens / self.predicted_s
+
+    @property
+    def noise_rel(self) -> float:
+        """Largest relative difference between the step times of two repeats."""
+        return relative_spread([r.measured_s for r in self.runs])
+
+    @property
+    def runtime_noise_rel(self) -> float:
+        """The same for the runtime's part of the steps (what the simulator predicts)."""
+        return relative_spread([r.runtime_s for r in self.runs])
+
+    @property
+    def sim_rel_err(self) -> float:
+        """|predicted - median measured| / median measured of the runtime's time."""
+        return abs(self.predicted_s - self.runtime_s) / self.runtime_s
+
+
+def speedup_range(policy: PolicyRepeats, baseline: PolicyRepeats) -> tuple[float, float]:
+    """The lowest and highest throughput ratio of ``policy`` over ``baseline`` over
+    every pairing of a repeat of one with a repeat of the other. The ratio of medians
+    lies within it."""
+    ratios = [a.tokens_per_s / b.tokens_per_s for a in policy.runs for b in baseline.runs]
+    return min(ratios), max(ratios)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every policy's repeats, and how busy the machine was while they ran."""
+
+    policies: dict[str, PolicyRepeats]
+    load: LoadReading
+    profiles: int = 1
+    """Distinct profiles the runs planned with (above 1: a probe found the saved one off
+    mid-comparison and it was measured again; each run is simulated with its own)."""
+
+
+def run_order(policies: Sequence[str], repeats: int) -> list[tuple[int, str]]:
+    """(repeat, policy) in the order they run: every policy once per round, round
+    after round (A B A B), so that a drift in the machine's load is shared."""
+    return [(k, p) for k in range(repeats) for p in policies]
+
+
+def repeat_folder(out: Path, policy: str, repeat: int) -> Path:
+    """The run folder of ``policy``'s repeat ``repeat`` (0-based): ``out/<policy>``
+    for the first, ``out/repeat-<k>/<policy>`` for the k-th (k >= 2)."""
+    return out / policy if repeat == 0 else out / f"repeat-{repeat + 1}" / policy
+
+
+def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float]:
     """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch
-    (the folder's earlier run is replaced)."""
+    (the folder's earlier run is replaced); returns the CPU seconds the ranks got and
+    their wall seconds, each summed over ranks."""
     config = dataclasses.replace(config, overwrite=True, resume=False, resume_from=None)
-    launch(train_rank, config, nproc=world_size, collective_timeout_s=config.collective_timeout_s)
+    clocks = launch(
+        train_rank_clocked,
+        config,
+        nproc=world_size,
+        collective_timeout_s=config.collective_timeout_s,
+    )
+    return sum(c for c, _ in clocks.values()), sum(w for _, w in clocks.values())
+
+
+def train_rank_clocked(config: TrainConfig) -> tuple[float, float]:
+    """:func:`train_rank`, returning this rank's CPU seconds (all its threads) and wall
+    seconds over the run."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    train_rank(config)
+    return time.process_time() - cpu, time.perf_counter() - wall
 
 
 def compare_policies(
@@ -87,39 +206,67 @@ def compare_policies(
     out_dir: str | Path,
     *,
     warmup: int = 0,
-) -> dict[str, PolicyMeasurement]:
-    """Train one epoch of ``base``'s dataset per policy (under ``out_dir/<policy>``) and
-    measure; the first ``warmup`` steps are left out of the timing."""
+    repeats: int = DEFAULT_REPEATS,
+) -> Comparison:
+    """Train one epoch of ``base``'s dataset per policy, ``repeats`` times interleaved
+    (:func:`run_order`, folders :func:`repeat_folder`), and measure; the first
+    ``warmup`` steps of each run are left out of the timing."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
-    runs = {}
-    for policy in policies:
+    profile_dir = Path(base.profile_dir or out / "profile")
+    dataset = build_dataset(base)
+    shapes = dataset.shapes()
+    before = load_average()
+    cpu_s = wall_s = 0.0
+    cost_models: dict[str, CostModel] = {}
+    runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
+    for repeat, policy in run_order(policies, repeats):
         config = dataclasses.replace(
             base,
             policy=policy,
-            out=str(out / policy),
-            profile_dir=base.profile_dir or str(out / "profile"),
+            out=str(repeat_folder(out, policy, repeat)),
+            profile_dir=str(profile_dir),
             timeline=True,
             resume=False,
             epochs=1,
             iterations=None,
         )
-        run_policy(config, world_size)
-        runs[policy] = config
-    first = next(iter(runs.values()))
-    dataset = build_dataset(first)
-    shapes = dataset.shapes()
-    cost_model = run_cost_model(first, world_size, torch.device("cpu"), shapes)
-    results = {}
-    for policy, config in runs.items():
-        schedule = load_schedule(config.out, 0)
-        records = read_metrics(config.out)
-        if len(records) != len(schedule.iterations):
-            raise RuntimeError(
-                f"{policy}: {len(records)} steps were logged but epoch 0 has "
-                f"{len(schedule.iterations)}; the run did not finish its epoch"
-            )
-        results[policy] = _measure(policy, schedule, records, shapes, cost_model, warmup)
-    return results
+        cpu, wall = run_policy(config, world_size)
+        cpu_s, wall_s = cpu_s + cpu, wall_s + wall
+        # the profile this run planned with: fresh on disk (measured or checked at its
+        # start), so reading it here probes nothing
+        saved = profile_dir / PROFILE_FILE
+        key = saved.read_text(encoding="utf-8") if saved.exists() else ""
+        if key not in cost_models:
+            cost_models[key] = run_cost_model(config, world_size, torch.device("cpu"), shapes)
+        runs[policy].append(_read_run(policy, config, shapes, cost_models[key], warmup))
+    load = LoadReading(
+        cores=cores(),
+        ranks=world_size,
+        before=before,
+        after=load_average(),
+        rank_cpu_s=cpu_s,
+        rank_wall_s=wall_s,
+    )
+    return Comparison(
+        policies={p: PolicyRepeats(p, tuple(r)) for p, r in runs.items()},
+        load=load,
+        profiles=len(cost_models),
+    )
+
+
+def _read_run(policy, config: TrainConfig, shapes, cost_model, warmup) -> PolicyMeasurement:
+    schedule = load_schedule(config.out, 0)
+    records = read_metrics(config.out)
+    if len(records) != len(schedule.iterations):
+        raise RuntimeError(
+            f"{policy}: {len(records)} steps were logged in {config.out} but epoch 0 has "
+            f"{len(schedule.iterations)}; the run did not finish its epoch"
+        )
+    return dataclasses.replace(
+        _measure(policy, schedule, records, shapes, cost_model, warmup), out=config.out
+    )
 
 
 def _measure(policy, schedule: Schedule, records, shapes, cost_model, warmup) -> PolicyMeasurement:
