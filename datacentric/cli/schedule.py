@@ -203,6 +203,11 @@ def policy_summary(
         schedule.save(args.json_out)
     meta = schedule.meta
     groups = [len(it.assignments) for it in schedule.iterations]
+    splits: dict[tuple[int, int], int] = {}
+    for it in schedule.iterations:
+        for group in it.assignments:
+            for split in group.splits:
+                splits[split] = splits.get(split, 0) + 1
     return {
         "policy": policy,
         "world": args.world,
@@ -226,6 +231,7 @@ def policy_summary(
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
         "phases_per_iteration_max": max(it.num_phases for it in schedule.iterations),
+        "sp_splits": [[u, r, n] for (u, r), n in sorted(splits.items())],
         "out": args.json_out,
     }
 

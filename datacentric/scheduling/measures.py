@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.planning.bucket_options import cheapest_option
-from datacentric.planning.cost_model import CostModel, PassBreakdown
+from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration, Schedule, phase_timeline
 from datacentric.scheduling.dataset_view import DatasetView
@@ -196,7 +196,8 @@ def estimated_grad_sync_s(
             continue
         mb = g.micro_batches[-1]
         recompute = mb.recompute or (False,) * cost_model.num_blocks
-        cost = cost_model.breakdown([shapes[i] for i in mb.sample_ids], g.sp_size, recompute)
+        mb_shapes = [shapes[i] for i in mb.sample_ids]
+        cost = split_breakdown(cost_model, mb_shapes, g.sp_size, recompute, mb.ring_size)
         windows.append(backward_s(cost))
     return exposed_grad_sync_s(reduction_s, min(windows) if windows else None)
 
