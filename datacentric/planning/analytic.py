@@ -41,9 +41,10 @@ attention FLOPs stay ``1/sp`` of the sample's (documents sharded zigzag, so ever
 step does about ``1/r`` of a rank's attention). Each attention pass runs ``r - 1``
 ring steps; a forward step sends one chunk of K/V (``tokens/r`` tokens at the K/V
 heads a Ulysses rank holds, repeated as :func:`~datacentric.planning.heads.kv_head_repeat`
-says), a backward step K/V and their gradients (twice that). A step's transfer overlaps
-that step's attention compute; only ``max(0, transfer - compute)`` is charged, plus
-two collective latencies. The ring's links are NVLink when the whole group fits in a
+says), a backward step K/V and their float32 gradient accumulators, which one more send
+brings home after the last step (not overlapped). A step's transfer overlaps that step's
+attention compute; only ``max(0, transfer - compute)`` is charged, plus two collective
+latencies per send. The ring's links are NVLink when the whole group fits in a
 node, else InfiniBand (the steps are synchronous: the slowest hop sets their pace).
 Memory adds the ring's buffers: two K/V chunks in flight, their gradients, and the
 fp32 output accumulator of the online softmax. Approximate: per-step compute of
@@ -339,9 +340,11 @@ class AnalyticCostModel(CachedCostModel):
         flops = self._attention_flops_per_pass(shapes, sp)
         fwd_step = flops * rates[_ATTN_FWD] / ring
         bwd_step = flops * ATTENTION_BACKWARD_FACTOR * rates[_ATTN_BWD] / ring
+        grads = chunk * 4 / self.dtype_bytes  # the blocks' float32 gradient accumulators
         exposed = forwards * steps * max(0.0, chunk * per_byte - fwd_step)
-        exposed += blocks * steps * max(0.0, 2 * chunk * per_byte - bwd_step)
-        return float(exposed + 2 * steps * rates[_CALL] * (forwards + blocks))
+        exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - bwd_step)
+        exposed += blocks * grads * per_byte  # the last send brings the gradients home
+        return float(exposed + 2 * ring * rates[_CALL] * (forwards + blocks))
 
     def _attention_flops_per_pass(self, shapes: tuple[SampleShape, ...], sp: int) -> float:
         """Attention forward FLOPs of one block's forward on one rank (blocks alike)."""
