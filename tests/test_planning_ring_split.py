@@ -76,6 +76,11 @@ def test_the_plan_offers_rings_past_the_head_count_and_keeps_ulysses_where_it_is
     assert all(o.ring_size == 1 for o in options if o.sp_size <= 8)
     short = plan.options_of(next(n for n, b in plan.buckets.items() if b.shape.tokens == 2048))
     assert all(o.ring_size == 1 for o in short if o.sp_size <= 32)  # short: no ring pays
+    long = next(n for n, b in plan.buckets.items() if b.shape.tokens == 1 << 20)
+    best = plan.preferred(long)
+    row = plan.bucket_row(long, llama)
+    assert row.get("ring", 1) == best.ring_size and row["sp_size"] == best.sp_size
+    assert row["est_memory_bytes"] <= plan.memory_cap_bytes
     ringed = next(o for o in options if o.ring_size > 1)
     assert BucketOption.from_json(json.loads(json.dumps(ringed.to_json()))) == ringed
 
