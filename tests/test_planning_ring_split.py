@@ -150,3 +150,14 @@ def test_the_long_context_preset_reaches_a_million_tokens():
     assert len(tokens) == 500 and min(tokens) >= 8192 and max(tokens) <= 1 << 20
     assert max(tokens) > 900_000
     assert tokens == [s.tokens for s in get_workload("longctx-1m", num_samples=500).shapes]
+
+
+def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, [1 << 20] * 2 + [8192, 65536] * 30)) + "\n")
+    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
+    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
+    assert main([*argv, "--split-mode", "ulysses"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples_scheduled"] == 62
+    assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])
