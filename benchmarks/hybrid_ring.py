@@ -93,8 +93,9 @@ def main() -> None:
         "degrees its micro-batches ran; `max group`: its largest SP group. dcp-opt hybrid "
         "is the best of `--max-sp-size` node, 32 and the world; Ulysses-only the better of "
         "node and 32 (the head count); megatron-dyncp runs every CP group as a ring, up to "
-        "the world. Each run's ideal bound prices samples at their cheapest size within a "
-        "node, so with rings past a node it is not a bound (`eff` above 1).",
+        "the world. Each run's ideal bound prices samples at their cheapest option, rings "
+        "past a node included where its plan has them (the Ulysses-only run's bound has "
+        "none, so its `eff` is against a higher bound).",
         "",
         "| GPUs | run | epoch s | speed-up | eff | steps | rings | max group | schedule s "
         "| load avg |",

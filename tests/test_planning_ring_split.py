@@ -13,6 +13,7 @@ from datacentric.planning.cost_model import split_breakdown
 from datacentric.planning.planner import plan_buckets
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
+from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.sim.engine import simulate
 from tests.toy_cost_model import ToyCostModel
@@ -115,6 +116,7 @@ def test_schedule_json_reports_ring_degrees_for_million_token_samples(tmp_path, 
     out = json.loads(capsys.readouterr().out)
     assert out["samples_scheduled"] == out["samples_total"] == len(lengths)
     assert any(r > 1 for _, r, _ in out["sp_splits"])
+    assert out["efficiency"] <= 1.0 + 1e-9  # the ideal bound prices the ring options too
     assert sum(n for _, _, n in out["sp_splits"]) >= 1
 
 
@@ -161,3 +163,23 @@ def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["samples_scheduled"] == 62
     assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])
+
+
+def test_the_ideal_bound_prices_ring_options_past_a_node(llama):
+    import numpy as np
+
+    from datacentric.scheduling import Pipeline
+    from datacentric.scheduling.measures import sample_gpu_seconds
+    from datacentric.scheduling.option_table import OptionTable
+    from datacentric.scheduling.policy_input import any_recompute
+
+    shapes = [SampleShape.text(1 << 20), SampleShape.text(8192)]
+    plan = Pipeline(shapes, llama, world_size=256, memory_cap_bytes=100 * 2**30).plan
+    table = OptionTable(
+        DatasetView(shapes), llama, plan, world_size=256, max_sp_size=None, allowed=any_recompute
+    )
+    b = int(table.view.bucket_of[0])
+    within = min(c.gpu_seconds_per_sample for s in table.node_sizes if (c := table.config(b, s)))
+    assert table.ring_sizes_past_node(b)
+    ideal = sample_gpu_seconds(table, np.asarray([0]))[0]
+    assert ideal < within  # a ring past a node costs fewer GPU-seconds than any node size

@@ -180,12 +180,13 @@ def solve_iteration(
     sizes = list(table.node_sizes)
     times = time_matrix(table, items, sizes)
     top = opts.max_sp_size or world
+    buckets = {it.bucket for it in items}
     for s in table.all_sizes:  # past a node only for micro-batches that fit nothing within,
         # or (up to --max-sp-size, where the plan offers them a ring) that alone outlast
         # the step's GPU-seconds bound
         if s > sizes[-1] and (
             not np.isfinite(times).any(axis=1).all()
-            or (s <= top and straggles(times, sizes, world) and table.has_rings(items, s))
+            or (s <= top and straggles(times, sizes, world) and table.has_rings(buckets, s))
         ):
             sizes.append(s)
             times = np.column_stack([times, time_matrix(table, items, [s])])

@@ -15,7 +15,7 @@ members differ, in tokens over the representative's tokens); the final
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -90,11 +90,17 @@ class OptionTable:
             self._at[key] = [o for o in self.options(b) if o.sp_size == sp]
         return self._at[key]
 
-    def has_rings(self, items: Sequence[Item], sp: int) -> bool:
-        """Whether the admitted options on ``sp`` ranks of some bucket of ``items`` run
-        a ring (a split with a ring degree above 1)."""
-        buckets = {item.bucket for item in items}
-        return any(o.ring_size > 1 for b in buckets for o in self.options_at(b, sp))
+    def has_rings(self, buckets: Iterable[int], sp: int) -> bool:
+        """Whether the admitted options on ``sp`` ranks of some bucket of ``buckets``
+        run a ring (a split with a ring degree above 1)."""
+        return any(o.ring_size > 1 for b in set(buckets) for o in self.options_at(b, sp))
+
+    def ring_sizes_past_node(self, b: int) -> list[int]:
+        """The SP sizes past a node (up to ``max_sp_size``) where bucket ``b`` has a
+        ring option: the ideal bound prices its samples there too."""
+        top = self.max_sp_size or self.world_size
+        node = self.node_sizes[-1]
+        return [s for s in self.all_sizes if node < s <= top and self.has_rings([b], s)]
 
     def option_with(
         self, b: int, sp: int, rc: tuple[bool, ...], ring: int | None = None
