@@ -417,3 +417,28 @@ def complete_help(parser: argparse.ArgumentParser) -> None:
             extra.append("choices: " + ", ".join(map(str, action.choices)))
         if extra:
             action.help += (" [" + "; ".join(extra) + "]").replace("%", "%%")
+
+
+def add_split_mode_flag(container: Any) -> None:
+    """``--split-mode``: which splits of an SP group into Ulysses x ring the plan may
+    use (:class:`~datacentric.planning.split_modes.SplitLimitedCostModel`)."""
+    from datacentric.planning.split_modes import SPLIT_MODES
+
+    container.add_argument(
+        "--split-mode",
+        choices=SPLIT_MODES,
+        default="hybrid",
+        help="SP group splits the plan may use: hybrid (Ulysses x ring, the cheapest per "
+        "SP size), ulysses (Ulysses only), ring (every group one ring, as Megatron's ring "
+        "CP) (default: %(default)s)",
+    )
+
+
+def limit_splits(cost_model: Any, args: Any) -> Any:
+    """``cost_model`` limited to ``--split-mode`` (itself for ``hybrid``)."""
+    mode = getattr(args, "split_mode", "hybrid")
+    if mode == "hybrid":
+        return cost_model
+    from datacentric.planning.split_modes import SplitLimitedCostModel
+
+    return SplitLimitedCostModel(cost_model, mode)

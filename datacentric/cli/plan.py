@@ -121,14 +121,15 @@ def plan_json(
 def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = None) -> str:
     """A fixed-width table of the plan (memory per rank on ``cost``)."""
     rows = plan_json(plan, bucketing, cost)
-    header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'batch':>7}"
+    header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'ring':>5}{'batch':>7}"
     header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'options':>9}{'samples/GPU-s':>15}"
     lines = [header]
     for row in rows:
         shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
         lines.append(
             f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
-            f"{row['micro_batch_size']:>7}{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
+            f"{row.get('ring', 1):>5}{row['micro_batch_size']:>7}"
+            f"{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
             f"{row['est_time_s']:>11.4g}{row.get('est_memory_bytes', float('nan')) / GIB:>9.3f}"
             f"{row['options']:>9}"
             f"{row['samples_per_gpu_second']:>15.4g}"

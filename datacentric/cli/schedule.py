@@ -23,9 +23,11 @@ from datacentric.cli.flags import (
     add_deprecated_alias,
     add_json_out_flag,
     add_policy_flag,
+    add_split_mode_flag,
     add_world_flag,
     config_option,
     enable_config_file,
+    limit_splits,
 )
 from datacentric.cli.plan import (
     DATASET_HELP,
@@ -64,6 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--epoch", type=int, default=0, help="epoch number (orders the samples)")
     add_global_batch_arguments(parser)
+    add_split_mode_flag(parser)
     config_option(
         parser,
         "--drop-remainder",
@@ -147,7 +150,7 @@ def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
     """The cost model (profile or analytic) and where it came from."""
     if args.profile:
         cost, _ = profiled_model(args)
-        return cost, f"profile {args.profile}"
+        return limit_splits(cost, args), f"profile {args.profile}"
     model, hardware = args.model, args.hardware
     from datacentric.data.workloads import get_workload, list_workloads
 
@@ -157,7 +160,8 @@ def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
         model, hardware = model or preset.model, hardware or preset.hardware
     if not (model and hardware):
         raise ValueError("give --profile DIR, or --model PRESET --hardware PRESET")
-    return analytic_model(model, hardware, args.world, args), f"analytic {model} on {hardware}"
+    cost = limit_splits(analytic_model(model, hardware, args.world, args), args)
+    return cost, f"analytic {model} on {hardware}"
 
 
 def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
@@ -203,6 +207,11 @@ def policy_summary(
         schedule.save(args.json_out)
     meta = schedule.meta
     groups = [len(it.assignments) for it in schedule.iterations]
+    splits: dict[tuple[int, int], int] = {}
+    for it in schedule.iterations:
+        for group in it.assignments:
+            for split in group.splits:
+                splits[split] = splits.get(split, 0) + 1
     return {
         "policy": policy,
         "world": args.world,
@@ -226,6 +235,7 @@ def policy_summary(
         "plan_seconds": meta["plan_seconds"],
         "groups_per_iteration_mean": sum(groups) / len(groups),
         "phases_per_iteration_max": max(it.num_phases for it in schedule.iterations),
+        "sp_splits": [[u, r, n] for (u, r), n in sorted(splits.items())],
         "out": args.json_out,
     }
 

@@ -23,9 +23,11 @@ from typing import Any
 from datacentric.cli.flags import (
     add_deprecated_alias,
     add_policy_flag,
+    add_split_mode_flag,
     add_world_flag,
     config_option,
     enable_config_file,
+    limit_splits,
 )
 from datacentric.cli.plan import DATASET_HELP, add_data_arguments, add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
@@ -65,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         note=" (default: the paper's policies, sim.policy_comparison.DEFAULT_POLICIES)",
     )
     add_global_batch_arguments(parser)
+    add_split_mode_flag(parser)
     config_option(
         parser, "--seed", key="seed", type=int, default=0, help="workload and schedule seed"
     )
@@ -100,6 +103,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
 
     options = ScheduleOptions(**global_batch_options(args))
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
+    cost_model = limit_splits(cost_model, args)
     runs = run_policies(
         workload.shapes,
         cost_model,

@@ -7,7 +7,8 @@ Presets (see ``docs/simulator.md`` for the exact definitions and why):
   drawn from one Zipf family (short: smallest buckets most frequent; long: the mirror;
   balanced: uniform) and 50 images per video mixed in by the same rule;
 - ``stdlib-code``: the real file lengths of the embedded standard-library corpus;
-- ``sft-longtail``: 99.89% of samples around 1K tokens, 0.11% around 37K.
+- ``sft-longtail``: 99.89% of samples around 1K tokens, 0.11% around 37K;
+- ``longctx-1m``: long-context text, lengths log-uniform from 8K to 1M tokens.
 
 Every preset is a pure function of ``(seed, num_samples)``: the same arguments give
 the same shapes in the same order.
@@ -162,6 +163,29 @@ def sft_longtail_workload(seed: int = 0, num_samples: int | None = None) -> Work
     )
 
 
+#: longctx-1m: log-uniform token lengths between these bounds, and the default count.
+LONGCTX_RANGE = (8_192, 1_048_576)
+LONGCTX_DEFAULT_SAMPLES = 1_000
+
+
+def longctx_workload(seed: int = 0, num_samples: int | None = None) -> Workload:
+    """Long-context text: lengths log-uniform from 8K to 1M tokens (a context-extension
+    mix where the longest samples need more ranks than the model has heads)."""
+    total = LONGCTX_DEFAULT_SAMPLES if num_samples is None else int(num_samples)
+    if total < 1:
+        raise ValueError(f"longctx-1m: need at least one sample, got {total}")
+    low, high = LONGCTX_RANGE
+    rng = np.random.default_rng(seed)
+    lengths = np.rint(np.exp(rng.uniform(np.log(low), np.log(high), total)))
+    return Workload(
+        name="longctx-1m",
+        shapes=tuple(SampleShape.text(int(x)) for x in lengths),
+        model="llama-7b",
+        hardware="h200-sxm",
+        description=f"{total} samples, lengths log-uniform from {low} to {high} tokens",
+    )
+
+
 #: stdlib-code: files longer than this are split into near-equal chunks (a 128K context);
 #: only 4 files of the corpus are that long, so lengths stay the files' own.
 STDLIB_MAX_TOKENS = 131_072
@@ -195,6 +219,7 @@ _PRESETS: dict[str, Callable[[int, int | None], Workload]] = {
     },
     "stdlib-code": stdlib_code_workload,
     "sft-longtail": sft_longtail_workload,
+    "longctx-1m": longctx_workload,
 }
 
 

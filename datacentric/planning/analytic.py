@@ -33,6 +33,23 @@ device). Work counted per block and pass:
   group sends ``(sp - gpn)/(sp - 1)`` of its bytes over InfiniBand (the two
   transfers are charged one after the other: conservative).
 
+*Hybrid groups* (a ring of ``r`` positions over Ulysses groups of ``u = sp / r``;
+:meth:`AnalyticCostModel.compute_split_breakdown`, text blocks only): the all-to-all
+above runs over ``u`` ranks (NVLink when ``u <= gpus_per_node``, else the share
+``(u - gpn)/(u - 1)`` over InfiniBand), moving ``(u-1)/u`` of the local tensors;
+attention FLOPs stay ``1/sp`` of the sample's (documents sharded zigzag, so every ring
+step does about ``1/r`` of a rank's attention). Each attention pass runs ``r - 1``
+ring steps; a forward step sends one chunk of K/V (``tokens/r`` tokens at the K/V
+heads a Ulysses rank holds, repeated as :func:`~datacentric.planning.heads.kv_head_repeat`
+says), a backward step K/V and their float32 gradient accumulators, which one more send
+brings home after the last step (not overlapped). A step's transfer overlaps that step's
+attention compute; only ``max(0, transfer - compute)`` is charged, plus two collective
+latencies per send. The ring's links are NVLink when the whole group fits in a
+node, else InfiniBand (the steps are synchronous: the slowest hop sets their pace).
+Memory adds the ring's buffers: two K/V chunks in flight, their gradients, and the
+fp32 output accumulator of the online softmax. Approximate: per-step compute of
+packed documents is taken as uniform.
+
 Memory on one rank (bytes):
 
 - model states: as the run's ``shard`` setting holds them on ``world_size`` ranks
@@ -76,6 +93,7 @@ import numpy as np
 
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
+from datacentric.planning.heads import kv_head_repeat
 from datacentric.planning.memory_cap import resolve_memory_cap, warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
@@ -168,6 +186,10 @@ def attention_pairs(kind: str, shape: SampleShape) -> float:
 
 #: Entries of :meth:`Work.as_array` that are communication (NVLink, InfiniBand, calls).
 COMM_COLUMNS = slice(3, 6)
+#: Indices of :meth:`Work.as_array` the ring's overlap reads.
+_ATTN_FWD, _NVLINK, _IB, _CALL, _ATTN_BWD = 1, 3, 4, 5, 7
+#: Block kinds a ring can run (text attention over packed documents).
+RING_KINDS = frozenset({"causal", "full"})
 
 
 class AnalyticCostModel(CachedCostModel):
@@ -249,9 +271,87 @@ class AnalyticCostModel(CachedCostModel):
         """Ulysses splits heads: ``sp_size`` must divide the number of heads."""
         return sp_size >= 1 and self.spec.heads % sp_size == 0
 
+    def supports_split(self, sp_size: int, ring_size: int) -> bool:
+        """Whether ``sp_size`` ranks run as ``sp_size / ring_size`` Ulysses ranks (dividing
+        the heads) times a ring of ``ring_size``; rings only for text blocks."""
+        if ring_size < 1 or sp_size % ring_size:
+            return False
+        if ring_size > 1 and not set(self._kinds) <= RING_KINDS:
+            return False
+        return self.supports_sp_size(sp_size // ring_size)
+
     def recompute_key(self, recompute: Sequence[bool]) -> Hashable:
         """Recomputed blocks per kind (which blocks of a kind does not matter)."""
         return self._counts(recompute)
+
+    def compute_split_breakdown(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, ring_size: int, key: Hashable
+    ) -> PassBreakdown:
+        """A pass on a ring of ``ring_size`` over Ulysses groups of ``sp_size / ring_size``
+        (see the module doc): the Ulysses pass over the smaller all-to-all, plus each ring
+        step's transfer where it outlasts that step's attention compute."""
+        if not self.supports_split(sp_size, ring_size):
+            raise ValueError(
+                f"{self.spec.name}: cannot split SP {sp_size} into a ring of {ring_size} "
+                f"({self.spec.heads} heads must be divisible by {sp_size // max(ring_size, 1)}, "
+                "and rings run text blocks only)"
+            )
+        counts: tuple[int, ...] = key  # type: ignore[assignment]
+        ulysses = sp_size // ring_size
+        work = self._work(shapes, sp_size, counts, ulysses).as_array()
+        plain = self._work(shapes, sp_size, (0,) * len(counts), ulysses).as_array()
+        ring_all = self._ring_exposed_s(shapes, sp_size, ring_size, counts)
+        ring_plain = self._ring_exposed_s(shapes, sp_size, ring_size, (0,) * len(counts))
+        time_s = float(work @ self._rates) + ring_all
+        comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS]) + ring_plain
+        plain_s = float(plain @ self._rates) + ring_plain
+        chunk = self._ring_chunk_bytes(shapes, sp_size, ring_size)
+        local = sum(s.tokens for s in shapes) / sp_size
+        buffers = 4 * chunk + 4 * local * self.spec.hidden  # K/V, dK/dV, fp32 output
+        return PassBreakdown(
+            time_s=time_s,
+            compute_s=plain_s - comm_s,
+            recompute_s=time_s - plain_s,
+            comm_s=comm_s,
+            memory_bytes=self._memory(shapes, sp_size, counts) + int(buffers),
+        )
+
+    def _ring_chunk_bytes(self, shapes: tuple[SampleShape, ...], sp: int, ring: int) -> float:
+        """Bytes of the K/V chunk one ring step sends: ``tokens / ring`` tokens at the
+        key/value heads one Ulysses rank of ``sp / ring`` holds."""
+        spec = self.spec
+        ulysses = sp // ring
+        kv_heads = spec.kv_heads or spec.heads
+        held = kv_heads * kv_head_repeat(spec.heads, kv_heads, ulysses) / ulysses
+        tokens = sum(s.tokens for s in shapes)
+        return 2.0 * tokens / ring * held * spec.head_dim * self.dtype_bytes
+
+    def _ring_exposed_s(
+        self, shapes: tuple[SampleShape, ...], sp: int, ring: int, counts: tuple[int, ...]
+    ) -> float:
+        """Seconds of ring transfer not hidden behind attention compute: per forward of
+        a block (recomputed ones too) and per backward, ``ring - 1`` steps."""
+        rates = self._rates
+        chunk = self._ring_chunk_bytes(shapes, sp, ring)
+        per_byte = rates[_NVLINK] if sp <= self.hardware.gpus_per_node else rates[_IB]
+        steps = ring - 1
+        blocks = self.spec.num_blocks
+        forwards = blocks + sum(counts)
+        flops = self._attention_flops_per_pass(shapes, sp)
+        fwd_step = flops * rates[_ATTN_FWD] / ring
+        bwd_step = flops * ATTENTION_BACKWARD_FACTOR * rates[_ATTN_BWD] / ring
+        grads = chunk * 4 / self.dtype_bytes  # the blocks' float32 gradient accumulators
+        exposed = forwards * steps * max(0.0, chunk * per_byte - fwd_step)
+        exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - bwd_step)
+        exposed += blocks * grads * per_byte  # the last send brings the gradients home
+        return float(exposed + 2 * ring * rates[_CALL] * (forwards + blocks))
+
+    def _attention_flops_per_pass(self, shapes: tuple[SampleShape, ...], sp: int) -> float:
+        """Attention forward FLOPs of one block's forward on one rank (blocks alike)."""
+        kind = self.spec.block_kinds[0]
+        pairs = sum(attention_pairs(kind, s) for s in shapes)
+        tokens = sum(s.tokens for s in shapes)
+        return 4.0 * self.spec.hidden * (pairs + tokens * self.spec.cross_attn_tokens) / sp
 
     def compute_breakdown(
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
@@ -314,7 +414,16 @@ class AnalyticCostModel(CachedCostModel):
                 counts[self._kind_index[kind]] += 1
         return tuple(counts)
 
-    def _work(self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]) -> Work:
+    def _work(
+        self,
+        shapes: tuple[SampleShape, ...],
+        sp: int,
+        counts: tuple[int, ...],
+        ulysses: int | None = None,
+    ) -> Work:
+        """Work of one pass on ``sp`` ranks whose all-to-all runs over ``ulysses`` of
+        them (default all: Ulysses only)."""
+        u = sp if ulysses is None else ulysses
         if not shapes:
             raise ValueError("a micro-batch needs at least one sample")
         if sp < 1:
@@ -343,7 +452,7 @@ class AnalyticCostModel(CachedCostModel):
             fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
             pairs = sum(attention_pairs(kind, s) for s in shapes)
             attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
-            a2a_bytes, a2a_calls = self._alltoall(kind, shapes, sp, local)
+            a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local)
             mm += block_matmul * (fwd_passes + 2 * blocks)
             attn += attn_fwd * fwd_passes
             attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
@@ -355,8 +464,8 @@ class AnalyticCostModel(CachedCostModel):
             total_a2a = a2a_bytes * (fwd_passes + blocks)
             colls += a2a_calls * (fwd_passes + blocks)
             passes += fwd_passes + 2 * blocks
-            if sp > hw.gpus_per_node:
-                off = (sp - hw.gpus_per_node) / (sp - 1)
+            if u > hw.gpus_per_node:
+                off = (u - hw.gpus_per_node) / (u - 1)
                 ib += total_a2a * off
                 nvl += total_a2a * (1 - off)
             else:
@@ -398,7 +507,8 @@ class AnalyticCostModel(CachedCostModel):
     def _alltoall(
         self, kind: str, shapes: tuple[SampleShape, ...], sp: int, local: float
     ) -> tuple[float, int]:
-        """Bytes one rank sends and collective calls in one forward of one block."""
+        """Bytes one rank sends and collective calls in one forward of one block, on an
+        all-to-all over ``sp`` ranks (``local`` tokens per rank)."""
         if sp == 1:
             return 0.0, 0
         spec, b = self.spec, self.dtype_bytes

@@ -1,11 +1,19 @@
 """A bucket's feasible options: the ways it can run, each with its time curve.
 
-A :class:`BucketOption` is one (SP size, recomputation) under a memory cap, with the
+A :class:`BucketOption` is one (SP size, its split into Ulysses x ring, recomputation)
+under a memory cap, with the
 largest micro-batch of the bucket's representative (its largest member) that fits
 and the pass time at ``1, 2, 4, ..., max_batch`` samples. The planner computes the
 options of every bucket (:func:`evaluate_option`) and the
 :class:`~datacentric.planning.plan.Plan` carries them; policies only choose among
 them. The search functions here are the one place a configuration is searched.
+
+**Splits.** A group of ``sp`` ranks runs Ulysses over ``u`` ranks inside a ring of
+``r = sp / u`` (:func:`split_candidates`): within a node Ulysses alone (its all-to-all
+runs on NVLink); across nodes, or past the head count, also the ring degree that keeps
+the largest Ulysses group the heads allow within one node, and a ring alone. The
+planner keeps, per (SP size, recomputation), the split with the fewest GPU-seconds
+per sample, Ulysses on ties: where rings are not cheaper, options are as before.
 """
 
 from __future__ import annotations
@@ -16,28 +24,51 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.cost_model import CostModel, split_breakdown, supports_split
 from datacentric.schedule import group_sizes
 from datacentric.shapes import SampleShape
 
 
-def safe_time(cost_model: CostModel, shapes: Sequence[SampleShape], sp: int, rc: tuple) -> float:
-    """``pass_time_s``, or infinity when the model rejects the configuration
-    (for instance an SP size that does not divide the heads)."""
+def safe_time(
+    cost_model: CostModel, shapes: Sequence[SampleShape], sp: int, rc: tuple, ring: int = 1
+) -> float:
+    """The pass time on ``sp`` ranks with a ring of ``ring``, or infinity when the model
+    rejects the configuration (for instance an SP size that does not divide the heads)."""
     try:
-        return float(cost_model.pass_time_s(shapes, sp, rc))
+        if ring == 1:
+            return float(cost_model.pass_time_s(shapes, sp, rc))
+        return float(split_breakdown(cost_model, shapes, sp, rc, ring).time_s)
     except ValueError:
         return float("inf")
 
 
 def fits_shapes(
-    cost_model: CostModel, shapes: Sequence[SampleShape], sp: int, rc: tuple, cap: int
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    sp: int,
+    rc: tuple,
+    cap: int,
+    ring: int = 1,
 ) -> bool:
     """Whether one micro-batch of ``shapes`` fits under ``cap`` bytes per rank."""
     try:
-        return int(cost_model.pass_memory_bytes(shapes, sp, rc)) <= cap
+        if ring == 1:
+            return int(cost_model.pass_memory_bytes(shapes, sp, rc)) <= cap
+        return int(split_breakdown(cost_model, shapes, sp, rc, ring).memory_bytes) <= cap
     except ValueError:
         return False
+
+
+def split_candidates(cost_model: CostModel, sp: int) -> list[int]:
+    """The ring degrees the planner tries on ``sp`` ranks (see the module doc), those
+    the cost model prices, Ulysses alone (1) first; empty when none runs."""
+    node = cost_model.gpus_per_node
+    tried = [1]
+    if sp > node or not supports_split(cost_model, sp, 1):
+        within = [u for u in range(min(sp, node), 0, -1) if sp % u == 0]
+        hybrid = next((sp // u for u in within if supports_split(cost_model, sp, sp // u)), None)
+        tried += [r for r in (hybrid, sp) if r is not None]
+    return [r for r in dict.fromkeys(tried) if supports_split(cost_model, sp, r)]
 
 
 def max_batch(
@@ -48,8 +79,10 @@ def max_batch(
     cap: int,
     limit: int,
     guess: int = 1,
+    ring: int = 1,
 ) -> int:
-    """Most samples of ``shape`` per micro-batch that fit (0: not even one).
+    """Most samples of ``shape`` per micro-batch that fit (0: not even one) on ``sp``
+    ranks with a ring of ``ring``.
 
     Gallops from ``guess`` (doubling up while it fits, halving down while it does
     not), then bisects, so the answer is exact, not a power of two; a good guess
@@ -58,7 +91,7 @@ def max_batch(
     good, bad = 0, limit + 1
     probe = max(1, min(int(guess), limit))
     while bad - good > 1:
-        if fits_shapes(cost_model, [shape] * probe, sp, rc, cap):
+        if fits_shapes(cost_model, [shape] * probe, sp, rc, cap, ring):
             good = probe
             probe = min(2 * probe, bad - 1) if bad == limit + 1 else (good + bad) // 2
         else:
@@ -72,13 +105,16 @@ def max_batch(
 @dataclass(frozen=True)
 class BucketOption:
     """One way to run a bucket: SP size, recomputation and the largest micro-batch,
-    with the pass time at sample counts ``counts`` (``1, 2, 4, ..., max_batch``)."""
+    with the pass time at sample counts ``counts`` (``1, 2, 4, ..., max_batch``);
+    ``ring_size`` is the ring degree of the group's split (1: Ulysses only; the
+    Ulysses degree is ``sp_size / ring_size``)."""
 
     sp_size: int
     recompute: tuple[bool, ...]
     max_batch: int
     counts: tuple[float, ...]
     times: tuple[float, ...]
+    ring_size: int = 1
     _arrays: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -129,6 +165,7 @@ class BucketOption:
             "max_batch": self.max_batch,
             "counts": list(self.counts),
             "times_s": list(self.times),
+            **({"ring": self.ring_size} if self.ring_size > 1 else {}),
         }
 
     @classmethod
@@ -139,6 +176,7 @@ class BucketOption:
             max_batch=int(d["max_batch"]),
             counts=tuple(float(c) for c in d["counts"]),
             times=tuple(float(t) for t in d["times_s"]),
+            ring_size=int(d.get("ring", 1)),
         )
 
 
@@ -152,10 +190,18 @@ def evaluate_option(
     *,
     guess: int = 1,
     curve: bool = True,
+    ring: int | None = 1,
 ) -> BucketOption | None:
-    """The :class:`BucketOption` of ``shape`` at ``(sp, rc)``, or None if nothing fits.
-    Without ``curve`` only the largest micro-batch is timed."""
-    top = max_batch(cost_model, shape, sp, rc, cap, limit, guess)
+    """The :class:`BucketOption` of ``shape`` at ``(sp, rc)`` with a ring of ``ring``
+    (None: the cheapest of ``sp``'s :func:`split_candidates`, Ulysses alone on ties),
+    or None if nothing fits. Without ``curve`` only the largest micro-batch is timed."""
+    if ring is None:
+        found = (
+            evaluate_option(cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve, ring=r)
+            for r in split_candidates(cost_model, sp)
+        )
+        return cheapest([option for option in found if option is not None])
+    top = max_batch(cost_model, shape, sp, rc, cap, limit, guess, ring)
     if top == 0:
         return None
     counts = [1] if curve else [top]
@@ -163,10 +209,10 @@ def evaluate_option(
         counts.append(counts[-1] * 2)
     if counts[-1] != top:
         counts.append(top)
-    times = [safe_time(cost_model, [shape] * k, sp, rc) for k in counts]
+    times = [safe_time(cost_model, [shape] * k, sp, rc, ring) for k in counts]
     if not np.isfinite(times[-1]):
         return None
-    return BucketOption(sp, tuple(rc), top, tuple(map(float, counts)), tuple(times))
+    return BucketOption(sp, tuple(rc), top, tuple(map(float, counts)), tuple(times), ring)
 
 
 def cheapest(options: Sequence[BucketOption]) -> BucketOption | None:
@@ -195,7 +241,9 @@ def cheapest_option(
     found = []
     for rc in dict.fromkeys(recomputes):
         guess = guesses.get(rc, 1) if guesses is not None else 1
-        option = evaluate_option(cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve)
+        option = evaluate_option(
+            cost_model, shape, sp, rc, cap, limit, guess=guess, curve=curve, ring=None
+        )
         if guesses is not None and option is not None:
             guesses[rc] = option.max_batch
         if option is not None:
@@ -208,14 +256,12 @@ def sp_size_tiers(
 ) -> tuple[list[int], list[int]]:
     """The SP sizes a bucket may be planned on, split into (within a node, across
     nodes), ascending: ``sp_sizes`` or every divisor of the world, that the model
-    supports."""
+    runs with some split (:func:`split_candidates`)."""
     sizes = sorted(set(sp_sizes)) if sp_sizes else group_sizes(world_size)
     bad = [s for s in sizes if s < 1 or world_size % s]
     if bad:
         raise ValueError(f"SP sizes {bad} do not divide world size {world_size}")
-    supports = getattr(cost_model, "supports_sp_size", None)
-    if supports is not None:
-        sizes = [s for s in sizes if supports(s)]
+    sizes = [s for s in sizes if split_candidates(cost_model, s)]
     node = cost_model.gpus_per_node
     return [s for s in sizes if s <= node], [s for s in sizes if s > node]
 

@@ -17,6 +17,14 @@ Two optional attributes refine planning when a model has them (both implementati
 here do): ``block_kinds`` (a tuple naming each block's kind; the recomputation knapsack
 groups blocks by it, one kind otherwise) and ``supports_sp_size(sp) -> bool`` (Ulysses
 needs the SP size to divide the heads; the fitted model predicts only measured sizes).
+
+**Splits.** A group of ``sp`` ranks may run Ulysses over ``u`` ranks inside an attention
+ring of ``r`` positions (``sp = u * r``; ``MicroBatch.ring_size`` is ``r``). A model
+that prices rings takes ``ring_size=r`` in :meth:`CachedCostModel.breakdown` (and the
+methods derived from it) and says which splits it prices with ``supports_split(sp, r)``;
+:func:`split_breakdown` asks any cost model, passing ``ring_size`` only when ``r > 1``,
+so a model without rings keeps working on Ulysses-only schedules and refuses (with
+``ValueError``) a ring it cannot price.
 """
 
 from __future__ import annotations
@@ -110,31 +118,98 @@ class CachedCostModel(ABC):
     ) -> PassBreakdown:
         """The breakdown of a pass (uncached); ``key`` is :meth:`recompute_key`'s."""
 
-    def breakdown(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+    def compute_split_breakdown(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, ring_size: int, key: Hashable
     ) -> PassBreakdown:
-        """The cached breakdown of one micro-batch pass."""
+        """The breakdown of a pass whose group runs a ring of ``ring_size > 1`` positions
+        (uncached). This default refuses: the model prices Ulysses only."""
+        raise ValueError(
+            f"{type(self).__name__} prices Ulysses-only groups; it cannot price a ring of "
+            f"{ring_size} on SP {sp_size}"
+        )
+
+    def supports_split(self, sp_size: int, ring_size: int) -> bool:
+        """Whether the model prices ``sp_size`` ranks split into ``sp_size / ring_size``
+        Ulysses ranks times a ring of ``ring_size`` (default: Ulysses only)."""
+        if ring_size != 1:
+            return False
+        supports = getattr(self, "supports_sp_size", None)
+        return supports is None or bool(supports(sp_size))
+
+    def breakdown(
+        self,
+        shapes: Sequence[SampleShape],
+        sp_size: int,
+        recompute: Sequence[bool],
+        *,
+        ring_size: int = 1,
+    ) -> PassBreakdown:
+        """The cached breakdown of one micro-batch pass (on a ring of ``ring_size``)."""
         cache: dict[tuple, PassBreakdown] | None = self.__dict__.get("_breakdowns")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_breakdowns", cache)  # frozen dataclasses too
         shapes = tuple(shapes)
-        key = (shapes, int(sp_size), self.recompute_key(recompute))
+        ring = int(ring_size)
+        key = (shapes, int(sp_size), self.recompute_key(recompute), ring)
         found = cache.get(key)
         if found is None:
+            if ring < 1 or sp_size % ring:
+                raise ValueError(f"ring size {ring} does not divide SP size {sp_size}")
             if len(cache) >= BREAKDOWN_CACHE_SIZE:
                 cache.clear()
-            found = cache[key] = self.compute_breakdown(shapes, int(sp_size), key[2])
+            if ring == 1:
+                found = self.compute_breakdown(shapes, int(sp_size), key[2])
+            else:
+                found = self.compute_split_breakdown(shapes, int(sp_size), ring, key[2])
+            cache[key] = found
         return found
 
     def pass_time_s(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+        self,
+        shapes: Sequence[SampleShape],
+        sp_size: int,
+        recompute: Sequence[bool],
+        *,
+        ring_size: int = 1,
     ) -> float:
         """Forward + backward seconds of one micro-batch (see :class:`PassBreakdown`)."""
-        return self.breakdown(shapes, sp_size, recompute).time_s
+        return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).time_s
 
     def pass_memory_bytes(
-        self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]
+        self,
+        shapes: Sequence[SampleShape],
+        sp_size: int,
+        recompute: Sequence[bool],
+        *,
+        ring_size: int = 1,
     ) -> int:
         """Peak bytes on one rank of the group."""
-        return self.breakdown(shapes, sp_size, recompute).memory_bytes
+        return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+
+
+def split_breakdown(
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    sp_size: int,
+    recompute: Sequence[bool],
+    ring_size: int = 1,
+) -> PassBreakdown:
+    """``cost_model.breakdown`` of a pass on ``sp_size`` ranks with a ring of
+    ``ring_size`` (``ring_size`` is passed only when above 1, so cost models without
+    rings answer Ulysses-only passes as before)."""
+    if ring_size == 1:
+        return cost_model.breakdown(shapes, sp_size, recompute)
+    return cost_model.breakdown(shapes, sp_size, recompute, ring_size=ring_size)  # type: ignore[call-arg]
+
+
+def supports_split(cost_model: CostModel, sp_size: int, ring_size: int) -> bool:
+    """Whether ``cost_model`` prices ``sp_size`` ranks with a ring of ``ring_size``: its
+    ``supports_split`` when it has one; else Ulysses only (``supports_sp_size``)."""
+    own = getattr(cost_model, "supports_split", None)
+    if own is not None:
+        return bool(own(sp_size, ring_size))
+    if ring_size != 1:
+        return False
+    supports = getattr(cost_model, "supports_sp_size", None)
+    return supports is None or bool(supports(sp_size))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datacentric.planning.bucket_options import BucketOption
+from datacentric.planning.cost_model import split_breakdown
 from datacentric.shapes import SampleShape
 
 #: Largest micro-batch an option may have unless the planner is told otherwise.
@@ -42,6 +43,8 @@ class BucketChoice:
     recompute: tuple[bool, ...]
     est_time_s: float
     """The option's time of ``micro_batch_size`` representatives (a measured point)."""
+    ring_size: int = 1
+    """The ring degree of the option's split (Ulysses over ``sp_size / ring_size``)."""
 
     @property
     def samples_per_gpu_second(self) -> float:
@@ -58,7 +61,9 @@ def preferred_choice(options: tuple[BucketOption, ...]) -> BucketChoice:
     best: BucketChoice | None = None
     for option in options:
         for count, seconds in zip(option.counts, option.times):
-            choice = BucketChoice(option.sp_size, int(count), option.recompute, float(seconds))
+            choice = BucketChoice(
+                option.sp_size, int(count), option.recompute, float(seconds), option.ring_size
+            )
             if best is None or _preferred_over(choice, best):
                 best = choice
     if best is None:
@@ -165,10 +170,12 @@ class Plan:
             est_time_s=best.est_time_s,
             samples_per_gpu_second=best.samples_per_gpu_second,
         )
+        if best.ring_size > 1:
+            row["ring"] = best.ring_size
         if cost_model is not None:
             shapes = [plan.shape] * best.micro_batch_size
-            memory = cost_model.pass_memory_bytes(shapes, best.sp_size, best.recompute)
-            row["est_memory_bytes"] = int(memory)
+            cost = split_breakdown(cost_model, shapes, best.sp_size, best.recompute, best.ring_size)
+            row["est_memory_bytes"] = int(cost.memory_bytes)
         return row
 
     def to_json(self, cost_model: Any = None) -> dict[str, Any]:

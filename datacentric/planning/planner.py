@@ -2,8 +2,10 @@
 
 For each bucket (planned through its largest member shape) the planner searches
 
-- SP sizes: divisors of the world the cost model supports, those within a node first;
-  groups larger than a node are tried only when nothing fits inside one;
+- SP sizes: divisors of the world the cost model runs with some split into Ulysses x
+  ring (:func:`~datacentric.planning.bucket_options.split_candidates`; past the head
+  count only with a ring), those within a node first; groups larger than a node are
+  tried only when nothing fits inside one;
 - micro-batch sizes: 1, 2, 4, ... until the predicted memory with *full* recomputation
   exceeds the cap (or ``max_micro_batch``);
 - recomputation: Pyramid Activation Checkpointing (PAC). With every block
@@ -19,7 +21,7 @@ recomputation (and each SP size's own) joins the bucket's options.
 Each bucket's plan also carries its **options** (:func:`bucket_options`), every way
 the scheduler's policies may run it: at every SP size above, with no recomputation,
 with every block recomputing, and with the knapsack's choices (the best plan's, and each
-size's own), the largest
+size's own), each on its cheapest split into Ulysses x ring, the largest
 micro-batch that fits (exact, up to ``option_batch_limit``) and the time curve.
 Policies choose among these and search nothing themselves. Everything is a pure
 function of the buckets and the cost model.
@@ -31,8 +33,13 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from datacentric.planning.bucket_options import BucketOption, evaluate_option, sp_size_tiers
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.bucket_options import (
+    BucketOption,
+    evaluate_option,
+    sp_size_tiers,
+    split_candidates,
+)
+from datacentric.planning.cost_model import CostModel, split_breakdown
 from datacentric.planning.plan import OPTION_BATCH_LIMIT, BucketPlan, Plan
 from datacentric.shapes import Bucket, Bucketing, SampleShape
 
@@ -137,9 +144,14 @@ class RecomputeChoice:
 
 
 def choose_recompute(
-    cost_model: CostModel, shapes: Sequence[SampleShape], sp_size: int, cap_bytes: int
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    sp_size: int,
+    cap_bytes: int,
+    ring_size: int = 1,
 ) -> RecomputeChoice | None:
-    """The fastest recomputation setting of one micro-batch under ``cap_bytes`` (PAC).
+    """The fastest recomputation setting of one micro-batch under ``cap_bytes`` (PAC),
+    on ``sp_size`` ranks with a ring of ``ring_size``.
 
     ``None`` when even full recomputation does not fit. The knapsack uses each kind's
     marginal value and cost measured on the cost model (one block of that kind stops
@@ -147,32 +159,43 @@ def choose_recompute(
     the capacity tightened if a non-additive term (a transient peak) overshoots.
     """
     kinds = block_kinds_of(cost_model)
+
+    def memory(flags: tuple[bool, ...]) -> int:
+        if ring_size == 1:
+            return int(cost_model.pass_memory_bytes(shapes, sp_size, flags))
+        return int(split_breakdown(cost_model, shapes, sp_size, flags, ring_size).memory_bytes)
+
+    def time(flags: tuple[bool, ...]) -> float:
+        if ring_size == 1:
+            return float(cost_model.pass_time_s(shapes, sp_size, flags))
+        return float(split_breakdown(cost_model, shapes, sp_size, flags, ring_size).time_s)
+
     none = (False,) * len(kinds)
-    mem_none = cost_model.pass_memory_bytes(shapes, sp_size, none)
+    mem_none = memory(none)
     if mem_none <= cap_bytes:  # everything fits: recompute nothing
-        return RecomputeChoice(none, cost_model.pass_time_s(shapes, sp_size, none), mem_none)
+        return RecomputeChoice(none, time(none), mem_none)
     full = (True,) * len(kinds)
-    mem_full = cost_model.pass_memory_bytes(shapes, sp_size, full)
+    mem_full = memory(full)
     if mem_full > cap_bytes:
         return None
-    time_full = cost_model.pass_time_s(shapes, sp_size, full)
+    time_full = time(full)
     distinct = tuple(dict.fromkeys(kinds))
     limits = [kinds.count(k) for k in distinct]
     values, costs = [], []
     for kind in distinct:
         one_kept = recompute_from_counts(kinds, {kind: 1})
-        values.append(time_full - cost_model.pass_time_s(shapes, sp_size, one_kept))
-        costs.append(cost_model.pass_memory_bytes(shapes, sp_size, one_kept) - mem_full)
+        values.append(time_full - time(one_kept))
+        costs.append(memory(one_kept) - mem_full)
     capacity = cap_bytes - mem_full
     best = RecomputeChoice(full, time_full, mem_full)
     for _ in range(8):  # tighten the capacity if the additive estimate overshoots
         result = knapsack_counts(values, costs, limits, capacity)
         flags = recompute_from_counts(kinds, dict(zip(distinct, result.counts)))
-        memory = cost_model.pass_memory_bytes(shapes, sp_size, flags)
-        if memory <= cap_bytes:
-            time = cost_model.pass_time_s(shapes, sp_size, flags)
-            return RecomputeChoice(flags, time, memory) if time <= best.time_s else best
-        capacity -= memory - cap_bytes
+        used = memory(flags)
+        if used <= cap_bytes:
+            seconds = time(flags)
+            return RecomputeChoice(flags, seconds, used) if seconds <= best.time_s else best
+        capacity -= used - cap_bytes
         if capacity < 0:
             break
     return best
@@ -203,10 +226,11 @@ def plan_bucket(
         knapsack: dict[int, tuple[bool, ...]] = {}  # per SP size: its best plan's choice
         for sp in tier:
             best_here: _Candidate | None = None
+            ring = split_candidates(cost_model, sp)[0]
             bs = 1
             while bs <= max_micro_batch:
                 shapes = [bucket.shape] * bs
-                choice = choose_recompute(cost_model, shapes, sp, cap)
+                choice = choose_recompute(cost_model, shapes, sp, cap, ring)
                 if choice is None:
                     break
                 candidate = _Candidate(sp, bs, choice)
@@ -229,7 +253,13 @@ def plan_bucket(
             )
             return BucketPlan(bucket.name, bucket.shape, options)
     largest = (within + across)[-1]
-    needed = cost_model.pass_memory_bytes([bucket.shape], largest, (True,) * cost_model.num_blocks)
+    full = (True,) * cost_model.num_blocks
+    ring = split_candidates(cost_model, largest)[0]
+    needed = (
+        cost_model.pass_memory_bytes([bucket.shape], largest, full)
+        if ring == 1
+        else split_breakdown(cost_model, [bucket.shape], largest, full, ring).memory_bytes
+    )
     raise UnfittableBucketError(bucket.name, needed, cap, largest)
 
 
@@ -244,10 +274,10 @@ def bucket_options(
     option_batch_limit: int = OPTION_BATCH_LIMIT,
 ) -> tuple[BucketOption, ...]:
     """Every feasible option of a bucket whose representative is ``shape``: on each
-    of ``sizes``, with no recomputation, every block recomputing and each of
-    ``recomputes`` (the knapsack's choice), plus on a size of ``per_size`` the
-    knapsack's choice there (a long sample recomputes every block on one GPU but has
-    memory to spare on eight), ordered by SP size then recomputation."""
+    of ``sizes`` (each on its cheapest split), with no recomputation, every block
+    recomputing and each of ``recomputes`` (the knapsack's choice), plus on a size of
+    ``per_size`` the knapsack's choice there (a long sample recomputes every block on
+    one GPU but has memory to spare on eight), ordered by SP size then recomputation."""
     blocks = cost_model.num_blocks
     settings = [(False,) * blocks, (True,) * blocks]
     settings += [tuple(rc) for rc in recomputes if len(rc) == blocks]
@@ -265,6 +295,7 @@ def bucket_options(
                 memory_cap_bytes,
                 option_batch_limit,
                 guess=guesses.get(rc, 1),
+                ring=None,
             )
             if option is not None:
                 guesses[rc] = option.max_batch

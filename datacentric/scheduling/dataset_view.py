@@ -67,15 +67,19 @@ class DatasetView:
     def rep_tokens(self, b: int) -> int:
         return self.buckets[b].shape.tokens
 
-    def exact_time(self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple) -> float:
-        """The cost model's time for the micro-batch of samples ``ids`` (memoised)."""
+    def exact_time(
+        self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple, ring: int = 1
+    ) -> float:
+        """The cost model's time for the micro-batch of samples ``ids`` on ``sp`` ranks
+        with a ring of ``ring`` (memoised)."""
         buckets = self.bucket_of[ids]
         b = int(buckets[0])
         if self.uniform[b] and (buckets == b).all():
-            key: tuple = (b, len(ids), sp, rc)
+            key: tuple = (b, len(ids), sp, rc, ring)
         else:
-            key = (tuple(self.shapes[i] for i in ids), sp, rc)
+            key = (tuple(self.shapes[i] for i in ids), sp, rc, ring)
         t = self._exact.get(key)
         if t is None:
-            t = self._exact[key] = safe_time(cost_model, [self.shapes[i] for i in ids], sp, rc)
+            shapes = [self.shapes[i] for i in ids]
+            t = self._exact[key] = safe_time(cost_model, shapes, sp, rc, ring)
         return t

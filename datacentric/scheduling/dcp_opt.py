@@ -89,6 +89,17 @@ def lower_bound(times: np.ndarray, sizes: list[int], world_size: int) -> float:
     return float(max(gpu, times.min(axis=1).max()))
 
 
+def straggles(times: np.ndarray, sizes: list[int], world_size: int) -> bool:
+    """Whether one micro-batch, at its fastest on ``sizes``, outlasts the step's
+    GPU-seconds bound (every micro-batch at its cheapest over the world): a larger
+    group (a ring past the head count, or a group across nodes) may shorten the step."""
+    fastest = times.min(axis=1)
+    if not np.isfinite(fastest).all():
+        return False
+    gpu = (times * np.asarray(sizes)).min(axis=1).sum() / world_size
+    return bool(fastest.max() > gpu)
+
+
 def preferred_class(times: np.ndarray, sizes: list[int]) -> np.ndarray:
     """Each item's cheapest size class (fewest GPU-seconds; the smaller on ties)."""
     return np.argmin(times * np.asarray(sizes, dtype=float), axis=1)
@@ -168,8 +179,15 @@ def solve_iteration(
     items = ensure_items(items, 1, table)
     sizes = list(table.node_sizes)
     times = time_matrix(table, items, sizes)
-    for s in table.all_sizes:  # past a node only for micro-batches that fit nothing within
-        if s > sizes[-1] and not np.isfinite(times).any(axis=1).all():
+    top = opts.max_sp_size or world
+    buckets = {it.bucket for it in items}
+    for s in table.all_sizes:  # past a node only for micro-batches that fit nothing within,
+        # or (up to --max-sp-size, where the plan offers them a ring) that alone outlast
+        # the step's GPU-seconds bound
+        if s > sizes[-1] and (
+            not np.isfinite(times).any(axis=1).all()
+            or (s <= top and straggles(times, sizes, world) and table.has_rings(buckets, s))
+        ):
             sizes.append(s)
             times = np.column_stack([times, time_matrix(table, items, [s])])
     if not np.isfinite(times).any(axis=1).all():

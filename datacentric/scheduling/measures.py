@@ -2,8 +2,9 @@
 
 The **ideal bound** (one function, reused by the simulator): every sample runs at the
 cheapest GPU-seconds any feasible configuration gives it, ``sp * time / samples``
-over the plan's options: SP sizes (within a node, past it only for buckets that fit
-nothing within), recomputation (none, every block, or the plan's choice for its
+over the plan's options: SP sizes (within a node, past it for buckets that fit
+nothing within, and up to ``max_sp_size`` where the bucket has a ring option),
+recomputation (none, every block, or the plan's choice for its
 bucket) and micro-batch sizes (up to the largest that fits the memory cap); the sum over
 samples divided by the world size is the epoch time of a perfectly balanced,
 communication-free world. A schedule's **efficiency** is that bound over its
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.planning.bucket_options import cheapest_option
-from datacentric.planning.cost_model import CostModel, PassBreakdown
+from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
 from datacentric.planning.plan import Plan
 from datacentric.schedule import Iteration, Schedule, phase_timeline
 from datacentric.scheduling.dataset_view import DatasetView
@@ -81,8 +82,10 @@ def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
         rows = buckets == b
         lengths = view.tokens[ids[rows]]
         pref = table.preferred(b)
+        rings = table.ring_sizes_past_node(b)
         if view.uniform[b]:
-            out[rows] = pref.gpu_seconds_per_sample
+            ringed = [c.gpu_seconds_per_sample for s in rings if (c := table.config(b, s))]
+            out[rows] = min([pref.gpu_seconds_per_sample, *ringed])
             continue
         distinct = np.unique(lengths)
         if len(distinct) > ANCHORS:
@@ -90,6 +93,7 @@ def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
                 np.rint(np.geomspace(distinct[0], distinct[-1], ANCHORS)).astype(np.int64)
             )
         sizes = list(table.node_sizes) if pref.sp_size in table.node_sizes else [pref.sp_size]
+        sizes += [s for s in rings if s not in sizes]  # rings past a node may be cheaper
         costs = []
         rcs = table.recomputes(b)
         # The bound prices members shorter than the representative, which the plan's
@@ -196,7 +200,8 @@ def estimated_grad_sync_s(
             continue
         mb = g.micro_batches[-1]
         recompute = mb.recompute or (False,) * cost_model.num_blocks
-        cost = cost_model.breakdown([shapes[i] for i in mb.sample_ids], g.sp_size, recompute)
+        mb_shapes = [shapes[i] for i in mb.sample_ids]
+        cost = split_breakdown(cost_model, mb_shapes, g.sp_size, recompute, mb.ring_size)
         windows.append(backward_s(cost))
     return exposed_grad_sync_s(reduction_s, min(windows) if windows else None)
 

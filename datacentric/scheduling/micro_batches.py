@@ -101,10 +101,11 @@ def emit_iteration(
 ) -> Iteration:
     """Build the :class:`Iteration` for ``groups`` of ``(sp_size, items)``.
 
-    Each micro-batch gets the recomputation of the table's fastest option for it on
-    that SP size (:meth:`OptionTable.item_option`) and the cost model's time for its
-    actual samples. Groups are laid out largest first in one phase, or where
-    ``placed`` says: ``(rank_start, phase)`` per group.
+    Each micro-batch gets the recomputation and the Ulysses x ring split
+    (``ring_size``) of the table's fastest option for it on that SP size
+    (:meth:`OptionTable.item_option`) and the cost model's time for its actual samples.
+    Groups are laid out largest first in one phase, or where ``placed`` says:
+    ``(rank_start, phase)`` per group.
     """
     view = table.view
     sizes = [sp for sp, _ in groups]
@@ -126,7 +127,7 @@ def emit_iteration(
                     f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
                     "use drop_remainder=True or a smaller world"
                 )
-            settings.append((item, sp, cfg.recompute))
+            settings.append((item, sp, cfg.recompute, cfg.ring_size))
     estimates = table.estimates(settings)
     names = [bk.name for bk in view.buckets]
     micro_batches = [
@@ -137,8 +138,9 @@ def emit_iteration(
             recompute=rc,
             est_time_s=est,
             packed=item.count > 1,
+            ring_size=ring,
         )
-        for (item, _, rc), est in zip(settings, estimates)
+        for (item, _, rc, ring), est in zip(settings, estimates)
     ]
     assignments = []
     at = 0

@@ -15,7 +15,7 @@ members differ, in tokens over the representative's tokens); the final
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -90,9 +90,31 @@ class OptionTable:
             self._at[key] = [o for o in self.options(b) if o.sp_size == sp]
         return self._at[key]
 
-    def option_with(self, b: int, sp: int, rc: tuple[bool, ...]) -> BucketOption | None:
-        """Bucket ``b``'s admitted option on ``sp`` ranks with recomputation ``rc``."""
-        return next((o for o in self.options_at(b, sp) if o.recompute == rc), None)
+    def has_rings(self, buckets: Iterable[int], sp: int) -> bool:
+        """Whether the admitted options on ``sp`` ranks of some bucket of ``buckets``
+        run a ring (a split with a ring degree above 1)."""
+        return any(o.ring_size > 1 for b in set(buckets) for o in self.options_at(b, sp))
+
+    def ring_sizes_past_node(self, b: int) -> list[int]:
+        """The SP sizes past a node (up to ``max_sp_size``) where bucket ``b`` has a
+        ring option: the ideal bound prices its samples there too."""
+        top = self.max_sp_size or self.world_size
+        node = self.node_sizes[-1]
+        return [s for s in self.all_sizes if node < s <= top and self.has_rings([b], s)]
+
+    def option_with(
+        self, b: int, sp: int, rc: tuple[bool, ...], ring: int | None = None
+    ) -> BucketOption | None:
+        """Bucket ``b``'s admitted option on ``sp`` ranks with recomputation ``rc`` (and
+        ring degree ``ring`` when given)."""
+        return next(
+            (
+                o
+                for o in self.options_at(b, sp)
+                if o.recompute == rc and (ring is None or o.ring_size == ring)
+            ),
+            None,
+        )
 
     def preferred(self, b: int) -> BucketOption:
         """The option with the fewest GPU-seconds per sample: within a node when
@@ -129,11 +151,12 @@ class OptionTable:
             return float(count)
         return tokens / self.view.rep_tokens(b)
 
-    def fits(self, ids: Sequence[int], sp: int, rc: tuple[bool, ...]) -> bool:
+    def fits(self, ids: Sequence[int], sp: int, rc: tuple[bool, ...], ring: int = 1) -> bool:
         """Whether the micro-batch of samples ``ids`` fits the plan's cap on ``sp``
-        ranks (asked of the cost model: for micro-batches mixing shapes)."""
+        ranks with a ring of ``ring`` (asked of the cost model: for micro-batches
+        mixing shapes)."""
         shapes = [self.view.shapes[i] for i in ids]
-        return fits_shapes(self.cost_model, shapes, sp, rc, self.cap)
+        return fits_shapes(self.cost_model, shapes, sp, rc, self.cap, ring)
 
     def item_time(self, item: Item, sp: int) -> float:
         """Estimated time of ``item`` on ``sp`` ranks (infinity where it does not fit):
@@ -188,12 +211,13 @@ class OptionTable:
 
     def _time_with(self, item: Item, sp: int, cfg: BucketOption) -> float:
         """Estimated time of ``item`` on ``sp`` ranks under option ``cfg``."""
+        ring = cfg.ring_size
         if item.count == 1 and not self.view.uniform[item.bucket]:
-            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute, ring)
         if item.mixed:
-            if not self.fits(item.ids, sp, cfg.recompute):
+            if not self.fits(item.ids, sp, cfg.recompute, ring):
                 return float("inf")
-            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute)
+            return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute, ring)
         units = self.count_of(item.bucket, item.count, item.tokens)
         if units > cfg.max_batch:
             return float("inf")
@@ -207,33 +231,38 @@ class OptionTable:
             out = np.minimum(out, cfg.times_for(units))
         return out
 
-    def estimates(self, settings: Sequence[tuple[Item, int, tuple[bool, ...]]]) -> list[float]:
-        """The times ``MicroBatch.est_time_s`` carries for ``(item, sp, recompute)``:
+    def estimates(
+        self, settings: Sequence[tuple[Item, int, tuple[bool, ...]] | tuple[Item, int, tuple, int]]
+    ) -> list[float]:
+        """The times ``MicroBatch.est_time_s`` carries for ``(item, sp, recompute)`` or
+        ``(item, sp, recompute, ring)`` (ring degree, default 1):
         the cost model's own answer on the item's samples or, with ``exact_estimates``
         off, the bucket curve's for multi-sample micro-batches of one text bucket
         (vectorised per bucket and SP size)."""
         view = self.view
         out = [0.0] * len(settings)
-        curve: dict[tuple[int, int, tuple[bool, ...]], list[int]] = {}
+        curve: dict[tuple[int, int, tuple[bool, ...], int], list[int]] = {}
         uniform: dict[tuple, float] = {}
-        for n, (item, sp, rc) in enumerate(settings):
+        for n, setting in enumerate(settings):
+            item, sp, rc = setting[:3]
+            ring = int(setting[3]) if len(setting) > 3 else 1
             if view.uniform[item.bucket] and not item.mixed:  # one shape: memoise by count
-                key = (item.bucket, item.count, sp, rc)
+                key = (item.bucket, item.count, sp, rc, ring)
                 t = uniform.get(key)
                 if t is None:
-                    t = uniform[key] = view.exact_time(self.cost_model, item.ids, sp, rc)
+                    t = uniform[key] = view.exact_time(self.cost_model, item.ids, sp, rc, ring)
                 out[n] = t
                 continue
             cfg = None
             if not (self.exact_estimates or view.uniform[item.bucket] or item.mixed):
-                cfg = self.option_with(item.bucket, sp, rc) if item.count > 1 else None
+                cfg = self.option_with(item.bucket, sp, rc, ring) if item.count > 1 else None
             if cfg is not None:
-                curve.setdefault((item.bucket, sp, rc), []).append(n)
+                curve.setdefault((item.bucket, sp, rc, ring), []).append(n)
             else:
-                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc)
-        for (b, sp, rc), rows in curve.items():
+                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc, ring)
+        for (b, sp, rc, ring), rows in curve.items():
             units = [settings[n][0].tokens / view.rep_tokens(b) for n in rows]
-            cfg = self.option_with(b, sp, rc)
+            cfg = self.option_with(b, sp, rc, ring)
             for n, t in zip(rows, cfg.times_for(np.asarray(units)).tolist()):
                 out[n] = t
         return out

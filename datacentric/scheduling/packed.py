@@ -51,7 +51,7 @@ def fitting_items(table: OptionTable, ids: list[int], sp: int) -> list[Item]:
     if len(ids) == 1:
         return [item]
     cfg = table.config(item.bucket, sp)
-    if cfg is not None and table.fits(ids, sp, cfg.recompute):
+    if cfg is not None and table.fits(ids, sp, cfg.recompute, cfg.ring_size):
         return [item]
     half = len(ids) // 2
     return fitting_items(table, ids[:half], sp) + fitting_items(table, ids[half:], sp)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from datacentric.planning.cost_model import split_breakdown
 from datacentric.schedule import Iteration
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.measures import (
@@ -101,7 +102,8 @@ def step_estimate(
             last = items[-1]
             option = table.item_option(last, sp)[0] or table.config(last.bucket, sp)
             shapes = [inp.view.shapes[i] for i in last.ids]
-            windows.append(backward_s(inp.cost_model.breakdown(shapes, sp, option.recompute)))
+            cost = split_breakdown(inp.cost_model, shapes, sp, option.recompute, option.ring_size)
+            windows.append(backward_s(cost))
     return top + exposed_grad_sync_s(reduction, min(windows) if windows else None)
 
 

@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from datacentric.planning.cost_model import CostModel, PassBreakdown
+from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
 from datacentric.schedule import Assignment, MicroBatch, Schedule, phase_timeline
 from datacentric.scheduling.measures import backward_s, exposed_grad_sync_s
 from datacentric.shapes import SampleShape
@@ -230,7 +230,9 @@ def simulate(
             for k, mb in enumerate(group.micro_batches):
                 mb_shapes = [shapes[i] for i in mb.sample_ids]
                 recompute = mb.recompute or (False,) * cost_model.num_blocks
-                cost = cost_model.breakdown(mb_shapes, group.sp_size, recompute)
+                cost = split_breakdown(
+                    cost_model, mb_shapes, group.sp_size, recompute, mb.ring_size
+                )
                 if cost.memory_bytes > capacity:
                     raise PlanDoesNotFitError(_does_not_fit(it.index, group, k, mb, cost, capacity))
                 mb_tokens = sum(s.tokens for s in mb_shapes)

@@ -1,0 +1,185 @@
+"""Hybrid Ulysses x ring groups in the cost model, the plan's options, the scheduler and
+the simulator (the split lands in ``MicroBatch.ring_size``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from datacentric.cli.main import main
+from datacentric.planning.bucket_options import BucketOption, sp_size_tiers, split_candidates
+from datacentric.planning.cost_model import split_breakdown
+from datacentric.planning.planner import plan_buckets
+from datacentric.profiling.factory import analytic_cost_model
+from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.shapes import SampleShape, make_buckets
+from datacentric.sim.engine import simulate
+from tests.toy_cost_model import ToyCostModel
+
+FULL = (True,) * 32
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """llama-7b (32 heads) on 8-GPU H200 nodes."""
+    return analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
+
+
+def test_splits_reach_past_the_head_count_only_with_a_ring(llama):
+    assert llama.supports_split(64, 2) and llama.supports_split(64, 64)
+    assert not llama.supports_split(64, 1)  # 64 ranks cannot split 32 heads
+    assert not llama.supports_split(16, 3)
+    assert split_candidates(llama, 8) == [1]  # within a node: Ulysses alone
+    assert split_candidates(llama, 16) == [1, 2, 16]  # Ulysses of 8 within each node
+    assert split_candidates(llama, 64) == [8, 64]
+    within, across = sp_size_tiers(llama, 64)
+    assert across[-1] == 64
+    with pytest.raises(ValueError, match="ring size 3"):
+        split_breakdown(llama, [SampleShape.text(4096)], 64, FULL, 3)
+
+
+def test_ring_steps_hide_behind_attention_on_long_sequences_only(llama):
+    long, short = [SampleShape.text(1 << 20)], [SampleShape.text(4096)] * 8
+    ring = split_breakdown(llama, long, 16, FULL, 16)
+    ulysses = split_breakdown(llama, long, 16, FULL, 1)
+    # 1M tokens: the K/V transfers hide behind their steps' attention (the gradients'
+    # last send home does not); the all-to-all of a Ulysses group across nodes does not
+    assert ring.comm_s < ulysses.comm_s
+    assert ring.time_s < ulysses.time_s
+    # short sequences: the steps' compute is too small to hide 15 transfers
+    assert (
+        split_breakdown(llama, short, 16, FULL, 16).comm_s
+        > split_breakdown(llama, short, 16, FULL, 1).comm_s
+    )
+    # on 4 nodes, Ulysses of 8 within each node and a ring of 4 across beat an
+    # all-to-all over 32 ranks; the ring's buffers cost memory
+    hybrid = split_breakdown(llama, long, 32, FULL, 4)
+    wide = split_breakdown(llama, long, 32, FULL, 1)
+    assert hybrid.comm_s < wide.comm_s and hybrid.time_s < wide.time_s
+    assert hybrid.memory_bytes > wide.memory_bytes
+
+
+def test_a_model_without_rings_refuses_them():
+    toy = ToyCostModel(capacity_bytes=16 * 2**20)
+    shapes = [SampleShape.text(64)]
+    with pytest.raises(ValueError, match="Ulysses-only"):
+        split_breakdown(toy, shapes, 2, (False,) * toy.num_blocks, 2)
+    assert split_candidates(toy, 2) == [1]
+
+
+def test_the_plan_offers_rings_past_the_head_count_and_keeps_ulysses_where_it_is_cheaper(llama):
+    shapes = [SampleShape.text(1 << 20), SampleShape.text(2048)]
+    plan = plan_buckets(make_buckets(shapes), llama, world_size=64, memory_cap_bytes=100 * 2**30)
+    options = [o for b in plan.buckets.values() for o in b.options]
+    assert {o.sp_size for o in options if o.ring_size > 1} >= {64}
+    assert all(o.ring_size == 1 for o in options if o.sp_size <= 8)
+    short = plan.options_of(next(n for n, b in plan.buckets.items() if b.shape.tokens == 2048))
+    assert all(o.ring_size == 1 for o in short if o.sp_size <= 32)  # short: no ring pays
+    long = next(n for n, b in plan.buckets.items() if b.shape.tokens == 1 << 20)
+    best = plan.preferred(long)
+    row = plan.bucket_row(long, llama)
+    assert row.get("ring", 1) == best.ring_size and row["sp_size"] == best.sp_size
+    assert row["est_memory_bytes"] <= plan.memory_cap_bytes
+    ringed = next(o for o in options if o.ring_size > 1)
+    assert BucketOption.from_json(json.loads(json.dumps(ringed.to_json()))) == ringed
+
+
+def test_the_simulator_prices_a_micro_batch_on_its_split(llama):
+    shapes = [SampleShape.text(1 << 20)]
+    timed = {}
+    for ring in (2, 16):
+        mb = MicroBatch((0,), "b", 1 << 20, recompute=FULL, ring_size=ring)
+        schedule = Schedule(
+            world_size=16,
+            policy="by-hand",
+            seed=0,
+            epoch=0,
+            num_samples=1,
+            iterations=(Iteration(0, (Assignment(0, 16, (mb,)),)),),
+            memory_cap_bytes=140 * 2**30,
+        )
+        result = simulate(schedule, shapes, llama, record_spans=False)
+        timed[ring] = result.iterations[0].makespan_s
+        assert timed[ring] == pytest.approx(split_breakdown(llama, shapes, 16, FULL, ring).time_s)
+    assert timed[2] != timed[16]
+
+
+def test_schedule_json_reports_ring_degrees_for_million_token_samples(tmp_path, capsys):
+    lengths = [1 << 20] * 2 + [2048, 8192, 32768, 131072] * 40
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, lengths)) + "\n")
+    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
+    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples_scheduled"] == out["samples_total"] == len(lengths)
+    assert any(r > 1 for _, r, _ in out["sp_splits"])
+    assert out["efficiency"] <= 1.0 + 1e-9  # the ideal bound prices the ring options too
+    assert sum(n for _, _, n in out["sp_splits"]) >= 1
+
+
+def test_split_modes_limit_the_plan_to_one_kind_of_split(llama):
+    from datacentric.planning.split_modes import SplitLimitedCostModel
+
+    shapes = [SampleShape.text(1 << 20), SampleShape.text(8192)]
+    buckets = make_buckets(shapes)
+    cap = 100 * 2**30
+    ulysses = plan_buckets(
+        buckets, SplitLimitedCostModel(llama, "ulysses"), world_size=64, memory_cap_bytes=cap
+    )
+    ring = plan_buckets(
+        buckets, SplitLimitedCostModel(llama, "ring"), world_size=64, memory_cap_bytes=cap
+    )
+    u_opts = [o for b in ulysses.buckets.values() for o in b.options]
+    r_opts = [o for b in ring.buckets.values() for o in b.options]
+    assert all(o.ring_size == 1 for o in u_opts) and max(o.sp_size for o in u_opts) == 32
+    assert all(o.ring_size == o.sp_size for o in r_opts) and max(o.sp_size for o in r_opts) == 64
+    limited = SplitLimitedCostModel(llama, "ring")
+    # asked by SP size alone, a ring-CP group is priced as its ring
+    assert limited.breakdown(shapes[:1], 16, FULL) == split_breakdown(
+        llama, shapes[:1], 16, FULL, 16
+    )
+    with pytest.raises(ValueError, match="split mode"):
+        SplitLimitedCostModel(llama, "zigzag")
+
+
+def test_the_long_context_preset_reaches_a_million_tokens():
+    from datacentric.data.workloads import get_workload
+
+    tokens = [s.tokens for s in get_workload("longctx-1m", num_samples=500).shapes]
+    assert len(tokens) == 500 and min(tokens) >= 8192 and max(tokens) <= 1 << 20
+    assert max(tokens) > 900_000
+    assert tokens == [s.tokens for s in get_workload("longctx-1m", num_samples=500).shapes]
+
+
+def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, [1 << 20] * 2 + [8192, 65536] * 30)) + "\n")
+    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
+    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
+    assert main([*argv, "--split-mode", "ulysses"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples_scheduled"] == 62
+    assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])
+
+
+def test_the_ideal_bound_prices_ring_options_past_a_node(llama):
+    import numpy as np
+
+    from datacentric.scheduling import Pipeline
+    from datacentric.scheduling.measures import sample_gpu_seconds
+    from datacentric.scheduling.option_table import OptionTable
+    from datacentric.scheduling.policy_input import any_recompute
+
+    shapes = [SampleShape.text(1 << 20), SampleShape.text(8192)]
+    plan = Pipeline(shapes, llama, world_size=256, memory_cap_bytes=100 * 2**30).plan
+    table = OptionTable(
+        DatasetView(shapes), llama, plan, world_size=256, max_sp_size=None, allowed=any_recompute
+    )
+    b = int(table.view.bucket_of[0])
+    within = min(c.gpu_seconds_per_sample for s in table.node_sizes if (c := table.config(b, s)))
+    assert table.ring_sizes_past_node(b)
+    ideal = sample_gpu_seconds(table, np.asarray([0]))[0]
+    assert ideal < within  # a ring past a node costs fewer GPU-seconds than any node size
