@@ -144,6 +144,6 @@ def test_load_reading_says_when_the_machine_was_busy():
 
 
 def test_bench_refuses_fewer_than_one_repeat(capsys):
-    assert main(["bench", "--repeats", "0"]) == 2
+    assert main(["bench", "--runs-per-policy", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["datacentric bench: --repeats 0: give at least 1"], err
+    assert err == ["datacentric bench: --runs-per-policy 0: give at least 1"], err

@@ -56,12 +56,17 @@ def test_sp_sizes_follow_the_heads() -> None:
     cost = analytic_cost_model(get_model_spec("llama"), "h200-sxm")
     shapes = StdlibCorpus(max_tokens=8192, limit=40).shapes()
 
-    def planned_sizes(**kwargs) -> set[int]:  # noqa: ANN003
+    def planned(**kwargs) -> set[tuple[int, int]]:  # noqa: ANN003
         budget = resolve_memory_cap(None, device_memory_of(cost))
         plan = Pipeline(shapes, cost, world_size=8, memory_cap_bytes=budget, **kwargs).plan
-        return {o.sp_size for b in plan.buckets.values() for o in b.options}
+        return {(o.sp_size, o.ring_size) for b in plan.buckets.values() for o in b.options}
 
-    assert planned_sizes() == {1, 2, 4}  # unrestricted, the plan would use SP 4
+    def planned_sizes(**kwargs) -> set[int]:  # noqa: ANN003
+        return {sp for sp, _ in planned(**kwargs)}
+
+    # unrestricted, the plan would use SP 4 with Ulysses, and SP 8 (past the 4 heads) only
+    # with a ring (Ulysses over 4 inside a ring of 2)
+    assert planned() == {(1, 1), (2, 1), (4, 1), (8, 2)}
     assert planned_sizes(sp_sizes=ulysses_sp_sizes(six, 8)) == {1, 2}
 
 

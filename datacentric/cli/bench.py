@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how model state is held across ranks (default: none, see BENCH_DEFAULTS)",
     )
     parser.add_argument(
-        "--repeats",
+        "--runs-per-policy",
         type=int,
         default=None,
         help="runs of each policy, interleaved (A B A B), for the spread between them (default: 2)",
@@ -192,9 +192,9 @@ def run(args: argparse.Namespace) -> int:
     for key in (*keys, "text_field", "shard", "long_docs", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
-    repeats = DEFAULT_REPEATS if args.repeats is None else args.repeats
+    repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy
     if repeats < 1:
-        print(f"datacentric bench: --repeats {repeats}: give at least 1", file=sys.stderr)
+        print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
     config = load_config(None, out=args.out, **overrides)
     if not check_dataset(config, "bench"):
