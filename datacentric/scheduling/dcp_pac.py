@@ -9,8 +9,8 @@ is ``dcp-inter``'s.
 
 One exception, a bucket whose single sample would outlast a whole step: where one
 representative sample at that size takes longer than the average step's ideal
-makespan (the samples' GPU-seconds per the plan, each bucket priced on its longest
-member, over the world and the steps), the
+makespan (the samples' GPU-seconds per the plan's options, each bucket's per-sample cost
+scaled to a member by its tokens, over the world and the steps), the
 bucket moves to the smallest larger SP size within the node where it does not (or
 the largest). ``dcp-inter`` runs those buckets on a larger size too, but only by
 accident: with every block recomputing its micro-batches are few and large, so a
@@ -39,13 +39,16 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``dcp-pac`` policy."""
     inter, pac = inp.uniform_table(), inp.pac_table()
     chunks, _ = inp.global_batches()
-    # the plan's GPU-seconds per sample of each bucket (priced on its representative,
-    # its longest member: an upper estimate of the ideal, read from the plan's options,
-    # never searched here)
-    counts = np.bincount(inp.view.bucket_of[inp.active], minlength=len(inp.view.buckets))
-    work = sum(
-        int(counts[b]) * pac.preferred(b).gpu_seconds_per_sample for b in inp.active_buckets()
-    )
+    # the samples' GPU-seconds from the plan's options (each bucket's per-sample cost on
+    # its representative, scaled to a member by its tokens: approximate, never searched
+    # here, as a policy only reads the plan)
+    view, active = inp.view, inp.active
+    rep = np.array([view.rep_tokens(b) for b in range(len(view.buckets))], dtype=float)
+    per_sample = np.zeros(len(view.buckets))
+    for b in inp.active_buckets():
+        per_sample[b] = pac.preferred(b).gpu_seconds_per_sample
+    buckets = view.bucket_of[active]
+    work = float((per_sample[buckets] * view.tokens[active] / rep[buckets]).sum())
     step_s = work / (inp.world_size * max(1, len(chunks)))
     configs, moved = {}, {}
     for b in inp.active_buckets():
