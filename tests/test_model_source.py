@@ -118,6 +118,22 @@ def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path) -> None:
         assert expected in ours[0]
 
 
+def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Path, str]:
+    """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``;
+    the exported folder and the format ``export`` reports."""
+    run_dir, exported = tmp_path / "run", tmp_path / "exported"
+    result = _run(
+        "train", "--model", model, *data_flags, "--world", "2", "--iterations", "3",
+        "--training.lr", "1e-6", "--cost-model", "analytic", "--no-progress",
+        "--out", str(run_dir), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
+    result = _run("export", str(run_dir), "--out", str(exported), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    return exported, json.loads(result.stdout.strip().splitlines()[-1])["format"]
+
+
 def _pretrained_folder(folder: Path) -> list[str]:
     """A 2-layer Qwen2 saved with save_pretrained, its own tokenizer beside it, and 60
     short documents; returns the texts."""
@@ -157,25 +173,11 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
     texts = _pretrained_folder(folder)
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    run_dir, exported = tmp_path / "run", tmp_path / "exported"
-    result = _run(
-        "train",
-        "--model", f"hf:{folder}",
-        "--dataset", f"jsonl:{data}",
+    exported, fmt = _train_and_export(
+        tmp_path, f"hf:{folder}", "--dataset", f"jsonl:{data}",
         "--tokenizer", str(folder / "tokenizer.json"),
-        "--world", "2",
-        "--iterations", "3",
-        "--training.lr", "1e-6",
-        "--cost-model", "analytic",
-        "--no-progress",
-        "--out", str(run_dir),
-        "--json",
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
-    result = _run("export", str(run_dir), "--out", str(exported), "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "transformers"
+    assert fmt == "transformers"
     assert (exported / "tokenizer.json").is_file()
     before = AutoModelForCausalLM.from_pretrained(folder).state_dict()
     after = AutoModelForCausalLM.from_pretrained(exported).state_dict()
@@ -189,7 +191,7 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
         moved |= change > 0
     assert moved  # and trained
     # export refuses to overwrite a folder it did not make
-    result = _run("export", str(run_dir), "--out", str(exported))
+    result = _run("export", str(tmp_path / "run"), "--out", str(exported))
     assert result.returncode == 2 and "not empty" in result.stderr
 
 
@@ -256,23 +258,10 @@ def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
     cls.from_config(config).save_pretrained(folder)  # Wan's needs accelerate to load
     latents = tmp_path / "latents"
     _latent_folder(latents, config["in_channels"], text_width(config))
-    run_dir, exported = tmp_path / "run", tmp_path / "exported"
-    result = _run(
-        "train",
-        "--model", f"diffusers:{folder}",
-        "--dataset", f"latents:{latents}",
-        "--world", "2",
-        "--iterations", "3",
-        "--training.lr", "1e-6",
-        "--cost-model", "analytic",
-        "--no-progress",
-        "--out", str(run_dir),
-        "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    result = _run("export", str(run_dir), "--out", str(exported), "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "diffusers"
+    exported, fmt = _train_and_export(
+        tmp_path, f"diffusers:{folder}", "--dataset", f"latents:{latents}"
+    )
+    assert fmt == "diffusers"
     before = cls.from_pretrained(folder).state_dict()
     after = cls.from_pretrained(exported).state_dict()
     assert sorted(before) == sorted(after)
