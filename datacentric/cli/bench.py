@@ -184,7 +184,12 @@ def describe_speedup(summary: dict[str, Any], baseline: str = "the baseline") ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.machine_load import cores, describe_start, load_average
+    from datacentric.train.machine_load import (
+        busy_cores_now,
+        cores,
+        describe_start,
+        load_average,
+    )
     from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
 
     overrides = dict(BENCH_DEFAULTS)
@@ -201,7 +206,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     # stdout holds the summary alone; the load notes go to stderr
-    print(f"datacentric bench: {describe_start(load_average(), cores())}", file=sys.stderr)
+    print(
+        f"datacentric bench: {describe_start(load_average(), cores(), busy_cores_now())}",
+        file=sys.stderr,
+    )
     comparison = compare_policies(config, policies, args.world, args.out, repeats=repeats)
     summary = bench_summary(comparison, policies[0])
     summary["world"] = args.world

@@ -54,7 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace
-    from datacentric.train.machine_load import cores, describe_start, load_average
+    from datacentric.train.machine_load import (
+        busy_cores_now,
+        cores,
+        describe_start,
+        load_average,
+    )
     from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
     from datacentric.train.metrics import read_metrics
 
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         f"({config.dataset_limit} files, chunks of <= {config.max_tokens} bytes), "
         f"{args.world} gloo ranks, memory cap {config.memory_gb} GiB per rank, "
         f"one epoch per policy, {DEFAULT_REPEATS} runs each (A B A B); "
-        f"{describe_start(load_average(), cores())}"
+        f"{describe_start(load_average(), cores(), busy_cores_now())}"
     )
     comparison = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
     results = comparison.policies

@@ -48,7 +48,7 @@ from datacentric.timing import (
 )
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.config import TrainConfig
-from datacentric.train.machine_load import LoadReading, cores, load_average
+from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
@@ -217,7 +217,7 @@ def compare_policies(
     profile_dir = Path(base.profile_dir or out / "profile")
     dataset = build_dataset(base)
     shapes = dataset.shapes()
-    before = load_average()
+    before, clock = load_average(), CpuClock.now()
     cpu_s = wall_s = 0.0
     cost_models: dict[str, CostModel] = {}
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
@@ -248,6 +248,7 @@ def compare_policies(
         after=load_average(),
         rank_cpu_s=cpu_s,
         rank_wall_s=wall_s,
+        others_cores=clock.others_cores(CpuClock.now()),
     )
     return Comparison(
         policies={p: PolicyRepeats(p, tuple(r)) for p, r in runs.items()},
