@@ -58,6 +58,8 @@ def test_clock_difference_counts_others_and_not_our_own_time():
     assert start.others_cores(CpuClock(130.0, 34.0, 20.0)) == pytest.approx(0.3)
     assert start.others_cores(CpuClock(110.0, 25.0, 20.0)) == 0.0  # never negative
     assert start.others_cores(CpuClock(None, 34.0, 20.0)) is None
+    # ranks that are not our children to wait for report their own CPU time
+    assert start.others_cores(CpuClock(130.0, 12.0, 20.0), ours_s=22.0) == pytest.approx(0.3)
 
 
 @pytest.mark.skipif(cores_busy_s() is None, reason="the OS does not count busy time")

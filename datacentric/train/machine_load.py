@@ -7,7 +7,9 @@ time they ran (a rank that waits for a core shows wall time without CPU time).
 
 Where the operating system counts each core's busy time (Linux ``/proc/stat``), the
 other jobs' share is measured directly over the run (:class:`CpuClock`): the cores' busy
-time less the CPU time this process and its ranks spent. A load average looks back a
+time less the CPU time this process and its ranks spent (each rank reports its whole
+process's CPU time; what other helpers of ours spend, such as the fork server that
+starts the ranks, counts as other jobs, a small overstatement). A load average looks back a
 minute or more, so right after an earlier run of our own it still counts that run;
 the direct reading does not. Elsewhere the load averages stand in.
 
@@ -94,12 +96,11 @@ def cores_busy_s(stat_file: Path = STAT_FILE) -> float | None:
 
 
 def own_cpu_s() -> float:
-    """CPU seconds this process and its finished (waited-for) children have spent."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
+    """CPU seconds this process has spent (its threads included, its children not:
+    ranks started through a fork server are not its children to wait for, so they
+    report their own, :meth:`CpuClock.others_cores`'s ``ours_s``)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @dataclass(frozen=True)
@@ -115,16 +116,17 @@ class CpuClock:
     def now() -> CpuClock:
         return CpuClock(cores_busy_s(), own_cpu_s(), time.perf_counter())
 
-    def others_cores(self, later: CpuClock) -> float | None:
-        """Cores other jobs kept busy on average from this reading to ``later``
-        (``None`` where the OS does not count busy time). Children that have not
-        finished by ``later`` count as other jobs."""
+    def others_cores(self, later: CpuClock, ours_s: float = 0.0) -> float | None:
+        """Cores other jobs kept busy on average from this reading to ``later``, less
+        this process and ``ours_s`` CPU seconds our ranks reported (``None`` where the
+        OS does not count busy time)."""
         if self.cores_busy_s is None or later.cores_busy_s is None:
             return None
         elapsed = later.wall_s - self.wall_s
         if elapsed <= 0:
             return None
-        others = (later.cores_busy_s - self.cores_busy_s) - (later.own_s - self.own_s)
+        busy = later.cores_busy_s - self.cores_busy_s
+        others = busy - (later.own_s - self.own_s) - ours_s
         return max(0.0, others / elapsed)
 
 

@@ -177,10 +177,11 @@ def repeat_folder(out: Path, policy: str, repeat: int) -> Path:
     return out / policy if repeat == 0 else out / f"repeat-{repeat + 1}" / policy
 
 
-def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float]:
+def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float, float]:
     """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch
-    (the folder's earlier run is replaced); returns the CPU seconds the ranks got and
-    their wall seconds, each summed over ranks."""
+    (the folder's earlier run is replaced); returns the CPU seconds the ranks got over
+    the run, their wall seconds, and their processes' whole CPU seconds (start-up
+    included), each summed over ranks."""
     config = dataclasses.replace(config, overwrite=True, resume=False, resume_from=None)
     clocks = launch(
         train_rank_clocked,
@@ -188,15 +189,16 @@ def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float]:
         nproc=world_size,
         collective_timeout_s=config.collective_timeout_s,
     )
-    return sum(c for c, _ in clocks.values()), sum(w for _, w in clocks.values())
+    return tuple(sum(c[i] for c in clocks.values()) for i in range(3))  # type: ignore[return-value]
 
 
-def train_rank_clocked(config: TrainConfig) -> tuple[float, float]:
+def train_rank_clocked(config: TrainConfig) -> tuple[float, float, float]:
     """:func:`train_rank`, returning this rank's CPU seconds (all its threads) and wall
-    seconds over the run."""
+    seconds over the run, and its process's CPU seconds since it started."""
     cpu, wall = time.process_time(), time.perf_counter()
     train_rank(config)
-    return time.process_time() - cpu, time.perf_counter() - wall
+    end = time.process_time()
+    return end - cpu, time.perf_counter() - wall, end
 
 
 def compare_policies(
@@ -218,7 +220,7 @@ def compare_policies(
     dataset = build_dataset(base)
     shapes = dataset.shapes()
     before, clock = load_average(), CpuClock.now()
-    cpu_s = wall_s = 0.0
+    cpu_s = wall_s = process_s = 0.0
     cost_models: dict[str, CostModel] = {}
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
     for repeat, policy in run_order(policies, repeats):
@@ -232,8 +234,8 @@ def compare_policies(
             epochs=1,
             iterations=None,
         )
-        cpu, wall = run_policy(config, world_size)
-        cpu_s, wall_s = cpu_s + cpu, wall_s + wall
+        cpu, wall, process = run_policy(config, world_size)
+        cpu_s, wall_s, process_s = cpu_s + cpu, wall_s + wall, process_s + process
         # the profile this run planned with: fresh on disk (measured or checked at its
         # start), so reading it here probes nothing
         saved = profile_dir / PROFILE_FILE
@@ -248,7 +250,7 @@ def compare_policies(
         after=load_average(),
         rank_cpu_s=cpu_s,
         rank_wall_s=wall_s,
-        others_cores=clock.others_cores(CpuClock.now()),
+        others_cores=clock.others_cores(CpuClock.now(), ours_s=process_s),
     )
     return Comparison(
         policies={p: PolicyRepeats(p, tuple(r)) for p, r in runs.items()},
