@@ -9,6 +9,9 @@ same global batch (tokens per step), and writes ``benchmarks/hybrid_ring.md``:
   ``--max-sp-size`` node (its default), 32 and the world;
 - ``best Ulysses-only``: dcp-opt on Ulysses-only options, the better of SP up to a
   node (its default) and SP up to the head count (``--max-sp-size 32``);
+- ``megatron-dyncp hybrid CP``: Megatron's scheduler on the same hybrid options as
+  dcp-opt (each CP group on its cheapest Ulysses x ring split, as Megatron's
+  ``a2a+p2p``; its default), up to the whole world;
 - ``megatron-dyncp ring CP``: Megatron's scheduler with every CP group a ring
   (``p2p``), up to the whole world.
 
@@ -92,8 +95,9 @@ def main() -> None:
         "`eff` is each run's efficiency against its own ideal bound; `rings`: the ring "
         "degrees its micro-batches ran; `max group`: its largest SP group. dcp-opt hybrid "
         "is the best of `--max-sp-size` node, 32 and the world; Ulysses-only the better of "
-        "node and 32 (the head count); megatron-dyncp runs every CP group as a ring, up to "
-        "the world. Each run's ideal bound prices samples at their cheapest option, rings "
+        "node and 32 (the head count); megatron-dyncp runs up to the world, each CP group "
+        "on its cheapest split (hybrid, its default) or every group as a ring. Each run's "
+        "ideal bound prices samples at their cheapest option, rings "
         "past a node included where its plan has them (the Ulysses-only run's bound has "
         "none, so its `eff` is against a higher bound).",
         "",
@@ -119,6 +123,7 @@ def main() -> None:
             rows[f"{name} (max SP {best})"] = good[best]
             if mode == "ulysses":
                 base = good[best]["epoch_s"]
+        rows["megatron-dyncp hybrid CP"] = run(world, tokens, "hybrid", "megatron-dyncp", None)
         rows["megatron-dyncp ring CP"] = run(world, tokens, "ring", "megatron-dyncp", None)
         for name, row in rows.items():
             load = os.getloadavg()[0]

@@ -284,9 +284,13 @@ def test_every_policy_honours_max_sp_where_everything_fits(policy):
     assert _group_sizes(schedule) == {1}
 
 
+@pytest.mark.parametrize("mode", ["ulysses", "hybrid"])
 @pytest.mark.parametrize("world", [48, 64])
-def test_megatron_runs_a_40_head_model_on_sizes_dividing_its_heads(world):
-    """llama-13b (40 heads) at worlds 48 and 64: CP groups only of sizes the model runs."""
+def test_megatron_runs_a_40_head_model_on_sizes_it_runs(world, mode):
+    """llama-13b (40 heads) at worlds 48 and 64: Ulysses-only CP groups divide the heads;
+    with hybrid splits (the default, as Megatron's a2a+p2p) groups grow past them, each
+    pass's Ulysses part still dividing the heads."""
+    from datacentric.planning.split_modes import SplitLimitedCostModel
     from datacentric.scheduling.pipeline import Pipeline
     from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
@@ -294,6 +298,8 @@ def test_megatron_runs_a_40_head_model_on_sizes_dividing_its_heads(world):
     lengths = np.r_[np.exp(rng.uniform(np.log(200), np.log(8000), 400)), [60_000, 120_000]]
     shapes = [SampleShape.text(int(x)) for x in lengths]
     cost = simulation_cost_model("llama-13b", "h200-sxm", world)
+    if mode == "ulysses":
+        cost = SplitLimitedCostModel(cost, "ulysses")
     options = ScheduleOptions(global_batch_tokens=1_000_000)
     schedule = Pipeline(
         shapes,
@@ -304,8 +310,18 @@ def test_megatron_runs_a_40_head_model_on_sizes_dividing_its_heads(world):
         settings=options,
     ).schedule()
     schedule.validate()
-    assert all(40 % s == 0 for s in _group_sizes(schedule))
-    assert schedule.meta["settings"]["max_cp_size"] == 8
+    passes = [
+        (a.sp_size, mb.ring_size)
+        for it in schedule.iterations
+        for a in it.assignments
+        for mb in a.micro_batches
+    ]
+    assert all(40 % (sp // ring) == 0 for sp, ring in passes)
+    if mode == "ulysses":
+        assert all(ring == 1 for _, ring in passes)
+        assert schedule.meta["settings"]["max_cp_size"] == 8
+    else:
+        assert schedule.meta["settings"]["max_cp_size"] > 8
 
 
 def test_static_is_within_half_a_percent_of_a_wider_search():

@@ -5,7 +5,7 @@ The attention callable is injected (:data:`AttentionFn`); every model takes a
 """
 
 from datacentric.batch import PackedBatch
-from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.dit import DiTConfig, VideoDiT
 from datacentric.models.llama import Llama, LlamaConfig
 from datacentric.models.presets import (
@@ -30,6 +30,7 @@ from datacentric.models.source import (
 __all__ = [
     "MODEL_PRESETS",
     "AttentionFn",
+    "AttentionSlot",
     "DiTConfig",
     "Llama",
     "LlamaConfig",

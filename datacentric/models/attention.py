@@ -69,6 +69,25 @@ class AttentionFn(Protocol):
     ) -> torch.Tensor: ...
 
 
+class AttentionSlot:
+    """Mixin for a model adapter whose attention layers all call one :data:`AttentionFn`
+    held by the adapter: :meth:`set_attention` swaps it, :attr:`attention` reads it.
+
+    The callable is a plain attribute, never a submodule: an ``nn.Module`` callable
+    (holding a process group, say) is neither registered, moved nor saved, and its
+    parameters, if any, are not the model's.
+    """
+
+    def set_attention(self, attention: AttentionFn) -> None:
+        """Use ``attention`` in every attention layer from now on."""
+        self.__dict__["_attention"] = attention
+
+    @property
+    def attention(self) -> AttentionFn:
+        """The :data:`AttentionFn` every attention layer calls."""
+        return self.__dict__["_attention"]
+
+
 def check_attention_args(
     q_SHD: torch.Tensor, k_SHD: torch.Tensor, cu_seqlens: torch.Tensor, causal: bool, window
 ) -> None:

@@ -51,7 +51,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 
 from datacentric.batch import PackedBatch, segment_offsets
-from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.diffusers_plan import (
     SequenceSplit,
     UnsupportedVideoModel,
@@ -183,7 +183,7 @@ class _RoutedProcessor:
         return out
 
 
-class DiffusersVideoTransformer(nn.Module):
+class DiffusersVideoTransformer(AttentionSlot, nn.Module):
     """An unmodified diffusers video transformer with a context-parallel plan, under our
     model contract (see the module docstring).
 
@@ -230,15 +230,6 @@ class DiffusersVideoTransformer(nn.Module):
             if callable(getattr(module, "set_processor", None)) and hasattr(module, "processor"):
                 module.set_processor(_RoutedProcessor(module.processor, self))
         self.set_attention(attention)
-
-    def set_attention(self, attention: AttentionFn) -> None:
-        """Use ``attention`` in every self-attention (a plain attribute, never a submodule)."""
-        self.__dict__["_attention"] = attention
-
-    @property
-    def attention(self) -> AttentionFn:
-        """The :data:`AttentionFn` every self-attention calls."""
-        return self._attention
 
     @property
     def config(self) -> Any:

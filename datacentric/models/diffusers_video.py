@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datacentric.batch import PackedBatch
-from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.diffusers_build import TINY_DIFFUSERS
 from datacentric.models.diffusers_generic import TIMESTEP_SCALE, SdpaRoute
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
@@ -128,7 +128,7 @@ class _PackedProcessor:
         )
 
 
-class DiffusersVideoModel(nn.Module):
+class DiffusersVideoModel(AttentionSlot, nn.Module):
     """An unmodified diffusers ``WanTransformer3DModel`` with our model contract.
 
     ``blocks`` are the model's transformer blocks, ``num_heads`` its heads,
@@ -164,15 +164,6 @@ class DiffusersVideoModel(nn.Module):
             block.attn1.set_processor(_PackedProcessor(block.attn1.processor, self, False))
             block.attn2.set_processor(_PackedProcessor(block.attn2.processor, self, True))
         self.set_attention(attention)
-
-    def set_attention(self, attention: AttentionFn) -> None:
-        """Use ``attention`` in every self-attention (a plain attribute, never a submodule)."""
-        self.__dict__["_attention"] = attention
-
-    @property
-    def attention(self) -> AttentionFn:
-        """The :data:`AttentionFn` every self-attention calls."""
-        return self._attention
 
     def _rotary(self, positions_S3: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The model's rotary rows for each token's (frame, row, column), gathered per

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch
-from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 
 try:
     from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
@@ -160,7 +160,7 @@ def register_attention() -> None:
     AttentionInterface.register(ATTENTION_NAME, packed_attention_forward)
 
 
-class HFCausalLM(nn.Module):
+class HFCausalLM(AttentionSlot, nn.Module):
     """A transformers decoder-only causal LM with our model contract.
 
     ``hf_model`` is an unmodified decoder-only ``*ForCausalLM`` (Llama, Mistral,
@@ -183,19 +183,6 @@ class HFCausalLM(nn.Module):
         self.hf.set_attn_implementation(ATTENTION_NAME)
         self.set_attention(attention)
 
-    def set_attention(self, attention: AttentionFn) -> None:
-        """Use ``attention`` in every attention layer.
-
-        Stored as a plain attribute: an ``nn.Module`` callable is not registered
-        (its parameters, if any, are not this model's).
-        """
-        self.__dict__["_attention"] = attention
-
-    @property
-    def attention(self) -> AttentionFn:
-        """The :data:`AttentionFn` every attention layer calls."""
-        return self._attention
-
     def logits(self, batch: PackedBatch) -> torch.Tensor:
         """Next-token logits ``(S, V)`` of a packed batch or shard (model dtype)."""
         if batch.inputs.dim() != 1:
@@ -207,7 +194,7 @@ class HFCausalLM(nn.Module):
             position_ids=batch.position_ids.long().unsqueeze(0),
             use_cache=False,
             cu_seqlens=batch.cu_seqlens,
-            datacentric_attention=self._attention,
+            datacentric_attention=self.attention,
         )
         return out.logits[0]
 

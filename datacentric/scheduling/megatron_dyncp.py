@@ -6,8 +6,10 @@ Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
 
 - each sequence's CP size is the next power of two of ``L / C`` (``C``: the per-rank
   packed-token cap), and its work on ``c`` ranks is ``L**2 / c``; CP sizes stop at
-  the largest power of two the model runs (Ulysses: dividing its heads) within
-  ``--max-sp`` (default: the world);
+  the largest power of two the model runs with some split within ``--max-sp``
+  (default: the world): Ulysses dividing its heads, past them Ulysses x ring as
+  Megatron's ``a2a+p2p`` CP runs (``--split-mode ulysses`` keeps the head count's
+  limit, ``ring`` prices every group as one ring);
 - sequences, longest first, join an existing group of exactly their size (or a
   larger power of two) or open a new group on the free ranks, whichever gives the
   least global maximum rank load, under the token cap ``C`` per rank and the work cap
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from datacentric.planning.bucket_options import nesting_sp_sizes
+from datacentric.planning.bucket_options import nesting_sp_sizes, split_candidates
 from datacentric.schedule import Iteration
 from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.micro_batches import emit_iteration
@@ -210,11 +212,12 @@ def megatron_micro_batches(
 
 def cp_sizes(inp: PolicyInput) -> list[int]:
     """The CP sizes Megatron's groups may take here: powers of two dividing the world,
-    up to ``--max-sp`` (default: the world), that the model runs."""
+    up to ``--max-sp`` (default: the world), that the model runs with some split
+    (:func:`~datacentric.planning.bucket_options.split_candidates`: past the head count
+    on a ring, as Megatron's ``a2a+p2p`` context parallelism runs)."""
     world = inp.world_size
     sizes = nesting_sp_sizes(world, world, inp.options.max_sp_size or world)
-    supports = getattr(inp.cost_model, "supports_sp_size", None)
-    return [s for s in sizes if supports is None or supports(s)] or [1]
+    return [s for s in sizes if split_candidates(inp.cost_model, s)] or [1]
 
 
 def default_tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:

@@ -99,7 +99,7 @@ def run_cost_model(
     """
     if config.cost_model == "analytic":
         described: str | ModelSpec = config.model
-        if model is not None and (config.model not in MODEL_PRESETS or _model_args(config)):
+        if model is not None and (config.model not in MODEL_PRESETS or model_args(config)):
             described = spec_of_model(model, config.model)
         return build_cost_model(
             described,
@@ -111,7 +111,7 @@ def run_cost_model(
     directory = config.profile_dir or str(Path(config.out) / "profile")
     settings = ProfileSettings(
         model=config.model,
-        model_args=_model_args(config),
+        model_args=model_args(config),
         dataset=None if config.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
@@ -127,7 +127,8 @@ def run_cost_model(
     return fitted_cost_model(profile)
 
 
-def _model_args(config: TrainConfig) -> dict:
+def model_args(config: TrainConfig) -> dict:
+    """The run's ``[model] model_args``, parsed and checked."""
     return parse_model_args(getattr(config, "model_args", None))
 
 

@@ -34,7 +34,7 @@ import torch
 
 from datacentric.parallel.launch import launch
 from datacentric.planning.cost_model import CostModel
-from datacentric.profiling.store import PROFILE_FILE
+from datacentric.profiling.store import PROBE_FILE, PROFILE_FILE
 from datacentric.schedule import Iteration, Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
 from datacentric.timing import (
@@ -212,11 +212,19 @@ def compare_policies(
 ) -> Comparison:
     """Train one epoch of ``base``'s dataset per policy, ``repeats`` times interleaved
     (:func:`run_order`, folders :func:`repeat_folder`), and measure; the first
-    ``warmup`` steps of each run are left out of the timing."""
+    ``warmup`` steps of each run are left out of the timing. The profile is measured
+    afresh at the start in ``out_dir/profile``, unless ``base.profile_dir`` names one
+    (then it is reused when its probe agrees)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
     profile_dir = Path(base.profile_dir or out / "profile")
+    if base.profile_dir is None:
+        # the comparison's own profile is part of its measurement: measured afresh at
+        # its start, as its earlier runs are replaced (a profile from an earlier session
+        # passes its probe while the machine runs up to its tolerance slower or faster)
+        for name in (PROFILE_FILE, PROBE_FILE):
+            (profile_dir / name).unlink(missing_ok=True)
     dataset = build_dataset(base)
     shapes = dataset.shapes()
     before, clock = load_average(), CpuClock.now()

@@ -8,11 +8,13 @@ The sinks the records go to (``metrics.jsonl``, the log line, TensorBoard, W&B) 
 ``peak_memory_bytes`` (CUDA: the step's peak allocated; CPU: the process's peak
 resident set so far), ``optimizer_state_bytes`` (this rank's share under the
 ``shard`` setting) and ``mfu``: the analytic model FLOPs of the step
-(``6 * params * tokens`` for the linear layers plus the analytic attention FLOPs of
-every micro-batch, forward and backward, without recomputation) over the step's
+(``6 * params * tokens`` for the linear layers plus three times the analytic attention
+forward FLOPs of every micro-batch: forward and backward, without recomputation) over the step's
 time, the world size and the hardware preset's peak (``h100-sxm``/``h200-sxm`` bf16
-dense peak on CUDA, the calibrated ``cpu-local`` preset's fp32 peak on the CPU);
-``None`` for models without an analytic spec.
+dense peak on CUDA, the calibrated ``cpu-local`` preset's fp32 peak on the CPU). Any
+model's spec is read by :func:`~datacentric.profiling.module_specs.named_spec` (from
+its parameter shapes where nothing better is known, approximate); ``None`` for a model
+whose cost cannot be read.
 """
 
 from __future__ import annotations
@@ -85,16 +87,17 @@ class StepMetrics:
     """The per-step numbers beyond loss and speed (see the module docstring)."""
 
     def __init__(self, config: TrainConfig, dc: DataCentric, groups: ProcessGroups) -> None:
-        from datacentric.models.presets import MODEL_PRESETS
-        from datacentric.train.build import build_cost_model
+        from datacentric.profiling.module_specs import UnpricedModelError, named_spec
+        from datacentric.train.build import build_cost_model, model_args
 
         self.groups = groups
         self.shapes = dc.pipeline.shapes
-        self.analytic = (
-            build_cost_model(config.model, groups.device, config.dtype)
-            if config.model in MODEL_PRESETS
-            else None
-        )
+        try:
+            spec = named_spec(config.model, model_args(config))
+        except UnpricedModelError:
+            self.analytic = None  # no analytic spec: the record's mfu is None
+        else:
+            self.analytic = build_cost_model(spec, groups.device, config.dtype)
 
     def start(self) -> None:
         """Open a step (resets CUDA's peak-memory counter)."""
@@ -102,7 +105,10 @@ class StepMetrics:
             torch.cuda.reset_peak_memory_stats(self.groups.device)
 
     def model_flops(self, step: Step) -> float | None:
-        """Analytic FLOPs of the step's forward and backward over all ranks."""
+        """Analytic FLOPs of the step's forward and backward over all ranks, by the usual
+        MFU convention: ``6 x parameters`` per token for the matmuls, and attention's
+        forward FLOPs three times (backward counted as twice forward); recomputation is
+        not counted, so the figure does not depend on the plan."""
         if self.analytic is None:
             return None
         params = self.analytic.spec.num_params
@@ -111,7 +117,7 @@ class StepMetrics:
             for mb in assignment.micro_batches:
                 shapes = [self.shapes[i] for i in mb.sample_ids]
                 flops += 6.0 * params * sum(s.tokens for s in shapes)
-                flops += self.analytic.work(shapes, 1, ()).attention_flops
+                flops += 3.0 * self.analytic.work(shapes, 1, ()).attention_flops
         return flops
 
     def record(
