@@ -260,12 +260,15 @@ def local_search(
         if done:
             continue
         # Swaps: exchange an item of the top group with a shorter one elsewhere.
+        t_i_here = times[:, group_class[top]]  # each item on the top group
+        others_left = loads[owner] - t_own  # each item's group without it
+        elsewhere = owner != top
+        owner_class = group_class[owner]
         for j in members[:8]:
-            t_j_there = times[j, group_class[owner]]  # j on each item's group
-            t_i_here = times[:, group_class[top]]  # each item on the top group
+            t_j_there = times[j, owner_class]  # j on each item's group
             new_top = peak - t_own[j] + t_i_here
-            new_other = loads[owner] - t_own + t_j_there
-            ok = (owner != top) & (np.maximum(new_top, new_other) < peak - EPS)
+            new_other = others_left + t_j_there
+            ok = elsewhere & (np.maximum(new_top, new_other) < peak - EPS)
             if ok.any():
                 cand = np.flatnonzero(ok)
                 i = int(cand[np.argmin(np.maximum(new_top, new_other)[cand])])
