@@ -118,9 +118,9 @@ def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path) -> None:
         assert expected in ours[0]
 
 
-def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Path, str]:
+def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Path, dict]:
     """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``;
-    the exported folder and the format ``export`` reports."""
+    the exported folder and what ``export`` reports (format, parameters, ...)."""
     run_dir, exported = tmp_path / "run", tmp_path / "exported"
     result = _run(
         "train", "--model", model, *data_flags, "--world", "2", "--iterations", "3",
@@ -131,7 +131,7 @@ def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Pat
     assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
     result = _run("export", str(run_dir), "--out", str(exported), "--json")
     assert result.returncode == 0, result.stderr[-2000:]
-    return exported, json.loads(result.stdout.strip().splitlines()[-1])["format"]
+    return exported, json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def _pretrained_folder(folder: Path) -> list[str]:
@@ -173,14 +173,16 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
     texts = _pretrained_folder(folder)
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    exported, fmt = _train_and_export(
+    exported, summary = _train_and_export(
         tmp_path, f"hf:{folder}", "--dataset", f"jsonl:{data}",
         "--tokenizer", str(folder / "tokenizer.json"),
     )  # fmt: skip
-    assert fmt == "transformers"
+    assert summary["format"] == "transformers"
     assert (exported / "tokenizer.json").is_file()
     before = AutoModelForCausalLM.from_pretrained(folder).state_dict()
-    after = AutoModelForCausalLM.from_pretrained(exported).state_dict()
+    loaded = AutoModelForCausalLM.from_pretrained(exported)
+    assert summary["parameters"] == sum(p.numel() for p in loaded.parameters())
+    after = loaded.state_dict()
     assert sorted(before) == sorted(after)
     moved = False
     for name, weight in before.items():
@@ -258,12 +260,14 @@ def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
     cls.from_config(config).save_pretrained(folder)  # Wan's needs accelerate to load
     latents = tmp_path / "latents"
     _latent_folder(latents, config["in_channels"], text_width(config))
-    exported, fmt = _train_and_export(
+    exported, summary = _train_and_export(
         tmp_path, f"diffusers:{folder}", "--dataset", f"latents:{latents}"
     )
-    assert fmt == "diffusers"
+    assert summary["format"] == "diffusers"
     before = cls.from_pretrained(folder).state_dict()
-    after = cls.from_pretrained(exported).state_dict()
+    loaded = cls.from_pretrained(exported)
+    assert summary["parameters"] == sum(p.numel() for p in loaded.parameters())
+    after = loaded.state_dict()
     assert sorted(before) == sorted(after)
     changes = {
         name: float((after[name] - w).norm()) / max(float(w.norm()), 1.0)

@@ -99,18 +99,18 @@ def export_run(
     out.mkdir(parents=True, exist_ok=True)
     if source.kind == "hf":
         fmt = "transformers"
-        _export_hf(source, state, out, settings)
+        parameters = _export_hf(source, state, out, settings)
     elif source.kind == "diffusers":
         fmt = "diffusers"
-        _export_diffusers(source, state, out)
+        parameters = _export_diffusers(source, state, out)
     else:
         fmt = "safetensors"
-        _export_state(source, state, out)
+        parameters = _export_state(source, state, out)
     return {
         "format": fmt,
         "checkpoint": str(path),
         "iterations_done": trainer.get("iterations_done"),
-        "parameters": sum(int(t.numel()) for t in state.values()),
+        "parameters": parameters,
         "out": str(out),
         "files": sorted(p.name for p in out.iterdir()),
     }
@@ -141,7 +141,8 @@ def _load_into(inner: torch.nn.Module, state: dict[str, torch.Tensor], what: str
 
 def _export_hf(
     source: ModelSource, state: dict[str, torch.Tensor], out: Path, settings: dict[str, Any]
-) -> None:
+) -> int:
+    """Write the model as a transformers folder; returns its parameter count."""
     from transformers import AutoModelForCausalLM
 
     from datacentric.models.source import build_from_source
@@ -157,6 +158,7 @@ def _export_hf(
         for name in TOKENIZER_FILES:
             if (folder / name).is_file() and not (out / name).exists():
                 shutil.copy2(folder / name, out / name)
+    return _parameter_count(inner)
 
 
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
@@ -168,7 +170,8 @@ def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Pa
     return folders
 
 
-def _export_diffusers(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> None:
+def _export_diffusers(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> int:
+    """Write the model as a diffusers folder; returns its parameter count."""
     from datacentric.models.source import build_from_source, inner_pretrained
 
     adapter, _ = build_from_source(source, device="meta")
@@ -180,21 +183,33 @@ def _export_diffusers(source: ModelSource, state: dict[str, torch.Tensor], out: 
         fresh = type(inner).from_config(inner.config)
     _load_into(fresh, _strip_prefix(state, prefix), str(source.name))
     fresh.save_pretrained(out)
+    return _parameter_count(fresh)
 
 
-def _export_state(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> None:
+def _parameter_count(model: torch.nn.Module) -> int:
+    """Elements of ``model``'s parameters, each shared or tied tensor once."""
+    return sum(int(p.numel()) for p in model.parameters())
+
+
+def _export_state(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> int:
+    """Write the state dict as safetensors; returns its elements, tensors that share
+    storage counted once."""
     from safetensors.torch import save_file
 
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     # safetensors stores no two names for one storage: keep the first name of each
     seen: dict[int, str] = {}
+    distinct = 0
     for name in list(tensors):
         key = tensors[name].untyped_storage().data_ptr()
         if key in seen and tensors[name].numel():
             tensors[name] = tensors[name].clone()
+        else:
+            distinct += int(tensors[name].numel())
         seen.setdefault(key, name)
     save_file(tensors, str(out / "model.safetensors"))
     (out / "datacentric_model.json").write_text(
         json.dumps({"model": source.name, "model_args": dict(source.args)}, indent=1) + "\n",
         encoding="utf-8",
     )
+    return distinct
