@@ -60,6 +60,7 @@ from datacentric.train.safe_load import (
     load_tensor_file,
     read_metadata_file,
 )
+from datacentric.train.state_names import with_aliases, without_aliases
 
 MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.json"
@@ -178,7 +179,7 @@ def save_checkpoint(
             tmp.mkdir()
         _barrier()
         state = {
-            "model": get_model_state_dict(model),
+            "model": without_aliases(model, get_model_state_dict(model)),
             "optimizer": get_optimizer_state_dict(model, optimizer),
         }
         with warnings.catch_warnings():
@@ -368,7 +369,7 @@ def load_checkpoint(
     path = Path(path)
     trainer_state = verify_checkpoint(path, expect_sha256)
     state = {
-        "model": get_model_state_dict(model),
+        "model": without_aliases(model, get_model_state_dict(model)),
         "optimizer": get_optimizer_state_dict(model, optimizer),
     }
     saved_model = (trainer_state.get("config") or {}).get("model")
@@ -390,7 +391,7 @@ def load_checkpoint(
             f"{path} does not fit this model (a checkpoint of another model or size?): "
             f"{detail[:200]}"
         ) from err
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, with_aliases(model, state["model"]))
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rng_file = path / f"rng-rank{_rank()}.pt"
     if rng_file.exists():

@@ -196,6 +196,11 @@ def _export_state(source: ModelSource, state: dict[str, torch.Tensor], out: Path
     storage counted once."""
     from safetensors.torch import save_file
 
+    from datacentric.models.source import build_from_source
+    from datacentric.train.state_names import with_aliases
+
+    model, _ = build_from_source(source, device="meta")
+    state = with_aliases(model, state)  # the names the model's own state dict has
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     # safetensors stores no two names for one storage: keep the first name of each
     seen: dict[int, str] = {}

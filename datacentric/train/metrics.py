@@ -41,15 +41,19 @@ if TYPE_CHECKING:
 
 
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's state dict, whatever holds it (collective under FSDP2)."""
+    """The whole model's state dict, whatever holds it (collective under FSDP2), each
+    aliased tensor once, as a checkpoint stores it."""
+    from datacentric.train.state_names import without_aliases
+
     if is_fsdp2(model):
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_model_state_dict,
         )
 
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    return unwrap(model).state_dict()
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+        return without_aliases(model, state)
+    return without_aliases(model, unwrap(model).state_dict())
 
 
 def local_bytes(tensors: Any) -> int:
