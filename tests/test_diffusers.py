@@ -29,6 +29,7 @@ from datacentric.models.diffusers_generic import TIMESTEP_SCALE  # noqa: E402
 from datacentric.models.diffusers_plan import UnsupportedVideoModel  # noqa: E402
 from datacentric.shapes import SampleShape  # noqa: E402
 from datacentric.verify.model_contract import check_model_contract  # noqa: E402
+from datacentric.verify.reference import own_video_forward  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -54,24 +55,10 @@ def unpatchify(tokens: torch.Tensor, grid: tuple[int, int, int], channels: int) 
 
 def own_forward(name: str, model, latents: torch.Tensor, t: float, text: torch.Tensor):  # noqa: ANN001, ANN201
     """The diffusers model's own forward on one clip ``(1, C, F, H, W)``, as its pipeline
-    calls it; returns the prediction ``(1, C, F, H, W)``."""
-    timestep = torch.tensor([t * TIMESTEP_SCALE])
-    if name == "wan":
-        return model(hidden_states=latents, timestep=timestep, encoder_hidden_states=text).sample
-    config = model.config
-    p, pt = config.patch_size, config.patch_size_t
-    _, _, f, h, w = latents.shape
-    tokens = diffusers.LTXPipeline._pack_latents(latents, p, pt)
-    out = model(
-        hidden_states=tokens,
-        encoder_hidden_states=text,
-        timestep=timestep,
-        encoder_attention_mask=None,
-        num_frames=f // pt,
-        height=h // p,
-        width=w // p,
-    ).sample
-    return diffusers.LTXPipeline._unpack_latents(out, f // pt, h // p, w // p, p, pt)
+    calls it (``verify.reference.own_video_forward``, which shares no code with the
+    adapters); returns the prediction ``(1, C, F, H, W)``."""
+    del name  # the reference tells Wan from LTX-Video by the forward's parameters
+    return own_video_forward(model, latents, torch.tensor([t * TIMESTEP_SCALE]), text)
 
 
 def reference_loss(name: str, model, data: SyntheticVideoDataset, grids) -> torch.Tensor:  # noqa: ANN001

@@ -159,6 +159,22 @@ class SdpaRoute(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def run_routed(inner: Any, run: Any, *args: Any, **kwargs: Any) -> Any:
+    """``inner(*args, **kwargs)`` (a diffusers attention processor, unchanged) with its
+    one ``scaled_dot_product_attention`` call sent to ``run``; any other number of calls
+    is refused (:class:`UnsupportedVideoModel`)."""
+    route = SdpaRoute(run)
+    with route:
+        out = inner(*args, **kwargs)
+    if route.calls != 1:
+        raise UnsupportedVideoModel(
+            f"{type(inner).__name__} made {route.calls} calls to torch's "
+            "scaled_dot_product_attention, expected 1 (set diffusers' attention backend "
+            "to 'native')"
+        )
+    return out
+
+
 class _RoutedProcessor:
     """A model's attention processor, unchanged, with its self-attention routed to the
     adapter's :meth:`DiffusersVideoTransformer._self_attention`."""
@@ -171,16 +187,8 @@ class _RoutedProcessor:
         bound = self.signature.bind_partial(attn, hidden_states, *args, **kwargs).arguments
         if bound.get("encoder_hidden_states") is not None:  # cross-attention: local
             return self.inner(attn, hidden_states, *args, **kwargs)
-        route = SdpaRoute(self.owner._self_attention)
-        with route:
-            out = self.inner(attn, hidden_states, *args, **kwargs)
-        if route.calls != 1:
-            raise UnsupportedVideoModel(
-                f"{type(self.inner).__name__} made {route.calls} calls to torch's "
-                "scaled_dot_product_attention, expected 1 (set diffusers' attention backend "
-                "to 'native')"
-            )
-        return out
+        run = self.owner._self_attention
+        return run_routed(self.inner, run, attn, hidden_states, *args, **kwargs)
 
 
 class DiffusersVideoTransformer(AttentionSlot, nn.Module):

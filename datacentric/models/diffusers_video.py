@@ -56,7 +56,7 @@ from torch import nn
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.diffusers_build import TINY_DIFFUSERS
-from datacentric.models.diffusers_generic import TIMESTEP_SCALE, SdpaRoute
+from datacentric.models.diffusers_generic import TIMESTEP_SCALE, run_routed
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
 
 try:
@@ -94,16 +94,8 @@ class _PackedProcessor:
         self.inner, self.owner, self.cross = inner, owner, cross
 
     def __call__(self, attn: nn.Module, hidden_states, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN204
-        route = SdpaRoute(self._cross if self.cross else self._self)
-        with route:
-            out = self.inner(attn, hidden_states, *args, **kwargs)
-        if route.calls != 1:
-            raise UnsupportedVideoModel(
-                f"{type(self.inner).__name__} made {route.calls} attention calls through "
-                "torch's scaled_dot_product_attention, expected 1 (set diffusers' attention "
-                "backend to 'native')"
-            )
-        return out
+        run = self._cross if self.cross else self._self
+        return run_routed(self.inner, run, attn, hidden_states, *args, **kwargs)
 
     def _self(
         self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **_

@@ -450,8 +450,8 @@ def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
     - the second smallest cheapest size present (above one GPU when some micro-batch
       prefers one: a long video on two GPUs);
     - the largest (a 1M-token document on 128 GPUs while the rest wait), solved without
-      the exact solver (its node-limited search took 0.17 s per phase there and gained
-      0.5% of the step).
+      the exact solver (on longctx-1m at 256 GPUs its node-limited search took 0.17 s per
+      phase and gained 0.5% of the epoch).
 
     One layout keeps groups of the large size open for the whole step, running short
     micro-batches at their cost there; two phases let the short ones run on the small
