@@ -94,7 +94,7 @@ class Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def test_log_every_and_the_last_step(tmp_path):
+def test_log_the_first_step_every_log_every_and_the_last(tmp_path):
     setup_logging("info")
     collect = Collect()
     logging.getLogger("datacentric").addHandler(collect)
@@ -105,8 +105,20 @@ def test_log_every_and_the_last_step(tmp_path):
         sink.close()
     finally:
         logging.getLogger("datacentric").removeHandler(collect)
-    assert [m.split()[1] for m in collect.messages if m.startswith("step")] == ["2", "4", "5"]
+    assert [m.split()[1] for m in collect.messages if m.startswith("step")] == ["1", "2", "4", "5"]
     assert len(read_metrics(tmp_path)) == 5
+    collect.messages.clear()
+    logging.getLogger("datacentric").addHandler(collect)
+    try:  # a resumed run logs its own first step
+        sink = MetricsLogger(
+            tmp_path, enabled=True, total=9, initial=5, progress=False, log_every=4
+        )
+        for step in range(5, 9):
+            sink.log(record(step))
+        sink.close()
+    finally:
+        logging.getLogger("datacentric").removeHandler(collect)
+    assert [m.split()[1] for m in collect.messages if m.startswith("step")] == ["6", "8", "9"]
 
 
 def test_quiet_and_other_ranks_log_warnings_only():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
@@ -50,6 +51,9 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     note = skipped_note(dataset)
     if note:
         print(f"datacentric {command}: note: {note}", file=sys.stderr)
+    note = size_global_batch(config, [shape.tokens for shape in dataset.shapes()])
+    if note and first_rank():
+        print(f"datacentric {command}: note: {note}", file=sys.stderr)
     if config.wandb:
         import importlib.util
 
@@ -61,6 +65,34 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
             )
             return False
     return True
+
+
+def size_global_batch(config: TrainConfig, tokens: list[int]) -> str | None:
+    """Give a small dataset's run a global batch sized from its samples when the settings
+    give none (:func:`~datacentric.scheduling.global_batches.data_sized_tokens`): set on
+    ``config``, so the run folder's ``config.toml`` and its checkpoints record it and a
+    resume trains the same batches. Returns the one-line note saying so, else None."""
+    from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens
+
+    given = ("global_batch_tokens", "tokens_per_iteration")
+    given += ("global_batch_samples", "samples_per_iteration")
+    if any(getattr(config, name) is not None for name in given):
+        return None
+    bound = data_sized_tokens(tokens)
+    if bound is None:
+        return None
+    config.global_batch_tokens = bound
+    steps = -(-sum(tokens) // bound)
+    return (
+        f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
+        f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
+        "epoch (--global-batch-tokens sets it)"
+    )
+
+
+def first_rank() -> bool:
+    """Whether this process prints the job's notes: rank 0 under torchrun, else always."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ depends on the window.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -37,6 +38,27 @@ def default_tokens_per_iteration(view: DatasetView, active: np.ndarray, world_si
     global batch explicitly for a data order that does not depend on the world.)"""
     longest = int(view.tokens[active].max())
     return world_size * max(2**18, longest)
+
+
+#: A dataset too small for this many default global batches gets a global batch sized
+#: from its tokens (:func:`data_sized_tokens`), so that an epoch has this many steps.
+SMALL_DATA_STEPS = 8
+
+
+def data_sized_tokens(tokens: Sequence[int]) -> int | None:
+    """The global batch (tokens) of a dataset of samples of ``tokens`` tokens each when
+    none is given, or ``None`` to keep the default: a dataset holding fewer tokens than
+    :data:`SMALL_DATA_STEPS` global batches of ``max(2**18, longest sample)`` (one
+    rank's default) would train one step per epoch, so its global batch is
+    ``ceil(total / SMALL_DATA_STEPS)`` tokens (never below the longest sample): an epoch
+    of up to that many steps. A function of the samples only (not of the world or the
+    policy), so every rank, world size and resume computes the same."""
+    if not len(tokens):
+        return None
+    total, longest = int(sum(tokens)), int(max(tokens))
+    if total >= SMALL_DATA_STEPS * max(2**18, longest):
+        return None
+    return max(longest, -(-total // SMALL_DATA_STEPS))
 
 
 def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:

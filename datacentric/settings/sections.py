@@ -90,12 +90,17 @@ class DataConfig:
     max_tokens: int = setting(4096, ge=1)
     """Longest text sample in tokens; longer documents follow ``long_docs``."""
     tokenizer: str | None = None
-    """Text datasets: a local ``tokenizer.json`` (unset: UTF-8 bytes, vocabulary 256)."""
+    """Text datasets: a local ``tokenizer.json``, or a folder saved with ``save_pretrained``
+    (conversations need one, for its chat template; unset: UTF-8 bytes, vocabulary 256)."""
     text_field: str = "text"
     """Text datasets: the JSON key or column holding each document's text."""
     long_docs: Literal["chunk", "truncate", "skip", "error"] = "chunk"
     """Documents longer than ``max_tokens``: split into near-equal chunks, truncate, skip
     or fail."""
+    loss_on: Literal["assistant", "all"] | None = None
+    """Which tokens carry loss: ``assistant`` (only the assistant's tokens of a
+    conversation, as its chat template marks them) or ``all`` (unset: ``assistant`` for
+    conversations, ``all`` for text)."""
     bucket_config: str | None = None
     """Latent datasets: Open-Sora-style bucket config, JSON (unset: every latent its own shape)."""
 
@@ -175,7 +180,8 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 class MetricsConfig:
     log_every: int = setting(10, ge=0)
     """Log one line every N optimizer steps (step, loss, grad norm, tokens/s, MFU, memory,
-    data wait, estimated vs measured step time; 0: none). The last step is always logged."""
+    data wait, estimated vs measured step time), and the run's first and last step; 0:
+    none."""
     log_level: LogLevel = "info"
     """Level of the ``datacentric`` logger (``--quiet``: ``warning``, only problems)."""
     log_all_ranks: bool = False

@@ -4,8 +4,9 @@
 to every sink the ``[metrics]`` settings choose:
 
 - ``metrics.jsonl`` in the run folder, always (appended: a resumed run continues it);
-- a log line every ``log_every`` steps through the ``datacentric`` :mod:`logging` logger
-  (:func:`step_line`, torchtitan-style), and the last step's line;
+- a log line for the run's first step, then every ``log_every`` steps, through the
+  ``datacentric`` :mod:`logging` logger (:func:`step_line`, torchtitan-style), and the
+  last step's line;
 - a progress bar, only when stderr is an interactive terminal and ``progress`` is on;
 - TensorBoard scalars under ``<out>/tb`` when ``tensorboard`` is on and installed;
 - Weights & Biases when ``wandb`` is on (``wandb_mode = "offline"`` writes under
@@ -128,6 +129,7 @@ class MetricsLogger:
         self.enabled = enabled
         self.total = total
         self.log_every = log_every
+        self.initial = initial
         self.memory_capacity_bytes = memory_capacity_bytes
         self._file = None
         self._bar = None
@@ -156,7 +158,8 @@ class MetricsLogger:
         self._file.flush()
         number = record["iteration"] + 1
         last = self.total is not None and number >= self.total
-        if self.log_every and (number % self.log_every == 0 or last):
+        first = number == self.initial + 1  # step 1, or a resumed run's first
+        if self.log_every and (first or number % self.log_every == 0 or last):
             line = step_line(record, self.memory_capacity_bytes)
             if self._bar is not None:
                 self._bar.write(line, file=sys.stderr)

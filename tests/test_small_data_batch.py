@@ -1,0 +1,48 @@
+"""A small dataset's default global batch is sized from its samples (not the world)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from datacentric.cli.train import size_global_batch
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens, epoch_batches
+from datacentric.settings import TrainConfig
+from datacentric.shapes import SampleShape
+
+
+def test_a_small_dataset_gets_several_steps_an_epoch():
+    tokens = [40 + (7 * i) % 90 for i in range(60)]
+    bound = data_sized_tokens(tokens)
+    assert bound == -(-sum(tokens) // SMALL_DATA_STEPS)
+    view = DatasetView([SampleShape(tokens=t) for t in tokens])
+    active = np.arange(len(tokens))
+    orders = []
+    for world in (1, 2, 4):  # the sized batch does not depend on the world
+        batches, _ = epoch_batches(
+            view, active, seed=3, epoch=0, tokens_bound=bound, samples_bound=None, world_size=world
+        )
+        orders.append([b.tolist() for b in batches])
+    assert orders[0] == orders[1] == orders[2]
+    assert 4 <= len(orders[0]) <= SMALL_DATA_STEPS
+    assert sorted(i for b in orders[0] for i in b) == list(range(60))
+
+
+def test_large_data_keeps_the_default_and_the_longest_sample_bounds_below():
+    assert data_sized_tokens([2**18] * SMALL_DATA_STEPS) is None
+    assert data_sized_tokens([2**18] * (SMALL_DATA_STEPS - 1)) == 2**18
+    assert data_sized_tokens([10, 10, 1000]) == 1000
+    assert data_sized_tokens([]) is None
+
+
+def test_train_records_the_sized_batch_in_its_settings_and_keeps_a_given_one():
+    tokens = [100] * 60
+    config = TrainConfig()
+    note = size_global_batch(config, tokens)
+    assert config.global_batch_tokens == 750 and "750 tokens" in note and "8 steps" in note
+    assert "global_batch_tokens = 750" in config.to_toml()
+    assert config.schedule_options().global_batch_tokens == 750
+    for given in ({"global_batch_tokens": 3000}, {"global_batch_samples": 5}):
+        config = TrainConfig(**given)
+        assert size_global_batch(config, tokens) is None
+        assert config.global_batch_tokens == given.get("global_batch_tokens")
