@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from datacentric.parallel.annotate import annotate
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.sharding import ShardingSpec
 
@@ -91,7 +92,8 @@ def sum_allreduce_hook(
 ) -> torch.futures.Future[torch.Tensor]:
     """DDP comm hook: all-reduce SUM (DDP's default divides by the world size)."""
     group = process_group if process_group is not None else dist.group.WORLD
-    work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=group, async_op=True)
+    with annotate(f"gradient sync: DDP bucket {bucket.index()} all-reduce"):
+        work = dist.all_reduce(bucket.buffer(), op=dist.ReduceOp.SUM, group=group, async_op=True)
     return work.get_future().then(lambda fut: fut.value()[0])
 
 

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from datacentric.batch import segment_offsets
+from datacentric.parallel.annotate import annotate, recording
 from datacentric.parallel.groups import RingGroup
 from datacentric.parallel.ring_layout import RingLayout, ring_layout
 
@@ -237,17 +238,18 @@ class _RingAttention(torch.autograd.Function):
         out = lse = None
         for step in range(r):
             source = (me - step) % r
-            started = _start_shift([kv], ring) if step < r - 1 else None
-            if kernel == "flash":
-                pairs = layout.block_pairs(me, source, causal)
-                part = _flash_forward(q, kv[0], kv[1], pairs, scale) if pairs else None
-            else:
-                keep = _block_mask(layout, me, source, causal, window, q.device)
-                part = _math_forward(q, kv[0], kv[1], keep, scale)
-            if part is not None:
-                out, lse = part if out is None else merge_partial(out, lse, *part)
-            if started is not None:
-                (kv,) = _finish_shift(started)
+            with annotate(f"ring step {step + 1}/{r} forward" if recording() else ""):
+                started = _start_shift([kv], ring) if step < r - 1 else None
+                if kernel == "flash":
+                    pairs = layout.block_pairs(me, source, causal)
+                    part = _flash_forward(q, kv[0], kv[1], pairs, scale) if pairs else None
+                else:
+                    keep = _block_mask(layout, me, source, causal, window, q.device)
+                    part = _math_forward(q, kv[0], kv[1], keep, scale)
+                if part is not None:
+                    out, lse = part if out is None else merge_partial(out, lse, *part)
+                if started is not None:
+                    (kv,) = _finish_shift(started)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.layout, ctx.ring, ctx.causal, ctx.window, ctx.kernel = (
             layout,
@@ -262,35 +264,43 @@ class _RingAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        layout, ring, causal = ctx.layout, ctx.ring, ctx.causal
-        me, r = ring.index, ring.size
+        r = ctx.ring.size
         dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         kv = torch.stack([k, v])
         dkv = torch.zeros(kv.shape, dtype=torch.float32, device=q.device)
         for step in range(r):
-            source = (me - step) % r
-            if ctx.kernel == "flash":
-                pairs = layout.block_pairs(me, source, causal)
-                grads = (
-                    _flash_backward(dout, q, kv[0], kv[1], out, lse, pairs, ctx.scale)
-                    if pairs
-                    else None
-                )
-            else:
-                keep = _block_mask(layout, me, source, causal, ctx.window, q.device)
-                grads = _math_backward(dout, q, kv[0], kv[1], out, lse, keep, ctx.scale)
-            if grads is not None:
-                dq += grads[0]
-                dkv += torch.stack([grads[1], grads[2]])
-            # the block and its accumulator move on together; after the last step only
-            # the accumulator moves, which brings it home to its owner
-            if r > 1:
-                sent = [dkv] if step == r - 1 else [dkv, kv]
-                received = _finish_shift(_start_shift(sent, ring))
-                dkv = received[0]
-                if step < r - 1:
-                    kv = received[1]
+            with annotate(f"ring step {step + 1}/{r} backward" if recording() else ""):
+                dq, dkv, kv = _backward_step(ctx, dout, (q, kv, out, lse), dq, dkv, step)
         return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), *([None] * 5)
+
+
+def _backward_step(ctx: Any, dout, saved, dq, dkv, step: int):
+    """One step of the ring's backward: this position's gradients of the block it
+    holds, then the block and its accumulator move on (returns ``dq, dkv, kv``)."""
+    q, kv, out, lse = saved
+    layout, ring, causal = ctx.layout, ctx.ring, ctx.causal
+    me, r = ring.index, ring.size
+    source = (me - step) % r
+    if ctx.kernel == "flash":
+        pairs = layout.block_pairs(me, source, causal)
+        grads = (
+            _flash_backward(dout, q, kv[0], kv[1], out, lse, pairs, ctx.scale) if pairs else None
+        )
+    else:
+        keep = _block_mask(layout, me, source, causal, ctx.window, q.device)
+        grads = _math_backward(dout, q, kv[0], kv[1], out, lse, keep, ctx.scale)
+    if grads is not None:
+        dq += grads[0]
+        dkv += torch.stack([grads[1], grads[2]])
+    # the block and its accumulator move on together; after the last step only
+    # the accumulator moves, which brings it home to its owner
+    if r > 1:
+        sent = [dkv] if step == r - 1 else [dkv, kv]
+        received = _finish_shift(_start_shift(sent, ring))
+        dkv = received[0]
+        if step < r - 1:
+            kv = received[1]
+    return dq, dkv, kv
 
 
 @torch.compiler.disable  # host-side layout and point-to-point sends: runs eagerly

@@ -41,8 +41,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.parallel.annotate import annotate, micro_batch_name, recording
 from datacentric.parallel.grad_sync import (
     allreduce_gradients,
+    is_fsdp2,
     micro_step_context,
     needs_equal_passes,
     syncs_itself,
@@ -322,6 +324,7 @@ class DataCentricRuntime:
                 micro_step_context(self.model, is_last=step == last),
                 self.attention.use(group, ring_group),
                 self.recompute.use(micro_batch.recompute),
+                annotate(self._range_name(step, len(mine), micro_batch, sp, full, shard)),
             ):
                 yield micro
             if micro.weighted is None:
@@ -350,6 +353,25 @@ class DataCentricRuntime:
                 )
             )
 
+    def _range_name(self, k: int, count: int, micro_batch, sp: int, full, shard) -> str:
+        """The trace range of micro-batch ``k`` of ``count`` (built only while profiling)."""
+        if not recording():
+            return ""
+        last = k == count - 1 and syncs_itself(self.model)
+        how = "FSDP2" if is_fsdp2(self.model) else "DDP"
+        return micro_batch_name(
+            k,
+            count,
+            sp_size=sp,
+            ring_size=micro_batch.ring_size,
+            samples=len(micro_batch.sample_ids),
+            tokens=full.num_tokens,
+            local_tokens=shard.num_tokens,
+            recomputed=micro_batch.num_recomputed,
+            blocks=self.recompute.num_blocks,
+            sync=f"grad sync in backward ({how})" if last else "",
+        )
+
     def finish_iteration(self, stats: IterationStats) -> None:
         """The iteration's one world-wide gradient sum (collective), then the step's
         one host read of its losses and times."""
@@ -357,7 +379,8 @@ class DataCentricRuntime:
         clock = stats.clock or StepClock(groups.device)
         sync_start = done = clock.mark()
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
-            allreduce_gradients(self.model.parameters(), groups.world)
+            with annotate(f"gradient sync: all-reduce over {groups.world_size} ranks"):
+                allreduce_gradients(self.model.parameters(), groups.world)
             done = clock.mark()
         marks: list[object] = []
         for _, start, end in stats.pending:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from datacentric.parallel.annotate import annotate
 from datacentric.parallel.grad_sync import is_fsdp2, syncs_itself
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
@@ -95,9 +96,10 @@ class Step:
         self.runtime.finish_iteration(self.stats)
         self.phase = "the all-gather of losses and timings"
         compute_s = sum(mb.time_s for mb in self.stats.micro_batches)
-        table = gather_floats(
-            [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
-        )
+        with annotate("gather losses and timings"):
+            table = gather_floats(
+                [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
+            )
         self.loss = float(table[:, 0].sum())
         self.rank_compute_s = [float(x) for x in table[:, 1]]
         self.rank_time_s = [float(x) for x in table[:, 2]]

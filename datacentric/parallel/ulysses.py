@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - older torch
 
 from datacentric.batch import segment_bounds
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.parallel.annotate import annotate, recording
 from datacentric.parallel.groups import RingGroup
 from datacentric.parallel.ring import ring_attention
 from datacentric.planning.heads import check_sp_sizes, kv_head_repeat
@@ -149,7 +150,8 @@ def _all_to_all(
             f"{x.shape[scatter_dim]}"
         )
     send = torch.stack(x.chunk(sp, dim=scatter_dim)).contiguous()
-    received = exchange(send, group)
+    with annotate(f"all-to-all sp {sp} {list(send.shape)}" if recording() else ""):
+        received = exchange(send, group)
     return torch.cat(received.unbind(0), dim=gather_dim)
 
 

@@ -213,7 +213,9 @@ class ProfilingConfig:
 
     trace_steps: tuple[int, ...] = ()
     """Optimizer steps (numbered from 1) to trace with ``torch.profiler``, e.g. ``3,4``: each
-    is written to ``<out>/traces/step-N-rankR.json.gz`` (Chrome trace: Perfetto, chrome://tracing)."""
+    is written to ``<out>/traces/step-N-rankR.json`` (Chrome trace: Perfetto, chrome://tracing;
+    ranges named ``datacentric:`` mark each micro-batch, all-to-all, ring step and the
+    gradient sync)."""
     trace_all_ranks: bool = False
     """Trace every rank (default: rank 0 only)."""
     memory_snapshot: bool = True
