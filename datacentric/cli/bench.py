@@ -194,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = dict(BENCH_DEFAULTS)
     keys = ("model", "dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer")
-    for key in (*keys, "text_field", "shard", "long_docs", "bucket_config"):
+    for key in (*keys, "text_field", "shard", "long_docs", "loss_on", "bucket_config"):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy

@@ -49,7 +49,8 @@ def add_data_arguments(
         parser,
         "--tokenizer",
         key="tokenizer",
-        help="text datasets: a local tokenizer.json (default: UTF-8 bytes)",
+        help="text datasets: a local tokenizer.json, or a folder saved with save_pretrained "
+        "(conversations need its chat template; default: UTF-8 bytes)",
     )
     config_option(
         parser,
@@ -65,6 +66,7 @@ def add_data_arguments(
         help="documents over --max-tokens: split into near-equal chunks, keep the first "
         "--max-tokens, leave out (counted) or fail (default: chunk)",
     )
+    config_option(parser, "--loss-on", key="loss_on")
     config_option(
         parser,
         "--bucket-config",

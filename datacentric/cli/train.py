@@ -129,6 +129,7 @@ def _report(args: argparse.Namespace, results: dict) -> int:
         summary = {
             "iterations_done": result.iterations_done,
             "samples_seen": result.samples_seen,
+            "loss_tokens": result.loss_tokens,
             "first_loss": result.losses[0] if result.losses else None,
             "final_loss": result.losses[-1] if result.losses else None,
             "mean_tokens_per_s": (

@@ -70,18 +70,47 @@ def resolve_files(kind: str, pattern: str) -> list[str]:
 
 def read_documents(kind: str, files: list[str], text_field: str) -> Iterator[Document]:
     """Every document of ``files`` in order (``kind``: jsonl, parquet, text, hf-datasets)."""
-    reader = {
-        "jsonl": _jsonl,
-        "parquet": _parquet,
-        "text": _text,
-        "hf-datasets": _hf_datasets,
-    }[kind]
     for index, path in enumerate(files):
-        for row, text in reader(path, text_field):
-            yield Document(text=text, file=index, row=row)
+        if kind == "text":
+            yield Document(text=_text(path), file=index, row=0)
+            continue
+        for row, record in _READERS[kind](path, [text_field]):
+            yield Document(
+                text=_field(record, text_field, _where(kind, path, row)), file=index, row=row
+            )
+
+
+def read_records(kind: str, files: list[str]) -> Iterator[Record]:
+    """Every record (row) of ``files`` in order, with all its fields (``kind``: jsonl,
+    parquet or hf-datasets; conversations are records, see :mod:`datacentric.data.chat`)."""
+    if kind not in _READERS:
+        raise DataError(
+            f"{kind}: holds plain text, not records; use jsonl:, parquet: or hf-datasets:"
+        )
+    for index, path in enumerate(files):
+        for row, record in _READERS[kind](path, None):
+            yield Record(fields=record, file=index, row=row, where=_where(kind, path, row))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record's fields and origin (``where``: ``FILE:LINE`` or ``FILE row R``)."""
+
+    fields: dict
+    file: int
+    row: int
+    where: str
+
+
+def _where(kind: str, path: str, row: int) -> str:
+    return f"{path}:{row}" if kind == "jsonl" else f"{path} row {row}"
 
 
 def _field(value: object, field: str, where: str) -> str:
+    if isinstance(value, dict) and field in value and not isinstance(value[field], str):
+        raise DataError(
+            f"{where}: field {field!r} is a {type(value[field]).__name__}, not a string"
+        )
     if not isinstance(value, dict) or not isinstance(value.get(field), str):
         keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
         raise DataError(
@@ -90,7 +119,7 @@ def _field(value: object, field: str, where: str) -> str:
     return value[field]
 
 
-def _jsonl(path: str, field: str) -> Iterator[tuple[int, str]]:
+def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -99,35 +128,36 @@ def _jsonl(path: str, field: str) -> Iterator[tuple[int, str]]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise DataError(f"{path}:{number}: line is not JSON ({err.msg})") from None
-            yield number, _field(record, field, f"{path}:{number}")
+            yield number, record
 
 
-def _parquet(path: str, field: str) -> Iterator[tuple[int, str]]:
+def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
     pq = require("pyarrow.parquet")
     try:
         handle = pq.ParquetFile(path)
     except Exception as err:  # pyarrow raises several types for unreadable files
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
     names = handle.schema_arrow.names
-    if field not in names:
-        raise DataError(f"{path}: no column {field!r} (found: {', '.join(names)}); --text-field")
+    missing = [c for c in columns or () if c not in names]
+    if missing:
+        raise DataError(
+            f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); --text-field"
+        )
     row = 0
-    for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=[field]):
-        for value in batch.column(0).to_pylist():
-            if not isinstance(value, str):
-                raise DataError(f"{path}: row {row} of column {field!r} is not a string")
-            yield row, value
+    for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+        for record in batch.to_pylist():
+            yield row, record
             row += 1
 
 
-def _text(path: str, field: str) -> Iterator[tuple[int, str]]:
+def _text(path: str) -> str:
     try:
-        yield 0, Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
-def _hf_datasets(path: str, field: str) -> Iterator[tuple[int, str]]:
+def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
     datasets = require("datasets")
     try:
         data = datasets.load_from_disk(path)
@@ -135,14 +165,19 @@ def _hf_datasets(path: str, field: str) -> Iterator[tuple[int, str]]:
         raise DataError(f"{path}: not a dataset saved with save_to_disk ({err})") from None
     if isinstance(data, datasets.DatasetDict):
         raise DataError(f"{path}: holds splits {', '.join(data)}; pass the folder of one split")
-    if field not in data.column_names:
+    missing = [c for c in columns or () if c not in data.column_names]
+    if missing:
         raise DataError(
-            f"{path}: no column {field!r} (found: {', '.join(data.column_names)}); --text-field"
+            f"{path}: no column {missing[0]!r} (found: {', '.join(data.column_names)}); "
+            "--text-field"
         )
+    if columns:
+        data = data.select_columns(columns)
     row = 0
     for batch in data.iter(batch_size=PARQUET_BATCH_ROWS):
-        for value in batch[field]:
-            if not isinstance(value, str):
-                raise DataError(f"{path}: row {row} of column {field!r} is not a string")
-            yield row, value
+        for values in zip(*batch.values()):
+            yield row, dict(zip(batch.keys(), values))
             row += 1
+
+
+_READERS = {"jsonl": _jsonl, "parquet": _parquet, "hf-datasets": _hf_datasets}

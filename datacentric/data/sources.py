@@ -38,13 +38,15 @@ class DataSettings:
     seed: int = 0
     """Seed of synthetic data, workload presets, bucket keep draws and per-epoch noise."""
     tokenizer: str | None = None
-    """A local ``tokenizer.json`` (None: UTF-8 bytes, vocabulary 256)."""
+    """A local ``tokenizer.json`` or tokenizer folder (None: UTF-8 bytes, vocabulary 256)."""
     text_field: str = "text"
     """JSON key / column holding a document's text."""
     bucket_config: str | None = None
     """Open-Sora-style bucket config (JSON) for latents (None: every latent its own shape)."""
     long_docs: str = "chunk"
     """Over-long documents: chunk, truncate, skip or error."""
+    loss_on: str | None = None
+    """Loss on the assistant's tokens or all (None: assistant for conversations)."""
 
 
 def data_settings(settings: TrainConfig) -> DataSettings:
@@ -58,6 +60,7 @@ def data_settings(settings: TrainConfig) -> DataSettings:
         text_field=settings.text_field,
         bucket_config=settings.bucket_config,
         long_docs=settings.long_docs,
+        loss_on=settings.loss_on,
     )
 
 
@@ -94,6 +97,7 @@ def open_dataset(spec: str, settings: DataSettings | None = None) -> Dataset:
             max_tokens=max_tokens,
             long_docs=s.long_docs,
             limit=s.limit,
+            loss_on=s.loss_on,
         )
     if sep and kind == "latents":
         from datacentric.data.latents import LatentDataset
@@ -143,13 +147,16 @@ def skipped_note(dataset: object) -> str:
     summary = getattr(dataset, "summary", None)
     facts = summary() if callable(summary) else {}
     empty, long = int(facts.get("skipped_empty", 0)), int(facts.get("skipped_long", 0))
-    total = int(facts.get("samples_skipped", empty + long))
+    no_loss = int(facts.get("skipped_no_loss", 0))
+    total = int(facts.get("samples_skipped", empty + long + no_loss))
     if not total:
         return ""
     parts = [f"{empty} empty (no tokens)"] if empty else []
     if long:
         parts.append(f"{long} longer than data.max_tokens (data.long_docs = skip)")
-    other = total - empty - long
+    if no_loss:
+        parts.append(f"{no_loss} with no assistant token (data.loss_on = assistant)")
+    other = total - empty - long - no_loss
     if other:
         parts.append(f"{other} by the dataset")
     return f"{total} sample{'s' if total != 1 else ''} skipped: {', '.join(parts)}"

@@ -22,22 +22,31 @@ from datacentric.shapes import SampleShape
 
 
 def pack_token_samples(
-    sample_ids: Sequence[int], tokens: Sequence[torch.Tensor], pad_to_multiple: int = 1
+    sample_ids: Sequence[int],
+    tokens: Sequence[torch.Tensor],
+    pad_to_multiple: int = 1,
+    target_masks: Sequence[torch.Tensor | None] | None = None,
 ) -> PackedBatch:
     """Pack 1D token tensors (one per sample, in order) into a micro-batch.
 
     ``inputs`` are the tokens (int64, padding 0); ``targets[i]`` is the next token
     of the same sample or ``IGNORE_INDEX``; ``loss_mask`` is ``targets != IGNORE_INDEX``.
+    ``target_masks`` (one bool tensor per sample, or None) keeps only the targets where
+    it is True (assistant-only loss); the others become ``IGNORE_INDEX``.
     """
     if len(tokens) != len(sample_ids):
         raise ValueError(f"got {len(tokens)} token tensors for {len(sample_ids)} sample ids")
     layout = segment_layout(sample_ids, [int(t.numel()) for t in tokens], pad_to_multiple)
     inputs, targets, positions = [], [], []
     ignore_one = torch.full((1,), IGNORE_INDEX, dtype=torch.long)
-    for sample in tokens:
+    masks = target_masks if target_masks is not None else [None] * len(tokens)
+    for sample, keep in zip(tokens, masks):
         sample = sample.reshape(-1).long()
         inputs.append(sample)
-        targets.append(torch.cat((sample[1:], ignore_one)))
+        target = torch.cat((sample[1:], ignore_one))
+        if keep is not None:
+            target = torch.where(keep.reshape(-1), target, IGNORE_INDEX)
+        targets.append(target)
         positions.append(torch.arange(sample.numel(), dtype=torch.long))
     if layout.padding:
         inputs.append(torch.zeros(layout.padding, dtype=torch.long))

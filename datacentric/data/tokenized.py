@@ -2,7 +2,13 @@
 document (or chunk of a long document).
 
 - Tokenizer: a local ``tokenizer.json`` through the ``tokenizers`` library (its own
-  post-processing, e.g. special tokens, applies), or UTF-8 bytes (vocabulary 256).
+  post-processing, e.g. special tokens, applies), a folder saved with ``save_pretrained``
+  (through transformers' ``AutoTokenizer``, local files only, never its code), or UTF-8
+  bytes (vocabulary 256).
+- Conversations: records with ``messages`` (or ``prompt``/``completion``) are rendered
+  with the tokenizer folder's chat template, the loss on the assistant's tokens by
+  default (:mod:`datacentric.data.chat`); a conversation with no loss token is counted,
+  not sampled, like an empty document.
 - Cache: the token ids of every document are computed once and stored under
   ``$DATACENTRIC_CACHE`` (default ``~/.cache/datacentric``) in a folder named by a hash
   of (source kind, files with sizes and modification times, text field, tokenizer
@@ -30,7 +36,14 @@ import torch
 
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
-from datacentric.data.documents import read_documents, require, resolve_files
+from datacentric.data.chat import (
+    LOSS_ON,
+    ChatRenderer,
+    is_conversation,
+    load_tokenizer,
+    tokenizer_digest,
+)
+from datacentric.data.documents import read_documents, read_records, require, resolve_files
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
 from datacentric.shapes import SampleShape
@@ -53,15 +66,24 @@ def _file_facts(path: str) -> list[object]:
 
 
 class _Encoder:
-    """UTF-8 bytes, or a ``tokenizer.json`` through the ``tokenizers`` library."""
+    """UTF-8 bytes, a ``tokenizer.json`` through the ``tokenizers`` library, or a
+    tokenizer folder through transformers (:func:`~datacentric.data.chat.load_tokenizer`)."""
 
     def __init__(self, path: str | None) -> None:
-        self.path = path
+        self.path, self.hf = path, None
         if path is None:
             self.vocab_size, self.digest, self._tok = 256, "bytes", None
             return
+        if Path(path).is_dir():
+            self.hf = load_tokenizer(path)
+            self._tok = None
+            self.vocab_size, self.digest = len(self.hf), tokenizer_digest(path)
+            return
         if not Path(path).is_file():
-            raise DataError(f"--tokenizer {path}: no such file (give a local tokenizer.json)")
+            raise DataError(
+                f"--tokenizer {path}: no such file or folder (give a local tokenizer.json or "
+                "a folder saved with save_pretrained)"
+            )
         tokenizers = require("tokenizers")
         try:
             self._tok = tokenizers.Tokenizer.from_file(path)
@@ -77,37 +99,84 @@ class _Encoder:
         return np.dtype(np.uint16 if self.vocab_size <= 2**16 else np.uint32)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
+        if self.hf is not None:
+            return [np.asarray(ids, dtype=self.dtype) for ids in self.hf(texts)["input_ids"]]
         if self._tok is None:
             return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
         return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
 
+    def renderer(self) -> ChatRenderer:
+        """The chat renderer of a tokenizer folder (conversations need one)."""
+        if self.hf is None:
+            given = f"--tokenizer {self.path}" if self.path else "no --tokenizer"
+            raise DataError(
+                f"conversations need a chat template: {given}; pass --tokenizer DIR, a "
+                "folder saved with save_pretrained (usually the model's)"
+            )
+        return ChatRenderer(self.hf, self.path)
 
-def _build_cache(kind: str, files: list[str], text_field: str, enc: _Encoder, final: Path):
+
+def record_format(kind: str, files: list[str], text_field: str) -> str:
+    """``"chat"`` when the first record is a conversation without ``text_field``, else
+    ``"text"`` (plain text files always)."""
+    if kind == "text":
+        return "text"
+    first = next(read_records(kind, files[:1]), None)
+    if first is None or text_field in first.fields or not is_conversation(first.fields):
+        return "text"
+    return "chat"
+
+
+def _chunks(kind: str, files: list[str], text_field: str, enc: _Encoder, fmt: str):
+    """``(file, row, token ids, assistant mask or None)`` of every document, in order."""
+    if fmt == "chat":
+        renderer = enc.renderer()
+        for record in read_records(kind, files):
+            if not is_conversation(record.fields):
+                raise DataError(
+                    f"{record.where}: not a conversation (no messages, or prompt and "
+                    "completion), though the first record of the dataset is one"
+                )
+            yield (record.file, record.row, *renderer.render(record, enc.dtype))
+        return
+    pending = []
+
+    def flush():
+        for doc, ids in zip(pending, enc.encode([d.text for d in pending])):
+            yield doc.file, doc.row, ids, None
+        pending.clear()
+
+    for doc in read_documents(kind, files, text_field):
+        pending.append(doc)
+        if len(pending) >= ENCODE_BATCH:
+            yield from flush()
+    yield from flush()
+
+
+def _build_cache(
+    kind: str, files: list[str], text_field: str, enc: _Encoder, final: Path, fmt: str
+) -> None:
     """Tokenize every document into ``final`` (written in a temporary folder, then renamed:
-    concurrent builders of the same entry agree)."""
+    concurrent builders of the same entry agree); conversations also write ``mask.bin``,
+    one byte per token, 1 on the assistant's tokens."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
     offsets, rows, file_of = [0], [], []
     try:
-        with open(tmp / "tokens.bin", "wb") as out:
-            pending = []
-
-            def flush() -> None:
-                for doc, ids in zip(pending, enc.encode([d.text for d in pending])):
-                    out.write(ids.astype(enc.dtype, copy=False).tobytes())
-                    offsets.append(offsets[-1] + len(ids))
-                    rows.append(doc.row)
-                    file_of.append(doc.file)
-                pending.clear()
-
-            for doc in read_documents(kind, files, text_field):
-                pending.append(doc)
-                if len(pending) >= ENCODE_BATCH:
-                    flush()
-            flush()
+        with open(tmp / "tokens.bin", "wb") as out, open(tmp / "mask.bin", "wb") as masks:
+            for file, row, ids, mask in _chunks(kind, files, text_field, enc, fmt):
+                out.write(ids.astype(enc.dtype, copy=False).tobytes())
+                if mask is not None:
+                    masks.write(mask.astype(np.uint8, copy=False).tobytes())
+                offsets.append(offsets[-1] + len(ids))
+                rows.append(row)
+                file_of.append(file)
         np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
         np.save(tmp / "origins.npy", np.asarray([file_of, rows], dtype=np.int64).reshape(2, -1))
         meta = {"dtype": enc.dtype.str, "vocab_size": enc.vocab_size, "files": files}
+        meta["format"] = fmt
+        if fmt == "chat":
+            meta["marks_assistant"] = enc.renderer().marks_assistant
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
             os.replace(tmp, final)
@@ -132,6 +201,7 @@ class TokenizedTextDataset:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         long_docs: str = "chunk",
         limit: int | None = None,
+        loss_on: str | None = None,
     ) -> None:
         if kind not in TEXT_KINDS:
             raise ValueError(f"unknown text source {kind!r}; use one of {', '.join(TEXT_KINDS)}")
@@ -149,11 +219,16 @@ class TokenizedTextDataset:
             self.files = resolve_files(kind, pattern)
         enc = _Encoder(tokenizer)
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
-        key = [CACHE_VERSION, kind, [_file_facts(f) for f in self.files], text_field, enc.digest]
+        self.format = record_format(kind, self.files, text_field)
+        self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
+        if self.format == "chat":
+            enc.renderer().check_loss_on(self.loss_on)
+        field_key = text_field if self.format == "text" else "chat"
+        key = [CACHE_VERSION, kind, [_file_facts(f) for f in self.files], field_key, enc.digest]
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
         self.cache_dir = cache_root() / "tokens" / digest
         if not (self.cache_dir / "meta.json").is_file():
-            _build_cache(kind, self.files, text_field, enc, self.cache_dir)
+            _build_cache(kind, self.files, text_field, enc, self.cache_dir, self.format)
         meta = json.loads((self.cache_dir / "meta.json").read_text(encoding="utf-8"))
         offsets = np.load(self.cache_dir / "offsets.npy")
         self._origins = np.load(self.cache_dir / "origins.npy")
@@ -167,6 +242,7 @@ class TokenizedTextDataset:
             else np.zeros(0, dtype=np.uint8)
         )
         self._split(np.diff(offsets))
+        self._count_loss_tokens()
 
     def _split(self, lengths: np.ndarray) -> None:
         """Samples (document, start, end) of each document by the long-document rule."""
@@ -199,6 +275,26 @@ class TokenizedTextDataset:
         base = self._offsets[doc]
         self._doc, self._start, self._end = doc, base + start, base + end
 
+    def _count_loss_tokens(self) -> None:
+        """Loss tokens of every sample; under assistant-only loss, samples without any
+        are left out and counted (``skipped_no_loss``)."""
+        self._loss = self._end - self._start - 1
+        self.skipped_no_loss, self._mask = 0, None
+        if self.loss_on != "assistant":
+            return
+        self._mask = np.memmap(self.cache_dir / "mask.bin", dtype=np.uint8, mode="r")
+        marked = np.concatenate(([0], np.cumsum(self._mask, dtype=np.int64)))
+        self._loss = marked[self._end] - marked[np.minimum(self._start + 1, self._end)]
+        keep = self._loss > 0
+        self.skipped_no_loss = int((~keep).sum())
+        if not keep.any():
+            raise DataError(
+                f"{self.kind}:{self.pattern}: no conversation has an assistant token to train "
+                "on (--loss-on assistant); check the roles, or pass --loss-on all"
+            )
+        self._doc, self._start, self._end = self._doc[keep], self._start[keep], self._end[keep]
+        self._loss = self._loss[keep]
+
     def origin(self, doc: int) -> str:
         """Where document ``doc`` comes from: ``FILE:LINE`` (JSONL), ``FILE row R``, or ``FILE``."""
         path, row = self.files[int(self._origins[0, doc])], int(self._origins[1, doc])
@@ -214,9 +310,18 @@ class TokenizedTextDataset:
         return [SampleShape.text(int(n)) for n in self._end - self._start]
 
     def loss_tokens(self, sample_id: int) -> int:
-        """Every token but the last has a next-token target."""
+        """Tokens whose next-token target carries loss: every token but the last, or
+        under assistant-only loss those that predict an assistant token."""
         (i,) = check_sample_ids([sample_id], len(self))
-        return int(self._end[i] - self._start[i]) - 1
+        return int(self._loss[i])
+
+    def target_mask(self, sample_id: int) -> torch.Tensor | None:
+        """Which tokens' targets carry loss (bool), or None when all but the last do."""
+        if self._mask is None:
+            return None
+        (i,) = check_sample_ids([sample_id], len(self))
+        marked = np.asarray(self._mask[self._start[i] + 1 : self._end[i]], dtype=bool)
+        return torch.from_numpy(np.concatenate((marked, [False])))
 
     def sample(self, sample_id: int) -> torch.Tensor:
         """Token ids of sample ``sample_id`` (int64), read from the memory map."""
@@ -229,7 +334,8 @@ class TokenizedTextDataset:
         """Pack samples (the same tokens in every epoch); each document or chunk is its
         own segment, so attention never crosses a document boundary."""
         ids = check_sample_ids(sample_ids, len(self))
-        return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple)
+        masks = [self.target_mask(i) for i in ids] if self._mask is not None else None
+        return pack_token_samples(ids, [self.sample(i) for i in ids], pad_to_multiple, masks)
 
     def summary(self) -> dict[str, object]:
         """Facts of the dataset (JSON-able), skipped counts included."""
@@ -246,8 +352,27 @@ class TokenizedTextDataset:
             "long_documents": self.long_documents,
             "skipped_long": self.skipped_long,
             "skipped_empty": self.skipped_empty,
-            "samples_skipped": self.skipped_long + self.skipped_empty,
+            "skipped_no_loss": self.skipped_no_loss,
+            "samples_skipped": self.skipped_long + self.skipped_empty + self.skipped_no_loss,
+            "records": self.format,
+            "loss_on": self.loss_on,
+            "loss_tokens": int(self._loss.sum()),
             "tokenizer": self.tokenizer or "bytes",
             "vocab_size": self.vocab_size,
             "cache": str(self.cache_dir),
         }
+
+
+def _check_loss_on(loss_on: str | None, fmt: str, source: str) -> str:
+    """The loss rule of a dataset: ``assistant`` for conversations, ``all`` for text,
+    unless set; ``assistant`` on text records is refused (they have no turns)."""
+    if loss_on is None:
+        return "assistant" if fmt == "chat" else "all"
+    if loss_on not in LOSS_ON:
+        raise DataError(f"--loss-on {loss_on!r}: use one of {', '.join(LOSS_ON)}")
+    if loss_on == "assistant" and fmt != "chat":
+        raise DataError(
+            f"--loss-on assistant: {source} holds text records, not conversations (no "
+            "messages field), so there is no assistant turn; pass --loss-on all"
+        )
+    return loss_on

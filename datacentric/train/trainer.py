@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
+from datacentric.parallel.loss import loss_tokens_function
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
@@ -85,6 +86,9 @@ class TrainResult:
     """The signal (SIGTERM, SIGINT) the run stopped for after saving, else ``None``."""
     checkpoint: str | None = None
     """The last checkpoint this run saved (its folder name)."""
+    loss_tokens: int = 0
+    """Loss-carrying tokens this run trained on (under assistant-only loss, the
+    assistant's tokens)."""
 
 
 def lr_lambda(config: TrainConfig, total: int):
@@ -118,6 +122,7 @@ class Trainer:
         self.dataset = build_dataset(config)
         module = build_model_for(config, self.dataset)
         self.shapes = self.dataset.shapes()
+        self.loss_tokens = loss_tokens_function(self.dataset)
         self.dc = DataCentric(
             module,
             self.dataset,
@@ -350,6 +355,7 @@ class Trainer:
             )
         losses: list[float] = []
         rates: list[float] = []
+        loss_tokens = 0
         epochs = config.epochs if config.iterations is None else None
         stopped_by = None
         # a resumed run's checkpoint at its first step exists already
@@ -368,6 +374,7 @@ class Trainer:
                 tracer.end(step.number + 1)
                 losses.append(record["loss"])
                 rates.append(record["tokens_per_s"])
+                loss_tokens += record["loss_tokens"]
                 metrics.log(record)
                 every = config.checkpoint_every
                 if every and self.position.iterations_done % every == 0:
@@ -399,6 +406,7 @@ class Trainer:
             out_dir=str(self.out),
             stopped_by_signal=stopped_by,
             checkpoint=self.saved.name if self.saved else None,
+            loss_tokens=loss_tokens,
         )
 
     def _save(self, scheduler) -> None:
@@ -527,6 +535,7 @@ class Trainer:
             "lr": lr,
             "samples": len(sample_ids),
             "tokens": tokens,
+            "loss_tokens": sum(self.loss_tokens(i) for i in sample_ids),
             "iteration_time_s": elapsed,
             "tokens_per_s": tokens / elapsed,
             "est_makespan_s": iteration.est_makespan_s,
