@@ -38,7 +38,7 @@ def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
 
     if not Path(run_dir).is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run folder")
-    path = latest_checkpoint(run_dir)
+    path = latest_checkpoint(run_dir, expect_sha256)
     if path is None:
         raise CheckpointError(f"{run_dir}: no checkpoint found (was the run started with --out?)")
     trainer = verify_checkpoint(path, expect_sha256)

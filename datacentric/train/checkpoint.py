@@ -84,7 +84,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
-    found = [(_STEP_DIR.match(p.name), p) for p in root.iterdir() if p.is_dir()]
+    # a linked folder is not one of ours: its files lie outside the run
+    found = [(_STEP_DIR.match(p.name), p) for p in root.iterdir() if _is_own_dir(p)]
     ordered = sorted((int(m.group(1)), int(m.group(2) or 0), p) for m, p in found if m)
     return [p for _, _, p in ordered]
 
@@ -126,6 +127,21 @@ def _barrier() -> None:
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
+
+
+def _is_own_dir(path: Path) -> bool:
+    """A real folder (not a symbolic link to one)."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path``, its links followed, lies inside ``folder`` (also followed)."""
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _plain_name(name: Any) -> bool:
+    """A file name of its folder: no separator, not ``.`` or ``..``, not absolute."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
 
 
 def rng_state() -> dict[str, Any]:
@@ -247,19 +263,22 @@ def _prune(run_dir: str | Path, current: Path, keep_last: int | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
+def latest_checkpoint(run_dir: str | Path, expect_sha256: str | None = None) -> Path | None:
     """The newest valid checkpoint of a run, or ``None`` if it has none (see
     :func:`find_checkpoint`; its notice goes to stderr)."""
-    path, notice = find_checkpoint(run_dir)
+    path, notice = find_checkpoint(run_dir, expect_sha256)
     if notice:
         print(f"datacentric: note: {notice}", file=sys.stderr)
     return path
 
 
-def find_checkpoint(run_dir: str | Path) -> tuple[Path | None, str | None]:
+def find_checkpoint(
+    run_dir: str | Path, expect_sha256: str | None = None
+) -> tuple[Path | None, str | None]:
     """``(checkpoint, notice)``: the one ``latest`` names if it verifies, else the
     newest checkpoint that does (the notice says why and which); ``(None, None)``
-    when the run has no checkpoint; :class:`CheckpointError` when none is valid."""
+    when the run has no checkpoint; :class:`CheckpointError` when none is valid.
+    ``expect_sha256``: a checkpoint verifies only with that manifest (checked first)."""
     root = checkpoint_dir(run_dir)
     pointer = root / "latest"
     candidates = list_checkpoints(run_dir)
@@ -267,11 +286,11 @@ def find_checkpoint(run_dir: str | Path) -> tuple[Path | None, str | None]:
         return None, None
     problem = None
     if pointer.exists():
-        named = root / pointer.read_text(encoding="utf-8").strip()
+        named = _named_by_latest(root, pointer)
         try:
             if not named.is_dir():
                 raise CheckpointError(f"{pointer} names {named.name}, which does not exist")
-            verify_checkpoint(named)
+            verify_checkpoint(named, expect_sha256)
             return named, None
         except CheckpointError as err:
             problem = str(err)
@@ -279,11 +298,26 @@ def find_checkpoint(run_dir: str | Path) -> tuple[Path | None, str | None]:
         problem = f"{pointer} is missing"
     for path in reversed(candidates):
         try:
-            verify_checkpoint(path)
+            verify_checkpoint(path, expect_sha256)
         except CheckpointError:
             continue
         return path, f"{problem}; using {path.name}, the newest valid checkpoint"
     raise CheckpointError(f"{problem}; and {root} holds no other valid checkpoint")
+
+
+def _named_by_latest(root: Path, pointer: Path) -> Path:
+    """The folder ``latest`` names; :class:`CheckpointError` (no fallback: the folder was
+    altered) when it leads out of the run (a path, ``..``, a link)."""
+    if not _inside(pointer, root):
+        raise CheckpointError(f"{pointer} links outside {root}; a checkpoint pointer is a file")
+    name = pointer.read_text(encoding="utf-8").strip()
+    named = root / name
+    if not _plain_name(name) or named.is_symlink() or not _inside(named, root):
+        raise CheckpointError(
+            f"{pointer} names {name[:200]!r}, which leads outside {root}; the run folder was "
+            "altered: restore it, or name a checkpoint of the run with --resume-from"
+        )
+    return named
 
 
 def resolve_resume_from(run_dir: str | Path, spec: str) -> Path:
@@ -316,7 +350,9 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
     """Check every file against the manifest; return the trainer state.
 
     ``expect_sha256``: the manifest's SHA-256 must be this (checked first, before any
-    other file of the checkpoint is opened)."""
+    other file of the checkpoint is opened). Every file the manifest names, and every
+    shard ``.metadata`` names, must be a file of the manifest inside the folder, so the
+    manifest (and a pin of it) covers everything a load reads."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if expect_sha256 is not None:
@@ -326,12 +362,7 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
                 f"{manifest_path}: SHA-256 is {found}, --expect-sha256 says {expect_sha256}; "
                 "this is not the checkpoint you meant to trust (nothing in it was read)"
             )
-    if not manifest_path.exists():
-        raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise CheckpointError(f"{manifest_path} is corrupt: {err}") from None
+    manifest = read_manifest(path)
     for name, expected in manifest.items():
         file = path / name
         if not file.exists():
@@ -347,7 +378,55 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
             raise CheckpointError(
                 f"{path}: checksum mismatch for {name}; the checkpoint is corrupt: {hint}"
             )
-    return json.loads((path / TRAINER_FILE).read_text(encoding="utf-8"))
+    _check_shard_paths(path, manifest)
+    trainer = path / TRAINER_FILE
+    try:
+        state = json.loads(trainer.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{trainer} is not JSON ({err}); the checkpoint is corrupt") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{trainer} holds a {type(state).__name__}, not a JSON object")
+    return state
+
+
+def read_manifest(path: str | Path) -> dict[str, str]:
+    """A checkpoint's manifest (file name -> SHA-256), every name a file inside ``path``;
+    :class:`CheckpointError` naming what is wrong otherwise."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{manifest_path} is corrupt: {err}") from None
+    if not isinstance(manifest, dict) or not all(isinstance(v, str) for v in manifest.values()):
+        raise CheckpointError(f"{manifest_path} is corrupt: not an object of file -> SHA-256")
+    for name in manifest:
+        if not _plain_name(name) or not _inside(path / name, path):
+            raise CheckpointError(
+                f"{manifest_path} names {name[:200]!r}, a file outside {path}; a checkpoint "
+                "reads only its own files (this one was altered)"
+            )
+    for needed in (TRAINER_FILE, ".metadata"):
+        if needed not in manifest:
+            raise CheckpointError(
+                f"{manifest_path} lists no {needed}: the checkpoint is incomplete"
+            )
+    return manifest
+
+
+def _check_shard_paths(path: Path, manifest: dict[str, str]) -> None:
+    """Every shard file ``.metadata`` names is a file of the manifest (checked, inside)."""
+    metadata = read_metadata_file(path / ".metadata")
+    for info in (metadata.storage_data or {}).values():
+        shard = str(getattr(info, "relative_path", ""))
+        if shard not in manifest:
+            raise CheckpointError(
+                f"{path / '.metadata'} reads tensors from {shard[:200]!r}, which is not a file "
+                f"of the checkpoint's {MANIFEST}; a checkpoint reads only its own, checksummed "
+                "files (this one was altered)"
+            )
 
 
 def load_checkpoint(
@@ -394,7 +473,7 @@ def load_checkpoint(
     set_model_state_dict(model, with_aliases(model, state["model"]))
     set_optimizer_state_dict(model, optimizer, state["optimizer"])
     rng_file = path / f"rng-rank{_rank()}.pt"
-    if rng_file.exists():
+    if rng_file.name in read_manifest(path):  # a file the manifest lacks is not read
         set_rng_state(load_tensor_file(rng_file))
     return trainer_state
 

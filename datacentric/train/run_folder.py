@@ -20,11 +20,13 @@ than rebuilding the schedule.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import shutil
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,8 @@ RUN_OUTPUTS = (*RUN_FILES, "config.toml", "plan.json", SCHEDULES)
 
 
 LOCK_FILE = ".datacentric.lock"
+#: what opening the lock path without following links finds there instead of a file
+_NOT_A_FILE = {errno.ELOOP: "a symbolic link", errno.EISDIR: "a folder", errno.ENXIO: "a socket"}
 
 
 class RunFolderError(ValueError):
@@ -66,11 +70,22 @@ class RunFolderLock:
         while True:
             try:
                 out.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                # never through a symbolic link: it would have us overwrite its target
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as err:
+                if err.errno in _NOT_A_FILE:
+                    raise self._not_ours(_NOT_A_FILE[err.errno]) from None
                 raise RunFolderError(
                     f"--out {out} cannot be written ({err.strerror}); choose another --out"
                 ) from None
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+                os.close(fd)
+                raise self._not_ours(
+                    "not a regular file"
+                    if not stat.S_ISREG(found.st_mode)
+                    else f"a file with {found.st_nlink} names (a hard link)"
+                )
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -82,7 +97,7 @@ class RunFolderLock:
             # The holder before us may have removed the file after we opened it: the lock
             # counts only on the file that is still at the path.
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = os.fstat(fd).st_ino == os.lstat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if same:
@@ -92,6 +107,14 @@ class RunFolderLock:
         os.write(fd, f"host {socket.gethostname()} pid {os.getpid()}\n".encode())
         self._fd = fd
         return self
+
+    def _not_ours(self, what: str) -> RunFolderError:
+        """The error for a lock path that holds something other than our lock file
+        (writing it would change what it links to)."""
+        return RunFolderError(
+            f"--out {self.path.parent}: {self.path} is {what}, not a lock file of "
+            "datacentric; nothing was written to it: remove it, or choose another --out"
+        )
 
     def _holder(self) -> str:
         try:
@@ -133,10 +156,10 @@ def claim_run_folder(config: Any, restarted: bool = False) -> None:
         )
     for name in RUN_OUTPUTS:
         path = out / name
-        if path.is_dir():
+        if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
+        elif path.is_symlink() or path.exists():
+            path.unlink()  # a link goes, never what it points to
     for marker in out.glob(".fault-injected-*"):
         marker.unlink()
 

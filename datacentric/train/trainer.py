@@ -207,7 +207,13 @@ class Trainer:
             return resolve_resume_from(self.out, self.config.resume_from)
         if not (self.config.resume or restarted):
             return None
-        path, notice = find_checkpoint(self.out)
+        pin = None if restarted else self.config.expect_sha256
+        path, notice = find_checkpoint(self.out, pin)
+        if path is None and pin is not None:  # a pin of nothing must not start over
+            raise CheckpointError(
+                f"--expect-sha256: {self.out} holds no checkpoint to check it against; "
+                "name the run folder that holds the pinned checkpoint (or drop --expect-sha256)"
+            )
         if notice and self.is_main:
             print(f"datacentric train: note: {notice}", file=sys.stderr)
         return path
