@@ -17,7 +17,7 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import torch
@@ -86,6 +86,19 @@ class AttentionSlot:
     def attention(self) -> AttentionFn:
         """The :data:`AttentionFn` every attention layer calls."""
         return self.__dict__["_attention"]
+
+
+def check_max_sp_size(model: object, sp_sizes: Iterable[int]) -> None:
+    """Raise ``ValueError`` if an SP size of ``sp_sizes`` exceeds the model's
+    ``max_sp_size`` (a model whose loss needs whole samples declares 1), naming why
+    (its ``max_sp_size_reason``)."""
+    cap = getattr(model, "max_sp_size", None)
+    bad = sorted({int(s) for s in sp_sizes if cap is not None and s > cap})
+    if bad:
+        why = getattr(model, "max_sp_size_reason", "the model declares it")
+        raise ValueError(
+            f"{type(model).__name__} runs exactly only up to SP size {cap}, not {bad[0]}: {why}"
+        )
 
 
 def check_attention_args(

@@ -33,8 +33,15 @@ cross-attention, ALiBi, attention-logit softcapping, GPT-Neo local attention, ch
 attention, row-index temperature tuning, rotary scalings that depend on the sequence
 length at run time such as LongRoPE and dynamic NTK, dropout on attention
 probabilities, and every model that computes attention outside transformers' attention
-interface). Sliding windows (Mistral, Qwen2, Gemma, Phi-3) are run exactly: the layer's
-``sliding_window`` reaches the attention callable as its ``window``.
+interface, or whose ``layer_types`` include layers that are not attention). At run time,
+attention sinks, a mask the layer builds itself and layers that drop the forward's keyword
+arguments are refused (:func:`packed_attention_forward`); :func:`small_copy` lets the check
+before ranks start run the model to find them. Sliding windows (Mistral, Qwen2, Gemma,
+Phi-3) are run exactly: the layer's ``sliding_window`` reaches the attention callable as
+its ``window``; so is multi-head latent attention (value heads of another width than
+query/key heads, DeepSeek-V3). With ``output_router_logits=True`` (Mixtral, OLMoE,
+Qwen2/3-MoE) the router's auxiliary loss is trained per sample
+(:meth:`HFCausalLM.router_aux_loss`), at SP size 1 only.
 
 Dropout outside attention (GPT-2's ``resid_pdrop``/``embd_pdrop``, ...) runs as the
 model defines it while the module is in training mode: masks come from the torch
@@ -49,14 +56,17 @@ This module does not import the distributed package.
 
 from __future__ import annotations
 
+import copy
 import math
+import sys
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datacentric.batch import IGNORE_INDEX, PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 
 try:
@@ -73,6 +83,10 @@ class UnsupportedModelFeature(ValueError):
 
 ATTENTION_NAME = "datacentric"
 """The name :func:`packed_attention_forward` is registered under in transformers."""
+
+#: set while :meth:`HFCausalLM.logits` runs the model with the packed layout, so that
+#: attention called without it is known to have lost the keyword arguments on the way
+_PACKED_CALL: ContextVar[bool] = ContextVar("datacentric_packed_call", default=False)
 
 SMALL_LLAMA: dict[str, Any] = {
     "hidden_size": 64,
@@ -114,45 +128,78 @@ def packed_attention_forward(
     becomes the callable's ``window``. A feature that would change the result and
     that no path runs (``softcap``, attention sinks) raises, never passes silently.
     """
-    for name in REFUSED_KWARGS:
-        if kwargs.get(name) is not None:
+    for name, meaning in REFUSED_KWARGS.items():
+        value = kwargs.get(name)
+        if value is not None:
+            shown = f"a {tuple(value.shape)} tensor" if torch.is_tensor(value) else repr(value)
             raise UnsupportedModelFeature(
-                f"{type(module).__name__} passes {name}={kwargs[name]!r} to attention, which "
-                "packed sequence-parallel attention cannot apply exactly"
+                f"{type(module).__name__} passes {name}={shown} ({meaning}) to attention, "
+                "which packed sequence-parallel attention cannot apply exactly"
             )
     if cu_seqlens is None:
+        if _PACKED_CALL.get():  # HFCausalLM.forward passed it: a layer dropped it
+            raise UnsupportedModelFeature(
+                f"{type(module).__name__} is called without the keyword arguments of the "
+                "model's forward (its decoder layers do not pass them through, although the "
+                "model declares attention backends), so the packed layout (cu_seqlens) cannot "
+                "reach attention"
+            )
         raise ValueError(
             f"the {ATTENTION_NAME!r} attention implementation needs cu_seqlens (the packed "
             "layout); call HFCausalLM.forward(batch), or switch the model back with "
             "model.hf.set_attn_implementation('sdpa') for plain Hugging Face use"
         )
     if attention_mask is not None:
-        raise ValueError(
-            "packed sequences take no attention mask: sample boundaries come from cu_seqlens"
+        # "datacentric" builds no mask: a mask here is the layer's own (a score bias)
+        raise UnsupportedModelFeature(
+            f"{type(module).__name__} passes an attention mask of its own (a bias on the "
+            "attention scores, computed in the model's code), which packed attention cannot "
+            "apply exactly: sample boundaries come from cu_seqlens"
         )
     if dropout:
         raise ValueError(f"attention dropout {dropout} is not supported (set it to 0)")
     if query_BHSD.shape[0] != 1:
         raise ValueError(f"a packed batch has one row, got {query_BHSD.shape[0]}")
     attention = datacentric_attention if datacentric_attention is not None else varlen_attention
-    head_dim = query_BHSD.shape[-1]
-    q_SHD = query_BHSD[0].transpose(0, 1)
-    if scaling is not None and not math.isclose(scaling, head_dim**-0.5, rel_tol=1e-12):
+    q_SHD, k_SHD, v_SHD = (t[0].transpose(0, 1) for t in (query_BHSD, key_BHSD, value_BHSD))
+    qk_dim, v_dim = q_SHD.shape[-1], v_SHD.shape[-1]
+    head_dim = max(qk_dim, v_dim)
+    if v_dim != qk_dim:
+        # Multi-head latent attention (DeepSeek-V3): value heads wider or narrower than
+        # query/key heads. Zeros pad both to one head dim (scores and outputs unchanged;
+        # the extra output columns are zero and cut off), so every path sees one width.
+        q_SHD, k_SHD = (F.pad(t, (0, head_dim - qk_dim)) for t in (q_SHD, k_SHD))
+        v_SHD = F.pad(v_SHD, (0, head_dim - v_dim))
+    scale = qk_dim**-0.5 if scaling is None else scaling
+    if not math.isclose(scale, head_dim**-0.5, rel_tol=1e-12):
         # Our kernels scale by 1/sqrt(D); fold a different softmax scale into q.
-        q_SHD = q_SHD * (scaling * math.sqrt(head_dim))
-    k_SHD = key_BHSD[0].transpose(0, 1)
-    v_SHD = value_BHSD[0].transpose(0, 1)
+        q_SHD = q_SHD * (scale * math.sqrt(head_dim))
     causal = getattr(module, "is_causal", True)
     # Only a windowed layer passes ``window``: a callable without the keyword then
     # fails loudly instead of attending over the whole sample.
     extra = {} if sliding_window is None else {"window": int(sliding_window)}
     out_SHD = attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
-    return out_SHD.unsqueeze(0), None
+    return out_SHD[..., :v_dim].unsqueeze(0), None
 
 
 #: attention keyword arguments of transformers layers that change the result and that
-#: no path here runs; a layer passing one of them non-None is refused
-REFUSED_KWARGS = ("softcap", "s_aux", "sinks")
+#: no path here runs (with what they mean); a layer passing one of them non-None is refused
+REFUSED_KWARGS = {
+    "softcap": "attention-logit softcapping",
+    "s_aux": "attention sinks, GPT-OSS",
+    "sinks": "attention sinks",
+}
+
+#: Mixture-of-experts models whose own loss with ``output_router_logits=True`` adds
+#: ``router_aux_loss_coef * load_balancing_loss_func(router_logits, num_experts,
+#: num_experts_per_tok, attention_mask)``: the term :meth:`HFCausalLM.router_aux_loss`
+#: computes per sample
+ROUTER_AUX_MODELS = ("mixtral", "olmoe", "qwen2_moe", "qwen3_moe")
+
+#: ``config.layer_types`` entries whose layers attend through transformers' attention
+#: interface; any other (``linear_attention``, ``mamba``, ``conv``...) mixes tokens in
+#: the model's own code, across the whole packed row
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
 def register_attention() -> None:
@@ -179,32 +226,91 @@ class HFCausalLM(AttentionSlot, nn.Module):
         self.num_heads = int(self.config.num_attention_heads)
         self.num_kv_heads = int(getattr(self.config, "num_key_value_heads", None) or self.num_heads)
         self.blocks = decoder_layers(hf_model)
+        self.router_aux_coef: float | None = None
+        """The router auxiliary loss coefficient when ``output_router_logits=True``."""
+        self.max_sp_size: int | None = None
+        """The largest SP size this model runs exactly (``None``: any its heads allow)."""
+        if getattr(self.config, "output_router_logits", False):
+            self.router_aux_coef = float(hf_model.router_aux_loss_coef)
+            self.max_sp_size = 1
+            self.max_sp_size_reason = (
+                "output_router_logits=True (the router's auxiliary loss of a sample needs "
+                "all of its tokens on one rank); set output_router_logits=False to shard "
+                "sequences"
+            )
         register_attention()
         self.hf.set_attn_implementation(ATTENTION_NAME)
         self.set_attention(attention)
 
     def logits(self, batch: PackedBatch) -> torch.Tensor:
         """Next-token logits ``(S, V)`` of a packed batch or shard (model dtype)."""
+        return self._run(batch).logits[0]
+
+    def _run(self, batch: PackedBatch, **extra: Any) -> Any:
+        """The wrapped model's output on a packed batch or shard (one row)."""
         if batch.inputs.dim() != 1:
             raise ValueError(
                 f"a causal LM expects token ids of shape (S,), got {tuple(batch.inputs.shape)}"
             )
-        out = self.hf(
-            input_ids=batch.inputs.long().unsqueeze(0),
-            position_ids=batch.position_ids.long().unsqueeze(0),
-            use_cache=False,
-            cu_seqlens=batch.cu_seqlens,
-            datacentric_attention=self.attention,
-        )
-        return out.logits[0]
+        token = _PACKED_CALL.set(True)
+        try:
+            out = self.hf(
+                input_ids=batch.inputs.long().unsqueeze(0),
+                position_ids=batch.position_ids.long().unsqueeze(0),
+                use_cache=False,
+                cu_seqlens=batch.cu_seqlens,
+                datacentric_attention=self.attention,
+                **extra,
+            )
+        finally:
+            _PACKED_CALL.reset(token)
+        return out
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        """Unreduced next-token cross-entropy ``(S,)`` (float32), 0 where ``loss_mask`` is False."""
-        logits_SV = self.logits(batch).float()
+        """Unreduced next-token cross-entropy ``(S,)`` (float32), 0 where ``loss_mask`` is
+        False; with ``output_router_logits=True``, each loss token of a sample also
+        carries the router's auxiliary loss of that sample (:meth:`router_aux_loss`)."""
+        if self.router_aux_coef is None:
+            out = self._run(batch)
+        elif batch.num_tokens != batch.full_length:
+            raise UnsupportedModelFeature(
+                f"{type(self.hf).__name__}: output_router_logits=True on a sequence shard (the "
+                "router's auxiliary loss of a sample needs all of its tokens); run it with "
+                "SP size 1"
+            )
+        else:
+            out = self._run(batch, output_router_logits=True)
         loss_S = F.cross_entropy(
-            logits_SV, batch.targets.long(), ignore_index=IGNORE_INDEX, reduction="none"
+            out.logits[0].float(), batch.targets.long(), ignore_index=IGNORE_INDEX, reduction="none"
         )
+        if self.router_aux_coef is not None:
+            loss_S = loss_S + self.router_aux_coef * self.router_aux_loss(batch, out.router_logits)
         return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
+
+    def router_aux_loss(
+        self, batch: PackedBatch, router_logits: tuple[torch.Tensor, ...]
+    ) -> torch.Tensor:
+        """``(S,)``: on every token of a sample, the router's load-balancing loss of that
+        sample alone, as the model's own loss computes it (its own
+        ``load_balancing_loss_func`` on the sample's rows of every layer's router logits,
+        as it runs on the sample alone with no attention mask); 0 on padding.
+
+        Each loss token carrying its sample's term weights the term like the sample's
+        cross-entropy (by its loss tokens), so the global loss is the loss-token-weighted
+        mean of the model's own per-sample loss, whatever the packing or world size. It
+        needs whole samples: :meth:`forward` refuses a sequence shard (``max_sp_size``
+        is 1, so no plan makes one)."""
+        balance = sys.modules[type(self.hf).__module__].load_balancing_loss_func
+        experts, top_k = int(self.hf.num_experts), int(self.hf.num_experts_per_tok)
+        bounds = segment_offsets(batch.cu_seqlens)
+        pieces = []
+        for segment, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
+            if segment >= len(batch.sample_ids) or end == start:  # padding carries none
+                pieces.append(router_logits[0].new_zeros(end - start, dtype=torch.float32))
+                continue
+            rows = tuple(layer[start:end].float() for layer in router_logits)
+            pieces.append(balance(rows, experts, top_k, None).expand(end - start))
+        return torch.cat(pieces)
 
 
 #: rotary scalings whose angles are a function of each token's own position for a fixed
@@ -314,12 +420,29 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
                 "attention kernels apply none)",
                 f"set {name}=0 (dropout outside attention runs: docs/huggingface.md)",
             )
+    other_layers = sorted(
+        {str(t) for t in getattr(config, "layer_types", None) or ()} - set(ATTENTION_LAYER_TYPES)
+    )
+    if other_layers and "chunked_attention" not in other_layers:
+        refuse(
+            f"layer_types {', '.join(map(repr, other_layers))} (token mixing computed in the "
+            "model's own code, not through transformers' attention interface, so it runs "
+            "across the samples of a packed row)",
+            f"use a model whose layers are all {' or '.join(ATTENTION_LAYER_TYPES)}",
+        )
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % kv_heads:
         refuse(
             f"num_key_value_heads={kv_heads} (not a divisor of the {heads} attention heads)",
             f"use a divisor of {heads}",
+        )
+    if getattr(config, "output_router_logits", False) and model_type not in ROUTER_AUX_MODELS:
+        refuse(
+            f"output_router_logits=True on {model_type or 'this model'} (a router auxiliary "
+            "loss whose per-sample form is known only for "
+            f"{', '.join(ROUTER_AUX_MODELS)})",
+            "set output_router_logits=False (the loss is then cross-entropy alone)",
         )
     compatible = getattr(model_class, "is_backend_compatible", None)
     if model_class is not None and (compatible is None or not compatible()):
@@ -424,3 +547,44 @@ def build_hf_llama(
     return build_hf_model(
         "llama", attention=attention, device=device, dtype=dtype, **config_overrides
     )
+
+
+def _layer_signature(config: Any, layer: nn.Module, index: int) -> tuple:
+    """What makes decoder layer ``index`` a type of its own: its modules' classes and
+    parameter shapes, and its entry of every per-layer list of the config
+    (``layer_types``, ...)."""
+    count = int(config.num_hidden_layers)
+    per_layer = tuple(
+        (key, repr(value[index]))
+        for key, value in sorted(vars(config).items())
+        if isinstance(value, (list, tuple)) and len(value) == count
+    )
+    modules = tuple((name, type(m).__name__) for name, m in layer.named_modules())
+    shapes = tuple((name, tuple(p.shape)) for name, p in layer.named_parameters())
+    return modules, shapes, per_layer
+
+
+def small_copy(model: HFCausalLM) -> HFCausalLM:
+    """A randomly initialised CPU copy of ``model`` (which may live on the meta device)
+    that keeps every type of decoder layer: its first layers, up to and including the
+    first layer of each distinct type (:func:`_layer_signature`), at full width.
+
+    The check before ranks start runs it forward: a refusal that compares numbers (an
+    attention sink, a mask of the layer's own, a layer that drops the packed layout)
+    shows only when the model runs. Layer types are decided by the layer's index
+    (``layer_types``, ``decoder_sparse_step``, ``first_k_dense_replace``...), so the
+    copy's layers are the same types as the model's first layers.
+    """
+    config = copy.deepcopy(model.hf.config)
+    seen: dict[tuple, int] = {}
+    for index, layer in enumerate(model.blocks):
+        seen.setdefault(_layer_signature(config, layer, index), index)
+    keep = max(seen.values()) + 1
+    count = int(config.num_hidden_layers)
+    for key, value in list(vars(config).items()):
+        if isinstance(value, (list, tuple)) and len(value) == count:
+            setattr(config, key, type(value)(value[:keep]))
+    config.num_hidden_layers = keep
+    with torch.device("cpu"):
+        hf_model = AutoModelForCausalLM.from_config(config)
+    return HFCausalLM(hf_model.float())

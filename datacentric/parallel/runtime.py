@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.batch import PackedBatch
-from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.attention import AttentionFn, check_max_sp_size, varlen_attention
 from datacentric.parallel.annotate import annotate, micro_batch_name, recording
 from datacentric.parallel.grad_sync import (
     allreduce_gradients,
@@ -235,8 +235,9 @@ class DataCentricRuntime:
     def check_sp_sizes(self, sp_sizes: Sequence[int]) -> None:
         """Raise ``ValueError`` if the model's heads do not allow an SP size
         (:func:`datacentric.planning.heads.check_sp_sizes`: query heads split, key/value
-        heads repeated as far as a group needs)."""
+        heads repeated as far as a group needs), or one above the model's ``max_sp_size``."""
         check_sp_sizes(self.num_heads, self.num_kv_heads, sp_sizes, "attention")
+        check_max_sp_size(self.module, sp_sizes)
 
     def check_schedule(self, iterations: Iterable[Iteration]) -> None:
         """Fail at setup, not mid-epoch: SP sizes against heads, recompute lengths against blocks.

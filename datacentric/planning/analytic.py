@@ -380,7 +380,7 @@ class AnalyticCostModel(CachedCostModel):
             return 0.0
         hw = self.hardware
         n = world_size
-        volume = 2.0 * (n - 1) / n * self.spec.num_params * self.grad_bytes
+        volume = 2.0 * (n - 1) / n * self.spec.trained_params * self.grad_bytes
         bandwidth = hw.intra_node_bandwidth if n <= hw.gpus_per_node else hw.inter_node_bandwidth
         seconds = volume / (bandwidth * hw.network_efficiency)
         seconds += 2 * (n - 1) * hw.collective_latency_s
@@ -395,6 +395,7 @@ class AnalyticCostModel(CachedCostModel):
             param_bytes=self.dtype_bytes,
             grad_bytes=self.grad_bytes,
             optimizer_bytes=self.optimizer_bytes_per_param,
+            trainable_params=self.spec.trained_params,
         )
 
     def work(self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]) -> Work:
@@ -442,6 +443,8 @@ class AnalyticCostModel(CachedCostModel):
         )
         block_mem = 2.0 * self._saved_elems * local * b
         cast, grad = weight_traffic_bytes(b)
+        trained = spec.weight_grad_share  # frozen weights: no weight-gradient matmul
+        grad *= trained
         mm = attn = attn_bwd = mem = nvl = ib = 0.0
         colls = passes = 0
         segment_passes = modulation = scattered = 0.0
@@ -453,7 +456,7 @@ class AnalyticCostModel(CachedCostModel):
             pairs = sum(attention_pairs(kind, s) for s in shapes)
             attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
             a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local)
-            mm += block_matmul * (fwd_passes + 2 * blocks)
+            mm += block_matmul * (fwd_passes + (1 + trained) * blocks)
             attn += attn_fwd * fwd_passes
             attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
             mem += block_mem * (fwd_passes + 2 * blocks)
@@ -480,7 +483,7 @@ class AnalyticCostModel(CachedCostModel):
             outer += 2.0 * 2 * spec.patch_channels * h * local
         if cond:
             outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
-        mm += 3.0 * outer
+        mm += (2.0 + trained) * outer
         mem += spec.outer_params * (cast + grad)
         modulation += spec.outer_per_token_modulation * local * 3
         scattered += spec.outer_per_token_modulation * serial

@@ -78,6 +78,9 @@ class ModelSpec:
     hidden state)."""
     source: str = ""
     """Where the architecture numbers come from."""
+    trainable_params: int | None = None
+    """Parameters that train (LoRA: the adapters'); ``None``: every parameter. Only they
+    have gradients, optimizer state, weight-gradient matmuls and a gradient sync."""
 
     def __post_init__(self) -> None:
         bad = [k for k in self.block_kinds if k not in BLOCK_KINDS]
@@ -145,6 +148,20 @@ class ModelSpec:
     @property
     def num_params(self) -> int:
         return self.num_blocks * self.block_params + self.outer_params
+
+    @property
+    def trained_params(self) -> int:
+        """Parameters with a gradient (all of them unless ``trainable_params`` is set)."""
+        if self.trainable_params is None:
+            return self.num_params
+        return max(0, min(int(self.trainable_params), self.num_params))
+
+    @property
+    def weight_grad_share(self) -> float:
+        """Share of the weights whose gradient a backward computes: a frozen weight's
+        matmul needs only its input's gradient (one matmul of two). Applied to every
+        layer alike (approximate: LoRA's own small matmuls are not counted)."""
+        return self.trained_params / self.num_params if self.num_params else 1.0
 
     def truncated(self, num_blocks: int) -> ModelSpec:
         """The same model with only its first ``num_blocks`` blocks (dual-layer profiling)."""

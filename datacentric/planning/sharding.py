@@ -65,15 +65,20 @@ class ShardingSpec:
         param_bytes: int,
         grad_bytes: int,
         optimizer_bytes: int,
+        trainable_params: int | None = None,
     ) -> int:
         """Bytes of parameters, gradients and optimizer state one rank holds at its peak
         within a step. FSDP2 also keeps its sharded parameters and, after the
-        reduce-scatter, sharded gradients beside the whole ones (``1/world`` each)."""
+        reduce-scatter, sharded gradients beside the whole ones (``1/world`` each).
+        Gradients and optimizer state exist for ``trainable_params`` only (default: all;
+        frozen weights, as under LoRA, hold neither)."""
+        trained = num_params if trainable_params is None else min(trainable_params, num_params)
         params, grads, optim = self.state_divisors(world_size)
-        per_param = param_bytes / params + grad_bytes / grads + optimizer_bytes / optim
+        total = num_params * param_bytes / params
+        total += trained * (grad_bytes / grads + optimizer_bytes / optim)
         if self.effective(world_size).mode == "fsdp2" and params == 1:
-            per_param += (param_bytes + grad_bytes) / world_size
-        return int(num_params * per_param)
+            total += (num_params * param_bytes + trained * grad_bytes) / world_size
+        return int(total)
 
     def overlaps_reduction(self, world_size: int) -> bool:
         """Whether the gradient reduction runs inside the last backward (DDP, FSDP2)

@@ -69,11 +69,13 @@ class LiveTensorBytes(TorchDispatchMode):
 
 
 def model_state_bytes(model: nn.Module, optimizer_states_per_param: int = 2) -> int:
-    """Bytes of parameters, their gradients and ``optimizer_states_per_param`` optimizer
-    tensors of the parameter's size each (Adam/AdamW: 2, the moments)."""
+    """Bytes of parameters and, for those that train, their gradients and
+    ``optimizer_states_per_param`` optimizer tensors of the parameter's size each
+    (Adam/AdamW: 2, the moments); a frozen parameter (LoRA's base) holds neither."""
     total = 0
     for p in model.parameters():
-        total += p.numel() * p.element_size() * (2 + optimizer_states_per_param)
+        states = 2 + optimizer_states_per_param if p.requires_grad else 1
+        total += p.numel() * p.element_size() * states
     return total
 
 

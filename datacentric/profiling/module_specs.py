@@ -50,8 +50,17 @@ class UnpricedModelError(ValueError):
 
 
 def spec_of_model(model: nn.Module, name: str | None = None) -> ModelSpec:
-    """The analytic :class:`ModelSpec` of a built model (see the module doc)."""
-    name = name or type(model).__name__
+    """The analytic :class:`ModelSpec` of a built model (see the module doc), with its
+    trainable parameter count when some parameters are frozen (LoRA)."""
+    spec = _architecture_spec(model, name or type(model).__name__)
+    total = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if trained < total:
+        spec = dataclasses.replace(spec, trainable_params=trained)
+    return spec
+
+
+def _architecture_spec(model: nn.Module, name: str) -> ModelSpec:
     config = getattr(model, "config", None)
     if isinstance(config, LlamaConfig | DiTConfig):
         return dataclasses.replace(spec_from_model_config(config, name), name=name)

@@ -26,6 +26,7 @@ from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.module_specs import named_spec, spec_of_model
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig, sharding
+from datacentric.verify.model_contract import check_small_copy
 
 
 def build_dataset(config: TrainConfig) -> Dataset:
@@ -153,12 +154,22 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
     meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
     model contract's attributes, features the packed path refuses (raised by the
     adapters at construction), the vocabulary against the dataset's, and, for the
-    analytic cost model, that its cost can be read from it. Raises a ``ValueError``
-    naming the model and what is wrong."""
+    analytic cost model, that its cost can be read from it. A Hugging Face model then
+    runs the model contract's forward passes on a small CPU copy keeping every layer
+    type (features that show only when the model runs). Raises a ``ValueError`` naming
+    the model and what is wrong."""
     source = model_source(config)
     try:
         model, _ = build_from_source(source, device="meta", dataset=dataset)
-    except (AssertionError, TypeError, KeyError, RuntimeError, NotImplementedError) as err:
+    except (
+        AssertionError,
+        AttributeError,
+        IndexError,
+        TypeError,
+        KeyError,
+        RuntimeError,
+        NotImplementedError,
+    ) as err:
         # raised inside the model's own constructor: name the model and the cause
         raise ValueError(f"model {config.model!r} cannot be built: {err}") from err
     missing = [
@@ -180,3 +191,7 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
             f"model {config.model!r} has {vocab} token ids but the dataset's tokenizer has "
             f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"
         )
+    try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
+        check_small_copy(model, dataset)
+    except ValueError as err:
+        raise ValueError(f"model {config.model!r}: {err}") from err

@@ -86,9 +86,11 @@ def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> Non
 def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
     """The SP sizes the planner may use: powers of two dividing the world that the
     model's heads allow (:func:`~datacentric.planning.heads.allowed_sp_sizes`: Ulysses
-    splits query heads across a group, key/value heads are repeated as far as it needs)."""
+    splits query heads across a group, key/value heads are repeated as far as it needs),
+    none above the model's ``max_sp_size`` when it declares one."""
     heads = int(getattr(model, "num_heads", 0) or 0)
     sizes = [s for s in (2**k for k in range(world_size.bit_length())) if world_size % s == 0]
+    sizes = [s for s in sizes if s <= (getattr(model, "max_sp_size", None) or world_size)]
     if not heads:
         return sizes
     allowed = set(allowed_sp_sizes(heads, int(getattr(model, "num_kv_heads", 0) or heads)))

@@ -136,6 +136,7 @@ def _packed_reference(model: nn.Module, dataset: Dataset, what: str) -> Referenc
 
 
 def _causal_lm_reference(hf_model: nn.Module, dataset: Dataset) -> Reference:
+    router = getattr(hf_model.config, "output_router_logits", False)
     return Reference(
         module=hf_model,
         prefix="hf.",
@@ -144,7 +145,7 @@ def _causal_lm_reference(hf_model: nn.Module, dataset: Dataset) -> Reference:
         description=(
             f"transformers {type(hf_model).__name__}.forward on each sample's input_ids "
             f"alone ({hf_model.config._attn_implementation} attention), cross-entropy of "
-            "its logits"
+            "its logits" + (" plus its own router auxiliary loss" if router else "")
         ),
     )
 

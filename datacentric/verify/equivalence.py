@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from datacentric.models.attention import check_max_sp_size
 from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
@@ -35,6 +36,7 @@ from datacentric.parallel.step import run_step
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
 from datacentric.verify.case_models import build_case, build_reference, num_blocks
+from datacentric.verify.model_contract import check_small_copy
 from datacentric.verify.reference import reference_grads, reference_loss
 
 TOLERANCE = 1e-5
@@ -317,11 +319,16 @@ def check_equivalence(
     cases = []
     for name in models:
         model, dataset = build_case(name, seed, torch.float32, model_args)
+        check_small_copy(model, dataset)  # refusals that show only when it runs
         blocks = num_blocks(model, name)
         shapes = dataset.shapes()
-        iteration = mixed_iteration(shapes, world_size, blocks, seed, phases=phases)
+        layout = phases
+        if layout is None and getattr(model, "max_sp_size", None) == 1:
+            layout = [[1] * world_size]  # whole samples only: every group is one rank
+        iteration = mixed_iteration(shapes, world_size, blocks, seed, phases=layout)
         if sp_split is not None:
             iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
+        check_max_sp_size(model, [a.sp_size for a in iteration.assignments])  # before ranks
         cases.append((name, iteration))
     start = time.perf_counter()
     distributed = run_distributed(

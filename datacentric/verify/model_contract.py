@@ -17,7 +17,8 @@ wrong gradients. Both mistakes show on one forward pass of two samples:
 It costs three small forward passes, without gradients. A model that declares
 ``rebuilds_whole_samples = True`` gathers every shard's samples whole from its SP group
 and takes positions from its own ``forward`` (the diffusers adapter); a shard without its
-group has no meaning there, so only the boundary check runs.
+group has no meaning there, so only the boundary check runs; the same for a model that
+declares ``max_sp_size = 1`` (it never runs on a shard).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import warnings
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from datacentric.data.base import Dataset
@@ -50,8 +52,11 @@ OLD_FORM_UNTIL = "0.3.0"
 
 
 def _queries(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, *, window=None):  # noqa: ANN001
-    """An attention callable whose output is its queries (per token, position-aware)."""
-    return q_SHD
+    """An attention callable whose output is its queries (per token, position-aware),
+    cut or zero-padded to the value head dim (multi-head latent attention has values
+    of another width than queries and keys)."""
+    width = v_SHD.shape[-1] - q_SHD.shape[-1]
+    return q_SHD[..., : v_SHD.shape[-1]] if width <= 0 else F.pad(q_SHD, (0, width))
 
 
 def current_attention(model: nn.Module):  # noqa: ANN201
@@ -118,6 +123,13 @@ def _stored_elsewhere(model: nn.Module) -> tuple[object, str] | None:
     return previous, ".".join(["self", *filter(None, [path]), attr])
 
 
+def _never_sharded(model: nn.Module) -> bool:
+    """The model declares ``max_sp_size = 1``: it never runs on a sequence shard (its
+    loss needs whole samples, e.g. a per-sample router loss), so the shard check has no
+    meaning for it."""
+    return getattr(model, "max_sp_size", None) == 1
+
+
 def _pick_samples(dataset: Dataset, count: int) -> list[int]:
     shapes = dataset.shapes()
     order = sorted(range(len(shapes)), key=lambda i: shapes[i].tokens)
@@ -164,7 +176,7 @@ def check_model_contract(
                 "attention through set_attention(fn) with batch.cu_seqlens and take "
                 f'positions from batch.position_ids (docs/models.md: "{BOUNDARY_RULE}")'
             )
-        if getattr(model, "rebuilds_whole_samples", False):
+        if getattr(model, "rebuilds_whole_samples", False) or _never_sharded(model):
             return
         previous = current_attention(model)
         model.set_attention(_queries)
@@ -184,3 +196,33 @@ def check_model_contract(
             )
     finally:
         model.train(was_training)
+
+
+def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
+    """For a Hugging Face model (:class:`~datacentric.models.hf.HFCausalLM`, possibly on
+    the meta device): :func:`check_model_contract` on a small CPU copy that keeps every
+    layer type (:func:`~datacentric.models.hf.small_copy`), so that the refusals that
+    show only when the model runs (attention sinks, a mask of the layer's own, layers
+    that drop the packed layout) happen before ranks start. Raises ``ValueError`` (a
+    refusal naming the feature, or :class:`ModelContractError`); other models pass."""
+    if type(model).__name__ != "HFCausalLM":
+        return
+    from datacentric.models.hf import small_copy
+
+    try:
+        check_model_contract(small_copy(model), dataset)
+    except ValueError:
+        raise
+    except (
+        AssertionError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        NotImplementedError,
+        RuntimeError,
+        TypeError,
+    ) as err:  # raised in the model's own code
+        raise ModelContractError(
+            f"{type(model.hf).__name__} fails a forward pass of two packed samples: "
+            f"{type(err).__name__}: {err}"
+        ) from err

@@ -83,18 +83,24 @@ def reference_grads(reference: Reference) -> dict[str, torch.Tensor]:
 def causal_lm_sample_loss(hf_model: nn.Module, dataset: Dataset) -> SampleLoss:
     """One sample through an unmodified transformers ``*ForCausalLM`` alone: its logits
     for the sample's tokens, cross-entropy against the next tokens where the dataset
-    marks a loss (summed)."""
+    marks a loss (summed); with ``output_router_logits=True``, plus the model's own
+    router auxiliary loss of the sample (``router_aux_loss_coef * aux_loss``, as its own
+    loss adds it) once per loss token."""
 
     def sample_loss(sample_id: int) -> tuple[torch.Tensor, int]:
         one = dataset.pack([sample_id], 1)  # the sample's tokens and next-token targets
         device = next(hf_model.parameters()).device
         input_ids = one.inputs.long().to(device)
         targets = torch.where(one.loss_mask, one.targets.long(), IGNORE_INDEX).to(device)
-        logits_SV = hf_model(input_ids=input_ids[None], use_cache=False).logits[0]
+        out = hf_model(input_ids=input_ids[None], use_cache=False)
         loss = F.cross_entropy(
-            logits_SV.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"
+            out.logits[0].float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"
         )
-        return loss, int(one.loss_mask.sum())
+        count = int(one.loss_mask.sum())
+        aux = getattr(out, "aux_loss", None)  # the model's own router loss of the sample
+        if aux is not None:
+            loss = loss + count * hf_model.router_aux_loss_coef * aux.float()
+        return loss, count
 
     return sample_loss
 
