@@ -23,13 +23,15 @@ from collections.abc import Sequence
 import datacentric
 import datacentric.cli as cli_package
 from datacentric.cli.flags import apply_config_file, complete_help
+from datacentric.cli.ranks import first_to_say, say
 
 
 class OneLineParser(argparse.ArgumentParser):
     """A parser whose usage errors are one line (``datacentric <command>: ...``), exit 2."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        line = f"{self.prog}: {message} (see {self.prog} --help)"
+        self.exit(2, line + "\n" if first_to_say(line) else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +60,47 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in subparsers.choices.values():
         complete_help(sub)
     return parser
+
+
+#: What other trainers call a setting of ours (Hugging Face ``Trainer``, torchtitan,
+#: Megatron-LM, torchrun), so a flag from there gets our name as its suggestion.
+OTHER_NAMES = {
+    "--learning-rate": "--lr",
+    "--max-steps": "--iterations",
+    "--train-iters": "--iterations",
+    "--steps": "--iterations",
+    "--num-train-epochs": "--epochs",
+    "--output-dir": "--out",
+    "--save-steps": "--checkpoint-every",
+    "--save-interval": "--checkpoint-every",
+    "--logging-steps": "--log-every",
+    "--log-interval": "--log-every",
+    "--warmup-steps": "--warmup-iterations",
+    "--max-grad-norm": "--grad-clip",
+    "--clip-grad": "--grad-clip",
+    "--nproc-per-node": "--world",
+    "--world-size": "--world",
+    "--seq-length": "--max-tokens",
+    "--max-seq-length": "--max-tokens",
+    "--resume-from-checkpoint": "--resume-from",
+}
+
+
+def closest_flag(flag: str, valid: Sequence[str]) -> str | None:
+    """The flag of ``valid`` a mistyped ``flag`` most likely means: the closest spelling
+    (underscores read as dashes), also among other trainers' names (:data:`OTHER_NAMES`)
+    whose flag of ours the command has; None when nothing is close."""
+    known = set(valid)
+    aliases = {other: ours for other, ours in OTHER_NAMES.items() if ours in known}
+    spellings = {flag, flag.replace("_", "-")}
+
+    def likeness(candidate: str) -> float:
+        return max(difflib.SequenceMatcher(None, s, candidate).ratio() for s in spellings)
+
+    best = max([*valid, *aliases], key=likeness, default=None)
+    if best is None or likeness(best) < 0.6:
+        return None
+    return aliases.get(best, best)
 
 
 def one_line(err: BaseException) -> str:
@@ -91,10 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shown = sub._option_string_actions.items() if sub else ()
         valid = [flag for flag, action in shown if action.help != argparse.SUPPRESS]
         flag = next((e for e in extra if e.startswith("-")), extra[0])
-        close = difflib.get_close_matches(flag.split("=")[0], valid, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        where = f"datacentric {command}" if command else "datacentric"
-        print(f"{where}: unrecognized arguments: {' '.join(extra)}{hint}", file=sys.stderr)
+        close = closest_flag(flag.split("=")[0], valid)
+        hint = f" (did you mean {close}?)" if close else ""
+        say(command, f"unrecognized arguments: {' '.join(extra)}{hint}")
         return 2
     if getattr(args, "func", None) is None:
         parser.print_help()
@@ -104,12 +146,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_command(args)
     except KeyboardInterrupt:
-        print(f"datacentric {args.command}: interrupted", file=sys.stderr)
+        say(args.command, "interrupted")
         return 130
     except SystemExit:
         raise
     except Exception as err:  # noqa: BLE001 - the one place a failure is reported
-        print(f"datacentric {args.command}: {one_line(err)}", file=sys.stderr)
+        say(args.command, one_line(err))
         return 2
 
 

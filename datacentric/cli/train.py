@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
+from datacentric.cli.ranks import say
 from datacentric.settings import TrainConfig
 
 
@@ -45,26 +44,40 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     try:
         dataset = build_dataset(config)
         check_model(config, dataset)
+        tokens = [shape.tokens for shape in dataset.shapes()]
+        if not (config.resume or config.resume_from):
+            check_samples_for_model_check(tokens)
     except (DataError, OSError, ValueError) as err:
-        print(f"datacentric {command}: {err}", file=sys.stderr)
+        say(command, str(err))
         return False
-    note = skipped_note(dataset)
-    if note:
-        print(f"datacentric {command}: note: {note}", file=sys.stderr)
-    note = size_global_batch(config, [shape.tokens for shape in dataset.shapes()])
-    if note and first_rank():
-        print(f"datacentric {command}: note: {note}", file=sys.stderr)
+    for note in (skipped_note(dataset), size_global_batch(config, tokens)):
+        if note:
+            say(command, f"note: {note}")
     if config.wandb:
         import importlib.util
 
         if importlib.util.find_spec("wandb") is None:
-            print(
-                f"datacentric {command}: metrics.wandb: the wandb package is not installed; "
+            say(
+                command,
+                "metrics.wandb: the wandb package is not installed; "
                 "pip install 'datacentric[wandb]' or leave --wandb off",
-                file=sys.stderr,
             )
             return False
     return True
+
+
+def check_samples_for_model_check(tokens: list[int]) -> None:
+    """Raise ``ValueError`` naming the data settings when the dataset has fewer than the
+    two samples of 4 tokens or more that the model check of a fresh run packs together
+    (:func:`~datacentric.verify.model_contract.check_model_contract`), e.g. one sample
+    for two ranks."""
+    usable = sum(1 for t in tokens if t >= 4)
+    if usable < 2:
+        raise ValueError(
+            f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all); "
+            "training checks the model on 2 such samples packed together before the ranks "
+            "start: give more data (data.dataset, data.dataset_limit)"
+        )
 
 
 def size_global_batch(config: TrainConfig, tokens: list[int]) -> str | None:
@@ -90,17 +103,12 @@ def size_global_batch(config: TrainConfig, tokens: list[int]) -> str | None:
     )
 
 
-def first_rank() -> bool:
-    """Whether this process prints the job's notes: rank 0 under torchrun, else always."""
-    return os.environ.get("RANK", "0") == "0"
-
-
 def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)  # a bad --config or flag is reported before torch loads
     from datacentric.parallel.launch import launch, launch_mode
     from datacentric.train.run_folder import RunFolderLock, claim_run_folder
     from datacentric.train.trainer import train_rank, train_rank_in_locked_folder
 
-    config = config_from_args(args)
     if not check_dataset(config, "train"):
         return 2
     options = dict(

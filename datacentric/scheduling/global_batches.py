@@ -51,14 +51,16 @@ def data_sized_tokens(tokens: Sequence[int]) -> int | None:
     :data:`SMALL_DATA_STEPS` global batches of ``max(2**18, longest sample)`` (one
     rank's default) would train one step per epoch, so its global batch is
     ``ceil(total / SMALL_DATA_STEPS)`` tokens (never below the longest sample): an epoch
-    of up to that many steps. A function of the samples only (not of the world or the
+    of up to that many steps (``None`` too when that is one step, as the default's). A
+    function of the samples only (not of the world or the
     policy), so every rank, world size and resume computes the same."""
     if not len(tokens):
         return None
     total, longest = int(sum(tokens)), int(max(tokens))
-    if total >= SMALL_DATA_STEPS * max(2**18, longest):
-        return None
-    return max(longest, -(-total // SMALL_DATA_STEPS))
+    bound = max(longest, -(-total // SMALL_DATA_STEPS))
+    if total >= SMALL_DATA_STEPS * max(2**18, longest) or bound >= total:
+        return None  # large enough for the default, or one step whatever the bound
+    return bound
 
 
 def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:

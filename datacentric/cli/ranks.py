@@ -1,0 +1,45 @@
+"""One line per mistake, not one per rank.
+
+Under torchrun every rank runs the whole command, so a configuration error (a bad flag,
+a missing file, data that cannot be trained) or a note is found by every rank at once.
+The first rank of a machine to say a line claims it (a marker file named by the line,
+created exclusively in torchrun's own folder of this launch and attempt); the others
+stay silent and exit with the same status, and torchrun then reports that the job
+failed, which is its convention. A line that differs between ranks (one naming its
+rank) is said by each; on several machines each machine that sees a line says it once.
+Outside torchrun there is one process, and it says everything. No torch is imported here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+
+def first_to_say(line: str) -> bool:
+    """Whether this process says ``line``: always outside torchrun; under it, only the
+    first rank of this machine to ask for the same line in this attempt of the job."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file or "RANK" not in os.environ:
+        return True
+    # torchrun's folder of this launch and attempt, shared by the machine's ranks
+    # (<log dir>/<run id>_<random>/attempt_N/<local rank>/error.json)
+    attempt = Path(error_file).parents[1]
+    marker = attempt / f"said-{hashlib.sha256(line.encode()).hexdigest()[:24]}"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True  # no marker can be made: better twice than never
+    return True
+
+
+def say(command: str | None, message: str) -> None:
+    """Print ``datacentric <command>: <message>`` on stderr, once per job under torchrun."""
+    where = f"datacentric {command}" if command else "datacentric"
+    line = f"{where}: {message}"
+    if first_to_say(line):
+        print(line, file=sys.stderr)

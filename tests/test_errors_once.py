@@ -1,0 +1,97 @@
+"""One line per mistake: a suggestion for a mistyped flag, a missing --config file before
+torch loads, too little data named by its setting, and once under torchrun."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from datacentric.cli.main import closest_flag, main
+from datacentric.cli.ranks import first_to_say
+from datacentric.cli.train import check_samples_for_model_check
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--lerning-rate", "--lr"),
+        ("--learning_rate", "--lr"),
+        ("--max-steps", "--iterations"),
+        ("--log-evry", "--log-every"),
+        ("--training.lr_shedule", "--training.lr_schedule"),
+    ],
+)
+def test_a_mistyped_flag_gets_the_closest_name(typed, meant, capsys):
+    assert main(["train", typed, "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"datacentric train: unrecognized arguments: {typed} 3 (did you mean {meant}?)"
+
+
+def test_no_suggestion_for_a_flag_close_to_nothing():
+    assert closest_flag("--no-such-flag", ["--lr", "--epochs"]) is None
+    assert closest_flag("--learning-rate", ["--epochs"]) is None  # no --lr in this command
+
+
+def test_a_missing_config_file_is_reported_before_torch_loads(tmp_path):
+    code = (
+        "import sys\nfrom datacentric.cli.main import main\n"
+        f"status = main(['train', '--config', {str(tmp_path / 'none.toml')!r}])\n"
+        "assert status == 2 and 'torch' not in sys.modules, sorted(sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert (
+        done.stderr.strip() == f"datacentric train: --config {tmp_path / 'none.toml'}: no such file"
+    )
+
+
+def test_too_few_samples_for_the_model_check_names_the_data_settings():
+    with pytest.raises(ValueError, match=r"has 1 sample\(s\) of 4 tokens or more \(2 in all\)"):
+        check_samples_for_model_check([100, 3])
+    with pytest.raises(ValueError, match="data.dataset_limit"):
+        check_samples_for_model_check([100])
+    check_samples_for_model_check([4, 4])
+
+
+def test_the_first_rank_of_a_launch_says_a_line(tmp_path, monkeypatch):
+    assert first_to_say("anything")  # outside torchrun: always
+    attempt = tmp_path / "run_x" / "attempt_0"
+    for rank in (0, 1):
+        (attempt / str(rank)).mkdir(parents=True)
+    said = []
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(attempt / str(rank) / "error.json"))
+        said.append([first_to_say("datacentric train: bad"), first_to_say(f"rank {rank} only")])
+    assert said == [[True, True], [False, True]]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="no torchrun",
+)
+def test_torchrun_prints_a_configuration_error_once(tmp_path):
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    argv = [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "datacentric"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [*argv, "train", "--no-such-flag"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode != 0
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("datacentric train:")]
+    assert lines == ["datacentric train: unrecognized arguments: --no-such-flag"], done.stderr
