@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datacentric.cli.flags import add_policy_flag, add_world_flag, config_option, enable_config_file
+from datacentric.cli.flags import (
+    LORA_KEYS,
+    add_lora_flags,
+    add_policy_flag,
+    add_world_flag,
+    config_option,
+    enable_config_file,
+)
 from datacentric.cli.plan import DATASET_HELP, add_data_arguments
 from datacentric.cli.train import check_dataset
 from datacentric.settings import load_config
@@ -48,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     config_option(parser, "--out", key="out", default="runs/bench", help="run folder")
     config_option(parser, "--model", key="model", help="runnable model preset (default: llama)")
+    add_lora_flags(parser)
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
     config_option(
@@ -194,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = dict(BENCH_DEFAULTS)
     keys = ("model", "dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer")
-    for key in (*keys, "text_field", "shard", "long_docs", "loss_on", "bucket_config"):
+    for key in (*keys, "text_field", "shard", "long_docs", "loss_on", "bucket_config", *LORA_KEYS):
         if getattr(args, key) is not None:
             overrides[key] = getattr(args, key)
     repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from datacentric.cli.flags import add_timeout_flag, add_world_flag
+from datacentric.cli.flags import add_lora_flags, add_timeout_flag, add_world_flag, lora_of_args
 from datacentric.settings import SHARD_MODES
 
 
@@ -65,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a keyword argument of the model: a config field or the factory's parameter, "
         "e.g. num_heads=2 (repeatable)",
     )
+    add_lora_flags(parser)
     add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         sp_split = parse_sp_split(args.sp_split)
         model_args = parse_model_args(args.model_arg)
+        lora = lora_of_args(args)
         (report,) = check_equivalence(
             [args.model],
             args.world,
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             phased=args.phased,
             sp_split=sp_split,
             model_args=model_args,
+            lora=lora,
         )
     except ValueError as error:  # a bad --model names what is wrong in one line
         print(f"datacentric equivalence: {error}", file=sys.stderr)

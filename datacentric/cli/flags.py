@@ -378,6 +378,30 @@ def add_json_out_flag(parser: argparse.ArgumentParser, help: str, **kwargs: Any)
     add_deprecated_alias(parser, "--out", "--json-out", "json_out", **kwargs)
 
 
+LORA_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+
+
+def add_lora_flags(container: Any) -> None:
+    """The ``[lora]`` flags (``--lora.rank`` ...), help and types from the schema."""
+    for key in LORA_KEYS:
+        config_option(container, key=key)
+
+
+def lora_of_args(args: argparse.Namespace) -> Any:
+    """The LoRA spec of a command's ``[lora]`` flags (``None``: off): the run's settings
+    when the command read them (``args.settings``), else the flags' own values."""
+    from datacentric.models.lora import lora_spec
+
+    settings = getattr(args, "settings", None)
+    values = {k: getattr(settings if settings is not None else args, k, None) for k in LORA_KEYS}
+    return lora_spec(
+        values["lora_rank"] or 0,
+        values["lora_alpha"],
+        values["lora_dropout"] or 0.0,
+        values["lora_targets"],
+    )
+
+
 def add_timeout_flag(
     parser: argparse.ArgumentParser, default: float, help: str, key: str | None = None
 ) -> None:

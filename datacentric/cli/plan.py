@@ -15,7 +15,13 @@ import json
 import sys
 from typing import Any
 
-from datacentric.cli.flags import add_world_flag, config_option, enable_config_file
+from datacentric.cli.flags import (
+    add_lora_flags,
+    add_world_flag,
+    config_option,
+    enable_config_file,
+    lora_of_args,
+)
 from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, read_lengths_file
@@ -199,6 +205,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
     )
     config_option(parser, "--model", key="model", help="analytic model preset (with --hardware)")
+    add_lora_flags(parser)
     parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
@@ -308,7 +315,9 @@ def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespa
     from datacentric.profiling.factory import analytic_cost_model
     from datacentric.profiling.module_specs import named_spec
 
-    spec = named_spec(model, parse_model_args(getattr(args, "model_args", None)))
+    spec = named_spec(
+        model, parse_model_args(getattr(args, "model_args", None)), lora_of_args(args)
+    )
     return analytic_cost_model(spec, hardware, shard=sharding_of(args), world_size=world)
 
 

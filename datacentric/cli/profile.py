@@ -19,10 +19,12 @@ import sys
 import time
 
 from datacentric.cli.flags import (
+    add_lora_flags,
     add_timeout_flag,
     add_world_flag,
     config_option,
     enable_config_file,
+    lora_of_args,
 )
 from datacentric.cli.plan import (
     DATASET_HELP,
@@ -52,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="llama",
         help="the model (a preset, hf:DIR_OR_NAME, diffusers:DIR_OR_NAME or pkg.module:factory)",
     )
+    add_lora_flags(parser)
     config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
@@ -141,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
         settings = ProfileSettings(
             model=args.model,
             model_args=parse_model_args(args.model_args),
+            lora=lora_of_args(args),
             world_size=args.world,
             backend=args.backend,
             dtype=args.dtype or ("float32" if args.backend == "gloo" else "bfloat16"),

@@ -22,6 +22,7 @@ from typing import Any
 from datacentric.cli.flags import (
     add_deprecated_alias,
     add_json_out_flag,
+    add_lora_flags,
     add_policy_flag,
     add_split_mode_flag,
     add_world_flag,
@@ -59,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(
         parser, "--model", key="model", help="analytic model preset (default: the workload's)"
     )
+    add_lora_flags(parser)
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_cost_model_arguments(parser)
     config_option(
@@ -168,22 +170,34 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     """Build the schedule(s) the arguments describe; the summary as a JSON-able dict:
     one policy's fields, or with several policies ``policies`` keyed by name (one plan,
     one pipeline, every policy on the same global batches)."""
+    from datacentric.progress import Progress
     from datacentric.scheduling import ScheduleOptions
 
     policies = [p for p in args.policy.split(",") if p]
     if len(policies) > 1 and args.json_out:
         raise ValueError("--json-out saves one schedule: give one --policy")
     batch = global_batch_options(args)
-    shapes, skipped = dataset_shapes(args)
-    cost, source = cost_model_and_source(args)
-    options = ScheduleOptions(
-        **batch,
-        drop_remainder=args.drop_remainder,
-        max_sp_size=args.max_sp,
-        exact_solver=args.exact_solver,
-    )
-    pipeline = command_pipeline(args, shapes, cost, args.world, settings=options, seed=args.seed)
-    rows = {p: policy_summary(args, p, pipeline, source, skipped) for p in policies}
+    with Progress(f"schedule on {args.world} ranks", 2 + len(policies), unit="stage") as bar:
+        bar.set_stage("the dataset and the cost model")
+        shapes, skipped = dataset_shapes(args)
+        cost, source = cost_model_and_source(args)
+        options = ScheduleOptions(
+            **batch,
+            drop_remainder=args.drop_remainder,
+            max_sp_size=args.max_sp,
+            exact_solver=args.exact_solver,
+        )
+        pipeline = command_pipeline(
+            args, shapes, cost, args.world, settings=options, seed=args.seed
+        )
+        bar.update(stage=f"planning {len(shapes):,} samples")
+        pipeline.plan  # noqa: B018 - made once here, so the stages show
+        bar.update()
+        rows = {}
+        for policy in policies:
+            bar.set_stage(f"scheduling {policy}")
+            rows[policy] = policy_summary(args, policy, pipeline, source, skipped)
+            bar.update()
     if len(policies) == 1:
         return rows[policies[0]]
     shared = ("world", "cost_model", "samples_total", "samples_skipped", "tokens_per_step_mean")

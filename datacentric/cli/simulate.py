@@ -99,20 +99,23 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     policies = [p.strip() for p in chosen.split(",") if p.strip()]
     if "static" not in policies:
         policies.insert(0, "static")
+    from datacentric.progress import Progress
     from datacentric.scheduling import ScheduleOptions
 
     options = ScheduleOptions(**global_batch_options(args))
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
-    runs = run_policies(
-        workload.shapes,
-        cost_model,
-        args.world,
-        policies,
-        seed=args.seed,
-        record_spans=bool(args.trace or args.plot),
-        options=options,
-    )
+    with Progress(f"simulate on {args.world} ranks", 1 + len(policies), unit="stage") as bar:
+        runs = run_policies(
+            workload.shapes,
+            cost_model,
+            args.world,
+            policies,
+            seed=args.seed,
+            record_spans=bool(args.trace or args.plot),
+            options=options,
+            progress=bar,
+        )
     results = {p: r.result for p, r in runs.items()}
     if args.trace:
         from datacentric.sim.trace import write_trace

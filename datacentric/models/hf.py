@@ -68,6 +68,7 @@ from torch import nn
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
+from datacentric.models.lora import unwrap_peft
 
 try:
     from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
@@ -220,6 +221,7 @@ class HFCausalLM(AttentionSlot, nn.Module):
 
     def __init__(self, hf_model: nn.Module, attention: AttentionFn = varlen_attention) -> None:
         super().__init__()
+        hf_model = unwrap_peft(hf_model)  # a peft.PeftModel: the model it adapts, in place
         check_supported(hf_model.config, type(hf_model).__name__, type(hf_model))
         self.hf = hf_model
         self.config = hf_model.config

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.presets import MODEL_PRESETS, build_model, model_config
 
 HF_PREFIX = "hf:"
@@ -65,6 +66,9 @@ class ModelSource:
     """The model folder (``hf:DIR``, ``diffusers:DIR``); ``None`` otherwise."""
     args: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments: config fields or the factory's parameters."""
+    lora: LoraSpec | None = None
+    """LoRA adapters to inject after building (:mod:`datacentric.models.lora`); ``None``:
+    every parameter trains."""
 
     @property
     def has_weights(self) -> bool:
@@ -205,12 +209,22 @@ def build_from_source(
 
     ``device="meta"`` builds without weights (pretrained weights are not read), for the
     checks made before ranks start. ``dataset`` lets a preset follow the data (latent
-    channels, vocabulary).
+    channels, vocabulary). ``source.lora`` adapters are injected last, the rest frozen.
     """
+    model, data = _build_source(source, dtype=dtype, device=device, dataset=dataset)
+    if source.lora is not None:
+        apply_lora(model, source.lora)
+    return model, data
+
+
+def _build_source(
+    source: ModelSource, *, dtype: torch.dtype, device: Any, dataset: Any
+) -> tuple[nn.Module, Any]:
     on_meta = str(device) == "meta"
     if source.kind == "preset":
         config = model_config(source.target)
-        check_model_args(source, [f.name for f in dataclasses.fields(config)], source.target)
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        check_model_args(source, fields, source.target)
         overrides = {**_dataset_overrides(source, dataset), **source.args}
         return build_model(source.target, dtype=dtype, device=device, **overrides), None
     if source.kind == "hf":

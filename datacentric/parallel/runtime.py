@@ -145,7 +145,10 @@ class MicroStep:
         returns this rank's weighted share of the iteration's loss as a detached 0-d
         tensor on the device (reading it, e.g. ``float(...)``, waits for the device)."""
         weighted = self.weights.weighted_sum(loss_S, self.batch)
-        weighted.backward()
+        # A pass through frozen weights only (a LoRA model the profiler cut to no block)
+        # has nothing to differentiate; it is the same on every rank (never data-driven).
+        if weighted.requires_grad:
+            weighted.backward()
         self.weighted = weighted.detach()
         return self.weighted
 

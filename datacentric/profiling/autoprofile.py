@@ -442,6 +442,9 @@ def _is_rank_zero() -> bool:
 
 
 def _fingerprint(settings: ProfileSettings, world: int) -> dict[str, Any]:
-    return fingerprint(
+    found = fingerprint(
         settings.model, world, settings.dtype, settings.backend, dict(settings.model_args)
     )
+    if settings.lora is not None:  # frozen weights time and hold differently
+        found["lora"] = settings.lora.to_json()
+    return found

@@ -35,7 +35,8 @@ from torch import nn
 
 from datacentric.models.dit import DiTConfig
 from datacentric.models.llama import LlamaConfig
-from datacentric.models.source import build_model_named
+from datacentric.models.lora import LoraSpec
+from datacentric.models.source import build_from_source, build_model_named, resolve_model
 from datacentric.planning.config_specs import spec_from_config
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.preset_specs import (
@@ -51,12 +52,16 @@ class UnpricedModelError(ValueError):
 
 def spec_of_model(model: nn.Module, name: str | None = None) -> ModelSpec:
     """The analytic :class:`ModelSpec` of a built model (see the module doc), with its
-    trainable parameter count when some parameters are frozen (LoRA)."""
+    trainable parameter count when some parameters are frozen (LoRA) and the largest ring
+    its path runs when it declares one (``max_ring_size``)."""
     spec = _architecture_spec(model, name or type(model).__name__)
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     if trained < total:
         spec = dataclasses.replace(spec, trainable_params=trained)
+    max_ring = getattr(model, "max_ring_size", None)
+    if max_ring is not None:  # the model's path runs no larger ring (diffusers generic: 1)
+        spec = dataclasses.replace(spec, max_ring_size=int(max_ring))
     return spec
 
 
@@ -124,15 +129,30 @@ def _outside(model: nn.Module, blocks: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if id(m) not in inside]
 
 
-def named_spec(name: str, model_args: Mapping[str, Any] | None = None) -> ModelSpec:
+def named_spec(
+    name: str, model_args: Mapping[str, Any] | None = None, lora: LoraSpec | None = None
+) -> ModelSpec:
     """The spec of the model ``name`` means: an analytic preset
     (:func:`~datacentric.profiling.preset_specs.get_model_spec`, e.g. ``llama-7b``) when
     it names one and has no model arguments, else read from the model built on the meta
-    device (no memory, no weights read)."""
+    device (no memory, no weights read). ``lora``: only its adapters train (their
+    count read from the model built on the meta device with them)."""
     args = dict(model_args or {})
     if name in list_model_specs() and not args:
-        return get_model_spec(name)
-    return _meta_spec(name, json.dumps(args, sort_keys=True))
+        spec = get_model_spec(name)
+    else:
+        spec = _meta_spec(name, json.dumps(args, sort_keys=True))
+    if lora is None:
+        return spec
+    trained = _adapter_params(name, json.dumps(args, sort_keys=True), lora)
+    return dataclasses.replace(spec, trainable_params=trained)
+
+
+@cache
+def _adapter_params(name: str, args_json: str, lora: LoraSpec) -> int:
+    source = dataclasses.replace(resolve_model(name, json.loads(args_json)), lora=lora)
+    model, _ = build_from_source(source, device="meta")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 @cache

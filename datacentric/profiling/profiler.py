@@ -28,7 +28,6 @@ planner that reads them stay pure, below it.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +48,7 @@ from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.profiling.memory import measure_peak, model_state_bytes
+from datacentric.progress import Progress
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.settings.sections import MeasureSettings
 from datacentric.shapes import SampleShape
@@ -232,7 +232,12 @@ def _rank_worker(
         settings.clock == "auto" and groups.device.type == "cpu"
     )
     models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
-    bar = _progress(len(rounds) * (1 + settings.repeats), settings.progress and groups.rank == 0)
+    bar = Progress(
+        "profiling",
+        len(rounds) * (1 + settings.repeats),
+        unit="round",
+        enabled=settings.progress and groups.rank == 0,
+    )
     prepared = []  # (case index of this rank or None, runtime, clock, iteration)
     memory: dict[int, tuple[int, int]] = {}
     times: dict[int, list[float]] = {}
@@ -381,19 +386,3 @@ def _dataset(
     if any(s.is_video for s in shapes):
         raise ValueError(f"profile of {settings.model!r} mixes text and video shapes")
     return SyntheticTextDataset(shapes, seed=settings.seed), ids
-
-
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, show: bool) -> Any:
-    if not show:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="profiling", unit="round", file=sys.stderr)

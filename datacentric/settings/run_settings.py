@@ -35,6 +35,7 @@ from datacentric.settings.sections import (
     CostConfig,
     DataConfig,
     JobConfig,
+    LoraConfig,
     MeasureSettings,
     MetricsConfig,
     ModelConfig,
@@ -72,6 +73,7 @@ ScheduleOptionsConfig = _section_from(ScheduleOptions, None, "ScheduleOptionsCon
 SECTIONS: dict[str, tuple[type, ...]] = {
     "job": (JobConfig,),
     "model": (ModelConfig,),
+    "lora": (LoraConfig,),
     "data": (DataConfig,),
     "training": (TrainingConfig,),
     "parallelism": (ParallelismConfig,),
@@ -81,6 +83,24 @@ SECTIONS: dict[str, tuple[type, ...]] = {
     "cost": (CostConfig, ProfileSettingsConfig),
     "scheduling": (SchedulingConfig, ScheduleOptionsConfig),
 }
+
+#: Sections whose keys carry the section's name as a prefix in the flat settings
+#: (``lora_rank``) and are written without it inside the section (``[lora] rank``,
+#: ``--lora.rank``).
+PREFIXED_SECTIONS = ("lora",)
+
+
+def name_in_section(key: str) -> str:
+    """How ``key`` is written inside its section (``lora_rank`` -> ``rank``)."""
+    section = section_of()[key]
+    prefix = section + "_"
+    return key.removeprefix(prefix) if section in PREFIXED_SECTIONS else key
+
+
+def key_of(section: str, name: str) -> str:
+    """The flat key of ``name`` written in ``[section]`` (``lora``, ``rank`` -> ``lora_rank``)."""
+    return f"{section}_{name}" if section in PREFIXED_SECTIONS else name
+
 
 #: Sections renamed since an earlier release: ``(old section, its keys) -> new section``.
 #: Files may still write these keys under the old name (with a note), and ``--old.key``
@@ -106,6 +126,7 @@ class TrainConfig(
     ParallelismConfig,
     TrainingConfig,
     DataConfig,
+    LoraConfig,
     ModelConfig,
     JobConfig,
 ):

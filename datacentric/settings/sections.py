@@ -81,6 +81,27 @@ class ModelConfig:
 
 
 @dataclass(kw_only=True)
+class LoraConfig:
+    """LoRA fine-tuning (docs/models.md, "LoRA"). Keys carry the section's name in the
+    flat settings (``lora_rank``) and are written without it in the section (``[lora]
+    rank``, ``--lora.rank``)."""
+
+    lora_rank: int = setting(0, ge=0)
+    """LoRA rank: 0 trains every parameter; above 0 the model is frozen and only
+    ``peft`` LoRA adapters of this rank on ``targets`` train."""
+    lora_alpha: float | None = setting(None, gt=0)
+    """LoRA scale numerator: an adapter adds ``alpha / rank`` times its product (unset:
+    ``alpha = rank``)."""
+    lora_dropout: float = setting(0.0, ge=0)
+    """Dropout on each adapter's input, in training mode only (as the model's own
+    dropout outside attention)."""
+    lora_targets: str | None = None
+    """Module names to adapt, comma separated (unset: the attention projections,
+    ``q_proj,k_proj,v_proj,o_proj`` for transformers models and
+    ``to_q,to_k,to_v,to_out.0`` for diffusers ones, ``wq,wk,wv,wo`` for our presets)."""
+
+
+@dataclass(kw_only=True)
 class DataConfig:
     dataset: str = "stdlib"
     """``stdlib``, a workload preset, ``jsonl:``/``parquet:``/``text:PATH_OR_GLOB``,

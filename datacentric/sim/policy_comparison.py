@@ -23,6 +23,7 @@ from datacentric.planning.memory_cap import (
 from datacentric.planning.plan import Plan
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import analytic_cost_model
+from datacentric.progress import Progress
 from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
@@ -103,6 +104,7 @@ def run_policies(
     memory_cap_bytes: int | None = None,
     errors: dict[str, str] | None = None,
     pipeline: Pipeline | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, PolicyRun]:
     """Schedule ``shapes`` with each policy and simulate the schedules.
 
@@ -113,6 +115,7 @@ def run_policies(
     bound over the samples each schedule actually runs. With ``errors`` (a dict), a
     policy whose scheduling or simulation raises is left out of the result and its
     error recorded there (benchmarks report it); without, the error propagates.
+    ``progress`` counts the plan and each policy (``1 + len(policies)`` units).
     """
     if pipeline is None:
         if plan is None and memory_cap_bytes is None:
@@ -126,10 +129,13 @@ def run_policies(
             seed=seed,
             plan=plan,
         )
+    stages = progress or Progress("", 1 + len(policies), enabled=False)
+    stages.set_stage(f"planning {len(pipeline.shapes):,} samples")
     _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
     bounds: dict[tuple[int, ...], float] = {}
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
+        stages.update(stage=policy)
         try:
             runs[policy] = _run_policy(
                 pipeline, policy, bounds, epoch=epoch, record_spans=record_spans
@@ -138,6 +144,7 @@ def run_policies(
             if errors is None:
                 raise
             errors[policy] = f"{type(err).__name__}: {err}"
+    stages.update()
     return runs
 
 

@@ -10,6 +10,7 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import data_settings, open_dataset
+from datacentric.models.lora import LoraSpec, lora_spec
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
@@ -35,8 +36,15 @@ def build_dataset(config: TrainConfig) -> Dataset:
 
 
 def model_source(config: TrainConfig) -> ModelSource:
-    """The run's model as a :class:`~datacentric.models.source.ModelSource`."""
-    return resolve_model(config.model, getattr(config, "model_args", None))
+    """The run's model as a :class:`~datacentric.models.source.ModelSource`, with the
+    LoRA adapters of its ``[lora]`` settings."""
+    source = resolve_model(config.model, getattr(config, "model_args", None))
+    return dataclasses.replace(source, lora=lora_of(config))
+
+
+def lora_of(config: TrainConfig) -> LoraSpec | None:
+    """The run's ``[lora]`` settings as a spec (``None``: LoRA off)."""
+    return lora_spec(config.lora_rank, config.lora_alpha, config.lora_dropout, config.lora_targets)
 
 
 def build_model_for(config: TrainConfig, dataset) -> nn.Module:
@@ -100,7 +108,8 @@ def run_cost_model(
     """
     if config.cost_model == "analytic":
         described: str | ModelSpec = config.model
-        if model is not None and (config.model not in MODEL_PRESETS or model_args(config)):
+        custom = config.model not in MODEL_PRESETS or model_args(config) or config.lora_rank
+        if model is not None and custom:
             described = spec_of_model(model, config.model)
         return build_cost_model(
             described,
@@ -113,6 +122,7 @@ def run_cost_model(
     settings = ProfileSettings(
         model=config.model,
         model_args=model_args(config),
+        lora=lora_of(config),
         dataset=None if config.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",

@@ -39,6 +39,7 @@ from torch import nn
 
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
+from datacentric.models.lora import is_peft_model
 from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
@@ -101,7 +102,9 @@ class DataCentric:
     """Data-centric parallel training of ``model`` on ``dataset``.
 
     ``model`` follows the model contract (``blocks``, ``set_attention``,
-    ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``);
+    ``num_heads``, ``loss_mode``, ``forward(batch) -> per-token loss``), or is a
+    ``peft.PeftModel`` of a transformers causal LM (wrapped in ``HFCausalLM``; only its
+    adapters train, and the cost model prices only them);
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device; it only prices memory.
@@ -138,6 +141,10 @@ class DataCentric:
         options: ScheduleOptions | None = None,
         compile: bool = False,
     ) -> None:
+        if is_peft_model(model):  # a transformers model the user adapted with peft
+            from datacentric.models.hf import HFCausalLM
+
+            model = HFCausalLM(model)
         self.groups = groups or process_groups(device=device)
         self.sharding = (
             shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)

@@ -35,6 +35,7 @@ import torch
 from datacentric.parallel.launch import launch
 from datacentric.planning.cost_model import CostModel
 from datacentric.profiling.store import PROBE_FILE, PROFILE_FILE
+from datacentric.progress import Progress
 from datacentric.schedule import Iteration, Schedule
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
 from datacentric.timing import (
@@ -231,26 +232,30 @@ def compare_policies(
     cpu_s = wall_s = process_s = 0.0
     cost_models: dict[str, CostModel] = {}
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
-    for repeat, policy in run_order(policies, repeats):
-        config = dataclasses.replace(
-            base,
-            policy=policy,
-            out=str(repeat_folder(out, policy, repeat)),
-            profile_dir=str(profile_dir),
-            timeline=True,
-            resume=False,
-            epochs=1,
-            iterations=None,
-        )
-        cpu, wall, process = run_policy(config, world_size)
-        cpu_s, wall_s, process_s = cpu_s + cpu, wall_s + wall, process_s + process
-        # the profile this run planned with: fresh on disk (measured or checked at its
-        # start), so reading it here probes nothing
-        saved = profile_dir / PROFILE_FILE
-        key = saved.read_text(encoding="utf-8") if saved.exists() else ""
-        if key not in cost_models:
-            cost_models[key] = run_cost_model(config, world_size, torch.device("cpu"), shapes)
-        runs[policy].append(_read_run(policy, config, shapes, cost_models[key], warmup))
+    order = run_order(policies, repeats)
+    with Progress(f"{len(policies)} policies x {repeats} runs", len(order), unit="run") as bar:
+        for k, (repeat, policy) in enumerate(order):
+            bar.update(1 if k else 0, stage=f"{policy}, run {repeat + 1}")
+            config = dataclasses.replace(
+                base,
+                policy=policy,
+                out=str(repeat_folder(out, policy, repeat)),
+                profile_dir=str(profile_dir),
+                timeline=True,
+                resume=False,
+                epochs=1,
+                iterations=None,
+            )
+            cpu, wall, process = run_policy(config, world_size)
+            cpu_s, wall_s, process_s = cpu_s + cpu, wall_s + wall, process_s + process
+            # the profile this run planned with: fresh on disk (measured or checked at its
+            # start), so reading it here probes nothing
+            saved = profile_dir / PROFILE_FILE
+            key = saved.read_text(encoding="utf-8") if saved.exists() else ""
+            if key not in cost_models:
+                cost_models[key] = run_cost_model(config, world_size, torch.device("cpu"), shapes)
+            runs[policy].append(_read_run(policy, config, shapes, cost_models[key], warmup))
+        bar.update()
     load = LoadReading(
         cores=cores(),
         ranks=world_size,

@@ -19,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -32,9 +33,13 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 class StopSignals:
     """While active (a context manager, main thread only), SIGTERM and SIGINT are
-    recorded rather than ending the process; :attr:`signum` is the first one seen."""
+    recorded rather than ending the process; :attr:`signum` is the first one seen, and
+    ``announce`` says at once what happens next."""
 
-    def __init__(self) -> None:
+    def __init__(self, announce: Callable[[int], str] | None = None) -> None:
+        self.announce = announce
+        """``announce(signum)``: the line written to stderr at once on the first signal
+        (say, ``finishing step 12, then saving``); None: nothing is written."""
         self.signum: int | None = None
         self._at = 0.0
         self._previous: dict[int, Any] = {}
@@ -48,6 +53,9 @@ class StopSignals:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.signum is None:
             self.signum, self._at = signum, time.monotonic()
+            if self.announce is not None:
+                line = f"datacentric train: {signal_name(signum)}: {self.announce(signum)}\n"
+                os.write(2, line.encode())  # unbuffered: the handler may interrupt a print
         elif time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
             os._exit(128 + signum)
 

@@ -297,12 +297,20 @@ class Trainer:
         try:
             with self.heartbeat:
                 if self.config.save_on_signal:
-                    with StopSignals() as signals:
+                    announce = self._stop_note if self.is_main else None
+                    with StopSignals(announce) as signals:
                         return self._run(signals)
                 return self._run(None)
         finally:
             if lock is not None:
                 lock.release()
+
+    def _stop_note(self, signum: int) -> str:
+        """What a stop signal does now (said at once, from the signal handler)."""
+        step = self._step_now
+        if step is not None and not step.finished:
+            return f"finishing step {step.number + 1}, then saving"
+        return f"stopping after step {self.position.iterations_done}, then saving"
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         config = self.config

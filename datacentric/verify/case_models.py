@@ -28,12 +28,15 @@ from torch import nn
 
 from datacentric.data import StdlibCorpus, SyntheticVideoDataset
 from datacentric.data.base import Dataset
+from datacentric.models.lora import LoraSpec, draw_adapter_weights
 from datacentric.models.source import ModelSource, build_from_source, resolve_model, tiny_names
 from datacentric.shapes import SampleShape
 from datacentric.verify.reference import (
     Reference,
     causal_lm_sample_loss,
     packed_model_sample_loss,
+    peft_copy,
+    reference_lora_config,
     unmodified_copy,
     video_sample_loss,
 )
@@ -96,22 +99,33 @@ def diffusers_dataset(model: nn.Module, seed: int, count: int = 64) -> Dataset:
 
 
 def build_case(
-    name: str, seed: int, dtype: torch.dtype, model_args: Mapping[str, Any] | None = None
+    name: str,
+    seed: int,
+    dtype: torch.dtype,
+    model_args: Mapping[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> tuple[nn.Module, Dataset]:
     """The model (seeded weights) and dataset of the case ``name``
     (:func:`~datacentric.models.source.resolve_model`: a preset, ``hf:``/``diffusers:``
     a tiny name or a folder, ``pkg.module:factory``); ``model_args`` are the model's
-    keyword arguments (``--model-arg``)."""
+    keyword arguments (``--model-arg``); ``lora``: adapters injected, their weights
+    drawn at random (:func:`~datacentric.models.lora.draw_adapter_weights`)."""
     torch.manual_seed(seed)  # the same initial weights on every rank and in the reference
-    source = resolve_model(name, model_args)
+    source = dataclasses.replace(resolve_model(name, model_args), lora=lora)
     model, dataset = build_from_source(source, dtype=dtype)
+    if lora is not None:
+        draw_adapter_weights(model, seed)
     if dataset is None:
         dataset = _case_dataset(source, model, seed)
     return model, dataset
 
 
 def build_reference(
-    name: str, seed: int, dtype: torch.dtype, model_args: Mapping[str, Any] | None = None
+    name: str,
+    seed: int,
+    dtype: torch.dtype,
+    model_args: Mapping[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> tuple[Reference, Dataset]:
     """The independent side of case ``name``: a fresh, unmodified model built from the
     same seed as :func:`build_case`'s (never the instance the distributed side wraps),
@@ -119,7 +133,7 @@ def build_reference(
     An adapter of ours (Hugging Face, diffusers) is replaced by a fresh instance of the
     model it wraps, holding the same weights. The model is in ``eval()`` mode: every
     dropout is off."""
-    model, dataset = build_case(name, seed, dtype, model_args)  # a fresh build
+    model, dataset = build_case(name, seed, dtype, model_args, lora)  # a fresh build
     reference = _factory_reference(model, dataset)
     reference.module.eval()
     return reference, dataset
@@ -135,17 +149,22 @@ def _packed_reference(model: nn.Module, dataset: Dataset, what: str) -> Referenc
     )
 
 
-def _causal_lm_reference(hf_model: nn.Module, dataset: Dataset) -> Reference:
+def _causal_lm_reference(
+    hf_model: nn.Module, dataset: Dataset, peft_model: nn.Module | None = None
+) -> Reference:
+    """``peft_model``: a ``peft.PeftModel`` adapting ``hf_model``, whose own forward runs."""
     router = getattr(hf_model.config, "output_router_logits", False)
     return Reference(
         module=hf_model,
         prefix="hf.",
         loss_mode="token",
-        sample_loss=causal_lm_sample_loss(hf_model, dataset),
+        sample_loss=causal_lm_sample_loss(peft_model or hf_model, dataset),
         description=(
             f"transformers {type(hf_model).__name__}.forward on each sample's input_ids "
             f"alone ({hf_model.config._attn_implementation} attention), cross-entropy of "
-            "its logits" + (" plus its own router auxiliary loss" if router else "")
+            "its logits"
+            + (" plus its own router auxiliary loss" if router else "")
+            + (" (LoRA by peft.get_peft_model)" if peft_model is not None else "")
         ),
     )
 
@@ -179,20 +198,35 @@ def _factory_reference(model: nn.Module, dataset: Dataset) -> Reference:
     model it wraps (the adapter patched the one it holds); anything else is the fresh
     model the factory just returned, run through its own forward."""
     kind = type(model).__name__
+    lora = getattr(model, "lora_spec", None)
     if kind == "HFCausalLM":
         inner = model.hf
         config = copy.deepcopy(inner.config)
-        fresh = unmodified_copy(
-            inner, lambda: type(inner)._from_config(config, attn_implementation="sdpa")
-        )
-        return _causal_lm_reference(fresh.to(dtype=next(inner.parameters()).dtype), dataset)
+
+        def build() -> nn.Module:
+            return type(inner)._from_config(config, attn_implementation="sdpa")
+
+        dtype = next(inner.parameters()).dtype
+        if lora is not None:
+            wrapped = peft_copy(inner, build, lora).to(dtype=dtype)
+            return _causal_lm_reference(wrapped.get_base_model(), dataset, wrapped)
+        return _causal_lm_reference(unmodified_copy(inner, build).to(dtype=dtype), dataset)
     if kind in ("DiffusersVideoModel", "DiffusersVideoTransformer"):
         inner = model.transformer
-        fresh = unmodified_copy(inner, lambda: type(inner).from_config(inner.config))
+        fresh = unmodified_copy(inner, lambda: _diffusers_fresh(inner, lora))
         return _video_reference(
             fresh.to(dtype=next(inner.parameters()).dtype), dataset, "transformer."
         )
     return _packed_reference(model, dataset, f"{kind}.forward")
+
+
+def _diffusers_fresh(inner: nn.Module, lora: LoraSpec | None) -> nn.Module:
+    """A fresh diffusers transformer of ``inner``'s config; with ``lora``, adapted the way
+    diffusers users do it (``add_adapter``, peft underneath)."""
+    fresh = type(inner).from_config(inner.config)
+    if lora is not None:
+        fresh.add_adapter(reference_lora_config(lora))
+    return fresh
 
 
 def num_blocks(model: nn.Module, name: str) -> int:

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.models.attention import check_max_sp_size
+from datacentric.models.attention import check_max_ring_size, check_max_sp_size
+from datacentric.models.lora import LoraSpec
 from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
@@ -178,11 +179,12 @@ def _distributed_worker(
     dtype: torch.dtype,
     wrapper: str,
     model_args: dict[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> list[tuple[float, dict[str, torch.Tensor]]]:
     groups = ProcessGroups()
     out = []
     for model_name, iteration_json in cases:
-        model, dataset = build_case(model_name, seed, dtype, model_args)
+        model, dataset = build_case(model_name, seed, dtype, model_args, lora)
         model.eval()  # every dropout off, as in the reference
         if wrapper == "ddp":
             model = wrap_ddp(model)
@@ -207,6 +209,7 @@ def run_distributed(
     wrapper: str = "none",
     timeout_s: float = 300.0,
     model_args: dict[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> list[StepResult]:
     """Run each ``(model, iteration)`` case on ``world_size`` spawned gloo ranks (one spawn).
 
@@ -224,6 +227,7 @@ def run_distributed(
         dtype,
         wrapper,
         model_args,
+        lora,
         timeout_s=timeout_s,
     )
     results = []
@@ -244,10 +248,12 @@ def run_reference(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     model_args: dict[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> StepResult:
     """The same global batch in one process: the unmodified model on each sample alone
-    (:func:`~datacentric.verify.case_models.build_reference`), dropout off."""
-    return _reference_step(model_name, iteration, seed, dtype, model_args)[0]
+    (:func:`~datacentric.verify.case_models.build_reference`), dropout off; with
+    ``lora``, adapted by peft itself."""
+    return _reference_step(model_name, iteration, seed, dtype, model_args, lora)[0]
 
 
 def _reference_step(
@@ -256,9 +262,10 @@ def _reference_step(
     seed: int,
     dtype: torch.dtype,
     model_args: dict[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> tuple[StepResult, str]:
     """:func:`run_reference`'s result and which code it ran, in words."""
-    reference, _ = build_reference(model_name, seed, dtype, model_args)
+    reference, _ = build_reference(model_name, seed, dtype, model_args, lora)
     loss = reference_loss(reference, iteration.sample_ids())
     loss.backward()
     result = StepResult(loss=float(loss.detach()), grads=reference_grads(reference))
@@ -306,19 +313,21 @@ def check_equivalence(
     phased: bool = False,
     sp_split: tuple[int, int] | None = None,
     model_args: dict[str, Any] | None = None,
+    lora: LoraSpec | None = None,
 ) -> list[dict[str, Any]]:
     """Run the distributed step and the reference for each model; one JSON-able report
     each. ``phased``: the step changes its group layout once, from
     :func:`mixed_iteration`'s layout to one group per rank (two phases). ``sp_split``
     ``(u, r)``: a first phase with one group of ``u x r`` ranks running Ulysses over
     ``u`` inside a ring of ``r`` (:func:`split_phases`), then :func:`mixed_iteration`'s
-    Ulysses layout. ``model_args``: the model's keyword arguments (``--model-arg``)."""
+    Ulysses layout. ``model_args``: the model's keyword arguments (``--model-arg``);
+    ``lora``: only LoRA adapters train (their gradients are compared)."""
     phases = [default_layout(world_size), [1] * world_size] if phased else None
     if sp_split is not None:
         phases = split_phases(world_size, sp_split)
     cases = []
     for name in models:
-        model, dataset = build_case(name, seed, torch.float32, model_args)
+        model, dataset = build_case(name, seed, torch.float32, model_args, lora)
         check_small_copy(model, dataset)  # refusals that show only when it runs
         blocks = num_blocks(model, name)
         shapes = dataset.shapes()
@@ -329,17 +338,26 @@ def check_equivalence(
         if sp_split is not None:
             iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
         check_max_sp_size(model, [a.sp_size for a in iteration.assignments])  # before ranks
+        check_max_ring_size(model, [r for a in iteration.assignments for _, r in a.splits])
         cases.append((name, iteration))
     start = time.perf_counter()
     distributed = run_distributed(
-        cases, world_size, seed=seed, wrapper=wrapper, timeout_s=timeout_s, model_args=model_args
+        cases,
+        world_size,
+        seed=seed,
+        wrapper=wrapper,
+        timeout_s=timeout_s,
+        model_args=model_args,
+        lora=lora,
     )
     dist_time = time.perf_counter() - start
     reports = []
     for (name, iteration), result in zip(cases, distributed):
         if progress:
             progress(f"{name}: distributed step done, running the single-process reference")
-        reference, description = _reference_step(name, iteration, seed, torch.float32, model_args)
+        reference, description = _reference_step(
+            name, iteration, seed, torch.float32, model_args, lora
+        )
         errors = relative_errors(result.grads, reference.grads)
         worst = max(errors, key=errors.__getitem__)
         reports.append(
@@ -361,6 +379,7 @@ def check_equivalence(
                 "num_tokens": iteration.num_tokens,
                 "dtype": "float32",
                 "dropout": "off (eval mode, both sides)",
+                "lora": lora.to_json() if lora is not None else None,
                 "reference": description,
                 "loss_distributed": result.loss,
                 "loss_reference": reference.loss,

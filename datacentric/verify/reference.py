@@ -71,12 +71,14 @@ def reference_loss(reference: Reference, sample_ids: Sequence[int]) -> torch.Ten
 
 
 def reference_grads(reference: Reference) -> dict[str, torch.Tensor]:
-    """Every parameter's gradient under the distributed side's name (zeros if unused)."""
+    """Every trained parameter's gradient under the distributed side's name (zeros if
+    unused); frozen ones (LoRA's base) have none."""
     return {
         reference.prefix + name: (
             p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
         )
         for name, p in reference.module.named_parameters()
+        if p.requires_grad
     }
 
 
@@ -193,3 +195,27 @@ def unmodified_copy(module: nn.Module, build: Callable[[], nn.Module]) -> nn.Mod
     fresh = build()
     fresh.load_state_dict(copy.deepcopy(module.state_dict()))
     return fresh
+
+
+def peft_copy(module: nn.Module, build: Callable[[], nn.Module], lora: Any) -> nn.Module:
+    """A fresh unmodified model from ``build()`` adapted by ``peft.get_peft_model`` with
+    ``lora``'s settings (a :class:`~datacentric.models.lora.LoraSpec`), holding
+    ``module``'s weights, base and adapters: the single-process peft reference."""
+    import peft
+
+    wrapped = peft.get_peft_model(build(), reference_lora_config(lora))
+    wrapped.get_base_model().load_state_dict(copy.deepcopy(module.state_dict()))
+    return wrapped
+
+
+def reference_lora_config(lora: Any) -> Any:
+    """``peft.LoraConfig`` of a :class:`~datacentric.models.lora.LoraSpec`, written here
+    from its fields (the reference builds its adapters without our code)."""
+    import peft
+
+    return peft.LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha if lora.alpha is not None else lora.rank,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.targets),
+    )

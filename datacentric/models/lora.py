@@ -1,0 +1,186 @@
+"""LoRA adapters on any model of ours, through ``peft`` (``pip install 'datacentric[lora]'``).
+
+:func:`apply_lora` injects ``peft`` LoRA layers in place into the module that holds the
+model's layers (a transformers model inside :class:`~datacentric.models.hf.HFCausalLM`,
+the diffusers transformer inside a diffusers adapter, or a user's model itself) and
+freezes every other parameter: only the adapters train, so they alone have gradients,
+optimizer state and a gradient sync. The module tree keeps its names (``q_proj``
+becomes a ``peft`` layer whose base weight is ``q_proj.base_layer.weight``), so our
+attention routing, recomputation and sharding see the same blocks.
+
+A model the user wrapped with ``peft.get_peft_model`` is unwrapped to the model it
+adapts (:func:`unwrap_peft`): the ``PeftModel`` is a shell around the same parameters.
+
+Dropout on the adapters' input (``dropout``) follows the model's dropout rule
+(docs/huggingface.md, "Dropout"): it runs in training mode, recomputation replays it
+exactly, and the equivalence checks run both sides in ``eval()`` mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+#: The attention projections LoRA adapts by default, by the module names a family uses.
+DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
+    "transformers": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "diffusers": ("to_q", "to_k", "to_v", "to_out.0"),
+    "datacentric": ("wq", "wk", "wv", "wo"),  # our presets (llama, dit, their sizes)
+}
+ADAPTER = "default"
+"""The peft adapter name our models carry."""
+
+
+class LoraError(ValueError):
+    """A LoRA setting that cannot apply to the model (no such module, no peft)."""
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """What LoRA adapts and how (``[lora]`` settings)."""
+
+    rank: int
+    """Rank ``r`` of every adapter (``B A`` with ``A: r x in``, ``B: out x r``)."""
+    alpha: float | None = None
+    """Scale numerator: an adapter adds ``alpha / rank * B A x`` (None: ``alpha = rank``)."""
+    dropout: float = 0.0
+    """Dropout on each adapter's input (training mode only)."""
+    targets: tuple[str, ...] | None = None
+    """Module names to adapt (None: :data:`DEFAULT_TARGETS` of the model's family)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "rank": self.rank,
+            "alpha": self.alpha,
+            "dropout": self.dropout,
+            "targets": list(self.targets) if self.targets is not None else None,
+        }
+
+
+def lora_spec(
+    rank: int, alpha: float | None = None, dropout: float = 0.0, targets: str | None = None
+) -> LoraSpec | None:
+    """The spec of ``[lora]`` settings; ``None`` when ``rank`` is 0 (LoRA off)."""
+    if rank < 0:
+        raise LoraError(f"lora.rank {rank}: give 0 (off) or a positive rank")
+    if not rank:
+        return None
+    if not 0 <= dropout < 1:
+        raise LoraError(f"lora.dropout {dropout}: give a probability in [0, 1)")
+    names = None
+    if targets:
+        names = tuple(t.strip() for t in targets.split(",") if t.strip())
+        if not names:
+            raise LoraError(f"lora.targets {targets!r}: name at least one module")
+    return LoraSpec(int(rank), alpha, float(dropout), names)
+
+
+def peft_module():
+    """The ``peft`` package, or one line saying how to install it."""
+    try:
+        return importlib.import_module("peft")
+    except ImportError:
+        raise LoraError("LoRA needs the 'peft' package: pip install 'datacentric[lora]'") from None
+
+
+def is_peft_model(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``peft.PeftModel`` (a shell around the model it adapts)."""
+    return callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config")
+
+
+def unwrap_peft(model: nn.Module) -> nn.Module:
+    """The model a ``peft.PeftModel`` adapts (its LoRA layers in place); other models as
+    they are."""
+    return model.get_base_model() if is_peft_model(model) else model
+
+
+def lora_root(model: nn.Module) -> nn.Module:
+    """The module LoRA is injected into: the wrapped transformers model (``.hf``), the
+    wrapped diffusers transformer (``.transformer``), or the model itself."""
+    for name in ("hf", "transformer"):
+        inner = getattr(model, name, None)
+        if isinstance(inner, nn.Module):
+            return inner
+    return model
+
+
+def default_targets(root: nn.Module) -> tuple[str, ...]:
+    """The family's attention projections present in ``root``."""
+    names = {name for name, _ in root.named_modules()}
+    for targets in DEFAULT_TARGETS.values():
+        if any(n.endswith("." + targets[0]) or n == targets[0] for n in names):
+            return targets
+    families = "; ".join(f"{k}: {','.join(v)}" for k, v in DEFAULT_TARGETS.items())
+    raise LoraError(
+        f"{type(root).__name__} has none of the default LoRA targets ({families}); name its "
+        "modules with --lora.targets NAMES"
+    )
+
+
+def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
+    """``model`` with LoRA adapters injected in place and every other parameter frozen."""
+    peft = peft_module()
+    root = lora_root(model)
+    targets = spec.targets or default_targets(root)
+    _check_targets(root, targets)
+    config = peft_config(dataclasses.replace(spec, targets=tuple(targets)))
+    peft.inject_adapter_in_model(config, root, adapter_name=ADAPTER)
+    for name, param in model.named_parameters():
+        param.requires_grad_(".lora_" in name)
+    model.lora_spec = dataclasses.replace(spec, targets=tuple(targets))
+    """What was injected, the targets resolved (export and the checks read it)."""
+    return model
+
+
+def peft_config(spec: LoraSpec):
+    """The ``peft.LoraConfig`` of ``spec`` (its targets resolved)."""
+    return peft_module().LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha if spec.alpha is not None else spec.rank,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.targets or ()),
+    )
+
+
+def draw_adapter_weights(model: nn.Module, seed: int, std: float = 0.02) -> None:
+    """Give every adapter weight a seeded random value. peft starts ``B`` at zero, so
+    the first step's ``A`` gradient is zero; an equivalence check draws both, so that
+    every adapter gradient it compares is non-zero."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if ".lora_" in name:
+                drawn = torch.randn(param.shape, generator=generator, dtype=torch.float64)
+                param.copy_((drawn * std).to(param.dtype))
+
+
+def _check_targets(root: nn.Module, targets: Sequence[str]) -> None:
+    """Every target names a linear layer somewhere in ``root`` (peft would adapt none of
+    a misspelled name silently when another target matches)."""
+    found = {t: [] for t in targets}
+    for name, module in root.named_modules():
+        for target in targets:
+            if name == target or name.endswith("." + target):
+                found[target].append(module)
+    missing = [t for t, mods in found.items() if not mods]
+    if missing:
+        raise LoraError(
+            f"lora.targets: no module named {', '.join(missing)} in {type(root).__name__}; "
+            "give the names of its linear layers (e.g. q_proj or to_q)"
+        )
+    wrong = [t for t, mods in found.items() if not all(isinstance(m, nn.Linear) for m in mods)]
+    if wrong:
+        raise LoraError(
+            f"lora.targets: {', '.join(wrong)} in {type(root).__name__} is not an nn.Linear; "
+            "LoRA adapts linear layers"
+        )
+
+
+def lora_parameter_names(model: nn.Module) -> list[str]:
+    """Names of the adapters' parameters (what trains)."""
+    return [n for n, _ in model.named_parameters() if ".lora_" in n]

@@ -1,0 +1,139 @@
+"""Progress of long work on stderr: a bar on a terminal, plain lines in a file.
+
+:class:`Progress` counts ``done`` of ``total`` units of one piece of work (profiling
+rounds, policies scheduled, stages of a command). On an interactive terminal it draws a
+tqdm bar, refreshed every second even while one unit takes long; anywhere else (a log
+file, a pipe, a cluster's job output) it writes no bar frames but, every ``every_s``
+seconds (10), one line::
+
+    progress: schedule dcp-opt (planning) 1/3 (33%), 20 s elapsed
+
+and a last line when it ends, if it wrote any (work shorter than ``every_s`` stays
+silent). No torch is imported here.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+#: Seconds between two progress lines when stderr is not a terminal.
+EVERY_S = 10.0
+
+
+def elapsed_text(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``, ``1 h 02 min``."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def progress_line(what: str, done: int, total: int, seconds: float) -> str:
+    """``progress: WHAT DONE/TOTAL (PCT%), ELAPSED elapsed``."""
+    share = 100.0 * done / total if total else 100.0
+    return f"progress: {what} {done}/{total} ({share:.0f}%), {elapsed_text(seconds)} elapsed"
+
+
+class Progress:
+    """Progress of ``what`` over ``total`` units; use as a context manager and call
+    :meth:`update` per unit done (``stage=`` names what runs now). ``enabled=False``
+    shows nothing; ``terminal`` overrides whether ``stream`` is one."""
+
+    def __init__(
+        self,
+        what: str,
+        total: int,
+        *,
+        unit: str = "step",
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        terminal: bool | None = None,
+        every_s: float = EVERY_S,
+    ) -> None:
+        self.what = what
+        self.total = int(total)
+        self.done = 0
+        self.stage = ""
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.every_s = every_s
+        self.lines = 0
+        """Progress lines written so far (not on a terminal)."""
+        tty = terminal if terminal is not None else _isatty(self.stream)
+        self._bar: Any = None
+        if enabled and tty:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, desc=what, unit=unit, file=self.stream)
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
+        if enabled:
+            self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
+            self._ticker.start()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def update(self, n: int = 1, *, stage: str | None = None) -> None:
+        """``n`` more units done; ``stage`` names the one that runs now."""
+        with self._lock:
+            self.done = min(self.total, self.done + n)
+            if stage is not None:
+                self.stage = stage
+            if self._bar is not None:
+                self._bar.update(n)
+                if stage is not None:
+                    self._bar.set_postfix_str(stage, refresh=False)
+
+    def set_stage(self, stage: str) -> None:
+        """Name what runs now, without counting a unit."""
+        self.update(0, stage=stage)
+
+    def line(self) -> str:
+        """The progress line as it stands."""
+        what = f"{self.what} ({self.stage})" if self.stage else self.what
+        return progress_line(what, self.done, self.total, time.monotonic() - self._started)
+
+    def _tick(self) -> None:
+        wait = 1.0 if self._bar is not None else self.every_s
+        while not self._stop.wait(wait):
+            with self._lock:
+                if self._bar is not None:
+                    self._bar.refresh()
+                else:
+                    self._write(self.line())
+
+    def _write(self, text: str) -> None:
+        self.lines += 1
+        print(text, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """Stop: close the bar, or write the last line when lines were written."""
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
+        with self._lock:
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+            elif self.lines:
+                self._write(self.line())
+                self.lines = 0
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,83 @@
+"""LoRA (peft) through the runtime: only the adapters train, and their gradients equal a
+single-process peft reference of the unmodified model (``peft.get_peft_model`` for a
+transformers model, diffusers' own ``add_adapter`` for a diffusers transformer)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from datacentric.models.lora import (  # noqa: E402
+    LoraError,
+    LoraSpec,
+    apply_lora,
+    lora_spec,
+    unwrap_peft,
+)
+from datacentric.verify.equivalence import check_equivalence  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _check(model: str, world: int, lora: LoraSpec, wrapper: str) -> dict:
+    (report,) = check_equivalence([model], world, lora=lora, wrapper=wrapper, timeout_s=420)
+    assert report["passed"], report
+    assert report["max_rel_grad_err"] <= 1e-5
+    assert max(report["sp_sizes"]) > 1 and max(report["accumulation_counts"]) > 1
+    assert "peft" in report["reference"] or "diffusers" in report["reference"]
+    return report
+
+
+@pytest.mark.slow
+def test_transformers_lora_matches_peft_at_world_2_under_fsdp2() -> None:
+    report = _check("hf:qwen2", 2, lora_spec(4, 8.0, 0.0, "q_proj,v_proj"), "fsdp2")
+    # only the adapters' gradients: 4 layers x 2 targets x (A, B)
+    assert report["num_parameters"] == 4 * 2 * 2
+    assert all(".lora_" in name for name in [report["worst_parameter"]])
+
+
+@pytest.mark.slow
+def test_transformers_lora_matches_peft_at_world_4() -> None:
+    _check("hf:llama", 4, lora_spec(2), "none")  # default targets: q, k, v, o
+
+
+@pytest.mark.slow
+def test_diffusers_lora_matches_add_adapter_at_world_2() -> None:
+    report = _check("diffusers:wan", 2, lora_spec(4), "ddp")
+    assert "to_out.0" in str(report["lora"]) or report["lora"]["targets"] is None
+
+
+def test_lora_freezes_the_base_and_unwraps_peft_models() -> None:
+    import peft
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from datacentric.models.hf import HFCausalLM
+    from datacentric.profiling.module_specs import spec_of_model
+
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    model = apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4))
+    trained = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trained and all(".lora_" in n for n in trained)
+    assert model.lora_spec.targets == ("q_proj", "k_proj", "v_proj", "o_proj")
+    spec = spec_of_model(model)
+    assert spec.trainable_params == sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # a model the user adapted with peft is unwrapped to the same parameters
+    wrapped = peft.get_peft_model(
+        Qwen2ForCausalLM(config), peft.LoraConfig(r=2, target_modules=["q_proj"])
+    )
+    inner = HFCausalLM(wrapped)
+    assert inner.hf is wrapped.get_base_model() is unwrap_peft(wrapped)
+    with pytest.raises(LoraError, match="no module named nope"):
+        apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4, targets="q_proj,nope"))
+    with pytest.raises(LoraError, match="not an nn.Linear"):
+        apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4, targets="self_attn"))
+    assert lora_spec(0) is None
