@@ -44,6 +44,7 @@ from datacentric.settings.run_settings import (
     build_config,
     file_settings,
     load_config,
+    name_in_section,
     renamed_section_of,
     section_of,
 )
@@ -57,7 +58,7 @@ POLICIES: tuple[str, ...] = typing.get_args(Policy)
 def section_flag(key: str, section: str | None = None) -> str:
     """``--section.key``: the one section flag of a settings key (``section``: an older
     section name, for its deprecated alias)."""
-    return f"--{section or section_of()[key]}.{key}"
+    return f"--{section or section_of()[key]}.{name_in_section(key)}"
 
 
 def short_flag(key: str) -> str:

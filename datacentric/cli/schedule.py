@@ -22,6 +22,7 @@ from typing import Any
 from datacentric.cli.flags import (
     add_deprecated_alias,
     add_json_out_flag,
+    add_lora_flags,
     add_policy_flag,
     add_split_mode_flag,
     add_world_flag,
@@ -59,6 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(
         parser, "--model", key="model", help="analytic model preset (default: the workload's)"
     )
+    add_lora_flags(parser)
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_cost_model_arguments(parser)
     config_option(

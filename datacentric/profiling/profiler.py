@@ -40,6 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
+from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.models.source import build_model_named, truncate_blocks
 from datacentric.parallel.groups import ProcessGroups
@@ -63,6 +64,8 @@ class ProfileSettings(MeasureSettings):
     ``pkg.module:factory`` (:mod:`datacentric.models.source`)."""
     model_args: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of the model (``--model-arg``)."""
+    lora: LoraSpec | None = None
+    """LoRA adapters the run trains (the rest frozen); ``None``: every parameter."""
     dataset: Any = None
     """The run's dataset: its own samples of each profiled shape are measured (a model
     that is not a preset reads the inputs it was made for); ``None``: synthetic samples."""
@@ -313,7 +316,8 @@ class PassCpuClock:
         self.start = self.end = 0.0
         module.register_forward_pre_hook(self._on_forward)
         for param in module.parameters():
-            param.register_post_accumulate_grad_hook(self._on_grad)
+            if param.requires_grad:  # frozen weights (LoRA's base) get no gradient
+                param.register_post_accumulate_grad_hook(self._on_grad)
 
     def _on_forward(self, *_: Any) -> None:
         self.start = time.process_time()
@@ -348,6 +352,8 @@ def _runtime(
                 settings.model, settings.model_args, dtype=dtype, dataset=settings.dataset
             )
         truncate_blocks(model, layers)
+    if settings.lora is not None:
+        apply_lora(model, settings.lora)
     runtime = DataCentricRuntime(model, groups, dataset.pack, dataset.loss_tokens)
     if depth == 0:
         # the runtime needs an attention layer to wire up; the depth-0 model (embedding,

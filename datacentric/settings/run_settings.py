@@ -149,7 +149,7 @@ class TrainConfig(
                 lines.append(f"# {docs.get(key, '')}")
                 value = getattr(self, key)
                 shown = "(unset)" if value is None else toml_value(value)
-                lines.append(f"{'# ' if value is None else ''}{key} = {shown}")
+                lines.append(f"{'# ' if value is None else ''}{name_in_section(key)} = {shown}")
             lines.append("")
         return "\n".join(lines)
 
@@ -212,6 +212,7 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
         if name not in SECTIONS:
             raise ConfigError(f"{where}: unknown section [{name}]{suggest(name, list(SECTIONS))}")
         for key, value in table.items():
+            key = key_of(name, key)
             moved = renamed_section_of(name, key)
             if moved is not None:
                 print(

@@ -20,6 +20,7 @@ weights. :func:`build_reference` builds the independent side of the check
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 

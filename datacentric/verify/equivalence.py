@@ -194,8 +194,9 @@ def _distributed_worker(
         runtime = DataCentricRuntime(model, groups, dataset.pack, loss_tokens_function(dataset))
         runtime.check_schedule([iteration])
         loss = run_step(runtime, iteration).loss
-        names = [n.removeprefix("module.") for n, _ in model.named_parameters()]
-        grads = [_full_grad(p) for p in model.parameters()]
+        trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        names = [n.removeprefix("module.") for n, _ in trained]
+        grads = [_full_grad(p) for _, p in trained]
         out.append((loss, dict(zip(names, grads))))
     return out
 

@@ -31,6 +31,7 @@ import copy
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
