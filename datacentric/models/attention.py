@@ -101,6 +101,20 @@ def check_max_sp_size(model: object, sp_sizes: Iterable[int]) -> None:
         )
 
 
+def check_max_ring_size(model: object, ring_sizes: Iterable[int]) -> None:
+    """Raise ``ValueError`` if a ring degree of ``ring_sizes`` exceeds the model's
+    ``max_ring_size`` (a model whose path runs Ulysses only declares 1), naming why (its
+    ``max_ring_size_reason``)."""
+    cap = getattr(model, "max_ring_size", None)
+    bad = sorted({int(r) for r in ring_sizes if cap is not None and r > cap})
+    if bad:
+        why = getattr(model, "max_ring_size_reason", "the model declares it")
+        raise ValueError(
+            f"{type(model).__name__} runs rings of at most {cap} position"
+            f"{'' if cap == 1 else 's'}, not {bad[0]} (use Ulysses splits): {why}"
+        )
+
+
 def check_attention_args(
     q_SHD: torch.Tensor, k_SHD: torch.Tensor, cu_seqlens: torch.Tensor, causal: bool, window
 ) -> None:
