@@ -17,7 +17,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -215,7 +214,7 @@ class Trainer:
                 "name the run folder that holds the pinned checkpoint (or drop --expect-sha256)"
             )
         if notice and self.is_main:
-            print(f"datacentric train: note: {notice}", file=sys.stderr)
+            logger.warning("note: %s", notice)
         return path
 
     def _resume(self) -> None:
@@ -242,10 +241,12 @@ class Trainer:
         if self.is_main:
             new = self.total_iterations
             change = f" (the checkpoint's run planned {was})" if was != new else ""
-            print(
-                f"datacentric train: resuming from {path.name} at step {done}; learning-rate "
-                f"horizon {self.total_iterations} steps{change}",
-                file=sys.stderr,
+            logger.info(
+                "resuming from %s at step %d; learning-rate horizon %d steps%s",
+                path.name,
+                done,
+                self.total_iterations,
+                change,
             )
             _truncate_jsonl(self.out / "metrics.jsonl", done)
             _truncate_jsonl(self.out / "samples.jsonl", done)
@@ -404,10 +405,11 @@ class Trainer:
             metrics.close()
             self.dc.close()
         if stopped_by is not None and self.is_main:
-            print(
-                f"datacentric train: stopped by {signal_name(stopped_by)} after step "
-                f"{self.position.iterations_done}; saved {self.saved}; continue with --resume",
-                file=sys.stderr,
+            logger.warning(
+                "stopped by %s after step %d; saved %s; continue with --resume",
+                signal_name(stopped_by),
+                self.position.iterations_done,
+                self.saved,
             )
         if self.is_main and config.plots:
             _draw_plots(self.out)
@@ -448,11 +450,7 @@ class Trainer:
         finally:
             self.activity = f"training after step {step}"
         if self.is_main:
-            print(
-                f"datacentric train: saved {self.saved} (manifest sha256 "
-                f"{manifest_sha256(self.saved)})",
-                file=sys.stderr,
-            )
+            logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
 
     def _maybe_stop_in_save(self) -> None:
         """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
