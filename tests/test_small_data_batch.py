@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from datacentric.cli.train import size_global_batch
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens, epoch_batches
 from datacentric.settings import TrainConfig
 from datacentric.shapes import SampleShape
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_small_dataset_gets_several_steps_an_epoch():
@@ -47,3 +56,31 @@ def test_train_records_the_sized_batch_in_its_settings_and_keeps_a_given_one():
         config = TrainConfig(**given)
         assert size_global_batch(config, tokens) is None
         assert config.global_batch_tokens == given.get("global_batch_tokens")
+
+
+@pytest.mark.slow
+def test_sixty_short_documents_train_several_steps_and_trace_the_schedule(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    words = "data centric parallel training of short documents".split()
+    lines = [json.dumps({"text": " ".join(words[: 2 + i % 6] * 3)}) for i in range(60)]
+    docs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", f"jsonl:{docs}", "--world", "2", "--epochs", "1"]
+    argv += ["--trace-steps", "2", "--out", str(out), "--cost-model", "analytic", "--json"]
+    argv += ["--no-plots", "--no-tensorboard", "--model-arg", "num_layers=2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["iterations_done"] >= 4 and summary["samples_seen"] == 60
+    assert "global batch sized to" in done.stderr
+    assert re.search(r"^step +1 +loss", done.stderr, re.MULTILINE), done.stderr
+    assert "global_batch_tokens = " in (out / "config.toml").read_text()
+    events = json.loads((out / "traces" / "step-2-rank0.json").read_text())["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert any(re.match(r"datacentric: micro-batch \d+/\d+ sp [12] ", n) for n in names), names
