@@ -1,0 +1,116 @@
+"""LoRA adapters out of a run, in the formats their libraries load (``datacentric export``).
+
+A run trained with ``[lora]`` holds the frozen base weights and the adapters (peft's
+names: ``q_proj.base_layer.weight``, ``q_proj.lora_A.default.weight``, ...). Export
+writes, by default, the adapters alone:
+
+- a transformers model: a PEFT adapter folder (``adapter_config.json``,
+  ``adapter_model.safetensors``) that ``PeftModel.from_pretrained(base, OUT)`` loads onto
+  the base model the run started from;
+- a diffusers transformer: ``pytorch_lora_weights.safetensors``, keys prefixed with the
+  pipeline component (``transformer.``), which a diffusers pipeline's
+  ``load_lora_weights(OUT)`` loads, with ``adapter_config.json`` beside it;
+- any other model: ``adapter_model.safetensors`` with the adapters under the model's
+  own names and ``adapter_config.json``.
+
+``--merge`` folds every adapter into its base weight (``W + alpha / r * B @ A``, the
+update peft's ``merge_and_unload`` applies) and exports the merged model as a model
+trained without LoRA would be.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datacentric.models.lora import ADAPTER, LoraSpec
+
+#: what a peft layer inserts into its base layer's names
+BASE = ".base_layer."
+ADAPTER_SEGMENT = f".{ADAPTER}."
+#: file names of the three adapter formats
+PEFT_WEIGHTS = "adapter_model.safetensors"
+PEFT_CONFIG = "adapter_config.json"
+DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"
+
+
+def lora_from_settings(settings: dict[str, Any]) -> LoraSpec | None:
+    """The LoRA spec a run recorded (its ``lora_*`` settings); ``None`` for a full fine-tune."""
+    from datacentric.models.lora import lora_spec
+
+    return lora_spec(
+        int(settings.get("lora_rank") or 0),
+        settings.get("lora_alpha"),
+        float(settings.get("lora_dropout") or 0.0),
+        settings.get("lora_targets"),
+    )
+
+
+def adapter_tensors(state: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+    """The adapters of a model state under ``prefix`` (removed), without peft's adapter
+    name (``lora_A.default.weight`` -> ``lora_A.weight``, as peft and diffusers save them)."""
+    out = {}
+    for name, tensor in state.items():
+        if ".lora_" in name and name.startswith(prefix):
+            out[name[len(prefix) :].replace(ADAPTER_SEGMENT, ".")] = tensor.contiguous()
+    if not out:
+        raise ValueError("the checkpoint holds no LoRA adapter weights (lora_A / lora_B)")
+    return out
+
+
+def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, torch.Tensor]:
+    """The state with every adapter folded into its base layer: ``X.base_layer.weight +
+    alpha / rank * X.lora_B @ X.lora_A`` becomes ``X.weight`` (and ``X.base_layer.bias``
+    ``X.bias``); the adapters are dropped."""
+    scale = (spec.alpha if spec.alpha is not None else spec.rank) / spec.rank
+    merged = {}
+    for name, tensor in state.items():
+        if ".lora_" in name:
+            continue
+        if BASE not in name:
+            merged[name] = tensor
+            continue
+        layer, _, leaf = name.partition(BASE)
+        weight = tensor
+        if leaf == "weight":
+            a = state[f"{layer}.lora_A{ADAPTER_SEGMENT}weight"].double()
+            b = state[f"{layer}.lora_B{ADAPTER_SEGMENT}weight"].double()
+            weight = (tensor.double() + scale * (b @ a)).to(tensor.dtype)
+        merged[f"{layer}.{leaf}"] = weight
+    return merged
+
+
+def save_adapter_config(spec: LoraSpec, base: str, task_type: str | None, out: Path) -> None:
+    """``adapter_config.json``, written by ``peft.LoraConfig`` itself."""
+    import peft
+
+    peft.LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha if spec.alpha is not None else spec.rank,
+        lora_dropout=spec.dropout,
+        target_modules=list(spec.targets or ()),
+        task_type=task_type,
+        base_model_name_or_path=base,
+    ).save_pretrained(str(out))
+
+
+def write_adapter(
+    state: dict[str, torch.Tensor], spec: LoraSpec, kind: str, base: str, out: Path
+) -> int:
+    """Write the adapters of ``state`` (the run's names) for a model of ``kind``
+    (``hf``, ``diffusers``, else ours) into ``out``; returns how many values they hold."""
+    from safetensors.torch import save_file
+
+    if kind == "hf":
+        tensors = {f"base_model.model.{k}": v for k, v in adapter_tensors(state, "hf.").items()}
+        file, task = PEFT_WEIGHTS, "CAUSAL_LM"
+    elif kind == "diffusers":
+        tensors = {f"transformer.{k}": v for k, v in adapter_tensors(state, "transformer.").items()}
+        file, task = DIFFUSERS_WEIGHTS, None
+    else:
+        tensors, file, task = adapter_tensors(state), PEFT_WEIGHTS, None
+    save_file(tensors, str(out / file), metadata={"format": "pt"})
+    save_adapter_config(spec, base, task, out)
+    return sum(t.numel() for t in tensors.values())

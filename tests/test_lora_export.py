@@ -1,0 +1,115 @@
+"""LoRA adapters leave a run in the formats their libraries load: a PEFT adapter folder
+(``PeftModel.from_pretrained``), diffusers LoRA weights (a pipeline's
+``load_lora_weights``), and ``--merge`` as peft's own ``merge_and_unload``."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from datacentric.models.lora import apply_lora, draw_adapter_weights, lora_spec  # noqa: E402
+from datacentric.train.lora_export import (  # noqa: E402
+    DIFFUSERS_WEIGHTS,
+    PEFT_CONFIG,
+    PEFT_WEIGHTS,
+    merged_state,
+    write_adapter,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _qwen2():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(config)
+
+
+def _adapted(base):
+    from datacentric.models.hf import HFCausalLM
+
+    model = apply_lora(HFCausalLM(copy.deepcopy(base)), lora_spec(4, 8.0, 0.0, "q_proj,v_proj"))
+    draw_adapter_weights(model, seed=1)
+    return model
+
+
+def test_a_peft_adapter_folder_loads_onto_the_base_model(tmp_path) -> None:
+    from peft import PeftModel
+
+    base = _qwen2()
+    base.save_pretrained(tmp_path / "base")
+    model = _adapted(base).eval()
+    (tmp_path / "a").mkdir()
+    count = write_adapter(model.state_dict(), model.lora_spec, "hf", "base", tmp_path / "a")
+    assert {p.name for p in (tmp_path / "a").iterdir()} == {PEFT_CONFIG, PEFT_WEIGHTS}
+    assert count == 2 * 4 * ((32 + 32) + (32 + 16))  # layers x rank x (q: in + out, v: in + out)
+    loaded = PeftModel.from_pretrained(_qwen2(), tmp_path / "a").eval()
+    ours = {
+        k[3:]: v for k, v in model.state_dict().items() if k.startswith("hf.") and ".lora_" in k
+    }
+    theirs = {k: v for k, v in loaded.get_base_model().state_dict().items() if ".lora_" in k}
+    assert ours.keys() == theirs.keys()
+    for name, value in ours.items():
+        torch.testing.assert_close(theirs[name], value, rtol=0, atol=0)
+    ids = torch.randint(0, 64, (1, 12))
+    model.hf.set_attn_implementation("sdpa")  # plain transformers use, as the user's load
+    torch.testing.assert_close(loaded(input_ids=ids).logits, model.hf(input_ids=ids).logits)
+    # the base weights on disk are untouched, the adapters moved the output
+    assert not torch.allclose(loaded(input_ids=ids).logits, _qwen2()(input_ids=ids).logits)
+
+
+def test_merge_folds_the_adapters_as_peft_merge_and_unload(tmp_path) -> None:
+    import peft
+
+    model = _adapted(_qwen2())
+    own = {k[3:]: v for k, v in model.state_dict().items() if k.startswith("hf.")}
+    merged = merged_state(own, model.lora_spec)
+    wrapped = peft.get_peft_model(
+        _qwen2(), peft.LoraConfig(r=4, lora_alpha=8.0, target_modules=["q_proj", "v_proj"])
+    )
+    wrapped.get_base_model().load_state_dict(own)
+    reference = wrapped.merge_and_unload().state_dict()
+    assert merged.keys() == reference.keys()
+    for name, value in reference.items():
+        torch.testing.assert_close(merged[name], value, rtol=1e-6, atol=1e-7)
+
+
+def test_diffusers_lora_weights_load_into_a_pipeline_every_tensor(tmp_path) -> None:
+    pytest.importorskip("diffusers")
+    from diffusers import WanPipeline
+
+    from datacentric.models.source import build_model_named
+
+    torch.manual_seed(0)
+    model = apply_lora(build_model_named("diffusers:wan"), lora_spec(4))
+    draw_adapter_weights(model, seed=2)
+    write_adapter(model.state_dict(), model.lora_spec, "diffusers", "wan", tmp_path)
+    assert (tmp_path / DIFFUSERS_WEIGHTS).is_file()
+    fresh = type(model.transformer).from_config(model.transformer.config)
+    pipe = WanPipeline(
+        tokenizer=None, text_encoder=None, vae=None, scheduler=None, transformer=fresh
+    )
+    pipe.load_lora_weights(str(tmp_path), adapter_name="trained")
+    loaded = {k: v for k, v in fresh.state_dict().items() if ".lora_" in k}
+    ours = {
+        k.removeprefix("transformer.").replace(".default.", ".trained."): v
+        for k, v in model.state_dict().items()
+        if ".lora_" in k
+    }
+    assert loaded.keys() == ours.keys() and len(ours) == 64
+    for name, value in ours.items():
+        torch.testing.assert_close(loaded[name], value, rtol=0, atol=0)
