@@ -201,6 +201,7 @@ def test_sigterm_saves_and_the_resume_is_bitwise_identical(tmp_path):
     )  # fmt: skip
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     assert "stopped by SIGTERM after step 4" in stopped.stderr
+    assert "datacentric train: SIGTERM: finishing step 4, then saving" in stopped.stderr
     assert inspect_run(str(out))["iterations_done"] == 4
     resumed = subprocess.run(_cli(*argv, "--resume"), env=env, capture_output=True,
                              text=True, timeout=600)  # fmt: skip
