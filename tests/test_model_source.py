@@ -219,7 +219,11 @@ def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None
     profile = json.loads((run_dir / "profile" / "profile.json").read_text())
     identity = profile["fingerprint"]["model_config"]
     assert identity["class"] == "TinyGPT" and identity["args"] == {"layers": 2}
-    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"), "--json")
+    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"))
+    assert result.returncode == 2 and "pass --model tests.user_models:tiny_gpt" in result.stderr
+    assert not (tmp_path / "exported").exists()  # a factory runs only when named
+    argv = ["--model", "tests.user_models:tiny_gpt", "--json"]
+    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"), *argv)
     assert result.returncode == 0, result.stderr[-2000:]
     from safetensors.torch import load_file
 

@@ -15,17 +15,22 @@ from test_reliability_cases import errors_only, run_cli, snapshot
 from test_trust import resume, rewrite_manifest
 
 from datacentric.train import checkpoint as ckpt
+from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import LOCK_FILE, RunFolderError, RunFolderLock
 from datacentric.train.safe_load import read_metadata_file
 from datacentric.train.trainer import train_rank
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
+def one_step_run(tmp_path_factory) -> Path:
     """A finished one-process run of one step."""
     out = tmp_path_factory.mktemp("trusted") / "run"
     train_rank(small_config(out, iterations=1))
     return out
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    return one_step_run(tmp_path_factory)
 
 
 def copy_run(trained: Path, tmp_path: Path) -> tuple[Path, Path]:
@@ -83,6 +88,16 @@ def test_train_refuses_a_linked_lock_in_one_line(trained, tmp_path, capsys, mode
     refused(status, err, str(out / LOCK_FILE), "symbolic link")
     assert victim.read_text() == "precious\n" and (out / LOCK_FILE).is_symlink()
     assert snapshot(out) == before
+
+
+def test_train_never_writes_through_a_linked_run_file(trained, tmp_path, capsys):
+    out, _ = copy_run(trained, tmp_path)
+    victim = tmp_path / "victim.json"
+    shutil.move(out / "config.json", victim)
+    os.symlink(victim, out / "config.json")
+    before = victim.read_text()
+    refused(*resume(out, capsys), str(out / "config.json"), "symbolic link")
+    assert victim.read_text() == before and (out / "config.json").is_symlink()
 
 
 # ---------------------------------------------------------------- paths in a checkpoint
@@ -150,3 +165,29 @@ def test_expect_sha256_with_no_checkpoint_is_an_error(tmp_path, capsys):
     status, err = resume(out, capsys, "--expect-sha256", "a" * 64)
     refused(status, err, "--expect-sha256", "no checkpoint")
     assert not (out / "metrics.jsonl").exists() and not (out / "checkpoints").exists()
+
+
+# ---------------------------------------------------------------- what a run appends to
+
+
+@pytest.mark.slow
+def test_a_torn_metrics_line_is_skipped_and_trace_steps_outside_the_run_warn(
+    trained, tmp_path, capsys, caplog
+):
+    out, _ = copy_run(trained, tmp_path)
+    whole = (out / "metrics.jsonl").read_text()
+    torn = whole + '{"iteration": 1, "lo'  # the run was killed mid-line
+    (out / "metrics.jsonl").write_text(torn)
+    status, err = resume(out, capsys, "--trace-steps", "2,100")
+    assert status == 0, err
+    assert len([ln for ln in err if "no trace for step 100" in ln]) == 1, err
+    assert any("metrics.jsonl:2: skipped a torn last line" in ln for ln in err), err
+    assert [r["iteration"] for r in read_metrics(out)] == [0, 1]
+    assert sorted(p.name for p in (out / "traces").iterdir()) == ["step-2-rank0.json"]
+    (out / "metrics.jsonl").write_text(torn)
+    with caplog.at_level("WARNING"):
+        assert read_metrics(out) == read_metrics(trained)
+    assert "metrics.jsonl:2: skipped a torn last line" in caplog.text
+    (out / "metrics.jsonl").write_text('{"iteration": 0, "lo\n' + whole)  # not the last
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1 is not a JSON record"):
+        read_metrics(out)

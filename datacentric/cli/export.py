@@ -21,7 +21,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="a checkpoint of the run to export (step number or folder name; default: newest)",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out folder")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an earlier export in --out"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="the model to export into (default: the one the checkpoint records); a "
+        "pkg.module:factory run only when named here",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="a model argument, repeatable (replaces the recorded ones)",
+    )
+    parser.add_argument(
+        "--expect-sha256",
+        metavar="HEX",
+        default=None,
+        help="export the checkpoint only if its manifest.json has this SHA-256 (checked first)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -30,7 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.train.export import export_run
 
     summary = export_run(
-        args.run_dir, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite
+        args.run_dir,
+        args.out,
+        checkpoint=args.checkpoint,
+        overwrite=args.overwrite,
+        model=args.model,
+        model_args=args.model_arg,
+        expect_sha256=args.expect_sha256,
     )
     if args.json:
         print(json.dumps(summary))

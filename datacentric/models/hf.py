@@ -527,7 +527,8 @@ def build_hf_model(
     """
     config = tiny_hf_config(name, **config_overrides)
     check_supported(config, f"hf:{name}", AutoModelForCausalLM._model_mapping[type(config)])
-    model = HFCausalLM(AutoModelForCausalLM.from_config(config), attention=attention)
+    hf_model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    model = HFCausalLM(hf_model, attention=attention)
     if device is not None or dtype is not None:
         model = model.to(device=device, dtype=dtype)
     return model
@@ -588,5 +589,5 @@ def small_copy(model: HFCausalLM) -> HFCausalLM:
             setattr(config, key, type(value)(value[:keep]))
     config.num_hidden_layers = keep
     with torch.device("cpu"):
-        hf_model = AutoModelForCausalLM.from_config(config)
+        hf_model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     return HFCausalLM(hf_model.float())

@@ -173,7 +173,10 @@ def factory_of(source: ModelSource) -> Any:
 
 
 def check_model_args(source: ModelSource, accepted: Iterable[str], what: str) -> None:
-    """Refuse model arguments that ``what`` does not take, naming them and the choices."""
+    """Refuse model arguments that ``what`` does not take, naming them and the choices;
+    ``accepted`` a mapping of defaults: also those whose value is not of the default's
+    type (an integer setting given ``abc``)."""
+    defaults = accepted if isinstance(accepted, Mapping) else {}
     accepted = set(accepted)
     unknown = sorted(set(source.args) - accepted)
     if unknown:
@@ -182,6 +185,21 @@ def check_model_args(source: ModelSource, accepted: Iterable[str], what: str) ->
             f"model {source.name!r}: {what} takes no {', '.join(unknown)} "
             f"(--model-arg; it takes: {shown})"
         )
+    for key, value in source.args.items():
+        kind = next((k for k in _ARG_TYPES if isinstance(defaults.get(key), k)), None)
+        if kind is not None and not _ARG_TYPES[kind](value):
+            raise ModelSourceError(
+                f"model {source.name!r}: --model-arg {key}={value!r}: {what}'s {key} is "
+                f"{kind.__name__} (default {defaults[key]!r}), not {type(value).__name__}"
+            )
+
+
+#: a setting's type (its default's, most specific first) -> which values it takes
+_ARG_TYPES = {
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
 
 
 def _dataset_overrides(source: ModelSource, dataset: Any) -> dict[str, Any]:
@@ -247,7 +265,7 @@ def _build_source(
 
 
 def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: bool) -> nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from datacentric.models.hf import HFCausalLM, build_hf_model, tiny_hf_config
 
@@ -256,15 +274,18 @@ def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: boo
         check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
         with torch.device(device) if device is not None else contextlib.nullcontext():
             return build_hf_model(source.target, dtype=dtype, **source.args)
-    config = AutoConfig.from_pretrained(source.folder, local_files_only=True)
+    config = _folder_config(source)
     check_model_args(source, config.to_dict(), f"{source.folder}/config.json")
     for key, value in source.args.items():
         setattr(config, key, value)
     config.use_cache = False
     if on_meta or not source.has_weights:
         with torch.device(device) if device is not None else contextlib.nullcontext():
-            hf_model = AutoModelForCausalLM.from_config(config, **_dtype_kwarg(dtype))
+            hf_model = AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, **_dtype_kwarg(dtype)
+            )
     else:
+        _check_weight_files(source)
         hf_model = AutoModelForCausalLM.from_pretrained(
             source.folder,
             config=config,
@@ -275,6 +296,51 @@ def _build_hf(source: ModelSource, dtype: torch.dtype, device: Any, on_meta: boo
         )
     model = HFCausalLM(hf_model)
     return model.to(device=device, dtype=dtype) if device is not None else model.to(dtype=dtype)
+
+
+def _check_weight_files(source: ModelSource) -> None:
+    """Every safetensors file of the folder has a readable header (else one line naming
+    it, not the library's error)."""
+    from safetensors import safe_open
+
+    for file in weight_files(source.folder):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError: a bad file
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ModelSourceError(
+                f"model {source.name!r}: {file} is not a readable safetensors file ({why}); "
+                "save the model again with save_pretrained"
+            ) from None
+
+
+def _folder_config(source: ModelSource) -> Any:
+    """The transformers config of an ``hf:DIR`` folder, its code never run (nor asked
+    about): a ``model_type`` transformers does not ship is refused, naming it."""
+    import transformers
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    file = source.folder / "config.json"
+    try:
+        values = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelSourceError(f"model {source.name!r}: {file} is not JSON ({err})") from None
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type not in CONFIG_MAPPING:
+        code = values.get("auto_map") if isinstance(values, dict) else None
+        raise ModelSourceError(
+            f"model {source.name!r}: {file} has model_type {model_type!r}, which transformers "
+            f"{transformers.__version__} does not know"
+            + (
+                " (the folder's auto_map names its own code, which datacentric never runs)"
+                if code
+                else ""
+            )
+            + "; save the model as a type transformers ships"
+        )
+    return AutoConfig.from_pretrained(source.folder, local_files_only=True, trust_remote_code=False)
 
 
 def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:

@@ -167,6 +167,7 @@ def _sha256(path: Path) -> str:
 
 def _write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a link left there is removed, never written through
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 

@@ -18,6 +18,14 @@ written as:
 Parameter names are the wrapped model's own: the adapter's prefix (``hf.``,
 ``transformer.``) is removed, and so are the names that recomputation or
 compilation wrappers insert.
+
+What is trusted (docs/reliability.md, "Trust"): the model is the one the checkpoint's
+``trainer.json`` records (its manifest, and ``expect_sha256``, cover it); a
+``pkg.module:factory`` runs only when the caller names it (``--model``), never because
+the folder does; the checkpoint's tensors must be that model's, by name and shape.
+``out`` is never the run folder or a folder holding it, and a non-empty ``out`` is
+replaced (``overwrite``) only when an earlier export wrote it: only the files its
+``datacentric_export.json`` lists are removed.
 """
 
 from __future__ import annotations
@@ -28,15 +36,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-from datacentric.models.source import ModelSource, parse_model_args, resolve_model
+from datacentric.models.source import (
+    ModelSource,
+    build_from_source,
+    parse_model_args,
+    resolve_model,
+)
 from datacentric.train.checkpoint import (
+    TRAINER_FILE,
     CheckpointError,
     latest_checkpoint,
     read_model_state,
     resolve_resume_from,
     verify_checkpoint,
 )
+from datacentric.train.state_names import with_aliases, without_aliases
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
@@ -52,6 +68,11 @@ TOKENIZER_FILES = (
 )
 
 
+#: what ``export`` writes beside the model: the run, checkpoint and files it wrote (an
+#: ``--overwrite`` replaces only a folder holding one, and only those files)
+EXPORT_RECORD = "datacentric_export.json"
+
+
 class ExportError(ValueError):
     """A run folder that cannot be exported, or an output folder we must not replace."""
 
@@ -62,9 +83,12 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ExportError(f"{run_dir}: no config.json (is it the --out folder of a train run?)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ExportError(f"{path} is corrupt: {err}") from None
+    if not isinstance(settings, dict):
+        raise ExportError(f"{path} is corrupt: not a JSON object")
+    return settings
 
 
 def clean_name(name: str) -> str:
@@ -78,42 +102,168 @@ def export_run(
     *,
     checkpoint: str | None = None,
     overwrite: bool = False,
+    model: str | None = None,
+    model_args: list[str] | None = None,
+    expect_sha256: str | None = None,
 ) -> dict[str, Any]:
     """Write the run's model to ``out_dir`` in its source format; returns a summary
-    (format, checkpoint, parameter count, files written)."""
+    (format, checkpoint, parameter count, files written).
+
+    ``model``/``model_args`` (``--model``, ``--model-arg``) name the model instead of the
+    run's record; a ``pkg.module:factory`` runs only when named so. ``expect_sha256``:
+    the checkpoint's manifest must have this SHA-256 (checked first)."""
     run = Path(run_dir)
     out = Path(out_dir)
     if not run.is_dir():
         raise ExportError(f"{run}: no such run folder")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"{out} exists and is not empty; choose a new --out or pass --overwrite")
-    settings = run_settings(run)
-    path = resolve_resume_from(run, checkpoint) if checkpoint else latest_checkpoint(run)
+    previous = _previous_export(run, out, overwrite)
+    if checkpoint:
+        path = resolve_resume_from(run, checkpoint)
+    else:
+        path = latest_checkpoint(run, expect_sha256)
     if path is None:
         raise CheckpointError(f"{run}: no checkpoint to export (train with --out first)")
-    trainer = verify_checkpoint(path)
+    trainer = verify_checkpoint(path, expect_sha256)
+    settings = _recorded_settings(run, path, trainer, named=model is not None)
+    source = _export_source(run, settings, model, model_args)
     state = {clean_name(k): v for k, v in read_model_state(path).items()}
-    source = resolve_model(settings["model"], parse_model_args(settings.get("model_args")))
-    if out.exists() and overwrite:
-        shutil.rmtree(out)
+    built, _ = build_from_source(source, device="meta")
+    _check_fits(built, state, f"{path.name} of {run}", source.name)
+    for old in previous:
+        old.unlink()
     out.mkdir(parents=True, exist_ok=True)
     if source.kind == "hf":
         fmt = "transformers"
-        parameters = _export_hf(source, state, out, settings)
+        parameters = _export_hf(built, source, state, out, settings)
     elif source.kind == "diffusers":
         fmt = "diffusers"
-        parameters = _export_diffusers(source, state, out)
+        parameters = _export_diffusers(built, source, state, out)
     else:
         fmt = "safetensors"
-        parameters = _export_state(source, state, out)
-    return {
+        parameters = _export_state(built, source, state, out)
+    files = sorted(p.name for p in out.iterdir())
+    summary = {
         "format": fmt,
         "checkpoint": str(path),
         "iterations_done": trainer.get("iterations_done"),
         "parameters": parameters,
         "out": str(out),
-        "files": sorted(p.name for p in out.iterdir()),
+        "files": sorted([*files, EXPORT_RECORD]),
     }
+    record = {"run": str(run), "checkpoint": str(path), "format": fmt, "files": files}
+    (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return summary
+
+
+def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
+    """The files of an earlier export that ``--overwrite`` replaces in ``out`` (none for
+    a new or empty folder); :class:`ExportError` for the run folder itself, a folder
+    holding it, a file, or a non-empty folder that no export wrote."""
+    if out.resolve() == run.resolve() or run.resolve().is_relative_to(out.resolve()):
+        what = "is" if out.resolve() == run.resolve() else "holds"
+        raise ExportError(
+            f"--out {out} {what} the run folder {run}; export writes a folder of its own: "
+            "choose another --out"
+        )
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file; name a folder to export into")
+    found = sorted(out.iterdir()) if out.is_dir() else []
+    if not found:
+        return []
+    written = _export_record_files(out)
+    if written is None:
+        raise ExportError(
+            f"--out {out} exists and is not empty, and no export wrote it; choose a new --out "
+            "(--overwrite replaces only an earlier export)"
+        )
+    if not overwrite:
+        raise ExportError(
+            f"--out {out} exists and is not empty (an earlier export); pass --overwrite to "
+            "replace it, or choose a new --out"
+        )
+    others = [p.name for p in found if p.name not in written and p.name != EXPORT_RECORD]
+    folders = [p.name for p in found if p.is_dir() and not p.is_symlink()]
+    if others or folders:
+        raise ExportError(
+            f"--out {out} holds what no export wrote ({', '.join((others or folders)[:3])}); "
+            "move it away or choose a new --out (nothing was deleted)"
+        )
+    return [p for p in found if p.name in written or p.name == EXPORT_RECORD]
+
+
+def _export_record_files(out: Path) -> set[str] | None:
+    """The file names ``out``'s export record lists, or ``None`` when it has none."""
+    try:
+        record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
+        files = record["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(files, list) or not all(isinstance(f, str) and "/" not in f for f in files):
+        return None
+    return set(files)
+
+
+def _recorded_settings(
+    run: Path, checkpoint: Path, trainer: dict[str, Any], named: bool
+) -> dict[str, Any]:
+    """The settings the checkpoint was trained with: its ``trainer.json`` record (which
+    its manifest, and a pin, cover), else the run's ``config.json``. Unless the model is
+    ``named`` (``--model``), a ``config.json`` naming another model than the checkpoint
+    is an :class:`ExportError`."""
+    saved = trainer.get("config")
+    if not isinstance(saved, dict):
+        return run_settings(run)
+    if not named and (run / "config.json").is_file():
+        settings = run_settings(run)
+        for key in ("model", "model_args"):
+            if key in settings and settings[key] != saved.get(key):
+                raise ExportError(
+                    f"{run / 'config.json'} says {key} {settings[key]!r}, but "
+                    f"{checkpoint / TRAINER_FILE} was trained with {saved.get(key)!r}: the run "
+                    "folder was changed; pass --model (and --model-arg) naming the model"
+                )
+    return saved
+
+
+def _export_source(
+    run: Path, settings: dict[str, Any], model: str | None, model_args: list[str] | None
+) -> ModelSource:
+    """The model to export: ``--model``/``--model-arg`` when given, else the run's record;
+    a ``pkg.module:factory`` only the user named is run (never one the folder names)."""
+    recorded = settings.get("model")
+    if model is None and not isinstance(recorded, str):
+        raise ExportError(f"{run}: the run records no model; pass --model naming it")
+    args = parse_model_args(model_args) if model_args else settings.get("model_args")
+    source = resolve_model(model or recorded, args)
+    if source.kind == "factory" and model is None:
+        raise ExportError(
+            f"{run}: the run's model {recorded!r} is code (pkg.module:factory), and export runs "
+            f"no code a run folder names; pass --model {recorded} if it is yours to run"
+        )
+    return source
+
+
+def _check_fits(model: nn.Module, state: dict[str, torch.Tensor], where: str, name: str) -> None:
+    """The checkpoint's tensors are ``model``'s, by name and shape (:class:`ExportError`
+    naming the first differences otherwise)."""
+    own = without_aliases(model, model.state_dict())
+    want = {clean_name(k): tuple(v.shape) for k, v in own.items()}
+    have = {k: tuple(v.shape) for k, v in state.items()}
+    problems = []
+    for label, names in (("lacks", set(want) - set(have)), ("adds", set(have) - set(want))):
+        if names:
+            shown = sorted(names)
+            more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+            problems.append(f"it {label} {', '.join(shown[:3])}{more}")
+    reshaped = [k for k in sorted(set(want) & set(have)) if want[k] != have[k]]
+    if reshaped:
+        k = reshaped[0]
+        problems.append(f"{k} is {list(have[k])} in it, {list(want[k])} in the model")
+    if problems:
+        raise ExportError(
+            f"{where} does not hold model {name!r}: {'; '.join(problems)}; pass --model (and "
+            "--model-arg) naming the model the run trained"
+        )
 
 
 def _strip_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
@@ -140,18 +290,19 @@ def _load_into(inner: torch.nn.Module, state: dict[str, torch.Tensor], what: str
 
 
 def _export_hf(
-    source: ModelSource, state: dict[str, torch.Tensor], out: Path, settings: dict[str, Any]
+    adapter: nn.Module,
+    source: ModelSource,
+    state: dict[str, torch.Tensor],
+    out: Path,
+    settings: dict[str, Any],
 ) -> int:
     """Write the model as a transformers folder; returns its parameter count."""
     from transformers import AutoModelForCausalLM
 
-    from datacentric.models.source import build_from_source
-
-    adapter, _ = build_from_source(source, device="meta")
     config = adapter.hf.config
     config.use_cache = True  # the exported model is for ordinary use again
     with torch.device("meta"):
-        inner = AutoModelForCausalLM.from_config(config)
+        inner = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     _load_into(inner, _strip_prefix(state, "hf."), str(source.name))
     inner.save_pretrained(out)
     for folder in _tokenizer_folders(source, settings):
@@ -170,11 +321,12 @@ def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Pa
     return folders
 
 
-def _export_diffusers(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> int:
+def _export_diffusers(
+    adapter: nn.Module, source: ModelSource, state: dict[str, torch.Tensor], out: Path
+) -> int:
     """Write the model as a diffusers folder; returns its parameter count."""
-    from datacentric.models.source import build_from_source, inner_pretrained
+    from datacentric.models.source import inner_pretrained
 
-    adapter, _ = build_from_source(source, device="meta")
     inner = inner_pretrained(adapter)
     if inner is None:
         raise ExportError(f"{source.name}: no diffusers model inside the adapter to export")
@@ -191,15 +343,13 @@ def _parameter_count(model: torch.nn.Module) -> int:
     return sum(int(p.numel()) for p in model.parameters())
 
 
-def _export_state(source: ModelSource, state: dict[str, torch.Tensor], out: Path) -> int:
+def _export_state(
+    model: nn.Module, source: ModelSource, state: dict[str, torch.Tensor], out: Path
+) -> int:
     """Write the state dict as safetensors; returns its elements, tensors that share
     storage counted once."""
     from safetensors.torch import save_file
 
-    from datacentric.models.source import build_from_source
-    from datacentric.train.state_names import with_aliases
-
-    model, _ = build_from_source(source, device="meta")
     state = with_aliases(model, state)  # the names the model's own state dict has
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     # safetensors stores no two names for one storage: keep the first name of each

@@ -33,7 +33,10 @@ from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import unwrap
 from datacentric.train.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
-from datacentric.train.metric_sinks import MetricsLogger  # noqa: F401
+from datacentric.train.metric_sinks import (
+    MetricsLogger,  # noqa: F401
+    logger,
+)
 
 if TYPE_CHECKING:
     from datacentric.train.config import TrainConfig
@@ -153,9 +156,34 @@ class StepMetrics:
 
 
 def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's ``metrics.jsonl`` (empty if none)."""
-    path = Path(out_dir) / "metrics.jsonl"
+    """All records of a run's ``metrics.jsonl`` (empty if none; see :func:`read_jsonl`)."""
+    return read_jsonl(Path(out_dir) / "metrics.jsonl")
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file a run appends to (empty if it does not exist).
+
+    A torn last line (the writer was killed mid-line) is skipped with a warning; any
+    other line that is not a JSON object is a ``ValueError`` naming the file and line."""
+    path = Path(path)
     if not path.exists():
         return []
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    records = []
+    for n, line in numbered:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            if n != numbered[-1][0]:
+                raise ValueError(
+                    f"{path}:{n} is not a JSON record ({err}); the file is corrupt"
+                ) from None
+            logger.warning(
+                "%s:%d: skipped a torn last line (a run stopped while writing it)", path, n
+            )
+            continue
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{n} holds a {type(record).__name__}, not a JSON record")
+        records.append(record)
+    return records

@@ -42,6 +42,8 @@ SCHEDULES = "schedules"
 RUN_FILES = ("config.json", "metrics.jsonl", "samples.jsonl", "checkpoints")
 #: What ``overwrite`` removes (a shared ``profile/`` stays: it is a cache).
 RUN_OUTPUTS = (*RUN_FILES, "config.toml", "plan.json", SCHEDULES)
+#: What else a run writes into its folder (never through a link: see claim_run_folder).
+RUN_WRITES = ("plots", "tb", "traces")
 
 
 LOCK_FILE = ".datacentric.lock"
@@ -147,6 +149,14 @@ def claim_run_folder(config: Any, restarted: bool = False) -> None:
     :class:`RunFolderError`. Call once, before the run writes anything."""
     out = Path(config.out)
     found = [name for name in RUN_FILES if (out / name).exists()]
+    cleared = config.overwrite and not (config.resume or config.resume_from or restarted)
+    names = RUN_WRITES if cleared else (*RUN_OUTPUTS, *RUN_WRITES)  # cleared: links removed
+    linked = [name for name in names if (out / name).is_symlink()]
+    if linked:
+        raise RunFolderError(
+            f"--out {out}: {out / linked[0]} is a symbolic link, and a run writes there "
+            "(it would write through the link); remove it, or choose another --out"
+        )
     if not found or config.resume or config.resume_from or restarted:
         return
     if not config.overwrite:
@@ -175,6 +185,7 @@ def save_schedule(out_dir: str | Path, schedule: Schedule, first_step: int | Non
     path = schedule_path(out_dir, schedule.epoch, first_step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)  # a link left there is removed, never written through
     tmp.write_text(json.dumps(schedule.to_json()), encoding="utf-8")
     os.replace(tmp, path)
     return path

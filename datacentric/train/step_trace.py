@@ -27,7 +27,8 @@ MEMORY_HISTORY_ENTRIES = 100_000
 
 class StepTracer:
     """Profiles the steps ``steps`` (1-based) of one rank; call :meth:`begin` before a
-    step runs and :meth:`end` after its optimizer step."""
+    step runs and :meth:`end` after its optimizer step. ``run_steps``: the steps this
+    run runs; rank 0 warns once about traced steps outside them."""
 
     def __init__(
         self,
@@ -38,9 +39,17 @@ class StepTracer:
         device: torch.device,
         enabled: bool = True,
         memory_snapshot: bool = True,
+        run_steps: range | None = None,
     ) -> None:
         self.folder = Path(out_dir) / "traces"
         self.steps = set(steps) if enabled else set()
+        outside = sorted(s for s in self.steps if run_steps is not None and s not in run_steps)
+        if outside and rank == 0 and run_steps is not None:  # once, then the run goes on
+            logger.warning(
+                "profiling.trace_steps %s: this run runs steps %d to %d; no trace for %s",
+                list(steps), run_steps.start, run_steps.stop - 1,
+                ", ".join(f"step {s}" for s in outside),
+            )  # fmt: skip
         self.rank = rank
         self.cuda = device.type == "cuda"
         self.memory_snapshot = memory_snapshot and self.cuda

@@ -45,7 +45,12 @@ from datacentric.train.config import TrainConfig, parse_fault, section_keys, sha
 from datacentric.train.data_centric import DataCentric, Step, ulysses_sp_sizes
 from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
-from datacentric.train.metrics import StepMetrics, full_model_state, memory_capacity_bytes
+from datacentric.train.metrics import (
+    StepMetrics,
+    full_model_state,
+    memory_capacity_bytes,
+    read_jsonl,
+)
 from datacentric.train.preemption import StopSignals, signal_name
 from datacentric.train.run_folder import (
     RunFolderLock,
@@ -356,6 +361,7 @@ class Trainer:
             device=self.groups.device,
             enabled=self.is_main or config.trace_all_ranks,
             memory_snapshot=config.memory_snapshot,
+            run_steps=range(self.position.iterations_done + 1, self.total_iterations + 1),
         )
         if self.is_main:
             logger.info(
@@ -616,8 +622,7 @@ def _truncate_jsonl(path: Path, keep_below: int) -> None:
     are re-run on resume and must not be logged twice)."""
     if not path.exists():
         return
-    lines = path.read_text(encoding="utf-8").splitlines()
-    kept = [ln for ln in lines if ln.strip() and json.loads(ln)["iteration"] < keep_below]
+    kept = [r for r in read_jsonl(path) if r.get("iteration", keep_below) < keep_below]
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(ln + "\n" for ln in kept), encoding="utf-8")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
     os.replace(tmp, path)
