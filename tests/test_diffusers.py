@@ -205,3 +205,27 @@ def test_sp_2_with_padding_and_accumulation_equals_one_process(monkeypatch) -> N
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2]
     assert report["samples_per_micro_batch"] == [[2, 1]]
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
+
+
+def test_the_generic_path_is_offered_and_runs_no_ring_split(capsys) -> None:  # noqa: ANN001
+    """The planner never offers a ring split for the generic path (its spec says Ulysses
+    only; the packed Wan path, which shards like our own models, is offered rings), and
+    ``equivalence --sp-split`` with a ring is refused in one line before ranks start."""
+    from datacentric.cli.main import main
+    from datacentric.models.diffusers_video import build_wan
+    from datacentric.planning.bucket_options import split_candidates
+    from datacentric.profiling.factory import analytic_cost_model
+    from datacentric.profiling.module_specs import named_spec, spec_of_model
+
+    generic = analytic_cost_model(
+        named_spec("diffusers:wan", {"num_attention_heads": 2}), "h200-sxm"
+    )
+    packed = analytic_cost_model(spec_of_model(build_wan(num_attention_heads=2)), "h200-sxm")
+    assert split_candidates(packed, 16) == [8, 16]  # Ulysses 2 x ring 8, ring 16
+    assert split_candidates(generic, 16) == []
+    assert split_candidates(generic, 2) == [1]
+    argv = ["equivalence", "--model", "diffusers:wan", "--model-arg", "num_attention_heads=2"]
+    for split in ("1,4", "2,2"):
+        assert main([*argv, "--world", "4", "--sp-split", split]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "runs rings of at most 1 position" in err, err

@@ -208,6 +208,20 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
     """The adapter gathers a shard's clips whole from its SP group and runs the model's
     own ``forward`` (positions come from the model), so a shard without its group has
     no meaning: ``check_model_contract`` runs its boundary check only."""
+    block_calls_vary = True
+    """The model's ``forward`` runs once per clip shape of a micro-batch, so each block
+    runs as many times as the micro-batch has shapes: FSDP2 reduces this model's
+    gradients once per unit after the last micro-batch, not in its per-call backward
+    hooks (``parallel.grad_sync``), and refuses ``reshard_after_forward``."""
+    max_ring_size = 1
+    """Ulysses only: the planner offers no ring split for this path (its spec's
+    ``max_ring_size``) and the runtime and ``equivalence`` refuse one before any rank
+    runs it (``max_ring_size_reason`` says why)."""
+    max_ring_size_reason = (
+        "the diffusers model's own context-parallel plan splits each clip into contiguous "
+        "chunks and gathers them over the Ulysses group, while a ring needs the ring's "
+        "zigzag layout and a gather around the ring"
+    )
 
     def __init__(
         self,

@@ -18,6 +18,20 @@ Three ways to hold the model, one rule (see docs/runtime.md):
   micro-step but the last under ``no_sync()`` -- :func:`micro_step_context`;
 - FSDP2 (``fully_shard``): gradient sync and resharding after backward off for
   every micro-step but the last -- also :func:`micro_step_context`.
+
+FSDP2 reduces a unit's gradients in the post-backward hook of *each call* of the unit:
+a block run twice in one forward reduce-scatters twice (and, resharded after the first,
+all-gathers again). A model whose forward runs its blocks a number of times that depends
+on the micro-batch (``block_calls_vary = True``: the generic diffusers path runs the
+model once per clip shape) would issue a rank-dependent number of collectives and
+deadlock. For such a model every micro-step runs without FSDP's reduction, and
+:func:`reduce_after_backward` issues it once per unit, in the same order on every rank,
+after the last micro-step (not overlapped with backward). Any other model keeps the
+reduction inside its last backward; :class:`_BlockCalls` checks in that forward that
+every block ran exactly once and raises a named error before a mismatched collective
+could be issued. Every unit reduces every parameter (zeros where a rank's data left one
+unused: ``set_reduce_scatter_unused_params``), so the reduce-scatters have the same
+sizes on every rank.
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any
 
 import torch
@@ -140,22 +155,27 @@ def shard_fsdp2(
     :func:`micro_step_context` the parameters are all-gathered in a rank's first
     forward of the iteration and stay gathered until its last backward, which
     reduce-scatters once, overlapped with that backward (a SUM: the divide factor
-    is 1). Parameters and optimizer state stay sharded between iterations.
+    is 1); for a model with ``block_calls_vary`` the reduce-scatter is issued once per
+    unit after the last micro-step instead (:func:`reduce_after_backward`; module
+    doc). Parameters and optimizer state stay sharded between iterations.
     ``reshard_after_forward=True`` frees the blocks' gathered parameters after each
     forward and gathers them again in backward: a world collective on every pass,
     so every rank must run the same number of micro-batches per iteration
-    (:func:`needs_equal_passes`; the runtime checks it).
+    (:func:`needs_equal_passes`; the runtime checks it), and the blocks must run once
+    per forward (refused for ``block_calls_vary``: :func:`check_fsdp2`).
     Returns ``model`` (now an ``FSDPModule``); gradients are sharded DTensors.
     """
     if fully_shard is None:
         raise RuntimeError("this torch has no FSDP2 (fully_shard); upgrade to torch>=2.6")
     from torch.distributed.device_mesh import init_device_mesh
 
+    check_fsdp2(model, reshard_after_forward)
     mesh = init_device_mesh(groups.device.type, (groups.world_size,))
     for block in model.blocks:
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, reshard_after_forward=False)
     model._datacentric_equal_passes = reshard_after_forward
+    model._datacentric_deferred = block_calls_vary(model)
     for unit in model.modules():  # the settings below do not recurse
         if not isinstance(unit, FSDPModule):
             continue
@@ -166,7 +186,101 @@ def shard_fsdp2(
         if hasattr(unit, "set_force_sum_reduction_for_comms"):
             # A plain SUM (gloo has no pre-multiplied sum; NCCL sums zero-copy).
             unit.set_force_sum_reduction_for_comms(True)
+        if hasattr(unit, "set_reduce_scatter_unused_params"):
+            # the same reduce-scatter on every rank, whichever parameters its data used
+            unit.set_reduce_scatter_unused_params(True, recurse=False)
+    if not model._datacentric_deferred:
+        model._datacentric_block_calls = _BlockCalls(model, every_pass=reshard_after_forward)
     return model
+
+
+def block_calls_vary(model: nn.Module) -> bool:
+    """Whether ``model`` declares that its forward may run a block a number of times that
+    depends on the micro-batch (``block_calls_vary = True``; the generic diffusers path
+    runs its model once per clip shape)."""
+    module = model.module if isinstance(model, DistributedDataParallel) else model
+    return bool(getattr(module, "block_calls_vary", False))
+
+
+def check_fsdp2(model: nn.Module, reshard_after_forward: bool) -> None:
+    """Raise ``ValueError`` (one line naming the setting) if FSDP2 cannot hold ``model``
+    exactly: ``reshard_after_forward`` gathers a block on each of its calls, so a model
+    whose block calls vary per micro-batch would issue a rank-dependent number of
+    all-gathers. Collective-free: run it before ranks start."""
+    if reshard_after_forward and block_calls_vary(model):
+        raise ValueError(
+            f"reshard_after_forward: {type(model).__name__} runs its blocks once per clip "
+            "shape of a micro-batch, so FSDP2 would gather them a different number of times "
+            "on different ranks; turn reshard_after_forward off (or use shard 'ddp')"
+        )
+
+
+class _BlockCalls:
+    """Counts each block's calls in one forward of the root; where FSDP2 communicates per
+    call (the last micro-step's backward, or every pass with ``every_pass``), raises a
+    named error unless every block ran exactly once: before a mismatched collective."""
+
+    def __init__(self, model: nn.Module, *, every_pass: bool) -> None:
+        self.counts = [0] * len(model.blocks)
+        self.every_pass = every_pass
+        self.checking = every_pass
+        self.in_forward = False
+        self.name = type(model).__name__.removeprefix("FSDP")
+        model.register_forward_pre_hook(self._start)
+        model.register_forward_hook(self._finish)
+        for index, block in enumerate(model.blocks):
+            block.register_forward_pre_hook(partial(self._count, index), prepend=True)
+
+    def _start(self, *_: Any) -> None:
+        self.counts = [0] * len(self.counts)
+        self.in_forward = torch.is_grad_enabled()
+
+    def _count(self, index: int, *_: Any) -> None:
+        if not self.in_forward:  # recomputation in backward, or no_grad
+            return
+        self.counts[index] += 1
+        if self.checking and self.counts[index] > 1:
+            self._refuse(index)
+
+    def _finish(self, *_: Any) -> None:
+        in_forward, self.in_forward = self.in_forward, False
+        if in_forward and self.checking:
+            for index, count in enumerate(self.counts):
+                if count != 1:
+                    self._refuse(index)
+
+    def _refuse(self, index: int) -> None:
+        raise RuntimeError(
+            f"FSDP2: block {index} of {self.name} ran {self.counts[index]} times in one "
+            "forward; FSDP2 communicates once per block call, so ranks would issue "
+            "different collectives and deadlock. Declare `block_calls_vary = True` on the "
+            "model (its gradients are then reduced once after the last micro-batch), or "
+            "use shard 'ddp' or 'none'"
+        )
+
+
+def reduces_after_backward(model: nn.Module) -> bool:
+    """Whether ``model``'s gradients are summed after its last micro-step, by
+    :func:`reduce_after_backward` (a plain module; FSDP2 holding a model with
+    ``block_calls_vary``), rather than inside the last backward (DDP, FSDP2)."""
+    return not syncs_itself(model)
+
+
+def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:
+    """The step's one gradient SUM after the rank's last micro-step, where the model does
+    not reduce inside backward (:func:`reduces_after_backward`; collective over the world):
+    :func:`allreduce_gradients` for a plain module; for FSDP2, FSDP's own post-backward of
+    every unit once, in the same order on every rank (the root, then the blocks), which
+    reduce-scatters its accumulated gradients and reshards."""
+    if not is_fsdp2(model):
+        allreduce_gradients(model.parameters(), group)
+        return
+    model.set_requires_gradient_sync(True)
+    model.set_reshard_after_backward(True)
+    state = model._get_fsdp_state()
+    # FSDP's end-of-backward callback runs the post-backward of every unit whose hook did
+    # not run (here: all of them, each once) and waits for the reductions
+    state._root_post_backward_final_callback()
 
 
 def wrap_model(model: nn.Module, groups: ProcessGroups, sharding: ShardingSpec) -> nn.Module:
@@ -220,8 +334,11 @@ def is_fsdp2(model: nn.Module) -> bool:
 
 
 def syncs_itself(model: nn.Module) -> bool:
-    """Whether ``model`` (DDP or FSDP2) reduces its gradients inside backward."""
-    return isinstance(model, DistributedDataParallel) or is_fsdp2(model)
+    """Whether ``model`` (DDP, or FSDP2 without ``block_calls_vary``) reduces its
+    gradients inside its last backward."""
+    if isinstance(model, DistributedDataParallel):
+        return True
+    return is_fsdp2(model) and not getattr(model, "_datacentric_deferred", False)
 
 
 def micro_step_context(model: nn.Module, is_last: bool) -> AbstractContextManager[Any]:
@@ -230,12 +347,18 @@ def micro_step_context(model: nn.Module, is_last: bool) -> AbstractContextManage
     For DDP: ``no_sync()`` unless it is the rank's last micro-step of the
     iteration. For FSDP2: gradient reduction and resharding after backward only
     on the last micro-step (parameters stay gathered in between, so FSDP
-    communicates once per iteration). For a plain module: nothing (call
-    :func:`allreduce_gradients` after the last micro-step).
+    communicates once per iteration), and never for a model with
+    ``block_calls_vary`` (:func:`reduce_after_backward` reduces it after the last
+    micro-step). For a plain module: nothing (call :func:`reduce_after_backward`
+    after the last micro-step).
     """
     if isinstance(model, DistributedDataParallel):
         return nullcontext() if is_last else model.no_sync()
     if is_fsdp2(model):
-        model.set_requires_gradient_sync(is_last)
-        model.set_reshard_after_backward(is_last)
+        in_backward = is_last and syncs_itself(model)
+        model.set_requires_gradient_sync(in_backward)
+        model.set_reshard_after_backward(in_backward)
+        calls = getattr(model, "_datacentric_block_calls", None)
+        if calls is not None:
+            calls.checking = in_backward or calls.every_pass
     return nullcontext()

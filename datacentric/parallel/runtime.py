@@ -15,8 +15,8 @@ the step changes its group layout between phases) and, for each micro-batch:
    backward, accumulating into ``.grad``.
 
 After its last micro-batch the rank joins the one world-wide gradient SUM
-(``grad_sync``: after backward for a plain module, inside the last backward for
-DDP and FSDP2).
+(``grad_sync``: after backward for a plain module and for FSDP2 holding a model whose
+block calls vary per micro-batch, inside the last backward for DDP and FSDP2).
 
 Nothing inside the micro-batch loop waits for the device: losses stay on it and
 passes are timed with CUDA events on CUDA (wall clock on the CPU, where work is
@@ -40,13 +40,18 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.batch import PackedBatch
-from datacentric.models.attention import AttentionFn, check_max_sp_size, varlen_attention
+from datacentric.models.attention import (
+    AttentionFn,
+    check_max_ring_size,
+    check_max_sp_size,
+    varlen_attention,
+)
 from datacentric.parallel.annotate import annotate, micro_batch_name, recording
 from datacentric.parallel.grad_sync import (
-    allreduce_gradients,
     is_fsdp2,
     micro_step_context,
     needs_equal_passes,
+    reduce_after_backward,
     syncs_itself,
 )
 from datacentric.parallel.groups import ProcessGroups
@@ -243,15 +248,18 @@ class DataCentricRuntime:
         check_max_sp_size(self.module, sp_sizes)
 
     def check_schedule(self, iterations: Iterable[Iteration]) -> None:
-        """Fail at setup, not mid-epoch: SP sizes against heads, recompute lengths against blocks.
+        """Fail at setup, not mid-epoch: SP sizes against heads, ring degrees against the
+        model's ``max_ring_size``, recompute lengths against blocks.
 
         Pass ``schedule.iterations``; raises ``ValueError`` naming the offending setting.
         """
         sizes: set[int] = set()
+        rings: set[int] = set()
         for iteration in iterations:
             iteration.validate(self.groups.world_size)
             for assignment in iteration.assignments:
                 sizes.update(ulysses for ulysses, _ in assignment.splits)
+                rings.update(ring for _, ring in assignment.splits)
                 for micro_batch in assignment.micro_batches:
                     n = len(micro_batch.recompute)
                     if n and n != self.recompute.num_blocks:
@@ -261,6 +269,7 @@ class DataCentricRuntime:
                             f"a model of {self.recompute.num_blocks} blocks"
                         )
         self.check_sp_sizes(sorted(sizes))
+        check_max_ring_size(self.module, rings)
 
     def run_iteration(self, iteration: Iteration) -> IterationStats:
         """Deprecated: :func:`datacentric.parallel.step.run_step` (the one driver; its
@@ -283,6 +292,7 @@ class DataCentricRuntime:
         iteration.validate(self.groups.world_size)
         mine = iteration.assignments_for_rank(self.groups.rank)
         self.check_sp_sizes([ulysses for a in mine for ulysses, _ in a.splits])
+        check_max_ring_size(self.module, [ring for a in mine for _, ring in a.splits])
         if needs_equal_passes(self.model):
             counts = {
                 len(iteration.micro_batches_of_rank(r)) for r in range(self.groups.world_size)
@@ -383,8 +393,9 @@ class DataCentricRuntime:
         clock = stats.clock or StepClock(groups.device)
         sync_start = done = clock.mark()
         if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
-            with annotate(f"gradient sync: all-reduce over {groups.world_size} ranks"):
-                allreduce_gradients(self.model.parameters(), groups.world)
+            how = "FSDP2 reduce-scatter per unit" if is_fsdp2(self.model) else "all-reduce"
+            with annotate(f"gradient sync: {how} over {groups.world_size} ranks"):
+                reduce_after_backward(self.model, groups.world)
             done = clock.mark()
         marks: list[object] = []
         for _, start, end in stats.pending:

@@ -78,7 +78,8 @@ class Step:
         model = self.runtime.model
         if is_fsdp2(model):
             parts = ["FSDP's parameter all-gather", sp]
-            return ", ".join(parts + (["FSDP's gradient reduce-scatter"] if last else []))
+            in_backward = last and syncs_itself(model)
+            return ", ".join(parts + (["FSDP's gradient reduce-scatter"] if in_backward else []))
         if syncs_itself(model) and last:
             return f"{sp} and DDP's gradient all-reduce"
         return sp
@@ -91,7 +92,11 @@ class Step:
             "the end of the step (waiting for "
             f"{'FSDP' if is_fsdp2(model) else 'DDP'}'s gradient sync)"
             if syncs_itself(model)
-            else "the gradient all-reduce over the world"
+            else (
+                "the FSDP2 reduce-scatter of every unit"
+                if is_fsdp2(model)
+                else "the gradient all-reduce over the world"
+            )
         )
         self.runtime.finish_iteration(self.stats)
         self.phase = "the all-gather of losses and timings"

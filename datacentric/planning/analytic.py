@@ -273,8 +273,11 @@ class AnalyticCostModel(CachedCostModel):
 
     def supports_split(self, sp_size: int, ring_size: int) -> bool:
         """Whether ``sp_size`` ranks run as ``sp_size / ring_size`` Ulysses ranks (dividing
-        the heads) times a ring of ``ring_size``; rings only for text blocks."""
+        the heads) times a ring of ``ring_size``; rings only for text blocks, and no
+        larger than the spec's ``max_ring_size`` when it has one."""
         if ring_size < 1 or sp_size % ring_size:
+            return False
+        if 0 < self.spec.max_ring_size < ring_size:
             return False
         if ring_size > 1 and not set(self._kinds) <= RING_KINDS:
             return False

@@ -71,6 +71,9 @@ class ModelSpec:
     outer_ops: int = 0
     """Operators one forward + backward launches outside the blocks (embeddings, heads,
     losses; counted on the runnable presets): fixed launch cost of a pass."""
+    max_ring_size: int = 0
+    """Largest ring degree the model's training path runs (0: any the blocks allow; 1:
+    Ulysses only, e.g. a path whose own context-parallel plan splits the sequence)."""
     sp_layout: str = "ulysses"
     """How SP shards a sample: ``ulysses`` (sequence shards, 4 all-to-alls of q, k, v,
     out per self-attention) or ``frame-sharded`` (Open-Sora: frames sharded, spatial
