@@ -199,7 +199,11 @@ def test_assistant_only_loss_matches_the_model_own_masked_loss_at_world_2(chat) 
 
 
 @pytest.mark.slow
-def test_train_on_conversations_reports_the_assistant_tokens_it_trained(tmp_path) -> None:
+def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapter(
+    tmp_path,
+) -> None:
+    """The fine-tuning issue's run: a 2-layer Qwen2 folder with a chat template, 40
+    conversations, LoRA on q and v at world 2; its adapter loads with peft."""
     import json
     import os
     import subprocess
@@ -222,7 +226,8 @@ def test_train_on_conversations_reports_the_assistant_tokens_it_trained(tmp_path
     argv = ["train", "--model", f"hf:{folder}", "--tokenizer", str(folder)]
     argv += ["--dataset", f"jsonl:{path}", "--iterations", "1", "--training.lr", "1e-2"]
     argv += ["--global-batch-tokens", "100000", "--out", str(tmp_path / "run"), "--json"]
-    argv += ["--no-plots", "--no-tensorboard"]
+    argv += ["--no-plots", "--no-tensorboard", "--world", "2"]
+    argv += ["--lora.rank", "4", "--lora.targets", "q_proj,v_proj"]
     env = {**os.environ, "DATACENTRIC_CACHE": str(tmp_path / "cache")}
     done = subprocess.run(
         [sys.executable, "-m", "datacentric", *argv],
@@ -244,3 +249,29 @@ def test_train_on_conversations_reports_the_assistant_tokens_it_trained(tmp_path
         )
         marked += sum(rendered["assistant_masks"])
     assert summary["samples_seen"] == 40 and summary["loss_tokens"] == marked
+    _check_adapter_export(tmp_path, folder, env)
+
+
+def _check_adapter_export(tmp_path, folder, env) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    argv = ["export", str(tmp_path / "run"), "--out", str(tmp_path / "adapter"), "--json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["format"] == "peft-adapter"
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    loaded = PeftModel.from_pretrained(base, tmp_path / "adapter")
+    state = loaded.get_base_model().state_dict()
+    moved = [k for k in state if ".lora_B." in k]
+    assert len(moved) == 2 * 2 and all(state[k].abs().sum() > 0 for k in moved)  # B starts at 0
+    for name, value in before.items():  # the base weights are the pretrained ones
+        key = name.replace("q_proj.", "q_proj.base_layer.").replace("v_proj.", "v_proj.base_layer.")
+        torch.testing.assert_close(state[key], value, rtol=0, atol=0)

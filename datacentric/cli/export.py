@@ -43,6 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="export the checkpoint only if its manifest.json has this SHA-256 (checked first)",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA run: fold the adapters into the model and export it whole (default: "
+        "the adapters alone, as a PEFT adapter folder or diffusers LoRA weights)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
 
@@ -58,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         model_args=args.model_arg,
         expect_sha256=args.expect_sha256,
+        merge=args.merge,
     )
     if args.json:
         print(json.dumps(summary))

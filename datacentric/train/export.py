@@ -30,6 +30,7 @@ replaced (``overwrite``) only when an earlier export wrote it: only the files it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -52,6 +53,7 @@ from datacentric.train.checkpoint import (
     resolve_resume_from,
     verify_checkpoint,
 )
+from datacentric.train.lora_export import lora_from_settings, merged_state, write_adapter
 from datacentric.train.state_names import with_aliases, without_aliases
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
@@ -65,6 +67,7 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "vocab.json",
     "merges.txt",
+    "chat_template.jinja",
 )
 
 
@@ -105,13 +108,16 @@ def export_run(
     model: str | None = None,
     model_args: list[str] | None = None,
     expect_sha256: str | None = None,
+    merge: bool = False,
 ) -> dict[str, Any]:
     """Write the run's model to ``out_dir`` in its source format; returns a summary
     (format, checkpoint, parameter count, files written).
 
     ``model``/``model_args`` (``--model``, ``--model-arg``) name the model instead of the
     run's record; a ``pkg.module:factory`` runs only when named so. ``expect_sha256``:
-    the checkpoint's manifest must have this SHA-256 (checked first)."""
+    the checkpoint's manifest must have this SHA-256 (checked first). A LoRA run's
+    adapters are written alone (:mod:`datacentric.train.lora_export`), or with ``merge``
+    folded into the model, which is then written as a full fine-tune's."""
     run = Path(run_dir)
     out = Path(out_dir)
     if not run.is_dir():
@@ -125,22 +131,16 @@ def export_run(
         raise CheckpointError(f"{run}: no checkpoint to export (train with --out first)")
     trainer = verify_checkpoint(path, expect_sha256)
     settings = _recorded_settings(run, path, trainer, named=model is not None)
-    source = _export_source(run, settings, model, model_args)
+    source = dataclasses.replace(
+        _export_source(run, settings, model, model_args), lora=lora_from_settings(settings)
+    )
     state = {clean_name(k): v for k, v in read_model_state(path).items()}
     built, _ = build_from_source(source, device="meta")
     _check_fits(built, state, f"{path.name} of {run}", source.name)
     for old in previous:
         old.unlink()
     out.mkdir(parents=True, exist_ok=True)
-    if source.kind == "hf":
-        fmt = "transformers"
-        parameters = _export_hf(built, source, state, out, settings)
-    elif source.kind == "diffusers":
-        fmt = "diffusers"
-        parameters = _export_diffusers(built, source, state, out)
-    else:
-        fmt = "safetensors"
-        parameters = _export_state(built, source, state, out)
+    fmt, parameters = _write_model(built, source, state, out, settings, merge)
     files = sorted(p.name for p in out.iterdir())
     summary = {
         "format": fmt,
@@ -153,6 +153,31 @@ def export_run(
     record = {"run": str(run), "checkpoint": str(path), "format": fmt, "files": files}
     (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return summary
+
+
+def _write_model(
+    built: nn.Module,
+    source: ModelSource,
+    state: dict[str, torch.Tensor],
+    out: Path,
+    settings: dict[str, Any],
+    merge: bool,
+) -> tuple[str, int]:
+    """Write the model (or a LoRA run's adapters) into ``out``: its format and how many
+    values it holds."""
+    if source.lora is not None and not merge:
+        base = str(source.folder) if source.folder is not None else source.name
+        fmt = {"hf": "peft-adapter", "diffusers": "diffusers-lora"}.get(source.kind, "lora")
+        return fmt, write_adapter(state, built.lora_spec, source.kind, base, out)
+    if source.lora is not None:  # --merge: the adapters folded in, a full model's export
+        state = merged_state(state, built.lora_spec)
+        source = dataclasses.replace(source, lora=None)
+        built, _ = build_from_source(source, device="meta")
+    if source.kind == "hf":
+        return "transformers", _export_hf(built, source, state, out, settings)
+    if source.kind == "diffusers":
+        return "diffusers", _export_diffusers(built, source, state, out)
+    return "safetensors", _export_state(built, source, state, out)
 
 
 def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
@@ -314,8 +339,9 @@ def _export_hf(
 
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
     folders = []
-    if settings.get("tokenizer"):
-        folders.append(Path(settings["tokenizer"]).parent)
+    if settings.get("tokenizer"):  # a tokenizer.json file, or a tokenizer folder
+        given = Path(settings["tokenizer"])
+        folders.append(given if given.is_dir() else given.parent)
     if source.folder is not None:
         folders.append(source.folder)
     return folders
