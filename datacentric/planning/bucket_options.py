@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from datacentric.planning.cost_model import CostModel, split_breakdown, supports_split
-from datacentric.schedule import group_sizes
 from datacentric.shapes import SampleShape
 
 
@@ -255,12 +254,11 @@ def sp_size_tiers(
     cost_model: CostModel, world_size: int, sp_sizes: Sequence[int] | None = None
 ) -> tuple[list[int], list[int]]:
     """The SP sizes a bucket may be planned on, split into (within a node, across
-    nodes), ascending: ``sp_sizes`` or every divisor of the world, that the model
-    runs with some split (:func:`split_candidates`)."""
-    sizes = sorted(set(sp_sizes)) if sp_sizes else group_sizes(world_size)
-    bad = [s for s in sizes if s < 1 or world_size % s]
-    if bad:
-        raise ValueError(f"SP sizes {bad} do not divide world size {world_size}")
+    nodes), ascending: ``sp_sizes`` or every size a step may use
+    (:func:`mixable_sp_sizes`), that the model runs with some split
+    (:func:`split_candidates`). A size a step cannot use raises ``ValueError``."""
+    sizes = sorted(set(sp_sizes)) if sp_sizes else mixable_sp_sizes(world_size)
+    check_step_sp_sizes(world_size, sizes)
     sizes = [s for s in sizes if split_candidates(cost_model, s)]
     node = cost_model.gpus_per_node
     return [s for s in sizes if s <= node], [s for s in sizes if s > node]
@@ -277,9 +275,23 @@ def nesting_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) ->
 
 
 def mixable_sp_sizes(world_size: int) -> list[int]:
-    """Every SP size allowed at ``world_size`` in a mixed iteration: the powers of two
-    that divide it, plus the whole world (one group)."""
+    """Every SP size a step may use at ``world_size``: the powers of two that divide
+    it, plus the whole world (one group; at a world that is not a power of two, such
+    as 3, 6 or 12, it is the only group of its phase)."""
     sizes = nesting_sp_sizes(world_size, world_size, world_size)
     if sizes[-1] != world_size:
         sizes.append(world_size)
     return sizes
+
+
+def check_step_sp_sizes(world_size: int, sizes: Sequence[int]) -> None:
+    """Raise ``ValueError`` naming the sizes of ``sizes`` no step may use at
+    ``world_size`` (see :func:`mixable_sp_sizes`)."""
+    allowed = mixable_sp_sizes(world_size)
+    bad = sorted({int(s) for s in sizes if s not in allowed})
+    if bad:
+        raise ValueError(
+            f"SP sizes {bad} cannot run at world size {world_size}: a step's SP groups are "
+            f"powers of two dividing the world or the whole world ({allowed}; "
+            "docs/scheduling.md)"
+        )

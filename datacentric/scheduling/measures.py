@@ -3,7 +3,8 @@
 The **ideal bound** (one function, reused by the simulator): every sample runs at the
 cheapest GPU-seconds any feasible configuration gives it, ``sp * time / samples``
 over the plan's options: SP sizes (within a node, past it for buckets that fit
-nothing within, and up to ``max_sp_size`` where the bucket has a ring option),
+nothing within, up to ``max_sp_size`` where the bucket has a ring option, and the
+whole world when it is not a power of two),
 recomputation (none, every block, or the plan's choice for its
 bucket) and micro-batch sizes (up to the largest that fits the memory cap); the sum over
 samples divided by the world size is the epoch time of a perfectly balanced,
@@ -82,7 +83,7 @@ def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
         rows = buckets == b
         lengths = view.tokens[ids[rows]]
         pref = table.preferred(b)
-        rings = table.ring_sizes_past_node(b)
+        rings = table.bound_sizes_past_node(b)
         if view.uniform[b]:
             ringed = [c.gpu_seconds_per_sample for s in rings if (c := table.config(b, s))]
             out[rows] = min([pref.gpu_seconds_per_sample, *ringed])
@@ -224,11 +225,13 @@ def epoch_estimate_s(
 
 
 def iteration_imbalance(it: Iteration, world_size: int) -> float:
-    """Idle share of the iteration's GPU time by the micro-batches' estimates."""
+    """Idle share of the iteration's GPU time by the micro-batches' estimates (never
+    below 0: a step of whole-world phases sums the same times in two orders)."""
     span = it.est_makespan_s
     if span <= 0:
         return 0.0
-    return 1.0 - sum(a.sp_size * a.est_time_s for a in it.assignments) / (world_size * span)
+    busy = sum(a.sp_size * a.est_time_s for a in it.assignments)
+    return max(0.0, 1.0 - busy / (world_size * span))
 
 
 def schedule_measures(

@@ -17,7 +17,9 @@ Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
 - free ranks left at the end are filled by doubling the first smallest group (only
   where the ranks are there: the fix for worlds that are not a power of two), else
   the micro-batch falls back to one group of every rank; groups must come out
-  aligned (start divisible by size), which is asserted.
+  aligned (start divisible by size), which is asserted. At a world that is not a power
+  of two (3, 6, 12 ranks) that one group of every rank is also where a sequence
+  longer than the power-of-two groups hold runs (a micro-batch of its own).
 
 Megatron re-forms the rank layout per micro-batch, and so does the port: each of its
 micro-batches is one phase of the step (:class:`~datacentric.schedule.Iteration`),
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from datacentric.planning.bucket_options import nesting_sp_sizes, split_candidates
+from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
 from datacentric.schedule import Iteration
 from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.micro_batches import emit_iteration
@@ -104,19 +106,29 @@ def cp_min(length: int, cap: int, min_cp: int = 1) -> int:
 
 
 def form_micro_batch(
-    rem: list[tuple[int, int]], cap: int, ranks: int, max_cp: int | None = None
+    rem: list[tuple[int, int]],
+    cap: int,
+    ranks: int,
+    max_cp: int | None = None,
+    whole: bool = False,
 ) -> tuple[list[CPGroup], list[tuple[int, int]]]:
     """One micro-batch over ``ranks`` ranks from ``rem`` (``(id, length)``, longest
     first), in CP groups of at most ``max_cp`` ranks (default: ``ranks``); returns its
-    groups (in rank order) and the sequences left for later."""
+    groups (in rank order) and the sequences left for later. ``whole``: one group of
+    every rank may run too (past ``max_cp``, at a world that is not a power of two):
+    the micro-batch of a sequence longer than ``max_cp`` groups hold, and the
+    fallback where the groups cannot cover the ranks."""
     top_cp = min(ranks, max_cp or ranks)
     seed_id, seed_len = rem[0]
     c = cp_min(seed_len, cap)
     if c > top_cp:
+        if whole and seed_len <= cap * ranks:
+            return full_group(rem, cap, ranks)
         raise ValueError(
             f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
-            f"{cap} tokens per rank but CP groups hold at most {top_cp} ranks here (the "
-            "model's heads, --max-sp and the world); raise megatron_tokens_per_rank"
+            f"{cap} tokens per rank but CP groups hold at most {ranks if whole else top_cp} "
+            "ranks here (the model's heads, --max-sp and the world); raise "
+            "megatron_tokens_per_rank"
         )
     work_cap = seed_len * cap * (1 + DELTA)
     groups = [CPGroup(0, c)]
@@ -152,7 +164,7 @@ def form_micro_batch(
         top = max(top, g.load)
     while free < ranks:
         if not expand_once(groups, ranks, ranks - free, top_cp):
-            if top_cp < ranks:
+            if top_cp < ranks and not whole:
                 raise NoLayoutError(f"megatron-dyncp: {ranks - free} ranks left empty")
             return full_group(rem, cap, ranks)
         free = sum(g.size for g in groups)
@@ -198,26 +210,40 @@ def full_group(
 
 
 def megatron_micro_batches(
-    lengths: list[tuple[int, int]], cap: int, ranks: int, max_cp: int | None = None
+    lengths: list[tuple[int, int]],
+    cap: int,
+    ranks: int,
+    max_cp: int | None = None,
+    whole: bool = False,
 ) -> list[list[CPGroup]]:
     """Megatron's schedule of one global batch: its micro-batches, each a list of CP
-    groups (at most ``max_cp`` ranks) covering the ranks."""
+    groups (at most ``max_cp`` ranks, or one of every rank if ``whole``: see
+    :func:`form_micro_batch`) covering the ranks."""
     rem = sorted(lengths, key=lambda x: -x[1])  # stable: ties keep their order
     out = []
     while rem:
-        groups, rem = form_micro_batch(rem, cap, ranks, max_cp)
+        groups, rem = form_micro_batch(rem, cap, ranks, max_cp, whole)
         out.append(groups)
     return out
 
 
 def cp_sizes(inp: PolicyInput) -> list[int]:
     """The CP sizes Megatron's groups may take here: powers of two dividing the world,
-    up to ``--max-sp`` (default: the world), that the model runs with some split
+    and the whole world (one group of every rank), up to ``--max-sp`` (default: the
+    world), that the model runs with some split
     (:func:`~datacentric.planning.bucket_options.split_candidates`: past the head count
     on a ring, as Megatron's ``a2a+p2p`` context parallelism runs)."""
-    world = inp.world_size
-    sizes = nesting_sp_sizes(world, world, inp.options.max_sp_size or world)
+    top = inp.options.max_sp_size or inp.world_size
+    sizes = [s for s in mixable_sp_sizes(inp.world_size) if s <= top]
     return [s for s in sizes if split_candidates(inp.cost_model, s)] or [1]
+
+
+def cp_limits(inp: PolicyInput) -> tuple[int, bool]:
+    """The largest power-of-two CP size of :func:`cp_sizes` and whether one group of
+    every rank runs beyond it (a world that is not a power of two, such as 6)."""
+    sizes = cp_sizes(inp)
+    nested = [s for s in sizes if s & (s - 1) == 0]
+    return nested[-1], sizes[-1] != nested[-1]
 
 
 def default_tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
@@ -258,12 +284,12 @@ def build_steps(
 ) -> list[Iteration]:
     """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``."""
     world = inp.world_size
-    max_cp = cp_sizes(inp)[-1]
+    max_cp, whole = cp_limits(inp)
     out = []
     for k, chunk in enumerate(chunks, start=first):
         lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
         try:
-            phases = megatron_micro_batches(lengths, cap, world, max_cp)
+            phases = megatron_micro_batches(lengths, cap, world, max_cp, whole)
         except NoLayoutError:
             phases = None
         if phases is not None:
@@ -278,7 +304,7 @@ def build_steps(
             if runnable:
                 out.append(emit_iteration(k, world, groups, table, placed=placed))
                 continue
-        out.append(one_layout(inp, table, k, lengths, cap, max_cp))
+        out.append(one_layout(inp, table, k, lengths, cap, cp_sizes(inp)))
     return out
 
 
@@ -288,16 +314,18 @@ def one_layout(
     k: int,
     lengths: list[tuple[int, int]],
     cap: int,
-    max_cp: int,
+    runnable: list[int],
 ) -> Iteration:
     """Step ``k`` on one layout: each sequence packed as Megatron would at its CP size
-    (up to ``max_cp``), each unit on the smallest size at least that where it runs,
-    placed as ``dcp-inter`` places its micro-batches."""
+    (the smallest of ``runnable`` holding it, else the largest), each unit on the
+    smallest size at least that where it runs, placed as ``dcp-inter`` places its
+    micro-batches."""
     world = inp.world_size
-    runnable = [s for s in table.all_sizes if s <= max_cp] or [1]
+    max_cp = runnable[-1]
     by_size: dict[int, list[int]] = {}
     for sid, length in sorted(lengths, key=lambda x: -x[1]):
-        by_size.setdefault(min(cp_min(length, cap), max_cp), []).append(sid)
+        c = cp_min(length, cap)
+        by_size.setdefault(next((s for s in runnable if s >= c), max_cp), []).append(sid)
     items, own = [], []
     for c, ids in sorted(by_size.items()):
         per_group = max(1, int(cap * c))

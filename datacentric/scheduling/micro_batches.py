@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datacentric.planning.bucket_options import mixable_sp_sizes
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.option_table import OptionTable
@@ -149,4 +150,23 @@ def emit_iteration(
         at += len(items)
         assignments.append(Assignment(rank_start=start, sp_size=sp, micro_batches=mbs, phase=phase))
     assignments.sort(key=lambda a: (a.phase, a.rank_start))
-    return Iteration(index=index, assignments=tuple(assignments))
+    iteration = Iteration(index=index, assignments=tuple(assignments))
+    check_layout(iteration, world_size)
+    return iteration
+
+
+def check_layout(iteration: Iteration, world_size: int) -> None:
+    """Raise ``ValueError`` unless every phase of ``iteration`` tiles the ranks with
+    aligned groups (each starting at a multiple of its size) of sizes a step may use
+    (:func:`~datacentric.planning.bucket_options.mixable_sp_sizes`: a group that is not
+    a power of two holds the whole world, alone in its phase): the runtime has a
+    process group for exactly those."""
+    iteration.validate(world_size)
+    allowed = mixable_sp_sizes(world_size)
+    for a in iteration.assignments:
+        if a.sp_size not in allowed or a.rank_start % a.sp_size:
+            raise ValueError(
+                f"iteration {iteration.index}, phase {a.phase}: a group of {a.sp_size} ranks "
+                f"at rank {a.rank_start} at world size {world_size} (groups are aligned, of "
+                f"sizes {allowed}); the policy laid it out wrong"
+            )

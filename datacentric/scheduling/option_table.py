@@ -102,6 +102,18 @@ class OptionTable:
         node = self.node_sizes[-1]
         return [s for s in self.all_sizes if node < s <= top and self.has_rings([b], s)]
 
+    def bound_sizes_past_node(self, b: int) -> list[int]:
+        """The SP sizes past :attr:`node_sizes` the ideal bound prices bucket ``b`` on:
+        :meth:`ring_sizes_past_node`, and the whole world when it is not a power of
+        two (3, 6, 12 ranks: a step may run on it, e.g. ``static`` at one size for all,
+        so a sample may cost fewer GPU-seconds there than on any nesting size)."""
+        sizes = self.ring_sizes_past_node(b)
+        world = self.world_size
+        whole = world not in self.node_sizes and world & (world - 1) != 0
+        if whole and world <= (self.max_sp_size or world) and world not in sizes:
+            sizes.append(world)
+        return sizes
+
     def option_with(
         self, b: int, sp: int, rc: tuple[bool, ...], ring: int | None = None
     ) -> BucketOption | None:

@@ -47,6 +47,7 @@ from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import Step
+from datacentric.planning.bucket_options import mixable_sp_sizes
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.heads import allowed_sp_sizes
 from datacentric.planning.memory_cap import resolve_memory_cap
@@ -85,12 +86,13 @@ def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> Non
 
 
 def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
-    """The SP sizes the planner may use: powers of two dividing the world that the
-    model's heads allow (:func:`~datacentric.planning.heads.allowed_sp_sizes`: Ulysses
+    """The SP sizes the planner may use: those a step may use (powers of two dividing
+    the world, and the whole world; :func:`~datacentric.planning.bucket_options.mixable_sp_sizes`)
+    that the model's heads allow (:func:`~datacentric.planning.heads.allowed_sp_sizes`: Ulysses
     splits query heads across a group, key/value heads are repeated as far as it needs),
     none above the model's ``max_sp_size`` when it declares one."""
     heads = int(getattr(model, "num_heads", 0) or 0)
-    sizes = [s for s in (2**k for k in range(world_size.bit_length())) if world_size % s == 0]
+    sizes = mixable_sp_sizes(world_size)
     sizes = [s for s in sizes if s <= (getattr(model, "max_sp_size", None) or world_size)]
     if not heads:
         return sizes
