@@ -96,3 +96,17 @@ def test_a_block_run_twice_without_the_declaration_is_named_not_a_hang(monkeypat
     case = "tests.test_fsdp2_mixed_shapes:undeclared_wan_case"
     with pytest.raises(RuntimeError, match="block 0 of DiffusersVideoTransformer ran 2 times"):
         run_distributed([(case, iteration_of(groups))], world, wrapper="fsdp2", timeout_s=240)
+
+
+def test_reshard_after_forward_is_refused_for_per_shape_block_calls_before_ranks() -> None:
+    """FSDP2's ``reshard_after_forward`` gathers a block on each of its calls: refused
+    (collective-free, as ``train`` checks it before ranks start) for the generic path,
+    allowed for a model whose blocks run once per forward."""
+    from datacentric.models.presets import build_model
+    from datacentric.parallel.grad_sync import check_fsdp2
+
+    model, _ = build_case(MODEL, 0, torch.float32, SMALL)
+    with pytest.raises(ValueError, match="reshard_after_forward: DiffusersVideoTransformer"):
+        check_fsdp2(model, True)
+    check_fsdp2(model, False)
+    check_fsdp2(build_model("llama"), True)

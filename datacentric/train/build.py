@@ -19,6 +19,7 @@ from datacentric.models.source import (
     parse_model_args,
     resolve_model,
 )
+from datacentric.parallel.grad_sync import check_fsdp2
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.memory_cap import warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
@@ -192,6 +193,9 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
             "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> per-token "
             "loss (docs/models.md)"
         )
+    held = sharding(config)
+    if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
+        check_fsdp2(model, held.reshard_after_forward)
     spec = spec_of_model(model, config.model) if config.cost_model == "analytic" else None
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if vocab is None and spec is not None:
