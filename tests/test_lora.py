@@ -5,6 +5,7 @@ transformers model, diffusers' own ``add_adapter`` for a diffusers transformer).
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
@@ -81,3 +82,48 @@ def test_lora_freezes_the_base_and_unwraps_peft_models() -> None:
     with pytest.raises(LoraError, match="not an nn.Linear"):
         apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4, targets="self_attn"))
     assert lora_spec(0) is None
+
+
+def test_data_centric_takes_a_peft_model_and_trains_only_its_adapters() -> None:
+    import peft
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from datacentric import DataCentric
+    from datacentric.data import StdlibCorpus
+    from datacentric.parallel.groups import ProcessGroups
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    wrapped = peft.get_peft_model(
+        LlamaForCausalLM(config), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
+    )
+    dataset = StdlibCorpus(max_tokens=64, limit=2)
+    dc = DataCentric(
+        wrapped,
+        dataset,
+        groups=ProcessGroups.local(),
+        shard="none",
+        prefetch=0,
+        tokens_per_iteration=512,
+    )
+    try:
+        for step in dc.steps(iterations=1):
+            for micro in step:
+                micro.backward(dc.model(micro.batch))
+            step.finish()
+    finally:
+        dc.close()
+    trained = {n for n, p in wrapped.named_parameters() if p.grad is not None}
+    assert trained and trained == {n for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert all(".lora_" in n for n in trained)
+    # the plan priced only the adapters
+    cost = dc.pipeline.cost_model
+    spec = getattr(cost, "spec", None) or cost.inner.spec
+    assert spec.trainable_params == sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
