@@ -1,11 +1,11 @@
-"""Shared test fixtures."""
+"""Shared test fixtures. No torch at module level: the tests of the torch-free layers
+(planning, scheduling, settings) run without importing it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-import torch
 
 
 @pytest.fixture
@@ -14,6 +14,8 @@ def one_thread() -> Iterator[None]:
 
     Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
     """
+    import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

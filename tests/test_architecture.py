@@ -1,6 +1,14 @@
 """The layering of the package, read from the source: every import of every module,
 at any depth (lazy imports and ``TYPE_CHECKING`` blocks included, since both still
-tie one module to another)."""
+tie one module to another), and every ``importlib.import_module(...)`` or
+``__import__(...)`` call whose name is a literal string.
+
+Every module belongs to one layer (``LAYERS``, lowest first) and imports only its own
+layer and lower ones. Some layers are held tighter still: the bottom imports only
+itself; ``settings`` only the bottom; ``models`` only ``datacentric.batch``; ``data``
+only the bottom and ``settings``; ``planning`` and ``scheduling`` no torch and nothing
+above them. The tests at the end plant each kind of fault and check the checks see it.
+"""
 
 from __future__ import annotations
 
@@ -13,43 +21,94 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 
 #: the shared types at the bottom: they import nothing of ours but each other
 BOTTOM = {"datacentric.batch", "datacentric.shapes", "datacentric.schedule", "datacentric.timing"}
+BOTTOM |= {"datacentric.progress"}
 #: what the pure layers (planning, scheduling) may never import
 IMPURE = ("torch", "datacentric.parallel", "datacentric.models", "datacentric.data")
 IMPURE += ("datacentric.train", "datacentric.profiling", "datacentric.sim")
 IMPURE += ("datacentric.cli", "datacentric.verify")
 
+#: Every layer, lowest first. A module may import its own layer and those of lower
+#: ranks, never one of its rank or above (layers that share a rank are siblings that
+#: do not know each other). ``bottom`` is ``BOTTOM``; ``datacentric`` is the root
+#: package, whose public names load lazily by a table of module names (read by no
+#: import), so it imports nothing of ours and every layer may read ``__version__``.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("datacentric",),
+    ("bottom",),
+    ("settings",),
+    ("planning", "models"),
+    ("scheduling", "data"),
+    ("parallel",),
+    ("profiling",),
+    ("sim",),
+    ("verify",),
+    ("train",),
+    ("cli",),
+    ("__main__",),
+)
+RANK = {layer: rank for rank, layers in enumerate(LAYERS) for layer in layers}
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+def _relative_base(package: str, level: int, module: str) -> str:
+    anchor = package.split(".")[: len(package.split(".")) - level + 1]
+    return ".".join(anchor + ([module] if module else []))
 
 
-def imports_of(name: str) -> set[str]:
-    """Every module ``name`` imports; ``from pkg import mod`` counts as ``pkg.mod``
-    when ``mod`` is a module of ours, else as ``pkg``."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def _called_import(node: ast.Call) -> str | None:
+    """The literal module name an ``import_module``/``__import__`` call imports, or None."""
+    func = node.func
+    called = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if called not in {"import_module", "__import__"} or not node.args:
+        return None
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    return None
+
+
+def imports_in(source: str, name: str, modules: set[str], *, package: bool = False) -> set[str]:
+    """Every module the source of module ``name`` imports; ``from pkg import mod``
+    counts as ``pkg.mod`` when ``mod`` is one of ``modules``, else as ``pkg``."""
+    here = name if package else name.rpartition(".")[0]
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+                base = _relative_base(here, node.level, base)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                out.add(full if full in MODULES else base)
+                out.add(full if full in modules else base)
+        elif isinstance(node, ast.Call) and (target := _called_import(node)):
+            if target.startswith("."):
+                level = len(target) - len(target.lstrip("."))
+                target = _relative_base(here, level, target.lstrip("."))
+            out.add(target)
     return out
 
 
-GRAPH = {name: imports_of(name) for name in MODULES}
+def read_graph(root: Path) -> dict[str, set[str]]:
+    """Module name -> the modules it imports, for every ``.py`` file under ``root``."""
+    paths = {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+    return {
+        name: imports_in(
+            path.read_text(encoding="utf-8"), name, set(paths), package=path.name == "__init__.py"
+        )
+        for name, path in paths.items()
+    }
+
+
+GRAPH = read_graph(ROOT)
+MODULES = set(GRAPH)
 
 
 def ours(target: str) -> bool:
@@ -60,57 +119,113 @@ def under(target: str, prefix: str) -> bool:
     return target == prefix or target.startswith(prefix + ".")
 
 
+def layer_of(name: str) -> str:
+    """The layer of one of our modules: ``bottom``, ``datacentric`` (the root package)
+    or the subpackage or top-level module it lives in."""
+    if name in BOTTOM:
+        return "bottom"
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def edges(graph: dict[str, set[str]], layer: str, *, torch: bool = False):
+    """``(module, target)`` for every import of ours (and of torch, if asked) made by
+    a module of ``layer``, outside that layer."""
+    for name, targets in graph.items():
+        if layer_of(name) != layer:
+            continue
+        for target in sorted(targets):
+            if (torch and under(target, "torch")) or (ours(target) and layer_of(target) != layer):
+                yield name, target
+
+
+def pure_layer_faults(graph: dict[str, set[str]], layer: str) -> list[str]:
+    return [
+        f"{name} imports {target}"
+        for name, target in edges(graph, layer, torch=True)
+        if any(under(target, prefix) for prefix in IMPURE)
+    ]
+
+
+def confined_faults(graph: dict[str, set[str]], layer: str, allowed: set[str]) -> list[str]:
+    """Imports by ``layer`` of any of our modules outside ``allowed`` (module names, or
+    layer names such as ``bottom``), and of torch by the torch-free ``settings``."""
+    return [
+        f"{name} imports {target}"
+        for name, target in edges(graph, layer, torch=layer == "settings")
+        if not (target in allowed or layer_of(target) in allowed)
+    ]
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a imports b`` for every import of ours into a layer of the same or a higher
+    rank than the importer's own."""
+    return sorted(
+        f"{name} imports {target}"
+        for layer in RANK
+        for name, target in edges(graph, layer)
+        if RANK.get(layer_of(target), len(LAYERS)) >= RANK[layer]
+    )
+
+
+def unmapped(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(name for name in graph if layer_of(name) not in RANK)
+
+
+def layer_faults(graph: dict[str, set[str]]) -> list[str]:
+    """Every layer violation of ``graph``, by every rule of this file."""
+    faults = [f"{name} is in no layer" for name in unmapped(graph)]
+    faults += upward_imports(graph)
+    for layer in ("planning", "scheduling"):
+        faults += pure_layer_faults(graph, layer)
+    faults += confined_faults(graph, "bottom", set())
+    faults += confined_faults(graph, "settings", {"bottom"})
+    faults += confined_faults(graph, "models", {"datacentric.batch"})
+    faults += confined_faults(graph, "data", {"bottom", "settings"})
+    return sorted(set(faults))
+
+
 def test_graph_is_read() -> None:
     assert "datacentric.scheduling.epoch" in GRAPH
     assert any(under(t, "torch") for t in GRAPH["datacentric.parallel.runtime"])
     assert "datacentric.batch" in GRAPH["datacentric.models.llama"]
+    assert "peft" in GRAPH["datacentric.models.lora"]  # importlib.import_module("peft")
 
 
-@pytest.mark.parametrize("layer", ["datacentric.planning", "datacentric.scheduling"])
+def test_every_module_has_a_layer() -> None:
+    assert not unmapped(GRAPH)
+
+
+@pytest.mark.parametrize("layer", ["planning", "scheduling"])
 def test_pure_layers_import_no_torch_and_no_upper_layer(layer: str) -> None:
-    bad = sorted(
-        f"{name} imports {target}"
-        for name, targets in GRAPH.items()
-        if under(name, layer)
-        for target in targets
-        if any(under(target, prefix) for prefix in IMPURE)
-    )
+    bad = pure_layer_faults(GRAPH, layer)
     assert not bad, "\n".join(bad)
 
 
 def test_models_import_only_the_shared_batch_types() -> None:
-    bad = sorted(
-        f"{name} imports {target}"
-        for name, targets in GRAPH.items()
-        if under(name, "datacentric.models")
-        for target in targets
-        if ours(target)
-        and not under(target, "datacentric.models")
-        and target != "datacentric.batch"
-    )
+    bad = confined_faults(GRAPH, "models", {"datacentric.batch"})
+    assert not bad, "\n".join(bad)
+
+
+def test_data_imports_only_the_bottom_and_the_settings() -> None:
+    """Datasets read files and settings; they know no model, plan, schedule or rank."""
+    bad = confined_faults(GRAPH, "data", {"bottom", "settings"})
     assert not bad, "\n".join(bad)
 
 
 def test_bottom_layer_imports_only_itself() -> None:
-    bad = sorted(
-        f"{name} imports {target}"
-        for name in BOTTOM
-        for target in GRAPH[name]
-        if ours(target) and target not in BOTTOM
-    )
+    bad = confined_faults(GRAPH, "bottom", set())
     assert not bad, "\n".join(bad)
 
 
 def test_settings_schema_imports_only_itself_and_the_bottom() -> None:
     """The torch-free settings schema: ``--help`` and ``config --show`` read it alone."""
-    bad = sorted(
-        f"{name} imports {target}"
-        for name, targets in GRAPH.items()
-        if under(name, "datacentric.settings")
-        for target in targets
-        if under(target, "torch")
-        or (ours(target) and target not in BOTTOM and not under(target, "datacentric.settings"))
-    )
+    bad = confined_faults(GRAPH, "settings", {"bottom"})
+    assert not bad, "\n".join(bad)
+
+
+def test_layers_import_only_downwards() -> None:
+    bad = upward_imports(GRAPH)
     assert not bad, "\n".join(bad)
 
 
@@ -178,41 +293,6 @@ def test_no_test_fixtures_in_the_package() -> None:
     assert not [name for name in MODULES if name.rsplit(".", 1)[-1] in {"testing", "fixtures"}]
 
 
-#: The middle layers, lowest first: a module may import its own layer and those below,
-#: never one above (``parallel`` importing ``sim``, say).
-MIDDLE = ("parallel", "profiling", "sim", "verify", "train", "cli")
-
-
-def layer_of(name: str) -> int | None:
-    for rank, layer in enumerate(MIDDLE):
-        if under(name, f"datacentric.{layer}"):
-            return rank
-    return None
-
-
-def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """``a imports b`` for every import from a middle layer into a higher one."""
-    return sorted(
-        f"{name} imports {target}"
-        for name, targets in graph.items()
-        for target in targets
-        if layer_of(name) is not None
-        and layer_of(target) is not None
-        and layer_of(target) > layer_of(name)
-    )
-
-
-def test_middle_layers_import_only_downwards() -> None:
-    bad = upward_imports(GRAPH)
-    assert not bad, "\n".join(bad)
-
-
-def test_the_layer_order_check_finds_an_upward_import() -> None:
-    graph = {"datacentric.parallel.runtime": {"datacentric.sim.engine", "datacentric.batch"}}
-    assert upward_imports(graph) == ["datacentric.parallel.runtime imports datacentric.sim.engine"]
-    assert upward_imports({"datacentric.sim.engine": {"datacentric.parallel.runtime"}}) == []
-
-
 def reaches_torch(graph: dict[str, set[str]], start: str) -> list[str]:
     """The chain of our modules by which ``start`` reaches an import of torch ([] if none)."""
     seen = {start}
@@ -228,14 +308,12 @@ def reaches_torch(graph: dict[str, set[str]], start: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize(
-    "layer", ["datacentric.planning", "datacentric.scheduling", "datacentric.settings"]
-)
+@pytest.mark.parametrize("layer", ["planning", "scheduling", "settings"])
 def test_pure_layers_reach_no_torch_through_our_modules(layer: str) -> None:
     bad = [
         " -> ".join(chain)
         for name in GRAPH
-        if under(name, layer)
+        if layer_of(name) == layer
         for chain in [reaches_torch(GRAPH, name)]
         if chain
     ]
@@ -252,3 +330,114 @@ def test_the_reach_check_follows_our_modules_to_torch() -> None:
         "datacentric.batch",
         "torch",
     ]
+
+
+# -- planted faults: each check must see each kind of fault --------------------------
+
+
+def test_the_package_has_no_layer_faults() -> None:
+    faults = layer_faults(GRAPH)
+    assert not faults, "\n".join(faults)
+
+
+def planted(name: str, source: str, graph: dict[str, set[str]] | None = None) -> dict:
+    """The package's graph with one more module, ``name``, read from ``source``."""
+    graph = dict(GRAPH if graph is None else graph)
+    graph[name] = imports_in(source, name, set(graph) | {name})
+    return graph
+
+
+PLANTED = [
+    # a module-level forbidden import: data -> cli, data -> parallel
+    ("datacentric.data.planted", "from datacentric.cli import main\n", "datacentric.cli.main"),
+    (
+        "datacentric.data.planted",
+        "import datacentric.parallel.runtime\n",
+        "datacentric.parallel.runtime",
+    ),
+    # a lazy import inside a function
+    (
+        "datacentric.data.planted",
+        "def f():\n    from ..train import trainer\n",
+        "datacentric.train.trainer",
+    ),
+    # import_module and __import__ with literal names
+    (
+        "datacentric.scheduling.planted",
+        "import importlib\nimportlib.import_module('datacentric.sim.engine')\n",
+        "datacentric.sim.engine",
+    ),
+    ("datacentric.settings.planted", "__import__('torch')\n", "torch"),
+    (
+        "datacentric.models.planted",
+        "from importlib import import_module as m\nimport_module('..data', 'x')\n",
+        "datacentric.data",
+    ),
+    # an upward import between middle layers
+    (
+        "datacentric.parallel.planted",
+        "from datacentric.sim.engine import simulate\n",
+        "datacentric.sim.engine",
+    ),
+    # a sibling: planning and models do not know each other
+    (
+        "datacentric.planning.planted",
+        "from datacentric.models import llama\n",
+        "datacentric.models.llama",
+    ),
+    # a layer nobody mapped
+    ("datacentric.newlayer.planted", "", None),
+]
+
+
+@pytest.mark.parametrize(("name", "source", "target"), PLANTED)
+def test_each_planted_fault_is_found(name: str, source: str, target: str | None) -> None:
+    faults = layer_faults(planted(name, source))
+    expected = f"{name} is in no layer" if target is None else f"{name} imports {target}"
+    assert expected in faults
+    assert all(fault.startswith(name) for fault in faults)
+
+
+def test_a_planted_import_module_cycle_is_found() -> None:
+    """scheduling -> sim by ``import_module``, sim -> scheduling by a plain import."""
+    graph = planted(
+        "datacentric.scheduling.planted",
+        "def load():\n    import importlib\n\n"
+        "    return importlib.import_module('datacentric.sim.planted')\n",
+    )
+    graph = planted(
+        "datacentric.sim.planted", "from datacentric.scheduling import planted\n", graph
+    )
+    assert ["datacentric.scheduling.planted", "datacentric.sim.planted"] in strongly_connected(
+        graph
+    )
+
+
+def test_a_planted_file_is_read_from_disk(tmp_path: Path) -> None:
+    """The whole reading path (files, packages, relative and lazy imports) on a small tree."""
+    root = tmp_path / "datacentric"
+    for path, text in {
+        "__init__.py": "",
+        "batch.py": "import torch\n",
+        "cli/__init__.py": "",
+        "cli/main.py": "from .. import batch\n",
+        "data/__init__.py": "from . import text\n",
+        "data/text.py": "from datacentric.batch import PackedBatch\n\n"
+        "def f():\n    from ..cli.main import run\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    graph = read_graph(root)
+    assert graph["datacentric.data"] == {"datacentric.data.text"}
+    assert graph["datacentric.cli.main"] == {"datacentric.batch"}
+    assert layer_faults(graph) == ["datacentric.data.text imports datacentric.cli.main"]
+
+
+def test_conftest_imports_no_torch_at_module_level() -> None:
+    """The tests of the torch-free layers must be able to run without torch loaded."""
+    tree = ast.parse((Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"))
+    top = {"conftest"}
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            top |= imports_in(ast.unparse(node), "conftest", set())
+    assert not [name for name in top if under(name, "torch")]
