@@ -290,6 +290,10 @@ def test_the_fsdp2_default_is_announced_where_it_differs_from_0_1() -> None:
         warnings.simplefilter("error")  # one rank, or another mode: as 0.1.0, no warning
         announce_default_shard(ShardingSpec(), SimpleNamespace(world_size=1, distributed=False))
         announce_default_shard(ShardingSpec("ddp"), two_ranks)
+        # said by rank 0 only, not once per rank
+        announce_default_shard(
+            ShardingSpec(), SimpleNamespace(world_size=2, distributed=True, rank=1)
+        )
 
 
 def _update() -> int:

@@ -72,8 +72,8 @@ def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> Non
     """Warn when the default ``shard`` (FSDP2 since 0.2.0) holds the model otherwise than
     0.1.0 did (a plain module): on more than one rank, gradients and state are DTensors."""
     world = groups.world_size if groups.distributed else 1
-    if sharding.effective(world).mode != "fsdp2":
-        return
+    if sharding.effective(world).mode != "fsdp2" or getattr(groups, "rank", 0) != 0:
+        return  # said once, by rank 0, not by every rank
     warnings.warn(
         "DataCentric holds the model with FSDP2 by default since 0.2.0 (0.1.0 held it whole): "
         "after step.finish() each p.grad is a DTensor, sharded and already reduced, and "
