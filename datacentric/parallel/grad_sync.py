@@ -259,16 +259,9 @@ class _BlockCalls:
         )
 
 
-def reduces_after_backward(model: nn.Module) -> bool:
-    """Whether ``model``'s gradients are summed after its last micro-step, by
-    :func:`reduce_after_backward` (a plain module; FSDP2 holding a model with
-    ``block_calls_vary``), rather than inside the last backward (DDP, FSDP2)."""
-    return not syncs_itself(model)
-
-
 def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:
     """The step's one gradient SUM after the rank's last micro-step, where the model does
-    not reduce inside backward (:func:`reduces_after_backward`; collective over the world):
+    not reduce inside backward (``not syncs_itself(model)``; collective over the world):
     :func:`allreduce_gradients` for a plain module; for FSDP2, FSDP's own post-backward of
     every unit once, in the same order on every rank (the root, then the blocks), which
     reduce-scatters its accumulated gradients and reshards."""
@@ -277,10 +270,16 @@ def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = No
         return
     model.set_requires_gradient_sync(True)
     model.set_reshard_after_backward(True)
-    state = model._get_fsdp_state()
     # FSDP's end-of-backward callback runs the post-backward of every unit whose hook did
-    # not run (here: all of them, each once) and waits for the reductions
-    state._root_post_backward_final_callback()
+    # not run (here: all of them, each once) and waits for the reductions (a private
+    # method FSDP2 has had since torch 2.4)
+    finish = getattr(model._get_fsdp_state(), "_root_post_backward_final_callback", None)
+    if finish is None:
+        raise RuntimeError(
+            f"this torch's FSDP2 cannot reduce {type(model).__name__} after backward; "
+            "use shard 'ddp' or 'none' for a model with block_calls_vary"
+        )
+    finish()
 
 
 def wrap_model(model: nn.Module, groups: ProcessGroups, sharding: ShardingSpec) -> nn.Module:
