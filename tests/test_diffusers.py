@@ -134,8 +134,10 @@ def test_contract_check_passes_and_recomputation_is_exact() -> None:
 @pytest.mark.parametrize(
     ("name", "overrides", "message"),
     [
-        ("cogvideox", {}, "CogVideoXTransformer3DModel declares no _cp_plan"),
-        ("hunyuan-video", {}, "HunyuanVideoTransformer3DModel declares no _cp_plan"),
+        ("skyreels-v2", {"inject_sample_info": True}, "fps conditioning"),
+        ("skyreels-v2", {"num_frame_per_block": 2}, "diffusion forcing"),
+        ("hunyuan-video", {"image_condition_type": "token_replace"}, "image conditioning"),
+        ("cogvideox", {"ofs_embed_dim": 32}, "image-to-video offsets"),
         ("ltx2", {}, "its forward needs audio_hidden_states, audio_encoder_hidden_states"),
         ("wan", {"image_dim": 16, "added_kv_proj_dim": 64}, "image_dim is set"),
     ],

@@ -64,21 +64,77 @@ TINY_DIFFUSERS: dict[str, tuple[str, dict[str, Any]]] = {
             "caption_channels": 32,
         },
     ),
-    # Refused by the generic path (each build fails in one line naming what is missing):
+    # Wan-like: Wan's tiny config, 2 blocks
+    "skyreels-v2": ("SkyReelsV2Transformer3DModel", {}),
+    "cogvideox": (
+        "CogVideoXTransformer3DModel",
+        {
+            "num_attention_heads": 4,
+            "attention_head_dim": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "time_embed_dim": 32,
+            "text_embed_dim": 32,
+            "num_layers": 2,
+            "sample_width": 8,
+            "sample_height": 8,
+            "sample_frames": 9,
+            "patch_size": 2,
+            "max_text_seq_length": 8,
+            "use_rotary_positional_embeddings": True,
+        },
+    ),
+    "hunyuan-video": (
+        "HunyuanVideoTransformer3DModel",
+        {
+            "in_channels": 4,
+            "out_channels": 4,
+            "num_attention_heads": 4,
+            "attention_head_dim": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "num_refiner_layers": 1,
+            "mlp_ratio": 2.0,
+            "patch_size": 2,
+            "patch_size_t": 1,
+            "guidance_embeds": True,
+            "text_embed_dim": 32,
+            "pooled_projection_dim": 16,
+            "rope_axes_dim": (4, 6, 6),
+        },
+    ),
+    "flux": (
+        "FluxTransformer2DModel",
+        {
+            "patch_size": 1,
+            "in_channels": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "attention_head_dim": 16,
+            "num_attention_heads": 4,
+            "joint_attention_dim": 32,
+            "pooled_projection_dim": 16,
+            "guidance_embeds": True,
+            "axes_dims_rope": (4, 6, 6),
+        },
+    ),
+    # Refused by the generic path (the build fails in one line naming what is missing):
     "ltx2": ("LTX2VideoTransformer3DModel", {}),
-    "cogvideox": ("CogVideoXTransformer3DModel", {}),
-    "hunyuan-video": ("HunyuanVideoTransformer3DModel", {}),
 }
-"""Tiny names: (diffusers class, random-weight config). ``wan`` and ``ltx`` train; the
-others are refused (they need audio inputs, or have no context-parallel plan)."""
+TINY_DIFFUSERS["skyreels-v2"][1].update(TINY_DIFFUSERS["wan"][1], ffn_dim=64, num_layers=2)
+"""Tiny names: (diffusers class, random-weight config). ``wan``, ``ltx``, ``skyreels-v2``,
+``cogvideox``, ``hunyuan-video`` and ``flux`` (4 latent channels; Flux's tokens pack
+2 x 2 of them) train; ``ltx2`` is refused (its forward needs audio latents)."""
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def text_width(config: Any) -> int:
     """Width of the text embeddings the model takes (Wan: ``text_dim``; LTX:
-    ``caption_channels``)."""
-    for field in ("text_dim", "caption_channels", "cross_attention_dim"):
+    ``caption_channels``; CogVideoX, HunyuanVideo: ``text_embed_dim``; Flux:
+    ``joint_attention_dim``)."""
+    fields = ("text_dim", "caption_channels", "text_embed_dim", "joint_attention_dim")
+    for field in (*fields, "cross_attention_dim"):
         if config.get(field):
             return int(config.get(field))
     raise UnsupportedVideoModel("the config names no text width (text_dim, caption_channels)")

@@ -40,6 +40,7 @@ tokens, H = heads, D = head dim.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Sequence
@@ -52,6 +53,12 @@ from torch.overrides import TorchFunctionMode
 
 from datacentric.batch import PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
+from datacentric.models.diffusers_families import (
+    family_of,
+    joint_attention,
+    refused_config,
+    text_inputs,
+)
 from datacentric.models.diffusers_plan import (
     SequenceSplit,
     UnsupportedVideoModel,
@@ -92,9 +99,11 @@ def from_tokens(
     return x.permute(0, 4, 1, 5, 2, 6, 3, 7).reshape(-1, channels, f * pf, h * ph, w * pw)
 
 
-def model_patch(config: Any) -> tuple[int, int, int]:
+def model_patch(config: Any, family: Any = None) -> tuple[int, int, int]:
     """The model's patch (frame, row, column) from its config (Wan: a tuple; LTX:
-    ``patch_size`` and ``patch_size_t``)."""
+    ``patch_size`` and ``patch_size_t``), or its family's (Flux's packed tokens)."""
+    if family is not None and family.patch is not None:
+        return family.patch
     patch = config.get("patch_size", 1)
     if isinstance(patch, (list, tuple)):
         return tuple(int(p) for p in patch)  # type: ignore[return-value]
@@ -102,8 +111,13 @@ def model_patch(config: Any) -> tuple[int, int, int]:
 
 
 def transformer_blocks(model: nn.Module) -> nn.ModuleList:
-    """The model's repeated transformer blocks: the list of its ``_repeated_blocks``
-    classes (``blocks`` for Wan, ``transformer_blocks`` for LTX)."""
+    """The model's repeated transformer blocks: the lists its family names
+    (:mod:`~.diffusers_families`: HunyuanVideo's and Flux's two, in order), else the list
+    of its ``_repeated_blocks`` classes (``blocks`` for Wan, ``transformer_blocks`` for
+    LTX)."""
+    family = family_of(type(model))
+    if family is not None and family.blocks:
+        return nn.ModuleList([b for name in family.blocks for b in getattr(model, name)])
     names = set(getattr(model, "_repeated_blocks", None) or ())
     lists = [m for m in model.children() if isinstance(m, nn.ModuleList) and len(m)]
     for candidate in lists:
@@ -125,6 +139,10 @@ def check_supported(
     for field, what in _NEEDS_INPUTS.items():
         if config.get(field) is not None:
             raise UnsupportedVideoModel(f"{name}: {field} is set: {what} are not supported")
+    family = family_of(model_class)
+    refused = refused_config(model_class, config)
+    if refused:
+        raise UnsupportedVideoModel(refused)
     plan = cp_plan_of(model_class, cp_plan)
     params = inspect.signature(model_class.forward).parameters
     missing = [
@@ -132,7 +150,7 @@ def check_supported(
         for p, spec in list(params.items())[1:]
         if spec.default is inspect.Parameter.empty
         and spec.kind not in (spec.VAR_POSITIONAL, spec.VAR_KEYWORD)
-        and p not in _FILLED
+        and p not in _FILLED + (family.fills if family else ())
     ]
     if missing:
         raise UnsupportedVideoModel(
@@ -182,12 +200,23 @@ class _RoutedProcessor:
     def __init__(self, inner: Any, owner: DiffusersVideoTransformer) -> None:
         self.inner, self.owner = inner, owner
         self.signature = inspect.signature(inner.__call__)
+        # diffusers' Attention passes a processor the keyword arguments its __call__
+        # names (CogVideoX's image_rotary_emb): it reads them here, the inner's
+        self.__dict__["__call__"] = functools.wraps(inner.__call__)(
+            lambda *args, **kwargs: self._route(*args, **kwargs)
+        )
 
     def __call__(self, attn: nn.Module, hidden_states: torch.Tensor, *args: Any, **kwargs: Any):  # noqa: ANN204
+        return self._route(attn, hidden_states, *args, **kwargs)
+
+    def _route(self, attn: nn.Module, hidden_states: torch.Tensor, *args: Any, **kwargs: Any):  # noqa: ANN202
         bound = self.signature.bind_partial(attn, hidden_states, *args, **kwargs).arguments
-        if bound.get("encoder_hidden_states") is not None:  # cross-attention: local
-            return self.inner(attn, hidden_states, *args, **kwargs)
-        run = self.owner._self_attention
+        text = bound.get("encoder_hidden_states")
+        owner = self.owner
+
+        def run(*a: Any, **k: Any) -> torch.Tensor:
+            return owner._self_attention(*a, text_len=None if text is None else text.shape[1], **k)
+
         return run_routed(self.inner, run, attn, hidden_states, *args, **kwargs)
 
 
@@ -238,17 +267,22 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
         self.transformer = transformer
         # a plain attribute: registered once, under transformer., so state_dict has no copy
         self.__dict__["blocks"] = transformer_blocks(transformer)
+        self.family = family_of(type(transformer))
         self.num_heads = int(config.num_attention_heads)
-        self.patch = model_patch(config)
+        self.patch = model_patch(config, self.family)
         self.data_patch = tuple(int(p) for p in data_patch)
-        self.channels = int(config.in_channels)
+        self.layout = self.family.layout if self.family else "video"
+        tokens = self.layout == "tokens"
+        self.channels = int(config.in_channels) // (math.prod(self.patch) if tokens else 1)
         self.grid_input = all(a in params for a in _GRID_ARGS)
         """Whether ``forward`` takes patch tokens and their grid (LTX) or a latent video."""
+        self.token_input = self.grid_input or tokens
         self.text_mask = "encoder_attention_mask" in params
         self._split: SequenceSplit | None = None
         self._padded_to_real: dict[int, int] = {}
+        self._text_len = 0  # the text tokens of the micro-batch being run (joint attention)
         install_plan(transformer, plan, lambda: self._split)
-        for module in transformer.modules():
+        for module in self.blocks.modules():  # the text encoders' attention runs unchanged
             if callable(getattr(module, "set_processor", None)) and hasattr(module, "processor"):
                 module.set_processor(_RoutedProcessor(module.processor, self))
         self.set_attention(attention)
@@ -271,12 +305,37 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
         dropout_p: float = 0.0,
         is_causal: bool = False,
         scale: float | None = None,
-        **_: Any,
+        *,
+        text_len: int | None = None,
+        **kwargs: Any,
     ) -> torch.Tensor:
-        """``(B, H, S_local, D)`` self-attention of one clip group through our callable."""
+        """``(B, H, S_local, D)`` self-attention of one clip group through our callable.
+        A cross-attention (keys of the ``text_len`` text tokens) runs as the model wrote
+        it; a joint attention (a family's ``text_first`` is set) through
+        :func:`~.diffusers_families.joint_attention` under sequence parallelism."""
+        sp, rank = self._group()
+        if text_len is not None and key.shape[2] == text_len:  # cross-attention: local
+            return F.scaled_dot_product_attention(
+                query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs
+            )
+        if self.family is not None and self.family.text_first is not None:
+            text = self._text_len if text_len is None else text_len
+            if sp == 1:
+                return F.scaled_dot_product_attention(
+                    query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs
+                )
+            if dropout_p or is_causal:
+                raise UnsupportedVideoModel("a joint attention with dropout or causality")
+            padded = (query.shape[2] - text) * sp
+            real = self._padded_to_real.get(padded, padded)
+            gather = self.attention.gather  # type: ignore[attr-defined]
+            split = SequenceSplit(real, padded, sp, rank, gather)
+            return joint_attention(
+                query, key, value, attn_mask, scale, text_len=text,
+                text_first=self.family.text_first, gather=lambda x: split.unsplit(x, 2),
+            )  # fmt: skip
         if attn_mask is not None or dropout_p or is_causal:
             raise UnsupportedVideoModel("a self-attention with a mask, dropout or causality")
-        sp, _ = self._group()
         q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # (B, S_local, H, D)
         if scale is not None and not math.isclose(scale, q.shape[-1] ** -0.5):
             q = q * (scale * math.sqrt(q.shape[-1]))
@@ -359,23 +418,31 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
         self._padded_to_real[padded] = seq_len
         gather = getattr(self.attention, "gather", None)
         self._split = SequenceSplit(seq_len, padded, sp, rank, gather)  # type: ignore[arg-type]
-        kwargs: dict[str, Any] = {
-            "timestep": batch.sample_cond[clips] * TIMESTEP_SCALE,
-            "encoder_hidden_states": batch.sample_context[clips].to(dtype),  # type: ignore[index]
-        }
+        scale = self.family.timestep_scale if self.family else TIMESTEP_SCALE
+        kwargs: dict[str, Any] = {"timestep": batch.sample_cond[clips] * scale}
         if self.text_mask:
             kwargs["encoder_attention_mask"] = None
-        if self.grid_input:
+        context = batch.sample_context[clips].to(dtype)  # type: ignore[index]
+        kwargs.update(text_inputs(self.family, self.config, context, self.text_mask))
+        self._text_len = int(kwargs["encoder_hidden_states"].shape[1])
+        if self.token_input:
             kwargs["hidden_states"] = to_tokens(video.to(dtype), self.patch)
-            kwargs.update(zip(_GRID_ARGS, model_grid))
+            if self.grid_input:
+                kwargs.update(zip(_GRID_ARGS, model_grid))
         else:
-            kwargs["hidden_states"] = video.to(dtype)
+            layout = (0, 2, 1, 3, 4) if self.layout == "frames_first" else (0, 1, 2, 3, 4)
+            kwargs["hidden_states"] = video.to(dtype).permute(layout)
+        if self.family is not None and self.family.extra_inputs is not None:
+            extra = self.family.extra_inputs(self.config, model_grid, len(clips), video.to(dtype))
+            kwargs.update(extra)
         try:
             out = self.transformer(**kwargs)
         finally:
             self._split = None
         out = out.sample if hasattr(out, "sample") else out[0]
-        if self.grid_input:
+        if self.layout == "frames_first":
+            out = out.transpose(1, 2)
+        if self.token_input:
             out = from_tokens(out, model_grid, self.patch, out.shape[-1] // math.prod(self.patch))
         error = (out.float() - target.float()).pow(2)
         return to_tokens(error, self.data_patch).mean(dim=-1)

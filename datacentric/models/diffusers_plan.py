@@ -23,8 +23,9 @@ How we read a plan (``ContextParallelInput``: ``split_dim``, ``expected_dims``,
   rows form their own attention segment, so no real token ever sees them;
 - a gathered tensor is gathered in group-rank order and its padding dropped.
 
-Models without a plan get one here (:data:`DECLARED_CP_PLANS`, by class name) or are
-refused in one line naming what is missing (:data:`REFUSED_MODELS`).
+Models without a plan get one here (:data:`DECLARED_CP_PLANS`, by class name, from the
+families of :mod:`~.diffusers_families`) or are refused in one line naming what is
+missing (:data:`REFUSED_MODELS`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from datacentric.models.diffusers_families import FAMILIES
+
 
 class UnsupportedVideoModel(ValueError):
     """A diffusers model feature the packed, sequence-parallel path cannot run exactly."""
@@ -46,32 +49,25 @@ class UnsupportedVideoModel(ValueError):
 KEPT_WHOLE = ("encoder_hidden_states", "encoder_attention_mask")
 """Forward arguments that carry the text conditioning: never split (see above)."""
 
-DECLARED_CP_PLANS: dict[str, dict[str, Any]] = {}
-"""Plans we declare for model classes that have no ``_cp_plan`` (class name -> plan, in
-diffusers' format). Add one here (or pass ``cp_plan=`` to the adapter) to run such a
-model through the generic path."""
-
-REFUSED_MODELS: dict[str, str] = {
-    "CogVideoXTransformer3DModel": (
-        "declares no _cp_plan, and its attention runs over the text and video tokens "
-        "joined into one sequence (the generic path splits the video sequence only and "
-        "keeps the text whole)"
-    ),
-    "HunyuanVideoTransformer3DModel": (
-        "declares no _cp_plan, and its dual-stream blocks attend over the text and "
-        "video tokens joined into one sequence, with a text mask (the generic path splits "
-        "the video sequence only and keeps the text whole)"
-    ),
+DECLARED_CP_PLANS: dict[str, dict[str, Any]] = {
+    name: family.cp_plan for name, family in FAMILIES.items()
 }
+"""Plans we declare for model classes (class name -> plan, in diffusers' format): the
+families of :mod:`~.diffusers_families` (SkyReels-V2, CogVideoX and HunyuanVideo have no
+``_cp_plan``; Flux's splits the text, which ours keeps whole). A declared plan comes
+before the class's own. Add one here (or pass ``cp_plan=`` to the adapter) to run
+another model through the generic path."""
+
+REFUSED_MODELS: dict[str, str] = {}
 """Model classes without a plan, and what is missing for the generic path."""
 
 
 def cp_plan_of(model_class: type, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """The context-parallel plan to run a model of ``model_class`` with: ``plan``, else
-    the class's own ``_cp_plan``, else :data:`DECLARED_CP_PLANS`; else
+    :data:`DECLARED_CP_PLANS`, else the class's own ``_cp_plan``; else
     :class:`UnsupportedVideoModel` naming what is missing."""
     name = model_class.__name__
-    found = plan or getattr(model_class, "_cp_plan", None) or DECLARED_CP_PLANS.get(name)
+    found = plan or DECLARED_CP_PLANS.get(name) or getattr(model_class, "_cp_plan", None)
     if found:
         return found
     reason = REFUSED_MODELS.get(name, "declares no _cp_plan (where its sequence is split")

@@ -48,6 +48,8 @@ DIFFUSERS_PREFIX = "diffusers:"
 
 # Latent grids (frames, rows, columns) of the DiT case: images and short clips.
 _VIDEO_GRIDS = ((1, 4, 6), (2, 4, 4), (3, 4, 6), (1, 8, 8), (4, 4, 6), (2, 6, 8), (5, 4, 4))
+# Image grids of several sizes (aspect-ratio buckets) for an image model (Flux).
+_IMAGE_GRIDS = ((1, 4, 6), (1, 4, 4), (1, 6, 4), (1, 8, 8), (1, 3, 5), (1, 6, 8), (1, 5, 5))
 
 
 def known_models() -> list[str]:
@@ -63,8 +65,8 @@ def _text_corpus() -> StdlibCorpus:
     return StdlibCorpus(max_tokens=128, limit=60)
 
 
-def _video_shapes(count: int = 64) -> list[SampleShape]:
-    return [SampleShape.video(*_VIDEO_GRIDS[i % len(_VIDEO_GRIDS)]) for i in range(count)]
+def _video_shapes(count: int = 64, grids: tuple = _VIDEO_GRIDS) -> list[SampleShape]:
+    return [SampleShape.video(*grids[i % len(grids)]) for i in range(count)]
 
 
 def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
@@ -85,14 +87,17 @@ def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
 def diffusers_dataset(model: nn.Module, seed: int, count: int = 64) -> Dataset:
     """Synthetic latents and text embeddings (5 tokens) that a diffusers video model
     built by :func:`~datacentric.models.diffusers_build.build_diffusers_model` takes:
-    its channels, its text width, clips of the equivalence grids."""
+    its latent channels, its text width, clips of the equivalence grids (images of
+    several sizes for a model that takes images)."""
     from datacentric.models.diffusers_build import diffusers_model_of, text_width
     from datacentric.models.diffusers_generic import DATA_PATCH
 
     config = diffusers_model_of(model).config
+    inner = getattr(model, "module", model)
+    images = getattr(inner, "layout", None) == "tokens"
     return SyntheticVideoDataset(
-        _video_shapes(count),
-        channels=int(config.in_channels),
+        _video_shapes(count, _IMAGE_GRIDS if images else _VIDEO_GRIDS),
+        channels=int(getattr(inner, "channels", config.in_channels)),
         seed=seed,
         patch=DATA_PATCH,
         context_shape=(5, text_width(config)),
@@ -183,7 +188,7 @@ def _video_reference(transformer: nn.Module, dataset: Dataset, prefix: str) -> R
         sample_loss=video_sample_loss(
             transformer,
             dataset,
-            channels=int(config.in_channels),
+            channels=int(getattr(dataset, "channels", config.in_channels)),
             patch=DATA_PATCH,
             timestep_scale=TIMESTEP_SCALE,
         ),

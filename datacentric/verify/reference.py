@@ -169,7 +169,13 @@ def own_video_forward(
     ``forward`` on one clip, called as its pipeline calls it: a model that takes packed
     tokens with ``num_frames``/``height``/``width`` (LTX-Video) gets the latents packed by
     its pipeline's own ``_pack_latents`` (and the output unpacked by ``_unpack_latents``);
-    any other gets the latent video itself (Wan)."""
+    any other gets the latent video itself (Wan), or, for a family whose pipeline passes
+    more (CogVideoX, HunyuanVideo, Flux), what :mod:`~.diffusers_calls` says."""
+    from datacentric.verify.diffusers_calls import pipeline_call
+
+    out = pipeline_call(transformer, latents, timestep, text)
+    if out is not None:
+        return out
     if "num_frames" not in inspect.signature(transformer.forward).parameters:
         return transformer(
             hidden_states=latents, timestep=timestep, encoder_hidden_states=text
