@@ -36,8 +36,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("datacentric",),
     ("bottom",),
     ("settings",),
-    ("planning", "models"),
-    ("scheduling", "data"),
+    ("data", "models"),
+    ("planning",),
+    ("scheduling",),
     ("parallel",),
     ("profiling",),
     ("sim",),
@@ -379,11 +380,17 @@ PLANTED = [
         "from datacentric.sim.engine import simulate\n",
         "datacentric.sim.engine",
     ),
-    # a sibling: planning and models do not know each other
+    # a pure layer that reads a model
     (
         "datacentric.planning.planted",
         "from datacentric.models import llama\n",
         "datacentric.models.llama",
+    ),
+    # siblings: data and models share a rank and do not know each other
+    (
+        "datacentric.models.planted",
+        "from datacentric.data.base import Dataset\n",
+        "datacentric.data.base",
     ),
     # a layer nobody mapped
     ("datacentric.newlayer.planted", "", None),
@@ -396,6 +403,18 @@ def test_each_planted_fault_is_found(name: str, source: str, target: str | None)
     expected = f"{name} is in no layer" if target is None else f"{name} imports {target}"
     assert expected in faults
     assert all(fault.startswith(name) for fault in faults)
+
+
+def test_the_layer_order_alone_finds_upward_and_sibling_imports() -> None:
+    graph = {
+        "datacentric.parallel.runtime": {"datacentric.sim.engine", "datacentric.batch"},
+        "datacentric.data.text": {"datacentric.models.llama", "datacentric.settings"},
+        "datacentric.sim.engine": {"datacentric.parallel.runtime", "datacentric"},
+    }
+    assert upward_imports(graph) == [
+        "datacentric.data.text imports datacentric.models.llama",
+        "datacentric.parallel.runtime imports datacentric.sim.engine",
+    ]
 
 
 def test_a_planted_import_module_cycle_is_found() -> None:
