@@ -113,3 +113,45 @@ def test_diffusers_lora_weights_load_into_a_pipeline_every_tensor(tmp_path) -> N
     assert loaded.keys() == ours.keys() and len(ours) == 64
     for name, value in ours.items():
         torch.testing.assert_close(loaded[name], value, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_path) -> None:
+    """The fine-tuning issue's diffusers case: LoRA on a saved Wan folder trained on latents
+    at world 2, exported, and loaded by the pipeline's own ``load_lora_weights``."""
+    import json
+
+    diffusers = pytest.importorskip("diffusers")
+    from safetensors.torch import load_file
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
+    from tests.test_model_source import _latent_folder, _run
+
+    class_name, config = TINY_DIFFUSERS["wan"]
+    cls = getattr(diffusers, class_name)
+    torch.manual_seed(2)
+    cls.from_config(config).save_pretrained(tmp_path / "wan")
+    _latent_folder(tmp_path / "latents", config["in_channels"], text_width(config))
+    run, out = tmp_path / "run", tmp_path / "lora"
+    result = _run(
+        "train", "--model", f"diffusers:{tmp_path / 'wan'}", "--dataset",
+        f"latents:{tmp_path / 'latents'}", "--world", "2", "--iterations", "2",
+        "--lora.rank", "4", "--training.lr", "1e-2", "--cost-model", "analytic",
+        "--no-progress", "--out", str(run), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    result = _run("export", str(run), "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "diffusers-lora"
+    exported = load_file(str(out / DIFFUSERS_WEIGHTS))
+    fresh = cls.from_pretrained(tmp_path / "wan")
+    pipe = diffusers.WanPipeline(
+        tokenizer=None, text_encoder=None, vae=None, scheduler=None, transformer=fresh
+    )
+    pipe.load_lora_weights(str(out), adapter_name="trained")
+    loaded = {k: v for k, v in fresh.state_dict().items() if ".lora_" in k}
+    assert len(loaded) == len(exported) > 0  # every exported tensor found its place
+    for name, value in exported.items():
+        key = name.removeprefix("transformer.").replace(".weight", ".trained.weight")
+        torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)
+    assert any(float(v.abs().sum()) > 0 for k, v in exported.items() if ".lora_B." in k)
