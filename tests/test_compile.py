@@ -18,8 +18,8 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.ulysses import all_to_all
 from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.settings.schema import field_docs
 from datacentric.train.config import TrainConfig
-from datacentric.train.config_schema import field_docs
 from datacentric.train.data_centric import DataCentric
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -119,8 +119,6 @@ def test_cost_models_hold_no_budget():
     cost = analytic_cost_model("llama", "cpu-local")
     with pytest.warns(DeprecationWarning, match="only price memory"):
         AnalyticCostModel(cost.spec, cost.hardware, memory_fraction=0.5)
-    with pytest.warns(DeprecationWarning, match="only price memory"):
-        analytic_cost_model("llama", "cpu-local", memory_gb=1.0)
     with pytest.warns(DeprecationWarning, match="without memory_cap_bytes"):
         plan = plan_buckets(make_buckets([SampleShape.text(300)]), cost, world_size=1)
     assert plan.memory_cap_bytes == resolve_memory_cap(None, cost.hardware.memory_bytes)

@@ -141,7 +141,7 @@ def test_validation_reports_the_spread_between_sessions() -> None:
     def session(seconds: float) -> list[RunResult]:
         return [RunResult(case=case, time_s=seconds, times=(seconds,), memory_bytes=41000)]
 
-    cost = fitted_cost_model(make_profile(), default_cap_bytes=10**9)
+    cost = fitted_cost_model(make_profile())
     report = validation_report(cost, [session(1.5), session(1.8), session(1.6)], dual)
     (row,) = report["buckets"]
     assert row["measured_times_s"] == [1.5, 1.8, 1.6]

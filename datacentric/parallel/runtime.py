@@ -30,7 +30,6 @@ command, the profiler and the equivalence check all run iterations through
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -270,22 +269,6 @@ class DataCentricRuntime:
                         )
         self.check_sp_sizes(sorted(sizes))
         check_max_ring_size(self.module, rings)
-
-    def run_iteration(self, iteration: Iteration) -> IterationStats:
-        """Deprecated: :func:`datacentric.parallel.step.run_step` (the one driver; its
-        ``.stats`` is this, its ``.loss`` the global loss). Forward and backward of this
-        rank's micro-batches, then one gradient sync (collective)."""
-        warnings.warn(
-            "DataCentricRuntime.run_iteration is deprecated: use "
-            "datacentric.parallel.step.run_step(runtime, iteration) (.stats, .loss)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        stats = self.start_iteration(iteration)
-        for micro in self.micro_steps(iteration, stats):
-            micro.backward(self.model(micro.batch))
-        self.finish_iteration(stats)
-        return stats
 
     def start_iteration(self, iteration: Iteration) -> IterationStats:
         """Validate ``iteration`` for this world and open its statistics."""

@@ -7,28 +7,19 @@ point (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`) and held by 
 
 from __future__ import annotations
 
-import warnings
-
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.fitted import FittedCostModel
-from datacentric.planning.hardware import Hardware, get_hardware, gib_to_bytes, load_hardware_file
-from datacentric.planning.memory_cap import resolve_memory_cap, warn_cost_model_cap
+from datacentric.planning.hardware import Hardware, get_hardware, load_hardware_file
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.module_specs import named_spec
 from datacentric.profiling.store import Profile
-from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION
-
-#: Deprecated alias of :data:`datacentric.settings.sections.DEFAULT_MEMORY_FRACTION`.
-MEMORY_FRACTION = DEFAULT_MEMORY_FRACTION
 
 
 def analytic_cost_model(
     model: str | ModelSpec,
     hardware: str | Hardware,
     *,
-    memory_gb: float | None = None,
-    memory_fraction: float | None = None,
     dtype_bytes: int | None = None,
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
@@ -38,7 +29,6 @@ def analytic_cost_model(
     preset name, ``cpu-local`` being calibrated on this machine, a calibrated ``.json``
     file, or constants).
 
-    ``memory_gb`` and ``memory_fraction``: deprecated (the budget is the plan's).
     ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
     ``shard`` on ``world_size`` ranks: how model state is held (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
@@ -50,22 +40,14 @@ def analytic_cost_model(
     if dtype_bytes is None:
         dtype_bytes = 4 if hw.name == "cpu-local" else 2
     sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
-    legacy = {}
-    if memory_gb is not None or memory_fraction is not None:
-        warn_cost_model_cap("analytic_cost_model(memory_gb=, memory_fraction=)")
-        fraction = {} if memory_fraction is None else {"fraction": memory_fraction}
-        legacy["memory_capacity_bytes"] = resolve_memory_cap(memory_gb, hw.memory_bytes, **fraction)
-    with warnings.catch_warnings():  # warned above, once
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return AnalyticCostModel(
-            spec,
-            hw,
-            dtype_bytes=dtype_bytes,
-            sharding=sharding,
-            world_size=world_size,
-            grad_sync_overlap=grad_sync_overlap,
-            **legacy,
-        )
+    return AnalyticCostModel(
+        spec,
+        hw,
+        dtype_bytes=dtype_bytes,
+        sharding=sharding,
+        world_size=world_size,
+        grad_sync_overlap=grad_sync_overlap,
+    )
 
 
 def resolve_hardware(hardware: str | Hardware) -> Hardware:
@@ -77,22 +59,12 @@ def resolve_hardware(hardware: str | Hardware) -> Hardware:
     return get_hardware(hardware)
 
 
-def fitted_cost_model(
-    profile: Profile, *, memory_gb: float | None = None, default_cap_bytes: int | None = None
-) -> FittedCostModel:
-    """The model fitted to ``profile``'s points. ``memory_gb`` and
-    ``default_cap_bytes``: deprecated (the budget is the plan's)."""
-    legacy = {}
-    if memory_gb is not None or default_cap_bytes is not None:
-        warn_cost_model_cap("fitted_cost_model(memory_gb=, default_cap_bytes=)")
-        legacy["memory_capacity_bytes"] = gib_to_bytes(memory_gb) or default_cap_bytes
-    with warnings.catch_warnings():  # warned above, once
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return FittedCostModel(
-            profile.points,
-            num_blocks=profile.num_blocks,
-            attention_kind=profile.attention_kind,
-            gpus_per_node=profile.gpus_per_node,
-            grad_sync_seconds=profile.grad_sync_seconds,
-            **legacy,
-        )
+def fitted_cost_model(profile: Profile) -> FittedCostModel:
+    """The model fitted to ``profile``'s points."""
+    return FittedCostModel(
+        profile.points,
+        num_blocks=profile.num_blocks,
+        attention_kind=profile.attention_kind,
+        gpus_per_node=profile.gpus_per_node,
+        grad_sync_seconds=profile.grad_sync_seconds,
+    )

@@ -21,7 +21,6 @@ from datacentric.models.source import (
 )
 from datacentric.parallel.grad_sync import check_fsdp2
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.memory_cap import warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
@@ -62,7 +61,6 @@ def build_cost_model(
     model: str | ModelSpec,
     device: torch.device,
     dtype: str = "float32",
-    memory_gb: float | None = None,
     *,
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
@@ -73,11 +71,9 @@ def build_cost_model(
 
     Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model state is
-    held as ``shard`` says on ``world_size`` ranks. ``memory_gb``: deprecated (the
-    budget is the plan's; the model only prices memory).
+    held as ``shard`` says on ``world_size`` ranks. The model only prices memory: the
+    budget is the plan's.
     """
-    if memory_gb is not None:
-        warn_cost_model_cap("build_cost_model(memory_gb=)")
     return analytic_cost_model(
         model if isinstance(model, ModelSpec) else named_spec(model),
         _hardware_name(device),
@@ -145,13 +141,17 @@ def model_args(config: TrainConfig) -> dict:
     return parse_model_args(getattr(config, "model_args", None))
 
 
-def device_memory_bytes(device: torch.device) -> int:
-    """The memory of ``device`` (a CUDA device's, else the machine's), from which the
-    budget's default share is taken
-    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`)."""
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device``: a CUDA device's, else this machine's physical memory
+    (None when the system does not say). The budget's default share is taken of it
+    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`), and the step lines
+    give peak memory as a share of it."""
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _hardware_name(device: torch.device) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import resource
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,17 +76,6 @@ def peak_memory_bytes(device: torch.device) -> int:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def memory_capacity_bytes(device: torch.device) -> int | None:
-    """What :func:`peak_memory_bytes` is a share of: the CUDA device's memory, or this
-    machine's physical memory on the CPU (None when the system does not say)."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 class StepMetrics:

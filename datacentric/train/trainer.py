@@ -31,7 +31,12 @@ from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
-from datacentric.train.build import build_dataset, build_model_for, run_cost_model
+from datacentric.train.build import (
+    build_dataset,
+    build_model_for,
+    device_memory_bytes,
+    run_cost_model,
+)
 from datacentric.train.checkpoint import (
     CheckpointError,
     find_checkpoint,
@@ -48,7 +53,6 @@ from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging,
 from datacentric.train.metrics import (
     StepMetrics,
     full_model_state,
-    memory_capacity_bytes,
     read_jsonl,
 )
 from datacentric.train.preemption import StopSignals, signal_name
@@ -352,7 +356,7 @@ class Trainer:
             log_every=config.log_every,
             tensorboard=config.tensorboard,
             wandb=wandb_settings(config) if self.is_main else None,
-            memory_capacity_bytes=memory_capacity_bytes(self.groups.device),
+            memory_capacity_bytes=device_memory_bytes(self.groups.device),
         )
         tracer = StepTracer(
             self.out,
