@@ -130,3 +130,12 @@ def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2], report
     assert any(n for mbs in report["recomputed_blocks"] for n in mbs), report
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_planner_counts_every_block_recomputation_wraps(name: str) -> None:
+    """HunyuanVideo's and Flux's single-stream blocks count as blocks of the plan."""
+    from datacentric.profiling.module_specs import spec_of_model
+
+    model = build_diffusers_model(name)
+    assert len(spec_of_model(model).block_kinds) == len(model.blocks) >= 2

@@ -87,12 +87,14 @@ def spec_from_diffusers_config(config: Any, name: str | None = None) -> ModelSpe
     patch = 1
     for p in patch_size:
         patch *= int(p)
+    single_blocks = int(getattr(config, "num_single_layers", None) or 0)
     return ModelSpec(
         name=name or "diffusers:video",
         hidden=hidden,
         heads=heads,
         ffn_hidden=int(_get(config, "ffn_dim", default=4 * hidden)),
-        block_kinds=("full",) * int(_get(config, "num_layers")),
+        # HunyuanVideo's and Flux's single-stream blocks follow their dual-stream ones
+        block_kinds=("full",) * (int(_get(config, "num_layers")) + single_blocks),
         cross_attn_tokens=VIDEO_TEXT_TOKENS,
         cross_attn_width=int(
             _get(config, "text_dim", "caption_channels", "text_embed_dim", default=hidden)
