@@ -2,8 +2,10 @@
 
 :class:`DiffusersVideoTransformer` wraps an unmodified diffusers video transformer
 (``WanTransformer3DModel``, ``LTXVideoTransformer3DModel``, any class with a
-``_cp_plan`` and a text-to-video ``forward``) and trains it on packed micro-batches of
-latent patch tokens, sharded by the runtime like any of our models. Per micro-batch:
+``_cp_plan`` and a text-to-video ``forward``, and the families declared as data in
+:mod:`~.diffusers_families`: SkyReels-V2, CogVideoX, HunyuanVideo, Flux) and trains it
+on packed micro-batches of latent patch tokens, sharded by the runtime like any of our
+models. Per micro-batch:
 
 1. the rank's shard is completed: its tokens (noisy latents, velocity targets,
    positions) are gathered from the rest of its SP group through the injected
@@ -19,8 +21,10 @@ latent patch tokens, sharded by the runtime like any of our models. Per micro-ba
    self-attention goes to our :data:`~datacentric.models.attention.AttentionFn` (under
    sequence parallelism, Ulysses on the group): each attention processor of the model
    runs unchanged, its one ``scaled_dot_product_attention`` call routed to the
-   injected callable. Cross-attention (a processor called with
-   ``encoder_hidden_states``) runs as the model wrote it, each rank holding the text;
+   injected callable. Cross-attention (keys from the ``encoder_hidden_states`` alone)
+   runs as the model wrote it, each rank holding the text; a joint attention over the
+   text and video tokens (a family's ``text_first``) gathers the group's video keys and
+   values (:func:`~.diffusers_families.joint_attention`);
 4. the per-token loss is the mean squared error of the velocity over each token's
    values, in float32; the rank returns its shard's rows.
 
