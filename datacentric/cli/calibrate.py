@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from datacentric.cli.flags import add_json_out_flag
 from datacentric.planning.hardware import H200_SXM_JSON
@@ -57,35 +59,75 @@ TARGETS = {"max_rel_err": 0.10, "cv_max_rel_err": 0.20, "cv_median_rel_err": 0.0
 
 
 def run(args: argparse.Namespace) -> int:
-    import statistics
+    args.measurements = args.measurements or H200_MEASUREMENTS
+    try:
+        fit = _fit(args.measurements, args.hardware)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"datacentric calibrate: {err}", file=sys.stderr)
+        return 2
+    fit.fitted = _with_source(fit.fitted, args.measurements)
+    out, errors = _report(fit)
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        record = {
+            "hardware": out["hardware"],
+            "fit": {k: v for k, v in out.items() if k != "hardware"},
+        }
+        args.json_out.write_text(json.dumps(record, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_report(fit, out, errors)
+    if args.json_out:
+        print(f"wrote {args.json_out}")
+    return 0
 
+
+@dataclass
+class _Fit:
+    """A preset fitted to measured rows, with its held-out and cross-validated errors."""
+
+    calibration: Any
+    fitted: Any
+    rows: list
+    held: set[str]
+    held_err: float | None
+    cv: list
+
+
+def _fit(paths: list[Path], hardware: str) -> _Fit:
+    """Read the measurement files and fit ``hardware``'s preset to them (raises
+    ``OSError``, ``ValueError``, ``KeyError`` or ``TypeError`` on bad input)."""
     from datacentric.planning.calibration import (
         Calibration,
         cross_validate,
         held_out_groups,
         max_rel_err,
         read_measurements,
-        relative_errors,
     )
     from datacentric.planning.hardware import datasheet_hardware
     from datacentric.profiling.preset_specs import get_model_spec
 
-    try:
-        rows = []
-        args.measurements = args.measurements or H200_MEASUREMENTS
-        for path in args.measurements:
-            rows += read_measurements(json.loads(path.read_text()), get_model_spec)
-        calibration = Calibration(datasheet_hardware(args.hardware), get_model_spec)
-        fitted = calibration.fit(rows)
-        held = held_out_groups(rows)
-        train = [r for r in rows if r.group not in held]
-        test = [r for r in rows if r.group in held]
-        held_err = max_rel_err(calibration, calibration.fit(train), test) if test else None
-        cv = cross_validate(calibration, rows) if len({r.group for r in rows}) > 1 else []
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        print(f"datacentric calibrate: {err}", file=sys.stderr)
-        return 2
-    fitted = _with_source(fitted, args.measurements)
+    rows = []
+    for path in paths:
+        rows += read_measurements(json.loads(path.read_text()), get_model_spec)
+    calibration = Calibration(datasheet_hardware(hardware), get_model_spec)
+    fitted = calibration.fit(rows)
+    held = held_out_groups(rows)
+    train = [r for r in rows if r.group not in held]
+    test = [r for r in rows if r.group in held]
+    held_err = max_rel_err(calibration, calibration.fit(train), test) if test else None
+    cv = cross_validate(calibration, rows) if len({r.group for r in rows}) > 1 else []
+    return _Fit(calibration, fitted, rows, held, held_err, cv)
+
+
+def _report(fit: _Fit) -> tuple[dict[str, Any], list]:
+    """The JSON report of a fit, and its per-row errors ``(row, predicted, rel_err)``."""
+    import statistics
+
+    from datacentric.planning.calibration import relative_errors
+
+    calibration, fitted, rows, cv = fit.calibration, fit.fitted, fit.rows, fit.cv
     errors = relative_errors(calibration, fitted, rows)
     cv_abs = [abs(e) for _, _, e in cv]
     out = {
@@ -95,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
         "max_rel_err": max(abs(e) for _, _, e in errors),
         "cv_max_rel_err": max(cv_abs) if cv else None,
         "cv_median_rel_err": statistics.median(cv_abs) if cv else None,
-        "held_out_groups": sorted(held),
-        "held_out_max_rel_err": held_err,
+        "held_out_groups": sorted(fit.held),
+        "held_out_max_rel_err": fit.held_err,
         "condition_number": calibration.condition_number(fitted, rows),
         "terms": calibration.terms(fitted, rows),
         "targets": TARGETS,
@@ -109,31 +151,28 @@ def run(args: argparse.Namespace) -> int:
     out["meets_targets"] = all(
         out[k] is not None and out[k] <= limit for k, limit in TARGETS.items()
     )
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        record = {
-            "hardware": out["hardware"],
-            "fit": {k: v for k, v in out.items() if k != "hardware"},
-        }
-        args.json_out.write_text(json.dumps(record, indent=1) + "\n")
-    if args.json:
-        print(json.dumps(out))
-        return 0
-    cv_of = {id(r): e for r, _, e in cv}
+    return out, errors
+
+
+def _print_report(fit: _Fit, out: dict[str, Any], errors: list) -> None:
+    """The report as text: one line per measured row, then the summary."""
+    cv_of = {id(r): e for r, _, e in fit.cv}
     for row, predicted, err in errors:
         left_out = f"  left out {cv_of[id(row)]:+.3f}" if id(row) in cv_of else ""
         print(
             f"{row.describe():<36} measured {row.seconds * 1e3:9.2f} ms  "
             f"predicted {predicted * 1e3:9.2f} ms  {err:+.3f}{left_out}"
         )
-    print(f"max_rel_err {out['max_rel_err']:.3f} over {len(rows)} measured times")
-    if cv:
+    print(f"max_rel_err {out['max_rel_err']:.3f} over {len(fit.rows)} measured times")
+    if fit.cv:
         print(
             f"cv_max_rel_err {out['cv_max_rel_err']:.3f}, cv_median_rel_err "
             f"{out['cv_median_rel_err']:.3f} (each of {out['groups']} shape groups left out)"
         )
-    if held_err is not None:
-        print(f"held_out_max_rel_err {held_err:.3f} (fit without {', '.join(sorted(held))})")
+    if fit.held_err is not None:
+        print(
+            f"held_out_max_rel_err {fit.held_err:.3f} (fit without {', '.join(sorted(fit.held))})"
+        )
     print(f"condition_number {out['condition_number']:.3g}")
     floors = [t["term"] for t in out["terms"] if t["at_floor"]]
     if floors:
@@ -141,9 +180,6 @@ def run(args: argparse.Namespace) -> int:
     if not out["meets_targets"]:
         limits = ", ".join(f"{k} <= {v}" for k, v in TARGETS.items())
         print(f"misses the targets ({limits})")
-    if args.json_out:
-        print(f"wrote {args.json_out}")
-    return 0
 
 
 def _with_source(hw, paths):  # noqa: ANN001, ANN202 - small local helper

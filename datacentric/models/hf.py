@@ -57,8 +57,10 @@ This module does not import the distributed package.
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import sys
+from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -359,48 +361,59 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
     heads that do not divide the query heads, and (``model_class`` given) a model that
     computes attention in its own code instead of through transformers' attention
     interface. Cheap: reads the config only (call it before building the weights)."""
-
-    def refuse(feature: str, fix: str) -> None:
+    refusals = itertools.chain(_score_refusals(config), _layer_refusals(config, model_class))
+    refusal = next(refusals, None)
+    if refusal is not None:
+        feature, fix = refusal
         raise UnsupportedModelFeature(
             f"{what}: {feature} cannot run exactly with packed sequence-parallel attention; {fix}"
         )
 
+
+Refusal = tuple[str, str]
+"""A feature this path cannot run exactly, and how to fix it."""
+
+
+def _score_refusals(config: Any) -> Iterator[Refusal]:
+    """What in ``config`` changes the attention scores beyond what our kernels compute:
+    cross-attention, position biases, softcapping, windows and chunks, temperature by
+    row index, a rotary scaling that is not position-local, attention dropout."""
     model_type = str(getattr(config, "model_type", ""))
     if getattr(config, "is_encoder_decoder", False):
-        refuse("encoder-decoder attention (is_encoder_decoder=True)", "use a decoder-only LM")
+        yield "encoder-decoder attention (is_encoder_decoder=True)", "use a decoder-only LM"
     if getattr(config, "add_cross_attention", False):
-        refuse("cross-attention (add_cross_attention=True)", "use a decoder-only causal LM")
+        yield "cross-attention (add_cross_attention=True)", "use a decoder-only causal LM"
     attn_config = getattr(config, "attn_config", None)  # MPT keeps ALiBi here
     if (
         model_type == "bloom"
         or getattr(config, "alibi", False)
         or getattr(attn_config, "alibi", False)
     ):
-        refuse(
+        yield (
             f"ALiBi position biases ({model_type or 'alibi=True'}: a bias added to the "
             "attention scores, which our attention kernels do not compute)",
             "use a model with rotary or learned positions",
         )
     if getattr(config, "attn_logit_softcapping", None) is not None:
-        refuse(
+        yield (
             f"attention-logit softcapping (attn_logit_softcapping="
             f"{config.attn_logit_softcapping!r}, a tanh on the scores inside attention)",
             "set attn_logit_softcapping=None",
         )
     if "local" in (getattr(config, "attention_layers", None) or ()):
-        refuse(
+        yield (
             f"GPT-Neo local attention (attention_types with 'local' layers, window_size="
             f"{getattr(config, 'window_size', None)!r}, computed in the model's own code)",
             "use a model that routes attention through transformers' attention interface",
         )
     if getattr(config, "attention_chunk_size", None) is not None:
-        refuse(
+        yield (
             f"chunked attention (attention_chunk_size={config.attention_chunk_size!r}: "
             "tokens attend only within fixed chunks of the row)",
             "set attention_chunk_size=None",
         )
     if getattr(config, "attn_temperature_tuning", False):
-        refuse(
+        yield (
             "attention temperature tuning (attn_temperature_tuning=True: queries of NoPE "
             "layers are scaled by the token's index in the packed row, not its position in "
             "its sample)",
@@ -411,22 +424,29 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
             reason = _ROPE_REASONS.get(
                 rope_type, "a rotary scaling not known to depend on each token's position only"
             )
-            refuse(
+            yield (
                 f"rope_type={rope_type!r} ({reason})",
                 f"use one of {', '.join(POSITION_LOCAL_ROPE_TYPES)}",
             )
     for name in ATTENTION_DROPOUT_SETTINGS:
         if float(getattr(config, name, 0.0) or 0.0) > 0.0:
-            refuse(
+            yield (
                 f"dropout on attention probabilities ({name}={getattr(config, name)!r}; our "
                 "attention kernels apply none)",
                 f"set {name}=0 (dropout outside attention runs: docs/huggingface.md)",
             )
+
+
+def _layer_refusals(config: Any, model_class: type | None) -> Iterator[Refusal]:
+    """What in ``config`` (and ``model_class``) mixes tokens outside transformers'
+    attention interface or cannot be split exactly: other layer types, key/value heads
+    that do not divide the query heads, an unknown router loss, no attention backends."""
+    model_type = str(getattr(config, "model_type", ""))
     other_layers = sorted(
         {str(t) for t in getattr(config, "layer_types", None) or ()} - set(ATTENTION_LAYER_TYPES)
     )
     if other_layers and "chunked_attention" not in other_layers:
-        refuse(
+        yield (
             f"layer_types {', '.join(map(repr, other_layers))} (token mixing computed in the "
             "model's own code, not through transformers' attention interface, so it runs "
             "across the samples of a packed row)",
@@ -435,12 +455,12 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
     heads = int(config.num_attention_heads)
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % kv_heads:
-        refuse(
+        yield (
             f"num_key_value_heads={kv_heads} (not a divisor of the {heads} attention heads)",
             f"use a divisor of {heads}",
         )
     if getattr(config, "output_router_logits", False) and model_type not in ROUTER_AUX_MODELS:
-        refuse(
+        yield (
             f"output_router_logits=True on {model_type or 'this model'} (a router auxiliary "
             "loss whose per-sample form is known only for "
             f"{', '.join(ROUTER_AUX_MODELS)})",
@@ -448,7 +468,7 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
         )
     compatible = getattr(model_class, "is_backend_compatible", None)
     if model_class is not None and (compatible is None or not compatible()):
-        refuse(
+        yield (
             "attention computed in the model's own code, not through transformers' "
             f"attention interface ({model_class.__name__} does not support attention "
             "backends, so no attention callable can replace it)",

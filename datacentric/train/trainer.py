@@ -19,7 +19,7 @@ import os
 import signal
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,16 @@ class TrainResult:
     loss_tokens: int = 0
     """Loss-carrying tokens this run trained on (under assistant-only loss, the
     assistant's tokens)."""
+
+
+@dataclass
+class _Tally:
+    """What the steps of a run add up to, for its :class:`TrainResult`."""
+
+    losses: list[float] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    loss_tokens: int = 0
+    stopped_by: int | None = None
 
 
 def lr_lambda(config: TrainConfig, total: int):
@@ -329,11 +339,58 @@ class Trainer:
             claim_run_folder(config, restarted=launch_mode().restarts > 0)
         self._resume()  # checks the checkpoint before anything in the folder changes
         if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            config.save(self.out / "config.json")
-            (self.out / "config.toml").write_text(config.to_toml(), encoding="utf-8")
-            plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
-            (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
+            self._write_run_files()
+        scheduler = self._lr_scheduler()
+        metrics, tracer = self._metrics_and_tracer()
+        if self.is_main:
+            logger.info(
+                "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
+                config.model,
+                self.groups.world_size,
+                self.groups.device.type,
+                config.policy,
+                self.total_iterations,
+                self.position.iterations_done + 1,
+                self.out,
+            )
+        try:
+            tally = self._train_steps(signals, scheduler, metrics, tracer)
+        finally:
+            tracer.close()
+            metrics.close()
+            self.dc.close()
+        if tally.stopped_by is not None and self.is_main:
+            logger.warning(
+                "stopped by %s after step %d; saved %s; continue with --resume",
+                signal_name(tally.stopped_by),
+                self.position.iterations_done,
+                self.saved,
+            )
+        if self.is_main and config.plots:
+            _draw_plots(self.out)
+        return TrainResult(
+            iterations_done=self.position.iterations_done,
+            samples_seen=self.position.samples_seen,
+            losses=tally.losses,
+            tokens_per_s=tally.rates,
+            weights_sha256=weights_sha256(full_model_state(self.model)),
+            out_dir=str(self.out),
+            stopped_by_signal=tally.stopped_by,
+            checkpoint=self.saved.name if self.saved else None,
+            loss_tokens=tally.loss_tokens,
+        )
+
+    def _write_run_files(self) -> None:
+        """The run folder's settings (``config.json``, ``config.toml``) and plan."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.config.save(self.out / "config.json")
+        (self.out / "config.toml").write_text(self.config.to_toml(), encoding="utf-8")
+        plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
+        (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
+
+    def _lr_scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
+        """The learning-rate schedule, at the resumed step when the run continues."""
+        config = self.config
         for group in self.optimizer.param_groups:
             # The schedule multiplies the configured peak; a loaded optimizer state holds
             # the decayed rate of its last step, which must not become the new base.
@@ -347,6 +404,11 @@ class Trainer:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
                 scheduler.step()
+        return scheduler
+
+    def _metrics_and_tracer(self) -> tuple[MetricsLogger, StepTracer]:
+        """Where the step records go, and the tracer of the steps ``trace_steps`` names."""
+        config = self.config
         metrics = MetricsLogger(
             self.out,
             enabled=self.is_main,
@@ -367,73 +429,47 @@ class Trainer:
             memory_snapshot=config.memory_snapshot,
             run_steps=range(self.position.iterations_done + 1, self.total_iterations + 1),
         )
-        if self.is_main:
-            logger.info(
-                "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
-                config.model,
-                self.groups.world_size,
-                self.groups.device.type,
-                config.policy,
-                self.total_iterations,
-                self.position.iterations_done + 1,
-                self.out,
-            )
-        losses: list[float] = []
-        rates: list[float] = []
-        loss_tokens = 0
+        return metrics, tracer
+
+    def _train_steps(
+        self,
+        signals: StopSignals | None,
+        scheduler: torch.optim.lr_scheduler.LambdaLR,
+        metrics: MetricsLogger,
+        tracer: StepTracer,
+    ) -> _Tally:
+        """Every step of the run (each schedule saved once, checkpoints as configured),
+        until the last one or an agreed stop signal; then one final checkpoint."""
+        config = self.config
+        tally = _Tally()
         epochs = config.epochs if config.iterations is None else None
-        stopped_by = None
         # a resumed run's checkpoint at its first step exists already
         checkpointed = self.position.iterations_done or None
-        try:
-            saved = None
-            for step in self.dc.steps(epochs, iterations=config.iterations):
-                schedule = self.dc.current_schedule()
-                if self.is_main and schedule is not saved:  # the schedule that runs, once
-                    replanned = self.position.segment_excluded
-                    at_step = self.position.iterations_done if replanned else None
-                    save_schedule(self.out, schedule, at_step)
-                    saved = schedule
-                tracer.begin(step.number + 1)
-                record = self._step(step, scheduler)
-                tracer.end(step.number + 1)
-                losses.append(record["loss"])
-                rates.append(record["tokens_per_s"])
-                loss_tokens += record["loss_tokens"]
-                metrics.log(record)
-                every = config.checkpoint_every
-                if every and self.position.iterations_done % every == 0:
-                    self._save(scheduler)
-                    checkpointed = self.position.iterations_done
-                stopped_by = signals.agreed(self.groups) if signals is not None else None
-                if stopped_by is not None:
-                    break
-            if checkpointed != self.position.iterations_done:  # one final checkpoint
+        saved = None
+        for step in self.dc.steps(epochs, iterations=config.iterations):
+            schedule = self.dc.current_schedule()
+            if self.is_main and schedule is not saved:  # the schedule that runs, once
+                replanned = self.position.segment_excluded
+                at_step = self.position.iterations_done if replanned else None
+                save_schedule(self.out, schedule, at_step)
+                saved = schedule
+            tracer.begin(step.number + 1)
+            record = self._step(step, scheduler)
+            tracer.end(step.number + 1)
+            tally.losses.append(record["loss"])
+            tally.rates.append(record["tokens_per_s"])
+            tally.loss_tokens += record["loss_tokens"]
+            metrics.log(record)
+            every = config.checkpoint_every
+            if every and self.position.iterations_done % every == 0:
                 self._save(scheduler)
-        finally:
-            tracer.close()
-            metrics.close()
-            self.dc.close()
-        if stopped_by is not None and self.is_main:
-            logger.warning(
-                "stopped by %s after step %d; saved %s; continue with --resume",
-                signal_name(stopped_by),
-                self.position.iterations_done,
-                self.saved,
-            )
-        if self.is_main and config.plots:
-            _draw_plots(self.out)
-        return TrainResult(
-            iterations_done=self.position.iterations_done,
-            samples_seen=self.position.samples_seen,
-            losses=losses,
-            tokens_per_s=rates,
-            weights_sha256=weights_sha256(full_model_state(self.model)),
-            out_dir=str(self.out),
-            stopped_by_signal=stopped_by,
-            checkpoint=self.saved.name if self.saved else None,
-            loss_tokens=loss_tokens,
-        )
+                checkpointed = self.position.iterations_done
+            tally.stopped_by = signals.agreed(self.groups) if signals is not None else None
+            if tally.stopped_by is not None:
+                break
+        if checkpointed != self.position.iterations_done:  # one final checkpoint
+            self._save(scheduler)
+        return tally
 
     def _save(self, scheduler) -> None:
         step = self.position.iterations_done
@@ -504,27 +540,7 @@ class Trainer:
             enabled=config.dtype == "bfloat16",
         )
         self._step_now = step
-        try:
-            for k, micro in enumerate(step):
-                with autocast:
-                    loss_S = self.model(micro.batch)
-                micro.backward(loss_S)
-                if k == 0:
-                    self._maybe_inject_fault(step.number)
-            loss = step.finish()
-        except RuntimeError as err:
-            timed_out = is_timeout(err)
-            peers = (
-                (self.heartbeat.describe_peers() or "a peer rank stopped answering?")
-                if timed_out
-                else ""
-            )
-            raise RuntimeError(
-                f"rank {self.groups.rank}: iteration {step.number} "
-                f"{'timed out' if timed_out else 'failed'} in {step.phase}"
-                f"{f' ({peers})' if timed_out else ''}: {err}"
-            ) from err
-        iteration, stats = step.iteration, step.stats
+        loss = self._forward_backward(step, autocast)
         sample_ids = step.sample_ids
         if not math.isfinite(loss):
             raise NonFiniteLossError(
@@ -540,16 +556,51 @@ class Trainer:
         self.optimizer.step()
         scheduler.step()
         elapsed = time.perf_counter() - started
+        if self.is_main:
+            with open(self.out / "samples.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(
+                    json.dumps(
+                        {"iteration": step.number, "epoch": step.epoch, "sample_ids": sample_ids}
+                    )
+                    + "\n"
+                )
+        return self._step_record(step, loss, lr, grad_norm, elapsed)
+
+    def _forward_backward(self, step: Step, autocast: torch.autocast) -> float:
+        """Every micro-step of ``step`` (fault injection after the first), then its one
+        gradient reduction; the global loss. A failure or a timeout names the rank, the
+        step, its phase and (timed out) what the peers were doing."""
+        try:
+            for k, micro in enumerate(step):
+                with autocast:
+                    loss_S = self.model(micro.batch)
+                micro.backward(loss_S)
+                if k == 0:
+                    self._maybe_inject_fault(step.number)
+            return step.finish()
+        except RuntimeError as err:
+            timed_out = is_timeout(err)
+            peers = (
+                (self.heartbeat.describe_peers() or "a peer rank stopped answering?")
+                if timed_out
+                else ""
+            )
+            raise RuntimeError(
+                f"rank {self.groups.rank}: iteration {step.number} "
+                f"{'timed out' if timed_out else 'failed'} in {step.phase}"
+                f"{f' ({peers})' if timed_out else ''}: {err}"
+            ) from err
+
+    def _step_record(
+        self, step: Step, loss: float, lr: float, grad_norm: torch.Tensor, elapsed: float
+    ) -> dict[str, Any]:
+        """The metrics record of a finished step."""
+        config = self.config
+        iteration, stats, sample_ids = step.iteration, step.stats, step.sample_ids
         tokens = sum(self.shapes[i].tokens for i in sample_ids)
         step_index, epoch = step.number, step.epoch
         busy = step.rank_compute_s
         wall = step.runtime_time_s
-        if self.is_main:
-            with open(self.out / "samples.jsonl", "a", encoding="utf-8") as handle:
-                handle.write(
-                    json.dumps({"iteration": step_index, "epoch": epoch, "sample_ids": sample_ids})
-                    + "\n"
-                )
         return {
             "iteration": step_index,
             "epoch": epoch,

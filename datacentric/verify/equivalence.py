@@ -334,21 +334,10 @@ def check_equivalence(
     phases = [default_layout(world_size), [1] * world_size] if phased else None
     if sp_split is not None:
         phases = split_phases(world_size, sp_split)
-    cases = []
-    for name in models:
-        model, dataset = build_case(name, seed, torch.float32, model_args, lora)
-        check_small_copy(model, dataset)  # refusals that show only when it runs
-        blocks = num_blocks(model, name)
-        shapes = dataset.shapes()
-        layout = phases
-        if layout is None and getattr(model, "max_sp_size", None) == 1:
-            layout = [[1] * world_size]  # whole samples only: every group is one rank
-        iteration = mixed_iteration(shapes, world_size, blocks, seed, phases=layout)
-        if sp_split is not None:
-            iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
-        check_max_sp_size(model, [a.sp_size for a in iteration.assignments])  # before ranks
-        check_max_ring_size(model, [r for a in iteration.assignments for _, r in a.splits])
-        cases.append((name, iteration))
+    cases = [
+        (name, _case_iteration(name, world_size, seed, phases, sp_split, model_args, lora))
+        for name in models
+    ]
     start = time.perf_counter()
     distributed = run_distributed(
         cases,
@@ -367,38 +356,75 @@ def check_equivalence(
         reference, description = _reference_step(
             name, iteration, seed, torch.float32, model_args, lora
         )
-        errors = relative_errors(result.grads, reference.grads)
-        worst = max(errors, key=errors.__getitem__)
-        reports.append(
-            {
-                "model": name,
-                "world": world_size,
-                "wrapper": wrapper,
-                "phases": iteration.num_phases,
-                "sp_sizes": [a.sp_size for a in iteration.assignments],
-                "sp_splits": [[list(s) for s in a.splits] for a in iteration.assignments],
-                "accumulation_counts": [a.accumulation_steps for a in iteration.assignments],
-                "samples_per_micro_batch": [
-                    [len(mb.sample_ids) for mb in a.micro_batches] for a in iteration.assignments
-                ],
-                "recomputed_blocks": [
-                    [mb.num_recomputed for mb in a.micro_batches] for a in iteration.assignments
-                ],
-                "num_samples": len(iteration.sample_ids()),
-                "num_tokens": iteration.num_tokens,
-                "dtype": "float32",
-                "dropout": "off (eval mode, both sides)",
-                "lora": lora.to_json() if lora is not None else None,
-                "reference": description,
-                "loss_distributed": result.loss,
-                "loss_reference": reference.loss,
-                "max_rel_grad_err": errors[worst],
-                "worst_parameter": worst,
-                "num_parameters": len(errors),
-                "ranks_agree": result.ranks_agree,
-                "tolerance": tolerance,
-                "passed": errors[worst] <= tolerance and result.ranks_agree,
-                "distributed_time_s": round(dist_time, 3),
-            }
-        )
+        report = {"model": name, "world": world_size, "wrapper": wrapper}
+        report |= _iteration_report(iteration)
+        report |= {
+            "dtype": "float32",
+            "dropout": "off (eval mode, both sides)",
+            "lora": lora.to_json() if lora is not None else None,
+            "reference": description,
+        }
+        report |= _comparison_report(result, reference, tolerance)
+        reports.append(report | {"distributed_time_s": round(dist_time, 3)})
     return reports
+
+
+def _case_iteration(
+    name: str,
+    world_size: int,
+    seed: int,
+    phases: list[list[int]] | None,
+    sp_split: tuple[int, int] | None,
+    model_args: dict[str, Any] | None,
+    lora: LoraSpec | None,
+) -> Iteration:
+    """The iteration :func:`check_equivalence` runs for model ``name``, checked against
+    the model's SP and ring limits before any rank starts."""
+    model, dataset = build_case(name, seed, torch.float32, model_args, lora)
+    check_small_copy(model, dataset)  # refusals that show only when it runs
+    blocks = num_blocks(model, name)
+    layout = phases
+    if layout is None and getattr(model, "max_sp_size", None) == 1:
+        layout = [[1] * world_size]  # whole samples only: every group is one rank
+    iteration = mixed_iteration(dataset.shapes(), world_size, blocks, seed, phases=layout)
+    if sp_split is not None:
+        iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
+    check_max_sp_size(model, [a.sp_size for a in iteration.assignments])  # before ranks
+    check_max_ring_size(model, [r for a in iteration.assignments for _, r in a.splits])
+    return iteration
+
+
+def _iteration_report(iteration: Iteration) -> dict[str, Any]:
+    """The layout of a checked iteration, as the report gives it."""
+    assignments = iteration.assignments
+    return {
+        "phases": iteration.num_phases,
+        "sp_sizes": [a.sp_size for a in assignments],
+        "sp_splits": [[list(s) for s in a.splits] for a in assignments],
+        "accumulation_counts": [a.accumulation_steps for a in assignments],
+        "samples_per_micro_batch": [
+            [len(mb.sample_ids) for mb in a.micro_batches] for a in assignments
+        ],
+        "recomputed_blocks": [[mb.num_recomputed for mb in a.micro_batches] for a in assignments],
+        "num_samples": len(iteration.sample_ids()),
+        "num_tokens": iteration.num_tokens,
+    }
+
+
+def _comparison_report(
+    result: StepResult, reference: StepResult, tolerance: float
+) -> dict[str, Any]:
+    """The distributed step against the reference: losses, the worst relative gradient
+    error and whether it passes."""
+    errors = relative_errors(result.grads, reference.grads)
+    worst = max(errors, key=errors.__getitem__)
+    return {
+        "loss_distributed": result.loss,
+        "loss_reference": reference.loss,
+        "max_rel_grad_err": errors[worst],
+        "worst_parameter": worst,
+        "num_parameters": len(errors),
+        "ranks_agree": result.ranks_agree,
+        "tolerance": tolerance,
+        "passed": errors[worst] <= tolerance and result.ranks_agree,
+    }
