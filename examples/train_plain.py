@@ -13,8 +13,8 @@ import sys
 
 import torch
 
-from datacentric.data.sources import DataSettings, open_dataset
-from datacentric.models.source import build_model_named
+from datacentric.data import DataSettings, open_dataset
+from datacentric.models import build_model_named
 
 name = sys.argv[1] if len(sys.argv) > 1 else "llama"
 torch.manual_seed(0)

@@ -14,6 +14,7 @@ from datacentric.data.base import (
     padded_length,
     segment_layout,
 )
+from datacentric.data.sources import DataSettings, open_dataset
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, ChunkInfo, StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset, pack_token_samples
 from datacentric.data.video import (
@@ -32,6 +33,7 @@ __all__ = [
     "VIDEO_FRAMES",
     "ChunkInfo",
     "DataError",
+    "DataSettings",
     "Dataset",
     "SegmentLayout",
     "ShapeListDataset",
@@ -42,6 +44,7 @@ __all__ = [
     "benchmark_video_shapes",
     "epoch_pack",
     "latent_grid",
+    "open_dataset",
     "pack_token_samples",
     "padded_length",
     "segment_layout",
