@@ -105,6 +105,8 @@ def test_schedule_several_policies_keyed_by_name(lengths_file, capsys):
         assert 0 < row["efficiency"] <= row["efficiency_step_bound"] * (1 + 1e-9)
         assert row["efficiency_step_bound"] <= 1 + 1e-9
         assert row["step_bound_epoch_time_s"] >= row["ideal_epoch_time_s"] * (1 - 1e-9)
+        # charging every step's whole gradient sync never raises the efficiency
+        assert 0 < row["efficiency_makespan_only"] <= row["efficiency"] * (1 + 1e-9)
     static = report["policies"]["static"]["settings"]
     assert static["sp_size"] >= 1 and static["recompute"] in ("none", "full")
     megatron = report["policies"]["megatron-dyncp"]["settings"]

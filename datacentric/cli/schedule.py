@@ -236,6 +236,7 @@ def policy_summary(
         "samples_dropped": meta["samples_dropped"],
         "samples_skipped": skipped,
         "efficiency": meta["efficiency"],
+        "efficiency_makespan_only": meta["efficiency_makespan_only"],
         "efficiency_step_bound": meta["efficiency_step_bound"],
         "settings": meta["settings"],
         "tokens_per_step_mean": meta["tokens_per_step_mean"],

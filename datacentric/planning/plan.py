@@ -138,6 +138,19 @@ class Plan:
     skipped: dict[str, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
     option_batch_limit: int = OPTION_BATCH_LIMIT
+    price_memo: dict[int, tuple[Any, dict, dict]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Per cost model (by id, the model kept to tell reused ids apart), the certified
+    sample prices found so far under this plan's cap and their searches' guesses
+    (:mod:`~datacentric.planning.sample_price`): one epoch's bound reuses the last's."""
+
+    def prices_for(self, cost_model: Any) -> tuple[dict, dict]:
+        """The price memo and the guesses of ``cost_model`` (see :attr:`price_memo`)."""
+        entry = self.price_memo.get(id(cost_model))
+        if entry is None or entry[0] is not cost_model:
+            entry = self.price_memo[id(cost_model)] = (cost_model, {}, {})
+        return entry[1], entry[2]
 
     def options_of(self, bucket: str) -> tuple[BucketOption, ...]:
         """The options of ``bucket``; raises :class:`PlanWithoutOptionsError` when the

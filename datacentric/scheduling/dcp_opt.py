@@ -33,8 +33,9 @@ from dataclasses import replace
 import numpy as np
 
 from datacentric.schedule import Iteration
-from datacentric.scheduling import balance, exact
+from datacentric.scheduling import balance, exact, megatron_dyncp, static
 from datacentric.scheduling.item import Item
+from datacentric.scheduling.measures import estimated_grad_sync_s, overlaps_grad_sync
 from datacentric.scheduling.micro_batches import (
     emit_iteration,
     make_item,
@@ -47,6 +48,12 @@ from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 
+#: Epochs of at most this many samples also try every step as the peers run it.
+PORTFOLIO_SAMPLES = 200_000
+#: The policies whose steps dcp-opt's portfolio tries (:func:`portfolio`).
+PEERS = {"static": static.schedule, "megatron-dyncp": megatron_dyncp.schedule}
+#: A peer's step replaces dcp-opt's when this much shorter (relative).
+PEER_GAIN = 1e-9
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
 #: ... and walk from the best layout to better neighbours in at most this many steps.
@@ -428,7 +435,9 @@ def refine_by_splitting(
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
-    """The ``dcp-opt`` policy: one iteration per global batch of the shared data order."""
+    """The ``dcp-opt`` policy: one iteration per global batch of the shared data order;
+    on epochs of at most :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own
+    and the steps ``static`` and ``megatron-dyncp`` would run (:func:`portfolio`)."""
     table = inp.pac_table()
     chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
@@ -439,7 +448,35 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
         if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
             best = phased
         out.iterations.append(best)
+    if len(inp.active) <= PORTFOLIO_SAMPLES:
+        out.iterations, out.settings["steps_from_peers"] = portfolio(inp, out.iterations)
     return out
+
+
+def portfolio(inp: PolicyInput, own: list[Iteration]) -> tuple[list[Iteration], dict[str, int]]:
+    """Per step, the fastest (estimated makespan plus exposed gradient sync) of ``own``
+    and the steps of :data:`PEERS` on the same global batches: every configuration a
+    peer chooses is in dcp-opt's search space, so it is never behind one. Also how
+    many steps each peer gave."""
+    cost, shapes, world = inp.cost_model, inp.view.shapes, inp.world_size
+    reduction = float(cost.grad_sync_time_s(world))
+    overlap = overlaps_grad_sync(cost, world)
+
+    def total(it: Iteration) -> float:
+        return it.est_makespan_s + estimated_grad_sync_s(it, cost, shapes, reduction, overlap)
+
+    best = [(total(it), "dcp-opt", it) for it in own]
+    for name, policy in PEERS.items():
+        try:
+            steps = policy(inp).iterations
+        except ValueError:  # the peer cannot run this epoch at all
+            continue
+        for k, it in enumerate(steps):
+            seconds = total(it)
+            if seconds < best[k][0] * (1 - PEER_GAIN):
+                best[k] = (seconds, name, it)
+    counts = {name: sum(1 for _, who, _ in best if who == name) for name in PEERS}
+    return [it for _, _, it in best], counts
 
 
 def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:

@@ -1,15 +1,14 @@
 """How good a schedule is: per-iteration idle share and efficiency against the ideal.
 
 The **ideal bound** (one function, reused by the simulator): every sample runs at the
-cheapest GPU-seconds any feasible configuration gives it, ``sp * time / samples``
-over the plan's options: SP sizes (within a node, past it for buckets that fit
-nothing within, up to ``max_sp_size`` where the bucket has a ring option, and the
-whole world when it is not a power of two),
-recomputation (none, every block, or the plan's choice for its
-bucket) and micro-batch sizes (up to the largest that fits the memory cap); the sum over
-samples divided by the world size is the epoch time of a perfectly balanced,
-communication-free world. A schedule's **efficiency** is that bound over its
-estimated epoch time (iterations' makespans plus the exposed gradient sync).
+fewest GPU-seconds any configuration that fits gives it at its own length (not its
+bucket's representative): every SP size a step may use, split, recomputation and
+micro-batch size searched by :func:`~datacentric.planning.sample_price.sample_price`,
+text members priced per length class at the class's shortest member, so it is never
+above what a valid schedule spends; the sum over samples divided by the world size
+is the epoch time of a perfectly balanced, communication-free world. A schedule's
+**efficiency** is that bound over its estimated epoch time (iterations' makespans plus
+the exposed gradient sync).
 
 The **gradient sync** is charged by one rule, :func:`exposed_grad_sync_s`, which the
 simulator applies too: where the run's sharding reduces gradients inside the last
@@ -29,19 +28,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datacentric.planning.bucket_options import cheapest_option
 from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
 from datacentric.planning.plan import Plan
+from datacentric.planning.sample_price import fastest_run, length_classes, sample_price
 from datacentric.schedule import Iteration, Schedule, phase_timeline
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.item import Item
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import any_recompute
 from datacentric.shapes import SampleShape
-
-#: Text buckets with more distinct lengths than this are priced at this many
-#: log-spaced anchor lengths, per-sample cost interpolated in log-log between them.
-ANCHORS = 4
 
 
 def ideal_epoch_time(
@@ -74,58 +68,54 @@ def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
 
 
 def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
-    """Per sample of ``ids`` (in that order), its cheapest GPU-seconds (module doc)."""
+    """Per sample of ``ids`` (in that order), its cheapest GPU-seconds: the
+    certified price of its length class (video: of its shape) over every SP size
+    a step may use up to ``max_sp_size``, split, micro-batch size and recomputation
+    that fits (:func:`~datacentric.planning.sample_price.sample_price`), never more
+    than any valid schedule spends on it."""
     view = table.view
     ids = np.asarray(ids, dtype=np.int64)
     out = np.zeros(len(ids))
+    sizes = bound_sizes(table)
     buckets = view.bucket_of[ids]
     for b in np.unique(buckets).tolist():
-        rows = buckets == b
-        lengths = view.tokens[ids[rows]]
-        pref = table.preferred(b)
-        rings = table.bound_sizes_past_node(b)
-        if view.uniform[b]:
-            ringed = [c.gpu_seconds_per_sample for s in rings if (c := table.config(b, s))]
-            out[rows] = min([pref.gpu_seconds_per_sample, *ringed])
+        rows = np.flatnonzero(buckets == b)
+        if view.uniform[b] or view.buckets[b].shape.grid is not None:
+            shapes = [view.shapes[int(i)] for i in ids[rows]]
+            out[rows] = [_price(table, shape, sizes) for shape in shapes]
             continue
-        distinct = np.unique(lengths)
-        if len(distinct) > ANCHORS:
-            distinct = np.unique(
-                np.rint(np.geomspace(distinct[0], distinct[-1], ANCHORS)).astype(np.int64)
-            )
-        sizes = list(table.node_sizes) if pref.sp_size in table.node_sizes else [pref.sp_size]
-        sizes += [s for s in rings if s not in sizes]  # rings past a node may be cheaper
-        costs = []
-        rcs = table.recomputes(b)
-        # The bound prices members shorter than the representative, which the plan's
-        # options (planned on the representative) do not cover: on the bucket's own
-        # SP sizes and recomputation settings, under the plan's cap.
-        # Longest first; each (size, recomputation) starts its search from the last
-        # answer scaled to the new length: a few memory queries instead of twenty.
-        last: dict[int, dict[tuple[bool, ...], tuple[int, int]]] = {s: {} for s in sizes}
-        for length in distinct[::-1].tolist():
-            shape = SampleShape.text(int(length))
-            options = []
-            for s in sizes:
-                guess = {rc: max(1, bs * prev // length) for rc, (bs, prev) in last[s].items()}
-                cfg = cheapest_option(
-                    table.cost_model,
-                    shape,
-                    s,
-                    rcs,
-                    table.cap,
-                    table.plan.option_batch_limit,
-                    guesses=guess,
-                    curve=False,
-                )
-                last[s] = {rc: (bs, length) for rc, bs in guess.items()}
-                if cfg is not None:
-                    options.append(cfg)
-            costs.append(min(c.gpu_seconds_per_sample for c in options))
-        costs.reverse()
-        log_cost = np.interp(np.log(lengths), np.log(distinct), np.log(costs))
-        out[rows] = np.exp(log_cost)
+        floors, class_of = length_classes(view.tokens[ids[rows]])
+        # longest first: each search starts from the last, scaled to the new length
+        prices = [_price(table, SampleShape.text(int(n)), sizes) for n in floors[::-1]]
+        prices = np.asarray(prices[::-1])
+        out[rows] = prices[class_of]
     return out
+
+
+def bound_sizes(table: OptionTable) -> list[int]:
+    """The SP sizes the bounds price samples on: every size a step may use, up to
+    ``max_sp_size`` (the world when not given)."""
+    top = table.max_sp_size or table.world_size
+    return [s for s in table.all_sizes if s <= top]
+
+
+def _price(table: OptionTable, shape: SampleShape, sizes: list[int]) -> float:
+    """:func:`sample_price` of ``shape``, memoised on ``table``."""
+    key = (shape, "price", tuple(sizes))
+    if key not in table.prices:
+        limit = table.plan.option_batch_limit
+        table.prices[key] = sample_price(
+            table.cost_model, shape, sizes, table.cap, limit, table.price_guesses
+        )
+    return table.prices[key]
+
+
+def _fastest(table: OptionTable, shape: SampleShape, sizes: list[int]) -> float:
+    """:func:`fastest_run` of ``shape``, memoised on ``table``."""
+    key = (shape, "fastest", tuple(sizes))
+    if key not in table.prices:
+        table.prices[key] = fastest_run(table.cost_model, shape, sizes, table.cap)
+    return table.prices[key]
 
 
 def step_bound_s(
@@ -141,14 +131,13 @@ def step_bound_s(
     if len(ids) == 0:
         return 0.0
     view = table.view
-    sizes = [s for s in table.all_sizes if s <= (table.max_sp_size or table.world_size)]
+    sizes = bound_sizes(table)
     slowest = 0.0
     buckets = view.bucket_of[ids]
     for b in np.unique(buckets).tolist():
         members = ids[buckets == b]
         longest = int(members[np.argmax(view.tokens[members])])
-        item = Item(b, [longest], int(view.tokens[longest]))
-        fastest = min(table.item_time(item, s) for s in sizes)
+        fastest = _fastest(table, view.shapes[longest], sizes)
         if np.isfinite(fastest):
             slowest = max(slowest, fastest)
     work = sample_gpu_seconds(table, ids) if gpu_seconds is None else gpu_seconds
@@ -242,7 +231,9 @@ def schedule_measures(
     shapes: Sequence[SampleShape] | None = None,
     step_bounds_s: Sequence[float] | None = None,
 ) -> dict[str, float | list[float] | None]:
-    """Imbalance per iteration and mean, estimated epoch time and efficiency.
+    """Imbalance per iteration and mean, estimated epoch time and efficiency (and
+    ``efficiency_makespan_only``: the same bound over the makespans plus every
+    step's whole gradient reduction, none of it hidden).
 
     With the dataset's ``shapes`` the gradient sync is charged as the simulator
     charges it (:func:`estimated_grad_sync_s`); without, all of it is exposed.
@@ -256,7 +247,9 @@ def schedule_measures(
         estimated_grad_sync_s(it, cost_model, shapes, reduction, overlap) if shapes else reduction
         for it in schedule.iterations
     ]
-    epoch = sum(it.est_makespan_s for it in schedule.iterations) + sum(syncs)
+    makespans = sum(it.est_makespan_s for it in schedule.iterations)
+    epoch = makespans + sum(syncs)
+    whole = makespans + reduction * len(schedule.iterations)  # every sync charged whole
     tokens = [it.num_tokens for it in schedule.iterations] or [0]
     return {
         "tokens_per_step_mean": float(np.mean(tokens)),
@@ -266,6 +259,9 @@ def schedule_measures(
         "est_epoch_time_s": epoch,
         "ideal_epoch_time_s": ideal_epoch_time_s,
         "efficiency": (ideal_epoch_time_s / epoch) if ideal_epoch_time_s and epoch > 0 else None,
+        "efficiency_makespan_only": (
+            ideal_epoch_time_s / whole if ideal_epoch_time_s and whole > 0 else None
+        ),
         "grad_sync_exposed_s": float(sum(syncs)),
         **step_bound_measures(step_bounds_s, epoch),
     }

@@ -64,6 +64,8 @@ class OptionTable:
         self._configs: dict[tuple[int, int], BucketOption | None] = {}
         self._at: dict[tuple[int, int], list[BucketOption]] = {}
         self._preferred: dict[int, BucketOption] = {}
+        #: certified prices of sample shapes (``measures``), shared through the plan
+        self.prices, self.price_guesses = plan.prices_for(cost_model)
 
     def options(self, b: int) -> list[BucketOption]:
         """The plan's options of bucket ``b`` this table admits."""
