@@ -22,6 +22,20 @@ UNMARKED_TEMPLATE = CHAT_TEMPLATE.replace("{% generation %}", "").replace("{% en
 WORDS = "hello world how are you the user asks and the assistant answers briefly"
 
 
+def tiny_qwen2_config(vocab_size: int = 64):
+    """A 2-layer Qwen2 config of width 32 with grouped key/value heads (4 query, 2 kv)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+
+
 def save_chat_tokenizer(folder: Path, template: str = CHAT_TEMPLATE) -> Path:
     """A fast tokenizer with ``template`` saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

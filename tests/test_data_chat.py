@@ -16,6 +16,7 @@ from chat_data import (  # noqa: E402
     UNMARKED_TEMPLATE,
     conversations,
     save_chat_tokenizer,
+    tiny_qwen2_config,
     write_records,
 )
 
@@ -209,17 +210,10 @@ def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapte
     import subprocess
     import sys
 
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
 
     folder = tmp_path / "qwen"
-    config = Qwen2Config(
-        vocab_size=320,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    config = tiny_qwen2_config(320)
     Qwen2ForCausalLM(config).save_pretrained(folder)
     save_chat_tokenizer(folder)
     path = write_records(tmp_path / "chat.jsonl", [{"messages": t} for t in conversations(40)])

@@ -10,6 +10,8 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
+from chat_data import tiny_qwen2_config  # noqa: E402
+
 from datacentric.models.lora import (  # noqa: E402
     LoraError,
     LoraSpec,
@@ -52,19 +54,12 @@ def test_diffusers_lora_matches_add_adapter_at_world_2() -> None:
 
 def test_lora_freezes_the_base_and_unwraps_peft_models() -> None:
     import peft
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from datacentric.models.hf import HFCausalLM
     from datacentric.profiling.module_specs import spec_of_model
 
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    config = tiny_qwen2_config()
     model = apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4))
     trained = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trained and all(".lora_" in n for n in trained)

@@ -12,6 +12,8 @@ import torch
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
+from chat_data import tiny_qwen2_config  # noqa: E402
+
 from datacentric.models.lora import apply_lora, draw_adapter_weights, lora_spec  # noqa: E402
 from datacentric.train.lora_export import (  # noqa: E402
     DIFFUSERS_WEIGHTS,
@@ -25,16 +27,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _qwen2():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
+    config = tiny_qwen2_config()
     torch.manual_seed(0)
     return Qwen2ForCausalLM(config)
 

@@ -127,10 +127,12 @@ def record_format(kind: str, files: list[str], text_field: str) -> str:
     return "chat"
 
 
-def _chunks(kind: str, files: list[str], text_field: str, enc: _Encoder, fmt: str):
-    """``(file, row, token ids, assistant mask or None)`` of every document, in order."""
-    if fmt == "chat":
-        renderer = enc.renderer()
+def _chunks(
+    kind: str, files: list[str], text_field: str, enc: _Encoder, renderer: ChatRenderer | None
+):
+    """``(file, row, token ids, assistant mask or None)`` of every document, in order
+    (conversations when a ``renderer`` is given)."""
+    if renderer is not None:
         for record in read_records(kind, files):
             if not is_conversation(record.fields):
                 raise DataError(
@@ -154,7 +156,12 @@ def _chunks(kind: str, files: list[str], text_field: str, enc: _Encoder, fmt: st
 
 
 def _build_cache(
-    kind: str, files: list[str], text_field: str, enc: _Encoder, final: Path, fmt: str
+    kind: str,
+    files: list[str],
+    text_field: str,
+    enc: _Encoder,
+    final: Path,
+    renderer: ChatRenderer | None,
 ) -> None:
     """Tokenize every document into ``final`` (written in a temporary folder, then renamed:
     concurrent builders of the same entry agree); conversations also write ``mask.bin``,
@@ -164,7 +171,7 @@ def _build_cache(
     offsets, rows, file_of = [0], [], []
     try:
         with open(tmp / "tokens.bin", "wb") as out, open(tmp / "mask.bin", "wb") as masks:
-            for file, row, ids, mask in _chunks(kind, files, text_field, enc, fmt):
+            for file, row, ids, mask in _chunks(kind, files, text_field, enc, renderer):
                 out.write(ids.astype(enc.dtype, copy=False).tobytes())
                 if mask is not None:
                     masks.write(mask.astype(np.uint8, copy=False).tobytes())
@@ -174,9 +181,7 @@ def _build_cache(
         np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
         np.save(tmp / "origins.npy", np.asarray([file_of, rows], dtype=np.int64).reshape(2, -1))
         meta = {"dtype": enc.dtype.str, "vocab_size": enc.vocab_size, "files": files}
-        meta["format"] = fmt
-        if fmt == "chat":
-            meta["marks_assistant"] = enc.renderer().marks_assistant
+        meta["format"] = "text" if renderer is None else "chat"
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
             os.replace(tmp, final)
@@ -221,14 +226,15 @@ class TokenizedTextDataset:
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         self.format = record_format(kind, self.files, text_field)
         self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
-        if self.format == "chat":
-            enc.renderer().check_loss_on(self.loss_on)
+        renderer = enc.renderer() if self.format == "chat" else None
+        if renderer is not None:
+            renderer.check_loss_on(self.loss_on)
         field_key = text_field if self.format == "text" else "chat"
         key = [CACHE_VERSION, kind, [_file_facts(f) for f in self.files], field_key, enc.digest]
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
         self.cache_dir = cache_root() / "tokens" / digest
         if not (self.cache_dir / "meta.json").is_file():
-            _build_cache(kind, self.files, text_field, enc, self.cache_dir, self.format)
+            _build_cache(kind, self.files, text_field, enc, self.cache_dir, renderer)
         meta = json.loads((self.cache_dir / "meta.json").read_text(encoding="utf-8"))
         offsets = np.load(self.cache_dir / "offsets.npy")
         self._origins = np.load(self.cache_dir / "origins.npy")

@@ -132,18 +132,20 @@ def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     peft.inject_adapter_in_model(config, root, adapter_name=ADAPTER)
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
+    # what was injected, its targets resolved (export and the checks read it)
     model.lora_spec = dataclasses.replace(spec, targets=tuple(targets))
-    """What was injected, the targets resolved (export and the checks read it)."""
     return model
 
 
-def peft_config(spec: LoraSpec):
-    """The ``peft.LoraConfig`` of ``spec`` (its targets resolved)."""
+def peft_config(spec: LoraSpec, **extra: object):
+    """The ``peft.LoraConfig`` of ``spec`` (its targets resolved); ``extra``: more of its
+    fields (``task_type``, ``base_model_name_or_path``)."""
     return peft_module().LoraConfig(
         r=spec.rank,
         lora_alpha=spec.alpha if spec.alpha is not None else spec.rank,
         lora_dropout=spec.dropout,
         target_modules=list(spec.targets or ()),
+        **extra,
     )
 
 

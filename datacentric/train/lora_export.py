@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from datacentric.models.lora import ADAPTER, LoraSpec
+from datacentric.models.lora import ADAPTER, LoraSpec, peft_config
 
 #: what a peft layer inserts into its base layer's names
 BASE = ".base_layer."
@@ -84,16 +84,8 @@ def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, to
 
 def save_adapter_config(spec: LoraSpec, base: str, task_type: str | None, out: Path) -> None:
     """``adapter_config.json``, written by ``peft.LoraConfig`` itself."""
-    import peft
-
-    peft.LoraConfig(
-        r=spec.rank,
-        lora_alpha=spec.alpha if spec.alpha is not None else spec.rank,
-        lora_dropout=spec.dropout,
-        target_modules=list(spec.targets or ()),
-        task_type=task_type,
-        base_model_name_or_path=base,
-    ).save_pretrained(str(out))
+    config = peft_config(spec, task_type=task_type, base_model_name_or_path=base)
+    config.save_pretrained(str(out))
 
 
 def write_adapter(
