@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
-from datacentric.schedule import Assignment, MicroBatch, Schedule, phase_timeline
+from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule, phase_timeline
 from datacentric.scheduling.measures import backward_s, exposed_grad_sync_s
 from datacentric.shapes import SampleShape
 from datacentric.timing import COMM, COMPUTE, RECOMPUTE, SYNC, Span, micro_batch_id
@@ -213,78 +213,116 @@ def simulate(
             "were given"
         )
     schedule.validate()
-    capacity = schedule_memory_cap(schedule)
-    reduction_s = cost_model.grad_sync_time_s(schedule.world_size)
-    world = schedule.world_size
-    iterations: list[IterationResult] = []
-    spans: list[Span] = []
-    runs: dict[int, MicroBatchRun] = {}
-    clock = tokens = samples = 0
-    busy = recompute_gpu = comm_gpu = 0.0
+    run = _Run(
+        shapes=shapes,
+        cost_model=cost_model,
+        capacity=schedule_memory_cap(schedule),
+        reduction_s=cost_model.grad_sync_time_s(schedule.world_size),
+        world=schedule.world_size,
+        record_spans=record_spans,
+        overlap_grad_sync=overlap_grad_sync,
+    )
     for it in schedule.iterations:
-        group_runs: dict[int, tuple[float, float, list]] = {}
-        it_tokens = 0
-        for group in it.assignments:
-            t = last_backward = 0.0
-            passes = []
-            for k, mb in enumerate(group.micro_batches):
-                mb_shapes = [shapes[i] for i in mb.sample_ids]
-                recompute = mb.recompute or (False,) * cost_model.num_blocks
-                cost = split_breakdown(
-                    cost_model, mb_shapes, group.sp_size, recompute, mb.ring_size
-                )
-                if cost.memory_bytes > capacity:
-                    raise PlanDoesNotFitError(_does_not_fit(it.index, group, k, mb, cost, capacity))
-                mb_tokens = sum(s.tokens for s in mb_shapes)
-                if record_spans:
-                    run = MicroBatchRun.of(
-                        it.index, group, mb, tokens=mb_tokens, memory_bytes=cost.memory_bytes
-                    )
-                    runs[run.id] = run
-                    passes.append((run.id, t, cost))
-                t += cost.time_s
-                last_backward = backward_s(cost)
-                it_tokens += mb_tokens
-                samples += len(mb.sample_ids)
-                recompute_gpu += cost.recompute_s * group.sp_size
-                comm_gpu += cost.comm_s * group.sp_size
-            group_runs[id(group)] = (t, last_backward, passes)
+        run.iteration(it)
+    if not run.iterations:
+        raise ValueError("the schedule has no iterations: nothing to simulate")
+    return SimResult(
+        policy=schedule.policy,
+        world_size=run.world,
+        iterations=tuple(run.iterations),
+        tokens=run.tokens,
+        samples=run.samples,
+        busy_gpu_s=run.busy,
+        recompute_gpu_s=run.recompute_gpu,
+        comm_gpu_s=run.comm_gpu,
+        ideal_epoch_time_s=ideal_epoch_time_s,
+        spans=tuple(run.spans),
+        micro_batches=run.runs,
+    )
+
+
+@dataclass
+class _Run:
+    """One simulation's inputs and running totals: iterations run one after another on
+    the clock, each group's micro-batches back to back (:meth:`group`)."""
+
+    shapes: Sequence[SampleShape]
+    cost_model: CostModel
+    capacity: int
+    reduction_s: float
+    world: int
+    record_spans: bool
+    overlap_grad_sync: bool
+    iterations: list[IterationResult] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    runs: dict[int, MicroBatchRun] = field(default_factory=dict)
+    clock: float = 0
+    tokens: int = 0
+    samples: int = 0
+    busy: float = 0.0
+    recompute_gpu: float = 0.0
+    comm_gpu: float = 0.0
+
+    def iteration(self, it: Iteration) -> None:
+        """Run one iteration: its groups phase by phase, then the gradient sync."""
+        group_runs = {id(group): self.group(it.index, group) for group in it.assignments}
+        it_tokens = sum(run[3] for run in group_runs.values())
         totals = {key: run[0] for key, run in group_runs.items()}
         timeline = phase_timeline(it, lambda g, totals=totals: totals[id(g)])
         makespan = max(end for _, _, end in timeline)
         it_busy = sum(g.sp_size * (end - start) for g, start, end in timeline)
-        if record_spans:
+        clock, world = self.clock, self.world
+        if self.record_spans:
             for g, start, _ in timeline:
                 for run_id, at, cost in group_runs[id(g)][2]:
-                    spans.extend(_pass_spans(it.index, g, run_id, clock + start + at, cost))
+                    self.spans.extend(_pass_spans(it.index, g, run_id, clock + start + at, cost))
         window = None
-        if overlap_grad_sync:
+        if self.overlap_grad_sync:
             window = min(group_runs[id(g)][1] for g, _, end in timeline if end == makespan)
-        grad_sync_s = exposed_grad_sync_s(reduction_s, window)
+        grad_sync_s = exposed_grad_sync_s(self.reduction_s, window)
         idle = 1.0 - it_busy / (world * makespan) if makespan > 0 else 0.0
-        iterations.append(IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens))
-        if record_spans:
-            spans.extend(
+        self.iterations.append(
+            IterationResult(it.index, clock, makespan, grad_sync_s, idle, it_tokens)
+        )
+        if self.record_spans:
+            self.spans.extend(
                 Span(r, it.index, SYNC, clock + makespan, grad_sync_s) for r in range(world)
             )
-        busy += it_busy
-        tokens += it_tokens
-        clock += makespan + grad_sync_s
-    if not iterations:
-        raise ValueError("the schedule has no iterations: nothing to simulate")
-    return SimResult(
-        policy=schedule.policy,
-        world_size=world,
-        iterations=tuple(iterations),
-        tokens=tokens,
-        samples=samples,
-        busy_gpu_s=busy,
-        recompute_gpu_s=recompute_gpu,
-        comm_gpu_s=comm_gpu,
-        ideal_epoch_time_s=ideal_epoch_time_s,
-        spans=tuple(spans),
-        micro_batches=runs,
-    )
+        self.busy += it_busy
+        self.tokens += it_tokens
+        self.clock = clock + makespan + grad_sync_s
+
+    def group(self, iteration: int, group: Assignment) -> tuple[float, float, list, int]:
+        """One group's micro-batches back to back: its time, its last backward, its
+        passes (micro-batch id, start, cost) and its tokens; refuses a micro-batch over
+        the schedule's memory budget."""
+        t = last_backward = 0.0
+        passes = []
+        tokens = 0
+        for k, mb in enumerate(group.micro_batches):
+            mb_shapes = [self.shapes[i] for i in mb.sample_ids]
+            recompute = mb.recompute or (False,) * self.cost_model.num_blocks
+            cost = split_breakdown(
+                self.cost_model, mb_shapes, group.sp_size, recompute, mb.ring_size
+            )
+            if cost.memory_bytes > self.capacity:
+                raise PlanDoesNotFitError(
+                    _does_not_fit(iteration, group, k, mb, cost, self.capacity)
+                )
+            mb_tokens = sum(s.tokens for s in mb_shapes)
+            if self.record_spans:
+                run = MicroBatchRun.of(
+                    iteration, group, mb, tokens=mb_tokens, memory_bytes=cost.memory_bytes
+                )
+                self.runs[run.id] = run
+                passes.append((run.id, t, cost))
+            t += cost.time_s
+            last_backward = backward_s(cost)
+            tokens += mb_tokens
+            self.samples += len(mb.sample_ids)
+            self.recompute_gpu += cost.recompute_s * group.sp_size
+            self.comm_gpu += cost.comm_s * group.sp_size
+        return t, last_backward, passes, tokens
 
 
 def _pass_spans(
