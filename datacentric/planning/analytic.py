@@ -192,6 +192,23 @@ _ATTN_FWD, _NVLINK, _IB, _CALL, _ATTN_BWD = 1, 3, 4, 5, 7
 RING_KINDS = frozenset({"causal", "full"})
 
 
+@dataclass
+class _PassSums:
+    """Running sums of one pass's work while :meth:`AnalyticCostModel._work` adds it up."""
+
+    mm: float = 0.0
+    attn: float = 0.0
+    attn_bwd: float = 0.0
+    mem: float = 0.0
+    nvl: float = 0.0
+    ib: float = 0.0
+    colls: int = 0
+    passes: int = 0
+    segment_passes: float = 0.0
+    modulation: float = 0.0
+    scattered: float = 0.0
+
+
 class AnalyticCostModel(CachedCostModel):
     """Implements :class:`~datacentric.planning.cost_model.CostModel` from FLOPs and bytes."""
 
@@ -439,76 +456,96 @@ class AnalyticCostModel(CachedCostModel):
         n = len(shapes)
         cond = spec.cross_attn_tokens
 
+        cast, grad = weight_traffic_bytes(b)
+        trained = spec.weight_grad_share  # frozen weights: no weight-gradient matmul
+        grad *= trained
+        # token-weighted mean sample length: how long each serialised scatter runs
+        serial = sum(s.tokens**2 for s in shapes) / tokens / sp
+        w = _PassSums()
+        self._add_blocks(w, shapes, sp, counts, u, serial=serial, cast=cast, grad=grad)
+        # outside the blocks: LM head (forward + 2x backward) or DiT patch in/out and the
+        # caption embedder (every rank of the group embeds the whole caption).
+        outer = 0.0
+        if spec.vocab_size:
+            outer += 2.0 * h * spec.vocab_size * local
+            w.mem += 3.0 * spec.vocab_size * local * 4  # softmax + loss over fp32 logits
+        if spec.patch_channels:
+            outer += 2.0 * 2 * spec.patch_channels * h * local
+        if cond:
+            outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
+        w.mm += (2.0 + trained) * outer
+        w.mem += spec.outer_params * (cast + grad)
+        w.modulation += spec.outer_per_token_modulation * local * 3
+        w.scattered += spec.outer_per_token_modulation * serial
+        sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0
+        # the per-sample path's slice backward: one full-size q, k, v gradient per segment
+        copy = n * local * (h + 2 * spec.kv_dim) * b * spec.num_blocks
+        return Work(
+            w.mm / sat,
+            w.attn,
+            w.mem,
+            w.nvl,
+            w.ib,
+            w.colls,
+            w.passes,
+            attention_backward_flops=w.attn_bwd,
+            segment_passes=w.segment_passes,
+            segment_copy_bytes=copy,
+            scattered_elements=w.scattered,
+            modulation_elements=w.modulation,
+            recomputed_blocks=sum(counts),
+            outer_ops=spec.outer_ops,
+        )
+
+    def _add_blocks(
+        self,
+        w: _PassSums,
+        shapes: tuple[SampleShape, ...],
+        sp: int,
+        counts: tuple[int, ...],
+        u: int,
+        *,
+        serial: float,
+        cast: float,
+        grad: float,
+    ) -> None:
+        """Add the repeated blocks' work to ``w``: per kind, every block's forward (again
+        when recomputed) and backward, its all-to-alls over ``u`` ranks and its weight
+        traffic (``cast`` and ``grad`` bytes per parameter)."""
+        spec, hw, b = self.spec, self.hardware, self.dtype_bytes
+        h, cond, n = spec.hidden, spec.cross_attn_tokens, len(shapes)
+        tokens = sum(s.tokens for s in shapes)
+        local = tokens / sp
         block_matmul = (
             2.0 * spec.token_matmul_params * local
             + 2.0 * spec.cond_matmul_params * cond * n
             + 2.0 * spec.per_sample_block_params * n
         )
         block_mem = 2.0 * self._saved_elems * local * b
-        cast, grad = weight_traffic_bytes(b)
-        trained = spec.weight_grad_share  # frozen weights: no weight-gradient matmul
-        grad *= trained
-        mm = attn = attn_bwd = mem = nvl = ib = 0.0
-        colls = passes = 0
-        segment_passes = modulation = scattered = 0.0
-        # token-weighted mean sample length: how long each serialised scatter runs
-        serial = sum(s.tokens**2 for s in shapes) / tokens / sp
+        trained = spec.weight_grad_share
         for i, kind in enumerate(self._kinds):
             blocks = self._kind_counts[i]
             fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
             pairs = sum(attention_pairs(kind, s) for s in shapes)
             attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
             a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local)
-            mm += block_matmul * (fwd_passes + (1 + trained) * blocks)
-            attn += attn_fwd * fwd_passes
-            attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
-            mem += block_mem * (fwd_passes + 2 * blocks)
-            mem += spec.block_params * (cast * fwd_passes + grad * blocks)
-            segment_passes += n * (fwd_passes + 2 * blocks)
-            modulation += spec.per_token_modulation * local * (fwd_passes + 2 * blocks)
-            scattered += spec.per_token_modulation * serial * blocks
+            w.mm += block_matmul * (fwd_passes + (1 + trained) * blocks)
+            w.attn += attn_fwd * fwd_passes
+            w.attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
+            w.mem += block_mem * (fwd_passes + 2 * blocks)
+            w.mem += spec.block_params * (cast * fwd_passes + grad * blocks)
+            w.segment_passes += n * (fwd_passes + 2 * blocks)
+            w.modulation += spec.per_token_modulation * local * (fwd_passes + 2 * blocks)
+            w.scattered += spec.per_token_modulation * serial * blocks
             total_a2a = a2a_bytes * (fwd_passes + blocks)
-            colls += a2a_calls * (fwd_passes + blocks)
-            passes += fwd_passes + 2 * blocks
+            w.colls += a2a_calls * (fwd_passes + blocks)
+            w.passes += fwd_passes + 2 * blocks
             if u > hw.gpus_per_node:
                 off = (u - hw.gpus_per_node) / (u - 1)
-                ib += total_a2a * off
-                nvl += total_a2a * (1 - off)
+                w.ib += total_a2a * off
+                w.nvl += total_a2a * (1 - off)
             else:
-                nvl += total_a2a
-        # outside the blocks: LM head (forward + 2x backward) or DiT patch in/out and the
-        # caption embedder (every rank of the group embeds the whole caption).
-        outer = 0.0
-        if spec.vocab_size:
-            outer += 2.0 * h * spec.vocab_size * local
-            mem += 3.0 * spec.vocab_size * local * 4  # softmax + loss over fp32 logits
-        if spec.patch_channels:
-            outer += 2.0 * 2 * spec.patch_channels * h * local
-        if cond:
-            outer += 2.0 * (spec.cross_attn_width * h + h * h) * cond * n
-        mm += (2.0 + trained) * outer
-        mem += spec.outer_params * (cast + grad)
-        modulation += spec.outer_per_token_modulation * local * 3
-        scattered += spec.outer_per_token_modulation * serial
-        sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0
-        # the per-sample path's slice backward: one full-size q, k, v gradient per segment
-        copy = n * local * (h + 2 * spec.kv_dim) * b * spec.num_blocks
-        return Work(
-            mm / sat,
-            attn,
-            mem,
-            nvl,
-            ib,
-            colls,
-            passes,
-            attention_backward_flops=attn_bwd,
-            segment_passes=segment_passes,
-            segment_copy_bytes=copy,
-            scattered_elements=scattered,
-            modulation_elements=modulation,
-            recomputed_blocks=sum(counts),
-            outer_ops=spec.outer_ops,
-        )
+                w.nvl += total_a2a
 
     def _alltoall(
         self, kind: str, shapes: tuple[SampleShape, ...], sp: int, local: float
