@@ -57,7 +57,7 @@ from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.profiling.memory import measure_peak, model_state_bytes
-from datacentric.profiling.preset_specs import spec_from_model_preset
+from datacentric.profiling.module_specs import spec_from_model_preset
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 from datacentric.verify.equivalence import relative_errors

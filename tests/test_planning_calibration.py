@@ -26,7 +26,7 @@ from datacentric.planning.hardware import (
     load_hardware_file,
 )
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.module_specs import get_model_spec
 from datacentric.shapes import SampleShape
 
 

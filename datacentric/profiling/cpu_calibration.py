@@ -31,7 +31,7 @@ from datacentric.planning.hardware import (
 )
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.preset_specs import get_model_spec
+from datacentric.profiling.module_specs import get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult, measure
 from datacentric.shapes import SampleShape
 

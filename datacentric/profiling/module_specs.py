@@ -1,9 +1,18 @@
-"""The analytic spec of any built model: no model needs a hand-written spec to train.
+"""The one module that derives a :class:`~datacentric.planning.model_specs.ModelSpec`
+from any model: no model needs a hand-written spec to train.
+
+Entry points: :func:`named_spec` (a name: an analytic preset or any ``--model`` string),
+:func:`spec_of_model` (a built module), :func:`get_model_spec` and
+:func:`list_model_specs` (the analytic presets). Its pure parts stay in ``planning/``
+(no torch): the spec type and the paper's STDiT preset
+(:mod:`datacentric.planning.model_specs`) and the readers of a transformers or
+diffusers config (:mod:`datacentric.planning.config_specs`).
 
 :func:`spec_of_model` reads, in order:
 
 1. one of our configs (:class:`~datacentric.models.llama.LlamaConfig`,
-   :class:`~datacentric.models.dit.DiTConfig`): the presets' exact spec;
+   :class:`~datacentric.models.dit.DiTConfig`): the presets' exact spec
+   (:func:`spec_from_model_config`);
 2. a transformers or diffusers ``config`` (:mod:`datacentric.planning.config_specs`);
 3. otherwise the module itself (a user's ``pkg.module:factory`` model), from its
    parameter shapes: ``num_heads`` (and ``num_kv_heads``) from the model contract, the
@@ -27,7 +36,7 @@ import dataclasses
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -36,14 +45,10 @@ from torch import nn
 from datacentric.models.dit import DiTConfig
 from datacentric.models.llama import LlamaConfig
 from datacentric.models.lora import LoraSpec
+from datacentric.models.presets import model_config
 from datacentric.models.source import build_from_source, build_model_named, resolve_model
 from datacentric.planning.config_specs import spec_from_config
-from datacentric.planning.model_specs import ModelSpec
-from datacentric.profiling.preset_specs import (
-    get_model_spec,
-    list_model_specs,
-    spec_from_model_config,
-)
+from datacentric.planning.model_specs import ModelSpec, stdit_1_1b
 
 
 class UnpricedModelError(ValueError):
@@ -133,7 +138,7 @@ def named_spec(
     name: str, model_args: Mapping[str, Any] | None = None, lora: LoraSpec | None = None
 ) -> ModelSpec:
     """The spec of the model ``name`` means: an analytic preset
-    (:func:`~datacentric.profiling.preset_specs.get_model_spec`, e.g. ``llama-7b``) when
+    (:func:`get_model_spec`, e.g. ``llama-7b``) when
     it names one and has no model arguments, else read from the model built on the meta
     device (no memory, no weights read). ``lora``: only its adapters train (their
     count read from the model built on the meta device with them)."""
@@ -180,3 +185,96 @@ def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> di
 
 def _sha256_json(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- the analytic presets ---------------------------------------------------------------
+#: Operators outside the blocks in one forward + backward (aten calls less views,
+#: counted under bf16 autocast as 2 * ops(2 blocks) - ops(4 blocks)).
+LLAMA_OUTER_OPS = 62
+DIT_OUTER_OPS = 131
+
+
+def spec_from_model_preset(name: str) -> ModelSpec:
+    """The spec of a runnable model preset (:mod:`datacentric.models.presets`).
+
+    Widths, depth and vocabulary come from the preset's config, so the two never drift
+    apart; parameters are counted from the layer structure of ``models/llama.py`` and
+    ``models/dit.py`` (without building the model, which takes seconds at 13B; a test
+    checks the count against the built small models).
+    """
+    return spec_from_model_config(model_config(name), name)
+
+
+def spec_from_model_config(config: LlamaConfig | DiTConfig, name: str) -> ModelSpec:
+    """The spec of one of our models from its config (see :func:`spec_from_model_preset`)."""
+    h, f = config.hidden_size, config.ffn_hidden_size
+    if isinstance(config, LlamaConfig):
+        return ModelSpec(
+            name=name,
+            hidden=h,
+            heads=config.num_heads,
+            ffn_hidden=f,
+            gated_mlp=True,
+            block_kinds=("causal",) * config.num_layers,
+            vocab_size=config.vocab_size,
+            per_sample_block_params=2 * h,  # the two RMSNorm weights
+            extra_outer_params=h,  # final RMSNorm
+            # approximate, read from models/common.py: each RMSNorm also keeps its
+            # normalised value before the weight (2 x h), the rotary embedding keeps the
+            # un-rotated q and k (2h).
+            extra_saved_per_token=4 * h,
+            outer_ops=LLAMA_OUTER_OPS,
+            source=f"datacentric.models.presets {name!r}",
+        )
+    c, freq = config.in_channels, config.timestep_freq_dim
+    return ModelSpec(
+        name=name,
+        hidden=h,
+        heads=config.num_heads,
+        ffn_hidden=f,
+        block_kinds=("full",) * config.num_layers,
+        patch_channels=c,
+        # per-block adaLN MLP (6h x h, runs once per sample) and the biases of q, k, v,
+        # o, both feed-forward layers and adaLN
+        per_sample_block_params=6 * h * h + 4 * h + f + h + 6 * h,
+        # generic count has patch in/out (2ch), timestep MLP (256h + h^2); add the
+        # actual frequency width, the final adaLN (2h^2 + 2h) and biases
+        extra_outer_params=(freq - 256) * h + 2 * h * h + 2 * h + h + 2 * h + c,
+        # approximate, read from models/dit.py: the per-token gathered modulation rows
+        # (6h), both LayerNorm outputs kept for the scale product (2h), the un-rotated
+        # q and k (2h), the attention and MLP outputs kept for their gates (2h).
+        extra_saved_per_token=12 * h,
+        per_token_modulation=6 * h,  # shift, scale, gate of attention and MLP
+        outer_per_token_modulation=2 * h,  # final adaLN: shift, scale
+        outer_ops=DIT_OUTER_OPS,
+        source=f"datacentric.models.presets {name!r}",
+    )
+
+
+_PRESETS: dict[str, Callable[[], ModelSpec]] = {
+    "stdit-1.1b": stdit_1_1b,
+    # Our runnable model classes at realistic sizes (see datacentric/models/presets.py):
+    # llama-7b/13b follow the LLaMA paper (Touvron et al. 2023, Table 2: 32 layers x 4096,
+    # 32 heads; 40 x 5120, 40 heads; SwiGLU 11008 / 13824; 32k vocabulary); dit3d-1b is
+    # a full-3D-attention DiT of 28 blocks x 1536 with per-block adaLN.
+    "llama-7b": lambda: spec_from_model_preset("llama-7b"),
+    "llama-13b": lambda: spec_from_model_preset("llama-13b"),
+    "dit3d-1b": lambda: spec_from_model_preset("dit3d-1b"),
+    # The small runnable presets profiled on this machine.
+    "llama": lambda: spec_from_model_preset("llama"),
+    "dit": lambda: spec_from_model_preset("dit"),
+}
+
+
+def list_model_specs() -> list[str]:
+    """Names of the analytic model presets."""
+    return sorted(_PRESETS)
+
+
+@cache
+def get_model_spec(name: str) -> ModelSpec:
+    """The analytic model preset called ``name``."""
+    try:
+        return _PRESETS[name]()
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; choose one of {sorted(_PRESETS)}") from None
