@@ -21,7 +21,8 @@ def test_toml_and_flags_merge(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('[train]\nmodel = "dit"\nlr = 0.01\nbetas = [0.8, 0.9]\n')
     config = load_config(path, lr=None, seed=3)
-    assert (config.model, config.lr, config.seed, config.betas) == ("dit", 0.01, 3, (0.8, 0.9))
+    assert (config.model.model, config.training.lr, config.job.seed) == ("dit", 0.01, 3)
+    assert config.training.betas == (0.8, 0.9)
 
 
 def test_unknown_keys_are_named_with_a_suggestion(tmp_path):
@@ -83,7 +84,8 @@ def test_example_config_loads_and_show_round_trips(tmp_path, capsys):
 
     example = Path(__file__).parent.parent / "examples" / "config.toml"
     config = load_config(example)
-    assert (config.world, config.policy, config.keep_last) == (2, "dcp-opt", 2)
+    assert config.parallelism.world == 2 and config.checkpoint.keep_last == 2
+    assert config.scheduling.policy == "dcp-opt"
     assert main(["config", "--show", "--config", str(example), "--lr", "0.01"]) == 0
     shown = tmp_path / "shown.toml"
     shown.write_text(capsys.readouterr().out)

@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
         settings["dataset_limit"] = args.dataset_limit
     config = load_config(None, out=str(out), **settings)
     print(
-        f"datacentric demo: {config.model} on the standard-library corpus "
-        f"({config.dataset_limit} files, chunks of <= {config.max_tokens} bytes), "
-        f"{args.world} gloo ranks, memory cap {config.memory_gb} GiB per rank, "
+        f"datacentric demo: {config.model.model} on the standard-library corpus "
+        f"({config.data.dataset_limit} files, chunks of <= {config.data.max_tokens} bytes), "
+        f"{args.world} gloo ranks, memory cap {config.cost.memory_gb} GiB per rank, "
         f"one epoch per policy, {DEFAULT_REPEATS} runs each (A B A B); "
         f"{describe_start(load_average(), cores(), busy_cores_now())}"
     )
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     summary = bench_summary(comparison, DEMO_POLICIES[0])
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     _print_plan(out / summary["best_policy"] / "plan.json")
-    _print_table(results, config.tokens_per_iteration)
+    _print_table(results, config.scheduling.tokens_per_iteration)
     first = {p: r.first for p, r in results.items()}
     measured = {p: r.measured for p, r in first.items()}
     predicted = {p: r.predicted for p, r in first.items()}

@@ -33,22 +33,21 @@ choices (:func:`complete_help`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import typing
 from typing import Any
 
-from datacentric.settings.run_settings import (
+from datacentric.settings.layout import (
     RENAMED_SECTIONS,
-    TrainConfig,
-    build_config,
-    file_settings,
-    load_config,
+    flat_docs,
+    flat_fields,
+    flat_types,
     name_in_section,
     renamed_section_of,
     section_of,
 )
-from datacentric.settings.schema import choices_of, field_docs, field_types
+from datacentric.settings.run_settings import TrainConfig, build_config, file_settings, load_config
+from datacentric.settings.schema import choices_of
 from datacentric.settings.sections import Policy
 
 #: The policies a ``--policy`` flag accepts (the settings' ``Policy`` choices).
@@ -137,12 +136,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per :class:`TrainConfig` field, grouped by section: ``--section.key`` and
     its short alias (:func:`short_flag`), values defaulting to ``None`` so that unset flags
     keep the file's (or the default) value; ``--quiet`` is ``--log-level warning``."""
-    docs = field_docs(TrainConfig)
-    kinds = field_types(TrainConfig)
+    docs = flat_docs()
+    kinds = flat_types()
     owners = section_of()
     groups: dict[str, Any] = {}
-    for field in dataclasses.fields(TrainConfig):
-        name = field.name
+    for name, field in flat_fields().items():
         section = owners[name]
         group = groups.get(section) or groups.setdefault(
             section, parser.add_argument_group(f"[{section}]")
@@ -216,7 +214,7 @@ def add_config_file_flag(parser: argparse.ArgumentParser, used: str = "") -> Non
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The resolved config of ``--config`` and the ``--section.key`` flags."""
-    overrides = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(TrainConfig)}
+    overrides = {key: getattr(args, key, None) for key in flat_fields()}
     return load_config(args.config, **overrides)
 
 
@@ -237,7 +235,7 @@ def config_option(
     ``required`` are applied after the file is read (:func:`apply_config_file`), so a
     file can supply them. The type, choices and help that are not given come from the
     settings schema's field ``key``, so a key means the same thing in every command."""
-    kind = field_types(TrainConfig)[key]
+    kind = flat_types()[key]
     if "action" not in kwargs and "type" not in kwargs:
         kwargs.update(
             {k: v for k, v in _flag_kind(key, kind).items() if k not in ("metavar", "choices")}
@@ -245,7 +243,7 @@ def config_option(
     choices = choices_of(kind)
     if choices and "action" not in kwargs and kwargs.get("type") in (None, str):
         kwargs.setdefault("choices", choices)
-    kwargs.setdefault("help", field_docs(TrainConfig).get(key, "").replace("%", "%%"))
+    kwargs.setdefault("help", flat_docs()[key].replace("%", "%%"))
     if required:
         kwargs["help"] += f" (required, or [{section_of()[key]}] {key} in --config)"
     flags = [short_flag(key), section_flag(key)]
@@ -394,7 +392,10 @@ def lora_of_args(args: argparse.Namespace) -> Any:
     from datacentric.models.lora import lora_spec
 
     settings = getattr(args, "settings", None)
-    values = {k: getattr(settings if settings is not None else args, k, None) for k in LORA_KEYS}
+    if settings is not None:
+        values = {k: v for k, v in settings.flat().items() if k in LORA_KEYS}
+    else:
+        values = {k: getattr(args, k, None) for k in LORA_KEYS}
     return lora_spec(
         values["lora_rank"] or 0,
         values["lora_alpha"],

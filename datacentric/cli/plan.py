@@ -84,11 +84,9 @@ def add_data_arguments(
 
 def _schema_default(key: str) -> Any:
     """The settings schema's default of ``key``."""
-    import dataclasses
+    from datacentric.settings.layout import flat_defaults
 
-    from datacentric.settings import TrainConfig
-
-    return {f.name: f.default for f in dataclasses.fields(TrainConfig)}[key]
+    return flat_defaults()[key]
 
 
 def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:

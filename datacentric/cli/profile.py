@@ -13,7 +13,6 @@ keys of its flags; flags override it).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     longest = CPU_MAX_TOKENS if args.backend == "gloo" else GPU_MAX_TOKENS
     if args.max_tokens is None:
         args.max_tokens = longest
-        args.settings = dataclasses.replace(args.settings, max_tokens=longest)
+        args.settings = args.settings.updated(max_tokens=longest)
     args.max_profile_tokens = args.max_profile_tokens or longest
     args.validation_tokens = args.validation_tokens or longest
     try:

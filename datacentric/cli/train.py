@@ -45,7 +45,7 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
         dataset = build_dataset(config)
         check_model(config, dataset)
         tokens = [shape.tokens for shape in dataset.shapes()]
-        if not (config.resume or config.resume_from):
+        if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
@@ -53,7 +53,7 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     for note in (skipped_note(dataset), size_global_batch(config, tokens)):
         if note:
             say(command, f"note: {note}")
-    if config.wandb:
+    if config.metrics.wandb:
         import importlib.util
 
         if importlib.util.find_spec("wandb") is None:
@@ -89,12 +89,12 @@ def size_global_batch(config: TrainConfig, tokens: list[int]) -> str | None:
 
     given = ("global_batch_tokens", "tokens_per_iteration")
     given += ("global_batch_samples", "samples_per_iteration")
-    if any(getattr(config, name) is not None for name in given):
+    if any(getattr(config.scheduling, name) is not None for name in given):
         return None
     bound = data_sized_tokens(tokens)
     if bound is None:
         return None
-    config.global_batch_tokens = bound
+    config.scheduling.global_batch_tokens = bound
     steps = -(-sum(tokens) // bound)
     return (
         f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
@@ -112,19 +112,21 @@ def run(args: argparse.Namespace) -> int:
     if not check_dataset(config, "train"):
         return 2
     options = dict(
-        nproc=config.world,
-        collective_timeout_s=config.collective_timeout_s,
-        device=config.device,
+        nproc=config.parallelism.world,
+        collective_timeout_s=config.parallelism.collective_timeout_s,
+        device=config.parallelism.device,
     )
-    if launch_mode(config.world).kind == "torchrun":  # rank 0 locks and claims the folder
+    if (
+        launch_mode(config.parallelism.world).kind == "torchrun"
+    ):  # rank 0 locks and claims the folder
         return _report(args, launch(train_rank, config, **options))
-    with RunFolderLock(config.out):
+    with RunFolderLock(config.job.out):
         claim_run_folder(config)
         results = launch(
             train_rank_in_locked_folder,
             config,
             **options,
-            forward_signals=config.save_on_signal,
+            forward_signals=config.checkpoint.save_on_signal,
         )
     return _report(args, results)
 

@@ -53,14 +53,14 @@ def data_settings(settings: TrainConfig) -> DataSettings:
     """The data settings of a run's settings: the one conversion, so ``train``,
     ``profile``, ``plan``, ``schedule`` and ``bench`` open the same samples."""
     return DataSettings(
-        max_tokens=settings.max_tokens,
-        limit=settings.dataset_limit,
-        seed=settings.seed,
-        tokenizer=settings.tokenizer,
-        text_field=settings.text_field,
-        bucket_config=settings.bucket_config,
-        long_docs=settings.long_docs,
-        loss_on=settings.loss_on,
+        max_tokens=settings.data.max_tokens,
+        limit=settings.data.dataset_limit,
+        seed=settings.job.seed,
+        tokenizer=settings.data.tokenizer,
+        text_field=settings.data.text_field,
+        bucket_config=settings.data.bucket_config,
+        long_docs=settings.data.long_docs,
+        loss_on=settings.data.loss_on,
     )
 
 

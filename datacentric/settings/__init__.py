@@ -4,21 +4,15 @@ It sits at the bottom of the package (it imports nothing of ours outside itself)
 every command builds its flags and reads its TOML keys from it without importing the
 runtime: :mod:`~datacentric.settings.sections` (one dataclass per ``[section]``),
 :mod:`~datacentric.settings.scheduling` (the ``[scheduling]`` options),
-:mod:`~datacentric.settings.run_settings` (:class:`TrainConfig`, every section, and
-:func:`load_config`) and :mod:`~datacentric.settings.schema` (docs, checks, TOML).
+:mod:`~datacentric.settings.layout` (which section holds which key),
+:mod:`~datacentric.settings.run_settings` (:class:`TrainConfig`, one object of every
+section, and :func:`load_config`) and :mod:`~datacentric.settings.schema` (docs, checks, TOML).
 """
 
 from __future__ import annotations
 
-from datacentric.settings.run_settings import (
-    SECTIONS,
-    TrainConfig,
-    build_config,
-    file_settings,
-    load_config,
-    section_keys,
-    section_of,
-)
+from datacentric.settings.layout import SECTIONS, section_keys, section_of
+from datacentric.settings.run_settings import TrainConfig, build_config, file_settings, load_config
 from datacentric.settings.scheduling import ScheduleOptions
 from datacentric.settings.schema import ConfigError
 from datacentric.settings.sections import DEFAULT_MEMORY_FRACTION, DEFAULT_SHARD, SHARD_MODES

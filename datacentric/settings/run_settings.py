@@ -1,13 +1,16 @@
-"""The resolved settings of a run: every section, flat, read from TOML and flags.
+"""The resolved settings of a run: one object of sections, read from TOML and flags.
 
-:class:`TrainConfig` inherits every section of :mod:`datacentric.settings.sections`
-(and the ``[scheduling]`` options, :class:`~datacentric.settings.scheduling.
-ScheduleOptions`), so code reads flat attributes (``config.lr``) or a typed section
-(``config.section("training").lr``) while files and flags are sectioned (``[training]
-lr = 3e-3``, ``--training.lr 3e-3``). Unknown sections and keys, wrong types and values
-out of range are :class:`~datacentric.settings.schema.ConfigError` naming the key. The
-resolved settings are written into a run folder as ``config.toml`` (and the flat
-``config.json``). See ``docs/configuration.md``. No torch is imported here.
+:class:`TrainConfig` is composed of the sections of :mod:`datacentric.settings.sections`
+(the layout: :data:`~datacentric.settings.layout.SECTIONS`), as torchtitan's
+``JobConfig``: code reads a section (``settings.training.lr``) and hands each component
+its own (``settings.data``, ``settings.scheduling.options()``); files and flags are
+sectioned too (``[training] lr = 3e-3``, ``--training.lr 3e-3``). Unknown sections and
+keys, wrong types and values out of range are
+:class:`~datacentric.settings.schema.ConfigError` naming the key. The resolved settings
+are written into a run folder as ``config.toml`` and ``config.json`` (flat keys, as
+every earlier release wrote it). Flat attribute access (``config.lr``) and flat keyword
+construction (``TrainConfig(lr=...)``) of earlier releases still work, with a
+``DeprecationWarning``. See ``docs/configuration.md``. No torch is imported here.
 """
 
 from __future__ import annotations
@@ -16,176 +19,200 @@ import dataclasses
 import json
 import sys
 import tomllib
-import typing
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datacentric.settings.scheduling import ScheduleOptions
-from datacentric.settings.schema import (
-    ConfigError,
-    coerce,
-    field_docs,
-    field_types,
-    suggest,
-    toml_value,
+from datacentric.settings.layout import (
+    SECTIONS,
+    CostSettings,
+    SchedulingSettings,
+    flat_docs,
+    flat_fields,
+    flat_index,
+    flat_types,
+    key_of,
+    name_in_section,
+    renamed_section_of,
+    section_keys,
+    section_of,
 )
+from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.schema import ConfigError, coerce, suggest, toml_value
 from datacentric.settings.sections import (
     CheckpointConfig,
-    CostConfig,
     DataConfig,
     JobConfig,
     LoraConfig,
-    MeasureSettings,
     MetricsConfig,
     ModelConfig,
     ParallelismConfig,
     ProfilingConfig,
-    SchedulingConfig,
     TrainingConfig,
     check_shard,
 )
 
-#: ``[cost]`` fields of the cost profiler's measurement a run chooses (model, world,
-#: dtype, seed, progress and the clock come from the other sections and the device).
-PROFILE_FIELDS = tuple(f.name for f in dataclasses.fields(MeasureSettings))
+
+def _warn_flat(key: str, stacklevel: int = 3) -> None:
+    section, name = flat_index()[key]
+    warnings.warn(
+        f"TrainConfig.{key} (flat settings) is deprecated; use settings.{section}.{name}",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
 
 
-def _section_from(source: type, names: tuple[str, ...] | None, name: str) -> type:
-    """A section with the fields ``names`` (all: ``None``) of dataclass ``source``,
-    same types and defaults; their docs are read from ``source``."""
-    hints = typing.get_type_hints(source)
-    fields = [
-        (f.name, hints[f.name], dataclasses.field(default=f.default))
-        for f in dataclasses.fields(source)
-        if names is None or f.name in names
-    ]
-    cls = dataclasses.make_dataclass(name, fields, kw_only=True)
-    cls.__module__ = __name__
-    cls.__doc_source__ = source
-    return cls
+def _sections_of(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Flat ``{key: value}`` -> ``{section: {field: value}}``."""
+    grouped: dict[str, dict[str, Any]] = {}
+    index = flat_index()
+    for key, value in flat.items():
+        if key not in index:
+            raise TypeError(f"TrainConfig has no setting {key!r}{suggest(key, list(index))}")
+        section, name = index[key]
+        grouped.setdefault(section, {})[name] = value
+    return grouped
 
 
-ProfileSettingsConfig = _section_from(MeasureSettings, None, "ProfileSettingsConfig")
-ScheduleOptionsConfig = _section_from(ScheduleOptions, None, "ScheduleOptionsConfig")
+@dataclass(kw_only=True, init=False)
+class TrainConfig:
+    """Every setting of a run: one field per section (``settings.training.lr``)."""
 
-#: Section name -> the classes whose fields it holds, in file order.
-SECTIONS: dict[str, tuple[type, ...]] = {
-    "job": (JobConfig,),
-    "model": (ModelConfig,),
-    "lora": (LoraConfig,),
-    "data": (DataConfig,),
-    "training": (TrainingConfig,),
-    "parallelism": (ParallelismConfig,),
-    "checkpoint": (CheckpointConfig,),
-    "metrics": (MetricsConfig,),
-    "profiling": (ProfilingConfig,),
-    "cost": (CostConfig, ProfileSettingsConfig),
-    "scheduling": (SchedulingConfig, ScheduleOptionsConfig),
-}
+    job: JobConfig = field(default_factory=JobConfig)
+    """``[job]``: run folder, seed, overwrite."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """``[model]``: the model, its arguments and dtype."""
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    """``[lora]``: LoRA fine-tuning."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """``[data]``: the dataset and how it is read."""
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    """``[training]``: optimizer, learning rate, length of the run."""
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    """``[parallelism]``: ranks, sharding, device."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """``[checkpoint]``: saving and resuming."""
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    """``[metrics]``: logs, TensorBoard, W&B, plots."""
+    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
+    """``[profiling]``: ``torch.profiler`` traces."""
+    cost: CostSettings = field(default_factory=CostSettings)
+    """``[cost]``: the cost model and the cost profiler."""
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    """``[scheduling]``: the policy and its options."""
 
-#: Sections whose keys carry the section's name as a prefix in the flat settings
-#: (``lora_rank``) and are written without it inside the section (``[lora] rank``,
-#: ``--lora.rank``).
-PREFIXED_SECTIONS = ("lora",)
+    def __init__(
+        self,
+        *,
+        job: JobConfig | None = None,
+        model: ModelConfig | None = None,
+        lora: LoraConfig | None = None,
+        data: DataConfig | None = None,
+        training: TrainingConfig | None = None,
+        parallelism: ParallelismConfig | None = None,
+        checkpoint: CheckpointConfig | None = None,
+        metrics: MetricsConfig | None = None,
+        profiling: ProfilingConfig | None = None,
+        cost: CostSettings | None = None,
+        scheduling: SchedulingSettings | None = None,
+        **flat: Any,
+    ) -> None:
+        """The sections (``training=TrainingConfig(lr=0.01)``; an unset one takes its
+        defaults); flat keys (``lr=0.01``, deprecated) are set over them."""
+        given = dict(job=job, model=model, lora=lora, data=data, training=training)
+        given.update(parallelism=parallelism, checkpoint=checkpoint, metrics=metrics)
+        given.update(profiling=profiling, cost=cost, scheduling=scheduling)
+        if model is not None and not _is_section("model", model):
+            flat["model"], given["model"] = model, None  # TrainConfig(model="llama")
+        for key in flat:
+            _warn_flat(key)
+        grouped = _sections_of(flat)
+        for name, cls in SECTIONS.items():
+            section = given[name] if given[name] is not None else cls()
+            if name in grouped:
+                section = dataclasses.replace(section, **grouped[name])
+            object.__setattr__(self, name, section)
 
+    @classmethod
+    def from_flat(cls, values: dict[str, Any]) -> TrainConfig:
+        """The settings of flat ``{key: value}`` (``config.json``, keyword overrides),
+        unchecked (:func:`build_config` checks them)."""
+        grouped = _sections_of(values)
+        return cls(**{name: c(**grouped.get(name, {})) for name, c in SECTIONS.items()})
 
-def name_in_section(key: str) -> str:
-    """How ``key`` is written inside its section (``lora_rank`` -> ``rank``)."""
-    section = section_of()[key]
-    prefix = section + "_"
-    return key.removeprefix(prefix) if section in PREFIXED_SECTIONS else key
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in flat_index():
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        _warn_flat(name)
+        section, field_name = flat_index()[name]
+        return getattr(object.__getattribute__(self, section), field_name)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in flat_index() and not (name in SECTIONS and _is_section(name, value)):
+            _warn_flat(name)
+            section, field_name = flat_index()[name]
+            setattr(getattr(self, section), field_name, value)
+            return
+        object.__setattr__(self, name, value)
 
-def key_of(section: str, name: str) -> str:
-    """The flat key of ``name`` written in ``[section]`` (``lora``, ``rank`` -> ``lora_rank``)."""
-    return f"{section}_{name}" if section in PREFIXED_SECTIONS else name
+    def flat(self) -> dict[str, Any]:
+        """``{flat key: value}`` of every setting (the layout of ``config.json``)."""
+        return {
+            key: getattr(getattr(self, section), name)
+            for key, (section, name) in flat_index().items()
+        }
 
-
-#: Sections renamed since an earlier release: ``(old section, its keys) -> new section``.
-#: Files may still write these keys under the old name (with a note), and ``--old.key``
-#: flags stay as deprecated aliases: the key, and so the setting, is the same.
-RENAMED_SECTIONS: dict[str, str] = {"profiling": "cost"}
-
-
-def renamed_section_of(old: str, key: str) -> str | None:
-    """The section ``key`` moved to from the renamed section ``old`` (None: it did not)."""
-    new = RENAMED_SECTIONS.get(old)
-    return new if new is not None and key in section_keys()[new] else None
-
-
-@dataclass(kw_only=True)
-class TrainConfig(
-    ScheduleOptionsConfig,
-    SchedulingConfig,
-    ProfileSettingsConfig,
-    CostConfig,
-    ProfilingConfig,
-    MetricsConfig,
-    CheckpointConfig,
-    ParallelismConfig,
-    TrainingConfig,
-    DataConfig,
-    LoraConfig,
-    ModelConfig,
-    JobConfig,
-):
-    """Every setting of a run, flat; see :data:`SECTIONS` for the file layout."""
+    def updated(self, **values: Any) -> TrainConfig:
+        """A copy with the flat keys ``values`` set, checked as :func:`build_config`
+        checks (``settings.updated(policy="static", out="runs/b")``)."""
+        return build_config({**self.flat(), **values})
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The flat settings as JSON data (``config.json``, a checkpoint's record)."""
+        return json.loads(json.dumps(self.flat()))
 
     def save(self, path: str | Path) -> None:
         """Write the flat settings as JSON (``config.json``)."""
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
+        Path(path).write_text(json.dumps(self.flat(), indent=2) + "\n", encoding="utf-8")
 
     def to_toml(self) -> str:
         """The resolved configuration as sectioned TOML (unset values as comments)."""
-        docs = field_docs(TrainConfig)
+        docs = flat_docs()
         lines: list[str] = []
         for section, keys in section_keys().items():
             lines.append(f"[{section}]")
             for key in keys:
                 lines.append(f"# {docs.get(key, '')}")
-                value = getattr(self, key)
+                value = getattr(getattr(self, section), name_in_section(key))
                 shown = "(unset)" if value is None else toml_value(value)
                 lines.append(f"{'# ' if value is None else ''}{name_in_section(key)} = {shown}")
             lines.append("")
         return "\n".join(lines)
 
     def schedule_options(self) -> ScheduleOptions:
-        """The ``[scheduling]`` options as :class:`ScheduleOptions`."""
-        names = [f.name for f in dataclasses.fields(ScheduleOptions)]
-        return ScheduleOptions(**{n: getattr(self, n) for n in names})
+        """The ``[scheduling]`` options (``settings.scheduling.options()``)."""
+        return self.scheduling.options()
 
     def profile_settings(self) -> dict[str, Any]:
-        """The ``[cost]`` fields of :class:`MeasureSettings` this run chooses."""
-        return {n: getattr(self, n) for n in PROFILE_FIELDS}
+        """The ``[cost]`` measurement settings (``settings.cost.measure_settings()``)."""
+        return self.cost.measure_settings()
 
     def section(self, name: str) -> Any:
-        """The typed ``[name]`` section of these settings (``settings.section("training").lr``);
-        ``cost`` and ``scheduling`` return their first class (see :data:`SECTIONS`)."""
+        """The typed ``[name]`` section (``settings.section("training")`` is
+        ``settings.training``)."""
         if name not in SECTIONS:
             raise KeyError(f"no section [{name}]{suggest(name, list(SECTIONS))}")
-        cls = SECTIONS[name][0]
-        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+        return getattr(self, name)
 
 
-def section_keys() -> dict[str, list[str]]:
-    """Section name -> its keys, in order."""
-    return {
-        name: [f.name for cls in classes for f in dataclasses.fields(cls)]
-        for name, classes in SECTIONS.items()
-    }
-
-
-def section_of() -> dict[str, str]:
-    """Key -> the section holding it."""
-    return {key: section for section, keys in section_keys().items() for key in keys}
+def _is_section(name: str, value: Any) -> bool:
+    return isinstance(value, SECTIONS[name])
 
 
 def field_names() -> list[str]:
-    return [f.name for f in dataclasses.fields(TrainConfig)]
+    """Every flat key, in file order."""
+    return list(flat_index())
 
 
 def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
@@ -268,68 +295,75 @@ def file_settings(path: str | Path) -> dict[str, Any]:
     is checked as :func:`load_config` does. Commands other than ``train`` take the keys
     they have flags for from it."""
     values = _read_file(path)
-    config = build_config(values)
-    return {key: getattr(config, key) for key in values}
+    config = build_config(values).flat()
+    return {key: config[key] for key in values}
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:
     """Type- and range-check flat ``values`` and build the config."""
     owners = section_of()
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    kinds = field_types(TrainConfig)
+    fields = flat_fields()
+    kinds = flat_types()
     checked = {
-        key: coerce(f"{owners[key]}.{key}", value, kinds[key], fields[key])
+        key: coerce(f"{owners[key]}.{name_in_section(key)}", value, kinds[key], fields[key])
         for key, value in values.items()
     }
-    config = TrainConfig(**checked)
+    config = TrainConfig.from_flat(checked)
     validate(config)
     return config
 
 
 def validate(config: TrainConfig) -> None:
     """Settings that are each valid but cannot work together, or need parsing."""
-    if config.fault_inject is not None:
-        parse_fault(config.fault_inject)
-    resuming = config.resume or config.resume_from is not None
-    if config.overwrite and resuming:
-        flag = "--resume" if config.resume else "--resume-from"
+    if config.training.fault_inject is not None:
+        parse_fault(config.training.fault_inject)
+    _check_resume(config.job, config.checkpoint)
+    parallelism = config.parallelism
+    try:
+        check_shard(parallelism.shard, parallelism.reshard_after_forward)
+    except ValueError as err:
+        raise ConfigError(f"parallelism.shard: {err}") from None
+    if parallelism.device is not None and parallelism.device.split(":")[0] not in ("cpu", "cuda"):
+        raise ConfigError(
+            f"parallelism.device: must be 'cpu', 'cuda' or 'cuda:N', got {parallelism.device!r}"
+        )
+    try:
+        config.scheduling.options()
+    except ValueError as err:
+        raise ConfigError(f"scheduling: {err}") from None
+    if any(step < 1 for step in config.profiling.trace_steps):
+        low = min(config.profiling.trace_steps)
+        raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
+    cost = config.cost
+    if cost.warmup < 2:
+        raise ConfigError(f"cost.warmup: must be >= 2, got {cost.warmup}")
+    if cost.repeats < 1:
+        raise ConfigError(f"cost.repeats: must be >= 1, got {cost.repeats}")
+    if cost.timeout_s <= 0:
+        raise ConfigError(f"cost.timeout_s: must be > 0, got {cost.timeout_s}")
+
+
+def _check_resume(job: JobConfig, checkpoint: CheckpointConfig) -> None:
+    """``overwrite`` with a resume, and a SHA-256 pin that cannot be checked."""
+    resuming = checkpoint.resume or checkpoint.resume_from is not None
+    if job.overwrite and resuming:
+        flag = "--resume" if checkpoint.resume else "--resume-from"
         raise ConfigError(
             f"job.overwrite and checkpoint.{flag[2:].replace('-', '_')} cannot both be set: "
             f"--overwrite deletes the run that {flag} continues; drop one of them"
         )
-    if config.expect_sha256 is not None:
-        digest = config.expect_sha256.strip().lower()
+    if checkpoint.expect_sha256 is not None:
+        digest = checkpoint.expect_sha256.strip().lower()
         if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise ConfigError(
                 "checkpoint.expect_sha256: needs 64 hexadecimal digits (the SHA-256 of "
-                f"manifest.json), got {config.expect_sha256!r}"
+                f"manifest.json), got {checkpoint.expect_sha256!r}"
             )
         if not resuming:
             raise ConfigError(
                 "checkpoint.expect_sha256: only checked when resuming; pass --resume or "
                 "--resume-from with it"
             )
-    try:
-        check_shard(config.shard, config.reshard_after_forward)
-    except ValueError as err:
-        raise ConfigError(f"parallelism.shard: {err}") from None
-    if config.device is not None and config.device.split(":")[0] not in ("cpu", "cuda"):
-        raise ConfigError(
-            f"parallelism.device: must be 'cpu', 'cuda' or 'cuda:N', got {config.device!r}"
-        )
-    try:
-        config.schedule_options()
-    except ValueError as err:
-        raise ConfigError(f"scheduling: {err}") from None
-    if any(step < 1 for step in config.trace_steps):
-        low = min(config.trace_steps)
-        raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
-    if config.warmup < 2:
-        raise ConfigError(f"cost.warmup: must be >= 2, got {config.warmup}")
-    if config.repeats < 1:
-        raise ConfigError(f"cost.repeats: must be >= 1, got {config.repeats}")
-    if config.timeout_s <= 0:
-        raise ConfigError(f"cost.timeout_s: must be > 0, got {config.timeout_s}")
 
 
 def parse_fault(spec: str) -> tuple[int, int, str]:

@@ -12,8 +12,9 @@ and ``datacentric config --show`` stay fast and work where torch is missing.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from datacentric.settings.schema import setting
 
@@ -79,23 +80,63 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype (``bfloat16``: autocast, CUDA only)."""
 
+    # Deprecated: ``config.model`` was the model's name before the settings were made of
+    # sections; it is now this section, which still compares, hashes and reads as that
+    # name (``config.model == "llama"``, ``":" in config.model``), with a warning.
+    def _as_name(self) -> str:
+        warnings.warn(
+            "TrainConfig.model (flat settings) is the [model] section now; its name is "
+            "settings.model.model",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self.model
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self._as_name() == other
+        if type(other) is not type(self):
+            return NotImplemented
+        return (self.model, self.model_args, self.dtype) == (
+            other.model,
+            other.model_args,
+            other.dtype,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.model)
+
+    def __contains__(self, part: str) -> bool:
+        return part in self._as_name()
+
+    def __str__(self) -> str:
+        return self._as_name()
+
+    def __format__(self, spec: str) -> str:
+        return format(self._as_name(), spec)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or not hasattr(str, name):
+            raise AttributeError(f"'ModelConfig' object has no attribute {name!r}")
+        return getattr(self._as_name(), name)
+
 
 @dataclass(kw_only=True)
 class LoraConfig:
-    """LoRA fine-tuning (docs/models.md, "LoRA"). Keys carry the section's name in the
-    flat settings (``lora_rank``) and are written without it in the section (``[lora]
-    rank``, ``--lora.rank``)."""
+    """LoRA fine-tuning (docs/models.md, "LoRA"). Fields are named without the
+    section's name (``settings.lora.rank``, ``[lora] rank``, ``--lora.rank``); their flat
+    keys carry it (``lora_rank``, ``--lora-rank``)."""
 
-    lora_rank: int = setting(0, ge=0)
+    rank: int = setting(0, ge=0)
     """LoRA rank: 0 trains every parameter; above 0 the model is frozen and only
     ``peft`` LoRA adapters of this rank on ``targets`` train."""
-    lora_alpha: float | None = setting(None, gt=0)
+    alpha: float | None = setting(None, gt=0)
     """LoRA scale numerator: an adapter adds ``alpha / rank`` times its product (unset:
     ``alpha = rank``)."""
-    lora_dropout: float = setting(0.0, ge=0)
+    dropout: float = setting(0.0, ge=0)
     """Dropout on each adapter's input, in training mode only (as the model's own
     dropout outside attention)."""
-    lora_targets: str | None = None
+    targets: str | None = None
     """Module names to adapt, comma separated (unset: the attention projections,
     ``q_proj,k_proj,v_proj,o_proj`` for transformers models and
     ``to_q,to_k,to_v,to_out.0`` for diffusers ones, ``wq,wk,wv,wo`` for our presets)."""

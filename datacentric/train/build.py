@@ -33,19 +33,19 @@ from datacentric.verify.model_contract import check_small_copy
 
 def build_dataset(config: TrainConfig) -> Dataset:
     """The run's dataset (see :func:`datacentric.data.sources.open_dataset`)."""
-    return open_dataset(config.dataset, data_settings(config))
+    return open_dataset(config.data.dataset, data_settings(config))
 
 
 def model_source(config: TrainConfig) -> ModelSource:
     """The run's model as a :class:`~datacentric.models.source.ModelSource`, with the
     LoRA adapters of its ``[lora]`` settings."""
-    source = resolve_model(config.model, getattr(config, "model_args", None))
+    source = resolve_model(config.model.model, config.model.model_args)
     return dataclasses.replace(source, lora=lora_of(config))
 
 
 def lora_of(config: TrainConfig) -> LoraSpec | None:
     """The run's ``[lora]`` settings as a spec (``None``: LoRA off)."""
-    return lora_spec(config.lora_rank, config.lora_alpha, config.lora_dropout, config.lora_targets)
+    return lora_spec(config.lora.rank, config.lora.alpha, config.lora.dropout, config.lora.targets)
 
 
 def build_model_for(config: TrainConfig, dataset) -> nn.Module:
@@ -104,33 +104,33 @@ def run_cost_model(
     ``model`` (:func:`~datacentric.profiling.module_specs.spec_of_model`) when it is not
     a preset.
     """
-    if config.cost_model == "analytic":
-        described: str | ModelSpec = config.model
-        custom = config.model not in MODEL_PRESETS or model_args(config) or config.lora_rank
+    if config.cost.cost_model == "analytic":
+        described: str | ModelSpec = config.model.model
+        custom = config.model.model not in MODEL_PRESETS or model_args(config) or config.lora.rank
         if model is not None and custom:
-            described = spec_of_model(model, config.model)
+            described = spec_of_model(model, config.model.model)
         return build_cost_model(
             described,
             device,
-            config.dtype,
+            config.model.dtype,
             shard=sharding(config),
             world_size=world_size,
         )
-    directory = config.profile_dir or str(Path(config.out) / "profile")
+    directory = config.cost.profile_dir or str(Path(config.job.out) / "profile")
     settings = ProfileSettings(
-        model=config.model,
+        model=config.model.model,
         model_args=model_args(config),
         lora=lora_of(config),
-        dataset=None if config.model in MODEL_PRESETS else dataset,
+        dataset=None if config.model.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
-        dtype=config.dtype,
-        seed=config.seed,
-        progress=config.progress and is_main,
+        dtype=config.model.dtype,
+        seed=config.job.seed,
+        progress=config.metrics.progress and is_main,
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
-        **config.profile_settings(),
+        **config.cost.measure_settings(),
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(profile)
@@ -138,7 +138,7 @@ def run_cost_model(
 
 def model_args(config: TrainConfig) -> dict:
     """The run's ``[model] model_args``, parsed and checked."""
-    return parse_model_args(getattr(config, "model_args", None))
+    return parse_model_args(config.model.model_args)
 
 
 def device_memory_bytes(device: torch.device) -> int | None:
@@ -183,30 +183,32 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
         NotImplementedError,
     ) as err:
         # raised inside the model's own constructor: name the model and the cause
-        raise ValueError(f"model {config.model!r} cannot be built: {err}") from err
+        raise ValueError(f"model {config.model.model!r} cannot be built: {err}") from err
     missing = [
         a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(model, a)
     ]
     if missing:
         raise ValueError(
-            f"model {config.model!r} lacks {', '.join(missing)}; a datacentric model needs "
+            f"model {config.model.model!r} lacks {', '.join(missing)}; a datacentric model needs "
             "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> per-token "
             "loss (docs/models.md)"
         )
     held = sharding(config)
     if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
         check_fsdp2(model, held.reshard_after_forward)
-    spec = spec_of_model(model, config.model) if config.cost_model == "analytic" else None
+    spec = (
+        spec_of_model(model, config.model.model) if config.cost.cost_model == "analytic" else None
+    )
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     if vocab is None and spec is not None:
         vocab = spec.vocab_size or None
     data_vocab = getattr(dataset, "vocab_size", None)
     if vocab and data_vocab and int(data_vocab) > int(vocab):
         raise ValueError(
-            f"model {config.model!r} has {vocab} token ids but the dataset's tokenizer has "
+            f"model {config.model.model!r} has {vocab} token ids but the dataset's tokenizer has "
             f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"
         )
     try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
         check_small_copy(model, dataset)
     except ValueError as err:
-        raise ValueError(f"model {config.model!r}: {err}") from err
+        raise ValueError(f"model {config.model.model!r}: {err}") from err

@@ -5,19 +5,21 @@
 from __future__ import annotations
 
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.settings.run_settings import (  # noqa: F401
+from datacentric.settings.layout import (  # noqa: F401
     PROFILE_FIELDS,
     SECTIONS,
     ProfileSettingsConfig,
     ScheduleOptionsConfig,
+    section_keys,
+    section_of,
+)
+from datacentric.settings.run_settings import (  # noqa: F401
     TrainConfig,
     build_config,
     field_names,
     file_settings,
     load_config,
     parse_fault,
-    section_keys,
-    section_of,
     validate,
 )
 from datacentric.settings.schema import ConfigError  # noqa: F401
@@ -37,4 +39,5 @@ from datacentric.settings.sections import (  # noqa: F401
 
 def sharding(config: TrainConfig) -> ShardingSpec:
     """The run's ``shard`` setting (raises ``ValueError`` for a bad one)."""
-    return ShardingSpec(config.shard, config.reshard_after_forward)
+    parallelism = config.parallelism
+    return ShardingSpec(parallelism.shard, parallelism.reshard_after_forward)

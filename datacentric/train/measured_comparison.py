@@ -183,12 +183,12 @@ def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float, floa
     (the folder's earlier run is replaced); returns the CPU seconds the ranks got over
     the run, their wall seconds, and their processes' whole CPU seconds (start-up
     included), each summed over ranks."""
-    config = dataclasses.replace(config, overwrite=True, resume=False, resume_from=None)
+    config = config.updated(overwrite=True, resume=False, resume_from=None)
     clocks = launch(
         train_rank_clocked,
         config,
         nproc=world_size,
-        collective_timeout_s=config.collective_timeout_s,
+        collective_timeout_s=config.parallelism.collective_timeout_s,
     )
     return tuple(sum(c[i] for c in clocks.values()) for i in range(3))  # type: ignore[return-value]
 
@@ -214,13 +214,13 @@ def compare_policies(
     """Train one epoch of ``base``'s dataset per policy, ``repeats`` times interleaved
     (:func:`run_order`, folders :func:`repeat_folder`), and measure; the first
     ``warmup`` steps of each run are left out of the timing. The profile is measured
-    afresh at the start in ``out_dir/profile``, unless ``base.profile_dir`` names one
+    afresh at the start in ``out_dir/profile``, unless ``base.cost.profile_dir`` names one
     (then it is reused when its probe agrees)."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
-    profile_dir = Path(base.profile_dir or out / "profile")
-    if base.profile_dir is None:
+    profile_dir = Path(base.cost.profile_dir or out / "profile")
+    if base.cost.profile_dir is None:
         # the comparison's own profile is part of its measurement: measured afresh at
         # its start, as its earlier runs are replaced (a profile from an earlier session
         # passes its probe while the machine runs up to its tolerance slower or faster)
@@ -236,8 +236,7 @@ def compare_policies(
     with Progress(f"{len(policies)} policies x {repeats} runs", len(order), unit="run") as bar:
         for k, (repeat, policy) in enumerate(order):
             bar.update(1 if k else 0, stage=f"{policy}, run {repeat + 1}")
-            config = dataclasses.replace(
-                base,
+            config = base.updated(
                 policy=policy,
                 out=str(repeat_folder(out, policy, repeat)),
                 profile_dir=str(profile_dir),
@@ -273,15 +272,15 @@ def compare_policies(
 
 
 def _read_run(policy, config: TrainConfig, shapes, cost_model, warmup) -> PolicyMeasurement:
-    schedule = load_schedule(config.out, 0)
-    records = read_metrics(config.out)
+    schedule = load_schedule(config.job.out, 0)
+    records = read_metrics(config.job.out)
     if len(records) != len(schedule.iterations):
         raise RuntimeError(
-            f"{policy}: {len(records)} steps were logged in {config.out} but epoch 0 has "
+            f"{policy}: {len(records)} steps were logged in {config.job.out} but epoch 0 has "
             f"{len(schedule.iterations)}; the run did not finish its epoch"
         )
     return dataclasses.replace(
-        _measure(policy, schedule, records, shapes, cost_model, warmup), out=config.out
+        _measure(policy, schedule, records, shapes, cost_model, warmup), out=config.job.out
     )
 
 

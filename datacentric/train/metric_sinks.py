@@ -213,6 +213,10 @@ def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) ->
 
 def wandb_settings(config: Any) -> dict[str, Any] | None:
     """The W&B arguments of a run's ``[metrics]`` settings (None: W&B is off)."""
-    if not config.wandb:
+    if not config.metrics.wandb:
         return None
-    return {"project": config.wandb_project, "mode": config.wandb_mode, "config": config.to_json()}
+    return {
+        "project": config.metrics.wandb_project,
+        "mode": config.metrics.wandb_mode,
+        "config": config.to_json(),
+    }

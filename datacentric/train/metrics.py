@@ -88,11 +88,11 @@ class StepMetrics:
         self.groups = groups
         self.shapes = dc.pipeline.shapes
         try:
-            spec = named_spec(config.model, model_args(config))
+            spec = named_spec(config.model.model, model_args(config))
         except UnpricedModelError:
             self.analytic = None  # no analytic spec: the record's mfu is None
         else:
-            self.analytic = build_cost_model(spec, groups.device, config.dtype)
+            self.analytic = build_cost_model(spec, groups.device, config.model.dtype)
 
     def start(self) -> None:
         """Open a step (resets CUDA's peak-memory counter)."""

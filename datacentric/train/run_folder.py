@@ -144,12 +144,14 @@ class RunFolderLock:
 
 
 def claim_run_folder(config: Any, restarted: bool = False) -> None:
-    """Make ``config.out`` this run's: fine when empty or when resuming (``resume``,
+    """Make ``config.job.out`` this run's: fine when empty or when resuming (``resume``,
     ``resume_from`` or a torchrun restart); cleared first with ``overwrite``; else
     :class:`RunFolderError`. Call once, before the run writes anything."""
-    out = Path(config.out)
+    out = Path(config.job.out)
     found = [name for name in RUN_FILES if (out / name).exists()]
-    cleared = config.overwrite and not (config.resume or config.resume_from or restarted)
+    cleared = config.job.overwrite and not (
+        config.checkpoint.resume or config.checkpoint.resume_from or restarted
+    )
     names = RUN_WRITES if cleared else (*RUN_OUTPUTS, *RUN_WRITES)  # cleared: links removed
     linked = [name for name in names if (out / name).is_symlink()]
     if linked:
@@ -157,9 +159,9 @@ def claim_run_folder(config: Any, restarted: bool = False) -> None:
             f"--out {out}: {out / linked[0]} is a symbolic link, and a run writes there "
             "(it would write through the link); remove it, or choose another --out"
         )
-    if not found or config.resume or config.resume_from or restarted:
+    if not found or config.checkpoint.resume or config.checkpoint.resume_from or restarted:
         return
-    if not config.overwrite:
+    if not config.job.overwrite:
         raise RunFolderError(
             f"--out {out} already holds a run ({', '.join(found)}); pass --resume to "
             "continue it, --overwrite to replace it, or choose another --out"

@@ -113,12 +113,12 @@ def lr_lambda(config: TrainConfig, total: int):
     """Multiplier of the peak learning rate at optimizer step ``n`` (0-based)."""
 
     def factor(n: int) -> float:
-        if config.warmup_iterations and n < config.warmup_iterations:
-            return (n + 1) / config.warmup_iterations
-        if config.lr_schedule == "constant":
+        if config.training.warmup_iterations and n < config.training.warmup_iterations:
+            return (n + 1) / config.training.warmup_iterations
+        if config.training.lr_schedule == "constant":
             return 1.0
-        span = max(1, total - config.warmup_iterations)
-        progress = min(1.0, (n - config.warmup_iterations) / span)
+        span = max(1, total - config.training.warmup_iterations)
+        progress = min(1.0, (n - config.training.warmup_iterations) / span)
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
@@ -134,9 +134,9 @@ class Trainer:
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.groups = groups
-        self.out = Path(config.out)
+        self.out = Path(config.job.out)
         self.is_main = groups.rank == 0
-        torch.manual_seed(config.seed)
+        torch.manual_seed(config.job.seed)
         self.dataset = build_dataset(config)
         module = build_model_for(config, self.dataset)
         self.shapes = self.dataset.shapes()
@@ -144,7 +144,7 @@ class Trainer:
         self.dc = DataCentric(
             module,
             self.dataset,
-            policy=config.policy,
+            policy=config.scheduling.policy,
             cost_model=run_cost_model(
                 config,
                 groups.world_size,
@@ -155,28 +155,28 @@ class Trainer:
                 dataset=self.dataset,
                 sp_sizes=ulysses_sp_sizes(module, groups.world_size),
             ),
-            memory_gb=config.memory_gb,
-            tokens_per_iteration=config.tokens_per_iteration,
-            seed=config.seed,
+            memory_gb=config.cost.memory_gb,
+            tokens_per_iteration=config.scheduling.tokens_per_iteration,
+            seed=config.job.seed,
             groups=groups,
             shard=sharding(config),
-            options=config.schedule_options(),
-            compile=config.compile,
+            options=config.scheduling.options(),
+            compile=config.training.compile,
             # a resumed run keeps the model and data its first start checked (the resume
             # checks refuse any change), and names a changed model by the checkpoint's
-            check_model=not (config.resume or config.resume_from),
+            check_model=not (config.checkpoint.resume or config.checkpoint.resume_from),
         )
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         # The weights are drawn; from here each rank draws its own random stream, so a
         # model's dropout masks differ between ranks (and between an SP group's shards).
-        torch.manual_seed(config.seed + 1 + groups.rank)
+        torch.manual_seed(config.job.seed + 1 + groups.rank)
         self.step_metrics = StepMetrics(config, self.dc, groups)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(),
-            lr=config.lr,
-            betas=config.betas,
-            weight_decay=config.weight_decay,
+            lr=config.training.lr,
+            betas=config.training.betas,
+            weight_decay=config.training.weight_decay,
         )
         self.total_iterations = 0
         self.saved: Path | None = None
@@ -184,7 +184,9 @@ class Trainer:
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
         self.heartbeat = Heartbeat(groups, self._phase_now)
-        self.fault = parse_fault(config.fault_inject) if config.fault_inject else None
+        self.fault = (
+            parse_fault(config.training.fault_inject) if config.training.fault_inject else None
+        )
 
     def _phase_now(self) -> str:
         step = self._step_now
@@ -199,33 +201,36 @@ class Trainer:
 
     def _planned_total(self) -> int:
         per_epoch = len(self.dc.current_schedule().iterations)
-        if self.config.iterations is None:
-            return self.config.epochs * per_epoch
-        if self.is_main and self.config.iterations != self.config.epochs * per_epoch:
+        if self.config.training.iterations is None:
+            return self.config.training.epochs * per_epoch
+        if (
+            self.is_main
+            and self.config.training.iterations != self.config.training.epochs * per_epoch
+        ):
             # iterations is a max_steps: it wins over epochs; say so (the data repeats
             # or stops early, unlike what `epochs` alone would do)
             log = (
                 logger.warning
-                if self.config.iterations > per_epoch * self.config.epochs
+                if self.config.training.iterations > per_epoch * self.config.training.epochs
                 else logger.info
             )
             log(
                 "note: training.iterations %d sets the step count over training.epochs %d "
                 "(%d steps per epoch): %.3g epochs of data",
-                self.config.iterations,
-                self.config.epochs,
+                self.config.training.iterations,
+                self.config.training.epochs,
                 per_epoch,
-                self.config.iterations / max(1, per_epoch),
+                self.config.training.iterations / max(1, per_epoch),
             )
-        return self.config.iterations
+        return self.config.training.iterations
 
     # ---------------------------------------------------------------- resume
     def _checkpoint_to_load(self, restarted: bool) -> Path | None:
-        if self.config.resume_from:
-            return resolve_resume_from(self.out, self.config.resume_from)
-        if not (self.config.resume or restarted):
+        if self.config.checkpoint.resume_from:
+            return resolve_resume_from(self.out, self.config.checkpoint.resume_from)
+        if not (self.config.checkpoint.resume or restarted):
             return None
-        pin = None if restarted else self.config.expect_sha256
+        pin = None if restarted else self.config.checkpoint.expect_sha256
         path, notice = find_checkpoint(self.out, pin)
         if path is None and pin is not None:  # a pin of nothing must not start over
             raise CheckpointError(
@@ -248,15 +253,19 @@ class Trainer:
                 _truncate_jsonl(self.out / "samples.jsonl", 0)
             return
         # The checkpoint the user named is pinned; a restart resumes this job's own.
-        expect = None if restarted else self.config.expect_sha256
+        expect = None if restarted else self.config.checkpoint.expect_sha256
         state = load_checkpoint(
-            path, self.model, self.optimizer, expect_model=self.config.model, expect_sha256=expect
+            path,
+            self.model,
+            self.optimizer,
+            expect_model=self.config.model.model,
+            expect_sha256=expect,
         )
         self._check_unchanged(path, state)
         self.dc.load_state_dict(state["position"])
         done = self.position.iterations_done
         was = int(state["total_iterations"])
-        self.total_iterations = was if self.config.lr_horizon == "first" else planned
+        self.total_iterations = was if self.config.training.lr_horizon == "first" else planned
         if self.is_main:
             new = self.total_iterations
             change = f" (the checkpoint's run planned {was})" if was != new else ""
@@ -308,15 +317,15 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def run(self) -> TrainResult:
-        """Train until ``config.iterations`` steps or ``config.epochs`` epochs are done,
-        or until a SIGTERM/SIGINT (``save_on_signal``): then every rank stops after the
+        """Train until ``training.iterations`` steps or ``training.epochs`` epochs are
+        done, or until a SIGTERM/SIGINT (``save_on_signal``): then every rank stops after the
         same step and saves (see :mod:`datacentric.train.preemption`)."""
         lock = RunFolderLock(self.out) if self.is_main and self.lock_folder else None
         if lock is not None:
             lock.acquire()  # before anything in the folder is written
         try:
             with self.heartbeat:
-                if self.config.save_on_signal:
+                if self.config.checkpoint.save_on_signal:
                     announce = self._stop_note if self.is_main else None
                     with StopSignals(announce) as signals:
                         return self._run(signals)
@@ -334,7 +343,7 @@ class Trainer:
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         config = self.config
-        setup_logging(config.log_level, self.groups.rank, config.log_all_ranks)
+        setup_logging(config.metrics.log_level, self.groups.rank, config.metrics.log_all_ranks)
         if self.is_main:
             claim_run_folder(config, restarted=launch_mode().restarts > 0)
         self._resume()  # checks the checkpoint before anything in the folder changes
@@ -345,10 +354,10 @@ class Trainer:
         if self.is_main:
             logger.info(
                 "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
-                config.model,
+                config.model.model,
                 self.groups.world_size,
                 self.groups.device.type,
-                config.policy,
+                config.scheduling.policy,
                 self.total_iterations,
                 self.position.iterations_done + 1,
                 self.out,
@@ -366,7 +375,7 @@ class Trainer:
                 self.position.iterations_done,
                 self.saved,
             )
-        if self.is_main and config.plots:
+        if self.is_main and config.metrics.plots:
             _draw_plots(self.out)
         return TrainResult(
             iterations_done=self.position.iterations_done,
@@ -394,7 +403,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             # The schedule multiplies the configured peak; a loaded optimizer state holds
             # the decayed rate of its last step, which must not become the new base.
-            group["initial_lr"] = config.lr
+            group["initial_lr"] = config.training.lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(config, self.total_iterations)
         )
@@ -414,19 +423,19 @@ class Trainer:
             enabled=self.is_main,
             total=self.total_iterations,
             initial=self.position.iterations_done,
-            progress=config.progress,
-            log_every=config.log_every,
-            tensorboard=config.tensorboard,
+            progress=config.metrics.progress,
+            log_every=config.metrics.log_every,
+            tensorboard=config.metrics.tensorboard,
             wandb=wandb_settings(config) if self.is_main else None,
             memory_capacity_bytes=device_memory_bytes(self.groups.device),
         )
         tracer = StepTracer(
             self.out,
-            config.trace_steps,
+            config.profiling.trace_steps,
             rank=self.groups.rank,
             device=self.groups.device,
-            enabled=self.is_main or config.trace_all_ranks,
-            memory_snapshot=config.memory_snapshot,
+            enabled=self.is_main or config.profiling.trace_all_ranks,
+            memory_snapshot=config.profiling.memory_snapshot,
             run_steps=range(self.position.iterations_done + 1, self.total_iterations + 1),
         )
         return metrics, tracer
@@ -442,11 +451,11 @@ class Trainer:
         until the last one or an agreed stop signal; then one final checkpoint."""
         config = self.config
         tally = _Tally()
-        epochs = config.epochs if config.iterations is None else None
+        epochs = config.training.epochs if config.training.iterations is None else None
         # a resumed run's checkpoint at its first step exists already
         checkpointed = self.position.iterations_done or None
         saved = None
-        for step in self.dc.steps(epochs, iterations=config.iterations):
+        for step in self.dc.steps(epochs, iterations=config.training.iterations):
             schedule = self.dc.current_schedule()
             if self.is_main and schedule is not saved:  # the schedule that runs, once
                 replanned = self.position.segment_excluded
@@ -460,7 +469,7 @@ class Trainer:
             tally.rates.append(record["tokens_per_s"])
             tally.loss_tokens += record["loss_tokens"]
             metrics.log(record)
-            every = config.checkpoint_every
+            every = config.checkpoint.checkpoint_every
             if every and self.position.iterations_done % every == 0:
                 self._save(scheduler)
                 checkpointed = self.position.iterations_done
@@ -482,7 +491,7 @@ class Trainer:
                 self.model,
                 self.optimizer,
                 self._trainer_state(scheduler.state_dict()),
-                keep_last=self.config.keep_last,
+                keep_last=self.config.checkpoint.keep_last,
                 before_commit=self._maybe_stop_in_save,
             )
         except (Exception, CheckpointException) as err:
@@ -491,7 +500,7 @@ class Trainer:
             peers = self.heartbeat.describe_peers() or "a peer rank stopped answering?"
             raise RuntimeError(
                 f"rank {self.groups.rank}: checkpoint save (step {step}) timed out after "
-                f"{self.config.collective_timeout_s:g} s: {peers}"
+                f"{self.config.parallelism.collective_timeout_s:g} s: {peers}"
             ) from err
         finally:
             self.activity = f"training after step {step}"
@@ -524,7 +533,7 @@ class Trainer:
                     os.killpg(os.getpgid(0), signal.SIGTERM)
                     return
                 if mode == "hang":
-                    time.sleep(10 * self.config.collective_timeout_s)
+                    time.sleep(10 * self.config.parallelism.collective_timeout_s)
                 os._exit(17)
 
     def _step(self, step: Step, scheduler) -> dict[str, Any]:
@@ -537,7 +546,7 @@ class Trainer:
         autocast = torch.autocast(
             device_type=self.groups.device.type,
             dtype=torch.bfloat16,
-            enabled=config.dtype == "bfloat16",
+            enabled=config.model.dtype == "bfloat16",
         )
         self._step_now = step
         loss = self._forward_backward(step, autocast)
@@ -550,7 +559,7 @@ class Trainer:
             )
         # The norm before clipping, over the whole gradient (every shard under FSDP2).
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), config.grad_clip or math.inf
+            self.model.parameters(), config.training.grad_clip or math.inf
         )
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
@@ -625,7 +634,7 @@ class Trainer:
             **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
-                if config.timeline
+                if config.metrics.timeline
                 else {}
             ),
         }
@@ -634,13 +643,17 @@ class Trainer:
 def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
     """Run one rank of a training job (inside ``launch.launch``: spawned, under
     torchrun, or alone); rank 0 locks the run folder."""
-    groups = groups or process_groups(config.collective_timeout_s, device=config.device)
+    groups = groups or process_groups(
+        config.parallelism.collective_timeout_s, device=config.parallelism.device
+    )
     return Trainer(config, groups).run()
 
 
 def train_rank_in_locked_folder(config: TrainConfig) -> TrainResult:
     """:func:`train_rank` for a launcher that holds the run folder's lock itself."""
-    groups = process_groups(config.collective_timeout_s, device=config.device)
+    groups = process_groups(
+        config.parallelism.collective_timeout_s, device=config.parallelism.device
+    )
     return Trainer(config, groups, lock_folder=False).run()
 
 

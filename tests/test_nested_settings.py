@@ -1,0 +1,86 @@
+"""A run's settings are one object of sections; the flat form of earlier versions still works."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import warnings
+
+import pytest
+
+from datacentric.settings import SECTIONS, TrainConfig, build_config, load_config
+from datacentric.settings.layout import flat_index
+from datacentric.settings.sections import LoraConfig, TrainingConfig
+
+
+def test_train_config_is_a_composition_of_sections_not_their_subclass():
+    fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert fields == list(SECTIONS)
+    assert TrainConfig.__mro__[1:] == (object,)
+    settings = load_config(None, lr=0.01, lora_rank=4, policy="static", seed=3)
+    assert isinstance(settings.training, TrainingConfig) and settings.training.lr == 0.01
+    assert isinstance(settings.lora, LoraConfig) and settings.lora.rank == 4
+    assert settings.scheduling.options().max_micro_batch_size == 4096
+    assert (settings.scheduling.policy, settings.job.seed) == ("static", 3)
+    assert settings.section("training") is settings.training
+
+
+def test_flat_access_works_with_a_deprecation_warning():
+    settings = load_config(None, lr=0.01)
+    with pytest.warns(DeprecationWarning, match=r"settings\.training\.lr"):
+        assert settings.lr == 0.01
+    with pytest.warns(DeprecationWarning, match=r"settings\.lora\.rank"):
+        settings.lora_rank = 2
+    assert settings.lora.rank == 2
+    with pytest.warns(DeprecationWarning, match=r"settings\.model\.model"):
+        assert settings.model == "llama" and ":" not in settings.model
+    with pytest.raises(AttributeError):
+        settings.learning_rate  # noqa: B018
+
+
+def test_flat_keyword_construction_and_replace_still_work():
+    with pytest.warns(DeprecationWarning, match="flat settings"):
+        settings = TrainConfig(lr=0.5, model="dit", epochs=2)
+    assert (settings.training.lr, settings.model.model, settings.training.epochs) == (
+        0.5,
+        "dit",
+        2,
+    )
+    with pytest.warns(DeprecationWarning):
+        other = dataclasses.replace(settings, lr=0.25)
+    assert other.training.lr == 0.25 and settings.training.lr == 0.5  # a copy
+    assert settings.updated(lr=0.25) == other
+
+
+def test_a_flat_config_json_of_an_earlier_version_loads(tmp_path):
+    earlier = load_config(None, lr=0.02, lora_rank=8, dataset_limit=5)
+    path = tmp_path / "config.json"
+    earlier.save(path)
+    flat = json.loads(path.read_text())
+    assert set(flat) == set(flat_index()) and flat["lora_rank"] == 8  # flat keys, as before
+    again = build_config(flat)
+    assert again == earlier
+    assert again.data.dataset_limit == 5
+
+
+def test_settings_travel_to_ranks_and_from_json():
+    settings = load_config(None, lr=0.03, trace_steps=(2, 3))
+    assert pickle.loads(pickle.dumps(settings)) == settings
+    assert TrainConfig.from_flat(settings.flat()) == settings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of this reads flat
+        settings.to_toml()
+        settings.to_json()
+
+
+def test_flat_access_from_the_package_fails_the_tests():
+    # pyproject.toml turns the warning into an error when our own code reads flat
+    with pytest.raises(DeprecationWarning):
+        warnings.warn_explicit(
+            "TrainConfig.lr (flat settings) is deprecated; use settings.training.lr",
+            DeprecationWarning,
+            "trainer.py",
+            1,
+            module="datacentric.train.trainer",
+        )
