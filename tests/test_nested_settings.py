@@ -84,3 +84,19 @@ def test_flat_access_from_the_package_fails_the_tests():
             1,
             module="datacentric.train.trainer",
         )
+
+
+def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
+    from datacentric.data import DataSettings, StdlibCorpus, open_dataset
+    from datacentric.data.sources import data_settings
+
+    settings = load_config(None, dataset_limit=3, max_tokens=300, seed=5)
+    given = data_settings(settings)
+    assert dataclasses.asdict(settings.data).items() <= dataclasses.asdict(given).items()
+    assert given.seed == 5
+    from_section = open_dataset("stdlib", settings.data, seed=5)
+    assert from_section.shapes() == open_dataset("stdlib", given).shapes()
+    assert len(from_section) == len(StdlibCorpus(max_tokens=300, limit=3))
+    with pytest.warns(DeprecationWarning, match="dataset_limit"):
+        older = DataSettings(limit=3, max_tokens=300)
+    assert older.dataset_limit == 3

@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from dataclasses import dataclass
+import warnings
+from dataclasses import InitVar, dataclass
 
 from datacentric.data.base import DataError, Dataset
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, StdlibCorpus
@@ -25,43 +26,48 @@ from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedText
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import get_workload, list_workloads
 from datacentric.settings import TrainConfig
+from datacentric.settings.sections import DataConfig
 
 
-@dataclass(frozen=True, kw_only=True)
-class DataSettings:
-    """Settings a dataset source may use (each ignores those that do not apply)."""
+@dataclass(kw_only=True)
+class DataSettings(DataConfig):
+    """The ``[data]`` section (:class:`~datacentric.settings.sections.DataConfig`: the
+    same fields, docs and checks as ``datacentric train`` reads) and the seed a source
+    draws with; each source ignores the fields that do not apply to it."""
 
     max_tokens: int | None = None
-    """Longest text sample (None: the default, 8192); longer documents follow ``long_docs``."""
-    limit: int | None = None
-    """Only the first N documents / files / samples (None: all)."""
+    """Longest text sample (None: the source's default, 8192; ``datacentric train``'s
+    ``[data] max_tokens`` is 4096); longer documents follow ``long_docs``."""
     seed: int = 0
-    """Seed of synthetic data, workload presets, bucket keep draws and per-epoch noise."""
-    tokenizer: str | None = None
-    """A local ``tokenizer.json`` or tokenizer folder (None: UTF-8 bytes, vocabulary 256)."""
-    text_field: str = "text"
-    """JSON key / column holding a document's text."""
-    bucket_config: str | None = None
-    """Open-Sora-style bucket config (JSON) for latents (None: every latent its own shape)."""
-    long_docs: str = "chunk"
-    """Over-long documents: chunk, truncate, skip or error."""
-    loss_on: str | None = None
-    """Loss on the assistant's tokens or all (None: assistant for conversations)."""
+    """Seed of synthetic data, workload presets, bucket keep draws and per-epoch noise
+    (``[job] seed`` in a run)."""
+    limit: InitVar[int | None] = None
+    """Older name of ``dataset_limit`` (deprecated; either may be given, not both)."""
+
+    def __post_init__(self, limit: int | None) -> None:
+        if limit is not None:
+            warnings.warn(
+                "DataSettings(limit=...) is deprecated; use dataset_limit=, the [data] key",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            if self.dataset_limit not in (None, limit):
+                raise ValueError(
+                    "give DataSettings.dataset_limit or its older name limit, not both"
+                )
+            self.dataset_limit = limit
+
+    @classmethod
+    def of(cls, data: DataConfig, seed: int = 0) -> DataSettings:
+        """The settings of a ``[data]`` section and a seed."""
+        return cls(**dataclasses.asdict(data), seed=seed)
 
 
 def data_settings(settings: TrainConfig) -> DataSettings:
-    """The data settings of a run's settings: the one conversion, so ``train``,
-    ``profile``, ``plan``, ``schedule`` and ``bench`` open the same samples."""
-    return DataSettings(
-        max_tokens=settings.data.max_tokens,
-        limit=settings.data.dataset_limit,
-        seed=settings.job.seed,
-        tokenizer=settings.data.tokenizer,
-        text_field=settings.data.text_field,
-        bucket_config=settings.data.bucket_config,
-        long_docs=settings.data.long_docs,
-        loss_on=settings.data.loss_on,
-    )
+    """The data settings of a run (its ``[data]`` section and ``[job] seed``): the one
+    place they meet, so ``train``, ``profile``, ``plan``, ``schedule`` and ``bench`` open
+    the same samples."""
+    return DataSettings.of(settings.data, settings.job.seed)
 
 
 SOURCE_KINDS = (*TEXT_KINDS, "latents")
@@ -74,16 +80,25 @@ def describe_sources() -> str:
     return f"stdlib, a workload preset ({presets}), {kinds}, or package.module:factory"
 
 
-def open_dataset(spec: str, settings: DataSettings | None = None) -> Dataset:
-    """The dataset named by ``spec`` (see the module docstring)."""
-    s = settings or DataSettings()
+def open_dataset(
+    spec: str, settings: DataConfig | None = None, *, seed: int | None = None
+) -> Dataset:
+    """The dataset named by ``spec`` (see the module docstring), read as the ``[data]``
+    section ``settings`` says (a :class:`DataSettings`, or the section itself, with
+    ``seed``: the seed of synthetic data, default the settings' own or 0)."""
+    if isinstance(settings, DataSettings):
+        s = settings
+    else:
+        s = DataSettings() if settings is None else DataSettings.of(settings)
+    if seed is not None:
+        s = dataclasses.replace(s, seed=seed)
     if s.long_docs not in LONG_DOC_RULES:
         raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
     max_tokens = s.max_tokens or DEFAULT_MAX_TOKENS
     if spec == "stdlib":
-        return StdlibCorpus(max_tokens=max_tokens, limit=s.limit, long_docs=s.long_docs)
+        return StdlibCorpus(max_tokens=max_tokens, limit=s.dataset_limit, long_docs=s.long_docs)
     if spec in list_workloads():
-        shapes = list(get_workload(spec, seed=s.seed, num_samples=s.limit).shapes)
+        shapes = list(get_workload(spec, seed=s.seed, num_samples=s.dataset_limit).shapes)
         if shapes[0].is_video:
             return SyntheticVideoDataset(shapes, seed=s.seed)
         return SyntheticTextDataset(shapes, seed=s.seed)
@@ -96,13 +111,15 @@ def open_dataset(spec: str, settings: DataSettings | None = None) -> Dataset:
             text_field=s.text_field,
             max_tokens=max_tokens,
             long_docs=s.long_docs,
-            limit=s.limit,
+            limit=s.dataset_limit,
             loss_on=s.loss_on,
         )
     if sep and kind == "latents":
         from datacentric.data.latents import LatentDataset
 
-        return LatentDataset(rest, bucket_config=s.bucket_config, seed=s.seed, limit=s.limit)
+        return LatentDataset(
+            rest, bucket_config=s.bucket_config, seed=s.seed, limit=s.dataset_limit
+        )
     if sep and rest.isidentifier():
         return _from_factory(kind, rest, s)
     raise DataError(f"unknown dataset {spec!r}; use {describe_sources()}")
@@ -117,6 +134,7 @@ def _from_factory(module_name: str, attr: str, settings: DataSettings) -> Datase
     if not callable(factory):
         raise DataError(f"dataset {spec}: {attr} is a {type(factory).__name__}, not a factory")
     values = dataclasses.asdict(settings)
+    values["limit"] = settings.dataset_limit  # the older name, which factories may take
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
