@@ -2,7 +2,8 @@
 from any model: no model needs a hand-written spec to train.
 
 Entry points: :func:`named_spec` (a name: an analytic preset or any ``--model`` string),
-:func:`spec_of_model` (a built module), :func:`get_model_spec` and
+:func:`spec_of_model` (a built module), :func:`run_spec` (a run's: either, whichever
+knows the model), :func:`get_model_spec` and
 :func:`list_model_specs` (the analytic presets). Its pure parts stay in ``planning/``
 (no torch): the spec type and the paper's STDiT preset
 (:mod:`datacentric.planning.model_specs`) and the readers of a transformers or
@@ -151,6 +152,21 @@ def named_spec(
         return spec
     trained = _adapter_params(name, json.dumps(args, sort_keys=True), lora)
     return dataclasses.replace(spec, trainable_params=trained)
+
+
+def run_spec(
+    name: str,
+    model: nn.Module | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    lora: LoraSpec | None = None,
+) -> ModelSpec:
+    """The spec a run of ``--model name`` prices: read from the built ``model`` when the
+    run has one and ``name`` is not an analytic preset or comes with model arguments or
+    adapters (:func:`spec_of_model`), else :func:`named_spec`."""
+    custom = name not in list_model_specs() or bool(model_args) or lora is not None
+    if model is not None and custom:
+        return spec_of_model(model, name)
+    return named_spec(name, model_args, lora)
 
 
 @cache

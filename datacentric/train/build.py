@@ -25,7 +25,7 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
-from datacentric.profiling.module_specs import named_spec, spec_of_model
+from datacentric.profiling.module_specs import run_spec, spec_of_model
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.train.config import TrainConfig, sharding
 from datacentric.verify.model_contract import check_small_copy
@@ -65,9 +65,8 @@ def build_cost_model(
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
 ) -> CostModel:
-    """The cost model a schedule is planned with, for model preset ``model`` (or a spec,
-    e.g. :func:`~datacentric.planning.config_specs.spec_from_config` of a transformers
-    or diffusers config).
+    """The cost model a schedule is planned with, for model preset ``model`` or a spec
+    (:mod:`datacentric.profiling.module_specs` derives one from any model).
 
     Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model state is
@@ -75,7 +74,7 @@ def build_cost_model(
     budget is the plan's.
     """
     return analytic_cost_model(
-        model if isinstance(model, ModelSpec) else named_spec(model),
+        model,
         _hardware_name(device),
         dtype_bytes=2 if dtype == "bfloat16" else 4,
         shard=shard,
@@ -100,17 +99,13 @@ def run_cost_model(
     if its fingerprint matches this model, device, torch, world and dtype, else one
     measured now on the run's own ranks (no second launch) on the run's own samples
     (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
-    predicts every bucket. ``analytic``: :func:`build_cost_model` of the spec read from
-    ``model`` (:func:`~datacentric.profiling.module_specs.spec_of_model`) when it is not
-    a preset.
+    predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
+    (:func:`~datacentric.profiling.module_specs.run_spec`: read from ``model`` when it is
+    not an analytic preset).
     """
     if config.cost.cost_model == "analytic":
-        described: str | ModelSpec = config.model.model
-        custom = config.model.model not in MODEL_PRESETS or model_args(config) or config.lora.rank
-        if model is not None and custom:
-            described = spec_of_model(model, config.model.model)
         return build_cost_model(
-            described,
+            run_spec(config.model.model, model, model_args(config), lora_of(config)),
             device,
             config.model.dtype,
             shard=sharding(config),

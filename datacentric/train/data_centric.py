@@ -22,7 +22,8 @@ with the chosen policy. Every rank computes the same schedule, with no
 communication. The gradient after ``step.finish()`` is the global batch's mean
 gradient, whatever the groups, accumulation counts and recomputation.
 
-The trainer behind ``datacentric train`` drives this same object: its loop is the
+The trainer behind ``datacentric train`` drives this same object (built for a run by
+:func:`~datacentric.train.assemble.assemble_run`, in its documented order): its loop is the
 one above plus clipping, logging and checkpoints. ``dc.state_dict()`` is where the
 run stands (a :class:`~datacentric.scheduling.resume.Position`); after
 ``dc.load_state_dict(state)``, ``dc.steps()`` continues there, on any world size.
@@ -51,7 +52,6 @@ from datacentric.planning.bucket_options import mixable_sp_sizes
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.heads import allowed_sp_sizes
 from datacentric.planning.memory_cap import resolve_memory_cap
-from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.module_specs import spec_of_model
 from datacentric.schedule import Iteration, Schedule
@@ -60,12 +60,6 @@ from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.verify.model_contract import check_model_contract
-
-
-def model_spec(model: nn.Module) -> ModelSpec:
-    """The analytic spec of a model without a preset
-    (:func:`~datacentric.profiling.module_specs.spec_of_model`)."""
-    return spec_of_model(model)
 
 
 def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> None:
@@ -155,7 +149,7 @@ class DataCentric:
         if shard is None:
             announce_default_shard(self.sharding, self.groups)
         if cost_model is None:
-            described = preset if preset is not None else model_spec(model)
+            described = preset if preset is not None else spec_of_model(model)
             cost_model = build_cost_model(
                 described,
                 self.groups.device,

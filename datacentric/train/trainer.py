@@ -31,12 +31,8 @@ from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
-from datacentric.train.build import (
-    build_dataset,
-    build_model_for,
-    device_memory_bytes,
-    run_cost_model,
-)
+from datacentric.train.assemble import assemble_run
+from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
     CheckpointError,
     find_checkpoint,
@@ -46,15 +42,11 @@ from datacentric.train.checkpoint import (
     save_checkpoint,
     weights_sha256,
 )
-from datacentric.train.config import TrainConfig, parse_fault, section_keys, sharding
-from datacentric.train.data_centric import DataCentric, Step, ulysses_sp_sizes
+from datacentric.train.config import TrainConfig, parse_fault, section_keys
+from datacentric.train.data_centric import Step
 from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
-from datacentric.train.metrics import (
-    StepMetrics,
-    full_model_state,
-    read_jsonl,
-)
+from datacentric.train.metrics import full_model_state, read_jsonl
 from datacentric.train.preemption import StopSignals, signal_name
 from datacentric.train.run_folder import (
     RunFolderLock,
@@ -136,48 +128,15 @@ class Trainer:
         self.groups = groups
         self.out = Path(config.job.out)
         self.is_main = groups.rank == 0
-        torch.manual_seed(config.job.seed)
-        self.dataset = build_dataset(config)
-        module = build_model_for(config, self.dataset)
+        run = assemble_run(config, groups)  # data, model, plan, schedule, runtime, optimizer
+        self.dataset = run.dataset
         self.shapes = self.dataset.shapes()
         self.loss_tokens = loss_tokens_function(self.dataset)
-        self.dc = DataCentric(
-            module,
-            self.dataset,
-            policy=config.scheduling.policy,
-            cost_model=run_cost_model(
-                config,
-                groups.world_size,
-                groups.device,
-                self.shapes,
-                is_main=self.is_main,
-                model=module,
-                dataset=self.dataset,
-                sp_sizes=ulysses_sp_sizes(module, groups.world_size),
-            ),
-            memory_gb=config.cost.memory_gb,
-            tokens_per_iteration=config.scheduling.tokens_per_iteration,
-            seed=config.job.seed,
-            groups=groups,
-            shard=sharding(config),
-            options=config.scheduling.options(),
-            compile=config.training.compile,
-            # a resumed run keeps the model and data its first start checked (the resume
-            # checks refuse any change), and names a changed model by the checkpoint's
-            check_model=not (config.checkpoint.resume or config.checkpoint.resume_from),
-        )
+        self.dc = run.dc
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
-        # The weights are drawn; from here each rank draws its own random stream, so a
-        # model's dropout masks differ between ranks (and between an SP group's shards).
-        torch.manual_seed(config.job.seed + 1 + groups.rank)
-        self.step_metrics = StepMetrics(config, self.dc, groups)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(),
-            lr=config.training.lr,
-            betas=config.training.betas,
-            weight_decay=config.training.weight_decay,
-        )
+        self.step_metrics = run.step_metrics
+        self.optimizer = run.optimizer
         self.total_iterations = 0
         self.saved: Path | None = None
         self.activity = "setup"
