@@ -1,0 +1,52 @@
+"""The one assembly of a run (train/assemble.py) and the one derivation of a run's spec."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from run_config import small_config
+
+from datacentric.models.presets import build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.profiling.module_specs import get_model_spec, run_spec, spec_of_model
+from datacentric.train.assemble import assemble_run
+from datacentric.train.checkpoint import weights_sha256
+from datacentric.train.data_centric import DataCentric
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_assembly_builds_each_part_once_and_datacentric_shares_its_steps(tmp_path):
+    config = small_config(tmp_path / "run", dataset_limit=1)
+    run = assemble_run(config, ProcessGroups.local())
+    assert run.dc.module is run.module and run.dc.dataset is run.dataset
+    held = {id(p) for p in run.dc.model.parameters()}
+    assert held == {id(p) for group in run.optimizer.param_groups for p in group["params"]}
+    assert run.step_metrics.shapes == run.dataset.shapes()
+    # a user's DataCentric on the same model and data runs the same steps from the
+    # model spec on: the same weights, plan and schedule
+    torch.manual_seed(config.job.seed)
+    module = build_model("llama")
+    user = DataCentric(
+        module,
+        run.dataset,
+        policy=config.scheduling.policy,
+        cost_model=run.dc.pipeline.cost_model,
+        tokens_per_iteration=config.scheduling.tokens_per_iteration,
+        seed=config.job.seed,
+        groups=ProcessGroups.local(),
+        shard="fsdp2",
+        options=config.scheduling.options(),
+    )
+    assert weights_sha256(user.model.state_dict()) == weights_sha256(run.dc.model.state_dict())
+    assert user.pipeline.plan.to_json() == run.dc.pipeline.plan.to_json()
+    assert user.schedule(0).iterations == run.dc.schedule(0).iterations
+
+
+def test_run_spec_reads_the_preset_or_the_built_model():
+    preset = get_model_spec("llama")
+    assert run_spec("llama") == preset
+    module = build_model("llama", device="meta")
+    assert run_spec("llama", module) == preset  # an analytic preset: its own spec
+    assert spec_of_model(module, "llama") == preset  # the same read from the module
+    assert run_spec("my-llama", module) == spec_of_model(module, "my-llama")
