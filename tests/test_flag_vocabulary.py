@@ -136,3 +136,21 @@ def test_a_bad_trace_step_list_is_one_line(capsys):
     assert err.count("\n") == 1 and "comma-separated integers" in err
     assert main(["train", "--trace-steps", "0,2"]) == 2
     assert "profiling.trace_steps: steps are numbered from 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_the_help_of_a_key_is_the_schema_doc_in_every_command(name):
+    from datacentric.settings.layout import flat_docs
+
+    docs = flat_docs()
+    for action in commands()[name]._actions:
+        key = getattr(action, "config_key", None)
+        if key is not None:
+            assert action.help.startswith(docs[key].replace("%", "%%")), (name, key, action.help)
+
+
+def test_config_option_refuses_a_help_text_of_its_own():
+    from datacentric.cli.flags import config_option
+
+    with pytest.raises(TypeError, match="note="):
+        config_option(argparse.ArgumentParser(), key="memory_gb", help="cap per rank")

@@ -18,7 +18,7 @@ from datacentric.cli.flags import (
     config_option,
     enable_config_file,
 )
-from datacentric.cli.plan import DATASET_HELP, add_data_arguments
+from datacentric.cli.plan import add_data_arguments
 from datacentric.cli.train import check_dataset
 from datacentric.settings import load_config
 
@@ -49,24 +49,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench", help="measure static vs DCP policies side by side, with the simulator's view"
     )
-    add_world_flag(parser, default=2, help="local gloo ranks")
+    add_world_flag(parser, default=2, note="local gloo ranks")
     add_policy_flag(
         parser, several=True, default="static,dcp-pac,dcp-opt", note="; the first is the baseline"
     )
-    config_option(parser, "--out", key="out", default="runs/bench", help="run folder")
-    config_option(parser, "--model", key="model", help="runnable model preset (default: llama)")
+    config_option(parser, "--out", key="out", default="runs/bench")
+    config_option(parser, "--model", key="model", note="a runnable preset; default: llama")
     add_lora_flags(parser)
-    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP + " (default: stdlib)")
+    config_option(parser, "--dataset", key="dataset", note="default: stdlib")
     add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
-    config_option(
-        parser, "--memory-gb", key="memory_gb", type=float, help="per-rank memory cap in GiB"
-    )
+    config_option(parser, "--memory-gb", key="memory_gb", type=float)
     config_option(
         parser,
         "--shard",
         key="shard",
         choices=("none", "ddp", "fsdp2"),
-        help="how model state is held across ranks (default: none, see BENCH_DEFAULTS)",
+        note="default: none, see BENCH_DEFAULTS",
     )
     parser.add_argument(
         "--runs-per-policy",

@@ -41,7 +41,7 @@ DEMO_WARMUP = 1
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="profile, plan and train static vs DCP on CPU")
     parser.add_argument("--out", default="runs/demo", help="run folder")
-    add_world_flag(parser, default=2, help="local gloo ranks", from_config=False)
+    add_world_flag(parser, default=2, note="local gloo ranks", from_config=False)
     parser.add_argument(
         "--dataset-limit",
         type=int,

@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tiny config), diffusers:DIR_OR_NAME, or pkg.module:factory for your own model (the "
         "factory returns the model, or (model, dataset)) (default: llama)",
     )
-    add_world_flag(parser, default=4, help="number of gloo ranks to start", from_config=False)
+    add_world_flag(parser, default=4, note="gloo ranks", from_config=False)
     parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
     parser.add_argument(
         "--tolerance",

@@ -224,6 +224,7 @@ def config_option(
     key: str,
     default: Any = None,
     required: bool = False,
+    note: str = "",
     **kwargs: Any,
 ) -> argparse.Action:
     """The flags of settings key ``key`` in a command that takes ``--config``: its
@@ -233,8 +234,11 @@ def config_option(
 
     Its parsed value is ``None`` when not given; ``default`` (shown in the help) and
     ``required`` are applied after the file is read (:func:`apply_config_file`), so a
-    file can supply them. The type, choices and help that are not given come from the
-    settings schema's field ``key``, so a key means the same thing in every command."""
+    file can supply them. The help is the settings schema's doc of ``key`` in every
+    command (``note``: what this command adds, in parentheses after it), and the type
+    and choices not given come from it too, so a key means the same thing everywhere."""
+    if "help" in kwargs:
+        raise TypeError(f"config_option({key!r}): the help comes from the schema; use note=")
     kind = flat_types()[key]
     if "action" not in kwargs and "type" not in kwargs:
         kwargs.update(
@@ -243,9 +247,10 @@ def config_option(
     choices = choices_of(kind)
     if choices and "action" not in kwargs and kwargs.get("type") in (None, str):
         kwargs.setdefault("choices", choices)
-    kwargs.setdefault("help", flat_docs()[key].replace("%", "%%"))
+    help_text = flat_docs()[key] + (f" ({note})" if note else "")
     if required:
-        kwargs["help"] += f" (required, or [{section_of()[key]}] {key} in --config)"
+        help_text += f" (required, or [{section_of()[key]}] {name_in_section(key)} in --config)"
+    kwargs["help"] = help_text.replace("%", "%%")
     flags = [short_flag(key), section_flag(key)]
     dest = kwargs.pop("dest", None) or (old_flags[0][2:] if old_flags else key).replace("-", "_")
     action = container.add_argument(*flags, dest=dest, default=None, **kwargs)
@@ -309,22 +314,26 @@ def add_world_flag(
     container: Any,
     default: int | None = None,
     required: bool = False,
-    help: str = "",
+    note: str = "",
     from_config: bool = True,
 ) -> None:
     """``--world N``, the rank count of every command (``--gpus`` and ``--nproc``:
-    hidden, deprecated); ``from_config=False`` for a command without ``--config``."""
-    options: dict[str, Any] = {
-        "type": int,
-        "metavar": "N",
-        "help": help or "number of ranks (GPUs, or gloo processes on CPU)",
-    }
+    hidden, deprecated); ``note``: what this command adds to the schema's help;
+    ``from_config=False`` for a command without ``--config``."""
+    options: dict[str, Any] = {"type": int, "metavar": "N"}
     if from_config:
         config_option(
-            container, "--world", key="world", default=default, required=required, **options
+            container,
+            "--world",
+            key="world",
+            default=default,
+            required=required,
+            note=note,
+            **options,
         )
     else:
-        container.add_argument("--world", default=default, required=required, **options)
+        text = flat_docs()["world"] + (f" ({note})" if note else "")
+        container.add_argument("--world", default=default, required=required, help=text, **options)
     for old in ("--gpus", "--nproc"):
         add_deprecated_alias(container, old, "--world", "world", type=int)
 
@@ -340,19 +349,18 @@ def add_policy_flag(
     """``--policy``: one policy, or with ``several`` a comma-separated list
     (``--policies``: hidden, deprecated)."""
     if several:
-        help_text = "scheduling policies to compare, comma-separated" + note
+        note = "here: several to compare, comma-separated" + note
         options: dict[str, Any] = {"type": policy_list, "metavar": "POLICY[,POLICY...]"}
     else:
-        help_text = "scheduling policy (docs/scheduling.md)"
         options = {"choices": list(POLICIES)}
-    help_text += "; choices: " + ", ".join(POLICIES)
+    note += "; choices: " + ", ".join(POLICIES)
     action = config_option(
         container,
         "--policy",
         key="policy",
         default=default,
         required=required,
-        help=help_text,
+        note=note.removeprefix("; "),
         **options,
     )
     action.config_list = several
@@ -411,7 +419,7 @@ def add_timeout_flag(
     ``key``: the configuration key that may set it."""
     options: dict[str, Any] = {"type": float, "default": default, "metavar": "SECONDS"}
     if key:
-        config_option(parser, "--timeout-s", key=key, help=help, **options)
+        config_option(parser, "--timeout-s", key=key, note=help, **options)
     else:
         parser.add_argument("--timeout-s", help=help, **options)
     add_deprecated_alias(parser, "--timeout", "--timeout-s", "timeout_s", type=float)

@@ -26,11 +26,6 @@ from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, read_lengths_file
 
-DATASET_HELP = (
-    "stdlib, a workload preset (opensora-short, ...), jsonl:/parquet:/text:PATH_OR_GLOB, "
-    "hf-datasets:DIR, latents:DIR or package.module:factory"
-)
-
 
 def add_data_arguments(
     parser: argparse.ArgumentParser, max_tokens_default: int | None = None
@@ -43,43 +38,10 @@ def add_data_arguments(
         "--max-tokens",
         key="max_tokens",
         default=max_tokens_default or _schema_default("max_tokens"),
-        help="longest text sample; longer documents follow --long-docs",
     )
-    config_option(
-        parser,
-        "--dataset-limit",
-        key="dataset_limit",
-        help="use only the first N samples of the dataset (default: all of it)",
-    )
-    config_option(
-        parser,
-        "--tokenizer",
-        key="tokenizer",
-        help="text datasets: a local tokenizer.json, or a folder saved with save_pretrained "
-        "(conversations need its chat template; default: UTF-8 bytes)",
-    )
-    config_option(
-        parser,
-        "--text-field",
-        key="text_field",
-        help="text datasets: JSON key or column of the text (default: text)",
-    )
-    config_option(
-        parser,
-        "--long-docs",
-        key="long_docs",
-        choices=("chunk", "truncate", "skip", "error"),
-        help="documents over --max-tokens: split into near-equal chunks, keep the first "
-        "--max-tokens, leave out (counted) or fail (default: chunk)",
-    )
-    config_option(parser, "--loss-on", key="loss_on")
-    config_option(
-        parser,
-        "--bucket-config",
-        key="bucket_config",
-        help="latent datasets: Open-Sora-style bucket config, JSON (default: none, every "
-        "latent keeps its own shape)",
-    )
+    for key in ("dataset_limit", "tokenizer", "text_field", "long_docs", "loss_on"):
+        config_option(parser, key=key)
+    config_option(parser, key="bucket_config")
 
 
 def _schema_default(key: str) -> Any:
@@ -149,9 +111,7 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = Non
 def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--memory-gb``, ``--memory-fraction`` and ``--shard`` (shared by the
     commands that build an analytic cost model; see :func:`analytic_model`)."""
-    config_option(
-        parser, "--memory-gb", key="memory_gb", type=float, help="memory cap per rank in GiB"
-    )
+    config_option(parser, "--memory-gb", key="memory_gb", type=float)
     from datacentric.settings import DEFAULT_MEMORY_FRACTION
 
     parser.add_argument(
@@ -174,14 +134,12 @@ def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
         key="shard",
         choices=SHARD_MODES,
         default=DEFAULT_SHARD,
-        help="how model state is held across ranks",
     )
     config_option(
         parser,
         "--reshard-after-forward",
         key="reshard_after_forward",
         action=argparse.BooleanOptionalAction,
-        help="fsdp2: free gathered parameters after every forward",
     )
 
 
@@ -199,13 +157,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    config_option(
-        parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
-    )
-    config_option(parser, "--model", key="model", help="analytic model preset (with --hardware)")
+    config_option(parser, "--profile", key="profile_dir")
+    config_option(parser, "--model", key="model", note="an analytic preset, with --hardware")
     add_lora_flags(parser)
     parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
-    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
+    config_option(parser, "--dataset", key="dataset")
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
     add_world_flag(parser)
@@ -216,12 +172,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         key="max_micro_batch_size",
         dest="max_micro_batch",
         default=1024,
-        help="largest micro-batch the planner tries",
     )
     parser.add_argument(
         "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
     )
-    config_option(parser, "--seed", key="seed", type=int, default=0, help="workload preset seed")
+    config_option(parser, "--seed", key="seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     enable_config_file(parser)
     parser.set_defaults(func=run)

@@ -26,7 +26,6 @@ from datacentric.cli.flags import (
     lora_of_args,
 )
 from datacentric.cli.plan import (
-    DATASET_HELP,
     add_data_arguments,
     dataset_shapes,
     format_table,
@@ -51,26 +50,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model",
         key="model",
         default="llama",
-        help="the model (a preset, hf:DIR_OR_NAME, diffusers:DIR_OR_NAME or pkg.module:factory)",
     )
     add_lora_flags(parser)
-    config_option(parser, "--dataset", key="dataset", help=DATASET_HELP)
+    config_option(parser, "--dataset", key="dataset")
     parser.add_argument("--lengths", help="file of sample shapes, one per line")
     add_data_arguments(parser)
     for action in parser._actions:  # the longest sample's default depends on the device
         if getattr(action, "config_key", None) == "max_tokens":
             action.config_default = None
             action.help += f" (default: {CPU_MAX_TOKENS} with gloo on CPUs, else {GPU_MAX_TOKENS})"
-    add_world_flag(parser, default=2, help="ranks to start")
-    config_option(
-        parser, "--memory-gb", key="memory_gb", type=float, required=True, help="cap per rank, GiB"
-    )
+    add_world_flag(parser, default=2)
+    config_option(parser, "--memory-gb", key="memory_gb", type=float, required=True)
     config_option(
         parser,
         "--out",
         key="profile_dir",
         metavar="DIR",
-        help="folder for profile.json and plan.json (default runs/profile-MODEL-worldN)",
+        note="it holds profile.json and plan.json; default: runs/profile-MODEL-worldN",
     )
     parser.add_argument(
         "--backend", default="gloo", choices=("gloo", "nccl"), help="collective backend"
@@ -80,14 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dtype",
         key="dtype",
         choices=("float32", "bfloat16"),
-        help="compute dtype (default: float32 with gloo, bfloat16 with nccl)",
+        note="default: float32 with gloo, bfloat16 with nccl",
     )
-    config_option(
-        parser, "--warmup", key="warmup", type=int, default=2, help="passes before measuring (>= 2)"
-    )
-    config_option(
-        parser, "--repeats", key="repeats", type=int, default=5, help="measured passes (median)"
-    )
+    config_option(parser, "--warmup", key="warmup", type=int, default=2)
+    config_option(parser, "--repeats", key="repeats", type=int, default=5)
     parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
     parser.add_argument(
         "--max-profile-tokens",
@@ -111,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         key="overwrite",
         dest="overwrite",
         action=argparse.BooleanOptionalAction,
-        help="re-measure the profile in --profile-dir even when it is fresh",
+        note="here: re-measure the profile in --profile-dir even when it is fresh",
     )
     add_timeout_flag(parser, 1800.0, "seconds each launch of the ranks may take", key="timeout_s")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -31,7 +31,6 @@ from datacentric.cli.flags import (
     limit_splits,
 )
 from datacentric.cli.plan import (
-    DATASET_HELP,
     add_cost_model_arguments,
     add_data_arguments,
     analytic_model,
@@ -49,23 +48,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = parser.add_mutually_exclusive_group()
-    config_option(source, "--dataset", key="dataset", help=DATASET_HELP + " (or --lengths)")
+    config_option(source, "--dataset", key="dataset", note="or --lengths")
     source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
     add_data_arguments(parser)
     add_world_flag(parser, required=True)
     add_policy_flag(parser, several=True, required=True)
+    config_option(parser, "--profile", key="profile_dir")
     config_option(
-        parser, "--profile", key="profile_dir", help="folder written by `datacentric profile`"
-    )
-    config_option(
-        parser, "--model", key="model", help="analytic model preset (default: the workload's)"
+        parser, "--model", key="model", note="an analytic preset; default: the workload's"
     )
     add_lora_flags(parser)
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_cost_model_arguments(parser)
-    config_option(
-        parser, "--seed", key="seed", type=int, default=0, help="schedule (and preset) seed"
-    )
+    config_option(parser, "--seed", key="seed", type=int, default=0)
     parser.add_argument("--epoch", type=int, default=0, help="epoch number (orders the samples)")
     add_global_batch_arguments(parser)
     add_split_mode_flag(parser)
@@ -75,19 +70,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         key="drop_remainder",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="drop the last, partial global batch",
     )
-    config_option(
-        parser, "--max-sp", key="max_sp_size", type=int, help="largest SP size (default: a node)"
-    )
+    config_option(parser, "--max-sp", key="max_sp_size", type=int)
     config_option(
         parser,
         "--exact-solver",
         key="exact_solver",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="dcp-opt: refine the heuristic with the exact solver (--no-exact-solver: "
-        "heuristic only)",
     )
     add_deprecated_alias(
         parser, "--no-exact", "--no-exact-solver", "exact_solver", nargs=0, const=False
@@ -111,8 +101,6 @@ def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
         "--tokens-per-iteration",
         key="global_batch_tokens",
         type=int,
-        help="tokens per optimizer step, the same for every policy (default: "
-        "world x max(2**18, longest sample))",
     )
     config_option(
         batch,
@@ -120,7 +108,6 @@ def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
         "--samples-per-iteration",
         key="global_batch_samples",
         type=int,
-        help="samples per optimizer step (instead of tokens)",
     )
     config_option(
         parser,
@@ -129,8 +116,6 @@ def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=1,
         metavar="K",
-        help="let samples move between the K steps of a window (default 1: a data order "
-        "independent of the policy and the world size)",
     )
 
 

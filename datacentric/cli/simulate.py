@@ -29,7 +29,7 @@ from datacentric.cli.flags import (
     enable_config_file,
     limit_splits,
 )
-from datacentric.cli.plan import DATASET_HELP, add_data_arguments, add_shard_arguments, sharding_of
+from datacentric.cli.plan import add_data_arguments, add_shard_arguments, sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 
 
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--preset",
         key="dataset",
         dest="dataset",
-        help=DATASET_HELP + " (or --lengths; a workload preset brings its model and hardware)",
+        note="or --lengths; a workload preset brings its model and hardware",
     )
     source.add_argument(
         "--lengths", metavar="FILE", help="one sample per line: TOKENS or FRAMES HEIGHT WIDTH"
@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser,
         "--model",
         key="model",
-        help="analytic model preset (default: the workload's; llama-7b for text data)",
+        note="an analytic preset; default: the workload's, llama-7b for text data",
     )
     parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
     add_world_flag(parser, required=True)
@@ -68,9 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_global_batch_arguments(parser)
     add_split_mode_flag(parser)
-    config_option(
-        parser, "--seed", key="seed", type=int, default=0, help="workload and schedule seed"
-    )
+    config_option(parser, "--seed", key="seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto JSON trace")
     parser.add_argument(
