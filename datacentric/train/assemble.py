@@ -34,8 +34,7 @@ from torch import nn
 from datacentric.data.base import Dataset
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.settings import TrainConfig
-from datacentric.train.build import build_dataset, build_model_for, run_cost_model
-from datacentric.train.config import sharding
+from datacentric.train.build import build_dataset, build_model_for, run_cost_model, sharding
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.metrics import StepMetrics
 

@@ -27,8 +27,15 @@ from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
 from datacentric.profiling.module_specs import run_spec, spec_of_model
 from datacentric.profiling.profiler import ProfileSettings
-from datacentric.train.config import TrainConfig, sharding
+from datacentric.settings import TrainConfig
 from datacentric.verify.model_contract import check_small_copy
+
+
+def sharding(config: TrainConfig) -> ShardingSpec:
+    """The run's ``[parallelism]`` shard setting as a spec (raises ``ValueError`` for a bad
+    one)."""
+    parallelism = config.parallelism
+    return ShardingSpec(parallelism.shard, parallelism.reshard_after_forward)
 
 
 def build_dataset(config: TrainConfig) -> Dataset:

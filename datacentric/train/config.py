@@ -1,10 +1,9 @@
 """Deprecated location of the run settings: the schema is :mod:`datacentric.settings`
-(torch-free, at the bottom of the package); this module re-exports its names and adds
-:func:`sharding`, the run's :class:`~datacentric.planning.sharding.ShardingSpec`."""
+(torch-free, at the bottom of the package); this module re-exports its names (the run's shard
+setting as a spec is :func:`datacentric.train.build.sharding`)."""
 
 from __future__ import annotations
 
-from datacentric.planning.sharding import ShardingSpec
 from datacentric.settings.layout import (  # noqa: F401
     PROFILE_FIELDS,
     SECTIONS,
@@ -35,9 +34,3 @@ from datacentric.settings.sections import (  # noqa: F401
     SchedulingConfig,
     TrainingConfig,
 )
-
-
-def sharding(config: TrainConfig) -> ShardingSpec:
-    """The run's ``shard`` setting (raises ``ValueError`` for a bad one)."""
-    parallelism = config.parallelism
-    return ShardingSpec(parallelism.shard, parallelism.reshard_after_forward)

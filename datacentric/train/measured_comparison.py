@@ -37,6 +37,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.profiling.store import PROBE_FILE, PROFILE_FILE
 from datacentric.progress import Progress
 from datacentric.schedule import Iteration, Schedule
+from datacentric.settings import TrainConfig
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
 from datacentric.timing import (
     SYNC,
@@ -48,7 +49,6 @@ from datacentric.timing import (
     relative_spread,
 )
 from datacentric.train.build import build_dataset, run_cost_model
-from datacentric.train.config import TrainConfig
 from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans

@@ -38,7 +38,7 @@ from datacentric.train.metric_sinks import (
 )
 
 if TYPE_CHECKING:
-    from datacentric.train.config import TrainConfig
+    from datacentric.settings import TrainConfig
     from datacentric.train.data_centric import DataCentric, Step
 
 

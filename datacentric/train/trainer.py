@@ -31,6 +31,8 @@ from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
+from datacentric.settings import TrainConfig, section_keys
+from datacentric.settings.run_settings import parse_fault
 from datacentric.train.assemble import assemble_run
 from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
@@ -42,7 +44,6 @@ from datacentric.train.checkpoint import (
     save_checkpoint,
     weights_sha256,
 )
-from datacentric.train.config import TrainConfig, parse_fault, section_keys
 from datacentric.train.data_centric import Step
 from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
