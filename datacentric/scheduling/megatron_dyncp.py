@@ -400,7 +400,3 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     iterations = build_steps(inp, table, cap, chunks)
     settings = {"tokens_per_rank": cap, "recompute": name, "max_cp_size": cp_sizes(inp)[-1]}
     return PolicyOutput(iterations=iterations, dropped=dropped, settings=settings)
-
-
-#: Deprecated name of :func:`default_tokens_per_rank` (before the cap was searched).
-tokens_per_rank = default_tokens_per_rank
