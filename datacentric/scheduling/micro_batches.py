@@ -128,7 +128,7 @@ def emit_iteration(
                     f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
                     "use drop_remainder=True or a smaller world"
                 )
-            settings.append((item, sp, cfg.recompute, cfg.ring_size))
+            settings.append((item, sp, table.micro_batch_recompute(item, sp, cfg), cfg.ring_size))
     estimates = table.estimates(settings)
     names = [bk.name for bk in view.buckets]
     micro_batches = [

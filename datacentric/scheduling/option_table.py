@@ -28,6 +28,7 @@ from datacentric.planning.bucket_options import (
 )
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
+from datacentric.planning.planner import choose_recompute
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.item import Item
 
@@ -49,6 +50,7 @@ class OptionTable:
         max_sp_size: int | None,
         allowed: OptionFilter,
         exact_estimates: bool = True,
+        per_micro_batch: bool = False,
     ) -> None:
         self.view = view
         self.cost_model = cost_model
@@ -58,6 +60,10 @@ class OptionTable:
         self.cap = plan.memory_cap_bytes
         self.allowed = allowed
         self.exact_estimates = exact_estimates
+        #: PAC per micro-batch: a single sample or a mixed micro-batch runs the planner's
+        #: fastest recomputation that fits its own samples (:meth:`micro_batch_recompute`)
+        self.per_micro_batch = per_micro_batch
+        self._own_choice: dict[tuple, tuple[tuple[bool, ...], float] | None] = {}
         self.node_sizes = nesting_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
         self.all_sizes = mixable_sp_sizes(world_size)
         self._options: dict[int, list[BucketOption]] = {}
@@ -223,9 +229,40 @@ class OptionTable:
                 out[n] = options[k] if ok else None
         return out
 
+    def micro_batch_recompute(self, item: Item, sp: int, cfg: BucketOption) -> tuple[bool, ...]:
+        """The recomputation ``item`` runs under option ``cfg`` on ``sp`` ranks: the
+        option's own, or with :attr:`per_micro_batch` for a single sample of a text
+        bucket or a mixed micro-batch, the faster of it and the planner's choice
+        (:func:`~datacentric.planning.planner.choose_recompute`) for the item's own
+        samples under the cap."""
+        own = self._own(item, sp, cfg)
+        return cfg.recompute if own is None else own[0]
+
+    def _own(self, item: Item, sp: int, cfg: BucketOption) -> tuple[tuple[bool, ...], float] | None:
+        """The per-micro-batch choice of :meth:`micro_batch_recompute` and its time
+        (None: the option's own applies)."""
+        single = item.count == 1 and not self.view.uniform[item.bucket]
+        if not self.per_micro_batch or not (single or item.mixed):
+            return None
+        shapes = tuple(self.view.shapes[i] for i in item.ids)
+        key = (shapes, sp, cfg.ring_size)
+        if key not in self._own_choice:
+            choice = choose_recompute(self.cost_model, list(shapes), sp, self.cap, cfg.ring_size)
+            self._own_choice[key] = None if choice is None else (choice.recompute, choice.time_s)
+        found = self._own_choice[key]
+        if found is None:
+            return None
+        planned = self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute, cfg.ring_size)
+        if item.mixed and not self.fits(item.ids, sp, cfg.recompute, cfg.ring_size):
+            planned = float("inf")
+        return found if found[1] < planned else None
+
     def _time_with(self, item: Item, sp: int, cfg: BucketOption) -> float:
         """Estimated time of ``item`` on ``sp`` ranks under option ``cfg``."""
         ring = cfg.ring_size
+        own = self._own(item, sp, cfg)
+        if own is not None:
+            return own[1]
         if item.count == 1 and not self.view.uniform[item.bucket]:
             return self.view.exact_time(self.cost_model, item.ids, sp, cfg.recompute, ring)
         if item.mixed:

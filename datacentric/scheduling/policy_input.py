@@ -71,8 +71,11 @@ class PolicyInput:
         """The plan's memory cap per rank."""
         return self.plan.memory_cap_bytes
 
-    def table(self, name: str, allowed: OptionFilter) -> OptionTable:
-        """The plan's options that ``allowed`` admits (cached under ``name``)."""
+    def table(
+        self, name: str, allowed: OptionFilter, *, per_micro_batch: bool = False
+    ) -> OptionTable:
+        """The plan's options that ``allowed`` admits (cached under ``name``);
+        ``per_micro_batch``: see :attr:`OptionTable.per_micro_batch`."""
         if name not in self.tables:
             self.tables[name] = OptionTable(
                 self.view,
@@ -82,6 +85,7 @@ class PolicyInput:
                 max_sp_size=self.options.max_sp_size,
                 allowed=allowed,
                 exact_estimates=self.exact_estimates,
+                per_micro_batch=per_micro_batch,
             )
         return self.tables[name]
 
@@ -104,6 +108,11 @@ class PolicyInput:
         """Per-bucket recomputation: none, every block, or the plan's knapsack choice,
         whichever costs fewest GPU-seconds per sample where it fits."""
         return self.table("pac", any_recompute)
+
+    def micro_batch_pac_table(self) -> OptionTable:
+        """:meth:`pac_table` with PAC's knapsack run per micro-batch on its own samples
+        where they are shorter than their bucket's representative (``dcp-pac``)."""
+        return self.table("pac-micro-batch", any_recompute, per_micro_batch=True)
 
     def global_batches(self) -> tuple[list[np.ndarray], list[int]]:
         """The epoch's global batches (one iteration each) and the ids dropped with
