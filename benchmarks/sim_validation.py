@@ -120,7 +120,7 @@ def main() -> None:
         cost_model,
         world_size=WORLD,
         memory_cap_bytes=resolve_memory_cap(MEMORY_GIB, None),
-        settings=options,
+        options=options,
     )
     for policy in POLICIES:
         full = pipeline.schedule(sample_ids=subset.tolist(), policy=policy, measure=False)

@@ -25,7 +25,7 @@ def test_every_policy_runs_the_same_samples_per_step_whatever_the_world():
     for world in (2, 4, 8):
         for policy in POLICIES:
             schedule = toy_pipeline(
-                SHAPES, MODEL, world_size=world, policy=policy, seed=1, settings=options
+                SHAPES, MODEL, world_size=world, policy=policy, seed=1, options=options
             ).schedule()
             ids = [sorted(it.sample_ids()) for it in schedule.iterations]
             steps = steps or ids
@@ -74,7 +74,7 @@ def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
     monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
     options = ScheduleOptions(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
     schedule = toy_pipeline(
-        SHAPES, MODEL, world_size=8, policy="megatron-dyncp", settings=options
+        SHAPES, MODEL, world_size=8, policy="megatron-dyncp", options=options
     ).schedule()
     formed = formed[-len(schedule.iterations) :]  # the search formed the others
     assert any(len(micro_batches) > 1 for micro_batches in formed)
@@ -97,13 +97,13 @@ def test_megatron_fill_step_on_a_world_that_is_not_a_power_of_two():
 def test_global_batch_smaller_than_the_longest_sample_fails_fast():
     options = ScheduleOptions(global_batch_tokens=1)
     with pytest.raises(ValueError, match="smaller than the longest sample"):
-        toy_pipeline(SHAPES, MODEL, world_size=4, policy="static", settings=options).schedule()
+        toy_pipeline(SHAPES, MODEL, world_size=4, policy="static", options=options).schedule()
 
 
 def test_max_sp_is_honoured_when_a_step_is_too_small_for_the_world():
     options = ScheduleOptions(global_batch_samples=2, max_sp_size=2)
     with pytest.raises(ValueError, match="cannot cover 8 ranks"):
-        toy_pipeline(SHAPES[:4], MODEL, world_size=8, policy="dcp-opt", settings=options).schedule()
+        toy_pipeline(SHAPES[:4], MODEL, world_size=8, policy="dcp-opt", options=options).schedule()
 
 
 @pytest.mark.parametrize("bad", ["0", "-5", "4 0 16"])

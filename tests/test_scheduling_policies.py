@@ -44,7 +44,7 @@ def test_megatron_sp_is_next_power_of_two_of_length_over_limit():
     shapes = [SampleShape.text(n) for n in [1000] * 40 + [3000, 5000, 9000]]
     options = ScheduleOptions(megatron_tokens_per_rank=2048)
     schedule = toy_pipeline(
-        shapes, MODEL, world_size=16, policy="megatron-dyncp", settings=options
+        shapes, MODEL, world_size=16, policy="megatron-dyncp", options=options
     ).schedule()
     sp_of = {}
     for it in schedule.iterations:
@@ -85,7 +85,7 @@ def test_global_batch_bound_holds():
     options = ScheduleOptions(tokens_per_iteration=bound)
     for policy in ("packed", "megatron-dyncp", "dcp-opt"):
         schedule = toy_pipeline(
-            shapes, MODEL, world_size=8, policy=policy, settings=options
+            shapes, MODEL, world_size=8, policy=policy, options=options
         ).schedule()
         longest = max(s.tokens for s in shapes)
         assert max(it.num_tokens for it in schedule.iterations) <= bound + longest
@@ -280,7 +280,7 @@ def test_every_policy_honours_max_sp_where_everything_fits(policy):
     rng = np.random.default_rng(5)
     shapes = [SampleShape.text(int(x)) for x in np.exp(rng.uniform(np.log(64), np.log(8000), 300))]
     options = ScheduleOptions(max_sp_size=1)
-    schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy, settings=options).schedule()
+    schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy, options=options).schedule()
     assert _group_sizes(schedule) == {1}
 
 
@@ -307,7 +307,7 @@ def test_megatron_runs_a_40_head_model_on_sizes_it_runs(world, mode):
         world_size=world,
         memory_cap_bytes=simulation_budget(cost),
         policy="megatron-dyncp",
-        settings=options,
+        options=options,
     ).schedule()
     schedule.validate()
     passes = [

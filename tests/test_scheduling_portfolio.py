@@ -21,7 +21,7 @@ def test_dcp_opt_is_not_behind_static_or_megatron_on_long_documents(spread):
     lengths = 164_000 + rng.integers(-spread, spread + 1, size=128)
     shapes = [SampleShape.text(int(n)) for n in lengths]
     options = ScheduleOptions(global_batch_tokens=4 * 2**20)
-    pipe = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=98_700_000_000, settings=options)
+    pipe = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=98_700_000_000, options=options)
     eff = {p: pipe.schedule(0, policy=p).meta["efficiency"] for p in ("static", "megatron-dyncp")}
     ours = pipe.schedule(0, policy="dcp-opt")
     assert ours.meta["efficiency"] >= max(eff.values()) * (1 - 1e-9)

@@ -120,7 +120,7 @@ def test_drop_remainder_is_reported(policy, data, per_iteration):
     shapes, world = data
     options = ScheduleOptions(drop_remainder=True, samples_per_iteration=per_iteration)
     schedule = toy_pipeline(
-        shapes, MODEL, world_size=world, policy=policy, settings=options
+        shapes, MODEL, world_size=world, policy=policy, options=options
     ).schedule()
     schedule.validate()
     dropped = schedule.dropped_sample_ids

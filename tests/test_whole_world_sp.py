@@ -89,7 +89,7 @@ def test_every_policy_runs_a_long_sample_on_the_whole_world(world: int, heads: i
     shapes = _shapes(world)
     cost = HeadsToy(heads=heads, capacity_bytes=10 * 2**20)
     settings = ScheduleOptions(global_batch_tokens=2 * LONG[world])
-    pipeline = toy_pipeline(shapes, cost, world_size=world, policy=policy, settings=settings)
+    pipeline = toy_pipeline(shapes, cost, world_size=world, policy=policy, options=settings)
     assert {o.sp_size for o in pipeline.plan.options_of(f"t<={LONG[world]}")} == {world}
     schedule = pipeline.schedule()
     schedule.validate()

@@ -233,7 +233,7 @@ def command_pipeline(
 ) -> Any:
     """The :class:`~datacentric.scheduling.pipeline.Pipeline` of a command's flags: the
     budget of :func:`memory_budget`, ``--max-micro-batch`` and ``--skip-unfittable`` when
-    the command has them; ``settings``: the rest (``settings``, ``seed``, ``policy``)."""
+    the command has them; ``settings``: the rest (``options``, ``seed``, ``policy``)."""
     from datacentric.scheduling.pipeline import Pipeline
 
     if getattr(args, "max_micro_batch", None) is not None:

@@ -172,9 +172,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
             max_sp_size=args.max_sp,
             exact_solver=args.exact_solver,
         )
-        pipeline = command_pipeline(
-            args, shapes, cost, args.world, settings=options, seed=args.seed
-        )
+        pipeline = command_pipeline(args, shapes, cost, args.world, options=options, seed=args.seed)
         bar.update(stage=f"planning {len(shapes):,} samples")
         pipeline.plan  # noqa: B018 - made once here, so the stages show
         bar.update()

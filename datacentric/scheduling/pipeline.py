@@ -1,7 +1,7 @@
 """The one planning pipeline: shapes -> plan -> each epoch's schedule.
 
 A :class:`Pipeline` holds what planning and scheduling need (the dataset's shapes,
-the cost model, the world, the memory budget and the ``[scheduling]`` settings),
+the cost model, the world, the memory budget and the ``[scheduling]`` options),
 plans the buckets once (:attr:`Pipeline.plan`, the planner's) and builds any epoch's
 schedule from that plan (:meth:`Pipeline.schedule`). It is pure: every rank, the
 simulator, the commands and a separate process get the same plan and schedules from
@@ -35,7 +35,7 @@ class Pipeline:
 
     ``memory_cap_bytes``: the budget per rank (required unless ``plan`` is given, whose
     budget is then the one). ``policy``: the default policy of :meth:`schedule`.
-    ``settings``: the ``[scheduling]`` settings (their ``max_micro_batch_size`` bounds
+    ``options``: the ``[scheduling]`` options (their ``max_micro_batch_size`` bounds
     the plan's options). ``sp_sizes``: the SP sizes the planner may use (default: every
     one the cost model supports). ``skip_unfittable``: leave out buckets that fit no
     configuration (reported in ``Plan.skipped``) instead of raising. ``plan``: a plan
@@ -50,7 +50,7 @@ class Pipeline:
         world_size: int,
         memory_cap_bytes: int | None = None,
         policy: str = "dcp-opt",
-        settings: ScheduleOptions | None = None,
+        options: ScheduleOptions | None = None,
         seed: int = 0,
         sp_sizes: Sequence[int] | None = None,
         skip_unfittable: bool = False,
@@ -75,7 +75,7 @@ class Pipeline:
         self.cost_model = cost_model
         self.world_size = int(world_size)
         self.policy = policy
-        self.settings = settings or ScheduleOptions()
+        self.options = options or ScheduleOptions()
         self.seed = int(seed)
         self.sp_sizes = None if sp_sizes is None else list(sp_sizes)
         self.skip_unfittable = skip_unfittable
@@ -100,7 +100,7 @@ class Pipeline:
             sp_sizes=self.sp_sizes,
             max_micro_batch=self.max_micro_batch,
             skip_unfittable=self.skip_unfittable,
-            option_batch_limit=self.settings.max_micro_batch_size,
+            option_batch_limit=self.options.max_micro_batch_size,
         )
 
     @property
@@ -126,7 +126,7 @@ class Pipeline:
             plan=self.plan,
             seed=self.seed,
             epoch=epoch,
-            options=self.settings,
+            options=self.options,
             sample_ids=sample_ids,
             measure=measure,
         )

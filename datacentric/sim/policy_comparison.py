@@ -125,7 +125,7 @@ def run_policies(
             cost_model,
             world_size=world_size,
             memory_cap_bytes=memory_cap_bytes,
-            settings=options,
+            options=options,
             seed=seed,
             plan=plan,
         )

@@ -172,7 +172,7 @@ class DataCentric:
             world_size=self.groups.world_size,
             memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
             policy=policy,
-            settings=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
+            options=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
             seed=seed,
             sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
         )
