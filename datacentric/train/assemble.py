@@ -34,7 +34,13 @@ from torch import nn
 from datacentric.data.base import Dataset
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.settings import TrainConfig
-from datacentric.train.build import build_dataset, build_model_for, run_cost_model, sharding
+from datacentric.train.build import (
+    build_dataset,
+    build_model_for,
+    mfu_cost_model,
+    run_cost_model,
+    sharding,
+)
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.metrics import StepMetrics
 
@@ -91,7 +97,7 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
     # trainer: the weights are drawn; from here each rank draws its own random stream, so
     # a model's dropout masks differ between ranks (and between an SP group's shards).
     torch.manual_seed(config.job.seed + 1 + groups.rank)
-    step_metrics = StepMetrics(config, dc, groups)
+    step_metrics = StepMetrics(dc, groups, mfu_cost_model(config, groups.device))
     optimizer = torch.optim.AdamW(
         dc.model.parameters(),  # wrapped or sharded: the optimizer takes its parameters
         lr=config.training.lr,

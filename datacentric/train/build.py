@@ -25,7 +25,12 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
-from datacentric.profiling.module_specs import run_spec, spec_of_model
+from datacentric.profiling.module_specs import (
+    UnpricedModelError,
+    named_spec,
+    run_spec,
+    spec_of_model,
+)
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.settings import TrainConfig
 from datacentric.verify.model_contract import check_small_copy
@@ -136,6 +141,17 @@ def run_cost_model(
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(profile)
+
+
+def mfu_cost_model(config: TrainConfig, device: torch.device) -> CostModel | None:
+    """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of the
+    run's model and arguments (:func:`~datacentric.profiling.module_specs.named_spec`),
+    on this device; ``None`` for a model whose cost cannot be read."""
+    try:
+        spec = named_spec(config.model.model, model_args(config))
+    except UnpricedModelError:
+        return None
+    return build_cost_model(spec, device, config.model.dtype)
 
 
 def model_args(config: TrainConfig) -> dict:

@@ -38,7 +38,7 @@ from datacentric.train.metric_sinks import (
 )
 
 if TYPE_CHECKING:
-    from datacentric.settings import TrainConfig
+    from datacentric.planning.cost_model import CostModel
     from datacentric.train.data_centric import DataCentric, Step
 
 
@@ -81,18 +81,12 @@ def peak_memory_bytes(device: torch.device) -> int:
 class StepMetrics:
     """The per-step numbers beyond loss and speed (see the module docstring)."""
 
-    def __init__(self, config: TrainConfig, dc: DataCentric, groups: ProcessGroups) -> None:
-        from datacentric.profiling.module_specs import UnpricedModelError, named_spec
-        from datacentric.train.build import build_cost_model, model_args
-
+    def __init__(self, dc: DataCentric, groups: ProcessGroups, analytic: CostModel | None) -> None:
         self.groups = groups
         self.shapes = dc.pipeline.shapes
-        try:
-            spec = named_spec(config.model.model, model_args(config))
-        except UnpricedModelError:
-            self.analytic = None  # no analytic spec: the record's mfu is None
-        else:
-            self.analytic = build_cost_model(spec, groups.device, config.model.dtype)
+        self.analytic = analytic
+        """The analytic model the step's FLOPs are counted on (``None``: ``mfu`` is None;
+        :func:`~datacentric.train.build.mfu_cost_model`)."""
 
     def start(self) -> None:
         """Open a step (resets CUDA's peak-memory counter)."""
