@@ -116,9 +116,7 @@ def run(args: argparse.Namespace) -> int:
         collective_timeout_s=config.parallelism.collective_timeout_s,
         device=config.parallelism.device,
     )
-    if (
-        launch_mode(config.parallelism.world).kind == "torchrun"
-    ):  # rank 0 locks and claims the folder
+    if launch_mode(config.parallelism.world).kind == "torchrun":  # rank 0 claims the folder
         return _report(args, launch(train_rank, config, **options))
     with RunFolderLock(config.job.out):
         claim_run_folder(config)
