@@ -16,7 +16,8 @@
    compilation, DDP/FSDP2), plans the dataset once under the memory budget, builds each
    epoch's schedule and the runtime that runs it. A user's ``DataCentric(model,
    dataset)`` runs these same steps from the model spec on;
-7. **trainer**: each rank's own random stream, the step metrics and the optimizer.
+7. **trainer**: each rank's own random stream, the step metrics (with the analytic
+   model their ``mfu`` is counted on, :func:`mfu_cost_model`) and the optimizer.
 
 :func:`assemble_run` is called by the trainer (:class:`~datacentric.train.trainer.Trainer`),
 so by ``datacentric train``, and by ``bench`` and ``demo`` through the measured
