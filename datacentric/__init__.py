@@ -21,6 +21,7 @@ _LAZY = {
     "TrainConfig": "datacentric.train.config",
     "ModelContractError": "datacentric.verify.model_contract",
     "check_model_contract": "datacentric.verify.model_contract",
+    "small_dataset": "datacentric.verify.case_models",
 }
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "TrainConfig",
     "__version__",
     "check_model_contract",
+    "small_dataset",
 ]
 
 

@@ -1,14 +1,15 @@
-"""Train a randomly initialised Hugging Face Llama with data-centric parallelism.
+"""Train a randomly initialised Hugging Face Llama with data-centric parallelism, on a
+schedule written by hand.
 
-Two gloo ranks (CPU) run a few optimizer steps on the standard-library corpus
-with a mixed schedule: even steps put every rank in one Ulysses SP group (the
-long files, split across ranks, blocks recomputed), odd steps give each rank
-its own group with a different number of accumulated micro-batches. Attention
-runs through transformers' attention interface (``datacentric.models.hf``);
-nothing is downloaded.
+Every rank (under ``torchrun``; one process without it) runs a few optimizer steps on the
+standard-library corpus with a mixed schedule: even steps put every rank in one Ulysses
+SP group (the longest sample alone with every block recomputed, then two more samples),
+odd steps give each rank its own group, rank ``r`` accumulating ``r + 1`` micro-batches.
+``DataCentric.step(iteration)`` runs any iteration, not only the planner's. Only the
+public API; nothing is downloaded.
 
-    python examples/hf_llama_sp.py            # 2 ranks, 8 steps
-    python examples/hf_llama_sp.py --world 4 --steps 4
+    torchrun --nproc-per-node 2 examples/hf_llama_sp.py          # 2 ranks, 8 steps
+    torchrun --nproc-per-node 4 examples/hf_llama_sp.py --steps 4
 """
 
 from __future__ import annotations
@@ -19,33 +20,24 @@ import time
 
 import torch
 
+from datacentric import DataCentric
 from datacentric.data import StdlibCorpus
-from datacentric.models.hf import build_hf_llama
-from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import spawn
-from datacentric.parallel.loss import loss_tokens_function
-from datacentric.parallel.runtime import DataCentricRuntime
-from datacentric.parallel.step import run_step
+from datacentric.models import build_model_named
 from datacentric.schedule import Assignment, Iteration, MicroBatch
-from datacentric.shapes import SampleShape, bucket_name
 
 
-def corpus() -> StdlibCorpus:
-    """The first 40 standard-library files, in samples of at most 256 bytes."""
-    return StdlibCorpus(max_tokens=256, limit=40)
-
-
-def _micro_batch(ids: list[int], shapes: list[SampleShape], recompute: bool, blocks: int):
+def _micro_batch(ids: list[int], shapes: list, recompute: bool, blocks: int) -> MicroBatch:
+    longest = max(shapes[i].tokens for i in ids)
     return MicroBatch(
         sample_ids=tuple(ids),
-        bucket=bucket_name(max((shapes[i] for i in ids), key=lambda s: s.tokens)),
+        bucket=f"t<={longest}",
         tokens=sum(shapes[i].tokens for i in ids),
         recompute=(recompute,) * blocks,
     )
 
 
 def mixed_iterations(
-    shapes: list[SampleShape], world: int, steps: int, num_blocks: int, seed: int = 0
+    shapes: list, world: int, steps: int, num_blocks: int, seed: int = 0
 ) -> list[Iteration]:
     """``steps`` iterations alternating one SP group of all ranks and groups of one rank."""
     rng = random.Random(seed)
@@ -78,64 +70,49 @@ def mixed_iterations(
     return iterations
 
 
-def train(iterations: list[dict], lr: float, seed: int) -> list[dict]:
-    """One rank's training loop (run on every rank by ``spawn``)."""
-    groups = ProcessGroups()
-    dataset = corpus()
-    torch.manual_seed(seed)  # the same initial weights on every rank
-    model = build_hf_llama()
-    runtime = DataCentricRuntime(
-        model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    log = []
-    for iteration_json in iterations:
-        iteration = Iteration.from_json(iteration_json)
-        optimizer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
-        stats = run_step(runtime, iteration).stats
-        loss = runtime.global_loss(stats)
-        optimizer.step()
-        log.append(
-            {
-                "step": iteration.index,
-                "loss": loss,
-                "sp_size": stats.sp_size,
-                "micro_batches": stats.accumulation_steps,
-                "tokens": iteration.num_tokens,
-                "time_s": time.perf_counter() - start,
-            }
-        )
-    return log
+def layout(iteration: Iteration, world: int) -> str:
+    """Each rank's group size and micro-batch count, ``r0:sp2x2 r1:sp2x2``."""
+    parts = []
+    for rank in range(world):
+        group = iteration.assignments_for_rank(rank)[0]
+        parts.append(f"r{rank}:sp{group.sp_size}x{group.accumulation_steps}")
+    return " ".join(parts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--world", type=int, default=2, help="gloo ranks (divides 4 heads)")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps")
     parser.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    shapes = corpus().shapes()
-    num_blocks = len(build_hf_llama(device="meta").blocks)
-    iterations = mixed_iterations(shapes, args.world, args.steps, num_blocks, args.seed)
-    logs = spawn(
-        train, args.world, [it.to_json() for it in iterations], args.lr, args.seed, timeout_s=600
-    )
-    print(f"Hugging Face Llama, {args.world} gloo ranks, mixed SP / accumulation schedule")
-    print("step  loss    tokens  groups (sp x micro-batches per rank)       time")
-    for step, entries in enumerate(zip(*logs)):
-        layout = " ".join(
-            f"r{r}:sp{e['sp_size']}x{e['micro_batches']}" for r, e in enumerate(entries)
-        )
-        slowest = max(e["time_s"] for e in entries)
-        first = entries[0]
-        print(
-            f"{step:4d}  {first['loss']:.4f}  {first['tokens']:6d}  {layout:40s}  {slowest:.2f} s"
-        )
-    losses = [entry["loss"] for entry in logs[0]]
-    print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    dataset = StdlibCorpus(max_tokens=256, limit=40)  # the first 40 files, 256-byte samples
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = build_model_named("hf:llama")  # an unmodified LlamaForCausalLM, wrapped
+    dc = DataCentric(model, dataset, shard="none")
+    world = dc.groups.world_size
+    iterations = mixed_iterations(dataset.shapes(), world, args.steps, len(model.blocks), args.seed)
+    optimizer = torch.optim.AdamW(dc.model.parameters(), lr=args.lr, weight_decay=0.0)
+    if dc.rank == 0:
+        print(f"Hugging Face Llama, {world} rank(s), mixed SP / accumulation schedule")
+        print("step  loss    tokens  groups (sp x micro-batches per rank)       time")
+    losses = []
+    for iteration in iterations:
+        start = time.perf_counter()
+        step = dc.step(iteration)
+        for micro in step:
+            micro.backward(dc.model(micro.batch))
+        losses.append(step.finish())
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if dc.rank == 0:
+            print(
+                f"{iteration.index:4d}  {losses[-1]:.4f}  {iteration.num_tokens:6d}  "
+                f"{layout(iteration, world):40s}  {time.perf_counter() - start:.2f} s"
+            )
+    if dc.rank == 0:
+        print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
+    dc.close()
 
 
 if __name__ == "__main__":

@@ -6,14 +6,15 @@ Only the public API: `open_dataset` reads any `--dataset` source (here the
 standard-library corpus; `jsonl:docs.jsonl` for your own), `build_model_named` builds
 any `--model` (our Llama by default, or an unmodified Hugging Face decoder:
 `python examples/train_plain.py hf:mistral`, hf:qwen2, hf:gpt2, or a pretrained folder
-`hf:path/to/model`, wrapped as `HFCausalLM`).
+`hf:path/to/model`, wrapped as `HFCausalLM`; or a diffusers video transformer,
+`diffusers:wan`, trained on the synthetic latents `small_dataset` gives it).
 """
 
 import sys
 
 import torch
 
-from datacentric import DataCentric
+from datacentric import DataCentric, small_dataset
 from datacentric.data import DataSettings, open_dataset
 from datacentric.models import build_model_named
 
@@ -21,6 +22,8 @@ name = sys.argv[1] if len(sys.argv) > 1 else "llama"
 torch.manual_seed(0)
 dataset = open_dataset("stdlib", DataSettings(max_tokens=256, limit=1))
 model = build_model_named(name, dataset=dataset)
+if model.loss_mode == "sample":  # a video model: synthetic latents it takes
+    dataset = small_dataset(model)
 dc = DataCentric(model, dataset, policy="dcp-opt", tokens_per_iteration=1024)
 optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
 scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)

@@ -65,10 +65,11 @@ def test_user_loop_step_equals_one_process_gradient():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("model", ["llama", "hf:qwen2"])
+@pytest.mark.parametrize("model", ["llama", "hf:qwen2", "diffusers:wan"])
 def test_plain_and_datacentric_examples_run(model: str):
-    """The same ten-line diff trains our Llama and an unmodified transformers model (no
-    adapter class written for it), built with the public API only."""
+    """The same ten-line diff trains our Llama, an unmodified transformers model and an
+    unmodified diffusers model (no adapter class written for either), built with the
+    public API only."""
     pytest.importorskip("transformers" if model.startswith("hf:") else "torch")
     pytest.importorskip("diffusers" if model.startswith("diffusers:") else "torch")
     for name in ("train_plain.py", "train_datacentric.py"):

@@ -1,8 +1,13 @@
 """Plain nn.Module reference models; they never import the distributed code.
 
 The attention callable is injected (:data:`AttentionFn`); every model takes a
-:class:`PackedBatch` and returns the unreduced per-token loss.
+:class:`PackedBatch` and returns the unreduced per-token loss. The wrappers of an
+unmodified transformers or diffusers model (:data:`_LAZY`) need the optional extras and
+are imported on first use.
 """
+
+from importlib import import_module
+from typing import Any
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
@@ -27,11 +32,22 @@ from datacentric.models.source import (
     resolve_model,
 )
 
+# Public name -> the module that defines it (imported on first use: transformers or
+# diffusers load only when a wrapper is asked for).
+_LAZY = {
+    "HFCausalLM": "datacentric.models.hf",
+    "UnsupportedModelFeature": "datacentric.models.hf",
+    "DiffusersVideoTransformer": "datacentric.models.diffusers_generic",
+    "UnsupportedVideoModel": "datacentric.models.diffusers_plan",
+}
+
 __all__ = [
     "MODEL_PRESETS",
     "AttentionFn",
     "AttentionSlot",
     "DiTConfig",
+    "DiffusersVideoTransformer",
+    "HFCausalLM",
     "Llama",
     "LlamaConfig",
     "ModelFacts",
@@ -39,6 +55,8 @@ __all__ = [
     "ModelSource",
     "ModelSourceError",
     "PackedBatch",
+    "UnsupportedModelFeature",
+    "UnsupportedVideoModel",
     "VideoDiT",
     "build_from_source",
     "build_model",
@@ -51,3 +69,14 @@ __all__ = [
     "resolve_model",
     "varlen_attention",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'datacentric.models' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

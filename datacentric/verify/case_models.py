@@ -29,6 +29,7 @@ from torch import nn
 
 from datacentric.data import StdlibCorpus, SyntheticVideoDataset
 from datacentric.data.base import Dataset
+from datacentric.models.dit import VideoDiT
 from datacentric.models.lora import LoraSpec, draw_adapter_weights
 from datacentric.models.source import ModelSource, build_from_source, resolve_model, tiny_names
 from datacentric.shapes import SampleShape
@@ -69,15 +70,29 @@ def _video_shapes(count: int = 64, grids: tuple = _VIDEO_GRIDS) -> list[SampleSh
     return [SampleShape.video(*grids[i % len(grids)]) for i in range(count)]
 
 
-def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
-    """The small dataset a case runs on: byte-token stdlib chunks for causal LMs,
-    synthetic latents (with text embeddings for diffusers models) for video models."""
-    if source.kind == "diffusers":
+def small_dataset(model: nn.Module, seed: int = 0) -> Dataset:
+    """A small dataset ``model`` takes, the one ``datacentric equivalence`` runs it on:
+    byte-token stdlib chunks for a causal LM (``loss_mode == "token"``), synthetic
+    latents with text embeddings of its width for a wrapped diffusers model, synthetic
+    video latents for our ``VideoDiT``. Raises ``ValueError`` for any other model."""
+    inner = getattr(model, "module", model)  # a DDP wrapper keeps it as .module
+    if hasattr(getattr(inner, "transformer", None), "save_pretrained"):  # diffusers
         return diffusers_dataset(model, seed)
-    if getattr(model, "loss_mode", None) == "token":
+    if getattr(inner, "loss_mode", None) == "token":
         return _text_corpus()
-    if source.kind == "preset":
+    if isinstance(inner, VideoDiT):
         return SyntheticVideoDataset(_video_shapes(), seed=seed)
+    raise ValueError(
+        f"{type(inner).__name__} is neither a causal LM (loss_mode 'token'), a diffusers "
+        "model nor a VideoDiT: give it a dataset of your own (docs/data.md)"
+    )
+
+
+def _case_dataset(source: ModelSource, model: nn.Module, seed: int) -> Dataset:
+    """The small dataset a case runs on (:func:`small_dataset`); a factory's model that
+    is not a causal LM must bring its own."""
+    if source.kind in ("diffusers", "preset") or getattr(model, "loss_mode", None) == "token":
+        return small_dataset(model, seed)
     raise ValueError(
         f"model {source.name!r} is not a causal LM (loss_mode 'token'): return "
         "(model, dataset) from the factory"
