@@ -270,7 +270,7 @@ def test_resume_lr_horizon_extend_and_first(tmp_path, capsys):
     )
     records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [0, 1, 2, 3]
-    factor = lr_lambda(longer, 4)
+    factor = lr_lambda(longer.training, 4)
     for record in records[2:]:
         assert record["lr"] == pytest.approx(longer.lr * factor(record["iteration"]))
     # lr_horizon = "first": a further resume keeps the horizon of 4 (past it: the minimum)

@@ -42,7 +42,9 @@ def user_dc(config: TrainConfig) -> DataCentric:
 
 
 def run_user_loop(dc: DataCentric, config: TrainConfig, optimizer, steps: int) -> list[list[int]]:
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(config, config.iterations))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_lambda(config.training, config.training.iterations)
+    )
     ran = []
     for step in dc.steps(None, iterations=steps):
         for micro in step:

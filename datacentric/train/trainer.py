@@ -33,6 +33,7 @@ from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig, section_keys
 from datacentric.settings.run_settings import parse_fault
+from datacentric.settings.sections import TrainingConfig
 from datacentric.train.assemble import assemble_run
 from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
@@ -102,16 +103,18 @@ class _Tally:
     stopped_by: int | None = None
 
 
-def lr_lambda(config: TrainConfig, total: int):
-    """Multiplier of the peak learning rate at optimizer step ``n`` (0-based)."""
+def lr_lambda(training: TrainingConfig, total: int):
+    """Multiplier of the peak learning rate at optimizer step ``n`` (0-based), from the
+    ``[training]`` section's warm-up and schedule over ``total`` steps."""
+    warmup = training.warmup_iterations
 
     def factor(n: int) -> float:
-        if config.training.warmup_iterations and n < config.training.warmup_iterations:
-            return (n + 1) / config.training.warmup_iterations
-        if config.training.lr_schedule == "constant":
+        if warmup and n < warmup:
+            return (n + 1) / warmup
+        if training.lr_schedule == "constant":
             return 1.0
-        span = max(1, total - config.training.warmup_iterations)
-        progress = min(1.0, (n - config.training.warmup_iterations) / span)
+        span = max(1, total - warmup)
+        progress = min(1.0, (n - warmup) / span)
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return factor
@@ -365,7 +368,7 @@ class Trainer:
             # the decayed rate of its last step, which must not become the new base.
             group["initial_lr"] = config.training.lr
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda(config, self.total_iterations)
+            self.optimizer, lr_lambda(config.training, self.total_iterations)
         )
         if self.position.iterations_done:
             # LambdaLR is a pure function of the step count: replay it, no state needed.
