@@ -132,6 +132,16 @@ def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", FAMILIES)
+def test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process(name: str) -> None:
+    from datacentric.verify.equivalence import check_equivalence
+
+    (report,) = check_equivalence([f"diffusers:{name}"], 4)
+    assert max(report["sp_sizes"]) == 2 and max(report["accumulation_counts"]) > 1, report
+    assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_planner_counts_every_block_recomputation_wraps(name: str) -> None:
     """HunyuanVideo's and Flux's single-stream blocks count as blocks of the plan."""

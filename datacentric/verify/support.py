@@ -34,6 +34,10 @@ _FAMILY_SP_TESTS = (
     "tests/test_diffusers_families.py::"
     "test_sp_2_with_accumulation_and_recomputation_equals_one_process"
 )
+_FAMILY_WORLD_4 = (
+    "tests/test_diffusers_families.py::"
+    "test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process"
+)
 _HF_WORLD_4 = (
     "tests/test_equivalence.py::test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
 )
@@ -50,16 +54,23 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "SkyReelsV2Transformer3DModel": (
         f"{_FAMILY_TESTS}[skyreels-v2]",
         f"{_FAMILY_SP_TESTS}[diffusers:skyreels-v2]",
+        f"{_FAMILY_WORLD_4}[skyreels-v2]",
     ),
     "CogVideoXTransformer3DModel": (
         f"{_FAMILY_TESTS}[cogvideox]",
         f"{_FAMILY_SP_TESTS}[diffusers:cogvideox]",
+        f"{_FAMILY_WORLD_4}[cogvideox]",
     ),
     "HunyuanVideoTransformer3DModel": (
         f"{_FAMILY_TESTS}[hunyuan-video]",
         f"{_FAMILY_SP_TESTS}[tests.test_diffusers_families:masked_hunyuan_case]",
+        f"{_FAMILY_WORLD_4}[hunyuan-video]",
     ),
-    "FluxTransformer2DModel": (f"{_FAMILY_TESTS}[flux]", f"{_FAMILY_SP_TESTS}[diffusers:flux]"),
+    "FluxTransformer2DModel": (
+        f"{_FAMILY_TESTS}[flux]",
+        f"{_FAMILY_SP_TESTS}[diffusers:flux]",
+        f"{_FAMILY_WORLD_4}[flux]",
+    ),
     "LlamaForCausalLM": (
         "tests/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
     ),
