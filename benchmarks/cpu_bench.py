@@ -62,11 +62,11 @@ def main() -> None:
         f"{args.world} gloo ranks, {args.repeats} runs of each policy interleaved (A B A B), "
         f"{wall / 60:.1f} min in all. Machine: {load.describe()}.",
         "",
-        f"Model `{config.model}` on the first {config.dataset_limit} files of the "
-        f"standard-library corpus (chunks of at most {config.max_tokens} bytes), memory cap "
-        f"{config.memory_gb} GiB per rank (the longest chunks need recomputation), model "
-        f"state held as `shard = {config.shard}`, one global batch of "
-        f"{config.tokens_per_iteration} tokens per optimizer step for "
+        f"Model `{config.model.model}` on the first {config.data.dataset_limit} files of the "
+        f"standard-library corpus (chunks of at most {config.data.max_tokens} bytes), memory cap "
+        f"{config.cost.memory_gb} GiB per rank (the longest chunks need recomputation), model "
+        f"state held as `shard = {config.parallelism.shard}`, one global batch of "
+        f"{config.scheduling.tokens_per_iteration} tokens per optimizer step for "
         "every policy (the same samples in the same steps, so the loss curves agree: "
         f"`losses_equal` {summary['losses_equal']}). One epoch per policy and run, the same "
         "initial weights; the cost model is one dual-layer profile measured in the first run. "
