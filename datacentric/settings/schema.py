@@ -3,9 +3,10 @@
 A *section* is a ``kw_only`` dataclass whose fields each carry a docstring (a string
 literal right under the field, as in :class:`~datacentric.scheduling.options.
 ScheduleOptions`) and optionally a range (``ge``/``gt`` in the field's metadata, see
-:func:`setting`). The configuration class inherits every section, so its attributes
-are flat (``config.lr``) while files and flags are sectioned (``[training] lr``,
-``--training.lr``). The docs are the only source of help text.
+:func:`setting`). The run's settings are one object of sections
+(:class:`~datacentric.settings.run_settings.TrainConfig`: ``settings.training.lr``), as
+files and flags are (``[training] lr``, ``--training.lr``). The docs are the only source
+of help text, in every command.
 """
 
 from __future__ import annotations
