@@ -249,7 +249,7 @@ def _latent_folder(folder: Path, channels: int, text_width: int, count: int = 12
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tiny", ["wan", "ltx"])
+@pytest.mark.parametrize("tiny", ["wan", "ltx", "hunyuan-video"])
 def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
     tmp_path: Path, tiny: str
 ) -> None:
