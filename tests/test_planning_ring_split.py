@@ -183,3 +183,20 @@ def test_the_ideal_bound_prices_ring_options_past_a_node(llama):
     assert table.ring_sizes_past_node(b)
     ideal = sample_gpu_seconds(table, np.asarray([0]))[0]
     assert ideal < within  # a ring past a node costs fewer GPU-seconds than any node size
+
+
+def test_ring_transfer_hides_behind_only_its_overlap_share_of_attention():
+    from dataclasses import replace
+
+    from datacentric.planning.hardware import get_hardware
+
+    base = get_hardware("h200-sxm")
+    assert base.ring_overlap == 0.8  # conservative by default
+    with pytest.raises(ValueError, match="ring_overlap"):
+        replace(base, ring_overlap=1.5)
+    shape = [SampleShape.text(131_072)]
+    times = {}
+    for overlap in (0.0, 0.8, 1.0):
+        cost = analytic_cost_model("llama-7b", replace(base, ring_overlap=overlap), world_size=64)
+        times[overlap] = split_breakdown(cost, shape, 16, FULL, 16).time_s
+    assert times[0.0] > times[0.8] > times[1.0]

@@ -42,8 +42,9 @@ step does about ``1/r`` of a rank's attention). Each attention pass runs ``r - 1
 ring steps; a forward step sends one chunk of K/V (``tokens/r`` tokens at the K/V
 heads a Ulysses rank holds, repeated as :func:`~datacentric.planning.heads.kv_head_repeat`
 says), a backward step K/V and their float32 gradient accumulators, which one more send
-brings home after the last step (not overlapped). A step's transfer overlaps that step's
-attention compute; only ``max(0, transfer - compute)`` is charged, plus two collective
+brings home after the last step (not overlapped). A step's transfer overlaps the share
+``Hardware.ring_overlap`` (default 0.8, conservative) of that step's attention compute;
+only ``max(0, transfer - ring_overlap * compute)`` is charged, plus two collective
 latencies per send. The ring's links are NVLink when the whole group fits in a
 node, else InfiniBand (the steps are synchronous: the slowest hop sets their pace).
 Memory adds the ring's buffers: two K/V chunks in flight, their gradients, and the
@@ -361,8 +362,9 @@ class AnalyticCostModel(CachedCostModel):
         fwd_step = flops * rates[_ATTN_FWD] / ring
         bwd_step = flops * ATTENTION_BACKWARD_FACTOR * rates[_ATTN_BWD] / ring
         grads = chunk * 4 / self.dtype_bytes  # the blocks' float32 gradient accumulators
-        exposed = forwards * steps * max(0.0, chunk * per_byte - fwd_step)
-        exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - bwd_step)
+        hidden = self.hardware.ring_overlap  # the share of a step's compute that hides
+        exposed = forwards * steps * max(0.0, chunk * per_byte - hidden * fwd_step)
+        exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - hidden * bwd_step)
         exposed += blocks * grads * per_byte  # the last send brings the gradients home
         return float(exposed + 2 * ring * rates[_CALL] * (forwards + blocks))
 

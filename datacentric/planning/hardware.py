@@ -97,10 +97,17 @@ class Hardware:
     """Fixed seconds each recomputed block adds beyond its forward (checkpoint bookkeeping)."""
     op_launch_s: float = 0.0
     """Seconds per operator launched outside the blocks (``ModelSpec.outer_ops``)."""
+    ring_overlap: float = 0.8
+    """Share of a ring step's attention compute its K/V transfer hides behind (1: perfect
+    overlap). Conservative by default: a measured hybrid ring pass calibrates it."""
     source: str = ""
     """Where the numbers come from."""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.ring_overlap <= 1.0:
+            raise ValueError(
+                f"{self.name}: ring_overlap must be in [0, 1], got {self.ring_overlap}"
+            )
         if self.attention_path not in ATTENTION_PATHS:
             raise ValueError(
                 f"{self.name}: attention_path must be one of {ATTENTION_PATHS}, "
