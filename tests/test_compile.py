@@ -19,6 +19,7 @@ from datacentric.parallel.launch import spawn
 from datacentric.parallel.ulysses import all_to_all
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.settings.schema import field_docs
+from datacentric.settings.sections import TrainingConfig
 from datacentric.train.config import TrainConfig
 from datacentric.train.data_centric import DataCentric
 
@@ -144,10 +145,10 @@ def test_functional_all_to_all_traces_into_one_graph_and_equals_c10d():
 
 
 def test_compile_setting_has_help_and_a_flag():
-    assert TrainConfig().compile is False
-    assert "torch.compile" in field_docs(TrainConfig)["compile"]
+    assert TrainConfig().training.compile is False
+    assert "torch.compile" in field_docs(TrainingConfig)["compile"]
     parser = build_parser()
     args = parser.parse_args(["train", "--compile"])
     assert args.compile is True
     assert parser.parse_args(["train", "--no-training.compile"]).compile is False
-    assert small_config("unused", compile=True).compile is True
+    assert small_config("unused", compile=True).training.compile is True
