@@ -200,3 +200,15 @@ def test_ring_transfer_hides_behind_only_its_overlap_share_of_attention():
         cost = analytic_cost_model("llama-7b", replace(base, ring_overlap=overlap), world_size=64)
         times[overlap] = split_breakdown(cost, shape, 16, FULL, 16).time_s
     assert times[0.0] > times[0.8] > times[1.0]
+
+
+def test_ring_traffic_across_nodes_shares_the_link_with_the_hidden_sync(llama):
+    from datacentric.scheduling.measures import backward_s
+
+    shape = [SampleShape.text(131_072)]
+    across = split_breakdown(llama, shape, 16, FULL, 16)
+    within = split_breakdown(llama, [SampleShape.text(65_536)], 8, FULL, 1)
+    assert within.inter_node_backward_s == 0.0
+    assert 0.0 < across.inter_node_backward_s < across.time_s
+    whole = across.time_s - (across.time_s - across.recompute_s) / 3
+    assert backward_s(across) == pytest.approx(whole - across.inter_node_backward_s)

@@ -335,6 +335,7 @@ class AnalyticCostModel(CachedCostModel):
             recompute_s=time_s - plain_s,
             comm_s=comm_s,
             memory_bytes=self._memory(shapes, sp_size, counts) + int(buffers),
+            inter_node_backward_s=self._ring_backward_link_s(shapes, sp_size, ring_size),
         )
 
     def _ring_chunk_bytes(self, shapes: tuple[SampleShape, ...], sp: int, ring: int) -> float:
@@ -367,6 +368,17 @@ class AnalyticCostModel(CachedCostModel):
         exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - hidden * bwd_step)
         exposed += blocks * grads * per_byte  # the last send brings the gradients home
         return float(exposed + 2 * ring * rates[_CALL] * (forwards + blocks))
+
+    def _ring_backward_link_s(self, shapes: tuple[SampleShape, ...], sp: int, ring: int) -> float:
+        """Seconds the backward's ring sends (K/V with their float32 gradients, ``ring - 1``
+        steps per block, and the gradients' last send home) hold the inter-node link; 0
+        for a ring within a node."""
+        if ring <= 1 or sp <= self.hardware.gpus_per_node:
+            return 0.0
+        chunk = self._ring_chunk_bytes(shapes, sp, ring)
+        grads = chunk * 4 / self.dtype_bytes
+        per_pass = (ring - 1) * (chunk + grads) + grads
+        return float(self.spec.num_blocks * per_pass * self._rates[_IB])
 
     def _attention_flops_per_pass(self, shapes: tuple[SampleShape, ...], sp: int) -> float:
         """Attention forward FLOPs of one block's forward on one rank (blocks alike)."""

@@ -59,6 +59,10 @@ class PassBreakdown:
     cannot tell it apart from compute)."""
     memory_bytes: int
     """Peak bytes on one rank: model states plus activations."""
+    inter_node_backward_s: float = 0.0
+    """Seconds the backward's ring traffic holds the inter-node link (a ring across
+    nodes): the gradient sync hidden behind that backward shares the link, so it has
+    that much less of the backward to hide in."""
 
 
 @runtime_checkable

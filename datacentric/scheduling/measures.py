@@ -152,10 +152,12 @@ def overlaps_grad_sync(cost_model: CostModel, world_size: int) -> bool:
 
 
 def backward_s(cost: PassBreakdown) -> float:
-    """A pass's backward: its time minus its forward, the forward taken as a third of
-    the pass without recomputation (the usual 1:2 forward:backward FLOPs;
-    approximate)."""
-    return cost.time_s - (cost.time_s - cost.recompute_s) / 3
+    """The window a pass's backward gives the gradient sync: its time minus its
+    forward (the forward taken as a third of the pass without recomputation, the usual
+    1:2 forward:backward FLOPs; approximate), less the seconds its ring traffic holds
+    the inter-node link the sync needs (``PassBreakdown.inter_node_backward_s``)."""
+    backward = cost.time_s - (cost.time_s - cost.recompute_s) / 3
+    return max(0.0, backward - cost.inter_node_backward_s)
 
 
 def exposed_grad_sync_s(reduction_s: float, window_s: float | None) -> float:
