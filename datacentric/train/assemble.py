@@ -88,7 +88,7 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
         tokens_per_iteration=config.scheduling.tokens_per_iteration,
         seed=config.job.seed,
         groups=groups,
-        shard=sharding(config),
+        shard=sharding(config.parallelism),
         options=config.scheduling.options(),
         compile=config.training.compile,
         # a resumed run keeps the model and data its first start checked (the resume

@@ -33,13 +33,13 @@ from datacentric.profiling.module_specs import (
 )
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.settings import TrainConfig
+from datacentric.settings.sections import LoraConfig, ModelConfig, ParallelismConfig
 from datacentric.verify.model_contract import check_small_copy
 
 
-def sharding(config: TrainConfig) -> ShardingSpec:
-    """The run's ``[parallelism]`` shard setting as a spec (raises ``ValueError`` for a bad
-    one)."""
-    parallelism = config.parallelism
+def sharding(parallelism: ParallelismConfig) -> ShardingSpec:
+    """The ``[parallelism]`` section's shard setting as a spec (raises ``ValueError`` for a
+    bad one)."""
     return ShardingSpec(parallelism.shard, parallelism.reshard_after_forward)
 
 
@@ -52,12 +52,12 @@ def model_source(config: TrainConfig) -> ModelSource:
     """The run's model as a :class:`~datacentric.models.source.ModelSource`, with the
     LoRA adapters of its ``[lora]`` settings."""
     source = resolve_model(config.model.model, config.model.model_args)
-    return dataclasses.replace(source, lora=lora_of(config))
+    return dataclasses.replace(source, lora=lora_of(config.lora))
 
 
-def lora_of(config: TrainConfig) -> LoraSpec | None:
-    """The run's ``[lora]`` settings as a spec (``None``: LoRA off)."""
-    return lora_spec(config.lora.rank, config.lora.alpha, config.lora.dropout, config.lora.targets)
+def lora_of(lora: LoraConfig) -> LoraSpec | None:
+    """The ``[lora]`` section as a spec (``None``: LoRA off)."""
+    return lora_spec(lora.rank, lora.alpha, lora.dropout, lora.targets)
 
 
 def build_model_for(config: TrainConfig, dataset) -> nn.Module:
@@ -117,17 +117,17 @@ def run_cost_model(
     """
     if config.cost.cost_model == "analytic":
         return build_cost_model(
-            run_spec(config.model.model, model, model_args(config), lora_of(config)),
+            run_spec(config.model.model, model, model_args(config.model), lora_of(config.lora)),
             device,
             config.model.dtype,
-            shard=sharding(config),
+            shard=sharding(config.parallelism),
             world_size=world_size,
         )
     directory = config.cost.profile_dir or str(Path(config.job.out) / "profile")
     settings = ProfileSettings(
         model=config.model.model,
-        model_args=model_args(config),
-        lora=lora_of(config),
+        model_args=model_args(config.model),
+        lora=lora_of(config.lora),
         dataset=None if config.model.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
@@ -148,15 +148,15 @@ def mfu_cost_model(config: TrainConfig, device: torch.device) -> CostModel | Non
     run's model and arguments (:func:`~datacentric.profiling.module_specs.named_spec`),
     on this device; ``None`` for a model whose cost cannot be read."""
     try:
-        spec = named_spec(config.model.model, model_args(config))
+        spec = named_spec(config.model.model, model_args(config.model))
     except UnpricedModelError:
         return None
     return build_cost_model(spec, device, config.model.dtype)
 
 
-def model_args(config: TrainConfig) -> dict:
-    """The run's ``[model] model_args``, parsed and checked."""
-    return parse_model_args(config.model.model_args)
+def model_args(model: ModelConfig) -> dict:
+    """The ``[model]`` section's ``model_args``, parsed and checked."""
+    return parse_model_args(model.model_args)
 
 
 def device_memory_bytes(device: torch.device) -> int | None:
@@ -211,7 +211,7 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
             "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> per-token "
             "loss (docs/models.md)"
         )
-    held = sharding(config)
+    held = sharding(config.parallelism)
     if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
         check_fsdp2(model, held.reshard_after_forward)
     spec = (
