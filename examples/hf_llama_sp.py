@@ -8,8 +8,8 @@ odd steps give each rank its own group, rank ``r`` accumulating ``r + 1`` micro-
 ``DataCentric.step(iteration)`` runs any iteration, not only the planner's. Only the
 public API; nothing is downloaded.
 
-    torchrun --nproc-per-node 2 examples/hf_llama_sp.py          # 2 ranks, 8 steps
-    torchrun --nproc-per-node 4 examples/hf_llama_sp.py --steps 4
+    torchrun --standalone --nproc-per-node 2 examples/hf_llama_sp.py          # 2 ranks, 8 steps
+    torchrun --standalone --nproc-per-node 4 examples/hf_llama_sp.py --steps 4
 """
 
 from __future__ import annotations
