@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     if launch_mode(config.parallelism.world).kind == "torchrun":  # rank 0 claims the folder
         return _report(args, launch(train_rank, config, **options))
     with RunFolderLock(config.job.out):
-        claim_run_folder(config)
+        claim_run_folder(config.job, config.checkpoint)
         results = launch(
             train_rank_in_locked_folder,
             config,

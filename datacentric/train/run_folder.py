@@ -35,6 +35,7 @@ import torch.distributed as dist
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Schedule
+from datacentric.settings.sections import CheckpointConfig, JobConfig
 from datacentric.timing import Span
 
 SCHEDULES = "schedules"
@@ -143,15 +144,15 @@ class RunFolderLock:
         self.release()
 
 
-def claim_run_folder(config: Any, restarted: bool = False) -> None:
-    """Make ``config.job.out`` this run's: fine when empty or when resuming (``resume``,
-    ``resume_from`` or a torchrun restart); cleared first with ``overwrite``; else
-    :class:`RunFolderError`. Call once, before the run writes anything."""
-    out = Path(config.job.out)
+def claim_run_folder(job: JobConfig, checkpoint: CheckpointConfig, restarted: bool = False) -> None:
+    """Make ``job.out`` this run's (the ``[job]`` and ``[checkpoint]`` sections): fine when
+    empty or when resuming (``resume``, ``resume_from`` or a torchrun restart); cleared
+    first with ``overwrite``; else :class:`RunFolderError`. Call once, before the run
+    writes anything."""
+    out = Path(job.out)
     found = [name for name in RUN_FILES if (out / name).exists()]
-    cleared = config.job.overwrite and not (
-        config.checkpoint.resume or config.checkpoint.resume_from or restarted
-    )
+    resuming = bool(checkpoint.resume or checkpoint.resume_from or restarted)
+    cleared = job.overwrite and not resuming
     names = RUN_WRITES if cleared else (*RUN_OUTPUTS, *RUN_WRITES)  # cleared: links removed
     linked = [name for name in names if (out / name).is_symlink()]
     if linked:
@@ -159,9 +160,9 @@ def claim_run_folder(config: Any, restarted: bool = False) -> None:
             f"--out {out}: {out / linked[0]} is a symbolic link, and a run writes there "
             "(it would write through the link); remove it, or choose another --out"
         )
-    if not found or config.checkpoint.resume or config.checkpoint.resume_from or restarted:
+    if not found or resuming:
         return
-    if not config.job.overwrite:
+    if not job.overwrite:
         raise RunFolderError(
             f"--out {out} already holds a run ({', '.join(found)}); pass --resume to "
             "continue it, --overwrite to replace it, or choose another --out"

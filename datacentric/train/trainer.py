@@ -308,7 +308,7 @@ class Trainer:
         config = self.config
         setup_logging(config.metrics.log_level, self.groups.rank, config.metrics.log_all_ranks)
         if self.is_main:
-            claim_run_folder(config, restarted=launch_mode().restarts > 0)
+            claim_run_folder(config.job, config.checkpoint, restarted=launch_mode().restarts > 0)
         self._resume()  # checks the checkpoint before anything in the folder changes
         if self.is_main:
             self._write_run_files()
