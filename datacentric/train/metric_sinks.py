@@ -211,12 +211,9 @@ def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) ->
     return wandb.init(project=project, mode=mode, dir=str(out), name=out.name, config=config)
 
 
-def wandb_settings(config: Any) -> dict[str, Any] | None:
-    """The W&B arguments of a run's ``[metrics]`` settings (None: W&B is off)."""
-    if not config.metrics.wandb:
+def wandb_settings(metrics: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+    """The W&B arguments of the ``[metrics]`` section (None: W&B is off); ``record``: the
+    run's flat settings, which W&B keeps as the run's config."""
+    if not metrics.wandb:
         return None
-    return {
-        "project": config.metrics.wandb_project,
-        "mode": config.metrics.wandb_mode,
-        "config": config.to_json(),
-    }
+    return {"project": metrics.wandb_project, "mode": metrics.wandb_mode, "config": record}

@@ -389,7 +389,7 @@ class Trainer:
             progress=config.metrics.progress,
             log_every=config.metrics.log_every,
             tensorboard=config.metrics.tensorboard,
-            wandb=wandb_settings(config) if self.is_main else None,
+            wandb=wandb_settings(config.metrics, config.to_json()) if self.is_main else None,
             memory_capacity_bytes=device_memory_bytes(self.groups.device),
         )
         tracer = StepTracer(
