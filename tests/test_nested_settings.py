@@ -100,3 +100,17 @@ def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
     with pytest.warns(DeprecationWarning, match="dataset_limit"):
         older = DataSettings(limit=3, max_tokens=300)
     assert older.dataset_limit == 3
+
+
+def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
+    sectioned = tmp_path / "run.toml"
+    sectioned.write_text("[lora]\nrank = 4\n[training]\nlr = 0.02\n[cost]\nmemory_gb = 3.0\n")
+    flat = tmp_path / "flat.toml"
+    flat.write_text("lora_rank = 4\nlr = 0.02\nmemory_gb = 3.0\n")  # the layout of 0.1
+    settings = load_config(sectioned)
+    assert (settings.lora.rank, settings.training.lr, settings.cost.memory_gb) == (4, 0.02, 3.0)
+    assert load_config(flat) == settings
+    shown = tmp_path / "shown.toml"
+    shown.write_text(settings.to_toml())
+    assert "[lora]" in shown.read_text() and "\nrank = 4\n" in shown.read_text()
+    assert load_config(shown) == settings
