@@ -233,6 +233,12 @@ class CheckpointConfig:
     save_on_signal: bool = True
     """On SIGTERM/SIGINT, finish the step on every rank, save a checkpoint and exit with
     128+signal (preempted); off: stop at once without saving."""
+    async_save: bool = False
+    """Write each periodic checkpoint in the background
+    (``torch.distributed.checkpoint.async_save``: the state is staged to CPU memory, then
+    written while training goes on); its manifest and ``latest`` are written only once it
+    has completed, at the next save or the end of the run. The final and SIGTERM saves
+    stay synchronous."""
 
 
 LogLevel = Literal["debug", "info", "warning", "error"]
