@@ -114,3 +114,8 @@ def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
     shown.write_text(settings.to_toml())
     assert "[lora]" in shown.read_text() and "\nrank = 4\n" in shown.read_text()
     assert load_config(shown) == settings
+
+
+def test_a_section_of_the_wrong_kind_is_refused():
+    with pytest.raises(TypeError, match="needs a TrainingConfig"):
+        TrainConfig(training={"lr": 0.01})

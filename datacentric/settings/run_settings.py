@@ -129,6 +129,8 @@ class TrainConfig:
             _warn_flat(key)
         grouped = _sections_of(flat)
         for name, cls in SECTIONS.items():
+            if given[name] is not None and not isinstance(given[name], cls):
+                raise TypeError(f"TrainConfig({name}=...) needs a {cls.__name__}")
             section = given[name] if given[name] is not None else cls()
             if name in grouped:
                 section = dataclasses.replace(section, **grouped[name])
