@@ -14,7 +14,7 @@ import pytest
 from datacentric.cli.train import size_global_batch
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens, epoch_batches
-from datacentric.settings import TrainConfig
+from datacentric.settings import TrainConfig, load_config
 from datacentric.shapes import SampleShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,14 +48,15 @@ def test_large_data_keeps_the_default_and_the_longest_sample_bounds_below():
 def test_train_records_the_sized_batch_in_its_settings_and_keeps_a_given_one():
     tokens = [100] * 60
     config = TrainConfig()
-    note = size_global_batch(config, tokens)
-    assert config.global_batch_tokens == 750 and "750 tokens" in note and "8 steps" in note
+    note = size_global_batch(config.scheduling, tokens)
+    assert config.scheduling.global_batch_tokens == 750
+    assert "750 tokens" in note and "8 steps" in note
     assert "global_batch_tokens = 750" in config.to_toml()
-    assert config.schedule_options().global_batch_tokens == 750
+    assert config.scheduling.options().global_batch_tokens == 750
     for given in ({"global_batch_tokens": 3000}, {"global_batch_samples": 5}):
-        config = TrainConfig(**given)
-        assert size_global_batch(config, tokens) is None
-        assert config.global_batch_tokens == given.get("global_batch_tokens")
+        config = load_config(None, **given)
+        assert size_global_batch(config.scheduling, tokens) is None
+        assert config.scheduling.global_batch_tokens == given.get("global_batch_tokens")
 
 
 @pytest.mark.slow

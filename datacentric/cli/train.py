@@ -18,6 +18,7 @@ import json
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.ranks import say
 from datacentric.settings import TrainConfig
+from datacentric.settings.layout import SchedulingSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return False
-    for note in (skipped_note(dataset), size_global_batch(config, tokens)):
+    for note in (skipped_note(dataset), size_global_batch(config.scheduling, tokens)):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:
@@ -80,21 +81,22 @@ def check_samples_for_model_check(tokens: list[int]) -> None:
         )
 
 
-def size_global_batch(config: TrainConfig, tokens: list[int]) -> str | None:
-    """Give a small dataset's run a global batch sized from its samples when the settings
-    give none (:func:`~datacentric.scheduling.global_batches.data_sized_tokens`): set on
-    ``config``, so the run folder's ``config.toml`` and its checkpoints record it and a
+def size_global_batch(scheduling: SchedulingSettings, tokens: list[int]) -> str | None:
+    """Give a small dataset's run a global batch sized from its samples when the
+    ``[scheduling]`` section gives none
+    (:func:`~datacentric.scheduling.global_batches.data_sized_tokens`): set on the section,
+    so the run folder's ``config.toml`` and its checkpoints record it and a
     resume trains the same batches. Returns the one-line note saying so, else None."""
     from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens
 
     given = ("global_batch_tokens", "tokens_per_iteration")
     given += ("global_batch_samples", "samples_per_iteration")
-    if any(getattr(config.scheduling, name) is not None for name in given):
+    if any(getattr(scheduling, name) is not None for name in given):
         return None
     bound = data_sized_tokens(tokens)
     if bound is None:
         return None
-    config.scheduling.global_batch_tokens = bound
+    scheduling.global_batch_tokens = bound
     steps = -(-sum(tokens) // bound)
     return (
         f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
