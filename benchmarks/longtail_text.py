@@ -104,7 +104,7 @@ def gap_breakdown(lengths: list[int], world: int, tokens: int, policy: str = "dc
         world_size=world,
         memory_cap_bytes=simulation_budget(cost),
         policy=policy,
-        settings=options,
+        options=options,
     ).schedule()
     meta = schedule.meta
     epoch, ideal, bound = (
