@@ -39,7 +39,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -172,7 +172,73 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(
+def save_checkpoint(*args: Any, **kwargs: Any) -> Path:
+    """Save on every rank (collective) and wait for it: :func:`start_checkpoint`'s
+    arguments; returns the final checkpoint folder."""
+    return start_checkpoint(*args, **kwargs).wait()
+
+
+class PendingSave:
+    """A checkpoint whose shards are being written (``async_save``): :meth:`wait` (on
+    every rank: collective) waits for them, then writes ``trainer.json`` and the
+    manifest, renames the folder and switches ``latest``; until then no reader sees it."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        step: int,
+        tmp: Path,
+        trainer_state: dict[str, Any],
+        keep_last: int | None,
+        before_commit: Callable[[], None] | None,
+        written: Any,
+    ) -> None:
+        self.run_dir, self.step, self.tmp = run_dir, step, tmp
+        self.trainer_state = trainer_state
+        self.keep_last, self.before_commit = keep_last, before_commit
+        self.written = written
+        """DCP's future of the shards (``None``: written already)."""
+
+    def wait(self) -> Path:
+        """Finish the save; returns the final checkpoint folder."""
+        root = checkpoint_dir(self.run_dir)
+        try:
+            if self.written is not None:
+                self.written.result()  # re-raises a rank's CheckpointException
+                self.written = None
+            if self.before_commit is not None:
+                self.before_commit()
+            _barrier()
+            final = _final_name(root, self.step)
+            if _rank() == 0:
+                tmp = self.tmp
+                (tmp / TRAINER_FILE).write_text(json.dumps(self.trainer_state), encoding="utf-8")
+                files = sorted(p for p in tmp.iterdir() if p.is_file())
+                manifest = {p.name: _sha256(p) for p in files}
+                (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+                os.replace(tmp, final)
+                _write_atomic(root / "latest", final.name)
+                _prune(self.run_dir, final, self.keep_last)
+        except (Exception, CheckpointException) as err:  # DCP's is a BaseException
+            _raise_save_error(err, self.step, root, self.tmp)
+        _barrier()
+        return final
+
+
+_ASYNC_GROUP: list[Any] = []
+"""The gloo group of background saves (made once, on every rank at the first one), so
+their collectives never interleave with the training's on the default group."""
+
+
+def _async_group() -> Any:
+    if not dist.is_initialized():
+        return None
+    if not _ASYNC_GROUP:
+        _ASYNC_GROUP.append(dist.new_group(backend="gloo"))
+    return _ASYNC_GROUP[0]
+
+
+def start_checkpoint(
     run_dir: str | Path,
     step: int,
     model: torch.nn.Module,
@@ -180,13 +246,18 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     keep_last: int | None = None,
     before_commit: Callable[[], None] | None = None,
-) -> Path:
-    """Save on every rank (collective); returns the final checkpoint folder.
+    *,
+    async_save: bool = False,
+) -> PendingSave:
+    """Start a save on every rank (collective): the state is taken now (``async_save``:
+    staged to CPU memory, then written by ``torch.distributed.checkpoint.async_save`` in a
+    background thread while training goes on); :meth:`PendingSave.wait` completes it.
 
     ``trainer_state`` must be JSON-able (position, lr schedule state, fingerprint).
     ``keep_last``: delete all but the newest N checkpoints after the save.
     ``before_commit``: called on every rank once its files are written (fault injection).
     """
+    run_dir = Path(run_dir)
     root = checkpoint_dir(run_dir)
     tmp = root / f"step-{step:08d}.tmp"
     try:
@@ -199,41 +270,42 @@ def save_checkpoint(
             "model": without_aliases(model, get_model_state_dict(model)),
             "optimizer": get_optimizer_state_dict(model, optimizer),
         }
+        written = None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*single process.*")
-            dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
+            if async_save:
+                written = dcp.async_save(
+                    state,
+                    checkpoint_id=str(tmp),
+                    process_group=_async_group(),
+                    no_dist=not dist.is_initialized(),
+                )
+                written = getattr(written, "upload_completion", written)
+            else:
+                dcp.save(state, checkpoint_id=str(tmp), no_dist=not dist.is_initialized())
         torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
-        if before_commit is not None:
-            before_commit()
-        _barrier()
-        final = _final_name(root, step)
-        if _rank() == 0:
-            (tmp / TRAINER_FILE).write_text(json.dumps(trainer_state), encoding="utf-8")
-            files = sorted(p for p in tmp.iterdir() if p.is_file())
-            manifest = {p.name: _sha256(p) for p in files}
-            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
-            os.replace(tmp, final)
-            _write_atomic(root / "latest", final.name)
-            _prune(run_dir, final, keep_last)
     except (Exception, CheckpointException) as err:  # DCP's is a BaseException
-        if _rank() == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if _is_disk_full(err):
-            raise CheckpointError(
-                f"no space left on device while saving checkpoint step {step} to {root}; "
-                "free space (or pass --keep-last N) and resume with --resume"
-            ) from err
-        if isinstance(err, CheckpointException):  # name each rank and what failed there
-            failed = "; ".join(
-                f"rank {rank}: {type(exc).__name__}: {_first_line(exc)}"
-                for rank, exc in _rank_failures(err)
-            )
-            raise CheckpointError(
-                f"saving checkpoint step {step} to {root} failed: {failed}"
-            ) from err
-        raise
-    _barrier()
-    return final
+        _raise_save_error(err, step, root, tmp)
+    return PendingSave(run_dir, step, tmp, trainer_state, keep_last, before_commit, written)
+
+
+def _raise_save_error(err: BaseException, step: int, root: Path, tmp: Path) -> NoReturn:
+    """Remove the unfinished folder and raise what a failed save says (a full disk, or
+    each rank's failure)."""
+    if _rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if _is_disk_full(err):
+        raise CheckpointError(
+            f"no space left on device while saving checkpoint step {step} to {root}; "
+            "free space (or pass --keep-last N) and resume with --resume"
+        ) from err
+    if isinstance(err, CheckpointException):  # name each rank and what failed there
+        failed = "; ".join(
+            f"rank {rank}: {type(exc).__name__}: {_first_line(exc)}"
+            for rank, exc in _rank_failures(err)
+        )
+        raise CheckpointError(f"saving checkpoint step {step} to {root} failed: {failed}") from err
+    raise err
 
 
 def _first_line(err: BaseException) -> str:

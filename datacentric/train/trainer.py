@@ -19,6 +19,7 @@ import os
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,12 @@ from datacentric.train.assemble import assemble_run
 from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
     CheckpointError,
+    PendingSave,
     find_checkpoint,
     load_checkpoint,
     manifest_sha256,
     resolve_resume_from,
-    save_checkpoint,
+    start_checkpoint,
     weights_sha256,
 )
 from datacentric.train.data_centric import Step
@@ -143,6 +145,8 @@ class Trainer:
         self.optimizer = run.optimizer
         self.total_iterations = 0
         self.saved: Path | None = None
+        self.pending_save: PendingSave | None = None
+        """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
         self.activity = "setup"
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
@@ -432,23 +436,27 @@ class Trainer:
             tally.rates.append(record["tokens_per_s"])
             tally.loss_tokens += record["loss_tokens"]
             metrics.log(record)
+            self._finish_save()  # a background save had this step to write its shards
             every = config.checkpoint.checkpoint_every
             if every and self.position.iterations_done % every == 0:
-                self._save(scheduler)
+                self._save(scheduler, background=config.checkpoint.async_save)
                 checkpointed = self.position.iterations_done
             tally.stopped_by = signals.agreed(self.groups) if signals is not None else None
             if tally.stopped_by is not None:
                 break
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
+        self._finish_save()  # a background save of the last step completes here
         return tally
 
-    def _save(self, scheduler) -> None:
+    def _save(self, scheduler, *, background: bool = False) -> None:
+        """Save this step (collective); ``background``: return once the state is staged,
+        the save completing after the next step (:meth:`_finish_save`) or at the run's end."""
+        self._finish_save()  # one save at a time: the previous one completes first
         step = self.position.iterations_done
-        self.activity = f"checkpoint save (step {step})"
-        self.heartbeat.publish()  # before the save can stall: a peer reads this phase
-        try:
-            self.saved = save_checkpoint(
+        self.pending_save = self._in_save(
+            step,
+            lambda: start_checkpoint(
                 self.out,
                 step,
                 self.model,
@@ -456,7 +464,28 @@ class Trainer:
                 self._trainer_state(scheduler.state_dict()),
                 keep_last=self.config.checkpoint.keep_last,
                 before_commit=self._maybe_stop_in_save,
-            )
+                async_save=background,
+            ),
+        )
+        if not background:
+            self._finish_save()
+
+    def _finish_save(self) -> None:
+        """Complete the pending save: its manifest, its folder's name, ``latest``."""
+        pending, self.pending_save = self.pending_save, None
+        if pending is None:
+            return
+        self.saved = self._in_save(pending.step, pending.wait)
+        if self.is_main:
+            logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
+
+    def _in_save(self, step: int, phase: Callable[[], Any]) -> Any:
+        """Run a phase of a save (collective) with the heartbeat naming it; a collective
+        timeout names the peers."""
+        self.activity = f"checkpoint save (step {step})"
+        self.heartbeat.publish()  # before the save can stall: a peer reads this phase
+        try:
+            return phase()
         except (Exception, CheckpointException) as err:
             if not is_timeout(err):
                 raise
@@ -467,8 +496,6 @@ class Trainer:
             ) from err
         finally:
             self.activity = f"training after step {step}"
-        if self.is_main:
-            logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
 
     def _maybe_stop_in_save(self) -> None:
         """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
