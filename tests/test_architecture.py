@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 
 #: the shared types at the bottom: they import nothing of ours but each other
 BOTTOM = {"datacentric.batch", "datacentric.shapes", "datacentric.schedule", "datacentric.timing"}
-BOTTOM |= {"datacentric.progress"}
+BOTTOM |= {"datacentric.progress", "datacentric.log"}
 #: what the pure layers (planning, scheduling) may never import
 IMPURE = ("torch", "datacentric.parallel", "datacentric.models", "datacentric.data")
 IMPURE += ("datacentric.train", "datacentric.profiling", "datacentric.sim")

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from datacentric.log import get_logger
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
@@ -404,11 +404,10 @@ def reusable(
             save_probe(directory, probe.worst_rel_diff)
         return True
     if _is_rank_zero():
-        print(
+        get_logger().warning(
             f"datacentric: the profile in {directory} is {probe.worst_rel_diff:.0%} off on this "
             f"machine now, more than its {tolerance:.0%} tolerance ({probe.describe()}); "
-            "measuring it again",
-            file=sys.stderr,
+            "measuring it again"
         )
     return False
 

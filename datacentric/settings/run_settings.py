@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datacentric.log import get_logger
 from datacentric.settings.layout import (
     SECTIONS,
     CostSettings,
@@ -231,10 +231,9 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
             raise ConfigError(f"{where}: unknown key {key!r}{suggest(key, list(owners))}")
         data.pop(key, None)
     if legacy:
-        print(
+        get_logger().warning(
             f"datacentric: note: {where}: flat settings (a [train] table or top-level keys) "
-            "are deprecated; use sections (`datacentric config --show` prints them)",
-            file=sys.stderr,
+            "are deprecated; use sections (`datacentric config --show` prints them)"
         )
         flat.update(legacy)
     for name, table in data.items():
@@ -244,10 +243,9 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
             key = key_of(name, key)
             moved = renamed_section_of(name, key)
             if moved is not None:
-                print(
+                get_logger().warning(
                     f"datacentric: note: {where}: [{name}] {key} is deprecated; "
-                    f"write it under [{moved}] (the same setting)",
-                    file=sys.stderr,
+                    f"write it under [{moved}] (the same setting)"
                 )
             elif key not in keys_of[name]:
                 hint = f" (it belongs in [{owners[key]}])" if key in owners else ""

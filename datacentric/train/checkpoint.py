@@ -35,7 +35,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +52,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from datacentric.log import get_logger
 from datacentric.train.safe_load import (
     SafeFileSystemReader,
     SafeLoadPlanner,
@@ -341,7 +341,7 @@ def latest_checkpoint(run_dir: str | Path, expect_sha256: str | None = None) -> 
     :func:`find_checkpoint`; its notice goes to stderr)."""
     path, notice = find_checkpoint(run_dir, expect_sha256)
     if notice:
-        print(f"datacentric: note: {notice}", file=sys.stderr)
+        get_logger().warning("datacentric: note: %s", notice)
     return path
 
 

@@ -25,8 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-#: The package's logger; the CLI and the trainer log through it.
-LOGGER_NAME = "datacentric"
+from datacentric.log import LOGGER_NAME, StderrHandler
 
 #: Scalars of a record that go to TensorBoard and W&B.
 SCALARS = (
@@ -68,7 +67,7 @@ def setup_logging(level: str = "info", rank: int = 0, all_ranks: bool = False) -
     for handler in list(logger.handlers):
         if getattr(handler, "_datacentric", False):
             logger.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler._datacentric = True  # type: ignore[attr-defined]
     prefix = "[rank %(rank)d] " if all_ranks else ""
     handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
