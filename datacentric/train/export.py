@@ -45,6 +45,7 @@ from datacentric.models.source import (
     parse_model_args,
     resolve_model,
 )
+from datacentric.progress import Progress
 from datacentric.train.checkpoint import (
     TRAINER_FILE,
     CheckpointError,
@@ -129,18 +130,24 @@ def export_run(
         path = latest_checkpoint(run, expect_sha256)
     if path is None:
         raise CheckpointError(f"{run}: no checkpoint to export (train with --out first)")
-    trainer = verify_checkpoint(path, expect_sha256)
-    settings = _recorded_settings(run, path, trainer, named=model is not None)
-    source = dataclasses.replace(
-        _export_source(run, settings, model, model_args), lora=lora_from_settings(settings)
-    )
-    state = {clean_name(k): v for k, v in read_model_state(path).items()}
-    built, _ = build_from_source(source, device="meta")
-    _check_fits(built, state, f"{path.name} of {run}", source.name)
-    for old in previous:
-        old.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    fmt, parameters = _write_model(built, source, state, out, settings, merge)
+    with Progress(f"export {path.name}", 4, unit="stage") as bar:
+        bar.set_stage("verify the checksums")
+        trainer = verify_checkpoint(path, expect_sha256)
+        settings = _recorded_settings(run, path, trainer, named=model is not None)
+        source = dataclasses.replace(
+            _export_source(run, settings, model, model_args), lora=lora_from_settings(settings)
+        )
+        bar.update(stage="read the weights")
+        state = {clean_name(k): v for k, v in read_model_state(path).items()}
+        bar.update(stage="build the model")
+        built, _ = build_from_source(source, device="meta")
+        _check_fits(built, state, f"{path.name} of {run}", source.name)
+        for old in previous:
+            old.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        bar.update(stage=f"write {out}")
+        fmt, parameters = _write_model(built, source, state, out, settings, merge)
+        bar.update()
     files = sorted(p.name for p in out.iterdir())
     summary = {
         "format": fmt,
