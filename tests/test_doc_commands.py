@@ -1,6 +1,7 @@
 """Every command of a shell block in README.md and docs/*.md, so the docs cannot go stale.
 
-Each ``datacentric`` command must parse with today's flags (no unknown or removed flag),
+Each ``datacentric`` command must parse with today's flags (no unknown, removed or
+deprecated flag),
 and every command is either run (cheap ones as written, expensive ones with the tiny
 overrides of :data:`RUN`) or skipped for a reason named in :data:`SKIPPED` (a GPU, several
 nodes, a placeholder such as ``hf:my-model``, a set-up step). A command in neither fails
@@ -109,12 +110,14 @@ def test_every_doc_command_is_run_or_skipped_by_name() -> None:
     assert not stale, f"RUN names commands no doc has any more: {stale}"
 
 
-def test_every_datacentric_command_parses_with_todays_flags() -> None:
+def parse_problems(commands: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with each ``datacentric`` command of ``commands`` as today's parser
+    reads it: an unknown, removed or deprecated flag."""
     from datacentric.cli.main import build_parser
 
     parser = build_parser()
     problems = []
-    for doc, command in doc_commands():
+    for doc, command in commands:
         if not command.startswith("datacentric ") or skip_reason(command) in (
             SKIPPED["datacentric schedule ("],
             SKIPPED["datacentric plans "],
@@ -132,7 +135,23 @@ def test_every_datacentric_command_parses_with_todays_flags() -> None:
             continue
         if extra:
             problems.append(f"{doc}: {command}: unknown {extra}")
+        if "deprecated" in stderr.getvalue():  # an old flag name still parses, with a note
+            problems.append(f"{doc}: {command}: {stderr.getvalue().strip()}")
+    return problems
+
+
+def test_every_datacentric_command_parses_with_todays_flags() -> None:
+    problems = parse_problems(doc_commands())
     assert not problems, problems
+
+
+def test_the_parse_check_catches_unknown_and_deprecated_flags() -> None:
+    planted = [
+        ("x.md", "datacentric train --nproc 2"),
+        ("x.md", "datacentric train --lerning-rate 1"),
+    ]
+    problems = parse_problems(planted)
+    assert len(problems) == 2 and "--nproc is deprecated" in problems[0], problems
 
 
 @pytest.mark.slow

@@ -33,10 +33,10 @@ choices (:func:`complete_help`).
 from __future__ import annotations
 
 import argparse
-import sys
 import typing
 from typing import Any
 
+from datacentric.log import get_logger
 from datacentric.settings.layout import (
     RENAMED_SECTIONS,
     flat_docs,
@@ -80,10 +80,7 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        print(
-            f"datacentric: note: {option_string} is deprecated; use {self.new}",
-            file=sys.stderr,
-        )
+        get_logger().warning(f"datacentric: note: {option_string} is deprecated; use {self.new}")
         value = values if self.nargs != 0 else self.const
         if self.append:
             value = [*(getattr(namespace, self.dest, None) or []), *value]
