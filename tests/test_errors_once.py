@@ -94,4 +94,5 @@ def test_torchrun_prints_a_configuration_error_once(tmp_path):
     )
     assert done.returncode != 0
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("datacentric train:")]
-    assert lines == ["datacentric train: unrecognized arguments: --no-such-flag"], done.stderr
+    assert len(lines) == 1, done.stderr  # (a suggestion of the closest flag may follow)
+    assert lines[0].startswith("datacentric train: unrecognized arguments: --no-such-flag")
