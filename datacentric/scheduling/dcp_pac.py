@@ -15,11 +15,11 @@ own samples need under the cap, not what the representative needs
 epoch's GPU-seconds by 5%).
 
 One exception, a bucket whose single sample would fill too much of a step: where one
-representative sample at that size takes longer than :data:`MOVE_SHARE` of the average
-step's ideal makespan (the samples' GPU-seconds per the plan's options, each
-bucket's per-sample cost scaled to a member by its tokens, over the world and the
-steps), the bucket moves to the smallest larger SP size within the node where it does not (or
-the largest). ``dcp-inter`` runs those buckets on a larger size too, but only by
+representative sample at that size takes longer than :data:`MOVE_SHARE` (text; video:
+all) of the average step's ideal makespan (the samples' GPU-seconds per the plan's
+options, each bucket's per-sample cost scaled to a member by its tokens, over the world
+and the steps), the bucket moves to the smallest larger SP size within the node where it
+does not (or the largest). ``dcp-inter`` runs those buckets on a larger size too, but only by
 accident: with every block recomputing its micro-batches are few and large, so a
 step's groups get merged to cover the world (on the held-out long-tailed text of
 ``benchmarks/longtail_text.py`` at 64 GPUs, step 0 had 32 micro-batches for 64 ranks,
@@ -47,6 +47,9 @@ from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 #: A bucket moves to a larger SP size within the node while one representative sample
 #: at its size takes longer than this share of the average step's ideal makespan: its
 #: groups then run at least a few micro-batches each, so their counts can balance.
+#: Text buckets only: video buckets move at a whole step (at a third, dcp-pac fell from
+#: 0.969 / 0.894 / 0.937 to 0.873 / 0.854 / 0.800 of the bound on ``opensora-short`` /
+#: ``-balanced`` / ``-long`` at 32 GPUs).
 MOVE_SHARE = 1 / 3
 
 
@@ -68,9 +71,10 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     configs, moved = {}, {}
     for b in inp.active_buckets():
         cfg = pac.config(b, inter.preferred(b).sp_size)
+        share = MOVE_SHARE if inp.view.buckets[b].shape.grid is None else 1.0
         for s in pac.node_sizes:
             alt = pac.config(b, s)
-            if s > cfg.sp_size and alt is not None and cfg.times[0] > step_s * MOVE_SHARE:
+            if s > cfg.sp_size and alt is not None and cfg.times[0] > step_s * share:
                 cfg = alt
                 moved[inp.view.buckets[b].name] = s
         configs[b] = (cfg, float(cfg.max_batch))
