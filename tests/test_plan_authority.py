@@ -17,7 +17,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import GIB
 from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.planning.plan import Plan, PlanWithoutOptionsError
-from datacentric.planning.planner import plan_buckets
+from datacentric.planning.planner import choose_recompute, plan_buckets
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.scheduling import POLICIES, Pipeline, build_schedule
 from datacentric.shapes import SampleShape, make_buckets
@@ -48,8 +48,21 @@ def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, mon
         shapes, policy=policy, world_size=8, cost_model=MODEL, plan=plan, measure=False
     )
     schedule.validate()
-    for bucket, sp, rc in _settings(schedule):
-        assert (sp, rc) in {(o.sp_size, o.recompute) for o in plan.options_of(bucket)}
+    own_choices = 0
+    for it in schedule.iterations:
+        for a in it.assignments:
+            for mb in a.micro_batches:
+                options = {(o.sp_size, o.recompute) for o in plan.options_of(mb.bucket)}
+                if (a.sp_size, mb.recompute) in options:
+                    continue
+                # dcp-pac only: PAC's knapsack on the micro-batch's own samples, and
+                # that is the planner's function (choose_recompute), not the policy's
+                assert policy == "dcp-pac", (mb, a.sp_size)
+                own = [shapes[i] for i in mb.sample_ids]
+                choice = choose_recompute(MODEL, own, a.sp_size, CAP, mb.ring_size)
+                assert choice is not None and choice.recompute == mb.recompute, mb
+                own_choices += 1
+    assert policy != "dcp-pac" or own_choices > 0  # the rule above is exercised
 
 
 @pytest.mark.parametrize("policy", ["static", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt"])
