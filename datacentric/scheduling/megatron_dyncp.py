@@ -136,7 +136,11 @@ def form_micro_batch(
     top = groups[0].load
     free = c
     left: list[tuple[int, int]] = []
+    room = float("inf")  # once every rank is grouped: an upper bound of what still fits
     for sid, length in rem[1:]:
+        if length > room:  # no group holds it (the loop below would find none)
+            left.append((sid, length))
+            continue
         best: tuple[float, CPGroup | None, int] | None = None
         c = cp_min(length, cap)
         while c <= top_cp:
@@ -162,6 +166,8 @@ def form_micro_batch(
             free += c
         g.add(sid, length, length / c)
         top = max(top, g.load)
+        if free == ranks:  # with a margin for the rounding of the loop's own test
+            room = max((cap - h.tokens) * h.size for h in groups) * (1 + 1e-9) + 1
     while free < ranks:
         if not expand_once(groups, ranks, ranks - free, top_cp):
             if top_cp < ranks and not whole:
