@@ -27,3 +27,17 @@ def test_dcp_opt_is_not_behind_static_or_megatron_on_long_documents(spread):
     assert ours.meta["efficiency"] >= max(eff.values()) * (1 - 1e-9)
     assert ours.meta["efficiency"] <= 1.0
     assert sum(ours.meta["settings"]["steps_from_peers"].values()) >= 1
+
+
+def test_dcp_opt_is_not_behind_dcp_pac_where_its_knapsack_per_micro_batch_pays():
+    """Documents of 91K tokens and one of 131K at 64 H200s (4M-token steps): the 131K
+    document sizes the bucket's options, and dcp-pac's knapsack on each document's own
+    length recomputes less; dcp-opt takes those steps."""
+    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
+    shapes = [SampleShape.text(91_000)] * 255 + [SampleShape.text(131_000)]
+    options = ScheduleOptions(global_batch_tokens=4 * 2**20)
+    pipe = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=98_700_000_000, options=options)
+    pac = pipe.schedule(0, policy="dcp-pac").meta["efficiency"]
+    ours = pipe.schedule(0, policy="dcp-opt")
+    assert ours.meta["efficiency"] >= pac * (1 - 1e-9)
+    assert ours.meta["settings"]["steps_from_peers"]["dcp-pac"] >= 1
