@@ -60,7 +60,8 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     if args.dataset:
         from datacentric.data.sources import data_settings, open_dataset, skipped_samples
 
-        dataset = open_dataset(args.dataset, data_settings(args.settings))
+        settings = args.settings
+        dataset = open_dataset(args.dataset, data_settings(settings.data, settings.job.seed))
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 

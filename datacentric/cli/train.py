@@ -43,8 +43,14 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     from datacentric.train.build import build_dataset, check_model
 
     try:
-        dataset = build_dataset(config)
-        check_model(config, dataset)
+        dataset = build_dataset(config.data, config.job.seed)
+        check_model(
+            config.model,
+            dataset,
+            lora=config.lora,
+            parallelism=config.parallelism,
+            cost=config.cost,
+        )
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)

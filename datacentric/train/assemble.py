@@ -67,13 +67,18 @@ class Run:
 def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
     """Build everything one rank's run needs, in the order of the module doc."""
     torch.manual_seed(config.job.seed)  # every rank draws the same weights
-    dataset = build_dataset(config)  # data
-    module = build_model_for(config, dataset)  # model
+    dataset = build_dataset(config.data, config.job.seed)  # data
+    module = build_model_for(config.model, dataset, lora=config.lora)  # model
     cost_model = run_cost_model(  # the model's cost (collective when it profiles)
-        config,
+        config.cost,
         groups.world_size,
         groups.device,
         dataset.shapes(),
+        model_settings=config.model,
+        lora=config.lora,
+        parallelism=config.parallelism,
+        job=config.job,
+        progress=config.metrics.progress,
         is_main=groups.rank == 0,
         model=module,
         dataset=dataset,
@@ -98,7 +103,7 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
     # trainer: the weights are drawn; from here each rank draws its own random stream, so
     # a model's dropout masks differ between ranks (and between an SP group's shards).
     torch.manual_seed(config.job.seed + 1 + groups.rank)
-    step_metrics = StepMetrics(dc, groups, mfu_cost_model(config, groups.device))
+    step_metrics = StepMetrics(dc, groups, mfu_cost_model(config.model, groups.device))
     optimizer = torch.optim.AdamW(
         dc.model.parameters(),  # wrapped or sharded: the optimizer takes its parameters
         lr=config.training.lr,

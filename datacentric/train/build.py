@@ -1,4 +1,10 @@
-"""Build a run's dataset, model and cost model from its configuration."""
+"""Build a run's dataset, model and cost model, each from the sections it reads.
+
+Every function here takes the sections it reads (``settings.data``, ``settings.model``,
+``settings.lora``...), never the whole settings object; the whole object (the form of
+earlier releases) still works, with a ``DeprecationWarning``
+(:func:`~datacentric.settings.whole.passed_whole`).
+"""
 
 from __future__ import annotations
 
@@ -32,8 +38,15 @@ from datacentric.profiling.module_specs import (
     spec_of_model,
 )
 from datacentric.profiling.profiler import ProfileSettings
-from datacentric.settings import TrainConfig
-from datacentric.settings.sections import LoraConfig, ModelConfig, ParallelismConfig
+from datacentric.settings.layout import CostSettings
+from datacentric.settings.sections import (
+    DataConfig,
+    JobConfig,
+    LoraConfig,
+    ModelConfig,
+    ParallelismConfig,
+)
+from datacentric.settings.whole import passed_whole
 from datacentric.verify.model_contract import check_small_copy
 
 
@@ -43,16 +56,21 @@ def sharding(parallelism: ParallelismConfig) -> ShardingSpec:
     return ShardingSpec(parallelism.shard, parallelism.reshard_after_forward)
 
 
-def build_dataset(config: TrainConfig) -> Dataset:
-    """The run's dataset (see :func:`datacentric.data.sources.open_dataset`)."""
-    return open_dataset(config.data.dataset, data_settings(config))
+def build_dataset(data: DataConfig, seed: int = 0) -> Dataset:
+    """The run's dataset from its ``[data]`` section and ``[job] seed`` (see
+    :func:`datacentric.data.sources.open_dataset`)."""
+    if passed_whole(data, "build_dataset(settings.data, settings.job.seed)"):
+        data, seed = data.data, data.job.seed
+    return open_dataset(data.dataset, data_settings(data, seed))
 
 
-def model_source(config: TrainConfig) -> ModelSource:
-    """The run's model as a :class:`~datacentric.models.source.ModelSource`, with the
-    LoRA adapters of its ``[lora]`` settings."""
-    source = resolve_model(config.model.model, config.model.model_args)
-    return dataclasses.replace(source, lora=lora_of(config.lora))
+def model_source(model: ModelConfig, lora: LoraConfig | None = None) -> ModelSource:
+    """The ``[model]`` section's model as a :class:`~datacentric.models.source.ModelSource`,
+    with the LoRA adapters of the ``[lora]`` section (``None``: LoRA off)."""
+    if passed_whole(model, "model_source(settings.model, settings.lora)"):
+        model, lora = model.model, model.lora
+    source = resolve_model(model.model, model.model_args)
+    return dataclasses.replace(source, lora=lora_of(lora or LoraConfig()))
 
 
 def lora_of(lora: LoraConfig) -> LoraSpec | None:
@@ -60,13 +78,18 @@ def lora_of(lora: LoraConfig) -> LoraSpec | None:
     return lora_spec(lora.rank, lora.alpha, lora.dropout, lora.targets)
 
 
-def build_model_for(config: TrainConfig, dataset) -> nn.Module:
-    """The run's model (:mod:`datacentric.models.source`: a preset, ``hf:DIR_OR_NAME``,
-    ``diffusers:DIR_OR_NAME`` or ``pkg.module:factory``), its parameters in float32
-    (``bfloat16`` is autocast). Seed the global RNG first: every rank must build
-    identical weights (a pretrained folder's are read from the folder)."""
-    model, _ = build_from_source(model_source(config), dtype=torch.float32, dataset=dataset)
-    return model
+def build_model_for(
+    model: ModelConfig, dataset: Dataset, *, lora: LoraConfig | None = None
+) -> nn.Module:
+    """The ``[model]`` section's model (:mod:`datacentric.models.source`: a preset,
+    ``hf:DIR_OR_NAME``, ``diffusers:DIR_OR_NAME`` or ``pkg.module:factory``) with the
+    ``[lora]`` section's adapters, its parameters in float32 (``bfloat16`` is autocast).
+    Seed the global RNG first: every rank must build identical weights (a pretrained
+    folder's are read from the folder)."""
+    if passed_whole(model, "build_model_for(settings.model, dataset, lora=settings.lora)"):
+        model, lora = model.model, model.lora
+    module, _ = build_from_source(model_source(model, lora), dtype=torch.float32, dataset=dataset)
+    return module
 
 
 def build_cost_model(
@@ -95,17 +118,24 @@ def build_cost_model(
 
 
 def run_cost_model(
-    config: TrainConfig,
+    cost: CostSettings,
     world_size: int,
     device: torch.device,
     shapes,
     *,
+    model_settings: ModelConfig | None = None,
+    lora: LoraConfig | None = None,
+    parallelism: ParallelismConfig | None = None,
+    job: JobConfig | None = None,
+    progress: bool = True,
     is_main: bool = True,
     model: nn.Module | None = None,
     dataset: Dataset | None = None,
     sp_sizes: list[int] | None = None,
 ) -> CostModel:
-    """The cost model of a training run (collective when it profiles).
+    """The cost model of a training run (collective when it profiles), from the
+    ``[cost]`` section and the ``[model]`` (``model_settings``, required), ``[lora]``,
+    ``[parallelism]`` and ``[job]`` sections (``progress``: ``[metrics] progress``).
 
     ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
     if its fingerprint matches this model, device, torch, world and dtype, else one
@@ -113,45 +143,60 @@ def run_cost_model(
     (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
     predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
     (:func:`~datacentric.profiling.module_specs.run_spec`: read from ``model`` when it is
-    not an analytic preset).
+    not an analytic preset). The whole settings as the first argument (earlier releases)
+    is deprecated.
     """
-    if config.cost.cost_model == "analytic":
+    if passed_whole(
+        cost,
+        "run_cost_model(settings.cost, ..., model_settings=settings.model, "
+        "lora=, parallelism=, job=, progress=settings.metrics.progress)",
+    ):
+        whole = cost
+        cost, model_settings, lora = whole.cost, whole.model, whole.lora
+        parallelism, job, progress = whole.parallelism, whole.job, whole.metrics.progress
+    if model_settings is None:
+        raise TypeError("run_cost_model: give model_settings (the [model] section)")
+    lora, job = lora or LoraConfig(), job or JobConfig()
+    if cost.cost_model == "analytic":
         return build_cost_model(
-            run_spec(config.model.model, model, model_args(config.model), lora_of(config.lora)),
+            run_spec(model_settings.model, model, model_args(model_settings), lora_of(lora)),
             device,
-            config.model.dtype,
-            shard=sharding(config.parallelism),
+            model_settings.dtype,
+            shard=sharding(parallelism or ParallelismConfig()),
             world_size=world_size,
         )
-    directory = config.cost.profile_dir or str(Path(config.job.out) / "profile")
+    directory = cost.profile_dir or str(Path(job.out) / "profile")
     settings = ProfileSettings(
-        model=config.model.model,
-        model_args=model_args(config.model),
-        lora=lora_of(config.lora),
-        dataset=None if config.model.model in MODEL_PRESETS else dataset,
+        model=model_settings.model,
+        model_args=model_args(model_settings),
+        lora=lora_of(lora),
+        dataset=None if model_settings.model in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
-        dtype=config.model.dtype,
-        seed=config.job.seed,
-        progress=config.metrics.progress and is_main,
+        dtype=model_settings.dtype,
+        seed=job.seed,
+        progress=progress and is_main,
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
-        **config.cost.measure_settings(),
+        **cost.measure_settings(),
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(profile)
 
 
-def mfu_cost_model(config: TrainConfig, device: torch.device) -> CostModel | None:
+def mfu_cost_model(model: ModelConfig, device: torch.device) -> CostModel | None:
     """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of the
-    run's model and arguments (:func:`~datacentric.profiling.module_specs.named_spec`),
-    on this device; ``None`` for a model whose cost cannot be read."""
+    ``[model]`` section's model and arguments
+    (:func:`~datacentric.profiling.module_specs.named_spec`), on this device; ``None`` for
+    a model whose cost cannot be read."""
+    if passed_whole(model, "mfu_cost_model(settings.model, device)"):
+        model = model.model
     try:
-        spec = named_spec(config.model.model, model_args(config.model))
+        spec = named_spec(model.model, model_args(model))
     except UnpricedModelError:
         return None
-    return build_cost_model(spec, device, config.model.dtype)
+    return build_cost_model(spec, device, model.dtype)
 
 
 def model_args(model: ModelConfig) -> dict:
@@ -179,7 +224,14 @@ def _hardware_name(device: torch.device) -> str:
     return "h200-sxm" if "h200" in name else "h100-sxm"
 
 
-def check_model(config: TrainConfig, dataset: Dataset) -> None:
+def check_model(
+    model: ModelConfig,
+    dataset: Dataset,
+    *,
+    lora: LoraConfig | None = None,
+    parallelism: ParallelismConfig | None = None,
+    cost: CostSettings | None = None,
+) -> None:
     """Everything about the run's model that can be checked before ranks start, on the
     meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
     model contract's attributes, features the packed path refuses (raised by the
@@ -187,10 +239,14 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
     analytic cost model, that its cost can be read from it. A Hugging Face model then
     runs the model contract's forward passes on a small CPU copy keeping every layer
     type (features that show only when the model runs). Raises a ``ValueError`` naming
-    the model and what is wrong."""
-    source = model_source(config)
+    the model and what is wrong. Reads the ``[model]``, ``[lora]``, ``[parallelism]`` and
+    ``[cost]`` sections (the whole settings, as earlier releases took, is deprecated)."""
+    if passed_whole(model, "check_model(settings.model, dataset, lora=, parallelism=, cost=)"):
+        model, lora, parallelism, cost = model.model, model.lora, model.parallelism, model.cost
+    name = model.model
+    source = model_source(model, lora)
     try:
-        model, _ = build_from_source(source, device="meta", dataset=dataset)
+        module, _ = build_from_source(source, device="meta", dataset=dataset)
     except (
         AssertionError,
         AttributeError,
@@ -201,32 +257,35 @@ def check_model(config: TrainConfig, dataset: Dataset) -> None:
         NotImplementedError,
     ) as err:
         # raised inside the model's own constructor: name the model and the cause
-        raise ValueError(f"model {config.model.model!r} cannot be built: {err}") from err
+        raise ValueError(f"model {name!r} cannot be built: {err}") from err
     missing = [
-        a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(model, a)
+        a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(module, a)
     ]
     if missing:
         raise ValueError(
-            f"model {config.model.model!r} lacks {', '.join(missing)}; a datacentric model needs "
+            f"model {name!r} lacks {', '.join(missing)}; a datacentric model needs "
             "blocks, set_attention(fn), num_heads, loss_mode and forward(batch) -> per-token "
             "loss (docs/models.md)"
         )
-    held = sharding(config.parallelism)
+    held = sharding(parallelism or ParallelismConfig())
     if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
-        check_fsdp2(model, held.reshard_after_forward)
-    spec = (
-        spec_of_model(model, config.model.model) if config.cost.cost_model == "analytic" else None
-    )
-    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+        check_fsdp2(module, held.reshard_after_forward)
+    analytic = (cost or CostSettings()).cost_model == "analytic"
+    _check_vocab(name, module, spec_of_model(module, name) if analytic else None, dataset)
+    try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
+        check_small_copy(module, dataset)
+    except ValueError as err:
+        raise ValueError(f"model {name!r}: {err}") from err
+
+
+def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: Dataset) -> None:
+    """The model's token ids (its config's, else the spec's) cover the dataset's."""
+    vocab = getattr(getattr(module, "config", None), "vocab_size", None)
     if vocab is None and spec is not None:
         vocab = spec.vocab_size or None
     data_vocab = getattr(dataset, "vocab_size", None)
     if vocab and data_vocab and int(data_vocab) > int(vocab):
         raise ValueError(
-            f"model {config.model.model!r} has {vocab} token ids but the dataset's tokenizer has "
+            f"model {name!r} has {vocab} token ids but the dataset's tokenizer has "
             f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"
         )
-    try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
-        check_small_copy(model, dataset)
-    except ValueError as err:
-        raise ValueError(f"model {config.model.model!r}: {err}") from err

@@ -226,7 +226,7 @@ def compare_policies(
         # passes its probe while the machine runs up to its tolerance slower or faster)
         for name in (PROFILE_FILE, PROBE_FILE):
             (profile_dir / name).unlink(missing_ok=True)
-    dataset = build_dataset(base)
+    dataset = build_dataset(base.data, base.job.seed)
     shapes = dataset.shapes()
     before, clock = load_average(), CpuClock.now()
     cpu_s = wall_s = process_s = 0.0
@@ -252,8 +252,19 @@ def compare_policies(
             saved = profile_dir / PROFILE_FILE
             key = saved.read_text(encoding="utf-8") if saved.exists() else ""
             if key not in cost_models:
-                cost_models[key] = run_cost_model(config, world_size, torch.device("cpu"), shapes)
-            runs[policy].append(_read_run(policy, config, shapes, cost_models[key], warmup))
+                cost_models[key] = run_cost_model(
+                    config.cost,
+                    world_size,
+                    torch.device("cpu"),
+                    shapes,
+                    model_settings=config.model,
+                    lora=config.lora,
+                    parallelism=config.parallelism,
+                    job=config.job,
+                    progress=config.metrics.progress,
+                )
+            measured = _read_run(policy, config.job.out, shapes, cost_models[key], warmup)
+            runs[policy].append(measured)
         bar.update()
     load = LoadReading(
         cores=cores(),
@@ -271,16 +282,17 @@ def compare_policies(
     )
 
 
-def _read_run(policy, config: TrainConfig, shapes, cost_model, warmup) -> PolicyMeasurement:
-    schedule = load_schedule(config.job.out, 0)
-    records = read_metrics(config.job.out)
+def _read_run(policy, out: str, shapes, cost_model, warmup) -> PolicyMeasurement:
+    """The measurement of ``policy``'s finished run in folder ``out`` (``[job] out``)."""
+    schedule = load_schedule(out, 0)
+    records = read_metrics(out)
     if len(records) != len(schedule.iterations):
         raise RuntimeError(
-            f"{policy}: {len(records)} steps were logged in {config.job.out} but epoch 0 has "
+            f"{policy}: {len(records)} steps were logged in {out} but epoch 0 has "
             f"{len(schedule.iterations)}; the run did not finish its epoch"
         )
     return dataclasses.replace(
-        _measure(policy, schedule, records, shapes, cost_model, warmup), out=config.job.out
+        _measure(policy, schedule, records, shapes, cost_model, warmup), out=out
     )
 
 

@@ -16,7 +16,6 @@ import hashlib
 import json
 import math
 import os
-import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -33,25 +32,23 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig, section_keys
-from datacentric.settings.run_settings import parse_fault
 from datacentric.settings.sections import TrainingConfig
 from datacentric.train.assemble import assemble_run
 from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
     CheckpointError,
     PendingSave,
-    find_checkpoint,
     load_checkpoint,
     manifest_sha256,
-    resolve_resume_from,
-    start_checkpoint,
     weights_sha256,
 )
 from datacentric.train.data_centric import Step
+from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
 from datacentric.train.metrics import full_model_state, read_jsonl
 from datacentric.train.preemption import StopSignals, signal_name
+from datacentric.train.run_checkpoints import RunCheckpoints
 from datacentric.train.run_folder import (
     RunFolderLock,
     claim_run_folder,
@@ -122,6 +119,46 @@ def lr_lambda(training: TrainingConfig, total: int):
     return factor
 
 
+def planned_total(training: TrainingConfig, per_epoch: int, *, note: bool = False) -> int:
+    """The steps the ``[training]`` section plans at ``per_epoch`` steps an epoch
+    (``iterations``, else ``epochs`` epochs); ``note``: say when ``iterations`` overrides
+    ``epochs``."""
+    if training.iterations is None:
+        return training.epochs * per_epoch
+    if note and training.iterations != training.epochs * per_epoch:
+        # iterations is a max_steps: it wins over epochs; say so (the data repeats
+        # or stops early, unlike what `epochs` alone would do)
+        log = logger.warning if training.iterations > per_epoch * training.epochs else logger.info
+        log(
+            "note: training.iterations %d sets the step count over training.epochs %d "
+            "(%d steps per epoch): %.3g epochs of data",
+            training.iterations,
+            training.epochs,
+            per_epoch,
+            training.iterations / max(1, per_epoch),
+        )
+    return training.iterations
+
+
+def lr_scheduler(
+    optimizer: torch.optim.Optimizer, training: TrainingConfig, total: int, done: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The ``[training]`` section's learning-rate schedule over ``total`` steps, at step
+    ``done`` when the run continues."""
+    for group in optimizer.param_groups:
+        # The schedule multiplies the configured peak; a loaded optimizer state holds
+        # the decayed rate of its last step, which must not become the new base.
+        group["initial_lr"] = training.lr
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(training, total))
+    if done:
+        # LambdaLR is a pure function of the step count: replay it, no state needed.
+        scheduler.last_epoch = done - 1
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
+            scheduler.step()
+    return scheduler
+
+
 class Trainer:
     """One rank's training run; construct on every rank after ``groups`` exist."""
 
@@ -129,6 +166,8 @@ class Trainer:
         self, config: TrainConfig, groups: ProcessGroups, *, lock_folder: bool = True
     ) -> None:
         self.config = config
+        """The run's settings, kept only to write its settings files; every part below
+        receives its own section(s)."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.groups = groups
@@ -151,9 +190,20 @@ class Trainer:
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
         self.heartbeat = Heartbeat(groups, self._phase_now)
-        self.fault = (
-            parse_fault(config.training.fault_inject) if config.training.fault_inject else None
+        self.settings_json = config.to_json()
+        """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
+        self.training = config.training
+        self.job = config.job
+        self.metrics_config = config.metrics
+        self.profiling = config.profiling
+        self.checkpoints = RunCheckpoints(config.checkpoint, self.out, is_main=self.is_main)
+        self.collective_timeout_s = config.parallelism.collective_timeout_s
+        self.fault = FaultInjection.of(
+            config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
+        self.model_name = config.model.model
+        self.bfloat16 = config.model.dtype == "bfloat16"
+        self.policy = config.scheduling.policy
 
     def _phase_now(self) -> str:
         step = self._step_now
@@ -168,50 +218,13 @@ class Trainer:
 
     def _planned_total(self) -> int:
         per_epoch = len(self.dc.current_schedule().iterations)
-        if self.config.training.iterations is None:
-            return self.config.training.epochs * per_epoch
-        if (
-            self.is_main
-            and self.config.training.iterations != self.config.training.epochs * per_epoch
-        ):
-            # iterations is a max_steps: it wins over epochs; say so (the data repeats
-            # or stops early, unlike what `epochs` alone would do)
-            log = (
-                logger.warning
-                if self.config.training.iterations > per_epoch * self.config.training.epochs
-                else logger.info
-            )
-            log(
-                "note: training.iterations %d sets the step count over training.epochs %d "
-                "(%d steps per epoch): %.3g epochs of data",
-                self.config.training.iterations,
-                self.config.training.epochs,
-                per_epoch,
-                self.config.training.iterations / max(1, per_epoch),
-            )
-        return self.config.training.iterations
+        return planned_total(self.training, per_epoch, note=self.is_main)
 
     # ---------------------------------------------------------------- resume
-    def _checkpoint_to_load(self, restarted: bool) -> Path | None:
-        if self.config.checkpoint.resume_from:
-            return resolve_resume_from(self.out, self.config.checkpoint.resume_from)
-        if not (self.config.checkpoint.resume or restarted):
-            return None
-        pin = None if restarted else self.config.checkpoint.expect_sha256
-        path, notice = find_checkpoint(self.out, pin)
-        if path is None and pin is not None:  # a pin of nothing must not start over
-            raise CheckpointError(
-                f"--expect-sha256: {self.out} holds no checkpoint to check it against; "
-                "name the run folder that holds the pinned checkpoint (or drop --expect-sha256)"
-            )
-        if notice and self.is_main:
-            logger.warning("note: %s", notice)
-        return path
-
     def _resume(self) -> None:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
         restarted = launch_mode().restarts > 0
-        path = self._checkpoint_to_load(restarted)
+        path = self.checkpoints.to_load(restarted)
         planned = self._planned_total()
         if path is None:
             self.total_iterations = planned
@@ -219,20 +232,18 @@ class Trainer:
                 _truncate_jsonl(self.out / "metrics.jsonl", 0)
                 _truncate_jsonl(self.out / "samples.jsonl", 0)
             return
-        # The checkpoint the user named is pinned; a restart resumes this job's own.
-        expect = None if restarted else self.config.checkpoint.expect_sha256
         state = load_checkpoint(
             path,
             self.model,
             self.optimizer,
-            expect_model=self.config.model.model,
-            expect_sha256=expect,
+            expect_model=self.model_name,
+            expect_sha256=self.checkpoints.expected_sha256(restarted),
         )
         self._check_unchanged(path, state)
         self.dc.load_state_dict(state["position"])
         done = self.position.iterations_done
         was = int(state["total_iterations"])
-        self.total_iterations = was if self.config.training.lr_horizon == "first" else planned
+        self.total_iterations = was if self.training.lr_horizon == "first" else planned
         if self.is_main:
             new = self.total_iterations
             change = f" (the checkpoint's run planned {was})" if was != new else ""
@@ -250,7 +261,7 @@ class Trainer:
         """Refuse a resume whose data, model or schedule settings differ from the
         checkpoint's (any world size), naming each changed setting."""
         saved = _resolve_aliases(state.get("config") or {})
-        now = _resolve_aliases(self.config.to_json())
+        now = _resolve_aliases(self.settings_json)
         changed = [
             f"{key} ({saved[key]!r} -> {now[key]!r})"
             for key in RESUME_FIXED
@@ -278,7 +289,7 @@ class Trainer:
             "world_size": self.groups.world_size,
             "total_iterations": self.total_iterations,
             "lr_scheduler": lr_state,
-            "config": self.config.to_json(),
+            "config": self.settings_json,
             "dataset_fingerprint": self._dataset_fingerprint(),
         }
 
@@ -292,7 +303,7 @@ class Trainer:
             lock.acquire()  # before anything in the folder is written
         try:
             with self.heartbeat:
-                if self.config.checkpoint.save_on_signal:
+                if self.checkpoints.save_on_signal:
                     announce = self._stop_note if self.is_main else None
                     with StopSignals(announce) as signals:
                         return self._run(signals)
@@ -309,22 +320,25 @@ class Trainer:
         return f"stopping after step {self.position.iterations_done}, then saving"
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
-        config = self.config
-        setup_logging(config.metrics.log_level, self.groups.rank, config.metrics.log_all_ranks)
+        logs = self.metrics_config
+        setup_logging(logs.log_level, self.groups.rank, logs.log_all_ranks)
         if self.is_main:
-            claim_run_folder(config.job, config.checkpoint, restarted=launch_mode().restarts > 0)
+            restarted = launch_mode().restarts > 0
+            claim_run_folder(self.job, self.checkpoints.checkpoint, restarted=restarted)
         self._resume()  # checks the checkpoint before anything in the folder changes
         if self.is_main:
             self._write_run_files()
-        scheduler = self._lr_scheduler()
+        scheduler = lr_scheduler(
+            self.optimizer, self.training, self.total_iterations, self.position.iterations_done
+        )
         metrics, tracer = self._metrics_and_tracer()
         if self.is_main:
             logger.info(
                 "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
-                config.model.model,
+                self.model_name,
                 self.groups.world_size,
                 self.groups.device.type,
-                config.scheduling.policy,
+                self.policy,
                 self.total_iterations,
                 self.position.iterations_done + 1,
                 self.out,
@@ -342,7 +356,7 @@ class Trainer:
                 self.position.iterations_done,
                 self.saved,
             )
-        if self.is_main and config.metrics.plots:
+        if self.is_main and logs.plots:
             _draw_plots(self.out)
         return TrainResult(
             iterations_done=self.position.iterations_done,
@@ -364,45 +378,27 @@ class Trainer:
         plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
         (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
 
-    def _lr_scheduler(self) -> torch.optim.lr_scheduler.LambdaLR:
-        """The learning-rate schedule, at the resumed step when the run continues."""
-        config = self.config
-        for group in self.optimizer.param_groups:
-            # The schedule multiplies the configured peak; a loaded optimizer state holds
-            # the decayed rate of its last step, which must not become the new base.
-            group["initial_lr"] = config.training.lr
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda(config.training, self.total_iterations)
-        )
-        if self.position.iterations_done:
-            # LambdaLR is a pure function of the step count: replay it, no state needed.
-            scheduler.last_epoch = self.position.iterations_done - 1
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
-                scheduler.step()
-        return scheduler
-
     def _metrics_and_tracer(self) -> tuple[MetricsLogger, StepTracer]:
         """Where the step records go, and the tracer of the steps ``trace_steps`` names."""
-        config = self.config
+        logs, profiling = self.metrics_config, self.profiling
         metrics = MetricsLogger(
             self.out,
             enabled=self.is_main,
             total=self.total_iterations,
             initial=self.position.iterations_done,
-            progress=config.metrics.progress,
-            log_every=config.metrics.log_every,
-            tensorboard=config.metrics.tensorboard,
-            wandb=wandb_settings(config.metrics, config.to_json()) if self.is_main else None,
+            progress=logs.progress,
+            log_every=logs.log_every,
+            tensorboard=logs.tensorboard,
+            wandb=wandb_settings(logs, dict(self.settings_json)) if self.is_main else None,
             memory_capacity_bytes=device_memory_bytes(self.groups.device),
         )
         tracer = StepTracer(
             self.out,
-            config.profiling.trace_steps,
+            profiling.trace_steps,
             rank=self.groups.rank,
             device=self.groups.device,
-            enabled=self.is_main or config.profiling.trace_all_ranks,
-            memory_snapshot=config.profiling.memory_snapshot,
+            enabled=self.is_main or profiling.trace_all_ranks,
+            memory_snapshot=profiling.memory_snapshot,
             run_steps=range(self.position.iterations_done + 1, self.total_iterations + 1),
         )
         return metrics, tracer
@@ -416,13 +412,13 @@ class Trainer:
     ) -> _Tally:
         """Every step of the run (each schedule saved once, checkpoints as configured),
         until the last one or an agreed stop signal; then one final checkpoint."""
-        config = self.config
+        training = self.training
         tally = _Tally()
-        epochs = config.training.epochs if config.training.iterations is None else None
+        epochs = training.epochs if training.iterations is None else None
         # a resumed run's checkpoint at its first step exists already
         checkpointed = self.position.iterations_done or None
         saved = None
-        for step in self.dc.steps(epochs, iterations=config.training.iterations):
+        for step in self.dc.steps(epochs, iterations=training.iterations):
             schedule = self.dc.current_schedule()
             if self.is_main and schedule is not saved:  # the schedule that runs, once
                 replanned = self.position.segment_excluded
@@ -437,9 +433,8 @@ class Trainer:
             tally.loss_tokens += record["loss_tokens"]
             metrics.log(record)
             self._finish_save()  # a background save had this step to write its shards
-            every = config.checkpoint.checkpoint_every
-            if every and self.position.iterations_done % every == 0:
-                self._save(scheduler, background=config.checkpoint.async_save)
+            if self.checkpoints.due(self.position.iterations_done):
+                self._save(scheduler, background=self.checkpoints.background)
                 checkpointed = self.position.iterations_done
             tally.stopped_by = signals.agreed(self.groups) if signals is not None else None
             if tally.stopped_by is not None:
@@ -456,15 +451,13 @@ class Trainer:
         step = self.position.iterations_done
         self.pending_save = self._in_save(
             step,
-            lambda: start_checkpoint(
-                self.out,
+            lambda: self.checkpoints.start(
                 step,
                 self.model,
                 self.optimizer,
                 self._trainer_state(scheduler.state_dict()),
-                keep_last=self.config.checkpoint.keep_last,
                 before_commit=self._maybe_stop_in_save,
-                async_save=background,
+                background=background,
             ),
         )
         if not background:
@@ -492,7 +485,7 @@ class Trainer:
             peers = self.heartbeat.describe_peers() or "a peer rank stopped answering?"
             raise RuntimeError(
                 f"rank {self.groups.rank}: checkpoint save (step {step}) timed out after "
-                f"{self.config.parallelism.collective_timeout_s:g} s: {peers}"
+                f"{self.collective_timeout_s:g} s: {peers}"
             ) from err
         finally:
             self.activity = f"training after step {step}"
@@ -500,43 +493,25 @@ class Trainer:
     def _maybe_stop_in_save(self) -> None:
         """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
         of step STEP, after its files are written (once per run folder)."""
-        if self.fault is None or self.fault[2] != "stop":
-            return
-        rank, at, _ = self.fault
-        marker = self.out / f".fault-injected-rank{rank}-at{at}"
-        if self.groups.rank == rank and self.position.iterations_done == at:
-            if not marker.exists():
-                marker.touch()
-                os.kill(os.getpid(), signal.SIGSTOP)
+        if self.fault is not None:
+            self.fault.in_save(self.position.iterations_done)
 
     def _maybe_inject_fault(self, number: int) -> None:
         """Kill (or hang) this rank after its first micro-batch of the step named by the
         fault-injection setting, once per run folder (a marker file records it)."""
-        if self.fault is None:
-            return
-        rank, at, mode = self.fault
-        marker = self.out / f".fault-injected-rank{rank}-at{at}"
-        if self.groups.rank == rank and number == at and mode != "stop":
-            if not marker.exists():
-                marker.touch()
-                if mode == "term":  # as a cluster preempting the job: every process of it
-                    os.killpg(os.getpgid(0), signal.SIGTERM)
-                    return
-                if mode == "hang":
-                    time.sleep(10 * self.config.parallelism.collective_timeout_s)
-                os._exit(17)
+        if self.fault is not None:
+            self.fault.after_first_micro_batch(number)
 
     def _step(self, step: Step, scheduler) -> dict[str, Any]:
         """Run one step of ``DataCentric.steps()``: the user loop's body plus mixed
         precision, fault injection, clipping and the step's metrics record."""
-        config = self.config
         self.optimizer.zero_grad(set_to_none=True)
         self.step_metrics.start()
         started = time.perf_counter()
         autocast = torch.autocast(
             device_type=self.groups.device.type,
             dtype=torch.bfloat16,
-            enabled=config.model.dtype == "bfloat16",
+            enabled=self.bfloat16,
         )
         self._step_now = step
         loss = self._forward_backward(step, autocast)
@@ -549,7 +524,7 @@ class Trainer:
             )
         # The norm before clipping, over the whole gradient (every shard under FSDP2).
         grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), config.training.grad_clip or math.inf
+            self.model.parameters(), self.training.grad_clip or math.inf
         )
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
@@ -594,7 +569,6 @@ class Trainer:
         self, step: Step, loss: float, lr: float, grad_norm: torch.Tensor, elapsed: float
     ) -> dict[str, Any]:
         """The metrics record of a finished step."""
-        config = self.config
         iteration, stats, sample_ids = step.iteration, step.stats, step.sample_ids
         tokens = sum(self.shapes[i].tokens for i in sample_ids)
         step_index, epoch = step.number, step.epoch
@@ -624,7 +598,7 @@ class Trainer:
             **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
-                if config.metrics.timeline
+                if self.metrics_config.timeline
                 else {}
             ),
         }

@@ -1,0 +1,101 @@
+"""A run's ``[checkpoint]`` section at work: which checkpoint a start resumes from,
+which steps are saved, and how (the trainer's resume and save policy).
+
+:class:`RunCheckpoints` is built from the section and the run folder only; the trainer
+asks it where to resume and whether a step is due, and keeps the collective parts (the
+heartbeat, the timeout message) itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datacentric.settings.sections import CheckpointConfig
+from datacentric.train.checkpoint import (
+    CheckpointError,
+    PendingSave,
+    find_checkpoint,
+    resolve_resume_from,
+    start_checkpoint,
+)
+from datacentric.train.metric_sinks import logger
+
+
+@dataclass
+class RunCheckpoints:
+    """The ``[checkpoint]`` section of the run whose folder is ``out``."""
+
+    checkpoint: CheckpointConfig
+    """The ``[checkpoint]`` section."""
+    out: Path
+    """The run folder (``[job] out``)."""
+    is_main: bool = True
+    """Rank 0: the one that says which checkpoint it fell back to."""
+
+    def to_load(self, restarted: bool) -> Path | None:
+        """The checkpoint this start loads (``None``: a fresh start): ``resume_from``,
+        else with ``resume`` (or a torchrun restart) the newest complete one, checked
+        against ``expect_sha256`` unless restarted."""
+        if self.checkpoint.resume_from:
+            return resolve_resume_from(self.out, self.checkpoint.resume_from)
+        if not (self.checkpoint.resume or restarted):
+            return None
+        pin = self.expected_sha256(restarted)
+        path, notice = find_checkpoint(self.out, pin)
+        if path is None and pin is not None:  # a pin of nothing must not start over
+            raise CheckpointError(
+                f"--expect-sha256: {self.out} holds no checkpoint to check it against; "
+                "name the run folder that holds the pinned checkpoint (or drop --expect-sha256)"
+            )
+        if notice and self.is_main:
+            logger.warning("note: %s", notice)
+        return path
+
+    def expected_sha256(self, restarted: bool) -> str | None:
+        """The manifest digest the loaded checkpoint must have: the checkpoint the user
+        named is pinned; a restart resumes this job's own."""
+        return None if restarted else self.checkpoint.expect_sha256
+
+    def due(self, iterations_done: int) -> bool:
+        """Whether the step that brought the run to ``iterations_done`` is saved
+        (``checkpoint_every``)."""
+        every = self.checkpoint.checkpoint_every
+        return bool(every) and iterations_done % every == 0
+
+    @property
+    def background(self) -> bool:
+        """Periodic saves are written in the background (``async_save``)."""
+        return self.checkpoint.async_save
+
+    @property
+    def save_on_signal(self) -> bool:
+        """A SIGTERM/SIGINT stops the run after a save (``save_on_signal``)."""
+        return self.checkpoint.save_on_signal
+
+    def start(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer_state: dict[str, Any],
+        *,
+        before_commit: Callable[[], None] | None = None,
+        background: bool = False,
+    ) -> PendingSave:
+        """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints
+        (collective; see :func:`~datacentric.train.checkpoint.start_checkpoint`)."""
+        return start_checkpoint(
+            self.out,
+            step,
+            model,
+            optimizer,
+            trainer_state,
+            keep_last=self.checkpoint.keep_last,
+            before_commit=before_commit,
+            async_save=background,
+        )
