@@ -60,7 +60,8 @@ Policy = Literal[
 @dataclass(kw_only=True)
 class JobConfig:
     out: str = "runs/train"
-    """Run folder: resolved config, metrics.jsonl, samples.jsonl, checkpoints, schedules."""
+    """Output folder; a training run's holds its resolved config, metrics.jsonl,
+    samples.jsonl, checkpoints and schedules."""
     seed: int = 0
     """Seed of model initialisation, data noise and the schedule."""
     overwrite: bool = False
@@ -228,8 +229,9 @@ class CheckpointConfig:
     keep_last: int | None = setting(None, ge=1)
     """Keep only the newest N checkpoints (unset: keep all)."""
     expect_sha256: str | None = None
-    """Resume only if the checkpoint's ``manifest.json`` has this SHA-256 (printed at save
-    time and by ``datacentric inspect``); checked before anything else in it is read."""
+    """Use a checkpoint (to resume, inspect or export) only if its ``manifest.json`` has
+    this SHA-256 (printed at save time and by ``datacentric inspect``); checked before
+    anything else in it is read."""
     save_on_signal: bool = True
     """On SIGTERM/SIGINT, finish the step on every rank, save a checkpoint and exit with
     128+signal (preempted); off: stop at once without saving."""
