@@ -10,38 +10,35 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from datacentric.cli.flags import (
+from datacentric.cli.flag_groups import (
     LORA_KEYS,
-    add_lora_flags,
+    add_dataset_flags,
+    add_json_flag,
+    add_memory_flags,
+    add_model_flags,
+    add_out_flag,
     add_policy_flag,
+    add_shard_flags,
     add_world_flag,
-    config_option,
-    enable_config_file,
 )
-from datacentric.cli.plan import add_data_arguments
+from datacentric.cli.flags import enable_config_file
 from datacentric.cli.train import check_dataset
 from datacentric.settings import load_config
+from datacentric.settings.command_defaults import command_settings
+from datacentric.settings.layout import flat_defaults
 
 if TYPE_CHECKING:
     from datacentric.train.measured_comparison import Comparison
 
-#: Settings of the CPU comparison: the tiny Llama on the standard-library corpus with
-#: a memory cap under which the longest files need SP 2 or recomputation. The model is
-#: held whole on each rank (``shard`` none, one gradient all-reduce after the step's
-#: passes): under FSDP2 on gloo, the last backward's per-block reduce-scatters tie the
-#: ranks together mid-pass, and on two CPU cores that slowed the other rank's remaining
-#: micro-batches (1.5 s -> 3.6 s), which the simulator does not model (errors 6.5-15.1%
-#: with FSDP2, 0.6-1.5% without, same command, 2026-12-01).
+#: Settings of the CPU comparison (``bench`` and ``demo``): the tiny Llama on the
+#: standard-library corpus, the schema's ``max_tokens`` and ``lr``, and ``bench``'s own
+#: defaults, declared with their reasons in
+#: :data:`~datacentric.settings.command_defaults.COMMAND_DEFAULTS`.
 BENCH_DEFAULTS: dict[str, Any] = {
-    "model": "llama",
-    "dataset": "stdlib",
-    "dataset_limit": 12,
-    "max_tokens": 4096,
-    "memory_gb": 0.2,
-    "tokens_per_iteration": 16384,
-    "lr": 3e-3,
-    "progress": False,
-    "shard": "none",
+    **{key: flat_defaults()[key] for key in ("model", "dataset", "max_tokens", "lr")},
+    **command_settings(
+        "bench", ("dataset_limit", "memory_gb", "tokens_per_iteration", "progress", "shard")
+    ),
 }
 
 
@@ -49,30 +46,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench", help="measure static vs DCP policies side by side, with the simulator's view"
     )
-    add_world_flag(parser, default=2, note="local gloo ranks")
-    add_policy_flag(
-        parser, several=True, default="static,dcp-pac,dcp-opt", note="; the first is the baseline"
-    )
-    config_option(parser, "--out", key="out", default="runs/bench")
-    config_option(parser, "--model", key="model", note="a runnable preset; default: llama")
-    add_lora_flags(parser)
-    config_option(parser, "--dataset", key="dataset", note="default: stdlib")
-    add_data_arguments(parser, BENCH_DEFAULTS["max_tokens"])
-    config_option(parser, "--memory-gb", key="memory_gb", type=float)
-    config_option(
-        parser,
-        "--shard",
-        key="shard",
-        choices=("none", "ddp", "fsdp2"),
-        note="default: none, see BENCH_DEFAULTS",
-    )
+    add_world_flag(parser, note="local gloo ranks")
+    add_policy_flag(parser, several=True, note="; the first is the baseline")
+    add_out_flag(parser)
+    add_model_flags(parser, note="a runnable preset")
+    add_dataset_flags(parser, lengths=False)
+    add_memory_flags(parser, fraction=False)
+    add_shard_flags(parser, reshard=False)
     parser.add_argument(
         "--runs-per-policy",
         type=int,
         default=None,
         help="runs of each policy, interleaved (A B A B), for the spread between them (default: 2)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
 

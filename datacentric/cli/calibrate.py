@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from datacentric.cli.flags import add_json_out_flag
+from datacentric.cli.flag_groups import add_hardware_flag, add_json_flag, add_json_out_flag
 from datacentric.planning.hardware import H200_SXM_JSON
 
 #: The measurements the shipped ``h200-sxm`` preset is fitted to.
@@ -42,14 +42,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="measurement files (default: the three shipped H200 measurement files)",
     )
-    parser.add_argument(
-        "--hardware",
+    add_hardware_flag(
+        parser,
         default="h200-sxm",
         choices=("h100-sxm", "h200-sxm"),
-        help="the device the files were measured on (its datasheet peaks start the fit)",
+        note="here: the device the files were measured on; its datasheet peaks start the fit",
     )
-    add_json_out_flag(parser, help="write the fitted preset to this JSON file", type=Path)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_out_flag(parser, note="here: the fitted preset", type=Path)
+    add_json_flag(parser)
     parser.set_defaults(func=run)
 
 

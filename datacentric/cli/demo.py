@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
-from datacentric.cli.flags import add_world_flag
+from datacentric.cli.flag_groups import add_out_flag, add_world_flag
+from datacentric.cli.flags import config_option
 from datacentric.settings import load_config
+from datacentric.settings.command_defaults import command_default
 
 if TYPE_CHECKING:
     from datacentric.train.measured_comparison import PolicyRepeats
@@ -33,20 +35,17 @@ DEMO_POLICIES = ["static", "static-reference", "dcp-pac", "dcp-opt"]
 #: Corpus files of the demo: one epoch of them per policy and run (10 files: 24 chunks,
 #: 5 steps; bench keeps 12), so that two runs of each policy keep ``make demo`` near
 #: five minutes on an idle machine (one run of each, on 12 files, took 2 min 53 s).
-DEMO_DATASET_LIMIT = 10
+DEMO_DATASET_LIMIT = command_default("demo", "dataset_limit")
 #: Steps of each run left out of the timing (the first pays one-off allocation costs).
 DEMO_WARMUP = 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("demo", help="profile, plan and train static vs DCP on CPU")
-    parser.add_argument("--out", default="runs/demo", help="run folder")
-    add_world_flag(parser, default=2, note="local gloo ranks", from_config=False)
-    parser.add_argument(
-        "--dataset-limit",
-        type=int,
-        default=None,
-        help="corpus files used (one epoch of them per policy)",
+    add_out_flag(parser)
+    add_world_flag(parser, note="local gloo ranks")
+    config_option(
+        parser, key="dataset_limit", note="here: corpus files, one epoch of them per policy"
     )
     parser.set_defaults(func=run)
 

@@ -12,7 +12,14 @@ import argparse
 import json
 import sys
 
-from datacentric.cli.flags import add_lora_flags, add_timeout_flag, add_world_flag, lora_of_args
+from datacentric.cli.flag_groups import (
+    add_json_flag,
+    add_model_flags,
+    add_timeout_flag,
+    add_world_flag,
+    lora_of_args,
+)
+from datacentric.cli.flags import config_option
 from datacentric.settings import SHARD_MODES
 
 
@@ -23,15 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--model",
-        default="llama",
-        help="a model preset (llama, dit, ...), hf:DIR_OR_NAME (a Hugging Face folder or a "
-        "tiny config), diffusers:DIR_OR_NAME, or pkg.module:factory for your own model (the "
-        "factory returns the model, or (model, dataset)) (default: llama)",
-    )
-    add_world_flag(parser, default=4, note="gloo ranks", from_config=False)
-    parser.add_argument("--seed", type=int, default=0, help="weights, data and sample choice")
+    add_model_flags(parser, note="here a factory may return (model, dataset)")
+    add_world_flag(parser, note="gloo ranks")
+    config_option(parser, "--seed", key="seed", type=int, note="here: weights, data and samples")
     parser.add_argument(
         "--tolerance",
         type=float,
@@ -57,17 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="first run a group of U x R ranks as Ulysses over U inside a ring of R "
         "(e.g. 1,4 ring only, 2,2 hybrid), then the Ulysses layout, in one step",
     )
-    parser.add_argument(
-        "--model-arg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a keyword argument of the model: a config field or the factory's parameter, "
-        "e.g. num_heads=2 (repeatable)",
-    )
-    add_lora_flags(parser)
-    add_timeout_flag(parser, 300.0, "seconds the whole check may take before giving up")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_timeout_flag(parser, note="here: the whole check")
+    add_json_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -83,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         sp_split = parse_sp_split(args.sp_split)
-        model_args = parse_model_args(args.model_arg)
+        model_args = parse_model_args(args.model_args)
         lora = lora_of_args(args)
         (report,) = check_equivalence(
             [args.model],

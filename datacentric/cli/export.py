@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from datacentric.cli.flag_groups import add_json_flag, add_model_flags, add_out_flag
+from datacentric.cli.flags import config_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -15,41 +18,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "other model as model.safetensors. FSDP2 shards are gathered into full tensors.",
     )
     parser.add_argument("run_dir", help="the run folder (--out of `datacentric train`)")
-    parser.add_argument("--out", required=True, help="the folder to write (new or empty)")
+    add_out_flag(parser, required=True, note="here: the exported model, a new or empty folder")
     parser.add_argument(
         "--checkpoint",
         default=None,
         help="a checkpoint of the run to export (step number or folder name; default: newest)",
     )
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace an earlier export in --out"
+    config_option(
+        parser, key="overwrite", action="store_true", note="here: an earlier export in --out"
     )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="the model to export into (default: the one the checkpoint records); a "
-        "pkg.module:factory run only when named here",
+    add_model_flags(
+        parser,
+        lora=False,
+        note="here: the model to export into, with --model-arg replacing the recorded "
+        "arguments; a pkg.module:factory runs only when named here",
     )
-    parser.add_argument(
-        "--model-arg",
-        action="append",
-        default=None,
-        metavar="KEY=VALUE",
-        help="a model argument, repeatable (replaces the recorded ones)",
-    )
-    parser.add_argument(
-        "--expect-sha256",
-        metavar="HEX",
-        default=None,
-        help="export the checkpoint only if its manifest.json has this SHA-256 (checked first)",
-    )
+    config_option(parser, key="expect_sha256", metavar="HEX")
     parser.add_argument(
         "--merge",
         action="store_true",
         help="a LoRA run: fold the adapters into the model and export it whole (default: "
         "the adapters alone, as a PEFT adapter folder or diffusers LoRA weights)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(parser)
     parser.set_defaults(func=run)
 
 
@@ -62,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=args.checkpoint,
         overwrite=args.overwrite,
         model=args.model,
-        model_args=args.model_arg,
+        model_args=args.model_args,
         expect_sha256=args.expect_sha256,
         merge=args.merge,
     )

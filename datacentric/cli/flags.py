@@ -5,7 +5,12 @@ schema) is a ``--section.key`` flag whose help is the field's docstring, default
 choices, and has one short alias, the key with dashes (``--lr`` is ``--training.lr``,
 ``--log-every`` is ``--metrics.log_every``), spelled the same in every command that
 takes the key. Renamed flags keep their old name as a hidden alias that warns
-(:func:`add_deprecated_alias`); ``tests/test_flag_vocabulary.py`` walks every command.
+(:func:`add_deprecated_alias`); ``tests/runtime/cli/test_flag_vocabulary.py`` walks
+every command. A flag's default is the schema's, or its command's own declared with the
+reason in :data:`~datacentric.settings.command_defaults.COMMAND_DEFAULTS`
+(:func:`finish_command` applies it); the groups of flags several commands offer are
+registered in :mod:`datacentric.cli.flag_groups`, one function each, and
+``tests/runtime/cli/test_flag_schema.py`` holds every command to the schema.
 
 The vocabulary (``docs/configuration.md``):
 
@@ -27,7 +32,8 @@ The vocabulary (``docs/configuration.md``):
 FILE``: a flag made with :func:`config_option` names its configuration key, and
 :func:`apply_config_file` fills the flags not given on the command line from the keys the
 file sets, then from the command's defaults. Every option's help shows its default and
-choices (:func:`complete_help`).
+choices (:func:`complete_help`), and a flag's help is one description wherever it is
+offered (:func:`described`), with what a command adds as a note after it.
 """
 
 from __future__ import annotations
@@ -37,8 +43,10 @@ import typing
 from typing import Any
 
 from datacentric.log import get_logger
+from datacentric.settings.command_defaults import command_override
 from datacentric.settings.layout import (
     RENAMED_SECTIONS,
+    flat_defaults,
     flat_docs,
     flat_fields,
     flat_types,
@@ -149,6 +157,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         options.update(_flag_kind(name, kind))
         action = group.add_argument(section_flag(name), short_flag(name), **options)
         action.config_key = name
+        action.description = docs.get(name, "")
         for old in old_section_flags(name):
             add_deprecated_alias(parser, old, section_flag(name), name, like=action)
         if name == "log_level":
@@ -199,14 +208,38 @@ def _base_type(kind: Any) -> Any:
     return kind
 
 
+#: The help of ``--config`` in every command that reads a settings file.
+CONFIG_FILE_HELP = (
+    "TOML file of settings in sections ([job], [training], ...; see `datacentric config "
+    "--show`); flags override it"
+)
+
+
 def add_config_file_flag(parser: argparse.ArgumentParser, used: str = "") -> None:
     """``--config FILE``; ``used`` says which keys a command takes from it."""
-    parser.add_argument(
-        "--config",
-        metavar="FILE.toml",
-        help="TOML file of settings in sections ([job], [training], ...; see "
-        f"`datacentric config --show`){used}; flags override it",
-    )
+    help_text = _with_note(CONFIG_FILE_HELP, used)
+    action = parser.add_argument("--config", metavar="FILE.toml", help=help_text)
+    described(action, CONFIG_FILE_HELP, used)
+
+
+def _with_note(description: str, note: str) -> str:
+    """A flag's help: its shared description, then what this command adds."""
+    return description + (f" ({note})" if note else "")
+
+
+def described(action: argparse.Action, description: str, note: str = "") -> argparse.Action:
+    """Record ``action``'s shared description (the same wherever the flag is offered)
+    and the note its command adds; returns ``action``."""
+    action.description = description
+    action.note = note
+    return action
+
+
+def add_plain_flag(container: Any, *flags: str, help: str, note: str = "", **kwargs: Any) -> Any:
+    """A flag of no settings key, offered by several commands: ``help`` is its one
+    description, ``note`` what this command adds to it."""
+    text = _with_note(help, note).replace("%", "%%")
+    return described(container.add_argument(*flags, help=text, **kwargs), help, note)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -219,23 +252,28 @@ def config_option(
     container: Any,
     *old_flags: str,
     key: str,
-    default: Any = None,
     required: bool = False,
     note: str = "",
     **kwargs: Any,
 ) -> argparse.Action:
-    """The flags of settings key ``key`` in a command that takes ``--config``: its
-    section flag and short alias (:func:`section_flag`, :func:`short_flag`), spelled as
-    in every other command; ``old_flags`` other than those stay as hidden, deprecated
-    aliases (the first one names ``dest``, so the command reads the same attribute).
+    """The flags of settings key ``key``: its section flag and short alias
+    (:func:`section_flag`, :func:`short_flag`), spelled as in every other command;
+    ``old_flags`` other than those stay as hidden, deprecated aliases (the first one
+    names ``dest``, so the command reads the same attribute).
 
-    Its parsed value is ``None`` when not given; ``default`` (shown in the help) and
-    ``required`` are applied after the file is read (:func:`apply_config_file`), so a
-    file can supply them. The help is the settings schema's doc of ``key`` in every
-    command (``note``: what this command adds, in parentheses after it), and the type
-    and choices not given come from it too, so a key means the same thing everywhere."""
-    if "help" in kwargs:
-        raise TypeError(f"config_option({key!r}): the help comes from the schema; use note=")
+    The help is the settings schema's doc of ``key`` in every command (``note``: what
+    this command adds, in parentheses after it); type and choices not given come from
+    it too, and so does the default: the schema's, or the command's own declared in
+    :data:`~datacentric.settings.command_defaults.COMMAND_DEFAULTS` (set by
+    :func:`finish_command`), so a key means the same thing everywhere. In a command
+    that takes ``--config`` the parsed value is ``None`` when not given, and the
+    default and ``required`` are applied after the file is read
+    (:func:`apply_config_file`), so a file can supply them."""
+    if "help" in kwargs or "default" in kwargs:
+        raise TypeError(
+            f"config_option({key!r}): help and default come from the schema (a command's "
+            "own default: settings.command_defaults); use note="
+        )
     kind = flat_types()[key]
     if "action" not in kwargs and "type" not in kwargs:
         kwargs.update(
@@ -244,15 +282,13 @@ def config_option(
     choices = choices_of(kind)
     if choices and "action" not in kwargs and kwargs.get("type") in (None, str):
         kwargs.setdefault("choices", choices)
-    help_text = flat_docs()[key] + (f" ({note})" if note else "")
-    if required:
-        help_text += f" (required, or [{section_of()[key]}] {name_in_section(key)} in --config)"
-    kwargs["help"] = help_text.replace("%", "%%")
+    doc = flat_docs()[key]
+    kwargs["help"] = _with_note(doc, note).replace("%", "%%")
     flags = [short_flag(key), section_flag(key)]
     dest = kwargs.pop("dest", None) or (old_flags[0][2:] if old_flags else key).replace("-", "_")
-    action = container.add_argument(*flags, dest=dest, default=None, **kwargs)
+    action = described(container.add_argument(*flags, dest=dest, default=None, **kwargs), doc, note)
     action.config_key = key
-    action.config_default = default
+    action.config_default = None if required else flat_defaults()[key]
     action.config_required = required
     for old in [*old_flags, *old_section_flags(key)]:
         if old not in flags:
@@ -262,11 +298,35 @@ def config_option(
     return action
 
 
+def finish_command(command: str, parser: argparse.ArgumentParser) -> None:
+    """Settle the defaults of ``command``'s :func:`config_option` flags (the command's
+    own, :func:`~datacentric.settings.command_defaults.command_override`, over the
+    schema's), apply them at parse time in a command without ``--config``, and complete
+    every option's help with its default and choices (:func:`complete_help`)."""
+    takes_file = parser.get_default("config_options") is not None
+    for action in parser._actions:
+        if not hasattr(action, "config_default"):
+            continue
+        override = command_override(command, action.config_key)
+        if override is not None:
+            action.config_default = override.value
+            action.shown_default = override.shown
+        if action.config_required:
+            key = f"[{section_of()[action.config_key]}] {name_in_section(action.config_key)}"
+            action.help += f" (required, or {key} in --config)" if takes_file else " (required)"
+        if not takes_file:
+            value = action.config_default
+            appends = isinstance(action, argparse._AppendAction) and value is not None
+            action.default = list(value) if appends else value
+            action.required = action.config_required
+    complete_help(parser)
+
+
 def enable_config_file(parser: argparse.ArgumentParser) -> None:
     """Add ``--config FILE`` to a command whose :func:`config_option` flags are made."""
     options = [a for a in parser._actions if getattr(a, "config_key", None)]
     keys = ", ".join(dict.fromkeys(f"{section_of()[a.config_key]}.{a.config_key}" for a in options))
-    add_config_file_flag(parser, f"; this command takes {keys} from it")
+    add_config_file_flag(parser, f"this command takes {keys} from it")
     parser.set_defaults(config_options=options)
 
 
@@ -307,123 +367,11 @@ def _given(options: list[argparse.Action], args: argparse.Namespace) -> dict[str
     }
 
 
-def add_world_flag(
-    container: Any,
-    default: int | None = None,
-    required: bool = False,
-    note: str = "",
-    from_config: bool = True,
-) -> None:
-    """``--world N``, the rank count of every command (``--gpus`` and ``--nproc``:
-    hidden, deprecated); ``note``: what this command adds to the schema's help;
-    ``from_config=False`` for a command without ``--config``."""
-    options: dict[str, Any] = {"type": int, "metavar": "N"}
-    if from_config:
-        config_option(
-            container,
-            "--world",
-            key="world",
-            default=default,
-            required=required,
-            note=note,
-            **options,
-        )
-    else:
-        text = flat_docs()["world"] + (f" ({note})" if note else "")
-        container.add_argument("--world", default=default, required=required, help=text, **options)
-    for old in ("--gpus", "--nproc"):
-        add_deprecated_alias(container, old, "--world", "world", type=int)
-
-
-def add_policy_flag(
-    container: Any,
-    *,
-    several: bool,
-    default: str | None = None,
-    required: bool = False,
-    note: str = "",
-) -> None:
-    """``--policy``: one policy, or with ``several`` a comma-separated list
-    (``--policies``: hidden, deprecated)."""
-    if several:
-        note = "here: several to compare, comma-separated" + note
-        options: dict[str, Any] = {"type": policy_list, "metavar": "POLICY[,POLICY...]"}
-    else:
-        options = {"choices": list(POLICIES)}
-    note += "; choices: " + ", ".join(POLICIES)
-    action = config_option(
-        container,
-        "--policy",
-        key="policy",
-        default=default,
-        required=required,
-        note=note.removeprefix("; "),
-        **options,
-    )
-    action.config_list = several
-    add_deprecated_alias(container, "--policies", "--policy", "policy", **options)
-
-
-def policy_list(text: str) -> str:
-    """A comma-separated list of known policies (argparse type; the text is kept)."""
-    names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
-        )
-    return ",".join(names)
-
-
-def add_json_out_flag(parser: argparse.ArgumentParser, help: str, **kwargs: Any) -> None:
-    """``--json-out FILE`` (a file; ``--out`` is a folder in every command). ``--out``
-    keeps its old meaning here as a hidden, deprecated alias."""
-    parser.add_argument("--json-out", metavar="FILE", help=help, **kwargs)
-    add_deprecated_alias(parser, "--out", "--json-out", "json_out", **kwargs)
-
-
-LORA_KEYS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
-
-
-def add_lora_flags(container: Any) -> None:
-    """The ``[lora]`` flags (``--lora.rank`` ...), help and types from the schema."""
-    for key in LORA_KEYS:
-        config_option(container, key=key)
-
-
-def lora_of_args(args: argparse.Namespace) -> Any:
-    """The LoRA spec of a command's ``[lora]`` flags (``None``: off): the run's settings
-    when the command read them (``args.settings``), else the flags' own values."""
-    from datacentric.models.lora import lora_spec
-
-    settings = getattr(args, "settings", None)
-    if settings is not None:
-        values = {k: v for k, v in settings.flat().items() if k in LORA_KEYS}
-    else:
-        values = {k: getattr(args, k, None) for k in LORA_KEYS}
-    return lora_spec(
-        values["lora_rank"] or 0,
-        values["lora_alpha"],
-        values["lora_dropout"] or 0.0,
-        values["lora_targets"],
-    )
-
-
-def add_timeout_flag(
-    parser: argparse.ArgumentParser, default: float, help: str, key: str | None = None
-) -> None:
-    """``--timeout-s``, a whole launch's limit in seconds (``--timeout``: deprecated);
-    ``key``: the configuration key that may set it."""
-    options: dict[str, Any] = {"type": float, "default": default, "metavar": "SECONDS"}
-    if key:
-        config_option(parser, "--timeout-s", key=key, note=help, **options)
-    else:
-        parser.add_argument("--timeout-s", help=help, **options)
-    add_deprecated_alias(parser, "--timeout", "--timeout-s", "timeout_s", type=float)
-
-
 def shown_default(action: argparse.Action) -> Any:
-    """The default an option's help must show (``None``: nothing to show)."""
+    """The default an option's help must show (``None``: nothing to show): a command's
+    own default chosen at run time as its override describes it, else the value."""
+    if getattr(action, "shown_default", None):
+        return action.shown_default
     default = getattr(action, "config_default", action.default)
     hidden = action.help == argparse.SUPPRESS
     if default is None or default is False or default is argparse.SUPPRESS or hidden:
@@ -440,6 +388,8 @@ def complete_help(parser: argparse.ArgumentParser) -> None:
             continue
         text = action.help % {**vars(action), "prog": parser.prog} if "%" in action.help else ""
         text = text or action.help
+        if not hasattr(action, "description"):  # a command's own flag: its help as given
+            described(action, action.help)
         default = shown_default(action)
         extra = []
         if default is not None and str(default) not in text:
@@ -448,28 +398,3 @@ def complete_help(parser: argparse.ArgumentParser) -> None:
             extra.append("choices: " + ", ".join(map(str, action.choices)))
         if extra:
             action.help += (" [" + "; ".join(extra) + "]").replace("%", "%%")
-
-
-def add_split_mode_flag(container: Any) -> None:
-    """``--split-mode``: which splits of an SP group into Ulysses x ring the plan may
-    use (:class:`~datacentric.planning.split_modes.SplitLimitedCostModel`)."""
-    from datacentric.planning.split_modes import SPLIT_MODES
-
-    container.add_argument(
-        "--split-mode",
-        choices=SPLIT_MODES,
-        default="hybrid",
-        help="SP group splits the plan may use: hybrid (Ulysses x ring, the cheapest per "
-        "SP size), ulysses (Ulysses only), ring (every group one ring, as Megatron's ring "
-        "CP) (default: %(default)s)",
-    )
-
-
-def limit_splits(cost_model: Any, args: Any) -> Any:
-    """``cost_model`` limited to ``--split-mode`` (itself for ``hybrid``)."""
-    mode = getattr(args, "split_mode", "hybrid")
-    if mode == "hybrid":
-        return cost_model
-    from datacentric.planning.split_modes import SplitLimitedCostModel
-
-    return SplitLimitedCostModel(cost_model, mode)

@@ -9,18 +9,17 @@ import argparse
 import json
 from pathlib import Path
 
+from datacentric.cli.flag_groups import add_json_flag
+from datacentric.cli.flags import config_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "inspect", help="show iterations done, samples seen and weights hash of a run"
     )
     parser.add_argument("run_dir", help="the run folder (--out of `datacentric train`)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--expect-sha256",
-        metavar="HEX",
-        help="read the checkpoint only if its manifest.json has this SHA-256 (checked first)",
-    )
+    add_json_flag(parser)
+    config_option(parser, key="expect_sha256", metavar="HEX")
     parser.set_defaults(func=run)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import datacentric
 import datacentric.cli as cli_package
-from datacentric.cli.flags import apply_config_file, complete_help
+from datacentric.cli.flags import apply_config_file, finish_command
 from datacentric.cli.ranks import first_to_say, say
 
 
@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         register = getattr(module, "register", None)
         if register is not None:
             register(subparsers)
-    for sub in subparsers.choices.values():
-        complete_help(sub)
+    for name, sub in subparsers.choices.items():
+        finish_command(name, sub)
     return parser
 
 

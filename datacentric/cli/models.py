@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from datacentric.cli.flag_groups import add_json_flag
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -14,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "*Transformer2DModel/*Transformer3DModel installed: exact (with the tests that "
         "show it), refused (with the pre-check's reason) or untested.",
     )
-    parser.add_argument("--json", action="store_true", help="print the table as one JSON line")
+    add_json_flag(parser, note="here: the table, on one line")
     parser.set_defaults(func=run)
 
 

@@ -15,40 +15,21 @@ import json
 import sys
 from typing import Any
 
-from datacentric.cli.flags import (
-    add_lora_flags,
+from datacentric.cli.flag_groups import (
+    add_dataset_flags,
+    add_hardware_flag,
+    add_json_flag,
+    add_memory_flags,
+    add_model_flags,
+    add_shard_flags,
+    add_skip_unfittable_flag,
     add_world_flag,
-    config_option,
-    enable_config_file,
     lora_of_args,
 )
+from datacentric.cli.flags import config_option, enable_config_file
 from datacentric.planning.hardware import GIB
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing, SampleShape, read_lengths_file
-
-
-def add_data_arguments(
-    parser: argparse.ArgumentParser, max_tokens_default: int | None = None
-) -> None:
-    """The flags that shape a ``--dataset`` source (see ``docs/data.md``), the ``[data]``
-    keys of the settings schema with its defaults (``max_tokens_default``: a command's
-    own, as ``bench``'s), so that ``train`` and this command open the same samples."""
-    config_option(
-        parser,
-        "--max-tokens",
-        key="max_tokens",
-        default=max_tokens_default or _schema_default("max_tokens"),
-    )
-    for key in ("dataset_limit", "tokenizer", "text_field", "long_docs", "loss_on"):
-        config_option(parser, key=key)
-    config_option(parser, key="bucket_config")
-
-
-def _schema_default(key: str) -> Any:
-    """The settings schema's default of ``key``."""
-    from datacentric.settings.layout import flat_defaults
-
-    return flat_defaults()[key]
 
 
 def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
@@ -110,38 +91,10 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = Non
 
 
 def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--memory-gb``, ``--memory-fraction`` and ``--shard`` (shared by the
-    commands that build an analytic cost model; see :func:`analytic_model`)."""
-    config_option(parser, "--memory-gb", key="memory_gb", type=float)
-    from datacentric.settings import DEFAULT_MEMORY_FRACTION
-
-    parser.add_argument(
-        "--memory-fraction",
-        type=float,
-        default=DEFAULT_MEMORY_FRACTION,
-        help="analytic: share of the hardware's memory budgeted when --memory-gb is not given",
-    )
-    add_shard_arguments(parser)
-
-
-def add_shard_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--shard`` and ``--reshard-after-forward``: how model state is held
-    (:class:`~datacentric.planning.sharding.ShardingSpec`; the same setting as ``train``)."""
-    from datacentric.planning.sharding import DEFAULT_SHARD, SHARD_MODES
-
-    config_option(
-        parser,
-        "--shard",
-        key="shard",
-        choices=SHARD_MODES,
-        default=DEFAULT_SHARD,
-    )
-    config_option(
-        parser,
-        "--reshard-after-forward",
-        key="reshard_after_forward",
-        action=argparse.BooleanOptionalAction,
-    )
+    """The memory budget and the sharding of the commands that build an analytic cost
+    model (see :func:`analytic_model`)."""
+    add_memory_flags(parser)
+    add_shard_flags(parser)
 
 
 def sharding_of(args: argparse.Namespace) -> Any:
@@ -159,12 +112,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     config_option(parser, "--profile", key="profile_dir")
-    config_option(parser, "--model", key="model", note="an analytic preset, with --hardware")
-    add_lora_flags(parser)
-    parser.add_argument("--hardware", help="hardware preset (h100-sxm, h200-sxm, cpu-local)")
-    config_option(parser, "--dataset", key="dataset")
-    parser.add_argument("--lengths", help="file of sample shapes, one per line")
-    add_data_arguments(parser)
+    add_model_flags(parser, note="an analytic preset, with --hardware")
+    add_hardware_flag(parser, note="analytic, with --model")
+    add_dataset_flags(parser)
     add_world_flag(parser)
     add_cost_model_arguments(parser)
     config_option(
@@ -172,13 +122,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-micro-batch",
         key="max_micro_batch_size",
         dest="max_micro_batch",
-        default=1024,
     )
-    parser.add_argument(
-        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
-    )
-    config_option(parser, "--seed", key="seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_skip_unfittable_flag(parser)
+    config_option(parser, "--seed", key="seed", type=int)
+    add_json_flag(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
 
@@ -225,7 +172,13 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, A
     else:
         cost, world = analytic_model(args.model, args.hardware, args.world, args), args.world
         source = f"analytic {args.model} on {args.hardware}"
-    pipeline = command_pipeline(args, dataset_shapes(args)[0], cost, args.world or world)
+    from datacentric.settings import ScheduleOptions
+
+    # the plan schedule and train make: its options bounded by [scheduling]
+    # max_micro_batch_size (--max-micro-batch-size)
+    options = ScheduleOptions(max_micro_batch_size=args.max_micro_batch)
+    shapes = dataset_shapes(args)[0]
+    pipeline = command_pipeline(args, shapes, cost, args.world or world, options=options)
     return pipeline.plan, pipeline.bucketing, source, cost
 
 
@@ -233,12 +186,10 @@ def command_pipeline(
     args: argparse.Namespace, shapes: list[SampleShape], cost: Any, world: int, **settings: Any
 ) -> Any:
     """The :class:`~datacentric.scheduling.pipeline.Pipeline` of a command's flags: the
-    budget of :func:`memory_budget`, ``--max-micro-batch`` and ``--skip-unfittable`` when
-    the command has them; ``settings``: the rest (``options``, ``seed``, ``policy``)."""
+    budget of :func:`memory_budget` and ``--skip-unfittable`` when the command has it;
+    ``settings``: the rest (``options``, ``seed``, ``policy``)."""
     from datacentric.scheduling.pipeline import Pipeline
 
-    if getattr(args, "max_micro_batch", None) is not None:
-        settings["max_micro_batch"] = args.max_micro_batch
     return Pipeline(
         shapes,
         cost,

@@ -17,25 +17,19 @@ import json
 import sys
 import time
 
-from datacentric.cli.flags import (
-    add_lora_flags,
+from datacentric.cli.flag_groups import (
+    add_dataset_flags,
+    add_json_flag,
+    add_memory_flags,
+    add_model_flags,
+    add_skip_unfittable_flag,
     add_timeout_flag,
     add_world_flag,
-    config_option,
-    enable_config_file,
     lora_of_args,
 )
-from datacentric.cli.plan import (
-    add_data_arguments,
-    dataset_shapes,
-    format_table,
-    plan_json,
-)
-
-#: Default longest sample, profiled sample and validated micro-batch with gloo (CPUs:
-#: attention over 8k-token samples takes seconds per pass, docs/data.md) and with nccl.
-CPU_MAX_TOKENS = 1024
-GPU_MAX_TOKENS = 4096
+from datacentric.cli.flags import config_option, enable_config_file
+from datacentric.cli.plan import dataset_shapes, format_table, plan_json
+from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,41 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    config_option(
-        parser,
-        "--model",
-        key="model",
-        default="llama",
-    )
-    add_lora_flags(parser)
-    config_option(parser, "--dataset", key="dataset")
-    parser.add_argument("--lengths", help="file of sample shapes, one per line")
-    add_data_arguments(parser)
-    for action in parser._actions:  # the longest sample's default depends on the device
-        if getattr(action, "config_key", None) == "max_tokens":
-            action.config_default = None
-            action.help += f" (default: {CPU_MAX_TOKENS} with gloo on CPUs, else {GPU_MAX_TOKENS})"
-    add_world_flag(parser, default=2)
-    config_option(parser, "--memory-gb", key="memory_gb", type=float, required=True)
+    add_model_flags(parser)
+    add_dataset_flags(parser)
+    add_world_flag(parser)
+    add_memory_flags(parser, fraction=False, required=True)
     config_option(
         parser,
         "--out",
         key="profile_dir",
         metavar="DIR",
-        note="it holds profile.json and plan.json; default: runs/profile-MODEL-worldN",
+        note="it holds profile.json and plan.json",
     )
     parser.add_argument(
         "--backend", default="gloo", choices=("gloo", "nccl"), help="collective backend"
     )
-    config_option(
-        parser,
-        "--dtype",
-        key="dtype",
-        choices=("float32", "bfloat16"),
-        note="default: float32 with gloo, bfloat16 with nccl",
-    )
-    config_option(parser, "--warmup", key="warmup", type=int, default=2)
-    config_option(parser, "--repeats", key="repeats", type=int, default=5)
+    config_option(parser, "--dtype", key="dtype")
+    config_option(parser, "--warmup", key="warmup", type=int)
+    config_option(parser, "--repeats", key="repeats", type=int)
     parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
     parser.add_argument(
         "--max-profile-tokens",
@@ -94,9 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"largest validated micro-batch (default: {CPU_MAX_TOKENS} with gloo, "
         f"{GPU_MAX_TOKENS} with nccl)",
     )
-    parser.add_argument(
-        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
-    )
+    add_skip_unfittable_flag(parser)
     config_option(
         parser,
         "--force",
@@ -105,8 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         note="here: re-measure the profile in --profile-dir even when it is fresh",
     )
-    add_timeout_flag(parser, 1800.0, "seconds each launch of the ranks may take", key="timeout_s")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_timeout_flag(parser, note="here: each launch of the ranks")
+    add_json_flag(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
 

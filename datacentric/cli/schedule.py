@@ -19,20 +19,21 @@ import json
 import sys
 from typing import Any
 
-from datacentric.cli.flags import (
-    add_deprecated_alias,
+from datacentric.cli.flag_groups import (
+    add_dataset_flags,
+    add_hardware_flag,
+    add_json_flag,
     add_json_out_flag,
-    add_lora_flags,
+    add_model_flags,
     add_policy_flag,
+    add_skip_unfittable_flag,
     add_split_mode_flag,
     add_world_flag,
-    config_option,
-    enable_config_file,
     limit_splits,
 )
+from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
 from datacentric.cli.plan import (
     add_cost_model_arguments,
-    add_data_arguments,
     analytic_model,
     command_pipeline,
     dataset_shapes,
@@ -47,46 +48,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group()
-    config_option(source, "--dataset", key="dataset", note="or --lengths")
-    source.add_argument("--lengths", help="file: TOKENS or FRAMES HEIGHT WIDTH per line")
-    add_data_arguments(parser)
+    add_dataset_flags(parser, exclusive=True)
     add_world_flag(parser, required=True)
     add_policy_flag(parser, several=True, required=True)
     config_option(parser, "--profile", key="profile_dir")
-    config_option(
-        parser, "--model", key="model", note="an analytic preset; default: the workload's"
-    )
-    add_lora_flags(parser)
-    parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
+    add_model_flags(parser, note="an analytic preset")
+    add_hardware_flag(parser, note="default: the workload's")
     add_cost_model_arguments(parser)
-    config_option(parser, "--seed", key="seed", type=int, default=0)
+    config_option(parser, "--seed", key="seed", type=int)
     parser.add_argument("--epoch", type=int, default=0, help="epoch number (orders the samples)")
     add_global_batch_arguments(parser)
     add_split_mode_flag(parser)
     config_option(
-        parser,
-        "--drop-remainder",
-        key="drop_remainder",
-        action=argparse.BooleanOptionalAction,
-        default=False,
+        parser, "--drop-remainder", key="drop_remainder", action=argparse.BooleanOptionalAction
     )
     config_option(parser, "--max-sp", key="max_sp_size", type=int)
     config_option(
-        parser,
-        "--exact-solver",
-        key="exact_solver",
-        action=argparse.BooleanOptionalAction,
-        default=True,
+        parser, "--exact-solver", key="exact_solver", action=argparse.BooleanOptionalAction
     )
     add_deprecated_alias(
         parser, "--no-exact", "--no-exact-solver", "exact_solver", nargs=0, const=False
     )
-    parser.add_argument(
-        "--skip-unfittable", action="store_true", help="drop buckets no configuration fits"
-    )
-    add_json_out_flag(parser, help="save the schedule as JSON to this file")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_skip_unfittable_flag(parser)
+    add_json_out_flag(parser, note="here: the schedule")
+    add_json_flag(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
 
@@ -109,14 +94,7 @@ def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
         key="global_batch_samples",
         type=int,
     )
-    config_option(
-        parser,
-        "--reorder-window",
-        key="reorder_window",
-        type=int,
-        default=1,
-        metavar="K",
-    )
+    config_option(parser, "--reorder-window", key="reorder_window", type=int, metavar="K")
 
 
 def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -20,16 +20,19 @@ import argparse
 import json
 from typing import Any
 
-from datacentric.cli.flags import (
-    add_deprecated_alias,
+from datacentric.cli.flag_groups import (
+    add_dataset_flags,
+    add_hardware_flag,
+    add_json_flag,
+    add_model_flags,
     add_policy_flag,
+    add_shard_flags,
     add_split_mode_flag,
     add_world_flag,
-    config_option,
-    enable_config_file,
     limit_splits,
 )
-from datacentric.cli.plan import add_data_arguments, add_shard_arguments, sharding_of
+from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
+from datacentric.cli.plan import sharding_of
 from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
 
 
@@ -40,36 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    source = parser.add_mutually_exclusive_group()
-    config_option(
-        source,
-        "--preset",
-        key="dataset",
-        dest="dataset",
-        note="or --lengths; a workload preset brings its model and hardware",
+    add_dataset_flags(
+        parser, "--preset", exclusive=True, note="a workload preset brings its model and hardware"
     )
-    source.add_argument(
-        "--lengths", metavar="FILE", help="one sample per line: TOKENS or FRAMES HEIGHT WIDTH"
-    )
-    add_data_arguments(parser)
     add_deprecated_alias(parser, "--num-samples", "--dataset-limit", "dataset_limit", type=int)
-    config_option(
-        parser,
-        "--model",
-        key="model",
-        note="an analytic preset; default: the workload's, llama-7b for text data",
-    )
-    parser.add_argument("--hardware", help="hardware preset (default: the workload's)")
+    add_model_flags(parser, note="an analytic preset", lora=False)
+    add_hardware_flag(parser, note="default: the workload's")
     add_world_flag(parser, required=True)
-    add_policy_flag(
-        parser,
-        several=True,
-        note=" (default: the paper's policies, sim.policy_comparison.DEFAULT_POLICIES)",
-    )
+    add_policy_flag(parser, several=True)
     add_global_batch_arguments(parser)
     add_split_mode_flag(parser)
-    config_option(parser, "--seed", key="seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    config_option(parser, "--seed", key="seed", type=int)
+    add_json_flag(parser)
     parser.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto JSON trace")
     parser.add_argument(
         "--trace-iterations",
@@ -78,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="iterations per policy in the trace (default: %(default)s; 0: all)",
     )
     parser.add_argument("--plot", metavar="FILE.png", help="write Gantt and throughput charts")
-    add_shard_arguments(parser)
+    add_shard_flags(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.ranks import say
 from datacentric.settings import TrainConfig
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--section.key flag (or its short name) and a key of the --config TOML file.",
     )
     add_config_file_flag(parser)
-    parser.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    add_json_flag(parser, note="here: a summary at the end")
     add_config_flags(parser)
     parser.set_defaults(func=run)
 
