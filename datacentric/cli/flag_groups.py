@@ -3,8 +3,8 @@
 A group is the same flags with the same help in every command that offers it: the
 model (``--model``, ``--model-arg`` and the ``[lora]`` flags), the hardware, the memory
 budget and the model's sharding, the world, the policy, the dataset (``--dataset`` or
-``--lengths`` and the ``[data]`` flags), the launch timeout and the outputs (``--out``,
-``--json``, ``--json-out``). A flag of a settings key is a
+``--lengths`` and the ``[data]`` flags), the global batch, the launch timeout and the
+outputs (``--out``, ``--json``, ``--json-out``). A flag of a settings key is a
 :func:`~datacentric.cli.flags.config_option`: name, help, type, choices and default from
 the schema, or from the command's own default declared in
 :data:`~datacentric.settings.command_defaults.COMMAND_DEFAULTS`; a command adds to a
@@ -152,6 +152,27 @@ def add_dataset_flags(
         add_plain_flag(source, "--lengths", metavar="FILE", help=LENGTHS_HELP)
     for key in DATA_KEYS:
         config_option(parser, key=key)
+
+
+def add_global_batch_flags(parser: argparse.ArgumentParser) -> None:
+    """``--global-batch-tokens`` / ``--global-batch-samples`` (older names kept) and
+    ``--reorder-window``: the same for every policy."""
+    batch = parser.add_mutually_exclusive_group()
+    config_option(
+        batch,
+        "--global-batch-tokens",
+        "--tokens-per-iteration",
+        key="global_batch_tokens",
+        type=int,
+    )
+    config_option(
+        batch,
+        "--global-batch-samples",
+        "--samples-per-iteration",
+        key="global_batch_samples",
+        type=int,
+    )
+    config_option(parser, "--reorder-window", key="reorder_window", type=int, metavar="K")
 
 
 def add_memory_flags(

@@ -21,6 +21,7 @@ from typing import Any
 
 from datacentric.cli.flag_groups import (
     add_dataset_flags,
+    add_global_batch_flags,
     add_hardware_flag,
     add_json_flag,
     add_json_out_flag,
@@ -57,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_cost_model_arguments(parser)
     config_option(parser, "--seed", key="seed", type=int)
     parser.add_argument("--epoch", type=int, default=0, help="epoch number (orders the samples)")
-    add_global_batch_arguments(parser)
+    add_global_batch_flags(parser)
     add_split_mode_flag(parser)
     config_option(
         parser, "--drop-remainder", key="drop_remainder", action=argparse.BooleanOptionalAction
@@ -76,29 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def add_global_batch_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--global-batch-tokens`` / ``--global-batch-samples`` (older names kept) and
-    ``--reorder-window``: the same for every policy."""
-    batch = parser.add_mutually_exclusive_group()
-    config_option(
-        batch,
-        "--global-batch-tokens",
-        "--tokens-per-iteration",
-        key="global_batch_tokens",
-        type=int,
-    )
-    config_option(
-        batch,
-        "--global-batch-samples",
-        "--samples-per-iteration",
-        key="global_batch_samples",
-        type=int,
-    )
-    config_option(parser, "--reorder-window", key="reorder_window", type=int, metavar="K")
-
-
 def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ScheduleOptions keys of :func:`add_global_batch_arguments`, checked."""
+    """The ScheduleOptions keys of
+    :func:`~datacentric.cli.flag_groups.add_global_batch_flags`, checked."""
     for name in ("global_batch_tokens", "global_batch_samples", "reorder_window"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -22,6 +22,7 @@ from typing import Any
 
 from datacentric.cli.flag_groups import (
     add_dataset_flags,
+    add_global_batch_flags,
     add_hardware_flag,
     add_json_flag,
     add_model_flags,
@@ -33,7 +34,7 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
 from datacentric.cli.plan import sharding_of
-from datacentric.cli.schedule import add_global_batch_arguments, global_batch_options
+from datacentric.cli.schedule import global_batch_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -51,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_hardware_flag(parser, note="default: the workload's")
     add_world_flag(parser, required=True)
     add_policy_flag(parser, several=True)
-    add_global_batch_arguments(parser)
+    add_global_batch_flags(parser)
     add_split_mode_flag(parser)
     config_option(parser, "--seed", key="seed", type=int)
     add_json_flag(parser)
