@@ -8,8 +8,7 @@ imported on first use, so the pure parts (``datacentric.scheduling``,
 ``datacentric.planning``) stay light.
 """
 
-from importlib import import_module
-from typing import Any
+from datacentric.lazy_exports import lazy_exports
 
 __version__ = "0.2.0"
 
@@ -36,12 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'datacentric' has no attribute {name!r}")
-    return getattr(import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,7 +1,9 @@
 """The layering of the package, read from the source: every import of every module,
 at any depth (lazy imports and ``TYPE_CHECKING`` blocks included, since both still
 tie one module to another), and every ``importlib.import_module(...)`` or
-``__import__(...)`` call whose name is a literal string.
+``__import__(...)`` call whose name is a literal string, and the module names of a
+subpackage's lazy table of public names (``_LAZY``, read by
+:func:`datacentric.lazy_exports.lazy_exports`).
 
 Every module belongs to one layer (``LAYERS``, lowest first) and imports only its own
 layer and lower ones. Some layers are held tighter still: the bottom imports only
@@ -22,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 #: the shared types at the bottom: they import nothing of ours but each other
 BOTTOM = {"datacentric.batch", "datacentric.shapes", "datacentric.schedule", "datacentric.timing"}
 BOTTOM |= {"datacentric.progress", "datacentric.log"}
+#: the root package and the helper that loads its (and every package's) names lazily
+ROOT_LAYER = {"datacentric", "datacentric.lazy_exports"}
+#: what the confined layers may import (module names or layers)
+MODELS_MAY_IMPORT = {"datacentric.batch", "datacentric"}
+DATA_MAY_IMPORT = {"bottom", "settings", "datacentric"}
 #: what the pure layers (planning, scheduling) may never import
 IMPURE = ("torch", "datacentric.parallel", "datacentric.models", "datacentric.data")
 IMPURE += ("datacentric.train", "datacentric.profiling", "datacentric.sim")
@@ -74,6 +81,16 @@ def _called_import(node: ast.Call) -> str | None:
     return None
 
 
+def _lazy_table(node: ast.AST) -> list[str]:
+    """The module names of a ``_LAZY = {name: module}`` table, else ``[]``."""
+    if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)):
+        return []
+    if not any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets):
+        return []
+    values = node.value.values
+    return [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+
+
 def imports_in(source: str, name: str, modules: set[str], *, package: bool = False) -> set[str]:
     """Every module the source of module ``name`` imports; ``from pkg import mod``
     counts as ``pkg.mod`` when ``mod`` is one of ``modules``, else as ``pkg``."""
@@ -89,6 +106,8 @@ def imports_in(source: str, name: str, modules: set[str], *, package: bool = Fal
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 out.add(full if full in modules else base)
+        elif name != "datacentric" and (table := _lazy_table(node)):
+            out.update(table)
         elif isinstance(node, ast.Call) and (target := _called_import(node)):
             if target.startswith("."):
                 level = len(target) - len(target.lstrip("."))
@@ -125,6 +144,8 @@ def layer_of(name: str) -> str:
     or the subpackage or top-level module it lives in."""
     if name in BOTTOM:
         return "bottom"
+    if name in ROOT_LAYER:
+        return "datacentric"
     parts = name.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -181,8 +202,8 @@ def layer_faults(graph: dict[str, set[str]]) -> list[str]:
         faults += pure_layer_faults(graph, layer)
     faults += confined_faults(graph, "bottom", set())
     faults += confined_faults(graph, "settings", {"bottom"})
-    faults += confined_faults(graph, "models", {"datacentric.batch"})
-    faults += confined_faults(graph, "data", {"bottom", "settings"})
+    faults += confined_faults(graph, "models", MODELS_MAY_IMPORT)
+    faults += confined_faults(graph, "data", DATA_MAY_IMPORT)
     return sorted(set(faults))
 
 
@@ -204,13 +225,13 @@ def test_pure_layers_import_no_torch_and_no_upper_layer(layer: str) -> None:
 
 
 def test_models_import_only_the_shared_batch_types() -> None:
-    bad = confined_faults(GRAPH, "models", {"datacentric.batch"})
+    bad = confined_faults(GRAPH, "models", MODELS_MAY_IMPORT)
     assert not bad, "\n".join(bad)
 
 
 def test_data_imports_only_the_bottom_and_the_settings() -> None:
     """Datasets read files and settings; they know no model, plan, schedule or rank."""
-    bad = confined_faults(GRAPH, "data", {"bottom", "settings"})
+    bad = confined_faults(GRAPH, "data", DATA_MAY_IMPORT)
     assert not bad, "\n".join(bad)
 
 
@@ -373,6 +394,12 @@ PLANTED = [
         "datacentric.models.planted",
         "from importlib import import_module as m\nimport_module('..data', 'x')\n",
         "datacentric.data",
+    ),
+    # a lazy table of public names that reaches up (data -> train)
+    (
+        "datacentric.data.planted",
+        "_LAZY = {'Trainer': 'datacentric.train.trainer'}\n",
+        "datacentric.train.trainer",
     ),
     # an upward import between middle layers
     (

@@ -60,7 +60,7 @@ SKIPPED = {
     "datacentric export runs/": "exports the run of a placeholder model",
     "datacentric equivalence --model pkg.module:factory": "a placeholder factory",
     "datacentric equivalence --model hf:qwen2 --world 2": (
-        "two minutes on two CPU cores: tests/test_equivalence.py runs the same check"
+        "two minutes on two CPU cores: tests/runtime/verify/test_equivalence.py runs the same check"
     ),
     "datacentric schedule (": "a usage line, not a command",
     "datacentric plans ": "prose inside a block, not a command",

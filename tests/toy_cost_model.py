@@ -14,6 +14,8 @@ import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+import numpy as np
+
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
@@ -80,3 +82,12 @@ def toy_pipeline(shapes, cost_model: ToyCostModel, *, world_size: int, **setting
         memory_cap_bytes=cost_model.capacity_bytes,
         **settings,
     )
+
+
+def mixed_text(n: int = 400, seed: int = 0) -> list[SampleShape]:
+    """``n`` short texts (64-8,000 tokens, log-uniform) and one in 40 long (150K-700K),
+    shuffled: a long-tailed mix for the policies."""
+    rng = np.random.default_rng(seed)
+    short = np.exp(rng.uniform(np.log(64), np.log(8000), n)).astype(int)
+    long = rng.integers(150_000, 700_000, max(1, n // 40))
+    return [SampleShape.text(int(x)) for x in rng.permutation(np.r_[short, long])]

@@ -5,48 +5,34 @@ Every dataset follows :class:`Dataset`: ``len``, ``shapes()``, ``loss_tokens(id)
 :func:`datacentric.data.sources.open_dataset`.
 """
 
-from datacentric.data.base import (
-    DataError,
-    Dataset,
-    SegmentLayout,
-    ShapeListDataset,
-    epoch_pack,
-    padded_length,
-    segment_layout,
-)
-from datacentric.data.sources import DataSettings, open_dataset
-from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, ChunkInfo, StdlibCorpus
-from datacentric.data.text import SyntheticTextDataset, pack_token_samples
-from datacentric.data.video import (
-    RESOLUTIONS,
-    VIDEO_FRAMES,
-    SyntheticVideoDataset,
-    VideoSample,
-    benchmark_video_shapes,
-    latent_grid,
-    video_shape,
-)
+from datacentric.lazy_exports import lazy_exports
 
-__all__ = [
-    "DEFAULT_MAX_TOKENS",
-    "RESOLUTIONS",
-    "VIDEO_FRAMES",
-    "ChunkInfo",
-    "DataError",
-    "DataSettings",
-    "Dataset",
-    "SegmentLayout",
-    "ShapeListDataset",
-    "StdlibCorpus",
-    "SyntheticTextDataset",
-    "SyntheticVideoDataset",
-    "VideoSample",
-    "benchmark_video_shapes",
-    "epoch_pack",
-    "latent_grid",
-    "open_dataset",
-    "pack_token_samples",
-    "padded_length",
-    "segment_layout",
-    "video_shape",
-]
+# Public name -> the module that defines it (imported on first use: the shape lists of
+# ``datacentric.data.workloads`` and ``video`` load without torch).
+_LAZY = {
+    "DataError": "datacentric.data.base",
+    "Dataset": "datacentric.data.base",
+    "SegmentLayout": "datacentric.data.base",
+    "ShapeListDataset": "datacentric.data.base",
+    "epoch_pack": "datacentric.data.base",
+    "padded_length": "datacentric.data.base",
+    "segment_layout": "datacentric.data.base",
+    "DataSettings": "datacentric.data.sources",
+    "open_dataset": "datacentric.data.sources",
+    "DEFAULT_MAX_TOKENS": "datacentric.data.stdlib",
+    "ChunkInfo": "datacentric.data.stdlib",
+    "StdlibCorpus": "datacentric.data.stdlib",
+    "SyntheticTextDataset": "datacentric.data.text",
+    "pack_token_samples": "datacentric.data.text",
+    "RESOLUTIONS": "datacentric.data.video_geometry",
+    "VIDEO_FRAMES": "datacentric.data.video_geometry",
+    "SyntheticVideoDataset": "datacentric.data.video",
+    "VideoSample": "datacentric.data.video",
+    "benchmark_video_shapes": "datacentric.data.video_geometry",
+    "latent_grid": "datacentric.data.video_geometry",
+    "video_shape": "datacentric.data.video_geometry",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -9,7 +9,7 @@ A JSON file (``--bucket-config FILE``)::
 ``(probability, batch size)`` pairs are accepted; the batch size is ignored, since the
 planner chooses micro-batches). ``aspect_ratios`` (optional) maps a resolution to its
 ``{ratio name: [height, width]}`` pixel sizes; by default each of
-:data:`~datacentric.data.video.RESOLUTIONS` has three: its own (``h x w``), the
+:data:`~datacentric.data.video_geometry.RESOLUTIONS` has three: its own (``h x w``), the
 portrait ``w x h`` and a square of about the same area.
 
 Assignment of a latent of ``F x C x H x W`` (latent pixels = pixels / 8), as Open-Sora:
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from datacentric.data.base import DataError
-from datacentric.data.video import RESOLUTIONS, SPATIAL_DOWNSAMPLE, latent_frames
+from datacentric.data.video_geometry import RESOLUTIONS, SPATIAL_DOWNSAMPLE, latent_frames
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,8 @@ structure to learn, with unit variance), then the noise ``eps ~ N(0, 1)``.
 Training follows rectified flow: the model sees ``x_t = (1 - t) x0 + t eps`` and
 regresses the velocity ``eps - x0``.
 
-The latent-grid arithmetic follows the Open-Sora v1.2 benchmark (see
-``docs/data.md``): ``frames * 5 // 17`` latent frames (1 for an image), spatial
-down-sampling by 8 (rounding down, as the VAE's strided convolutions do), patches
-of 1 x 2 x 2 (a partial patch is padded, rounding up).
+The latent-grid arithmetic (bucket resolutions, frame counts, patch grids) is
+:mod:`datacentric.data.video_geometry`, re-exported here.
 """
 
 from __future__ import annotations
@@ -32,65 +30,8 @@ from datacentric.data.base import (
     sample_generator,
     segment_layout,
 )
+from datacentric.data.video_geometry import LATENT_CHANNELS, PATCH
 from datacentric.shapes import SampleShape
-
-RESOLUTIONS: dict[str, tuple[int, int]] = {
-    "144p": (144, 256),
-    "240p": (240, 426),
-    "360p": (360, 640),
-    "480p": (480, 854),
-    "720p": (720, 1280),
-}
-"""Benchmark resolutions as (height, width) in pixels (aspect 9:16)."""
-
-VIDEO_FRAMES: tuple[int, ...] = (1, 51, 102, 204, 408)
-"""Benchmark frame counts (1 is an image)."""
-
-SPATIAL_DOWNSAMPLE = 8
-PATCH: tuple[int, int, int] = (1, 2, 2)
-LATENT_CHANNELS = 4
-
-
-def latent_frames(frames: int) -> int:
-    """Latent frames of a clip: 1 for an image, ``frames * 5 // 17`` (at least 1) else."""
-    if frames < 1:
-        raise ValueError(f"a clip needs at least one frame, got {frames}")
-    return 1 if frames == 1 else max(1, frames * 5 // 17)
-
-
-def latent_grid(
-    height_px: int,
-    width_px: int,
-    frames: int,
-    *,
-    spatial_downsample: int = SPATIAL_DOWNSAMPLE,
-    patch: tuple[int, int, int] = PATCH,
-) -> tuple[int, int, int]:
-    """Patch grid ``(frames, height, width)`` of a ``frames``-frame clip at the given pixels."""
-    if height_px < 1 or width_px < 1:
-        raise ValueError(f"resolution must be positive, got {height_px}x{width_px}")
-    # The VAE's strided convolutions floor odd sizes (426 -> 213 -> 106 -> 53);
-    # the patch embedding pads partial patches (53 -> 27 patches of 2).
-    latent = (
-        latent_frames(frames),
-        max(1, height_px // spatial_downsample),
-        max(1, width_px // spatial_downsample),
-    )
-    f, h, w = (math.ceil(n / p) for n, p in zip(latent, patch))
-    return f, h, w
-
-
-def video_shape(resolution: str, frames: int) -> SampleShape:
-    """Shape of a benchmark bucket, e.g. ``video_shape("240p", 51)``."""
-    if resolution not in RESOLUTIONS:
-        raise KeyError(f"unknown resolution {resolution!r}; known: {', '.join(RESOLUTIONS)}")
-    height, width = RESOLUTIONS[resolution]
-    return SampleShape.video(*latent_grid(height, width, frames))
-
-
-def benchmark_video_shapes() -> dict[tuple[str, int], SampleShape]:
-    """Every (resolution, frames) bucket of the benchmark and its latent shape."""
-    return {(r, n): video_shape(r, n) for r in RESOLUTIONS for n in VIDEO_FRAMES}
 
 
 @dataclass(frozen=True)

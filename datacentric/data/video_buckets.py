@@ -4,7 +4,7 @@ Transcribed from the benchmark configuration of the DCP reference code
 (``examples/training/open_sora/configs/benchmarks/*.yaml`` in NUS-HPC-AI-Lab/VideoSys):
 the benchmark dataset's size, bucket frequencies and image mixing, and the blog's
 model and hardware. The bucket resolutions, frame counts and latent geometry live in
-:mod:`datacentric.data.video`. The workload presets in :mod:`datacentric.data.workloads`
+:mod:`datacentric.data.video_geometry`. The workload presets in :mod:`datacentric.data.workloads`
 are built from both.
 """
 

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datacentric.data import video_buckets as vb
-from datacentric.data.stdlib import StdlibCorpus
-from datacentric.data.video import benchmark_video_shapes
+from datacentric.data.video_geometry import benchmark_video_shapes
 from datacentric.shapes import SampleShape, read_lengths_file
 
 
@@ -197,6 +196,8 @@ def stdlib_code_workload(seed: int = 0, num_samples: int | None = None) -> Workl
     The corpus fixes the lengths; ``seed`` orders them and ``num_samples`` keeps that
     many (files repeat in seeded order when more are asked than the corpus holds).
     """
+    from datacentric.data.stdlib import StdlibCorpus  # reads files; packs with torch
+
     lengths = StdlibCorpus(max_tokens=STDLIB_MAX_TOKENS).shapes()
     rng = np.random.default_rng(seed)
     total = len(lengths) if num_samples is None else int(num_samples)

@@ -1,82 +1,44 @@
 """Plain nn.Module reference models; they never import the distributed code.
 
 The attention callable is injected (:data:`AttentionFn`); every model takes a
-:class:`PackedBatch` and returns the unreduced per-token loss. The wrappers of an
-unmodified transformers or diffusers model (:data:`_LAZY`) need the optional extras and
-are imported on first use.
+:class:`PackedBatch` and returns the unreduced per-token loss. Every public name is
+imported on first use (:data:`_LAZY`): ``datacentric.models.configs`` (the configs and
+presets, no torch) loads without torch, and the wrappers of an unmodified transformers
+or diffusers model load their optional extras only when asked for.
 """
 
-from importlib import import_module
-from typing import Any
+from datacentric.lazy_exports import lazy_exports
 
-from datacentric.batch import PackedBatch
-from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
-from datacentric.models.dit import DiTConfig, VideoDiT
-from datacentric.models.llama import Llama, LlamaConfig
-from datacentric.models.presets import (
-    MODEL_PRESETS,
-    ModelFacts,
-    ModelPreset,
-    build_model,
-    list_models,
-    model_config,
-    model_facts,
-    model_from_config,
-)
-from datacentric.models.source import (
-    ModelSource,
-    ModelSourceError,
-    build_from_source,
-    build_model_named,
-    parse_model_args,
-    resolve_model,
-)
-
-# Public name -> the module that defines it (imported on first use: transformers or
-# diffusers load only when a wrapper is asked for).
+# Public name -> the module that defines it.
 _LAZY = {
+    "PackedBatch": "datacentric.batch",
+    "AttentionFn": "datacentric.models.attention",
+    "AttentionSlot": "datacentric.models.attention",
+    "varlen_attention": "datacentric.models.attention",
+    "DiTConfig": "datacentric.models.configs",
+    "LlamaConfig": "datacentric.models.configs",
+    "MODEL_PRESETS": "datacentric.models.configs",
+    "ModelPreset": "datacentric.models.configs",
+    "list_models": "datacentric.models.configs",
+    "model_config": "datacentric.models.configs",
+    "VideoDiT": "datacentric.models.dit",
+    "Llama": "datacentric.models.llama",
+    "ModelFacts": "datacentric.models.presets",
+    "build_model": "datacentric.models.presets",
+    "model_facts": "datacentric.models.presets",
+    "model_from_config": "datacentric.models.presets",
+    "ModelSource": "datacentric.models.source",
+    "ModelSourceError": "datacentric.models.source",
+    "build_from_source": "datacentric.models.source",
+    "build_model_named": "datacentric.models.source",
+    "parse_model_args": "datacentric.models.source",
+    "resolve_model": "datacentric.models.source",
     "HFCausalLM": "datacentric.models.hf",
     "UnsupportedModelFeature": "datacentric.models.hf",
     "DiffusersVideoTransformer": "datacentric.models.diffusers_generic",
     "UnsupportedVideoModel": "datacentric.models.diffusers_plan",
 }
 
-__all__ = [
-    "MODEL_PRESETS",
-    "AttentionFn",
-    "AttentionSlot",
-    "DiTConfig",
-    "DiffusersVideoTransformer",
-    "HFCausalLM",
-    "Llama",
-    "LlamaConfig",
-    "ModelFacts",
-    "ModelPreset",
-    "ModelSource",
-    "ModelSourceError",
-    "PackedBatch",
-    "UnsupportedModelFeature",
-    "UnsupportedVideoModel",
-    "VideoDiT",
-    "build_from_source",
-    "build_model",
-    "build_model_named",
-    "list_models",
-    "model_config",
-    "model_facts",
-    "model_from_config",
-    "parse_model_args",
-    "resolve_model",
-    "varlen_attention",
-]
+__all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'datacentric.models' has no attribute {name!r}")
-    return getattr(import_module(module), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

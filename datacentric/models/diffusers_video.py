@@ -31,7 +31,7 @@ not edited or subclassed; the adapter runs its own submodules, in the order of i
    (each patch's values reordered as ``forward``'s unpatchify reads them); the loss
    is the per-token mean squared error against the velocity target.
 
-``tests/test_diffusers.py`` checks the adapter against the model's own ``forward``
+``tests/runtime/models/test_diffusers.py`` checks the adapter against the model's own ``forward``
 on each sample (loss and every gradient), and ``datacentric equivalence --model
 diffusers:wan`` checks a mixed-SP step against one process.
 

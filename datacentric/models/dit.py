@@ -16,62 +16,19 @@ P = rotary pairs per head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.configs import DiTConfig
 from datacentric.models.layers import (
     PackedSelfAttention,
-    rope_3d_pairs,
     rope_angles_3d,
     set_attention_everywhere,
     timestep_embedding,
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class DiTConfig:
-    """Shape of a :class:`VideoDiT` model."""
-
-    hidden_size: int
-    """Model width D."""
-    num_layers: int
-    """Number of transformer blocks."""
-    num_heads: int
-    """Attention heads; must divide ``hidden_size``."""
-    ffn_hidden_size: int
-    """Inner width of the GELU feed-forward (DiT uses 4 x hidden_size)."""
-    in_channels: int = 16
-    """Features per token: latent channels x patch volume (4 x 1 x 2 x 2)."""
-    timestep_freq_dim: int = 256
-    """Width of the sinusoidal timestep features before the timestep MLP."""
-    rope_theta: float = 10000.0
-    """Base of the rotary frequencies of each axis."""
-    norm_eps: float = 1e-6
-    """Epsilon of the LayerNorms."""
-    init_std: float = 0.02
-    """Standard deviation of the normal initialisation of weights (also of adaLN and
-    the output layer: no zero init, so every parameter gets a gradient at step 0)."""
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
-            )
-        rope_3d_pairs(self.head_dim)  # validates the head dim
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def vocab_size(self) -> int:
-        """No vocabulary: a diffusion model regresses ``in_channels`` values per token."""
-        return 0
 
 
 def modulate(x_SD: torch.Tensor, shift_SD: torch.Tensor, scale_SD: torch.Tensor) -> torch.Tensor:

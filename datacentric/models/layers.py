@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from datacentric.models.attention import AttentionFn
+from datacentric.models.configs import rope_3d_pairs
 
 
 class RMSNorm(nn.Module):
@@ -44,18 +45,6 @@ def rope_angles(position_ids: torch.Tensor, pairs: int, theta: float) -> torch.T
     """Rotary angles ``(S, pairs)`` of 1D positions ``(S,)`` in float32."""
     inv = rope_inverse_frequencies(pairs, theta, position_ids.device)
     return position_ids.float()[:, None] * inv[None, :]
-
-
-def rope_3d_pairs(head_dim: int) -> tuple[int, int, int]:
-    """Rotary pairs of a head given to (frame, row, column): rows and columns get a
-    third each (rounded down), frames the rest."""
-    if head_dim % 2:
-        raise ValueError(f"rotary embeddings need an even head dim, got {head_dim}")
-    pairs = head_dim // 2
-    spatial = pairs // 3
-    if spatial < 1:
-        raise ValueError(f"head dim {head_dim} is too small for 3D rotary embeddings (need >= 6)")
-    return pairs - 2 * spatial, spatial, spatial
 
 
 def rope_angles_3d(position_ids_S3: torch.Tensor, head_dim: int, theta: float) -> torch.Tensor:

@@ -11,14 +11,13 @@ V = vocabulary, P = rotary pairs per head.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch  # IGNORE_INDEX: deprecated alias here
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.configs import LlamaConfig
 from datacentric.models.layers import (
     PackedSelfAttention,
     RMSNorm,
@@ -28,40 +27,6 @@ from datacentric.models.layers import (
 )
 
 """Target value of tokens that carry no loss (each sample's last token, padding)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LlamaConfig:
-    """Shape of a :class:`Llama` model."""
-
-    hidden_size: int
-    """Model width D."""
-    num_layers: int
-    """Number of transformer blocks."""
-    num_heads: int
-    """Attention heads; must divide ``hidden_size`` (and, at run time, the SP size divides it)."""
-    ffn_hidden_size: int
-    """Inner width of the SwiGLU feed-forward."""
-    vocab_size: int = 256
-    """Vocabulary; 256 is one token per byte."""
-    rope_theta: float = 10000.0
-    """Base of the rotary frequencies."""
-    norm_eps: float = 1e-5
-    """Epsilon of RMSNorm."""
-    init_std: float = 0.02
-    """Standard deviation of the normal initialisation of weights."""
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}"
-            )
-        if (self.hidden_size // self.num_heads) % 2:
-            raise ValueError(f"head dim {self.hidden_size // self.num_heads} must be even (RoPE)")
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
 
 
 class LlamaBlock(nn.Module):

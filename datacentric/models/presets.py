@@ -12,94 +12,36 @@ heads, feed-forward width, vocabulary, parameters) as one plain dataclass.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from datacentric.models.attention import AttentionFn, varlen_attention
-from datacentric.models.dit import DiTConfig, VideoDiT
+from datacentric.models.configs import (
+    MODEL_PRESETS,
+    DiTConfig,
+    LlamaConfig,
+    ModelConfig,
+    ModelPreset,
+    list_models,
+    model_config,
+)
+from datacentric.models.dit import VideoDiT
 from datacentric.models.layers import count_parameters
-from datacentric.models.llama import Llama, LlamaConfig
+from datacentric.models.llama import Llama
 
-ModelConfig = LlamaConfig | DiTConfig
-
-
-@dataclass(frozen=True)
-class ModelPreset:
-    """A named configuration of one of the model classes."""
-
-    name: str
-    config: ModelConfig
-    description: str
-
-
-def _presets() -> dict[str, ModelPreset]:
-    presets = [
-        ModelPreset(
-            "llama",
-            LlamaConfig(hidden_size=128, num_layers=8, num_heads=4, ffn_hidden_size=352),
-            "tiny byte-level Llama for CPU tests and the demo",
-        ),
-        ModelPreset(
-            "llama-7b",
-            LlamaConfig(
-                hidden_size=4096,
-                num_layers=32,
-                num_heads=32,
-                ffn_hidden_size=11008,
-                vocab_size=32000,
-            ),
-            "Llama-7B shape (32k vocabulary, as the original; bytes are ids < 256)",
-        ),
-        ModelPreset(
-            "llama-13b",
-            LlamaConfig(
-                hidden_size=5120,
-                num_layers=40,
-                num_heads=40,
-                ffn_hidden_size=13824,
-                vocab_size=32000,
-            ),
-            "Llama-13B shape (32k vocabulary)",
-        ),
-        ModelPreset(
-            "dit",
-            DiTConfig(hidden_size=128, num_layers=8, num_heads=4, ffn_hidden_size=512),
-            "tiny video DiT for CPU tests and the demo",
-        ),
-        ModelPreset(
-            "dit3d-1b",
-            DiTConfig(hidden_size=1536, num_layers=28, num_heads=24, ffn_hidden_size=6144),
-            "1.2B video DiT, full 3D attention, 28 blocks of width 1536 (24 heads of 64)",
-        ),
-    ]
-    return {p.name: p for p in presets}
-
-
-MODEL_PRESETS: dict[str, ModelPreset] = _presets()
-"""Every named model, by name."""
-
-
-def list_models() -> list[str]:
-    """Names of the model presets, in definition order."""
-    return list(MODEL_PRESETS)
-
-
-def model_config(name: str, **overrides: object) -> ModelConfig:
-    """The config of preset ``name`` with fields replaced by ``overrides``."""
-    if name not in MODEL_PRESETS:
-        raise KeyError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
-    config = MODEL_PRESETS[name].config
-    known = {f.name for f in dataclasses.fields(config)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TypeError(
-            f"model {name!r} ({type(config).__name__}) has no field(s) {unknown}; "
-            f"fields: {sorted(known)}"
-        )
-    return dataclasses.replace(config, **overrides)
+__all__ = [  # the configs and the preset table live in models/configs (no torch)
+    "MODEL_PRESETS",
+    "ModelConfig",
+    "ModelFacts",
+    "ModelPreset",
+    "build_model",
+    "list_models",
+    "model_config",
+    "model_facts",
+    "model_from_config",
+]
 
 
 def model_from_config(

@@ -39,17 +39,16 @@ import json
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from datacentric.models.dit import DiTConfig
-from datacentric.models.llama import LlamaConfig
-from datacentric.models.lora import LoraSpec
-from datacentric.models.presets import model_config
-from datacentric.models.source import build_from_source, build_model_named, resolve_model
+from datacentric.models.configs import DiTConfig, LlamaConfig, model_config
 from datacentric.planning.config_specs import spec_from_config
 from datacentric.planning.model_specs import ModelSpec, stdit_1_1b
+
+if TYPE_CHECKING:  # the presets' specs need no torch; reading a built model does
+    from torch import nn
+
+    from datacentric.models.lora import LoraSpec
 
 
 class UnpricedModelError(ValueError):
@@ -85,6 +84,8 @@ def _architecture_spec(model: nn.Module, name: str) -> ModelSpec:
 
 def spec_from_shapes(model: nn.Module, name: str) -> ModelSpec:
     """The spec of a contract model read from its parameter shapes (approximate)."""
+    from torch import nn
+
     blocks = getattr(model, "blocks", None)
     heads = int(getattr(model, "num_heads", 0) or 0)
     if not blocks or not heads:
@@ -171,6 +172,8 @@ def run_spec(
 
 @cache
 def _adapter_params(name: str, args_json: str, lora: LoraSpec) -> int:
+    from datacentric.models.source import build_from_source, resolve_model
+
     source = dataclasses.replace(resolve_model(name, json.loads(args_json)), lora=lora)
     model, _ = build_from_source(source, device="meta")
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -178,6 +181,8 @@ def _adapter_params(name: str, args_json: str, lora: LoraSpec) -> int:
 
 @cache
 def _meta_spec(name: str, args_json: str) -> ModelSpec:
+    from datacentric.models.source import build_model_named
+
     model = build_model_named(name, json.loads(args_json), device="meta")
     return spec_of_model(model, name)
 
@@ -185,6 +190,8 @@ def _meta_spec(name: str, args_json: str) -> ModelSpec:
 def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a profile of a model that is not a preset depends on: its class, its config
     (when it has one) and the shapes of its parameters (read on the meta device)."""
+    from datacentric.models.source import build_model_named
+
     args = dict(model_args or {})
     model = build_model_named(name, args, device="meta")
     shapes = [(n, list(p.shape)) for n, p in model.named_parameters()]

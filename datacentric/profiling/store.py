@@ -115,7 +115,7 @@ def fingerprint(
     the profiler's method."""
     import torch
 
-    from datacentric.models.presets import MODEL_PRESETS, model_config
+    from datacentric.models.configs import MODEL_PRESETS, model_config
     from datacentric.profiling.module_specs import model_identity
 
     if model in MODEL_PRESETS:

@@ -9,7 +9,7 @@
   ``reason`` is the pre-check's line;
 - ``"exact"``: the pre-check passes and a test compares the class's training step with
   its unmodified ``forward`` on each sample alone (:data:`EVIDENCE`, the test's id;
-  ``tests/test_support_table.py`` checks that every named test exists and that every
+  ``tests/runtime/verify/test_support_table.py`` checks that every named test exists and that every
   tiny model the tests train has its row here);
 - ``"untested"``: the pre-check passes (or the class cannot be built with its defaults)
   and no test shows it exact yet.
@@ -26,30 +26,31 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-_DIFFUSERS_TESTS = "tests/test_diffusers.py::test_generic_path_equals_the_models_own_forward"
+_DIFFUSERS_TESTS = (
+    "tests/runtime/models/test_diffusers.py::test_generic_path_equals_the_models_own_forward"
+)
 _FAMILY_TESTS = (
-    "tests/test_diffusers_families.py::test_family_equals_its_own_forward_as_its_pipeline_calls_it"
+    "tests/runtime/models/test_diffusers_families.py::"
+    "test_family_equals_its_own_forward_as_its_pipeline_calls_it"
 )
 _FAMILY_SP_TESTS = (
-    "tests/test_diffusers_families.py::"
+    "tests/runtime/models/test_diffusers_families.py::"
     "test_sp_2_with_accumulation_and_recomputation_equals_one_process"
 )
 _FAMILY_WORLD_4 = (
-    "tests/test_diffusers_families.py::"
+    "tests/runtime/models/test_diffusers_families.py::"
     "test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process"
 )
-_HF_WORLD_4 = (
-    "tests/test_equivalence.py::test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
-)
+_HF_WORLD_4 = "tests/runtime/verify/test_equivalence.py::test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
 
 EVIDENCE: dict[str, tuple[str, ...]] = {
     "WanTransformer3DModel": (
         f"{_DIFFUSERS_TESTS}[wan]",
-        "tests/test_diffusers.py::test_sp_2_with_padding_and_accumulation_equals_one_process",
+        "tests/runtime/models/test_diffusers.py::test_sp_2_with_padding_and_accumulation_equals_one_process",
     ),
     "LTXVideoTransformer3DModel": (
         f"{_DIFFUSERS_TESTS}[ltx]",
-        "tests/test_diffusers.py::test_contract_check_passes_and_recomputation_is_exact",
+        "tests/runtime/models/test_diffusers.py::test_contract_check_passes_and_recomputation_is_exact",
     ),
     "SkyReelsV2Transformer3DModel": (
         f"{_FAMILY_TESTS}[skyreels-v2]",
@@ -72,7 +73,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         f"{_FAMILY_WORLD_4}[flux]",
     ),
     "LlamaForCausalLM": (
-        "tests/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
+        "tests/runtime/models/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
     ),
     "MistralForCausalLM": (_HF_WORLD_4,),
     "Qwen2ForCausalLM": (_HF_WORLD_4,),

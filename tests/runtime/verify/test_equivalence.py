@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import ROOT
 
 from datacentric.cli.main import main
 from datacentric.verify import equivalence as equivalence_module
@@ -131,7 +131,7 @@ def user_factory():  # type: ignore[no-untyped-def]
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["diffusers:wan", "tests.test_equivalence:user_factory"])
 def test_cli_checks_other_models_at_world_2_with_sp_2(name, capsys, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(ROOT))
     assert main(["equivalence", "--model", name, "--world", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["model"] == name and report["sp_sizes"] == [2]
@@ -215,7 +215,7 @@ def test_longrope_is_refused_and_the_independent_reference_would_catch_it(
     pytest.importorskip("transformers")
     from datacentric.models import hf
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(ROOT))
     assert main(["equivalence", "--model", "tests.test_equivalence:longrope_phi3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' warnings
     assert err.startswith("datacentric equivalence: ")

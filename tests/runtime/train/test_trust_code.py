@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 from test_reliability_cases import run_cli, snapshot
 from test_trust import rewrite_manifest
 from test_trust_paths import copy_run, one_step_run, refused
 
 from datacentric.models.source import build_model_named
 from datacentric.train import checkpoint as ckpt
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import ROOT
 
 from datacentric.models.source import (
     ModelSourceError,
@@ -20,7 +21,7 @@ from datacentric.models.source import (
 )
 from datacentric.profiling.module_specs import named_spec, spec_of_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 def test_model_strings_resolve_or_name_what_is_wrong(tmp_path: Path) -> None:

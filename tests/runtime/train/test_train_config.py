@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from repo_paths import ROOT
 
 from datacentric.scheduling.resume import Position
 from datacentric.train.checkpoint import (
@@ -78,11 +79,10 @@ def test_position_json_round_trip():
 
 
 def test_example_config_loads_and_show_round_trips(tmp_path, capsys):
-    from pathlib import Path
 
     from datacentric.cli.main import main
 
-    example = Path(__file__).parent.parent / "examples" / "config.toml"
+    example = ROOT / "examples" / "config.toml"
     config = load_config(example)
     assert config.parallelism.world == 2 and config.checkpoint.keep_last == 2
     assert config.scheduling.policy == "dcp-opt"

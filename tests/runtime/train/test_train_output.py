@@ -8,16 +8,15 @@ import re
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import ROOT
 
 from datacentric.data.sources import skipped_note
 from datacentric.train.metric_sinks import MetricsLogger, setup_logging, step_line
 from datacentric.train.metrics import read_metrics
 
-ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(
     r"step +(\d+) +loss +([\d.]+) +grad_norm +([\d.]+) +tokens/s +([\d,]+) +mfu +([\d.]+)% "
     r"+memory +([\d.]+)GiB \( *([\d.]+)%\) +data_wait \S+ +step_time \S+ \(est \S+\)"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import json
 import re
-from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from datacentric.verify.support import EVIDENCE, diffusers_rows, support_markdown
 
-ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "models.md"
 
 

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from datacentric.cli.main import closest_flag, main
 from datacentric.cli.ranks import first_to_say
 from datacentric.cli.train import check_samples_for_model_check
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.sim.engine import simulate
-from tests.toy_cost_model import ToyCostModel
+from toy_cost_model import ToyCostModel
 
 FULL = (True,) * 32
 

@@ -7,8 +7,7 @@ import json
 
 import pytest
 from test_planning_fitted import fitted
-from test_scheduling_policies import _mixed_text
-from toy_cost_model import ToyCostModel, toy_pipeline
+from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
 
 from datacentric.cli.main import main
 from datacentric.planning import bucket_options
@@ -37,7 +36,7 @@ def _settings(schedule) -> set[tuple[str, int, tuple[bool, ...]]]:
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, monkeypatch):
-    shapes = _mixed_text()
+    shapes = mixed_text()
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP)
 
     def no_search(*args, **kwargs):
@@ -69,7 +68,7 @@ def test_every_micro_batch_runs_with_one_of_its_buckets_plan_options(policy, mon
 
 @pytest.mark.parametrize("policy", ["static", "dcp-intra", "dcp-inter", "dcp-pac", "dcp-opt"])
 def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
-    shapes = _mixed_text(200, seed=1)
+    shapes = mixed_text(200, seed=1)
     shapes = [s for s in shapes if s.tokens < 100_000]
     # SP 2, and the whole world for the tail iterations that merge groups
     plan = plan_buckets(
@@ -84,7 +83,7 @@ def test_a_plan_restricted_to_some_sp_sizes_yields_only_those(policy):
 
 
 def test_a_schedule_needs_a_plan_and_the_pipeline_gives_the_planners():
-    shapes = _mixed_text(120)
+    shapes = mixed_text(120)
     with pytest.raises(TypeError, match="plan"):
         build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL)
     pipeline = toy_pipeline(shapes, MODEL, world_size=8)
@@ -97,7 +96,7 @@ def test_a_schedule_needs_a_plan_and_the_pipeline_gives_the_planners():
 
 
 def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
-    shapes = _mixed_text(120)
+    shapes = mixed_text(120)
     plan = plan_buckets(make_buckets(shapes), MODEL, world_size=8, memory_cap_bytes=CAP)
     again = Plan.from_json(json.loads(json.dumps(plan.to_json())))
     assert again == plan

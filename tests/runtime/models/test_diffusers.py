@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("diffusers")
 
 import diffusers  # noqa: E402
+from repo_paths import ROOT
 
 from datacentric.data.video import SyntheticVideoDataset  # noqa: E402
 from datacentric.models.diffusers_build import (  # noqa: E402
@@ -202,7 +203,7 @@ def padded_wan_case():  # noqa: ANN201
 def test_sp_2_with_padding_and_accumulation_equals_one_process(monkeypatch) -> None:  # noqa: ANN001
     from datacentric.verify.equivalence import check_equivalence
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(ROOT))
     (report,) = check_equivalence(["tests.test_diffusers:padded_wan_case"], 2)
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2]
     assert report["samples_per_micro_batch"] == [[2, 1]]

@@ -12,10 +12,10 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import ROOT
 from run_config import small_config
 from toy_cost_model import ToyCostModel, toy_pipeline
 
@@ -40,8 +40,6 @@ from datacentric.verify.reference import (
     reference_grads,
     reference_loss,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
 
 #: per world: a sample that fits the whole world under the toy's 10 MiB budget (2 MiB
 #: above its model state: 65,536 tokens per rank with every block recomputing) but not
@@ -240,5 +238,5 @@ def test_train_command_at_world_three_uses_sp_three_and_matches_one_process(tmp_
     weights3 = read_model_state(latest_checkpoint(tmp_path / "w3"))
     weights1 = read_model_state(latest_checkpoint(tmp_path / "w1"))
     assert weights3.keys() == weights1.keys()
-    for name in weights1:  # Adam's first steps: see tests/test_train_sharding.py
+    for name in weights1:  # Adam's first steps: see tests/runtime/train/test_train_sharding.py
         torch.testing.assert_close(weights3[name], weights1[name], rtol=1e-5, atol=1e-4)

@@ -118,9 +118,9 @@ def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_pa
 
     diffusers = pytest.importorskip("diffusers")
     from safetensors.torch import load_file
+    from test_model_source import _latent_folder, _run
 
     from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
-    from tests.test_model_source import _latent_folder, _run
 
     class_name, config = TINY_DIFFUSERS["wan"]
     cls = getattr(diffusers, class_name)

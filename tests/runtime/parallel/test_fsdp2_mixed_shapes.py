@@ -17,6 +17,8 @@ import torch
 
 pytest.importorskip("diffusers")
 
+from repo_paths import ROOT  # noqa: E402
+
 from datacentric.schedule import Assignment, Iteration, MicroBatch  # noqa: E402
 from datacentric.shapes import bucket_name  # noqa: E402
 from datacentric.verify.case_models import build_case  # noqa: E402
@@ -89,9 +91,8 @@ def undeclared_wan_case():  # noqa: ANN201
 
 @pytest.mark.slow
 def test_a_block_run_twice_without_the_declaration_is_named_not_a_hang(monkeypatch) -> None:  # noqa: ANN001
-    from pathlib import Path
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(ROOT))
     world, groups = CASES["world-2"]
     case = "tests.test_fsdp2_mixed_shapes:undeclared_wan_case"
     with pytest.raises(RuntimeError, match="block 0 of DiffusersVideoTransformer ran 2 times"):

@@ -3,71 +3,12 @@
 from dataclasses import replace
 
 import pytest
+from toy_schedule import SHAPES, ToyCostModel, micro_batch, toy_schedule
 
-from datacentric.planning.cost_model import CachedCostModel, CostModel, PassBreakdown
-from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule, uniform_iteration
-from datacentric.shapes import SampleShape
+from datacentric.planning.cost_model import CostModel
+from datacentric.schedule import Assignment, Iteration, Schedule
 from datacentric.sim.engine import PlanDoesNotFitError, simulate
 from datacentric.timing import COMPUTE, SYNC
-
-
-class ToyCostModel(CachedCostModel):
-    """1 ms per token spread over the group, 0.1 s all-to-all when sp > 1, 10 ms per
-    recomputed block; memory 100 B per token on a rank; 0.5 s exposed gradient sync."""
-
-    num_blocks = 2
-    gpus_per_node = 2
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def compute_breakdown(self, shapes, sp_size, key) -> PassBreakdown:
-        self.calls += 1
-        tokens = sum(s.tokens for s in shapes)
-        compute, comm, recompute = (
-            tokens / (1000 * sp_size),
-            (0.1 if sp_size > 1 else 0),
-            0.01 * sum(key),
-        )
-        return PassBreakdown(
-            time_s=compute + comm + recompute,
-            compute_s=compute,
-            recompute_s=recompute,
-            comm_s=comm,
-            memory_bytes=100 * tokens // sp_size,
-        )
-
-    def grad_sync_time_s(self, world_size: int) -> float:
-        return 0.5 if world_size > 1 else 0.0
-
-
-SHAPES = [SampleShape.text(n) for n in (2000, 500, 300, 200, 1000, 1000)]
-
-
-def _mb(ids, rc=(), est=99.0):
-    # est_time_s and tokens are deliberately wrong: the engine must re-derive them.
-    return MicroBatch(sample_ids=ids, bucket="b", tokens=1, recompute=rc, est_time_s=est)
-
-
-def _schedule() -> Schedule:
-    it0 = Iteration(
-        index=0,
-        assignments=(
-            Assignment(rank_start=0, sp_size=2, micro_batches=(_mb((0,)),)),
-            Assignment(rank_start=2, sp_size=1, micro_batches=(_mb((1,)), _mb((2,)))),
-            Assignment(rank_start=3, sp_size=1, micro_batches=(_mb((3,)),)),
-        ),
-    )
-    it1 = uniform_iteration(1, 4, 4, [[_mb((4, 5), (True, True))]])
-    return Schedule(
-        world_size=4,
-        policy="toy",
-        seed=0,
-        epoch=0,
-        num_samples=6,
-        iterations=(it0, it1),
-        memory_cap_bytes=10**6,
-    )
 
 
 def test_toy_is_a_cost_model():
@@ -75,7 +16,7 @@ def test_toy_is_a_cost_model():
 
 
 def test_exact_makespans_idle_and_throughput():
-    result = simulate(_schedule(), SHAPES, ToyCostModel(), ideal_epoch_time_s=2.0)
+    result = simulate(toy_schedule(), SHAPES, ToyCostModel(), ideal_epoch_time_s=2.0)
     it0, it1 = result.iterations
     assert it0.makespan_s == pytest.approx(1.1)  # 2000 tokens / 2 ranks + all-to-all
     assert it0.idle_share == pytest.approx(1 - (2 * 1.1 + 0.8 + 0.2) / (4 * 1.1))
@@ -93,7 +34,7 @@ def test_exact_makespans_idle_and_throughput():
 
 
 def test_spans_per_group_back_to_back():
-    result = simulate(_schedule(), SHAPES, ToyCostModel())
+    result = simulate(toy_schedule(), SHAPES, ToyCostModel())
     spans = [s for s in result.spans if s.rank == 2 and s.kind == COMPUTE and s.iteration == 0]
     assert [(s.start_s, s.end_s) for s in spans] == [
         pytest.approx((0.0, 0.5)),
@@ -117,7 +58,7 @@ def test_spans_per_group_back_to_back():
 def test_memory_check_names_the_micro_batch():
     # 2000 tokens * 100 B on 4 ranks = 50 kB in iteration 1; 100 kB in iteration 0 group 0.
     def capped(cap: int) -> Schedule:
-        return replace(_schedule(), memory_cap_bytes=cap)
+        return replace(toy_schedule(), memory_cap_bytes=cap)
 
     with pytest.raises(PlanDoesNotFitError, match=r"iteration 0, group of ranks 0\.\.1 \(sp 2\)"):
         simulate(capped(60_000), SHAPES, ToyCostModel())
@@ -125,19 +66,19 @@ def test_memory_check_names_the_micro_batch():
         simulate(capped(99_999), SHAPES, ToyCostModel())
     simulate(capped(100_000), SHAPES, ToyCostModel())  # exactly fits
     with pytest.raises(ValueError, match="carries no memory budget"):
-        simulate(replace(_schedule(), memory_cap_bytes=None), SHAPES, ToyCostModel())
+        simulate(replace(toy_schedule(), memory_cap_bytes=None), SHAPES, ToyCostModel())
 
 
 def test_shapes_must_match_the_schedule():
     with pytest.raises(ValueError, match="6 samples"):
-        simulate(_schedule(), SHAPES[:5], ToyCostModel())
+        simulate(toy_schedule(), SHAPES[:5], ToyCostModel())
 
 
 def test_pass_costs_are_the_models_cached_breakdowns():
     model = ToyCostModel()
-    simulate(_schedule(), SHAPES, model)
+    simulate(toy_schedule(), SHAPES, model)
     calls = model.calls
-    simulate(_schedule(), SHAPES, model)
+    simulate(toy_schedule(), SHAPES, model)
     assert model.calls == calls
     assert model.breakdown([SHAPES[4], SHAPES[5]], 4, (True, True)).recompute_s == pytest.approx(
         0.02
@@ -145,13 +86,13 @@ def test_pass_costs_are_the_models_cached_breakdowns():
 
 
 def test_alltoall_share_from_the_breakdown():
-    result = simulate(_schedule(), SHAPES, ToyCostModel())
+    result = simulate(toy_schedule(), SHAPES, ToyCostModel())
     # iteration 0: one group of 2 ranks (0.1 s each); iteration 1: one group of 4
     assert result.comm_gpu_s == pytest.approx(2 * 0.1 + 4 * 0.1)
 
 
 def test_grad_sync_overlaps_the_slowest_groups_last_backward():
-    result = simulate(_schedule(), SHAPES, ToyCostModel(), overlap_grad_sync=True)
+    result = simulate(toy_schedule(), SHAPES, ToyCostModel(), overlap_grad_sync=True)
     it0, it1 = result.iterations
     # iteration 0: the slowest group's pass is 1.1 s, backward 2/3 of it > 0.5 s reduction
     assert it0.grad_sync_s == 0.0 and it0.time_s == pytest.approx(1.1)
@@ -167,12 +108,12 @@ def test_a_group_of_a_later_phase_starts_when_all_its_ranks_are_free():
     it = Iteration(
         index=0,
         assignments=(
-            Assignment(0, 2, (_mb((0,)),)),
-            Assignment(2, 1, (_mb((1,)),)),
-            Assignment(3, 1, (_mb((2,)),)),
-            Assignment(0, 1, (_mb((3,)),), phase=1),
-            Assignment(1, 1, (_mb((4,)),), phase=1),
-            Assignment(2, 2, (_mb((5,)),), phase=1),
+            Assignment(0, 2, (micro_batch((0,)),)),
+            Assignment(2, 1, (micro_batch((1,)),)),
+            Assignment(3, 1, (micro_batch((2,)),)),
+            Assignment(0, 1, (micro_batch((3,)),), phase=1),
+            Assignment(1, 1, (micro_batch((4,)),), phase=1),
+            Assignment(2, 2, (micro_batch((5,)),), phase=1),
         ),
     )
     schedule = Schedule(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from repo_paths import ROOT
 from torch import nn
 from wrong_positions import LocalPositions
 
@@ -23,7 +23,7 @@ from datacentric.verify.model_contract import (
     current_attention,
 )
 
-MODELS_DOC = Path(__file__).resolve().parent.parent / "docs" / "models.md"
+MODELS_DOC = ROOT / "docs" / "models.md"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -2,7 +2,7 @@
 
 import json
 
-from test_sim_engine import SHAPES, ToyCostModel, _schedule
+from toy_schedule import SHAPES, ToyCostModel, toy_schedule
 
 from datacentric.sim.engine import simulate
 from datacentric.sim.plots import plot_results, representative_iteration
@@ -10,7 +10,7 @@ from datacentric.sim.trace import write_trace
 
 
 def _result():
-    return simulate(_schedule(), SHAPES, ToyCostModel())
+    return simulate(toy_schedule(), SHAPES, ToyCostModel())
 
 
 def test_trace_has_one_track_per_gpu_and_nested_slices(tmp_path):

@@ -8,8 +8,8 @@ import random
 
 import pytest
 import torch
-from test_sim_engine import ToyCostModel, _schedule
 from test_train_reliability import small_config
+from toy_schedule import ToyCostModel, toy_schedule
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
@@ -87,7 +87,7 @@ def _records(schedule: Schedule, seconds: float = 0.1) -> list[dict]:
 
 
 def test_comparison_matches_spans_by_id_not_by_position():
-    schedule = _schedule()
+    schedule = toy_schedule()
     straight = measured_result("toy", schedule, _records(schedule))
     shuffled = _records(schedule)
     rng = random.Random(0)
@@ -112,7 +112,7 @@ def test_comparison_matches_spans_by_id_not_by_position():
 
 
 def test_comparison_reads_the_schedule_that_ran(tmp_path):
-    schedule = _schedule()
+    schedule = toy_schedule()
     save_schedule(tmp_path, schedule)
     assert schedule_path(tmp_path, 0) == tmp_path / "schedules" / "epoch-0.json"
     records = _records(schedule)
@@ -137,7 +137,7 @@ def test_comparison_reads_the_schedule_that_ran(tmp_path):
 
 
 def test_measured_trace_is_drawn_from_spans(tmp_path):
-    schedule = _schedule()
+    schedule = toy_schedule()
     result = measured_result("toy", schedule, _records(schedule))
     path = tmp_path / "trace.json"
     write_trace(result, str(path))

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from repo_paths import ROOT
 from run_config import SMALL_TRAIN_FLAGS, small_config
 from test_reliability_cases import errors_only, run_cli
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
@@ -140,7 +141,7 @@ def test_expect_sha256_needs_a_resume_and_a_digest(tmp_path, capsys):
 
 
 def test_no_unrestricted_unpickling_in_the_package():
-    root = Path(__file__).parents[1] / "datacentric"
+    root = ROOT / "datacentric"
     found = [
         f"{path}:{number}"
         for path in root.rglob("*.py")

@@ -11,13 +11,13 @@ import shlex
 from pathlib import Path
 
 import pytest
+from repo_paths import ROOT
 
 from datacentric.cli.flags import apply_config_file, shown_default
 from datacentric.cli.main import build_parser, main
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.train.config import load_config
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples" / "configs").glob("*.toml"))
 
 

@@ -6,18 +6,16 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo_paths import ROOT
 
 from datacentric.cli.train import size_global_batch
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens, epoch_batches
 from datacentric.settings import TrainConfig, load_config
 from datacentric.shapes import SampleShape
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_a_small_dataset_gets_several_steps_an_epoch():

@@ -11,14 +11,13 @@ two micro-batches, recomputation, through ``check_equivalence``.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 pytest.importorskip("diffusers")
 
 import diffusers  # noqa: E402
+from repo_paths import ROOT
 from test_diffusers import packed_loss  # noqa: E402
 
 from datacentric.data.video import SyntheticVideoDataset, VideoSample  # noqa: E402
@@ -125,7 +124,7 @@ def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
 ) -> None:
     from datacentric.verify.equivalence import check_equivalence
 
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.syspath_prepend(str(ROOT))
     (report,) = check_equivalence([case], 2)
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2], report
     assert any(n for mbs in report["recomputed_blocks"] for n in mbs), report

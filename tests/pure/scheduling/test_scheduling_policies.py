@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pytest
-from toy_cost_model import ToyCostModel, toy_pipeline
+from repo_paths import ROOT
+from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
 
 from datacentric.scheduling import ScheduleOptions, balance, exact
 from datacentric.scheduling.dcp_opt import one_group_per_big_item
@@ -19,19 +20,12 @@ from datacentric.shapes import SampleShape
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
 
 
-def _mixed_text(n: int = 400, seed: int = 0) -> list[SampleShape]:
-    rng = np.random.default_rng(seed)
-    short = np.exp(rng.uniform(np.log(64), np.log(8000), n)).astype(int)
-    long = rng.integers(150_000, 700_000, max(1, n // 40))
-    return [SampleShape.text(int(x)) for x in rng.permutation(np.r_[short, long])]
-
-
 def _group_sizes(schedule) -> set[int]:
     return {a.sp_size for it in schedule.iterations for a in it.assignments}
 
 
 def test_static_uses_one_sp_size_the_smallest_that_fits_the_longest():
-    shapes = _mixed_text()
+    shapes = mixed_text()
     schedule = toy_pipeline(shapes, MODEL, world_size=8, policy="static").schedule()
     # 700K tokens fit 4 ranks with full recomputation (~1M per 4), not 2 (~520K).
     assert _group_sizes(schedule) == {4}
@@ -57,7 +51,7 @@ def test_megatron_sp_is_next_power_of_two_of_length_over_limit():
 
 
 def test_dcp_opt_mixes_buckets_and_sizes_and_beats_the_paper_variants():
-    shapes = _mixed_text(800)
+    shapes = mixed_text(800)
     # an all-to-all 5x the default's: with the knapsack's recomputation among the
     # plan's options, short samples then run best on smaller groups than long ones
     model = ToyCostModel(capacity_bytes=16 * 2**20, comm_per_token_s=1e-6)
@@ -80,7 +74,7 @@ def test_dcp_opt_mixes_buckets_and_sizes_and_beats_the_paper_variants():
 
 
 def test_global_batch_bound_holds():
-    shapes = _mixed_text(600)
+    shapes = mixed_text(600)
     bound = 2_000_000
     options = ScheduleOptions(tokens_per_iteration=bound)
     for policy in ("packed", "megatron-dyncp", "dcp-opt"):
@@ -92,7 +86,7 @@ def test_global_batch_bound_holds():
 
 
 def test_ideal_bound_is_below_every_schedule():
-    shapes = _mixed_text(300, seed=3)
+    shapes = mixed_text(300, seed=3)
     ideal = toy_pipeline(shapes, MODEL, world_size=8).ideal_epoch_time()
     for policy in ("static", "packed", "dcp-intra", "dcp-inter", "dcp-opt"):
         schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy).schedule()
@@ -120,20 +114,20 @@ def test_lpt_and_local_search_reach_the_optimum_on_small_cases():
 
 
 def test_identical_in_another_process_with_another_hash_seed():
-    shapes = _mixed_text(200, seed=5)
+    shapes = mixed_text(200, seed=5)
     here = toy_pipeline(shapes, MODEL, world_size=8, policy="dcp-opt", seed=9).schedule()
     code = (
         "import sys, numpy as np\n"
         "sys.path[:0] = ['.', 'tests']\n"
-        "from tests.test_scheduling_policies import _mixed_text, MODEL\n"
-        "from toy_cost_model import toy_pipeline\n"
+        "from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline\n"
+        "MODEL = ToyCostModel(capacity_bytes=16 * 2**20)\n"
         "from datacentric.scheduling.resume import schedule_fingerprint\n"
-        "s = toy_pipeline(_mixed_text(200, seed=5), MODEL, world_size=8, policy='dcp-opt',\n"
+        "s = toy_pipeline(mixed_text(200, seed=5), MODEL, world_size=8, policy='dcp-opt',\n"
         "                 seed=9).schedule()\n"
         "print(schedule_fingerprint(s))\n"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(ROOT)
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
     )
@@ -166,7 +160,7 @@ def test_a_layout_gets_one_group_per_item_longer_than_half_the_bound() -> None:
 def test_dcp_pac_keeps_dcp_inter_sizes_and_recomputes_less():
     """PAC lowers recomputation: every bucket runs on dcp-inter's SP size, except those
     whose single sample would outlast an average step, which move to a larger one."""
-    shapes = _mixed_text(800)
+    shapes = mixed_text(800)
     runs = {
         p: toy_pipeline(shapes, MODEL, world_size=16, policy=p, seed=1).schedule()
         for p in ("dcp-inter", "dcp-pac")
@@ -332,7 +326,7 @@ def test_static_is_within_half_a_percent_of_a_wider_search():
     from datacentric.scheduling.measures import epoch_estimate_s
     from datacentric.scheduling.policy_input import PolicyInput, no_recompute
 
-    shapes = _mixed_text(300, seed=4)
+    shapes = mixed_text(300, seed=4)
     view = DatasetView(shapes)
     inp = PolicyInput(
         view=view,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from repo_paths import ROOT
 from run_config import small_config
 
 from datacentric.cli.bench import bench_summary
@@ -17,8 +18,6 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.measured_comparison import compare_policies
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_example_diff_is_at_most_ten_lines():
