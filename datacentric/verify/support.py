@@ -41,7 +41,10 @@ _FAMILY_WORLD_4 = (
     "tests/runtime/models/test_diffusers_families.py::"
     "test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process"
 )
-_HF_WORLD_4 = "tests/runtime/verify/test_equivalence.py::test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
+_HF_WORLD_4 = (
+    "tests/runtime/verify/test_equivalence.py::"
+    "test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
+)
 
 EVIDENCE: dict[str, tuple[str, ...]] = {
     "WanTransformer3DModel": (
@@ -64,7 +67,7 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     ),
     "HunyuanVideoTransformer3DModel": (
         f"{_FAMILY_TESTS}[hunyuan-video]",
-        f"{_FAMILY_SP_TESTS}[tests.test_diffusers_families:masked_hunyuan_case]",
+        f"{_FAMILY_SP_TESTS}[tests.runtime.models.test_diffusers_families:masked_hunyuan_case]",
         f"{_FAMILY_WORLD_4}[hunyuan-video]",
     ),
     "FluxTransformer2DModel": (

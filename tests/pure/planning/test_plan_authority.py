@@ -9,16 +9,14 @@ import pytest
 from test_planning_fitted import fitted
 from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
 
-from datacentric.cli.main import main
 from datacentric.planning import bucket_options
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.hardware import GIB
-from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
+from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.plan import Plan, PlanWithoutOptionsError
 from datacentric.planning.planner import choose_recompute, plan_buckets
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import POLICIES, Pipeline, build_schedule
+from datacentric.scheduling import POLICIES, build_schedule
 from datacentric.shapes import SampleShape, make_buckets
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
@@ -110,22 +108,6 @@ def test_plan_json_round_trips_with_its_options_and_old_plans_fail_clearly():
     with pytest.raises(PlanWithoutOptionsError, match="plan the dataset again") as err:
         build_schedule(shapes, policy="dcp-opt", world_size=8, cost_model=MODEL, plan=old_plan)
     assert "\n" not in str(err.value)  # ... and cannot drive a schedule: one line why
-
-
-def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_path):
-    lengths = tmp_path / "lengths.txt"
-    lengths.write_text("\n".join(["300"] * 4 + ["2000"] * 2) + "\n")
-    argv = ["plan", "--model", "llama", "--hardware", "cpu-local", "--world", "2"]
-    argv += ["--lengths", str(lengths), "--memory-gb", "0.75", "--json"]
-    assert main(argv) == 0
-    cli_cap = json.loads(capsys.readouterr().out)["memory_cap_bytes"]
-    shapes = [SampleShape.text(300)] * 4 + [SampleShape.text(2000)] * 2
-    cost = analytic_cost_model("llama", "cpu-local")
-    budget = resolve_memory_cap(0.75, device_memory_of(cost))
-    api = Pipeline(shapes, cost, world_size=2, memory_cap_bytes=budget)
-    assert cli_cap == api.plan.memory_cap_bytes == int(0.75 * GIB)
-    schedule = api.schedule()
-    assert schedule.memory_cap_bytes == schedule.meta["memory_cap_bytes"] == cli_cap
 
 
 def test_cost_models_hold_no_budget():

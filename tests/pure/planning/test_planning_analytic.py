@@ -34,13 +34,6 @@ def test_presets_exist_and_match_published_sizes() -> None:
         get_hardware("tpu-v9")
 
 
-def test_runnable_specs_count_the_real_parameters() -> None:
-    from datacentric.models.presets import model_facts
-
-    for name in ("llama", "dit"):
-        assert get_model_spec(name).num_params == model_facts(name).num_params
-
-
 def test_attention_pairs_by_kind() -> None:
     video = SampleShape.video(4, 3, 5)
     assert attention_pairs("full", video) == 60 * 60

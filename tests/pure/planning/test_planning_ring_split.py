@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from toy_cost_model import ToyCostModel
 
-from datacentric.cli.main import main
 from datacentric.planning.bucket_options import BucketOption, sp_size_tiers, split_candidates
 from datacentric.planning.cost_model import split_breakdown
 from datacentric.planning.planner import plan_buckets
@@ -16,7 +16,6 @@ from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.shapes import SampleShape, make_buckets
 from datacentric.sim.engine import simulate
-from toy_cost_model import ToyCostModel
 
 FULL = (True,) * 32
 
@@ -106,20 +105,6 @@ def test_the_simulator_prices_a_micro_batch_on_its_split(llama):
     assert timed[2] != timed[16]
 
 
-def test_schedule_json_reports_ring_degrees_for_million_token_samples(tmp_path, capsys):
-    lengths = [1 << 20] * 2 + [2048, 8192, 32768, 131072] * 40
-    path = tmp_path / "lengths.txt"
-    path.write_text("\n".join(map(str, lengths)) + "\n")
-    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
-    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
-    assert main(argv) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["samples_scheduled"] == out["samples_total"] == len(lengths)
-    assert any(r > 1 for _, r, _ in out["sp_splits"])
-    assert out["efficiency"] <= 1.0 + 1e-9  # the ideal bound prices the ring options too
-    assert sum(n for _, _, n in out["sp_splits"]) >= 1
-
-
 def test_split_modes_limit_the_plan_to_one_kind_of_split(llama):
     from datacentric.planning.split_modes import SplitLimitedCostModel
 
@@ -152,17 +137,6 @@ def test_the_long_context_preset_reaches_a_million_tokens():
     assert len(tokens) == 500 and min(tokens) >= 8192 and max(tokens) <= 1 << 20
     assert max(tokens) > 900_000
     assert tokens == [s.tokens for s in get_workload("longctx-1m", num_samples=500).shapes]
-
-
-def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
-    path = tmp_path / "lengths.txt"
-    path.write_text("\n".join(map(str, [1 << 20] * 2 + [8192, 65536] * 30)) + "\n")
-    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
-    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
-    assert main([*argv, "--split-mode", "ulysses"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["samples_scheduled"] == 62
-    assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])
 
 
 def test_the_ideal_bound_prices_ring_options_past_a_node(llama):

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from datacentric.data.workloads import get_workload
 from datacentric.planning.cost_model import split_breakdown
 from datacentric.planning.planner import plan_buckets
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import Pipeline, ScheduleOptions
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.epoch import build_schedule
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import any_recompute
@@ -52,20 +48,3 @@ def test_a_short_member_recomputes_what_it_needs(llama):
             assert per_member.item_time(item, sp) == pytest.approx(own.time_s)
             saved += sum(cfg.recompute) - sum(rc)
     assert saved > 0  # some member recomputes fewer blocks than the representative
-
-
-@pytest.mark.slow
-def test_dcp_pac_near_the_bound_on_long_tailed_code():
-    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
-    shapes = [SampleShape.text(s.tokens) for s in get_workload("stdlib-code").shapes]
-    plan = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=CAP).plan
-    schedule = build_schedule(
-        shapes,
-        policy="dcp-pac",
-        world_size=64,
-        cost_model=cost,
-        plan=plan,
-        options=ScheduleOptions(global_batch_tokens=4_000_000),
-    )
-    assert schedule.meta["efficiency"] >= 0.85
-    assert np.isfinite(schedule.meta["est_epoch_time_s"])

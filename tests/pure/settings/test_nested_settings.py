@@ -86,22 +86,6 @@ def test_flat_access_from_the_package_fails_the_tests():
         )
 
 
-def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
-    from datacentric.data import DataSettings, StdlibCorpus, open_dataset
-    from datacentric.data.sources import data_settings
-
-    settings = load_config(None, dataset_limit=3, max_tokens=300, seed=5)
-    given = data_settings(settings)
-    assert dataclasses.asdict(settings.data).items() <= dataclasses.asdict(given).items()
-    assert given.seed == 5
-    from_section = open_dataset("stdlib", settings.data, seed=5)
-    assert from_section.shapes() == open_dataset("stdlib", given).shapes()
-    assert len(from_section) == len(StdlibCorpus(max_tokens=300, limit=3))
-    with pytest.warns(DeprecationWarning, match="dataset_limit"):
-        older = DataSettings(limit=3, max_tokens=300)
-    assert older.dataset_limit == 3
-
-
 def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
     sectioned = tmp_path / "run.toml"
     sectioned.write_text("[lora]\nrank = 4\n[training]\nlr = 0.02\n[cost]\nmemory_gb = 3.0\n")

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
 
 import pytest
 
-from datacentric.cli.flags import config_from_args
-from datacentric.cli.main import build_parser, main
+from datacentric.cli.main import build_parser
 
 #: An ``-X importtime`` line that imports torch (or one of its modules).
 TORCH_LINE = re.compile(r"\|\s+torch(\.\S+)?\s*$", re.MULTILINE)
@@ -30,25 +28,6 @@ def test_help_and_config_show_import_no_torch(argv):
     assert "datacentric.settings" in done.stderr  # the import log is read
     assert not TORCH_LINE.findall(done.stderr), TORCH_LINE.findall(done.stderr)[:3]
     assert "usage" in done.stdout or "[job]" in done.stdout
-
-
-def test_schedule_and_train_see_the_same_dataset(tmp_path, capsys):
-    path = tmp_path / "run.toml"
-    path.write_text(
-        '[data]\ndataset = "stdlib"\ndataset_limit = 25\n'
-        '[parallelism]\nworld = 2\n[scheduling]\npolicy = "static"\n',
-        encoding="utf-8",
-    )
-    assert main(["schedule", "--config", str(path), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-
-    from datacentric.train.build import build_dataset
-
-    config = config_from_args(build_parser().parse_args(["train", "--config", str(path)]))
-    shapes = build_dataset(config).shapes()
-    assert config.dataset_limit == 25
-    assert report["samples_total"] == len(shapes) >= 25
-    assert report["samples_scheduled"] == len(shapes)
 
 
 def test_a_flag_of_a_setting_takes_its_type_and_help_from_the_schema():

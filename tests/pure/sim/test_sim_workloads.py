@@ -26,17 +26,6 @@ def test_unknown_preset_names_choices():
         get_workload("nope")
 
 
-def test_stdlib_code_uses_the_real_file_lengths():
-    w = get_workload("stdlib-code", seed=2)
-    assert w.shapes == get_workload("stdlib-code", seed=2).shapes
-    assert max(s.tokens for s in w.shapes) <= 131_072
-    assert len(get_workload("stdlib-code", num_samples=3 * len(w.shapes) + 1).shapes) == (
-        3 * len(w.shapes) + 1
-    )
-    lengths = sorted(s.tokens for s in w.shapes)
-    assert lengths[-1] > 10 * lengths[len(lengths) // 2]  # long-tailed
-
-
 def test_apportion_sums_and_is_proportional():
     counts = apportion(1001, [3, 1, 1])
     assert sum(counts) == 1001 and counts[0] == 601

@@ -7,6 +7,11 @@ import json
 import pytest
 
 from datacentric.cli.main import main
+from datacentric.planning.hardware import GIB
+from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
+from datacentric.profiling.factory import analytic_cost_model
+from datacentric.scheduling import Pipeline
+from datacentric.shapes import SampleShape
 
 
 def run_json(capsys, argv: list[str]) -> dict:
@@ -69,3 +74,19 @@ def test_profile_command_measures_plans_validates_and_reuses(capsys, tmp_path) -
     (folder / "profile.json").write_text("{broken")
     assert main(argv) == 2
     assert "corrupt profile" in capsys.readouterr().err
+
+
+def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_path):
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(["300"] * 4 + ["2000"] * 2) + "\n")
+    argv = ["plan", "--model", "llama", "--hardware", "cpu-local", "--world", "2"]
+    argv += ["--lengths", str(lengths), "--memory-gb", "0.75", "--json"]
+    assert main(argv) == 0
+    cli_cap = json.loads(capsys.readouterr().out)["memory_cap_bytes"]
+    shapes = [SampleShape.text(300)] * 4 + [SampleShape.text(2000)] * 2
+    cost = analytic_cost_model("llama", "cpu-local")
+    budget = resolve_memory_cap(0.75, device_memory_of(cost))
+    api = Pipeline(shapes, cost, world_size=2, memory_cap_bytes=budget)
+    assert cli_cap == api.plan.memory_cap_bytes == int(0.75 * GIB)
+    schedule = api.schedule()
+    assert schedule.memory_cap_bytes == schedule.meta["memory_cap_bytes"] == cli_cap

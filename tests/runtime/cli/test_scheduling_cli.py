@@ -132,3 +132,28 @@ def test_schedule_and_simulate_charge_the_same_epoch(shard, model, lengths_file,
         # fsdp2 hides the reduction behind the last backward; none exposes all of it
         exposed = scheduled[policy]["grad_sync_exposed_s"]
         assert (exposed > 0) == (shard == "none"), policy
+
+
+def test_schedule_json_reports_ring_degrees_for_million_token_samples(tmp_path, capsys):
+    lengths = [1 << 20] * 2 + [2048, 8192, 32768, 131072] * 40
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, lengths)) + "\n")
+    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
+    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples_scheduled"] == out["samples_total"] == len(lengths)
+    assert any(r > 1 for _, r, _ in out["sp_splits"])
+    assert out["efficiency"] <= 1.0 + 1e-9  # the ideal bound prices the ring options too
+    assert sum(n for _, _, n in out["sp_splits"]) >= 1
+
+
+def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
+    path = tmp_path / "lengths.txt"
+    path.write_text("\n".join(map(str, [1 << 20] * 2 + [8192, 65536] * 30)) + "\n")
+    argv = ["schedule", "--lengths", str(path), "--world", "64", "--model", "llama-7b"]
+    argv += ["--hardware", "h200-sxm", "--policy", "dcp-opt", "--json"]
+    assert main([*argv, "--split-mode", "ulysses"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples_scheduled"] == 62
+    assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])

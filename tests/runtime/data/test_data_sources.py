@@ -3,15 +3,18 @@ and the command line on them; fixtures are built on the fly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import torch
 
-from datacentric.cli.main import main
+from datacentric.cli.flags import config_from_args
+from datacentric.cli.main import build_parser, main
 from datacentric.data.base import DataError, epoch_pack
 from datacentric.data.sources import DataSettings, open_dataset, skipped_samples
 from datacentric.data.tokenized import TokenizedTextDataset
+from datacentric.settings import load_config
 
 
 @pytest.fixture(autouse=True)
@@ -201,3 +204,38 @@ def test_schedule_cli_counts_chunked_documents(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("datacentric schedule: ") and "corpus.jsonl:2: document" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
+    from datacentric.data import DataSettings, StdlibCorpus, open_dataset
+    from datacentric.data.sources import data_settings
+
+    settings = load_config(None, dataset_limit=3, max_tokens=300, seed=5)
+    given = data_settings(settings)
+    assert dataclasses.asdict(settings.data).items() <= dataclasses.asdict(given).items()
+    assert given.seed == 5
+    from_section = open_dataset("stdlib", settings.data, seed=5)
+    assert from_section.shapes() == open_dataset("stdlib", given).shapes()
+    assert len(from_section) == len(StdlibCorpus(max_tokens=300, limit=3))
+    with pytest.warns(DeprecationWarning, match="dataset_limit"):
+        older = DataSettings(limit=3, max_tokens=300)
+    assert older.dataset_limit == 3
+
+
+def test_schedule_and_train_see_the_same_dataset(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text(
+        '[data]\ndataset = "stdlib"\ndataset_limit = 25\n'
+        '[parallelism]\nworld = 2\n[scheduling]\npolicy = "static"\n',
+        encoding="utf-8",
+    )
+    assert main(["schedule", "--config", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    from datacentric.train.build import build_dataset
+
+    config = config_from_args(build_parser().parse_args(["train", "--config", str(path)]))
+    shapes = build_dataset(config).shapes()
+    assert config.dataset_limit == 25
+    assert report["samples_total"] == len(shapes) >= 25
+    assert report["samples_scheduled"] == len(shapes)

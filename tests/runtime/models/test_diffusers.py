@@ -17,7 +17,6 @@ import torch
 pytest.importorskip("diffusers")
 
 import diffusers  # noqa: E402
-from repo_paths import ROOT
 
 from datacentric.data.video import SyntheticVideoDataset  # noqa: E402
 from datacentric.models.diffusers_build import (  # noqa: E402
@@ -31,6 +30,9 @@ from datacentric.models.diffusers_plan import UnsupportedVideoModel  # noqa: E40
 from datacentric.shapes import SampleShape  # noqa: E402
 from datacentric.verify.model_contract import check_model_contract  # noqa: E402
 from datacentric.verify.reference import own_video_forward  # noqa: E402
+
+# the repository (ranks import this module too, without tests/ on their path)
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -204,7 +206,7 @@ def test_sp_2_with_padding_and_accumulation_equals_one_process(monkeypatch) -> N
     from datacentric.verify.equivalence import check_equivalence
 
     monkeypatch.syspath_prepend(str(ROOT))
-    (report,) = check_equivalence(["tests.test_diffusers:padded_wan_case"], 2)
+    (report,) = check_equivalence(["tests.runtime.models.test_diffusers:padded_wan_case"], 2)
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2]
     assert report["samples_per_micro_batch"] == [[2, 1]]
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report

@@ -11,13 +11,14 @@ two micro-batches, recomputation, through ``check_equivalence``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 pytest.importorskip("diffusers")
 
 import diffusers  # noqa: E402
-from repo_paths import ROOT
 from test_diffusers import packed_loss  # noqa: E402
 
 from datacentric.data.video import SyntheticVideoDataset, VideoSample  # noqa: E402
@@ -28,6 +29,9 @@ from datacentric.models.diffusers_build import (  # noqa: E402
 )
 from datacentric.shapes import SampleShape  # noqa: E402
 from datacentric.verify.reference import own_video_forward  # noqa: E402
+
+# the repository (ranks import this module too, without tests/ on their path)
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,7 +121,7 @@ def masked_hunyuan_case():  # noqa: ANN201
 @pytest.mark.parametrize(
     "case",
     ["diffusers:skyreels-v2", "diffusers:cogvideox", "diffusers:flux"]
-    + ["tests.test_diffusers_families:masked_hunyuan_case"],
+    + ["tests.runtime.models.test_diffusers_families:masked_hunyuan_case"],
 )
 def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
     case: str, monkeypatch: pytest.MonkeyPatch

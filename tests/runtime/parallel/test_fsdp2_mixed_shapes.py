@@ -12,12 +12,13 @@ model's own ``forward`` on each clip alone (``verify.reference``).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 pytest.importorskip("diffusers")
 
-from repo_paths import ROOT  # noqa: E402
 
 from datacentric.schedule import Assignment, Iteration, MicroBatch  # noqa: E402
 from datacentric.shapes import bucket_name  # noqa: E402
@@ -28,6 +29,9 @@ from datacentric.verify.equivalence import (  # noqa: E402
     run_distributed,
     run_reference,
 )
+
+# the repository (ranks import this module too, without tests/ on their path)
+ROOT = Path(__file__).resolve().parents[3]
 
 MODEL = "diffusers:wan"
 SMALL = {"num_layers": 2}
@@ -94,7 +98,7 @@ def test_a_block_run_twice_without_the_declaration_is_named_not_a_hang(monkeypat
 
     monkeypatch.syspath_prepend(str(ROOT))
     world, groups = CASES["world-2"]
-    case = "tests.test_fsdp2_mixed_shapes:undeclared_wan_case"
+    case = "tests.runtime.parallel.test_fsdp2_mixed_shapes:undeclared_wan_case"
     with pytest.raises(RuntimeError, match="block 0 of DiffusersVideoTransformer ran 2 times"):
         run_distributed([(case, iteration_of(groups))], world, wrapper="fsdp2", timeout_s=240)
 

@@ -8,6 +8,7 @@ pytest.importorskip("transformers")
 
 from datacentric.models.hf import TINY_CONFIGS, build_hf_model  # noqa: E402
 from datacentric.planning.config_specs import spec_from_hf_config  # noqa: E402
+from datacentric.profiling.module_specs import get_model_spec  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
@@ -46,3 +47,10 @@ def test_wan_spec_counts_the_block_parameters() -> None:
     # biases and norm weights are not counted; at width 64 they weigh a few percent
     assert spec.block_params == pytest.approx(block, rel=0.1)
     assert spec.num_blocks == len(model.blocks) and spec.heads == model.num_heads
+
+
+def test_runnable_specs_count_the_real_parameters() -> None:
+    from datacentric.models.presets import model_facts
+
+    for name in ("llama", "dit"):
+        assert get_model_spec(name).num_params == model_facts(name).num_params

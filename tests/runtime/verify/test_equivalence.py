@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
-from repo_paths import ROOT
 
 from datacentric.cli.main import main
 from datacentric.verify import equivalence as equivalence_module
@@ -18,6 +18,10 @@ from datacentric.verify.equivalence import (
     run_distributed,
     run_reference,
 )
+
+# the repository (ranks import this module too, without tests/ on their path)
+ROOT = Path(__file__).resolve().parents[3]
+USER_MODULE = "tests.runtime.verify.test_equivalence"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -122,14 +126,14 @@ def test_cli_checks_a_step_in_two_phases(capsys) -> None:
 
 
 def user_factory():  # type: ignore[no-untyped-def]
-    """A user's factory (named below as ``tests.test_equivalence:...``)."""
+    """A user's factory (named below as ``tests.runtime.verify.test_equivalence:...``)."""
     from datacentric.models.presets import build_model
 
     return build_model("llama")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["diffusers:wan", "tests.test_equivalence:user_factory"])
+@pytest.mark.parametrize("name", ["diffusers:wan", f"{USER_MODULE}:user_factory"])
 def test_cli_checks_other_models_at_world_2_with_sp_2(name, capsys, monkeypatch) -> None:
     monkeypatch.syspath_prepend(str(ROOT))
     assert main(["equivalence", "--model", name, "--world", "2", "--json"]) == 0
@@ -216,16 +220,16 @@ def test_longrope_is_refused_and_the_independent_reference_would_catch_it(
     from datacentric.models import hf
 
     monkeypatch.syspath_prepend(str(ROOT))
-    assert main(["equivalence", "--model", "tests.test_equivalence:longrope_phi3"]) == 2
+    assert main(["equivalence", "--model", f"{USER_MODULE}:longrope_phi3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]  # after transformers' warnings
     assert err.startswith("datacentric equivalence: ")
     assert "rope_type='longrope'" in err and "LongRoPE" in err
     # Let it through: packed with a long sample, the short one takes the long factors,
     # which the reference (each sample alone, unmodified) shows as a gradient error.
     monkeypatch.setattr(hf, "check_supported", lambda *args, **kwargs: None)
-    assert _packed_vs_each_alone("tests.test_equivalence:longrope_phi3") > 1e-3  # 9.6e-3
+    assert _packed_vs_each_alone(f"{USER_MODULE}:longrope_phi3") > 1e-3  # 9.6e-3
     # YaRN's frequencies are fixed by the config: packing changes nothing.
-    assert _packed_vs_each_alone("tests.test_equivalence:yarn_llama") <= 1e-5
+    assert _packed_vs_each_alone(f"{USER_MODULE}:yarn_llama") <= 1e-5
 
 
 @pytest.mark.slow
