@@ -27,8 +27,10 @@ format: setup
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The torch-free layers' tests run where `import torch` fails, then everything else.
 test: setup lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -p tests.no_torch tests/pure
+	$(BIN)/python -m pytest -q --ignore=tests/pure
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

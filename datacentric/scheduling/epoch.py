@@ -76,25 +76,12 @@ def build_schedule(
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not isinstance(plan, Plan):
+        raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
     options = options or ScheduleOptions()
     started = time.perf_counter()
     view = DatasetView(shapes)
-    asked = np.ones(view.num_samples, dtype=bool)
-    if sample_ids is not None:
-        ids = np.asarray(sample_ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= view.num_samples):
-            raise ValueError(f"sample_ids must lie in 0..{view.num_samples - 1}")
-        asked[:] = False
-        asked[ids] = True
-    not_asked = np.flatnonzero(~asked)
-    skipped = np.zeros(0, dtype=np.int64)
-    if not isinstance(plan, Plan):
-        raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
-    if plan.skipped:
-        gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
-        in_gone = np.isin(view.bucket_of, gone)
-        skipped = np.flatnonzero(asked & in_gone)
-        asked &= ~in_gone
+    asked, not_asked, skipped = _samples_to_schedule(view, plan, sample_ids)
     active = np.flatnonzero(asked)
     if len(active) == 0:
         raise ValueError("no samples to schedule (all were skipped or excluded)")
@@ -133,18 +120,46 @@ def build_schedule(
     )
     meta["plan_seconds"] = time.perf_counter() - started
     if measure:
-        table = inp.pac_table()
         kept = asked.copy()
         kept[dropped] = False
-        scheduled = np.flatnonzero(kept)
-        work = np.zeros(view.num_samples)
-        work[scheduled] = sample_gpu_seconds(table, scheduled)
-        ideal = float(work.sum()) / world_size if len(scheduled) else None
-        bounds = []
-        for it in schedule.iterations:
-            ids = np.asarray(it.sample_ids(), dtype=np.int64)
-            bounds.append(step_bound_s(table, ids, world_size, work[ids]))
-        meta.update(
-            schedule_measures(schedule, cost_model, ideal, shapes=view.shapes, step_bounds_s=bounds)
-        )
+        meta.update(_measures(schedule, inp, np.flatnonzero(kept)))
     return schedule
+
+
+def _samples_to_schedule(
+    view: DatasetView, plan: Plan, sample_ids: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(asked, not_asked, skipped)``: the mask of the samples this epoch schedules, the
+    ids left out by ``sample_ids`` and the ids of the buckets the plan skipped."""
+    asked = np.ones(view.num_samples, dtype=bool)
+    if sample_ids is not None:
+        ids = np.asarray(sample_ids, dtype=np.int64)
+        if len(ids) and (ids.min() < 0 or ids.max() >= view.num_samples):
+            raise ValueError(f"sample_ids must lie in 0..{view.num_samples - 1}")
+        asked[:] = False
+        asked[ids] = True
+    not_asked = np.flatnonzero(~asked)
+    skipped = np.zeros(0, dtype=np.int64)
+    if plan.skipped:
+        gone = [view.bucket_index[name] for name in plan.skipped if name in view.bucket_index]
+        in_gone = np.isin(view.bucket_of, gone)
+        skipped = np.flatnonzero(asked & in_gone)
+        asked &= ~in_gone
+    return asked, not_asked, skipped
+
+
+def _measures(schedule: Schedule, inp: PolicyInput, scheduled: np.ndarray) -> dict:
+    """Imbalance, efficiency, the ideal bound and the per-step bounds of ``schedule``
+    (``scheduled``: the ids it runs), each sample priced at its own length."""
+    view, world_size = inp.view, inp.world_size
+    table = inp.pac_table()
+    work = np.zeros(view.num_samples)
+    work[scheduled] = sample_gpu_seconds(table, scheduled)
+    ideal = float(work.sum()) / world_size if len(scheduled) else None
+    bounds = []
+    for it in schedule.iterations:
+        ids = np.asarray(it.sample_ids(), dtype=np.int64)
+        bounds.append(step_bound_s(table, ids, world_size, work[ids]))
+    return schedule_measures(
+        schedule, inp.cost_model, ideal, shapes=view.shapes, step_bounds_s=bounds
+    )
