@@ -26,7 +26,6 @@ from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedText
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import get_workload, list_workloads
 from datacentric.settings.sections import DataConfig
-from datacentric.settings.whole import passed_whole
 
 
 @dataclass(kw_only=True)
@@ -66,9 +65,7 @@ class DataSettings(DataConfig):
 def data_settings(data: DataConfig, seed: int = 0) -> DataSettings:
     """The data settings of a run (its ``[data]`` section and ``[job] seed``): the one
     place they meet, so ``train``, ``profile``, ``plan``, ``schedule`` and ``bench`` open
-    the same samples. The whole settings object (earlier releases) is deprecated."""
-    if passed_whole(data, "data_settings(settings.data, settings.job.seed)"):
-        data, seed = data.data, data.job.seed
+    the same samples."""
     return DataSettings.of(data, seed)
 
 

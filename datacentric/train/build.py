@@ -1,9 +1,8 @@
 """Build a run's dataset, model and cost model, each from the sections it reads.
 
 Every function here takes the sections it reads (``settings.data``, ``settings.model``,
-``settings.lora``...), never the whole settings object; the whole object (the form of
-earlier releases) still works, with a ``DeprecationWarning``
-(:func:`~datacentric.settings.whole.passed_whole`).
+``settings.lora``...), never the whole settings object (internal functions: no
+deprecated form is kept, see docs/api.md).
 """
 
 from __future__ import annotations
@@ -46,7 +45,6 @@ from datacentric.settings.sections import (
     ModelConfig,
     ParallelismConfig,
 )
-from datacentric.settings.whole import passed_whole
 from datacentric.verify.model_contract import check_small_copy
 
 
@@ -59,16 +57,12 @@ def sharding(parallelism: ParallelismConfig) -> ShardingSpec:
 def build_dataset(data: DataConfig, seed: int = 0) -> Dataset:
     """The run's dataset from its ``[data]`` section and ``[job] seed`` (see
     :func:`datacentric.data.sources.open_dataset`)."""
-    if passed_whole(data, "build_dataset(settings.data, settings.job.seed)"):
-        data, seed = data.data, data.job.seed
     return open_dataset(data.dataset, data_settings(data, seed))
 
 
 def model_source(model: ModelConfig, lora: LoraConfig | None = None) -> ModelSource:
     """The ``[model]`` section's model as a :class:`~datacentric.models.source.ModelSource`,
     with the LoRA adapters of the ``[lora]`` section (``None``: LoRA off)."""
-    if passed_whole(model, "model_source(settings.model, settings.lora)"):
-        model, lora = model.model, model.lora
     source = resolve_model(model.model, model.model_args)
     return dataclasses.replace(source, lora=lora_of(lora or LoraConfig()))
 
@@ -86,8 +80,6 @@ def build_model_for(
     ``[lora]`` section's adapters, its parameters in float32 (``bfloat16`` is autocast).
     Seed the global RNG first: every rank must build identical weights (a pretrained
     folder's are read from the folder)."""
-    if passed_whole(model, "build_model_for(settings.model, dataset, lora=settings.lora)"):
-        model, lora = model.model, model.lora
     module, _ = build_from_source(model_source(model, lora), dtype=torch.float32, dataset=dataset)
     return module
 
@@ -143,17 +135,8 @@ def run_cost_model(
     (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
     predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
     (:func:`~datacentric.profiling.module_specs.run_spec`: read from ``model`` when it is
-    not an analytic preset). The whole settings as the first argument (earlier releases)
-    is deprecated.
+    not an analytic preset).
     """
-    if passed_whole(
-        cost,
-        "run_cost_model(settings.cost, ..., model_settings=settings.model, "
-        "lora=, parallelism=, job=, progress=settings.metrics.progress)",
-    ):
-        whole = cost
-        cost, model_settings, lora = whole.cost, whole.model, whole.lora
-        parallelism, job, progress = whole.parallelism, whole.job, whole.metrics.progress
     if model_settings is None:
         raise TypeError("run_cost_model: give model_settings (the [model] section)")
     lora, job = lora or LoraConfig(), job or JobConfig()
@@ -190,8 +173,6 @@ def mfu_cost_model(model: ModelConfig, device: torch.device) -> CostModel | None
     ``[model]`` section's model and arguments
     (:func:`~datacentric.profiling.module_specs.named_spec`), on this device; ``None`` for
     a model whose cost cannot be read."""
-    if passed_whole(model, "mfu_cost_model(settings.model, device)"):
-        model = model.model
     try:
         spec = named_spec(model.model, model_args(model))
     except UnpricedModelError:
@@ -240,9 +221,7 @@ def check_model(
     runs the model contract's forward passes on a small CPU copy keeping every layer
     type (features that show only when the model runs). Raises a ``ValueError`` naming
     the model and what is wrong. Reads the ``[model]``, ``[lora]``, ``[parallelism]`` and
-    ``[cost]`` sections (the whole settings, as earlier releases took, is deprecated)."""
-    if passed_whole(model, "check_model(settings.model, dataset, lora=, parallelism=, cost=)"):
-        model, lora, parallelism, cost = model.model, model.lora, model.parallelism, model.cost
+    ``[cost]`` sections."""
     name = model.model
     source = model_source(model, lora)
     try:

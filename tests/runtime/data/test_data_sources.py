@@ -211,7 +211,7 @@ def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
     from datacentric.data.sources import data_settings
 
     settings = load_config(None, dataset_limit=3, max_tokens=300, seed=5)
-    given = data_settings(settings)
+    given = data_settings(settings.data, settings.job.seed)
     assert dataclasses.asdict(settings.data).items() <= dataclasses.asdict(given).items()
     assert given.seed == 5
     from_section = open_dataset("stdlib", settings.data, seed=5)
@@ -235,7 +235,7 @@ def test_schedule_and_train_see_the_same_dataset(tmp_path, capsys):
     from datacentric.train.build import build_dataset
 
     config = config_from_args(build_parser().parse_args(["train", "--config", str(path)]))
-    shapes = build_dataset(config).shapes()
-    assert config.dataset_limit == 25
+    shapes = build_dataset(config.data, config.job.seed).shapes()
+    assert config.data.dataset_limit == 25
     assert report["samples_total"] == len(shapes) >= 25
     assert report["samples_scheduled"] == len(shapes)

@@ -206,10 +206,22 @@ def test_pre_check_refuses_by_name_before_ranks_start(tmp_path: Path, name: str)
         model=_folder(tmp_path, name, num_hidden_layers=4), dataset_limit=20, max_tokens=96
     )
     if name not in REFUSED:
-        check_model(config, build_dataset(config))
+        check_model(
+            config.model,
+            build_dataset(config.data, config.job.seed),
+            lora=config.lora,
+            parallelism=config.parallelism,
+            cost=config.cost,
+        )
         return
     with pytest.raises(ValueError) as caught:
-        check_model(config, build_dataset(config))
+        check_model(
+            config.model,
+            build_dataset(config.data, config.job.seed),
+            lora=config.lora,
+            parallelism=config.parallelism,
+            cost=config.cost,
+        )
     message = str(caught.value)
     assert REFUSED[name] in message and "\n" not in message, message
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-import pytest
 from repo_paths import ROOT
 
 from datacentric.settings.layout import SECTIONS
@@ -174,35 +173,3 @@ def test_planted_faults_fail_the_check_naming_file_and_function():
     ]
     # the same source in a command's module is the top of a run
     assert violations(PLANTED, "datacentric/cli/train.py") == []
-
-
-def test_the_whole_settings_still_work_with_a_deprecation_warning():
-    import torch
-
-    from datacentric.data.sources import data_settings
-    from datacentric.settings import load_config
-    from datacentric.train.build import build_dataset, mfu_cost_model, run_cost_model
-
-    config = load_config(None, dataset_limit=2, max_tokens=300, seed=3, cost_model="analytic")
-    with pytest.warns(DeprecationWarning, match=r"write data_settings\(settings\.data"):
-        assert data_settings(config) == data_settings(config.data, config.job.seed)
-    with pytest.warns(DeprecationWarning, match=r"write build_dataset\(settings\.data"):
-        old = build_dataset(config)
-    dataset = build_dataset(config.data, config.job.seed)
-    assert old.shapes() == dataset.shapes()
-    cpu = torch.device("cpu")
-    with pytest.warns(DeprecationWarning, match=r"write mfu_cost_model\(settings\.model"):
-        assert mfu_cost_model(config, cpu).spec == mfu_cost_model(config.model, cpu).spec
-    with pytest.warns(DeprecationWarning, match=r"write run_cost_model\(settings\.cost"):
-        whole = run_cost_model(config, 1, cpu, dataset.shapes())
-    sections = run_cost_model(
-        config.cost,
-        1,
-        cpu,
-        dataset.shapes(),
-        model_settings=config.model,
-        lora=config.lora,
-        parallelism=config.parallelism,
-        job=config.job,
-    )
-    assert (whole.spec, whole.sharding) == (sections.spec, sections.sharding)

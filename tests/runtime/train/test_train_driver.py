@@ -27,9 +27,18 @@ def tiny_config(out, **overrides) -> TrainConfig:
 def user_dc(config: TrainConfig) -> DataCentric:
     """What a user builds for the same run as the trainer (same seed, same inputs)."""
     torch.manual_seed(config.seed)
-    dataset = build_dataset(config)
-    model = build_model_for(config, dataset)
-    cost = run_cost_model(config, 1, torch.device("cpu"), dataset.shapes())
+    dataset = build_dataset(config.data, config.job.seed)
+    model = build_model_for(config.model, dataset, lora=config.lora)
+    cost = run_cost_model(
+        config.cost,
+        1,
+        torch.device("cpu"),
+        dataset.shapes(),
+        model_settings=config.model,
+        lora=config.lora,
+        parallelism=config.parallelism,
+        job=config.job,
+    )
     return DataCentric(
         model,
         dataset,
