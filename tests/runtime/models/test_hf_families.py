@@ -205,23 +205,13 @@ def test_pre_check_refuses_by_name_before_ranks_start(tmp_path: Path, name: str)
     config = TrainConfig(
         model=_folder(tmp_path, name, num_hidden_layers=4), dataset_limit=20, max_tokens=96
     )
+    dataset = build_dataset(config.data, config.job.seed)
+    sections = {"lora": config.lora, "parallelism": config.parallelism, "cost": config.cost}
     if name not in REFUSED:
-        check_model(
-            config.model,
-            build_dataset(config.data, config.job.seed),
-            lora=config.lora,
-            parallelism=config.parallelism,
-            cost=config.cost,
-        )
+        check_model(config.model, dataset, **sections)
         return
     with pytest.raises(ValueError) as caught:
-        check_model(
-            config.model,
-            build_dataset(config.data, config.job.seed),
-            lora=config.lora,
-            parallelism=config.parallelism,
-            cost=config.cost,
-        )
+        check_model(config.model, dataset, **sections)
     message = str(caught.value)
     assert REFUSED[name] in message and "\n" not in message, message
 
