@@ -12,7 +12,7 @@ Training follows rectified flow: the model sees ``x_t = (1 - t) x0 + t eps`` and
 regresses the velocity ``eps - x0``.
 
 The latent-grid arithmetic (bucket resolutions, frame counts, patch grids) is
-:mod:`datacentric.data.video_geometry`, re-exported here.
+:mod:`datacentric.data.video_geometry` (public through :mod:`datacentric.data`).
 """
 
 from __future__ import annotations
