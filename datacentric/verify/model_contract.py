@@ -14,7 +14,9 @@ wrong gradients. Both mistakes show on one forward pass of two samples:
   sequence shard equal the same rows of the whole sequence.
 
 :func:`check_model_contract` raises :class:`ModelContractError` naming the check.
-It costs three small forward passes, without gradients. A model that declares
+It costs three small forward passes, without gradients, in ``eval()`` mode; afterwards
+each module's own ``training`` flag is what it was (a model the user put in ``eval()``,
+or one with some layers in ``eval()``, comes back as the user set it). A model that declares
 ``rebuilds_whole_samples = True`` gathers every shard's samples whole from its SP group
 and takes positions from its own ``forward`` (the diffusers adapter); a shard without its
 group has no meaning there, so only the boundary check runs; the same for a model that
@@ -162,7 +164,7 @@ def check_model_contract(
     def pack(ids: list[int], multiple: int):  # noqa: ANN202
         return dataset.pack(ids, multiple).to(device)
 
-    was_training = model.training
+    modes = {module: module.training for module in model.modules()}
     model.eval()
     try:
         alone = model(pack([second], 1)).float()
@@ -194,8 +196,9 @@ def check_model_contract(
                 "instead of reading batch.position_ids (global positions within each "
                 f'sample, also on a shard); docs/models.md: "{POSITION_RULE}"'
             )
-    finally:
-        model.train(was_training)
+    finally:  # each module's own flag, as the user set it (model.train() would reset all)
+        for module, training in modes.items():
+            module.training = training
 
 
 def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
