@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 
 #: the shared types at the bottom: they import nothing of ours but each other
 BOTTOM = {"datacentric.batch", "datacentric.shapes", "datacentric.schedule", "datacentric.timing"}
-BOTTOM |= {"datacentric.progress", "datacentric.log"}
+BOTTOM |= {"datacentric.progress", "datacentric.log", "datacentric.regular_files"}
 #: the root package and the helper that loads its (and every package's) names lazily
 ROOT_LAYER = {"datacentric", "datacentric.lazy_exports"}
 #: what the confined layers may import (module names or layers)

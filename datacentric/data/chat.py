@@ -19,24 +19,12 @@ loss on the assistant's tokens.
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.documents import Record, require
 
 LOSS_ON = ("assistant", "all")
-#: Files of a tokenizer folder that change how it tokenizes or renders a conversation.
-TOKENIZER_FILES = (
-    "tokenizer",
-    "special_tokens_map",
-    "chat_template",
-    "vocab",
-    "merges",
-    "added_tokens",
-)
 
 
 def is_conversation(fields: object) -> bool:
@@ -74,15 +62,6 @@ def conversation_turns(record: Record) -> list[dict[str, str]]:
         ):
             raise DataError(f"{record.where}: turn {number} is not {{'role': str, 'content': str}}")
     return [{"role": t["role"], "content": t["content"]} for t in turns]
-
-
-def tokenizer_digest(folder: str) -> str:
-    """A hash of the files of a tokenizer folder that decide its tokens (never its weights)."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(folder).iterdir()):
-        if path.is_file() and path.name.startswith(TOKENIZER_FILES):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
 
 
 def load_tokenizer(folder: str):

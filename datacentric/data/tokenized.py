@@ -12,7 +12,8 @@ document (or chunk of a long document).
 - Cache: the token ids of every document are computed once and stored under
   ``$DATACENTRIC_CACHE`` (default ``~/.cache/datacentric``) in a folder named by a hash
   of (source kind, files with sizes and modification times, text field, tokenizer
-  file contents); a changed file makes a new entry. ``tokens.bin`` is read through a
+  files: :func:`~datacentric.data.tokenizer_files.tokenizer_digest`); a changed file
+  makes a new entry. ``tokens.bin`` is read through a
   memory map, so loading lengths never loads the corpus.
 - Long documents (more than ``max_tokens``), by ``long_docs``: ``chunk`` (default)
   splits a document of ``n`` tokens into ``ceil(n / max_tokens)`` near-equal chunks
@@ -41,11 +42,11 @@ from datacentric.data.chat import (
     ChatRenderer,
     is_conversation,
     load_tokenizer,
-    tokenizer_digest,
 )
 from datacentric.data.documents import read_documents, read_records, require, resolve_files
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
+from datacentric.data.tokenizer_files import tokenizer_digest
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
@@ -75,9 +76,9 @@ class _Encoder:
             self.vocab_size, self.digest, self._tok = 256, "bytes", None
             return
         if Path(path).is_dir():
-            self.hf = load_tokenizer(path)
-            self._tok = None
-            self.vocab_size, self.digest = len(self.hf), tokenizer_digest(path)
+            self.digest = tokenizer_digest(path)  # first: it refuses a FIFO before a read
+            self.hf, self._tok = load_tokenizer(path), None
+            self.vocab_size = len(self.hf)
             return
         if not Path(path).is_file():
             raise DataError(
