@@ -55,7 +55,7 @@ from datacentric.train.checkpoint import (
     verify_checkpoint,
 )
 from datacentric.train.lora_export import lora_from_settings, merged_state, write_adapter
-from datacentric.train.state_names import with_aliases, without_aliases
+from datacentric.train.state_names import alias_names, with_aliases, without_aliases
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
@@ -177,14 +177,51 @@ def _write_model(
         fmt = {"hf": "peft-adapter", "diffusers": "diffusers-lora"}.get(source.kind, "lora")
         return fmt, write_adapter(state, built.lora_spec, source.kind, base, out)
     if source.lora is not None:  # --merge: the adapters folded in, a full model's export
-        state = merged_state(state, built.lora_spec)
-        source = dataclasses.replace(source, lora=None)
-        built, _ = build_from_source(source, device="meta")
+        built, source, state = _merged_model(built, source, state)
     if source.kind == "hf":
         return "transformers", _export_hf(built, source, state, out, settings)
     if source.kind == "diffusers":
         return "diffusers", _export_diffusers(built, source, state, out)
     return "safetensors", _export_state(built, source, state, out)
+
+
+def _merged_model(
+    built: nn.Module, source: ModelSource, state: dict[str, torch.Tensor]
+) -> tuple[nn.Module, ModelSource, dict[str, torch.Tensor]]:
+    """A LoRA run's model with its adapters folded in: the model without LoRA (on the
+    meta device), its source and the merged state under its names.
+
+    An adapter on one name of a tied tensor (``lm_head`` of a model whose head is its
+    input embedding) changes that name only: a transformers model is written with
+    ``tie_word_embeddings`` off, its head the merged one and the embedding unchanged
+    (tying them again would drop the update); any other model's tie that the merge
+    splits is an :class:`ExportError`."""
+    spec = built.lora_spec
+    merged = merged_state(with_aliases(built, state), spec)  # a tied base under each name
+    plain = dataclasses.replace(source, lora=None)
+    rebuilt, _ = build_from_source(plain, device="meta")
+    split = _split_ties(rebuilt, merged)
+    if split and source.kind == "hf":
+        plain = dataclasses.replace(plain, args={**plain.args, "tie_word_embeddings": False})
+        rebuilt, _ = build_from_source(plain, device="meta")
+        split = _split_ties(rebuilt, merged)
+    if split:
+        alias, primary = split[0]
+        raise ExportError(
+            f"--merge: {alias} and {primary} are one tensor in {source.name!r}, and the "
+            f"LoRA targets ({', '.join(spec.targets or ())}) change {alias} only; export "
+            "without --merge (the adapters alone)"
+        )
+    return rebuilt, plain, without_aliases(rebuilt, merged)
+
+
+def _split_ties(model: nn.Module, state: dict[str, torch.Tensor]) -> list[tuple[str, str]]:
+    """The names ``model`` registers on one tensor whose values in ``state`` differ."""
+    return [
+        (alias, primary)
+        for alias, primary in alias_names(model).items()
+        if alias in state and primary in state and not torch.equal(state[alias], state[primary])
+    ]
 
 
 def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:

@@ -150,3 +150,60 @@ def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_pa
         key = name.removeprefix("transformer.").replace(".weight", ".trained.weight")
         torch.testing.assert_close(loaded[key], value, rtol=0, atol=0)
     assert any(float(v.abs().sum()) > 0 for k, v in exported.items() if ".lora_B." in k)
+
+
+def _held_out_loss(model, tokenizer_file, texts) -> float:  # noqa: ANN001
+    """Mean next-token loss of ``model`` over ``texts``, one document at a time."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    losses = []
+    with torch.no_grad():
+        for text in texts:
+            ids = torch.tensor([tokenizer.encode(text).ids])
+            losses.append(model(input_ids=ids, labels=ids).loss.double())
+    return float(torch.stack(losses).mean())
+
+
+@pytest.mark.slow
+def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path) -> None:
+    """LoRA on ``lm_head`` of a Qwen2 whose head is its input embedding: ``export
+    --merge`` writes an untied head holding the update (the embedding unchanged), and
+    the merged folder's held-out loss is the adapter's."""
+    import json
+
+    from peft import PeftModel
+    from test_model_source import _pretrained_folder, _run
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder, tied=True)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:48]))
+    run = tmp_path / "run"
+    result = _run(
+        "train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{data}",
+        "--tokenizer", str(folder / "tokenizer.json"), "--iterations", "2",
+        "--training.lr", "1e-2", "--lora.rank", "4", "--lora.alpha", "8",
+        "--lora.targets", "q_proj,lm_head", "--cost-model", "analytic", "--no-progress",
+        "--out", str(run), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    for out, flags in (("adapter", []), ("merged", ["--merge"])):
+        result = _run("export", str(run), "--out", str(tmp_path / out), *flags, "--json")
+        assert result.returncode == 0, result.stderr[-2000:]
+    base = AutoModelForCausalLM.from_pretrained(folder).eval()
+    embed = base.get_input_embeddings().weight.detach().clone()
+    adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    assert merged.config.tie_word_embeddings is False
+    torch.testing.assert_close(merged.get_input_embeddings().weight, embed, rtol=0, atol=0)
+    assert not torch.equal(merged.get_output_embeddings().weight, embed)  # the head's update
+    held_out, tokenizer = texts[48:], folder / "tokenizer.json"
+    adapter_loss = _held_out_loss(adapted, tokenizer, held_out)
+    merged_loss = _held_out_loss(merged, tokenizer, held_out)
+    base_loss = _held_out_loss(
+        AutoModelForCausalLM.from_pretrained(folder).eval(), tokenizer, held_out
+    )
+    assert abs(adapter_loss - base_loss) > 1e-4  # the adapters moved the loss
+    assert abs(merged_loss - adapter_loss) <= 1e-6 * abs(adapter_loss)

@@ -135,9 +135,10 @@ def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Pat
     return exported, json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def _pretrained_folder(folder: Path) -> list[str]:
+def _pretrained_folder(folder: Path, tied: bool = False) -> list[str]:
     """A 2-layer Qwen2 saved with save_pretrained, its own tokenizer beside it, and 60
-    short documents; returns the texts."""
+    short documents; returns the texts. ``tied``: its head is its input embedding
+    (``tie_word_embeddings``, as the small Qwen2 models)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -160,7 +161,7 @@ def _pretrained_folder(folder: Path) -> list[str]:
         num_key_value_heads=2,
         vocab_size=128,
         max_position_embeddings=4096,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     return texts
