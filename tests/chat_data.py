@@ -77,3 +77,100 @@ def write_records(path: Path, records: list[dict]) -> Path:
     """One JSON record per line."""
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+#: A template that renders what tool-use templates render (Qwen2.5's layout): the
+#: record's ``tools``, each assistant turn's ``reasoning_content``, ``content`` and
+#: ``tool_calls``, each tool turn's ``name`` and ``tool_call_id``, and the record-level
+#: ``persona`` and ``chat_template_kwargs``' ``enable_thinking``; ``OPEN`` and ``CLOSE``
+#: are the generation markers, to be spelled by the caller.
+TOOL_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\\ntools: ' }}{% for t in tools %}"
+    "{{ t.function.name }} {% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+    "{%- if persona is defined %}{{ '<|im_start|>system\\n' + persona + '<|im_end|>\\n' }}"
+    "{% endif %}"
+    "{%- for m in messages %}{{ '<|im_start|>' + m.role }}"
+    "{%- if m.role == 'tool' %}{{ ' ' + m.name + ' ' + m.tool_call_id }}{% endif %}"
+    "{{ '\\n' }}{%- if m.role == 'assistant' %}OPEN"
+    "{%- if m.reasoning_content and enable_thinking is not false %}"
+    "{{ 'think ' + m.reasoning_content + ' ' }}{% endif %}"
+    "{{ m.content or '' }}{%- for c in m.tool_calls or [] %}"
+    "{{ '<tool_call>' + c.function.name + ' ' + (c.function.arguments | tojson) }}"
+    "{{ '</tool_call>' }}{% endfor %}{{ '<|im_end|>' }}CLOSE"
+    "{%- else %}{{ m.content + '<|im_end|>' }}{% endif %}{{ '\\n' }}{% endfor %}"
+)
+GENERATION_SPELLINGS = (
+    ("{% generation %}", "{% endgeneration %}"),
+    ("{%- generation -%}", "{%- endgeneration -%}"),
+    ("{% generation -%}", "{% endgeneration -%}"),
+    ("{%generation%}", "{%endgeneration%}"),
+)
+
+
+def tool_template(spelling: tuple[str, str] = GENERATION_SPELLINGS[1]) -> str:
+    """:data:`TOOL_TEMPLATE` with its generation markers spelled ``spelling``."""
+    return TOOL_TEMPLATE.replace("OPEN", spelling[0]).replace("CLOSE", spelling[1])
+
+
+def tool_conversations(count: int) -> list[dict]:
+    """``count`` records with tool calls (the transformers / OpenAI message format,
+    ``content: ""``), tool results, reasoning and record-level keywords, of varied
+    lengths; every other one is a plain conversation."""
+    words = WORDS.split()
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        for name in ("get_weather", "search")
+    ]
+    out = []
+    for i in range(count):
+        ask = " ".join(words[(i + k) % len(words)] for k in range(2 + i % 4))
+        answer = " ".join(words[(3 * i + k) % len(words)] for k in range(1 + i % 6))
+        if i % 2:
+            out.append(
+                {
+                    "messages": [
+                        {"role": "user", "content": ask},
+                        {"role": "assistant", "content": answer},
+                    ]
+                }
+            )
+            continue
+        call = {"name": tools[i % 4 // 2]["function"]["name"], "arguments": {"q": ask}}
+        record = {
+            "tools": tools,
+            "messages": [
+                {"role": "user", "content": ask},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": "the user asks",
+                    "tool_calls": [{"type": "function", "id": f"c{i}", "function": call}],
+                },
+                {"role": "tool", "name": call["name"], "tool_call_id": f"c{i}", "content": answer},
+                {"role": "assistant", "content": answer},
+            ],
+        }
+        if i % 4 == 0:
+            record["persona"] = "be brief"
+            record["chat_template_kwargs"] = {"enable_thinking": False}
+        out.append(record)
+    return out
+
+
+def run_json(argv: list[str], cache: Path) -> dict:
+    """``python -m datacentric ARGV`` in a subprocess (token cache under ``cache``); its
+    last stdout line read as JSON, after checking it exited 0."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATACENTRIC_CACHE": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

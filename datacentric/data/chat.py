@@ -1,20 +1,25 @@
 """Conversations as training samples: records rendered with a model's chat template, the
 loss on the assistant's tokens.
 
-- Records: ``messages`` (a list of ``{"role", "content"}``), or ``prompt`` and
+- Records: ``messages`` (a list of messages, each with a ``role``), or ``prompt`` and
   ``completion`` (strings: one user turn and one assistant turn; or lists of messages:
   the prompt's turns then the completion's), in JSONL, Parquet or a saved ``datasets``
   folder. A file holds text records or conversations, as its first record says.
+- What the template sees is what ``apply_chat_template`` would: every key of every
+  message (``content``, ``tool_calls``, ``name``, ``tool_call_id``,
+  ``reasoning_content``, ...), the record's ``tools`` and ``documents``, the entries of
+  its ``chat_template_kwargs`` (TRL's column), and any other field of the record that
+  the template reads (:mod:`datacentric.data.chat_template`).
 - Rendering: the tokenizer of ``--tokenizer DIR`` (a folder saved with
   ``save_pretrained``, usually the model's own), read with ``local_files_only=True`` and
   ``trust_remote_code=False``; its chat template renders each conversation and marks the
   assistant's tokens (``apply_chat_template(..., return_assistant_tokens_mask=True)``).
 - Loss (``[data] loss_on``): ``assistant`` (the default for conversations) trains only on
   the tokens the template marks; ``all`` on every token. ``assistant`` needs a template
-  that marks them (``{% generation %}`` ... ``{% endgeneration %}``) and is refused in one
-  line otherwise: we do not guess turns from rendered text. A token carries loss when the
-  token it predicts is marked, so a sample's loss tokens are its marked tokens after the
-  first (the first is predicted by nothing).
+  that marks them (a ``generation`` block, as transformers parses it) and is refused in
+  one line otherwise: we do not guess turns from rendered text. A token carries loss when
+  the token it predicts is marked, so a sample's loss tokens are its marked tokens after
+  the first (the first is predicted by nothing).
 """
 
 from __future__ import annotations
@@ -22,9 +27,31 @@ from __future__ import annotations
 import numpy as np
 
 from datacentric.data.base import DataError
+from datacentric.data.chat_template import template_facts, template_source
 from datacentric.data.documents import Record, require
 
 LOSS_ON = ("assistant", "all")
+#: The fields that hold the conversation itself.
+CONVERSATION_FIELDS = ("messages", "prompt", "completion")
+#: Record fields that ``apply_chat_template`` takes by name, whether or not the template
+#: reads them (``tools`` also chooses a ``tool_use`` template).
+NAMED_KEYWORDS = ("tools", "documents")
+#: ``apply_chat_template``'s own settings: a record may not set them.
+RENDER_SETTINGS = (
+    "conversation",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "sanitize_control_tokens",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
 
 
 def is_conversation(fields: object) -> bool:
@@ -34,8 +61,9 @@ def is_conversation(fields: object) -> bool:
     )
 
 
-def conversation_turns(record: Record) -> list[dict[str, str]]:
-    """The turns of a conversation record, checked (each a role and a string content)."""
+def conversation_turns(record: Record) -> list[dict]:
+    """The turns of a conversation record, each a message with every key it has, checked
+    to be a mapping with a string ``role``."""
     fields = record.fields
     if "messages" in fields:
         turns = fields["messages"]
@@ -55,13 +83,40 @@ def conversation_turns(record: Record) -> list[dict[str, str]]:
     if not isinstance(turns, list) or not turns:
         raise DataError(f"{record.where}: messages must be a non-empty list of turns")
     for number, turn in enumerate(turns):
-        if not (
-            isinstance(turn, dict)
-            and isinstance(turn.get("role"), str)
-            and isinstance(turn.get("content"), str)
-        ):
-            raise DataError(f"{record.where}: turn {number} is not {{'role': str, 'content': str}}")
-    return [{"role": t["role"], "content": t["content"]} for t in turns]
+        if not (isinstance(turn, dict) and isinstance(turn.get("role"), str)):
+            raise DataError(
+                f"{record.where}: turn {number} is not a message (a mapping with a string 'role')"
+            )
+    return [dict(turn) for turn in turns]
+
+
+def template_keywords(record: Record, variables: frozenset[str]) -> dict[str, object]:
+    """The keywords a record passes to ``apply_chat_template``: its ``tools`` and
+    ``documents``, the entries of its ``chat_template_kwargs``, and every other field the
+    template reads (``variables``); one that names an ``apply_chat_template`` setting
+    (``add_generation_prompt``, ``tokenize``, ...) is refused."""
+    fields = record.fields
+    given = fields.get("chat_template_kwargs") or {}
+    if not isinstance(given, dict):
+        raise DataError(f"{record.where}: chat_template_kwargs must be a mapping of keywords")
+    keywords = dict(given)
+    for key, value in fields.items():
+        if key in CONVERSATION_FIELDS or key == "chat_template_kwargs":
+            continue
+        if key in NAMED_KEYWORDS or key in variables:
+            if key in given:
+                raise DataError(
+                    f"{record.where}: {key!r} is given twice (a field and in "
+                    "chat_template_kwargs); keep one"
+                )
+            keywords[key] = value
+    for key in keywords:
+        if key in RENDER_SETTINGS:
+            raise DataError(
+                f"{record.where}: {key!r} is a setting of apply_chat_template, not a template "
+                "variable; training renders whole conversations, so remove it from the record"
+            )
+    return keywords
 
 
 def load_tokenizer(folder: str):
@@ -78,13 +133,13 @@ def load_tokenizer(folder: str):
         ) from None
 
 
-def marks_assistant(tokenizer) -> bool:
-    """Whether the tokenizer's chat template marks the assistant's tokens."""
-    template = getattr(tokenizer, "chat_template", None)
-    templates = template.values() if isinstance(template, dict) else [template]
-    return any(
-        isinstance(t, str) and "{% generation %}" in t.replace("{%-", "{%") for t in templates
-    )
+def chosen_templates(tokenizer) -> dict[str, str]:
+    """The templates a conversation may be rendered with, by name: the one template, or of
+    several named ones ``default`` and ``tool_use`` (for records with ``tools``)."""
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        return {name: template[name] for name in ("default", "tool_use") if name in template}
+    return {"chat_template": template}
 
 
 class ChatRenderer:
@@ -102,31 +157,46 @@ class ChatRenderer:
                 "a fast one (tokenizer.json)"
             )
         self.tokenizer, self.folder = tokenizer, folder
-        self.marks_assistant = marks_assistant(tokenizer)
+        self.unmarked = [
+            name
+            for name, source in chosen_templates(tokenizer).items()
+            if not template_facts(source, folder).marks_assistant
+        ]
+        self.marks_assistant = not self.unmarked
 
     def check_loss_on(self, loss_on: str) -> None:
         """Refuse ``assistant`` loss with a template that does not mark the turns."""
         if loss_on == "assistant" and not self.marks_assistant:
+            which = (
+                "its chat template"
+                if self.unmarked == ["chat_template"]
+                else (f"its {' and '.join(self.unmarked)} chat template")
+            )
             raise DataError(
-                f"--tokenizer {self.folder}: its chat template has no {{% generation %}} "
+                f"--tokenizer {self.folder}: {which} has no {{% generation %}} "
                 "markers, so the assistant's tokens are unknown; pass --loss-on all, or "
                 "add the markers around the assistant's content in the template"
             )
 
     def render(self, record: Record, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-        """``(token ids, assistant mask as uint8)`` of one conversation record."""
+        """``(token ids, assistant mask as uint8)`` of one conversation record, rendered
+        as ``apply_chat_template`` renders it with the record's own keywords."""
         turns = conversation_turns(record)
+        source = template_source(self.tokenizer, self.folder, record.fields.get("tools"))
+        facts = template_facts(source, self.folder)
+        keywords = template_keywords(record, facts.variables)
         try:
             out = self.tokenizer.apply_chat_template(
                 turns,
                 tokenize=True,
                 return_dict=True,
-                return_assistant_tokens_mask=self.marks_assistant,
+                return_assistant_tokens_mask=facts.marks_assistant,
+                **keywords,
             )
         except Exception as err:  # the template's own errors (jinja raises its types)
             raise DataError(f"{record.where}: the chat template failed ({err})") from None
         ids = np.asarray(out["input_ids"], dtype=dtype)
-        if self.marks_assistant:
+        if facts.marks_assistant:
             mask = np.asarray(out["assistant_masks"], dtype=np.uint8)
         else:
             mask = np.zeros(len(ids), dtype=np.uint8)

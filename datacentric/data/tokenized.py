@@ -50,7 +50,7 @@ from datacentric.data.tokenizer_files import tokenizer_digest
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: conversations render every message key and record keyword
 ENCODE_BATCH = 1024
 
 

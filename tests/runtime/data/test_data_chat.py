@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 from chat_data import (  # noqa: E402
     UNMARKED_TEMPLATE,
     conversations,
+    run_json,
     save_chat_tokenizer,
     tiny_qwen2_config,
     write_records,
@@ -91,9 +92,12 @@ def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
     mixed = write_records(tmp_path / "mixed.jsonl", [records[0], {"body": "x"}])
     with pytest.raises(DataError, match=r"mixed.jsonl:2: not a conversation"):
         open_dataset(f"jsonl:{mixed}", DataSettings(tokenizer=str(folder)))
-    bad = write_records(tmp_path / "bad.jsonl", [{"messages": [{"role": "user"}]}])
-    with pytest.raises(DataError, match=r"bad.jsonl:1: turn 0 is not"):
+    bad = write_records(tmp_path / "bad.jsonl", [{"messages": [{"content": "x"}]}])
+    with pytest.raises(DataError, match=r"bad.jsonl:1: turn 0 is not a message"):
         open_dataset(f"jsonl:{bad}", DataSettings(tokenizer=str(folder)))
+    no_content = write_records(tmp_path / "nocontent.jsonl", [{"messages": [{"role": "user"}]}])
+    with pytest.raises(DataError, match=r"nocontent.jsonl:1: the chat template failed"):
+        open_dataset(f"jsonl:{no_content}", DataSettings(tokenizer=str(folder)))
 
 
 def test_parquet_conversations_read_like_jsonl(chat, tmp_path) -> None:
@@ -207,8 +211,6 @@ def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapte
     conversations, LoRA on q and v at world 2; its adapter loads with peft."""
     import json
     import os
-    import subprocess
-    import sys
 
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
@@ -222,16 +224,8 @@ def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapte
     argv += ["--global-batch-tokens", "100000", "--out", str(tmp_path / "run"), "--json"]
     argv += ["--no-plots", "--no-tensorboard", "--world", "2"]
     argv += ["--lora.rank", "4", "--lora.targets", "q_proj,v_proj"]
+    summary = run_json(argv, tmp_path / "cache")
     env = {**os.environ, "DATACENTRIC_CACHE": str(tmp_path / "cache")}
-    done = subprocess.run(
-        [sys.executable, "-m", "datacentric", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
     tok = AutoTokenizer.from_pretrained(folder)
     marked = 0
     for line in path.read_text().splitlines():
