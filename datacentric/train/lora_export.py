@@ -9,7 +9,10 @@ writes, by default, the adapters alone:
   the base model the run started from;
 - a diffusers transformer: ``pytorch_lora_weights.safetensors``, keys prefixed with the
   pipeline component (``transformer.``), which a diffusers pipeline's
-  ``load_lora_weights(OUT)`` loads, with ``adapter_config.json`` beside it;
+  ``load_lora_weights(OUT)`` loads, with ``adapter_config.json`` beside it. That loader
+  reads no ``alpha`` from our files and runs every adapter at scale 1, so the trained
+  scale ``alpha / rank`` is baked into ``lora_B`` (and ``adapter_config.json`` says
+  ``lora_alpha = r``): the pipeline runs the trained model;
 - any other model: ``adapter_model.safetensors`` with the adapters under the model's
   own names and ``adapter_config.json``.
 
@@ -20,6 +23,7 @@ trained without LoRA would be.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +68,7 @@ def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, to
     """The state with every adapter folded into its base layer: ``X.base_layer.weight +
     alpha / rank * X.lora_B @ X.lora_A`` becomes ``X.weight`` (and ``X.base_layer.bias``
     ``X.bias``); the adapters are dropped."""
-    scale = (spec.alpha if spec.alpha is not None else spec.rank) / spec.rank
+    scale = lora_scale(spec)
     merged = {}
     for name, tensor in state.items():
         if ".lora_" in name:
@@ -80,6 +84,29 @@ def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, to
             weight = (tensor.double() + scale * (b @ a)).to(tensor.dtype)
         merged[f"{layer}.{leaf}"] = weight
     return merged
+
+
+def scale_baked(
+    tensors: dict[str, torch.Tensor], spec: LoraSpec
+) -> tuple[dict[str, torch.Tensor], LoraSpec]:
+    """``tensors`` with the scale ``alpha / rank`` folded into every ``lora_B`` (computed
+    in float64), and the spec that describes them (``alpha = rank``: scale 1), for a
+    loader that runs each adapter at scale 1 (a diffusers pipeline's
+    ``load_lora_weights``). Unchanged when the scale is 1."""
+    scale = lora_scale(spec)
+    if scale == 1.0:
+        return tensors, spec
+    baked = {
+        name: (t.double() * scale).to(t.dtype) if ".lora_B." in name else t
+        for name, t in tensors.items()
+    }
+    return baked, dataclasses.replace(spec, alpha=float(spec.rank))
+
+
+def lora_scale(spec: LoraSpec) -> float:
+    """What an adapter's ``B A x`` is multiplied by: ``alpha / rank`` (``alpha`` defaults
+    to the rank)."""
+    return (spec.alpha if spec.alpha is not None else spec.rank) / spec.rank
 
 
 def save_adapter_config(spec: LoraSpec, base: str, task_type: str | None, out: Path) -> None:
@@ -100,6 +127,7 @@ def write_adapter(
         file, task = PEFT_WEIGHTS, "CAUSAL_LM"
     elif kind == "diffusers":
         tensors = {f"transformer.{k}": v for k, v in adapter_tensors(state, "transformer.").items()}
+        tensors, spec = scale_baked(tensors, spec)
         file, task = DIFFUSERS_WEIGHTS, None
     else:
         tensors, file, task = adapter_tensors(state), PEFT_WEIGHTS, None

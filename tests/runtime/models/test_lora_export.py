@@ -110,6 +110,42 @@ def test_diffusers_lora_weights_load_into_a_pipeline_every_tensor(tmp_path) -> N
         torch.testing.assert_close(loaded[name], value, rtol=0, atol=0)
 
 
+def test_diffusers_lora_loads_at_the_trained_scale_in_the_pipeline(tmp_path) -> None:
+    """alpha 8, rank 4 (scale 2): the pipeline's ``load_lora_weights`` reads no alpha and
+    runs the adapters at scale 1, so the export bakes the scale in; the pipeline's
+    transformer then gives the trained model's output."""
+    pytest.importorskip("diffusers")
+    from diffusers import WanPipeline
+
+    from datacentric.models.source import build_model_named
+
+    torch.manual_seed(0)
+    model = build_model_named("diffusers:wan")
+    fresh = type(model.transformer).from_config(model.transformer.config)
+    fresh.load_state_dict(model.transformer.state_dict())  # the base weights
+    apply_lora(model, lora_spec(4, 8.0))
+    draw_adapter_weights(model, seed=2)
+    write_adapter(model.state_dict(), model.lora_spec, "diffusers", "wan", tmp_path)
+    pipe = WanPipeline(
+        tokenizer=None, text_encoder=None, vae=None, scheduler=None, transformer=fresh
+    )
+    pipe.load_lora_weights(str(tmp_path))
+    generator = torch.Generator().manual_seed(3)
+    inputs = {
+        "hidden_states": torch.randn(1, 4, 2, 4, 4, generator=generator),
+        "timestep": torch.tensor([500.0]),
+        "encoder_hidden_states": torch.randn(1, 5, 32, generator=generator),
+        "return_dict": False,
+    }
+    with torch.no_grad():
+        trained = model.eval().transformer(**inputs)[0]
+        loaded = pipe.transformer.eval()(**inputs)[0]
+        pipe.transformer.disable_lora()
+        base = pipe.transformer(**inputs)[0]
+    torch.testing.assert_close(loaded, trained, rtol=1e-5, atol=1e-5)
+    assert (loaded - base).abs().max() > 100 * (loaded - trained).abs().max()  # adapters count
+
+
 @pytest.mark.slow
 def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_path) -> None:
     """The fine-tuning issue's diffusers case: LoRA on a saved Wan folder trained on latents
