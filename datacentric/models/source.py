@@ -21,6 +21,9 @@ factory's parameters. Random weights come from the global torch RNG: seed it fir
 
 Opening a folder never runs code from it: ``trust_remote_code`` stays off, and only
 safetensors weights are read (a folder with pickled ``*.bin`` weights alone is refused).
+A folder is trained as what it holds: one that also holds a PEFT adapter
+(``adapter_config.json``, ``adapter_model.safetensors``), which transformers would attach
+unasked, is refused in one line.
 """
 
 from __future__ import annotations
@@ -98,9 +101,27 @@ def parse_model_args(pairs: Iterable[str] | Mapping[str, Any] | None) -> dict[st
     return out
 
 
+#: Files of a PEFT adapter saved with ``save_pretrained``: transformers attaches such an
+#: adapter to the model it loads from the same folder, unasked.
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors weight files of a model folder (sharded or not)."""
-    return sorted(folder.glob("*.safetensors"))
+    return sorted(p for p in folder.glob("*.safetensors") if p.name not in ADAPTER_FILES)
+
+
+def _refuse_adapter(name: str, folder: Path) -> None:
+    """A model folder that also holds a PEFT adapter is refused: transformers would load
+    the adapter and attach it, so the run would train base + adapter without a word."""
+    found = [f for f in ADAPTER_FILES if (folder / f).exists()]
+    if found:
+        raise ModelSourceError(
+            f"model {name!r}: {folder} also holds a PEFT adapter ({', '.join(found)}), which "
+            "transformers would attach to the model unasked; train from a folder holding the "
+            "base model only (or merge the adapter into it first: peft's merge_and_unload, "
+            "then save_pretrained)"
+        )
 
 
 def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = None) -> ModelSource:
@@ -118,6 +139,7 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
                         f"model {name!r}: {folder} holds no config.json (save the model with "
                         "save_pretrained)"
                     )
+                _refuse_adapter(name, folder)
                 if not weight_files(folder) and any(folder.glob("*.bin")):
                     raise ModelSourceError(
                         f"model {name!r}: {folder} holds only pickled *.bin weights, which can "

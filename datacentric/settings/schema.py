@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import math
 import re
 import textwrap
 import types
@@ -126,6 +127,9 @@ def coerce(key: str, value: Any, kind: Any, field: dataclasses.Field) -> Any:
                 break
     if result is _MISSING:
         raise ConfigError(f"{key}: needs {type_name(kind)}, got {value!r}")
+    values = result if isinstance(result, tuple) else (result,)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        raise ConfigError(f"{key}: needs a finite number, got {value!r}")
     ge, gt = field.metadata.get("ge"), field.metadata.get("gt")
     if ge is not None and result < ge:
         raise ConfigError(f"{key}: must be >= {ge}, got {result!r}")

@@ -508,6 +508,7 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     expect_model: str | None = None,
     expect_sha256: str | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Load model, optimizer and this rank's RNG (collective); return the trainer state.
 
@@ -516,7 +517,8 @@ def load_checkpoint(
     against the saved config; or tensors of other shapes) is a :class:`CheckpointError`;
     so is a manifest whose SHA-256 is not ``expect_sha256`` (checked first), and a file
     that holds anything but data (:class:`~datacentric.train.safe_load.UnsafeFileError`,
-    raised before it is built).
+    raised before it is built). ``check(trainer_state)``: called once the checkpoint
+    verifies and before any tensor is read (a resume refuses changed settings there).
     """
     path = Path(path)
     trainer_state = verify_checkpoint(path, expect_sha256)
@@ -530,6 +532,8 @@ def load_checkpoint(
             f"{path} holds a {saved_model!r} model, this run builds {expect_model!r}; "
             "resume with the same model or choose another --out"
         )
+    if check is not None:
+        check(trainer_state)
     try:
         _load_dcp(state, path)
     except (Exception, CheckpointException) as err:

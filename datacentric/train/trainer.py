@@ -58,9 +58,13 @@ from datacentric.train.run_folder import (
 )
 from datacentric.train.step_trace import StepTracer
 
-#: Settings a resume must keep (the sample stream and the model depend on them); the
-#: rest (steps, learning rate, checkpointing, world size...) may change.
-RESUME_FIXED = (*(k for s in ("model", "data", "scheduling") for k in section_keys()[s]), "seed")
+#: Settings a resume must keep (the sample stream and the trained function depend on
+#: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
+#: learning rate, checkpointing, world size...) may change.
+RESUME_FIXED = (
+    *(k for s in ("model", "lora", "data", "scheduling") for k in section_keys()[s]),
+    "seed",
+)
 #: Older names that are one setting with a newer one (``ScheduleOptions``): a resume
 #: compares the value, whichever name gave it.
 ALIASES = {
@@ -238,8 +242,8 @@ class Trainer:
             self.optimizer,
             expect_model=self.model_name,
             expect_sha256=self.checkpoints.expected_sha256(restarted),
+            check=lambda saved: self._check_unchanged(path, saved),
         )
-        self._check_unchanged(path, state)
         self.dc.load_state_dict(state["position"])
         done = self.position.iterations_done
         was = int(state["total_iterations"])
