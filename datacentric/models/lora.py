@@ -34,6 +34,9 @@ DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
 }
 ADAPTER = "default"
 """The peft adapter name our models carry."""
+ALL_LINEAR = "all-linear"
+"""peft's shorthand target: every linear layer but a transformers model's output head,
+chosen by peft itself."""
 
 
 class LoraError(ValueError):
@@ -51,7 +54,9 @@ class LoraSpec:
     dropout: float = 0.0
     """Dropout on each adapter's input (training mode only)."""
     targets: tuple[str, ...] | None = None
-    """Module names to adapt (None: :data:`DEFAULT_TARGETS` of the model's family)."""
+    """Module names to adapt (None: :data:`DEFAULT_TARGETS` of the model's family;
+    ``("all-linear",)``: the layers peft's shorthand adapts, resolved to their full names
+    once injected)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -77,6 +82,13 @@ def lora_spec(
         names = tuple(t.strip() for t in targets.split(",") if t.strip())
         if not names:
             raise LoraError(f"lora.targets {targets!r}: name at least one module")
+        if ALL_LINEAR in (n.lower() for n in names) and len(names) > 1:
+            raise LoraError(
+                f"lora.targets {targets!r}: {ALL_LINEAR} stands alone (peft's shorthand for "
+                "every linear layer but the output head); drop the other names"
+            )
+        if names[0].lower() == ALL_LINEAR:
+            names = (ALL_LINEAR,)
     return LoraSpec(int(rank), alpha, float(dropout), names)
 
 
@@ -123,18 +135,29 @@ def default_targets(root: nn.Module) -> tuple[str, ...]:
 
 
 def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
-    """``model`` with LoRA adapters injected in place and every other parameter frozen."""
+    """``model`` with LoRA adapters injected in place and every other parameter frozen;
+    ``all-linear`` targets are chosen by peft and recorded by their full names."""
     peft = peft_module()
     root = lora_root(model)
     targets = spec.targets or default_targets(root)
-    _check_targets(root, targets)
+    if targets != (ALL_LINEAR,):
+        _check_targets(root, targets)
     config = peft_config(dataclasses.replace(spec, targets=tuple(targets)))
     peft.inject_adapter_in_model(config, root, adapter_name=ADAPTER)
+    if targets == (ALL_LINEAR,):
+        targets = adapted_modules(root)
     for name, param in model.named_parameters():
         param.requires_grad_(".lora_" in name)
     # what was injected, its targets resolved (export and the checks read it)
     model.lora_spec = dataclasses.replace(spec, targets=tuple(targets))
     return model
+
+
+def adapted_modules(root: nn.Module) -> tuple[str, ...]:
+    """Full names (in ``root``) of the modules peft put an adapter layer on."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    return tuple(name for name, mod in root.named_modules() if isinstance(mod, BaseTunerLayer))
 
 
 def peft_config(spec: LoraSpec, **extra: object):
@@ -144,7 +167,7 @@ def peft_config(spec: LoraSpec, **extra: object):
         r=spec.rank,
         lora_alpha=spec.alpha if spec.alpha is not None else spec.rank,
         lora_dropout=spec.dropout,
-        target_modules=list(spec.targets or ()),
+        target_modules=ALL_LINEAR if spec.targets == (ALL_LINEAR,) else list(spec.targets or ()),
         **extra,
     )
 

@@ -138,8 +138,9 @@ class LoraConfig:
     """Dropout on each adapter's input, in training mode only (as the model's own
     dropout outside attention)."""
     targets: str | None = None
-    """Module names to adapt, comma separated (unset: the attention projections,
-    ``q_proj,k_proj,v_proj,o_proj`` for transformers models and
+    """Module names to adapt, comma separated, or ``all-linear`` (peft's shorthand: every
+    linear layer but a transformers model's output head) (unset: the attention
+    projections, ``q_proj,k_proj,v_proj,o_proj`` for transformers models and
     ``to_q,to_k,to_v,to_out.0`` for diffusers ones, ``wq,wk,wv,wo`` for our presets)."""
 
 

@@ -130,3 +130,29 @@ def test_data_centric_takes_a_peft_model_and_trains_only_its_adapters() -> None:
     cost = dc.pipeline.cost_model
     spec = getattr(cost, "spec", None) or cost.inner.spec
     assert spec.trainable_params == sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+
+
+def test_all_linear_adapts_the_modules_peft_all_linear_adapts() -> None:
+    """``--lora.targets all-linear`` (peft's shorthand): the same modules as
+    ``peft.get_peft_model(model, LoraConfig(target_modules="all-linear"))``, every
+    attention and MLP projection but not the output head."""
+    import peft
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from transformers import Qwen2ForCausalLM
+
+    from datacentric.models.hf import HFCausalLM
+
+    config = tiny_qwen2_config()
+    reference = peft.get_peft_model(
+        Qwen2ForCausalLM(config), peft.LoraConfig(r=4, target_modules="all-linear")
+    ).get_base_model()
+    expected = {n for n, m in reference.named_modules() if isinstance(m, BaseTunerLayer)}
+    model = apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4, targets="all-linear"))
+    adapted = {n for n, m in model.hf.named_modules() if isinstance(m, BaseTunerLayer)}
+    assert adapted == expected and set(model.lora_spec.targets) == expected
+    assert len(expected) == config.num_hidden_layers * 7 and "lm_head" not in expected
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trained == {n for n in dict(model.named_parameters()) if ".lora_" in n}
+    assert lora_spec(4, targets="All-Linear").targets == ("all-linear",)
+    with pytest.raises(LoraError, match="all-linear stands alone"):
+        lora_spec(4, targets="all-linear,lm_head")
