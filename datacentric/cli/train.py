@@ -155,6 +155,10 @@ def _report(args: argparse.Namespace, results: dict) -> int:
             "weights_sha256": result.weights_sha256,
             "out": result.out_dir,
         }
+        if result.val_losses or result.best_val_loss is not None:
+            summary["final_val_loss"] = result.val_losses[-1][1] if result.val_losses else None
+            summary["best_val_loss"] = result.best_val_loss
+            summary["best_val_step"] = result.best_val_step
         print(
             json.dumps(summary)
             if args.json

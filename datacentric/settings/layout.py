@@ -31,6 +31,7 @@ from datacentric.settings.sections import (
     ProfilingConfig,
     SchedulingConfig,
     TrainingConfig,
+    ValidationConfig,
 )
 
 
@@ -89,11 +90,12 @@ SECTIONS: dict[str, type] = {
     "profiling": ProfilingConfig,
     "cost": CostSettings,
     "scheduling": SchedulingSettings,
+    "validation": ValidationConfig,
 }
 
 #: Sections whose flat keys carry the section's name as a prefix (``lora_rank``); the
 #: section's field, file key and section flag have none (``[lora] rank``, ``--lora.rank``).
-PREFIXED_SECTIONS = ("lora",)
+PREFIXED_SECTIONS = ("lora", "validation")
 
 #: Sections renamed since an earlier release: ``old section -> new section``. Files may
 #: still write these keys under the old name (with a note), and ``--old.key`` flags stay

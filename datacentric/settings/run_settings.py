@@ -50,7 +50,9 @@ from datacentric.settings.sections import (
     ParallelismConfig,
     ProfilingConfig,
     TrainingConfig,
+    ValidationConfig,
     check_shard,
+    split_fraction,
 )
 
 
@@ -101,6 +103,8 @@ class TrainConfig:
     """``[cost]``: the cost model and the cost profiler."""
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     """``[scheduling]``: the policy and its options."""
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    """``[validation]``: the held-out loss during training."""
 
     def __init__(
         self,
@@ -116,6 +120,7 @@ class TrainConfig:
         profiling: ProfilingConfig | None = None,
         cost: CostSettings | None = None,
         scheduling: SchedulingSettings | None = None,
+        validation: ValidationConfig | None = None,
         **flat: Any,
     ) -> None:
         """The sections (``training=TrainingConfig(lr=0.01)``; an unset one takes its
@@ -123,6 +128,7 @@ class TrainConfig:
         given = dict(job=job, model=model, lora=lora, data=data, training=training)
         given.update(parallelism=parallelism, checkpoint=checkpoint, metrics=metrics)
         given.update(profiling=profiling, cost=cost, scheduling=scheduling)
+        given.update(validation=validation)
         if model is not None and not _is_section("model", model):
             flat["model"], given["model"] = model, None  # TrainConfig(model="llama")
         for key in flat:
@@ -334,6 +340,7 @@ def validate(config: TrainConfig) -> None:
     if any(step < 1 for step in config.profiling.trace_steps):
         low = min(config.profiling.trace_steps)
         raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
+    _check_validation(config.validation, config.training, config.checkpoint)
     cost = config.cost
     if cost.warmup < 2:
         raise ConfigError(f"cost.warmup: must be >= 2, got {cost.warmup}")
@@ -341,6 +348,33 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"cost.repeats: must be >= 1, got {cost.repeats}")
     if cost.timeout_s <= 0:
         raise ConfigError(f"cost.timeout_s: must be > 0, got {cost.timeout_s}")
+
+
+def _check_validation(
+    validation: ValidationConfig, training: TrainingConfig, checkpoint: CheckpointConfig
+) -> None:
+    """A held-out split that cannot be drawn, ``every`` past a run of known length, a
+    ``keep_best`` with nothing to rank the checkpoints by."""
+    try:
+        split_fraction(validation.dataset)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    every, steps = validation.every, training.iterations
+    if validation.dataset is None and (every or validation.limit is not None):
+        raise ConfigError(
+            "validation.every/limit: no held-out samples; set validation.dataset "
+            "(split=0.1, or a dataset such as jsonl:heldout.jsonl)"
+        )
+    if every and steps is not None and every > steps:
+        raise ConfigError(
+            f"validation.every: {every} is more than the run's {steps} steps "
+            "(training.iterations): validation would run only after the last step; lower it"
+        )
+    if checkpoint.keep_best and validation.dataset is None:
+        raise ConfigError(
+            "checkpoint.keep_best: needs a validation loss to rank checkpoints by; set "
+            "validation.dataset (and validation.every, at checkpoint steps)"
+        )
 
 
 def _check_resume(job: JobConfig, checkpoint: CheckpointConfig) -> None:

@@ -170,6 +170,43 @@ class DataConfig:
 
 
 @dataclass(kw_only=True)
+class ValidationConfig:
+    """Validation during training: a held-out loss at chosen steps (docs/configuration.md,
+    "Validation during training"); not the cost profiler's full-depth validation. Fields
+    are named without the section's name (``[validation] every``, ``--validation.every``);
+    their flat keys carry it (``validation_every``, ``--validation-every``)."""
+
+    dataset: str | None = None
+    """Held-out samples: ``split=FRACTION`` (that share of the training set, drawn by the
+    seed, never trained on) or any dataset ``--dataset`` takes, read with the ``[data]``
+    settings (unset: no validation)."""
+    every: int | None = setting(None, ge=0)
+    """Compute the held-out loss every K optimizer steps and after the last one (unset:
+    after the last step only; 0: never, the ``split`` samples stay held out)."""
+    limit: int | None = setting(None, ge=1)
+    """Use only the first N held-out samples (unset: all of them)."""
+
+
+def split_fraction(dataset: str | None) -> float | None:
+    """The share of the training set a ``[validation] dataset`` of ``split=FRACTION``
+    holds out (``None``: another dataset, or none); raises ``ValueError`` for a fraction
+    outside (0, 1)."""
+    if dataset is None or not dataset.startswith("split="):
+        return None
+    text = dataset.removeprefix("split=")
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(
+            f"validation.dataset: split= takes a fraction between 0 and 1 of the training "
+            f"set to hold out (e.g. split=0.1), got {text!r}"
+        )
+    return fraction
+
+
+@dataclass(kw_only=True)
 class TrainingConfig:
     lr: float = setting(3e-3, gt=0)
     """Peak learning rate of AdamW."""
@@ -229,6 +266,9 @@ class CheckpointConfig:
     ``out``."""
     keep_last: int | None = setting(None, ge=1)
     """Keep only the newest N checkpoints (unset: keep all)."""
+    keep_best: bool = False
+    """Also keep the checkpoint of the step with the lowest validation loss when
+    ``keep_last`` prunes (saved at that step: validate at checkpoint steps)."""
     expect_sha256: str | None = None
     """Use a checkpoint (to resume, inspect or export) only if its ``manifest.json`` has
     this SHA-256 (printed at save time and by ``datacentric inspect``); checked before

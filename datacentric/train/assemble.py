@@ -6,7 +6,8 @@
 
 1. **settings**: the resolved :class:`~datacentric.settings.TrainConfig` (the command
    line, ``--config`` and defaults; resolved by the caller, before ranks start);
-2. **data**: the ``[data]`` section opens the dataset (:func:`build_dataset`);
+2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
+   held-out samples (:func:`~datacentric.train.validation.build_run_data`);
 3. **model**: the ``[model]`` and ``[lora]`` sections build the model, every rank the
    same weights from the seed (:func:`build_model_for`); its spec and cost model come
    from the one derivation of a model's spec
@@ -36,7 +37,6 @@ from datacentric.data.base import Dataset
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.settings import TrainConfig
 from datacentric.train.build import (
-    build_dataset,
     build_model_for,
     mfu_cost_model,
     run_cost_model,
@@ -44,6 +44,7 @@ from datacentric.train.build import (
 )
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.metrics import StepMetrics
+from datacentric.train.validation import build_run_data
 
 
 @dataclass
@@ -62,12 +63,15 @@ class Run:
     """What each step record adds beyond loss and speed."""
     optimizer: torch.optim.Optimizer
     """AdamW over the held model's parameters (``dc.model``)."""
+    held_out: Dataset | None = None
+    """The ``[validation]`` section's held-out samples (None: no validation)."""
 
 
 def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
     """Build everything one rank's run needs, in the order of the module doc."""
     torch.manual_seed(config.job.seed)  # every rank draws the same weights
-    dataset = build_dataset(config.data, config.job.seed)  # data
+    # data: the training set, without the [validation] section's held-out samples
+    dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
     module = build_model_for(config.model, dataset, lora=config.lora)  # model
     cost_model = run_cost_model(  # the model's cost (collective when it profiles)
         config.cost,
@@ -110,4 +114,4 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
         betas=config.training.betas,
         weight_decay=config.training.weight_decay,
     )
-    return Run(config, dataset, module, dc, step_metrics, optimizer)
+    return Run(config, dataset, module, dc, step_metrics, optimizer, held_out)

@@ -192,12 +192,15 @@ class PendingSave:
         keep_last: int | None,
         before_commit: Callable[[], None] | None,
         written: Any,
+        keep_steps: tuple[int, ...] = (),
     ) -> None:
         self.run_dir, self.step, self.tmp = run_dir, step, tmp
         self.trainer_state = trainer_state
         self.keep_last, self.before_commit = keep_last, before_commit
         self.written = written
         """DCP's future of the shards (``None``: written already)."""
+        self.keep_steps = keep_steps
+        """Steps whose checkpoints ``keep_last`` does not prune (the best validation's)."""
 
     def wait(self) -> Path:
         """Finish the save; returns the final checkpoint folder."""
@@ -218,7 +221,7 @@ class PendingSave:
                 (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
                 os.replace(tmp, final)
                 _write_atomic(root / "latest", final.name)
-                _prune(self.run_dir, final, self.keep_last)
+                _prune(self.run_dir, final, self.keep_last, self.keep_steps)
         except (Exception, CheckpointException) as err:  # DCP's is a BaseException
             _raise_save_error(err, self.step, root, self.tmp)
         _barrier()
@@ -248,13 +251,15 @@ def start_checkpoint(
     before_commit: Callable[[], None] | None = None,
     *,
     async_save: bool = False,
+    keep_steps: tuple[int, ...] = (),
 ) -> PendingSave:
     """Start a save on every rank (collective): the state is taken now (``async_save``:
     staged to CPU memory, then written by ``torch.distributed.checkpoint.async_save`` in a
     background thread while training goes on); :meth:`PendingSave.wait` completes it.
 
     ``trainer_state`` must be JSON-able (position, lr schedule state, fingerprint).
-    ``keep_last``: delete all but the newest N checkpoints after the save.
+    ``keep_last``: delete all but the newest N checkpoints after the save, and those of
+    ``keep_steps``.
     ``before_commit``: called on every rank once its files are written (fault injection).
     """
     run_dir = Path(run_dir)
@@ -286,7 +291,9 @@ def start_checkpoint(
         torch.save(rng_state(), tmp / f"rng-rank{_rank()}.pt")
     except (Exception, CheckpointException) as err:  # DCP's is a BaseException
         _raise_save_error(err, step, root, tmp)
-    return PendingSave(run_dir, step, tmp, trainer_state, keep_last, before_commit, written)
+    return PendingSave(
+        run_dir, step, tmp, trainer_state, keep_last, before_commit, written, keep_steps
+    )
 
 
 def _raise_save_error(err: BaseException, step: int, root: Path, tmp: Path) -> NoReturn:
@@ -323,14 +330,17 @@ def _final_name(root: Path, step: int) -> Path:
     return final
 
 
-def _prune(run_dir: str | Path, current: Path, keep_last: int | None) -> None:
+def _prune(
+    run_dir: str | Path, current: Path, keep_last: int | None, keep_steps: tuple[int, ...] = ()
+) -> None:
     """After ``latest`` names ``current``: delete older copies of its step and all
-    but the newest ``keep_last`` checkpoints."""
+    but the newest ``keep_last`` checkpoints and those of ``keep_steps``."""
     step = checkpoint_step(current)
     others = [p for p in list_checkpoints(run_dir) if p != current]
     stale = [p for p in others if checkpoint_step(p) == step]
     if keep_last is not None:
         kept = [p for p in others if p not in stale][-(keep_last - 1) :] if keep_last > 1 else []
+        kept += [p for p in others if checkpoint_step(p) in keep_steps]
         stale += [p for p in others if p not in stale and p not in kept]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)

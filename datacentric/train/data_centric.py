@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -59,6 +60,7 @@ from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.train.build import build_cost_model, device_memory_bytes
+from datacentric.train.validation import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
 
 
@@ -186,6 +188,7 @@ class DataCentric:
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
         self._segment: Schedule | None = None
         self._segment_epoch = -1
+        self._held_out: HeldOut | None = None
 
     @property
     def rank(self) -> int:
@@ -204,6 +207,24 @@ class DataCentric:
             stacklevel=2,
         )
         return self.pipeline
+
+    def evaluate(
+        self,
+        dataset,
+        *,
+        autocast: AbstractContextManager | None = None,
+        progress: bool = False,
+    ) -> float:
+        """The held-out loss of ``dataset`` (any dataset, as ``DataCentric`` takes) under
+        the model as it is now: forward only, on every rank (collective: call it on all),
+        each sample weighted as in training over the whole set, the same value on any
+        world size; gradients, optimizer and random streams untouched. Its schedule is
+        made on the first call with this dataset (the run's cost model, budget and policy;
+        docs/configuration.md, "Validation during training"). ``autocast``: the context
+        the forward passes run in (mixed precision)."""
+        if self._held_out is None or self._held_out.dataset is not dataset:
+            self._held_out = HeldOut(dataset, self.pipeline)
+        return validation_loss(self, self._held_out, autocast=autocast, progress=progress)
 
     def set_epoch(self, epoch: int) -> None:
         """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""

@@ -5,8 +5,8 @@ to every sink the ``[metrics]`` settings choose:
 
 - ``metrics.jsonl`` in the run folder, always (appended: a resumed run continues it);
 - a log line for the run's first step, then every ``log_every`` steps, through the
-  ``datacentric`` :mod:`logging` logger (:func:`step_line`, torchtitan-style), and the
-  last step's line;
+  ``datacentric`` :mod:`logging` logger (:func:`step_line`, torchtitan-style), the
+  last step's line and each line of a step that validated (its ``val_loss``);
 - a progress bar, only when stderr is an interactive terminal and ``progress`` is on;
 - TensorBoard scalars under ``<out>/tb`` when ``tensorboard`` is on and installed;
 - Weights & Biases when ``wandb`` is on (``wandb_mode = "offline"`` writes under
@@ -41,6 +41,8 @@ SCALARS = (
     "est_makespan_s",
     "est_idle_share",
     "measured_idle_share",
+    "val_loss",
+    "val_time_s",
 )
 
 GIB = 1024**3
@@ -103,6 +105,9 @@ def step_line(record: dict[str, Any], memory_capacity_bytes: int | None = None) 
         f"step_time {_seconds(record.get('iteration_time_s'))} "
         f"(est {_seconds(record.get('est_makespan_s'))})"
     )
+    if record.get("val_loss") is not None:
+        val_time = _seconds(record.get("val_time_s"))
+        parts.append(f"val_loss {record['val_loss']:8.4f} (val_time {val_time})")
     return "  ".join(parts)
 
 
@@ -158,7 +163,8 @@ class MetricsLogger:
         number = record["iteration"] + 1
         last = self.total is not None and number >= self.total
         first = number == self.initial + 1  # step 1, or a resumed run's first
-        if self.log_every and (first or number % self.log_every == 0 or last):
+        validated = record.get("val_loss") is not None
+        if self.log_every and (first or number % self.log_every == 0 or last or validated):
             line = step_line(record, self.memory_capacity_bytes)
             if self._bar is not None:
                 self._bar.write(line, file=sys.stderr)

@@ -86,9 +86,12 @@ class RunCheckpoints:
         *,
         before_commit: Callable[[], None] | None = None,
         background: bool = False,
+        best_step: int | None = None,
     ) -> PendingSave:
-        """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints
-        (collective; see :func:`~datacentric.train.checkpoint.start_checkpoint`)."""
+        """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints and,
+        with ``keep_best``, the one of ``best_step`` (the best validation's) (collective;
+        see :func:`~datacentric.train.checkpoint.start_checkpoint`)."""
+        keep = self.checkpoint.keep_best and best_step is not None
         return start_checkpoint(
             self.out,
             step,
@@ -98,4 +101,5 @@ class RunCheckpoints:
             keep_last=self.checkpoint.keep_last,
             before_commit=before_commit,
             async_save=background,
+            keep_steps=(best_step,) if keep else (),
         )

@@ -7,7 +7,8 @@
   makespan of the step's groups);
 - ``idle_share.png``: the share of rank time idle per step, estimated by the schedule
   and measured (from each rank's compute time over the runtime's wall time);
-- ``loss.png``: the loss per step.
+- ``loss.png``: the training loss per step, and the held-out loss at the steps that
+  validated (``[validation]``).
 
 The trainer calls it when a run ends (``[metrics] plots``); ``datacentric plot RUN``
 redraws the figures of any run folder.
@@ -36,7 +37,7 @@ FIGURES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
         "idle share per step",
         {"measured": "measured_idle_share", "estimated (schedule)": "est_idle_share"},
     ),
-    ("loss.png", "loss", "loss", {"loss": "loss"}),
+    ("loss.png", "loss", "loss", {"training": "loss", "validation (held out)": "val_loss"}),
 )
 PLOT_FILES = tuple(f[0] for f in FIGURES)
 

@@ -57,6 +57,7 @@ from datacentric.train.run_folder import (
     timeline_json,
 )
 from datacentric.train.step_trace import StepTracer
+from datacentric.train.validation import ValidationRecord
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
 #: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
@@ -94,6 +95,12 @@ class TrainResult:
     loss_tokens: int = 0
     """Loss-carrying tokens this run trained on (under assistant-only loss, the
     assistant's tokens)."""
+    val_losses: list[tuple[int, float]] = field(default_factory=list)
+    """``(step, val_loss)`` of every validation this start ran (steps from 1)."""
+    best_val_loss: float | None = None
+    """The lowest validation loss of the run (a resumed run's earlier ones included)."""
+    best_val_step: int | None = None
+    """The step (from 1) that had it."""
 
 
 @dataclass
@@ -179,6 +186,9 @@ class Trainer:
         self.is_main = groups.rank == 0
         run = assemble_run(config, groups)  # data, model, plan, schedule, runtime, optimizer
         self.dataset = run.dataset
+        self.held_out = run.held_out
+        """The ``[validation]`` section's held-out samples (None: no validation)."""
+        self.validation = ValidationRecord(config.validation.every, self.out)
         self.shapes = self.dataset.shapes()
         self.loss_tokens = loss_tokens_function(self.dataset)
         self.dc = run.dc
@@ -260,6 +270,7 @@ class Trainer:
             )
             _truncate_jsonl(self.out / "metrics.jsonl", done)
             _truncate_jsonl(self.out / "samples.jsonl", done)
+            self.validation.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
 
     def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
         """Refuse a resume whose data, model or schedule settings differ from the
@@ -372,6 +383,9 @@ class Trainer:
             stopped_by_signal=tally.stopped_by,
             checkpoint=self.saved.name if self.saved else None,
             loss_tokens=tally.loss_tokens,
+            val_losses=list(self.validation.losses),
+            best_val_loss=self.validation.best_loss,
+            best_val_step=self.validation.best_step,
         )
 
     def _write_run_files(self) -> None:
@@ -432,6 +446,7 @@ class Trainer:
             tracer.begin(step.number + 1)
             record = self._step(step, scheduler)
             tracer.end(step.number + 1)
+            record.update(self._validate(step.number + 1))
             tally.losses.append(record["loss"])
             tally.rates.append(record["tokens_per_s"])
             tally.loss_tokens += record["loss_tokens"]
@@ -448,6 +463,29 @@ class Trainer:
         self._finish_save()  # a background save of the last step completes here
         return tally
 
+    def _validate(self, number: int) -> dict[str, Any]:
+        """The held-out loss after step ``number`` when it is due (on every rank), as
+        the step record's ``val_loss`` and ``val_time_s`` (apart from its step time)."""
+        if self.held_out is None or not self.validation.due(number, self.total_iterations):
+            return {}
+        self.activity = f"validation after step {number}"
+        started = time.perf_counter()
+        loss = self.dc.evaluate(
+            self.held_out,
+            autocast=self._autocast(),
+            progress=self.is_main and self.metrics_config.progress,
+        )
+        elapsed = time.perf_counter() - started
+        self.validation.add(number, loss, write=self.is_main)
+        self.activity = f"training after step {number}"
+        return {"val_loss": loss, "val_time_s": elapsed}
+
+    def _autocast(self) -> torch.autocast:
+        """Mixed precision of the forward passes (``[model] dtype``)."""
+        return torch.autocast(
+            device_type=self.groups.device.type, dtype=torch.bfloat16, enabled=self.bfloat16
+        )
+
     def _save(self, scheduler, *, background: bool = False) -> None:
         """Save this step (collective); ``background``: return once the state is staged,
         the save completing after the next step (:meth:`_finish_save`) or at the run's end."""
@@ -462,6 +500,7 @@ class Trainer:
                 self._trainer_state(scheduler.state_dict()),
                 before_commit=self._maybe_stop_in_save,
                 background=background,
+                best_step=self.validation.best_step,
             ),
         )
         if not background:
@@ -512,11 +551,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step_metrics.start()
         started = time.perf_counter()
-        autocast = torch.autocast(
-            device_type=self.groups.device.type,
-            dtype=torch.bfloat16,
-            enabled=self.bfloat16,
-        )
+        autocast = self._autocast()
         self._step_now = step
         loss = self._forward_backward(step, autocast)
         sample_ids = step.sample_ids

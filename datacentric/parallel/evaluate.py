@@ -1,0 +1,104 @@
+"""Forward-only passes over a schedule: the held-out loss, the same on any world.
+
+:func:`evaluate_schedule` runs every micro-batch of a schedule's iterations that this
+rank holds, forward only (``torch.no_grad``, the model in eval mode, no block
+recomputes), through the same sequence-parallel attention and sequence shards as
+training, and weights each token as :class:`~datacentric.parallel.loss.LossWeights`
+says for the *whole* set of samples (per token: the mean over every loss token of the
+set; per sample: the mean over samples of each one's mean). Every loss token lives on
+exactly one rank in exactly one micro-batch, so the SUM over ranks of each rank's
+weighted sum is the loss a single process computes on the whole set, whatever the
+groups and micro-batches (the argument of :mod:`datacentric.parallel.loss`).
+
+Nothing here touches gradients, optimizer state or the random streams: the caller's
+generators are restored afterwards (:func:`torch.random.fork_rng`), so a run with
+validation trains bitwise as the same run without it. Model state held with FSDP2 is
+gathered once before the passes and freed after them (every rank the same collectives,
+whatever number of micro-batches it holds); DDP's forward under ``no_grad`` issues none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from datacentric.batch import PackedBatch
+from datacentric.parallel.grad_sync import is_fsdp2
+from datacentric.parallel.loss import LossWeights
+from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.sequence_shards import shard_batch
+from datacentric.schedule import Iteration
+
+Pack = Callable[[Sequence[int], int], PackedBatch]
+
+
+def evaluate_schedule(
+    runtime: DataCentricRuntime,
+    iterations: Sequence[Iteration],
+    pack: Pack,
+    weights: LossWeights,
+    *,
+    autocast: AbstractContextManager | None = None,
+    on_iteration: Callable[[int], None] | None = None,
+) -> float:
+    """The weighted loss of every sample of ``iterations`` under ``weights`` (collective
+    over the world: every rank calls it with the same iterations); ``pack`` builds a
+    whole micro-batch, ``on_iteration(k)`` is called after iteration ``k``."""
+    groups = runtime.groups
+    model = runtime.model
+    total = torch.zeros((), dtype=torch.float64, device=groups.device)
+    devices = [groups.device] if groups.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), _gathered(model):
+        was_training = model.training
+        model.eval()
+        try:
+            for k, iteration in enumerate(iterations):
+                iteration.validate(groups.world_size)
+                for assignment, micro_batch in iteration.micro_batches_of_rank(groups.rank):
+                    sp, ring = assignment.sp_size, micro_batch.ring_size
+                    group, ring_group = groups.split(assignment.rank_start, sp, ring)
+                    full = pack(micro_batch.sample_ids, sp)
+                    weights.check_batch(full)
+                    shard = shard_batch(full, groups.rank - assignment.rank_start, sp, ring)
+                    shard = shard.to(groups.device)
+                    with (
+                        runtime.attention.use(group, ring_group),
+                        runtime.recompute.use(()),
+                        autocast or nullcontext(),
+                    ):
+                        loss_S = model(shard)
+                    total += weights.weighted_sum(loss_S.float(), shard).to(torch.float64)
+                if on_iteration is not None:
+                    on_iteration(k)
+        finally:
+            model.train(was_training)
+    if groups.distributed and groups.world_size > 1:
+        dist.all_reduce(total, op=dist.ReduceOp.SUM, group=groups.world)
+    return float(total.item())
+
+
+class _gathered:
+    """FSDP2: every unit's parameters gathered for the passes (kept gathered after each
+    forward), then freed and the units' ``reshard_after_forward`` restored (the blocks'
+    is the run's setting, the root's off: :func:`~datacentric.parallel.grad_sync.shard_fsdp2`);
+    nothing for other models."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.units = [m for m in model.modules() if is_fsdp2(m)]
+
+    def __enter__(self) -> None:
+        for unit in self.units:
+            unit.set_reshard_after_forward(False, recurse=False)
+        for unit in self.units:  # the same collectives, in the same order, on every rank
+            unit.unshard()
+
+    def __exit__(self, *exc: object) -> None:
+        blocks = bool(getattr(self.model, "_datacentric_equal_passes", False))
+        for unit in self.units:
+            unit.reshard()
+            unit.set_reshard_after_forward(blocks and unit is not self.model, recurse=False)

@@ -1,0 +1,168 @@
+"""Validation during training: the held-out samples, their schedule and their loss.
+
+- :func:`build_run_data`: the ``[data]`` and ``[validation]`` sections' datasets, the
+  training set without the held-out samples (``split=FRACTION``: a seeded draw,
+  :mod:`datacentric.data.holdout`) and the held-out set, or another dataset read with
+  the same ``[data]`` settings;
+- :class:`HeldOut`: a held-out set planned and scheduled once with the run's cost
+  model, budget, policy and SP sizes (a schedule of its own: the training plan's
+  options, forward-only passes are priced as training passes, so the plan is
+  conservative), every sample in it exactly once;
+- :func:`validation_loss`: that schedule run forward only on every rank
+  (:func:`~datacentric.parallel.evaluate.evaluate_schedule`), each sample weighted
+  as in training, the whole set at once: the loss a single process computes on it.
+  Diffusion noise and time are drawn for epoch 0 of each held-out sample, from the
+  seed and its sample id only, so the number moves only when the model does;
+- :class:`ValidationRecord`: when validation is due (``every``, and after the last
+  step), the best step so far and its record in the run folder
+  (``validation/best.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datacentric.data.base import Dataset, epoch_pack
+from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.data.sources import data_settings, open_dataset
+from datacentric.parallel.evaluate import evaluate_schedule
+from datacentric.parallel.loss import LossWeights, loss_tokens_function
+from datacentric.progress import Progress
+from datacentric.schedule import Schedule
+from datacentric.scheduling.pipeline import Pipeline
+from datacentric.settings.sections import DataConfig, ValidationConfig, split_fraction
+
+#: The run folder's record of the best validation step.
+BEST_FILE = Path("validation") / "best.json"
+
+
+def build_run_data(
+    data: DataConfig, validation: ValidationConfig, seed: int = 0
+) -> tuple[Dataset, Dataset | None]:
+    """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
+    sections and ``[job] seed``; ``limit`` keeps the first held-out samples (a split's
+    others stay out of training)."""
+    dataset = open_dataset(data.dataset, data_settings(data, seed))
+    if validation.dataset is None:
+        return dataset, None
+    fraction = split_fraction(validation.dataset)
+    if fraction is not None:
+        kept, held = split_ids(len(dataset), fraction, seed)
+        return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
+    settings = dataclasses.replace(data_settings(data, seed), dataset_limit=validation.limit)
+    return dataset, open_dataset(validation.dataset, settings)
+
+
+class HeldOut:
+    """A held-out ``dataset`` planned and scheduled once beside a run's ``pipeline``
+    (its cost model, budget, policy, seed and SP sizes; every sample kept)."""
+
+    def __init__(self, dataset: Dataset, pipeline: Pipeline) -> None:
+        self.dataset = dataset
+        options = dataclasses.replace(pipeline.options, drop_remainder=False)
+        self.pipeline = Pipeline(
+            dataset.shapes(),
+            pipeline.cost_model,
+            world_size=pipeline.world_size,
+            memory_cap_bytes=pipeline.memory_cap_bytes,
+            policy=pipeline.policy,
+            options=options,
+            seed=pipeline.seed,
+            sp_sizes=pipeline.sp_sizes,
+        )
+        self._schedule: Schedule | None = None
+        self._loss_tokens = loss_tokens_function(dataset)
+
+    @property
+    def schedule(self) -> Schedule:
+        """The held-out set's schedule (made once; raises ``ValueError`` when it leaves a
+        sample out or holds one twice)."""
+        if self._schedule is None:
+            schedule = self.pipeline.schedule(0, measure=False)
+            ids = sorted(i for it in schedule.iterations for i in it.sample_ids())
+            if ids != list(range(len(self.dataset))):
+                raise ValueError(
+                    f"the validation schedule holds {len(ids)} of the {len(self.dataset)} "
+                    "held-out samples once each; every sample must be in it exactly once"
+                )
+            self._schedule = schedule
+        return self._schedule
+
+    def weights(self, loss_mode: str) -> LossWeights:
+        """Each held-out token's weight: the whole set weighted as one training batch."""
+        ids = range(len(self.dataset))
+        return LossWeights.for_samples(loss_mode, ids, self._loss_tokens)  # type: ignore[arg-type]
+
+
+def validation_loss(
+    dc: Any,
+    held_out: HeldOut,
+    *,
+    autocast: AbstractContextManager | None = None,
+    progress: bool = False,
+) -> float:
+    """The held-out loss of ``held_out`` under ``dc``'s model (a :class:`DataCentric`;
+    collective: every rank calls it); ``progress`` shows ``progress: validation K/N``
+    lines (rank 0)."""
+    iterations = held_out.schedule.iterations
+    with Progress("validation", len(iterations), unit="batch", enabled=progress) as shown:
+        return evaluate_schedule(
+            dc.runtime,
+            iterations,
+            epoch_pack(held_out.dataset, 0),
+            held_out.weights(dc.runtime.loss_mode),
+            autocast=autocast,
+            on_iteration=lambda _: shown.update(1),
+        )
+
+
+@dataclass
+class ValidationRecord:
+    """When a run validates and what it found: ``every`` steps (None: after the last
+    only; 0: never) and after the last step; the best (lowest) loss and its step."""
+
+    every: int | None
+    out: Path
+    best_loss: float | None = None
+    best_step: int | None = None
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    """``(step, val_loss)`` of every validation this start ran (steps from 1)."""
+
+    def due(self, step: int, last: int) -> bool:
+        """Whether validation runs after step ``step`` (from 1) of a run of ``last``."""
+        if self.every == 0:
+            return False
+        return step == last or bool(self.every) and step % self.every == 0
+
+    def load(self, records: list[dict[str, Any]], *, write: bool) -> None:
+        """The best step of a resumed run's earlier validations (its ``metrics.jsonl``
+        records up to the checkpoint); ``write``: rank 0 rewrites the folder's record."""
+        self.best_loss = self.best_step = None
+        if write:
+            (self.out / BEST_FILE).unlink(missing_ok=True)
+        for record in records:
+            if record.get("val_loss") is not None:
+                self._better(record["iteration"] + 1, float(record["val_loss"]), write=write)
+
+    def add(self, step: int, loss: float, *, write: bool) -> bool:
+        """Record the loss of ``step``; True when it is the best so far (``write``: rank
+        0 writes ``validation/best.json``)."""
+        self.losses.append((step, loss))
+        return self._better(step, loss, write=write)
+
+    def _better(self, step: int, loss: float, *, write: bool) -> bool:
+        if self.best_loss is not None and not loss < self.best_loss:
+            return False
+        self.best_loss, self.best_step = loss, step
+        if write:
+            path = self.out / BEST_FILE
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps({"step": step, "val_loss": loss}) + "\n", encoding="utf-8")
+            tmp.replace(path)
+        return True

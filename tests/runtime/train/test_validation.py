@@ -1,0 +1,170 @@
+"""Validation during training: the held-out loss equals a single-process computation of
+the same objective on the same samples (the model's own forward, one sample at a time),
+at worlds 1, 2 and 4, and validating never changes training (losses and final weights
+bitwise those of the same run with ``every = 0``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from run_config import small_config
+
+from datacentric.data import StdlibCorpus, SyntheticTextDataset, SyntheticVideoDataset
+from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.models import build_model
+from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import launch, spawn
+from datacentric.shapes import SampleShape
+from datacentric.train.checkpoint import latest_checkpoint, read_model_state
+from datacentric.train.data_centric import DataCentric
+from datacentric.train.metrics import read_metrics
+from datacentric.train.trainer import train_rank
+from datacentric.train.validation import build_run_data
+
+#: video clips of mixed sizes (latent grids), and text of mixed lengths
+VIDEO_SHAPES = [SampleShape.video(*g) for g in ((1, 3, 4), (2, 3, 3), (3, 2, 5), (1, 2, 2))]
+VIDEO_SHAPES += [SampleShape.video(*g) for g in ((2, 4, 4), (1, 1, 3), (2, 2, 2))]
+TEXT_SHAPES = [SampleShape.text(n) for n in (17, 40, 5, 64, 9, 33, 120, 3)]
+
+
+def reference_loss(model: torch.nn.Module, dataset) -> float:
+    """The objective on one process: the model's own forward on each sample alone; per
+    token, the mean over every loss token of the set; per sample, the mean over samples
+    of each one's mean token loss."""
+    model.eval()
+    sums, counts = [], []
+    with torch.no_grad():
+        for i in range(len(dataset)):
+            batch = dataset.pack([i], 1)
+            loss_S = model(batch).double()
+            sums.append(float(loss_S[batch.loss_mask].sum()))
+            counts.append(int(batch.loss_mask.sum()))
+    if model.loss_mode == "token":
+        return sum(sums) / sum(counts)
+    means = [s / n for s, n in zip(sums, counts) if n]
+    return sum(means) / len(means)
+
+
+def _data(kind: str):
+    if kind == "video":
+        return SyntheticVideoDataset(VIDEO_SHAPES, seed=7)
+    return SyntheticTextDataset(TEXT_SHAPES, seed=7)
+
+
+def held_out_loss(kind: str, shard: str) -> float:
+    """On this rank: the held-out loss of a fresh preset model (seed 0) under DataCentric."""
+    groups = ProcessGroups() if torch.distributed.is_initialized() else ProcessGroups.local()
+    torch.manual_seed(0)
+    name = "dit" if kind == "video" else "llama"
+    dataset = _data(kind)
+    dc = DataCentric(
+        build_model(name),
+        dataset,
+        preset=name,
+        groups=groups,
+        prefetch=0,
+        check_model=False,
+        shard=shard,
+        tokens_per_iteration=128,
+    )
+    try:
+        first = dc.evaluate(dataset)
+        assert dc.evaluate(dataset) == first  # fixed noise and time: the same number again
+        return first
+    finally:
+        dc.close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "worlds", "shard"),
+    [("video", (1, 2, 4), "none"), ("text", (1, 2), "fsdp2"), ("video", (2,), "ddp")],
+)
+def test_held_out_loss_equals_one_process_on_any_world(kind, worlds, shard):
+    torch.manual_seed(0)
+    model = build_model("dit" if kind == "video" else "llama")
+    want = reference_loss(model, _data(kind))
+    for world in worlds:
+        if world == 1:
+            got = held_out_loss(kind, shard)
+        else:
+            ranks = launch(held_out_loss, kind, shard, nproc=world, collective_timeout_s=120.0)
+            assert len({ranks[r] for r in range(world)}) == 1  # every rank has the number
+            got = ranks[0]
+        assert got == pytest.approx(want, rel=1e-5), (kind, world)
+
+
+def test_split_is_seeded_disjoint_and_whole():
+    kept, held = split_ids(50, 0.1, seed=3)
+    assert len(held) == 5 and not set(kept) & set(held)
+    assert sorted(kept + held) == list(range(50))
+    assert split_ids(50, 0.1, seed=3) == (kept, held)
+    assert split_ids(50, 0.1, seed=4)[1] != held
+    with pytest.raises(ValueError, match="leaves none to train on"):
+        split_ids(1, 0.5, seed=0)
+    corpus = StdlibCorpus(max_tokens=64, limit=3)
+    view = SampleSubset(corpus, [2, 0])
+    assert view.shapes() == [corpus.shapes()[2], corpus.shapes()[0]]
+    batch = view.pack([1, 0], 4)
+    assert batch.sample_ids == (1, 0)
+    torch.testing.assert_close(batch.inputs, corpus.pack([0, 2], 4).inputs)
+    assert view.loss_tokens(0) == corpus.loss_tokens(2)
+
+
+SETTINGS = dict(
+    iterations=3,
+    dataset_limit=2,
+    max_tokens=256,
+    tokens_per_iteration=512,
+    lr_schedule="constant",
+    warmup_iterations=0,
+    validation_dataset="split=0.25",
+)
+
+
+def _train(out, world: int, **overrides):
+    config = small_config(out, **{**SETTINGS, **overrides})
+    if world == 1:
+        return train_rank(config), config
+    return spawn(train_rank, world, config, timeout_s=300)[0], config
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2])
+def test_validation_is_exact_and_never_changes_training(tmp_path, world):
+    plain, _ = _train(tmp_path / "plain", world, validation_every=0)
+    result, config = _train(tmp_path / "val", world, validation_every=2)
+    assert result.losses == plain.losses  # bitwise
+    assert result.weights_sha256 == plain.weights_sha256
+    assert plain.val_losses == [] and [s for s, _ in result.val_losses] == [2, 3]
+    records = read_metrics(tmp_path / "val")
+    assert [r["iteration"] for r in records if "val_loss" in r] == [1, 2]
+    assert all(r["val_time_s"] > 0 for r in records if "val_loss" in r)
+    # the last one against one process, on the final weights and the held-out samples
+    train_set, held = build_run_data(config.data, config.validation, config.job.seed)
+    whole = len(StdlibCorpus(max_tokens=256, limit=2))
+    assert len(train_set) + len(held) == whole and len(held) == round(whole / 4)
+    torch.manual_seed(0)
+    model = build_model("llama")
+    model.load_state_dict(read_model_state(latest_checkpoint(tmp_path / "val")))
+    assert result.val_losses[-1][1] == pytest.approx(reference_loss(model, held), rel=1e-5)
+    best = min(result.val_losses, key=lambda p: p[1])
+    assert (result.best_val_step, result.best_val_loss) == best
+
+
+@pytest.mark.slow
+def test_keep_best_keeps_the_best_checkpoint_past_keep_last(tmp_path):
+    """A learning rate far too high: the held-out loss is best early, then worse; with
+    ``keep_last = 1`` only ``keep_best`` keeps that step's checkpoint."""
+    overrides = dict(validation_every=1, checkpoint_every=1, keep_last=1, lr=0.5, iterations=4)
+    result, _ = _train(tmp_path / "best", 1, keep_best=True, **overrides)
+    best = min(result.val_losses, key=lambda p: p[1])[0]
+    assert best < 4 and result.best_val_step == best
+    saved = (tmp_path / "best/checkpoints").glob("step-*")
+    steps = sorted(int(p.name.split("-")[1]) for p in saved)
+    assert steps == [best, 4]
+    record = json.loads((tmp_path / "best/validation/best.json").read_text())
+    assert record == {"step": best, "val_loss": result.best_val_loss}
+    _train(tmp_path / "last", 1, **overrides)
+    assert [p.name for p in (tmp_path / "last/checkpoints").glob("step-*")] == ["step-00000004"]
