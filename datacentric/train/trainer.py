@@ -93,8 +93,9 @@ class TrainResult:
     checkpoint: str | None = None
     """The last checkpoint this run saved (its folder name)."""
     loss_tokens: int = 0
-    """Loss-carrying tokens this run trained on (under assistant-only loss, the
-    assistant's tokens)."""
+    """Loss-carrying tokens the run trained on (under assistant-only loss, the
+    assistant's tokens), from its first step: a resumed run counts the steps before
+    its checkpoint too, as ``samples_seen`` does."""
     val_losses: list[tuple[int, float]] = field(default_factory=list)
     """``(step, val_loss)`` of every validation this start ran (steps from 1)."""
     best_val_loss: float | None = None
@@ -109,7 +110,6 @@ class _Tally:
 
     losses: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
-    loss_tokens: int = 0
     stopped_by: int | None = None
 
 
@@ -197,6 +197,9 @@ class Trainer:
         self.step_metrics = run.step_metrics
         self.optimizer = run.optimizer
         self.total_iterations = 0
+        self.loss_tokens_seen = 0
+        """Loss tokens of every step so far, those before a resumed checkpoint included
+        (saved in its ``trainer.json``)."""
         self.saved: Path | None = None
         self.pending_save: PendingSave | None = None
         """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
@@ -255,6 +258,7 @@ class Trainer:
             check=lambda saved: self._check_unchanged(path, saved),
         )
         self.dc.load_state_dict(state["position"])
+        self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
         done = self.position.iterations_done
         was = int(state["total_iterations"])
         self.total_iterations = was if self.training.lr_horizon == "first" else planned
@@ -300,6 +304,7 @@ class Trainer:
             "position": self.position.to_json(),
             "iterations_done": self.position.iterations_done,
             "samples_seen": self.position.samples_seen,
+            "loss_tokens_seen": self.loss_tokens_seen,
             "epoch": self.position.epoch,
             "world_size": self.groups.world_size,
             "total_iterations": self.total_iterations,
@@ -382,7 +387,7 @@ class Trainer:
             out_dir=str(self.out),
             stopped_by_signal=tally.stopped_by,
             checkpoint=self.saved.name if self.saved else None,
-            loss_tokens=tally.loss_tokens,
+            loss_tokens=self.loss_tokens_seen,
             val_losses=list(self.validation.losses),
             best_val_loss=self.validation.best_loss,
             best_val_step=self.validation.best_step,
@@ -449,7 +454,7 @@ class Trainer:
             record.update(self._validate(step.number + 1))
             tally.losses.append(record["loss"])
             tally.rates.append(record["tokens_per_s"])
-            tally.loss_tokens += record["loss_tokens"]
+            self.loss_tokens_seen += record["loss_tokens"]
             metrics.log(record)
             self._finish_save()  # a background save had this step to write its shards
             if self.checkpoints.due(self.position.iterations_done):
