@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from datacentric.regular_files import open_regular
+
 __all__ = ["Assignment", "Iteration", "MicroBatch", "Schedule", "phase_timeline"]
 
 
@@ -317,7 +319,7 @@ class Schedule:
 
     @classmethod
     def load(cls, path: str) -> Schedule:
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path) as handle:  # a FIFO in a run folder must not block
             return cls.from_json(json.load(handle))
 
 

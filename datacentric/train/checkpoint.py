@@ -53,6 +53,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from datacentric.log import get_logger
+from datacentric.regular_files import open_regular, read_regular_text
 from datacentric.train.safe_load import (
     SafeFileSystemReader,
     SafeLoadPlanner,
@@ -159,7 +160,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
+    with open_regular(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
@@ -393,7 +394,7 @@ def _named_by_latest(root: Path, pointer: Path) -> Path:
     altered) when it leads out of the run (a path, ``..``, a link)."""
     if not _inside(pointer, root):
         raise CheckpointError(f"{pointer} links outside {root}; a checkpoint pointer is a file")
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = read_regular_text(pointer).strip()
     named = root / name
     if not _plain_name(name) or named.is_symlink() or not _inside(named, root):
         raise CheckpointError(
@@ -464,7 +465,7 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
     _check_shard_paths(path, manifest)
     trainer = path / TRAINER_FILE
     try:
-        state = json.loads(trainer.read_text(encoding="utf-8"))
+        state = json.loads(read_regular_text(trainer))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{trainer} is not JSON ({err}); the checkpoint is corrupt") from None
     if not isinstance(state, dict):
@@ -480,7 +481,7 @@ def read_manifest(path: str | Path) -> dict[str, str]:
     if not manifest_path.exists():
         raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular_text(manifest_path))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CheckpointError(f"{manifest_path} is corrupt: {err}") from None
     if not isinstance(manifest, dict) or not all(isinstance(v, str) for v in manifest.values()):

@@ -46,6 +46,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.progress import Progress
+from datacentric.regular_files import read_regular_text
 from datacentric.train.checkpoint import (
     TRAINER_FILE,
     CheckpointError,
@@ -87,7 +88,7 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ExportError(f"{run_dir}: no config.json (is it the --out folder of a train run?)")
     try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
+        settings = json.loads(read_regular_text(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ExportError(f"{path} is corrupt: {err}") from None
     if not isinstance(settings, dict):

@@ -26,6 +26,7 @@ from typing import Any
 from tqdm import tqdm
 
 from datacentric.log import LOGGER_NAME, StderrHandler
+from datacentric.regular_files import open_regular
 
 #: Scalars of a record that go to TensorBoard and W&B.
 SCALARS = (
@@ -143,7 +144,7 @@ class MetricsLogger:
             return
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        self._file = open(out / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._file = open_regular(out / "metrics.jsonl", "a")
         if progress and sys.stderr.isatty():
             self._bar = tqdm(
                 total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True

@@ -31,6 +31,7 @@ from torch import nn
 from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import unwrap
+from datacentric.regular_files import read_regular_text
 from datacentric.train.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
 from datacentric.train.metric_sinks import (
     MetricsLogger,  # noqa: F401
@@ -150,7 +151,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = read_regular_text(path, errors="replace").splitlines()
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     records = []
     for n, line in numbered:

@@ -27,6 +27,8 @@ import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from datacentric.regular_files import open_regular
+
 #: (module, name) pairs DCP's ``.metadata`` pickle may name: its record types.
 _METADATA_GLOBALS = {
     ("torch.distributed.checkpoint.metadata", name)
@@ -84,7 +86,7 @@ class MetadataUnpickler(pickle.Unpickler):
 
 def read_metadata_file(path: str | Path) -> Metadata:
     """DCP's ``.metadata`` at ``path``, read with :class:`MetadataUnpickler`."""
-    with open(path, "rb") as handle:
+    with open_regular(path, "rb") as handle:
         try:
             metadata = MetadataUnpickler(handle, path).load()
         except UnsafeFileError:

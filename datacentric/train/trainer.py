@@ -29,6 +29,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
+from datacentric.regular_files import check_regular, open_regular
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig, section_keys
@@ -241,6 +242,8 @@ class Trainer:
     def _resume(self) -> None:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
         restarted = launch_mode().restarts > 0
+        for name in ("metrics.jsonl", "samples.jsonl"):  # before anything is loaded
+            check_regular(self.out / name)
         path = self.checkpoints.to_load(restarted)
         planned = self._planned_total()
         if path is None:
@@ -575,7 +578,7 @@ class Trainer:
         scheduler.step()
         elapsed = time.perf_counter() - started
         if self.is_main:
-            with open(self.out / "samples.jsonl", "a", encoding="utf-8") as handle:
+            with open_regular(self.out / "samples.jsonl", "a") as handle:
                 handle.write(
                     json.dumps(
                         {"iteration": step.number, "epoch": step.epoch, "sample_ids": sample_ids}
