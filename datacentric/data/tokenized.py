@@ -44,6 +44,7 @@ from datacentric.data.chat import (
     load_tokenizer,
 )
 from datacentric.data.documents import read_documents, read_records, require, resolve_files
+from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
 from datacentric.data.tokenizer_files import tokenizer_digest
@@ -134,13 +135,18 @@ def _chunks(
     """``(file, row, token ids, assistant mask or None)`` of every document, in order
     (conversations when a ``renderer`` is given)."""
     if renderer is not None:
-        for record in read_records(kind, files):
-            if not is_conversation(record.fields):
-                raise DataError(
-                    f"{record.where}: not a conversation (no messages, or prompt and "
-                    "completion), though the first record of the dataset is one"
+        with RenderDeadline() as deadline:
+            for record in read_records(kind, files):
+                if not is_conversation(record.fields):
+                    raise DataError(
+                        f"{record.where}: not a conversation (no messages, or prompt and "
+                        "completion), though the first record of the dataset is one"
+                    )
+                yield (
+                    record.file,
+                    record.row,
+                    *render_within(deadline, renderer, record, enc.dtype),
                 )
-            yield (record.file, record.row, *renderer.render(record, enc.dtype))
         return
     pending = []
 

@@ -1,0 +1,58 @@
+"""Rendering a conversation runs under a time limit: a chat template that loops (the
+sandbox stops it reaching files, not looping) is stopped and the record refused naming
+its file and line, instead of holding ``train`` until killed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from chat_data import CHAT_TEMPLATE, conversations, save_chat_tokenizer, write_records  # noqa: E402
+
+from datacentric.data import render_limit  # noqa: E402
+from datacentric.data.base import DataError  # noqa: E402
+from datacentric.data.render_limit import RenderDeadline, RenderTimeout  # noqa: E402
+from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
+
+#: 10**10 empty iterations (the sandbox caps one range at 10**5, not two nested ones),
+#: only for a conversation whose first turn says "loop".
+LOOPING = (
+    "{% if messages[0]['content'] == 'loop' %}{% for i in range(100000) %}"
+    "{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}" + CHAT_TEMPLATE
+)
+
+
+def test_a_looping_template_is_stopped_naming_file_and_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_limit, "RENDER_LIMIT_S", 1.0)
+    folder = save_chat_tokenizer(tmp_path / "tok", template=LOOPING)
+    records = [{"messages": turns} for turns in conversations(4)]
+    records.insert(
+        2, {"messages": [{"role": "user", "content": "loop"}, *records[0]["messages"][1:]]}
+    )
+    path = write_records(tmp_path / "chat.jsonl", records)
+    start = time.monotonic()
+    with pytest.raises(DataError, match=f"{path}:3: rendering .* stopped after 1 s"):
+        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    assert time.monotonic() - start < 30
+    assert render_limit.RENDER_LIMIT_S < 60 and RenderDeadline().limit_s == 1.0
+    del records[2]  # without the looping record the same template renders
+    path = write_records(tmp_path / "chat.jsonl", records)
+    assert len(open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))) == 4
+
+
+def test_the_deadline_fires_only_inside_a_render() -> None:
+    with RenderDeadline(0.2) as deadline:
+        with deadline.each():
+            pass
+        time.sleep(0.8)  # disarmed: nothing is raised later
+        with pytest.raises(RenderTimeout):
+            with deadline.each():
+                while True:
+                    pass
+        with deadline.each():
+            total = sum(range(1000))
+    assert total == 499500
