@@ -24,6 +24,7 @@ import datacentric
 import datacentric.cli as cli_package
 from datacentric.cli.flags import apply_config_file, finish_command
 from datacentric.cli.ranks import first_to_say, say
+from datacentric.settings.schema import OTHER_NAMES
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -62,36 +63,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: What other trainers call a setting of ours (Hugging Face ``Trainer``, torchtitan,
-#: Megatron-LM, torchrun), so a flag from there gets our name as its suggestion.
-OTHER_NAMES = {
-    "--learning-rate": "--lr",
-    "--max-steps": "--iterations",
-    "--train-iters": "--iterations",
-    "--steps": "--iterations",
-    "--num-train-epochs": "--epochs",
-    "--output-dir": "--out",
-    "--save-steps": "--checkpoint-every",
-    "--save-interval": "--checkpoint-every",
-    "--logging-steps": "--log-every",
-    "--log-interval": "--log-every",
-    "--warmup-steps": "--warmup-iterations",
-    "--max-grad-norm": "--grad-clip",
-    "--clip-grad": "--grad-clip",
-    "--nproc-per-node": "--world",
-    "--world-size": "--world",
-    "--seq-length": "--max-tokens",
-    "--max-seq-length": "--max-tokens",
-    "--resume-from-checkpoint": "--resume-from",
+#: :data:`~datacentric.settings.schema.OTHER_NAMES` as flags (``--learning-rate`` -> ``--lr``).
+OTHER_FLAGS = {
+    "--" + other.replace("_", "-"): "--" + ours.replace("_", "-")
+    for other, ours in OTHER_NAMES.items()
 }
 
 
 def closest_flag(flag: str, valid: Sequence[str]) -> str | None:
     """The flag of ``valid`` a mistyped ``flag`` most likely means: the closest spelling
-    (underscores read as dashes), also among other trainers' names (:data:`OTHER_NAMES`)
+    (underscores read as dashes), also among other trainers' names (:data:`OTHER_FLAGS`)
     whose flag of ours the command has; None when nothing is close."""
     known = set(valid)
-    aliases = {other: ours for other, ours in OTHER_NAMES.items() if ours in known}
+    aliases = {other: ours for other, ours in OTHER_FLAGS.items() if ours in known}
     spellings = {flag, flag.replace("_", "-")}
 
     def likeness(candidate: str) -> float:

@@ -24,6 +24,8 @@ loss on the assistant's tokens.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from datacentric.data.base import DataError
@@ -31,6 +33,8 @@ from datacentric.data.chat_template import template_facts, template_source
 from datacentric.data.documents import Record, require
 
 LOSS_ON = ("assistant", "all")
+#: Text every usable tokenizer encodes to at least one token.
+PROBE_TEXT = "hello world"
 #: The fields that hold the conversation itself.
 CONVERSATION_FIELDS = ("messages", "prompt", "completion")
 #: Record fields that ``apply_chat_template`` takes by name, whether or not the template
@@ -123,7 +127,7 @@ def load_tokenizer(folder: str):
     """The tokenizer saved in ``folder``, read from local files without running its code."""
     transformers = require("transformers", extra="hf")
     try:
-        return transformers.AutoTokenizer.from_pretrained(
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
             folder, local_files_only=True, trust_remote_code=False
         )
     except Exception as err:  # transformers raises several types for an unusable folder
@@ -131,6 +135,14 @@ def load_tokenizer(folder: str):
         raise DataError(
             f"--tokenizer {folder}: not a tokenizer folder saved with save_pretrained ({first})"
         ) from None
+    if not tokenizer(PROBE_TEXT)["input_ids"]:  # a model folder without its tokenizer files
+        held = ", ".join(sorted(p.name for p in Path(folder).iterdir())[:6]) or "nothing"
+        raise DataError(
+            f"--tokenizer {folder}: the folder holds no tokenizer (it encodes text to no "
+            f"tokens; it holds {held}); save one there with tokenizer.save_pretrained, or "
+            "give the folder that has tokenizer.json"
+        )
+    return tokenizer
 
 
 def chosen_templates(tokenizer) -> dict[str, str]:

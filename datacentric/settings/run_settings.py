@@ -39,7 +39,7 @@ from datacentric.settings.layout import (
     section_of,
 )
 from datacentric.settings.scheduling import ScheduleOptions
-from datacentric.settings.schema import ConfigError, coerce, suggest, toml_value
+from datacentric.settings.schema import OTHER_NAMES, ConfigError, coerce, suggest, toml_value
 from datacentric.settings.sections import (
     CheckpointConfig,
     DataConfig,
@@ -255,6 +255,9 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
                 )
             elif key not in keys_of[name]:
                 hint = f" (it belongs in [{owners[key]}])" if key in owners else ""
+                ours = OTHER_NAMES.get(key)
+                if not hint and ours in owners and ours not in keys_of[name]:
+                    hint = f" (did you mean {name_in_section(ours)!r} in [{owners[ours]}]?)"
                 raise ConfigError(
                     f"{where}: unknown key {name}.{key}{hint or suggest(key, keys_of[name])}"
                 )

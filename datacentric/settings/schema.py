@@ -166,8 +166,37 @@ def _coerce_one(value: Any, kind: Any) -> Any:
     return _MISSING
 
 
+#: What other trainers call a setting of ours (Hugging Face ``Trainer``, torchtitan,
+#: Megatron-LM, torchrun), by flat key, so a key or flag from there gets ours as its
+#: suggestion (``learning_rate`` in a TOML file, ``--learning-rate`` on the command line).
+OTHER_NAMES = {
+    "learning_rate": "lr",
+    "max_steps": "iterations",
+    "train_iters": "iterations",
+    "steps": "iterations",
+    "num_train_epochs": "epochs",
+    "output_dir": "out",
+    "save_steps": "checkpoint_every",
+    "save_interval": "checkpoint_every",
+    "logging_steps": "log_every",
+    "log_interval": "log_every",
+    "warmup_steps": "warmup_iterations",
+    "max_grad_norm": "grad_clip",
+    "clip_grad": "grad_clip",
+    "nproc_per_node": "world",
+    "world_size": "world",
+    "seq_length": "max_tokens",
+    "max_seq_length": "max_tokens",
+    "resume_from_checkpoint": "resume_from",
+}
+
+
 def suggest(name: str, valid: list[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest valid name, else ``""``."""
+    """`` (did you mean 'x'?)`` for the valid name another trainer's ``name`` means
+    (:data:`OTHER_NAMES`), else the closest valid name, else ``""``."""
+    ours = OTHER_NAMES.get(name.replace("-", "_"))
+    if ours in valid:
+        return f" (did you mean {ours!r}?)"
     close = difflib.get_close_matches(name, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

@@ -139,6 +139,10 @@ def test_bench_and_profile_take_their_keys_from_the_config():
     ("text", "message"),
     [
         ("[parallelism]\nwrold = 4\n", "unknown key parallelism.wrold (did you mean 'world'?)"),
+        # other trainers' names get ours, as their flags do (--learning-rate: --lr)
+        ("[training]\nlearning_rate = 0.1\n", "training.learning_rate (did you mean 'lr'?)"),
+        ("learning_rate = 0.1\n", "unknown key 'learning_rate' (did you mean 'lr'?)"),
+        ("[training]\noutput_dir = 'x'\n", "output_dir (did you mean 'out' in [job]?)"),
         ('[parallelism]\nworld = "four"\n', "parallelism.world: needs an integer"),
         ("[parallelism]\nworld = 0\n", "parallelism.world: must be >= 1"),
     ],

@@ -263,3 +263,13 @@ def _check_adapter_export(tmp_path, folder, env) -> None:
     for name, value in before.items():  # the base weights are the pretrained ones
         key = name.replace("q_proj.", "q_proj.base_layer.").replace("v_proj.", "v_proj.base_layer.")
         torch.testing.assert_close(state[key], value, rtol=0, atol=0)
+
+
+def test_a_model_folder_without_a_tokenizer_is_named(tmp_path) -> None:
+    """transformers loads a folder with a model's config.json alone as an empty tokenizer;
+    the refusal names that folder, not the data ("no document has any token")."""
+    folder = tmp_path / "model-only"
+    tiny_qwen2_config(320).save_pretrained(folder)
+    text = write_records(tmp_path / "text.jsonl", [{"text": "hello world"}])
+    with pytest.raises(DataError, match=r"--tokenizer .*model-only: the folder holds no tok"):
+        open_dataset(f"jsonl:{text}", DataSettings(tokenizer=str(folder)))
