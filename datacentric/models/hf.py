@@ -513,6 +513,19 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "embd_pdrop": 0.0,
         "attn_pdrop": 0.0,
     },
+    "gemma3n": {  # a width per layer (intermediate_size a list), shared KV, a sparse MLP
+        "model_type": "gemma3n_text",
+        "intermediate_size": [128, 96, 128, 96],
+        "head_dim": 16,
+        "hidden_size_per_layer_input": 8,
+        "vocab_size_per_layer_input": 256,
+        "num_kv_shared_layers": 2,
+        "laurel_rank": 4,
+        "altup_num_inputs": 2,
+        "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0],
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "sliding_window": 16,
+    },
 }
 
 

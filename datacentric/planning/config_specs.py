@@ -8,6 +8,8 @@ imports neither transformers nor torch. What it approximates, and why:
 
 - every decoder layer is ``causal``; a sliding-window layer does less attention work
   than that, so windowed models are priced on the safe (slower, larger) side;
+- a width given per layer (a list, such as Gemma3n's ``intermediate_size``) is priced
+  at its largest entry for every layer, the same safe side;
 - gated MLPs (three matrices) for the Llama family, plain two-matrix MLPs for the
   GPT-2/NeoX/OPT families (:data:`UNGATED_MODEL_TYPES`);
 - learned absolute positions (GPT-2 style) are counted as outer parameters;
@@ -37,14 +39,26 @@ def _get(config: Any, *names: str, default: Any = None) -> Any:
     return default
 
 
+def _widest(value: Any) -> int:
+    """A width setting as one number: a per-layer list (Gemma3n's ``intermediate_size``,
+    one entry per decoder layer) counts as its largest entry, the safe (slower, larger)
+    side, as every layer is priced with one width."""
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("the config gives an empty per-layer width list")
+        return max(int(v) for v in value)
+    return int(value)
+
+
 def spec_from_hf_config(config: Any, name: str | None = None) -> ModelSpec:
-    """A :class:`ModelSpec` of the decoder-only causal LM that ``config`` describes."""
+    """A :class:`ModelSpec` of the decoder-only causal LM that ``config`` describes (a
+    per-layer width list priced at its largest entry)."""
     model_type = str(getattr(config, "model_type", "") or "")
     hidden = int(_get(config, "hidden_size", "n_embd"))
-    heads = int(_get(config, "num_attention_heads", "n_head"))
-    kv_heads = int(_get(config, "num_key_value_heads", default=heads))
+    heads = _widest(_get(config, "num_attention_heads", "n_head"))
+    kv_heads = _widest(_get(config, "num_key_value_heads", default=heads))
     layers = int(_get(config, "num_hidden_layers", "n_layer"))
-    ffn = int(_get(config, "intermediate_size", "n_inner", default=4 * hidden))
+    ffn = _widest(_get(config, "intermediate_size", "n_inner", default=4 * hidden))
     vocab = int(_get(config, "vocab_size", default=0))
     positions = 0
     if model_type in LEARNED_POSITION_TYPES:

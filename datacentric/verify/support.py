@@ -81,6 +81,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
     "MistralForCausalLM": (_HF_WORLD_4,),
     "Qwen2ForCausalLM": (_HF_WORLD_4,),
     "GPT2LMHeadModel": (_HF_WORLD_4,),
+    "Gemma3nForCausalLM": (
+        "tests/runtime/models/test_hf_families.py::"
+        "test_per_layer_widths_are_priced_and_the_model_exact_at_world_2",
+    ),
 }
 """Classes shown exact, and the tests that show it (pytest ids, relative to the repository)."""
 

@@ -186,6 +186,23 @@ def test_router_loss_never_runs_on_a_sequence_shard(tmp_path: Path) -> None:
         check_equivalence([_folder(tmp_path, "qwen2_moe")], 2, phased=True)
 
 
+def test_per_layer_widths_are_priced_and_the_model_exact_at_world_2() -> None:
+    """Gemma3n (``hf:gemma3n``: ``intermediate_size`` a list, one width per layer; shared
+    key/value layers; a sparse MLP): the cost model prices it (it raised TypeError at
+    ``DataCentric(...)`` and in ``train``), the pre-check passes, and a step at world 2
+    (one Ulysses group, recomputation) equals the unmodified model on each sample alone."""
+    from datacentric.models.hf import build_hf_model
+    from datacentric.profiling.module_specs import spec_of_model
+
+    config = TrainConfig(model="hf:gemma3n", dataset_limit=20, max_tokens=96, cost_model="analytic")
+    dataset = build_dataset(config.data, config.job.seed)
+    check_model(config.model, dataset, cost=config.cost)
+    assert spec_of_model(build_hf_model("gemma3n")).ffn_hidden == 128  # the widest layer's
+    (report,) = check_equivalence(["hf:gemma3n"], 2, timeout_s=240)
+    assert report["sp_sizes"] == [2] and report["recomputed_blocks"] == [[4, 2]], report
+    assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
+
+
 def test_small_copy_keeps_every_layer_type() -> None:
     def kept(name: str, **overrides) -> int:
         config = _config(name, num_hidden_layers=6, **overrides)
