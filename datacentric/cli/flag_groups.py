@@ -64,9 +64,7 @@ def add_world_flag(container: Any, *, required: bool = False, note: str = "") ->
     )
 
 
-def add_policy_flag(
-    container: Any, *, several: bool, required: bool = False, note: str = ""
-) -> None:
+def add_policy_flag(container: Any, *, several: bool, note: str = "") -> None:
     """``--policy``: one policy, or with ``several`` a comma-separated list
     (``--policies``: hidden, deprecated)."""
     if several:
@@ -79,7 +77,6 @@ def add_policy_flag(
         container,
         "--policy",
         key="policy",
-        required=required,
         note=note.removeprefix("; "),
         **options,
     )

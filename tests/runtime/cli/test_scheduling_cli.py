@@ -157,3 +157,13 @@ def test_split_mode_ulysses_keeps_schedules_free_of_rings(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["samples_scheduled"] == 62
     assert all(r == 1 and u <= 32 for u, r, _ in out["sp_splits"])
+
+
+def test_schedule_without_a_policy_runs_the_train_default(lengths_file, capsys):
+    """``schedule`` with no ``--policy`` runs the policy ``train`` runs with none: the
+    schema's default (one authority), dcp-opt."""
+    from datacentric.settings.layout import flat_defaults
+
+    argv = ["schedule", "--lengths", str(lengths_file), "--world", "4", "--json"]
+    assert main([*argv, "--model", "llama-7b", "--hardware", "h200-sxm"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == flat_defaults()["policy"] == "dcp-opt"
