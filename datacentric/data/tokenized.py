@@ -107,13 +107,16 @@ class _Encoder:
             return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
         return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
 
-    def renderer(self) -> ChatRenderer:
-        """The chat renderer of a tokenizer folder (conversations need one)."""
+    def renderer(self, chat_file: str) -> ChatRenderer:
+        """The chat renderer of a tokenizer folder (conversations need one; ``chat_file``:
+        the file whose first record is a conversation, named when there is none)."""
         if self.hf is None:
             given = f"--tokenizer {self.path}" if self.path else "no --tokenizer"
             raise DataError(
-                f"conversations need a chat template: {given}; pass --tokenizer DIR, a "
-                "folder saved with save_pretrained (usually the model's)"
+                f"conversations need a chat template: {chat_file} holds conversations (its "
+                f"first record has messages, or prompt and completion), and {given} gives "
+                "none; pass --tokenizer DIR, a folder saved with save_pretrained (usually "
+                "the model's), or leave that file out of the dataset"
             )
         return ChatRenderer(self.hf, self.path)
 
@@ -233,7 +236,7 @@ class TokenizedTextDataset:
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         self.format = record_format(kind, self.files, text_field)
         self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
-        renderer = enc.renderer() if self.format == "chat" else None
+        renderer = enc.renderer(self.files[0]) if self.format == "chat" else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
         field_key = text_field if self.format == "text" else "chat"

@@ -80,8 +80,14 @@ def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
     every = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder), loss_on="all"))
     assert len(every) == len(records)  # nothing is left out: every token carries loss
     assert all(every.loss_tokens(i) == s.tokens - 1 for i, s in enumerate(every.shapes()))
-    with pytest.raises(DataError, match="need a chat template: no --tokenizer"):
+    with pytest.raises(DataError, match=r"need a chat template: .*chat.jsonl holds conv.*no --tok"):
         open_dataset(f"jsonl:{path}")
+    # a glob that also matches a chat file names that file
+    (tmp_path / "glob").mkdir()
+    write_records(tmp_path / "glob" / "a-chat.jsonl", records[:2])
+    write_records(tmp_path / "glob" / "b-text.jsonl", [{"text": "hello world"}])
+    with pytest.raises(DataError, match=r"template: \S*glob/a-chat.jsonl holds conversations"):
+        open_dataset(f"jsonl:{tmp_path / 'glob' / '*.jsonl'}")
     text = write_records(tmp_path / "text.jsonl", [{"text": "hello world"}])
     with pytest.raises(DataError, match="holds text records.*--loss-on all"):
         open_dataset(f"jsonl:{text}", DataSettings(loss_on="assistant"))
