@@ -9,6 +9,7 @@ and only then read; anything else is a :class:`NotRegularFileError` naming the p
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -88,3 +89,12 @@ def read_regular_bytes(path: str | Path) -> bytes:
     """The bytes of a regular file (:func:`open_regular`)."""
     with open_regular(path, "rb") as handle:
         return handle.read()
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a regular file's bytes, read in 1 MiB pieces (:func:`open_regular`)."""
+    digest = hashlib.sha256()
+    with open_regular(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

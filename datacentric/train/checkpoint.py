@@ -53,7 +53,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from datacentric.log import get_logger
-from datacentric.regular_files import open_regular, read_regular_text
+from datacentric.regular_files import file_sha256, read_regular_text
 from datacentric.train.safe_load import (
     SafeFileSystemReader,
     SafeLoadPlanner,
@@ -159,11 +159,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open_regular(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def _write_atomic(path: Path, text: str) -> None:

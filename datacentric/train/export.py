@@ -25,7 +25,8 @@ What is trusted (docs/reliability.md, "Trust"): the model is the one the checkpo
 the folder does; the checkpoint's tensors must be that model's, by name and shape.
 ``out`` is never the run folder or a folder holding it, and a non-empty ``out`` is
 replaced (``overwrite``) only when an earlier export wrote it: only the files its
-``datacentric_export.json`` lists are removed.
+``datacentric_export.json`` lists are removed, each only while it holds the content
+(SHA-256) export recorded.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.progress import Progress
-from datacentric.regular_files import read_regular_text
+from datacentric.regular_files import file_sha256, read_regular_text
 from datacentric.train.checkpoint import (
     TRAINER_FILE,
     CheckpointError,
@@ -149,7 +150,7 @@ def export_run(
         bar.update(stage=f"write {out}")
         fmt, parameters = _write_model(built, source, state, out, settings, merge)
         bar.update()
-    files = sorted(p.name for p in out.iterdir())
+    files = _write_record(out, run, path, fmt)
     summary = {
         "format": fmt,
         "checkpoint": str(path),
@@ -158,8 +159,6 @@ def export_run(
         "out": str(out),
         "files": sorted([*files, EXPORT_RECORD]),
     }
-    record = {"run": str(run), "checkpoint": str(path), "format": fmt, "files": files}
-    (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     return summary
 
 
@@ -258,19 +257,52 @@ def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
             f"--out {out} holds what no export wrote ({', '.join((others or folders)[:3])}); "
             "move it away or choose a new --out (nothing was deleted)"
         )
+    changed = [p.name for p in found if p.name in written and not _as_written(p, written[p.name])]
+    if changed:
+        raise ExportError(
+            f"--out {out}: {', '.join(changed[:3])} is not the file export wrote (its SHA-256 "
+            f"differs from {EXPORT_RECORD}'s, or it is a link); move it away or choose a new "
+            "--out (nothing was deleted)"
+        )
     return [p for p in found if p.name in written or p.name == EXPORT_RECORD]
 
 
-def _export_record_files(out: Path) -> set[str] | None:
-    """The file names ``out``'s export record lists, or ``None`` when it has none."""
+def _as_written(path: Path, sha256: str) -> bool:
+    """``path`` is a regular file (no link) whose SHA-256 is ``sha256``."""
+    return not path.is_symlink() and path.is_file() and file_sha256(path) == sha256
+
+
+def _export_record_files(out: Path) -> dict[str, str] | None:
+    """The files ``out``'s export record lists, with the SHA-256 export wrote them with;
+    ``None`` when it has no record, or one that is not export's own (a name that is not a
+    plain file name of ``out``, a file without its SHA-256, a record of an older version
+    that kept none)."""
+    path = out / EXPORT_RECORD
+    if path.is_symlink() or not path.is_file():
+        return None
     try:
-        record = json.loads((out / EXPORT_RECORD).read_text(encoding="utf-8"))
-        files = record["files"]
+        record = json.loads(read_regular_text(path))
+        files, hashes = record["files"], record["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not isinstance(files, list) or not all(isinstance(f, str) and "/" not in f for f in files):
+    if not isinstance(files, list) or not isinstance(hashes, dict) or set(files) != set(hashes):
         return None
-    return set(files)
+    plain = all(isinstance(f, str) and f not in ("", ".", "..") and "/" not in f for f in files)
+    if not plain or not all(isinstance(h, str) and len(h) == 64 for h in hashes.values()):
+        return None
+    return dict(hashes)
+
+
+def _write_record(out: Path, run: Path, checkpoint: Path, fmt: str) -> list[str]:
+    """Write ``out``'s export record: every file export wrote there with its SHA-256 (an
+    ``--overwrite`` removes only these, and only while their content is unchanged);
+    returns their names."""
+    files = sorted(p.name for p in out.iterdir() if p.name != EXPORT_RECORD)
+    hashes = {name: file_sha256(out / name) for name in files}
+    record = {"run": str(run), "checkpoint": str(checkpoint), "format": fmt, "files": files}
+    record["sha256"] = hashes
+    (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return files
 
 
 def _recorded_settings(
