@@ -168,3 +168,26 @@ def test_doc_command_runs(command: str, tmp_path: Path) -> None:
         argv, cwd=ROOT, capture_output=True, text=True, timeout=280, env=env, check=False
     )
     assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+
+
+def test_the_readme_commands_after_make_setup_run_in_a_fresh_shell() -> None:
+    """The README's set-up block, pasted after ``make setup`` into a new shell (nothing of
+    ours on PATH), leaves ``datacentric`` runnable."""
+    venv = ROOT / ".venv"
+    if not (venv / "bin" / "datacentric").exists():
+        pytest.skip("no .venv made by make setup in this checkout")
+    block = next(b for b in shell_blocks((ROOT / "README.md").read_text()) if "make setup" in b)
+    after = [line.split("  #")[0].strip() for line in block.splitlines()]
+    after = [line for line in after[after.index("make setup") + 1 :] if line]
+    assert any(line.startswith("datacentric") for line in after), block
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}
+    done = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-e", "-c", "\n".join(after)],
+        cwd=ROOT,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{after}\n{done.stdout[-800:]}\n{done.stderr[-800:]}"
