@@ -118,13 +118,18 @@ TINY_DIFFUSERS: dict[str, tuple[str, dict[str, Any]]] = {
             "axes_dims_rope": (4, 6, 6),
         },
     ),
+    # Wan's blocks with ChronoEdit's temporal rotary skip: Wan's tiny config, 2 blocks
+    "chronoedit": ("ChronoEditTransformer3DModel", {"rope_temporal_skip_len": 4}),
     # Refused by the generic path (the build fails in one line naming what is missing):
     "ltx2": ("LTX2VideoTransformer3DModel", {}),
 }
 TINY_DIFFUSERS["skyreels-v2"][1].update(TINY_DIFFUSERS["wan"][1], ffn_dim=64, num_layers=2)
+TINY_DIFFUSERS["chronoedit"][1].update(
+    {**TINY_DIFFUSERS["wan"][1], "ffn_dim": 64, "num_layers": 2, "rope_temporal_skip_len": 4}
+)
 """Tiny names: (diffusers class, random-weight config). ``wan``, ``ltx``, ``skyreels-v2``,
-``cogvideox``, ``hunyuan-video`` and ``flux`` (4 latent channels; Flux's tokens pack
-2 x 2 of them) train; ``ltx2`` is refused (its forward needs audio latents)."""
+``cogvideox``, ``hunyuan-video``, ``flux`` (4 latent channels; Flux's tokens pack
+2 x 2 of them) and ``chronoedit`` train; ``ltx2`` is refused (its forward needs audio latents)."""
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 

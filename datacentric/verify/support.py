@@ -75,6 +75,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         f"{_FAMILY_SP_TESTS}[diffusers:flux]",
         f"{_FAMILY_WORLD_4}[flux]",
     ),
+    "ChronoEditTransformer3DModel": (
+        f"{_FAMILY_TESTS}[chronoedit]",
+        f"{_FAMILY_SP_TESTS}[diffusers:chronoedit]",
+    ),
     "LlamaForCausalLM": (
         "tests/runtime/models/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
     ),

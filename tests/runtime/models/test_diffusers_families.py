@@ -1,5 +1,6 @@
-"""The declared diffusers families (SkyReels-V2, CogVideoX, HunyuanVideo, Flux) equal
-their own ``forward`` called as their pipelines call it.
+"""The declared diffusers families (SkyReels-V2, CogVideoX, HunyuanVideo, Flux), and
+ChronoEdit (its own plan; a 2-frame clip takes its temporal rotary skip), equal their own
+``forward`` called as their pipelines call it.
 
 The reference is the unmodified diffusers model (same config and seed, its own
 attention, no hook of ours) run on each clip alone with the inputs its pipeline passes
@@ -77,7 +78,7 @@ def reference_loss(model, data: SyntheticVideoDataset, grids) -> torch.Tensor:  
     return torch.stack(losses).mean()
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", [*FAMILIES, "chronoedit"])
 def test_family_equals_its_own_forward_as_its_pipeline_calls_it(name: str) -> None:
     class_name, config = TINY_DIFFUSERS[name]
     grids = IMAGE_GRIDS if name == "flux" else VIDEO_GRIDS
@@ -120,7 +121,7 @@ def masked_hunyuan_case():  # noqa: ANN201
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "case",
-    ["diffusers:skyreels-v2", "diffusers:cogvideox", "diffusers:flux"]
+    ["diffusers:skyreels-v2", "diffusers:cogvideox", "diffusers:flux", "diffusers:chronoedit"]
     + ["tests.runtime.models.test_diffusers_families:masked_hunyuan_case"],
 )
 def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
