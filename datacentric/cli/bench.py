@@ -22,6 +22,7 @@ from datacentric.cli.flag_groups import (
     add_world_flag,
 )
 from datacentric.cli.flags import enable_config_file
+from datacentric.cli.ranks import say
 from datacentric.cli.train import check_dataset
 from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_settings
@@ -177,6 +178,7 @@ def describe_speedup(summary: dict[str, Any], baseline: str = "the baseline") ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.train.comparison_stop import ComparisonStopped
     from datacentric.train.machine_load import (
         busy_cores_now,
         cores,
@@ -203,7 +205,11 @@ def run(args: argparse.Namespace) -> int:
         f"datacentric bench: {describe_start(load_average(), cores(), busy_cores_now())}",
         file=sys.stderr,
     )
-    comparison = compare_policies(config, policies, args.world, args.out, repeats=repeats)
+    try:
+        comparison = compare_policies(config, policies, args.world, args.out, repeats=repeats)
+    except ComparisonStopped as stop:
+        say("bench", str(stop))
+        return 128 + stop.signum
     summary = bench_summary(comparison, policies[0])
     summary["world"] = args.world
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
+from datacentric.cli.ranks import say
 from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_default
 
@@ -53,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace
+    from datacentric.train.comparison_stop import ComparisonStopped
     from datacentric.train.machine_load import (
         busy_cores_now,
         cores,
@@ -75,7 +77,11 @@ def run(args: argparse.Namespace) -> int:
         f"one epoch per policy, {DEFAULT_REPEATS} runs each (A B A B); "
         f"{describe_start(load_average(), cores(), busy_cores_now())}"
     )
-    comparison = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
+    try:
+        comparison = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
+    except ComparisonStopped as stop:
+        say("demo", str(stop))
+        return 128 + stop.signum
     results = comparison.policies
     summary = bench_summary(comparison, DEMO_POLICIES[0])
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

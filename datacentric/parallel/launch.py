@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from datacentric.log import get_logger
 from datacentric.parallel.groups import ProcessGroups, device_for_backend
 
 DEFAULT_TIMEOUT_S = 300.0
@@ -389,6 +390,24 @@ def process_groups(
     return ProcessGroups.local(default_device(device))
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def oversubscription_note(world: int, backend: str, cores: int) -> str | None:
+    """A one-line note when ``world`` local gloo ranks outnumber the CPU ``cores``, else None."""
+    if backend != "gloo" or world <= cores:
+        return None
+    return (
+        f"datacentric: note: {world} local ranks on {cores} CPU core(s): the ranks share "
+        "the cores, so each step takes longer than with a core per rank (the numbers stay "
+        "the same)"
+    )
+
+
 def launch(
     fn: Callable[..., Any],
     *args: Any,
@@ -406,11 +425,15 @@ def launch(
     :func:`spawn` (spawned ranks only; torchrun forwards signals itself)."""
     mode = launch_mode(nproc)
     if mode.kind == "spawn":
+        backend = backend_for(mode.world_size, device)
+        note = oversubscription_note(mode.world_size, backend, cpu_cores())
+        if note:
+            get_logger().warning(note)
         values = spawn(
             fn,
             mode.world_size,
             *args,
-            backend=backend_for(mode.world_size, device),
+            backend=backend,
             timeout_s=timeout_s,
             collective_timeout_s=collective_timeout_s,
             forward_signals=forward_signals,

@@ -49,6 +49,7 @@ from datacentric.timing import (
     relative_spread,
 )
 from datacentric.train.build import build_dataset, run_cost_model
+from datacentric.train.comparison_stop import stopping_on_signals
 from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans
@@ -219,13 +220,7 @@ def compare_policies(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
-    profile_dir = Path(base.cost.profile_dir or out / "profile")
-    if base.cost.profile_dir is None:
-        # the comparison's own profile is part of its measurement: measured afresh at
-        # its start, as its earlier runs are replaced (a profile from an earlier session
-        # passes its probe while the machine runs up to its tolerance slower or faster)
-        for name in (PROFILE_FILE, PROBE_FILE):
-            (profile_dir / name).unlink(missing_ok=True)
+    profile_dir = _comparison_profile(base.cost.profile_dir, out)
     dataset = build_dataset(base.data, base.job.seed)
     shapes = dataset.shapes()
     before, clock = load_average(), CpuClock.now()
@@ -233,7 +228,11 @@ def compare_policies(
     cost_models: dict[str, CostModel] = {}
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
     order = run_order(policies, repeats)
-    with Progress(f"{len(policies)} policies x {repeats} runs", len(order), unit="run") as bar:
+    finished: list[tuple[str, int]] = []  # what a stop by a signal reports
+    with (
+        Progress(f"{len(policies)} policies x {repeats} runs", len(order), unit="run") as bar,
+        stopping_on_signals(finished, len(order), out),
+    ):
         for k, (repeat, policy) in enumerate(order):
             bar.update(1 if k else 0, stage=f"{policy}, run {repeat + 1}")
             config = base.updated(
@@ -265,6 +264,7 @@ def compare_policies(
                 )
             measured = _read_run(policy, config.job.out, shapes, cost_models[key], warmup)
             runs[policy].append(measured)
+            finished.append((policy, repeat))
         bar.update()
     load = LoadReading(
         cores=cores(),
@@ -280,6 +280,19 @@ def compare_policies(
         load=load,
         profiles=len(cost_models),
     )
+
+
+def _comparison_profile(given: str | None, out: Path) -> Path:
+    """The profile folder a comparison plans with: ``given`` (``[cost] profile_dir``),
+    else ``out/profile`` emptied of an earlier profile."""
+    if given is not None:
+        return Path(given)
+    # the comparison's own profile is part of its measurement: measured afresh at its
+    # start, as its earlier runs are replaced (a profile from an earlier session passes
+    # its probe while the machine runs up to its tolerance slower or faster)
+    for name in (PROFILE_FILE, PROBE_FILE):
+        (out / "profile" / name).unlink(missing_ok=True)
+    return out / "profile"
 
 
 def _read_run(policy, out: str, shapes, cost_model, warmup) -> PolicyMeasurement:
