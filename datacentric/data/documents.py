@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
+from datacentric.regular_files import open_regular
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -120,15 +121,35 @@ def _field(value: object, field: str, where: str) -> str:
 
 
 def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open_regular(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(
+                    f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
+                    "of the line); JSONL holds one JSON object per line"
+                ) from None
             if not line.strip():
                 continue  # a blank line (e.g. at the end) holds no document
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}:{number}: line is not JSON ({err.msg})") from None
-            yield number, record
+            yield number, _json_line(line, f"{path}:{number}")
+
+
+def _json_line(line: str, where: str) -> object:
+    """One JSONL line's value; :class:`DataError` naming ``where`` for anything else
+    (not JSON, nested deeper than the reader's stack, an integer too long to convert)."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{where}: line is not JSON ({err.msg})") from None
+    except RecursionError:
+        raise DataError(
+            f"{where}: line is nested too deeply to read (arrays or objects inside each other "
+            "thousands of times)"
+        ) from None
+    except ValueError as err:  # e.g. an integer of more than sys.get_int_max_str_digits()
+        first = str(err).split(";")[0]
+        raise DataError(f"{where}: line holds a value that cannot be read ({first})") from None
 
 
 def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

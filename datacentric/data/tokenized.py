@@ -154,6 +154,8 @@ def _chunks(
     pending = []
 
     def flush():
+        if not pending:  # a tokenizer may fail on an empty batch
+            return
         for doc, ids in zip(pending, enc.encode([d.text for d in pending])):
             yield doc.file, doc.row, ids, None
         pending.clear()
@@ -281,6 +283,8 @@ class TokenizedTextDataset:
         self.skipped_long = int((long & (counts == 0)).sum())
         self.long_documents = int(long.sum())
         doc = np.repeat(np.arange(len(lengths)), counts)
+        if not len(lengths):
+            raise DataError(f"{self.kind}:{self.pattern}: holds no document (its files are empty)")
         if not len(doc):
             raise DataError(f"{self.kind}:{self.pattern}: no document has any token")
         first = np.repeat(np.cumsum(counts) - counts, counts)

@@ -104,16 +104,32 @@ def _rank_failures(err: BaseException) -> list[tuple[int | None, BaseException]]
     return found
 
 
+#: What a write cut short by a full disk, a quota or a file-size limit (``ulimit -f``)
+#: says: the errno of an ``OSError``, or the text of torch's writer, which reports a short
+#: write as ``[enforce fail at inline_container.cc:...] . unexpected pos N vs M``.
+WRITE_LIMIT_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+WRITE_LIMIT_TEXTS = (
+    "No space left on device",
+    "File too large",
+    "Disk quota exceeded",
+    "file write failed",
+    "unexpected pos",
+    "[Errno 28]",
+    "[Errno 27]",
+)
+
+
 def _is_disk_full(err: BaseException) -> bool:
-    for _, exc in _rank_failures(err):
-        text = str(exc)
-        if (
-            getattr(exc, "errno", None) == errno.ENOSPC
-            or "No space left on device" in text
-            or "file write failed" in text
-            or "[Errno 28]" in text
+    """A save that failed because the disk, a quota or a file-size limit stopped a write
+    (on any rank, or anywhere in the chain of causes)."""
+    seen: list[BaseException] = [exc for _, exc in _rank_failures(err)]
+    while seen:
+        exc = seen.pop()
+        if getattr(exc, "errno", None) in WRITE_LIMIT_ERRNOS or any(
+            text in str(exc) for text in WRITE_LIMIT_TEXTS
         ):
             return True
+        seen += [e for e in (exc.__cause__, exc.__context__) if isinstance(e, BaseException)]
     return False
 
 
@@ -300,16 +316,15 @@ def _raise_save_error(err: BaseException, step: int, root: Path, tmp: Path) -> N
         shutil.rmtree(tmp, ignore_errors=True)
     if _is_disk_full(err):
         raise CheckpointError(
-            f"no space left on device while saving checkpoint step {step} to {root}; "
-            "free space (or pass --keep-last N) and resume with --resume"
+            f"no space left on device while saving checkpoint step {step} to {root} (or a "
+            "quota or file-size limit stopped the write); free space (or pass --keep-last N, "
+            "or raise `ulimit -f`) and resume with --resume; the previous checkpoint is kept"
         ) from err
-    if isinstance(err, CheckpointException):  # name each rank and what failed there
-        failed = "; ".join(
-            f"rank {rank}: {type(exc).__name__}: {_first_line(exc)}"
-            for rank, exc in _rank_failures(err)
-        )
-        raise CheckpointError(f"saving checkpoint step {step} to {root} failed: {failed}") from err
-    raise err
+    failed = "; ".join(  # each rank and what failed there
+        (f"rank {rank}: " if rank is not None else "") + f"{type(exc).__name__}: {_first_line(exc)}"
+        for rank, exc in _rank_failures(err)
+    )
+    raise CheckpointError(f"saving checkpoint step {step} to {root} failed: {failed}") from err
 
 
 def _first_line(err: BaseException) -> str:
