@@ -24,6 +24,7 @@ loss on the assistant's tokens.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +93,19 @@ def conversation_turns(record: Record) -> list[dict]:
                 f"{record.where}: turn {number} is not a message (a mapping with a string 'role')"
             )
     return [dict(turn) for turn in turns]
+
+
+def without_nones(value: object) -> object:
+    """``value`` with every mapping entry whose value is ``None`` left out, at any depth:
+    a table (Parquet, ``datasets``) gives each record every key of its column, ``None``
+    where the record has none (an assistant turn without ``tool_calls`` would have
+    ``tool_calls: None``, which a template testing ``'tool_calls' in message`` reads as
+    a tool call), as TRL removes them."""
+    if isinstance(value, dict):
+        return {k: without_nones(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nones(v) for v in value]
+    return value
 
 
 def template_keywords(record: Record, variables: frozenset[str]) -> dict[str, object]:
@@ -192,7 +206,10 @@ class ChatRenderer:
 
     def render(self, record: Record, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
         """``(token ids, assistant mask as uint8)`` of one conversation record, rendered
-        as ``apply_chat_template`` renders it with the record's own keywords."""
+        as ``apply_chat_template`` renders it with the record's own keywords (a table's
+        record without the ``None`` its columns gave it: :func:`without_nones`)."""
+        if record.columnar:
+            record = dataclasses.replace(record, fields=without_nones(record.fields))
         turns = conversation_turns(record)
         source = template_source(self.tokenizer, self.folder, record.fields.get("tools"))
         facts = template_facts(source, self.folder)

@@ -90,7 +90,8 @@ def read_records(kind: str, files: list[str]) -> Iterator[Record]:
         )
     for index, path in enumerate(files):
         for row, record in _READERS[kind](path, None):
-            yield Record(fields=record, file=index, row=row, where=_where(kind, path, row))
+            where = _where(kind, path, row)
+            yield Record(fields=record, file=index, row=row, where=where, columnar=kind != "jsonl")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ class Record:
     file: int
     row: int
     where: str
+    columnar: bool = False
+    """Read from a table (Parquet, a saved ``datasets`` folder): its columns give every
+    record, and every nested mapping of a column, the same keys, ``None`` where the
+    record has none."""
 
 
 def _where(kind: str, path: str, row: int) -> str:

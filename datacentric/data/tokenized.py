@@ -51,7 +51,7 @@ from datacentric.data.tokenizer_files import tokenizer_digest
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 2  # 2: conversations render every message key and record keyword
+CACHE_VERSION = 3  # 2: every message key and record keyword; 3: tables without None
 ENCODE_BATCH = 1024
 
 

@@ -112,3 +112,21 @@ def test_train_on_tool_calls_counts_the_template_mask(tmp_path) -> None:
     summary = run_json(argv, tmp_path / "cache")
     marked = sum(sum(mask) for _, mask in (_transformers_render(folder, r) for r in records))
     assert summary["samples_seen"] == len(records) and summary["loss_tokens"] == marked
+
+
+def test_parquet_tool_calls_render_as_jsonl(tmp_path) -> None:
+    """A table gives every record every key of its column (``None`` where it has none);
+    rendered without them, a Parquet file renders as the same JSONL records do."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    folder = save_chat_tokenizer(tmp_path / "tok", tool_template())
+    records = tool_conversations(8)
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "tools.parquet")
+    assert pq.read_table(tmp_path / "tools.parquet").to_pylist()[1]["persona"] is None
+    path = write_records(tmp_path / "tools.jsonl", records)
+    jsonl = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    table = open_dataset(
+        f"parquet:{tmp_path / 'tools.parquet'}", DataSettings(tokenizer=str(folder))
+    )
+    assert table.summary()["loss_tokens"] == jsonl.summary()["loss_tokens"]
+    assert all(table.sample(i).tolist() == jsonl.sample(i).tolist() for i in range(len(jsonl)))
