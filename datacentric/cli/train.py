@@ -41,10 +41,11 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     samples are reported there, saying why."""
     from datacentric.data.base import DataError
     from datacentric.data.sources import skipped_note
-    from datacentric.train.build import build_dataset, check_model
+    from datacentric.train.build import check_model
+    from datacentric.train.validation import build_run_data
 
     try:
-        dataset = build_dataset(config.data, config.job.seed)
+        dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
         check_model(
             config.model,
             dataset,
@@ -55,10 +56,13 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
+        sized = size_global_batch(config.scheduling, tokens)
+        if held_out is not None:
+            check_held_out(config, dataset, held_out)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return False
-    for note in (skipped_note(dataset), size_global_batch(config.scheduling, tokens)):
+    for note in (skipped_note(dataset), sized):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:
@@ -72,6 +76,74 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
             )
             return False
     return True
+
+
+def check_held_out(config: TrainConfig, dataset, held_out) -> None:
+    """Raise ``ValueError`` naming the ``[validation]`` setting when its held-out set
+    cannot be validated on: no loss-carrying token, a shape the plan cannot fit (the
+    analytic plan of the run's model, world and memory budget), or ``every`` past the
+    run's last step (counted from its global batches when ``iterations`` is unset)."""
+    from datacentric.scheduling.global_batches import steps_per_epoch
+
+    where = f"validation.dataset {config.validation.dataset}"
+    if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):
+        raise ValueError(f"{where}: the held-out samples carry no loss token")
+    world = config.parallelism.world or 1
+    check_held_out_fits(where, held_out, config, world)
+    every, training = config.validation.every, config.training
+    if every and training.iterations is None:
+        per_epoch = steps_per_epoch(
+            dataset.shapes(), config.scheduling.options(), seed=config.job.seed, world_size=world
+        )
+        if every > per_epoch * training.epochs:
+            raise ValueError(
+                f"validation.every: {every} is more than the run's {per_epoch * training.epochs} "
+                f"steps ({training.epochs} epoch(s) of {per_epoch}): validation would run only "
+                "after the last step; lower it"
+            )
+
+
+def check_held_out_fits(where: str, held_out, config: TrainConfig, world: int) -> None:
+    """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
+    no configuration of the plan: the analytic plan of the run's model (built on the meta
+    device) on ``world`` ranks of this machine's device, under ``[cost] memory_gb`` (else
+    70% of the device)."""
+    import torch
+
+    from datacentric.models.source import build_from_source
+    from datacentric.planning.memory_cap import resolve_memory_cap
+    from datacentric.profiling.module_specs import UnpricedModelError, spec_of_model
+    from datacentric.scheduling.pipeline import Pipeline
+    from datacentric.train.build import (
+        build_cost_model,
+        device_memory_bytes,
+        model_source,
+        sharding,
+    )
+    from datacentric.train.data_centric import ulysses_sp_sizes
+
+    chosen = config.parallelism.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(chosen)
+    source = model_source(config.model, config.lora)
+    module, _ = build_from_source(source, device="meta", dataset=held_out)
+    try:
+        spec = spec_of_model(module, config.model.model)
+    except UnpricedModelError:
+        return  # no analytic price: the run's own plan decides
+    shard = sharding(config.parallelism)
+    cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
+    budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))
+    pipeline = Pipeline(
+        held_out.shapes(),
+        cost_model,
+        world_size=world,
+        memory_cap_bytes=budget,
+        sp_sizes=ulysses_sp_sizes(module, world),
+    )
+    try:
+        _ = pipeline.plan
+    except ValueError as err:
+        raise ValueError(f"{where}: a held-out sample cannot be planned: {err}") from None
 
 
 def check_samples_for_model_check(tokens: list[int]) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.shapes import SampleShape
 
 #: Mixed into the seed of the data-order generator (policies use another stream).
 ORDER_STREAM = 0x0D47A
@@ -171,3 +173,24 @@ def order_change(base: list[np.ndarray], other: list[np.ndarray]) -> dict[str, f
         "mean_shift": float(shifts.mean()),
         "max_shift": int(shifts.max()),
     }
+
+
+def steps_per_epoch(
+    shapes: Sequence[SampleShape], options: ScheduleOptions, *, seed: int, world_size: int
+) -> int:
+    """Optimizer steps of an epoch over every sample of ``shapes`` (its global batches,
+    :func:`epoch_batches`: the same for every epoch, policy and, with an explicit global
+    batch, world size); commands check settings against a run's length with it."""
+    view = DatasetView(shapes)
+    batches, _ = epoch_batches(
+        view,
+        np.arange(len(shapes)),
+        seed=seed,
+        epoch=0,
+        tokens_bound=options.global_batch_tokens,
+        samples_bound=options.global_batch_samples,
+        world_size=world_size,
+        reorder_window=options.reorder_window,
+        drop_remainder=options.drop_remainder,
+    )
+    return len(batches)

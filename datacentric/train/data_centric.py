@@ -222,9 +222,16 @@ class DataCentric:
         made on the first call with this dataset (the run's cost model, budget and policy;
         docs/configuration.md, "Validation during training"). ``autocast``: the context
         the forward passes run in (mixed precision)."""
+        held_out = self.prepare_evaluation(dataset)
+        return validation_loss(self, held_out, autocast=autocast, progress=progress)
+
+    def prepare_evaluation(self, dataset) -> HeldOut:
+        """Plan and schedule ``dataset`` for :meth:`evaluate` now (made once per dataset;
+        raises ``ValueError`` when a sample fits no configuration under the budget)."""
         if self._held_out is None or self._held_out.dataset is not dataset:
             self._held_out = HeldOut(dataset, self.pipeline)
-        return validation_loss(self, self._held_out, autocast=autocast, progress=progress)
+        _ = self._held_out.schedule
+        return self._held_out
 
     def set_epoch(self, epoch: int) -> None:
         """Pack the coming steps' micro-batches for ``epoch`` (per-epoch noise, crops)."""

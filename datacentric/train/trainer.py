@@ -193,6 +193,8 @@ class Trainer:
         self.shapes = self.dataset.shapes()
         self.loss_tokens = loss_tokens_function(self.dataset)
         self.dc = run.dc
+        if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
+            self.dc.prepare_evaluation(self.held_out)
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         self.step_metrics = run.step_metrics

@@ -168,3 +168,93 @@ def test_keep_best_keeps_the_best_checkpoint_past_keep_last(tmp_path):
     assert record == {"step": best, "val_loss": result.best_val_loss}
     _train(tmp_path / "last", 1, **overrides)
     assert [p.name for p in (tmp_path / "last/checkpoints").glob("step-*")] == ["step-00000004"]
+
+
+def _bad(tmp_path, capsys, *flags: str) -> str:
+    """``datacentric train`` with ``flags``: exit 2 and one line on stderr, no run."""
+    from run_config import SMALL_TRAIN_FLAGS
+
+    from datacentric.cli.main import main
+
+    out = tmp_path / "run"
+    assert main(["train", *SMALL_TRAIN_FLAGS, "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("datacentric train: "), err
+    assert not (out / "metrics.jsonl").exists()
+    return err
+
+
+def test_bad_validation_input_is_one_line_before_ranks_start(tmp_path, capsys):
+    err = _bad(tmp_path, capsys, "--validation.dataset", "split=1.5")
+    assert "validation.dataset: split= takes a fraction between 0 and 1" in err
+    err = _bad(tmp_path, capsys, "--validation-dataset", "split=0.1", "--validation-every", "9")
+    assert "validation.every: 9 is more than the run's" in err
+    err = _bad(tmp_path, capsys, "--validation.every", "2", "--iterations", "4")
+    assert "no held-out samples; set validation.dataset" in err
+    err = _bad(tmp_path, capsys, "--keep-best")
+    assert "checkpoint.keep_best: needs a validation loss" in err
+    err = _bad(tmp_path, capsys, "--validation.dataset", "jsonl:" + str(tmp_path / "none.jsonl"))
+    assert "none.jsonl" in err
+    err = _bad(tmp_path, capsys, "--validation.dataset", "split=0.999")
+    assert "leaves none to train on" in err
+    # a held-out sample longer than the plan can fit under a tiny budget
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"text": "a long document " * 40}) + "\n")
+    err = _bad(
+        tmp_path,
+        capsys,
+        *("--validation.dataset", f"jsonl:{long}", "--max-tokens", "256"),
+        *("--memory-gb", "0.0005"),
+    )
+    assert "a held-out sample cannot be planned" in err
+
+
+@pytest.mark.slow
+def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
+    """``hf:`` folder, world 2, a held-out JSON-lines file, every 2 of 4 steps: ``val_loss``
+    on the lines of steps 2 and 4 and in their metrics rows; the final one is plain
+    transformers' per-token loss of the exported model on the file; training is the same
+    run's without validation, bitwise."""
+    from runtime.models.test_model_source import _pretrained_folder, _run
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder)
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    train.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:48]))
+    held.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[48:]))
+    common = [
+        *("train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{train}", "--world", "2"),
+        *("--tokenizer", str(folder / "tokenizer.json"), "--iterations", "4"),
+        *("--cost-model", "analytic", "--no-progress", "--json"),
+    ]
+    runs = {}
+    for name, flags in (("val", ["--validation.every", "2"]), ("plain", [])):
+        flags += ["--validation.dataset", f"jsonl:{held}"] if flags else []
+        done = _run(*common, "--out", str(tmp_path / name), *flags)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[name] = (json.loads(done.stdout.strip().splitlines()[-1]), done.stderr)
+    (summary, log), (plain, _) = runs["val"], runs["plain"]
+    lines = [ln for ln in log.splitlines() if "val_loss" in ln]
+    assert [ln.split()[1] for ln in lines] == ["2", "4"], log[-2000:]
+    records = read_metrics(tmp_path / "val")
+    assert [(r["iteration"], "val_loss" in r) for r in records] == [
+        (0, False), (1, True), (2, False), (3, True),
+    ]  # fmt: skip
+    assert [r["loss"] for r in records] == [r["loss"] for r in read_metrics(tmp_path / "plain")]
+    assert summary["weights_sha256"] == plain["weights_sha256"] and "final_val_loss" not in plain
+    assert summary["final_val_loss"] == records[-1]["val_loss"]
+    assert summary["best_val_loss"] == min(r["val_loss"] for r in records if "val_loss" in r)
+    done = _run("export", str(tmp_path / "val"), "--out", str(tmp_path / "exported"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "exported").eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for text in texts[48:]:
+            ids = torch.tensor([tokenizer.encode(text).ids])
+            n = ids.shape[1] - 1  # tokens with a next token: transformers' mean is over them
+            total += float(model(input_ids=ids, labels=ids).loss.double()) * n
+            count += n
+    assert summary["final_val_loss"] == pytest.approx(total / count, rel=1e-5)
