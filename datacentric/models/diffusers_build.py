@@ -120,6 +120,22 @@ TINY_DIFFUSERS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     # Wan's blocks with ChronoEdit's temporal rotary skip: Wan's tiny config, 2 blocks
     "chronoedit": ("ChronoEditTransformer3DModel", {"rope_temporal_skip_len": 4}),
+    # its own plan splits and gathers around each of its 40 blocks' attention
+    "helios": (
+        "HeliosTransformer3DModel",
+        {
+            "patch_size": (1, 2, 2),
+            "num_attention_heads": 2,
+            "attention_head_dim": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "text_dim": 32,
+            "freq_dim": 32,
+            "ffn_dim": 64,
+            "num_layers": 40,
+            "rope_dim": (4, 6, 6),
+        },
+    ),
     # Refused by the generic path (the build fails in one line naming what is missing):
     "ltx2": ("LTX2VideoTransformer3DModel", {}),
 }
@@ -129,7 +145,8 @@ TINY_DIFFUSERS["chronoedit"][1].update(
 )
 """Tiny names: (diffusers class, random-weight config). ``wan``, ``ltx``, ``skyreels-v2``,
 ``cogvideox``, ``hunyuan-video``, ``flux`` (4 latent channels; Flux's tokens pack
-2 x 2 of them) and ``chronoedit`` train; ``ltx2`` is refused (its forward needs audio latents)."""
+2 x 2 of them), ``chronoedit`` and ``helios`` (its own 40 blocks, 2 heads of 16) train;
+``ltx2`` is refused (its forward needs audio latents)."""
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 

@@ -33,7 +33,9 @@ rank; the model's gather sends each rank's gradient rows back to the rank that
 computed them (a reduce-scatter), and the one gradient all-reduce sums the rest.
 
 Refused in one line, naming what is missing (:class:`UnsupportedVideoModel`): a model
-without a plan (:func:`~.diffusers_plan.cp_plan_of`), a ``forward`` that needs inputs the
+without a plan (:func:`~.diffusers_plan.cp_plan_of`), an image model
+(``*Transformer2DModel``: Flux.2, QwenImage) whose packed image tokens no family declares
+(:mod:`~.diffusers_families`, layout ``"tokens"``), a ``forward`` that needs inputs the
 latent files do not hold (LTX-2's audio), image conditioning, a self-attention with a
 mask or dropout, an attention backend that does not call
 ``scaled_dot_product_attention`` (set diffusers' backend to ``native``).
@@ -44,10 +46,11 @@ tokens, H = heads, D = head dim.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -148,6 +151,13 @@ def check_supported(
     if refused:
         raise UnsupportedVideoModel(refused)
     plan = cp_plan_of(model_class, cp_plan)
+    _check_plan_blocks(name, plan, config)
+    if name.endswith("Transformer2DModel") and (family is None or family.layout != "tokens"):
+        raise UnsupportedVideoModel(
+            f"{name} is an image model: its pipeline packs the latents into image tokens "
+            "with position inputs of its own, which no family in diffusers_families declares "
+            "(the generic path would give it a 5-D video)"
+        )
     params = inspect.signature(model_class.forward).parameters
     missing = [
         p
@@ -162,6 +172,32 @@ def check_supported(
             "hold (the generic path gives latents, timesteps and text embeddings)"
         )
     return plan
+
+
+#: the block lists a plan key may index, and the config field that counts their blocks
+_BLOCK_LISTS = {"blocks": "num_layers", "transformer_blocks": "num_layers"}
+
+
+def _check_plan_blocks(name: str, plan: dict[str, Any], config: Any) -> None:
+    """A plan that names blocks by their index (Helios's names each of its 40 blocks)
+    fits the config's block count, else :class:`UnsupportedVideoModel` saying so."""
+    for parent, field in _BLOCK_LISTS.items():
+        count = config.get(field, None)
+        named = [
+            (int(index), key)
+            for key in plan
+            for atom, index in zip(key.split("."), key.split(".")[1:])
+            if atom == parent and index.isdigit()
+        ]
+        if not isinstance(count, int) or not named or max(named)[0] < count:
+            continue
+        first = min((index, key) for index, key in named if index >= count)[1]
+        written = max(named)[0] + 1
+        raise UnsupportedVideoModel(
+            f"{name}'s own context-parallel plan names {first!r}: it is written for {written} "
+            f"blocks, and this config has {field} = {count}; use {written} blocks, or pass a "
+            f"plan for {count} (cp_plan=)"
+        )
 
 
 class SdpaRoute(TorchFunctionMode):
@@ -295,6 +331,25 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
     def config(self) -> Any:
         """The diffusers model's config."""
         return self.transformer.config
+
+    def recompute_context(self) -> tuple[Any, Any]:
+        """The contexts a recomputed block's forward and its recomputation run in (torch's
+        checkpoint ``context_fn``): the recomputation runs with the clips' sequence split
+        and text length the forward ran with, since the plan's hooks inside a block (Helios
+        splits and gathers around each block's attention) read them, and by backward the
+        adapter has moved on (``_split`` is unset after each group's forward)."""
+        state = (self._split, self._text_len)
+
+        @contextlib.contextmanager
+        def replay() -> Iterator[None]:
+            previous = (self._split, self._text_len)
+            self._split, self._text_len = state
+            try:
+                yield
+            finally:
+                self._split, self._text_len = previous
+
+        return contextlib.nullcontext(), replay()
 
     def _group(self) -> tuple[int, int]:
         attention = self.attention

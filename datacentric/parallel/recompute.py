@@ -8,6 +8,13 @@ from outside to a model's ``blocks`` (the model is not modified otherwise and
 parameter names do not change): each block's ``forward`` is routed through
 non-reentrant ``torch.utils.checkpoint`` when its switch is on. The switches
 are read at forward time, so flipping them between micro-batches is free.
+
+A model whose blocks read state of the call that runs them (the diffusers adapter's
+sequence split, which hooks inside a block read: Helios's plan splits and gathers
+around each block's attention) declares ``recompute_context()``: called when a block's
+forward is checkpointed, it returns torch's ``context_fn`` pair, the context the forward
+runs in and the one its recomputation in backward runs in, so the recomputation sees the
+state the forward saw.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import checkpoint, noop_context_fn
 
 _ORIGINAL_FORWARD = "_datacentric_original_forward"
 
@@ -47,8 +54,13 @@ class BlockRecompute:
     recompute); ``use(recompute)`` does the same for a ``with`` block.
     """
 
-    def __init__(self, blocks: Sequence[nn.Module]) -> None:
+    def __init__(
+        self,
+        blocks: Sequence[nn.Module],
+        context_fn: Callable[[], tuple[Any, Any]] | None = None,
+    ) -> None:
         self.blocks = list(blocks)
+        self.context_fn = context_fn or noop_context_fn
         self.enabled = [False] * len(self.blocks)
         for index, block in enumerate(self.blocks):
             if has_recompute(block):
@@ -59,8 +71,9 @@ class BlockRecompute:
 
     @classmethod
     def apply(cls, model: nn.Module) -> BlockRecompute:
-        """Apply to ``model.blocks`` (the repeated transformer blocks)."""
-        return cls(model_blocks(model, "recomputation"))
+        """Apply to ``model.blocks`` (the repeated transformer blocks), with the model's
+        ``recompute_context`` when it declares one (see the module docstring)."""
+        return cls(model_blocks(model, "recomputation"), getattr(model, "recompute_context", None))
 
     @property
     def num_blocks(self) -> int:
@@ -69,7 +82,9 @@ class BlockRecompute:
     def _switchable(self, index: int, original: Callable[..., Any]) -> Callable[..., Any]:
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self.enabled[index] and torch.is_grad_enabled():
-                return checkpoint(original, *args, use_reentrant=False, **kwargs)
+                return checkpoint(
+                    original, *args, use_reentrant=False, context_fn=self.context_fn, **kwargs
+                )
             return original(*args, **kwargs)
 
         return forward

@@ -79,6 +79,10 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         f"{_FAMILY_TESTS}[chronoedit]",
         f"{_FAMILY_SP_TESTS}[diffusers:chronoedit]",
     ),
+    "HeliosTransformer3DModel": (
+        f"{_FAMILY_TESTS}[helios]",
+        f"{_FAMILY_SP_TESTS}[tests.runtime.models.test_diffusers_families:helios_case]",
+    ),
     "LlamaForCausalLM": (
         "tests/runtime/models/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
     ),

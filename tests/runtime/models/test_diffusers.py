@@ -234,3 +234,81 @@ def test_the_generic_path_is_offered_and_runs_no_ring_split(capsys) -> None:  # 
         assert main([*argv, "--world", "4", "--sp-split", split]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "runs rings of at most 1 position" in err, err
+
+
+def _saved(folder: Path, class_name: str, config: dict) -> str:
+    """A random-weight model of ``class_name`` saved as a diffusers folder."""
+    torch.manual_seed(0)
+    getattr(diffusers, class_name).from_config(config).save_pretrained(folder)
+    return f"diffusers:{folder}"
+
+
+#: image models whose tokens no family declares, and a Helios shorter than its own plan
+REFUSED_FOLDERS = {
+    "flux2": (
+        "Flux2Transformer2DModel",
+        {
+            "in_channels": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "attention_head_dim": 16,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 32,
+            "timestep_guidance_channels": 32,
+            "axes_dims_rope": (4, 4, 4, 4),
+        },
+        "Flux2Transformer2DModel is an image model",
+    ),
+    "qwenimage": (
+        "QwenImageTransformer2DModel",
+        {
+            "in_channels": 16,
+            "out_channels": 4,
+            "num_layers": 1,
+            "attention_head_dim": 16,
+            "num_attention_heads": 2,
+            "joint_attention_dim": 32,
+            "axes_dims_rope": (4, 6, 6),
+        },
+        "QwenImageTransformer2DModel is an image model",
+    ),
+    "helios-2-blocks": (
+        "HeliosTransformer3DModel",
+        {**TINY_DIFFUSERS["helios"][1], "num_layers": 2},
+        "it is written for 40 blocks, and this config has num_layers = 2",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_FOLDERS))
+def test_saved_folders_are_refused_by_the_pre_check_naming_the_cause(
+    tmp_path: Path, name: str
+) -> None:
+    """What ``train`` builds before any rank starts (the model on the meta device, its
+    class and config checked first) refuses the folder in one line naming the cause."""
+    from datacentric.models.source import build_from_source, resolve_model
+
+    class_name, config, cause = REFUSED_FOLDERS[name]
+    source = resolve_model(_saved(tmp_path / name, class_name, config))
+    with pytest.raises(UnsupportedVideoModel, match=cause) as caught:
+        build_from_source(source, device="meta")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.slow
+def test_train_refuses_an_image_model_before_ranks_start(tmp_path: Path) -> None:
+    """``train`` on a saved QwenImage folder: exit 2, one line naming the cause, no
+    traceback, no rank started (it failed inside the ranks with a shape error)."""
+    import subprocess
+    import sys
+
+    class_name, config, cause = REFUSED_FOLDERS["qwenimage"]
+    model = _saved(tmp_path / "qwenimage", class_name, config)
+    argv = ["train", "--model", model, "--world", "2", "--out", str(tmp_path / "run")]
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.strip().splitlines() if line.startswith("datacentric")]
+    assert len(lines) == 1 and cause in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "run" / "checkpoints").exists()
