@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("planning",),
     ("scheduling",),
     ("parallel",),
+    ("prepare",),
     ("profiling",),
     ("sim",),
     ("verify",),

@@ -58,6 +58,10 @@ SKIPPED = {
     "datacentric train --model hf:my-model": "a placeholder model folder",
     "datacentric train --dataset ": "placeholder datasets (jsonl:, parquet:, latents:, factory)",
     "datacentric export runs/": "exports the run of a placeholder model",
+    "datacentric prepare --pipeline my-": (
+        "a placeholder pipeline folder: tests/runtime/prepare runs prepare on a tiny one"
+    ),
+    "datacentric train --model diffusers:my-": "a placeholder pipeline folder",
     "datacentric equivalence --model pkg.module:factory": "a placeholder factory",
     "datacentric equivalence --model hf:qwen2 --world 2": (
         "two minutes on two CPU cores: tests/runtime/verify/test_equivalence.py runs the same check"

@@ -58,6 +58,12 @@ def default_aspect_ratios(height: int, width: int) -> dict[str, tuple[int, int]]
     }
 
 
+def closest_ratio(sizes: dict[str, tuple[int, int]], aspect: float) -> str:
+    """The name of the size in ``sizes`` whose height / width is closest to ``aspect``
+    (in log scale)."""
+    return min(sizes, key=lambda k: abs(math.log(sizes[k][0] / sizes[k][1] / aspect)))
+
+
 class BucketConfig:
     """A parsed bucket config; :meth:`assign` places one latent."""
 
@@ -103,7 +109,7 @@ class BucketConfig:
         """The bucket of a latent of ``(frames, height, width)`` latent pixels, or None."""
         f, h, w = shape
         for res, sizes, probs in self.table:
-            ratio = min(sizes, key=lambda k: abs(math.log(sizes[k][0] / sizes[k][1] / (h / w))))
+            ratio = closest_ratio(sizes, h / w)
             hb, wb = (n // SPATIAL_DOWNSAMPLE for n in sizes[ratio])
             if h < hb or w < wb:
                 continue

@@ -10,7 +10,8 @@ equivalence) and the Python API resolve the string here:
   weights; a tiny name (``hf:qwen2``, ...) builds the small random-weight config of
   :data:`datacentric.models.hf.TINY_CONFIGS`;
 - ``diffusers:PATH_OR_NAME``: the same for a diffusers video transformer folder, or a
-  tiny name (``diffusers:wan``, ...);
+  tiny name (``diffusers:wan``, ...); a pipeline folder (``model_index.json``) means
+  its ``transformer/`` subfolder, and ``export`` writes the pipeline back around it;
 - ``pkg.module:factory``: the user's own code, called with the model arguments as
   keyword arguments; it returns the model, or ``(model, dataset)``.
 
@@ -72,6 +73,8 @@ class ModelSource:
     lora: LoraSpec | None = None
     """LoRA adapters to inject after building (:mod:`datacentric.models.lora`); ``None``:
     every parameter trains."""
+    pipeline: Path | None = None
+    """The diffusers pipeline folder ``folder`` is the ``transformer/`` of, if any."""
 
     @property
     def has_weights(self) -> bool:
@@ -133,6 +136,9 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
         if name.startswith(prefix):
             target = name.removeprefix(prefix)
             folder = Path(target).expanduser()
+            pipeline = None
+            if kind == "diffusers" and (folder / "model_index.json").is_file():
+                pipeline, folder = folder, folder / "transformer"
             if folder.is_dir():
                 if not (folder / "config.json").is_file():
                     raise ModelSourceError(
@@ -146,7 +152,9 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
                         "run code when read; save them as safetensors "
                         "(save_pretrained(..., safe_serialization=True))"
                     )
-                return ModelSource(name, kind, str(folder), folder=folder, args=values)
+                return ModelSource(
+                    name, kind, str(folder), folder=folder, args=values, pipeline=pipeline
+                )
             tiny = tiny_names(kind)
             if target not in tiny:
                 raise ModelSourceError(

@@ -81,6 +81,11 @@ COMMAND_DEFAULTS: dict[str, dict[str, Override]] = {
         ),
         "dataset": _EITHER_DATA,
     },
+    "prepare": {
+        "out": Override(
+            None, "the latents folder is the user's to name", shown="none: give --out DIR"
+        ),
+    },
     "profile": {
         "dataset": _EITHER_DATA,
         "world": Override(2, "two local gloo ranks: the smallest world with an SP-2 group"),

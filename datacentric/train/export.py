@@ -10,7 +10,9 @@ written as:
   loads it;
 - a diffusers video transformer (``diffusers:DIR_OR_NAME``): ``save_pretrained`` of
   the diffusers model (safetensors, ``config.json``), which its class's
-  ``from_pretrained(OUT)`` loads;
+  ``from_pretrained(OUT)`` loads; trained from a pipeline folder, the pipeline's other
+  components and ``model_index.json`` are copied beside ``OUT/transformer``, so the
+  pipeline class's ``from_pretrained(OUT)`` loads it with the trained transformer;
 - any other model (a preset, ``pkg.module:factory``): ``model.safetensors`` holding
   the model's ``state_dict`` and ``datacentric_model.json`` naming the model and its
   arguments (rebuild it, then ``load_state_dict(safetensors.torch.load_file(...))``).
@@ -437,8 +439,23 @@ def _export_diffusers(
     with torch.device("meta"):
         fresh = type(inner).from_config(inner.config)
     _load_into(fresh, _strip_prefix(state, prefix), str(source.name))
+    if source.pipeline is not None:
+        _copy_pipeline(source.pipeline, out)
+        out = out / "transformer"
     fresh.save_pretrained(out)
     return _parameter_count(fresh)
+
+
+def _copy_pipeline(pipeline: Path, out: Path) -> None:
+    """The pipeline folder's other components and ``model_index.json`` into ``out``
+    (the trained transformer is written to ``out/transformer``)."""
+    for item in sorted(pipeline.iterdir()):
+        if item.name == "transformer":
+            continue
+        if item.is_dir():
+            shutil.copytree(item, out / item.name, symlinks=False)
+        elif item.is_file():
+            shutil.copy2(item, out / item.name)
 
 
 def _parameter_count(model: torch.nn.Module) -> int:

@@ -1,0 +1,98 @@
+"""``datacentric prepare --pipeline DIR --media SOURCE --out DIR``: raw clips and captions
+encoded by the pipeline's own VAE and text encoders into a ``latents:DIR`` folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from datacentric.cli.flag_groups import add_json_flag, add_out_flag, add_world_flag
+from datacentric.cli.flags import config_option
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "prepare",
+        help="encode clips or images and their captions into latents:DIR with a "
+        "diffusers pipeline's own VAE and text encoders",
+        description="Decode each clip (PyAV) or image (Pillow) of --media, crop it to its "
+        "bucket as the pipeline preprocesses, and write its VAE latents and its "
+        "encode_prompt text embeddings in the layout latents:DIR reads for the family "
+        "(Wan, SkyReels-V2, HunyuanVideo, Flux). Ranks share the clips by encoding cost; "
+        "a stopped run resumes; skipped files are listed in OUT/prepare_report.json.",
+    )
+    parser.add_argument(
+        "--pipeline",
+        metavar="DIR",
+        help="a diffusers pipeline folder (model_index.json; read with local files only, "
+        "no code from it runs); required",
+    )
+    parser.add_argument(
+        "--media",
+        metavar="SOURCE",
+        help="a CSV or JSONL of path,caption (Open-Sora's path,text accepted; paths "
+        "relative to it), or a folder of clips/images with NAME.txt captions beside them; "
+        "required",
+    )
+    add_out_flag(parser, note="here: the latents:DIR folder written")
+    config_option(parser, key="bucket_config", note="here: each clip's size and frames")
+    parser.add_argument(
+        "--caption-rule",
+        choices=("truncate", "skip", "error"),
+        default="truncate",
+        help="a caption longer than the text encoder takes: truncate (as the pipeline "
+        "does, counted), skip, or error; missing or empty captions are skipped (error: "
+        "refused) (default: truncate)",
+    )
+    parser.add_argument(
+        "--max-text-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="text length (default: the pipeline's own max_sequence_length)",
+    )
+    parser.add_argument(
+        "--vae-tiling",
+        action="store_true",
+        help="encode with the VAE's tiling (large or long clips; values differ slightly)",
+    )
+    config_option(parser, key="seed", note="here: the bucket keep-probability draws")
+    add_world_flag(parser, note="here: ranks encoding at once")
+    config_option(parser, key="device", note="here: of the VAE and text encoders")
+    add_json_flag(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from datacentric.prepare import PrepareJob, prepare
+
+    # checked here, not by argparse: --world's deprecated aliases parse without them
+    given = (("--pipeline DIR", args.pipeline), ("--media SOURCE", args.media))
+    missing = [flag for flag, value in (*given, ("--out DIR", args.out)) if not value]
+    if missing:
+        raise ValueError(f"{', '.join(missing)}: required (see datacentric prepare --help)")
+
+    job = PrepareJob(
+        pipeline=args.pipeline,
+        media=args.media,
+        out=args.out,
+        bucket_config=args.bucket_config,
+        caption_rule=args.caption_rule,
+        max_text_tokens=args.max_text_tokens,
+        vae_tiling=args.vae_tiling,
+        seed=args.seed or 0,
+        world=args.world or 1,
+        device=args.device,
+    )
+    report = prepare(job)
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    if "samples" not in report:
+        return 0
+    print(
+        f"prepare: {report['samples']} samples in {args.out} ({report['encoded']} encoded now, "
+        f"{report['already_done']} already done, {report['skipped']} skipped: see "
+        f"{args.out}/prepare_report.json)"
+    )
+    return 0

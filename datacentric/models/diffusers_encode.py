@@ -1,0 +1,236 @@
+"""Encode frames and captions with a diffusers pipeline's own VAE and text encoders, into
+the files ``latents:DIR`` reads for its family.
+
+:func:`open_pipeline` reads a pipeline folder (``model_index.json``) with
+``local_files_only`` and without its transformer; every component must be a class that
+diffusers or transformers ship (a component naming any other library would import code
+from the folder, so it is refused before anything loads). :class:`PipelineEncoder` then
+does what the pipeline does before denoising, and nothing else:
+
+- frames: the pipeline's own processor (``video_processor.preprocess_video``, Flux's
+  ``image_processor.preprocess``) resizes and centre-crops them (``resize_mode="crop"``)
+  and scales them to [-1, 1];
+- latents: the VAE's ``encode`` and its distribution's mode, normalised as the family's
+  pipeline normalises them (:data:`PIPELINES`), stored ``frames x channels x height x
+  width``;
+- text: the pipeline's own ``encode_prompt`` with its ``__call__``'s
+  ``max_sequence_length``; Wan and SkyReels-V2 store its embeddings ``L x D`` as it pads
+  them; HunyuanVideo and Flux ``(1 + L) x D``, row 0 the pooled projection (zeros after
+  it), the rows its attention mask drops set to zero (HunyuanVideo).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ALLOWED_LIBRARIES = ("diffusers", "transformers")
+
+
+class PipelineError(ValueError):
+    """A pipeline folder that ``prepare`` cannot read: the message says why and the fix."""
+
+
+@dataclass(frozen=True)
+class PipelineFamily:
+    """How one pipeline class normalises latents and lays out its text."""
+
+    normalise: str
+    """``mean_std``: ``(z - latents_mean) / latents_std`` (Wan); ``scale``: ``z x
+    scaling_factor`` (HunyuanVideo); ``shift_scale``: ``(z - shift_factor) x
+    scaling_factor`` (Flux)."""
+    text: tuple[str | None, ...]
+    """What ``encode_prompt`` returns, in order: ``embeds``, ``pooled``, ``mask`` or None."""
+    length_tokenizer: str = "tokenizer"
+    """The tokenizer whose length ``max_sequence_length`` caps."""
+    images: bool = False
+    """Takes images (one frame) through ``image_processor``."""
+
+
+PIPELINES: dict[str, PipelineFamily] = {
+    "WanPipeline": PipelineFamily("mean_std", ("embeds", None)),
+    "SkyReelsV2Pipeline": PipelineFamily("mean_std", ("embeds", None)),
+    "HunyuanVideoPipeline": PipelineFamily("scale", ("embeds", "pooled", "mask")),
+    "FluxPipeline": PipelineFamily(
+        "shift_scale", ("embeds", "pooled", None), length_tokenizer="tokenizer_2", images=True
+    ),
+}
+"""Pipelines ``prepare`` encodes for, by diffusers class name."""
+
+
+def read_model_index(folder: str | Path) -> dict[str, Any]:
+    """``model_index.json`` of a pipeline folder, checked: a known pipeline class, and
+    every component a diffusers or transformers class (:class:`PipelineError` else)."""
+    path = Path(folder).expanduser() / "model_index.json"
+    if not path.is_file():
+        raise PipelineError(
+            f"--pipeline {folder}: no model_index.json (a diffusers pipeline folder, as "
+            "save_pretrained writes it)"
+        )
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise PipelineError(f"{path}: not JSON ({err})") from None
+    name = index.get("_class_name")
+    if name not in PIPELINES:
+        raise PipelineError(
+            f"{path}: pipeline {name!r}; prepare encodes for {', '.join(PIPELINES)}"
+        )
+    for key, value in index.items():
+        if key.startswith("_") or not isinstance(value, list) or value[0] is None:
+            continue
+        if value[0] not in ALLOWED_LIBRARIES:
+            raise PipelineError(
+                f"{path}: component {key} is {value[0]}.{value[1]}: only diffusers and "
+                "transformers classes load (other code in the folder never runs)"
+            )
+    return index
+
+
+def open_pipeline(folder: str | Path, device: str | torch.device = "cpu") -> Any:
+    """The pipeline of ``folder`` without its transformer, on ``device``, in eval mode."""
+    import diffusers
+
+    index = read_model_index(folder)
+    cls = getattr(diffusers, index["_class_name"])
+    skip = {"transformer": None} if "transformer" in index else {}
+    try:
+        pipe = cls.from_pretrained(str(Path(folder).expanduser()), local_files_only=True, **skip)
+    except (OSError, ValueError, TypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise PipelineError(f"--pipeline {folder}: cannot load ({first})") from None
+    pipe.to(device)
+    for module in pipe.components.values():
+        if isinstance(module, torch.nn.Module):
+            module.eval()
+    return pipe
+
+
+def pipeline_geometry(folder: str | Path) -> tuple[int, int]:
+    """``(temporal, multiple)`` of a pipeline folder, from its VAE's config: frames per
+    latent frame after the first (1 for images), and the pixels a size is a multiple of
+    (the VAE's spatial down-sampling x the transformer's 2 x 2 patch)."""
+    index = read_model_index(folder)
+    family = PIPELINES[index["_class_name"]]
+    path = Path(folder).expanduser() / "vae" / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise PipelineError(f"{path}: the VAE's config is unreadable ({err})") from None
+    if family.images:
+        return 1, 2 ** (len(config.get("block_out_channels", [0] * 4)) - 1) * 2
+    if "temporal_compression_ratio" in config or "spatial_compression_ratio" in config:
+        return int(config.get("temporal_compression_ratio", 4)), 2 * int(
+            config.get("spatial_compression_ratio", 8)
+        )
+    temporal = config.get("scale_factor_temporal") or 2 ** sum(
+        config.get("temperal_downsample", [False, True, True])
+    )
+    spatial = config.get("scale_factor_spatial") or 8
+    return int(temporal), 2 * int(spatial)
+
+
+def text_length(folder: str | Path) -> int:
+    """The pipeline's own ``max_sequence_length`` (its ``__call__``'s default)."""
+    import diffusers
+
+    cls = getattr(diffusers, read_model_index(folder)["_class_name"])
+    return int(inspect.signature(cls.__call__).parameters["max_sequence_length"].default)
+
+
+class CaptionLength:
+    """Counts a caption's tokens in the tokenizer whose length the pipeline caps
+    (loaded alone: a transformers class from ``model_index.json``, local files only)."""
+
+    def __init__(self, folder: str | Path, limit: int | None = None) -> None:
+        import transformers
+
+        index = read_model_index(folder)
+        name = PIPELINES[index["_class_name"]].length_tokenizer
+        library, cls_name = index[name]
+        cls = getattr(transformers, cls_name, None) if library == "transformers" else None
+        if cls is None:
+            raise PipelineError(f"--pipeline {folder}: tokenizer {library}.{cls_name} is unknown")
+        sub = Path(folder).expanduser() / name
+        self.tokenizer = cls.from_pretrained(str(sub), local_files_only=True)
+        self.limit = int(limit or text_length(folder))
+
+    def __call__(self, caption: str) -> int:
+        """Tokens of ``caption`` (special tokens included), never truncated."""
+        return len(self.tokenizer(caption, truncation=False)["input_ids"])
+
+
+class PipelineEncoder:
+    """One pipeline's latents and text files (see the module docstring)."""
+
+    def __init__(
+        self, pipe: Any, *, max_text_tokens: int | None = None, vae_tiling: bool = False
+    ) -> None:
+        self.pipe = pipe
+        self.family = PIPELINES[type(pipe).__name__]
+        default = inspect.signature(type(pipe).__call__).parameters["max_sequence_length"].default
+        self.max_text_tokens = int(max_text_tokens or default)
+        if vae_tiling:
+            pipe.vae.enable_tiling()
+
+    def pixels(self, frames: list[Any], height: int, width: int) -> torch.Tensor:
+        """Frames (``PIL.Image``) as the pipeline preprocesses them: ``(1, 3, F, H, W)``
+        in [-1, 1] (an image pipeline: ``(1, 3, H, W)``)."""
+        if self.family.images:
+            return self.pipe.image_processor.preprocess(
+                frames[0], height=height, width=width, resize_mode="crop"
+            )
+        return self.pipe.video_processor.preprocess_video(
+            frames, height=height, width=width, resize_mode="crop"
+        )
+
+    @torch.no_grad()
+    def latent(self, pixels: torch.Tensor) -> torch.Tensor:
+        """The VAE's mode of ``pixels``, normalised as the pipeline does, ``(F, C, H, W)``."""
+        vae = self.pipe.vae
+        z = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
+        config = vae.config
+        if self.family.normalise == "mean_std":
+            shape = (1, -1) + (1,) * (z.ndim - 2)
+            mean = torch.tensor(config.latents_mean).view(shape).to(z)
+            inverse_std = 1.0 / torch.tensor(config.latents_std).view(shape).to(z)
+            z = (z - mean) * inverse_std
+        elif self.family.normalise == "shift_scale":
+            z = (z - config.shift_factor) * config.scaling_factor
+        else:
+            z = z * config.scaling_factor
+        z = z[0].float().cpu()
+        return z.unsqueeze(0) if z.ndim == 3 else z.permute(1, 0, 2, 3).contiguous()
+
+    @torch.no_grad()
+    def text(self, caption: str) -> torch.Tensor:
+        """The pipeline's ``encode_prompt`` of ``caption`` in the family's layout."""
+        method = self.pipe.encode_prompt
+        accepted = inspect.signature(method).parameters
+        wanted = {
+            "prompt": [caption],
+            "do_classifier_free_guidance": False,
+            "max_sequence_length": self.max_text_tokens,
+            "device": self.pipe.vae.device,
+        }
+        out = method(**{k: v for k, v in wanted.items() if k in accepted})
+        parts = dict(zip(self.family.text, out if isinstance(out, tuple) else (out,)))
+        embeds = parts["embeds"][0].float()
+        if "mask" in parts:
+            embeds = embeds * parts["mask"][0].to(embeds).unsqueeze(-1)
+        if "pooled" in parts:
+            pooled = parts["pooled"][0].float()
+            if pooled.numel() > embeds.shape[1]:
+                raise PipelineError(
+                    f"pooled projection of {pooled.numel()} values is wider than the "
+                    f"text's {embeds.shape[1]}: row 0 of the text file cannot hold it"
+                )
+            row = embeds.new_zeros(1, embeds.shape[1])
+            row[0, : pooled.numel()] = pooled
+            embeds = torch.cat([row, embeds])
+        return embeds.cpu().contiguous()

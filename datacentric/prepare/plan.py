@@ -1,0 +1,196 @@
+"""What ``prepare`` will do, decided before any clip is encoded, the same on every rank.
+
+:func:`plan_prepare` reads the media source, each file's header and each caption, and
+gives every clip a :class:`Task`: its output name, the frames and size it is encoded at
+(:func:`~datacentric.data.media.plan_clip`) or the reason it is skipped, and the rank
+that encodes it. Ranks get clips by encoding cost (frames x pixels), largest first, each
+to the rank with the least cost so far (:func:`~datacentric.scheduling.balance.lpt`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datacentric.data.base import DataError
+from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.media import (
+    ClipPlan,
+    Geometry,
+    MediaError,
+    MediaItem,
+    clip_rng,
+    plan_clip,
+    probe,
+    read_media_source,
+)
+from datacentric.scheduling.balance import lpt
+
+CAPTION_RULES = ("truncate", "skip", "error")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareJob:
+    """The settings of one ``prepare``: what the output depends on, and how it runs."""
+
+    pipeline: str
+    """A diffusers pipeline folder (``model_index.json``)."""
+    media: str
+    """A CSV/JSONL list of ``path,caption``, or a folder with ``NAME.txt`` captions."""
+    out: str
+    """The ``latents:DIR`` folder written."""
+    bucket_config: str | None = None
+    """Open-Sora bucket config (JSON); default: each clip's own size and frames."""
+    caption_rule: str = "truncate"
+    """A caption over the text encoder's length: ``truncate`` (as the pipeline does,
+    counted), ``skip`` or ``error``; a missing or empty caption is skipped, or an error
+    under ``error``."""
+    max_text_tokens: int | None = None
+    """Text length (default: the pipeline's own ``max_sequence_length``)."""
+    vae_tiling: bool = False
+    """Encode with the VAE's tiling (long or large clips; slightly different values)."""
+    seed: int = 0
+    """Seed of the bucket keep-probability draws."""
+    world: int = 1
+    """Ranks (processes) encoding at once; torchrun's world when under torchrun."""
+    device: str | None = None
+    """Device of the encoders (default: a rank's GPU when there is one, else the CPU)."""
+
+    def settings(self) -> dict[str, Any]:
+        """What the output depends on (a rerun with other values refuses the folder)."""
+        keys = ("caption_rule", "max_text_tokens", "vae_tiling", "seed")
+        out = {k: getattr(self, k) for k in keys}
+        out["pipeline"] = str(Path(self.pipeline).expanduser().resolve())
+        out["bucket_config"] = _file_hash(self.bucket_config)
+        return out
+
+
+def _file_hash(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        raise DataError(f"--bucket-config {path}: no such file") from None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One clip: where it comes from, how it is encoded (or why not), and by which rank."""
+
+    item: MediaItem
+    plan: ClipPlan | None
+    skip: str | None
+    rank: int = 0
+    stamp: tuple[int, int] | None = None
+    """The media file's size and modification time (a changed file is redone)."""
+    truncate: bool = False
+    """The caption is longer than the text encoder takes (truncated, counted)."""
+
+    @property
+    def cost(self) -> int:
+        """Encoding cost: frames x pixels (0 when skipped)."""
+        return 0 if self.plan is None else self.plan.cost
+
+    def key(self) -> dict[str, Any]:
+        """What a finished record must match for the clip to count as done."""
+        plan = None if self.plan is None else asdict(self.plan)
+        return {
+            "source": self.item.source,
+            "caption": self.item.caption,
+            "stamp": list(self.stamp) if self.stamp else None,
+            "plan": json.loads(json.dumps(plan)),
+        }
+
+
+@dataclass
+class PreparePlan:
+    """Every clip's :class:`Task`, in source order, and the ranks' assigned cost."""
+
+    tasks: list[Task]
+    world: int
+    assigned_cost: list[int] = field(default_factory=list)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return int(stat.st_size), int(stat.st_mtime_ns)
+
+
+def _caption_problem(caption: str | None, rule: str, where: str) -> str | None:
+    if caption is not None and caption.strip():
+        return None
+    what = "missing caption" if caption is None else "empty caption"
+    if rule == "error":
+        raise DataError(f"{where}: {what} (write one, or pass --caption-rule skip)")
+    return what
+
+
+def plan_task(
+    item: MediaItem,
+    geometry: Geometry,
+    buckets: BucketConfig | None,
+    job: PrepareJob,
+    tokens: Any,
+    seen: dict[str, str],
+) -> Task:
+    """The task of one clip (unassigned); ``tokens(caption)`` counts its text tokens;
+    ``seen`` maps the names planned so far to where they were listed."""
+    stamp = _stamp(item.path)
+    if item.name in seen:
+        return Task(item, None, f"duplicate of {seen[item.name]} (same path and caption)")
+    seen[item.name] = item.where
+    problem = _caption_problem(item.caption, job.caption_rule, item.where)
+    if problem:
+        return Task(item, None, problem, stamp=stamp)
+    try:
+        info = probe(item)
+    except MediaError as err:
+        return Task(item, None, str(err), stamp=stamp)
+    rng = clip_rng(item, job.seed)
+    plan = plan_clip(info, geometry, is_image=item.is_image, buckets=buckets, rng=rng)
+    if isinstance(plan, str):
+        return Task(item, None, plan, stamp=stamp)
+    count = tokens(item.caption)
+    if count > tokens.limit:
+        if job.caption_rule == "error":
+            raise DataError(
+                f"{item.where}: caption of {count} tokens, over the text encoder's "
+                f"{tokens.limit} (shorten it, or pass --caption-rule truncate or skip)"
+            )
+        if job.caption_rule == "skip":
+            return Task(item, None, f"caption of {count} tokens, over {tokens.limit}", stamp=stamp)
+        return Task(item, plan, None, stamp=stamp, truncate=True)
+    return Task(item, plan, None, stamp=stamp)
+
+
+def assign_ranks(tasks: list[Task], world: int) -> PreparePlan:
+    """Each task's rank: largest cost first, to the rank with the least cost so far."""
+    costs = np.array([[float(t.cost)] for t in tasks]).reshape(len(tasks), 1)
+    owner, _ = lpt(costs, [0] * world, [1])
+    placed = [
+        Task(t.item, t.plan, t.skip, int(r), t.stamp, t.truncate) for t, r in zip(tasks, owner)
+    ]
+    loads = [sum(t.cost for t in placed if t.rank == r) for r in range(world)]
+    return PreparePlan(placed, world, loads)
+
+
+def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -> PreparePlan:
+    """Read the source, plan every clip and assign it to one of ``world`` ranks."""
+    if job.caption_rule not in CAPTION_RULES:
+        raise DataError(
+            f"--caption-rule {job.caption_rule!r}: choose one of {', '.join(CAPTION_RULES)}"
+        )
+    items = read_media_source(job.media)
+    buckets = BucketConfig.load(job.bucket_config) if job.bucket_config else None
+    seen: dict[str, str] = {}
+    tasks = [plan_task(item, geometry, buckets, job, tokens, seen) for item in items]
+    return assign_ranks(tasks, world)

@@ -1,0 +1,232 @@
+"""``prepare``: encode a media source into a ``latents:DIR`` folder, over ranks, resumably.
+
+The folder ``OUT`` holds ``latents/NAME.safetensors`` (``frames x channels x height x
+width``) and ``latents/NAME.text.safetensors`` (the family's text layout) per clip,
+``manifest.jsonl`` (one line per sample: ``latent``, ``text``, ``source``, ``caption``)
+and ``prepare_report.json``. Under ``OUT/.prepare/`` it keeps the settings the folder was
+made with and one record per finished (or skipped) clip, each written to a temporary
+name and renamed, after the clip's files: a killed run resumes where it stopped, a rerun
+with the same inputs encodes nothing, and the manifest, written last, lists what a run
+that was never interrupted lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datacentric.data.base import DataError
+from datacentric.data.media import Geometry, MediaError, decode
+from datacentric.models.diffusers_encode import (
+    CaptionLength,
+    PipelineEncoder,
+    open_pipeline,
+    pipeline_geometry,
+)
+from datacentric.parallel.launch import launch
+from datacentric.prepare.plan import PrepareJob, PreparePlan, Task, plan_prepare
+from datacentric.progress import elapsed_text
+
+STATE = ".prepare"
+MANIFEST = "manifest.jsonl"
+REPORT = "prepare_report.json"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name and a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    _write_atomic(path, (json.dumps(value, indent=1, sort_keys=True) + "\n").encode())
+
+
+def _write_tensor(path: Path, tensor: torch.Tensor, key: str) -> None:
+    from safetensors.torch import save
+
+    _write_atomic(path, save({key: tensor.contiguous()}))
+
+
+def claim_folder(job: PrepareJob) -> Path:
+    """Create ``OUT`` (or reuse one this job's settings made); :class:`DataError` for a
+    folder made with other settings or holding other files."""
+    out = Path(job.out).expanduser()
+    state = out / STATE
+    settings = job.settings()
+    if (state / "settings.json").is_file():
+        old = json.loads((state / "settings.json").read_text(encoding="utf-8"))
+        changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if changed:
+            raise DataError(
+                f"--out {out}: prepared with other settings ({', '.join(changed)} differ); "
+                "choose a new --out, or the same settings to resume"
+            )
+    elif out.exists() and any(p.name not in (STATE, "latents") for p in out.iterdir()):
+        raise DataError(f"--out {out}: a non-empty folder that prepare did not make")
+    (state / "records").mkdir(parents=True, exist_ok=True)
+    (out / "latents").mkdir(exist_ok=True)
+    _write_json(state / "settings.json", settings)
+    return out
+
+
+def _record_path(out: Path, task: Task) -> Path:
+    return out / STATE / "records" / f"{task.item.name}.json"
+
+
+def _is_done(out: Path, task: Task) -> bool:
+    path = _record_path(out, task)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["key"] == task.key()
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _encode_one(encoder: PipelineEncoder, out: Path, task: Task) -> dict[str, Any]:
+    """Encode one clip and write its files; the record of what was done."""
+    record: dict[str, Any] = {"key": task.key(), "where": task.item.where}
+    plan = task.plan
+    try:
+        frames = decode(task.item, list(plan.frames))
+    except MediaError as err:
+        return {**record, "skipped": str(err)}
+    latent = encoder.latent(encoder.pixels(frames, plan.height, plan.width))
+    text = encoder.text(task.item.caption)
+    name = task.item.name
+    _write_tensor(out / "latents" / f"{name}.safetensors", latent, "latent")
+    _write_tensor(out / "latents" / f"{name}.text.safetensors", text, "text")
+    return {**record, "shape": list(latent.shape), "text_shape": list(text.shape)}
+
+
+def _say(rank: int, world: int, line: str) -> None:
+    prefix = f"prepare: rank {rank}: " if world > 1 else "prepare: "
+    print(prefix + line, file=sys.stderr, flush=True)
+
+
+def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
+    """One rank's clips: encode those not recorded yet; returns its counts and time."""
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    out = Path(job.out).expanduser()
+    mine = [t for t in plan.tasks if t.rank == rank]
+    todo = [t for t in mine if not _is_done(out, t)]
+    start = time.perf_counter()
+    encoded, cost_done = 0, 0
+    total_cost = sum(t.cost for t in todo) or 1
+    encoder = None
+    for number, task in enumerate(todo, 1):
+        if task.plan is None:
+            record = {"key": task.key(), "where": task.item.where, "skipped": task.skip}
+        else:
+            if encoder is None:
+                device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                if device == "cuda" and distributed:
+                    device = f"cuda:{rank % torch.cuda.device_count()}"
+                pipe = open_pipeline(job.pipeline, device)
+                encoder = PipelineEncoder(
+                    pipe, max_text_tokens=job.max_text_tokens, vae_tiling=job.vae_tiling
+                )
+            record = _encode_one(encoder, out, task)
+            encoded += "skipped" not in record
+            cost_done += task.cost
+        _write_json(_record_path(out, task), record)
+        seconds = time.perf_counter() - start
+        rate = number / seconds if seconds > 0 else 0.0
+        left = seconds * (total_cost - cost_done) / cost_done if cost_done else 0.0
+        _say(
+            rank,
+            plan.world,
+            f"{number}/{len(todo)} clips, {rate:.2f} clips/s, {elapsed_text(left)} left",
+        )
+    seconds = time.perf_counter() - start
+    return {
+        "rank": rank,
+        "clips": len(mine),
+        "assigned_cost": plan.assigned_cost[rank],
+        "encoded": encoded,
+        "already_done": len(mine) - len(todo),
+        "seconds": round(seconds, 3),
+    }
+
+
+def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict[str, Any]:
+    """The manifest (samples in source order) and ``prepare_report.json``; the report."""
+    out = Path(job.out).expanduser()
+    lines, skipped, truncated = [], [], 0
+    for task in plan.tasks:
+        try:
+            record = json.loads(_record_path(out, task).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            record = {"skipped": "not encoded (its rank did not finish)"}
+        if "skipped" in record:
+            skipped.append(
+                {"source": task.item.source, "where": task.item.where, "reason": record["skipped"]}
+            )
+            continue
+        truncated += task.truncate
+        name = task.item.name
+        entry = {
+            "latent": f"latents/{name}.safetensors",
+            "text": f"latents/{name}.text.safetensors",
+            "source": task.item.source,
+            "caption": task.item.caption,
+        }
+        lines.append(json.dumps(entry, ensure_ascii=False))
+    costs = [r["assigned_cost"] for r in ranks]
+    report = {
+        "pipeline": job.pipeline,
+        "media": job.media,
+        "clips": len(plan.tasks),
+        "samples": len(lines),
+        "encoded": sum(r["encoded"] for r in ranks),
+        "already_done": sum(r["already_done"] for r in ranks),
+        "skipped": len(skipped),
+        "skipped_files": skipped,
+        "captions_truncated": truncated,
+        "world": plan.world,
+        "ranks": ranks,
+        "cost_imbalance": round(1 - min(costs) / max(costs), 4) if max(costs) else 0.0,
+    }
+    _write_json(out / REPORT, report)
+    _write_atomic(out / MANIFEST, ("\n".join(lines) + "\n" if lines else "").encode())
+    return report
+
+
+def _gathering_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
+    """A rank's clips; rank 0 then writes the manifest and report from every rank's."""
+    import torch.distributed as dist
+
+    result = encode_rank(job, plan)
+    if dist.is_available() and dist.is_initialized() and plan.world > 1:
+        gathered: list[Any] = [None] * plan.world
+        dist.all_gather_object(gathered, result)
+        if result["rank"] == 0:
+            return {**result, "report": write_outputs(job, plan, gathered)}
+        return result
+    return {**result, "report": write_outputs(job, plan, [result])}
+
+
+def prepare(job: PrepareJob) -> dict[str, Any]:
+    """Run ``prepare`` (see the module docstring); returns ``prepare_report.json``."""
+    from datacentric.parallel.launch import launch_mode
+
+    world = launch_mode(job.world if job.world > 1 else None).world_size
+    temporal, multiple = pipeline_geometry(job.pipeline)
+    tokens = CaptionLength(job.pipeline, job.max_text_tokens)
+    plan = plan_prepare(job, Geometry(temporal, multiple), tokens, world)
+    claim_folder(job)
+    results = launch(_gathering_rank, job, plan, nproc=job.world if job.world > 1 else None)
+    report = next((r["report"] for r in results.values() if "report" in r), None)
+    return report if report is not None else {"rank": next(iter(results))}

@@ -1,0 +1,143 @@
+"""Tiny diffusers pipelines (random weights, tokenizers trained here) and generated media
+for the ``prepare`` tests. Nothing is downloaded.
+
+Clips are written with PyAV in a lossless RGB codec (H.264 RGB at ``crf 0``), so any
+decoder returns the pixels written; images with Pillow.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+WORDS = (
+    "a cat walks on the grass under blue sky while red car drives past green trees and "
+    "the sun sets over hills with birds flying slowly near water"
+)
+
+
+def word_tokenizer(model_max_length: int = 512, bos: bool = False):
+    """A word-level fast tokenizer (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) that appends
+    ``</s>`` as T5's does (and prepends ``<s>`` with ``bos``)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "</s>", "<unk>", "<s>"]
+    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([WORDS] * 4, trainers.WordLevelTrainer(special_tokens=specials))
+    single = "<s> $A </s>" if bos else "$A </s>"
+    tok.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[("</s>", 1), ("<s>", 3)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        bos_token="<s>",
+        model_max_length=model_max_length,
+    )
+
+
+def save_wan_pipeline(folder: Path, seed: int = 0) -> Path:
+    """A tiny ``WanPipeline`` (umT5 of width 32, a 4-channel Wan VAE, the tiny Wan
+    transformer) saved with ``save_pretrained``."""
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        WanPipeline,
+        WanTransformer3DModel,
+    )
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKLWan(
+        base_dim=8,
+        z_dim=4,
+        dim_mult=[1, 1, 1, 1],
+        num_res_blocks=1,
+        temperal_downsample=[False, True, True],
+        latents_mean=[0.1, -0.2, 0.3, 0.0],
+        latents_std=[1.5, 0.5, 2.0, 1.0],
+    )
+    tokenizer = word_tokenizer()
+    config = UMT5Config(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    text_encoder = UMT5EncoderModel(config)
+    transformer = WanTransformer3DModel.from_config(TINY_DIFFUSERS["wan"][1])
+    pipe = WanPipeline(
+        tokenizer=tokenizer,
+        text_encoder=text_encoder,
+        transformer=transformer,
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+    )
+    pipe.save_pretrained(folder)
+    return folder
+
+
+def write_clip(path: Path, frames: int, height: int, width: int, seed: int = 0) -> Path:
+    """A clip of smooth random colour waves, lossless RGB H.264, written with PyAV."""
+    import av
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    phase = rng.uniform(0, 6.28, size=(3,))
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264rgb", rate=8)
+        stream.width, stream.height, stream.pix_fmt = width, height, "rgb24"
+        stream.options = {"crf": "0", "preset": "ultrafast"}
+        for t in range(frames):
+            channels = [
+                127.5 + 120 * np.sin(x / (5 + c) + y / (7 + c) + t * 0.3 + phase[c])
+                for c in range(3)
+            ]
+            pixels = np.stack(channels, axis=-1).astype(np.uint8)
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def write_media(folder: Path, clips: list[tuple[str, int, int, int, str]]) -> Path:
+    """Clips ``(name, frames, height, width, caption)`` and a ``captions.csv`` listing
+    them (Open-Sora's ``path,text`` columns); returns the CSV."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for number, (name, frames, height, width, caption) in enumerate(clips):
+        write_clip(folder / name, frames, height, width, seed=number)
+        rows.append({"path": name, "text": caption})
+    listing = folder / "captions.csv"
+    with open(listing, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "text"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return listing
+
+
+def decoded_frames(path: Path) -> list:
+    """Every frame of a clip as an RGB ``PIL.Image``, decoded with PyAV here."""
+    import av
+    from PIL import Image
+
+    with av.open(str(path)) as container:
+        return [
+            Image.fromarray(frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)
+        ]

@@ -1,0 +1,194 @@
+"""``prepare`` on a tiny Wan pipeline saved from configs: every latent is the pipeline
+VAE's own encoding of the decoded frames as its ``video_processor`` preprocesses them,
+every text file its own ``encode_prompt``; the output trains and exports; a killed run
+resumes to the same bytes; bad files are skipped and named."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from prepare_media import decoded_frames, save_wan_pipeline, write_media
+from repo_paths import ROOT
+
+pytest.importorskip("diffusers")
+pytest.importorskip("av")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from datacentric.cli.main import main  # noqa: E402
+from datacentric.prepare import PrepareJob, prepare  # noqa: E402
+
+#: (file, frames, height, width, caption): three sizes and lengths (one cropped to
+#: whole 16-pixel patches, one longer than the VAE's 4k + 1), then an empty caption
+CLIPS = [
+    ("big.mp4", 17, 64, 64, "a cat walks on the grass under blue sky"),
+    ("wide.mp4", 9, 48, 80, "red car drives past green trees"),
+    ("odd.mp4", 14, 50, 70, "the sun sets over hills"),
+    ("quiet.mp4", 5, 32, 32, ""),
+]
+#: what each good clip becomes: (frames kept, height, width)
+EXPECTED = {"big.mp4": (17, 64, 64), "wide.mp4": (9, 48, 80), "odd.mp4": (13, 48, 64)}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "datacentric.cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> dict:
+    """The pipeline, the media (with a corrupt file) and a world-2 ``prepare`` of them."""
+    root = tmp_path_factory.mktemp("prepare")
+    pipe_dir = save_wan_pipeline(root / "pipe")
+    listing = write_media(root / "media", CLIPS)
+    (root / "media" / "broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(600))
+    with open(listing, "a", encoding="utf-8") as handle:
+        handle.write("broken.mp4,birds flying near water\n")
+    job = PrepareJob(pipeline=str(pipe_dir), media=str(listing), out=str(root / "out"), world=2)
+    report = prepare(job)
+    return {"root": root, "pipe": pipe_dir, "media": listing, "out": root / "out", "report": report}
+
+
+def test_latents_and_text_equal_the_pipelines_own_encoding(prepared):
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(prepared["pipe"], local_files_only=True)
+    lines = (prepared["out"] / "manifest.jsonl").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert [e["source"] for e in entries] == list(EXPECTED)
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    for entry in entries:
+        frames, height, width = EXPECTED[entry["source"]]
+        video = decoded_frames(prepared["media"].parent / entry["source"])[:frames]
+        pixels = pipe.video_processor.preprocess_video(
+            video, height=height, width=width, resize_mode="crop"
+        )
+        with torch.no_grad():
+            z = vae.encode(pixels).latent_dist.mode()
+            text = pipe.encode_prompt(
+                entry["caption"], do_classifier_free_guidance=False, max_sequence_length=512
+            )[0][0]
+        want = ((z - mean) / std)[0].permute(1, 0, 2, 3)
+        got = load_file(prepared["out"] / entry["latent"])["latent"]
+        assert got.shape == (1 + (frames - 1) // 4, 4, height // 8, width // 8)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+        got_text = load_file(prepared["out"] / entry["text"])["text"]
+        torch.testing.assert_close(got_text, text, rtol=0, atol=1e-5)
+        assert got_text.shape == (512, 32) and got_text[20:].abs().max() == 0  # padding
+
+
+def test_report_names_skipped_files_and_balances_ranks(prepared):
+    report = json.loads((prepared["out"] / "prepare_report.json").read_text())
+    assert report == prepared["report"]
+    reasons = {s["source"]: s["reason"] for s in report["skipped_files"]}
+    assert report["skipped"] == 2 and set(reasons) == {"quiet.mp4", "broken.mp4"}
+    assert reasons["quiet.mp4"] == "empty caption"
+    assert reasons["broken.mp4"].startswith("corrupt")
+    costs = [r["assigned_cost"] for r in report["ranks"]]
+    # 17x64x64 alone on one rank; 9x48x80 and 13x48x64 on the other
+    assert sorted(costs) == [17 * 64 * 64, 9 * 48 * 80 + 13 * 48 * 64]
+    assert (max(costs) - min(costs)) / max(costs) <= 0.2
+    assert report["cost_imbalance"] == pytest.approx(1 - min(costs) / max(costs), abs=1e-4)
+    assert all(r["seconds"] > 0 for r in report["ranks"]) and report["encoded"] == 3
+
+
+def _encoded_records(out: Path) -> list[Path]:
+    found = []
+    for path in (out / ".prepare" / "records").glob("*.json"):
+        try:
+            if "shape" in json.loads(path.read_text()):
+                found.append(path)
+        except (OSError, ValueError):
+            pass  # being renamed into place
+    return found
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepared):
+    out = prepared["root"] / "killed"
+    args = ["prepare", "--pipeline", str(prepared["pipe"]), "--media", str(prepared["media"])]
+    args += ["--out", str(out)]  # one rank: the reference ran two; the bytes are the same
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "datacentric.cli.main", *args]
+    process = subprocess.Popen(command, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not _encoded_records(out) and process.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)  # mid-run: the first clip is recorded
+    process.wait()
+    assert not (out / "manifest.jsonl").exists()
+    result = _cli(*args, "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    resumed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert resumed["already_done"] >= 1 and resumed["samples"] == 3
+    reference = prepared["out"]
+    names = sorted(p.name for p in (reference / "latents").iterdir())
+    assert names == sorted(p.name for p in (out / "latents").iterdir())
+    for name in [*(f"latents/{n}" for n in names), "manifest.jsonl"]:
+        assert (out / name).read_bytes() == (reference / name).read_bytes(), name
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "latents").iterdir()}
+    again = prepare(
+        PrepareJob(pipeline=str(prepared["pipe"]), media=str(prepared["media"]), out=str(out))
+    )
+    assert again["encoded"] == 0 and again["already_done"] == 5 and again["samples"] == 3
+    assert stamps == {p: p.stat().st_mtime_ns for p in (out / "latents").iterdir()}
+
+
+@pytest.mark.slow
+def test_train_on_prepared_latents_then_export_the_pipeline(prepared):
+    from diffusers import WanPipeline
+
+    run, exported = prepared["root"] / "run", prepared["root"] / "exported"
+    result = _cli(
+        "train", "--model", f"diffusers:{prepared['pipe']}", "--dataset",
+        f"latents:{prepared['out']}", "--world", "2", "--iterations", "2",
+        "--training.lr", "1e-2", "--cost-model", "analytic", "--no-progress",
+        "--out", str(run), "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["samples_seen"] == 3
+    result = _cli("export", str(run), "--out", str(exported), "--json")
+    assert result.returncode == 0, result.stderr[-2000:]
+    pipe = WanPipeline.from_pretrained(exported, local_files_only=True)
+    from datacentric.train.checkpoint import latest_checkpoint, read_model_state
+
+    state = read_model_state(latest_checkpoint(run))
+    trained = {k.removeprefix("transformer."): v for k, v in state.items()}
+    before = WanPipeline.from_pretrained(prepared["pipe"], local_files_only=True).transformer
+    moved = 0
+    for name, value in pipe.transformer.state_dict().items():
+        torch.testing.assert_close(value, trained[name], rtol=0, atol=0)
+        moved += not torch.equal(value, before.state_dict()[name])
+    assert moved > 0  # the exported transformer is the trained one, not the original
+
+
+def test_bad_input_is_one_line_and_exit_2(prepared, capsys, tmp_path):
+    argv = ["prepare", "--pipeline", str(tmp_path), "--media", str(prepared["media"])]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        len(err) == 1 and "model_index.json" in err[0] and err[0].startswith("datacentric prepare")
+    )
+    argv = ["prepare", "--pipeline", str(prepared["pipe"]), "--media", str(tmp_path / "none.csv")]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no such file" in err[0]
+    other = PrepareJob(
+        pipeline=str(prepared["pipe"]), media=str(prepared["media"]), out=str(prepared["out"]),
+        caption_rule="skip",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="other settings"):
+        prepare(other)
