@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,7 @@ def export_run(
         bar.update(stage="build the model")
         built, _ = build_from_source(source, device="meta")
         _check_fits(built, state, f"{path.name} of {run}", source.name)
-        for old in previous:
-            old.unlink()
+        _remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
         fmt, parameters = _write_model(built, source, state, out, settings, merge)
@@ -238,8 +238,8 @@ def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
         )
     if out.exists() and not out.is_dir():
         raise ExportError(f"--out {out} is a file; name a folder to export into")
-    found = sorted(out.iterdir()) if out.is_dir() else []
-    if not found:
+    tree = _tree(out) if out.is_dir() else {}
+    if not tree:
         return []
     written = _export_record_files(out)
     if written is None:
@@ -252,21 +252,41 @@ def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
             f"--out {out} exists and is not empty (an earlier export); pass --overwrite to "
             "replace it, or choose a new --out"
         )
-    others = [p.name for p in found if p.name not in written and p.name != EXPORT_RECORD]
-    folders = [p.name for p in found if p.is_dir() and not p.is_symlink()]
-    if others or folders:
+    others = [name for name in tree if name not in written and name != EXPORT_RECORD]
+    if others:
         raise ExportError(
-            f"--out {out} holds what no export wrote ({', '.join((others or folders)[:3])}); "
+            f"--out {out} holds what no export wrote ({', '.join(others[:3])}); "
             "move it away or choose a new --out (nothing was deleted)"
         )
-    changed = [p.name for p in found if p.name in written and not _as_written(p, written[p.name])]
+    changed = [n for n, p in tree.items() if n in written and not _as_written(p, written[n])]
     if changed:
         raise ExportError(
             f"--out {out}: {', '.join(changed[:3])} is not the file export wrote (its SHA-256 "
             f"differs from {EXPORT_RECORD}'s, or it is a link); move it away or choose a new "
             "--out (nothing was deleted)"
         )
-    return [p for p in found if p.name in written or p.name == EXPORT_RECORD]
+    return [p for n, p in tree.items() if n in written or n == EXPORT_RECORD]
+
+
+def _tree(out: Path) -> dict[str, Path]:
+    """Every entry of ``out`` at any depth but its real folders (files, links, a link to
+    a folder, anything else), by its path relative to ``out``; links are not followed."""
+    found: dict[str, Path] = {}
+    for top, folders, files in os.walk(out, followlinks=False):
+        here = Path(top)
+        for name in files + [f for f in folders if (here / f).is_symlink()]:
+            found[(here / name).relative_to(out).as_posix()] = here / name
+    return dict(sorted(found.items()))
+
+
+def _remove_previous(out: Path, previous: list[Path]) -> None:
+    """Remove an earlier export's files, then the folders they leave empty."""
+    for old in previous:
+        old.unlink()
+    for folder in sorted({p.parent for p in previous}, key=lambda p: len(p.parts), reverse=True):
+        while folder != out and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+            folder = folder.parent
 
 
 def _as_written(path: Path, sha256: str) -> bool:
@@ -277,7 +297,7 @@ def _as_written(path: Path, sha256: str) -> bool:
 def _export_record_files(out: Path) -> dict[str, str] | None:
     """The files ``out``'s export record lists, with the SHA-256 export wrote them with;
     ``None`` when it has no record, or one that is not export's own (a name that is not a
-    plain file name of ``out``, a file without its SHA-256, a record of an older version
+    relative path inside ``out``, a file without its SHA-256, a record of an older version
     that kept none)."""
     path = out / EXPORT_RECORD
     if path.is_symlink() or not path.is_file():
@@ -289,7 +309,13 @@ def _export_record_files(out: Path) -> dict[str, str] | None:
         return None
     if not isinstance(files, list) or not isinstance(hashes, dict) or set(files) != set(hashes):
         return None
-    plain = all(isinstance(f, str) and f not in ("", ".", "..") and "/" not in f for f in files)
+    plain = all(
+        isinstance(f, str)
+        and not f.startswith("/")
+        and "\\" not in f
+        and all(part not in ("", ".", "..") for part in f.split("/"))
+        for f in files
+    )
     if not plain or not all(isinstance(h, str) and len(h) == 64 for h in hashes.values()):
         return None
     return dict(hashes)
@@ -299,7 +325,7 @@ def _write_record(out: Path, run: Path, checkpoint: Path, fmt: str) -> list[str]
     """Write ``out``'s export record: every file export wrote there with its SHA-256 (an
     ``--overwrite`` removes only these, and only while their content is unchanged);
     returns their names."""
-    files = sorted(p.name for p in out.iterdir() if p.name != EXPORT_RECORD)
+    files = [name for name in _tree(out) if name != EXPORT_RECORD]
     hashes = {name: file_sha256(out / name) for name in files}
     record = {"run": str(run), "checkpoint": str(checkpoint), "format": fmt, "files": files}
     record["sha256"] = hashes
