@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import os
 import queue as queue_module
+import signal
 import socket
 import time
 import traceback
@@ -61,6 +62,7 @@ def _worker_entry(
     results: Any,
     launcher_pid: int | None = None,
 ) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the forkserver's is ignored
     if threads:
         torch.set_num_threads(threads)
     if launcher_pid is not None:
@@ -113,7 +115,9 @@ class _StopRanks:
     end the launcher with the signal's usual status (main thread only).
 
     ``forward``: the first SIGTERM/SIGINT is passed on to the ranks as SIGTERM instead
-    (they stop after a step they agree on and return); a second one, or a rank that dies
+    (they stop after a step they agree on, save and return); a SIGTERM after it is the
+    same request again (a scheduler repeats it and escalates with SIGKILL) and is ignored,
+    so it never cuts the save short; a SIGINT or SIGHUP after it, or a rank that dies
     after the first, kills them all as above."""
 
     def __init__(self, processes: list[Any], forward: bool = False) -> None:
@@ -123,7 +127,6 @@ class _StopRanks:
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> _StopRanks:
-        import signal
         import threading
 
         if threading.current_thread() is threading.main_thread():
@@ -138,6 +141,8 @@ class _StopRanks:
                 if process.is_alive():
                     process.terminate()
             return
+        if self.forward and signum == 15:
+            return  # the same stop request again: the ranks are saving
         self.stop(signum)
 
     def stop(self, signum: int) -> None:
@@ -152,7 +157,6 @@ class _StopRanks:
         raise SystemExit(128 + signum)
 
     def __exit__(self, *exc: Any) -> None:
-        import signal
 
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
@@ -183,7 +187,7 @@ def spawn(
     :func:`_context`), else ``spawn``. ``collective_timeout_s`` sets the collective
     timeout apart from the whole run's (default: ``timeout_s``). ``forward_signals``:
     a SIGTERM/SIGINT to this process reaches the ranks as SIGTERM and the ranks' results
-    are still awaited (for ranks that stop cleanly on it); a second signal kills them.
+    are still awaited (for ranks that stop cleanly on it); a second SIGINT kills them.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -249,7 +253,27 @@ def _context(start_method: str | None, fn: Callable[..., Any]) -> Any:
             preload.append(fn.__module__)
         # Only the first call before the server starts takes effect.
         context.set_forkserver_preload(preload)
+        _start_forkserver()
     return context
+
+
+def _start_forkserver() -> None:
+    """Start the forkserver (if it is not running) with SIGTERM ignored, as it ignores
+    SIGINT: a scheduler's SIGTERM reaches every process of the job, and a forkserver it
+    killed reports every rank as dead (exit code 255) while the ranks still save their
+    checkpoint, so the launcher would kill them mid-save. Ranks restore the default on
+    start (:func:`_worker_entry`); a rank's run installs its own handler."""
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:

@@ -80,6 +80,19 @@ def checkpoint_step(path: str | Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_UNFINISHED_DIR = re.compile(r"^step-(\d+)\.tmp$")
+
+
+def unfinished_saves(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of the run's ``step-N.tmp`` folders, oldest first: saves that
+    were cut short (killed, or stopped by a full disk) or are still being written."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    found = [(_UNFINISHED_DIR.match(p.name), p) for p in root.iterdir() if _is_own_dir(p)]
+    return sorted((int(m.group(1)), p) for m, p in found if m)
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """The run's checkpoint folders (complete or not, no ``.tmp``), oldest first."""
     root = checkpoint_dir(run_dir)

@@ -7,10 +7,15 @@ after every step the ranks take the largest signal any of them got
 step, save an ordinary checkpoint and exit with ``128 + signal``, the status torchrun
 and schedulers read as "terminated by that signal" (preempted).
 
-A second signal more than :data:`SECOND_SIGNAL_AFTER_S` after the first ends the
-process at once (``checkpoints/latest`` is switched atomically, so it still names a
-complete checkpoint). Signals closer together count as one: a terminal's Ctrl-C
-reaches every process of the job at once, and launchers forward it as well.
+A repeated SIGTERM never cuts the save short: schedulers and launchers repeat and
+forward it (a cluster signals every process of the job, and the ``--world N`` launcher or
+torchrun passes it on again), and a handler can run long after its signal arrived (Python
+runs it between instructions, so a rank busy in one long operation on a loaded machine
+sees both together), so no timing tells a second request from a forwarded copy. They
+escalate with SIGKILL after their own grace period, which the save must fit in
+(docs/reliability.md, "Preemption"). A second SIGINT (Ctrl-C pressed again) more than
+:data:`SECOND_SIGNAL_AFTER_S` after the first signal ends the process at once
+(``checkpoints/latest`` is switched atomically, so it still names a complete checkpoint).
 """
 
 from __future__ import annotations
@@ -56,7 +61,9 @@ class StopSignals:
             if self.announce is not None:
                 line = f"datacentric train: {signal_name(signum)}: {self.announce(signum)}\n"
                 os.write(2, line.encode())  # unbuffered: the handler may interrupt a print
-        elif time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
+        elif signum == signal.SIGINT and time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
+            if self.announce is not None:  # Ctrl-C again: a person who will not wait
+                os.write(2, b"datacentric train: SIGINT again: stopped now, without a save\n")
             os._exit(128 + signum)
 
     def agreed(self, groups: ProcessGroups) -> int | None:

@@ -19,9 +19,11 @@ from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoint import (
     CheckpointError,
     PendingSave,
+    checkpoint_step,
     find_checkpoint,
     resolve_resume_from,
     start_checkpoint,
+    unfinished_saves,
 )
 from datacentric.train.metric_sinks import logger
 
@@ -54,7 +56,22 @@ class RunCheckpoints:
             )
         if notice and self.is_main:
             logger.warning("note: %s", notice)
+        if self.is_main:
+            self._note_cut_short(path)
         return path
+
+    def _note_cut_short(self, path: Path | None) -> None:
+        """Say so when the newest save was cut short (its ``step-N.tmp`` folder is all
+        that is left of it): the run continues from an earlier step than it reached."""
+        done = checkpoint_step(path) if path is not None else -1
+        cut = [(step, tmp) for step, tmp in unfinished_saves(self.out) if step > done]
+        if cut:
+            then = f"resuming from {path.name}" if path is not None else "starting over"
+            logger.warning(
+                "note: the save of step %d was cut short (%s is incomplete and is not read); %s",
+                *cut[-1],
+                then,
+            )
 
     def expected_sha256(self, restarted: bool) -> str | None:
         """The manifest digest the loaded checkpoint must have: the checkpoint the user

@@ -1,0 +1,112 @@
+"""A stop request is one request however often it arrives: a repeated SIGTERM (a
+cluster signals every process of the job, and the launcher forwards it again; a rank
+busy in one long operation runs both handlers late, together) never cuts the save
+short; only Ctrl-C pressed again does, and says so. A save cut short by a kill is named
+when the run resumes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from repo_paths import ROOT
+
+from datacentric.settings.sections import CheckpointConfig
+from datacentric.train import checkpoint as ckpt
+from datacentric.train.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
+from datacentric.train.run_checkpoints import RunCheckpoints
+
+HERE = Path(__file__).parent
+
+
+def _python(script: str, *args: str, **kw) -> subprocess.Popen:
+    path = os.pathsep.join(str(p) for p in (HERE, ROOT / "tests", ROOT))
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw,
+    )  # fmt: skip
+
+
+#: Two SIGTERMs far apart, then two SIGINTs: the process must survive the second SIGTERM
+#: (it is saving) and end, saying so, at the second SIGINT.
+ONE_PROCESS = """
+    import os, signal, time
+    from datacentric.train.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
+    with StopSignals(lambda signum: "finishing step 4, then saving") as stop:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(SECOND_SIGNAL_AFTER_S + 0.5)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)
+        print("still saving after a second SIGTERM", stop.signum, flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        print("a SIGINT after a SIGTERM far apart is Ctrl-C again", flush=True)
+"""
+
+
+def test_a_repeated_sigterm_never_cuts_the_save_short() -> None:
+    done = _python(ONE_PROCESS)
+    out, err = done.communicate(timeout=120)
+    assert out.splitlines() == ["still saving after a second SIGTERM 15"], out + err
+    assert done.returncode == 128 + signal.SIGINT, err
+    assert "SIGTERM: finishing step 4, then saving" in err
+    assert err.strip().endswith("SIGINT again: stopped now, without a save"), err
+
+
+def saving_rank(folder: str) -> int:
+    """A rank that, once signalled, takes 3 s to "save" and returns the signal."""
+    import torch.distributed as dist
+
+    with StopSignals() as stop:
+        Path(folder, f"ready-{dist.get_rank()}").touch()
+        while stop.signum is None:
+            time.sleep(0.05)
+        end = time.monotonic() + 3
+        while time.monotonic() < end:  # busy, as a save is
+            torch.ones(64, 64) @ torch.ones(64, 64)
+        return stop.signum
+
+
+LAUNCHER = """
+    import sys
+    from datacentric.parallel.launch import spawn
+    from test_preemption_signals import saving_rank
+    print("results", spawn(saving_rank, 2, sys.argv[1], forward_signals=True, timeout_s=300))
+"""
+
+
+@pytest.mark.slow
+def test_the_launcher_and_its_ranks_treat_a_repeated_sigterm_as_one(tmp_path) -> None:
+    launcher = _python(LAUNCHER, str(tmp_path), start_new_session=True)
+    deadline = time.monotonic() + 240
+    while len(list(tmp_path.glob("ready-*"))) < 2:  # both ranks are in their handler
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()
+        time.sleep(0.1)
+    os.killpg(launcher.pid, signal.SIGTERM)  # as a cluster: every process of the job
+    time.sleep(SECOND_SIGNAL_AFTER_S + 0.5)
+    os.killpg(launcher.pid, signal.SIGTERM)  # and again, while the ranks "save"
+    out, err = launcher.communicate(timeout=240)
+    assert launcher.returncode == 0, (out, err[-3000:])
+    assert "results [15, 15]" in out, out + err[-2000:]
+
+
+def test_a_save_cut_short_is_named_on_resume(tmp_path, caplog) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters())
+    kept = ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
+    (tmp_path / "checkpoints" / "step-00000004.tmp").mkdir()  # killed while saving step 4
+    checkpoints = RunCheckpoints(CheckpointConfig(resume=True), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="datacentric"):
+        assert checkpoints.to_load(restarted=False) == kept
+    assert "the save of step 4 was cut short" in caplog.text
+    assert f"resuming from {kept.name}" in caplog.text
