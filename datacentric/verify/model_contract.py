@@ -201,31 +201,55 @@ def check_model_contract(
             module.training = training
 
 
+#: what a model's own code raises when it cannot run as the ranks run it
+_MODEL_ERRORS = (
+    AssertionError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    NotImplementedError,
+    RuntimeError,  # torch's CheckpointError among them
+    TypeError,
+)
+
+
 def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
     """For a Hugging Face model (:class:`~datacentric.models.hf.HFCausalLM`, possibly on
     the meta device): :func:`check_model_contract` on a small CPU copy that keeps every
-    layer type (:func:`~datacentric.models.hf.small_copy`), so that the refusals that
-    show only when the model runs (attention sinks, a mask of the layer's own, layers
-    that drop the packed layout) happen before ranks start. Raises ``ValueError`` (a
-    refusal naming the feature, or :class:`ModelContractError`); other models pass."""
+    layer type and its per-layer config (:func:`~datacentric.models.hf.small_copy`), then
+    one step of two packed samples with every block recomputed (the ranks' recomputation
+    path), so that the refusals that show only when the model runs (attention sinks, a
+    mask of the layer's own, layers that drop the packed layout, a layer that does not
+    recompute as it ran) happen before ranks start. Raises ``ValueError`` (a refusal
+    naming the feature, or :class:`ModelContractError`); other models pass."""
     if type(model).__name__ != "HFCausalLM":
         return
     from datacentric.models.hf import small_copy
 
+    name = type(model.hf).__name__
+    copy = small_copy(model)
     try:
-        check_model_contract(small_copy(model), dataset)
-    except ValueError:
-        raise
-    except (
-        AssertionError,
-        AttributeError,
-        IndexError,
-        KeyError,
-        NotImplementedError,
-        RuntimeError,
-        TypeError,
-    ) as err:  # raised in the model's own code
+        check_model_contract(copy, dataset)
+    except _MODEL_ERRORS as err:  # raised in the model's own code (a refusal propagates)
         raise ModelContractError(
-            f"{type(model.hf).__name__} fails a forward pass of two packed samples: "
-            f"{type(err).__name__}: {err}"
+            f"{name} fails a forward pass of two packed samples: {type(err).__name__}: {err}"
         ) from err
+    try:
+        _recomputed_step(copy, dataset)
+    except _MODEL_ERRORS as err:
+        raise ModelContractError(
+            f"{name} fails a step of two packed samples with its blocks recomputed (as the "
+            f"ranks recompute them): {type(err).__name__}: {str(err).splitlines()[0]}"
+        ) from err
+
+
+def _recomputed_step(model: nn.Module, dataset: Dataset) -> None:
+    """Forward and backward of two packed samples with every block recomputed, in
+    ``eval()`` mode (the copy, every parameter trained, is thrown away after)."""
+    from datacentric.parallel.recompute import BlockRecompute
+
+    model.eval()
+    switch = BlockRecompute.apply(model)
+    with switch.use((True,) * switch.num_blocks):
+        loss = model(dataset.pack(_pick_samples(dataset, 2), 1)).float().sum()
+        loss.backward()

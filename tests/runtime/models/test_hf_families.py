@@ -233,6 +233,31 @@ def test_pre_check_refuses_by_name_before_ranks_start(tmp_path: Path, name: str)
     assert REFUSED[name] in message and "\n" not in message, message
 
 
+def test_pre_check_runs_the_recomputation_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer that does not recompute as it ran (here: it saves a tensor of another
+    shape on every other call) is refused by the pre-check's small-copy step with every
+    block recomputed, naming it, instead of stopping inside the ranks (as Helios's
+    recomputation did, with ``CheckpointError``)."""
+    from transformers.models.llama import modeling_llama
+
+    layer = modeling_llama.LlamaDecoderLayer
+    original, calls = layer.forward, []
+
+    def unsteady(self, hidden_states, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls.append(1)
+        rows = hidden_states.shape[1] if len(calls) % 2 else 1
+        hidden_states = hidden_states + 0 * hidden_states[:, :rows].exp().sum()
+        return original(self, hidden_states, *args, **kwargs)
+
+    config = TrainConfig(model="hf:llama", dataset_limit=20, max_tokens=96)
+    dataset = build_dataset(config.data, config.job.seed)
+    check_model(config.model, dataset)  # the layer as transformers wrote it passes
+    monkeypatch.setattr(layer, "forward", unsteady)
+    with pytest.raises(ValueError, match="with its blocks recomputed") as caught:
+        check_model(config.model, dataset)
+    assert "CheckpointError" in str(caught.value) and "\n" not in str(caught.value)
+
+
 def test_train_refuses_attention_sinks_in_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "datacentric", "train", "--model", _folder(tmp_path, "gpt_oss")]
