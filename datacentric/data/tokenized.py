@@ -48,11 +48,14 @@ from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
 from datacentric.data.tokenizer_files import tokenizer_digest
+from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
 CACHE_VERSION = 3  # 2: every message key and record keyword; 3: tables without None
 ENCODE_BATCH = 1024
+#: The files of a cache entry.
+CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
 
 
 def cache_root() -> Path:
@@ -247,6 +250,8 @@ class TokenizedTextDataset:
         self.cache_dir = cache_root() / "tokens" / digest
         if not (self.cache_dir / "meta.json").is_file():
             _build_cache(kind, self.files, text_field, enc, self.cache_dir, renderer)
+        for name in CACHE_FILES:  # a FIFO there would block the reads below
+            check_regular(self.cache_dir / name)
         meta = json.loads((self.cache_dir / "meta.json").read_text(encoding="utf-8"))
         offsets = np.load(self.cache_dir / "offsets.npy")
         self._origins = np.load(self.cache_dir / "origins.npy")

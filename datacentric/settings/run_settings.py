@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tomllib
 import warnings
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.log import get_logger
+from datacentric.regular_files import NotRegularFileError, kind_of, open_regular
 from datacentric.settings.layout import (
     SECTIONS,
     CostSettings,
@@ -284,12 +286,13 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
 def _read_file(path: str | Path) -> dict[str, Any]:
     """The flat ``{key: value}`` a TOML file sets (not yet checked)."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "rb") as handle:  # a FIFO must not block
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError(f"--config {path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"--config {path}: is a folder; name a TOML file") from None
+    except (IsADirectoryError, NotRegularFileError):
+        what = kind_of(os.stat(path).st_mode)
+        raise ConfigError(f"--config {path}: is {what}, not a file; name a TOML file") from None
     except UnicodeDecodeError as err:
         raise ConfigError(
             f"--config {path}: not a text TOML file (byte {err.start} is not UTF-8)"

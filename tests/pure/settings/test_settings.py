@@ -48,3 +48,20 @@ def test_a_typed_section_of_the_settings():
     assert isinstance(training, TrainingConfig) and training.lr == 0.01
     with pytest.raises(KeyError, match="did you mean 'training'"):
         settings.section("trainin")
+
+
+def test_a_config_that_is_no_file_is_refused_without_blocking(tmp_path) -> None:
+    import os
+    import signal
+
+    from datacentric.settings import load_config
+    from datacentric.settings.schema import ConfigError
+
+    os.mkfifo(tmp_path / "run.toml")  # opening it for reading would wait for a writer
+    signal.alarm(60)  # a regression fails here instead of hanging the suite
+    try:
+        for path, what in ((tmp_path / "run.toml", "a FIFO"), (tmp_path, "a folder")):
+            with pytest.raises(ConfigError, match=f"--config {path}: is {what}"):
+                load_config(path)
+    finally:
+        signal.alarm(0)
