@@ -1,0 +1,122 @@
+"""Validation of Hugging Face fine-tunes, end to end through ``datacentric train``: the
+held-out loss is plain transformers' loss of the exported model on the held-out samples
+(per token; assistant tokens only for conversations), and training is bitwise the same
+without validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from datacentric.train.metrics import read_metrics
+
+pytest.importorskip("transformers")
+
+
+@pytest.mark.slow
+def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
+    """``hf:`` folder, world 2, a held-out JSON-lines file, every 2 of 4 steps: ``val_loss``
+    on the lines of steps 2 and 4 and in their metrics rows; the final one is plain
+    transformers' per-token loss of the exported model on the file; training is the same
+    run's without validation, bitwise."""
+    from runtime.models.test_model_source import _pretrained_folder, _run
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder)
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    train.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:48]))
+    held.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[48:]))
+    common = [
+        *("train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{train}", "--world", "2"),
+        *("--tokenizer", str(folder / "tokenizer.json"), "--iterations", "4"),
+        *("--cost-model", "analytic", "--no-progress", "--json"),
+    ]
+    runs = {}
+    for name, flags in (("val", ["--validation.every", "2"]), ("plain", [])):
+        flags += ["--validation.dataset", f"jsonl:{held}"] if flags else []
+        done = _run(*common, "--out", str(tmp_path / name), *flags)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[name] = (json.loads(done.stdout.strip().splitlines()[-1]), done.stderr)
+    (summary, log), (plain, _) = runs["val"], runs["plain"]
+    lines = [ln for ln in log.splitlines() if "val_loss" in ln]
+    assert [ln.split()[1] for ln in lines] == ["2", "4"], log[-2000:]
+    records = read_metrics(tmp_path / "val")
+    assert [(r["iteration"], "val_loss" in r) for r in records] == [
+        (0, False), (1, True), (2, False), (3, True),
+    ]  # fmt: skip
+    assert [r["loss"] for r in records] == [r["loss"] for r in read_metrics(tmp_path / "plain")]
+    assert summary["weights_sha256"] == plain["weights_sha256"] and "final_val_loss" not in plain
+    assert summary["final_val_loss"] == records[-1]["val_loss"]
+    assert summary["best_val_loss"] == min(r["val_loss"] for r in records if "val_loss" in r)
+    done = _run("export", str(tmp_path / "val"), "--out", str(tmp_path / "exported"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "exported").eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for text in texts[48:]:
+            ids = torch.tensor([tokenizer.encode(text).ids])
+            n = ids.shape[1] - 1  # tokens with a next token: transformers' mean is over them
+            total += float(model(input_ids=ids, labels=ids).loss.double()) * n
+            count += n
+    assert summary["final_val_loss"] == pytest.approx(total / count, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_each_val_loss_of_a_lora_chat_split_is_the_masked_loss_of_its_checkpoint(tmp_path):
+    """LoRA on conversations at world 2, ``split=0.1``, validation after each of 2 steps:
+    each ``val_loss`` is the exported adapter's own masked loss (assistant tokens only,
+    one conversation at a time) on the held-out conversations."""
+    from chat_data import (
+        conversations,
+        run_json,
+        save_chat_tokenizer,
+        tiny_qwen2_config,
+        write_records,
+    )
+    from peft import PeftModel
+    from runtime.data.test_data_chat import _template_masks
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
+
+    from datacentric.data.holdout import split_ids
+
+    folder = tmp_path / "qwen"
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(tiny_qwen2_config(320)).save_pretrained(folder)
+    save_chat_tokenizer(folder)
+    records = [{"messages": t} for t in conversations(40)]
+    path = write_records(tmp_path / "chat.jsonl", records)
+    argv = ["train", "--model", f"hf:{folder}", "--tokenizer", str(folder), "--world", "2"]
+    argv += ["--dataset", f"jsonl:{path}", "--iterations", "2", "--training.lr", "1e-2"]
+    argv += ["--lora.rank", "4", "--lora.targets", "q_proj,v_proj", "--checkpoint-every", "1"]
+    argv += ["--validation.dataset", "split=0.1", "--validation.every", "1"]
+    argv += ["--out", str(tmp_path / "run"), "--json", "--no-plots", "--cost-model", "analytic"]
+    summary = run_json(argv, tmp_path / "cache")
+    _, held = split_ids(len(records), 0.1, seed=0)
+    rendered = _template_masks(folder, [records[i] for i in held])
+    items = sum(sum(mask[1:]) for _, mask in rendered)
+    val = {r["iteration"] + 1: r["val_loss"] for r in read_metrics(tmp_path / "run")}
+    assert sorted(val) == [1, 2] and summary["final_val_loss"] == val[2]
+    for step in (1, 2):
+        out = tmp_path / f"adapter-{step}"
+        run_json(["export", str(tmp_path / "run"), "--checkpoint", str(step), "--out", str(out),
+                  "--json"], tmp_path / "cache")  # fmt: skip
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(folder), out)
+        model.eval()
+        total = 0.0
+        with torch.no_grad():
+            for ids, mask in rendered:
+                labels = [t if m else -100 for t, m in zip(ids, mask)]
+                loss = model(
+                    input_ids=torch.tensor([ids]),
+                    labels=torch.tensor([labels]),
+                    num_items_in_batch=items,
+                    use_cache=False,
+                ).loss
+                total += float(loss.double())
+        assert val[step] == pytest.approx(total, rel=1e-5), step
+    assert val[1] != val[2]  # the adapters moved the held-out loss
