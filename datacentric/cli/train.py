@@ -57,8 +57,7 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
         sized = size_global_batch(config.scheduling, tokens)
-        if held_out is not None:
-            check_held_out(config, dataset, held_out)
+        check_validation(config, dataset, held_out)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return False
@@ -78,19 +77,23 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
     return True
 
 
-def check_held_out(config: TrainConfig, dataset, held_out) -> None:
-    """Raise ``ValueError`` naming the ``[validation]`` setting when its held-out set
-    cannot be validated on: no loss-carrying token, a shape the plan cannot fit (the
-    analytic plan of the run's model, world and memory budget), or ``every`` past the
-    run's last step (counted from its global batches when ``iterations`` is unset)."""
+def check_validation(config: TrainConfig, dataset, held_out) -> None:
+    """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
+    samples with no loss-carrying token or a shape the plan cannot fit (the analytic plan
+    of the run's model, world and memory budget), a prompts file that is not text or a
+    model with no logits to continue it, ``every`` past the run's last step (counted from
+    its global batches when ``iterations`` is unset)."""
     from datacentric.scheduling.global_batches import steps_per_epoch
 
-    where = f"validation.dataset {config.validation.dataset}"
-    if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):
-        raise ValueError(f"{where}: the held-out samples carry no loss token")
-    world = config.parallelism.world or 1
-    check_held_out_fits(where, held_out, config, world)
-    every, training = config.validation.every, config.training
+    validation, world = config.validation, config.parallelism.world or 1
+    if held_out is not None:
+        where = f"validation.dataset {validation.dataset}"
+        if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):
+            raise ValueError(f"{where}: the held-out samples carry no loss token")
+        check_held_out_fits(where, held_out, config, world)
+    if validation.prompts is not None:
+        check_prompts(config, dataset)
+    every, training = validation.every, config.training
     if every and training.iterations is None:
         per_epoch = steps_per_epoch(
             dataset.shapes(), config.scheduling.options(), seed=config.job.seed, world_size=world
@@ -101,6 +104,23 @@ def check_held_out(config: TrainConfig, dataset, held_out) -> None:
                 f"steps ({training.epochs} epoch(s) of {per_epoch}): validation would run only "
                 "after the last step; lower it"
             )
+
+
+def check_prompts(config: TrainConfig, dataset) -> None:
+    """The prompts file reads as text (:func:`~datacentric.data.prompts.read_prompts`)
+    and the model has next-token logits to continue it with (built on the meta device)."""
+    from datacentric.data.prompts import read_prompts
+    from datacentric.models.source import build_from_source
+    from datacentric.train.build import model_source
+
+    read_prompts(config.validation.prompts)
+    source = model_source(config.model, config.lora)
+    module, _ = build_from_source(source, device="meta", dataset=dataset)
+    if not callable(getattr(module, "logits", None)):
+        raise ValueError(
+            f"validation.prompts: {config.model.model} has no next-token logits to generate "
+            "with (a text model: hf:DIR); leave validation.prompts unset"
+        )
 
 
 def check_held_out_fits(where: str, held_out, config: TrainConfig, world: int) -> None:

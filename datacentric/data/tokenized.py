@@ -110,6 +110,15 @@ class _Encoder:
             return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
         return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
 
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text (the inverse of :meth:`encode`; bytes that are no UTF-8
+        are replaced)."""
+        if self.hf is not None:
+            return str(self.hf.decode(ids))
+        if self._tok is None:
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return str(self._tok.decode(ids))
+
     def renderer(self, chat_file: str) -> ChatRenderer:
         """The chat renderer of a tokenizer folder (conversations need one; ``chat_file``:
         the file whose first record is a conversation, named when there is none)."""
@@ -122,6 +131,12 @@ class _Encoder:
                 "the model's), or leave that file out of the dataset"
             )
         return ChatRenderer(self.hf, self.path)
+
+
+def text_codec(tokenizer: str | None) -> _Encoder:
+    """The ``[data] tokenizer``'s encoder and decoder (``encode(texts)``, ``decode(ids)``;
+    ``None``: UTF-8 bytes), as the text datasets tokenize."""
+    return _Encoder(tokenizer)
 
 
 def record_format(kind: str, files: list[str], text_field: str) -> str:

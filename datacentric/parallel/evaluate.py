@@ -29,7 +29,7 @@ from torch import nn
 from datacentric.batch import PackedBatch
 from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.loss import LossWeights
-from datacentric.parallel.runtime import DataCentricRuntime
+from datacentric.parallel.runtime import DataCentricRuntime, unwrap
 from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.schedule import Iteration
 
@@ -102,3 +102,72 @@ class _gathered:
         for unit in self.units:
             unit.reshard()
             unit.set_reshard_after_forward(blocks and unit is not self.model, recurse=False)
+
+
+def generate_tokens(
+    runtime: DataCentricRuntime,
+    prompts: Sequence[Sequence[int]],
+    settings: Sequence[tuple[int, float, torch.Generator]],
+    *,
+    autocast: AbstractContextManager | None = None,
+) -> list[list[int]]:
+    """The continuation of each prompt's token ids, ``settings[k] = (new tokens,
+    temperature, generator)`` (temperature 0: greedy; else sampled with the generator):
+    the prompts are spread over the ranks (prompt ``k`` on rank ``k % world``), each runs
+    alone on its rank (its own SP group of one), the model's next-token logits
+    (``logits(batch)``) recomputed on the whole sequence per token (no cache); collective
+    (every rank calls it with the same prompts), every rank gets every continuation."""
+    groups = runtime.groups
+    model = runtime.model
+    module = unwrap(model)
+    group, ring = groups.split(groups.rank, 1, 1)
+    mine: dict[int, list[int]] = {}
+    devices = [groups.device] if groups.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), _gathered(model):
+        was_training = model.training
+        model.eval()
+        try:
+            for k in range(groups.rank, len(prompts), groups.world_size):
+                with runtime.attention.use(group, ring), runtime.recompute.use(()):
+                    ids = list(prompts[k])
+                    mine[k] = _continue(module, ids, *settings[k], autocast, groups.device)
+        finally:
+            model.train(was_training)
+    if groups.distributed and groups.world_size > 1:
+        every: list[dict[int, list[int]]] = [{} for _ in range(groups.world_size)]
+        dist.all_gather_object(every, mine, group=groups.world)
+        mine = {k: v for part in every for k, v in part.items()}
+    return [mine[k] for k in range(len(prompts))]
+
+
+def _continue(
+    module: nn.Module,
+    ids: list[int],
+    new_tokens: int,
+    temperature: float,
+    generator: torch.Generator,
+    autocast: AbstractContextManager | None,
+    device: torch.device,
+) -> list[int]:
+    """``new_tokens`` more tokens after ``ids`` from ``module.logits`` (see above)."""
+    start = len(ids)
+    for _ in range(new_tokens):
+        n = len(ids)
+        tokens = torch.tensor(ids, dtype=torch.long)
+        batch = PackedBatch(
+            sample_ids=(0,),
+            cu_seqlens=torch.tensor([0, n], dtype=torch.long),
+            inputs=tokens,
+            targets=tokens,
+            position_ids=torch.arange(n, dtype=torch.long),
+            segment_ids=torch.zeros(n, dtype=torch.long),
+            loss_mask=torch.ones(n, dtype=torch.bool),
+        ).to(device)
+        with autocast or nullcontext():
+            logits = module.logits(batch)[-1].float().cpu()
+        if temperature == 0:
+            ids.append(int(logits.argmax()))
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            ids.append(int(torch.multinomial(probs, 1, generator=generator)))
+    return ids[start:]

@@ -366,10 +366,15 @@ def _check_validation(
     except ValueError as err:
         raise ConfigError(str(err)) from None
     every, steps = validation.every, training.iterations
-    if validation.dataset is None and (every or validation.limit is not None):
+    if validation.dataset is None and validation.limit is not None:
         raise ConfigError(
-            "validation.every/limit: no held-out samples; set validation.dataset "
+            "validation.limit: no held-out samples; set validation.dataset "
             "(split=0.1, or a dataset such as jsonl:heldout.jsonl)"
+        )
+    if validation.dataset is None and validation.prompts is None and every:
+        raise ConfigError(
+            "validation.every: nothing to validate; set validation.dataset (split=0.1, or "
+            "a dataset such as jsonl:heldout.jsonl) or validation.prompts"
         )
     if every and steps is not None and every > steps:
         raise ConfigError(

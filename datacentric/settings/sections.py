@@ -185,6 +185,15 @@ class ValidationConfig:
     after the last step only; 0: never, the ``split`` samples stay held out)."""
     limit: int | None = setting(None, ge=1)
     """Use only the first N held-out samples (unset: all of them)."""
+    prompts: str | None = None
+    """Text models: a file of prompts to continue at each validation, one per line or JSON
+    lines with per-prompt ``max_new_tokens`` and ``temperature``; the completions go to
+    ``validation/step-N.jsonl`` and the log."""
+    max_new_tokens: int = setting(32, ge=1)
+    """Tokens generated per prompt."""
+    temperature: float = setting(0.0, ge=0)
+    """0: greedy decoding; above 0: sampling at this temperature, from a generator seeded
+    by the seed, the step and the prompt (a rerun gives the same tokens)."""
 
 
 def split_fraction(dataset: str | None) -> float | None:

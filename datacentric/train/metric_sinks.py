@@ -183,6 +183,29 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(scalars, step=record["iteration"])
 
+    def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
+        """The validation prompts' completions after ``step`` (from 1): one log line
+        each, and TensorBoard text under ``validation/prompt-K`` (W&B: a table)."""
+        if not self.enabled:
+            return
+        for sample in samples:
+            logger.info(
+                "validation step %d prompt %d: %r -> %r",
+                step,
+                sample["prompt_id"],
+                sample["prompt"][:80],
+                sample["completion"][:200],
+            )
+            if self._tb is not None:
+                text = f"{sample['prompt']} ->\n\n{sample['completion']}"
+                self._tb.add_text(f"validation/prompt-{sample['prompt_id']}", text, step - 1)
+        if self._wandb is not None:
+            import wandb
+
+            rows = [[s["prompt_id"], s["prompt"], s["completion"]] for s in samples]
+            table = wandb.Table(columns=["prompt_id", "prompt", "completion"], data=rows)
+            self._wandb.log({"validation/samples": table}, step=step - 1)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

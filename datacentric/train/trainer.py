@@ -58,7 +58,7 @@ from datacentric.train.run_folder import (
     timeline_json,
 )
 from datacentric.train.step_trace import StepTracer
-from datacentric.train.validation import ValidationRecord
+from datacentric.train.validation import PromptSamples, ValidationRecord, write_samples
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
 #: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
@@ -195,6 +195,13 @@ class Trainer:
         self.dc = run.dc
         if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
             self.dc.prepare_evaluation(self.held_out)
+        self.prompts = PromptSamples.of(config.validation, config.data, config.job.seed)
+        """The ``[validation]`` section's prompts (None: no ``prompts`` file)."""
+        if self.prompts is not None and not callable(getattr(self.dc.module, "logits", None)):
+            raise ValueError(
+                f"validation.prompts: {config.model.model} has no next-token logits to "
+                "generate with (a text model: hf:DIR); leave validation.prompts unset"
+            )
         self.runtime = self.dc.runtime
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         self.step_metrics = run.step_metrics
@@ -456,11 +463,13 @@ class Trainer:
             tracer.begin(step.number + 1)
             record = self._step(step, scheduler)
             tracer.end(step.number + 1)
-            record.update(self._validate(step.number + 1))
+            samples = self._validate(step.number + 1, record)
             tally.losses.append(record["loss"])
             tally.rates.append(record["tokens_per_s"])
             self.loss_tokens_seen += record["loss_tokens"]
             metrics.log(record)
+            if samples:
+                metrics.log_samples(step.number + 1, samples)
             self._finish_save()  # a background save had this step to write its shards
             if self.checkpoints.due(self.position.iterations_done):
                 self._save(scheduler, background=self.checkpoints.background)
@@ -473,22 +482,32 @@ class Trainer:
         self._finish_save()  # a background save of the last step completes here
         return tally
 
-    def _validate(self, number: int) -> dict[str, Any]:
-        """The held-out loss after step ``number`` when it is due (on every rank), as
-        the step record's ``val_loss`` and ``val_time_s`` (apart from its step time)."""
-        if self.held_out is None or not self.validation.due(number, self.total_iterations):
-            return {}
+    def _validate(self, number: int, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """Validation after step ``number`` when it is due (on every rank): the held-out
+        loss into the step ``record`` (``val_loss``, and ``val_time_s`` apart from its
+        step time), and the prompts' completions (rank 0 writes ``validation/step-N.jsonl``),
+        which it returns."""
+        due = self.validation.due(number, self.total_iterations)
+        if not due or (self.held_out is None and self.prompts is None):
+            return []
         self.activity = f"validation after step {number}"
         started = time.perf_counter()
-        loss = self.dc.evaluate(
-            self.held_out,
-            autocast=self._autocast(),
-            progress=self.is_main and self.metrics_config.progress,
-        )
-        elapsed = time.perf_counter() - started
-        self.validation.add(number, loss, write=self.is_main)
+        if self.held_out is not None:
+            loss = self.dc.evaluate(
+                self.held_out,
+                autocast=self._autocast(),
+                progress=self.is_main and self.metrics_config.progress,
+            )
+            self.validation.add(number, loss, write=self.is_main)
+            record["val_loss"] = loss
+        samples = []
+        if self.prompts is not None:
+            samples = self.prompts.run(self.dc, number, autocast=self._autocast())
+            if self.is_main:
+                write_samples(self.out, number, samples)
+        record["val_time_s"] = time.perf_counter() - started
         self.activity = f"training after step {number}"
-        return {"val_loss": loss, "val_time_s": elapsed}
+        return samples
 
     def _autocast(self) -> torch.autocast:
         """Mixed precision of the forward passes (``[model] dtype``)."""

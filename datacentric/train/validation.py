@@ -13,6 +13,9 @@
   as in training, the whole set at once: the loss a single process computes on it.
   Diffusion noise and time are drawn for epoch 0 of each held-out sample, from the
   seed and its sample id only, so the number moves only when the model does;
+- :class:`PromptSamples`: text models continue the ``prompts`` file's prompts at each
+  validation (greedy, or sampled from a generator seeded by the seed, the step and the
+  prompt), spread over the ranks, written to ``validation/step-N.jsonl``;
 - :class:`ValidationRecord`: when validation is due (``every``, and after the last
   step), the best step so far and its record in the run folder
   (``validation/best.json``).
@@ -27,10 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datacentric.data.base import Dataset, epoch_pack
+from datacentric.data.base import Dataset, epoch_pack, sample_generator
 from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.data.sources import data_settings, open_dataset
-from datacentric.parallel.evaluate import evaluate_schedule
+from datacentric.data.tokenized import text_codec
+from datacentric.parallel.evaluate import evaluate_schedule, generate_tokens
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.progress import Progress
 from datacentric.schedule import Schedule
@@ -166,3 +171,61 @@ class ValidationRecord:
             tmp.write_text(json.dumps({"step": step, "val_loss": loss}) + "\n", encoding="utf-8")
             tmp.replace(path)
         return True
+
+
+@dataclass
+class PromptSamples:
+    """The ``[validation]`` section's prompts, tokenized as the ``[data]`` section's
+    tokenizer does, and how to continue them."""
+
+    prompts: list[Prompt]
+    codec: Any
+    max_new_tokens: int
+    temperature: float
+    seed: int
+
+    @classmethod
+    def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
+        """The section's prompts (None: no ``prompts`` file)."""
+        if validation.prompts is None:
+            return None
+        return cls(
+            read_prompts(validation.prompts),
+            text_codec(data.tokenizer),
+            validation.max_new_tokens,
+            validation.temperature,
+            seed,
+        )
+
+    def run(
+        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
+    ) -> list[dict[str, Any]]:
+        """Every prompt's completion after step ``step`` (collective: every rank calls
+        it; each gets every record: ``prompt_id``, ``prompt``, ``completion``, ``tokens``)."""
+        ids = [list(map(int, e)) for e in self.codec.encode([p.text for p in self.prompts])]
+        settings = [
+            (
+                p.max_new_tokens or self.max_new_tokens,
+                self.temperature if p.temperature is None else p.temperature,
+                sample_generator(self.seed, p.index, step),
+            )
+            for p in self.prompts
+        ]
+        tokens = generate_tokens(dc.runtime, ids, settings, autocast=autocast)
+        return [
+            {
+                "prompt_id": p.index,
+                "prompt": p.text,
+                "completion": self.codec.decode(new),
+                "tokens": new,
+            }
+            for p, new in zip(self.prompts, tokens)
+        ]
+
+
+def write_samples(out: Path, step: int, records: list[dict[str, Any]]) -> Path:
+    """``validation/step-N.jsonl`` of the run folder ``out``: one record per prompt."""
+    path = out / "validation" / f"step-{step}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path

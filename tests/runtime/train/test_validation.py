@@ -190,13 +190,21 @@ def test_bad_validation_input_is_one_line_before_ranks_start(tmp_path, capsys):
     err = _bad(tmp_path, capsys, "--validation-dataset", "split=0.1", "--validation-every", "9")
     assert "validation.every: 9 is more than the run's" in err
     err = _bad(tmp_path, capsys, "--validation.every", "2", "--iterations", "4")
-    assert "no held-out samples; set validation.dataset" in err
+    assert "validation.every: nothing to validate; set validation.dataset" in err
     err = _bad(tmp_path, capsys, "--keep-best")
     assert "checkpoint.keep_best: needs a validation loss" in err
     err = _bad(tmp_path, capsys, "--validation.dataset", "jsonl:" + str(tmp_path / "none.jsonl"))
     assert "none.jsonl" in err
     err = _bad(tmp_path, capsys, "--validation.dataset", "split=0.999")
     assert "leaves none to train on" in err
+    binary = tmp_path / "prompts.bin"
+    binary.write_bytes(bytes(range(256)))
+    err = _bad(tmp_path, capsys, "--validation.prompts", str(binary))
+    assert f"validation.prompts {binary}: not a text file" in err
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("once upon a time\n")
+    err = _bad(tmp_path, capsys, "--validation.prompts", str(prompts))
+    assert "validation.prompts: llama has no next-token logits" in err
     # a held-out sample longer than the plan can fit under a tiny budget
     long = tmp_path / "long.jsonl"
     long.write_text(json.dumps({"text": "a long document " * 40}) + "\n")
@@ -207,3 +215,22 @@ def test_bad_validation_input_is_one_line_before_ranks_start(tmp_path, capsys):
         *("--memory-gb", "0.0005"),
     )
     assert "a held-out sample cannot be planned" in err
+
+
+def test_prompt_files_read_as_lines_or_json_lines(tmp_path):
+    from datacentric.data.base import DataError
+    from datacentric.data.prompts import Prompt, read_prompts
+
+    path = tmp_path / "prompts.txt"
+    path.write_text('plain line\n\n{"prompt": "x", "max_new_tokens": 3, "temperature": 0.5}\n')
+    assert read_prompts(path) == [Prompt(0, "plain line"), Prompt(1, "x", 3, 0.5)]
+    for line, message in (
+        ('{"prompt": 3}', 'line 1: a JSON line needs a "prompt" string'),
+        ('{"prompt": "x", "top_p": 1}', "line 1: unknown key(s) top_p"),
+        ('{"prompt": "x", "max_new_tokens": 0}', "max_new_tokens must be an integer >= 1"),
+        ("{not json", "line 1: not valid JSON"),
+        ("\n\n", "holds no prompt"),
+    ):
+        path.write_text(line)
+        with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            read_prompts(path)

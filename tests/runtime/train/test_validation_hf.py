@@ -35,13 +35,26 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
         *("--tokenizer", str(folder / "tokenizer.json"), "--iterations", "4"),
         *("--cost-model", "analytic", "--no-progress", "--json"),
     ]
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(
+        "document 3: word1\n\n"
+        + json.dumps({"prompt": "word2 tok3", "temperature": 0.9, "max_new_tokens": 5})
+        + "\nword4\n"
+    )
+    validate = ["--validation.every", "2", "--validation.dataset", f"jsonl:{held}"]
+    validate += ["--validation.prompts", str(prompts), "--validation.max_new_tokens", "6"]
     runs = {}
-    for name, flags in (("val", ["--validation.every", "2"]), ("plain", [])):
-        flags += ["--validation.dataset", f"jsonl:{held}"] if flags else []
+    for name, flags in (("val", validate), ("plain", []), ("again", validate)):
         done = _run(*common, "--out", str(tmp_path / name), *flags)
         assert done.returncode == 0, done.stderr[-2000:]
         runs[name] = (json.loads(done.stdout.strip().splitlines()[-1]), done.stderr)
     (summary, log), (plain, _) = runs["val"], runs["plain"]
+    for step in (2, 4):  # the completions: one per prompt, the same on a rerun
+        written = (tmp_path / f"val/validation/step-{step}.jsonl").read_text()
+        assert written == (tmp_path / f"again/validation/step-{step}.jsonl").read_text()
+        samples = [json.loads(line) for line in written.splitlines()]
+        assert [len(s["tokens"]) for s in samples] == [6, 5, 6]
+    assert runs["again"][0]["final_val_loss"] == summary["final_val_loss"]
     lines = [ln for ln in log.splitlines() if "val_loss" in ln]
     assert [ln.split()[1] for ln in lines] == ["2", "4"], log[-2000:]
     records = read_metrics(tmp_path / "val")
@@ -64,6 +77,12 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
             total += float(model(input_ids=ids, labels=ids).loss.double()) * n
             count += n
     assert summary["final_val_loss"] == pytest.approx(total / count, rel=1e-5)
+    for sample in samples:  # greedy ones: transformers' own greedy decoding, without a cache
+        if sample["prompt_id"] == 1:
+            continue
+        ids = torch.tensor([tokenizer.encode(sample["prompt"]).ids])
+        out = model.generate(ids, max_new_tokens=6, do_sample=False, use_cache=False)
+        assert out[0, ids.shape[1] :].tolist() == sample["tokens"]
 
 
 @pytest.mark.slow
