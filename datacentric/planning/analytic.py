@@ -349,10 +349,17 @@ class AnalyticCostModel(CachedCostModel):
         return 2.0 * tokens / ring * held * spec.head_dim * self.dtype_bytes
 
     def _ring_exposed_s(
-        self, shapes: tuple[SampleShape, ...], sp: int, ring: int, counts: tuple[int, ...]
+        self,
+        shapes: tuple[SampleShape, ...],
+        sp: int,
+        ring: int,
+        counts: tuple[int, ...],
+        floor: bool | None = None,
     ) -> float:
         """Seconds of ring transfer not hidden behind attention compute: per forward of
-        a block (recomputed ones too) and per backward, ``ring - 1`` steps."""
+        a block (recomputed ones too) and per backward, ``ring - 1`` steps. ``floor``
+        (:meth:`pass_floor`): ``False`` leaves the steps' exposed transfer out, ``True``
+        charges it unclipped (it may be negative: ``max(0, x) >= x``)."""
         rates = self._rates
         chunk = self._ring_chunk_bytes(shapes, sp, ring)
         per_byte = rates[_NVLINK] if sp <= self.hardware.gpus_per_node else rates[_IB]
@@ -364,8 +371,13 @@ class AnalyticCostModel(CachedCostModel):
         bwd_step = flops * ATTENTION_BACKWARD_FACTOR * rates[_ATTN_BWD] / ring
         grads = chunk * 4 / self.dtype_bytes  # the blocks' float32 gradient accumulators
         hidden = self.hardware.ring_overlap  # the share of a step's compute that hides
-        exposed = forwards * steps * max(0.0, chunk * per_byte - hidden * fwd_step)
-        exposed += blocks * steps * max(0.0, (chunk + grads) * per_byte - hidden * bwd_step)
+        fwd = chunk * per_byte - hidden * fwd_step
+        bwd = (chunk + grads) * per_byte - hidden * bwd_step
+        if floor is None:
+            fwd, bwd = max(0.0, fwd), max(0.0, bwd)
+        elif not floor:
+            fwd = bwd = 0.0
+        exposed = forwards * steps * fwd + blocks * steps * bwd
         exposed += blocks * grads * per_byte  # the last send brings the gradients home
         return float(exposed + 2 * ring * rates[_CALL] * (forwards + blocks))
 
@@ -382,6 +394,8 @@ class AnalyticCostModel(CachedCostModel):
 
     def _attention_flops_per_pass(self, shapes: tuple[SampleShape, ...], sp: int) -> float:
         """Attention forward FLOPs of one block's forward on one rank (blocks alike)."""
+        if not shapes:
+            return 0.0
         kind = self.spec.block_kinds[0]
         pairs = sum(attention_pairs(kind, s) for s in shapes)
         tokens = sum(s.tokens for s in shapes)
@@ -405,6 +419,37 @@ class AnalyticCostModel(CachedCostModel):
             comm_s=comm_s,
             memory_bytes=self._memory(shapes, sp_size, counts),
         )
+
+    def pass_floor(
+        self,
+        shapes: Sequence[SampleShape],
+        sp_size: int,
+        recompute: Sequence[bool],
+        *,
+        ring_size: int = 1,
+        ring_linear: bool = False,
+    ) -> tuple[float, float]:
+        """Seconds and bytes of a pass of ``shapes`` (possibly none) that its time and
+        memory are never below, and that grow at least by each sample's own share when
+        samples join (the contract of :func:`~datacentric.planning.proved_price.proved_prices`):
+        the time formula without GEMM saturation (``sat <= 1`` only divides), without
+        the serialised modulation scatter (never negative, not additive over samples)
+        and without a ring step's exposed transfer ``max(0, x)`` (not additive either),
+        or with ``ring_linear`` charging ``x`` itself (additive, possibly negative);
+        memory as priced, ring buffers included. Both are affine in the recomputed
+        counts and, for one text sample, a polynomial of degree two in its length."""
+        shapes = tuple(shapes)
+        counts = self._counts(recompute)
+        ring = int(ring_size)
+        work = self._work(shapes, sp_size, counts, sp_size // ring, floor=True)
+        seconds = float(work.as_array() @ self._rates)
+        memory = float(self._memory(shapes, sp_size, counts))
+        if ring > 1:
+            seconds += self._ring_exposed_s(shapes, sp_size, ring, counts, ring_linear)
+            local = sum(s.tokens for s in shapes) / sp_size
+            chunk = self._ring_chunk_bytes(shapes, sp_size, ring)
+            memory += 4 * chunk + 4 * local * self.spec.hidden
+        return seconds, memory
 
     def grad_sync_time_s(self, world_size: int) -> float:
         """Ring all-reduce of all gradients over ``world_size`` ranks (ZeRO-2's
@@ -455,11 +500,14 @@ class AnalyticCostModel(CachedCostModel):
         sp: int,
         counts: tuple[int, ...],
         ulysses: int | None = None,
+        *,
+        floor: bool = False,
     ) -> Work:
         """Work of one pass on ``sp`` ranks whose all-to-all runs over ``ulysses`` of
-        them (default all: Ulysses only)."""
+        them (default all: Ulysses only). ``floor``: the work :meth:`pass_floor` prices
+        (no GEMM saturation, no serialised scatter; ``shapes`` may be empty)."""
         u = sp if ulysses is None else ulysses
-        if not shapes:
+        if not shapes and not floor:
             raise ValueError("a micro-batch needs at least one sample")
         if sp < 1:
             raise ValueError(f"sp_size must be >= 1, got {sp}")
@@ -474,9 +522,9 @@ class AnalyticCostModel(CachedCostModel):
         trained = spec.weight_grad_share  # frozen weights: no weight-gradient matmul
         grad *= trained
         # token-weighted mean sample length: how long each serialised scatter runs
-        serial = sum(s.tokens**2 for s in shapes) / tokens / sp
+        serial = 0.0 if floor else sum(s.tokens**2 for s in shapes) / tokens / sp
         w = _PassSums()
-        self._add_blocks(w, shapes, sp, counts, u, serial=serial, cast=cast, grad=grad)
+        self._add_blocks(w, shapes, sp, counts, u, serial=serial, cast=cast, grad=grad, floor=floor)
         # outside the blocks: LM head (forward + 2x backward) or DiT patch in/out and the
         # caption embedder (every rank of the group embeds the whole caption).
         outer = 0.0
@@ -491,7 +539,9 @@ class AnalyticCostModel(CachedCostModel):
         w.mem += spec.outer_params * (cast + grad)
         w.modulation += spec.outer_per_token_modulation * local * 3
         w.scattered += spec.outer_per_token_modulation * serial
-        sat = local / (local + hw.half_efficiency_tokens) if hw.half_efficiency_tokens else 1.0
+        sat = 1.0
+        if hw.half_efficiency_tokens and not floor:
+            sat = local / (local + hw.half_efficiency_tokens)
         # the per-sample path's slice backward: one full-size q, k, v gradient per segment
         copy = n * local * (h + 2 * spec.kv_dim) * b * spec.num_blocks
         return Work(
@@ -522,6 +572,7 @@ class AnalyticCostModel(CachedCostModel):
         serial: float,
         cast: float,
         grad: float,
+        floor: bool = False,
     ) -> None:
         """Add the repeated blocks' work to ``w``: per kind, every block's forward (again
         when recomputed) and backward, its all-to-alls over ``u`` ranks and its weight
@@ -542,7 +593,7 @@ class AnalyticCostModel(CachedCostModel):
             fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
             pairs = sum(attention_pairs(kind, s) for s in shapes)
             attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
-            a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local)
+            a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local, floor=floor)
             w.mm += block_matmul * (fwd_passes + (1 + trained) * blocks)
             w.attn += attn_fwd * fwd_passes
             w.attn_bwd += attn_fwd * ATTENTION_BACKWARD_FACTOR * blocks
@@ -562,10 +613,17 @@ class AnalyticCostModel(CachedCostModel):
                 w.nvl += total_a2a
 
     def _alltoall(
-        self, kind: str, shapes: tuple[SampleShape, ...], sp: int, local: float
+        self,
+        kind: str,
+        shapes: tuple[SampleShape, ...],
+        sp: int,
+        local: float,
+        *,
+        floor: bool = False,
     ) -> tuple[float, int]:
         """Bytes one rank sends and collective calls in one forward of one block, on an
-        all-to-all over ``sp`` ranks (``local`` tokens per rank)."""
+        all-to-all over ``sp`` ranks (``local`` tokens per rank). ``floor``: the calls
+        of the cheapest layout, whatever the samples (calls are shared by a pass)."""
         if sp == 1:
             return 0.0, 0
         spec, b = self.spec, self.dtype_bytes
@@ -577,8 +635,9 @@ class AnalyticCostModel(CachedCostModel):
         if spec.sp_layout == "ulysses":
             return ulysses
         frame_sharded = all(s.grid is not None and s.grid[0] % sp == 0 for s in shapes)
-        if not frame_sharded:
-            return ulysses  # frames cannot be split evenly: fall back to Ulysses
+        calls = 0 if kind == "spatial" else 2  # frame-sharded
+        if not frame_sharded:  # frames cannot be split evenly: fall back to Ulysses
+            return ulysses[0], min(calls, ulysses[1]) if floor else ulysses[1]
         if kind == "spatial":
             return 0.0, 0
         return local * spec.hidden * b * share * 2, 2

@@ -155,7 +155,7 @@ class CachedCostModel(ABC):
             object.__setattr__(self, "_breakdowns", cache)  # frozen dataclasses too
         shapes = tuple(shapes)
         ring = int(ring_size)
-        key = (shapes, int(sp_size), self.recompute_key(recompute), ring)
+        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
         found = cache.get(key)
         if found is None:
             if ring < 1 or sp_size % ring:
@@ -190,6 +190,18 @@ class CachedCostModel(ABC):
     ) -> int:
         """Peak bytes on one rank of the group."""
         return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+
+
+def _shapes_key(shapes: tuple[SampleShape, ...]) -> tuple:
+    """The cache key of a micro-batch's shapes: copies of one shape object (the
+    planner's and the bound's searches ask for thousands) keyed by the shape and their
+    number, so the key is not hashed element by element; any other tuple as it is (a
+    tuple of shapes never starts with a string)."""
+    if len(shapes) > 4:
+        first = shapes[0]
+        if all(s is first for s in shapes):
+            return ("copies", first, len(shapes))
+    return shapes
 
 
 def split_breakdown(

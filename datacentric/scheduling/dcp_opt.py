@@ -475,7 +475,7 @@ def portfolio(inp: PolicyInput, own: list[Iteration]) -> tuple[list[Iteration], 
     best = [(total(it), "dcp-opt", it) for it in own]
     for name, policy in PEERS.items():
         try:
-            steps = policy(inp).iterations
+            steps = inp.run_policy(name, policy).iterations
         except ValueError:  # the peer cannot run this epoch at all
             continue
         for k, it in enumerate(steps):

@@ -22,7 +22,12 @@ from datacentric.scheduling import (
     static_reference,
 )
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.measures import sample_gpu_seconds, schedule_measures, step_bound_s
+from datacentric.scheduling.measures import (
+    old_gpu_seconds,
+    sample_gpu_seconds,
+    schedule_measures,
+    step_bound_s,
+)
 from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
 from datacentric.shapes import SampleShape
@@ -96,7 +101,7 @@ def build_schedule(
         seed=int(seed),
         epoch=int(epoch),
     )
-    out = POLICIES[policy](inp)
+    out = inp.run_policy(policy, POLICIES[policy])
     dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])
     meta: dict = {
         "samples_total": view.num_samples,
@@ -160,6 +165,11 @@ def _measures(schedule: Schedule, inp: PolicyInput, scheduled: np.ndarray) -> di
     for it in schedule.iterations:
         ids = np.asarray(it.sample_ids(), dtype=np.int64)
         bounds.append(step_bound_s(table, ids, world_size, work[ids]))
-    return schedule_measures(
+    out = schedule_measures(
         schedule, inp.cost_model, ideal, shapes=view.shapes, step_bounds_s=bounds
     )
+    old = float(old_gpu_seconds(table, scheduled).sum()) / world_size if ideal else None
+    epoch = out["est_epoch_time_s"]
+    out["ideal_epoch_time_old_s"] = old
+    out["efficiency_old_bound"] = old / epoch if old and epoch else None
+    return out

@@ -30,6 +30,7 @@ import numpy as np
 
 from datacentric.planning.cost_model import CostModel, PassBreakdown, split_breakdown
 from datacentric.planning.plan import Plan
+from datacentric.planning.proved_price import has_floor, proved_prices
 from datacentric.planning.sample_price import fastest_run, length_classes, sample_price
 from datacentric.schedule import Iteration, Schedule, phase_timeline
 from datacentric.scheduling.dataset_view import DatasetView
@@ -68,11 +69,57 @@ def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
 
 
 def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
-    """Per sample of ``ids`` (in that order), its cheapest GPU-seconds: the
-    certified price of its length class (video: of its shape) over every SP size
-    a step may use up to ``max_sp_size``, split, micro-batch size and recomputation
-    that fits (:func:`~datacentric.planning.sample_price.sample_price`), never more
-    than any valid schedule spends on it."""
+    """Per sample of ``ids`` (in that order), its proved price in GPU-seconds
+    (:func:`~datacentric.planning.proved_price.proved_prices`: fixed costs shared by
+    every sample of a pass, every micro-batch size, mix, split and recomputation
+    count), never more than any valid schedule spends on it; for a cost model
+    without a floor, :func:`old_gpu_seconds`."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if not has_floor(table.cost_model):
+        return old_gpu_seconds(table, ids)
+    view = table.view
+    sizes = bound_sizes(table)
+    out = np.zeros(len(ids))
+    buckets = view.bucket_of[ids]
+    groups = []
+    for b in np.unique(buckets).tolist():
+        rows = np.flatnonzero(buckets == b)
+        if view.uniform[b] or view.buckets[b].shape.grid is not None:
+            keys = [view.shapes[int(i)] for i in ids[rows]]
+            distinct = list(dict.fromkeys(keys))
+            index = {k: j for j, k in enumerate(distinct)}
+            groups.append((rows, distinct, np.array([index[k] for k in keys], dtype=np.int64)))
+        else:
+            lengths, inverse = np.unique(view.tokens[ids[rows]], return_inverse=True)
+            distinct = [SampleShape.text(int(n)) for n in lengths]
+            groups.append((rows, distinct, inverse.reshape(-1)))
+    wanted = list(dict.fromkeys(s for _, distinct, _ in groups for s in distinct))
+    _proved(table, wanted, sizes)
+    for rows, distinct, inverse in groups:
+        prices = np.array([table.prices[(s, "proved", tuple(sizes))] for s in distinct])
+        out[rows] = prices[inverse]
+    return out
+
+
+def _proved(table: OptionTable, shapes: list[SampleShape], sizes: list[int]) -> None:
+    """Price the ``shapes`` not yet priced on ``table`` (one vectorised search)."""
+    key = tuple(sizes)
+    missing = [s for s in shapes if (s, "proved", key) not in table.prices]
+    if not missing:
+        return
+    prices = proved_prices(table.cost_model, missing, sizes, table.cap)
+    assert prices is not None  # has_floor was checked
+    for shape, price in zip(missing, prices.tolist()):
+        table.prices[(shape, "proved", key)] = price
+
+
+def old_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
+    """Per sample of ``ids`` (in that order), the former bound's price (reported as
+    ``efficiency_old_bound``): the price of its length class (video: of its shape)
+    over every SP size a step may use up to ``max_sp_size``, split, and micro-batch
+    of copies of its own length (:func:`~datacentric.planning.sample_price.sample_price`).
+    It ignores mixed micro-batches and recomputing some blocks, so a schedule can
+    beat it."""
     view = table.view
     ids = np.asarray(ids, dtype=np.int64)
     out = np.zeros(len(ids))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,10 +17,6 @@ from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches
 from datacentric.scheduling.option_table import OptionFilter, OptionTable
 from datacentric.scheduling.options import ScheduleOptions
-
-#: Up to this many scheduled samples, every micro-batch's estimate is the cost model's
-#: own answer by default (``ScheduleOptions.exact_estimates``).
-EXACT_ESTIMATE_SAMPLES = 200_000
 
 
 def no_recompute(option: BucketOption) -> bool:
@@ -57,10 +55,10 @@ class PolicyInput:
     def __post_init__(self) -> None:
         self.active_mask = np.zeros(self.view.num_samples, dtype=bool)
         self.active_mask[self.active] = True
-        exact = self.options.exact_estimates
-        self.exact_estimates = (
-            len(self.active) <= EXACT_ESTIMATE_SAMPLES if exact is None else exact
-        )
+        # every micro-batch's estimate is the cost model's own answer unless asked
+        # otherwise: a bucket curve prices short members' per-sample costs as the
+        # representative's (6x too cheap for 16-token documents of a 256-token bucket)
+        self.exact_estimates = self.options.exact_estimates is not False
 
     @property
     def num_blocks(self) -> int:
@@ -131,6 +129,23 @@ class PolicyInput:
                 drop_remainder=opts.drop_remainder,
             )
         return self._batches
+
+    def run_policy(self, name: str, policy: Callable[[PolicyInput], PolicyOutput]) -> PolicyOutput:
+        """``policy(self)``, memoised on the plan per cost model for this dataset, world,
+        seed, epoch, options and samples (a pure function of them): ``dcp-opt``'s
+        portfolio and a ``--policy static,...,dcp-opt`` comparison then run each peer
+        once. Only the latest epoch's outputs are kept."""
+        memo = self.plan.prices_for(self.cost_model)[0]
+        outputs = memo.get("policy-outputs")
+        if outputs is None or outputs[0] != (self.seed, self.epoch):
+            outputs = memo["policy-outputs"] = ((self.seed, self.epoch), {})
+        digest = hashlib.sha1(self.active.tobytes()).hexdigest()
+        key = (name, self.world_size, repr(self.options), digest, len(self.view.shapes))
+        hit = outputs[1].get(key)
+        if hit is None or hit[0] is not self.view.shapes:
+            hit = outputs[1][key] = (self.view.shapes, policy(self))
+        out = hit[1]
+        return PolicyOutput(list(out.iterations), list(out.dropped), dict(out.settings))
 
     def bucket_ids(self, b: int) -> np.ndarray:
         """Active sample ids of bucket ``b``, ascending."""
