@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch is pinned here only (pyproject says torch>=2.4); 2.13.0 has a CPU build.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,dev,plot,opt,hf,data,video,tensorboard,lora]'
+	$(BIN)/python -m pip install -q -e '.[test,dev,plot,opt,hf,data,video,tensorboard,lora,trl]'
 	touch $(STAMP)
 
 demo: setup

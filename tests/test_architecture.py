@@ -52,7 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("sim",),
     ("verify",),
     ("train",),
-    ("cli",),
+    ("cli", "integrations"),
     ("__main__",),
 )
 RANK = {layer: rank for rank, layers in enumerate(LAYERS) for layer in layers}

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from datacentric.batch import PackedBatch
+from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
 from datacentric.data.chat import (
     LOSS_ON,
@@ -56,6 +56,9 @@ CACHE_VERSION = 3  # 2: every message key and record keyword; 3: tables without 
 ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
+#: pre-tokenized records: the ids, and the masks that choose the tokens with loss
+TOKEN_FIELD = "input_ids"
+TOKEN_MASKS = ("labels", "completion_mask", "assistant_masks")
 
 
 def cache_root() -> Path:
@@ -140,21 +143,68 @@ def text_codec(tokenizer: str | None) -> _Encoder:
 
 
 def record_format(kind: str, files: list[str], text_field: str) -> str:
-    """``"chat"`` when the first record is a conversation without ``text_field``, else
-    ``"text"`` (plain text files always)."""
+    """``"tokens"`` when the first record holds ``input_ids`` (pre-tokenized), ``"chat"``
+    when it is a conversation without ``text_field``, else ``"text"`` (plain text files
+    always)."""
     if kind == "text":
         return "text"
     first = next(read_records(kind, files[:1]), None)
+    if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
+        return "tokens"
     if first is None or text_field in first.fields or not is_conversation(first.fields):
         return "text"
     return "chat"
 
 
+def token_record(record, enc: _Encoder) -> tuple[np.ndarray, np.ndarray]:
+    """``(token ids, loss mask as uint8)`` of a pre-tokenized record: ``input_ids`` and
+    the tokens its ``labels`` (not -100), ``completion_mask`` and ``assistant_masks``
+    (each optional, 1 on a token that is predicted) all mark, as transformers' causal-LM
+    loss and TRL's collator read them; the labels must be the ids where they count."""
+    fields = record.fields
+    ids = np.asarray(fields.get(TOKEN_FIELD) or [], dtype=np.int64).reshape(-1)
+    if ids.size and (ids.min() < 0 or ids.max() >= enc.vocab_size):
+        raise DataError(
+            f"{record.where}: input_ids hold ids outside the tokenizer's vocabulary of "
+            f"{enc.vocab_size}; pass the tokenizer the ids were made with (--tokenizer DIR)"
+        )
+    mask = np.ones(len(ids), dtype=bool)
+    for name in TOKEN_MASKS:
+        if fields.get(name) is None:
+            continue
+        values = np.asarray(fields[name], dtype=np.int64).reshape(-1)
+        if len(values) != len(ids):
+            raise DataError(
+                f"{record.where}: {name} has {len(values)} entries for {len(ids)} input_ids; "
+                "give one per token"
+            )
+        if name == "labels":
+            kept = values != IGNORE_INDEX
+            if (values[kept] != ids[kept]).any():
+                raise DataError(
+                    f"{record.where}: labels differ from input_ids where they are not -100; "
+                    "give labels equal to input_ids, -100 on tokens without loss"
+                )
+            mask &= kept
+        else:
+            mask &= values != 0
+    return ids.astype(enc.dtype), mask.astype(np.uint8)
+
+
 def _chunks(
-    kind: str, files: list[str], text_field: str, enc: _Encoder, renderer: ChatRenderer | None
+    kind: str,
+    files: list[str],
+    text_field: str,
+    enc: _Encoder,
+    renderer: ChatRenderer | None,
+    tokens: bool = False,
 ):
     """``(file, row, token ids, assistant mask or None)`` of every document, in order
-    (conversations when a ``renderer`` is given)."""
+    (conversations when a ``renderer`` is given; pre-tokenized records when ``tokens``)."""
+    if tokens:
+        for record in read_records(kind, files):
+            yield record.file, record.row, *token_record(record, enc)
+        return
     if renderer is not None:
         with RenderDeadline() as deadline:
             for record in read_records(kind, files):
@@ -192,6 +242,7 @@ def _build_cache(
     enc: _Encoder,
     final: Path,
     renderer: ChatRenderer | None,
+    fmt: str = "text",
 ) -> None:
     """Tokenize every document into ``final`` (written in a temporary folder, then renamed:
     concurrent builders of the same entry agree); conversations also write ``mask.bin``,
@@ -201,7 +252,9 @@ def _build_cache(
     offsets, rows, file_of = [0], [], []
     try:
         with open(tmp / "tokens.bin", "wb") as out, open(tmp / "mask.bin", "wb") as masks:
-            for file, row, ids, mask in _chunks(kind, files, text_field, enc, renderer):
+            for file, row, ids, mask in _chunks(
+                kind, files, text_field, enc, renderer, fmt == "tokens"
+            ):
                 out.write(ids.astype(enc.dtype, copy=False).tobytes())
                 if mask is not None:
                     masks.write(mask.astype(np.uint8, copy=False).tobytes())
@@ -211,7 +264,7 @@ def _build_cache(
         np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
         np.save(tmp / "origins.npy", np.asarray([file_of, rows], dtype=np.int64).reshape(2, -1))
         meta = {"dtype": enc.dtype.str, "vocab_size": enc.vocab_size, "files": files}
-        meta["format"] = "text" if renderer is None else "chat"
+        meta["format"] = fmt
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         try:
             os.replace(tmp, final)
@@ -259,12 +312,12 @@ class TokenizedTextDataset:
         renderer = enc.renderer(self.files[0]) if self.format == "chat" else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
-        field_key = text_field if self.format == "text" else "chat"
+        field_key = text_field if self.format == "text" else self.format
         key = [CACHE_VERSION, kind, [_file_facts(f) for f in self.files], field_key, enc.digest]
         digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
         self.cache_dir = cache_root() / "tokens" / digest
         if not (self.cache_dir / "meta.json").is_file():
-            _build_cache(kind, self.files, text_field, enc, self.cache_dir, renderer)
+            _build_cache(kind, self.files, text_field, enc, self.cache_dir, renderer, self.format)
         for name in CACHE_FILES:  # a FIFO there would block the reads below
             check_regular(self.cache_dir / name)
         meta = json.loads((self.cache_dir / "meta.json").read_text(encoding="utf-8"))
@@ -406,11 +459,11 @@ class TokenizedTextDataset:
 def _check_loss_on(loss_on: str | None, fmt: str, source: str) -> str:
     """The loss rule of a dataset: ``assistant`` for conversations, ``all`` for text,
     unless set; ``assistant`` on text records is refused (they have no turns)."""
-    if loss_on is None:
-        return "assistant" if fmt == "chat" else "all"
+    if loss_on is None:  # pre-tokenized records: the tokens their masks mark
+        return "assistant" if fmt in ("chat", "tokens") else "all"
     if loss_on not in LOSS_ON:
         raise DataError(f"--loss-on {loss_on!r}: use one of {', '.join(LOSS_ON)}")
-    if loss_on == "assistant" and fmt != "chat":
+    if loss_on == "assistant" and fmt == "text":
         raise DataError(
             f"--loss-on assistant: {source} holds text records, not conversations (no "
             "messages field), so there is no assistant turn; pass --loss-on all"

@@ -225,8 +225,10 @@ class TrainingConfig:
     """AdamW betas."""
     grad_clip: float = setting(1.0, ge=0)
     """Gradient clipping max norm (0: off); applied after the once-per-step gradient sync."""
-    lr_schedule: Literal["constant", "cosine"] = "cosine"
-    """Learning-rate schedule after the linear warm-up; its horizon is this command's step count."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "cosine"
+    """Learning-rate schedule after the linear warm-up; its horizon is this command's step
+    count (``cosine``: down to a tenth of the peak; ``linear``: down to 0 at the horizon,
+    transformers' default)."""
     warmup_iterations: int = setting(2, ge=0)
     """Warm-up optimizer steps of the learning-rate schedule."""
     epochs: int = setting(1, ge=1)

@@ -46,6 +46,7 @@ from datacentric.train.checkpoint import (
 from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.heartbeat import Heartbeat, is_timeout
+from datacentric.train.hooks import StepHooks
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
 from datacentric.train.metrics import full_model_state, read_jsonl
 from datacentric.train.preemption import StopSignals, signal_name
@@ -125,6 +126,8 @@ def lr_lambda(training: TrainingConfig, total: int):
         if training.lr_schedule == "constant":
             return 1.0
         span = max(1, total - warmup)
+        if training.lr_schedule == "linear":  # transformers' linear decay to 0
+            return max(0.0, (total - n) / span)
         progress = min(1.0, (n - warmup) / span)
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -175,12 +178,19 @@ class Trainer:
     """One rank's training run; construct on every rank after ``groups`` exist."""
 
     def __init__(
-        self, config: TrainConfig, groups: ProcessGroups, *, lock_folder: bool = True
+        self,
+        config: TrainConfig,
+        groups: ProcessGroups,
+        *,
+        lock_folder: bool = True,
+        hooks: StepHooks | None = None,
     ) -> None:
         self.config = config
         """The run's settings, kept only to write its settings files; every part below
         receives its own section(s)."""
         self.lock_folder = lock_folder
+        self.hooks = hooks or StepHooks()
+        """What runs at the run's events (:mod:`datacentric.train.hooks`)."""
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.groups = groups
         self.out = Path(config.job.out)
@@ -375,6 +385,7 @@ class Trainer:
                 self.position.iterations_done + 1,
                 self.out,
             )
+        self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
             tally = self._train_steps(signals, scheduler, metrics, tracer)
         finally:
@@ -390,6 +401,7 @@ class Trainer:
             )
         if self.is_main and logs.plots:
             _draw_plots(self.out)
+        self.hooks.train_end(self.position.iterations_done)
         return TrainResult(
             iterations_done=self.position.iterations_done,
             samples_seen=self.position.samples_seen,
@@ -470,12 +482,13 @@ class Trainer:
             metrics.log(record)
             if samples:
                 metrics.log_samples(step.number + 1, samples)
+            control = self.hooks.step_end(record)
             self._finish_save()  # a background save had this step to write its shards
-            if self.checkpoints.due(self.position.iterations_done):
+            if self.checkpoints.due(self.position.iterations_done) or control.save:
                 self._save(scheduler, background=self.checkpoints.background)
                 checkpointed = self.position.iterations_done
             tally.stopped_by = signals.agreed(self.groups) if signals is not None else None
-            if tally.stopped_by is not None:
+            if tally.stopped_by is not None or control.stop:
                 break
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
@@ -508,6 +521,13 @@ class Trainer:
         record["val_time_s"] = time.perf_counter() - started
         self.activity = f"training after step {number}"
         return samples
+
+    def evaluate(self) -> float | None:
+        """The held-out loss of the ``[validation]`` samples under the model as it is
+        now (collective: call it on every rank; None: no validation set)."""
+        if self.held_out is None:
+            return None
+        return self.dc.evaluate(self.held_out, autocast=self._autocast())
 
     def _autocast(self) -> torch.autocast:
         """Mixed precision of the forward passes (``[model] dtype``)."""
@@ -543,6 +563,7 @@ class Trainer:
         self.saved = self._in_save(pending.step, pending.wait)
         if self.is_main:
             logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
+        self.hooks.saved(pending.step, self.saved)
 
     def _in_save(self, step: int, phase: Callable[[], Any]) -> Any:
         """Run a phase of a save (collective) with the heartbeat naming it; a collective

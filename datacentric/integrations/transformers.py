@@ -1,0 +1,98 @@
+"""``Trainer``: transformers' ``Trainer`` constructor and methods, run by datacentric.
+
+Change ``from transformers import Trainer`` to ``from datacentric.integrations.transformers
+import Trainer``. The datasets are tokenized causal-LM data: ``input_ids`` with optional
+``labels`` (-100: no loss), as a causal-LM model's own loss reads them; the default or a
+padding collator is accepted (the runtime packs without padding).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datacentric.integrations.records import RecordsError, tokenized_records
+from datacentric.integrations.session import DropInTrainer, refuse_given, stop
+
+__all__ = ["Trainer"]
+
+#: collators that only pad (or batch) what the dataset holds: the runtime packs instead
+PADDING_COLLATORS = (
+    "DataCollatorWithPadding",
+    "DataCollatorForSeq2Seq",
+    "DefaultDataCollator",
+    "default_data_collator",
+)
+
+
+class Trainer(DropInTrainer):
+    """transformers' ``Trainer`` under data-centric parallel: ``train()``, ``evaluate()``,
+    ``save_model()``, ``log()``, ``add_callback()``, ``state``.
+
+    ``model``: a causal-LM model object or a local folder; ``args``: ``TrainingArguments``;
+    ``train_dataset``/``eval_dataset``: a tokenized ``datasets.Dataset`` (``input_ids``,
+    optional ``labels``); ``processing_class``: the tokenizer (unset: the model folder's);
+    ``callbacks``: ``TrainerCallback`` objects."""
+
+    command = "Trainer"
+
+    def __init__(
+        self,
+        model: Any = None,
+        args: Any = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        model_init: Any = None,
+        compute_loss_func: Any = None,
+        compute_metrics: Any = None,
+        callbacks: list | None = None,
+        optimizers: Any = (None, None),
+        optimizer_cls_and_kwargs: Any = None,
+        preprocess_logits_for_metrics: Any = None,
+    ) -> None:
+        from transformers import TrainingArguments
+
+        if args is None:
+            args = TrainingArguments()
+        collator = getattr(data_collator, "__name__", type(data_collator).__name__)
+        given = {
+            "data_collator": None if collator in PADDING_COLLATORS else data_collator,
+            "model_init": model_init,
+            "compute_loss_func": compute_loss_func,
+            "compute_metrics": compute_metrics,
+            "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,
+            "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
+        }
+        if optimizers not in ((None, None), None):
+            given["optimizers"] = optimizers
+        refuse_given(self.command, given)
+        if model is None or train_dataset is None:
+            stop(self.command, "give a model and a train_dataset")
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            callbacks=callbacks,
+        )
+
+    def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
+        """The rows as given: ``input_ids``, ``labels`` honoured (padding, where the
+        attention mask is 0, left out)."""
+        rows = []
+        for index, row in enumerate(dataset):
+            if row.get("input_ids") is None:
+                stop(
+                    self.command,
+                    f"train/eval record {index} has no input_ids (its columns: "
+                    f"{', '.join(sorted(row))}); tokenize the dataset first (dataset.map)",
+                )
+            attention = row.get("attention_mask")
+            keep = len(row["input_ids"]) if attention is None else int(sum(attention))
+            rows.append({k: list(v)[:keep] for k, v in row.items() if k in ("input_ids", "labels")})
+        try:
+            return tokenized_records(rows, tokenizer, add_eos=False)
+        except RecordsError as err:
+            stop(self.command, str(err))

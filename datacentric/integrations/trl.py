@@ -1,0 +1,92 @@
+"""``SFTTrainer``: TRL's ``SFTTrainer`` constructor and methods, run by datacentric.
+
+Change ``from trl import SFTTrainer`` to ``from datacentric.integrations.trl import
+SFTTrainer``; the ``SFTConfig``, datasets, ``LoraConfig`` and callbacks stay. The data
+is prepared as TRL prepares it (:mod:`datacentric.integrations.records`), the run is
+``datacentric train``'s (:mod:`datacentric.integrations.session`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datacentric.integrations.records import RecordsError, tokenized_records
+from datacentric.integrations.session import DropInTrainer, refuse_given, stop
+
+__all__ = ["SFTTrainer"]
+
+
+class SFTTrainer(DropInTrainer):
+    """TRL's ``SFTTrainer`` under data-centric parallel: ``train()``, ``evaluate()``,
+    ``save_model()``, ``log()``, ``add_callback()``, ``state``.
+
+    ``model``: a model object, or a local folder (``model_init_kwargs`` refused);
+    ``args``: an ``SFTConfig`` (unset: TRL's defaults, ``output_dir`` ``trainer_output``);
+    ``train_dataset``/``eval_dataset``: a ``datasets.Dataset`` in any of TRL's formats;
+    ``processing_class``: the tokenizer (unset: the model folder's); ``peft_config``: a
+    ``LoraConfig``; ``callbacks``: ``TrainerCallback`` objects."""
+
+    command = "SFTTrainer"
+
+    def __init__(
+        self,
+        model: Any,
+        args: Any = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        compute_loss_func: Any = None,
+        compute_metrics: Any = None,
+        callbacks: list | None = None,
+        optimizers: Any = (None, None),
+        optimizer_cls_and_kwargs: Any = None,
+        preprocess_logits_for_metrics: Any = None,
+        peft_config: Any = None,
+        formatting_func: Any = None,
+    ) -> None:
+        from trl import SFTConfig
+
+        if args is None:
+            args = SFTConfig()
+        given = {
+            "data_collator": data_collator,
+            "compute_loss_func": compute_loss_func,
+            "compute_metrics": compute_metrics,
+            "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,
+            "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
+            "formatting_func": formatting_func,
+        }
+        if optimizers not in ((None, None), None):
+            given["optimizers"] = optimizers
+        refuse_given(self.command, given)
+        for name in ("model_init_kwargs", "eos_token", "chat_template_path"):
+            if getattr(args, name, None):
+                stop(self.command, f"{name}={getattr(args, name)!r}: not supported; leave it unset")
+        if train_dataset is None:
+            stop(self.command, "give a train_dataset")
+        super().__init__(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
+
+    def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
+        """The rows as TRL prepares them (text with EOS, chat template, prompt-completion
+        with its completion mask, pre-tokenized as given), cut to ``max_length``."""
+        args = self.args
+        try:
+            return tokenized_records(
+                iter(dataset),
+                tokenizer,
+                text_field=args.dataset_text_field,
+                assistant_only_loss=args.assistant_only_loss,
+                completion_only_loss=args.completion_only_loss,
+                max_length=args.max_length,
+            )
+        except RecordsError as err:
+            stop(self.command, str(err))

@@ -1,0 +1,117 @@
+"""The drop-in ``SFTTrainer`` and ``Trainer`` against TRL's and transformers' own.
+
+One script (``sft_script.py``: the TRL quickstart pattern against a tiny Qwen2 folder
+with a chat template, a tokenizer trained here) runs twice with only its import
+changed: TRL's ``SFTTrainer`` / transformers' ``Trainer`` in one process with a batch of
+4 samples, and the drop-ins under ``torchrun --nproc-per-node 2`` with 2 per rank, the
+same global batch. Each dataset is 4 samples over 2 epochs (2 steps, each the whole
+set, so the data order does not matter), 3 held-out ones. The losses logged at steps 1
+and 2 and ``eval_loss`` must agree within 1e-5 relative for text, conversational
+(assistant-only) and prompt-completion data and a tokenized dataset with labels -100;
+the LoRA run must call every callback and save an adapter peft loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+SCRIPT = Path(__file__).with_name("sft_script.py")
+TESTS = Path(__file__).resolve().parents[2]
+EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "on_train_end")
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> Path:
+    """A tiny Qwen2 saved from its config, with a trained chat tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_chat_tokenizer, tiny_qwen2_config
+
+    folder = save_chat_tokenizer(tmp_path_factory.mktemp("qwen2"))
+    torch.manual_seed(0)
+    vocab = len(AutoTokenizer.from_pretrained(folder))
+    AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab)).save_pretrained(folder)
+    return folder
+
+
+def _start(argv: list[str], tmp_path: Path) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", DATACENTRIC_CACHE=str(tmp_path / "cache"))
+    return subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _results(process: subprocess.Popen) -> dict[str, dict]:
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-4000:]
+    lines = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
+    return {r["kind"]: r for r in lines}
+
+
+def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_path) -> None:
+    kinds = "text,chat,prompt,tokens"
+    reference = _start(
+        [sys.executable, str(SCRIPT), str(model_folder), str(tmp_path), "trl", kinds], tmp_path
+    )
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    torchrun += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"]
+    ours = _start(
+        [*torchrun, str(SCRIPT), str(model_folder), str(tmp_path), "datacentric", kinds + ",lora"],
+        tmp_path,
+    )
+    expected, got = _results(reference), _results(ours)
+    for kind in kinds.split(","):
+        want, have = expected[kind], got[kind]
+        assert len(have["losses"]) == 2, have
+        for a, b in zip(have["losses"], want["losses"][:2], strict=True):
+            assert a == pytest.approx(b, rel=1e-5), (kind, have, want)
+        assert have["eval_loss"] == pytest.approx(want["eval_loss"], rel=1e-5), (kind, have)
+        assert have["losses"][1] != have["losses"][0]  # the first step moved the model
+    quickstart = got["lora"]
+    assert set(quickstart["events"]) == set(EVENTS), quickstart
+    assert quickstart["events"]["on_step_end"] == 2
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_folder)
+    adapted = PeftModel.from_pretrained(base, quickstart["saved"])
+    assert any("lora_A" in name for name, _ in adapted.named_parameters())
+
+
+def test_an_unsupported_field_stops_with_one_line(model_folder, tmp_path, capsys) -> None:
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    config = SFTConfig(output_dir=str(tmp_path / "out"), neftune_noise_alpha=5.0, bf16=False)
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(
+            model=str(model_folder), args=config, train_dataset=Dataset.from_list([{"text": "a"}])
+        )
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("datacentric SFTTrainer: ")
+    assert "neftune_noise_alpha=5.0" in lines[0]
+
+
+def test_the_package_imports_neither_trl_nor_transformers() -> None:
+    code = (
+        "import sys, datacentric.integrations.trl, datacentric.integrations.transformers; "
+        "print(sorted(m for m in ('trl', 'transformers', 'peft') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"
