@@ -1,0 +1,82 @@
+"""A callback's ``TrainerControl`` steers the drop-in's run, and ``train(resume_from_checkpoint=
+True)`` continues it: one process, a tiny Qwen2, 4 text samples, 2 per step, 2 epochs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+TESTS = Path(__file__).resolve().parents[2]
+
+
+def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch) -> None:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_chat_tokenizer, tiny_qwen2_config
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_chat_tokenizer(tmp_path / "qwen2")
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    AutoModelForCausalLM.from_config(tiny_qwen2_config(len(tokenizer))).save_pretrained(folder)
+
+    class Steer(TrainerCallback):
+        def __init__(self):
+            self.saves, self.evaluations = [], 0
+
+        def on_step_end(self, args, state, control, **kw):
+            control.should_save = state.global_step == 1
+            control.should_training_stop = state.global_step == 2
+
+        def on_save(self, args, state, control, **kw):
+            self.saves.append(state.global_step)
+
+        def on_evaluate(self, args, state, control, metrics=None, **kw):
+            self.evaluations += 1
+
+    texts = [{"text": "hello world " * (1 + i)} for i in range(4)]
+    out = tmp_path / "run"
+    config = SFTConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=2,
+        num_train_epochs=2,
+        logging_steps=1,
+        eval_strategy="steps",
+        eval_steps=1,
+        report_to="none",
+        bf16=False,
+    )
+    steer = Steer()
+    trainer = SFTTrainer(
+        model=str(folder),
+        args=config,
+        train_dataset=Dataset.from_list(texts),
+        eval_dataset=Dataset.from_list(texts[:2]),
+        callbacks=[steer],
+    )
+    trainer.train()
+    assert trainer.state.global_step == 2  # stopped, though 4 steps were planned
+    assert steer.saves == [1, 2] and steer.evaluations == 2
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == [
+        "step-00000001",
+        "step-00000002",
+    ]
+    again = SFTTrainer(
+        model=str(folder),
+        args=config,
+        train_dataset=Dataset.from_list(texts),
+        eval_dataset=Dataset.from_list(texts[:2]),
+    )
+    again.train(resume_from_checkpoint=True)
+    assert again.state.global_step == 4
+    assert [r["step"] for r in again.state.log_history if "loss" in r] == [3, 4]
