@@ -151,6 +151,15 @@ def test_validation_is_exact_and_never_changes_training(tmp_path, world):
     assert result.val_losses[-1][1] == pytest.approx(reference_loss(model, held), rel=1e-5)
     best = min(result.val_losses, key=lambda p: p[1])
     assert (result.best_val_step, result.best_val_loss) == best
+    if world == 1:  # TensorBoard holds the same keys, at the records' iterations
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        events = EventAccumulator(str(tmp_path / "val" / "tb"))
+        events.Reload()
+        scalars = {e.step: e.value for e in events.Scalars("val_loss")}
+        assert scalars == pytest.approx({s - 1: v for s, v in result.val_losses})
+        assert "val_time_s" in events.Tags()["scalars"]
+        assert (tmp_path / "val" / "plots" / "loss.png").is_file()
 
 
 @pytest.mark.slow
@@ -234,3 +243,18 @@ def test_prompt_files_read_as_lines_or_json_lines(tmp_path):
         path.write_text(line)
         with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)")):
             read_prompts(path)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_keeps_its_best_validation_step(tmp_path):
+    overrides = dict(validation_every=1, checkpoint_every=1, lr=0.5)
+    first, _ = _train(tmp_path / "run", 1, iterations=2, **overrides)
+    resumed, _ = _train(tmp_path / "run", 1, iterations=4, resume=True, **overrides)
+    assert [s for s, _ in resumed.val_losses] == [3, 4]
+    records = read_metrics(tmp_path / "run")
+    losses = {r["iteration"] + 1: r["val_loss"] for r in records}
+    assert losses[1] == first.val_losses[0][1] and sorted(losses) == [1, 2, 3, 4]
+    best = min(losses, key=losses.get)
+    assert (resumed.best_val_step, resumed.best_val_loss) == (best, losses[best])
+    record = json.loads((tmp_path / "run/validation/best.json").read_text())
+    assert record == {"step": best, "val_loss": losses[best]}
