@@ -18,6 +18,19 @@ WORDS = (
     "the sun sets over hills with birds flying slowly near water"
 )
 
+#: a 2-layer T5/umT5 encoder of width 32 (the tiny transformers' text width)
+T5_SIZES = {
+    "d_model": 32,
+    "d_kv": 8,
+    "d_ff": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "relative_attention_num_buckets": 8,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "decoder_start_token_id": 0,
+}
+
 
 def word_tokenizer(model_max_length: int = 512, bos: bool = False):
     """A word-level fast tokenizer (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) that appends
@@ -67,19 +80,7 @@ def save_wan_pipeline(folder: Path, seed: int = 0) -> Path:
         latents_std=[1.5, 0.5, 2.0, 1.0],
     )
     tokenizer = word_tokenizer()
-    config = UMT5Config(
-        vocab_size=len(tokenizer),
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
-        relative_attention_num_buckets=8,
-        pad_token_id=0,
-        eos_token_id=1,
-        decoder_start_token_id=0,
-    )
-    text_encoder = UMT5EncoderModel(config)
+    text_encoder = UMT5EncoderModel(UMT5Config(**T5_SIZES, vocab_size=len(tokenizer)))
     transformer = WanTransformer3DModel.from_config(TINY_DIFFUSERS["wan"][1])
     pipe = WanPipeline(
         tokenizer=tokenizer,
@@ -141,3 +142,130 @@ def decoded_frames(path: Path) -> list:
         return [
             Image.fromarray(frame.to_ndarray(format="rgb24")) for frame in container.decode(video=0)
         ]
+
+
+def _clip_text_encoder(vocab: int, width: int = 16):
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    config = CLIPTextConfig(
+        vocab_size=vocab,
+        hidden_size=width,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=77,
+        projection_dim=width,
+        bos_token_id=3,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
+    return CLIPTextModel(config)
+
+
+def save_flux_pipeline(folder: Path, seed: int = 0) -> Path:
+    """A tiny ``FluxPipeline``: CLIP (width 16, its pooled projection) and T5 (width 32)
+    text encoders, a 4-channel VAE of 8x down-sampling, the tiny Flux transformer."""
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        FluxPipeline,
+        FluxTransformer2DModel,
+    )
+    from transformers import T5Config, T5EncoderModel
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKL(
+        down_block_types=("DownEncoderBlock2D",) * 4,
+        up_block_types=("UpDecoderBlock2D",) * 4,
+        block_out_channels=(8, 8, 8, 8),
+        layers_per_block=1,
+        latent_channels=4,
+        norm_num_groups=4,
+        shift_factor=0.1159,
+        scaling_factor=0.3611,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    clip_tokenizer = word_tokenizer(77, bos=True)
+    t5_tokenizer = word_tokenizer(512)
+    t5 = T5EncoderModel(T5Config(**T5_SIZES, vocab_size=len(t5_tokenizer)))
+    pipe = FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        vae=vae,
+        text_encoder=_clip_text_encoder(len(clip_tokenizer)),
+        tokenizer=clip_tokenizer,
+        text_encoder_2=t5,
+        tokenizer_2=t5_tokenizer,
+        transformer=FluxTransformer2DModel.from_config(TINY_DIFFUSERS["flux"][1]),
+    )
+    pipe.save_pretrained(folder)
+    return folder
+
+
+def save_hunyuan_pipeline(folder: Path, seed: int = 0) -> Path:
+    """A tiny ``HunyuanVideoPipeline``: a 2-layer Llama (width 32) and CLIP (width 16)
+    text encoders, a 4-channel HunyuanVideo VAE, the tiny HunyuanVideo transformer."""
+    from diffusers import (
+        AutoencoderKLHunyuanVideo,
+        FlowMatchEulerDiscreteScheduler,
+        HunyuanVideoPipeline,
+        HunyuanVideoTransformer3DModel,
+    )
+    from transformers import LlamaConfig, LlamaModel
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS
+
+    torch.manual_seed(seed)
+    vae = AutoencoderKLHunyuanVideo(
+        latent_channels=4,
+        down_block_types=("HunyuanVideoDownBlock3D",) * 4,
+        up_block_types=("HunyuanVideoUpBlock3D",) * 4,
+        block_out_channels=(8, 8, 8, 8),
+        layers_per_block=1,
+        norm_num_groups=4,
+        scaling_factor=0.476986,
+        spatial_compression_ratio=8,
+        temporal_compression_ratio=4,
+        mid_block_add_attention=True,
+    )
+    llama_tokenizer = word_tokenizer(512, bos=True)
+    llama = LlamaModel(
+        LlamaConfig(
+            vocab_size=len(llama_tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            pad_token_id=0,
+            bos_token_id=3,
+            eos_token_id=1,
+        )
+    )
+    clip_tokenizer = word_tokenizer(77, bos=True)
+    pipe = HunyuanVideoPipeline(
+        text_encoder=llama,
+        tokenizer=llama_tokenizer,
+        transformer=HunyuanVideoTransformer3DModel.from_config(TINY_DIFFUSERS["hunyuan-video"][1]),
+        vae=vae,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+        text_encoder_2=_clip_text_encoder(len(clip_tokenizer)),
+        tokenizer_2=clip_tokenizer,
+    )
+    pipe.save_pretrained(folder)
+    return folder
+
+
+def write_image(path: Path, height: int, width: int, seed: int = 0) -> Path:
+    """An RGB PNG of smooth random colour waves, written with Pillow."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    phase = rng.uniform(0, 6.28, size=(3,))
+    channels = [127.5 + 120 * np.sin(x / (4 + c) + y / (6 + c) + phase[c]) for c in range(3)]
+    Image.fromarray(np.stack(channels, axis=-1).astype(np.uint8)).save(path)
+    return path
