@@ -36,6 +36,19 @@ def tiny_qwen2_config(vocab_size: int = 64):
     )
 
 
+def save_tiny_qwen2(folder: Path, seed: int = 0) -> Path:
+    """:func:`save_chat_tokenizer` and a :func:`tiny_qwen2_config` model of its vocabulary
+    (random weights from ``seed``) saved together in ``folder``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    save_chat_tokenizer(folder)
+    torch.manual_seed(seed)
+    vocab = len(AutoTokenizer.from_pretrained(folder))
+    AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab)).save_pretrained(folder)
+    return folder
+
+
 def save_chat_tokenizer(folder: Path, template: str = CHAT_TEMPLATE) -> Path:
     """A fast tokenizer with ``template`` saved in ``folder``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

@@ -42,6 +42,7 @@ MAPPED: dict[str, str] = {
     "assistant_only_loss": "the loss on the chat template's assistant tokens",
     "completion_only_loss": "the loss on the completion of prompt-completion records",
     "dataset_text_field": "the text column of text records",
+    "model_init_kwargs": "only dtype float32 (the weights the runtime holds; others refused)",
 }
 #: field -> why its value does not change a run (a note)
 NOTED: dict[str, str] = {

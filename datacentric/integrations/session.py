@@ -102,6 +102,8 @@ class DropInTrainer:
         self._hooks: CallbackHooks | None = None
         self._resume: Any = None
         for name, why in NOTED.items():
+            if name == "per_device_eval_batch_size" and eval_dataset is None:
+                continue
             if getattr(args, name, None):
                 logger.info("note: %s=%r: %s", name, getattr(args, name), why)
 

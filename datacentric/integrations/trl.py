@@ -60,9 +60,16 @@ class SFTTrainer(DropInTrainer):
         if optimizers not in ((None, None), None):
             given["optimizers"] = optimizers
         refuse_given(self.command, given)
-        for name in ("model_init_kwargs", "eos_token", "chat_template_path"):
-            if getattr(args, name, None):
-                stop(self.command, f"{name}={getattr(args, name)!r}: not supported; leave it unset")
+        init = dict(args.model_init_kwargs or {})
+        for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
+            if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
+                init.pop(key, None)
+        if init:
+            stop(
+                self.command,
+                f"model_init_kwargs={init!r}: not supported (the model is loaded from its "
+                "folder in float32; bf16=True trains under bfloat16 autocast); leave it unset",
+            )
         if train_dataset is None:
             stop(self.command, "give a train_dataset")
         super().__init__(

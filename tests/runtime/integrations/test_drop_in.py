@@ -32,17 +32,10 @@ EVENTS = ("on_train_begin", "on_step_end", "on_log", "on_evaluate", "on_save", "
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory) -> Path:
     """A tiny Qwen2 saved from its config, with a trained chat tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     sys.path.insert(0, str(TESTS))
-    from chat_data import save_chat_tokenizer, tiny_qwen2_config
+    from chat_data import save_tiny_qwen2
 
-    folder = save_chat_tokenizer(tmp_path_factory.mktemp("qwen2"))
-    torch.manual_seed(0)
-    vocab = len(AutoTokenizer.from_pretrained(folder))
-    AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab)).save_pretrained(folder)
-    return folder
+    return save_tiny_qwen2(tmp_path_factory.mktemp("qwen2"))
 
 
 def _start(argv: list[str], tmp_path: Path) -> subprocess.Popen:

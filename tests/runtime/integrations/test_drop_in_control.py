@@ -14,21 +14,17 @@ TESTS = Path(__file__).resolve().parents[2]
 
 
 def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch) -> None:
-    import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
     from trl import SFTConfig
 
     from datacentric.integrations.trl import SFTTrainer
 
     sys.path.insert(0, str(TESTS))
-    from chat_data import save_chat_tokenizer, tiny_qwen2_config
+    from chat_data import save_tiny_qwen2
 
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
-    folder = save_chat_tokenizer(tmp_path / "qwen2")
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    AutoModelForCausalLM.from_config(tiny_qwen2_config(len(tokenizer))).save_pretrained(folder)
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
 
     class Steer(TrainerCallback):
         def __init__(self):
