@@ -16,6 +16,7 @@ from datacentric.data.holdout import SampleSubset, split_ids
 from datacentric.models import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch, spawn
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoint import latest_checkpoint, read_model_state
 from datacentric.train.data_centric import DataCentric
@@ -79,7 +80,12 @@ def held_out_loss(kind: str, shard: str) -> float:
 
 @pytest.mark.parametrize(
     ("kind", "worlds", "shard"),
-    [("video", (1, 2, 4), "none"), ("text", (1, 2), "fsdp2"), ("video", (2,), "ddp")],
+    [
+        ("video", (1, 2, 4), "none"),
+        ("text", (1, 2), "fsdp2"),
+        ("video", (2,), "ddp"),
+        ("text", (2,), ShardingSpec("fsdp2", reshard_after_forward=True)),
+    ],
 )
 def test_held_out_loss_equals_one_process_on_any_world(kind, worlds, shard):
     torch.manual_seed(0)
