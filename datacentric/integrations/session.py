@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ INPUTS = "inputs"
 def stop(command: str, message: str) -> None:
     """Stop the script: one line ``datacentric <command>: <message>`` on stderr, exit
     status 2 (no traceback)."""
-    print(f"datacentric {command}: {message}", file=sys.stderr)
+    if os.environ.get("RANK", "0") == "0":  # every rank stops; the first one says why
+        print(f"datacentric {command}: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -88,8 +90,8 @@ class DropInTrainer:
                 "drop-in trainer (docs/integrations.md lists what maps); leave "
                 f"{'them' if len(refused) > 1 else 'it'} at the default",
             )
-        if peft_config is not None and getattr(model, "peft_config", None):
-            stop(self.command, "give a base model with peft_config, not a PeftModel")
+        if getattr(model, "peft_config", None):
+            stop(self.command, "model is a PeftModel: give its base model and peft_config")
         self.args, self.model, self.processing_class = args, model, processing_class
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.peft_config = peft_config
