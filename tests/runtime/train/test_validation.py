@@ -264,3 +264,42 @@ def test_a_resumed_run_keeps_its_best_validation_step(tmp_path):
     assert (resumed.best_val_step, resumed.best_val_loss) == (best, losses[best])
     record = json.loads((tmp_path / "run/validation/best.json").read_text())
     assert record == {"step": best, "val_loss": losses[best]}
+
+
+def wan_held_out_loss(folder: str, latents: str) -> float:
+    """On this rank: the held-out loss of a saved Wan transformer on latents (FSDP2)."""
+    from datacentric.data.sources import open_dataset
+    from datacentric.models.source import build_model_named
+
+    groups = ProcessGroups() if torch.distributed.is_initialized() else ProcessGroups.local()
+    dataset = open_dataset(f"latents:{latents}", seed=5)
+    model = build_model_named(f"diffusers:{folder}", dataset=dataset)
+    dc = DataCentric(model, dataset, groups=groups, prefetch=0, check_model=False, shard="fsdp2")
+    try:
+        return dc.evaluate(dataset)
+    finally:
+        dc.close()
+
+
+@pytest.mark.slow
+def test_a_diffusers_held_out_loss_is_the_same_at_worlds_1_2_and_4(tmp_path):
+    """A saved Wan transformer on latents of mixed sizes: noise and time per sample from
+    the seed and its id, the same loss at every world, and one process's own forward."""
+    diffusers = pytest.importorskip("diffusers")
+    from runtime.models.test_model_source import _latent_folder
+
+    from datacentric.data.sources import open_dataset
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
+    from datacentric.models.source import build_model_named
+
+    class_name, config = TINY_DIFFUSERS["wan"]
+    torch.manual_seed(2)
+    getattr(diffusers, class_name).from_config(config).save_pretrained(tmp_path / "wan")
+    _latent_folder(tmp_path / "latents", config["in_channels"], text_width(config))
+    folder, latents = str(tmp_path / "wan"), str(tmp_path / "latents")
+    dataset = open_dataset(f"latents:{latents}", seed=5)
+    want = reference_loss(build_model_named(f"diffusers:{folder}", dataset=dataset), dataset)
+    assert wan_held_out_loss(folder, latents) == pytest.approx(want, rel=1e-5)
+    for world in (2, 4):
+        ranks = launch(wan_held_out_loss, folder, latents, nproc=world, collective_timeout_s=120.0)
+        assert ranks[0] == pytest.approx(want, rel=1e-5), world
