@@ -5,7 +5,8 @@ with a chat template, a tokenizer trained here) runs twice with only its import
 changed: TRL's ``SFTTrainer`` / transformers' ``Trainer`` in one process with a batch of
 4 samples, and the drop-ins under ``torchrun --nproc-per-node 2`` with 2 per rank, the
 same global batch. Each dataset is 4 samples over 2 epochs (2 steps, each the whole
-set, so the data order does not matter), 3 held-out ones. The losses logged at steps 1
+set, so the data order does not matter), 3 held-out ones; the text run also under
+``accelerate launch`` with 2 processes. The losses logged at steps 1
 and 2 and ``eval_loss`` must agree within 1e-5 relative for text, conversational
 (assistant-only) and prompt-completion data and a tokenized dataset with labels -100;
 the LoRA run must call every callback and save an adapter peft loads.
@@ -63,7 +64,18 @@ def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_pa
         [*torchrun, str(SCRIPT), str(model_folder), str(tmp_path), "datacentric", kinds + ",lora"],
         tmp_path,
     )
+    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    accelerate += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    accelerate += ["--dynamo_backend", "no", "--main_process_port", "0"]
+    by_accelerate = _start(
+        [*accelerate, str(SCRIPT), str(model_folder), str(tmp_path / "acc"), "datacentric", "text"],
+        tmp_path,
+    )
     expected, got = _results(reference), _results(ours)
+    # accelerate launch (its torchrun environment): the same numbers
+    launched = _results(by_accelerate)["text"]
+    for a, b in zip(launched["losses"], expected["text"]["losses"][:2], strict=True):
+        assert a == pytest.approx(b, rel=1e-5)
     for kind in kinds.split(","):
         want, have = expected[kind], got[kind]
         assert len(have["losses"]) == 2, have
