@@ -303,3 +303,32 @@ def test_a_diffusers_held_out_loss_is_the_same_at_worlds_1_2_and_4(tmp_path):
     for world in (2, 4):
         ranks = launch(wan_held_out_loss, folder, latents, nproc=world, collective_timeout_s=120.0)
         assert ranks[0] == pytest.approx(want, rel=1e-5), world
+
+
+def test_validation_shows_progress_lines(monkeypatch):
+    """Off a terminal, ``progress: validation K/N (P%)`` lines, then a last one at N/N."""
+    import functools
+    import io
+
+    import datacentric.train.validation as validation
+
+    stream = io.StringIO()
+    shown = functools.partial(validation.Progress, stream=stream, terminal=False, every_s=1e-4)
+    monkeypatch.setattr(validation, "Progress", shown)
+    torch.manual_seed(0)
+    dataset = _data("text")
+    dc = DataCentric(
+        build_model("llama"),
+        dataset,
+        preset="llama",
+        groups=ProcessGroups.local(),
+        prefetch=0,
+        check_model=False,
+        shard="none",
+        tokens_per_iteration=128,
+    )
+    batches = len(dc.prepare_evaluation(dataset).schedule.iterations)
+    dc.evaluate(dataset, progress=True)
+    lines = stream.getvalue().splitlines()
+    assert lines and all(line.startswith("progress: validation ") for line in lines)
+    assert lines[-1].startswith(f"progress: validation {batches}/{batches} (100%)")
