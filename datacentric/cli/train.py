@@ -79,8 +79,10 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
 
 def check_validation(config: TrainConfig, dataset, held_out) -> None:
     """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
-    samples with no loss-carrying token or a shape the plan cannot fit (the analytic plan
-    of the run's model, world and memory budget), a prompts file that is not text or a
+    samples with no loss-carrying token or, longer than every training sample, a shape
+    the plan cannot fit (the analytic plan of the run's model, world and memory budget;
+    the run's own plan of the held-out set, made when its ranks start, decides the rest),
+    a prompts file that is not text or a
     model with no logits to continue it, ``every`` past the run's last step (counted from
     its global batches when ``iterations`` is unset)."""
     from datacentric.scheduling.global_batches import steps_per_epoch
@@ -90,7 +92,10 @@ def check_validation(config: TrainConfig, dataset, held_out) -> None:
         where = f"validation.dataset {validation.dataset}"
         if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):
             raise ValueError(f"{where}: the held-out samples carry no loss token")
-        check_held_out_fits(where, held_out, config, world)
+        longest = max(shape.tokens for shape in dataset.shapes())
+        if max(shape.tokens for shape in held_out.shapes()) > longest:
+            # longer than every training sample: may not fit where training does
+            check_held_out_fits(where, held_out, config, world)
     if validation.prompts is not None:
         check_prompts(config, dataset)
     every, training = validation.every, config.training

@@ -220,14 +220,15 @@ def test_bad_validation_input_is_one_line_before_ranks_start(tmp_path, capsys):
     prompts.write_text("once upon a time\n")
     err = _bad(tmp_path, capsys, "--validation.prompts", str(prompts))
     assert "validation.prompts: llama has no next-token logits" in err
-    # a held-out sample longer than the plan can fit under a tiny budget
-    long = tmp_path / "long.jsonl"
+    # a held-out sample longer than every training one, which the plan cannot fit
+    short, long = tmp_path / "short.jsonl", tmp_path / "long.jsonl"
+    short.write_text("".join(json.dumps({"text": f"short text {i}"}) + "\n" for i in range(4)))
     long.write_text(json.dumps({"text": "a long document " * 40}) + "\n")
     err = _bad(
         tmp_path,
         capsys,
-        *("--validation.dataset", f"jsonl:{long}", "--max-tokens", "256"),
-        *("--memory-gb", "0.0005"),
+        *("--dataset", f"jsonl:{short}", "--validation.dataset", f"jsonl:{long}"),
+        *("--memory-gb", "0.02", "--tokens-per-iteration", "64"),
     )
     assert "a held-out sample cannot be planned" in err
 
