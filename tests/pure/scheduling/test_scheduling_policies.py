@@ -253,7 +253,9 @@ def test_dcp_opt_runs_long_videos_in_a_phase_of_their_own_where_that_is_shorter(
 
     workload = get_workload("opensora-long")
     cost = simulation_cost_model(workload.model, "h200-sxm", 32)
-    run = run_policies(list(workload.shapes), cost, 32, ["dcp-opt"])["dcp-opt"]
+    # every fourth clip (25,500, 11 steps, the same mix per step): 14 s of CPU, not 33
+    shapes = list(workload.shapes)[::4]
+    run = run_policies(shapes, cost, 32, ["dcp-opt"])["dcp-opt"]
     phased = [it for it in run.schedule.iterations if it.num_phases == 2]
     assert phased
     for it in phased:
