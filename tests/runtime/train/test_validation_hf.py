@@ -6,6 +6,8 @@ without validation."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -43,11 +45,20 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
     )
     validate = ["--validation.every", "2", "--validation.dataset", f"jsonl:{held}"]
     validate += ["--validation.prompts", str(prompts), "--validation.max_new_tokens", "6"]
+    started = {  # the three runs at once (each in its own folder)
+        name: subprocess.Popen(
+            [sys.executable, "-m", "datacentric", *common, "--out", str(tmp_path / name), *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, flags in (("val", validate), ("plain", []), ("again", validate))
+    }
     runs = {}
-    for name, flags in (("val", validate), ("plain", []), ("again", validate)):
-        done = _run(*common, "--out", str(tmp_path / name), *flags)
-        assert done.returncode == 0, done.stderr[-2000:]
-        runs[name] = (json.loads(done.stdout.strip().splitlines()[-1]), done.stderr)
+    for name, process in started.items():
+        out, err = process.communicate(timeout=900)
+        assert process.returncode == 0, err[-2000:]
+        runs[name] = (json.loads(out.strip().splitlines()[-1]), err)
     (summary, log), (plain, _) = runs["val"], runs["plain"]
     for step in (2, 4):  # the completions: one per prompt, the same on a rerun
         written = (tmp_path / f"val/validation/step-{step}.jsonl").read_text()
