@@ -1,4 +1,4 @@
-"""A time limit on rendering one conversation with a chat template.
+"""A time and size limit on rendering one conversation with a chat template.
 
 A chat template is a program (Jinja, run in transformers' sandbox): the sandbox keeps it
 from reaching files or code, not from looping. A template that loops ``10**10`` times
@@ -6,7 +6,8 @@ would hold ``train`` until killed. :class:`RenderDeadline` stops a render that r
 longer than :data:`RENDER_LIMIT_S`: a watchdog thread raises :class:`RenderTimeout` in
 the rendering thread (``PyThreadState_SetAsyncExc``, delivered at the template's next
 Python instruction: Jinja compiles templates to Python), and the caller refuses the
-record naming its file and line. Neither signals nor the main thread are needed, so the
+record naming its file and line; so is a rendering of more than
+:data:`RENDER_MAX_TOKENS` tokens. Neither signals nor the main thread are needed, so the
 limit holds in any thread and leaves the run's signal handlers alone.
 """
 
@@ -26,6 +27,9 @@ from datacentric.data.documents import Record
 
 #: Seconds one conversation may take to render (a real one takes milliseconds).
 RENDER_LIMIT_S = 10.0
+#: Tokens one conversation may render to (16 Mi: far above any context window; a template
+#: that multiplies its output is refused before the cache stores it).
+RENDER_MAX_TOKENS = 1 << 24
 #: How often the watchdog looks at the clock (a render is stopped this late at most).
 WATCH_PERIOD_S = 0.25
 
@@ -96,10 +100,17 @@ def render_within(
     a :class:`DataError` naming the record's file and line."""
     try:
         with deadline.each():
-            return renderer.render(record, dtype)
+            ids, mask = renderer.render(record, dtype)
     except RenderTimeout:
         raise DataError(
             f"{record.where}: rendering the conversation with the chat template was stopped "
             f"after {deadline.limit_s:g} s (a real one takes milliseconds: does the template "
             "loop?); fix the template, or leave the record out"
         ) from None
+    if len(ids) > RENDER_MAX_TOKENS:
+        raise DataError(
+            f"{record.where}: the chat template rendered the conversation to {len(ids)} "
+            f"tokens, over the limit of {RENDER_MAX_TOKENS} per record; fix the template, or "
+            "leave the record out"
+        )
+    return ids, mask

@@ -56,3 +56,14 @@ def test_the_deadline_fires_only_inside_a_render() -> None:
         with deadline.each():
             total = sum(range(1000))
     assert total == 499500
+
+
+def test_a_rendering_over_the_size_limit_is_refused(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_limit, "RENDER_MAX_TOKENS", 40)
+    folder = save_chat_tokenizer(tmp_path / "tok")
+    turns = conversations(2)
+    turns[1] = [{"role": "user", "content": "hello " * 50}, *turns[1][1:]]
+    path = write_records(tmp_path / "chat.jsonl", [{"messages": t} for t in turns])
+    with pytest.raises(DataError, match=f"{path}:2: .* to \\d+ tokens, over the limit of 40"):
+        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
