@@ -76,8 +76,10 @@ class DatasetView:
         b = int(buckets[0])
         if self.uniform[b] and (buckets == b).all():
             key: tuple = (b, len(ids), sp, rc, ring)
+        elif len(ids) == 1 and self.shapes[int(ids[0])].grid is None:
+            key = (int(self.tokens[int(ids[0])]), sp, rc, ring)  # one text sample: its length
         else:
-            key = (tuple(self.shapes[i] for i in ids), sp, rc, ring)
+            key = (tuple(int(i) for i in ids), sp, rc, ring)  # ids name the shapes (fast hash)
         t = self._exact.get(key)
         if t is None:
             shapes = [self.shapes[i] for i in ids]
