@@ -63,7 +63,7 @@ BAD_SETTINGS = [
     (["--memory-gb", "-1"], "memory_gb"),
     (["--weight-decay", "-0.1"], "weight_decay"),
     (["--policy", "fastest"], "policy"),
-    (["--lr-schedule", "linear"], "lr_schedule"),
+    (["--lr-schedule", "exponential"], "lr_schedule"),
     (["--dtype", "float8"], "dtype"),
     (["--fault-inject", "soon"], "fault_inject"),
     (["--scheduling.max_accumulation", "0"], "accumulation"),
