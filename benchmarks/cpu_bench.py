@@ -24,7 +24,7 @@ import torch
 
 from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.demo import DEMO_POLICIES, DEMO_WARMUP
-from datacentric.train.config import load_config
+from datacentric.settings import load_config
 from datacentric.train.measured_comparison import (
     DEFAULT_REPEATS,
     compare_policies,

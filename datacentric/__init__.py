@@ -17,7 +17,7 @@ _LAZY = {
     "DataCentric": "datacentric.train.data_centric",
     "Step": "datacentric.parallel.step",
     "MicroStep": "datacentric.parallel.runtime",
-    "TrainConfig": "datacentric.train.config",
+    "TrainConfig": "datacentric.settings.run_settings",
     "ModelContractError": "datacentric.verify.model_contract",
     "check_model_contract": "datacentric.verify.model_contract",
     "small_dataset": "datacentric.verify.case_models",

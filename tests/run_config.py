@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datacentric.train.config import TrainConfig, load_config
+from datacentric.settings import TrainConfig, load_config
 
 #: the same small run as command-line flags (for tests that start ``datacentric train``)
 SMALL_TRAIN_FLAGS = ["--dataset-limit", "2", "--max-tokens", "256", "--cost-model", "analytic"]

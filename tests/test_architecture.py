@@ -488,3 +488,71 @@ def test_conftest_imports_no_torch_at_module_level() -> None:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             top |= imports_in(ast.unparse(node), "conftest", set())
     assert not [name for name in top if under(name, "torch")]
+
+
+#: Deprecated locations -> where their names live now. Our own modules, tests, benchmarks
+#: and examples import only the new places; each old one still imports, with a warning.
+DEPRECATED_MODULES = {
+    "datacentric.models.batch": "datacentric.batch",
+    "datacentric.scheduling.options": "datacentric.settings",
+    "datacentric.train.config": "datacentric.settings",
+}
+#: The files that import a deprecated location on purpose: to check it still works and warns.
+CHECKS_DEPRECATIONS = {"tests/test_public_api.py", "tests/test_architecture.py"}
+REPO = ROOT.parent
+
+
+def deprecated_imports(files: dict[str, str]) -> list[str]:
+    """``file imports old`` for each import of a :data:`DEPRECATED_MODULES` location in
+    ``files`` (repository path -> source), the deprecated modules themselves left out."""
+    found = []
+    for path, source in sorted(files.items()):
+        name = module_name(REPO / path, REPO)
+        if name in DEPRECATED_MODULES or path in CHECKS_DEPRECATIONS:
+            continue
+        package = path.endswith("__init__.py")
+        for target in sorted(imports_in(source, name, MODULES, package=package)):
+            if target in DEPRECATED_MODULES:
+                found.append(f"{path} imports {target} (use {DEPRECATED_MODULES[target]})")
+    return found
+
+
+def test_nothing_of_ours_imports_a_deprecated_location() -> None:
+    files = {
+        str(p.relative_to(REPO)): p.read_text(encoding="utf-8")
+        for folder in ("datacentric", "tests", "benchmarks", "examples")
+        for p in sorted((REPO / folder).rglob("*.py"))
+    }
+    faults = deprecated_imports(files)
+    assert not faults, "\n".join(faults)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from datacentric.train.config import TrainConfig\n",
+        "def f():\n    from datacentric.scheduling import options\n",
+        "import importlib\nimportlib.import_module('datacentric.models.batch')\n",
+    ],
+)
+def test_a_planted_import_of_a_deprecated_location_is_found(source: str) -> None:
+    assert len(deprecated_imports({"tests/runtime/test_planted.py": source})) == 1
+    assert deprecated_imports({"tests/test_public_api.py": source}) == []
+
+
+@pytest.mark.parametrize("old", sorted(DEPRECATED_MODULES))
+def test_each_deprecated_location_still_imports_and_warns(old: str) -> None:
+    import importlib
+    import sys
+    import warnings
+
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = importlib.import_module(old)
+    sys.modules.pop(old, None)
+    new = importlib.import_module(DEPRECATED_MODULES[old])
+    shared = [n for n in getattr(new, "__all__", ()) if hasattr(module, n)]
+    assert shared and all(getattr(module, n) is getattr(new, n) for n in shared)
+    messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
+    assert messages and DEPRECATED_MODULES[old] in messages[0] and "0.3.0" in messages[0]

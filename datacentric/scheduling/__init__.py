@@ -13,9 +13,9 @@ from datacentric.scheduling.measures import (
     iteration_imbalance,
     schedule_measures,
 )
-from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule, schedule_fingerprint
+from datacentric.settings.scheduling import ScheduleOptions
 
 __all__ = [
     "POLICIES",

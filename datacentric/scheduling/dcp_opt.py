@@ -44,9 +44,9 @@ from datacentric.scheduling.micro_batches import (
     split_item,
 )
 from datacentric.scheduling.option_table import OptionTable
-from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.settings.scheduling import ScheduleOptions
 
 #: Epochs of at most this many samples also try every step as the peers run it.
 PORTFOLIO_SAMPLES = 200_000

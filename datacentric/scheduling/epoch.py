@@ -28,8 +28,8 @@ from datacentric.scheduling.measures import (
     schedule_measures,
     step_bound_s,
 )
-from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.settings.scheduling import ScheduleOptions
 from datacentric.shapes import SampleShape
 
 #: Every policy by name: a pure function of its :class:`PolicyInput`.

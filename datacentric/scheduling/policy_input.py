@@ -16,7 +16,7 @@ from datacentric.schedule import Iteration
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches
 from datacentric.scheduling.option_table import OptionFilter, OptionTable
-from datacentric.scheduling.options import ScheduleOptions
+from datacentric.settings.scheduling import ScheduleOptions
 
 
 def no_recompute(option: BucketOption) -> bool:

@@ -1,8 +1,10 @@
-"""Deprecated location of the run settings: the schema is :mod:`datacentric.settings`
-(torch-free, at the bottom of the package); this module re-exports its names (the run's shard
-setting as a spec is :func:`datacentric.train.build.sharding`)."""
+"""Deprecated location (removed in 0.3.0) of the run settings: the schema is
+:mod:`datacentric.settings` (torch-free, at the bottom of the package); this module
+re-exports its names and warns on import (``DeprecationWarning``)."""
 
 from __future__ import annotations
+
+import warnings
 
 from datacentric.settings.layout import (  # noqa: F401
     PROFILE_FIELDS,
@@ -33,4 +35,11 @@ from datacentric.settings.sections import (  # noqa: F401
     ProfilingConfig,
     SchedulingConfig,
     TrainingConfig,
+)
+
+warnings.warn(
+    "datacentric.train.config is deprecated and will be removed in 0.3.0: import "
+    "TrainConfig and the sections from datacentric.settings instead",
+    DeprecationWarning,
+    stacklevel=2,
 )

@@ -56,9 +56,9 @@ from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.profiling.module_specs import spec_of_model
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.options import ScheduleOptions
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
+from datacentric.settings.scheduling import ScheduleOptions
 from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.train.validation import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract

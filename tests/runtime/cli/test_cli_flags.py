@@ -16,7 +16,7 @@ from repo_paths import ROOT
 from datacentric.cli.flags import apply_config_file, shown_default
 from datacentric.cli.main import build_parser, main
 from datacentric.models.presets import MODEL_PRESETS
-from datacentric.train.config import load_config
+from datacentric.settings import load_config
 
 EXAMPLES = sorted((ROOT / "examples" / "configs").glob("*.toml"))
 

@@ -28,8 +28,8 @@ from datacentric.models.hf import (  # noqa: E402
     UnsupportedModelFeature,
     small_copy,
 )
+from datacentric.settings import TrainConfig  # noqa: E402
 from datacentric.train.build import build_dataset, check_model  # noqa: E402
-from datacentric.train.config import TrainConfig  # noqa: E402
 from datacentric.train.data_centric import ulysses_sp_sizes  # noqa: E402
 from datacentric.verify.equivalence import check_equivalence  # noqa: E402
 

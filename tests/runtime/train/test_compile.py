@@ -18,9 +18,9 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.ulysses import all_to_all
 from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.settings import TrainConfig
 from datacentric.settings.schema import field_docs
 from datacentric.settings.sections import TrainingConfig
-from datacentric.train.config import TrainConfig
 from datacentric.train.data_centric import DataCentric
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -7,6 +7,7 @@ import torch
 from repo_paths import ROOT
 
 from datacentric.scheduling.resume import Position
+from datacentric.settings import load_config
 from datacentric.train.checkpoint import (
     CheckpointError,
     latest_checkpoint,
@@ -15,7 +16,6 @@ from datacentric.train.checkpoint import (
     verify_checkpoint,
     weights_sha256,
 )
-from datacentric.train.config import load_config
 
 
 def test_toml_and_flags_merge(tmp_path):
@@ -109,6 +109,6 @@ def test_policy_choices_match_the_scheduler():
     import typing
 
     from datacentric.scheduling import POLICIES
-    from datacentric.train.config import Policy
+    from datacentric.settings.sections import Policy
 
     assert set(typing.get_args(Policy)) == set(POLICIES)
