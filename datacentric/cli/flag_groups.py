@@ -176,7 +176,8 @@ def add_memory_flags(
     parser: argparse.ArgumentParser, *, fraction: bool = True, required: bool = False
 ) -> None:
     """``--memory-gb`` and with ``fraction`` ``--memory-fraction`` (the analytic
-    budget's share of the hardware's memory; :func:`~datacentric.cli.plan.memory_budget`)."""
+    budget's share of the hardware's memory;
+    :func:`~datacentric.cli.planning_inputs.memory_budget`)."""
     config_option(parser, "--memory-gb", key="memory_gb", type=float, required=required)
     if fraction:
         from datacentric.settings import DEFAULT_MEMORY_FRACTION

@@ -19,89 +19,21 @@ from datacentric.cli.flag_groups import (
     add_dataset_flags,
     add_hardware_flag,
     add_json_flag,
-    add_memory_flags,
     add_model_flags,
-    add_shard_flags,
     add_skip_unfittable_flag,
     add_world_flag,
-    lora_of_args,
 )
 from datacentric.cli.flags import config_option, enable_config_file
-from datacentric.planning.hardware import GIB
+from datacentric.cli.plan_table import format_table, plan_json
+from datacentric.cli.planning_inputs import (
+    add_cost_model_arguments,
+    analytic_model,
+    command_pipeline,
+    dataset_shapes,
+    profiled_model,
+)
 from datacentric.planning.plan import Plan
-from datacentric.shapes import Bucketing, SampleShape, read_lengths_file
-
-
-def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
-    """Sample shapes of ``--dataset SPEC`` (any source of
-    :func:`~datacentric.data.sources.open_dataset`, shaped by the data flags) or of
-    ``--lengths FILE``, and how many samples the dataset skipped on request."""
-    if getattr(args, "lengths", None):
-        return read_lengths_file(args.lengths), 0
-    if args.dataset:
-        from datacentric.data.sources import data_settings, open_dataset, skipped_samples
-
-        settings = args.settings
-        dataset = open_dataset(args.dataset, data_settings(settings.data, settings.job.seed))
-        return dataset.shapes(), skipped_samples(dataset)
-    raise ValueError("give --dataset NAME or --lengths FILE")
-
-
-def plan_json(
-    plan: Plan, bucketing: Bucketing | None = None, cost: Any = None
-) -> list[dict[str, Any]]:
-    """Bucket rows for JSON output: each bucket's preferred option
-    (:meth:`~datacentric.planning.plan.Plan.preferred`), with sample counts when the
-    bucketing is known and its memory per rank (``est_memory_bytes``) on ``cost``."""
-    counts = {}
-    if bucketing is not None:
-        counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
-    rows = []
-    for bp in plan.buckets.values():
-        row = plan.bucket_row(bp.bucket, cost, with_options=False)
-        best = plan.preferred(bp.bucket)
-        row["max_batch"] = max(o.max_batch for o in bp.options if o.sp_size == best.sp_size)
-        row["options"] = len(bp.options)
-        if counts:
-            row["samples"] = counts.get(bp.bucket, 0)
-        rows.append(row)
-    return rows
-
-
-def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = None) -> str:
-    """A fixed-width table of the plan (memory per rank on ``cost``)."""
-    rows = plan_json(plan, bucketing, cost)
-    header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'ring':>5}{'batch':>7}"
-    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'options':>9}{'samples/GPU-s':>15}"
-    lines = [header]
-    for row in rows:
-        shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
-        lines.append(
-            f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
-            f"{row.get('ring', 1):>5}{row['micro_batch_size']:>7}"
-            f"{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
-            f"{row['est_time_s']:>11.4g}{row.get('est_memory_bytes', float('nan')) / GIB:>9.3f}"
-            f"{row['options']:>9}"
-            f"{row['samples_per_gpu_second']:>15.4g}"
-        )
-    lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
-    for name, count in plan.skipped.items():
-        lines.append(f"skipped bucket {name}: {count} samples (fits no configuration)")
-    return "\n".join(lines)
-
-
-def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """The memory budget and the sharding of the commands that build an analytic cost
-    model (see :func:`analytic_model`)."""
-    add_memory_flags(parser)
-    add_shard_flags(parser)
-
-
-def sharding_of(args: argparse.Namespace) -> Any:
-    """The :class:`~datacentric.planning.sharding.ShardingSpec` of ``--shard`` flags."""
-    from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
-
-    return ShardingSpec(args.shard or DEFAULT_SHARD, bool(args.reshard_after_forward))
+from datacentric.shapes import Bucketing
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -180,59 +112,3 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, A
     shapes = dataset_shapes(args)[0]
     pipeline = command_pipeline(args, shapes, cost, args.world or world, options=options)
     return pipeline.plan, pipeline.bucketing, source, cost
-
-
-def command_pipeline(
-    args: argparse.Namespace, shapes: list[SampleShape], cost: Any, world: int, **settings: Any
-) -> Any:
-    """The :class:`~datacentric.scheduling.pipeline.Pipeline` of a command's flags: the
-    budget of :func:`memory_budget` and ``--skip-unfittable`` when the command has it;
-    ``settings``: the rest (``options``, ``seed``, ``policy``)."""
-    from datacentric.scheduling.pipeline import Pipeline
-
-    return Pipeline(
-        shapes,
-        cost,
-        world_size=world,
-        memory_cap_bytes=memory_budget(args, cost),
-        skip_unfittable=bool(getattr(args, "skip_unfittable", False)),
-        **settings,
-    )
-
-
-def memory_budget(args: argparse.Namespace, cost: Any) -> int:
-    """The budget per rank of a command, resolved once: ``--memory-gb``, else the cap of
-    the plan saved in ``--profile DIR``, else ``--memory-fraction`` of the memory of the
-    analytic model's hardware."""
-    from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
-    from datacentric.profiling.store import load_plan
-
-    if args.memory_gb is None and getattr(args, "profile", None):
-        return load_plan(args.profile).memory_cap_bytes
-    return resolve_memory_cap(args.memory_gb, device_memory_of(cost), args.memory_fraction)
-
-
-def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
-    """The analytic cost model of ``--model`` (any model string, with its ``--model-arg``
-    keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with
-    ``--shard``; the budget is :func:`memory_budget`'s."""
-    from datacentric.models.source import parse_model_args
-    from datacentric.profiling.factory import analytic_cost_model
-    from datacentric.profiling.module_specs import named_spec
-
-    spec = named_spec(
-        model, parse_model_args(getattr(args, "model_args", None)), lora_of_args(args)
-    )
-    return analytic_cost_model(spec, hardware, shard=sharding_of(args), world_size=world)
-
-
-def profiled_model(args: argparse.Namespace) -> tuple[Any, int]:
-    """The cost model fitted to ``--profile DIR`` and the world it was measured on
-    (the budget is :func:`memory_budget`'s)."""
-    from datacentric.profiling.factory import fitted_cost_model
-    from datacentric.profiling.store import ProfileError, load_profile
-
-    profile = load_profile(args.profile)
-    if profile is None:
-        raise ProfileError(f"{args.profile}: no profile.json")
-    return fitted_cost_model(profile), int(profile.fingerprint["world_size"])

@@ -28,7 +28,8 @@ from datacentric.cli.flag_groups import (
     lora_of_args,
 )
 from datacentric.cli.flags import config_option, enable_config_file
-from datacentric.cli.plan import dataset_shapes, format_table, plan_json
+from datacentric.cli.plan_table import format_table, plan_json
+from datacentric.cli.planning_inputs import dataset_shapes
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
 

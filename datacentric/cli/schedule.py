@@ -33,11 +33,12 @@ from datacentric.cli.flag_groups import (
     limit_splits,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
-from datacentric.cli.plan import (
+from datacentric.cli.planning_inputs import (
     add_cost_model_arguments,
     analytic_model,
     command_pipeline,
     dataset_shapes,
+    global_batch_options,
     profiled_model,
 )
 
@@ -75,21 +76,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(parser)
     enable_config_file(parser)
     parser.set_defaults(func=run)
-
-
-def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ScheduleOptions keys of
-    :func:`~datacentric.cli.flag_groups.add_global_batch_flags`, checked."""
-    for name in ("global_batch_tokens", "global_batch_samples", "reorder_window"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"{flag} must be >= 1, got {value}")
-    return {
-        "global_batch_tokens": args.global_batch_tokens,
-        "global_batch_samples": args.global_batch_samples,
-        "reorder_window": args.reorder_window,
-    }
 
 
 def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:

@@ -33,8 +33,7 @@ from datacentric.cli.flag_groups import (
     limit_splits,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
-from datacentric.cli.plan import sharding_of
-from datacentric.cli.schedule import global_batch_options
+from datacentric.cli.planning_inputs import dataset_shapes, global_batch_options, sharding_of
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -143,8 +142,6 @@ def _workload(args: argparse.Namespace) -> Any:
         raise ValueError("give --dataset SPEC or --lengths FILE")
     if args.dataset in list_workloads():
         return get_workload(args.dataset, seed=args.seed, num_samples=args.dataset_limit)
-    from datacentric.cli.plan import dataset_shapes
-
     shapes, _ = dataset_shapes(args)
     return workload_from_shapes(args.dataset, shapes, args.model, args.hardware, "")
 

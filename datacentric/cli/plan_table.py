@@ -1,0 +1,55 @@
+"""A plan as rows and as a table: what ``plan`` and ``profile`` print (one row per
+bucket: its preferred option, sample count and memory per rank). No command owns this
+module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from datacentric.planning.hardware import GIB
+from datacentric.planning.plan import Plan
+from datacentric.shapes import Bucketing
+
+
+def plan_json(
+    plan: Plan, bucketing: Bucketing | None = None, cost: Any = None
+) -> list[dict[str, Any]]:
+    """Bucket rows for JSON output: each bucket's preferred option
+    (:meth:`~datacentric.planning.plan.Plan.preferred`), with sample counts when the
+    bucketing is known and its memory per rank (``est_memory_bytes``) on ``cost``."""
+    counts = {}
+    if bucketing is not None:
+        counts = {b.name: len(m) for b, m in zip(bucketing.buckets, bucketing.members())}
+    rows = []
+    for bp in plan.buckets.values():
+        row = plan.bucket_row(bp.bucket, cost, with_options=False)
+        best = plan.preferred(bp.bucket)
+        row["max_batch"] = max(o.max_batch for o in bp.options if o.sp_size == best.sp_size)
+        row["options"] = len(bp.options)
+        if counts:
+            row["samples"] = counts.get(bp.bucket, 0)
+        rows.append(row)
+    return rows
+
+
+def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = None) -> str:
+    """A fixed-width table of the plan (memory per rank on ``cost``)."""
+    rows = plan_json(plan, bucketing, cost)
+    header = f"{'bucket':<16}{'shape':>16}{'samples':>9}{'sp':>4}{'ring':>5}{'batch':>7}"
+    header += f"{'recomp':>8}{'time s':>11}{'mem GiB':>9}{'options':>9}{'samples/GPU-s':>15}"
+    lines = [header]
+    for row in rows:
+        shape = row["shape"] if isinstance(row["shape"], int) else "x".join(map(str, row["shape"]))
+        lines.append(
+            f"{row['bucket']:<16}{shape!s:>16}{row.get('samples', ''):>9}{row['sp_size']:>4}"
+            f"{row.get('ring', 1):>5}{row['micro_batch_size']:>7}"
+            f"{row['num_recomputed']:>5}/{plan.num_blocks:<2}"
+            f"{row['est_time_s']:>11.4g}{row.get('est_memory_bytes', float('nan')) / GIB:>9.3f}"
+            f"{row['options']:>9}"
+            f"{row['samples_per_gpu_second']:>15.4g}"
+        )
+    lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
+    for name, count in plan.skipped.items():
+        lines.append(f"skipped bucket {name}: {count} samples (fits no configuration)")
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""What the planning commands (``plan``, ``schedule``, ``simulate``, ``profile``) build
+from their flags: the dataset's sample shapes, the cost model (analytic, or fitted to a
+saved profile) with its sharding, the memory budget per rank, the global batch options
+and the :class:`~datacentric.scheduling.pipeline.Pipeline` of them all. No command owns
+this module; each command's own module imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from datacentric.cli.flag_groups import add_memory_flags, add_shard_flags, lora_of_args
+from datacentric.shapes import SampleShape, read_lengths_file
+
+
+def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
+    """Sample shapes of ``--dataset SPEC`` (any source of
+    :func:`~datacentric.data.sources.open_dataset`, shaped by the data flags) or of
+    ``--lengths FILE``, and how many samples the dataset skipped on request."""
+    if getattr(args, "lengths", None):
+        return read_lengths_file(args.lengths), 0
+    if args.dataset:
+        from datacentric.data.sources import data_settings, open_dataset, skipped_samples
+
+        settings = args.settings
+        dataset = open_dataset(args.dataset, data_settings(settings.data, settings.job.seed))
+        return dataset.shapes(), skipped_samples(dataset)
+    raise ValueError("give --dataset NAME or --lengths FILE")
+
+
+def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The memory budget and the sharding of the commands that build an analytic cost
+    model (see :func:`analytic_model`)."""
+    add_memory_flags(parser)
+    add_shard_flags(parser)
+
+
+def sharding_of(args: argparse.Namespace) -> Any:
+    """The :class:`~datacentric.planning.sharding.ShardingSpec` of ``--shard`` flags."""
+    from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
+
+    return ShardingSpec(args.shard or DEFAULT_SHARD, bool(args.reshard_after_forward))
+
+
+def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
+    """The analytic cost model of ``--model`` (any model string, with its ``--model-arg``
+    keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with
+    ``--shard``; the budget is :func:`memory_budget`'s."""
+    from datacentric.models.source import parse_model_args
+    from datacentric.profiling.factory import analytic_cost_model
+    from datacentric.profiling.module_specs import named_spec
+
+    spec = named_spec(
+        model, parse_model_args(getattr(args, "model_args", None)), lora_of_args(args)
+    )
+    return analytic_cost_model(spec, hardware, shard=sharding_of(args), world_size=world)
+
+
+def profiled_model(args: argparse.Namespace) -> tuple[Any, int]:
+    """The cost model fitted to ``--profile DIR`` and the world it was measured on
+    (the budget is :func:`memory_budget`'s)."""
+    from datacentric.profiling.factory import fitted_cost_model
+    from datacentric.profiling.store import ProfileError, load_profile
+
+    profile = load_profile(args.profile)
+    if profile is None:
+        raise ProfileError(f"{args.profile}: no profile.json")
+    return fitted_cost_model(profile), int(profile.fingerprint["world_size"])
+
+
+def memory_budget(args: argparse.Namespace, cost: Any) -> int:
+    """The budget per rank of a command, resolved once: ``--memory-gb``, else the cap of
+    the plan saved in ``--profile DIR``, else ``--memory-fraction`` of the memory of the
+    analytic model's hardware."""
+    from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
+    from datacentric.profiling.store import load_plan
+
+    if args.memory_gb is None and getattr(args, "profile", None):
+        return load_plan(args.profile).memory_cap_bytes
+    return resolve_memory_cap(args.memory_gb, device_memory_of(cost), args.memory_fraction)
+
+
+def command_pipeline(
+    args: argparse.Namespace, shapes: list[SampleShape], cost: Any, world: int, **settings: Any
+) -> Any:
+    """The :class:`~datacentric.scheduling.pipeline.Pipeline` of a command's flags: the
+    budget of :func:`memory_budget` and ``--skip-unfittable`` when the command has it;
+    ``settings``: the rest (``options``, ``seed``, ``policy``)."""
+    from datacentric.scheduling.pipeline import Pipeline
+
+    return Pipeline(
+        shapes,
+        cost,
+        world_size=world,
+        memory_cap_bytes=memory_budget(args, cost),
+        skip_unfittable=bool(getattr(args, "skip_unfittable", False)),
+        **settings,
+    )
+
+
+def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ScheduleOptions keys of
+    :func:`~datacentric.cli.flag_groups.add_global_batch_flags`, checked."""
+    for name in ("global_batch_tokens", "global_batch_samples", "reorder_window"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    return {
+        "global_batch_tokens": args.global_batch_tokens,
+        "global_batch_samples": args.global_batch_samples,
+        "reorder_window": args.reorder_window,
+    }
