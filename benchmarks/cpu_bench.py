@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
+from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.demo import DEMO_POLICIES, DEMO_WARMUP
 from datacentric.settings import load_config
 from datacentric.train.measured_comparison import (

@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datacentric.cli.bench import BENCH_DEFAULTS, bench_summary, describe_speedup
+from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import say

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from datacentric.cli.bench import bench_summary, describe_speedup, noise_verdict
+from datacentric.cli.comparison_report import bench_summary, describe_speedup, noise_verdict
 from datacentric.cli.main import main
 from datacentric.timing import relative_spread
 from datacentric.train.machine_load import LoadReading

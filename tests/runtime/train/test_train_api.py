@@ -11,7 +11,7 @@ import torch
 from repo_paths import ROOT
 from run_config import small_config
 
-from datacentric.cli.bench import bench_summary
+from datacentric.cli.comparison_report import bench_summary
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
