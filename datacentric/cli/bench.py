@@ -4,6 +4,7 @@ same samples and steps, in one run, with the simulator's prediction beside it.""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -68,8 +69,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
     config = load_config(None, out=args.out, **overrides)
-    if not check_dataset(config, "bench"):
+    prechecked = check_dataset(config, "bench")
+    if prechecked is None:
         return 2
+    # every policy's run trains the global batch the check sized (handed on, not redone)
+    scheduling = prechecked.global_batch.applied(config.scheduling)
+    config = dataclasses.replace(config, scheduling=scheduling)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     # stdout holds the summary alone; the load notes go to stderr
     print(

@@ -13,13 +13,19 @@ does); a run stopped by SIGTERM/SIGINT after saving exits with ``128 + signal``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+from typing import TYPE_CHECKING
 
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.ranks import say
-from datacentric.settings import TrainConfig
-from datacentric.settings.layout import SchedulingSettings
+from datacentric.settings import ScheduleOptions, TrainConfig
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from datacentric.train.assemble import Prechecked
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,18 +41,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def check_dataset(config: TrainConfig, command: str) -> bool:
-    """Open the run's dataset and check its model once up front, before ranks start:
-    bad data or a model we cannot run is one line on stderr (False), and skipped
-    samples are reported there, saying why."""
+def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
+    """The check before ranks start, once: open the run's data, build its model on the
+    meta device and check it, size the global batch, check the ``[validation]``
+    settings. Bad data or a model we cannot run is one line on stderr (None); skipped
+    samples and a sized global batch are noted there. Returns what it found, for the
+    ranks (:class:`~datacentric.train.assemble.Prechecked`): the same steps as theirs
+    (:mod:`datacentric.train.assemble`), not run again."""
     from datacentric.data.base import DataError
     from datacentric.data.sources import skipped_note
+    from datacentric.scheduling.global_batches import size_global_batch
+    from datacentric.train.assemble import Prechecked
     from datacentric.train.build import check_model
     from datacentric.train.validation import build_run_data
 
     try:
         dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
-        check_model(
+        module = check_model(
             config.model,
             dataset,
             lora=config.lora,
@@ -56,12 +67,14 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
-        sized = size_global_batch(config.scheduling, tokens)
-        check_validation(config, dataset, held_out)
+        batch = size_global_batch(config.scheduling.options(), tokens)
+        check_validation(
+            config, batch.applied(config.scheduling.options()), module, dataset, held_out
+        )
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
-        return False
-    for note in (skipped_note(dataset), sized):
+        return None
+    for note in (skipped_note(dataset), batch.note):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:
@@ -73,18 +86,21 @@ def check_dataset(config: TrainConfig, command: str) -> bool:
                 "metrics.wandb: the wandb package is not installed; "
                 "pip install 'datacentric[wandb]' or leave --wandb off",
             )
-            return False
-    return True
+            return None
+    return Prechecked(batch, data=(dataset, held_out))
 
 
-def check_validation(config: TrainConfig, dataset, held_out) -> None:
+def check_validation(
+    config: TrainConfig, options: ScheduleOptions, module: nn.Module, dataset, held_out
+) -> None:
     """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
     samples with no loss-carrying token or, longer than every training sample, a shape
     the plan cannot fit (the analytic plan of the run's model, world and memory budget;
     the run's own plan of the held-out set, made when its ranks start, decides the rest),
     a prompts file that is not text or a
     model with no logits to continue it, ``every`` past the run's last step (counted from
-    its global batches when ``iterations`` is unset)."""
+    its global batches when ``iterations`` is unset: ``options``, the sized global batch
+    included). ``module``: the run's model on the meta device."""
     from datacentric.scheduling.global_batches import steps_per_epoch
 
     validation, world = config.validation, config.parallelism.world or 1
@@ -95,13 +111,13 @@ def check_validation(config: TrainConfig, dataset, held_out) -> None:
         longest = max(shape.tokens for shape in dataset.shapes())
         if max(shape.tokens for shape in held_out.shapes()) > longest:
             # longer than every training sample: may not fit where training does
-            check_held_out_fits(where, held_out, config, world)
+            check_held_out_fits(where, held_out, config, module, world)
     if validation.prompts is not None:
-        check_prompts(config, dataset)
+        check_prompts(config, module)
     every, training = validation.every, config.training
     if every and training.iterations is None:
         per_epoch = steps_per_epoch(
-            dataset.shapes(), config.scheduling.options(), seed=config.job.seed, world_size=world
+            dataset.shapes(), options, seed=config.job.seed, world_size=world
         )
         if every > per_epoch * training.epochs:
             raise ValueError(
@@ -111,16 +127,13 @@ def check_validation(config: TrainConfig, dataset, held_out) -> None:
             )
 
 
-def check_prompts(config: TrainConfig, dataset) -> None:
+def check_prompts(config: TrainConfig, module: nn.Module) -> None:
     """The prompts file reads as text (:func:`~datacentric.data.prompts.read_prompts`)
-    and the model has next-token logits to continue it with (built on the meta device)."""
+    and the model (``module``, on the meta device) has next-token logits to continue
+    it with."""
     from datacentric.data.prompts import read_prompts
-    from datacentric.models.source import build_from_source
-    from datacentric.train.build import model_source
 
     read_prompts(config.validation.prompts)
-    source = model_source(config.model, config.lora)
-    module, _ = build_from_source(source, device="meta", dataset=dataset)
     if not callable(getattr(module, "logits", None)):
         raise ValueError(
             f"validation.prompts: {config.model.model} has no next-token logits to generate "
@@ -128,29 +141,23 @@ def check_prompts(config: TrainConfig, dataset) -> None:
         )
 
 
-def check_held_out_fits(where: str, held_out, config: TrainConfig, world: int) -> None:
+def check_held_out_fits(
+    where: str, held_out, config: TrainConfig, module: nn.Module, world: int
+) -> None:
     """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
-    no configuration of the plan: the analytic plan of the run's model (built on the meta
-    device) on ``world`` ranks of this machine's device, under ``[cost] memory_gb`` (else
-    70% of the device)."""
+    no configuration of the plan: the analytic plan of the run's model (``module``, on
+    the meta device) on ``world`` ranks of this machine's device, under ``[cost]
+    memory_gb`` (else 70% of the device)."""
     import torch
 
-    from datacentric.models.source import build_from_source
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.profiling.module_specs import UnpricedModelError, spec_of_model
     from datacentric.scheduling.pipeline import Pipeline
-    from datacentric.train.build import (
-        build_cost_model,
-        device_memory_bytes,
-        model_source,
-        sharding,
-    )
+    from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes
 
     chosen = config.parallelism.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(chosen)
-    source = model_source(config.model, config.lora)
-    module, _ = build_from_source(source, device="meta", dataset=held_out)
     try:
         spec = spec_of_model(module, config.model.model)
     except UnpricedModelError:
@@ -185,37 +192,14 @@ def check_samples_for_model_check(tokens: list[int]) -> None:
         )
 
 
-def size_global_batch(scheduling: SchedulingSettings, tokens: list[int]) -> str | None:
-    """Give a small dataset's run a global batch sized from its samples when the
-    ``[scheduling]`` section gives none
-    (:func:`~datacentric.scheduling.global_batches.data_sized_tokens`): set on the section,
-    so the run folder's ``config.toml`` and its checkpoints record it and a
-    resume trains the same batches. Returns the one-line note saying so, else None."""
-    from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens
-
-    given = ("global_batch_tokens", "tokens_per_iteration")
-    given += ("global_batch_samples", "samples_per_iteration")
-    if any(getattr(scheduling, name) is not None for name in given):
-        return None
-    bound = data_sized_tokens(tokens)
-    if bound is None:
-        return None
-    scheduling.global_batch_tokens = bound
-    steps = -(-sum(tokens) // bound)
-    return (
-        f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
-        f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
-        "epoch (--global-batch-tokens sets it)"
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # a bad --config or flag is reported before torch loads
     from datacentric.parallel.launch import launch, launch_mode
     from datacentric.train.run_folder import RunFolderLock, claim_run_folder
     from datacentric.train.trainer import train_rank, train_rank_in_locked_folder
 
-    if not check_dataset(config, "train"):
+    prechecked = check_dataset(config, "train")
+    if prechecked is None:
         return 2
     options = dict(
         nproc=config.parallelism.world,
@@ -223,12 +207,14 @@ def run(args: argparse.Namespace) -> int:
         device=config.parallelism.device,
     )
     if launch_mode(config.parallelism.world).kind == "torchrun":  # rank 0 claims the folder
-        return _report(args, launch(train_rank, config, **options))
+        rank = functools.partial(train_rank, prechecked=prechecked)
+        return _report(args, launch(rank, config, **options))
     with RunFolderLock(config.job.out):
         claim_run_folder(config.job, config.checkpoint)
         results = launch(
             train_rank_in_locked_folder,
             config,
+            prechecked,
             **options,
             forward_signals=config.checkpoint.save_on_signal,
         )

@@ -16,14 +16,19 @@ depends on the window.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.settings.scheduling import ScheduleOptions
 from datacentric.shapes import SampleShape
+
+_Section = TypeVar("_Section")
 
 #: Mixed into the seed of the data-order generator (policies use another stream).
 ORDER_STREAM = 0x0D47A
@@ -63,6 +68,45 @@ def data_sized_tokens(tokens: Sequence[int]) -> int | None:
     if total >= SMALL_DATA_STEPS * max(2**18, longest) or bound >= total:
         return None  # large enough for the default, or one step whatever the bound
     return bound
+
+
+@dataclass(frozen=True)
+class GlobalBatchSize:
+    """The global-batch step of a run's start-up (:func:`size_global_batch`): the
+    global batch the data sized, and the note that says so."""
+
+    tokens: int | None = None
+    """The data-sized global batch in tokens; ``None``: the settings' own (given, or the
+    default)."""
+    note: str | None = None
+    """One line saying what was sized and why (``None`` when nothing was)."""
+
+    def applied(self, scheduling: _Section) -> _Section:
+        """``scheduling`` (the ``[scheduling]`` section, or its options) with the sized
+        global batch: a copy, unchanged when nothing was sized."""
+        if self.tokens is None:
+            return scheduling
+        return dataclasses.replace(scheduling, global_batch_tokens=self.tokens)  # type: ignore[type-var]
+
+
+def size_global_batch(options: ScheduleOptions, tokens: Sequence[int]) -> GlobalBatchSize:
+    """The global batch of a run on samples of ``tokens`` tokens each: when ``options``
+    give none, a small dataset's is sized from its samples (:func:`data_sized_tokens`);
+    the run records it in its settings (``config.toml``, checkpoints), so a resume
+    trains the same batches. A pure function of the options and the samples: the check
+    before the ranks start computes it once and hands it to every rank."""
+    if options.global_batch_tokens is not None or options.global_batch_samples is not None:
+        return GlobalBatchSize()
+    bound = data_sized_tokens(tokens)
+    if bound is None:
+        return GlobalBatchSize()
+    steps = -(-sum(tokens) // bound)
+    note = (
+        f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
+        f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
+        "epoch (--global-batch-tokens sets it)"
+    )
+    return GlobalBatchSize(bound, note)
 
 
 def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:

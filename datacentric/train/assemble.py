@@ -2,23 +2,34 @@
 
 ::
 
-    settings -> data -> model -> plan -> schedule -> runtime -> trainer
+    settings -> data -> model source and spec -> global batch size -> plan -> schedule
+             -> runtime -> trainer
 
 1. **settings**: the resolved :class:`~datacentric.settings.TrainConfig` (the command
    line, ``--config`` and defaults; resolved by the caller, before ranks start);
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples (:func:`~datacentric.train.validation.build_run_data`);
-3. **model**: the ``[model]`` and ``[lora]`` sections build the model, every rank the
-   same weights from the seed (:func:`build_model_for`); its spec and cost model come
-   from the one derivation of a model's spec
+3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
+   every rank the same weights from the seed (:func:`build_model_for`); its spec and
+   cost model come from the one derivation of a model's spec
    (:mod:`datacentric.profiling.module_specs`, :func:`run_cost_model`);
-4. **plan**, 5. **schedule**, 6. **runtime**: :class:`DataCentric`, which receives the
+4. **global batch size**: a small dataset's global batch sized from its samples when
+   the ``[scheduling]`` section gives none
+   (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the
+   run's settings (:attr:`Run.config`);
+5. **plan**, 6. **schedule**, 7. **runtime**: :class:`DataCentric`, which receives the
    built model and dataset, holds the model (to the device, the contract check,
    compilation, DDP/FSDP2), plans the dataset once under the memory budget, builds each
    epoch's schedule and the runtime that runs it. A user's ``DataCentric(model,
    dataset)`` runs these same steps from the model spec on;
-7. **trainer**: each rank's own random stream, the step metrics (with the analytic
+8. **trainer**: each rank's own random stream, the step metrics (with the analytic
    model their ``mfu`` is counted on, :func:`mfu_cost_model`) and the optimizer.
+
+The check before the ranks start (``datacentric train``: ``cli/train.check_dataset``)
+runs steps 2 to 4 once (the model on the meta device) and hands what it found on as a
+:class:`Prechecked`, an argument of the launch: the global batch it sized, and the
+datasets it opened to a rank running in its own process, so that each dataset is
+opened once per process and nothing is decided twice.
 
 :func:`assemble_run` is called by the trainer (:class:`~datacentric.train.trainer.Trainer`),
 so by ``datacentric train``, and by ``bench`` and ``demo`` through the measured
@@ -28,13 +39,16 @@ with the trainer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.parallel.groups import ProcessGroups
+from datacentric.scheduling.global_batches import GlobalBatchSize, size_global_batch
 from datacentric.settings import TrainConfig
 from datacentric.train.build import (
     build_model_for,
@@ -48,11 +62,27 @@ from datacentric.train.validation import build_run_data
 
 
 @dataclass
+class Prechecked:
+    """What the check before the ranks start found, handed to every rank as an argument
+    of the launch (so a rank decides nothing twice): the global batch it sized and,
+    to a rank in the checking process itself (one process, torchrun), the datasets it
+    opened. Pickled to a spawned rank, it carries no dataset: that rank opens its own."""
+
+    global_batch: GlobalBatchSize
+    """The global-batch step's result (:func:`size_global_batch`)."""
+    data: tuple[Dataset, Dataset | None] | None = field(default=None, compare=False)
+    """``(training set, held-out set or None)`` as opened in the checking process."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "data": None}  # a dataset stays in its own process
+
+
+@dataclass
 class Run:
     """What :func:`assemble_run` built for one rank, in the order it built it."""
 
     config: TrainConfig
-    """The run's settings."""
+    """The run's settings, as the run records them (the sized global batch included)."""
     dataset: Dataset
     """The run's samples."""
     module: nn.Module
@@ -67,13 +97,20 @@ class Run:
     """The ``[validation]`` section's held-out samples (None: no validation)."""
 
 
-def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
-    """Build everything one rank's run needs, in the order of the module doc."""
-    torch.manual_seed(config.job.seed)  # every rank draws the same weights
+def assemble_run(
+    config: TrainConfig, groups: ProcessGroups, prechecked: Prechecked | None = None
+) -> Run:
+    """Build everything one rank's run needs, in the order of the module doc, reusing
+    what the check before the ranks start found (``prechecked``; None: no check ran)."""
+    seed = config.job.seed
     # data: the training set, without the [validation] section's held-out samples
-    dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
-    module = build_model_for(config.model, dataset, lora=config.lora)  # model
-    cost_model = run_cost_model(  # the model's cost (collective when it profiles)
+    if prechecked is not None and prechecked.data is not None:
+        dataset, held_out = prechecked.data
+    else:
+        dataset, held_out = build_run_data(config.data, config.validation, seed)
+    torch.manual_seed(seed)  # model: every rank draws the same weights
+    module = build_model_for(config.model, dataset, lora=config.lora)
+    cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
         config.cost,
         groups.world_size,
         groups.device,
@@ -88,17 +125,24 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
         dataset=dataset,
         sp_sizes=ulysses_sp_sizes(module, groups.world_size),
     )
+    # global batch size: the check's, else sized here from the same samples
+    batch = prechecked.global_batch if prechecked is not None else None
+    if batch is None:
+        tokens = [shape.tokens for shape in dataset.shapes()]
+        batch = size_global_batch(config.scheduling.options(), tokens)
+    scheduling = batch.applied(config.scheduling)
+    if scheduling is not config.scheduling:  # the run records the batch it trains
+        config = dataclasses.replace(config, scheduling=scheduling)
     dc = DataCentric(  # plan, schedule, runtime: the steps a user's DataCentric runs
         module,
         dataset,
-        policy=config.scheduling.policy,
+        policy=scheduling.policy,
         cost_model=cost_model,
         memory_gb=config.cost.memory_gb,
-        tokens_per_iteration=config.scheduling.tokens_per_iteration,
-        seed=config.job.seed,
+        seed=seed,
         groups=groups,
         shard=sharding(config.parallelism),
-        options=config.scheduling.options(),
+        options=scheduling.options(),
         compile=config.training.compile,
         # a resumed run keeps the model and data its first start checked (the resume
         # checks refuse any change), and names a changed model by the checkpoint's
@@ -106,7 +150,7 @@ def assemble_run(config: TrainConfig, groups: ProcessGroups) -> Run:
     )
     # trainer: the weights are drawn; from here each rank draws its own random stream, so
     # a model's dropout masks differ between ranks (and between an SP group's shards).
-    torch.manual_seed(config.job.seed + 1 + groups.rank)
+    torch.manual_seed(seed + 1 + groups.rank)
     step_metrics = StepMetrics(dc, groups, mfu_cost_model(config.model, groups.device))
     optimizer = torch.optim.AdamW(
         dc.model.parameters(),  # wrapped or sharded: the optimizer takes its parameters

@@ -212,7 +212,7 @@ def check_model(
     lora: LoraConfig | None = None,
     parallelism: ParallelismConfig | None = None,
     cost: CostSettings | None = None,
-) -> None:
+) -> nn.Module:
     """Everything about the run's model that can be checked before ranks start, on the
     meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
     model contract's attributes, features the packed path refuses (raised by the
@@ -221,7 +221,8 @@ def check_model(
     runs the model contract's forward passes on a small CPU copy keeping every layer
     type (features that show only when the model runs). Raises a ``ValueError`` naming
     the model and what is wrong. Reads the ``[model]``, ``[lora]``, ``[parallelism]`` and
-    ``[cost]`` sections."""
+    ``[cost]`` sections. Returns the model built on the meta device (the other checks
+    before ranks start read it: one build)."""
     name = model.model
     source = model_source(model, lora)
     try:
@@ -255,6 +256,7 @@ def check_model(
         check_small_copy(module, dataset)
     except ValueError as err:
         raise ValueError(f"model {name!r}: {err}") from err
+    return module
 
 
 def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: Dataset) -> None:

@@ -34,7 +34,7 @@ from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig, section_keys
 from datacentric.settings.sections import TrainingConfig
-from datacentric.train.assemble import assemble_run
+from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
     CheckpointError,
@@ -184,7 +184,10 @@ class Trainer:
         *,
         lock_folder: bool = True,
         hooks: StepHooks | None = None,
+        prechecked: Prechecked | None = None,
     ) -> None:
+        run = assemble_run(config, groups, prechecked)  # data, model, plan, ..., optimizer
+        config = run.config  # as the run records it (the sized global batch included)
         self.config = config
         """The run's settings, kept only to write its settings files; every part below
         receives its own section(s)."""
@@ -195,7 +198,6 @@ class Trainer:
         self.groups = groups
         self.out = Path(config.job.out)
         self.is_main = groups.rank == 0
-        run = assemble_run(config, groups)  # data, model, plan, schedule, runtime, optimizer
         self.dataset = run.dataset
         self.held_out = run.held_out
         """The ``[validation]`` section's held-out samples (None: no validation)."""
@@ -693,21 +695,29 @@ class Trainer:
         }
 
 
-def train_rank(config: TrainConfig, groups: ProcessGroups | None = None) -> TrainResult:
+def train_rank(
+    config: TrainConfig,
+    groups: ProcessGroups | None = None,
+    *,
+    prechecked: Prechecked | None = None,
+) -> TrainResult:
     """Run one rank of a training job (inside ``launch.launch``: spawned, under
-    torchrun, or alone); rank 0 locks the run folder."""
+    torchrun, or alone); rank 0 locks the run folder. ``prechecked``: what the check
+    before the ranks start found (:class:`~datacentric.train.assemble.Prechecked`)."""
     groups = groups or process_groups(
         config.parallelism.collective_timeout_s, device=config.parallelism.device
     )
-    return Trainer(config, groups).run()
+    return Trainer(config, groups, prechecked=prechecked).run()
 
 
-def train_rank_in_locked_folder(config: TrainConfig) -> TrainResult:
+def train_rank_in_locked_folder(
+    config: TrainConfig, prechecked: Prechecked | None = None
+) -> TrainResult:
     """:func:`train_rank` for a launcher that holds the run folder's lock itself."""
     groups = process_groups(
         config.parallelism.collective_timeout_s, device=config.parallelism.device
     )
-    return Trainer(config, groups, lock_folder=False).run()
+    return Trainer(config, groups, lock_folder=False, prechecked=prechecked).run()
 
 
 def _resolve_aliases(settings: dict[str, Any]) -> dict[str, Any]:

@@ -11,9 +11,14 @@ import numpy as np
 import pytest
 from repo_paths import ROOT
 
-from datacentric.cli.train import size_global_batch
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.global_batches import SMALL_DATA_STEPS, data_sized_tokens, epoch_batches
+from datacentric.scheduling.global_batches import (
+    SMALL_DATA_STEPS,
+    GlobalBatchSize,
+    data_sized_tokens,
+    epoch_batches,
+    size_global_batch,
+)
 from datacentric.settings import TrainConfig, load_config
 from datacentric.shapes import SampleShape
 
@@ -43,18 +48,20 @@ def test_large_data_keeps_the_default_and_the_longest_sample_bounds_below():
     assert data_sized_tokens([500]) is None  # one step, as the default
 
 
-def test_train_records_the_sized_batch_in_its_settings_and_keeps_a_given_one():
+def test_the_global_batch_step_sizes_a_copy_and_keeps_a_given_one():
     tokens = [100] * 60
     config = TrainConfig()
-    note = size_global_batch(config.scheduling, tokens)
-    assert config.scheduling.global_batch_tokens == 750
-    assert "750 tokens" in note and "8 steps" in note
-    assert "global_batch_tokens = 750" in config.to_toml()
-    assert config.scheduling.options().global_batch_tokens == 750
+    batch = size_global_batch(config.scheduling.options(), tokens)
+    assert batch.tokens == 750
+    assert "750 tokens" in batch.note and "8 steps" in batch.note
+    sized = batch.applied(config.scheduling)
+    assert config.scheduling.global_batch_tokens is None  # the step writes no settings
+    assert sized.global_batch_tokens == 750 and sized.options().global_batch_tokens == 750
+    assert batch.applied(config.scheduling.options()).global_batch_tokens == 750
     for given in ({"global_batch_tokens": 3000}, {"global_batch_samples": 5}):
         config = load_config(None, **given)
-        assert size_global_batch(config.scheduling, tokens) is None
-        assert config.scheduling.global_batch_tokens == given.get("global_batch_tokens")
+        batch = size_global_batch(config.scheduling.options(), tokens)
+        assert batch == GlobalBatchSize() and batch.applied(config.scheduling) is config.scheduling
 
 
 @pytest.mark.slow
