@@ -556,3 +556,90 @@ def test_each_deprecated_location_still_imports_and_warns(old: str) -> None:
     assert shared and all(getattr(module, n) is getattr(new, n) for n in shared)
     messages = [str(w.message) for w in caught if w.category is DeprecationWarning]
     assert messages and DEPRECATED_MODULES[old] in messages[0] and "0.3.0" in messages[0]
+
+
+# -- commands: no module of cli/ imports another command's module ----------------------
+
+
+def defines_register(source: str) -> bool:
+    """Whether a module's source defines ``register`` at its top level: a command of
+    ``cli/main.build_parser``."""
+    tree = ast.parse(source)
+    return any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body)
+
+
+def command_modules(root: Path = ROOT) -> set[str]:
+    """The modules of ``root``'s ``cli/`` that are commands."""
+    return {
+        module_name(path, root)
+        for path in sorted((root / "cli").glob("*.py"))
+        if defines_register(path.read_text(encoding="utf-8"))
+    }
+
+
+def command_import_faults(graph: dict[str, set[str]], commands: set[str]) -> list[str]:
+    """``a imports command module b`` for every import by a module of ``cli/`` of a
+    command's module other than its own: what commands share lives in a module no
+    command owns."""
+    return sorted(
+        f"{name} imports command module {target}"
+        for name, targets in graph.items()
+        if under(name, "datacentric.cli")
+        for target in targets
+        if target in commands and target != name
+    )
+
+
+COMMANDS = command_modules()
+
+
+def test_the_commands_are_found() -> None:
+    assert {"datacentric.cli.train", "datacentric.cli.plan", "datacentric.cli.bench"} <= COMMANDS
+    assert "datacentric.cli.flags" not in COMMANDS and "datacentric.cli.main" not in COMMANDS
+
+
+def test_no_cli_module_imports_another_command_s_module() -> None:
+    faults = command_import_faults(GRAPH, COMMANDS)
+    assert not faults, "\n".join(faults)
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "target"),
+    [
+        # a command importing another's helper, at module level and lazily
+        ("datacentric.cli.simulate", "from datacentric.cli.schedule import run\n", "schedule"),
+        ("datacentric.cli.demo", "def f():\n    from .bench import run\n", "bench"),
+        ("datacentric.cli.profile", "from datacentric.cli import plan\n", "plan"),
+        (
+            "datacentric.cli.bench",
+            "import importlib\nimportlib.import_module('datacentric.cli.train')\n",
+            "train",
+        ),
+        # a shared module importing a command
+        ("datacentric.cli.planning_inputs", "import datacentric.cli.plan as p\n", "plan"),
+    ],
+)
+def test_a_planted_import_of_a_command_module_is_found(name: str, source: str, target: str) -> None:
+    faults = command_import_faults(planted(name, source), COMMANDS)
+    ours = [fault for fault in faults if fault.startswith(name + " ")]
+    assert ours == [f"{name} imports command module datacentric.cli.{target}"]
+
+
+def test_a_planted_command_import_is_read_from_disk(tmp_path: Path) -> None:
+    """Commands found by their ``register``, imports read from the files."""
+    root = tmp_path / "datacentric"
+    for path, text in {
+        "__init__.py": "",
+        "cli/__init__.py": "",
+        "cli/shared.py": "def helper():\n    pass\n",
+        "cli/one.py": "from .shared import helper\n\ndef register(s):\n    pass\n",
+        "cli/two.py": "from datacentric.cli.one import register as one\n\n"
+        "def register(s):\n    one(s)\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text, encoding="utf-8")
+    commands = command_modules(root)
+    assert commands == {"datacentric.cli.one", "datacentric.cli.two"}
+    assert command_import_faults(read_graph(root), commands) == [
+        "datacentric.cli.two imports command module datacentric.cli.one"
+    ]

@@ -22,8 +22,8 @@ from datacentric.cli.flag_groups import (
     add_world_flag,
 )
 from datacentric.cli.flags import enable_config_file
+from datacentric.cli.precheck import check_dataset
 from datacentric.cli.ranks import say
-from datacentric.cli.train import check_dataset
 from datacentric.settings import load_config
 
 

@@ -15,17 +15,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-from typing import TYPE_CHECKING
 
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
-from datacentric.cli.ranks import say
-from datacentric.settings import ScheduleOptions, TrainConfig
-
-if TYPE_CHECKING:
-    from torch import nn
-
-    from datacentric.train.assemble import Prechecked
+from datacentric.cli.precheck import check_dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,157 +32,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_json_flag(parser, note="here: a summary at the end")
     add_config_flags(parser)
     parser.set_defaults(func=run)
-
-
-def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
-    """The check before ranks start, once: open the run's data, build its model on the
-    meta device and check it, size the global batch, check the ``[validation]``
-    settings. Bad data or a model we cannot run is one line on stderr (None); skipped
-    samples and a sized global batch are noted there. Returns what it found, for the
-    ranks (:class:`~datacentric.train.assemble.Prechecked`): the same steps as theirs
-    (:mod:`datacentric.train.assemble`), not run again."""
-    from datacentric.data.base import DataError
-    from datacentric.data.sources import skipped_note
-    from datacentric.scheduling.global_batches import size_global_batch
-    from datacentric.train.assemble import Prechecked
-    from datacentric.train.build import check_model
-    from datacentric.train.validation import build_run_data
-
-    try:
-        dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
-        module = check_model(
-            config.model,
-            dataset,
-            lora=config.lora,
-            parallelism=config.parallelism,
-            cost=config.cost,
-        )
-        tokens = [shape.tokens for shape in dataset.shapes()]
-        if not (config.checkpoint.resume or config.checkpoint.resume_from):
-            check_samples_for_model_check(tokens)
-        batch = size_global_batch(config.scheduling.options(), tokens)
-        check_validation(
-            config, batch.applied(config.scheduling.options()), module, dataset, held_out
-        )
-    except (DataError, OSError, ValueError) as err:
-        say(command, str(err))
-        return None
-    for note in (skipped_note(dataset), batch.note):
-        if note:
-            say(command, f"note: {note}")
-    if config.metrics.wandb:
-        import importlib.util
-
-        if importlib.util.find_spec("wandb") is None:
-            say(
-                command,
-                "metrics.wandb: the wandb package is not installed; "
-                "pip install 'datacentric[wandb]' or leave --wandb off",
-            )
-            return None
-    return Prechecked(batch, data=(dataset, held_out))
-
-
-def check_validation(
-    config: TrainConfig, options: ScheduleOptions, module: nn.Module, dataset, held_out
-) -> None:
-    """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
-    samples with no loss-carrying token or, longer than every training sample, a shape
-    the plan cannot fit (the analytic plan of the run's model, world and memory budget;
-    the run's own plan of the held-out set, made when its ranks start, decides the rest),
-    a prompts file that is not text or a
-    model with no logits to continue it, ``every`` past the run's last step (counted from
-    its global batches when ``iterations`` is unset: ``options``, the sized global batch
-    included). ``module``: the run's model on the meta device."""
-    from datacentric.scheduling.global_batches import steps_per_epoch
-
-    validation, world = config.validation, config.parallelism.world or 1
-    if held_out is not None:
-        where = f"validation.dataset {validation.dataset}"
-        if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):
-            raise ValueError(f"{where}: the held-out samples carry no loss token")
-        longest = max(shape.tokens for shape in dataset.shapes())
-        if max(shape.tokens for shape in held_out.shapes()) > longest:
-            # longer than every training sample: may not fit where training does
-            check_held_out_fits(where, held_out, config, module, world)
-    if validation.prompts is not None:
-        check_prompts(config, module)
-    every, training = validation.every, config.training
-    if every and training.iterations is None:
-        per_epoch = steps_per_epoch(
-            dataset.shapes(), options, seed=config.job.seed, world_size=world
-        )
-        if every > per_epoch * training.epochs:
-            raise ValueError(
-                f"validation.every: {every} is more than the run's {per_epoch * training.epochs} "
-                f"steps ({training.epochs} epoch(s) of {per_epoch}): validation would run only "
-                "after the last step; lower it"
-            )
-
-
-def check_prompts(config: TrainConfig, module: nn.Module) -> None:
-    """The prompts file reads as text (:func:`~datacentric.data.prompts.read_prompts`)
-    and the model (``module``, on the meta device) has next-token logits to continue
-    it with."""
-    from datacentric.data.prompts import read_prompts
-
-    read_prompts(config.validation.prompts)
-    if not callable(getattr(module, "logits", None)):
-        raise ValueError(
-            f"validation.prompts: {config.model.model} has no next-token logits to generate "
-            "with (a text model: hf:DIR); leave validation.prompts unset"
-        )
-
-
-def check_held_out_fits(
-    where: str, held_out, config: TrainConfig, module: nn.Module, world: int
-) -> None:
-    """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
-    no configuration of the plan: the analytic plan of the run's model (``module``, on
-    the meta device) on ``world`` ranks of this machine's device, under ``[cost]
-    memory_gb`` (else 70% of the device)."""
-    import torch
-
-    from datacentric.planning.memory_cap import resolve_memory_cap
-    from datacentric.profiling.module_specs import UnpricedModelError, spec_of_model
-    from datacentric.scheduling.pipeline import Pipeline
-    from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
-    from datacentric.train.data_centric import ulysses_sp_sizes
-
-    chosen = config.parallelism.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(chosen)
-    try:
-        spec = spec_of_model(module, config.model.model)
-    except UnpricedModelError:
-        return  # no analytic price: the run's own plan decides
-    shard = sharding(config.parallelism)
-    cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
-    budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))
-    pipeline = Pipeline(
-        held_out.shapes(),
-        cost_model,
-        world_size=world,
-        memory_cap_bytes=budget,
-        sp_sizes=ulysses_sp_sizes(module, world),
-    )
-    try:
-        _ = pipeline.plan
-    except ValueError as err:
-        raise ValueError(f"{where}: a held-out sample cannot be planned: {err}") from None
-
-
-def check_samples_for_model_check(tokens: list[int]) -> None:
-    """Raise ``ValueError`` naming the data settings when the dataset has fewer than the
-    two samples of 4 tokens or more that the model check of a fresh run packs together
-    (:func:`~datacentric.verify.model_contract.check_model_contract`), e.g. one sample
-    for two ranks."""
-    usable = sum(1 for t in tokens if t >= 4)
-    if usable < 2:
-        raise ValueError(
-            f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all); "
-            "training checks the model on 2 such samples packed together before the ranks "
-            "start: give more data (data.dataset, data.dataset_limit)"
-        )
 
 
 def run(args: argparse.Namespace) -> int:

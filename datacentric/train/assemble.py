@@ -25,7 +25,7 @@
 8. **trainer**: each rank's own random stream, the step metrics (with the analytic
    model their ``mfu`` is counted on, :func:`mfu_cost_model`) and the optimizer.
 
-The check before the ranks start (``datacentric train``: ``cli/train.check_dataset``)
+The check before the ranks start (``datacentric train``: ``cli/precheck.check_dataset``)
 runs steps 2 to 4 once (the model on the meta device) and hands what it found on as a
 :class:`Prechecked`, an argument of the launch: the global batch it sized, and the
 datasets it opened to a rank running in its own process, so that each dataset is

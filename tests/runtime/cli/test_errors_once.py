@@ -13,8 +13,8 @@ import pytest
 from repo_paths import ROOT
 
 from datacentric.cli.main import closest_flag, main
+from datacentric.cli.precheck import check_samples_for_model_check
 from datacentric.cli.ranks import first_to_say
-from datacentric.cli.train import check_samples_for_model_check
 
 
 @pytest.mark.parametrize(
