@@ -12,7 +12,7 @@
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
    every rank the same weights from the seed (:func:`build_model_for`); its spec and
    cost model come from the one derivation of a model's spec
-   (:mod:`datacentric.profiling.module_specs`, :func:`run_cost_model`);
+   (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`);
 4. **global batch size**: a small dataset's global batch sized from its samples when
    the ``[scheduling]`` section gives none
    (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the

@@ -54,7 +54,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.heads import allowed_sp_sizes
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
-from datacentric.profiling.module_specs import spec_of_model
+from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule

@@ -8,7 +8,8 @@ from run_config import small_config
 
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.profiling.module_specs import get_model_spec, run_spec, spec_of_model
+from datacentric.planning.spec_derivation import spec_of_model
+from datacentric.profiling.factory import get_model_spec, run_spec
 from datacentric.train.assemble import assemble_run
 from datacentric.train.checkpoint import weights_sha256
 from datacentric.train.data_centric import DataCentric
