@@ -11,7 +11,6 @@ from pathlib import Path
 
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import (
-    LORA_KEYS,
     add_dataset_flags,
     add_json_flag,
     add_memory_flags,
@@ -24,7 +23,7 @@ from datacentric.cli.flag_groups import (
 from datacentric.cli.flags import enable_config_file
 from datacentric.cli.precheck import check_dataset
 from datacentric.cli.ranks import say
-from datacentric.settings import load_config
+from datacentric.settings import TrainConfig, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +48,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def bench_config(args: argparse.Namespace) -> TrainConfig:
+    """The settings every policy's run starts from: :data:`BENCH_DEFAULTS`, then each
+    settings flag of the command, in either spelling (``--lora.rank`` or ``--lora-rank``)
+    or as its key in ``--config`` (``[lora] rank``), none left out (``--policy``, a list
+    to compare, is set per run)."""
+    overrides = dict(BENCH_DEFAULTS)
+    for action in args.config_options:
+        value = getattr(args, action.dest)
+        if value is not None and not getattr(action, "config_list", False):
+            overrides[action.config_key] = value
+    return load_config(None, **overrides)
+
+
 def run(args: argparse.Namespace) -> int:
     from datacentric.train.comparison_stop import ComparisonStopped
     from datacentric.train.machine_load import (
@@ -59,16 +71,11 @@ def run(args: argparse.Namespace) -> int:
     )
     from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
 
-    overrides = dict(BENCH_DEFAULTS)
-    keys = ("model", "dataset", "dataset_limit", "memory_gb", "max_tokens", "tokenizer")
-    for key in (*keys, "text_field", "shard", "long_docs", "loss_on", "bucket_config", *LORA_KEYS):
-        if getattr(args, key) is not None:
-            overrides[key] = getattr(args, key)
     repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy
     if repeats < 1:
         print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
-    config = load_config(None, out=args.out, **overrides)
+    config = bench_config(args)
     prechecked = check_dataset(config, "bench")
     if prechecked is None:
         return 2
