@@ -43,8 +43,8 @@ from datacentric.models import attention as attention_module
 from datacentric.models.presets import build_model, model_config
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.parallel.recompute import BlockRecompute
+from datacentric.planning.spec_derivation import spec_from_model_config
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.module_specs import spec_from_model_config
 from datacentric.shapes import SampleShape
 
 #: (model, shapes of one sample per pass) measured at 2 and 4 blocks

@@ -55,9 +55,8 @@ from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
-from datacentric.profiling.factory import analytic_cost_model
+from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.profiling.memory import measure_peak, model_state_bytes
-from datacentric.profiling.module_specs import spec_from_model_preset
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 from datacentric.verify.equivalence import relative_errors
@@ -268,7 +267,7 @@ def check_memory(device: torch.device, scale: Scale) -> tuple[str, str, dict[str
     torch.manual_seed(0)
     model = build_model("llama", device=device)
     # Memory does not depend on the hardware preset; float32 states and activations.
-    planner = analytic_cost_model(spec_from_model_preset("llama"), "h100-sxm", dtype_bytes=4)
+    planner = analytic_cost_model(get_model_spec("llama"), "h100-sxm", dtype_bytes=4)
     blocks = len(model.blocks)
     data: dict[str, Any] = {
         "tokens": batch.num_tokens,

@@ -38,7 +38,7 @@ def test_smoke_mode_writes_every_table(tmp_path: Path) -> None:
         assert packed[label]["attention_calls"]["sdpa"] > 0
     # calibrate reads the report as it reads the shipped files
     from datacentric.planning.calibration import read_measurements
-    from datacentric.profiling.module_specs import get_model_spec
+    from datacentric.profiling.factory import get_model_spec
 
     rows = read_measurements(report, get_model_spec)
     assert {r.attention_path for r in rows} == {"sdpa-per-sample"}

@@ -106,7 +106,7 @@ def _fit(paths: list[Path], hardware: str) -> _Fit:
         read_measurements,
     )
     from datacentric.planning.hardware import datasheet_hardware
-    from datacentric.profiling.module_specs import get_model_spec
+    from datacentric.profiling.factory import get_model_spec
 
     rows = []
     for path in paths:

@@ -48,8 +48,7 @@ def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespa
     keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with
     ``--shard``; the budget is :func:`memory_budget`'s."""
     from datacentric.models.source import parse_model_args
-    from datacentric.profiling.factory import analytic_cost_model
-    from datacentric.profiling.module_specs import named_spec
+    from datacentric.profiling.factory import analytic_cost_model, named_spec
 
     spec = named_spec(
         model, parse_model_args(getattr(args, "model_args", None)), lora_of_args(args)

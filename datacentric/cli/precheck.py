@@ -128,7 +128,7 @@ def check_held_out_fits(
     import torch
 
     from datacentric.planning.memory_cap import resolve_memory_cap
-    from datacentric.profiling.module_specs import UnpricedModelError, spec_of_model
+    from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
     from datacentric.scheduling.pipeline import Pipeline
     from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes

@@ -15,6 +15,9 @@ Block kinds:
 Text samples have no grid; ``spatial``/``temporal`` blocks treat them as one frame.
 
 Biases and norm weights are ignored in parameter counts (< 0.1% of any preset here).
+
+This module holds the type only; every spec is derived in
+:mod:`datacentric.planning.spec_derivation`.
 """
 
 from __future__ import annotations
@@ -169,24 +172,3 @@ class ModelSpec:
     def truncated(self, num_blocks: int) -> ModelSpec:
         """The same model with only its first ``num_blocks`` blocks (dual-layer profiling)."""
         return replace(self, block_kinds=self.block_kinds[:num_blocks])
-
-
-def stdit_1_1b() -> ModelSpec:
-    # Open-Sora v1.2 STDiT3-XL/2 (hpcaitech/Open-Sora, opensora/models/stdit/stdit3.py, and
-    # Open-Sora v1.2 bucket configuration): depth 28 means 28 *pairs* of blocks, a spatial
-    # block then a temporal block, 56 blocks in all; this is what makes the published 1.1B
-    # (56 blocks x 16 h^2 = 1.19e9). hidden 1152, 16 heads, MLP ratio 4 (GELU), T5 captions
-    # of 300 tokens x 4096 projected to 1152, adaLN-single, latent 4 channels, patch 1x2x2.
-    return ModelSpec(
-        name="stdit-1.1b",
-        hidden=1152,
-        heads=16,
-        ffn_hidden=4 * 1152,
-        block_kinds=("spatial", "temporal") * 28,
-        cross_attn_tokens=300,
-        cross_attn_width=4096,
-        patch_channels=4 * 1 * 2 * 2,
-        adaln_single=True,
-        sp_layout="frame-sharded",
-        source="Open-Sora v1.2 STDiT3-XL/2 (stdit3.py) and its bucket configuration",
-    )

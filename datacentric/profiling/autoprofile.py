@@ -30,8 +30,7 @@ from datacentric.log import get_logger
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
-from datacentric.profiling.factory import fitted_cost_model
-from datacentric.profiling.module_specs import named_spec
+from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import (
     ProfileSettings,
     RunCase,

@@ -30,8 +30,7 @@ from datacentric.planning.hardware import (
     calibrate_hardware,
 )
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.module_specs import get_model_spec
+from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult, measure
 from datacentric.shapes import SampleShape
 

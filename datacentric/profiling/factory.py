@@ -1,19 +1,41 @@
 """One factory for every cost model: analytic on a hardware preset (the calibrated
-``cpu-local`` included), and fitted to a measured profile.
+``cpu-local`` included), and fitted to a measured profile; and the model a name means,
+for the analytic model's spec.
 
 Cost models only price memory: the budget a plan fits under is resolved at the entry
 point (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`) and held by the plan.
+
+A name's spec (:func:`named_spec`, :func:`run_spec`, :func:`get_model_spec`) is derived
+by :mod:`datacentric.planning.spec_derivation`, the one derivation; this module only
+finds what it reads: an analytic preset, a runnable preset's config (no torch), or the
+model built on the meta device (no memory, no weights read).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Mapping
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from datacentric.models.configs import MODEL_PRESETS, model_config
 from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.fitted import FittedCostModel
 from datacentric.planning.hardware import Hardware, get_hardware, load_hardware_file
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
-from datacentric.profiling.module_specs import named_spec
+from datacentric.planning.spec_derivation import (
+    HAND_PRESETS,
+    spec_from_model_config,
+    spec_of_model,
+)
 from datacentric.profiling.store import Profile
+
+if TYPE_CHECKING:  # the presets' specs need no torch; building a model does
+    from torch import nn
+
+    from datacentric.models.lora import LoraSpec
 
 
 def analytic_cost_model(
@@ -68,3 +90,73 @@ def fitted_cost_model(profile: Profile) -> FittedCostModel:
         gpus_per_node=profile.gpus_per_node,
         grad_sync_seconds=profile.grad_sync_seconds,
     )
+
+
+# --- the model a name means, for its spec ------------------------------------------------
+def list_model_specs() -> list[str]:
+    """Names of the analytic model presets (the hand-written ones and the runnable
+    presets)."""
+    return sorted({*HAND_PRESETS, *MODEL_PRESETS})
+
+
+@cache
+def get_model_spec(name: str) -> ModelSpec:
+    """The analytic model preset called ``name`` (a runnable preset's from its config,
+    without building the model)."""
+    if name in HAND_PRESETS:
+        return HAND_PRESETS[name]()
+    if name in MODEL_PRESETS:
+        return spec_from_model_config(model_config(name), name)
+    raise KeyError(f"unknown model {name!r}; choose one of {list_model_specs()}")
+
+
+def named_spec(
+    name: str, model_args: Mapping[str, Any] | None = None, lora: LoraSpec | None = None
+) -> ModelSpec:
+    """The spec of the model ``name`` means: an analytic preset
+    (:func:`get_model_spec`, e.g. ``llama-7b``) when it names one and has no model
+    arguments, else read from the model built on the meta device (no memory, no weights
+    read). ``lora``: only its adapters train (their count read from the model built on
+    the meta device with them)."""
+    args = dict(model_args or {})
+    if name in list_model_specs() and not args:
+        spec = get_model_spec(name)
+    else:
+        spec = _meta_spec(name, json.dumps(args, sort_keys=True))
+    if lora is None:
+        return spec
+    trained = _adapter_params(name, json.dumps(args, sort_keys=True), lora)
+    return dataclasses.replace(spec, trainable_params=trained)
+
+
+def run_spec(
+    name: str,
+    model: nn.Module | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    lora: LoraSpec | None = None,
+) -> ModelSpec:
+    """The spec a run of ``--model name`` prices: read from the built ``model`` when the
+    run has one and ``name`` is not an analytic preset or comes with model arguments or
+    adapters (:func:`~datacentric.planning.spec_derivation.spec_of_model`), else
+    :func:`named_spec`."""
+    custom = name not in list_model_specs() or bool(model_args) or lora is not None
+    if model is not None and custom:
+        return spec_of_model(model, name)
+    return named_spec(name, model_args, lora)
+
+
+@cache
+def _adapter_params(name: str, args_json: str, lora: LoraSpec) -> int:
+    from datacentric.models.source import build_from_source, resolve_model
+
+    source = dataclasses.replace(resolve_model(name, json.loads(args_json)), lora=lora)
+    model, _ = build_from_source(source, device="meta")
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+@cache
+def _meta_spec(name: str, args_json: str) -> ModelSpec:
+    from datacentric.models.source import build_model_named
+
+    model = build_model_named(name, json.loads(args_json), device="meta")
+    return spec_of_model(model, name)

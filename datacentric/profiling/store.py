@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,6 @@ def fingerprint(
     import torch
 
     from datacentric.models.configs import MODEL_PRESETS, model_config
-    from datacentric.profiling.module_specs import model_identity
 
     if model in MODEL_PRESETS:
         config = model_config(model, **(model_args or {}))
@@ -216,3 +216,26 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
         json.dump(data, handle, indent=1)
     os.replace(tmp, path)
     return path
+
+
+def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a profile of a model that is not a preset depends on: its class, its config
+    (when it has one) and the shapes of its parameters (read on the meta device)."""
+    from datacentric.models.source import build_model_named
+
+    args = dict(model_args or {})
+    model = build_model_named(name, args, device="meta")
+    shapes = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    described = to_dict() if callable(to_dict) else None
+    return {
+        "class": type(model).__name__,
+        "args": args,
+        "config_sha256": _sha256_json(described) if described is not None else None,
+        "parameter_shapes_sha256": _sha256_json(shapes),
+    }
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

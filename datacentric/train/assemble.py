@@ -12,7 +12,7 @@
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
    every rank the same weights from the seed (:func:`build_model_for`); its spec and
    cost model come from the one derivation of a model's spec
-   (:mod:`datacentric.profiling.module_specs`, :func:`run_cost_model`);
+   (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`);
 4. **global batch size**: a small dataset's global batch sized from its samples when
    the ``[scheduling]`` section gives none
    (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the
@@ -110,6 +110,7 @@ def assemble_run(
         dataset, held_out = build_run_data(config.data, config.validation, seed)
     torch.manual_seed(seed)  # model: every rank draws the same weights
     module = build_model_for(config.model, dataset, lora=config.lora)
+    sp_sizes = ulysses_sp_sizes(module, groups.world_size)  # for the profile and the plan
     cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
         config.cost,
         groups.world_size,
@@ -123,7 +124,7 @@ def assemble_run(
         is_main=groups.rank == 0,
         model=module,
         dataset=dataset,
-        sp_sizes=ulysses_sp_sizes(module, groups.world_size),
+        sp_sizes=sp_sizes,
     )
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
@@ -144,6 +145,7 @@ def assemble_run(
         shard=sharding(config.parallelism),
         options=scheduling.options(),
         compile=config.training.compile,
+        sp_sizes=sp_sizes,
         # a resumed run keeps the model and data its first start checked (the resume
         # checks refuse any change), and names a changed model by the checkpoint's
         check_model=not (config.checkpoint.resume or config.checkpoint.resume_from),

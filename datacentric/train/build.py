@@ -28,13 +28,13 @@ from datacentric.parallel.grad_sync import check_fsdp2
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
+from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
 from datacentric.profiling.autoprofile import ensure_profile
-from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model
-from datacentric.profiling.module_specs import (
-    UnpricedModelError,
+from datacentric.profiling.factory import (
+    analytic_cost_model,
+    fitted_cost_model,
     named_spec,
     run_spec,
-    spec_of_model,
 )
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.settings.layout import CostSettings
@@ -93,7 +93,7 @@ def build_cost_model(
     world_size: int = 1,
 ) -> CostModel:
     """The cost model a schedule is planned with, for model preset ``model`` or a spec
-    (:mod:`datacentric.profiling.module_specs` derives one from any model).
+    (:mod:`datacentric.planning.spec_derivation` derives one from any model).
 
     Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
     on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model state is
@@ -134,7 +134,7 @@ def run_cost_model(
     measured now on the run's own ranks (no second launch) on the run's own samples
     (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
     predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
-    (:func:`~datacentric.profiling.module_specs.run_spec`: read from ``model`` when it is
+    (:func:`~datacentric.profiling.factory.run_spec`: read from ``model`` when it is
     not an analytic preset).
     """
     if model_settings is None:
@@ -171,7 +171,7 @@ def run_cost_model(
 def mfu_cost_model(model: ModelConfig, device: torch.device) -> CostModel | None:
     """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of the
     ``[model]`` section's model and arguments
-    (:func:`~datacentric.profiling.module_specs.named_spec`), on this device; ``None`` for
+    (:func:`~datacentric.profiling.factory.named_spec`), on this device; ``None`` for
     a model whose cost cannot be read."""
     try:
         spec = named_spec(model.model, model_args(model))

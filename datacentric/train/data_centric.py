@@ -54,7 +54,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.heads import allowed_sp_sizes
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
-from datacentric.profiling.module_specs import spec_of_model
+from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
@@ -117,6 +117,8 @@ class DataCentric:
     ``device`` picks a single process's device (default: ``cuda`` when available).
     ``compile=True`` compiles each block's forward with ``torch.compile``
     (:func:`~datacentric.parallel.compiled.compile_blocks`) before the model is wrapped.
+    ``sp_sizes``: the SP sizes the planner may use (default: :func:`ulysses_sp_sizes` of
+    ``model`` on this world; a caller that computed them for its cost model passes them).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class DataCentric:
         device: str | torch.device | None = None,
         options: ScheduleOptions | None = None,
         compile: bool = False,
+        sp_sizes: Sequence[int] | None = None,
     ) -> None:
         if is_peft_model(model):  # a transformers model the user adapted with peft
             from datacentric.models.hf import HFCausalLM
@@ -176,7 +179,11 @@ class DataCentric:
             policy=policy,
             options=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
             seed=seed,
-            sp_sizes=ulysses_sp_sizes(model, self.groups.world_size),
+            sp_sizes=(
+                list(sp_sizes)
+                if sp_sizes is not None
+                else ulysses_sp_sizes(model, self.groups.world_size)
+            ),
         )
         """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
         else 70% of this device) and builds each epoch's schedule."""

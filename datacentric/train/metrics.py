@@ -12,7 +12,7 @@ resident set so far), ``optimizer_state_bytes`` (this rank's share under the
 forward FLOPs of every micro-batch: forward and backward, without recomputation) over the step's
 time, the world size and the hardware preset's peak (``h100-sxm``/``h200-sxm`` bf16
 dense peak on CUDA, the calibrated ``cpu-local`` preset's fp32 peak on the CPU). Any
-model's spec is read by :func:`~datacentric.profiling.module_specs.named_spec` (from
+model's spec is read by :func:`~datacentric.profiling.factory.named_spec` (from
 its parameter shapes where nothing better is known, approximate); ``None`` for a model
 whose cost cannot be read.
 """

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from datacentric.planning.config_specs import spec_from_hf_config
+from datacentric.planning.spec_derivation import spec_from_hf_config
 
 
 def _config(**values):  # noqa: ANN202

@@ -16,7 +16,7 @@ from datacentric.planning.hardware import (
     list_hardware,
 )
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.profiling.module_specs import get_model_spec, list_model_specs
+from datacentric.profiling.factory import get_model_spec, list_model_specs
 from datacentric.shapes import SampleShape
 
 

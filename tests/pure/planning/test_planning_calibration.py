@@ -25,8 +25,7 @@ from datacentric.planning.hardware import (
     get_hardware,
     load_hardware_file,
 )
-from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.module_specs import get_model_spec
+from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.shapes import SampleShape
 
 

@@ -9,7 +9,7 @@ from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
 from datacentric.planning.planner import plan_buckets
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.profiling.module_specs import get_model_spec
+from datacentric.profiling.factory import get_model_spec
 from datacentric.shapes import Bucket, SampleShape
 
 #: LoRA of rank 16 on q, k, v, o of llama-7b: 4 x 2 x 4096 x 16 per block, 32 blocks.

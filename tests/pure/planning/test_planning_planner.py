@@ -8,7 +8,7 @@ from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.hardware import get_hardware
 from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
 from datacentric.planning.planner import UnfittableBucketError, plan_bucket, plan_buckets
-from datacentric.profiling.module_specs import get_model_spec
+from datacentric.profiling.factory import get_model_spec
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 GIB = 2**30

@@ -219,8 +219,8 @@ def test_the_generic_path_is_offered_and_runs_no_ring_split(capsys) -> None:  # 
     from datacentric.cli.main import main
     from datacentric.models.diffusers_video import build_wan
     from datacentric.planning.bucket_options import split_candidates
-    from datacentric.profiling.factory import analytic_cost_model
-    from datacentric.profiling.module_specs import named_spec, spec_of_model
+    from datacentric.planning.spec_derivation import spec_of_model
+    from datacentric.profiling.factory import analytic_cost_model, named_spec
 
     generic = analytic_cost_model(
         named_spec("diffusers:wan", {"num_attention_heads": 2}), "h200-sxm"

@@ -170,7 +170,7 @@ def test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process(name: st
 @pytest.mark.parametrize("name", FAMILIES)
 def test_the_planner_counts_every_block_recomputation_wraps(name: str) -> None:
     """HunyuanVideo's and Flux's single-stream blocks count as blocks of the plan."""
-    from datacentric.profiling.module_specs import spec_of_model
+    from datacentric.planning.spec_derivation import spec_of_model
 
     model = build_diffusers_model(name)
     assert len(spec_of_model(model).block_kinds) == len(model.blocks) >= 2

@@ -192,7 +192,7 @@ def test_per_layer_widths_are_priced_and_the_model_exact_at_world_2() -> None:
     ``DataCentric(...)`` and in ``train``), the pre-check passes, and a step at world 2
     (one Ulysses group, recomputation) equals the unmodified model on each sample alone."""
     from datacentric.models.hf import build_hf_model
-    from datacentric.profiling.module_specs import spec_of_model
+    from datacentric.planning.spec_derivation import spec_of_model
 
     config = TrainConfig(model="hf:gemma3n", dataset_limit=20, max_tokens=96, cost_model="analytic")
     dataset = build_dataset(config.data, config.job.seed)

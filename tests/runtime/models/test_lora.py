@@ -65,7 +65,7 @@ def test_lora_freezes_the_base_and_unwraps_peft_models() -> None:
     from transformers import Qwen2ForCausalLM
 
     from datacentric.models.hf import HFCausalLM
-    from datacentric.profiling.module_specs import spec_of_model
+    from datacentric.planning.spec_derivation import spec_of_model
 
     config = tiny_qwen2_config()
     model = apply_lora(HFCausalLM(Qwen2ForCausalLM(config)), lora_spec(4))

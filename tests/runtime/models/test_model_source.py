@@ -19,7 +19,8 @@ from datacentric.models.source import (
     resolve_model,
     truncate_blocks,
 )
-from datacentric.profiling.module_specs import named_spec, spec_of_model
+from datacentric.planning.spec_derivation import spec_of_model
+from datacentric.profiling.factory import named_spec
 
 REPO = ROOT
 

@@ -8,7 +8,8 @@ from run_config import small_config
 
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.profiling.module_specs import get_model_spec, run_spec, spec_of_model
+from datacentric.planning.spec_derivation import spec_of_model
+from datacentric.profiling.factory import get_model_spec, run_spec
 from datacentric.train.assemble import assemble_run
 from datacentric.train.checkpoint import weights_sha256
 from datacentric.train.data_centric import DataCentric
@@ -50,3 +51,29 @@ def test_run_spec_reads_the_preset_or_the_built_model():
     assert run_spec("llama", module) == preset  # an analytic preset: its own spec
     assert spec_of_model(module, "llama") == preset  # the same read from the module
     assert run_spec("my-llama", module) == spec_of_model(module, "my-llama")
+
+
+def test_the_sp_sizes_are_computed_once_for_the_cost_model_and_the_plan(tmp_path, monkeypatch):
+    import datacentric.train.assemble as assemble
+    import datacentric.train.data_centric as data_centric
+
+    real, worlds = data_centric.ulysses_sp_sizes, []
+
+    def counted(model, world_size):
+        worlds.append(world_size)
+        return real(model, world_size)
+
+    monkeypatch.setattr(assemble, "ulysses_sp_sizes", counted)
+    monkeypatch.setattr(data_centric, "ulysses_sp_sizes", counted)
+    run = assemble_run(small_config(tmp_path / "run", dataset_limit=1), ProcessGroups.local())
+    assert worlds == [1]  # once, handed to the cost model and to DataCentric's plan
+    assert run.dc.pipeline.sp_sizes == real(run.module, 1) == [1]
+    # a user's DataCentric computes them itself, or takes the ones it is given
+    user = DataCentric(
+        build_model("llama"), run.dataset, groups=ProcessGroups.local(), shard="none"
+    )
+    assert worlds == [1, 1] and user.pipeline.sp_sizes == [1]
+    given = DataCentric(
+        build_model("llama"), run.dataset, groups=ProcessGroups.local(), shard="none", sp_sizes=(1,)
+    )
+    assert worlds == [1, 1] and given.pipeline.sp_sizes == [1]

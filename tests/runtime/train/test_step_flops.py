@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from datacentric.profiling.module_specs import named_spec
+from datacentric.profiling.factory import named_spec
 from datacentric.shapes import SampleShape
 from datacentric.train.build import build_cost_model
 from datacentric.train.metrics import StepMetrics

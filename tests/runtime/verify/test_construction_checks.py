@@ -12,8 +12,7 @@ from datacentric.data import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
-from datacentric.profiling.factory import analytic_cost_model
-from datacentric.profiling.module_specs import get_model_spec
+from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.train.data_centric import ulysses_sp_sizes
 from datacentric.verify.model_contract import ModelContractError

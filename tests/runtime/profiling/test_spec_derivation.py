@@ -7,8 +7,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from datacentric.models.hf import TINY_CONFIGS, build_hf_model  # noqa: E402
-from datacentric.planning.config_specs import spec_from_hf_config  # noqa: E402
-from datacentric.profiling.module_specs import get_model_spec  # noqa: E402
+from datacentric.planning.spec_derivation import spec_from_hf_config  # noqa: E402
+from datacentric.profiling.factory import get_model_spec  # noqa: E402
 
 
 @pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
@@ -39,7 +39,7 @@ def test_a_config_without_widths_is_named() -> None:
 def test_wan_spec_counts_the_block_parameters() -> None:
     pytest.importorskip("diffusers")
     from datacentric.models.diffusers_video import build_wan
-    from datacentric.planning.config_specs import spec_from_config
+    from datacentric.planning.spec_derivation import spec_from_config
 
     model = build_wan()
     spec = spec_from_config(model.config)
