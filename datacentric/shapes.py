@@ -136,8 +136,10 @@ def make_buckets(
     """Group samples into buckets.
 
     Text samples go to the smallest boundary (an upper bound on tokens) that holds
-    them; the bucket's representative is a text shape of exactly that many tokens.
-    Video samples get one bucket per distinct grid. Buckets are sorted by tokens.
+    them, which names the bucket (``t<=8192``); its representative is its longest
+    member (4,096 documents of 5,700 tokens are planned as 5,700 tokens, not 8,192, so
+    two of them fit one micro-batch recomputing one block). Video samples get one
+    bucket per distinct grid. Buckets are sorted by tokens.
     """
     if not shapes:
         raise ValueError("cannot bucket an empty dataset: there are no samples")
@@ -149,14 +151,20 @@ def make_buckets(
             f"{bounds[-1]}; add a larger boundary"
         )
     keys: list[SampleShape] = []
+    longest: dict[SampleShape, int] = {}  # per text boundary: its longest member
     for s in shapes:
         if s.is_video:
             keys.append(s)
         else:
-            keys.append(SampleShape.text(bounds[bisect.bisect_left(bounds, s.tokens)]))
+            key = SampleShape.text(bounds[bisect.bisect_left(bounds, s.tokens)])
+            longest[key] = max(longest.get(key, 0), s.tokens)
+            keys.append(key)
     distinct = sorted(set(keys), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
     index = {shape: i for i, shape in enumerate(distinct)}
-    buckets = tuple(Bucket(name=bucket_name(s), shape=s) for s in distinct)
+    buckets = tuple(
+        Bucket(name=bucket_name(s), shape=SampleShape.text(longest[s]) if s in longest else s)
+        for s in distinct
+    )
     return Bucketing(buckets=buckets, bucket_of_sample=tuple(index[k] for k in keys))
 
 

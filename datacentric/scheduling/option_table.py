@@ -76,7 +76,15 @@ class OptionTable:
     def options(self, b: int) -> list[BucketOption]:
         """The plan's options of bucket ``b`` this table admits."""
         if b not in self._options:
-            found = self.plan.options_of(self.view.buckets[b].name)
+            bucket = self.view.buckets[b]
+            found = self.plan.options_of(bucket.name)
+            planned = self.plan.buckets[bucket.name].shape.tokens
+            if planned < bucket.shape.tokens:  # options of shorter samples: not memory-safe
+                raise ValueError(
+                    f"the plan's bucket {bucket.name!r} was planned for samples of up to "
+                    f"{planned} tokens, this data has {bucket.shape.tokens}: plan the "
+                    "dataset again"
+                )
             self._options[b] = [o for o in found if self.allowed(o)]
         return self._options[b]
 

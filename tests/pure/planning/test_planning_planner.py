@@ -155,3 +155,20 @@ def test_each_sp_size_carries_its_own_knapsack_option() -> None:
     for o in options:
         shapes = [VIDEO[-1].shape] * o.max_batch
         assert model.pass_memory_bytes(shapes, o.sp_size, o.recompute) <= plan.memory_cap_bytes
+
+
+def test_text_buckets_are_planned_on_their_longest_member() -> None:
+    """4,096 documents of 5,700 tokens (bucket ``t<=8192``) on llama-7b at one H200:
+    planned as 5,700 tokens, two fit one micro-batch recomputing one block, fewer
+    GPU-seconds per document than one alone without recomputation."""
+    model = AnalyticCostModel(get_model_spec("llama-7b"), get_hardware("h200-sxm"), world_size=64)
+    buckets = make_buckets([SampleShape.text(5_700)] * 3 + [SampleShape.text(300)])
+    assert [(b.name, b.shape.tokens) for b in buckets.buckets] == [
+        ("t<=512", 300),
+        ("t<=8192", 5_700),
+    ]
+    plan = plan_buckets(buckets, model, world_size=64, memory_cap_bytes=budget(model))
+    best = plan.preferred("t<=8192")
+    assert (best.sp_size, best.micro_batch_size, sum(best.recompute)) == (1, 2, 1)
+    alone = model.pass_time_s([SampleShape.text(5_700)], 1, (False,) * model.num_blocks)
+    assert best.est_time_s / 2 < 0.96 * alone
