@@ -58,6 +58,7 @@ from datacentric.parallel.step import run_step
 from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.schedule import Assignment, Iteration, MicroBatch
+from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 from datacentric.verify.equivalence import relative_errors
 
@@ -320,8 +321,7 @@ def check_profile(device: torch.device, scale: Scale) -> tuple[str, str, dict[st
         world_size=1,
         backend=backend,
         dtype=dtype,
-        repeats=scale.repeats,
-        threads_per_rank=None,
+        cost=CostConfig(repeats=scale.repeats, threads_per_rank=None),
     )
     cases = dual_layer_cases([SampleShape.text(scale.profile_tokens)], 1)
     started_world = not dist.is_initialized()

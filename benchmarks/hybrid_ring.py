@@ -32,7 +32,7 @@ from pathlib import Path
 
 from datacentric.data.workloads import get_workload
 from datacentric.planning.split_modes import SplitLimitedCostModel
-from datacentric.scheduling import ScheduleOptions
+from datacentric.settings import SchedulingConfig
 from datacentric.sim.policy_comparison import (
     run_policies,
     simulation_budget,
@@ -48,7 +48,7 @@ def run(world: int, tokens: int, mode: str, policy: str, max_sp: int | None) -> 
     shapes = list(get_workload(PRESET).shapes)
     inner = simulation_cost_model("llama-7b", "h200-sxm", world)
     cost = SplitLimitedCostModel(inner, mode)
-    options = ScheduleOptions(global_batch_tokens=tokens, max_sp_size=max_sp)
+    options = SchedulingConfig(global_batch_tokens=tokens, max_sp_size=max_sp)
     errors: dict[str, str] = {}
     runs = run_policies(
         shapes,

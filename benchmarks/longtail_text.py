@@ -91,13 +91,14 @@ def gap_breakdown(lengths: list[int], world: int, tokens: int, policy: str = "dc
     integrality already counts) and ``sync`` (exposed gradient reduction); and the
     efficiency with the whole reduction charged after every step (the former
     ``schedule`` accounting)."""
-    from datacentric.scheduling import Pipeline, ScheduleOptions
+    from datacentric.scheduling import Pipeline
+    from datacentric.settings import SchedulingConfig
     from datacentric.shapes import SampleShape
     from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
     shapes = [SampleShape.text(x) for x in lengths]
     cost = simulation_cost_model("llama-7b", "h200-sxm", world)
-    options = ScheduleOptions(global_batch_tokens=tokens)
+    options = SchedulingConfig(global_batch_tokens=tokens)
     schedule = Pipeline(
         shapes,
         cost,
@@ -132,11 +133,12 @@ def wider_static(lengths: list[int], world: int, tokens: int) -> tuple[float, fl
     ``efficiency`` charges) and the best of a wider search: both recomputation
     settings, every SP size ``static`` may use, budgets ``2**(1/4)`` apart over the
     whole range, each priced on every step."""
-    from datacentric.scheduling import Pipeline, ScheduleOptions, static
+    from datacentric.scheduling import Pipeline, static
     from datacentric.scheduling.dataset_view import DatasetView
     from datacentric.scheduling.epoch import epoch_rng
     from datacentric.scheduling.measures import epoch_estimate_s
     from datacentric.scheduling.policy_input import PolicyInput
+    from datacentric.settings import SchedulingConfig
     from datacentric.shapes import SampleShape
     from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
 
@@ -147,7 +149,7 @@ def wider_static(lengths: list[int], world: int, tokens: int) -> tuple[float, fl
         view=DatasetView(shapes),
         cost_model=cost,
         world_size=world,
-        options=ScheduleOptions(global_batch_tokens=tokens),
+        options=SchedulingConfig(global_batch_tokens=tokens),
         plan=plan,
         rng=epoch_rng(0, 0),
         active=np.arange(len(shapes)),

@@ -5,7 +5,7 @@
 
 Every number in the written file is measured by this script: the workload presets are
 scheduled by every policy (``datacentric.scheduling.build_schedule``) under equal global
-batches (the default :class:`~datacentric.scheduling.ScheduleOptions`: one optimizer step
+batches (the default :class:`~datacentric.scheduling.SchedulingConfig`: one optimizer step
 per global batch of one shared data order, the same for every policy) and the schedules
 executed by the simulator on the cost model of
 :func:`datacentric.sim.policy_comparison.simulation_cost_model`, the one
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from datacentric.data.workloads import get_workload
-from datacentric.scheduling import ScheduleOptions
+from datacentric.settings import SchedulingConfig
 from datacentric.sim.policy_comparison import (
     DEFAULT_POLICIES,
     policy_table,
@@ -83,7 +83,7 @@ def measure(preset: str, gpus: int, hardware: str, num_samples: int | None) -> d
         gpus,
         DEFAULT_POLICIES,
         seed=0,
-        options=ScheduleOptions(),
+        options=SchedulingConfig(),
         errors=errors,
     )
     for policy, error in errors.items():
@@ -343,7 +343,7 @@ def write_report(path: str, today: str, at32, text, scaling, quick: bool, second
         "one epoch per policy, seed 0, every policy on the same plan and options.",
         "",
         "Equal global batches: every policy runs one optimizer step per global batch of one "
-        "shared data order (the default `ScheduleOptions`: `world x max(2**18, longest "
+        "shared data order (the default `SchedulingConfig`: `world x max(2**18, longest "
         "sample)` tokens per step, the same for every policy: the `tokens/step` column). Two "
         "baselines: `static` (the best single configuration, searched: SP size, "
         "recomputation, micro-batch budget) and `static-reference` (the reference "

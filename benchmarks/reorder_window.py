@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from datacentric.data.workloads import get_workload
-from datacentric.scheduling import Pipeline, ScheduleOptions
+from datacentric.scheduling import Pipeline
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches, order_change
+from datacentric.settings import SchedulingConfig
 from datacentric.sim.policy_comparison import (
     policy_table,
     run_policies,
@@ -75,7 +76,7 @@ def run_workload(name: str, gpus: int, windows: list[int], policies: list[str]) 
         started = time.perf_counter()
         table = policy_table(
             run_policies(
-                shapes, cost, gpus, policies, options=ScheduleOptions(reorder_window=k), plan=plan
+                shapes, cost, gpus, policies, options=SchedulingConfig(reorder_window=k), plan=plan
             )
         )
         row = {

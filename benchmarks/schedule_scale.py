@@ -92,10 +92,10 @@ def markdown(rows: list[dict], samples: int, gpus: int) -> str:
         "`schedule s` is `build_schedule(..., measure=False)`: the work every rank does at "
         "the start of an epoch. Planning the buckets (`plan s`), validating the schedule "
         "and measuring it against the ideal bound are reported apart. Every micro-batch "
-        "carries the cost model's own estimate (`ScheduleOptions.exact_estimates`, exact "
+        "carries the cost model's own estimate (`SchedulingConfig.exact_estimates`, exact "
         "by default at any size since 2026-12-03; before, above 200,000 samples, "
         "multi-sample text micro-batches were interpolated on their bucket's cost curve). "
-        "Default `ScheduleOptions`: equal global batches (one optimizer step per global batch "
+        "Default `SchedulingConfig`: equal global batches (one optimizer step per global batch "
         "of `world x max(2**18, longest sample)` tokens, one data order for every policy); "
         "cost model of `simulation_cost_model` (the `simulate` command's).",
         "",

@@ -99,7 +99,8 @@ def main() -> None:
     from datacentric.parallel.launch import spawn
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.profiling.factory import fitted_cost_model
-    from datacentric.scheduling import Pipeline, ScheduleOptions
+    from datacentric.scheduling import Pipeline
+    from datacentric.settings import SchedulingConfig
     from datacentric.sim.engine import simulate
     from datacentric.train.run_folder import load_schedule, save_schedule
 
@@ -113,7 +114,7 @@ def main() -> None:
     cost_model = fitted_cost_model(prof)
     shapes = StdlibCorpus().shapes()
     subset = np.sort(np.random.default_rng(0).choice(len(shapes), SUBSET, replace=False))
-    options = ScheduleOptions(tokens_per_iteration=TOKENS_PER_ITERATION)
+    options = SchedulingConfig(tokens_per_iteration=TOKENS_PER_ITERATION)
     rows = []
     pipeline = Pipeline(
         shapes,

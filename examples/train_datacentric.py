@@ -15,12 +15,12 @@ import sys
 import torch
 
 from datacentric import DataCentric, small_dataset
-from datacentric.data import DataSettings, open_dataset
+from datacentric.data import DataConfig, open_dataset
 from datacentric.models import build_model_named
 
 name = sys.argv[1] if len(sys.argv) > 1 else "llama"
 torch.manual_seed(0)
-dataset = open_dataset("stdlib", DataSettings(max_tokens=256, dataset_limit=1))
+dataset = open_dataset("stdlib", DataConfig(max_tokens=256, dataset_limit=1))
 model = build_model_named(name, dataset=dataset)
 if model.loss_mode == "sample":  # a video model: synthetic latents it takes
     dataset = small_dataset(model)

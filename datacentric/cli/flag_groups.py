@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from datacentric.cli.flags import POLICIES, add_deprecated_alias, add_plain_flag, config_option
+from datacentric.cli.flags import add_deprecated_alias, add_plain_flag, config_option
+from datacentric.settings.scheduling import POLICY_NAMES
 
 #: The ``[data]`` keys that shape a ``--dataset`` source (docs/data.md), after
 #: ``--dataset`` itself, so that ``train`` and every command open the same samples.
@@ -71,8 +72,8 @@ def add_policy_flag(container: Any, *, several: bool, note: str = "") -> None:
         note = "here: several to compare, comma-separated" + note
         options: dict[str, Any] = {"type": policy_list, "metavar": "POLICY[,POLICY...]"}
     else:
-        options = {"choices": list(POLICIES)}
-    note += "; choices: " + ", ".join(POLICIES)
+        options = {"choices": list(POLICY_NAMES)}
+    note += "; choices: " + ", ".join(POLICY_NAMES)
     action = config_option(
         container,
         "--policy",
@@ -87,10 +88,11 @@ def add_policy_flag(container: Any, *, several: bool, note: str = "") -> None:
 def policy_list(text: str) -> str:
     """A comma-separated list of known policies (argparse type; the text is kept)."""
     names = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in names if p not in POLICIES]
+    unknown = [p for p in names if p not in POLICY_NAMES]
     if not names or unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown policy {', '.join(unknown) or repr(text)}; choose from {', '.join(POLICIES)}"
+            f"unknown policy {', '.join(unknown) or repr(text)}; "
+            f"choose from {', '.join(POLICY_NAMES)}"
         )
     return ",".join(names)
 

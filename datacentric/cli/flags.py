@@ -56,10 +56,6 @@ from datacentric.settings.layout import (
 )
 from datacentric.settings.run_settings import TrainConfig, build_config, file_settings, load_config
 from datacentric.settings.schema import choices_of
-from datacentric.settings.sections import Policy
-
-#: The policies a ``--policy`` flag accepts (the settings' ``Policy`` choices).
-POLICIES: tuple[str, ...] = typing.get_args(Policy)
 
 
 def section_flag(key: str, section: str | None = None) -> str:

@@ -104,11 +104,11 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, A
     else:
         cost, world = analytic_model(args.model, args.hardware, args.world, args), args.world
         source = f"analytic {args.model} on {args.hardware}"
-    from datacentric.settings import ScheduleOptions
+    from datacentric.settings import SchedulingConfig
 
     # the plan schedule and train make: its options bounded by [scheduling]
     # max_micro_batch_size (--max-micro-batch-size)
-    options = ScheduleOptions(max_micro_batch_size=args.max_micro_batch)
+    options = SchedulingConfig(max_micro_batch_size=args.max_micro_batch)
     shapes = dataset_shapes(args)[0]
     pipeline = command_pipeline(args, shapes, cost, args.world or world, options=options)
     return pipeline.plan, pipeline.bucketing, source, cost

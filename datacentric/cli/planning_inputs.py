@@ -21,10 +21,10 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     if getattr(args, "lengths", None):
         return read_lengths_file(args.lengths), 0
     if args.dataset:
-        from datacentric.data.sources import data_settings, open_dataset, skipped_samples
+        from datacentric.data.sources import open_dataset, skipped_samples
 
         settings = args.settings
-        dataset = open_dataset(args.dataset, data_settings(settings.data, settings.job.seed))
+        dataset = open_dataset(args.dataset, settings.data, seed=settings.job.seed)
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 
@@ -99,7 +99,7 @@ def command_pipeline(
 
 
 def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ScheduleOptions keys of
+    """The ``[scheduling]`` keys of
     :func:`~datacentric.cli.flag_groups.add_global_batch_flags`, checked."""
     for name in ("global_batch_tokens", "global_batch_samples", "reorder_window"):
         value = getattr(args, name)

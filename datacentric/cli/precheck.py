@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
-from datacentric.settings import ScheduleOptions, TrainConfig
+from datacentric.settings import SchedulingConfig, TrainConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -44,10 +44,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
-        batch = size_global_batch(config.scheduling.options(), tokens)
-        check_validation(
-            config, batch.applied(config.scheduling.options()), module, dataset, held_out
-        )
+        batch = size_global_batch(config.scheduling, tokens)
+        check_validation(config, batch.applied(config.scheduling), module, dataset, held_out)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return None
@@ -68,7 +66,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
 
 
 def check_validation(
-    config: TrainConfig, options: ScheduleOptions, module: nn.Module, dataset, held_out
+    config: TrainConfig, options: SchedulingConfig, module: nn.Module, dataset, held_out
 ) -> None:
     """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
     samples with no loss-carrying token or, longer than every training sample, a shape

@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.profiling.factory import fitted_cost_model
     from datacentric.profiling.profiler import ProfileSettings
     from datacentric.profiling.store import ProfileError
+    from datacentric.settings.sections import CostConfig
     from datacentric.shapes import make_buckets
 
     start = time.perf_counter()
@@ -114,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
             world_size=args.world,
             backend=args.backend,
             dtype=args.dtype or ("float32" if args.backend == "gloo" else "bfloat16"),
-            warmup=max(2, args.warmup),
-            repeats=args.repeats,
-            timeout_s=args.timeout_s,
+            cost=CostConfig(
+                warmup=max(2, args.warmup), repeats=args.repeats, timeout_s=args.timeout_s
+            ),
             progress=not args.json,
         )
         report = run_profile(

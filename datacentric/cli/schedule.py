@@ -101,7 +101,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     one policy's fields, or with several policies ``policies`` keyed by name (one plan,
     one pipeline, every policy on the same global batches)."""
     from datacentric.progress import Progress
-    from datacentric.scheduling import ScheduleOptions
+    from datacentric.settings import SchedulingConfig
 
     policies = [p for p in args.policy.split(",") if p]
     if len(policies) > 1 and args.json_out:
@@ -111,7 +111,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         bar.set_stage("the dataset and the cost model")
         shapes, skipped = dataset_shapes(args)
         cost, source = cost_model_and_source(args)
-        options = ScheduleOptions(
+        options = SchedulingConfig(
             **batch,
             drop_remainder=args.drop_remainder,
             max_sp_size=args.max_sp,

@@ -83,9 +83,9 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     if "static" not in policies:
         policies.insert(0, "static")
     from datacentric.progress import Progress
-    from datacentric.scheduling import ScheduleOptions
+    from datacentric.settings import SchedulingConfig
 
-    options = ScheduleOptions(**global_batch_options(args))
+    options = SchedulingConfig(**global_batch_options(args))
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
     with Progress(f"simulate on {args.world} ranks", 1 + len(policies), unit="stage") as bar:

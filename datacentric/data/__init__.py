@@ -17,6 +17,7 @@ _LAZY = {
     "epoch_pack": "datacentric.data.base",
     "padded_length": "datacentric.data.base",
     "segment_layout": "datacentric.data.base",
+    "DataConfig": "datacentric.settings.sections",
     "DataSettings": "datacentric.data.sources",
     "open_dataset": "datacentric.data.sources",
     "DEFAULT_MAX_TOKENS": "datacentric.data.stdlib",

@@ -7,8 +7,9 @@
   ``hf-datasets:DIR``: tokenized documents (:mod:`datacentric.data.tokenized`);
 - ``latents:DIR`` (or a manifest file): video latents (:mod:`datacentric.data.latents`);
 - ``package.module:factory``: ``factory(**settings)`` returns a dataset; it receives
-  those of :class:`DataSettings`' fields that it names as parameters (all of them if
-  it takes ``**kwargs``).
+  those of the ``[data]`` section's fields (:class:`~datacentric.settings.sections.
+  DataConfig`) and ``seed`` that it names as parameters (all of them if it takes
+  ``**kwargs``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import dataclasses
 import importlib
 import inspect
 import warnings
-from dataclasses import InitVar, dataclass
+from typing import Any
 
 from datacentric.data.base import DataError, Dataset
-from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, StdlibCorpus
+from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
 from datacentric.data.video import SyntheticVideoDataset
@@ -28,45 +29,39 @@ from datacentric.data.workloads import get_workload, list_workloads
 from datacentric.settings.sections import DataConfig
 
 
-@dataclass(kw_only=True)
-class DataSettings(DataConfig):
-    """The ``[data]`` section (:class:`~datacentric.settings.sections.DataConfig`: the
-    same fields, docs and checks as ``datacentric train`` reads) and the seed a source
-    draws with; each source ignores the fields that do not apply to it."""
+class DataSettings:
+    """Deprecated (removed in 0.3.0): the ``[data]`` section is one type,
+    :class:`~datacentric.settings.sections.DataConfig` (``datacentric.data.DataConfig``),
+    and the seed is :func:`open_dataset`'s ``seed=``. ``DataSettings(max_tokens=..,
+    seed=..)`` still works, with a ``DeprecationWarning``: it holds that section
+    (``.data``) and the seed; an unset ``max_tokens`` is the section's default."""
 
-    max_tokens: int | None = None
-    """Longest text sample (None: the source's default, 8192; ``datacentric train``'s
-    ``[data] max_tokens`` is 4096); longer documents follow ``long_docs``."""
-    seed: int = 0
-    """Seed of synthetic data, workload presets, bucket keep draws and per-epoch noise
-    (``[job] seed`` in a run)."""
-    limit: InitVar[int | None] = None
-    """Older name of ``dataset_limit`` (deprecated; either may be given, not both)."""
-
-    def __post_init__(self, limit: int | None) -> None:
+    def __init__(self, *, seed: int = 0, limit: int | None = None, **fields: Any) -> None:
+        warnings.warn(
+            "DataSettings is deprecated and will be removed in 0.3.0: pass the [data] "
+            "section, DataConfig(...) (dataset_limit=, not limit=), and open_dataset(..., "
+            "seed=)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if limit is not None:
-            warnings.warn(
-                "DataSettings(limit=...) is deprecated; use dataset_limit=, the [data] key",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            if self.dataset_limit not in (None, limit):
-                raise ValueError(
-                    "give DataSettings.dataset_limit or its older name limit, not both"
-                )
-            self.dataset_limit = limit
+            if fields.get("dataset_limit") not in (None, limit):
+                raise ValueError("give dataset_limit or its older name limit, not both")
+            fields["dataset_limit"] = limit
+        if fields.get("max_tokens", 0) is None:
+            del fields["max_tokens"]
+        self.data = DataConfig(**fields)
+        self.seed = seed
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "data":
+            raise AttributeError(name)
+        return getattr(self.data, name)
 
     @classmethod
     def of(cls, data: DataConfig, seed: int = 0) -> DataSettings:
-        """The settings of a ``[data]`` section and a seed."""
+        """The settings of a ``[data]`` section and a seed (deprecated)."""
         return cls(**dataclasses.asdict(data), seed=seed)
-
-
-def data_settings(data: DataConfig, seed: int = 0) -> DataSettings:
-    """The data settings of a run (its ``[data]`` section and ``[job] seed``): the one
-    place they meet, so ``train``, ``profile``, ``plan``, ``schedule`` and ``bench`` open
-    the same samples."""
-    return DataSettings.of(data, seed)
 
 
 SOURCE_KINDS = (*TEXT_KINDS, "latents")
@@ -80,27 +75,26 @@ def describe_sources() -> str:
 
 
 def open_dataset(
-    spec: str, settings: DataConfig | None = None, *, seed: int | None = None
+    spec: str, settings: DataConfig | DataSettings | None = None, *, seed: int | None = None
 ) -> Dataset:
     """The dataset named by ``spec`` (see the module docstring), read as the ``[data]``
-    section ``settings`` says (a :class:`DataSettings`, or the section itself, with
-    ``seed``: the seed of synthetic data, default the settings' own or 0)."""
-    if isinstance(settings, DataSettings):
-        s = settings
-    else:
-        s = DataSettings() if settings is None else DataSettings.of(settings)
-    if seed is not None:
-        s = dataclasses.replace(s, seed=seed)
+    section ``settings`` says (unset: its defaults); ``seed``: the seed of synthetic
+    data, workload presets, bucket keep draws and per-epoch noise (a run's ``[job]
+    seed``; default 0). Each source ignores the fields that do not apply to it."""
+    if isinstance(settings, DataSettings):  # deprecated: a section and a seed
+        settings, seed = settings.data, settings.seed if seed is None else seed
+    s = DataConfig() if settings is None else settings
+    seed = 0 if seed is None else int(seed)
     if s.long_docs not in LONG_DOC_RULES:
         raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
-    max_tokens = s.max_tokens or DEFAULT_MAX_TOKENS
+    max_tokens = s.max_tokens
     if spec == "stdlib":
         return StdlibCorpus(max_tokens=max_tokens, limit=s.dataset_limit, long_docs=s.long_docs)
     if spec in list_workloads():
-        shapes = list(get_workload(spec, seed=s.seed, num_samples=s.dataset_limit).shapes)
+        shapes = list(get_workload(spec, seed=seed, num_samples=s.dataset_limit).shapes)
         if shapes[0].is_video:
-            return SyntheticVideoDataset(shapes, seed=s.seed)
-        return SyntheticTextDataset(shapes, seed=s.seed)
+            return SyntheticVideoDataset(shapes, seed=seed)
+        return SyntheticTextDataset(shapes, seed=seed)
     kind, sep, rest = spec.partition(":")
     if sep and kind in TEXT_KINDS:
         return TokenizedTextDataset(
@@ -116,15 +110,13 @@ def open_dataset(
     if sep and kind == "latents":
         from datacentric.data.latents import LatentDataset
 
-        return LatentDataset(
-            rest, bucket_config=s.bucket_config, seed=s.seed, limit=s.dataset_limit
-        )
+        return LatentDataset(rest, bucket_config=s.bucket_config, seed=seed, limit=s.dataset_limit)
     if sep and rest.isidentifier():
-        return _from_factory(kind, rest, s)
+        return _from_factory(kind, rest, s, seed)
     raise DataError(f"unknown dataset {spec!r}; use {describe_sources()}")
 
 
-def _from_factory(module_name: str, attr: str, settings: DataSettings) -> Dataset:
+def _from_factory(module_name: str, attr: str, settings: DataConfig, seed: int) -> Dataset:
     spec = f"{module_name}:{attr}"
     try:
         factory = getattr(importlib.import_module(module_name), attr)
@@ -132,7 +124,7 @@ def _from_factory(module_name: str, attr: str, settings: DataSettings) -> Datase
         raise DataError(f"dataset {spec}: cannot import it ({err})") from None
     if not callable(factory):
         raise DataError(f"dataset {spec}: {attr} is a {type(factory).__name__}, not a factory")
-    values = dataclasses.asdict(settings)
+    values = {**dataclasses.asdict(settings), "seed": seed}
     values["limit"] = settings.dataset_limit  # the older name, which factories may take
     try:
         params = inspect.signature(factory).parameters

@@ -32,6 +32,7 @@ from datacentric.planning.hardware import (
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.factory import analytic_cost_model, get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult, measure
+from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 
 CPU_BASE = Hardware(
@@ -105,7 +106,7 @@ def calibrate_cpu_local(
 
     spec = get_model_spec(model)
     cases = calibration_cases(spec, world_size)
-    settings = ProfileSettings(model=model, world_size=world_size, repeats=repeats)
+    settings = ProfileSettings(model=model, world_size=world_size, cost=CostConfig(repeats=repeats))
     results = measure(cases, settings)
     fitted = calibrate_hardware(CPU_BASE, calibration_points(spec, results))
     fitted = replace(fitted, half_efficiency_tokens=0.0)

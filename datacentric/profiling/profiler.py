@@ -51,13 +51,15 @@ from datacentric.planning.fitted import ProfilePoint
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.progress import Progress
 from datacentric.schedule import Assignment, Iteration, MicroBatch
-from datacentric.settings.sections import MeasureSettings
+from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProfileSettings(MeasureSettings):
-    """How to measure: which model, on how many ranks, how carefully."""
+class ProfileSettings:
+    """How to measure: which model, on how many ranks, how carefully (``cost``: the
+    ``[cost]`` section's ``warmup``, ``repeats``, ``threads_per_rank``, ``timeout_s``
+    and ``interleave``)."""
 
     model: str
     """The model: a preset, ``hf:DIR_OR_NAME``, ``diffusers:DIR_OR_NAME`` or
@@ -84,6 +86,8 @@ class ProfileSettings(MeasureSettings):
     process's CPU time over the pass (all its threads: compute and gloo's transfers),
     which leaves out time the OS gives other processes on a shared machine; ``auto``:
     ``cpu`` on CPU ranks, ``wall`` on GPUs."""
+    cost: CostConfig = field(default_factory=CostConfig)
+    """How carefully: the ``[cost]`` section (its measurement keys)."""
 
 
 @dataclass(frozen=True)
@@ -195,8 +199,8 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
             rounds,
             settings,
             backend=settings.backend,
-            timeout_s=settings.timeout_s,
-            threads_per_rank=settings.threads_per_rank,
+            timeout_s=settings.cost.timeout_s,
+            threads_per_rank=settings.cost.threads_per_rank,
         )
     results = []
     for i, case in enumerate(cases):
@@ -237,7 +241,7 @@ def _rank_worker(
     models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
     bar = Progress(
         "profiling",
-        len(rounds) * (1 + settings.repeats),
+        len(rounds) * (1 + settings.cost.repeats),
         unit="round",
         enabled=settings.progress and groups.rank == 0,
     )
@@ -257,7 +261,7 @@ def _rank_worker(
     for round_ in rounds:
         depth = cases[round_[0][0]].depth
         if depth not in models:
-            if not settings.interleave:
+            if not settings.cost.interleave:
                 models.clear()
             runtime = _runtime(settings, depth, dtype, groups, dataset)
             models[depth] = (runtime, PassCpuClock(runtime.module))
@@ -270,14 +274,14 @@ def _rank_worker(
         peak, _ = measure_peak(groups.device, partial(run_step, runtime, iteration))
         states = model_state_bytes(runtime.module)
         memory[len(prepared) - 1] = (peak + states, states)
-        for _ in range(max(0, settings.warmup - 2)):
+        for _ in range(max(0, settings.cost.warmup - 2)):
             run_step(runtime, iteration)
         bar.update(1)
-        if not settings.interleave:
-            for _ in range(settings.repeats):
+        if not settings.cost.interleave:
+            for _ in range(settings.cost.repeats):
                 timed(len(prepared) - 1)
-    if settings.interleave:
-        for _ in range(settings.repeats):
+    if settings.cost.interleave:
+        for _ in range(settings.cost.repeats):
             for slot in range(len(prepared)):
                 timed(slot)
     bar.close()

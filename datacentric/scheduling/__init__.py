@@ -4,7 +4,8 @@
 buckets once (``.plan``) and returns each epoch's iterations (``.schedule(epoch)``,
 through ``build_schedule``); every rank computes the same ones without communicating. Policies
 (``POLICIES``): ``static``, ``packed``, ``dcp-intra``, ``dcp-inter``, ``dcp-pac``,
-``megatron-dyncp`` and ``dcp-opt``. See ``docs/scheduling.md``.
+``megatron-dyncp`` and ``dcp-opt``. Their options are the ``[scheduling]`` section,
+:class:`datacentric.settings.SchedulingConfig`. See ``docs/scheduling.md``.
 """
 
 from datacentric.scheduling.epoch import POLICIES, build_schedule, epoch_rng
@@ -15,13 +16,12 @@ from datacentric.scheduling.measures import (
 )
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule, schedule_fingerprint
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import deprecated_schedule_options
 
 __all__ = [
     "POLICIES",
     "Pipeline",
     "Position",
-    "ScheduleOptions",
     "build_schedule",
     "continue_schedule",
     "epoch_rng",
@@ -30,3 +30,9 @@ __all__ = [
     "schedule_fingerprint",
     "schedule_measures",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "ScheduleOptions":  # deprecated: the [scheduling] section's older name
+        return deprecated_schedule_options(__name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,7 +46,7 @@ from datacentric.scheduling.micro_batches import (
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
 PORTFOLIO_SAMPLES = 200_000
@@ -295,7 +295,7 @@ def best_layout(
     world: int,
     n_items: int,
     neighbours: bool,
-    opts: ScheduleOptions,
+    opts: SchedulingConfig,
 ) -> tuple[tuple[float, int], list[int], np.ndarray] | None:
     """The best layout and assignment found when items prefer sizes by ``prefer``
     (``times`` with some sizes struck out): the candidate layouts, then a walk to

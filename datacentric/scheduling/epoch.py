@@ -29,7 +29,7 @@ from datacentric.scheduling.measures import (
     step_bound_s,
 )
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 #: Every policy by name: a pure function of its :class:`PolicyInput`.
@@ -59,7 +59,7 @@ def build_schedule(
     plan: Plan,
     seed: int = 0,
     epoch: int = 0,
-    options: ScheduleOptions | None = None,
+    options: SchedulingConfig | None = None,
     sample_ids: Sequence[int] | None = None,
     measure: bool = True,
 ) -> Schedule:
@@ -83,7 +83,7 @@ def build_schedule(
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not isinstance(plan, Plan):
         raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
-    options = options or ScheduleOptions()
+    options = options or SchedulingConfig()
     started = time.perf_counter()
     view = DatasetView(shapes)
     asked, not_asked, skipped = _samples_to_schedule(view, plan, sample_ids)
@@ -109,7 +109,8 @@ def build_schedule(
         "samples_dropped": int(len(dropped)),
         "samples_skipped_by_plan": int(len(skipped)),
         "memory_cap_bytes": inp.memory_cap_bytes,
-        "options": asdict(options),
+        # the options the policy ran with (which policy ran is the schedule's ``policy``)
+        "options": {k: v for k, v in asdict(options).items() if k != "policy"},
         "settings": dict(out.settings),
     }
     schedule = Schedule(

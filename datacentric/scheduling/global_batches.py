@@ -4,7 +4,7 @@ One sampler for every policy. The epoch's active samples are interleaved by buck
 (every stretch holds each bucket in proportion to its size) with a generator derived
 from ``(seed, epoch)`` only, and cut into ``ceil(total / bound)`` global batches of
 nearly equal tokens (or samples), the bound being the global batch
-(``ScheduleOptions.global_batch_tokens`` / ``global_batch_samples``). Step ``k``'s
+(``SchedulingConfig.global_batch_tokens`` / ``global_batch_samples``). Step ``k``'s
 samples therefore depend on the seed, the epoch and the global batch, never on the
 policy or the world size; a policy only decides how to run each step (groups, SP
 sizes, micro-batches, accumulation, recomputation). With ``reorder_window = K > 1``
@@ -16,19 +16,15 @@ depends on the window.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
-
-_Section = TypeVar("_Section")
 
 #: Mixed into the seed of the data-order generator (policies use another stream).
 ORDER_STREAM = 0x0D47A
@@ -81,15 +77,15 @@ class GlobalBatchSize:
     note: str | None = None
     """One line saying what was sized and why (``None`` when nothing was)."""
 
-    def applied(self, scheduling: _Section) -> _Section:
-        """``scheduling`` (the ``[scheduling]`` section, or its options) with the sized
-        global batch: a copy, unchanged when nothing was sized."""
+    def applied(self, scheduling: SchedulingConfig) -> SchedulingConfig:
+        """The ``[scheduling]`` section with the sized global batch: a copy, unchanged
+        when nothing was sized."""
         if self.tokens is None:
             return scheduling
-        return dataclasses.replace(scheduling, global_batch_tokens=self.tokens)  # type: ignore[type-var]
+        return scheduling.updated(global_batch_tokens=self.tokens)
 
 
-def size_global_batch(options: ScheduleOptions, tokens: Sequence[int]) -> GlobalBatchSize:
+def size_global_batch(options: SchedulingConfig, tokens: Sequence[int]) -> GlobalBatchSize:
     """The global batch of a run on samples of ``tokens`` tokens each: when ``options``
     give none, a small dataset's is sized from its samples (:func:`data_sized_tokens`);
     the run records it in its settings (``config.toml``, checkpoints), so a resume
@@ -220,7 +216,7 @@ def order_change(base: list[np.ndarray], other: list[np.ndarray]) -> dict[str, f
 
 
 def steps_per_epoch(
-    shapes: Sequence[SampleShape], options: ScheduleOptions, *, seed: int, world_size: int
+    shapes: Sequence[SampleShape], options: SchedulingConfig, *, seed: int, world_size: int
 ) -> int:
     """Optimizer steps of an epoch over every sample of ``shapes`` (its global batches,
     :func:`epoch_batches`: the same for every epoch, policy and, with an explicit global

@@ -33,7 +33,7 @@ sizes.
 Tuned as ``static`` is: the cap ``C`` and the recomputation (none, every block, or
 the plan's per-bucket choice) are searched (:func:`search`), each candidate priced on
 a spread of the epoch's steps, the best few on every step; ``settings`` reports the
-choice. ``ScheduleOptions.megatron_tokens_per_rank`` fixes the cap (the recomputation
+choice. ``SchedulingConfig.megatron_tokens_per_rank`` fixes the cap (the recomputation
 is still searched).
 """
 

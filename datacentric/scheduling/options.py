@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import warnings
 
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
+
+ScheduleOptions = SchedulingConfig
 
 __all__ = ["ScheduleOptions"]
 

@@ -26,7 +26,7 @@ from datacentric.planning.planner import DEFAULT_MAX_MICRO_BATCH, plan_buckets
 from datacentric.schedule import Schedule
 from datacentric.scheduling.epoch import POLICIES, build_schedule
 from datacentric.scheduling.measures import ideal_epoch_time
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import Bucketing, SampleShape, make_buckets
 
 
@@ -50,7 +50,7 @@ class Pipeline:
         world_size: int,
         memory_cap_bytes: int | None = None,
         policy: str = "dcp-opt",
-        options: ScheduleOptions | None = None,
+        options: SchedulingConfig | None = None,
         seed: int = 0,
         sp_sizes: Sequence[int] | None = None,
         skip_unfittable: bool = False,
@@ -75,7 +75,7 @@ class Pipeline:
         self.cost_model = cost_model
         self.world_size = int(world_size)
         self.policy = policy
-        self.options = options or ScheduleOptions()
+        self.options = options or SchedulingConfig()
         self.seed = int(seed)
         self.sp_sizes = None if sp_sizes is None else list(sp_sizes)
         self.skip_unfittable = skip_unfittable

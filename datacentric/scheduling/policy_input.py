@@ -16,7 +16,7 @@ from datacentric.schedule import Iteration
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches
 from datacentric.scheduling.option_table import OptionFilter, OptionTable
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 
 
 def no_recompute(option: BucketOption) -> bool:
@@ -42,7 +42,7 @@ class PolicyInput:
     view: DatasetView
     cost_model: CostModel
     world_size: int
-    options: ScheduleOptions
+    options: SchedulingConfig
     plan: Plan
     rng: np.random.Generator
     active: np.ndarray

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import typing
-from dataclasses import dataclass
 from typing import Any
 
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.settings.schema import field_docs, field_types
 from datacentric.settings.sections import (
     CheckpointConfig,
@@ -24,58 +22,13 @@ from datacentric.settings.sections import (
     DataConfig,
     JobConfig,
     LoraConfig,
-    MeasureSettings,
     MetricsConfig,
     ModelConfig,
     ParallelismConfig,
     ProfilingConfig,
-    SchedulingConfig,
     TrainingConfig,
     ValidationConfig,
 )
-
-
-def _section_from(source: type, name: str) -> type:
-    """A mutable section with the fields of the frozen dataclass ``source``, same
-    types and defaults; their docs are read from ``source``."""
-    hints = typing.get_type_hints(source)
-    fields = [
-        (f.name, hints[f.name], dataclasses.field(default=f.default))
-        for f in dataclasses.fields(source)
-    ]
-    cls = dataclasses.make_dataclass(name, fields, kw_only=True)
-    cls.__module__ = __name__
-    cls.__doc_source__ = source
-    return cls
-
-
-ProfileSettingsConfig = _section_from(MeasureSettings, "ProfileSettingsConfig")
-ScheduleOptionsConfig = _section_from(ScheduleOptions, "ScheduleOptionsConfig")
-
-#: ``[cost]`` fields of the cost profiler's measurement a run chooses (model, world,
-#: dtype, seed, progress and the clock come from the other sections and the device).
-PROFILE_FIELDS = tuple(f.name for f in dataclasses.fields(MeasureSettings))
-#: ``[scheduling]`` fields that are :class:`ScheduleOptions` (all but ``policy``).
-OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(ScheduleOptions))
-
-
-@dataclass(kw_only=True)
-class CostSettings(ProfileSettingsConfig, CostConfig):
-    """The ``[cost]`` section: the cost model and how the cost profiler measures."""
-
-    def measure_settings(self) -> dict[str, Any]:
-        """The cost profiler's measurement settings (``MeasureSettings`` fields)."""
-        return {n: getattr(self, n) for n in PROFILE_FIELDS}
-
-
-@dataclass(kw_only=True)
-class SchedulingSettings(ScheduleOptionsConfig, SchedulingConfig):
-    """The ``[scheduling]`` section: the policy and its :class:`ScheduleOptions`."""
-
-    def options(self) -> ScheduleOptions:
-        """The options every policy reads (raises ``ValueError`` for a bad one)."""
-        return ScheduleOptions(**{n: getattr(self, n) for n in OPTION_FIELDS})
-
 
 #: Section name -> its dataclass, in file order.
 SECTIONS: dict[str, type] = {
@@ -88,8 +41,8 @@ SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "metrics": MetricsConfig,
     "profiling": ProfilingConfig,
-    "cost": CostSettings,
-    "scheduling": SchedulingSettings,
+    "cost": CostConfig,
+    "scheduling": SchedulingConfig,
     "validation": ValidationConfig,
 }
 

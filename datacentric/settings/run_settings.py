@@ -3,7 +3,7 @@
 :class:`TrainConfig` is composed of the sections of :mod:`datacentric.settings.sections`
 (the layout: :data:`~datacentric.settings.layout.SECTIONS`), as torchtitan's
 ``JobConfig``: code reads a section (``settings.training.lr``) and hands each component
-its own (``settings.data``, ``settings.scheduling.options()``); files and flags are
+its own (``settings.data``, ``settings.scheduling``); files and flags are
 sectioned too (``[training] lr = 3e-3``, ``--training.lr 3e-3``). Unknown sections and
 keys, wrong types and values out of range are
 :class:`~datacentric.settings.schema.ConfigError` naming the key. The resolved settings
@@ -28,8 +28,6 @@ from datacentric.log import get_logger
 from datacentric.regular_files import NotRegularFileError, kind_of, open_regular
 from datacentric.settings.layout import (
     SECTIONS,
-    CostSettings,
-    SchedulingSettings,
     flat_docs,
     flat_fields,
     flat_index,
@@ -40,10 +38,11 @@ from datacentric.settings.layout import (
     section_keys,
     section_of,
 )
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.settings.schema import OTHER_NAMES, ConfigError, coerce, suggest, toml_value
 from datacentric.settings.sections import (
     CheckpointConfig,
+    CostConfig,
     DataConfig,
     JobConfig,
     LoraConfig,
@@ -101,9 +100,9 @@ class TrainConfig:
     """``[metrics]``: logs, TensorBoard, W&B, plots."""
     profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
     """``[profiling]``: ``torch.profiler`` traces."""
-    cost: CostSettings = field(default_factory=CostSettings)
+    cost: CostConfig = field(default_factory=CostConfig)
     """``[cost]``: the cost model and the cost profiler."""
-    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
     """``[scheduling]``: the policy and its options."""
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     """``[validation]``: the held-out loss during training."""
@@ -120,8 +119,8 @@ class TrainConfig:
         checkpoint: CheckpointConfig | None = None,
         metrics: MetricsConfig | None = None,
         profiling: ProfilingConfig | None = None,
-        cost: CostSettings | None = None,
-        scheduling: SchedulingSettings | None = None,
+        cost: CostConfig | None = None,
+        scheduling: SchedulingConfig | None = None,
         validation: ValidationConfig | None = None,
         **flat: Any,
     ) -> None:
@@ -141,7 +140,7 @@ class TrainConfig:
                 raise TypeError(f"TrainConfig({name}=...) needs a {cls.__name__}")
             section = given[name] if given[name] is not None else cls()
             if name in grouped:
-                section = dataclasses.replace(section, **grouped[name])
+                section = _updated(section, grouped[name])
             object.__setattr__(self, name, section)
 
     @classmethod
@@ -200,13 +199,28 @@ class TrainConfig:
             lines.append("")
         return "\n".join(lines)
 
-    def schedule_options(self) -> ScheduleOptions:
-        """The ``[scheduling]`` options (``settings.scheduling.options()``)."""
-        return self.scheduling.options()
+    def schedule_options(self) -> SchedulingConfig:
+        """Deprecated: the ``[scheduling]`` section is what the pipeline and the policies
+        take; read ``settings.scheduling``."""
+        warnings.warn(
+            "TrainConfig.schedule_options() is deprecated (removed in 0.3.0): the pipeline "
+            "and the policies take settings.scheduling as it is",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.scheduling
 
     def profile_settings(self) -> dict[str, Any]:
-        """The ``[cost]`` measurement settings (``settings.cost.measure_settings()``)."""
-        return self.cost.measure_settings()
+        """Deprecated: the cost profiler takes the ``[cost]`` section as it is
+        (``ProfileSettings(cost=settings.cost)``)."""
+        warnings.warn(
+            "TrainConfig.profile_settings() is deprecated (removed in 0.3.0): the cost "
+            "profiler takes settings.cost (ProfileSettings(cost=settings.cost))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        names = ("warmup", "repeats", "threads_per_rank", "timeout_s", "interleave")
+        return {name: getattr(self.cost, name) for name in names}
 
     def section(self, name: str) -> Any:
         """The typed ``[name]`` section (``settings.section("training")`` is
@@ -214,6 +228,14 @@ class TrainConfig:
         if name not in SECTIONS:
             raise KeyError(f"no section [{name}]{suggest(name, list(SECTIONS))}")
         return getattr(self, name)
+
+
+def _updated(section: Any, values: dict[str, Any]) -> Any:
+    """A copy of ``section`` with ``values`` set (the scheduling section keeps an older
+    name and its new one together)."""
+    if isinstance(section, SchedulingConfig):
+        return section.updated(**values)
+    return dataclasses.replace(section, **values)
 
 
 def _is_section(name: str, value: Any) -> bool:
@@ -320,7 +342,10 @@ def build_config(values: dict[str, Any]) -> TrainConfig:
         key: coerce(f"{owners[key]}.{name_in_section(key)}", value, kinds[key], fields[key])
         for key, value in values.items()
     }
-    config = TrainConfig.from_flat(checked)
+    try:
+        config = TrainConfig.from_flat(checked)
+    except ValueError as err:  # a section's own check (the scheduling options)
+        raise ConfigError(str(err)) from None
     validate(config)
     return config
 
@@ -340,9 +365,9 @@ def validate(config: TrainConfig) -> None:
             f"parallelism.device: must be 'cpu', 'cuda' or 'cuda:N', got {parallelism.device!r}"
         )
     try:
-        config.scheduling.options()
+        config.scheduling.check()
     except ValueError as err:
-        raise ConfigError(f"scheduling: {err}") from None
+        raise ConfigError(str(err)) from None
     if any(step < 1 for step in config.profiling.trace_steps):
         low = min(config.profiling.trace_steps)
         raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")

@@ -1,19 +1,56 @@
-"""The ``[scheduling]`` settings shared by every scheduling policy (torch-free)."""
+"""The ``[scheduling]`` section: the policy and the options every policy reads (torch-free).
+
+:class:`SchedulingConfig` is the one type of the section: the settings hold it
+(``settings.scheduling``), and the pipeline and every policy take it as it is
+(:class:`~datacentric.scheduling.pipeline.Pipeline`'s ``options``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+import warnings
 from dataclasses import dataclass
+from typing import Literal
+
+Policy = Literal[
+    "static",
+    "static-reference",
+    "packed",
+    "dcp-intra",
+    "dcp-inter",
+    "dcp-pac",
+    "megatron-dyncp",
+    "dcp-opt",
+]
+#: Every scheduling policy's name, in the order the help lists them (the one list:
+#: :data:`datacentric.scheduling.POLICIES` holds one function for each).
+POLICY_NAMES: tuple[str, ...] = typing.get_args(Policy)
+
+#: The largest micro-batch (in samples) the planner searches a bucket's options up to:
+#: the default of ``max_micro_batch_size``, written once.
+MAX_MICRO_BATCH_SIZE = 4096
+
+#: Older names of one setting -> its name now: either may be given, and the section
+#: holds the value under both (``tokens_per_iteration`` is ``global_batch_tokens``).
+OLDER_NAMES = {
+    "tokens_per_iteration": "global_batch_tokens",
+    "samples_per_iteration": "global_batch_samples",
+}
 
 
-@dataclass(frozen=True, kw_only=True)
-class ScheduleOptions:
-    """Knobs of :func:`datacentric.scheduling.build_schedule`.
+@dataclass(kw_only=True)
+class SchedulingConfig:
+    """The ``[scheduling]`` section: the policy and the knobs of
+    :func:`datacentric.scheduling.build_schedule`.
 
     Defaults give every policy the same SP sizes and the same global-batch bound, so
     that policies are compared on equal terms; the memory cap and each bucket's
-    options come from the plan.
+    options come from the plan. A bad value raises ``ValueError`` naming it.
     """
 
+    policy: Policy = "dcp-opt"
+    """Scheduling policy (docs/scheduling.md)."""
     max_sp_size: int | None = None
     """Largest SP size tried; default: a node (``gpus_per_node``), larger only for
     buckets that fit nothing within a node."""
@@ -37,9 +74,10 @@ class ScheduleOptions:
     drop_remainder: bool = False
     """Leave out the last, partial global batch; the dropped ids are reported in
     ``Schedule.dropped_sample_ids`` and ``meta['samples_dropped']``."""
-    max_micro_batch_size: int = 4096
-    """Upper bound on samples in one micro-batch when ``build_schedule`` makes the plan
-    (a given plan's options carry their own, ``Plan.option_batch_limit``)."""
+    max_micro_batch_size: int = MAX_MICRO_BATCH_SIZE
+    """Largest micro-batch in samples: the planner searches each bucket's options up to
+    it (a saved plan's options carry the bound they were made under,
+    ``Plan.option_batch_limit``)."""
     megatron_tokens_per_rank: int | None = None
     """``megatron-dyncp``'s per-rank token limit; default: the most tokens one rank
     holds for every bucket (from the memory cap, full recomputation)."""
@@ -66,22 +104,52 @@ class ScheduleOptions:
     """``dcp-opt``: most improving moves and swaps tried per iteration."""
 
     def __post_init__(self) -> None:
-        for new, old in (
-            ("global_batch_tokens", "tokens_per_iteration"),
-            ("global_batch_samples", "samples_per_iteration"),
-        ):
+        for old, new in OLDER_NAMES.items():
             a, b = getattr(self, new), getattr(self, old)
             if a is not None and b is not None and a != b:
-                raise ValueError(f"give ScheduleOptions.{new} or its older name {old}, not both")
-            object.__setattr__(self, new, a if a is not None else b)
-            object.__setattr__(self, old, a if a is not None else b)
-        if self.reorder_window < 1:
+                raise ValueError(f"give scheduling.{new} or its older name {old}, not both")
+            setattr(self, new, a if a is not None else b)
+            setattr(self, old, a if a is not None else b)
+        self.check()
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming a value no policy can run with."""
+        if self.policy not in POLICY_NAMES:
             raise ValueError(
-                f"ScheduleOptions.reorder_window must be >= 1, got {self.reorder_window}"
+                f"unknown policy {self.policy!r}; choose one of {', '.join(POLICY_NAMES)}"
             )
+        for old, new in OLDER_NAMES.items():
+            a, b = getattr(self, new), getattr(self, old)
+            if a is not None and b is not None and a != b:
+                raise ValueError(f"give scheduling.{new} or its older name {old}, not both")
+        if self.reorder_window < 1:
+            raise ValueError(f"scheduling.reorder_window must be >= 1, got {self.reorder_window}")
         for name in ("global_batch_tokens", "global_batch_samples", "max_sp_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"ScheduleOptions.{name} must be >= 1, got {value}")
+                raise ValueError(f"scheduling.{name} must be >= 1, got {value}")
         if self.max_micro_batch_size < 1:
-            raise ValueError("max_micro_batch_size must be >= 1")
+            raise ValueError("scheduling.max_micro_batch_size must be >= 1")
+
+    def updated(self, **values: object) -> SchedulingConfig:
+        """A copy with ``values`` set (an older name and its new one set together)."""
+        for key in list(values):
+            partner = OLDER_NAMES.get(key) or next(
+                (old for old, new in OLDER_NAMES.items() if new == key), None
+            )
+            if partner is not None and partner not in values:
+                values[partner] = values[key]
+        return dataclasses.replace(self, **values)
+
+
+def deprecated_schedule_options(where: str) -> type[SchedulingConfig]:
+    """``ScheduleOptions``, read from ``where``: the older name of
+    :class:`SchedulingConfig` (the ``[scheduling]`` section), with a warning."""
+    warnings.warn(
+        f"{where}.ScheduleOptions is deprecated and will be removed in 0.3.0: it is the "
+        "[scheduling] section, datacentric.settings.SchedulingConfig (which also holds "
+        "the policy)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return SchedulingConfig

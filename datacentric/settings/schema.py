@@ -2,7 +2,7 @@
 
 A *section* is a ``kw_only`` dataclass whose fields each carry a docstring (a string
 literal right under the field, as in :class:`~datacentric.scheduling.options.
-ScheduleOptions`) and optionally a range (``ge``/``gt`` in the field's metadata, see
+SchedulingConfig`) and optionally a range (``ge``/``gt`` in the field's metadata, see
 :func:`setting`). The run's settings are one object of sections
 (:class:`~datacentric.settings.run_settings.TrainConfig`: ``settings.training.lr``), as
 files and flags are (``[training] lr``, ``--training.lr``). The docs are the only source

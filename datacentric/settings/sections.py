@@ -45,18 +45,6 @@ def check_shard(mode: str, reshard_after_forward: bool) -> None:
         raise ValueError("reshard_after_forward applies to shard 'fsdp2' only")
 
 
-Policy = Literal[
-    "static",
-    "static-reference",
-    "packed",
-    "dcp-intra",
-    "dcp-inter",
-    "dcp-pac",
-    "megatron-dyncp",
-    "dcp-opt",
-]
-
-
 @dataclass(kw_only=True)
 class JobConfig:
     out: str = "runs/train"
@@ -347,6 +335,10 @@ class ProfilingConfig:
 
 @dataclass(kw_only=True)
 class CostConfig:
+    """The ``[cost]`` section: the cost model, and how carefully the cost profiler measures
+    (:class:`~datacentric.profiling.profiler.ProfileSettings` takes it as it is and adds
+    the model, world, device and clock)."""
+
     cost_model: Literal["profile", "analytic"] = "profile"
     """``profile``: the dual-layer profile measured on this run's ranks (reused from
     ``profile_dir`` when its fingerprint matches); ``analytic``: FLOP/byte model."""
@@ -354,20 +346,6 @@ class CostConfig:
     """Where the profile is kept (unset: ``<out>/profile``); share it between runs."""
     memory_gb: float | None = setting(None, gt=0)
     """Memory cap per rank in GiB for planning (unset: 70% of device memory)."""
-
-
-@dataclass(kw_only=True)
-class SchedulingConfig:
-    policy: Policy = "dcp-opt"
-    """Scheduling policy (docs/scheduling.md)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MeasureSettings:
-    """How carefully the cost profiler measures (the ``[cost]`` keys a run chooses;
-    :class:`~datacentric.profiling.profiler.ProfileSettings` adds the model, world,
-    device and clock)."""
-
     warmup: int = 2
     """Unmeasured passes before the measured ones (at least 2: the first allocates
     gradients, the second measures memory)."""

@@ -30,7 +30,7 @@ from datacentric.shapes import SampleShape
 from datacentric.sim.engine import SimResult, simulate
 
 if TYPE_CHECKING:
-    from datacentric.scheduling import ScheduleOptions
+    from datacentric.settings import SchedulingConfig
 
 #: The policies of the paper reproduction, baseline first.
 DEFAULT_POLICIES = (
@@ -99,7 +99,7 @@ def run_policies(
     seed: int = 0,
     epoch: int = 0,
     record_spans: bool = False,
-    options: ScheduleOptions | None = None,
+    options: SchedulingConfig | None = None,
     plan: Plan | None = None,
     memory_cap_bytes: int | None = None,
     errors: dict[str, str] | None = None,

@@ -130,7 +130,7 @@ def assemble_run(
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
         tokens = [shape.tokens for shape in dataset.shapes()]
-        batch = size_global_batch(config.scheduling.options(), tokens)
+        batch = size_global_batch(config.scheduling, tokens)
     scheduling = batch.applied(config.scheduling)
     if scheduling is not config.scheduling:  # the run records the batch it trains
         config = dataclasses.replace(config, scheduling=scheduling)
@@ -143,7 +143,7 @@ def assemble_run(
         seed=seed,
         groups=groups,
         shard=sharding(config.parallelism),
-        options=scheduling.options(),
+        options=scheduling,
         compile=config.training.compile,
         sp_sizes=sp_sizes,
         # a resumed run keeps the model and data its first start checked (the resume

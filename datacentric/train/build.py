@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
-from datacentric.data.sources import data_settings, open_dataset
+from datacentric.data.sources import open_dataset
 from datacentric.models.lora import LoraSpec, lora_spec
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
@@ -37,8 +37,8 @@ from datacentric.profiling.factory import (
     run_spec,
 )
 from datacentric.profiling.profiler import ProfileSettings
-from datacentric.settings.layout import CostSettings
 from datacentric.settings.sections import (
+    CostConfig,
     DataConfig,
     JobConfig,
     LoraConfig,
@@ -57,7 +57,7 @@ def sharding(parallelism: ParallelismConfig) -> ShardingSpec:
 def build_dataset(data: DataConfig, seed: int = 0) -> Dataset:
     """The run's dataset from its ``[data]`` section and ``[job] seed`` (see
     :func:`datacentric.data.sources.open_dataset`)."""
-    return open_dataset(data.dataset, data_settings(data, seed))
+    return open_dataset(data.dataset, data, seed=seed)
 
 
 def model_source(model: ModelConfig, lora: LoraConfig | None = None) -> ModelSource:
@@ -110,7 +110,7 @@ def build_cost_model(
 
 
 def run_cost_model(
-    cost: CostSettings,
+    cost: CostConfig,
     world_size: int,
     device: torch.device,
     shapes,
@@ -162,7 +162,7 @@ def run_cost_model(
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
-        **cost.measure_settings(),
+        cost=cost,
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(profile)
@@ -211,7 +211,7 @@ def check_model(
     *,
     lora: LoraConfig | None = None,
     parallelism: ParallelismConfig | None = None,
-    cost: CostSettings | None = None,
+    cost: CostConfig | None = None,
 ) -> nn.Module:
     """Everything about the run's model that can be checked before ranks start, on the
     meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
@@ -250,7 +250,7 @@ def check_model(
     held = sharding(parallelism or ParallelismConfig())
     if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
         check_fsdp2(module, held.reshard_after_forward)
-    analytic = (cost or CostSettings()).cost_model == "analytic"
+    analytic = (cost or CostConfig()).cost_model == "analytic"
     _check_vocab(name, module, spec_of_model(module, name) if analytic else None, dataset)
     try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
         check_small_copy(module, dataset)

@@ -7,10 +7,7 @@ from __future__ import annotations
 import warnings
 
 from datacentric.settings.layout import (  # noqa: F401
-    PROFILE_FIELDS,
     SECTIONS,
-    ProfileSettingsConfig,
-    ScheduleOptionsConfig,
     section_keys,
     section_of,
 )
@@ -23,6 +20,7 @@ from datacentric.settings.run_settings import (  # noqa: F401
     parse_fault,
     validate,
 )
+from datacentric.settings.scheduling import Policy, SchedulingConfig  # noqa: F401
 from datacentric.settings.schema import ConfigError  # noqa: F401
 from datacentric.settings.sections import (  # noqa: F401
     CheckpointConfig,
@@ -31,9 +29,7 @@ from datacentric.settings.sections import (  # noqa: F401
     MetricsConfig,
     ModelConfig,
     ParallelismConfig,
-    Policy,
     ProfilingConfig,
-    SchedulingConfig,
     TrainingConfig,
 )
 

@@ -58,7 +58,7 @@ from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
-from datacentric.settings.scheduling import ScheduleOptions
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.train.validation import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
@@ -108,7 +108,7 @@ class DataCentric:
     analytic model of ``preset`` on this device; it only prices memory.
     ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory),
     held by the plan and every schedule; ``tokens_per_iteration`` bounds the global
-    batch (``options``: every :class:`ScheduleOptions`, instead). ``prefetch``
+    batch (``options``: every :class:`SchedulingConfig`, instead). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed). ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
@@ -138,7 +138,7 @@ class DataCentric:
         check_model: bool = True,
         shard: ShardingSpec | str | None = None,
         device: str | torch.device | None = None,
-        options: ScheduleOptions | None = None,
+        options: SchedulingConfig | None = None,
         compile: bool = False,
         sp_sizes: Sequence[int] | None = None,
     ) -> None:
@@ -177,7 +177,7 @@ class DataCentric:
             world_size=self.groups.world_size,
             memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
             policy=policy,
-            options=options or ScheduleOptions(tokens_per_iteration=tokens_per_iteration),
+            options=options or SchedulingConfig(tokens_per_iteration=tokens_per_iteration),
             seed=seed,
             sp_sizes=(
                 list(sp_sizes)

@@ -68,7 +68,7 @@ RESUME_FIXED = (
     *(k for s in ("model", "lora", "data", "scheduling") for k in section_keys()[s]),
     "seed",
 )
-#: Older names that are one setting with a newer one (``ScheduleOptions``): a resume
+#: Older names that are one setting with a newer one (``SchedulingConfig``): a resume
 #: compares the value, whichever name gave it.
 ALIASES = {
     "tokens_per_iteration": "global_batch_tokens",

@@ -33,7 +33,7 @@ from typing import Any
 from datacentric.data.base import Dataset, epoch_pack, sample_generator
 from datacentric.data.holdout import SampleSubset, split_ids
 from datacentric.data.prompts import Prompt, read_prompts
-from datacentric.data.sources import data_settings, open_dataset
+from datacentric.data.sources import open_dataset
 from datacentric.data.tokenized import text_codec
 from datacentric.parallel.evaluate import evaluate_schedule, generate_tokens
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
@@ -52,15 +52,15 @@ def build_run_data(
     """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
     sections and ``[job] seed``; ``limit`` keeps the first held-out samples (a split's
     others stay out of training)."""
-    dataset = open_dataset(data.dataset, data_settings(data, seed))
+    dataset = open_dataset(data.dataset, data, seed=seed)
     if validation.dataset is None:
         return dataset, None
     fraction = split_fraction(validation.dataset)
     if fraction is not None:
         kept, held = split_ids(len(dataset), fraction, seed)
         return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
-    settings = dataclasses.replace(data_settings(data, seed), dataset_limit=validation.limit)
-    return dataset, open_dataset(validation.dataset, settings)
+    settings = dataclasses.replace(data, dataset_limit=validation.limit)
+    return dataset, open_dataset(validation.dataset, settings, seed=seed)
 
 
 class HeldOut:

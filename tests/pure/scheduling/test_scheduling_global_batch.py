@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 from toy_cost_model import ToyCostModel, toy_pipeline
 
-from datacentric.scheduling import POLICIES, ScheduleOptions
+from datacentric.scheduling import POLICIES
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches, order_change
 from datacentric.scheduling.megatron_dyncp import megatron_micro_batches
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
@@ -20,7 +21,7 @@ BATCH = 400_000
 
 
 def test_every_policy_runs_the_same_samples_per_step_whatever_the_world():
-    options = ScheduleOptions(global_batch_tokens=BATCH)
+    options = SchedulingConfig(global_batch_tokens=BATCH)
     steps = None
     for world in (2, 4, 8):
         for policy in POLICIES:
@@ -72,7 +73,7 @@ def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
 
     real = megatron_dyncp.megatron_micro_batches
     monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
-    options = ScheduleOptions(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
+    options = SchedulingConfig(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
     schedule = toy_pipeline(
         SHAPES, MODEL, world_size=8, policy="megatron-dyncp", options=options
     ).schedule()
@@ -95,13 +96,13 @@ def test_megatron_fill_step_on_a_world_that_is_not_a_power_of_two():
 
 
 def test_global_batch_smaller_than_the_longest_sample_fails_fast():
-    options = ScheduleOptions(global_batch_tokens=1)
+    options = SchedulingConfig(global_batch_tokens=1)
     with pytest.raises(ValueError, match="smaller than the longest sample"):
         toy_pipeline(SHAPES, MODEL, world_size=4, policy="static", options=options).schedule()
 
 
 def test_max_sp_is_honoured_when_a_step_is_too_small_for_the_world():
-    options = ScheduleOptions(global_batch_samples=2, max_sp_size=2)
+    options = SchedulingConfig(global_batch_samples=2, max_sp_size=2)
     with pytest.raises(ValueError, match="cannot cover 8 ranks"):
         toy_pipeline(SHAPES[:4], MODEL, world_size=8, policy="dcp-opt", options=options).schedule()
 

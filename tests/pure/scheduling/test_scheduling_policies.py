@@ -12,9 +12,10 @@ import pytest
 from repo_paths import ROOT
 from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
 
-from datacentric.scheduling import ScheduleOptions, balance, exact
+from datacentric.scheduling import balance, exact
 from datacentric.scheduling.dcp_opt import one_group_per_big_item
 from datacentric.scheduling.resume import schedule_fingerprint
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
@@ -36,7 +37,7 @@ def test_static_uses_one_sp_size_the_smallest_that_fits_the_longest():
 
 def test_megatron_sp_is_next_power_of_two_of_length_over_limit():
     shapes = [SampleShape.text(n) for n in [1000] * 40 + [3000, 5000, 9000]]
-    options = ScheduleOptions(megatron_tokens_per_rank=2048)
+    options = SchedulingConfig(megatron_tokens_per_rank=2048)
     schedule = toy_pipeline(
         shapes, MODEL, world_size=16, policy="megatron-dyncp", options=options
     ).schedule()
@@ -76,7 +77,7 @@ def test_dcp_opt_mixes_buckets_and_beats_the_paper_variants():
 def test_global_batch_bound_holds():
     shapes = mixed_text(600)
     bound = 2_000_000
-    options = ScheduleOptions(tokens_per_iteration=bound)
+    options = SchedulingConfig(tokens_per_iteration=bound)
     for policy in ("packed", "megatron-dyncp", "dcp-opt"):
         schedule = toy_pipeline(
             shapes, MODEL, world_size=8, policy=policy, options=options
@@ -275,7 +276,7 @@ def test_dcp_opt_runs_long_videos_in_a_phase_of_their_own_where_that_is_shorter(
 def test_every_policy_honours_max_sp_where_everything_fits(policy):
     rng = np.random.default_rng(5)
     shapes = [SampleShape.text(int(x)) for x in np.exp(rng.uniform(np.log(64), np.log(8000), 300))]
-    options = ScheduleOptions(max_sp_size=1)
+    options = SchedulingConfig(max_sp_size=1)
     schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy, options=options).schedule()
     assert _group_sizes(schedule) == {1}
 
@@ -296,7 +297,7 @@ def test_megatron_runs_a_40_head_model_on_sizes_it_runs(world, mode):
     cost = simulation_cost_model("llama-13b", "h200-sxm", world)
     if mode == "ulysses":
         cost = SplitLimitedCostModel(cost, "ulysses")
-    options = ScheduleOptions(global_batch_tokens=1_000_000)
+    options = SchedulingConfig(global_batch_tokens=1_000_000)
     schedule = Pipeline(
         shapes,
         cost,
@@ -334,7 +335,7 @@ def test_static_is_within_half_a_percent_of_a_wider_search():
         view=view,
         cost_model=MODEL,
         world_size=8,
-        options=ScheduleOptions(global_batch_samples=40),
+        options=SchedulingConfig(global_batch_samples=40),
         plan=toy_pipeline(shapes, MODEL, world_size=8).plan,
         rng=epoch_rng(0, 0),
         active=np.arange(len(shapes)),

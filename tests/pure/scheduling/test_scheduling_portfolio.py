@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import ScheduleOptions
 from datacentric.scheduling.pipeline import Pipeline
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 
@@ -20,7 +20,7 @@ def test_dcp_opt_is_not_behind_static_or_megatron_on_long_documents(spread):
     rng = np.random.default_rng(0)
     lengths = 164_000 + rng.integers(-spread, spread + 1, size=128)
     shapes = [SampleShape.text(int(n)) for n in lengths]
-    options = ScheduleOptions(global_batch_tokens=4 * 2**20)
+    options = SchedulingConfig(global_batch_tokens=4 * 2**20)
     pipe = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=98_700_000_000, options=options)
     eff = {p: pipe.schedule(0, policy=p).meta["efficiency"] for p in ("static", "megatron-dyncp")}
     ours = pipe.schedule(0, policy="dcp-opt")
@@ -35,7 +35,7 @@ def test_dcp_opt_is_not_behind_dcp_pac_where_its_knapsack_per_micro_batch_pays()
     length recomputes less; dcp-opt takes those steps."""
     cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
     shapes = [SampleShape.text(91_000)] * 255 + [SampleShape.text(131_000)]
-    options = ScheduleOptions(global_batch_tokens=4 * 2**20)
+    options = SchedulingConfig(global_batch_tokens=4 * 2**20)
     pipe = Pipeline(shapes, cost, world_size=64, memory_cap_bytes=98_700_000_000, options=options)
     pac = pipe.schedule(0, policy="dcp-pac").meta["efficiency"]
     ours = pipe.schedule(0, policy="dcp-opt")

@@ -10,9 +10,9 @@ from toy_cost_model import ToyCostModel, toy_pipeline
 from datacentric.scheduling import (
     POLICIES,
     Position,
-    ScheduleOptions,
     continue_schedule,
 )
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 #: 16 MiB: one rank holds ~32K tokens without recomputation and ~260K with it, so
@@ -118,7 +118,7 @@ def test_resume_and_replan(policy, data, cut, new_world):
 @given(data=datasets(), per_iteration=st.integers(1, 40))
 def test_drop_remainder_is_reported(policy, data, per_iteration):
     shapes, world = data
-    options = ScheduleOptions(drop_remainder=True, samples_per_iteration=per_iteration)
+    options = SchedulingConfig(drop_remainder=True, samples_per_iteration=per_iteration)
     schedule = toy_pipeline(
         shapes, MODEL, world_size=world, policy=policy, options=options
     ).schedule()

@@ -51,16 +51,15 @@ def test_large_data_keeps_the_default_and_the_longest_sample_bounds_below():
 def test_the_global_batch_step_sizes_a_copy_and_keeps_a_given_one():
     tokens = [100] * 60
     config = TrainConfig()
-    batch = size_global_batch(config.scheduling.options(), tokens)
+    batch = size_global_batch(config.scheduling, tokens)
     assert batch.tokens == 750
     assert "750 tokens" in batch.note and "8 steps" in batch.note
     sized = batch.applied(config.scheduling)
     assert config.scheduling.global_batch_tokens is None  # the step writes no settings
-    assert sized.global_batch_tokens == 750 and sized.options().global_batch_tokens == 750
-    assert batch.applied(config.scheduling.options()).global_batch_tokens == 750
+    assert sized.global_batch_tokens == 750
     for given in ({"global_batch_tokens": 3000}, {"global_batch_samples": 5}):
         config = load_config(None, **given)
-        batch = size_global_batch(config.scheduling.options(), tokens)
+        batch = size_global_batch(config.scheduling, tokens)
         assert batch == GlobalBatchSize() and batch.applied(config.scheduling) is config.scheduling
 
 

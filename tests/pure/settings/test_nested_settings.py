@@ -21,7 +21,7 @@ def test_train_config_is_a_composition_of_sections_not_their_subclass():
     settings = load_config(None, lr=0.01, lora_rank=4, policy="static", seed=3)
     assert isinstance(settings.training, TrainingConfig) and settings.training.lr == 0.01
     assert isinstance(settings.lora, LoraConfig) and settings.lora.rank == 4
-    assert settings.scheduling.options().max_micro_batch_size == 4096
+    assert settings.scheduling.max_micro_batch_size == 4096
     assert (settings.scheduling.policy, settings.job.seed) == ("static", 3)
     assert settings.section("training") is settings.training
 

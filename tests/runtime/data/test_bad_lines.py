@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 from chat_data import save_chat_tokenizer  # noqa: E402
 
 from datacentric.cli.main import main  # noqa: E402
+from datacentric.data import DataConfig, open_dataset  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
-from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
 
 GOOD = b'{"text": "hello world"}\n'
 BAD_LINES = [
@@ -35,7 +35,7 @@ def test_a_bad_line_is_named(tmp_path, monkeypatch, tokenizer, with_tokenizer, l
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "data.jsonl"
     path.write_bytes(GOOD + line + GOOD)
-    settings = DataSettings(tokenizer=tokenizer if with_tokenizer else None)
+    settings = DataConfig(tokenizer=tokenizer if with_tokenizer else None)
     with pytest.raises(DataError, match=f"^{path}:2: .*{says.replace('(', '.')}"):
         open_dataset(f"jsonl:{path}", settings)
 

@@ -21,8 +21,8 @@ from chat_data import (  # noqa: E402
     write_records,
 )
 
+from datacentric.data import DataConfig, open_dataset  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
-from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SEED, LAYERS = 0, 2
@@ -59,7 +59,7 @@ def _template_masks(folder, records):
 
 def test_loss_tokens_are_the_tokens_the_template_marks(chat) -> None:
     folder, path, records = chat
-    ds = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    ds = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     expected = [(ids, mask) for ids, mask in _template_masks(folder, records) if sum(mask[1:])]
     assert len(ds) == len(records) - 1 and ds.summary()["skipped_no_loss"] == 1
     assert ds.summary()["loss_tokens"] == sum(sum(m[1:]) for _, m in expected)
@@ -77,7 +77,7 @@ def test_loss_tokens_are_the_tokens_the_template_marks(chat) -> None:
 
 def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
     folder, path, records = chat
-    every = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder), loss_on="all"))
+    every = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder), loss_on="all"))
     assert len(every) == len(records)  # nothing is left out: every token carries loss
     assert all(every.loss_tokens(i) == s.tokens - 1 for i, s in enumerate(every.shapes()))
     with pytest.raises(DataError, match=r"need a chat template: .*chat.jsonl holds conv.*no --tok"):
@@ -90,20 +90,20 @@ def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
         open_dataset(f"jsonl:{tmp_path / 'glob' / '*.jsonl'}")
     text = write_records(tmp_path / "text.jsonl", [{"text": "hello world"}])
     with pytest.raises(DataError, match="holds text records.*--loss-on all"):
-        open_dataset(f"jsonl:{text}", DataSettings(loss_on="assistant"))
+        open_dataset(f"jsonl:{text}", DataConfig(loss_on="assistant"))
     unmarked = save_chat_tokenizer(tmp_path / "unmarked", UNMARKED_TEMPLATE)
     with pytest.raises(DataError, match=r"no \{% generation %\} markers.*--loss-on all"):
-        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(unmarked)))
-    open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(unmarked), loss_on="all"))
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(unmarked)))
+    open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(unmarked), loss_on="all"))
     mixed = write_records(tmp_path / "mixed.jsonl", [records[0], {"body": "x"}])
     with pytest.raises(DataError, match=r"mixed.jsonl:2: not a conversation"):
-        open_dataset(f"jsonl:{mixed}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{mixed}", DataConfig(tokenizer=str(folder)))
     bad = write_records(tmp_path / "bad.jsonl", [{"messages": [{"content": "x"}]}])
     with pytest.raises(DataError, match=r"bad.jsonl:1: turn 0 is not a message"):
-        open_dataset(f"jsonl:{bad}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{bad}", DataConfig(tokenizer=str(folder)))
     no_content = write_records(tmp_path / "nocontent.jsonl", [{"messages": [{"role": "user"}]}])
     with pytest.raises(DataError, match=r"nocontent.jsonl:1: the chat template failed"):
-        open_dataset(f"jsonl:{no_content}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{no_content}", DataConfig(tokenizer=str(folder)))
 
 
 def test_parquet_conversations_read_like_jsonl(chat, tmp_path) -> None:
@@ -113,9 +113,9 @@ def test_parquet_conversations_read_like_jsonl(chat, tmp_path) -> None:
     chats = [r for r in records if "messages" in r]
     pq.write_table(pa.Table.from_pylist(chats), tmp_path / "chat.parquet")
     from_parquet = open_dataset(
-        f"parquet:{tmp_path / 'chat.parquet'}", DataSettings(tokenizer=str(folder))
+        f"parquet:{tmp_path / 'chat.parquet'}", DataConfig(tokenizer=str(folder))
     )
-    from_jsonl = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    from_jsonl = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     assert from_parquet.shapes() == from_jsonl.shapes()[: len(from_parquet)]
 
 
@@ -162,7 +162,7 @@ def _worker(path: str, folder: str, world: int):
     from datacentric.parallel.step import run_step
 
     groups = ProcessGroups()
-    dataset = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=folder))
+    dataset = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=folder))
     out = []
     for iteration in _iterations(dataset, world):
         model = _model()
@@ -198,7 +198,7 @@ def test_assistant_only_loss_matches_the_model_own_masked_loss_at_world_2(chat) 
 
     folder, path, records = chat
     world = 2
-    dataset = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    dataset = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     results = spawn(_worker, world, str(path), str(folder), world, timeout_s=240)
     for index, iteration in enumerate(_iterations(dataset, world)):
         reference = _reference(folder, records, iteration.sample_ids())
@@ -278,4 +278,4 @@ def test_a_model_folder_without_a_tokenizer_is_named(tmp_path) -> None:
     tiny_qwen2_config(320).save_pretrained(folder)
     text = write_records(tmp_path / "text.jsonl", [{"text": "hello world"}])
     with pytest.raises(DataError, match=r"--tokenizer .*model-only: the folder holds no tok"):
-        open_dataset(f"jsonl:{text}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{text}", DataConfig(tokenizer=str(folder)))

@@ -23,8 +23,8 @@ from chat_data import (  # noqa: E402
     write_records,
 )
 
+from datacentric.data import DataConfig, open_dataset  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
-from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -54,8 +54,8 @@ def test_tool_calls_and_record_keywords_reach_the_template(tmp_path) -> None:
     records = tool_conversations(10)
     path = write_records(tmp_path / "tools.jsonl", records)
     rendered = [_transformers_render(folder, r) for r in records]
-    assistant = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
-    every = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder), loss_on="all"))
+    assistant = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
+    every = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder), loss_on="all"))
     assert assistant.summary()["loss_tokens"] == sum(sum(mask) for _, mask in rendered)
     assert every.summary()["loss_tokens"] == sum(len(ids) - 1 for ids, _ in rendered)
     for sample_id, (ids, mask) in enumerate(rendered):
@@ -76,7 +76,7 @@ def test_every_spelling_of_the_generation_markers_trains(tmp_path, spelling) -> 
     folder = save_chat_tokenizer(tmp_path / "tok", tool_template(spelling))
     records = tool_conversations(6)
     path = write_records(tmp_path / "tools.jsonl", records)
-    ds = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+    ds = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     marked = sum(sum(mask) for _, mask in (_transformers_render(folder, r) for r in records))
     assert marked > 0 and ds.summary()["loss_tokens"] == marked
 
@@ -86,13 +86,13 @@ def test_markers_only_in_a_string_are_not_markers_and_settings_are_refused(tmp_p
     folder = save_chat_tokenizer(tmp_path / "quoted", quoted)
     path = write_records(tmp_path / "tools.jsonl", tool_conversations(4))
     with pytest.raises(DataError, match=r"no \{% generation %\} markers.*--loss-on all"):
-        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     marked = save_chat_tokenizer(tmp_path / "tok", tool_template())
     bad = tool_conversations(2)
     bad[1]["chat_template_kwargs"] = {"add_generation_prompt": True}
     path = write_records(tmp_path / "bad.jsonl", bad)
     with pytest.raises(DataError, match=r"bad.jsonl:2: 'add_generation_prompt' is a setting"):
-        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(marked)))
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(marked)))
 
 
 def test_train_on_tool_calls_counts_the_template_mask(tmp_path) -> None:
@@ -124,9 +124,7 @@ def test_parquet_tool_calls_render_as_jsonl(tmp_path) -> None:
     pq.write_table(pa.Table.from_pylist(records), tmp_path / "tools.parquet")
     assert pq.read_table(tmp_path / "tools.parquet").to_pylist()[1]["persona"] is None
     path = write_records(tmp_path / "tools.jsonl", records)
-    jsonl = open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
-    table = open_dataset(
-        f"parquet:{tmp_path / 'tools.parquet'}", DataSettings(tokenizer=str(folder))
-    )
+    jsonl = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
+    table = open_dataset(f"parquet:{tmp_path / 'tools.parquet'}", DataConfig(tokenizer=str(folder)))
     assert table.summary()["loss_tokens"] == jsonl.summary()["loss_tokens"]
     assert all(table.sample(i).tolist() == jsonl.sample(i).tolist() for i in range(len(jsonl)))

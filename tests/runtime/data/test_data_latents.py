@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from datacentric.cli.main import main
+from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError
 from datacentric.data.latents import LatentDataset
 from datacentric.data.prefetch import Prefetcher, rank_requests
-from datacentric.data.sources import DataSettings, open_dataset, skipped_samples
+from datacentric.data.sources import skipped_samples
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.shapes import SampleShape
 
@@ -73,7 +74,7 @@ def test_manifest_and_bucket_config(folder, tmp_path):
         )
     )
     np.save(folder / "d.npy", np.zeros((1, 4, 2, 2), dtype=np.float32))  # below every bucket
-    ds = open_dataset(f"latents:{folder}", DataSettings(bucket_config=str(config)))
+    ds = open_dataset(f"latents:{folder}", DataConfig(bucket_config=str(config)))
     # 10 frames are 2 latent frames, 34 are 10: a (3 frames) and c (2) go to 10 frames,
     # cropped to 4x4 latent pixels; the image b to the 1-frame bucket; d fits none.
     assert skipped_samples(ds) == 1 and ds.summary()["samples_skipped"] == 1

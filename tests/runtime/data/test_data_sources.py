@@ -3,7 +3,6 @@ and the command line on them; fixtures are built on the fly."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -11,8 +10,9 @@ import torch
 
 from datacentric.cli.flags import config_from_args
 from datacentric.cli.main import build_parser, main
+from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError, epoch_pack
-from datacentric.data.sources import DataSettings, open_dataset, skipped_samples
+from datacentric.data.sources import skipped_samples
 from datacentric.data.tokenized import TokenizedTextDataset
 from datacentric.settings import load_config
 
@@ -54,7 +54,7 @@ def test_jsonl_bytes_samples_and_packing(tmp_path):
 )
 def test_long_document_rules(tmp_path, rule, lengths, skipped):
     path = write_jsonl(tmp_path / "a.jsonl", TEXTS)
-    ds = open_dataset(f"jsonl:{path}", DataSettings(max_tokens=20, long_docs=rule))
+    ds = open_dataset(f"jsonl:{path}", DataConfig(max_tokens=20, long_docs=rule))
     assert [s.tokens for s in ds.shapes()] == lengths
     assert skipped_samples(ds) == skipped
     if rule == "chunk":  # chunks cover the document exactly, in order
@@ -64,7 +64,7 @@ def test_long_document_rules(tmp_path, rule, lengths, skipped):
 def test_long_document_error_names_the_line(tmp_path):
     path = write_jsonl(tmp_path / "a.jsonl", TEXTS)
     with pytest.raises(DataError, match=r"a\.jsonl:2: document of 25 tokens .*--max-tokens 20"):
-        open_dataset(f"jsonl:{path}", DataSettings(max_tokens=20, long_docs="error"))
+        open_dataset(f"jsonl:{path}", DataConfig(max_tokens=20, long_docs="error"))
 
 
 def test_bad_lines_and_empty_globs(tmp_path):
@@ -75,7 +75,7 @@ def test_bad_lines_and_empty_globs(tmp_path):
     bad.write_text('{"body": "no text key"}\n')
     with pytest.raises(DataError, match=r"bad\.jsonl:1: no string field 'text' .*--text-field"):
         open_dataset(f"jsonl:{bad}")
-    assert len(open_dataset(f"jsonl:{bad}", DataSettings(text_field="body"))) == 1
+    assert len(open_dataset(f"jsonl:{bad}", DataConfig(text_field="body"))) == 1
     with pytest.raises(DataError, match="no file matches"):
         open_dataset(f"jsonl:{tmp_path}/none-*.jsonl")
     (tmp_path / "empty").mkdir()
@@ -109,19 +109,19 @@ def test_glob_over_text_files_and_tokenizer(tmp_path):
     tok = tokenizers.Tokenizer(model)
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
-    settings = DataSettings(tokenizer=str(tmp_path / "tokenizer.json"))
+    settings = DataConfig(tokenizer=str(tmp_path / "tokenizer.json"))
     ds = open_dataset(f"text:{tmp_path}/*.txt", settings)
     assert ds.vocab_size == 4
     assert ds.pack([0, 1]).inputs.tolist() == [1, 2, 2, 3, 2]
     with pytest.raises(DataError, match="no such file"):
-        open_dataset(f"text:{tmp_path}/*.txt", DataSettings(tokenizer=str(tmp_path / "no")))
+        open_dataset(f"text:{tmp_path}/*.txt", DataConfig(tokenizer=str(tmp_path / "no")))
 
 
 def test_parquet_with_text_field(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     pq.write_table(pa.table({"body": ["one", "three", "fives"]}), tmp_path / "p.parquet")
-    ds = open_dataset(f"parquet:{tmp_path / 'p.parquet'}", DataSettings(text_field="body"))
+    ds = open_dataset(f"parquet:{tmp_path / 'p.parquet'}", DataConfig(text_field="body"))
     assert [s.tokens for s in ds.shapes()] == [3, 5, 5]
     with pytest.raises(DataError, match=r"p\.parquet: no column 'text'"):
         open_dataset(f"parquet:{tmp_path / 'p.parquet'}")
@@ -134,7 +134,7 @@ def test_hf_datasets_folder_saved_with_save_to_disk(tmp_path):
     datasets = pytest.importorskip("datasets")
     folder = tmp_path / "saved"
     datasets.Dataset.from_dict({"body": ["one", "", "three", "x" * 25]}).save_to_disk(folder)
-    settings = DataSettings(text_field="body", max_tokens=20)
+    settings = DataConfig(text_field="body", max_tokens=20)
     ds = open_dataset(f"hf-datasets:{folder}", settings)
     assert [s.tokens for s in ds.shapes()] == [3, 5, 12, 13]  # the 25 bytes in two chunks
     assert ds.summary()["skipped_empty"] == 1
@@ -155,7 +155,7 @@ def test_hf_datasets_folder_saved_with_save_to_disk(tmp_path):
 
 class TinyDataset:
     def __init__(self, n: int) -> None:
-        self.inner = open_dataset("sft-longtail", DataSettings(limit=n))
+        self.inner = open_dataset("sft-longtail", DataConfig(dataset_limit=n))
 
     def __len__(self):
         return len(self.inner)
@@ -179,7 +179,7 @@ def make_bad():
 
 
 def test_factory_dataset_gets_the_settings_it_names():
-    ds = open_dataset(f"{__name__}:make_tiny", DataSettings(limit=7))
+    ds = open_dataset(f"{__name__}:make_tiny", DataConfig(dataset_limit=7))
     assert len(ds) == 7
     assert epoch_pack(ds, 2)([0], 1).num_tokens == ds.shapes()[0].tokens
     with pytest.raises(DataError, match="without shapes, loss_tokens, pack"):
@@ -207,19 +207,19 @@ def test_schedule_cli_counts_chunked_documents(tmp_path, capsys):
 
 
 def test_a_dataset_opens_from_the_data_section_as_train_opens_it():
-    from datacentric.data import DataSettings, StdlibCorpus, open_dataset
-    from datacentric.data.sources import data_settings
+    from datacentric.data import DataConfig, DataSettings, StdlibCorpus, open_dataset
 
     settings = load_config(None, dataset_limit=3, max_tokens=300, seed=5)
-    given = data_settings(settings.data, settings.job.seed)
-    assert dataclasses.asdict(settings.data).items() <= dataclasses.asdict(given).items()
-    assert given.seed == 5
+    assert type(settings.data) is DataConfig  # the one type of [data]
     from_section = open_dataset("stdlib", settings.data, seed=5)
-    assert from_section.shapes() == open_dataset("stdlib", given).shapes()
     assert len(from_section) == len(StdlibCorpus(max_tokens=300, limit=3))
     with pytest.warns(DeprecationWarning, match="dataset_limit"):
-        older = DataSettings(limit=3, max_tokens=300)
-    assert older.dataset_limit == 3
+        older = DataSettings(limit=3, max_tokens=300, seed=5)
+    assert older.dataset_limit == 3 and older.data == settings.data
+    assert open_dataset("stdlib", older).shapes() == from_section.shapes()
+    with pytest.warns(DeprecationWarning):
+        unset = DataSettings(max_tokens=None)
+    assert unset.max_tokens == DataConfig().max_tokens == 4096  # one default
 
 
 def test_schedule_and_train_see_the_same_dataset(tmp_path, capsys):

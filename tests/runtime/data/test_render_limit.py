@@ -12,10 +12,13 @@ pytest.importorskip("transformers")
 
 from chat_data import CHAT_TEMPLATE, conversations, save_chat_tokenizer, write_records  # noqa: E402
 
-from datacentric.data import render_limit  # noqa: E402
+from datacentric.data import (  # noqa: E402
+    DataConfig,
+    open_dataset,
+    render_limit,  # noqa: E402
+)
 from datacentric.data.base import DataError  # noqa: E402
 from datacentric.data.render_limit import RenderDeadline, RenderTimeout  # noqa: E402
-from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
 
 #: 10**10 empty iterations (the sandbox caps one range at 10**5, not two nested ones),
 #: only for a conversation whose first turn says "loop".
@@ -36,12 +39,12 @@ def test_a_looping_template_is_stopped_naming_file_and_line(tmp_path, monkeypatc
     path = write_records(tmp_path / "chat.jsonl", records)
     start = time.monotonic()
     with pytest.raises(DataError, match=f"{path}:3: rendering .* stopped after 1 s"):
-        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
     assert time.monotonic() - start < 30
     assert render_limit.RENDER_LIMIT_S < 60 and RenderDeadline().limit_s == 1.0
     del records[2]  # without the looping record the same template renders
     path = write_records(tmp_path / "chat.jsonl", records)
-    assert len(open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))) == 4
+    assert len(open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))) == 4
 
 
 def test_the_deadline_fires_only_inside_a_render() -> None:
@@ -66,4 +69,4 @@ def test_a_rendering_over_the_size_limit_is_refused(tmp_path, monkeypatch) -> No
     turns[1] = [{"role": "user", "content": "hello " * 50}, *turns[1][1:]]
     path = write_records(tmp_path / "chat.jsonl", [{"messages": t} for t in turns])
     with pytest.raises(DataError, match=f"{path}:2: .* to \\d+ tokens, over the limit of 40"):
-        open_dataset(f"jsonl:{path}", DataSettings(tokenizer=str(folder)))
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))

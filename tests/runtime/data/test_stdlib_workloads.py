@@ -8,8 +8,9 @@ import pytest
 
 from datacentric.data.workloads import get_workload
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import Pipeline, ScheduleOptions
+from datacentric.scheduling import Pipeline
 from datacentric.scheduling.epoch import build_schedule
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
 CAP = 98_700_000_000  # 70% of an H200's memory
@@ -37,7 +38,7 @@ def test_dcp_pac_near_the_bound_on_long_tailed_code():
         world_size=64,
         cost_model=cost,
         plan=plan,
-        options=ScheduleOptions(global_batch_tokens=4_000_000),
+        options=SchedulingConfig(global_batch_tokens=4_000_000),
     )
     assert schedule.meta["efficiency"] >= 0.85
     assert np.isfinite(schedule.meta["est_epoch_time_s"])

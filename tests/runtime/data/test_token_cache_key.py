@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 
 from chat_data import CHAT_TEMPLATE, conversations, save_chat_tokenizer, write_records  # noqa: E402
 
+from datacentric.data import DataConfig, open_dataset  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
-from datacentric.data.sources import DataSettings, open_dataset  # noqa: E402
 from datacentric.data.tokenizer_files import tokenizer_digest  # noqa: E402
 
 #: The assistant's turns marked twice over: a rendering with other loss tokens.
@@ -44,7 +44,7 @@ def test_an_added_chat_template_file_makes_a_new_cache(tmp_path, monkeypatch) ->
     folder = save_chat_tokenizer(tmp_path / "tok")
     records = [{"messages": turns} for turns in conversations(6)]
     path = write_records(tmp_path / "chat.jsonl", records)
-    settings = DataSettings(tokenizer=str(folder))
+    settings = DataConfig(tokenizer=str(folder))
     before = open_dataset(f"jsonl:{path}", settings).summary()
     (folder / "additional_chat_templates").mkdir()
     (folder / "additional_chat_templates" / "default.jinja").write_text(LOUD_TEMPLATE)

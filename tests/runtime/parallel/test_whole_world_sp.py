@@ -26,8 +26,9 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch
 from datacentric.planning.bucket_options import mixable_sp_sizes, sp_size_tiers
 from datacentric.planning.planner import UnfittableBucketError
-from datacentric.scheduling import POLICIES, ScheduleOptions
+from datacentric.scheduling import POLICIES
 from datacentric.scheduling.micro_batches import check_layout
+from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 from datacentric.sim.policy_comparison import run_policies
 from datacentric.train.checkpoint import latest_checkpoint, read_model_state
@@ -86,7 +87,7 @@ def _shapes(world: int) -> list[SampleShape]:
 def test_every_policy_runs_a_long_sample_on_the_whole_world(world: int, heads: int, policy):
     shapes = _shapes(world)
     cost = HeadsToy(heads=heads, capacity_bytes=10 * 2**20)
-    settings = ScheduleOptions(global_batch_tokens=2 * LONG[world])
+    settings = SchedulingConfig(global_batch_tokens=2 * LONG[world])
     pipeline = toy_pipeline(shapes, cost, world_size=world, policy=policy, options=settings)
     assert {o.sp_size for o in pipeline.plan.options_of(f"t<={LONG[world]}")} == {world}
     schedule = pipeline.schedule()
@@ -111,7 +112,7 @@ def test_a_sample_too_long_for_the_whole_world_is_refused():
 def test_the_simulator_runs_every_policy_at_world_twelve():
     shapes = _shapes(12)
     cost = HeadsToy(heads=12, capacity_bytes=10 * 2**20)
-    options = ScheduleOptions(global_batch_tokens=2 * LONG[12])
+    options = SchedulingConfig(global_batch_tokens=2 * LONG[12])
     runs = run_policies(
         shapes, cost, 12, sorted(POLICIES), options=options, memory_cap_bytes=cost.capacity_bytes
     )

@@ -29,10 +29,11 @@ from datacentric.profiling.store import (
     save_probe,
     save_profile,
 )
+from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 
 TEXT = SampleShape.text
-SETTINGS = ProfileSettings(model="llama", world_size=1, warmup=2, repeats=3)
+SETTINGS = ProfileSettings(model="llama", world_size=1, cost=CostConfig(warmup=2, repeats=3))
 
 
 def test_probe_cases_take_the_largest_micro_batch_per_sp_size() -> None:

@@ -37,7 +37,7 @@ def test_assembly_builds_each_part_once_and_datacentric_shares_its_steps(tmp_pat
         seed=config.job.seed,
         groups=ProcessGroups.local(),
         shard="fsdp2",
-        options=config.scheduling.options(),
+        options=config.scheduling,
     )
     assert weights_sha256(user.model.state_dict()) == weights_sha256(run.dc.model.state_dict())
     assert user.pipeline.plan.to_json() == run.dc.pipeline.plan.to_json()

@@ -84,6 +84,6 @@ def test_without_a_check_the_assembly_sizes_the_global_batch_itself(tmp_path):
     config = small_config(tmp_path / "run", tokens_per_iteration=None)
     run = assemble.assemble_run(config, ProcessGroups.local())
     tokens = [shape.tokens for shape in run.dataset.shapes()]
-    expected = assemble.size_global_batch(config.scheduling.options(), tokens)
+    expected = assemble.size_global_batch(config.scheduling, tokens)
     assert run.config.scheduling.global_batch_tokens == expected.tokens
     assert run.dc.pipeline.options.global_batch_tokens == expected.tokens

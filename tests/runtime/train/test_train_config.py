@@ -109,6 +109,6 @@ def test_policy_choices_match_the_scheduler():
     import typing
 
     from datacentric.scheduling import POLICIES
-    from datacentric.settings.sections import Policy
+    from datacentric.settings.scheduling import Policy
 
     assert set(typing.get_args(Policy)) == set(POLICIES)

@@ -167,14 +167,14 @@ def test_wandb_missing_is_one_line(tmp_path, monkeypatch):
 
 
 def test_skip_note_says_why(tmp_path):
-    from datacentric.data.sources import DataSettings, open_dataset
+    from datacentric.data import DataConfig, open_dataset
 
     data = tmp_path / "d.jsonl"
     docs = ["", "short", "x" * 50]
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs))
-    chunked = open_dataset(f"jsonl:{data}", DataSettings(max_tokens=20))
+    chunked = open_dataset(f"jsonl:{data}", DataConfig(max_tokens=20))
     assert skipped_note(chunked) == "1 sample skipped: 1 empty (no tokens)"
-    skipping = open_dataset(f"jsonl:{data}", DataSettings(max_tokens=20, long_docs="skip"))
+    skipping = open_dataset(f"jsonl:{data}", DataConfig(max_tokens=20, long_docs="skip"))
     assert skipped_note(skipping) == (
         "2 samples skipped: 1 empty (no tokens), 1 longer than data.max_tokens "
         "(data.long_docs = skip)"
