@@ -112,21 +112,19 @@ def add_lora_flags(container: Any) -> None:
 
 
 def lora_of_args(args: argparse.Namespace) -> Any:
-    """The LoRA spec of a command's ``[lora]`` flags (``None``: off): the run's settings
-    when the command read them (``args.settings``), else the flags' own values."""
-    from datacentric.models.lora import lora_spec
+    """The LoRA spec of a command's ``[lora]`` section (``None``: off): the run's settings'
+    when the command read them (``args.settings``), else the section of its ``[lora]``
+    flags; converted by the one conversion,
+    :func:`~datacentric.train.build.lora_of`."""
+    from datacentric.settings.layout import name_in_section
+    from datacentric.settings.sections import LoraConfig
+    from datacentric.train.build import lora_of
 
     settings = getattr(args, "settings", None)
     if settings is not None:
-        values = {k: v for k, v in settings.flat().items() if k in LORA_KEYS}
-    else:
-        values = {k: getattr(args, k, None) for k in LORA_KEYS}
-    return lora_spec(
-        values["lora_rank"] or 0,
-        values["lora_alpha"],
-        values["lora_dropout"] or 0.0,
-        values["lora_targets"],
-    )
+        return lora_of(settings.lora)
+    given = {name_in_section(k): getattr(args, k, None) for k in LORA_KEYS}
+    return lora_of(LoraConfig(**{k: v for k, v in given.items() if v is not None}))
 
 
 def add_hardware_flag(container: Any, *, note: str = "", **kwargs: Any) -> None:

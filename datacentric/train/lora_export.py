@@ -41,15 +41,14 @@ DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 
 def lora_from_settings(settings: dict[str, Any]) -> LoraSpec | None:
-    """The LoRA spec a run recorded (its ``lora_*`` settings); ``None`` for a full fine-tune."""
-    from datacentric.models.lora import lora_spec
+    """The LoRA spec a run recorded (its ``lora_*`` keys, read into the ``[lora]`` section
+    that :func:`~datacentric.train.build.lora_of` converts); ``None`` for a full fine-tune."""
+    from datacentric.settings.layout import name_in_section, section_keys
+    from datacentric.settings.sections import LoraConfig
+    from datacentric.train.build import lora_of
 
-    return lora_spec(
-        int(settings.get("lora_rank") or 0),
-        settings.get("lora_alpha"),
-        float(settings.get("lora_dropout") or 0.0),
-        settings.get("lora_targets"),
-    )
+    recorded = {name_in_section(k): settings.get(k) for k in section_keys()["lora"]}
+    return lora_of(LoraConfig(**{k: v for k, v in recorded.items() if v is not None}))
 
 
 def adapter_tensors(state: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
