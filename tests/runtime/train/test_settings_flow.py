@@ -1,0 +1,111 @@
+"""The settings' path from ``train_rank`` through the calls that pass them on is short.
+
+A tiny one-process run is traced (``sys.setprofile``): every call into a module of the
+package from another module (or from outside) that passes the whole settings or one of
+its sections, as any argument (``self`` included), counts as one entry into the callee's
+module. No module is entered more than :data:`MOST_ENTRIES` times, and the whole
+settings object goes only to the top of the run (``train_rank`` -> ``Trainer`` ->
+``assemble_run``) and to its own methods (``to_json``, ``save``, ``to_toml``); every
+other call receives sections.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from run_config import small_config
+
+import datacentric
+from datacentric.settings import TrainConfig
+from datacentric.settings.layout import SECTIONS
+from datacentric.train.trainer import train_rank
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PACKAGE = Path(datacentric.__file__).parent
+#: The most entries into one module along the settings' path (was 13 for train/build.py).
+MOST_ENTRIES = 4
+#: Who may receive the whole settings: the top of a run and the settings' own methods.
+WHOLE_TAKERS = {
+    "train/trainer.py:train_rank",
+    "train/assemble.py:assemble_run",
+    "settings/run_settings.py:to_json",
+    "settings/run_settings.py:save",
+    "settings/run_settings.py:to_toml",
+}
+
+
+PREFIX = f"{PACKAGE}/"
+
+
+def _module_of(frame) -> str | None:
+    """The package module ``frame`` runs in, relative to the package; a dataclass's
+    generated method is its class's module's."""
+    path = frame.f_code.co_filename
+    if path == "<string>" and "self" in frame.f_locals:
+        module = sys.modules.get(type(frame.f_locals["self"]).__module__)
+        path = getattr(module, "__file__", None) or path
+    return path[len(PREFIX) :] if path.startswith(PREFIX) else None
+
+
+def trace_settings(run) -> list[tuple[str, str, list[str], bool]]:
+    """``(callee module, function, parameters given settings, whole)`` of every entry
+    into a module that passes the settings on, while ``run()`` runs."""
+    kinds = (TrainConfig, *SECTIONS.values())
+    entries = []
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        if not code.co_filename.startswith((PREFIX, "<string>")):
+            return  # not ours (the quick test first: every call of the run comes here)
+        callee = _module_of(frame)
+        if callee is None or frame.f_back is None or _module_of(frame.f_back) == callee:
+            return
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        given = [n for n in names if isinstance(frame.f_locals.get(n), kinds)]
+        if given:
+            whole = any(isinstance(frame.f_locals.get(n), TrainConfig) for n in given)
+            entries.append((callee, code.co_name, given, whole))
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return entries
+
+
+def test_the_settings_enter_each_module_at_most_four_times(tmp_path):
+    config = small_config(tmp_path / "run", iterations=1, plots=False, tensorboard=False)
+    entries = trace_settings(lambda: train_rank(config))
+    path = "\n".join(f"{m}:{f}({', '.join(given)})" for m, f, given, _ in entries)
+    counts = Counter(module for module, *_ in entries)
+    assert counts["train/assemble.py"] == 1 and counts["train/build.py"] >= 1, path
+    assert max(counts.values()) <= MOST_ENTRIES, f"{counts.most_common(3)}:\n{path}"
+    whole = {f"{m}:{f}" for m, f, _, takes_whole in entries if takes_whole}
+    assert whole <= WHOLE_TAKERS, f"the whole settings went to {whole - WHOLE_TAKERS}"
+
+
+def test_the_trace_counts_a_module_entered_too_often(tmp_path):
+    """A planted path: a helper handing the settings five times into one module."""
+    from datacentric.train import build
+
+    config = small_config(tmp_path / "run")
+
+    def five_times():
+        for _ in range(5):
+            build.sharding(config.parallelism)
+        with warnings.catch_warnings():  # reads a flat key off the whole settings
+            warnings.simplefilter("ignore", DeprecationWarning)
+            build.model_args(config)  # the whole settings where a section belongs
+
+    entries = trace_settings(five_times)
+    counts = Counter(module for module, *_ in entries)
+    assert counts["train/build.py"] == 6 > MOST_ENTRIES
+    assert ("train/build.py", "model_args", ["model"], True) in entries
