@@ -4,7 +4,6 @@ same samples and steps, in one run, with the simulator's prediction beside it.""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -79,9 +78,6 @@ def run(args: argparse.Namespace) -> int:
     prechecked = check_dataset(config, "bench")
     if prechecked is None:
         return 2
-    # every policy's run trains the global batch the check sized (handed on, not redone)
-    scheduling = prechecked.global_batch.applied(config.scheduling)
-    config = dataclasses.replace(config, scheduling=scheduling)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     # stdout holds the summary alone; the load notes go to stderr
     print(
@@ -89,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        comparison = compare_policies(config, policies, args.world, args.out, repeats=repeats)
+        comparison = compare_policies(
+            config, policies, args.world, args.out, repeats=repeats, prechecked=prechecked
+        )
     except ComparisonStopped as stop:
         say("bench", str(stop))
         return 128 + stop.signum

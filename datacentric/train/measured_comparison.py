@@ -48,6 +48,7 @@ from datacentric.timing import (
     placements,
     relative_spread,
 )
+from datacentric.train.assemble import Prechecked
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.comparison_stop import stopping_on_signals
 from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
@@ -179,26 +180,32 @@ def repeat_folder(out: Path, policy: str, repeat: int) -> Path:
     return out / policy if repeat == 0 else out / f"repeat-{repeat + 1}" / policy
 
 
-def run_policy(config: TrainConfig, world_size: int) -> tuple[float, float, float]:
+def run_policy(
+    config: TrainConfig, world_size: int, prechecked: Prechecked | None = None
+) -> tuple[float, float, float]:
     """Train ``config`` on ``world_size`` fresh local ranks (gloo), from scratch
-    (the folder's earlier run is replaced); returns the CPU seconds the ranks got over
-    the run, their wall seconds, and their processes' whole CPU seconds (start-up
-    included), each summed over ranks."""
+    (the folder's earlier run is replaced), with what the check before ranks start
+    found (``prechecked``); returns the CPU seconds the ranks got over the run, their
+    wall seconds, and their processes' whole CPU seconds (start-up included), each
+    summed over ranks."""
     config = config.updated(overwrite=True, resume=False, resume_from=None)
     clocks = launch(
         train_rank_clocked,
         config,
+        prechecked,
         nproc=world_size,
         collective_timeout_s=config.parallelism.collective_timeout_s,
     )
     return tuple(sum(c[i] for c in clocks.values()) for i in range(3))  # type: ignore[return-value]
 
 
-def train_rank_clocked(config: TrainConfig) -> tuple[float, float, float]:
+def train_rank_clocked(
+    config: TrainConfig, prechecked: Prechecked | None = None
+) -> tuple[float, float, float]:
     """:func:`train_rank`, returning this rank's CPU seconds (all its threads) and wall
     seconds over the run, and its process's CPU seconds since it started."""
     cpu, wall = time.process_time(), time.perf_counter()
-    train_rank(config)
+    train_rank(config, prechecked=prechecked)
     end = time.process_time()
     return end - cpu, time.perf_counter() - wall, end
 
@@ -211,17 +218,22 @@ def compare_policies(
     *,
     warmup: int = 0,
     repeats: int = DEFAULT_REPEATS,
+    prechecked: Prechecked | None = None,
 ) -> Comparison:
     """Train one epoch of ``base``'s dataset per policy, ``repeats`` times interleaved
     (:func:`run_order`, folders :func:`repeat_folder`), and measure; the first
     ``warmup`` steps of each run are left out of the timing. The profile is measured
     afresh at the start in ``out_dir/profile``, unless ``base.cost.profile_dir`` names one
-    (then it is reused when its probe agrees)."""
+    (then it is reused when its probe agrees). ``prechecked``: what the check before
+    ranks start found (its sized global batch, its opened dataset), handed to every run."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
     profile_dir = _comparison_profile(base.cost.profile_dir, out)
-    dataset = build_dataset(base.data, base.job.seed)
+    if prechecked is not None and prechecked.data is not None:
+        dataset = prechecked.data[0]  # opened once in this process, by the check
+    else:
+        dataset = build_dataset(base.data, base.job.seed)
     shapes = dataset.shapes()
     before, clock = load_average(), CpuClock.now()
     cpu_s = wall_s = process_s = 0.0
@@ -244,7 +256,7 @@ def compare_policies(
                 epochs=1,
                 iterations=None,
             )
-            cpu, wall, process = run_policy(config, world_size)
+            cpu, wall, process = run_policy(config, world_size, prechecked)
             cpu_s, wall_s, process_s = cpu_s + cpu, wall_s + wall, process_s + process
             # the profile this run planned with: fresh on disk (measured or checked at its
             # start), so reading it here probes nothing
