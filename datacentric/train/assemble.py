@@ -12,7 +12,9 @@
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
    every rank the same weights from the seed (:func:`build_model_for`); its spec and
    cost model come from the one derivation of a model's spec
-   (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`);
+   (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`), and so does
+   the analytic model the step records' ``mfu`` is counted on, read off the built
+   model (:func:`mfu_cost_model`: the model is not built again);
 4. **global batch size**: a small dataset's global batch sized from its samples when
    the ``[scheduling]`` section gives none
    (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the
@@ -22,8 +24,7 @@
    compilation, DDP/FSDP2), plans the dataset once under the memory budget, builds each
    epoch's schedule and the runtime that runs it. A user's ``DataCentric(model,
    dataset)`` runs these same steps from the model spec on;
-8. **trainer**: each rank's own random stream, the step metrics (with the analytic
-   model their ``mfu`` is counted on, :func:`mfu_cost_model`) and the optimizer.
+8. **trainer**: each rank's own random stream, the step metrics and the optimizer.
 
 The check before the ranks start (``datacentric train``: ``cli/precheck.check_dataset``)
 runs steps 2 to 4 once (the model on the meta device) and hands what it found on as a
@@ -126,6 +127,8 @@ def assemble_run(
         dataset=dataset,
         sp_sizes=sp_sizes,
     )
+    # the analytic model mfu counts on, read off the module before it is held
+    mfu_model = mfu_cost_model(config.model, groups.device, module)
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
@@ -153,7 +156,7 @@ def assemble_run(
     # trainer: the weights are drawn; from here each rank draws its own random stream, so
     # a model's dropout masks differ between ranks (and between an SP group's shards).
     torch.manual_seed(seed + 1 + groups.rank)
-    step_metrics = StepMetrics(dc, groups, mfu_cost_model(config.model, groups.device))
+    step_metrics = StepMetrics(dc, groups, mfu_model)
     optimizer = torch.optim.AdamW(
         dc.model.parameters(),  # wrapped or sharded: the optimizer takes its parameters
         lr=config.training.lr,

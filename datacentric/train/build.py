@@ -168,13 +168,21 @@ def run_cost_model(
     return fitted_cost_model(profile)
 
 
-def mfu_cost_model(model: ModelConfig, device: torch.device) -> CostModel | None:
+def mfu_cost_model(
+    model: ModelConfig, device: torch.device, module: nn.Module | None = None
+) -> CostModel | None:
     """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of the
-    ``[model]`` section's model and arguments
-    (:func:`~datacentric.profiling.factory.named_spec`), on this device; ``None`` for
-    a model whose cost cannot be read."""
+    ``[model]`` section's model and arguments, without LoRA adapters, on this device;
+    ``None`` for a model whose cost cannot be read. ``module``: the run's built model,
+    read instead of building the model again (:func:`~datacentric.profiling.factory.run_spec`)
+    unless it carries adapters (then :func:`~datacentric.profiling.factory.named_spec`
+    reads the model without them, built on the meta device)."""
+    args = model_args(model)
     try:
-        spec = named_spec(model.model, model_args(model))
+        if module is not None and getattr(module, "lora_spec", None) is None:
+            spec = run_spec(model.model, module, args)
+        else:
+            spec = named_spec(model.model, args)
     except UnpricedModelError:
         return None
     return build_cost_model(spec, device, model.dtype)

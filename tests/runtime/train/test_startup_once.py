@@ -87,3 +87,25 @@ def test_without_a_check_the_assembly_sizes_the_global_batch_itself(tmp_path):
     expected = assemble.size_global_batch(config.scheduling, tokens)
     assert run.config.scheduling.global_batch_tokens == expected.tokens
     assert run.dc.pipeline.options.global_batch_tokens == expected.tokens
+
+
+def test_a_transformers_run_builds_its_model_once_per_process(tmp_path, opened, capsys):
+    """An ``hf:`` folder: the check builds it on the meta device once, the rank once
+    with its weights; the step records' MFU reads the built model (the spec the model
+    built again on meta would give)."""
+    pytest.importorskip("transformers")
+    from runtime.models.test_model_source import _pretrained_folder
+
+    from datacentric.profiling.factory import named_spec, run_spec
+
+    folder = tmp_path / "hf"
+    texts = _pretrained_folder(folder)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    argv = ["train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{docs}", "--max-tokens", "64"]
+    argv += ["--tokenizer", str(folder / "tokenizer.json"), "--iterations", "1", "--no-progress"]
+    argv += ["--out", str(tmp_path / "run"), "--cost-model", "analytic", "--no-plots"]
+    assert main([*argv, "--no-tensorboard"]) == 0, capsys.readouterr().err
+    assert opened == {f"dataset jsonl:{docs}": 1, "model on meta": 1, "model with weights": 1}
+    module = model_source.build_model_named(f"hf:{folder}", device="meta")
+    assert run_spec(f"hf:{folder}", module, {}) == named_spec(f"hf:{folder}", {})
