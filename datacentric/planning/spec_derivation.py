@@ -78,15 +78,19 @@ def spec_of_model(model: Any, name: str | None = None) -> ModelSpec:
     device, the meta device included; see the module doc), with its trainable parameter
     count when some parameters are frozen (LoRA) and the largest ring its path runs when
     it declares one (``max_ring_size``)."""
-    spec = _architecture_spec(model, name or type(model).__name__)
-    total = sum(p.numel() for p in model.parameters())
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    if trained < total:
-        spec = dataclasses.replace(spec, trainable_params=trained)
+    spec = with_trainable(_architecture_spec(model, name or type(model).__name__), model)
     max_ring = getattr(model, "max_ring_size", None)
     if max_ring is not None:  # the model's path runs no larger ring (diffusers generic: 1)
         spec = dataclasses.replace(spec, max_ring_size=int(max_ring))
     return spec
+
+
+def with_trainable(spec: ModelSpec, model: Any) -> ModelSpec:
+    """``spec`` with the trainable parameter count of the built ``model`` when some of its
+    parameters are frozen (LoRA: only the adapters train)."""
+    total = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return dataclasses.replace(spec, trainable_params=trained) if trained < total else spec
 
 
 def _architecture_spec(model: Any, name: str) -> ModelSpec:

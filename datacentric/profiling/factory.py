@@ -29,6 +29,7 @@ from datacentric.planning.spec_derivation import (
     HAND_PRESETS,
     spec_from_model_config,
     spec_of_model,
+    with_trainable,
 )
 from datacentric.profiling.store import Profile
 
@@ -118,15 +119,12 @@ def named_spec(
     arguments, else read from the model built on the meta device (no memory, no weights
     read). ``lora``: only its adapters train (their count read from the model built on
     the meta device with them)."""
-    args = dict(model_args or {})
-    if name in list_model_specs() and not args:
+    args_json = json.dumps(dict(model_args or {}), sort_keys=True)
+    if name in list_model_specs() and args_json == "{}":
         spec = get_model_spec(name)
     else:
-        spec = _meta_spec(name, json.dumps(args, sort_keys=True))
-    if lora is None:
-        return spec
-    trained = _adapter_params(name, json.dumps(args, sort_keys=True), lora)
-    return dataclasses.replace(spec, trainable_params=trained)
+        spec = _meta_spec(name, args_json)
+    return spec if lora is None else _with_adapters(spec, name, args_json, lora)
 
 
 def run_spec(
@@ -146,12 +144,12 @@ def run_spec(
 
 
 @cache
-def _adapter_params(name: str, args_json: str, lora: LoraSpec) -> int:
+def _with_adapters(spec: ModelSpec, name: str, args_json: str, lora: LoraSpec) -> ModelSpec:
     from datacentric.models.source import build_from_source, resolve_model
 
     source = dataclasses.replace(resolve_model(name, json.loads(args_json)), lora=lora)
     model, _ = build_from_source(source, device="meta")
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return with_trainable(spec, model)
 
 
 @cache

@@ -54,3 +54,23 @@ def test_runnable_specs_count_the_real_parameters() -> None:
 
     for name in ("llama", "dit"):
         assert get_model_spec(name).num_params == model_facts(name).num_params
+
+
+@pytest.mark.parametrize("name", ["llama", "hf:qwen2"])
+def test_a_named_lora_spec_is_the_models_with_only_the_adapters_trained(name: str) -> None:
+    pytest.importorskip("peft")
+    from dataclasses import replace
+
+    from datacentric.models.lora import lora_spec
+    from datacentric.models.source import build_from_source, resolve_model
+    from datacentric.planning.spec_derivation import spec_of_model
+    from datacentric.profiling.factory import named_spec
+
+    lora = lora_spec(4)
+    adapted, _ = build_from_source(replace(resolve_model(name, {}), lora=lora), device="meta")
+    adapters = sum(p.numel() for p in adapted.parameters() if p.requires_grad)
+    spec = named_spec(name, lora=lora)
+    assert 0 < spec.trainable_params == adapters < spec.num_params
+    # the same architecture as without adapters, and as read from the adapted module
+    assert replace(spec, trainable_params=None) == named_spec(name)
+    assert spec.trainable_params == spec_of_model(adapted, name).trainable_params
