@@ -100,7 +100,9 @@ class DiTConfig:
         return 0
 
 
-ModelConfig = LlamaConfig | DiTConfig
+PresetConfig = LlamaConfig | DiTConfig
+"""The configuration of a preset model (``ModelConfig`` before 0.2.0, a name that now
+means only the settings' ``[model]`` section)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,7 @@ class ModelPreset:
     """A named configuration of one of the model classes."""
 
     name: str
-    config: ModelConfig
+    config: PresetConfig
     description: str
 
 
@@ -164,7 +166,7 @@ def list_models() -> list[str]:
     return list(MODEL_PRESETS)
 
 
-def model_config(name: str, **overrides: object) -> ModelConfig:
+def model_config(name: str, **overrides: object) -> PresetConfig:
     """The config of preset ``name`` with fields replaced by ``overrides``."""
     if name not in MODEL_PRESETS:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
@@ -177,3 +179,18 @@ def model_config(name: str, **overrides: object) -> ModelConfig:
             f"fields: {sorted(known)}"
         )
     return dataclasses.replace(config, **overrides)
+
+
+def __getattr__(name: str) -> object:
+    if name == "ModelConfig":  # deprecated: the settings' [model] section has the name
+        import warnings
+
+        warnings.warn(
+            f"{__name__}.ModelConfig is deprecated and will be removed in 0.3.0: the "
+            "configuration of a preset model is PresetConfig (ModelConfig is the "
+            "settings' [model] section)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return PresetConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

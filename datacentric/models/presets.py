@@ -22,8 +22,8 @@ from datacentric.models.configs import (
     MODEL_PRESETS,
     DiTConfig,
     LlamaConfig,
-    ModelConfig,
     ModelPreset,
+    PresetConfig,
     list_models,
     model_config,
 )
@@ -33,9 +33,9 @@ from datacentric.models.llama import Llama
 
 __all__ = [  # the configs and the preset table live in models/configs (no torch)
     "MODEL_PRESETS",
-    "ModelConfig",
     "ModelFacts",
     "ModelPreset",
+    "PresetConfig",
     "build_model",
     "list_models",
     "model_config",
@@ -45,7 +45,7 @@ __all__ = [  # the configs and the preset table live in models/configs (no torch
 
 
 def model_from_config(
-    config: ModelConfig, *, attention: AttentionFn = varlen_attention
+    config: PresetConfig, *, attention: AttentionFn = varlen_attention
 ) -> Llama | VideoDiT:
     """Instantiate the model class that ``config`` describes."""
     if isinstance(config, LlamaConfig):

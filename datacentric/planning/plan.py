@@ -16,10 +16,8 @@ from typing import Any
 
 from datacentric.planning.bucket_options import BucketOption
 from datacentric.planning.cost_model import split_breakdown
+from datacentric.settings.scheduling import MAX_MICRO_BATCH_SIZE
 from datacentric.shapes import SampleShape
-
-#: Largest micro-batch an option may have unless the planner is told otherwise.
-OPTION_BATCH_LIMIT = 4096
 
 
 class PlanWithoutOptionsError(ValueError):
@@ -128,7 +126,8 @@ class Plan:
 
     ``skipped`` maps bucket names the user explicitly allowed to skip (they fit no
     configuration) to the number of samples left out. ``option_batch_limit`` is the
-    largest micro-batch the options were searched up to.
+    largest micro-batch the options were searched up to (the ``[scheduling]``
+    ``max_micro_batch_size`` the plan was made under).
     """
 
     buckets: dict[str, BucketPlan]
@@ -137,7 +136,7 @@ class Plan:
     num_blocks: int
     skipped: dict[str, int] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
-    option_batch_limit: int = OPTION_BATCH_LIMIT
+    option_batch_limit: int = MAX_MICRO_BATCH_SIZE
     price_memo: dict[int, tuple[Any, dict, dict]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -214,5 +213,5 @@ class Plan:
             num_blocks=int(d["num_blocks"]),
             skipped={str(k): int(v) for k, v in d.get("skipped", {}).items()},
             meta=dict(d.get("meta", {})),
-            option_batch_limit=int(d.get("option_batch_limit", OPTION_BATCH_LIMIT)),
+            option_batch_limit=int(d.get("option_batch_limit", MAX_MICRO_BATCH_SIZE)),
         )

@@ -7,7 +7,7 @@ For each bucket (planned through its largest member shape) the planner searches
   count only with a ring), those within a node first; groups larger than a node are
   tried only when nothing fits inside one;
 - micro-batch sizes: 1, 2, 4, ... until the predicted memory with *full* recomputation
-  exceeds the cap (or ``max_micro_batch``);
+  exceeds the cap (or ``max_micro_batch_size``, the ``[scheduling]`` bound);
 - recomputation: Pyramid Activation Checkpointing (PAC). With every block
   recomputing, the pass fits with some spare memory; a knapsack chooses which blocks
   keep their activations instead (value: the recomputation time saved; cost: the extra
@@ -22,7 +22,7 @@ Each bucket's plan also carries its **options** (:func:`bucket_options`), every 
 the scheduler's policies may run it: at every SP size above, with no recomputation,
 with every block recomputing, and with the knapsack's choices (the best plan's, and each
 size's own), each on its cheapest split into Ulysses x ring, the largest
-micro-batch that fits (exact, up to ``option_batch_limit``) and the time curve.
+micro-batch that fits (exact, up to ``max_micro_batch_size``) and the time curve.
 Policies choose among these and search nothing themselves. Everything is a pure
 function of the buckets and the cost model.
 """
@@ -40,10 +40,9 @@ from datacentric.planning.bucket_options import (
     split_candidates,
 )
 from datacentric.planning.cost_model import CostModel, split_breakdown
-from datacentric.planning.plan import OPTION_BATCH_LIMIT, BucketPlan, Plan
+from datacentric.planning.plan import BucketPlan, Plan
+from datacentric.settings.scheduling import MAX_MICRO_BATCH_SIZE
 from datacentric.shapes import Bucket, Bucketing, SampleShape
-
-DEFAULT_MAX_MICRO_BATCH = 1024
 
 
 class UnfittableBucketError(ValueError):
@@ -208,13 +207,12 @@ def plan_bucket(
     world_size: int,
     memory_cap_bytes: int | None = None,
     sp_sizes: Sequence[int] | None = None,
-    max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
-    option_batch_limit: int = OPTION_BATCH_LIMIT,
+    max_micro_batch_size: int = MAX_MICRO_BATCH_SIZE,
     knapsack_option: bool = True,
 ) -> BucketPlan:
-    """The options of one bucket (:func:`bucket_options`, up to ``option_batch_limit``
+    """The options of one bucket (:func:`bucket_options`, up to ``max_micro_batch_size``
     samples per micro-batch), the knapsack's recomputation among them if
-    ``knapsack_option``: the best (sp, micro-batch up to ``max_micro_batch``,
+    ``knapsack_option``: the best (sp, micro-batch up to ``max_micro_batch_size``,
     recompute) of the search below, and each SP size's own. Raises
     :class:`UnfittableBucketError` when nothing fits."""
     cap = plan_budget(cost_model, memory_cap_bytes, "plan_bucket")
@@ -228,7 +226,7 @@ def plan_bucket(
             best_here: _Candidate | None = None
             ring = split_candidates(cost_model, sp)[0]
             bs = 1
-            while bs <= max_micro_batch:
+            while bs <= max_micro_batch_size:
                 shapes = [bucket.shape] * bs
                 choice = choose_recompute(cost_model, shapes, sp, cap, ring)
                 if choice is None:
@@ -249,7 +247,7 @@ def plan_bucket(
                 recomputes=(best.choice.recompute,) if knapsack_option else (),
                 per_size=knapsack if knapsack_option else None,
                 memory_cap_bytes=cap,
-                option_batch_limit=option_batch_limit,
+                max_micro_batch_size=max_micro_batch_size,
             )
             return BucketPlan(bucket.name, bucket.shape, options)
     largest = (within + across)[-1]
@@ -271,7 +269,7 @@ def bucket_options(
     recomputes: Sequence[tuple[bool, ...]] = (),
     per_size: Mapping[int, tuple[bool, ...]] | None = None,
     memory_cap_bytes: int,
-    option_batch_limit: int = OPTION_BATCH_LIMIT,
+    max_micro_batch_size: int = MAX_MICRO_BATCH_SIZE,
 ) -> tuple[BucketOption, ...]:
     """Every feasible option of a bucket whose representative is ``shape``: on each
     of ``sizes`` (each on its cheapest split), with no recomputation, every block
@@ -293,7 +291,7 @@ def bucket_options(
                 sp,
                 rc,
                 memory_cap_bytes,
-                option_batch_limit,
+                max_micro_batch_size,
                 guess=guesses.get(rc, 1),
                 ring=None,
             )
@@ -354,10 +352,9 @@ def plan_buckets(
     world_size: int,
     memory_cap_bytes: int | None = None,
     sp_sizes: Sequence[int] | None = None,
-    max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
     skip_unfittable: bool = False,
     sample_counts: Mapping[str, int] | None = None,
-    option_batch_limit: int = OPTION_BATCH_LIMIT,
+    max_micro_batch_size: int = MAX_MICRO_BATCH_SIZE,
     knapsack_option: bool = True,
 ) -> Plan:
     """Plan every bucket (see the module doc).
@@ -368,14 +365,14 @@ def plan_buckets(
     unless ``skip_unfittable``, in which case it is left out of the plan and its sample
     count recorded in ``Plan.skipped``. ``memory_cap_bytes`` is the budget per rank,
     resolved by the caller (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`);
-    every bucket's options are searched up to ``option_batch_limit``
+    every bucket's options are searched up to ``max_micro_batch_size``
     samples per micro-batch, and include the knapsack's recomputation choice when
     ``knapsack_option`` (else only none and every block).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if max_micro_batch < 1:
-        raise ValueError(f"max_micro_batch must be >= 1, got {max_micro_batch}")
+    if max_micro_batch_size < 1:
+        raise ValueError(f"max_micro_batch_size must be >= 1, got {max_micro_batch_size}")
     counts: dict[str, int] = dict(sample_counts or {})
     if isinstance(buckets, Bucketing):
         counts = {b.name: len(m) for b, m in zip(buckets.buckets, buckets.members())}
@@ -391,8 +388,7 @@ def plan_buckets(
                 world_size=world_size,
                 memory_cap_bytes=cap,
                 sp_sizes=sp_sizes,
-                max_micro_batch=max_micro_batch,
-                option_batch_limit=option_batch_limit,
+                max_micro_batch_size=max_micro_batch_size,
                 knapsack_option=knapsack_option,
             )
         except UnfittableBucketError:
@@ -405,5 +401,5 @@ def plan_buckets(
         world_size=world_size,
         num_blocks=cost_model.num_blocks,
         skipped=skipped,
-        option_batch_limit=option_batch_limit,
+        option_batch_limit=max_micro_batch_size,
     )

@@ -22,7 +22,7 @@ from functools import cached_property
 
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
-from datacentric.planning.planner import DEFAULT_MAX_MICRO_BATCH, plan_buckets
+from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Schedule
 from datacentric.scheduling.epoch import POLICIES, build_schedule
 from datacentric.scheduling.measures import ideal_epoch_time
@@ -35,9 +35,9 @@ class Pipeline:
 
     ``memory_cap_bytes``: the budget per rank (required unless ``plan`` is given, whose
     budget is then the one). ``policy``: the default policy of :meth:`schedule`.
-    ``options``: the ``[scheduling]`` options (their ``max_micro_batch_size`` bounds
-    the plan's options). ``sp_sizes``: the SP sizes the planner may use (default: every
-    one the cost model supports). ``skip_unfittable``: leave out buckets that fit no
+    ``options``: the ``[scheduling]`` section (its ``max_micro_batch_size`` is the one
+    bound of the plan's micro-batches). ``sp_sizes``: the SP sizes the planner may use
+    (default: every one the cost model supports). ``skip_unfittable``: leave out buckets that fit no
     configuration (reported in ``Plan.skipped``) instead of raising. ``plan``: a plan
     made before (a saved one) instead of the planner's.
     """
@@ -54,7 +54,6 @@ class Pipeline:
         seed: int = 0,
         sp_sizes: Sequence[int] | None = None,
         skip_unfittable: bool = False,
-        max_micro_batch: int = DEFAULT_MAX_MICRO_BATCH,
         plan: Plan | None = None,
     ) -> None:
         if world_size < 1:
@@ -79,7 +78,6 @@ class Pipeline:
         self.seed = int(seed)
         self.sp_sizes = None if sp_sizes is None else list(sp_sizes)
         self.skip_unfittable = skip_unfittable
-        self.max_micro_batch = max_micro_batch
         self._budget = memory_cap_bytes
         if plan is not None:
             self.__dict__["plan"] = plan
@@ -98,9 +96,8 @@ class Pipeline:
             world_size=self.world_size,
             memory_cap_bytes=self._budget,
             sp_sizes=self.sp_sizes,
-            max_micro_batch=self.max_micro_batch,
             skip_unfittable=self.skip_unfittable,
-            option_batch_limit=self.options.max_micro_batch_size,
+            max_micro_batch_size=self.options.max_micro_batch_size,
         )
 
     @property

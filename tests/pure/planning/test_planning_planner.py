@@ -38,7 +38,7 @@ VIDEO = [
 def test_plan_is_the_best_of_all_configurations() -> None:
     model = stdit_model()
     cap = budget(model)
-    plan = plan_bucket(VIDEO[1], model, world_size=8, memory_cap_bytes=cap, option_batch_limit=8)
+    plan = plan_bucket(VIDEO[1], model, world_size=8, memory_cap_bytes=cap, max_micro_batch_size=8)
     choice = plan.preferred()
     best = 0.0
     for sp in (1, 2, 4, 8):
@@ -78,8 +78,7 @@ def test_tighter_cap_means_larger_sp_or_more_recomputation(bucket: Bucket) -> No
                 model,
                 world_size=32,
                 memory_cap_bytes=cap_gib * GIB,
-                max_micro_batch=1,
-                option_batch_limit=1,
+                max_micro_batch_size=1,
             ).preferred()
         except UnfittableBucketError:
             break

@@ -89,3 +89,27 @@ def test_the_older_name_schedule_options_warns(package):
         old = module.ScheduleOptions
     assert old is SchedulingConfig
     assert any("SchedulingConfig" in str(w.message) for w in caught)
+
+
+def test_one_micro_batch_bound_with_one_default():
+    from datacentric.planning.plan import Plan
+    from datacentric.planning.planner import plan_buckets
+    from datacentric.scheduling import Pipeline
+    from datacentric.settings.scheduling import MAX_MICRO_BATCH_SIZE
+
+    assert SchedulingConfig().max_micro_batch_size == MAX_MICRO_BATCH_SIZE
+    assert Plan({}, 1, 1, 1).option_batch_limit == MAX_MICRO_BATCH_SIZE
+    bound = inspect.signature(plan_buckets).parameters["max_micro_batch_size"]
+    assert bound.default == MAX_MICRO_BATCH_SIZE
+    assert not [p for p in inspect.signature(Pipeline).parameters if "micro_batch" in p]
+
+
+def test_model_config_names_only_the_model_section():
+    from datacentric.models import configs
+    from datacentric.settings.sections import ModelConfig
+
+    assert SECTIONS["model"] is ModelConfig
+    assert "ModelConfig" not in vars(configs)  # only an older name, which warns:
+    with pytest.warns(DeprecationWarning, match="PresetConfig"):
+        old = configs.ModelConfig
+    assert old == configs.PresetConfig
