@@ -38,6 +38,8 @@ from datacentric.profiling.store import PROBE_FILE, PROFILE_FILE
 from datacentric.progress import Progress
 from datacentric.schedule import Iteration, Schedule
 from datacentric.settings import TrainConfig
+from datacentric.settings.sections import DataConfig
+from datacentric.shapes import SampleShape
 from datacentric.sim.engine import IterationResult, MicroBatchRun, SimResult, simulate
 from datacentric.timing import (
     SYNC,
@@ -230,11 +232,7 @@ def compare_policies(
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     out = Path(out_dir)
     profile_dir = _comparison_profile(base.cost.profile_dir, out)
-    if prechecked is not None and prechecked.data is not None:
-        dataset = prechecked.data[0]  # opened once in this process, by the check
-    else:
-        dataset = build_dataset(base.data, base.job.seed)
-    shapes = dataset.shapes()
+    shapes = _shapes(base.data, base.job.seed, prechecked)
     before, clock = load_average(), CpuClock.now()
     cpu_s = wall_s = process_s = 0.0
     cost_models: dict[str, CostModel] = {}
@@ -292,6 +290,14 @@ def compare_policies(
         load=load,
         profiles=len(cost_models),
     )
+
+
+def _shapes(data: DataConfig, seed: int, prechecked: Prechecked | None) -> list[SampleShape]:
+    """The runs' sample shapes: of the dataset the check before ranks start opened in
+    this process, else of the ``[data]`` section's, opened here."""
+    if prechecked is not None and prechecked.data is not None:
+        return prechecked.data[0].shapes()
+    return build_dataset(data, seed).shapes()
 
 
 def _comparison_profile(given: str | None, out: Path) -> Path:
