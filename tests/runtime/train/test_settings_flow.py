@@ -3,7 +3,8 @@
 A tiny one-process run is traced (``sys.setprofile``): every call into a module of the
 package from another module (or from outside) that passes the whole settings or one of
 its sections, as any argument (``self`` included), counts as one entry into the callee's
-module. No module is entered more than :data:`MOST_ENTRIES` times, and the whole
+module (a section's own ``__repr__``, ``__eq__``... do not: nothing is passed on). No
+module is entered more than :data:`MOST_ENTRIES` times, and the whole
 settings object goes only to the top of the run (``train_rank`` -> ``Trainer`` ->
 ``assemble_run``) and to its own methods (``to_json``, ``save``, ``to_toml``); every
 other call receives sections.
@@ -67,6 +68,9 @@ def trace_settings(run) -> list[tuple[str, str, list[str], bool]]:
         callee = _module_of(frame)
         if callee is None or frame.f_back is None or _module_of(frame.f_back) == callee:
             return
+        name = code.co_name
+        if name.startswith("__") and name.endswith("__") and name != "__init__":
+            return  # repr, eq, hash of a section: read, not passed on
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         given = [n for n in names if isinstance(frame.f_locals.get(n), kinds)]
         if given:
