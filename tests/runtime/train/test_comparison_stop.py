@@ -17,11 +17,11 @@ def test_sigterm_between_runs_names_the_finished_run(tmp_path, monkeypatch) -> N
     """A real first run, then SIGTERM to this process as the second starts."""
     real, started = measured_comparison.run_policy, []
 
-    def run_policy(config, world_size):
+    def run_policy(config, world_size, prechecked=None):
         started.append(config.scheduling.policy)
         if len(started) == 2:
             os.kill(os.getpid(), signal.SIGTERM)
-        return real(config, world_size)
+        return real(config, world_size, prechecked)
 
     monkeypatch.setattr(measured_comparison, "run_policy", run_policy)
     before = signal.getsignal(signal.SIGTERM)
@@ -35,7 +35,7 @@ def test_sigterm_between_runs_names_the_finished_run(tmp_path, monkeypatch) -> N
 
 
 def test_bench_interrupted_says_so_in_one_line(tmp_path, monkeypatch, capsys) -> None:
-    def interrupted(config, world_size):
+    def interrupted(config, world_size, prechecked=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(measured_comparison, "run_policy", interrupted)
