@@ -1,15 +1,16 @@
 """Progress of long work on stderr: a bar on a terminal, plain lines in a file.
 
 :class:`Progress` counts ``done`` of ``total`` units of one piece of work (profiling
-rounds, policies scheduled, stages of a command). On an interactive terminal it draws a
+rounds, steps scheduled, stages of a command). On an interactive terminal it draws a
 tqdm bar, refreshed every second even while one unit takes long; anywhere else (a log
 file, a pipe, a cluster's job output) it writes no bar frames but, every ``every_s``
 seconds (10), one line::
 
-    progress: schedule dcp-opt (planning) 1/3 (33%), 20 s elapsed
+    progress: schedule dcp-opt steps 3/7 (43%), 20 s elapsed, about 27 s left
 
-and a last line when it ends, if it wrote any (work shorter than ``every_s`` stays
-silent). No torch is imported here.
+(the time left, for units of like size, extrapolated from those done so far) and a last line
+when it ends, if it wrote any (work shorter than ``every_s`` stays silent). No torch is
+imported here.
 """
 
 from __future__ import annotations
@@ -33,16 +34,31 @@ def elapsed_text(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
-def progress_line(what: str, done: int, total: int, seconds: float) -> str:
-    """``progress: WHAT DONE/TOTAL (PCT%), ELAPSED elapsed``."""
+def progress_line(
+    what: str, done: int, total: int, seconds: float, *, time_left: bool = False
+) -> str:
+    """``progress: WHAT DONE/TOTAL (PCT%), ELAPSED elapsed``; with ``time_left`` (units
+    of like size, such as steps), ``, about LEFT left`` while some but not all units
+    are done (:func:`time_left_s`)."""
     share = 100.0 * done / total if total else 100.0
-    return f"progress: {what} {done}/{total} ({share:.0f}%), {elapsed_text(seconds)} elapsed"
+    line = f"progress: {what} {done}/{total} ({share:.0f}%), {elapsed_text(seconds)} elapsed"
+    left = time_left_s(done, total, seconds) if time_left else None
+    return line if left is None else f"{line}, about {elapsed_text(left)} left"
+
+
+def time_left_s(done: int, total: int, seconds: float) -> float | None:
+    """Seconds left if the units left take as long as those done so far on average
+    (``None`` before the first unit and after the last)."""
+    if done <= 0 or done >= total:
+        return None
+    return seconds * (total - done) / done
 
 
 class Progress:
     """Progress of ``what`` over ``total`` units; use as a context manager and call
     :meth:`update` per unit done (``stage=`` names what runs now). ``enabled=False``
-    shows nothing; ``terminal`` overrides whether ``stream`` is one."""
+    shows nothing; ``terminal`` overrides whether ``stream`` is one; ``time_left``:
+    the lines say the time left (units of like size: steps, not stages)."""
 
     def __init__(
         self,
@@ -54,8 +70,10 @@ class Progress:
         stream: TextIO | None = None,
         terminal: bool | None = None,
         every_s: float = EVERY_S,
+        time_left: bool = False,
     ) -> None:
         self.what = what
+        self.time_left = time_left
         self.total = int(total)
         self.done = 0
         self.stage = ""
@@ -95,6 +113,24 @@ class Progress:
                 if stage is not None:
                     self._bar.set_postfix_str(stage, refresh=False)
 
+    def set_total(self, total: int) -> None:
+        """Count ``total`` units from now on (work whose size shows once it starts,
+        such as the steps of an epoch)."""
+        with self._lock:
+            self.total = int(total)
+            self.done = min(self.done, self.total)
+            if self._bar is not None:
+                self._bar.total = self.total
+                self._bar.refresh()
+
+    def reached(self, done: int, total: int) -> None:
+        """``done`` of ``total`` units done (a callback such as ``build_schedule``'s
+        ``on_step``: the total may show only once the work starts)."""
+        if total != self.total:
+            self.set_total(total)
+        if done > self.done:
+            self.update(done - self.done)
+
     def set_stage(self, stage: str) -> None:
         """Name what runs now, without counting a unit."""
         self.update(0, stage=stage)
@@ -102,7 +138,8 @@ class Progress:
     def line(self) -> str:
         """The progress line as it stands."""
         what = f"{self.what} ({self.stage})" if self.stage else self.what
-        return progress_line(what, self.done, self.total, time.monotonic() - self._started)
+        seconds = time.monotonic() - self._started
+        return progress_line(what, self.done, self.total, seconds, time_left=self.time_left)
 
     def _tick(self) -> None:
         wait = 1.0 if self._bar is not None else self.every_s

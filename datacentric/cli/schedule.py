@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from datacentric.cli.flag_groups import (
@@ -107,7 +108,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     if len(policies) > 1 and args.json_out:
         raise ValueError("--json-out saves one schedule: give one --policy")
     batch = global_batch_options(args)
-    with Progress(f"schedule on {args.world} ranks", 2 + len(policies), unit="stage") as bar:
+    with Progress(f"schedule on {args.world} ranks", 2, unit="stage") as bar:
         bar.set_stage("the dataset and the cost model")
         shapes, skipped = dataset_shapes(args)
         cost, source = cost_model_and_source(args)
@@ -121,11 +122,12 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         bar.update(stage=f"planning {len(shapes):,} samples")
         pipeline.plan  # noqa: B018 - made once here, so the stages show
         bar.update()
-        rows = {}
-        for policy in policies:
-            bar.set_stage(f"scheduling {policy}")
-            rows[policy] = policy_summary(args, policy, pipeline, source, skipped)
-            bar.update()
+    rows = {}
+    for policy in policies:  # each policy's steps, out of the epoch's, with time left
+        with Progress(f"schedule {policy} steps", 1, unit="step", time_left=True) as steps:
+            rows[policy] = policy_summary(
+                args, policy, pipeline, source, skipped, on_step=steps.reached
+            )
     if len(policies) == 1:
         return rows[policies[0]]
     shared = ("world", "cost_model", "samples_total", "samples_skipped", "tokens_per_step_mean")
@@ -138,12 +140,17 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def policy_summary(
-    args: argparse.Namespace, policy: str, pipeline: Any, source: str, skipped: int
+    args: argparse.Namespace,
+    policy: str,
+    pipeline: Any,
+    source: str,
+    skipped: int,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """One policy's schedule from the command's pipeline, built and validated; its
-    summary fields."""
+    summary fields. ``on_step``: told the steps scheduled (a progress line)."""
     shapes = pipeline.shapes
-    schedule = pipeline.schedule(args.epoch, policy=policy)
+    schedule = pipeline.schedule(args.epoch, policy=policy, on_step=on_step)
     schedule.validate()
     if args.json_out:
         schedule.save(args.json_out)

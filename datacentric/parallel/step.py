@@ -62,6 +62,9 @@ class Step:
         self.rank_compute_s: list[float] = []
         self.rank_time_s: list[float] = []
         self.data_wait_s = 0.0
+        self.schedule_wait_s = 0.0
+        """Seconds the run waited for scheduling before this step (``steps()``: the
+        first step's schedule is built then; later epochs' are built ahead)."""
         self._on_finish = on_finish
         self.stats: IterationStats = runtime.start_iteration(iteration)
 

@@ -113,16 +113,29 @@ def _on_grid(values: np.ndarray, grid: np.ndarray, slopes: list[tuple[int, int]]
 
 
 def proved_prices(
-    cost_model: CostModel, shapes: Sequence[SampleShape], sizes: Sequence[int], cap: int
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    sizes: Sequence[int],
+    cap: int,
+    recompute: str | None = None,
 ) -> np.ndarray | None:
     """Per shape, its proved price in GPU-seconds (module doc) over the SP sizes
     ``sizes`` and every split the model prices, under ``cap`` bytes per rank;
-    infinity where it fits nothing; ``None`` when the model offers no floor."""
+    infinity where it fits nothing; ``None`` when the model offers no floor.
+    ``recompute``: ``"none"`` or ``"full"`` prices only passes recomputing no block or
+    every block (a policy that runs one of them for all data); default every count."""
     if not has_floor(cost_model):
         return None
     grid, names, kinds, counts = count_grid(cost_model)
     if len(grid) > MAX_GRID:
         return None
+    if recompute not in (None, "none", "full"):
+        raise ValueError(f"recompute must be None, 'none' or 'full', got {recompute!r}")
+    excluded = np.zeros(len(grid), dtype=bool)
+    if recompute == "none":
+        excluded = grid.any(axis=1)
+    elif recompute == "full":
+        excluded = (grid < np.asarray(counts, dtype=float)).any(axis=1)
     points, slopes = _basis(counts)
     flags = [_flags(p, names, kinds) for p in points]
     text = np.array([i for i, s in enumerate(shapes) if s.grid is None], dtype=np.int64)
@@ -147,6 +160,7 @@ def proved_prices(
                 fits = (m <= room[:, None] * (1 + 1e-12) + 1.0) & (room[:, None] > 0)
                 share = np.minimum(1.0, m / np.where(room > 0, room, 1.0)[:, None])
                 price = sp * (secs - fixed_s + fixed_s * share)
+                fits &= ~excluded[:, None]
                 price = np.where(fits, price, np.inf).min(axis=0)
                 best[rows] = np.minimum(best[rows], price)
     return best * (1.0 - SHAVE)

@@ -237,10 +237,15 @@ def local_search(
         done = False
         # Moves: an item leaves the top group for the cheapest group where that helps.
         if counts[top] > 1:
-            # The first member (longest first) that some other group takes in time.
-            reach = loads[None, :] + times[members][:, group_class]
-            reach[:, top] = np.inf
-            helps = np.flatnonzero((reach < peak - EPS).any(axis=1))
+            # The first member (longest first) that some other group takes in time:
+            # per size class, the least loaded group of it other than the top one
+            # decides (addition is monotone, so this is the test over every group).
+            others = loads.copy()
+            others[top] = np.inf
+            least = np.full(times.shape[1], np.inf)
+            np.minimum.at(least, group_class, others)
+            reach = (least[None, :] + times[members]).min(axis=1)
+            helps = np.flatnonzero(reach < peak - EPS)
             for j in members[helps[:1]]:
                 finish = loads + times[j, group_class]
                 finish[top] = np.inf

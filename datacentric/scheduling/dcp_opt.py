@@ -33,7 +33,14 @@ from dataclasses import replace
 import numpy as np
 
 from datacentric.schedule import Iteration
-from datacentric.scheduling import balance, dcp_pac, exact, megatron_dyncp, static
+from datacentric.scheduling import (
+    balance,
+    dcp_pac,
+    exact,
+    megatron_dyncp,
+    peer_bounds,
+    static,
+)
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.measures import estimated_grad_sync_s, overlaps_grad_sync
 from datacentric.scheduling.micro_batches import (
@@ -463,6 +470,8 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     table = inp.pac_table()
     chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
+    with_peers = len(inp.active) <= PORTFOLIO_SAMPLES
+    total = len(chunks) * (1 + (len(PEERS) if with_peers else 0))  # progress: see portfolio
     for k, chunk in enumerate(chunks):
         items = make_items(inp, table, chunk)
         best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
@@ -470,16 +479,24 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
         if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
             best = phased
         out.iterations.append(best)
-    if len(inp.active) <= PORTFOLIO_SAMPLES:
-        out.iterations, out.settings["steps_from_peers"] = portfolio(inp, out.iterations)
+        inp.step_done(k + 1, total)
+    if with_peers:
+        out.iterations, counts, skipped = portfolio(inp, out.iterations)
+        out.settings["steps_from_peers"] = counts
+        out.settings["peers_skipped"] = skipped
     return out
 
 
-def portfolio(inp: PolicyInput, own: list[Iteration]) -> tuple[list[Iteration], dict[str, int]]:
+def portfolio(
+    inp: PolicyInput, own: list[Iteration]
+) -> tuple[list[Iteration], dict[str, int], list[str]]:
     """Per step, the fastest (estimated makespan plus exposed gradient sync) of ``own``
     and the steps of :data:`PEERS` on the same global batches: every configuration a
     peer chooses is in dcp-opt's search space, so it is never behind one. Also how
-    many steps each peer gave."""
+    many steps each peer gave, and the peers whose search was skipped: no step of
+    theirs could beat the best held (:mod:`~datacentric.scheduling.peer_bounds`).
+    Progress (``inp.step_done``) counts the epoch's steps once for dcp-opt's own search
+    and once per peer still to compare; a peer skipped leaves the total."""
     cost, shapes, world = inp.cost_model, inp.view.shapes, inp.world_size
     reduction = float(cost.grad_sync_time_s(world))
     overlap = overlaps_grad_sync(cost, world)
@@ -488,7 +505,16 @@ def portfolio(inp: PolicyInput, own: list[Iteration]) -> tuple[list[Iteration], 
         return it.est_makespan_s + estimated_grad_sync_s(it, cost, shapes, reduction, overlap)
 
     best = [(total(it), "dcp-opt", it) for it in own]
+    chunks, _ = inp.global_batches()
+    skipped: list[str] = []
+    n = len(own)
     for name, policy in PEERS.items():
+        floors = peer_bounds.step_floors(inp, name, chunks)
+        done = n * (1 + list(PEERS).index(name) - len(skipped))
+        if not peer_bounds.could_win(floors, [b[0] for b in best], PEER_GAIN):
+            skipped.append(name)
+            inp.step_done(done, n * (1 + len(PEERS) - len(skipped)))
+            continue
         try:
             steps = inp.run_policy(name, policy).iterations
         except ValueError:  # the peer cannot run this epoch at all
@@ -497,8 +523,9 @@ def portfolio(inp: PolicyInput, own: list[Iteration]) -> tuple[list[Iteration], 
             seconds = total(it)
             if seconds < best[k][0] * (1 - PEER_GAIN):
                 best[k] = (seconds, name, it)
+        inp.step_done(done + n, n * (1 + len(PEERS) - len(skipped)))
     counts = {name: sum(1 for _, who, _ in best if who == name) for name in PEERS}
-    return [it for _, _, it in best], counts
+    return [it for _, _, it in best], counts, skipped
 
 
 def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:

@@ -62,6 +62,7 @@ def build_schedule(
     options: SchedulingConfig | None = None,
     sample_ids: Sequence[int] | None = None,
     measure: bool = True,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> Schedule:
     """An epoch of iterations for the dataset ``shapes`` (sample id = index).
 
@@ -76,6 +77,8 @@ def build_schedule(
     ``measure`` fills ``meta`` with imbalance, efficiency, the ideal bound and the
     per-step bounds (``efficiency_step_bound``). ``meta["settings"]`` holds what the
     policy chose (e.g. ``static``'s SP size, recomputation and token budget).
+    ``on_step(done, total)`` is told the steps scheduled so far out of the epoch's (a
+    progress line); it changes nothing in the schedule.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
@@ -100,8 +103,10 @@ def build_schedule(
         active=active,
         seed=int(seed),
         epoch=int(epoch),
+        on_step=on_step,
     )
     out = inp.run_policy(policy, POLICIES[policy])
+    inp.step_done(len(out.iterations), len(out.iterations))
     dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])
     meta: dict = {
         "samples_total": view.num_samples,

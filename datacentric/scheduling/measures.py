@@ -47,9 +47,12 @@ def ideal_epoch_time(
     plan: Plan,
     max_sp_size: int | None = None,
     sample_ids: Sequence[int] | None = None,
+    old_bound: bool = False,
 ) -> float:
     """The ideal epoch time in seconds of ``shapes`` (or the subset ``sample_ids``) on
-    ``world_size`` ranks (see the module doc), over ``plan``'s options."""
+    ``world_size`` ranks (see the module doc), over ``plan``'s options; ``old_bound``:
+    the former, priced bound instead (:func:`old_gpu_seconds`, what
+    ``efficiency_old_bound`` is against)."""
     view = DatasetView(shapes)
     table = OptionTable(
         view,
@@ -60,6 +63,8 @@ def ideal_epoch_time(
         allowed=any_recompute,
     )
     ids = np.arange(view.num_samples) if sample_ids is None else np.asarray(sample_ids)
+    if old_bound:
+        return float(old_gpu_seconds(table, ids).sum()) / world_size
     return ideal_gpu_seconds(table, ids) / world_size
 
 
@@ -68,17 +73,24 @@ def ideal_gpu_seconds(table: OptionTable, ids: np.ndarray) -> float:
     return float(sample_gpu_seconds(table, ids).sum())
 
 
-def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
+def sample_gpu_seconds(
+    table: OptionTable,
+    ids: np.ndarray,
+    sizes: list[int] | None = None,
+    recompute: str | None = None,
+) -> np.ndarray:
     """Per sample of ``ids`` (in that order), its proved price in GPU-seconds
     (:func:`~datacentric.planning.proved_price.proved_prices`: fixed costs shared by
     every sample of a pass, every micro-batch size, mix, split and recomputation
     count), never more than any valid schedule spends on it; for a cost model
-    without a floor, :func:`old_gpu_seconds`."""
+    without a floor, :func:`old_gpu_seconds`. ``sizes`` and ``recompute`` restrict
+    the passes priced (a policy that runs only those; default: every size a step
+    may use, every recomputation count; the restricted price needs the floor)."""
     ids = np.asarray(ids, dtype=np.int64)
     if not has_floor(table.cost_model):
         return old_gpu_seconds(table, ids)
     view = table.view
-    sizes = bound_sizes(table)
+    sizes = bound_sizes(table) if sizes is None else list(sizes)
     out = np.zeros(len(ids))
     buckets = view.bucket_of[ids]
     groups = []
@@ -94,23 +106,26 @@ def sample_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
             distinct = [SampleShape.text(int(n)) for n in lengths]
             groups.append((rows, distinct, inverse.reshape(-1)))
     wanted = list(dict.fromkeys(s for _, distinct, _ in groups for s in distinct))
-    _proved(table, wanted, sizes)
+    key = _proved(table, wanted, sizes, recompute)
     for rows, distinct, inverse in groups:
-        prices = np.array([table.prices[(s, "proved", tuple(sizes))] for s in distinct])
+        prices = np.array([table.prices[(s, *key)] for s in distinct])
         out[rows] = prices[inverse]
     return out
 
 
-def _proved(table: OptionTable, shapes: list[SampleShape], sizes: list[int]) -> None:
-    """Price the ``shapes`` not yet priced on ``table`` (one vectorised search)."""
-    key = tuple(sizes)
-    missing = [s for s in shapes if (s, "proved", key) not in table.prices]
-    if not missing:
-        return
-    prices = proved_prices(table.cost_model, missing, sizes, table.cap)
-    assert prices is not None  # has_floor was checked
-    for shape, price in zip(missing, prices.tolist()):
-        table.prices[(shape, "proved", key)] = price
+def _proved(
+    table: OptionTable, shapes: list[SampleShape], sizes: list[int], recompute: str | None
+) -> tuple:
+    """Price the ``shapes`` not yet priced on ``table`` (one vectorised search); the
+    key of their prices in ``table.prices`` after the shape."""
+    key = ("proved", tuple(sizes)) + (() if recompute is None else (recompute,))
+    missing = [s for s in shapes if (s, *key) not in table.prices]
+    if missing:
+        prices = proved_prices(table.cost_model, missing, sizes, table.cap, recompute)
+        assert prices is not None  # has_floor was checked
+        for shape, price in zip(missing, prices.tolist()):
+            table.prices[(shape, *key)] = price
+    return key
 
 
 def old_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
@@ -166,19 +181,26 @@ def _fastest(table: OptionTable, shape: SampleShape, sizes: list[int]) -> float:
 
 
 def step_bound_s(
-    table: OptionTable, ids: np.ndarray, world_size: int, gpu_seconds: np.ndarray | None = None
+    table: OptionTable,
+    ids: np.ndarray,
+    world_size: int,
+    gpu_seconds: np.ndarray | None = None,
+    *,
+    sizes: list[int] | None = None,
+    recompute: str | None = None,
 ) -> float:
     """A lower bound on the makespan of the step of samples ``ids`` (see the module
     doc): the larger of their ideal GPU-seconds over the world and the fastest time
     any SP size the model runs (up to ``--max-sp`` when given, else the world) gives
     the step's slowest single sample. Each bucket's longest member stands for its
     bucket (a longer sample of one bucket never runs faster). ``gpu_seconds``: the
-    samples' :func:`sample_gpu_seconds`, when already known."""
+    samples' :func:`sample_gpu_seconds`, when already known. ``sizes`` and
+    ``recompute``: the bound of a step that runs only those (:func:`sample_gpu_seconds`)."""
     ids = np.asarray(ids, dtype=np.int64)
     if len(ids) == 0:
         return 0.0
     view = table.view
-    sizes = bound_sizes(table)
+    sizes = bound_sizes(table) if sizes is None else list(sizes)
     slowest = 0.0
     buckets = view.bucket_of[ids]
     for b in np.unique(buckets).tolist():
@@ -187,8 +209,9 @@ def step_bound_s(
         fastest = _fastest(table, view.shapes[longest], sizes)
         if np.isfinite(fastest):
             slowest = max(slowest, fastest)
-    work = sample_gpu_seconds(table, ids) if gpu_seconds is None else gpu_seconds
-    return max(float(np.sum(work)) / world_size, slowest)
+    if gpu_seconds is None:
+        gpu_seconds = sample_gpu_seconds(table, ids, sizes, recompute)
+    return max(float(np.sum(gpu_seconds)) / world_size, slowest)
 
 
 def overlaps_grad_sync(cost_model: CostModel, world_size: int) -> bool:

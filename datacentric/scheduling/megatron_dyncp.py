@@ -39,13 +39,15 @@ is still searched).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
+from datacentric.planning.proved_price import has_floor
 from datacentric.schedule import Iteration
-from datacentric.scheduling.measures import epoch_estimate_s
+from datacentric.scheduling.measures import epoch_estimate_s, step_bound_s
 from datacentric.scheduling.micro_batches import emit_iteration
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.packed import fitting_items
@@ -136,38 +138,35 @@ def form_micro_batch(
     top = groups[0].load
     free = c
     left: list[tuple[int, int]] = []
-    room = float("inf")  # once every rank is grouped: an upper bound of what still fits
-    for sid, length in rem[1:]:
-        if length > room:  # no group holds it (the loop below would find none)
-            left.append((sid, length))
+    by_size = {c: [groups[0]]}  # per CP size, its groups that may still take a sequence
+    shortest = rem[-1][1]
+    room = float("inf")  # once every rank is grouped: a bound on what still fits
+    i = 1
+    while i < len(rem):
+        sid, length = rem[i]
+        if length > room:  # no group holds it, nor any longer one: skip them at once
+            # (rem is longest first, so -length ascends)
+            j = bisect.bisect_left(rem, -room, lo=i, key=lambda x: -x[1])
+            left.extend(rem[i:j])
+            i = j
             continue
-        best: tuple[float, CPGroup | None, int] | None = None
-        c = cp_min(length, cap)
-        while c <= top_cp:
-            w = length * length / c
-            for g in groups:
-                if g.size != c or g.tokens + length / c > cap:
-                    continue
-                score = max(top, g.load + w)
-                if score <= work_cap and (best is None or score < best[0]):
-                    best = (score, g, c)
-            if ranks - free >= c:
-                score = max(top, w)
-                if score <= work_cap and (best is None or score < best[0]):
-                    best = (score, None, c)
-            c *= 2
+        i += 1
+        best = best_place(length, cap, by_size, top, work_cap, top_cp, ranks - free)
         if best is None:
             left.append((sid, length))
+            if free == ranks:  # rooms only shrink: any bound above the widest will do
+                room = max((cap - h.tokens) * h.size for h in groups) * (1 + 1e-9) + 1
             continue
         _, g, c = best
         if g is None:
             g = CPGroup(free, c)
             groups.append(g)
+            by_size.setdefault(c, []).append(g)
             free += c
         g.add(sid, length, length / c)
         top = max(top, g.load)
-        if free == ranks:  # with a margin for the rounding of the loop's own test
-            room = max((cap - h.tokens) * h.size for h in groups) * (1 + 1e-9) + 1
+        if g.tokens + shortest / c > cap:  # it holds none of the rest any more
+            by_size[c].remove(g)
     while free < ranks:
         if not expand_once(groups, ranks, ranks - free, top_cp):
             if top_cp < ranks and not whole:
@@ -177,6 +176,42 @@ def form_micro_batch(
     for g in groups:
         assert g.first % g.size == 0, f"megatron-dyncp: CP group of {g.size} at rank {g.first}"
     return groups, left
+
+
+def best_place(
+    length: int,
+    cap: int,
+    by_size: dict[int, list[CPGroup]],
+    top: float,
+    work_cap: float,
+    top_cp: int,
+    empty: int,
+) -> tuple[float, CPGroup | None, int] | None:
+    """Where a sequence of ``length`` tokens goes: ``(score, group, CP size)`` with the
+    least score (the micro-batch's top load after it), a group of ``by_size`` or a new
+    one (``None``) on ``empty`` ranks, under the token cap and ``work_cap``; the first
+    found on ties (CP sizes ascending, a size's groups in order, then a new group).
+    No score is below ``top``, so the first place scoring ``top`` wins at once."""
+    best: tuple[float, CPGroup | None, int] | None = None
+    c = cp_min(length, cap)
+    while c <= top_cp:
+        w = length * length / c
+        for g in by_size.get(c, ()):
+            if g.tokens + length / c > cap:
+                continue
+            score = max(top, g.squares / c + w)  # g.load, inlined: the hot loop
+            if score <= work_cap and (best is None or score < best[0]):
+                best = (score, g, c)
+                if score <= top:
+                    return best
+        if empty >= c:
+            score = max(top, w)
+            if score <= work_cap and (best is None or score < best[0]):
+                best = (score, None, c)
+                if score <= top:
+                    return best
+        c *= 2
+    return best
 
 
 def expand_once(groups: list[CPGroup], ranks: int, empty: int, max_cp: int | None = None) -> bool:
@@ -286,18 +321,28 @@ def cap_candidates(inp: PolicyInput, table: OptionTable) -> list[int]:
 
 
 def build_steps(
-    inp: PolicyInput, table: OptionTable, cap: int, chunks: list[np.ndarray], first: int = 0
+    inp: PolicyInput,
+    table: OptionTable,
+    cap: int,
+    chunks: list[np.ndarray],
+    first: int = 0,
+    formed: dict[tuple[int, int], list[list[CPGroup]] | None] | None = None,
 ) -> list[Iteration]:
-    """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``."""
+    """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``.
+    ``formed``: Megatron's micro-batches per (step, cap), kept across calls (they do not
+    depend on the recomputation, so a search forms them once per cap)."""
     world = inp.world_size
     max_cp, whole = cp_limits(inp)
+    formed = {} if formed is None else formed
     out = []
     for k, chunk in enumerate(chunks, start=first):
-        lengths = [(int(i), int(inp.view.tokens[i])) for i in chunk]
-        try:
-            phases = megatron_micro_batches(lengths, cap, world, max_cp, whole)
-        except NoLayoutError:
-            phases = None
+        lengths = list(zip(chunk.tolist(), inp.view.tokens[chunk].tolist()))
+        if (k, cap) not in formed:
+            try:
+                formed[k, cap] = megatron_micro_batches(lengths, cap, world, max_cp, whole)
+            except NoLayoutError:
+                formed[k, cap] = None
+        phases = formed[k, cap]
         if phases is not None:
             groups, placed = [], []
             for phase, micro_batch in enumerate(phases):
@@ -361,21 +406,25 @@ def one_layout(
     return emit_iteration(k, world, groups, table)
 
 
-def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
-    """The (recomputation, its table, per-rank cap) with the least estimated time:
-    every candidate priced on a spread of the epoch's steps, the best
+def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
+    """The (recomputation, its table, per-rank cap) with the least estimated time, and
+    its steps: every candidate priced on a spread of the epoch's steps, the best
     :data:`FINALISTS` on every step."""
     chunks, _ = inp.global_batches()
     sample = priced_steps(len(chunks))
+    formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}
     first: list[tuple[float, str, int]] = []
     why = "no recomputation setting fits every bucket"
     for name, allowed in RECOMPUTATIONS.items():
         table = inp.table(name if name != "plan" else "pac", allowed)
         if not all(table.options(b) for b in inp.active_buckets()):
             continue
+        floor = sampled_floor_s(inp, name, [chunks[k] for k in sample])
         for cap in cap_candidates(inp, table):
+            if len(first) >= FINALISTS and floor > sorted(first)[FINALISTS - 1][0]:
+                break  # no cap of this setting can be a finalist: its steps cost more
             try:
-                steps = [build_steps(inp, table, cap, [chunks[k]], k)[0] for k in sample]
+                steps = [build_steps(inp, table, cap, [chunks[k]], k, formed)[0] for k in sample]
             except ValueError as err:  # a sequence needs more ranks, or a unit fits nothing
                 why = f"{cap} tokens per rank, recomputation {name}: {err}"
                 continue
@@ -383,26 +432,37 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int]:
     if not first:
         raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
     first.sort()
-    best: tuple[float, str, int] | None = None
+    best: tuple[float, str, int, list[Iteration]] | None = None
     for _, name, cap in first[:FINALISTS]:
         table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
         try:
-            steps = build_steps(inp, table, cap, chunks)
+            steps = build_steps(inp, table, cap, chunks, 0, formed)
             total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
         except ValueError:
             continue
         if best is None or total < best[0] * (1 - 1e-9):
-            best = (total, name, cap)
+            best = (total, name, cap, steps)
     if best is None:
         raise ValueError("megatron-dyncp: no searched setting schedules every step")
     name = best[1]
-    return name, inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name]), best[2]
+    table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
+    return name, table, best[2], best[3]
+
+
+def sampled_floor_s(inp: PolicyInput, recompute: str, chunks: list[np.ndarray]) -> float:
+    """A lower bound on the summed makespans of ``chunks`` under a recomputation setting
+    (``none``, ``full``, ``plan``: any), whatever the cap: their proved step bounds
+    (:func:`~datacentric.scheduling.measures.step_bound_s`); 0 for a cost model
+    without the floor they need."""
+    if not has_floor(inp.cost_model):
+        return 0.0
+    table, rc = inp.pac_table(), (recompute if recompute in ("none", "full") else None)
+    return sum(step_bound_s(table, c, inp.world_size, recompute=rc) for c in chunks)
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``megatron-dyncp`` policy."""
-    name, table, cap = search(inp)
-    chunks, dropped = inp.global_batches()
-    iterations = build_steps(inp, table, cap, chunks)
+    name, _, cap, iterations = search(inp)
+    _, dropped = inp.global_batches()
     settings = {"tokens_per_rank": cap, "recompute": name, "max_cp_size": cp_sizes(inp)[-1]}
     return PolicyOutput(iterations=iterations, dropped=dropped, settings=settings)

@@ -17,7 +17,7 @@ plan holds it and every schedule carries a copy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 from datacentric.planning.cost_model import CostModel
@@ -112,9 +112,11 @@ class Pipeline:
         sample_ids: Sequence[int] | None = None,
         policy: str | None = None,
         measure: bool = True,
+        on_step: Callable[[int, int], None] | None = None,
     ) -> Schedule:
         """The epoch's schedule from :attr:`plan` (``policy`` overrides the default;
-        ``sample_ids`` restricts it to those samples; ``measure`` fills its measures)."""
+        ``sample_ids`` restricts it to those samples; ``measure`` fills its measures;
+        ``on_step(done, total)`` hears of the steps scheduled, for a progress line)."""
         return build_schedule(
             self.shapes,
             policy=policy or self.policy,
@@ -126,15 +128,20 @@ class Pipeline:
             options=self.options,
             sample_ids=sample_ids,
             measure=measure,
+            on_step=on_step,
         )
 
-    def ideal_epoch_time(self, sample_ids: Sequence[int] | None = None) -> float:
+    def ideal_epoch_time(
+        self, sample_ids: Sequence[int] | None = None, *, old_bound: bool = False
+    ) -> float:
         """The scheduler's ideal epoch time over the plan's options
-        (:func:`~datacentric.scheduling.measures.ideal_epoch_time`)."""
+        (:func:`~datacentric.scheduling.measures.ideal_epoch_time`; ``old_bound``: the
+        former, priced bound)."""
         return ideal_epoch_time(
             self.shapes,
             self.cost_model,
             self.world_size,
             plan=self.plan,
             sample_ids=sample_ids,
+            old_bound=old_bound,
         )

@@ -50,6 +50,8 @@ class PolicyInput:
     seed: int = 0
     epoch: int = 0
     tables: dict[str, OptionTable] = field(default_factory=dict)
+    on_step: Callable[[int, int], None] | None = None
+    """Called with (steps scheduled, steps in the epoch) as a policy finishes steps."""
     _batches: tuple[list[np.ndarray], list[int]] | None = None
 
     def __post_init__(self) -> None:
@@ -129,6 +131,11 @@ class PolicyInput:
                 drop_remainder=opts.drop_remainder,
             )
         return self._batches
+
+    def step_done(self, done: int, total: int) -> None:
+        """Report ``done`` of the epoch's ``total`` steps scheduled (:attr:`on_step`)."""
+        if self.on_step is not None:
+            self.on_step(done, total)
 
     def run_policy(self, name: str, policy: Callable[[PolicyInput], PolicyOutput]) -> PolicyOutput:
         """``policy(self)``, memoised on the plan per cost model for this dataset, world,

@@ -88,6 +88,8 @@ class PolicyRun:
     result: SimResult
     schedule_seconds: float
     """Wall time the scheduler took to build the epoch."""
+    ideal_epoch_time_old_s: float | None = None
+    """The former, priced bound over the same samples (``efficiency_old_bound``)."""
 
 
 def run_policies(
@@ -132,7 +134,7 @@ def run_policies(
     stages = progress or Progress("", 1 + len(policies), enabled=False)
     stages.set_stage(f"planning {len(pipeline.shapes):,} samples")
     _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
-    bounds: dict[tuple[int, ...], float] = {}
+    bounds: dict[tuple[int, ...], tuple[float, float]] = {}
     runs: dict[str, PolicyRun] = {}
     for policy in policies:
         stages.update(stage=policy)
@@ -151,12 +153,13 @@ def run_policies(
 def _run_policy(
     pipeline: Pipeline,
     policy: str,
-    bounds: dict[tuple[int, ...], float],
+    bounds: dict[tuple[int, ...], tuple[float, float]],
     *,
     epoch: int,
     record_spans: bool,
 ) -> PolicyRun:
-    """Schedule and simulate one policy; ``bounds`` caches the ideal time per dropped set."""
+    """Schedule and simulate one policy; ``bounds`` caches the ideal time (the proved
+    bound's and the old one's) per dropped set."""
     from datacentric.scheduling.measures import overlaps_grad_sync
 
     start = time.perf_counter()
@@ -166,16 +169,20 @@ def _run_policy(
     if dropped not in bounds:
         everyone = range(len(pipeline.shapes))
         kept = sorted(set(everyone) - set(dropped)) if dropped else None
-        bounds[dropped] = pipeline.ideal_epoch_time(sample_ids=kept)
+        bounds[dropped] = (
+            pipeline.ideal_epoch_time(sample_ids=kept),
+            pipeline.ideal_epoch_time(sample_ids=kept, old_bound=True),
+        )
+    ideal, old = bounds[dropped]
     result = simulate(
         schedule,
         pipeline.shapes,
         pipeline.cost_model,
-        ideal_epoch_time_s=bounds[dropped],
+        ideal_epoch_time_s=ideal,
         record_spans=record_spans,
         overlap_grad_sync=overlaps_grad_sync(pipeline.cost_model, pipeline.world_size),
     )
-    return PolicyRun(policy, schedule, result, elapsed)
+    return PolicyRun(policy, schedule, result, elapsed, old)
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
@@ -197,5 +204,8 @@ def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
         row["tokens_per_step_max"] = max(steps)
         row["samples_dropped"] = len(run.schedule.dropped_sample_ids)
         row["schedule_seconds"] = run.schedule_seconds
+        old = run.ideal_epoch_time_old_s
+        epoch = run.result.epoch_time_s
+        row["efficiency_old_bound"] = old / epoch if old and epoch else None
         table[policy] = row
     return table

@@ -31,6 +31,7 @@ run stands (a :class:`~datacentric.scheduling.resume.Position`); after
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -60,6 +61,7 @@ from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import Position, continue_schedule
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import build_cost_model, device_memory_bytes
+from datacentric.train.schedule_ahead import ScheduleAhead
 from datacentric.train.validation import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
 
@@ -196,6 +198,8 @@ class DataCentric:
         self._segment: Schedule | None = None
         self._segment_epoch = -1
         self._held_out: HeldOut | None = None
+        self._ahead = ScheduleAhead(self.schedule)
+        self._schedule_wait_s = 0.0
 
     @property
     def rank(self) -> int:
@@ -277,9 +281,24 @@ class DataCentric:
         p = self.position
         world = self.groups.world_size
         if self._segment is None or p.segment_world != world or self._segment_epoch != p.epoch:
-            self._segment = continue_schedule(p, len(self.pipeline.shapes), world, self.schedule)
+            n = len(self.pipeline.shapes)
+            self._segment = continue_schedule(p, n, world, self._built_or_ahead)
             self._segment_epoch = p.epoch
         return self._segment
+
+    def _built_or_ahead(self, epoch: int, sample_ids: Sequence[int] | None) -> Schedule:
+        """The epoch's schedule: the one built ahead while the last epoch trained when
+        there is one (the same schedule: a pure function of its inputs), else built
+        now; the seconds waited for it are added to the next step's
+        ``schedule_wait_s``."""
+        ready = self._ahead.take(epoch) if sample_ids is None else None
+        if ready is not None:
+            self._schedule_wait_s += ready[1]
+            return ready[0]
+        started = time.perf_counter()
+        schedule = self.schedule(epoch, sample_ids)
+        self._schedule_wait_s += time.perf_counter() - started
+        return schedule
 
     def steps(self, epochs: int | None = 1, *, iterations: int | None = None) -> Iterator[Step]:
         """Every optimizer step from :attr:`position` on, until the run has completed
@@ -300,6 +319,8 @@ class DataCentric:
             if schedule is not expected:
                 self._expect(schedule)
                 expected = schedule
+                if epochs is None or p.epoch + 1 < epochs:  # the next epoch's, meanwhile
+                    self._ahead.start(p.epoch + 1)
             if p.segment_iteration >= len(schedule.iterations):
                 p.next_epoch()  # nothing of this epoch left to run
                 continue
@@ -311,6 +332,7 @@ class DataCentric:
                 epoch=p.epoch,
                 on_finish=lambda done, n=length: self.position.advance(done.sample_ids, n),
             )
+            step.schedule_wait_s, self._schedule_wait_s = self._schedule_wait_s, 0.0
             yield step
             if not step.finished:
                 raise RuntimeError("call step.finish() before asking for the next step")

@@ -38,6 +38,7 @@ SCALARS = (
     "peak_memory_bytes",
     "optimizer_state_bytes",
     "data_wait_s",
+    "schedule_wait_s",
     "iteration_time_s",
     "est_makespan_s",
     "est_idle_share",

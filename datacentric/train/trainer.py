@@ -686,6 +686,7 @@ class Trainer:
             "rank_compute_s": busy,
             "runtime_time_s": wall,
             "data_wait_s": step.data_wait_s,
+            "schedule_wait_s": step.schedule_wait_s,
             **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
             **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}

@@ -65,11 +65,11 @@ def test_megatron_port_reproduces_the_documented_example():
 def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
     from datacentric.scheduling import megatron_dyncp
 
-    formed = []
+    formed = {}
 
-    def record(*args):
-        formed.append(real(*args))
-        return formed[-1]
+    def record(lengths, *args):
+        formed[frozenset(i for i, _ in lengths)] = real(lengths, *args)
+        return formed[frozenset(i for i, _ in lengths)]
 
     real = megatron_dyncp.megatron_micro_batches
     monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
@@ -77,9 +77,10 @@ def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
     schedule = toy_pipeline(
         SHAPES, MODEL, world_size=8, policy="megatron-dyncp", options=options
     ).schedule()
-    formed = formed[-len(schedule.iterations) :]  # the search formed the others
-    assert any(len(micro_batches) > 1 for micro_batches in formed)
-    for it, micro_batches in zip(schedule.iterations, formed):
+    # each step's forming, found by its samples (one cap: formed once per step)
+    steps = [formed[frozenset(it.sample_ids())] for it in schedule.iterations]
+    assert any(len(micro_batches) > 1 for micro_batches in steps)
+    for it, micro_batches in zip(schedule.iterations, steps):
         assert it.num_phases == len(micro_batches)
         for phase, groups in enumerate(micro_batches):
             ran = [a for a in it.assignments if a.phase == phase]

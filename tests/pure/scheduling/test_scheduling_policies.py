@@ -57,9 +57,10 @@ def test_dcp_opt_mixes_buckets_and_beats_the_paper_variants():
     # member, dcp-opt runs every step on SP-8 groups here: 0.965 of the bound, against
     # 0.951 mixing SP 4 and 8 when buckets were planned on their boundary)
     model = ToyCostModel(capacity_bytes=16 * 2**20, comm_per_token_s=1e-6)
+    pipeline = toy_pipeline(shapes, model, world_size=16, seed=1)  # one plan for all:
+    # dcp-opt's portfolio then reuses the peers' steps (memoised on the plan)
     runs = {
-        p: toy_pipeline(shapes, model, world_size=16, policy=p, seed=1).schedule()
-        for p in ("static", "dcp-pac", "megatron-dyncp", "dcp-opt")
+        p: pipeline.schedule(policy=p) for p in ("static", "dcp-pac", "megatron-dyncp", "dcp-opt")
     }
     opt = runs["dcp-opt"]
     mixed = [
@@ -78,10 +79,9 @@ def test_global_batch_bound_holds():
     shapes = mixed_text(600)
     bound = 2_000_000
     options = SchedulingConfig(tokens_per_iteration=bound)
+    pipeline = toy_pipeline(shapes, MODEL, world_size=8, options=options)  # one plan
     for policy in ("packed", "megatron-dyncp", "dcp-opt"):
-        schedule = toy_pipeline(
-            shapes, MODEL, world_size=8, policy=policy, options=options
-        ).schedule()
+        schedule = pipeline.schedule(policy=policy)
         longest = max(s.tokens for s in shapes)
         assert max(it.num_tokens for it in schedule.iterations) <= bound + longest
 
@@ -89,8 +89,9 @@ def test_global_batch_bound_holds():
 def test_ideal_bound_is_below_every_schedule():
     shapes = mixed_text(300, seed=3)
     ideal = toy_pipeline(shapes, MODEL, world_size=8).ideal_epoch_time()
+    pipeline = toy_pipeline(shapes, MODEL, world_size=8)  # planned apart from the bound's
     for policy in ("static", "packed", "dcp-intra", "dcp-inter", "dcp-opt"):
-        schedule = toy_pipeline(shapes, MODEL, world_size=8, policy=policy).schedule()
+        schedule = pipeline.schedule(policy=policy)
         assert schedule.meta["ideal_epoch_time_s"] == pytest.approx(ideal, rel=1e-9)
         assert ideal <= schedule.meta["est_epoch_time_s"]
 

@@ -78,3 +78,85 @@ def test_on_a_shipped_preset_dcp_opt_leads_every_peer_with_its_own_steps():
     assert ours.meta["efficiency"] >= max(peers.values()) * (1 - 1e-9), peers
     taken = sum(ours.meta["settings"]["steps_from_peers"].values())
     assert len(ours.iterations) >= 4 and taken <= 0.1 * len(ours.iterations)
+
+
+def _long_tailed(n: int, seed: int = 0) -> list[SampleShape]:
+    """Chat-like documents of a few hundred tokens with a tail to 64K."""
+    rng = np.random.default_rng(seed)
+    lengths = np.minimum(65_536, 64 + rng.lognormal(6.5, 1.4, size=n)).astype(int)
+    return [SampleShape.text(int(t)) for t in lengths]
+
+
+def test_peer_floors_are_below_every_step_the_peers_run():
+    """A peer's floor on a step (peer_bounds.step_floors) is never above the step it
+    runs (makespan plus exposed sync, as the portfolio compares them)."""
+    from datacentric.scheduling import dcp_opt, peer_bounds
+    from datacentric.scheduling.measures import estimated_grad_sync_s, overlaps_grad_sync
+
+    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=16)
+    shapes = _long_tailed(600) + [SampleShape.text(40_000)] * 6
+    options = SchedulingConfig(global_batch_tokens=2**20)
+    pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
+    reduction = float(cost.grad_sync_time_s(16))
+    overlap = overlaps_grad_sync(cost, 16)
+    for name in dcp_opt.PEERS:
+        schedule = pipe.schedule(0, policy=name, measure=False)
+        inp = _policy_input(pipe)
+        chunks, _ = inp.global_batches()
+        floors = peer_bounds.step_floors(inp, name, chunks)
+        assert floors is not None and len(floors) == len(schedule.iterations)
+        for floor, it in zip(floors, schedule.iterations):
+            total = it.est_makespan_s + estimated_grad_sync_s(it, cost, shapes, reduction, overlap)
+            assert floor <= total * (1 + 1e-9), (name, it.index, floor, total)
+
+
+def test_skipping_peers_that_cannot_win_changes_no_step(monkeypatch):
+    """On long-tailed SFT text no step of static's (one SP size, no or full
+    recomputation for all) can beat dcp-opt's own, so its search is skipped; the
+    schedule is the one running every peer gives."""
+    from datacentric.data.workloads import get_workload
+    from datacentric.scheduling import peer_bounds
+    from datacentric.scheduling.resume import schedule_fingerprint
+
+    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=16)
+    shapes = list(get_workload("sft-longtail", seed=0, num_samples=2000).shapes)
+    options = SchedulingConfig(global_batch_tokens=2 * 2**20)
+
+    def build(on_step=None):
+        return Pipeline(
+            shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options
+        ).schedule(0, policy="dcp-opt", measure=False, on_step=on_step)
+
+    heard: list[tuple[int, int]] = []
+    pruned = build(lambda done, total: heard.append((done, total)))
+    assert "static" in pruned.meta["settings"]["peers_skipped"]
+    # progress: the steps of dcp-opt's own search, then once more per peer still to
+    # compare (a skipped peer leaves the total), never backwards
+    n = len(pruned.iterations)
+    assert heard[0] == (1, 4 * n) and heard[-1] == (n, n)
+    assert [d for d, _ in heard[:-1]] == sorted(d for d, _ in heard[:-1])
+    assert (n, 3 * n) in heard  # static skipped
+    monkeypatch.setattr(peer_bounds, "could_win", lambda floors, best, gain: True)
+    full = build()
+    assert full.meta["settings"]["peers_skipped"] == []
+    assert schedule_fingerprint(pruned) == schedule_fingerprint(full)
+    assert pruned.iterations == full.iterations
+
+
+def _policy_input(pipe: Pipeline):
+    """The PolicyInput build_schedule makes for ``pipe``'s epoch 0 (every sample)."""
+    from datacentric.scheduling.dataset_view import DatasetView
+    from datacentric.scheduling.epoch import epoch_rng
+    from datacentric.scheduling.policy_input import PolicyInput
+
+    return PolicyInput(
+        view=DatasetView(pipe.shapes),
+        cost_model=pipe.cost_model,
+        world_size=pipe.world_size,
+        options=pipe.options,
+        plan=pipe.plan,
+        rng=epoch_rng(pipe.seed, 0),
+        active=np.arange(len(pipe.shapes)),
+        seed=pipe.seed,
+        epoch=0,
+    )
