@@ -319,7 +319,10 @@ class DataCentric:
             if schedule is not expected:
                 self._expect(schedule)
                 expected = schedule
-                if epochs is None or p.epoch + 1 < epochs:  # the next epoch's, meanwhile
+                left = len(schedule.iterations) - p.segment_iteration  # steps of this epoch
+                if (epochs is None or p.epoch + 1 < epochs) and (
+                    iterations is None or p.iterations_done + left < iterations
+                ):  # the run goes on past this epoch: its next schedule, meanwhile
                     self._ahead.start(p.epoch + 1)
             if p.segment_iteration >= len(schedule.iterations):
                 p.next_epoch()  # nothing of this epoch left to run

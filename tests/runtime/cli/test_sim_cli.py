@@ -8,7 +8,7 @@ from datacentric.cli.main import main
 from datacentric.data.workloads import get_workload
 from datacentric.sim.policy_comparison import policy_table, run_policies, simulation_cost_model
 
-KEYS = {"tokens_per_s", "speedup_vs_static", "idle_share", "efficiency"}
+KEYS = {"tokens_per_s", "speedup_vs_static", "idle_share", "efficiency", "efficiency_old_bound"}
 
 
 def test_simulate_json_trace_and_plot(tmp_path, capsys):
@@ -24,6 +24,7 @@ def test_simulate_json_trace_and_plot(tmp_path, capsys):
         assert KEYS <= set(row)
         assert row["tokens_per_s"] > 0 and 0 <= row["idle_share"] < 1
         assert 0 < row["efficiency"] <= 1.0 + 1e-9
+        assert row["efficiency_old_bound"] > 0  # against the bound before 2026-12-03
         assert row["samples"] == 255 and row["samples_dropped"] == 0
     assert report["policies"]["static"]["speedup_vs_static"] == 1.0
     events = json.loads(trace.read_text())["traceEvents"]
