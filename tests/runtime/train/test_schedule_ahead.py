@@ -80,3 +80,30 @@ def test_a_two_epoch_run_logs_no_schedule_wait_after_the_first_step(tmp_path):
     # built while epoch 0 trained: at most what is left of it at the boundary, less
     # than the first step's wait (which also planned the buckets)
     assert waits[epochs.index(1)] < waits[0]
+
+
+def test_no_schedule_is_built_ahead_for_a_run_that_ends_within_the_epoch():
+    model = build_model("llama", hidden_size=32, num_heads=2, ffn_hidden_size=64)
+    dc = DataCentric(
+        model,
+        StdlibCorpus(max_tokens=256, limit=1),
+        preset="llama",
+        policy="dcp-opt",
+        tokens_per_iteration=2048,
+        groups=ProcessGroups.local(),
+        prefetch=0,
+    )
+    built = []
+    schedule = dc.pipeline.schedule
+
+    def spy(epoch=0, **kwargs):
+        built.append(epoch)
+        return schedule(epoch, **kwargs)
+
+    dc.pipeline.schedule = spy
+    for step in dc.steps(epochs=None, iterations=1):
+        for micro in step:
+            micro.backward(dc.model(micro.batch))
+        step.finish()
+    assert len(dc.current_schedule().iterations) > 1  # the epoch goes on past the run
+    assert built == [0]
