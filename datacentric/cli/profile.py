@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     longest = CPU_MAX_TOKENS if args.backend == "gloo" else GPU_MAX_TOKENS
     if args.max_tokens is None:
         args.max_tokens = longest
-        args.settings = args.settings.updated(max_tokens=longest)
+        args.settings = args.settings.updated(data={"max_tokens": longest})
     args.max_profile_tokens = args.max_profile_tokens or longest
     args.validation_tokens = args.validation_tokens or longest
     try:

@@ -7,10 +7,11 @@ its own (``settings.data``, ``settings.scheduling``); files and flags are
 sectioned too (``[training] lr = 3e-3``, ``--training.lr 3e-3``). Unknown sections and
 keys, wrong types and values out of range are
 :class:`~datacentric.settings.schema.ConfigError` naming the key. The resolved settings
-are written into a run folder as ``config.toml`` and ``config.json`` (flat keys, as
-every earlier release wrote it). Flat attribute access (``config.lr``) and flat keyword
-construction (``TrainConfig(lr=...)``) of earlier releases still work, with a
-``DeprecationWarning``. See ``docs/configuration.md``. No torch is imported here.
+are written into a run folder as ``config.toml`` and ``config.json``, both by section
+(an earlier release's flat ``config.json`` still reads, with a note); commands update
+them by section (:meth:`TrainConfig.updated`). Flat attribute access (``config.lr``) and
+flat keyword construction (``TrainConfig(lr=...)``) of earlier releases still work, with
+a ``DeprecationWarning``. See ``docs/configuration.md``. No torch is imported here.
 """
 
 from __future__ import annotations
@@ -29,17 +30,22 @@ from datacentric.regular_files import NotRegularFileError, kind_of, open_regular
 from datacentric.settings.layout import (
     SECTIONS,
     flat_docs,
-    flat_fields,
     flat_index,
-    flat_types,
     key_of,
     name_in_section,
     renamed_section_of,
     section_keys,
     section_of,
 )
-from datacentric.settings.scheduling import SchedulingConfig
-from datacentric.settings.schema import OTHER_NAMES, ConfigError, coerce, suggest, toml_value
+from datacentric.settings.scheduling import SchedulingConfig, with_older_names
+from datacentric.settings.schema import (
+    OTHER_NAMES,
+    ConfigError,
+    coerce,
+    field_types,
+    suggest,
+    toml_value,
+)
 from datacentric.settings.sections import (
     CheckpointConfig,
     CostConfig,
@@ -165,25 +171,61 @@ class TrainConfig:
             return
         object.__setattr__(self, name, value)
 
+    def sections(self) -> dict[str, dict[str, Any]]:
+        """``{section: {field: value}}`` of every setting (the layout of ``config.json``)."""
+        return {
+            name: {f.name: getattr(getattr(self, name), f.name) for f in dataclasses.fields(c)}
+            for name, c in SECTIONS.items()
+        }
+
     def flat(self) -> dict[str, Any]:
-        """``{flat key: value}`` of every setting (the layout of ``config.json``)."""
+        """Deprecated (removed in 0.3.0): ``{flat key: value}`` of every setting, the
+        layout of an earlier release's ``config.json``; read :meth:`sections`."""
+        warnings.warn(
+            "TrainConfig.flat() is deprecated (removed in 0.3.0): settings are sectioned; "
+            "use settings.sections() or settings.to_json()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return {
             key: getattr(getattr(self, section), name)
             for key, (section, name) in flat_index().items()
         }
 
-    def updated(self, **values: Any) -> TrainConfig:
-        """A copy with the flat keys ``values`` set, checked as :func:`build_config`
-        checks (``settings.updated(policy="static", out="runs/b")``)."""
-        return build_config({**self.flat(), **values})
+    def updated(self, **changes: Any) -> TrainConfig:
+        """A copy with ``changes`` set by section, checked as :func:`build_config` checks
+        (``settings.updated(scheduling={"policy": "static"}, job={"out": "runs/b"})``).
+        A flat key (``policy="static"``) still works, with a ``DeprecationWarning``."""
+        values = self.sections()
+        for key, change in changes.items():
+            if key in SECTIONS and isinstance(change, dict):
+                section, given = key, change
+            elif key in flat_index():
+                _warn_flat(key)
+                section, name = flat_index()[key]
+                given = {name: change}
+            else:
+                raise TypeError(f"TrainConfig has no section [{key}]{suggest(key, list(SECTIONS))}")
+            values[section] = (
+                with_older_names(values[section], given)
+                if section == "scheduling"
+                else {**values[section], **given}
+            )
+        return build_sections(values)
 
     def to_json(self) -> dict[str, Any]:
-        """The flat settings as JSON data (``config.json``, a checkpoint's record)."""
-        return json.loads(json.dumps(self.flat()))
+        """The settings as JSON data, by section (``config.json``, a checkpoint's record)."""
+        return json.loads(json.dumps(self.sections()))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], where: str = "config.json") -> TrainConfig:
+        """The checked settings of a stored record (:func:`record_sections`: sectioned, or
+        an earlier release's flat keys)."""
+        return build_sections(record_sections(record, where))
 
     def save(self, path: str | Path) -> None:
-        """Write the flat settings as JSON (``config.json``)."""
-        Path(path).write_text(json.dumps(self.flat(), indent=2) + "\n", encoding="utf-8")
+        """Write the settings as JSON, by section (``config.json``)."""
+        Path(path).write_text(json.dumps(self.sections(), indent=2) + "\n", encoding="utf-8")
 
     def to_toml(self) -> str:
         """The resolved configuration as sectioned TOML (unset values as comments)."""
@@ -329,25 +371,56 @@ def file_settings(path: str | Path) -> dict[str, Any]:
     is checked as :func:`load_config` does. Commands other than ``train`` take the keys
     they have flags for from it."""
     values = _read_file(path)
-    config = build_config(values).flat()
-    return {key: config[key] for key in values}
+    config = build_config(values)
+    index = flat_index()
+    return {key: getattr(getattr(config, index[key][0]), index[key][1]) for key in values}
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:
-    """Type- and range-check flat ``values`` and build the config."""
-    owners = section_of()
-    fields = flat_fields()
-    kinds = flat_types()
-    checked = {
-        key: coerce(f"{owners[key]}.{name_in_section(key)}", value, kinds[key], fields[key])
-        for key, value in values.items()
-    }
-    try:
-        config = TrainConfig.from_flat(checked)
-    except ValueError as err:  # a section's own check (the scheduling options)
-        raise ConfigError(str(err)) from None
+    """Type- and range-check flat ``values`` (a settings file's or flags' keys) and build
+    the config."""
+    return build_sections(_sections_of(values))
+
+
+def build_sections(values: dict[str, dict[str, Any]]) -> TrainConfig:
+    """Type- and range-check ``{section: {field: value}}`` and build the config."""
+    sections = {}
+    for name, cls in SECTIONS.items():
+        given = values.get(name, {})
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        kinds = field_types(cls)
+        unknown = [key for key in given if key not in fields]
+        if unknown:
+            raise ConfigError(f"unknown key {name}.{unknown[0]}{suggest(unknown[0], list(fields))}")
+        checked = {
+            key: coerce(f"{name}.{key}", value, kinds[key], fields[key])
+            for key, value in given.items()
+        }
+        try:
+            sections[name] = cls(**checked)
+        except ValueError as err:  # a section's own check (the scheduling options)
+            raise ConfigError(str(err)) from None
+    config = TrainConfig(**sections)
     validate(config)
     return config
+
+
+def record_sections(record: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` of a stored settings record (a run folder's
+    ``config.json``, a checkpoint's): sectioned, as written since 0.2.0, or the flat keys
+    of an earlier release, read with a deprecation note (keys no release had are
+    reported, never dropped silently)."""
+    if all(isinstance(v, dict) for v in record.values()) and set(record) <= set(SECTIONS):
+        return {name: dict(record.get(name, {})) for name in SECTIONS}
+    unknown = [key for key in record if key not in flat_index()]
+    if unknown:
+        raise ConfigError(f"{where}: unknown settings key {unknown[0]!r}")
+    get_logger().warning(
+        f"datacentric: note: {where}: flat settings keys (written before 0.2.0) are "
+        "deprecated; a run saves its settings by section"
+    )
+    grouped = _sections_of(record)
+    return {name: grouped.get(name, {}) for name in SECTIONS}
 
 
 def validate(config: TrainConfig) -> None:

@@ -39,6 +39,17 @@ OLDER_NAMES = {
 }
 
 
+def with_older_names(current: dict, changes: dict) -> dict:
+    """``current`` field values with ``changes`` set, each older name
+    (:data:`OLDER_NAMES`) set together with its new one."""
+    values = {**current, **changes}
+    for old, new in OLDER_NAMES.items():
+        for key, partner in ((old, new), (new, old)):
+            if key in changes and partner not in changes:
+                values[partner] = changes[key]
+    return values
+
+
 @dataclass(kw_only=True)
 class SchedulingConfig:
     """The ``[scheduling]`` section: the policy and the knobs of
@@ -133,13 +144,7 @@ class SchedulingConfig:
 
     def updated(self, **values: object) -> SchedulingConfig:
         """A copy with ``values`` set (an older name and its new one set together)."""
-        for key in list(values):
-            partner = OLDER_NAMES.get(key) or next(
-                (old for old, new in OLDER_NAMES.items() if new == key), None
-            )
-            if partner is not None and partner not in values:
-                values[partner] = values[key]
-        return dataclasses.replace(self, **values)
+        return SchedulingConfig(**with_older_names(dataclasses.asdict(self), values))
 
 
 def deprecated_schedule_options(where: str) -> type[SchedulingConfig]:

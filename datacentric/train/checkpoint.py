@@ -54,6 +54,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from datacentric.log import get_logger
 from datacentric.regular_files import file_sha256, read_regular_text
+from datacentric.settings.run_settings import record_sections
+from datacentric.settings.schema import ConfigError
 from datacentric.train.safe_load import (
     SafeFileSystemReader,
     SafeLoadPlanner,
@@ -561,7 +563,7 @@ def load_checkpoint(
         "model": without_aliases(model, get_model_state_dict(model)),
         "optimizer": get_optimizer_state_dict(model, optimizer),
     }
-    saved_model = (trainer_state.get("config") or {}).get("model")
+    saved_model = _saved_model(trainer_state.get("config") or {}, path)
     if expect_model is not None and saved_model is not None and saved_model != expect_model:
         raise CheckpointError(
             f"{path} holds a {saved_model!r} model, this run builds {expect_model!r}; "
@@ -588,6 +590,15 @@ def load_checkpoint(
     if rng_file.name in read_manifest(path):  # a file the manifest lacks is not read
         set_rng_state(load_tensor_file(rng_file))
     return trainer_state
+
+
+def _saved_model(record: dict[str, Any], path: Path) -> str | None:
+    """The model a checkpoint's settings record names (sectioned, or an earlier
+    release's flat keys); ``None`` when it names none."""
+    try:
+        return record_sections(record, str(path / TRAINER_FILE))["model"].get("model")
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def _load_dcp(state: dict[str, Any], path: Path, single: bool = False) -> None:

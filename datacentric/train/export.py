@@ -51,6 +51,8 @@ from datacentric.models.source import (
 )
 from datacentric.progress import Progress
 from datacentric.regular_files import file_sha256, read_regular_text
+from datacentric.settings.run_settings import record_sections
+from datacentric.settings.schema import ConfigError
 from datacentric.train.checkpoint import (
     TRAINER_FILE,
     CheckpointError,
@@ -86,8 +88,8 @@ class ExportError(ValueError):
     """A run folder that cannot be exported, or an output folder we must not replace."""
 
 
-def run_settings(run_dir: Path) -> dict[str, Any]:
-    """The resolved settings a run wrote (``config.json``)."""
+def run_settings(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The resolved settings a run wrote (``config.json``), by section."""
     path = run_dir / "config.json"
     if not path.is_file():
         raise ExportError(f"{run_dir}: no config.json (is it the --out folder of a train run?)")
@@ -97,7 +99,16 @@ def run_settings(run_dir: Path) -> dict[str, Any]:
         raise ExportError(f"{path} is corrupt: {err}") from None
     if not isinstance(settings, dict):
         raise ExportError(f"{path} is corrupt: not a JSON object")
-    return settings
+    return _sections(settings, path)
+
+
+def _sections(record: dict[str, Any], where: Path) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` of a stored settings record (an earlier release's
+    flat keys read too)."""
+    try:
+        return record_sections(record, str(where))
+    except ConfigError as err:
+        raise ExportError(f"{err} (is it a train run's?)") from None
 
 
 def clean_name(name: str) -> str:
@@ -340,17 +351,19 @@ def _recorded_settings(
     its manifest, and a pin, cover), else the run's ``config.json``. Unless the model is
     ``named`` (``--model``), a ``config.json`` naming another model than the checkpoint
     is an :class:`ExportError`."""
-    saved = trainer.get("config")
-    if not isinstance(saved, dict):
+    record = trainer.get("config")
+    if not isinstance(record, dict):
         return run_settings(run)
+    saved = _sections(record, checkpoint / TRAINER_FILE)
     if not named and (run / "config.json").is_file():
-        settings = run_settings(run)
+        settings = run_settings(run)["model"]
         for key in ("model", "model_args"):
-            if key in settings and settings[key] != saved.get(key):
+            if key in settings and settings[key] != saved["model"].get(key):
                 raise ExportError(
                     f"{run / 'config.json'} says {key} {settings[key]!r}, but "
-                    f"{checkpoint / TRAINER_FILE} was trained with {saved.get(key)!r}: the run "
-                    "folder was changed; pass --model (and --model-arg) naming the model"
+                    f"{checkpoint / TRAINER_FILE} was trained with "
+                    f"{saved['model'].get(key)!r}: the run folder was changed; pass --model "
+                    "(and --model-arg) naming the model"
                 )
     return saved
 
@@ -360,10 +373,10 @@ def _export_source(
 ) -> ModelSource:
     """The model to export: ``--model``/``--model-arg`` when given, else the run's record;
     a ``pkg.module:factory`` only the user named is run (never one the folder names)."""
-    recorded = settings.get("model")
+    recorded = settings["model"].get("model")
     if model is None and not isinstance(recorded, str):
         raise ExportError(f"{run}: the run records no model; pass --model naming it")
-    args = parse_model_args(model_args) if model_args else settings.get("model_args")
+    args = parse_model_args(model_args) if model_args else settings["model"].get("model_args")
     source = resolve_model(model or recorded, args)
     if source.kind == "factory" and model is None:
         raise ExportError(
@@ -444,8 +457,9 @@ def _export_hf(
 
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
     folders = []
-    if settings.get("tokenizer"):  # a tokenizer.json file, or a tokenizer folder
-        given = Path(settings["tokenizer"])
+    tokenizer = settings["data"].get("tokenizer")
+    if tokenizer:  # a tokenizer.json file, or a tokenizer folder
+        given = Path(tokenizer)
         folders.append(given if given.is_dir() else given.parent)
     if source.folder is not None:
         folders.append(source.folder)

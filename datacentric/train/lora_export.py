@@ -41,13 +41,13 @@ DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 
 def lora_from_settings(settings: dict[str, Any]) -> LoraSpec | None:
-    """The LoRA spec a run recorded (its ``lora_*`` keys, read into the ``[lora]`` section
-    that :func:`~datacentric.train.build.lora_of` converts); ``None`` for a full fine-tune."""
-    from datacentric.settings.layout import name_in_section, section_keys
+    """The LoRA spec a run recorded (its ``[lora]`` section of ``{section: {field:
+    value}}``, converted by :func:`~datacentric.train.build.lora_of`); ``None`` for a full
+    fine-tune."""
     from datacentric.settings.sections import LoraConfig
     from datacentric.train.build import lora_of
 
-    recorded = {name_in_section(k): settings.get(k) for k in section_keys()["lora"]}
+    recorded = settings.get("lora", {})
     return lora_of(LoraConfig(**{k: v for k, v in recorded.items() if v is not None}))
 
 

@@ -190,7 +190,9 @@ def run_policy(
     found (``prechecked``); returns the CPU seconds the ranks got over the run, their
     wall seconds, and their processes' whole CPU seconds (start-up included), each
     summed over ranks."""
-    config = config.updated(overwrite=True, resume=False, resume_from=None)
+    config = config.updated(
+        job={"overwrite": True}, checkpoint={"resume": False, "resume_from": None}
+    )
     clocks = launch(
         train_rank_clocked,
         config,
@@ -246,13 +248,12 @@ def compare_policies(
         for k, (repeat, policy) in enumerate(order):
             bar.update(1 if k else 0, stage=f"{policy}, run {repeat + 1}")
             config = base.updated(
-                policy=policy,
-                out=str(repeat_folder(out, policy, repeat)),
-                profile_dir=str(profile_dir),
-                timeline=True,
-                resume=False,
-                epochs=1,
-                iterations=None,
+                scheduling={"policy": policy},
+                job={"out": str(repeat_folder(out, policy, repeat))},
+                cost={"profile_dir": str(profile_dir)},
+                metrics={"timeline": True},
+                checkpoint={"resume": False},
+                training={"epochs": 1, "iterations": None},
             )
             cpu, wall, process = run_policy(config, world_size, prechecked)
             cpu_s, wall_s, process_s = cpu_s + cpu, wall_s + wall, process_s + process

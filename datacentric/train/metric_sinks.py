@@ -243,7 +243,7 @@ def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) ->
 
 def wandb_settings(metrics: Any, record: dict[str, Any]) -> dict[str, Any] | None:
     """The W&B arguments of the ``[metrics]`` section (None: W&B is off); ``record``: the
-    run's flat settings, which W&B keeps as the run's config."""
+    run's settings by section, which W&B keeps as the run's config."""
     if not metrics.wandb:
         return None
     return {"project": metrics.wandb_project, "mode": metrics.wandb_mode, "config": record}

@@ -19,7 +19,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,9 @@ from datacentric.parallel.loss import loss_tokens_function
 from datacentric.regular_files import check_regular, open_regular
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
-from datacentric.settings import TrainConfig, section_keys
+from datacentric.settings import SECTIONS, ConfigError, TrainConfig
+from datacentric.settings.run_settings import record_sections
+from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import TrainingConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes
@@ -65,15 +67,9 @@ from datacentric.train.validation import PromptSamples, ValidationRecord, write_
 #: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
 #: learning rate, checkpointing, world size...) may change.
 RESUME_FIXED = (
-    *(k for s in ("model", "lora", "data", "scheduling") for k in section_keys()[s]),
-    "seed",
+    *((s, f.name) for s in ("model", "lora", "data", "scheduling") for f in fields(SECTIONS[s])),
+    ("job", "seed"),
 )
-#: Older names that are one setting with a newer one (``SchedulingConfig``): a resume
-#: compares the value, whichever name gave it.
-ALIASES = {
-    "tokens_per_iteration": "global_batch_tokens",
-    "samples_per_iteration": "global_batch_samples",
-}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -303,12 +299,16 @@ class Trainer:
     def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
         """Refuse a resume whose data, model or schedule settings differ from the
         checkpoint's (any world size), naming each changed setting."""
-        saved = _resolve_aliases(state.get("config") or {})
+        try:
+            saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
+        except ConfigError as err:
+            raise CheckpointError(str(err)) from None
         now = _resolve_aliases(self.settings_json)
         changed = [
-            f"{key} ({saved[key]!r} -> {now[key]!r})"
-            for key in RESUME_FIXED
-            if key in saved and _as_json(saved[key]) != _as_json(now[key])
+            f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
+            for section, name in RESUME_FIXED
+            if name in saved[section]
+            and _as_json(saved[section][name]) != _as_json(now[section][name])
         ]
         fingerprint = state.get("dataset_fingerprint")
         if fingerprint is not None and fingerprint != self._dataset_fingerprint():
@@ -721,14 +721,15 @@ def train_rank_in_locked_folder(
     return Trainer(config, groups, lock_folder=False, prechecked=prechecked).run()
 
 
-def _resolve_aliases(settings: dict[str, Any]) -> dict[str, Any]:
-    """``settings`` with each old name and its new name holding the value either gave."""
-    resolved = dict(settings)
-    for old, new in ALIASES.items():
-        if old in resolved or new in resolved:
-            value = resolved.get(new)
-            resolved[old] = resolved[new] = value if value is not None else resolved.get(old)
-    return resolved
+def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` with each older scheduling name and its new name
+    holding the value either gave (:data:`~datacentric.settings.scheduling.OLDER_NAMES`)."""
+    scheduling = dict(settings.get("scheduling", {}))
+    for old, new in OLDER_NAMES.items():
+        if old in scheduling or new in scheduling:
+            value = scheduling.get(new)
+            scheduling[old] = scheduling[new] = value if value is not None else scheduling.get(old)
+    return {**settings, "scheduling": scheduling}
 
 
 def _draw_plots(out: Path) -> None:

@@ -9,8 +9,9 @@ import warnings
 
 import pytest
 
-from datacentric.settings import SECTIONS, TrainConfig, build_config, load_config
+from datacentric.settings import SECTIONS, ConfigError, TrainConfig, load_config
 from datacentric.settings.layout import flat_index
+from datacentric.settings.run_settings import record_sections
 from datacentric.settings.sections import LoraConfig, TrainingConfig
 
 
@@ -50,24 +51,45 @@ def test_flat_keyword_construction_and_replace_still_work():
     with pytest.warns(DeprecationWarning):
         other = dataclasses.replace(settings, lr=0.25)
     assert other.training.lr == 0.25 and settings.training.lr == 0.5  # a copy
-    assert settings.updated(lr=0.25) == other
+    assert settings.updated(training={"lr": 0.25}) == other
+    with pytest.warns(DeprecationWarning, match=r"settings\.training\.lr"):
+        assert settings.updated(lr=0.25) == other  # a flat key, deprecated
 
 
-def test_a_flat_config_json_of_an_earlier_version_loads(tmp_path):
-    earlier = load_config(None, lr=0.02, lora_rank=8, dataset_limit=5)
+def test_config_json_is_sectioned_and_an_earlier_flat_one_loads(tmp_path, capsys):
+    settings = load_config(None, lr=0.02, lora_rank=8, dataset_limit=5)
     path = tmp_path / "config.json"
-    earlier.save(path)
-    flat = json.loads(path.read_text())
-    assert set(flat) == set(flat_index()) and flat["lora_rank"] == 8  # flat keys, as before
-    again = build_config(flat)
-    assert again == earlier
-    assert again.data.dataset_limit == 5
+    settings.save(path)
+    record = json.loads(path.read_text())
+    assert list(record) == list(SECTIONS) and record["lora"]["rank"] == 8  # no flat key
+    assert TrainConfig.from_record(record) == settings
+    earlier = {key: getattr(getattr(settings, s), n) for key, (s, n) in flat_index().items()}
+    again = TrainConfig.from_record(json.loads(json.dumps(earlier)), "run/config.json")
+    assert again == settings and again.data.dataset_limit == 5
+    note = capsys.readouterr().err
+    assert "run/config.json: flat settings keys" in note and "deprecated" in note
+    with pytest.raises(ConfigError, match="unknown settings key 'learning_rate'"):
+        record_sections({**earlier, "learning_rate": 1.0}, "config.json")
+    with pytest.raises(ConfigError, match="unknown key training.learning_rate"):
+        TrainConfig.from_record({"training": {"learning_rate": 1.0}})
+
+
+def test_settings_update_by_section_keeping_an_older_name_with_its_new_one():
+    settings = load_config(None, tokens_per_iteration=512)
+    moved = settings.updated(scheduling={"tokens_per_iteration": 256}, job={"out": "b"})
+    assert (moved.scheduling.global_batch_tokens, moved.job.out) == (256, "b")
+    with pytest.raises(ConfigError, match="scheduling.reorder_window must be >= 1"):
+        settings.updated(scheduling={"reorder_window": 0})
+    with pytest.raises(TypeError, match="no section"):
+        settings.updated(sheduling={"policy": "static"})
 
 
 def test_settings_travel_to_ranks_and_from_json():
     settings = load_config(None, lr=0.03, trace_steps=(2, 3))
     assert pickle.loads(pickle.dumps(settings)) == settings
-    assert TrainConfig.from_flat(settings.flat()) == settings
+    assert TrainConfig.from_record(json.loads(json.dumps(settings.to_json()))) == settings
+    with pytest.warns(DeprecationWarning, match="flat"):
+        assert TrainConfig.from_flat(settings.flat()) == settings
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # none of this reads flat
         settings.to_toml()

@@ -35,7 +35,7 @@ def test_validation_keys_are_prefixed_in_flags_files_and_code(tmp_path):
         5,
         8,
     )
-    assert loaded.flat()["validation_every"] == 5
+    assert loaded.validation.every == 5
     shown = tmp_path / "shown.toml"
     shown.write_text(loaded.to_toml())
     assert load_config(shown).validation == loaded.validation

@@ -28,10 +28,10 @@ def lora_run(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     ("changed", "named"),
     [
-        (["--lora.alpha", "16"], "lora_alpha (4.0 -> 16.0)"),
-        (["--lora.dropout", "0.1"], "lora_dropout (0.0 -> 0.1)"),
-        (["--lora.targets", "wq,wv"], "lora_targets (None -> 'wq,wv')"),
-        (["--lora.rank", "4"], "lora_rank (2 -> 4)"),
+        (["--lora.alpha", "16"], "lora.alpha (4.0 -> 16.0)"),
+        (["--lora.dropout", "0.1"], "lora.dropout (0.0 -> 0.1)"),
+        (["--lora.targets", "wq,wv"], "lora.targets (None -> 'wq,wv')"),
+        (["--lora.rank", "4"], "lora.rank (2 -> 4)"),
     ],
 )
 def test_a_resume_with_other_lora_settings_is_refused(lora_run, changed, named, capsys):

@@ -35,7 +35,7 @@ def set_model(run: Path, model: str, args: dict, *, checkpoint_too: bool = True)
     for file in files:
         record = json.loads(file.read_text())
         settings = record.get("config", record)
-        settings["model"], settings["model_args"] = model, args
+        settings["model"].update(model=model, model_args=args)
         file.write_text(json.dumps(record))
     if checkpoint_too:
         rewrite_manifest(checkpoint)
