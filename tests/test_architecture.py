@@ -498,8 +498,37 @@ DEPRECATED_MODULES = {
     "datacentric.train.config": "datacentric.settings",
 }
 #: The files that import a deprecated location on purpose: to check it still works and warns.
-CHECKS_DEPRECATIONS = {"tests/test_public_api.py", "tests/test_architecture.py"}
+CHECKS_DEPRECATIONS = {
+    "tests/test_public_api.py",
+    "tests/test_architecture.py",
+    "tests/pure/settings/test_one_type_per_section.py",
+    "tests/runtime/data/test_data_sources.py",
+}
+#: Deprecated names of a module that still exists -> their names now.
+DEPRECATED_NAMES = {
+    ("datacentric.settings", "ScheduleOptions"): "SchedulingConfig",
+    ("datacentric.scheduling", "ScheduleOptions"): "datacentric.settings.SchedulingConfig",
+    ("datacentric.data", "DataSettings"): "DataConfig",
+    ("datacentric.data.sources", "DataSettings"): "datacentric.data.DataConfig",
+    ("datacentric.models.configs", "ModelConfig"): "PresetConfig",
+}
 REPO = ROOT.parent
+
+
+def _deprecated_names(source: str) -> list[str]:
+    """``module.name`` of each :data:`DEPRECATED_NAMES` import in ``source``, and each
+    read of a name deprecated wherever it is (``data.DataSettings``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            found += [
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if (node.module, alias.name) in DEPRECATED_NAMES
+            ]
+        elif isinstance(node, ast.Attribute) and node.attr in ("ScheduleOptions", "DataSettings"):
+            found.append(f"{ast.unparse(node.value)}.{node.attr}")
+    return found
 
 
 def deprecated_imports(files: dict[str, str]) -> list[str]:
@@ -514,6 +543,7 @@ def deprecated_imports(files: dict[str, str]) -> list[str]:
         for target in sorted(imports_in(source, name, MODULES, package=package)):
             if target in DEPRECATED_MODULES:
                 found.append(f"{path} imports {target} (use {DEPRECATED_MODULES[target]})")
+        found += [f"{path} reads the deprecated {old}" for old in _deprecated_names(source)]
     return found
 
 
@@ -533,6 +563,9 @@ def test_nothing_of_ours_imports_a_deprecated_location() -> None:
         "from datacentric.train.config import TrainConfig\n",
         "def f():\n    from datacentric.scheduling import options\n",
         "import importlib\nimportlib.import_module('datacentric.models.batch')\n",
+        "from datacentric.data import DataSettings\n",
+        "from datacentric.settings import ScheduleOptions\n",
+        "import datacentric.scheduling as s\nx = s.ScheduleOptions()\n",
     ],
 )
 def test_a_planted_import_of_a_deprecated_location_is_found(source: str) -> None:
