@@ -27,6 +27,7 @@ from typing import Any
 
 from datacentric.log import get_logger
 from datacentric.regular_files import NotRegularFileError, kind_of, open_regular
+from datacentric.settings.checks import check_resume, check_validation, parse_fault
 from datacentric.settings.layout import (
     SECTIONS,
     flat_docs,
@@ -59,7 +60,6 @@ from datacentric.settings.sections import (
     TrainingConfig,
     ValidationConfig,
     check_shard,
-    split_fraction,
 )
 
 
@@ -427,7 +427,7 @@ def validate(config: TrainConfig) -> None:
     """Settings that are each valid but cannot work together, or need parsing."""
     if config.training.fault_inject is not None:
         parse_fault(config.training.fault_inject)
-    _check_resume(config.job, config.checkpoint)
+    check_resume(config.job, config.checkpoint)
     parallelism = config.parallelism
     try:
         check_shard(parallelism.shard, parallelism.reshard_after_forward)
@@ -444,7 +444,7 @@ def validate(config: TrainConfig) -> None:
     if any(step < 1 for step in config.profiling.trace_steps):
         low = min(config.profiling.trace_steps)
         raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
-    _check_validation(config.validation, config.training, config.checkpoint)
+    check_validation(config.validation, config.training, config.checkpoint)
     cost = config.cost
     if cost.warmup < 2:
         raise ConfigError(f"cost.warmup: must be >= 2, got {cost.warmup}")
@@ -452,74 +452,3 @@ def validate(config: TrainConfig) -> None:
         raise ConfigError(f"cost.repeats: must be >= 1, got {cost.repeats}")
     if cost.timeout_s <= 0:
         raise ConfigError(f"cost.timeout_s: must be > 0, got {cost.timeout_s}")
-
-
-def _check_validation(
-    validation: ValidationConfig, training: TrainingConfig, checkpoint: CheckpointConfig
-) -> None:
-    """A held-out split that cannot be drawn, ``every`` past a run of known length, a
-    ``keep_best`` with nothing to rank the checkpoints by."""
-    try:
-        split_fraction(validation.dataset)
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
-    every, steps = validation.every, training.iterations
-    if validation.dataset is None and validation.limit is not None:
-        raise ConfigError(
-            "validation.limit: no held-out samples; set validation.dataset "
-            "(split=0.1, or a dataset such as jsonl:heldout.jsonl)"
-        )
-    if validation.dataset is None and validation.prompts is None and every:
-        raise ConfigError(
-            "validation.every: nothing to validate; set validation.dataset (split=0.1, or "
-            "a dataset such as jsonl:heldout.jsonl) or validation.prompts"
-        )
-    if every and steps is not None and every > steps:
-        raise ConfigError(
-            f"validation.every: {every} is more than the run's {steps} steps "
-            "(training.iterations): validation would run only after the last step; lower it"
-        )
-    if checkpoint.keep_best and validation.dataset is None:
-        raise ConfigError(
-            "checkpoint.keep_best: needs a validation loss to rank checkpoints by; set "
-            "validation.dataset (and validation.every, at checkpoint steps)"
-        )
-
-
-def _check_resume(job: JobConfig, checkpoint: CheckpointConfig) -> None:
-    """``overwrite`` with a resume, and a SHA-256 pin that cannot be checked."""
-    resuming = checkpoint.resume or checkpoint.resume_from is not None
-    if job.overwrite and resuming:
-        flag = "--resume" if checkpoint.resume else "--resume-from"
-        raise ConfigError(
-            f"job.overwrite and checkpoint.{flag[2:].replace('-', '_')} cannot both be set: "
-            f"--overwrite deletes the run that {flag} continues; drop one of them"
-        )
-    if checkpoint.expect_sha256 is not None:
-        digest = checkpoint.expect_sha256.strip().lower()
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise ConfigError(
-                "checkpoint.expect_sha256: needs 64 hexadecimal digits (the SHA-256 of "
-                f"manifest.json), got {checkpoint.expect_sha256!r}"
-            )
-        if not resuming:
-            raise ConfigError(
-                "checkpoint.expect_sha256: only checked when resuming; pass --resume or "
-                "--resume-from with it"
-            )
-
-
-def parse_fault(spec: str) -> tuple[int, int, str]:
-    """``RANK:ITERATION[:kill|hang]`` -> (rank, iteration, mode)."""
-    parts = spec.split(":")
-    mode = parts[2] if len(parts) == 3 else "kill"
-    try:
-        if len(parts) not in (2, 3) or mode not in ("kill", "hang", "term", "stop"):
-            raise ValueError
-        rank, iteration = int(parts[0]), int(parts[1])
-    except ValueError:
-        raise ConfigError(
-            "training.fault_inject: must be 'RANK:ITERATION' or 'RANK:ITERATION:hang|term|stop' "
-            f"(e.g. '1:3'), got {spec!r}"
-        ) from None
-    return rank, iteration, mode

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from datacentric.settings.run_settings import parse_fault
+from datacentric.settings.checks import parse_fault
 
 
 @dataclass
