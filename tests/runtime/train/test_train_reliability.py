@@ -27,6 +27,7 @@ from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
+from datacentric.train.config import TrainConfig
 from datacentric.train.run_folder import LOCK_FILE
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
@@ -42,9 +43,16 @@ def epoch_ids(out: Path, epoch: int = 0) -> Counter:
     return Counter(i for r in logged_samples(out) if r["epoch"] == epoch for i in r["sample_ids"])
 
 
-def test_resume_after_a_crash_is_bitwise_identical(tmp_path):
-    straight = small_config(tmp_path / "straight", iterations=6, checkpoint_every=3)
-    spawn(train_rank, 2, straight, timeout_s=600)
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> TrainConfig:
+    """An uninterrupted world-2 run of 6 steps (a checkpoint after step 3): what a
+    resumed run must equal bitwise."""
+    config = small_config(tmp_path_factory.mktemp("straight"), iterations=6, checkpoint_every=3)
+    spawn(train_rank, 2, config, timeout_s=600)
+    return config
+
+
+def test_resume_after_a_crash_is_bitwise_identical(straight, tmp_path):
     crashed = dataclasses.replace(straight, out=str(tmp_path / "crashed"), fault_inject="0:3")
     with pytest.raises(RuntimeError, match=r"rank \d"):
         spawn(train_rank, 2, crashed, timeout_s=600)
@@ -189,9 +197,7 @@ def test_two_resumes_at_once_one_runs_the_other_names_the_holder(tmp_path, capsy
     assert not lock.exists()
 
 
-def test_sigterm_saves_and_the_resume_is_bitwise_identical(tmp_path):
-    straight = small_config(tmp_path / "straight", iterations=6, checkpoint_every=100)
-    spawn(train_rank, 2, straight, timeout_s=600)
+def test_sigterm_saves_and_the_resume_is_bitwise_identical(straight, tmp_path):
     out = tmp_path / "preempted"
     argv = ["--world", "2", "--iterations", "6", "--checkpoint-every", "100", "--out", str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
