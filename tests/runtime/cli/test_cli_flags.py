@@ -159,12 +159,13 @@ def test_simulate_config_errors_are_one_line(tmp_path, capsys, text, message):
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_example_config_loads_and_round_trips(example, tmp_path, capsys):
     config = load_config(example)
-    assert config.model in MODEL_PRESETS or ":" in config.model
+    assert config.model.model in MODEL_PRESETS or ":" in config.model.model
     text = example.read_text()
+    data = config.data
     names_paths = any(
-        config.dataset.startswith(kind) for kind in ("jsonl:", "parquet:", "text:", "latents:")
+        data.dataset.startswith(kind) for kind in ("jsonl:", "parquet:", "text:", "latents:")
     )
-    if names_paths or config.tokenizer or config.bucket_config:
+    if names_paths or data.tokenizer or data.bucket_config:
         assert "# your" in text, f"{example.name}: say that its data paths are the user's"
     assert main(["config", "--show", "--config", str(example)]) == 0
     shown = tmp_path / "shown.toml"
@@ -176,7 +177,7 @@ def test_examples_cover_the_documented_setups():
     names = {p.name for p in EXAMPLES}
     assert names >= {"cpu.toml", "one-gpu.toml", "node-8gpu.toml", "multi-node.toml"}
     assert names >= {"video.toml", "long-text.toml"}
-    assert load_config(ROOT / "examples/configs/cpu.toml").world == 2
+    assert load_config(ROOT / "examples/configs/cpu.toml").parallelism.world == 2
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ def tiny_config(out, **overrides) -> TrainConfig:
 
 def user_dc(config: TrainConfig) -> DataCentric:
     """What a user builds for the same run as the trainer (same seed, same inputs)."""
-    torch.manual_seed(config.seed)
+    torch.manual_seed(config.job.seed)
     dataset = build_dataset(config.data, config.job.seed)
     model = build_model_for(config.model, dataset, lora=config.lora)
     cost = run_cost_model(
@@ -42,10 +42,10 @@ def user_dc(config: TrainConfig) -> DataCentric:
     return DataCentric(
         model,
         dataset,
-        policy=config.policy,
+        policy=config.scheduling.policy,
         cost_model=cost,
-        tokens_per_iteration=config.tokens_per_iteration,
-        seed=config.seed,
+        tokens_per_iteration=config.scheduling.tokens_per_iteration,
+        seed=config.job.seed,
         groups=ProcessGroups.local(),
     )
 
@@ -59,7 +59,7 @@ def run_user_loop(dc: DataCentric, config: TrainConfig, optimizer, steps: int) -
         for micro in step:
             micro.backward(dc.model(micro.batch))
         step.finish()
-        torch.nn.utils.clip_grad_norm_(dc.model.parameters(), config.grad_clip)
+        torch.nn.utils.clip_grad_norm_(dc.model.parameters(), config.training.grad_clip)
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -70,9 +70,9 @@ def run_user_loop(dc: DataCentric, config: TrainConfig, optimizer, steps: int) -
 def adamw(dc: DataCentric, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW(
         dc.model.parameters(),
-        lr=config.lr,
-        betas=config.betas,
-        weight_decay=config.weight_decay,
+        lr=config.training.lr,
+        betas=config.training.betas,
+        weight_decay=config.training.weight_decay,
     )
 
 
@@ -80,8 +80,8 @@ def test_trainer_and_user_loop_give_identical_parameters(tmp_path):
     config = tiny_config(tmp_path / "run")
     result = train_rank(config, ProcessGroups.local())
     dc = user_dc(config)
-    run_user_loop(dc, config, adamw(dc, config), config.iterations)
-    assert result.iterations_done == dc.position.iterations_done == config.iterations
+    run_user_loop(dc, config, adamw(dc, config), config.training.iterations)
+    assert result.iterations_done == dc.position.iterations_done == config.training.iterations
     assert weights_sha256(dc.model.state_dict()) == result.weights_sha256
 
 

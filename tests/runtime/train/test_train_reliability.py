@@ -140,7 +140,7 @@ def test_non_finite_loss_stops_and_keeps_the_checkpoint(tmp_path):
     with pytest.raises(NonFiniteLossError, match=r"iteration \d+ \(epoch \d+\): loss is") as err:
         train_rank(config, ProcessGroups.local())
     assert "samples [" in str(err.value)
-    latest = latest_checkpoint(config.out)
+    latest = latest_checkpoint(config.job.out)
     assert latest is not None
     state = verify_checkpoint(latest)
     failed_at = int(str(err.value).split("iteration ")[1].split(" ")[0])
