@@ -34,7 +34,8 @@ class Pipeline:
     """Plans ``shapes`` once and schedules each epoch (see the module doc).
 
     ``memory_cap_bytes``: the budget per rank (required unless ``plan`` is given, whose
-    budget is then the one). ``policy``: the default policy of :meth:`schedule`.
+    budget is then the one). ``policy``: the default policy of :meth:`schedule` (unset:
+    the ``[scheduling]`` section's, ``options.policy``).
     ``options``: the ``[scheduling]`` section (its ``max_micro_batch_size`` is the one
     bound of the plan's micro-batches). ``sp_sizes``: the SP sizes the planner may use
     (default: every one the cost model supports). ``skip_unfittable``: leave out buckets that fit no
@@ -49,7 +50,7 @@ class Pipeline:
         *,
         world_size: int,
         memory_cap_bytes: int | None = None,
-        policy: str = "dcp-opt",
+        policy: str | None = None,
         options: SchedulingConfig | None = None,
         seed: int = 0,
         sp_sizes: Sequence[int] | None = None,
@@ -58,6 +59,8 @@ class Pipeline:
     ) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
+        self.options = options or SchedulingConfig()
+        policy = policy or self.options.policy
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
         if plan is None and memory_cap_bytes is None:
@@ -74,7 +77,6 @@ class Pipeline:
         self.cost_model = cost_model
         self.world_size = int(world_size)
         self.policy = policy
-        self.options = options or SchedulingConfig()
         self.seed = int(seed)
         self.sp_sizes = None if sp_sizes is None else list(sp_sizes)
         self.skip_unfittable = skip_unfittable

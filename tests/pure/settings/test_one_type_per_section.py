@@ -55,6 +55,9 @@ def test_the_policies_take_the_scheduling_section_itself():
     assert tuple(POLICIES) == POLICY_NAMES
     assert "SchedulingConfig" in str(inspect.signature(Pipeline).parameters["options"])
     assert "SchedulingConfig" in str(PolicyInput.__annotations__["options"])
+    section = SchedulingConfig(policy="static")
+    pipeline = Pipeline([], object(), world_size=1, memory_cap_bytes=1, options=section)
+    assert pipeline.policy == "static" and pipeline.options is section  # taken as it is
 
 
 def test_older_names_of_a_setting_are_one_value():
