@@ -105,15 +105,32 @@ def check_validation(
 def check_prompts(config: TrainConfig, module: nn.Module) -> None:
     """The prompts file reads as text (:func:`~datacentric.data.prompts.read_prompts`)
     and the model (``module``, on the meta device) has next-token logits to continue
-    it with."""
+    it with, or a ``pipeline`` renders for it (:func:`check_render_pipeline`)."""
     from datacentric.data.prompts import read_prompts
 
     read_prompts(config.validation.prompts)
+    if config.validation.pipeline is not None:
+        check_render_pipeline(config, module)
+        return
     if not callable(getattr(module, "logits", None)):
         raise ValueError(
             f"validation.prompts: {config.model.model} has no next-token logits to generate "
             "with (a text model: hf:DIR); leave validation.prompts unset"
         )
+
+
+def check_render_pipeline(config: TrainConfig, module: nn.Module) -> None:
+    """The ``validation.pipeline`` folder is a pipeline of the class of the transformer
+    ``module`` holds (on the meta device) and renders the requested size and frames
+    (:func:`~datacentric.models.diffusers_render.check_render_pipeline`)."""
+    from datacentric.models.diffusers_render import (
+        RenderSettings,
+        check_render_pipeline,
+        render_transformer,
+    )
+
+    name = type(render_transformer(module)).__name__
+    check_render_pipeline(config.validation.pipeline, name, RenderSettings.of(config.validation))
 
 
 def check_held_out_fits(

@@ -63,50 +63,59 @@ PIPELINES: dict[str, PipelineFamily] = {
 """Pipelines ``prepare`` encodes for, by diffusers class name."""
 
 
-def read_model_index(folder: str | Path) -> dict[str, Any]:
+def read_model_index(folder: str | Path, where: str = "--pipeline") -> dict[str, Any]:
     """``model_index.json`` of a pipeline folder, checked: a known pipeline class, and
-    every component a diffusers or transformers class (:class:`PipelineError` else)."""
+    every component a diffusers or transformers class (:class:`PipelineError` else, its
+    message starting with ``where``, the setting that named the folder)."""
     path = Path(folder).expanduser() / "model_index.json"
     if not path.is_file():
         raise PipelineError(
-            f"--pipeline {folder}: no model_index.json (a diffusers pipeline folder, as "
+            f"{where} {folder}: no model_index.json (a diffusers pipeline folder, as "
             "save_pretrained writes it)"
         )
     try:
         index = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise PipelineError(f"{path}: not JSON ({err})") from None
-    name = index.get("_class_name")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PipelineError(f"{where} {path}: not a JSON file ({err})") from None
+    name = index.get("_class_name") if isinstance(index, dict) else None
     if name not in PIPELINES:
         raise PipelineError(
-            f"{path}: pipeline {name!r}; prepare encodes for {', '.join(PIPELINES)}"
+            f"{where} {path}: pipeline {name!r}; it takes {', '.join(PIPELINES)} folders"
         )
     for key, value in index.items():
-        if key.startswith("_") or not isinstance(value, list) or value[0] is None:
+        if key.startswith("_") or not isinstance(value, list) or not value or value[0] is None:
             continue
         if value[0] not in ALLOWED_LIBRARIES:
             raise PipelineError(
-                f"{path}: component {key} is {value[0]}.{value[1]}: only diffusers and "
-                "transformers classes load (other code in the folder never runs)"
+                f"{where} {path}: component {key} is {value[0]}.{value[1]}: only diffusers "
+                "and transformers classes load (other code in the folder never runs)"
             )
     return index
 
 
-def open_pipeline(folder: str | Path, device: str | torch.device = "cpu") -> Any:
-    """The pipeline of ``folder`` without its transformer, on ``device``, in eval mode."""
+def open_pipeline(
+    folder: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    transformer: torch.nn.Module | None = None,
+    where: str = "--pipeline",
+) -> Any:
+    """The pipeline of ``folder`` on ``device``, in eval mode: without its transformer, or
+    with ``transformer`` in its place (a model already placed, left where and as it is);
+    ``where`` names the setting that named the folder in messages."""
     import diffusers
 
-    index = read_model_index(folder)
+    index = read_model_index(folder, where)
     cls = getattr(diffusers, index["_class_name"])
-    skip = {"transformer": None} if "transformer" in index else {}
+    given = {"transformer": transformer} if "transformer" in index else {}
     try:
-        pipe = cls.from_pretrained(str(Path(folder).expanduser()), local_files_only=True, **skip)
+        pipe = cls.from_pretrained(str(Path(folder).expanduser()), local_files_only=True, **given)
     except (OSError, ValueError, TypeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise PipelineError(f"--pipeline {folder}: cannot load ({first})") from None
-    pipe.to(device)
+        raise PipelineError(f"{where} {folder}: cannot load ({first})") from None
     for module in pipe.components.values():
-        if isinstance(module, torch.nn.Module):
+        if isinstance(module, torch.nn.Module) and module is not transformer:
+            module.to(device)
             module.eval()
     return pipe
 

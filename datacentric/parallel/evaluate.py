@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -34,6 +35,7 @@ from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.schedule import Iteration
 
 Pack = Callable[[Sequence[int], int], PackedBatch]
+T = TypeVar("T")
 
 
 def evaluate_schedule(
@@ -104,6 +106,36 @@ class _gathered:
             unit.set_reshard_after_forward(blocks and unit is not self.model, recurse=False)
 
 
+def each_prompt_alone(
+    runtime: DataCentricRuntime, count: int, run: Callable[[nn.Module, int], T]
+) -> list[T]:
+    """``[run(module, k) for k in range(count)]``, spread over the ranks: prompt ``k`` runs
+    on rank ``k % world``, alone (its own SP group of one), forward only, with the model
+    in eval mode (FSDP2 state gathered once, the random streams restored after);
+    ``module`` is the unwrapped model. Collective (every rank calls it with the same
+    ``count``); every rank gets every result."""
+    groups = runtime.groups
+    model = runtime.model
+    module = unwrap(model)
+    group, ring = groups.split(groups.rank, 1, 1)
+    mine: dict[int, T] = {}
+    devices = [groups.device] if groups.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), _gathered(model):
+        was_training = model.training
+        model.eval()
+        try:
+            for k in range(groups.rank, count, groups.world_size):
+                with runtime.attention.use(group, ring), runtime.recompute.use(()):
+                    mine[k] = run(module, k)
+        finally:
+            model.train(was_training)
+    if groups.distributed and groups.world_size > 1:
+        every: list[dict[int, T]] = [{} for _ in range(groups.world_size)]
+        dist.all_gather_object(every, mine, group=groups.world)
+        mine = {k: v for part in every for k, v in part.items()}
+    return [mine[k] for k in range(count)]
+
+
 def generate_tokens(
     runtime: DataCentricRuntime,
     prompts: Sequence[Sequence[int]],
@@ -113,31 +145,15 @@ def generate_tokens(
 ) -> list[list[int]]:
     """The continuation of each prompt's token ids, ``settings[k] = (new tokens,
     temperature, generator)`` (temperature 0: greedy; else sampled with the generator):
-    the prompts are spread over the ranks (prompt ``k`` on rank ``k % world``), each runs
-    alone on its rank (its own SP group of one), the model's next-token logits
-    (``logits(batch)``) recomputed on the whole sequence per token (no cache); collective
-    (every rank calls it with the same prompts), every rank gets every continuation."""
-    groups = runtime.groups
-    model = runtime.model
-    module = unwrap(model)
-    group, ring = groups.split(groups.rank, 1, 1)
-    mine: dict[int, list[int]] = {}
-    devices = [groups.device] if groups.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices), torch.no_grad(), _gathered(model):
-        was_training = model.training
-        model.eval()
-        try:
-            for k in range(groups.rank, len(prompts), groups.world_size):
-                with runtime.attention.use(group, ring), runtime.recompute.use(()):
-                    ids = list(prompts[k])
-                    mine[k] = _continue(module, ids, *settings[k], autocast, groups.device)
-        finally:
-            model.train(was_training)
-    if groups.distributed and groups.world_size > 1:
-        every: list[dict[int, list[int]]] = [{} for _ in range(groups.world_size)]
-        dist.all_gather_object(every, mine, group=groups.world)
-        mine = {k: v for part in every for k, v in part.items()}
-    return [mine[k] for k in range(len(prompts))]
+    each prompt runs alone on its rank (:func:`each_prompt_alone`), the model's
+    next-token logits (``logits(batch)``) recomputed on the whole sequence per token (no
+    cache); collective, every rank gets every continuation."""
+    device = runtime.groups.device
+    return each_prompt_alone(
+        runtime,
+        len(prompts),
+        lambda module, k: _continue(module, list(prompts[k]), *settings[k], autocast, device),
+    )
 
 
 def _continue(

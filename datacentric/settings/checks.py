@@ -13,12 +13,16 @@ from datacentric.settings.sections import (
     split_fraction,
 )
 
+#: ``[validation]`` settings of a pipeline render only
+RENDER_KEYS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale")
+
 
 def check_validation(
     validation: ValidationConfig, training: TrainingConfig, checkpoint: CheckpointConfig
 ) -> None:
     """A held-out split that cannot be drawn, ``every`` past a run of known length, a
-    ``keep_best`` with nothing to rank the checkpoints by."""
+    pipeline with no prompts to render or render settings without one, a ``keep_best``
+    with nothing to rank the checkpoints by."""
     try:
         split_fraction(validation.dataset)
     except ValueError as err:
@@ -39,6 +43,17 @@ def check_validation(
             f"validation.every: {every} is more than the run's {steps} steps "
             "(training.iterations): validation would run only after the last step; lower it"
         )
+    if validation.pipeline is not None and validation.prompts is None:
+        raise ConfigError(
+            "validation.pipeline: nothing to render; set validation.prompts (a file of "
+            "prompts, one per line)"
+        )
+    for key in RENDER_KEYS:
+        if validation.pipeline is None and getattr(validation, key) is not None:
+            raise ConfigError(
+                f"validation.{key}: only a pipeline render uses it; set validation.pipeline "
+                "(a diffusers pipeline folder) or leave it unset"
+            )
     if checkpoint.keep_best and validation.dataset is None:
         raise ConfigError(
             "checkpoint.keep_best: needs a validation loss to rank checkpoints by; set "

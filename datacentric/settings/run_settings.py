@@ -44,6 +44,7 @@ from datacentric.settings.schema import (
     ConfigError,
     coerce,
     field_types,
+    plain_value,
     suggest,
     toml_value,
 )
@@ -215,7 +216,7 @@ class TrainConfig:
 
     def to_json(self) -> dict[str, Any]:
         """The settings as JSON data, by section (``config.json``, a checkpoint's record)."""
-        return json.loads(json.dumps(self.sections()))
+        return json.loads(json.dumps(self.sections(), default=plain_value))
 
     @classmethod
     def from_record(cls, record: dict[str, Any], where: str = "config.json") -> TrainConfig:
@@ -225,7 +226,8 @@ class TrainConfig:
 
     def save(self, path: str | Path) -> None:
         """Write the settings as JSON, by section (``config.json``)."""
-        Path(path).write_text(json.dumps(self.sections(), indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(self.sections(), indent=2, default=plain_value)
+        Path(path).write_text(text + "\n", encoding="utf-8")
 
     def to_toml(self) -> str:
         """The resolved configuration as sectioned TOML (unset values as comments)."""
@@ -236,7 +238,7 @@ class TrainConfig:
             for key in keys:
                 lines.append(f"# {docs.get(key, '')}")
                 value = getattr(getattr(self, section), name_in_section(key))
-                shown = "(unset)" if value is None else toml_value(value)
+                shown = "(unset)" if value is None else toml_value(plain_value(value))
                 lines.append(f"{'# ' if value is None else ''}{name_in_section(key)} = {shown}")
             lines.append("")
         return "\n".join(lines)

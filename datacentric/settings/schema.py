@@ -91,7 +91,7 @@ def type_name(kind: Any) -> str:
     """How the type reads in help and errors."""
     names = []
     for part in _parts(kind):
-        if part is type(None):
+        if part is type(None) or part is Any:
             continue
         if typing.get_origin(part) is Literal:
             names.append(" | ".join(repr(v) for v in typing.get_args(part)))
@@ -139,7 +139,10 @@ def coerce(key: str, value: Any, kind: Any, field: dataclasses.Field) -> Any:
 
 
 def _coerce_one(value: Any, kind: Any) -> Any:
-    """``value`` as ``kind``, or ``_MISSING`` when it is not one."""
+    """``value`` as ``kind``, or ``_MISSING`` when it is not one (``Any``: an object given
+    in Python, such as a dataset, kept as it is)."""
+    if kind is Any:
+        return value
     if typing.get_origin(kind) is Literal:
         return value if value in typing.get_args(kind) else _MISSING
     if kind is bool:
@@ -199,6 +202,14 @@ def suggest(name: str, valid: list[str]) -> str:
         return f" (did you mean {ours!r}?)"
     close = difflib.get_close_matches(name, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def plain_value(value: Any) -> Any:
+    """A setting as JSON and TOML hold it: ``value``, or for an object given in Python (a
+    dataset) its description, ``<ClassName object>``."""
+    if value is None or isinstance(value, bool | int | float | str | list | tuple):
+        return value
+    return f"<{type(value).__name__} object>"
 
 
 def toml_value(value: Any) -> str:

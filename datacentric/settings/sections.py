@@ -164,31 +164,49 @@ class ValidationConfig:
     are named without the section's name (``[validation] every``, ``--validation.every``);
     their flat keys carry it (``validation_every``, ``--validation-every``)."""
 
-    dataset: str | None = None
+    dataset: str | Any | None = None
     """Held-out samples: ``split=FRACTION`` (that share of the training set, drawn by the
     seed, never trained on) or any dataset ``--dataset`` takes, read with the ``[data]``
-    settings (unset: no validation)."""
+    settings; in Python, also a dataset object (unset: no validation)."""
     every: int | None = setting(None, ge=0)
     """Compute the held-out loss every K optimizer steps and after the last one (unset:
     after the last step only; 0: never, the ``split`` samples stay held out)."""
     limit: int | None = setting(None, ge=1)
     """Use only the first N held-out samples (unset: all of them)."""
     prompts: str | None = None
-    """Text models: a file of prompts to continue at each validation, one per line or JSON
-    lines with per-prompt ``max_new_tokens`` and ``temperature``; the completions go to
-    ``validation/step-N.jsonl`` and the log."""
+    """A file of prompts, one per line or JSON lines with per-prompt ``max_new_tokens`` and
+    ``temperature``: text models continue each at each validation (to
+    ``validation/step-N.jsonl`` and the log); with ``pipeline``, diffusers models render
+    each."""
     max_new_tokens: int = setting(32, ge=1)
     """Tokens generated per prompt."""
     temperature: float = setting(0.0, ge=0)
     """0: greedy decoding; above 0: sampling at this temperature, from a generator seeded
     by the seed, the step and the prompt (a rerun gives the same tokens)."""
+    pipeline: str | None = None
+    """diffusers models: a pipeline folder (``model_index.json``, its VAE, text encoders
+    and scheduler) whose own pipeline class renders each prompt with the transformer being
+    trained, to ``validation/step-N/PROMPT_ID.mp4`` (``.png`` for an image pipeline) and
+    a contact sheet; needs ``prompts``."""
+    height: int | None = setting(None, ge=1)
+    """Rendered height in pixels (unset: the pipeline's default)."""
+    width: int | None = setting(None, ge=1)
+    """Rendered width in pixels (unset: the pipeline's default)."""
+    num_frames: int | None = setting(None, ge=1)
+    """Rendered frames of a video pipeline (unset: the pipeline's default)."""
+    num_inference_steps: int | None = setting(None, ge=1)
+    """Denoising steps per render (unset: the pipeline's default)."""
+    guidance_scale: float | None = setting(None, ge=0)
+    """Classifier-free guidance scale of a render (unset: the pipeline's default)."""
+    fps: int = setting(16, ge=1)
+    """Frame rate of the rendered videos."""
 
 
-def split_fraction(dataset: str | None) -> float | None:
+def split_fraction(dataset: Any) -> float | None:
     """The share of the training set a ``[validation] dataset`` of ``split=FRACTION``
-    holds out (``None``: another dataset, or none); raises ``ValueError`` for a fraction
-    outside (0, 1)."""
-    if dataset is None or not dataset.startswith("split="):
+    holds out (``None``: another dataset, a dataset object, or none); raises
+    ``ValueError`` for a fraction outside (0, 1)."""
+    if not isinstance(dataset, str) or not dataset.startswith("split="):
         return None
     text = dataset.removeprefix("split=")
     try:

@@ -185,27 +185,31 @@ class MetricsLogger:
             self._wandb.log(scalars, step=record["iteration"])
 
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
-        """The validation prompts' completions after ``step`` (from 1): one log line
-        each, and TensorBoard text under ``validation/prompt-K`` (W&B: a table)."""
+        """The validation prompts' completions or renders after ``step`` (from 1): one log
+        line each, and in TensorBoard under ``validation/prompt-K`` the completion's text
+        or the render's frame grid (an image summary); W&B gets a table of completions or
+        each render (the video itself)."""
         if not self.enabled:
             return
         for sample in samples:
+            shown = sample["path"] if "path" in sample else repr(sample["completion"][:200])
             logger.info(
-                "validation step %d prompt %d: %r -> %r",
+                "validation step %d prompt %d: %r -> %s",
                 step,
                 sample["prompt_id"],
                 sample["prompt"][:80],
-                sample["completion"][:200],
+                shown,
             )
-            if self._tb is not None:
+            if self._tb is None:
+                continue
+            tag = f"validation/prompt-{sample['prompt_id']}"
+            if "grid" in sample:
+                self._tb.add_image(tag, sample["grid"], step - 1, dataformats="HWC")
+            else:
                 text = f"{sample['prompt']} ->\n\n{sample['completion']}"
-                self._tb.add_text(f"validation/prompt-{sample['prompt_id']}", text, step - 1)
-        if self._wandb is not None:
-            import wandb
-
-            rows = [[s["prompt_id"], s["prompt"], s["completion"]] for s in samples]
-            table = wandb.Table(columns=["prompt_id", "prompt", "completion"], data=rows)
-            self._wandb.log({"validation/samples": table}, step=step - 1)
+                self._tb.add_text(tag, text, step - 1)
+        if self._wandb is not None and samples:
+            self._wandb.log(_wandb_samples(samples), step=step - 1)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -247,3 +251,21 @@ def wandb_settings(metrics: Any, record: dict[str, Any]) -> dict[str, Any] | Non
     if not metrics.wandb:
         return None
     return {"project": metrics.wandb_project, "mode": metrics.wandb_mode, "config": record}
+
+
+def _wandb_samples(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """W&B values of validation samples: a table of completions, or each render (a video,
+    or an image) under ``validation/prompt-K``."""
+    import wandb
+
+    if "path" not in samples[0]:
+        rows = [[s["prompt_id"], s["prompt"], s["completion"]] for s in samples]
+        table = wandb.Table(columns=["prompt_id", "prompt", "completion"], data=rows)
+        return {"validation/samples": table}
+    media = {}
+    for sample in samples:
+        kind = wandb.Video if sample["path"].endswith(".mp4") else wandb.Image
+        media[f"validation/prompt-{sample['prompt_id']}"] = kind(
+            sample["path"], caption=sample["prompt"]
+        )
+    return media

@@ -62,6 +62,7 @@ from datacentric.train.run_folder import (
 )
 from datacentric.train.step_trace import StepTracer
 from datacentric.train.validation import PromptSamples, ValidationRecord, write_samples
+from datacentric.train.validation_media import PipelineSamples
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
 #: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
@@ -204,7 +205,12 @@ class Trainer:
         if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
             self.dc.prepare_evaluation(self.held_out)
         self.prompts = PromptSamples.of(config.validation, config.data, config.job.seed)
-        """The ``[validation]`` section's prompts (None: no ``prompts`` file)."""
+        """The ``[validation]`` section's prompts to continue (None: no ``prompts`` file, or
+        a ``pipeline`` renders them)."""
+        self.renders = PipelineSamples.of(config.validation, config.job.seed, self.out)
+        """The ``[validation]`` prompts rendered through its ``pipeline`` (None: none)."""
+        if self.renders is not None:
+            self.renders.check(self.dc.module)
         if self.prompts is not None and not callable(getattr(self.dc.module, "logits", None)):
             raise ValueError(
                 f"validation.prompts: {config.model.model} has no next-token logits to "
@@ -500,10 +506,10 @@ class Trainer:
     def _validate(self, number: int, record: dict[str, Any]) -> list[dict[str, Any]]:
         """Validation after step ``number`` when it is due (on every rank): the held-out
         loss into the step ``record`` (``val_loss``, and ``val_time_s`` apart from its
-        step time), and the prompts' completions (rank 0 writes ``validation/step-N.jsonl``),
-        which it returns."""
+        step time), and the prompts' completions (rank 0 writes ``validation/step-N.jsonl``)
+        or renders (``validation/step-N/``), which it returns."""
         due = self.validation.due(number, self.total_iterations)
-        if not due or (self.held_out is None and self.prompts is None):
+        if not due or (self.held_out is None and self.prompts is None and self.renders is None):
             return []
         self.activity = f"validation after step {number}"
         started = time.perf_counter()
@@ -520,6 +526,8 @@ class Trainer:
             samples = self.prompts.run(self.dc, number, autocast=self._autocast())
             if self.is_main:
                 write_samples(self.out, number, samples)
+        if self.renders is not None:
+            samples = self.renders.run(self.dc, number, autocast=self._autocast())
         record["val_time_s"] = time.perf_counter() - started
         self.activity = f"training after step {number}"
         return samples

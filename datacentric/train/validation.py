@@ -50,11 +50,15 @@ def build_run_data(
     data: DataConfig, validation: ValidationConfig, seed: int = 0
 ) -> tuple[Dataset, Dataset | None]:
     """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
-    sections and ``[job] seed``; ``limit`` keeps the first held-out samples (a split's
-    others stay out of training)."""
+    sections and ``[job] seed`` (a ``dataset`` object is the held-out set as it is);
+    ``limit`` keeps the first held-out samples (a split's others stay out of training)."""
     dataset = open_dataset(data.dataset, data, seed=seed)
     if validation.dataset is None:
         return dataset, None
+    if not isinstance(validation.dataset, str):  # a dataset object (the Python API)
+        given = validation.dataset
+        limit = len(given) if validation.limit is None else min(validation.limit, len(given))
+        return dataset, given if limit == len(given) else SampleSubset(given, range(limit))
     fraction = split_fraction(validation.dataset)
     if fraction is not None:
         kept, held = split_ids(len(dataset), fraction, seed)
@@ -186,8 +190,9 @@ class PromptSamples:
 
     @classmethod
     def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
-        """The section's prompts (None: no ``prompts`` file)."""
-        if validation.prompts is None:
+        """The section's prompts (None: no ``prompts`` file, or a ``pipeline`` renders
+        them: :class:`~datacentric.train.validation_media.PipelineSamples`)."""
+        if validation.prompts is None or validation.pipeline is not None:
             return None
         return cls(
             read_prompts(validation.prompts),

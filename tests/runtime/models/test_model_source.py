@@ -236,15 +236,17 @@ def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None
     assert sorted(state) == sorted(tiny_gpt(layers=2).state_dict())
 
 
-def _latent_folder(folder: Path, channels: int, text_width: int, count: int = 12) -> None:
-    """Video latents (frames x channels x height x width) with text embeddings beside them
-    (``NAME.text.safetensors``), as docs/data.md describes."""
+def _latent_folder(
+    folder: Path, channels: int, text_width: int, count: int = 12, max_frames: int = 3
+) -> None:
+    """Video latents (frames x channels x height x width, up to ``max_frames`` frames) with
+    text embeddings beside them (``NAME.text.safetensors``), as docs/data.md describes."""
     from safetensors.torch import save_file
 
     folder.mkdir()
     generator = torch.Generator().manual_seed(0)
     for i in range(count):
-        frames, size = 1 + i % 3, 4 + 2 * (i % 2)
+        frames, size = 1 + i % max_frames, 4 + 2 * (i % 2)
         latent = torch.randn(frames, channels, size, size, generator=generator)
         save_file({"latent": latent}, str(folder / f"clip{i:02d}.safetensors"))
         text = torch.randn(5, text_width, generator=generator)

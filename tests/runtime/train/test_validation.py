@@ -333,3 +333,18 @@ def test_validation_shows_progress_lines(monkeypatch):
     lines = stream.getvalue().splitlines()
     assert lines and all(line.startswith("progress: validation ") for line in lines)
     assert lines[-1].startswith(f"progress: validation {batches}/{batches} (100%)")
+
+
+def test_a_dataset_object_is_a_held_out_set_in_python(tmp_path):
+    """``ValidationConfig.dataset`` given a dataset object: its first ``limit`` samples are
+    the held-out set (the loss of one process on them), and the run folder's settings
+    describe it."""
+    held = SyntheticTextDataset(TEXT_SHAPES, seed=7)
+    result, _ = _train(tmp_path / "obj", 1, validation_dataset=held, validation_limit=5)
+    torch.manual_seed(0)
+    model = build_model("llama")
+    model.load_state_dict(read_model_state(latest_checkpoint(tmp_path / "obj")))
+    first = SampleSubset(held, range(5))
+    assert result.val_losses[-1][1] == pytest.approx(reference_loss(model, first), rel=1e-5)
+    saved = json.loads((tmp_path / "obj" / "config.json").read_text())
+    assert saved["validation"]["dataset"] == "<SyntheticTextDataset object>"

@@ -1,0 +1,111 @@
+"""Render prompts with a diffusers pipeline around a transformer being trained.
+
+A validation render runs the family's own pipeline class (``model_index.json``'s
+``_class_name``, one of :data:`~.diffusers_encode.PIPELINES`) loaded from its folder
+with local files only and no code from the folder (:func:`~.diffusers_encode.read_model_index`
+refuses a component of any other library), its ``transformer`` replaced by the one being
+trained: its LoRA layers, attention routing and weights are the run's, as they are now.
+
+- :func:`check_render_pipeline`: before anything loads, the folder's pipeline is of the
+  trained transformer's class and the requested size and frame count are ones the
+  pipeline renders as asked (:class:`~.diffusers_encode.PipelineError` else);
+- :func:`render`: one prompt, with a caller's generator (a fixed seed per prompt gives
+  the same pixels on a rerun), as ``(frames, height, width, 3)`` ``uint8`` pixels (an
+  image pipeline: one frame).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datacentric.models.diffusers_encode import (
+    PIPELINES,
+    PipelineError,
+    pipeline_geometry,
+    read_model_index,
+)
+
+WHERE = "validation.pipeline"
+"""The setting that names a render pipeline folder (messages start with it)."""
+
+
+@dataclass(frozen=True)
+class RenderSettings:
+    """What one render asks of the pipeline (``None``: the pipeline's own default)."""
+
+    height: int | None = None
+    width: int | None = None
+    num_frames: int | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+
+    @classmethod
+    def of(cls, section: Any) -> RenderSettings:
+        """The settings of an object with these attributes (the ``[validation]`` section)."""
+        return cls(**{key: getattr(section, key) for key in cls.__dataclass_fields__})
+
+    def arguments(self) -> dict[str, Any]:
+        """The pipeline's keyword arguments that are set."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def render_transformer(module: torch.nn.Module) -> torch.nn.Module:
+    """The diffusers transformer a run's model holds (our adapter's ``transformer``),
+    else ``ValueError`` naming the setting."""
+    transformer = getattr(module, "transformer", None)
+    if not hasattr(transformer, "save_pretrained"):
+        raise ValueError(
+            f"{WHERE}: the run's model ({type(module).__name__}) holds no diffusers "
+            "transformer to render with (a diffusers:DIR model); leave it unset"
+        )
+    return transformer  # type: ignore[return-value]
+
+
+def check_render_pipeline(
+    folder: str | Path, transformer_class: str, settings: RenderSettings
+) -> bool:
+    """Check a render pipeline folder for a trained transformer of class
+    ``transformer_class``; True for an image pipeline (one frame, ``.png``)."""
+    index = read_model_index(folder, WHERE)
+    name = index["_class_name"]
+    entry = index.get("transformer")
+    expected = entry[1] if isinstance(entry, list) and len(entry) == 2 else None
+    if expected != transformer_class:
+        raise PipelineError(
+            f"{WHERE} {folder}: a {name} for a {expected}, and the run trains a "
+            f"{transformer_class}; give the pipeline folder of the trained transformer's family"
+        )
+    images = PIPELINES[name].images
+    temporal, multiple = pipeline_geometry(folder)
+    for key in ("height", "width"):
+        value = getattr(settings, key)
+        if value is not None and value % multiple:
+            raise PipelineError(
+                f"validation.{key}: {value} is not a multiple of {multiple} ({name}'s VAE "
+                f"down-sampling x its 2 x 2 patch); use {max(1, value // multiple) * multiple}"
+            )
+    frames = settings.num_frames
+    if frames is not None and images:
+        raise PipelineError(f"validation.num_frames: {name} renders images; leave it unset")
+    if frames is not None and (frames - 1) % temporal:
+        raise PipelineError(
+            f"validation.num_frames: {frames} is not 1 + a multiple of {temporal} ({name}'s "
+            f"temporal compression); use {(frames - 1) // temporal * temporal + 1}"
+        )
+    return images
+
+
+def render(
+    pipe: Any, prompt: str, settings: RenderSettings, generator: torch.Generator
+) -> np.ndarray:
+    """``prompt`` rendered by ``pipe`` (its progress bar off): ``(F, H, W, 3)`` ``uint8``."""
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=prompt, generator=generator, output_type="np", **settings.arguments())
+    frames = getattr(out, "frames", None)
+    pixels = np.asarray(frames[0] if frames is not None else out.images[0][None])
+    return (np.clip(pixels, 0.0, 1.0) * 255.0).round().astype(np.uint8)

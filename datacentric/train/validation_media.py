@@ -1,0 +1,188 @@
+"""Validation renders of diffusers models: the ``[validation]`` prompts through a pipeline.
+
+:class:`PipelineSamples` renders each prompt of the ``prompts`` file with the
+``pipeline`` folder's own pipeline class around the transformer being trained
+(:mod:`datacentric.models.diffusers_render`), at each validation:
+
+- prompts are spread over the ranks (prompt ``k`` on rank ``k % world``, alone, forward
+  only: :func:`~datacentric.parallel.evaluate.each_prompt_alone`); each rank writes its
+  prompts' files into the run folder, ``validation/step-N/PROMPT_ID.mp4`` (H.264 through
+  PyAV, the ``video`` extra ``prepare`` reads clips with, at the ``fps`` setting) or
+  ``.png`` for an image pipeline;
+- each render's generator is seeded by the run's seed and the prompt only, the same at
+  every step and on a rerun: clips of one prompt differ only by what the model learned;
+- rank 0 writes ``validation/step-N/contact_sheet.png`` (a row per prompt: up to
+  :data:`GRID_FRAMES` frames spread over the clip) and each record carries that row,
+  the frame grid the TensorBoard image summary shows.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from datacentric.data.base import sample_generator
+from datacentric.data.media import even_frames
+from datacentric.data.prompts import Prompt, read_prompts
+from datacentric.models.diffusers_encode import open_pipeline
+from datacentric.models.diffusers_render import (
+    WHERE,
+    RenderSettings,
+    check_render_pipeline,
+    render,
+    render_transformer,
+)
+from datacentric.parallel.evaluate import each_prompt_alone
+from datacentric.settings.sections import ValidationConfig
+
+GRID_FRAMES = 4
+"""Frames of a clip in its frame grid (the contact sheet's row, TensorBoard's image)."""
+
+CONTACT_SHEET = "contact_sheet.png"
+
+X264 = {"qp": "18", "threads": "1", "x264-params": "aq-mode=0:mbtree=0:psy=0"}
+"""The encoder's settings: a constant quantiser, one thread (see :func:`write_pixels`)."""
+
+
+@dataclass
+class PipelineSamples:
+    """The ``[validation]`` prompts rendered through its ``pipeline`` (see the module doc)."""
+
+    prompts: list[Prompt]
+    folder: str
+    settings: RenderSettings
+    fps: int
+    seed: int
+    out: Path
+    images: bool | None = None
+    """An image pipeline (``.png``), once :meth:`check` has read the folder."""
+    _pipes: dict[int, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, validation: ValidationConfig, seed: int, out: Path) -> PipelineSamples | None:
+        """The section's renders (None: no ``pipeline``)."""
+        if validation.pipeline is None:
+            return None
+        settings = RenderSettings.of(validation)
+        prompts = read_prompts(validation.prompts) if validation.prompts else []
+        return cls(prompts, validation.pipeline, settings, validation.fps, seed, Path(out))
+
+    def check(self, module: torch.nn.Module) -> None:
+        """Raise ``ValueError`` unless the pipeline renders for ``module``'s transformer."""
+        name = type(render_transformer(module)).__name__
+        self.images = check_render_pipeline(self.folder, name, self.settings)
+
+    def run(
+        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
+    ) -> list[dict[str, Any]]:
+        """Every prompt's render after step ``step`` (collective: every rank calls it; each
+        gets every record: ``prompt_id``, ``prompt``, ``path``, ``grid``)."""
+        folder = self.out / "validation" / f"step-{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        device = dc.runtime.groups.device
+
+        def one(module: torch.nn.Module, k: int) -> dict[str, Any]:
+            prompt = self.prompts[k]
+            generator = sample_generator(self.seed, prompt.index)
+            with autocast or nullcontext():
+                pixels = render(
+                    self._pipeline(module, device), prompt.text, self.settings, generator
+                )
+            path = folder / f"{prompt.index}{'.png' if self.images else '.mp4'}"
+            write_pixels(path, pixels, self.fps)
+            return {
+                "prompt_id": prompt.index,
+                "prompt": prompt.text,
+                "path": str(path),
+                "grid": frame_grid(pixels),
+            }
+
+        records = each_prompt_alone(dc.runtime, len(self.prompts), one)
+        if dc.runtime.groups.rank == 0:
+            contact_sheet([r["grid"] for r in records]).save(folder / CONTACT_SHEET)
+        return records
+
+    def _pipeline(self, module: torch.nn.Module, device: torch.device) -> Any:
+        """The pipeline around ``module``'s transformer (loaded once per module)."""
+        key = id(module)
+        if self.images is None:
+            self.check(module)
+        if key not in self._pipes:
+            transformer = render_transformer(module)
+            self._pipes[key] = open_pipeline(
+                self.folder, device, transformer=transformer, where=WHERE
+            )
+        return self._pipes[key]
+
+
+def write_pixels(path: Path, pixels: np.ndarray, fps: int) -> Path:
+    """``(F, H, W, 3)`` ``uint8`` pixels as ``path``: a PNG of the first frame, or an H.264
+    MP4 (``yuv420p``, PyAV) at ``fps``; written beside and renamed (never half a file).
+
+    The same pixels give the same file: x264 runs at a constant quantiser (:data:`X264`)
+    on one thread. Under its default rate control (``crf``, adaptive quantisation,
+    macroblock tree, psychovisual tuning) the same pixels, rendered mid-run on rank 1,
+    decoded differently in 5 of 6 reruns; the frames are converted to YUV here
+    (:func:`yuv420p`), not by the encoder's scaler."""
+    from PIL import Image
+
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".png":
+        Image.fromarray(pixels[0]).save(tmp, format="PNG")
+    else:
+        import av
+
+        with av.open(str(tmp), "w", format="mp4") as container:
+            stream = container.add_stream("libx264", rate=int(fps))
+            stream.height, stream.width = (n + n % 2 for n in pixels.shape[1:3])
+            stream.pix_fmt = "yuv420p"
+            stream.options = dict(X264)
+            stream.codec_context.thread_count = 1
+            # every frame and its array alive until the encoder is flushed: it keeps frames
+            # for its look-ahead after encode() returns
+            planes = [yuv420p(frame) for frame in pixels]
+            frames = [av.VideoFrame.from_ndarray(p, format="yuv420p") for p in planes]
+            for frame in frames:
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode())
+    tmp.replace(path)
+    return path
+
+
+def yuv420p(rgb: np.ndarray) -> np.ndarray:
+    """An ``(H, W, 3)`` RGB frame as the ``(3 H / 2, W)`` planes of ``yuv420p`` (BT.601,
+    limited range, as ffmpeg's scaler converts by default; an odd side repeats its last
+    row or column; chroma is the mean of each 2 x 2 block)."""
+    rgb = np.pad(rgb, ((0, rgb.shape[0] % 2), (0, rgb.shape[1] % 2), (0, 0)), mode="edge")
+    r, g, b = (rgb[..., c].astype(np.float64) for c in range(3))
+    y = 16.0 + 0.256788 * r + 0.504129 * g + 0.097906 * b
+    u = 128.0 - 0.148223 * r - 0.290993 * g + 0.439216 * b
+    v = 128.0 + 0.439216 * r - 0.367788 * g - 0.071427 * b
+    h, w = y.shape
+
+    def half(plane: np.ndarray) -> np.ndarray:
+        return plane.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3)).reshape(h // 4, w)
+
+    planes = np.concatenate([y, half(u), half(v)])
+    return np.clip(np.rint(planes), 0, 255).astype(np.uint8)
+
+
+def frame_grid(pixels: np.ndarray) -> np.ndarray:
+    """Up to :data:`GRID_FRAMES` frames spread over a clip, side by side: ``(H, W', 3)``."""
+    picked = even_frames(len(pixels), min(GRID_FRAMES, len(pixels)))
+    return np.concatenate([pixels[i] for i in picked], axis=1)
+
+
+def contact_sheet(grids: list[np.ndarray]) -> Any:
+    """The prompts' frame grids stacked top to bottom (black where a row is narrower), as
+    a ``PIL.Image``."""
+    from PIL import Image
+
+    width = max(g.shape[1] for g in grids)
+    rows = [np.pad(g, ((0, 0), (0, width - g.shape[1]), (0, 0))) for g in grids]
+    return Image.fromarray(np.concatenate(rows, axis=0))
