@@ -220,6 +220,13 @@ def test_bad_validation_input_is_one_line_before_ranks_start(tmp_path, capsys):
     prompts.write_text("once upon a time\n")
     err = _bad(tmp_path, capsys, "--validation.prompts", str(prompts))
     assert "validation.prompts: llama has no next-token logits" in err
+    err = _bad(tmp_path, capsys, "--validation.height", "32")
+    assert "validation.height: only a pipeline render uses it" in err
+    err = _bad(tmp_path, capsys, "--validation.pipeline", str(tmp_path))
+    assert "validation.pipeline: nothing to render; set validation.prompts" in err
+    render = ("--validation.pipeline", str(tmp_path), "--validation.prompts", str(prompts))
+    err = _bad(tmp_path, capsys, *render)
+    assert "validation.pipeline: the run's model (Llama) holds no diffusers" in err
     # a held-out sample longer than every training one, which the plan cannot fit
     short, long = tmp_path / "short.jsonl", tmp_path / "long.jsonl"
     short.write_text("".join(json.dumps({"text": f"short text {i}"}) + "\n" for i in range(4)))
