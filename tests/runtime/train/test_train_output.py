@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 import torch
 from repo_paths import ROOT
@@ -156,6 +157,47 @@ def test_wandb_sink_offline(tmp_path, monkeypatch):
     assert calls[0][1]["dir"] == str(tmp_path) and calls[0][1]["config"] == {"lr": 1e-3}
     assert calls[1][0] == "log" and calls[1][1]["loss"] == 3.0 and calls[1][2] == 0
     assert calls[-1] == ("finish",)
+
+
+def test_wandb_gets_each_render_as_a_video_or_an_image(tmp_path, monkeypatch):
+    """Validation renders (``path``, ``grid``) go to W&B one media object each, under
+    ``validation/prompt-K`` at the step's iteration: ``Video`` for an MP4, else ``Image``."""
+    calls: list[tuple] = []
+
+    class Run:
+        def log(self, data, step):
+            calls.append((dict(data), step))
+
+        def finish(self):
+            pass
+
+    def media(kind):
+        return lambda path, caption: (kind, path, caption)
+
+    fake = types.SimpleNamespace(
+        init=lambda **kwargs: Run(), Video=media("video"), Image=media("image")
+    )
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    wandb = {"project": "p", "mode": "offline", "config": {}}
+    sink = MetricsLogger(
+        tmp_path, enabled=True, total=4, progress=False, tensorboard=False, wandb=wandb
+    )
+    grid = np.zeros((4, 8, 3), dtype=np.uint8)
+    renders = [
+        {"prompt_id": 0, "prompt": "a cat", "path": "v/step-2/0.mp4", "grid": grid},
+        {"prompt_id": 1, "prompt": "a car", "path": "v/step-2/1.png", "grid": grid},
+    ]
+    sink.log_samples(2, renders)
+    sink.close()
+    assert calls == [
+        (
+            {
+                "validation/prompt-0": ("video", "v/step-2/0.mp4", "a cat"),
+                "validation/prompt-1": ("image", "v/step-2/1.png", "a car"),
+            },
+            1,
+        )
+    ]
 
 
 def test_wandb_missing_is_one_line(tmp_path, monkeypatch):
