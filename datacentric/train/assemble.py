@@ -10,11 +10,12 @@
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples (:func:`~datacentric.train.validation.build_run_data`);
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
-   every rank the same weights from the seed (:func:`build_model_for`); its spec and
+   every rank the same weights from the seed (:func:`build_run_model`); its spec and
    cost model come from the one derivation of a model's spec
    (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`), and so does
    the analytic model the step records' ``mfu`` is counted on, read off the built
-   model (:func:`mfu_cost_model`: the model is not built again);
+   model before its LoRA adapters are injected (:func:`mfu_cost_model`: the model
+   is not built again, not even on the meta device);
 4. **global batch size**: a small dataset's global batch sized from its samples when
    the ``[scheduling]`` section gives none
    (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the
@@ -52,8 +53,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.global_batches import GlobalBatchSize, size_global_batch
 from datacentric.settings import TrainConfig
 from datacentric.train.build import (
-    build_model_for,
-    mfu_cost_model,
+    build_run_model,
     run_cost_model,
     sharding,
 )
@@ -110,7 +110,8 @@ def assemble_run(
     else:
         dataset, held_out = build_run_data(config.data, config.validation, seed)
     torch.manual_seed(seed)  # model: every rank draws the same weights
-    module = build_model_for(config.model, dataset, lora=config.lora)
+    # the model, and the analytic model mfu counts on, read off it before its adapters
+    module, mfu_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)
     sp_sizes = ulysses_sp_sizes(module, groups.world_size)  # for the profile and the plan
     cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
         config.cost,
@@ -127,8 +128,6 @@ def assemble_run(
         dataset=dataset,
         sp_sizes=sp_sizes,
     )
-    # the analytic model mfu counts on, read off the module before it is held
-    mfu_model = mfu_cost_model(config.model, groups.device, module)
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:

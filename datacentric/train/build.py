@@ -16,7 +16,7 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import open_dataset
-from datacentric.models.lora import LoraSpec, lora_spec
+from datacentric.models.lora import LoraSpec, apply_lora, lora_spec
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
@@ -82,6 +82,22 @@ def build_model_for(
     folder's are read from the folder)."""
     module, _ = build_from_source(model_source(model, lora), dtype=torch.float32, dataset=dataset)
     return module
+
+
+def build_run_model(
+    model: ModelConfig, dataset: Dataset, device: torch.device, *, lora: LoraConfig | None = None
+) -> tuple[nn.Module, CostModel | None]:
+    """The run's model, built once: :func:`build_model_for`'s model, and the analytic
+    model the step records' ``mfu`` counts FLOPs on (:func:`mfu_cost_model`), read off
+    the model before the ``[lora]`` section's adapters are injected, so neither needs a
+    second build. The same weights as :func:`build_model_for` (the adapters are drawn
+    last either way)."""
+    module, _ = build_from_source(model_source(model), dtype=torch.float32, dataset=dataset)
+    mfu_model = mfu_cost_model(model, device, module)
+    spec = lora_of(lora or LoraConfig())
+    if spec is not None:
+        apply_lora(module, spec)
+    return module, mfu_model
 
 
 def build_cost_model(

@@ -90,9 +90,9 @@ def test_without_a_check_the_assembly_sizes_the_global_batch_itself(tmp_path):
 
 
 def test_a_transformers_run_builds_its_model_once_per_process(tmp_path, opened, capsys):
-    """An ``hf:`` folder: the check builds it on the meta device once, the rank once
-    with its weights; the step records' MFU reads the built model (the spec the model
-    built again on meta would give)."""
+    """An ``hf:`` folder with LoRA adapters: the check builds it on the meta device once,
+    the rank once with its weights; the step records' MFU reads the built model before
+    its adapters are injected (the spec the model built again on meta would give)."""
     pytest.importorskip("transformers")
     from runtime.models.test_model_source import _pretrained_folder
 
@@ -105,6 +105,7 @@ def test_a_transformers_run_builds_its_model_once_per_process(tmp_path, opened, 
     argv = ["train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{docs}", "--max-tokens", "64"]
     argv += ["--tokenizer", str(folder / "tokenizer.json"), "--iterations", "1", "--no-progress"]
     argv += ["--out", str(tmp_path / "run"), "--cost-model", "analytic", "--no-plots"]
+    argv += ["--lora.rank", "2", "--lora.targets", "q_proj,v_proj"]
     assert main([*argv, "--no-tensorboard"]) == 0, capsys.readouterr().err
     assert opened == {f"dataset jsonl:{docs}": 1, "model on meta": 1, "model with weights": 1}
     module = model_source.build_model_named(f"hf:{folder}", device="meta")
