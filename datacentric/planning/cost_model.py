@@ -32,7 +32,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from datacentric.shapes import SampleShape
 
@@ -190,6 +190,32 @@ class CachedCostModel(ABC):
     ) -> int:
         """Peak bytes on one rank of the group."""
         return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+
+
+class WrappedCostModel(CachedCostModel):
+    """A cost model that answers as the one it wraps (``inner``) except for what a
+    subclass prices itself: every other attribute (``block_kinds``,
+    ``supports_sp_size``, ``max_ring_size``, ...) is the wrapped model's."""
+
+    def __init__(self, cost_model: CostModel) -> None:
+        self.inner = cost_model
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner" or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.inner.num_blocks
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.inner.gpus_per_node
+
+    def grad_sync_time_s(self, world_size: int) -> float:
+        """The wrapped model's gradient synchronisation."""
+        return self.inner.grad_sync_time_s(world_size)  # type: ignore[attr-defined]
 
 
 def _shapes_key(shapes: tuple[SampleShape, ...]) -> tuple:

@@ -16,12 +16,11 @@ against Megatron's scheduler with ring CP through it.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
 
 from datacentric.planning.cost_model import (
-    CachedCostModel,
     CostModel,
     PassBreakdown,
+    WrappedCostModel,
     split_breakdown,
     supports_split,
 )
@@ -30,7 +29,7 @@ from datacentric.shapes import SampleShape
 SPLIT_MODES = ("ulysses", "ring", "hybrid")
 
 
-class SplitLimitedCostModel(CachedCostModel):
+class SplitLimitedCostModel(WrappedCostModel):
     """``cost_model`` priced only on the splits ``mode`` allows (see the module doc).
 
     On a group of ``sp`` ranks the ``ring`` mode runs every pass on a ring of ``sp``;
@@ -40,21 +39,8 @@ class SplitLimitedCostModel(CachedCostModel):
     def __init__(self, cost_model: CostModel, mode: str) -> None:
         if mode not in SPLIT_MODES:
             raise ValueError(f"split mode must be one of {', '.join(SPLIT_MODES)}, got {mode!r}")
-        self.inner = cost_model
+        super().__init__(cost_model)
         self.mode = mode
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "mode") or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    @property
-    def num_blocks(self) -> int:
-        return self.inner.num_blocks
-
-    @property
-    def gpus_per_node(self) -> int:
-        return self.inner.gpus_per_node
 
     def supports_split(self, sp_size: int, ring_size: int) -> bool:
         """The wrapped model's answer, limited to this mode's splits."""
@@ -87,6 +73,3 @@ class SplitLimitedCostModel(CachedCostModel):
                 f"the {self.mode} split mode does not run SP {sp_size} with a ring of {ring_size}"
             )
         return split_breakdown(self.inner, shapes, sp_size, key, ring_size)  # type: ignore[arg-type]
-
-    def grad_sync_time_s(self, world_size: int) -> float:
-        return self.inner.grad_sync_time_s(world_size)

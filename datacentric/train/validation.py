@@ -4,10 +4,11 @@
   training set without the held-out samples (``split=FRACTION``: a seeded draw,
   :mod:`datacentric.data.holdout`) and the held-out set, or another dataset read with
   the same ``[data]`` settings;
-- :class:`HeldOut`: a held-out set planned and scheduled once with the run's cost
-  model, budget, policy and SP sizes (a schedule of its own: the training plan's
-  options, forward-only passes are priced as training passes, so the plan is
-  conservative), every sample in it exactly once;
+- :class:`HeldOut`: a held-out set planned and scheduled once with the run's budget,
+  policy and SP sizes, its passes priced as what they run, forward only
+  (:class:`~datacentric.planning.forward_only.ForwardOnlyCostModel` over the run's
+  cost model: no backward, no recomputation, no activation kept for one), so its plan
+  may hold more tokens per GPU than training's; every sample in it exactly once;
 - :func:`validation_loss`: that schedule run forward only on every rank
   (:func:`~datacentric.parallel.evaluate.evaluate_schedule`), each sample weighted
   as in training, the whole set at once: the loss a single process computes on it.
@@ -37,6 +38,7 @@ from datacentric.data.sources import open_dataset
 from datacentric.data.tokenized import text_codec
 from datacentric.parallel.evaluate import evaluate_schedule, generate_tokens
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
+from datacentric.planning.forward_only import ForwardOnlyCostModel
 from datacentric.progress import Progress
 from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
@@ -69,14 +71,15 @@ def build_run_data(
 
 class HeldOut:
     """A held-out ``dataset`` planned and scheduled once beside a run's ``pipeline``
-    (its cost model, budget, policy, seed and SP sizes; every sample kept)."""
+    (its budget, policy, seed and SP sizes, its cost model priced forward only; every
+    sample kept)."""
 
     def __init__(self, dataset: Dataset, pipeline: Pipeline) -> None:
         self.dataset = dataset
         options = dataclasses.replace(pipeline.options, drop_remainder=False)
         self.pipeline = Pipeline(
             dataset.shapes(),
-            pipeline.cost_model,
+            ForwardOnlyCostModel(pipeline.cost_model),
             world_size=pipeline.world_size,
             memory_cap_bytes=pipeline.memory_cap_bytes,
             policy=pipeline.policy,
