@@ -138,10 +138,11 @@ def check_held_out_fits(
 ) -> None:
     """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
     no configuration of the plan: the analytic plan of the run's model (``module``, on
-    the meta device) on ``world`` ranks of this machine's device, under ``[cost]
-    memory_gb`` (else 70% of the device)."""
+    the meta device, priced forward only as validation runs it) on ``world`` ranks of
+    this machine's device, under ``[cost] memory_gb`` (else 70% of the device)."""
     import torch
 
+    from datacentric.planning.forward_only import ForwardOnlyCostModel
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
     from datacentric.scheduling.pipeline import Pipeline
@@ -156,6 +157,7 @@ def check_held_out_fits(
         return  # no analytic price: the run's own plan decides
     shard = sharding(config.parallelism)
     cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
+    cost_model = ForwardOnlyCostModel(cost_model)  # as the validation schedule prices it
     budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))
     pipeline = Pipeline(
         held_out.shapes(),
