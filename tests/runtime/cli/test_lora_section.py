@@ -36,12 +36,13 @@ def test_settings_flags_and_records_go_through_the_one_conversion(monkeypatch):
     with_settings.settings = TrainConfig(lora=section)
     assert lora_of_args(with_settings) == SPEC  # a command that read --config
     assert lora_of_args(_flags(lora_rank=4, lora_alpha=8.0, lora_targets="q_proj,v_proj")) == SPEC
-    record = {"model": "hf:qwen2", "lora_rank": 4, "lora_alpha": 8.0, "lora_dropout": 0.0}
-    assert lora_from_settings({**record, "lora_targets": "q_proj,v_proj"}) == SPEC
+    lora = {"rank": 4, "alpha": 8.0, "dropout": 0.0, "targets": "q_proj,v_proj"}
+    assert lora_from_settings({"model": {"model": "hf:qwen2"}, "lora": lora}) == SPEC
     assert seen == [section] * 3  # each source read into the same section, converted once
     # LoRA off: rank 0, unset flags, or a record of a full fine-tune (no lora keys)
-    assert lora_of_args(_flags()) is None and lora_from_settings({"model": "llama"}) is None
-    assert lora_from_settings({"lora_rank": 0, "lora_alpha": None}) is None
+    assert lora_of_args(_flags()) is None
+    assert lora_from_settings({"model": {"model": "llama"}}) is None
+    assert lora_from_settings({"lora": {"rank": 0, "alpha": None}}) is None
 
 
 def test_a_bad_rank_from_the_flags_is_named():
