@@ -12,6 +12,8 @@ other call receives sections.
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import warnings
 from collections import Counter
@@ -85,9 +87,27 @@ def trace_settings(run) -> list[tuple[str, str, list[str], bool]]:
     return entries
 
 
+def traced_run(out: str) -> None:
+    """Trace a one-iteration run into ``out`` and print its entries as JSON (run in a
+    fresh interpreter by the test below)."""
+    config = small_config(Path(out), iterations=1, plots=False, tensorboard=False)
+    print(json.dumps(trace_settings(lambda: train_rank(config))))
+
+
 def test_the_settings_enter_each_module_at_most_four_times(tmp_path):
-    config = small_config(tmp_path / "run", iterations=1, plots=False, tensorboard=False)
-    entries = trace_settings(lambda: train_rank(config))
+    # A fresh interpreter: what earlier tests left in this process (compiled graphs,
+    # threads, patched modules) made the traced run crawl past its timeout here.
+    here = Path(__file__).resolve()
+    paths = [str(here.parent), str(here.parents[2])]  # this module, tests/ (run_config)
+    code = (
+        f"import sys; sys.path[:0] = {paths!r}; from test_settings_flow import traced_run; "
+        f"traced_run({str(tmp_path / 'run')!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    entries = json.loads(done.stdout.strip().splitlines()[-1])
     path = "\n".join(f"{m}:{f}({', '.join(given)})" for m, f, given, _ in entries)
     counts = Counter(module for module, *_ in entries)
     assert counts["train/assemble.py"] == 1 and counts["train/build.py"] >= 1, path
