@@ -97,17 +97,7 @@ def traced_run(out: str) -> None:
 def test_the_settings_enter_each_module_at_most_four_times(tmp_path):
     # A fresh interpreter: what earlier tests left in this process (compiled graphs,
     # threads, patched modules) made the traced run crawl past its timeout here.
-    here = Path(__file__).resolve()
-    paths = [str(here.parent), str(here.parents[2])]  # this module, tests/ (run_config)
-    code = (
-        f"import sys; sys.path[:0] = {paths!r}; from test_settings_flow import traced_run; "
-        f"traced_run({str(tmp_path / 'run')!r})"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    entries = json.loads(done.stdout.strip().splitlines()[-1])
+    entries = _in_a_fresh_interpreter("traced_run", tmp_path / "run")
     path = "\n".join(f"{m}:{f}({', '.join(given)})" for m, f, given, _ in entries)
     counts = Counter(module for module, *_ in entries)
     assert counts["train/assemble.py"] == 1 and counts["train/build.py"] >= 1, path
@@ -116,11 +106,12 @@ def test_the_settings_enter_each_module_at_most_four_times(tmp_path):
     assert whole <= WHOLE_TAKERS, f"the whole settings went to {whole - WHOLE_TAKERS}"
 
 
-def test_the_trace_counts_a_module_entered_too_often(tmp_path):
-    """A planted path: a helper handing the settings five times into one module."""
+def planted_path(out: str) -> None:
+    """A planted path traced into JSON: a helper handing the settings five times into
+    one module, then the whole settings where a section belongs."""
     from datacentric.train import build
 
-    config = small_config(tmp_path / "run")
+    config = small_config(Path(out))
 
     def five_times():
         for _ in range(5):
@@ -129,7 +120,25 @@ def test_the_trace_counts_a_module_entered_too_often(tmp_path):
             warnings.simplefilter("ignore", DeprecationWarning)
             build.model_args(config)  # the whole settings where a section belongs
 
-    entries = trace_settings(five_times)
+    print(json.dumps(trace_settings(five_times)))
+
+
+def _in_a_fresh_interpreter(function: str, out: Path) -> list:
+    here = Path(__file__).resolve()
+    paths = [str(here.parent), str(here.parents[2])]  # this module, tests/ (run_config)
+    code = (
+        f"import sys; sys.path[:0] = {paths!r}; import test_settings_flow as t; "
+        f"t.{function}({str(out)!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_trace_counts_a_module_entered_too_often(tmp_path):
+    entries = _in_a_fresh_interpreter("planted_path", tmp_path / "run")
     counts = Counter(module for module, *_ in entries)
     assert counts["train/build.py"] == 6 > MOST_ENTRIES
-    assert ("train/build.py", "model_args", ["model"], True) in entries
+    assert ["train/build.py", "model_args", ["model"], True] in entries
