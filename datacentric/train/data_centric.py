@@ -317,13 +317,13 @@ class DataCentric:
             schedule = self.current_schedule()
             p = self.position
             if schedule is not expected:
-                self._expect(schedule)
-                expected = schedule
                 left = len(schedule.iterations) - p.segment_iteration  # steps of this epoch
                 if (epochs is None or p.epoch + 1 < epochs) and (
                     iterations is None or p.iterations_done + left < iterations
-                ):  # the run goes on past this epoch: its next schedule, meanwhile
-                    self._ahead.start(p.epoch + 1)
+                ):  # the run goes on past this epoch: its next schedule, from the moment
+                    self._ahead.start(p.epoch + 1)  # this one is taken (before any packing)
+                self._expect(schedule)
+                expected = schedule
             if p.segment_iteration >= len(schedule.iterations):
                 p.next_epoch()  # nothing of this epoch left to run
                 continue
