@@ -177,13 +177,14 @@ def command_markdown(row: dict) -> str:
             "seconds are the child's own (inflated, not removed, by the sharing).",
             "",
             "| cpu s | wall s | load | others | iterations | efficiency | "
-            "efficiency_old_bound | steps from peers | peers skipped |",
-            "|---:|---:|---:|---:|---:|---:|---:|---|---|",
+            "efficiency_old_bound | steps from peers | peers skipped | peers dropped |",
+            "|---:|---:|---:|---:|---:|---:|---:|---|---|---|",
             f"| **{row['cpu_s']:.1f}** | {row['wall_s']:.1f} | {row['load'][0]:.1f} / "
             f"{row['load'][1]:.1f} | {others} | {r['iterations']} | {r['efficiency']:.3f} | "
             f"{r['efficiency_old_bound']:.3f} | "
             f"{json.dumps(settings.get('steps_from_peers'))} | "
-            f"{', '.join(settings.get('peers_skipped', [])) or '-'} |",
+            f"{', '.join(settings.get('peers_skipped', [])) or '-'} | "
+            f"{', '.join(settings.get('peers_dropped', [])) or '-'} |",
             "",
         ]
     )

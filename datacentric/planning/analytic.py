@@ -89,6 +89,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
+from operator import mul
 
 import numpy as np
 
@@ -210,6 +211,33 @@ class _PassSums:
     scattered: float = 0.0
 
 
+@dataclass(frozen=True)
+class _ShapeSums:
+    """What the formulas read of a micro-batch's shapes, summed once: the samples, the
+    tokens, the sum of squared lengths and the attention pairs per block kind."""
+
+    n: int
+    tokens: int
+    squares: float
+    pairs: tuple[float, ...]
+
+
+def shape_sums(kinds: Sequence[str], shapes: Sequence[SampleShape]) -> _ShapeSums:
+    """:class:`_ShapeSums` of ``shapes`` for blocks of ``kinds`` (text samples' pairs
+    from their lengths' sums, video samples' one by one)."""
+    lengths = [s.tokens for s in shapes]
+    tokens = sum(lengths)
+    squares = sum(map(mul, lengths, lengths))
+    video = [s for s in shapes if s.grid is not None]
+    causal = (squares + tokens) / 2
+    text = {"full": squares, "causal": causal, "spatial": squares, "temporal": tokens}
+    if not video and all(kind in text for kind in kinds):
+        pairs = tuple(float(text[kind]) for kind in kinds)
+    else:
+        pairs = tuple(sum(attention_pairs(kind, s) for s in shapes) for kind in kinds)
+    return _ShapeSums(len(lengths), tokens, float(squares), pairs)
+
+
 class AnalyticCostModel(CachedCostModel):
     """Implements :class:`~datacentric.planning.cost_model.CostModel` from FLOPs and bytes."""
 
@@ -304,6 +332,17 @@ class AnalyticCostModel(CachedCostModel):
     def recompute_key(self, recompute: Sequence[bool]) -> Hashable:
         """Recomputed blocks per kind (which blocks of a kind does not matter)."""
         return self._counts(recompute)
+
+    def _sums(self, shapes: tuple[SampleShape, ...]) -> _ShapeSums:
+        """:func:`shape_sums` of ``shapes``; the last answer is kept, so the several
+        formulas of one pass (with and without recomputation, memory) sum them once
+        (one tuple, checked by identity, swapped atomically for threads)."""
+        last = self.__dict__.get("_last_sums")
+        if last is not None and last[0] is shapes:
+            return last[1]
+        sums = shape_sums(self._kinds, shapes)
+        self._last_sums = (shapes, sums)
+        return sums
 
     def compute_split_breakdown(
         self, shapes: tuple[SampleShape, ...], sp_size: int, ring_size: int, key: Hashable
@@ -420,6 +459,16 @@ class AnalyticCostModel(CachedCostModel):
             memory_bytes=self._memory(shapes, sp_size, counts),
         )
 
+    def compute_memory_bytes(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
+    ) -> int:
+        """The breakdown's ``memory_bytes`` alone (memory needs no time formula)."""
+        if not shapes:
+            raise ValueError("a micro-batch needs at least one sample")
+        if sp_size < 1:
+            raise ValueError(f"sp_size must be >= 1, got {sp_size}")
+        return self._memory(shapes, sp_size, key)  # type: ignore[arg-type]
+
     def pass_floor(
         self,
         shapes: Sequence[SampleShape],
@@ -513,16 +562,16 @@ class AnalyticCostModel(CachedCostModel):
             raise ValueError(f"sp_size must be >= 1, got {sp}")
         spec, hw, b = self.spec, self.hardware, self.dtype_bytes
         h = spec.hidden
-        tokens = sum(s.tokens for s in shapes)
+        sums = self._sums(shapes)
+        tokens, n = sums.tokens, sums.n
         local = tokens / sp
-        n = len(shapes)
         cond = spec.cross_attn_tokens
 
         cast, grad = weight_traffic_bytes(b)
         trained = spec.weight_grad_share  # frozen weights: no weight-gradient matmul
         grad *= trained
         # token-weighted mean sample length: how long each serialised scatter runs
-        serial = 0.0 if floor else sum(s.tokens**2 for s in shapes) / tokens / sp
+        serial = 0.0 if floor else sums.squares / tokens / sp
         w = _PassSums()
         self._add_blocks(w, shapes, sp, counts, u, serial=serial, cast=cast, grad=grad, floor=floor)
         # outside the blocks: LM head (forward + 2x backward) or DiT patch in/out and the
@@ -578,8 +627,9 @@ class AnalyticCostModel(CachedCostModel):
         when recomputed) and backward, its all-to-alls over ``u`` ranks and its weight
         traffic (``cast`` and ``grad`` bytes per parameter)."""
         spec, hw, b = self.spec, self.hardware, self.dtype_bytes
-        h, cond, n = spec.hidden, spec.cross_attn_tokens, len(shapes)
-        tokens = sum(s.tokens for s in shapes)
+        sums = self._sums(shapes)
+        h, cond, n = spec.hidden, spec.cross_attn_tokens, sums.n
+        tokens = sums.tokens
         local = tokens / sp
         block_matmul = (
             2.0 * spec.token_matmul_params * local
@@ -591,8 +641,7 @@ class AnalyticCostModel(CachedCostModel):
         for i, kind in enumerate(self._kinds):
             blocks = self._kind_counts[i]
             fwd_passes = blocks + counts[i]  # forward of every block, again if recomputed
-            pairs = sum(attention_pairs(kind, s) for s in shapes)
-            attn_fwd = 4.0 * h * (pairs + tokens * cond) / sp
+            attn_fwd = 4.0 * h * (sums.pairs[i] + tokens * cond) / sp
             a2a_bytes, a2a_calls = self._alltoall(kind, shapes, u, local, floor=floor)
             w.mm += block_matmul * (fwd_passes + (1 + trained) * blocks)
             w.attn += attn_fwd * fwd_passes
@@ -645,8 +694,9 @@ class AnalyticCostModel(CachedCostModel):
     def _memory(self, shapes: tuple[SampleShape, ...], sp: int, counts: tuple[int, ...]) -> int:
         spec, b = self.spec, self.dtype_bytes
         h = spec.hidden
-        local = sum(s.tokens for s in shapes) / sp
-        n = len(shapes)
+        sums = self._sums(shapes)
+        local = sums.tokens / sp
+        n = sums.n
         saved_block = self._saved_elems * local * b
         input_only = h * local * b
         cond_kv = 2 * h * spec.cross_attn_tokens * n * b

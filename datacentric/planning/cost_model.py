@@ -180,6 +180,14 @@ class CachedCostModel(ABC):
         """Forward + backward seconds of one micro-batch (see :class:`PassBreakdown`)."""
         return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).time_s
 
+    def compute_memory_bytes(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
+    ) -> int | None:
+        """Peak bytes of a Ulysses-only pass without its time (uncached), or ``None`` when
+        the model has nothing cheaper than :meth:`compute_breakdown` (the default). A
+        model that answers must answer exactly its breakdown's ``memory_bytes``."""
+        return None
+
     def pass_memory_bytes(
         self,
         shapes: Sequence[SampleShape],
@@ -188,8 +196,26 @@ class CachedCostModel(ABC):
         *,
         ring_size: int = 1,
     ) -> int:
-        """Peak bytes on one rank of the group."""
-        return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+        """Peak bytes on one rank of the group. Memory checks ask for many micro-batches
+        whose time is never needed, so a model's :meth:`compute_memory_bytes` answers them
+        without the time (cached apart); else the breakdown's."""
+        if int(ring_size) != 1:
+            return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+        cache: dict[tuple, int] | None = self.__dict__.get("_memories")
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_memories", cache)  # frozen dataclasses too
+        shapes = tuple(shapes)
+        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute))
+        found = cache.get(key)
+        if found is None:
+            found = self.compute_memory_bytes(shapes, key[1], key[2])
+            if found is None:
+                found = self.breakdown(shapes, sp_size, recompute).memory_bytes
+            if len(cache) >= BREAKDOWN_CACHE_SIZE:
+                cache.clear()
+            cache[key] = found
+        return found
 
 
 class WrappedCostModel(CachedCostModel):

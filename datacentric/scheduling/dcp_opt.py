@@ -65,6 +65,18 @@ PEERS = {
     # (4M-token steps) its per-micro-batch knapsack ran 0.928 of the bound, dcp-opt 0.876
     "dcp-pac": dcp_pac.schedule,
 }
+#: The most samples an epoch may have for a peer's search to run in the portfolio (up to
+#: :data:`PORTFOLIO_SAMPLES`). ``megatron-dyncp``'s search forms and prices its token-packed
+#: micro-batches for about ten (recomputation, cap) candidates and no floor rules it out
+#: (its configurations are dcp-opt's): on ``sft-longtail`` (100,000 samples, 64 GPUs) it
+#: was two thirds of ``schedule``'s CPU time and gave none of the 7 steps, as on every
+#: shipped preset at 32 and 64 GPUs (benchmarks/own_steps.md), so above 50,000 samples it
+#: is dropped; the sets where it gave steps had at most 10,368 samples.
+PEER_SAMPLES = {
+    "static": PORTFOLIO_SAMPLES,
+    "megatron-dyncp": 50_000,
+    "dcp-pac": PORTFOLIO_SAMPLES,
+}
 #: A peer's step replaces dcp-opt's when this much shorter (relative).
 PEER_GAIN = 1e-9
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
@@ -471,7 +483,7 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
     with_peers = len(inp.active) <= PORTFOLIO_SAMPLES
-    total = len(chunks) * (1 + (len(PEERS) if with_peers else 0))  # progress: see portfolio
+    total = len(chunks) * (1 + (len(peers_run(inp)) if with_peers else 0))  # see portfolio
     for k, chunk in enumerate(chunks):
         items = make_items(inp, table, chunk)
         best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
@@ -481,22 +493,24 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
         out.iterations.append(best)
         inp.step_done(k + 1, total)
     if with_peers:
-        out.iterations, counts, skipped = portfolio(inp, out.iterations)
+        out.iterations, counts, skipped, dropped_peers = portfolio(inp, out.iterations)
         out.settings["steps_from_peers"] = counts
         out.settings["peers_skipped"] = skipped
+        out.settings["peers_dropped"] = dropped_peers
     return out
 
 
 def portfolio(
     inp: PolicyInput, own: list[Iteration]
-) -> tuple[list[Iteration], dict[str, int], list[str]]:
+) -> tuple[list[Iteration], dict[str, int], list[str], list[str]]:
     """Per step, the fastest (estimated makespan plus exposed gradient sync) of ``own``
     and the steps of :data:`PEERS` on the same global batches: every configuration a
     peer chooses is in dcp-opt's search space, so it is never behind one. Also how
-    many steps each peer gave, and the peers whose search was skipped: no step of
-    theirs could beat the best held (:mod:`~datacentric.scheduling.peer_bounds`).
+    many steps each peer gave, the peers whose search was skipped (no step of theirs
+    could beat the best held: :mod:`~datacentric.scheduling.peer_bounds`) and those
+    dropped (the epoch has more samples than :data:`PEER_SAMPLES` allows them).
     Progress (``inp.step_done``) counts the epoch's steps once for dcp-opt's own search
-    and once per peer still to compare; a peer skipped leaves the total."""
+    and once per peer still to compare; a peer skipped or dropped leaves the total."""
     cost, shapes, world = inp.cost_model, inp.view.shapes, inp.world_size
     reduction = float(cost.grad_sync_time_s(world))
     overlap = overlaps_grad_sync(cost, world)
@@ -506,26 +520,34 @@ def portfolio(
 
     best = [(total(it), "dcp-opt", it) for it in own]
     chunks, _ = inp.global_batches()
+    peers = peers_run(inp)
     skipped: list[str] = []
     n = len(own)
-    for name, policy in PEERS.items():
+    for i, name in enumerate(peers):
+        done = n * (1 + i - len(skipped))
         floors = peer_bounds.step_floors(inp, name, chunks)
-        done = n * (1 + list(PEERS).index(name) - len(skipped))
         if not peer_bounds.could_win(floors, [b[0] for b in best], PEER_GAIN):
             skipped.append(name)
-            inp.step_done(done, n * (1 + len(PEERS) - len(skipped)))
+            inp.step_done(done, n * (1 + len(peers) - len(skipped)))
             continue
         try:
-            steps = inp.run_policy(name, policy).iterations
+            steps = inp.run_policy(name, PEERS[name]).iterations
         except ValueError:  # the peer cannot run this epoch at all
             continue
         for k, it in enumerate(steps):
             seconds = total(it)
             if seconds < best[k][0] * (1 - PEER_GAIN):
                 best[k] = (seconds, name, it)
-        inp.step_done(done + n, n * (1 + len(PEERS) - len(skipped)))
+        inp.step_done(done + n, n * (1 + len(peers) - len(skipped)))
     counts = {name: sum(1 for _, who, _ in best if who == name) for name in PEERS}
-    return [it for _, _, it in best], counts, skipped
+    dropped = [name for name in PEERS if name not in peers]
+    return [it for _, _, it in best], counts, skipped, dropped
+
+
+def peers_run(inp: PolicyInput) -> list[str]:
+    """The peers of :data:`PEERS` whose search the portfolio may run on this epoch (those
+    whose :data:`PEER_SAMPLES` allows its size), in order."""
+    return [name for name in PEERS if len(inp.active) <= PEER_SAMPLES[name]]
 
 
 def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:

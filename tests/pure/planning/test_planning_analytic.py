@@ -16,7 +16,7 @@ from datacentric.planning.hardware import (
     list_hardware,
 )
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.profiling.factory import get_model_spec, list_model_specs
+from datacentric.profiling.factory import analytic_cost_model, get_model_spec, list_model_specs
 from datacentric.shapes import SampleShape
 
 
@@ -136,3 +136,40 @@ def test_calibration_recovers_known_constants() -> None:
         assert fitted_model.pass_time_s(shapes, 2, ()) == pytest.approx(
             true_model.pass_time_s(shapes, 2, ()), rel=0.02
         )
+
+
+@pytest.mark.parametrize("model", ["llama-7b", "stdit-1.1b"])
+def test_memory_alone_and_one_pass_sums_answer_as_the_whole_formula(model):
+    """``pass_memory_bytes`` answered without the time formula, and the shapes' sums
+    taken once per pass, give what the per-sample formulas give: memory equal to the
+    breakdown's on random micro-batches (text and video, mixed lengths, recomputing
+    some blocks), attention pairs equal to the per-sample sums."""
+    import random
+
+    from datacentric.planning.analytic import attention_pairs, shape_sums
+
+    cost = analytic_cost_model(model, "h100-sxm", world_size=16)
+    fresh = analytic_cost_model(model, "h100-sxm", world_size=16)
+    rng = random.Random(3)
+    for _ in range(60):
+        n = rng.choice([1, 2, 7, 30])
+        if model.startswith("llama"):
+            shapes = [SampleShape.text(rng.randint(1, 50_000)) for _ in range(n)]
+        else:
+            shapes = [
+                SampleShape.video(*(rng.choice([2, 4, 8, 16]) for _ in range(3))) for _ in range(n)
+            ]
+        sp = rng.choice([1, 2, 4, 8])
+        rc = [rng.random() < 0.5 for _ in range(cost.num_blocks)]
+        assert (
+            cost.pass_memory_bytes(shapes, sp, rc) == fresh.breakdown(shapes, sp, rc).memory_bytes
+        )
+        sums = shape_sums(cost.spec.kinds, shapes)
+        for kind, pairs in zip(cost.spec.kinds, sums.pairs):
+            assert pairs == pytest.approx(sum(attention_pairs(kind, s) for s in shapes), rel=1e-12)
+    for kind in ("full", "causal", "spatial", "temporal"):
+        text = [SampleShape.text(t) for t in (1, 9, 4_000)]
+        (pairs,) = shape_sums((kind,), text).pairs
+        assert pairs == sum(attention_pairs(kind, s) for s in text)
+    with pytest.raises(ValueError):
+        cost.pass_memory_bytes([], 2, [False] * cost.num_blocks)

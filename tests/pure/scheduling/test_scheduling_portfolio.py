@@ -160,3 +160,38 @@ def _policy_input(pipe: Pipeline):
         seed=pipe.seed,
         epoch=0,
     )
+
+
+def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
+    """Above its :data:`dcp_opt.PEER_SAMPLES` limit a peer's search is not run at all
+    (``peers_dropped``), the progress total leaves it out, and the other peers are
+    compared as before."""
+    from datacentric.data.workloads import get_workload
+
+    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=16)
+    shapes = list(get_workload("sft-longtail", seed=1, num_samples=1500).shapes)
+    options = SchedulingConfig(global_batch_tokens=2 * 2**20)
+    pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
+    ran: list[str] = []
+    peers = {
+        name: (lambda inp, name=name, policy=policy: ran.append(name) or policy(inp))
+        for name, policy in dcp_opt.PEERS.items()
+    }
+    monkeypatch.setattr(dcp_opt, "PEERS", peers)
+    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "megatron-dyncp", len(shapes) - 1)
+    heard: list[tuple[int, int]] = []
+    ours = pipe.schedule(0, policy="dcp-opt", on_step=lambda d, t: heard.append((d, t)))
+    settings = ours.meta["settings"]
+    assert settings["peers_dropped"] == ["megatron-dyncp"]
+    assert "megatron-dyncp" not in ran and "dcp-pac" in ran
+    assert settings["steps_from_peers"]["megatron-dyncp"] == 0
+    n = len(ours.iterations)
+    assert heard[0] == (1, 3 * n) and heard[-1] == (n, n)
+    assert [d for d, _ in heard[:-1]] == sorted(d for d, _ in heard[:-1])
+    ours.validate()
+    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "megatron-dyncp", len(shapes))
+    ran.clear()
+    pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
+    with_all = pipe.schedule(0, policy="dcp-opt")
+    assert with_all.meta["settings"]["peers_dropped"] == []
+    assert "megatron-dyncp" in ran
