@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from datacentric.data.tokenizer_files import TEMPLATE_FOLDERS
 from datacentric.models.source import (
     ModelSource,
     build_from_source,
@@ -50,7 +51,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.progress import Progress
-from datacentric.regular_files import file_sha256, read_regular_text
+from datacentric.regular_files import file_sha256, read_regular_bytes, read_regular_text
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
 from datacentric.train.checkpoint import (
@@ -75,7 +76,10 @@ TOKENIZER_FILES = (
     "tokenizer.model",
     "vocab.json",
     "merges.txt",
+    "vocab.txt",
+    "added_tokens.json",
     "chat_template.jinja",
+    "chat_template.json",
 )
 
 
@@ -449,10 +453,25 @@ def _export_hf(
     _load_into(inner, _strip_prefix(state, "hf."), str(source.name))
     inner.save_pretrained(out)
     for folder in _tokenizer_folders(source, settings):
-        for name in TOKENIZER_FILES:
-            if (folder / name).is_file() and not (out / name).exists():
-                shutil.copy2(folder / name, out / name)
+        _copy_tokenizer(folder, out)
     return _parameter_count(inner)
+
+
+def _copy_tokenizer(folder: Path, out: Path) -> None:
+    """Copy ``folder``'s tokenizer files (:data:`TOKENIZER_FILES`, and the named chat
+    templates of ``additional_chat_templates/``, which ``apply_chat_template(...,
+    chat_template=NAME)`` reads) into ``out``, keeping what ``out`` already has;
+    regular files only, as for the files at the top."""
+    names = [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    for sub in TEMPLATE_FOLDERS:
+        if (folder / sub).is_dir():
+            templates = (folder / sub).iterdir()
+            found = sorted(p.name for p in templates if p.suffix == ".jinja" and p.is_file())
+            names += [f"{sub}/{name}" for name in found]
+    for name in names:
+        if not (out / name).exists():
+            (out / name).parent.mkdir(exist_ok=True)
+            (out / name).write_bytes(read_regular_bytes(folder / name))
 
 
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:

@@ -170,10 +170,17 @@ def _pretrained_folder(folder: Path, tied: bool = False) -> list[str]:
 
 @pytest.mark.slow
 def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = tmp_path / "qwen"
     texts = _pretrained_folder(folder)
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    )
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "tool_use.jinja").write_text(
+        "{% for m in messages %}TOOL {{ m['content'] }}\n{% endfor %}"
+    )
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     exported, summary = _train_and_export(
@@ -182,6 +189,14 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
     )  # fmt: skip
     assert summary["format"] == "transformers"
     assert (exported / "tokenizer.json").is_file()
+    # the tokenizer loads from the export as from the user's folder: its chat template
+    # and its named templates (additional_chat_templates/) render alike
+    users, ours = AutoTokenizer.from_pretrained(folder), AutoTokenizer.from_pretrained(exported)
+    chat = [{"role": "user", "content": "word1 tok2"}]
+    for name in (None, "tool_use"):
+        want = users.apply_chat_template(chat, chat_template=name, tokenize=False)
+        assert ours.apply_chat_template(chat, chat_template=name, tokenize=False) == want
+    assert "TOOL" in ours.apply_chat_template(chat, chat_template="tool_use", tokenize=False)
     before = AutoModelForCausalLM.from_pretrained(folder).state_dict()
     loaded = AutoModelForCausalLM.from_pretrained(exported)
     assert summary["parameters"] == sum(p.numel() for p in loaded.parameters())
