@@ -48,15 +48,18 @@ def folders(tmp_path_factory):
     return root
 
 
-def _train(folders, family: str, out, *extra: str) -> subprocess.CompletedProcess:
+def _argv(folders, family: str, out, *extra: str) -> list[str]:
     args = ["train", "--model", f"diffusers:{folders / family}/transformer"]
     args += ["--dataset", f"latents:{folders / (family + '-latents')}"]
     args += ["--validation.pipeline", str(folders / family)]
     args += ["--validation.prompts", str(folders / "prompts.txt"), "--validation.every", "2"]
     args += ["--iterations", "4", "--cost-model", "analytic", "--no-progress", "--no-plots"]
-    args += ["--out", str(out), *RENDER, *extra]
+    return [*args, "--out", str(out), *RENDER, *extra]
+
+
+def _train(folders, family: str, out, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "datacentric.cli.main", *args]
+    command = [sys.executable, "-m", "datacentric.cli.main", *_argv(folders, family, out, *extra)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -108,8 +111,11 @@ def test_a_flux_run_renders_a_png_per_prompt(folders, tmp_path):
 
 @pytest.mark.slow
 def test_a_pipeline_that_cannot_render_for_the_run_is_one_line_before_ranks_start(
-    folders, tmp_path
+    folders, tmp_path, capsys
 ):
+    """The command in this process (the check runs before any rank starts)."""
+    from datacentric.cli.main import main
+
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "model_index.json").write_text("{not json")
@@ -121,8 +127,9 @@ def test_a_pipeline_that_cannot_render_for_the_run_is_one_line_before_ranks_star
         (["--validation.num_frames", "6"], "validation.num_frames: 6 is not 1 + a multiple of 4"),
     ]
     for extra, message in cases:
-        result = _train(folders, "wan", tmp_path / "run", *extra)
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+        status = main(_argv(folders, "wan", tmp_path / "run", *extra))
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert status == 2 and len(lines) == 1, err[-2000:]
         assert lines[0].startswith("datacentric train: validation.") and message in lines[0]
         assert not (tmp_path / "run").exists()
