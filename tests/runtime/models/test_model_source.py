@@ -94,8 +94,11 @@ def _run(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.Complet
 
 
 @pytest.mark.slow
-def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path) -> None:
+def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path, capsys) -> None:
+    """The command in this process (the checks run before any rank starts)."""
     from transformers import AutoConfig
+
+    from datacentric.cli.main import main
 
     longrope = tmp_path / "phi3-longrope"  # a config alone: the check reads no weights
     rope = {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}
@@ -112,9 +115,10 @@ def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path) -> None:
         (["--model", "llama", "--model-arg", "num_head=2"], "takes no num_head"),
         (["--model", "tests.user_models:missing"], "has no callable 'missing'"),
     ):
-        result = _run("train", *argv, "--world", "2", "--out", str(tmp_path / "run"))
-        assert result.returncode == 2, result.stderr
-        lines = result.stderr.strip().splitlines()  # (transformers may warn before it)
+        status = main(["train", *argv, "--world", "2", "--out", str(tmp_path / "run")])
+        err = capsys.readouterr().err
+        assert status == 2, err
+        lines = err.strip().splitlines()  # (transformers may warn before it)
         ours = [line for line in lines if line.startswith("datacentric train: ")]
         assert len(ours) == 1 and ours[0] == lines[-1], lines
         assert expected in ours[0]
