@@ -296,19 +296,17 @@ def test_saved_folders_are_refused_by_the_pre_check_naming_the_cause(
 
 
 @pytest.mark.slow
-def test_train_refuses_an_image_model_before_ranks_start(tmp_path: Path) -> None:
+def test_train_refuses_an_image_model_before_ranks_start(tmp_path: Path, capsys) -> None:
     """``train`` on a saved QwenImage folder: exit 2, one line naming the cause, no
-    traceback, no rank started (it failed inside the ranks with a shape error)."""
-    import subprocess
-    import sys
+    traceback, no rank started (it failed inside the ranks with a shape error). The
+    command runs in this process: the check runs before any rank starts."""
+    from datacentric.cli.main import main
 
     class_name, config, cause = REFUSED_FOLDERS["qwenimage"]
     model = _saved(tmp_path / "qwenimage", class_name, config)
-    argv = ["train", "--model", model, "--world", "2", "--out", str(tmp_path / "run")]
-    done = subprocess.run(
-        [sys.executable, "-m", "datacentric", *argv], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
-    lines = [line for line in done.stderr.strip().splitlines() if line.startswith("datacentric")]
-    assert len(lines) == 1 and cause in lines[0], done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and not (tmp_path / "run" / "checkpoints").exists()
+    status = main(["train", "--model", model, "--world", "2", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert status == 2, err[-2000:]
+    lines = [line for line in err.strip().splitlines() if line.startswith("datacentric")]
+    assert len(lines) == 1 and cause in lines[0], err[-2000:]
+    assert "Traceback" not in err and not (tmp_path / "run" / "checkpoints").exists()
