@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.models.source import parse_model_args
+    from datacentric.models.model_args import parse_model_args
     from datacentric.verify.equivalence import TOLERANCE, check_equivalence
 
     if args.world < 1:

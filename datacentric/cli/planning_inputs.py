@@ -21,9 +21,14 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     if getattr(args, "lengths", None):
         return read_lengths_file(args.lengths), 0
     if args.dataset:
-        from datacentric.data.sources import open_dataset, skipped_samples
+        from datacentric.data.workloads import get_workload, list_workloads
 
         settings = args.settings
+        if args.dataset in list_workloads():  # open_dataset's shapes, without torch's import
+            limit = settings.data.dataset_limit
+            return list(get_workload(args.dataset, settings.job.seed, limit).shapes), 0
+        from datacentric.data.sources import open_dataset, skipped_samples
+
         dataset = open_dataset(args.dataset, settings.data, seed=settings.job.seed)
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
@@ -47,7 +52,7 @@ def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespa
     """The analytic cost model of ``--model`` (any model string, with its ``--model-arg``
     keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with
     ``--shard``; the budget is :func:`memory_budget`'s."""
-    from datacentric.models.source import parse_model_args
+    from datacentric.models.model_args import parse_model_args
     from datacentric.profiling.factory import analytic_cost_model, named_spec
 
     spec = named_spec(

@@ -87,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.models.source import parse_model_args
+    from datacentric.models.model_args import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.autoprofile import run_profile

@@ -45,15 +45,12 @@ import torch
 from torch import nn
 
 from datacentric.models.lora import LoraSpec, apply_lora
+from datacentric.models.model_args import ModelSourceError, parse_model_args
 from datacentric.models.presets import MODEL_PRESETS, build_model, model_config
 
 HF_PREFIX = "hf:"
 DIFFUSERS_PREFIX = "diffusers:"
 KINDS = ("preset", "hf", "diffusers", "factory")
-
-
-class ModelSourceError(ValueError):
-    """A ``--model`` string or model argument that names no model we can build."""
 
 
 @dataclass(frozen=True)
@@ -80,28 +77,6 @@ class ModelSource:
     def has_weights(self) -> bool:
         """The folder holds pretrained weights (safetensors)."""
         return self.folder is not None and bool(weight_files(self.folder))
-
-
-def parse_model_args(pairs: Iterable[str] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` strings (``--model-arg``) as a dict; a value is read as JSON when
-    it is JSON (``2``, ``0.5``, ``true``, ``[1, 2]``), else kept as a string. A mapping
-    (a TOML table) passes through."""
-    if pairs is None:
-        return {}
-    if isinstance(pairs, Mapping):
-        return dict(pairs)
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = str(pair).partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ModelSourceError(f"model argument {pair!r} is not KEY=VALUE (--model-arg)")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        out[key] = value
-    return out
 
 
 #: Files of a PEFT adapter saved with ``save_pretrained``: transformers attaches such an

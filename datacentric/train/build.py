@@ -16,7 +16,8 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import open_dataset
-from datacentric.models.lora import LoraSpec, apply_lora, lora_spec
+from datacentric.models.lora import apply_lora
+from datacentric.models.lora_settings import lora_of
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
@@ -65,11 +66,6 @@ def model_source(model: ModelConfig, lora: LoraConfig | None = None) -> ModelSou
     with the LoRA adapters of the ``[lora]`` section (``None``: LoRA off)."""
     source = resolve_model(model.model, model.model_args)
     return dataclasses.replace(source, lora=lora_of(lora or LoraConfig()))
-
-
-def lora_of(lora: LoraConfig) -> LoraSpec | None:
-    """The ``[lora]`` section as a spec (``None``: LoRA off)."""
-    return lora_spec(lora.rank, lora.alpha, lora.dropout, lora.targets)
 
 
 def build_model_for(

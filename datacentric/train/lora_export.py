@@ -42,10 +42,10 @@ DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 def lora_from_settings(settings: dict[str, Any]) -> LoraSpec | None:
     """The LoRA spec a run recorded (its ``[lora]`` section of ``{section: {field:
-    value}}``, converted by :func:`~datacentric.train.build.lora_of`); ``None`` for a full
+    value}}``, converted by :func:`~datacentric.models.lora_settings.lora_of`); ``None`` for a full
     fine-tune."""
+    from datacentric.models.lora_settings import lora_of
     from datacentric.settings.sections import LoraConfig
-    from datacentric.train.build import lora_of
 
     recorded = settings.get("lora", {})
     return lora_of(LoraConfig(**{k: v for k, v in recorded.items() if v is not None}))
