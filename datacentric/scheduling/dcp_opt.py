@@ -53,6 +53,7 @@ from datacentric.scheduling.micro_batches import (
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.riders import with_riders
 from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
@@ -97,6 +98,12 @@ MERGE_SHARE = 0.1
 EXACT_IDLE = 0.02
 #: A step runs in two phases only when that is estimated this much shorter.
 PHASE_GAIN = 0.01
+#: A tail phase (:func:`tail_phase`) is tried on steps of at most this many micro-batches
+#: a group ...
+TAIL_ROUNDS = 8
+#: ... and kept when estimated this much shorter (relative; Megatron re-forms its layout
+#: for every micro-batch, and a peer's step is taken at any gain).
+TAIL_GAIN = 1e-9
 
 
 def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[Item]:
@@ -108,13 +115,13 @@ def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[It
     counts = np.bincount(buckets, minlength=len(view.buckets))
     gpu_s = sum(prefs[b].gpu_seconds_per_sample * counts[b] for b in prefs)
     target = gpu_s / inp.world_size
-    items: list[Item] = []
+    units = {}
     for b, cfg in prefs.items():
-        units = cfg.max_batch
+        units[b] = cfg.max_batch
         if opts.item_split > 0:
-            units = min(units, cfg.batch_for_time(target / opts.item_split))
-        items += pack(table, b, ids[buckets == b], units)
-    return items
+            units[b] = min(units[b], cfg.batch_for_time(target / opts.item_split))
+    by_bucket = {b: ids[buckets == b] for b in prefs}
+    return with_riders(table, by_bucket, lambda b, rest: pack(table, b, rest, units[b]))
 
 
 def lower_bound(times: np.ndarray, sizes: list[int], world_size: int) -> float:
@@ -479,7 +486,7 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     on epochs of at most :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own
     and the steps ``static``, ``megatron-dyncp`` and ``dcp-pac`` would run
     (:func:`portfolio`)."""
-    table = inp.pac_table()
+    table = inp.single_sample_pac_table()
     chunks, dropped = inp.global_batches()
     out = PolicyOutput(iterations=[], dropped=dropped)
     with_peers = len(inp.active) <= PORTFOLIO_SAMPLES
@@ -490,6 +497,9 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
         phased = two_phases(inp, table, items, k)
         if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
             best = phased
+        tail = tail_phase(inp, table, items, k) if phased is None else None
+        if tail is not None and tail.est_makespan_s < best.est_makespan_s * (1 - TAIL_GAIN):
+            best = tail
         out.iterations.append(best)
         inp.step_done(k + 1, total)
     if with_peers:
@@ -582,6 +592,34 @@ def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
         if phased is not None and (best is None or phased.est_makespan_s < best.est_makespan_s):
             best = phased
     return best
+
+
+def tail_phase(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:
+    """Step ``k`` in two phases when every micro-batch prefers one size and a few of
+    them are left over once each group of that size holds as many (25 documents of
+    164K tokens on four groups of 16 ranks): the longest whole rounds first, the
+    remainder after them, solved on its own (the whole world for one document, as
+    Megatron's last micro-batch runs it). None where that does not apply: more than
+    :data:`TAIL_ROUNDS` micro-batches a group, or no remainder."""
+    if len(items) > TAIL_ROUNDS * inp.world_size:
+        return None
+    top = inp.options.max_sp_size or inp.world_size
+    sizes = [s for s in table.all_sizes if s <= top]
+    times = time_matrix(table, items, sizes)
+    gpu = times * np.asarray(sizes, dtype=float)
+    if not np.isfinite(gpu).any(axis=1).all():
+        return None
+    pref = np.argmin(gpu, axis=1)
+    if len(set(pref.tolist())) != 1:
+        return None
+    groups = inp.world_size // sizes[int(pref[0])]
+    rest = len(items) % groups if groups > 1 else 0
+    if rest == 0 or len(items) > TAIL_ROUNDS * groups:
+        return None
+    order = np.argsort(-times[np.arange(len(items)), pref], kind="stable").tolist()
+    cut = len(items) - rest
+    parts = ([items[j] for j in order[:cut]], [items[j] for j in order[cut:]])
+    return _in_phases(inp, table, parts, k)
 
 
 def _in_phases(

@@ -51,6 +51,7 @@ class OptionTable:
         allowed: OptionFilter,
         exact_estimates: bool = True,
         per_micro_batch: bool = False,
+        mixed_knapsack: bool = True,
     ) -> None:
         self.view = view
         self.cost_model = cost_model
@@ -63,6 +64,9 @@ class OptionTable:
         #: PAC per micro-batch: a single sample or a mixed micro-batch runs the planner's
         #: fastest recomputation that fits its own samples (:meth:`micro_batch_recompute`)
         self.per_micro_batch = per_micro_batch
+        #: ... mixed micro-batches too (off: single samples only; the knapsack on a pass of
+        #: hundreds of samples costs hundreds of the cost model's per-sample terms)
+        self.mixed_knapsack = mixed_knapsack
         self._own_choice: dict[tuple, tuple[tuple[bool, ...], float] | None] = {}
         self.node_sizes = nesting_sp_sizes(world_size, cost_model.gpus_per_node, max_sp_size)
         self.all_sizes = mixable_sp_sizes(world_size)
@@ -250,7 +254,7 @@ class OptionTable:
         """The per-micro-batch choice of :meth:`micro_batch_recompute` and its time
         (None: the option's own applies)."""
         single = item.count == 1 and not self.view.uniform[item.bucket]
-        if not self.per_micro_batch or not (single or item.mixed):
+        if not self.per_micro_batch or not (single or (item.mixed and self.mixed_knapsack)):
             return None
         shapes = tuple(self.view.shapes[i] for i in item.ids)
         key = (shapes, sp, cfg.ring_size)

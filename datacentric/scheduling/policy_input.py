@@ -72,10 +72,15 @@ class PolicyInput:
         return self.plan.memory_cap_bytes
 
     def table(
-        self, name: str, allowed: OptionFilter, *, per_micro_batch: bool = False
+        self,
+        name: str,
+        allowed: OptionFilter,
+        *,
+        per_micro_batch: bool = False,
+        mixed_knapsack: bool = True,
     ) -> OptionTable:
         """The plan's options that ``allowed`` admits (cached under ``name``);
-        ``per_micro_batch``: see :attr:`OptionTable.per_micro_batch`."""
+        ``per_micro_batch`` and ``mixed_knapsack``: see :class:`OptionTable`."""
         if name not in self.tables:
             self.tables[name] = OptionTable(
                 self.view,
@@ -86,6 +91,7 @@ class PolicyInput:
                 allowed=allowed,
                 exact_estimates=self.exact_estimates,
                 per_micro_batch=per_micro_batch,
+                mixed_knapsack=mixed_knapsack,
             )
         return self.tables[name]
 
@@ -113,6 +119,14 @@ class PolicyInput:
         """:meth:`pac_table` with PAC's knapsack run per micro-batch on its own samples
         where they are shorter than their bucket's representative (``dcp-pac``)."""
         return self.table("pac-micro-batch", any_recompute, per_micro_batch=True)
+
+    def single_sample_pac_table(self) -> OptionTable:
+        """:meth:`pac_table` with PAC's knapsack run on each single sample shorter than
+        its bucket's representative (``dcp-opt``: a 91K-token document of a bucket
+        planned on a 131K one recomputes what it needs, not what the 131K needs)."""
+        return self.table(
+            "pac-single-sample", any_recompute, per_micro_batch=True, mixed_knapsack=False
+        )
 
     def global_batches(self) -> tuple[list[np.ndarray], list[int]]:
         """The epoch's global batches (one iteration each) and the ids dropped with
