@@ -190,6 +190,20 @@ def command_markdown(row: dict) -> str:
     )
 
 
+#: Earlier runs of the command, kept on the page (each on a shared 2-core machine).
+HISTORY = """
+History of the command (CPU seconds of the whole process; the load matters): 176.6 s
+(2026-12-03, load 0.5-1.9: every peer's search in dcp-opt's portfolio); 44.1 s (same
+day, load about 12: `static`'s search skipped by its floor, `megatron-dyncp`'s made
+cheaper); 41.9 s against 46.1 s for the code before, back to back at a load near 4
+(memory checks without the time formula, one sum of a pass's shapes); 18.4 s (load 5.7):
+`megatron-dyncp`'s search, two thirds of the rest and the source of none of the 7 steps,
+no longer runs in the portfolio above 50,000 samples (`dcp_opt.PEER_SAMPLES`); then about
+10-11 s: the command no longer imports torch (a sixth of it). The schedule is the same
+in each: 0.972 of the proved bound, no step from a peer.
+"""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--samples", type=int, default=1_000_000)
@@ -211,7 +225,7 @@ def main() -> None:
     if args.command_gpus:
         command = run_command(args.command_gpus)
         print({k: v for k, v in command.items() if k != "report"}, flush=True)
-        page += command_markdown(command)
+        page += command_markdown(command) + HISTORY
     Path(args.out).write_text(page, encoding="utf-8")
     print(f"wrote {args.out}")
 
