@@ -7,7 +7,10 @@ micro-batches to groups that minimise the iteration's makespan.
 2. **Micro-batches.** Each bucket's samples are packed (longest first, by tokens)
    into micro-batches of its cheapest configuration (SP size, micro-batch size and
    recomputation with the fewest GPU-seconds per sample, PAC included), capped so
-   that no micro-batch exceeds ``1/item_split`` of the iteration's target makespan.
+   that no micro-batch exceeds ``1/item_split`` of the iteration's target makespan;
+   a single text sample shorter than its bucket's representative recomputes what its
+   own length needs (PAC's knapsack); the step's shortest text samples ride in the free
+   memory of long ones where that is cheaper (:mod:`~datacentric.scheduling.riders`).
 3. **Layout.** Group sizes (powers of two summing to the world) in proportion to the
    GPU-seconds that prefer each size.
 4. **Assignment.** LPT on unrelated machines (each micro-batch may run on any size
@@ -23,7 +26,8 @@ micro-batches to groups that minimise the iteration's makespan.
    step in two phases (:func:`two_phases`): the micro-batches whose cheapest size is
    above the smallest (or the largest present) first, then the rest, each phase
    solved as above; kept when its estimated makespan is at least :data:`PHASE_GAIN`
-   shorter.
+   shorter. Where every micro-batch prefers one size, the leftover ones of the last
+   round in a phase of their own instead (:func:`tail_phase`).
 """
 
 from __future__ import annotations
