@@ -27,6 +27,7 @@ micro-batch formed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,6 +37,7 @@ from datacentric.planning.planner import batch_ladder
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import make_item
 from datacentric.scheduling.option_table import OptionTable
+from datacentric.shapes import SampleShape
 
 #: A bucket hosts riders only when its representative is at least this many times the
 #: riders' (shorter riders fill the gaps a long sample leaves; near lengths pack as well
@@ -46,23 +48,23 @@ RIDER_RATIO = 8
 RIDE_GAIN = 0.005
 
 
+@dataclass(frozen=True)
 class HostPlan:
     """How a bucket's samples host riders: ``hosts`` samples per micro-batch on
     ``option`` (its SP size, recomputation and split), with ``riders`` riders of the
     rider bucket's representative; ``gpu_s`` is the GPU-seconds per host sample once
     the riders' own cost is taken off, ``saving`` how much below the bucket's own."""
 
-    def __init__(
-        self, option: BucketOption, hosts: int, riders: int, gpu_s: float, saving: float
-    ) -> None:
-        self.option = option
-        self.hosts = hosts
-        self.riders = riders
-        self.gpu_s = gpu_s
-        self.saving = saving
+    option: BucketOption
+    hosts: int
+    riders: int
+    gpu_s: float
+    saving: float
 
 
-def max_riders(table: OptionTable, host: list, rider: object, option: BucketOption) -> int:
+def max_riders(
+    table: OptionTable, host: list[SampleShape], rider: SampleShape, option: BucketOption
+) -> int:
     """Most copies of ``rider`` that ride with ``host`` (shapes) under the plan's cap on
     ``option``'s SP size, recomputation and split: galloping then bisecting on the cost
     model's memory (it grows with every rider), from the count its first rider's bytes
