@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_here import cli_here, cli_json_here
 from repo_paths import ROOT
 
 from datacentric.models.source import (
@@ -124,9 +125,10 @@ def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path, capsys) 
         assert expected in ours[0]
 
 
-def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Path, dict]:
-    """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``;
-    the exported folder and what ``export`` reports (format, parameters, ...)."""
+def _train_and_export(tmp_path: Path, capsys, model: str, *data_flags: str) -> tuple[Path, dict]:
+    """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``
+    (in this process); the exported folder and what ``export`` reports (format,
+    parameters, ...)."""
     run_dir, exported = tmp_path / "run", tmp_path / "exported"
     result = _run(
         "train", "--model", model, *data_flags, "--world", "2", "--iterations", "3",
@@ -135,9 +137,9 @@ def _train_and_export(tmp_path: Path, model: str, *data_flags: str) -> tuple[Pat
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
-    result = _run("export", str(run_dir), "--out", str(exported), "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    return exported, json.loads(result.stdout.strip().splitlines()[-1])
+    return exported, cli_json_here(
+        ["export", str(run_dir), "--out", str(exported), "--json"], capsys
+    )
 
 
 def _pretrained_folder(folder: Path, tied: bool = False) -> list[str]:
@@ -173,7 +175,9 @@ def _pretrained_folder(folder: Path, tied: bool = False) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path: Path) -> None:
+def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(
+    tmp_path: Path, capsys
+) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = tmp_path / "qwen"
@@ -188,7 +192,7 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     exported, summary = _train_and_export(
-        tmp_path, f"hf:{folder}", "--dataset", f"jsonl:{data}",
+        tmp_path, capsys, f"hf:{folder}", "--dataset", f"jsonl:{data}",
         "--tokenizer", str(folder / "tokenizer.json"),
     )  # fmt: skip
     assert summary["format"] == "transformers"
@@ -215,12 +219,12 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(tmp_path:
         moved |= change > 0
     assert moved  # and trained
     # export refuses to overwrite a folder it did not make
-    result = _run("export", str(tmp_path / "run"), "--out", str(exported))
-    assert result.returncode == 2 and "not empty" in result.stderr
+    status, _, err = cli_here(["export", str(tmp_path / "run"), "--out", str(exported)], capsys)
+    assert status == 2 and "not empty" in err
 
 
 @pytest.mark.slow
-def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None:
+def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path, capsys) -> None:
     """The default cost model profiles the user's model on the run's own samples."""
     run_dir = tmp_path / "run"
     result = _run(
@@ -241,12 +245,14 @@ def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path) -> None
     profile = json.loads((run_dir / "profile" / "profile.json").read_text())
     identity = profile["fingerprint"]["model_config"]
     assert identity["class"] == "TinyGPT" and identity["args"] == {"layers": 2}
-    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"))
-    assert result.returncode == 2 and "pass --model tests.user_models:tiny_gpt" in result.stderr
+    status, _, err = cli_here(["export", str(run_dir), "--out", str(tmp_path / "exported")], capsys)
+    assert status == 2 and "pass --model tests.user_models:tiny_gpt" in err
     assert not (tmp_path / "exported").exists()  # a factory runs only when named
     argv = ["--model", "tests.user_models:tiny_gpt", "--json"]
-    result = _run("export", str(run_dir), "--out", str(tmp_path / "exported"), *argv)
-    assert result.returncode == 0, result.stderr[-2000:]
+    status, _, err = cli_here(
+        ["export", str(run_dir), "--out", str(tmp_path / "exported"), *argv], capsys
+    )
+    assert status == 0, err[-2000:]
     from safetensors.torch import load_file
 
     from tests.user_models import tiny_gpt
@@ -275,7 +281,7 @@ def _latent_folder(
 @pytest.mark.slow
 @pytest.mark.parametrize("tiny", ["wan", "ltx", "hunyuan-video"])
 def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
-    tmp_path: Path, tiny: str
+    tmp_path: Path, capsys, tiny: str
 ) -> None:
     import diffusers
 
@@ -289,7 +295,7 @@ def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
     latents = tmp_path / "latents"
     _latent_folder(latents, config["in_channels"], text_width(config))
     exported, summary = _train_and_export(
-        tmp_path, f"diffusers:{folder}", "--dataset", f"latents:{latents}"
+        tmp_path, capsys, f"diffusers:{folder}", "--dataset", f"latents:{latents}"
     )
     assert summary["format"] == "diffusers"
     before = cls.from_pretrained(folder).state_dict()
