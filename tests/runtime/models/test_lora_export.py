@@ -13,6 +13,7 @@ pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
 from chat_data import tiny_qwen2_config  # noqa: E402
+from cli_here import cli_json_here  # noqa: E402
 
 from datacentric.models.lora import apply_lora, draw_adapter_weights, lora_spec  # noqa: E402
 from datacentric.train.lora_export import (  # noqa: E402
@@ -147,10 +148,9 @@ def test_diffusers_lora_loads_at_the_trained_scale_in_the_pipeline(tmp_path) -> 
 
 
 @pytest.mark.slow
-def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_path) -> None:
+def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_path, capsys) -> None:
     """The fine-tuning issue's diffusers case: LoRA on a saved Wan folder trained on latents
     at world 2, exported, and loaded by the pipeline's own ``load_lora_weights``."""
-    import json
 
     diffusers = pytest.importorskip("diffusers")
     from safetensors.torch import load_file
@@ -171,9 +171,8 @@ def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_pa
         "--no-progress", "--out", str(run), "--json",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    result = _run("export", str(run), "--out", str(out), "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["format"] == "diffusers-lora"
+    summary = cli_json_here(["export", str(run), "--out", str(out), "--json"], capsys)
+    assert summary["format"] == "diffusers-lora"
     exported = load_file(str(out / DIFFUSERS_WEIGHTS))
     fresh = cls.from_pretrained(tmp_path / "wan")
     pipe = diffusers.WanPipeline(
@@ -202,7 +201,7 @@ def _held_out_loss(model, tokenizer_file, texts) -> float:  # noqa: ANN001
 
 
 @pytest.mark.slow
-def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path) -> None:
+def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path, capsys) -> None:
     """LoRA on ``lm_head`` of a Qwen2 whose head is its input embedding: ``export
     --merge`` writes an untied head holding the update (the embedding unchanged), and
     the merged folder's held-out loss is the adapter's."""
@@ -226,8 +225,7 @@ def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path) -> 
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     for out, flags in (("adapter", []), ("merged", ["--merge"])):
-        result = _run("export", str(run), "--out", str(tmp_path / out), *flags, "--json")
-        assert result.returncode == 0, result.stderr[-2000:]
+        cli_json_here(["export", str(run), "--out", str(tmp_path / out), *flags, "--json"], capsys)
     base = AutoModelForCausalLM.from_pretrained(folder).eval()
     embed = base.get_input_embeddings().weight.detach().clone()
     adapted = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()

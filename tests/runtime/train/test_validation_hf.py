@@ -18,12 +18,13 @@ pytest.importorskip("transformers")
 
 
 @pytest.mark.slow
-def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
+def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path, capsys):
     """``hf:`` folder, world 2, a held-out JSON-lines file, every 2 of 4 steps: ``val_loss``
     on the lines of steps 2 and 4 and in their metrics rows; the final one is plain
     transformers' per-token loss of the exported model on the file; training is the same
     run's without validation, bitwise."""
-    from runtime.models.test_model_source import _pretrained_folder, _run
+    from cli_here import cli_here
+    from runtime.models.test_model_source import _pretrained_folder
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -76,8 +77,10 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
     assert summary["weights_sha256"] == plain["weights_sha256"] and "final_val_loss" not in plain
     assert summary["final_val_loss"] == records[-1]["val_loss"]
     assert summary["best_val_loss"] == min(r["val_loss"] for r in records if "val_loss" in r)
-    done = _run("export", str(tmp_path / "val"), "--out", str(tmp_path / "exported"))
-    assert done.returncode == 0, done.stderr[-2000:]
+    status, _, err = cli_here(
+        ["export", str(tmp_path / "val"), "--out", str(tmp_path / "exported")], capsys
+    )
+    assert status == 0, err[-2000:]
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "exported").eval()
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     total, count = 0.0, 0
@@ -97,7 +100,7 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path):
 
 
 @pytest.mark.slow
-def test_each_val_loss_of_a_lora_chat_split_is_the_masked_loss_of_its_checkpoint(tmp_path):
+def test_each_val_loss_of_a_lora_chat_split_is_the_masked_loss_of_its_checkpoint(tmp_path, capsys):
     """LoRA on conversations at world 2, ``split=0.1``, validation after each of 2 steps:
     each ``val_loss`` is the exported adapter's own masked loss (assistant tokens only,
     one conversation at a time) on the held-out conversations."""
@@ -108,6 +111,7 @@ def test_each_val_loss_of_a_lora_chat_split_is_the_masked_loss_of_its_checkpoint
         tiny_qwen2_config,
         write_records,
     )
+    from cli_here import cli_json_here
     from peft import PeftModel
     from runtime.data.test_data_chat import _template_masks
     from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
@@ -133,8 +137,8 @@ def test_each_val_loss_of_a_lora_chat_split_is_the_masked_loss_of_its_checkpoint
     assert sorted(val) == [1, 2] and summary["final_val_loss"] == val[2]
     for step in (1, 2):
         out = tmp_path / f"adapter-{step}"
-        run_json(["export", str(tmp_path / "run"), "--checkpoint", str(step), "--out", str(out),
-                  "--json"], tmp_path / "cache")  # fmt: skip
+        argv = ["export", str(tmp_path / "run"), "--checkpoint", str(step), "--out", str(out)]
+        cli_json_here([*argv, "--json"], capsys)
         model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(folder), out)
         model.eval()
         total = 0.0
