@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_here import cli_json_here
 from prepare_media import decoded_frames, save_wan_pipeline, write_media
 from repo_paths import ROOT
 
@@ -36,12 +37,6 @@ CLIPS = [
 ]
 #: what each good clip becomes: (frames kept, height, width)
 EXPECTED = {"big.mp4": (17, 64, 64), "wide.mp4": (9, 48, 80), "odd.mp4": (13, 48, 64)}
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "datacentric.cli.main", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +110,7 @@ def _encoded_records(out: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepared):
+def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepared, capsys):
     out = prepared["root"] / "killed"
     args = ["prepare", "--pipeline", str(prepared["pipe"]), "--media", str(prepared["media"])]
     args += ["--out", str(out)]  # one rank: the reference ran two; the bytes are the same
@@ -129,9 +124,7 @@ def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepar
     os.killpg(process.pid, signal.SIGKILL)  # mid-run: the first clip is recorded
     process.wait()
     assert not (out / "manifest.jsonl").exists()
-    result = _cli(*args, "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
-    resumed = json.loads(result.stdout.strip().splitlines()[-1])
+    resumed = cli_json_here([*args, "--json"], capsys)  # the resume runs in this process
     assert resumed["already_done"] >= 1 and resumed["samples"] == 3
     reference = prepared["out"]
     names = sorted(p.name for p in (reference / "latents").iterdir())
@@ -147,21 +140,19 @@ def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepar
 
 
 @pytest.mark.slow
-def test_train_on_prepared_latents_then_export_the_pipeline(prepared):
+def test_train_on_prepared_latents_then_export_the_pipeline(prepared, capsys):
+    """Both commands run in this process (the training's ranks are spawned from it)."""
     from diffusers import WanPipeline
 
     run, exported = prepared["root"] / "run", prepared["root"] / "exported"
-    result = _cli(
+    summary = cli_json_here([
         "train", "--model", f"diffusers:{prepared['pipe']}", "--dataset",
         f"latents:{prepared['out']}", "--world", "2", "--iterations", "2",
         "--training.lr", "1e-2", "--cost-model", "analytic", "--no-progress",
         "--out", str(run), "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    ], capsys)  # fmt: skip
     assert summary["samples_seen"] == 3
-    result = _cli("export", str(run), "--out", str(exported), "--json")
-    assert result.returncode == 0, result.stderr[-2000:]
+    cli_json_here(["export", str(run), "--out", str(exported), "--json"], capsys)
     pipe = WanPipeline.from_pretrained(exported, local_files_only=True)
     from datacentric.train.checkpoint import latest_checkpoint, read_model_state
 
