@@ -8,14 +8,10 @@ line and exit status 2 before ranks start."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
+from cli_here import cli_here
 from prepare_media import decoded_frames, save_flux_pipeline, save_wan_pipeline
-from repo_paths import ROOT
 
 pytest.importorskip("diffusers")
 pytest.importorskip("av")
@@ -57,10 +53,10 @@ def _argv(folders, family: str, out, *extra: str) -> list[str]:
     return [*args, "--out", str(out), *RENDER, *extra]
 
 
-def _train(folders, family: str, out, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "datacentric.cli.main", *_argv(folders, family, out, *extra)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+def _train(folders, family: str, out, capsys, *extra: str) -> tuple[int, str]:
+    """The run in this process (its ranks are spawned from it): (exit status, stderr)."""
+    status, _, err = cli_here(_argv(folders, family, out, *extra), capsys)
+    return status, err
 
 
 def _image_summaries(out) -> dict[str, list[int]]:
@@ -72,12 +68,14 @@ def _image_summaries(out) -> dict[str, list[int]]:
 
 
 @pytest.mark.slow
-def test_a_wan_run_renders_a_video_per_prompt_at_each_validation(folders, tmp_path):
+def test_a_wan_run_renders_a_video_per_prompt_at_each_validation(folders, tmp_path, capsys):
     pixels = {}
     for run in ("first", "rerun"):
         out = tmp_path / run
-        result = _train(folders, "wan", out, "--world", "2", "--validation.num_frames", "5")
-        assert result.returncode == 0, result.stderr[-3000:]
+        status, err = _train(
+            folders, "wan", out, capsys, "--world", "2", "--validation.num_frames", "5"
+        )
+        assert status == 0, err[-3000:]
         for step in (2, 4):
             folder = out / "validation" / f"step-{step}"
             names = sorted(p.name for p in folder.iterdir())
@@ -95,12 +93,12 @@ def test_a_wan_run_renders_a_video_per_prompt_at_each_validation(folders, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_flux_run_renders_a_png_per_prompt(folders, tmp_path):
+def test_a_flux_run_renders_a_png_per_prompt(folders, tmp_path, capsys):
     from PIL import Image
 
     out = tmp_path / "flux"
-    result = _train(folders, "flux", out)
-    assert result.returncode == 0, result.stderr[-3000:]
+    status, err = _train(folders, "flux", out, capsys)
+    assert status == 0, err[-3000:]
     for step in (2, 4):
         folder = out / "validation" / f"step-{step}"
         assert sorted(p.name for p in folder.iterdir()) == ["0.png", "1.png", "contact_sheet.png"]
@@ -114,7 +112,6 @@ def test_a_pipeline_that_cannot_render_for_the_run_is_one_line_before_ranks_star
     folders, tmp_path, capsys
 ):
     """The command in this process (the check runs before any rank starts)."""
-    from datacentric.cli.main import main
 
     broken = tmp_path / "broken"
     broken.mkdir()
@@ -127,8 +124,7 @@ def test_a_pipeline_that_cannot_render_for_the_run_is_one_line_before_ranks_star
         (["--validation.num_frames", "6"], "validation.num_frames: 6 is not 1 + a multiple of 4"),
     ]
     for extra, message in cases:
-        status = main(_argv(folders, "wan", tmp_path / "run", *extra))
-        err = capsys.readouterr().err
+        status, err = _train(folders, "wan", tmp_path / "run", capsys, *extra)
         lines = err.strip().splitlines()
         assert status == 2 and len(lines) == 1, err[-2000:]
         assert lines[0].startswith("datacentric train: validation.") and message in lines[0]
