@@ -154,7 +154,7 @@ def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_pa
 
     diffusers = pytest.importorskip("diffusers")
     from safetensors.torch import load_file
-    from test_model_source import _latent_folder, _run
+    from test_model_source import _latent_folder
 
     from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
 
@@ -164,13 +164,12 @@ def test_a_lora_run_on_diffusers_latents_exports_weights_a_pipeline_loads(tmp_pa
     cls.from_config(config).save_pretrained(tmp_path / "wan")
     _latent_folder(tmp_path / "latents", config["in_channels"], text_width(config))
     run, out = tmp_path / "run", tmp_path / "lora"
-    result = _run(
+    cli_json_here([
         "train", "--model", f"diffusers:{tmp_path / 'wan'}", "--dataset",
         f"latents:{tmp_path / 'latents'}", "--world", "2", "--iterations", "2",
         "--lora.rank", "4", "--training.lr", "1e-2", "--cost-model", "analytic",
         "--no-progress", "--out", str(run), "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+    ], capsys)  # fmt: skip
     summary = cli_json_here(["export", str(run), "--out", str(out), "--json"], capsys)
     assert summary["format"] == "diffusers-lora"
     exported = load_file(str(out / DIFFUSERS_WEIGHTS))
@@ -208,7 +207,7 @@ def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path, cap
     import json
 
     from peft import PeftModel
-    from test_model_source import _pretrained_folder, _run
+    from test_model_source import _pretrained_folder
     from transformers import AutoModelForCausalLM
 
     folder = tmp_path / "qwen"
@@ -216,14 +215,13 @@ def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path, cap
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:48]))
     run = tmp_path / "run"
-    result = _run(
+    cli_json_here([
         "train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{data}",
         "--tokenizer", str(folder / "tokenizer.json"), "--iterations", "2",
         "--training.lr", "1e-2", "--lora.rank", "4", "--lora.alpha", "8",
         "--lora.targets", "q_proj,lm_head", "--cost-model", "analytic", "--no-progress",
         "--out", str(run), "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
+    ], capsys)  # fmt: skip
     for out, flags in (("adapter", []), ("merged", ["--merge"])):
         cli_json_here(["export", str(run), "--out", str(tmp_path / out), *flags, "--json"], capsys)
     base = AutoModelForCausalLM.from_pretrained(folder).eval()

@@ -4,14 +4,11 @@ the checks made before ranks start, and export back to the format a model came i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from cli_here import cli_here, cli_json_here
-from repo_paths import ROOT
 
 from datacentric.models.source import (
     ModelSourceError,
@@ -22,8 +19,6 @@ from datacentric.models.source import (
 )
 from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.profiling.factory import named_spec
-
-REPO = ROOT
 
 
 def test_model_strings_resolve_or_name_what_is_wrong(tmp_path: Path) -> None:
@@ -84,16 +79,6 @@ def test_truncated_blocks_reach_the_wrapped_models_own_layer_list() -> None:
     assert len(model.blocks) == 1 and len(model.hf.model.layers) == 1
 
 
-def _run(*args: str, cwd: Path = REPO, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "datacentric", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.slow
 def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path, capsys) -> None:
     """The command in this process (the checks run before any rank starts)."""
@@ -126,17 +111,16 @@ def test_bad_model_input_is_one_line_before_ranks_start(tmp_path: Path, capsys) 
 
 
 def _train_and_export(tmp_path: Path, capsys, model: str, *data_flags: str) -> tuple[Path, dict]:
-    """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``
-    (in this process); the exported folder and what ``export`` reports (format,
+    """``train`` 3 steps at world 2 with lr 1e-6 (analytic cost model), then ``export``,
+    both in this process; the exported folder and what ``export`` reports (format,
     parameters, ...)."""
     run_dir, exported = tmp_path / "run", tmp_path / "exported"
-    result = _run(
+    summary = cli_json_here([
         "train", "--model", model, *data_flags, "--world", "2", "--iterations", "3",
         "--training.lr", "1e-6", "--cost-model", "analytic", "--no-progress",
         "--out", str(run_dir), "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 3
+    ], capsys)  # fmt: skip
+    assert summary["iterations_done"] == 3
     return exported, cli_json_here(
         ["export", str(run_dir), "--out", str(exported), "--json"], capsys
     )
@@ -227,7 +211,7 @@ def test_a_pretrained_folder_trains_and_exports_as_a_loadable_hf_model(
 def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path, capsys) -> None:
     """The default cost model profiles the user's model on the run's own samples."""
     run_dir = tmp_path / "run"
-    result = _run(
+    summary = cli_json_here([
         "train",
         "--model", "tests.user_models:tiny_gpt",
         "--model-arg", "layers=2",
@@ -239,9 +223,8 @@ def test_a_users_factory_trains_with_no_cost_model_given(tmp_path: Path, capsys)
         "--no-progress",
         "--out", str(run_dir),
         "--json",
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert json.loads(result.stdout.strip().splitlines()[-1])["iterations_done"] == 2
+    ], capsys)  # fmt: skip
+    assert summary["iterations_done"] == 2
     profile = json.loads((run_dir / "profile" / "profile.json").read_text())
     identity = profile["fingerprint"]["model_config"]
     assert identity["class"] == "TinyGPT" and identity["args"] == {"layers": 2}
