@@ -6,12 +6,10 @@ mask drops zero), and ``train --world 2`` trains on them."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
+from cli_here import cli_json_here
 from prepare_media import (
     decoded_frames,
     save_flux_pipeline,
@@ -19,7 +17,6 @@ from prepare_media import (
     write_clip,
     write_image,
 )
-from repo_paths import ROOT
 
 pytest.importorskip("diffusers")
 pytest.importorskip("av")
@@ -31,15 +28,11 @@ from datacentric.prepare import PrepareJob, prepare  # noqa: E402
 CAPTIONS = ["a cat walks on the grass", "red car drives past green trees", "birds flying"]
 
 
-def _train(pipe_dir, out, run) -> dict:
+def _train(pipe_dir, out, run, capsys) -> dict:
+    """``train --world 2`` in this process (the ranks are spawned from it): its summary."""
     args = ["train", "--model", f"diffusers:{pipe_dir}", "--dataset", f"latents:{out}"]
     args += ["--world", "2", "--iterations", "1", "--cost-model", "analytic", "--no-progress"]
-    args += ["--out", str(run), "--json"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "datacentric.cli.main", *args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return cli_json_here([*args, "--out", str(run), "--json"], capsys)
 
 
 def _pooled_layout(embeds: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
@@ -49,7 +42,7 @@ def _pooled_layout(embeds: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_flux_images_from_a_caption_folder(tmp_path):
+def test_flux_images_from_a_caption_folder(tmp_path, capsys):
     from diffusers import FluxPipeline
     from PIL import Image
 
@@ -81,12 +74,12 @@ def test_flux_images_from_a_caption_folder(tmp_path):
         text = load_file(out / entry["text"])["text"]
         assert text.shape == (1 + 512, 32)
         torch.testing.assert_close(text, _pooled_layout(embeds[0], pooled[0]), rtol=0, atol=1e-5)
-    trained = _train(pipe_dir, out, tmp_path / "run")
+    trained = _train(pipe_dir, out, tmp_path / "run", capsys)
     assert trained["iterations_done"] == 1 and trained["samples_seen"] >= 1
 
 
 @pytest.mark.slow
-def test_hunyuan_video_clips_from_jsonl(tmp_path):
+def test_hunyuan_video_clips_from_jsonl(tmp_path, capsys):
     from diffusers import HunyuanVideoPipeline
 
     pipe_dir = save_hunyuan_pipeline(tmp_path / "hunyuan")
@@ -118,5 +111,5 @@ def test_hunyuan_video_clips_from_jsonl(tmp_path):
         masked = embeds[0] * mask[0].unsqueeze(-1).to(embeds.dtype)
         assert text.shape == (1 + 256, 32) and 0 < int(mask.sum()) < 256
         torch.testing.assert_close(text, _pooled_layout(masked, pooled[0]), rtol=0, atol=1e-5)
-    trained = _train(pipe_dir, out, tmp_path / "run")
+    trained = _train(pipe_dir, out, tmp_path / "run", capsys)
     assert trained["iterations_done"] == 1 and trained["samples_seen"] >= 1
