@@ -23,7 +23,7 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path, caps
     on the lines of steps 2 and 4 and in their metrics rows; the final one is plain
     transformers' per-token loss of the exported model on the file; training is the same
     run's without validation, bitwise."""
-    from cli_here import cli_here
+    from cli_here import cli_here, cli_json_here
     from runtime.models.test_model_source import _pretrained_folder
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
@@ -46,27 +46,27 @@ def test_an_hf_fine_tune_validates_as_plain_transformers_computes(tmp_path, caps
     )
     validate = ["--validation.every", "2", "--validation.dataset", f"jsonl:{held}"]
     validate += ["--validation.prompts", str(prompts), "--validation.max_new_tokens", "6"]
-    started = {  # the three runs at once (each in its own folder)
-        name: subprocess.Popen(
-            [sys.executable, "-m", "datacentric", *common, "--out", str(tmp_path / name), *flags],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name, flags in (("val", validate), ("plain", []), ("again", validate))
-    }
-    runs = {}
-    for name, process in started.items():
-        out, err = process.communicate(timeout=900)
-        assert process.returncode == 0, err[-2000:]
-        runs[name] = (json.loads(out.strip().splitlines()[-1]), err)
-    (summary, log), (plain, _) = runs["val"], runs["plain"]
+    # the validated run in a process of its own (its rank 0 logs the val_loss lines read
+    # below), the other two in this process meanwhile (each in its own folder)
+    started = subprocess.Popen(
+        [sys.executable, "-m", "datacentric", *common, "--out", str(tmp_path / "val"), *validate],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        plain = cli_json_here([*common, "--out", str(tmp_path / "plain")], capsys)
+        again = cli_json_here([*common, "--out", str(tmp_path / "again"), *validate], capsys)
+    finally:
+        out, log = started.communicate(timeout=900)
+    assert started.returncode == 0, log[-2000:]
+    summary = json.loads(out.strip().splitlines()[-1])
     for step in (2, 4):  # the completions: one per prompt, the same on a rerun
         written = (tmp_path / f"val/validation/step-{step}.jsonl").read_text()
         assert written == (tmp_path / f"again/validation/step-{step}.jsonl").read_text()
         samples = [json.loads(line) for line in written.splitlines()]
         assert [len(s["tokens"]) for s in samples] == [6, 5, 6]
-    assert runs["again"][0]["final_val_loss"] == summary["final_val_loss"]
+    assert again["final_val_loss"] == summary["final_val_loss"]
     lines = [ln for ln in log.splitlines() if "val_loss" in ln]
     assert [ln.split()[1] for ln in lines] == ["2", "4"], log[-2000:]
     records = read_metrics(tmp_path / "val")
