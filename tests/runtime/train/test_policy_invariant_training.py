@@ -29,6 +29,7 @@ def train_policies(steps: int = STEPS) -> dict[str, dict]:
     policy in turn; per policy the losses, each step's sample ids, the plan's SP sizes
     and the full final weights (fp32, on the CPU)."""
     groups = ProcessGroups() if torch.distributed.is_initialized() else ProcessGroups.local()
+    torch.set_num_threads(1)  # up to four ranks share the cores; tiny matmuls gain nothing
     dataset = StdlibCorpus(max_tokens=128, limit=2)
     out = {}
     for policy in POLICIES:
@@ -74,6 +75,7 @@ def _relative_norm(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")  # restores this process's threads after
 def test_losses_and_weights_do_not_depend_on_policy_or_world():
     runs = {(1, p): r for p, r in train_policies().items()}
     for world in (2, 4):
