@@ -9,13 +9,11 @@ Python API and ``datacentric train --world 3``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import pytest
 import torch
-from repo_paths import ROOT
+from cli_here import cli_here
 from run_config import small_config
 from toy_cost_model import ToyCostModel, toy_pipeline
 
@@ -204,9 +202,10 @@ def test_a_six_head_model_trains_exactly_on_sp_three_through_the_api():
 
 
 @pytest.mark.slow
-def test_train_command_at_world_three_uses_sp_three_and_matches_one_process(tmp_path):
+def test_train_command_at_world_three_uses_sp_three_and_matches_one_process(tmp_path, capsys):
     """``datacentric train --world 3`` under a budget only SP 3 meets, against the same
-    run in one process (a budget that fits one rank): same steps, losses and weights."""
+    run in one process (a budget that fits one rank): same steps, losses and weights. The
+    command runs in this process (its three ranks are spawned from it)."""
     settings = dict(
         max_tokens=1024,
         iterations=2,
@@ -219,15 +218,9 @@ def test_train_command_at_world_three_uses_sp_three_and_matches_one_process(tmp_
     argv += ["--iterations", "2", "--lr-schedule", "constant", "--warmup-iterations", "0"]
     argv += [f"--model-arg={k}={v}" for k, v in SIX_HEADS.items()]
     argv += ["--memory-gb", str(WORLD3_MEMORY_GB), "--world", "3", "--out", str(tmp_path / "w3")]
-    done = subprocess.run(
-        [sys.executable, "-m", "datacentric", "train", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr
+    status, _, err = cli_here(["train", *argv], capsys)
+    assert status == 0, err[-3000:]
+    assert "Traceback" not in err
     train_rank(small_config(tmp_path / "w1", memory_gb=1.0, **settings))
     three, one = read_metrics(tmp_path / "w3"), read_metrics(tmp_path / "w1")
     assert len(three) == len(one) == 2
