@@ -211,12 +211,11 @@ def test_assistant_only_loss_matches_the_model_own_masked_loss_at_world_2(chat) 
 
 @pytest.mark.slow
 def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapter(
-    tmp_path,
+    tmp_path, capsys, monkeypatch
 ) -> None:
     """The fine-tuning issue's run: a 2-layer Qwen2 folder with a chat template, 40
     conversations, LoRA on q and v at world 2; its adapter loads with peft."""
     import json
-    import os
 
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
@@ -231,7 +230,6 @@ def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapte
     argv += ["--no-plots", "--no-tensorboard", "--world", "2"]
     argv += ["--lora.rank", "4", "--lora.targets", "q_proj,v_proj"]
     summary = run_json(argv, tmp_path / "cache")
-    env = {**os.environ, "DATACENTRIC_CACHE": str(tmp_path / "cache")}
     tok = AutoTokenizer.from_pretrained(folder)
     marked = 0
     for line in path.read_text().splitlines():
@@ -243,23 +241,18 @@ def test_lora_on_conversations_trains_the_assistant_tokens_and_exports_an_adapte
         )
         marked += sum(rendered["assistant_masks"])
     assert summary["samples_seen"] == 40 and summary["loss_tokens"] == marked
-    _check_adapter_export(tmp_path, folder, env)
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    _check_adapter_export(tmp_path, folder, capsys)
 
 
-def _check_adapter_export(tmp_path, folder, env) -> None:
-    import json
-    import subprocess
-    import sys
-
+def _check_adapter_export(tmp_path, folder, capsys) -> None:
+    """``export`` in this process: the adapter folder peft loads onto the base model."""
+    from cli_here import cli_json_here
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     argv = ["export", str(tmp_path / "run"), "--out", str(tmp_path / "adapter"), "--json"]
-    done = subprocess.run(
-        [sys.executable, "-m", "datacentric", *argv], capture_output=True, text=True, env=env
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1])["format"] == "peft-adapter"
+    assert cli_json_here(argv, capsys)["format"] == "peft-adapter"
     base = AutoModelForCausalLM.from_pretrained(folder)
     before = {k: v.clone() for k, v in base.state_dict().items()}
     loaded = PeftModel.from_pretrained(base, tmp_path / "adapter")
