@@ -47,12 +47,10 @@ def test_an_async_save_holds_the_state_it_started_with_and_commits_on_wait(tmp_p
 
 
 @pytest.mark.slow
-def test_async_save_then_resume_equals_the_uninterrupted_run_bitwise(tmp_path):
+def test_async_save_then_resume_equals_the_uninterrupted_run_bitwise(tmp_path, straight):
     """A run saving asynchronously crashes in step 5 (rank 0) after the checkpoint of
-    step 3 and resumes: it ends bitwise where the uninterrupted run ends, as a resume
-    from a synchronous save does (test_train_reliability), so the two resumes agree."""
-    straight = small_config(tmp_path / "straight", iterations=6, checkpoint_every=3)
-    spawn(train_rank, 2, straight, timeout_s=600)
+    step 3 and resumes: it ends bitwise where the uninterrupted run ends (``straight``,
+    shared with test_train_reliability), as a resume from a synchronous save does."""
     config = small_config(tmp_path / "async", iterations=6, checkpoint_every=3, async_save=True)
     assert config.checkpoint.async_save is True
     crashed = dataclasses.replace(

@@ -24,7 +24,6 @@ from datacentric.parallel.launch import spawn
 from datacentric.planning.hardware import gib_to_bytes
 from datacentric.planning.planner import UnfittableBucketError
 from datacentric.scheduling.pipeline import Pipeline
-from datacentric.settings import TrainConfig
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
 from datacentric.train.checkpoint import latest_checkpoint, verify_checkpoint
@@ -41,15 +40,6 @@ def logged_samples(out: Path) -> list[dict]:
 
 def epoch_ids(out: Path, epoch: int = 0) -> Counter:
     return Counter(i for r in logged_samples(out) if r["epoch"] == epoch for i in r["sample_ids"])
-
-
-@pytest.fixture(scope="module")
-def straight(tmp_path_factory) -> TrainConfig:
-    """An uninterrupted world-2 run of 6 steps (a checkpoint after step 3): what a
-    resumed run must equal bitwise."""
-    config = small_config(tmp_path_factory.mktemp("straight"), iterations=6, checkpoint_every=3)
-    spawn(train_rank, 2, config, timeout_s=600)
-    return config
 
 
 def test_resume_after_a_crash_is_bitwise_identical(straight, tmp_path):
