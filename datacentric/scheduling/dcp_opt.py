@@ -108,10 +108,16 @@ TAIL_ROUNDS = 8
 #: ... and kept when estimated this much shorter (relative; Megatron re-forms its layout
 #: for every micro-batch, and a peer's step is taken at any gain).
 TAIL_GAIN = 1e-9
+#: Steps with riders (:mod:`~datacentric.scheduling.riders`) and at most this many
+#: micro-batches a group are also solved without them; the shorter is kept.
+RIDE_CHECK = 16
 
 
-def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[Item]:
-    """Pack a global batch's samples into micro-batches of their cheapest config."""
+def make_items(
+    inp: PolicyInput, table: OptionTable, ids: np.ndarray, *, ride: bool = True
+) -> list[Item]:
+    """Pack a global batch's samples into micro-batches of their cheapest config, short
+    samples riding in long ones' free memory where cheaper (unless not ``ride``)."""
     view, opts = inp.view, inp.options
     buckets = view.bucket_of[ids]
     present = np.unique(buckets)
@@ -125,6 +131,8 @@ def make_items(inp: PolicyInput, table: OptionTable, ids: np.ndarray) -> list[It
         if opts.item_split > 0:
             units[b] = min(units[b], cfg.batch_for_time(target / opts.item_split))
     by_bucket = {b: ids[buckets == b] for b in prefs}
+    if not ride:
+        return [item for b, rest in by_bucket.items() for item in pack(table, b, rest, units[b])]
     return with_riders(table, by_bucket, lambda b, rest: pack(table, b, rest, units[b]))
 
 
@@ -497,13 +505,11 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
     total = len(chunks) * (1 + (len(peers_run(inp)) if with_peers else 0))  # see portfolio
     for k, chunk in enumerate(chunks):
         items = make_items(inp, table, chunk)
-        best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
-        phased = two_phases(inp, table, items, k)
-        if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
-            best = phased
-        tail = tail_phase(inp, table, items, k) if phased is None else None
-        if tail is not None and tail.est_makespan_s < best.est_makespan_s * (1 - TAIL_GAIN):
-            best = tail
+        best = solve_step(inp, table, items, k)
+        if any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size:
+            # few micro-batches a group: riders' coarser grain may cost more than they save
+            plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
+            best = min(best, plain, key=lambda it: step_seconds(inp, it))
         out.iterations.append(best)
         inp.step_done(k + 1, total)
     if with_peers:
@@ -512,6 +518,30 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
         out.settings["peers_skipped"] = skipped
         out.settings["peers_dropped"] = dropped_peers
     return out
+
+
+def step_seconds(inp: PolicyInput, it: Iteration) -> float:
+    """Step ``it``'s estimated makespan plus its exposed gradient sync (as the epoch
+    estimate and :func:`portfolio` count it)."""
+    cost, world = inp.cost_model, inp.world_size
+    reduction = float(cost.grad_sync_time_s(world))
+    sync = estimated_grad_sync_s(
+        it, cost, inp.view.shapes, reduction, overlaps_grad_sync(cost, world)
+    )
+    return it.est_makespan_s + sync
+
+
+def solve_step(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration:
+    """Step ``k`` of ``items``: on one layout, in :func:`two_phases` where that is at
+    least :data:`PHASE_GAIN` shorter, else with a :func:`tail_phase` where shorter."""
+    best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
+    phased = two_phases(inp, table, items, k)
+    if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
+        best = phased
+    tail = tail_phase(inp, table, items, k) if phased is None else None
+    if tail is not None and tail.est_makespan_s < best.est_makespan_s * (1 - TAIL_GAIN):
+        best = tail
+    return best
 
 
 def portfolio(
