@@ -111,6 +111,9 @@ TAIL_GAIN = 1e-9
 #: Steps with riders (:mod:`~datacentric.scheduling.riders`) and at most this many
 #: micro-batches a group are also solved without them; the shorter is kept.
 RIDE_CHECK = 16
+#: Riders are formed only where their estimated saving is at least this share of the
+#: step's GPU-seconds (each bucket at its cheapest).
+RIDE_STEP_SHARE = 0.002
 
 
 def make_items(
@@ -133,7 +136,9 @@ def make_items(
     by_bucket = {b: ids[buckets == b] for b in prefs}
     if not ride:
         return [item for b, rest in by_bucket.items() for item in pack(table, b, rest, units[b])]
-    return with_riders(table, by_bucket, lambda b, rest: pack(table, b, rest, units[b]))
+    return with_riders(
+        table, by_bucket, lambda b, rest: pack(table, b, rest, units[b]), RIDE_STEP_SHARE * gpu_s
+    )
 
 
 def lower_bound(times: np.ndarray, sizes: list[int], world_size: int) -> float:

@@ -256,6 +256,8 @@ class OptionTable:
         single = item.count == 1 and not self.view.uniform[item.bucket]
         if not self.per_micro_batch or not (single or (item.mixed and self.mixed_knapsack)):
             return None
+        if single and not any(cfg.recompute):  # a shorter sample needs no more: nothing to gain
+            return None
         shapes = tuple(self.view.shapes[i] for i in item.ids)
         key = (shapes, sp, cfg.ring_size)
         if key not in self._own_choice:

@@ -156,6 +156,7 @@ def with_riders(
     table: OptionTable,
     by_bucket: dict[int, np.ndarray],
     pack_rest: Callable[[int, np.ndarray], list[Item]],
+    min_saving: float = 0.0,
 ) -> list[Item]:
     """A step's micro-batches: its samples (``by_bucket``: ids per bucket) in hosts
     with riders where a :func:`host_plan` pays, the rest packed by ``pack_rest(bucket,
@@ -179,6 +180,7 @@ def with_riders(
     rider_tokens = view.rep_tokens(rider_bucket)
     items: list[Item] = []
     rest = dict(by_bucket)
+    saving = 0.0
 
     def gain_per_rider(b: int) -> float:
         return plans[b].saving * plans[b].hosts / plans[b].riders
@@ -193,8 +195,11 @@ def with_riders(
             room -= int(view.tokens[host].sum())
             riders = take_riders(pool, view.tokens, room)
             items.append(fit_host(table, plan.option, host, riders, pool))
+            saving += plan.saving * len(host)
             at += plan.hosts
         rest[b] = np.asarray(ids[at:], dtype=np.int64)
+    if saving < min_saving:  # too little to pay for the coarser grain and the search
+        return [item for b, ids in by_bucket.items() for item in pack_rest(b, ids)]
     rest[rider_bucket] = np.asarray(pool, dtype=np.int64)
     for b, ids in rest.items():
         if len(ids):

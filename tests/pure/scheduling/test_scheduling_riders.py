@@ -84,6 +84,7 @@ def test_mixed_sizes_keep_coverage_and_the_cap(monkeypatch):
     import numpy as np
 
     monkeypatch.setattr(dcp_opt, "PORTFOLIO_SAMPLES", 0)
+    monkeypatch.setattr(dcp_opt, "RIDE_STEP_SHARE", 0.0)  # riders wherever a host gains
     rng = np.random.default_rng(3)
     lengths = [int(n) for n in rng.integers(30, 80, size=40) * 100]
     lengths += [int(n) for n in rng.integers(4, 25, size=900) * 10]
