@@ -21,12 +21,12 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     if getattr(args, "lengths", None):
         return read_lengths_file(args.lengths), 0
     if args.dataset:
-        from datacentric.data.workloads import get_workload, list_workloads
+        from datacentric.data.workloads import preset_shapes
 
         settings = args.settings
-        if args.dataset in list_workloads():  # open_dataset's shapes, without torch's import
-            limit = settings.data.dataset_limit
-            return list(get_workload(args.dataset, settings.job.seed, limit).shapes), 0
+        shapes = preset_shapes(args.dataset, settings.job.seed, settings.data.dataset_limit)
+        if shapes is not None:  # open_dataset's shapes, without torch's import
+            return shapes, 0
         from datacentric.data.sources import open_dataset, skipped_samples
 
         dataset = open_dataset(args.dataset, settings.data, seed=settings.job.seed)

@@ -25,7 +25,7 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
 from datacentric.data.video import SyntheticVideoDataset
-from datacentric.data.workloads import get_workload, list_workloads
+from datacentric.data.workloads import list_workloads, preset_shapes
 from datacentric.settings.sections import DataConfig
 
 
@@ -90,8 +90,8 @@ def open_dataset(
     max_tokens = s.max_tokens
     if spec == "stdlib":
         return StdlibCorpus(max_tokens=max_tokens, limit=s.dataset_limit, long_docs=s.long_docs)
-    if spec in list_workloads():
-        shapes = list(get_workload(spec, seed=seed, num_samples=s.dataset_limit).shapes)
+    shapes = preset_shapes(spec, seed, s.dataset_limit)
+    if shapes is not None:
         if shapes[0].is_video:
             return SyntheticVideoDataset(shapes, seed=seed)
         return SyntheticTextDataset(shapes, seed=seed)

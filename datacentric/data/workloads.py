@@ -236,6 +236,16 @@ def get_workload(name: str, seed: int = 0, num_samples: int | None = None) -> Wo
     return _PRESETS[name](seed, num_samples)
 
 
+def preset_shapes(spec: str, seed: int, num_samples: int | None) -> list[SampleShape] | None:
+    """The shapes a dataset of the workload preset ``spec`` holds (``num_samples``: the
+    ``[data] dataset_limit``), or None when ``spec`` names no preset: the one reading
+    of a preset's samples, for ``open_dataset`` and for the commands that need only
+    the shapes (they import no torch)."""
+    if spec not in _PRESETS:
+        return None
+    return list(get_workload(spec, seed=seed, num_samples=num_samples).shapes)
+
+
 def workload_from_lengths(
     path: str, model: str | None = None, hardware: str | None = None
 ) -> Workload:
