@@ -3,12 +3,18 @@
 A chat template is a program (Jinja, run in transformers' sandbox): the sandbox keeps it
 from reaching files or code, not from looping. A template that loops ``10**10`` times
 would hold ``train`` until killed. :class:`RenderDeadline` stops a render that runs
-longer than :data:`RENDER_LIMIT_S`: a watchdog thread raises :class:`RenderTimeout` in
-the rendering thread (``PyThreadState_SetAsyncExc``, delivered at the template's next
-Python instruction: Jinja compiles templates to Python), and the caller refuses the
-record naming its file and line; so is a rendering of more than
-:data:`RENDER_MAX_TOKENS` tokens. Neither signals nor the main thread are needed, so the
-limit holds in any thread and leaves the run's signal handlers alone.
+longer than its limit: a watchdog thread raises :class:`RenderTimeout` in the rendering
+thread (``PyThreadState_SetAsyncExc``, delivered at the template's next Python
+instruction: Jinja compiles templates to Python), and the caller refuses the record naming
+its file and line; so is a rendering of more than :data:`RENDER_MAX_TOKENS` tokens.
+Neither signals nor the main thread are needed, so the limit holds in any thread and
+leaves the run's signal handlers alone.
+
+The limit grows with the record: rendering includes tokenizing, whose time is the text's
+length, so a record gets :data:`RENDER_LIMIT_S` plus :data:`RENDER_S_PER_MIB` per MiB of
+its text (:func:`render_limit_s`); only a template that loops is stopped as one. A record
+of more than :data:`RENDER_MAX_CHARS` characters is refused as too long before it
+renders, naming its length.
 """
 
 from __future__ import annotations
@@ -25,8 +31,16 @@ import numpy as np
 from datacentric.data.base import DataError
 from datacentric.data.documents import Record
 
-#: Seconds one conversation may take to render (a real one takes milliseconds).
+#: Seconds one conversation may take to render, plus :data:`RENDER_S_PER_MIB` per MiB of
+#: its text (a real one of a few KiB takes milliseconds).
 RENDER_LIMIT_S = 10.0
+#: Seconds added per MiB (2**20 characters) of a record's text: tokenizing runs at MB/s
+#: (a test tokenizer: about 1 MiB/s on a loaded 2-core machine), so this leaves a 10x
+#: margin; a 10 MB record may render for 10 + 95 s.
+RENDER_S_PER_MIB = 10.0
+#: Characters of text one record may hold (64 Mi, about 16 Mi tokens: the size of
+#: :data:`RENDER_MAX_TOKENS`); a longer one is refused as too long before it renders.
+RENDER_MAX_CHARS = 1 << 26
 #: Tokens one conversation may render to (16 Mi: far above any context window; a template
 #: that multiplies its output is refused before the cache stores it).
 RENDER_MAX_TOKENS = 1 << 24
@@ -78,11 +92,12 @@ class RenderDeadline:
                     _raise_in(self._target, RenderTimeout)
 
     @contextmanager
-    def each(self) -> Iterator[None]:
-        """Run the body under the limit: :class:`RenderTimeout` when it runs past it."""
+    def each(self, limit_s: float | None = None) -> Iterator[None]:
+        """Run the body under the limit (``limit_s``, else the deadline's):
+        :class:`RenderTimeout` when it runs past it."""
         with self._lock:
             self._target = threading.get_ident()
-            self._until = time.monotonic() + self.limit_s
+            self._until = time.monotonic() + (self.limit_s if limit_s is None else limit_s)
             self._fired = False
         try:
             yield
@@ -93,19 +108,46 @@ class RenderDeadline:
                     _raise_in(self._target, None)
 
 
+def text_chars(value: Any) -> int:
+    """Characters of text in a record's fields (strings, also inside lists and mappings;
+    keys included)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(text_chars(k) + text_chars(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(text_chars(v) for v in value)
+    return 0
+
+
+def render_limit_s(base_s: float, chars: int) -> float:
+    """Seconds a record of ``chars`` characters may take to render: ``base_s`` plus
+    :data:`RENDER_S_PER_MIB` per MiB (tokenizing time grows with the text)."""
+    return base_s + RENDER_S_PER_MIB * chars / (1 << 20)
+
+
 def render_within(
     deadline: RenderDeadline, renderer: Any, record: Record, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``renderer.render(record, dtype)`` under ``deadline``; a render past the limit is
-    a :class:`DataError` naming the record's file and line."""
+    """``renderer.render(record, dtype)`` under ``deadline``'s limit grown with the
+    record's size (:func:`render_limit_s`); a render past it, or a record over
+    :data:`RENDER_MAX_CHARS`, is a :class:`DataError` naming the record's file and line."""
+    chars = text_chars(record.fields)
+    if chars > RENDER_MAX_CHARS:
+        raise DataError(
+            f"{record.where}: the conversation holds {chars} characters of text, over the "
+            f"limit of {RENDER_MAX_CHARS} per record (about {RENDER_MAX_TOKENS} tokens, far "
+            "above any context window); split it, or leave the record out"
+        )
+    limit_s = render_limit_s(deadline.limit_s, chars)
     try:
-        with deadline.each():
+        with deadline.each(limit_s):
             ids, mask = renderer.render(record, dtype)
     except RenderTimeout:
         raise DataError(
-            f"{record.where}: rendering the conversation with the chat template was stopped "
-            f"after {deadline.limit_s:g} s (a real one takes milliseconds: does the template "
-            "loop?); fix the template, or leave the record out"
+            f"{record.where}: rendering the conversation ({chars} characters) with the chat "
+            f"template was stopped after {limit_s:.3g} s (one of this size takes well under "
+            "that: does the template loop?); fix the template, or leave the record out"
         ) from None
     if len(ids) > RENDER_MAX_TOKENS:
         raise DataError(

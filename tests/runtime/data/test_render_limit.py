@@ -70,3 +70,38 @@ def test_a_rendering_over_the_size_limit_is_refused(tmp_path, monkeypatch) -> No
     path = write_records(tmp_path / "chat.jsonl", [{"messages": t} for t in turns])
     with pytest.raises(DataError, match=f"{path}:2: .* to \\d+ tokens, over the limit of 40"):
         open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
+
+
+def test_a_large_valid_record_gets_a_limit_grown_with_its_size(tmp_path, monkeypatch) -> None:
+    """1 MiB of assistant text takes about 0.5-1.5 s to render here (measured on a loaded
+    2-core machine), over a 0.2 s base limit: it renders only because the limit grows
+    with the record's size; a small record under the same looping template is stopped."""
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_limit, "RENDER_LIMIT_S", 0.2)
+    folder = save_chat_tokenizer(tmp_path / "tok", template=LOOPING)
+    content = "hello world " * ((1 << 20) // 12)
+    big = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": content}]
+    path = write_records(
+        tmp_path / "chat.jsonl", [{"messages": conversations(1)[0]}, {"messages": big}]
+    )
+    start = time.monotonic()
+    dataset = open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
+    took = time.monotonic() - start
+    assert len(dataset) > 2  # the long record is in it (cut to the context)
+    assert render_limit.render_limit_s(10.0, 10 * 10**6) > 90  # 10 MB: 10 + 95 s
+    monkeypatch.setattr(render_limit, "RENDER_S_PER_MIB", 0.0)  # the old, fixed limit
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache2"))
+    if took > 0.4:  # it rendered for longer than the base limit: unscaled, it is stopped
+        with pytest.raises(DataError, match=f"{path}:2: rendering .* stopped after 0.2 s"):
+            open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
+
+
+def test_a_record_over_the_character_limit_is_refused_as_too_long(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(render_limit, "RENDER_MAX_CHARS", 1000)
+    folder = save_chat_tokenizer(tmp_path / "tok")
+    turns = conversations(2)
+    turns[1] = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x" * 1500}]
+    path = write_records(tmp_path / "chat.jsonl", [{"messages": t} for t in turns])
+    with pytest.raises(DataError, match=f"{path}:2: .* holds 15\\d\\d characters .* limit of 1000"):
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(folder)))
