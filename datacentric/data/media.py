@@ -3,13 +3,22 @@ each clip is read, and which frames and size it is encoded at.
 
 - Sources (:func:`read_media_source`): a CSV or JSONL file of ``path`` and ``caption``
   (Open-Sora's ``text`` column, and ``video``/``file``/``prompt``, are accepted), paths
-  relative to the file's folder and never outside it; or a folder where every clip or
-  image has its caption beside it in ``NAME.txt`` (as finetrainers and musubi-tuner
-  read them). A line without a caption keeps ``caption = None``: the caption rule of
-  ``prepare`` decides.
+  relative to the file's folder and never outside it; a folder holding Hugging Face's
+  ``metadata.jsonl`` or ``metadata.csv`` (``file_name`` and a caption column, the
+  ``imagefolder`` convention); or a folder where every clip or image has its caption
+  beside it in ``NAME.txt`` (as finetrainers and musubi-tuner read them). A line
+  without a caption keeps ``caption = None``: the caption rule of ``prepare`` decides.
+- Captions are kept exactly: a CSV is read as RFC 4180 over the whole text (quoted
+  line breaks, commas and quotes kept; a UTF-8 byte-order mark and CRLF accepted), a
+  JSONL file is split at ``\\n`` only (U+2028, U+0085 ... stay inside a caption), and a
+  ``NAME.txt`` caption is its file's text less one final line end.
 - Reading: videos with PyAV (``av``, in the ``video`` extra), images with Pillow; both
-  give RGB :class:`PIL.Image.Image` frames. A file either library fails on is a
-  :class:`MediaError` naming the file.
+  give RGB :class:`PIL.Image.Image` frames. Every container and codec the installed
+  PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF; H.264, H.265, VP8, VP9, AV1,
+  MPEG-4, FFV1 as its FFmpeg has them), from the first video stream; audio and other
+  streams are never decoded. A clip's frame count is its stream's when the container
+  states one, else the frames that decode (Matroska and WebM state none). A file either
+  library fails on is a :class:`MediaError` saying why.
 - Geometry (:func:`plan_clip`): the frames and pixel size a clip is encoded at, or why
   it cannot be (too short, too small, no bucket keeps it).
 """
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +37,13 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig, closest_ratio
+from datacentric.data.text_file import read_text_file
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
-PATH_COLUMNS = ("path", "video", "file", "image")
+PATH_COLUMNS = ("path", "video", "file", "image", "file_name")
+#: Hugging Face's ``imagefolder`` / ``videofolder`` list, read when a folder holds one
+METADATA_FILES = ("metadata.jsonl", "metadata.csv")
 CAPTION_COLUMNS = ("caption", "text", "prompt")
 
 
@@ -79,13 +92,54 @@ def _inside(folder: Path, given: str, where: str) -> Path:
     return path
 
 
-def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(text.splitlines())
-        return [(f"{path}:{n}", row) for n, row in enumerate(reader, 2)]
+def _csv_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """RFC 4180 over the whole text: quoted fields keep their line breaks, commas and
+    doubled quotes; CRLF or LF ends a record; a record with more fields than the header
+    is refused naming its line (an unquoted caption holding a comma)."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    rows, header, line = [], None, 1
+    try:
+        for record in reader:
+            where, line = f"{path}:{line}", reader.line_num + 1
+            if not record or (len(record) == 1 and not record[0].strip() and header):
+                continue
+            if header is None:
+                header = [name.strip() for name in record]
+                _check_columns(path, header)
+                continue
+            if len(record) > len(header):
+                raise DataError(
+                    f"{where}: {len(record)} fields, the header has {len(header)}; quote a "
+                    'caption holding commas ("a cat, running")'
+                )
+            rows.append((where, dict(zip(header, record, strict=False))))
+    except csv.Error as err:
+        raise DataError(f"{path}:{line}: not CSV ({err}); quote fields as RFC 4180") from None
+    if header is None:
+        raise DataError(f"{path}: empty; want a header such as path,caption")
+    return rows
+
+
+def _check_columns(path: Path, header: list[str]) -> None:
+    shown = ",".join(header)
+    if not set(header) & set(PATH_COLUMNS):
+        raise DataError(
+            f"{path}:1: no media path column (one of {', '.join(PATH_COLUMNS)}); the header "
+            f"reads {shown!r}"
+        )
+    if not set(header) & set(CAPTION_COLUMNS):
+        raise DataError(
+            f"{path}:1: no caption column (one of {', '.join(CAPTION_COLUMNS)}); the header "
+            f"reads {shown!r} (captions in NAME.txt files: give their folder as --media)"
+        )
+
+
+def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """One JSON object a line, lines ended by LF (CRLF accepted): never split at the
+    other Unicode line breaks, which a JSON string may hold raw."""
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
@@ -95,7 +149,19 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
         if not isinstance(row, dict):
             raise DataError(f"{path}:{number}: want an object with path and caption")
         rows.append((f"{path}:{number}", row))
+    if rows and not any(n in row for _, row in rows for n in CAPTION_COLUMNS):
+        raise DataError(
+            f"{path}: no line has a caption (a key {', '.join(CAPTION_COLUMNS)}); captions "
+            "in NAME.txt files: give their folder as --media"
+        )
     return rows
+
+
+def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    text = read_text_file(path, str(path), "a UTF-8 CSV or JSONL media list")
+    if path.suffix.lower() == ".csv":
+        return _csv_rows(path, text)
+    return _jsonl_rows(path, text)
 
 
 def _list_file(path: Path) -> list[MediaItem]:
@@ -106,19 +172,30 @@ def _list_file(path: Path) -> list[MediaItem]:
             raise DataError(f"{where}: no media path (a column {', '.join(PATH_COLUMNS)})")
         # an empty caption cell stays "" (the caption rule skips it); no column is None
         caption = next((row[n] for n in CAPTION_COLUMNS if row.get(n) is not None), None)
-        media = _inside(path.parent, str(given), where)
-        items.append(MediaItem(len(items), media, str(given), caption, where))
+        if not isinstance(given, str) or not isinstance(caption, str | None):
+            raise DataError(f"{where}: the media path and caption must be strings")
+        media = _inside(path.parent, given, where)
+        items.append(MediaItem(len(items), media, given, caption, where))
     return items
 
 
+def _caption_file(path: Path) -> str:
+    """A ``NAME.txt`` caption as written, less the one line end an editor adds."""
+    text = read_text_file(path, str(path), "a UTF-8 caption")
+    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
+
+
 def _list_folder(folder: Path) -> list[MediaItem]:
+    found = [folder / name for name in METADATA_FILES if (folder / name).exists()]
+    if len(found) > 1:
+        raise DataError(f"--media {folder}: holds both {', '.join(METADATA_FILES)}; keep one")
+    if found:
+        return _list_file(found[0])
     items = []
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
     for media in sorted(p for p in folder.rglob("*") if p.suffix.lower() in suffixes):
         caption_file = media.with_suffix(".txt")
-        caption = (
-            caption_file.read_text(encoding="utf-8").strip() if caption_file.is_file() else None
-        )
+        caption = _caption_file(caption_file) if caption_file.exists() else None
         given = media.relative_to(folder).as_posix()
         items.append(MediaItem(len(items), media, given, caption, str(caption_file)))
     return items
@@ -130,8 +207,8 @@ def read_media_source(source: str | Path) -> list[MediaItem]:
     path = Path(source).expanduser()
     if path.is_dir():
         items = _list_folder(path)
-    elif path.is_file() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
-        items = _list_file(path)
+    elif path.exists() and path.suffix.lower() in (".csv", ".jsonl", ".json"):
+        items = _list_file(path)  # a FIFO or device of that name is refused reading it
     elif path.exists():
         raise DataError(f"--media {source}: want a .csv or .jsonl list, or a folder")
     else:
@@ -143,16 +220,34 @@ def read_media_source(source: str | Path) -> list[MediaItem]:
 
 @dataclass(frozen=True)
 class MediaInfo:
-    """What a file's header says: frames (1 for an image) and pixel size."""
+    """A file's frames (1 for an image) and pixel size."""
 
     frames: int
     height: int
     width: int
 
 
+def _open_video(path: Path) -> Any:
+    """A PyAV container and its first video stream (audio and other streams, wherever
+    they sit, are never decoded); :class:`MediaError` when there is no video stream."""
+    import av
+
+    container = av.open(str(path))
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams}) or ["no"]
+        container.close()
+        raise MediaError(f"no video stream ({', '.join(kinds)} streams only)")
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    return container, stream
+
+
 def probe(item: MediaItem) -> MediaInfo:
-    """Frames and size from the header (a video's frame count may be an estimate);
-    :class:`MediaError` when the file cannot be opened."""
+    """Frames and size of a file; :class:`MediaError` when it cannot be read.
+
+    A video's frame count is the stream's own when its container states one (MP4, MOV,
+    AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count);
+    its size is that of its first decoded frame."""
     if not item.path.is_file():
         raise MediaError("missing: no such file")
     if item.is_image:
@@ -163,17 +258,23 @@ def probe(item: MediaItem) -> MediaInfo:
                 return MediaInfo(1, image.height, image.width)
         except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
             raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
-    import av
-
     try:
-        with av.open(str(item.path)) as container:
-            stream = container.streams.video[0]
-            frames = int(stream.frames or 0)
-            if frames == 0 and stream.duration and stream.average_rate:
-                frames = int(float(stream.duration * stream.time_base * stream.average_rate))
-            return MediaInfo(frames, stream.codec_context.height, stream.codec_context.width)
+        container, stream = _open_video(item.path)
+        with container:
+            stated = int(stream.frames or 0)
+            first, decoded = None, 0
+            for frame in container.decode(stream):
+                first = frame if first is None else first
+                decoded += 1
+                if stated:
+                    break
+            if first is None:
+                raise MediaError("no frame decodes (an empty or unreadable video stream)")
+    except MediaError:
+        raise
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
         raise MediaError(f"corrupt or unreadable video ({type(err).__name__}: {err})") from None
+    return MediaInfo(stated or decoded, first.height, first.width)
 
 
 def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
@@ -187,22 +288,28 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
                 return [image.convert("RGB")]
         except Exception as err:  # noqa: BLE001
             raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
-    import av
-
     wanted = None if indices is None else set(indices)
     frames: dict[int, Any] = {}
+    decoded = 0
     try:
-        with av.open(str(item.path)) as container:
-            for number, frame in enumerate(container.decode(video=0)):
-                if wanted is None or number in wanted:
-                    frames[number] = frame.to_image()
+        container, stream = _open_video(item.path)
+        with container:
+            for frame in container.decode(stream):
+                if wanted is None or decoded in wanted:
+                    frames[decoded] = frame.to_image()
+                decoded += 1
                 if wanted is not None and len(frames) == len(wanted):
                     break
+    except MediaError:
+        raise
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
         raise MediaError(f"corrupt video ({type(err).__name__}: {err})") from None
     order = sorted(frames) if indices is None else indices
-    if any(i not in frames for i in order) or not order:
-        raise MediaError(f"decoded {len(frames)} frames, fewer than the header's")
+    if not order or any(i not in frames for i in order):
+        wants = max(order) + 1 if order else 1
+        raise MediaError(
+            f"only {decoded} frames decode, {wants} wanted (a truncated or damaged stream)"
+        )
     return [frames[i] for i in order]
 
 

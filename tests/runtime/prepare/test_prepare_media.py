@@ -1,0 +1,105 @@
+"""Clips as users have them: every container and codec the decoder reads, frame counts
+from the stream or from decoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from media_formats import FORMATS, write_format_clip
+from prepare_media import decoded_frames, save_wan_pipeline
+
+pytest.importorskip("diffusers")
+pytest.importorskip("av")
+
+from safetensors.torch import load_file  # noqa: E402
+
+from datacentric.data.media import MediaError, MediaItem, decode, probe  # noqa: E402
+from datacentric.prepare import PrepareJob, prepare  # noqa: E402
+
+#: file -> frames written (17 in Matroska and WebM, which keep no per-stream count)
+LENGTHS = {
+    "ffv1.mkv": 17,
+    "vp9.webm": 17,
+    "mpeg4.avi": 9,
+    "h264.mov": 13,
+    "audio_first.mp4": 9,
+    "anim.gif": 5,
+}
+
+
+def _item(path) -> MediaItem:
+    return MediaItem(0, path, path.name, "a cat", path.name)
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("media")
+    for number, (name, frames) in enumerate(LENGTHS.items()):
+        write_format_clip(folder / name, frames, 32, 48, seed=number)
+        (folder / name).with_suffix(".txt").write_text("a cat walks on the grass")
+    return folder
+
+
+def test_every_container_gives_its_decoded_frame_count(media):
+    import av
+
+    assert set(LENGTHS) == set(FORMATS)
+    with av.open(str(media / "audio_first.mp4")) as container:
+        assert [s.type for s in container.streams] == ["audio", "video"]
+    for name, frames in LENGTHS.items():
+        info = probe(_item(media / name))
+        assert (info.frames, info.height, info.width) == (frames, 32, 48)
+        got = decode(_item(media / name))
+        assert len(got) == frames and got[0].size == (48, 32), name
+        want = decoded_frames(media / name)
+        assert all((a.tobytes() == b.tobytes()) for a, b in zip(got, want)), name
+
+
+def test_a_skipped_clip_names_its_true_reason(media, tmp_path):
+    import av
+
+    with av.open(str(tmp_path / "sound.mp4"), "w") as container:
+        stream = container.add_stream("aac", rate=8000)
+        frame = av.AudioFrame.from_ndarray(
+            torch.zeros(1, 1024).numpy(), format="fltp", layout="mono"
+        )
+        frame.sample_rate, frame.pts = 8000, 0
+        for packet in [*stream.encode(frame), *stream.encode()]:
+            container.mux(packet)
+    with pytest.raises(MediaError, match="no video stream \\(audio streams only\\)"):
+        probe(_item(tmp_path / "sound.mp4"))
+    # a Matroska clip cut in half: the frames that still decode are its length
+    data = (media / "ffv1.mkv").read_bytes()
+    (tmp_path / "cut.mkv").write_bytes(data[: len(data) // 2])
+    assert 0 < probe(_item(tmp_path / "cut.mkv")).frames < 17
+    (tmp_path / "junk.mkv").write_bytes(b"\x1a\x45\xdf\xa3" + bytes(300))
+    with pytest.raises(MediaError, match="corrupt or unreadable video"):
+        probe(_item(tmp_path / "junk.mkv"))
+    with pytest.raises(MediaError, match="only 17 frames decode, 21 wanted"):
+        decode(_item(media / "ffv1.mkv"), list(range(21)))
+
+
+def test_every_container_is_prepared(media, tmp_path):
+    from diffusers import WanPipeline
+
+    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
+    report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
+    assert report["skipped_files"] == [] and report["samples"] == len(LENGTHS)
+    pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    for line in (tmp_path / "o" / "manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        kept = (LENGTHS[entry["source"]] - 1) // 4 * 4 + 1
+        video = decoded_frames(media / entry["source"])[:kept]
+        pixels = pipe.video_processor.preprocess_video(
+            video, height=32, width=48, resize_mode="crop"
+        )
+        with torch.no_grad():
+            want = ((vae.encode(pixels).latent_dist.mode() - mean) / std)[0].permute(1, 0, 2, 3)
+        got = load_file(tmp_path / "o" / entry["latent"])["latent"]
+        assert got.shape == (1 + (kept - 1) // 4, 4, 4, 6), entry["source"]
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
