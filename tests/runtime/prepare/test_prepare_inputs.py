@@ -50,7 +50,7 @@ def test_folder_captions_beside_each_file(tmp_path):
     items = read_media_source(tmp_path)
     assert [(i.source, i.caption, i.is_image) for i in items] == [
         ("b.png", None, True),
-        ("sub/a.mp4", "a caption", False),
+        ("sub/a.mp4", "  a caption ", False),  # as written, less the final line end
     ]
     assert items[0].name != items[1].name and items[1].name.startswith("a-")
 

@@ -1,0 +1,121 @@
+"""``prepare``'s caption lists read as users write them: CSV as RFC 4180 (quoted line
+breaks, commas and quotes kept; BOM and CRLF accepted), JSONL split at ``\\n`` only,
+``NAME.txt`` captions kept as written, Hugging Face's ``metadata.jsonl`` /
+``metadata.csv`` with ``file_name``; every malformed list is one error naming the file
+(and line). No media is decoded here."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import pytest
+
+from datacentric.data.base import DataError
+from datacentric.data.media import read_media_source
+
+#: every character Python's ``str.splitlines`` splits at, and what a caption may hold
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+CAPTIONS = [
+    f"a cat{LINE_BREAKS}runs, then stops",
+    'she said "hi, there", twice',
+    "  leading and trailing spaces  ",
+    "x\r\ny\u2028z\x85",
+    "🐈 猫, ü",
+]
+
+
+def _csv_text(rows: list[tuple[str, str]], *, bom: bool = False, crlf: bool = False) -> str:
+    out = io.StringIO(newline="")
+    writer = csv.writer(out, lineterminator="\r\n" if crlf else "\n")
+    writer.writerow(["path", "caption"])
+    writer.writerows(rows)
+    return ("\ufeff" if bom else "") + out.getvalue()
+
+
+@pytest.mark.parametrize("bom,crlf", [(False, False), (True, True)])
+def test_csv_captions_are_kept_exactly(tmp_path, bom, crlf):
+    rows = [(f"c{n}.mp4", caption) for n, caption in enumerate(CAPTIONS)]
+    listing = tmp_path / "list.csv"
+    listing.write_bytes(_csv_text(rows, bom=bom, crlf=crlf).encode())
+    items = read_media_source(listing)
+    assert [(i.source, i.caption) for i in items] == rows
+    # the first caption's "\n" and "\r" each end a physical line: it spans lines 2 to 4
+    assert items[1].where == f"{listing}:5"
+
+
+def test_jsonl_splits_at_newline_only(tmp_path):
+    listing = tmp_path / "list.jsonl"
+    lines = [json.dumps({"path": f"c{n}.mp4", "caption": c}) for n, c in enumerate(CAPTIONS)]
+    # a raw U+2028 / U+0085 inside a JSON string is valid JSON: written unescaped here
+    lines.append('{"path": "raw.mp4", "caption": "a\u2028b\x85c"}')
+    listing.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode())
+    items = read_media_source(listing)
+    assert [i.caption for i in items] == [*CAPTIONS, "a\u2028b\x85c"]
+    assert items[-1].where == f"{listing}:{len(lines)}"
+
+
+def test_caption_files_are_kept_as_written(tmp_path):
+    for n, caption in enumerate(CAPTIONS):
+        (tmp_path / f"c{n}.mp4").write_bytes(b"")
+        (tmp_path / f"c{n}.txt").write_bytes(caption.encode() + b"\n")  # an editor's line end
+    (tmp_path / "bom.png").write_bytes(b"")
+    (tmp_path / "bom.txt").write_bytes("\ufeffa photo\r\n".encode())
+    items = {i.source: i.caption for i in read_media_source(tmp_path)}
+    assert items == {"bom.png": "a photo", **{f"c{n}.mp4": c for n, c in enumerate(CAPTIONS)}}
+
+
+def test_hugging_face_metadata_with_file_name(tmp_path):
+    (tmp_path / "train").mkdir()
+    rows = [{"file_name": "train/a.mp4", "text": "a, b"}, {"file_name": "b.png", "text": "c"}]
+    (tmp_path / "metadata.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (tmp_path / "a.txt").write_text("ignored: the metadata file lists the folder")
+    items = read_media_source(tmp_path)
+    assert [(i.source, i.caption, i.path) for i in items] == [
+        ("train/a.mp4", "a, b", (tmp_path / "train" / "a.mp4").resolve()),
+        ("b.png", "c", (tmp_path / "b.png").resolve()),
+    ]
+    assert items[0].where == f"{tmp_path / 'metadata.jsonl'}:1"
+    csv_folder = tmp_path / "csv"
+    csv_folder.mkdir()
+    (csv_folder / "metadata.csv").write_text('file_name,caption\nx.mp4,"one, two"\n')
+    assert [(i.source, i.caption) for i in read_media_source(csv_folder)] == [("x.mp4", "one, two")]
+    assert read_media_source(csv_folder / "metadata.csv")[0].source == "x.mp4"
+    (csv_folder / "metadata.jsonl").write_text('{"file_name": "x.mp4", "text": "y"}\n')
+    with pytest.raises(DataError, match="holds both metadata.jsonl, metadata.csv"):
+        read_media_source(csv_folder)
+
+
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("a.csv", b"path,text\na.mp4,a cat, running\n", r"a.csv:2: 3 fields, the header has 2"),
+        ("a.csv", b'path,text\na.mp4,"never closed\n', r"a.csv:2: not CSV"),
+        ("a.csv", b"path\na.mp4\n", r"a.csv:1: no caption column .* header reads 'path'"),
+        ("a.csv", b"name,caption\na.mp4,x\n", r"a.csv:1: no media path column"),
+        ("a.csv", b"\x89PNG\r\n\x1a\n\xff\xfe", r"a.csv: not a text file \(byte 0 is not UTF-8\)"),
+        ("a.csv", b"path,text\x00\n", r"a.csv: not a text file \(it holds NUL bytes\)"),
+        ("a.csv", b"", r"a.csv: empty"),
+        ("a.jsonl", b'{"path": "a.mp4"}\n', r"a.jsonl: no line has a caption"),
+        ("a.jsonl", b'{"path": "a.mp4", "text": 3}\n', r"a.jsonl:1: .* must be strings"),
+        ("a.jsonl", b'{"path": "a.mp4", "text": "x"}\n{"path"\n', r"a.jsonl:2: not JSON"),
+    ],
+)
+def test_malformed_lists_are_one_error_naming_file_and_line(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        read_media_source(tmp_path / name)
+
+
+def test_a_fifo_list_or_caption_file_is_refused_without_blocking(tmp_path):
+    os.mkfifo(tmp_path / "list.csv")
+    with pytest.raises(DataError, match="list.csv: cannot read it .*FIFO"):
+        read_media_source(tmp_path / "list.csv")
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    (folder / "a.mp4").write_bytes(b"")
+    os.mkfifo(folder / "a.txt")
+    with pytest.raises(DataError, match="a.txt: cannot read it .*FIFO"):
+        read_media_source(folder)
