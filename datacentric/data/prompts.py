@@ -1,9 +1,11 @@
 """Validation prompts: a text file of one prompt per line, or JSON lines with per-prompt
 settings (``{"prompt": "...", "max_new_tokens": 16, "temperature": 0.7}``).
 
-Read before ranks start (:func:`read_prompts`): a file that is not UTF-8 text, holds no
-prompt, or a JSON line without ``prompt`` is one :class:`~datacentric.data.base.DataError`
-naming the file and line.
+Read before ranks start (:func:`read_prompts`): a file that is not a regular UTF-8 text
+file (a FIFO is refused, never waited on), holds no prompt, a line over
+:data:`MAX_PROMPT_CHARS` characters, or a JSON line without ``prompt`` is one
+:class:`~datacentric.data.base.DataError` naming the file and line. Lines end at ``\\n``
+(or ``\\r\\n``) only: a U+2028 inside a prompt stays in it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
+from datacentric.data.text_file import read_text_file
+
+#: The longest line a prompts file may hold (a prompt, or its JSON line): a prompt is
+#: tokenized and generated from on every rank, so a runaway line is refused up front.
+MAX_PROMPT_CHARS = 65_536
 
 
 @dataclass(frozen=True)
@@ -29,21 +36,11 @@ class Prompt:
 def read_prompts(path: str | Path) -> list[Prompt]:
     """The prompts of ``path`` (blank lines skipped; see the module doc)."""
     where = f"validation.prompts {path}"
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise DataError(f"{where}: cannot read it ({err.strerror or err})") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise DataError(
-            f"{where}: not a text file (byte {err.start} is not UTF-8); give one prompt per "
-            "line, or JSON lines with a prompt each"
-        ) from None
-    if "\x00" in text:
-        raise DataError(f"{where}: not a text file (it holds NUL bytes)")
+    want = "one prompt per line, or JSON lines with a prompt each"
+    text = read_text_file(path, where, want)
     prompts = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
+        line = line.removesuffix("\r")
         if line.strip():
             prompts.append(_prompt(line, len(prompts), f"{where} line {number}"))
     if not prompts:
@@ -52,6 +49,11 @@ def read_prompts(path: str | Path) -> list[Prompt]:
 
 
 def _prompt(line: str, index: int, where: str) -> Prompt:
+    if len(line) > MAX_PROMPT_CHARS:
+        raise DataError(
+            f"{where}: a prompt of {len(line):,} characters, over the {MAX_PROMPT_CHARS:,} a "
+            "validation prompt may hold; shorten it"
+        )
     stripped = line.strip()
     if not stripped.startswith("{"):
         return Prompt(index, line)
