@@ -28,11 +28,13 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.data.base import DataError
     from datacentric.data.sources import skipped_note
     from datacentric.scheduling.global_batches import size_global_batch
-    from datacentric.train.assemble import Prechecked
+    from datacentric.train.assemble import Prechecked, with_model_tokenizer
     from datacentric.train.build import check_model
     from datacentric.train.validation import build_run_data
 
+    given = config.data.tokenizer
     try:
+        config = with_model_tokenizer(config)  # as the ranks read text (assemble_run)
         dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
         module = check_model(
             config.model,
@@ -49,6 +51,12 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return None
+    chosen = config.data.tokenizer
+    if given is None and chosen is not None:
+        say(
+            command,
+            f"note: text read with the model's own tokenizer, {chosen} (--tokenizer sets another)",
+        )
     for note in (skipped_note(dataset), batch.note):
         if note:
             say(command, f"note: {note}")

@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
     prechecked = check_dataset(config, "train")
     if prechecked is None:
         return 2
+    from datacentric.train.assemble import tokenizer_used
+
+    report = functools.partial(_report, tokenizer=tokenizer_used(config))
     options = dict(
         nproc=config.parallelism.world,
         collective_timeout_s=config.parallelism.collective_timeout_s,
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if launch_mode(config.parallelism.world).kind == "torchrun":  # rank 0 claims the folder
         rank = functools.partial(train_rank, prechecked=prechecked)
-        return _report(args, launch(rank, config, **options))
+        return report(args, launch(rank, config, **options))
     with RunFolderLock(config.job.out):
         claim_run_folder(config.job, config.checkpoint)
         results = launch(
@@ -60,11 +63,12 @@ def run(args: argparse.Namespace) -> int:
             **options,
             forward_signals=config.checkpoint.save_on_signal,
         )
-    return _report(args, results)
+    return report(args, results)
 
 
-def _report(args: argparse.Namespace, results: dict) -> int:
-    """Print rank 0's summary; the exit status (``128 + signal`` after a stop by one)."""
+def _report(args: argparse.Namespace, results: dict, tokenizer: str | None) -> int:
+    """Print rank 0's summary (``tokenizer``: what the run read its text with, ``None``
+    when it read none); the exit status (``128 + signal`` after a stop by one)."""
     stopped = next((r.stopped_by_signal for r in results.values() if r.stopped_by_signal), None)
     if 0 in results:
         result = results[0]
@@ -78,6 +82,7 @@ def _report(args: argparse.Namespace, results: dict) -> int:
                 sum(result.tokens_per_s) / len(result.tokens_per_s) if result.tokens_per_s else None
             ),
             "weights_sha256": result.weights_sha256,
+            "tokenizer": tokenizer,
             "out": result.out_dir,
         }
         if result.val_losses or result.best_val_loss is not None:

@@ -47,7 +47,7 @@ from datacentric.data.documents import read_documents, read_records, require, re
 from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
-from datacentric.data.tokenizer_files import tokenizer_digest
+from datacentric.data.tokenizer_files import BYTES, tokenizer_digest
 from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
@@ -79,7 +79,7 @@ class _Encoder:
 
     def __init__(self, path: str | None) -> None:
         self.path, self.hf = path, None
-        if path is None:
+        if path is None or path == BYTES:
             self.vocab_size, self.digest, self._tok = 256, "bytes", None
             return
         if Path(path).is_dir():
@@ -450,7 +450,7 @@ class TokenizedTextDataset:
             "records": self.format,
             "loss_on": self.loss_on,
             "loss_tokens": int(self._loss.sum()),
-            "tokenizer": self.tokenizer or "bytes",
+            "tokenizer": self.tokenizer or BYTES,
             "vocab_size": self.vocab_size,
             "cache": str(self.cache_dir),
         }

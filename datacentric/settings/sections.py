@@ -142,8 +142,9 @@ class DataConfig:
     max_tokens: int = setting(4096, ge=1)
     """Longest text sample in tokens; longer documents follow ``long_docs``."""
     tokenizer: str | None = None
-    """Text datasets: a local ``tokenizer.json``, or a folder saved with ``save_pretrained``
-    (conversations need one, for its chat template; unset: UTF-8 bytes, vocabulary 256)."""
+    """Text datasets: a local ``tokenizer.json``, a folder saved with ``save_pretrained``
+    (conversations need one, for its chat template), or ``bytes`` (UTF-8 bytes,
+    vocabulary 256); unset: an ``hf:DIR`` model's own tokenizer (DIR), else bytes."""
     text_field: str = "text"
     """Text datasets: the JSON key or column holding each document's text."""
     long_docs: Literal["chunk", "truncate", "skip", "error"] = "chunk"

@@ -6,7 +6,9 @@
              -> runtime -> trainer
 
 1. **settings**: the resolved :class:`~datacentric.settings.TrainConfig` (the command
-   line, ``--config`` and defaults; resolved by the caller, before ranks start);
+   line, ``--config`` and defaults; resolved by the caller, before ranks start), with
+   the tokenizer text is read with (:func:`with_model_tokenizer`: unset, an ``hf:DIR``
+   model's own), which the run records;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples (:func:`~datacentric.train.validation.build_run_data`);
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
@@ -49,6 +51,8 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
+from datacentric.data.tokenized import TEXT_KINDS
+from datacentric.data.tokenizer_files import BYTES, model_tokenizer
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.global_batches import GlobalBatchSize, size_global_batch
 from datacentric.settings import TrainConfig
@@ -98,11 +102,41 @@ class Run:
     """The ``[validation]`` section's held-out samples (None: no validation)."""
 
 
+def reads_text(config: TrainConfig) -> bool:
+    """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
+    on or to validate on, or prompts to continue."""
+    specs = (config.data.dataset, config.validation.dataset)
+    kinds = [s.partition(":")[0] for s in specs if isinstance(s, str) and ":" in s]
+    return any(k in TEXT_KINDS for k in kinds) or config.validation.prompts is not None
+
+
+def with_model_tokenizer(config: TrainConfig) -> TrainConfig:
+    """``config`` with the tokenizer its text is read with in ``[data] tokenizer``: the
+    one given, else an ``hf:DIR`` model's own (its folder;
+    :func:`~datacentric.data.tokenizer_files.model_tokenizer`, which refuses a folder
+    without one); unchanged when the run reads no text or uses bytes."""
+    if config.data.tokenizer is not None or not reads_text(config):
+        return config
+    chosen = model_tokenizer(config.model.model, None)
+    if chosen is None:
+        return config
+    return dataclasses.replace(config, data=dataclasses.replace(config.data, tokenizer=chosen))
+
+
+def tokenizer_used(config: TrainConfig) -> str | None:
+    """What the run's text is read with, as ``train --json`` reports it: the tokenizer's
+    path, ``bytes``, or ``None`` when the run reads no text."""
+    if not reads_text(config):
+        return None
+    return with_model_tokenizer(config).data.tokenizer or BYTES
+
+
 def assemble_run(
     config: TrainConfig, groups: ProcessGroups, prechecked: Prechecked | None = None
 ) -> Run:
     """Build everything one rank's run needs, in the order of the module doc, reusing
     what the check before the ranks start found (``prechecked``; None: no check ran)."""
+    config = with_model_tokenizer(config)  # the run records the tokenizer it reads with
     seed = config.job.seed
     # data: the training set, without the [validation] section's held-out samples
     if prechecked is not None and prechecked.data is not None:

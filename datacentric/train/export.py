@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.data.tokenizer_files import TEMPLATE_FOLDERS
+from datacentric.data.tokenizer_files import BYTES, TEMPLATE_FOLDERS
 from datacentric.models.source import (
     ModelSource,
     build_from_source,
@@ -477,7 +477,7 @@ def _copy_tokenizer(folder: Path, out: Path) -> None:
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
     folders = []
     tokenizer = settings["data"].get("tokenizer")
-    if tokenizer:  # a tokenizer.json file, or a tokenizer folder
+    if tokenizer and tokenizer != BYTES:  # a tokenizer.json file, or a tokenizer folder
         given = Path(tokenizer)
         folders.append(given if given.is_dir() else given.parent)
     if source.folder is not None:
