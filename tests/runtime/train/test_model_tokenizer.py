@@ -24,6 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _token_cache(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
 
+
 RUN = ["--cost-model", "analytic", "--no-progress", "--no-plots"]
 RUN += ["--no-tensorboard", "--json"]
 
