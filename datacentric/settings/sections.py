@@ -274,8 +274,12 @@ class ParallelismConfig:
 
 @dataclass(kw_only=True)
 class CheckpointConfig:
-    checkpoint_every: int = setting(0, ge=0)
-    """Save a checkpoint every K optimizer steps (0: only at the end)."""
+    checkpoint_every: int = setting(500, ge=0)
+    """Save a checkpoint every K optimizer steps (0: by wall time only, and at the end);
+    with ``checkpoint_every_minutes``, whichever comes first."""
+    checkpoint_every_minutes: float = setting(10.0, ge=0)
+    """Also save once this many minutes of wall time have passed since the run started or
+    last saved (0: by steps only), so an interruption loses at most that much work."""
     resume: bool = False
     """Continue the run in ``out`` from its newest valid checkpoint (a fresh start if it
     has none)."""

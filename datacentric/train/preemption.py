@@ -15,7 +15,8 @@ sees both together), so no timing tells a second request from a forwarded copy. 
 escalate with SIGKILL after their own grace period, which the save must fit in
 (docs/reliability.md, "Preemption"). A second SIGINT (Ctrl-C pressed again) more than
 :data:`SECOND_SIGNAL_AFTER_S` after the first signal ends the process at once
-(``checkpoints/latest`` is switched atomically, so it still names a complete checkpoint).
+(``checkpoints/latest`` is switched atomically, so it still names a complete checkpoint),
+saying which checkpoint that is and which steps are lost.
 """
 
 from __future__ import annotations
@@ -41,10 +42,17 @@ class StopSignals:
     recorded rather than ending the process; :attr:`signum` is the first one seen, and
     ``announce`` says at once what happens next."""
 
-    def __init__(self, announce: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        announce: Callable[[int], str] | None = None,
+        lost: Callable[[], str] | None = None,
+    ) -> None:
         self.announce = announce
         """``announce(signum)``: the line written to stderr at once on the first signal
         (say, ``finishing step 12, then saving``); None: nothing is written."""
+        self.lost = lost
+        """``lost()``: what a stop at a second Ctrl-C keeps and loses (say, ``kept
+        checkpoints/step-8; steps 9-11 are lost``), added to its line."""
         self.signum: int | None = None
         self._at = 0.0
         self._previous: dict[int, Any] = {}
@@ -63,23 +71,30 @@ class StopSignals:
                 os.write(2, line.encode())  # unbuffered: the handler may interrupt a print
         elif signum == signal.SIGINT and time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
             if self.announce is not None:  # Ctrl-C again: a person who will not wait
-                os.write(2, b"datacentric train: SIGINT again: stopped now, without a save\n")
+                what = f"; {self.lost()}" if self.lost is not None else ""
+                line = f"datacentric train: SIGINT again: stopped now, without a save{what}\n"
+                os.write(2, line.encode())
             os._exit(128 + signum)
 
     def agreed(self, groups: ProcessGroups) -> int | None:
         """The signal every rank stops for (collective: call after each step on every
         rank), or ``None`` while no rank got one."""
-        mine = self.signum or 0
-        if groups.distributed and groups.world_size > 1:
-            flag = torch.tensor([mine], dtype=torch.int64, device=groups.device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=groups.world)
-            mine = int(flag.item())
-        return mine or None
+        return agree_max(groups, self.signum or 0)[0] or None
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+def agree_max(groups: ProcessGroups, *values: int) -> tuple[int, ...]:
+    """Each of ``values`` as its largest over the ranks (collective: one small all-reduce
+    for all of them; a single process returns them as they are)."""
+    if not (groups.distributed and groups.world_size > 1):
+        return values
+    flags = torch.tensor(values, dtype=torch.int64, device=groups.device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=groups.world)
+    return tuple(int(v) for v in flags.tolist())
 
 
 def signal_name(signum: int) -> str:

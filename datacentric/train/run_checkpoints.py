@@ -56,6 +56,13 @@ class RunCheckpoints:
             )
         if notice and self.is_main:
             logger.warning("note: %s", notice)
+        if path is None and self.is_main and self.checkpoint.resume:
+            logger.warning(
+                "note: --resume: %s holds no checkpoint (the run stopped before its first "
+                "save; it saves %s); starting at step 1",
+                self.out,
+                self.interval_text(),
+            )
         if self.is_main:
             self._note_cut_short(path)
         return path
@@ -83,6 +90,19 @@ class RunCheckpoints:
         (``checkpoint_every``)."""
         every = self.checkpoint.checkpoint_every
         return bool(every) and iterations_done % every == 0
+
+    def overdue(self, seconds_since_save: float) -> bool:
+        """Whether ``checkpoint_every_minutes`` of wall time have passed since the run
+        started or last saved (each rank's own clock: the trainer agrees on it)."""
+        minutes = self.checkpoint.checkpoint_every_minutes
+        return bool(minutes) and seconds_since_save >= 60.0 * minutes
+
+    def interval_text(self) -> str:
+        """``every 500 steps or 10 min``: how often the run saves (for messages)."""
+        steps, minutes = self.checkpoint.checkpoint_every, self.checkpoint.checkpoint_every_minutes
+        parts = [f"{steps} steps"] if steps else []
+        parts += [f"{minutes:g} min"] if minutes else []
+        return f"every {' or '.join(parts)}" if parts else "only at the end"
 
     @property
     def background(self) -> bool:

@@ -41,6 +41,7 @@ from datacentric.train.build import device_memory_bytes
 from datacentric.train.checkpoint import (
     CheckpointError,
     PendingSave,
+    checkpoint_step,
     load_checkpoint,
     manifest_sha256,
     weights_sha256,
@@ -51,7 +52,7 @@ from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.hooks import StepHooks
 from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
 from datacentric.train.metrics import full_model_state, read_jsonl
-from datacentric.train.preemption import StopSignals, signal_name
+from datacentric.train.preemption import StopSignals, agree_max, signal_name
 from datacentric.train.run_checkpoints import RunCheckpoints
 from datacentric.train.run_folder import (
     RunFolderLock,
@@ -225,6 +226,11 @@ class Trainer:
         """Loss tokens of every step so far, those before a resumed checkpoint included
         (saved in its ``trainer.json``)."""
         self.saved: Path | None = None
+        self.kept: Path | None = None
+        """The newest complete checkpoint of the run folder (saved or resumed from): what a
+        stop without a save leaves to resume from."""
+        self.saved_at = time.monotonic()
+        """When the run started or last saved (``checkpoint_every_minutes`` counts from it)."""
         self.pending_save: PendingSave | None = None
         """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
         self.activity = "setup"
@@ -284,6 +290,7 @@ class Trainer:
             check=lambda saved: self._check_unchanged(path, saved),
         )
         self.dc.load_state_dict(state["position"])
+        self.kept = path
         self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
         done = self.position.iterations_done
         was = int(state["total_iterations"])
@@ -355,7 +362,8 @@ class Trainer:
             with self.heartbeat:
                 if self.checkpoints.save_on_signal:
                     announce = self._stop_note if self.is_main else None
-                    with StopSignals(announce) as signals:
+                    lost = self._lost_note if self.is_main else None
+                    with StopSignals(announce, lost) as signals:
                         return self._run(signals)
                 return self._run(None)
         finally:
@@ -368,6 +376,23 @@ class Trainer:
         if step is not None and not step.finished:
             return f"finishing step {step.number + 1}, then saving"
         return f"stopping after step {self.position.iterations_done}, then saving"
+
+    def _lost_note(self) -> str:
+        """What a stop without a save keeps and loses (said from the signal handler)."""
+        step = self._step_now
+        running = step is not None and not step.finished
+        reached = step.number + 1 if running else self.position.iterations_done
+        kept = (checkpoint_step(self.kept) or 0) if self.kept is not None else 0
+        if reached <= kept:
+            lost = "no step is lost"
+        elif reached == kept + 1:
+            lost = f"step {reached} is lost"
+        else:
+            lost = f"steps {kept + 1}-{reached} are lost"
+        if self.kept is None:
+            every = self.checkpoints.interval_text()
+            return f"no checkpoint was saved yet ({lost}; the run saves {every})"
+        return f"{self.kept} is kept ({lost}); continue from it with --resume"
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         logs = self.metrics_config
@@ -384,15 +409,15 @@ class Trainer:
         metrics, tracer = self._metrics_and_tracer()
         if self.is_main:
             logger.info(
-                "training %s on %d rank(s) (%s), policy %s: %d steps from step %d; run folder %s",
+                "training %s on %d rank(s) (%s), policy %s: %s; run folder %s",
                 self.model_name,
                 self.groups.world_size,
                 self.groups.device.type,
                 self.policy,
-                self.total_iterations,
-                self.position.iterations_done + 1,
+                steps_text(self.position.iterations_done, self.total_iterations),
                 self.out,
             )
+        self.saved_at = time.monotonic()
         self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
             tally = self._train_steps(signals, scheduler, metrics, tracer)
@@ -492,10 +517,14 @@ class Trainer:
                 metrics.log_samples(step.number + 1, samples)
             control = self.hooks.step_end(record)
             self._finish_save()  # a background save had this step to write its shards
-            if self.checkpoints.due(self.position.iterations_done) or control.save:
+            overdue = self.checkpoints.overdue(time.monotonic() - self.saved_at)
+            signum = (signals.signum or 0) if signals is not None else 0
+            stop, overdue = agree_max(self.groups, signum, int(overdue))  # one all-reduce
+            tally.stopped_by = stop or None
+            due = self.checkpoints.due(self.position.iterations_done) or overdue or control.save
+            if due and not stop:  # a stop saves synchronously below
                 self._save(scheduler, background=self.checkpoints.background)
                 checkpointed = self.position.iterations_done
-            tally.stopped_by = signals.agreed(self.groups) if signals is not None else None
             if tally.stopped_by is not None or control.stop:
                 break
         if checkpointed != self.position.iterations_done:  # one final checkpoint
@@ -570,7 +599,8 @@ class Trainer:
         pending, self.pending_save = self.pending_save, None
         if pending is None:
             return
-        self.saved = self._in_save(pending.step, pending.wait)
+        self.saved = self.kept = self._in_save(pending.step, pending.wait)
+        self.saved_at = time.monotonic()
         if self.is_main:
             logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
         self.hooks.saved(pending.step, self.saved)
@@ -702,6 +732,16 @@ class Trainer:
                 else {}
             ),
         }
+
+
+def steps_text(done: int, total: int) -> str:
+    """The steps a run will take: ``10 steps``; resumed after step 6, ``steps 7-10 of 10
+    (4 to run)``."""
+    if done == 0:
+        return f"{total} steps"
+    if done >= total:
+        return f"all {total} steps done already"
+    return f"steps {done + 1}-{total} of {total} ({total - done} to run)"
 
 
 def train_rank(

@@ -1,0 +1,109 @@
+"""A run saves by default, by steps and by wall time, so an interruption loses at most
+that much; Ctrl-C pressed twice says which checkpoint is kept and which steps are lost;
+``--resume`` with nothing saved says so; a resumed run's first line counts the steps it
+will take."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from cli_here import cli_here
+from run_config import SMALL_TRAIN_FLAGS
+
+from datacentric.settings.sections import CheckpointConfig
+from datacentric.train.checkpoint import save_checkpoint
+from datacentric.train.preemption import SECOND_SIGNAL_AFTER_S
+from datacentric.train.run_checkpoints import RunCheckpoints
+from datacentric.train.trainer import Trainer, steps_text
+
+
+def test_a_default_run_saves_every_500_steps_or_10_minutes(tmp_path) -> None:
+    checkpoints = RunCheckpoints(CheckpointConfig(), tmp_path)
+    assert checkpoints.interval_text() == "every 500 steps or 10 min"
+    assert [n for n in range(1, 1501) if checkpoints.due(n)] == [500, 1000, 1500]
+    assert not checkpoints.overdue(599.0) and checkpoints.overdue(600.0)
+    by_time = RunCheckpoints(CheckpointConfig(checkpoint_every=0), tmp_path)
+    assert not by_time.due(500) and by_time.interval_text() == "every 10 min"
+    never = CheckpointConfig(checkpoint_every=0, checkpoint_every_minutes=0)
+    assert not RunCheckpoints(never, tmp_path).overdue(1e9)
+
+
+def _lost(kept, number: int, finished: bool = False, done: int = 0) -> str:
+    """The second Ctrl-C's words for a run that kept ``kept`` while in step ``number``."""
+    checkpoints = RunCheckpoints(CheckpointConfig(), Path("run"))
+    trainer = SimpleNamespace(
+        kept=kept,
+        _step_now=SimpleNamespace(number=number, finished=finished),
+        position=SimpleNamespace(iterations_done=done),
+        checkpoints=checkpoints,
+    )
+    return Trainer._lost_note(trainer)
+
+
+def test_the_second_ctrl_c_says_what_is_kept_and_lost(tmp_path) -> None:
+    kept = tmp_path / "checkpoints" / "step-00000006"
+    assert _lost(None, 1) == (
+        "no checkpoint was saved yet (steps 1-2 are lost; the run saves every 500 steps or 10 min)"
+    )
+    assert _lost(kept, 6) == f"{kept} is kept (step 7 is lost); continue from it with --resume"
+    assert _lost(kept, 6, finished=True, done=6).startswith(f"{kept} is kept (no step is lost)")
+
+
+def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
+    checkpoints = RunCheckpoints(CheckpointConfig(resume=True), tmp_path)
+    with caplog.at_level(logging.WARNING, logger="datacentric"):
+        assert checkpoints.to_load(restarted=False) is None
+    assert f"--resume: {tmp_path} holds no checkpoint" in caplog.text
+    assert "starting at step 1" in caplog.text
+    caplog.clear()
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    save_checkpoint(tmp_path, 2, model, torch.optim.SGD(model.parameters()), {"n": 2})
+    with caplog.at_level(logging.WARNING, logger="datacentric"):
+        assert checkpoints.to_load(restarted=False) is not None
+    assert "holds no checkpoint" not in caplog.text
+
+
+def test_steps_text_counts_the_steps_a_resume_takes() -> None:
+    assert steps_text(0, 10) == "10 steps"
+    assert steps_text(6, 10) == "steps 7-10 of 10 (4 to run)"
+    assert steps_text(10, 10) == "all 10 steps done already"
+
+
+def test_two_ctrl_c_keep_the_last_periodic_checkpoint_and_say_so(tmp_path, capsys) -> None:
+    """A run saving every 3 steps hangs in step 5; Ctrl-C twice stops it at once, naming
+    step 3's checkpoint as kept and steps 4-5 as lost; ``--resume`` continues from it."""
+    out = tmp_path / "run"
+    argv = [*SMALL_TRAIN_FLAGS, "--iterations", "7", "--checkpoint-every", "3", "--out", str(out)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    hang = ["--fault-inject", "0:4:hang", "--collective-timeout-s", "60"]  # in step 5
+    run = subprocess.Popen(
+        [sys.executable, "-m", "datacentric", "train", *argv, *hang],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    marker, deadline = out / ".fault-injected-rank0-at4", time.monotonic() + 300
+    while not marker.exists():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-3000:]
+        time.sleep(0.1)
+    run.send_signal(signal.SIGINT)
+    time.sleep(SECOND_SIGNAL_AFTER_S + 0.5)
+    run.send_signal(signal.SIGINT)
+    err = run.communicate(timeout=120)[1]
+    assert run.returncode == 128 + signal.SIGINT, err[-3000:]
+    kept = out / "checkpoints" / "step-00000003"
+    assert "SIGINT: finishing step 5, then saving" in err, err[-3000:]
+    said = f"SIGINT again: stopped now, without a save; {kept} is kept (steps 4-5 are lost)"
+    assert said in err, err[-3000:]
+    status, _, resumed = cli_here(["train", *argv, "--resume"], capsys)
+    assert status == 0, resumed[-3000:]
+    assert "resuming from step-00000003 at step 3" in resumed
+    assert re.search(r"policy \S+: steps 4-7 of 7 \(4 to run\)", resumed), resumed[-3000:]
