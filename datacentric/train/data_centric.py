@@ -98,6 +98,25 @@ def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
     return [s for s in sizes if s in allowed]
 
 
+def scheduling_options(
+    options: SchedulingConfig | None, policy: str | None, tokens_per_iteration: int | None
+) -> SchedulingConfig:
+    """The ``[scheduling]`` section of a :class:`DataCentric`: ``options``, or one made of
+    ``policy`` and ``tokens_per_iteration``; one of those given beside an ``options``
+    that says otherwise is a ``ValueError`` naming both (which one would win is a guess)."""
+    given = {"policy": policy, "tokens_per_iteration": tokens_per_iteration}
+    given = {key: value for key, value in given.items() if value is not None}
+    if options is None:
+        return SchedulingConfig(**given)
+    for key, value in given.items():
+        if getattr(options, key) != value:
+            raise ValueError(
+                f"DataCentric: {key}={value!r} and options.{key}={getattr(options, key)!r} "
+                f"differ; give {key} once (in options, or leave options out)"
+            )
+    return options
+
+
 class DataCentric:
     """Data-centric parallel training of ``model`` on ``dataset``.
 
@@ -109,8 +128,10 @@ class DataCentric:
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device; it only prices memory.
     ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory),
-    held by the plan and every schedule; ``tokens_per_iteration`` bounds the global
-    batch (``options``: every :class:`SchedulingConfig`, instead). ``prefetch``
+    held by the plan and every schedule. ``policy`` (default ``dcp-opt``) and
+    ``tokens_per_iteration`` (the global batch's bound) are the ``[scheduling]``
+    section's, which ``options`` (a :class:`SchedulingConfig`) gives whole: each setting
+    is given once (:func:`scheduling_options`). ``prefetch``
     micro-batches are packed ahead in a background thread while :meth:`steps` runs
     (0: pack each one when it is needed). ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
@@ -128,7 +149,7 @@ class DataCentric:
         model: nn.Module,
         dataset,
         *,
-        policy: str = "dcp-opt",
+        policy: str | None = None,
         preset: str | None = None,
         cost_model: CostModel | None = None,
         memory_gb: float | None = None,
@@ -178,8 +199,7 @@ class DataCentric:
             cost_model,
             world_size=self.groups.world_size,
             memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
-            policy=policy,
-            options=options or SchedulingConfig(tokens_per_iteration=tokens_per_iteration),
+            options=scheduling_options(options, policy, tokens_per_iteration),
             seed=seed,
             sp_sizes=(
                 list(sp_sizes)
