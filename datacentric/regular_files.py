@@ -10,6 +10,7 @@ and only then read; anything else is a :class:`NotRegularFileError` naming the p
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -98,3 +99,72 @@ def file_sha256(path: str | Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class FileFormatError(ValueError):
+    """A file we read holds something else than it should (not UTF-8, not JSON, not the
+    kind of value expected): the message names the file, and the key where one is wrong."""
+
+
+def read_json_file(
+    path: str | Path, expect: type = dict, error: type[Exception] = FileFormatError
+) -> Any:
+    """The JSON value of a regular file (:func:`open_regular`), an ``expect`` (``dict``:
+    an object); anything else (not UTF-8, not JSON, nested deeper than the reader's
+    stack, an integer too long to convert, another kind of value) is ``error`` with one
+    line naming the file."""
+    try:
+        text = read_regular_text(path)
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    value = parse_json(text, str(path), error, what="the file")
+    if not isinstance(value, expect):
+        raise error(f"{path}: holds a JSON {json_kind(value)}, not {json_kind(expect())}")
+    return value
+
+
+def parse_json(text: str, where: str, error: type[Exception], what: str) -> Any:
+    """``json.loads(text)``; anything else is ``error`` naming ``where`` (a file, a
+    ``FILE:LINE``) and ``what`` it is (``the file``, ``line``): not JSON, nested deeper
+    than the reader's stack, an integer too long to convert."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        at = f": line {err.lineno} column {err.colno}" if "\n" in text.rstrip() else ""
+        raise error(f"{where}: {what} is not JSON ({err.msg}{at})") from None
+    except RecursionError:
+        raise error(
+            f"{where}: {what} is nested too deeply to read (arrays or objects inside each "
+            "other thousands of times)"
+        ) from None
+    except ValueError as err:  # e.g. an integer of more than sys.get_int_max_str_digits()
+        first = str(err).split(";")[0]
+        raise error(f"{where}: {what} holds a value that cannot be read ({first})") from None
+
+
+def json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words (``object``, ``array``, ``string``, ...)."""
+    kinds = ((bool, "true/false"), (dict, "object"), (list, "array"), (str, "string"))
+    kinds += ((int, "number"), (float, "number"))
+    return next((name for cls, name in kinds if isinstance(value, cls)), "null")
+
+
+def json_field(
+    record: dict,
+    key: str,
+    expect: type | tuple[type, ...],
+    path: str | Path,
+    error: type[Exception] = FileFormatError,
+) -> Any:
+    """``record[key]``, checked to be an ``expect``; missing or another kind is ``error``
+    naming ``path`` and the key."""
+    if key not in record:
+        raise error(f"{path}: no key {key!r} (found: {', '.join(map(str, record)) or 'none'})")
+    value = record[key]
+    if not isinstance(value, expect) or (isinstance(value, bool) and bool not in _types(expect)):
+        raise error(f"{path}: key {key!r} holds a {json_kind(value)} ({str(value)[:80]!r})")
+    return value
+
+
+def _types(expect: type | tuple[type, ...]) -> tuple[type, ...]:
+    return expect if isinstance(expect, tuple) else (expect,)

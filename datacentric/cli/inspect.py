@@ -11,6 +11,7 @@ from pathlib import Path
 
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import config_option
+from datacentric.regular_files import json_field
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +28,7 @@ def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     """The latest checkpoint's position, SHA-256 of its model tensors and of its
     manifest (``expect_sha256``: refuse a checkpoint whose manifest has another)."""
     from datacentric.train.checkpoint import (
+        TRAINER_FILE,
         CheckpointError,
         latest_checkpoint,
         manifest_sha256,
@@ -41,14 +43,15 @@ def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     if path is None:
         raise CheckpointError(f"{run_dir}: no checkpoint found (was the run started with --out?)")
     trainer = verify_checkpoint(path, expect_sha256)
+    position = {
+        key: json_field(trainer, key, int, path / TRAINER_FILE, error=CheckpointError)
+        for key in ("iterations_done", "samples_seen", "epoch", "world_size")
+    }
     state = read_model_state(path)
     return {
         "checkpoint": path.name,
         "manifest_sha256": manifest_sha256(path),
-        "iterations_done": trainer["iterations_done"],
-        "samples_seen": trainer["samples_seen"],
-        "epoch": trainer["epoch"],
-        "world_size": trainer["world_size"],
+        **position,
         "weights_sha256": weights_sha256(state),
     }
 

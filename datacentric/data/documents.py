@@ -10,14 +10,13 @@ is downloaded: Parquet needs the optional ``pyarrow`` and saved datasets the opt
 from __future__ import annotations
 
 import glob
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.regular_files import open_regular
+from datacentric.regular_files import open_regular, parse_json
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -143,18 +142,7 @@ def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]
 def _json_line(line: str, where: str) -> object:
     """One JSONL line's value; :class:`DataError` naming ``where`` for anything else
     (not JSON, nested deeper than the reader's stack, an integer too long to convert)."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{where}: line is not JSON ({err.msg})") from None
-    except RecursionError:
-        raise DataError(
-            f"{where}: line is nested too deeply to read (arrays or objects inside each other "
-            "thousands of times)"
-        ) from None
-    except ValueError as err:  # e.g. an integer of more than sys.get_int_max_str_digits()
-        first = str(err).split(";")[0]
-        raise DataError(f"{where}: line holds a value that cannot be read ({first})") from None
+    return parse_json(line, where, DataError, what="line")
 
 
 def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

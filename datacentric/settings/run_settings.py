@@ -412,7 +412,16 @@ def record_sections(record: dict[str, Any], where: str) -> dict[str, dict[str, A
     ``config.json``, a checkpoint's): sectioned, as written since 0.2.0, or the flat keys
     of an earlier release, read with a deprecation note (keys no release had are
     reported, never dropped silently)."""
-    if all(isinstance(v, dict) for v in record.values()) and set(record) <= set(SECTIONS):
+    if any(key in SECTIONS and isinstance(value, dict) for key, value in record.items()):
+        for key, value in record.items():  # by section: every key a section, of settings
+            if key not in SECTIONS:
+                raise ConfigError(
+                    f"{where}: unknown section {str(key)[:80]!r} (sections: {', '.join(SECTIONS)})"
+                )
+            if not isinstance(value, dict):
+                raise ConfigError(
+                    f"{where}: section {key!r} holds a {type(value).__name__}, not its settings"
+                )
         return {name: dict(record.get(name, {})) for name in SECTIONS}
     unknown = [key for key in record if key not in flat_index()]
     if unknown:

@@ -53,7 +53,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from datacentric.log import get_logger
-from datacentric.regular_files import file_sha256, read_regular_text
+from datacentric.regular_files import file_sha256, read_json_file, read_regular_text
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
 from datacentric.train.safe_load import (
@@ -489,14 +489,7 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
                 f"{path}: checksum mismatch for {name}; the checkpoint is corrupt: {hint}"
             )
     _check_shard_paths(path, manifest)
-    trainer = path / TRAINER_FILE
-    try:
-        state = json.loads(read_regular_text(trainer))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{trainer} is not JSON ({err}); the checkpoint is corrupt") from None
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{trainer} holds a {type(state).__name__}, not a JSON object")
-    return state
+    return read_json_file(path / TRAINER_FILE, error=CheckpointError)
 
 
 def read_manifest(path: str | Path) -> dict[str, str]:
@@ -506,11 +499,8 @@ def read_manifest(path: str | Path) -> dict[str, str]:
     manifest_path = path / MANIFEST
     if not manifest_path.exists():
         raise CheckpointError(f"{path} has no {MANIFEST}: the checkpoint is incomplete")
-    try:
-        manifest = json.loads(read_regular_text(manifest_path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{manifest_path} is corrupt: {err}") from None
-    if not isinstance(manifest, dict) or not all(isinstance(v, str) for v in manifest.values()):
+    manifest = read_json_file(manifest_path, error=CheckpointError)
+    if not all(isinstance(v, str) for v in manifest.values()):
         raise CheckpointError(f"{manifest_path} is corrupt: not an object of file -> SHA-256")
     for name in manifest:
         if not _plain_name(name) or not _inside(path / name, path):
@@ -571,6 +561,7 @@ def load_checkpoint(
         )
     if check is not None:
         check(trainer_state)
+    _check_model_tensors(state["model"], path)
     try:
         _load_dcp(state, path)
     except (Exception, CheckpointException) as err:
@@ -578,6 +569,7 @@ def load_checkpoint(
         if unsafe is not None:
             raise unsafe from None
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        lines = [ln for ln in lines if not ln.startswith(("raise ", "File ", "^"))]  # source
         detail = next((ln for ln in lines if "size" in ln or "Missing key" in ln), None)
         detail = detail or (lines[-1] if lines else type(err).__name__)
         raise CheckpointError(
@@ -590,6 +582,22 @@ def load_checkpoint(
     if rng_file.name in read_manifest(path):  # a file the manifest lacks is not read
         set_rng_state(load_tensor_file(rng_file))
     return trainer_state
+
+
+def _check_model_tensors(model_state: dict[str, Any], path: Path) -> None:
+    """Every tensor of the model is in the checkpoint (its ``.metadata``), else one line
+    naming the first missing and what they are (LoRA adapters the checkpoint lacks)."""
+    saved = read_metadata_file(path / ".metadata").state_dict_metadata
+    missing = [name for name in model_state if f"model.{name}" not in saved]
+    if not missing:
+        return
+    first = next((name for name in missing if ".lora_" in name), missing[0])
+    why = ", LoRA adapters among them: it was saved without adapters" if ".lora_" in first else ""
+    raise CheckpointError(
+        f"{path / '.metadata'}: the checkpoint holds no tensor {first!r} of this model "
+        f"({len(missing)} missing{why}); resume with the model and --lora settings it was "
+        "saved with"
+    )
 
 
 def _saved_model(record: dict[str, Any], path: Path) -> str | None:
