@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="text length (default: the pipeline's own max_sequence_length)",
+        help="text length, N >= 1 (default: the pipeline's own max_sequence_length)",
     )
     parser.add_argument(
         "--vae-tiling",
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
         caption_rule=args.caption_rule,
         max_text_tokens=args.max_text_tokens,
         vae_tiling=args.vae_tiling,
-        seed=args.seed or 0,
-        world=args.world or 1,
+        seed=0 if args.seed is None else args.seed,
+        world=1 if args.world is None else args.world,
         device=args.device,
     )
     report = prepare(job)

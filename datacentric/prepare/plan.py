@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import stat
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from datacentric.data.media import (
     probe,
     read_media_source,
 )
+from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 
 CAPTION_RULES = ("truncate", "skip", "error")
@@ -51,15 +53,26 @@ class PrepareJob:
     counted), ``skip`` or ``error``; a missing or empty caption is skipped, or an error
     under ``error``."""
     max_text_tokens: int | None = None
-    """Text length (default: the pipeline's own ``max_sequence_length``)."""
+    """Text length, >= 1 (default: the pipeline's own ``max_sequence_length``; the folder's
+    settings record the length used)."""
     vae_tiling: bool = False
     """Encode with the VAE's tiling (long or large clips; slightly different values)."""
     seed: int = 0
-    """Seed of the bucket keep-probability draws."""
+    """Seed of the bucket keep-probability draws, >= 0."""
     world: int = 1
-    """Ranks (processes) encoding at once; torchrun's world when under torchrun."""
+    """Ranks (processes) encoding at once, >= 1; torchrun's world when under torchrun."""
     device: str | None = None
     """Device of the encoders (default: a rank's GPU when there is one, else the CPU)."""
+
+    def __post_init__(self) -> None:
+        if self.caption_rule not in CAPTION_RULES:
+            raise DataError(
+                f"--caption-rule {self.caption_rule!r}: choose one of {', '.join(CAPTION_RULES)}"
+            )
+        _at_least("--world", self.world, 1)
+        if self.max_text_tokens is not None:  # None: the pipeline's own
+            _at_least("--max-text-tokens", self.max_text_tokens, 1)
+        _at_least("--seed", self.seed, 0)
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (a rerun with other values refuses the folder)."""
@@ -68,6 +81,11 @@ class PrepareJob:
         out["pipeline"] = str(Path(self.pipeline).expanduser().resolve())
         out["bucket_config"] = _file_hash(self.bucket_config)
         return out
+
+
+def _at_least(flag: str, value: Any, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise DataError(f"{flag} {value!r}: must be an integer >= {least}")
 
 
 def _file_hash(path: str | None) -> str | None:
@@ -91,6 +109,8 @@ class Task:
     """The media file's size and modification time (a changed file is redone)."""
     truncate: bool = False
     """The caption is longer than the text encoder takes (truncated, counted)."""
+    duplicate_of: str | None = None
+    """Where the same path and caption were listed first (this copy is not a sample)."""
 
     @property
     def cost(self) -> int:
@@ -117,12 +137,18 @@ class PreparePlan:
     assigned_cost: list[int] = field(default_factory=list)
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
+def _stamp(path: Path) -> tuple[int, int] | str:
+    """The file's size and modification time, or why it is no media file (missing, a
+    FIFO or folder: never opened, a FIFO would block the decoder)."""
     try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return int(stat.st_size), int(stat.st_mtime_ns)
+        found = path.stat()
+    except FileNotFoundError:
+        return "missing: no such file"
+    except OSError as err:
+        return f"unreadable: {err.strerror or err}"
+    if not stat.S_ISREG(found.st_mode):
+        return f"not a media file: {kind_of(found.st_mode)}"
+    return int(found.st_size), int(found.st_mtime_ns)
 
 
 def _caption_problem(caption: str | None, rule: str, where: str) -> str | None:
@@ -144,13 +170,16 @@ def plan_task(
 ) -> Task:
     """The task of one clip (unassigned); ``tokens(caption)`` counts its text tokens;
     ``seen`` maps the names planned so far to where they were listed."""
-    stamp = _stamp(item.path)
     if item.name in seen:
-        return Task(item, None, f"duplicate of {seen[item.name]} (same path and caption)")
+        first = seen[item.name]
+        return Task(item, None, f"duplicate of {first} (same path and caption)", duplicate_of=first)
     seen[item.name] = item.where
+    stamp = _stamp(item.path)
     problem = _caption_problem(item.caption, job.caption_rule, item.where)
     if problem:
-        return Task(item, None, problem, stamp=stamp)
+        return Task(item, None, problem, stamp=None if isinstance(stamp, str) else stamp)
+    if isinstance(stamp, str):
+        return Task(item, None, stamp)
     try:
         info = probe(item)
     except MediaError as err:
@@ -176,21 +205,21 @@ def assign_ranks(tasks: list[Task], world: int) -> PreparePlan:
     """Each task's rank: largest cost first, to the rank with the least cost so far."""
     costs = np.array([[float(t.cost)] for t in tasks]).reshape(len(tasks), 1)
     owner, _ = lpt(costs, [0] * world, [1])
-    placed = [
-        Task(t.item, t.plan, t.skip, int(r), t.stamp, t.truncate) for t, r in zip(tasks, owner)
-    ]
+    placed = [replace(t, rank=int(r)) for t, r in zip(tasks, owner)]
     loads = [sum(t.cost for t in placed if t.rank == r) for r in range(world)]
     return PreparePlan(placed, world, loads)
 
 
 def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -> PreparePlan:
     """Read the source, plan every clip and assign it to one of ``world`` ranks."""
-    if job.caption_rule not in CAPTION_RULES:
-        raise DataError(
-            f"--caption-rule {job.caption_rule!r}: choose one of {', '.join(CAPTION_RULES)}"
-        )
     items = read_media_source(job.media)
     buckets = BucketConfig.load(job.bucket_config) if job.bucket_config else None
     seen: dict[str, str] = {}
     tasks = [plan_task(item, geometry, buckets, job, tokens, seen) for item in items]
+    if not any(task.plan for task in tasks):
+        first = tasks[0]
+        raise DataError(
+            f"--media {job.media}: none of its {len(tasks)} clips can be encoded (the first, "
+            f"{first.item.where}: {first.skip}); nothing to prepare"
+        )
     return assign_ranks(tasks, world)

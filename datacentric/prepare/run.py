@@ -12,10 +12,12 @@ that was never interrupted lists.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +38,34 @@ from datacentric.progress import elapsed_text
 STATE = ".prepare"
 MANIFEST = "manifest.jsonl"
 REPORT = "prepare_report.json"
+TMP_SUFFIX = ".tmp"
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary name and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` to ``path`` through a temporary name and a rename; a failed write
+    removes its temporary file, and a full disk is one error naming ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DataError(
+                f"{path}: no space left on its disk writing {len(data):,} bytes; free space "
+                "(or choose another --out) and rerun: finished clips are kept"
+            ) from None
+        raise
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """The temporary files a killed or failed earlier run left (never renamed into place)."""
+    for folder in (out, out / "latents", out / STATE, out / STATE / "records"):
+        for path in folder.glob(f".*{TMP_SUFFIX}") if folder.is_dir() else ():
+            path.unlink(missing_ok=True)
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -76,6 +96,7 @@ def claim_folder(job: PrepareJob) -> Path:
         raise DataError(f"--out {out}: a non-empty folder that prepare did not make")
     (state / "records").mkdir(parents=True, exist_ok=True)
     (out / "latents").mkdir(exist_ok=True)
+    _remove_stale_temporaries(out)
     _write_json(state / "settings.json", settings)
     return out
 
@@ -84,12 +105,14 @@ def _record_path(out: Path, task: Task) -> Path:
     return out / STATE / "records" / f"{task.item.name}.json"
 
 
-def _is_done(out: Path, task: Task) -> bool:
+def _done_record(out: Path, task: Task) -> dict[str, Any] | None:
+    """The record an earlier run wrote for ``task`` when it matches the task, else None."""
     path = _record_path(out, task)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["key"] == task.key()
-    except (OSError, ValueError, KeyError):
-        return False
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return record if record["key"] == task.key() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _encode_one(encoder: PipelineEncoder, out: Path, task: Task) -> dict[str, Any]:
@@ -120,8 +143,11 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     out = Path(job.out).expanduser()
-    mine = [t for t in plan.tasks if t.rank == rank]
-    todo = [t for t in mine if not _is_done(out, t)]
+    # a repeated line is its first copy's sample: no record of its own (the record's
+    # file is the first copy's)
+    mine = [t for t in plan.tasks if t.rank == rank and t.duplicate_of is None]
+    done = {id(t): _done_record(out, t) for t in mine}
+    todo = [t for t in mine if done[id(t)] is None]
     start = time.perf_counter()
     encoded, cost_done = 0, 0
     total_cost = sum(t.cost for t in todo) or 1
@@ -156,7 +182,8 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
         "clips": len(mine),
         "assigned_cost": plan.assigned_cost[rank],
         "encoded": encoded,
-        "already_done": len(mine) - len(todo),
+        # samples an earlier run encoded (its skipped clips are not counted)
+        "already_done": sum(1 for r in done.values() if r is not None and "shape" in r),
         "seconds": round(seconds, 3),
     }
 
@@ -166,6 +193,10 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
     out = Path(job.out).expanduser()
     lines, skipped, truncated = [], [], 0
     for task in plan.tasks:
+        if task.duplicate_of is not None:
+            where = task.item.where
+            skipped.append({"source": task.item.source, "where": where, "reason": task.skip})
+            continue
         try:
             record = json.loads(_record_path(out, task).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -183,7 +214,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
             "source": task.item.source,
             "caption": task.item.caption,
         }
-        lines.append(json.dumps(entry, ensure_ascii=False))
+        lines.append(_json_line(entry))
     costs = [r["assigned_cost"] for r in ranks]
     report = {
         "pipeline": job.pipeline,
@@ -193,6 +224,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
         "encoded": sum(r["encoded"] for r in ranks),
         "already_done": sum(r["already_done"] for r in ranks),
         "skipped": len(skipped),
+        "duplicates": sum(task.duplicate_of is not None for task in plan.tasks),
         "skipped_files": skipped,
         "captions_truncated": truncated,
         "world": plan.world,
@@ -202,6 +234,16 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
     _write_json(out / REPORT, report)
     _write_atomic(out / MANIFEST, ("\n".join(lines) + "\n" if lines else "").encode())
     return report
+
+
+#: Line breaks to ``str.splitlines`` that JSON keeps raw: escaped in the manifest, so a
+#: reader splitting it at any line break still reads one sample a line
+_RAW_BREAKS = {ord(c): f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"}
+
+
+def _json_line(entry: dict[str, Any]) -> str:
+    """``entry`` as one manifest line: UTF-8 text, the same values (captions exactly)."""
+    return json.dumps(entry, ensure_ascii=False).translate(_RAW_BREAKS)
 
 
 def _gathering_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
@@ -225,6 +267,7 @@ def prepare(job: PrepareJob) -> dict[str, Any]:
     world = launch_mode(job.world if job.world > 1 else None).world_size
     temporal, multiple = pipeline_geometry(job.pipeline)
     tokens = CaptionLength(job.pipeline, job.max_text_tokens)
+    job = replace(job, max_text_tokens=tokens.limit)  # the folder records the length used
     plan = plan_prepare(job, Geometry(temporal, multiple), tokens, world)
     claim_folder(job)
     results = launch(_gathering_rank, job, plan, nproc=job.world if job.world > 1 else None)
