@@ -17,7 +17,10 @@ each clip is read, and which frames and size it is encoded at.
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF; H.264, H.265, VP8, VP9, AV1,
   MPEG-4, FFV1 as its FFmpeg has them), from the first video stream; audio and other
   streams are never decoded. A clip's frame count is its stream's when the container
-  states one, else the frames that decode (Matroska and WebM state none). A file either
+  states one, else the frames that decode (Matroska and WebM state none). Pixels come
+  upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and diffusers'
+  ``load_image``) and a video's display rotation (its display matrix, else its
+  ``rotate`` tag) are applied before sizes are planned and frames resized. A file either
   library fails on is a :class:`MediaError` saying why.
 - Geometry (:func:`plan_clip`): the frames and pixel size a clip is encoded at, or why
   it cannot be (too short, too small, no bucket keeps it).
@@ -220,11 +223,45 @@ def read_media_source(source: str | Path) -> list[MediaItem]:
 
 @dataclass(frozen=True)
 class MediaInfo:
-    """A file's frames (1 for an image) and pixel size."""
+    """A file's frames (1 for an image) and its upright pixel size."""
 
     frames: int
     height: int
     width: int
+    """Height and width as shown: after an image's EXIF orientation or a video's display
+    rotation (a 90-degree turn swaps them)."""
+    rotated: bool = False
+    """Its pixels are stored turned or mirrored (an EXIF orientation or display rotation
+    other than upright); :func:`decode` returns them upright."""
+
+
+def _image_orientation(image: Any) -> int:
+    """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
+    try:
+        return int(image.getexif().get(0x0112, 1) or 1)
+    except Exception:  # noqa: BLE001 - an unreadable EXIF block is no orientation
+        return 1
+
+
+def _video_rotation(frame: Any, stream: Any) -> int:
+    """Degrees counter-clockwise that turn a decoded frame upright: the display matrix
+    (a multiple of 90), else the container's ``rotate`` tag (degrees clockwise)."""
+    degrees = int(round(getattr(frame, "rotation", 0) or 0))
+    if degrees == 0:
+        try:
+            degrees = -int(float(stream.metadata.get("rotate", 0)))
+        except ValueError:
+            degrees = 0
+    return round(degrees / 90) * 90 % 360
+
+
+def _upright(image: Any, degrees: int) -> Any:
+    """``image`` turned ``degrees`` (a multiple of 90) counter-clockwise, exactly."""
+    from PIL import Image
+
+    turns = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180}
+    turns[270] = Image.Transpose.ROTATE_270
+    return image.transpose(turns[degrees]) if degrees in turns else image
 
 
 def _open_video(path: Path) -> Any:
@@ -243,11 +280,11 @@ def _open_video(path: Path) -> Any:
 
 
 def probe(item: MediaItem) -> MediaInfo:
-    """Frames and size of a file; :class:`MediaError` when it cannot be read.
+    """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
     AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count);
-    its size is that of its first decoded frame."""
+    its size and rotation are those of its first decoded frame."""
     if not item.path.is_file():
         raise MediaError("missing: no such file")
     if item.is_image:
@@ -255,9 +292,12 @@ def probe(item: MediaItem) -> MediaInfo:
 
         try:
             with Image.open(item.path) as image:
-                return MediaInfo(1, image.height, image.width)
+                orientation = _image_orientation(image)
+                h, w = image.height, image.width
         except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
             raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
+        turned = orientation in (5, 6, 7, 8)
+        return MediaInfo(1, w if turned else h, h if turned else w, orientation != 1)
     try:
         container, stream = _open_video(item.path)
         with container:
@@ -270,22 +310,28 @@ def probe(item: MediaItem) -> MediaInfo:
                     break
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
+            degrees = _video_rotation(first, stream)
     except MediaError:
         raise
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
         raise MediaError(f"corrupt or unreadable video ({type(err).__name__}: {err})") from None
-    return MediaInfo(stated or decoded, first.height, first.width)
+    h, w = first.height, first.width
+    if degrees % 180:
+        h, w = w, h
+    return MediaInfo(stated or decoded, h, w, degrees != 0)
 
 
 def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
-    """The RGB frames (``PIL.Image``) of ``item`` at ``indices`` (every frame if None);
+    """The upright RGB frames (``PIL.Image``) of ``item`` at ``indices`` (every frame if
+    None): an image turned by its EXIF orientation (as ``ImageOps.exif_transpose`` and
+    diffusers' ``load_image``), a video's frames by their display rotation;
     :class:`MediaError` when decoding fails or the clip is shorter than asked."""
     if item.is_image:
-        from PIL import Image
+        from PIL import Image, ImageOps
 
         try:
             with Image.open(item.path) as image:
-                return [image.convert("RGB")]
+                return [ImageOps.exif_transpose(image).convert("RGB")]
         except Exception as err:  # noqa: BLE001
             raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
     wanted = None if indices is None else set(indices)
@@ -296,7 +342,8 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
         with container:
             for frame in container.decode(stream):
                 if wanted is None or decoded in wanted:
-                    frames[decoded] = frame.to_image()
+                    image = frame.to_image()
+                    frames[decoded] = _upright(image, _video_rotation(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):
                     break
@@ -322,6 +369,8 @@ class ClipPlan:
     height: int
     width: int
     bucket: str
+    rotated: bool = False
+    """The file's pixels are stored turned (:attr:`MediaInfo.rotated`): decoded upright."""
 
     @property
     def cost(self) -> int:
@@ -374,7 +423,7 @@ def plan_clip(
     if buckets is None:
         count = 1 if is_image else geometry.frames_below(info.frames)
         h, w = info.height // m * m, info.width // m * m
-        return ClipPlan(tuple(range(count)), h, w, f"{count}x{h}x{w}")
+        return ClipPlan(tuple(range(count)), h, w, f"{count}x{h}x{w}", info.rotated)
     rng = rng or np.random.default_rng(0)
     for res, sizes, probs in buckets.table:
         ratio = closest_ratio(sizes, info.height / info.width)
@@ -391,7 +440,8 @@ def plan_clip(
         frames, keep = fits[0]
         if keep >= 1 or rng.random() < keep:
             count = geometry.frames_below(frames)
-            return ClipPlan(even_frames(info.frames, count), h, w, f"{res}-{ratio}-{frames}f")
+            name = f"{res}-{ratio}-{frames}f"
+            return ClipPlan(even_frames(info.frames, count), h, w, name, info.rotated)
     return "no bucket of --bucket-config keeps it (too short, too small, or not drawn)"
 
 

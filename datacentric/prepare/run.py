@@ -191,7 +191,7 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
 def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict[str, Any]:
     """The manifest (samples in source order) and ``prepare_report.json``; the report."""
     out = Path(job.out).expanduser()
-    lines, skipped, truncated = [], [], 0
+    lines, skipped, truncated, rotated = [], [], 0, 0
     for task in plan.tasks:
         if task.duplicate_of is not None:
             where = task.item.where
@@ -207,6 +207,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
             )
             continue
         truncated += task.truncate
+        rotated += task.plan.rotated
         name = task.item.name
         entry = {
             "latent": f"latents/{name}.safetensors",
@@ -227,6 +228,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
         "duplicates": sum(task.duplicate_of is not None for task in plan.tasks),
         "skipped_files": skipped,
         "captions_truncated": truncated,
+        "rotated": rotated,
         "world": plan.world,
         "ranks": ranks,
         "cost_imbalance": round(1 - min(costs) / max(costs), 4) if max(costs) else 0.0,

@@ -103,3 +103,53 @@ def test_every_container_is_prepared(media, tmp_path):
         got = load_file(tmp_path / "o" / entry["latent"])["latent"]
         assert got.shape == (1 + (kept - 1) // 4, 4, 4, 6), entry["source"]
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def _vae_latent(pipe, frames, height: int, width: int) -> torch.Tensor:
+    """The Wan VAE's normalised mode of ``frames`` as the pipeline preprocesses them."""
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    pixels = pipe.video_processor.preprocess_video(
+        frames, height=height, width=width, resize_mode="crop"
+    )
+    with torch.no_grad():
+        return ((vae.encode(pixels).latent_dist.mode() - mean) / std)[0].permute(1, 0, 2, 3)
+
+
+def test_phone_photos_and_portrait_clips_are_encoded_upright(tmp_path):
+    import numpy as np
+    from diffusers import WanPipeline
+    from PIL import Image
+
+    media = tmp_path / "media"
+    media.mkdir()
+    # stored 32 x 48; EXIF orientation 6: shown turned 90 degrees clockwise, 48 x 32
+    stored = np.stack([*np.meshgrid(np.arange(48), np.arange(32)), np.zeros((32, 48))], -1)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray((stored * 5).astype(np.uint8)).save(media / "phone.jpg", exif=exif)
+    # stored 32 x 48, display matrix turning it 90 degrees counter-clockwise: 48 x 32
+    write_format_clip(media / "portrait.mp4", 9, 32, 48, rotation=90)
+    for name in ("phone.jpg", "portrait.mp4"):
+        (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
+        info = probe(_item(media / name))
+        assert (info.height, info.width, info.rotated) == (48, 32, True), name
+
+    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
+    report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
+    assert report["samples"] == 2 and report["rotated"] == 2
+    # the references turn the stored pixels with numpy, from the header's own words
+    with Image.open(media / "phone.jpg") as image:
+        photo = [Image.fromarray(np.rot90(np.asarray(image.convert("RGB")), k=-1))]
+    clip = [
+        Image.fromarray(np.rot90(np.asarray(f), k=1))
+        for f in decoded_frames(media / "portrait.mp4")
+    ]
+    pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
+    for line in (tmp_path / "o" / "manifest.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        frames = photo if entry["source"] == "phone.jpg" else clip
+        got = load_file(tmp_path / "o" / entry["latent"])["latent"]
+        assert got.shape == (1 + (len(frames) - 1) // 4, 4, 6, 4), entry["source"]
+        torch.testing.assert_close(got, _vae_latent(pipe, frames, 48, 32), rtol=0, atol=1e-5)
