@@ -1,14 +1,51 @@
 """The one logger of every message the package says (``datacentric``): notes, saves,
 step lines, warnings about a run. The trainer and the commands set its level and rank
 filter (``train/metric_sinks.setup_logging``); before that, :func:`get_logger` gives it a
-handler that writes the message alone to stderr. No torch, nothing of ours."""
+handler that writes the message alone to stderr. :func:`quiet_third_party` keeps the
+other libraries' progress bars and advice out of a command's output (``--verbose`` lets
+them through). No torch, nothing of ours."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 LOGGER_NAME = "datacentric"
+
+#: Set (to 1) by ``--verbose``: third-party output is left as the libraries print it.
+VERBOSE_ENV = "DATACENTRIC_VERBOSE"
+
+#: The switches, read from the environment (so the ranks a command starts inherit them),
+#: that keep other libraries quiet; a value the user set wins.
+QUIET_ENV = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # transformers' and the hub's bars ("Loading weights")
+    "TRANSFORMERS_VERBOSITY": "error",  # transformers' advice and warnings
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "DIFFUSERS_VERBOSITY": "error",  # diffusers' advice and warnings
+    "TQDM_DISABLE": "1",  # diffusers' loader bars (its own switch is read only at its import)
+    "KINETO_LOG_LEVEL": "6",  # the torch profiler's USDT and STAGE lines (6: none)
+}
+
+
+def verbose() -> bool:
+    """Whether ``--verbose`` (or ``DATACENTRIC_VERBOSE=1``) asked for third-party output."""
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def quiet_third_party() -> None:
+    """Silence the progress bars and advice of transformers, diffusers, the Hugging Face
+    hub and the torch profiler in this process and the ranks it starts (:data:`QUIET_ENV`),
+    unless :func:`verbose`. Libraries imported already are told directly."""
+    if verbose():
+        return
+    for name, value in QUIET_ENV.items():
+        os.environ.setdefault(name, value)
+    for library in ("transformers", "diffusers"):
+        logs = sys.modules.get(f"{library}.utils.logging")
+        if logs is not None:
+            logs.set_verbosity_error()
+            logs.disable_progress_bar()
 
 
 class StderrHandler(logging.StreamHandler):

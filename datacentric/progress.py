@@ -87,7 +87,10 @@ class Progress:
         if enabled and tty:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, desc=what, unit=unit, file=self.stream)
+            # disable=False: TQDM_DISABLE quiets other libraries' bars, not this one
+            self._bar = tqdm(
+                total=self.total, desc=what, unit=unit, file=self.stream, disable=False
+            )
         self._started = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()

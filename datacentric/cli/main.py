@@ -24,6 +24,7 @@ import datacentric
 import datacentric.cli as cli_package
 from datacentric.cli.flags import apply_config_file, finish_command
 from datacentric.cli.ranks import first_to_say, say
+from datacentric.log import VERBOSE_ENV, quiet_third_party
 from datacentric.settings.schema import OTHER_NAMES
 
 
@@ -47,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug",
         action="store_true",
         help="show the traceback of a failure (also: DATACENTRIC_DEBUG=1); accepted anywhere",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="let other libraries' progress bars, advice and profiler lines through "
+        "(also: DATACENTRIC_VERBOSE=1); accepted anywhere",
     )
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=OneLineParser
@@ -110,6 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--debug" in argv:
         argv.remove("--debug")
         debug = True
+    if "--verbose" in argv:  # accepted anywhere, as --debug: other libraries' output too
+        argv.remove("--verbose")
+        os.environ[VERBOSE_ENV] = "1"
+    quiet_third_party()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

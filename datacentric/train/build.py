@@ -96,6 +96,25 @@ def build_run_model(
     return module, mfu_model
 
 
+def what_trains(module: nn.Module, tokenizer: str | None = None) -> str:
+    """One line naming what a run trains: ``trains all 1,234 parameters (full)`` or
+    ``trains LoRA rank 4 on q_proj,v_proj: 2,048 of 1,236,992 parameters (0.17%)``, then
+    the tokenizer its text is read with (``tokenizer``: None, the run reads no text)."""
+    total = sum(p.numel() for p in module.parameters())
+    trained = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    share = f"{trained:,} of {total:,} parameters ({100 * trained / max(total, 1):.3g}%)"
+    spec = getattr(module, "lora_spec", None)
+    if spec is not None:
+        targets = spec.targets or ()
+        on = ",".join(targets) if len(targets) <= 8 else f"{len(targets)} modules"
+        line = f"trains LoRA rank {spec.rank} on {on}: {share}"
+    elif trained == total:
+        line = f"trains all {total:,} parameters (full)"
+    else:
+        line = f"trains {share}"
+    return line if tokenizer is None else f"{line}; reads text with tokenizer {tokenizer}"
+
+
 def build_cost_model(
     model: str | ModelSpec,
     device: torch.device,

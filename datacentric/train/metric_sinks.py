@@ -148,7 +148,12 @@ class MetricsLogger:
         self._file = open_regular(out / "metrics.jsonl", "a")
         if progress and sys.stderr.isatty():
             self._bar = tqdm(
-                total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True
+                total=total,
+                initial=initial,
+                desc="train",
+                unit="step",
+                dynamic_ncols=True,
+                disable=False,  # TQDM_DISABLE (log.QUIET_ENV) is for other libraries' bars
             )
         if tensorboard:
             self._tb = _tensorboard_writer(out / "tb")

@@ -36,8 +36,8 @@ from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import TrainingConfig
-from datacentric.train.assemble import Prechecked, assemble_run
-from datacentric.train.build import device_memory_bytes
+from datacentric.train.assemble import Prechecked, assemble_run, tokenizer_used
+from datacentric.train.build import device_memory_bytes, what_trains
 from datacentric.train.checkpoint import (
     CheckpointError,
     PendingSave,
@@ -417,6 +417,7 @@ class Trainer:
                 steps_text(self.position.iterations_done, self.total_iterations),
                 self.out,
             )
+            logger.info("%s", what_trains(self.dc.module, tokenizer_used(self.config)))
         self.saved_at = time.monotonic()
         self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
@@ -738,7 +739,7 @@ def steps_text(done: int, total: int) -> str:
     """The steps a run will take: ``10 steps``; resumed after step 6, ``steps 7-10 of 10
     (4 to run)``."""
     if done == 0:
-        return f"{total} steps"
+        return f"{total} step" if total == 1 else f"{total} steps"
     if done >= total:
         return f"all {total} steps done already"
     return f"steps {done + 1}-{total} of {total} ({total - done} to run)"
