@@ -1,6 +1,6 @@
 """Build a diffusers video transformer for training, and export it back.
 
-- :func:`build_diffusers_model` takes a tiny name (:data:`TINY_DIFFUSERS`, random
+- :func:`build_diffusers_model` takes a tiny name (a family's ``tiny``, random
   weights for tests and ``datacentric equivalence``) or a local folder: ``config.json``
   with weights loads them with ``from_pretrained`` (local files only, nothing
   downloaded); ``config.json`` alone builds random weights with ``from_config``. It
@@ -16,6 +16,7 @@ every rank.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,12 @@ import torch
 from torch import nn
 
 from datacentric.models.attention import AttentionFn, varlen_attention
+from datacentric.models.diffusers_families import (
+    FAMILIES,
+    FamilyView,
+    family_named,
+    family_of_tiny,
+)
 from datacentric.models.diffusers_generic import DiffusersVideoTransformer, check_supported
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
 
@@ -33,122 +40,21 @@ except ImportError as _error:  # pragma: no cover - depends on the environment
         "datacentric.models.diffusers_build needs diffusers: pip install 'datacentric[video]'"
     ) from _error
 
-TINY_DIFFUSERS: dict[str, tuple[str, dict[str, Any]]] = {
-    "wan": (
-        "WanTransformer3DModel",
-        {
-            "patch_size": (1, 2, 2),
-            "num_attention_heads": 4,
-            "attention_head_dim": 16,
-            "in_channels": 4,
-            "out_channels": 4,
-            "text_dim": 32,
-            "freq_dim": 32,
-            "ffn_dim": 128,
-            "num_layers": 4,
-            "cross_attn_norm": True,
-            "rope_max_seq_len": 64,
-        },
-    ),
-    "ltx": (
-        "LTXVideoTransformer3DModel",
-        {
-            "in_channels": 4,
-            "out_channels": 4,
-            "patch_size": 1,
-            "patch_size_t": 1,
-            "num_attention_heads": 4,
-            "attention_head_dim": 16,
-            "cross_attention_dim": 64,
-            "num_layers": 4,
-            "caption_channels": 32,
-        },
-    ),
-    # Wan-like: Wan's tiny config, 2 blocks
-    "skyreels-v2": ("SkyReelsV2Transformer3DModel", {}),
-    "cogvideox": (
-        "CogVideoXTransformer3DModel",
-        {
-            "num_attention_heads": 4,
-            "attention_head_dim": 16,
-            "in_channels": 4,
-            "out_channels": 4,
-            "time_embed_dim": 32,
-            "text_embed_dim": 32,
-            "num_layers": 2,
-            "sample_width": 8,
-            "sample_height": 8,
-            "sample_frames": 9,
-            "patch_size": 2,
-            "max_text_seq_length": 8,
-            "use_rotary_positional_embeddings": True,
-        },
-    ),
-    "hunyuan-video": (
-        "HunyuanVideoTransformer3DModel",
-        {
-            "in_channels": 4,
-            "out_channels": 4,
-            "num_attention_heads": 4,
-            "attention_head_dim": 16,
-            "num_layers": 1,
-            "num_single_layers": 1,
-            "num_refiner_layers": 1,
-            "mlp_ratio": 2.0,
-            "patch_size": 2,
-            "patch_size_t": 1,
-            "guidance_embeds": True,
-            "text_embed_dim": 32,
-            "pooled_projection_dim": 16,
-            "rope_axes_dim": (4, 6, 6),
-        },
-    ),
-    "flux": (
-        "FluxTransformer2DModel",
-        {
-            "patch_size": 1,
-            "in_channels": 16,
-            "num_layers": 1,
-            "num_single_layers": 1,
-            "attention_head_dim": 16,
-            "num_attention_heads": 4,
-            "joint_attention_dim": 32,
-            "pooled_projection_dim": 16,
-            "guidance_embeds": True,
-            "axes_dims_rope": (4, 6, 6),
-        },
-    ),
-    # Wan's blocks with ChronoEdit's temporal rotary skip: Wan's tiny config, 2 blocks
-    "chronoedit": ("ChronoEditTransformer3DModel", {"rope_temporal_skip_len": 4}),
-    # its own plan splits and gathers around each of its 40 blocks' attention
-    "helios": (
-        "HeliosTransformer3DModel",
-        {
-            "patch_size": (1, 2, 2),
-            "num_attention_heads": 2,
-            "attention_head_dim": 16,
-            "in_channels": 4,
-            "out_channels": 4,
-            "text_dim": 32,
-            "freq_dim": 32,
-            "ffn_dim": 64,
-            "num_layers": 40,
-            "rope_dim": (4, 6, 6),
-        },
-    ),
-    # Refused by the generic path (the build fails in one line naming what is missing):
-    "ltx2": ("LTX2VideoTransformer3DModel", {}),
-}
-TINY_DIFFUSERS["skyreels-v2"][1].update(TINY_DIFFUSERS["wan"][1], ffn_dim=64, num_layers=2)
-TINY_DIFFUSERS["chronoedit"][1].update(
-    {**TINY_DIFFUSERS["wan"][1], "ffn_dim": 64, "num_layers": 2, "rope_temporal_skip_len": 4}
+TINY_DIFFUSERS: Mapping[str, tuple[str, dict[str, Any]]] = FamilyView(
+    lambda family: (family.tiny, (family.transformer, family.tiny_config)) if family.tiny else None
 )
-"""Tiny names: (diffusers class, random-weight config). ``wan``, ``ltx``, ``skyreels-v2``,
+"""Tiny names: (diffusers class, random-weight config), a view of the families' ``tiny``
+and ``tiny_config`` (:mod:`~.diffusers_families`). ``wan``, ``ltx``, ``skyreels-v2``,
 ``cogvideox``, ``hunyuan-video``, ``flux`` (4 latent channels; Flux's tokens pack
 2 x 2 of them), ``chronoedit`` and ``helios`` (its own 40 blocks, 2 heads of 16) train;
 ``ltx2`` is refused (its forward needs audio latents)."""
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def tiny_names() -> list[str]:
+    """The tiny names the declared families give, in declaration order."""
+    return [f.tiny for f in FAMILIES.values() if f.tiny is not None]
 
 
 def text_width(config: Any) -> int:
@@ -163,7 +69,9 @@ def text_width(config: Any) -> int:
 
 
 def _model_class(name: str, where: str) -> type:
-    cls = getattr(diffusers, name, None)
+    family = family_named(name)
+    cls = family.model_class if family is not None else None
+    cls = cls or getattr(diffusers, name, None)
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         raise UnsupportedVideoModel(
             f"{where}: diffusers {diffusers.__version__} has no model {name}"
@@ -181,16 +89,16 @@ def build_diffusers_model(
 ) -> DiffusersVideoTransformer:
     """A diffusers video transformer under our model contract.
 
-    ``name_or_path``: a tiny name of :data:`TINY_DIFFUSERS`, or a folder with
+    ``name_or_path``: a tiny name (:func:`tiny_names`), or a folder with
     ``config.json`` (its ``_class_name`` says the class) and, optionally, weights
     (``*.safetensors``/``*.bin``, sharded or not). ``config_overrides`` replace config
     fields. Raises :class:`UnsupportedVideoModel` for a model the generic path cannot
     train and ``ValueError`` for a name that is neither.
     """
-    if name_or_path in TINY_DIFFUSERS:
-        class_name, tiny = TINY_DIFFUSERS[name_or_path]
-        cls = _model_class(class_name, f"diffusers:{name_or_path}")
-        config = {**tiny, **config_overrides}
+    family = family_of_tiny(name_or_path)
+    if family is not None:
+        cls = _model_class(family.transformer, f"diffusers:{name_or_path}")
+        config = {**family.tiny_config, **config_overrides}
         check_supported(cls, config)  # unset fields take the class defaults (None for images)
         transformer = cls.from_config(config)
     else:
@@ -198,7 +106,7 @@ def build_diffusers_model(
         config_file = folder / "config.json"
         if not config_file.is_file():
             raise ValueError(
-                f"diffusers:{name_or_path}: neither a tiny name ({', '.join(TINY_DIFFUSERS)}) "
+                f"diffusers:{name_or_path}: neither a tiny name ({', '.join(tiny_names())}) "
                 "nor a folder with config.json"
             )
         config = json.loads(config_file.read_text(encoding="utf-8"))

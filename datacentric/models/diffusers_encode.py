@@ -11,8 +11,8 @@ does what the pipeline does before denoising, and nothing else:
   ``image_processor.preprocess``) resizes and centre-crops them (``resize_mode="crop"``)
   and scales them to [-1, 1];
 - latents: the VAE's ``encode`` and its distribution's mode, normalised as the family's
-  pipeline normalises them (:data:`PIPELINES`), stored ``frames x channels x height x
-  width``;
+  pipeline normalises them (the family's ``encoding``, :mod:`~.diffusers_families`),
+  stored ``frames x channels x height x width``;
 - text: the pipeline's own ``encode_prompt`` with its ``__call__``'s
   ``max_sequence_length``; Wan and SkyReels-V2 store its embeddings ``L x D`` as it pads
   them; HunyuanVideo and Flux ``(1 + L) x D``, row 0 the pooled projection (zeros after
@@ -23,11 +23,18 @@ from __future__ import annotations
 
 import inspect
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from datacentric.models.diffusers_families import (
+    FAMILIES,
+    FamilyView,
+    PipelineFamily,
+    family_of_pipeline,
+)
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
 
@@ -36,31 +43,24 @@ class PipelineError(ValueError):
     """A pipeline folder that ``prepare`` cannot read: the message says why and the fix."""
 
 
-@dataclass(frozen=True)
-class PipelineFamily:
-    """How one pipeline class normalises latents and lays out its text."""
-
-    normalise: str
-    """``mean_std``: ``(z - latents_mean) / latents_std`` (Wan); ``scale``: ``z x
-    scaling_factor`` (HunyuanVideo); ``shift_scale``: ``(z - shift_factor) x
-    scaling_factor`` (Flux)."""
-    text: tuple[str | None, ...]
-    """What ``encode_prompt`` returns, in order: ``embeds``, ``pooled``, ``mask`` or None."""
-    length_tokenizer: str = "tokenizer"
-    """The tokenizer whose length ``max_sequence_length`` caps."""
-    images: bool = False
-    """Takes images (one frame) through ``image_processor``."""
+PIPELINES: Mapping[str, PipelineFamily] = FamilyView(
+    lambda family: (family.pipeline, family.encoding) if family.pipeline else None
+)
+"""Pipelines ``prepare`` encodes for, by diffusers class name: a view of the families'
+``pipeline`` and ``encoding`` (:mod:`~.diffusers_families`)."""
 
 
-PIPELINES: dict[str, PipelineFamily] = {
-    "WanPipeline": PipelineFamily("mean_std", ("embeds", None)),
-    "SkyReelsV2Pipeline": PipelineFamily("mean_std", ("embeds", None)),
-    "HunyuanVideoPipeline": PipelineFamily("scale", ("embeds", "pooled", "mask")),
-    "FluxPipeline": PipelineFamily(
-        "shift_scale", ("embeds", "pooled", None), length_tokenizer="tokenizer_2", images=True
-    ),
-}
-"""Pipelines ``prepare`` encodes for, by diffusers class name."""
+def pipeline_encoding(name: str) -> PipelineFamily:
+    """How the pipeline class ``name`` encodes (``KeyError`` for one no family declares)."""
+    family = family_of_pipeline(name)
+    if family is None or family.encoding is None:
+        raise KeyError(name)
+    return family.encoding
+
+
+def pipeline_names() -> list[str]:
+    """The pipeline classes the declared families name, in declaration order."""
+    return [f.pipeline for f in FAMILIES.values() if f.pipeline is not None]
 
 
 def read_model_index(folder: str | Path, where: str = "--pipeline") -> dict[str, Any]:
@@ -78,9 +78,9 @@ def read_model_index(folder: str | Path, where: str = "--pipeline") -> dict[str,
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise PipelineError(f"{where} {path}: not a JSON file ({err})") from None
     name = index.get("_class_name") if isinstance(index, dict) else None
-    if name not in PIPELINES:
+    if name not in pipeline_names():
         raise PipelineError(
-            f"{where} {path}: pipeline {name!r}; it takes {', '.join(PIPELINES)} folders"
+            f"{where} {path}: pipeline {name!r}; it takes {', '.join(pipeline_names())} folders"
         )
     for key, value in index.items():
         if key.startswith("_") or not isinstance(value, list) or not value or value[0] is None:
@@ -125,7 +125,7 @@ def pipeline_geometry(folder: str | Path) -> tuple[int, int]:
     latent frame after the first (1 for images), and the pixels a size is a multiple of
     (the VAE's spatial down-sampling x the transformer's 2 x 2 patch)."""
     index = read_model_index(folder)
-    family = PIPELINES[index["_class_name"]]
+    family = pipeline_encoding(index["_class_name"])
     path = Path(folder).expanduser() / "vae" / "config.json"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -160,7 +160,7 @@ class CaptionLength:
         import transformers
 
         index = read_model_index(folder)
-        name = PIPELINES[index["_class_name"]].length_tokenizer
+        name = pipeline_encoding(index["_class_name"]).length_tokenizer
         library, cls_name = index[name]
         cls = getattr(transformers, cls_name, None) if library == "transformers" else None
         if cls is None:
@@ -181,7 +181,7 @@ class PipelineEncoder:
         self, pipe: Any, *, max_text_tokens: int | None = None, vae_tiling: bool = False
     ) -> None:
         self.pipe = pipe
-        self.family = PIPELINES[type(pipe).__name__]
+        self.family = pipeline_encoding(type(pipe).__name__)
         default = inspect.signature(type(pipe).__call__).parameters["max_sequence_length"].default
         self.max_text_tokens = int(max_text_tokens or default)
         if vae_tiling:

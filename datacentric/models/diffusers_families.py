@@ -1,34 +1,55 @@
-"""What the generic diffusers path needs to know of a family, declared as data.
+"""Every diffusers family, one declaration each: what prepare, training, render,
+verification and the support table need to know of it, as data.
 
-The generic path (:mod:`datacentric.models.diffusers_generic`) runs a diffusers
-transformer's own ``forward`` once per group of same-shape clips and splits the video
-sequence across the SP group where a context-parallel plan says. A family whose class
-declares no plan (SkyReels-V2, CogVideoX, HunyuanVideo), or one whose plan splits the
-text (Flux), is declared here: a :class:`Family` says
+A family is one :class:`Family` in :data:`FAMILIES`, keyed by its diffusers transformer
+class name (``transformer``). Adding a family is adding one record (in code, with
+:func:`register_family`) and its test. Each record says:
 
-- ``cp_plan``: where the video sequence is split and gathered, in diffusers' format
-  (:class:`SplitInput`/:class:`GatherOutput` read like diffusers'
-  ``ContextParallelInput``/``ContextParallelOutput``). The text always stays whole on
-  every rank of an SP group;
-- ``text_first``: where the text sits in a joint attention (one attention over the text
-  and video tokens joined): first (CogVideoX, Flux) or last (HunyuanVideo); None for
-  a family without one. Under sequence parallelism :func:`joint_attention` gathers the
-  video keys and values of the group and each rank attends with its own video queries
-  and the whole text's;
-- ``layout``: how the latents enter ``forward``: ``"video"`` ``(B, C, F, H, W)``,
-  ``"frames_first"`` ``(B, F, C, H, W)`` (CogVideoX), ``"tokens"`` the ``(B, S, C x 4)``
-  packed tokens of an image pipeline (Flux: ``patch`` (1, 2, 2) latent pixels a token,
-  its ``in_channels`` counts a token's values);
-- ``pooled``: ``pooled_projections`` (and a text mask) come from the text file: its first
-  row holds the pooled projection (its first ``pooled_projection_dim`` values), the
-  other rows the text tokens; a text row of zeros only is padding (masked where the
-  model takes a mask). ``docs/data.md`` shows the files;
-- ``timestep_scale``: what ``forward`` takes for the rectified-flow time ``t``
-  (``1000 t``; Flux multiplies by 1000 itself); ``guidance``: the guidance scale a
-  guidance-distilled model is given (as its pipeline passes it);
-- ``blocks``: the lists of repeated blocks (recomputation), when the class names none;
-- ``refused``: config fields whose other values need inputs the latent files do not
-  hold (``field -> (the value that runs, what is missing)``).
+- for training (:mod:`datacentric.models.diffusers_generic`, which runs the class's own
+  ``forward`` once per group of same-shape clips and splits the video sequence across
+  the SP group where a context-parallel plan says):
+
+  - ``cp_plan``: where the video sequence is split and gathered, in diffusers' format
+    (:class:`SplitInput`/:class:`GatherOutput` read like diffusers'
+    ``ContextParallelInput``/``ContextParallelOutput``), for a class whose own
+    ``_cp_plan`` is missing (SkyReels-V2, CogVideoX, HunyuanVideo) or splits the text
+    (Flux); None: the class's own. The text always stays whole on every rank of an SP
+    group;
+  - ``text_first``: where the text sits in a joint attention (one attention over the
+    text and video tokens joined): first (CogVideoX, Flux) or last (HunyuanVideo); None
+    for a family without one. Under sequence parallelism :func:`joint_attention`
+    gathers the video keys and values of the group and each rank attends with its own
+    video queries and the whole text's;
+  - ``layout``: how the latents enter ``forward``: ``"video"`` ``(B, C, F, H, W)``,
+    ``"frames_first"`` ``(B, F, C, H, W)`` (CogVideoX), ``"tokens"`` the ``(B, S, C x
+    4)`` packed tokens of an image pipeline (Flux: ``patch`` (1, 2, 2) latent pixels a
+    token, its ``in_channels`` counts a token's values);
+  - ``pooled``: ``pooled_projections`` (and a text mask) come from the text file: its
+    first row holds the pooled projection (its first ``pooled_projection_dim`` values),
+    the other rows the text tokens; a text row of zeros only is padding (masked where
+    the model takes a mask). ``docs/data.md`` shows the files;
+  - ``timestep_scale``: what ``forward`` takes for the rectified-flow time ``t``
+    (``1000 t``; Flux multiplies by 1000 itself); ``guidance``: the guidance scale a
+    guidance-distilled model is given (as its pipeline passes it);
+  - ``blocks``: the lists of repeated blocks (recomputation), when the class names none;
+  - ``refused``: config fields whose other values need inputs the latent files do not
+    hold (``field -> (the value that runs, what is missing)``);
+- for prepare and render: ``pipeline``, the diffusers pipeline class of the family, and
+  ``encoding`` (:class:`PipelineFamily`): how it normalises latents and lays out its
+  text (:mod:`~.diffusers_encode`, :mod:`~.diffusers_render`);
+- for tests and ``datacentric equivalence``: ``tiny``, the name of a random-weight
+  model (``diffusers:NAME``), and ``tiny_config``, its config (empty: refused, built
+  only to show the refusal);
+- for verification and the support table: ``pipeline_call``, how the family's pipeline
+  calls the transformer beyond latents, timestep and text (a function name of
+  :mod:`datacentric.verify.diffusers_calls`, the reference side, which shares no code
+  with the adapters, or such a callable), and ``evidence``, the tests that show the
+  family exact (pytest ids; the support table's ``exact`` rows).
+
+The tables older modules named (``diffusers_plan.DECLARED_CP_PLANS``,
+``diffusers_encode.PIPELINES``, ``diffusers_build.TINY_DIFFUSERS``,
+``verify.diffusers_calls.PIPELINE_CALLS``, part of ``verify.support.EVIDENCE``) are
+read-only views of :data:`FAMILIES` (:class:`FamilyView`), current at every read.
 
 Nothing here imports diffusers: per-sample inputs built from diffusers functions
 (rotary grids, image ids) import them when called.
@@ -36,7 +57,7 @@ Nothing here imports diffusers: per-sample inputs built from diffusers functions
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +90,28 @@ keyword arguments`` a family's pipeline passes beside the latents."""
 
 
 @dataclass(frozen=True)
+class PipelineFamily:
+    """How one pipeline class normalises latents and lays out its text."""
+
+    normalise: str
+    """``mean_std``: ``(z - latents_mean) / latents_std`` (Wan); ``scale``: ``z x
+    scaling_factor`` (HunyuanVideo); ``shift_scale``: ``(z - shift_factor) x
+    scaling_factor`` (Flux)."""
+    text: tuple[str | None, ...]
+    """What ``encode_prompt`` returns, in order: ``embeds``, ``pooled``, ``mask`` or None."""
+    length_tokenizer: str = "tokenizer"
+    """The tokenizer whose length ``max_sequence_length`` caps."""
+    images: bool = False
+    """Takes images (one frame) through ``image_processor``."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Family:
     """One family's declaration (see the module docstring)."""
 
-    cp_plan: dict[str, Any]
+    transformer: str
+    """The diffusers transformer class name: the key of :data:`FAMILIES`."""
+    cp_plan: dict[str, Any] | None = None
     text_first: bool | None = None
     layout: str = "video"
     patch: tuple[int, int, int] | None = None
@@ -84,6 +123,23 @@ class Family:
     extra_inputs: ExtraInputs | None = None
     fills: tuple[str, ...] = ()
     """``forward`` arguments without a default that the family fills."""
+    pipeline: str | None = None
+    """The diffusers pipeline class that prepare encodes with and render renders with."""
+    encoding: PipelineFamily | None = None
+    """How ``pipeline`` normalises latents and lays out its text (set with ``pipeline``)."""
+    tiny: str | None = None
+    """The tiny random-weight model's name (``diffusers:NAME``)."""
+    tiny_config: dict[str, Any] = field(default_factory=dict)
+    """The tiny model's config (empty: the class's defaults, refused by the pre-check)."""
+    pipeline_call: str | Callable[..., torch.Tensor] | None = None
+    """How its pipeline calls the transformer on one clip, for the reference side (a
+    function name of :mod:`datacentric.verify.diffusers_calls`, or such a function);
+    None: latents, timestep and text only."""
+    evidence: tuple[str, ...] = ()
+    """The tests that show the family exact (pytest ids, relative to the repository)."""
+    model_class: type | None = None
+    """The class itself, for one that diffusers does not export (a subclass declared
+    elsewhere); None: ``diffusers.<transformer>``."""
 
 
 def _cogvideox_rotary(config: Any, grid: tuple[int, int, int], clips: int, x: torch.Tensor):
@@ -126,15 +182,101 @@ _WAN_LIKE_PLAN: dict[str, Any] = {
     "proj_out": GatherOutput(1, 3),
 }
 
-FAMILIES: dict[str, Family] = {
-    "SkyReelsV2Transformer3DModel": Family(
+_TINY_WAN: dict[str, Any] = {
+    "patch_size": (1, 2, 2),
+    "num_attention_heads": 4,
+    "attention_head_dim": 16,
+    "in_channels": 4,
+    "out_channels": 4,
+    "text_dim": 32,
+    "freq_dim": 32,
+    "ffn_dim": 128,
+    "num_layers": 4,
+    "cross_attn_norm": True,
+    "rope_max_seq_len": 64,
+}
+
+_GENERIC_TEST = "tests/runtime/models/test_diffusers.py::"
+_FAMILY_TEST = "tests/runtime/models/test_diffusers_families.py::"
+_OWN_FORWARD = f"{_FAMILY_TEST}test_family_equals_its_own_forward_as_its_pipeline_calls_it"
+_SP_2 = f"{_FAMILY_TEST}test_sp_2_with_accumulation_and_recomputation_equals_one_process"
+_WORLD_4 = f"{_FAMILY_TEST}test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process"
+_CASE = "tests.runtime.models.test_diffusers_families:"
+
+FAMILIES: dict[str, Family] = {}
+"""Declared families, by diffusers transformer class name (in declaration order)."""
+
+
+def register_family(family: Family) -> Family:
+    """Add ``family`` to :data:`FAMILIES` (a class, tiny name or pipeline declared by
+    another family is a ``ValueError``); returns it."""
+    for other in FAMILIES.values():
+        for what in ("transformer", "tiny", "pipeline"):
+            mine = getattr(family, what)
+            if mine is not None and mine == getattr(other, what):
+                raise ValueError(f"diffusers family {what} {mine!r} is declared twice")
+    if (family.pipeline is None) != (family.encoding is None):
+        raise ValueError(f"{family.transformer}: declare pipeline and encoding together")
+    FAMILIES[family.transformer] = family
+    return family
+
+
+register_family(
+    Family(
+        transformer="WanTransformer3DModel",
+        pipeline="WanPipeline",
+        encoding=PipelineFamily("mean_std", ("embeds", None)),
+        tiny="wan",
+        tiny_config=_TINY_WAN,
+        evidence=(
+            f"{_GENERIC_TEST}test_generic_path_equals_the_models_own_forward[wan]",
+            f"{_GENERIC_TEST}test_sp_2_with_padding_and_accumulation_equals_one_process",
+        ),
+    )
+)
+register_family(
+    Family(
+        transformer="LTXVideoTransformer3DModel",
+        tiny="ltx",
+        tiny_config={
+            "in_channels": 4,
+            "out_channels": 4,
+            "patch_size": 1,
+            "patch_size_t": 1,
+            "num_attention_heads": 4,
+            "attention_head_dim": 16,
+            "cross_attention_dim": 64,
+            "num_layers": 4,
+            "caption_channels": 32,
+        },
+        evidence=(
+            f"{_GENERIC_TEST}test_generic_path_equals_the_models_own_forward[ltx]",
+            f"{_GENERIC_TEST}test_contract_check_passes_and_recomputation_is_exact",
+        ),
+    )
+)
+register_family(
+    Family(
+        transformer="SkyReelsV2Transformer3DModel",
         cp_plan=_WAN_LIKE_PLAN,
         refused={
             "inject_sample_info": (False, "fps conditioning (inject_sample_info)"),
             "num_frame_per_block": (1, "diffusion forcing's causal frame blocks"),
         },
-    ),
-    "CogVideoXTransformer3DModel": Family(
+        pipeline="SkyReelsV2Pipeline",
+        encoding=PipelineFamily("mean_std", ("embeds", None)),
+        tiny="skyreels-v2",
+        tiny_config={**_TINY_WAN, "ffn_dim": 64, "num_layers": 2},  # Wan's, 2 blocks
+        evidence=(
+            f"{_OWN_FORWARD}[skyreels-v2]",
+            f"{_SP_2}[diffusers:skyreels-v2]",
+            f"{_WORLD_4}[skyreels-v2]",
+        ),
+    )
+)
+register_family(
+    Family(
+        transformer="CogVideoXTransformer3DModel",
         cp_plan={
             "": {"image_rotary_emb": [SplitInput(0, 2), SplitInput(0, 2)]},
             "transformer_blocks.0": {"hidden_states": SplitInput(1, 3)},
@@ -145,8 +287,33 @@ FAMILIES: dict[str, Family] = {
         blocks=("transformer_blocks",),
         refused={"ofs_embed_dim": (None, "image-to-video offsets (ofs_embed_dim)")},
         extra_inputs=_cogvideox_rotary,
-    ),
-    "HunyuanVideoTransformer3DModel": Family(
+        tiny="cogvideox",
+        tiny_config={
+            "num_attention_heads": 4,
+            "attention_head_dim": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "time_embed_dim": 32,
+            "text_embed_dim": 32,
+            "num_layers": 2,
+            "sample_width": 8,
+            "sample_height": 8,
+            "sample_frames": 9,
+            "patch_size": 2,
+            "max_text_seq_length": 8,
+            "use_rotary_positional_embeddings": True,
+        },
+        pipeline_call="cogvideox_call",
+        evidence=(
+            f"{_OWN_FORWARD}[cogvideox]",
+            f"{_SP_2}[diffusers:cogvideox]",
+            f"{_WORLD_4}[cogvideox]",
+        ),
+    )
+)
+register_family(
+    Family(
+        transformer="HunyuanVideoTransformer3DModel",
         cp_plan={
             "rope": {0: SplitInput(0, 2, True), 1: SplitInput(0, 2, True)},
             "transformer_blocks.0": {"hidden_states": SplitInput(1, 3)},
@@ -158,8 +325,36 @@ FAMILIES: dict[str, Family] = {
         fills=("pooled_projections",),
         blocks=("transformer_blocks", "single_transformer_blocks"),
         refused={"image_condition_type": (None, "image conditioning (image_condition_type)")},
-    ),
-    "FluxTransformer2DModel": Family(
+        pipeline="HunyuanVideoPipeline",
+        encoding=PipelineFamily("scale", ("embeds", "pooled", "mask")),
+        tiny="hunyuan-video",
+        tiny_config={
+            "in_channels": 4,
+            "out_channels": 4,
+            "num_attention_heads": 4,
+            "attention_head_dim": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "num_refiner_layers": 1,
+            "mlp_ratio": 2.0,
+            "patch_size": 2,
+            "patch_size_t": 1,
+            "guidance_embeds": True,
+            "text_embed_dim": 32,
+            "pooled_projection_dim": 16,
+            "rope_axes_dim": (4, 6, 6),
+        },
+        pipeline_call="hunyuan_video_call",
+        evidence=(
+            f"{_OWN_FORWARD}[hunyuan-video]",
+            f"{_SP_2}[{_CASE}masked_hunyuan_case]",
+            f"{_WORLD_4}[hunyuan-video]",
+        ),
+    )
+)
+register_family(
+    Family(
+        transformer="FluxTransformer2DModel",
         cp_plan={
             "": {
                 "hidden_states": SplitInput(1, 3),
@@ -175,16 +370,115 @@ FAMILIES: dict[str, Family] = {
         guidance=3.5,
         blocks=("transformer_blocks", "single_transformer_blocks"),
         extra_inputs=_flux_ids,
-    ),
-}
-"""Declared families, by diffusers class name."""
+        pipeline="FluxPipeline",
+        encoding=PipelineFamily(
+            "shift_scale", ("embeds", "pooled", None), length_tokenizer="tokenizer_2", images=True
+        ),
+        tiny="flux",  # 4 latent channels; its tokens pack 2 x 2 of them
+        tiny_config={
+            "patch_size": 1,
+            "in_channels": 16,
+            "num_layers": 1,
+            "num_single_layers": 1,
+            "attention_head_dim": 16,
+            "num_attention_heads": 4,
+            "joint_attention_dim": 32,
+            "pooled_projection_dim": 16,
+            "guidance_embeds": True,
+            "axes_dims_rope": (4, 6, 6),
+        },
+        pipeline_call="flux_call",
+        evidence=(f"{_OWN_FORWARD}[flux]", f"{_SP_2}[diffusers:flux]", f"{_WORLD_4}[flux]"),
+    )
+)
+register_family(
+    Family(
+        transformer="ChronoEditTransformer3DModel",
+        tiny="chronoedit",
+        # Wan's blocks with ChronoEdit's temporal rotary skip: Wan's tiny config, 2 blocks
+        tiny_config={
+            "rope_temporal_skip_len": 4,
+            **_TINY_WAN,
+            "ffn_dim": 64,
+            "num_layers": 2,
+        },
+        evidence=(f"{_OWN_FORWARD}[chronoedit]", f"{_SP_2}[diffusers:chronoedit]"),
+    )
+)
+register_family(
+    Family(
+        transformer="HeliosTransformer3DModel",
+        tiny="helios",  # its own plan splits and gathers around each of its 40 blocks
+        tiny_config={
+            "patch_size": (1, 2, 2),
+            "num_attention_heads": 2,
+            "attention_head_dim": 16,
+            "in_channels": 4,
+            "out_channels": 4,
+            "text_dim": 32,
+            "freq_dim": 32,
+            "ffn_dim": 64,
+            "num_layers": 40,
+            "rope_dim": (4, 6, 6),
+        },
+        evidence=(f"{_OWN_FORWARD}[helios]", f"{_SP_2}[{_CASE}helios_case]"),
+    )
+)
+# Refused by the generic path (its build fails in one line naming what is missing):
+# its forward needs audio latents
+register_family(Family(transformer="LTX2VideoTransformer3DModel", tiny="ltx2"))
 
 LAYOUTS = ("video", "frames_first", "tokens")
 
 
 def family_of(model_class: type) -> Family | None:
-    """The declaration of ``model_class``'s family, or None (a class with its own plan)."""
+    """The declaration of ``model_class``'s family (by class name), or None."""
     return FAMILIES.get(model_class.__name__)
+
+
+def family_named(class_name: str) -> Family | None:
+    """The declaration of the transformer class ``class_name``, or None."""
+    return FAMILIES.get(class_name)
+
+
+def family_of_pipeline(pipeline: str) -> Family | None:
+    """The family whose pipeline class is named ``pipeline``, or None."""
+    return next((f for f in FAMILIES.values() if f.pipeline == pipeline), None)
+
+
+def family_of_tiny(name: str) -> Family | None:
+    """The family whose tiny model is named ``name``, or None."""
+    return next((f for f in FAMILIES.values() if f.tiny == name), None)
+
+
+class FamilyView(Mapping[str, Any]):
+    """A read-only table read from :data:`FAMILIES` at every access: ``entry(family)``
+    gives a ``(key, value)`` pair or None (the family has no entry); ``extra`` entries
+    follow the families'."""
+
+    def __init__(
+        self,
+        entry: Callable[[Family], tuple[str, Any] | None],
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._entry = entry
+        self._extra = extra or {}
+
+    def _table(self) -> dict[str, Any]:
+        table = dict(pair for f in FAMILIES.values() if (pair := self._entry(f)) is not None)
+        return {**table, **self._extra}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._table()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+    def __repr__(self) -> str:
+        return f"FamilyView({self._table()!r})"
 
 
 def refused_config(model_class: type, config: Any) -> str | None:

@@ -23,15 +23,15 @@ How we read a plan (``ContextParallelInput``: ``split_dim``, ``expected_dims``,
   rows form their own attention segment, so no real token ever sees them;
 - a gathered tensor is gathered in group-rank order and its padding dropped.
 
-Models without a plan get one here (:data:`DECLARED_CP_PLANS`, by class name, from the
-families of :mod:`~.diffusers_families`) or are refused in one line naming what is
+Models without a plan get one from their family's declaration (``cp_plan`` of
+:data:`~.diffusers_families.FAMILIES`) or are refused in one line naming what is
 missing (:data:`REFUSED_MODELS`).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from datacentric.models.diffusers_families import FAMILIES
+from datacentric.models.diffusers_families import FamilyView, family_named
 
 
 class UnsupportedVideoModel(ValueError):
@@ -49,14 +49,14 @@ class UnsupportedVideoModel(ValueError):
 KEPT_WHOLE = ("encoder_hidden_states", "encoder_attention_mask")
 """Forward arguments that carry the text conditioning: never split (see above)."""
 
-DECLARED_CP_PLANS: dict[str, dict[str, Any]] = {
-    name: family.cp_plan for name, family in FAMILIES.items()
-}
-"""Plans we declare for model classes (class name -> plan, in diffusers' format): the
-families of :mod:`~.diffusers_families` (SkyReels-V2, CogVideoX and HunyuanVideo have no
-``_cp_plan``; Flux's splits the text, which ours keeps whole). A declared plan comes
-before the class's own. Add one here (or pass ``cp_plan=`` to the adapter) to run
-another model through the generic path."""
+DECLARED_CP_PLANS: Mapping[str, dict[str, Any]] = FamilyView(
+    lambda family: (family.transformer, family.cp_plan) if family.cp_plan else None
+)
+"""Plans we declare for model classes (class name -> plan, in diffusers' format): a view
+of the families' ``cp_plan`` (:mod:`~.diffusers_families`: SkyReels-V2, CogVideoX and
+HunyuanVideo have no ``_cp_plan``; Flux's splits the text, which ours keeps whole). A
+declared plan comes before the class's own. Declare a family (or pass ``cp_plan=`` to
+the adapter) to run another model through the generic path."""
 
 REFUSED_MODELS: dict[str, str] = {}
 """Model classes without a plan, and what is missing for the generic path."""
@@ -64,10 +64,12 @@ REFUSED_MODELS: dict[str, str] = {}
 
 def cp_plan_of(model_class: type, plan: dict[str, Any] | None = None) -> dict[str, Any]:
     """The context-parallel plan to run a model of ``model_class`` with: ``plan``, else
-    :data:`DECLARED_CP_PLANS`, else the class's own ``_cp_plan``; else
+    its family's declared plan, else the class's own ``_cp_plan``; else
     :class:`UnsupportedVideoModel` naming what is missing."""
     name = model_class.__name__
-    found = plan or DECLARED_CP_PLANS.get(name) or getattr(model_class, "_cp_plan", None)
+    family = family_named(name)
+    declared = family.cp_plan if family is not None else None
+    found = plan or declared or getattr(model_class, "_cp_plan", None)
     if found:
         return found
     reason = REFUSED_MODELS.get(name, "declares no _cp_plan (where its sequence is split")

@@ -1,10 +1,11 @@
 """Render prompts with a diffusers pipeline around a transformer being trained.
 
 A validation render runs the family's own pipeline class (``model_index.json``'s
-``_class_name``, one of :data:`~.diffusers_encode.PIPELINES`) loaded from its folder
-with local files only and no code from the folder (:func:`~.diffusers_encode.read_model_index`
-refuses a component of any other library), its ``transformer`` replaced by the one being
-trained: its LoRA layers, attention routing and weights are the run's, as they are now.
+``_class_name``, a declared family's ``pipeline``: :mod:`~.diffusers_families`) loaded
+from its folder with local files only and no code from the folder
+(:func:`~.diffusers_encode.read_model_index` refuses a component of any other library),
+its ``transformer`` replaced by the one being trained: its LoRA layers, attention
+routing and weights are the run's, as they are now.
 
 - :func:`check_render_pipeline`: before anything loads, the folder's pipeline is of the
   trained transformer's class and the requested size and frame count are ones the
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 
 from datacentric.models.diffusers_encode import (
-    PIPELINES,
     PipelineError,
+    pipeline_encoding,
     pipeline_geometry,
     read_model_index,
 )
@@ -80,7 +81,7 @@ def check_render_pipeline(
             f"{WHERE} {folder}: a {name} for a {expected}, and the run trains a "
             f"{transformer_class}; give the pipeline folder of the trained transformer's family"
         )
-    images = PIPELINES[name].images
+    images = pipeline_encoding(name).images
     temporal, multiple = pipeline_geometry(folder)
     for key in ("height", "width"):
         value = getattr(settings, key)

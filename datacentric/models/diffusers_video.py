@@ -55,7 +55,7 @@ from torch import nn
 
 from datacentric.batch import PackedBatch
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
-from datacentric.models.diffusers_build import TINY_DIFFUSERS
+from datacentric.models.diffusers_families import family_of_tiny
 from datacentric.models.diffusers_generic import TIMESTEP_SCALE, run_routed
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
 
@@ -74,7 +74,7 @@ __all__ = [
     "build_wan",
 ]
 
-TINY_WAN: dict[str, Any] = TINY_DIFFUSERS["wan"][1]
+TINY_WAN: dict[str, Any] = family_of_tiny("wan").tiny_config  # type: ignore[union-attr]
 """The tiny random-weight config of ``diffusers:wan`` (tests and ``equivalence``)."""
 
 

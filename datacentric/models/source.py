@@ -155,9 +155,9 @@ def tiny_names(kind: str) -> list[str]:
             from datacentric.models.hf import TINY_CONFIGS
 
             return sorted(TINY_CONFIGS)
-        from datacentric.models.diffusers_build import TINY_DIFFUSERS
+        from datacentric.models.diffusers_build import tiny_names as diffusers_tiny
 
-        return sorted(TINY_DIFFUSERS)
+        return sorted(diffusers_tiny())
     except ImportError:  # the extra is not installed
         return []
 

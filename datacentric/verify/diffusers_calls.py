@@ -7,16 +7,19 @@ here from diffusers' own pipeline helpers (``CogVideoXPipeline``'s rotary grid,
 ``docs/data.md`` (for HunyuanVideo and Flux the text file's first row holds the pooled
 projection and a row of zeros only is padding). It shares no code with the adapters of
 :mod:`datacentric.models`; ``verify.reference.own_video_forward`` sends the families
-named in :data:`PIPELINE_CALLS` here.
+whose declaration names a ``pipeline_call`` (:mod:`datacentric.models.diffusers_families`)
+here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 
 import torch
 from torch import nn
+
+from datacentric.models.diffusers_families import Family, FamilyView, family_named
 
 #: the guidance scale each guidance-distilled pipeline passes by default
 HUNYUAN_GUIDANCE = 6.0
@@ -101,18 +104,25 @@ def flux_call(
     return FluxPipeline._unpack_latents(out, h, w, 1)[:, :, None]
 
 
-PIPELINE_CALLS: dict[str, Callable[..., torch.Tensor]] = {
-    "CogVideoXTransformer3DModel": cogvideox_call,
-    "HunyuanVideoTransformer3DModel": hunyuan_video_call,
-    "FluxTransformer2DModel": flux_call,
-}
-"""Diffusers classes whose pipeline passes more than latents, timestep and text."""
+def call_of(family: Family | None) -> Callable[..., torch.Tensor] | None:
+    """The pipeline call a family declares (``pipeline_call``: a function of this module
+    by name, or a function), or None."""
+    call = family.pipeline_call if family is not None else None
+    return globals()[call] if isinstance(call, str) else call
+
+
+PIPELINE_CALLS: Mapping[str, Callable[..., torch.Tensor]] = FamilyView(
+    lambda family: (family.transformer, call_of(family)) if family.pipeline_call else None
+)
+"""Diffusers classes whose pipeline passes more than latents, timestep and text: a view
+of the families' ``pipeline_call`` (:mod:`datacentric.models.diffusers_families`)."""
 
 
 def pipeline_call(
     model: nn.Module, latents: torch.Tensor, timestep: torch.Tensor, text: torch.Tensor
 ) -> torch.Tensor | None:
     """The prediction ``(1, C, F, H, W)`` of ``model`` called as its pipeline calls it,
-    or None for a class not in :data:`PIPELINE_CALLS`. ``timestep``: ``1000 t``."""
-    call = PIPELINE_CALLS.get(type(model).__name__)
+    or None for a class whose family declares no ``pipeline_call``. ``timestep``:
+    ``1000 t``."""
+    call = call_of(family_named(type(model).__name__))
     return None if call is None else call(model, latents, timestep, text)

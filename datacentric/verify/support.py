@@ -16,73 +16,25 @@
 
 The classes are those installed: transformers' causal-LM mapping
 (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``) and every ``*Transformer2DModel`` /
-``*Transformer3DModel`` that diffusers exports.
+``*Transformer3DModel`` that diffusers exports, and any a declared family brings
+(:mod:`datacentric.models.diffusers_families`).
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-_DIFFUSERS_TESTS = (
-    "tests/runtime/models/test_diffusers.py::test_generic_path_equals_the_models_own_forward"
-)
-_FAMILY_TESTS = (
-    "tests/runtime/models/test_diffusers_families.py::"
-    "test_family_equals_its_own_forward_as_its_pipeline_calls_it"
-)
-_FAMILY_SP_TESTS = (
-    "tests/runtime/models/test_diffusers_families.py::"
-    "test_sp_2_with_accumulation_and_recomputation_equals_one_process"
-)
-_FAMILY_WORLD_4 = (
-    "tests/runtime/models/test_diffusers_families.py::"
-    "test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process"
-)
+from datacentric.models.diffusers_families import FAMILIES, FamilyView
+
 _HF_WORLD_4 = (
     "tests/runtime/verify/test_equivalence.py::"
     "test_hf_models_at_world_4_match_the_unmodified_models_with_sp_4"
 )
 
-EVIDENCE: dict[str, tuple[str, ...]] = {
-    "WanTransformer3DModel": (
-        f"{_DIFFUSERS_TESTS}[wan]",
-        "tests/runtime/models/test_diffusers.py::test_sp_2_with_padding_and_accumulation_equals_one_process",
-    ),
-    "LTXVideoTransformer3DModel": (
-        f"{_DIFFUSERS_TESTS}[ltx]",
-        "tests/runtime/models/test_diffusers.py::test_contract_check_passes_and_recomputation_is_exact",
-    ),
-    "SkyReelsV2Transformer3DModel": (
-        f"{_FAMILY_TESTS}[skyreels-v2]",
-        f"{_FAMILY_SP_TESTS}[diffusers:skyreels-v2]",
-        f"{_FAMILY_WORLD_4}[skyreels-v2]",
-    ),
-    "CogVideoXTransformer3DModel": (
-        f"{_FAMILY_TESTS}[cogvideox]",
-        f"{_FAMILY_SP_TESTS}[diffusers:cogvideox]",
-        f"{_FAMILY_WORLD_4}[cogvideox]",
-    ),
-    "HunyuanVideoTransformer3DModel": (
-        f"{_FAMILY_TESTS}[hunyuan-video]",
-        f"{_FAMILY_SP_TESTS}[tests.runtime.models.test_diffusers_families:masked_hunyuan_case]",
-        f"{_FAMILY_WORLD_4}[hunyuan-video]",
-    ),
-    "FluxTransformer2DModel": (
-        f"{_FAMILY_TESTS}[flux]",
-        f"{_FAMILY_SP_TESTS}[diffusers:flux]",
-        f"{_FAMILY_WORLD_4}[flux]",
-    ),
-    "ChronoEditTransformer3DModel": (
-        f"{_FAMILY_TESTS}[chronoedit]",
-        f"{_FAMILY_SP_TESTS}[diffusers:chronoedit]",
-    ),
-    "HeliosTransformer3DModel": (
-        f"{_FAMILY_TESTS}[helios]",
-        f"{_FAMILY_SP_TESTS}[tests.runtime.models.test_diffusers_families:helios_case]",
-    ),
+HF_EVIDENCE: dict[str, tuple[str, ...]] = {
     "LlamaForCausalLM": (
         "tests/runtime/models/test_hf.py::test_hf_llama_sp_and_accumulation_match_one_process_at_world_2",
     ),
@@ -94,7 +46,15 @@ EVIDENCE: dict[str, tuple[str, ...]] = {
         "test_per_layer_widths_are_priced_and_the_model_exact_at_world_2",
     ),
 }
-"""Classes shown exact, and the tests that show it (pytest ids, relative to the repository)."""
+"""Transformers classes shown exact, and the tests that show it."""
+
+EVIDENCE: Mapping[str, tuple[str, ...]] = FamilyView(
+    lambda family: (family.transformer, family.evidence) if family.evidence else None,
+    HF_EVIDENCE,
+)
+"""Classes shown exact, and the tests that show it (pytest ids, relative to the
+repository): each diffusers family's ``evidence``
+(:mod:`~datacentric.models.diffusers_families`), then :data:`HF_EVIDENCE`."""
 
 DIFFUSERS_CLASS = re.compile(r"Transformer[23]DModel$")
 
@@ -125,14 +85,15 @@ def diffusers_rows() -> Iterator[dict[str, Any]]:
     """One row per diffusers ``*Transformer2DModel`` / ``*Transformer3DModel``."""
     import diffusers
 
-    from datacentric.models.diffusers_build import TINY_DIFFUSERS
     from datacentric.models.diffusers_generic import check_supported
     from datacentric.models.diffusers_plan import UnsupportedVideoModel
 
-    tiny = {cls: (name, config) for name, (cls, config) in TINY_DIFFUSERS.items() if config}
-    for name in sorted(n for n in dir(diffusers) if DIFFUSERS_CLASS.search(n)):
-        cls = getattr(diffusers, name)
-        tiny_name, config = tiny.get(name, (None, {}))
+    classes = {n: getattr(diffusers, n) for n in dir(diffusers) if DIFFUSERS_CLASS.search(n)}
+    classes.update({f.transformer: f.model_class for f in FAMILIES.values() if f.model_class})
+    for name, cls in sorted(classes.items()):
+        family = FAMILIES.get(name)
+        tiny_name, config = (family.tiny, family.tiny_config) if family else (None, {})
+        tiny_name = tiny_name if config else None
         try:
             check_supported(cls, {**_default_config(cls), **config})
             refusal = None
