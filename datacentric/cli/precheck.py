@@ -114,9 +114,10 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
     """The prompts file reads as text (:func:`~datacentric.data.prompts.read_prompts`)
     and the model (``module``, on the meta device) has next-token logits to continue
     it with, or a ``pipeline`` renders for it (:func:`check_render_pipeline`)."""
-    from datacentric.data.prompts import read_prompts
+    from datacentric.data.prompts import check_prompt_tokens, read_prompts
+    from datacentric.data.tokenized import text_codec
 
-    read_prompts(config.validation.prompts)
+    prompts = read_prompts(config.validation.prompts)
     if config.validation.pipeline is not None:
         check_render_pipeline(config, module)
         return
@@ -125,6 +126,11 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
             f"validation.prompts: {config.model.model} has no next-token logits to generate "
             "with (a text model: hf:DIR); leave validation.prompts unset"
         )
+    positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
+    limit = min(config.data.max_tokens, positions or config.data.max_tokens)
+    encode = text_codec(config.data.tokenizer).encode
+    where = f"validation.prompts {config.validation.prompts}"
+    check_prompt_tokens(prompts, encode, config.validation.max_new_tokens, limit, where)
 
 
 def check_render_pipeline(config: TrainConfig, module: nn.Module) -> None:

@@ -11,6 +11,7 @@ file (a FIFO is refused, never waited on), holds no prompt, a line over
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +73,23 @@ def _prompt(line: str, index: int, where: str) -> Prompt:
     if heat is not None and (not isinstance(heat, int | float) or heat < 0):
         raise DataError(f"{where}: temperature must be a number >= 0, got {heat!r}")
     return Prompt(index, record["prompt"], steps, None if heat is None else float(heat))
+
+
+def check_prompt_tokens(
+    prompts: list[Prompt],
+    encode: Callable[[list[str]], list[list[int]]],
+    max_new_tokens: int,
+    limit: int,
+    where: str,
+) -> None:
+    """Refuse a prompt whose tokens (``encode``: the run's tokenizer) and the tokens
+    generated after it (its ``max_new_tokens``, else ``max_new_tokens``) are over
+    ``limit``, the longest sequence the run may continue (before ranks start)."""
+    for prompt, ids in zip(prompts, encode([p.text for p in prompts]), strict=True):
+        new = prompt.max_new_tokens or max_new_tokens
+        if len(ids) + new > limit:
+            raise DataError(
+                f"{where}: prompt {prompt.index} is {len(ids):,} tokens, {len(ids) + new:,} "
+                f"with its {new} new tokens, over the {limit:,} the run may continue (the "
+                "[data] max_tokens and the model's positions); shorten it"
+            )

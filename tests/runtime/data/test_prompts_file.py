@@ -4,12 +4,18 @@ only (a U+2028 stays inside its prompt; a BOM and CRLF are accepted)."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from datacentric.data.base import DataError
-from datacentric.data.prompts import MAX_PROMPT_CHARS, Prompt, read_prompts
+from datacentric.data.prompts import (
+    MAX_PROMPT_CHARS,
+    Prompt,
+    check_prompt_tokens,
+    read_prompts,
+)
 
 
 def test_lines_end_at_newline_only(tmp_path):
@@ -35,3 +41,61 @@ def test_a_runaway_prompt_is_refused_by_its_length(tmp_path):
         read_prompts(path)
     path.write_text("y" * MAX_PROMPT_CHARS + "\n")
     assert len(read_prompts(path)[0].text) == MAX_PROMPT_CHARS
+
+
+def test_a_prompt_and_its_new_tokens_fit_the_run(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text('a b c\n{"prompt": "a b c d", "max_new_tokens": 2}\n')
+    prompts = read_prompts(path)
+
+    def words(texts):
+        return [t.split() for t in texts]
+
+    check_prompt_tokens(prompts, words, 3, 6, "here")  # 3 + 3 and 4 + 2 tokens
+    with pytest.raises(DataError, match=r"here: prompt 0 is 3 tokens, 7 with its 4 new tokens"):
+        check_prompt_tokens(prompts, words, 4, 6, "here")
+
+
+def _train_refuses(tmp_path, capsys, *flags: str) -> str:
+    from run_config import SMALL_TRAIN_FLAGS
+
+    from datacentric.cli.main import main
+
+    out = tmp_path / "run"
+    assert main(["train", *SMALL_TRAIN_FLAGS, "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("datacentric train: "), err
+    assert not out.exists() or not (out / "metrics.jsonl").exists()
+    return err
+
+
+def test_train_refuses_a_fifo_or_runaway_prompts_before_ranks_start(tmp_path, capsys):
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    err = _train_refuses(tmp_path, capsys, "--validation.prompts", str(fifo))
+    assert f"validation.prompts {fifo}: cannot read it" in err and "FIFO" in err
+    huge = tmp_path / "huge.txt"
+    huge.write_text("x" * 2_000_000 + "\n")
+    err = _train_refuses(tmp_path, capsys, "--validation.prompts", str(huge))
+    assert "line 1: a prompt of 2,000,000 characters" in err
+
+
+def test_train_refuses_a_prompt_longer_than_the_run_continues(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    from runtime.models.test_model_source import _pretrained_folder
+
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:8]))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("word1 " * 200 + "\n")
+    capsys.readouterr()  # save_pretrained's progress
+    err = _train_refuses(
+        tmp_path,
+        capsys,
+        *("--model", f"hf:{folder}", "--dataset", f"jsonl:{data}"),
+        *("--tokenizer", str(folder / "tokenizer.json"), "--max-tokens", "128"),
+        *("--validation.prompts", str(prompts), "--validation.max_new_tokens", "8"),
+    )
+    assert f"validation.prompts {prompts}: prompt 0 is 200 tokens, 208 with its 8" in err
