@@ -12,14 +12,21 @@ planner chooses micro-batches). ``aspect_ratios`` (optional) maps a resolution t
 :data:`~datacentric.data.video_geometry.RESOLUTIONS` has three: its own (``h x w``), the
 portrait ``w x h`` and a square of about the same area.
 
+A bucket's frame count is pixel frames, in ``prepare`` and in ``train`` alike; the
+latents of ``n`` pixel frames have the VAE family's own number of latent frames (the
+``rule`` of :meth:`BucketConfig.assign`): ``(n - 1) // temporal + 1`` for the causal
+VAEs of Wan, SkyReels-V2 and HunyuanVideo
+(:func:`~datacentric.data.video_geometry.causal_latent_frames`), ``n * 5 // 17`` for
+Open-Sora's (:func:`~datacentric.data.video_geometry.latent_frames`, the default).
+
 Assignment of a latent of ``F x C x H x W`` (latent pixels = pixels / 8), as Open-Sora:
 resolutions are tried from the largest area down. At one resolution, the aspect ratio
 closest to ``H / W`` (in log scale) gives the bucket's latent size ``(h/8, w/8)``; the
 latent must be at least that large (it is centre-cropped, never scaled), and the bucket's
-frame count is the largest configured one whose latent frames (``frames * 5 // 17``, 1
-for an image) the latent has; images (``F = 1``) go to 1-frame buckets only, videos to
-the others. The sample is kept there with the bucket's probability (a draw from
-``(seed, sample index)``, the same in every epoch); if it is not kept, the next smaller
+frame count is the largest configured one whose latent frames (by the rule; 1 for an
+image) the latent has; images (``F = 1``) go to 1-frame buckets only, videos to the
+others. The sample is kept there with the bucket's probability (a draw from ``(seed,
+sample index)``, the same in every epoch); if it is not kept, the next smaller
 resolution is tried. A latent that fits no bucket or is kept by none is skipped and
 counted.
 """
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,18 +113,35 @@ class BucketConfig:
             raise DataError(f"--bucket-config {path}: not JSON ({err})") from None
         return cls(data, f"--bucket-config {path}")
 
-    def assign(self, shape: tuple[int, int, int], rng: np.random.Generator) -> Bucket | None:
-        """The bucket of a latent of ``(frames, height, width)`` latent pixels, or None."""
+    def named(self, name: str) -> tuple[str, str, int] | None:
+        """``(resolution, aspect ratio, frames)`` of the bucket called ``name`` (as
+        :meth:`assign` and ``prepare`` name them, ``240p-0.56-51f``), or None when this
+        config has no such bucket."""
+        for res, sizes, probs in self.table:
+            for ratio in sizes:
+                for frames, _ in probs:
+                    if name == f"{res}-{ratio}-{frames}f":
+                        return res, ratio, frames
+        return None
+
+    def assign(
+        self,
+        shape: tuple[int, int, int],
+        rng: np.random.Generator,
+        rule: Callable[[int], int] = latent_frames,
+    ) -> Bucket | None:
+        """The bucket of a latent of ``(frames, height, width)`` latent pixels, or None;
+        ``rule``: the latent frames of a bucket's pixel frames (Open-Sora's by default)."""
         f, h, w = shape
         for res, sizes, probs in self.table:
             ratio = closest_ratio(sizes, h / w)
             hb, wb = (n // SPATIAL_DOWNSAMPLE for n in sizes[ratio])
             if h < hb or w < wb:
                 continue
-            fits = [(n, p) for n, p in probs if (n == 1) == (f == 1) and latent_frames(n) <= f]
+            fits = [(n, p) for n, p in probs if (n == 1) == (f == 1) and rule(n) <= f]
             if not fits:
                 continue
             frames, keep = fits[0]
             if keep >= 1 or rng.random() < keep:
-                return Bucket(f"{res}-{ratio}-{frames}f", latent_frames(frames), hb, wb)
+                return Bucket(f"{res}-{ratio}-{frames}f", rule(frames), hb, wb)
         return None

@@ -10,6 +10,15 @@
 - Shapes: without a bucket config a sample keeps its own size; with one
   (:mod:`datacentric.data.bucket_config`) it is cropped to its bucket's. Either way the
   height and width are padded with zeros to whole 1 x 2 x 2 patches.
+- Prepared latents (a manifest line with ``frames``, the pixel frames ``prepare``
+  encoded, and ``bucket``): a bucket's frames are pixel frames with the VAE's own
+  latent-frame rule (``(frames - 1) // temporal + 1``, ``temporal`` read from the
+  sample's pixel and latent frames). A sample whose ``bucket`` the config has stays
+  in it whole (its keep probability was drawn by ``prepare``); otherwise it is assigned
+  by that rule, and a bucket that would train fewer latent frames than were prepared
+  is a :class:`~datacentric.data.base.DataError` naming the bucket and the sample
+  (raised when the dataset opens, before ranks start): a prepared latent is never cut
+  to a window. Other latents follow Open-Sora (``frames * 5 // 17`` latent frames).
 - Per epoch, from a generator seeded by ``(seed, sample id, epoch)``: the diffusion time
   ``t``, the noise, then the first frame of the clip when the latent has more frames
   than its bucket (spatial crops are centred). Packing follows rectified flow, as for
@@ -21,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +38,7 @@ import torch
 
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
-from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.bucket_config import Bucket, BucketConfig
 from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
 from datacentric.data.video import (
     PATCH,
@@ -37,6 +47,7 @@ from datacentric.data.video import (
     pack_video_samples,
     patchify,
 )
+from datacentric.data.video_geometry import causal_latent_frames
 from datacentric.shapes import SampleShape
 
 MANIFEST = "manifest.jsonl"
@@ -51,8 +62,27 @@ def _text_beside(latent: Path) -> Path | None:
     return None
 
 
+@dataclass(frozen=True)
+class LatentEntry:
+    """One latent of a listing and what its manifest line says of it."""
+
+    latent: Path
+    text: Path | None
+    where: str
+    """The manifest line (``FILE:LINE``) or the file, for messages."""
+    frames: int | None = None
+    """Pixel frames it was encoded from (``prepare``'s manifests), else None."""
+    bucket: str | None = None
+    """The bucket ``prepare`` chose for it, else None."""
+
+
 def list_latents(source: str) -> list[tuple[Path, Path | None]]:
     """(latent file, text-embedding file or None) of a folder or manifest, in order."""
+    return [(e.latent, e.text) for e in read_latent_listing(source)]
+
+
+def read_latent_listing(source: str) -> list[LatentEntry]:
+    """The :class:`LatentEntry` of every latent of a folder or manifest, in order."""
     path = Path(source).expanduser()
     if path.is_dir() and (path / MANIFEST).is_file():
         path = path / MANIFEST
@@ -71,7 +101,18 @@ def list_latents(source: str) -> list[tuple[Path, Path | None]]:
             if not latent.is_file():
                 raise DataError(f"{path}:{number}: latent file {latent} not found")
             text = entry.get("text")
-            found.append((latent, path.parent / text if text else _text_beside(latent)))
+            frames, bucket = entry.get("frames"), entry.get("bucket")
+            if frames is not None and (not isinstance(frames, int) or frames < 1):
+                raise DataError(f"{path}:{number}: frames {frames!r}; want a positive integer")
+            found.append(
+                LatentEntry(
+                    latent,
+                    path.parent / text if text else _text_beside(latent),
+                    f"{path}:{number}",
+                    frames,
+                    bucket if isinstance(bucket, str) else None,
+                )
+            )
         if not found:
             raise DataError(f"latents:{source}: manifest lists no latent")
         return found
@@ -84,7 +125,34 @@ def list_latents(source: str) -> list[tuple[Path, Path | None]]:
     )
     if not files:
         raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
-    return [(p, _text_beside(p)) for p in files]
+    return [LatentEntry(p, _text_beside(p), str(p)) for p in files]
+
+
+def _prepared_bucket(
+    buckets: BucketConfig, entry: LatentEntry, shape: tuple[int, int, int], seed: int, index: int
+) -> Bucket | None:
+    """The bucket of a latent ``prepare`` made (``entry.frames`` known): its recorded
+    bucket when the config has it (whole, never redrawn), else one assigned by the VAE's
+    own latent-frame rule; :class:`DataError` when that bucket would cut its frames."""
+    f, h, w = shape
+    named = buckets.named(entry.bucket) if entry.bucket else None
+    if named is not None:
+        return Bucket(entry.bucket, f, h, w)
+    # prepare keeps temporal k + 1 pixel frames for k + 1 latent frames: its temporal
+    temporal = (entry.frames - 1) // (f - 1) if f > 1 else 1
+    bucket = buckets.assign(
+        shape,
+        np.random.default_rng([seed, index]),
+        lambda n: causal_latent_frames(n, max(1, temporal)),
+    )
+    if bucket is not None and bucket.frames != f:
+        raise DataError(
+            f"{entry.where}: {entry.latent.name} was prepared from {entry.frames} frames "
+            f"({f} latent frames); {buckets.source} puts it in bucket {bucket.name}, which "
+            f"trains {bucket.frames} of them. Train with the --bucket-config it was "
+            "prepared with (or none), or prepare it again with this one"
+        )
+    return bucket
 
 
 class LatentDataset:
@@ -100,7 +168,7 @@ class LatentDataset:
         patch: tuple[int, int, int] = PATCH,
     ) -> None:
         self.source, self.seed, self.patch = source, int(seed), tuple(patch)
-        entries = list_latents(source)
+        entries = read_latent_listing(source)
         if limit is not None:
             entries = entries[: max(0, int(limit))]
         buckets = BucketConfig.load(bucket_config) if bucket_config else None
@@ -112,7 +180,8 @@ class LatentDataset:
         self.bucket_names: list[str] = []
         self.skipped: list[str] = []
         channels = None
-        for index, (latent, text) in enumerate(entries):
+        for index, entry in enumerate(entries):
+            latent, text = entry.latent, entry.text
             shape = read_shape(latent)
             if len(shape) != 4 or min(shape) < 1:
                 raise DataError(
@@ -123,10 +192,13 @@ class LatentDataset:
             if channels is None:
                 channels = c
             elif c != channels:
-                raise DataError(f"{latent}: {c} channels, but {entries[0][0]} has {channels}")
+                raise DataError(f"{latent}: {c} channels, but {entries[0].latent} has {channels}")
             crop, name = (f, h, w), f"{f}x{h}x{w}"
             if buckets is not None:
-                bucket = buckets.assign((f, h, w), np.random.default_rng([self.seed, index]))
+                if entry.frames is not None:
+                    bucket = _prepared_bucket(buckets, entry, (f, h, w), self.seed, index)
+                else:
+                    bucket = buckets.assign((f, h, w), np.random.default_rng([self.seed, index]))
                 if bucket is None:
                     self.skipped.append(str(latent))
                     continue

@@ -41,6 +41,7 @@ import numpy as np
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig, closest_ratio
 from datacentric.data.text_file import read_text_file
+from datacentric.data.video_geometry import causal_latent_frames
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -385,9 +386,13 @@ class Geometry:
     temporal: int
     multiple: int
 
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames the VAE makes of a ``frames``-frame bucket (the family's rule)."""
+        return causal_latent_frames(frames, self.temporal)
+
     def frames_below(self, frames: int) -> int:
         """The largest accepted frame count not above ``frames`` (0 if none)."""
-        return 0 if frames < 1 else (frames - 1) // self.temporal * self.temporal + 1
+        return 0 if frames < 1 else (self.latent_frames(frames) - 1) * self.temporal + 1
 
 
 def even_frames(total: int, count: int) -> tuple[int, ...]:

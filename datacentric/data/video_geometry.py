@@ -2,7 +2,9 @@
 patch grid of a clip (no torch).
 
 The latent-grid arithmetic follows the Open-Sora v1.2 benchmark (see
-``docs/data.md``): ``frames * 5 // 17`` latent frames (1 for an image), spatial
+``docs/data.md``): ``frames * 5 // 17`` latent frames (1 for an image; the causal
+VAEs of diffusers' video pipelines make ``(frames - 1) // temporal + 1``, see
+:func:`causal_latent_frames`), spatial
 down-sampling by 8 (rounding down, as the VAE's strided convolutions do), patches
 of 1 x 2 x 2 (a partial patch is padded, rounding up). The synthetic latents
 themselves are :mod:`datacentric.data.video`.
@@ -36,6 +38,16 @@ def latent_frames(frames: int) -> int:
     if frames < 1:
         raise ValueError(f"a clip needs at least one frame, got {frames}")
     return 1 if frames == 1 else max(1, frames * 5 // 17)
+
+
+def causal_latent_frames(frames: int, temporal: int) -> int:
+    """Latent frames of a ``frames``-frame bucket for a causal video VAE that takes
+    ``temporal k + 1`` frames (Wan, SkyReels-V2, HunyuanVideo: ``temporal`` 4): it keeps
+    the first ``temporal k + 1 <= frames`` and makes ``k + 1`` of them (1 for an image;
+    ``temporal`` 1, an image VAE: one latent frame per frame)."""
+    if frames < 1:
+        raise ValueError(f"a clip needs at least one frame, got {frames}")
+    return (frames - 1) // temporal + 1
 
 
 def latent_grid(

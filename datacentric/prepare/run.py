@@ -214,6 +214,8 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
             "text": f"latents/{name}.text.safetensors",
             "source": task.item.source,
             "caption": task.item.caption,
+            "frames": len(task.plan.frames),
+            "bucket": task.plan.bucket,
         }
         lines.append(_json_line(entry))
     costs = [r["assigned_cost"] for r in ranks]

@@ -102,6 +102,7 @@ def test_every_container_is_prepared(media, tmp_path):
             want = ((vae.encode(pixels).latent_dist.mode() - mean) / std)[0].permute(1, 0, 2, 3)
         got = load_file(tmp_path / "o" / entry["latent"])["latent"]
         assert got.shape == (1 + (kept - 1) // 4, 4, 4, 6), entry["source"]
+        assert (entry["frames"], entry["bucket"]) == (kept, f"{kept}x32x48")
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
