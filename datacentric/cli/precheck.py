@@ -27,9 +27,10 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     (:mod:`datacentric.train.assemble`), not run again."""
     from datacentric.data.base import DataError
     from datacentric.data.sources import skipped_note
-    from datacentric.scheduling.global_batches import size_global_batch
-    from datacentric.train.assemble import Prechecked, with_model_tokenizer
+    from datacentric.parallel.launch import launch_mode
+    from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
     from datacentric.train.build import check_model
+    from datacentric.train.data_centric import ulysses_sp_sizes
     from datacentric.train.validation import build_run_data
 
     given = config.data.tokenizer
@@ -46,7 +47,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
-        batch = size_global_batch(config.scheduling, tokens)
+        world = launch_mode(config.parallelism.world).world_size
+        sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
+        batch = run_global_batch(config, dataset.shapes(), sp_sizes, world)
         check_validation(config, batch.applied(config.scheduling), module, dataset, held_out)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))

@@ -66,6 +66,39 @@ def data_sized_tokens(tokens: Sequence[int]) -> int | None:
     return bound
 
 
+def samples_per_step(world_size: int, largest_sp: int) -> int:
+    """Samples every global batch needs so that its micro-batches (one sample at least
+    each) can fill groups of at most ``largest_sp`` ranks covering ``world_size`` ranks."""
+    return -(-int(world_size) // max(1, int(largest_sp)))
+
+
+def covering_tokens(tokens: Sequence[int], needed: int, drop_remainder: bool = False) -> int:
+    """The smallest global batch (tokens) whose every global batch, in any data order,
+    holds ``needed`` samples or more, and at least the longest sample (the dataset's total
+    when only one step of every sample does).
+
+    Why: :func:`chunk_even` cuts ``K = ceil(total / bound)`` batches, each holding more
+    than ``total / K - longest`` tokens, so more than ``total / (K * longest) - 1``
+    samples; ``K <= total // (needed * longest)`` batches therefore hold ``needed``
+    each. Dropping the remainder keeps ``floor(total / bound)`` batches of a prefix one
+    sample short of ``K * bound`` tokens: one more sample's worth covers it."""
+    total, longest = int(sum(tokens)), int(max(tokens))
+    if needed <= 1:
+        return longest
+    most = total // ((needed + int(drop_remainder)) * longest)
+    if most <= 1:
+        return total
+    return max(longest, -(-total // most))
+
+
+def covering_samples(count: int, needed: int) -> int:
+    """The smallest global batch (samples) of ``count`` samples whose every global batch
+    holds ``needed`` or more: at most ``count // needed`` near-equal batches."""
+    if needed <= 1:
+        return 1
+    return count if count < 2 * needed else -(-count // (count // needed))
+
+
 @dataclass(frozen=True)
 class GlobalBatchSize:
     """The global-batch step of a run's start-up (:func:`size_global_batch`): the
@@ -85,24 +118,125 @@ class GlobalBatchSize:
         return scheduling.updated(global_batch_tokens=self.tokens)
 
 
-def size_global_batch(options: SchedulingConfig, tokens: Sequence[int]) -> GlobalBatchSize:
+def size_global_batch(
+    options: SchedulingConfig,
+    tokens: Sequence[int],
+    *,
+    world_size: int = 1,
+    largest_sp: int | None = None,
+) -> GlobalBatchSize:
     """The global batch of a run on samples of ``tokens`` tokens each: when ``options``
-    give none, a small dataset's is sized from its samples (:func:`data_sized_tokens`);
-    the run records it in its settings (``config.toml``, checkpoints), so a resume
-    trains the same batches. A pure function of the options and the samples: the check
-    before the ranks start computes it once and hands it to every rank."""
+    give none, a small dataset's is sized from its samples (:func:`data_sized_tokens`),
+    and never below the smallest that lets every step cover ``world_size`` ranks with
+    groups of at most ``largest_sp`` ranks (the model's largest SP size;
+    :func:`covering_tokens`); the run records it in its settings (``config.toml``,
+    checkpoints), so a resume trains the same batches. A pure function of the options,
+    the samples and the group layout: the check before the ranks start computes it once
+    and hands it to every rank."""
     if options.global_batch_tokens is not None or options.global_batch_samples is not None:
         return GlobalBatchSize()
-    bound = data_sized_tokens(tokens)
-    if bound is None:
+    if not len(tokens):
         return GlobalBatchSize()
-    steps = -(-sum(tokens) // bound)
+    largest = min(largest_sp or world_size, options.max_sp_size or world_size)
+    needed = samples_per_step(world_size, largest)
+    check_enough_samples(len(tokens), needed, world_size, largest)
+    need = covering_tokens(tokens, needed, options.drop_remainder)
+    bound = data_sized_tokens(tokens)
+    chosen = world_size * max(2**18, max(tokens)) if bound is None else bound
+    if chosen >= need:
+        if bound is None:
+            return GlobalBatchSize()
+        steps = -(-sum(tokens) // bound)
+        note = (
+            f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
+            f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
+            "epoch (--global-batch-tokens sets it)"
+        )
+        return GlobalBatchSize(bound, note)
+    steps = -(-sum(tokens) // need)
     note = (
-        f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
-        f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
-        "epoch (--global-batch-tokens sets it)"
+        f"global batch sized to {need:,} tokens, about {steps} steps an epoch, so that every "
+        f"step holds {needed} samples in any data order (one a group: {world_size} ranks in "
+        f"groups of at most {largest}, the model's largest SP size) and the longest sample "
+        f"({max(tokens):,} tokens) (--global-batch-tokens sets it)"
     )
-    return GlobalBatchSize(bound, note)
+    return GlobalBatchSize(need, note)
+
+
+def check_enough_samples(count: int, needed: int, world_size: int, largest_sp: int) -> None:
+    """Raise ``ValueError`` when ``count`` samples cannot give one step the ``needed``
+    micro-batches that cover ``world_size`` ranks in groups of at most ``largest_sp``."""
+    if count < needed:
+        raise ValueError(
+            f"the dataset has {count} sample(s), and a step on {world_size} ranks in groups "
+            f"of at most {largest_sp} ranks (the model's largest SP size) needs {needed}: "
+            f"give more samples, or at most --world {count * largest_sp}"
+        )
+
+
+def check_global_batch(
+    options: SchedulingConfig,
+    shapes: Sequence[SampleShape],
+    *,
+    world_size: int,
+    largest_sp: int,
+    seed: int,
+    epochs: int,
+    iterations: int | None = None,
+) -> None:
+    """Raise ``ValueError`` naming the fix when a given global batch
+    (``options.global_batch_tokens`` / ``global_batch_samples``) would fail inside the
+    ranks: a token bound below the longest sample, or a step of the run's epochs
+    (``epochs``, or as many as ``iterations`` steps take) with fewer samples than the
+    groups covering ``world_size`` ranks (groups of at most ``largest_sp`` ranks) need.
+    Pure: the steps are the sampler's own (:func:`epoch_batches`)."""
+    tokens = [shape.tokens for shape in shapes]
+    bound_tokens, bound_samples = options.global_batch_tokens, options.global_batch_samples
+    if not len(tokens) or (bound_tokens is None and bound_samples is None):
+        return
+    largest = min(largest_sp, options.max_sp_size or world_size)
+    needed = samples_per_step(world_size, largest)
+    check_enough_samples(len(tokens), needed, world_size, largest)
+    longest, flag = int(max(tokens)), "--global-batch-tokens"
+    if bound_samples is None and bound_tokens < longest:
+        raise ValueError(
+            f"{flag}: a global batch of {bound_tokens:,} tokens is smaller than the longest "
+            f"sample ({longest:,} tokens); give at least {longest:,}"
+        )
+    if bound_samples is not None:
+        fix, flag = covering_samples(len(tokens), needed), "--global-batch-samples"
+    else:
+        fix = covering_tokens(tokens, needed, options.drop_remainder)
+        if bound_tokens >= fix:
+            return  # every data order covers the groups
+    view = DatasetView(shapes)
+    epoch = 0
+    while epoch < min(epochs, 1000):
+        batches, _ = epoch_batches(
+            view,
+            np.arange(len(tokens)),
+            seed=seed,
+            epoch=epoch,
+            tokens_bound=bound_tokens,
+            samples_bound=bound_samples,
+            world_size=world_size,
+            reorder_window=options.reorder_window,
+            drop_remainder=options.drop_remainder,
+        )
+        short = next((k for k, b in enumerate(batches) if len(b) < needed), None)
+        if short is not None:
+            given = bound_samples if bound_samples is not None else bound_tokens
+            raise ValueError(
+                f"{flag} {given}: step {short + 1} of epoch {epoch} holds "
+                f"{len(batches[short])} sample(s), and {world_size} ranks in groups of at "
+                f"most {largest} (the model's largest SP size) need {needed} a step; give "
+                f"{flag} {fix} or more, or fewer ranks (--world)"
+            )
+        if bound_samples is not None:
+            return  # the same counts in every order
+        if epoch == 0 and iterations is not None:
+            epochs = -(-iterations // len(batches))
+        epoch += 1
 
 
 def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:

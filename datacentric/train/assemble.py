@@ -54,8 +54,13 @@ from datacentric.data.base import Dataset
 from datacentric.data.tokenized import TEXT_KINDS
 from datacentric.data.tokenizer_files import BYTES, model_tokenizer
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.scheduling.global_batches import GlobalBatchSize, size_global_batch
+from datacentric.scheduling.global_batches import (
+    GlobalBatchSize,
+    check_global_batch,
+    size_global_batch,
+)
 from datacentric.settings import TrainConfig
+from datacentric.shapes import SampleShape
 from datacentric.train.build import (
     build_run_model,
     run_cost_model,
@@ -131,6 +136,29 @@ def tokenizer_used(config: TrainConfig) -> str | None:
     return with_model_tokenizer(config).data.tokenizer or BYTES
 
 
+def run_global_batch(
+    config: TrainConfig, shapes: list[SampleShape], sp_sizes: list[int], world_size: int
+) -> GlobalBatchSize:
+    """The global-batch step: the batch :func:`size_global_batch` sizes when the
+    ``[scheduling]`` section gives none, never below what covers ``world_size`` ranks with
+    groups of the model's largest SP size (of ``sp_sizes``), then the batch the run
+    trains checked on its epochs (:func:`check_global_batch`): ``ValueError`` naming the
+    fix, before any rank starts when the check runs it."""
+    largest = max(sp_sizes, default=1)
+    tokens = [shape.tokens for shape in shapes]
+    batch = size_global_batch(config.scheduling, tokens, world_size=world_size, largest_sp=largest)
+    check_global_batch(
+        batch.applied(config.scheduling),
+        shapes,
+        world_size=world_size,
+        largest_sp=largest,
+        seed=config.job.seed,
+        epochs=config.training.epochs,
+        iterations=config.training.iterations,
+    )
+    return batch
+
+
 def assemble_run(
     config: TrainConfig, groups: ProcessGroups, prechecked: Prechecked | None = None
 ) -> Run:
@@ -165,8 +193,7 @@ def assemble_run(
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
-        tokens = [shape.tokens for shape in dataset.shapes()]
-        batch = size_global_batch(config.scheduling, tokens)
+        batch = run_global_batch(config, dataset.shapes(), sp_sizes, groups.world_size)
     scheduling = batch.applied(config.scheduling)
     if scheduling is not config.scheduling:  # the run records the batch it trains
         config = dataclasses.replace(config, scheduling=scheduling)

@@ -1,0 +1,105 @@
+"""The global batch covers the world's groups: the batch the library sizes gives every
+step, in every data order, one sample for each group of at most the model's largest SP
+size; a user's batch that would leave a step short is refused naming the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.global_batches import (
+    check_global_batch,
+    covering_samples,
+    covering_tokens,
+    epoch_batches,
+    samples_per_step,
+    size_global_batch,
+)
+from datacentric.settings import load_config
+from datacentric.shapes import SampleShape
+
+
+def _shapes(tokens: list[int]) -> list[SampleShape]:
+    return [SampleShape.text(t) for t in tokens]
+
+
+def _fewest(lengths: list[int], epochs: int, drop: bool = False, **bound) -> int:
+    """The fewest samples of any step over ``epochs`` epochs of the sampler."""
+    view = DatasetView(_shapes(lengths))
+    fewest = len(lengths)
+    for epoch in range(epochs):
+        batches, _ = epoch_batches(
+            view,
+            np.arange(len(lengths)),
+            seed=epoch,
+            epoch=epoch,
+            tokens_bound=bound.get("tokens"),
+            samples_bound=bound.get("samples"),
+            world_size=4,
+            drop_remainder=drop,
+        )
+        fewest = min(fewest, *(len(b) for b in batches))
+    return fewest
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_the_covering_bound_gives_every_step_enough_samples_in_any_order(drop):
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        count, needed = int(rng.integers(2, 41)), int(rng.integers(1, 5))
+        if count < needed:
+            continue
+        tokens = [int(t) for t in rng.integers(1, 400, size=count)]
+        bound = covering_tokens(tokens, needed, drop)
+        assert bound >= max(tokens)
+        assert _fewest(tokens, 6, drop, tokens=bound) >= needed, (tokens, needed, bound)
+
+
+def test_the_covering_sample_count_is_the_smallest_that_covers():
+    for count in range(1, 41):
+        for needed in range(1, 5):
+            if count < needed:
+                continue
+            bound = covering_samples(count, needed)
+            assert _fewest([10] * count, 1, samples=bound) >= needed
+            if bound > 1:
+                assert _fewest([10] * count, 1, samples=bound - 1) < needed
+
+
+def test_the_library_sizes_a_batch_that_covers_the_groups_and_says_why():
+    """The issue's case: 13 latents on a 2-head model at world 4 (groups of at most 2
+    ranks: 2 samples a step); the data-sized batch (60 tokens) left a step of one."""
+    tokens = [12, 24, 60, 12, 24, 12, 20, 8, 30, 36, 12, 24, 10]
+    scheduling = load_config(None).scheduling
+    old = size_global_batch(scheduling, tokens)  # one rank: the samples decide alone
+    assert old.tokens == max(tokens)
+    batch = size_global_batch(scheduling, tokens, world_size=4, largest_sp=2)
+    assert samples_per_step(4, 2) == 2 and batch.tokens == covering_tokens(tokens, 2)
+    assert "every step holds 2 samples" in batch.note and "at most 2" in batch.note
+    assert f"the longest sample ({max(tokens)} tokens)" in batch.note
+    check_global_batch(
+        batch.applied(scheduling), _shapes(tokens), world_size=4, largest_sp=2, seed=0, epochs=50
+    )
+    with pytest.raises(ValueError, match="needs 2: give more samples"):
+        size_global_batch(scheduling, [5], world_size=4, largest_sp=2)
+
+
+def test_a_users_batch_that_leaves_a_step_short_is_refused_naming_the_fix():
+    tokens = [12, 24, 60, 12, 24, 12, 20, 8, 30, 36, 12, 24, 10]
+    shapes, fix = _shapes(tokens), covering_tokens(tokens, 2)
+    check = dict(world_size=4, largest_sp=2, seed=0, epochs=3)
+    with pytest.raises(ValueError, match="smaller than the longest sample .60 tokens.; give at"):
+        check_global_batch(load_config(None, global_batch_tokens=59).scheduling, shapes, **check)
+    with pytest.raises(ValueError, match=f"need 2 a step; give --global-batch-tokens {fix} or"):
+        check_global_batch(load_config(None, global_batch_tokens=60).scheduling, shapes, **check)
+    for samples in (1, 2):  # 2 a step, in 7 steps of 13 samples: a step of one
+        with pytest.raises(ValueError, match="give --global-batch-samples 3 or more"):
+            given = load_config(None, global_batch_samples=samples).scheduling
+            check_global_batch(given, shapes, **check)
+    check_global_batch(load_config(None, global_batch_samples=3).scheduling, shapes, **check)
+    check_global_batch(load_config(None, global_batch_tokens=fix).scheduling, shapes, **check)
+    # a world of one group needs one sample a step: the longest sample is the only limit
+    check_global_batch(
+        load_config(None, global_batch_tokens=60).scheduling, shapes, **{**check, "world_size": 2}
+    )
