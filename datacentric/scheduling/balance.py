@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -205,6 +206,22 @@ def lpt(
     return owner, loads
 
 
+@dataclass
+class _Search:
+    """The state :func:`local_search` moves items in (arrays changed in place)."""
+
+    times: np.ndarray
+    group_class: np.ndarray
+    class_sizes: np.ndarray
+    owner: np.ndarray
+    t_own: np.ndarray
+    """Each item's time on its own group."""
+    loads: np.ndarray
+    counts: np.ndarray
+    held: list[set[int]]
+    """Each group's items, kept as moves and swaps go (an O(n) scan per move otherwise)."""
+
+
 def local_search(
     times: np.ndarray,
     group_class: np.ndarray,
@@ -217,79 +234,94 @@ def local_search(
 
     Keeps every group non-empty if it was. Returns the new ``owner``.
     """
-    class_sizes = np.asarray(class_sizes)
     n_groups = len(group_class)
     owner = owner.copy()
     t_own = times[np.arange(len(owner)), group_class[owner]]
-    loads = np.bincount(owner, weights=t_own, minlength=n_groups)
-    counts = np.bincount(owner, minlength=n_groups)
-    # Each group's items, kept as moves and swaps go (an O(n) scan per move otherwise).
     order = np.argsort(owner, kind="stable")
     cuts = np.searchsorted(owner[order], np.arange(n_groups + 1))
-    held = [set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)]
+    state = _Search(
+        times=times,
+        group_class=group_class,
+        class_sizes=np.asarray(class_sizes),
+        owner=owner,
+        t_own=t_own,
+        loads=np.bincount(owner, weights=t_own, minlength=n_groups),
+        counts=np.bincount(owner, minlength=n_groups),
+        held=[set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)],
+    )
     for _ in range(max_moves):
-        top = int(np.argmax(loads))
-        peak = loads[top]
-        if not held[top]:
+        top = int(np.argmax(state.loads))
+        if not state.held[top]:
             break
-        members = np.fromiter(sorted(held[top]), dtype=np.int64, count=len(held[top]))
+        members = np.fromiter(sorted(state.held[top]), dtype=np.int64, count=len(state.held[top]))
         members = members[np.argsort(-t_own[members], kind="stable")]
-        done = False
-        # Moves: an item leaves the top group for the cheapest group where that helps.
-        if counts[top] > 1:
-            # The first member (longest first) that some other group takes in time:
-            # per size class, the least loaded group of it other than the top one
-            # decides (addition is monotone, so this is the test over every group).
-            others = loads.copy()
-            others[top] = np.inf
-            least = np.full(times.shape[1], np.inf)
-            np.minimum.at(least, group_class, others)
-            reach = (least[None, :] + times[members]).min(axis=1)
-            helps = np.flatnonzero(reach < peak - EPS)
-            for j in members[helps[:1]]:
-                finish = loads + times[j, group_class]
-                finish[top] = np.inf
-                ok = np.flatnonzero(finish < peak - EPS)
-                if len(ok):
-                    gpu = class_sizes[group_class[ok]] * times[j, group_class[ok]]
-                    h = int(ok[np.lexsort((finish[ok], gpu))[0]])
-                    loads[top] -= t_own[j]
-                    loads[h] = finish[h]
-                    counts[top] -= 1
-                    counts[h] += 1
-                    owner[j], t_own[j] = h, times[j, group_class[h]]
-                    held[top].discard(int(j))
-                    held[h].add(int(j))
-                    done = True
-                    break
-        if done:
+        if state.counts[top] > 1 and _move_off(state, top, members):
             continue
-        # Swaps: exchange an item of the top group with a shorter one elsewhere.
-        t_i_here = times[:, group_class[top]]  # each item on the top group
-        others_left = loads[owner] - t_own  # each item's group without it
-        elsewhere = owner != top
-        owner_class = group_class[owner]
-        for j in members[:8]:
-            t_j_there = times[j, owner_class]  # j on each item's group
-            new_top = peak - t_own[j] + t_i_here
-            new_other = others_left + t_j_there
-            ok = elsewhere & (np.maximum(new_top, new_other) < peak - EPS)
-            if ok.any():
-                cand = np.flatnonzero(ok)
-                i = int(cand[np.argmin(np.maximum(new_top, new_other)[cand])])
-                h = int(owner[i])
-                loads[top], loads[h] = new_top[i], new_other[i]
-                owner[i], owner[j] = top, h
-                t_own[i], t_own[j] = t_i_here[i], t_j_there[i]
-                held[top].discard(int(j))
-                held[h].discard(i)
-                held[top].add(i)
-                held[h].add(int(j))
-                done = True
-                break
-        if not done:
+        if not _swap_off(state, top, members):
             break
     return owner
+
+
+def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
+    """Move one item of the top group (longest first) to the group where it costs the
+    fewest GPU-seconds among those where the makespan drops; False if none does."""
+    times, group_class, loads = state.times, state.group_class, state.loads
+    peak = loads[top]
+    # The first member (longest first) that some other group takes in time: per size
+    # class, the least loaded group of it other than the top one decides (addition is
+    # monotone, so this is the test over every group).
+    others = loads.copy()
+    others[top] = np.inf
+    least = np.full(times.shape[1], np.inf)
+    np.minimum.at(least, group_class, others)
+    reach = (least[None, :] + times[members]).min(axis=1)
+    helps = np.flatnonzero(reach < peak - EPS)
+    for j in members[helps[:1]]:
+        finish = loads + times[j, group_class]
+        finish[top] = np.inf
+        ok = np.flatnonzero(finish < peak - EPS)
+        if len(ok):
+            gpu = state.class_sizes[group_class[ok]] * times[j, group_class[ok]]
+            h = int(ok[np.lexsort((finish[ok], gpu))[0]])
+            loads[top] -= state.t_own[j]
+            loads[h] = finish[h]
+            state.counts[top] -= 1
+            state.counts[h] += 1
+            state.owner[j], state.t_own[j] = h, times[j, group_class[h]]
+            state.held[top].discard(int(j))
+            state.held[h].add(int(j))
+            return True
+    return False
+
+
+def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
+    """Exchange one of the top group's 8 longest items with a shorter one elsewhere
+    where that lowers both groups below the makespan; False if no exchange does."""
+    times, group_class, loads = state.times, state.group_class, state.loads
+    owner, t_own = state.owner, state.t_own
+    peak = loads[top]
+    t_i_here = times[:, group_class[top]]  # each item on the top group
+    others_left = loads[owner] - t_own  # each item's group without it
+    elsewhere = owner != top
+    owner_class = group_class[owner]
+    for j in members[:8]:
+        t_j_there = times[j, owner_class]  # j on each item's group
+        new_top = peak - t_own[j] + t_i_here
+        new_other = others_left + t_j_there
+        ok = elsewhere & (np.maximum(new_top, new_other) < peak - EPS)
+        if ok.any():
+            cand = np.flatnonzero(ok)
+            i = int(cand[np.argmin(np.maximum(new_top, new_other)[cand])])
+            h = int(owner[i])
+            loads[top], loads[h] = new_top[i], new_other[i]
+            owner[i], owner[j] = top, h
+            t_own[i], t_own[j] = t_i_here[i], t_j_there[i]
+            state.held[top].discard(int(j))
+            state.held[h].discard(i)
+            state.held[top].add(i)
+            state.held[h].add(int(j))
+            return True
+    return False
 
 
 def cut_gpu_seconds(
