@@ -30,20 +30,43 @@ from datacentric.settings.sections import (
     ValidationConfig,
 )
 
-#: Section name -> its dataclass, in file order.
+
+@dataclasses.dataclass(kw_only=True, init=False)
+class Sections:
+    """The sections of a run's settings, in file order: the one list of them.
+    :class:`~datacentric.settings.run_settings.TrainConfig` holds these fields (it
+    derives from this class) and :data:`SECTIONS` is read from it."""
+
+    job: JobConfig = dataclasses.field(default_factory=JobConfig)
+    """``[job]``: run folder, seed, overwrite."""
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    """``[model]``: the model, its arguments and dtype."""
+    lora: LoraConfig = dataclasses.field(default_factory=LoraConfig)
+    """``[lora]``: LoRA fine-tuning."""
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    """``[data]``: the dataset and how it is read."""
+    training: TrainingConfig = dataclasses.field(default_factory=TrainingConfig)
+    """``[training]``: optimizer, learning rate, length of the run."""
+    parallelism: ParallelismConfig = dataclasses.field(default_factory=ParallelismConfig)
+    """``[parallelism]``: ranks, sharding, device."""
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    """``[checkpoint]``: saving and resuming."""
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
+    """``[metrics]``: logs, TensorBoard, W&B, plots."""
+    profiling: ProfilingConfig = dataclasses.field(default_factory=ProfilingConfig)
+    """``[profiling]``: ``torch.profiler`` traces."""
+    cost: CostConfig = dataclasses.field(default_factory=CostConfig)
+    """``[cost]``: the cost model and the cost profiler."""
+    scheduling: SchedulingConfig = dataclasses.field(default_factory=SchedulingConfig)
+    """``[scheduling]``: the policy and its options."""
+    validation: ValidationConfig = dataclasses.field(default_factory=ValidationConfig)
+    """``[validation]``: the held-out loss during training."""
+
+
+#: Section name -> its dataclass, in file order (read from :class:`Sections`).
 SECTIONS: dict[str, type] = {
-    "job": JobConfig,
-    "model": ModelConfig,
-    "lora": LoraConfig,
-    "data": DataConfig,
-    "training": TrainingConfig,
-    "parallelism": ParallelismConfig,
-    "checkpoint": CheckpointConfig,
-    "metrics": MetricsConfig,
-    "profiling": ProfilingConfig,
-    "cost": CostConfig,
-    "scheduling": SchedulingConfig,
-    "validation": ValidationConfig,
+    f.name: f.default_factory  # type: ignore[misc]
+    for f in dataclasses.fields(Sections)
 }
 
 #: Sections whose flat keys carry the section's name as a prefix (``lora_rank``); the

@@ -21,7 +21,7 @@ import json
 import os
 import tomllib
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from datacentric.regular_files import NotRegularFileError, kind_of, open_regular
 from datacentric.settings.checks import check_resume, check_validation, parse_fault
 from datacentric.settings.layout import (
     SECTIONS,
+    Sections,
     flat_docs,
     flat_index,
     key_of,
@@ -86,33 +87,9 @@ def _sections_of(flat: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 @dataclass(kw_only=True, init=False)
-class TrainConfig:
-    """Every setting of a run: one field per section (``settings.training.lr``)."""
-
-    job: JobConfig = field(default_factory=JobConfig)
-    """``[job]``: run folder, seed, overwrite."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    """``[model]``: the model, its arguments and dtype."""
-    lora: LoraConfig = field(default_factory=LoraConfig)
-    """``[lora]``: LoRA fine-tuning."""
-    data: DataConfig = field(default_factory=DataConfig)
-    """``[data]``: the dataset and how it is read."""
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    """``[training]``: optimizer, learning rate, length of the run."""
-    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
-    """``[parallelism]``: ranks, sharding, device."""
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    """``[checkpoint]``: saving and resuming."""
-    metrics: MetricsConfig = field(default_factory=MetricsConfig)
-    """``[metrics]``: logs, TensorBoard, W&B, plots."""
-    profiling: ProfilingConfig = field(default_factory=ProfilingConfig)
-    """``[profiling]``: ``torch.profiler`` traces."""
-    cost: CostConfig = field(default_factory=CostConfig)
-    """``[cost]``: the cost model and the cost profiler."""
-    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
-    """``[scheduling]``: the policy and its options."""
-    validation: ValidationConfig = field(default_factory=ValidationConfig)
-    """``[validation]``: the held-out loss during training."""
+class TrainConfig(Sections):
+    """Every setting of a run: one field per section (``settings.training.lr``), the
+    sections of :class:`~datacentric.settings.layout.Sections`."""
 
     def __init__(
         self,
@@ -133,10 +110,8 @@ class TrainConfig:
     ) -> None:
         """The sections (``training=TrainingConfig(lr=0.01)``; an unset one takes its
         defaults); flat keys (``lr=0.01``, deprecated) are set over them."""
-        given = dict(job=job, model=model, lora=lora, data=data, training=training)
-        given.update(parallelism=parallelism, checkpoint=checkpoint, metrics=metrics)
-        given.update(profiling=profiling, cost=cost, scheduling=scheduling)
-        given.update(validation=validation)
+        arguments = locals()  # the sections' parameters, named as SECTIONS names them
+        given = {name: arguments[name] for name in SECTIONS}
         if model is not None and not _is_section("model", model):
             flat["model"], given["model"] = model, None  # TrainConfig(model="llama")
         for key in flat:

@@ -18,7 +18,9 @@ from datacentric.settings.sections import LoraConfig, TrainingConfig
 def test_train_config_is_a_composition_of_sections_not_their_subclass():
     fields = [f.name for f in dataclasses.fields(TrainConfig)]
     assert fields == list(SECTIONS)
-    assert TrainConfig.__mro__[1:] == (object,)
+    # its one base is the list of sections (layout.Sections), holding them as fields
+    assert [c.__name__ for c in TrainConfig.__mro__[1:]] == ["Sections", "object"]
+    assert not set(TrainConfig.__mro__) & set(SECTIONS.values())
     settings = load_config(None, lr=0.01, lora_rank=4, policy="static", seed=3)
     assert isinstance(settings.training, TrainingConfig) and settings.training.lr == 0.01
     assert isinstance(settings.lora, LoraConfig) and settings.lora.rank == 4

@@ -116,3 +116,20 @@ def test_model_config_names_only_the_model_section():
     with pytest.warns(DeprecationWarning, match="PresetConfig"):
         old = configs.ModelConfig
     assert old == configs.PresetConfig
+
+
+def test_the_section_list_is_written_once():
+    """``layout.Sections`` lists the sections; ``SECTIONS`` and ``TrainConfig``'s fields
+    are read from it, and ``TrainConfig``'s typed keyword parameters (its public
+    signature) name the same sections in the same order, each ``<its class> | None``."""
+    from datacentric.settings import TrainConfig
+    from datacentric.settings.layout import Sections
+
+    listed = [(f.name, f.default_factory) for f in dataclasses.fields(Sections)]
+    assert list(SECTIONS.items()) == listed
+    assert [(f.name, f.default_factory) for f in dataclasses.fields(TrainConfig)] == listed
+    params = inspect.signature(TrainConfig).parameters.values()
+    keywords = [(p.name, p.annotation) for p in params if p.kind is p.KEYWORD_ONLY]
+    assert keywords == [(name, f"{cls.__name__} | None") for name, cls in SECTIONS.items()]
+    settings = TrainConfig(scheduling=SchedulingConfig(policy="static"))
+    assert settings.scheduling.policy == "static"
