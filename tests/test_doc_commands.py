@@ -1,15 +1,23 @@
-"""Every command of a shell block in README.md and docs/*.md, so the docs cannot go stale.
+"""Every command of a shell block and every Python block in README.md and docs/*.md, so the
+docs cannot go stale.
 
 Each ``datacentric`` command must parse with today's flags (no unknown, removed or
 deprecated flag),
 and every command is either run (cheap ones as written, expensive ones with the tiny
 overrides of :data:`RUN`) or skipped for a reason named in :data:`SKIPPED` (a GPU, several
 nodes, a placeholder such as ``hf:my-model``, a set-up step). A command in neither fails
-the test: a new doc command is classified when it is written.
+the test: a new doc command is classified when it is written. Usage lines (``datacentric
+schedule (--dataset NAME | ...)``) and inline mentions (`` `datacentric plan --profile-dir
+DIR` ``) may name only the flags their command's ``--help`` shows.
+
+Every Python block is linted with the project's ruff rules and is run (with the tiny inputs
+of :data:`PYTHON_BLOCKS`) or skipped for a reason named there; a fragment (names the page
+defines around it) may use names it does not define.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -195,3 +203,198 @@ def test_the_readme_commands_after_make_setup_run_in_a_fresh_shell() -> None:
         check=False,
     )
     assert done.returncode == 0, f"{after}\n{done.stdout[-800:]}\n{done.stderr[-800:]}"
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    from datacentric.cli.main import build_parser
+
+    return build_parser()._subparsers._group_actions[0].choices
+
+
+#: a ``--flag`` inside a text (not the end of a longer word such as ``x--y``)
+FLAG = re.compile(r"(?<![\w-])--[a-z][\w.-]*[a-z0-9]")
+GLOBAL_FLAGS = {"--help", "--debug", "--verbose", "--version"}
+
+
+def flag_mentions() -> list[tuple[str, str, str]]:
+    """(doc, sub-command, text) of every usage block (``datacentric SUB (...``, all its
+    lines) and every inline code span ``datacentric SUB ...`` outside the blocks."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for block in shell_blocks(text):
+            usage = re.match(r"\s*datacentric ([a-z]+) \(", block)
+            if usage:
+                found.append((doc.name, usage.group(1), block))
+        prose = re.sub(r"```.*?```", "", text, flags=re.S).replace("\n", " ")
+        for span in re.finditer(r"`datacentric ([a-z]+)([^`]*)`", prose):
+            found.append((doc.name, span.group(1), span.group(2)))
+    return found
+
+
+def flag_problems(mentions: list[tuple[str, str, str]]) -> list[str]:
+    """Each flag of ``mentions`` its command's ``--help`` does not show (unknown, retired,
+    or deprecated: an old name parses with a note but is hidden)."""
+    commands = _subcommands()
+    problems = []
+    for doc, command, text in mentions:
+        if command not in commands:
+            problems.append(f"{doc}: datacentric {command}: no such command")
+            continue
+        shown = {
+            flag
+            for action in commands[command]._actions
+            if action.help != argparse.SUPPRESS
+            for flag in action.option_strings
+        }
+        unknown = [f for f in FLAG.findall(text) if f not in shown | GLOBAL_FLAGS]
+        if unknown:
+            problems.append(f"{doc}: datacentric {command}: not in its --help: {unknown}")
+    return problems
+
+
+def test_usage_lines_and_inline_commands_name_todays_flags() -> None:
+    mentions = flag_mentions()
+    assert any(text.lstrip().startswith("datacentric schedule (") for _, _, text in mentions)
+    problems = flag_problems(mentions)
+    assert not problems, problems
+    planted = [("x.md", "schedule", "datacentric schedule (--profile DIR | --model M)")]
+    planted.append(("x.md", "simulate", " --preset opensora-short --world 32"))
+    assert [p.split(": ")[-1] for p in flag_problems(planted)] == [
+        "['--profile']",
+        "['--preset']",
+    ]
+
+
+PYTHON_FENCES = ("python", "py")
+
+#: (doc, how a Python block begins) -> how the test treats it: a dict of replacements runs
+#: the block with them (tiny inputs, ``{tmp}`` a scratch folder; empty: as written); a
+#: string says why it is not run. Every block is linted; one whose reason begins with
+#: "fragment" may use names the page defines around it.
+PYTHON_BLOCKS: dict[tuple[str, str], dict[str, str] | str] = {
+    ("README.md", "import torch\n\nfrom datacentric import DataCentric\n"): {
+        "jsonl:data/train.jsonl": "jsonl:{tmp}/train.jsonl",
+        "hf:path/to/model": "hf:llama",
+        "iterations=6": "iterations=2",
+    },
+    ("README.md", "from datacentric import DataCentric\n\ndc = "): (
+        "fragment: the lines examples/train_datacentric.py changes (test_train_api runs it)"
+    ),
+    ("diffusers.md", "import torch\n\nfrom datacentric.models.diffusers_build import"): (
+        "fragment: a placeholder folder (path/to/transformer) and the page's batch"
+    ),
+    ("huggingface.md", "import torch\n\nfrom datacentric.models import HFCausalLM"): {},
+    ("integrations.md", "from datasets import Dataset\n"): (
+        "a placeholder model folder (my-model): tests/runtime/integrations runs the drop-in "
+        "trainers on tiny ones"
+    ),
+    ("integrations.md", "from transformers import AutoModelForCausalLM"): (
+        "fragment: the page's tokenizer and tokenized dataset, a placeholder folder (my-model)"
+    ),
+    ("models.md", "import torch\n\nfrom datacentric.models import build_model"): (
+        "fragment: the page's batch (a PackedBatch)"
+    ),
+    ("scheduling.md", "from datacentric.scheduling import build_schedule"): (
+        "fragment: the shapes, cost model and plan of the page's earlier steps"
+    ),
+    ("scheduling.md", "from torch.utils.data import DataLoader"): (
+        "fragment: a run's schedule, rank, dataset and model"
+    ),
+}
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(doc, body) of every Python block of README.md and docs/*.md."""
+    found = []
+    for doc in DOCS:
+        body, language = None, ""
+        for line in doc.read_text(encoding="utf-8").splitlines():
+            fence = re.match(r"^\s*```(\S*)", line)
+            if fence and body is None:
+                body, language = [], fence.group(1)
+            elif fence:
+                if language in PYTHON_FENCES:
+                    found.append((doc.name, "\n".join(body) + "\n"))
+                body = None
+            elif body is not None:
+                body.append(line)
+    return found
+
+
+def classified_python_blocks() -> list[tuple[str, str, dict[str, str] | str]]:
+    """(doc, body, treatment) of every Python block; fails on a block no entry of
+    :data:`PYTHON_BLOCKS` (or more than one) describes, and on an entry that describes none."""
+    blocks = python_blocks()
+    found, unclassified = [], []
+    for doc, body in blocks:
+        keys = [k for k in PYTHON_BLOCKS if k[0] == doc and body.startswith(k[1])]
+        if len(keys) != 1:
+            unclassified.append(f"{doc}: {body.splitlines()[0]!r} ({len(keys)} entries)")
+        else:
+            found.append((doc, body, PYTHON_BLOCKS[keys[0]]))
+    assert not unclassified, f"classify in PYTHON_BLOCKS: {unclassified}"
+    stale = [
+        k for k in PYTHON_BLOCKS if not any(d == k[0] and b.startswith(k[1]) for d, b in blocks)
+    ]
+    assert not stale, f"PYTHON_BLOCKS names blocks no doc has any more: {stale}"
+    return found
+
+
+def test_every_python_block_passes_the_projects_lint(tmp_path: Path) -> None:
+    ruff = Path(sys.executable).parent / "ruff"
+    if not ruff.exists():
+        pytest.skip("ruff is not installed (the dev extra)")
+    files = []
+    for n, (doc, body, how) in enumerate(classified_python_blocks()):
+        fragment = isinstance(how, str) and how.startswith("fragment")
+        head = "# ruff: noqa: F821\n" if fragment else ""  # names the page defines
+        files.append(tmp_path / f"{doc.removesuffix('.md')}_{n}.py")
+        files[-1].write_text(head + body, encoding="utf-8")
+    planted = tmp_path / "planted.py"
+    planted.write_text("optimizer.step()\n", encoding="utf-8")  # the README's NameError
+    done = subprocess.run(
+        [str(ruff), "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"),
+         "--output-format", "concise", *map(str, files), str(planted)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(str(tmp_path))]
+    assert [ln for ln in lines if "planted.py" in ln and "F821" in ln], done.stdout
+    problems = [ln for ln in lines if "planted.py" not in ln]
+    assert not problems, problems
+
+
+#: runs each block file it is given in a fresh namespace; one line per failure
+RUN_BLOCKS = """
+import runpy, sys, traceback
+for path in sys.argv[1:]:
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except BaseException:
+        print("FAILED", path, traceback.format_exc(limit=-2).strip().splitlines()[-1])
+"""
+
+
+def test_python_blocks_run_on_tiny_inputs(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    words = "the quick brown fox jumps over the lazy dog again and again".split()
+    records = [{"text": " ".join(words[i:] + words[:i])} for i in range(8)]
+    (tmp_path / "train.jsonl").write_text("".join(f'{{"text": "{r["text"]}"}}\n' for r in records))
+    files = []
+    for n, (doc, body, how) in enumerate(classified_python_blocks()):
+        if isinstance(how, str):
+            continue
+        for old, new in how.items():
+            assert old in body, f"{doc}: the block no longer holds {old!r}"
+            body = body.replace(old, new.replace("{tmp}", str(tmp_path)))
+        files.append(tmp_path / f"{doc.removesuffix('.md')}_{n}.py")
+        files[-1].write_text(body, encoding="utf-8")
+    assert len(files) >= 2, files
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DATACENTRIC_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_BLOCKS, *map(str, files)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=280, env=env, check=False,
+    )  # fmt: skip
+    failed = [ln for ln in done.stdout.splitlines() if ln.startswith("FAILED")]
+    assert done.returncode == 0 and not failed, (failed, done.stderr[-2000:])
+    assert "step 0 loss" in done.stdout, done.stdout  # the README's loop ran
