@@ -15,6 +15,8 @@ command to this.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from typing import Any
 
 from datacentric.cli.flags import add_deprecated_alias, add_plain_flag, config_option
@@ -218,6 +220,23 @@ def add_out_flag(container: Any, *, required: bool = False, note: str = "") -> N
 def add_json_flag(parser: argparse.ArgumentParser, note: str = "") -> None:
     """``--json``: the command's result as one JSON object on stdout."""
     add_plain_flag(parser, "--json", action="store_true", help=JSON_HELP, note=note)
+
+
+def json_text(result: Any) -> str:
+    """``result`` as the strict JSON ``--json`` prints: a float that is not finite (a
+    figure with nothing to measure against) is written ``null``, never ``Infinity`` or
+    ``NaN``, which strict parsers refuse."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(item) for item in value]
+        return value
+
+    return json.dumps(finite(result), allow_nan=False)
 
 
 def add_json_out_flag(parser: argparse.ArgumentParser, note: str, **kwargs: Any) -> None:

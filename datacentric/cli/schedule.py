@@ -15,7 +15,6 @@ Settings may come from ``--config FILE`` (the keys of its flags; flags override 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from datacentric.cli.flag_groups import (
     add_skip_unfittable_flag,
     add_split_mode_flag,
     add_world_flag,
+    json_text,
     limit_splits,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"datacentric schedule: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(summary))
+        print(json_text(summary))
         return 0
     for name, row in summary.get("policies", {"": summary}).items():
         if name:

@@ -17,7 +17,6 @@ override it).
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from datacentric.cli.flag_groups import (
@@ -30,6 +29,7 @@ from datacentric.cli.flag_groups import (
     add_shard_flags,
     add_split_mode_flag,
     add_world_flag,
+    json_text,
     limit_splits,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
@@ -167,7 +167,7 @@ def _steps_why(args: argparse.Namespace, shapes: Any, steps: int) -> str:
 def run(args: argparse.Namespace) -> int:
     report = simulate_command(args)
     if args.json:
-        print(json.dumps(report))
+        print(json_text(report))
         return 0
     print(
         f"{report['workload']}: {report['samples']} samples, {report['model']} on "

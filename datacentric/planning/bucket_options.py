@@ -9,9 +9,10 @@ options of every bucket (:func:`evaluate_option`) and the
 them. The search functions here are the one place a configuration is searched.
 
 **Splits.** A group of ``sp`` ranks runs Ulysses over ``u`` ranks inside a ring of
-``r = sp / u`` (:func:`split_candidates`): within a node Ulysses alone (its all-to-all
-runs on NVLink); across nodes, or past the head count, also the ring degree that keeps
-the largest Ulysses group the heads allow within one node, and a ring alone. The
+``r = sp / u`` (:func:`split_candidates`): Ulysses alone and a ring over the whole
+group (inside a node too: a ring hides its K/V transfers behind attention where
+Ulysses pays its all-to-alls in full); across nodes, or past the head count, also the
+ring degree that keeps the largest Ulysses group the heads allow within one node. The
 planner keeps, per (SP size, recomputation), the split with the fewest GPU-seconds
 per sample, Ulysses on ties: where rings are not cheaper, options are as before.
 """
@@ -66,8 +67,18 @@ def split_candidates(cost_model: CostModel, sp: int) -> list[int]:
     if sp > node or not supports_split(cost_model, sp, 1):
         within = [u for u in range(min(sp, node), 0, -1) if sp % u == 0]
         hybrid = next((sp // u for u in within if supports_split(cost_model, sp, sp // u)), None)
-        tried += [r for r in (hybrid, sp) if r is not None]
-    return [r for r in dict.fromkeys(tried) if supports_split(cost_model, sp, r)]
+        tried.append(hybrid)
+    tried.append(sp)  # a ring over the whole group (inside a node it hides its transfers)
+    return [r for r in dict.fromkeys(tried) if r is not None and supports_split(cost_model, sp, r)]
+
+
+def accepted_splits(cost_model: CostModel, sp: int) -> list[int]:
+    """Every ring degree a group of ``sp`` ranks can run, ascending: each divisor of
+    ``sp`` (what ``Assignment`` and the runtime's process groups accept) that the cost
+    model prices (its heads divide the Ulysses degree ``sp / r``, the model's largest
+    ring). The proved bound minimises over all of them, the planner over
+    :func:`split_candidates` (a subset)."""
+    return [r for r in range(1, sp + 1) if sp % r == 0 and supports_split(cost_model, sp, r)]
 
 
 def max_batch(

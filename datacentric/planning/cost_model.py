@@ -221,7 +221,16 @@ class CachedCostModel(ABC):
 class WrappedCostModel(CachedCostModel):
     """A cost model that answers as the one it wraps (``inner``) except for what a
     subclass prices itself: every other attribute (``block_kinds``,
-    ``supports_sp_size``, ``max_ring_size``, ...) is the wrapped model's."""
+    ``supports_sp_size``, ``max_ring_size``, ...) is the wrapped model's.
+
+    Except the floor (``pass_floor``, which the proved bound reads): a wrapper that
+    changes a pass's time or memory must define its own, or it offers none (the bound
+    then falls back to the priced one); only a wrapper whose :attr:`same_prices` says
+    it prices every pass it runs as the wrapped model does inherits the wrapped one."""
+
+    #: Whether every pass this wrapper prices costs what the wrapped model says (it
+    #: only limits which passes run), so the wrapped model's ``pass_floor`` holds.
+    same_prices: bool = False
 
     def __init__(self, cost_model: CostModel) -> None:
         self.inner = cost_model
@@ -229,6 +238,11 @@ class WrappedCostModel(CachedCostModel):
     def __getattr__(self, name: str) -> Any:
         if name == "inner" or name.startswith("__"):
             raise AttributeError(name)
+        if name == "pass_floor" and not self.same_prices:
+            raise AttributeError(
+                f"{type(self).__name__} changes the wrapped model's prices and defines no "
+                "pass_floor of its own"
+            )
         return getattr(self.inner, name)
 
     @property

@@ -18,11 +18,20 @@ scheduled for what it runs, not as training passes:
 
 Every recomputation setting prices the same (a no-grad forward recomputes nothing), so
 the planner's options for a bucket differ only by SP size and micro-batch size.
+
+**Its floor** (:meth:`ForwardOnlyCostModel.pass_floor`, what the proved bound reads),
+defined only when the wrapped model has one: seconds, a third of the wrapped model's
+floor without recomputation (a forward-only pass takes ``compute / 3 + comm / 2 >=
+(compute + comm) / 3`` of that pass, which is never below its floor); bytes, the
+lesser of the wrapped floors without and with every block recomputed (the pass's
+memory is the lesser of those two passes'). Both keep the wrapped floor's promises
+(``tests/pure/planning/test_floor_contract.py`` checks every cost model's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from datacentric.planning.cost_model import (
     PassBreakdown,
@@ -56,6 +65,27 @@ class ForwardOnlyCostModel(WrappedCostModel):
     def supports_split(self, sp_size: int, ring_size: int) -> bool:
         """The wrapped model's answer."""
         return supports_split(self.inner, sp_size, ring_size)
+
+    @property
+    def pass_floor(self) -> Callable[..., tuple[float, float]]:
+        """The floor of a forward-only pass (see the module doc); ``AttributeError``
+        when the wrapped model offers none."""
+        inner = getattr(self.inner, "pass_floor", None)
+        if inner is None:
+            raise AttributeError(f"{type(self.inner).__name__} offers no pass_floor")
+        blocks = self.inner.num_blocks
+
+        def floor(
+            shapes: Sequence[SampleShape],
+            sp_size: int,
+            recompute: Sequence[bool],  # noqa: ARG001 - a forward recomputes nothing
+            **split: Any,
+        ) -> tuple[float, float]:
+            plain_s, plain_b = inner(shapes, sp_size, (False,) * blocks, **split)
+            _, kept_b = inner(shapes, sp_size, (True,) * blocks, **split)
+            return plain_s * FORWARD_SHARE, min(plain_b, kept_b)
+
+        return floor
 
     def _forward(self, shapes: tuple[SampleShape, ...], sp_size: int, ring: int) -> PassBreakdown:
         blocks = self.inner.num_blocks

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datacentric.planning.bucket_options import split_candidates
+from datacentric.planning.bucket_options import accepted_splits
 from datacentric.planning.cost_model import CostModel
 from datacentric.shapes import SampleShape
 
@@ -120,7 +120,9 @@ def proved_prices(
     recompute: str | None = None,
 ) -> np.ndarray | None:
     """Per shape, its proved price in GPU-seconds (module doc) over the SP sizes
-    ``sizes`` and every split the model prices, under ``cap`` bytes per rank;
+    ``sizes`` and every split a group of each runs
+    (:func:`~datacentric.planning.bucket_options.accepted_splits`: every ring degree
+    dividing it that the model prices, inside a node too), under ``cap`` bytes per rank;
     infinity where it fits nothing; ``None`` when the model offers no floor.
     ``recompute``: ``"none"`` or ``"full"`` prices only passes recomputing no block or
     every block (a policy that runs one of them for all data); default every count."""
@@ -143,7 +145,7 @@ def proved_prices(
     powers = np.vander(np.array([shapes[i].tokens for i in text], dtype=float), 3)
     best = np.full(len(shapes), np.inf)
     for sp in sizes:
-        for ring in split_candidates(cost_model, sp):
+        for ring in accepted_splits(cost_model, sp):
             floor = _floor_at(cost_model, sp, ring)
             empty = np.array([[floor((), f, False)] for f in flags])  # points x 1 x 2
             fixed_s, fixed_b = _on_grid(empty, grid, slopes)

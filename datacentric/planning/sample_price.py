@@ -31,7 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datacentric.planning.bucket_options import max_batch, safe_time, split_candidates
+from datacentric.planning.bucket_options import (
+    accepted_splits,
+    max_batch,
+    safe_time,
+    split_candidates,
+)
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.planner import choose_recompute
 from datacentric.shapes import SampleShape
@@ -93,11 +98,12 @@ def sample_price(
 
 
 def fastest_run(cost_model: CostModel, shape: SampleShape, sizes: Sequence[int], cap: int) -> float:
-    """Shortest time of one sample of ``shape`` alone on any of ``sizes`` and splits,
+    """Shortest time of one sample of ``shape`` alone on any of ``sizes`` and every
+    split a group of each runs (:func:`~datacentric.planning.bucket_options.accepted_splits`),
     with the fastest recomputation that fits (infinity where nothing fits)."""
     best = float("inf")
     for sp in sizes:
-        for ring in split_candidates(cost_model, sp):
+        for ring in accepted_splits(cost_model, sp):
             choice = choose_recompute(cost_model, [shape], sp, cap, ring)
             if choice is not None:
                 best = min(best, choice.time_s)

@@ -34,7 +34,11 @@ class SplitLimitedCostModel(WrappedCostModel):
 
     On a group of ``sp`` ranks the ``ring`` mode runs every pass on a ring of ``sp``;
     a pass asked without a ring degree on ``sp > 1`` is priced as that ring (the group
-    has no other split), so callers that know only SP sizes see ring CP."""
+    has no other split), so callers that know only SP sizes see ring CP. A pass it
+    runs costs what the wrapped model says, so the wrapped model's floor holds
+    (asked on the split the pass runs)."""
+
+    same_prices = True
 
     def __init__(self, cost_model: CostModel, mode: str) -> None:
         if mode not in SPLIT_MODES:

@@ -110,7 +110,27 @@ def sample_gpu_seconds(
     for rows, distinct, inverse in groups:
         prices = np.array([table.prices[(s, *key)] for s in distinct])
         out[rows] = prices[inverse]
-    return out
+    return _priced_past(
+        table,
+        sizes,
+        out,
+        lambda rows, wider: sample_gpu_seconds(table, ids[rows], wider, recompute),
+    )
+
+
+def _priced_past(table: OptionTable, sizes: list[int], prices: np.ndarray, price) -> np.ndarray:
+    """``prices`` with each infinite entry (a sample that fits nothing on ``sizes``,
+    e.g. up to ``--max-sp-size``) priced by ``price(rows, wider)`` on every size a step
+    may use: the policies put such a sample on a larger group (docs/scheduling.md,
+    "Steps too small for the world"), so the bound prices it on the groups it may get,
+    never infinite where some group runs it."""
+    wider = list(table.all_sizes)
+    rows = np.flatnonzero(~np.isfinite(prices))
+    if len(rows) == 0 or set(wider) <= set(sizes):
+        return prices
+    prices = prices.copy()
+    prices[rows] = price(rows, wider)
+    return prices
 
 
 def _proved(
@@ -151,12 +171,18 @@ def old_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
         prices = [_price(table, SampleShape.text(int(n)), sizes) for n in floors[::-1]]
         prices = np.asarray(prices[::-1])
         out[rows] = prices[class_of]
-    return out
+    return _priced_past(table, sizes, out, lambda rows, wider: _old_prices(table, ids[rows], wider))
+
+
+def _old_prices(table: OptionTable, ids: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """:func:`old_gpu_seconds` of ``ids`` on ``sizes``, each sample at its own shape."""
+    return np.array([_price(table, table.view.shapes[int(i)], sizes) for i in ids])
 
 
 def bound_sizes(table: OptionTable) -> list[int]:
     """The SP sizes the bounds price samples on: every size a step may use, up to
-    ``max_sp_size`` (the world when not given)."""
+    ``max_sp_size`` (the world when not given); a sample that fits none of them is
+    priced on every size a step may use (:func:`_priced_past`)."""
     top = table.max_sp_size or table.world_size
     return [s for s in table.all_sizes if s <= top]
 
@@ -207,6 +233,8 @@ def step_bound_s(
         members = ids[buckets == b]
         longest = int(members[np.argmax(view.tokens[members])])
         fastest = _fastest(table, view.shapes[longest], sizes)
+        if not np.isfinite(fastest):  # on larger groups, as in _priced_past
+            fastest = _fastest(table, view.shapes[longest], list(table.all_sizes))
         if np.isfinite(fastest):
             slowest = max(slowest, fastest)
     if gpu_seconds is None:

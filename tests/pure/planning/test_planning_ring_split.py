@@ -30,7 +30,7 @@ def test_splits_reach_past_the_head_count_only_with_a_ring(llama):
     assert llama.supports_split(64, 2) and llama.supports_split(64, 64)
     assert not llama.supports_split(64, 1)  # 64 ranks cannot split 32 heads
     assert not llama.supports_split(16, 3)
-    assert split_candidates(llama, 8) == [1]  # within a node: Ulysses alone
+    assert split_candidates(llama, 8) == [1, 8]  # within a node: Ulysses, or a ring
     assert split_candidates(llama, 16) == [1, 2, 16]  # Ulysses of 8 within each node
     assert split_candidates(llama, 64) == [8, 64]
     within, across = sp_size_tiers(llama, 64)
@@ -73,10 +73,16 @@ def test_the_plan_offers_rings_past_the_head_count_and_keeps_ulysses_where_it_is
     plan = plan_buckets(make_buckets(shapes), llama, world_size=64, memory_cap_bytes=100 * 2**30)
     options = [o for b in plan.buckets.values() for o in b.options]
     assert {o.sp_size for o in options if o.ring_size > 1} >= {64}
-    assert all(o.ring_size == 1 for o in options if o.sp_size <= 8)
     short = plan.options_of(next(n for n, b in plan.buckets.items() if b.shape.tokens == 2048))
     assert all(o.ring_size == 1 for o in short if o.sp_size <= 32)  # short: no ring pays
     long = next(n for n, b in plan.buckets.items() if b.shape.tokens == 1 << 20)
+    # 1M tokens inside a node: a ring over the 8 GPUs hides its transfers, Ulysses'
+    # all-to-alls do not, so the plan takes the ring there
+    inside = [o for o in plan.options_of(long) if o.sp_size == 8]
+    assert inside and all(o.ring_size == 8 for o in inside)
+    for o in inside:
+        ulysses = split_breakdown(llama, [SampleShape.text(1 << 20)], 8, o.recompute, 1)
+        assert o.times[0] < ulysses.time_s
     best = plan.preferred(long)
     row = plan.bucket_row(long, llama)
     assert row.get("ring", 1) == best.ring_size and row["sp_size"] == best.sp_size

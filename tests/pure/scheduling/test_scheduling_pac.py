@@ -38,13 +38,13 @@ def test_a_short_member_recomputes_what_it_needs(llama):
     for i in (1, 2, 3):
         item = Item(b, [i], lengths[i])
         for sp in (1, 2, 4):
-            cfg = by_bucket.config(b, sp)
+            cfg, seconds = per_member.item_option(item, sp)  # the split that runs it fastest
             if cfg is None:
                 continue
             rc = per_member.micro_batch_recompute(item, sp, cfg)
             own = split_breakdown(llama, [shapes[i]], sp, rc, cfg.ring_size)
             assert own.memory_bytes <= CAP
-            assert per_member.item_time(item, sp) <= by_bucket.item_time(item, sp)
-            assert per_member.item_time(item, sp) == pytest.approx(own.time_s)
+            assert seconds <= by_bucket.item_time(item, sp)
+            assert seconds == pytest.approx(own.time_s)
             saved += sum(cfg.recompute) - sum(rc)
     assert saved > 0  # some member recomputes fewer blocks than the representative

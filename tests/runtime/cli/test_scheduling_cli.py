@@ -167,3 +167,30 @@ def test_schedule_without_a_policy_runs_the_train_default(lengths_file, capsys):
     argv = ["schedule", "--lengths", str(lengths_file), "--world", "4", "--json"]
     assert main([*argv, "--model", "llama-7b", "--hardware", "h200-sxm"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == flat_defaults()["policy"] == "dcp-opt"
+
+
+def _refuse(constant):
+    raise ValueError(f"not strict JSON: {constant}")
+
+
+def test_samples_past_max_sp_size_get_finite_figures_and_strict_json(tmp_path, capsys):
+    """4 x 400,000 + 64 x 2,000 tokens at 8 GPUs with ``--max-sp-size 2``: the long
+    documents fit nothing up to 2 ranks, so the policies put them on larger groups; the
+    bound prices them there (it read infinity, printed as ``Infinity``, before)."""
+    path = tmp_path / "lengths.txt"
+    path.write_text("400000\n" * 4 + "2000\n" * 64, encoding="utf-8")
+    argv = ["schedule", "--lengths", str(path), "--world", "8", "--max-sp-size", "2"]
+    argv += ["--model", "llama-7b", "--hardware", "h200-sxm", "--json"]
+    assert main([*argv, "--policy", "static,dcp-pac,dcp-opt"]) == 0
+    report = json.loads(capsys.readouterr().out, parse_constant=_refuse)
+    for name, row in report["policies"].items():
+        for key in ("efficiency", "efficiency_step_bound", "efficiency_old_bound"):
+            assert 0 < row[key] <= 1 + 1e-9, (name, key)
+        assert row["ideal_epoch_time_s"] > 0
+
+
+def test_json_text_writes_figures_without_a_value_as_null():
+    from datacentric.cli.flag_groups import json_text
+
+    text = json_text({"a": float("inf"), "b": [float("nan"), 1.5], "c": (2, "x")})
+    assert json.loads(text, parse_constant=_refuse) == {"a": None, "b": [None, 1.5], "c": [2, "x"]}
