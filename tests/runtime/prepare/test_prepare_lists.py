@@ -162,3 +162,22 @@ def test_a_full_disk_leaves_no_temporary_file_and_a_rerun_finishes(media, monkey
     report = prepare(interrupted)
     assert report["samples"] == 3 and not list(out.rglob("*.tmp"))
     assert _files(out) == _files(Path(job.out))
+
+
+def test_caption_files_and_hugging_face_metadata_reach_the_manifest(media, tmp_path):
+    """A ``NAME.txt`` caption (less its final line end) and a ``metadata.jsonl`` line
+    holding a raw U+2028 inside its JSON string, each through a whole prepare."""
+    job = media["job"]
+    clip = Path(job.media).parent / "a.mp4"
+    folders = {"txt": tmp_path / "txt", "hf": tmp_path / "hf"}
+    for folder in folders.values():
+        (folder / "clips").mkdir(parents=True)
+        (folder / "clips" / "a.mp4").write_bytes(clip.read_bytes())
+    (folders["txt"] / "clips" / "a.txt").write_bytes(EVERY_BREAK.encode() + b"\r\n")
+    raw = '{"file_name": "clips/a.mp4", "text": "a\u2028b, \\"c\\"\x85"}\n'
+    (folders["hf"] / "metadata.jsonl").write_bytes(raw.encode())
+    expected = {"txt": ("clips/a.mp4", EVERY_BREAK), "hf": ("clips/a.mp4", 'a\u2028b, "c"\x85')}
+    for kind, folder in folders.items():
+        out = tmp_path / f"out-{kind}"
+        prepare(PrepareJob(pipeline=job.pipeline, media=str(folder), out=str(out)))
+        assert [(e["source"], e["caption"]) for e in _manifest(out)] == [expected[kind]]
