@@ -12,7 +12,10 @@ fails, named ``file:function``, when it takes a parameter annotated with that ty
 reads a section off anything holding it (``settings.data``, ``run.config.job``, a local
 it was copied into), keeps it in an attribute, or reads two sections off one
 unannotated parameter (the whole settings by its use); a class field annotated with it
-fails too. Planted faults show the check fails on each.
+fails too. A section is read by attribute (``settings.data``), by
+``getattr(settings, "data")`` or by ``settings.section(name)`` (any name: the whole
+settings), off a parameter or a local, typed or not. Planted faults show the check fails
+on each.
 """
 
 from __future__ import annotations
@@ -220,25 +223,59 @@ def _function_violations(
     ]
     held = _holding_names(function, own, facts)
     kept = _holding_names(function, own, facts, attributes=False)
-    untyped = {a.arg for a in every if a.annotation is None and a.arg not in ("self", "cls")}
+    untyped = _untyped_names(every, own)
     typed_reads: dict[str, set[str]] = {}
     untyped_reads: dict[str, set[str]] = {}
     for node in own:
-        if isinstance(node, ast.Attribute) and node.attr in SECTIONS:
-            base = node.value
+        read = _section_read(node)
+        if read is not None:
+            base, section = read
             if _holds(base, held, facts):
-                typed_reads.setdefault(ast.unparse(base), set()).add(node.attr)
+                typed_reads.setdefault(ast.unparse(base), set()).add(section)
             elif isinstance(base, ast.Name) and base.id in untyped:
-                untyped_reads.setdefault(base.id, set()).add(node.attr)
+                untyped_reads.setdefault(base.id, set()).add(section)
         elif isinstance(node, ast.Assign) and _holds(node.value, kept, facts, False):
             into = [ast.unparse(t) for t in node.targets if isinstance(t, ast.Attribute)]
             found += [f"{where} keeps the whole settings in {k}" for k in into]
     for base, sections in typed_reads.items():
         found.append(f"{where} reads {', '.join(sorted(sections))} off the whole settings ({base})")
     for base, sections in untyped_reads.items():
-        if len(sections) > 1:
+        if len(sections) > 1 or any(s.startswith("section(") for s in sections):
             found.append(f"{where} reads {', '.join(sorted(sections))} off {base} (untyped)")
     return found
+
+
+def _untyped_names(params: list[ast.arg], own: list[ast.AST]) -> set[str]:
+    """The names of a function whose type it does not say: parameters without an
+    annotation (but ``self``, ``cls``) and locals assigned without one."""
+    names = {a.arg for a in params if a.annotation is None and a.arg not in ("self", "cls")}
+    for node in own:
+        if isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.For | ast.With | ast.NamedExpr):
+            targets = [node.target] if not isinstance(node, ast.With) else []
+            targets += [i.optional_vars for i in getattr(node, "items", []) if i.optional_vars]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    annotated = [n.target for n in own if isinstance(n, ast.AnnAssign)]
+    return names - {t.id for t in annotated if isinstance(t, ast.Name)}
+
+
+def _section_read(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """``(what it is read off, the section)`` when ``node`` reads a section: an
+    attribute (``x.data``), ``getattr(x, "data")`` or ``x.section(name)`` (any name:
+    ``"section(NAME)"``); else None."""
+    if isinstance(node, ast.Attribute) and node.attr in SECTIONS:
+        return node.value, node.attr
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "getattr" and len(node.args) >= 2:
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and name.value in SECTIONS:
+            return node.args[0], str(name.value)
+    if isinstance(func, ast.Attribute) and func.attr == "section" and node.args:
+        return func.value, f"section({ast.unparse(node.args[0])})"
+    return None
 
 
 @functools.cache
@@ -320,6 +357,26 @@ class Run:
 
 def assemble_run(config: TrainConfig, groups):
     return config.job, config.data, config.model
+
+def by_getattr(settings: TrainConfig):
+    return getattr(settings, "data").dataset
+
+def by_section_name(settings: TrainConfig, name: str):
+    return settings.section(name)
+
+def untyped_local(run):
+    found = run.settings_of()
+    return found.job.out, found.data.dataset
+
+def untyped_by_name(config, name: str):
+    return config.section(name)
+
+def untyped_by_getattr(config):
+    return getattr(config, "job"), getattr(config, "lora")
+
+def one_untyped_local(run):
+    found = run.result()
+    return found.data
 """
 
 
@@ -345,6 +402,13 @@ def test_planted_faults_fail_the_check_naming_file_and_function():
         f"{path}:Keeper.keep takes whole: TrainConfig",
         f"{path}:Keeper.keep keeps the whole settings in self.kept",
         f"{path}:untyped reads data, job off config (untyped)",
+        f"{path}:by_getattr takes settings: TrainConfig",
+        f"{path}:by_getattr reads data off the whole settings (settings)",
+        f"{path}:by_section_name takes settings: TrainConfig",
+        f"{path}:by_section_name reads section(name) off the whole settings (settings)",
+        f"{path}:untyped_local reads data, job off found (untyped)",
+        f"{path}:untyped_by_name reads section(name) off config (untyped)",
+        f"{path}:untyped_by_getattr reads job, lora off config (untyped)",
     ], "\n".join(found)
     # the same source in a command's module is the top of a run
     assert violations(PLANTED, "datacentric/cli/train.py", facts) == []
