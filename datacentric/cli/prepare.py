@@ -56,6 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="encode with the VAE's tiling (large or long clips; values differ slightly)",
     )
+    add_sampling_flags(parser)
     config_option(parser, key="seed", note="here: the bucket keep-probability draws")
     add_world_flag(parser, note="here: ranks encoding at once")
     config_option(parser, key="device", note="here: of the VAE and text encoders")
@@ -63,8 +64,49 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """The frame-sampling flags (docs/prepare.md, "Frame sampling")."""
+    group = parser.add_argument_group("frame sampling (videos; images keep their one frame)")
+    number = {"type": int, "default": None, "metavar": "N"}
+    group.add_argument(
+        "--max-frames", **number, help="frames per sample at most, N >= 1 (default: no cap)"
+    )
+    group.add_argument(
+        "--frame-stride",
+        type=int,
+        default=1,
+        metavar="N",
+        help="keep every N-th frame, after --target-fps (default: 1)",
+    )
+    group.add_argument(
+        "--target-fps",
+        type=float,
+        default=None,
+        metavar="FPS",
+        help="resample frames to FPS: output frame i is the source frame nearest i/FPS "
+        "seconds (default: each clip's own frames)",
+    )
+    group.add_argument(
+        "--frame-extraction",
+        choices=("head", "uniform", "slide", "chunk"),
+        default=None,
+        help="which frames make a sample: head (first; the default), uniform (spread "
+        "over the clip; the default with --bucket-config), slide (--windows runs), chunk "
+        "(back-to-back runs); slide and chunk give several samples per clip",
+    )
+    group.add_argument(
+        "--windows", **number, help="samples per clip: slide (default 1), chunk (default: all)"
+    )
+    group.add_argument(
+        "--window-stride",
+        **number,
+        help="frames between slide windows' starts (default: spread evenly over the clip)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from datacentric.prepare import PrepareJob, prepare
+    from datacentric.prepare.plan import SAMPLING_KEYS
 
     # checked here, not by argparse: --world's deprecated aliases parse without them
     given = (("--pipeline DIR", args.pipeline), ("--media SOURCE", args.media))
@@ -83,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         seed=0 if args.seed is None else args.seed,
         world=1 if args.world is None else args.world,
         device=args.device,
+        **{key: getattr(args, key) for key in SAMPLING_KEYS},
     )
     report = prepare(job)
     if args.json:

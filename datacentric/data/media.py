@@ -32,7 +32,8 @@ import csv
 import hashlib
 import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,12 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig, closest_ratio
+from datacentric.data.frame_sampling import (
+    FrameSampling,
+    even_frames,  # noqa: F401 - its home before frame_sampling; still imported from here
+    frame_line,
+    window_positions,
+)
 from datacentric.data.text_file import read_text_file
 from datacentric.data.video_geometry import causal_latent_frames
 
@@ -234,6 +241,9 @@ class MediaInfo:
     rotated: bool = False
     """Its pixels are stored turned or mirrored (an EXIF orientation or display rotation
     other than upright); :func:`decode` returns them upright."""
+    times: tuple[Any, ...] | None = field(default=None, compare=False)
+    """Every frame's timestamp in seconds (``Fraction`` where the stream has them), in
+    presentation order: only when :func:`probe` is asked for them."""
 
 
 def _image_orientation(image: Any) -> int:
@@ -265,6 +275,15 @@ def _upright(image: Any, degrees: int) -> Any:
     return image.transpose(turns[degrees]) if degrees in turns else image
 
 
+def _frame_time(frame: Any, number: int, stream: Any) -> Any:
+    """A decoded frame's timestamp in seconds: exact (``Fraction``) from its ``pts``, or
+    its number over the stream's frame rate when it has none."""
+    if frame.pts is not None and frame.time_base is not None:
+        return frame.pts * frame.time_base
+    rate = stream.average_rate or stream.guessed_rate or 1
+    return Fraction(number) / Fraction(rate)
+
+
 def _open_video(path: Path) -> Any:
     """A PyAV container and its first video stream (audio and other streams, wherever
     they sit, are never decoded); :class:`MediaError` when there is no video stream."""
@@ -280,12 +299,13 @@ def _open_video(path: Path) -> Any:
     return container, stream
 
 
-def probe(item: MediaItem) -> MediaInfo:
+def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
     AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count);
-    its size and rotation are those of its first decoded frame."""
+    its size and rotation are those of its first decoded frame. With ``times``, every
+    frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():
         raise MediaError("missing: no such file")
     if item.is_image:
@@ -302,11 +322,13 @@ def probe(item: MediaItem) -> MediaInfo:
     try:
         container, stream = _open_video(item.path)
         with container:
-            stated = int(stream.frames or 0)
-            first, decoded = None, 0
+            stated = 0 if times else int(stream.frames or 0)
+            first, decoded, stamps = None, 0, []
             for frame in container.decode(stream):
                 first = frame if first is None else first
                 decoded += 1
+                if times:
+                    stamps.append(_frame_time(frame, decoded - 1, stream))
                 if stated:
                     break
             if first is None:
@@ -319,7 +341,7 @@ def probe(item: MediaItem) -> MediaInfo:
     h, w = first.height, first.width
     if degrees % 180:
         h, w = w, h
-    return MediaInfo(stated or decoded, h, w, degrees != 0)
+    return MediaInfo(stated or decoded, h, w, degrees != 0, tuple(stamps) if times else None)
 
 
 def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
@@ -363,20 +385,28 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
 
 @dataclass(frozen=True)
 class ClipPlan:
-    """The frames and pixel size a clip is encoded at."""
+    """The frames and pixel size a clip is encoded at: one sample, or several (windows
+    of ``--frame-extraction slide`` or ``chunk``)."""
 
     frames: tuple[int, ...]
-    """Indices of the decoded frames kept, in order."""
+    """Indices of the decoded frames kept, in order (the first sample's)."""
     height: int
     width: int
     bucket: str
     rotated: bool = False
     """The file's pixels are stored turned (:attr:`MediaInfo.rotated`): decoded upright."""
+    more: tuple[tuple[int, ...], ...] = ()
+    """The frame indices of each further sample of the clip."""
+
+    @property
+    def windows(self) -> tuple[tuple[int, ...], ...]:
+        """Every sample's frame indices, the first sample's first."""
+        return (self.frames, *self.more)
 
     @property
     def cost(self) -> int:
-        """Encoding cost: frames x pixels."""
-        return len(self.frames) * self.height * self.width
+        """Encoding cost: frames x pixels, over every sample."""
+        return sum(len(w) for w in self.windows) * self.height * self.width
 
 
 @dataclass(frozen=True)
@@ -395,13 +425,6 @@ class Geometry:
         return 0 if frames < 1 else (self.latent_frames(frames) - 1) * self.temporal + 1
 
 
-def even_frames(total: int, count: int) -> tuple[int, ...]:
-    """``count`` frame indices spread evenly over ``total`` frames, first and last kept."""
-    if count == 1:
-        return (0,)
-    return tuple(round(i * (total - 1) / (count - 1)) for i in range(count))
-
-
 def plan_clip(
     info: MediaInfo,
     geometry: Geometry,
@@ -409,26 +432,34 @@ def plan_clip(
     is_image: bool,
     buckets: BucketConfig | None = None,
     rng: np.random.Generator | None = None,
+    sampling: FrameSampling | None = None,
 ) -> ClipPlan | str:
     """The :class:`ClipPlan` of a clip, or the reason it is skipped.
 
-    Without ``buckets``: the clip's own size rounded down to ``geometry.multiple``
-    (centre-cropped) and its first frames, as many as the VAE accepts. With ``buckets``
-    (Open-Sora's format): from the largest resolution down, the aspect ratio closest to
-    the clip's, a size the clip reaches (rounded down to the multiple), the largest
-    frame count it has (rounded down to an accepted count) sampled evenly over the clip,
-    kept with the bucket's probability.
+    A video's frames are first resampled and strided as ``sampling`` says
+    (:mod:`~datacentric.data.frame_sampling`; default: every frame). Without
+    ``buckets``: the clip's own size rounded down to ``geometry.multiple``
+    (centre-cropped) and as many frames as the VAE accepts (at most ``max_frames``), its
+    first ones. With ``buckets`` (Open-Sora's format): from the largest resolution down,
+    the aspect ratio closest to the clip's, a size the clip reaches (rounded down to the
+    multiple), the largest frame count it has (rounded down to an accepted count),
+    sampled evenly over the clip, kept with the bucket's probability. ``sampling``'s
+    ``frame_extraction`` picks other windows, several with ``slide`` and ``chunk``.
     """
+    sampling = sampling or FrameSampling()
     m = geometry.multiple
     if info.height < m or info.width < m:
         return f"too small: {info.height}x{info.width} pixels, the VAE needs {m}x{m}"
+    line = [0] if is_image else frame_line(info.frames, info.times, sampling)
     least = 1 if is_image else geometry.temporal + 1
-    if info.frames < least:
-        return f"too short: {info.frames} frames, the VAE needs {least}"
+    if len(line) < least:
+        after = "" if len(line) == info.frames else " after --target-fps/--frame-stride"
+        return f"too short: {len(line)} frames{after}, the VAE needs {least}"
+    cap = len(line) if is_image else min(len(line), sampling.max_frames or len(line))
     if buckets is None:
-        count = 1 if is_image else geometry.frames_below(info.frames)
+        count = 1 if is_image else geometry.frames_below(cap)
         h, w = info.height // m * m, info.width // m * m
-        return ClipPlan(tuple(range(count)), h, w, f"{count}x{h}x{w}", info.rotated)
+        return _windows(line, count, h, w, f"{count}x{h}x{w}", info, sampling, "head")
     rng = rng or np.random.default_rng(0)
     for res, sizes, probs in buckets.table:
         ratio = closest_ratio(sizes, info.height / info.width)
@@ -436,9 +467,7 @@ def plan_clip(
         if info.height < h or info.width < w or min(h, w) < m:
             continue
         fits = [
-            (n, p)
-            for n, p in probs
-            if (n == 1) == is_image and 0 < geometry.frames_below(n) <= info.frames
+            (n, p) for n, p in probs if (n == 1) == is_image and 0 < geometry.frames_below(n) <= cap
         ]
         if not fits:
             continue
@@ -446,8 +475,24 @@ def plan_clip(
         if keep >= 1 or rng.random() < keep:
             count = geometry.frames_below(frames)
             name = f"{res}-{ratio}-{frames}f"
-            return ClipPlan(even_frames(info.frames, count), h, w, name, info.rotated)
+            return _windows(line, count, h, w, name, info, sampling, "uniform")
     return "no bucket of --bucket-config keeps it (too short, too small, or not drawn)"
+
+
+def _windows(
+    line: list[int],
+    count: int,
+    h: int,
+    w: int,
+    bucket: str,
+    info: MediaInfo,
+    sampling: FrameSampling,
+    default: str,
+) -> ClipPlan:
+    """The plan of ``count``-frame samples of ``line`` (source frame indices)."""
+    runs = window_positions(len(line), count, sampling, default)
+    picked = [tuple(line[p] for p in run) for run in runs]
+    return ClipPlan(picked[0], h, w, bucket, info.rotated, tuple(picked[1:]))
 
 
 def clip_rng(item: MediaItem, seed: int) -> np.random.Generator:

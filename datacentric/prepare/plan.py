@@ -20,6 +20,7 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.frame_sampling import FrameSampling
 from datacentric.data.media import (
     ClipPlan,
     Geometry,
@@ -34,6 +35,15 @@ from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 
 CAPTION_RULES = ("truncate", "skip", "error")
+#: the frame-sampling settings, recorded in the folder's settings
+SAMPLING_KEYS = (
+    "max_frames",
+    "frame_stride",
+    "target_fps",
+    "frame_extraction",
+    "windows",
+    "window_stride",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,8 +73,27 @@ class PrepareJob:
     """Ranks (processes) encoding at once, >= 1; torchrun's world when under torchrun."""
     device: str | None = None
     """Device of the encoders (default: a rank's GPU when there is one, else the CPU)."""
+    max_frames: int | None = None
+    """Frames per sample at most (default: as many as the clip and bucket give)."""
+    frame_stride: int = 1
+    """Keep every n-th frame (after ``target_fps``)."""
+    target_fps: float | None = None
+    """Frame rate clips are resampled to: output frame ``i`` is the source frame nearest
+    ``i / target_fps`` seconds (default: each clip's own frames)."""
+    frame_extraction: str | None = None
+    """``head``, ``uniform``, ``slide`` or ``chunk`` (default: ``head``; ``uniform``
+    with a bucket config); see :mod:`~datacentric.data.frame_sampling`."""
+    windows: int | None = None
+    """Samples per clip under ``slide`` (default 1) and ``chunk`` (default: all that fit)."""
+    window_stride: int | None = None
+    """Frames between ``slide`` windows' starts (default: spread evenly over the clip)."""
+
+    def sampling(self) -> FrameSampling:
+        """The frame-sampling options (:class:`DataError` naming a flag out of range)."""
+        return FrameSampling(**{key: getattr(self, key) for key in SAMPLING_KEYS})
 
     def __post_init__(self) -> None:
+        self.sampling()
         if self.caption_rule not in CAPTION_RULES:
             raise DataError(
                 f"--caption-rule {self.caption_rule!r}: choose one of {', '.join(CAPTION_RULES)}"
@@ -76,7 +105,7 @@ class PrepareJob:
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (a rerun with other values refuses the folder)."""
-        keys = ("caption_rule", "max_text_tokens", "vae_tiling", "seed")
+        keys = ("caption_rule", "max_text_tokens", "vae_tiling", "seed", *SAMPLING_KEYS)
         out = {k: getattr(self, k) for k in keys}
         out["pipeline"] = str(Path(self.pipeline).expanduser().resolve())
         out["bucket_config"] = _file_hash(self.bucket_config)
@@ -181,11 +210,13 @@ def plan_task(
     if isinstance(stamp, str):
         return Task(item, None, stamp)
     try:
-        info = probe(item)
+        info = probe(item, times=job.sampling().needs_times and not item.is_image)
     except MediaError as err:
         return Task(item, None, str(err), stamp=stamp)
     rng = clip_rng(item, job.seed)
-    plan = plan_clip(info, geometry, is_image=item.is_image, buckets=buckets, rng=rng)
+    plan = plan_clip(
+        info, geometry, is_image=item.is_image, buckets=buckets, rng=rng, sampling=job.sampling()
+    )
     if isinstance(plan, str):
         return Task(item, None, plan, stamp=stamp)
     count = tokens(item.caption)

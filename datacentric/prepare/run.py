@@ -115,20 +115,33 @@ def _done_record(out: Path, task: Task) -> dict[str, Any] | None:
         return None
 
 
+def _sample_names(task: Task) -> list[str]:
+    """The latent file names of a clip's samples: its name, or ``NAME-wK`` for each of
+    several windows."""
+    windows = task.plan.windows
+    name = task.item.name
+    return [name] if len(windows) == 1 else [f"{name}-w{k}" for k in range(len(windows))]
+
+
 def _encode_one(encoder: PipelineEncoder, out: Path, task: Task) -> dict[str, Any]:
-    """Encode one clip and write its files; the record of what was done."""
+    """Encode one clip (each of its samples) and write its files; the record of what
+    was done."""
     record: dict[str, Any] = {"key": task.key(), "where": task.item.where}
     plan = task.plan
+    wanted = sorted({i for window in plan.windows for i in window})
     try:
-        frames = decode(task.item, list(plan.frames))
+        decoded = dict(zip(wanted, decode(task.item, wanted)))
     except MediaError as err:
         return {**record, "skipped": str(err)}
-    latent = encoder.latent(encoder.pixels(frames, plan.height, plan.width))
+    shapes = []
+    for name, window in zip(_sample_names(task), plan.windows):
+        frames = [decoded[i] for i in window]
+        latent = encoder.latent(encoder.pixels(frames, plan.height, plan.width))
+        _write_tensor(out / "latents" / f"{name}.safetensors", latent, "latent")
+        shapes.append(list(latent.shape))
     text = encoder.text(task.item.caption)
-    name = task.item.name
-    _write_tensor(out / "latents" / f"{name}.safetensors", latent, "latent")
-    _write_tensor(out / "latents" / f"{name}.text.safetensors", text, "text")
-    return {**record, "shape": list(latent.shape), "text_shape": list(text.shape)}
+    _write_tensor(out / "latents" / f"{task.item.name}.text.safetensors", text, "text")
+    return {**record, "shape": shapes[0], "shapes": shapes, "text_shape": list(text.shape)}
 
 
 def _say(rank: int, world: int, line: str) -> None:
@@ -207,17 +220,18 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
             )
             continue
         truncated += task.truncate
-        rotated += task.plan.rotated
-        name = task.item.name
-        entry = {
-            "latent": f"latents/{name}.safetensors",
-            "text": f"latents/{name}.text.safetensors",
-            "source": task.item.source,
-            "caption": task.item.caption,
-            "frames": len(task.plan.frames),
-            "bucket": task.plan.bucket,
-        }
-        lines.append(_json_line(entry))
+        for name, window in zip(_sample_names(task), task.plan.windows):
+            rotated += task.plan.rotated
+            entry = {
+                "latent": f"latents/{name}.safetensors",
+                "text": f"latents/{task.item.name}.text.safetensors",
+                "source": task.item.source,
+                "caption": task.item.caption,
+                "frames": len(window),
+                "frame_range": [min(window), max(window) + 1],
+                "bucket": task.plan.bucket,
+            }
+            lines.append(_json_line(entry))
     costs = [r["assigned_cost"] for r in ranks]
     report = {
         "pipeline": job.pipeline,

@@ -3,6 +3,7 @@ from the stream or from decoding."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -154,3 +155,67 @@ def test_phone_photos_and_portrait_clips_are_encoded_upright(tmp_path):
         got = load_file(tmp_path / "o" / entry["latent"])["latent"]
         assert got.shape == (1 + (len(frames) - 1) // 4, 4, 6, 4), entry["source"]
         torch.testing.assert_close(got, _vae_latent(pipe, frames, 48, 32), rtol=0, atol=1e-5)
+
+
+def _frame_times(path) -> list:
+    """Every frame's timestamp in seconds, exact, as the decoder gives them."""
+    import av
+
+    with av.open(str(path)) as container:
+        return [f.pts * f.time_base for f in container.decode(video=0)]
+
+
+def test_target_fps_and_sliding_windows_make_the_documented_samples(tmp_path):
+    from fractions import Fraction
+
+    from diffusers import WanPipeline
+
+    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
+    pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
+    media = tmp_path / "media"
+    media.mkdir()
+    write_format_clip(media / "thirty.mp4", 40, 32, 32, rate=30)
+    write_format_clip(media / "long.mp4", 29, 32, 32, rate=8, seed=1)
+    for name in ("thirty.mp4", "long.mp4"):
+        (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
+    frames = {name: decoded_frames(media / name) for name in ("thirty.mp4", "long.mp4")}
+
+    # target_fps 16: output frame i is the frame nearest i / 16 s after the first
+    times = _frame_times(media / "thirty.mp4")
+    nearest, i = [], 0
+    while Fraction(i, 16) <= times[-1] - times[0]:
+        goal = times[0] + Fraction(i, 16)
+        nearest.append(min(range(len(times)), key=lambda j: (abs(times[j] - goal), j)))
+        i += 1
+    assert len(nearest) == 21  # 1.3 s at 16 fps; 21 = 4 x 5 + 1 frames, all kept
+    job = PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "fps"))
+    report = prepare(dataclasses.replace(job, target_fps=16))
+    entries = {
+        e["source"]: e
+        for e in map(json.loads, (tmp_path / "fps" / "manifest.jsonl").read_text().splitlines())
+    }
+    assert report["samples"] == 2 and entries["thirty.mp4"]["frames"] == 21
+    got = load_file(tmp_path / "fps" / entries["thirty.mp4"]["latent"])["latent"]
+    want = _vae_latent(pipe, [frames["thirty.mp4"][j] for j in nearest], 32, 32)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    settings = json.loads((tmp_path / "fps" / ".prepare" / "settings.json").read_text())
+    assert settings["target_fps"] == 16 and settings["frame_extraction"] is None
+
+    # slide, 3 windows of at most 9 frames over the 29-frame clip: starts 0, 10, 20
+    slide = dataclasses.replace(
+        job, out=str(tmp_path / "slide"), frame_extraction="slide", windows=3, max_frames=9
+    )
+    report = prepare(slide)
+    lines = (tmp_path / "slide" / "manifest.jsonl").read_text().splitlines()
+    long = [e for e in map(json.loads, lines) if e["source"] == "long.mp4"]
+    assert report["samples"] == 6 and [e["frame_range"] for e in long] == [
+        [0, 9],
+        [10, 19],
+        [20, 29],
+    ]
+    assert len({e["latent"] for e in long}) == 3 and len({e["text"] for e in long}) == 1
+    for entry in long:
+        start, stop = entry["frame_range"]
+        got = load_file(tmp_path / "slide" / entry["latent"])["latent"]
+        want = _vae_latent(pipe, frames["long.mp4"][start:stop], 32, 32)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
