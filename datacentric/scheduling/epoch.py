@@ -80,18 +80,12 @@ def build_schedule(
     ``on_step(done, total)`` is told the steps scheduled so far out of the epoch's (a
     progress line); it changes nothing in the schedule.
     """
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    if world_size < 1:
-        raise ValueError(f"world_size must be >= 1, got {world_size}")
-    if not isinstance(plan, Plan):
-        raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
+    _check_call(policy, world_size, plan)
     options = options or SchedulingConfig()
     started = time.perf_counter()
     view = DatasetView(shapes)
     asked, not_asked, skipped = _samples_to_schedule(view, plan, sample_ids)
-    active = np.flatnonzero(asked)
-    if len(active) == 0:
+    if not asked.any():
         raise ValueError("no samples to schedule (all were skipped or excluded)")
     inp = PolicyInput(
         view=view,
@@ -100,7 +94,7 @@ def build_schedule(
         options=options,
         plan=plan,
         rng=epoch_rng(seed, epoch),
-        active=active,
+        active=np.flatnonzero(asked),
         seed=int(seed),
         epoch=int(epoch),
         on_step=on_step,
@@ -108,6 +102,37 @@ def build_schedule(
     out = inp.run_policy(policy, POLICIES[policy])
     inp.step_done(len(out.iterations), len(out.iterations))
     dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])
+    schedule = _schedule_of(inp, policy, out, not_asked, skipped, dropped)
+    schedule.meta["plan_seconds"] = time.perf_counter() - started
+    if measure:
+        kept = asked.copy()
+        kept[dropped] = False
+        schedule.meta.update(_measures(schedule, inp, np.flatnonzero(kept)))
+    return schedule
+
+
+def _check_call(policy: str, world_size: int, plan: Plan) -> None:
+    """Raise on a policy name, world size or plan :func:`build_schedule` cannot use."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not isinstance(plan, Plan):
+        raise TypeError("build_schedule needs the plan (Pipeline(...).plan, or plan_buckets)")
+
+
+def _schedule_of(
+    inp: PolicyInput,
+    policy: str,
+    out: PolicyOutput,
+    not_asked: np.ndarray,
+    skipped: np.ndarray,
+    dropped: np.ndarray,
+) -> Schedule:
+    """The :class:`Schedule` of the policy's ``out``, its ``meta`` telling the samples
+    excluded (``not_asked``), skipped by the plan and dropped (``dropped``, the skipped
+    ones included), the budget, the options and the policy's settings."""
+    view, options = inp.view, inp.options
     meta: dict = {
         "samples_total": view.num_samples,
         "samples_excluded": int(len(not_asked)),
@@ -118,23 +143,17 @@ def build_schedule(
         "options": {k: v for k, v in asdict(options).items() if k != "policy"},
         "settings": dict(out.settings),
     }
-    schedule = Schedule(
-        world_size=int(world_size),
+    return Schedule(
+        world_size=inp.world_size,
         policy=policy,
-        seed=int(seed),
-        epoch=int(epoch),
+        seed=inp.seed,
+        epoch=inp.epoch,
         num_samples=view.num_samples,
         iterations=tuple(out.iterations),
         dropped_sample_ids=tuple(sorted(int(i) for i in np.concatenate([not_asked, dropped]))),
         meta=meta,
         memory_cap_bytes=inp.memory_cap_bytes,
     )
-    meta["plan_seconds"] = time.perf_counter() - started
-    if measure:
-        kept = asked.copy()
-        kept[dropped] = False
-        meta.update(_measures(schedule, inp, np.flatnonzero(kept)))
-    return schedule
 
 
 def _samples_to_schedule(
