@@ -26,6 +26,7 @@ from datacentric.cli.flags import apply_config_file, finish_command
 from datacentric.cli.ranks import first_to_say, say
 from datacentric.log import VERBOSE_ENV, quiet_third_party
 from datacentric.settings.schema import OTHER_NAMES
+from datacentric.settings.trainer_fields import equivalent
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -94,6 +95,20 @@ def closest_flag(flag: str, valid: Sequence[str]) -> str | None:
     return aliases.get(best, best)
 
 
+def foreign_flag(flag: str, actions: dict[str, argparse.Action]) -> str | None:
+    """`` (did you mean --ours? ...)`` for a transformers, TRL or torchtitan name whose
+    equivalent setting (:func:`~datacentric.settings.trainer_fields.equivalent`) is a
+    flag of the command (its short spelling), else None."""
+    found = equivalent(flag.split("=")[0])
+    if found is None:
+        return None
+    setting, what = found
+    action = actions.get("--" + setting)
+    if action is None or action.help == argparse.SUPPRESS:
+        return None
+    return f" (did you mean {action.option_strings[-1]}? {what})"
+
+
 def one_line(err: BaseException) -> str:
     """A failure as one line: the message's first line (a rank's failure carries
     its traceback on the following lines), prefixed by the type for internal errors."""
@@ -130,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         valid = [flag for flag, action in shown if action.help != argparse.SUPPRESS]
         flag = next((e for e in extra if e.startswith("-")), extra[0])
         close = closest_flag(flag.split("=")[0], valid)
-        hint = f" (did you mean {close}?)" if close else ""
+        hint = foreign_flag(flag, dict(shown)) or (f" (did you mean {close}?)" if close else "")
         say(command, f"unrecognized arguments: {' '.join(extra)}{hint}")
         return 2
     if getattr(args, "func", None) is None:

@@ -1,10 +1,10 @@
 """transformers' ``TrainingArguments`` and TRL's ``SFTConfig``, field by field, as the
-settings of a ``datacentric train`` run (docs/integrations.md holds the same table).
+settings of a ``datacentric train`` run, by section.
 
-:data:`MAPPED` names every field that becomes a setting; :data:`NOTED` the fields
-whose value the runtime decides itself (said in a note); :data:`HARMLESS` the fields
-that change nothing a run computes. Any other field set away from its default is
-refused by name (:func:`refused_fields`), never ignored.
+Which field is honoured, noted, harmless or refused is the table of
+:mod:`datacentric.settings.trainer_fields` (docs/integrations.md prints it): a refused
+field, or one the table does not know, set away from its default stops the script by
+name (:func:`refused_fields`), never ignored.
 """
 
 from __future__ import annotations
@@ -13,66 +13,11 @@ import dataclasses
 import math
 from typing import Any
 
-#: field -> the setting it becomes
-MAPPED: dict[str, str] = {
-    "output_dir": "job.out (the run folder)",
-    "per_device_train_batch_size": "scheduling.global_batch_samples (x accumulation x world)",
-    "gradient_accumulation_steps": "scheduling.global_batch_samples (x batch x world)",
-    "learning_rate": "training.lr",
-    "lr_scheduler_type": "training.lr_schedule (linear, constant, constant_with_warmup)",
-    "warmup_steps": "training.warmup_iterations (a value below 1: a share of the steps)",
-    "warmup_ratio": "training.warmup_iterations (that share of the steps, rounded up)",
-    "weight_decay": "training.weight_decay",
-    "adam_beta1": "training.betas[0]",
-    "adam_beta2": "training.betas[1]",
-    "max_grad_norm": "training.grad_clip",
-    "num_train_epochs": "training.epochs (a whole number)",
-    "max_steps": "training.iterations (when above 0)",
-    "logging_steps": "metrics.log_every, and the steps of on_log",
-    "logging_strategy": "metrics.log_every (no: 0)",
-    "save_strategy": "checkpoint.checkpoint_every (steps, epoch or no)",
-    "save_steps": "checkpoint.checkpoint_every",
-    "save_total_limit": "checkpoint.keep_last",
-    "eval_strategy": "validation.every (steps, epoch or no)",
-    "eval_steps": "validation.every (unset: logging_steps)",
-    "report_to": "metrics.tensorboard, metrics.wandb",
-    "seed": "job.seed",
-    "bf16": "model.dtype bfloat16 (autocast)",
-    "max_length": "the records' truncation (keep_start) and data.max_tokens",
-    "assistant_only_loss": "the loss on the chat template's assistant tokens",
-    "completion_only_loss": "the loss on the completion of prompt-completion records",
-    "dataset_text_field": "the text column of text records",
-    "model_init_kwargs": "only dtype float32 (the weights the runtime holds; others refused)",
-}
-#: field -> why its value does not change a run (a note)
-NOTED: dict[str, str] = {
-    "packing": "packing is always on: samples are packed without padding, attention "
-    "never crossing a sample",
-    "padding_free": "packing is always on (padding-free)",
-    "gradient_checkpointing": "recomputation is the planner's decision, block by block",
-    "activation_checkpointing": "recomputation is the planner's decision, block by block",
-    "per_device_eval_batch_size": "the held-out loss is over the whole set at once",
-}
-#: fields that change nothing a run computes, or that transformers derives from others
-HARMLESS = frozenset(
-    {
-        "logging_dir",
-        "run_name",
-        "disable_tqdm",
-        "do_train",
-        "do_eval",
-        "do_predict",
-        "dataloader_num_workers",
-        "dataloader_pin_memory",
-        "dataloader_persistent_workers",
-        "dataloader_prefetch_factor",
-        "dataset_num_proc",
-        "fp16",  # transformers derives it; fp16=True is refused below
-        "pad_to_multiple_of",
-        "use_cpu",  # the device is parallelism.device's (cuda when available)
-        "eval_packing",
-    }
-)
+from datacentric.settings.trainer_fields import NOTED as NOTED_KIND
+from datacentric.settings.trainer_fields import REFUSED, fields
+
+#: field -> why its value does not change a run (said in a note when set)
+NOTED: dict[str, str] = {name: t.text for name, t in fields().items() if t.kind == NOTED_KIND}
 #: lr_scheduler_type -> training.lr_schedule; others are refused
 SCHEDULES = {"linear": "linear", "constant": "constant", "constant_with_warmup": "constant"}
 
@@ -84,17 +29,19 @@ class ArgumentsError(ValueError):
 def refused_fields(args: Any, reference: Any) -> list[str]:
     """The fields of ``args`` set away from ``reference`` (the same class with the same
     ``output_dir``: its defaults as ``__post_init__`` resolves them) that no setting
-    maps, each as ``name=value``."""
-    known = set(MAPPED) | set(NOTED) | HARMLESS
+    maps, each as ``name=value (why)``."""
+    table = fields()
     refused = []
     for field in dataclasses.fields(args):
-        if not field.init or field.name.startswith("_") or field.name in known:
+        treatment = table.get(field.name)
+        if not field.init or field.name.startswith("_"):
+            continue
+        if treatment is not None and treatment.kind != REFUSED:
             continue
         value = getattr(args, field.name)
         if _plain(value) != _plain(getattr(reference, field.name)):
-            refused.append(f"{field.name}={value!r}")
-    if getattr(args, "fp16", False):
-        refused.append("fp16=True")
+            why = treatment.text if treatment is not None else "not known to this release"
+            refused.append(f"{field.name}={value!r} ({why})")
     return refused
 
 
@@ -139,11 +86,11 @@ def sinks(report_to: Any) -> dict[str, bool]:
     return {"tensorboard": "tensorboard" in names, "wandb": "wandb" in names}
 
 
-def training_settings(args: Any, *, world: int, samples: int) -> dict[str, Any]:
-    """The flat settings of ``args`` for a run of ``samples`` training samples on
-    ``world`` ranks (the schedule needs the steps of an epoch)."""
+def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[str, Any]]:
+    """The ``{section: {field: value}}`` settings of ``args`` for a run of ``samples``
+    training samples on ``world`` ranks (the schedule needs the steps of an epoch)."""
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
-    per_epoch = max(1, math.ceil(samples / batch))
+    per_epoch = steps_per_epoch(args, samples, batch)
     epochs = whole(args.num_train_epochs, "num_train_epochs")
     total = args.max_steps if args.max_steps > 0 else epochs * per_epoch
     schedule = _plain(args.lr_scheduler_type)
@@ -160,25 +107,41 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, Any]:
         raise ArgumentsError(
             "lr_scheduler_type='constant' has no warm-up: use constant_with_warmup"
         )
-    log_every = args.logging_steps if _plain(args.logging_strategy) != "no" else 0
+    log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps")
+    every(args.save_strategy, args.save_steps, per_epoch, "save_steps")
+    every(args.eval_strategy, args.eval_steps, per_epoch, "eval_steps")
     return {
-        "out": str(args.output_dir),
-        "seed": args.seed,
-        "global_batch_samples": batch,
-        "lr": args.learning_rate,
-        "lr_schedule": SCHEDULES[schedule],
-        "warmup_iterations": warmup,
-        "weight_decay": args.weight_decay,
-        "betas": (args.adam_beta1, args.adam_beta2),
-        "grad_clip": args.max_grad_norm or 0.0,
-        "epochs": max(1, epochs),
-        "iterations": args.max_steps if args.max_steps > 0 else None,
-        "log_every": every("steps" if log_every else "no", log_every, per_epoch, "logging_steps"),
-        "checkpoint_every": every(args.save_strategy, args.save_steps, per_epoch, "save_steps"),
-        "keep_last": args.save_total_limit,
-        "validation_every": every(
-            args.eval_strategy, args.eval_steps or args.logging_steps, per_epoch, "eval_steps"
-        ),
-        "dtype": "bfloat16" if args.bf16 else "float32",
-        **sinks(args.report_to),
+        "job": {"out": str(args.output_dir), "seed": args.seed},
+        "scheduling": {
+            "global_batch_samples": batch,
+            "drop_remainder": bool(args.dataloader_drop_last),
+        },
+        "training": {
+            "lr": args.learning_rate,
+            "lr_schedule": SCHEDULES[schedule],
+            "warmup_iterations": warmup,
+            "weight_decay": args.weight_decay,
+            "betas": (args.adam_beta1, args.adam_beta2),
+            "grad_clip": args.max_grad_norm or 0.0,
+            "epochs": max(1, epochs),
+            "iterations": args.max_steps if args.max_steps > 0 else None,
+        },
+        "metrics": {"log_every": log_every, **sinks(args.report_to)},
+        # the callbacks' TrainerControl asks for every save and evaluation (a final
+        # checkpoint is always written)
+        "checkpoint": {"checkpoint_every": 0, "keep_last": args.save_total_limit},
+        "validation": {"every": 0},
+        "model": {"dtype": "bfloat16" if args.bf16 else "float32"},
+        "parallelism": {
+            "collective_timeout_s": float(args.ddp_timeout),
+            **({"device": "cpu"} if args.use_cpu else {}),
+        },
     }
+
+
+def steps_per_epoch(args: Any, samples: int, batch: int) -> int:
+    """Optimizer steps in an epoch of ``samples`` at a global batch of ``batch`` samples
+    (the last, partial batch left out with ``dataloader_drop_last``)."""
+    if args.dataloader_drop_last:
+        return max(1, samples // batch)
+    return max(1, math.ceil(samples / batch))

@@ -1,29 +1,69 @@
 """transformers' ``TrainerCallback`` events from the trainer's hooks
-(:mod:`datacentric.train.hooks`): ``on_train_begin``, ``on_step_end``, ``on_log`` (every
-``logging_steps``, the mean loss since the last log), ``on_evaluate`` (a held-out loss,
-as ``eval_loss``), ``on_save`` and ``on_train_end``, with a ``TrainerState`` and a
-``TrainerControl`` whose ``should_training_stop`` and ``should_save`` the trainer
-honours after the step."""
+(:mod:`datacentric.train.hooks`), in the order transformers' ``Trainer`` fires them, with
+a ``TrainerState`` and a ``TrainerControl`` filled as transformers fills them.
+
+The first callback is transformers' own ``DefaultFlowCallback``: it sets
+``control.should_log`` / ``should_evaluate`` / ``should_save`` /
+``should_training_stop`` from the ``*_strategy`` and ``*_steps`` arguments, as in
+transformers; every flag, whoever set it, is then honoured: a log (the mean loss since
+the last one), an evaluation (the held-out loss, ``eval_loss``), a checkpoint (the
+runtime saves after the step; ``checkpoint-N`` links it into ``output_dir``), a stop.
+The events of a step (``on_step_begin``, ``on_substep_end`` once per accumulated
+micro-batch of ``gradient_accumulation_steps``, ``on_pre_optimizer_step``,
+``on_optimizer_step``, ``on_step_end``) are fired after the runtime's step ran, in
+transformers' order; ``on_prediction_step`` once per eval batch of
+``per_device_eval_batch_size`` on each rank, as transformers counts them.
+"""
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datacentric.integrations.outputs import link_checkpoint
 from datacentric.train.hooks import StepControl, StepHooks
 
 
 class CallbackHooks(StepHooks):
     """The trainer's hooks calling ``callbacks`` (transformers' ``TrainerCallback``)."""
 
-    def __init__(self, args: Any, state: Any, control: Any, callbacks: list, *, per_epoch: int):
+    def __init__(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        callbacks: list,
+        *,
+        per_epoch: int,
+        evaluate: Callable[[], float | None] | None = None,
+        eval_samples: int = 0,
+        world: int = 1,
+        token_metrics: bool = False,
+        flops_per_token: float = 0.0,
+    ):
         self.args, self.state, self.control, self.callbacks = args, state, control, callbacks
         self.per_epoch = per_epoch
-        self.log_every = (
-            int(args.logging_steps) if str(_plain(args.logging_strategy)) != "no" else 0
+        self.evaluate = evaluate
+        """The held-out loss under the model as it is now (collective); None: no set."""
+        self.eval_batches = math.ceil(
+            math.ceil(eval_samples / world) / max(1, args.per_device_eval_batch_size)
         )
+        self.token_metrics = token_metrics
+        self.flops_per_token = flops_per_token
         self.pending: list[float] = []
+        self.losses: list[float] = []
+        self.tokens_seen = 0
+        self.started = 0.0
+        self.samples = 0
+        self.metrics: dict[str, float] = {}
+        """``train()``'s metrics (train_runtime, ..., train_loss), logged at the end."""
+        self.last: dict[str, Any] = {}
+        """The last step's record (what an epoch's log reports)."""
+        self.save_asked: set[int] = set()
+        self.epoch_end_after_save = False
         self.objects: dict[str, Any] = {}
         """What each event passes as keyword arguments (model, processing_class)."""
 
@@ -42,50 +82,112 @@ class CallbackHooks(StepHooks):
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
 
-    def evaluated(self, loss: float) -> dict[str, float]:
-        """``on_evaluate`` (and ``on_log``) with a held-out loss; the metrics."""
-        metrics = {"eval_loss": loss}
+    def evaluated(self, loss: float, prefix: str = "eval", runtime: float = 0.0) -> dict:
+        """``on_prediction_step`` per eval batch, ``on_log`` and ``on_evaluate`` with a
+        held-out loss; the metrics, named with ``prefix``."""
+        for _ in range(self.eval_batches):
+            self.event("on_prediction_step")
+        metrics = {f"{prefix}_loss": loss}
+        if runtime:
+            metrics[f"{prefix}_runtime"] = round(runtime, 4)
+            metrics[f"{prefix}_steps_per_second"] = round(self.eval_batches / runtime, 3)
         self.log(metrics)
         self.event("on_evaluate", metrics=metrics)
         return metrics
 
+    def init_end(self) -> None:
+        self.event("on_init_end")
+
     def train_begin(self, done: int, total: int) -> None:
-        self.state.global_step, self.state.max_steps = done, total
-        self.state.epoch = done / self.per_epoch
-        self.state.num_train_epochs = math.ceil(total / self.per_epoch)
+        args, state = self.args, self.state
+        state.global_step, state.max_steps = done, total
+        state.epoch = done / self.per_epoch
+        state.num_train_epochs = math.ceil(total / self.per_epoch)
+        state.logging_steps, state.eval_steps = args.logging_steps, args.eval_steps or 0
+        state.save_steps = args.save_steps
+        state.train_batch_size = args.per_device_train_batch_size
+        self.control.should_training_stop = False
+        self.started = time.perf_counter()
         self.event("on_train_begin")
 
     def step_end(self, record: dict[str, Any]) -> StepControl:
-        self.state.global_step = record["iteration"] + 1
-        self.state.epoch = self.state.global_step / self.per_epoch
+        state, control = self.state, self.control
+        step = record["iteration"] + 1
+        if (step - 1) % self.per_epoch == 0:
+            control.should_epoch_stop = False
+            self.event("on_epoch_begin")
+        control.should_log = control.should_evaluate = control.should_save = False
+        self.event("on_step_begin")
+        for _ in range(self.args.gradient_accumulation_steps - 1):
+            self.event("on_substep_end")
+        self.event("on_pre_optimizer_step")
+        self.event("on_optimizer_step")
+        state.global_step = step
+        state.epoch = step / self.per_epoch
         self.pending.append(float(record["loss"]))
+        self.losses.append(float(record["loss"]))
+        self.tokens_seen += int(record["tokens"])
+        self.samples += int(record["samples"])
+        state.num_input_tokens_seen = self.tokens_seen
+        state.total_flos = self.flops_per_token * self.tokens_seen
+        self.last = record
         self.event("on_step_end")
-        due = self.log_every and self.state.global_step % self.log_every == 0
-        if due or self.state.global_step == self.state.max_steps or self.control.should_log:
-            loss = sum(self.pending) / len(self.pending)
-            self.log(
-                {
-                    "loss": loss,
-                    "grad_norm": float(record.get("grad_norm", math.nan)),
-                    "learning_rate": float(record["lr"]),
-                }
-            )
+        self._log_save_evaluate(record)
+        save = bool(control.should_save)
+        epoch_ends = step % self.per_epoch == 0 or step == state.max_steps
+        if epoch_ends and save:
+            self.epoch_end_after_save = True  # after this step's checkpoint, as transformers
+        elif epoch_ends:
+            save = self._epoch_end(record)
+        if save:
+            self.save_asked.add(step)
+        return StepControl(stop=bool(control.should_training_stop), save=save)
+
+    def _epoch_end(self, record: dict[str, Any]) -> bool:
+        """``on_epoch_end``, then what its flags ask; whether a checkpoint is asked for."""
+        self.control.should_log = self.control.should_evaluate = False
+        self.control.should_save = False
+        self.event("on_epoch_end")
+        self._log_save_evaluate(record)
+        return bool(self.control.should_save)
+
+    def _log_save_evaluate(self, record: dict[str, Any]) -> None:
+        """The log and the evaluation ``control`` asks for (the save: after the step)."""
+        if self.control.should_log and self.pending:
+            logs = {
+                "loss": sum(self.pending) / len(self.pending),
+                "grad_norm": float(record.get("grad_norm", math.nan)),
+                "learning_rate": float(record["lr"]),
+            }
+            if self.token_metrics:
+                logs["num_tokens"] = float(self.tokens_seen)
             self.pending.clear()
-        if "val_loss" in record:
-            self.evaluated(float(record["val_loss"]))
-        control = StepControl(
-            stop=bool(self.control.should_training_stop), save=bool(self.control.should_save)
-        )
-        self.control.should_save = self.control.should_log = False
-        self.control.should_evaluate = False
-        return control
+            self.log(logs)
+        if self.control.should_evaluate and self.evaluate is not None:
+            started = time.perf_counter()
+            loss = self.evaluate()
+            if loss is not None:
+                self.evaluated(loss, "eval", time.perf_counter() - started)
 
     def saved(self, step: int, folder: Path) -> None:
-        self.event("on_save")
+        if self.state.is_world_process_zero:
+            link_checkpoint(self.args.output_dir, folder)
+        if step in self.save_asked:
+            self.event("on_save")
+        if self.epoch_end_after_save:
+            self.epoch_end_after_save = False
+            if self._epoch_end(self.last):
+                self.event("on_save")  # the step's checkpoint is the epoch's too
 
     def train_end(self, done: int) -> None:
+        runtime = time.perf_counter() - self.started
+        loss = sum(self.losses) / max(1, len(self.losses))
+        self.metrics = {
+            "train_runtime": round(runtime, 4),
+            "train_samples_per_second": round(self.samples / runtime, 3),
+            "train_steps_per_second": round(len(self.losses) / runtime, 3),
+            "total_flos": float(self.state.total_flos),
+            "train_loss": loss,
+        }
+        self.log(dict(self.metrics))
         self.event("on_train_end")
-
-
-def _plain(value: Any) -> Any:
-    return getattr(value, "value", value)

@@ -17,9 +17,9 @@ A drop-in trainer adds no training loop of its own. At its first call
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,24 @@ from datacentric.integrations.arguments import (
     NOTED,
     ArgumentsError,
     refused_fields,
+    steps_per_epoch,
     training_settings,
 )
 from datacentric.integrations.callbacks import CallbackHooks
+from datacentric.integrations.outputs import (
+    copy_saved,
+    earlier_run,
+    export_trained,
+    load_trained,
+    resume_spec,
+    run_folder,
+)
 from datacentric.integrations.records import tokenized_records, write_records
 from datacentric.parallel.launch import launch_mode, process_groups
-from datacentric.settings import ConfigError, load_config
-from datacentric.train.export import export_run
-from datacentric.train.metric_sinks import logger
+from datacentric.settings import SECTIONS, ConfigError
+from datacentric.settings.run_settings import build_sections
+from datacentric.settings.trainer_fields import METHODS, REFUSED
+from datacentric.train.metric_sinks import logger, setup_logging
 from datacentric.train.trainer import Trainer
 
 INPUTS = "inputs"
@@ -79,8 +89,9 @@ class DropInTrainer:
         peft_config: Any = None,
         callbacks: list | None = None,
     ) -> None:
-        from transformers import TrainerControl, TrainerState
+        from transformers import DefaultFlowCallback, TrainerControl, TrainerState
 
+        self._refuse_overrides()
         reference = type(args)(output_dir=args.output_dir, bf16=args.bf16, use_cpu=args.use_cpu)
         refused = refused_fields(args, reference)
         if refused:
@@ -92,44 +103,125 @@ class DropInTrainer:
             )
         if getattr(model, "peft_config", None):
             stop(self.command, "model is a PeftModel: give its base model and peft_config")
+        if isinstance(eval_dataset, dict):
+            stop(
+                self.command,
+                f"eval_dataset: a dict of datasets ({', '.join(map(str, eval_dataset))}) is "
+                "not supported; give one Dataset (evaluate(other) then evaluates another)",
+            )
         self.args, self.model, self.processing_class = args, model, processing_class
+        self.model_wrapped = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
         self.peft_config = peft_config
-        self.callbacks = list(callbacks or [])
+        self.callbacks: list = [DefaultFlowCallback()]
+        """transformers' ``DefaultFlowCallback`` (the strategies' flags), then the user's."""
+        for callback in callbacks or []:
+            self.add_callback(callback)
         self.state = TrainerState()
         """transformers' ``TrainerState``: ``global_step``, ``epoch``, ``log_history``..."""
         self.state.log_history = []
+        self.state.is_world_process_zero = self.is_world_process_zero()
+        self.state.is_local_process_zero = self.is_local_process_zero()
         self.control = TrainerControl()
+        self.optimizer: Any = None
+        """The run's optimizer (after ``train()``)."""
+        self.lr_scheduler: Any = None
+        """The run's learning-rate schedule (after ``train()``)."""
         self._trainer: Trainer | None = None
         self._hooks: CallbackHooks | None = None
-        self._resume: Any = None
-        for name, why in NOTED.items():
-            if name == "per_device_eval_batch_size" and eval_dataset is None:
-                continue
-            if getattr(args, name, None):
-                logger.info("note: %s=%r: %s", name, getattr(args, name), why)
+        self._resume: tuple[bool, str | None] = (False, None)
+        self._trained: Path | None = None
+        self._base_folder: Path | None = None
+        self._notes = [
+            f"note: {name}={getattr(args, name)!r}: {why}"
+            for name, why in NOTED.items()
+            if getattr(args, name, None)
+            and not (name == "per_device_eval_batch_size" and eval_dataset is None)
+        ]
+        self._hooks_now().init_end()
+
+    def _refuse_overrides(self) -> None:
+        """Stop when a subclass overrides a method of transformers' loop that the
+        runtime never calls (``compute_loss``, ``training_step``...)."""
+        for name, treatment in METHODS.items():
+            if treatment.kind == REFUSED and name in vars(type(self)):
+                stop(
+                    self.command,
+                    f"{type(self).__name__}.{name}: overriding it has no effect "
+                    f"({treatment.text}); remove the override",
+                )
+
+    def __getattr__(self, name: str) -> Any:
+        treatment = METHODS.get(name)
+        if treatment is None or treatment.kind != REFUSED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        if name in ("accelerator", "callback_handler"):
+            stop(self.command, f"{name}: not supported ({treatment.text})")
+
+        def refused(*_: Any, **__: Any) -> None:
+            stop(self.command, f"{name}(): not supported ({treatment.text})")
+
+        return refused
 
     # ------------------------------------------------------------ the user's API
     def add_callback(self, callback: Any) -> None:
         """Add a ``TrainerCallback`` (a class is instantiated)."""
         self.callbacks.append(callback() if isinstance(callback, type) else callback)
 
+    def pop_callback(self, callback: Any) -> Any:
+        """Remove ``callback`` (an object, or the first of a class) and return it
+        (None: not there)."""
+        for index, have in enumerate(self.callbacks):
+            if have is callback or (isinstance(callback, type) and isinstance(have, callback)):
+                return self.callbacks.pop(index)
+        return None
+
+    def remove_callback(self, callback: Any) -> None:
+        """Remove ``callback`` (an object, or the first of a class)."""
+        self.pop_callback(callback)
+
+    def is_world_process_zero(self) -> bool:
+        """True on the first rank of the job only."""
+        return int(os.environ.get("RANK", "0")) == 0
+
+    def is_local_process_zero(self) -> bool:
+        """True on the first rank of each node only."""
+        return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **_: Any) -> Any:
         """Train as ``datacentric train`` does; ``resume_from_checkpoint``: True (the
-        newest checkpoint of ``output_dir``) or a checkpoint folder or step."""
+        newest checkpoint of ``output_dir``) or a checkpoint folder (``checkpoint-N``)."""
         from transformers.trainer_utils import TrainOutput
 
-        self._resume = resume_from_checkpoint
         try:
-            result = self._built().run()
-        except (ArgumentsError, ConfigError) as err:
+            self._resume = resume_spec(resume_from_checkpoint, self.args.output_dir)
+        except ValueError as err:
             stop(self.command, str(err))
+        earlier = earlier_run(self.args.output_dir)
+        if earlier and self._trainer is None and self._resume == (False, None):
+            stop(
+                self.command,
+                f"output_dir {self.args.output_dir} holds an earlier run ({earlier}): pass "
+                "train(resume_from_checkpoint=True) to continue it, or choose another "
+                "output_dir (nothing was deleted)",
+            )
+        try:
+            trainer = self._built()
+            result = trainer.run()
+        except (ArgumentsError, ConfigError, ValueError, OSError) as err:
+            stop(self.command, str(err).strip().splitlines()[0])
+        self.optimizer = trainer.optimizer
+        self.lr_scheduler = getattr(trainer, "scheduler", None)
+        self._load_trained(trainer)
+        metrics = {**self._hooks.metrics, "epoch": self.state.epoch}
         loss = sum(result.losses) / max(1, len(result.losses))
-        return TrainOutput(self.state.global_step, loss, {"train_loss": loss})
+        return TrainOutput(self.state.global_step, loss, metrics)
 
-    def evaluate(self, eval_dataset: Any = None, **_: Any) -> dict[str, float]:
-        """``{"eval_loss": ...}``: the held-out loss of ``eval_dataset`` (the one given to
-        the constructor) under the model as it is now (collective: every rank)."""
+    def evaluate(
+        self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        """``{"<metric_key_prefix>_loss": ...}``: the held-out loss of the constructor's
+        ``eval_dataset`` under the model as it is now (collective: every rank)."""
         if eval_dataset is not None and eval_dataset is not self.eval_dataset:
             stop(
                 self.command,
@@ -137,27 +229,99 @@ class DropInTrainer:
                 "constructor (its held-out schedule is planned with the run)",
             )
         trainer = self._built()
+        started = time.perf_counter()
         loss = trainer.evaluate()
         if loss is None:
             stop(self.command, "evaluate() needs an eval_dataset")
-        return self._hooks.evaluated(loss)
+        runtime = time.perf_counter() - started
+        return self._hooks.evaluated(loss, metric_key_prefix, runtime)
 
     def log(self, logs: dict[str, float], *_: Any) -> None:
         """Add ``logs`` to ``state.log_history`` and call ``on_log``."""
         self._hooks_now().log(logs)
 
-    def save_model(self, output_dir: str | None = None, **_: Any) -> None:
-        """Write the trained model (a LoRA run: its PEFT adapter) to ``output_dir``
-        (default ``<args.output_dir>/model``: ``output_dir`` itself is the run folder),
-        from the run's last checkpoint; rank 0 writes, every rank waits."""
-        trainer = self._built()
-        out = Path(output_dir) if output_dir else Path(self.args.output_dir) / "model"
-        if trainer.saved is None:
-            stop(self.command, "save_model(): train first (no checkpoint yet)")
-        if trainer.is_main:
-            export_run(self.args.output_dir, out, checkpoint=str(trainer.saved), overwrite=True)
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Write the trained model (a LoRA run: its PEFT adapter) and the tokenizer into
+        ``output_dir`` (unset: ``args.output_dir``), as TRL does; rank 0 writes, every
+        rank waits."""
+        out = Path(output_dir if output_dir is not None else self.args.output_dir)
+        if self._trained is None:
+            stop(self.command, f"save_model({str(out)!r}): train first (nothing trained yet)")
+        if self.is_world_process_zero():
+            try:
+                copy_saved(self._trained, out, self.processing_class)
+            except (ValueError, OSError) as err:
+                stop(self.command, f"save_model({str(out)!r}): {err}")
         if dist.is_initialized():
             dist.barrier()
+
+    def save_state(self) -> None:
+        """``trainer_state.json`` in ``output_dir`` (rank 0)."""
+        from transformers.trainer_pt_utils import save_state
+
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        save_state(self)
+
+    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
+        """Print ``metrics`` as transformers prints them (rank 0)."""
+        from transformers.trainer_pt_utils import log_metrics
+
+        log_metrics(self, split, metrics)
+
+    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
+        """``<split>_results.json`` (and ``all_results.json``) in ``output_dir`` (rank 0)."""
+        from transformers.trainer_pt_utils import save_metrics
+
+        Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+        save_metrics(self, split, metrics, combined)
+
+    def metrics_format(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """``metrics`` formatted as transformers formats them."""
+        from transformers.trainer_pt_utils import metrics_format
+
+        return metrics_format(metrics)
+
+    def create_model_card(self, **fields: Any) -> None:
+        """A ``README.md`` in ``output_dir`` naming the base model, the data and the
+        settings (rank 0)."""
+        if not self.is_world_process_zero():
+            return
+        base = self.model if isinstance(self.model, str | Path) else type(self.model).__name__
+        lines = [
+            f"# {fields.get('model_name') or Path(self.args.output_dir).name}",
+            "",
+            f"Fine-tuned from `{fields.get('finetuned_from') or base}` with datacentric's "
+            f"drop-in `{self.command}`{' (LoRA)' if self.peft_config is not None else ''}.",
+            "",
+            f"- steps: {self.state.global_step}; epochs: {self.state.epoch}",
+            f"- settings: `{run_folder(self.args.output_dir) / 'config.json'}`",
+        ]
+        out = Path(self.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def get_num_trainable_parameters(self) -> int:
+        """The count of parameters the run trains (a LoRA run: its adapters')."""
+        module = self._built().dc.model
+        return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+    def get_learning_rates(self) -> list[float]:
+        """The optimizer's learning rate per parameter group (after ``train()``)."""
+        if self.optimizer is None:
+            stop(self.command, "get_learning_rates(): train first (no optimizer yet)")
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def get_decay_parameter_names(self, model: Any) -> list[str]:
+        """transformers' own: the parameter names weight decay applies to."""
+        from transformers import Trainer as Reference
+
+        return Reference.get_decay_parameter_names(self, model)
+
+    def get_total_train_batch_size(self, args: Any = None) -> int:
+        """The global batch in samples (per device x accumulation x world)."""
+        args = args or self.args
+        world = launch_mode().world_size
+        return args.per_device_train_batch_size * args.gradient_accumulation_steps * world
 
     # ------------------------------------------------------------ building the run
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
@@ -171,17 +335,40 @@ class DropInTrainer:
             )
         return self._hooks
 
+    def _evaluate_now(self) -> float | None:
+        return self._trainer.evaluate()
+
+    def _load_trained(self, trainer: Trainer) -> None:
+        """``model``: the trained module (exported from the last checkpoint by rank 0,
+        loaded on every rank)."""
+        run = run_folder(self.args.output_dir)
+        if trainer.saved is None:
+            return
+        if trainer.is_main:
+            export_trained(run, trainer.saved)
+        if dist.is_initialized():
+            dist.barrier()
+        self._trained = run / "trained"
+        self.model = load_trained(
+            self._trained, self.model, self._base_folder, self.peft_config is not None
+        )
+        self.model_wrapped = self.model
+        self._hooks.objects["model"] = self.model
+
     def _built(self) -> Trainer:
         """The run's trainer, built once (every rank)."""
         if self._trainer is not None:
             return self._trainer
-        timeout = 300.0
-        groups = process_groups(timeout)
-        out = Path(self.args.output_dir)
-        inputs = out / INPUTS
+        args = self.args
+        groups = process_groups(float(args.ddp_timeout), "cpu" if args.use_cpu else None)
+        run = run_folder(args.output_dir)
+        inputs = run / INPUTS
         model_dir, tokenizer = self._write_model(inputs, groups.rank == 0)
+        self._base_folder = model_dir
         train = self.records(self.train_dataset, tokenizer)
         held = self.records(self.eval_dataset, tokenizer) if self.eval_dataset is not None else []
+        if not train:
+            stop(self.command, "train_dataset: no record has a token with loss")
         if groups.rank == 0:
             write_records(train, inputs / "train.jsonl")
             if held:
@@ -189,37 +376,77 @@ class DropInTrainer:
         if dist.is_initialized():
             dist.barrier()
         try:
-            flat = training_settings(self.args, world=launch_mode().world_size, samples=len(train))
+            sections = training_settings(args, world=groups.world_size, samples=len(train))
         except ArgumentsError as err:
             stop(self.command, str(err))
-        per_epoch = max(1, math.ceil(len(train) / flat["global_batch_samples"]))
-        longest = max(len(r["input_ids"]) for r in train + held)
-        flat.update(
-            model=f"hf:{model_dir}",
-            dataset=f"jsonl:{inputs / 'train.jsonl'}",
-            tokenizer=str(inputs / "tokenizer"),
-            max_tokens=longest,
-            long_docs="error",
-            validation_dataset=f"jsonl:{inputs / 'eval.jsonl'}" if held else None,
-            cost_model="analytic",
-            plots=False,
-            overwrite=not self._resume,
-            resume=self._resume is True,
-            resume_from=self._resume if isinstance(self._resume, str) else None,
-            collective_timeout_s=timeout,
-            **self._lora_settings(),
-        )
+        batch = sections["scheduling"]["global_batch_samples"]
+        per_epoch = steps_per_epoch(args, len(train), batch)
+        resume, resume_from = self._resume
+        sections["job"].update(out=str(run), overwrite=False)
+        sections["model"]["model"] = f"hf:{model_dir}"
+        sections["data"] = {
+            "dataset": f"jsonl:{inputs / 'train.jsonl'}",
+            "tokenizer": str(inputs / "tokenizer"),
+            "max_tokens": max(len(r["input_ids"]) for r in train + held),
+            "long_docs": "error",
+        }
+        sections["validation"]["dataset"] = f"jsonl:{inputs / 'eval.jsonl'}" if held else None
         if not held:
-            flat["validation_every"] = None
-        config = load_config(None, **flat)
+            sections["validation"]["every"] = None
+        sections["cost"] = {"cost_model": "analytic"}
+        sections["metrics"]["plots"] = False
+        sections["checkpoint"].update(resume=resume, resume_from=resume_from)
+        if any(
+            f.name == "checkpoint_every_minutes" for f in dataclasses.fields(SECTIONS["checkpoint"])
+        ):
+            sections["checkpoint"]["checkpoint_every_minutes"] = 0.0  # by steps, as transformers
+        sections["lora"] = self._lora_settings()
+        try:
+            config = build_sections(sections)
+        except ConfigError as err:
+            stop(self.command, str(err))
+        setup_logging(config.metrics.log_level, groups.rank, config.metrics.log_all_ranks)
+        for note in self._notes:
+            logger.info("%s", note)
         self._hooks = CallbackHooks(
-            self.args, self.state, self.control, self.callbacks, per_epoch=per_epoch
+            args,
+            self.state,
+            self.control,
+            self.callbacks,
+            per_epoch=per_epoch,
+            evaluate=self._evaluate_now if held else None,
+            eval_samples=len(held),
+            world=groups.world_size,
+            token_metrics=self.command == "SFTTrainer",
         )
         self._trainer = Trainer(config, groups, hooks=self._hooks)
+        self._hooks.flops_per_token = _flops_per_token(self._trainer.dc.module)
         self._hooks.objects = {"model": self._trainer.dc.model}
         if self.processing_class is not None:
             self._hooks.objects["processing_class"] = self.processing_class
+        self._decay_groups(self._trainer)
         return self._trainer
+
+    def _decay_groups(self, trainer: Trainer) -> None:
+        """The run's AdamW in transformers' two groups: weight decay on the parameters
+        ``get_decay_parameter_names`` names, none on biases and norm weights."""
+        import torch
+
+        module = trainer.dc.model
+        decayed = set(self.get_decay_parameter_names(module))
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        old = trainer.optimizer.defaults
+        trainer.optimizer = torch.optim.AdamW(
+            [
+                {
+                    "params": [p for n, p in named if n in decayed],
+                    "weight_decay": old["weight_decay"],
+                },
+                {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0},
+            ],
+            lr=old["lr"],
+            betas=old["betas"],
+        )
 
     def _write_model(self, inputs: Path, main: bool) -> tuple[Path, Any]:
         """The model's folder (written by rank 0 for a model object) and the tokenizer
@@ -280,11 +507,19 @@ class DropInTrainer:
         if not isinstance(targets, str):
             targets = ",".join(sorted(targets))
         return {
-            "lora_rank": peft.r,
-            "lora_alpha": float(peft.lora_alpha),
-            "lora_dropout": float(peft.lora_dropout),
-            "lora_targets": targets,
+            "rank": peft.r,
+            "alpha": float(peft.lora_alpha),
+            "dropout": float(peft.lora_dropout),
+            "targets": targets,
         }
+
+
+def _flops_per_token(module: Any) -> float:
+    """transformers' ``floating_point_ops`` per token: 6 x the parameters outside the
+    embeddings (0 for a module without ``num_parameters``)."""
+    module = getattr(module, "hf", module)  # datacentric's hf: adapter holds the model
+    count = getattr(module, "num_parameters", None)
+    return 6.0 * count(exclude_embeddings=True) if callable(count) else 0.0
 
 
 def _peft_default_targets(model: Any) -> str:

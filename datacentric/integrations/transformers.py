@@ -56,8 +56,19 @@ class Trainer(DropInTrainer):
         if args is None:
             args = TrainingArguments()
         collator = getattr(data_collator, "__name__", type(data_collator).__name__)
+        self.causal_lm_collator = collator == "DataCollatorForLanguageModeling"
+        """labels = input_ids, -100 on the pad token (``DataCollatorForLanguageModeling``
+        with ``mlm=False``: transformers' causal-LM collator)."""
+        if self.causal_lm_collator and getattr(data_collator, "mlm", False):
+            stop(
+                self.command,
+                "data_collator: DataCollatorForLanguageModeling(mlm=True) "
+                "is masked-LM training; give mlm=False (causal LM)",
+            )
         given = {
-            "data_collator": None if collator in PADDING_COLLATORS else data_collator,
+            "data_collator": None
+            if collator in PADDING_COLLATORS or self.causal_lm_collator
+            else data_collator,
             "model_init": model_init,
             "compute_loss_func": compute_loss_func,
             "compute_metrics": compute_metrics,
@@ -80,7 +91,9 @@ class Trainer(DropInTrainer):
 
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
         """The rows as given: ``input_ids``, ``labels`` honoured (padding, where the
-        attention mask is 0, left out)."""
+        attention mask is 0, left out, on either side); with
+        ``DataCollatorForLanguageModeling`` the labels are the ids, -100 on the pad token."""
+        pad = getattr(tokenizer, "pad_token_id", None)
         rows = []
         for index, row in enumerate(dataset):
             if row.get("input_ids") is None:
@@ -89,9 +102,18 @@ class Trainer(DropInTrainer):
                     f"train/eval record {index} has no input_ids (its columns: "
                     f"{', '.join(sorted(row))}); tokenize the dataset first (dataset.map)",
                 )
+            ids = list(row["input_ids"])
+            labels = list(row["labels"]) if row.get("labels") is not None else None
+            if self.causal_lm_collator:
+                labels = [-100 if t == pad else t for t in ids]
             attention = row.get("attention_mask")
-            keep = len(row["input_ids"]) if attention is None else int(sum(attention))
-            rows.append({k: list(v)[:keep] for k, v in row.items() if k in ("input_ids", "labels")})
+            keep = (
+                range(len(ids)) if attention is None else [i for i, a in enumerate(attention) if a]
+            )
+            kept = {"input_ids": [ids[i] for i in keep]}
+            if labels is not None:
+                kept["labels"] = [labels[i] for i in keep]
+            rows.append(kept)
         try:
             return tokenized_records(rows, tokenizer, add_eos=False)
         except RecordsError as err:

@@ -30,7 +30,29 @@ from datacentric.cli.ranks import first_to_say
 def test_a_mistyped_flag_gets_the_closest_name(typed, meant, capsys):
     assert main(["train", typed, "3"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"datacentric train: unrecognized arguments: {typed} 3 (did you mean {meant}?)"
+    # a transformers name also says what it maps to, after the question
+    assert err.startswith(
+        f"datacentric train: unrecognized arguments: {typed} 3 (did you mean {meant}?"
+    )
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--eval_steps", "--validation-every"),
+        ("--validation.freq", "--validation-every"),  # torchtitan
+        ("--per_device_train_batch_size", "--global-batch-samples"),
+        ("--learning_rate", "--lr"),
+        ("--num_train_epochs", "--epochs"),
+        ("--max_steps", "--iterations"),
+        ("--output_dir", "--out"),
+        ("--save-steps", "--checkpoint-every"),
+    ],
+)
+def test_another_trainers_flag_gets_our_equivalent(typed, meant, capsys):
+    assert main(["train", typed, "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"(did you mean {meant}? " in err and len(err.splitlines()) == 1
 
 
 def test_no_suggestion_for_a_flag_close_to_nothing():

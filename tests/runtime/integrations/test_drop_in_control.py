@@ -16,6 +16,7 @@ TESTS = Path(__file__).resolve().parents[2]
 def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch) -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
+    from transformers.trainer_utils import get_last_checkpoint
     from trl import SFTConfig
 
     from datacentric.integrations.trl import SFTTrainer
@@ -62,17 +63,19 @@ def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch)
     )
     trainer.train()
     assert trainer.state.global_step == 2  # stopped, though 4 steps were planned
-    assert steer.saves == [1, 2] and steer.evaluations == 2
-    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == [
-        "step-00000001",
-        "step-00000002",
-    ]
+    # as transformers: on_save where a callback asked (the runtime's final checkpoint of
+    # step 2 is written too, and linked, without an on_save)
+    assert steer.saves == [1] and steer.evaluations == 2
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
+    with pytest.raises(SystemExit):  # an earlier run is never deleted: refused in one line
+        SFTTrainer(model=str(folder), args=config, train_dataset=Dataset.from_list(texts)).train()
     again = SFTTrainer(
         model=str(folder),
         args=config,
         train_dataset=Dataset.from_list(texts),
         eval_dataset=Dataset.from_list(texts[:2]),
     )
-    again.train(resume_from_checkpoint=True)
+    again.train(resume_from_checkpoint=get_last_checkpoint(str(out)))
     assert again.state.global_step == 4
     assert [r["step"] for r in again.state.log_history if "loss" in r] == [3, 4]

@@ -1,0 +1,120 @@
+"""Where a drop-in trainer's run writes, as a transformers script expects to find it.
+
+``output_dir`` holds, as transformers' ``Trainer`` leaves it:
+
+- ``checkpoint-N``: a link to the run's checkpoint of step N (``run/checkpoints/step-N``),
+  so ``transformers.trainer_utils.get_last_checkpoint(output_dir)`` finds the newest and
+  ``train(resume_from_checkpoint=...)`` takes it;
+- what ``save_model()`` writes (the model, or a LoRA run's adapter, with the tokenizer);
+- ``trainer_state.json``, ``*_results.json`` (``save_state``, ``save_metrics``);
+- ``run/``: the ``datacentric train`` run folder (settings, metrics, checkpoints, and the
+  inputs the drop-in wrote under ``run/inputs``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from datacentric.train.checkpoint import checkpoint_step
+from datacentric.train.export import EXPORT_RECORD, export_run
+from datacentric.train.run_folder import RUN_FILES
+
+RUN = "run"
+"""The run folder inside ``output_dir``."""
+TRAINED = "trained"
+"""The trained model, exported inside the run folder at the end of ``train()``."""
+_LINK = re.compile(r"^checkpoint-(\d+)$")
+
+
+def run_folder(output_dir: str | Path) -> Path:
+    """The ``datacentric train`` run folder of ``output_dir``."""
+    return Path(output_dir) / RUN
+
+
+def earlier_run(output_dir: str | Path) -> str | None:
+    """What an earlier run left in ``output_dir`` (a file of its run folder), else None."""
+    run = run_folder(output_dir)
+    found = [name for name in RUN_FILES if (run / name).exists()]
+    return str(run / found[0]) if found else None
+
+
+def link_checkpoint(output_dir: str | Path, folder: Path) -> None:
+    """``output_dir/checkpoint-N`` -> the checkpoint ``folder`` of step N (relative, so
+    the folder can move); links whose checkpoint is gone (``keep_last``) are removed."""
+    out = Path(output_dir)
+    step = checkpoint_step(folder)
+    if step is None:
+        return
+    link = out / f"checkpoint-{step}"
+    if link.is_symlink():
+        link.unlink()
+    if not link.exists():
+        link.symlink_to(os.path.relpath(folder, out), target_is_directory=True)
+    for other in out.iterdir():
+        if _LINK.match(other.name) and other.is_symlink() and not other.exists():
+            other.unlink()
+
+
+def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:
+    """``train(resume_from_checkpoint=value)`` as the ``[checkpoint]`` section's
+    ``(resume, resume_from)``; ValueError naming the argument when it names no
+    checkpoint."""
+    if value is None or value is False:
+        return False, None
+    if value is True:
+        return True, None
+    if not isinstance(value, str | os.PathLike):
+        raise ValueError(
+            f"resume_from_checkpoint={value!r}: give True (the newest checkpoint of "
+            "output_dir) or a checkpoint folder"
+        )
+    path = Path(value)
+    if not path.is_dir():
+        raise ValueError(
+            f"resume_from_checkpoint={str(value)!r}: no such checkpoint folder; give True "
+            f"(the newest checkpoint of {output_dir}) or one of its checkpoint-N folders"
+        )
+    return False, str(path.resolve())
+
+
+def export_trained(run: Path, checkpoint: Path) -> Path:
+    """The model (a LoRA run: its adapter) of ``checkpoint``, written to ``run/trained``."""
+    folder = run / TRAINED
+    export_run(run, folder, checkpoint=str(checkpoint), overwrite=True)
+    return folder
+
+
+def copy_saved(trained: Path, out: Path, tokenizer: Any) -> None:
+    """The exported files of ``trained`` and the tokenizer's into ``out`` (files of the
+    same name replaced, nothing else touched), as TRL's ``save_model`` leaves it."""
+    if out.resolve() == run_folder(out).resolve() or out.resolve() == trained.resolve():
+        raise ValueError(f"save_model({str(out)!r}): that is the run's own folder")
+    out.mkdir(parents=True, exist_ok=True)
+    for path in trained.iterdir():
+        if path.is_file() and path.name != EXPORT_RECORD:
+            shutil.copyfile(path, out / path.name)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+
+
+def load_trained(trained: Path, base: Any, base_folder: Path, lora: bool) -> Any:
+    """The trained model as transformers and peft load it: a ``PeftModel`` over ``base``
+    for a LoRA run, else ``base`` (a model object) with the trained weights, or the
+    trained model loaded from ``trained`` when ``base`` is a folder name."""
+    from transformers import AutoModelForCausalLM
+
+    if lora:
+        from peft import PeftModel
+
+        if isinstance(base, str | os.PathLike):
+            base = AutoModelForCausalLM.from_pretrained(base_folder)
+        return PeftModel.from_pretrained(base, trained, is_trainable=True)
+    model = AutoModelForCausalLM.from_pretrained(trained)
+    if isinstance(base, str | os.PathLike):
+        return model
+    base.load_state_dict(model.state_dict())
+    return base

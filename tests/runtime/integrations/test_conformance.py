@@ -1,0 +1,97 @@
+"""Every field of the installed ``TrainingArguments`` and ``SFTConfig`` and every public
+method of ``Trainer`` / ``SFTTrainer`` is classified in settings.trainer_fields (so a new
+release cannot add an argument the drop-ins silently ignore), and a refused one set away
+from its default stops the drop-in in one line naming it and why."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("trl")
+
+from datacentric.settings.trainer_fields import METHODS, REFUSED, fields  # noqa: E402
+
+
+def unclassified(*classes: type) -> list[str]:
+    """The init fields of the ``classes`` (dataclasses) that the table does not know."""
+    known = fields()
+    names = {f.name for c in classes for f in dataclasses.fields(c) if f.init}
+    return sorted(n for n in names if not n.startswith("_") and n not in known)
+
+
+def test_every_installed_field_and_method_is_classified() -> None:
+    from transformers import Trainer, TrainingArguments
+    from trl import SFTConfig, SFTTrainer
+
+    assert unclassified(TrainingArguments, SFTConfig) == []
+    public = {n for c in (Trainer, SFTTrainer) for n in dir(c) if not n.startswith("_")}
+    assert sorted(public - set(METHODS)) == []
+    # nothing classified that the installed releases lack (a removed field is taken out)
+    names = {f.name for c in (TrainingArguments, SFTConfig) for f in dataclasses.fields(c)}
+    assert set(fields()) <= names
+
+
+def test_a_planted_field_is_caught() -> None:
+    from transformers import TrainingArguments
+
+    @dataclasses.dataclass
+    class Newer(TrainingArguments):
+        new_knob: int = 0
+
+    assert unclassified(Newer) == ["new_knob"]
+
+
+def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    assert fields()["label_smoothing_factor"].kind == REFUSED
+    config = SFTConfig(output_dir=str(tmp_path), label_smoothing_factor=0.1, bf16=False)
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(model="unused", args=config, train_dataset=Dataset.from_list([{"text": "a"}]))
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip()
+    assert "label_smoothing_factor=0.1 (the loss is the model's own cross-entropy)" in line
+    trainer = SFTTrainer(
+        model="unused",
+        args=SFTConfig(output_dir=str(tmp_path), bf16=False),
+        train_dataset=Dataset.from_list([{"text": "a"}]),
+    )
+    for call in (trainer.push_to_hub, trainer.hyperparameter_search):
+        with pytest.raises(SystemExit):
+            call()
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+    class Custom(SFTTrainer):
+        def compute_loss(self, *args, **kwargs):  # never called by the runtime
+            return 0
+
+    with pytest.raises(SystemExit):
+        Custom(model="unused", args=config, train_dataset=Dataset.from_list([{"text": "a"}]))
+    assert "Custom.compute_loss: overriding it has no effect" in capsys.readouterr().err
+
+
+def test_fields_become_settings(tmp_path) -> None:
+    from transformers import TrainingArguments
+
+    from datacentric.integrations.arguments import steps_per_epoch, training_settings
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=3,
+        dataloader_drop_last=True,
+        ddp_timeout=77,
+        save_total_limit=2,
+        use_cpu=True,
+        report_to="none",
+    )
+    sections = training_settings(args, world=2, samples=25)
+    assert sections["scheduling"] == {"global_batch_samples": 12, "drop_remainder": True}
+    assert steps_per_epoch(args, 25, 12) == 2  # the partial third batch is left out
+    assert sections["parallelism"] == {"collective_timeout_s": 77.0, "device": "cpu"}
+    assert sections["checkpoint"]["keep_last"] == 2

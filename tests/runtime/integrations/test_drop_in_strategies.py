@@ -1,0 +1,143 @@
+"""``logging_strategy="epoch"``, a callback's ``control.should_evaluate``,
+``evaluate(metric_key_prefix=...)`` and ``use_cpu`` in the drop-in ``SFTTrainer``, against
+TRL's own in the same process: a tiny Qwen2, 4 texts trained as one batch per step (so
+the data order cannot matter), 3 epochs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+TESTS = Path(__file__).resolve().parents[2]
+
+
+def _run(trainer_class, folder: Path, out: Path) -> tuple[list[dict], dict]:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import SFTConfig
+
+    class EvaluateAtStepOne(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 1:
+                control.should_evaluate = True
+
+    words = "hello world how are you the user asks".split()
+    texts = [{"text": " ".join(words[i : i + 3 + i])} for i in range(4)]
+    config = SFTConfig(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        num_train_epochs=3,
+        learning_rate=1e-3,
+        logging_strategy="epoch",
+        logging_steps=2,  # ignored by the epoch strategy
+        eval_strategy="no",
+        report_to="none",
+        bf16=False,
+    )
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=config,
+        train_dataset=Dataset.from_list(texts),
+        eval_dataset=Dataset.from_list(texts[:2]),
+        callbacks=[EvaluateAtStepOne()],
+        processing_class=_tokenizer(folder),
+    )
+    trainer.train()
+    return trainer.state.log_history, trainer.evaluate(metric_key_prefix="test")
+
+
+def _tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    return save_tiny_qwen2(tmp_path_factory.mktemp("qwen2"))
+
+
+def test_logging_strategy_epoch_and_metric_key_prefix(folder, tmp_path, monkeypatch) -> None:
+    from trl import SFTTrainer as Reference
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    want_history, want = _run(Reference, folder, tmp_path / "ref")
+    have_history, have = _run(SFTTrainer, folder, tmp_path / "ours")
+
+    def logged(history, key):
+        return [(r["step"], r[key]) for r in history if key in r]
+
+    # one log per epoch (not every logging_steps), the same losses
+    assert [s for s, _ in logged(have_history, "loss")] == [1, 2, 3]
+    for (s, a), (t, b) in zip(
+        logged(have_history, "loss"), logged(want_history, "loss"), strict=True
+    ):
+        assert s == t and a == pytest.approx(b, rel=1e-5)
+    # the evaluation the callback asked for at step 1, and no other during training
+    assert [s for s, _ in logged(have_history, "eval_loss")] == [1]
+    assert logged(have_history, "eval_loss")[0][1] == pytest.approx(
+        logged(want_history, "eval_loss")[0][1], rel=1e-5
+    )
+    assert set(have) >= {"test_loss", "test_runtime"} and "eval_loss" not in have
+    assert have["test_loss"] == pytest.approx(want["test_loss"], rel=1e-5)
+    # TRL's token count (TRL's log at step 1 lacks it: its evaluation there took it)
+    tokens = dict(logged(have_history, "num_tokens"))
+    assert tokens[1] == 24 and set(logged(want_history, "num_tokens")) <= set(tokens.items())
+    # train()'s metrics as TRL's
+    have_end, want_end = have_history[-2], want_history[-2]
+    assert have_end["train_loss"] == pytest.approx(want_end["train_loss"], rel=1e-5)
+    # transformers' floating_point_ops: 6 x non-embedding parameters x tokens (TRL's
+    # batches also count their padding; the drop-in's packed steps have none)
+    from transformers import AutoModelForCausalLM
+
+    per_token = 6 * AutoModelForCausalLM.from_pretrained(folder).num_parameters(
+        exclude_embeddings=True
+    )
+    assert have_end["total_flos"] == per_token * tokens[3] <= want_end["total_flos"]
+
+
+def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch) -> None:
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    import datacentric.integrations.session as session
+    from datacentric.integrations.trl import SFTTrainer
+    from datacentric.parallel.launch import default_device
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    chosen = []
+    real = session.process_groups
+
+    def on_a_gpu_machine(timeout_s, device=None):
+        with monkeypatch.context() as gpu:  # as on a GPU machine: cuda available
+            gpu.setattr(torch.cuda, "is_available", lambda: True)
+            chosen.append(default_device(device).type)
+        return real(timeout_s, device)
+
+    monkeypatch.setattr(session, "process_groups", on_a_gpu_machine)
+    config = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        max_steps=1,
+        use_cpu=True,
+        report_to="none",
+        bf16=False,
+    )
+    trainer = SFTTrainer(
+        model=str(folder),
+        args=config,
+        train_dataset=Dataset.from_list([{"text": "hello world how are you"}] * 2),
+    )
+    trainer.train()
+    assert chosen == ["cpu"] and trainer._trainer.config.parallelism.device == "cpu"
+    assert trainer.state.global_step == 1
