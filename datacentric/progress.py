@@ -8,9 +8,9 @@ seconds (10), one line::
 
     progress: schedule dcp-opt steps 3/7 (43%), 20 s elapsed, about 27 s left
 
-(the time left, for units of like size, extrapolated from those done so far) and a last line
-when it ends, if it wrote any (work shorter than ``every_s`` stays silent). No torch is
-imported here.
+(the time left, for units of like size, extrapolated from those done so far by
+:class:`TimeLeft`) and a last line when it ends, if it wrote any (work shorter than
+``every_s`` stays silent). No torch is imported here.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 #: Seconds between two progress lines when stderr is not a terminal.
@@ -48,17 +49,56 @@ def progress_line(
 
 def time_left_s(done: int, total: int, seconds: float) -> float | None:
     """Seconds left if the units left take as long as those done so far on average
-    (``None`` before the first unit and after the last)."""
-    if done <= 0 or done >= total:
-        return None
-    return seconds * (total - done) / done
+    (``None`` before the first unit and after the last; :class:`TimeLeft` with one mark)."""
+    left = TimeLeft(total, start=0.0)
+    left.reached(done, seconds)
+    return left.seconds(seconds)
+
+
+class TimeLeft:
+    """The time left of ``total`` units of like size (steps, runs), from when each one
+    ended: the mean time of the units measured, the first left out once a second is done
+    (it pays the start: compilation, caches, a profile), less the time the unit now
+    running has taken. ``partial`` (the share of that unit done, when it is known) also
+    counts for one unit not yet ended (before any has, it alone gives the pace)."""
+
+    def __init__(self, total: int, *, start: float, done: int = 0) -> None:
+        self.total = int(total)
+        self.start = start
+        """When the work started (the clock's reading)."""
+        self.marks: list[tuple[int, float]] = [(done, start)]
+        """(units done, when) at the start and at each unit's end."""
+
+    def reached(self, done: int, at: float) -> None:
+        """``done`` units are done at time ``at``."""
+        if done > self.marks[-1][0]:
+            self.marks.append((done, at))
+
+    def seconds(self, now: float, partial: float = 0.0) -> float | None:
+        """Seconds left at ``now`` (None: nothing measured yet, or all done)."""
+        done, last = self.marks[-1]
+        if done >= self.total:
+            return None
+        first = self.marks[1] if len(self.marks) > 2 else self.marks[0]
+        if done > first[0]:
+            per_unit = (last - first[1]) / (done - first[0])
+        elif partial > 0:
+            per_unit = (now - last) / partial
+        else:
+            return None
+        if partial > 0:
+            return max(0.0, (self.total - done - partial) * per_unit)
+        return (self.total - done - 1) * per_unit + max(0.0, per_unit - (now - last))
 
 
 class Progress:
     """Progress of ``what`` over ``total`` units; use as a context manager and call
     :meth:`update` per unit done (``stage=`` names what runs now). ``enabled=False``
     shows nothing; ``terminal`` overrides whether ``stream`` is one; ``time_left``:
-    the lines say the time left (units of like size: steps, not stages)."""
+    the lines say the time left (units of like size: steps, not stages; :class:`TimeLeft`);
+    ``partial()``: the share (0 to 1) of the unit now running, with what it is (``step
+    12/40``), for units long enough to show their own progress; ``clock``: seconds (tests
+    script it)."""
 
     def __init__(
         self,
@@ -71,9 +111,13 @@ class Progress:
         terminal: bool | None = None,
         every_s: float = EVERY_S,
         time_left: bool = False,
+        partial: Callable[[], tuple[float, str] | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.what = what
         self.time_left = time_left
+        self.partial = partial
+        self.clock = clock
         self.total = int(total)
         self.done = 0
         self.stage = ""
@@ -91,7 +135,8 @@ class Progress:
             self._bar = tqdm(
                 total=self.total, desc=what, unit=unit, file=self.stream, disable=False
             )
-        self._started = time.monotonic()
+        self._started = clock()
+        self.left = TimeLeft(self.total, start=self._started)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._ticker: threading.Thread | None = None
@@ -109,6 +154,7 @@ class Progress:
         """``n`` more units done; ``stage`` names the one that runs now."""
         with self._lock:
             self.done = min(self.total, self.done + n)
+            self.left.reached(self.done, self.clock())
             if stage is not None:
                 self.stage = stage
             if self._bar is not None:
@@ -120,7 +166,7 @@ class Progress:
         """Count ``total`` units from now on (work whose size shows once it starts,
         such as the steps of an epoch)."""
         with self._lock:
-            self.total = int(total)
+            self.total = self.left.total = int(total)
             self.done = min(self.done, self.total)
             if self._bar is not None:
                 self._bar.total = self.total
@@ -140,9 +186,14 @@ class Progress:
 
     def line(self) -> str:
         """The progress line as it stands."""
-        what = f"{self.what} ({self.stage})" if self.stage else self.what
-        seconds = time.monotonic() - self._started
-        return progress_line(what, self.done, self.total, seconds, time_left=self.time_left)
+        now = self.clock()
+        running = self.partial() if self.partial is not None else None
+        share, inside = running if running is not None else (0.0, "")
+        stage = ", ".join(s for s in (self.stage, inside) if s)
+        what = f"{self.what} ({stage})" if stage else self.what
+        line = progress_line(what, self.done, self.total, now - self._started)
+        left = self.left.seconds(now, min(max(share, 0.0), 1.0)) if self.time_left else None
+        return line if left is None else f"{line}, about {elapsed_text(left)} left"
 
     def _tick(self) -> None:
         wait = 1.0 if self._bar is not None else self.every_s

@@ -241,11 +241,14 @@ def compare_policies(
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
     order = run_order(policies, repeats)
     finished: list[tuple[str, int]] = []  # what a stop by a signal reports
+    steps = RunSteps()
+    what = f"{len(policies)} policies x {repeats} runs"
     with (
-        Progress(f"{len(policies)} policies x {repeats} runs", len(order), unit="run") as bar,
+        Progress(what, len(order), unit="run", time_left=True, partial=steps) as bar,
         stopping_on_signals(finished, len(order), out),
     ):
         for k, (repeat, policy) in enumerate(order):
+            steps.folder = repeat_folder(out, policy, repeat)
             bar.update(1 if k else 0, stage=f"{policy}, run {repeat + 1}")
             config = base.updated(
                 scheduling={"policy": policy},
@@ -291,6 +294,33 @@ def compare_policies(
         load=load,
         profiles=len(cost_models),
     )
+
+
+class RunSteps:
+    """How far the training run in :attr:`folder` is, for the comparison's progress line:
+    the steps its ``metrics.jsonl`` holds of its epoch's (from the schedule it saved)."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        self._steps: tuple[Path, int] | None = None  # the folder's epoch steps, read once
+
+    def __call__(self) -> tuple[float, str] | None:
+        """(share done, ``step N/M``), None before the run has saved its schedule."""
+        folder = self.folder
+        if folder is None:
+            return None
+        if self._steps is None or self._steps[0] != folder:
+            try:
+                self._steps = (folder, len(load_schedule(folder, 0).iterations))
+            except (OSError, ValueError, KeyError):
+                return None  # not written yet (or being written)
+        total = self._steps[1]
+        try:
+            with open(folder / "metrics.jsonl", "rb") as lines:
+                done = sum(1 for _ in lines)
+        except OSError:
+            done = 0
+        return min(done / max(total, 1), 1.0), f"step {done}/{total}"
 
 
 def _shapes(data: DataConfig, seed: int, prechecked: Prechecked | None) -> list[SampleShape]:

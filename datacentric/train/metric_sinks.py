@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from datacentric.log import LOGGER_NAME, StderrHandler
+from datacentric.progress import TimeLeft, elapsed_text
 from datacentric.regular_files import open_regular
 
 #: Scalars of a record that go to TensorBoard and W&B.
@@ -86,10 +88,13 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1e3:.1f}ms" if value < 1 else f"{value:.3f}s"
 
 
-def step_line(record: dict[str, Any], memory_capacity_bytes: int | None = None) -> str:
+def step_line(
+    record: dict[str, Any], memory_capacity_bytes: int | None = None, left_s: float | None = None
+) -> str:
     """One step as a log line: step, loss, grad norm, tokens/s, MFU, peak memory in GiB
-    and as a share of ``memory_capacity_bytes``, data wait, and the measured step time
-    beside the schedule's estimate (``est``)."""
+    and as a share of ``memory_capacity_bytes``, data wait, the measured step time
+    beside the schedule's estimate (``est``), and the run's time left (``left_s``: from
+    the measured steps, :class:`~datacentric.progress.TimeLeft`)."""
     parts = [f"step {record['iteration'] + 1:>5}", f"loss {record['loss']:8.4f}"]
     norm = record.get("grad_norm")
     parts.append(f"grad_norm {norm:7.4f}" if norm is not None else "grad_norm -")
@@ -110,6 +115,8 @@ def step_line(record: dict[str, Any], memory_capacity_bytes: int | None = None) 
     if record.get("val_loss") is not None:
         val_time = _seconds(record.get("val_time_s"))
         parts.append(f"val_loss {record['val_loss']:8.4f} (val_time {val_time})")
+    if left_s is not None:
+        parts.append(f"about {elapsed_text(left_s)} left")
     return "  ".join(parts)
 
 
@@ -137,6 +144,9 @@ class MetricsLogger:
         self.log_every = log_every
         self.initial = initial
         self.memory_capacity_bytes = memory_capacity_bytes
+        self.left = TimeLeft(total, start=time.monotonic(), done=initial) if total else None
+        """The run's time left, from the wall time of its steps so far (validation and
+        saves included: they recur)."""
         self._file = None
         self._bar = None
         self._tb = None
@@ -171,8 +181,12 @@ class MetricsLogger:
         last = self.total is not None and number >= self.total
         first = number == self.initial + 1  # step 1, or a resumed run's first
         validated = record.get("val_loss") is not None
+        now = time.monotonic()
+        if self.left is not None:
+            self.left.reached(number, now)
         if self.log_every and (first or number % self.log_every == 0 or last or validated):
-            line = step_line(record, self.memory_capacity_bytes)
+            left = self.left.seconds(now) if self.left is not None else None
+            line = step_line(record, self.memory_capacity_bytes, left)
             if self._bar is not None:
                 self._bar.write(line, file=sys.stderr)
             else:

@@ -4,11 +4,12 @@ stop signal acknowledged at once."""
 from __future__ import annotations
 
 import io
+import random
 import re
 import signal
 import time
 
-from datacentric.progress import Progress, elapsed_text, progress_line
+from datacentric.progress import Progress, elapsed_text, progress_line, time_left_s
 from datacentric.train.preemption import StopSignals
 
 LINE = re.compile(
@@ -80,3 +81,83 @@ def test_a_stop_signal_is_acknowledged_at_once(capfd):
     with StopSignals() as quiet:
         quiet._handle(signal.SIGTERM, None)
     assert capfd.readouterr().err == ""
+
+
+class ScriptedClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_time_left_from_a_fifth_of_the_work_on_is_within_half_of_the_truth():
+    """100 steps, the first paying 8 s of start-up, the others 1 s +-40%: from step 20 on,
+    at each step's end and half-way through the next, the time left is within 50% of the
+    time the rest really takes (the mean of all steps, the first included, is not)."""
+    rng = random.Random(0)
+    durations = [8.0] + [rng.uniform(0.6, 1.4) for _ in range(99)]
+    clock = ScriptedClock()
+    bar = Progress("train", 100, enabled=False, time_left=True, clock=clock)
+    naive_misses = 0
+    for step, duration in enumerate(durations):
+        for share in (0.0, 0.5):
+            left = sum(durations[step:]) - share * duration
+            if step >= 20:
+                said = bar.left.seconds(clock.now)
+                assert abs(said - left) <= 0.5 * left, (step, share, said, left)
+                naive = time_left_s(step, 100, clock.now - 1000.0)
+                naive_misses += abs(naive - left) > 0.5 * left
+            clock.now += duration / 2
+        bar.update()
+    assert naive_misses > 0  # the plain mean counts the start-up in every step left
+    line = bar.line()
+    assert line.startswith("progress: train 100/100 (100%)") and "left" not in line
+
+
+def test_a_unit_that_shows_its_own_progress_gives_the_pace_from_its_start():
+    """Eight runs of about a minute (a demo's): from the first run's 20% on, the line says
+    which step it is at and a time left within 50% of the truth."""
+    clock = ScriptedClock()
+    inside = {"share": 0.0}
+    bar = Progress(
+        "4 policies x 2 runs", 8, unit="run", enabled=False, time_left=True, clock=clock,
+        partial=lambda: (inside["share"], f"step {round(40 * inside['share'])}/40"),
+    )  # fmt: skip
+    runs = [66.0, 54.0, 60.0, 63.0, 57.0, 60.0, 61.0, 59.0]
+    for run, seconds in enumerate(runs):
+        for tenth in range(10):
+            inside["share"] = tenth / 10
+            if run or tenth >= 2:
+                left = sum(runs[run:]) - seconds * tenth / 10
+                said = bar.left.seconds(clock.now, inside["share"])
+                assert abs(said - left) <= 0.5 * left, (run, tenth, said, left)
+            clock.now += seconds / 10
+        inside["share"] = 0.0
+        bar.update()
+        if run == 0:
+            inside["share"] = 0.5
+            assert re.match(
+                r"progress: 4 policies x 2 runs \(step 20/40\) 1/8 \(12%\), 1 min \d\d s elapsed, "
+                r"about \d+ min \d\d s left$",
+                bar.line(),
+            ), bar.line()
+
+
+def test_a_comparison_run_reports_its_steps_while_it_trains(tmp_path):
+    from toy_schedule import toy_schedule
+
+    from datacentric.train.measured_comparison import RunSteps
+    from datacentric.train.run_folder import save_schedule
+
+    steps, schedule = RunSteps(), toy_schedule()
+    assert steps() is None  # no run yet
+    steps.folder = tmp_path / "dcp-opt"
+    assert steps() is None  # the run has not saved its schedule yet
+    save_schedule(steps.folder, schedule)
+    total = len(schedule.iterations)
+    assert steps() == (0.0, f"step 0/{total}")
+    (steps.folder / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    assert steps() == (1 / total, f"step 1/{total}")

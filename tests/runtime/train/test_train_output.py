@@ -79,7 +79,8 @@ def test_step_line_holds_what_users_watch():
     assert match, line
     assert match.groups()[:2] == ("5", "2.5000")  # steps are numbered from 1
     assert (match.group(5), match.group(6), match.group(7)) == ("1.25", "3.00", "25.0")
-    assert "step_time 500.0ms (est 250.0ms)" in line
+    assert "step_time 500.0ms (est 250.0ms)" in line and "left" not in line
+    assert step_line(record(4), left_s=65.4).endswith("  about 1 min 05 s left")
 
 
 class Collect(logging.Handler):
@@ -106,6 +107,8 @@ def test_log_the_first_step_every_log_every_and_the_last(tmp_path):
     finally:
         logging.getLogger("datacentric").removeHandler(collect)
     assert [m.split()[1] for m in collect.messages if m.startswith("step")] == ["1", "2", "4", "5"]
+    steps = [m for m in collect.messages if m.startswith("step")]
+    assert [m.endswith(" s left") for m in steps] == [True, True, True, False]  # none at the end
     assert len(read_metrics(tmp_path)) == 5
     collect.messages.clear()
     logging.getLogger("datacentric").addHandler(collect)
