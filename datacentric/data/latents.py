@@ -40,6 +40,7 @@ from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
 from datacentric.data.bucket_config import Bucket, BucketConfig
 from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
+from datacentric.data.text_file import numbered_lines, read_text_file
 from datacentric.data.video import (
     PATCH,
     VideoSample,
@@ -88,7 +89,8 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
         path = path / MANIFEST
     if path.is_file():
         found = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        listing = read_text_file(path, f"latents:{source}", "a manifest.jsonl of JSON lines")
+        for number, line in numbered_lines(listing):
             if not line.strip():
                 continue
             try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import read_text_file
+from datacentric.data.text_file import numbered_lines, read_text_file
 
 #: The longest line a prompts file may hold (a prompt, or its JSON line): a prompt is
 #: tokenized and generated from on every rank, so a runaway line is refused up front.
@@ -40,8 +40,7 @@ def read_prompts(path: str | Path) -> list[Prompt]:
     want = "one prompt per line, or JSON lines with a prompt each"
     text = read_text_file(path, where, want)
     prompts = []
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.removesuffix("\r")
+    for number, line in numbered_lines(text):
         if line.strip():
             prompts.append(_prompt(line, len(prompts), f"{where} line {number}"))
     if not prompts:

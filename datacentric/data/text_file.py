@@ -5,6 +5,7 @@ not text refused as one :class:`~datacentric.data.base.DataError` naming the fil
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from datacentric.data.base import DataError
@@ -27,3 +28,11 @@ def read_text_file(path: str | Path, where: str, want: str) -> str:
     if "\x00" in text:
         raise DataError(f"{where}: not a text file (it holds NUL bytes); want {want}")
     return text.removeprefix("\ufeff")
+
+
+def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number from 1, line) of ``text``, split at LF only (a CR before it dropped):
+    never at the other Unicode line breaks (U+2028, U+0085, ...), which a caption or a
+    JSON string may hold raw and which ``str.splitlines`` would cut at."""
+    for number, line in enumerate(text.split("\n"), 1):
+        yield number, line.removesuffix("\r")

@@ -14,7 +14,7 @@ import torch
 from datacentric.cli.main import main
 from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError
-from datacentric.data.latents import LatentDataset
+from datacentric.data.latents import LatentDataset, read_latent_listing
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.data.sources import skipped_samples
 from datacentric.data.text import SyntheticTextDataset
@@ -155,3 +155,20 @@ def test_rank_requests_follow_the_schedule():
         ),
     )
     assert rank_requests([iteration], 1) == [((3, 1), 2), ((2,), 2)]
+
+
+def test_manifest_lines_split_at_line_feed_only(folder):
+    # a hand-written manifest (BOM, CRLF) whose JSON strings hold raw U+2028 and U+0085:
+    # str.splitlines would cut both lines in two and refuse them as broken JSON
+    manifest = folder / "manifest.jsonl"
+    lines = [
+        '{"latent": "a.npy", "caption": "one\u2028two"}',
+        '{"latent": "c.pt", "text": "a.text.npy", "caption": "x\u0085y"}',
+    ]
+    manifest.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    ds = LatentDataset(str(folder))
+    assert len(ds) == 2 and ds.text_files[1] == folder / "a.text.npy"
+    assert [e.where for e in read_latent_listing(str(folder))] == [
+        f"{manifest}:1",
+        f"{manifest}:2",
+    ]
