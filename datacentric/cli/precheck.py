@@ -51,6 +51,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
         batch = run_global_batch(config, dataset.shapes(), sp_sizes, world)
         check_validation(config, batch.applied(config.scheduling), module, dataset, held_out)
+        check_training_fits(config, module, dataset, world)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return None
@@ -154,9 +155,55 @@ def check_held_out_fits(
     where: str, held_out, config: TrainConfig, module: nn.Module, world: int
 ) -> None:
     """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
-    no configuration of the plan: the analytic plan of the run's model (``module``, on
-    the meta device, priced forward only as validation runs it) on ``world`` ranks of
-    this machine's device, under ``[cost] memory_gb`` (else 70% of the device)."""
+    no configuration of the plan (:func:`analytic_pipeline`, priced forward only as
+    validation runs it)."""
+    pipeline = analytic_pipeline(held_out.shapes(), config, module, world, forward_only=True)
+    if pipeline is None:
+        return  # no analytic price: the run's own plan decides
+    try:
+        _ = pipeline.plan
+    except ValueError as err:
+        raise ValueError(f"{where}: a held-out sample cannot be planned: {err}") from None
+
+
+def check_training_fits(config: TrainConfig, module: nn.Module, dataset, world: int) -> None:
+    """Raise ``ValueError`` naming the bucket, its longest sample, the GiB it needs and
+    the budget, and the flags of ``train`` that help, when a bucket of the training set
+    fits no configuration of the plan (:func:`analytic_pipeline`) under the memory
+    budget, even on the largest SP size with every block recomputed."""
+    from datacentric.planning.hardware import gib_text
+    from datacentric.planning.planner import UnfittableBucketError
+
+    pipeline = analytic_pipeline(dataset.shapes(), config, module, world, forward_only=False)
+    if pipeline is None:
+        return  # no analytic price: the run's own plan decides
+    try:
+        _ = pipeline.plan
+    except UnfittableBucketError as err:
+        bucketing = pipeline.bucketing
+        index = next(i for i, b in enumerate(bucketing.buckets) if b.name == err.bucket)
+        members = bucketing.members()[index]
+        longest = max(members, key=lambda i: pipeline.shapes[i].tokens)
+        shorter = (
+            ", or shorter samples (--max-tokens)" if not pipeline.shapes[longest].is_video else ""
+        )
+        raise ValueError(
+            f"cost.memory_gb: bucket {err.bucket!r} (its longest sample: sample {longest}, "
+            f"{pipeline.shapes[longest].tokens:,} tokens) needs {gib_text(err.needed_bytes)} "
+            f"GiB per rank even on {err.sp_size} rank(s) with every block recomputed, above "
+            f"the memory budget of {gib_text(err.cap_bytes)} GiB per rank; raise --memory-gb, "
+            f"give more ranks (--world){shorter}"
+        ) from None
+
+
+def analytic_pipeline(
+    shapes, config: TrainConfig, module: nn.Module, world: int, forward_only: bool
+):
+    """The analytic :class:`~datacentric.scheduling.pipeline.Pipeline` of ``shapes`` for
+    the run's model (``module``, on the meta device) on ``world`` ranks of this
+    machine's device, under ``[cost] memory_gb`` (else 70% of the device), with the SP
+    sizes its ranks plan with; ``forward_only``: priced as validation runs it. ``None``
+    when the model has no analytic price."""
     import torch
 
     from datacentric.planning.forward_only import ForwardOnlyCostModel
@@ -171,22 +218,19 @@ def check_held_out_fits(
     try:
         spec = spec_of_model(module, config.model.model)
     except UnpricedModelError:
-        return  # no analytic price: the run's own plan decides
+        return None
     shard = sharding(config.parallelism)
     cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
-    cost_model = ForwardOnlyCostModel(cost_model)  # as the validation schedule prices it
+    if forward_only:
+        cost_model = ForwardOnlyCostModel(cost_model)  # as the validation schedule prices it
     budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))
-    pipeline = Pipeline(
-        held_out.shapes(),
+    return Pipeline(
+        shapes,
         cost_model,
         world_size=world,
         memory_cap_bytes=budget,
         sp_sizes=ulysses_sp_sizes(module, world),
     )
-    try:
-        _ = pipeline.plan
-    except ValueError as err:
-        raise ValueError(f"{where}: a held-out sample cannot be planned: {err}") from None
 
 
 def check_samples_for_model_check(tokens: list[int]) -> None:

@@ -16,6 +16,7 @@ points and stored in ``cpu_local.json`` next to this file (regenerate with
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cache
@@ -34,6 +35,16 @@ def gib_to_bytes(gib: float | None) -> int | None:
     """``gib`` GiB in bytes (``None`` stays ``None``): the one place a cap given in GiB
     becomes bytes."""
     return None if gib is None else int(gib * GIB)
+
+
+def gib_text(size_bytes: int) -> str:
+    """``size_bytes`` in GiB to two significant digits, never as zero (``0.0010``,
+    ``0.040``, ``1.5``, ``120``), as the planner and the check before ranks start print it."""
+    gib = float(f"{size_bytes / GIB:.2g}")  # two significant digits, then no exponent
+    if gib <= 0:
+        return "0"
+    digits = max(0, 1 - math.floor(math.log10(gib)))
+    return f"{gib:.{digits}f}"
 
 
 CPU_LOCAL_JSON = Path(__file__).with_name("cpu_local.json")

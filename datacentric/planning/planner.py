@@ -41,6 +41,7 @@ from datacentric.planning.bucket_options import (
     split_candidates,
 )
 from datacentric.planning.cost_model import CostModel, split_breakdown
+from datacentric.planning.hardware import gib_text
 from datacentric.planning.plan import BucketPlan, Plan
 from datacentric.settings.scheduling import MAX_MICRO_BATCH_SIZE
 from datacentric.shapes import Bucket, Bucketing, SampleShape
@@ -56,10 +57,10 @@ class UnfittableBucketError(ValueError):
         self.sp_size = sp_size
         super().__init__(
             f"bucket {bucket!r} does not fit: one sample needs {needed_bytes} bytes "
-            f"({needed_bytes / 2**30:.2f} GiB) per rank even with SP size {sp_size} and every "
+            f"({gib_text(needed_bytes)} GiB) per rank even with SP size {sp_size} and every "
             f"block recomputing, above the memory cap of {cap_bytes} bytes "
-            f"({cap_bytes / 2**30:.2f} GiB); raise the cap, use more ranks, or skip it "
-            "explicitly (skip_unfittable / --skip-unfittable)"
+            f"({gib_text(cap_bytes)} GiB); raise the cap or use more ranks (or leave the "
+            "bucket out: skip_unfittable, the planning commands' --skip-unfittable)"
         )
 
 
