@@ -57,6 +57,8 @@ Nothing here imports diffusers: per-sample inputs built from diffusers functions
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -431,6 +433,16 @@ register_family(Family(transformer="LTX2VideoTransformer3DModel", tiny="ltx2"))
 LAYOUTS = ("video", "frames_first", "tokens")
 
 
+def declare_plan(transformer: str, cp_plan: dict[str, Any]) -> Family:
+    """Give the family of ``transformer`` the context-parallel plan ``cp_plan``
+    (declaring a family of that plan alone if there is none); returns it."""
+    family = FAMILIES.get(transformer)
+    if family is None:
+        return register_family(Family(transformer=transformer, cp_plan=cp_plan))
+    FAMILIES[transformer] = dataclasses.replace(family, cp_plan=cp_plan)
+    return FAMILIES[transformer]
+
+
 def family_of(model_class: type) -> Family | None:
     """The declaration of ``model_class``'s family (by class name), or None."""
     return FAMILIES.get(model_class.__name__)
@@ -452,17 +464,37 @@ def family_of_tiny(name: str) -> Family | None:
 
 
 class FamilyView(Mapping[str, Any]):
-    """A read-only table read from :data:`FAMILIES` at every access: ``entry(family)``
-    gives a ``(key, value)`` pair or None (the family has no entry); ``extra`` entries
-    follow the families'."""
+    """A table read from :data:`FAMILIES` at every access: ``entry(family)`` gives a
+    ``(key, value)`` pair or None (the family has no entry); ``extra`` entries follow
+    the families'. Read-only, unless ``store`` says how an older name's assignment
+    (``table[key] = value``) declares it, which then warns."""
 
     def __init__(
         self,
         entry: Callable[[Family], tuple[str, Any] | None],
         extra: Mapping[str, Any] | None = None,
+        *,
+        name: str = "this table",
+        store: Callable[[str, Any], None] | None = None,
     ) -> None:
         self._entry = entry
         self._extra = extra or {}
+        self._name = name
+        self._store = store
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if self._store is None:
+            raise TypeError(
+                f"{self._name} is read from the family declarations; declare the family "
+                "with diffusers_families.register_family(Family(...))"
+            )
+        warnings.warn(
+            f"{self._name}[{key!r}] = ... is deprecated; declare the family with "
+            "datacentric.models.diffusers_families.register_family(Family(...))",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        self._store(key, value)
 
     def _table(self) -> dict[str, Any]:
         table = dict(pair for f in FAMILIES.values() if (pair := self._entry(f)) is not None)

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from datacentric.models.diffusers_families import FamilyView, family_named
+from datacentric.models.diffusers_families import FamilyView, declare_plan, family_named
 
 
 class UnsupportedVideoModel(ValueError):
@@ -50,13 +50,17 @@ KEPT_WHOLE = ("encoder_hidden_states", "encoder_attention_mask")
 """Forward arguments that carry the text conditioning: never split (see above)."""
 
 DECLARED_CP_PLANS: Mapping[str, dict[str, Any]] = FamilyView(
-    lambda family: (family.transformer, family.cp_plan) if family.cp_plan else None
+    lambda family: (family.transformer, family.cp_plan) if family.cp_plan else None,
+    name="diffusers_plan.DECLARED_CP_PLANS",
+    store=declare_plan,
 )
 """Plans we declare for model classes (class name -> plan, in diffusers' format): a view
 of the families' ``cp_plan`` (:mod:`~.diffusers_families`: SkyReels-V2, CogVideoX and
 HunyuanVideo have no ``_cp_plan``; Flux's splits the text, which ours keeps whole). A
 declared plan comes before the class's own. Declare a family (or pass ``cp_plan=`` to
-the adapter) to run another model through the generic path."""
+the adapter) to run another model through the generic path; assigning a plan here
+(``DECLARED_CP_PLANS[name] = plan``, as before) declares it with a
+``DeprecationWarning``."""
 
 REFUSED_MODELS: dict[str, str] = {}
 """Model classes without a plan, and what is missing for the generic path."""

@@ -35,7 +35,7 @@ from datacentric.models.diffusers_families import (  # noqa: E402
     register_family,
 )
 from datacentric.models.diffusers_generic import check_supported  # noqa: E402
-from datacentric.models.diffusers_plan import DECLARED_CP_PLANS  # noqa: E402
+from datacentric.models.diffusers_plan import DECLARED_CP_PLANS, cp_plan_of  # noqa: E402
 from datacentric.models.diffusers_render import RenderSettings, check_render_pipeline  # noqa: E402
 from datacentric.verify.diffusers_calls import PIPELINE_CALLS, flux_call  # noqa: E402
 from datacentric.verify.support import EVIDENCE, diffusers_rows  # noqa: E402
@@ -154,3 +154,19 @@ def test_a_family_is_declared_once(copy_family: str) -> None:
     with pytest.raises(ValueError, match="declare pipeline and encoding together"):
         register_family(dataclasses.replace(flux, transformer="Other", tiny=None, pipeline=None))
     assert "Other" not in FAMILIES
+
+
+def test_a_plan_assigned_to_the_old_table_declares_it_with_a_warning() -> None:
+    """``DECLARED_CP_PLANS[name] = plan`` (as docs/diffusers.md told before) still
+    declares a plan; the other tables' names are read-only."""
+    plan = FAMILIES["FluxTransformer2DModel"].cp_plan
+    assert plan is not None
+    try:
+        with pytest.warns(DeprecationWarning, match="register_family"):
+            DECLARED_CP_PLANS["CopyFluxTransformer2DModel"] = plan
+        assert cp_plan_of(CopyFluxTransformer2DModel) is plan
+        assert FAMILIES["CopyFluxTransformer2DModel"].cp_plan is plan
+    finally:
+        FAMILIES.pop("CopyFluxTransformer2DModel", None)
+    with pytest.raises(TypeError, match="register_family"):
+        TINY_DIFFUSERS["copy"] = ("CopyFluxTransformer2DModel", {})  # type: ignore[index]
