@@ -60,10 +60,11 @@ def write_format_clip(
     seed: int = 0,
     rate: int = 8,
     rotation: int = 0,
+    hflip: bool = False,
 ) -> Path:
     """A clip at ``path`` in the format :data:`FORMATS` gives its name (H.264 MP4 for
-    another name); ``rotation`` (degrees counter-clockwise) is written as the stream's
-    display matrix."""
+    another name); ``rotation`` (degrees counter-clockwise) and ``hflip`` (a left-right
+    mirror after it) are written as the stream's display matrix."""
     import av
 
     codec, fmt, pix, audio_first = FORMATS.get(path.name, ("libx264", "mp4", "yuv420p", False))
@@ -73,8 +74,8 @@ def write_format_clip(
         stream.width, stream.height, stream.pix_fmt = width, height, pix
         if codec == "libx264":
             stream.options = {"crf": "0", "preset": "ultrafast"}
-        if rotation:
-            stream.set_display_rotation(rotation)
+        if rotation or hflip:
+            stream.set_display_rotation(rotation, hflip=hflip)
         for pixels in wave_frames(frames, height, width, seed):
             for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
                 container.mux(packet)

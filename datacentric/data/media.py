@@ -254,25 +254,46 @@ def _image_orientation(image: Any) -> int:
         return 1
 
 
-def _video_rotation(frame: Any, stream: Any) -> int:
-    """Degrees counter-clockwise that turn a decoded frame upright: the display matrix
-    (a multiple of 90), else the container's ``rotate`` tag (degrees clockwise)."""
-    degrees = int(round(getattr(frame, "rotation", 0) or 0))
-    if degrees == 0:
+def _display_matrix(frame: Any) -> list[int] | None:
+    """The 3 x 3 display matrix of a decoded frame (FFmpeg's ``int32`` layout), or None."""
+    for data in getattr(frame, "side_data", None) or ():
+        if getattr(data.type, "name", "") == "DISPLAYMATRIX" and len(bytes(data)) == 36:
+            return list(np.frombuffer(bytes(data), dtype=np.int32))
+    return None
+
+
+def _display_turns(frame: Any, stream: Any) -> tuple[str, ...]:
+    """The ``PIL.Image.Transpose`` names that show a decoded frame as players show it,
+    by FFmpeg's own autorotate rule on its display matrix (rotations by a multiple of 90
+    degrees and mirrors); a stream with no matrix but a ``rotate`` tag (degrees
+    clockwise) is turned by that. Other angles are left as stored."""
+    matrix = _display_matrix(frame)
+    if matrix is None:
         try:
-            degrees = -int(float(stream.metadata.get("rotate", 0)))
+            clockwise = round(float(stream.metadata.get("rotate", 0))) % 360
         except ValueError:
-            degrees = 0
-    return round(degrees / 90) * 90 % 360
+            clockwise = 0
+        return {90: ("ROTATE_270",), 180: ("ROTATE_180",), 270: ("ROTATE_90",)}.get(clockwise, ())
+    clockwise = -round(getattr(frame, "rotation", 0) or 0) % 360
+    if clockwise == 90:
+        return ("TRANSPOSE",) if matrix[3] > 0 else ("ROTATE_270",)
+    if clockwise == 270:
+        return ("TRANSVERSE",) if matrix[3] < 0 else ("ROTATE_90",)
+    if clockwise == 180:
+        flips = (("FLIP_LEFT_RIGHT", matrix[0] < 0), ("FLIP_TOP_BOTTOM", matrix[4] < 0))
+        return tuple(name for name, flip in flips if flip)
+    if clockwise == 0 and matrix[4] < 0:
+        return ("FLIP_TOP_BOTTOM",)
+    return ()
 
 
-def _upright(image: Any, degrees: int) -> Any:
-    """``image`` turned ``degrees`` (a multiple of 90) counter-clockwise, exactly."""
+def _upright(image: Any, turns: tuple[str, ...]) -> Any:
+    """``image`` transposed by each of ``turns`` (``PIL.Image.Transpose`` names), exactly."""
     from PIL import Image
 
-    turns = {90: Image.Transpose.ROTATE_90, 180: Image.Transpose.ROTATE_180}
-    turns[270] = Image.Transpose.ROTATE_270
-    return image.transpose(turns[degrees]) if degrees in turns else image
+    for name in turns:
+        image = image.transpose(Image.Transpose[name])
+    return image
 
 
 def _frame_time(frame: Any, number: int, stream: Any) -> Any:
@@ -333,15 +354,15 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
                     break
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
-            degrees = _video_rotation(first, stream)
+            turns = _display_turns(first, stream)
     except MediaError:
         raise
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
         raise MediaError(f"corrupt or unreadable video ({type(err).__name__}: {err})") from None
     h, w = first.height, first.width
-    if degrees % 180:
+    if {"TRANSPOSE", "TRANSVERSE", "ROTATE_90", "ROTATE_270"} & set(turns):
         h, w = w, h
-    return MediaInfo(stated or decoded, h, w, degrees != 0, tuple(stamps) if times else None)
+    return MediaInfo(stated or decoded, h, w, bool(turns), tuple(stamps) if times else None)
 
 
 def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
@@ -366,7 +387,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
             for frame in container.decode(stream):
                 if wanted is None or decoded in wanted:
                     image = frame.to_image()
-                    frames[decoded] = _upright(image, _video_rotation(frame, stream))
+                    frames[decoded] = _upright(image, _display_turns(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):
                     break

@@ -35,6 +35,12 @@ def _item(path) -> MediaItem:
 
 
 @pytest.fixture(scope="module")
+def pipe_dir(tmp_path_factory):
+    """A tiny ``WanPipeline`` folder, shared by the tests of this file."""
+    return save_wan_pipeline(tmp_path_factory.mktemp("pipe") / "pipe")
+
+
+@pytest.fixture(scope="module")
 def media(tmp_path_factory):
     folder = tmp_path_factory.mktemp("media")
     for number, (name, frames) in enumerate(LENGTHS.items()):
@@ -82,10 +88,9 @@ def test_a_skipped_clip_names_its_true_reason(media, tmp_path):
         decode(_item(media / "ffv1.mkv"), list(range(21)))
 
 
-def test_every_container_is_prepared(media, tmp_path):
+def test_every_container_is_prepared(media, pipe_dir, tmp_path):
     from diffusers import WanPipeline
 
-    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
     report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
     assert report["skipped_files"] == [] and report["samples"] == len(LENGTHS)
     pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
@@ -119,7 +124,7 @@ def _vae_latent(pipe, frames, height: int, width: int) -> torch.Tensor:
         return ((vae.encode(pixels).latent_dist.mode() - mean) / std)[0].permute(1, 0, 2, 3)
 
 
-def test_phone_photos_and_portrait_clips_are_encoded_upright(tmp_path):
+def test_phone_photos_and_portrait_clips_are_encoded_upright(pipe_dir, tmp_path):
     import numpy as np
     from diffusers import WanPipeline
     from PIL import Image
@@ -131,30 +136,41 @@ def test_phone_photos_and_portrait_clips_are_encoded_upright(tmp_path):
     exif = Image.Exif()
     exif[0x0112] = 6
     Image.fromarray((stored * 5).astype(np.uint8)).save(media / "phone.jpg", exif=exif)
-    # stored 32 x 48, display matrix turning it 90 degrees counter-clockwise: 48 x 32
+    # clips stored 32 x 48 with a display matrix: turned 90 degrees counter-clockwise;
+    # mirrored left-right; turned, then mirrored
     write_format_clip(media / "portrait.mp4", 9, 32, 48, rotation=90)
-    for name in ("phone.jpg", "portrait.mp4"):
-        (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
-        info = probe(_item(media / name))
-        assert (info.height, info.width, info.rotated) == (48, 32, True), name
-
-    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
-    report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
-    assert report["samples"] == 2 and report["rotated"] == 2
+    write_format_clip(media / "mirror.mp4", 5, 32, 48, seed=1, hflip=True)
+    write_format_clip(media / "both.mp4", 5, 32, 48, seed=2, rotation=90, hflip=True)
     # the references turn the stored pixels with numpy, from the header's own words
     with Image.open(media / "phone.jpg") as image:
-        photo = [Image.fromarray(np.rot90(np.asarray(image.convert("RGB")), k=-1))]
-    clip = [
-        Image.fromarray(np.rot90(np.asarray(f), k=1))
-        for f in decoded_frames(media / "portrait.mp4")
-    ]
+        stored_photo = np.asarray(image.convert("RGB"))
+    upright = {
+        "phone.jpg": [np.rot90(stored_photo, k=-1)],
+        "portrait.mp4": [
+            np.rot90(np.asarray(f), k=1) for f in decoded_frames(media / "portrait.mp4")
+        ],
+        "mirror.mp4": [np.fliplr(np.asarray(f)) for f in decoded_frames(media / "mirror.mp4")],
+        "both.mp4": [
+            np.fliplr(np.rot90(np.asarray(f), k=1)) for f in decoded_frames(media / "both.mp4")
+        ],
+    }
+    for name, frames in upright.items():
+        (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
+        info = probe(_item(media / name))
+        assert (info.height, info.width, info.rotated) == (*frames[0].shape[:2], True), name
+        got = [np.asarray(f) for f in decode(_item(media / name))]
+        assert len(got) == len(frames) and all(map(np.array_equal, got, frames)), name
+
+    report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
+    assert report["samples"] == 4 and report["rotated"] == 4
     pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
     for line in (tmp_path / "o" / "manifest.jsonl").read_text().splitlines():
         entry = json.loads(line)
-        frames = photo if entry["source"] == "phone.jpg" else clip
+        frames = [Image.fromarray(np.ascontiguousarray(f)) for f in upright[entry["source"]]]
+        h, w = frames[0].height, frames[0].width
         got = load_file(tmp_path / "o" / entry["latent"])["latent"]
-        assert got.shape == (1 + (len(frames) - 1) // 4, 4, 6, 4), entry["source"]
-        torch.testing.assert_close(got, _vae_latent(pipe, frames, 48, 32), rtol=0, atol=1e-5)
+        assert got.shape == (1 + (len(frames) - 1) // 4, 4, h // 8, w // 8), entry["source"]
+        torch.testing.assert_close(got, _vae_latent(pipe, frames, h, w), rtol=0, atol=1e-5)
 
 
 def _frame_times(path) -> list:
@@ -165,12 +181,11 @@ def _frame_times(path) -> list:
         return [f.pts * f.time_base for f in container.decode(video=0)]
 
 
-def test_target_fps_and_sliding_windows_make_the_documented_samples(tmp_path):
+def test_target_fps_and_sliding_windows_make_the_documented_samples(pipe_dir, tmp_path):
     from fractions import Fraction
 
     from diffusers import WanPipeline
 
-    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
     pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
     media = tmp_path / "media"
     media.mkdir()
@@ -219,3 +234,27 @@ def test_target_fps_and_sliding_windows_make_the_documented_samples(tmp_path):
         got = load_file(tmp_path / "slide" / entry["latent"])["latent"]
         want = _vae_latent(pipe, frames["long.mp4"][start:stop], 32, 32)
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_a_bucket_config_keeps_every_prepared_frame_in_training(media, pipe_dir, tmp_path):
+    from datacentric.data.latents import LatentDataset
+
+    config = tmp_path / "buckets.json"
+    buckets = {"small": {"1": 1.0, "5": 1.0, "9": 1.0, "13": 0.5, "17": 1.0}}
+    config.write_text(
+        json.dumps({"buckets": buckets, "aspect_ratios": {"small": {"0.67": [32, 48]}}})
+    )
+    out = tmp_path / "o"
+    job = PrepareJob(
+        pipeline=str(pipe_dir), media=str(media), out=str(out), bucket_config=str(config)
+    )
+    report = prepare(job)
+    entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert report["samples"] == len(entries) >= 5
+    dataset = LatentDataset(str(out), bucket_config=str(config))
+    assert len(dataset) == len(entries) and dataset.skipped == []
+    for i, entry in enumerate(entries):
+        latent = load_file(out / entry["latent"])["latent"]
+        assert latent.shape[0] == 1 + (entry["frames"] - 1) // 4
+        assert dataset.grid(i)[0] == latent.shape[0], entry  # every latent frame trained
+        assert dataset.bucket_names[i] == entry["bucket"]
