@@ -18,8 +18,20 @@ from datacentric.settings.trainer_fields import REFUSED, fields
 
 #: field -> why its value does not change a run (said in a note when set)
 NOTED: dict[str, str] = {name: t.text for name, t in fields().items() if t.kind == NOTED_KIND}
-#: lr_scheduler_type -> training.lr_schedule; others are refused
-SCHEDULES = {"linear": "linear", "constant": "constant", "constant_with_warmup": "constant"}
+#: lr_scheduler_type values run as transformers computes them (its own ``get_scheduler``
+#: lambdas); others are refused by name
+SCHEDULES = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "warmup_stable_decay",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+)
 
 
 class ArgumentsError(ValueError):
@@ -93,20 +105,8 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
     per_epoch = steps_per_epoch(args, samples, batch)
     epochs = whole(args.num_train_epochs, "num_train_epochs")
     total = args.max_steps if args.max_steps > 0 else epochs * per_epoch
-    schedule = _plain(args.lr_scheduler_type)
-    if schedule not in SCHEDULES:
-        raise ArgumentsError(
-            f"lr_scheduler_type={schedule!r}: not supported; use linear, constant or "
-            "constant_with_warmup (datacentric's cosine ends at a tenth of the peak: "
-            "`datacentric train --lr-schedule cosine`)"
-        )
-    warmup = args.get_warmup_steps(total)
-    if getattr(args, "warmup_ratio", None):
-        warmup = max(warmup, math.ceil(total * args.warmup_ratio))
-    if schedule == "constant" and warmup:
-        raise ArgumentsError(
-            "lr_scheduler_type='constant' has no warm-up: use constant_with_warmup"
-        )
+    warmup = warmup_steps(args, total)
+    lr_factor(args, total)  # refused here, before the run is built
     log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps")
     every(args.save_strategy, args.save_steps, per_epoch, "save_steps")
     every(args.eval_strategy, args.eval_steps, per_epoch, "eval_steps")
@@ -118,7 +118,9 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
         },
         "training": {
             "lr": args.learning_rate,
-            "lr_schedule": SCHEDULES[schedule],
+            # the schedule that runs is transformers' (lr_factor, through the hooks);
+            # the section records the warm-up and the closest schedule of ours
+            "lr_schedule": "constant" if "constant" in _plain(args.lr_scheduler_type) else "linear",
             "warmup_iterations": warmup,
             "weight_decay": args.weight_decay,
             "betas": (args.adam_beta1, args.adam_beta2),
@@ -137,6 +139,45 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
             **({"device": "cpu"} if args.use_cpu else {}),
         },
     }
+
+
+def warmup_steps(args: Any, total: int) -> int:
+    """The warm-up steps of a run of ``total`` steps (``warmup_steps``, a share when below
+    1, or ``warmup_ratio``)."""
+    warmup = args.get_warmup_steps(total)
+    if getattr(args, "warmup_ratio", None):
+        warmup = max(warmup, math.ceil(total * args.warmup_ratio))
+    return warmup
+
+
+def lr_factor(args: Any, total: int) -> Any:
+    """transformers' multiplier of the peak learning rate at optimizer step n of a run of
+    ``total`` steps (its own ``get_scheduler`` lambda, with ``lr_scheduler_kwargs``);
+    :class:`ArgumentsError` naming a schedule that is not a per-step multiplier."""
+    import torch
+    from transformers.optimization import get_scheduler
+
+    name = _plain(args.lr_scheduler_type)
+    if name not in SCHEDULES:
+        raise ArgumentsError(
+            f"lr_scheduler_type={name!r}: not supported (not a schedule of the step); use "
+            f"{', '.join(SCHEDULES)}"
+        )
+    probe = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=args.learning_rate)
+    try:
+        scheduler = get_scheduler(
+            name,
+            probe,
+            num_warmup_steps=warmup_steps(args, total),
+            num_training_steps=total,
+            scheduler_specific_kwargs=args.lr_scheduler_kwargs or {},
+        )
+    except (TypeError, ValueError) as err:
+        raise ArgumentsError(
+            f"lr_scheduler_type={name!r} with lr_scheduler_kwargs="
+            f"{args.lr_scheduler_kwargs!r}: {err}"
+        ) from None
+    return scheduler.lr_lambdas[0]
 
 
 def steps_per_epoch(args: Any, samples: int, batch: int) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from datacentric.integrations.arguments import lr_factor
 from datacentric.integrations.outputs import link_checkpoint
 from datacentric.train.hooks import StepControl, StepHooks
 
@@ -48,9 +49,8 @@ class CallbackHooks(StepHooks):
         self.per_epoch = per_epoch
         self.evaluate = evaluate
         """The held-out loss under the model as it is now (collective); None: no set."""
-        self.eval_batches = math.ceil(
-            math.ceil(eval_samples / world) / max(1, args.per_device_eval_batch_size)
-        )
+        self.world = world
+        self.eval_batches = self.batches(eval_samples)
         self.token_metrics = token_metrics
         self.flops_per_token = flops_per_token
         self.pending: list[float] = []
@@ -82,6 +82,17 @@ class CallbackHooks(StepHooks):
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
 
+    def batches(self, samples: int) -> int:
+        """The eval batches of ``samples`` on each rank, as transformers counts them."""
+        per_rank = math.ceil(samples / self.world)
+        return math.ceil(per_rank / max(1, self.args.per_device_eval_batch_size))
+
+    def predicted(self, samples: int, metrics: dict[str, float]) -> None:
+        """``on_prediction_step`` per batch of ``samples``, then ``on_predict``."""
+        for _ in range(self.batches(samples)):
+            self.event("on_prediction_step")
+        self.event("on_predict", metrics=metrics)
+
     def evaluated(self, loss: float, prefix: str = "eval", runtime: float = 0.0) -> dict:
         """``on_prediction_step`` per eval batch, ``on_log`` and ``on_evaluate`` with a
         held-out loss; the metrics, named with ``prefix``."""
@@ -94,6 +105,10 @@ class CallbackHooks(StepHooks):
         self.log(metrics)
         self.event("on_evaluate", metrics=metrics)
         return metrics
+
+    def lr_factor(self, total: int) -> Callable[[int], float]:
+        """transformers' schedule of ``lr_scheduler_type`` over ``total`` steps."""
+        return lr_factor(self.args, total)
 
     def init_end(self) -> None:
         self.event("on_init_end")

@@ -236,6 +236,47 @@ class DropInTrainer:
         runtime = time.perf_counter() - started
         return self._hooks.evaluated(loss, metric_key_prefix, runtime)
 
+    def predict(
+        self, test_dataset: Any, ignore_keys: Any = None, metric_key_prefix: str = "test"
+    ) -> Any:
+        """transformers' ``PredictionOutput`` of ``test_dataset`` under the trained model:
+        the logits of each record (its tokens as the drop-in trains them, padding left
+        out), the labels (-100: no loss; both padded with -100 to the longest record) and
+        ``<metric_key_prefix>_loss`` (the mean over every loss token)."""
+        import numpy as np
+        import torch
+        from transformers.trainer_utils import PredictionOutput
+
+        if self._trained is None:
+            stop(self.command, "predict(): train first (nothing trained yet)")
+        records = self.records(test_dataset, self.processing_class)
+        if not records:
+            stop(self.command, "predict(test_dataset): no record has a token with loss")
+        longest = max(len(r["input_ids"]) for r in records)
+        logits_all, labels_all, total, count = [], [], 0.0, 0
+        self.model.eval()
+        with torch.no_grad():
+            for record in records:
+                ids = torch.tensor([record["input_ids"]])
+                labels = torch.tensor(record["labels"])
+                logits = self.model(input_ids=ids).logits[0].float()
+                total += float(
+                    torch.nn.functional.cross_entropy(
+                        logits[:-1], labels[1:], ignore_index=-100, reduction="sum"
+                    )
+                )
+                count += int((labels[1:] != -100).sum())
+                pad = longest - len(labels)
+                logits_all.append(torch.nn.functional.pad(logits, (0, 0, 0, pad), value=-100))
+                labels_all.append(torch.nn.functional.pad(labels, (0, pad), value=-100))
+        metrics = {f"{metric_key_prefix}_loss": total / max(1, count)}
+        self._hooks.predicted(len(records), metrics)
+        return PredictionOutput(
+            predictions=np.stack([t.numpy() for t in logits_all]),
+            label_ids=np.stack([t.numpy() for t in labels_all]),
+            metrics=metrics,
+        )
+
     def log(self, logs: dict[str, float], *_: Any) -> None:
         """Add ``logs`` to ``state.log_history`` and call ``on_log``."""
         self._hooks_now().log(logs)

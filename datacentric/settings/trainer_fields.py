@@ -76,12 +76,16 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "max_steps": _h("the step count (when above 0)", CONTROL, "training.iterations"),
     "learning_rate": _h("the peak learning rate", SAME, "training.lr"),
     "lr_scheduler_type": _h(
-        "linear, constant, constant_with_warmup (as transformers computes them); others "
-        "refused by name",
-        SAME,
+        "linear, cosine, cosine_with_restarts, polynomial, constant, constant_with_warmup, "
+        "inverse_sqrt, warmup_stable_decay, cosine_with_min_lr, cosine_warmup_with_min_lr: "
+        "transformers' own schedule; others refused by name",
+        "test_lr_schedules_equal_transformers",
         "training.lr_schedule",
     ),
-    "lr_scheduler_kwargs": _r("the schedules take transformers' default arguments only"),
+    "lr_scheduler_kwargs": _h(
+        "the schedule's arguments, as transformers takes them",
+        "test_lr_schedules_equal_transformers",
+    ),
     "warmup_steps": _h(
         "the warm-up steps (below 1: a share of the steps)", SAME, "training.warmup_iterations"
     ),

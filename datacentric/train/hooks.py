@@ -9,6 +9,7 @@ save at the same step. :class:`StepHooks` does nothing; the integrations
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ class StepControl:
 
 class StepHooks:
     """No-op hooks of :class:`~datacentric.train.trainer.Trainer`; override any."""
+
+    def lr_factor(self, total: int) -> Callable[[int], float] | None:
+        """The multiplier of the peak learning rate at optimizer step n (0-based) of a run
+        of ``total`` steps, in place of the ``[training]`` section's schedule (None: the
+        section's)."""
+        return None
 
     def train_begin(self, done: int, total: int) -> None:
         """Before the first step: ``done`` steps were run already (a resume), ``total``

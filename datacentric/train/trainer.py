@@ -154,15 +154,19 @@ def planned_total(training: TrainingConfig, per_epoch: int, *, note: bool = Fals
 
 
 def lr_scheduler(
-    optimizer: torch.optim.Optimizer, training: TrainingConfig, total: int, done: int
+    optimizer: torch.optim.Optimizer,
+    training: TrainingConfig,
+    total: int,
+    done: int,
+    factor: Callable[[int], float] | None = None,
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """The ``[training]`` section's learning-rate schedule over ``total`` steps, at step
-    ``done`` when the run continues."""
+    """The ``[training]`` section's learning-rate schedule over ``total`` steps (or
+    ``factor``'s), at step ``done`` when the run continues."""
     for group in optimizer.param_groups:
         # The schedule multiplies the configured peak; a loaded optimizer state holds
         # the decayed rate of its last step, which must not become the new base.
         group["initial_lr"] = training.lr
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(training, total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor or lr_lambda(training, total))
     if done:
         # LambdaLR is a pure function of the step count: replay it, no state needed.
         scheduler.last_epoch = done - 1
@@ -404,8 +408,14 @@ class Trainer:
         if self.is_main:
             self._write_run_files()
         scheduler = lr_scheduler(
-            self.optimizer, self.training, self.total_iterations, self.position.iterations_done
+            self.optimizer,
+            self.training,
+            self.total_iterations,
+            self.position.iterations_done,
+            self.hooks.lr_factor(self.total_iterations),
         )
+        self.scheduler = scheduler
+        """The run's learning-rate schedule (set when the run starts)."""
         metrics, tracer = self._metrics_and_tracer()
         if self.is_main:
             logger.info(

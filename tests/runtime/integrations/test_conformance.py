@@ -95,3 +95,44 @@ def test_fields_become_settings(tmp_path) -> None:
     assert steps_per_epoch(args, 25, 12) == 2  # the partial third batch is left out
     assert sections["parallelism"] == {"collective_timeout_s": 77.0, "device": "cpu"}
     assert sections["checkpoint"]["keep_last"] == 2
+
+
+def test_lr_schedules_equal_transformers(tmp_path) -> None:
+    """Each schedule is transformers' own lambda (the run_clm-style test trains with
+    cosine against transformers' Trainer); one that is not a per-step multiplier, or
+    lacks its arguments, is refused by name."""
+    import torch
+    from transformers import TrainingArguments
+    from transformers.optimization import get_scheduler
+
+    from datacentric.integrations.arguments import SCHEDULES, ArgumentsError, lr_factor
+
+    for name in SCHEDULES:
+        kwargs = {"num_decay_steps": 3} if name == "warmup_stable_decay" else {}
+        if "min_lr" in name:
+            kwargs = {"min_lr_rate": 0.1}
+        args = TrainingArguments(
+            output_dir=str(tmp_path),
+            lr_scheduler_type=name,
+            lr_scheduler_kwargs=kwargs,
+            warmup_steps=2,
+            learning_rate=0.5,
+        )
+        ours = lr_factor(args, 10)
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.5)
+        reference = get_scheduler(name, optimizer, 2, 10, scheduler_specific_kwargs=kwargs)
+        rates = []
+        for _ in range(10):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            reference.step()
+        assert [0.5 * ours(n) for n in range(10)] == pytest.approx(rates, rel=1e-12), name
+    for name, kwargs in (("reduce_lr_on_plateau", {}), ("warmup_stable_decay", {})):
+        args = TrainingArguments(
+            output_dir=str(tmp_path),
+            lr_scheduler_type=name,
+            lr_scheduler_kwargs=kwargs,
+            eval_strategy="epoch",
+        )
+        with pytest.raises(ArgumentsError, match=f"lr_scheduler_type={name!r}"):
+            lr_factor(args, 10)

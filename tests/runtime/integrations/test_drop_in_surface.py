@@ -1,8 +1,8 @@
 """The drop-in ``Trainer`` against transformers' own on a script in the style of
 ``run_clm.py``: tokenized rows (right-padded for transformers, left-padded for the
-drop-in), ``DataCollatorForLanguageModeling(mlm=False)``,
-``weight_decay``, ``eval_strategy="epoch"``, ``save_steps=2``, a callback recording every
-event, then the script's epilogue (``evaluate``, ``log_metrics``, ``save_metrics``,
+drop-in), ``DataCollatorForLanguageModeling(mlm=False)``, ``weight_decay``,
+``lr_scheduler_type="cosine"``, ``eval_strategy="epoch"``, ``save_steps=2``, a callback
+recording every event, then the script's epilogue (``evaluate``, ``log_metrics``, ``save_metrics``,
 ``save_state``, ``save_model(args.output_dir)``) and ``get_last_checkpoint``. One process,
 a tiny Qwen2, 4 rows trained as one batch per step (so the data order cannot matter).
 """
@@ -72,6 +72,8 @@ def _script(trainer_class, folder: Path, out: Path, left: bool, **extra):
         max_steps=STEPS,
         learning_rate=1e-3,
         weight_decay=0.1,
+        lr_scheduler_type="cosine",
+        warmup_steps=1,
         logging_steps=1,
         eval_strategy="epoch",
         save_steps=2,
@@ -92,6 +94,7 @@ def _script(trainer_class, folder: Path, out: Path, left: bool, **extra):
     )
     result = trainer.train()
     metrics = trainer.evaluate(metric_key_prefix="test")
+    trainer.prediction = trainer.predict(trainer.eval_dataset)
     return trainer, result, metrics, recorder
 
 
@@ -124,6 +127,11 @@ def test_the_script_epilogue_and_trainer_surface(runs, capsys) -> None:
     want = [r["loss"] for r in ref.state.log_history if "loss" in r]
     have = [r["loss"] for r in ours.state.log_history if "loss" in r]
     assert have == pytest.approx(want, rel=1e-5)
+    rates = [r["learning_rate"] for r in ours.state.log_history if "loss" in r]
+    assert rates == pytest.approx(
+        [r["learning_rate"] for r in ref.state.log_history if "loss" in r], rel=1e-6
+    )
+    assert len(set(rates)) == STEPS  # the cosine moved it at every step
     assert metrics["test_loss"] == pytest.approx(ref_metrics["test_loss"], rel=1e-5)
     assert "eval_loss" not in metrics
     evals = [r["eval_loss"] for r in ours.state.log_history if "eval_loss" in r]
@@ -145,6 +153,19 @@ def test_the_script_epilogue_and_trainer_surface(runs, capsys) -> None:
     for name, tensor in ours.model.state_dict().items():
         torch_close(tensor, want_state[name], name)
     assert ours.optimizer is not None and len(ours.get_learning_rates()) == 2
+    assert ours.lr_scheduler.get_last_lr() == pytest.approx(ref.lr_scheduler.get_last_lr())
+    # predict(): logits of the real tokens as transformers' (right-padded rows), labels exact
+    want_out, have_out = ref.prediction, ours.prediction
+    real = have_out.label_ids != -100
+    width = have_out.label_ids.shape[1]
+    assert (have_out.label_ids[real] == want_out.label_ids[:, :width][real]).all()
+    assert (want_out.label_ids[:, width:] == -100).all()
+    torch_close(
+        _tensor(have_out.predictions[real]),
+        _tensor(want_out.predictions[:, :width][real]),
+        "logits",
+    )
+    assert have_out.metrics["test_loss"] == pytest.approx(want_out.metrics["test_loss"], rel=1e-5)
     # checkpoints a script finds, the epilogue's files
     out = Path(ours.args.output_dir)
     assert get_last_checkpoint(str(out)) == str(out / f"checkpoint-{STEPS}")
@@ -172,6 +193,12 @@ def test_every_callback_event_as_transformers_fires_it(runs) -> None:
     names = {name for name, _, _ in have.seen}
     assert {"on_init_end", "on_substep_end", "on_prediction_step", "on_epoch_end"} <= names
     assert have.seen == want.seen
+
+
+def _tensor(array):
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def torch_close(a, b, name) -> None:
