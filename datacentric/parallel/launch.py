@@ -39,6 +39,8 @@ from datacentric.log import get_logger
 from datacentric.parallel.groups import ProcessGroups, device_for_backend
 
 DEFAULT_TIMEOUT_S = 300.0
+#: Seconds ranks get to end on a second SIGINT relayed to them before they are killed.
+SIGINT_GRACE_S = 3.0
 JOB_TIMEOUT_S = 7 * 24 * 3600.0
 """Whole-job limit of :func:`launch` (collectives keep their own, shorter timeout)."""
 
@@ -146,7 +148,17 @@ class _StopRanks:
         self.stop(signum)
 
     def stop(self, signum: int) -> None:
-        """Kill the ranks and end the launcher with ``128 + signum`` (SIGINT: interrupt)."""
+        """Kill the ranks and end the launcher with ``128 + signum`` (SIGINT: interrupt).
+        A SIGINT after a forwarded stop (Ctrl-C again) reaches the ranks first, and they
+        get a moment to end on it: a training rank 0 then says which checkpoint is kept
+        and which steps are lost."""
+        if signum == signal.SIGINT and self.forwarded is not None:
+            for process in self.processes:
+                if process.is_alive():
+                    os.kill(process.pid, signal.SIGINT)
+            deadline = time.monotonic() + SIGINT_GRACE_S
+            for process in self.processes:
+                process.join(timeout=max(0.0, deadline - time.monotonic()))
         for process in self.processes:
             if process.is_alive():
                 process.kill()

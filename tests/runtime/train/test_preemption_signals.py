@@ -110,3 +110,42 @@ def test_a_save_cut_short_is_named_on_resume(tmp_path, caplog) -> None:
         assert checkpoints.to_load(restarted=False) == kept
     assert "the save of step 4 was cut short" in caplog.text
     assert f"resuming from {kept.name}" in caplog.text
+
+
+def stopping_rank(folder: str) -> None:
+    """A rank that, once signalled, "saves" until stopped; rank 0 says what is kept."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
+    announce = (lambda signum: "finishing step 5, then saving") if rank == 0 else None
+    with StopSignals(announce, lambda: "step-3 is kept (steps 4-5 are lost)") as stop:
+        Path(folder, f"ready-{rank}").touch()
+        while True:
+            time.sleep(0.05 if stop.signum is None else 1.0)
+
+
+RELAY = """
+    import sys
+    from datacentric.parallel.launch import spawn
+    from test_preemption_signals import stopping_rank
+    spawn(stopping_rank, 2, sys.argv[1], forward_signals=True, timeout_s=300)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_again_relayed_by_the_launcher_says_what_is_kept(tmp_path) -> None:
+    """Only the launcher is signalled (as a scheduler's relay): the first SIGINT reaches
+    the ranks as a stop, the second as Ctrl-C again, before they are killed."""
+    launcher = _python(RELAY, str(tmp_path))
+    deadline = time.monotonic() + 240
+    while len(list(tmp_path.glob("ready-*"))) < 2:
+        assert launcher.poll() is None and time.monotonic() < deadline, launcher.communicate()
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGINT)
+    time.sleep(SECOND_SIGNAL_AFTER_S + 0.5)
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode != 0, err[-2000:]
+    assert "SIGTERM: finishing step 5, then saving" in err, err[-2000:]
+    again = "SIGINT again: stopped now, without a save; step-3 is kept (steps 4-5 are lost)"
+    assert again in err, err[-2000:]
