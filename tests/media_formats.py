@@ -1,7 +1,7 @@
 """Clips in every container and codec ``prepare`` reads, written with PyAV (the decoder's
-own library), for the media tests: MKV (FFV1), WebM (VP9), AVI (MPEG-4), MOV and MP4
-(H.264, the MP4 with an AAC track before its video), GIF; and a clip stored sideways
-with a display rotation."""
+own library), for the media tests: MKV (FFV1), WebM (VP9, VP8), AVI (MPEG-4), MOV and
+MP4 (H.264, the MP4 with an AAC track before its video), GIF; and clips stored
+turned or mirrored, with a display matrix."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ FORMATS = {
     "h264.mov": ("libx264", "mov", "yuv420p", False),
     "audio_first.mp4": ("libx264", "mp4", "yuv420p", True),
     "anim.gif": ("gif", "gif", "rgb8", False),
+    "vp8.webm": ("libvpx", "webm", "yuv420p", False),
 }
 
 

@@ -27,6 +27,7 @@ LENGTHS = {
     "h264.mov": 13,
     "audio_first.mp4": 9,
     "anim.gif": 5,
+    "vp8.webm": 7,
 }
 
 
