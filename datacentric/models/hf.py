@@ -57,7 +57,6 @@ This module does not import the distributed package.
 from __future__ import annotations
 
 import copy
-import itertools
 import math
 import sys
 from collections.abc import Iterator
@@ -360,9 +359,13 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
     rotary scaling that is not position-local, dropout on attention probabilities, key/value
     heads that do not divide the query heads, and (``model_class`` given) a model that
     computes attention in its own code instead of through transformers' attention
-    interface. Cheap: reads the config only (call it before building the weights)."""
-    refusals = itertools.chain(_score_refusals(config), _layer_refusals(config, model_class))
-    refusal = next(refusals, None)
+    interface; after the score features, a config that names no attention heads
+    (:func:`attention_heads`). Cheap: reads the config only (call it before building the
+    weights)."""
+    refusal = next(_score_refusals(config), None)
+    if refusal is None:
+        attention_heads(config, what)
+        refusal = next(_layer_refusals(config, model_class), None)
     if refusal is not None:
         feature, fix = refusal
         raise UnsupportedModelFeature(
@@ -372,6 +375,43 @@ def check_supported(config: Any, what: str, model_class: type | None = None) -> 
 
 Refusal = tuple[str, str]
 """A feature this path cannot run exactly, and how to fix it."""
+
+
+def attention_heads(config: Any, what: str) -> int:
+    """The attention heads of a causal LM's config (``num_attention_heads``, or the name
+    its ``attribute_map`` gives it); :class:`UnsupportedModelFeature` naming the family
+    for a config with none: a recurrent or state-space model (RWKV, xLSTM, Mamba), a
+    composite model whose heads are in sub-configs (a multimodal model's
+    ``text_config``, a byte-level LM's encoder, decoder and global transformer), or heads
+    that vary per layer."""
+    family = str(getattr(config, "model_type", "") or type(config).__name__)
+    try:
+        heads = getattr(config, "num_attention_heads", None)
+    except Exception as err:  # noqa: BLE001 - transformers' per-layer configs refuse the read
+        raise UnsupportedModelFeature(
+            f"{what}: its attention heads are set per layer ({family}: "
+            f"{str(err).splitlines()[0][:120]}); data-centric parallel splits every layer's "
+            "heads alike: use a model with one head count"
+        ) from None
+    if isinstance(heads, int) and heads > 0:
+        return heads
+    subs = [
+        name
+        for name, sub in sorted(vars(config).items())
+        if isinstance(getattr(sub, "num_attention_heads", None), int)
+    ]
+    if subs:
+        raise UnsupportedModelFeature(
+            f"{what}: a composite model ({family}): its attention heads are in its "
+            f"sub-configs ({', '.join(subs)}), several models in one; data-centric parallel "
+            "splits one decoder's attention: train a decoder-only causal LM (for a "
+            "multimodal model, its language model saved on its own)"
+        )
+    raise UnsupportedModelFeature(
+        f"{what}: not an attention model ({family}): data-centric parallel splits attention, "
+        "and its config names no attention heads (num_attention_heads); use a transformer "
+        "causal LM"
+    )
 
 
 def _score_refusals(config: Any) -> Iterator[Refusal]:
@@ -452,7 +492,7 @@ def _layer_refusals(config: Any, model_class: type | None) -> Iterator[Refusal]:
             "across the samples of a packed row)",
             f"use a model whose layers are all {' or '.join(ATTENTION_LAYER_TYPES)}",
         )
-    heads = int(config.num_attention_heads)
+    heads = int(config.num_attention_heads)  # present: attention_heads checked it first
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
     if heads % kv_heads:
         yield (
