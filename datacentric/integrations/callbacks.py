@@ -39,8 +39,7 @@ class CallbackHooks(StepHooks):
         callbacks: list,
         *,
         per_epoch: int,
-        evaluate: Callable[[], float | None] | None = None,
-        eval_samples: int = 0,
+        evaluate: Callable[[], list[tuple[str, float, float]]] | None = None,
         world: int = 1,
         token_metrics: bool = False,
         flops_per_token: float = 0.0,
@@ -48,9 +47,11 @@ class CallbackHooks(StepHooks):
         self.args, self.state, self.control, self.callbacks = args, state, control, callbacks
         self.per_epoch = per_epoch
         self.evaluate = evaluate
-        """The held-out loss under the model as it is now (collective); None: no set."""
+        """``(metric prefix, held-out loss, seconds)`` of each eval set under the model as
+        it is now (collective); None: no set."""
         self.world = world
-        self.eval_batches = self.batches(eval_samples)
+        self.eval_samples: dict[str, int] = {}
+        """The samples of each eval set, by metric prefix (``eval``, ``eval_<name>``)."""
         self.token_metrics = token_metrics
         self.flops_per_token = flops_per_token
         self.pending: list[float] = []
@@ -93,15 +94,18 @@ class CallbackHooks(StepHooks):
             self.event("on_prediction_step")
         self.event("on_predict", metrics=metrics)
 
-    def evaluated(self, loss: float, prefix: str = "eval", runtime: float = 0.0) -> dict:
-        """``on_prediction_step`` per eval batch, ``on_log`` and ``on_evaluate`` with a
-        held-out loss; the metrics, named with ``prefix``."""
-        for _ in range(self.eval_batches):
+    def evaluated(self, loss: float, prefix: str, runtime: float, samples: int) -> dict:
+        """``on_prediction_step`` per eval batch of ``samples``, ``on_log`` and
+        ``on_evaluate`` with a held-out loss; the metrics, named with ``prefix``."""
+        batches = self.batches(samples)
+        for _ in range(batches):
             self.event("on_prediction_step")
-        metrics = {f"{prefix}_loss": loss}
-        if runtime:
-            metrics[f"{prefix}_runtime"] = round(runtime, 4)
-            metrics[f"{prefix}_steps_per_second"] = round(self.eval_batches / runtime, 3)
+        metrics = {
+            f"{prefix}_loss": loss,
+            f"{prefix}_runtime": round(runtime, 4),
+            f"{prefix}_samples_per_second": round(samples / runtime, 3),
+            f"{prefix}_steps_per_second": round(batches / runtime, 3),
+        }
         self.log(metrics)
         self.event("on_evaluate", metrics=metrics)
         return metrics
@@ -179,10 +183,8 @@ class CallbackHooks(StepHooks):
             self.pending.clear()
             self.log(logs)
         if self.control.should_evaluate and self.evaluate is not None:
-            started = time.perf_counter()
-            loss = self.evaluate()
-            if loss is not None:
-                self.evaluated(loss, "eval", time.perf_counter() - started)
+            for prefix, loss, runtime in self.evaluate():
+                self.evaluated(loss, prefix, runtime, self.eval_samples[prefix])
 
     def saved(self, step: int, folder: Path) -> None:
         if self.state.is_world_process_zero:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from datacentric.data import open_dataset
 from datacentric.integrations.arguments import (
     NOTED,
     ArgumentsError,
@@ -103,15 +104,12 @@ class DropInTrainer:
             )
         if getattr(model, "peft_config", None):
             stop(self.command, "model is a PeftModel: give its base model and peft_config")
-        if isinstance(eval_dataset, dict):
-            stop(
-                self.command,
-                f"eval_dataset: a dict of datasets ({', '.join(map(str, eval_dataset))}) is "
-                "not supported; give one Dataset (evaluate(other) then evaluates another)",
-            )
         self.args, self.model, self.processing_class = args, model, processing_class
         self.model_wrapped = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self._eval_sets: dict[str, Any] = {}
+        """Each held-out set by its metric prefix (``eval``; a dict: ``eval_<name>``),
+        as the runtime reads it (built with the run)."""
         self.peft_config = peft_config
         self.callbacks: list = [DefaultFlowCallback()]
         """transformers' ``DefaultFlowCallback`` (the strategies' flags), then the user's."""
@@ -221,20 +219,31 @@ class DropInTrainer:
         self, eval_dataset: Any = None, ignore_keys: Any = None, metric_key_prefix: str = "eval"
     ) -> dict[str, float]:
         """``{"<metric_key_prefix>_loss": ...}``: the held-out loss of the constructor's
-        ``eval_dataset`` under the model as it is now (collective: every rank)."""
-        if eval_dataset is not None and eval_dataset is not self.eval_dataset:
+        ``eval_dataset`` (a dict: ``<metric_key_prefix>_<name>_loss`` of each, or of the
+        one named) under the model as it is now (collective: every rank)."""
+        named = isinstance(eval_dataset, str) and isinstance(self.eval_dataset, dict)
+        if eval_dataset is not None and eval_dataset is not self.eval_dataset and not named:
             stop(
                 self.command,
                 "evaluate(eval_dataset=...): give the eval_dataset to the "
-                "constructor (its held-out schedule is planned with the run)",
+                "constructor (its held-out schedule is planned with the run; a dict of "
+                "them: name one)",
             )
-        trainer = self._built()
-        started = time.perf_counter()
-        loss = trainer.evaluate()
-        if loss is None:
+        self._built()
+        if not self._eval_sets:
             stop(self.command, "evaluate() needs an eval_dataset")
-        runtime = time.perf_counter() - started
-        return self._hooks.evaluated(loss, metric_key_prefix, runtime)
+        if named and f"eval_{eval_dataset}" not in self._eval_sets:
+            stop(
+                self.command,
+                f"evaluate(eval_dataset={eval_dataset!r}): eval_dataset has "
+                f"{', '.join(map(repr, self.eval_dataset))}",
+            )
+        metrics: dict[str, float] = {}
+        for prefix, loss, runtime in self._evaluate_now(eval_dataset if named else None):
+            samples = self._hooks.eval_samples[prefix]
+            prefix = metric_key_prefix + prefix.removeprefix("eval")
+            metrics.update(self._hooks.evaluated(loss, prefix, runtime, samples))
+        return metrics
 
     def predict(
         self, test_dataset: Any, ignore_keys: Any = None, metric_key_prefix: str = "test"
@@ -376,8 +385,17 @@ class DropInTrainer:
             )
         return self._hooks
 
-    def _evaluate_now(self) -> float | None:
-        return self._trainer.evaluate()
+    def _evaluate_now(self, name: str | None = None) -> list[tuple[str, float, float]]:
+        """``(metric prefix, held-out loss, seconds)`` of each eval set (or the one
+        ``name``d), under the model as it is now (collective)."""
+        trainer, out = self._trainer, []
+        for prefix, dataset in self._eval_sets.items():
+            if name is not None and prefix != f"eval_{name}":
+                continue
+            started = time.perf_counter()
+            loss = trainer.dc.evaluate(dataset, autocast=trainer._autocast())
+            out.append((prefix, loss, time.perf_counter() - started))
+        return out
 
     def _load_trained(self, trainer: Trainer) -> None:
         """``model``: the trained module (exported from the last checkpoint by rank 0,
@@ -407,13 +425,24 @@ class DropInTrainer:
         model_dir, tokenizer = self._write_model(inputs, groups.rank == 0)
         self._base_folder = model_dir
         train = self.records(self.train_dataset, tokenizer)
-        held = self.records(self.eval_dataset, tokenizer) if self.eval_dataset is not None else []
+        sets = self.eval_dataset
+        if not isinstance(sets, dict):
+            sets = {} if sets is None else {None: sets}
+        held_sets = {name: self.records(dataset, tokenizer) for name, dataset in sets.items()}
+        files = {
+            name: inputs / f"eval{'' if name is None else f'-{i}'}.jsonl"
+            for i, name in enumerate(sets)
+        }
+        held = [r for records in held_sets.values() for r in records]
         if not train:
             stop(self.command, "train_dataset: no record has a token with loss")
+        empty = [name for name, records in held_sets.items() if not records]
+        if empty:
+            stop(self.command, f"eval_dataset {empty[0] or ''}: no record has a token with loss")
         if groups.rank == 0:
             write_records(train, inputs / "train.jsonl")
-            if held:
-                write_records(held, inputs / "eval.jsonl")
+            for name, records in held_sets.items():
+                write_records(records, files[name])
         if dist.is_initialized():
             dist.barrier()
         try:
@@ -431,7 +460,8 @@ class DropInTrainer:
             "max_tokens": max(len(r["input_ids"]) for r in train + held),
             "long_docs": "error",
         }
-        sections["validation"]["dataset"] = f"jsonl:{inputs / 'eval.jsonl'}" if held else None
+        first = next(iter(files.values()), None)
+        sections["validation"]["dataset"] = f"jsonl:{first}" if first else None
         if not held:
             sections["validation"]["every"] = None
         sections["cost"] = {"cost_model": "analytic"}
@@ -456,7 +486,6 @@ class DropInTrainer:
             self.callbacks,
             per_epoch=per_epoch,
             evaluate=self._evaluate_now if held else None,
-            eval_samples=len(held),
             world=groups.world_size,
             token_metrics=self.command == "SFTTrainer",
         )
@@ -466,6 +495,15 @@ class DropInTrainer:
         if self.processing_class is not None:
             self._hooks.objects["processing_class"] = self.processing_class
         self._decay_groups(self._trainer)
+        self._eval_sets = {}
+        for index, name in enumerate(files):
+            prefix = "eval" if name is None else f"eval_{name}"
+            self._hooks.eval_samples[prefix] = len(held_sets[name])
+            self._eval_sets[prefix] = (
+                self._trainer.held_out
+                if index == 0
+                else open_dataset(f"jsonl:{files[name]}", config.data, seed=config.job.seed)
+            )
         return self._trainer
 
     def _decay_groups(self, trainer: Trainer) -> None:

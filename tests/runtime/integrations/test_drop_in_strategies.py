@@ -141,3 +141,53 @@ def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch) -> None
     trainer.train()
     assert chosen == ["cpu"] and trainer._trainer.config.parallelism.device == "cpu"
     assert trainer.state.global_step == 1
+
+
+def test_a_dict_of_eval_datasets(folder, tmp_path, monkeypatch) -> None:
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig
+    from trl import SFTTrainer as Reference
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    words = "hello world how are you the user asks".split()
+    texts = [{"text": " ".join(words[i : i + 3 + i])} for i in range(4)]
+    sets = {"a": Dataset.from_list(texts[:2]), "b": Dataset.from_list(texts[1:])}
+    results = []
+    for trainer_class, out in ((Reference, "ref"), (SFTTrainer, "ours")):
+        config = SFTConfig(
+            output_dir=str(tmp_path / out),
+            per_device_train_batch_size=4,
+            per_device_eval_batch_size=4,
+            max_steps=2,
+            learning_rate=1e-3,
+            eval_strategy="steps",
+            eval_steps=1,
+            report_to="none",
+            bf16=False,
+        )
+        trainer = trainer_class(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=config,
+            train_dataset=Dataset.from_list(texts),
+            eval_dataset=sets,
+            processing_class=_tokenizer(folder),
+        )
+        trainer.train()
+        history = list(trainer.state.log_history)  # before evaluate() adds to it
+        metrics = trainer.evaluate()
+        results.append(
+            (
+                [(r["step"], r["eval_a_loss"]) for r in history if "eval_a_loss" in r],
+                [(r["step"], r["eval_b_loss"]) for r in history if "eval_b_loss" in r],
+                metrics,
+            )
+        )
+    (want_a, want_b, want), (have_a, have_b, have) = results
+    assert [s for s, _ in have_a] == [s for s, _ in want_a] == [1, 2]
+    for (_, x), (_, y) in zip(have_a + have_b, want_a + want_b, strict=True):
+        assert x == pytest.approx(y, rel=1e-5)
+    for key in ("eval_a_loss", "eval_b_loss"):
+        assert have[key] == pytest.approx(want[key], rel=1e-5)
