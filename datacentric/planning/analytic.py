@@ -365,17 +365,34 @@ class AnalyticCostModel(CachedCostModel):
         time_s = float(work @ self._rates) + ring_all
         comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS]) + ring_plain
         plain_s = float(plain @ self._rates) + ring_plain
-        chunk = self._ring_chunk_bytes(shapes, sp_size, ring_size)
-        local = sum(s.tokens for s in shapes) / sp_size
-        buffers = 4 * chunk + 4 * local * self.spec.hidden  # K/V, dK/dV, fp32 output
         return PassBreakdown(
             time_s=time_s,
             compute_s=plain_s - comm_s,
             recompute_s=time_s - plain_s,
             comm_s=comm_s,
-            memory_bytes=self._memory(shapes, sp_size, counts) + int(buffers),
+            memory_bytes=self._ring_memory(shapes, sp_size, ring_size, counts),
             inter_node_backward_s=self._ring_backward_link_s(shapes, sp_size, ring_size),
         )
+
+    def compute_split_memory_bytes(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, ring_size: int, key: Hashable
+    ) -> int:
+        """The ring breakdown's ``memory_bytes`` alone (no time formula)."""
+        if not self.supports_split(sp_size, ring_size):
+            return self.compute_split_breakdown(shapes, sp_size, ring_size, key).memory_bytes
+        if not shapes:
+            raise ValueError("a micro-batch needs at least one sample")
+        return self._ring_memory(shapes, sp_size, ring_size, key)  # type: ignore[arg-type]
+
+    def _ring_memory(
+        self, shapes: tuple[SampleShape, ...], sp: int, ring: int, counts: tuple[int, ...]
+    ) -> int:
+        """Peak bytes of a pass on a ring: the Ulysses pass's plus the ring's buffers
+        (K/V chunks in flight, their gradients, the float32 output)."""
+        chunk = self._ring_chunk_bytes(shapes, sp, ring)
+        local = self._sums(shapes).tokens / sp
+        buffers = 4 * chunk + 4 * local * self.spec.hidden
+        return self._memory(shapes, sp, counts) + int(buffers)
 
     def _ring_chunk_bytes(self, shapes: tuple[SampleShape, ...], sp: int, ring: int) -> float:
         """Bytes of the K/V chunk one ring step sends: ``tokens / ring`` tokens at the
@@ -384,7 +401,7 @@ class AnalyticCostModel(CachedCostModel):
         ulysses = sp // ring
         kv_heads = spec.kv_heads or spec.heads
         held = kv_heads * kv_head_repeat(spec.heads, kv_heads, ulysses) / ulysses
-        tokens = sum(s.tokens for s in shapes)
+        tokens = self._sums(shapes).tokens if shapes else 0
         return 2.0 * tokens / ring * held * spec.head_dim * self.dtype_bytes
 
     def _ring_exposed_s(
@@ -435,10 +452,9 @@ class AnalyticCostModel(CachedCostModel):
         """Attention forward FLOPs of one block's forward on one rank (blocks alike)."""
         if not shapes:
             return 0.0
-        kind = self.spec.block_kinds[0]
-        pairs = sum(attention_pairs(kind, s) for s in shapes)
-        tokens = sum(s.tokens for s in shapes)
-        return 4.0 * self.spec.hidden * (pairs + tokens * self.spec.cross_attn_tokens) / sp
+        sums = self._sums(shapes)
+        pairs = sums.pairs[self._kind_index[self.spec.block_kinds[0]]]
+        return 4.0 * self.spec.hidden * (pairs + sums.tokens * self.spec.cross_attn_tokens) / sp
 
     def compute_breakdown(
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable

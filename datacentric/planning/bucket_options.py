@@ -25,7 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.planning.cost_model import CostModel, split_breakdown, supports_split
+from datacentric.planning.cost_model import (
+    CachedCostModel,
+    CostModel,
+    split_breakdown,
+    supports_split,
+)
 from datacentric.shapes import SampleShape
 
 
@@ -54,6 +59,8 @@ def fits_shapes(
     try:
         if ring == 1:
             return int(cost_model.pass_memory_bytes(shapes, sp, rc)) <= cap
+        if isinstance(cost_model, CachedCostModel):  # memory without the time formula
+            return int(cost_model.pass_memory_bytes(shapes, sp, rc, ring_size=ring)) <= cap
         return int(split_breakdown(cost_model, shapes, sp, rc, ring).memory_bytes) <= cap
     except ValueError:
         return False

@@ -188,6 +188,14 @@ class CachedCostModel(ABC):
         model that answers must answer exactly its breakdown's ``memory_bytes``."""
         return None
 
+    def compute_split_memory_bytes(
+        self, shapes: tuple[SampleShape, ...], sp_size: int, ring_size: int, key: Hashable
+    ) -> int | None:
+        """:meth:`compute_memory_bytes` of a pass on a ring of ``ring_size > 1`` (default
+        ``None``: ask the breakdown). A model that answers must answer exactly its
+        breakdown's ``memory_bytes``, and refuse (``ValueError``) a split it cannot price."""
+        return None
+
     def pass_memory_bytes(
         self,
         shapes: Sequence[SampleShape],
@@ -197,21 +205,26 @@ class CachedCostModel(ABC):
         ring_size: int = 1,
     ) -> int:
         """Peak bytes on one rank of the group. Memory checks ask for many micro-batches
-        whose time is never needed, so a model's :meth:`compute_memory_bytes` answers them
-        without the time (cached apart); else the breakdown's."""
-        if int(ring_size) != 1:
-            return self.breakdown(shapes, sp_size, recompute, ring_size=ring_size).memory_bytes
+        whose time is never needed, so a model's :meth:`compute_memory_bytes` (on a ring,
+        :meth:`compute_split_memory_bytes`) answers them without the time (cached apart);
+        else the breakdown's."""
+        ring = int(ring_size)
         cache: dict[tuple, int] | None = self.__dict__.get("_memories")
         if cache is None:
             cache = {}
             object.__setattr__(self, "_memories", cache)  # frozen dataclasses too
         shapes = tuple(shapes)
-        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute))
+        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
         found = cache.get(key)
         if found is None:
-            found = self.compute_memory_bytes(shapes, key[1], key[2])
+            if ring == 1:
+                found = self.compute_memory_bytes(shapes, key[1], key[2])
+            elif ring < 1 or sp_size % ring:
+                raise ValueError(f"ring size {ring} does not divide SP size {sp_size}")
+            else:
+                found = self.compute_split_memory_bytes(shapes, key[1], ring, key[2])
             if found is None:
-                found = self.breakdown(shapes, sp_size, recompute).memory_bytes
+                found = self.breakdown(shapes, sp_size, recompute, ring_size=ring).memory_bytes
             if len(cache) >= BREAKDOWN_CACHE_SIZE:
                 cache.clear()
             cache[key] = found

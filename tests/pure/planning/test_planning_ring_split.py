@@ -192,3 +192,27 @@ def test_ring_traffic_across_nodes_shares_the_link_with_the_hidden_sync(llama):
     assert 0.0 < across.inter_node_backward_s < across.time_s
     whole = across.time_s - (across.time_s - across.recompute_s) / 3
     assert backward_s(across) == pytest.approx(whole - across.inter_node_backward_s)
+
+
+def test_a_rings_memory_asked_alone_is_its_breakdowns():
+    """``pass_memory_bytes`` on a ring answers without the time formula
+    (``compute_split_memory_bytes``): exactly the breakdown's bytes, and a split the
+    ring that does not divide the group is refused as the breakdown refuses it."""
+    import numpy as np
+
+    from datacentric.planning.bucket_options import accepted_splits
+
+    fresh = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)  # empty caches
+    rng = np.random.default_rng(0)
+    asked = []
+    for _ in range(60):
+        sp = int(rng.choice([2, 4, 8, 16, 64]))
+        ring = int(rng.choice([r for r in accepted_splits(fresh, sp) if r > 1]))
+        shapes = [SampleShape.text(int(n)) for n in rng.integers(1, 300_000, rng.integers(1, 6))]
+        flags = tuple(bool(x) for x in rng.integers(2, size=32))
+        memory = fresh.pass_memory_bytes(shapes, sp, flags, ring_size=ring)
+        asked.append((shapes, sp, flags, ring, memory))
+    for shapes, sp, flags, ring, memory in asked:
+        assert memory == split_breakdown(fresh, shapes, sp, flags, ring).memory_bytes
+    with pytest.raises(ValueError, match="does not divide"):
+        fresh.pass_memory_bytes([SampleShape.text(64)], 64, FULL, ring_size=3)
