@@ -11,9 +11,11 @@ from repo_paths import ROOT
 PACKAGE = ROOT / "datacentric"
 LIMIT = 80
 
-#: Functions allowed past the limit, as "path::name". scheduling/epoch.build_schedule
-#: (85 lines) is being split by the scheduling work; remove its entry when that lands.
-ALLOWED = {"datacentric/scheduling/epoch.py::build_schedule"}
+#: Functions allowed past the limit for now ("path::name"), each until it is split; an
+#: entry whose function fits fails the test, so it goes when the split lands.
+#: integrations/session.DropInTrainer._built (91 lines) came with the drop-in trainers'
+#: section-wise settings, which are being reworked as this test lands.
+ALLOWED = {"datacentric/integrations/session.py::_built"}
 
 
 def long_functions(source: str, where: str, limit: int = LIMIT) -> dict[str, int]:
@@ -41,6 +43,16 @@ def package_faults() -> list[str]:
 def test_no_function_is_longer_than_80_lines() -> None:
     faults = package_faults()
     assert not faults, "\n".join(faults)
+
+
+def test_every_allowance_is_still_needed() -> None:
+    """An allowed function that now fits is struck off the list."""
+    long = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(ROOT).as_posix()
+        long |= long_functions(path.read_text(encoding="utf-8"), where)
+    stale = sorted(ALLOWED - set(long))
+    assert not stale, f"these fit in {LIMIT} lines now: remove them from ALLOWED: {stale}"
 
 
 def function(name: str, lines: int) -> str:
