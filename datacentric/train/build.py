@@ -26,6 +26,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.parallel.grad_sync import check_fsdp2
+from datacentric.parallel.launch import launch_mode
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
@@ -292,9 +293,19 @@ def check_model(
     analytic = (cost or CostConfig()).cost_model == "analytic"
     _check_vocab(name, module, spec_of_model(module, name) if analytic else None, dataset)
     try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
-        check_small_copy(module, dataset)
+        calls = check_small_copy(module, dataset)
     except ValueError as err:
         raise ValueError(f"model {name!r}: {err}") from err
+    world = launch_mode((parallelism or ParallelismConfig()).world).world_size
+    reused = [(i, n) for i, n in enumerate(calls) if n != 1]
+    if reused and held.effective(world).mode == "fsdp2":
+        index, count = reused[0]
+        raise ValueError(
+            f"model {name!r}: its forward calls block {index} {count} times (a block "
+            "reused, as a recurrent-depth model loops over its layers); FSDP2 (shard "
+            "fsdp2, the default) gathers a block once per call, so its ranks would issue "
+            "different collectives: pass --shard ddp"
+        )
     return module
 
 

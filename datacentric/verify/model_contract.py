@@ -25,6 +25,7 @@ declares ``max_sp_size = 1`` (it never runs on a shard).
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 
@@ -213,7 +214,7 @@ _MODEL_ERRORS = (
 )
 
 
-def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
+def check_small_copy(model: nn.Module, dataset: Dataset) -> list[int]:
     """For a Hugging Face model (:class:`~datacentric.models.hf.HFCausalLM`, possibly on
     the meta device): :func:`check_model_contract` on a small CPU copy that keeps every
     layer type and its per-layer config (:func:`~datacentric.models.hf.small_copy`), then
@@ -221,9 +222,11 @@ def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
     path), so that the refusals that show only when the model runs (attention sinks, a
     mask of the layer's own, layers that drop the packed layout, a layer that does not
     recompute as it ran) happen before ranks start. Raises ``ValueError`` (a refusal
-    naming the feature, or :class:`ModelContractError`); other models pass."""
+    naming the feature, or :class:`ModelContractError`); other models pass. Returns how
+    many times the copy's forward called each block (:func:`block_calls`; empty for
+    other models), which the holding of the model must allow."""
     if type(model).__name__ != "HFCausalLM":
-        return
+        return []
     from datacentric.models.hf import small_copy
 
     name = type(model.hf).__name__
@@ -241,6 +244,33 @@ def check_small_copy(model: nn.Module, dataset: Dataset) -> None:
             f"{name} fails a step of two packed samples with its blocks recomputed (as the "
             f"ranks recompute them): {type(err).__name__}: {str(err).splitlines()[0]}"
         ) from err
+    return block_calls(copy, dataset)
+
+
+def block_calls(model: nn.Module, dataset: Dataset) -> list[int]:
+    """How many times each of ``model.blocks`` runs in one forward of two packed samples
+    (without gradients, in ``eval()`` mode): 1 each, unless the model calls a block
+    again (a recurrent-depth model looping over its layers)."""
+    counts = [0] * len(model.blocks)
+
+    def count(index: int, *_: object) -> None:
+        counts[index] += 1
+
+    hooks = [
+        block.register_forward_pre_hook(functools.partial(count, index))
+        for index, block in enumerate(model.blocks)
+    ]
+    training = {m: m.training for m in model.modules()}
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(dataset.pack(_pick_samples(dataset, 2), 1))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for module, mode in training.items():
+            module.training = mode
+    return counts
 
 
 def _recomputed_step(model: nn.Module, dataset: Dataset) -> None:
