@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from datacentric.integrations.records import RecordsError, tokenized_records
-from datacentric.integrations.session import DropInTrainer, refuse_given, stop
+from datacentric.integrations.session import DropInTrainer
+from datacentric.integrations.stops import refuse_given, stop
 
 __all__ = ["SFTTrainer"]
 

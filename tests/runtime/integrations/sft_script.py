@@ -144,12 +144,17 @@ def run(folder: Path, out: Path, which: str, kind: str, world: int) -> dict:
     if kind == "lora":
         saved = str(out / f"{which}-adapter")
         trainer.save_model(saved)
+    import os
+
+    rank = int(os.environ.get("RANK", "0"))
+    assert trainer.state.is_world_process_zero == (rank == 0) == trainer.is_world_process_zero()
     return {
         "kind": kind,
         "losses": losses,
         "eval_loss": metrics["eval_loss"],
         "events": recorder.events,
         "saved": saved,
+        "model": type(trainer.model).__name__,
     }
 
 

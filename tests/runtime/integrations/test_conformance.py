@@ -136,3 +136,32 @@ def test_lr_schedules_equal_transformers(tmp_path) -> None:
         )
         with pytest.raises(ArgumentsError, match=f"lr_scheduler_type={name!r}"):
             lr_factor(args, 10)
+
+
+def test_the_drop_in_crashes_of_a_script_end_in_one_line(tmp_path, capsys) -> None:
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    def trainer(out):
+        config = SFTConfig(output_dir=str(out), bf16=False, report_to="none")
+        texts = Dataset.from_list([{"text": "a"}])
+        return SFTTrainer(model=str(tmp_path / "no-model"), args=config, train_dataset=texts)
+
+    calls = {
+        "resume_from_checkpoint='missing/path'": lambda t: t.train(
+            resume_from_checkpoint="missing/path"
+        ),
+        "save_model(": lambda t: t.save_model(t.args.output_dir),
+        "model=": lambda t: t.train(),  # no such model folder
+        "save_state()": lambda t: t.save_state(),  # output_dir is a file
+    }
+    (tmp_path / "a-file").write_text("x")
+    for named, call in calls.items():
+        out = tmp_path / ("a-file" if named == "save_state()" else "out")
+        with pytest.raises(SystemExit) as stopped:
+            call(trainer(out))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and len(err) == 1, err
+        assert err[0].startswith("datacentric SFTTrainer: ") and named in err[0], err

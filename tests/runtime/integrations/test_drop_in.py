@@ -86,6 +86,7 @@ def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_pa
     quickstart = got["lora"]
     assert set(quickstart["events"]) == set(EVENTS), quickstart
     assert quickstart["events"]["on_step_end"] == 2
+    assert quickstart["model"].startswith("PeftModel")  # trainer.model after train()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
