@@ -36,7 +36,7 @@ from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import TrainingConfig
-from datacentric.train.assemble import Prechecked, assemble_run, tokenizer_used
+from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes, what_trains
 from datacentric.train.checkpoint import (
     CheckpointError,
@@ -253,6 +253,8 @@ class Trainer:
             config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
         self.model_name = config.model.model
+        self.tokenizer = config.data.tokenizer
+        """What the run reads text with (chosen by ``assemble_run``; None: it reads none)."""
         self.bfloat16 = config.model.dtype == "bfloat16"
         self.policy = config.scheduling.policy
 
@@ -427,7 +429,7 @@ class Trainer:
                 steps_text(self.position.iterations_done, self.total_iterations),
                 self.out,
             )
-            logger.info("%s", what_trains(self.dc.module, tokenizer_used(self.config)))
+            logger.info("%s", what_trains(self.dc.module, self.tokenizer))
         self.saved_at = time.monotonic()
         self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
