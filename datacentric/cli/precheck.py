@@ -36,7 +36,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     given = config.data.tokenizer
     try:
         config = with_model_tokenizer(config)  # as the ranks read text (assemble_run)
-        dataset, held_out = build_run_data(config.data, config.validation, config.job.seed)
+        dataset, held_out = build_run_data(
+            config.data, config.validation, config.job.seed, training=config.training
+        )
         module = check_model(
             config.model,
             dataset,

@@ -21,7 +21,10 @@
   to a window. Other latents follow Open-Sora (``frames * 5 // 17`` latent frames).
 - Per epoch, from a generator seeded by ``(seed, sample id, epoch)``: the diffusion time
   ``t``, the noise, then the first frame of the clip when the latent has more frames
-  than its bucket (spatial crops are centred). Packing follows rectified flow, as for
+  than its bucket (spatial crops are centred), then whether the caption is dropped
+  (``[training] timestep_sampling`` and ``caption_dropout``:
+  :mod:`datacentric.data.diffusion_draws`). A dropped caption trains on the folder's
+  ``empty_prompt.text.safetensors``. Packing follows rectified flow, as for
   :class:`~datacentric.data.video.SyntheticVideoDataset`.
 """
 
@@ -39,6 +42,7 @@ import torch
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
 from datacentric.data.bucket_config import Bucket, BucketConfig
+from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
 from datacentric.data.text_file import numbered_lines, read_text_file
 from datacentric.data.video import (
@@ -52,6 +56,9 @@ from datacentric.data.video_geometry import causal_latent_frames
 from datacentric.shapes import SampleShape
 
 MANIFEST = "manifest.jsonl"
+EMPTY_PROMPT = "empty_prompt.text.safetensors"
+"""The pipeline's embedding of the empty prompt, beside the manifest (``prepare`` writes
+it): what a sample whose caption ``caption_dropout`` drops trains on."""
 
 
 def _text_beside(latent: Path) -> Path | None:
@@ -168,8 +175,10 @@ class LatentDataset:
         seed: int = 0,
         limit: int | None = None,
         patch: tuple[int, int, int] = PATCH,
+        draws: DiffusionDraws | None = None,
     ) -> None:
         self.source, self.seed, self.patch = source, int(seed), tuple(patch)
+        self.draws = draws or DiffusionDraws()
         entries = read_latent_listing(source)
         if limit is not None:
             entries = entries[: max(0, int(limit))]
@@ -213,6 +222,27 @@ class LatentDataset:
         if not self.files:
             raise DataError(f"latents:{source}: the bucket config keeps no latent")
         self.channels = int(channels)
+        self.empty_prompt = self._empty_prompt() if self.draws.caption_dropout > 0 else None
+
+    def _empty_prompt(self) -> Path:
+        """The empty-prompt embedding a dropped caption trains on (``caption_dropout``);
+        :class:`DataError` when the samples have no text or the folder has no such file."""
+        dropout = self.draws.caption_dropout
+        if any(p is None for p in self.text_files):
+            raise DataError(
+                f"latents:{self.source}: training.caption_dropout {dropout:g} drops captions, "
+                "but not every latent has a text embedding; set --training.caption_dropout 0"
+            )
+        root = Path(self.source).expanduser()
+        path = (root.parent if root.is_file() else root) / EMPTY_PROMPT
+        if not path.is_file():
+            raise DataError(
+                f"latents:{self.source}: training.caption_dropout {dropout:g} needs the "
+                f"pipeline's empty-prompt embedding {path.name}, which this folder lacks "
+                "(prepared before it was written): rerun datacentric prepare with the same "
+                "settings and --out (it adds only that file), or set --training.caption_dropout 0"
+            )
+        return path
 
     @property
     def token_dim(self) -> int:
@@ -245,10 +275,13 @@ class LatentDataset:
         """Read and crop the latent, patchify it, and draw time and noise for ``epoch``."""
         (i,) = check_sample_ids([sample_id], len(self))
         (f, h, w), (cf, ch, cw) = self._full[i], self._crop[i]
+        # the draws in the order of data/diffusion_draws.py: time, noise, frame offset,
+        # caption
         gen = sample_generator(self.seed, i, epoch)
         grid = self.grid(i)
-        t, noise = draw_time_and_noise((math.prod(grid), self.token_dim), gen)
+        t, noise = draw_time_and_noise((math.prod(grid), self.token_dim), gen, self.draws)
         f0 = int(torch.randint(0, f - cf + 1, (), generator=gen))
+        dropped = self.draws.caption_dropped(gen)
         h0, w0 = (h - ch) // 2, (w - cw) // 2
         data = open_latent(self.files[i])[f0 : f0 + cf, :, h0 : h0 + ch, w0 : w0 + cw]
         x = as_float_tensor(data).permute(1, 0, 2, 3)  # (C, F, H, W)
@@ -258,6 +291,8 @@ class LatentDataset:
         # text-conditioned model (the diffusers path) reads ``PackedBatch.sample_context``
         every = all(p is not None for p in self.text_files)
         context = self.text_embedding(i) if every else None
+        if dropped and self.empty_prompt is not None:
+            context = as_float_tensor(open_latent(self.empty_prompt))
         return VideoSample(x0=patchify(x, self.patch), noise=noise, t=t, context=context)
 
     def pack(

@@ -21,6 +21,7 @@ import warnings
 from typing import Any
 
 from datacentric.data.base import DataError, Dataset
+from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
@@ -75,12 +76,18 @@ def describe_sources() -> str:
 
 
 def open_dataset(
-    spec: str, settings: DataConfig | DataSettings | None = None, *, seed: int | None = None
+    spec: str,
+    settings: DataConfig | DataSettings | None = None,
+    *,
+    seed: int | None = None,
+    draws: DiffusionDraws | None = None,
 ) -> Dataset:
     """The dataset named by ``spec`` (see the module docstring), read as the ``[data]``
     section ``settings`` says (unset: its defaults); ``seed``: the seed of synthetic
     data, workload presets, bucket keep draws and per-epoch noise (a run's ``[job]
-    seed``; default 0). Each source ignores the fields that do not apply to it."""
+    seed``; default 0); ``draws``: how a latent dataset draws each sample's time and
+    caption (:mod:`datacentric.data.diffusion_draws`; unset: uniform, captions kept).
+    Each source ignores the fields that do not apply to it."""
     if isinstance(settings, DataSettings):  # deprecated: a section and a seed
         settings, seed = settings.data, settings.seed if seed is None else seed
     s = DataConfig() if settings is None else settings
@@ -88,6 +95,12 @@ def open_dataset(
     if s.long_docs not in LONG_DOC_RULES:
         raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
     max_tokens = s.max_tokens
+    kind, sep, rest = spec.partition(":")
+    if draws is not None and not draws.default and not (sep and kind == "latents"):
+        raise DataError(
+            f"--dataset {spec}: training.caption_dropout and training.timestep_sampling "
+            "apply to latents:DIR datasets only; leave them unset"
+        )
     if spec == "stdlib":
         return StdlibCorpus(max_tokens=max_tokens, limit=s.dataset_limit, long_docs=s.long_docs)
     shapes = preset_shapes(spec, seed, s.dataset_limit)
@@ -95,7 +108,6 @@ def open_dataset(
         if shapes[0].is_video:
             return SyntheticVideoDataset(shapes, seed=seed)
         return SyntheticTextDataset(shapes, seed=seed)
-    kind, sep, rest = spec.partition(":")
     if sep and kind in TEXT_KINDS:
         return TokenizedTextDataset(
             kind,
@@ -110,7 +122,9 @@ def open_dataset(
     if sep and kind == "latents":
         from datacentric.data.latents import LatentDataset
 
-        return LatentDataset(rest, bucket_config=s.bucket_config, seed=seed, limit=s.dataset_limit)
+        return LatentDataset(
+            rest, bucket_config=s.bucket_config, seed=seed, limit=s.dataset_limit, draws=draws
+        )
     if sep and rest.isidentifier():
         return _from_factory(kind, rest, s, seed)
     raise DataError(f"unknown dataset {spec!r}; use {describe_sources()}")

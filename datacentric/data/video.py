@@ -30,6 +30,7 @@ from datacentric.data.base import (
     sample_generator,
     segment_layout,
 )
+from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.video_geometry import LATENT_CHANNELS, PATCH
 from datacentric.shapes import SampleShape
 
@@ -128,9 +129,14 @@ class SyntheticVideoDataset(ShapeListDataset):
         return pack_video_samples(ids, grids, samples, self.token_dim, pad_to_multiple)
 
 
-def draw_time_and_noise(shape: torch.Size, gen: torch.Generator) -> tuple[float, torch.Tensor]:
-    """Diffusion time ``t ~ U[0, 1)`` then noise ``eps ~ N(0, 1)`` of ``shape``, in that order."""
-    t = float(torch.rand((), generator=gen))
+def draw_time_and_noise(
+    shape: torch.Size | tuple[int, ...],
+    gen: torch.Generator,
+    draws: DiffusionDraws | None = None,
+) -> tuple[float, torch.Tensor]:
+    """Diffusion time ``t`` as ``draws`` samples it (unset: ``t ~ U[0, 1)``) then noise
+    ``eps ~ N(0, 1)`` of ``shape``, in that order (:mod:`datacentric.data.diffusion_draws`)."""
+    t = (draws or DiffusionDraws()).time(gen)
     return t, torch.randn(shape, generator=gen)
 
 

@@ -2,12 +2,14 @@
 
 The folder ``OUT`` holds ``latents/NAME.safetensors`` (``frames x channels x height x
 width``) and ``latents/NAME.text.safetensors`` (the family's text layout) per clip,
-``manifest.jsonl`` (one line per sample: ``latent``, ``text``, ``source``, ``caption``)
-and ``prepare_report.json``. Under ``OUT/.prepare/`` it keeps the settings the folder was
-made with and one record per finished (or skipped) clip, each written to a temporary
-name and renamed, after the clip's files: a killed run resumes where it stopped, a rerun
-with the same inputs encodes nothing, and the manifest, written last, lists what a run
-that was never interrupted lists.
+``manifest.jsonl`` (one line per sample: ``latent``, ``text``, ``source``, ``caption``),
+``empty_prompt.text.safetensors`` (the pipeline's embedding of the empty prompt, which a
+caption ``[training] caption_dropout`` drops trains on) and ``prepare_report.json``.
+Under ``OUT/.prepare/`` it keeps the settings the folder was made with and one record per
+finished (or skipped) clip, each written to a temporary name and renamed, after the
+clip's files: a killed run resumes where it stopped, a rerun with the same inputs encodes
+nothing, and the manifest, written last, lists what a run that was never interrupted
+lists.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from datacentric.data.base import DataError
+from datacentric.data.latents import EMPTY_PROMPT
 from datacentric.data.media import Geometry, MediaError, decode
 from datacentric.models.diffusers_encode import (
     CaptionLength,
@@ -165,19 +168,28 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
     encoded, cost_done = 0, 0
     total_cost = sum(t.cost for t in todo) or 1
     encoder = None
+
+    def opened() -> PipelineEncoder:
+        nonlocal encoder
+        if encoder is None:
+            device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
+            if device == "cuda" and distributed:
+                device = f"cuda:{rank % torch.cuda.device_count()}"
+            pipe = open_pipeline(job.pipeline, device)
+            encoder = PipelineEncoder(
+                pipe, max_text_tokens=job.max_text_tokens, vae_tiling=job.vae_tiling
+            )
+        return encoder
+
+    if rank == 0 and not (out / EMPTY_PROMPT).is_file():
+        # what a caption that [training] caption_dropout drops trains on; a folder
+        # prepared before this file existed gets it from a rerun (nothing else encoded)
+        _write_tensor(out / EMPTY_PROMPT, opened().text(""), "text")
     for number, task in enumerate(todo, 1):
         if task.plan is None:
             record = {"key": task.key(), "where": task.item.where, "skipped": task.skip}
         else:
-            if encoder is None:
-                device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
-                if device == "cuda" and distributed:
-                    device = f"cuda:{rank % torch.cuda.device_count()}"
-                pipe = open_pipeline(job.pipeline, device)
-                encoder = PipelineEncoder(
-                    pipe, max_text_tokens=job.max_text_tokens, vae_tiling=job.vae_tiling
-                )
-            record = _encode_one(encoder, out, task)
+            record = _encode_one(opened(), out, task)
             encoded += "skipped" not in record
             cost_done += task.cost
         _write_json(_record_path(out, task), record)

@@ -431,6 +431,11 @@ def validate(config: TrainConfig) -> None:
         low = min(config.profiling.trace_steps)
         raise ConfigError(f"profiling.trace_steps: steps are numbered from 1, got {low}")
     check_validation(config.validation, config.training, config.checkpoint)
+    if config.training.caption_dropout > 1:
+        raise ConfigError(
+            f"training.caption_dropout: a probability from 0 to 1, got "
+            f"{config.training.caption_dropout}"
+        )
     cost = config.cost
     if cost.warmup < 2:
         raise ConfigError(f"cost.warmup: must be >= 2, got {cost.warmup}")

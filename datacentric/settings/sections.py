@@ -250,6 +250,21 @@ class TrainingConfig:
     compile: bool = False
     """Compile each transformer block's forward with ``torch.compile`` (inductor; the first
     steps pay the compilation, docs/runtime.md)."""
+    caption_dropout: float = setting(0.0, ge=0)
+    """Latent datasets: probability (0 to 1) that a sample trains on the pipeline's
+    empty-prompt embedding instead of its caption's (for classifier-free guidance),
+    drawn per sample and epoch from the sample's generator."""
+    timestep_sampling: Literal["uniform", "logit_normal", "shift"] = "uniform"
+    """Latent datasets: how the diffusion time ``t`` is drawn: ``uniform`` in [0, 1),
+    ``logit_normal`` (the sigmoid of a normal of ``logit_mean``, ``logit_std``) or
+    ``shift`` (a uniform ``u`` moved by ``flow_shift`` as the flow-matching schedulers
+    do: ``shift * u / (1 + (shift - 1) * u)``)."""
+    logit_mean: float = 0.0
+    """Mean of the normal whose sigmoid is ``t`` (``timestep_sampling = logit_normal``)."""
+    logit_std: float = setting(1.0, gt=0)
+    """Its standard deviation (``timestep_sampling = logit_normal``)."""
+    flow_shift: float = setting(1.0, gt=0)
+    """The schedulers' ``shift`` (``timestep_sampling = shift``; 1 draws uniformly)."""
     fault_inject: str | None = None
     """Tests only: ``RANK:ITERATION`` kills that rank in that step (once per run folder);
     ``RANK:ITERATION:hang`` stalls it; ``RANK:ITERATION:term`` sends SIGTERM to its process

@@ -170,7 +170,9 @@ def assemble_run(
     if prechecked is not None and prechecked.data is not None:
         dataset, held_out = prechecked.data
     else:
-        dataset, held_out = build_run_data(config.data, config.validation, seed)
+        dataset, held_out = build_run_data(
+            config.data, config.validation, seed, training=config.training
+        )
     torch.manual_seed(seed)  # model: every rank draws the same weights
     # the model, and the analytic model mfu counts on, read off it before its adapters
     module, mfu_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.data.base import Dataset, epoch_pack, sample_generator
+from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.holdout import SampleSubset, split_ids
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.data.sources import open_dataset
@@ -42,19 +43,30 @@ from datacentric.planning.forward_only import ForwardOnlyCostModel
 from datacentric.progress import Progress
 from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
-from datacentric.settings.sections import DataConfig, ValidationConfig, split_fraction
+from datacentric.settings.sections import (
+    DataConfig,
+    TrainingConfig,
+    ValidationConfig,
+    split_fraction,
+)
 
 #: The run folder's record of the best validation step.
 BEST_FILE = Path("validation") / "best.json"
 
 
 def build_run_data(
-    data: DataConfig, validation: ValidationConfig, seed: int = 0
+    data: DataConfig,
+    validation: ValidationConfig,
+    seed: int = 0,
+    training: TrainingConfig | None = None,
 ) -> tuple[Dataset, Dataset | None]:
     """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
     sections and ``[job] seed`` (a ``dataset`` object is the held-out set as it is);
-    ``limit`` keeps the first held-out samples (a split's others stay out of training)."""
-    dataset = open_dataset(data.dataset, data, seed=seed)
+    ``limit`` keeps the first held-out samples (a split's others stay out of training);
+    ``training``: the ``[training]`` section, whose ``caption_dropout`` and
+    ``timestep_sampling`` a latent dataset draws with (unset: their defaults)."""
+    draws = DiffusionDraws.of(training) if training is not None else None
+    dataset = open_dataset(data.dataset, data, seed=seed, draws=draws)
     if validation.dataset is None:
         return dataset, None
     if not isinstance(validation.dataset, str):  # a dataset object (the Python API)
@@ -66,7 +78,7 @@ def build_run_data(
         kept, held = split_ids(len(dataset), fraction, seed)
         return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
     settings = dataclasses.replace(data, dataset_limit=validation.limit)
-    return dataset, open_dataset(validation.dataset, settings, seed=seed)
+    return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
 
 
 class HeldOut:

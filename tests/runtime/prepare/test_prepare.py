@@ -98,6 +98,38 @@ def test_report_names_skipped_files_and_balances_ranks(prepared):
     assert all(r["seconds"] > 0 for r in report["ranks"]) and report["encoded"] == 3
 
 
+def test_the_empty_prompt_is_the_pipelines_own_and_a_rerun_adds_it(prepared):
+    """What ``[training] caption_dropout`` trains a dropped caption on: the pipeline's
+    ``encode_prompt("")``; a folder prepared before the file existed gets it (and only
+    it) from a rerun with the same settings, which then trains with caption dropout."""
+    from diffusers import WanPipeline
+
+    from datacentric.data.diffusion_draws import DiffusionDraws
+    from datacentric.data.latents import LatentDataset
+
+    pipe = WanPipeline.from_pretrained(prepared["pipe"], local_files_only=True)
+    with torch.no_grad():
+        want = pipe.encode_prompt("", do_classifier_free_guidance=False, max_sequence_length=512)
+    path = prepared["out"] / "empty_prompt.text.safetensors"
+    got = load_file(path)["text"]
+    torch.testing.assert_close(got, want[0][0], rtol=0, atol=1e-5)
+    assert got.shape == (512, 32)
+    old = prepared["root"] / "before"  # a copy of the folder as it was made before
+    subprocess.run(["cp", "-a", str(prepared["out"]), str(old)], check=True)
+    (old / path.name).unlink()
+    draws = DiffusionDraws(caption_dropout=0.5)
+    with pytest.raises(Exception, match="rerun datacentric prepare with the same settings"):
+        LatentDataset(str(old), draws=draws)
+    stamps = {p: p.stat().st_mtime_ns for p in (old / "latents").iterdir()}
+    again = prepare(
+        PrepareJob(pipeline=str(prepared["pipe"]), media=str(prepared["media"]), out=str(old))
+    )
+    assert again["encoded"] == 0 and again["samples"] == 3
+    assert stamps == {p: p.stat().st_mtime_ns for p in (old / "latents").iterdir()}
+    assert (old / path.name).read_bytes() == path.read_bytes()
+    assert LatentDataset(str(old), draws=draws).empty_prompt == old / path.name
+
+
 def _encoded_records(out: Path) -> list[Path]:
     found = []
     for path in (out / ".prepare" / "records").glob("*.json"):
