@@ -47,7 +47,7 @@ from datacentric.settings.sections import (
     ModelConfig,
     ParallelismConfig,
 )
-from datacentric.verify.model_contract import check_small_copy
+from datacentric.verify.model_contract import check_small_copy, check_text_rows
 
 
 def sharding(parallelism: ParallelismConfig) -> ShardingSpec:
@@ -294,6 +294,7 @@ def check_model(
     _check_vocab(name, module, spec_of_model(module, name) if analytic else None, dataset)
     try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
         calls = check_small_copy(module, dataset)
+        check_text_rows(module, dataset)
     except ValueError as err:
         raise ValueError(f"model {name!r}: {err}") from err
     world = launch_mode((parallelism or ParallelismConfig()).world).world_size

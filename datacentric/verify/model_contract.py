@@ -247,6 +247,36 @@ def check_small_copy(model: nn.Module, dataset: Dataset) -> list[int]:
     return block_calls(copy, dataset)
 
 
+def check_text_rows(model: nn.Module, dataset: Dataset) -> None:
+    """Raise ``ValueError`` naming the file, the tensor and its size when the model adds
+    positions over a fixed number of text rows (a diffusers patch embedding with fixed
+    or learned positions: CogVideoX with ``use_rotary_positional_embeddings=False`` adds
+    its position table to ``max_text_seq_length`` text rows and the video tokens after
+    them) and a sample's text embedding (``NAME.text.EXT``) holds another number of rows.
+    Reads the files' headers only; other models pass."""
+    from datacentric.data.latent_files import read_shape
+    from datacentric.models.source import inner_pretrained
+
+    inner = inner_pretrained(model)
+    embed = getattr(inner, "patch_embed", None)
+    fixed = getattr(embed, "use_positional_embeddings", False)
+    if not (fixed or getattr(embed, "use_learned_positional_embeddings", False)):
+        return
+    rows = int(getattr(embed, "max_text_seq_length", 0) or 0)
+    for path in getattr(dataset, "text_files", None) or ():
+        if path is None or not rows:
+            continue
+        shape = read_shape(path)
+        if shape[0] != rows:
+            raise ValueError(
+                f"{path}: the text embedding is {' x '.join(map(str, shape))}, and "
+                f"{type(inner).__name__} adds fixed positions (use_rotary_positional_embeddings"
+                f"=False) to max_text_seq_length={rows} text rows before the video tokens: "
+                f"write every text file with {rows} rows, padded as its pipeline pads them "
+                "(datacentric prepare does), or train a model with rotary positions"
+            )
+
+
 def block_calls(model: nn.Module, dataset: Dataset) -> list[int]:
     """How many times each of ``model.blocks`` runs in one forward of two packed samples
     (without gradients, in ``eval()`` mode): 1 each, unless the model calls a block
