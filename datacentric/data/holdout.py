@@ -79,3 +79,28 @@ class SampleSubset:
         ids = check_sample_ids(sample_ids, len(self))
         batch = epoch_pack(self.dataset, epoch)([self.ids[i] for i in ids], pad_to_multiple)
         return dataclasses.replace(batch, sample_ids=ids)
+
+
+def held_out_records(training: Dataset, held_out: Dataset | None) -> list[dict[str, Any]] | None:
+    """What a ``split=`` held out of ``training``: one record per parent sample id not
+    trained on, in order: ``{"sample": id, "source": where it comes from (the
+    dataset's ``sample_source``, else None), "validated": whether the held-out loss
+    reads it (``[validation] limit`` keeps the first)}``; None when ``held_out`` is not
+    a split of ``training``'s parent."""
+    if not (
+        isinstance(training, SampleSubset)
+        and isinstance(held_out, SampleSubset)
+        and held_out.dataset is training.dataset
+    ):
+        return None
+    parent, kept, validated = training.dataset, set(training.ids), set(held_out.ids)
+    source = getattr(parent, "sample_source", None)
+    return [
+        {
+            "sample": i,
+            "source": source(i) if callable(source) else None,
+            "validated": i in validated,
+        }
+        for i in range(len(parent))
+        if i not in kept
+    ]

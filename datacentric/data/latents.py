@@ -82,6 +82,8 @@ class LatentEntry:
     """Pixel frames it was encoded from (``prepare``'s manifests), else None."""
     bucket: str | None = None
     """The bucket ``prepare`` chose for it, else None."""
+    source: str | None = None
+    """The media file it was encoded from, as the manifest's ``source`` says, else None."""
 
 
 def list_latents(source: str) -> list[tuple[Path, Path | None]]:
@@ -110,7 +112,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
             if not latent.is_file():
                 raise DataError(f"{path}:{number}: latent file {latent} not found")
             text = entry.get("text")
-            frames, bucket = entry.get("frames"), entry.get("bucket")
+            frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
             if frames is not None and (not isinstance(frames, int) or frames < 1):
                 raise DataError(f"{path}:{number}: frames {frames!r}; want a positive integer")
             found.append(
@@ -120,6 +122,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
                     f"{path}:{number}",
                     frames,
                     bucket if isinstance(bucket, str) else None,
+                    source if isinstance(source, str) else None,
                 )
             )
         if not found:
@@ -186,6 +189,7 @@ class LatentDataset:
         self.bucket_config = bucket_config
         self.files: list[Path] = []
         self.text_files: list[Path | None] = []
+        self.sources: list[str | None] = []  # the manifest's source of each sample
         self._full: list[tuple[int, int, int]] = []  # (frames, height, width) on disk
         self._crop: list[tuple[int, int, int]] = []  # (frames, height, width) sampled
         self.bucket_names: list[str] = []
@@ -216,6 +220,7 @@ class LatentDataset:
                 crop, name = (bucket.frames, bucket.height, bucket.width), bucket.name
             self.files.append(latent)
             self.text_files.append(text)
+            self.sources.append(entry.source)
             self._full.append((f, h, w))
             self._crop.append(crop)
             self.bucket_names.append(name)
@@ -264,6 +269,12 @@ class LatentDataset:
     def loss_tokens(self, sample_id: int) -> int:
         """Every patch carries loss."""
         return math.prod(self.grid(sample_id))
+
+    def sample_source(self, sample_id: int) -> str:
+        """Where sample ``sample_id`` comes from: the media file its manifest line names
+        (``source``), else its latent file."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        return self.sources[i] or str(self.files[i])
 
     def text_embedding(self, sample_id: int) -> torch.Tensor | None:
         """The sample's text embedding (loaded now), or None if it has none."""

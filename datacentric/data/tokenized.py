@@ -395,6 +395,11 @@ class TokenizedTextDataset:
             return f"{path}:{row}"
         return path if self.kind == "text" else f"{path} row {row}"
 
+    def sample_source(self, sample_id: int) -> str:
+        """Where sample ``sample_id`` comes from (its document's :meth:`origin`)."""
+        (i,) = check_sample_ids([sample_id], len(self))
+        return self.origin(int(self._doc[i]))
+
     def __len__(self) -> int:
         return len(self._doc)
 

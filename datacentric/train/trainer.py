@@ -62,7 +62,12 @@ from datacentric.train.run_folder import (
     timeline_json,
 )
 from datacentric.train.step_trace import StepTracer
-from datacentric.train.validation import PromptSamples, ValidationRecord, write_samples
+from datacentric.train.validation import (
+    PromptSamples,
+    ValidationRecord,
+    write_held_out,
+    write_samples,
+)
 from datacentric.train.validation_media import PipelineSamples
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
@@ -464,12 +469,14 @@ class Trainer:
         )
 
     def _write_run_files(self) -> None:
-        """The run folder's settings (``config.json``, ``config.toml``) and plan."""
+        """The run folder's settings (``config.json``, ``config.toml``), plan and the
+        samples a ``split=`` held out (``validation/held_out.jsonl``)."""
         self.out.mkdir(parents=True, exist_ok=True)
         self.config.save(self.out / "config.json")
         (self.out / "config.toml").write_text(self.config.to_toml(), encoding="utf-8")
         plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
         (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
+        write_held_out(self.out, self.dataset, self.held_out)  # a split's held-out samples
 
     def _metrics_and_tracer(self) -> tuple[MetricsLogger, StepTracer]:
         """Where the step records go, and the tracer of the steps ``trace_steps`` names."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from datacentric.data.base import Dataset, epoch_pack, sample_generator
 from datacentric.data.diffusion_draws import DiffusionDraws
-from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.data.holdout import SampleSubset, held_out_records, split_ids
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.data.sources import open_dataset
 from datacentric.data.tokenized import text_codec
@@ -52,6 +52,8 @@ from datacentric.settings.sections import (
 
 #: The run folder's record of the best validation step.
 BEST_FILE = Path("validation") / "best.json"
+#: The run folder's record of the samples a ``split=`` held out of training.
+HELD_OUT_FILE = Path("validation") / "held_out.jsonl"
 
 
 def build_run_data(
@@ -79,6 +81,21 @@ def build_run_data(
         return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
     settings = dataclasses.replace(data, dataset_limit=validation.limit)
     return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
+
+
+def write_held_out(out: Path, training: Dataset, held_out: Dataset | None) -> None:
+    """Write ``validation/held_out.jsonl`` into the run folder ``out`` when ``held_out``
+    is a ``split=`` of the training set: one JSON line per sample never trained on
+    (:func:`~datacentric.data.holdout.held_out_records`: id, source file, validated)."""
+    records = held_out_records(training, held_out)
+    if records is None:
+        return
+    path = out / HELD_OUT_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    tmp.write_text(lines, encoding="utf-8")
+    tmp.replace(path)
 
 
 class HeldOut:
