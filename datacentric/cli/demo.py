@@ -39,6 +39,8 @@ DEMO_POLICIES = ["static", "static-reference", "dcp-pac", "dcp-opt"]
 DEMO_DATASET_LIMIT = command_default("demo", "dataset_limit")
 #: Steps of each run left out of the timing (the first pays one-off allocation costs).
 DEMO_WARMUP = 1
+#: Runs of each policy, interleaved (A B A B).
+DEMO_REPEATS = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,17 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.sim.plots import plot_loss_curves, plot_results
-    from datacentric.sim.trace import write_trace
-    from datacentric.train.comparison_stop import ComparisonStopped
-    from datacentric.train.machine_load import (
+    from datacentric.train.machine_load import (  # no torch: the first line comes at once
         busy_cores_now,
         cores,
         describe_start,
         load_average,
     )
-    from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
-    from datacentric.train.metrics import read_metrics
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -74,11 +71,20 @@ def run(args: argparse.Namespace) -> int:
         f"datacentric demo: {config.model.model} on the standard-library corpus "
         f"({config.data.dataset_limit} files, chunks of <= {config.data.max_tokens} bytes), "
         f"{args.world} gloo ranks, memory cap {config.cost.memory_gb} GiB per rank, "
-        f"one epoch per policy, {DEFAULT_REPEATS} runs each (A B A B); "
-        f"{describe_start(load_average(), cores(), busy_cores_now())}"
+        f"one epoch per policy, {DEMO_REPEATS} runs each (A B A B; about 4 minutes on an idle "
+        f"2-core machine); {describe_start(load_average(), cores(), busy_cores_now())}",
+        flush=True,
     )
+    from datacentric.sim.plots import plot_loss_curves, plot_results
+    from datacentric.sim.trace import write_trace
+    from datacentric.train.comparison_stop import ComparisonStopped
+    from datacentric.train.measured_comparison import compare_policies
+    from datacentric.train.metrics import read_metrics
+
     try:
-        comparison = compare_policies(config, DEMO_POLICIES, args.world, out, warmup=DEMO_WARMUP)
+        comparison = compare_policies(
+            config, DEMO_POLICIES, args.world, out, repeats=DEMO_REPEATS, warmup=DEMO_WARMUP
+        )
     except ComparisonStopped as stop:
         say("demo", str(stop))
         return 128 + stop.signum
