@@ -316,7 +316,11 @@ METHODS: dict[str, Treatment] = {
     "lr_scheduler": _h("the run's learning-rate schedule after train()", SURFACE),
     "args": _h("the arguments given", SAME),
     "state": _h("transformers' TrainerState, filled as transformers fills it", CONTROL),
-    "control": _h("transformers' TrainerControl; every flag honoured", CONTROL),
+    "control": _h(
+        "transformers' TrainerControl; every flag honoured but should_epoch_stop (the "
+        "runtime's epoch runs to its end)",
+        CONTROL,
+    ),
     "accelerator": _r("no accelerate Accelerator: the runtime holds the ranks"),
     "callback_handler": _r("the callbacks are called by the drop-in (add_callback)"),
 }

@@ -92,6 +92,7 @@ def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_pa
 
     base = AutoModelForCausalLM.from_pretrained(model_folder)
     adapted = PeftModel.from_pretrained(base, quickstart["saved"])
+    assert (Path(quickstart["saved"]) / "tokenizer_config.json").exists()  # as TRL's folder
     assert any("lora_A" in name for name, _ in adapted.named_parameters())
 
 

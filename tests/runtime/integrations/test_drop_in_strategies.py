@@ -105,7 +105,7 @@ def test_logging_strategy_epoch_and_metric_key_prefix(folder, tmp_path, monkeypa
     assert have_end["total_flos"] == per_token * tokens[3] <= want_end["total_flos"]
 
 
-def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch) -> None:
+def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch, capfd) -> None:
     import torch
     from datasets import Dataset
     from trl import SFTConfig
@@ -130,6 +130,8 @@ def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch) -> None
         per_device_train_batch_size=2,
         max_steps=1,
         use_cpu=True,
+        packing=True,
+        gradient_checkpointing=True,
         report_to="none",
         bf16=False,
     )
@@ -140,6 +142,10 @@ def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch) -> None
     )
     trainer.train()
     assert chosen == ["cpu"] and trainer._trainer.config.parallelism.device == "cpu"
+    # the notes the docs promise, logged once the run's handler exists
+    err = capfd.readouterr().err
+    assert "note: packing=True: packing is always on" in err
+    assert "note: gradient_checkpointing=True: recomputation is the planner's decision" in err
     assert trainer.state.global_step == 1
 
 
