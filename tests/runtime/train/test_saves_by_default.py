@@ -107,3 +107,15 @@ def test_two_ctrl_c_keep_the_last_periodic_checkpoint_and_say_so(tmp_path, capsy
     assert status == 0, resumed[-3000:]
     assert "resuming from step-00000003 at step 3" in resumed
     assert re.search(r"policy \S+: steps 4-7 of 7 \(4 to run\)", resumed), resumed[-3000:]
+
+
+def test_a_run_saves_once_the_wall_time_interval_has_passed(tmp_path, capsys) -> None:
+    """By wall time alone (steps off): every step of this run takes longer than the
+    interval (6 ms), so each is saved once, the last one too (no second final save)."""
+    out = tmp_path / "run"
+    argv = ["train", *SMALL_TRAIN_FLAGS, "--iterations", "3", "--checkpoint-every", "0"]
+    argv += ["--checkpoint-every-minutes", "0.0001", "--no-plots", "--out", str(out)]
+    status, _, err = cli_here(argv, capsys)
+    assert status == 0, err[-3000:]
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir() if p.name.startswith("step"))
+    assert saved == ["step-00000001", "step-00000002", "step-00000003"], saved
