@@ -10,9 +10,10 @@
 - ``"exact"``: the pre-check passes and a test compares the class's training step with
   its unmodified ``forward`` on each sample alone (:data:`EVIDENCE`, the test's id;
   ``tests/runtime/verify/test_support_table.py`` checks that every named test exists and that every
-  tiny model the tests train has its row here);
-- ``"untested"``: the pre-check passes (or the class cannot be built with its defaults)
-  and no test shows it exact yet.
+  tiny model the tests train has its row here; ``test_support_precheck.py`` runs each
+  through the whole pre-check ``train`` runs);
+- ``"untested"``: no refusal is read from its config (or the class cannot be built with
+  its defaults), and no test has run it through the pre-check or shown it exact.
 
 The classes are those installed: transformers' causal-LM mapping
 (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``) and every ``*Transformer2DModel`` /
@@ -60,8 +61,9 @@ DIFFUSERS_CLASS = re.compile(r"Transformer[23]DModel$")
 
 
 UNTESTED = (
-    "passes the config pre-check; no test compares it with its own forward yet (a run of "
-    "a small copy before ranks start may still refuse it)"
+    "no refusal read from its config; no test has run it through the pre-check (whose run "
+    "of a small copy before ranks start may still refuse it) or compared it with its own "
+    "forward"
 )
 
 
