@@ -12,7 +12,7 @@ from typing import Any
 
 from datacentric.integrations.records import RecordsError, tokenized_records
 from datacentric.integrations.session import DropInTrainer
-from datacentric.integrations.stops import refuse_given, stop
+from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
 __all__ = ["Trainer"]
 
@@ -36,6 +36,7 @@ class Trainer(DropInTrainer):
 
     command = "Trainer"
 
+    @ends_in_one_line("Trainer()")
     def __init__(
         self,
         model: Any = None,
@@ -56,6 +57,8 @@ class Trainer(DropInTrainer):
 
         if args is None:
             args = TrainingArguments()
+        elif not isinstance(args, TrainingArguments):
+            stop(self.command, f"args={type(args).__name__}: give a TrainingArguments")
         collator = getattr(data_collator, "__name__", type(data_collator).__name__)
         self.causal_lm_collator = collator == "DataCollatorForLanguageModeling"
         """labels = input_ids, -100 on the pad token (``DataCollatorForLanguageModeling``

@@ -12,7 +12,7 @@ from typing import Any
 
 from datacentric.integrations.records import RecordsError, tokenized_records
 from datacentric.integrations.session import DropInTrainer
-from datacentric.integrations.stops import refuse_given, stop
+from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
 __all__ = ["SFTTrainer"]
 
@@ -29,6 +29,7 @@ class SFTTrainer(DropInTrainer):
 
     command = "SFTTrainer"
 
+    @ends_in_one_line("SFTTrainer()")
     def __init__(
         self,
         model: Any,
@@ -46,10 +47,15 @@ class SFTTrainer(DropInTrainer):
         peft_config: Any = None,
         formatting_func: Any = None,
     ) -> None:
+        from transformers import TrainingArguments
         from trl import SFTConfig
 
         if args is None:
             args = SFTConfig()
+        elif isinstance(args, TrainingArguments) and not isinstance(args, SFTConfig):
+            args = SFTConfig(**{**args.to_dict(), "hub_token": args.hub_token})  # as TRL does
+        elif not isinstance(args, SFTConfig):
+            stop(self.command, f"args={type(args).__name__}: give an SFTConfig")
         given = {
             "data_collator": data_collator,
             "compute_loss_func": compute_loss_func,

@@ -165,3 +165,27 @@ def test_the_drop_in_crashes_of_a_script_end_in_one_line(tmp_path, capsys) -> No
         err = capsys.readouterr().err.strip().splitlines()
         assert stopped.value.code == 2 and len(err) == 1, err
         assert err[0].startswith("datacentric SFTTrainer: ") and named in err[0], err
+
+
+def test_a_wrong_constructor_argument_ends_in_one_line(capsys) -> None:
+    from datasets import Dataset
+
+    from datacentric.integrations.transformers import Trainer
+    from datacentric.integrations.trl import SFTTrainer
+
+    texts = Dataset.from_list([{"text": "a"}])
+    for build in (
+        lambda: SFTTrainer(model="m", args={"output_dir": "x"}, train_dataset=texts),
+        lambda: Trainer(model="m", args="x", train_dataset=texts),
+    ):
+        with pytest.raises(SystemExit):
+            build()
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "args=" in err[0], err
+    # TrainingArguments given to SFTTrainer become an SFTConfig, as TRL does
+    from transformers import TrainingArguments
+    from trl import SFTConfig
+
+    given = TrainingArguments(output_dir="x", learning_rate=0.25, bf16=False)
+    converted = SFTTrainer(model="m", args=given, train_dataset=texts).args
+    assert isinstance(converted, SFTConfig) and converted.learning_rate == 0.25
