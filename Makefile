@@ -40,11 +40,12 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 # The torch-free layers' tests run where `import torch` fails, then everything else.
-# The wall time is printed at the end (aim: under 15 minutes on an idle 2-core machine).
+# The slowest tests and the wall time are printed at the end (aim: under 15 minutes on an
+# idle 2-core machine).
 test: setup lint
 	@start=$$(date +%s); \
-	$(BIN)/python -m pytest -q -p tests.no_torch tests/pure && \
-	$(BIN)/python -m pytest -q --ignore=tests/pure; status=$$?; \
+	$(BIN)/python -m pytest -q --durations=5 -p tests.no_torch tests/pure && \
+	$(BIN)/python -m pytest -q --durations=15 --ignore=tests/pure; status=$$?; \
 	echo "make test: $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s of wall time"; \
 	exit $$status
 
