@@ -53,6 +53,21 @@ from datacentric.train.trainer import Trainer
 INPUTS = "inputs"
 
 
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """What a drop-in wrote under ``run/inputs`` for its run."""
+
+    folder: Path
+    model_dir: Path
+    train: int
+    """Training records."""
+    eval_files: dict[str, Path]
+    """Each held-out set's records file, by metric prefix (``eval``, ``eval_<name>``)."""
+    eval_samples: dict[str, int]
+    longest: int
+    """Tokens of the longest record (``data.max_tokens``)."""
+
+
 class DropInTrainer(ScriptMethods):
     """The runtime behind ``SFTTrainer`` and ``Trainer`` (subclasses say how their
     datasets become records, :meth:`records`)."""
@@ -274,62 +289,8 @@ class DropInTrainer(ScriptMethods):
             return self._trainer
         args = self.args
         groups = process_groups(float(args.ddp_timeout), "cpu" if args.use_cpu else None)
-        run = run_folder(args.output_dir)
-        inputs = run / INPUTS
-        model_dir, tokenizer = self._write_model(inputs, groups.rank == 0)
-        self._base_folder = model_dir
-        train = self.records(self.train_dataset, tokenizer)
-        sets = self.eval_dataset
-        if not isinstance(sets, dict):
-            sets = {} if sets is None else {None: sets}
-        held_sets = {name: self.records(dataset, tokenizer) for name, dataset in sets.items()}
-        files = {
-            name: inputs / f"eval{'' if name is None else f'-{i}'}.jsonl"
-            for i, name in enumerate(sets)
-        }
-        held = [r for records in held_sets.values() for r in records]
-        if not train:
-            stop(self.command, "train_dataset: no record has a token with loss")
-        empty = [name for name, records in held_sets.items() if not records]
-        if empty:
-            stop(self.command, f"eval_dataset {empty[0] or ''}: no record has a token with loss")
-        if groups.rank == 0:
-            write_records(train, inputs / "train.jsonl")
-            for name, records in held_sets.items():
-                write_records(records, files[name])
-        if dist.is_initialized():
-            dist.barrier()
-        try:
-            sections = training_settings(args, world=groups.world_size, samples=len(train))
-        except ArgumentsError as err:
-            stop(self.command, str(err))
-        batch = sections["scheduling"]["global_batch_samples"]
-        per_epoch = steps_per_epoch(args, len(train), batch)
-        resume, resume_from = self._resume
-        sections["job"].update(out=str(run), overwrite=False)
-        sections["model"]["model"] = f"hf:{model_dir}"
-        sections["data"] = {
-            "dataset": f"jsonl:{inputs / 'train.jsonl'}",
-            "tokenizer": str(inputs / "tokenizer"),
-            "max_tokens": max(len(r["input_ids"]) for r in train + held),
-            "long_docs": "error",
-        }
-        first = next(iter(files.values()), None)
-        sections["validation"]["dataset"] = f"jsonl:{first}" if first else None
-        if not held:
-            sections["validation"]["every"] = None
-        sections["cost"] = {"cost_model": "analytic"}
-        sections["metrics"]["plots"] = False
-        sections["checkpoint"].update(resume=resume, resume_from=resume_from)
-        if any(
-            f.name == "checkpoint_every_minutes" for f in dataclasses.fields(SECTIONS["checkpoint"])
-        ):
-            sections["checkpoint"]["checkpoint_every_minutes"] = 0.0  # by steps, as transformers
-        sections["lora"] = self._lora_settings()
-        try:
-            config = build_sections(sections)
-        except ConfigError as err:
-            stop(self.command, str(err))
+        inputs = self._write_inputs(groups.rank == 0)
+        config = self._settings(inputs, groups.world_size)
         setup_logging(config.metrics.log_level, groups.rank, config.metrics.log_all_ranks)
         for note in self._notes:
             logger.info("%s", note)
@@ -338,8 +299,8 @@ class DropInTrainer(ScriptMethods):
             self.state,
             self.control,
             self.callbacks,
-            per_epoch=per_epoch,
-            evaluate=self._evaluate_now if held else None,
+            per_epoch=steps_per_epoch(args, inputs.train, config.scheduling.global_batch_samples),
+            evaluate=self._evaluate_now if inputs.eval_files else None,
             world=groups.world_size,
             token_metrics=self.command == "SFTTrainer",
         )
@@ -350,15 +311,76 @@ class DropInTrainer(ScriptMethods):
             self._hooks.objects["processing_class"] = self.processing_class
         self._decay_groups(self._trainer)
         self._eval_sets = {}
-        for index, name in enumerate(files):
-            prefix = "eval" if name is None else f"eval_{name}"
-            self._hooks.eval_samples[prefix] = len(held_sets[name])
+        for index, (prefix, path) in enumerate(inputs.eval_files.items()):
+            self._hooks.eval_samples[prefix] = inputs.eval_samples[prefix]
             self._eval_sets[prefix] = (
                 self._trainer.held_out
                 if index == 0
-                else open_dataset(f"jsonl:{files[name]}", config.data, seed=config.job.seed)
+                else open_dataset(f"jsonl:{path}", config.data, seed=config.job.seed)
             )
         return self._trainer
+
+    def _write_inputs(self, main: bool) -> _Inputs:
+        """The model, tokenizer and datasets as the run reads them, written under
+        ``run/inputs`` by rank 0 (every rank waits)."""
+        inputs = run_folder(self.args.output_dir) / INPUTS
+        model_dir, tokenizer = self._write_model(inputs, main)
+        self._base_folder = model_dir
+        train = self.records(self.train_dataset, tokenizer)
+        if not train:
+            stop(self.command, "train_dataset: no record has a token with loss")
+        sets = self.eval_dataset
+        if not isinstance(sets, dict):
+            sets = {} if sets is None else {None: sets}
+        held, files, samples, longest = {}, {}, {}, max(len(r["input_ids"]) for r in train)
+        for index, (name, dataset) in enumerate(sets.items()):
+            prefix = "eval" if name is None else f"eval_{name}"
+            held[prefix] = self.records(dataset, tokenizer)
+            if not held[prefix]:
+                stop(self.command, f"eval_dataset {name or ''}: no record has a token with loss")
+            files[prefix] = inputs / f"eval{'' if name is None else f'-{index}'}.jsonl"
+            samples[prefix] = len(held[prefix])
+            longest = max(longest, *(len(r["input_ids"]) for r in held[prefix]))
+        if main:
+            write_records(train, inputs / "train.jsonl")
+            for prefix, records in held.items():
+                write_records(records, files[prefix])
+        if dist.is_initialized():
+            dist.barrier()
+        return _Inputs(inputs, model_dir, len(train), files, samples, longest)
+
+    def _settings(self, inputs: _Inputs, world: int) -> Any:
+        """The run's settings: the arguments' (:mod:`.arguments`), the inputs, the
+        resume and the ``[lora]`` section of ``peft_config``."""
+        try:
+            sections = training_settings(self.args, world=world, samples=inputs.train)
+        except ArgumentsError as err:
+            stop(self.command, str(err))
+        resume, resume_from = self._resume
+        sections["job"].update(out=str(inputs.folder.parent), overwrite=False)
+        sections["model"]["model"] = f"hf:{inputs.model_dir}"
+        sections["data"] = {
+            "dataset": f"jsonl:{inputs.folder / 'train.jsonl'}",
+            "tokenizer": str(inputs.folder / "tokenizer"),
+            "max_tokens": inputs.longest,
+            "long_docs": "error",
+        }
+        first = next(iter(inputs.eval_files.values()), None)
+        sections["validation"]["dataset"] = f"jsonl:{first}" if first else None
+        if first is None:
+            sections["validation"]["every"] = None
+        sections["cost"] = {"cost_model": "analytic"}
+        sections["metrics"]["plots"] = False
+        sections["checkpoint"].update(resume=resume, resume_from=resume_from)
+        if any(
+            f.name == "checkpoint_every_minutes" for f in dataclasses.fields(SECTIONS["checkpoint"])
+        ):
+            sections["checkpoint"]["checkpoint_every_minutes"] = 0.0  # by steps, as transformers
+        sections["lora"] = self._lora_settings()
+        try:
+            return build_sections(sections)
+        except ConfigError as err:
+            stop(self.command, str(err))
 
     def _decay_groups(self, trainer: Trainer) -> None:
         """The run's AdamW in transformers' two groups: weight decay on the parameters
