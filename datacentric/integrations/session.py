@@ -165,9 +165,17 @@ class DropInTrainer(ScriptMethods):
         from transformers.trainer_utils import TrainOutput
 
         try:
-            self._resume = resume_spec(resume_from_checkpoint, self.args.output_dir)
+            resume = resume_spec(resume_from_checkpoint, self.args.output_dir)
         except ValueError as err:
             stop(self.command, str(err))
+        if self._trainer is not None and resume != (False, None):
+            stop(
+                self.command,
+                f"train(resume_from_checkpoint={resume_from_checkpoint!r}): the run was "
+                "built by an earlier call (evaluate() or train()); resume in a new trainer, "
+                "before any other call",
+            )
+        self._resume = resume
         earlier = earlier_run(self.args.output_dir)
         if earlier and self._trainer is None and self._resume == (False, None):
             stop(

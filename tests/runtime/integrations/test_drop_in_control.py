@@ -77,5 +77,7 @@ def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch)
         eval_dataset=Dataset.from_list(texts[:2]),
     )
     again.train(resume_from_checkpoint=get_last_checkpoint(str(out)))
+    with pytest.raises(SystemExit):  # a resume once the run is built is refused, not ignored
+        again.train(resume_from_checkpoint=True)
     assert again.state.global_step == 4
     assert [r["step"] for r in again.state.log_history if "loss" in r] == [3, 4]
