@@ -56,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="encode with the VAE's tiling (large or long clips; values differ slightly)",
     )
+    parser.add_argument(
+        "--latent-dist",
+        choices=("mode", "sample"),
+        default="mode",
+        help="what a latent file holds: mode (the VAE's mode, as the pipelines encode) or "
+        "sample (its mean and log-variance: training draws each epoch's latent from them "
+        "with the sample's generator) (default: mode)",
+    )
     add_sampling_flags(parser)
     config_option(parser, key="seed", note="here: the bucket keep-probability draws")
     add_world_flag(parser, note="here: ranks encoding at once")
@@ -122,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         caption_rule=args.caption_rule,
         max_text_tokens=args.max_text_tokens,
         vae_tiling=args.vae_tiling,
+        latent_dist=args.latent_dist,
         seed=0 if args.seed is None else args.seed,
         world=1 if args.world is None else args.world,
         device=args.device,

@@ -24,7 +24,9 @@
   than its bucket (spatial crops are centred), then whether the caption is dropped
   (``[training] timestep_sampling`` and ``caption_dropout``:
   :mod:`datacentric.data.diffusion_draws`). A dropped caption trains on the folder's
-  ``empty_prompt.text.safetensors``. Packing follows rectified flow, as for
+  ``empty_prompt.text.safetensors``. A manifest line with ``logvar`` (``prepare
+  --latent-dist sample``) holds the VAE's mean and log-variance: each epoch's latent is
+  then drawn from them, last, with the same generator. Packing follows rectified flow, as for
   :class:`~datacentric.data.video.SyntheticVideoDataset`.
 """
 
@@ -42,7 +44,7 @@ import torch
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
 from datacentric.data.bucket_config import Bucket, BucketConfig
-from datacentric.data.diffusion_draws import DiffusionDraws
+from datacentric.data.diffusion_draws import DiffusionDraws, sample_latent
 from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
 from datacentric.data.text_file import numbered_lines, read_text_file
 from datacentric.data.video import (
@@ -84,6 +86,9 @@ class LatentEntry:
     """The bucket ``prepare`` chose for it, else None."""
     source: str | None = None
     """The media file it was encoded from, as the manifest's ``source`` says, else None."""
+    logvar: Path | None = None
+    """The VAE's log-variance beside the latent (its mean; ``prepare --latent-dist
+    sample``), else None: the latent is trained as it is."""
 
 
 def list_latents(source: str) -> list[tuple[Path, Path | None]]:
@@ -113,6 +118,9 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
                 raise DataError(f"{path}:{number}: latent file {latent} not found")
             text = entry.get("text")
             frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
+            logvar = entry.get("logvar")
+            if logvar is not None and not (path.parent / str(logvar)).is_file():
+                raise DataError(f"{path}:{number}: logvar file {path.parent / logvar} not found")
             if frames is not None and (not isinstance(frames, int) or frames < 1):
                 raise DataError(f"{path}:{number}: frames {frames!r}; want a positive integer")
             found.append(
@@ -123,6 +131,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
                     frames,
                     bucket if isinstance(bucket, str) else None,
                     source if isinstance(source, str) else None,
+                    path.parent / logvar if logvar is not None else None,
                 )
             )
         if not found:
@@ -133,7 +142,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
     files = sorted(
         p
         for p in path.rglob("*")
-        if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith(".text")
+        if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith((".text", ".logvar"))
     )
     if not files:
         raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
@@ -190,6 +199,7 @@ class LatentDataset:
         self.files: list[Path] = []
         self.text_files: list[Path | None] = []
         self.sources: list[str | None] = []  # the manifest's source of each sample
+        self.logvars: list[Path | None] = []  # the VAE's log-variance (latent_dist sample)
         self._full: list[tuple[int, int, int]] = []  # (frames, height, width) on disk
         self._crop: list[tuple[int, int, int]] = []  # (frames, height, width) sampled
         self.bucket_names: list[str] = []
@@ -204,6 +214,11 @@ class LatentDataset:
                     "height x width"
                 )
             f, c, h, w = shape
+            if entry.logvar is not None and read_shape(entry.logvar) != shape:
+                raise DataError(
+                    f"{entry.where}: logvar {entry.logvar.name} of shape "
+                    f"{list(read_shape(entry.logvar))}; want its latent's {list(shape)}"
+                )
             if channels is None:
                 channels = c
             elif c != channels:
@@ -221,6 +236,7 @@ class LatentDataset:
             self.files.append(latent)
             self.text_files.append(text)
             self.sources.append(entry.source)
+            self.logvars.append(entry.logvar)
             self._full.append((f, h, w))
             self._crop.append(crop)
             self.bucket_names.append(name)
@@ -294,8 +310,11 @@ class LatentDataset:
         f0 = int(torch.randint(0, f - cf + 1, (), generator=gen))
         dropped = self.draws.caption_dropped(gen)
         h0, w0 = (h - ch) // 2, (w - cw) // 2
-        data = open_latent(self.files[i])[f0 : f0 + cf, :, h0 : h0 + ch, w0 : w0 + cw]
-        x = as_float_tensor(data).permute(1, 0, 2, 3)  # (C, F, H, W)
+        crop = (slice(f0, f0 + cf), slice(None), slice(h0, h0 + ch), slice(w0, w0 + cw))
+        x = as_float_tensor(open_latent(self.files[i])[crop]).permute(1, 0, 2, 3)  # (C, F, H, W)
+        if self.logvars[i] is not None:  # the VAE's Gaussian: this epoch's draw from it
+            logvar = as_float_tensor(open_latent(self.logvars[i])[crop]).permute(1, 0, 2, 3)
+            x = sample_latent(x, logvar, gen)
         pads = [(-n) % p for n, p in zip((cf, ch, cw), self.patch)]
         x = torch.nn.functional.pad(x, (0, pads[2], 0, pads[1], 0, pads[0]))
         # when every sample has one, the text embedding travels with the sample: a

@@ -203,18 +203,31 @@ class PipelineEncoder:
         """The VAE's mode of ``pixels``, normalised as the pipeline does, ``(F, C, H, W)``."""
         vae = self.pipe.vae
         z = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist.mode()
-        config = vae.config
+        shift, scale = self._normalisation(z)
+        return _frames_first((z - shift) * scale)
+
+    @torch.no_grad()
+    def latent_distribution(self, pixels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The VAE's Gaussian of ``pixels`` in the pipeline's normalised units, ``(F, C, H,
+        W)`` each: its mean (the :meth:`latent`) and log-variance (the VAE's, clamped to
+        [-30, 20] as diffusers' ``DiagonalGaussianDistribution`` does, plus ``2 log
+        scale``), so ``mean + exp(logvar / 2) * eps`` is a normalised sample."""
+        vae = self.pipe.vae
+        dist = vae.encode(pixels.to(vae.device, vae.dtype)).latent_dist
+        shift, scale = self._normalisation(dist.mean)
+        logvar = dist.logvar + 2.0 * torch.log(torch.as_tensor(scale).to(dist.mean))
+        return _frames_first((dist.mean - shift) * scale), _frames_first(logvar)
+
+    def _normalisation(self, z: torch.Tensor) -> tuple[Any, Any]:
+        """``(shift, scale)`` of the pipeline's normalisation, ``(z - shift) * scale``."""
+        config = self.pipe.vae.config
         if self.family.normalise == "mean_std":
             shape = (1, -1) + (1,) * (z.ndim - 2)
             mean = torch.tensor(config.latents_mean).view(shape).to(z)
-            inverse_std = 1.0 / torch.tensor(config.latents_std).view(shape).to(z)
-            z = (z - mean) * inverse_std
-        elif self.family.normalise == "shift_scale":
-            z = (z - config.shift_factor) * config.scaling_factor
-        else:
-            z = z * config.scaling_factor
-        z = z[0].float().cpu()
-        return z.unsqueeze(0) if z.ndim == 3 else z.permute(1, 0, 2, 3).contiguous()
+            return mean, 1.0 / torch.tensor(config.latents_std).view(shape).to(z)
+        if self.family.normalise == "shift_scale":
+            return config.shift_factor, config.scaling_factor
+        return 0.0, config.scaling_factor
 
     @torch.no_grad()
     def text(self, caption: str) -> torch.Tensor:
@@ -243,3 +256,10 @@ class PipelineEncoder:
             row[0, : pooled.numel()] = pooled
             embeds = torch.cat([row, embeds])
         return embeds.cpu().contiguous()
+
+
+def _frames_first(z: torch.Tensor) -> torch.Tensor:
+    """A VAE batch of one, ``(1, C, F, H, W)`` or ``(1, C, H, W)``, as ``(F, C, H, W)``
+    float32 on the CPU."""
+    z = z[0].float().cpu()
+    return z.unsqueeze(0) if z.ndim == 3 else z.permute(1, 0, 2, 3).contiguous()

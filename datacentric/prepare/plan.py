@@ -35,6 +35,7 @@ from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 
 CAPTION_RULES = ("truncate", "skip", "error")
+LATENT_DISTS = ("mode", "sample")
 #: the frame-sampling settings, recorded in the folder's settings
 SAMPLING_KEYS = (
     "max_frames",
@@ -87,6 +88,10 @@ class PrepareJob:
     """Samples per clip under ``slide`` (default 1) and ``chunk`` (default: all that fit)."""
     window_stride: int | None = None
     """Frames between ``slide`` windows' starts (default: spread evenly over the clip)."""
+    latent_dist: str = "mode"
+    """What a latent file holds: ``mode`` (the VAE's mode, as the pipelines encode) or
+    ``sample`` (its mean, with the log-variance in ``NAME.logvar.safetensors``: training
+    draws each epoch's latent from them, :mod:`~datacentric.data.diffusion_draws`)."""
 
     def sampling(self) -> FrameSampling:
         """The frame-sampling options (:class:`DataError` naming a flag out of range)."""
@@ -102,6 +107,10 @@ class PrepareJob:
         if self.max_text_tokens is not None:  # None: the pipeline's own
             _at_least("--max-text-tokens", self.max_text_tokens, 1)
         _at_least("--seed", self.seed, 0)
+        if self.latent_dist not in LATENT_DISTS:
+            raise DataError(
+                f"--latent-dist {self.latent_dist!r}: choose one of {', '.join(LATENT_DISTS)}"
+            )
 
     def settings(self) -> dict[str, Any]:
         """What the output depends on (a rerun with other values refuses the folder)."""
@@ -109,6 +118,8 @@ class PrepareJob:
         out = {k: getattr(self, k) for k in keys}
         out["pipeline"] = str(Path(self.pipeline).expanduser().resolve())
         out["bucket_config"] = _file_hash(self.bucket_config)
+        if self.latent_dist != "mode":  # a folder made before the setting reads as mode
+            out["latent_dist"] = self.latent_dist
         return out
 
 

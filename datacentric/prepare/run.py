@@ -1,8 +1,10 @@
 """``prepare``: encode a media source into a ``latents:DIR`` folder, over ranks, resumably.
 
 The folder ``OUT`` holds ``latents/NAME.safetensors`` (``frames x channels x height x
-width``) and ``latents/NAME.text.safetensors`` (the family's text layout) per clip,
-``manifest.jsonl`` (one line per sample: ``latent``, ``text``, ``source``, ``caption``),
+width``; ``latent_dist = sample``: the VAE's mean, with its log-variance in
+``latents/NAME.logvar.safetensors``) and ``latents/NAME.text.safetensors`` (the family's
+text layout) per clip, ``manifest.jsonl`` (one line per sample: ``latent``, ``text``,
+``source``, ``caption``),
 ``empty_prompt.text.safetensors`` (the pipeline's embedding of the empty prompt, which a
 caption ``[training] caption_dropout`` drops trains on) and ``prepare_report.json``.
 Under ``OUT/.prepare/`` it keeps the settings the folder was made with and one record per
@@ -126,9 +128,11 @@ def _sample_names(task: Task) -> list[str]:
     return [name] if len(windows) == 1 else [f"{name}-w{k}" for k in range(len(windows))]
 
 
-def _encode_one(encoder: PipelineEncoder, out: Path, task: Task) -> dict[str, Any]:
-    """Encode one clip (each of its samples) and write its files; the record of what
-    was done."""
+def _encode_one(
+    encoder: PipelineEncoder, out: Path, task: Task, latent_dist: str = "mode"
+) -> dict[str, Any]:
+    """Encode one clip (each of its samples) and write its files (``latent_dist =
+    sample``: the mean and the log-variance); the record of what was done."""
     record: dict[str, Any] = {"key": task.key(), "where": task.item.where}
     plan = task.plan
     wanted = sorted({i for window in plan.windows for i in window})
@@ -138,8 +142,12 @@ def _encode_one(encoder: PipelineEncoder, out: Path, task: Task) -> dict[str, An
         return {**record, "skipped": str(err)}
     shapes = []
     for name, window in zip(_sample_names(task), plan.windows):
-        frames = [decoded[i] for i in window]
-        latent = encoder.latent(encoder.pixels(frames, plan.height, plan.width))
+        pixels = encoder.pixels([decoded[i] for i in window], plan.height, plan.width)
+        if latent_dist == "sample":
+            latent, logvar = encoder.latent_distribution(pixels)
+            _write_tensor(out / "latents" / f"{name}.logvar.safetensors", logvar, "logvar")
+        else:
+            latent = encoder.latent(pixels)
         _write_tensor(out / "latents" / f"{name}.safetensors", latent, "latent")
         shapes.append(list(latent.shape))
     text = encoder.text(task.item.caption)
@@ -189,7 +197,7 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
         if task.plan is None:
             record = {"key": task.key(), "where": task.item.where, "skipped": task.skip}
         else:
-            record = _encode_one(opened(), out, task)
+            record = _encode_one(opened(), out, task, job.latent_dist)
             encoded += "skipped" not in record
             cost_done += task.cost
         _write_json(_record_path(out, task), record)
@@ -243,6 +251,8 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
                 "frame_range": [min(window), max(window) + 1],
                 "bucket": task.plan.bucket,
             }
+            if job.latent_dist == "sample":
+                entry["logvar"] = f"latents/{name}.logvar.safetensors"
             lines.append(_json_line(entry))
     costs = [r["assigned_cost"] for r in ranks]
     report = {

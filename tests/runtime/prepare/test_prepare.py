@@ -53,6 +53,15 @@ def prepared(tmp_path_factory) -> dict:
     return {"root": root, "pipe": pipe_dir, "media": listing, "out": root / "out", "report": report}
 
 
+def _pixels(pipe, prepared: dict, entry: dict) -> torch.Tensor:
+    """A manifest entry's clip as the pipeline's ``video_processor`` preprocesses it."""
+    frames, height, width = EXPECTED[entry["source"]]
+    video = decoded_frames(prepared["media"].parent / entry["source"])[:frames]
+    return pipe.video_processor.preprocess_video(
+        video, height=height, width=width, resize_mode="crop"
+    )
+
+
 def test_latents_and_text_equal_the_pipelines_own_encoding(prepared):
     from diffusers import WanPipeline
 
@@ -65,12 +74,8 @@ def test_latents_and_text_equal_the_pipelines_own_encoding(prepared):
     std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
     for entry in entries:
         frames, height, width = EXPECTED[entry["source"]]
-        video = decoded_frames(prepared["media"].parent / entry["source"])[:frames]
-        pixels = pipe.video_processor.preprocess_video(
-            video, height=height, width=width, resize_mode="crop"
-        )
         with torch.no_grad():
-            z = vae.encode(pixels).latent_dist.mode()
+            z = vae.encode(_pixels(pipe, prepared, entry)).latent_dist.mode()
             text = pipe.encode_prompt(
                 entry["caption"], do_classifier_free_guidance=False, max_sequence_length=512
             )[0][0]
@@ -128,6 +133,47 @@ def test_the_empty_prompt_is_the_pipelines_own_and_a_rerun_adds_it(prepared):
     assert stamps == {p: p.stat().st_mtime_ns for p in (old / "latents").iterdir()}
     assert (old / path.name).read_bytes() == path.read_bytes()
     assert LatentDataset(str(old), draws=draws).empty_prompt == old / path.name
+
+
+def test_latent_dist_sample_stores_the_vaes_mean_and_log_variance(prepared):
+    """``--latent-dist sample``: each latent file is the VAE's normalised mean (the mode
+    files' values), its ``logvar`` file the VAE's log-variance in the same units
+    (``+ 2 log(1 / latents_std)``); the folder's settings refuse a mode rerun."""
+    from diffusers import WanPipeline
+
+    from datacentric.data.base import DataError
+    from datacentric.data.latents import LatentDataset
+
+    out = prepared["root"] / "sampled"
+    job = PrepareJob(
+        pipeline=str(prepared["pipe"]),
+        media=str(prepared["media"]),
+        out=str(out),
+        latent_dist="sample",
+    )
+    assert prepare(job)["samples"] == 3
+    pipe = WanPipeline.from_pretrained(prepared["pipe"], local_files_only=True)
+    vae = pipe.vae
+    mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
+    entries = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    for entry in entries:
+        with torch.no_grad():
+            dist = vae.encode(_pixels(pipe, prepared, entry)).latent_dist
+        want_mean = ((dist.mean - mean) / std)[0].permute(1, 0, 2, 3)
+        want_logvar = (dist.logvar - 2 * torch.log(std))[0].permute(1, 0, 2, 3)
+        got = load_file(out / entry["latent"])["latent"]
+        torch.testing.assert_close(got, want_mean, rtol=0, atol=1e-5)
+        mode = load_file(prepared["out"] / entry["latent"])["latent"]
+        torch.testing.assert_close(got, mode, rtol=0, atol=1e-6)
+        logvar = load_file(out / entry["logvar"])["logvar"]
+        torch.testing.assert_close(logvar, want_logvar, rtol=0, atol=1e-4)
+    ds = LatentDataset(str(out))
+    assert all(p is not None for p in ds.logvars)
+    with pytest.raises(DataError, match="latent_dist differ"):
+        prepare(
+            PrepareJob(pipeline=str(prepared["pipe"]), media=str(prepared["media"]), out=str(out))
+        )
 
 
 def _encoded_records(out: Path) -> list[Path]:

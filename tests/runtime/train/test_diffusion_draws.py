@@ -1,11 +1,13 @@
-"""``[training] caption_dropout`` and ``timestep_sampling``: every draw comes from the
-sample's generator ``sample_generator(seed, sample id, epoch)`` in the documented order
-(a plain diffusers / torch reference gives the same ``t``, noise and caption), the
+"""``[training] caption_dropout`` and ``timestep_sampling``, and latents drawn from the
+VAE's Gaussian (``prepare --latent-dist sample``): every draw comes from the sample's
+generator ``sample_generator(seed, sample id, epoch)`` in the documented order (a plain
+diffusers / torch reference gives the same ``t``, noise, caption and latent), the
 dropped share is the probability, and a Wan fine-tune's loss is the same at worlds 1, 2
 and 4 under two policies."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -24,18 +26,28 @@ SEED = 7
 DRAWS = DiffusionDraws(caption_dropout=0.5, timestep_sampling="logit_normal", logit_std=1.3)
 
 
-def _latents(folder, count: int = 6, empty: bool = True) -> str:
+def _latents(folder, count: int = 6, empty: bool = True, logvar: bool = False) -> str:
     """``count`` Wan latents (4 channels) of two sizes with their text rows, and the
-    empty-prompt embedding ``prepare`` writes."""
+    empty-prompt embedding ``prepare`` writes; ``logvar``: each latent a mean with its
+    log-variance, listed by a manifest (as ``prepare --latent-dist sample`` writes)."""
     from safetensors.torch import save_file
 
     folder.mkdir()
     generator = torch.Generator().manual_seed(0)
+    lines = []
     for i in range(count):
         latent = torch.randn(1 + i % 2, 4, 4, 4 + 2 * (i % 2), generator=generator)
         save_file({"latent": latent}, str(folder / f"c{i:02d}.safetensors"))
         text = torch.randn(5, 32, generator=generator)
         save_file({"latent": text}, str(folder / f"c{i:02d}.text.safetensors"))
+        line = {"latent": f"c{i:02d}.safetensors", "text": f"c{i:02d}.text.safetensors"}
+        if logvar:
+            spread = torch.randn(latent.shape, generator=generator) * 0.5 - 2.0
+            save_file({"logvar": spread}, str(folder / f"c{i:02d}.logvar.safetensors"))
+            line["logvar"] = f"c{i:02d}.logvar.safetensors"
+        lines.append(json.dumps(line))
+    if logvar:
+        (folder / "manifest.jsonl").write_text("\n".join(lines) + "\n")
     if empty:
         save_file({"latent": torch.randn(5, 32, generator=generator)}, str(folder / EMPTY_PROMPT))
     return str(folder)
@@ -43,14 +55,16 @@ def _latents(folder, count: int = 6, empty: bool = True) -> str:
 
 def test_each_draw_is_the_documented_generators(tmp_path):
     from diffusers import FlowMatchEulerDiscreteScheduler
+    from diffusers.models.autoencoders.vae import DiagonalGaussianDistribution
     from diffusers.training_utils import compute_density_for_timestep_sampling
     from safetensors.torch import load_file
 
     folder = _latents(tmp_path / "latents")
-    empty = load_file(f"{folder}/{EMPTY_PROMPT}")["latent"]
+    sampled = _latents(tmp_path / "sampled", logvar=True)
     shift = DiffusionDraws(timestep_sampling="shift", flow_shift=3.0)
-    for draws in (DRAWS, shift):
-        ds = LatentDataset(folder, seed=SEED, draws=draws)
+    for draws, where in ((DRAWS, folder), (shift, folder), (DRAWS, sampled)):
+        ds = LatentDataset(where, seed=SEED, draws=draws)
+        empty = load_file(f"{where}/{EMPTY_PROMPT}")["latent"]
         for epoch in (0, 3):
             for i in range(len(ds)):
                 batch = ds.pack([i], epoch=epoch)
@@ -66,6 +80,10 @@ def test_each_draw_is_the_documented_generators(tmp_path):
                 torch.randint(0, 1, (), generator=gen)  # the frame offset (whole latents)
                 dropped = bool(torch.rand((), generator=gen) < draws.caption_dropout)
                 latent = load_file(str(ds.files[i]))["latent"].permute(1, 0, 2, 3)
+                if ds.logvars[i] is not None:  # diffusers' own draw from the VAE's Gaussian
+                    logvar = load_file(str(ds.logvars[i]))["logvar"].permute(1, 0, 2, 3)
+                    dist = DiagonalGaussianDistribution(torch.cat([latent, logvar])[None])
+                    latent = dist.sample(generator=gen)[0]
                 x0 = patchify(latent)
                 assert float(batch.sample_cond[0]) == pytest.approx(float(t), abs=1e-7)
                 t = float(batch.sample_cond[0])
@@ -159,7 +177,7 @@ def train_policies(folder: str, steps: int = 2) -> dict[str, list[float]]:
 def test_the_loss_does_not_depend_on_world_or_policy(tmp_path):
     from datacentric.parallel.launch import launch
 
-    folder = _latents(tmp_path / "latents", count=8)
+    folder = _latents(tmp_path / "latents", count=8, logvar=True)
     runs = {(1, p): losses for p, losses in train_policies(folder).items()}
     for world in (2, 4):
         ranks = launch(train_policies, folder, nproc=world, collective_timeout_s=120.0)
