@@ -16,8 +16,11 @@ A drop-in trainer adds no training loop of its own. At its first call
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +92,10 @@ class DropInTrainer(ScriptMethods):
         from transformers import DefaultFlowCallback, TrainerControl, TrainerState
 
         self._refuse_overrides()
-        reference = type(args)(output_dir=args.output_dir, bf16=args.bf16, use_cpu=args.use_cpu)
-        refused = refused_fields(args, reference)
+        with _quiet_transformers():  # its advice and deprecations were the user's to see
+            reference = type(args)(output_dir=args.output_dir, bf16=args.bf16, use_cpu=args.use_cpu)
+            refused = refused_fields(args, reference)
+            values = {name: getattr(args, name, None) for name in NOTED}
         if refused:
             stop(
                 self.command,
@@ -127,10 +132,9 @@ class DropInTrainer(ScriptMethods):
         self._trained: Path | None = None
         self._base_folder: Path | None = None
         self._notes = [
-            f"note: {name}={getattr(args, name)!r}: {why}"
+            f"note: {name}={values[name]!r}: {why}"
             for name, why in NOTED.items()
-            if getattr(args, name, None)
-            and not (name == "per_device_eval_batch_size" and eval_dataset is None)
+            if values[name] and not (name == "per_device_eval_batch_size" and eval_dataset is None)
         ]
         self._hooks_now().init_end()
 
@@ -475,6 +479,24 @@ class DropInTrainer(ScriptMethods):
             "dropout": float(peft.lora_dropout),
             "targets": targets,
         }
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' warnings and logged advice silenced while the drop-in builds and
+    reads arguments objects (a reference ``TrainingArguments`` under torchrun logs that
+    DDP wants ``torch.distributed.launch``; a deprecated field's alias warns on read)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def _flops_per_token(module: Any) -> float:
