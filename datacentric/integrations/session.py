@@ -297,8 +297,13 @@ class DropInTrainer(ScriptMethods):
 
     def _built(self) -> Trainer:
         """The run's trainer, built once (every rank)."""
-        if self._trainer is not None:
-            return self._trainer
+        if self._trainer is None:
+            self._trainer = self._build_trainer()
+        return self._trainer
+
+    def _build_trainer(self) -> Trainer:
+        """The run's trainer (every rank): inputs written, settings resolved from the
+        arguments, hooks, optimizer groups and held-out sets."""
         args = self.args
         groups = process_groups(float(args.ddp_timeout), "cpu" if args.use_cpu else None)
         inputs = self._write_inputs(groups.rank == 0)
@@ -316,21 +321,21 @@ class DropInTrainer(ScriptMethods):
             world=groups.world_size,
             token_metrics=self.command == "SFTTrainer",
         )
-        self._trainer = Trainer(config, groups, hooks=self._hooks)
-        self._hooks.flops_per_token = _flops_per_token(self._trainer.dc.module)
-        self._hooks.objects = {"model": self._trainer.dc.model}
+        trainer = Trainer(config, groups, hooks=self._hooks)
+        self._hooks.flops_per_token = _flops_per_token(trainer.dc.module)
+        self._hooks.objects = {"model": trainer.dc.model}
         if self.processing_class is not None:
             self._hooks.objects["processing_class"] = self.processing_class
-        self._decay_groups(self._trainer)
+        self._decay_groups(trainer)
         self._eval_sets = {}
         for index, (prefix, path) in enumerate(inputs.eval_files.items()):
             self._hooks.eval_samples[prefix] = inputs.eval_samples[prefix]
             self._eval_sets[prefix] = (
-                self._trainer.held_out
+                trainer.held_out
                 if index == 0
                 else open_dataset(f"jsonl:{path}", config.data, seed=config.job.seed)
             )
-        return self._trainer
+        return trainer
 
     def _write_inputs(self, main: bool) -> _Inputs:
         """The model, tokenizer and datasets as the run reads them, written under
