@@ -133,6 +133,10 @@ def _cheapest_schedule_gpu_seconds(cost, shapes, sizes):
         ([60_000, 60_000, 60_000], 4),
         ([100_000, 5_000, 5_000, 128], 4),
         ([160_000, 30_000], 8),
+        # worlds that are not powers of two: the whole world is one group (a ring of 3;
+        # 6 = Ulysses 2 x ring 3, or a ring of 6)
+        ([60_000, 30_000, 2_000], 3),
+        ([120_000, 40_000, 500], 6),
     ],
 )
 def test_no_schedule_of_a_small_instance_beats_the_bound(lengths, world):
