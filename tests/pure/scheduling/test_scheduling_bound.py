@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
+from datacentric.planning.bucket_options import accepted_splits, mixable_sp_sizes
 from datacentric.planning.cost_model import split_breakdown
 from datacentric.planning.planner import choose_recompute, plan_buckets
 from datacentric.planning.sample_price import EXACT_LENGTHS, length_classes, sample_price
 from datacentric.profiling.factory import analytic_cost_model
 from datacentric.schedule import Assignment, Iteration, MicroBatch, Schedule
+from datacentric.scheduling import Pipeline
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.measures import (
     ideal_epoch_time,
@@ -19,7 +20,6 @@ from datacentric.scheduling.measures import (
     schedule_measures,
     step_bound_s,
 )
-from datacentric.scheduling import Pipeline
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.policy_input import any_recompute
 from datacentric.settings import SchedulingConfig
@@ -48,7 +48,7 @@ def _alone(cost, shape, sp, world):
     """Every valid way to run one sample of ``shape`` alone on ``sp`` ranks: (split,
     recomputation, seconds), over none, every block and the knapsack's choice."""
     runs = []
-    for ring in split_candidates(cost, sp):
+    for ring in accepted_splits(cost, sp):
         pac = choose_recompute(cost, [shape], sp, CAP, ring)
         for rc in {NONE, FULL, *([pac.recompute] if pac else [])}:
             b = split_breakdown(cost, [shape], sp, rc, ring)
