@@ -275,10 +275,11 @@ def _shapes_key(shapes: tuple[SampleShape, ...]) -> tuple:
     """The cache key of a micro-batch's shapes: copies of one shape object (the
     planner's and the bound's searches ask for thousands) keyed by the shape and their
     number, so the key is not hashed element by element; any other tuple as it is (a
-    tuple of shapes never starts with a string)."""
+    tuple of shapes never starts with a string). Copies are counted in C (``count``
+    compares by identity first; an equal shape elsewhere is the same key by value)."""
     if len(shapes) > 4:
         first = shapes[0]
-        if all(s is first for s in shapes):
+        if shapes[-1] is first and shapes.count(first) == len(shapes):
             return ("copies", first, len(shapes))
     return shapes
 
