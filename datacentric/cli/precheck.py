@@ -141,16 +141,14 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
 
 def check_render_pipeline(config: TrainConfig, module: nn.Module) -> None:
     """The ``validation.pipeline`` folder is a pipeline of the class of the transformer
-    ``module`` holds (on the meta device) and renders the requested size and frames
-    (:func:`~datacentric.models.diffusers_render.check_render_pipeline`)."""
-    from datacentric.models.diffusers_render import (
-        RenderSettings,
-        check_render_pipeline,
-        render_transformer,
-    )
+    ``module`` holds (on the meta device) and renders the requested size and frames, the
+    section's and each prompt's (:meth:`PipelineSamples.check
+    <datacentric.train.validation_media.PipelineSamples.check>`)."""
+    from datacentric.train.validation_media import PipelineSamples
 
-    name = type(render_transformer(module)).__name__
-    check_render_pipeline(config.validation.pipeline, name, RenderSettings.of(config.validation))
+    samples = PipelineSamples.of(config.validation, config.job.seed, config.job.out)
+    if samples is not None:
+        samples.check(module)
 
 
 def check_held_out_fits(

@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from datacentric.data.base import sample_generator
+
 TIMESTEP_SAMPLING = ("uniform", "logit_normal", "shift")
 """The ways ``[training] timestep_sampling`` draws ``t``."""
 
@@ -103,3 +105,22 @@ def sample_latent(mean: torch.Tensor, logvar: torch.Tensor, gen: torch.Generator
     ``DiagonalGaussianDistribution.sample`` (its log-variance clamped to [-30, 20])."""
     noise = torch.randn(mean.shape, generator=gen)
     return mean + torch.exp(0.5 * logvar.clamp(-30.0, 20.0)) * noise
+
+
+def render_generator(seed: int, prompt: int, prompt_seed: int | None = None) -> torch.Generator:
+    """The generator a validation render draws from (its ``generator=``): prompt number
+    ``prompt`` of the prompts file (from 0, blank lines not counted) under the run's
+    ``[job] seed``: ``torch.Generator().manual_seed(prompt_seed)`` when its JSON line
+    sets ``seed``, else ``sample_generator(seed, prompt)``. The same at every step and on
+    a rerun; a pipeline called with it, the trained transformer and the prompt's settings
+    renders what the run rendered."""
+    if prompt_seed is not None:
+        return torch.Generator().manual_seed(int(prompt_seed))
+    return sample_generator(seed, prompt)
+
+
+def held_out_generator(seed: int, sample_id: int) -> torch.Generator:
+    """The generator a held-out sample's ``t`` and noise (and caption and latent) are
+    drawn from, in the order of the module doc: epoch 0 of the sample (its id in the
+    whole dataset, before a ``split=``), the same at every validation."""
+    return sample_generator(seed, sample_id, 0)

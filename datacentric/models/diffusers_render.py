@@ -102,11 +102,19 @@ def check_render_pipeline(
 
 
 def render(
-    pipe: Any, prompt: str, settings: RenderSettings, generator: torch.Generator
+    pipe: Any,
+    prompt: str,
+    settings: RenderSettings,
+    generator: torch.Generator,
+    *,
+    negative_prompt: str | None = None,
 ) -> np.ndarray:
-    """``prompt`` rendered by ``pipe`` (its progress bar off): ``(F, H, W, 3)`` ``uint8``."""
+    """``prompt`` rendered by ``pipe`` (its progress bar off): ``(F, H, W, 3)`` ``uint8``;
+    ``negative_prompt`` passed when set (the pipeline's default else)."""
     pipe.set_progress_bar_config(disable=True)
-    out = pipe(prompt=prompt, generator=generator, output_type="np", **settings.arguments())
+    extra = {} if negative_prompt is None else {"negative_prompt": negative_prompt}
+    arguments = {**settings.arguments(), **extra}
+    out = pipe(prompt=prompt, generator=generator, output_type="np", **arguments)
     frames = getattr(out, "frames", None)
     pixels = np.asarray(frames[0] if frames is not None else out.images[0][None])
     return (np.clip(pixels, 0.0, 1.0) * 255.0).round().astype(np.uint8)

@@ -9,8 +9,12 @@
   prompts' files into the run folder, ``validation/step-N/PROMPT_ID.mp4`` (H.264 through
   PyAV, the ``video`` extra ``prepare`` reads clips with, at the ``fps`` setting) or
   ``.png`` for an image pipeline;
-- each render's generator is seeded by the run's seed and the prompt only, the same at
-  every step and on a rerun: clips of one prompt differ only by what the model learned;
+- each render's generator is seeded by the run's seed and the prompt only (or the
+  prompt's own ``seed``: :func:`~datacentric.data.diffusion_draws.render_generator`),
+  the same at every step and on a rerun: clips of one prompt differ only by what the
+  model learned;
+- a prompt's JSON line may set its own ``height``, ``width``, ``num_frames`` and
+  ``negative_prompt`` (:mod:`datacentric.data.prompts`); the section's are the defaults;
 - rank 0 writes ``validation/step-N/contact_sheet.png`` (a row per prompt: up to
   :data:`GRID_FRAMES` frames spread over the clip) and each record carries that row,
   the frame grid the TensorBoard image summary shows.
@@ -19,14 +23,14 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from datacentric.data.base import sample_generator
+from datacentric.data.diffusion_draws import render_generator
 from datacentric.data.media import even_frames
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.models.diffusers_encode import open_pipeline
@@ -73,9 +77,20 @@ class PipelineSamples:
         return cls(prompts, validation.pipeline, settings, validation.fps, seed, Path(out))
 
     def check(self, module: torch.nn.Module) -> None:
-        """Raise ``ValueError`` unless the pipeline renders for ``module``'s transformer."""
+        """Raise ``ValueError`` unless the pipeline renders for ``module``'s transformer,
+        at the section's settings and at each prompt's."""
         name = type(render_transformer(module)).__name__
         self.images = check_render_pipeline(self.folder, name, self.settings)
+        for prompt in self.prompts:
+            try:
+                check_render_pipeline(self.folder, name, self.settings_of(prompt))
+            except ValueError as err:
+                raise type(err)(f"prompt {prompt.index}: {err}") from None
+
+    def settings_of(self, prompt: Prompt) -> RenderSettings:
+        """What ``prompt`` is rendered with: its own size and frames, else the section's."""
+        own = {k: getattr(prompt, k) for k in ("height", "width", "num_frames")}
+        return replace(self.settings, **{k: v for k, v in own.items() if v is not None})
 
     def run(
         self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
@@ -88,10 +103,14 @@ class PipelineSamples:
 
         def one(module: torch.nn.Module, k: int) -> dict[str, Any]:
             prompt = self.prompts[k]
-            generator = sample_generator(self.seed, prompt.index)
+            generator = render_generator(self.seed, prompt.index, prompt.seed)
             with autocast or nullcontext():
                 pixels = render(
-                    self._pipeline(module, device), prompt.text, self.settings, generator
+                    self._pipeline(module, device),
+                    prompt.text,
+                    self.settings_of(prompt),
+                    generator,
+                    negative_prompt=prompt.negative_prompt,
                 )
             path = folder / f"{prompt.index}{'.png' if self.images else '.mp4'}"
             write_pixels(path, pixels, self.fps)

@@ -1,0 +1,149 @@
+"""Per-prompt render settings in a JSONL prompts file (``height``, ``width``,
+``num_frames``, ``negative_prompt``, ``seed``; the ``[validation]`` section's are the
+defaults): each prompt renders at its own size, and plain diffusers, called with the
+documented generator (:func:`render_generator`), renders the same pixels."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from prepare_media import save_wan_pipeline
+
+from datacentric.data.base import DataError, sample_generator
+from datacentric.data.diffusion_draws import held_out_generator, render_generator
+from datacentric.data.prompts import Prompt, read_prompts
+from datacentric.settings.sections import ValidationConfig
+
+pytest.importorskip("diffusers")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LINES = [
+    {"prompt": "a cat walks", "height": 32, "width": 48, "negative_prompt": "blurry"},
+    {"prompt": "red car", "num_frames": 1, "seed": 42},
+    "plain line",
+]
+
+
+def _prompts(path) -> str:
+    rows = [json.dumps(x) if isinstance(x, dict) else x for x in LINES]
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_a_prompts_line_sets_its_own_render(tmp_path):
+    prompts = read_prompts(_prompts(tmp_path / "p.jsonl"))
+    assert prompts == [
+        Prompt(0, "a cat walks", height=32, width=48, negative_prompt="blurry"),
+        Prompt(1, "red car", num_frames=1, seed=42),
+        Prompt(2, "plain line"),
+    ]
+    for bad, says in (
+        ({"prompt": "x", "height": 0}, "height must be an integer >= 1"),
+        ({"prompt": "x", "seed": -1}, "seed must be an integer >= 0"),
+        ({"prompt": "x", "num_frames": 2.5}, "num_frames must be an integer >= 1"),
+        ({"prompt": "x", "negative_prompt": 3}, "negative_prompt must be a string"),
+        ({"prompt": "x", "fps": 3}, "unknown key(s) fps"),
+    ):
+        (tmp_path / "bad.jsonl").write_text(json.dumps(bad) + "\n")
+        with pytest.raises(DataError, match=re.escape(f"bad.jsonl line 1: {says}")):
+            read_prompts(tmp_path / "bad.jsonl")
+    # the documented generators: a prompt's own seed, else the run's seed and its index;
+    # a held-out sample's, epoch 0 of its id
+    assert torch.equal(
+        torch.rand(3, generator=render_generator(7, 1, 42)),
+        torch.rand(3, generator=torch.Generator().manual_seed(42)),
+    )
+    assert torch.equal(
+        torch.rand(3, generator=render_generator(7, 0)),
+        torch.rand(3, generator=sample_generator(7, 0)),
+    )
+    assert torch.equal(
+        torch.rand(3, generator=held_out_generator(7, 5)),
+        torch.rand(3, generator=sample_generator(7, 5, 0)),
+    )
+
+
+def test_each_prompt_renders_at_its_size_as_plain_diffusers_does(tmp_path):
+    """Two sizes and a negative prompt: the run's render of each prompt equals
+    ``WanPipeline`` called with the prompt's settings and :func:`render_generator`."""
+    from diffusers import WanPipeline
+
+    from datacentric.models.diffusers_render import render
+    from datacentric.train.validation_media import PipelineSamples
+
+    folder = save_wan_pipeline(tmp_path / "wan")
+    section = ValidationConfig(
+        pipeline=str(folder),
+        prompts=_prompts(tmp_path / "p.jsonl"),
+        height=16,
+        width=16,
+        num_frames=5,
+        num_inference_steps=2,
+        guidance_scale=2.0,
+    )
+    samples = PipelineSamples.of(section, 7, tmp_path / "run")
+    pipe = WanPipeline.from_pretrained(folder, local_files_only=True)
+    samples.check(pipe)  # a model holding the transformer renders at every prompt's size
+
+    def seeded(prompt: Prompt) -> torch.Generator:  # as docs/configuration.md states it
+        if prompt.seed is not None:
+            return torch.Generator().manual_seed(prompt.seed)
+        return sample_generator(7, prompt.index)
+
+    shapes = []
+    for prompt in samples.prompts[:2]:
+        settings = samples.settings_of(prompt)
+        ours = render(
+            pipe,
+            prompt.text,
+            settings,
+            render_generator(7, prompt.index, prompt.seed),
+            negative_prompt=prompt.negative_prompt,
+        )
+        plain = pipe(
+            prompt=prompt.text,
+            negative_prompt=prompt.negative_prompt,
+            height=prompt.height or 16,
+            width=prompt.width or 16,
+            num_frames=prompt.num_frames or 5,
+            num_inference_steps=2,
+            guidance_scale=2.0,
+            generator=seeded(prompt),
+            output_type="np",
+        ).frames[0]
+        want = (np.clip(plain, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+        np.testing.assert_array_equal(ours, want)
+        shapes.append(ours.shape)
+    assert shapes == [(5, 32, 48, 3), (1, 16, 16, 3)]
+    # the negative prompt is used: without it the first render differs
+    first = samples.prompts[0]
+    settings = samples.settings_of(first)
+    without = render(pipe, first.text, settings, render_generator(7, 0))
+    with_it = render(pipe, first.text, settings, render_generator(7, 0), negative_prompt="blurry")
+    assert not np.array_equal(with_it, without)
+
+
+def test_a_prompt_size_the_pipeline_would_change_is_refused_before_ranks(tmp_path, capsys):
+    from cli_here import cli_here
+    from runtime.models.test_model_source import _latent_folder
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
+
+    folder = save_wan_pipeline(tmp_path / "wan")
+    wan = TINY_DIFFUSERS["wan"][1]
+    _latent_folder(tmp_path / "latents", wan["in_channels"], text_width(wan), count=4)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a cat", "height": 40}\n')
+    capsys.readouterr()  # what saving the pipeline printed
+    argv = ["train", "--model", f"diffusers:{folder}/transformer"]
+    argv += ["--dataset", f"latents:{tmp_path / 'latents'}", "--validation.pipeline", str(folder)]
+    argv += ["--validation.prompts", str(prompts), "--out", str(tmp_path / "run")]
+    status, _, err = cli_here([*argv, "--iterations", "1", "--no-progress"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err[-2000:]
+    assert lines[0].startswith("datacentric train: prompt 0: validation.height: 40 is not"), err
+    assert not (tmp_path / "run").exists()
