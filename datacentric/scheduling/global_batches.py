@@ -73,9 +73,9 @@ def samples_per_step(world_size: int, largest_sp: int) -> int:
 
 
 def covering_tokens(tokens: Sequence[int], needed: int, drop_remainder: bool = False) -> int:
-    """The smallest global batch (tokens) whose every global batch, in any data order,
-    holds ``needed`` samples or more, and at least the longest sample (the dataset's total
-    when only one step of every sample does).
+    """A global batch (tokens) whose every global batch, in any data order, holds
+    ``needed`` samples or more, and at least the longest sample: the smallest the bound
+    below guarantees (the dataset's total when only one step of every sample does).
 
     Why: :func:`chunk_even` cuts ``K = ceil(total / bound)`` batches, each holding more
     than ``total / K - longest`` tokens, so more than ``total / (K * longest) - 1``
