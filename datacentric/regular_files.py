@@ -123,23 +123,26 @@ def read_json_file(
     return value
 
 
-def parse_json(text: str, where: str, error: type[Exception], what: str) -> Any:
+def parse_json(text: str, where: str, error: type[Exception], what: str = "") -> Any:
     """``json.loads(text)``; anything else is ``error`` naming ``where`` (a file, a
-    ``FILE:LINE``) and ``what`` it is (``the file``, ``line``): not JSON, nested deeper
-    than the reader's stack, an integer too long to convert."""
+    ``FILE:LINE``) and ``what`` it is (``the file``, ``line``; none: ``where`` says it):
+    not JSON, nested deeper than the reader's stack, an integer too long to convert."""
+    subject = f"{what} is " if what else ""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
         at = f": line {err.lineno} column {err.colno}" if "\n" in text.rstrip() else ""
-        raise error(f"{where}: {what} is not JSON ({err.msg}{at})") from None
+        raise error(f"{where}: {subject}not JSON ({err.msg}{at})") from None
     except RecursionError:
         raise error(
-            f"{where}: {what} is nested too deeply to read (arrays or objects inside each "
+            f"{where}: {subject}nested too deeply to read (arrays or objects inside each "
             "other thousands of times)"
         ) from None
     except ValueError as err:  # e.g. an integer of more than sys.get_int_max_str_digits()
         first = str(err).split(";")[0]
-        raise error(f"{where}: {what} holds a value that cannot be read ({first})") from None
+        raise error(
+            f"{where}: {what + ' ' if what else ''}holds a value that cannot be read ({first})"
+        ) from None
 
 
 def json_kind(value: Any) -> str:

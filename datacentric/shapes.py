@@ -16,6 +16,8 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from datacentric.regular_files import read_regular_text
+
 
 @dataclass(frozen=True, order=True)
 class SampleShape:
@@ -89,11 +91,17 @@ def parse_lengths_line(line: str, line_number: int = 0) -> SampleShape:
 def read_lengths_file(path: str) -> list[SampleShape]:
     """Read sample shapes, one per non-empty, non-comment line (sample id = order)."""
     shapes: list[SampleShape] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            stripped = line.split("#", 1)[0].strip()
-            if stripped:
+    try:
+        text = read_regular_text(path).removeprefix("\ufeff")  # a BOM an editor wrote
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    for number, line in enumerate(text.split("\n"), start=1):
+        stripped = line.split("#", 1)[0].strip()
+        if stripped:
+            try:
                 shapes.append(parse_lengths_line(stripped, number))
+            except ValueError as err:
+                raise ValueError(f"{path}: {err}") from None
     if not shapes:
         raise ValueError(f"{path}: no samples (the lengths file is empty)")
     return shapes

@@ -27,7 +27,8 @@ BOTTOM |= {"datacentric.progress", "datacentric.log", "datacentric.regular_files
 #: the root package and the helper that loads its (and every package's) names lazily
 ROOT_LAYER = {"datacentric", "datacentric.lazy_exports"}
 #: what the confined layers may import (module names or layers)
-MODELS_MAY_IMPORT = {"datacentric.batch", "datacentric"}
+#: the shared batch types, and the one reader of a model folder's JSON files
+MODELS_MAY_IMPORT = {"datacentric.batch", "datacentric.regular_files", "datacentric"}
 DATA_MAY_IMPORT = {"bottom", "settings", "datacentric"}
 #: what the pure layers (planning, scheduling) may never import
 IMPURE = ("torch", "datacentric.parallel", "datacentric.models", "datacentric.data")

@@ -28,7 +28,6 @@ def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     """The latest checkpoint's position, SHA-256 of its model tensors and of its
     manifest (``expect_sha256``: refuse a checkpoint whose manifest has another)."""
     from datacentric.train.checkpoint import (
-        TRAINER_FILE,
         CheckpointError,
         latest_checkpoint,
         manifest_sha256,
@@ -42,17 +41,25 @@ def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     path = latest_checkpoint(run_dir, expect_sha256)
     if path is None:
         raise CheckpointError(f"{run_dir}: no checkpoint found (was the run started with --out?)")
-    trainer = verify_checkpoint(path, expect_sha256)
-    position = {
-        key: json_field(trainer, key, int, path / TRAINER_FILE, error=CheckpointError)
-        for key in ("iterations_done", "samples_seen", "epoch", "world_size")
-    }
+    position = checkpoint_position(verify_checkpoint(path, expect_sha256), path)
     state = read_model_state(path)
     return {
         "checkpoint": path.name,
         "manifest_sha256": manifest_sha256(path),
         **position,
         "weights_sha256": weights_sha256(state),
+    }
+
+
+def checkpoint_position(trainer: dict, path: Path) -> dict[str, int]:
+    """Iterations done, samples seen, epoch and world size of a checkpoint's
+    ``trainer.json`` (read as ``trainer``); a key missing or not an integer is one line
+    naming the file and the key."""
+    from datacentric.train.checkpoint import TRAINER_FILE, CheckpointError
+
+    return {
+        key: json_field(trainer, key, int, path / TRAINER_FILE, error=CheckpointError)
+        for key in ("iterations_done", "samples_seen", "epoch", "world_size")
     }
 
 

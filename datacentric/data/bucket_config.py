@@ -33,16 +33,15 @@ counted.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.video_geometry import RESOLUTIONS, SPATIAL_DOWNSAMPLE, latent_frames
+from datacentric.regular_files import read_json_file
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,22 @@ def closest_ratio(sizes: dict[str, tuple[int, int]], aspect: float) -> str:
     return min(sizes, key=lambda k: abs(math.log(sizes[k][0] / sizes[k][1] / aspect)))
 
 
+def _pixel_sizes(value: object, where: str) -> dict[str, tuple[int, int]]:
+    """``{ratio name: [height, width]}``, each a positive whole number of pixels."""
+    if not isinstance(value, dict):
+        raise DataError(f"{where}: want {{ratio name: [height, width]}}")
+    sizes = {}
+    for name, size in value.items():
+        if not (
+            isinstance(size, list)
+            and len(size) == 2
+            and all(type(n) is int and n > 0 for n in size)
+        ):
+            raise DataError(f"{where}.{name}: want [height, width] in pixels, got {size!r:.80}")
+        sizes[name] = (size[0], size[1])
+    return sizes
+
+
 class BucketConfig:
     """A parsed bucket config; :meth:`assign` places one latent."""
 
@@ -79,11 +94,13 @@ class BucketConfig:
         if not isinstance(data, dict) or not isinstance(data.get("buckets"), dict):
             raise DataError(f"{source}: needs an object with a 'buckets' object")
         ratios = data.get("aspect_ratios", {})
+        if not isinstance(ratios, dict):
+            raise DataError(f"{source}: 'aspect_ratios' must be an object of resolutions")
         self.source = source
         self.table: list[tuple[str, dict[str, tuple[int, int]], list[tuple[int, float]]]] = []
         for res, frames in data["buckets"].items():
             if res in ratios:
-                sizes = {k: (int(v[0]), int(v[1])) for k, v in ratios[res].items()}
+                sizes = _pixel_sizes(ratios[res], f"{source}: aspect_ratios.{res}")
             elif res in RESOLUTIONS:
                 sizes = default_aspect_ratios(*RESOLUTIONS[res])
             else:
@@ -106,11 +123,11 @@ class BucketConfig:
     def load(cls, path: str) -> BucketConfig:
         """Read a JSON bucket config; a missing or malformed file is a ``DataError``."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            data = read_json_file(path, error=DataError)
         except FileNotFoundError:
             raise DataError(f"--bucket-config {path}: no such file") from None
-        except json.JSONDecodeError as err:
-            raise DataError(f"--bucket-config {path}: not JSON ({err})") from None
+        except DataError as err:
+            raise DataError(f"--bucket-config {err}") from None
         return cls(data, f"--bucket-config {path}")
 
     def named(self, name: str) -> tuple[str, str, int] | None:

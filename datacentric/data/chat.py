@@ -149,6 +149,16 @@ def load_tokenizer(folder: str):
         raise DataError(
             f"--tokenizer {folder}: not a tokenizer folder saved with save_pretrained ({first})"
         ) from None
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, str | dict):  # a BOM an editor saved the template with
+        tokenizer.chat_template = (
+            template.removeprefix("\ufeff")
+            if isinstance(template, str)
+            else {
+                k: v.removeprefix("\ufeff") if isinstance(v, str) else v
+                for k, v in template.items()
+            }
+        )
     if not tokenizer(PROBE_TEXT)["input_ids"]:  # a model folder without its tokenizer files
         held = ", ".join(sorted(p.name for p in Path(folder).iterdir())[:6]) or "nothing"
         raise DataError(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.regular_files import open_regular, parse_json
+from datacentric.regular_files import check_regular, open_regular, parse_json, read_regular_text
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -147,6 +147,7 @@ def _json_line(line: str, where: str) -> object:
 
 def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
     pq = require("pyarrow.parquet")
+    check_regular(path)  # pyarrow's own open would block on a FIFO
     try:
         handle = pq.ParquetFile(path)
     except Exception as err:  # pyarrow raises several types for unreadable files
@@ -158,15 +159,22 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
             f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); --text-field"
         )
     row = 0
-    for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-        for record in batch.to_pylist():
+    batches = handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
+    while True:
+        try:  # a corrupt page or column chunk fails here, not when the file opens
+            records = next(batches).to_pylist()
+        except StopIteration:
+            return
+        except Exception as err:  # noqa: BLE001 - pyarrow raises several types
+            raise DataError(f"{path}: not a readable Parquet file from row {row} ({err})") from None
+        for record in records:
             yield row, record
             row += 1
 
 
 def _text(path: str) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_regular_text(path).removeprefix("\ufeff")  # a BOM an editor wrote
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 

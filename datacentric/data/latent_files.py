@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from datacentric.data.base import DataError
+from datacentric.regular_files import check_regular, open_regular
 
 LATENT_SUFFIXES = (".npy", ".safetensors", ".pt")
 TENSOR_KEYS = ("latent", "latents", "x")
@@ -42,7 +43,7 @@ def _pick(names: list[str], path: Path) -> str:
 
 
 def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
-    with open(path, "rb") as handle:
+    with open_regular(path, "rb") as handle:
         version = np.lib.format.read_magic(handle)
         read = {(1, 0): np.lib.format.read_array_header_1_0}.get(
             version, np.lib.format.read_array_header_2_0
@@ -52,7 +53,7 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 
 
 def _safetensors_header(path: Path) -> tuple[tuple[int, ...], str, int]:
-    with open(path, "rb") as handle:
+    with open_regular(path, "rb") as handle:
         (size,) = struct.unpack("<Q", handle.read(8))
         if size > path.stat().st_size:
             raise ValueError(f"header length {size} exceeds the file")
@@ -87,6 +88,7 @@ def read_shape(path: str | Path) -> tuple[int, ...]:
             itemsize = np.dtype(_SAFETENSORS_DTYPES[dtype_name]).itemsize
             needed = offset + int(np.prod(shape)) * itemsize
         elif path.suffix == ".pt":
+            check_regular(path)  # torch.load would block on a FIFO
             return tuple(_pt_tensor(path).shape)
         else:
             raise ValueError(f"unknown suffix (use {', '.join(LATENT_SUFFIXES)})")
@@ -107,6 +109,7 @@ def open_latent(path: str | Path) -> np.ndarray | torch.Tensor:
     memmap for ``.npy`` and ``.safetensors``, a tensor for ``.pt`` and bfloat16 data."""
     path = Path(path)
     try:
+        check_regular(path)  # np.load, np.memmap and torch.load would block on a FIFO
         if path.suffix == ".npy":
             return np.load(path, mmap_mode="r")
         if path.suffix == ".safetensors":

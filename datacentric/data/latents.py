@@ -32,7 +32,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -55,6 +54,7 @@ from datacentric.data.video import (
     patchify,
 )
 from datacentric.data.video_geometry import causal_latent_frames
+from datacentric.regular_files import parse_json
 from datacentric.shapes import SampleShape
 
 MANIFEST = "manifest.jsonl"
@@ -107,18 +107,21 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
         for number, line in numbered_lines(listing):
             if not line.strip():
                 continue
-            try:
-                entry = json.loads(line)
-                latent = path.parent / entry.get("latent", entry.get("path"))
-            except (json.JSONDecodeError, AttributeError, TypeError):
+            entry = parse_json(line, f"{path}:{number}", DataError)
+            name = entry.get("latent", entry.get("path")) if isinstance(entry, dict) else None
+            if not isinstance(name, str):
                 raise DataError(
                     f'{path}:{number}: want a JSON object {{"latent": PATH, "text": PATH}}'
-                ) from None
+                )
+            latent = path.parent / name
             if not latent.is_file():
                 raise DataError(f"{path}:{number}: latent file {latent} not found")
             text = entry.get("text")
             frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
             logvar = entry.get("logvar")
+            for key, value in (("text", text), ("logvar", logvar)):
+                if value is not None and not isinstance(value, str):
+                    raise DataError(f"{path}:{number}: {key} {value!r:.80}; want a file path")
             if logvar is not None and not (path.parent / str(logvar)).is_file():
                 raise DataError(f"{path}:{number}: logvar file {path.parent / logvar} not found")
             if frames is not None and (not isinstance(frames, int) or frames < 1):

@@ -31,7 +31,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -49,6 +48,7 @@ from datacentric.data.frame_sampling import (
 )
 from datacentric.data.text_file import read_text_file
 from datacentric.data.video_geometry import causal_latent_frames
+from datacentric.regular_files import parse_json
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -153,10 +153,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
         line = line.removesuffix("\r")
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DataError(f"{path}:{number}: not JSON ({err})") from None
+        row = parse_json(line, f"{path}:{number}", DataError)
         if not isinstance(row, dict):
             raise DataError(f"{path}:{number}: want an object with path and caption")
         rows.append((f"{path}:{number}", row))

@@ -15,7 +15,6 @@ every rank.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from datacentric.models.diffusers_families import (
 )
 from datacentric.models.diffusers_generic import DiffusersVideoTransformer, check_supported
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
+from datacentric.regular_files import read_json_file
 
 try:
     import diffusers
@@ -79,6 +79,30 @@ def _model_class(name: str, where: str) -> type:
     return cls
 
 
+def read_model_config(
+    config_file: Path, name_or_path: str, overrides: dict[str, Any]
+) -> tuple[type, dict[str, Any]]:
+    """The class and the config of a model folder's ``config.json``, checked for the
+    generic path with ``overrides`` (nothing is built): one line naming the file else."""
+    where = f"diffusers:{name_or_path}"
+    config = read_json_file(config_file, error=UnsupportedVideoModel)
+    name = config.get("_class_name")
+    if not isinstance(name, str):
+        raise UnsupportedVideoModel(
+            f"{where}: {config_file}: _class_name is {str(name)[:80]!r}, not a class name"
+        )
+    cls = _model_class(name, where)
+    try:
+        check_supported(cls, {**config, **overrides})
+    except UnsupportedVideoModel as err:
+        raise UnsupportedVideoModel(f"{config_file}: {err}") from None
+    except (TypeError, ValueError, AttributeError, LookupError) as err:
+        raise UnsupportedVideoModel(
+            f"{config_file}: a value of another kind than {name} takes ({err})"
+        ) from None
+    return cls, config
+
+
 def build_diffusers_model(
     name_or_path: str,
     *,
@@ -109,9 +133,7 @@ def build_diffusers_model(
                 f"diffusers:{name_or_path}: neither a tiny name ({', '.join(tiny_names())}) "
                 "nor a folder with config.json"
             )
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-        cls = _model_class(str(config.get("_class_name")), f"diffusers:{name_or_path}")
-        check_supported(cls, {**config, **config_overrides})
+        cls, config = read_model_config(config_file, name_or_path, config_overrides)
         weights = [p for p in folder.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)]
         if weights:
             transformer = cls.from_pretrained(

@@ -22,7 +22,6 @@ does what the pipeline does before denoising, and nothing else:
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,8 @@ from datacentric.models.diffusers_families import (
     PipelineFamily,
     family_of_pipeline,
 )
+from datacentric.models.source import pickled_only
+from datacentric.regular_files import read_json_file
 
 ALLOWED_LIBRARIES = ("diffusers", "transformers")
 
@@ -74,21 +75,34 @@ def read_model_index(folder: str | Path, where: str = "--pipeline") -> dict[str,
             "save_pretrained writes it)"
         )
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PipelineError(f"{where} {path}: not a JSON file ({err})") from None
-    name = index.get("_class_name") if isinstance(index, dict) else None
-    if name not in pipeline_names():
+        index = read_json_file(path, error=PipelineError)
+    except (PipelineError, OSError) as err:
+        raise PipelineError(f"{where} {err}") from None
+    name = index.get("_class_name")
+    if not isinstance(name, str) or name not in pipeline_names():
         raise PipelineError(
-            f"{where} {path}: pipeline {name!r}; it takes {', '.join(pipeline_names())} folders"
+            f"{where} {path}: _class_name is {str(name)[:80]!r}, not a pipeline class; it "
+            f"takes {', '.join(pipeline_names())} folders"
         )
     for key, value in index.items():
         if key.startswith("_") or not isinstance(value, list) or not value or value[0] is None:
             continue
+        if len(value) != 2 or not all(isinstance(part, str) for part in value):
+            raise PipelineError(
+                f"{where} {path}: component {key} is {str(value)[:80]}, not [library, class] "
+                "as save_pretrained writes it"
+            )
         if value[0] not in ALLOWED_LIBRARIES:
             raise PipelineError(
                 f"{where} {path}: component {key} is {value[0]}.{value[1]}: only diffusers "
                 "and transformers classes load (other code in the folder never runs)"
+            )
+        pickled = pickled_only(path.parent / key)
+        if pickled:
+            raise PipelineError(
+                f"{where} {path.parent / key}: the {key} has only pickled weights "
+                f"({pickled[0].name}), which can run code when read; save it as safetensors "
+                "(save_pretrained(..., safe_serialization=True))"
             )
     return index
 
@@ -128,9 +142,18 @@ def pipeline_geometry(folder: str | Path) -> tuple[int, int]:
     family = pipeline_encoding(index["_class_name"])
     path = Path(folder).expanduser() / "vae" / "config.json"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as err:
+        config = read_json_file(path, error=PipelineError)
+    except OSError as err:
         raise PipelineError(f"{path}: the VAE's config is unreadable ({err})") from None
+    try:
+        return _vae_geometry(config, family)
+    except (TypeError, ValueError, OverflowError) as err:
+        raise PipelineError(
+            f"{path}: the VAE's config holds no usable compression ratios ({err})"
+        ) from None
+
+
+def _vae_geometry(config: dict[str, Any], family: PipelineFamily) -> tuple[int, int]:
     if family.images:
         return 1, 2 ** (len(config.get("block_out_channels", [0] * 4)) - 1) * 2
     if "temporal_compression_ratio" in config or "spatial_compression_ratio" in config:

@@ -33,7 +33,6 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
-import json
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -47,6 +46,7 @@ from torch import nn
 from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.model_args import ModelSourceError, parse_model_args
 from datacentric.models.presets import MODEL_PRESETS, build_model, model_config
+from datacentric.regular_files import check_regular, read_json_file
 
 HF_PREFIX = "hf:"
 DIFFUSERS_PREFIX = "diffusers:"
@@ -89,6 +89,18 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.safetensors") if p.name not in ADAPTER_FILES)
 
 
+#: Endings of weight files that are pickles (reading one can run code).
+PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def pickled_only(folder: Path) -> list[Path]:
+    """The pickled weight files of a model folder that has no safetensors weights
+    (empty when it has safetensors weights, or no pickled ones)."""
+    if not folder.is_dir() or weight_files(folder):
+        return []
+    return sorted(p for p in folder.iterdir() if p.suffix in PICKLE_WEIGHTS and p.is_file())
+
+
 def _refuse_adapter(name: str, folder: Path) -> None:
     """A model folder that also holds a PEFT adapter is refused: transformers would load
     the adapter and attach it, so the run would train base + adapter without a word."""
@@ -121,9 +133,11 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
                         "save_pretrained)"
                     )
                 _refuse_adapter(name, folder)
-                if not weight_files(folder) and any(folder.glob("*.bin")):
+                pickled = pickled_only(folder)
+                if pickled:
                     raise ModelSourceError(
-                        f"model {name!r}: {folder} holds only pickled *.bin weights, which can "
+                        f"model {name!r}: {folder} holds only pickled *{pickled[0].suffix} "
+                        "weights, which can "
                         "run code when read; save them as safetensors "
                         "(save_pretrained(..., safe_serialization=True))"
                     )
@@ -309,6 +323,7 @@ def _check_weight_files(source: ModelSource) -> None:
     from safetensors import safe_open
 
     for file in weight_files(source.folder):
+        check_regular(file)  # safetensors' own open would block on a FIFO
         try:
             with safe_open(str(file), framework="pt"):
                 pass
@@ -329,12 +344,12 @@ def _folder_config(source: ModelSource) -> Any:
 
     file = source.folder / "config.json"
     try:
-        values = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ModelSourceError(f"model {source.name!r}: {file} is not JSON ({err})") from None
-    model_type = values.get("model_type") if isinstance(values, dict) else None
-    if model_type not in CONFIG_MAPPING:
-        code = values.get("auto_map") if isinstance(values, dict) else None
+        values = read_json_file(file, error=ModelSourceError)
+    except ModelSourceError as err:
+        raise ModelSourceError(f"model {source.name!r}: {err}") from None
+    model_type = values.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        code = values.get("auto_map")
         raise ModelSourceError(
             f"model {source.name!r}: {file} has model_type {model_type!r}, which transformers "
             f"{transformers.__version__} does not know"
@@ -345,7 +360,15 @@ def _folder_config(source: ModelSource) -> Any:
             )
             + "; save the model as a type transformers ships"
         )
-    return AutoConfig.from_pretrained(source.folder, local_files_only=True, trust_remote_code=False)
+    try:
+        return AutoConfig.from_pretrained(
+            source.folder, local_files_only=True, trust_remote_code=False
+        )
+    except Exception as err:  # noqa: BLE001 - transformers' checks raise several types
+        why = (str(err).strip().splitlines() or [type(err).__name__])[-1].strip()[:200]
+        raise ModelSourceError(
+            f"model {source.name!r}: {file}: not a usable config ({why})"
+        ) from None
 
 
 def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:

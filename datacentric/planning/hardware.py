@@ -15,7 +15,6 @@ points and stored in ``cpu_local.json`` next to this file (regenerate with
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
@@ -26,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from datacentric.planning.lsq import nonnegative_least_squares
+from datacentric.regular_files import read_json_file
 
 GB = 10**9
 GIB = 2**30
@@ -219,11 +219,10 @@ def load_hardware_file(path: str | Path) -> Hardware:
     """The hardware stored at ``path`` (a ``{"hardware": {...}}`` file, as
     ``datacentric calibrate --out`` and ``python -m datacentric.profiling.cpu_calibration``
     write)."""
+    data = read_json_file(path)  # one line naming the file: not JSON, a FIFO, ...
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
         return Hardware.from_json(data["hardware"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ValueError(f"{path}: not a hardware file ({err})") from err
 
 

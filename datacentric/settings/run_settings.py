@@ -315,13 +315,30 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
     file's (or default) value. Raises :class:`ConfigError` naming the key.
     """
     owners = section_of()
-    values: dict[str, Any] = {} if path is None else _read_file(path)
+    from_file: dict[str, Any] = {} if path is None else _read_file(path)
+    values = dict(from_file)
     for key, value in overrides.items():
         if key not in owners:
             raise ConfigError(f"unknown configuration key {key!r}{suggest(key, list(owners))}")
         if value is not None:
             values[key] = value
-    return build_config(values)
+            from_file.pop(key, None)
+    return _build_naming_file(values, from_file, path)
+
+
+def _build_naming_file(
+    values: dict[str, Any], from_file: dict[str, Any], path: str | Path | None
+) -> TrainConfig:
+    """:func:`build_config`; a refusal of a value the TOML file at ``path`` set (in
+    ``from_file``) names the file."""
+    try:
+        return build_config(values)
+    except ConfigError as err:
+        index = flat_index()
+        named = {".".join(index[k]) for k in from_file if k in index}
+        if path is not None and str(err).split(":")[0] in named:
+            raise ConfigError(f"--config {path}: {err}") from None
+        raise
 
 
 def _read_file(path: str | Path) -> dict[str, Any]:
@@ -348,7 +365,7 @@ def file_settings(path: str | Path) -> dict[str, Any]:
     is checked as :func:`load_config` does. Commands other than ``train`` take the keys
     they have flags for from it."""
     values = _read_file(path)
-    config = build_config(values)
+    config = _build_naming_file(values, values, path)
     index = flat_index()
     return {key: getattr(getattr(config, index[key][0]), index[key][1]) for key in values}
 

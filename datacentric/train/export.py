@@ -51,7 +51,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.progress import Progress
-from datacentric.regular_files import file_sha256, read_regular_bytes, read_regular_text
+from datacentric.regular_files import file_sha256, read_json_file, read_regular_bytes
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
 from datacentric.train.checkpoint import (
@@ -97,13 +97,7 @@ def run_settings(run_dir: Path) -> dict[str, dict[str, Any]]:
     path = run_dir / "config.json"
     if not path.is_file():
         raise ExportError(f"{run_dir}: no config.json (is it the --out folder of a train run?)")
-    try:
-        settings = json.loads(read_regular_text(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ExportError(f"{path} is corrupt: {err}") from None
-    if not isinstance(settings, dict):
-        raise ExportError(f"{path} is corrupt: not a JSON object")
-    return _sections(settings, path)
+    return _sections(read_json_file(path, error=ExportError), path)
 
 
 def _sections(record: dict[str, Any], where: Path) -> dict[str, dict[str, Any]]:
@@ -318,15 +312,16 @@ def _export_record_files(out: Path) -> dict[str, str] | None:
     if path.is_symlink() or not path.is_file():
         return None
     try:
-        record = json.loads(read_regular_text(path))
+        record = read_json_file(path)
         files, hashes = record["files"], record["sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError):
         return None
-    if not isinstance(files, list) or not isinstance(hashes, dict) or set(files) != set(hashes):
+    if not isinstance(files, list) or not isinstance(hashes, dict):
+        return None
+    if not all(isinstance(f, str) for f in files) or set(files) != set(hashes):
         return None
     plain = all(
-        isinstance(f, str)
-        and not f.startswith("/")
+        not f.startswith("/")
         and "\\" not in f
         and all(part not in ("", ".", "..") for part in f.split("/"))
         for f in files

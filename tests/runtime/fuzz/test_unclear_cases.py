@@ -107,3 +107,37 @@ def test_export_of_a_config_with_an_unknown_section_names_it(run_copy, capsys):
     assert status == 2 and len(err) == 1, err
     assert f"{out / 'config.json'}: unknown section 'trainning' (sections: job," in err[0], err
     assert not (out.parent / "exported").exists()
+
+
+def _pipeline(folder: Path, class_name: object = "WanPipeline") -> Path:
+    """A pipeline folder's model_index.json (the components' folders left to the test)."""
+    folder.mkdir()
+    index = {"_class_name": class_name, "_diffusers_version": "0.35.0"}
+    index |= {"text_encoder": ["transformers", "UMT5EncoderModel"]}
+    index |= {"vae": ["diffusers", "AutoencoderKLWan"]}
+    (folder / "model_index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_a_model_index_whose_class_name_is_a_list_names_file_and_key(tmp_path):
+    from datacentric.models.diffusers_encode import PipelineError, read_model_index
+
+    folder = _pipeline(tmp_path / "pipe", ["WanPipeline"])
+    with pytest.raises(PipelineError, match="model_index.json: _class_name is \"\\['WanPip"):
+        read_model_index(folder)
+
+
+def test_a_pipeline_whose_text_encoder_is_pickle_only_is_refused_before_loading(tmp_path):
+    from datacentric.models.diffusers_encode import PipelineError, read_model_index
+
+    folder = _pipeline(tmp_path / "pipe")
+    (folder / "text_encoder").mkdir()
+    (folder / "text_encoder" / "config.json").write_text("{}")
+    (folder / "text_encoder" / "pytorch_model.bin").write_bytes(b"a pickle")
+    with pytest.raises(PipelineError) as refused:
+        read_model_index(folder)
+    line = str(refused.value)
+    assert f"{folder / 'text_encoder'}: the text_encoder has only pickled weights" in line
+    assert "pytorch_model.bin" in line and "weights_only" not in line, line
+    (folder / "text_encoder" / "model.safetensors").write_bytes(b"")  # safetensors: read
+    assert read_model_index(folder)["_class_name"] == "WanPipeline"

@@ -8,37 +8,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from run_config import SMALL_TRAIN_FLAGS, small_config
 from test_reliability_cases import errors_only, run_cli
+from time_limit import within
 
 from datacentric.regular_files import NotRegularFileError, open_regular
 from datacentric.train.checkpoint import list_checkpoints
 from datacentric.train.trainer import train_rank
 
 LIMIT_S = 60
-
-
-class Blocked(Exception):
-    """The command did not return within the limit."""
-
-
-@contextmanager
-def within(seconds: float):
-    def expired(*_):
-        raise Blocked(f"still running after {seconds} s: blocked on a special file?")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="module")
