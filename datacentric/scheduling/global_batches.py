@@ -127,7 +127,7 @@ def size_global_batch(
 ) -> GlobalBatchSize:
     """The global batch of a run on samples of ``tokens`` tokens each: when ``options``
     give none, a small dataset's is sized from its samples (:func:`data_sized_tokens`),
-    and never below the smallest that lets every step cover ``world_size`` ranks with
+    and never below the bound that lets every step cover ``world_size`` ranks with
     groups of at most ``largest_sp`` ranks (the model's largest SP size;
     :func:`covering_tokens`); the run records it in its settings (``config.toml``,
     checkpoints), so a resume trains the same batches. A pure function of the options,
