@@ -116,6 +116,15 @@ def test_the_dropped_share_is_the_probability(tmp_path):
     assert float(plain.pack([3], epoch=2).sample_cond[0]) == pytest.approx(u, abs=0)
 
 
+def test_the_settings_are_refused_off_latents():
+    from datacentric.data.sources import open_dataset
+
+    for spec in ("opensora-short", "stdlib"):
+        with pytest.raises(DataError, match="apply to latents:DIR datasets only"):
+            open_dataset(spec, draws=DRAWS)
+    assert len(open_dataset("opensora-short", draws=DiffusionDraws())) > 0  # the defaults
+
+
 def test_a_folder_without_the_empty_prompt_is_refused(tmp_path, capsys):
     folder = _latents(tmp_path / "latents", empty=False)
     with pytest.raises(DataError, match="rerun datacentric prepare with the same settings"):
