@@ -31,7 +31,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
     from datacentric.train.build import check_model
     from datacentric.train.data_centric import ulysses_sp_sizes
-    from datacentric.train.validation import build_run_data
+    from datacentric.train.validation import build_run_data, training_set_note
 
     given = config.data.tokenizer
     try:
@@ -63,7 +63,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             command,
             f"note: text read with the model's own tokenizer, {chosen} (--tokenizer sets another)",
         )
-    for note in (skipped_note(dataset), batch.note):
+    same_set = training_set_note(config.data, config.validation)
+    for note in (skipped_note(dataset), batch.note, same_set):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datacentric.data.base import Dataset, epoch_pack, sample_generator
+from datacentric.data.base import DataError, Dataset, epoch_pack, sample_generator
 from datacentric.data.diffusion_draws import DiffusionDraws
+from datacentric.data.documents import resolve_files
 from datacentric.data.holdout import SampleSubset, held_out_records, split_ids
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.data.sources import open_dataset
@@ -81,6 +83,41 @@ def build_run_data(
         return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
     settings = dataclasses.replace(data, dataset_limit=validation.limit)
     return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
+
+
+def training_set_note(data: DataConfig, validation: ValidationConfig) -> str | None:
+    """A note when the ``[validation]`` dataset is the training set itself (the same
+    object, source or files): its loss then measures fit, not generalisation. The run
+    goes on; ``None`` for a split or another dataset."""
+    held, trained = validation.dataset, data.dataset
+    if held is None or split_fraction(held) is not None:
+        return None
+    if isinstance(held, str) and isinstance(trained, str):
+        same = _same_source(held, trained)
+    else:
+        same = held is trained
+    if not same:
+        return None
+    return (
+        f"validation.dataset {held if isinstance(held, str) else 'object'} is the training "
+        "set itself: its loss measures fit, not generalisation (hold samples out with "
+        "--validation.dataset split=0.1, or name another dataset)"
+    )
+
+
+def _same_source(a: str, b: str) -> bool:
+    """Two dataset sources read the same data: the same string, or the same kind and
+    files (paths resolved, links followed)."""
+    if a == b:
+        return True
+    (kind_a, _, rest_a), (kind_b, _, rest_b) = a.partition(":"), b.partition(":")
+    if kind_a != kind_b or not rest_a or not rest_b:
+        return False
+    try:
+        files_a, files_b = resolve_files(kind_a, rest_a), resolve_files(kind_b, rest_b)
+    except DataError:
+        files_a, files_b = [rest_a], [rest_b]
+    return {os.path.realpath(f) for f in files_a} == {os.path.realpath(f) for f in files_b}
 
 
 def write_held_out(out: Path, training: Dataset, held_out: Dataset | None) -> None:

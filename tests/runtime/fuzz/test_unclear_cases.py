@@ -141,3 +141,33 @@ def test_a_pipeline_whose_text_encoder_is_pickle_only_is_refused_before_loading(
     assert "pytorch_model.bin" in line and "weights_only" not in line, line
     (folder / "text_encoder" / "model.safetensors").write_bytes(b"")  # safetensors: read
     assert read_model_index(folder)["_class_name"] == "WanPipeline"
+
+
+def test_validation_on_the_training_set_itself_is_noted(tmp_path):
+    from datacentric.settings.sections import DataConfig, ValidationConfig
+    from datacentric.train.validation import training_set_note
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"text": "a"}\n')
+    (tmp_path / "link.jsonl").symlink_to(docs)
+    (tmp_path / "other.jsonl").write_text('{"text": "b"}\n')
+    data = DataConfig(dataset=f"jsonl:{docs}")
+
+    def note(held: object) -> str | None:
+        return training_set_note(data, ValidationConfig(dataset=held))
+
+    for same in (f"jsonl:{docs}", f"jsonl:{tmp_path}/./docs.jsonl", f"jsonl:{tmp_path}/link.jsonl"):
+        assert "is the training set itself" in note(same), same
+    for other in (None, "split=0.1", f"jsonl:{tmp_path / 'other.jsonl'}", f"parquet:{docs}"):
+        assert note(other) is None, other
+    dataset = object()
+    assert training_set_note(DataConfig(dataset=dataset), ValidationConfig(dataset=dataset))
+
+
+def test_train_with_the_training_set_as_validation_set_trains_with_a_note(tmp_path, capsys):
+    argv = ["train", "--out", str(tmp_path / "run"), *SMALL_TRAIN_FLAGS, "--iterations", "1"]
+    argv += ["--validation.dataset", "stdlib", "--validation.every", "1", "--validation.limit", "2"]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 0, err
+    assert "note: validation.dataset stdlib is the training set itself" in err, err
