@@ -14,13 +14,13 @@ file (a FIFO is refused, never waited on), holds no prompt, a line over
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
 from datacentric.data.text_file import numbered_lines, read_text_file
+from datacentric.regular_files import parse_json
 
 #: The longest line a prompts file may hold (a prompt, or its JSON line): a prompt is
 #: tokenized and generated from on every rank, so a runaway line is refused up front.
@@ -74,10 +74,7 @@ def _prompt(line: str, index: int, where: str) -> Prompt:
     stripped = line.strip()
     if not stripped.startswith("{"):
         return Prompt(index, line)
-    try:
-        record = json.loads(stripped)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{where}: not valid JSON ({err.msg})") from None
+    record = parse_json(stripped, where, DataError)
     if not isinstance(record.get("prompt"), str):
         raise DataError(f'{where}: a JSON line needs a "prompt" string')
     unknown = sorted(set(record) - {"prompt", "max_new_tokens", "temperature", *RENDER_KEYS})

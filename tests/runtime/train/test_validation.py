@@ -251,7 +251,7 @@ def test_prompt_files_read_as_lines_or_json_lines(tmp_path):
         ('{"prompt": 3}', 'line 1: a JSON line needs a "prompt" string'),
         ('{"prompt": "x", "top_p": 1}', "line 1: unknown key(s) top_p"),
         ('{"prompt": "x", "max_new_tokens": 0}', "max_new_tokens must be an integer >= 1"),
-        ("{not json", "line 1: not valid JSON"),
+        ("{not json", "line 1: not JSON"),
         ("\n\n", "holds no prompt"),
     ):
         path.write_text(line)
