@@ -7,6 +7,7 @@ No command owns this module.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
@@ -29,7 +30,6 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.data.sources import skipped_note
     from datacentric.parallel.launch import launch_mode
     from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
-    from datacentric.train.build import check_model
     from datacentric.train.data_centric import ulysses_sp_sizes
     from datacentric.train.validation import build_run_data, training_set_note
 
@@ -39,13 +39,12 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         dataset, held_out = build_run_data(
             config.data, config.validation, config.job.seed, training=config.training
         )
-        module = check_model(
-            config.model,
-            dataset,
-            lora=config.lora,
-            parallelism=config.parallelism,
-            cost=config.cost,
-        )
+        module, shard, held = check_model_holding(config, dataset)
+        if shard is not None:  # the ranks hold it so (Prechecked.shard)
+            parallelism = dataclasses.replace(
+                config.parallelism, shard=shard, reshard_after_forward=False
+            )
+            config = dataclasses.replace(config, parallelism=parallelism)
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)
@@ -64,7 +63,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             f"note: text read with the model's own tokenizer, {chosen} (--tokenizer sets another)",
         )
     same_set = training_set_note(config.data, config.validation)
-    for note in (skipped_note(dataset), batch.note, same_set):
+    for note in (held, skipped_note(dataset), batch.note, same_set):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:
@@ -77,7 +76,28 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
                 "pip install 'datacentric[wandb]' or leave --wandb off",
             )
             return None
-    return Prechecked(batch, data=(dataset, held_out))
+    return Prechecked(batch, data=(dataset, held_out), shard=shard)
+
+
+def check_model_holding(config: TrainConfig, dataset) -> tuple[nn.Module, str | None, str | None]:
+    """The run's model checked (:func:`~datacentric.train.build.check_model`, on the meta
+    device), the ``shard`` its ranks hold it with instead of the settings' (``ddp`` for a
+    model whose forward calls a block more than once, which FSDP2 cannot hold; ``None``:
+    the settings'), and the note that says so."""
+    from datacentric.models.source import inner_pretrained
+    from datacentric.train.build import BlockReuseError, check_model
+
+    settings = dict(lora=config.lora, parallelism=config.parallelism, cost=config.cost)
+    try:
+        return check_model(config.model, dataset, **settings), None, None
+    except BlockReuseError as err:  # FSDP2 gathers a block once per call: DDP holds it
+        note = (
+            f"{type(inner_pretrained(err.module) or err.module).__name__} calls block "
+            f"{err.index} {err.count} "
+            "times in one forward, and FSDP2 gathers a block once per call: the model is "
+            "held with DDP (--shard ddp; --shard none holds it whole on each rank)"
+        )
+        return err.module, "ddp", note
 
 
 def check_validation(

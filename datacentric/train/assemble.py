@@ -80,6 +80,10 @@ class Prechecked:
 
     global_batch: GlobalBatchSize
     """The global-batch step's result (:func:`size_global_batch`)."""
+    shard: str | None = None
+    """How the check chose to hold the model instead of the settings' ``shard`` (``ddp``
+    for a model that calls a block more than once, which FSDP2 cannot hold); ``None``:
+    as the settings say."""
     data: tuple[Dataset, Dataset | None] | None = field(default=None, compare=False)
     """``(training set, held-out set or None)`` as opened in the checking process."""
 
@@ -165,6 +169,11 @@ def assemble_run(
     """Build everything one rank's run needs, in the order of the module doc, reusing
     what the check before the ranks start found (``prechecked``; None: no check ran)."""
     config = with_model_tokenizer(config)  # the run records the tokenizer it reads with
+    if prechecked is not None and prechecked.shard is not None:  # and the holding it runs
+        held = dataclasses.replace(
+            config.parallelism, shard=prechecked.shard, reshard_after_forward=False
+        )
+        config = dataclasses.replace(config, parallelism=held)
     seed = config.job.seed
     # data: the training set, without the [validation] section's held-out samples
     if prechecked is not None and prechecked.data is not None:

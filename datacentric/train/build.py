@@ -300,14 +300,23 @@ def check_model(
     world = launch_mode((parallelism or ParallelismConfig()).world).world_size
     reused = [(i, n) for i, n in enumerate(calls) if n != 1]
     if reused and held.effective(world).mode == "fsdp2":
-        index, count = reused[0]
-        raise ValueError(
+        raise BlockReuseError(name, *reused[0], module)
+    return module
+
+
+class BlockReuseError(ValueError):
+    """A model whose forward calls a block more than once, held with FSDP2 on several
+    ranks (which gathers a block once per call); the check before ranks start holds it
+    with DDP instead. ``module``: the model the check built, on the meta device."""
+
+    def __init__(self, name: str, index: int, count: int, module: nn.Module) -> None:
+        self.index, self.count, self.module = index, count, module
+        super().__init__(
             f"model {name!r}: its forward calls block {index} {count} times (a block "
             "reused, as a recurrent-depth model loops over its layers); FSDP2 (shard "
             "fsdp2, the default) gathers a block once per call, so its ranks would issue "
             "different collectives: pass --shard ddp"
         )
-    return module
 
 
 def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: Dataset) -> None:

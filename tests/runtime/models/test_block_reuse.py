@@ -1,7 +1,7 @@
 """A causal LM that calls a block twice in one forward (Dory, a recurrent-depth model
-looping over its middle layers): the pre-check counts each block's calls, refuses the
-default FSDP2 on several ranks before they start (naming ``--shard ddp``), and under
-DDP the model is exact against its own forward in one process."""
+looping over its middle layers): the pre-check counts each block's calls and, where
+FSDP2 would hold it on several ranks, holds it with DDP instead, with a note, before
+ranks start; under DDP the model is exact against its own forward in one process."""
 
 from __future__ import annotations
 
@@ -44,29 +44,47 @@ def dory(tmp_path) -> str:
     return f"hf:{folder}"
 
 
-def test_the_pre_check_counts_block_calls_and_refuses_fsdp2(dory, tmp_path, capsys):
+def test_the_pre_check_counts_block_calls_and_chooses_ddp(dory, tmp_path, capsys):
+    from datacentric.cli.flags import config_from_args
+    from datacentric.cli.main import build_parser
+    from datacentric.cli.precheck import check_dataset
     from datacentric.data.stdlib import StdlibCorpus
     from datacentric.models.hf import small_copy
     from datacentric.models.source import build_model_named
     from datacentric.settings.sections import ModelConfig, ParallelismConfig
-    from datacentric.train.build import check_model
+    from datacentric.train.build import BlockReuseError, check_model
     from datacentric.verify.model_contract import block_calls
 
     copy = small_copy(build_model_named(dory, device="meta"))
     data = StdlibCorpus(max_tokens=64, limit=4)
     assert block_calls(copy, data) == [1, 2, 2, 1]
-    capsys.readouterr()
-    out = tmp_path / "run"
-    argv = ["train", "--model", dory, *RUN, "--world", "2", "--out", str(out)]
-    status, _, err = cli_here(argv, capsys)
-    assert status == 2
-    (line,) = [line for line in err.splitlines() if "block" in line]
-    assert "its forward calls block 1 2 times" in line and line.endswith("pass --shard ddp")
-    assert not (out / "config.json").exists()  # no rank started
+    fsdp2 = ParallelismConfig(world=2, shard="fsdp2")
+    with pytest.raises(BlockReuseError, match="calls block 1 2 times.*pass --shard ddp"):
+        check_model(ModelConfig(model=dory), data, parallelism=fsdp2)
     # one rank holds the model whole, and DDP gathers nothing: both pass the check
     check_model(ModelConfig(model=dory), data, parallelism=ParallelismConfig(world=1))
-    ddp = ParallelismConfig(world=2, shard="ddp")
-    check_model(ModelConfig(model=dory), data, parallelism=ddp)
+    check_model(ModelConfig(model=dory), data, parallelism=ParallelismConfig(world=2, shard="ddp"))
+    # train's check before ranks start: the default FSDP2 becomes DDP, said in a note
+    argv = ["train", "--model", dory, *RUN, "--world", "2", "--out", str(tmp_path / "run")]
+    config = config_from_args(build_parser().parse_args(argv))
+    assert config.parallelism.shard == "fsdp2"
+    capsys.readouterr()
+    prechecked = check_dataset(config, "train")
+    err = capsys.readouterr().err
+    assert prechecked is not None and prechecked.shard == "ddp", err
+    assert "DoryForCausalLM calls block 1 2 times in one forward" in err
+    assert "held with DDP (--shard ddp" in err
+
+
+@pytest.mark.slow
+def test_the_default_settings_train_it_with_ddp(dory, tmp_path, capsys):
+    out = tmp_path / "run"
+    status, stdout, err = cli_here(
+        ["train", "--model", dory, *RUN, "--world", "2", "--json", "--out", str(out)], capsys
+    )
+    assert status == 0, err
+    assert json.loads(stdout.strip().splitlines()[-1])["iterations_done"] == 1
+    assert json.loads((out / "config.json").read_text())["parallelism"]["shard"] == "ddp"
 
 
 @pytest.mark.slow
