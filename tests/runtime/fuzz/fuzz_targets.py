@@ -446,8 +446,8 @@ def _folder_names(path: Path) -> list[str]:
 TARGETS = [
     Target("text jsonl", _text_jsonl, _read_text_jsonl, jsonl=True, examples=300),
     Target("chat jsonl", _chat_jsonl, _read_chat_jsonl, jsonl=True, examples=300),
-    Target("parquet", _parquet, _read_parquet, examples=120, text=False),
-    Target("plain text", _plain_text, _read_plain_text, examples=100),
+    Target("parquet", _parquet, _read_parquet, examples=200, text=False),
+    Target("plain text", _plain_text, _read_plain_text, examples=200),
     Target("media csv", _media_csv, _read_media, examples=300, expect=CAPTIONS),
     Target("media jsonl", _media_jsonl, _read_media, jsonl=True, expect=JSONL_CAPTIONS),
     Target("caption txt", _caption_txt, _read_captions, examples=200, expect=CAPTIONS),
@@ -455,7 +455,7 @@ TARGETS = [
     Target("bucket config", _bucket_config, _read_bucket_config, json=True, examples=300),
     Target("latent npy", _latent_npy, _read_latent, examples=200, text=False),
     Target("latent safetensors", _latent_safetensors, _read_latent, examples=200, text=False),
-    Target("latent pt", _latent_pt, _read_latent, examples=100, text=False),
+    Target("latent pt", _latent_pt, _read_latent, examples=200, text=False),
     Target("latent manifest", _latent_manifest, _read_latent_manifest, jsonl=True),
     Target("toml settings", _toml, _read_toml, examples=300),
     Target("config.json", _run_config, _read_run_config, json=True, examples=200),
@@ -484,7 +484,7 @@ TARGETS = [
     Target("model_index.json", _model_index, _read_model_index, json=True, names=_folder_names),
     Target("vae config.json", _vae_config, _read_vae_config, json=True, names=_folder_names),
     Target("hf config.json", _hf_config, _read_hf_config, json=True, names=_folder_names),
-    Target("hf weights", _hf_weights, _read_hf_weights, examples=100, text=False),
+    Target("hf weights", _hf_weights, _read_hf_weights, examples=200, text=False),
     Target(
         "checkpoint .metadata",
         _in_checkpoint(".metadata"),
@@ -492,8 +492,8 @@ TARGETS = [
         text=False,
         refit=_refit_manifest,
     ),
-    Target("hardware json", _hardware, _read_hardware, json=True, examples=100),
-    Target("lengths file", _lengths, _read_lengths, examples=100),
+    Target("hardware json", _hardware, _read_hardware, json=True, examples=200),
+    Target("lengths file", _lengths, _read_lengths, examples=200),
     Target(
         "diffusers config.json",
         _diffusers_config,
@@ -502,8 +502,8 @@ TARGETS = [
         names=_folder_names,
     ),
     Target(
-        "tokenizer.json", _tokenizer, _read_tokenizer, json=True, examples=40, names=_folder_names
+        "tokenizer.json", _tokenizer, _read_tokenizer, json=True, examples=200, names=_folder_names
     ),
-    Target("chat template", _chat_template, _read_tokenizer, examples=40, names=_folder_names),
+    Target("chat template", _chat_template, _read_tokenizer, examples=200, names=_folder_names),
 ]
 """The fuzz targets, by file kind."""
