@@ -122,6 +122,7 @@ def check_validation(
         if max(shape.tokens for shape in held_out.shapes()) > longest:
             # longer than every training sample: may not fit where training does
             check_held_out_fits(where, held_out, config, module, world)
+        check_held_out_batches(where, held_out, config, options, module)
     if validation.prompts is not None:
         check_prompts(config, module)
     every, training = validation.every, config.training
@@ -170,6 +171,35 @@ def check_render_pipeline(config: TrainConfig, module: nn.Module) -> None:
     samples = PipelineSamples.of(config.validation, config.job.seed, config.job.out)
     if samples is not None:
         samples.check(module)
+
+
+def check_held_out_batches(
+    where: str, held_out, config: TrainConfig, options: SchedulingConfig, module: nn.Module
+) -> None:
+    """Raise ``ValueError`` starting with ``where`` when the held-out set's one pass,
+    cut by the run's global batch (``options``, the sized one included; no remainder
+    dropped, as its schedule cuts it), has a batch the world's groups cannot share or
+    one below a held-out sample (:func:`~datacentric.scheduling.global_batches.
+    check_global_batch`)."""
+    from datacentric.parallel.launch import launch_mode
+    from datacentric.scheduling.global_batches import check_global_batch
+    from datacentric.train.data_centric import ulysses_sp_sizes
+
+    world = launch_mode(config.parallelism.world).world_size
+    try:
+        check_global_batch(
+            options.updated(drop_remainder=False),
+            held_out.shapes(),
+            world_size=world,
+            largest_sp=max(ulysses_sp_sizes(module, world), default=1),
+            seed=config.job.seed,
+            epochs=1,
+        )
+    except ValueError as err:
+        given = config.scheduling.global_batch_tokens or config.scheduling.global_batch_samples
+        sized = "" if given else " (sized from the training set)"
+        message = f"{where}: held-out samples, cut by the global batch{sized}: {err}"
+        raise ValueError(message) from None
 
 
 def check_held_out_fits(

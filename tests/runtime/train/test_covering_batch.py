@@ -58,3 +58,19 @@ def test_the_batch_the_library_sizes_trains_at_world_4(tmp_path, capsys):
     assert "global batch sized to 142 tokens" in err and "holds 2 samples" in err
     recorded = json.loads((out / "config.json").read_text())
     assert recorded["scheduling"]["global_batch_tokens"] == 142
+
+
+def test_a_held_out_sample_longer_than_the_sized_batch_is_refused(tmp_path, capsys):
+    """The held-out set's one pass is cut by the run's global batch: a held-out document
+    of 40 tokens, 20 training ones of 10 (sized: 25 tokens), failed inside the ranks."""
+    train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
+    train.write_text("".join(json.dumps({"text": "abcdefghij"}) + "\n" for _ in range(20)))
+    held.write_text(json.dumps({"text": "x" * 40}) + "\n")
+    argv = ["train", "--dataset", f"jsonl:{train}", "--validation.dataset", f"jsonl:{held}"]
+    argv += ["--cost-model", "analytic", "--iterations", "2", "--no-progress"]
+    status, _, err = cli_here([*argv, "--out", str(tmp_path / "run")], capsys)
+    assert status == 2
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"datacentric train: validation.dataset jsonl:{held}: held-out")
+    assert "(sized from the training set)" in line and "give at least 40" in line
+    assert not (tmp_path / "run" / "config.json").exists()
