@@ -73,7 +73,7 @@ def _pt_tensor(path: Path) -> torch.Tensor:
         value = value[_pick(names, path)]
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"holds a {type(value).__name__}, not a tensor")
-    return value
+    return value.detach()  # data: a saved tensor may carry requires_grad
 
 
 def read_shape(path: str | Path) -> tuple[int, ...]:

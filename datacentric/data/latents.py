@@ -114,7 +114,11 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
                     f'{path}:{number}: want a JSON object {{"latent": PATH, "text": PATH}}'
                 )
             latent = path.parent / name
-            if not latent.is_file():
+            try:
+                found_file = latent.is_file()
+            except (OSError, ValueError) as err:  # a name too long, a NUL byte
+                raise DataError(f"{path}:{number}: latent {name[:200]!r}: {err}") from None
+            if not found_file:
                 raise DataError(f"{path}:{number}: latent file {latent} not found")
             text = entry.get("text")
             frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
@@ -138,7 +142,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
                 )
             )
         if not found:
-            raise DataError(f"latents:{source}: manifest lists no latent")
+            raise DataError(f"latents:{source}: {path} lists no latent")
         return found
     if not path.is_dir():
         raise DataError(f"latents:{source}: no such folder or manifest")

@@ -94,7 +94,10 @@ def _pick(row: dict[str, Any], names: tuple[str, ...]) -> Any:
 
 
 def _inside(folder: Path, given: str, where: str) -> Path:
-    path = (folder / given).resolve()
+    try:
+        path = (folder / given).resolve()
+    except (ValueError, OSError) as err:  # a NUL byte, a name too long
+        raise DataError(f"{where}: path {given[:200]!r} is not a file name ({err})") from None
     if Path(given).is_absolute() or not path.is_relative_to(folder.resolve()):
         raise DataError(
             f"{where}: path {given!r} is outside the list's folder {folder}; paths in a "

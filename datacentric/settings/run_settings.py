@@ -357,6 +357,11 @@ def _read_file(path: str | Path) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"--config {path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"--config {path}: nested too deeply to read") from None
+    except ValueError as err:  # an integer of more than sys.get_int_max_str_digits()
+        first = str(err).split(";")[0]
+        raise ConfigError(f"--config {path}: holds a value that cannot be read ({first})") from None
     return _flatten(data, str(path))
 
 

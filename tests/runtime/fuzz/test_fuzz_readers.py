@@ -79,7 +79,39 @@ KEPT = [
     ("chat template", "BOM (rendered into every record)", lambda b: b"\xef\xbb\xbf" + b, True),
     ("config.json", "a huge number", _replace(b'"lr": 0.001', b'"lr": ' + b"9" * 5000), False),
     ("manifest.json", "deep nesting", lambda b: DEEP, False),
+    # found by a run of 1,500 mutants a kind
+    ("media jsonl", "a NUL in a path", _replace(b'"a.png"', b'"a\\u0000.png"'), False),
+    (
+        "latent manifest",
+        "a name too long",
+        _replace(b'"clip.npy"', b'"' + b"x" * 5000 + b'"'),
+        False,
+    ),
+    ("latent manifest", "no line left", lambda b: b"\n", False),
+    ("latent pt", "a tensor that requires grad", lambda b: _saved_requiring_grad(), False),
+    (
+        "toml settings",
+        "deep nesting",
+        lambda b: b + b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n",
+        False,
+    ),
+    (
+        "toml settings",
+        "a huge number",
+        _replace(b"iterations = 4", b"iterations = " + b"9" * 5000),
+        False,
+    ),
 ]
+
+
+def _saved_requiring_grad() -> bytes:
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"latent": torch.ones(1, 4, 2, 3, requires_grad=True)}, buffer)
+    return buffer.getvalue()
 
 
 @pytest.mark.parametrize(
