@@ -35,7 +35,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
 
     given = config.data.tokenizer
     try:
-        config = with_model_tokenizer(config)  # as the ranks read text (assemble_run)
+        data = with_model_tokenizer(config.model, config.data, config.validation)
+        if data is not config.data:  # as the ranks read text (assemble_run)
+            config = dataclasses.replace(config, data=data)
         dataset, held_out = build_run_data(
             config.data, config.validation, config.job.seed, training=config.training
         )
@@ -50,7 +52,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             check_samples_for_model_check(tokens)
         world = launch_mode(config.parallelism.world).world_size
         sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
-        batch = run_global_batch(config, dataset.shapes(), sp_sizes, world)
+        batch = run_global_batch(
+            config.scheduling, config.training, config.job.seed, dataset.shapes(), sp_sizes, world
+        )
         check_validation(config, batch.applied(config.scheduling), module, dataset, held_out)
         check_training_fits(config, module, dataset, world)
     except (DataError, OSError, ValueError) as err:

@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from datacentric.train.assemble import tokenizer_used
 
-    report = functools.partial(_report, tokenizer=tokenizer_used(config))
+    used = tokenizer_used(config.model, config.data, config.validation)
+    report = functools.partial(_report, tokenizer=used)
     options = dict(
         nproc=config.parallelism.world,
         collective_timeout_s=config.parallelism.collective_timeout_s,

@@ -59,7 +59,13 @@ from datacentric.scheduling.global_batches import (
     check_global_batch,
     size_global_batch,
 )
-from datacentric.settings import TrainConfig
+from datacentric.settings import SchedulingConfig, TrainConfig
+from datacentric.settings.sections import (
+    DataConfig,
+    ModelConfig,
+    TrainingConfig,
+    ValidationConfig,
+)
 from datacentric.shapes import SampleShape
 from datacentric.train.build import (
     build_run_model,
@@ -111,54 +117,61 @@ class Run:
     """The ``[validation]`` section's held-out samples (None: no validation)."""
 
 
-def reads_text(config: TrainConfig) -> bool:
+def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
     """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
     on or to validate on, or prompts to continue."""
-    specs = (config.data.dataset, config.validation.dataset)
+    specs = (data.dataset, validation.dataset)
     kinds = [s.partition(":")[0] for s in specs if isinstance(s, str) and ":" in s]
-    return any(k in TEXT_KINDS for k in kinds) or config.validation.prompts is not None
+    return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
 
 
-def with_model_tokenizer(config: TrainConfig) -> TrainConfig:
-    """``config`` with the tokenizer its text is read with in ``[data] tokenizer``: the
-    one given, else an ``hf:DIR`` model's own (its folder;
+def with_model_tokenizer(
+    model: ModelConfig, data: DataConfig, validation: ValidationConfig
+) -> DataConfig:
+    """The ``[data]`` section with the tokenizer the run's text is read with: the one
+    given, else an ``hf:DIR`` model's own (its folder;
     :func:`~datacentric.data.tokenizer_files.model_tokenizer`, which refuses a folder
     without one); unchanged when the run reads no text or uses bytes."""
-    if config.data.tokenizer is not None or not reads_text(config):
-        return config
-    chosen = model_tokenizer(config.model.model, None)
-    if chosen is None:
-        return config
-    return dataclasses.replace(config, data=dataclasses.replace(config.data, tokenizer=chosen))
+    if data.tokenizer is not None or not reads_text(data, validation):
+        return data
+    chosen = model_tokenizer(model.model, None)
+    return data if chosen is None else dataclasses.replace(data, tokenizer=chosen)
 
 
-def tokenizer_used(config: TrainConfig) -> str | None:
+def tokenizer_used(
+    model: ModelConfig, data: DataConfig, validation: ValidationConfig
+) -> str | None:
     """What the run's text is read with, as ``train --json`` reports it: the tokenizer's
     path, ``bytes``, or ``None`` when the run reads no text."""
-    if not reads_text(config):
+    if not reads_text(data, validation):
         return None
-    return with_model_tokenizer(config).data.tokenizer or BYTES
+    return with_model_tokenizer(model, data, validation).tokenizer or BYTES
 
 
 def run_global_batch(
-    config: TrainConfig, shapes: list[SampleShape], sp_sizes: list[int], world_size: int
+    scheduling: SchedulingConfig,
+    training: TrainingConfig,
+    seed: int,
+    shapes: list[SampleShape],
+    sp_sizes: list[int],
+    world_size: int,
 ) -> GlobalBatchSize:
     """The global-batch step: the batch :func:`size_global_batch` sizes when the
     ``[scheduling]`` section gives none, never below what covers ``world_size`` ranks with
     groups of the model's largest SP size (of ``sp_sizes``), then the batch the run
-    trains checked on its epochs (:func:`check_global_batch`): ``ValueError`` naming the
-    fix, before any rank starts when the check runs it."""
+    trains checked on its epochs (the ``[training]`` section's; :func:`check_global_batch`):
+    ``ValueError`` naming the fix, before any rank starts when the check runs it."""
     largest = max(sp_sizes, default=1)
     tokens = [shape.tokens for shape in shapes]
-    batch = size_global_batch(config.scheduling, tokens, world_size=world_size, largest_sp=largest)
+    batch = size_global_batch(scheduling, tokens, world_size=world_size, largest_sp=largest)
     check_global_batch(
-        batch.applied(config.scheduling),
+        batch.applied(scheduling),
         shapes,
         world_size=world_size,
         largest_sp=largest,
-        seed=config.job.seed,
-        epochs=config.training.epochs,
-        iterations=config.training.iterations,
+        seed=seed,
+        epochs=training.epochs,
+        iterations=training.iterations,
     )
     return batch
 
@@ -168,7 +181,9 @@ def assemble_run(
 ) -> Run:
     """Build everything one rank's run needs, in the order of the module doc, reusing
     what the check before the ranks start found (``prechecked``; None: no check ran)."""
-    config = with_model_tokenizer(config)  # the run records the tokenizer it reads with
+    data = with_model_tokenizer(config.model, config.data, config.validation)
+    if data is not config.data:  # the run records the tokenizer it reads with
+        config = dataclasses.replace(config, data=data)
     if prechecked is not None and prechecked.shard is not None:  # and the holding it runs
         held = dataclasses.replace(
             config.parallelism, shard=prechecked.shard, reshard_after_forward=False
@@ -204,7 +219,14 @@ def assemble_run(
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
-        batch = run_global_batch(config, dataset.shapes(), sp_sizes, groups.world_size)
+        batch = run_global_batch(
+            config.scheduling,
+            config.training,
+            seed,
+            dataset.shapes(),
+            sp_sizes,
+            groups.world_size,
+        )
     scheduling = batch.applied(config.scheduling)
     if scheduling is not config.scheduling:  # the run records the batch it trains
         config = dataclasses.replace(config, scheduling=scheduling)

@@ -18,6 +18,7 @@ would be a failure inside the ranks: the test counts them and wants none.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -166,7 +167,8 @@ def _ranks_decide(config, prechecked) -> None:  # noqa: ANN001
     from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes
 
-    config = with_model_tokenizer(config)
+    data = with_model_tokenizer(config.model, config.data, config.validation)
+    config = dataclasses.replace(config, data=data)
     dataset, _ = prechecked.data
     world = config.parallelism.world or 1
     module = build_model_named(
