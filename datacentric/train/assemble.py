@@ -219,14 +219,8 @@ def assemble_run(
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
-        batch = run_global_batch(
-            config.scheduling,
-            config.training,
-            seed,
-            dataset.shapes(),
-            sp_sizes,
-            groups.world_size,
-        )
+        sections = (config.scheduling, config.training, seed, dataset.shapes())
+        batch = run_global_batch(*sections, sp_sizes, groups.world_size)
     scheduling = batch.applied(config.scheduling)
     if scheduling is not config.scheduling:  # the run records the batch it trains
         config = dataclasses.replace(config, scheduling=scheduling)
