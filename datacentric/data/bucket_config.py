@@ -73,8 +73,8 @@ def closest_ratio(sizes: dict[str, tuple[int, int]], aspect: float) -> str:
 
 def _pixel_sizes(value: object, where: str) -> dict[str, tuple[int, int]]:
     """``{ratio name: [height, width]}``, each a positive whole number of pixels."""
-    if not isinstance(value, dict):
-        raise DataError(f"{where}: want {{ratio name: [height, width]}}")
+    if not isinstance(value, dict) or not value:
+        raise DataError(f"{where}: want {{ratio name: [height, width]}}, at least one")
     sizes = {}
     for name, size in value.items():
         if not (
