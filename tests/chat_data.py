@@ -38,11 +38,16 @@ def tiny_qwen2_config(vocab_size: int = 64):
 
 def save_tiny_qwen2(folder: Path, seed: int = 0) -> Path:
     """:func:`save_chat_tokenizer` and a :func:`tiny_qwen2_config` model of its vocabulary
-    (random weights from ``seed``) saved together in ``folder``."""
+    (random weights from ``seed``) saved together in ``folder``. The vocabulary is
+    counted with the model's config already there: a folder whose ``config.json`` says
+    Qwen2 loads its tokenizer as Qwen2's class, which adds ``<|endoftext|>`` (one id
+    more than the tokenizer alone), and the model covers every id the folder's
+    tokenizer gives."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     save_chat_tokenizer(folder)
+    tiny_qwen2_config().save_pretrained(folder)
     torch.manual_seed(seed)
     vocab = len(AutoTokenizer.from_pretrained(folder))
     AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab)).save_pretrained(folder)
