@@ -16,8 +16,10 @@ from datacentric.shapes import SampleShape, read_lengths_file
 
 def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     """Sample shapes of ``--dataset SPEC`` (any source of
-    :func:`~datacentric.data.sources.open_dataset`, shaped by the data flags) or of
-    ``--lengths FILE``, and how many samples the dataset skipped on request."""
+    :func:`~datacentric.data.sources.open_dataset`, shaped by the data flags; text read
+    with the tokenizer ``train`` reads it with:
+    :func:`~datacentric.data.sources.with_model_tokenizer`) or of ``--lengths FILE``, and
+    how many samples the dataset skipped on request."""
     if getattr(args, "lengths", None):
         return read_lengths_file(args.lengths), 0
     if args.dataset:
@@ -27,9 +29,11 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
         shapes = preset_shapes(args.dataset, settings.job.seed, settings.data.dataset_limit)
         if shapes is not None:  # open_dataset's shapes, without torch's import
             return shapes, 0
-        from datacentric.data.sources import open_dataset, skipped_samples
+        from datacentric.data.sources import open_dataset, skipped_samples, with_model_tokenizer
 
-        dataset = open_dataset(args.dataset, settings.data, seed=settings.job.seed)
+        # text read with the tokenizer train reads it with (an hf:DIR model's own)
+        data = with_model_tokenizer(settings.model, settings.data, settings.validation)
+        dataset = open_dataset(args.dataset, data, seed=settings.job.seed)
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 

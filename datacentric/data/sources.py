@@ -25,9 +25,10 @@ from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
+from datacentric.data.tokenizer_files import model_tokenizer
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import list_workloads, preset_shapes
-from datacentric.settings.sections import DataConfig
+from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
 
 
 class DataSettings:
@@ -183,3 +184,24 @@ def skipped_note(dataset: object) -> str:
     if other:
         parts.append(f"{other} by the dataset")
     return f"{total} sample{'s' if total != 1 else ''} skipped: {', '.join(parts)}"
+
+
+def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
+    """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
+    on or to validate on, or prompts to continue."""
+    specs = (data.dataset, validation.dataset)
+    kinds = [s.partition(":")[0] for s in specs if isinstance(s, str) and ":" in s]
+    return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
+
+
+def with_model_tokenizer(
+    model: ModelConfig, data: DataConfig, validation: ValidationConfig
+) -> DataConfig:
+    """The ``[data]`` section with the tokenizer text is read with, by ``train`` and by
+    the planning commands alike: the one given, else an ``hf:DIR`` model's own (its
+    folder; :func:`~datacentric.data.tokenizer_files.model_tokenizer`, which refuses a
+    folder without one); unchanged when the run reads no text or uses bytes."""
+    if data.tokenizer is not None or not reads_text(data, validation):
+        return data
+    chosen = model_tokenizer(model.model, None)
+    return data if chosen is None else dataclasses.replace(data, tokenizer=chosen)

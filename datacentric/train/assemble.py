@@ -7,7 +7,8 @@
 
 1. **settings**: the resolved :class:`~datacentric.settings.TrainConfig` (the command
    line, ``--config`` and defaults; resolved by the caller, before ranks start), with
-   the tokenizer text is read with (:func:`with_model_tokenizer`: unset, an ``hf:DIR``
+   the tokenizer text is read with
+   (:func:`~datacentric.data.sources.with_model_tokenizer`: unset, an ``hf:DIR``
    model's own), which the run records;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples (:func:`~datacentric.train.validation.build_run_data`);
@@ -51,8 +52,8 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
-from datacentric.data.tokenized import TEXT_KINDS
-from datacentric.data.tokenizer_files import BYTES, model_tokenizer
+from datacentric.data.sources import reads_text, with_model_tokenizer
+from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.global_batches import (
     GlobalBatchSize,
@@ -115,27 +116,6 @@ class Run:
     """AdamW over the held model's parameters (``dc.model``)."""
     held_out: Dataset | None = None
     """The ``[validation]`` section's held-out samples (None: no validation)."""
-
-
-def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
-    """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
-    on or to validate on, or prompts to continue."""
-    specs = (data.dataset, validation.dataset)
-    kinds = [s.partition(":")[0] for s in specs if isinstance(s, str) and ":" in s]
-    return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
-
-
-def with_model_tokenizer(
-    model: ModelConfig, data: DataConfig, validation: ValidationConfig
-) -> DataConfig:
-    """The ``[data]`` section with the tokenizer the run's text is read with: the one
-    given, else an ``hf:DIR`` model's own (its folder;
-    :func:`~datacentric.data.tokenizer_files.model_tokenizer`, which refuses a folder
-    without one); unchanged when the run reads no text or uses bytes."""
-    if data.tokenizer is not None or not reads_text(data, validation):
-        return data
-    chosen = model_tokenizer(model.model, None)
-    return data if chosen is None else dataclasses.replace(data, tokenizer=chosen)
 
 
 def tokenizer_used(

@@ -8,7 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from chat_data import WORDS, save_chat_tokenizer, tiny_qwen2_config, write_records
+from chat_data import (
+    WORDS,
+    save_chat_tokenizer,
+    save_tiny_qwen2,
+    tiny_qwen2_config,
+    write_records,
+)
 from cli_here import cli_here, cli_json_here
 
 from datacentric.data.base import DataError
@@ -92,3 +98,40 @@ def test_bytes_are_chosen_only_by_name_or_for_our_own_models(tmp_path):
     named = open_dataset(f"jsonl:{data}", DataConfig(tokenizer="bytes"))
     assert named.vocab_size == 256
     assert [named.loss_tokens(i) for i in range(3)] == [len(t.encode()) - 1 for t in _texts(3)]
+
+
+def test_the_planning_commands_count_the_tokens_train_reads(tmp_path, capsys):
+    """``schedule`` of an ``hf:DIR`` model without ``--tokenizer`` counts each record's
+    tokens with the folder's own tokenizer, as ``train`` does (not its UTF-8 bytes); a
+    folder without a tokenizer is refused as ``train`` refuses it. The model of
+    :func:`save_tiny_qwen2` covers every id of its folder's tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    folder = save_tiny_qwen2(tmp_path / "qwen")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert AutoConfig.from_pretrained(folder).vocab_size >= len(tokenizer)
+    texts = _texts(12)
+    data = write_records(tmp_path / "docs.jsonl", [{"text": t} for t in texts])
+    argv = ["schedule", "--dataset", f"jsonl:{data}", "--hardware", "cpu-local"]
+    argv += ["--world", "1", "--memory-gb", "8", "--json"]
+    saved = tmp_path / "schedule.json"
+    capsys.readouterr()  # the save's progress bar
+    summary = cli_json_here([*argv, "--model", f"hf:{folder}", "--json-out", str(saved)], capsys)
+    assert summary["samples_total"] == len(texts)
+    schedule = json.loads(saved.read_text())
+    batches = [
+        batch
+        for step in schedule["iterations"]
+        for group in step["assignments"]
+        for batch in group["micro_batches"]
+    ]
+    assert sorted(i for b in batches for i in b["samples"]) == list(range(len(texts)))
+    counted = sum(len(ids) for ids in tokenizer(texts)["input_ids"])
+    assert sum(b["tokens"] for b in batches) == counted
+    assert counted != sum(len(t.encode()) for t in texts)  # not bytes
+    bare = tmp_path / "bare"
+    AutoConfig.from_pretrained(folder).save_pretrained(bare)
+    status, _, err = cli_here([*argv, "--model", f"hf:{bare}"], capsys)
+    assert status == 2
+    assert "the model folder holds no tokenizer; pass --tokenizer DIR" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
