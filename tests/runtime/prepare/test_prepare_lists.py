@@ -152,8 +152,10 @@ def test_a_full_disk_leaves_no_temporary_file_and_a_rerun_finishes(media, monkey
     job = media["job"]
     out = media["root"] / "full"
     interrupted = PrepareJob(pipeline=job.pipeline, media=job.media, out=str(out))
-    # room for the first clip's latent and part of its text: the text write fails
-    monkeypatch.setattr(prepare_run, "open", _FillingDisk(20_000), raising=False)
+    # room for the pipeline's empty prompt, the first clip's latent and part of its text:
+    # the text write fails
+    empty = (Path(job.out) / "empty_prompt.text.safetensors").stat().st_size
+    monkeypatch.setattr(prepare_run, "open", _FillingDisk(empty + 20_000), raising=False)
     with pytest.raises(DataError, match=r"latents/[ab]-\w+\.text\.safetensors: no space left"):
         prepare(interrupted)
     monkeypatch.undo()

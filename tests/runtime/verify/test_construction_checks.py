@@ -63,9 +63,10 @@ def test_sp_sizes_follow_the_heads() -> None:
     def planned_sizes(**kwargs) -> set[int]:  # noqa: ANN003
         return {sp for sp, _ in planned(**kwargs)}
 
-    # unrestricted, the plan would use SP 4 with Ulysses, and SP 8 (past the 4 heads) only
-    # with a ring (Ulysses over 4 inside a ring of 2)
-    assert planned() == {(1, 1), (2, 1), (4, 1), (8, 2)}
+    # unrestricted, the plan would use SP 4 with Ulysses, SP 2 with Ulysses or as a ring
+    # inside the node, and SP 8 (past the 4 heads) only with a ring (Ulysses over 4 inside a
+    # ring of 2)
+    assert planned() == {(1, 1), (2, 1), (2, 2), (4, 1), (8, 2)}
     assert planned_sizes(sp_sizes=ulysses_sp_sizes(six, 8)) == {1, 2}
 
 
