@@ -24,7 +24,7 @@ from datacentric.cli.flag_groups import (
     add_world_flag,
 )
 from datacentric.cli.flags import config_option, enable_config_file
-from datacentric.cli.plan_table import format_table, plan_json
+from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
 from datacentric.cli.planning_inputs import (
     add_cost_model_arguments,
     analytic_model,
@@ -41,6 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "plan",
         help="show the per-bucket plan of a profile or of an analytic preset",
         description=__doc__,
+        epilog=TABLE_KEY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     config_option(parser, "--profile", key="profile_dir")

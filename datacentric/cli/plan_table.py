@@ -7,9 +7,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from datacentric.planning.hardware import GIB
+from datacentric.planning.hardware import GIB, gib_text
 from datacentric.planning.plan import Plan
 from datacentric.shapes import Bucketing
+
+TABLE_KEY = """\
+Reading the table (one row per bucket: the option the plan prefers for it):
+  bucket         the bucket's name (text: t<=L, samples of up to L tokens)
+  shape          the bucket's largest shape, the one it is planned on (text: tokens)
+  samples        the dataset's samples in the bucket (blank for a saved plan)
+  sp, ring       the sequence-parallel group size, and its ring degree (sp / ring ranks
+                 split the heads, Ulysses; ring 1: Ulysses only); sp 1: no split
+  batch          samples per micro-batch
+  recomp         blocks that recompute their activations, of the model's blocks
+  time s         estimated pass time (forward and backward) of one such micro-batch
+  mem GiB        estimated peak memory per rank, under the memory cap below it
+  options        configurations that fit the cap (the scheduler may use any of them)
+  samples/GPU-s  samples per GPU-second: what the plan maximises
+--json prints the same rows with every field (memory in bytes: est_memory_bytes,
+memory_cap_bytes).
+"""
 
 
 def plan_json(
@@ -49,7 +66,9 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = Non
             f"{row['options']:>9}"
             f"{row['samples_per_gpu_second']:>15.4g}"
         )
-    lines.append(f"memory cap {plan.memory_cap_bytes} bytes, world {plan.world_size}")
+    lines.append(
+        f"memory cap {gib_text(plan.memory_cap_bytes)} GiB per rank, world {plan.world_size}"
+    )
     for name, count in plan.skipped.items():
         lines.append(f"skipped bucket {name}: {count} samples (fits no configuration)")
     return "\n".join(lines)
