@@ -43,12 +43,47 @@ from datacentric.cli.planning_inputs import (
     profiled_model,
 )
 
+KEY = """\
+Reading the output. The headline, per policy: one epoch's estimated time (the steps'
+makespans plus the exposed gradient sync) and its efficiency, the ideal bound over that
+time (1.0: no time lost; higher is better). The ideal bound is every sample at its
+fastest fitting configuration, its GPU-seconds summed and spread evenly over the world:
+on an analytic cost model it is proved never above what a valid schedule spends; a
+fitted profile's model keeps the former, priced bound. The table:
+  steps        optimizer steps (global batches) in the epoch
+  tokens/step  mean tokens per step
+  idle mean    mean share of GPU time idle inside a step (imbalance_mean); idle max: the
+               worst step's (imbalance_max)
+  step bound   efficiency against the per-step bound (efficiency_step_bound): per step,
+               its samples' ideal GPU-seconds over the world or its longest sample's
+               fastest run, whichever is larger; never below efficiency
+  sync s       gradient-sync seconds left exposed after the last backward, whole epoch
+  from peers   dcp-opt's steps taken from another policy's (static, megatron-dyncp,
+               dcp-pac) schedule of the same global batch because it was faster
+               (settings.steps_from_peers; -: not dcp-opt or the epoch is too large)
+--json prints every field; besides those above: est_epoch_time_s and
+ideal_epoch_time_s (the headline's times), efficiency_makespan_only (the same bound
+over the makespans plus every step's whole gradient reduction, none hidden),
+efficiency_old_bound and ideal_epoch_time_old_s (against the former, priced bound:
+reads higher), step_bound_epoch_time_s, tokens_per_step_max, samples_total /
+_scheduled / _dropped (not scheduled: --drop-remainder's last partial batch, and
+samples in buckets the plan skipped) / _skipped (left out by the dataset on request:
+empty documents, or longer than allowed when those are skipped), settings (what the
+policy chose; dcp-opt: steps_from_peers, peers_skipped (peers whose search could
+not beat its steps), peers_dropped (peers left out on an epoch too large for them)),
+plan_seconds (time taken to schedule), groups_per_iteration_mean,
+phases_per_iteration_max, sp_splits ([ulysses, ring, micro-batches] per split the
+schedule runs) and out (--json-out). With several policies: the shared fields, then
+policies keyed by name, each with the rest.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "schedule",
         help="build an epoch's schedule with a policy and report its efficiency",
         description=__doc__,
+        epilog=KEY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_dataset_flags(parser, exclusive=True)
@@ -201,13 +236,56 @@ def run(args: argparse.Namespace) -> int:
     except (ProfileError, UnfittableBucketError, ValueError, KeyError, OSError) as err:
         print(f"datacentric schedule: {err}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json_text(summary))
-        return 0
-    for name, row in summary.get("policies", {"": summary}).items():
-        if name:
-            print(f"{'policy':>26}: {name}")
-        for key, value in row.items():
-            shown = f"{value:.4g}" if isinstance(value, float) else value
-            print(f"{key:>26}: {shown}")
+    print(json_text(summary) if args.json else human_report(summary))
     return 0
+
+
+def human_report(summary: dict[str, Any]) -> str:
+    """What ``schedule`` prints without ``--json``: per policy a headline (the epoch's
+    estimated time and its efficiency against the ideal bound), a short table of the
+    figures that say why, and one line on the data; :data:`KEY` explains each."""
+    rows = summary.get("policies") or {summary["policy"]: summary}
+    lines = [headline(policy, row) for policy, row in rows.items()]
+    lines.append("")
+    lines.append(
+        f"{'policy':<16}{'steps':>7}{'tokens/step':>13}{'idle mean':>11}{'idle max':>10}"
+        f"{'step bound':>12}{'sync s':>9}{'from peers':>12}"
+    )
+    for policy, row in rows.items():
+        peers = row["settings"].get("steps_from_peers")
+        lines.append(
+            f"{policy:<16}{row['iterations']:>7}{row['tokens_per_step_mean']:>13,.0f}"
+            f"{row['imbalance_mean']:>11.1%}{row['imbalance_max']:>10.1%}"
+            f"{_ratio(row['efficiency_step_bound']):>12}{row['grad_sync_exposed_s']:>9.3g}"
+            f"{'-' if peers is None else sum(peers.values()):>12}"
+        )
+    lines.append(
+        f"{summary['samples_total']:,} samples on {summary['world']} ranks "
+        f"({summary['cost_model']})"
+    )
+    if summary["samples_skipped"]:
+        lines.append(f"left out by the dataset: {summary['samples_skipped']:,} samples")
+    if any(row["samples_dropped"] for row in rows.values()):
+        dropped = ", ".join(f"{p} {r['samples_dropped']:,}" for p, r in rows.items())
+        lines.append(f"samples not scheduled: {dropped}")
+    lines.append("each figure: datacentric schedule --help; every field: --json")
+    return "\n".join(lines)
+
+
+def headline(policy: str, row: dict[str, Any]) -> str:
+    """``dcp-opt: one epoch in 123.4 s (estimated), efficiency 0.975 of the ideal bound
+    (120.3 s)``."""
+    bound = row["ideal_epoch_time_s"]
+    return (
+        f"{policy}: one epoch in {_seconds(row['est_epoch_time_s'])} s (estimated), "
+        f"efficiency {_ratio(row['efficiency'])} of the ideal bound"
+        + (f" ({_seconds(bound)} s)" if bound else "")
+    )
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:,.1f}" if value >= 1 else f"{value:.3g}"
