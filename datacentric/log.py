@@ -1,6 +1,6 @@
 """The one logger of every message the package says (``datacentric``): notes, saves,
 step lines, warnings about a run. The trainer and the commands set its level and rank
-filter (``train/metric_sinks.setup_logging``); before that, :func:`get_logger` gives it a
+filter (``train/reporting/metric_sinks.setup_logging``); before that, :func:`get_logger` gives it a
 handler that writes the message alone to stderr. :func:`quiet_third_party` keeps the
 other libraries' progress bars and advice out of a command's output (``--verbose`` lets
 them through). No torch, nothing of ours."""

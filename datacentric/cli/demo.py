@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.sim.trace import write_trace
     from datacentric.train.comparison_stop import ComparisonStopped
     from datacentric.train.measured_comparison import compare_policies
-    from datacentric.train.metrics import read_metrics
+    from datacentric.train.reporting.metrics import read_metrics
 
     try:
         comparison = compare_policies(

@@ -1,7 +1,7 @@
 """``datacentric plot RUN_DIR``: (re)draw a training run's figures from its metrics.
 
 Writes ``RUN_DIR/plots/step_time.png`` (measured vs estimated step time per step),
-``idle_share.png`` and ``loss.png`` (:mod:`datacentric.train.run_plots`); ``train``
+``idle_share.png`` and ``loss.png`` (:mod:`datacentric.train.reporting.run_plots`); ``train``
 draws the same figures when a run ends (``[metrics] plots``). Needs matplotlib (the
 ``plot`` extra).
 """
@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.run_plots import plot_run
+    from datacentric.train.reporting.run_plots import plot_run
 
     if not Path(args.run_dir).is_dir():
         raise FileNotFoundError(f"{args.run_dir}: no such run folder")

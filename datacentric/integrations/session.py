@@ -50,7 +50,7 @@ from datacentric.parallel.launch import process_groups
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import build_sections
 from datacentric.settings.trainer_fields import METHODS, REFUSED
-from datacentric.train.metric_sinks import logger, setup_logging
+from datacentric.train.reporting.metric_sinks import logger, setup_logging
 from datacentric.train.trainer import Trainer
 
 INPUTS = "inputs"

@@ -129,7 +129,7 @@ def plot_loss_curves(
     runs: Mapping[str, Sequence[dict[str, Any]]], path: str, title: str = ""
 ) -> None:
     """Loss against tokens seen, one line per run (``runs``: name -> metrics.jsonl records,
-    e.g. from :func:`datacentric.train.metrics.read_metrics`)."""
+    e.g. from :func:`datacentric.train.reporting.metrics.read_metrics`)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -74,7 +74,7 @@ from datacentric.train.build import (
     sharding,
 )
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
-from datacentric.train.metrics import StepMetrics
+from datacentric.train.reporting.metrics import StepMetrics
 from datacentric.train.validation import build_run_data
 
 

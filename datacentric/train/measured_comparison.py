@@ -54,7 +54,7 @@ from datacentric.train.assemble import Prechecked
 from datacentric.train.build import build_dataset, run_cost_model
 from datacentric.train.comparison_stop import stopping_on_signals
 from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
 

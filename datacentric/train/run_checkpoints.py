@@ -25,7 +25,7 @@ from datacentric.train.checkpoint import (
     start_checkpoint,
     unfinished_saves,
 )
-from datacentric.train.metric_sinks import logger
+from datacentric.train.reporting.metric_sinks import logger
 
 
 @dataclass

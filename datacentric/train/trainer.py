@@ -48,11 +48,17 @@ from datacentric.train.checkpoint import (
 )
 from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
-from datacentric.train.heartbeat import Heartbeat, is_timeout
 from datacentric.train.hooks import StepHooks
-from datacentric.train.metric_sinks import MetricsLogger, logger, setup_logging, wandb_settings
-from datacentric.train.metrics import full_model_state, read_jsonl
 from datacentric.train.preemption import StopSignals, agree_max, signal_name
+from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
+from datacentric.train.reporting.metric_sinks import (
+    MetricsLogger,
+    logger,
+    setup_logging,
+    wandb_settings,
+)
+from datacentric.train.reporting.metrics import full_model_state, read_jsonl
+from datacentric.train.reporting.step_trace import StepTracer
 from datacentric.train.run_checkpoints import RunCheckpoints
 from datacentric.train.run_folder import (
     RunFolderLock,
@@ -61,7 +67,6 @@ from datacentric.train.run_folder import (
     save_schedule,
     timeline_json,
 )
-from datacentric.train.step_trace import StepTracer
 from datacentric.train.validation import (
     PromptSamples,
     ValidationRecord,
@@ -802,7 +807,7 @@ def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 def _draw_plots(out: Path) -> None:
     """The run's figures (``plots/``); a missing matplotlib is a note, not a failure."""
-    from datacentric.train.run_plots import plot_run
+    from datacentric.train.reporting.run_plots import plot_run
 
     try:
         paths = plot_run(out)

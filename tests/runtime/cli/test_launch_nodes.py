@@ -12,7 +12,7 @@ import pytest
 from run_config import SMALL_TRAIN_FLAGS
 
 from datacentric.parallel.launch import free_port
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -125,7 +125,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.safe_load:load_tensor_file": left_out(
         "checkpoint RNG files, read only after their SHA-256 matched the fuzzed manifest"
     ),
-    "datacentric.train.metrics:read_jsonl": left_out(
+    "datacentric.train.reporting.metrics:read_jsonl": left_out(
         "a run's own metrics.jsonl and samples.jsonl, which the run appends"
     ),
     "datacentric.train.measured_comparison:compare_policies": left_out(

@@ -21,7 +21,7 @@ from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.train.data_centric import DataCentric
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.schedule_ahead import ScheduleAhead
 from datacentric.train.trainer import train_rank
 

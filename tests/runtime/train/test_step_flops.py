@@ -13,7 +13,7 @@ import torch
 from datacentric.profiling.factory import named_spec
 from datacentric.shapes import SampleShape
 from datacentric.train.build import build_cost_model
-from datacentric.train.metrics import StepMetrics
+from datacentric.train.reporting.metrics import StepMetrics
 
 
 def metrics_for(spec, shapes) -> StepMetrics:

@@ -15,8 +15,8 @@ import torch
 from repo_paths import ROOT
 
 from datacentric.data.sources import skipped_note
-from datacentric.train.metric_sinks import MetricsLogger, setup_logging, step_line
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metric_sinks import MetricsLogger, setup_logging, step_line
+from datacentric.train.reporting.metrics import read_metrics
 
 LINE = re.compile(
     r"step +(\d+) +loss +([\d.]+) +grad_norm +([\d.]+) +tokens/s +([\d,]+) +mfu +([\d.]+)% "

@@ -15,7 +15,7 @@ from test_reliability_cases import errors_only, run_cli, snapshot
 from test_trust import resume, rewrite_manifest
 
 from datacentric.train import checkpoint as ckpt
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.run_folder import LOCK_FILE, RunFolderError, RunFolderLock
 from datacentric.train.safe_load import read_metadata_file
 from datacentric.train.trainer import train_rank

@@ -20,7 +20,7 @@ from datacentric.planning.sharding import ShardingSpec
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoint import latest_checkpoint, read_model_state
 from datacentric.train.data_centric import DataCentric
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
 from datacentric.train.validation import build_run_data
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 
 pytest.importorskip("transformers")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from datacentric.train.metric_sinks import logger
+from datacentric.train.reporting.metric_sinks import logger
 
 #: Allocation events the CUDA memory history keeps (the newest ones).
 MEMORY_HISTORY_ENTRIES = 100_000

@@ -1,7 +1,7 @@
 """Per-iteration metrics: what a step record holds beyond loss and speed.
 
 The sinks the records go to (``metrics.jsonl``, the log line, TensorBoard, W&B) are in
-:mod:`datacentric.train.metric_sinks` (``MetricsLogger`` is re-exported here).
+:mod:`datacentric.train.reporting.metric_sinks` (``MetricsLogger`` is re-exported here).
 
 :class:`StepMetrics` adds what users watch at scale to every record: ``grad_norm``
 (what ``clip_grad_norm_`` returns: the whole gradient's norm before clipping),
@@ -32,8 +32,8 @@ from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import unwrap
 from datacentric.regular_files import read_regular_text
-from datacentric.train.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
-from datacentric.train.metric_sinks import (
+from datacentric.train.reporting.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
+from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,  # noqa: F401
     logger,
 )

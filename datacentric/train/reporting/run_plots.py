@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from datacentric.train.metrics import read_metrics
+from datacentric.train.reporting.metrics import read_metrics
 
 #: The figures :func:`plot_run` writes under ``<run>/plots/``: file, y label, title,
 #: and the lines drawn (label -> the record's key).
