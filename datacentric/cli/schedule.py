@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from datacentric.cli.epoch_report import policy_report, ratio_text
 from datacentric.cli.flag_groups import (
     add_dataset_flags,
     add_global_batch_flags,
@@ -50,31 +51,34 @@ time (1.0: no time lost; higher is better). The ideal bound is every sample at i
 fastest fitting configuration, its GPU-seconds summed and spread evenly over the world:
 on an analytic cost model it is proved never above what a valid schedule spends; a
 fitted profile's model keeps the former, priced bound. The table:
-  steps        optimizer steps (global batches) in the epoch
-  tokens/step  mean tokens per step
+  steps        optimizer steps (global batches) in the epoch (iterations)
+  tokens/step  mean tokens per step (tokens_per_step_mean; tokens_per_step_max: most)
   idle mean    mean share of GPU time idle inside a step (imbalance_mean); idle max: the
                worst step's (imbalance_max)
   step bound   efficiency against the per-step bound (efficiency_step_bound): per step,
                its samples' ideal GPU-seconds over the world or its longest sample's
                fastest run, whichever is larger; never below efficiency
   sync s       gradient-sync seconds left exposed after the last backward, whole epoch
+               (grad_sync_exposed_s)
   from peers   dcp-opt's steps taken from another policy's (static, megatron-dyncp,
                dcp-pac) schedule of the same global batch because it was faster
                (settings.steps_from_peers; -: not dcp-opt or the epoch is too large)
---json prints every field; besides those above: est_epoch_time_s and
-ideal_epoch_time_s (the headline's times), efficiency_makespan_only (the same bound
-over the makespans plus every step's whole gradient reduction, none hidden),
-efficiency_old_bound and ideal_epoch_time_old_s (against the former, priced bound:
-reads higher), step_bound_epoch_time_s, tokens_per_step_max, samples_total /
-_scheduled / _dropped (not scheduled: --drop-remainder's last partial batch, and
-samples in buckets the plan skipped) / _skipped (left out by the dataset on request:
-empty documents, or longer than allowed when those are skipped), settings (what the
-policy chose; dcp-opt: steps_from_peers, peers_skipped (peers whose search could
-not beat its steps), peers_dropped (peers left out on an epoch too large for them)),
-plan_seconds (time taken to schedule), groups_per_iteration_mean,
-phases_per_iteration_max, sp_splits ([ulysses, ring, micro-batches] per split the
-schedule runs) and out (--json-out). With several policies: the shared fields, then
-policies keyed by name, each with the rest.
+--json prints every field; besides those above: policy, world, cost_model (where the
+costs came from), est_epoch_time_s and ideal_epoch_time_s (the headline's times),
+efficiency_makespan_only (the same bound over the makespans plus every step's whole
+gradient reduction, none hidden), efficiency_old_bound and ideal_epoch_time_old_s
+(against the former, priced bound: reads higher), step_bound_epoch_time_s,
+samples_total, samples_scheduled, samples_dropped (not scheduled: --drop-remainder's
+last partial batch, and samples in buckets the plan skipped), samples_skipped (left out
+by the dataset on request: empty documents, or longer than allowed when those are
+skipped), settings (what the policy chose; dcp-opt: steps_from_peers, peers_skipped
+(peers whose search could not beat its steps), peers_dropped (peers left out on an
+epoch too large for them)), plan_seconds (time taken to schedule),
+groups_per_iteration_mean, phases_per_iteration_max, sp_splits ([ulysses, ring,
+micro-batches] per split the schedule runs) and out (--json-out). With several
+policies: the shared fields (world, cost_model, samples_total, samples_skipped,
+tokens_per_step_mean, global_batch_tokens), then policies keyed by name, each with
+the rest.
 """
 
 
@@ -245,20 +249,11 @@ def human_report(summary: dict[str, Any]) -> str:
     estimated time and its efficiency against the ideal bound), a short table of the
     figures that say why, and one line on the data; :data:`KEY` explains each."""
     rows = summary.get("policies") or {summary["policy"]: summary}
-    lines = [headline(policy, row) for policy, row in rows.items()]
-    lines.append("")
-    lines.append(
+    header = (
         f"{'policy':<16}{'steps':>7}{'tokens/step':>13}{'idle mean':>11}{'idle max':>10}"
         f"{'step bound':>12}{'sync s':>9}{'from peers':>12}"
     )
-    for policy, row in rows.items():
-        peers = row["settings"].get("steps_from_peers")
-        lines.append(
-            f"{policy:<16}{row['iterations']:>7}{row['tokens_per_step_mean']:>13,.0f}"
-            f"{row['imbalance_mean']:>11.1%}{row['imbalance_max']:>10.1%}"
-            f"{_ratio(row['efficiency_step_bound']):>12}{row['grad_sync_exposed_s']:>9.3g}"
-            f"{'-' if peers is None else sum(peers.values()):>12}"
-        )
+    lines = policy_report(rows, "est_epoch_time_s", "estimated", header, _policy_row)
     lines.append(
         f"{summary['samples_total']:,} samples on {summary['world']} ranks "
         f"({summary['cost_model']})"
@@ -272,20 +267,11 @@ def human_report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def headline(policy: str, row: dict[str, Any]) -> str:
-    """``dcp-opt: one epoch in 123.4 s (estimated), efficiency 0.975 of the ideal bound
-    (120.3 s)``."""
-    bound = row["ideal_epoch_time_s"]
+def _policy_row(policy: str, row: dict[str, Any]) -> str:
+    peers = row["settings"].get("steps_from_peers")
     return (
-        f"{policy}: one epoch in {_seconds(row['est_epoch_time_s'])} s (estimated), "
-        f"efficiency {_ratio(row['efficiency'])} of the ideal bound"
-        + (f" ({_seconds(bound)} s)" if bound else "")
+        f"{policy:<16}{row['iterations']:>7}{row['tokens_per_step_mean']:>13,.0f}"
+        f"{row['imbalance_mean']:>11.1%}{row['imbalance_max']:>10.1%}"
+        f"{ratio_text(row['efficiency_step_bound']):>12}{row['grad_sync_exposed_s']:>9.3g}"
+        f"{'-' if peers is None else sum(peers.values()):>12}"
     )
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _seconds(value: float) -> str:
-    return f"{value:,.1f}" if value >= 1 else f"{value:.3g}"
