@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import (
@@ -24,10 +26,41 @@ from datacentric.cli.precheck import check_dataset
 from datacentric.cli.ranks import say
 from datacentric.settings import TrainConfig, load_config
 
+KEY = """\
+Reading the output. The headline, per policy: its timed steps' measured wall time (the
+median over its runs) and throughput, beside the simulator's time for the same steps;
+then the best DCP policy against the baseline (the first --policy): the ratio of median
+throughputs, its range over every pairing of runs, the largest spread between one
+policy's runs (noise) and the verdict (within noise when the range holds 1.0 or the
+ratio is inside the noise). No ideal bound is measured: `datacentric schedule` and
+`simulate` give a policy's efficiency against it. The table:
+  tok/s        median measured tokens per second (policies)
+  noise        largest relative spread of step times between its runs (noise_rel)
+  sim err      |simulated - measured| / measured of the runtime's part of the steps
+               (sim_rel_err)
+  idle         share of GPU time idle, measured / estimated by the schedule
+               (measured_idle_share / est_idle_share)
+  loss         the first and the final loss of its first run (first_loss, final_loss)
+--json prints every field (also saved as OUT/summary.json): baseline, best_policy,
+repeats, speedup, speedup_min, speedup_max, noise_rel, verdict, sim_predicted_speedup
+(the simulator's ratio for the same policies), sim_rel_err, runtime_noise_rel (the spread
+of the runtime's part alone), losses_equal (every run's loss curve the same),
+load_average, cpu_share, under_load, load, profiles, world, when static-reference
+ran speedup_vs_static_reference, speedup_vs_static_reference_min and
+speedup_vs_static_reference_max, and details per policy: tokens, steps,
+tokens_per_step_mean, tokens_per_s, tokens_per_s_runs, measured_s_runs,
+runtime_s_runs, noise_rel, runtime_noise_rel, predicted_s, sim_rel_err, first_loss,
+final_loss, measured_idle_share, est_idle_share and folders.
+"""
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "bench", help="measure static vs DCP policies side by side, with the simulator's view"
+        "bench",
+        help="measure static vs DCP policies side by side, with the simulator's view",
+        description=__doc__,
+        epilog=KEY,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_world_flag(parser, note="local gloo ranks")
     add_policy_flag(parser, several=True, note="; the first is the baseline")
@@ -97,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     (Path(args.out) / "summary.json").write_text(
         json.dumps(summary, indent=2) + "\n", encoding="utf-8"
     )
-    print(json.dumps(summary) if args.json else json.dumps(summary, indent=2))
+    print(json.dumps(summary) if args.json else human_summary(summary))
     print(
         f"datacentric bench: {summary['best_policy']} at "
         f"{describe_speedup(summary, summary['baseline'])}; "
@@ -105,3 +138,32 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def human_summary(summary: dict[str, Any]) -> str:
+    """What ``bench`` prints without ``--json``: per policy a headline (its measured time
+    and throughput beside the simulator's time), the speedup line, a short table and
+    whether the losses agree; :data:`KEY` explains each figure."""
+    details = summary["details"]
+    lines = [
+        f"{p}: {d['steps']} steps in {statistics.median(d['measured_s_runs']):,.2f} s measured "
+        f"(median of {len(d['measured_s_runs'])} runs), {d['tokens_per_s']:,.0f} tokens/s; "
+        f"simulated {d['predicted_s']:,.2f} s"
+        for p, d in details.items()
+    ]
+    lines.append(
+        f"{summary['best_policy']} at {describe_speedup(summary, summary['baseline'])}; "
+        f"simulated {summary['sim_predicted_speedup']:.2f}x"
+    )
+    lines.append("")
+    lines.append(f"{'policy':<18}{'tok/s':>10}{'noise':>8}{'sim err':>9}{'idle':>14}{'loss':>16}")
+    for p, d in details.items():
+        idle = f"{d['measured_idle_share']:.0%} / {d['est_idle_share']:.0%}"
+        loss = f"{d['first_loss']:.3f} -> {d['final_loss']:.3f}"
+        lines.append(
+            f"{p:<18}{d['tokens_per_s']:>10,.0f}{d['noise_rel']:>8.1%}{d['sim_rel_err']:>9.1%}"
+            f"{idle:>14}{loss:>16}"
+        )
+    lines.append(f"losses equal across policies: {'yes' if summary['losses_equal'] else 'no'}")
+    lines.append("each figure: datacentric bench --help; every field: --json")
+    return "\n".join(lines)

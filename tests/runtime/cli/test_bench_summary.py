@@ -147,3 +147,34 @@ def test_bench_refuses_fewer_than_one_repeat(capsys):
     assert main(["bench", "--runs-per-policy", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["datacentric bench: --runs-per-policy 0: give at least 1"], err
+
+
+def test_bench_prints_a_headline_a_table_and_a_key(capsys):
+    from datacentric.cli.bench import human_summary
+
+    summary = bench_summary(
+        comparison(
+            repeats("static", [10.0, 11.0, 12.0], 11.0),
+            repeats("static-reference", [12.0, 12.0, 12.0], 12.0),
+            repeats("dcp-opt", [5.0, 5.5, 6.0], 6.0),
+        ),
+        "static",
+    )
+    summary["world"] = 2
+    lines = human_summary(summary).splitlines()
+    assert lines[0] == (
+        "static: 4 steps in 11.00 s measured (median of 3 runs), 364 tokens/s; simulated 11.00 s"
+    )
+    assert lines[2].startswith("dcp-opt: 4 steps in 5.50 s measured (median of 3 runs), 727 ")
+    assert lines[3] == (
+        f"dcp-opt at {describe_speedup(summary, 'static')}; simulated {11.0 / 6.0:.2f}x"
+    )
+    assert lines[5].split() == ["policy", "tok/s", "noise", "sim", "err", "idle", "loss"]
+    assert lines[6].split()[:4] == ["static", "364", "20.0%", "0.0%"]
+    assert "losses equal across policies: yes" in lines
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    key = capsys.readouterr().out
+    assert "Reading the output" in key
+    for field in [*summary, *summary["details"]["static"]]:
+        assert field in key, field
