@@ -1,6 +1,6 @@
 """``datacentric inspect RUN_DIR``: facts of a run's latest checkpoint.
 
-Reads no pickle unrestricted (:mod:`datacentric.train.safe_load`); prints the SHA-256 of
+Reads no pickle unrestricted (:mod:`datacentric.train.checkpoints.safe_load`); prints the SHA-256 of
 the checkpoint's ``manifest.json``, the value ``--expect-sha256`` takes."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     """The latest checkpoint's position, SHA-256 of its model tensors and of its
     manifest (``expect_sha256``: refuse a checkpoint whose manifest has another)."""
-    from datacentric.train.checkpoint import (
+    from datacentric.train.checkpoints.checkpoint import (
         CheckpointError,
         latest_checkpoint,
         manifest_sha256,
@@ -55,7 +55,7 @@ def checkpoint_position(trainer: dict, path: Path) -> dict[str, int]:
     """Iterations done, samples seen, epoch and world size of a checkpoint's
     ``trainer.json`` (read as ``trainer``); a key missing or not an integer is one line
     naming the file and the key."""
-    from datacentric.train.checkpoint import TRAINER_FILE, CheckpointError
+    from datacentric.train.checkpoints.checkpoint import TRAINER_FILE, CheckpointError
 
     return {
         key: json_field(trainer, key, int, path / TRAINER_FILE, error=CheckpointError)

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from datacentric.train.checkpoint import checkpoint_step
+from datacentric.train.checkpoints.checkpoint import checkpoint_step
 from datacentric.train.export import EXPORT_RECORD, export_run
 from datacentric.train.run_folder import RUN_FILES
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from datacentric.train.preemption import signal_name
+from datacentric.train.checkpoints.preemption import signal_name
 
 #: The signals a comparison stops for.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -54,7 +54,7 @@ from datacentric.progress import Progress
 from datacentric.regular_files import file_sha256, read_json_file, read_regular_bytes
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
-from datacentric.train.checkpoint import (
+from datacentric.train.checkpoints.checkpoint import (
     TRAINER_FILE,
     CheckpointError,
     latest_checkpoint,
@@ -62,8 +62,8 @@ from datacentric.train.checkpoint import (
     resolve_resume_from,
     verify_checkpoint,
 )
+from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
 from datacentric.train.lora_export import lora_from_settings, merged_state, write_adapter
-from datacentric.train.state_names import alias_names, with_aliases, without_aliases
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own

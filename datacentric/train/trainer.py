@@ -38,7 +38,7 @@ from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import TrainingConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes, what_trains
-from datacentric.train.checkpoint import (
+from datacentric.train.checkpoints.checkpoint import (
     CheckpointError,
     PendingSave,
     checkpoint_step,
@@ -46,10 +46,11 @@ from datacentric.train.checkpoint import (
     manifest_sha256,
     weights_sha256,
 )
+from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
+from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.hooks import StepHooks
-from datacentric.train.preemption import StopSignals, agree_max, signal_name
 from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
 from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,
@@ -59,7 +60,6 @@ from datacentric.train.reporting.metric_sinks import (
 )
 from datacentric.train.reporting.metrics import full_model_state, read_jsonl
 from datacentric.train.reporting.step_trace import StepTracer
-from datacentric.train.run_checkpoints import RunCheckpoints
 from datacentric.train.run_folder import (
     RunFolderLock,
     claim_run_folder,
@@ -370,7 +370,7 @@ class Trainer:
     def run(self) -> TrainResult:
         """Train until ``training.iterations`` steps or ``training.epochs`` epochs are
         done, or until a SIGTERM/SIGINT (``save_on_signal``): then every rank stops after the
-        same step and saves (see :mod:`datacentric.train.preemption`)."""
+        same step and saves (see :mod:`datacentric.train.checkpoints.preemption`)."""
         lock = RunFolderLock(self.out) if self.is_main and self.lock_folder else None
         if lock is not None:
             lock.acquire()  # before anything in the folder is written

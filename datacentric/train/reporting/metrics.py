@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's state dict, whatever holds it (collective under FSDP2), each
     aliased tensor once, as a checkpoint stores it."""
-    from datacentric.train.state_names import without_aliases
+    from datacentric.train.checkpoints.state_names import without_aliases
 
     if is_fsdp2(model):
         from torch.distributed.checkpoint.state_dict import (

@@ -245,13 +245,13 @@ def _refit_manifest(path: Path) -> None:
 
 def _read_trainer(path: Path) -> Any:
     from datacentric.cli.inspect import checkpoint_position
-    from datacentric.train.checkpoint import verify_checkpoint
+    from datacentric.train.checkpoints.checkpoint import verify_checkpoint
 
     return checkpoint_position(verify_checkpoint(path.parent), path.parent)
 
 
 def _read_manifest(path: Path) -> Any:
-    from datacentric.train.checkpoint import read_manifest
+    from datacentric.train.checkpoints.checkpoint import read_manifest
 
     return read_manifest(path.parent)
 

@@ -54,11 +54,11 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.planning.hardware:load_hardware_file": fuzzed("hardware json"),
     "datacentric.settings.run_settings:_read_file": fuzzed("toml settings"),
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
-    "datacentric.train.checkpoint:verify_checkpoint": fuzzed("trainer.json"),
-    "datacentric.train.checkpoint:read_manifest": fuzzed("manifest.json"),
+    "datacentric.train.checkpoints.checkpoint:verify_checkpoint": fuzzed("trainer.json"),
+    "datacentric.train.checkpoints.checkpoint:read_manifest": fuzzed("manifest.json"),
     "datacentric.train.export:run_settings": fuzzed("config.json"),
     "datacentric.train.export:_export_record_files": fuzzed("datacentric_export.json"),
-    "datacentric.train.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
+    "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
     # the read helpers themselves: fuzzed through every reader above that calls them
     "datacentric.regular_files:read_regular_text": fuzzed("trainer.json", "plain text"),
     "datacentric.regular_files:read_regular_bytes": fuzzed("prompts", "media csv"),
@@ -115,14 +115,14 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.prepare.run:write_outputs": left_out(
         "prepare's own per-clip records, written by the same run moments before"
     ),
-    "datacentric.train.checkpoint:_named_by_latest": left_out(
+    "datacentric.train.checkpoints.checkpoint:_named_by_latest": left_out(
         "the checkpoints/latest pointer: its text is a folder name, checked to exist and "
         "verified as a checkpoint (fuzzed as trainer.json and manifest.json)"
     ),
-    "datacentric.train.safe_load:SafeLoadPlanner.load_bytes": left_out(
+    "datacentric.train.checkpoints.safe_load:SafeLoadPlanner.load_bytes": left_out(
         "checkpoint tensor files, read only after their SHA-256 matched the fuzzed manifest"
     ),
-    "datacentric.train.safe_load:load_tensor_file": left_out(
+    "datacentric.train.checkpoints.safe_load:load_tensor_file": left_out(
         "checkpoint RNG files, read only after their SHA-256 matched the fuzzed manifest"
     ),
     "datacentric.train.reporting.metrics:read_jsonl": left_out(
@@ -204,7 +204,7 @@ def test_a_planted_reader_is_found_and_refused(tmp_path):
 
 
 def test_a_planted_unguarded_json_loads_is_caught_by_the_fuzzing(tmp_path, monkeypatch):
-    from datacentric.train import checkpoint
+    from datacentric.train.checkpoints import checkpoint
 
     target = next(t for t in TARGETS if t.name == "manifest.json")
     monkeypatch.setattr(

@@ -13,7 +13,7 @@ from run_config import small_config
 
 from datacentric.cli.inspect import inspect_run
 from datacentric.parallel.launch import spawn
-from datacentric.train.checkpoint import (
+from datacentric.train.checkpoints.checkpoint import (
     MANIFEST,
     latest_checkpoint,
     load_checkpoint,

@@ -14,7 +14,7 @@ from test_trust_paths import copy_run, one_step_run, resume
 
 from datacentric.settings import SECTIONS
 from datacentric.settings.layout import key_of
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
 
 
 @pytest.fixture(scope="module")

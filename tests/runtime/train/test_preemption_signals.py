@@ -20,9 +20,9 @@ import torch
 from repo_paths import ROOT
 
 from datacentric.settings.sections import CheckpointConfig
-from datacentric.train import checkpoint as ckpt
-from datacentric.train.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
-from datacentric.train.run_checkpoints import RunCheckpoints
+from datacentric.train.checkpoints import checkpoint as ckpt
+from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
+from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 
 HERE = Path(__file__).parent
 
@@ -40,7 +40,7 @@ def _python(script: str, *args: str, **kw) -> subprocess.Popen:
 #: (it is saving) and end, saying so, at the second SIGINT.
 ONE_PROCESS = """
     import os, signal, time
-    from datacentric.train.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
+    from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
     with StopSignals(lambda signum: "finishing step 4, then saving") as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(SECOND_SIGNAL_AFTER_S + 0.5)

@@ -10,7 +10,7 @@ import signal
 import time
 
 from datacentric.progress import Progress, elapsed_text, progress_line, time_left_s
-from datacentric.train.preemption import StopSignals
+from datacentric.train.checkpoints.preemption import StopSignals
 
 LINE = re.compile(
     r"^progress: .+ \d+/\d+ \(\d+%\), \d+ (s|min \d\d s) elapsed"

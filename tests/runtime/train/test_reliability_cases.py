@@ -19,7 +19,7 @@ import torch
 from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.main import main
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
 from datacentric.train.trainer import lr_lambda, train_rank
 
 TINY = SMALL_TRAIN_FLAGS

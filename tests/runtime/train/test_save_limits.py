@@ -14,7 +14,7 @@ import pytest
 import torch
 from repo_paths import ROOT
 
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
 
 LINE = "no space left on device while saving checkpoint step 2 to"
 
@@ -23,7 +23,7 @@ LINE = "no space left on device while saving checkpoint step 2 to"
 SCRIPT = textwrap.dedent(
     """
     import resource, sys, torch
-    from datacentric.train import checkpoint as ckpt
+    from datacentric.train.checkpoints import checkpoint as ckpt
     torch.manual_seed(0)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.AdamW(model.parameters())

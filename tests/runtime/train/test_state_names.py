@@ -7,8 +7,12 @@ from __future__ import annotations
 import torch
 
 from datacentric.models.source import build_model_named
-from datacentric.train.checkpoint import load_checkpoint, read_model_state, save_checkpoint
-from datacentric.train.state_names import alias_names, with_aliases, without_aliases
+from datacentric.train.checkpoints.checkpoint import (
+    load_checkpoint,
+    read_model_state,
+    save_checkpoint,
+)
+from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
 
 
 def _adapter():
@@ -40,7 +44,7 @@ def test_a_checkpoint_stores_each_tensor_once_and_resumes(tmp_path):
 
 
 def test_a_checkpoint_with_both_names_still_loads(tmp_path, monkeypatch):
-    import datacentric.train.checkpoint as checkpoint
+    import datacentric.train.checkpoints.checkpoint as checkpoint
 
     model = _adapter()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

@@ -8,7 +8,7 @@ from repo_paths import ROOT
 
 from datacentric.scheduling.resume import Position
 from datacentric.settings import load_config
-from datacentric.train.checkpoint import (
+from datacentric.train.checkpoints.checkpoint import (
     CheckpointError,
     latest_checkpoint,
     load_checkpoint,

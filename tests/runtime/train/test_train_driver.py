@@ -11,7 +11,7 @@ from datacentric.parallel.launch import launch, launch_mode, process_groups
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
 from datacentric.train.build import build_dataset, build_model_for, run_cost_model
-from datacentric.train.checkpoint import weights_sha256
+from datacentric.train.checkpoints.checkpoint import weights_sha256
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.sampler import RankBatchSampler
 from datacentric.train.trainer import lr_lambda, train_rank

@@ -7,7 +7,7 @@ import torch
 from run_config import small_config
 
 from datacentric.parallel.launch import spawn
-from datacentric.train.checkpoint import latest_checkpoint, read_model_state
+from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
 

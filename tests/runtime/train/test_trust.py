@@ -21,7 +21,7 @@ from test_reliability_cases import errors_only, run_cli
 from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
 from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
 from datacentric.train.trainer import train_rank
 
 

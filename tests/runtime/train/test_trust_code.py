@@ -17,7 +17,7 @@ from test_trust import rewrite_manifest
 from test_trust_paths import copy_run, one_step_run, refused
 
 from datacentric.models.source import build_model_named
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ from run_config import SMALL_TRAIN_FLAGS, small_config
 from test_reliability_cases import errors_only, run_cli, snapshot
 from test_trust import resume, rewrite_manifest
 
-from datacentric.train import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint as ckpt
+from datacentric.train.checkpoints.safe_load import read_metadata_file
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.run_folder import LOCK_FILE, RunFolderError, RunFolderLock
-from datacentric.train.safe_load import read_metadata_file
 from datacentric.train.trainer import train_rank
 
 

@@ -21,7 +21,7 @@ when ``latest`` is missing, dangling or corrupt. A full disk is a
 through ``torch.distributed.checkpoint`` so that a run can resume on a different
 number of ranks (replicated parameters are resharded by DCP's planner).
 
-Nothing in a checkpoint runs code when it is read (:mod:`datacentric.train.safe_load`):
+Nothing in a checkpoint runs code when it is read (:mod:`datacentric.train.checkpoints.safe_load`):
 every pickle in it goes through an allow-list, and ``expect_sha256`` (the SHA-256 of
 ``manifest.json``, printed at save time and by ``inspect``) pins every file of a
 checkpoint before any of them is read.
@@ -56,14 +56,14 @@ from datacentric.log import get_logger
 from datacentric.regular_files import file_sha256, read_json_file, read_regular_text
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
-from datacentric.train.safe_load import (
+from datacentric.train.checkpoints.safe_load import (
     SafeFileSystemReader,
     SafeLoadPlanner,
     UnsafeFileError,
     load_tensor_file,
     read_metadata_file,
 )
-from datacentric.train.state_names import with_aliases, without_aliases
+from datacentric.train.checkpoints.state_names import with_aliases, without_aliases
 
 MANIFEST = "manifest.json"
 TRAINER_FILE = "trainer.json"
@@ -543,7 +543,7 @@ def load_checkpoint(
     checkpoint of another model (``expect_model``: this run's model setting, checked
     against the saved config; or tensors of other shapes) is a :class:`CheckpointError`;
     so is a manifest whose SHA-256 is not ``expect_sha256`` (checked first), and a file
-    that holds anything but data (:class:`~datacentric.train.safe_load.UnsafeFileError`,
+    that holds anything but data (:class:`~datacentric.train.checkpoints.safe_load.UnsafeFileError`,
     raised before it is built). ``check(trainer_state)``: called once the checkpoint
     verifies and before any tensor is read (a resume refuses changed settings there).
     """

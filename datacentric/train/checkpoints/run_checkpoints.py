@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from datacentric.settings.sections import CheckpointConfig
-from datacentric.train.checkpoint import (
+from datacentric.train.checkpoints.checkpoint import (
     CheckpointError,
     PendingSave,
     checkpoint_step,
@@ -127,7 +127,7 @@ class RunCheckpoints:
     ) -> PendingSave:
         """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints and,
         with ``keep_best``, the one of ``best_step`` (the best validation's) (collective;
-        see :func:`~datacentric.train.checkpoint.start_checkpoint`)."""
+        see :func:`~datacentric.train.checkpoints.checkpoint.start_checkpoint`)."""
         keep = self.checkpoint.keep_best and best_step is not None
         return start_checkpoint(
             self.out,

@@ -1,0 +1,16 @@
+"""A run's checkpoints and its resume: writing, verifying and reading them, and when.
+
+- :mod:`.checkpoint`: atomic, checksummed checkpoints on ``torch.distributed.checkpoint``
+  (the run folder's ``checkpoints/`` layout, save, verify, load, the model's weights);
+- :mod:`.run_checkpoints`: the ``[checkpoint]`` section at work (which checkpoint a start
+  resumes from, which steps are saved, ``keep_last``, ``async_save``: ``RunCheckpoints``);
+- :mod:`.safe_load`: reading a checkpoint without running code from it (allow-listed
+  unpickling of every pickle it holds);
+- :mod:`.state_names`: the aliases of a model's state (one tensor under two names),
+  stored once and put back on load;
+- :mod:`.preemption`: SIGTERM/SIGINT recorded, agreed on by every rank at a step
+  boundary, then an ordinary save and exit (``[checkpoint] save_on_signal``).
+
+Nothing is imported here: each module is loaded where it is used (``inspect`` reads a
+checkpoint without the trainer).
+"""
