@@ -45,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.export import export_run
+    from datacentric.train.exporting.export import export_run
 
     summary = export_run(
         args.run_dir,

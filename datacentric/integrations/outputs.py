@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.train.checkpoints.checkpoint import checkpoint_step
-from datacentric.train.export import EXPORT_RECORD, export_run
+from datacentric.train.exporting.export import EXPORT_RECORD, export_run
 from datacentric.train.run_folder import RUN_FILES
 
 RUN = "run"

@@ -12,7 +12,7 @@ from datacentric.cli.flag_groups import lora_of_args
 from datacentric.models.lora import LoraError, LoraSpec
 from datacentric.settings import TrainConfig
 from datacentric.settings.sections import LoraConfig
-from datacentric.train.lora_export import lora_from_settings
+from datacentric.train.exporting.lora_export import lora_from_settings
 
 SPEC = LoraSpec(4, 8.0, 0.0, ("q_proj", "v_proj"))
 

@@ -208,7 +208,7 @@ def _run_config(folder: Path) -> Path:
 
 
 def _read_run_config(path: Path) -> Any:
-    from datacentric.train.export import run_settings
+    from datacentric.train.exporting.export import run_settings
 
     return run_settings(path.parent)
 
@@ -267,7 +267,7 @@ def _export_record(folder: Path) -> Path:
 
 
 def _read_export_record(path: Path) -> Any:
-    from datacentric.train.export import _export_record_files
+    from datacentric.train.exporting.export import _export_record_files
 
     return _export_record_files(path.parent)
 

@@ -56,8 +56,8 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
     "datacentric.train.checkpoints.checkpoint:verify_checkpoint": fuzzed("trainer.json"),
     "datacentric.train.checkpoints.checkpoint:read_manifest": fuzzed("manifest.json"),
-    "datacentric.train.export:run_settings": fuzzed("config.json"),
-    "datacentric.train.export:_export_record_files": fuzzed("datacentric_export.json"),
+    "datacentric.train.exporting.export:run_settings": fuzzed("config.json"),
+    "datacentric.train.exporting.export:_export_record_files": fuzzed("datacentric_export.json"),
     "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
     # the read helpers themselves: fuzzed through every reader above that calls them
     "datacentric.regular_files:read_regular_text": fuzzed("trainer.json", "plain text"),
@@ -97,7 +97,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "parsed by load_tokenizer, fuzzed by the tokenizer.json target"
     ),
     "datacentric.prepare.plan:_file_hash": left_out("hashes a file's bytes (any content)"),
-    "datacentric.train.export:_copy_tokenizer": left_out("copies tokenizer files' bytes unread"),
+    "datacentric.train.exporting.export:_copy_tokenizer": left_out(
+        "copies tokenizer files' bytes unread"
+    ),
     "datacentric.train.run_folder:RunFolderLock._holder": left_out(
         "the run folder lock's text, only shown in a message naming the lock file"
     ),

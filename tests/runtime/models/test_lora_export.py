@@ -16,7 +16,7 @@ from chat_data import tiny_qwen2_config  # noqa: E402
 from cli_here import cli_json_here  # noqa: E402
 
 from datacentric.models.lora import apply_lora, draw_adapter_weights, lora_spec  # noqa: E402
-from datacentric.train.lora_export import (  # noqa: E402
+from datacentric.train.exporting.lora_export import (  # noqa: E402
     DIFFUSERS_WEIGHTS,
     PEFT_CONFIG,
     PEFT_WEIGHTS,

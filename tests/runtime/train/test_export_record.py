@@ -11,7 +11,7 @@ import pytest
 from test_reliability_cases import run_cli, snapshot
 from test_trust_paths import copy_run, one_step_run, refused
 
-from datacentric.train.export import EXPORT_RECORD
+from datacentric.train.exporting.export import EXPORT_RECORD
 
 
 @pytest.fixture(scope="module")

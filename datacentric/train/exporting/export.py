@@ -63,7 +63,7 @@ from datacentric.train.checkpoints.checkpoint import (
     verify_checkpoint,
 )
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
-from datacentric.train.lora_export import lora_from_settings, merged_state, write_adapter
+from datacentric.train.exporting.lora_export import lora_from_settings, merged_state, write_adapter
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
@@ -131,7 +131,7 @@ def export_run(
     ``model``/``model_args`` (``--model``, ``--model-arg``) name the model instead of the
     run's record; a ``pkg.module:factory`` runs only when named so. ``expect_sha256``:
     the checkpoint's manifest must have this SHA-256 (checked first). A LoRA run's
-    adapters are written alone (:mod:`datacentric.train.lora_export`), or with ``merge``
+    adapters are written alone (:mod:`datacentric.train.exporting.lora_export`), or with ``merge``
     folded into the model, which is then written as a full fine-tune's."""
     run = Path(run_dir)
     out = Path(out_dir)
