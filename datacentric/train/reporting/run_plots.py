@@ -4,7 +4,9 @@
 
 - ``step_time.png``: each step's measured time (the trainer's wall clock, data wait
   included) beside the schedule's estimate (``est_makespan_s``, the cost model's
-  makespan of the step's groups);
+  makespan of the step's groups), captioned with the cost model the run used (read
+  from its ``config.json``: the analytic model prices an idle machine at peak rates, so
+  a steady gap to the measured time is expected);
 - ``idle_share.png``: the share of rank time idle per step, estimated by the schedule
   and measured (from each rank's compute time over the runtime's wall time);
 - ``loss.png``: the training loss per step, and the held-out loss at the steps that
@@ -16,10 +18,12 @@ redraws the figures of any run folder.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from datacentric.settings.run_settings import record_sections
 from datacentric.train.reporting.metrics import read_metrics
 
 #: The figures :func:`plot_run` writes under ``<run>/plots/``: file, y label, title,
@@ -41,6 +45,22 @@ FIGURES: tuple[tuple[str, str, str, dict[str, str]], ...] = (
 )
 PLOT_FILES = tuple(f[0] for f in FIGURES)
 
+#: The step-time figure's caption, by the run's ``[cost] cost_model`` (None: not recorded).
+ESTIMATE_CAPTIONS: dict[str | None, str] = {
+    "analytic": (
+        "estimated: the analytic cost model (FLOPs and bytes at the device's peak rates "
+        "on an idle machine), so a steady gap to the measured time is expected"
+    ),
+    "profile": (
+        "estimated: the cost model fitted to this run's profile ([cost] profile_dir); "
+        "measured includes data wait and host overhead it does not price"
+    ),
+    None: (
+        "estimated: the schedule's cost model (config.json gives no [cost] cost_model); "
+        "measured includes data wait and host overhead"
+    ),
+}
+
 
 def plot_run(run_dir: str | Path) -> list[Path]:
     """Draw the run's figures (see the module docstring); returns their paths.
@@ -57,6 +77,7 @@ def plot_run(run_dir: str | Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     steps = [r["iteration"] + 1 for r in records]
     name = Path(run_dir).name
+    caption = step_time_caption(run_dir)
     return [
         _lines(
             folder / file,
@@ -64,9 +85,23 @@ def plot_run(run_dir: str | Path) -> list[Path]:
             {label: [r.get(key) for r in records] for label, key in lines.items()},
             ylabel,
             f"{name}: {title}",
+            caption if file == "step_time.png" else None,
         )
         for file, ylabel, title, lines in FIGURES
     ]
+
+
+def step_time_caption(run_dir: str | Path) -> str:
+    """What the step-time figure's estimate is: the run's ``[cost] cost_model`` read from
+    its ``config.json`` (:data:`ESTIMATE_CAPTIONS`; the unknown caption when the file is
+    missing or unreadable, since a figure must not fail on it)."""
+    try:
+        text = (Path(run_dir) / "config.json").read_text(encoding="utf-8")
+        sections = record_sections(json.loads(text), str(run_dir))
+        model = sections.get("cost", {}).get("cost_model")
+    except (OSError, ValueError, AttributeError):
+        model = None
+    return ESTIMATE_CAPTIONS.get(model, ESTIMATE_CAPTIONS[None])
 
 
 def _lines(
@@ -75,8 +110,10 @@ def _lines(
     series: dict[str, Sequence[Any]],
     ylabel: str,
     title: str,
+    caption: str | None = None,
 ) -> Path:
-    """One figure of ``series`` (label -> value per step; None values are left out)."""
+    """One figure of ``series`` (label -> value per step; None values are left out),
+    ``caption`` under it when given."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
@@ -91,6 +128,8 @@ def _lines(
     if len(series) > 1:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    if caption:
+        fig.supxlabel(caption, fontsize=7, wrap=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
