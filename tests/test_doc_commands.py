@@ -266,6 +266,14 @@ def test_usage_lines_and_inline_commands_name_todays_flags() -> None:
     ]
 
 
+def test_the_profile_dir_flag_reads_as_the_docs_write_it() -> None:
+    """The synopses write ``--profile-dir DIR``; the commands' usage shows the same (it
+    showed ``--profile-dir PROFILE``, the retired flag's name)."""
+    for command in ("schedule", "plan"):
+        usage = " ".join(_subcommands()[command].format_usage().split())
+        assert "[--profile-dir DIR]" in usage, usage
+
+
 PYTHON_FENCES = ("python", "py")
 
 #: (doc, how a Python block begins) -> how the test treats it: a dict of replacements runs

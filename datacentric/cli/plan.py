@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=TABLE_KEY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    config_option(parser, "--profile", key="profile_dir")
+    config_option(parser, "--profile", key="profile_dir", metavar="DIR")
     add_model_flags(parser, note="an analytic preset, with --hardware")
     add_hardware_flag(parser, note="analytic, with --model")
     add_dataset_flags(parser)

@@ -93,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_dataset_flags(parser, exclusive=True)
     add_world_flag(parser, required=True)
     add_policy_flag(parser, several=True)
-    config_option(parser, "--profile", key="profile_dir")
+    config_option(parser, "--profile", key="profile_dir", metavar="DIR")
     add_model_flags(parser, note="an analytic preset")
     add_hardware_flag(parser, note="default: the workload's")
     add_cost_model_arguments(parser)
