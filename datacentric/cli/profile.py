@@ -28,7 +28,7 @@ from datacentric.cli.flag_groups import (
     lora_of_args,
 )
 from datacentric.cli.flags import config_option, enable_config_file
-from datacentric.cli.plan_table import format_table, plan_json
+from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
 from datacentric.cli.planning_inputs import dataset_shapes
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
@@ -38,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "profile",
         help="profile a model on this machine and plan a dataset's buckets",
         description=__doc__,
+        epilog=TABLE_KEY,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_flags(parser)

@@ -116,3 +116,9 @@ def test_plan_prints_its_cap_in_gib_and_a_key_to_its_columns(capsys):
     for column in ("bucket", "shape", "sp, ring", "batch", "recomp", "time s", "mem GiB"):
         assert f"\n  {column} " in key, column
     assert "options" in key and "samples/GPU-s" in key
+
+
+def test_profile_help_keys_the_plan_table_it_prints(capsys):
+    from datacentric.cli.plan_table import TABLE_KEY
+
+    assert help_text("profile", capsys).rstrip().endswith(TABLE_KEY.rstrip())
