@@ -239,12 +239,8 @@ def _rank_worker(
         settings.clock == "auto" and groups.device.type == "cpu"
     )
     models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
-    bar = Progress(
-        "profiling",
-        len(rounds) * (1 + settings.cost.repeats),
-        unit="round",
-        enabled=settings.progress and groups.rank == 0,
-    )
+    bar = profiling_progress(len(rounds), settings.cost, settings.progress and groups.rank == 0)
+    warm_passes = _warm_passes(settings.cost)
     prepared = []  # (case index of this rank or None, runtime, clock, iteration)
     memory: dict[int, tuple[int, int]] = {}
     times: dict[int, list[float]] = {}
@@ -276,7 +272,7 @@ def _rank_worker(
         memory[len(prepared) - 1] = (peak + states, states)
         for _ in range(max(0, settings.cost.warmup - 2)):
             run_step(runtime, iteration)
-        bar.update(1)
+        bar.update(warm_passes)
         if not settings.cost.interleave:
             for _ in range(settings.cost.repeats):
                 timed(len(prepared) - 1)
@@ -291,6 +287,21 @@ def _rank_worker(
             peak, states = memory[slot]
             out[mine] = (times[slot], peak, statistics.median(syncs[slot]), states)
     return out
+
+
+def _warm_passes(cost: CostConfig) -> int:
+    """Passes a round runs before its timed ones: the first (allocates gradients), the
+    memory pass, and the warm-up passes past those two."""
+    return max(2, cost.warmup)
+
+
+def profiling_progress(rounds: int, cost: CostConfig, enabled: bool, **kwargs: Any) -> Progress:
+    """The profiler's progress, counted in passes so that its units are of like size and
+    the time left holds: a round's warm-up counts its :func:`_warm_passes`, each timed
+    pass one (``kwargs``: :class:`~datacentric.progress.Progress`'s, such as a test's
+    clock)."""
+    total = rounds * (_warm_passes(cost) + cost.repeats)
+    return Progress("profiling", total, unit="pass", enabled=enabled, time_left=True, **kwargs)
 
 
 def _round_iteration(
