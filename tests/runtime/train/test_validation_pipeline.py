@@ -120,7 +120,7 @@ def test_a_pipeline_that_cannot_render_for_the_run_is_one_line_before_ranks_star
     cases = [
         (["--validation.pipeline", str(folders / "flux")], "FluxPipeline for a FluxTransformer2D"),
         (["--validation.pipeline", str(tmp_path / "empty")], "no model_index.json"),
-        (["--validation.pipeline", str(broken)], "not a JSON file"),
+        (["--validation.pipeline", str(broken)], "is not JSON"),
         (["--validation.num_frames", "6"], "validation.num_frames: 6 is not 1 + a multiple of 4"),
     ]
     for extra, message in cases:
