@@ -19,6 +19,7 @@ redraws the figures of any run folder.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,7 @@ def _lines(
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     if caption:
-        fig.supxlabel(caption, fontsize=7, wrap=True)
+        fig.supxlabel(textwrap.fill(caption, 100), fontsize=7)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

@@ -28,7 +28,7 @@ def _captions(folder, monkeypatch):
     texts, save = {}, Figure.savefig
 
     def record(fig, path, *args, **kwargs):
-        texts[path.name] = [t.get_text() for t in fig.texts]
+        texts[path.name] = [" ".join(t.get_text().split()) for t in fig.texts]
         return save(fig, path, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", record)
