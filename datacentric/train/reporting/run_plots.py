@@ -18,12 +18,12 @@ redraws the figures of any run folder.
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from datacentric.regular_files import read_json_file
 from datacentric.settings.run_settings import record_sections
 from datacentric.train.reporting.metrics import read_metrics
 
@@ -97,8 +97,7 @@ def step_time_caption(run_dir: str | Path) -> str:
     its ``config.json`` (:data:`ESTIMATE_CAPTIONS`; the unknown caption when the file is
     missing or unreadable, since a figure must not fail on it)."""
     try:
-        text = (Path(run_dir) / "config.json").read_text(encoding="utf-8")
-        sections = record_sections(json.loads(text), str(run_dir))
+        sections = record_sections(read_json_file(Path(run_dir) / "config.json"), str(run_dir))
         model = sections.get("cost", {}).get("cost_model")
     except (OSError, ValueError, AttributeError):
         model = None

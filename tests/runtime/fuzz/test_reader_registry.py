@@ -70,6 +70,11 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "json.loads(json.dumps(...)) of settings in memory: no file"
     ),
     "datacentric.train.trainer:_as_json": left_out("json.loads(json.dumps(...)) in memory"),
+    "datacentric.train.reporting.run_plots:step_time_caption": left_out(
+        "a figure's caption from the run's own config.json (read_json_file, fuzzed above): "
+        "what does not read as the run's settings falls back to the general caption, never "
+        "an error (test_step_time_caption)"
+    ),
     "datacentric.prepare.plan:Task.key": left_out("json.loads(json.dumps(...)) in memory"),
     "datacentric.models.model_args:parse_model_args": left_out(
         "--model-arg KEY=VALUE values from the command line, not a file"
