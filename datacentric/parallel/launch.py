@@ -19,6 +19,7 @@ in the parent with the rank named, and turns a hang into a ``TimeoutError``
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import queue as queue_module
@@ -364,6 +365,7 @@ def init_from_env(
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
+    destroy_at_exit()
     return ProcessGroups()
 
 
@@ -419,11 +421,33 @@ def process_groups(
     caller's own ``init_process_group``), torchrun's world, or one local process on
     :func:`default_device` (``device`` overriding)."""
     if dist.is_available() and dist.is_initialized():
+        destroy_at_exit()
         return ProcessGroups()
     if launch_mode().kind == "torchrun":
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
         return init_from_env(backend_for(local, device), timeout_s=timeout_s)
     return ProcessGroups.local(default_device(device))
+
+
+@functools.cache
+def destroy_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits, if it is still
+    there then (registered once per process).
+
+    A script that ends without ``destroy_process_group`` (a drop-in user's, or
+    ``torchrun -m datacentric train``) leaves gloo's worker threads to the C++ teardown
+    after Python's: a rank then dies with SIGABRT ("terminate called without an active
+    exception") after its run succeeded. Run from ``atexit``, the group is destroyed
+    while the interpreter still lives; a script that destroyed it itself is left alone.
+    """
+    import atexit
+
+    atexit.register(_destroy_if_initialized)
+
+
+def _destroy_if_initialized() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def cpu_cores() -> int:

@@ -1,0 +1,48 @@
+"""A process that joined (or met) the ranks through ``process_groups`` and ends without
+``destroy_process_group`` has the group destroyed by ``atexit`` while the interpreter
+lives (gloo's threads left to the C++ teardown abort a finished rank: SIGABRT,
+"terminate called without an active exception")."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import atexit, sys
+    import torch.distributed as dist
+    from datacentric.parallel.launch import process_groups
+
+    def report():  # registered first: atexit runs it after datacentric's handler
+        print("initialized at exit:", dist.is_initialized(), flush=True)
+
+    atexit.register(report)
+    if sys.argv[1] == "own":  # the script's own group (accelerate's, a user's)
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    groups = process_groups()
+    assert groups.distributed and groups.world_size == 1
+    """
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("who", ["torchrun", "own"])
+def test_the_group_is_destroyed_at_exit(who: str) -> None:
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, who], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "initialized at exit: False" in done.stdout, done.stdout + done.stderr[-2000:]
