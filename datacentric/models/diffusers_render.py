@@ -10,6 +10,7 @@ routing and weights are the run's, as they are now.
 - :func:`check_render_pipeline`: before anything loads, the folder's pipeline is of the
   trained transformer's class and the requested size and frame count are ones the
   pipeline renders as asked (:class:`~.diffusers_encode.PipelineError` else);
+  :func:`check_negative_prompt`: a prompt's negative prompt is one the pipeline uses;
 - :func:`render`: one prompt, with a caller's generator (a fixed seed per prompt gives
   the same pixels on a rerun), as ``(frames, height, width, 3)`` ``uint8`` pixels (an
   image pipeline: one frame).
@@ -17,6 +18,7 @@ routing and weights are the run's, as they are now.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ class RenderSettings:
     num_frames: int | None = None
     num_inference_steps: int | None = None
     guidance_scale: float | None = None
+    true_cfg_scale: float | None = None
 
     @classmethod
     def of(cls, section: Any) -> RenderSettings:
@@ -90,6 +93,12 @@ def check_render_pipeline(
                 f"validation.{key}: {value} is not a multiple of {multiple} ({name}'s VAE "
                 f"down-sampling x its 2 x 2 patch); use {max(1, value // multiple) * multiple}"
             )
+    takes = pipeline_arguments(name)
+    if settings.true_cfg_scale is not None and "true_cfg_scale" not in takes:
+        raise PipelineError(
+            f"validation.true_cfg_scale: {name} has no true_cfg_scale (its guidance_scale "
+            "is classifier-free guidance); leave it unset"
+        )
     frames = settings.num_frames
     if frames is not None and images:
         raise PipelineError(f"validation.num_frames: {name} renders images; leave it unset")
@@ -99,6 +108,28 @@ def check_render_pipeline(
             f"temporal compression); use {(frames - 1) // temporal * temporal + 1}"
         )
     return images
+
+
+def pipeline_arguments(name: str) -> frozenset[str]:
+    """The keyword arguments diffusers' pipeline class ``name`` renders with."""
+    import diffusers
+
+    return frozenset(inspect.signature(getattr(diffusers, name).__call__).parameters)
+
+
+def check_negative_prompt(folder: str | Path, settings: RenderSettings) -> None:
+    """Raise :class:`~.diffusers_encode.PipelineError` unless the folder's pipeline uses a
+    negative prompt at ``settings``: one it does not take, or one a distilled-guidance
+    pipeline (Flux) ignores without a ``true_cfg_scale`` above 1 (diffusers' rule)."""
+    name = read_model_index(folder, WHERE)["_class_name"]
+    takes = pipeline_arguments(name)
+    if "negative_prompt" not in takes:
+        raise PipelineError(f"negative_prompt: {name} takes none; drop it from the line")
+    if "true_cfg_scale" in takes and (settings.true_cfg_scale or 0.0) <= 1.0:
+        raise PipelineError(
+            f"negative_prompt: {name} uses it only with true classifier-free guidance; set "
+            "validation.true_cfg_scale above 1 (e.g. 4.0) or drop it from the line"
+        )
 
 
 def render(

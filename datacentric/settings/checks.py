@@ -14,7 +14,14 @@ from datacentric.settings.sections import (
 )
 
 #: ``[validation]`` settings of a pipeline render only
-RENDER_KEYS = ("height", "width", "num_frames", "num_inference_steps", "guidance_scale")
+RENDER_KEYS = (
+    "height",
+    "width",
+    "num_frames",
+    "num_inference_steps",
+    "guidance_scale",
+    "true_cfg_scale",
+)
 
 
 def check_validation(

@@ -199,6 +199,9 @@ class ValidationConfig:
     """Denoising steps per render (unset: the pipeline's default)."""
     guidance_scale: float | None = setting(None, ge=0)
     """Classifier-free guidance scale of a render (unset: the pipeline's default)."""
+    true_cfg_scale: float | None = setting(None, ge=0)
+    """Pipelines with a distilled guidance (Flux): the true classifier-free guidance scale
+    a prompt's ``negative_prompt`` is used with, above 1 (unset: the pipeline's default)."""
     fps: int = setting(16, ge=1)
     """Frame rate of the rendered videos."""
 

@@ -37,6 +37,7 @@ from datacentric.models.diffusers_encode import open_pipeline
 from datacentric.models.diffusers_render import (
     WHERE,
     RenderSettings,
+    check_negative_prompt,
     check_render_pipeline,
     render,
     render_transformer,
@@ -84,6 +85,8 @@ class PipelineSamples:
         for prompt in self.prompts:
             try:
                 check_render_pipeline(self.folder, name, self.settings_of(prompt))
+                if prompt.negative_prompt is not None:
+                    check_negative_prompt(self.folder, self.settings)
             except ValueError as err:
                 raise type(err)(f"prompt {prompt.index}: {err}") from None
 

@@ -202,3 +202,96 @@ def test_the_exported_lora_and_the_generator_reproduce_the_runs_renders(tmp_path
     assert base.shape == (5, 32, 48, 3)
     untrained = write_pixels(tmp_path / "base.mp4", base, 16).read_bytes()
     assert untrained != (run / "validation" / "step-2" / "0.mp4").read_bytes()
+
+
+FLUX_LINES = [
+    {"prompt": "a cat walks", "height": 32, "width": 48, "negative_prompt": "blurry"},
+    {"prompt": "red car", "height": 16, "width": 16, "seed": 42},
+]
+
+
+def test_flux_with_the_exported_lora_and_the_generator_writes_the_runs_pngs(tmp_path, capsys):
+    """A Flux LoRA run renders two prompts at two sizes, one with a negative prompt (true
+    classifier-free guidance, ``true_cfg_scale``); ``FluxPipeline`` loaded from the user's
+    folder with the exported LoRA, each prompt's settings and :func:`render_generator`
+    writes the run's PNGs byte for byte."""
+    from cli_here import cli_json_here
+    from diffusers import FluxPipeline
+    from prepare_media import save_flux_pipeline
+    from runtime.models.test_model_source import _latent_folder
+
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
+
+    folder = save_flux_pipeline(tmp_path / "flux")
+    flux = TINY_DIFFUSERS["flux"][1]
+    channels = flux["in_channels"] // 4  # Flux's tokens pack 2 x 2 latent pixels
+    _latent_folder(tmp_path / "latents", channels, text_width(flux), count=4, max_frames=1)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in FLUX_LINES))
+    run, out = tmp_path / "run", tmp_path / "lora"
+    argv = ["train", "--model", f"diffusers:{folder}/transformer", "--lora.rank", "4"]
+    argv += ["--dataset", f"latents:{tmp_path / 'latents'}", "--validation.pipeline", str(folder)]
+    argv += ["--validation.prompts", str(prompts), "--validation.num_inference_steps", "2"]
+    argv += ["--validation.guidance_scale", "3.5", "--validation.true_cfg_scale", "2.0"]
+    argv += ["--seed", "7", "--iterations", "2", "--training.lr", "1e-2"]
+    argv += ["--cost-model", "analytic", "--no-progress", "--no-plots", "--no-tensorboard"]
+    capsys.readouterr()
+    cli_json_here([*argv, "--out", str(run), "--json"], capsys)
+    cli_json_here(["export", str(run), "--out", str(out), "--json"], capsys)
+    pipe = FluxPipeline.from_pretrained(folder, local_files_only=True)
+    pipe.load_lora_weights(str(out))
+    pipe.set_progress_bar_config(disable=True)
+    theirs = run / "validation" / "step-2"
+    for k, line in enumerate(FLUX_LINES):
+        seed = line.get("seed")
+        image = pipe(
+            prompt=line["prompt"],
+            negative_prompt=line.get("negative_prompt"),
+            height=line["height"],
+            width=line["width"],
+            num_inference_steps=2,
+            guidance_scale=3.5,
+            true_cfg_scale=2.0,
+            generator=torch.Generator().manual_seed(seed) if seed else sample_generator(7, k),
+        ).images[0]
+        image.save(tmp_path / f"{k}.png")
+        assert image.size == (line["width"], line["height"])
+        assert (tmp_path / f"{k}.png").read_bytes() == (theirs / f"{k}.png").read_bytes(), k
+    # the trained adapters and the negative prompt matter: each changes the first image
+    first = FLUX_LINES[0]
+    kwargs = {"height": 32, "width": 48, "num_inference_steps": 2, "guidance_scale": 3.5}
+    kwargs["true_cfg_scale"] = 2.0
+    positive = pipe(prompt=first["prompt"], generator=sample_generator(7, 0), **kwargs).images[0]
+    from PIL import Image
+
+    with_negative = np.asarray(Image.open(theirs / "0.png"))
+    assert not np.array_equal(np.asarray(positive), with_negative)
+    pipe.unload_lora_weights()
+    base = pipe(
+        prompt=first["prompt"], negative_prompt="blurry", generator=sample_generator(7, 0), **kwargs
+    ).images[0]
+    base.save(tmp_path / "base.png")
+    assert (tmp_path / "base.png").read_bytes() != (theirs / "0.png").read_bytes()
+
+
+def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path):
+    """Flux uses a negative prompt only with ``true_cfg_scale`` above 1 (diffusers' rule):
+    without it the line is refused, not rendered as if it had none; Wan has no
+    ``true_cfg_scale`` to set."""
+    from prepare_media import save_flux_pipeline
+
+    from datacentric.models.diffusers_encode import PipelineError
+    from datacentric.models.diffusers_render import (
+        RenderSettings,
+        check_negative_prompt,
+        check_render_pipeline,
+    )
+
+    flux, wan = save_flux_pipeline(tmp_path / "flux"), save_wan_pipeline(tmp_path / "wan")
+    for scale in (None, 1.0):
+        with pytest.raises(PipelineError, match="set validation.true_cfg_scale above 1"):
+            check_negative_prompt(flux, RenderSettings(true_cfg_scale=scale))
+    check_negative_prompt(flux, RenderSettings(true_cfg_scale=2.0))
+    check_negative_prompt(wan, RenderSettings())
+    with pytest.raises(PipelineError, match="WanPipeline has no true_cfg_scale"):
+        check_render_pipeline(wan, "WanTransformer3DModel", RenderSettings(true_cfg_scale=2.0))
