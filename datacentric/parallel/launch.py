@@ -59,7 +59,7 @@ def _worker_entry(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     backend: str,
-    init_method: str,
+    store_port: int,
     timeout_s: float,
     threads: int | None,
     results: Any,
@@ -74,12 +74,12 @@ def _worker_entry(
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        timeout = timedelta(seconds=timeout_s)
+        # The launcher hosts the store (bound to a port the system chose while it held
+        # it): no rank can meet another job's store on a port that was free a moment ago.
+        store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timeout)
         dist.init_process_group(
-            backend,
-            init_method=init_method,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
         )
         value = fn(*args)
         # Serialise here: the parent must not depend on this process's shared memory.
@@ -188,8 +188,8 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
-    Each process initialises ``torch.distributed`` (``backend``, TCP rendezvous on
-    a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
+    Each process initialises ``torch.distributed`` (``backend``, rendezvous through a
+    store this process hosts on 127.0.0.1, collective timeout ``timeout_s``) before calling
     ``fn``; ``fn`` must be importable (a module-level function) and its return
     value serialisable with ``torch.save``. If any rank raises, the others are
     stopped and ``RuntimeError`` names the rank and carries its traceback. If the
@@ -206,7 +206,8 @@ def spawn(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     context = _context(start_method, fn)
     results = context.Queue()
-    init_method = f"tcp://127.0.0.1:{free_port()}"
+    timeout = timedelta(seconds=collective_timeout_s or timeout_s)
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
     processes = []
     for rank in range(world_size):
         process = context.Process(
@@ -217,7 +218,7 @@ def spawn(
                 fn,
                 args,
                 backend,
-                init_method,
+                store.port,
                 collective_timeout_s or timeout_s,
                 threads_per_rank,
             ),
