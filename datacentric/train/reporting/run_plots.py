@@ -117,15 +117,17 @@ def _lines(
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 3.6), layout="constrained")
+    drawn = 0
     for label, values in series.items():
         points = [(s, v) for s, v in zip(steps, values) if v is not None]
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, marker=".", label=label)
+            drawn += 1
     ax.set_xlabel("optimizer step")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    if len(series) > 1:
+    if drawn > 1:  # a legend of the lines drawn (a series without a value draws none)
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     if caption:

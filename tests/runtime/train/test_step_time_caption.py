@@ -45,3 +45,13 @@ def test_step_time_figure_captions_the_runs_cost_model(tmp_path, monkeypatch, co
         assert "idle machine" in texts["step_time.png"][0]
     if cost_model == "profile":
         assert "profile" in texts["step_time.png"][0]
+
+
+def test_a_run_without_idle_share_data_plots_without_a_warning(tmp_path):
+    import warnings
+
+    folder = _run(tmp_path / "run", "analytic")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels" included
+        saved = run_plots.plot_run(folder)
+    assert {p.name for p in saved} >= {"loss.png", "step_time.png", "idle_share.png"}
