@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ class CallbackHooks(StepHooks):
         self.token_metrics = token_metrics
         self.flops_per_token = flops_per_token
         self.pending: list[float] = []
+        self.pending_tokens: list[tuple[float, float]] = []
+        """Each step's ``(mean_token_accuracy, entropy)`` since the last log."""
         self.losses: list[float] = []
         self.tokens_seen = 0
         self.started = 0.0
@@ -144,6 +146,8 @@ class CallbackHooks(StepHooks):
         state.global_step = step
         state.epoch = step / self.per_epoch
         self.pending.append(float(record["loss"]))
+        if "mean_token_accuracy" in record:
+            self.pending_tokens.append((record["mean_token_accuracy"], record["entropy"]))
         self.losses.append(float(record["loss"]))
         self.tokens_seen += int(record["tokens"])
         self.samples += int(record["samples"])
@@ -180,7 +184,11 @@ class CallbackHooks(StepHooks):
             }
             if self.token_metrics:
                 logs["num_tokens"] = float(self.tokens_seen)
+            if self.pending_tokens:  # each step's (exact over its tokens), averaged as TRL
+                logs["mean_token_accuracy"] = _mean(a for a, _ in self.pending_tokens)
+                logs["entropy"] = _mean(e for _, e in self.pending_tokens)
             self.pending.clear()
+            self.pending_tokens.clear()
             self.log(logs)
         if self.control.should_evaluate and self.evaluate is not None:
             for prefix, loss, runtime in self.evaluate():
@@ -208,3 +216,8 @@ class CallbackHooks(StepHooks):
         }
         self.log(dict(self.metrics))
         self.event("on_train_end")
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values)

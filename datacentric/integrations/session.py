@@ -322,6 +322,8 @@ class DropInTrainer(ScriptMethods):
             token_metrics=self.command == "SFTTrainer",
         )
         trainer = Trainer(config, groups, hooks=self._hooks)
+        # TRL's mean_token_accuracy and entropy, counted where the loss is
+        trainer.dc.runtime.token_metrics = self._hooks.token_metrics
         self._hooks.flops_per_token = _flops_per_token(trainer.dc.module)
         self._hooks.objects = {"model": trainer.dc.model}
         if self.processing_class is not None:

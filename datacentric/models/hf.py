@@ -233,6 +233,9 @@ class HFCausalLM(AttentionSlot, nn.Module):
         """The router auxiliary loss coefficient when ``output_router_logits=True``."""
         self.max_sp_size: int | None = None
         """The largest SP size this model runs exactly (``None``: any its heads allow)."""
+        self.token_sums: torch.Tensor | None = None
+        """While set (by the runtime, a ``(3,)`` float64 tensor), each forward adds to it
+        :func:`loss_token_sums` of its loss tokens (no gradient)."""
         if getattr(self.config, "output_router_logits", False):
             self.router_aux_coef = float(hf_model.router_aux_loss_coef)
             self.max_sp_size = 1
@@ -288,6 +291,8 @@ class HFCausalLM(AttentionSlot, nn.Module):
         )
         if self.router_aux_coef is not None:
             loss_S = loss_S + self.router_aux_coef * self.router_aux_loss(batch, out.router_logits)
+        if self.token_sums is not None:
+            self.token_sums += loss_token_sums(out.logits[0], batch.targets, batch.loss_mask)
         return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
 
     def router_aux_loss(
@@ -314,6 +319,27 @@ class HFCausalLM(AttentionSlot, nn.Module):
             rows = tuple(layer[start:end].float() for layer in router_logits)
             pieces.append(balance(rows, experts, top_k, None).expand(end - start))
         return torch.cat(pieces)
+
+
+@torch.no_grad()
+def loss_token_sums(
+    logits_SV: torch.Tensor, targets_S: torch.Tensor, loss_mask_S: torch.Tensor, rows: int = 1024
+) -> torch.Tensor:
+    """``(3,)`` float64: the loss tokens, those whose target is the logits' first argmax,
+    and the summed entropy (nats) of their predicted distribution, in float32 -- sums,
+    so that any split of tokens over micro-batches and ranks adds up to the same totals
+    (TRL's ``mean_token_accuracy`` and ``entropy`` are the last two over the first).
+    ``rows`` tokens at a time bound the float32 copies; no host sync."""
+    sums = torch.zeros(3, dtype=torch.float64, device=logits_SV.device)
+    for start in range(0, logits_SV.shape[0], rows):
+        logits = logits_SV[start : start + rows].float()
+        mask = loss_mask_S[start : start + rows]
+        entropy = torch.special.entr(logits.softmax(-1)).sum(-1)  # 0 log 0 = 0
+        correct = logits.argmax(-1) == targets_S[start : start + rows].long()
+        sums[0] += mask.sum()
+        sums[1] += (correct & mask).sum()
+        sums[2] += torch.where(mask, entropy, torch.zeros_like(entropy)).sum()
+    return sums
 
 
 #: rotary scalings whose angles are a function of each token's own position for a fixed

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -109,6 +110,9 @@ class IterationStats:
     #: (resolved by ``finish_iteration``)
     clock: StepClock | None = field(default=None, repr=False)
     pending: list[tuple[torch.Tensor, object, object]] = field(default_factory=list, repr=False)
+    #: this rank's loss tokens, those predicted right (argmax) and their summed entropy,
+    #: on the device (``DataCentricRuntime.token_metrics``; None: not counted)
+    token_sums: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def weighted_loss(self) -> float:
@@ -190,6 +194,19 @@ class StepClock:
         return [self.origin.elapsed_time(m) / 1e3 for m in marks]  # type: ignore[attr-defined]
 
 
+@contextmanager
+def counting_tokens(module: nn.Module, sums: torch.Tensor | None) -> Iterator[None]:
+    """The model's forwards add their loss-token sums to ``sums`` (None: nothing)."""
+    if sums is None:
+        yield
+        return
+    module.token_sums = sums
+    try:
+        yield
+    finally:
+        module.token_sums = None
+
+
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside a DDP wrapper (FSDP2 modules are their own)."""
     return model.module if isinstance(model, DistributedDataParallel) else model
@@ -228,6 +245,9 @@ class DataCentricRuntime:
         self.pack = pack
         self.loss_tokens_of = loss_tokens_of
         self.check_batches = check_batches
+        self.token_metrics = False
+        """Count each iteration's loss-token sums (``IterationStats.token_sums``) on a
+        model that has ``token_sums`` (:func:`~datacentric.models.hf.loss_token_sums`)."""
         module = unwrap(model)
         self.module = module
         self.loss_mode: LossMode = loss_mode or module.loss_mode
@@ -286,6 +306,7 @@ class DataCentricRuntime:
                     "FSDP2 with reshard_after_forward communicates on every pass and needs "
                     "the same count on every rank (turn reshard_after_forward off)"
                 )
+        counted = self.token_metrics and hasattr(self.module, "token_sums")
         return IterationStats(
             index=iteration.index,
             rank=self.groups.rank,
@@ -293,6 +314,9 @@ class DataCentricRuntime:
             sp_size=mine[0].sp_size,
             started_at=time.perf_counter(),
             clock=StepClock(self.groups.device),
+            token_sums=(
+                torch.zeros(3, dtype=torch.float64, device=self.groups.device) if counted else None
+            ),
         )
 
     def micro_steps(self, iteration: Iteration, stats: IterationStats) -> Iterator[MicroStep]:
@@ -322,6 +346,7 @@ class DataCentricRuntime:
                 self.attention.use(group, ring_group),
                 self.recompute.use(micro_batch.recompute),
                 annotate(self._range_name(step, len(mine), micro_batch, sp, full, shard)),
+                counting_tokens(self.module, stats.token_sums),
             ):
                 yield micro
             if micro.weighted is None:

@@ -62,6 +62,11 @@ class Step:
         self.rank_compute_s: list[float] = []
         self.rank_time_s: list[float] = []
         self.data_wait_s = 0.0
+        self.token_accuracy: float | None = None
+        """The share of the step's loss tokens (every rank's) whose target is the model's
+        argmax (``runtime.token_metrics``; None: not counted)."""
+        self.entropy: float | None = None
+        """The mean entropy of the predicted distribution over the same tokens."""
         self.schedule_wait_s = 0.0
         """Seconds the run waited for scheduling before this step (``steps()``: the
         first step's schedule is built then; later epochs' are built ahead)."""
@@ -104,11 +109,18 @@ class Step:
         self.runtime.finish_iteration(self.stats)
         self.phase = "the all-gather of losses and timings"
         compute_s = sum(mb.time_s for mb in self.stats.micro_batches)
+        sums = self.stats.token_sums
         with annotate("gather losses and timings"):
             table = gather_floats(
-                [self.stats.weighted_loss, compute_s, self.stats.total_time_s], self.runtime.groups
+                [self.stats.weighted_loss, compute_s, self.stats.total_time_s]
+                + (sums.tolist() if sums is not None else []),
+                self.runtime.groups,
             )
         self.loss = float(table[:, 0].sum())
+        if sums is not None:  # sums over every rank's tokens, divided once
+            tokens, correct, entropy = (float(x) for x in table[:, 3:].sum(0))
+            self.token_accuracy = correct / tokens if tokens else 0.0
+            self.entropy = entropy / tokens if tokens else 0.0
         self.rank_compute_s = [float(x) for x in table[:, 1]]
         self.rank_time_s = [float(x) for x in table[:, 2]]
         take_wait = getattr(self.runtime.pack, "take_wait_s", None)  # a Prefetcher

@@ -752,6 +752,11 @@ class Trainer:
             "schedule_wait_s": step.schedule_wait_s,
             **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
             **(
+                {"mean_token_accuracy": step.token_accuracy, "entropy": step.entropy}
+                if step.token_accuracy is not None
+                else {}
+            ),
+            **(
                 {"timeline": timeline_json(gather_spans(stats, self.groups))}
                 if self.metrics_config.timeline
                 else {}

@@ -9,7 +9,10 @@ set, so the data order does not matter), 3 held-out ones; the text run also unde
 ``accelerate launch`` with 2 processes. The losses logged at steps 1
 and 2 and ``eval_loss`` must agree within 1e-5 relative for text, conversational
 (assistant-only) and prompt-completion data and a tokenized dataset with labels -100;
-the LoRA run must call every callback and save an adapter peft loads.
+the LoRA run must call every callback and save an adapter peft loads. TRL's logged
+``num_tokens`` (equal), ``mean_token_accuracy`` and ``entropy`` (1e-5) must agree at every
+step for the SFT kinds, and for the LoRA quickstart (4 steps, some predictions right)
+also in one process.
 """
 
 from __future__ import annotations
@@ -53,10 +56,26 @@ def _results(process: subprocess.Popen) -> dict[str, dict]:
     return {r["kind"]: r for r in lines}
 
 
+def _same_token_metrics(have: dict, want: dict) -> None:
+    """TRL's per-step ``num_tokens``, ``mean_token_accuracy`` and ``entropy`` agree."""
+    assert len(have["token_metrics"]) == len(want["token_metrics"]), (have, want)
+    for ours, theirs in zip(have["token_metrics"], want["token_metrics"], strict=True):
+        assert set(ours) == set(theirs) == {"num_tokens", "mean_token_accuracy", "entropy"}
+        assert ours["num_tokens"] == theirs["num_tokens"], (ours, theirs)
+        for name in ("mean_token_accuracy", "entropy"):
+            assert ours[name] == pytest.approx(theirs[name], rel=1e-5, abs=1e-7), (ours, theirs)
+
+
 def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_path) -> None:
     kinds = "text,chat,prompt,tokens"
     reference = _start(
-        [sys.executable, str(SCRIPT), str(model_folder), str(tmp_path), "trl", kinds], tmp_path
+        [sys.executable, str(SCRIPT), str(model_folder), str(tmp_path), "trl", kinds + ",lora"],
+        tmp_path,
+    )
+    alone = _start(
+        [sys.executable, str(SCRIPT), str(model_folder), str(tmp_path / "one"), "datacentric"]
+        + ["lora"],
+        tmp_path,
     )
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
     torchrun += ["--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0"]
@@ -72,6 +91,11 @@ def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_pa
         tmp_path,
     )
     expected, got = _results(reference), _results(ours)
+    quickstart, want = got["lora"], expected["lora"]
+    assert max(m["mean_token_accuracy"] for m in want["token_metrics"]) > 0.1, want
+    for have in (quickstart, _results(alone)["lora"]):  # 2 processes, then 1
+        assert have["losses"] == pytest.approx(want["losses"], rel=1e-5), (have, want)
+        _same_token_metrics(have, want)
     # accelerate launch (its torchrun environment): the same numbers
     launched = _results(by_accelerate)["text"]
     for a, b in zip(launched["losses"], expected["text"]["losses"][:2], strict=True):
@@ -83,9 +107,11 @@ def test_drop_ins_under_torchrun_equal_trl_and_transformers(model_folder, tmp_pa
             assert a == pytest.approx(b, rel=1e-5), (kind, have, want)
         assert have["eval_loss"] == pytest.approx(want["eval_loss"], rel=1e-5), (kind, have)
         assert have["losses"][1] != have["losses"][0]  # the first step moved the model
-    quickstart = got["lora"]
+        if kind != "tokens":  # transformers' Trainer logs none of them
+            _same_token_metrics(have, want)
+    assert "num_tokens" not in got["tokens"]["token_metrics"][0]
     assert set(quickstart["events"]) == set(EVENTS), quickstart
-    assert quickstart["events"]["on_step_end"] == 2
+    assert quickstart["events"]["on_step_end"] == 4
     assert quickstart["model"].startswith("PeftModel")  # trainer.model after train()
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

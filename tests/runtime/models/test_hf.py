@@ -28,6 +28,7 @@ from datacentric.models.hf import (  # noqa: E402
     UnsupportedModelFeature,
     build_hf_llama,
     build_hf_model,
+    loss_token_sums,
     packed_attention_forward,
 )
 from datacentric.parallel.groups import ProcessGroups  # noqa: E402
@@ -90,7 +91,7 @@ def sp_iteration(world_size: int, seed: int = SEED) -> Iteration:
 
 def _hf_worker(
     iterations: list[dict], seed: int, name: str
-) -> list[tuple[float, dict[str, torch.Tensor]]]:
+) -> list[tuple[float, dict[str, torch.Tensor], tuple[float | None, float | None]]]:
     groups = ProcessGroups()
     dataset = _dataset()
     out = []
@@ -99,10 +100,25 @@ def _hf_worker(
         runtime = DataCentricRuntime(
             model, groups, dataset.pack, loss_tokens_function(dataset), sp_sizes=groups.sizes
         )
+        runtime.token_metrics = True
         step = run_step(runtime, Iteration.from_json(iteration_json))
         grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        out.append((step.loss, grads))
+        out.append((step.loss, grads, (step.token_accuracy, step.entropy)))
     return out
+
+
+@torch.no_grad()
+def reference_token_metrics(iteration: Iteration, seed: int = SEED, name: str = "llama"):
+    """The argmax accuracy and mean entropy over the global batch's loss tokens, from
+    the logits of the whole batch in one row (as TRL's metrics define them)."""
+    model = _build(seed, name)
+    batch = _dataset().pack(iteration.sample_ids(), 1)
+    logits_SV = model.logits(batch).float()[batch.loss_mask]
+    targets = batch.targets[batch.loss_mask]
+    log_p = logits_SV.log_softmax(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1)
+    correct = logits_SV.argmax(-1) == targets
+    return float(correct.double().mean()), float(entropy.double().mean()), int(correct.sum())
 
 
 def run_reference(iteration: Iteration, seed: int = SEED, name: str = "llama") -> StepResult:
@@ -130,10 +146,14 @@ def _check(world: int, iterations: list[Iteration], name: str = "llama") -> floa
     worst = 0.0
     for index, iteration in enumerate(iterations):
         reference = run_reference(iteration, name=name)
-        loss, grads = results[0][index]
+        loss, grads, (accuracy, entropy) = results[0][index]
         for rank in range(1, world):
             for param, grad in grads.items():
                 assert torch.equal(grad, results[rank][index][1][param]), f"rank {rank}: {param}"
+            assert results[rank][index][2] == (accuracy, entropy)  # every rank: the totals
+        want_accuracy, want_entropy, _ = reference_token_metrics(iteration, name=name)
+        assert accuracy == pytest.approx(want_accuracy, abs=1e-12)
+        assert entropy == pytest.approx(want_entropy, rel=1e-6)
         result = StepResult(loss=loss, grads=grads)
         for param, ref in reference.grads.items():
             assert ref.abs().sum() > 0, f"{param} has no reference gradient"
@@ -153,6 +173,31 @@ def test_hf_llama_sp_and_accumulation_match_one_process_at_world_2() -> None:
     assert any(mb.tokens % 2 for mb in sp.assignments[0].micro_batches)
     worst = _check(2, [sp, mixed])
     print(f"world 2: max relative gradient error {worst:.2e}")
+
+
+def test_loss_token_sums_add_up_over_any_split() -> None:
+    """Argmax hits (first index on ties), entropy (0 on a -inf logit) and loss tokens: the
+    sums of any split of the tokens (shards, chunks of rows) are the whole batch's."""
+    generator = torch.Generator().manual_seed(SEED)
+    logits_SV = torch.randn(11, 7, generator=generator)
+    targets = torch.randint(0, 7, (11,), generator=generator)
+    logits_SV[:4] = 0.0
+    logits_SV[:4, 2] = 1.0
+    logits_SV[:4, 5] = 1.0  # a tie: the first index is the argmax
+    targets[:4] = torch.tensor([2, 5, 2, 3])
+    logits_SV[4, 0] = -torch.inf
+    mask = torch.ones(11, dtype=torch.bool)
+    mask[[3, 9]] = False
+    whole = loss_token_sums(logits_SV, targets, mask)
+    p = logits_SV.softmax(-1)
+    entropy = -(p * p.clamp(min=1e-30).log()).sum(-1)
+    hits = logits_SV.argmax(-1) == targets
+    assert whole[0] == 9 and whole[1] == int(hits[mask].sum()) and whole[1] >= 2
+    assert float(whole[2]) == pytest.approx(float(entropy[mask].double().sum()), rel=1e-6)
+    split = loss_token_sums(logits_SV[:5], targets[:5], mask[:5], rows=2)
+    split += loss_token_sums(logits_SV[5:], targets[5:], mask[5:], rows=4)
+    assert torch.equal(split[:2], whole[:2])  # counts: exact
+    assert float(split[2]) == pytest.approx(float(whole[2]), rel=1e-6)
 
 
 def test_sliding_window_reaches_attention() -> None:
