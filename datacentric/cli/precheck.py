@@ -42,6 +42,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             config.data, config.validation, config.job.seed, training=config.training
         )
         module, shard, held = check_model_holding(config, dataset)
+        check_input_shapes(config, module, dataset, held_out)
         if shard is not None:  # the ranks hold it so (Prechecked.shard)
             parallelism = dataclasses.replace(
                 config.parallelism, shard=shard, reshard_after_forward=False
@@ -102,6 +103,22 @@ def check_model_holding(config: TrainConfig, dataset) -> tuple[nn.Module, str | 
             "held with DDP (--shard ddp; --shard none holds it whole on each rank)"
         )
         return err.module, "ddp", note
+
+
+def check_input_shapes(config: TrainConfig, module: nn.Module, dataset, held_out) -> None:
+    """Raise ``ValueError`` naming the model, the sample and the setting when a latent of
+    the training set or of the held-out set (``held_out``; None: none) is not whole
+    patches of the model's (``module``, on the meta device;
+    :func:`~datacentric.verify.model_contract.check_latent_patches`)."""
+    from datacentric.verify.model_contract import check_latent_patches
+
+    where = f"validation.dataset {config.validation.dataset}: " if config.validation.dataset else ""
+    for samples, prefix in ((dataset, ""), (held_out, where)):
+        try:
+            if samples is not None:
+                check_latent_patches(module, samples)
+        except ValueError as err:
+            raise ValueError(f"{prefix}model {config.model.model!r}: {err}") from None
 
 
 def check_validation(

@@ -277,6 +277,49 @@ def check_text_rows(model: nn.Module, dataset: Dataset) -> None:
             )
 
 
+def check_latent_patches(model: nn.Module, dataset: Dataset) -> None:
+    """Raise ``ValueError`` naming the sample, its file and the model's patch setting when
+    a sample's latent (frames, height and width, padded to whole patches of the data:
+    the dataset's ``patch``) is not whole patches of the model's own (``model.patch``,
+    from its config's ``patch_size`` / ``patch_size_t``): the model's forward could not
+    cut it (it failed inside the ranks). Reads the shapes only; models without a patch
+    of their own, or whose tokens are the data's, pass."""
+    patch, data_patch = getattr(model, "patch", None), getattr(model, "data_patch", None)
+    if patch is None or data_patch is None:
+        return
+    shapes = dataset.shapes()
+    bad = [
+        (i, tuple(n * p for n, p in zip(shape.grid, data_patch)))
+        for i, shape in enumerate(shapes)
+        if shape.grid is not None
+        and any(n * p % q for n, p, q in zip(shape.grid, data_patch, patch))
+    ]
+    if not bad:
+        return
+    (first, dims), more = bad[0], len(bad) - 1
+    axes = [a for a, d, q in zip(("frames", "height", "width"), dims, patch) if d % q]
+    source = getattr(dataset, "sample_source", None)
+    where = f"sample {first} ({source(first)})" if callable(source) else f"sample {first}"
+    config = getattr(model, "config", None)
+    setting = (
+        "patch_size_t" if axes == ["frames"] and _has(config, "patch_size_t") else "patch_size"
+    )
+    others = f" (and {more} other sample(s))" if more else ""
+    raise ValueError(
+        f"{where}{others}: a latent of {' x '.join(map(str, dims))} (frames x height x width, "
+        f"padded to whole {' x '.join(map(str, data_patch))} patches) is not whole patches of "
+        f"the model's {' x '.join(map(str, patch))} ({setting}): its {' and '.join(axes)} "
+        f"must be multiples of the patch; give latents that are (a --bucket-config crops "
+        f"them), or a model whose {setting} divides them (--model-arg {setting}=...)"
+    )
+
+
+def _has(config: object, key: str) -> bool:
+    """Whether a diffusers config (a dict-like ``FrozenDict``) sets ``key``."""
+    getter = getattr(config, "get", None)
+    return callable(getter) and getter(key) is not None
+
+
 def block_calls(model: nn.Module, dataset: Dataset) -> list[int]:
     """How many times each of ``model.blocks`` runs in one forward of two packed samples
     (without gradients, in ``eval()`` mode): 1 each, unless the model calls a block
