@@ -46,6 +46,9 @@ class CallbackHooks(StepHooks):
     ):
         self.args, self.state, self.control, self.callbacks = args, state, control, callbacks
         self.per_epoch = per_epoch
+        self.epoch_index = 0
+        """The runtime's epoch (0-based) of the last step, and its steps run so far."""
+        self.in_epoch = 0
         self.evaluate = evaluate
         """``(metric prefix, held-out loss, seconds)`` of each eval set under the model as
         it is now (collective); None: no set."""
@@ -123,6 +126,7 @@ class CallbackHooks(StepHooks):
         args, state = self.args, self.state
         state.global_step, state.max_steps = done, total
         state.epoch = done / self.per_epoch
+        self.epoch_index, self.in_epoch = divmod(done, self.per_epoch)
         state.num_train_epochs = math.ceil(total / self.per_epoch)
         state.logging_steps, state.eval_steps = args.logging_steps, args.eval_steps or 0
         state.save_steps = args.save_steps
@@ -134,9 +138,12 @@ class CallbackHooks(StepHooks):
     def step_end(self, record: dict[str, Any]) -> StepControl:
         state, control = self.state, self.control
         step = record["iteration"] + 1
-        if (step - 1) % self.per_epoch == 0:
+        if int(record["epoch"]) != self.epoch_index:  # an epoch's steps may have been cut
+            self.epoch_index, self.in_epoch = int(record["epoch"]), 0
+        if self.in_epoch == 0:
             control.should_epoch_stop = False
             self.event("on_epoch_begin")
+        self.in_epoch += 1
         control.should_log = control.should_evaluate = control.should_save = False
         self.event("on_step_begin")
         for _ in range(self.args.gradient_accumulation_steps - 1):
@@ -144,7 +151,7 @@ class CallbackHooks(StepHooks):
         self.event("on_pre_optimizer_step")
         self.event("on_optimizer_step")
         state.global_step = step
-        state.epoch = step / self.per_epoch
+        state.epoch = self.epoch_index + self.in_epoch / self.per_epoch
         self.pending.append(float(record["loss"]))
         if "mean_token_accuracy" in record:
             self.pending_tokens.append((record["mean_token_accuracy"], record["entropy"]))
@@ -157,14 +164,20 @@ class CallbackHooks(StepHooks):
         self.event("on_step_end")
         self._log_save_evaluate(record)
         save = bool(control.should_save)
-        epoch_ends = step % self.per_epoch == 0 or step == state.max_steps
+        # as transformers: a flag to stop the epoch or the run ends the epoch here
+        cut = bool(control.should_epoch_stop or control.should_training_stop)
+        epoch_ends = self.in_epoch == self.per_epoch or step == state.max_steps or cut
         if epoch_ends and save:
             self.epoch_end_after_save = True  # after this step's checkpoint, as transformers
         elif epoch_ends:
             save = self._epoch_end(record)
         if save:
             self.save_asked.add(step)
-        return StepControl(stop=bool(control.should_training_stop), save=save)
+        end_epoch = bool(control.should_epoch_stop) and self.in_epoch < self.per_epoch
+        # under max_steps transformers runs ceil(max_steps / per_epoch) epochs, cut or not
+        last = self.args.max_steps > 0 and self.epoch_index + 1 >= state.num_train_epochs
+        stop = bool(control.should_training_stop) or (end_epoch and last)
+        return StepControl(stop=stop, save=save, end_epoch=end_epoch)
 
     def _epoch_end(self, record: dict[str, Any]) -> bool:
         """``on_epoch_end``, then what its flags ask; whether a checkpoint is asked for."""

@@ -317,8 +317,8 @@ METHODS: dict[str, Treatment] = {
     "args": _h("the arguments given", SAME),
     "state": _h("transformers' TrainerState, filled as transformers fills it", CONTROL),
     "control": _h(
-        "transformers' TrainerControl; every flag honoured but should_epoch_stop (the "
-        "runtime's epoch runs to its end)",
+        "transformers' TrainerControl; every flag honoured (should_epoch_stop skips the "
+        "rest of the epoch)",
         CONTROL,
     ),
     "accelerator": _r("no accelerate Accelerator: the runtime holds the ranks"),

@@ -23,6 +23,8 @@ class StepControl:
     """Stop after this step (a final checkpoint is saved, as at the planned end)."""
     save: bool = False
     """Save a checkpoint of this step now."""
+    end_epoch: bool = False
+    """Skip the rest of this step's epoch: the next step is the next epoch's first."""
 
 
 class StepHooks:

@@ -541,6 +541,10 @@ class Trainer:
             if samples:
                 metrics.log_samples(step.number + 1, samples)
             control = self.hooks.step_end(record)
+            # the rest of the epoch skipped (unless the step was its last); every rank
+            # decides the same (the hooks see the same record)
+            if control.end_epoch and self.dc.position.epoch == step.epoch:
+                self.dc.position.next_epoch()
             self._finish_save()  # a background save had this step to write its shards
             overdue = self.checkpoints.overdue(time.monotonic() - self.saved_at)
             signum = (signals.signum or 0) if signals is not None else 0

@@ -1,5 +1,6 @@
 """A callback's ``TrainerControl`` steers the drop-in's run, and ``train(resume_from_checkpoint=
-True)`` continues it: one process, a tiny Qwen2, 4 text samples, 2 per step, 2 epochs."""
+True)`` continues it: one process, a tiny Qwen2, 4 text samples, 2 per step, 2 epochs;
+``should_epoch_stop`` ends an epoch where TRL's ends it (3 epochs)."""
 
 from __future__ import annotations
 
@@ -81,3 +82,67 @@ def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch)
         again.train(resume_from_checkpoint=True)
     assert again.state.global_step == 4
     assert [r["step"] for r in again.state.log_history if "loss" in r] == [3, 4]
+
+
+def _epoch_stop_run(trainer_class, folder: Path, out: Path) -> tuple[list, list, int]:
+    """A callback sets ``should_epoch_stop`` at step 3 (epoch 2's first of 2): the events
+    ``(name, global_step, epoch)``, the logged ``(step, learning_rate)`` and the last step."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig
+
+    class CutEpoch(TrainerCallback):
+        def __init__(self):
+            self.events = []
+
+        def _seen(self, name, state):
+            self.events.append((name, state.global_step, round(state.epoch, 6)))
+
+        def on_epoch_begin(self, args, state, control, **kw):
+            self._seen("on_epoch_begin", state)
+
+        def on_epoch_end(self, args, state, control, **kw):
+            self._seen("on_epoch_end", state)
+
+        def on_step_end(self, args, state, control, **kw):
+            self._seen("on_step_end", state)
+            control.should_epoch_stop = state.global_step == 3
+
+    cut = CutEpoch()
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=SFTConfig(
+            output_dir=str(out),
+            per_device_train_batch_size=2,
+            num_train_epochs=3,
+            learning_rate=1e-3,
+            lr_scheduler_type="linear",
+            logging_steps=1,
+            report_to="none",
+            bf16=False,
+        ),
+        train_dataset=Dataset.from_list([{"text": "hello world " * (1 + i)} for i in range(4)]),
+        processing_class=AutoTokenizer.from_pretrained(folder),
+        callbacks=[cut],
+    )
+    trainer.train()
+    history = trainer.state.log_history
+    rates = [(r["step"], pytest.approx(r["learning_rate"])) for r in history if "loss" in r]
+    return cut.events, rates, trainer.state.global_step
+
+
+def test_should_epoch_stop_skips_the_rest_of_the_epoch_as_trl(tmp_path, monkeypatch) -> None:
+    from trl import SFTTrainer as TRLTrainer
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    want = _epoch_stop_run(TRLTrainer, folder, tmp_path / "trl")
+    have = _epoch_stop_run(SFTTrainer, folder, tmp_path / "ours")
+    assert want[2] == 5  # 6 planned, epoch 2's second step skipped
+    assert ("on_epoch_end", 3, 1.5) in want[0]
+    assert have == want
