@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
-from datacentric.cli.ranks import say
+from datacentric.cli.ranks import announce, say
 from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_default
 
@@ -67,13 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset_limit:
         settings["dataset_limit"] = args.dataset_limit
     config = load_config(None, out=str(out), **settings)
-    print(
-        f"datacentric demo: {config.model.model} on the standard-library corpus "
+    announce(
+        "demo",
+        f"{config.model.model} on the standard-library corpus "
         f"({config.data.dataset_limit} files, chunks of <= {config.data.max_tokens} bytes), "
         f"{args.world} gloo ranks, memory cap {config.cost.memory_gb} GiB per rank, "
         f"one epoch per policy, {DEMO_REPEATS} runs each (A B A B; about 4 minutes on an idle "
         f"2-core machine); {describe_start(load_average(), cores(), busy_cores_now())}",
-        flush=True,
     )
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace

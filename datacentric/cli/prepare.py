@@ -8,6 +8,7 @@ import json
 
 from datacentric.cli.flag_groups import add_json_flag, add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
+from datacentric.cli.ranks import announce
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -113,14 +114,21 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.prepare import PrepareJob, prepare
-    from datacentric.prepare.plan import SAMPLING_KEYS
-
     # checked here, not by argparse: --world's deprecated aliases parse without them
     given = (("--pipeline DIR", args.pipeline), ("--media SOURCE", args.media))
     missing = [flag for flag, value in (*given, ("--out DIR", args.out)) if not value]
     if missing:
         raise ValueError(f"{', '.join(missing)}: required (see datacentric prepare --help)")
+    world = 1 if args.world is None else args.world
+    announce(  # before torch and the pipeline load
+        "prepare",
+        f"encoding {args.media} with {args.pipeline}'s VAE and text encoders into {args.out} "
+        f"on {world} rank{'s' if world != 1 else ''}; loading the pipeline first (seconds "
+        "for a small one, a minute or more for a full-size one), then clips with time left",
+        json_output=args.json,
+    )
+    from datacentric.prepare import PrepareJob, prepare
+    from datacentric.prepare.plan import SAMPLING_KEYS
 
     job = PrepareJob(
         pipeline=args.pipeline,
@@ -132,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         vae_tiling=args.vae_tiling,
         latent_dist=args.latent_dist,
         seed=0 if args.seed is None else args.seed,
-        world=1 if args.world is None else args.world,
+        world=world,
         device=args.device,
         **{key: getattr(args, key) for key in SAMPLING_KEYS},
     )

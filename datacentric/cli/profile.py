@@ -30,6 +30,7 @@ from datacentric.cli.flag_groups import (
 from datacentric.cli.flags import config_option, enable_config_file
 from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
 from datacentric.cli.planning_inputs import dataset_shapes
+from datacentric.cli.ranks import announce
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
 
@@ -88,6 +89,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
+    announce(  # before torch loads and the ranks start (seconds on an idle machine)
+        "profile",
+        f"{args.model} on {args.dataset or args.lengths}, {args.world} {args.backend} "
+        f"rank{'s' if args.world != 1 else ''}, memory cap {args.memory_gb} GiB, into "
+        f"{args.out} (a fresh profile there is reused); starting the ranks, then profiling "
+        "with time left (the tiny llama: about half a minute on 2 idle CPU cores)",
+        json_output=args.json,
+    )
     from datacentric.models.model_args import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
@@ -99,7 +109,6 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.shapes import make_buckets
 
     start = time.perf_counter()
-    args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
     longest = CPU_MAX_TOKENS if args.backend == "gloo" else GPU_MAX_TOKENS
     if args.max_tokens is None:
         args.max_tokens = longest

@@ -43,3 +43,13 @@ def say(command: str | None, message: str) -> None:
     line = f"{where}: {message}"
     if first_to_say(line):
         print(line, file=sys.stderr)
+
+
+def announce(command: str, message: str, *, json_output: bool = False) -> None:
+    """A long command's first line, ``datacentric <command>: <message>`` (what it will do
+    and what it waits for first), said before its heavy imports so that it comes within
+    a second or two: on stdout, so that stderr keeps one line per failure, or on stderr
+    with ``json_output`` (stdout is then the JSON's); once per job under torchrun."""
+    line = f"datacentric {command}: {message}"
+    if first_to_say(line):
+        print(line, file=sys.stderr if json_output else sys.stdout, flush=True)

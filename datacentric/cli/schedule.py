@@ -43,6 +43,7 @@ from datacentric.cli.planning_inputs import (
     global_batch_options,
     profiled_model,
 )
+from datacentric.cli.ranks import announce
 
 KEY = """\
 Reading the output. The headline, per policy: one epoch's estimated time (the steps'
@@ -235,6 +236,13 @@ def run(args: argparse.Namespace) -> int:
     from datacentric.planning.planner import UnfittableBucketError
     from datacentric.profiling.store import ProfileError
 
+    costs = f"the profile in {args.profile}" if args.profile else "the analytic cost model"
+    announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
+        "schedule",
+        f"{args.policy} on {args.dataset or args.lengths} at {args.world} ranks with {costs}; "
+        "reading the data and planning first, then each policy's steps with time left",
+        json_output=args.json,
+    )
     try:
         summary = schedule_summary(args)
     except (ProfileError, UnfittableBucketError, ValueError, KeyError, OSError) as err:

@@ -35,6 +35,7 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
 from datacentric.cli.planning_inputs import dataset_shapes, global_batch_options, sharding_of
+from datacentric.cli.ranks import announce
 
 KEY = """\
 Reading the output. The headline, per policy: one epoch's simulated time (every step's
@@ -189,6 +190,13 @@ def _steps_why(args: argparse.Namespace, shapes: Any, steps: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
+        "simulate",
+        f"{args.policy or 'the default policies'} on {args.dataset or args.lengths} at "
+        f"{args.world} ranks; reading the data first, then one epoch per policy with "
+        "time left",
+        json_output=args.json,
+    )
     report = simulate_command(args)
     if args.json:
         print(json_text(report))

@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.precheck import check_dataset
+from datacentric.cli.ranks import announce
+from datacentric.settings import TrainConfig
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # a bad --config or flag is reported before torch loads
+    announce(
+        "train", start_line(config), json_output=args.json
+    )  # before torch and the model load (seconds, or more)
     from datacentric.parallel.launch import launch, launch_mode
     from datacentric.train.run_folder import RunFolderLock, claim_run_folder
     from datacentric.train.trainer import train_rank, train_rank_in_locked_folder
@@ -65,6 +71,23 @@ def run(args: argparse.Namespace) -> int:
             forward_signals=config.checkpoint.save_on_signal,
         )
     return report(args, results)
+
+
+def start_line(config: TrainConfig) -> str:
+    """What ``train`` will do, said before its heavy imports: the model, the data, the
+    steps, the ranks and the run folder."""
+    training = config.training
+    steps = (
+        f"{training.iterations} step{'s' if training.iterations != 1 else ''}"
+        if training.iterations
+        else f"{training.epochs} epoch{'s' if training.epochs != 1 else ''}"
+    )
+    ranks = config.parallelism.world or int(os.environ.get("WORLD_SIZE", "1"))
+    return (
+        f"{config.model.model} on {config.data.dataset}, {steps}, {ranks} "
+        f"rank{'s' if ranks != 1 else ''}, into {config.job.out} (loading torch and the "
+        "model first: seconds for a small one, a minute or more for a large hf: folder)"
+    )
 
 
 def _report(args: argparse.Namespace, results: dict, tokenizer: str | None) -> int:
