@@ -43,7 +43,7 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (the most:
 #: ``models/source.py``; ``train/build.py`` 7)
-CEILINGS = {"stays": 173, "climbs": 37, "entries": 9}
+CEILINGS = {"stays": 173, "climbs": 35, "entries": 9}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

@@ -5,10 +5,11 @@ for the analytic model's spec.
 Cost models only price memory: the budget a plan fits under is resolved at the entry
 point (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`) and held by the plan.
 
-A name's spec (:func:`named_spec`, :func:`run_spec`, :func:`get_model_spec`) is derived
-by :mod:`datacentric.planning.spec_derivation`, the one derivation; this module only
-finds what it reads: an analytic preset, a runnable preset's config (no torch), or the
-model built on the meta device (no memory, no weights read).
+A name's spec (:func:`named_spec`, the one lookup; :func:`get_model_spec` for the
+analytic presets) is derived by :mod:`datacentric.planning.spec_derivation`, the one
+derivation; this module only finds what it reads: an analytic preset, a runnable
+preset's config (no torch), the run's built model, or the model built on the meta
+device (no memory, no weights read).
 """
 
 from __future__ import annotations
@@ -112,18 +113,24 @@ def get_model_spec(name: str) -> ModelSpec:
 
 
 def named_spec(
-    name: str, model_args: Mapping[str, Any] | None = None, lora: LoraSpec | None = None
+    name: str,
+    model_args: Mapping[str, Any] | None = None,
+    lora: LoraSpec | None = None,
+    *,
+    module: nn.Module | None = None,
 ) -> ModelSpec:
-    """The spec of the model ``name`` means: an analytic preset
-    (:func:`get_model_spec`, e.g. ``llama-7b``) when it names one and has no model
-    arguments, else read from the model built on the meta device (no memory, no weights
-    read). ``lora``: only its adapters train (their count read from the model built on
-    the meta device with them)."""
+    """The spec of the model ``name`` means, the one place a model's spec is found: an
+    analytic preset (:func:`get_model_spec`, e.g. ``llama-7b``) when it names one with no
+    model arguments and no adapters, else read from the model: the built ``module`` when
+    the caller has it (:func:`~datacentric.planning.spec_derivation.spec_of_model`),
+    else the model built on the meta device (no memory, no weights read). ``lora``: only
+    its adapters train (their count read from the model built on the meta device with
+    them, or from ``module``, which then carries them)."""
     args_json = json.dumps(dict(model_args or {}), sort_keys=True)
-    if name in list_model_specs() and args_json == "{}":
-        spec = get_model_spec(name)
-    else:
-        spec = _meta_spec(name, args_json)
+    preset = name in list_model_specs() and args_json == "{}"
+    if module is not None and not (preset and lora is None):
+        return spec_of_model(module, name)
+    spec = get_model_spec(name) if preset else _meta_spec(name, args_json)
     return spec if lora is None else _with_adapters(spec, name, args_json, lora)
 
 
@@ -133,14 +140,9 @@ def run_spec(
     model_args: Mapping[str, Any] | None = None,
     lora: LoraSpec | None = None,
 ) -> ModelSpec:
-    """The spec a run of ``--model name`` prices: read from the built ``model`` when the
-    run has one and ``name`` is not an analytic preset or comes with model arguments or
-    adapters (:func:`~datacentric.planning.spec_derivation.spec_of_model`), else
-    :func:`named_spec`."""
-    custom = name not in list_model_specs() or bool(model_args) or lora is not None
-    if model is not None and custom:
-        return spec_of_model(model, name)
-    return named_spec(name, model_args, lora)
+    """The spec a run of ``--model name`` prices: :func:`named_spec` read off the built
+    ``model`` when the run has one."""
+    return named_spec(name, model_args, lora, module=model)
 
 
 @cache

@@ -13,12 +13,16 @@
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples (:func:`~datacentric.train.validation.build_run_data`);
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
-   every rank the same weights from the seed (:func:`build_run_model`); its spec and
-   cost model come from the one derivation of a model's spec
-   (:mod:`datacentric.planning.spec_derivation`, :func:`run_cost_model`), and so does
-   the analytic model the step records' ``mfu`` is counted on, read off the built
-   model before its LoRA adapters are injected (:func:`mfu_cost_model`: the model
-   is not built again, not even on the meta device);
+   every rank the same weights from the seed (:func:`build_run_model`), held with its
+   description as one :class:`~datacentric.train.build.RunModel` (the resolved source,
+   its arguments and adapters, the dtype): its spec and cost model come from the one
+   lookup and derivation of a model's spec
+   (:func:`~datacentric.profiling.factory.named_spec`,
+   :mod:`datacentric.planning.spec_derivation`; :func:`run_cost_model` takes the
+   ``RunModel`` and the ``[cost]`` section), and so does the analytic model the step
+   records' ``mfu`` is counted on, read off the built model before its LoRA adapters
+   are injected (:func:`mfu_cost_model`: the model is not built again, not even on
+   the meta device);
 4. **global batch size**: a small dataset's global batch sized from its samples when
    the ``[scheduling]`` section gives none
    (:func:`~datacentric.scheduling.global_batches.size_global_batch`), recorded in the
@@ -179,20 +183,18 @@ def assemble_run(
         )
     torch.manual_seed(seed)  # model: every rank draws the same weights
     # the model, and the analytic model mfu counts on, read off it before its adapters
-    module, mfu_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)
+    run_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)
+    module = run_model.module
     sp_sizes = ulysses_sp_sizes(module, groups.world_size)  # for the profile and the plan
     cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
+        run_model,
         config.cost,
         groups.world_size,
         groups.device,
         dataset.shapes(),
-        model_settings=config.model,
-        lora=config.lora,
-        parallelism=config.parallelism,
+        shard=sharding(config.parallelism),
         job=config.job,
-        progress=config.metrics.progress,
-        is_main=groups.rank == 0,
-        model=module,
+        progress=config.metrics.progress and groups.rank == 0,
         dataset=dataset,
         sp_sizes=sp_sizes,
     )
@@ -223,7 +225,7 @@ def assemble_run(
     # trainer: the weights are drawn; from here each rank draws its own random stream, so
     # a model's dropout masks differ between ranks (and between an SP group's shards).
     torch.manual_seed(seed + 1 + groups.rank)
-    step_metrics = StepMetrics(dc, groups, mfu_model)
+    step_metrics = StepMetrics(dc, groups, run_model.mfu)
     optimizer = torch.optim.AdamW(
         dc.model.parameters(),  # wrapped or sharded: the optimizer takes its parameters
         lr=config.training.lr,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -32,12 +33,7 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
 from datacentric.profiling.autoprofile import ensure_profile
-from datacentric.profiling.factory import (
-    analytic_cost_model,
-    fitted_cost_model,
-    named_spec,
-    run_spec,
-)
+from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model, named_spec
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.settings.sections import (
     CostConfig,
@@ -81,20 +77,53 @@ def build_model_for(
     return module
 
 
+@dataclass(frozen=True)
+class RunModel:
+    """A run's model and its description, resolved once: the ``--model`` source (its
+    checked arguments and the ``[lora]`` section's adapters), the dtype it trains in,
+    the built module (None where the caller builds none, as a measured comparison's
+    launcher) and the analytic model the step records' ``mfu`` counts on. The cost model
+    (:func:`run_cost_model`) and ``mfu`` read the model from here, never from the
+    settings again."""
+
+    source: ModelSource
+    """The resolved ``--model`` string, its arguments and its adapters."""
+    dtype: str
+    """``[model] dtype``: ``float32`` or ``bfloat16`` (autocast)."""
+    module: nn.Module | None = None
+    """The built model (its adapters injected), if built."""
+    mfu: CostModel | None = None
+    """The analytic model ``mfu`` counts FLOPs on (:func:`mfu_cost_model`)."""
+
+    @classmethod
+    def of(cls, model: ModelConfig, lora: LoraConfig | None = None) -> RunModel:
+        """The ``[model]`` and ``[lora]`` sections' model, not built."""
+        return cls(model_source(model, lora), model.dtype)
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The spec the run prices (:func:`~datacentric.profiling.factory.named_spec`:
+        the analytic preset, else read off the built module, else the model built on
+        the meta device)."""
+        source = self.source
+        return named_spec(source.name, source.args, source.lora, module=self.module)
+
+
 def build_run_model(
     model: ModelConfig, dataset: Dataset, device: torch.device, *, lora: LoraConfig | None = None
-) -> tuple[nn.Module, CostModel | None]:
+) -> RunModel:
     """The run's model, built once: :func:`build_model_for`'s model, and the analytic
     model the step records' ``mfu`` counts FLOPs on (:func:`mfu_cost_model`), read off
     the model before the ``[lora]`` section's adapters are injected, so neither needs a
     second build. The same weights as :func:`build_model_for` (the adapters are drawn
     last either way)."""
-    module, _ = build_from_source(model_source(model), dtype=torch.float32, dataset=dataset)
-    mfu_model = mfu_cost_model(model, device, module)
-    spec = lora_of(lora or LoraConfig())
-    if spec is not None:
-        apply_lora(module, spec)
-    return module, mfu_model
+    source = model_source(model, lora)
+    bare = dataclasses.replace(source, lora=None)
+    module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
+    mfu_model = mfu_cost_model(bare, model.dtype, device, module)
+    if source.lora is not None:
+        apply_lora(module, source.lora)
+    return RunModel(source, model.dtype, module, mfu_model)
 
 
 def what_trains(module: nn.Module, tokenizer: str | None = None) -> str:
@@ -142,55 +171,52 @@ def build_cost_model(
 
 
 def run_cost_model(
+    model: RunModel,
     cost: CostConfig,
     world_size: int,
     device: torch.device,
     shapes,
     *,
-    model_settings: ModelConfig | None = None,
-    lora: LoraConfig | None = None,
-    parallelism: ParallelismConfig | None = None,
+    shard: ShardingSpec | None = None,
     job: JobConfig | None = None,
     progress: bool = True,
-    is_main: bool = True,
-    model: nn.Module | None = None,
     dataset: Dataset | None = None,
     sp_sizes: list[int] | None = None,
 ) -> CostModel:
-    """The cost model of a training run (collective when it profiles), from the
-    ``[cost]`` section and the ``[model]`` (``model_settings``, required), ``[lora]``,
-    ``[parallelism]`` and ``[job]`` sections (``progress``: ``[metrics] progress``).
+    """The cost model of a training run of ``model`` (collective when it profiles), from
+    the ``[cost]`` section, on ``world_size`` ranks of ``device`` holding model state as
+    ``shard`` says (default: :data:`~datacentric.planning.sharding.DEFAULT_SHARD`);
+    ``job``: the ``[job]`` section (the default profile folder, the seed); ``progress``:
+    this rank shows the profiler's progress.
 
     ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
     if its fingerprint matches this model, device, torch, world and dtype, else one
     measured now on the run's own ranks (no second launch) on the run's own samples
     (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
     predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
-    (:func:`~datacentric.profiling.factory.run_spec`: read from ``model`` when it is
-    not an analytic preset).
+    (:attr:`RunModel.spec`).
     """
-    if model_settings is None:
-        raise TypeError("run_cost_model: give model_settings (the [model] section)")
-    lora, job = lora or LoraConfig(), job or JobConfig()
+    job = job or JobConfig()
     if cost.cost_model == "analytic":
         return build_cost_model(
-            run_spec(model_settings.model, model, model_args(model_settings), lora_of(lora)),
+            model.spec,
             device,
-            model_settings.dtype,
-            shard=sharding(parallelism or ParallelismConfig()),
+            model.dtype,
+            shard=shard or sharding(ParallelismConfig()),
             world_size=world_size,
         )
+    source = model.source
     directory = cost.profile_dir or str(Path(job.out) / "profile")
     settings = ProfileSettings(
-        model=model_settings.model,
-        model_args=model_args(model_settings),
-        lora=lora_of(lora),
-        dataset=None if model_settings.model in MODEL_PRESETS else dataset,
+        model=source.name,
+        model_args=source.args,
+        lora=source.lora,
+        dataset=None if source.name in MODEL_PRESETS else dataset,
         world_size=world_size,
         backend="nccl" if device.type == "cuda" else "gloo",
-        dtype=model_settings.dtype,
+        dtype=model.dtype,
         seed=job.seed,
-        progress=progress and is_main,
+        progress=progress,
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
@@ -201,23 +227,21 @@ def run_cost_model(
 
 
 def mfu_cost_model(
-    model: ModelConfig, device: torch.device, module: nn.Module | None = None
+    source: ModelSource, dtype: str, device: torch.device, module: nn.Module | None = None
 ) -> CostModel | None:
-    """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of the
-    ``[model]`` section's model and arguments, without LoRA adapters, on this device;
-    ``None`` for a model whose cost cannot be read. ``module``: the run's built model,
-    read instead of building the model again (:func:`~datacentric.profiling.factory.run_spec`)
-    unless it carries adapters (then :func:`~datacentric.profiling.factory.named_spec`
-    reads the model without them, built on the meta device)."""
-    args = model_args(model)
+    """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of
+    ``source``'s model and arguments, without LoRA adapters, trained in ``dtype`` on this
+    device; ``None`` for a model whose cost cannot be read. ``module``: the run's built
+    model, read instead of building the model again
+    (:func:`~datacentric.profiling.factory.named_spec`) unless it carries adapters (then
+    the model without them is read, built on the meta device)."""
+    if getattr(module, "lora_spec", None) is not None:
+        module = None
     try:
-        if module is not None and getattr(module, "lora_spec", None) is None:
-            spec = run_spec(model.model, module, args)
-        else:
-            spec = named_spec(model.model, args)
+        spec = named_spec(source.name, source.args, module=module)
     except UnpricedModelError:
         return None
-    return build_cost_model(spec, device, model.dtype)
+    return build_cost_model(spec, device, dtype)
 
 
 def model_args(model: ModelConfig) -> dict:

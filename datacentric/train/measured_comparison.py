@@ -51,7 +51,7 @@ from datacentric.timing import (
     relative_spread,
 )
 from datacentric.train.assemble import Prechecked
-from datacentric.train.build import build_dataset, run_cost_model
+from datacentric.train.build import RunModel, build_dataset, run_cost_model, sharding
 from datacentric.train.comparison_stop import stopping_on_signals
 from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.reporting.metrics import read_metrics
@@ -266,13 +266,12 @@ def compare_policies(
             key = saved.read_text(encoding="utf-8") if saved.exists() else ""
             if key not in cost_models:
                 cost_models[key] = run_cost_model(
+                    RunModel.of(config.model, config.lora),
                     config.cost,
                     world_size,
                     torch.device("cpu"),
                     shapes,
-                    model_settings=config.model,
-                    lora=config.lora,
-                    parallelism=config.parallelism,
+                    shard=sharding(config.parallelism),
                     job=config.job,
                     progress=config.metrics.progress,
                 )

@@ -10,7 +10,13 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch, launch_mode, process_groups
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
-from datacentric.train.build import build_dataset, build_model_for, run_cost_model
+from datacentric.train.build import (
+    RunModel,
+    build_dataset,
+    build_model_for,
+    run_cost_model,
+    sharding,
+)
 from datacentric.train.checkpoints.checkpoint import weights_sha256
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.sampler import RankBatchSampler
@@ -30,13 +36,12 @@ def user_dc(config: TrainConfig) -> DataCentric:
     dataset = build_dataset(config.data, config.job.seed)
     model = build_model_for(config.model, dataset, lora=config.lora)
     cost = run_cost_model(
+        RunModel.of(config.model, config.lora),
         config.cost,
         1,
         torch.device("cpu"),
         dataset.shapes(),
-        model_settings=config.model,
-        lora=config.lora,
-        parallelism=config.parallelism,
+        shard=sharding(config.parallelism),
         job=config.job,
     )
     return DataCentric(
