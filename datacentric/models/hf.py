@@ -555,12 +555,52 @@ def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
     ]
     shallowest = [entry for entry in lists if entry[0] == min((e[0] for e in lists), default=0)]
     if len(shallowest) != 1:
+        feature = _layer_layout(hf_model, count, [e[1] for e in shallowest])
         raise UnsupportedModelFeature(
-            f"{type(hf_model).__name__}: found {len(shallowest)} module lists of {count} "
-            f"layers at the shallowest depth ({[e[1] for e in shallowest]}), expected exactly "
-            "one (the decoder layers)"
+            f"{type(hf_model).__name__}: {feature}, which data-centric parallel cannot run "
+            "(it holds, prices and recomputes one list of num_hidden_layers decoder layers, "
+            "a block each); use a causal LM whose decoder layers are one such list"
         )
     return shallowest[0][2]
+
+
+def _layer_layout(hf_model: nn.Module, count: int, same_depth: list[str]) -> str:
+    """The layer layout that keeps a model's decoder layers from being one list of
+    ``num_hidden_layers`` (``count``) blocks, as a feature: parallel lists of ``count``
+    layers (``same_depth``), stacks run in recurrent cycles (HRM), layers holding several
+    attention sublayers each (LongCat-Flash), or layers kept outside any list."""
+    if same_depth:
+        return f"{len(same_depth)} parallel stacks of {count} layers ({', '.join(same_depth)})"
+    stacks = [
+        (name, m)
+        for name, m in hf_model.named_modules()
+        if isinstance(m, nn.ModuleList)
+        and len(m)
+        and all(type(layer).__name__.endswith(("Layer", "Block")) for layer in m)
+    ]
+    depth = min((name.count(".") for name, _ in stacks), default=0)
+    stacks = [(name, m) for name, m in stacks if name.count(".") == depth]
+    total = sum(len(m) for _, m in stacks)
+    listed = ", ".join(f"{name} of {len(m)}" for name, m in stacks)
+    if len(stacks) > 1 and count > total:
+        return (
+            f"layer stacks run in recurrent cycles ({listed}: num_hidden_layers={count} "
+            f"layer calls of {total} layers)"
+        )
+    if len(stacks) == 1 and count % total == 0:
+        inner = [
+            f"{stacks[0][0]}.0.{name}, a list of {len(m)}"
+            for name, m in stacks[0][1][0].named_children()
+            if isinstance(m, nn.ModuleList) and ("attn" in name or "attention" in name)
+        ]
+        held = f"; {inner[0]}" if inner else ""
+        return (
+            f"decoder layers holding {count // total} layers each ({listed}, counted as "
+            f"num_hidden_layers={count}{held}): several attention sublayers in one layer"
+        )
+    if stacks:
+        return f"layer stacks ({listed}) that are not num_hidden_layers={count} layers"
+    return f"decoder layers kept outside a module list (num_hidden_layers={count})"
 
 
 #: the tiny random-weight configs behind ``hf:NAME`` (tests and ``equivalence``); every
