@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cpu_bench.py [--world 2] [--repeats 2] [--out-dir runs/cpu_bench]
 
-Runs the comparison of ``datacentric demo`` (``datacentric.train.measured_comparison``):
+Runs the comparison of ``datacentric demo`` (``datacentric.train.comparison.measured_comparison``):
 tuned ``static``, ``static-reference``, ``dcp-pac`` and ``dcp-opt`` at one global batch,
 one epoch of the same standard-library samples per policy, on ``--world`` gloo ranks, with
 the tiny Llama, one dual-layer profile shared by all policies, and the simulator's
@@ -25,7 +25,7 @@ import torch
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.demo import DEMO_POLICIES, DEMO_WARMUP
 from datacentric.settings import load_config
-from datacentric.train.measured_comparison import (
+from datacentric.train.comparison.measured_comparison import (
     DEFAULT_REPEATS,
     compare_policies,
     speedup_range,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from datacentric.train.machine_load import busy, cores, load_average
+from datacentric.train.comparison.machine_load import busy, cores, load_average
 
 
 def main() -> int:

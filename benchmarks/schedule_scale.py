@@ -30,7 +30,7 @@ from datacentric.schedule import Schedule
 from datacentric.scheduling import Pipeline, schedule_measures
 from datacentric.scheduling.epoch import POLICIES
 from datacentric.sim.policy_comparison import simulation_budget, simulation_cost_model
-from datacentric.train.machine_load import CpuClock
+from datacentric.train.comparison.machine_load import CpuClock
 
 #: Targets for the fast policy: wall seconds on an idle machine, and under a load of 4.
 TARGET_IDLE_S = 2.0
@@ -140,8 +140,8 @@ def markdown(rows: list[dict], samples: int, gpus: int) -> str:
         "time, not immune: they share caches and memory bandwidth); `load` is the 1-minute "
         "load average just before and just after the call (it remembers the last minute); "
         "`others` the cores other jobs kept busy during the call, measured from the "
-        "cores' busy time less this process's (`train/machine_load.py`; `-` where the OS "
-        "does not count it): near 0 on an otherwise idle machine.",
+        "cores' busy time less this process's (`train/comparison/machine_load.py`; `-` "
+        "where the OS does not count it): near 0 on an otherwise idle machine.",
         "",
         "| workload | model | policy | iterations | micro-batches | plan s | schedule s "
         "| cpu s | load | others | validate s | measure s | efficiency | imbalance |",

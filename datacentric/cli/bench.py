@@ -94,14 +94,14 @@ def bench_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.comparison_stop import ComparisonStopped
-    from datacentric.train.machine_load import (
+    from datacentric.train.comparison.comparison_stop import ComparisonStopped
+    from datacentric.train.comparison.machine_load import (
         busy_cores_now,
         cores,
         describe_start,
         load_average,
     )
-    from datacentric.train.measured_comparison import DEFAULT_REPEATS, compare_policies
+    from datacentric.train.comparison.measured_comparison import DEFAULT_REPEATS, compare_policies
 
     repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy
     if repeats < 1:

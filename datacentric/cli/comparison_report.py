@@ -14,7 +14,7 @@ from datacentric.settings.command_defaults import command_settings
 from datacentric.settings.layout import flat_defaults
 
 if TYPE_CHECKING:
-    from datacentric.train.measured_comparison import Comparison
+    from datacentric.train.comparison.measured_comparison import Comparison
 
 #: Settings of the CPU comparison (``bench`` and ``demo``): the tiny Llama on the
 #: standard-library corpus, the schema's ``max_tokens`` and ``lr``, and ``bench``'s own
@@ -67,7 +67,7 @@ def bench_summary(comparison: Comparison, baseline: str) -> dict[str, Any]:
     repeats (and the same over ``static-reference`` when it ran; all at the same global
     batch), the spread between repeats (``noise_rel``), the simulator's error against
     the median, whether the loss curves agree, and the machine's load."""
-    from datacentric.train.measured_comparison import speedup_range
+    from datacentric.train.comparison.measured_comparison import speedup_range
 
     results = comparison.policies
     base = results[baseline]

@@ -29,7 +29,7 @@ from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_default
 
 if TYPE_CHECKING:
-    from datacentric.train.measured_comparison import PolicyRepeats
+    from datacentric.train.comparison.measured_comparison import PolicyRepeats
 
 #: Tuned ``static`` first (the baseline of every ratio), the reference baseline, then DCP.
 DEMO_POLICIES = ["static", "static-reference", "dcp-pac", "dcp-opt"]
@@ -54,7 +54,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.machine_load import (  # no torch: the first line comes at once
+    # no torch: the first line comes at once
+    from datacentric.train.comparison.machine_load import (
         busy_cores_now,
         cores,
         describe_start,
@@ -77,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace
-    from datacentric.train.comparison_stop import ComparisonStopped
-    from datacentric.train.measured_comparison import compare_policies
+    from datacentric.train.comparison.comparison_stop import ComparisonStopped
+    from datacentric.train.comparison.measured_comparison import compare_policies
     from datacentric.train.reporting.metrics import read_metrics
 
     try:

@@ -42,7 +42,7 @@ opened once per process and nothing is decided twice.
 
 :func:`assemble_run` is called by the trainer (:class:`~datacentric.train.trainer.Trainer`),
 so by ``datacentric train``, and by ``bench`` and ``demo`` through the measured
-comparison (:mod:`datacentric.train.measured_comparison`), which trains every policy
+comparison (:mod:`datacentric.train.comparison.measured_comparison`), which trains every policy
 with the trainer.
 """
 

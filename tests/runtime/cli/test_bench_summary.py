@@ -10,8 +10,8 @@ import pytest
 from datacentric.cli.comparison_report import bench_summary, describe_speedup, noise_verdict
 from datacentric.cli.main import main
 from datacentric.timing import relative_spread
-from datacentric.train.machine_load import LoadReading
-from datacentric.train.measured_comparison import (
+from datacentric.train.comparison.machine_load import LoadReading
+from datacentric.train.comparison.measured_comparison import (
     Comparison,
     PolicyMeasurement,
     PolicyRepeats,

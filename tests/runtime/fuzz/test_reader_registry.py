@@ -92,7 +92,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "results the package's own rank processes wrote to its private temporary folder"
     ),
     "datacentric.profiling.store:device_name": left_out("the kernel's /proc/cpuinfo"),
-    "datacentric.train.machine_load:cores_busy_s": left_out("the kernel's /proc/stat"),
+    "datacentric.train.comparison.machine_load:cores_busy_s": left_out("the kernel's /proc/stat"),
     "datacentric.data.stdlib:StdlibCorpus.sample": left_out(
         "the Python standard library's own source files (the stdlib demo corpus)"
     ),
@@ -135,10 +135,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.reporting.metrics:read_jsonl": left_out(
         "a run's own metrics.jsonl and samples.jsonl, which the run appends"
     ),
-    "datacentric.train.measured_comparison:compare_policies": left_out(
+    "datacentric.train.comparison.measured_comparison:compare_policies": left_out(
         "the comparison's own step files, written by the runs it started"
     ),
-    "datacentric.train.measured_comparison:RunSteps.__call__": left_out(
+    "datacentric.train.comparison.measured_comparison:RunSteps.__call__": left_out(
         "the comparison's own step files, written by the runs it started"
     ),
     "datacentric.profiling.store:load_profile": left_out(

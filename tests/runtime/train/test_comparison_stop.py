@@ -9,8 +9,8 @@ import pytest
 from run_config import small_config
 
 from datacentric.cli.main import main
-from datacentric.train import measured_comparison
-from datacentric.train.comparison_stop import ComparisonStopped
+from datacentric.train.comparison import measured_comparison
+from datacentric.train.comparison.comparison_stop import ComparisonStopped
 
 
 def test_sigterm_between_runs_names_the_finished_run(tmp_path, monkeypatch) -> None:

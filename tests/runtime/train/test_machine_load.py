@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from datacentric.train.machine_load import (
+from datacentric.train.comparison.machine_load import (
     CpuClock,
     LoadReading,
     cores_busy_s,

@@ -149,7 +149,7 @@ def test_a_unit_that_shows_its_own_progress_gives_the_pace_from_its_start():
 def test_a_comparison_run_reports_its_steps_while_it_trains(tmp_path):
     from toy_schedule import toy_schedule
 
-    from datacentric.train.measured_comparison import RunSteps
+    from datacentric.train.comparison.measured_comparison import RunSteps
     from datacentric.train.run_folder import save_schedule
 
     steps, schedule = RunSteps(), toy_schedule()

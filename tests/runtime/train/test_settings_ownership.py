@@ -39,9 +39,9 @@ TOP = {
     "datacentric/train/trainer.py:train_rank",
     "datacentric/train/trainer.py:train_rank_in_locked_folder",
     # the measured comparison launches one run per policy (train_rank on each rank)
-    "datacentric/train/measured_comparison.py:compare_policies",
-    "datacentric/train/measured_comparison.py:run_policy",
-    "datacentric/train/measured_comparison.py:train_rank_clocked",
+    "datacentric/train/comparison/measured_comparison.py:compare_policies",
+    "datacentric/train/comparison/measured_comparison.py:run_policy",
+    "datacentric/train/comparison/measured_comparison.py:train_rank_clocked",
     # a drop-in trainer resolves its settings from the caller's arguments, as a command does
     "datacentric/integrations/session.py:DropInTrainer._build_trainer",
 }

@@ -22,7 +22,7 @@ from datacentric.shapes import SampleShape
 from datacentric.sim.engine import simulate
 from datacentric.sim.trace import write_trace
 from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id, placements
-from datacentric.train.measured_comparison import measured_result
+from datacentric.train.comparison.measured_comparison import measured_result
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, save_schedule, schedule_path
 from datacentric.train.trainer import train_rank

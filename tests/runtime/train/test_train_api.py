@@ -17,8 +17,8 @@ from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
+from datacentric.train.comparison.measured_comparison import compare_policies
 from datacentric.train.data_centric import DataCentric
-from datacentric.train.measured_comparison import compare_policies
 
 
 def test_example_diff_is_at_most_ten_lines():

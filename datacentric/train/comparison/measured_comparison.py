@@ -52,8 +52,8 @@ from datacentric.timing import (
 )
 from datacentric.train.assemble import Prechecked
 from datacentric.train.build import RunModel, build_dataset, run_cost_model, sharding
-from datacentric.train.comparison_stop import stopping_on_signals
-from datacentric.train.machine_load import CpuClock, LoadReading, cores, load_average
+from datacentric.train.comparison.comparison_stop import stopping_on_signals
+from datacentric.train.comparison.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.run_folder import load_schedule, timeline_spans
 from datacentric.train.trainer import train_rank
