@@ -35,6 +35,7 @@ from datacentric.integrations.arguments import (
     training_settings,
 )
 from datacentric.integrations.callbacks import CallbackHooks
+from datacentric.integrations.launcher import tell_transformers_the_launch
 from datacentric.integrations.outputs import (
     copy_saved,
     earlier_run,
@@ -54,6 +55,9 @@ from datacentric.train.reporting.metric_sinks import logger, setup_logging
 from datacentric.train.trainer import Trainer
 
 INPUTS = "inputs"
+
+# before the script builds its TrainingArguments / SFTConfig (it imports a drop-in first)
+tell_transformers_the_launch()
 
 
 @dataclasses.dataclass(frozen=True)

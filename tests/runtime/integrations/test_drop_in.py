@@ -9,7 +9,8 @@ set, so the data order does not matter), 3 held-out ones; the text run also unde
 ``accelerate launch`` with 2 processes. The losses logged at steps 1
 and 2 and ``eval_loss`` must agree within 1e-5 relative for text, conversational
 (assistant-only) and prompt-completion data and a tokenized dataset with labels -100;
-the LoRA run must call every callback and save an adapter peft loads. TRL's logged
+the LoRA run must call every callback and save an adapter peft loads; no process
+prints transformers' advice to launch with ``torch.distributed.launch``. TRL's logged
 ``num_tokens`` (equal), ``mean_token_accuracy`` and ``entropy`` (1e-5) must agree at every
 step for the SFT kinds, and for the LoRA quickstart (4 steps, some predictions right)
 also in one process.
@@ -50,8 +51,10 @@ def _start(argv: list[str], tmp_path: Path) -> subprocess.Popen:
 
 
 def _results(process: subprocess.Popen) -> dict[str, dict]:
+    """Each kind's result; a launcher's advice from transformers on stderr fails."""
     out, err = process.communicate(timeout=600)
     assert process.returncode == 0, err[-4000:]
+    assert "torch.distributed.launch" not in err, err[-4000:]
     lines = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("RESULT ")]
     return {r["kind"]: r for r in lines}
 
@@ -148,3 +151,26 @@ def test_the_package_imports_neither_trl_nor_transformers() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_launch_is_told_to_transformers_without_an_accelerator(monkeypatch) -> None:
+    import torch
+
+    from datacentric.integrations.launcher import tell_transformers_the_launch
+
+    found = {"device": None}
+    monkeypatch.setattr(
+        torch.accelerator, "current_accelerator", lambda check_available=False: found["device"]
+    )
+    launched = {"LOCAL_RANK": "1", "WORLD_SIZE": "2"}
+    assert tell_transformers_the_launch(launched) and launched["ACCELERATE_USE_CPU"] == "true"
+    for environ in (
+        {"WORLD_SIZE": "2"},  # no launcher
+        {"LOCAL_RANK": "0", "WORLD_SIZE": "1"},  # one process
+        {"LOCAL_RANK": "0", "WORLD_SIZE": "2", "ACCELERATE_USE_CPU": "false"},  # the user's
+    ):
+        before = dict(environ)
+        assert not tell_transformers_the_launch(environ) and environ == before
+    found["device"] = torch.device("cuda", 0)  # accelerate finds the launch itself
+    environ = {"LOCAL_RANK": "0", "WORLD_SIZE": "2"}
+    assert not tell_transformers_the_launch(environ) and "ACCELERATE_USE_CPU" not in environ
