@@ -28,6 +28,7 @@ LENGTHS = {
     "audio_first.mp4": 9,
     "anim.gif": 5,
     "vp8.webm": 7,
+    "av1.mp4": 6,
 }
 
 
