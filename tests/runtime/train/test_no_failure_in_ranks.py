@@ -1,6 +1,6 @@
 """What the library accepts does not fail after ranks start: a property test over drawn
 runs (fixed seed; worlds 1-4; 1 to 40 samples of text, chat, video latents of mixed
-shapes and images; our preset and 7 families of the support table; no batch flag, or a
+shapes and images; our preset and 10 families of the support table; no batch flag, or a
 user's batch around each limit; the default memory budget or one nothing fits), with
 ``--cost-model analytic``.
 
@@ -8,28 +8,30 @@ Each case runs the check ``train`` runs before ranks start. A case it accepts th
 what each rank decides before its first step, in this process: the plan of the training
 set under the run's budget and SP sizes, and the schedule of every epoch the run trains
 (the global batches, their groups and micro-batches), for the world's ranks at once
-(the scheduler is a pure function of shapes, plan, world and seed). A failure there
-would be a failure inside the ranks: the test counts them and wants none.
+(the scheduler is a pure function of shapes, plan, world and seed); then it trains one
+step with real ranks (``datacentric train --iterations 1``, started from this process).
+A failure in either is a failure inside the ranks: the test counts them and wants none.
 
-``make test`` runs :data:`SUBSET` cases; ``DATACENTRIC_PROPERTY_FULL=1`` draws
-:data:`FULL` and, for each accepted case, also trains one step with real ranks
-(``datacentric train --iterations 1``), counting a rank that fails.
+``make test`` runs the cases :data:`SUBSET` picks from the draw (every world, kind of
+data and kind of batch flag, the preset and 8 families);
+``DATACENTRIC_PROPERTY_FULL=1`` runs all :data:`FULL` drawn cases (23 refused, 41
+trained, none failed in ranks; 12 minutes on 2 busy cores).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
 import random
-import subprocess
-import sys
 import zlib
 from dataclasses import dataclass
 
 import pytest
 import torch
 from chat_data import conversations, save_chat_tokenizer, tiny_qwen2_config, write_records
+from cli_here import cli_here
 
 pytest.importorskip("transformers")
 pytest.importorskip("diffusers")
@@ -37,7 +39,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 SEED = 62
 FULL = 64
-SUBSET = 14
 #: model strings of each kind of data: our preset and tiny transformers models read
 #: text, an hf:DIR folder with its own tokenizer reads chat, diffusers families latents
 TEXT_MODELS = ("llama", "hf:llama", "hf:qwen2", "hf:gpt2", "hf:mistral")
@@ -55,6 +56,8 @@ class Case:
     world: int
     batch: str  # none, tokens-below-longest, tokens-at-longest, samples-one, ...
     tight_memory: bool
+    sides: tuple[int, ...] = ()
+    """Latent heights (and widths) of the samples, in order; empty: drawn."""
 
 
 def draw_cases(count: int) -> list[Case]:
@@ -114,6 +117,8 @@ def _write_data(case: Case, folder) -> tuple[str, list[str]]:  # noqa: ANN001
     for i in range(case.samples):
         frames = 1 if case.kind == "image" else rng.randint(1, 3)
         shape = (frames, 4, 2 * rng.randint(2, 4), 2 * rng.randint(2, 4))
+        if case.sides:
+            shape = (frames, 4, case.sides[i], case.sides[i])
         save_file({"latent": torch.randn(*shape, generator=generator)}, str(folder / f"{i}.st"))
         text = torch.randn(rows, 32, generator=generator)
         save_file({"latent": text}, str(folder / f"{i}.text.safetensors"))
@@ -198,15 +203,20 @@ def _ranks_decide(config, prechecked) -> None:  # noqa: ANN001
         pipeline.schedule(epoch)
 
 
-def run_case(case: Case, tmp_path, capsys) -> str:  # noqa: ANN001
-    """``refused`` (before ranks start), ``accepted`` or ``failed in ranks``."""
+def _config(case: Case, tmp_path):  # noqa: ANN001, ANN202
+    """The case's ``train`` command line and the settings it parses to."""
     from datacentric.cli.flags import config_from_args
     from datacentric.cli.main import build_parser
-    from datacentric.cli.precheck import check_dataset
 
     argv = _argv(case, tmp_path)
-    args = build_parser().parse_args(argv)
-    config = config_from_args(args)
+    return argv, config_from_args(build_parser().parse_args(argv))
+
+
+def run_case(case: Case, tmp_path, capsys) -> str:  # noqa: ANN001
+    """``refused`` (before ranks start), ``trained`` (one step) or ``failed in ranks``."""
+    from datacentric.cli.precheck import check_dataset
+
+    argv, config = _config(case, tmp_path)
     capsys.readouterr()  # writing the data's progress bars
     prechecked = check_dataset(config, "train")
     err = capsys.readouterr().err
@@ -220,22 +230,23 @@ def run_case(case: Case, tmp_path, capsys) -> str:  # noqa: ANN001
     except Exception as err:  # noqa: BLE001 - what a rank would die of
         print(f"{case}: failed in ranks: {type(err).__name__}: {err}")
         return "failed in ranks"
-    if os.environ.get("DATACENTRIC_PROPERTY_FULL"):
-        done = subprocess.run(
-            [sys.executable, "-m", "datacentric", *argv, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        if done.returncode != 0:
-            print(f"{case}: failed in ranks: {done.stderr.strip().splitlines()[-1]}")
-            return "failed in ranks"
-        assert json.loads(done.stdout.strip().splitlines()[-1])["iterations_done"] == 1
-    return "accepted"
+    status, out, err = cli_here([*argv, "--json"], capsys)  # the ranks train one step
+    if status != 0:
+        print(f"{case}: failed in ranks: {err.strip().splitlines()[-1:]}")
+        return "failed in ranks"
+    assert json.loads(out.strip().splitlines()[-1])["iterations_done"] == 1
+    return "trained"
 
 
-CASES = draw_cases(FULL if os.environ.get("DATACENTRIC_PROPERTY_FULL") else SUBSET)
+#: The cases of the full draw ``make test`` runs (indices into it), each training one
+#: step or refused: worlds 1-4; text, chat, video latents and images; no batch flag and
+#: user batches at and below each limit; the preset llama and 8 families (the chat
+#: folder, mistral, qwen2, hf:llama, HunyuanVideo, CogVideoX, LTX, Flux); a budget
+#: nothing fits. Most train on 1 rank; one on 2 and one on 4 (a rank start is seconds).
+SUBSET = (31, 15, 1, 59, 49, 9, 41, 50, 22, 8, 57, 52, 5, 23)
+FULL_RUN = bool(os.environ.get("DATACENTRIC_PROPERTY_FULL"))
+CASES = draw_cases(FULL) if FULL_RUN else [draw_cases(FULL)[i] for i in SUBSET]
+OUTCOMES: collections.Counter[str] = collections.Counter()
 
 
 def test_the_draw_covers_what_the_issue_names():
@@ -247,8 +258,29 @@ def test_the_draw_covers_what_the_issue_names():
     assert min(c.samples for c in full) <= 3 and max(c.samples for c in full) >= 35
 
 
+def test_the_subset_covers_worlds_data_batches_and_families():
+    subset = [draw_cases(FULL)[i] for i in SUBSET]
+    assert {c.world for c in subset} == {1, 2, 3, 4}
+    assert {c.kind for c in subset} == {"text", "chat", "video", "image"}
+    assert {"none", "tokens-longest", "tokens-below-longest"} <= {c.batch for c in subset}
+    assert {"samples-one", "samples-two"} <= {c.batch for c in subset}
+    families = {c.model for c in subset} - {"llama"}
+    assert len(families) >= 6 and "llama" in {c.model for c in subset}
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    """The outcome of every case run (the failures-in-ranks counter), said at the end."""
+    yield OUTCOMES
+    print(f"\nno failure in ranks: {dict(OUTCOMES)} of {sum(OUTCOMES.values())} case(s)")
+    assert OUTCOMES["failed in ranks"] == 0
+
+
 @pytest.mark.parametrize("index", range(len(CASES)))
-def test_a_drawn_run_trains_or_is_refused_before_ranks_start(index, tmp_path, capsys, monkeypatch):
+def test_a_drawn_run_trains_or_is_refused_before_ranks_start(
+    index, tmp_path, capsys, monkeypatch, outcomes
+):
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
     outcome = run_case(CASES[index], tmp_path, capsys)
-    assert outcome in ("refused", "accepted"), CASES[index]
+    outcomes[outcome] += 1
+    assert outcome in ("refused", "trained"), CASES[index]
