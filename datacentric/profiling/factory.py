@@ -14,7 +14,6 @@ device (no memory, no weights read).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from functools import cache
@@ -130,8 +129,9 @@ def named_spec(
     preset = name in list_model_specs() and args_json == "{}"
     if module is not None and not (preset and lora is None):
         return spec_of_model(module, name)
-    spec = get_model_spec(name) if preset else _meta_spec(name, args_json)
-    return spec if lora is None else _with_adapters(spec, name, args_json, lora)
+    if preset and lora is None:
+        return get_model_spec(name)
+    return _built_spec(name, args_json, lora, preset)
 
 
 def run_spec(
@@ -146,17 +146,17 @@ def run_spec(
 
 
 @cache
-def _with_adapters(spec: ModelSpec, name: str, args_json: str, lora: LoraSpec) -> ModelSpec:
-    from datacentric.models.source import build_from_source, resolve_model
-
-    source = dataclasses.replace(resolve_model(name, json.loads(args_json)), lora=lora)
-    model, _ = build_from_source(source, device="meta")
-    return with_trainable(spec, model)
-
-
-@cache
-def _meta_spec(name: str, args_json: str) -> ModelSpec:
+def _built_spec(name: str, args_json: str, lora: LoraSpec | None, preset: bool) -> ModelSpec:
+    """The spec of the model ``name`` means, built once on the meta device (no memory,
+    no weights read): read off the model (an analytic preset's own spec stands for it),
+    then, with ``lora``, the adapters injected into the same model to count what trains
+    (they change nothing else the spec holds)."""
+    from datacentric.models.lora import apply_lora
     from datacentric.models.source import build_model_named
 
     model = build_model_named(name, json.loads(args_json), device="meta")
-    return spec_of_model(model, name)
+    spec = get_model_spec(name) if preset else spec_of_model(model, name)
+    if lora is None:
+        return spec
+    apply_lora(model, lora)
+    return with_trainable(spec, model)

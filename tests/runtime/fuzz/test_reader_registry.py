@@ -82,10 +82,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.integrations.records:_tools": left_out(
         "a drop-in record's tools string, a value the user's Python code passes, not a file"
     ),
-    "datacentric.profiling.factory:_with_adapters": left_out(
-        "model arguments the package serialised itself for a profiling process"
-    ),
-    "datacentric.profiling.factory:_meta_spec": left_out(
+    "datacentric.profiling.factory:_built_spec": left_out(
         "model arguments the package serialised itself for a profiling process"
     ),
     "datacentric.parallel.launch:_collect": left_out(
