@@ -293,6 +293,10 @@ PYTHON_BLOCKS: dict[tuple[str, str], dict[str, str] | str] = {
         "fragment: a placeholder folder (path/to/transformer) and the page's batch"
     ),
     ("huggingface.md", "import torch\n\nfrom datacentric.models import HFCausalLM"): {},
+    ("prepare.md", "from diffusers import WanPipeline"): (
+        "a placeholder pipeline folder and LoRA: tests/runtime/train/test_prompt_settings.py "
+        "renders the same way with a tiny one"
+    ),
     ("integrations.md", "from datasets import Dataset\n"): (
         "a placeholder model folder (my-model): tests/runtime/integrations runs the drop-in "
         "trainers on tiny ones"
