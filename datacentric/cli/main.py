@@ -25,8 +25,7 @@ import datacentric.cli as cli_package
 from datacentric.cli.flags import apply_config_file, finish_command
 from datacentric.cli.ranks import first_to_say, say
 from datacentric.log import VERBOSE_ENV, quiet_third_party
-from datacentric.settings.schema import OTHER_NAMES
-from datacentric.settings.trainer_fields import equivalent
+from datacentric.settings.trainer_fields import equivalent, other_names
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -71,10 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: :data:`~datacentric.settings.schema.OTHER_NAMES` as flags (``--learning-rate`` -> ``--lr``).
+#: Other trainers' names (:func:`~datacentric.settings.trainer_fields.other_names`) as
+#: flags, to our setting's short flag (``--learning-rate`` -> ``--lr``).
 OTHER_FLAGS = {
-    "--" + other.replace("_", "-"): "--" + ours.replace("_", "-")
-    for other, ours in OTHER_NAMES.items()
+    "--" + other.replace("_", "-"): "--" + ours.partition(".")[2].replace("_", "-")
+    for other, ours in other_names().items()
 }
 
 

@@ -41,10 +41,10 @@ from datacentric.settings.layout import (
 )
 from datacentric.settings.scheduling import SchedulingConfig, with_older_names
 from datacentric.settings.schema import (
-    OTHER_NAMES,
     ConfigError,
     coerce,
     field_types,
+    our_key,
     plain_value,
     suggest,
     toml_value,
@@ -298,7 +298,7 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
                 )
             elif key not in keys_of[name]:
                 hint = f" (it belongs in [{owners[key]}])" if key in owners else ""
-                ours = OTHER_NAMES.get(key)
+                ours = our_key(key, owners)
                 if not hint and ours in owners and ours not in keys_of[name]:
                     hint = f" (did you mean {name_in_section(ours)!r} in [{owners[ours]}]?)"
                 raise ConfigError(

@@ -21,7 +21,10 @@ import re
 import textwrap
 import types
 import typing
+from collections.abc import Iterable
 from typing import Any, Literal
+
+from datacentric.settings.trainer_fields import other_names
 
 
 class ConfigError(ValueError):
@@ -169,36 +172,26 @@ def _coerce_one(value: Any, kind: Any) -> Any:
     return _MISSING
 
 
-#: What other trainers call a setting of ours (Hugging Face ``Trainer``, torchtitan,
-#: Megatron-LM, torchrun), by flat key, so a key or flag from there gets ours as its
-#: suggestion (``learning_rate`` in a TOML file, ``--learning-rate`` on the command line).
-OTHER_NAMES = {
-    "learning_rate": "lr",
-    "max_steps": "iterations",
-    "train_iters": "iterations",
-    "steps": "iterations",
-    "num_train_epochs": "epochs",
-    "output_dir": "out",
-    "save_steps": "checkpoint_every",
-    "save_interval": "checkpoint_every",
-    "logging_steps": "log_every",
-    "log_interval": "log_every",
-    "warmup_steps": "warmup_iterations",
-    "max_grad_norm": "grad_clip",
-    "clip_grad": "grad_clip",
-    "nproc_per_node": "world",
-    "world_size": "world",
-    "seq_length": "max_tokens",
-    "max_seq_length": "max_tokens",
-    "resume_from_checkpoint": "resume_from",
-}
+def our_key(name: str, valid: Iterable[str]) -> str | None:
+    """The key of ``valid`` that another trainer's ``name`` means (Hugging Face
+    ``Trainer``, TRL, torchtitan, Megatron-LM, torchrun: the one table of their names,
+    :func:`~datacentric.settings.trainer_fields.other_names`; ``learning_rate`` in a TOML
+    file, ``--learning-rate`` on the command line), spelled as ``valid`` spells its keys
+    (``key``, or ``section_key`` where a section's flat keys carry its name); None when
+    ``valid`` has none."""
+    setting = other_names().get(name.lstrip("-").replace("-", "_"))
+    if setting is None:
+        return None
+    section, key = setting.split(".")
+    valid = set(valid)
+    return next((k for k in (key, f"{section}_{key}") if k in valid), None)
 
 
 def suggest(name: str, valid: list[str]) -> str:
     """`` (did you mean 'x'?)`` for the valid name another trainer's ``name`` means
-    (:data:`OTHER_NAMES`), else the closest valid name, else ``""``."""
-    ours = OTHER_NAMES.get(name.replace("-", "_"))
-    if ours in valid:
+    (:func:`our_key`), else the closest valid name, else ``""``."""
+    ours = our_key(name, valid)
+    if ours is not None:
         return f" (did you mean {ours!r}?)"
     close = difflib.get_close_matches(name, valid, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

@@ -348,6 +348,30 @@ TORCHTITAN: dict[str, str] = {
 }
 
 
+#: Other trainers' names outside the tables above -> (ours, whose name it is)
+OTHER_TRAINERS: dict[str, tuple[str, str]] = {
+    "train_iters": ("training.iterations", "Megatron-LM's"),
+    "save_interval": ("checkpoint.checkpoint_every", "Megatron-LM's"),
+    "log_interval": ("metrics.log_every", "Megatron-LM's"),
+    "clip_grad": ("training.grad_clip", "Megatron-LM's"),
+    "seq_length": ("data.max_tokens", "Megatron-LM's"),
+    "nproc_per_node": ("parallelism.world", "torchrun's"),
+    "world_size": ("parallelism.world", "torchrun's"),
+    "max_seq_length": ("data.max_tokens", "TRL's former"),
+    "resume_from_checkpoint": ("checkpoint.resume_from", "transformers' train() argument"),
+}
+
+
+def other_names() -> dict[str, str]:
+    """Every other trainer's name of one of our settings, as a key of a TOML file or
+    section would be written (``learning_rate``, torchtitan's ``steps`` of ``[training]``)
+    -> our setting, ``section.key``: the one table the command line's and the settings
+    file's did-you-mean read."""
+    names = {key.rpartition(".")[2]: ours for key, ours in TORCHTITAN.items()}
+    names |= {name: t.setting for name, t in fields().items() if t.setting}
+    return names | {name: ours for name, (ours, _) in OTHER_TRAINERS.items()}
+
+
 def fields() -> dict[str, Treatment]:
     """Every ``TrainingArguments`` and ``SFTConfig`` field classified."""
     return {**TRAINING_ARGUMENTS, **SFT_CONFIG}
@@ -356,10 +380,14 @@ def fields() -> dict[str, Treatment]:
 def equivalent(name: str) -> tuple[str, str] | None:
     """Our setting (``section.key``) that another trainer's ``name`` means, and what the
     drop-in makes of it: a field of ``TrainingArguments``/``SFTConfig`` (dashes read as
-    underscores) or a torchtitan ``section.key``; None when it has none."""
+    underscores), a torchtitan ``section.key`` or a name of :data:`OTHER_TRAINERS`; None
+    when it has none."""
     key = name.lstrip("-").replace("-", "_")
     if key in TORCHTITAN:
         return TORCHTITAN[key], f"torchtitan's {key}"
+    if key in OTHER_TRAINERS:
+        ours, whose = OTHER_TRAINERS[key]
+        return ours, f"{whose} {key}"
     treatment = fields().get(key)
     if treatment is None or treatment.setting is None:
         return None

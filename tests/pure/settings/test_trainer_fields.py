@@ -66,3 +66,27 @@ def test_every_honoured_entry_names_a_test_that_exists() -> None:
 
 def test_docs_print_the_table() -> None:
     assert markdown() in (ROOT / "docs/integrations.md").read_text()
+
+
+def test_a_settings_file_reads_other_trainers_names_from_the_one_table(
+    tmp_path, monkeypatch
+) -> None:
+    from datacentric.settings import ConfigError, load_config, trainer_fields
+
+    def refusal(text: str) -> str:
+        path = tmp_path / "run.toml"
+        path.write_text(text)
+        with pytest.raises(ConfigError) as refused:
+            load_config(path)
+        return str(refused.value)
+
+    # a TrainingArguments field the table maps, a Megatron-LM name, a torchtitan key
+    assert "did you mean 'global_batch_samples'" in refusal(
+        "[scheduling]\nper_device_train_batch_size = 4\n"
+    )
+    assert "did you mean 'iterations'" in refusal("[training]\ntrain_iters = 10\n")
+    assert "did you mean 'checkpoint_every'" in refusal("[checkpoint]\ninterval = 10\n")
+    # a name planted in the table is answered (unplanted: 'betas', the closest spelling)
+    planted = {**trainer_fields.OTHER_TRAINERS, "zeta": ("training.lr", "a planted")}
+    monkeypatch.setattr(trainer_fields, "OTHER_TRAINERS", planted)
+    assert "did you mean 'lr'" in refusal("[training]\nzeta = 0.1\n")
