@@ -74,3 +74,25 @@ def test_a_named_lora_spec_is_the_models_with_only_the_adapters_trained(name: st
     # the same architecture as without adapters, and as read from the adapted module
     assert replace(spec, trainable_params=None) == named_spec(name)
     assert spec.trainable_params == spec_of_model(adapted, name).trainable_params
+
+
+def test_a_named_spec_with_adapters_builds_the_model_once(monkeypatch) -> None:
+    """The spec of a named model with LoRA adapters is read off one meta build: the
+    spec before the adapters go in, what trains after (two builds before)."""
+    pytest.importorskip("peft")
+    from datacentric.models import source
+    from datacentric.models.lora import lora_spec
+    from datacentric.profiling import factory
+
+    builds = []
+    real = source.build_from_source
+
+    def counted(*args, **kwargs):
+        builds.append(kwargs.get("device"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(source, "build_from_source", counted)
+    # arguments no other test names: nothing cached answers
+    spec = factory.named_spec("hf:qwen2", {"num_hidden_layers": 3}, lora=lora_spec(3))
+    assert builds == ["meta"]
+    assert 0 < spec.trainable_params < spec.num_params and spec.num_blocks == 3
