@@ -47,9 +47,10 @@ def say(command: str | None, message: str) -> None:
 
 def announce(command: str, message: str, *, json_output: bool = False) -> None:
     """A long command's first line, ``datacentric <command>: <message>`` (what it will do
-    and what it waits for first), said before its heavy imports so that it comes within
-    a second or two: on stdout, so that stderr keeps one line per failure, or on stderr
-    with ``json_output`` (stdout is then the JSON's); once per job under torchrun."""
+    and what it waits for first), said on stdout before its heavy imports so that it
+    comes within a second or two; stderr keeps one line per failure. Nothing with
+    ``json_output`` (stdout is then the JSON's, and a script reads it). Once per job
+    under torchrun."""
     line = f"datacentric {command}: {message}"
-    if first_to_say(line):
-        print(line, file=sys.stderr if json_output else sys.stdout, flush=True)
+    if not json_output and first_to_say(line):
+        print(line, flush=True)
