@@ -274,12 +274,15 @@ def test_flux_with_the_exported_lora_and_the_generator_writes_the_runs_pngs(tmp_
     assert (tmp_path / "base.png").read_bytes() != (theirs / "0.png").read_bytes()
 
 
-def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path):
+def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path, capsys):
     """Flux uses a negative prompt only with ``true_cfg_scale`` above 1 (diffusers' rule):
-    without it the line is refused, not rendered as if it had none; Wan has no
-    ``true_cfg_scale`` to set."""
+    without it the line is refused before ranks start, naming the prompt, not rendered
+    as if it had none; Wan has no ``true_cfg_scale`` to set."""
+    from cli_here import cli_here
     from prepare_media import save_flux_pipeline
+    from runtime.models.test_model_source import _latent_folder
 
+    from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
     from datacentric.models.diffusers_encode import PipelineError
     from datacentric.models.diffusers_render import (
         RenderSettings,
@@ -295,3 +298,16 @@ def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path):
     check_negative_prompt(wan, RenderSettings())
     with pytest.raises(PipelineError, match="WanPipeline has no true_cfg_scale"):
         check_render_pipeline(wan, "WanTransformer3DModel", RenderSettings(true_cfg_scale=2.0))
+    config = TINY_DIFFUSERS["flux"][1]
+    latents = tmp_path / "latents"
+    _latent_folder(latents, config["in_channels"] // 4, text_width(config), count=2, max_frames=1)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in FLUX_LINES))
+    capsys.readouterr()  # what saving the pipelines printed
+    argv = ["train", "--model", f"diffusers:{flux}/transformer", "--dataset", f"latents:{latents}"]
+    argv += ["--validation.pipeline", str(flux), "--validation.prompts", str(prompts)]
+    status, _, err = cli_here([*argv, "--out", str(tmp_path / "run"), "--no-progress"], capsys)
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err[-2000:]
+    assert lines[0].startswith("datacentric train: prompt 0: negative_prompt: FluxPipeline")
+    assert not (tmp_path / "run").exists()
