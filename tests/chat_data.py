@@ -3,7 +3,7 @@
 The tokenizer is a byte-level BPE trained here on a few words (nothing is downloaded),
 saved with ``save_pretrained`` as a transformers fast tokenizer whose chat template
 marks the assistant's content with ``{% generation %}`` (as Qwen2's and TRL's
-training templates do).
+training templates do): ``datacentric tiny``'s, trained on other words.
 """
 
 from __future__ import annotations
@@ -11,68 +11,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
-    "{% if m['role'] == 'assistant' %}{% generation %}{{ m['content'] + '<|im_end|>' }}"
-    "{% endgeneration %}{% else %}{{ m['content'] + '<|im_end|>' }}{% endif %}"
-    "{{ '\\n' }}{% endfor %}"
-)
+from datacentric.cli.tiny import CHAT_TEMPLATE, bpe_tokenizer, save_chat_model
+from datacentric.cli.tiny import tiny_qwen2_config as tiny_qwen2_config  # tests import it here
+
 #: The same rendering with no markers: the assistant's tokens are unknown.
 UNMARKED_TEMPLATE = CHAT_TEMPLATE.replace("{% generation %}", "").replace("{% endgeneration %}", "")
 WORDS = "hello world how are you the user asks and the assistant answers briefly"
 
 
-def tiny_qwen2_config(vocab_size: int = 64):
-    """A 2-layer Qwen2 config of width 32 with grouped key/value heads (4 query, 2 kv)."""
-    from transformers import Qwen2Config
-
-    return Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-
-
 def save_tiny_qwen2(folder: Path, seed: int = 0) -> Path:
-    """:func:`save_chat_tokenizer` and a :func:`tiny_qwen2_config` model of its vocabulary
-    (random weights from ``seed``) saved together in ``folder``. The vocabulary is
-    counted with the model's config already there: a folder whose ``config.json`` says
-    Qwen2 loads its tokenizer as Qwen2's class, which adds ``<|endoftext|>`` (one id
-    more than the tokenizer alone), and the model covers every id the folder's
-    tokenizer gives."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    save_chat_tokenizer(folder)
-    tiny_qwen2_config().save_pretrained(folder)
-    torch.manual_seed(seed)
-    vocab = len(AutoTokenizer.from_pretrained(folder))
-    AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab)).save_pretrained(folder)
-    return folder
+    """:func:`save_chat_tokenizer`'s tokenizer and a :func:`tiny_qwen2_config` model of
+    its vocabulary (random weights from ``seed``) saved together in ``folder`` (the
+    vocabulary counted as the folder's tokenizer class reads it: ``save_chat_model``)."""
+    tokenizer = bpe_tokenizer(WORDS.split(), vocab_size=320, template=CHAT_TEMPLATE)
+    return save_chat_model(folder, tokenizer, seed)
 
 
 def save_chat_tokenizer(folder: Path, template: str = CHAT_TEMPLATE) -> Path:
     """A fast tokenizer with ``template`` saved in ``folder``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=320,
-        special_tokens=["<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator([WORDS] * 20, trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>"
-    )
-    fast.chat_template = template
-    fast.save_pretrained(folder)
+    bpe_tokenizer(WORDS.split(), vocab_size=320, template=template).save_pretrained(folder)
     return folder
 
 

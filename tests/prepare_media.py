@@ -13,47 +13,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from datacentric.cli import tiny
+from datacentric.cli.tiny import T5_SIZES  # the 2-layer T5/umT5 of `datacentric tiny`
+
 WORDS = (
     "a cat walks on the grass under blue sky while red car drives past green trees and "
     "the sun sets over hills with birds flying slowly near water"
 )
 
-#: a 2-layer T5/umT5 encoder of width 32 (the tiny transformers' text width)
-T5_SIZES = {
-    "d_model": 32,
-    "d_kv": 8,
-    "d_ff": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "relative_attention_num_buckets": 8,
-    "pad_token_id": 0,
-    "eos_token_id": 1,
-    "decoder_start_token_id": 0,
-}
-
 
 def word_tokenizer(model_max_length: int = 512, bos: bool = False):
-    """A word-level fast tokenizer (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2) that appends
-    ``</s>`` as T5's does (and prepends ``<s>`` with ``bos``)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<pad>", "</s>", "<unk>", "<s>"]
-    tok = Tokenizer(models.WordLevel(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator([WORDS] * 4, trainers.WordLevelTrainer(special_tokens=specials))
-    single = "<s> $A </s>" if bos else "$A </s>"
-    tok.post_processor = processors.TemplateProcessing(
-        single=single, special_tokens=[("</s>", 1), ("<s>", 3)]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        bos_token="<s>",
-        model_max_length=model_max_length,
-    )
+    """A word-level fast tokenizer of :data:`WORDS` (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2)
+    that appends ``</s>`` as T5's does (and prepends ``<s>`` with ``bos``)."""
+    return tiny.word_tokenizer(model_max_length, bos, words=WORDS.split())
 
 
 def save_wan_pipeline(folder: Path, seed: int = 0) -> Path:

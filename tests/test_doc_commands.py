@@ -74,6 +74,7 @@ SKIPPED = {
     "datacentric equivalence --model hf:qwen2 --world 2": (
         "two minutes on two CPU cores: tests/runtime/verify/test_equivalence.py runs the same check"
     ),
+    "datacentric tiny --out tiny": "tests/runtime/cli/test_tiny_inputs.py runs it",
     "datacentric schedule (": "a usage line, not a command",
     "datacentric plans ": "prose inside a block, not a command",
 }
@@ -293,6 +294,10 @@ PYTHON_BLOCKS: dict[tuple[str, str], dict[str, str] | str] = {
         "fragment: a placeholder folder (path/to/transformer) and the page's batch"
     ),
     ("huggingface.md", "import torch\n\nfrom datacentric.models import HFCausalLM"): {},
+    ("model-folders.md", "from transformers import AutoModelForCausalLM"): (
+        "downloads a model from the Hub"
+    ),
+    ("model-folders.md", "from diffusers import WanPipeline"): "downloads a pipeline from the Hub",
     ("prepare.md", "from diffusers import WanPipeline"): (
         "a placeholder pipeline folder and LoRA: tests/runtime/train/test_prompt_settings.py "
         "renders the same way with a tiny one"

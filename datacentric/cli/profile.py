@@ -90,14 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
-    announce(  # before torch loads and the ranks start (seconds on an idle machine)
-        "profile",
-        f"{args.model} on {args.dataset or args.lengths}, {args.world} {args.backend} "
-        f"rank{'s' if args.world != 1 else ''}, memory cap {args.memory_gb} GiB, into "
-        f"{args.out} (a fresh profile there is reused); starting the ranks, then profiling "
-        "with time left (the tiny llama: about half a minute on 2 idle CPU cores)",
-        json_output=args.json,
-    )
+    announce("profile", _start_line(args), json_output=args.json)  # before torch loads
     from datacentric.models.model_args import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.planner import UnfittableBucketError
@@ -175,3 +168,13 @@ def run(args: argparse.Namespace) -> int:
             f"memory_rel_err {v['memory_rel_err']:.3f}"
         )
     return 0
+
+
+def _start_line(args: argparse.Namespace) -> str:
+    """What ``profile`` will do, said before torch loads and the ranks start."""
+    return (
+        f"{args.model} on {args.dataset or args.lengths}, {args.world} {args.backend} "
+        f"rank{'s' if args.world != 1 else ''}, memory cap {args.memory_gb} GiB, into "
+        f"{args.out} (a fresh profile there is reused); starting the ranks, then profiling "
+        "with time left (the tiny llama: about half a minute on 2 idle CPU cores)"
+    )

@@ -64,6 +64,7 @@ COMMAND_DEFAULTS: dict[str, dict[str, Override]] = {
         # 5 steps) keep `make demo` near five minutes on an idle machine
         "dataset_limit": Override(10, "10 corpus files keep the demo near five minutes"),
     },
+    "tiny": {"out": Override("tiny", "tiny inputs to try commands on, not a training run")},
     "equivalence": {
         "world": Override(4, "four gloo ranks: a step that mixes SP sizes, or a U x R split"),
         "timeout_s": Override(300.0, "one step of a small model, not a profile's many passes"),
