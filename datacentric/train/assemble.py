@@ -186,13 +186,14 @@ def assemble_run(
     run_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)
     module = run_model.module
     sp_sizes = ulysses_sp_sizes(module, groups.world_size)  # for the profile and the plan
+    shard = sharding(config.parallelism)  # how model state is held: priced and run
     cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
         run_model,
         config.cost,
         groups.world_size,
         groups.device,
         dataset.shapes(),
-        shard=sharding(config.parallelism),
+        shard=shard,
         job=config.job,
         progress=config.metrics.progress and groups.rank == 0,
         dataset=dataset,
@@ -214,7 +215,7 @@ def assemble_run(
         memory_gb=config.cost.memory_gb,
         seed=seed,
         groups=groups,
-        shard=sharding(config.parallelism),
+        shard=shard,
         options=scheduling,
         compile=config.training.compile,
         sp_sizes=sp_sizes,
