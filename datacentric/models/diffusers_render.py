@@ -110,25 +110,33 @@ def check_render_pipeline(
     return images
 
 
-def pipeline_arguments(name: str) -> frozenset[str]:
-    """The keyword arguments diffusers' pipeline class ``name`` renders with."""
+def pipeline_arguments(name: str) -> dict[str, Any]:
+    """The keyword arguments diffusers' pipeline class ``name`` renders with, and their
+    defaults (``None`` where it has none)."""
     import diffusers
 
-    return frozenset(inspect.signature(getattr(diffusers, name).__call__).parameters)
+    parameters = inspect.signature(getattr(diffusers, name).__call__).parameters
+    empty = inspect.Parameter.empty
+    return {k: None if p.default is empty else p.default for k, p in parameters.items()}
 
 
 def check_negative_prompt(folder: str | Path, settings: RenderSettings) -> None:
     """Raise :class:`~.diffusers_encode.PipelineError` unless the folder's pipeline uses a
-    negative prompt at ``settings``: one it does not take, or one a distilled-guidance
-    pipeline (Flux) ignores without a ``true_cfg_scale`` above 1 (diffusers' rule)."""
+    negative prompt at ``settings``, by diffusers' rules: a pipeline that takes none;
+    a distilled-guidance one (Flux, HunyuanVideo) uses it only with a ``true_cfg_scale``
+    above 1, the others only with a ``guidance_scale`` above 1 (theirs by default)."""
     name = read_model_index(folder, WHERE)["_class_name"]
     takes = pipeline_arguments(name)
     if "negative_prompt" not in takes:
         raise PipelineError(f"negative_prompt: {name} takes none; drop it from the line")
-    if "true_cfg_scale" in takes and (settings.true_cfg_scale or 0.0) <= 1.0:
+    key = "true_cfg_scale" if "true_cfg_scale" in takes else "guidance_scale"
+    scale = getattr(settings, key)
+    scale = takes.get(key) if scale is None else scale
+    if isinstance(scale, int | float) and scale <= 1.0:
+        kind = "true classifier-free" if key == "true_cfg_scale" else "classifier-free"
         raise PipelineError(
-            f"negative_prompt: {name} uses it only with true classifier-free guidance; set "
-            "validation.true_cfg_scale above 1 (e.g. 4.0) or drop it from the line"
+            f"negative_prompt: {name} uses it only with {kind} guidance, and {key} is "
+            f"{scale}; set validation.{key} above 1 (e.g. 4.0) or drop it from the line"
         )
 
 

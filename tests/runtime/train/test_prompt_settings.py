@@ -275,9 +275,10 @@ def test_flux_with_the_exported_lora_and_the_generator_writes_the_runs_pngs(tmp_
 
 
 def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path, capsys):
-    """Flux uses a negative prompt only with ``true_cfg_scale`` above 1 (diffusers' rule):
-    without it the line is refused before ranks start, naming the prompt, not rendered
-    as if it had none; Wan has no ``true_cfg_scale`` to set."""
+    """Flux uses a negative prompt only with ``true_cfg_scale`` above 1, Wan only with
+    ``guidance_scale`` above 1 (diffusers' rules): otherwise the line is refused before
+    ranks start, naming the prompt, not rendered as if it had none; Wan has no
+    ``true_cfg_scale`` to set."""
     from cli_here import cli_here
     from prepare_media import save_flux_pipeline
     from runtime.models.test_model_source import _latent_folder
@@ -295,7 +296,9 @@ def test_a_negative_prompt_the_pipeline_would_ignore_is_refused(tmp_path, capsys
         with pytest.raises(PipelineError, match="set validation.true_cfg_scale above 1"):
             check_negative_prompt(flux, RenderSettings(true_cfg_scale=scale))
     check_negative_prompt(flux, RenderSettings(true_cfg_scale=2.0))
-    check_negative_prompt(wan, RenderSettings())
+    check_negative_prompt(wan, RenderSettings())  # WanPipeline's guidance_scale: 5.0
+    with pytest.raises(PipelineError, match="set validation.guidance_scale above 1"):
+        check_negative_prompt(wan, RenderSettings(guidance_scale=1.0))
     with pytest.raises(PipelineError, match="WanPipeline has no true_cfg_scale"):
         check_render_pipeline(wan, "WanTransformer3DModel", RenderSettings(true_cfg_scale=2.0))
     config = TINY_DIFFUSERS["flux"][1]
