@@ -94,7 +94,7 @@ def check_render_pipeline(
                 f"down-sampling x its 2 x 2 patch); use {max(1, value // multiple) * multiple}"
             )
     takes = pipeline_arguments(name)
-    if settings.true_cfg_scale is not None and "true_cfg_scale" not in takes:
+    if settings.true_cfg_scale is not None and takes is not None and "true_cfg_scale" not in takes:
         raise PipelineError(
             f"validation.true_cfg_scale: {name} has no true_cfg_scale (its guidance_scale "
             "is classifier-free guidance); leave it unset"
@@ -110,12 +110,16 @@ def check_render_pipeline(
     return images
 
 
-def pipeline_arguments(name: str) -> dict[str, Any]:
+def pipeline_arguments(name: str) -> dict[str, Any] | None:
     """The keyword arguments diffusers' pipeline class ``name`` renders with, and their
-    defaults (``None`` where it has none)."""
+    defaults (``None`` where it has none); ``None`` for a class diffusers does not ship
+    (a declared family's own name: nothing is checked against it)."""
     import diffusers
 
-    parameters = inspect.signature(getattr(diffusers, name).__call__).parameters
+    cls = getattr(diffusers, name, None)
+    if cls is None:
+        return None
+    parameters = inspect.signature(cls.__call__).parameters
     empty = inspect.Parameter.empty
     return {k: None if p.default is empty else p.default for k, p in parameters.items()}
 
@@ -127,6 +131,8 @@ def check_negative_prompt(folder: str | Path, settings: RenderSettings) -> None:
     above 1, the others only with a ``guidance_scale`` above 1 (theirs by default)."""
     name = read_model_index(folder, WHERE)["_class_name"]
     takes = pipeline_arguments(name)
+    if takes is None:
+        return
     if "negative_prompt" not in takes:
         raise PipelineError(f"negative_prompt: {name} takes none; drop it from the line")
     key = "true_cfg_scale" if "true_cfg_scale" in takes else "guidance_scale"
