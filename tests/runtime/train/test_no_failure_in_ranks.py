@@ -13,9 +13,9 @@ step with real ranks (``datacentric train --iterations 1``, started from this pr
 A failure in either is a failure inside the ranks: the test counts them and wants none.
 
 ``make test`` runs the cases :data:`SUBSET` picks from the draw (every world, kind of
-data and kind of batch flag, the preset and 8 families);
-``DATACENTRIC_PROPERTY_FULL=1`` runs all :data:`FULL` drawn cases (23 refused, 41
-trained, none failed in ranks; 12 minutes on 2 busy cores).
+data and kind of batch flag, the preset and 8 families) and the run the issue named
+(:data:`NAMED`); ``DATACENTRIC_PROPERTY_FULL=1`` runs all :data:`FULL` drawn cases and
+it (64 + 1: 23 refused, 42 trained, none failed in ranks; 10 minutes on 2 busy cores).
 """
 
 from __future__ import annotations
@@ -244,8 +244,23 @@ def run_case(case: Case, tmp_path, capsys) -> str:  # noqa: ANN001
 #: folder, mistral, qwen2, hf:llama, HunyuanVideo, CogVideoX, LTX, Flux); a budget
 #: nothing fits. Most train on 1 rank; one on 2 and one on 4 (a rank start is seconds).
 SUBSET = (31, 15, 1, 59, 49, 9, 41, 50, 22, 8, 57, 52, 5, 23)
+#: The run the issue names, exactly: a Flux image set at world 2 with no batch flag, its
+#: longest image 25 tokens (a 10 x 10 latent: 5 x 5 patches) among 186, so that the data
+#: alone would size 24 (186 / 8 steps): the sized batch must hold the longest image.
+NAMED = (
+    Case(
+        kind="image",
+        model="diffusers:flux",
+        model_args=(),
+        samples=20,
+        world=2,
+        batch="none",
+        tight_memory=False,
+        sides=(10, *(6,) * 17, 4, 4),
+    ),
+)
 FULL_RUN = bool(os.environ.get("DATACENTRIC_PROPERTY_FULL"))
-CASES = draw_cases(FULL) if FULL_RUN else [draw_cases(FULL)[i] for i in SUBSET]
+CASES = [*(draw_cases(FULL) if FULL_RUN else [draw_cases(FULL)[i] for i in SUBSET]), *NAMED]
 OUTCOMES: collections.Counter[str] = collections.Counter()
 
 
@@ -266,6 +281,20 @@ def test_the_subset_covers_worlds_data_batches_and_families():
     assert {"samples-one", "samples-two"} <= {c.batch for c in subset}
     families = {c.model for c in subset} - {"llama"}
     assert len(families) >= 6 and "llama" in {c.model for c in subset}
+
+
+def test_the_batch_sized_for_the_named_flux_set_holds_its_longest_image(
+    tmp_path, capsys, monkeypatch
+):
+    from datacentric.cli.precheck import check_dataset
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    _, config = _config(NAMED[0], tmp_path)
+    capsys.readouterr()
+    prechecked = check_dataset(config, "train")
+    err = capsys.readouterr().err
+    assert prechecked is not None and prechecked.global_batch.tokens == 25, err
+    assert "the dataset holds 186 tokens" in err and "global batch sized to 25 tokens" in err
 
 
 @pytest.fixture(scope="module")
