@@ -52,7 +52,6 @@ RUN: dict[str, list[str] | None] = {
 SKIPPED = {
     "make ": "set-up and the whole suite (what runs this test)",
     "pip install": "set-up",
-    "python -c": "loads a model folder a previous (skipped) command wrote",
     "python benchmarks/gpu_check.py": "GPU check: tests/test_gpu_check.py runs its CPU mode",
     "torchrun --standalone --nproc-per-node 4": "four ranks: the same example runs on two",
     "torchrun --standalone --nproc-per-node 8": "8 GPUs",
@@ -63,20 +62,63 @@ SKIPPED = {
         "a placeholder dataset; the same config runs without it"
     ),
     "datacentric train --config run.toml": "a placeholder settings file (a drawing's label)",
-    "datacentric train --model hf:my-model": "a placeholder model folder",
     "datacentric train --dataset ": "placeholder datasets (jsonl:, parquet:, latents:, factory)",
-    "datacentric export runs/": "exports the run of a placeholder model",
-    "datacentric prepare --pipeline my-": (
-        "a placeholder pipeline folder: tests/runtime/prepare runs prepare on a tiny one"
+    "datacentric train --model diffusers:my-wan-pipe/transformer": (
+        "renders 33 frames at 480x832 every 100 steps: test_prompt_settings renders tiny ones"
     ),
-    "datacentric train --model diffusers:my-": "a placeholder pipeline folder",
     "datacentric equivalence --model pkg.module:factory": "a placeholder factory",
     "datacentric equivalence --model hf:qwen2 --world 2": (
         "two minutes on two CPU cores: tests/runtime/verify/test_equivalence.py runs the same check"
     ),
-    "datacentric tiny --out tiny": "tests/runtime/cli/test_tiny_inputs.py runs it",
+    "datacentric tiny --out tiny": "ON_TINY's test runs it first; so does test_tiny_inputs.py",
+    "datacentric prepare --pipeline my-wan-pipeline --media clips --out": (
+        "clips captioned by NAME.txt files (tiny's list them in captions.csv): "
+        "tests/runtime/prepare runs prepare on such folders"
+    ),
+    "datacentric train --model diffusers:my-wan-pipeline/transformer --lora.rank": (
+        "a placeholder prompts file, 30-step renders: test_prompt_settings renders tiny ones"
+    ),
+    "datacentric export runs/wan-lora": "exports the run of the command above (not run)",
     "datacentric schedule (": "a usage line, not a command",
-    "datacentric plans ": "prose inside a block, not a command",
+}
+
+
+#: Set to 1 to run :data:`ON_TINY` (about 8 minutes on two loaded CPU cores).
+TINY_ENV = "DATACENTRIC_DOC_TINY"
+#: command -> the arguments appended so that it finishes in seconds (``None``: as written).
+#: Each names the inputs ``datacentric tiny --out tiny`` writes under the names the docs use
+#: for a user's own (``my-model/``, ``data/train.jsonl``, ``chat.jsonl``, ``heldout.jsonl``,
+#: ``tokenizer.json``, ``my-wan-pipeline/``, ``clips/captions.csv``) and runs, doc by doc in
+#: the doc's order, from inside a fresh copy of that folder (with :data:`TINY_ENV` set).
+ON_TINY: dict[str, list[str] | None] = {
+    "datacentric train --model hf:my-model --dataset jsonl:data/*.jsonl --world 2 "
+    "--iterations 100 --out runs/ft": ["--iterations", "2"],
+    "datacentric export runs/ft --out my-model-ft": None,
+    "datacentric train --model hf:my-model --dataset jsonl:chat.jsonl --lora.rank 16 --world 2 "
+    "--epochs 1 --out runs/lora": ["--iterations", "2"],
+    "datacentric export runs/lora --out my-adapter": None,
+    "datacentric train --dataset jsonl:data/*.jsonl --tokenizer tokenizer.json "
+    "--max-tokens 32768 --world 2": ["--iterations", "2"],
+    "datacentric train --model hf:my-model --dataset jsonl:data/train.jsonl --tokenizer "
+    "my-model --validation.dataset jsonl:heldout.jsonl --validation.every 2 --iterations 4 "
+    "--world 2": ["--iterations", "2"],
+    "datacentric train --model hf:my-model --dataset jsonl:chat.jsonl --lora.rank 4 "
+    "--iterations 2 --out runs/lora": None,
+    "datacentric prepare --pipeline my-wan-pipeline --media clips/captions.csv "
+    "--out data/latents": None,
+    "datacentric train --model diffusers:my-wan-pipeline --dataset latents:data/latents "
+    "--iterations 2 --out runs/wan": None,
+    "datacentric train --model hf:my-model --dataset jsonl:data/*.jsonl --world 2 --out runs/ft": [
+        "--iterations",
+        "2",
+    ],
+    'python -c "from transformers import AutoModelForCausalLM as M; '
+    "M.from_pretrained('my-model-ft')\"": None,
+    "datacentric prepare --pipeline my-wan-pipeline --media clips/captions.csv "
+    "--out data/latents --world 2": None,
+    "datacentric train --model diffusers:my-wan-pipeline --dataset latents:data/latents "
+    "--world 2": ["--iterations", "2"],
+    "datacentric export runs/train --out my-wan-finetuned": None,
 }
 
 
@@ -117,10 +159,28 @@ def skip_reason(command: str) -> str | None:
 def test_every_doc_command_is_run_or_skipped_by_name() -> None:
     commands = doc_commands()
     assert len(commands) > 20, commands  # the parser found the blocks
-    unclassified = [f"{doc}: {c}" for doc, c in commands if c not in RUN and skip_reason(c) is None]
+    unclassified = [
+        f"{doc}: {c}" for doc, c in commands if c not in RUN | ON_TINY and skip_reason(c) is None
+    ]
     assert not unclassified, unclassified
-    stale = [c for c in RUN if c not in {c for _, c in commands}]
-    assert not stale, f"RUN names commands no doc has any more: {stale}"
+    stale = [c for c in [*RUN, *ON_TINY] if c not in {c for _, c in commands}]
+    assert not stale, f"RUN or ON_TINY names commands no doc has any more: {stale}"
+    unused = [p for p in SKIPPED if not any(c.startswith(p) for _, c in commands)]
+    assert not unused, f"SKIPPED names commands no doc has any more: {unused}"
+
+
+def datacentric_arguments(command: str) -> list[str] | None:
+    """The arguments ``datacentric`` gets from ``command`` (``datacentric ARGS``, or
+    ``torchrun ... -m datacentric ARGS``; a ``...`` the doc elides read as a value); None for
+    other programs and usage lines."""
+    if command.startswith("datacentric schedule ("):
+        return None
+    words = shlex.split(command)
+    if words[0] == "torchrun" and "-m" in words and words[words.index("-m") + 1] == "datacentric":
+        words = words[words.index("-m") + 1 :]
+    if words[0] != "datacentric":
+        return None
+    return ["VALUE" if word == "..." else word for word in words[1:]]
 
 
 def parse_problems(commands: list[tuple[str, str]]) -> list[str]:
@@ -131,13 +191,8 @@ def parse_problems(commands: list[tuple[str, str]]) -> list[str]:
     parser = build_parser()
     problems = []
     for doc, command in commands:
-        if not command.startswith("datacentric ") or skip_reason(command) in (
-            SKIPPED["datacentric schedule ("],
-            SKIPPED["datacentric plans "],
-        ):
-            continue
-        argv = shlex.split(command)[1:]
-        if argv == ["--version"]:
+        argv = datacentric_arguments(command)
+        if argv is None or argv == ["--version"]:
             continue
         stderr = io.StringIO()
         try:
@@ -162,9 +217,57 @@ def test_the_parse_check_catches_unknown_and_deprecated_flags() -> None:
     planted = [
         ("x.md", "datacentric train --nproc 2"),
         ("x.md", "datacentric train --lerning-rate 1"),
+        ("x.md", "torchrun --standalone --nproc-per-node 8 -m datacentric train --lerning-rate 1"),
+        ("x.md", "torchrun --nproc-per-node 8 -m datacentric train --dataset ... --lr 1"),
     ]
     problems = parse_problems(planted)
-    assert len(problems) == 2 and "--nproc is deprecated" in problems[0], problems
+    assert len(problems) == 3 and "--nproc is deprecated" in problems[0], problems
+    assert "torchrun" in problems[2] and "--lerning-rate" in problems[2], problems
+
+
+#: a script a doc runs (``python SCRIPT`` or ``torchrun ... SCRIPT``), then its arguments
+SCRIPT = re.compile(r"^(?:python|torchrun(?: --?[\w-]+(?: \d+)?)*) ([\w/.-]+\.py)\b(.*)$")
+
+
+def script_flags(script: str) -> set[str]:
+    """The flags a repository script's parser declares: the ``--`` strings of its
+    ``add_argument`` calls (read, not run: importing torch for ``--help`` took a minute)."""
+    import ast
+
+    tree = ast.parse((ROOT / script).read_text(encoding="utf-8"))
+    return {
+        arg.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"
+        for arg in node.args
+        if isinstance(arg, ast.Constant) and str(arg.value).startswith("--")
+    }
+
+
+def script_flag_problems(commands: list[tuple[str, str]]) -> list[str]:
+    """Each flag a doc gives a repository script (``benchmarks/``, ``examples/``) that the
+    script's parser does not declare."""
+    problems = []
+    for doc, command in commands:
+        match = SCRIPT.match(command)
+        if match is None:
+            continue
+        script, rest = match.groups()
+        unknown = [flag for flag in FLAG.findall(rest) if flag not in script_flags(script)]
+        if unknown:
+            problems.append(f"{doc}: {command}: not declared by {script}: {unknown}")
+    return problems
+
+
+def test_the_scripts_docs_run_take_the_flags_they_are_given() -> None:
+    commands = doc_commands()
+    assert any(SCRIPT.match(c) for _, c in commands)
+    problems = script_flag_problems(commands)
+    assert not problems, problems
+    planted = [
+        ("x.md", "torchrun --standalone --nproc-per-node 2 examples/hf_llama_sp.py --stpes 2")
+    ]
+    assert "['--stpes']" in script_flag_problems(planted)[0]
 
 
 @pytest.mark.slow
@@ -181,6 +284,37 @@ def test_doc_command_runs(command: str, tmp_path: Path) -> None:
         argv, cwd=ROOT, capture_output=True, text=True, timeout=280, env=env, check=False
     )
     assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory) -> Path:
+    """The folder ``datacentric tiny --out tiny`` writes, as docs/model-folders.md runs it."""
+    where = tmp_path_factory.mktemp("inputs")
+    command = "datacentric tiny --out tiny"
+    assert command in {c for _, c in doc_commands()}
+    argv = [str(Path(sys.executable).parent / "datacentric"), *shlex.split(command)[1:]]
+    done = subprocess.run(argv, cwd=where, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    return where / "tiny"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get(TINY_ENV) != "1", reason=f"{TINY_ENV}=1 runs them")
+@pytest.mark.parametrize("doc", sorted({doc for doc, c in doc_commands() if c in ON_TINY}))
+def test_doc_commands_run_on_tiny_inputs(doc: str, tiny_folder: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = shutil.copytree(tiny_folder, tmp_path / "tiny")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for command in [c for d, c in doc_commands() if d == doc and c in ON_TINY]:
+        argv = shlex.split(command) + list(ON_TINY[command] or [])
+        argv[0] = (
+            sys.executable if argv[0] == "python" else str(Path(sys.executable).parent / argv[0])
+        )
+        done = subprocess.run(
+            argv, cwd=folder, capture_output=True, text=True, timeout=280, env=env, check=False
+        )
+        assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
 
 
 def test_the_readme_commands_after_make_setup_run_in_a_fresh_shell() -> None:

@@ -6,8 +6,8 @@ commands run as written from inside ``DIR``:
 - ``my-model/``: a Hugging Face model folder (a 2-layer Qwen2 of width 32, random
   weights) with its tokenizer (a byte-level BPE trained here) and a chat template that
   marks the assistant's tokens; ``tokenizer.json``: that tokenizer alone;
-- ``data/train.jsonl`` (text under ``"text"``) and ``chat.jsonl`` (conversations under
-  ``"messages"``);
+- ``data/train.jsonl`` and ``heldout.jsonl`` (text under ``"text"``) and ``chat.jsonl``
+  (conversations under ``"messages"``);
 - ``my-wan-pipeline/`` and ``my-flux-pipeline/``: diffusers pipeline folders (the tiny
   Wan and Flux transformers, a 4-channel VAE, T5 / CLIP text encoders of width 32 / 16);
 - ``clips/``: four short clips (PyAV) and ``captions.csv`` (``path,text``).
@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     announce("tiny", f"writing a model folder, two pipelines, clips and jsonl into {out}")
     parts: dict[str, Callable[[Path], Any]] = {
         "data/train.jsonl": write_text_records,
+        "heldout.jsonl": lambda path: write_text_records(path, count=12, seed=3),
         "chat.jsonl": write_conversations,
         "my-model": save_chat_model,
         "tokenizer.json": lambda path: shutil.copy(out / "my-model" / "tokenizer.json", path),
@@ -110,9 +111,9 @@ def _sentence(rng: random.Random, low: int, high: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
-def write_text_records(path: Path, count: int = 48) -> None:
+def write_text_records(path: Path, count: int = 48, seed: int = 0) -> None:
     """``count`` documents of 5 to 200 words, one ``{"text": ...}`` a line."""
-    rng = random.Random(0)
+    rng = random.Random(seed)
     lines = [json.dumps({"text": _sentence(rng, 5, 200)}) for _ in range(count)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
