@@ -20,6 +20,7 @@ from datacentric.cli.flag_groups import (
     lora_of_args,
 )
 from datacentric.cli.flags import config_option
+from datacentric.cli.ranks import announce
 from datacentric.settings import SHARD_MODES
 
 
@@ -64,15 +65,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.models.model_args import parse_model_args
-    from datacentric.verify.equivalence import TOLERANCE, check_equivalence
-
     if args.world < 1:
         print(
             f"datacentric equivalence: --world must be at least 1, got {args.world}",
             file=sys.stderr,
         )
         return 2
+    announce(  # before the ranks start and import torch
+        "equivalence",
+        f"{args.model} on {args.world} rank{'s' if args.world != 1 else ''}: one mixed step "
+        "against one process; starting the ranks, then the check (a minute or two for a "
+        "tiny model on 2 CPU cores)",
+        json_output=args.json,
+    )
+    from datacentric.models.model_args import parse_model_args
+    from datacentric.verify.equivalence import TOLERANCE, check_equivalence
+
     try:
         sp_split = parse_sp_split(args.sp_split)
         model_args = parse_model_args(args.model_args)

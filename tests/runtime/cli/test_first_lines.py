@@ -1,9 +1,9 @@
 """A long command says what it will do before it pays for its heavy imports: the first
-line of ``demo``, ``train``, ``profile``, ``prepare``, ``schedule`` and ``simulate`` is
-written on stdout before torch, transformers or diffusers is imported (with ``--json``
-none: stdout is the JSON's, stderr the one line of a failure). Measured to the first line
-on a 2-core machine at load 5.8: 0.4-0.9 s each, where ``train`` took 5.3 s, ``prepare``
-5.9 s and ``profile`` 17.6 s before."""
+line of ``demo``, ``train``, ``profile``, ``prepare``, ``schedule``, ``simulate`` and
+``equivalence`` is written on stdout before torch, transformers or diffusers is imported
+(with ``--json`` none: stdout is the JSON's, stderr the one line of a failure). Measured
+to the first line on a 2-core machine at load 5.8: 0.4-0.9 s each, where ``train`` took
+5.3 s, ``prepare`` 5.9 s and ``profile`` 17.6 s before."""
 
 from __future__ import annotations
 
@@ -61,6 +61,11 @@ COMMANDS = {
         ["--pipeline", "{tmp}/wan", "--media", "{tmp}/clips.csv", "--out", "{tmp}/latents"],
         "stdout",
         "datacentric prepare: encoding {tmp}/clips.csv with {tmp}/wan's VAE",
+    ),
+    "equivalence": (
+        ["--model", "llama", "--world", "2"],
+        "stdout",
+        "datacentric equivalence: llama on 2 ranks: one mixed step against one process",
     ),
     "schedule": (
         ["--dataset", "sft-longtail", "--world", "8", "--policy", "dcp-opt"],
