@@ -59,3 +59,18 @@ def test_tiny_writes_a_model_pipelines_clips_and_jsonl(tmp_path, capfd) -> None:
     assert main(["tiny", "--out", str(out)]) == 0  # kept, not written again
     assert "already there" in capfd.readouterr().out
     assert (out / "chat.jsonl").stat().st_mtime_ns == before
+
+
+def test_tiny_without_diffusers_or_pyav_writes_the_rest_and_says_what_to_install(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "diffusers", None)  # import diffusers: ImportError
+    monkeypatch.setitem(sys.modules, "av", None)
+    assert main(["tiny", "--out", str(tmp_path)]) == 0
+    said = capsys.readouterr().out
+    for name in ("my-wan-pipeline", "my-flux-pipeline", "clips"):
+        assert f"{tmp_path / name}: skipped, " in said and "'datacentric[video]'" in said, said
+        assert not (tmp_path / name).exists() and not (tmp_path / f"{name}.partial").exists()
+    assert (tmp_path / "my-model" / "config.json").is_file() and (tmp_path / "chat.jsonl").is_file()
