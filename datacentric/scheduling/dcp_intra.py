@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from datacentric.planning.bucket_options import BucketOption
+from datacentric.schedule import Iteration
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import place_at_sizes
@@ -41,19 +42,27 @@ def fixed_size_schedule(
     """One iteration per global batch: each bucket's samples in micro-batches of its
     configured size, placed on groups of its configured SP size."""
     chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
-    view = inp.view
-    for k, chunk in enumerate(chunks):
-        buckets = view.bucket_of[chunk]
-        items, own = [], []
-        for b in np.unique(buckets).tolist():
-            cfg, units = configs[b]
-            made = pack(table, b, chunk[buckets == b], units)
-            items += made
-            own += [cfg.sp_size] * len(made)
-        groups = place_at_sizes(items, own, table, inp.world_size, inp.options.local_search_moves)
-        out.iterations.append(emit_iteration(k, inp.world_size, groups, table))
-    return out
+    iterations = [fixed_size_step(inp, table, configs, k, c) for k, c in enumerate(chunks)]
+    return PolicyOutput(iterations=iterations, dropped=dropped)
+
+
+def fixed_size_step(
+    inp: PolicyInput,
+    table: OptionTable,
+    configs: dict[int, tuple[BucketOption, float]],
+    k: int,
+    chunk: np.ndarray,
+) -> Iteration:
+    """Step ``k`` of :func:`fixed_size_schedule`, of the global batch ``chunk``."""
+    buckets = inp.view.bucket_of[chunk]
+    items, own = [], []
+    for b in np.unique(buckets).tolist():
+        cfg, units = configs[b]
+        made = pack(table, b, chunk[buckets == b], units)
+        items += made
+        own += [cfg.sp_size] * len(made)
+    groups = place_at_sizes(items, own, table, inp.world_size, inp.options.local_search_moves)
+    return emit_iteration(k, inp.world_size, groups, table)
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:

@@ -32,6 +32,7 @@ micro-batches to groups that minimise the iteration's makespan.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -56,19 +57,20 @@ from datacentric.scheduling.micro_batches import (
 )
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
-from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, PolicySteps, StepMaker
 from datacentric.scheduling.riders import with_riders
 from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
 PORTFOLIO_SAMPLES = 200_000
-#: The policies whose steps dcp-opt's portfolio tries (:func:`portfolio`).
-PEERS = {
-    "static": static.schedule,
-    "megatron-dyncp": megatron_dyncp.schedule,
+#: The policies whose steps dcp-opt's portfolio tries (:class:`Portfolio`): each name's
+#: step makers, one per configuration its search keeps for the epoch.
+PEERS: dict[str, Callable[[PolicyInput], list[StepMaker]]] = {
+    "static": static.step_makers,
+    "megatron-dyncp": megatron_dyncp.step_makers,
     # the paper's policy: on 1,023 documents of 91K tokens and one of 131K at 64 GPUs
     # (4M-token steps) its per-micro-batch knapsack ran 0.928 of the bound, dcp-opt 0.876
-    "dcp-pac": dcp_pac.schedule,
+    "dcp-pac": dcp_pac.step_makers,
 }
 #: The most samples an epoch may have for a peer's search to run in the portfolio (up to
 #: :data:`PORTFOLIO_SAMPLES`). ``megatron-dyncp``'s search forms and prices its token-packed
@@ -499,35 +501,54 @@ def refine_by_splitting(
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
-    """The ``dcp-opt`` policy: one iteration per global batch of the shared data order;
-    on epochs of at most :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own
-    and the steps ``static``, ``megatron-dyncp`` and ``dcp-pac`` would run
-    (:func:`portfolio`)."""
+    """The ``dcp-opt`` policy: the whole epoch of :func:`stepwise`."""
+    steps = stepwise(inp)
+    iterations = list(steps.steps)
+    return PolicyOutput(iterations=iterations, dropped=steps.dropped, settings=steps.settings)
+
+
+def stepwise(inp: PolicyInput) -> PolicySteps:
+    """The ``dcp-opt`` policy step by step: one iteration per global batch of the shared
+    data order, each built from its own global batch only (after a search made once for
+    the epoch), so the steps come in order as they are asked for; on epochs of at most
+    :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own and the steps
+    ``static``, ``megatron-dyncp`` and ``dcp-pac`` would run (:class:`Portfolio`)."""
     table = inp.single_sample_pac_table()
     chunks, dropped = inp.global_batches()
-    out = PolicyOutput(iterations=[], dropped=dropped)
-    with_peers = len(inp.active) <= PORTFOLIO_SAMPLES
-    total = len(chunks) * (1 + (len(peers_run(inp)) if with_peers else 0))  # see portfolio
-    for k, chunk in enumerate(chunks):
-        items = make_items(inp, table, chunk)
-        best = solve_step(inp, table, items, k)
-        if any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size:
-            # few micro-batches a group: riders' coarser grain may cost more than they save
-            plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
-            best = min(best, plain, key=lambda it: step_seconds(inp, it))
-        out.iterations.append(best)
-        inp.step_done(k + 1, total)
-    if with_peers:
-        out.iterations, counts, skipped, dropped_peers = portfolio(inp, out.iterations)
-        out.settings["steps_from_peers"] = counts
-        out.settings["peers_skipped"] = skipped
-        out.settings["peers_dropped"] = dropped_peers
+    out = PolicySteps(iter(()), dropped=list(dropped))
+    out.steps = _steps(inp, table, chunks, out.settings)
     return out
+
+
+def _steps(
+    inp: PolicyInput, table: OptionTable, chunks: list[np.ndarray], settings: dict
+) -> Iterator[Iteration]:
+    """:func:`stepwise`'s iterations; ``settings`` gets the portfolio's counts at the end."""
+    peers = Portfolio(inp) if len(inp.active) <= PORTFOLIO_SAMPLES else None
+    for k, chunk in enumerate(chunks):
+        best = own_step(inp, table, chunk, k)
+        if peers is not None:
+            best = peers.best(k, chunk, best)
+        inp.step_done(k + 1, len(chunks))
+        yield best
+    if peers is not None:
+        settings.update(peers.settings())
+
+
+def own_step(inp: PolicyInput, table: OptionTable, chunk: np.ndarray, k: int) -> Iteration:
+    """Step ``k`` of the global batch ``chunk`` by dcp-opt's own search."""
+    items = make_items(inp, table, chunk)
+    best = solve_step(inp, table, items, k)
+    if any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size:
+        # few micro-batches a group: riders' coarser grain may cost more than they save
+        plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
+        best = min(best, plain, key=lambda it: step_seconds(inp, it))
+    return best
 
 
 def step_seconds(inp: PolicyInput, it: Iteration) -> float:
     """Step ``it``'s estimated makespan plus its exposed gradient sync (as the epoch
-    estimate and :func:`portfolio` count it)."""
+    estimate and :class:`Portfolio` count it)."""
     cost, world = inp.cost_model, inp.world_size
     reduction = float(cost.grad_sync_time_s(world))
     sync = estimated_grad_sync_s(
@@ -549,48 +570,66 @@ def solve_step(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
     return best
 
 
-def portfolio(
-    inp: PolicyInput, own: list[Iteration]
-) -> tuple[list[Iteration], dict[str, int], list[str], list[str]]:
-    """Per step, the fastest (estimated makespan plus exposed gradient sync) of ``own``
-    and the steps of :data:`PEERS` on the same global batches: every configuration a
-    peer chooses is in dcp-opt's search space, so it is never behind one. Also how
-    many steps each peer gave, the peers whose search was skipped (no step of theirs
-    could beat the best held: :mod:`~datacentric.scheduling.peer_bounds`) and those
-    dropped (the epoch has more samples than :data:`PEER_SAMPLES` allows them).
-    Progress (``inp.step_done``) counts the epoch's steps once for dcp-opt's own search
-    and once per peer still to compare; a peer skipped or dropped leaves the total."""
-    cost, shapes, world = inp.cost_model, inp.view.shapes, inp.world_size
-    reduction = float(cost.grad_sync_time_s(world))
-    overlap = overlaps_grad_sync(cost, world)
+class Portfolio:
+    """Per step, the fastest (estimated makespan plus exposed gradient sync) of dcp-opt's
+    own step and the steps of every finalist configuration of each peer of :data:`PEERS`
+    on the same global batch: every configuration a peer may choose is in dcp-opt's
+    search space, and the one a peer picks for its epoch is among its finalists, so
+    dcp-opt is never behind a peer on any step. A peer's search (its finalists, made
+    once for the epoch) runs on the first step where its floor could beat the step held
+    (:mod:`~datacentric.scheduling.peer_bounds`); a peer ruled out on every step is
+    reported in ``peers_skipped``, one over its :data:`PEER_SAMPLES` in ``peers_dropped``.
+    Each step depends only on its own global batch and the epoch's searches."""
 
-    def total(it: Iteration) -> float:
-        return it.est_makespan_s + estimated_grad_sync_s(it, cost, shapes, reduction, overlap)
+    def __init__(self, inp: PolicyInput) -> None:
+        self.inp = inp
+        self.reduction = float(inp.cost_model.grad_sync_time_s(inp.world_size))
+        self.overlap = overlaps_grad_sync(inp.cost_model, inp.world_size)
+        self.names = peers_run(inp)
+        self.makers: dict[str, list[StepMaker]] = {}
+        self.counts = {name: 0 for name in PEERS}
 
-    best = [(total(it), "dcp-opt", it) for it in own]
-    chunks, _ = inp.global_batches()
-    peers = peers_run(inp)
-    skipped: list[str] = []
-    n = len(own)
-    for i, name in enumerate(peers):
-        done = n * (1 + i - len(skipped))
-        floors = peer_bounds.step_floors(inp, name, chunks)
-        if not peer_bounds.could_win(floors, [b[0] for b in best], PEER_GAIN):
-            skipped.append(name)
-            inp.step_done(done, n * (1 + len(peers) - len(skipped)))
-            continue
-        try:
-            steps = inp.run_policy(name, PEERS[name]).iterations
-        except ValueError:  # the peer cannot run this epoch at all
-            continue
-        for k, it in enumerate(steps):
-            seconds = total(it)
-            if seconds < best[k][0] * (1 - PEER_GAIN):
-                best[k] = (seconds, name, it)
-        inp.step_done(done + n, n * (1 + len(peers) - len(skipped)))
-    counts = {name: sum(1 for _, who, _ in best if who == name) for name in PEERS}
-    dropped = [name for name in PEERS if name not in peers]
-    return [it for _, _, it in best], counts, skipped, dropped
+    def total(self, it: Iteration) -> float:
+        """Step ``it``'s makespan plus its exposed gradient sync."""
+        inp = self.inp
+        sync = estimated_grad_sync_s(
+            it, inp.cost_model, inp.view.shapes, self.reduction, self.overlap
+        )
+        return it.est_makespan_s + sync
+
+    def best(self, k: int, chunk: np.ndarray, own: Iteration) -> Iteration:
+        """The fastest of ``own`` and the peers' steps ``k`` of ``chunk``."""
+        best, seconds, who = own, self.total(own), "dcp-opt"
+        for name in self.names:
+            floors = peer_bounds.step_floors(self.inp, name, [chunk])
+            if not peer_bounds.could_win(floors, [seconds], PEER_GAIN):
+                continue
+            for make in self._makers(name):
+                try:
+                    it = make(k, chunk)
+                except ValueError:  # this configuration cannot run this step
+                    continue
+                if self.total(it) < seconds * (1 - PEER_GAIN):
+                    best, seconds, who = it, self.total(it), name
+        if who != "dcp-opt":
+            self.counts[who] += 1
+        return best
+
+    def _makers(self, name: str) -> list[StepMaker]:
+        if name not in self.makers:
+            try:
+                self.makers[name] = PEERS[name](self.inp)
+            except ValueError:  # the peer cannot run this epoch at all
+                self.makers[name] = []
+        return self.makers[name]
+
+    def settings(self) -> dict:
+        """How many steps each peer gave, the peers skipped and those dropped."""
+        return {
+            "steps_from_peers": dict(self.counts),
+            "peers_skipped": [name for name in self.names if name not in self.makers],
+            "peers_dropped": [name for name in PEERS if name not in self.names],
+        }
 
 
 def peers_run(inp: PolicyInput) -> list[str]:

@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from datacentric.scheduling.dcp_intra import fixed_size_schedule
-from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.planning.bucket_options import BucketOption
+from datacentric.scheduling.dcp_intra import fixed_size_schedule, fixed_size_step
+from datacentric.scheduling.option_table import OptionTable
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, StepMaker
 
 #: A bucket moves to a larger SP size within the node while one representative sample
 #: at its size takes longer than this share of the average step's ideal makespan: its
@@ -55,6 +57,24 @@ MOVE_SHARE = 1 / 3
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``dcp-pac`` policy."""
+    table, configs, moved = choose(inp)
+    out = fixed_size_schedule(inp, table, configs)
+    out.settings = {"moved_to_outlast_no_step": moved}
+    return out
+
+
+def step_makers(inp: PolicyInput) -> list[StepMaker]:
+    """``dcp-pac``'s step of a global batch (its choice is made once for the epoch;
+    ``dcp-opt``'s portfolio asks it step by step)."""
+    table, configs, _ = choose(inp)
+    return [lambda k, chunk: fixed_size_step(inp, table, configs, k, chunk)]
+
+
+def choose(
+    inp: PolicyInput,
+) -> tuple[OptionTable, dict[int, tuple[BucketOption, float]], dict[str, int]]:
+    """The PAC table, each bucket's (option, micro-batch size) and the buckets moved to
+    a larger SP size (by name): a function of the epoch's samples, not of its steps."""
     inter, pac = inp.uniform_table(), inp.micro_batch_pac_table()
     chunks, _ = inp.global_batches()
     # the samples' GPU-seconds from the plan's options (each bucket's per-sample cost on
@@ -78,6 +98,4 @@ def schedule(inp: PolicyInput) -> PolicyOutput:
                 cfg = alt
                 moved[inp.view.buckets[b].name] = s
         configs[b] = (cfg, float(cfg.max_batch))
-    out = fixed_size_schedule(inp, pac, configs)
-    out.settings = {"moved_to_outlast_no_step": moved}
-    return out
+    return pac, configs, moved

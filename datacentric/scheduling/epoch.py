@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
+from multiprocessing.connection import Connection
 
 import numpy as np
 
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
-from datacentric.schedule import Schedule
+from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling import (
     dcp_inter,
     dcp_intra,
@@ -28,9 +29,12 @@ from datacentric.scheduling.measures import (
     schedule_measures,
     step_bound_s,
 )
-from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, PolicySteps
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
+
+#: The policies that build their steps one at a time, in order (:class:`EpochStream`).
+STEPWISE: dict[str, Callable[[PolicyInput], PolicySteps]] = {"dcp-opt": dcp_opt.stepwise}
 
 #: Every policy by name: a pure function of its :class:`PolicyInput`.
 POLICIES: dict[str, Callable[[PolicyInput], PolicyOutput]] = {
@@ -80,35 +84,146 @@ def build_schedule(
     ``on_step(done, total)`` is told the steps scheduled so far out of the epoch's (a
     progress line); it changes nothing in the schedule.
     """
-    _check_call(policy, world_size, plan)
-    options = options or SchedulingConfig()
-    started = time.perf_counter()
-    view = DatasetView(shapes)
-    asked, not_asked, skipped = _samples_to_schedule(view, plan, sample_ids)
-    if not asked.any():
-        raise ValueError("no samples to schedule (all were skipped or excluded)")
-    inp = PolicyInput(
-        view=view,
+    stream = EpochStream(
+        shapes,
+        policy=policy,
+        world_size=world_size,
         cost_model=cost_model,
-        world_size=int(world_size),
-        options=options,
         plan=plan,
-        rng=epoch_rng(seed, epoch),
-        active=np.flatnonzero(asked),
-        seed=int(seed),
-        epoch=int(epoch),
+        seed=seed,
+        epoch=epoch,
+        options=options,
+        sample_ids=sample_ids,
+        measure=measure,
         on_step=on_step,
     )
-    out = inp.run_policy(policy, POLICIES[policy])
-    inp.step_done(len(out.iterations), len(out.iterations))
-    dropped = np.concatenate([skipped, np.asarray(out.dropped, dtype=np.int64)])
-    schedule = _schedule_of(inp, policy, out, not_asked, skipped, dropped)
-    schedule.meta["plan_seconds"] = time.perf_counter() - started
-    if measure:
-        kept = asked.copy()
-        kept[dropped] = False
-        schedule.meta.update(_measures(schedule, inp, np.flatnonzero(kept)))
-    return schedule
+    return stream.schedule()
+
+
+class EpochStream:
+    """An epoch's schedule built step by step, in order: iterating it yields its
+    iterations, each built when it is asked for (a policy of :data:`STEPWISE` builds
+    each step from its own global batch and the searches it makes once for the epoch;
+    any other policy builds its whole epoch at the first step); :meth:`schedule` is the
+    whole :class:`Schedule`, the steps not yet asked for built first, then its meta and
+    measures. :func:`build_schedule` is this stream run to its end, so a stream's steps
+    are the very steps of the schedule ``build_schedule`` returns for the same
+    arguments. One consumer at a time (the runtime's is one background thread).
+    :attr:`num_steps` is known before any step is built: one step per global batch."""
+
+    def __init__(
+        self,
+        shapes: Sequence[SampleShape],
+        *,
+        policy: str,
+        world_size: int,
+        cost_model: CostModel,
+        plan: Plan,
+        seed: int = 0,
+        epoch: int = 0,
+        options: SchedulingConfig | None = None,
+        sample_ids: Sequence[int] | None = None,
+        measure: bool = True,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> None:
+        _check_call(policy, world_size, plan)
+        options = options or SchedulingConfig()
+        self.spec = {
+            "shapes": shapes,
+            "policy": policy,
+            "world_size": world_size,
+            "cost_model": cost_model,
+            "plan": plan,
+            "seed": seed,
+            "epoch": epoch,
+            "options": options,
+            "sample_ids": sample_ids,
+            "measure": measure,
+        }
+        """What the stream is a function of: ``EpochStream(**spec)`` elsewhere (another
+        process: :func:`send_stream`) builds the same steps (progress is not sent)."""
+        self._started = time.perf_counter()
+        view = DatasetView(shapes)
+        self._asked, self._not_asked, self._skipped = _samples_to_schedule(view, plan, sample_ids)
+        if not self._asked.any():
+            raise ValueError("no samples to schedule (all were skipped or excluded)")
+        self.inp = PolicyInput(
+            view=view,
+            cost_model=cost_model,
+            world_size=int(world_size),
+            options=options,
+            plan=plan,
+            rng=epoch_rng(seed, epoch),
+            active=np.flatnonzero(self._asked),
+            seed=int(seed),
+            epoch=int(epoch),
+            on_step=on_step,
+        )
+        self.policy, self.measure = policy, measure
+        self.num_steps = len(self.inp.global_batches()[0])
+        """Steps of the epoch (its global batches)."""
+        self._built: list[Iteration] = []
+        self._steps: PolicySteps | None = None
+        self._memoised = False
+        self._schedule: Schedule | None = None
+
+    def __iter__(self) -> Iterator[Iteration]:
+        """The iterations not yet yielded, in order, each built when asked for."""
+        for it in self._policy_steps().steps:
+            self._built.append(it)
+            yield it
+
+    def _policy_steps(self) -> PolicySteps:
+        if self._steps is None:
+            inp, policy = self.inp, self.policy
+            memo = inp.memoised(policy)
+            self._memoised = memo is not None
+            if memo is not None:
+                self._steps = PolicySteps.of(memo)
+            elif policy in STEPWISE:
+                self._steps = STEPWISE[policy](inp)
+            else:
+                self._steps = PolicySteps.of(inp.run_policy(policy, POLICIES[policy]))
+        return self._steps
+
+    def schedule(self) -> Schedule:
+        """The whole epoch's :class:`Schedule` (built once)."""
+        if self._schedule is None:
+            for _ in self:  # the steps not yet built
+                pass
+            steps, inp = self._policy_steps(), self.inp
+            out = PolicyOutput(list(self._built), list(steps.dropped), dict(steps.settings))
+            if not self._memoised:
+                inp.memoise(self.policy, out)
+            inp.step_done(len(out.iterations), len(out.iterations))
+            dropped = np.concatenate([self._skipped, np.asarray(out.dropped, dtype=np.int64)])
+            schedule = _schedule_of(inp, self.policy, out, self._not_asked, self._skipped, dropped)
+            schedule.meta["plan_seconds"] = time.perf_counter() - self._started
+            if self.measure:
+                kept = self._asked.copy()
+                kept[dropped] = False
+                schedule.meta.update(_measures(schedule, inp, np.flatnonzero(kept)))
+            self._schedule = schedule
+        return self._schedule
+
+
+def send_stream(spec: dict, conn: Connection) -> None:
+    """Build ``EpochStream(**spec)`` and send its steps through ``conn`` as they are
+    built (``("step", iteration)``), then ``("schedule", schedule)``, or
+    ``("error", error)`` where the build raises: the body of a process that builds an
+    epoch's schedule away from the training loop (its interpreter lock)."""
+    try:
+        stream = EpochStream(**spec)
+        for iteration in stream:
+            conn.send(("step", iteration))
+        conn.send(("schedule", stream.schedule()))
+    except Exception as err:  # raised again where the runtime takes a step
+        try:
+            conn.send(("error", err))
+        except Exception:  # an error that does not pickle: its words
+            conn.send(("error", RuntimeError(f"{type(err).__name__}: {err}")))
+    finally:
+        conn.close()
 
 
 def _check_call(policy: str, world_size: int, plan: Plan) -> None:

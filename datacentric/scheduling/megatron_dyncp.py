@@ -55,6 +55,7 @@ from datacentric.scheduling.placement import place_at_sizes
 from datacentric.scheduling.policy_input import (
     PolicyInput,
     PolicyOutput,
+    StepMaker,
     any_recompute,
     full_recompute,
     no_recompute,
@@ -411,8 +412,31 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
     its steps: every candidate priced on a spread of the epoch's steps, the best
     :data:`FINALISTS` on every step."""
     chunks, _ = inp.global_batches()
-    sample = priced_steps(len(chunks))
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}
+    best: tuple[float, str, int, list[Iteration]] | None = None
+    for name, table, cap in finalists(inp, formed):
+        try:
+            steps = build_steps(inp, table, cap, chunks, 0, formed)
+            total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
+        except ValueError:
+            continue
+        if best is None or total < best[0] * (1 - 1e-9):
+            best = (total, name, cap, steps)
+    if best is None:
+        raise ValueError("megatron-dyncp: no searched setting schedules every step")
+    name = best[1]
+    table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
+    return name, table, best[2], best[3]
+
+
+def finalists(
+    inp: PolicyInput, formed: dict[tuple[int, int], list[list[CPGroup]] | None]
+) -> list[tuple[str, OptionTable, int]]:
+    """The best :data:`FINALISTS` (recomputation, its table, per-rank cap) priced on a
+    spread of the epoch's steps (``formed``: the micro-batches formed on the way);
+    ``ValueError`` when no candidate runs."""
+    chunks, _ = inp.global_batches()
+    sample = priced_steps(len(chunks))
     first: list[tuple[float, str, int]] = []
     why = "no recomputation setting fits every bucket"
     for name, allowed in RECOMPUTATIONS.items():
@@ -432,21 +456,26 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
     if not first:
         raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
     first.sort()
-    best: tuple[float, str, int, list[Iteration]] | None = None
-    for _, name, cap in first[:FINALISTS]:
-        table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
-        try:
-            steps = build_steps(inp, table, cap, chunks, 0, formed)
-            total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
-        except ValueError:
-            continue
-        if best is None or total < best[0] * (1 - 1e-9):
-            best = (total, name, cap, steps)
-    if best is None:
-        raise ValueError("megatron-dyncp: no searched setting schedules every step")
-    name = best[1]
-    table = inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name])
-    return name, table, best[2], best[3]
+    return [
+        (name, inp.table(name if name != "plan" else "pac", RECOMPUTATIONS[name]), cap)
+        for _, name, cap in first[:FINALISTS]
+    ]
+
+
+def step_makers(inp: PolicyInput) -> list[StepMaker]:
+    """The steps ``megatron-dyncp``'s finalists would run, one maker each (``dcp-opt``'s
+    portfolio tries every one on every step); ``ValueError`` when none runs."""
+    out = []
+    formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}  # shared by the finalists
+    for _, table, cap in finalists(inp, formed):
+
+        def make(k: int, chunk: np.ndarray, table: OptionTable = table, cap: int = cap):
+            for key in [key for key in formed if key[0] < k]:
+                del formed[key]  # steps are asked for in order: earlier ones are done
+            return build_steps(inp, table, cap, [chunk], k, formed)[0]
+
+        out.append(make)
+    return out
 
 
 def sampled_floor_s(inp: PolicyInput, recompute: str, chunks: list[np.ndarray]) -> float:

@@ -24,7 +24,7 @@ from datacentric.planning.cost_model import CostModel
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import plan_buckets
 from datacentric.schedule import Schedule
-from datacentric.scheduling.epoch import POLICIES, build_schedule
+from datacentric.scheduling.epoch import POLICIES, EpochStream
 from datacentric.scheduling.measures import ideal_epoch_time
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import Bucketing, SampleShape, make_buckets
@@ -119,7 +119,24 @@ class Pipeline:
         """The epoch's schedule from :attr:`plan` (``policy`` overrides the default;
         ``sample_ids`` restricts it to those samples; ``measure`` fills its measures;
         ``on_step(done, total)`` hears of the steps scheduled, for a progress line)."""
-        return build_schedule(
+        stream = self.stream(
+            epoch, sample_ids=sample_ids, policy=policy, measure=measure, on_step=on_step
+        )
+        return stream.schedule()
+
+    def stream(
+        self,
+        epoch: int = 0,
+        *,
+        sample_ids: Sequence[int] | None = None,
+        policy: str | None = None,
+        measure: bool = True,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> EpochStream:
+        """The epoch's schedule as an :class:`~datacentric.scheduling.epoch.EpochStream`:
+        its steps in order, each built when asked for (the steps of :meth:`schedule`'s
+        schedule for the same arguments), then the whole schedule."""
+        return EpochStream(
             self.shapes,
             policy=policy or self.policy,
             world_size=self.world_size,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,7 @@ class PolicyInput:
     on_step: Callable[[int, int], None] | None = None
     """Called with (steps scheduled, steps in the epoch) as a policy finishes steps."""
     _batches: tuple[list[np.ndarray], list[int]] | None = None
+    _active_buckets: list[int] | None = None
 
     def __post_init__(self) -> None:
         self.active_mask = np.zeros(self.view.num_samples, dtype=bool)
@@ -153,20 +154,35 @@ class PolicyInput:
 
     def run_policy(self, name: str, policy: Callable[[PolicyInput], PolicyOutput]) -> PolicyOutput:
         """``policy(self)``, memoised on the plan per cost model for this dataset, world,
-        seed, epoch, options and samples (a pure function of them): ``dcp-opt``'s
-        portfolio and a ``--policy static,...,dcp-opt`` comparison then run each peer
-        once. Only the latest epoch's outputs are kept."""
+        seed, epoch, options and samples (a pure function of them): a comparison of
+        policies, or a schedule built again from the same plan, runs each once. Only
+        the latest epoch's outputs are kept."""
+        out = self.memoised(name)
+        if out is None:
+            out = self.memoise(name, policy(self))
+        return PolicyOutput(list(out.iterations), list(out.dropped), dict(out.settings))
+
+    def memoised(self, name: str) -> PolicyOutput | None:
+        """The output of policy ``name`` on this input, when :meth:`memoise` kept one."""
+        outputs = self._memo()
+        hit = outputs.get(self._memo_key(name))
+        return hit[1] if hit is not None and hit[0] is self.view.shapes else None
+
+    def memoise(self, name: str, out: PolicyOutput) -> PolicyOutput:
+        """Keep ``out`` as policy ``name``'s output on this input; returns it."""
+        self._memo()[self._memo_key(name)] = (self.view.shapes, out)
+        return out
+
+    def _memo(self) -> dict:
         memo = self.plan.prices_for(self.cost_model)[0]
         outputs = memo.get("policy-outputs")
         if outputs is None or outputs[0] != (self.seed, self.epoch):
             outputs = memo["policy-outputs"] = ((self.seed, self.epoch), {})
+        return outputs[1]
+
+    def _memo_key(self, name: str) -> tuple:
         digest = hashlib.sha1(self.active.tobytes()).hexdigest()
-        key = (name, self.world_size, repr(self.options), digest, len(self.view.shapes))
-        hit = outputs[1].get(key)
-        if hit is None or hit[0] is not self.view.shapes:
-            hit = outputs[1][key] = (self.view.shapes, policy(self))
-        out = hit[1]
-        return PolicyOutput(list(out.iterations), list(out.dropped), dict(out.settings))
+        return (name, self.world_size, repr(self.options), digest, len(self.view.shapes))
 
     def bucket_ids(self, b: int) -> np.ndarray:
         """Active sample ids of bucket ``b``, ascending."""
@@ -174,9 +190,11 @@ class PolicyInput:
         return members[self.active_mask[members]]
 
     def active_buckets(self) -> list[int]:
-        """Buckets with at least one sample to schedule."""
-        present = np.unique(self.view.bucket_of[self.active])
-        return [int(b) for b in present]
+        """Buckets with at least one sample to schedule (found once)."""
+        if self._active_buckets is None:
+            present = np.unique(self.view.bucket_of[self.active])
+            self._active_buckets = [int(b) for b in present]
+        return list(self._active_buckets)
 
 
 @dataclass
@@ -188,3 +206,24 @@ class PolicyOutput:
     settings: dict[str, Any] = field(default_factory=dict)
     """JSON-able: the configuration a policy chose for the run (``static``'s SP size,
     recomputation and token budget; ``megatron-dyncp``'s cap and recomputation)."""
+
+
+#: One step of a policy's epoch: ``make(k, chunk)`` is step ``k`` of the global batch
+#: ``chunk`` (``ValueError`` where that configuration cannot run the step).
+StepMaker = Callable[[int, np.ndarray], Iteration]
+
+
+@dataclass
+class PolicySteps:
+    """A policy's epoch, step by step: :attr:`steps` yields the iterations in order,
+    each one built when it is asked for; :attr:`settings` is complete once they are
+    all yielded."""
+
+    steps: Iterator[Iteration]
+    dropped: list[int] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, out: PolicyOutput) -> PolicySteps:
+        """The steps of a whole epoch's ``out``."""
+        return cls(iter(out.iterations), list(out.dropped), dict(out.settings))

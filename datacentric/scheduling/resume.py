@@ -140,18 +140,35 @@ def continue_schedule(
     world) and updates ``position`` accordingly. Raises ``ValueError`` if the rebuilt
     schedule differs from the one the position was taken from.
     """
+    schedule = make_schedule(position.epoch, begin_segment(position, num_samples, world_size))
+    check_segment(position, schedule)
+    return schedule
+
+
+def begin_segment(position: Position, num_samples: int, world_size: int) -> list[int] | None:
+    """Start a new segment in ``position`` where the world size is not the saved
+    segment's (the samples the epoch has not run are re-planned); the sample ids the
+    segment schedules (``None``: the whole epoch). The first half of
+    :func:`continue_schedule`: a runtime that streams the segment's steps calls
+    :func:`check_segment` once its schedule is whole."""
     if position.segment_world != world_size:
         position.segment_excluded = sorted(position.consumed)
         position.segment_iteration = 0
         position.segment_world = world_size
         position.segment_fingerprint = ""
-    schedule = make_schedule(position.epoch, position.remaining(num_samples))
+    return position.remaining(num_samples)
+
+
+def check_segment(position: Position, schedule: Schedule) -> None:
+    """Raise ``ValueError`` when ``schedule``, the segment's rebuilt schedule, is not
+    the one ``position`` was saved from (its fingerprint), or is shorter than where the
+    position stands; else hold its fingerprint in ``position``."""
     fingerprint = schedule_fingerprint(schedule)
     if position.segment_fingerprint and position.segment_fingerprint != fingerprint:
         raise ValueError(
-            f"the rebuilt schedule of epoch {position.epoch} (world {world_size}, policy "
-            f"{schedule.policy}) differs from the saved one: the dataset, model, cost model "
-            "or options changed since it was saved; resume with the same settings"
+            f"the rebuilt schedule of epoch {position.epoch} (world {schedule.world_size}, "
+            f"policy {schedule.policy}) differs from the saved one: the dataset, model, cost "
+            "model or options changed since it was saved; resume with the same settings"
         )
     if position.segment_iteration > len(schedule.iterations):
         raise ValueError(
@@ -159,4 +176,3 @@ def continue_schedule(
             f"{len(schedule.iterations)}-iteration schedule"
         )
     position.segment_fingerprint = fingerprint
-    return schedule

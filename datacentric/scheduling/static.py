@@ -27,7 +27,7 @@ from datacentric.scheduling.measures import (
 from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
-from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput
+from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, StepMaker
 from datacentric.scheduling.search_steps import priced_steps
 
 #: Candidates re-priced on every step after the first pass.
@@ -134,6 +134,30 @@ def price(
 
 def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
     """The (recomputation table, SP size, token budget) with the least estimated time."""
+    first = first_pass(inp)
+    if not first:
+        table = inp.full_table()
+        sp = uniform_sp(inp, table)
+        return table, sp, float(budgets(inp, table, sp)[0])
+    best: tuple[float, OptionTable, int, float] | None = None
+    for table, sp, budget in first[:FINALISTS]:
+        try:
+            t = epoch_estimate_s(
+                build(inp, table, sp, budget), inp.cost_model, inp.view.shapes, inp.world_size
+            )
+        except ValueError:
+            continue
+        if best is None or t < best[0] * (1 - 1e-9):
+            best = (t, table, sp, budget)
+    if best is None:  # no finalist covers the world on every step
+        return first[0]
+    return best[1], best[2], best[3]
+
+
+def first_pass(inp: PolicyInput) -> list[tuple[OptionTable, int, float]]:
+    """Every (recomputation table, SP size, token budget) candidate that covers the
+    world on a few steps spread over the epoch, fastest there first: budgets in powers
+    of two, then the best (setting, size) again on budgets ``2**(1/4)`` apart."""
     chunks, _ = inp.global_batches()
     sample = [chunks[k] for k in priced_steps(len(chunks))]
     first: list[tuple[float, int, OptionTable, int, float]] = []
@@ -146,11 +170,8 @@ def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
                 except ValueError:  # too few micro-batches to cover the world
                     continue
     if not first:
-        table = inp.full_table()
-        sp = uniform_sp(inp, table)
-        return table, sp, float(budgets(inp, table, sp)[0])
+        return []
     first.sort(key=lambda row: row[:2])
-    # The best (setting, size) again on a finer grid: budgets 2**(k/4) apart.
     _, n, table, sp, _ = first[0]
     coarse = budgets(inp, table, sp)
     for k in range(4 * len(coarse)):
@@ -162,20 +183,22 @@ def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
         except ValueError:
             continue
     first.sort(key=lambda row: row[:2])
-    finalists = [row[2:] for row in first[:FINALISTS]]
-    best: tuple[float, OptionTable, int, float] | None = None
-    for table, sp, budget in finalists:
-        try:
-            t = epoch_estimate_s(
-                build(inp, table, sp, budget), inp.cost_model, inp.view.shapes, inp.world_size
-            )
-        except ValueError:
-            continue
-        if best is None or t < best[0] * (1 - 1e-9):
-            best = (t, table, sp, budget)
-    if best is None:  # no finalist covers the world on every step
-        return first[0][2], first[0][3], first[0][4]
-    return best[1], best[2], best[3]
+    return [row[2:] for row in first]
+
+
+def step_makers(inp: PolicyInput) -> list[StepMaker]:
+    """The steps ``static``'s finalists would run, one maker each (``dcp-opt``'s
+    portfolio tries every one on every step; a step whose samples cannot cover the
+    world under one raises ``ValueError``)."""
+    first = first_pass(inp)
+    if not first:
+        table = inp.full_table()
+        sp = uniform_sp(inp, table)
+        first = [(table, sp, float(budgets(inp, table, sp)[0]))]
+    return [
+        lambda k, chunk, table=table, sp=sp, budget=budget: step(inp, table, sp, budget, k, chunk)
+        for table, sp, budget in first[:FINALISTS]
+    ]
 
 
 def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> dict:
@@ -190,15 +213,15 @@ def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) ->
 def build(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> list[Iteration]:
     """Every step of the epoch under one configuration."""
     chunks, _ = inp.global_batches()
-    return [
-        emit_iteration(
-            k,
-            inp.world_size,
-            equal_groups(inp, table, sp, budget_items(inp, table, c, sp, budget)),
-            table,
-        )
-        for k, c in enumerate(chunks)
-    ]
+    return [step(inp, table, sp, budget, k, c) for k, c in enumerate(chunks)]
+
+
+def step(
+    inp: PolicyInput, table: OptionTable, sp: int, budget: float, k: int, chunk: np.ndarray
+) -> Iteration:
+    """Step ``k`` of the global batch ``chunk`` under one configuration."""
+    items = budget_items(inp, table, chunk, sp, budget)
+    return emit_iteration(k, inp.world_size, equal_groups(inp, table, sp, items), table)
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -58,12 +58,20 @@ from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.pipeline import Pipeline
-from datacentric.scheduling.resume import Position, continue_schedule
+from datacentric.scheduling.resume import (
+    Position,
+    begin_segment,
+    check_segment,
+    continue_schedule,
+)
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import build_cost_model, device_memory_bytes
-from datacentric.train.schedule_ahead import ScheduleAhead
+from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
+
+#: ``on_schedule(schedule, at_step)`` of :meth:`DataCentric.steps`.
+OnSchedule = Callable[[Schedule, "int | None"], None]
 
 
 def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> None:
@@ -215,8 +223,11 @@ class DataCentric:
         self.prefetcher = Prefetcher(epoch_pack(dataset, 0), depth=prefetch) if prefetch else None
         self.position = Position()
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
+        # the segment's whole schedule, else its steps streaming (_build); where it began
         self._segment: Schedule | None = None
-        self._segment_epoch = -1
+        self._build: StreamedBuild | None = None
+        self._segment_epoch, self._segment_at, self._serial = -1, None, 0
+        self._announced, self._on_schedule, self._expected = None, None, 0
         self._held_out: HeldOut | None = None
         self._ahead = ScheduleAhead(self.schedule)
         self._schedule_wait_s = 0.0
@@ -273,89 +284,191 @@ class DataCentric:
         if self.prefetcher is not None:
             self.prefetcher.close()
 
-    def _expect(self, schedule: Schedule) -> None:
-        """Pack this rank's micro-batches of ``schedule`` ahead, from the position on."""
+    def _expect(self, fresh: bool) -> None:
+        """Pack this rank's micro-batches of the segment ahead, from the position on:
+        on a ``fresh`` segment (this epoch's draws), and again while its steps stream
+        each time the steps built have doubled, and once they are all built."""
         p = self.position
-        self.set_epoch(p.epoch)  # the dataset packs this epoch's draws
-        if self.prefetcher is not None:
-            remaining = schedule.iterations[p.segment_iteration :]
-            self.prefetcher.expect(rank_requests(remaining, self.rank), self.runtime.pack)
-            self.runtime.pack = self.prefetcher
+        if fresh:
+            self.set_epoch(p.epoch)  # the dataset packs this epoch's draws
+        if self.prefetcher is None:
+            return
+        if self._segment is not None:
+            steps, whole = self._segment.iterations[p.segment_iteration :], True
+        else:
+            steps, whole = self._build.built_steps(p.segment_iteration), False
+        built = p.segment_iteration + len(steps)
+        if not (fresh or (whole and self._expected < built) or built >= 2 * self._expected):
+            return
+        pack = self.runtime.pack if fresh else None
+        self.prefetcher.expect(rank_requests(steps, self.rank), pack)
+        self.runtime.pack = self.prefetcher
+        self._expected = built
 
     def step(self, iteration: Iteration) -> Step:
         """A :class:`Step` for one iteration of any schedule (the position stays)."""
         return Step(self.runtime, iteration)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the run stands (JSON-able): save it with the model and optimizer."""
+        """Where the run stands (JSON-able): save it with the model and optimizer. While
+        the segment's steps stream, it waits for the whole schedule first (the position
+        holds its fingerprint, checked when a resume rebuilds it)."""
+        self._settle()
         return self.position.to_json()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`, on this world size: on another
         one the samples the epoch has not run are re-planned for this world."""
         self.position = Position.from_json(state)
-        self._segment = None
+        self._leave_segment()
 
     def current_schedule(self) -> Schedule:
-        """The schedule the next step comes from (built once per segment)."""
-        p = self.position
-        world = self.groups.world_size
-        if self._segment is None or p.segment_world != world or self._segment_epoch != p.epoch:
-            n = len(self.pipeline.shapes)
-            self._segment = continue_schedule(p, n, world, self._built_or_ahead)
-            self._segment_epoch = p.epoch
+        """The schedule the next step comes from (built once per segment; while its
+        steps stream, this waits until they are all built)."""
+        self._open_segment()
+        self._settle(count=False)  # the caller's wait, not a step's
+        assert self._segment is not None
         return self._segment
 
-    def _built_or_ahead(self, epoch: int, sample_ids: Sequence[int] | None) -> Schedule:
-        """The epoch's schedule: the one built ahead while the last epoch trained when
-        there is one (the same schedule: a pure function of its inputs), else built
-        now; the seconds waited for it are added to the next step's
-        ``schedule_wait_s``."""
-        ready = self._ahead.take(epoch) if sample_ids is None else None
-        if ready is not None:
-            self._schedule_wait_s += ready[1]
-            return ready[0]
+    def current_length(self) -> int:
+        """Steps of the schedule the next step comes from, known before its steps are
+        built (one per global batch)."""
+        self._open_segment()
+        if self._segment is not None:
+            return len(self._segment.iterations)
+        return self._build.num_steps
+
+    def _open_segment(self) -> None:
+        """Start the segment the position is in, unless it is the current one: a saved
+        one (resumed on its world) is rebuilt whole and checked against its
+        fingerprint; the epoch's schedule built ahead is taken when there is one; any
+        other is streamed (:class:`~datacentric.train.schedule_ahead.StreamedBuild`)."""
+        p = self.position
+        world = self.groups.world_size
+        if p.segment_world == world and self._segment_epoch == p.epoch:
+            if self._segment is not None or self._build is not None:
+                return
+        self._leave_segment()
+        self._segment_epoch, self._serial = p.epoch, self._serial + 1
+        started = time.perf_counter()
+        if p.segment_fingerprint and p.segment_world == world:
+            self._segment = continue_schedule(p, len(self.pipeline.shapes), world, self._whole)
+        else:
+            ids = begin_segment(p, len(self.pipeline.shapes), world)
+            ready = self._ahead.take(p.epoch) if ids is None else None
+            if ready is not None:  # built while the last epoch trained: waited for here
+                self._schedule_wait_s += ready[1]
+                check_segment(p, ready[0])
+                self._segment = ready[0]
+            else:  # the plan and the epoch's global batches on this thread, the steps on one
+                stream = self.pipeline.stream(p.epoch, sample_ids=ids)
+                self._build = StreamedBuild(stream, name=f"schedule-epoch-{p.epoch}")
+                self._schedule_wait_s += time.perf_counter() - started
+        self._segment_at = p.iterations_done if p.segment_excluded else None
+
+    def _whole(self, epoch: int, sample_ids: Sequence[int] | None) -> Schedule:
+        """The segment's schedule built now, whole; the seconds are added to the next
+        step's ``schedule_wait_s``."""
         started = time.perf_counter()
         schedule = self.schedule(epoch, sample_ids)
         self._schedule_wait_s += time.perf_counter() - started
         return schedule
 
-    def steps(self, epochs: int | None = 1, *, iterations: int | None = None) -> Iterator[Step]:
+    def _leave_segment(self) -> None:
+        """Forget the current segment (its build, if one is streaming, stops)."""
+        if self._build is not None:
+            self._build.cancel()
+        self._segment, self._build, self._announced, self._expected = None, None, None, 0
+
+    def _settle(self, wait: bool = True, count: bool = True) -> None:
+        """Hold the streamed segment's whole schedule once it is built (``wait``: wait
+        for it; ``count``: the seconds go to the next step's ``schedule_wait_s``), its
+        fingerprint in the position while the position is in that segment; then
+        announce it (``on_schedule``)."""
+        if self._build is not None:
+            schedule = self._build.finished()
+            if schedule is None and not wait:
+                return
+            if schedule is None:
+                schedule, waited = self._build.schedule()
+                self._schedule_wait_s += waited if count else 0.0
+            p = self.position
+            if p.epoch == self._segment_epoch and p.segment_world == self.groups.world_size:
+                check_segment(p, schedule)
+            self._segment, self._build = schedule, None
+        if self._segment is not None and self._segment is not self._announced:
+            self._announced = self._segment
+            if self._on_schedule is not None:
+                self._on_schedule(self._segment, self._segment_at)
+
+    def _iteration(self, k: int) -> Iteration:
+        """Step ``k`` of the segment (waited for while it streams: the seconds go to
+        its ``schedule_wait_s``)."""
+        if self._segment is not None:
+            return self._segment.iterations[k]
+        iteration, waited = self._build.step(k)
+        self._schedule_wait_s += waited
+        return iteration
+
+    def steps(
+        self,
+        epochs: int | None = 1,
+        *,
+        iterations: int | None = None,
+        on_schedule: OnSchedule | None = None,
+    ) -> Iterator[Step]:
         """Every optimizer step from :attr:`position` on, until the run has completed
         ``epochs`` epochs or ``iterations`` steps in all (``None``: no such limit).
 
         Call ``finish()`` on each step before asking for the next: it advances the
         position (the trainer checkpoints it; so can a user loop).
+
+        A segment's steps are built in order on a background thread and each is handed
+        out once it is built: the first step waits for its own step, not for the
+        epoch's (``step.schedule_wait_s``). ``on_schedule(schedule, at_step)`` hears of
+        each segment's whole schedule once (``at_step``: the run's step where a segment
+        re-planned for another world began, else ``None``), on this thread: at the
+        first step after it is built, and at the latest when the loop ends or is left
+        (which then waits for it).
         """
         if epochs is None and iterations is None:
             raise ValueError("steps() needs a limit: epochs, iterations or both")
-        expected: Schedule | None = None
-        while not (
-            (epochs is not None and self.position.epoch >= epochs)
-            or (iterations is not None and self.position.iterations_done >= iterations)
-        ):
-            schedule = self.current_schedule()
-            p = self.position
-            if schedule is not expected:
-                left = len(schedule.iterations) - p.segment_iteration  # steps of this epoch
-                if (epochs is None or p.epoch + 1 < epochs) and (
-                    iterations is None or p.iterations_done + left < iterations
-                ):  # the run goes on past this epoch: its next schedule, from the moment
-                    self._ahead.start(p.epoch + 1)  # this one is taken (before any packing)
-                self._expect(schedule)
-                expected = schedule
-            if p.segment_iteration >= len(schedule.iterations):
-                p.next_epoch()  # nothing of this epoch left to run
-                continue
-            length = len(schedule.iterations)
-            step = Step(
-                self.runtime,
-                schedule.iterations[p.segment_iteration],
-                number=p.iterations_done,
-                epoch=p.epoch,
-                on_finish=lambda done, n=length: self.position.advance(done.sample_ids, n),
-            )
-            step.schedule_wait_s, self._schedule_wait_s = self._schedule_wait_s, 0.0
-            yield step
-            if not step.finished:
-                raise RuntimeError("call step.finish() before asking for the next step")
+        self._on_schedule = on_schedule
+        seen = -1
+        try:
+            while not (
+                (epochs is not None and self.position.epoch >= epochs)
+                or (iterations is not None and self.position.iterations_done >= iterations)
+            ):
+                self._open_segment()
+                self._settle(wait=False)
+                p, length = self.position, self.current_length()
+                left = length - p.segment_iteration  # steps of this epoch
+                if (
+                    self._segment is not None
+                    and (epochs is None or p.epoch + 1 < epochs)
+                    and (iterations is None or p.iterations_done + left < iterations)
+                ):  # the run goes on past this epoch: its next schedule, once this one is
+                    self._ahead.start(p.epoch + 1)  # whole (a no-op when under way)
+                self._expect(fresh=self._serial != seen)
+                seen = self._serial
+                if p.segment_iteration >= length:
+                    p.next_epoch()  # nothing of this epoch left to run
+                    continue
+                step = Step(
+                    self.runtime,
+                    self._iteration(p.segment_iteration),
+                    number=p.iterations_done,
+                    epoch=p.epoch,
+                    on_finish=lambda done, n=length: self.position.advance(done.sample_ids, n),
+                )
+                step.schedule_wait_s, self._schedule_wait_s = self._schedule_wait_s, 0.0
+                yield step
+                if not step.finished:
+                    raise RuntimeError("call step.finish() before asking for the next step")
+        except GeneratorExit:  # the loop was left: its schedule is still announced
+            if on_schedule is not None:
+                self._settle()
+            raise
+        if on_schedule is not None:
+            self._settle()

@@ -30,6 +30,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.regular_files import check_regular, open_regular
+from datacentric.schedule import Schedule
 from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
 from datacentric.settings import SECTIONS, ConfigError, TrainConfig
@@ -280,7 +281,7 @@ class Trainer:
         return self.dc.position
 
     def _planned_total(self) -> int:
-        per_epoch = len(self.dc.current_schedule().iterations)
+        per_epoch = self.dc.current_length()  # known before the epoch's steps are built
         return planned_total(self.training, per_epoch, note=self.is_main)
 
     # ---------------------------------------------------------------- resume
@@ -522,14 +523,13 @@ class Trainer:
         epochs = training.epochs if training.iterations is None else None
         # a resumed run's checkpoint at its first step exists already
         checkpointed = self.position.iterations_done or None
-        saved = None
-        for step in self.dc.steps(epochs, iterations=training.iterations):
-            schedule = self.dc.current_schedule()
-            if self.is_main and schedule is not saved:  # the schedule that runs, once
-                replanned = self.position.segment_excluded
-                at_step = self.position.iterations_done if replanned else None
+
+        def save(schedule: Schedule, at_step: int | None) -> None:
+            if self.is_main:  # each schedule that runs, once it is whole
                 save_schedule(self.out, schedule, at_step)
-                saved = schedule
+
+        steps = self.dc.steps(epochs, iterations=training.iterations, on_schedule=save)
+        for step in steps:
             tracer.begin(step.number + 1)
             record = self._step(step, scheduler)
             tracer.end(step.number + 1)
@@ -556,6 +556,7 @@ class Trainer:
                 checkpointed = self.position.iterations_done
             if tally.stopped_by is not None or control.stop:
                 break
+        steps.close()  # the schedule still being built is saved (waited for) here
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
         self._finish_save()  # a background save of the last step completes here

@@ -1,5 +1,6 @@
-"""The next epoch's schedule is built while the current one trains: after the first
-step no step waits for scheduling (``schedule_wait_s == 0.0`` exactly, in the user loop
+"""The next epoch's schedule is built while the current one trains (the first epoch's
+steps stream: test_streamed_schedule.py): after the first step no step waits for
+scheduling (``schedule_wait_s == 0.0`` exactly, in the user loop
 and in ``metrics.jsonl``), and the schedule is the one built in place.
 
 The build starts when the epoch before it is taken, so it has that whole epoch's
@@ -28,15 +29,16 @@ from datacentric.train.trainer import train_rank
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def small_loop(prefetch: int = 0) -> DataCentric:
-    """A small model on one corpus file: 3 steps an epoch at 2,048 tokens a step."""
+def small_loop(prefetch: int = 0, files: int = 1, tokens: int = 2048) -> DataCentric:
+    """A small model on ``files`` corpus files (one: 3 steps an epoch at 2,048 tokens a
+    step)."""
     torch.manual_seed(0)
     return DataCentric(
         build_model("llama", hidden_size=64, num_heads=2, ffn_hidden_size=128),
-        StdlibCorpus(max_tokens=256, limit=1),
+        StdlibCorpus(max_tokens=256, limit=files),
         preset="llama",
         policy="dcp-opt",
-        tokens_per_iteration=2048,
+        tokens_per_iteration=tokens,
         groups=ProcessGroups.local(),
         prefetch=prefetch,
     )
@@ -58,6 +60,14 @@ def test_the_next_epoch_is_scheduled_while_this_one_trains(prefetch):
         return out
 
     dc.pipeline.schedule = spy
+    streamed: list[tuple[int, str]] = []
+    stream = dc.pipeline.stream
+
+    def stream_spy(epoch=0, **kwargs):
+        streamed.append((epoch, threading.current_thread().name))
+        return stream(epoch, **kwargs)
+
+    dc.pipeline.stream = stream_spy
     waits, epochs, ran = [], [], {}
     started = time.perf_counter()
     for step in dc.steps(epochs=2):
@@ -71,7 +81,9 @@ def test_the_next_epoch_is_scheduled_while_this_one_trains(prefetch):
             epoch_0_s = time.perf_counter() - started
     dc.close()
     assert epochs.index(1) >= 2, "the test needs epochs of several steps"
-    assert built == {0: "MainThread", 1: "schedule-epoch-1"}
+    # the first epoch's steps streamed by the loop, the next epoch built ahead, whole
+    assert streamed == [(0, "MainThread"), (1, "schedule-epoch-1")]
+    assert built == {1: "schedule-epoch-1"}
     assert waits[0] > 0.0
     assert waits[1:] == [0.0] * (len(waits) - 1), (waits, build_s, epoch_0_s)
     # exactly the schedule built in place: a pure function of its inputs
@@ -105,6 +117,8 @@ def test_no_schedule_is_built_ahead_for_a_run_that_ends_within_the_epoch():
         return schedule(epoch, **kwargs)
 
     dc.pipeline.schedule = spy
+    stream = dc.pipeline.stream
+    dc.pipeline.stream = lambda epoch=0, **kwargs: built.append(epoch) or stream(epoch, **kwargs)
     for step in dc.steps(epochs=None, iterations=1):
         for micro in step:
             micro.backward(dc.model(micro.batch))
