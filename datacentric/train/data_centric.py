@@ -423,8 +423,9 @@ class DataCentric:
         Call ``finish()`` on each step before asking for the next: it advances the
         position (the trainer checkpoints it; so can a user loop).
 
-        A segment's steps are built in order on a background thread and each is handed
-        out once it is built: the first step waits for its own step, not for the
+        A segment's steps are built in order away from the loop (a forked process on
+        Linux, :class:`~datacentric.train.schedule_ahead.StreamedBuild`) and each is
+        handed out once it is built: the first step waits for its own step, not for the
         epoch's (``step.schedule_wait_s``). ``on_schedule(schedule, at_step)`` hears of
         each segment's whole schedule once (``at_step``: the run's step where a segment
         re-planned for another world began, else ``None``), on this thread: at the

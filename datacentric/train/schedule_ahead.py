@@ -13,7 +13,7 @@ stored, not when its thread has exited, so taking a finished build waits 0.0 sec
 exactly, and a build that was forgotten can never hand its schedule to another epoch.
 
 The epoch a run starts in (or a segment re-planned for another world) is streamed
-instead (:class:`StreamedBuild`): its steps are built in order on a thread of their
+instead (:class:`StreamedBuild`): its steps are built in order in a process of their
 own (:class:`~datacentric.scheduling.epoch.EpochStream`) and each is handed to the
 loop as soon as it is built, so the first step waits for its own step, not for the
 epoch's.
@@ -21,8 +21,8 @@ epoch's.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -108,22 +108,33 @@ class StreamedBuild:
         self._error: BaseException | None = None
         self._done = False
         self._cancelled = False
-        self._process = None
+        self._pid: int | None = None
         self._cond = threading.Condition()
         if isinstance(stream, EpochStream) and sys.platform == "linux":
-            # forked, as a DataLoader's workers: no main module imported again (a script
-            # without a __main__ guard), the inputs inherited, not pickled
-            context = multiprocessing.get_context("fork")
-            receive, send = context.Pipe(duplex=False)
-            self._process = context.Process(
-                target=_build_below, args=(stream.spec, send), name=name, daemon=True
-            )
-            self._process.start()
-            send.close()
-            target, args = self._receive, (receive,)
+            target, args = self._receive, (self._fork(stream.spec),)
         else:
             target, args = self._run, (stream,)
         threading.Thread(target=target, args=args, name=name, daemon=True).start()
+
+    def _fork(self, spec: dict) -> Connection:
+        """Fork the process that builds ``EpochStream(**spec)`` (as a DataLoader's workers
+        are forked: no main module imported again, the inputs inherited, not pickled;
+        ``os.fork`` itself, as a rank may be a daemonic process); the end of the pipe its
+        steps come through."""
+        receive, send = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the build process: it never returns into the caller's code
+            try:
+                os.close(receive)
+                for signum in (signal.SIGINT, signal.SIGTERM):  # its life is the parent's:
+                    signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C saves, then ends it
+                os.nice(BUILD_NICENESS)
+                send_stream(spec, Connection(send, readable=False))
+            finally:
+                os._exit(0)
+        os.close(send)
+        self._pid = pid
+        return Connection(receive, writable=False)
 
     def _receive(self, conn: Connection) -> None:
         """Store the steps, then the schedule or the error, the process sends."""
@@ -145,8 +156,8 @@ class StreamedBuild:
             error = RuntimeError("the schedule's build process ended before its schedule")
         finally:
             conn.close()
-        if self._process is not None:
-            self._process.join()
+        if self._pid is not None:
+            os.waitpid(self._pid, 0)
         self._finish(schedule, error)
 
     def _run(self, stream) -> None:
@@ -171,8 +182,11 @@ class StreamedBuild:
     def cancel(self) -> None:
         """Stop building (a segment no longer run)."""
         self._cancelled = True
-        if self._process is not None and self._process.is_alive():
-            self._process.terminate()
+        if self._pid is not None and not self._done:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:  # it has ended
+                pass
 
     def built(self) -> int:
         """Steps built so far."""
@@ -217,9 +231,3 @@ class StreamedBuild:
 #: How much lower than the training loop's the build process's CPU priority is (Linux
 #: niceness): it takes the cores the loop leaves idle.
 BUILD_NICENESS = 10
-
-
-def _build_below(spec: dict, conn: Connection) -> None:
-    """:func:`~datacentric.scheduling.epoch.send_stream` at :data:`BUILD_NICENESS`."""
-    os.nice(BUILD_NICENESS)
-    send_stream(spec, conn)

@@ -119,7 +119,7 @@ def test_a_build_in_its_own_process_hands_out_the_whole_builds_steps(monkeypatch
     the build is raised where its step is taken, the steps before it handed out."""
     dc = small_loop(0)
     build = StreamedBuild(dc.pipeline.stream(0), name="schedule-epoch-0")
-    assert build._process is not None
+    assert build._pid is not None
     steps = [build.step(k)[0] for k in range(build.num_steps)]
     schedule, _ = build.schedule()
     whole = small_loop(0).pipeline.schedule(0)
