@@ -106,3 +106,13 @@ def test_a_stream_of_some_samples_is_their_whole_build(policy):
     stream = pipeline(4).stream(0, sample_ids=left, policy=policy)
     assert list(stream) == list(whole.iterations)
     assert stream.schedule().dropped_sample_ids == whole.dropped_sample_ids
+
+
+@pytest.mark.parametrize("policy", ["static-reference", "dcp-intra", "dcp-inter"])
+def test_every_other_policy_streams_its_whole_epoch(policy):
+    """Policies that build their epoch whole stream it too: one step per global batch,
+    known before it is built."""
+    whole = pipeline(2).schedule(0, policy=policy, measure=False)
+    stream = pipeline(2).stream(0, policy=policy, measure=False)
+    assert stream.num_steps == len(whole.iterations)
+    assert list(stream) == list(whole.iterations)
