@@ -6,8 +6,9 @@ commands run as written from inside ``DIR``:
 - ``my-model/``: a Hugging Face model folder (a 2-layer Qwen2 of width 32, random
   weights) with its tokenizer (a byte-level BPE trained here) and a chat template that
   marks the assistant's tokens; ``tokenizer.json``: that tokenizer alone;
-- ``data/train.jsonl`` and ``heldout.jsonl`` (text under ``"text"``) and ``chat.jsonl``
-  (conversations under ``"messages"``);
+- ``data/train.jsonl`` and ``heldout.jsonl`` (text under ``"text"``),
+  ``data/train.parquet`` (text in column ``content``) and ``chat.jsonl`` (conversations
+  under ``"messages"``);
 - ``my-wan-pipeline/`` and ``my-flux-pipeline/``: diffusers pipeline folders (the tiny
   Wan and Flux transformers, a 4-channel VAE, T5 / CLIP text encoders of width 32 / 16);
 - ``clips/``: four short clips (PyAV) and ``captions.csv`` (``path,text``).
@@ -37,7 +38,13 @@ WORDS = (
     "and the assistant answers briefly"
 ).split()
 #: the extra that installs a module a part needs
-EXTRAS = {"transformers": "hf", "tokenizers": "data", "diffusers": "video", "av": "video"}
+EXTRAS = {
+    "transformers": "hf",
+    "tokenizers": "data",
+    "pyarrow": "data",
+    "diffusers": "video",
+    "av": "video",
+}
 #: marks the assistant's content with ``{% generation %}``, as Qwen2's and TRL's
 #: training templates do (the loss on the assistant's tokens only)
 CHAT_TEMPLATE = (
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     parts: dict[str, Callable[[Path], Any]] = {
         "data/train.jsonl": write_text_records,
         "heldout.jsonl": lambda path: write_text_records(path, count=12, seed=3),
+        "data/train.parquet": write_parquet_records,
         "chat.jsonl": write_conversations,
         "my-model": save_chat_model,
         "tokenizer.json": lambda path: copy_tokenizer(out / "my-model", path),
@@ -130,11 +138,23 @@ def _sentence(rng: random.Random, low: int, high: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
 
 
+def _documents(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [_sentence(rng, 5, 200) for _ in range(count)]
+
+
 def write_text_records(path: Path, count: int = 48, seed: int = 0) -> None:
     """``count`` documents of 5 to 200 words, one ``{"text": ...}`` a line."""
-    rng = random.Random(seed)
-    lines = [json.dumps({"text": _sentence(rng, 5, 200)}) for _ in range(count)]
+    lines = [json.dumps({"text": text}) for text in _documents(count, seed)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_parquet_records(path: Path, count: int = 48, seed: int = 4) -> None:
+    """``count`` documents of 5 to 200 words in a Parquet file's ``content`` column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"content": _documents(count, seed)}), path)
 
 
 def write_conversations(path: Path, count: int = 32) -> None:

@@ -25,7 +25,7 @@ def test_tiny_writes_a_model_pipelines_clips_and_jsonl(tmp_path, capfd) -> None:
     said = capfd.readouterr().out.splitlines()
     assert said[0].startswith("datacentric tiny: writing a model folder")
     assert all(said)  # no blank lines (the tokenizer trainers' progress)
-    assert len([line for line in said if line.startswith("wrote ")]) == 8, said
+    assert len([line for line in said if line.startswith("wrote ")]) == 9, said
 
     tokenizer = AutoTokenizer.from_pretrained(out / "my-model", local_files_only=True)
     assert len(tokenizer) <= AutoConfig.from_pretrained(out / "my-model").vocab_size
