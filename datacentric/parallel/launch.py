@@ -208,28 +208,33 @@ def spawn(
     results = context.Queue()
     timeout = timedelta(seconds=collective_timeout_s or timeout_s)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
-    processes = []
-    for rank in range(world_size):
-        process = context.Process(
-            target=_worker_entry,
-            args=(
-                rank,
-                world_size,
-                fn,
-                args,
-                backend,
-                store.port,
-                collective_timeout_s or timeout_s,
-                threads_per_rank,
-            ),
-            kwargs={"results": results, "launcher_pid": os.getpid()},
-            daemon=True,
-        )
-        process.start()
-        processes.append(process)
+    processes: list[Any] = []
+    # The stop handlers are in place before the first rank starts: a signal that comes
+    # while the launcher is still starting ranks (a busy machine) reaches those started.
     stopper = _StopRanks(processes, forward=forward_signals)
     try:
         with stopper:
+            for rank in range(world_size):
+                process = context.Process(
+                    target=_worker_entry,
+                    args=(
+                        rank,
+                        world_size,
+                        fn,
+                        args,
+                        backend,
+                        store.port,
+                        collective_timeout_s or timeout_s,
+                        threads_per_rank,
+                    ),
+                    kwargs={"results": results, "launcher_pid": os.getpid()},
+                    daemon=True,
+                )
+                process.start()
+                processes.append(process)
+            if stopper.forwarded is not None:  # forwarded while ranks were starting
+                for process in processes:  # a rank takes a repeated SIGTERM as one
+                    process.terminate()
             try:
                 values = _collect(processes, results, timeout_s)
             except (RuntimeError, TimeoutError):
