@@ -152,6 +152,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "measurement files `datacentric bench` wrote, for `calibrate` (not fuzzed yet)"
     ),
     "datacentric.cli.demo:_print_plan": left_out("the plan the demo itself wrote moments before"),
+    "datacentric.cli.tiny:write_clips": left_out(
+        "writes captions.csv (csv.DictWriter, the scan's csv match): it reads no file"
+    ),
 }
 
 
