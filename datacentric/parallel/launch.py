@@ -25,6 +25,7 @@ import os
 import queue as queue_module
 import signal
 import socket
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -59,7 +60,7 @@ def _worker_entry(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     backend: str,
-    store_port: int,
+    init_method: str,
     timeout_s: float,
     threads: int | None,
     results: Any,
@@ -74,12 +75,12 @@ def _worker_entry(
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        timeout = timedelta(seconds=timeout_s)
-        # The launcher hosts the store (bound to a port the system chose while it held
-        # it): no rank can meet another job's store on a port that was free a moment ago.
-        store = dist.TCPStore("127.0.0.1", store_port, is_master=False, timeout=timeout)
         dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
         )
         value = fn(*args)
         # Serialise here: the parent must not depend on this process's shared memory.
@@ -188,8 +189,8 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
-    Each process initialises ``torch.distributed`` (``backend``, rendezvous through a
-    store this process hosts on 127.0.0.1, collective timeout ``timeout_s``) before calling
+    Each process initialises ``torch.distributed`` (``backend``, TCP rendezvous on
+    a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
     ``fn``; ``fn`` must be importable (a module-level function) and its return
     value serialisable with ``torch.save``. If any rank raises, the others are
     stopped and ``RuntimeError`` names the rank and carries its traceback. If the
@@ -206,8 +207,7 @@ def spawn(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     context = _context(start_method, fn)
     results = context.Queue()
-    timeout = timedelta(seconds=collective_timeout_s or timeout_s)
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
+    init_method = f"tcp://127.0.0.1:{free_port()}"
     processes: list[Any] = []
     # The stop handlers are in place before the first rank starts: a signal that comes
     # while the launcher is still starting ranks (a busy machine) reaches those started.
@@ -223,7 +223,7 @@ def spawn(
                         fn,
                         args,
                         backend,
-                        store.port,
+                        init_method,
                         collective_timeout_s or timeout_s,
                         threads_per_rank,
                     ),
@@ -237,10 +237,15 @@ def spawn(
                     process.terminate()
             try:
                 values = _collect(processes, results, timeout_s)
-            except (RuntimeError, TimeoutError):
+            except (RuntimeError, TimeoutError) as err:
                 if stopper.forwarded is None:
                     raise
-                stopper.stop(stopper.forwarded)  # a rank died of the signal it was sent
+                # after a forwarded stop: most often a rank that died of the signal it was
+                # sent; said in one line either way, so the exit status is never unexplained
+                name = signal.Signals(stopper.forwarded).name
+                first = (str(err).splitlines() or [type(err).__name__])[0]
+                print(f"datacentric: after {name}: {first}", file=sys.stderr, flush=True)
+                stopper.stop(stopper.forwarded)
     except BaseException:
         for process in processes:
             process.kill()
