@@ -83,11 +83,16 @@ def _worker_entry(
             timeout=timedelta(seconds=timeout_s),
         )
         value = fn(*args)
+        # The rank's work has ended (a run's own handlers are gone): a stop request
+        # repeated now (a scheduler signals every process of the job again) must not
+        # kill it before its result reaches the launcher.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # Serialise here: the parent must not depend on this process's shared memory.
         buffer = io.BytesIO()
         torch.save(value, buffer)
         results.put((rank, True, buffer.getvalue()))
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, named
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as above: the failure is reported
         text = str(err).strip()
         summary = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
         results.put((rank, False, summary + "\n" + traceback.format_exc()))
