@@ -12,46 +12,39 @@ different world size the rest of the epoch is re-planned (see
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import time
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.api import CheckpointException
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
-from datacentric.regular_files import check_regular, open_regular
+from datacentric.regular_files import open_regular
 from datacentric.schedule import Schedule
-from datacentric.scheduling.measures import iteration_imbalance
 from datacentric.scheduling.resume import Position
-from datacentric.settings import SECTIONS, ConfigError, TrainConfig
-from datacentric.settings.run_settings import record_sections
-from datacentric.settings.scheduling import OLDER_NAMES
-from datacentric.settings.sections import TrainingConfig
+from datacentric.settings import TrainConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes, what_trains
-from datacentric.train.checkpoints.checkpoint import (
-    CheckpointError,
-    PendingSave,
-    checkpoint_step,
-    load_checkpoint,
-    manifest_sha256,
-    weights_sha256,
-)
+from datacentric.train.checkpoints.checkpoint import load_checkpoint, weights_sha256
 from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
+from datacentric.train.checkpoints.resume import (
+    check_step_records,
+    check_unchanged,
+    dataset_fingerprint,
+    keep_records_below,
+    trainer_state,
+)
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
+from datacentric.train.checkpoints.run_saves import RunSaves
 from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.hooks import StepHooks
+from datacentric.train.lr_schedule import lr_scheduler, planned_total
 from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
 from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,
@@ -59,15 +52,9 @@ from datacentric.train.reporting.metric_sinks import (
     setup_logging,
     wandb_settings,
 )
-from datacentric.train.reporting.metrics import full_model_state, read_jsonl
+from datacentric.train.reporting.metrics import full_model_state, read_jsonl, step_record
 from datacentric.train.reporting.step_trace import StepTracer
-from datacentric.train.run_folder import (
-    RunFolderLock,
-    claim_run_folder,
-    gather_spans,
-    save_schedule,
-    timeline_json,
-)
+from datacentric.train.run_folder import RunFolderLock, claim_run_folder, save_schedule
 from datacentric.train.validation import (
     PromptSamples,
     ValidationRecord,
@@ -75,14 +62,6 @@ from datacentric.train.validation import (
     write_samples,
 )
 from datacentric.train.validation_media import PipelineSamples
-
-#: Settings a resume must keep (the sample stream and the trained function depend on
-#: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
-#: learning rate, checkpointing, world size...) may change.
-RESUME_FIXED = (
-    *((s, f.name) for s in ("model", "lora", "data", "scheduling") for f in fields(SECTIONS[s])),
-    ("job", "seed"),
-)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -124,69 +103,6 @@ class _Tally:
     stopped_by: int | None = None
 
 
-def lr_lambda(training: TrainingConfig, total: int):
-    """Multiplier of the peak learning rate at optimizer step ``n`` (0-based), from the
-    ``[training]`` section's warm-up and schedule over ``total`` steps."""
-    warmup = training.warmup_iterations
-
-    def factor(n: int) -> float:
-        if warmup and n < warmup:
-            return (n + 1) / warmup
-        if training.lr_schedule == "constant":
-            return 1.0
-        span = max(1, total - warmup)
-        if training.lr_schedule == "linear":  # transformers' linear decay to 0
-            return max(0.0, (total - n) / span)
-        progress = min(1.0, (n - warmup) / span)
-        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
-
-
-def planned_total(training: TrainingConfig, per_epoch: int, *, note: bool = False) -> int:
-    """The steps the ``[training]`` section plans at ``per_epoch`` steps an epoch
-    (``iterations``, else ``epochs`` epochs); ``note``: say when ``iterations`` overrides
-    ``epochs``."""
-    if training.iterations is None:
-        return training.epochs * per_epoch
-    if note and training.iterations != training.epochs * per_epoch:
-        # iterations is a max_steps: it wins over epochs; say so (the data repeats
-        # or stops early, unlike what `epochs` alone would do)
-        log = logger.warning if training.iterations > per_epoch * training.epochs else logger.info
-        log(
-            "note: training.iterations %d sets the step count over training.epochs %d "
-            "(%d steps per epoch): %.3g epochs of data",
-            training.iterations,
-            training.epochs,
-            per_epoch,
-            training.iterations / max(1, per_epoch),
-        )
-    return training.iterations
-
-
-def lr_scheduler(
-    optimizer: torch.optim.Optimizer,
-    training: TrainingConfig,
-    total: int,
-    done: int,
-    factor: Callable[[int], float] | None = None,
-) -> torch.optim.lr_scheduler.LambdaLR:
-    """The ``[training]`` section's learning-rate schedule over ``total`` steps (or
-    ``factor``'s), at step ``done`` when the run continues."""
-    for group in optimizer.param_groups:
-        # The schedule multiplies the configured peak; a loaded optimizer state holds
-        # the decayed rate of its last step, which must not become the new base.
-        group["initial_lr"] = training.lr
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor or lr_lambda(training, total))
-    if done:
-        # LambdaLR is a pure function of the step count: replay it, no state needed.
-        scheduler.last_epoch = done - 1
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
-            scheduler.step()
-    return scheduler
-
-
 class Trainer:
     """One rank's training run; construct on every rank after ``groups`` exist."""
 
@@ -205,9 +121,9 @@ class Trainer:
         """The run's settings, kept only to write its settings files; every part below
         receives its own section(s)."""
         self.lock_folder = lock_folder
+        """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
         """What runs at the run's events (:mod:`datacentric.train.hooks`)."""
-        """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.groups = groups
         self.out = Path(config.job.out)
         self.is_main = groups.rank == 0
@@ -240,14 +156,6 @@ class Trainer:
         self.loss_tokens_seen = 0
         """Loss tokens of every step so far, those before a resumed checkpoint included
         (saved in its ``trainer.json``)."""
-        self.saved: Path | None = None
-        self.kept: Path | None = None
-        """The newest complete checkpoint of the run folder (saved or resumed from): what a
-        stop without a save leaves to resume from."""
-        self.saved_at = time.monotonic()
-        """When the run started or last saved (``checkpoint_every_minutes`` counts from it)."""
-        self.pending_save: PendingSave | None = None
-        """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
         self.activity = "setup"
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
@@ -260,6 +168,15 @@ class Trainer:
         self.profiling = config.profiling
         self.checkpoints = RunCheckpoints(config.checkpoint, self.out, is_main=self.is_main)
         self.collective_timeout_s = config.parallelism.collective_timeout_s
+        self.saves = RunSaves(
+            self.checkpoints,
+            self.heartbeat,
+            groups.rank,
+            self.collective_timeout_s,
+            say=self._say,
+            on_saved=self.hooks.saved,
+        )
+        """The run's saves (one at a time) and the newest checkpoint it keeps."""
         self.fault = FaultInjection.of(
             config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
@@ -275,6 +192,14 @@ class Trainer:
             return f"step {step.number}: {step.phase}"
         return self.activity
 
+    def _say(self, activity: str) -> None:
+        self.activity = activity
+
+    @property
+    def saved(self) -> Path | None:
+        """The last checkpoint this run saved (None: none yet)."""
+        return self.saves.saved
+
     @property
     def position(self) -> Position:
         """Where the run stands (``DataCentric``'s position, saved in checkpoints)."""
@@ -288,15 +213,13 @@ class Trainer:
     def _resume(self) -> None:
         # A torchrun restart (--max-restarts) always continues from the last checkpoint.
         restarted = launch_mode().restarts > 0
-        for name in ("metrics.jsonl", "samples.jsonl"):  # before anything is loaded
-            check_regular(self.out / name)
+        check_step_records(self.out)  # before anything is loaded
         path = self.checkpoints.to_load(restarted)
         planned = self._planned_total()
         if path is None:
             self.total_iterations = planned
             if self.is_main:  # a fresh start: records of an earlier attempt go
-                _truncate_jsonl(self.out / "metrics.jsonl", 0)
-                _truncate_jsonl(self.out / "samples.jsonl", 0)
+                keep_records_below(self.out, 0)
             return
         state = load_checkpoint(
             path,
@@ -304,10 +227,12 @@ class Trainer:
             self.optimizer,
             expect_model=self.model_name,
             expect_sha256=self.checkpoints.expected_sha256(restarted),
-            check=lambda saved: self._check_unchanged(path, saved),
+            check=lambda saved: check_unchanged(
+                path, saved, self.settings_json, dataset_fingerprint(self.shapes)
+            ),
         )
         self.dc.load_state_dict(state["position"])
-        self.kept = path
+        self.saves.kept = path
         self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
         done = self.position.iterations_done
         was = int(state["total_iterations"])
@@ -322,50 +247,8 @@ class Trainer:
                 self.total_iterations,
                 change,
             )
-            _truncate_jsonl(self.out / "metrics.jsonl", done)
-            _truncate_jsonl(self.out / "samples.jsonl", done)
+            keep_records_below(self.out, done)
             self.validation.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
-
-    def _check_unchanged(self, path: Path, state: dict[str, Any]) -> None:
-        """Refuse a resume whose data, model or schedule settings differ from the
-        checkpoint's (any world size), naming each changed setting."""
-        try:
-            saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
-        except ConfigError as err:
-            raise CheckpointError(str(err)) from None
-        now = _resolve_aliases(self.settings_json)
-        changed = [
-            f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
-            for section, name in RESUME_FIXED
-            if name in saved[section]
-            and _as_json(saved[section][name]) != _as_json(now[section][name])
-        ]
-        fingerprint = state.get("dataset_fingerprint")
-        if fingerprint is not None and fingerprint != self._dataset_fingerprint():
-            changed.append("the dataset's samples")
-        if changed:
-            raise CheckpointError(
-                f"cannot resume from {path}: changed since it was saved: {', '.join(changed)}; "
-                "resume with the same settings, or start a new run (another --out or --overwrite)"
-            )
-
-    def _dataset_fingerprint(self) -> str:
-        """SHA-256 of the dataset's sample shapes, in order."""
-        return hashlib.sha256(repr(list(self.shapes)).encode()).hexdigest()
-
-    def _trainer_state(self, lr_state: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "position": self.position.to_json(),
-            "iterations_done": self.position.iterations_done,
-            "samples_seen": self.position.samples_seen,
-            "loss_tokens_seen": self.loss_tokens_seen,
-            "epoch": self.position.epoch,
-            "world_size": self.groups.world_size,
-            "total_iterations": self.total_iterations,
-            "lr_scheduler": lr_state,
-            "config": self.settings_json,
-            "dataset_fingerprint": self._dataset_fingerprint(),
-        }
 
     # ---------------------------------------------------------------- loop
     def run(self) -> TrainResult:
@@ -398,18 +281,7 @@ class Trainer:
         """What a stop without a save keeps and loses (said from the signal handler)."""
         step = self._step_now
         running = step is not None and not step.finished
-        reached = step.number + 1 if running else self.position.iterations_done
-        kept = (checkpoint_step(self.kept) or 0) if self.kept is not None else 0
-        if reached <= kept:
-            lost = "no step is lost"
-        elif reached == kept + 1:
-            lost = f"step {reached} is lost"
-        else:
-            lost = f"steps {kept + 1}-{reached} are lost"
-        if self.kept is None:
-            every = self.checkpoints.interval_text()
-            return f"no checkpoint was saved yet ({lost}; the run saves {every})"
-        return f"{self.kept} is kept ({lost}); continue from it with --resume"
+        return self.saves.lost_note(step.number + 1 if running else self.position.iterations_done)
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         logs = self.metrics_config
@@ -441,7 +313,7 @@ class Trainer:
                 self.out,
             )
             logger.info("%s", what_trains(self.dc.module, self.tokenizer))
-        self.saved_at = time.monotonic()
+        self.saves.saved_at = time.monotonic()
         self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
             tally = self._train_steps(signals, scheduler, metrics, tracer)
@@ -454,10 +326,12 @@ class Trainer:
                 "stopped by %s after step %d; saved %s; continue with --resume",
                 signal_name(tally.stopped_by),
                 self.position.iterations_done,
-                self.saved,
+                self.saves.saved,
             )
         if self.is_main and logs.plots:
-            _draw_plots(self.out)
+            from datacentric.train.reporting.run_plots import draw_run_plots
+
+            draw_run_plots(self.out)
         self.hooks.train_end(self.position.iterations_done)
         return TrainResult(
             iterations_done=self.position.iterations_done,
@@ -467,7 +341,7 @@ class Trainer:
             weights_sha256=weights_sha256(full_model_state(self.model)),
             out_dir=str(self.out),
             stopped_by_signal=tally.stopped_by,
-            checkpoint=self.saved.name if self.saved else None,
+            checkpoint=self.saves.saved.name if self.saves.saved else None,
             loss_tokens=self.loss_tokens_seen,
             val_losses=list(self.validation.losses),
             best_val_loss=self.validation.best_loss,
@@ -545,8 +419,8 @@ class Trainer:
             # decides the same (the hooks see the same record)
             if control.end_epoch and self.dc.position.epoch == step.epoch:
                 self.dc.position.next_epoch()
-            self._finish_save()  # a background save had this step to write its shards
-            overdue = self.checkpoints.overdue(time.monotonic() - self.saved_at)
+            self.saves.finish()  # a background save had this step to write its shards
+            overdue = self.saves.overdue()
             signum = (signals.signum or 0) if signals is not None else 0
             stop, overdue = agree_max(self.groups, signum, int(overdue))  # one all-reduce
             tally.stopped_by = stop or None
@@ -559,7 +433,7 @@ class Trainer:
         steps.close()  # the schedule still being built is saved (waited for) here
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
-        self._finish_save()  # a background save of the last step completes here
+        self.saves.finish()  # a background save of the last step completes here
         return tally
 
     def _validate(self, number: int, record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -605,53 +479,24 @@ class Trainer:
         )
 
     def _save(self, scheduler, *, background: bool = False) -> None:
-        """Save this step (collective); ``background``: return once the state is staged,
-        the save completing after the next step (:meth:`_finish_save`) or at the run's end."""
-        self._finish_save()  # one save at a time: the previous one completes first
-        step = self.position.iterations_done
-        self.pending_save = self._in_save(
-            step,
-            lambda: self.checkpoints.start(
-                step,
-                self.model,
-                self.optimizer,
-                self._trainer_state(scheduler.state_dict()),
-                before_commit=self._maybe_stop_in_save,
-                background=background,
-                best_step=self.validation.best_step,
+        """Save this step (collective; :meth:`RunSaves.save`)."""
+        self.saves.save(
+            self.position.iterations_done,
+            self.model,
+            self.optimizer,
+            trainer_state(
+                self.position,
+                loss_tokens_seen=self.loss_tokens_seen,
+                world_size=self.groups.world_size,
+                total_iterations=self.total_iterations,
+                lr_state=scheduler.state_dict(),
+                settings=self.settings_json,
+                fingerprint=dataset_fingerprint(self.shapes),
             ),
+            before_commit=self._maybe_stop_in_save,
+            best_step=self.validation.best_step,
+            background=background,
         )
-        if not background:
-            self._finish_save()
-
-    def _finish_save(self) -> None:
-        """Complete the pending save: its manifest, its folder's name, ``latest``."""
-        pending, self.pending_save = self.pending_save, None
-        if pending is None:
-            return
-        self.saved = self.kept = self._in_save(pending.step, pending.wait)
-        self.saved_at = time.monotonic()
-        if self.is_main:
-            logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
-        self.hooks.saved(pending.step, self.saved)
-
-    def _in_save(self, step: int, phase: Callable[[], Any]) -> Any:
-        """Run a phase of a save (collective) with the heartbeat naming it; a collective
-        timeout names the peers."""
-        self.activity = f"checkpoint save (step {step})"
-        self.heartbeat.publish()  # before the save can stall: a peer reads this phase
-        try:
-            return phase()
-        except (Exception, CheckpointException) as err:
-            if not is_timeout(err):
-                raise
-            peers = self.heartbeat.describe_peers() or "a peer rank stopped answering?"
-            raise RuntimeError(
-                f"rank {self.groups.rank}: checkpoint save (step {step}) timed out after "
-                f"{self.collective_timeout_s:g} s: {peers}"
-            ) from err
-        finally:
-            self.activity = f"training after step {step}"
 
     def _maybe_stop_in_save(self) -> None:
         """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
@@ -697,7 +542,18 @@ class Trainer:
                     )
                     + "\n"
                 )
-        return self._step_record(step, loss, lr, grad_norm, elapsed)
+        return step_record(
+            step,
+            loss,
+            lr,
+            grad_norm,
+            elapsed,
+            metrics=self.step_metrics,
+            optimizer=self.optimizer,
+            shapes=self.shapes,
+            loss_tokens=self.loss_tokens,
+            timeline=self.metrics_config.timeline,
+        )
 
     def _forward_backward(self, step: Step, autocast: torch.autocast) -> float:
         """Every micro-step of ``step`` (fault injection after the first), then its one
@@ -723,50 +579,6 @@ class Trainer:
                 f"{'timed out' if timed_out else 'failed'} in {step.phase}"
                 f"{f' ({peers})' if timed_out else ''}: {err}"
             ) from err
-
-    def _step_record(
-        self, step: Step, loss: float, lr: float, grad_norm: torch.Tensor, elapsed: float
-    ) -> dict[str, Any]:
-        """The metrics record of a finished step."""
-        iteration, stats, sample_ids = step.iteration, step.stats, step.sample_ids
-        tokens = sum(self.shapes[i].tokens for i in sample_ids)
-        step_index, epoch = step.number, step.epoch
-        busy = step.rank_compute_s
-        wall = step.runtime_time_s
-        return {
-            "iteration": step_index,
-            "epoch": epoch,
-            "loss": loss,
-            "lr": lr,
-            "samples": len(sample_ids),
-            "tokens": tokens,
-            "loss_tokens": sum(self.loss_tokens(i) for i in sample_ids),
-            "iteration_time_s": elapsed,
-            "tokens_per_s": tokens / elapsed,
-            "est_makespan_s": iteration.est_makespan_s,
-            "est_idle_share": iteration_imbalance(iteration, self.groups.world_size),
-            "measured_idle_share": 1.0 - sum(busy) / (len(busy) * wall) if wall else 0.0,
-            "groups": [
-                [a.rank_start, a.sp_size, a.accumulation_steps]
-                + ([a.phase] if iteration.num_phases > 1 else [])
-                for a in iteration.assignments
-            ],
-            "rank_compute_s": busy,
-            "runtime_time_s": wall,
-            "data_wait_s": step.data_wait_s,
-            "schedule_wait_s": step.schedule_wait_s,
-            **self.step_metrics.record(step, grad_norm, self.optimizer, tokens, elapsed),
-            **(
-                {"mean_token_accuracy": step.token_accuracy, "entropy": step.entropy}
-                if step.token_accuracy is not None
-                else {}
-            ),
-            **(
-                {"timeline": timeline_json(gather_spans(stats, self.groups))}
-                if self.metrics_config.timeline
-                else {}
-            ),
-        }
 
 
 def steps_text(done: int, total: int) -> str:
@@ -802,43 +614,3 @@ def train_rank_in_locked_folder(
         config.parallelism.collective_timeout_s, device=config.parallelism.device
     )
     return Trainer(config, groups, lock_folder=False, prechecked=prechecked).run()
-
-
-def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``{section: {field: value}}`` with each older scheduling name and its new name
-    holding the value either gave (:data:`~datacentric.settings.scheduling.OLDER_NAMES`)."""
-    scheduling = dict(settings.get("scheduling", {}))
-    for old, new in OLDER_NAMES.items():
-        if old in scheduling or new in scheduling:
-            value = scheduling.get(new)
-            scheduling[old] = scheduling[new] = value if value is not None else scheduling.get(old)
-    return {**settings, "scheduling": scheduling}
-
-
-def _draw_plots(out: Path) -> None:
-    """The run's figures (``plots/``); a missing matplotlib is a note, not a failure."""
-    from datacentric.train.reporting.run_plots import plot_run
-
-    try:
-        paths = plot_run(out)
-    except ImportError:
-        logger.info("note: no plots (matplotlib is not installed: pip install 'datacentric[plot]')")
-        return
-    except ValueError:  # no step ran
-        return
-    logger.info("plots: %s", ", ".join(str(p) for p in paths))
-
-
-def _as_json(value: Any) -> Any:
-    return json.loads(json.dumps(value))
-
-
-def _truncate_jsonl(path: Path, keep_below: int) -> None:
-    """Keep records whose ``iteration`` < ``keep_below`` (steps after the checkpoint
-    are re-run on resume and must not be logged twice)."""
-    if not path.exists():
-        return
-    kept = [r for r in read_jsonl(path) if r.get("iteration", keep_below) < keep_below]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-    os.replace(tmp, path)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import resource
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,11 +33,14 @@ from datacentric.parallel.grad_sync import is_fsdp2
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import unwrap
 from datacentric.regular_files import read_regular_text
+from datacentric.scheduling.measures import iteration_imbalance
+from datacentric.shapes import SampleShape
 from datacentric.train.reporting.metric_sinks import SCALARS as TB_SCALARS  # noqa: F401
 from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,  # noqa: F401
     logger,
 )
+from datacentric.train.run_folder import gather_spans, timeline_json
 
 if TYPE_CHECKING:
     from datacentric.planning.cost_model import CostModel
@@ -136,6 +140,60 @@ class StepMetrics:
             "peak_memory_bytes": peak_memory_bytes(self.groups.device),
             "optimizer_state_bytes": local_bytes(optimizer.state_dict()["state"]),
         }
+
+
+def step_record(
+    step: Step,
+    loss: float,
+    lr: float,
+    grad_norm: torch.Tensor,
+    elapsed: float,
+    *,
+    metrics: StepMetrics,
+    optimizer: torch.optim.Optimizer,
+    shapes: list[SampleShape],
+    loss_tokens: Callable[[int], int],
+    timeline: bool,
+) -> dict[str, Any]:
+    """The ``metrics.jsonl`` record of a finished step: its loss, rate, learning rate,
+    estimated and measured idle share, groups and waits, what ``metrics`` adds, the
+    token metrics when the step has them and, with ``timeline``, every rank's spans
+    (collective: every rank gathers them)."""
+    iteration, sample_ids = step.iteration, step.sample_ids
+    tokens = sum(shapes[i].tokens for i in sample_ids)
+    busy = step.rank_compute_s
+    wall = step.runtime_time_s
+    groups = metrics.groups
+    return {
+        "iteration": step.number,
+        "epoch": step.epoch,
+        "loss": loss,
+        "lr": lr,
+        "samples": len(sample_ids),
+        "tokens": tokens,
+        "loss_tokens": sum(loss_tokens(i) for i in sample_ids),
+        "iteration_time_s": elapsed,
+        "tokens_per_s": tokens / elapsed,
+        "est_makespan_s": iteration.est_makespan_s,
+        "est_idle_share": iteration_imbalance(iteration, groups.world_size),
+        "measured_idle_share": 1.0 - sum(busy) / (len(busy) * wall) if wall else 0.0,
+        "groups": [
+            [a.rank_start, a.sp_size, a.accumulation_steps]
+            + ([a.phase] if iteration.num_phases > 1 else [])
+            for a in iteration.assignments
+        ],
+        "rank_compute_s": busy,
+        "runtime_time_s": wall,
+        "data_wait_s": step.data_wait_s,
+        "schedule_wait_s": step.schedule_wait_s,
+        **metrics.record(step, grad_norm, optimizer, tokens, elapsed),
+        **(
+            {"mean_token_accuracy": step.token_accuracy, "entropy": step.entropy}
+            if step.token_accuracy is not None
+            else {}
+        ),
+        **({"timeline": timeline_json(gather_spans(step.stats, groups))} if timeline else {}),
+    }
 
 
 def read_metrics(out_dir: str | Path) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from datacentric.regular_files import read_json_file
 from datacentric.settings.run_settings import record_sections
+from datacentric.train.reporting.metric_sinks import logger
 from datacentric.train.reporting.metrics import read_metrics
 
 #: The figures :func:`plot_run` writes under ``<run>/plots/``: file, y label, title,
@@ -90,6 +91,19 @@ def plot_run(run_dir: str | Path) -> list[Path]:
         )
         for file, ylabel, title, lines in FIGURES
     ]
+
+
+def draw_run_plots(out: Path) -> None:
+    """The run's figures (``plots/``) at its end, listed in the log; a missing
+    matplotlib is a note, not a failure."""
+    try:
+        paths = plot_run(out)
+    except ImportError:
+        logger.info("note: no plots (matplotlib is not installed: pip install 'datacentric[plot]')")
+        return
+    except ValueError:  # no step ran
+        return
+    logger.info("plots: %s", ", ".join(str(p) for p in paths))
 
 
 def step_time_caption(run_dir: str | Path) -> str:

@@ -47,10 +47,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.data.text_file:read_text_file": fuzzed("media csv", "prompts", "caption txt"),
     "datacentric.data.tokenizer_files:tokenizer_digest": fuzzed("tokenizer.json", "chat template"),
     "datacentric.models.diffusers_build:read_model_config": fuzzed("diffusers config.json"),
+    "datacentric.models.hf:check_weight_files": fuzzed("hf weights"),
+    "datacentric.models.hf:folder_config": fuzzed("hf config.json"),
     "datacentric.models.diffusers_encode:read_model_index": fuzzed("model_index.json"),
     "datacentric.models.diffusers_encode:pipeline_geometry": fuzzed("vae config.json"),
-    "datacentric.models.source:_check_weight_files": fuzzed("hf weights"),
-    "datacentric.models.source:_folder_config": fuzzed("hf config.json"),
     "datacentric.planning.hardware:load_hardware_file": fuzzed("hardware json"),
     "datacentric.settings.run_settings:_read_file": fuzzed("toml settings"),
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
@@ -69,7 +69,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.settings.run_settings:TrainConfig.to_json": left_out(
         "json.loads(json.dumps(...)) of settings in memory: no file"
     ),
-    "datacentric.train.trainer:_as_json": left_out("json.loads(json.dumps(...)) in memory"),
+    "datacentric.train.checkpoints.resume:_as_json": left_out(
+        "json.loads(json.dumps(...)) in memory"
+    ),
     "datacentric.train.reporting.run_plots:step_time_caption": left_out(
         "a figure's caption from the run's own config.json (read_json_file, fuzzed above): "
         "what does not read as the run's settings falls back to the general caption, never "

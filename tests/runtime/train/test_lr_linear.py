@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from datacentric.settings.sections import TrainingConfig
-from datacentric.train.trainer import lr_lambda
+from datacentric.train.lr_schedule import lr_lambda
 
 
 @pytest.mark.parametrize("warmup", [0, 3])

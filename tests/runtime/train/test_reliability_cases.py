@@ -20,7 +20,8 @@ from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.main import main
 from datacentric.train.checkpoints import checkpoint as ckpt
-from datacentric.train.trainer import lr_lambda, train_rank
+from datacentric.train.lr_schedule import lr_lambda
+from datacentric.train.trainer import train_rank
 
 TINY = SMALL_TRAIN_FLAGS
 

@@ -22,6 +22,7 @@ from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoints.checkpoint import save_checkpoint
 from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
+from datacentric.train.checkpoints.run_saves import RunSaves
 from datacentric.train.trainer import Trainer, steps_text
 
 
@@ -39,11 +40,11 @@ def test_a_default_run_saves_every_500_steps_or_10_minutes(tmp_path) -> None:
 def _lost(kept, number: int, finished: bool = False, done: int = 0) -> str:
     """The second Ctrl-C's words for a run that kept ``kept`` while in step ``number``."""
     checkpoints = RunCheckpoints(CheckpointConfig(), Path("run"))
+    saves = RunSaves(checkpoints, None, 0, 60.0, say=print, on_saved=print, kept=kept)
     trainer = SimpleNamespace(
-        kept=kept,
+        saves=saves,
         _step_now=SimpleNamespace(number=number, finished=finished),
         position=SimpleNamespace(iterations_done=done),
-        checkpoints=checkpoints,
     )
     return Trainer._lost_note(trainer)
 

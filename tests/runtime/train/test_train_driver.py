@@ -19,8 +19,9 @@ from datacentric.train.build import (
 )
 from datacentric.train.checkpoints.checkpoint import weights_sha256
 from datacentric.train.data_centric import DataCentric
+from datacentric.train.lr_schedule import lr_lambda
 from datacentric.train.sampler import RankBatchSampler
-from datacentric.train.trainer import lr_lambda, train_rank
+from datacentric.train.trainer import train_rank
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

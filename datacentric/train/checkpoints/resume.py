@@ -1,0 +1,136 @@
+"""What a resume checks and keeps: the settings a checkpoint's run must share with the
+run that continues it, the dataset's fingerprint, the trainer's state a checkpoint
+records (``trainer.json``), and the records of steps that will run again.
+
+A resume refuses a checkpoint whose model, adapters, data, schedule or seed differ
+(:data:`RESUME_FIXED`, :func:`check_unchanged`); the rest (steps, learning rate,
+checkpointing, world size...) may change. Steps after the checkpoint run again, so their
+lines of ``metrics.jsonl`` and ``samples.jsonl`` go (:func:`keep_records_below`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from datacentric.regular_files import check_regular
+from datacentric.scheduling.resume import Position
+from datacentric.settings import SECTIONS, ConfigError
+from datacentric.settings.run_settings import record_sections
+from datacentric.settings.scheduling import OLDER_NAMES
+from datacentric.shapes import SampleShape
+from datacentric.train.checkpoints.checkpoint import CheckpointError
+from datacentric.train.reporting.metrics import read_jsonl
+
+#: Settings a resume must keep (the sample stream and the trained function depend on
+#: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
+#: learning rate, checkpointing, world size...) may change.
+RESUME_FIXED = (
+    *((s, f.name) for s in ("model", "lora", "data", "scheduling") for f in fields(SECTIONS[s])),
+    ("job", "seed"),
+)
+
+#: The run folder's records of steps, one line per step (``iteration`` from 0).
+STEP_RECORDS = ("metrics.jsonl", "samples.jsonl")
+
+
+def dataset_fingerprint(shapes: list[SampleShape]) -> str:
+    """SHA-256 of the dataset's sample shapes, in order."""
+    return hashlib.sha256(repr(list(shapes)).encode()).hexdigest()
+
+
+def check_unchanged(
+    path: Path, state: dict[str, Any], settings: dict[str, dict[str, Any]], fingerprint: str
+) -> None:
+    """Refuse a resume whose data, model or schedule settings differ from the
+    checkpoint's (any world size), naming each changed setting: ``state`` is the
+    checkpoint's trainer state, ``settings`` the run's as ``config.json`` holds them and
+    ``fingerprint`` its dataset's (:func:`dataset_fingerprint`)."""
+    try:
+        saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
+    now = _resolve_aliases(settings)
+    changed = [
+        f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
+        for section, name in RESUME_FIXED
+        if name in saved[section] and _as_json(saved[section][name]) != _as_json(now[section][name])
+    ]
+    saved_fingerprint = state.get("dataset_fingerprint")
+    if saved_fingerprint is not None and saved_fingerprint != fingerprint:
+        changed.append("the dataset's samples")
+    if changed:
+        raise CheckpointError(
+            f"cannot resume from {path}: changed since it was saved: {', '.join(changed)}; "
+            "resume with the same settings, or start a new run (another --out or --overwrite)"
+        )
+
+
+def trainer_state(
+    position: Position,
+    *,
+    loss_tokens_seen: int,
+    world_size: int,
+    total_iterations: int,
+    lr_state: dict[str, Any],
+    settings: dict[str, dict[str, Any]],
+    fingerprint: str,
+) -> dict[str, Any]:
+    """What a checkpoint records of the run beside the model and the optimizer
+    (``trainer.json``): where it stands, its planned steps, its learning-rate schedule,
+    its settings and its dataset's fingerprint."""
+    return {
+        "position": position.to_json(),
+        "iterations_done": position.iterations_done,
+        "samples_seen": position.samples_seen,
+        "loss_tokens_seen": loss_tokens_seen,
+        "epoch": position.epoch,
+        "world_size": world_size,
+        "total_iterations": total_iterations,
+        "lr_scheduler": lr_state,
+        "config": settings,
+        "dataset_fingerprint": fingerprint,
+    }
+
+
+def check_step_records(out: Path) -> None:
+    """Refuse a step record that is not a regular file, before anything is loaded."""
+    for name in STEP_RECORDS:
+        check_regular(out / name)
+
+
+def keep_records_below(out: Path, done: int) -> None:
+    """The step records of the run folder ``out`` without the steps from ``done`` on (a
+    resumed run runs them again; 0: a fresh start keeps none)."""
+    for name in STEP_RECORDS:
+        _truncate_jsonl(out / name, done)
+
+
+def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{section: {field: value}}`` with each older scheduling name and its new name
+    holding the value either gave (:data:`~datacentric.settings.scheduling.OLDER_NAMES`)."""
+    scheduling = dict(settings.get("scheduling", {}))
+    for old, new in OLDER_NAMES.items():
+        if old in scheduling or new in scheduling:
+            value = scheduling.get(new)
+            scheduling[old] = scheduling[new] = value if value is not None else scheduling.get(old)
+    return {**settings, "scheduling": scheduling}
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def _truncate_jsonl(path: Path, keep_below: int) -> None:
+    """Keep records whose ``iteration`` < ``keep_below`` (steps after the checkpoint
+    are re-run on resume and must not be logged twice)."""
+    if not path.exists():
+        return
+    kept = [r for r in read_jsonl(path) if r.get("iteration", keep_below) < keep_below]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    os.replace(tmp, path)
