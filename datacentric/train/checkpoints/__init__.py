@@ -4,6 +4,11 @@
   (the run folder's ``checkpoints/`` layout, save, verify, load, the model's weights);
 - :mod:`.run_checkpoints`: the ``[checkpoint]`` section at work (which checkpoint a start
   resumes from, which steps are saved, ``keep_last``, ``async_save``: ``RunCheckpoints``);
+- :mod:`.run_saves`: the running trainer's saves, one at a time (in the background or
+  not), each phase named by the heartbeat, and what a stop without a save keeps
+  (``RunSaves``);
+- :mod:`.resume`: what a resume refuses to change (``RESUME_FIXED``), the state a
+  checkpoint records of the run (``trainer.json``) and the step records a resume cuts;
 - :mod:`.safe_load`: reading a checkpoint without running code from it (allow-listed
   unpickling of every pickle it holds);
 - :mod:`.state_names`: the aliases of a model's state (one tensor under two names),

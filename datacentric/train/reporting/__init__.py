@@ -1,8 +1,8 @@
 """What a training run reports: its per-step records and where they go, its figures,
 its profiler traces, and the heartbeat that says which rank stopped.
 
-- :mod:`.metrics`: what a step record holds beyond loss and speed (``StepMetrics``),
-  and the readers of ``metrics.jsonl`` (``read_metrics``);
+- :mod:`.metrics`: what a step record holds (``step_record``; beyond loss and speed,
+  ``StepMetrics``), and the readers of ``metrics.jsonl`` (``read_metrics``);
 - :mod:`.metric_sinks`: where the records go (``metrics.jsonl``, the log line,
   TensorBoard, W&B: ``MetricsLogger``) and the ``datacentric`` logger's set-up;
 - :mod:`.run_plots`: a run's figures drawn from its ``metrics.jsonl`` (``plot_run``);
