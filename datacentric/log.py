@@ -3,13 +3,18 @@ step lines, warnings about a run. The trainer and the commands set its level and
 filter (``train/reporting/metric_sinks.setup_logging``); before that, :func:`get_logger` gives it a
 handler that writes the message alone to stderr. :func:`quiet_third_party` keeps the
 other libraries' progress bars and advice out of a command's output (``--verbose`` lets
-them through). No torch, nothing of ours."""
+them through); :func:`quiet_loading` does the same around one load in any process (a run
+or ``prepare`` started from Python). No torch, nothing of ours."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 LOGGER_NAME = "datacentric"
 
@@ -46,6 +51,32 @@ def quiet_third_party() -> None:
         if logs is not None:
             logs.set_verbosity_error()
             logs.disable_progress_bar()
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """diffusers' and transformers' loader bars ("Loading pipeline components", "Loading
+    weights") off while a model or pipeline loads, unless :func:`verbose`, restored
+    after: in a process no command started (a run or ``prepare`` called from Python),
+    :data:`QUIET_ENV` was never set, and each bar left a blank line per component on a
+    terminal. A library not installed is left out (it loads nothing)."""
+    if verbose():
+        yield
+        return
+    libraries = [
+        importlib.import_module(f"{name}.utils.logging")
+        for name in ("diffusers", "transformers")
+        if importlib.util.find_spec(name) is not None
+    ]
+    shown = [logs.is_progress_bar_enabled() for logs in libraries]
+    for logs in libraries:
+        logs.disable_progress_bar()
+    try:
+        yield
+    finally:
+        for logs, was in zip(libraries, shown, strict=True):
+            if was:
+                logs.enable_progress_bar()
 
 
 class StderrHandler(logging.StreamHandler):

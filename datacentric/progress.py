@@ -59,8 +59,9 @@ class TimeLeft:
     """The time left of ``total`` units of like size (steps, runs), from when each one
     ended: the mean time of the units measured, the first left out once a second is done
     (it pays the start: compilation, caches, a profile), less the time the unit now
-    running has taken. ``partial`` (the share of that unit done, when it is known) also
-    counts for one unit not yet ended (before any has, it alone gives the pace)."""
+    running has taken. ``partial`` (the share of that unit done, when it is known) gives
+    that unit's own pace, weighed by the share (before any unit has ended, it alone gives
+    the pace)."""
 
     def __init__(self, total: int, *, start: float, done: int = 0) -> None:
         self.total = int(total)
@@ -74,21 +75,29 @@ class TimeLeft:
         if done > self.marks[-1][0]:
             self.marks.append((done, at))
 
-    def seconds(self, now: float, partial: float = 0.0) -> float | None:
-        """Seconds left at ``now`` (None: nothing measured yet, or all done)."""
+    def seconds(self, now: float, partial: float = 0.0, running: float = 1.0) -> float | None:
+        """Seconds left at ``now`` (None: nothing measured yet, or all done);
+        ``running``: the units the piece of work now running counts for (a stage
+        weighed by its cost; 1 for steps)."""
         done, last = self.marks[-1]
         if done >= self.total:
             return None
+        running = min(max(running, 1e-9), self.total - done)
         first = self.marks[1] if len(self.marks) > 2 else self.marks[0]
+        own = (now - last) / (partial * running) if partial > 0 else None
         if done > first[0]:
             per_unit = (last - first[1]) / (done - first[0])
-        elif partial > 0:
-            per_unit = (now - last) / partial
+        elif own is not None:
+            per_unit = own
         else:
             return None
-        if partial > 0:
-            return max(0.0, (self.total - done - partial) * per_unit)
-        return (self.total - done - 1) * per_unit + max(0.0, per_unit - (now - last))
+        later = (self.total - done - running) * per_unit
+        if own is not None:
+            # the running piece's rest at its own pace, trusted as far as it has come
+            pace = partial * own + (1 - partial) * per_unit
+            return max(0.0, later + (1 - partial) * running * pace)
+        expected = running * per_unit  # the running piece's own time, at the pace so far
+        return later + max(0.0, expected - (now - last))
 
 
 class Progress:
@@ -98,7 +107,9 @@ class Progress:
     the lines say the time left (units of like size: steps, not stages; :class:`TimeLeft`);
     ``partial()``: the share (0 to 1) of the unit now running, with what it is (``step
     12/40``), for units long enough to show their own progress; ``clock``: seconds (tests
-    script it)."""
+    script it). Work in stages of unlike cost counts each stage as units in proportion
+    to its cost (:meth:`begin` names a stage and its units, :meth:`update` counts them
+    done; :meth:`inside` tells how far the stage is, when it reports its own steps)."""
 
     def __init__(
         self,
@@ -121,6 +132,9 @@ class Progress:
         self.total = int(total)
         self.done = 0
         self.stage = ""
+        self.running = 1.0
+        """Units the piece of work now running counts for (:meth:`begin`)."""
+        self._inside: tuple[float, str] | None = None
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.every_s = every_s
@@ -155,6 +169,8 @@ class Progress:
         with self._lock:
             self.done = min(self.total, self.done + n)
             self.left.reached(self.done, self.clock())
+            if n:
+                self.running, self._inside = 1.0, None
             if stage is not None:
                 self.stage = stage
             if self._bar is not None:
@@ -184,15 +200,30 @@ class Progress:
         """Name what runs now, without counting a unit."""
         self.update(0, stage=stage)
 
+    def begin(self, stage: str, units: float) -> None:
+        """``stage`` runs now and counts for ``units`` (its share of the work's cost):
+        the time left waits for it at the pace of the stages done so far."""
+        self.update(0, stage=stage)
+        with self._lock:
+            self.running, self._inside = float(units), None
+
+    def inside(self, done: int, total: int, what: str = "step") -> None:
+        """The stage now running has done ``done`` of its ``total`` steps (a callback
+        such as ``build_schedule``'s ``on_step``): its share counts for the time left,
+        and the line says ``step DONE/TOTAL``."""
+        with self._lock:
+            self._inside = (done / total if total else 0.0, f"{what} {done}/{total}")
+
     def line(self) -> str:
         """The progress line as it stands."""
         now = self.clock()
-        running = self.partial() if self.partial is not None else None
+        running = self.partial() if self.partial is not None else self._inside
         share, inside = running if running is not None else (0.0, "")
         stage = ", ".join(s for s in (self.stage, inside) if s)
         what = f"{self.what} ({stage})" if stage else self.what
         line = progress_line(what, self.done, self.total, now - self._started)
-        left = self.left.seconds(now, min(max(share, 0.0), 1.0)) if self.time_left else None
+        share = min(max(share, 0.0), 1.0)
+        left = self.left.seconds(now, share, self.running) if self.time_left else None
         return line if left is None else f"{line}, about {elapsed_text(left)} left"
 
     def _tick(self) -> None:

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import torch
 from datacentric.data.base import DataError
 from datacentric.data.latents import EMPTY_PROMPT
 from datacentric.data.media import Geometry, MediaError, decode
+from datacentric.log import quiet_loading
 from datacentric.models.diffusers_encode import (
     CaptionLength,
     PipelineEncoder,
@@ -38,7 +40,7 @@ from datacentric.models.diffusers_encode import (
 )
 from datacentric.parallel.launch import launch
 from datacentric.prepare.plan import PrepareJob, PreparePlan, Task, plan_prepare
-from datacentric.progress import elapsed_text
+from datacentric.progress import TimeLeft, elapsed_text
 
 STATE = ".prepare"
 MANIFEST = "manifest.jsonl"
@@ -160,8 +162,11 @@ def _say(rank: int, world: int, line: str) -> None:
     print(prefix + line, file=sys.stderr, flush=True)
 
 
-def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
-    """One rank's clips: encode those not recorded yet; returns its counts and time."""
+def encode_rank(
+    job: PrepareJob, plan: PreparePlan, clock: Callable[[], float] = time.perf_counter
+) -> dict[str, Any]:
+    """One rank's clips: encode those not recorded yet; returns its counts and time
+    (``clock``: seconds; tests script it)."""
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized()
@@ -172,7 +177,7 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
     mine = [t for t in plan.tasks if t.rank == rank and t.duplicate_of is None]
     done = {id(t): _done_record(out, t) for t in mine}
     todo = [t for t in mine if done[id(t)] is None]
-    start = time.perf_counter()
+    start = clock()
     encoded, cost_done = 0, 0
     total_cost = sum(t.cost for t in todo) or 1
     encoder = None
@@ -183,7 +188,8 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
             device = job.device or ("cuda" if torch.cuda.is_available() else "cpu")
             if device == "cuda" and distributed:
                 device = f"cuda:{rank % torch.cuda.device_count()}"
-            pipe = open_pipeline(job.pipeline, device)
+            with quiet_loading():  # its loader bars, when prepare runs from Python too
+                pipe = open_pipeline(job.pipeline, device)
             encoder = PipelineEncoder(
                 pipe, max_text_tokens=job.max_text_tokens, vae_tiling=job.vae_tiling
             )
@@ -193,6 +199,10 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
         # what a caption that [training] caption_dropout drops trains on; a folder
         # prepared before this file existed gets it from a rerun (nothing else encoded)
         _write_tensor(out / EMPTY_PROMPT, opened().text(""), "text")
+    if any(task.plan is not None for task in todo):
+        opened()  # loaded before the time left starts counting: it is no clip's cost
+    # the time left by encoding cost (frames x pixels), the first clip's warm-up left out
+    left = TimeLeft(total_cost, start=clock())
     for number, task in enumerate(todo, 1):
         if task.plan is None:
             record = {"key": task.key(), "where": task.item.where, "skipped": task.skip}
@@ -201,15 +211,13 @@ def encode_rank(job: PrepareJob, plan: PreparePlan) -> dict[str, Any]:
             encoded += "skipped" not in record
             cost_done += task.cost
         _write_json(_record_path(out, task), record)
-        seconds = time.perf_counter() - start
-        rate = number / seconds if seconds > 0 else 0.0
-        left = seconds * (total_cost - cost_done) / cost_done if cost_done else 0.0
-        _say(
-            rank,
-            plan.world,
-            f"{number}/{len(todo)} clips, {rate:.2f} clips/s, {elapsed_text(left)} left",
-        )
-    seconds = time.perf_counter() - start
+        now = clock()
+        rate = number / (now - start) if now > start else 0.0
+        left.reached(cost_done, now)
+        said = left.seconds(now) if cost_done < total_cost else 0.0
+        time_left = "" if said is None else f", {elapsed_text(said)} left"
+        _say(rank, plan.world, f"{number}/{len(todo)} clips, {rate:.2f} clips/s{time_left}")
+    seconds = clock() - start
     return {
         "rank": rank,
         "clips": len(mine),

@@ -22,8 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ import torch
 from datacentric.data.diffusion_draws import render_generator
 from datacentric.data.media import even_frames
 from datacentric.data.prompts import Prompt, read_prompts
-from datacentric.log import verbose
+from datacentric.log import quiet_loading
 from datacentric.models.diffusers_encode import open_pipeline
 from datacentric.models.diffusers_render import (
     WHERE,
@@ -143,30 +142,6 @@ class PipelineSamples:
                     self.folder, device, transformer=transformer, where=WHERE
                 )
         return self._pipes[key]
-
-
-@contextmanager
-def quiet_loading() -> Iterator[None]:
-    """diffusers' and transformers' loader bars ("Loading pipeline components", "Loading
-    weights") off while a render pipeline loads, unless ``--verbose``: on a terminal each
-    left a blank line per component in a run started from Python, where no command's
-    environment (:data:`datacentric.log.QUIET_ENV`) switched them off. Restored after."""
-    if verbose():
-        yield
-        return
-    import diffusers.utils.logging as diffusers_logs
-    import transformers.utils.logging as transformers_logs
-
-    libraries = (diffusers_logs, transformers_logs)
-    shown = [logs.is_progress_bar_enabled() for logs in libraries]
-    for logs in libraries:
-        logs.disable_progress_bar()
-    try:
-        yield
-    finally:
-        for logs, was in zip(libraries, shown, strict=True):
-            if was:
-                logs.enable_progress_bar()
 
 
 def write_pixels(path: Path, pixels: np.ndarray, fps: int) -> Path:
