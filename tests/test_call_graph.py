@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (the most:
-#: ``models/source.py``, 9)
-CEILINGS = {"stays": 170, "climbs": 35, "entries": 9}
+#: ``data/tokenized.py``, 8)
+CEILINGS = {"stays": 169, "climbs": 35, "entries": 8}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

@@ -15,6 +15,9 @@ every rank.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from datacentric.models.diffusers_families import (
 )
 from datacentric.models.diffusers_generic import DiffusersVideoTransformer, check_supported
 from datacentric.models.diffusers_plan import UnsupportedVideoModel
+from datacentric.models.model_args import ModelSource
 from datacentric.regular_files import read_json_file
 
 try:
@@ -143,6 +147,23 @@ def build_diffusers_model(
             transformer = cls.from_config({**config, **config_overrides})
     model = DiffusersVideoTransformer(transformer, attention=attention)
     return model.to(device=device, dtype=dtype)
+
+
+def build_diffusers_source(
+    source: ModelSource, *, dtype: torch.dtype, device: Any
+) -> DiffusersVideoTransformer:
+    """The model a ``diffusers:`` source names (:func:`build_diffusers_model` of its
+    tiny name or folder); on the ``meta`` device from the folder's config alone, no
+    weights read."""
+    if str(device) == "meta" and source.folder is not None:
+        # the config alone (no weights read): a folder holding only its config.json
+        with tempfile.TemporaryDirectory() as scratch:
+            shutil.copy2(source.folder / "config.json", Path(scratch) / "config.json")
+            with torch.device(device):
+                return build_diffusers_model(scratch, dtype=dtype, **source.args)
+    target = str(source.folder) if source.folder is not None else source.target
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return build_diffusers_model(target, dtype=dtype, **source.args)
 
 
 def diffusers_model_of(model: nn.Module) -> nn.Module:

@@ -56,6 +56,7 @@ This module does not import the distributed package.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import sys
@@ -70,6 +71,13 @@ from torch import nn
 from datacentric.batch import IGNORE_INDEX, PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.lora import unwrap_peft
+from datacentric.models.model_args import (
+    ModelSource,
+    ModelSourceError,
+    check_model_args,
+    weight_files,
+)
+from datacentric.regular_files import check_regular, read_json_file
 
 try:
     from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
@@ -678,6 +686,100 @@ def build_hf_model(
     if device is not None or dtype is not None:
         model = model.to(device=device, dtype=dtype)
     return model
+
+
+def build_hf_source(source: ModelSource, *, dtype: torch.dtype, device: Any) -> HFCausalLM:
+    """The model an ``hf:`` source names: a tiny name of :data:`TINY_CONFIGS`, else its
+    folder's config (``--model-arg`` values set on it), its pretrained safetensors
+    weights read unless ``device`` is ``meta`` or the folder holds none."""
+    if source.folder is None:
+        base = tiny_hf_config(source.target)
+        check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            return build_hf_model(source.target, dtype=dtype, **source.args)
+    config = folder_config(source)
+    check_model_args(source, config.to_dict(), f"{source.folder}/config.json")
+    for key, value in source.args.items():
+        setattr(config, key, value)
+    config.use_cache = False
+    if str(device) == "meta" or not source.has_weights:
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            hf_model = AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, **_dtype_kwarg(dtype)
+            )
+    else:
+        check_weight_files(source)
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            source.folder,
+            config=config,
+            local_files_only=True,
+            use_safetensors=True,
+            trust_remote_code=False,
+            **_dtype_kwarg(dtype),
+        )
+    model = HFCausalLM(hf_model)
+    return model.to(device=device, dtype=dtype) if device is not None else model.to(dtype=dtype)
+
+
+def check_weight_files(source: ModelSource) -> None:
+    """Every safetensors file of the folder has a readable header (else one line naming
+    it, not the library's error)."""
+    from safetensors import safe_open
+
+    for file in weight_files(source.folder):
+        check_regular(file)  # safetensors' own open would block on a FIFO
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError: a bad file
+            why = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+            raise ModelSourceError(
+                f"model {source.name!r}: {file} is not a readable safetensors file ({why}); "
+                "save the model again with save_pretrained"
+            ) from None
+
+
+def folder_config(source: ModelSource) -> Any:
+    """The transformers config of an ``hf:DIR`` folder, its code never run (nor asked
+    about): a ``model_type`` transformers does not ship is refused, naming it."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    file = source.folder / "config.json"
+    try:
+        values = read_json_file(file, error=ModelSourceError)
+    except ModelSourceError as err:
+        raise ModelSourceError(f"model {source.name!r}: {err}") from None
+    model_type = values.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        code = values.get("auto_map")
+        raise ModelSourceError(
+            f"model {source.name!r}: {file} has model_type {model_type!r}, which transformers "
+            f"{transformers.__version__} does not know"
+            + (
+                " (the folder's auto_map names its own code, which datacentric never runs)"
+                if code
+                else ""
+            )
+            + "; save the model as a type transformers ships"
+        )
+    try:
+        return AutoConfig.from_pretrained(
+            source.folder, local_files_only=True, trust_remote_code=False
+        )
+    except Exception as err:  # noqa: BLE001 - transformers' checks raise several types
+        why = (str(err).strip().splitlines() or [type(err).__name__])[-1].strip()[:200]
+        raise ModelSourceError(
+            f"model {source.name!r}: {file}: not a usable config ({why})"
+        ) from None
+
+
+def _dtype_kwarg(dtype: torch.dtype) -> dict[str, torch.dtype]:
+    """transformers' dtype keyword: ``dtype`` since 4.56, ``torch_dtype`` before."""
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
 
 def build_hf_llama(

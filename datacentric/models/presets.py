@@ -12,7 +12,9 @@ heads, feed-forward width, vocabulary, parameters) as one plain dataclass.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,6 +32,7 @@ from datacentric.models.configs import (
 from datacentric.models.dit import VideoDiT
 from datacentric.models.layers import count_parameters
 from datacentric.models.llama import Llama
+from datacentric.models.model_args import ModelSource, check_model_args
 
 __all__ = [  # the configs and the preset table live in models/configs (no torch)
     "MODEL_PRESETS",
@@ -72,6 +75,33 @@ def build_model(
     with torch.device(device) if device is not None else contextlib.nullcontext():
         model = model_from_config(config, attention=attention)
     return model.to(dtype=dtype)
+
+
+def build_preset_source(
+    source: ModelSource, *, dtype: torch.dtype, device: Any, dataset: Any
+) -> Llama | VideoDiT:
+    """The preset a ``--model`` source names, its arguments checked against the preset's
+    config fields; ``dataset`` sets what the preset follows from the data (latent
+    channels, a larger vocabulary), explicit model arguments winning."""
+    config = model_config(source.target)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    check_model_args(source, fields, source.target)
+    overrides = {**_dataset_overrides(source, dataset), **source.args}
+    return build_model(source.target, dtype=dtype, device=device, **overrides)
+
+
+def _dataset_overrides(source: ModelSource, dataset: Any) -> dict[str, Any]:
+    """Preset fields the dataset sets: latent channels, a tokenizer larger than the
+    preset's vocabulary (explicit model arguments win)."""
+    overrides: dict[str, Any] = {}
+    token_dim = getattr(dataset, "token_dim", None)
+    if token_dim is not None:
+        overrides["in_channels"] = token_dim
+    vocab_size = getattr(dataset, "vocab_size", None)
+    preset_vocab = getattr(MODEL_PRESETS[source.target].config, "vocab_size", None)
+    if vocab_size and preset_vocab is not None and vocab_size > preset_vocab:
+        overrides["vocab_size"] = vocab_size
+    return overrides
 
 
 @dataclass(frozen=True)

@@ -321,9 +321,10 @@ def _hf_config(folder: Path) -> Path:
 
 
 def _read_hf_config(path: Path) -> Any:
-    from datacentric.models.source import _folder_config, resolve_model
+    from datacentric.models.hf import folder_config
+    from datacentric.models.source import resolve_model
 
-    return _folder_config(resolve_model(f"hf:{path.parent}")).to_dict()
+    return folder_config(resolve_model(f"hf:{path.parent}")).to_dict()
 
 
 def _tokenizer(folder: Path) -> Path:
@@ -384,9 +385,10 @@ def _hf_weights(folder: Path) -> Path:
 
 
 def _read_hf_weights(path: Path) -> Any:
-    from datacentric.models.source import _check_weight_files, resolve_model
+    from datacentric.models.hf import check_weight_files
+    from datacentric.models.source import resolve_model
 
-    _check_weight_files(resolve_model(f"hf:{path.parent}"))
+    check_weight_files(resolve_model(f"hf:{path.parent}"))
     return True
 
 
