@@ -31,7 +31,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.parallel.launch import launch_mode
     from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
     from datacentric.train.data_centric import ulysses_sp_sizes
-    from datacentric.train.validation import build_run_data, training_set_note
+    from datacentric.train.validation.held_out import build_run_data, training_set_note
 
     given = config.data.tokenizer
     try:

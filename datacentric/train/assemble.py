@@ -11,7 +11,7 @@
    (:func:`~datacentric.data.sources.with_model_tokenizer`: unset, an ``hf:DIR``
    model's own), which the run records;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
-   held-out samples (:func:`~datacentric.train.validation.build_run_data`);
+   held-out samples (:func:`~datacentric.train.validation.held_out.build_run_data`);
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
    every rank the same weights from the seed (:func:`build_run_model`), held with its
    description as one :class:`~datacentric.train.build.RunModel` (the resolved source,
@@ -79,7 +79,7 @@ from datacentric.train.build import (
 )
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.reporting.metrics import StepMetrics
-from datacentric.train.validation import build_run_data
+from datacentric.train.validation.held_out import build_run_data
 
 
 @dataclass

@@ -67,7 +67,7 @@ from datacentric.scheduling.resume import (
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import build_cost_model, device_memory_bytes
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
-from datacentric.train.validation import HeldOut, validation_loss
+from datacentric.train.validation.held_out import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
 
 #: ``on_schedule(schedule, at_step)`` of :meth:`DataCentric.steps`.

@@ -55,12 +55,9 @@ from datacentric.train.reporting.metric_sinks import (
 from datacentric.train.reporting.metrics import full_model_state, read_jsonl, step_record
 from datacentric.train.reporting.step_trace import StepTracer
 from datacentric.train.run_folder import RunFolderLock, claim_run_folder, save_schedule
-from datacentric.train.validation import (
-    PromptSamples,
-    ValidationRecord,
-    write_held_out,
-    write_samples,
-)
+from datacentric.train.validation.driver import RunValidation, ValidationRecord
+from datacentric.train.validation.held_out import write_held_out
+from datacentric.train.validation.prompts import PromptSamples
 from datacentric.train.validation_media import PipelineSamples
 
 
@@ -118,8 +115,7 @@ class Trainer:
         run = assemble_run(config, groups, prechecked)  # data, model, plan, ..., optimizer
         config = run.config  # as the run records it (the sized global batch included)
         self.config = config
-        """The run's settings, kept only to write its settings files; every part below
-        receives its own section(s)."""
+        """The run's settings, kept only to write its files; each part gets its sections."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
@@ -130,25 +126,27 @@ class Trainer:
         self.dataset = run.dataset
         self.held_out = run.held_out
         """The ``[validation]`` section's held-out samples (None: no validation)."""
-        self.validation = ValidationRecord(config.validation.every, self.out)
         self.shapes = self.dataset.shapes()
         self.loss_tokens = loss_tokens_function(self.dataset)
         self.dc = run.dc
         if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
             self.dc.prepare_evaluation(self.held_out)
-        self.prompts = PromptSamples.of(config.validation, config.data, config.job.seed)
-        """The ``[validation]`` section's prompts to continue (None: no ``prompts`` file, or
-        a ``pipeline`` renders them)."""
-        self.renders = PipelineSamples.of(config.validation, config.job.seed, self.out)
-        """The ``[validation]`` prompts rendered through its ``pipeline`` (None: none)."""
-        if self.renders is not None:
-            self.renders.check(self.dc.module)
-        if self.prompts is not None and not callable(getattr(self.dc.module, "logits", None)):
-            raise ValueError(
-                f"validation.prompts: {config.model.model} has no next-token logits to "
-                "generate with (a text model: hf:DIR); leave validation.prompts unset"
-            )
-        self.runtime = self.dc.runtime
+        prompts = PromptSamples.of(config.validation, config.data, config.job.seed)
+        renders = PipelineSamples.of(config.validation, config.job.seed, self.out)
+        if renders is not None:
+            renders.check(self.dc.module)
+        if prompts is not None:
+            prompts.check(self.dc.module, config.model.model)
+        self.validation = RunValidation(
+            ValidationRecord(config.validation.every, self.out),
+            self.held_out,
+            prompts,
+            renders,
+            self.out,
+            is_main=self.is_main,
+            progress=config.metrics.progress,
+        )
+        """Validation's driver (what runs after a due step) and its record."""
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         self.step_metrics = run.step_metrics
         self.optimizer = run.optimizer
@@ -248,7 +246,7 @@ class Trainer:
                 change,
             )
             keep_records_below(self.out, done)
-            self.validation.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
+            self.validation.record.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
 
     # ---------------------------------------------------------------- loop
     def run(self) -> TrainResult:
@@ -343,9 +341,9 @@ class Trainer:
             stopped_by_signal=tally.stopped_by,
             checkpoint=self.saves.saved.name if self.saves.saved else None,
             loss_tokens=self.loss_tokens_seen,
-            val_losses=list(self.validation.losses),
-            best_val_loss=self.validation.best_loss,
-            best_val_step=self.validation.best_step,
+            val_losses=list(self.validation.record.losses),
+            best_val_loss=self.validation.record.best_loss,
+            best_val_step=self.validation.record.best_step,
         )
 
     def _write_run_files(self) -> None:
@@ -437,31 +435,13 @@ class Trainer:
         return tally
 
     def _validate(self, number: int, record: dict[str, Any]) -> list[dict[str, Any]]:
-        """Validation after step ``number`` when it is due (on every rank): the held-out
-        loss into the step ``record`` (``val_loss``, and ``val_time_s`` apart from its
-        step time), and the prompts' completions (rank 0 writes ``validation/step-N.jsonl``)
-        or renders (``validation/step-N/``), which it returns."""
-        due = self.validation.due(number, self.total_iterations)
-        if not due or (self.held_out is None and self.prompts is None and self.renders is None):
+        """Validation after step ``number`` when it is due (on every rank; see
+        :meth:`RunValidation.after_step`): its results into ``record``, the prompts'
+        completions or renders returned."""
+        if not self.validation.due(number, self.total_iterations):
             return []
         self.activity = f"validation after step {number}"
-        started = time.perf_counter()
-        if self.held_out is not None:
-            loss = self.dc.evaluate(
-                self.held_out,
-                autocast=self._autocast(),
-                progress=self.is_main and self.metrics_config.progress,
-            )
-            self.validation.add(number, loss, write=self.is_main)
-            record["val_loss"] = loss
-        samples = []
-        if self.prompts is not None:
-            samples = self.prompts.run(self.dc, number, autocast=self._autocast())
-            if self.is_main:
-                write_samples(self.out, number, samples)
-        if self.renders is not None:
-            samples = self.renders.run(self.dc, number, autocast=self._autocast())
-        record["val_time_s"] = time.perf_counter() - started
+        samples = self.validation.after_step(self.dc, number, record, autocast=self._autocast())
         self.activity = f"training after step {number}"
         return samples
 
@@ -494,7 +474,7 @@ class Trainer:
                 fingerprint=dataset_fingerprint(self.shapes),
             ),
             before_commit=self._maybe_stop_in_save,
-            best_step=self.validation.best_step,
+            best_step=self.validation.record.best_step,
             background=background,
         )
 

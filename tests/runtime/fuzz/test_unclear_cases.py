@@ -145,7 +145,7 @@ def test_a_pipeline_whose_text_encoder_is_pickle_only_is_refused_before_loading(
 
 def test_validation_on_the_training_set_itself_is_noted(tmp_path):
     from datacentric.settings.sections import DataConfig, ValidationConfig
-    from datacentric.train.validation import training_set_note
+    from datacentric.train.validation.held_out import training_set_note
 
     docs = tmp_path / "docs.jsonl"
     docs.write_text('{"text": "a"}\n')

@@ -14,7 +14,7 @@ from datacentric.data.holdout import held_out_records, split_ids
 from datacentric.data.latents import LatentDataset
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.settings.sections import DataConfig, ValidationConfig
-from datacentric.train.validation import build_run_data
+from datacentric.train.validation.held_out import build_run_data
 
 pytest.importorskip("diffusers")
 pytestmark = pytest.mark.usefixtures("one_thread")

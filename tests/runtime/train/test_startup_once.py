@@ -14,7 +14,7 @@ import datacentric.data.sources as sources
 import datacentric.models.source as model_source
 import datacentric.train.assemble as assemble
 import datacentric.train.build as build
-import datacentric.train.validation as validation
+import datacentric.train.validation.held_out as validation
 from datacentric.cli.main import main
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.global_batches import GlobalBatchSize

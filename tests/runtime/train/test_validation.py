@@ -22,7 +22,7 @@ from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_mod
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
-from datacentric.train.validation import build_run_data
+from datacentric.train.validation.held_out import build_run_data
 
 #: video clips of mixed sizes (latent grids), and text of mixed lengths
 VIDEO_SHAPES = [SampleShape.video(*g) for g in ((1, 3, 4), (2, 3, 3), (3, 2, 5), (1, 2, 2))]
@@ -318,7 +318,7 @@ def test_validation_shows_progress_lines(monkeypatch):
     import functools
     import io
 
-    import datacentric.train.validation as validation
+    import datacentric.train.validation.held_out as validation
 
     stream = io.StringIO()
     shown = functools.partial(validation.Progress, stream=stream, terminal=False, every_s=1e-4)

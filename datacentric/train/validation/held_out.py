@@ -1,9 +1,10 @@
-"""Validation during training: the held-out samples, their schedule and their loss.
+"""The held-out samples of a run, their schedule and their loss.
 
 - :func:`build_run_data`: the ``[data]`` and ``[validation]`` sections' datasets, the
   training set without the held-out samples (``split=FRACTION``: a seeded draw,
   :mod:`datacentric.data.holdout`) and the held-out set, or another dataset read with
-  the same ``[data]`` settings;
+  the same ``[data]`` settings; :func:`write_held_out` records a split's held-out samples
+  in the run folder;
 - :class:`HeldOut`: a held-out set planned and scheduled once with the run's budget,
   policy and SP sizes, its passes priced as what they run, forward only
   (:class:`~datacentric.planning.forward_only.ForwardOnlyCostModel` over the run's
@@ -13,13 +14,7 @@
   (:func:`~datacentric.parallel.evaluate.evaluate_schedule`), each sample weighted
   as in training, the whole set at once: the loss a single process computes on it.
   Diffusion noise and time are drawn for epoch 0 of each held-out sample, from the
-  seed and its sample id only, so the number moves only when the model does;
-- :class:`PromptSamples`: text models continue the ``prompts`` file's prompts at each
-  validation (greedy, or sampled from a generator seeded by the seed, the step and the
-  prompt), spread over the ranks, written to ``validation/step-N.jsonl``;
-- :class:`ValidationRecord`: when validation is due (``every``, and after the last
-  step), the best step so far and its record in the run folder
-  (``validation/best.json``).
+  seed and its sample id only, so the number moves only when the model does.
 """
 
 from __future__ import annotations
@@ -28,18 +23,15 @@ import dataclasses
 import json
 import os
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datacentric.data.base import DataError, Dataset, epoch_pack, sample_generator
+from datacentric.data.base import DataError, Dataset, epoch_pack
 from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.documents import resolve_files
 from datacentric.data.holdout import SampleSubset, held_out_records, split_ids
-from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.data.sources import open_dataset
-from datacentric.data.tokenized import text_codec
-from datacentric.parallel.evaluate import evaluate_schedule, generate_tokens
+from datacentric.parallel.evaluate import evaluate_schedule
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.planning.forward_only import ForwardOnlyCostModel
 from datacentric.progress import Progress
@@ -52,8 +44,6 @@ from datacentric.settings.sections import (
     split_fraction,
 )
 
-#: The run folder's record of the best validation step.
-BEST_FILE = Path("validation") / "best.json"
 #: The run folder's record of the samples a ``split=`` held out of training.
 HELD_OUT_FILE = Path("validation") / "held_out.jsonl"
 
@@ -197,109 +187,3 @@ def validation_loss(
             autocast=autocast,
             on_iteration=lambda _: shown.update(1),
         )
-
-
-@dataclass
-class ValidationRecord:
-    """When a run validates and what it found: ``every`` steps (None: after the last
-    only; 0: never) and after the last step; the best (lowest) loss and its step."""
-
-    every: int | None
-    out: Path
-    best_loss: float | None = None
-    best_step: int | None = None
-    losses: list[tuple[int, float]] = field(default_factory=list)
-    """``(step, val_loss)`` of every validation this start ran (steps from 1)."""
-
-    def due(self, step: int, last: int) -> bool:
-        """Whether validation runs after step ``step`` (from 1) of a run of ``last``."""
-        if self.every == 0:
-            return False
-        return step == last or bool(self.every) and step % self.every == 0
-
-    def load(self, records: list[dict[str, Any]], *, write: bool) -> None:
-        """The best step of a resumed run's earlier validations (its ``metrics.jsonl``
-        records up to the checkpoint); ``write``: rank 0 rewrites the folder's record."""
-        self.best_loss = self.best_step = None
-        if write:
-            (self.out / BEST_FILE).unlink(missing_ok=True)
-        for record in records:
-            if record.get("val_loss") is not None:
-                self._better(record["iteration"] + 1, float(record["val_loss"]), write=write)
-
-    def add(self, step: int, loss: float, *, write: bool) -> bool:
-        """Record the loss of ``step``; True when it is the best so far (``write``: rank
-        0 writes ``validation/best.json``)."""
-        self.losses.append((step, loss))
-        return self._better(step, loss, write=write)
-
-    def _better(self, step: int, loss: float, *, write: bool) -> bool:
-        if self.best_loss is not None and not loss < self.best_loss:
-            return False
-        self.best_loss, self.best_step = loss, step
-        if write:
-            path = self.out / BEST_FILE
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps({"step": step, "val_loss": loss}) + "\n", encoding="utf-8")
-            tmp.replace(path)
-        return True
-
-
-@dataclass
-class PromptSamples:
-    """The ``[validation]`` section's prompts, tokenized as the ``[data]`` section's
-    tokenizer does, and how to continue them."""
-
-    prompts: list[Prompt]
-    codec: Any
-    max_new_tokens: int
-    temperature: float
-    seed: int
-
-    @classmethod
-    def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
-        """The section's prompts (None: no ``prompts`` file, or a ``pipeline`` renders
-        them: :class:`~datacentric.train.validation_media.PipelineSamples`)."""
-        if validation.prompts is None or validation.pipeline is not None:
-            return None
-        return cls(
-            read_prompts(validation.prompts),
-            text_codec(data.tokenizer),
-            validation.max_new_tokens,
-            validation.temperature,
-            seed,
-        )
-
-    def run(
-        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
-    ) -> list[dict[str, Any]]:
-        """Every prompt's completion after step ``step`` (collective: every rank calls
-        it; each gets every record: ``prompt_id``, ``prompt``, ``completion``, ``tokens``)."""
-        ids = [list(map(int, e)) for e in self.codec.encode([p.text for p in self.prompts])]
-        settings = [
-            (
-                p.max_new_tokens or self.max_new_tokens,
-                self.temperature if p.temperature is None else p.temperature,
-                sample_generator(self.seed, p.index, step),
-            )
-            for p in self.prompts
-        ]
-        tokens = generate_tokens(dc.runtime, ids, settings, autocast=autocast)
-        return [
-            {
-                "prompt_id": p.index,
-                "prompt": p.text,
-                "completion": self.codec.decode(new),
-                "tokens": new,
-            }
-            for p, new in zip(self.prompts, tokens)
-        ]
-
-
-def write_samples(out: Path, step: int, records: list[dict[str, Any]]) -> Path:
-    """``validation/step-N.jsonl`` of the run folder ``out``: one record per prompt."""
-    path = out / "validation" / f"step-{step}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return path

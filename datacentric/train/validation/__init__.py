@@ -1,0 +1,15 @@
+"""Validation during training, beside the run loop: the held-out samples and their
+loss, the prompts a text model continues, the renders of a diffusers pipeline, and when
+each runs.
+
+- :mod:`.held_out`: the training set without the held-out samples and the held-out
+  set (``build_run_data``), scheduled once forward only (``HeldOut``), and its loss
+  (``validation_loss``);
+- :mod:`.prompts`: a text model's completions of the ``prompts`` file
+  (``PromptSamples``), written to ``validation/step-N.jsonl``;
+- :mod:`.driver`: when validation is due and the best step so far
+  (``ValidationRecord``), and what runs after a due step (``RunValidation``).
+
+Nothing is imported here: each module is loaded where it is used (the check before the
+ranks start reads the held-out set without the trainer).
+"""

@@ -1,0 +1,88 @@
+"""The ``[validation]`` prompts of a text model: continued at each validation (greedy,
+or sampled from a generator seeded by the seed, the step and the prompt), spread over
+the ranks, written to ``validation/step-N.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from datacentric.data.base import sample_generator
+from datacentric.data.prompts import Prompt, read_prompts
+from datacentric.data.tokenized import text_codec
+from datacentric.parallel.evaluate import generate_tokens
+from datacentric.settings.sections import DataConfig, ValidationConfig
+
+
+@dataclass
+class PromptSamples:
+    """The ``[validation]`` section's prompts, tokenized as the ``[data]`` section's
+    tokenizer does, and how to continue them."""
+
+    prompts: list[Prompt]
+    codec: Any
+    max_new_tokens: int
+    temperature: float
+    seed: int
+
+    @classmethod
+    def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
+        """The section's prompts (None: no ``prompts`` file, or a ``pipeline`` renders
+        them: :class:`~datacentric.train.validation_media.PipelineSamples`)."""
+        if validation.prompts is None or validation.pipeline is not None:
+            return None
+        return cls(
+            read_prompts(validation.prompts),
+            text_codec(data.tokenizer),
+            validation.max_new_tokens,
+            validation.temperature,
+            seed,
+        )
+
+    def check(self, module: torch.nn.Module, model: str) -> None:
+        """Refuse a ``module`` (the model ``model`` names) without next-token logits to
+        generate with."""
+        if not callable(getattr(module, "logits", None)):
+            raise ValueError(
+                f"validation.prompts: {model} has no next-token logits to "
+                "generate with (a text model: hf:DIR); leave validation.prompts unset"
+            )
+
+    def run(
+        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
+    ) -> list[dict[str, Any]]:
+        """Every prompt's completion after step ``step`` (collective: every rank calls
+        it; each gets every record: ``prompt_id``, ``prompt``, ``completion``, ``tokens``)."""
+        ids = [list(map(int, e)) for e in self.codec.encode([p.text for p in self.prompts])]
+        settings = [
+            (
+                p.max_new_tokens or self.max_new_tokens,
+                self.temperature if p.temperature is None else p.temperature,
+                sample_generator(self.seed, p.index, step),
+            )
+            for p in self.prompts
+        ]
+        tokens = generate_tokens(dc.runtime, ids, settings, autocast=autocast)
+        return [
+            {
+                "prompt_id": p.index,
+                "prompt": p.text,
+                "completion": self.codec.decode(new),
+                "tokens": new,
+            }
+            for p, new in zip(self.prompts, tokens)
+        ]
+
+
+def write_samples(out: Path, step: int, records: list[dict[str, Any]]) -> Path:
+    """``validation/step-N.jsonl`` of the run folder ``out``: one record per prompt."""
+    path = out / "validation" / f"step-{step}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
