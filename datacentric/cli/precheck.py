@@ -186,8 +186,8 @@ def check_render_pipeline(config: TrainConfig, module: nn.Module) -> None:
     """The ``validation.pipeline`` folder is a pipeline of the class of the transformer
     ``module`` holds (on the meta device) and renders the requested size and frames, the
     section's and each prompt's (:meth:`PipelineSamples.check
-    <datacentric.train.validation_media.PipelineSamples.check>`)."""
-    from datacentric.train.validation_media import PipelineSamples
+    <datacentric.train.validation.renders.PipelineSamples.check>`)."""
+    from datacentric.train.validation.renders import PipelineSamples
 
     samples = PipelineSamples.of(config.validation, config.job.seed, config.job.out)
     if samples is not None:

@@ -58,7 +58,7 @@ from datacentric.train.run_folder import RunFolderLock, claim_run_folder, save_s
 from datacentric.train.validation.driver import RunValidation, ValidationRecord
 from datacentric.train.validation.held_out import write_held_out
 from datacentric.train.validation.prompts import PromptSamples
-from datacentric.train.validation_media import PipelineSamples
+from datacentric.train.validation.renders import PipelineSamples
 
 
 class NonFiniteLossError(RuntimeError):

@@ -7,6 +7,8 @@ each runs.
   (``validation_loss``);
 - :mod:`.prompts`: a text model's completions of the ``prompts`` file
   (``PromptSamples``), written to ``validation/step-N.jsonl``;
+- :mod:`.renders`: a diffusers model's renders of the prompts through its pipeline
+  (``PipelineSamples``), written to ``validation/step-N/`` with a contact sheet;
 - :mod:`.driver`: when validation is due and the best step so far
   (``ValidationRecord``), and what runs after a due step (``RunValidation``).
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from datacentric.data.base import Dataset
 from datacentric.train.validation.prompts import PromptSamples, write_samples
-from datacentric.train.validation_media import PipelineSamples
+from datacentric.train.validation.renders import PipelineSamples
 
 #: The run folder's record of the best validation step.
 BEST_FILE = Path("validation") / "best.json"

@@ -34,7 +34,7 @@ class PromptSamples:
     @classmethod
     def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
         """The section's prompts (None: no ``prompts`` file, or a ``pipeline`` renders
-        them: :class:`~datacentric.train.validation_media.PipelineSamples`)."""
+        them: :class:`~datacentric.train.validation.renders.PipelineSamples`)."""
         if validation.prompts is None or validation.pipeline is not None:
             return None
         return cls(

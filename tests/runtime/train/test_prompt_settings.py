@@ -75,7 +75,7 @@ def test_each_prompt_renders_at_its_size_as_plain_diffusers_does(tmp_path):
     from diffusers import WanPipeline
 
     from datacentric.models.diffusers_render import render
-    from datacentric.train.validation_media import PipelineSamples
+    from datacentric.train.validation.renders import PipelineSamples
 
     folder = save_wan_pipeline(tmp_path / "wan")
     section = ValidationConfig(
@@ -161,7 +161,7 @@ def test_the_exported_lora_and_the_generator_reproduce_the_runs_renders(tmp_path
 
     from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width
     from datacentric.models.diffusers_render import RenderSettings, render
-    from datacentric.train.validation_media import write_pixels
+    from datacentric.train.validation.renders import write_pixels
 
     folder = save_wan_pipeline(tmp_path / "wan")
     wan = TINY_DIFFUSERS["wan"][1]

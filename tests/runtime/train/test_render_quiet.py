@@ -19,7 +19,7 @@ def _open_and_render(folder) -> None:
     from diffusers import WanTransformer3DModel
 
     from datacentric.models.diffusers_render import RenderSettings, render
-    from datacentric.train.validation_media import PipelineSamples
+    from datacentric.train.validation.renders import PipelineSamples
 
     transformer = WanTransformer3DModel.from_pretrained(folder / "transformer")
     settings = RenderSettings(height=16, width=16, num_frames=5, num_inference_steps=2)
