@@ -10,12 +10,9 @@
   resume, holds an exclusive ``fcntl`` lock on ``.datacentric.lock`` (the file names the
   holder's host and pid); the kernel drops it when the holder dies, so a crashed run
   never leaves a stale lock behind.
-- the ``timeline`` of a ``metrics.jsonl`` record (with ``timeline = true``): every
-  rank's :class:`~datacentric.timing.Span` records of the step, as JSON objects,
-  times in seconds from the step's start on that rank.
 
-Comparisons read both back (:func:`load_schedule`, :func:`timeline_spans`) rather
-than rebuilding the schedule.
+Comparisons read the schedules back (:func:`load_schedule`) rather than rebuilding them
+(and each step's timeline: :mod:`datacentric.train.reporting.timeline`).
 """
 
 from __future__ import annotations
@@ -30,13 +27,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
-from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.runtime import IterationStats
 from datacentric.schedule import Schedule
 from datacentric.settings.sections import CheckpointConfig, JobConfig
-from datacentric.timing import Span
 
 SCHEDULES = "schedules"
 #: What a run writes into its folder; any of them means the folder holds a run.
@@ -200,27 +192,3 @@ def load_schedule(out_dir: str | Path, epoch: int = 0) -> Schedule:
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: the run did not start epoch {epoch}")
     return Schedule.load(str(path))
-
-
-def gather_spans(stats: IterationStats, groups: ProcessGroups) -> list[Span]:
-    """Every rank's spans of the step, rank by rank (collective)."""
-    mine = stats.spans()
-    if not groups.distributed or groups.world_size == 1:
-        return mine
-    everyone: list[Any] = [None] * groups.world_size
-    dist.all_gather_object(everyone, [s.to_json() for s in mine], group=groups.world)
-    return [Span.from_json(s) for rank_spans in everyone for s in rank_spans]
-
-
-def timeline_json(spans: list[Span]) -> list[dict[str, Any]]:
-    """The ``timeline`` field of a metrics record."""
-    return [s.to_json() for s in spans]
-
-
-def timeline_spans(record: dict[str, Any]) -> list[Span]:
-    """The spans of a metrics record's ``timeline`` field."""
-    if "timeline" not in record:
-        raise KeyError(
-            f"step {record.get('iteration')} has no timeline: train with timeline = true"
-        )
-    return [Span.from_json(s) for s in record["timeline"]]

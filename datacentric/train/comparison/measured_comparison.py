@@ -55,7 +55,8 @@ from datacentric.train.build import RunModel, build_dataset, run_cost_model, sha
 from datacentric.train.comparison.comparison_stop import stopping_on_signals
 from datacentric.train.comparison.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.reporting.metrics import read_metrics
-from datacentric.train.run_folder import load_schedule, timeline_spans
+from datacentric.train.reporting.timeline import timeline_spans
+from datacentric.train.run_folder import load_schedule
 from datacentric.train.trainer import train_rank
 
 #: Runs of each policy in a comparison (``bench`` and ``demo``): two is the fewest that

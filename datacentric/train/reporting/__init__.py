@@ -6,6 +6,8 @@ its profiler traces, and the heartbeat that says which rank stopped.
 - :mod:`.metric_sinks`: where the records go (``metrics.jsonl``, the log line,
   TensorBoard, W&B: ``MetricsLogger``) and the ``datacentric`` logger's set-up;
 - :mod:`.run_plots`: a run's figures drawn from its ``metrics.jsonl`` (``plot_run``);
+- :mod:`.timeline`: every rank's spans of a step, gathered into its record and read
+  back by the comparisons (``timeline = true``);
 - :mod:`.step_trace`: ``torch.profiler`` traces and memory snapshots of chosen steps
   (``StepTracer``);
 - :mod:`.heartbeat`: every rank's beat and phase through the job's store, read after a

@@ -40,7 +40,7 @@ from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,  # noqa: F401
     logger,
 )
-from datacentric.train.run_folder import gather_spans, timeline_json
+from datacentric.train.reporting.timeline import gather_spans, timeline_json
 
 if TYPE_CHECKING:
     from datacentric.planning.cost_model import CostModel
