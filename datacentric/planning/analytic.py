@@ -241,6 +241,10 @@ def shape_sums(kinds: Sequence[str], shapes: Sequence[SampleShape]) -> _ShapeSum
 class AnalyticCostModel(CachedCostModel):
     """Implements :class:`~datacentric.planning.cost_model.CostModel` from FLOPs and bytes."""
 
+    #: Text passes are priced from :func:`shape_sums` alone (integer sums; the one other
+    #: read of the shapes, frame-sharding, is false for every text pass).
+    prices_text_by_sums = True
+
     def __init__(
         self,
         spec: ModelSpec,

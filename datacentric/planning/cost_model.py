@@ -32,6 +32,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from operator import mul
 from typing import Any, Protocol, runtime_checkable
 
 from datacentric.shapes import SampleShape
@@ -112,6 +113,13 @@ class CachedCostModel(ABC):
     kind, when only that matters), so that equivalent settings share one entry.
     """
 
+    #: Whether a pass of text samples (no grid) costs what the samples' number, summed
+    #: tokens and summed squared tokens say, to the last bit (integer sums, so in any
+    #: order): passes equal in those share one cached answer. The analytic model's
+    #: formulas read nothing else of text; a wrapper, or a model summing floats per
+    #: sample, keeps the default (keyed by the shapes themselves).
+    prices_text_by_sums: bool = False
+
     def recompute_key(self, recompute: Sequence[bool]) -> Hashable:
         """What of ``recompute`` the cost depends on (default: every flag)."""
         return tuple(bool(r) for r in recompute)
@@ -155,7 +163,7 @@ class CachedCostModel(ABC):
             object.__setattr__(self, "_breakdowns", cache)  # frozen dataclasses too
         shapes = tuple(shapes)
         ring = int(ring_size)
-        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
+        key = (self._shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
         found = cache.get(key)
         if found is None:
             if ring < 1 or sp_size % ring:
@@ -214,7 +222,7 @@ class CachedCostModel(ABC):
             cache = {}
             object.__setattr__(self, "_memories", cache)  # frozen dataclasses too
         shapes = tuple(shapes)
-        key = (_shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
+        key = (self._shapes_key(shapes), int(sp_size), self.recompute_key(recompute), ring)
         found = cache.get(key)
         if found is None:
             if ring == 1:
@@ -229,6 +237,16 @@ class CachedCostModel(ABC):
                 cache.clear()
             cache[key] = found
         return found
+
+    def _shapes_key(self, shapes: tuple[SampleShape, ...]) -> tuple:
+        """The cache key of a micro-batch's shapes: with :attr:`prices_text_by_sums`,
+        text samples' :func:`text_sums` (hashing a few ints, not every shape); else
+        :func:`_shapes_key`'s."""
+        if self.prices_text_by_sums:
+            sums = text_sums(shapes)
+            if sums is not None:
+                return sums
+        return _shapes_key(shapes)
 
 
 class WrappedCostModel(CachedCostModel):
@@ -282,6 +300,29 @@ def _shapes_key(shapes: tuple[SampleShape, ...]) -> tuple:
         if shapes[-1] is first and shapes.count(first) == len(shapes):
             return ("copies", first, len(shapes))
     return shapes
+
+
+def text_sums(shapes: Sequence[SampleShape]) -> tuple | None:
+    """``("text", samples, summed tokens, summed squared tokens)`` of text ``shapes``
+    (None if one is video): what a model with ``prices_text_by_sums`` prices them by."""
+    first = shapes[0] if shapes else None
+    if first is not None and len(shapes) > 4 and shapes[-1] is first:
+        if shapes.count(first) == len(shapes):  # copies of one shape (counted in C)
+            if first.grid is not None:
+                return None
+            n, t = len(shapes), first.tokens
+            return ("text", n, n * t, n * t * t)
+    lengths = []
+    for s in shapes:
+        if s.grid is not None:
+            return None
+        lengths.append(s.tokens)
+    return lengths_sums(lengths)
+
+
+def lengths_sums(lengths: Sequence[int]) -> tuple:
+    """:func:`text_sums` of text samples of ``lengths`` tokens."""
+    return ("text", len(lengths), sum(lengths), sum(map(mul, lengths, lengths)))
 
 
 def split_breakdown(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cached_property
 from operator import attrgetter
 
 import numpy as np
 
 from datacentric.planning.bucket_options import safe_time
-from datacentric.planning.cost_model import CostModel
+from datacentric.planning.cost_model import CostModel, lengths_sums
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 
 
@@ -59,6 +60,11 @@ class DatasetView:
         self.members = [order[bounds[b] : bounds[b + 1]] for b in range(len(self.buckets))]
         self.bucket_index = {bk.name: b for b, bk in enumerate(self.buckets)}
         self._exact: dict[tuple, float] = {}
+        self._all_text = not video.any()
+
+    @cached_property
+    def _token_list(self) -> list[int]:
+        return self.tokens.tolist()
 
     @property
     def num_samples(self) -> int:
@@ -71,13 +77,16 @@ class DatasetView:
         self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple, ring: int = 1
     ) -> float:
         """The cost model's time for the micro-batch of samples ``ids`` on ``sp`` ranks
-        with a ring of ``ring`` (memoised)."""
+        with a ring of ``ring`` (memoised; text micro-batches by their sums where the model
+        prices them so, ``prices_text_by_sums``)."""
         buckets = self.bucket_of[ids]
         b = int(buckets[0])
         if self.uniform[b] and (buckets == b).all():
             key: tuple = (b, len(ids), sp, rc, ring)
         elif len(ids) == 1 and self.shapes[int(ids[0])].grid is None:
             key = (int(self.tokens[int(ids[0])]), sp, rc, ring)  # one text sample: its length
+        elif self._all_text and getattr(cost_model, "prices_text_by_sums", False):
+            key = (*lengths_sums([self._token_list[i] for i in ids]), sp, rc, ring)
         else:
             key = (tuple(int(i) for i in ids), sp, rc, ring)  # ids name the shapes (fast hash)
         t = self._exact.get(key)
