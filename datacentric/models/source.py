@@ -77,7 +77,6 @@ __all__ = [  # what a model kind needs lives beside its builder; these names sta
     "pickled_only",
     "resolve_model",
     "tiny_names",
-    "truncate_blocks",
     "weight_files",
 ]
 
@@ -189,17 +188,3 @@ def inner_pretrained(model: nn.Module) -> Any:
         if inner is not None and hasattr(inner, "save_pretrained"):
             return inner
     return None
-
-
-def truncate_blocks(model: nn.Module, depth: int) -> None:
-    """Keep only the first ``depth`` of ``model.blocks``, wherever the model holds them
-    (an adapter's ``blocks`` is the wrapped model's own layer list: every module that
-    holds that list gets the shorter one). Used by dual-layer profiling."""
-    old = model.blocks
-    new = nn.ModuleList(list(old)[:depth])
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if child is old:
-                setattr(module, name, new)
-    if getattr(model, "blocks", None) is old:  # held as a plain attribute
-        model.__dict__["blocks"] = new

@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from datacentric.log import get_logger
 from datacentric.planning.fitted import FittedCostModel, extrapolate
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
 from datacentric.profiling.factory import fitted_cost_model, named_spec
@@ -70,9 +71,10 @@ def select_profile_shapes(
     return [(s,) for s in distinct] + [(distinct[0],) * 4]
 
 
-def attention_kind(model: str, model_args: Mapping[str, Any] | None = None) -> str:
-    """The attention of a runnable model's blocks (``causal`` or ``full``)."""
-    kinds = named_spec(model, model_args).kinds
+def attention_kind(model: str, spec: ModelSpec) -> str:
+    """The attention of the blocks of a runnable model of ``spec`` (``causal`` or
+    ``full``)."""
+    kinds = spec.kinds
     if len(kinds) != 1:
         raise ValueError(f"{model}: the profiler handles one block kind, got {kinds}")
     return kinds[0]
@@ -94,14 +96,14 @@ def measure_profile(
     points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
     sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
     sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
-    spec = named_spec(settings.model, settings.model_args)
+    spec = settings.spec or named_spec(settings.model, settings.model_args)
     depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
     full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
     profile = Profile(
         fingerprint=_fingerprint(settings, settings.world_size),
         model=settings.model,
         num_blocks=spec.num_blocks,
-        attention_kind=attention_kind(settings.model, settings.model_args),
+        attention_kind=attention_kind(settings.model, spec),
         points=tuple(points),
         gpus_per_node=settings.world_size,  # the ranks of one machine share its links
         grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},

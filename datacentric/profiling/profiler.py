@@ -42,12 +42,13 @@ from torch import nn
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.presets import MODEL_PRESETS, build_model
-from datacentric.models.source import build_model_named, truncate_blocks
+from datacentric.models.source import build_model_named
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.planning.fitted import ProfilePoint
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.progress import Progress
 from datacentric.schedule import Assignment, Iteration, MicroBatch
@@ -88,6 +89,10 @@ class ProfileSettings:
     ``cpu`` on CPU ranks, ``wall`` on GPUs."""
     cost: CostConfig = field(default_factory=CostConfig)
     """How carefully: the ``[cost]`` section (its measurement keys)."""
+    spec: ModelSpec | None = None
+    """The model's spec without adapters (its blocks and their attention), as the caller
+    found it once (a run's :attr:`~datacentric.train.build.RunModel.bare_spec`); ``None``:
+    looked up by ``model`` (:func:`~datacentric.profiling.factory.named_spec`)."""
 
 
 @dataclass(frozen=True)
@@ -375,6 +380,20 @@ def _runtime(
         # head and loss only) then drops its one block
         truncate_blocks(model, 0)
     return runtime
+
+
+def truncate_blocks(model: nn.Module, depth: int) -> None:
+    """Keep only the first ``depth`` of ``model.blocks``, wherever the model holds them
+    (an adapter's ``blocks`` is the wrapped model's own layer list: every module that
+    holds that list gets the shorter one): the dual-layer profile's model."""
+    old = model.blocks
+    new = nn.ModuleList(list(old)[:depth])
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if child is old:
+                setattr(module, name, new)
+    if getattr(model, "blocks", None) is old:  # held as a plain attribute
+        model.__dict__["blocks"] = new
 
 
 def _dataset(

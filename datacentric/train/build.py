@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -82,9 +83,9 @@ class RunModel:
     """A run's model and its description, resolved once: the ``--model`` source (its
     checked arguments and the ``[lora]`` section's adapters), the dtype it trains in,
     the built module (None where the caller builds none, as a measured comparison's
-    launcher) and the analytic model the step records' ``mfu`` counts on. The cost model
-    (:func:`run_cost_model`) and ``mfu`` read the model from here, never from the
-    settings again."""
+    launcher), the spec read off it before its adapters are injected and the analytic
+    model the step records' ``mfu`` counts on. The cost model (:func:`run_cost_model`),
+    the profiler and ``mfu`` read the model from here, never from the settings again."""
 
     source: ModelSource
     """The resolved ``--model`` string, its arguments and its adapters."""
@@ -94,15 +95,19 @@ class RunModel:
     """The built model (its adapters injected), if built."""
     mfu: CostModel | None = None
     """The analytic model ``mfu`` counts FLOPs on (:func:`mfu_cost_model`)."""
+    bare_spec: ModelSpec | None = None
+    """The spec of the model without its adapters (blocks, heads, widths), read once
+    off the built model (:func:`bare_spec`); None where no model was built or its cost
+    cannot be read."""
 
     @classmethod
     def of(cls, model: ModelConfig, lora: LoraConfig | None = None) -> RunModel:
         """The ``[model]`` and ``[lora]`` sections' model, not built."""
         return cls(model_source(model, lora), model.dtype)
 
-    @property
+    @cached_property
     def spec(self) -> ModelSpec:
-        """The spec the run prices (:func:`~datacentric.profiling.factory.named_spec`:
+        """The spec the run prices, found once (:func:`~datacentric.profiling.factory.named_spec`:
         the analytic preset, else read off the built module, else the model built on
         the meta device)."""
         source = self.source
@@ -112,18 +117,18 @@ class RunModel:
 def build_run_model(
     model: ModelConfig, dataset: Dataset, device: torch.device, *, lora: LoraConfig | None = None
 ) -> RunModel:
-    """The run's model, built once: :func:`build_model_for`'s model, and the analytic
-    model the step records' ``mfu`` counts FLOPs on (:func:`mfu_cost_model`), read off
-    the model before the ``[lora]`` section's adapters are injected, so neither needs a
-    second build. The same weights as :func:`build_model_for` (the adapters are drawn
-    last either way)."""
+    """The run's model, built once: :func:`build_model_for`'s model, its spec read off it
+    before the ``[lora]`` section's adapters are injected (:func:`bare_spec`) and the
+    analytic model the step records' ``mfu`` counts FLOPs on from that spec
+    (:func:`mfu_cost_model`), so nothing needs a second build. The same weights as
+    :func:`build_model_for` (the adapters are drawn last either way)."""
     source = model_source(model, lora)
     bare = dataclasses.replace(source, lora=None)
     module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
-    mfu_model = mfu_cost_model(bare, model.dtype, device, module)
+    spec = bare_spec(bare, module)
     if source.lora is not None:
         apply_lora(module, source.lora)
-    return RunModel(source, model.dtype, module, mfu_model)
+    return RunModel(source, model.dtype, module, mfu_cost_model(spec, model.dtype, device), spec)
 
 
 def what_trains(module: nn.Module, tokenizer: str | None = None) -> str:
@@ -221,27 +226,31 @@ def run_cost_model(
         # wall-clock steps, collective waits included.
         clock="wall",
         cost=cost,
+        spec=model.bare_spec,
     )
     profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
     return fitted_cost_model(profile)
 
 
-def mfu_cost_model(
-    source: ModelSource, dtype: str, device: torch.device, module: nn.Module | None = None
-) -> CostModel | None:
-    """The analytic model the step records' ``mfu`` counts FLOPs on: the spec of
-    ``source``'s model and arguments, without LoRA adapters, trained in ``dtype`` on this
-    device; ``None`` for a model whose cost cannot be read. ``module``: the run's built
-    model, read instead of building the model again
-    (:func:`~datacentric.profiling.factory.named_spec`) unless it carries adapters (then
-    the model without them is read, built on the meta device)."""
+def bare_spec(source: ModelSource, module: nn.Module | None = None) -> ModelSpec | None:
+    """The spec of ``source``'s model and arguments without LoRA adapters; ``None`` for
+    a model whose cost cannot be read. ``module``: the run's built model, read instead
+    of building the model again (:func:`~datacentric.profiling.factory.named_spec`)
+    unless it carries adapters (then the model without them is read, built on the meta
+    device)."""
     if getattr(module, "lora_spec", None) is not None:
         module = None
     try:
-        spec = named_spec(source.name, source.args, module=module)
+        return named_spec(source.name, source.args, module=module)
     except UnpricedModelError:
         return None
-    return build_cost_model(spec, device, dtype)
+
+
+def mfu_cost_model(spec: ModelSpec | None, dtype: str, device: torch.device) -> CostModel | None:
+    """The analytic model the step records' ``mfu`` counts FLOPs on: ``spec`` (the
+    model without its adapters, :func:`bare_spec`) trained in ``dtype`` on this device;
+    ``None`` for a model whose cost cannot be read (``spec`` None)."""
+    return None if spec is None else build_cost_model(spec, device, dtype)
 
 
 def model_args(model: ModelConfig) -> dict:

@@ -15,10 +15,10 @@ from datacentric.models.source import (
     build_model_named,
     parse_model_args,
     resolve_model,
-    truncate_blocks,
 )
 from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.profiling.factory import named_spec
+from datacentric.profiling.profiler import truncate_blocks
 
 
 def test_model_strings_resolve_or_name_what_is_wrong(tmp_path: Path) -> None:
