@@ -30,13 +30,12 @@ from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import device_memory_bytes, what_trains
-from datacentric.train.checkpoints.checkpoint import load_checkpoint, weights_sha256
+from datacentric.train.checkpoints.checkpoint import weights_sha256
 from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
 from datacentric.train.checkpoints.resume import (
-    check_step_records,
-    check_unchanged,
     dataset_fingerprint,
     keep_records_below,
+    load_to_resume,
     trainer_state,
 )
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
@@ -209,26 +208,21 @@ class Trainer:
 
     # ---------------------------------------------------------------- resume
     def _resume(self) -> None:
-        # A torchrun restart (--max-restarts) always continues from the last checkpoint.
-        restarted = launch_mode().restarts > 0
-        check_step_records(self.out)  # before anything is loaded
-        path = self.checkpoints.to_load(restarted)
+        found = load_to_resume(
+            self.checkpoints,
+            self.model,
+            self.optimizer,
+            model_name=self.model_name,
+            settings=self.settings_json,
+            shapes=self.shapes,
+        )
         planned = self._planned_total()
-        if path is None:
+        if found is None:
             self.total_iterations = planned
             if self.is_main:  # a fresh start: records of an earlier attempt go
                 keep_records_below(self.out, 0)
             return
-        state = load_checkpoint(
-            path,
-            self.model,
-            self.optimizer,
-            expect_model=self.model_name,
-            expect_sha256=self.checkpoints.expected_sha256(restarted),
-            check=lambda saved: check_unchanged(
-                path, saved, self.settings_json, dataset_fingerprint(self.shapes)
-            ),
-        )
+        path, state = found
         self.dc.load_state_dict(state["position"])
         self.saves.kept = path
         self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))

@@ -17,13 +17,17 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from datacentric.parallel.launch import launch_mode
 from datacentric.regular_files import check_regular
 from datacentric.scheduling.resume import Position
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.shapes import SampleShape
-from datacentric.train.checkpoints.checkpoint import CheckpointError
+from datacentric.train.checkpoints.checkpoint import CheckpointError, load_checkpoint
+from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.reporting.metrics import read_jsonl
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
@@ -36,6 +40,36 @@ RESUME_FIXED = (
 
 #: The run folder's records of steps, one line per step (``iteration`` from 0).
 STEP_RECORDS = ("metrics.jsonl", "samples.jsonl")
+
+
+def load_to_resume(
+    checkpoints: RunCheckpoints,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    *,
+    model_name: str,
+    settings: dict[str, dict[str, Any]],
+    shapes: list[SampleShape],
+) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint this start continues from (``resume``, ``resume_from``, or a
+    torchrun restart: always the last one), loaded into ``model`` and ``optimizer``
+    (collective), and its trainer state; None: a fresh start. The step records are
+    checked first, and a checkpoint of other settings (:func:`check_unchanged`) or
+    another model is refused before anything is loaded."""
+    restarted = launch_mode().restarts > 0
+    check_step_records(checkpoints.out)  # before anything is loaded
+    path = checkpoints.to_load(restarted)
+    if path is None:
+        return None
+    state = load_checkpoint(
+        path,
+        model,
+        optimizer,
+        expect_model=model_name,
+        expect_sha256=checkpoints.expected_sha256(restarted),
+        check=lambda saved: check_unchanged(path, saved, settings, dataset_fingerprint(shapes)),
+    )
+    return path, state
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
