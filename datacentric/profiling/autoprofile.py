@@ -43,12 +43,11 @@ from datacentric.profiling.profiler import (
 from datacentric.profiling.store import (
     Profile,
     fingerprint,
+    fresh_profile,
     last_checked,
-    load_profile,
     save_plan,
     save_probe,
     save_profile,
-    stale_fields,
 )
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import Bucket, SampleShape, make_buckets
@@ -237,13 +236,8 @@ def run_profile(
     world = settings.world_size
     sp_sizes = list(sp_sizes or _powers_of_two(world))
     current = _fingerprint(settings, world)
-    saved = load_profile(out_dir) if out_dir is not None else None
-    reused = (
-        reuse
-        and saved is not None
-        and not stale_fields(saved, current)
-        and reusable(saved, settings, out_dir)
-    )
+    saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
+    reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
     if reused:
         profile = saved
     else:
@@ -298,10 +292,9 @@ def ensure_profile(
     (the measurement then runs on those ranks), or by one process without it (the
     measurement then starts ``settings.world_size`` local ranks)."""
     current = _fingerprint(settings, settings.world_size)
-    saved = load_profile(directory)
-    if saved is not None and not stale_fields(saved, current):
-        if reusable(saved, settings, directory):
-            return saved
+    saved, checked = fresh_profile(directory, current)
+    if saved is not None and reusable(saved, settings, directory, checked=checked):
+        return saved
     buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
     micro_batches = select_profile_shapes(
         [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
@@ -390,14 +383,19 @@ def reusable(
     directory: str | os.PathLike[str],
     *,
     tolerance: float | None = None,
+    checked: float | None = None,
 ) -> bool:
     """Whether ``saved`` (with a fresh fingerprint) may be reused on this machine now:
-    measured or checked recently, or a probe agrees within ``tolerance`` (default:
+    measured or checked recently (``checked``: when, as
+    :func:`~datacentric.profiling.store.fresh_profile` read it; default: read from
+    ``directory``), or a probe agrees within ``tolerance`` (default:
     :func:`probe_tolerance`, the spread its validation measured; the check is recorded).
     Otherwise a one-line note on stderr says why it is measured again."""
     if tolerance is None:
         tolerance = probe_tolerance(saved)
-    if _rank_zero_value(time.time() - last_checked(directory) < PROBE_TRUST_S):
+    if checked is None:
+        checked = last_checked(directory)
+    if _rank_zero_value(time.time() - checked < PROBE_TRUST_S):
         return True
     probe = probe_profile(saved, settings)
     if probe.agrees(tolerance):

@@ -170,6 +170,18 @@ def stale_fields(profile: Profile, current: dict[str, Any]) -> list[str]:
     return [k for k in keys if profile.fingerprint.get(k) != current.get(k)]
 
 
+def fresh_profile(
+    directory: str | os.PathLike[str], current: dict[str, Any]
+) -> tuple[Profile | None, float]:
+    """The profile in ``directory`` if its fingerprint is ``current`` (else ``None``:
+    none, or stale), and when it was last measured or probed (:func:`last_checked`; 0
+    without a fresh one), read together: what a caller needs to decide on reuse."""
+    saved = load_profile(directory)
+    if saved is None or stale_fields(saved, current):
+        return None, 0.0
+    return saved, last_checked(directory)
+
+
 def save_probe(directory: str | os.PathLike[str], worst_rel_diff: float) -> Path:
     """Record that the profile in ``directory`` was checked now (``probe.json``)."""
     data = {"checked_unix": time.time(), "worst_rel_diff": worst_rel_diff}

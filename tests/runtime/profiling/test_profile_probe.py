@@ -24,6 +24,7 @@ from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult
 from datacentric.profiling.store import (
     PROFILE_FILE,
+    fresh_profile,
     last_checked,
     load_profile,
     save_probe,
@@ -72,6 +73,17 @@ def test_a_recently_checked_profile_is_trusted_without_a_probe(tmp_path, monkeyp
 
     monkeypatch.setattr(autoprofile, "measure", no_measure)
     assert reusable(make_profile(world=1), SETTINGS, tmp_path)
+
+
+def test_a_saved_profile_is_read_with_when_it_was_checked_only_while_fresh(tmp_path) -> None:
+    assert fresh_profile(tmp_path, {}) == (None, 0.0)  # none saved
+    saved = make_profile(world=1)
+    save_profile(saved, tmp_path)
+    save_probe(tmp_path, 0.05)
+    profile, checked = fresh_profile(tmp_path, dict(saved.fingerprint))
+    assert profile == load_profile(tmp_path) and checked == last_checked(tmp_path) > 0
+    stale = {**saved.fingerprint, "world_size": 8}
+    assert fresh_profile(tmp_path, stale) == (None, 0.0)
 
 
 @pytest.mark.slow
