@@ -58,7 +58,8 @@ def time_left_s(done: int, total: int, seconds: float) -> float | None:
 class TimeLeft:
     """The time left of ``total`` units of like size (steps, runs), from when each one
     ended: the mean time of the units measured, the first left out once a second is done
-    (it pays the start: compilation, caches, a profile), less the time the unit now
+    if it took over twice the others' (it paid the start: compilation, caches, a
+    profile, a search), less the time the unit now
     running has taken. ``partial`` (the share of that unit done, when it is known) gives
     that unit's own pace, weighed by the share (before any unit has ended, it alone gives
     the pace)."""
@@ -75,29 +76,50 @@ class TimeLeft:
         if done > self.marks[-1][0]:
             self.marks.append((done, at))
 
-    def seconds(self, now: float, partial: float = 0.0, running: float = 1.0) -> float | None:
+    def _first(self) -> tuple[int, float]:
+        """The mark the pace is measured from: the start, or the first unit's end once
+        a second is done if the first took over twice the others' mean (it paid the
+        start: compilation, caches, a search); one like the others counts."""
+        if len(self.marks) <= 2:
+            return self.marks[0]
+        (done0, start), (done1, end1), (done, last) = self.marks[0], self.marks[1], self.marks[-1]
+        first_pace = (end1 - start) / (done1 - done0)
+        others_pace = (last - end1) / (done - done1)
+        return self.marks[1] if first_pace > 2 * others_pace else self.marks[0]
+
+    def seconds(
+        self,
+        now: float,
+        partial: float = 0.0,
+        running: float = 1.0,
+        own_left: float | None = None,
+    ) -> float | None:
         """Seconds left at ``now`` (None: nothing measured yet, or all done);
         ``running``: the units the piece of work now running counts for (a stage
-        weighed by its cost; 1 for steps)."""
+        weighed by its cost; 1 for steps); ``own_left``: that piece's own estimate of
+        its rest (from its steps), else its pace is the time it has taken over
+        ``partial``."""
         done, last = self.marks[-1]
         if done >= self.total:
             return None
         running = min(max(running, 1e-9), self.total - done)
-        first = self.marks[1] if len(self.marks) > 2 else self.marks[0]
+        first = self._first()
         own = (now - last) / (partial * running) if partial > 0 else None
         if done > first[0]:
             per_unit = (last - first[1]) / (done - first[0])
+        elif own_left is not None and partial < 1:
+            per_unit = own_left / ((1 - partial) * running)
         elif own is not None:
             per_unit = own
         else:
             return None
         later = (self.total - done - running) * per_unit
-        if own is not None:
-            # the running piece's rest at its own pace, trusted as far as it has come
+        if own_left is not None:  # its steps' own estimate (they vary less than stages do)
+            return later + own_left
+        if own is not None:  # its pace so far, trusted as far as it has come
             pace = partial * own + (1 - partial) * per_unit
             return max(0.0, later + (1 - partial) * running * pace)
-        expected = running * per_unit  # the running piece's own time, at the pace so far
-        return later + max(0.0, expected - (now - last))
+        return later + max(0.0, running * per_unit - (now - last))  # its usual time, less its own
 
 
 class Progress:
@@ -135,6 +157,8 @@ class Progress:
         self.running = 1.0
         """Units the piece of work now running counts for (:meth:`begin`)."""
         self._inside: tuple[float, str] | None = None
+        self._steps: TimeLeft | None = None
+        """The steps of the stage now running, when it reports them (:meth:`inside`)."""
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.every_s = every_s
@@ -147,7 +171,12 @@ class Progress:
 
             # disable=False: TQDM_DISABLE quiets other libraries' bars, not this one
             self._bar = tqdm(
-                total=self.total, desc=what, unit=unit, file=self.stream, disable=False
+                total=self.total,
+                desc=what,
+                unit=unit,
+                file=self.stream,
+                disable=False,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
             )
         self._started = clock()
         self.left = TimeLeft(self.total, start=self._started)
@@ -170,13 +199,12 @@ class Progress:
             self.done = min(self.total, self.done + n)
             self.left.reached(self.done, self.clock())
             if n:
-                self.running, self._inside = 1.0, None
+                self.running, self._inside, self._steps = 1.0, None, None
             if stage is not None:
                 self.stage = stage
             if self._bar is not None:
+                self._bar_postfix()
                 self._bar.update(n)
-                if stage is not None:
-                    self._bar.set_postfix_str(stage, refresh=False)
 
     def set_total(self, total: int) -> None:
         """Count ``total`` units from now on (work whose size shows once it starts,
@@ -205,7 +233,7 @@ class Progress:
         the time left waits for it at the pace of the stages done so far."""
         self.update(0, stage=stage)
         with self._lock:
-            self.running, self._inside = float(units), None
+            self.running, self._inside, self._steps = float(units), None, None
 
     def inside(self, done: int, total: int, what: str = "step") -> None:
         """The stage now running has done ``done`` of its ``total`` steps (a callback
@@ -213,24 +241,49 @@ class Progress:
         and the line says ``step DONE/TOTAL``."""
         with self._lock:
             self._inside = (done / total if total else 0.0, f"{what} {done}/{total}")
+            if self._steps is None or self._steps.total != total:
+                self._steps = TimeLeft(total, start=self.left.marks[-1][1])
+            self._steps.reached(done, self.clock())
 
     def line(self) -> str:
         """The progress line as it stands."""
         now = self.clock()
+        stage, left = self._now(now)
+        what = f"{self.what} ({stage})" if stage else self.what
+        line = progress_line(what, self.done, self.total, now - self._started)
+        return line if left is None else f"{line}, about {elapsed_text(left)} left"
+
+    def _now(self, now: float) -> tuple[str, float | None]:
+        """What runs now (the stage, and where it is when it says) and the seconds left
+        (None: not asked for, or nothing to tell yet)."""
         running = self.partial() if self.partial is not None else self._inside
         share, inside = running if running is not None else (0.0, "")
         stage = ", ".join(s for s in (self.stage, inside) if s)
-        what = f"{self.what} ({stage})" if stage else self.what
-        line = progress_line(what, self.done, self.total, now - self._started)
+        if not self.time_left:
+            return stage, None
         share = min(max(share, 0.0), 1.0)
-        left = self.left.seconds(now, share, self.running) if self.time_left else None
-        return line if left is None else f"{line}, about {elapsed_text(left)} left"
+        own = None
+        if self._steps is not None:
+            # a stage's steps give its pace once a second one is done (the first pays
+            # the stage's search); till then, its usual cost less the time it has taken
+            own = self._steps.seconds(now) if len(self._steps.marks) > 2 else None
+            share = share if own is not None else 0.0
+        return stage, self.left.seconds(now, share, self.running, own)
+
+    def _bar_postfix(self) -> None:
+        """The bar's words after its count: the stage and our time left (tqdm's own
+        estimate, from its recent rate, is not shown: units may be unlike)."""
+        stage, left = self._now(self.clock())
+        words = [stage] if stage else []
+        words += [f"about {elapsed_text(left)} left"] if left is not None else []
+        self._bar.set_postfix_str(", ".join(words), refresh=False)
 
     def _tick(self) -> None:
         wait = 1.0 if self._bar is not None else self.every_s
         while not self._stop.wait(wait):
             with self._lock:
                 if self._bar is not None:
+                    self._bar_postfix()
                     self._bar.refresh()
                 else:
                     self._write(self.line())

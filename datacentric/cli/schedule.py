@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datacentric.cli.epoch_report import policy_report, ratio_text
 from datacentric.cli.flag_groups import (
@@ -44,6 +44,9 @@ from datacentric.cli.planning_inputs import (
     profiled_model,
 )
 from datacentric.cli.ranks import announce
+
+if TYPE_CHECKING:
+    from datacentric.progress import Progress
 
 KEY = """\
 Reading the output. The headline, per policy: one epoch's estimated time (the steps'
@@ -166,8 +169,9 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     for policy in policies:  # each policy's steps, out of the epoch's, with time left
         with Progress(f"schedule {policy} steps", 1, unit="step", time_left=True) as steps:
             rows[policy] = policy_summary(
-                args, policy, pipeline, source, skipped, on_step=steps.reached
+                args, policy, pipeline, source, skipped, on_step=last_step_held(steps)
             )
+            steps.update()  # the last step, with the epoch's measures and checks
     if len(policies) == 1:
         return rows[policies[0]]
     shared = ("world", "cost_model", "samples_total", "samples_skipped", "tokens_per_step_mean")
@@ -177,6 +181,17 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         "global_batch_tokens": batch["global_batch_tokens"],
         "policies": {p: {k: v for k, v in row.items() if k != "policy"} for p, row in rows.items()},
     }
+
+
+def last_step_held(steps: Progress) -> Callable[[int, int], None]:
+    """``on_step`` for a progress of the epoch's steps that counts the last one only
+    once the schedule is measured and checked (seconds on a large epoch, up to a few
+    steps' time: the time left would end before the work does)."""
+
+    def reached(done: int, total: int) -> None:
+        steps.reached(min(done, total - 1), total)
+
+    return reached
 
 
 def policy_summary(

@@ -113,7 +113,8 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     options = SchedulingConfig(**global_batch_options(args))
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
-    with Progress(f"simulate on {args.world} ranks", 1 + len(policies), unit="stage") as bar:
+    what = f"simulate on {args.world} ranks"
+    with Progress(what, 1, unit="part", time_left=True) as bar:  # run_policies sizes it
         runs = run_policies(
             workload.shapes,
             cost_model,

@@ -9,7 +9,7 @@ epoch-time bound from the scheduler's own ideal bound, and every policy is execu
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,47 @@ DEFAULT_POLICIES = (
     "dcp-pac",
     "dcp-opt",
 )
+
+
+#: Each stage's typical share (percent) of a comparison's time: the median over
+#: simulate's default policies on opensora-short, -long and -balanced (16-32 ranks),
+#: sft-longtail (64), stdlib-code (8) and longctx-1m (64), timed on 2 shared cores
+#: (planning: a tenth of static's, its median ratio). The progress counts a stage as its
+#: share, so a time left weighs a policy's search by what it usually costs (the shares
+#: vary several-fold between workloads: a time left is an estimate until the long stages
+#: are measured); a policy not listed counts as 1.
+STAGE_SHARE = {
+    "planning": 3.2,
+    "static": 32.0,
+    "static-reference": 0.5,
+    "megatron-dyncp": 18.0,
+    "dcp-intra": 1.1,
+    "dcp-inter": 1.1,
+    "dcp-pac": 2.4,
+    "dcp-opt": 30.0,
+}
+
+#: A policy whose cost grows with the epoch's steps (it solves each step on its own):
+#: its search's share and its share per step, in :data:`STAGE_SHARE`'s scale, used
+#: once a first policy has told the steps. Fitted on the opensora presets (the first
+#: step's search 5-7 s, then 0.5-1.2 s a step, against static's 6-15 s); elsewhere its
+#: cost against static's differs up to 30-fold (sft-longtail, stdlib-code, longctx-1m).
+STEP_SHARE = {"dcp-opt": (14.0, 2.5)}
+
+#: The stage that plans, before any policy (:data:`STAGE_SHARE`'s key).
+PLANNING = "planning"
+
+
+def stage_units(policies: Sequence[str], steps: int | None = None) -> dict[str, int]:
+    """The progress units of planning and of each policy (:data:`STAGE_SHARE`, at least
+    1 each); with the epoch's ``steps``, by :data:`STEP_SHARE` for the policies there."""
+    shares = {PLANNING: STAGE_SHARE[PLANNING]}
+    shares |= {p: STAGE_SHARE.get(p, 1.0) for p in policies}
+    if steps is not None:
+        for policy in set(policies) & set(STEP_SHARE):
+            search, per_step = STEP_SHARE[policy]
+            shares[policy] = search + per_step * steps
+    return {stage: max(1, round(share)) for stage, share in shares.items()}
 
 
 def simulation_cost_model(
@@ -117,7 +158,8 @@ def run_policies(
     bound over the samples each schedule actually runs. With ``errors`` (a dict), a
     policy whose scheduling or simulation raises is left out of the result and its
     error recorded there (benchmarks report it); without, the error propagates.
-    ``progress`` counts the plan and each policy (``1 + len(policies)`` units).
+    ``progress`` counts the plan and each policy by its usual cost (:func:`stage_units`;
+    its total is set here), a policy that builds its steps in order by its steps too.
     """
     if pipeline is None:
         if plan is None and memory_cap_bytes is None:
@@ -131,22 +173,34 @@ def run_policies(
             seed=seed,
             plan=plan,
         )
-    stages = progress or Progress("", 1 + len(policies), enabled=False)
-    stages.set_stage(f"planning {len(pipeline.shapes):,} samples")
+    units = stage_units(policies)
+    stages = progress or Progress("", 1, enabled=False)
+    stages.set_total(sum(units.values()))
+    stages.begin(f"planning {len(pipeline.shapes):,} samples", units[PLANNING])
     _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
+    stages.update(units[PLANNING])
     bounds: dict[tuple[int, ...], tuple[float, float]] = {}
     runs: dict[str, PolicyRun] = {}
-    for policy in policies:
-        stages.update(stage=policy)
+    for number, policy in enumerate(policies):
+        stages.begin(policy, units[policy])
         try:
             runs[policy] = _run_policy(
-                pipeline, policy, bounds, epoch=epoch, record_spans=record_spans
+                pipeline,
+                policy,
+                bounds,
+                epoch=epoch,
+                record_spans=record_spans,
+                on_step=stages.inside,
             )
         except Exception as err:  # recorded for the caller, see the docstring
             if errors is None:
                 raise
             errors[policy] = f"{type(err).__name__}: {err}"
-    stages.update()
+        stages.update(units[policy])
+        if len(runs) == 1 and policy in runs:  # the epoch's steps are told: weigh the rest
+            later = policies[number + 1 :]
+            units |= stage_units(later, len(runs[policy].schedule.iterations))
+            stages.set_total(stages.done + sum(units[p] for p in later))
     return runs
 
 
@@ -157,13 +211,14 @@ def _run_policy(
     *,
     epoch: int,
     record_spans: bool,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> PolicyRun:
     """Schedule and simulate one policy; ``bounds`` caches the ideal time (the proved
-    bound's and the old one's) per dropped set."""
+    bound's and the old one's) per dropped set; ``on_step`` hears of the steps built."""
     from datacentric.scheduling.measures import overlaps_grad_sync
 
     start = time.perf_counter()
-    schedule = pipeline.schedule(epoch, policy=policy, measure=False)
+    schedule = pipeline.schedule(epoch, policy=policy, measure=False, on_step=on_step)
     elapsed = time.perf_counter() - start
     dropped = schedule.dropped_sample_ids
     if dropped not in bounds:
