@@ -28,6 +28,10 @@ micro-batches to groups that minimise the iteration's makespan.
    solved as above; kept when its estimated makespan is at least :data:`PHASE_GAIN`
    shorter. Where every micro-batch prefers one size, the leftover ones of the last
    round in a phase of their own instead (:func:`tail_phase`).
+6. **Token-packed steps.** Also the step as megatron-dyncp forms it: samples of any
+   bucket packed into CP groups up to a per-rank token cap, the rank layout re-formed
+   for every micro-batch, under each (recomputation, cap) its search keeps
+   (:class:`TokenPacked`); the fastest of all is the step.
 """
 
 from __future__ import annotations
@@ -64,28 +68,29 @@ from datacentric.settings.scheduling import SchedulingConfig
 #: Epochs of at most this many samples also try every step as the peers run it.
 PORTFOLIO_SAMPLES = 200_000
 #: The policies whose steps dcp-opt's portfolio tries (:class:`Portfolio`): each name's
-#: step makers, one per configuration its search keeps for the epoch.
+#: step makers, one per configuration its search keeps for the epoch. (megatron-dyncp's
+#: steps are in dcp-opt's own search, :class:`TokenPacked`.)
 PEERS: dict[str, Callable[[PolicyInput], list[StepMaker]]] = {
     "static": static.step_makers,
-    "megatron-dyncp": megatron_dyncp.step_makers,
     # the paper's policy: on 1,023 documents of 91K tokens and one of 131K at 64 GPUs
     # (4M-token steps) its per-micro-batch knapsack ran 0.928 of the bound, dcp-opt 0.876
     "dcp-pac": dcp_pac.step_makers,
 }
 #: The most samples an epoch may have for a peer's search to run in the portfolio (up to
-#: :data:`PORTFOLIO_SAMPLES`). ``megatron-dyncp``'s search forms and prices its token-packed
-#: micro-batches for about ten (recomputation, cap) candidates and no floor rules it out
-#: (its configurations are dcp-opt's): on ``sft-longtail`` (100,000 samples, 64 GPUs) it
-#: was two thirds of ``schedule``'s CPU time and gave none of the 7 steps, as on every
-#: shipped preset at 32 and 64 GPUs (benchmarks/own_steps.md), so above 50,000 samples it
-#: is dropped; the sets where it gave steps had at most 10,368 samples.
-PEER_SAMPLES = {
-    "static": PORTFOLIO_SAMPLES,
-    "megatron-dyncp": 50_000,
-    "dcp-pac": PORTFOLIO_SAMPLES,
-}
+#: :data:`PORTFOLIO_SAMPLES`).
+PEER_SAMPLES = {"static": PORTFOLIO_SAMPLES, "dcp-pac": PORTFOLIO_SAMPLES}
 #: A peer's step replaces dcp-opt's when this much shorter (relative).
 PEER_GAIN = 1e-9
+#: dcp-opt's own search tries every step token-packed (:class:`TokenPacked`) on epochs of
+#: at most this many samples ...
+TOKEN_PACKED_SAMPLES = 50_000
+#: ... and on larger ones (up to :data:`PORTFOLIO_SAMPLES`) where a step's samples times
+#: the world is at most this: megatron-dyncp's forming places every sample on one of up
+#: to ``world`` CP groups, and its search prices about ten (recomputation, cap)
+#: candidates. 120,000 chat turns at 8 GPUs are 64,000 a step, 50,000 packed rows at
+#: 128 GPUs 537,000; sft-longtail at 64 GPUs (100,000 samples, 915,000) took 23.7 s of
+#: CPU with it against 7.3 s without, and no step was token-packed.
+TOKEN_PACKED_STEP_WORK = 600_000
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
 #: ... and walk from the best layout to better neighbours in at most this many steps.
@@ -512,7 +517,9 @@ def stepwise(inp: PolicyInput) -> PolicySteps:
     data order, each built from its own global batch only (after a search made once for
     the epoch), so the steps come in order as they are asked for; on epochs of at most
     :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own and the steps
-    ``static``, ``megatron-dyncp`` and ``dcp-pac`` would run (:class:`Portfolio`)."""
+    ``static`` and ``dcp-pac`` would run (:class:`Portfolio`); on epochs of at most
+    :data:`TOKEN_PACKED_SAMPLES` its own search tries each step token-packed too
+    (:class:`TokenPacked`)."""
     table = inp.single_sample_pac_table()
     chunks, dropped = inp.global_batches()
     out = PolicySteps(iter(()), dropped=list(dropped))
@@ -525,25 +532,87 @@ def _steps(
 ) -> Iterator[Iteration]:
     """:func:`stepwise`'s iterations; ``settings`` gets the portfolio's counts at the end."""
     peers = Portfolio(inp) if len(inp.active) <= PORTFOLIO_SAMPLES else None
+    packed = TokenPacked(inp) if token_packed_runs(inp, len(chunks)) else None
     for k, chunk in enumerate(chunks):
-        best = own_step(inp, table, chunk, k)
+        best = own_step(inp, table, chunk, k, packed)
         if peers is not None:
             best = peers.best(k, chunk, best)
         inp.step_done(k + 1, len(chunks))
         yield best
     if peers is not None:
         settings.update(peers.settings())
+    if packed is not None:
+        settings["token_packed_steps"] = packed.steps
 
 
-def own_step(inp: PolicyInput, table: OptionTable, chunk: np.ndarray, k: int) -> Iteration:
-    """Step ``k`` of the global batch ``chunk`` by dcp-opt's own search."""
+def own_step(
+    inp: PolicyInput,
+    table: OptionTable,
+    chunk: np.ndarray,
+    k: int,
+    packed: TokenPacked | None = None,
+) -> Iteration:
+    """Step ``k`` of the global batch ``chunk`` by dcp-opt's own search: its own
+    micro-batches laid out by :func:`solve_step` and, with ``packed``, the token-packed
+    steps of :class:`TokenPacked`; the fastest is kept."""
     items = make_items(inp, table, chunk)
     best = solve_step(inp, table, items, k)
     if any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size:
         # few micro-batches a group: riders' coarser grain may cost more than they save
         plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
         best = min(best, plain, key=lambda it: step_seconds(inp, it))
-    return best
+    return best if packed is None else packed.best(k, chunk, best)
+
+
+def token_packed_runs(inp: PolicyInput, steps: int) -> bool:
+    """Whether dcp-opt's own search tries the ``steps`` steps of this epoch token-packed
+    (:data:`TOKEN_PACKED_SAMPLES`, :data:`TOKEN_PACKED_STEP_WORK`)."""
+    samples = len(inp.active)
+    if samples <= TOKEN_PACKED_SAMPLES:
+        return True
+    per_step = samples / max(steps, 1)
+    return samples <= PORTFOLIO_SAMPLES and per_step * inp.world_size <= TOKEN_PACKED_STEP_WORK
+
+
+class TokenPacked:
+    """Token-packed steps as options of dcp-opt's own search: each global batch formed
+    as megatron-dyncp forms it (sequences packed up to a per-rank token cap into CP
+    groups, the rank layout re-formed for every micro-batch), under each (recomputation,
+    cap) its search keeps for the epoch
+    (:func:`~datacentric.scheduling.megatron_dyncp.step_makers`: made once, on the
+    first step where a token-packed step could beat dcp-opt's own, by
+    :func:`~datacentric.scheduling.peer_bounds.step_floors`). Short documents that
+    each fill a fraction of a rank pay a pass's fixed costs once per micro-batch that
+    way (120,000 chat turns of about 180 tokens at 8 GPUs: 1.1% shorter than dcp-opt's
+    bucket-packed micro-batches). Every step megatron-dyncp runs is then in dcp-opt's
+    own search, so its portfolio need not run it (:data:`PEERS`)."""
+
+    def __init__(self, inp: PolicyInput) -> None:
+        self.inp = inp
+        self.makers: list[StepMaker] | None = None
+        self.steps = 0
+
+    def best(self, k: int, chunk: np.ndarray, own: Iteration) -> Iteration:
+        """The fastest of ``own`` and the token-packed steps ``k`` of ``chunk``."""
+        inp = self.inp
+        best, seconds = own, step_seconds(inp, own)
+        floors = peer_bounds.step_floors(inp, "megatron-dyncp", [chunk])
+        if not peer_bounds.could_win(floors, [seconds], PEER_GAIN):
+            return own
+        if self.makers is None:
+            try:
+                self.makers = megatron_dyncp.step_makers(inp)
+            except ValueError:  # no cap and recomputation forms every sampled step
+                self.makers = []
+        for make in self.makers:
+            try:
+                it = make(k, chunk)
+            except ValueError:  # this cap cannot run this step
+                continue
+            if step_seconds(inp, it) < seconds * (1 - PEER_GAIN):
+                best, seconds = it, step_seconds(inp, it)
+        self.steps += best is not own
+        return best
 
 
 def step_seconds(inp: PolicyInput, it: Iteration) -> float:

@@ -203,20 +203,20 @@ def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
         for name, policy in dcp_opt.PEERS.items()
     }
     monkeypatch.setattr(dcp_opt, "PEERS", peers)
-    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "megatron-dyncp", len(shapes) - 1)
+    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "dcp-pac", len(shapes) - 1)
     heard: list[tuple[int, int]] = []
     ours = pipe.schedule(0, policy="dcp-opt", on_step=lambda d, t: heard.append((d, t)))
     settings = ours.meta["settings"]
-    assert settings["peers_dropped"] == ["megatron-dyncp"]
-    assert "megatron-dyncp" not in ran and "dcp-pac" in ran
-    assert settings["steps_from_peers"]["megatron-dyncp"] == 0
+    assert settings["peers_dropped"] == ["dcp-pac"]
+    assert "dcp-pac" not in ran
+    assert settings["steps_from_peers"]["dcp-pac"] == 0
     n = len(ours.iterations)
     assert heard[0] == (1, n) and heard[-1] == (n, n)
     assert [d for d, _ in heard] == sorted(d for d, _ in heard)
     ours.validate()
-    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "megatron-dyncp", len(shapes))
+    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "dcp-pac", len(shapes))
     ran.clear()
     pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
     with_all = pipe.schedule(0, policy="dcp-opt")
     assert with_all.meta["settings"]["peers_dropped"] == []
-    assert "megatron-dyncp" in ran
+    assert "dcp-pac" in ran
