@@ -89,20 +89,22 @@ def measure_profile(
     """Dual-layer profile points of every micro-batch on every SP size (one spawn), and
     the results of ``extra_cases`` measured in the same session."""
     start = time.perf_counter()
+    # what the profile records of the model, known (and checked) before anything runs
+    spec = settings.spec or named_spec(settings.model, settings.model_args)
+    kind = attention_kind(settings.model, spec)
     cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
     results = measure([*cases, *extra_cases], settings)
     dual, extra = results[: len(cases)], results[len(cases) :]
     points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
     sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
     sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
-    spec = settings.spec or named_spec(settings.model, settings.model_args)
     depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
     full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
     profile = Profile(
         fingerprint=_fingerprint(settings, settings.world_size),
         model=settings.model,
         num_blocks=spec.num_blocks,
-        attention_kind=attention_kind(settings.model, spec),
+        attention_kind=kind,
         points=tuple(points),
         gpus_per_node=settings.world_size,  # the ranks of one machine share its links
         grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
@@ -440,9 +442,10 @@ def _is_rank_zero() -> bool:
 
 
 def _fingerprint(settings: ProfileSettings, world: int) -> dict[str, Any]:
+    lora = settings.lora.to_json() if settings.lora is not None else None
     found = fingerprint(
         settings.model, world, settings.dtype, settings.backend, dict(settings.model_args)
     )
-    if settings.lora is not None:  # frozen weights time and hold differently
-        found["lora"] = settings.lora.to_json()
+    if lora is not None:  # frozen weights time and hold differently
+        found["lora"] = lora
     return found

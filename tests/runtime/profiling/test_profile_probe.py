@@ -86,6 +86,25 @@ def test_a_saved_profile_is_read_with_when_it_was_checked_only_while_fresh(tmp_p
     assert fresh_profile(tmp_path, stale) == (None, 0.0)
 
 
+def test_a_model_the_profiler_cannot_describe_is_refused_before_anything_runs(monkeypatch):
+    """The profile's block count and attention come from the spec the caller handed,
+    checked before the first case runs (a second block kind is refused at once)."""
+    from dataclasses import replace
+
+    from datacentric.profiling.factory import get_model_spec
+
+    spec = get_model_spec("llama")
+    mixed = replace(spec, block_kinds=("causal", "full") * (spec.num_blocks // 2))
+
+    def no_measure(*args, **kwargs):
+        raise AssertionError("measured a model it then refused")
+
+    monkeypatch.setattr(autoprofile, "measure", no_measure)
+    settings = replace(SETTINGS, spec=mixed)
+    with pytest.raises(ValueError, match="one block kind"):
+        autoprofile.measure_profile(settings, [(TEXT(64),)], [1])
+
+
 @pytest.mark.slow
 def test_a_doctored_profile_is_measured_again_with_a_note(tmp_path, capsys) -> None:
     shapes = [TEXT(64), TEXT(256)]
