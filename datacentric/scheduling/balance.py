@@ -24,6 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 EPS = 1e-12
+#: Most answers :func:`local_search` keeps (then it forgets them all and starts again).
+SEARCH_MEMO_SIZE = 256
+_search_memo: dict[tuple, np.ndarray] = {}
 
 
 def proportional_layout(
@@ -233,7 +236,40 @@ def local_search(
     move goes where it costs the fewest GPU-seconds among the groups where it helps.
 
     Keeps every group non-empty if it was. Returns the new ``owner``.
+
+    A pure function of its arguments, so the answer for the same arguments (by value)
+    is remembered: dcp-opt's layout search asks again with the same start (targets that
+    LPT reaches alike, the same layout under two preference views), a quarter of the
+    calls on 200,000 samples at 64 GPUs and most of their time.
     """
+    group_class, class_sizes, owner = map(np.asarray, (group_class, class_sizes, owner))
+    key = (
+        times.shape,
+        times.dtype.str,
+        np.ascontiguousarray(times).tobytes(),
+        group_class.astype(np.int64).tobytes(),
+        class_sizes.astype(np.int64).tobytes(),
+        owner.dtype.str,
+        owner.tobytes(),
+        int(max_moves),
+    )
+    found = _search_memo.get(key)
+    if found is None:
+        found = _local_search(times, group_class, class_sizes, owner, max_moves)
+        if len(_search_memo) >= SEARCH_MEMO_SIZE:
+            _search_memo.clear()
+        _search_memo[key] = found
+    return found.copy()
+
+
+def _local_search(
+    times: np.ndarray,
+    group_class: np.ndarray,
+    class_sizes: np.ndarray,
+    owner: np.ndarray,
+    max_moves: int,
+) -> np.ndarray:
+    """:func:`local_search`, computed."""
     n_groups = len(group_class)
     owner = owner.copy()
     t_own = times[np.arange(len(owner)), group_class[owner]]
@@ -242,7 +278,7 @@ def local_search(
     state = _Search(
         times=times,
         group_class=group_class,
-        class_sizes=np.asarray(class_sizes),
+        class_sizes=class_sizes,
         owner=owner,
         t_own=t_own,
         loads=np.bincount(owner, weights=t_own, minlength=n_groups),

@@ -63,8 +63,9 @@ class DatasetView:
         self._all_text = not video.any()
 
     @cached_property
-    def _token_list(self) -> list[int]:
-        return self.tokens.tolist()
+    def _lists(self) -> tuple[list[int], list[int]]:
+        """:attr:`bucket_of` and :attr:`tokens` as lists."""
+        return self.bucket_of.tolist(), self.tokens.tolist()
 
     @property
     def num_samples(self) -> int:
@@ -79,14 +80,14 @@ class DatasetView:
         """The cost model's time for the micro-batch of samples ``ids`` on ``sp`` ranks
         with a ring of ``ring`` (memoised; text micro-batches by their sums where the model
         prices them so, ``prices_text_by_sums``)."""
-        buckets = self.bucket_of[ids]
-        b = int(buckets[0])
-        if self.uniform[b] and (buckets == b).all():
+        bucket_of, tokens = self._lists  # (Python lists: a micro-batch has a few samples)
+        b = bucket_of[ids[0]]
+        if self.uniform[b] and all(bucket_of[i] == b for i in ids):
             key: tuple = (b, len(ids), sp, rc, ring)
-        elif len(ids) == 1 and self.shapes[int(ids[0])].grid is None:
-            key = (int(self.tokens[int(ids[0])]), sp, rc, ring)  # one text sample: its length
+        elif len(ids) == 1 and self.shapes[ids[0]].grid is None:
+            key = (tokens[ids[0]], sp, rc, ring)  # one text sample: its length
         elif self._all_text and getattr(cost_model, "prices_text_by_sums", False):
-            key = (*lengths_sums([self._token_list[i] for i in ids]), sp, rc, ring)
+            key = (*lengths_sums([tokens[i] for i in ids]), sp, rc, ring)
         else:
             key = (tuple(int(i) for i in ids), sp, rc, ring)  # ids name the shapes (fast hash)
         t = self._exact.get(key)
