@@ -1,6 +1,7 @@
-"""What a resume checks and keeps: the settings a checkpoint's run must share with the
-run that continues it, the dataset's fingerprint, the trainer's state a checkpoint
-records (``trainer.json``), and the records of steps that will run again.
+"""What a resume loads, checks and keeps: the checkpoint a start continues from
+(:func:`load_to_resume`), the settings its run must share with the run that continues
+it, the dataset's fingerprint, the trainer's state a checkpoint records
+(``trainer.json``), and the records of steps that will run again.
 
 A resume refuses a checkpoint whose model, adapters, data, schedule or seed differ
 (:data:`RESUME_FIXED`, :func:`check_unchanged`); the rest (steps, learning rate,
