@@ -126,10 +126,10 @@ def test_a_build_in_its_own_process_hands_out_the_whole_builds_steps(monkeypatch
     assert steps == list(whole.iterations) and schedule.iterations == whole.iterations
     own_step = dcp_opt.own_step
 
-    def planted(inp, table, chunk, k):
+    def planted(inp, table, chunk, k, *rest):
         if k == 2:
             raise ValueError("planted: step 3 fits nothing")
-        return own_step(inp, table, chunk, k)
+        return own_step(inp, table, chunk, k, *rest)
 
     monkeypatch.setattr(dcp_opt, "own_step", planted)  # the forked process inherits it
     failing = StreamedBuild(small_loop(0).pipeline.stream(0), name="schedule-epoch-0")
