@@ -430,29 +430,44 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
 
 
 def finalists(
-    inp: PolicyInput, formed: dict[tuple[int, int], list[list[CPGroup]] | None]
+    inp: PolicyInput,
+    formed: dict[tuple[int, int], list[list[CPGroup]] | None],
+    built: dict[tuple[str, int, int], Iteration] | None = None,
 ) -> list[tuple[str, OptionTable, int]]:
     """The best :data:`FINALISTS` (recomputation, its table, per-rank cap) priced on a
-    spread of the epoch's steps (``formed``: the micro-batches formed on the way);
-    ``ValueError`` when no candidate runs."""
+    spread of the epoch's steps (``formed``: the micro-batches formed on the way;
+    ``built``: the steps built, by (recomputation, cap, step)); ``ValueError`` when no
+    candidate runs. A candidate stops being priced once its steps so far and the proved
+    bounds of the rest (:func:`step_floors_s`) exceed the third best's total: it cannot
+    be a finalist."""
     chunks, _ = inp.global_batches()
     sample = priced_steps(len(chunks))
+    built = {} if built is None else built
     first: list[tuple[float, str, int]] = []
     why = "no recomputation setting fits every bucket"
     for name, allowed in RECOMPUTATIONS.items():
         table = inp.table(name if name != "plan" else "pac", allowed)
         if not all(table.options(b) for b in inp.active_buckets()):
             continue
-        floor = sampled_floor_s(inp, name, [chunks[k] for k in sample])
+        floors = step_floors_s(inp, name, [chunks[k] for k in sample])
+        rest = np.cumsum(floors[::-1])[::-1].tolist()[1:] + [0.0]  # bounds of later steps
         for cap in cap_candidates(inp, table):
-            if len(first) >= FINALISTS and floor > sorted(first)[FINALISTS - 1][0]:
+            worst = sorted(first)[FINALISTS - 1][0] if len(first) >= FINALISTS else np.inf
+            if sum(floors) > worst:
                 break  # no cap of this setting can be a finalist: its steps cost more
+            total = 0.0
             try:
-                steps = [build_steps(inp, table, cap, [chunks[k]], k, formed)[0] for k in sample]
+                for k, later in zip(sample, rest):
+                    it = build_steps(inp, table, cap, [chunks[k]], k, formed)[0]
+                    built[name, cap, k] = it
+                    total += it.est_makespan_s
+                    if total + later > worst:
+                        break
             except ValueError as err:  # a sequence needs more ranks, or a unit fits nothing
                 why = f"{cap} tokens per rank, recomputation {name}: {err}"
                 continue
-            first.append((sum(it.est_makespan_s for it in steps), name, cap))
+            if total + later <= worst:
+                first.append((total, name, cap))
     if not first:
         raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
     first.sort()
@@ -464,29 +479,33 @@ def finalists(
 
 def step_makers(inp: PolicyInput) -> list[StepMaker]:
     """The steps ``megatron-dyncp``'s finalists would run, one maker each (``dcp-opt``'s
-    portfolio tries every one on every step); ``ValueError`` when none runs."""
+    own search tries every one on every step); ``ValueError`` when none runs."""
     out = []
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}  # shared by the finalists
-    for _, table, cap in finalists(inp, formed):
+    built: dict[tuple[str, int, int], Iteration] = {}  # the steps the search priced
+    chosen = finalists(inp, formed, built)
+    for name, table, cap in chosen:
 
-        def make(k: int, chunk: np.ndarray, table: OptionTable = table, cap: int = cap):
+        def make(k: int, chunk: np.ndarray, name=name, table=table, cap=cap) -> Iteration:
             for key in [key for key in formed if key[0] < k]:
                 del formed[key]  # steps are asked for in order: earlier ones are done
+            if (name, cap, k) in built:
+                return built.pop((name, cap, k))
             return build_steps(inp, table, cap, [chunk], k, formed)[0]
 
         out.append(make)
     return out
 
 
-def sampled_floor_s(inp: PolicyInput, recompute: str, chunks: list[np.ndarray]) -> float:
-    """A lower bound on the summed makespans of ``chunks`` under a recomputation setting
-    (``none``, ``full``, ``plan``: any), whatever the cap: their proved step bounds
-    (:func:`~datacentric.scheduling.measures.step_bound_s`); 0 for a cost model
-    without the floor they need."""
+def step_floors_s(inp: PolicyInput, recompute: str, chunks: list[np.ndarray]) -> list[float]:
+    """Per step of ``chunks``, a lower bound on its makespan under a recomputation
+    setting (``none``, ``full``, ``plan``: any), whatever the cap: its proved step bound
+    (:func:`~datacentric.scheduling.measures.step_bound_s`); 0 for a cost model without
+    the floor it needs."""
     if not has_floor(inp.cost_model):
-        return 0.0
+        return [0.0] * len(chunks)
     table, rc = inp.pac_table(), (recompute if recompute in ("none", "full") else None)
-    return sum(step_bound_s(table, c, inp.world_size, recompute=rc) for c in chunks)
+    return [step_bound_s(table, c, inp.world_size, recompute=rc) for c in chunks]
 
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
