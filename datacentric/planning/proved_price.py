@@ -147,12 +147,13 @@ def proved_prices(
     for sp in sizes:
         for ring in accepted_splits(cost_model, sp):
             floor = _floor_at(cost_model, sp, ring)
-            empty = np.array([[floor((), f, False)] for f in flags])  # points x 1 x 2
-            fixed_s, fixed_b = _on_grid(empty, grid, slopes)
+            fixed_s, fixed_b, text_polynomials = _configuration(
+                cost_model, (sp, ring, cap), floor, flags, grid, slopes
+            )
             room = cap - fixed_b[:, 0]
             blocks = []
             if len(text):
-                poly_s, poly_b = _text_polynomials(floor, flags, grid, slopes, cap, ring)
+                poly_s, poly_b = text_polynomials()
                 blocks.append((text, poly_s @ powers.T, poly_b @ powers.T))
             if len(other):
                 values = np.array([[floor((shapes[i],), f, False) for i in other] for f in flags])
@@ -166,6 +167,29 @@ def proved_prices(
                 price = np.where(fits, price, np.inf).min(axis=0)
                 best[rows] = np.minimum(best[rows], price)
     return best * (1.0 - SHAVE)
+
+
+def _configuration(cost_model: CostModel, key: tuple, floor, flags, grid, slopes):
+    """The fixed costs (seconds and bytes per grid row) of the configuration ``key``
+    (SP size, ring degree, cap) and a function giving its :func:`_text_polynomials`:
+    what every price on it shares, whatever the samples, so kept on the cost model
+    (made once per model, the bound of every step asks again)."""
+    memo = cost_model.__dict__.get("_proved_configurations")
+    if memo is None:
+        memo = {}
+        object.__setattr__(cost_model, "_proved_configurations", memo)  # frozen ones too
+    found = memo.get(key)
+    if found is None:
+        empty = np.array([[floor((), f, False)] for f in flags])  # points x 1 x 2
+        polynomials: list = []
+
+        def text_polynomials():
+            if not polynomials:
+                polynomials.append(_text_polynomials(floor, flags, grid, slopes, key[2], key[1]))
+            return polynomials[0]
+
+        found = memo[key] = (*_on_grid(empty, grid, slopes), text_polynomials)
+    return found
 
 
 def _floor_at(cost_model: CostModel, sp: int, ring: int):

@@ -122,9 +122,10 @@ def place_at_sizes(
     wherever they fit (:func:`assign_to_layout`)."""
     sizes = sorted(set(own))
     cls = np.asarray([sizes.index(s) for s in own])
-    own_time = np.asarray(
-        [time_matrix(table, [it], [s])[0, 0] for it, s in zip(items, own)], dtype=float
-    )
+    own_time = np.empty(len(items))
+    for k, s in enumerate(sizes):  # each item's time on its own size, one matrix per size
+        rows = np.flatnonzero(cls == k)
+        own_time[rows] = time_matrix(table, [items[j] for j in rows.tolist()], [s])[:, 0]
     times = np.full((len(items), len(sizes)), np.inf)
     times[np.arange(len(items)), cls] = own_time
     load = np.bincount(cls, weights=own_time * np.asarray(sizes)[cls], minlength=len(sizes))
