@@ -60,3 +60,43 @@ def test_dcp_opt_own_steps_are_not_behind_megatron_dyncp(name, monkeypatch):
         assert seconds(mine) <= seconds(theirs) * (1 + 1e-9), mine.index
     total = epoch_estimate_s(own.iterations, cost, shapes, 8)
     assert total <= epoch_estimate_s(megatron.iterations, cost, shapes, 8) * (1 + 1e-9)
+
+
+def test_megatron_finalists_pruned_by_bounds_are_the_fully_priced_best_three(monkeypatch):
+    """megatron-dyncp's search stops pricing a candidate once its steps so far and the
+    proved bounds of the rest exceed the third best's total: its finalists are still
+    the three best of every candidate priced on every sampled step, with fewer steps
+    built."""
+    from test_scheduling_portfolio import _policy_input
+
+    from datacentric.scheduling import megatron_dyncp
+    from datacentric.scheduling.search_steps import priced_steps
+
+    lengths = SETS["reasoning"][0](np.random.default_rng(1)).astype(int)
+    shapes = [SampleShape.text(int(n)) for n in lengths]
+    cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=8)
+    options = SchedulingConfig(global_batch_tokens=2**20)
+    pipe = Pipeline(shapes, cost, world_size=8, memory_cap_bytes=98_700_000_000, options=options)
+    inp = _policy_input(pipe)
+    chunks, _ = inp.global_batches()
+    sample = priced_steps(len(chunks))
+    every = []
+    for name, allowed in megatron_dyncp.RECOMPUTATIONS.items():
+        table = inp.table(name if name != "plan" else "pac", allowed)
+        for cap in megatron_dyncp.cap_candidates(inp, table):
+            try:
+                steps = [
+                    megatron_dyncp.build_steps(inp, table, cap, [chunks[k]], k)[0] for k in sample
+                ]
+            except ValueError:
+                continue
+            every.append((sum(it.est_makespan_s for it in steps), name, cap))
+    best = [(name, cap) for _, name, cap in sorted(every)[: megatron_dyncp.FINALISTS]]
+    built = []
+    build = megatron_dyncp.build_steps
+    monkeypatch.setattr(
+        megatron_dyncp, "build_steps", lambda *a, **kw: built.append(a[4]) or build(*a, **kw)
+    )
+    found = megatron_dyncp.finalists(inp, {})
+    assert [(name, cap) for name, _, cap in found] == best
+    assert len(built) < len(every) * len(sample)
