@@ -89,7 +89,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
-from operator import mul
+from operator import attrgetter, mul
 
 import numpy as np
 
@@ -135,7 +135,11 @@ class Work:
 
     def as_array(self) -> np.ndarray:
         """The work in the order of :meth:`Hardware.seconds_per_unit`."""
-        return np.array([getattr(self, f.name) for f in fields(self)], dtype=float)
+        return np.array(_work_values(self), dtype=float)
+
+
+#: A :class:`Work`'s fields in order, as one tuple.
+_work_values = attrgetter(*(f.name for f in fields(Work)))
 
 
 def saved_elements_per_token(spec: ModelSpec) -> int:
@@ -536,8 +540,20 @@ class AnalyticCostModel(CachedCostModel):
 
     # --- extras ---------------------------------------------------------------------------
     def model_state_bytes(self) -> int:
-        """Parameters, gradients and optimizer state held by one rank (its ``sharding``)."""
-        return self.sharding.model_state_bytes(
+        """Parameters, gradients and optimizer state held by one rank (its ``sharding``;
+        kept while the settings it reads are the same: every pass's memory asks)."""
+        settings = (
+            self.spec,
+            self.sharding,
+            self.world_size,
+            self.dtype_bytes,
+            self.grad_bytes,
+            self.optimizer_bytes_per_param,
+        )
+        kept = self.__dict__.get("_state_bytes")
+        if kept is not None and kept[0] == settings:
+            return kept[1]
+        found = self.sharding.model_state_bytes(
             self.spec.num_params,
             self.world_size,
             param_bytes=self.dtype_bytes,
@@ -545,12 +561,24 @@ class AnalyticCostModel(CachedCostModel):
             optimizer_bytes=self.optimizer_bytes_per_param,
             trainable_params=self.spec.trained_params,
         )
+        self._state_bytes = (settings, found)
+        return found
 
     def work(self, shapes: Sequence[SampleShape], sp_size: int, recompute: Sequence[bool]) -> Work:
         """The work the time formula charges for (used by hardware calibration)."""
         return self._work(tuple(shapes), sp_size, self._counts(recompute))
 
     def _counts(self, recompute: Sequence[bool]) -> tuple[int, ...]:
+        """Recomputed blocks per kind (kept per flags tuple: every pass asks)."""
+        memo = self.__dict__.setdefault("_counts_of", {})
+        found = memo.get(recompute) if isinstance(recompute, tuple) else None
+        if found is None:
+            found = self._count(recompute)
+            if isinstance(recompute, tuple) and len(memo) < 4096:
+                memo[recompute] = found
+        return found
+
+    def _count(self, recompute: Sequence[bool]) -> tuple[int, ...]:
         if not recompute:
             return (0,) * len(self._kinds)
         if len(recompute) != self.spec.num_blocks:

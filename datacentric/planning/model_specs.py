@@ -23,6 +23,7 @@ This module holds the type only; every spec is derived in
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 BLOCK_KINDS = ("full", "causal", "spatial", "temporal")
 SP_LAYOUTS = ("ulysses", "frame-sharded")
@@ -30,7 +31,8 @@ SP_LAYOUTS = ("ulysses", "frame-sharded")
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """Shapes of a transformer that decide its cost."""
+    """Shapes of a transformer that decide its cost. (Derived counts are computed once:
+    the cost model reads them in every formula.)"""
 
     name: str
     """Preset name."""
@@ -98,19 +100,19 @@ class ModelSpec:
             raise ValueError(f"{self.name}: sp_layout must be one of {SP_LAYOUTS}")
 
     # --- derived sizes ---------------------------------------------------------------------
-    @property
+    @cached_property
     def num_blocks(self) -> int:
         return len(self.block_kinds)
 
-    @property
+    @cached_property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         return (self.kv_heads or self.heads) * self.head_dim
 
-    @property
+    @cached_property
     def kinds(self) -> tuple[str, ...]:
         """Distinct block kinds in first-appearance order."""
         return tuple(dict.fromkeys(self.block_kinds))
@@ -118,7 +120,7 @@ class ModelSpec:
     def kind_counts(self) -> dict[str, int]:
         return {k: self.block_kinds.count(k) for k in self.kinds}
 
-    @property
+    @cached_property
     def token_matmul_params(self) -> int:
         """Weights every token multiplies by in one block (self-attn, cross-attn q/o, MLP)."""
         h, f = self.hidden, self.ffn_hidden
@@ -127,16 +129,16 @@ class ModelSpec:
         mlp = (3 if self.gated_mlp else 2) * h * f
         return attn + cross + mlp
 
-    @property
+    @cached_property
     def cond_matmul_params(self) -> int:
         """Per-block weights applied to the conditioning tokens (cross-attention k, v)."""
         return 2 * self.hidden * self.hidden if self.cross_attn_tokens else 0
 
-    @property
+    @cached_property
     def block_params(self) -> int:
         return self.token_matmul_params + self.cond_matmul_params + self.per_sample_block_params
 
-    @property
+    @cached_property
     def outer_params(self) -> int:
         """Parameters outside the repeated blocks (embeddings, heads, embedders)."""
         h = self.hidden
@@ -151,18 +153,18 @@ class ModelSpec:
             total += self.cross_attn_width * h + h * h  # caption embedder MLP
         return total + self.extra_outer_params
 
-    @property
+    @cached_property
     def num_params(self) -> int:
         return self.num_blocks * self.block_params + self.outer_params
 
-    @property
+    @cached_property
     def trained_params(self) -> int:
         """Parameters with a gradient (all of them unless ``trainable_params`` is set)."""
         if self.trainable_params is None:
             return self.num_params
         return max(0, min(int(self.trainable_params), self.num_params))
 
-    @property
+    @cached_property
     def weight_grad_share(self) -> float:
         """Share of the weights whose gradient a backward computes: a frozen weight's
         matmul needs only its input's gradient (one matmul of two). Applied to every

@@ -1,0 +1,30 @@
+"""What the analytic model keeps between passes (model-state bytes, recomputed counts,
+the spec's derived counts) follows the settings it was made from."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from datacentric.planning.sharding import ShardingSpec
+from datacentric.profiling.factory import analytic_cost_model
+
+
+def test_kept_figures_follow_their_settings() -> None:
+    model = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
+    model.sharding = ShardingSpec("fsdp2")
+    sharded = model.model_state_bytes()
+    model.sharding = ShardingSpec("none")
+    replicated = model.model_state_bytes()
+    assert sharded < replicated
+    model.sharding = ShardingSpec("fsdp2")
+    model.world_size = 8
+    assert sharded < model.model_state_bytes() < replicated
+    spec = model.spec
+    frozen = replace(spec, trainable_params=spec.num_params // 100)
+    assert (
+        frozen.trained_params == spec.num_params // 100 and spec.trained_params == spec.num_params
+    )
+    assert frozen.weight_grad_share < spec.weight_grad_share == 1.0
+    flags = (True,) * 10 + (False,) * 22
+    assert model._counts(flags) == model._counts(list(flags)) == (10,)
+    assert model._counts((False,) * 32) == (0,)
