@@ -37,6 +37,9 @@ def test_short_samples_ride_in_long_micro_batches_and_the_step_is_shorter(
     long_and_short, monkeypatch
 ):
     shapes, cost = long_and_short
+    # token-packed steps (megatron-dyncp's forming) mix lengths too: off, riders alone
+    monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_SAMPLES", 0)
+    monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_STEP_WORK", 0)
     mixed = _own_schedule(shapes, cost, 8, 895_488)
     monkeypatch.setattr(riders, "RIDER_RATIO", 10**9)  # no bucket hosts riders
     alone = _own_schedule(shapes, cost, 8, 895_488)
