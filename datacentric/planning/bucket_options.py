@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from datacentric.planning.cost_model import (
-    CachedCostModel,
     CostModel,
     split_breakdown,
+    split_memory_bytes,
     supports_split,
 )
 from datacentric.shapes import SampleShape
@@ -57,11 +57,7 @@ def fits_shapes(
 ) -> bool:
     """Whether one micro-batch of ``shapes`` fits under ``cap`` bytes per rank."""
     try:
-        if ring == 1:
-            return int(cost_model.pass_memory_bytes(shapes, sp, rc)) <= cap
-        if isinstance(cost_model, CachedCostModel):  # memory without the time formula
-            return int(cost_model.pass_memory_bytes(shapes, sp, rc, ring_size=ring)) <= cap
-        return int(split_breakdown(cost_model, shapes, sp, rc, ring).memory_bytes) <= cap
+        return split_memory_bytes(cost_model, shapes, sp, rc, ring) <= cap
     except ValueError:
         return False
 

@@ -340,6 +340,23 @@ def split_breakdown(
     return cost_model.breakdown(shapes, sp_size, recompute, ring_size=ring_size)  # type: ignore[call-arg]
 
 
+def split_memory_bytes(
+    cost_model: CostModel,
+    shapes: Sequence[SampleShape],
+    sp_size: int,
+    recompute: Sequence[bool],
+    ring_size: int = 1,
+) -> int:
+    """``memory_bytes`` of :func:`split_breakdown`'s pass, asked without the time formula
+    where the model answers so (``pass_memory_bytes``, on a ring too for a
+    :class:`CachedCostModel`)."""
+    if ring_size == 1:
+        return int(cost_model.pass_memory_bytes(shapes, sp_size, recompute))
+    if isinstance(cost_model, CachedCostModel):
+        return int(cost_model.pass_memory_bytes(shapes, sp_size, recompute, ring_size=ring_size))
+    return int(split_breakdown(cost_model, shapes, sp_size, recompute, ring_size).memory_bytes)
+
+
 def supports_split(cost_model: CostModel, sp_size: int, ring_size: int) -> bool:
     """Whether ``cost_model`` prices ``sp_size`` ranks with a ring of ``ring_size``: its
     ``supports_split`` when it has one; else Ulysses only (``supports_sp_size``)."""

@@ -40,7 +40,7 @@ from datacentric.planning.bucket_options import (
     sp_size_tiers,
     split_candidates,
 )
-from datacentric.planning.cost_model import CostModel, split_breakdown
+from datacentric.planning.cost_model import CostModel, split_breakdown, split_memory_bytes
 from datacentric.planning.hardware import gib_text
 from datacentric.planning.plan import BucketPlan, Plan
 from datacentric.settings.scheduling import MAX_MICRO_BATCH_SIZE
@@ -162,9 +162,7 @@ def choose_recompute(
     kinds = block_kinds_of(cost_model)
 
     def memory(flags: tuple[bool, ...]) -> int:
-        if ring_size == 1:
-            return int(cost_model.pass_memory_bytes(shapes, sp_size, flags))
-        return int(split_breakdown(cost_model, shapes, sp_size, flags, ring_size).memory_bytes)
+        return split_memory_bytes(cost_model, shapes, sp_size, flags, ring_size)
 
     def time(flags: tuple[bool, ...]) -> float:
         if ring_size == 1:

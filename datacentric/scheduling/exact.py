@@ -137,7 +137,7 @@ def solve_assignment(
 
 
 #: Most search nodes :func:`cannot_improve` visits before leaving the question to HiGHS.
-PROOF_NODES = 5000
+PROOF_NODES = 20_000
 #: Most items it searches over (one level of recursion each).
 PROOF_ITEMS = 256
 #: What :func:`solve_assignment` counts as better: a makespan this much (seconds) lower.

@@ -28,3 +28,19 @@ def test_kept_figures_follow_their_settings() -> None:
     flags = (True,) * 10 + (False,) * 22
     assert model._counts(flags) == model._counts(list(flags)) == (10,)
     assert model._counts((False,) * 32) == (0,)
+
+
+def test_a_rings_memory_is_asked_without_its_time_formula() -> None:
+    from datacentric.planning.cost_model import split_breakdown, split_memory_bytes
+    from datacentric.shapes import SampleShape
+
+    model = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
+    fresh = analytic_cost_model("llama-7b", "h200-sxm", world_size=64)
+    timed = []
+    compute = model.compute_split_breakdown
+    model.compute_split_breakdown = lambda *a: timed.append(1) or compute(*a)
+    shapes = [SampleShape.text(37_000)]
+    for ring, flags in ((8, (False,) * 32), (2, (True,) * 32)):
+        expected = split_breakdown(fresh, shapes, 8, flags, ring).memory_bytes
+        assert split_memory_bytes(model, shapes, 8, flags, ring) == expected
+    assert not timed
