@@ -44,7 +44,7 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (the most:
 #: ``data/tokenized.py``, 8)
-CEILINGS = {"stays": 164, "climbs": 34, "entries": 8}
+CEILINGS = {"stays": 163, "climbs": 34, "entries": 8}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

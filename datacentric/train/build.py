@@ -97,8 +97,8 @@ class RunModel:
     """The analytic model ``mfu`` counts FLOPs on (:func:`mfu_cost_model`)."""
     bare_spec: ModelSpec | None = None
     """The spec of the model without its adapters (blocks, heads, widths), read once
-    off the built model (:func:`bare_spec`); None where no model was built or its cost
-    cannot be read."""
+    off the built model (:func:`build_run_model`); None where no model was built or its
+    cost cannot be read."""
 
     @classmethod
     def of(cls, model: ModelConfig, lora: LoraConfig | None = None) -> RunModel:
@@ -118,14 +118,19 @@ def build_run_model(
     model: ModelConfig, dataset: Dataset, device: torch.device, *, lora: LoraConfig | None = None
 ) -> RunModel:
     """The run's model, built once: :func:`build_model_for`'s model, its spec read off it
-    before the ``[lora]`` section's adapters are injected (:func:`bare_spec`) and the
-    analytic model the step records' ``mfu`` counts FLOPs on from that spec
-    (:func:`mfu_cost_model`), so nothing needs a second build. The same weights as
-    :func:`build_model_for` (the adapters are drawn last either way)."""
+    before the ``[lora]`` section's adapters are injected
+    (:func:`~datacentric.profiling.factory.named_spec` of the built module; ``None`` for
+    a model whose cost cannot be read) and the analytic model the step records' ``mfu``
+    counts FLOPs on from that spec (:func:`mfu_cost_model`), so nothing needs a second
+    build. The same weights as :func:`build_model_for` (the adapters are drawn last
+    either way)."""
     source = model_source(model, lora)
     bare = dataclasses.replace(source, lora=None)
     module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
-    spec = bare_spec(bare, module)
+    try:
+        spec = named_spec(bare.name, bare.args, module=module)
+    except UnpricedModelError:
+        spec = None
     if source.lora is not None:
         apply_lora(module, source.lora)
     return RunModel(source, model.dtype, module, mfu_cost_model(spec, model.dtype, device), spec)
@@ -232,24 +237,10 @@ def run_cost_model(
     return fitted_cost_model(profile)
 
 
-def bare_spec(source: ModelSource, module: nn.Module | None = None) -> ModelSpec | None:
-    """The spec of ``source``'s model and arguments without LoRA adapters; ``None`` for
-    a model whose cost cannot be read. ``module``: the run's built model, read instead
-    of building the model again (:func:`~datacentric.profiling.factory.named_spec`)
-    unless it carries adapters (then the model without them is read, built on the meta
-    device)."""
-    if getattr(module, "lora_spec", None) is not None:
-        module = None
-    try:
-        return named_spec(source.name, source.args, module=module)
-    except UnpricedModelError:
-        return None
-
-
 def mfu_cost_model(spec: ModelSpec | None, dtype: str, device: torch.device) -> CostModel | None:
     """The analytic model the step records' ``mfu`` counts FLOPs on: ``spec`` (the
-    model without its adapters, :func:`bare_spec`) trained in ``dtype`` on this device;
-    ``None`` for a model whose cost cannot be read (``spec`` None)."""
+    model without its adapters, :attr:`RunModel.bare_spec`) trained in ``dtype`` on this
+    device; ``None`` for a model whose cost cannot be read (``spec`` None)."""
     return None if spec is None else build_cost_model(spec, device, dtype)
 
 
