@@ -89,10 +89,11 @@ TOKEN_PACKED_SAMPLES = 50_000
 #: ... and on larger ones (up to :data:`PORTFOLIO_SAMPLES`) where a step's samples times
 #: the world is at most this: megatron-dyncp's forming places every sample on one of up
 #: to ``world`` CP groups, and its search prices about ten (recomputation, cap)
-#: candidates. 120,000 chat turns at 8 GPUs are 64,000 a step, 50,000 packed rows at
-#: 128 GPUs 537,000; sft-longtail at 64 GPUs (100,000 samples, 915,000) took 23.7 s of
-#: CPU with it against 7.3 s without, and no step was token-packed.
-TOKEN_PACKED_STEP_WORK = 600_000
+#: candidates. 120,000 chat turns at 8 GPUs are 64,000 a step (0.9870 -> 0.9970 of the
+#: bound with it); ``sft-longtail`` (100,000 samples) 14,000 at 8 GPUs (0.9746 -> 0.9800,
+#: 5.7 -> 10.0 s of CPU) and 57,000 at 16 (0.9773 -> 0.9782), but 228,000 at 32 (no step
+#: token-packed, 5.3 -> 11.5 s) and 915,000 at 64 (7.3 -> 23.7 s, none either).
+TOKEN_PACKED_STEP_WORK = 100_000
 #: Iterations with at most this many micro-batches also try the neighbouring layouts.
 NEIGHBOUR_LIMIT = 4000
 #: ... and walk from the best layout to better neighbours in at most this many steps.
