@@ -223,6 +223,21 @@ class _Search:
     counts: np.ndarray
     held: list[set[int]]
     """Each group's items, kept as moves and swaps go (an O(n) scan per move otherwise)."""
+    columns: list[np.ndarray]
+    """Each size class's column of ``times`` (every item's time on it), contiguous."""
+    owner_class: np.ndarray
+    """Each item's group's class, kept as items move."""
+    class_groups: list[np.ndarray]
+    """Each size class's groups."""
+    scratch: np.ndarray
+    """Per-item work space of :func:`_swap_off` (five rows of floats): a swap allocates
+    nothing the size of the step (arrays that large cost a fresh mapping each: on the 26
+    searches of 22,500 micro-batches at 1,024 GPUs, 2.5 s with them, 1.3 s without)."""
+
+    def moved(self, items: tuple[int, ...]) -> None:
+        """Bring :attr:`owner_class` up to date after ``items`` moved."""
+        for j in items:
+            self.owner_class[j] = self.group_class[self.owner[j]]
 
 
 def local_search(
@@ -243,6 +258,7 @@ def local_search(
     calls on 200,000 samples at 64 GPUs and most of their time.
     """
     group_class, class_sizes, owner = map(np.asarray, (group_class, class_sizes, owner))
+    times = np.asarray(times, dtype=np.float64)  # (every caller's; the work space's)
     key = (
         times.shape,
         times.dtype.str,
@@ -284,6 +300,10 @@ def _local_search(
         loads=np.bincount(owner, weights=t_own, minlength=n_groups),
         counts=np.bincount(owner, minlength=n_groups),
         held=[set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)],
+        columns=[np.ascontiguousarray(times[:, k]) for k in range(times.shape[1])],
+        owner_class=group_class[owner],
+        class_groups=[np.flatnonzero(group_class == k) for k in range(times.shape[1])],
+        scratch=np.empty((5, len(owner))),
     )
     for _ in range(max_moves):
         top = int(np.argmax(state.loads))
@@ -308,8 +328,7 @@ def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
     # monotone, so this is the test over every group).
     others = loads.copy()
     others[top] = np.inf
-    least = np.full(times.shape[1], np.inf)
-    np.minimum.at(least, group_class, others)
+    least = np.array([others[g].min() if len(g) else np.inf for g in state.class_groups])
     reach = (least[None, :] + times[members]).min(axis=1)
     helps = np.flatnonzero(reach < peak - EPS)
     for j in members[helps[:1]]:
@@ -326,6 +345,7 @@ def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
             state.owner[j], state.t_own[j] = h, times[j, group_class[h]]
             state.held[top].discard(int(j))
             state.held[h].add(int(j))
+            state.moved((int(j),))
             return True
     return False
 
@@ -336,18 +356,20 @@ def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
     times, group_class, loads = state.times, state.group_class, state.loads
     owner, t_own = state.owner, state.t_own
     peak = loads[top]
-    t_i_here = times[:, group_class[top]]  # each item on the top group
-    others_left = loads[owner] - t_own  # each item's group without it
-    elsewhere = owner != top
-    owner_class = group_class[owner]
+    t_i_here = state.columns[group_class[top]]  # each item on the top group
+    others_left, t_j_there, new_top, new_other, worst = state.scratch
+    ok = np.empty(len(owner), dtype=bool)
+    np.subtract(np.take(loads, owner, out=others_left), t_own, out=others_left)  # group without
     for j in members[:8]:
-        t_j_there = times[j, owner_class]  # j on each item's group
-        new_top = peak - t_own[j] + t_i_here
-        new_other = others_left + t_j_there
-        ok = elsewhere & (np.maximum(new_top, new_other) < peak - EPS)
+        np.take(times[j], state.owner_class, out=t_j_there)  # j on each item's group
+        np.add(peak - t_own[j], t_i_here, out=new_top)
+        np.add(others_left, t_j_there, out=new_other)
+        np.maximum(new_top, new_other, out=worst)
+        np.less(worst, peak - EPS, out=ok)
+        ok[members] = False  # items elsewhere only
         if ok.any():
             cand = np.flatnonzero(ok)
-            i = int(cand[np.argmin(np.maximum(new_top, new_other)[cand])])
+            i = int(cand[np.argmin(worst[cand])])
             h = int(owner[i])
             loads[top], loads[h] = new_top[i], new_other[i]
             owner[i], owner[j] = top, h
@@ -356,6 +378,7 @@ def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
             state.held[h].discard(i)
             state.held[top].add(i)
             state.held[h].add(int(j))
+            state.moved((i, int(j)))
             return True
     return False
 
