@@ -72,11 +72,7 @@ from datacentric.settings.sections import (
     ValidationConfig,
 )
 from datacentric.shapes import SampleShape
-from datacentric.train.build import (
-    build_run_model,
-    run_cost_model,
-    sharding,
-)
+from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.reporting.metrics import StepMetrics
 from datacentric.train.validation.held_out import build_run_data
@@ -187,18 +183,18 @@ def assemble_run(
     module = run_model.module
     sp_sizes = ulysses_sp_sizes(module, groups.world_size)  # for the profile and the plan
     shard = sharding(config.parallelism)  # how model state is held: priced and run
-    cost_model = run_cost_model(  # its spec's cost (collective when it profiles)
-        run_model,
-        config.cost,
-        groups.world_size,
+    place = RunPlace(  # where it trains and on what, as its cost model reads them
         groups.device,
-        dataset.shapes(),
-        shard=shard,
-        job=config.job,
+        groups.world_size,
+        shard,
+        config.job,
         progress=config.metrics.progress and groups.rank == 0,
+        shapes=dataset.shapes(),
         dataset=dataset,
         sp_sizes=sp_sizes,
     )
+    # its spec's cost (collective when it profiles)
+    cost_model = run_cost_model(run_model.placed(place), config.cost)
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:

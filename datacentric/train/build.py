@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from datacentric.settings.sections import (
     ModelConfig,
     ParallelismConfig,
 )
+from datacentric.shapes import SampleShape
 from datacentric.verify.model_contract import check_small_copy, check_text_rows
 
 
@@ -79,6 +81,30 @@ def build_model_for(
 
 
 @dataclass(frozen=True)
+class RunPlace:
+    """Where a run's model trains and on what, as its cost model reads them: built once
+    by the run's assembly from its process groups, the ``[parallelism]`` and ``[job]``
+    sections and its samples, and carried by the :class:`RunModel`."""
+
+    device: torch.device = torch.device("cpu")
+    """The device each rank trains on."""
+    world_size: int = 1
+    """The ranks of the run."""
+    shard: ShardingSpec = field(default_factory=lambda: sharding(ParallelismConfig()))
+    """How model state is held (the ``[parallelism]`` section's, :func:`sharding`)."""
+    job: JobConfig = field(default_factory=JobConfig)
+    """The ``[job]`` section: the default profile folder (``<out>/profile``), the seed."""
+    progress: bool = True
+    """This rank shows the profiler's progress."""
+    shapes: Sequence[SampleShape] = ()
+    """The run's sample shapes (a profile measures and fits on them)."""
+    dataset: Dataset | None = None
+    """The run's samples, when opened (a profile measures a user's model on its own)."""
+    sp_sizes: Sequence[int] | None = None
+    """The SP sizes the run may use (a profile measures these; None: its default)."""
+
+
+@dataclass(frozen=True)
 class RunModel:
     """A run's model and its description, resolved once: the ``--model`` source (its
     checked arguments and the ``[lora]`` section's adapters), the dtype it trains in,
@@ -99,11 +125,17 @@ class RunModel:
     """The spec of the model without its adapters (blocks, heads, widths), read once
     off the built model (:func:`build_run_model`); None where no model was built or its
     cost cannot be read."""
+    place: RunPlace = field(default_factory=RunPlace)
+    """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
 
     @classmethod
     def of(cls, model: ModelConfig, lora: LoraConfig | None = None) -> RunModel:
         """The ``[model]`` and ``[lora]`` sections' model, not built."""
         return cls(model_source(model, lora), model.dtype)
+
+    def placed(self, place: RunPlace) -> RunModel:
+        """This model, trained where and on what ``place`` says."""
+        return dataclasses.replace(self, place=place)
 
     @cached_property
     def spec(self) -> ModelSpec:
@@ -180,60 +212,46 @@ def build_cost_model(
     )
 
 
-def run_cost_model(
-    model: RunModel,
-    cost: CostConfig,
-    world_size: int,
-    device: torch.device,
-    shapes,
-    *,
-    shard: ShardingSpec | None = None,
-    job: JobConfig | None = None,
-    progress: bool = True,
-    dataset: Dataset | None = None,
-    sp_sizes: list[int] | None = None,
-) -> CostModel:
+def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
     """The cost model of a training run of ``model`` (collective when it profiles), from
-    the ``[cost]`` section, on ``world_size`` ranks of ``device`` holding model state as
-    ``shard`` says (default: :data:`~datacentric.planning.sharding.DEFAULT_SHARD`);
-    ``job``: the ``[job]`` section (the default profile folder, the seed); ``progress``:
-    this rank shows the profiler's progress.
+    the ``[cost]`` section, on the ranks and device its :attr:`~RunModel.place` says,
+    holding model state as it says.
 
-    ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile``)
-    if its fingerprint matches this model, device, torch, world and dtype, else one
-    measured now on the run's own ranks (no second launch) on the run's own samples
-    (``dataset``) and SP sizes (``sp_sizes``), and saved there; the fitted model then
-    predicts every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
+    ``profile``: the dual-layer profile in ``profile_dir`` (default ``<out>/profile`` of
+    the place's ``[job]`` section) if its fingerprint matches this model, device, torch,
+    world and dtype, else one measured now on the run's own ranks (no second launch) on
+    the run's own samples and SP sizes, and saved there; the fitted model then predicts
+    every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
     (:attr:`RunModel.spec`).
     """
-    job = job or JobConfig()
+    place = model.place
     if cost.cost_model == "analytic":
         return build_cost_model(
             model.spec,
-            device,
+            place.device,
             model.dtype,
-            shard=shard or sharding(ParallelismConfig()),
-            world_size=world_size,
+            shard=place.shard,
+            world_size=place.world_size,
         )
     source = model.source
-    directory = cost.profile_dir or str(Path(job.out) / "profile")
+    directory = cost.profile_dir or str(Path(place.job.out) / "profile")
     settings = ProfileSettings(
         model=source.name,
         model_args=source.args,
         lora=source.lora,
-        dataset=None if source.name in MODEL_PRESETS else dataset,
-        world_size=world_size,
-        backend="nccl" if device.type == "cuda" else "gloo",
+        dataset=None if source.name in MODEL_PRESETS else place.dataset,
+        world_size=place.world_size,
+        backend="nccl" if place.device.type == "cuda" else "gloo",
         dtype=model.dtype,
-        seed=job.seed,
-        progress=progress,
+        seed=place.job.seed,
+        progress=place.progress,
         # Wall time: the schedule (and the simulator checked against this run) predict
         # wall-clock steps, collective waits included.
         clock="wall",
         cost=cost,
         spec=model.bare_spec,
     )
-    profile = ensure_profile(directory, settings, shapes, sp_sizes=sp_sizes)
+    profile = ensure_profile(directory, settings, place.shapes, sp_sizes=place.sp_sizes)
     return fitted_cost_model(profile)
 
 

@@ -51,7 +51,13 @@ from datacentric.timing import (
     relative_spread,
 )
 from datacentric.train.assemble import Prechecked
-from datacentric.train.build import RunModel, build_dataset, run_cost_model, sharding
+from datacentric.train.build import (
+    RunModel,
+    RunPlace,
+    build_dataset,
+    run_cost_model,
+    sharding,
+)
 from datacentric.train.comparison.comparison_stop import stopping_on_signals
 from datacentric.train.comparison.machine_load import CpuClock, LoadReading, cores, load_average
 from datacentric.train.reporting.metrics import read_metrics
@@ -266,16 +272,16 @@ def compare_policies(
             saved = profile_dir / PROFILE_FILE
             key = saved.read_text(encoding="utf-8") if saved.exists() else ""
             if key not in cost_models:
-                cost_models[key] = run_cost_model(
-                    RunModel.of(config.model, config.lora),
-                    config.cost,
-                    world_size,
+                place = RunPlace(
                     torch.device("cpu"),
-                    shapes,
-                    shard=sharding(config.parallelism),
-                    job=config.job,
+                    world_size,
+                    sharding(config.parallelism),
+                    config.job,
                     progress=config.metrics.progress,
+                    shapes=shapes,
                 )
+                run_model = RunModel.of(config.model, config.lora).placed(place)
+                cost_models[key] = run_cost_model(run_model, config.cost)
             measured = _read_run(policy, config.job.out, shapes, cost_models[key], warmup)
             runs[policy].append(measured)
             finished.append((policy, repeat))

@@ -12,6 +12,7 @@ from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
 from datacentric.train.build import (
     RunModel,
+    RunPlace,
     build_dataset,
     build_model_for,
     run_cost_model,
@@ -36,15 +37,10 @@ def user_dc(config: TrainConfig) -> DataCentric:
     torch.manual_seed(config.job.seed)
     dataset = build_dataset(config.data, config.job.seed)
     model = build_model_for(config.model, dataset, lora=config.lora)
-    cost = run_cost_model(
-        RunModel.of(config.model, config.lora),
-        config.cost,
-        1,
-        torch.device("cpu"),
-        dataset.shapes(),
-        shard=sharding(config.parallelism),
-        job=config.job,
+    place = RunPlace(
+        torch.device("cpu"), 1, sharding(config.parallelism), config.job, shapes=dataset.shapes()
     )
+    cost = run_cost_model(RunModel.of(config.model, config.lora).placed(place), config.cost)
     return DataCentric(
         model,
         dataset,
