@@ -233,13 +233,21 @@ def shape_sums(kinds: Sequence[str], shapes: Sequence[SampleShape]) -> _ShapeSum
     tokens = sum(lengths)
     squares = sum(map(mul, lengths, lengths))
     video = [s for s in shapes if s.grid is not None]
+    found = None if video else text_shape_sums(kinds, len(lengths), tokens, squares)
+    if found is not None:
+        return found
+    pairs = tuple(sum(attention_pairs(kind, s) for s in shapes) for kind in kinds)
+    return _ShapeSums(len(lengths), tokens, float(squares), pairs)
+
+
+def text_shape_sums(kinds: Sequence[str], n: int, tokens: int, squares: int) -> _ShapeSums | None:
+    """:func:`shape_sums` of ``n`` text samples of ``tokens`` summed tokens and
+    ``squares`` summed squared tokens (None where a kind's pairs need each sample)."""
     causal = (squares + tokens) / 2
     text = {"full": squares, "causal": causal, "spatial": squares, "temporal": tokens}
-    if not video and all(kind in text for kind in kinds):
-        pairs = tuple(float(text[kind]) for kind in kinds)
-    else:
-        pairs = tuple(sum(attention_pairs(kind, s) for s in shapes) for kind in kinds)
-    return _ShapeSums(len(lengths), tokens, float(squares), pairs)
+    if not all(kind in text for kind in kinds):
+        return None
+    return _ShapeSums(n, tokens, float(squares), tuple(float(text[kind]) for kind in kinds))
 
 
 class AnalyticCostModel(CachedCostModel):
@@ -348,7 +356,12 @@ class AnalyticCostModel(CachedCostModel):
         last = self.__dict__.get("_last_sums")
         if last is not None and last[0] is shapes:
             return last[1]
-        sums = shape_sums(self._kinds, shapes)
+        known = self.__dict__.get("_last_text_sums")  # the cache key just made of them
+        sums = None
+        if known is not None and known[0] is shapes:
+            sums = text_shape_sums(self._kinds, *known[1][1:])
+        if sums is None:
+            sums = shape_sums(self._kinds, shapes)
         self._last_sums = (shapes, sums)
         return sums
 

@@ -245,6 +245,8 @@ class CachedCostModel(ABC):
         if self.prices_text_by_sums:
             sums = text_sums(shapes)
             if sums is not None:
+                # kept for the model's formulas, which read these sums of the same tuple
+                object.__setattr__(self, "_last_text_sums", (shapes, sums))
                 return sums
         return _shapes_key(shapes)
 
