@@ -43,6 +43,11 @@ from datacentric.parallel.groups import ProcessGroups, device_for_backend
 DEFAULT_TIMEOUT_S = 300.0
 #: Seconds ranks get to end on a second SIGINT relayed to them before they are killed.
 SIGINT_GRACE_S = 3.0
+#: What a first SIGINT (Ctrl-C) to the launcher reaches its ranks as: a stop that a rank
+#: names SIGINT, which a copy never turns into Ctrl-C pressed again (a Ctrl-C in a terminal
+#: reaches the ranks too, and a copy of SIGINT itself, relayed a second later by a busy
+#: launcher, would stop them without a save).
+RELAYED_SIGINT = signal.SIGUSR1
 JOB_TIMEOUT_S = 7 * 24 * 3600.0
 """Whole-job limit of :func:`launch` (collectives keep their own, shorter timeout)."""
 
@@ -84,21 +89,26 @@ def _worker_entry(
         )
         value = fn(*args)
         # The rank's work has ended (a run's own handlers are gone): a stop request
-        # repeated now (a scheduler signals every process of the job again) must not
-        # kill it before its result reaches the launcher.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # repeated now (a scheduler signals every process of the job again, the launcher
+        # passes on a Ctrl-C) must not end it before its result reaches the launcher.
+        _ignore_stop_signals()
         # Serialise here: the parent must not depend on this process's shared memory.
         buffer = io.BytesIO()
         torch.save(value, buffer)
         results.put((rank, True, buffer.getvalue()))
     except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, named
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as above: the failure is reported
+        _ignore_stop_signals()  # as above: the failure is reported
         text = str(err).strip()
         summary = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
         results.put((rank, False, summary + "\n" + traceback.format_exc()))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _ignore_stop_signals() -> None:
+    for sig in (signal.SIGTERM, RELAYED_SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
@@ -123,11 +133,12 @@ class _StopRanks:
     """While active, SIGTERM/SIGINT/SIGHUP to the launcher kill its ranks first, then
     end the launcher with the signal's usual status (main thread only).
 
-    ``forward``: the first SIGTERM/SIGINT is passed on to the ranks as SIGTERM instead
-    (they stop after a step they agree on, save and return); a SIGTERM after it is the
-    same request again (a scheduler repeats it and escalates with SIGKILL) and is ignored,
-    so it never cuts the save short; a SIGINT or SIGHUP after it, or a rank that dies
-    after the first, kills them all as above."""
+    ``forward``: the first SIGTERM/SIGINT is passed on to the ranks instead (SIGINT as
+    :data:`RELAYED_SIGINT`; they stop after a step they agree on, save and return, and a
+    training rank 0 names the signal the launcher got); a SIGTERM after it is the same request
+    again (a scheduler repeats it and escalates with SIGKILL) and is ignored, so it never
+    cuts the save short; a SIGINT or SIGHUP after it, or a rank that dies after the first,
+    kills them all as above."""
 
     def __init__(self, processes: list[Any], forward: bool = False) -> None:
         self.processes = processes
@@ -146,13 +157,21 @@ class _StopRanks:
     def _handle(self, signum: int, frame: Any) -> None:
         if self.forward and self.forwarded is None and signum in (2, 15):
             self.forwarded = signum
-            for process in self.processes:
-                if process.is_alive():
-                    process.terminate()
+            self.relay_stop()
             return
         if self.forward and signum == 15:
             return  # the same stop request again: the ranks are saving
         self.stop(signum)
+
+    def relay_stop(self) -> None:
+        """Pass the forwarded stop on to every rank still running."""
+        self.relay(RELAYED_SIGINT if self.forwarded == signal.SIGINT else self.forwarded)
+
+    def relay(self, signum: int) -> None:
+        """Send ``signum`` to every rank still running."""
+        for process in self.processes:
+            if process.is_alive():
+                os.kill(process.pid, signum)
 
     def stop(self, signum: int) -> None:
         """Kill the ranks and end the launcher with ``128 + signum`` (SIGINT: interrupt).
@@ -160,9 +179,7 @@ class _StopRanks:
         get a moment to end on it: a training rank 0 then says which checkpoint is kept
         and which steps are lost."""
         if signum == signal.SIGINT and self.forwarded is not None:
-            for process in self.processes:
-                if process.is_alive():
-                    os.kill(process.pid, signal.SIGINT)
+            self.relay(signal.SIGINT)
             deadline = time.monotonic() + SIGINT_GRACE_S
             for process in self.processes:
                 process.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -205,8 +222,9 @@ def spawn(
     default. ``start_method`` defaults to ``forkserver`` where available (see
     :func:`_context`), else ``spawn``. ``collective_timeout_s`` sets the collective
     timeout apart from the whole run's (default: ``timeout_s``). ``forward_signals``:
-    a SIGTERM/SIGINT to this process reaches the ranks as SIGTERM and the ranks' results
-    are still awaited (for ranks that stop cleanly on it); a second SIGINT kills them.
+    a SIGTERM/SIGINT to this process reaches the ranks (SIGINT as :data:`RELAYED_SIGINT`,
+    which a training rank names SIGINT) and the ranks' results are still awaited (for
+    ranks that stop cleanly on it); a second SIGINT kills them.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -238,8 +256,8 @@ def spawn(
                 process.start()
                 processes.append(process)
             if stopper.forwarded is not None:  # forwarded while ranks were starting
-                for process in processes:  # a rank takes a repeated SIGTERM as one
-                    process.terminate()
+                # a rank takes a repeated SIGTERM or RELAYED_SIGINT as one
+                stopper.relay_stop()
             try:
                 values = _collect(processes, results, timeout_s)
             except (RuntimeError, TimeoutError) as err:

@@ -32,15 +32,18 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import RELAYED_SIGINT
 
 SECOND_SIGNAL_AFTER_S = 1.0
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, RELAYED_SIGINT)
 
 
 class StopSignals:
     """While active (a context manager, main thread only), SIGTERM and SIGINT are
     recorded rather than ending the process; :attr:`signum` is the first one seen, and
-    ``announce`` says at once what happens next."""
+    ``announce`` says at once what happens next. A Ctrl-C the ``--world N`` launcher
+    passes on (:data:`~datacentric.parallel.launch.RELAYED_SIGINT`) counts as SIGINT, but
+    never as Ctrl-C pressed again."""
 
     def __init__(
         self,
@@ -64,11 +67,16 @@ class StopSignals:
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
+        relayed = signum == RELAYED_SIGINT
+        if relayed:
+            signum = signal.SIGINT
         if self.signum is None:
             self.signum, self._at = signum, time.monotonic()
             if self.announce is not None:
                 line = f"datacentric train: {signal_name(signum)}: {self.announce(signum)}\n"
                 os.write(2, line.encode())  # unbuffered: the handler may interrupt a print
+        elif relayed:
+            return  # a copy of the Ctrl-C this rank already got from its terminal
         elif signum == signal.SIGINT and time.monotonic() - self._at > SECOND_SIGNAL_AFTER_S:
             if self.announce is not None:  # Ctrl-C again: a person who will not wait
                 what = f"; {self.lost()}" if self.lost is not None else ""

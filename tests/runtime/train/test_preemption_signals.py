@@ -36,10 +36,12 @@ def _python(script: str, *args: str, **kw) -> subprocess.Popen:
     )  # fmt: skip
 
 
-#: Two SIGTERMs far apart, then two SIGINTs: the process must survive the second SIGTERM
-#: (it is saving) and end, saying so, at the second SIGINT.
+#: Two SIGTERMs far apart, a Ctrl-C relayed by the launcher, then a SIGINT: the process
+#: must survive the second SIGTERM and the relay (it is saving) and end, saying so, at the
+#: SIGINT.
 ONE_PROCESS = """
     import os, signal, time
+    from datacentric.parallel.launch import RELAYED_SIGINT
     from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
     with StopSignals(lambda signum: "finishing step 4, then saving") as stop:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -47,6 +49,9 @@ ONE_PROCESS = """
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.2)
         print("still saving after a second SIGTERM", stop.signum, flush=True)
+        os.kill(os.getpid(), RELAYED_SIGINT)
+        time.sleep(0.2)
+        print("a relayed Ctrl-C is never Ctrl-C again", stop.signum, flush=True)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.2)
         print("a SIGINT after a SIGTERM far apart is Ctrl-C again", flush=True)
@@ -56,7 +61,8 @@ ONE_PROCESS = """
 def test_a_repeated_sigterm_never_cuts_the_save_short() -> None:
     done = _python(ONE_PROCESS)
     out, err = done.communicate(timeout=120)
-    assert out.splitlines() == ["still saving after a second SIGTERM 15"], out + err
+    saving = ["still saving after a second SIGTERM 15", "a relayed Ctrl-C is never Ctrl-C again 15"]
+    assert out.splitlines() == saving, out + err
     assert done.returncode == 128 + signal.SIGINT, err
     assert "SIGTERM: finishing step 4, then saving" in err
     assert err.strip().endswith("SIGINT again: stopped now, without a save"), err
@@ -135,7 +141,8 @@ RELAY = """
 @pytest.mark.slow
 def test_ctrl_c_again_relayed_by_the_launcher_says_what_is_kept(tmp_path) -> None:
     """Only the launcher is signalled (as a scheduler's relay): the first SIGINT reaches
-    the ranks as a stop, the second as Ctrl-C again, before they are killed."""
+    the ranks as a stop they name SIGINT (the user's Ctrl-C, not the launcher's relay),
+    the second as Ctrl-C again, before they are killed."""
     launcher = _python(RELAY, str(tmp_path))
     deadline = time.monotonic() + 240
     while len(list(tmp_path.glob("ready-*"))) < 2:
@@ -146,6 +153,7 @@ def test_ctrl_c_again_relayed_by_the_launcher_says_what_is_kept(tmp_path) -> Non
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=120)
     assert launcher.returncode != 0, err[-2000:]
-    assert "SIGTERM: finishing step 5, then saving" in err, err[-2000:]
+    assert "SIGINT: finishing step 5, then saving" in err, err[-2000:]
+    assert "SIGTERM" not in err, err[-2000:]
     again = "SIGINT again: stopped now, without a save; step-3 is kept (steps 4-5 are lost)"
     assert again in err, err[-2000:]
