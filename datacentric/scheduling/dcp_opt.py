@@ -53,7 +53,11 @@ from datacentric.scheduling import (
     static,
 )
 from datacentric.scheduling.item import Item
-from datacentric.scheduling.measures import estimated_grad_sync_s, overlaps_grad_sync
+from datacentric.scheduling.measures import (
+    estimated_grad_sync_s,
+    iteration_imbalance,
+    overlaps_grad_sync,
+)
 from datacentric.scheduling.micro_batches import (
     emit_iteration,
     make_item,
@@ -118,6 +122,12 @@ TAIL_ROUNDS = 8
 #: ... and kept when estimated this much shorter (relative; Megatron re-forms its layout
 #: for every micro-batch, and a peer's step is taken at any gain).
 TAIL_GAIN = 1e-9
+#: Steps idle more than this share, whose packed micro-batches hold at most
+#: :data:`UNPACK_PER_RANK` samples a rank, are also solved with those samples alone
+#: (packed 8,192-token rows with 12% remainders at 8 GPUs: the remainders packed in pairs
+#: and triples balanced 8 groups to within 0.9%, static's single ones to 0.4%).
+UNPACK_IDLE = 0.002
+UNPACK_PER_RANK = 8
 #: Steps with riders (:mod:`~datacentric.scheduling.riders`) and at most this many
 #: micro-batches a group are also solved without them; the shorter is kept.
 RIDE_CHECK = 16
@@ -564,6 +574,13 @@ def own_step(
         # few micro-batches a group: riders' coarser grain may cost more than they save
         plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
         best = min(best, plain, key=lambda it: step_seconds(inp, it))
+    loose = [i for item in items if item.count > 1 for i in item.ids]
+    if 0 < len(loose) <= UNPACK_PER_RANK * inp.world_size and (
+        iteration_imbalance(best, inp.world_size) > UNPACK_IDLE
+    ):  # a few packed samples coarsen the balance: also the step with them alone
+        alone = [item for item in items if item.count == 1]
+        alone += [make_item(table, [i]) for i in loose]
+        best = min(best, solve_step(inp, table, alone, k), key=lambda it: step_seconds(inp, it))
     return best if packed is None else packed.best(k, chunk, best)
 
 
