@@ -19,6 +19,7 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import open_dataset
+from datacentric.log import quiet_loading
 from datacentric.models.lora import apply_lora
 from datacentric.models.lora_settings import lora_of
 from datacentric.models.presets import MODEL_PRESETS
@@ -76,7 +77,9 @@ def build_model_for(
     ``[lora]`` section's adapters, its parameters in float32 (``bfloat16`` is autocast).
     Seed the global RNG first: every rank must build identical weights (a pretrained
     folder's are read from the folder)."""
-    module, _ = build_from_source(model_source(model, lora), dtype=torch.float32, dataset=dataset)
+    source = model_source(model, lora)
+    with quiet_loading():  # the loaders' bars, when a run starts from Python too
+        module, _ = build_from_source(source, dtype=torch.float32, dataset=dataset)
     return module
 
 
@@ -158,7 +161,8 @@ def build_run_model(
     either way)."""
     source = model_source(model, lora)
     bare = dataclasses.replace(source, lora=None)
-    module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
+    with quiet_loading():  # the loaders' bars, when a run starts from Python too
+        module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
     try:
         spec = named_spec(bare.name, bare.args, module=module)
     except UnpricedModelError:
@@ -308,7 +312,8 @@ def check_model(
     name = model.model
     source = model_source(model, lora)
     try:
-        module, _ = build_from_source(source, device="meta", dataset=dataset)
+        with quiet_loading():
+            module, _ = build_from_source(source, device="meta", dataset=dataset)
     except (
         AssertionError,
         AttributeError,
