@@ -156,6 +156,9 @@ class Trainer:
         self.activity = "setup"
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
+        self._stop_read_after = -1
+        """The last step after which the ranks read the stop signals (a signal that comes
+        later is read after the next step)."""
         self.heartbeat = Heartbeat(groups, self._phase_now)
         self.settings_json = config.to_json()
         """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
@@ -267,7 +270,11 @@ class Trainer:
         step = self._step_now
         if step is not None and not step.finished:
             return f"finishing step {step.number + 1}, then saving"
-        return f"stopping after step {self.position.iterations_done}, then saving"
+        done = self.position.iterations_done
+        unread = step is not None and self._stop_read_after != done  # read after this step
+        if not unread and done < self.total_iterations:  # after the next one
+            return f"stopping after step {done + 1}, then saving"
+        return f"stopping after step {done}, then saving"
 
     def _lost_note(self) -> str:
         """What a stop without a save keeps and loses (said from the signal handler)."""
@@ -413,6 +420,7 @@ class Trainer:
                 self.dc.position.next_epoch()
             self.saves.finish()  # a background save had this step to write its shards
             overdue = self.saves.overdue()
+            self._stop_read_after = self.position.iterations_done
             signum = (signals.signum or 0) if signals is not None else 0
             stop, overdue = agree_max(self.groups, signum, int(overdue))  # one all-reduce
             tally.stopped_by = stop or None
