@@ -77,6 +77,7 @@ SETS = {
     "packed-rows-128": (packed_rows, 128),
     "packed-rows-8": (packed_rows, 8),
     "chat-turns-120k": (chat_turns, 8),
+    "chat-turns-80k": (lambda rng: chat_turns(rng)[:80_000], 8),
     "chat-turns-40k": (lambda rng: chat_turns(rng)[:40_000], 8),
 }
 
@@ -166,7 +167,7 @@ def meets(row: dict, share: float = OWN_SHARE_TARGET) -> bool:
 
 def write_table(rows: list[dict], out: Path, *, sets: bool = False) -> None:
     """The presets' table written over ``out`` or, with ``sets``, the length sets'
-    table as its section "Length sets" (what comes before it is kept)."""
+    table as its section "Length sets" (the other part of ``out`` is kept)."""
     today = datetime.date.today().isoformat()
     machine = (
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, Python "
@@ -217,9 +218,12 @@ def write_table(rows: list[dict], out: Path, *, sets: bool = False) -> None:
             f"{peers} | {middle} | {'met' if met else '**not met**'} |"
         )
     text = "\n".join(head + lines) + "\n"
-    if sets and out.exists():
-        before = out.read_text(encoding="utf-8").split("\n## Length sets")[0].rstrip("\n")
-        text = before + "\n\n" + text
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    presets, mark, length_sets = old.partition("\n## Length sets")
+    if sets and presets:
+        text = presets.rstrip("\n") + "\n\n" + text
+    elif not sets and mark:
+        text += "\n" + mark.lstrip("\n") + length_sets
     out.write_text(text, encoding="utf-8")
 
 
