@@ -530,8 +530,8 @@ def stepwise(inp: PolicyInput) -> PolicySteps:
     data order, each built from its own global batch only (after a search made once for
     the epoch), so the steps come in order as they are asked for; on epochs of at most
     :data:`PORTFOLIO_SAMPLES` samples, per step the best of its own and the steps
-    ``static`` and ``dcp-pac`` would run (:class:`Portfolio`); on epochs of at most
-    :data:`TOKEN_PACKED_SAMPLES` its own search tries each step token-packed too
+    ``static`` and ``dcp-pac`` would run (:class:`Portfolio`); where
+    :func:`token_packed_runs`, its own search tries each step token-packed too
     (:class:`TokenPacked`)."""
     table = inp.single_sample_pac_table()
     chunks, dropped = inp.global_batches()
