@@ -32,6 +32,7 @@ import numpy as np
 from datacentric.data.base import DataError
 from datacentric.data.chat_template import template_facts, template_source
 from datacentric.data.documents import Record, require
+from datacentric.data.documents import is_conversation as is_conversation  # its old home
 
 LOSS_ON = ("assistant", "all")
 #: Text every usable tokenizer encodes to at least one token.
@@ -57,13 +58,6 @@ RENDER_SETTINGS = (
     "return_assistant_tokens_mask",
     "tokenizer_kwargs",
 )
-
-
-def is_conversation(fields: object) -> bool:
-    """Whether a record is a conversation (``messages``, or ``prompt`` and ``completion``)."""
-    return isinstance(fields, dict) and (
-        "messages" in fields or ("prompt" in fields and "completion" in fields)
-    )
 
 
 def conversation_turns(record: Record) -> list[dict]:

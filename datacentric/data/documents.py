@@ -93,6 +93,31 @@ def read_records(kind: str, files: list[str]) -> Iterator[Record]:
             yield Record(fields=record, file=index, row=row, where=where, columnar=kind != "jsonl")
 
 
+#: The field of a pre-tokenized record that holds its token ids.
+TOKEN_FIELD = "input_ids"
+
+
+def is_conversation(fields: object) -> bool:
+    """Whether a record is a conversation (``messages``, or ``prompt`` and ``completion``)."""
+    return isinstance(fields, dict) and (
+        "messages" in fields or ("prompt" in fields and "completion" in fields)
+    )
+
+
+def record_format(kind: str, files: list[str], text_field: str) -> str:
+    """What the records of ``files`` hold, read off the first: ``"tokens"`` when it holds
+    ``input_ids`` (pre-tokenized), ``"chat"`` when it is a conversation without
+    ``text_field``, else ``"text"`` (plain text files always)."""
+    if kind == "text":
+        return "text"
+    first = next(read_records(kind, files[:1]), None)
+    if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
+        return "tokens"
+    if first is None or text_field in first.fields or not is_conversation(first.fields):
+        return "text"
+    return "chat"
+
+
 @dataclass(frozen=True)
 class Record:
     """One record's fields and origin (``where``: ``FILE:LINE`` or ``FILE row R``)."""

@@ -37,13 +37,16 @@ import torch
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
-from datacentric.data.chat import (
-    LOSS_ON,
-    ChatRenderer,
+from datacentric.data.chat import LOSS_ON, ChatRenderer, load_tokenizer
+from datacentric.data.documents import (
+    TOKEN_FIELD,
     is_conversation,
-    load_tokenizer,
+    read_documents,
+    read_records,
+    record_format,
+    require,
+    resolve_files,
 )
-from datacentric.data.documents import read_documents, read_records, require, resolve_files
 from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
@@ -57,7 +60,6 @@ ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
 #: pre-tokenized records: the ids, and the masks that choose the tokens with loss
-TOKEN_FIELD = "input_ids"
 TOKEN_MASKS = ("labels", "completion_mask", "assistant_masks")
 
 
@@ -140,20 +142,6 @@ def text_codec(tokenizer: str | None) -> _Encoder:
     """The ``[data] tokenizer``'s encoder and decoder (``encode(texts)``, ``decode(ids)``;
     ``None``: UTF-8 bytes), as the text datasets tokenize."""
     return _Encoder(tokenizer)
-
-
-def record_format(kind: str, files: list[str], text_field: str) -> str:
-    """``"tokens"`` when the first record holds ``input_ids`` (pre-tokenized), ``"chat"``
-    when it is a conversation without ``text_field``, else ``"text"`` (plain text files
-    always)."""
-    if kind == "text":
-        return "text"
-    first = next(read_records(kind, files[:1]), None)
-    if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
-        return "tokens"
-    if first is None or text_field in first.fields or not is_conversation(first.fields):
-        return "text"
-    return "chat"
 
 
 def token_record(record, enc: _Encoder) -> tuple[np.ndarray, np.ndarray]:
@@ -305,10 +293,11 @@ class TokenizedTextDataset:
             self.files = [pattern]
         else:
             self.files = resolve_files(kind, pattern)
-        enc = _Encoder(tokenizer)
-        self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
+        # what the files hold (their first record), then the tokenizer that reads them
         self.format = record_format(kind, self.files, text_field)
         self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
+        enc = _Encoder(tokenizer)
+        self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         renderer = enc.renderer(self.files[0]) if self.format == "chat" else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
