@@ -157,8 +157,11 @@ class Trainer:
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
         self._stop_read_after = -1
-        """The last step after which the ranks read the stop signals (a signal that comes
-        later is read after the next step)."""
+        """The last step after which the ranks agreed on the stop signals (a signal that
+        comes later is read after the next step)."""
+        self._stop_agreeing = False
+        """The ranks are agreeing on the stop signals: one that comes now counts if another
+        rank read it before the agreement, else after the next step."""
         self.heartbeat = Heartbeat(groups, self._phase_now)
         self.settings_json = config.to_json()
         """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
@@ -271,10 +274,13 @@ class Trainer:
         if step is not None and not step.finished:
             return f"finishing step {step.number + 1}, then saving"
         done = self.position.iterations_done
-        unread = step is not None and self._stop_read_after != done  # read after this step
-        if not unread and done < self.total_iterations:  # after the next one
-            return f"stopping after step {done + 1}, then saving"
-        return f"stopping after step {done}, then saving"
+        after = f"{done}"
+        if done < self.total_iterations:  # a next step runs unless this one's agreement stops
+            if step is None or self._stop_read_after == done:
+                after = f"{done + 1}"
+            elif self._stop_agreeing:
+                after = f"{done} or {done + 1}"
+        return f"stopping after step {after}, then saving"
 
     def _lost_note(self) -> str:
         """What a stop without a save keeps and loses (said from the signal handler)."""
@@ -420,9 +426,10 @@ class Trainer:
                 self.dc.position.next_epoch()
             self.saves.finish()  # a background save had this step to write its shards
             overdue = self.saves.overdue()
-            self._stop_read_after = self.position.iterations_done
+            self._stop_agreeing = True
             signum = (signals.signum or 0) if signals is not None else 0
             stop, overdue = agree_max(self.groups, signum, int(overdue))  # one all-reduce
+            self._stop_read_after, self._stop_agreeing = self.position.iterations_done, False
             tally.stopped_by = stop or None
             due = self.checkpoints.due(self.position.iterations_done) or overdue or control.save
             if due and not stop:  # a stop saves synchronously below

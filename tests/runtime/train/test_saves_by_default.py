@@ -58,30 +58,37 @@ def test_the_second_ctrl_c_says_what_is_kept_and_lost(tmp_path) -> None:
     assert _lost(kept, 6, finished=True, done=6).startswith(f"{kept} is kept (no step is lost)")
 
 
-def _stop_note(step, done: int, read_after: int, total: int = 100) -> str:
+def _stop_note(step, done: int, read_after: int, total=100, agreeing=False) -> str:
     """The first Ctrl-C's words for a run in ``step`` (None: none run yet) with ``done``
-    steps done, the stop signals last read after step ``read_after``."""
+    steps done, the ranks' last agreement on the stop signals after step ``read_after``
+    (``agreeing``: they are agreeing now)."""
     trainer = SimpleNamespace(
         _step_now=step,
         position=SimpleNamespace(iterations_done=done),
         _stop_read_after=read_after,
+        _stop_agreeing=agreeing,
         total_iterations=total,
     )
     return Trainer._stop_note(trainer, 2)
 
 
 def test_the_first_ctrl_c_names_the_step_the_run_stops_after() -> None:
-    """The ranks read the signals after each step: one that comes after the read of step
-    30 (in the all-reduce, a periodic save, the next step's schedule) stops after 31."""
+    """The ranks agree on the signals after each step: one that comes after they agreed
+    after step 30 (in a periodic save, the next step's schedule) stops after 31; one that
+    comes while they agree, after 30 if another rank read it in time, else after 31."""
     running, finished = (
         SimpleNamespace(number=30, finished=False),
         SimpleNamespace(number=29, finished=True),
     )
     assert _stop_note(running, 30, 30) == "finishing step 31, then saving"
     assert _stop_note(finished, 30, 29) == "stopping after step 30, then saving"
+    assert (
+        _stop_note(finished, 30, 29, agreeing=True) == "stopping after step 30 or 31, then saving"
+    )
     assert _stop_note(finished, 30, 30) == "stopping after step 31, then saving"
     assert _stop_note(None, 30, -1) == "stopping after step 31, then saving"  # resumed
     assert _stop_note(finished, 100, 100) == "stopping after step 100, then saving"
+    assert _stop_note(finished, 100, 99, agreeing=True) == "stopping after step 100, then saving"
 
 
 def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
