@@ -64,9 +64,10 @@ fitted profile's model keeps the former, priced bound. The table:
                fastest run, whichever is larger; never below efficiency
   sync s       gradient-sync seconds left exposed after the last backward, whole epoch
                (grad_sync_exposed_s)
-  from peers   dcp-opt's steps taken from another policy's (static, megatron-dyncp,
-               dcp-pac) schedule of the same global batch because it was faster
-               (settings.steps_from_peers; -: not dcp-opt or the epoch is too large)
+  from peers   dcp-opt's steps taken from another policy's (static, dcp-pac) schedule
+               of the same global batch because it was faster (settings.steps_from_peers;
+               -: not dcp-opt or the epoch is too large); megatron-dyncp's token-packed
+               steps are part of dcp-opt's own search (settings.token_packed_steps)
 --json prints every field; besides those above: policy, world, cost_model (where the
 costs came from), est_epoch_time_s and ideal_epoch_time_s (the headline's times),
 efficiency_makespan_only (the same bound over the makespans plus every step's whole
@@ -75,7 +76,8 @@ gradient reduction, none hidden), efficiency_old_bound and ideal_epoch_time_old_
 samples_total, samples_scheduled, samples_dropped (not scheduled: --drop-remainder's
 last partial batch, and samples in buckets the plan skipped), samples_skipped (left out
 by the dataset on request: empty documents, or longer than allowed when those are
-skipped), settings (what the policy chose; dcp-opt: steps_from_peers, peers_skipped
+skipped), settings (what the policy chose; dcp-opt: steps_from_peers,
+token_packed_steps (its own steps formed as megatron-dyncp forms them), peers_skipped
 (peers whose search could not beat its steps), peers_dropped (peers left out on an
 epoch too large for them)), plan_seconds (time taken to schedule),
 groups_per_iteration_mean, phases_per_iteration_max, sp_splits ([ulysses, ring,
