@@ -172,6 +172,22 @@ def chosen_templates(tokenizer) -> dict[str, str]:
     return {"chat_template": template}
 
 
+def chat_renderer(tokenizer, folder: str | None, chat_file: str) -> ChatRenderer:
+    """The chat renderer of the tokenizer a folder holds (``tokenizer``:
+    :func:`load_tokenizer`'s; ``None`` for a ``tokenizer.json`` or bytes, which have no
+    template), as conversations need; ``chat_file``: the file whose first record is a
+    conversation, named when there is none."""
+    if tokenizer is None:
+        given = f"--tokenizer {folder}" if folder else "no --tokenizer"
+        raise DataError(
+            f"conversations need a chat template: {chat_file} holds conversations (its "
+            f"first record has messages, or prompt and completion), and {given} gives "
+            "none; pass --tokenizer DIR, a folder saved with save_pretrained (usually "
+            "the model's), or leave that file out of the dataset"
+        )
+    return ChatRenderer(tokenizer, folder)
+
+
 class ChatRenderer:
     """Renders conversations to token ids and the assistant-token mask."""
 

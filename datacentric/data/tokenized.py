@@ -37,7 +37,7 @@ import torch
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
-from datacentric.data.chat import LOSS_ON, ChatRenderer, load_tokenizer
+from datacentric.data.chat import LOSS_ON, ChatRenderer, chat_renderer, load_tokenizer
 from datacentric.data.documents import (
     TOKEN_FIELD,
     is_conversation,
@@ -123,19 +123,6 @@ class _Encoder:
         if self._tok is None:
             return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
         return str(self._tok.decode(ids))
-
-    def renderer(self, chat_file: str) -> ChatRenderer:
-        """The chat renderer of a tokenizer folder (conversations need one; ``chat_file``:
-        the file whose first record is a conversation, named when there is none)."""
-        if self.hf is None:
-            given = f"--tokenizer {self.path}" if self.path else "no --tokenizer"
-            raise DataError(
-                f"conversations need a chat template: {chat_file} holds conversations (its "
-                f"first record has messages, or prompt and completion), and {given} gives "
-                "none; pass --tokenizer DIR, a folder saved with save_pretrained (usually "
-                "the model's), or leave that file out of the dataset"
-            )
-        return ChatRenderer(self.hf, self.path)
 
 
 def text_codec(tokenizer: str | None) -> _Encoder:
@@ -298,7 +285,8 @@ class TokenizedTextDataset:
         self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
         enc = _Encoder(tokenizer)
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
-        renderer = enc.renderer(self.files[0]) if self.format == "chat" else None
+        chat = self.format == "chat"
+        renderer = chat_renderer(enc.hf, enc.path, self.files[0]) if chat else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
         field_key = text_field if self.format == "text" else self.format
