@@ -40,7 +40,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from datacentric.data.base import DataError
-from datacentric.data.video_geometry import RESOLUTIONS, SPATIAL_DOWNSAMPLE, latent_frames
+from datacentric.data.video_geometry import (
+    RESOLUTIONS,
+    SPATIAL_DOWNSAMPLE,
+    causal_latent_frames,
+    latent_frames,
+)
 from datacentric.regular_files import read_json_file
 
 
@@ -162,3 +167,32 @@ class BucketConfig:
             if keep >= 1 or rng.random() < keep:
                 return Bucket(f"{res}-{ratio}-{frames}f", rule(frames), hb, wb)
         return None
+
+
+def prepared_bucket(
+    buckets: BucketConfig,
+    shape: tuple[int, int, int],
+    recorded: tuple[str | None, int],
+    rng: np.random.Generator,
+    where: str,
+) -> Bucket | None:
+    """The bucket of a latent of ``(frames, height, width)`` that ``prepare`` made:
+    ``recorded``, its manifest's ``(bucket or None, pixel frames)``. Its recorded bucket
+    when the config has it (whole, never redrawn), else one assigned by the VAE's own
+    latent-frame rule; :class:`DataError` starting with ``where`` (the manifest line and
+    the file) when that bucket would cut its frames."""
+    f, h, w = shape
+    name, pixel_frames = recorded
+    if name and buckets.named(name) is not None:
+        return Bucket(name, f, h, w)
+    # prepare keeps temporal k + 1 pixel frames for k + 1 latent frames: its temporal
+    temporal = (pixel_frames - 1) // (f - 1) if f > 1 else 1
+    bucket = buckets.assign(shape, rng, lambda n: causal_latent_frames(n, max(1, temporal)))
+    if bucket is not None and bucket.frames != f:
+        raise DataError(
+            f"{where} was prepared from {pixel_frames} frames ({f} latent frames); "
+            f"{buckets.source} puts it in bucket {bucket.name}, which trains "
+            f"{bucket.frames} of them. Train with the --bucket-config it was prepared with "
+            "(or none), or prepare it again with this one"
+        )
+    return bucket

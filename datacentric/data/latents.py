@@ -42,7 +42,7 @@ import torch
 
 from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
-from datacentric.data.bucket_config import Bucket, BucketConfig
+from datacentric.data.bucket_config import BucketConfig, prepared_bucket
 from datacentric.data.diffusion_draws import DiffusionDraws, sample_latent
 from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
 from datacentric.data.text_file import numbered_lines, read_text_file
@@ -53,7 +53,6 @@ from datacentric.data.video import (
     pack_video_samples,
     patchify,
 )
-from datacentric.data.video_geometry import causal_latent_frames
 from datacentric.regular_files import parse_json
 from datacentric.shapes import SampleShape
 
@@ -156,33 +155,6 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
     return [LatentEntry(p, _text_beside(p), str(p)) for p in files]
 
 
-def _prepared_bucket(
-    buckets: BucketConfig, entry: LatentEntry, shape: tuple[int, int, int], seed: int, index: int
-) -> Bucket | None:
-    """The bucket of a latent ``prepare`` made (``entry.frames`` known): its recorded
-    bucket when the config has it (whole, never redrawn), else one assigned by the VAE's
-    own latent-frame rule; :class:`DataError` when that bucket would cut its frames."""
-    f, h, w = shape
-    named = buckets.named(entry.bucket) if entry.bucket else None
-    if named is not None:
-        return Bucket(entry.bucket, f, h, w)
-    # prepare keeps temporal k + 1 pixel frames for k + 1 latent frames: its temporal
-    temporal = (entry.frames - 1) // (f - 1) if f > 1 else 1
-    bucket = buckets.assign(
-        shape,
-        np.random.default_rng([seed, index]),
-        lambda n: causal_latent_frames(n, max(1, temporal)),
-    )
-    if bucket is not None and bucket.frames != f:
-        raise DataError(
-            f"{entry.where}: {entry.latent.name} was prepared from {entry.frames} frames "
-            f"({f} latent frames); {buckets.source} puts it in bucket {bucket.name}, which "
-            f"trains {bucket.frames} of them. Train with the --bucket-config it was "
-            "prepared with (or none), or prepare it again with this one"
-        )
-    return bucket
-
-
 class LatentDataset:
     """Video latents from files; sample ids follow the listing (skipped latents removed)."""
 
@@ -233,7 +205,10 @@ class LatentDataset:
             crop, name = (f, h, w), f"{f}x{h}x{w}"
             if buckets is not None:
                 if entry.frames is not None:
-                    bucket = _prepared_bucket(buckets, entry, (f, h, w), self.seed, index)
+                    rng = np.random.default_rng([self.seed, index])
+                    recorded = (entry.bucket, entry.frames)
+                    where = f"{entry.where}: {latent.name}"
+                    bucket = prepared_bucket(buckets, (f, h, w), recorded, rng, where)
                 else:
                     bucket = buckets.assign((f, h, w), np.random.default_rng([self.seed, index]))
                 if bucket is None:
