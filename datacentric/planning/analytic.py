@@ -87,6 +87,7 @@ blocks add (their all-to-all included).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
 from operator import attrgetter, mul
@@ -240,14 +241,28 @@ def shape_sums(kinds: Sequence[str], shapes: Sequence[SampleShape]) -> _ShapeSum
     return _ShapeSums(len(lengths), tokens, float(squares), pairs)
 
 
+#: Where a text sample's attention pairs of each block kind come from, as an index into
+#: (summed squared tokens, causal pairs, summed tokens): ``text_shape_sums``'s values.
+_TEXT_PAIRS = {"full": 0, "causal": 1, "spatial": 0, "temporal": 2}
+
+
+@functools.lru_cache(maxsize=64)
+def _text_pair_slots(kinds: tuple[str, ...]) -> tuple[int, ...] | None:
+    """Per block kind, its ``_TEXT_PAIRS`` index (None where a kind's pairs need
+    each sample): worked out once per model's kinds, not per pass."""
+    if not all(kind in _TEXT_PAIRS for kind in kinds):
+        return None
+    return tuple(_TEXT_PAIRS[kind] for kind in kinds)
+
+
 def text_shape_sums(kinds: Sequence[str], n: int, tokens: int, squares: int) -> _ShapeSums | None:
     """:func:`shape_sums` of ``n`` text samples of ``tokens`` summed tokens and
     ``squares`` summed squared tokens (None where a kind's pairs need each sample)."""
-    causal = (squares + tokens) / 2
-    text = {"full": squares, "causal": causal, "spatial": squares, "temporal": tokens}
-    if not all(kind in text for kind in kinds):
+    slots = _text_pair_slots(tuple(kinds))
+    if slots is None:
         return None
-    return _ShapeSums(n, tokens, float(squares), tuple(float(text[kind]) for kind in kinds))
+    values = (float(squares), (squares + tokens) / 2, float(tokens))
+    return _ShapeSums(n, tokens, values[0], tuple(map(values.__getitem__, slots)))
 
 
 class AnalyticCostModel(CachedCostModel):

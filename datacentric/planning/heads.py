@@ -16,6 +16,7 @@ The planner asks :func:`allowed_sp_sizes`; the runtime checks with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 
@@ -26,11 +27,13 @@ def _check_counts(num_heads: int, num_kv_heads: int) -> None:
         )
 
 
+@functools.lru_cache(maxsize=1024)
 def kv_head_repeat(num_heads: int, num_kv_heads: int, sp_size: int) -> int:
     """How many times Ulysses repeats each key/value head on a group of ``sp_size``:
     the smallest ``r`` with ``sp_size | num_kv_heads * r`` and
     ``num_kv_heads * r | num_heads`` (1: the heads travel as they are). Raises
-    ``ValueError`` when ``sp_size`` does not divide ``num_heads``."""
+    ``ValueError`` when ``sp_size`` does not divide ``num_heads``. Kept per head counts
+    and size (the analytic model asks it for every pass it prices)."""
     _check_counts(num_heads, num_kv_heads)
     check_sp_sizes(num_heads, num_kv_heads, [sp_size])
     group = num_heads // num_kv_heads  # query heads per key/value head

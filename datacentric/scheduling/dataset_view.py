@@ -87,7 +87,7 @@ class DatasetView:
         elif len(ids) == 1 and self.shapes[ids[0]].grid is None:
             key = (tokens[ids[0]], sp, rc, ring)  # one text sample: its length
         elif self._all_text and getattr(cost_model, "prices_text_by_sums", False):
-            key = (*lengths_sums([tokens[i] for i in ids]), sp, rc, ring)
+            key = (*lengths_sums(list(map(tokens.__getitem__, ids))), sp, rc, ring)
         else:
             key = (tuple(int(i) for i in ids), sp, rc, ring)  # ids name the shapes (fast hash)
         t = self._exact.get(key)
