@@ -16,6 +16,7 @@ from datacentric.settings import SchedulingConfig, TrainConfig
 if TYPE_CHECKING:
     from torch import nn
 
+    from datacentric.planning.model_specs import ModelSpec
     from datacentric.train.assemble import Prechecked
 
 
@@ -56,8 +57,10 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         batch = run_global_batch(
             config.scheduling, config.training, config.job.seed, dataset.shapes(), sp_sizes, world
         )
-        check_validation(config, batch.applied(config.scheduling), module, dataset, held_out)
-        check_training_fits(config, module, dataset, world)
+        spec = analytic_spec(config, module)  # derived once: each plan check prices with it
+        options = batch.applied(config.scheduling)
+        check_validation(config, options, module, spec, dataset, held_out)
+        check_training_fits(config, module, spec, dataset, world)
     except (DataError, OSError, ValueError) as err:
         say(command, str(err))
         return None
@@ -122,7 +125,12 @@ def check_input_shapes(config: TrainConfig, module: nn.Module, dataset, held_out
 
 
 def check_validation(
-    config: TrainConfig, options: SchedulingConfig, module: nn.Module, dataset, held_out
+    config: TrainConfig,
+    options: SchedulingConfig,
+    module: nn.Module,
+    spec: ModelSpec | None,
+    dataset,
+    held_out,
 ) -> None:
     """Raise ``ValueError`` naming the ``[validation]`` setting that cannot work: held-out
     samples with no loss-carrying token or, longer than every training sample, a shape
@@ -131,7 +139,8 @@ def check_validation(
     a prompts file that is not text or a
     model with no logits to continue it, ``every`` past the run's last step (counted from
     its global batches when ``iterations`` is unset: ``options``, the sized global batch
-    included). ``module``: the run's model on the meta device."""
+    included). ``module``: the run's model on the meta device; ``spec``: its analytic
+    spec (:func:`analytic_spec`)."""
     from datacentric.scheduling.global_batches import steps_per_epoch
 
     validation, world = config.validation, config.parallelism.world or 1
@@ -142,7 +151,7 @@ def check_validation(
         longest = max(shape.tokens for shape in dataset.shapes())
         if max(shape.tokens for shape in held_out.shapes()) > longest:
             # longer than every training sample: may not fit where training does
-            check_held_out_fits(where, held_out, config, module, world)
+            check_held_out_fits(where, held_out, config, module, spec, world)
         check_held_out_batches(where, held_out, config, options, module)
     if validation.prompts is not None:
         check_prompts(config, module)
@@ -224,12 +233,13 @@ def check_held_out_batches(
 
 
 def check_held_out_fits(
-    where: str, held_out, config: TrainConfig, module: nn.Module, world: int
+    where: str, held_out, config: TrainConfig, module: nn.Module, spec: ModelSpec | None, world: int
 ) -> None:
     """Raise ``ValueError`` starting with ``where`` when a held-out sample's shape fits
     no configuration of the plan (:func:`analytic_pipeline`, priced forward only as
     validation runs it)."""
-    pipeline = analytic_pipeline(held_out.shapes(), config, module, world, forward_only=True)
+    shapes = held_out.shapes()
+    pipeline = analytic_pipeline(shapes, config, module, spec, world, forward_only=True)
     if pipeline is None:
         return  # no analytic price: the run's own plan decides
     try:
@@ -238,7 +248,9 @@ def check_held_out_fits(
         raise ValueError(f"{where}: a held-out sample cannot be planned: {err}") from None
 
 
-def check_training_fits(config: TrainConfig, module: nn.Module, dataset, world: int) -> None:
+def check_training_fits(
+    config: TrainConfig, module: nn.Module, spec: ModelSpec | None, dataset, world: int
+) -> None:
     """Raise ``ValueError`` naming the bucket, its longest sample, the GiB it needs and
     the budget, and the flags of ``train`` that help, when a bucket of the training set
     fits no configuration of the plan (:func:`analytic_pipeline`) under the memory
@@ -246,7 +258,8 @@ def check_training_fits(config: TrainConfig, module: nn.Module, dataset, world: 
     from datacentric.planning.hardware import gib_text
     from datacentric.planning.planner import UnfittableBucketError
 
-    pipeline = analytic_pipeline(dataset.shapes(), config, module, world, forward_only=False)
+    shapes = dataset.shapes()
+    pipeline = analytic_pipeline(shapes, config, module, spec, world, forward_only=False)
     if pipeline is None:
         return  # no analytic price: the run's own plan decides
     try:
@@ -268,29 +281,44 @@ def check_training_fits(config: TrainConfig, module: nn.Module, dataset, world: 
         ) from None
 
 
+def analytic_spec(config: TrainConfig, module: nn.Module) -> ModelSpec | None:
+    """The analytic spec of the run's model (``module``, on the meta device) that the
+    plan checks price with, derived once; ``None`` when the model has no analytic price
+    (the run's own plan decides)."""
+    from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
+
+    try:
+        return spec_of_model(module, config.model.model)
+    except UnpricedModelError:
+        return None
+
+
 def analytic_pipeline(
-    shapes, config: TrainConfig, module: nn.Module, world: int, forward_only: bool
+    shapes,
+    config: TrainConfig,
+    module: nn.Module,
+    spec: ModelSpec | None,
+    world: int,
+    forward_only: bool,
 ):
     """The analytic :class:`~datacentric.scheduling.pipeline.Pipeline` of ``shapes`` for
-    the run's model (``module``, on the meta device) on ``world`` ranks of this
-    machine's device, under ``[cost] memory_gb`` (else 70% of the device), with the SP
-    sizes its ranks plan with; ``forward_only``: priced as validation runs it. ``None``
-    when the model has no analytic price."""
+    the run's model (``module``, on the meta device; ``spec``: its
+    :func:`analytic_spec`) on ``world`` ranks of this machine's device, under ``[cost]
+    memory_gb`` (else 70% of the device), with the SP sizes its ranks plan with;
+    ``forward_only``: priced as validation runs it. ``None`` when the model has no
+    analytic price (``spec`` None)."""
     import torch
 
     from datacentric.planning.forward_only import ForwardOnlyCostModel
     from datacentric.planning.memory_cap import resolve_memory_cap
-    from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
     from datacentric.scheduling.pipeline import Pipeline
     from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes
 
+    if spec is None:
+        return None
     chosen = config.parallelism.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(chosen)
-    try:
-        spec = spec_of_model(module, config.model.model)
-    except UnpricedModelError:
-        return None
     shard = sharding(config.parallelism)
     cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
     if forward_only:
