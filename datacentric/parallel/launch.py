@@ -237,24 +237,11 @@ def spawn(
     stopper = _StopRanks(processes, forward=forward_signals)
     try:
         with stopper:
+            entry = (fn, args, backend, init_method, collective_timeout_s or timeout_s)
             for rank in range(world_size):
-                process = context.Process(
-                    target=_worker_entry,
-                    args=(
-                        rank,
-                        world_size,
-                        fn,
-                        args,
-                        backend,
-                        init_method,
-                        collective_timeout_s or timeout_s,
-                        threads_per_rank,
-                    ),
-                    kwargs={"results": results, "launcher_pid": os.getpid()},
-                    daemon=True,
+                processes.append(
+                    _start_rank(context, rank, world_size, entry, threads_per_rank, results)
                 )
-                process.start()
-                processes.append(process)
             if stopper.forwarded is not None:  # forwarded while ranks were starting
                 # a rank takes a repeated SIGTERM or RELAYED_SIGINT as one
                 stopper.relay_stop()
@@ -279,6 +266,37 @@ def spawn(
         if process.is_alive():
             process.kill()
     return values
+
+
+def _start_rank(
+    context: Any,
+    rank: int,
+    world_size: int,
+    entry: tuple[Any, ...],
+    threads_per_rank: int | None,
+    results: Any,
+) -> Any:
+    """Start rank ``rank``'s process on :func:`_worker_entry`; ``entry`` holds the
+    function, its arguments, the backend, the rendezvous address and the collective
+    timeout, as every rank gets them."""
+    fn, args, backend, init_method, collective_timeout_s = entry
+    process = context.Process(
+        target=_worker_entry,
+        args=(
+            rank,
+            world_size,
+            fn,
+            args,
+            backend,
+            init_method,
+            collective_timeout_s,
+            threads_per_rank,
+        ),
+        kwargs={"results": results, "launcher_pid": os.getpid()},
+        daemon=True,
+    )
+    process.start()
+    return process
 
 
 def _context(start_method: str | None, fn: Callable[..., Any]) -> Any:

@@ -119,8 +119,7 @@ class Trainer:
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
         """What runs at the run's events (:mod:`datacentric.train.hooks`)."""
-        self.groups = groups
-        self.out = Path(config.job.out)
+        self.groups, self.out = groups, Path(config.job.out)
         self.is_main = groups.rank == 0
         self.dataset = run.dataset
         self.held_out = run.held_out
@@ -156,19 +155,15 @@ class Trainer:
         self.activity = "setup"
         """What this rank is doing (published by the heartbeat; names it when it stalls)."""
         self._step_now: Step | None = None
-        self._stop_read_after = -1
-        """The last step after which the ranks agreed on the stop signals (a signal that
-        comes later is read after the next step)."""
-        self._stop_agreeing = False
-        """The ranks are agreeing on the stop signals: one that comes now counts if another
-        rank read it before the agreement, else after the next step."""
+        # the last step after which the ranks agreed on the stop signals (one that comes
+        # later is read after the next step), and whether they are agreeing now (one that
+        # comes then counts if another rank read it in time, else after the next step)
+        self._stop_read_after, self._stop_agreeing = -1, False
         self.heartbeat = Heartbeat(groups, self._phase_now)
         self.settings_json = config.to_json()
         """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
-        self.training = config.training
-        self.job = config.job
-        self.metrics_config = config.metrics
-        self.profiling = config.profiling
+        self.training, self.job = config.training, config.job
+        self.metrics_config, self.profiling = config.metrics, config.profiling
         self.checkpoints = RunCheckpoints(config.checkpoint, self.out, is_main=self.is_main)
         self.collective_timeout_s = config.parallelism.collective_timeout_s
         self.saves = RunSaves(
@@ -186,8 +181,7 @@ class Trainer:
         self.model_name = config.model.model
         self.tokenizer = config.data.tokenizer
         """What the run reads text with (chosen by ``assemble_run``; None: it reads none)."""
-        self.bfloat16 = config.model.dtype == "bfloat16"
-        self.policy = config.scheduling.policy
+        self.bfloat16, self.policy = config.model.dtype == "bfloat16", config.scheduling.policy
 
     def _phase_now(self) -> str:
         step = self._step_now
