@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,15 @@ class CollectorPause:
         self._lock = threading.Lock()
         self._depth = 0
         self._was_enabled = False
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """In a child forked during a build (the process that builds the next epoch):
+        no build of its own runs yet, so the collector runs as it did before the pause."""
+        self._lock = threading.Lock()
+        if self._depth and self._was_enabled:
+            gc.enable()
+        self._depth = 0
 
     def __enter__(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ pause."""
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import threading
 
 import numpy as np
@@ -76,3 +77,22 @@ def test_the_pause_nests_across_threads_and_keeps_a_collector_that_was_off() -> 
         assert not gc.isenabled()  # off before: left off
     finally:
         gc.enable()
+
+
+def test_a_child_forked_during_a_build_runs_its_collector() -> None:
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+
+    def report(conn) -> None:
+        on = gc.isenabled()
+        with COLLECTOR_PAUSE:  # its own builds pause and resume (no lock held)
+            off = not gc.isenabled()
+        conn.send((on, off, gc.isenabled()))
+
+    with COLLECTOR_PAUSE:
+        process = ctx.Process(target=report, args=(child,))
+        process.start()
+        assert not gc.isenabled()
+    assert parent.recv() == (True, True, True)
+    process.join(10)
+    assert gc.isenabled()
