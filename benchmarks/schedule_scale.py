@@ -293,7 +293,9 @@ placement (about a quarter: the swaps' passes over a step's 22,000 micro-batches
 cost model's answers and the keys of the 113,000 micro-batches' estimates (about a
 fifth), the recomputation knapsack of the long samples (`choose_recompute`, about a
 tenth), the layout search's splitting and the dataset view and global batches (about a
-tenth each).
+tenth each). The planner before the build (`plan cpu s`, once per dataset): `make_buckets`
+places each distinct text length once, not each sample, the same buckets: 2.80 / 2.78 ->
+0.67 / 0.64 s of CPU at 1,000,000 samples (back to back, load 2.6-3.8).
 """
 
 

@@ -158,22 +158,24 @@ def make_buckets(
             f"a text sample has {text_max} tokens, above the largest bucket boundary "
             f"{bounds[-1]}; add a larger boundary"
         )
-    keys: list[SampleShape] = []
     longest: dict[SampleShape, int] = {}  # per text boundary: its longest member
-    for s in shapes:
+    key_of: dict[int, SampleShape] = {}  # per text length: its boundary
+    videos: set[SampleShape] = set()
+    for s in shapes:  # each distinct length is placed once
         if s.is_video:
-            keys.append(s)
-        else:
-            key = SampleShape.text(bounds[bisect.bisect_left(bounds, s.tokens)])
+            videos.add(s)
+        elif s.tokens not in key_of:
+            key = key_of[s.tokens] = SampleShape.text(bounds[bisect.bisect_left(bounds, s.tokens)])
             longest[key] = max(longest.get(key, 0), s.tokens)
-            keys.append(key)
-    distinct = sorted(set(keys), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
+    distinct = sorted(set(key_of.values()) | videos, key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
     index = {shape: i for i, shape in enumerate(distinct)}
     buckets = tuple(
         Bucket(name=bucket_name(s), shape=SampleShape.text(longest[s]) if s in longest else s)
         for s in distinct
     )
-    return Bucketing(buckets=buckets, bucket_of_sample=tuple(index[k] for k in keys))
+    of_length = {t: index[key] for t, key in key_of.items()}
+    of_sample = tuple(index[s] if s.is_video else of_length[s.tokens] for s in shapes)
+    return Bucketing(buckets=buckets, bucket_of_sample=of_sample)
 
 
 def bucket_name(shape: SampleShape) -> str:
