@@ -185,15 +185,37 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def last_step_held(steps: Progress) -> Callable[[int, int], None]:
+def last_step_held(steps: Progress) -> StepsHeld:
     """``on_step`` for a progress of the epoch's steps that counts the last one only
     once the schedule is measured and checked (seconds on a large epoch, up to a few
     steps' time: the time left would end before the work does)."""
+    return StepsHeld(steps)
 
-    def reached(done: int, total: int) -> None:
-        steps.reached(min(done, total - 1), total)
 
-    return reached
+class StepsHeld:
+    """``on_step(done, total)`` for :func:`last_step_held`; its ``searched(done,
+    total)`` hears of a policy's search in micro-batches priced
+    (:func:`~datacentric.scheduling.search_steps.searched`): a policy that searches
+    before its steps (``static``) is counted in those units, its steps then held at the
+    search's end (they come at once, after it)."""
+
+    def __init__(self, steps: Progress) -> None:
+        self.steps = steps
+        self.search = 0.0
+        """The steps priced by the policy's search, once it told them (0: none)."""
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.search:
+            self.searched(self.search, self.search)
+        else:
+            self.steps.reached(min(done, total - 1), total)
+
+    def searched(self, done: float, total: float) -> None:
+        """The policy's search has priced ``done`` of its ``total`` micro-batches."""
+        if not self.search:
+            self.steps.set_stage("its search, in micro-batches priced")
+        self.search, units = total, max(int(total), 1)
+        self.steps.reached(min(int(done), units - 1), units)
 
 
 def policy_summary(

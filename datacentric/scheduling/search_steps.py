@@ -9,6 +9,8 @@ the least estimated epoch time wins.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 #: Steps of the first pass.
@@ -20,3 +22,13 @@ def priced_steps(num_steps: int, count: int = SEARCH_STEPS) -> list[int]:
     if num_steps <= count:
         return list(range(num_steps))
     return sorted({int(k) for k in np.rint(np.linspace(0, num_steps - 1, count))})
+
+
+def searched(inp: Any, done: float, total: float) -> None:
+    """Tell how far a policy's search is, ``done`` of ``total`` steps priced or built,
+    to ``inp.on_step.searched(done, total)`` when the step callback has one (a plain
+    callable a command's progress line hangs on it: the steps' own count says nothing
+    while a search runs before them)."""
+    told = getattr(inp.on_step, "searched", None)
+    if told is not None:
+        told(done, total)

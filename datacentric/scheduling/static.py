@@ -13,6 +13,8 @@ epoch, the best (setting, size) again on budgets ``2**(1/4)`` apart, then the be
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from datacentric.planning.cost_model import split_breakdown
@@ -28,7 +30,7 @@ from datacentric.scheduling.micro_batches import emit_iteration, pack
 from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, StepMaker
-from datacentric.scheduling.search_steps import priced_steps
+from datacentric.scheduling.search_steps import priced_steps, searched
 
 #: Candidates re-priced on every step after the first pass.
 FINALISTS = 6
@@ -132,18 +134,24 @@ def price(
     )
 
 
-def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
-    """The (recomputation table, SP size, token budget) with the least estimated time."""
-    first = first_pass(inp)
+def search(inp: PolicyInput, told: Told | None = None) -> tuple[OptionTable, int, float]:
+    """The (recomputation table, SP size, token budget) with the least estimated time
+    (its progress told to ``told``, in steps priced: :func:`~.search_steps.searched`)."""
+    told = told or Told(inp)
+    first = first_pass(inp, told.first_pass)
+    told.finalists(first)
     if not first:
         table = inp.full_table()
         sp = uniform_sp(inp, table)
         return table, sp, float(budgets(inp, table, sp)[0])
     best: tuple[float, OptionTable, int, float] | None = None
-    for table, sp, budget in first[:FINALISTS]:
+    for n, (table, sp, budget) in enumerate(first[:FINALISTS]):
         try:
             t = epoch_estimate_s(
-                build(inp, table, sp, budget), inp.cost_model, inp.view.shapes, inp.world_size
+                build(inp, table, sp, budget, told.at(n)),
+                inp.cost_model,
+                inp.view.shapes,
+                inp.world_size,
             )
         except ValueError:
             continue
@@ -154,36 +162,116 @@ def search(inp: PolicyInput) -> tuple[OptionTable, int, float]:
     return best[1], best[2], best[3]
 
 
-def first_pass(inp: PolicyInput) -> list[tuple[OptionTable, int, float]]:
+class Told:
+    """``static``'s search and build told as the micro-batches they price (a step's
+    cost grows with them: small budgets make many): the first pass's candidates, each
+    on a few steps, then each finalist's and the chosen one's every step."""
+
+    def __init__(self, inp: PolicyInput) -> None:
+        self.inp = inp
+        chunks, _ = inp.global_batches()
+        self.chunks = chunks
+        ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
+        self.counts = np.bincount(inp.view.bucket_of[ids])
+        self.first = 0.0
+        """Micro-batches priced in the first pass (its estimate, then its count)."""
+        self.builds: list[float] = []
+        """Micro-batches of each finalist's epoch, then the chosen one's."""
+
+    def work(self, table: OptionTable, sp: int, budget: float, share: float = 1.0) -> float:
+        """Micro-batches :func:`budget_items` makes of ``share`` of the epoch's samples
+        under one configuration (at least one a bucket)."""
+        view, total = self.inp.view, 0.0
+        for b in np.flatnonzero(self.counts).tolist():
+            cfg = table.config(b, sp)
+            units = min(float(cfg.max_batch), max(1.0, budget / view.rep_tokens(b)))
+            total += max(1.0, share * self.counts[b] / units)
+        return total
+
+    def total(self) -> float:
+        """Micro-batches of the search and the build, as counted now."""
+        return self.first + sum(self.builds)
+
+    def first_pass(self, done: float, total: float, builds: list[float]) -> None:
+        """The first pass has priced ``done`` of its ``total`` micro-batches; ``builds``:
+        the epochs the finalists would build as they stand so far."""
+        self.first, self.builds = total, builds
+        searched(self.inp, done, self.total())
+
+    def finalists(self, first: list[tuple[OptionTable, int, float]]) -> None:
+        """The finalists' epochs counted as they are (the chosen one's like the first)."""
+        builds = [self.work(t, sp, b) for t, sp, b in first[:FINALISTS]]
+        self.builds = builds + builds[:1]
+
+    def at(self, build: int) -> Callable[[int], None]:
+        """Told the steps built by the ``build``-th epoch (``FINALISTS``: the chosen one)."""
+        build = min(build, len(self.builds) - 1)
+        base = self.first + sum(self.builds[:build])
+        per_step = self.builds[build] / max(len(self.chunks), 1)
+        return lambda k: searched(self.inp, base + k * per_step, self.total())
+
+
+def first_pass(
+    inp: PolicyInput, told: Callable[..., None] | None = None
+) -> list[tuple[OptionTable, int, float]]:
     """Every (recomputation table, SP size, token budget) candidate that covers the
     world on a few steps spread over the epoch, fastest there first: budgets in powers
-    of two, then the best (setting, size) again on budgets ``2**(1/4)`` apart."""
+    of two, then the best (setting, size) again on budgets ``2**(1/4)`` apart.
+    ``told(done, total)``: the micro-batches priced so far (:class:`Told`)."""
     chunks, _ = inp.global_batches()
     sample = [chunks[k] for k in priced_steps(len(chunks))]
     first: list[tuple[float, int, OptionTable, int, float]] = []
     tables = (inp.table("none", lambda o: not any(o.recompute)), inp.full_table())
-    for n, table in enumerate(tables):
-        for sp in uniform_sizes(inp, table):
-            for budget in budgets(inp, table, sp):
-                try:
-                    first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
-                except ValueError:  # too few micro-batches to cover the world
-                    continue
+    grid = [
+        (n, t, sp, budgets(inp, t, sp))
+        for n, t in enumerate(tables)
+        for sp in uniform_sizes(inp, t)
+    ]
+    share = sum(len(c) for c in sample) / max(sum(len(c) for c in chunks), 1)
+    work = Told(inp).work if told is not None else None
+    priced, total, epoch = [0.0], 0.0, 0.0
+    if work is not None:  # the finer budgets as many again as a (setting, size)'s most
+        sums = [sum(work(t, sp, b, share) for b in bs) for _, t, sp, bs in grid]
+        finer = [sum(work(t, sp, b, share) for b in finer_budgets(bs)) for _, t, sp, bs in grid]
+        total = sum(sums) + sum(finer) / max(len(finer), 1)  # one (setting, size)'s finer
+        epoch = sum(sums) / max(sum(len(bs) for *_, bs in grid), 1) / max(share, 1e-9)
+
+    def builds() -> list[float]:
+        """The finalists' epochs as the candidates priced so far rank them (before
+        any: a mean candidate's), the chosen one's like the first's."""
+        if work is None or not first:
+            return [epoch] * (FINALISTS + 1)
+        top = [work(t, sp, b) for *_, t, sp, b in sorted(first, key=lambda r: r[:2])[:FINALISTS]]
+        return top + top[:1]
+
+    def try_one(n: int, table: OptionTable, sp: int, budget: float) -> None:
+        if told is not None and work is not None:
+            told(priced[0], max(total, priced[0]), builds())
+            priced[0] += work(table, sp, budget, share)
+        try:
+            first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
+        except ValueError:  # too few micro-batches to cover the world
+            pass
+
+    for n, table, sp, coarse in grid:
+        for budget in coarse:
+            try_one(n, table, sp, budget)
     if not first:
         return []
     first.sort(key=lambda row: row[:2])
     _, n, table, sp, _ = first[0]
-    coarse = budgets(inp, table, sp)
-    for k in range(4 * len(coarse)):
-        budget = coarse[0] * 2 ** (k / 4)
-        if k % 4 == 0 or budget > coarse[-1]:
-            continue
-        try:
-            first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
-        except ValueError:
-            continue
+    for budget in finer_budgets(budgets(inp, table, sp)):
+        try_one(n, table, sp, budget)
+    if told is not None:
+        told(priced[0], priced[0], builds())
     first.sort(key=lambda row: row[:2])
     return [row[2:] for row in first]
+
+
+def finer_budgets(coarse: list[float]) -> list[float]:
+    """The budgets ``2**(1/4)`` apart between the powers of two ``coarse``."""
+    finer = (coarse[0] * 2 ** (k / 4) for k in range(4 * len(coarse)) if k % 4)
+    return [budget for budget in finer if budget <= coarse[-1]]
 
 
 def step_makers(inp: PolicyInput) -> list[StepMaker]:
@@ -210,10 +298,21 @@ def settings_of(inp: PolicyInput, table: OptionTable, sp: int, budget: float) ->
     }
 
 
-def build(inp: PolicyInput, table: OptionTable, sp: int, budget: float) -> list[Iteration]:
-    """Every step of the epoch under one configuration."""
+def build(
+    inp: PolicyInput,
+    table: OptionTable,
+    sp: int,
+    budget: float,
+    told: Callable[[int], None] | None = None,
+) -> list[Iteration]:
+    """Every step of the epoch under one configuration; ``told(k)``: ``k`` steps built."""
     chunks, _ = inp.global_batches()
-    return [step(inp, table, sp, budget, k, c) for k, c in enumerate(chunks)]
+    steps = []
+    for k, c in enumerate(chunks):
+        steps.append(step(inp, table, sp, budget, k, c))
+        if told is not None:
+            told(k + 1)
+    return steps
 
 
 def step(
@@ -226,9 +325,9 @@ def step(
 
 def schedule(inp: PolicyInput) -> PolicyOutput:
     """The ``static`` policy."""
-    table, sp, budget = search(inp)
+    told = Told(inp)
+    table, sp, budget = search(inp, told)
     _, dropped = inp.global_batches()
     settings = settings_of(inp, table, sp, budget)
-    return PolicyOutput(
-        iterations=build(inp, table, sp, budget), dropped=dropped, settings=settings
-    )
+    iterations = build(inp, table, sp, budget, told.at(FINALISTS))
+    return PolicyOutput(iterations=iterations, dropped=dropped, settings=settings)

@@ -1,0 +1,48 @@
+"""``static`` tells how far its search and build are (``on_step.searched``, in the
+micro-batches it prices), which a command's progress line turns into a time left while
+no step is out yet; the schedule is the same with or without a listener."""
+
+from __future__ import annotations
+
+from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
+
+from datacentric.scheduling.resume import schedule_fingerprint
+
+MODEL = ToyCostModel(capacity_bytes=16 * 2**20)
+
+
+class Listener:
+    """An ``on_step`` with a ``searched``: what each was told."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, int]] = []
+        self.search: list[tuple[float, float]] = []
+
+    def __call__(self, done: int, total: int) -> None:
+        self.steps.append((done, total))
+
+    def searched(self, done: float, total: float) -> None:
+        self.search.append((done, total))
+
+
+def test_static_tells_its_search_in_micro_batches_priced_and_builds_the_same_schedule():
+    shapes = mixed_text(300, seed=4)
+    plain = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy="static")
+    heard = Listener()
+    told = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy="static", on_step=heard)
+    assert schedule_fingerprint(told) == schedule_fingerprint(plain)
+    done = [d for d, _ in heard.search]
+    assert len(done) > 20 and done == sorted(done)  # many reports, never backwards
+    assert heard.search[-1][0] == heard.search[-1][1] > 0  # it ends at its total
+    assert all(d <= t * (1 + 1e-9) for d, t in heard.search)
+    # the total said before the first step is priced is within half of the work done
+    assert 0.5 <= heard.search[0][1] / heard.search[-1][1] <= 1.5, heard.search[0]
+
+
+def test_a_plain_step_callback_hears_only_steps():
+    seen: list[tuple[int, int]] = []
+    shapes = mixed_text(120, seed=1)
+    toy_pipeline(shapes, MODEL, world_size=8).schedule(
+        policy="static", on_step=lambda d, t: seen.append((d, t))
+    )
+    assert seen and seen[-1][0] == seen[-1][1]
