@@ -18,7 +18,8 @@ each block. The ring talks point to point on the world communicator, addressed b
 global rank (:class:`RingGroup`), so it needs no communicator of its own.
 
 The object is passed explicitly to whoever needs a group; there are no module
-globals.
+globals. The device a rank computes on is chosen here too (:func:`device_for_backend`
+for a rank of a world, :func:`default_device` for one process alone).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ def device_for_backend(backend: str | None, rank: int = 0) -> torch.device:
         local_rank = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
+
+
+def default_device(device: str | torch.device | None = None) -> torch.device:
+    """A single process's device: ``device`` if given, else ``cuda`` when available,
+    else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 @dataclass(frozen=True)

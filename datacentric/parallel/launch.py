@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from datacentric.log import get_logger
-from datacentric.parallel.groups import ProcessGroups, device_for_backend
+from datacentric.parallel.groups import ProcessGroups, default_device, device_for_backend
 
 DEFAULT_TIMEOUT_S = 300.0
 #: Seconds ranks get to end on a second SIGINT relayed to them before they are killed.
@@ -449,14 +449,6 @@ def launch_mode(nproc: int | None = None) -> LaunchMode:
     return LaunchMode("single", 1)
 
 
-def default_device(device: str | torch.device | None = None) -> torch.device:
-    """A single process's device: ``device`` if given, else ``cuda`` when available,
-    else the CPU."""
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def backend_for(world_size: int, device: str | torch.device | None = None) -> str:
     """NCCL when every local rank gets its own GPU (and ``device`` is not the CPU),
     else gloo."""
@@ -471,7 +463,7 @@ def process_groups(
 ) -> ProcessGroups:
     """This process's groups: the world already initialised (a spawned rank, or the
     caller's own ``init_process_group``), torchrun's world, or one local process on
-    :func:`default_device` (``device`` overriding)."""
+    :func:`~datacentric.parallel.groups.default_device` (``device`` overriding)."""
     if dist.is_available() and dist.is_initialized():
         destroy_at_exit()
         return ProcessGroups()
