@@ -44,7 +44,7 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (the most:
 #: ``data/tokenized.py``, 6)
-CEILINGS = {"stays": 155, "climbs": 34, "entries": 6}
+CEILINGS = {"stays": 154, "climbs": 34, "entries": 6}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

@@ -28,6 +28,7 @@ from torch import nn
 from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.models.diffusers_families import (
     FAMILIES,
+    Family,
     FamilyView,
     family_named,
     family_of_tiny,
@@ -72,8 +73,8 @@ def text_width(config: Any) -> int:
     raise UnsupportedVideoModel("the config names no text width (text_dim, caption_channels)")
 
 
-def _model_class(name: str, where: str) -> type:
-    family = family_named(name)
+def _model_class(family: Family | None, name: str, where: str) -> type:
+    """The diffusers class ``name`` (its ``family``'s own class where it declares one)."""
     cls = family.model_class if family is not None else None
     cls = cls or getattr(diffusers, name, None)
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
@@ -95,7 +96,7 @@ def read_model_config(
         raise UnsupportedVideoModel(
             f"{where}: {config_file}: _class_name is {str(name)[:80]!r}, not a class name"
         )
-    cls = _model_class(name, where)
+    cls = _model_class(family_named(name), name, where)
     try:
         check_supported(cls, {**config, **overrides})
     except UnsupportedVideoModel as err:
@@ -125,7 +126,7 @@ def build_diffusers_model(
     """
     family = family_of_tiny(name_or_path)
     if family is not None:
-        cls = _model_class(family.transformer, f"diffusers:{name_or_path}")
+        cls = _model_class(family, family.transformer, f"diffusers:{name_or_path}")
         config = {**family.tiny_config, **config_overrides}
         check_supported(cls, config)  # unset fields take the class defaults (None for images)
         transformer = cls.from_config(config)

@@ -150,8 +150,7 @@ def check_supported(
     refused = refused_config(model_class, config)
     if refused:
         raise UnsupportedVideoModel(refused)
-    plan = cp_plan_of(model_class, cp_plan)
-    _check_plan_blocks(name, plan, config)
+    plan = cp_plan_of(model_class, cp_plan, config)
     if name.endswith("Transformer2DModel") and (family is None or family.layout != "tokens"):
         raise UnsupportedVideoModel(
             f"{name} is an image model: its pipeline packs the latents into image tokens "
@@ -172,32 +171,6 @@ def check_supported(
             "hold (the generic path gives latents, timesteps and text embeddings)"
         )
     return plan
-
-
-#: the block lists a plan key may index, and the config field that counts their blocks
-_BLOCK_LISTS = {"blocks": "num_layers", "transformer_blocks": "num_layers"}
-
-
-def _check_plan_blocks(name: str, plan: dict[str, Any], config: Any) -> None:
-    """A plan that names blocks by their index (Helios's names each of its 40 blocks)
-    fits the config's block count, else :class:`UnsupportedVideoModel` saying so."""
-    for parent, field in _BLOCK_LISTS.items():
-        count = config.get(field, None)
-        named = [
-            (int(index), key)
-            for key in plan
-            for atom, index in zip(key.split("."), key.split(".")[1:])
-            if atom == parent and index.isdigit()
-        ]
-        if not isinstance(count, int) or not named or max(named)[0] < count:
-            continue
-        first = min((index, key) for index, key in named if index >= count)[1]
-        written = max(named)[0] + 1
-        raise UnsupportedVideoModel(
-            f"{name}'s own context-parallel plan names {first!r}: it is written for {written} "
-            f"blocks, and this config has {field} = {count}; use {written} blocks, or pass a "
-            f"plan for {count} (cp_plan=)"
-        )
 
 
 class SdpaRoute(TorchFunctionMode):

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from datacentric.models.diffusers_families import FamilyView, declare_plan, family_named
+from datacentric.models.diffusers_families import FamilyView, declare_plan, family_of
 
 
 class UnsupportedVideoModel(ValueError):
@@ -66,20 +66,51 @@ REFUSED_MODELS: dict[str, str] = {}
 """Model classes without a plan, and what is missing for the generic path."""
 
 
-def cp_plan_of(model_class: type, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+def cp_plan_of(
+    model_class: type, plan: dict[str, Any] | None = None, config: Any = None
+) -> dict[str, Any]:
     """The context-parallel plan to run a model of ``model_class`` with: ``plan``, else
     its family's declared plan, else the class's own ``_cp_plan``; else
-    :class:`UnsupportedVideoModel` naming what is missing."""
+    :class:`UnsupportedVideoModel` naming what is missing. With ``config`` (a mapping),
+    a plan that names blocks by their index must fit its block count."""
     name = model_class.__name__
-    family = family_named(name)
+    family = family_of(model_class)
     declared = family.cp_plan if family is not None else None
     found = plan or declared or getattr(model_class, "_cp_plan", None)
     if found:
+        if config is not None:
+            _check_plan_blocks(name, found, config)
         return found
     reason = REFUSED_MODELS.get(name, "declares no _cp_plan (where its sequence is split")
     if name not in REFUSED_MODELS:
         reason += " and gathered), and none is declared in diffusers_plan.DECLARED_CP_PLANS"
     raise UnsupportedVideoModel(f"{name} {reason}")
+
+
+#: the block lists a plan key may index, and the config field that counts their blocks
+_BLOCK_LISTS = {"blocks": "num_layers", "transformer_blocks": "num_layers"}
+
+
+def _check_plan_blocks(name: str, plan: dict[str, Any], config: Any) -> None:
+    """A plan that names blocks by their index (Helios's names each of its 40 blocks)
+    fits the config's block count, else :class:`UnsupportedVideoModel` saying so."""
+    for parent, field in _BLOCK_LISTS.items():
+        count = config.get(field, None)
+        named = [
+            (int(index), key)
+            for key in plan
+            for atom, index in zip(key.split("."), key.split(".")[1:])
+            if atom == parent and index.isdigit()
+        ]
+        if not isinstance(count, int) or not named or max(named)[0] < count:
+            continue
+        first = min((index, key) for index, key in named if index >= count)[1]
+        written = max(named)[0] + 1
+        raise UnsupportedVideoModel(
+            f"{name}'s own context-parallel plan names {first!r}: it is written for {written} "
+            f"blocks, and this config has {field} = {count}; use {written} blocks, or pass a "
+            f"plan for {count} (cp_plan=)"
+        )
 
 
 @dataclass
