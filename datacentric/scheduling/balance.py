@@ -227,8 +227,14 @@ class _Search:
     """Each size class's column of ``times`` (every item's time on it), contiguous."""
     owner_class: np.ndarray
     """Each item's group's class, kept as items move."""
-    class_groups: list[np.ndarray]
-    """Each size class's groups."""
+    by_class: np.ndarray
+    """The groups ordered by class (stable): each present class's groups in a row."""
+    class_starts: np.ndarray
+    """Where each present class's groups start in :attr:`by_class`."""
+    present: np.ndarray
+    """The classes some group has, ascending."""
+    slot: np.ndarray
+    """Each group's place in :attr:`by_class`."""
     scratch: np.ndarray
     """Per-item work space of :func:`_swap_off` (five rows of floats): a swap allocates
     nothing the size of the step (arrays that large cost a fresh mapping each: on the 26
@@ -302,8 +308,8 @@ def _local_search(
         held=[set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)],
         columns=[np.ascontiguousarray(times[:, k]) for k in range(times.shape[1])],
         owner_class=group_class[owner],
-        class_groups=[np.flatnonzero(group_class == k) for k in range(times.shape[1])],
         scratch=np.empty((5, len(owner))),
+        **_class_runs(group_class),
     )
     for _ in range(max_moves):
         top = int(np.argmax(state.loads))
@@ -325,18 +331,21 @@ def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
     peak = loads[top]
     # The first member (longest first) that some other group takes in time: per size
     # class, the least loaded group of it other than the top one decides (addition is
-    # monotone, so this is the test over every group).
-    others = loads.copy()
-    others[top] = np.inf
-    least = np.array([others[g].min() if len(g) else np.inf for g in state.class_groups])
-    reach = (least[None, :] + times[members]).min(axis=1)
+    # monotone, so this is the test over every group). The classes' least loads in one
+    # pass over the groups ordered by class.
+    others = loads.take(state.by_class)
+    others[state.slot[top]] = np.inf
+    least = np.full(times.shape[1], np.inf)
+    least[state.present] = np.minimum.reduceat(others, state.class_starts)
+    reach = (least + times.take(members, axis=0)).min(axis=1)
     helps = np.flatnonzero(reach < peak - EPS)
     for j in members[helps[:1]]:
-        finish = loads + times[j, group_class]
+        t_j = times[j].take(group_class)  # j on each group
+        finish = loads + t_j
         finish[top] = np.inf
         ok = np.flatnonzero(finish < peak - EPS)
         if len(ok):
-            gpu = state.class_sizes[group_class[ok]] * times[j, group_class[ok]]
+            gpu = state.class_sizes[group_class[ok]] * t_j[ok]
             h = int(ok[np.lexsort((finish[ok], gpu))[0]])
             loads[top] -= state.t_own[j]
             loads[h] = finish[h]
@@ -358,18 +367,17 @@ def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
     peak = loads[top]
     t_i_here = state.columns[group_class[top]]  # each item on the top group
     others_left, t_j_there, new_top, new_other, worst = state.scratch
-    ok = np.empty(len(owner), dtype=bool)
-    np.subtract(np.take(loads, owner, out=others_left), t_own, out=others_left)  # group without
+    # (indices in range: "clip" takes straight into ``out``, "raise" through a buffer)
+    np.take(loads, owner, out=others_left, mode="clip")
+    np.subtract(others_left, t_own, out=others_left)  # each item's group without it
     for j in members[:8]:
-        np.take(times[j], state.owner_class, out=t_j_there)  # j on each item's group
+        np.take(times[j], state.owner_class, out=t_j_there, mode="clip")  # j on its group
         np.add(peak - t_own[j], t_i_here, out=new_top)
         np.add(others_left, t_j_there, out=new_other)
         np.maximum(new_top, new_other, out=worst)
-        np.less(worst, peak - EPS, out=ok)
-        ok[members] = False  # items elsewhere only
-        if ok.any():
-            cand = np.flatnonzero(ok)
-            i = int(cand[np.argmin(worst[cand])])
+        worst[members] = np.inf  # items elsewhere only
+        i = _least_below(worst, peak - EPS)
+        if i is not None:
             h = int(owner[i])
             loads[top], loads[h] = new_top[i], new_other[i]
             owner[i], owner[j] = top, h
@@ -381,6 +389,30 @@ def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
             state.moved((i, int(j)))
             return True
     return False
+
+
+def _class_runs(group_class: np.ndarray) -> dict[str, np.ndarray]:
+    """:class:`_Search`'s view of the groups by class (``by_class``, ``class_starts``,
+    ``present``, ``slot``)."""
+    by_class = np.argsort(group_class, kind="stable")
+    present = np.unique(group_class)
+    slot = np.empty(len(group_class), dtype=np.int64)
+    slot[by_class] = np.arange(len(group_class))
+    starts = np.searchsorted(group_class[by_class], present)
+    return {"by_class": by_class, "class_starts": starts, "present": present, "slot": slot}
+
+
+def _least_below(values: np.ndarray, limit: float) -> int | None:
+    """The first index of the least of ``values`` below ``limit`` (None: none is): the
+    least overall when it is below (no NaN before it), else the masked search."""
+    i = int(values.argmin())
+    least = values[i]
+    if least < limit:
+        return i
+    if least == least:  # not NaN: the least is not below, so none is
+        return None
+    cand = np.flatnonzero(values < limit)  # (a NaN: argmin stops at it)
+    return int(cand[np.argmin(values[cand])]) if len(cand) else None
 
 
 def cut_gpu_seconds(
