@@ -43,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (the most:
-#: ``data/tokenized.py``, 6)
-CEILINGS = {"stays": 154, "climbs": 34, "entries": 6}
+#: ``regular_files.py``, 5)
+CEILINGS = {"stays": 153, "climbs": 34, "entries": 5}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

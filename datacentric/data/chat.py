@@ -31,10 +31,10 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.chat_template import template_facts, template_source
+from datacentric.data.documents import LOSS_ON as LOSS_ON  # read beside the records now
 from datacentric.data.documents import Record, require
 from datacentric.data.documents import is_conversation as is_conversation  # its old home
 
-LOSS_ON = ("assistant", "all")
 #: Text every usable tokenizer encodes to at least one token.
 PROBE_TEXT = "hello world"
 #: The fields that hold the conversation itself.

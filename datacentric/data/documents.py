@@ -93,6 +93,8 @@ def read_records(kind: str, files: list[str]) -> Iterator[Record]:
             yield Record(fields=record, file=index, row=row, where=where, columnar=kind != "jsonl")
 
 
+#: The loss rules of a text dataset (``--loss-on``; :func:`loss_rule`).
+LOSS_ON = ("assistant", "all")
 #: The field of a pre-tokenized record that holds its token ids.
 TOKEN_FIELD = "input_ids"
 
@@ -116,6 +118,21 @@ def record_format(kind: str, files: list[str], text_field: str) -> str:
     if first is None or text_field in first.fields or not is_conversation(first.fields):
         return "text"
     return "chat"
+
+
+def loss_rule(loss_on: str | None, fmt: str, source: str) -> str:
+    """The loss rule of a dataset: ``assistant`` for conversations, ``all`` for text,
+    unless set; ``assistant`` on text records is refused (they have no turns)."""
+    if loss_on is None:  # pre-tokenized records: the tokens their masks mark
+        return "assistant" if fmt in ("chat", "tokens") else "all"
+    if loss_on not in LOSS_ON:
+        raise DataError(f"--loss-on {loss_on!r}: use one of {', '.join(LOSS_ON)}")
+    if loss_on == "assistant" and fmt == "text":
+        raise DataError(
+            f"--loss-on assistant: {source} holds text records, not conversations (no "
+            "messages field), so there is no assistant turn; pass --loss-on all"
+        )
+    return loss_on
 
 
 @dataclass(frozen=True)

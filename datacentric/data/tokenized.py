@@ -37,20 +37,21 @@ import torch
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch
 from datacentric.data.base import DataError, check_sample_ids
-from datacentric.data.chat import LOSS_ON, ChatRenderer, chat_renderer, load_tokenizer
+from datacentric.data.chat import ChatRenderer, chat_renderer
 from datacentric.data.documents import (
     TOKEN_FIELD,
     is_conversation,
+    loss_rule,
     read_documents,
     read_records,
     record_format,
-    require,
     resolve_files,
 )
 from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
-from datacentric.data.tokenizer_files import BYTES, tokenizer_digest
+from datacentric.data.tokenizer_files import BYTES, TextCodec
+from datacentric.data.tokenizer_files import text_codec as text_codec  # its old home
 from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
@@ -75,63 +76,7 @@ def _file_facts(path: str) -> list[object]:
     return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in found]
 
 
-class _Encoder:
-    """UTF-8 bytes, a ``tokenizer.json`` through the ``tokenizers`` library, or a
-    tokenizer folder through transformers (:func:`~datacentric.data.chat.load_tokenizer`)."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path, self.hf = path, None
-        if path is None or path == BYTES:
-            self.vocab_size, self.digest, self._tok = 256, "bytes", None
-            return
-        if Path(path).is_dir():
-            self.digest = tokenizer_digest(path)  # first: it refuses a FIFO before a read
-            self.hf, self._tok = load_tokenizer(path), None
-            self.vocab_size = len(self.hf)
-            return
-        if not Path(path).is_file():
-            raise DataError(
-                f"--tokenizer {path}: no such file or folder (give a local tokenizer.json or "
-                "a folder saved with save_pretrained)"
-            )
-        tokenizers = require("tokenizers")
-        try:
-            self._tok = tokenizers.Tokenizer.from_file(path)
-        except Exception as err:  # the library raises its own exception type
-            raise DataError(f"--tokenizer {path}: not a tokenizer.json ({err})") from None
-        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
-        self.digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-    @property
-    def dtype(self) -> np.dtype:
-        if self.vocab_size <= 256:
-            return np.dtype(np.uint8)
-        return np.dtype(np.uint16 if self.vocab_size <= 2**16 else np.uint32)
-
-    def encode(self, texts: list[str]) -> list[np.ndarray]:
-        if self.hf is not None:
-            return [np.asarray(ids, dtype=self.dtype) for ids in self.hf(texts)["input_ids"]]
-        if self._tok is None:
-            return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
-        return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
-
-    def decode(self, ids: list[int]) -> str:
-        """Token ids back to text (the inverse of :meth:`encode`; bytes that are no UTF-8
-        are replaced)."""
-        if self.hf is not None:
-            return str(self.hf.decode(ids))
-        if self._tok is None:
-            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
-        return str(self._tok.decode(ids))
-
-
-def text_codec(tokenizer: str | None) -> _Encoder:
-    """The ``[data] tokenizer``'s encoder and decoder (``encode(texts)``, ``decode(ids)``;
-    ``None``: UTF-8 bytes), as the text datasets tokenize."""
-    return _Encoder(tokenizer)
-
-
-def token_record(record, enc: _Encoder) -> tuple[np.ndarray, np.ndarray]:
+def token_record(record, enc: TextCodec) -> tuple[np.ndarray, np.ndarray]:
     """``(token ids, loss mask as uint8)`` of a pre-tokenized record: ``input_ids`` and
     the tokens its ``labels`` (not -100), ``completion_mask`` and ``assistant_masks``
     (each optional, 1 on a token that is predicted) all mark, as transformers' causal-LM
@@ -170,7 +115,7 @@ def _chunks(
     kind: str,
     files: list[str],
     text_field: str,
-    enc: _Encoder,
+    enc: TextCodec,
     renderer: ChatRenderer | None,
     tokens: bool = False,
 ):
@@ -214,7 +159,7 @@ def _build_cache(
     kind: str,
     files: list[str],
     text_field: str,
-    enc: _Encoder,
+    enc: TextCodec,
     final: Path,
     renderer: ChatRenderer | None,
     fmt: str = "text",
@@ -282,8 +227,8 @@ class TokenizedTextDataset:
             self.files = resolve_files(kind, pattern)
         # what the files hold (their first record), then the tokenizer that reads them
         self.format = record_format(kind, self.files, text_field)
-        self.loss_on = _check_loss_on(loss_on, self.format, f"{kind}:{pattern}")
-        enc = _Encoder(tokenizer)
+        self.loss_on = loss_rule(loss_on, self.format, f"{kind}:{pattern}")
+        enc = TextCodec(tokenizer)
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         chat = self.format == "chat"
         renderer = chat_renderer(enc.hf, enc.path, self.files[0]) if chat else None
@@ -436,18 +381,3 @@ class TokenizedTextDataset:
             "vocab_size": self.vocab_size,
             "cache": str(self.cache_dir),
         }
-
-
-def _check_loss_on(loss_on: str | None, fmt: str, source: str) -> str:
-    """The loss rule of a dataset: ``assistant`` for conversations, ``all`` for text,
-    unless set; ``assistant`` on text records is refused (they have no turns)."""
-    if loss_on is None:  # pre-tokenized records: the tokens their masks mark
-        return "assistant" if fmt in ("chat", "tokens") else "all"
-    if loss_on not in LOSS_ON:
-        raise DataError(f"--loss-on {loss_on!r}: use one of {', '.join(LOSS_ON)}")
-    if loss_on == "assistant" and fmt == "text":
-        raise DataError(
-            f"--loss-on assistant: {source} holds text records, not conversations (no "
-            "messages field), so there is no assistant turn; pass --loss-on all"
-        )
-    return loss_on

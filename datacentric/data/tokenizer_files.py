@@ -9,6 +9,10 @@ file of the folder and of ``additional_chat_templates/``, by name and content, e
 model weights (which decide no token): any file transformers reads now or a later
 version starts to read changes the key, so an edited folder never reuses a cache built
 from the old one. Every entry must be a regular file (a FIFO would block the read).
+
+The tokenizer a text dataset is read with is made here too (:class:`TextCodec`, from
+``--tokenizer``: UTF-8 bytes, a ``tokenizer.json``, or such a folder), after the
+digest of its files.
 """
 
 from __future__ import annotations
@@ -16,7 +20,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import numpy as np
+
 from datacentric.data.base import DataError
+from datacentric.data.chat import load_tokenizer
+from datacentric.data.documents import require
 from datacentric.regular_files import NotRegularFileError, open_regular
 
 #: Subfolders of a tokenizer folder that transformers reads templates from.
@@ -83,3 +91,59 @@ def tokenizer_digest(folder: str | Path) -> str:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update(len(content).to_bytes(8, "little") + content)
     return digest.hexdigest()
+
+
+class TextCodec:
+    """UTF-8 bytes, a ``tokenizer.json`` through the ``tokenizers`` library, or a
+    tokenizer folder through transformers (:func:`~datacentric.data.chat.load_tokenizer`)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.hf = path, None
+        if path is None or path == BYTES:
+            self.vocab_size, self.digest, self._tok = 256, "bytes", None
+            return
+        if Path(path).is_dir():
+            self.digest = tokenizer_digest(path)  # first: it refuses a FIFO before a read
+            self.hf, self._tok = load_tokenizer(path), None
+            self.vocab_size = len(self.hf)
+            return
+        if not Path(path).is_file():
+            raise DataError(
+                f"--tokenizer {path}: no such file or folder (give a local tokenizer.json or "
+                "a folder saved with save_pretrained)"
+            )
+        tokenizers = require("tokenizers")
+        try:
+            self._tok = tokenizers.Tokenizer.from_file(path)
+        except Exception as err:  # the library raises its own exception type
+            raise DataError(f"--tokenizer {path}: not a tokenizer.json ({err})") from None
+        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        self.digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+    @property
+    def dtype(self) -> np.dtype:
+        if self.vocab_size <= 256:
+            return np.dtype(np.uint8)
+        return np.dtype(np.uint16 if self.vocab_size <= 2**16 else np.uint32)
+
+    def encode(self, texts: list[str]) -> list[np.ndarray]:
+        if self.hf is not None:
+            return [np.asarray(ids, dtype=self.dtype) for ids in self.hf(texts)["input_ids"]]
+        if self._tok is None:
+            return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+        return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
+
+    def decode(self, ids: list[int]) -> str:
+        """Token ids back to text (the inverse of :meth:`encode`; bytes that are no UTF-8
+        are replaced)."""
+        if self.hf is not None:
+            return str(self.hf.decode(ids))
+        if self._tok is None:
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return str(self._tok.decode(ids))
+
+
+def text_codec(tokenizer: str | None) -> TextCodec:
+    """The ``[data] tokenizer``'s encoder and decoder (``encode(texts)``, ``decode(ids)``;
+    ``None``: UTF-8 bytes), as the text datasets tokenize."""
+    return TextCodec(tokenizer)

@@ -15,7 +15,7 @@ import torch
 
 from datacentric.data.base import sample_generator
 from datacentric.data.prompts import Prompt, read_prompts
-from datacentric.data.tokenized import text_codec
+from datacentric.data.tokenizer_files import text_codec
 from datacentric.parallel.evaluate import generate_tokens
 from datacentric.settings.sections import DataConfig, ValidationConfig
 

@@ -96,7 +96,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "the Python standard library's own source files (the stdlib demo corpus)"
     ),
     # bytes read without being parsed
-    "datacentric.data.tokenized:_Encoder.__init__": left_out(
+    "datacentric.data.tokenizer_files:TextCodec.__init__": left_out(
         "hashes tokenizer.json's bytes for the cache key (any content hashes); the file is "
         "parsed by load_tokenizer, fuzzed by the tokenizer.json target"
     ),
