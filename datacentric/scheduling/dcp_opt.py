@@ -69,6 +69,7 @@ from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, PolicySteps, StepMaker
 from datacentric.scheduling.riders import with_riders
+from datacentric.scheduling.search_steps import laid_out, step_begun
 from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
@@ -134,6 +135,12 @@ RIDE_CHECK = 16
 #: Riders are formed only where their estimated saving is at least this share of the
 #: step's GPU-seconds (each bucket at its cheapest).
 RIDE_STEP_SHARE = 0.002
+#: Layouts of a step's micro-batches its search is told to try (:func:`solve_step`:
+#: one layout, the two phases of two thresholds, a tail or filled phase; again with the
+#: riders' check and where a few packed samples may run alone), for the progress of the
+#: step now built (steps of the presets lay out 2 to 4 times their micro-batches, 7
+#: with a second solve).
+LAYOUT_PASSES = 4
 
 
 def make_items(
@@ -270,6 +277,7 @@ def solve_iteration(
     """Group sizes and assignment of ``items`` with the least estimated makespan."""
     world, opts = inp.world_size, inp.options
     items = ensure_items(items, 1, table)
+    laying = len(items)
     sizes = list(table.node_sizes)
     times = time_matrix(table, items, sizes)
     top = opts.max_sp_size or world
@@ -298,6 +306,7 @@ def solve_iteration(
             best = found
     if best is None:
         # Too few micro-batches for any layout tried: fall back to merging groups.
+        laid_out(inp, laying)
         return assign_to_layout(items, [1] * world, table, world, max_moves=opts.local_search_moves)
     (span, _), layout, owner = best
     group_class = np.asarray([sizes.index(s) for s in layout])
@@ -324,6 +333,7 @@ def solve_iteration(
         if neighbours:
             group = merge_small(table, group, t_own[members].tolist(), s)
         groups.append((s, group))
+    laid_out(inp, laying)
     return groups
 
 
@@ -546,6 +556,7 @@ def _steps(
     """:func:`stepwise`'s iterations; ``settings`` gets the portfolio's counts at the end."""
     peers = Portfolio(inp) if len(inp.active) <= PORTFOLIO_SAMPLES else None
     packed = TokenPacked(inp) if token_packed_runs(inp, len(chunks)) else None
+    inp.step_done(0, len(chunks))  # the epoch's steps, told before the first is out
     for k, chunk in enumerate(chunks):
         best = own_step(inp, table, chunk, k, packed)
         if peers is not None:
@@ -569,15 +580,17 @@ def own_step(
     micro-batches laid out by :func:`solve_step` and, with ``packed``, the token-packed
     steps of :class:`TokenPacked`; the fastest is kept."""
     items = make_items(inp, table, chunk)
+    ride_check = any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size
+    loose = [i for item in items if item.count > 1 for i in item.ids]
+    unpack = 0 < len(loose) <= UNPACK_PER_RANK * inp.world_size
+    step_begun(inp, LAYOUT_PASSES * len(items) * (1 + ride_check + unpack))
     best = solve_step(inp, table, items, k)
-    if any(item.mixed for item in items) and len(items) <= RIDE_CHECK * inp.world_size:
+    if ride_check:
         # few micro-batches a group: riders' coarser grain may cost more than they save
         plain = solve_step(inp, table, make_items(inp, table, chunk, ride=False), k)
         best = min(best, plain, key=lambda it: step_seconds(inp, it))
-    loose = [i for item in items if item.count > 1 for i in item.ids]
-    if 0 < len(loose) <= UNPACK_PER_RANK * inp.world_size and (
-        iteration_imbalance(best, inp.world_size) > UNPACK_IDLE
-    ):  # a few packed samples coarsen the balance: also the step with them alone
+    if unpack and iteration_imbalance(best, inp.world_size) > UNPACK_IDLE:
+        # a few packed samples coarsen the balance: also the step with them alone
         alone = [item for item in items if item.count == 1]
         alone += [make_item(table, [i]) for i in loose]
         best = min(best, solve_step(inp, table, alone, k), key=lambda it: step_seconds(inp, it))

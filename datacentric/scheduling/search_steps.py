@@ -29,6 +29,24 @@ def searched(inp: Any, done: float, total: float) -> None:
     to ``inp.on_step.searched(done, total)`` when the step callback has one (a plain
     callable a command's progress line hangs on it: the steps' own count says nothing
     while a search runs before them)."""
-    told = getattr(inp.on_step, "searched", None)
+    _tell(inp, "searched", done, total)
+
+
+def step_begun(inp: Any, work: float) -> None:
+    """Tell ``inp.on_step.step_begun(work)``, when the step callback has one, that the
+    step now built has about ``work`` micro-batches to lay out (each layout tried counts
+    its micro-batches): a command's time left then moves within a step, where an
+    epoch's few steps (one, on a large world) would leave it blank for most of the work."""
+    _tell(inp, "step_begun", work)
+
+
+def laid_out(inp: Any, count: int) -> None:
+    """Tell ``inp.on_step.laid_out(count)``, when the step callback has one, that the
+    step now built has laid out ``count`` more micro-batches (:func:`step_begun`)."""
+    _tell(inp, "laid_out", count)
+
+
+def _tell(inp: Any, news: str, *args: float) -> None:
+    told = getattr(inp.on_step, news, None)
     if told is not None:
-        told(done, total)
+        told(*args)

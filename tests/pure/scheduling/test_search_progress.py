@@ -1,6 +1,7 @@
 """``static`` tells how far its search and build are (``on_step.searched``, in the
-micro-batches it prices), which a command's progress line turns into a time left while
-no step is out yet; the schedule is the same with or without a listener."""
+micro-batches it prices), ``dcp-opt`` how far the step it builds is (``step_begun``,
+``laid_out``), which a command's progress line turns into a time left while no step is
+out yet; the schedule is the same with or without a listener."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ class Listener:
     def __init__(self) -> None:
         self.steps: list[tuple[int, int]] = []
         self.search: list[tuple[float, float]] = []
+        self.layouts: list[list[float]] = []
+        """Per step told begun: the work it said, then each count laid out."""
 
     def __call__(self, done: int, total: int) -> None:
         self.steps.append((done, total))
@@ -24,13 +27,27 @@ class Listener:
     def searched(self, done: float, total: float) -> None:
         self.search.append((done, total))
 
+    def step_begun(self, work: float) -> None:
+        assert len(self.layouts) == len(self.steps) - 1  # after the steps before it
+        self.layouts.append([work])
+
+    def laid_out(self, count: float) -> None:
+        self.layouts[-1].append(count)
+
+
+def heard_building(policy: str) -> tuple[Listener, int]:
+    """What a listener heard while ``policy`` scheduled a mixed set, and its steps; the
+    schedule is checked to be the one built with no listener."""
+    shapes = mixed_text(300, seed=4)
+    plain = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy=policy)
+    heard = Listener()
+    told = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy=policy, on_step=heard)
+    assert schedule_fingerprint(told) == schedule_fingerprint(plain)
+    return heard, len(plain.iterations)
+
 
 def test_static_tells_its_search_in_micro_batches_priced_and_builds_the_same_schedule():
-    shapes = mixed_text(300, seed=4)
-    plain = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy="static")
-    heard = Listener()
-    told = toy_pipeline(shapes, MODEL, world_size=8).schedule(policy="static", on_step=heard)
-    assert schedule_fingerprint(told) == schedule_fingerprint(plain)
+    heard, _ = heard_building("static")
     done = [d for d, _ in heard.search]
     assert len(done) > 20 and done == sorted(done)  # many reports, never backwards
     assert heard.search[-1][0] == heard.search[-1][1] > 0  # it ends at its total
@@ -46,3 +63,11 @@ def test_a_plain_step_callback_hears_only_steps():
         policy="static", on_step=lambda d, t: seen.append((d, t))
     )
     assert seen and seen[-1][0] == seen[-1][1]
+
+
+def test_dcp_opt_tells_its_steps_first_then_each_steps_layouts_and_builds_the_same_schedule():
+    heard, steps = heard_building("dcp-opt")
+    assert heard.steps[0] == (0, steps)  # the epoch's steps, before the first is out
+    assert len(heard.layouts) == steps and not heard.search
+    for work, *laid in heard.layouts:  # each step said its work, then laid it out
+        assert work > 0 and laid and 0.25 * work <= sum(laid) <= 2 * work, (work, laid)
