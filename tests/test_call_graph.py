@@ -42,9 +42,9 @@ from test_architecture import RANK, layer_of, module_name
 ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 START = ("datacentric.train.trainer", "train_rank", "config")
 
-#: today's path: stays, climbs back up, the most entries into one module (the most:
-#: ``regular_files.py``, 5)
-CEILINGS = {"stays": 153, "climbs": 34, "entries": 5}
+#: today's path: stays, climbs back up, the most entries into one module (4: the
+#: target's, in seven modules)
+CEILINGS = {"stays": 153, "climbs": 33, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

@@ -170,10 +170,11 @@ class LatentDataset:
     ) -> None:
         self.source, self.seed, self.patch = source, int(seed), tuple(patch)
         self.draws = draws or DiffusionDraws()
+        # the settings' bucket config first: a bad one is refused before the listing is read
+        buckets = BucketConfig.load(bucket_config) if bucket_config else None
         entries = read_latent_listing(source)
         if limit is not None:
             entries = entries[: max(0, int(limit))]
-        buckets = BucketConfig.load(bucket_config) if bucket_config else None
         self.bucket_config = bucket_config
         self.files: list[Path] = []
         self.text_files: list[Path | None] = []

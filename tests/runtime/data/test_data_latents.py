@@ -172,3 +172,17 @@ def test_manifest_lines_split_at_line_feed_only(folder):
         f"{manifest}:1",
         f"{manifest}:2",
     ]
+
+
+def test_a_bad_bucket_config_is_refused_before_the_listing_is_read(folder, monkeypatch):
+    """The settings' bucket config is loaded first: a bad one is named without reading
+    the manifest (which may list a million latents)."""
+    import datacentric.data.latents as latents
+
+    config = folder / "buckets.json"
+    config.write_text("{not json", encoding="utf-8")
+    read = []
+    monkeypatch.setattr(latents, "read_latent_listing", lambda source: read.append(source))
+    with pytest.raises(DataError, match="buckets.json"):
+        LatentDataset(str(folder), bucket_config=str(config))
+    assert read == []
