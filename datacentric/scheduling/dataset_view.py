@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -74,20 +75,48 @@ class DatasetView:
     def rep_tokens(self, b: int) -> int:
         return self.buckets[b].shape.tokens
 
+    def keys_by_sums(self, cost_model: CostModel) -> bool:
+        """Whether :meth:`exact_time` keys this data's micro-batches of several samples by
+        their sums (all text, and a model that prices text so)."""
+        return self._all_text and bool(getattr(cost_model, "prices_text_by_sums", False))
+
+    def batch_sums(self, batches: Sequence[Sequence[int]]) -> list[tuple]:
+        """:func:`lengths_sums` of each micro-batch's samples (``batches``: their ids), in
+        one pass over them all (integer sums, so the same numbers as one at a time)."""
+        counts = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+        flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(counts.sum()))
+        lengths = self.tokens[flat]
+        if len(lengths) == 0 or int(lengths.max()) ** 2 * int(counts.max()) >= 2**62:
+            _, tokens = self._lists  # sums past int64: Python's integers
+            return [lengths_sums(list(map(tokens.__getitem__, ids))) for ids in batches]
+        starts = np.cumsum(counts) - counts
+        total = np.add.reduceat(lengths, starts).tolist()
+        squares = np.add.reduceat(lengths * lengths, starts).tolist()
+        return [("text", *row) for row in zip(counts.tolist(), total, squares)]
+
     def exact_time(
-        self, cost_model: CostModel, ids: Sequence[int], sp: int, rc: tuple, ring: int = 1
+        self,
+        cost_model: CostModel,
+        ids: Sequence[int],
+        sp: int,
+        rc: tuple,
+        ring: int = 1,
+        sums: tuple | None = None,
     ) -> float:
         """The cost model's time for the micro-batch of samples ``ids`` on ``sp`` ranks
         with a ring of ``ring`` (memoised; text micro-batches by their sums where the model
-        prices them so, ``prices_text_by_sums``)."""
+        prices them so, ``prices_text_by_sums``; ``sums``: their :meth:`batch_sums` when
+        the caller has them)."""
         bucket_of, tokens = self._lists  # (Python lists: a micro-batch has a few samples)
         b = bucket_of[ids[0]]
         if self.uniform[b] and all(bucket_of[i] == b for i in ids):
             key: tuple = (b, len(ids), sp, rc, ring)
         elif len(ids) == 1 and self.shapes[ids[0]].grid is None:
             key = (tokens[ids[0]], sp, rc, ring)  # one text sample: its length
-        elif self._all_text and getattr(cost_model, "prices_text_by_sums", False):
-            key = (*lengths_sums(list(map(tokens.__getitem__, ids))), sp, rc, ring)
+        elif self.keys_by_sums(cost_model):
+            if sums is None:
+                sums = lengths_sums(list(map(tokens.__getitem__, ids)))
+            key = (*sums, sp, rc, ring)
         else:
             key = (tuple(int(i) for i in ids), sp, rc, ring)  # ids name the shapes (fast hash)
         t = self._exact.get(key)

@@ -308,6 +308,9 @@ class OptionTable:
         out = [0.0] * len(settings)
         curve: dict[tuple[int, int, tuple[bool, ...], int], list[int]] = {}
         uniform: dict[tuple, float] = {}
+        sums: list[tuple | None] = [None] * len(settings)
+        if view.keys_by_sums(self.cost_model):  # the keys' sums in one pass
+            sums = view.batch_sums([setting[0].ids for setting in settings])
         for n, setting in enumerate(settings):
             item, sp, rc = setting[:3]
             ring = int(setting[3]) if len(setting) > 3 else 1
@@ -324,7 +327,7 @@ class OptionTable:
             if cfg is not None:
                 curve.setdefault((item.bucket, sp, rc, ring), []).append(n)
             else:
-                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc, ring)
+                out[n] = view.exact_time(self.cost_model, item.ids, sp, rc, ring, sums[n])
         for (b, sp, rc, ring), rows in curve.items():
             units = [settings[n][0].tokens / view.rep_tokens(b) for n in rows]
             cfg = self.option_with(b, sp, rc, ring)

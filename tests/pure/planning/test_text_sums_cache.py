@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from datacentric.planning.cost_model import WrappedCostModel, text_sums
+from datacentric.planning.cost_model import WrappedCostModel, lengths_sums, text_sums
 from datacentric.planning.fitted import FittedCostModel
 from datacentric.planning.forward_only import ForwardOnlyCostModel
 from datacentric.profiling.factory import analytic_cost_model
@@ -56,3 +56,25 @@ def test_the_schedulers_exact_times_are_the_models_for_each_micro_batch() -> Non
     assert view.exact_time(model, [0, 6], 8, rc) == fresh().pass_time_s(
         [A[0], SampleShape.text(4)], 8, rc
     )
+
+
+def test_the_sums_of_many_micro_batches_at_once_are_each_ones_own() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 300_000, size=500)
+    view = DatasetView([SampleShape.text(int(t)) for t in lengths])
+    batches = [
+        rng.choice(500, size=int(rng.integers(1, 40)), replace=False).tolist() for _ in range(200)
+    ]
+    want = [lengths_sums([int(lengths[i]) for i in ids]) for ids in batches]
+    assert view.batch_sums(batches) == want
+    assert all(type(v) is int for row in view.batch_sums(batches) for v in row[1:])
+    # past int64 (squares of 2**31 tokens): Python's integers, not wrapped ones
+    huge = DatasetView([SampleShape.text(2**31 + k) for k in range(3)])
+    assert huge.batch_sums([[0, 1, 2], [2]]) == [
+        lengths_sums([2**31, 2**31 + 1, 2**31 + 2]),
+        lengths_sums([2**31 + 2]),
+    ]
+    model, rc = fresh(), (False,) * 32
+    for ids, sums in zip(batches[:20], view.batch_sums(batches[:20])):
+        given = view.exact_time(model, ids, 8, rc, sums=sums)
+        assert given == DatasetView(view.shapes).exact_time(fresh(), ids, 8, rc)
