@@ -22,13 +22,20 @@ from typing import Any
 
 from datacentric.data.base import DataError, Dataset
 from datacentric.data.diffusion_draws import DiffusionDraws
+from datacentric.data.holdout import SampleSubset, split_ids
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
 from datacentric.data.tokenizer_files import model_tokenizer
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import list_workloads, preset_shapes
-from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
+from datacentric.settings.sections import (
+    DataConfig,
+    ModelConfig,
+    TrainingConfig,
+    ValidationConfig,
+    split_fraction,
+)
 
 
 class DataSettings:
@@ -156,6 +163,33 @@ def _from_factory(module_name: str, attr: str, settings: DataConfig, seed: int) 
             "pack(ids, pad_to_multiple, *, epoch) (see docs/data.md)"
         )
     return dataset
+
+
+def build_run_data(
+    data: DataConfig,
+    validation: ValidationConfig,
+    seed: int = 0,
+    training: TrainingConfig | None = None,
+) -> tuple[Dataset, Dataset | None]:
+    """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
+    sections and ``[job] seed`` (a ``dataset`` object is the held-out set as it is);
+    ``limit`` keeps the first held-out samples (a split's others stay out of training);
+    ``training``: the ``[training]`` section, whose ``caption_dropout`` and
+    ``timestep_sampling`` a latent dataset draws with (unset: their defaults)."""
+    draws = DiffusionDraws.of(training) if training is not None else None
+    dataset = open_dataset(data.dataset, data, seed=seed, draws=draws)
+    if validation.dataset is None:
+        return dataset, None
+    if not isinstance(validation.dataset, str):  # a dataset object (the Python API)
+        given = validation.dataset
+        limit = len(given) if validation.limit is None else min(validation.limit, len(given))
+        return dataset, given if limit == len(given) else SampleSubset(given, range(limit))
+    fraction = split_fraction(validation.dataset)
+    if fraction is not None:
+        kept, held = split_ids(len(dataset), fraction, seed)
+        return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
+    settings = dataclasses.replace(data, dataset_limit=validation.limit)
+    return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
 
 
 def skipped_samples(dataset: object) -> int:

@@ -11,7 +11,8 @@
    (:func:`~datacentric.data.sources.with_model_tokenizer`: unset, an ``hf:DIR``
    model's own), which the run records;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
-   held-out samples (:func:`~datacentric.train.validation.held_out.build_run_data`);
+   held-out samples, opened in one place of ``data/``
+   (:func:`~datacentric.data.sources.build_run_data`);
 3. **model source and spec**: the ``[model]`` and ``[lora]`` sections build the model,
    every rank the same weights from the seed (:func:`build_run_model`), held with its
    description as one :class:`~datacentric.train.build.RunModel` (the resolved source,
@@ -56,7 +57,7 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
-from datacentric.data.sources import reads_text, with_model_tokenizer
+from datacentric.data.sources import build_run_data, reads_text, with_model_tokenizer
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.scheduling.global_batches import (
@@ -75,7 +76,6 @@ from datacentric.shapes import SampleShape
 from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.reporting.metrics import StepMetrics
-from datacentric.train.validation.held_out import build_run_data
 
 
 @dataclass

@@ -2,9 +2,9 @@
 loss, the prompts a text model continues, the renders of a diffusers pipeline, and when
 each runs.
 
-- :mod:`.held_out`: the training set without the held-out samples and the held-out
-  set (``build_run_data``), scheduled once forward only (``HeldOut``), and its loss
-  (``validation_loss``);
+- :mod:`.held_out`: the held-out set (opened with the training set without it by
+  ``data/sources.build_run_data``), scheduled once forward only (``HeldOut``), and its
+  loss (``validation_loss``);
 - :mod:`.prompts`: a text model's completions of the ``prompts`` file
   (``PromptSamples``), written to ``validation/step-N.jsonl``;
 - :mod:`.renders`: a diffusers model's renders of the prompts through its pipeline

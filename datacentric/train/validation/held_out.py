@@ -1,10 +1,11 @@
 """The held-out samples of a run, their schedule and their loss.
 
-- :func:`build_run_data`: the ``[data]`` and ``[validation]`` sections' datasets, the
-  training set without the held-out samples (``split=FRACTION``: a seeded draw,
-  :mod:`datacentric.data.holdout`) and the held-out set, or another dataset read with
-  the same ``[data]`` settings; :func:`write_held_out` records a split's held-out samples
-  in the run folder;
+- the ``[data]`` and ``[validation]`` sections' datasets are opened in one place of
+  ``data/`` (:func:`~datacentric.data.sources.build_run_data`: the training set without
+  the held-out samples, ``split=FRACTION`` a seeded draw of
+  :mod:`datacentric.data.holdout`, and the held-out set, or another dataset read with
+  the same ``[data]`` settings); :func:`write_held_out` records a split's held-out
+  samples in the run folder;
 - :class:`HeldOut`: a held-out set planned and scheduled once with the run's budget,
   policy and SP sizes, its passes priced as what they run, forward only
   (:class:`~datacentric.planning.forward_only.ForwardOnlyCostModel` over the run's
@@ -27,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.data.base import DataError, Dataset, epoch_pack
-from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.documents import resolve_files
-from datacentric.data.holdout import SampleSubset, held_out_records, split_ids
-from datacentric.data.sources import open_dataset
+from datacentric.data.holdout import held_out_records
+from datacentric.data.sources import build_run_data as build_run_data  # its old home
 from datacentric.parallel.evaluate import evaluate_schedule
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.planning.forward_only import ForwardOnlyCostModel
@@ -39,40 +39,12 @@ from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.settings.sections import (
     DataConfig,
-    TrainingConfig,
     ValidationConfig,
     split_fraction,
 )
 
 #: The run folder's record of the samples a ``split=`` held out of training.
 HELD_OUT_FILE = Path("validation") / "held_out.jsonl"
-
-
-def build_run_data(
-    data: DataConfig,
-    validation: ValidationConfig,
-    seed: int = 0,
-    training: TrainingConfig | None = None,
-) -> tuple[Dataset, Dataset | None]:
-    """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
-    sections and ``[job] seed`` (a ``dataset`` object is the held-out set as it is);
-    ``limit`` keeps the first held-out samples (a split's others stay out of training);
-    ``training``: the ``[training]`` section, whose ``caption_dropout`` and
-    ``timestep_sampling`` a latent dataset draws with (unset: their defaults)."""
-    draws = DiffusionDraws.of(training) if training is not None else None
-    dataset = open_dataset(data.dataset, data, seed=seed, draws=draws)
-    if validation.dataset is None:
-        return dataset, None
-    if not isinstance(validation.dataset, str):  # a dataset object (the Python API)
-        given = validation.dataset
-        limit = len(given) if validation.limit is None else min(validation.limit, len(given))
-        return dataset, given if limit == len(given) else SampleSubset(given, range(limit))
-    fraction = split_fraction(validation.dataset)
-    if fraction is not None:
-        kept, held = split_ids(len(dataset), fraction, seed)
-        return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
-    settings = dataclasses.replace(data, dataset_limit=validation.limit)
-    return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
 
 
 def training_set_note(data: DataConfig, validation: ValidationConfig) -> str | None:
