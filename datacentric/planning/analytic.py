@@ -94,7 +94,7 @@ from operator import attrgetter, mul
 
 import numpy as np
 
-from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
+from datacentric.planning.cost_model import BREAKDOWN_CACHE_SIZE, CachedCostModel, PassBreakdown
 from datacentric.planning.hardware import Hardware
 from datacentric.planning.heads import kv_head_repeat
 from datacentric.planning.memory_cap import resolve_memory_cap, warn_cost_model_cap
@@ -394,8 +394,8 @@ class AnalyticCostModel(CachedCostModel):
             )
         counts: tuple[int, ...] = key  # type: ignore[assignment]
         ulysses = sp_size // ring_size
-        work = self._work(shapes, sp_size, counts, ulysses).as_array()
-        plain = self._work(shapes, sp_size, (0,) * len(counts), ulysses).as_array()
+        plain = self._plain_work(shapes, sp_size, len(counts), ulysses)
+        work = self._work(shapes, sp_size, counts, ulysses).as_array() if any(counts) else plain
         ring_all = self._ring_exposed_s(shapes, sp_size, ring_size, counts)
         ring_plain = self._ring_exposed_s(shapes, sp_size, ring_size, (0,) * len(counts))
         time_s = float(work @ self._rates) + ring_all
@@ -496,11 +496,9 @@ class AnalyticCostModel(CachedCostModel):
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
     ) -> PassBreakdown:
         counts: tuple[int, ...] = key  # type: ignore[assignment]
-        work = self._work(shapes, sp_size, counts).as_array()
+        plain = self._plain_work(shapes, sp_size, len(counts))
+        work = self._work(shapes, sp_size, counts).as_array() if any(counts) else plain
         time_s = float(work @ self._rates)
-        plain = work if not any(counts) else self._work(shapes, sp_size, (0,) * len(counts))
-        if plain is not work:
-            plain = plain.as_array()
         comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS])
         plain_s = float(plain @ self._rates)
         return PassBreakdown(
@@ -510,6 +508,31 @@ class AnalyticCostModel(CachedCostModel):
             comm_s=comm_s,
             memory_bytes=self._memory(shapes, sp_size, counts),
         )
+
+    def _plain_work(
+        self, shapes: tuple[SampleShape, ...], sp: int, kinds: int, ulysses: int | None = None
+    ) -> np.ndarray:
+        """``_work(...).as_array()`` of the pass recomputing nothing, kept per pass (text by
+        its sums, the cache key just made of these shapes; else by the shapes): every
+        recomputation setting of a pass prices it again (the knapsack asks three or
+        four of one sample). Kept while the model's spec, hardware and element size are
+        the same objects (what the work reads). Read only."""
+        kept = self.__dict__.get("_plain_works")
+        spec, hardware, size = self.spec, self.hardware, self.dtype_bytes
+        if kept is None or kept[0] is not spec or kept[1] is not hardware or kept[2] != size:
+            kept = (spec, hardware, size, {})
+            object.__setattr__(self, "_plain_works", kept)
+        memo: dict[tuple, np.ndarray] = kept[3]
+        known = self.__dict__.get("_last_text_sums")
+        which = known[1] if known is not None and known[0] is shapes else shapes
+        key = (which, sp, ulysses, kinds)
+        found = memo.get(key)
+        if found is None:
+            found = self._work(shapes, sp, (0,) * kinds, ulysses).as_array()
+            if len(memo) >= BREAKDOWN_CACHE_SIZE:
+                memo.clear()
+            memo[key] = found
+        return found
 
     def compute_memory_bytes(
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
