@@ -25,7 +25,7 @@ import numpy as np
 from datacentric.data.base import DataError
 from datacentric.data.chat import load_tokenizer
 from datacentric.data.documents import require
-from datacentric.regular_files import NotRegularFileError, open_regular
+from datacentric.regular_files import NotRegularFileError, read_regular_bytes
 
 #: Subfolders of a tokenizer folder that transformers reads templates from.
 TEMPLATE_FOLDERS = ("additional_chat_templates",)
@@ -84,8 +84,7 @@ def tokenizer_digest(folder: str | Path) -> str:
     digest = hashlib.sha256()
     for path in tokenizer_files(root):
         try:
-            with open_regular(path, "rb") as handle:
-                content = handle.read()
+            content = read_regular_bytes(path)
         except NotRegularFileError as err:
             raise DataError(f"--tokenizer {folder}: {err}") from None
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
