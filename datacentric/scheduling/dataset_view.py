@@ -4,14 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
-from itertools import chain
-from operator import attrgetter
+from itertools import chain, repeat
+from operator import attrgetter, is_not
 
 import numpy as np
 
 from datacentric.planning.bucket_options import safe_time
 from datacentric.planning.cost_model import CostModel, lengths_sums
 from datacentric.shapes import Bucket, SampleShape, make_buckets
+
+
+def stable_order(codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` of integer ``codes`` in ``[0, n_codes)``: the
+    same order (a stable sort has one answer), sorted as the narrowest unsigned type that
+    holds them, which numpy sorts by radix (a million bucket numbers: a tenth of the
+    time of sorting them as 64-bit integers)."""
+    for narrow in (np.uint8, np.uint16):
+        if n_codes <= np.iinfo(narrow).max + 1:
+            return np.argsort(codes.astype(narrow), kind="stable")
+    return np.argsort(codes, kind="stable")
+
+
+def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of positive token counts: counted
+    (``np.bincount``) where the largest is at most a few times their number, the same
+    distinct values ascending and the same index of each value among them."""
+    if len(values) == 0 or int(values.max()) > max(4 * len(values), 1 << 20):
+        return np.unique(values, return_inverse=True)
+    present = np.bincount(values) > 0
+    index = np.cumsum(present) - 1
+    return np.flatnonzero(present).astype(values.dtype), index[values]
 
 
 class DatasetView:
@@ -28,9 +50,9 @@ class DatasetView:
         self.shapes = shapes
         tokens = np.fromiter(map(attrgetter("tokens"), shapes), dtype=np.int64, count=len(shapes))
         grids = list(map(attrgetter("grid"), shapes))
-        video = np.fromiter((g is not None for g in grids), dtype=bool, count=len(shapes))
+        video = np.fromiter(map(is_not, grids, repeat(None)), dtype=bool, count=len(shapes))
         # Distinct shapes: text by token count (vectorised), video by grid.
-        text_values, text_codes = np.unique(tokens[~video], return_inverse=True)
+        text_values, text_codes = distinct_counts(tokens[~video])
         distinct: list[SampleShape] = [SampleShape.text(int(t)) for t in text_values.tolist()]
         code_of = np.empty(len(shapes), dtype=np.int64)
         code_of[~video] = text_codes
@@ -56,7 +78,7 @@ class DatasetView:
         self.uniform = distinct_per_bucket == 1
         for d, b in enumerate(bucketing.bucket_of_sample):
             self.uniform[b] &= distinct[d] == self.buckets[b].shape
-        order = np.argsort(self.bucket_of, kind="stable")
+        order = stable_order(self.bucket_of, len(self.buckets))
         bounds = np.searchsorted(self.bucket_of[order], np.arange(len(self.buckets) + 1))
         self.members = [order[bounds[b] : bounds[b + 1]] for b in range(len(self.buckets))]
         self.bucket_index = {bk.name: b for b, bk in enumerate(self.buckets)}

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.dataset_view import DatasetView, stable_order
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
 
@@ -247,7 +247,7 @@ def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Gener
     counts = np.bincount(buckets, minlength=len(view.buckets))
     perm = rng.permutation(len(active))
     shuffled, bshuf = active[perm], buckets[perm]
-    by_bucket = np.argsort(bshuf, kind="stable")
+    by_bucket = stable_order(bshuf, len(view.buckets))
     rank = np.empty(len(active), dtype=np.float64)
     starts = np.concatenate([[0], np.cumsum(counts)])[:-1]
     rank[by_bucket] = np.arange(len(active)) - starts[bshuf[by_bucket]]
