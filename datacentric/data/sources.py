@@ -10,6 +10,10 @@
   those of the ``[data]`` section's fields (:class:`~datacentric.settings.sections.
   DataConfig`) and ``seed`` that it names as parameters (all of them if it takes
   ``**kwargs``).
+
+A run's data is opened here too, in one place: the tokenizer its text is read with
+(:func:`with_model_tokenizer`: the one given, else an ``hf:DIR`` model's own), and its
+training and held-out sets (:func:`build_run_data`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import dataclasses
 import importlib
 import inspect
 import warnings
+from pathlib import Path
 from typing import Any
 
 from datacentric.data.base import DataError, Dataset
@@ -26,7 +31,7 @@ from datacentric.data.holdout import SampleSubset, split_ids
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset
-from datacentric.data.tokenizer_files import model_tokenizer
+from datacentric.data.tokenizer_files import BYTES
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import list_workloads, preset_shapes
 from datacentric.settings.sections import (
@@ -74,6 +79,9 @@ class DataSettings:
 
 
 SOURCE_KINDS = (*TEXT_KINDS, "latents")
+#: Files of which a folder a transformers tokenizer loads from holds at least one.
+TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+TOKENIZER_MARKERS += ("vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
 
 
 def describe_sources() -> str:
@@ -228,12 +236,36 @@ def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
     return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
 
 
+def holds_tokenizer(folder: str | Path) -> bool:
+    """``folder`` holds a tokenizer's files (:data:`TOKENIZER_MARKERS`)."""
+    return any((Path(folder) / name).is_file() for name in TOKENIZER_MARKERS)
+
+
+def model_tokenizer(model: str, tokenizer: str | None) -> str | None:
+    """The tokenizer a run of ``--model model`` reads text with: ``tokenizer`` when given
+    (``bytes`` included); unset, the folder of an ``hf:DIR`` model, whose own tokenizer
+    it is, and ``None`` (UTF-8 bytes) for every other model. :class:`DataError` for an
+    ``hf:DIR`` folder that holds no tokenizer."""
+    if tokenizer is not None or not model.startswith("hf:"):
+        return tokenizer
+    folder = Path(model.removeprefix("hf:")).expanduser()
+    if not folder.is_dir():  # a tiny name (hf:qwen2): our own random-weight config
+        return None
+    if not holds_tokenizer(folder):
+        raise DataError(
+            f"--model {model}: the model folder holds no tokenizer; pass --tokenizer DIR (a "
+            "folder saved with tokenizer.save_pretrained, or its tokenizer.json), or "
+            f"--tokenizer {BYTES} for UTF-8 bytes"
+        )
+    return str(folder)
+
+
 def with_model_tokenizer(
     model: ModelConfig, data: DataConfig, validation: ValidationConfig
 ) -> DataConfig:
     """The ``[data]`` section with the tokenizer text is read with, by ``train`` and by
     the planning commands alike: the one given, else an ``hf:DIR`` model's own (its
-    folder; :func:`~datacentric.data.tokenizer_files.model_tokenizer`, which refuses a
+    folder; :func:`model_tokenizer`, which refuses a
     folder without one); unchanged when the run reads no text or uses bytes."""
     if data.tokenizer is not None or not reads_text(data, validation):
         return data

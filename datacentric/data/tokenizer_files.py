@@ -34,33 +34,6 @@ WEIGHT_ENDINGS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpa
 WEIGHT_ENDINGS += (".onnx", ".npy", ".npz", ".distcp")
 #: ``--tokenizer bytes``: UTF-8 bytes, vocabulary 256 (the default of our own models only).
 BYTES = "bytes"
-#: Files of which a folder a transformers tokenizer loads from holds at least one.
-TOKENIZER_MARKERS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-TOKENIZER_MARKERS += ("vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
-
-
-def holds_tokenizer(folder: str | Path) -> bool:
-    """``folder`` holds a tokenizer's files (:data:`TOKENIZER_MARKERS`)."""
-    return any((Path(folder) / name).is_file() for name in TOKENIZER_MARKERS)
-
-
-def model_tokenizer(model: str, tokenizer: str | None) -> str | None:
-    """The tokenizer a run of ``--model model`` reads text with: ``tokenizer`` when given
-    (``bytes`` included); unset, the folder of an ``hf:DIR`` model, whose own tokenizer
-    it is, and ``None`` (UTF-8 bytes) for every other model. :class:`DataError` for an
-    ``hf:DIR`` folder that holds no tokenizer."""
-    if tokenizer is not None or not model.startswith("hf:"):
-        return tokenizer
-    folder = Path(model.removeprefix("hf:")).expanduser()
-    if not folder.is_dir():  # a tiny name (hf:qwen2): our own random-weight config
-        return None
-    if not holds_tokenizer(folder):
-        raise DataError(
-            f"--model {model}: the model folder holds no tokenizer; pass --tokenizer DIR (a "
-            "folder saved with tokenizer.save_pretrained, or its tokenizer.json), or "
-            f"--tokenizer {BYTES} for UTF-8 bytes"
-        )
-    return str(folder)
 
 
 def tokenizer_files(folder: str | Path) -> list[Path]:

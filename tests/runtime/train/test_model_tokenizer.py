@@ -18,8 +18,7 @@ from chat_data import (
 from cli_here import cli_here, cli_json_here
 
 from datacentric.data.base import DataError
-from datacentric.data.sources import open_dataset
-from datacentric.data.tokenizer_files import model_tokenizer
+from datacentric.data.sources import model_tokenizer, open_dataset
 from datacentric.settings.sections import DataConfig
 
 pytest.importorskip("transformers")
