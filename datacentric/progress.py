@@ -159,6 +159,8 @@ class Progress:
         self._inside: tuple[float, str] | None = None
         self._steps: TimeLeft | None = None
         """The steps of the stage now running, when it reports them (:meth:`inside`)."""
+        self._steps_of = ""
+        """What those steps are (``step``, ``micro-batch priced``)."""
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.every_s = every_s
@@ -238,11 +240,15 @@ class Progress:
     def inside(self, done: int, total: int, what: str = "step") -> None:
         """The stage now running has done ``done`` of its ``total`` steps (a callback
         such as ``build_schedule``'s ``on_step``): its share counts for the time left,
-        and the line says ``step DONE/TOTAL``."""
+        and the line says ``step DONE/TOTAL``. A count in another unit (``what``)
+        starts its pace afresh; one whose total moves (a search's estimate of its own
+        work) keeps it."""
         with self._lock:
             self._inside = (done / total if total else 0.0, f"{what} {done}/{total}")
-            if self._steps is None or self._steps.total != total:
+            if self._steps is None or self._steps_of != what:
                 self._steps = TimeLeft(total, start=self.left.marks[-1][1])
+                self._steps_of = what
+            self._steps.total = int(total)
             self._steps.reached(done, self.clock())
 
     def line(self) -> str:

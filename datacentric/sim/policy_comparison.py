@@ -190,7 +190,7 @@ def run_policies(
                 bounds,
                 epoch=epoch,
                 record_spans=record_spans,
-                on_step=stages.inside,
+                on_step=StageSteps(stages),
             )
         except Exception as err:  # recorded for the caller, see the docstring
             if errors is None:
@@ -202,6 +202,24 @@ def run_policies(
             units |= stage_units(later, len(runs[policy].schedule.iterations))
             stages.set_total(stages.done + sum(units[p] for p in later))
     return runs
+
+
+class StageSteps:
+    """A policy's ``on_step`` in a comparison: how far its stage is (:meth:`Progress.inside
+    <datacentric.progress.Progress.inside>`), in its steps, or while it searches before
+    them in the micro-batches its search prices (``searched``:
+    :func:`~datacentric.scheduling.search_steps.searched`, ``static``), so a long search
+    says its own time left."""
+
+    def __init__(self, stages: Progress) -> None:
+        self.stages = stages
+
+    def __call__(self, done: int, total: int) -> None:
+        self.stages.inside(done, total)
+
+    def searched(self, done: float, total: float) -> None:
+        """The policy's search has priced ``done`` of its ``total`` micro-batches."""
+        self.stages.inside(int(done), max(int(total), 1), "micro-batch priced")
 
 
 def _run_policy(

@@ -99,3 +99,34 @@ def test_the_units_weigh_each_stage_by_its_usual_cost():
     assert stage_units(["dcp-opt"], steps=8)["dcp-opt"] == 34  # 14 + 2.5 a step
     assert stage_units(["dcp-opt"], steps=41)["dcp-opt"] == 116
     assert stage_units(["packed"])["packed"] == 1  # a policy not measured
+
+
+def test_a_search_shows_in_micro_batches_priced_and_keeps_its_pace_as_its_total_moves(
+    monkeypatch,
+):
+    """static's search, heard through ``StageSteps.searched``: the line says how far it
+    is, and its own pace holds while its estimate of its work moves (2,000 -> 2,100 ->
+    2,000 micro-batches): 1,000 priced in 10 s, about 10 s left."""
+    now, said = [0.0], {}
+    bar = Progress(
+        "simulate", 1, stream=io.StringIO(), terminal=False, time_left=True, clock=lambda: now[0]
+    )
+
+    def run_policy(pipeline, policy, bounds, *, epoch, record_spans, on_step):
+        for done, total in ((0, 2000), (500, 2100), (1000, 2000)):
+            now[0] += 5.0 if done else 0.0
+            on_step.searched(done, total)
+        said["line"] = bar.line()
+        now[0] += 10.0
+        on_step(8, 8)  # its steps, built at once after the search
+        return SimpleNamespace(schedule=SimpleNamespace(iterations=[None] * 8))
+
+    class Pipeline:
+        shapes = [None] * 1000
+        plan = None
+
+    monkeypatch.setattr(policy_comparison, "_run_policy", run_policy)
+    with bar:
+        run_policies([], None, 8, ["static"], pipeline=Pipeline(), progress=bar)
+    assert "(static, micro-batch priced 1000/2000)" in said["line"], said
+    assert seconds_left(said["line"]) == 10, said
