@@ -282,16 +282,23 @@ def solve_iteration(
     times = time_matrix(table, items, sizes)
     top = opts.max_sp_size or world
     buckets = {it.bucket for it in items}
+    fits = bool(np.isfinite(times).any(axis=1).all())
+    slow: bool | None = None  # straggles(times, sizes, world), asked once per matrix
     for s in table.all_sizes:  # past a node only for micro-batches that fit nothing within,
         # or (up to --max-sp-size) where the plan offers them a ring and one alone outlasts
         # the step's GPU-seconds bound, or where a bucket runs on fewer GPU-seconds
-        if s > sizes[-1] and (
-            not np.isfinite(times).any(axis=1).all()
-            or (s <= top and straggles(times, sizes, world) and table.has_rings(buckets, s))
+        if s <= sizes[-1]:
+            continue
+        if fits and s <= top and slow is None:
+            slow = straggles(times, sizes, world)
+        if (
+            not fits
+            or (s <= top and slow and table.has_rings(buckets, s))
             or (s <= top and cheaper_past_node(table, buckets, s))
         ):
             sizes.append(s)
             times = np.column_stack([times, time_matrix(table, items, [s])])
+            fits, slow = bool(np.isfinite(times).any(axis=1).all()), None
     if not np.isfinite(times).any(axis=1).all():
         j = int(np.flatnonzero(~np.isfinite(times).any(axis=1))[0])
         raise ValueError(
