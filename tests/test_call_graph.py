@@ -44,7 +44,7 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (4: the
 #: target's, in seven modules)
-CEILINGS = {"stays": 150, "climbs": 31, "entries": 4}
+CEILINGS = {"stays": 149, "climbs": 31, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

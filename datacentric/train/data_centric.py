@@ -173,6 +173,9 @@ class DataCentric:
         compile: bool = False,
         sp_sizes: Sequence[int] | None = None,
     ) -> None:
+        # the scheduling settings first: one given twice differently is refused before
+        # the model is checked (forward passes), compiled or wrapped
+        options = scheduling_options(options, policy, tokens_per_iteration)
         if is_peft_model(model):  # a transformers model the user adapted with peft
             from datacentric.models.hf import HFCausalLM
 
@@ -207,7 +210,7 @@ class DataCentric:
             cost_model,
             world_size=self.groups.world_size,
             memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
-            options=scheduling_options(options, policy, tokens_per_iteration),
+            options=options,
             seed=seed,
             sp_sizes=(
                 list(sp_sizes)

@@ -76,3 +76,26 @@ def test_a_setting_given_twice_differently_is_one_line(kwargs: dict, message: st
     with pytest.raises(ValueError, match=message) as error:
         data_centric(**kwargs)
     assert "\n" not in str(error.value)
+
+
+def test_a_setting_given_twice_is_refused_before_the_model_is_checked(monkeypatch) -> None:
+    """The scheduling settings are resolved first: the contradiction is named before the
+    model contract's forward passes, compilation or wrapping."""
+    import datacentric.train.data_centric as data_centric_module
+
+    checked = []
+    monkeypatch.setattr(
+        data_centric_module, "check_model_contract", lambda *args: checked.append(args)
+    )
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="policy='static' and options.policy='dcp-opt'"):
+        DataCentric(
+            build_model("llama"),
+            StdlibCorpus(max_tokens=256, limit=1),
+            preset="llama",
+            groups=ProcessGroups.local(),
+            policy="static",
+            options=SchedulingConfig(policy="dcp-opt"),
+            prefetch=0,
+        )
+    assert checked == []
