@@ -394,13 +394,13 @@ class AnalyticCostModel(CachedCostModel):
             )
         counts: tuple[int, ...] = key  # type: ignore[assignment]
         ulysses = sp_size // ring_size
-        plain = self._plain_work(shapes, sp_size, len(counts), ulysses)
-        work = self._work(shapes, sp_size, counts, ulysses).as_array() if any(counts) else plain
-        ring_all = self._ring_exposed_s(shapes, sp_size, ring_size, counts)
-        ring_plain = self._ring_exposed_s(shapes, sp_size, ring_size, (0,) * len(counts))
-        time_s = float(work @ self._rates) + ring_all
-        comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS]) + ring_plain
-        plain_s = float(plain @ self._rates) + ring_plain
+        plain, comm_s, plain_s = self._plain(shapes, sp_size, len(counts), ulysses, ring_size)
+        if any(counts):
+            work = self._work(shapes, sp_size, counts, ulysses).as_array()
+            time_s = float(work @ self._rates)
+            time_s += self._ring_exposed_s(shapes, sp_size, ring_size, counts)
+        else:
+            time_s = plain_s
         return PassBreakdown(
             time_s=time_s,
             compute_s=plain_s - comm_s,
@@ -496,11 +496,11 @@ class AnalyticCostModel(CachedCostModel):
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
     ) -> PassBreakdown:
         counts: tuple[int, ...] = key  # type: ignore[assignment]
-        plain = self._plain_work(shapes, sp_size, len(counts))
-        work = self._work(shapes, sp_size, counts).as_array() if any(counts) else plain
-        time_s = float(work @ self._rates)
-        comm_s = float(plain[COMM_COLUMNS] @ self._rates[COMM_COLUMNS])
-        plain_s = float(plain @ self._rates)
+        plain, comm_s, plain_s = self._plain(shapes, sp_size, len(counts))
+        if any(counts):
+            time_s = float(self._work(shapes, sp_size, counts).as_array() @ self._rates)
+        else:
+            time_s = plain_s
         return PassBreakdown(
             time_s=time_s,
             compute_s=plain_s - comm_s,
@@ -509,26 +509,44 @@ class AnalyticCostModel(CachedCostModel):
             memory_bytes=self._memory(shapes, sp_size, counts),
         )
 
-    def _plain_work(
-        self, shapes: tuple[SampleShape, ...], sp: int, kinds: int, ulysses: int | None = None
-    ) -> np.ndarray:
-        """``_work(...).as_array()`` of the pass recomputing nothing, kept per pass (text by
-        its sums, the cache key just made of these shapes; else by the shapes): every
+    def _plain(
+        self,
+        shapes: tuple[SampleShape, ...],
+        sp: int,
+        kinds: int,
+        ulysses: int | None = None,
+        ring: int = 1,
+    ) -> tuple[np.ndarray, float, float]:
+        """The pass recomputing nothing: its ``_work(...).as_array()``, communication and
+        total seconds (a ring's exposed transfer in both), kept per pass (text by its
+        sums, the cache key just made of these shapes; else by the shapes): every
         recomputation setting of a pass prices it again (the knapsack asks three or
-        four of one sample). Kept while the model's spec, hardware and element size are
-        the same objects (what the work reads). Read only."""
-        kept = self.__dict__.get("_plain_works")
-        spec, hardware, size = self.spec, self.hardware, self.dtype_bytes
-        if kept is None or kept[0] is not spec or kept[1] is not hardware or kept[2] != size:
-            kept = (spec, hardware, size, {})
-            object.__setattr__(self, "_plain_works", kept)
-        memo: dict[tuple, np.ndarray] = kept[3]
+        four of one sample). Kept while the model's spec, hardware, element size and
+        rates are the same objects (what they read). The array is read only."""
+        kept = self.__dict__.get("_plain_passes")
+        spec, hardware, size, rates = self.spec, self.hardware, self.dtype_bytes, self._rates
+        if (
+            kept is None
+            or kept[0] is not spec
+            or kept[1] is not hardware
+            or kept[2] != size
+            or kept[3] is not rates
+        ):
+            kept = (spec, hardware, size, rates, {})
+            object.__setattr__(self, "_plain_passes", kept)
+        memo: dict[tuple, tuple[np.ndarray, float, float]] = kept[4]
         known = self.__dict__.get("_last_text_sums")
         which = known[1] if known is not None and known[0] is shapes else shapes
-        key = (which, sp, ulysses, kinds)
+        key = (which, sp, ulysses, kinds, ring)
         found = memo.get(key)
         if found is None:
-            found = self._work(shapes, sp, (0,) * kinds, ulysses).as_array()
+            plain = self._work(shapes, sp, (0,) * kinds, ulysses).as_array()
+            comm_s = float(plain[COMM_COLUMNS] @ rates[COMM_COLUMNS])
+            plain_s = float(plain @ rates)
+            if ring > 1:
+                exposed = self._ring_exposed_s(shapes, sp, ring, (0,) * kinds)
+                comm_s, plain_s = comm_s + exposed, plain_s + exposed
+            found = (plain, comm_s, plain_s)
             if len(memo) >= BREAKDOWN_CACHE_SIZE:
                 memo.clear()
             memo[key] = found
