@@ -157,10 +157,10 @@ def test_skipping_peers_that_cannot_win_changes_no_step(monkeypatch):
     heard: list[tuple[int, int]] = []
     pruned = build(lambda done, total: heard.append((done, total)))
     assert "static" in pruned.meta["settings"]["peers_skipped"]
-    # progress: each step once it is chosen (its own search and the peers' compared),
-    # out of the epoch's steps, never backwards
+    # progress: the epoch's steps before the first is out, then each step once it is
+    # chosen (its own search and the peers' compared), never backwards
     n = len(pruned.iterations)
-    assert heard[0] == (1, n) and heard[-1] == (n, n)
+    assert heard[:2] == [(0, n), (1, n)] and heard[-1] == (n, n)
     assert [d for d, _ in heard] == sorted(d for d, _ in heard)
     monkeypatch.setattr(peer_bounds, "could_win", lambda floors, best, gain: True)
     full = build()
@@ -211,7 +211,7 @@ def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
     assert "dcp-pac" not in ran
     assert settings["steps_from_peers"]["dcp-pac"] == 0
     n = len(ours.iterations)
-    assert heard[0] == (1, n) and heard[-1] == (n, n)
+    assert heard[:2] == [(0, n), (1, n)] and heard[-1] == (n, n)
     assert [d for d, _ in heard] == sorted(d for d, _ in heard)
     ours.validate()
     monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "dcp-pac", len(shapes))

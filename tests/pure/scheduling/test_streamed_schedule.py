@@ -66,7 +66,8 @@ def test_a_steps_samples_depend_on_neither_the_policy_nor_the_world():
 
 def test_dcp_opt_builds_each_step_when_it_is_asked_for():
     """dcp-opt's stream has built one step when its first is taken (the epoch's
-    searches aside), and a stream taken in parts ends in the whole build."""
+    searches aside; the epoch's steps told before it, done 0), and a stream taken in
+    parts ends in the whole build."""
     pipe = pipeline(2)
     heard: list[tuple[int, int]] = []
     stream = EpochStream(
@@ -81,9 +82,9 @@ def test_dcp_opt_builds_each_step_when_it_is_asked_for():
     n = stream.num_steps
     steps = iter(stream)
     first = next(steps)
-    assert heard == [(1, n)]
+    assert heard == [(0, n), (1, n)]
     second = next(steps)
-    assert heard == [(1, n), (2, n)]
+    assert heard == [(0, n), (1, n), (2, n)]
     schedule = stream.schedule()  # the rest, then the whole
     assert schedule.iterations[:2] == (first, second)
     assert schedule.iterations == pipeline(2).schedule(0).iterations
