@@ -122,6 +122,41 @@ class TimeLeft:
         return later + max(0.0, running * per_unit - (now - last))  # its usual time, less its own
 
 
+#: The most of a step its told share counts for until the step is out (a policy may lay
+#: out more than it said).
+STEP_SHARE_MAX = 0.95
+
+
+class StepShare:
+    """How far the step a policy now builds is, as the policy tells it: ``step_begun(work)``
+    (about ``work`` micro-batches to lay out) and ``laid_out(count)`` (that many more laid
+    out; ``dcp-opt``: :func:`~datacentric.scheduling.search_steps.step_begun`). A step
+    callback that is one reads :meth:`step_share` for a time left inside a long step."""
+
+    def __init__(self) -> None:
+        self.work = 0.0
+        """Micro-batches the step now built lays out, as told (0: not told)."""
+        self.worked = 0.0
+        """Of those, laid out so far."""
+
+    def step_begun(self, work: float) -> None:
+        """The step now built has about ``work`` micro-batches to lay out."""
+        self.work, self.worked = float(work), 0.0
+
+    def laid_out(self, count: float) -> None:
+        """The step now built has laid out ``count`` more micro-batches."""
+        self.worked += count
+
+    def step_out(self) -> None:
+        """The step is out: nothing is told of the next till it begins."""
+        self.work = self.worked = 0.0
+
+    def step_share(self) -> float | None:
+        """The share of the step now built that is done (at most :data:`STEP_SHARE_MAX`),
+        None where not told."""
+        return min(self.worked / self.work, STEP_SHARE_MAX) if self.work else None
+
+
 class Progress:
     """Progress of ``what`` over ``total`` units; use as a context manager and call
     :meth:`update` per unit done (``stage=`` names what runs now). ``enabled=False``
@@ -161,6 +196,8 @@ class Progress:
         """The steps of the stage now running, when it reports them (:meth:`inside`)."""
         self._steps_of = ""
         """What those steps are (``step``, ``micro-batch priced``)."""
+        self._step_share = 0.0
+        """The share done of the step after those (:meth:`inside`)."""
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.every_s = every_s
@@ -237,19 +274,21 @@ class Progress:
         with self._lock:
             self.running, self._inside, self._steps = float(units), None, None
 
-    def inside(self, done: int, total: int, what: str = "step") -> None:
+    def inside(self, done: int, total: int, what: str = "step", step_share: float = 0.0) -> None:
         """The stage now running has done ``done`` of its ``total`` steps (a callback
-        such as ``build_schedule``'s ``on_step``): its share counts for the time left,
-        and the line says ``step DONE/TOTAL``. A count in another unit (``what``)
-        starts its pace afresh; one whose total moves (a search's estimate of its own
-        work) keeps it."""
+        such as ``build_schedule``'s ``on_step``), and ``step_share`` of the one after
+        (:class:`StepShare`): its share counts for the time left, and the line says
+        ``step DONE/TOTAL``. A count in another unit (``what``) starts its pace afresh;
+        one whose total moves (a search's estimate of its own work) keeps it."""
         with self._lock:
-            self._inside = (done / total if total else 0.0, f"{what} {done}/{total}")
+            share = (done + step_share) / total if total else 0.0
+            self._inside = (share, f"{what} {done}/{total}")
             if self._steps is None or self._steps_of != what:
                 self._steps = TimeLeft(total, start=self.left.marks[-1][1])
                 self._steps_of = what
             self._steps.total = int(total)
             self._steps.reached(done, self.clock())
+            self._step_share = step_share
 
     def line(self) -> str:
         """The progress line as it stands."""
@@ -271,8 +310,11 @@ class Progress:
         own = None
         if self._steps is not None:
             # a stage's steps give its pace once a second one is done (the first pays
-            # the stage's search); till then, its usual cost less the time it has taken
-            own = self._steps.seconds(now) if len(self._steps.marks) > 2 else None
+            # the stage's search), or the step now built as far as it told its share;
+            # till then, its usual cost less the time it has taken
+            told = self._step_share
+            steps = self._steps
+            own = steps.seconds(now, told) if len(steps.marks) > 2 or told else None
             share = share if own is not None else 0.0
         return stage, self.left.seconds(now, share, self.running, own)
 

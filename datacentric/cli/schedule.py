@@ -44,6 +44,7 @@ from datacentric.cli.planning_inputs import (
     profiled_model,
 )
 from datacentric.cli.ranks import announce
+from datacentric.progress import StepShare
 
 if TYPE_CHECKING:
     from datacentric.progress import Progress
@@ -185,10 +186,6 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: The most of a step its told share counts for until the step is out.
-STEP_SHARE_MAX = 0.95
-
-
 def last_step_held(steps: Progress) -> StepsHeld:
     """``on_step`` for a progress of the epoch's steps that counts the last one only
     once the schedule is measured and checked (seconds on a large epoch, up to a few
@@ -196,25 +193,21 @@ def last_step_held(steps: Progress) -> StepsHeld:
     return StepsHeld(steps)
 
 
-class StepsHeld:
+class StepsHeld(StepShare):
     """``on_step(done, total)`` for :func:`last_step_held`; its ``searched(done,
     total)`` hears of a policy's search in micro-batches priced
     (:func:`~datacentric.scheduling.search_steps.searched`): a policy that searches
     before its steps (``static``) is counted in those units, its steps then held at the
-    search's end (they come at once, after it). Its ``step_begun(work)`` and
-    ``laid_out(count)`` hear how far the step now built is (``dcp-opt``:
-    :func:`~datacentric.scheduling.search_steps.step_begun`), which the progress reads
-    as the share of that step done (:meth:`share`): an epoch of a few long steps (one,
-    on a large world) then says a time left before its first step is out."""
+    search's end (they come at once, after it). As a :class:`~datacentric.progress.StepShare`
+    it hears how far the step now built is (``dcp-opt``), which the progress reads as
+    the share of that step done (:meth:`share`): an epoch of a few long steps (one, on
+    a large world) then says a time left before its first step is out."""
 
     def __init__(self, steps: Progress) -> None:
+        super().__init__()
         self.steps = steps
         self.search = 0.0
         """The steps priced by the policy's search, once it told them (0: none)."""
-        self.work = 0.0
-        """Micro-batches the step now built lays out, as told (0: not told)."""
-        self.worked = 0.0
-        """Of those, laid out so far."""
         steps.partial = self.share
 
     def __call__(self, done: int, total: int) -> None:
@@ -222,7 +215,7 @@ class StepsHeld:
             self.searched(self.search, self.search)
         else:
             if done < total:  # the last step's share stays while the epoch is measured
-                self.work = self.worked = 0.0
+                self.step_out()
             self.steps.reached(min(done, total - 1), total)
 
     def searched(self, done: float, total: float) -> None:
@@ -232,22 +225,12 @@ class StepsHeld:
         self.search, units = total, max(int(total), 1)
         self.steps.reached(min(int(done), units - 1), units)
 
-    def step_begun(self, work: float) -> None:
-        """The step now built has about ``work`` micro-batches to lay out."""
-        self.work, self.worked = float(work), 0.0
-
-    def laid_out(self, count: float) -> None:
-        """The step now built has laid out ``count`` more micro-batches."""
-        self.worked += count
-
     def share(self) -> tuple[float, str] | None:
-        """The share of the step now built that is done, as its policy told it (at most
-        :data:`STEP_SHARE_MAX`: it may lay out more than it said), for the progress's
-        ``partial``; None where not told. The last step's stays while the epoch is
-        measured and checked."""
-        if self.search or not self.work:
-            return None
-        return min(self.worked / self.work, STEP_SHARE_MAX), ""
+        """The share of the step now built that is done, as its policy told it, for the
+        progress's ``partial``; None where not told. The last step's stays while the
+        epoch is measured and checked."""
+        share = None if self.search else self.step_share()
+        return None if share is None else (share, "")
 
 
 def policy_summary(

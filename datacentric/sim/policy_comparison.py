@@ -23,7 +23,7 @@ from datacentric.planning.memory_cap import (
 from datacentric.planning.plan import Plan
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.progress import Progress
+from datacentric.progress import Progress, StepShare
 from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
@@ -204,18 +204,28 @@ def run_policies(
     return runs
 
 
-class StageSteps:
+class StageSteps(StepShare):
     """A policy's ``on_step`` in a comparison: how far its stage is (:meth:`Progress.inside
-    <datacentric.progress.Progress.inside>`), in its steps, or while it searches before
-    them in the micro-batches its search prices (``searched``:
+    <datacentric.progress.Progress.inside>`), in its steps and the share told of the
+    one now built (``dcp-opt``: a :class:`~datacentric.progress.StepShare`), or while it
+    searches before them in the micro-batches its search prices (``searched``:
     :func:`~datacentric.scheduling.search_steps.searched`, ``static``), so a long search
-    says its own time left."""
+    or a long step says its own time left."""
 
     def __init__(self, stages: Progress) -> None:
+        super().__init__()
         self.stages = stages
+        self.steps = (0, 1)
+        """The stage's steps as last told: (done, total)."""
 
     def __call__(self, done: int, total: int) -> None:
+        self.step_out()
+        self.steps = (done, total)
         self.stages.inside(done, total)
+
+    def laid_out(self, count: float) -> None:
+        super().laid_out(count)
+        self.stages.inside(*self.steps, step_share=self.step_share() or 0.0)
 
     def searched(self, done: float, total: float) -> None:
         """The policy's search has priced ``done`` of its ``total`` micro-batches."""

@@ -101,25 +101,22 @@ def test_the_units_weigh_each_stage_by_its_usual_cost():
     assert stage_units(["packed"])["packed"] == 1  # a policy not measured
 
 
-def test_a_search_shows_in_micro_batches_priced_and_keeps_its_pace_as_its_total_moves(
-    monkeypatch,
-):
-    """static's search, heard through ``StageSteps.searched``: the line says how far it
-    is, and its own pace holds while its estimate of its work moves (2,000 -> 2,100 ->
-    2,000 micro-batches): 1,000 priced in 10 s, about 10 s left."""
+def line_while(monkeypatch, policy: str, told) -> str:
+    """The line said mid-way through ``policy``, the one policy of a comparison (planning
+    takes no time), once ``told(on_step, wait)`` has fed its ``on_step`` (``wait(s)``:
+    the scripted clock moves); then its 4 steps come out."""
     now, said = [0.0], {}
     bar = Progress(
         "simulate", 1, stream=io.StringIO(), terminal=False, time_left=True, clock=lambda: now[0]
     )
 
     def run_policy(pipeline, policy, bounds, *, epoch, record_spans, on_step):
-        for done, total in ((0, 2000), (500, 2100), (1000, 2000)):
-            now[0] += 5.0 if done else 0.0
-            on_step.searched(done, total)
+        told(on_step, lambda seconds: now.__setitem__(0, now[0] + seconds))
         said["line"] = bar.line()
-        now[0] += 10.0
-        on_step(8, 8)  # its steps, built at once after the search
-        return SimpleNamespace(schedule=SimpleNamespace(iterations=[None] * 8))
+        now[0] += 30.0
+        for done in range(1, 5):
+            on_step(done, 4)
+        return SimpleNamespace(schedule=SimpleNamespace(iterations=[None] * 4))
 
     class Pipeline:
         shapes = [None] * 1000
@@ -127,6 +124,36 @@ def test_a_search_shows_in_micro_batches_priced_and_keeps_its_pace_as_its_total_
 
     monkeypatch.setattr(policy_comparison, "_run_policy", run_policy)
     with bar:
-        run_policies([], None, 8, ["static"], pipeline=Pipeline(), progress=bar)
-    assert "(static, micro-batch priced 1000/2000)" in said["line"], said
-    assert seconds_left(said["line"]) == 10, said
+        run_policies([], None, 8, [policy], pipeline=Pipeline(), progress=bar)
+    return said["line"]
+
+
+def test_a_search_shows_in_micro_batches_priced_and_keeps_its_pace_as_its_total_moves(
+    monkeypatch,
+):
+    """static's search, heard through ``StageSteps.searched``: the line says how far it
+    is, and its own pace holds while its estimate of its work moves (2,000 -> 2,100 ->
+    2,000 micro-batches): 1,000 priced in 10 s, about 10 s left."""
+
+    def told(on_step, wait):
+        for done, total in ((0, 2000), (500, 2100), (1000, 2000)):
+            wait(5.0 if done else 0.0)
+            on_step.searched(done, total)
+
+    line = line_while(monkeypatch, "static", told)
+    assert "(static, micro-batch priced 1000/2000)" in line and seconds_left(line) == 10, line
+
+
+def test_dcp_opt_s_first_step_says_its_time_left_as_far_as_it_told_its_layouts(monkeypatch):
+    """dcp-opt heard through ``StageSteps`` as a ``StepShare``: a quarter of its first
+    step's micro-batches laid out in 2 s, with 4 steps, says about 30 s left (8 s a
+    step) before any step is out, where its steps alone say nothing of its pace."""
+
+    def told(on_step, wait):
+        on_step(0, 4)
+        on_step.step_begun(1000)
+        wait(2.0)
+        on_step.laid_out(250)
+
+    line = line_while(monkeypatch, "dcp-opt", told)
+    assert "(dcp-opt, step 0/4)" in line and seconds_left(line) == 30, line
