@@ -19,7 +19,8 @@ global rank (:class:`RingGroup`), so it needs no communicator of its own.
 
 The object is passed explicitly to whoever needs a group; there are no module
 globals. The device a rank computes on is chosen here too (:func:`device_for_backend`
-for a rank of a world, :func:`default_device` for one process alone).
+for a rank of a world, :func:`default_device` for one process alone), and its memory
+read (:func:`device_memory_bytes`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,19 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
     if device is not None:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory of ``device``: a CUDA device's, else this machine's physical memory
+    (None when the system does not say). The budget's default share is taken of it
+    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`), and the step lines
+    give peak memory as a share of it."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ deprecated form is kept, see docs/api.md).
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,6 +29,7 @@ from datacentric.models.source import (
     resolve_model,
 )
 from datacentric.parallel.grad_sync import check_fsdp2
+from datacentric.parallel.groups import device_memory_bytes as device_memory_bytes  # its old home
 from datacentric.parallel.launch import launch_mode
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.model_specs import ModelSpec
@@ -269,19 +269,6 @@ def mfu_cost_model(spec: ModelSpec | None, dtype: str, device: torch.device) -> 
 def model_args(model: ModelConfig) -> dict:
     """The ``[model]`` section's ``model_args``, parsed and checked."""
     return parse_model_args(model.model_args)
-
-
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory of ``device``: a CUDA device's, else this machine's physical memory
-    (None when the system does not say). The budget's default share is taken of it
-    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`), and the step lines
-    give peak memory as a share of it."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _hardware_name(device: torch.device) -> str:

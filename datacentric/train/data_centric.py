@@ -45,7 +45,7 @@ from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.lora import is_peft_model
 from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.grad_sync import wrap_model
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
 from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
@@ -65,7 +65,7 @@ from datacentric.scheduling.resume import (
     continue_schedule,
 )
 from datacentric.settings.scheduling import SchedulingConfig
-from datacentric.train.build import build_cost_model, device_memory_bytes
+from datacentric.train.build import build_cost_model
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation.held_out import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
@@ -173,9 +173,7 @@ class DataCentric:
         compile: bool = False,
         sp_sizes: Sequence[int] | None = None,
     ) -> None:
-        # the scheduling settings first: one given twice differently is refused before
-        # the model is checked (forward passes), compiled or wrapped
-        options = scheduling_options(options, policy, tokens_per_iteration)
+        options = scheduling_options(options, policy, tokens_per_iteration)  # settings first
         if is_peft_model(model):  # a transformers model the user adapted with peft
             from datacentric.models.hf import HFCausalLM
 

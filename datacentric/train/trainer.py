@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
 from datacentric.parallel.launch import launch_mode, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.regular_files import open_regular
@@ -29,7 +29,7 @@ from datacentric.schedule import Schedule
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
 from datacentric.train.assemble import Prechecked, assemble_run
-from datacentric.train.build import device_memory_bytes, what_trains
+from datacentric.train.build import what_trains
 from datacentric.train.checkpoints.checkpoint import weights_sha256
 from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
 from datacentric.train.checkpoints.resume import (

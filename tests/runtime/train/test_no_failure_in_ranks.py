@@ -164,12 +164,13 @@ def _ranks_decide(config, prechecked) -> None:  # noqa: ANN001
     under the run's budget and SP sizes, each epoch's schedule (as the ranks build them:
     the model on the meta device, the analytic cost model)."""
     from datacentric.models.source import build_model_named
+    from datacentric.parallel.groups import device_memory_bytes
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.planning.spec_derivation import spec_of_model
     from datacentric.scheduling.global_batches import steps_per_epoch
     from datacentric.scheduling.pipeline import Pipeline
     from datacentric.train.assemble import with_model_tokenizer
-    from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
+    from datacentric.train.build import build_cost_model, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes
 
     data = with_model_tokenizer(config.model, config.data, config.validation)
