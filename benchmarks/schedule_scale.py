@@ -296,6 +296,40 @@ tenth), the layout search's splitting and the dataset view and global batches (a
 tenth each). The planner before the build (`plan cpu s`, once per dataset): `make_buckets`
 places each distinct text length once, not each sample, the same buckets: 2.80 / 2.78 ->
 0.67 / 0.64 s of CPU at 1,000,000 samples (back to back, load 2.6-3.8).
+
+Later again the same day, the code before these steps and after them alternated (the
+schedules of all seven policies on a log-normal set at 16 GPUs, sft-longtail 20,000 at 64,
+opensora-balanced 4,000 at 32 and longctx-1m 2,000 at 64, and dcp-opt's on the two sets
+below, byte-identical before and after each step):
+
+| set | code | plan cpu s | build cpu s | target | load |
+|---|---|---:|---:|---|---:|
+| 1,000,000 samples, 1,024 GPUs | before | 0.51-0.54 | 4.95 / 4.78 / 5.04 | 5 | 3.0-3.6 |
+| 1,000,000 samples, 1,024 GPUs | after | 0.49-0.50 | **4.10 / 4.22 / 4.47** | met | 3.0-3.2 |
+| 200,000 samples, 64 GPUs | before | 0.16 / 0.18 | 4.41 / 4.63 | 8 | 2.9 / 2.6 |
+| 200,000 samples, 64 GPUs | after | 0.17 / 0.17 | **4.32 / 4.44** | met | 2.7 / 2.6 |
+
+What changed, one step at a time: `balance.local_search` makes fewer passes per try (a
+move reads the size classes' least loads in one pass over the groups, a swap takes the
+least of all items by one `argmin` and takes into its work space without numpy's
+buffered bounds check; the 26 searches at 1,024 GPUs, replayed: 1.69-1.85 -> 1.31-1.52 s);
+the estimates' keys are summed in one pass over the 114,000 micro-batches
+(`DatasetView.batch_sums`: the estimates 1.10 / 1.01 -> 0.84 / 0.76 s); the analytic model
+works out a pass recomputing nothing once for all its recomputation settings, with its
+communication and total seconds (`AnalyticCostModel._plain`: passes worked out 48,030 ->
+33,594, the build's breakdowns 0.84 / 0.78 -> 0.58 / 0.57 s over the two steps); the
+dataset view and the data order sort bucket numbers by radix and count token lengths
+(`dataset_view.stable_order`, `distinct_counts`: 0.48 / 0.48 -> 0.41 / 0.38 s); dcp-opt
+asks whether a step's micro-batch straggles once per time matrix (35 -> 5 asks). Left at
+1,024 GPUs (profiled): the local search (about a quarter), the estimates of the 114,000
+micro-batches (about a seventh: the cost model's answers for about 10,600 distinct ones,
+and their keys), the recomputation knapsack of the long samples (`choose_recompute`, 7,156
+calls, about an eighth), then LPT, the dataset view and global batches, the items' packing
+and the micro-batches' objects (each under a tenth). The first table is the fourth of four
+runs of the benchmark on this code in a row: 1,000,000 samples at 1,024 GPUs 4.46, 4.62,
+4.93 and 4.45 s of CPU (load 1.9-2.0, 1.7-1.8, 1.5-1.6 and 3.5-3.9), 200,000 at 64 GPUs
+4.12, 4.30, 4.61 and 4.45 s: the targets held in each, at 1,000,000 samples by as little
+as 0.07 s (the third run), so on a busier machine it may not.
 """
 
 
