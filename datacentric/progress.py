@@ -198,6 +198,8 @@ class Progress:
         """What those steps are (``step``, ``micro-batch priced``)."""
         self._step_share = 0.0
         """The share done of the step after those (:meth:`inside`)."""
+        self._outlook: Callable[[float], tuple[str, float | None]] | None = None
+        """What runs and the seconds left, as the work tells them (:meth:`follow`)."""
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.every_s = every_s
@@ -290,6 +292,17 @@ class Progress:
             self._steps.reached(done, self.clock())
             self._step_share = step_share
 
+    def follow(self, outlook: Callable[[float], tuple[str, float | None]] | None) -> None:
+        """From now on ``outlook(now)`` says what runs and the seconds left (work whose
+        parts run at once, each with its own time left); None: the units say them."""
+        with self._lock:
+            self._outlook = outlook
+
+    def outlook(self, now: float | None = None) -> tuple[str, float | None]:
+        """What runs and the seconds left at ``now`` (the clock's reading by default), as
+        the line says them."""
+        return self._now(self.clock() if now is None else now)
+
     def line(self) -> str:
         """The progress line as it stands."""
         now = self.clock()
@@ -301,6 +314,9 @@ class Progress:
     def _now(self, now: float) -> tuple[str, float | None]:
         """What runs now (the stage, and where it is when it says) and the seconds left
         (None: not asked for, or nothing to tell yet)."""
+        if self._outlook is not None:
+            stage, left = self._outlook(now)
+            return ", ".join(s for s in (self.stage, stage) if s), left if self.time_left else None
         running = self.partial() if self.partial is not None else self._inside
         share, inside = running if running is not None else (0.0, "")
         stage = ", ".join(s for s in (self.stage, inside) if s)

@@ -9,7 +9,9 @@ Prints, per policy, ``tokens_per_s``, ``speedup_vs_static``,
 ``speedup_vs_static_reference``, ``idle_share``, ``efficiency`` and
 ``tokens_per_step_mean`` (every policy runs the same global batches), as one JSON
 object with ``--json``; ``--trace`` writes a Perfetto trace and ``--plot`` a Gantt
-and throughput figure. ``static`` is always simulated, because speedups are measured
+and throughput figure. The policies are built at once, each in its own process (the
+same results as one after another), and the time left is the running ones' own
+estimates over the CPU they get. ``static`` is always simulated, because speedups are measured
 against it. Settings may come from ``--config FILE`` (the keys of its flags; flags
 override it).
 """
@@ -54,9 +56,10 @@ what a valid schedule spends). The table:
 --json prints every field; besides those above: epoch_time_s and ideal_epoch_time_s
 (the headline's times), efficiency_old_bound (against the former, priced bound: reads
 higher), idle_share_mean_per_iteration, tokens_per_step_mean, tokens_per_step_max,
-samples, samples_dropped, tokens, world_size and schedule_seconds (time taken to
-schedule); and for the run: workload, description, model, hardware, gpus, samples,
-tokens, steps and steps_why (the global batch that sets the step count).
+samples, samples_dropped, tokens, world_size and schedule_seconds (CPU seconds the
+schedule took to build; the policies are built at once, each in its own process, so
+wall time would count the others'); and for the run: workload, description, model,
+hardware, gpus, samples, tokens, steps and steps_why (the global batch that sets the step count).
 """
 
 
@@ -124,6 +127,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
             record_spans=bool(args.trace or args.plot),
             options=options,
             progress=bar,
+            workers=len(policies),  # every policy at once: each stage's time left is its own
         )
     results = {p: r.result for p, r in runs.items()}
     if args.trace:

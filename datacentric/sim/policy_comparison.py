@@ -28,6 +28,7 @@ from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 from datacentric.sim.engine import SimResult, simulate
+from datacentric.sim.stages_at_once import Watch, fork_context, run_at_once
 
 if TYPE_CHECKING:
     from datacentric.settings import SchedulingConfig
@@ -128,7 +129,8 @@ class PolicyRun:
     schedule: Schedule
     result: SimResult
     schedule_seconds: float
-    """Wall time the scheduler took to build the epoch."""
+    """CPU seconds the scheduler took to build the epoch (the building process's: the
+    same whether the policies are built one after another or at once)."""
     ideal_epoch_time_old_s: float | None = None
     """The former, priced bound over the same samples (``efficiency_old_bound``)."""
 
@@ -148,6 +150,7 @@ def run_policies(
     errors: dict[str, str] | None = None,
     pipeline: Pipeline | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> dict[str, PolicyRun]:
     """Schedule ``shapes`` with each policy and simulate the schedules.
 
@@ -160,6 +163,10 @@ def run_policies(
     error recorded there (benchmarks report it); without, the error propagates.
     ``progress`` counts the plan and each policy by its usual cost (:func:`stage_units`;
     its total is set here), a policy that builds its steps in order by its steps too.
+    ``workers`` (above 1, where processes fork): the policies are built at once, at most
+    that many, each in its own process (:mod:`~datacentric.sim.stages_at_once`; the same
+    results, in the same order), and ``progress`` counts the plan and each policy as one
+    part, its time left the running stages' own; by default, one after another.
     """
     if pipeline is None:
         if plan is None and memory_cap_bytes is None:
@@ -173,8 +180,10 @@ def run_policies(
             seed=seed,
             plan=plan,
         )
-    units = stage_units(policies)
     stages = progress or Progress("", 1, enabled=False)
+    if (workers or 1) > 1 and len(set(policies)) > 1 and fork_context() is not None:
+        return _run_at_once(pipeline, policies, stages, errors, workers or 1, epoch, record_spans)
+    units = stage_units(policies)
     stages.set_total(sum(units.values()))
     stages.begin(f"planning {len(pipeline.shapes):,} samples", units[PLANNING])
     _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
@@ -202,6 +211,61 @@ def run_policies(
             units |= stage_units(later, len(runs[policy].schedule.iterations))
             stages.set_total(stages.done + sum(units[p] for p in later))
     return runs
+
+
+def _run_at_once(
+    pipeline: Pipeline,
+    policies: Sequence[str],
+    stages: Progress,
+    errors: dict[str, str] | None,
+    workers: int,
+    epoch: int,
+    record_spans: bool,
+) -> dict[str, PolicyRun]:
+    """:func:`run_policies` with the policies built at once (``workers`` at most), each
+    in its own process: the plan is made first, here, so every process has it."""
+    policies = list(dict.fromkeys(policies))
+    stages.set_total(1 + len(policies))
+    stages.begin(f"planning {len(pipeline.shapes):,} samples", 1)
+    _ = pipeline.plan
+    bounds = {(): (pipeline.ideal_epoch_time(), pipeline.ideal_epoch_time(old_bound=True))}
+    stages.update(1, stage="")  # the bound over every sample, made once for every process
+    ended: dict[str, tuple[PolicyRun | None, BaseException | None, str]] = {}
+
+    def build(policy: str, on_step: Callable[[int, int], None]) -> PolicyRun:
+        return _run_policy(
+            pipeline, policy, bounds, epoch=epoch, record_spans=record_spans, on_step=on_step
+        )
+
+    def on_end(policy: str, run: PolicyRun | None, error: BaseException | None, text: str) -> bool:
+        ended[policy] = (run, error, text)
+        stages.update(1)
+        return errors is not None or _first_error(policies, ended) is None
+
+    watch = Watch(stages.clock, StageSteps)
+    stages.follow(watch.outlook)
+    try:
+        run_at_once(policies, build, workers=workers, watch=watch, on_end=on_end)
+    finally:
+        stages.follow(None)
+    error = _first_error(policies, ended)
+    if errors is None and error is not None:
+        raise error
+    for policy in policies:
+        if ended[policy][0] is None and errors is not None:
+            errors[policy] = ended[policy][2]
+    return {p: run for p in policies if (run := ended[p][0]) is not None}
+
+
+def _first_error(policies: Sequence[str], ended: dict[str, tuple]) -> BaseException | None:
+    """The error a sequential run raises, once known: the first policy's, in order,
+    that failed after all those before it were built (None: none, or not known yet)."""
+    for policy in policies:
+        if policy not in ended:
+            return None
+        if ended[policy][1] is not None:
+            return ended[policy][1]
+    return None
 
 
 class StageSteps(StepShare):
@@ -245,9 +309,9 @@ def _run_policy(
     bound's and the old one's) per dropped set; ``on_step`` hears of the steps built."""
     from datacentric.scheduling.measures import overlaps_grad_sync
 
-    start = time.perf_counter()
+    start = time.process_time()  # CPU: policies built at once share the cores
     schedule = pipeline.schedule(epoch, policy=policy, measure=False, on_step=on_step)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     dropped = schedule.dropped_sample_ids
     if dropped not in bounds:
         everyone = range(len(pipeline.shapes))

@@ -1,0 +1,277 @@
+"""A comparison's policies built at once, each in its own process, with one time left.
+
+Each policy's stage (its schedule and simulation) runs in a forked process
+(:func:`run_at_once`) and tells the parent, over a queue, what a
+:class:`~datacentric.sim.policy_comparison.StageSteps` hears in a sequential run (its
+steps, its search's micro-batches priced, its step's share), each with the CPU seconds
+its process has spent, plus a heartbeat of those every :data:`HEARTBEAT_S`. The parent
+(:class:`Watch`) keeps each stage's own progress on the clock of its CPU seconds, so a
+stage's time left is its own remaining CPU seconds, measured as in a sequential run and
+not slowed by the stages beside it; the time left of them all is that work spread over
+the CPU the stages get together (measured over the last :data:`WINDOW_S`), and never
+less than the longest one's at one core: no guess about a stage not yet run, as every
+stage runs from the start. No torch is imported here.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import queue as queues
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from datacentric.progress import Progress
+
+#: Seconds between two reports of a stage's CPU seconds while it tells nothing else.
+HEARTBEAT_S = 0.5
+
+#: Seconds over which the CPU the stages get together is measured.
+WINDOW_S = 5.0
+
+#: Least seconds between two reports of laid-out micro-batches or of a search's count.
+RELAY_EVERY_S = 0.2
+
+
+def fork_context() -> Any:
+    """The fork start method's context, None where the platform has none."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return multiprocessing.get_context("fork")
+
+
+class Relay:
+    """A worker's ``on_step``: what a stage tells (``StageSteps``' calls) goes to the
+    parent with the worker's CPU seconds; counts told often are sent at most every
+    :data:`RELAY_EVERY_S`."""
+
+    def __init__(self, queue: Any, policy: str) -> None:
+        self.queue, self.policy = queue, policy
+        self._laid = 0.0
+        self._search: tuple[float, float] | None = None
+        self._sent = 0.0
+
+    def _send(self, news: str, *args: float) -> None:
+        self.queue.put(("news", self.policy, time.process_time(), news, args))
+        self._sent = time.monotonic()
+
+    def _flush(self) -> None:
+        if self._laid:
+            self._send("laid_out", self._laid)
+            self._laid = 0.0
+        if self._search is not None:
+            self._send("searched", *self._search)
+            self._search = None
+
+    def __call__(self, done: int, total: int) -> None:
+        self._flush()
+        self._send("__call__", done, total)
+
+    def step_begun(self, work: float) -> None:
+        self._flush()
+        self._send("step_begun", work)
+
+    def laid_out(self, count: float) -> None:
+        self._laid += count
+        if time.monotonic() - self._sent >= RELAY_EVERY_S:
+            self._flush()
+
+    def searched(self, done: float, total: float) -> None:
+        self._search = (done, total)
+        if time.monotonic() - self._sent >= RELAY_EVERY_S or done >= total:
+            self._flush()
+
+
+class _Stage:
+    """One policy's stage as the parent follows it: its own progress, on the clock of
+    its CPU seconds, and (parent's clock, CPU seconds) as reported."""
+
+    def __init__(self, policy: str, cpu: float, at: float, steps: Callable[[Progress], Any]):
+        self.cpu = cpu
+        self.seen: deque[tuple[float, float]] = deque([(at, cpu)])
+        self.progress = Progress(policy, 1, enabled=False, time_left=True, clock=self._cpu)
+        self.progress.begin(policy, 1)
+        self.steps = steps(self.progress)
+        self.ended = False
+        self.told: tuple[float, float] | None = None
+        """Its last own estimate: (CPU seconds left, at its CPU seconds)."""
+
+    def _cpu(self) -> float:
+        return self.cpu
+
+    def heard(self, at: float, cpu: float) -> None:
+        self.cpu = cpu
+        self.seen.append((at, cpu))
+        while len(self.seen) > 2 and self.seen[1][0] <= at - WINDOW_S:
+            self.seen.popleft()
+
+    def left(self) -> tuple[str, float | None]:
+        """What it does and its CPU seconds left: its own estimate, else its last one
+        less the CPU spent since (between two of its counts), else None."""
+        what, left = self.progress.outlook()
+        if left is not None:
+            self.told = (left, self.cpu)
+        elif self.told is not None:
+            left = max(0.0, self.told[0] - (self.cpu - self.told[1]))
+        return what, left
+
+    def cpu_since(self, since: float) -> float:
+        """CPU seconds spent since ``since`` (parent's clock), as far as reported."""
+        then = self.seen[0][1]
+        for (t0, c0), (t1, c1) in zip(self.seen, list(self.seen)[1:]):
+            if t0 <= since:  # between two reports: as if spent evenly
+                then = c0 + (c1 - c0) * min(1.0, (since - t0) / max(t1 - t0, 1e-9))
+        return self.cpu - then
+
+
+class Watch:
+    """The parent's view of stages run at once: :meth:`begun`, :meth:`heard` and
+    :meth:`ended` take what the workers report; :meth:`outlook` says what runs and the
+    time left (a :meth:`Progress.follow <datacentric.progress.Progress.follow>`)."""
+
+    def __init__(self, clock: Callable[[], float], steps: Callable[[Progress], Any]) -> None:
+        self.clock = clock
+        self.steps = steps
+        """Makes a stage's step callback from its progress (``StageSteps``)."""
+        self.stages: dict[str, _Stage] = {}
+        self.start = clock()
+        self._lock = threading.Lock()  # a progress ticker reads while the workers tell
+
+    def begun(self, policy: str, cpu: float) -> None:
+        with self._lock:
+            self.stages[policy] = _Stage(policy, cpu, self.clock(), self.steps)
+
+    def heard(self, policy: str, cpu: float, news: str = "", args: Sequence[float] = ()) -> None:
+        """``policy``'s process has spent ``cpu`` seconds and tells ``news(*args)``."""
+        with self._lock:
+            stage = self.stages[policy]
+            stage.heard(self.clock(), cpu)
+            if news:
+                getattr(stage.steps, news)(*args)
+
+    def ended(self, policy: str, cpu: float | None) -> None:
+        """``policy``'s stage is over (``cpu``: its process's last CPU seconds, if told)."""
+        with self._lock:
+            stage = self.stages.get(policy)
+            if stage is not None:
+                stage.heard(self.clock(), stage.cpu if cpu is None else cpu)
+                stage.ended = True
+
+    def outlook(self, now: float) -> tuple[str, float | None]:
+        """The running stages (each as its own line says it) and the seconds left: their
+        remaining CPU seconds (each its own estimate) over the CPU they get together,
+        at least the longest one's at one core; a stage that told nothing yet counts as much
+        again as it has spent (None until a stage can tell)."""
+        with self._lock:
+            running = [s for s in self.stages.values() if not s.ended]
+            told = [(s.left(), s.cpu) for s in running]
+            since = max(self.start, now - WINDOW_S)
+            spent = sum(s.cpu_since(since) for s in self.stages.values())
+        text = "; ".join(what for (what, _), _ in told)
+        rate = spent / max(now - since, 1e-9)
+        if all(seconds is None for (_, seconds), _ in told) or rate <= 0:
+            return text, None
+        # a stage that has told nothing yet: as much again as it has spent
+        left = [cpu if seconds is None else seconds for (_, seconds), cpu in told]
+        return text, max(max(left) / min(rate, 1.0), sum(left) / rate)
+
+
+def run_at_once(
+    policies: Sequence[str],
+    build: Callable[[str, Any], Any],
+    *,
+    workers: int,
+    watch: Watch,
+    on_end: Callable[[str, Any, BaseException | None, str], bool],
+) -> None:
+    """``build(policy, on_step)`` of each policy in its own forked process, at most
+    ``workers`` at once, started in order; ``watch`` hears their progress. Each end
+    calls ``on_end(policy, run, error, error_text)`` in the parent (run None on error);
+    when it returns False the others are stopped (their processes ended)."""
+    context = fork_context()
+    queue = context.Queue()
+    sys.stdout.flush()  # what is buffered is written once, not again by each process
+    sys.stderr.flush()
+    pending, running = list(policies), {}
+    quiet: set[str] = set()  # dead with nothing heard at the last look
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                policy = pending.pop(0)
+                running[policy] = context.Process(
+                    target=_work, args=(queue, policy, build), daemon=True
+                )
+                running[policy].start()
+            try:
+                message = queue.get(timeout=HEARTBEAT_S)
+            except queues.Empty:
+                lost, quiet = _lost(running, quiet)
+                for policy, text in lost:
+                    running.pop(policy)
+                    watch.ended(policy, None)
+                    error = RuntimeError(f"{policy}: {text}")
+                    if not on_end(policy, None, error, f"RuntimeError: {text}"):
+                        return
+                continue
+            kind, policy, cpu, *rest = message
+            if kind == "begun":
+                watch.begun(policy, cpu)
+            elif kind == "news":
+                watch.heard(policy, cpu, *rest)
+            else:
+                running.pop(policy).join()
+                watch.ended(policy, cpu)
+                if not on_end(policy, *rest):
+                    return
+    finally:
+        for process in running.values():
+            process.terminate()
+            process.join()
+
+
+def _lost(running: dict[str, Any], quiet: set[str]) -> tuple[list[tuple[str, str]], set[str]]:
+    """Stages whose process was already gone at the last look, with nothing heard since
+    (killed, out of memory): each with its error's text; and those gone now, to look at
+    once more (what a process sent before it ended may still be on its way)."""
+    gone = {policy for policy, process in running.items() if not process.is_alive()}
+    lost = [
+        (p, f"its process ended with exit code {running[p].exitcode} before its schedule was built")
+        for p in sorted(gone & quiet)
+    ]
+    return lost, gone - quiet
+
+
+def _work(queue: Any, policy: str, build: Callable[[str, Any], Any]) -> None:
+    """A worker: build ``policy``'s stage, reporting its CPU seconds as it goes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
+    queue.put(("begun", policy, time.process_time()))
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(queue, policy, stop), daemon=True)
+    beat.start()
+    run, error, text = None, None, ""
+    try:
+        run = build(policy, Relay(queue, policy))
+    except Exception as err:  # sent to the parent, which raises or records it
+        text = f"{type(err).__name__}: {err}"
+        error = err if _picklable(err) else RuntimeError(text)
+    stop.set()
+    beat.join()
+    queue.put(("done", policy, time.process_time(), run, error, text))
+
+
+def _heartbeat(queue: Any, policy: str, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        queue.put(("news", policy, time.process_time(), "", ()))
+
+
+def _picklable(err: BaseException) -> bool:
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:
+        return False
+    return True
