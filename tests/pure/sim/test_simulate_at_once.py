@@ -152,3 +152,21 @@ def test_policies_built_at_once_equal_those_built_one_after_another():
     assert made[3][0] == ["static", "dcp-pac", "dcp-opt"] and list(made[3][4]) == ["nope"]
     with pytest.raises(ValueError, match="nope"):  # without errors: the first one raises
         run_policies(workload.shapes, cost_model, 4, ["static", "nope"], workers=2)
+
+
+def test_without_fork_or_with_one_worker_the_policies_are_built_in_turn(monkeypatch):
+    """Where processes cannot fork, or with one worker, the stages run here one after
+    another: the progress counts them by their usual cost (``stage_units``), not as one
+    part each."""
+    from datacentric.sim import policy_comparison
+
+    workload = get_workload("opensora-short", num_samples=51)
+    cost_model = simulation_cost_model("stdit-1.1b", "h100-sxm", 4)
+    in_turn = sum(policy_comparison.stage_units(["static", "dcp-pac"]).values())
+    for workers, fork in ((3, None), (1, fork_context())):
+        monkeypatch.setattr(policy_comparison, "fork_context", lambda fork=fork: fork)
+        bar = Progress("simulate", 1, enabled=False)
+        runs = run_policies(
+            workload.shapes, cost_model, 4, ["static", "dcp-pac"], progress=bar, workers=workers
+        )
+        assert list(runs) == ["static", "dcp-pac"] and bar.total == in_turn != 3
