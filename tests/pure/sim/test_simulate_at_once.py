@@ -170,3 +170,30 @@ def test_without_fork_or_with_one_worker_the_policies_are_built_in_turn(monkeypa
             workload.shapes, cost_model, 4, ["static", "dcp-pac"], progress=bar, workers=workers
         )
         assert list(runs) == ["static", "dcp-pac"] and bar.total == in_turn != 3
+
+
+@needs_fork
+def test_a_stage_whose_process_dies_ends_with_an_error_that_says_so():
+    """A worker killed (here: it exits at once) ends its stage with an error naming its
+    exit code, while the others' results come back."""
+    import os
+    import time
+
+    from datacentric.sim.stages_at_once import run_at_once
+
+    ended = {}
+
+    def build(policy, on_step):
+        if policy == "lost":
+            os._exit(3)
+        on_step(1, 1)
+        return policy.upper()
+
+    def on_end(policy, run, error, text):
+        ended[policy] = (run, text)
+        return True
+
+    watch = Watch(time.monotonic, StageSteps)
+    run_at_once(["kept", "lost"], build, workers=2, watch=watch, on_end=on_end)
+    assert ended["kept"] == ("KEPT", "")
+    assert ended["lost"][0] is None and "exit code 3" in ended["lost"][1], ended
