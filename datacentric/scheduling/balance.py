@@ -175,7 +175,7 @@ def lpt(
     the group of every item and the load of every group.
     """
     n_items, n_classes = times.shape
-    loads = np.zeros(len(group_class))
+    loads = [0.0] * len(group_class)
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(n_classes)]
     for g, k in enumerate(group_class):
         heaps[k].append((0.0, g))
@@ -183,30 +183,31 @@ def lpt(
         heapq.heapify(h)
     if order is None:
         order = np.argsort(-times.min(axis=1), kind="stable")
-    owner = np.full(n_items, -1, dtype=np.int64)
+    owner = [-1] * n_items
     rows = times.tolist()
-    usable = [k for k in range(n_classes) if heaps[k]]
+    # (Python lists, each class's heap and size bound once: not numpy's element writes)
+    usable = [(k, heaps[k], class_sizes[k]) for k in range(n_classes) if heaps[k]]
+    inf, replace = math.inf, heapq.heapreplace
     for j in np.asarray(order).tolist():
         row = rows[j]
-        best_k, best, best_cost = -1, math.inf, math.inf
+        best_h, best, best_cost = None, inf, inf
         within = False  # whether best finishes within the target
-        for k in usable:
+        for k, heap, size in usable:
             t = row[k]
-            if t != math.inf:
-                finish = heaps[k][0][0] + t
-                cost = class_sizes[k] * t
+            if t != inf:
+                finish = heap[0][0] + t
+                cost = size * t
                 if target is not None and finish <= target:
-                    cheaper = cost < best_cost or (cost == best_cost and finish < best)
-                    if not within or cheaper:
-                        best_k, best, best_cost, within = k, finish, cost, True
+                    if not within or cost < best_cost or (cost == best_cost and finish < best):
+                        best_h, best, best_cost, within = heap, finish, cost, True
                 elif not within and (finish < best or (finish == best and cost < best_cost)):
-                    best_k, best, best_cost = k, finish, cost
-        if best_k < 0:
+                    best_h, best, best_cost = heap, finish, cost
+        if best_h is None:
             raise ValueError(f"item {j} fits no group of this layout")
-        _, g = heapq.heapreplace(heaps[best_k], (best, heaps[best_k][0][1]))
+        _, g = replace(best_h, (best, best_h[0][1]))
         loads[g] = best
         owner[j] = g
-    return owner, loads
+    return np.asarray(owner, dtype=np.int64), np.asarray(loads, dtype=np.float64)
 
 
 @dataclass
@@ -296,7 +297,8 @@ def _local_search(
     owner = owner.copy()
     t_own = times[np.arange(len(owner)), group_class[owner]]
     order = np.argsort(owner, kind="stable")
-    cuts = np.searchsorted(owner[order], np.arange(n_groups + 1))
+    cuts = np.searchsorted(owner[order], np.arange(n_groups + 1)).tolist()
+    by_group = order.tolist()
     state = _Search(
         times=times,
         group_class=group_class,
@@ -305,18 +307,20 @@ def _local_search(
         t_own=t_own,
         loads=np.bincount(owner, weights=t_own, minlength=n_groups),
         counts=np.bincount(owner, minlength=n_groups),
-        held=[set(order[cuts[g] : cuts[g + 1]].tolist()) for g in range(n_groups)],
+        held=[set(by_group[a:b]) for a, b in zip(cuts, cuts[1:])],
         columns=[np.ascontiguousarray(times[:, k]) for k in range(times.shape[1])],
         owner_class=group_class[owner],
         scratch=np.empty((5, len(owner))),
         **_class_runs(group_class),
     )
+    # (array methods, not numpy's functions: those pass through a dispatcher on each of
+    # the 24,000 moves and swaps of the searches at 1,024 GPUs)
     for _ in range(max_moves):
-        top = int(np.argmax(state.loads))
+        top = int(state.loads.argmax())
         if not state.held[top]:
             break
-        members = np.fromiter(sorted(state.held[top]), dtype=np.int64, count=len(state.held[top]))
-        members = members[np.argsort(-t_own[members], kind="stable")]
+        members = np.array(sorted(state.held[top]), dtype=np.int64)
+        members = members.take((-t_own.take(members)).argsort(kind="stable"))
         if state.counts[top] > 1 and _move_off(state, top, members):
             continue
         if not _swap_off(state, top, members):
@@ -335,18 +339,20 @@ def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
     # pass over the groups ordered by class.
     others = loads.take(state.by_class)
     others[state.slot[top]] = np.inf
-    least = np.full(times.shape[1], np.inf)
-    least[state.present] = np.minimum.reduceat(others, state.class_starts)
+    least = np.minimum.reduceat(others, state.class_starts)
+    if len(least) < times.shape[1]:  # classes no group has: none takes an item
+        least = np.full(times.shape[1], np.inf)
+        least[state.present] = np.minimum.reduceat(others, state.class_starts)
     reach = (least + times.take(members, axis=0)).min(axis=1)
-    helps = np.flatnonzero(reach < peak - EPS)
+    helps = (reach < peak - EPS).nonzero()[0]
     for j in members[helps[:1]]:
         t_j = times[j].take(group_class)  # j on each group
         finish = loads + t_j
         finish[top] = np.inf
-        ok = np.flatnonzero(finish < peak - EPS)
+        ok = (finish < peak - EPS).nonzero()[0]
         if len(ok):
-            gpu = state.class_sizes[group_class[ok]] * t_j[ok]
-            h = int(ok[np.lexsort((finish[ok], gpu))[0]])
+            gpu = state.class_sizes.take(group_class.take(ok)) * t_j.take(ok)
+            h = int(ok[np.lexsort((finish.take(ok), gpu))[0]])
             loads[top] -= state.t_own[j]
             loads[h] = finish[h]
             state.counts[top] -= 1
@@ -368,10 +374,10 @@ def _swap_off(state: _Search, top: int, members: np.ndarray) -> bool:
     t_i_here = state.columns[group_class[top]]  # each item on the top group
     others_left, t_j_there, new_top, new_other, worst = state.scratch
     # (indices in range: "clip" takes straight into ``out``, "raise" through a buffer)
-    np.take(loads, owner, out=others_left, mode="clip")
+    loads.take(owner, out=others_left, mode="clip")
     np.subtract(others_left, t_own, out=others_left)  # each item's group without it
     for j in members[:8]:
-        np.take(times[j], state.owner_class, out=t_j_there, mode="clip")  # j on its group
+        times[j].take(state.owner_class, out=t_j_there, mode="clip")  # j on its group
         np.add(peak - t_own[j], t_i_here, out=new_top)
         np.add(others_left, t_j_there, out=new_other)
         np.maximum(new_top, new_other, out=worst)
