@@ -40,6 +40,7 @@ is still searched).
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,7 +61,7 @@ from datacentric.scheduling.policy_input import (
     full_recompute,
     no_recompute,
 )
-from datacentric.scheduling.search_steps import priced_steps
+from datacentric.scheduling.search_steps import priced_steps, searched
 
 #: Megatron's workload slack.
 DELTA = 0.05
@@ -328,36 +329,52 @@ def build_steps(
     chunks: list[np.ndarray],
     first: int = 0,
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] | None = None,
+    told: Callable[[int], None] | None = None,
 ) -> list[Iteration]:
     """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``.
     ``formed``: Megatron's micro-batches per (step, cap), kept across calls (they do not
-    depend on the recomputation, so a search forms them once per cap)."""
-    world = inp.world_size
-    max_cp, whole = cp_limits(inp)
+    depend on the recomputation, so a search forms them once per cap). ``told(k)``:
+    step ``k`` is built."""
     formed = {} if formed is None else formed
     out = []
     for k, chunk in enumerate(chunks, start=first):
-        lengths = list(zip(chunk.tolist(), inp.view.tokens[chunk].tolist()))
-        if (k, cap) not in formed:
-            try:
-                formed[k, cap] = megatron_micro_batches(lengths, cap, world, max_cp, whole)
-            except NoLayoutError:
-                formed[k, cap] = None
-        phases = formed[k, cap]
-        if phases is not None:
-            groups, placed = [], []
-            for phase, micro_batch in enumerate(phases):
-                for g in micro_batch:
-                    groups.append((g.size, fitting_items(table, g.ids, g.size)))
-                    placed.append((g.first, phase))
-            runnable = all(
-                table.config(item.bucket, sp) is not None for sp, items in groups for item in items
-            )
-            if runnable:
-                out.append(emit_iteration(k, world, groups, table, placed=placed))
-                continue
-        out.append(one_layout(inp, table, k, lengths, cap, cp_sizes(inp)))
+        out.append(build_step(inp, table, cap, k, chunk, formed))
+        if told is not None:
+            told(k)
     return out
+
+
+def build_step(
+    inp: PolicyInput,
+    table: OptionTable,
+    cap: int,
+    k: int,
+    chunk: np.ndarray,
+    formed: dict[tuple[int, int], list[list[CPGroup]] | None],
+) -> Iteration:
+    """Step ``k`` (its samples ``chunk``) under ``cap``: Megatron's micro-batches (formed
+    once per (step, cap) into ``formed``), else one layout (:func:`one_layout`)."""
+    world = inp.world_size
+    lengths = list(zip(chunk.tolist(), inp.view.tokens[chunk].tolist()))
+    if (k, cap) not in formed:
+        max_cp, whole = cp_limits(inp)
+        try:
+            formed[k, cap] = megatron_micro_batches(lengths, cap, world, max_cp, whole)
+        except NoLayoutError:
+            formed[k, cap] = None
+    phases = formed[k, cap]
+    if phases is not None:
+        groups, placed = [], []
+        for phase, micro_batch in enumerate(phases):
+            for g in micro_batch:
+                groups.append((g.size, fitting_items(table, g.ids, g.size)))
+                placed.append((g.first, phase))
+        runnable = all(
+            table.config(item.bucket, sp) is not None for sp, items in groups for item in items
+        )
+        if runnable:
+            return emit_iteration(k, world, groups, table, placed=placed)
+    return one_layout(inp, table, k, lengths, cap, cp_sizes(inp))
 
 
 def one_layout(
@@ -410,15 +427,19 @@ def one_layout(
 def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
     """The (recomputation, its table, per-rank cap) with the least estimated time, and
     its steps: every candidate priced on a spread of the epoch's steps, the best
-    :data:`FINALISTS` on every step."""
+    :data:`FINALISTS` on every step; its progress told in steps priced (:class:`Told`)."""
     chunks, _ = inp.global_batches()
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}
+    told = Told(inp)
+    chosen = finalists(inp, formed, told=told)
+    told.finalists([cap for _, _, cap in chosen], formed)
     best: tuple[float, str, int, list[Iteration]] | None = None
-    for name, table, cap in finalists(inp, formed):
+    for n, (name, table, cap) in enumerate(chosen):
         try:
-            steps = build_steps(inp, table, cap, chunks, 0, formed)
+            steps = build_steps(inp, table, cap, chunks, 0, formed, told.built(n))
             total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
         except ValueError:
+            told.build_stopped(n)
             continue
         if best is None or total < best[0] * (1 - 1e-9):
             best = (total, name, cap, steps)
@@ -429,44 +450,172 @@ def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
     return name, table, best[2], best[3]
 
 
+def settings_searched(inp: PolicyInput) -> list[tuple[str, OptionTable, list[int]]]:
+    """The recomputation settings whose table fits every bucket, each with its table and
+    its caps (:func:`cap_candidates`), in the order :func:`finalists` prices them."""
+    out = []
+    for name, allowed in RECOMPUTATIONS.items():
+        table = inp.table(name if name != "plan" else "pac", allowed)
+        if all(table.options(b) for b in inp.active_buckets()):
+            out.append((name, table, cap_candidates(inp, table)))
+    return out
+
+
+class Told:
+    """``megatron-dyncp``'s search told in steps priced (:func:`~.search_steps.searched`):
+    each candidate's few steps of the first pass, then each finalist's every step. A step
+    whose micro-batches are formed counts two (forming them costs about as much as laying
+    them out), one formed before (by another recomputation at the same cap, or counted
+    to be) one.
+
+    The total counts every candidate on all its steps and learns as the search goes: the
+    steps a candidate no longer needs (it fails, or costs more than the third best so
+    far) leave it, and so do the candidates not started of a setting whose proved bounds
+    (:meth:`bounds`) exceed the third best total so far (while fewer are priced, the
+    worst of them: the third best can only be lower once three are); the finalists'
+    builds are counted as they stand once they are known."""
+
+    def __init__(self, inp: PolicyInput) -> None:
+        self.inp = inp
+        chunks, _ = inp.global_batches()
+        self.steps, self.sample = len(chunks), priced_steps(len(chunks))
+        self.pending = {
+            (name, cap): [True] * len(self.sample)
+            for name, _, caps in settings_searched(inp)
+            for cap in caps
+        }
+        """Per (recomputation, cap) candidate, in the search's order, whether each of
+        its first-pass steps is still to be priced."""
+        self.formed: set[tuple[int, int]] = set()
+        """The (step, cap) whose micro-batches are formed."""
+        self.started: set[tuple[str, int]] = set()
+        self.floors: dict[str, float] = {}
+        """Per setting, the sum of its priced steps' proved bounds."""
+        self.totals: list[float] = []
+        """The first pass's totals of the candidates that may be finalists."""
+        self.done = 0.0
+        self.builds = [
+            [1.0 if k in self.sample else 2.0 for k in range(self.steps)] for _ in range(FINALISTS)
+        ]
+        """Per finalist, the units of its epoch's steps not built yet."""
+        self.tell()
+
+    def first_left(self) -> float:
+        """The units of the first pass's steps still to be priced, the candidates of a
+        setting whose bounds exceed the third best so far (:class:`Told`) left out."""
+        totals = sorted(self.totals)
+        worst = totals[min(FINALISTS, len(totals)) - 1] if totals else np.inf
+        seen, left = set(self.formed), 0.0
+        for (name, cap), pending in self.pending.items():
+            if (name, cap) not in self.started and self.floors.get(name, 0.0) > worst:
+                continue
+            for k, to_price in zip(self.sample, pending):
+                if to_price:
+                    left += 1.0 if (k, cap) in seen else 2.0
+                    seen.add((k, cap))
+        return left
+
+    def tell(self) -> None:
+        left = self.first_left() + sum(map(sum, self.builds))
+        searched(self.inp, self.done, self.done + left)
+
+    def bounds(self, floors: dict[str, float]) -> None:
+        """The sum of each setting's proved step bounds on the priced steps."""
+        self.floors = floors
+        self.tell()
+
+    def priced(self, name: str, cap: int, j: int) -> None:
+        """Candidate (``name``, ``cap``) priced its ``j``-th step of the first pass."""
+        self.started.add((name, cap))
+        key = (self.sample[j], cap)
+        self.done += 1.0 if key in self.formed else 2.0
+        self.formed.add(key)
+        self.pending[name, cap][j] = False
+        self.tell()
+
+    def stopped(self, name: str, cap: int, j: int, total: float | None = None) -> None:
+        """Candidate (``name``, ``cap``) stopped after ``j`` steps (``total``: its total
+        when it may be a finalist): the rest of its steps are dropped."""
+        self.started.add((name, cap))
+        pending = self.pending[name, cap]
+        pending[j:] = [False] * (len(pending) - j)
+        if total is not None:
+            self.totals.append(total)
+        self.tell()
+
+    def finalists(self, caps: list[int], formed: dict[tuple[int, int], object]) -> None:
+        """The finalists are known (their ``caps``, in order; ``formed``: the steps whose
+        micro-batches are formed): their builds counted as they are."""
+        seen, self.builds = set(formed), []
+        for cap in caps:
+            self.builds.append([1.0 if (k, cap) in seen else 2.0 for k in range(self.steps)])
+            seen.update((k, cap) for k in range(self.steps))
+        self.tell()
+
+    def built(self, n: int) -> Callable[[int], None]:
+        """Told the steps the ``n``-th finalist builds."""
+
+        def step(k: int) -> None:
+            self.done += self.builds[n][k]
+            self.builds[n][k] = 0.0
+            self.tell()
+
+        return step
+
+    def build_stopped(self, n: int) -> None:
+        """The ``n``-th finalist's build failed: its rest is dropped."""
+        self.builds[n] = [0.0] * self.steps
+        self.tell()
+
+
 def finalists(
     inp: PolicyInput,
     formed: dict[tuple[int, int], list[list[CPGroup]] | None],
     built: dict[tuple[str, int, int], Iteration] | None = None,
+    told: Told | None = None,
 ) -> list[tuple[str, OptionTable, int]]:
     """The best :data:`FINALISTS` (recomputation, its table, per-rank cap) priced on a
     spread of the epoch's steps (``formed``: the micro-batches formed on the way;
-    ``built``: the steps built, by (recomputation, cap, step)); ``ValueError`` when no
-    candidate runs. A candidate stops being priced once its steps so far and the proved
-    bounds of the rest (:func:`step_floors_s`) exceed the third best's total: it cannot
-    be a finalist."""
+    ``built``: the steps built, by (recomputation, cap, step); ``told``: hears each step
+    priced and each dropped); ``ValueError`` when no candidate runs. A candidate stops
+    being priced once its steps so far and the proved bounds of the rest
+    (:func:`step_floors_s`) exceed the third best's total: it cannot be a finalist."""
     chunks, _ = inp.global_batches()
     sample = priced_steps(len(chunks))
     built = {} if built is None else built
     first: list[tuple[float, str, int]] = []
     why = "no recomputation setting fits every bucket"
-    for name, allowed in RECOMPUTATIONS.items():
-        table = inp.table(name if name != "plan" else "pac", allowed)
-        if not all(table.options(b) for b in inp.active_buckets()):
-            continue
-        floors = step_floors_s(inp, name, [chunks[k] for k in sample])
+    settings = settings_searched(inp)
+    bounds = {name: step_floors_s(inp, name, [chunks[k] for k in sample]) for name, *_ in settings}
+    if told is not None:
+        told.bounds({name: sum(floors) for name, floors in bounds.items()})
+    for name, table, caps in settings:
+        floors = bounds[name]
         rest = np.cumsum(floors[::-1])[::-1].tolist()[1:] + [0.0]  # bounds of later steps
-        for cap in cap_candidates(inp, table):
+        for cap in caps:
             worst = sorted(first)[FINALISTS - 1][0] if len(first) >= FINALISTS else np.inf
             if sum(floors) > worst:
                 break  # no cap of this setting can be a finalist: its steps cost more
-            total = 0.0
+            total, priced, later = 0.0, 0, 0.0
             try:
                 for k, later in zip(sample, rest):
                     it = build_steps(inp, table, cap, [chunks[k]], k, formed)[0]
                     built[name, cap, k] = it
                     total += it.est_makespan_s
+                    if told is not None:
+                        told.priced(name, cap, priced)
+                    priced += 1
                     if total + later > worst:
                         break
             except ValueError as err:  # a sequence needs more ranks, or a unit fits nothing
                 why = f"{cap} tokens per rank, recomputation {name}: {err}"
+                if told is not None:
+                    told.stopped(name, cap, priced)
                 continue
-            if total + later <= worst:
+            kept = total + later <= worst
+            if told is not None:
+                told.stopped(name, cap, priced, total if kept else None)
+            if kept:
                 first.append((total, name, cap))
     if not first:
         raise ValueError(f"megatron-dyncp: no searched cap and recomputation runs ({why})")
