@@ -195,7 +195,7 @@ class Progress:
         self._steps: TimeLeft | None = None
         """The steps of the stage now running, when it reports them (:meth:`inside`)."""
         self._steps_of = ""
-        """What those steps are (``step``, ``micro-batch priced``)."""
+        """What those steps are (``step``, ``search``)."""
         self._step_share = 0.0
         """The share done of the step after those (:meth:`inside`)."""
         self._outlook: Callable[[float], tuple[str, float | None]] | None = None

@@ -195,13 +195,14 @@ def last_step_held(steps: Progress) -> StepsHeld:
 
 class StepsHeld(StepShare):
     """``on_step(done, total)`` for :func:`last_step_held`; its ``searched(done,
-    total)`` hears of a policy's search in micro-batches priced
-    (:func:`~datacentric.scheduling.search_steps.searched`): a policy that searches
-    before its steps (``static``) is counted in those units, its steps then held at the
-    search's end (they come at once, after it). As a :class:`~datacentric.progress.StepShare`
-    it hears how far the step now built is (``dcp-opt``), which the progress reads as
-    the share of that step done (:meth:`share`): an epoch of a few long steps (one, on
-    a large world) then says a time left before its first step is out."""
+    total)`` hears of a policy's search in the units it counts (``static``: micro-batches
+    priced; ``megatron-dyncp``: steps priced;
+    :func:`~datacentric.scheduling.search_steps.searched`): a policy that searches before
+    its steps is counted in those units, its steps then held at the search's end (they
+    come at once, after it). As a :class:`~datacentric.progress.StepShare` it hears how
+    far the step now built is (``dcp-opt``), which the progress reads as the share of that
+    step done (:meth:`share`): an epoch of a few long steps (one, on a large world) then
+    says a time left before its first step is out."""
 
     def __init__(self, steps: Progress) -> None:
         super().__init__()
@@ -219,9 +220,9 @@ class StepsHeld(StepShare):
             self.steps.reached(min(done, total - 1), total)
 
     def searched(self, done: float, total: float) -> None:
-        """The policy's search has priced ``done`` of its ``total`` micro-batches."""
+        """The policy's search has done ``done`` of its ``total`` units (see the class)."""
         if not self.search:
-            self.steps.set_stage("its search, in micro-batches priced")
+            self.steps.set_stage("its search")
         self.search, units = total, max(int(total), 1)
         self.steps.reached(min(int(done), units - 1), units)
 

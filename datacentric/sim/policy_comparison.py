@@ -292,8 +292,9 @@ class StageSteps(StepShare):
         self.stages.inside(*self.steps, step_share=self.step_share() or 0.0)
 
     def searched(self, done: float, total: float) -> None:
-        """The policy's search has priced ``done`` of its ``total`` micro-batches."""
-        self.stages.inside(int(done), max(int(total), 1), "micro-batch priced")
+        """The policy's search has done ``done`` of its ``total`` units (``static``:
+        micro-batches priced; ``megatron-dyncp``: steps priced)."""
+        self.stages.inside(int(done), max(int(total), 1), "search")
 
 
 def _run_policy(

@@ -3,7 +3,7 @@
 Each policy's stage (its schedule and simulation) runs in a forked process
 (:func:`run_at_once`) and tells the parent, over a queue, what a
 :class:`~datacentric.sim.policy_comparison.StageSteps` hears in a sequential run (its
-steps, its search's micro-batches priced, its step's share), each with the CPU seconds
+steps, its search's count, its step's share), each with the CPU seconds
 its process has spent, plus a heartbeat of those every :data:`HEARTBEAT_S`. The parent
 (:class:`Watch`) keeps each stage's own progress on the clock of its CPU seconds, so a
 stage's time left is its own remaining CPU seconds, measured as in a sequential run and

@@ -141,7 +141,7 @@ def test_a_search_shows_in_micro_batches_priced_and_keeps_its_pace_as_its_total_
             on_step.searched(done, total)
 
     line = line_while(monkeypatch, "static", told)
-    assert "(static, micro-batch priced 1000/2000)" in line and seconds_left(line) == 10, line
+    assert "(static, search 1000/2000)" in line and seconds_left(line) == 10, line
 
 
 def test_dcp_opt_s_first_step_says_its_time_left_as_far_as_it_told_its_layouts(monkeypatch):
