@@ -3,7 +3,6 @@ non-finite losses, and bad input. Multi-process tests use gloo on local ranks.""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -43,16 +42,18 @@ def epoch_ids(out: Path, epoch: int = 0) -> Counter:
 
 
 def test_resume_after_a_crash_is_bitwise_identical(straight, tmp_path):
-    crashed = dataclasses.replace(straight, out=str(tmp_path / "crashed"), fault_inject="0:3")
+    crashed = straight.updated(
+        job={"out": str(tmp_path / "crashed")}, training={"fault_inject": "0:3"}
+    )
     with pytest.raises(RuntimeError, match=r"rank \d"):
         spawn(train_rank, 2, crashed, timeout_s=600)
-    assert inspect_run(crashed.out)["iterations_done"] == 3
-    spawn(train_rank, 2, dataclasses.replace(crashed, resume=True), timeout_s=600)
-    a, b = inspect_run(straight.out), inspect_run(crashed.out)
+    assert inspect_run(crashed.job.out)["iterations_done"] == 3
+    spawn(train_rank, 2, crashed.updated(checkpoint={"resume": True}), timeout_s=600)
+    a, b = inspect_run(straight.job.out), inspect_run(crashed.job.out)
     assert a["iterations_done"] == b["iterations_done"] == 6
     assert a["samples_seen"] == b["samples_seen"]
     assert a["weights_sha256"] == b["weights_sha256"]
-    assert logged_samples(Path(straight.out)) == logged_samples(Path(crashed.out))
+    assert logged_samples(Path(straight.job.out)) == logged_samples(Path(crashed.job.out))
 
 
 def test_elastic_resume_on_fewer_ranks_runs_every_sample_once(tmp_path):
@@ -60,7 +61,7 @@ def test_elastic_resume_on_fewer_ranks_runs_every_sample_once(tmp_path):
     first = small_config(out, iterations=2, tokens_per_iteration=2048)
     spawn(train_rank, 4, first, timeout_s=600)
     assert inspect_run(str(out))["world_size"] == 4
-    rest = dataclasses.replace(first, iterations=None, epochs=1, resume=True)
+    rest = first.updated(training={"iterations": None, "epochs": 1}, checkpoint={"resume": True})
     spawn(train_rank, 2, rest, timeout_s=600)
     info = inspect_run(str(out))
     assert info["world_size"] == 2 and info["epoch"] == 1
@@ -202,10 +203,10 @@ def test_sigterm_saves_and_the_resume_is_bitwise_identical(straight, tmp_path):
     resumed = subprocess.run(_cli(*argv, "--resume"), env=env, capture_output=True,
                              text=True, timeout=600)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a, b = inspect_run(straight.out), inspect_run(str(out))
+    a, b = inspect_run(straight.job.out), inspect_run(str(out))
     assert a["iterations_done"] == b["iterations_done"] == 6
     assert a["weights_sha256"] == b["weights_sha256"]
-    assert logged_samples(Path(straight.out)) == logged_samples(out)
+    assert logged_samples(Path(straight.job.out)) == logged_samples(out)
 
 
 def test_a_rank_stopped_inside_a_checkpoint_save_is_named(tmp_path, capsys):
