@@ -68,6 +68,9 @@ class TimeLeft:
         self.total = int(total)
         self.start = start
         """When the work started (the clock's reading)."""
+        self.first_pays = False
+        """Whether the first count is always left out once a second is done (a search's
+        first count pays its start: the tables its candidates share)."""
         self.marks: list[tuple[int, float]] = [(done, start)]
         """(units done, when) at the start and at each unit's end."""
 
@@ -79,13 +82,14 @@ class TimeLeft:
     def _first(self) -> tuple[int, float]:
         """The mark the pace is measured from: the start, or the first unit's end once
         a second is done if the first took over twice the others' mean (it paid the
-        start: compilation, caches, a search); one like the others counts."""
+        start: compilation, caches, a search) or :attr:`first_pays`; one like the others
+        counts."""
         if len(self.marks) <= 2:
             return self.marks[0]
         (done0, start), (done1, end1), (done, last) = self.marks[0], self.marks[1], self.marks[-1]
         first_pace = (end1 - start) / (done1 - done0)
         others_pace = (last - end1) / (done - done1)
-        return self.marks[1] if first_pace > 2 * others_pace else self.marks[0]
+        return self.marks[1] if self.first_pays or first_pace > 2 * others_pace else self.marks[0]
 
     def seconds(
         self,
@@ -287,6 +291,7 @@ class Progress:
             self._inside = (share, f"{what} {done}/{total}")
             if self._steps is None or self._steps_of != what:
                 self._steps = TimeLeft(total, start=self.left.marks[-1][1])
+                self._steps.first_pays = what == "search"
                 self._steps_of = what
             self._steps.total = int(total)
             self._steps.reached(done, self.clock())

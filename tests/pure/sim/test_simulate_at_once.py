@@ -84,7 +84,7 @@ def replay(trace: dict, cores: float):
             now[0], told, *args = log.pop(0)
             getattr(watch, told)(*args)
         now[0] = tick / 4
-        if now[0] >= 0.2 * end and end - now[0] >= 1:
+        if watch.stages and now[0] >= 0.2 * end and end - now[0] >= 1:  # stages run
             owns = [(s.left()[1], spent[p] - s.cpu) for p, s in watch.stages.items() if not s.ended]
             held = bool(owns) and all(
                 own is not None and abs(own - left) <= 0.5 * left + 0.5 for own, left in owns
@@ -108,6 +108,33 @@ def test_the_time_left_of_stages_at_once_holds_where_each_stage_s_own_does():
                     if said is None or abs(said - actual) > 0.5 * actual + 1:
                         missed.append((preset, said, round(actual, 1)))
         assert checked >= 130 and not missed, (cores, checked, missed)
+
+
+#: Per preset, the readings off by more than half (and a second) of those from a fifth of
+#: the recorded run on, on 2 idle cores and on 1, as the time left stands.
+MISSES = {
+    2: {"longctx-1m@64": 10, "opensora-balanced@32": 2, "opensora-long@32": 4,
+        "opensora-short@32": 1, "sft-longtail@64": 0, "stdlib-code@8": 1},
+    1: {"longctx-1m@64": 12, "opensora-balanced@32": 0, "opensora-long@32": 8,
+        "opensora-short@32": 1, "sft-longtail@64": 7, "stdlib-code@8": 4},
+}  # fmt: skip
+
+
+def test_the_recorded_runs_say_a_time_left_within_half_from_a_fifth_on_as_counted():
+    """Every reading from a fifth of each recorded run on, held or not: no more off by
+    more than half (and a second) than :data:`MISSES`. A search's count paces it from
+    its second count on (its first pays the search's start): with each search paced
+    from its stage's start instead, sft-longtail misses 5 of 116 on 2 cores and 23 of
+    156 on 1 (static's search read about twice its CPU seconds left)."""
+    for cores, expected in MISSES.items():
+        for preset, trace in sorted(TRACES.items()):
+            readings = list(replay(trace, cores))
+            missed = [
+                (said, round(actual, 1))
+                for said, actual, _ in readings
+                if said is None or abs(said - actual) > 0.5 * actual + 1
+            ]
+            assert len(missed) <= expected[preset], (cores, preset, len(readings), missed)
 
 
 def test_stages_at_once_say_their_cpu_left_over_the_cpu_they_get():
