@@ -202,6 +202,8 @@ class Progress:
         """What those steps are (``step``, ``search``)."""
         self._step_share = 0.0
         """The share done of the step after those (:meth:`inside`)."""
+        self._share_at = 0.0
+        """When that share last moved (the step's pace is measured up to then)."""
         self._outlook: Callable[[float], tuple[str, float | None]] | None = None
         """What runs and the seconds left, as the work tells them (:meth:`follow`)."""
         self.stream = stream or sys.stderr
@@ -284,8 +286,11 @@ class Progress:
         """The stage now running has done ``done`` of its ``total`` steps (a callback
         such as ``build_schedule``'s ``on_step``), and ``step_share`` of the one after
         (:class:`StepShare`): its share counts for the time left, and the line says
-        ``step DONE/TOTAL``. A count in another unit (``what``) starts its pace afresh;
-        one whose total moves (a search's estimate of its own work) keeps it."""
+        ``step DONE/TOTAL``; the step's pace is measured up to when its share last
+        moved (work it tells nothing of, such as a search made once for the epoch, sets
+        no pace for the steps after while it runs). A count in another unit (``what``) starts its
+        pace afresh; one whose total moves (a search's estimate of its own work) keeps
+        it."""
         with self._lock:
             share = (done + step_share) / total if total else 0.0
             self._inside = (share, f"{what} {done}/{total}")
@@ -295,6 +300,8 @@ class Progress:
                 self._steps_of = what
             self._steps.total = int(total)
             self._steps.reached(done, self.clock())
+            if step_share != self._step_share:
+                self._share_at = self.clock()
             self._step_share = step_share
 
     def follow(self, outlook: Callable[[float], tuple[str, float | None]] | None) -> None:
@@ -335,7 +342,8 @@ class Progress:
             # till then, its usual cost less the time it has taken
             told = self._step_share
             steps = self._steps
-            own = steps.seconds(now, told) if len(steps.marks) > 2 or told else None
+            at = self._share_at if told else now
+            own = steps.seconds(at, told) if len(steps.marks) > 2 or told else None
             share = share if own is not None else 0.0
         return stage, self.left.seconds(now, share, self.running, own)
 
