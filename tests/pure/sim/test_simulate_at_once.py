@@ -24,7 +24,8 @@ from datacentric.sim.stages_at_once import Watch, fork_context
 #: The parent's view of ``datacentric simulate --dataset P --world W`` (every default
 #: policy at once), recorded on 2 cores shared with other work: per preset the run's end
 #: (seconds) and each report as it arrived, [when, "begun" | "heard" | "ended", policy,
-#: CPU seconds of its process, what it told, its arguments].
+#: CPU seconds of its process, what it told, its arguments]; ``python -m
+#: tests.pure.sim.record_simulate_traces`` records them again.
 TRACES = json.loads((Path(__file__).parent / "simulate_traces.json").read_text())
 
 needs_fork = pytest.mark.skipif(fork_context() is None, reason="no fork on this platform")
