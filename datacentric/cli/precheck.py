@@ -28,11 +28,11 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     ranks (:class:`~datacentric.train.assemble.Prechecked`): the same steps as theirs
     (:mod:`datacentric.train.assemble`), not run again."""
     from datacentric.data.base import DataError
-    from datacentric.data.sources import skipped_note
+    from datacentric.data.sources import build_run_data, skipped_note
     from datacentric.parallel.launch import launch_mode
     from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
     from datacentric.train.data_centric import ulysses_sp_sizes
-    from datacentric.train.validation.held_out import build_run_data, training_set_note
+    from datacentric.train.validation.held_out import training_set_note
 
     given = config.data.tokenizer
     try:
@@ -173,7 +173,7 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
     and the model (``module``, on the meta device) has next-token logits to continue
     it with, or a ``pipeline`` renders for it (:func:`check_render_pipeline`)."""
     from datacentric.data.prompts import check_prompt_tokens, read_prompts
-    from datacentric.data.tokenized import text_codec
+    from datacentric.data.tokenizer_files import text_codec
 
     prompts = read_prompts(config.validation.prompts)
     if config.validation.pipeline is not None:
@@ -307,18 +307,16 @@ def analytic_pipeline(
     memory_gb`` (else 70% of the device), with the SP sizes its ranks plan with;
     ``forward_only``: priced as validation runs it. ``None`` when the model has no
     analytic price (``spec`` None)."""
-    import torch
-
+    from datacentric.parallel.groups import default_device, device_memory_bytes
     from datacentric.planning.forward_only import ForwardOnlyCostModel
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.scheduling.pipeline import Pipeline
-    from datacentric.train.build import build_cost_model, device_memory_bytes, sharding
+    from datacentric.train.build import build_cost_model, sharding
     from datacentric.train.data_centric import ulysses_sp_sizes
 
     if spec is None:
         return None
-    chosen = config.parallelism.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(chosen)
+    device = default_device(config.parallelism.device or None)
     shard = sharding(config.parallelism)
     cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
     if forward_only:

@@ -394,7 +394,7 @@ class AnalyticCostModel(CachedCostModel):
             )
         counts: tuple[int, ...] = key  # type: ignore[assignment]
         ulysses = sp_size // ring_size
-        plain, comm_s, plain_s = self._plain(shapes, sp_size, len(counts), ulysses, ring_size)
+        comm_s, plain_s = self._plain(shapes, sp_size, len(counts), ulysses, ring_size)
         if any(counts):
             work = self._work(shapes, sp_size, counts, ulysses).as_array()
             time_s = float(work @ self._rates)
@@ -496,7 +496,7 @@ class AnalyticCostModel(CachedCostModel):
         self, shapes: tuple[SampleShape, ...], sp_size: int, key: Hashable
     ) -> PassBreakdown:
         counts: tuple[int, ...] = key  # type: ignore[assignment]
-        plain, comm_s, plain_s = self._plain(shapes, sp_size, len(counts))
+        comm_s, plain_s = self._plain(shapes, sp_size, len(counts))
         if any(counts):
             time_s = float(self._work(shapes, sp_size, counts).as_array() @ self._rates)
         else:
@@ -516,13 +516,13 @@ class AnalyticCostModel(CachedCostModel):
         kinds: int,
         ulysses: int | None = None,
         ring: int = 1,
-    ) -> tuple[np.ndarray, float, float]:
-        """The pass recomputing nothing: its ``_work(...).as_array()``, communication and
-        total seconds (a ring's exposed transfer in both), kept per pass (text by its
-        sums, the cache key just made of these shapes; else by the shapes): every
-        recomputation setting of a pass prices it again (the knapsack asks three or
-        four of one sample). Kept while the model's spec, hardware, element size and
-        rates are the same objects (what they read). The array is read only."""
+    ) -> tuple[float, float]:
+        """The pass recomputing nothing: its communication and total seconds (a ring's
+        exposed transfer in both), kept per pass (text by its sums, the cache key just
+        made of these shapes; else by the shapes): every recomputation setting of a pass
+        prices it again (the knapsack asks three or four of one sample). Kept while the
+        model's spec, hardware, element size and rates are the same objects (what they
+        read)."""
         kept = self.__dict__.get("_plain_passes")
         spec, hardware, size, rates = self.spec, self.hardware, self.dtype_bytes, self._rates
         if (
@@ -534,7 +534,7 @@ class AnalyticCostModel(CachedCostModel):
         ):
             kept = (spec, hardware, size, rates, {})
             object.__setattr__(self, "_plain_passes", kept)
-        memo: dict[tuple, tuple[np.ndarray, float, float]] = kept[4]
+        memo: dict[tuple, tuple[float, float]] = kept[4]
         known = self.__dict__.get("_last_text_sums")
         which = known[1] if known is not None and known[0] is shapes else shapes
         key = (which, sp, ulysses, kinds, ring)
@@ -546,7 +546,7 @@ class AnalyticCostModel(CachedCostModel):
             if ring > 1:
                 exposed = self._ring_exposed_s(shapes, sp, ring, (0,) * kinds)
                 comm_s, plain_s = comm_s + exposed, plain_s + exposed
-            found = (plain, comm_s, plain_s)
+            found = (comm_s, plain_s)
             if len(memo) >= BREAKDOWN_CACHE_SIZE:
                 memo.clear()
             memo[key] = found

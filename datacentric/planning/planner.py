@@ -264,11 +264,7 @@ def plan_bucket(
     largest = (within + across)[-1]
     full = (True,) * cost_model.num_blocks
     ring = split_candidates(cost_model, largest)[0]
-    needed = (
-        cost_model.pass_memory_bytes([bucket.shape], largest, full)
-        if ring == 1
-        else split_breakdown(cost_model, [bucket.shape], largest, full, ring).memory_bytes
-    )
+    needed = split_memory_bytes(cost_model, [bucket.shape], largest, full, ring)
     raise UnfittableBucketError(bucket.name, needed, cap, largest)
 
 

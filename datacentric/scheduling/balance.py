@@ -341,8 +341,9 @@ def _move_off(state: _Search, top: int, members: np.ndarray) -> bool:
     others[state.slot[top]] = np.inf
     least = np.minimum.reduceat(others, state.class_starts)
     if len(least) < times.shape[1]:  # classes no group has: none takes an item
-        least = np.full(times.shape[1], np.inf)
-        least[state.present] = np.minimum.reduceat(others, state.class_starts)
+        every = np.full(times.shape[1], np.inf)
+        every[state.present] = least
+        least = every
     reach = (least + times.take(members, axis=0)).min(axis=1)
     helps = (reach < peak - EPS).nonzero()[0]
     for j in members[helps[:1]]:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from datacentric.planning.bucket_options import BucketOption, safe_time
-from datacentric.planning.cost_model import split_breakdown
+from datacentric.planning.cost_model import split_breakdown, split_memory_bytes
 from datacentric.planning.planner import batch_ladder
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import make_item
@@ -73,10 +73,7 @@ def max_riders(
     cost, sp, rc, ring = table.cost_model, option.sp_size, option.recompute, option.ring_size
 
     def memory(k: int) -> int:
-        shapes = host + [rider] * k
-        if ring == 1:  # memory alone: cheaper than the whole breakdown
-            return int(cost.pass_memory_bytes(shapes, sp, rc))
-        return int(split_breakdown(cost, shapes, sp, rc, ring).memory_bytes)
+        return split_memory_bytes(cost, host + [rider] * k, sp, rc, ring)
 
     def fits(k: int) -> bool:
         return memory(k) <= table.cap

@@ -272,9 +272,10 @@ class StageSteps(StepShare):
     """A policy's ``on_step`` in a comparison: how far its stage is (:meth:`Progress.inside
     <datacentric.progress.Progress.inside>`), in its steps and the share told of the
     one now built (``dcp-opt``: a :class:`~datacentric.progress.StepShare`), or while it
-    searches before them in the micro-batches its search prices (``searched``:
-    :func:`~datacentric.scheduling.search_steps.searched`, ``static``), so a long search
-    or a long step says its own time left."""
+    searches before them in the units its search counts (``searched``:
+    :func:`~datacentric.scheduling.search_steps.searched`; ``static``: micro-batches
+    priced, ``megatron-dyncp``: steps priced), so a long search or a long step says its
+    own time left."""
 
     def __init__(self, stages: Progress) -> None:
         super().__init__()
