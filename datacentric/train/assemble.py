@@ -9,7 +9,9 @@
    line, ``--config`` and defaults; resolved by the caller, before ranks start), with
    the tokenizer text is read with
    (:func:`~datacentric.data.sources.with_model_tokenizer`: unset, an ``hf:DIR``
-   model's own), which the run records;
+   model's own), which the run records, and this rank's process groups
+   (:func:`~datacentric.parallel.launch.process_groups` from the ``[parallelism]``
+   section, unless the caller made them), which everything after is built on;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples, opened in one place of ``data/``
    (:func:`~datacentric.data.sources.build_run_data`);
@@ -60,6 +62,7 @@ from datacentric.data.base import Dataset
 from datacentric.data.sources import build_run_data, reads_text, with_model_tokenizer
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.launch import process_groups
 from datacentric.scheduling.global_batches import (
     GlobalBatchSize,
     check_global_batch,
@@ -104,6 +107,8 @@ class Run:
 
     config: TrainConfig
     """The run's settings, as the run records them (the sized global batch included)."""
+    groups: ProcessGroups
+    """This rank's process groups (the caller's, else made from ``[parallelism]``)."""
     dataset: Dataset
     """The run's samples."""
     module: nn.Module
@@ -157,10 +162,16 @@ def run_global_batch(
 
 
 def assemble_run(
-    config: TrainConfig, groups: ProcessGroups, prechecked: Prechecked | None = None
+    config: TrainConfig,
+    groups: ProcessGroups | None = None,
+    prechecked: Prechecked | None = None,
 ) -> Run:
     """Build everything one rank's run needs, in the order of the module doc, reusing
-    what the check before the ranks start found (``prechecked``; None: no check ran)."""
+    what the check before the ranks start found (``prechecked``; None: no check ran).
+    ``groups``: this rank's process groups (None: made from the ``[parallelism]`` section)."""
+    # process groups: where this rank stands in the world, before anything is built on it
+    parallelism = config.parallelism
+    groups = groups or process_groups(parallelism.collective_timeout_s, parallelism.device)
     data = with_model_tokenizer(config.model, config.data, config.validation)
     if data is not config.data:  # the run records the tokenizer it reads with
         config = dataclasses.replace(config, data=data)
@@ -229,4 +240,4 @@ def assemble_run(
         betas=config.training.betas,
         weight_decay=config.training.weight_decay,
     )
-    return Run(config, dataset, module, dc, step_metrics, optimizer, held_out)
+    return Run(config, groups, dataset, module, dc, step_metrics, optimizer, held_out)

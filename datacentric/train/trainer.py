@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
-from datacentric.parallel.launch import launch_mode, process_groups
+from datacentric.parallel.launch import launch_mode
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.regular_files import open_regular
 from datacentric.schedule import Schedule
@@ -105,14 +105,15 @@ class Trainer:
     def __init__(
         self,
         config: TrainConfig,
-        groups: ProcessGroups,
+        groups: ProcessGroups | None = None,
         *,
         lock_folder: bool = True,
         hooks: StepHooks | None = None,
         prechecked: Prechecked | None = None,
     ) -> None:
-        run = assemble_run(config, groups, prechecked)  # data, model, plan, ..., optimizer
-        config = run.config  # as the run records it (the sized global batch included)
+        # groups (None: from the [parallelism] section), data, model, plan, ..., optimizer
+        run = assemble_run(config, groups, prechecked)
+        config, groups = run.config, run.groups  # as the run records it (its batch sized)
         self.config = config
         """The run's settings, kept only to write its files; each part gets its sections."""
         self.lock_folder = lock_folder
@@ -582,10 +583,10 @@ def train_rank(
 ) -> TrainResult:
     """Run one rank of a training job (inside ``launch.launch``: spawned, under
     torchrun, or alone); rank 0 locks the run folder. ``prechecked``: what the check
-    before the ranks start found (:class:`~datacentric.train.assemble.Prechecked`)."""
-    groups = groups or process_groups(
-        config.parallelism.collective_timeout_s, device=config.parallelism.device
-    )
+    before the ranks start found (:class:`~datacentric.train.assemble.Prechecked`);
+    ``groups``: this rank's process groups (None: the run makes them from the
+    ``[parallelism]`` section, the first step of
+    :func:`~datacentric.train.assemble.assemble_run`)."""
     return Trainer(config, groups, prechecked=prechecked).run()
 
 
@@ -593,7 +594,4 @@ def train_rank_in_locked_folder(
     config: TrainConfig, prechecked: Prechecked | None = None
 ) -> TrainResult:
     """:func:`train_rank` for a launcher that holds the run folder's lock itself."""
-    groups = process_groups(
-        config.parallelism.collective_timeout_s, device=config.parallelism.device
-    )
-    return Trainer(config, groups, lock_folder=False, prechecked=prechecked).run()
+    return Trainer(config, lock_folder=False, prechecked=prechecked).run()
