@@ -9,7 +9,7 @@ loss on the assistant's tokens.
   message (``content``, ``tool_calls``, ``name``, ``tool_call_id``,
   ``reasoning_content``, ...), the record's ``tools`` and ``documents``, the entries of
   its ``chat_template_kwargs`` (TRL's column), and any other field of the record that
-  the template reads (:mod:`datacentric.data.chat_template`).
+  the template reads (below: *What a template reads*).
 - Rendering: the tokenizer of ``--tokenizer DIR`` (a folder saved with
   ``save_pretrained``, usually the model's own), read with ``local_files_only=True`` and
   ``trust_remote_code=False``; its chat template renders each conversation and marks the
@@ -20,17 +20,31 @@ loss on the assistant's tokens.
   one line otherwise: we do not guess turns from rendered text. A token carries loss when
   the token it predicts is marked, so a sample's loss tokens are its marked tokens after
   the first (the first is predicted by nothing).
+
+What a template reads, found the way transformers reads it: the template is parsed by
+transformers' own Jinja environment (the one ``apply_chat_template`` renders with, its
+``{% generation %}`` extension included), never matched as a string.
+
+- Markers: a template marks the assistant's tokens when its parsed tree holds a block
+  of transformers' ``generation`` tag, however it is written (``{% generation %}``,
+  ``{%- generation -%}``, ``{%generation%}``).
+- Variables: the names the template reads that it does not set itself
+  (``jinja2.meta.find_undeclared_variables``), so a record's own keywords (``tools``,
+  ``documents``, ``enable_thinking``, ...) reach it when it reads them.
+- Which template: a folder with several named templates renders a record that has
+  ``tools`` with its ``tool_use`` template when it has one, else with ``default``
+  (transformers' ``get_chat_template``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
 from datacentric.data.base import DataError
-from datacentric.data.chat_template import template_facts, template_source
 from datacentric.data.documents import LOSS_ON as LOSS_ON  # read beside the records now
 from datacentric.data.documents import Record, require
 from datacentric.data.documents import is_conversation as is_conversation  # its old home
@@ -129,6 +143,53 @@ def template_keywords(record: Record, variables: frozenset[str]) -> dict[str, ob
                 "variable; training renders whole conversations, so remove it from the record"
             )
     return keywords
+
+
+#: The method transformers' generation extension calls for each ``{% generation %}`` block.
+GENERATION_CALL = "_generation_support"
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateFacts:
+    """What one chat template source reads and marks."""
+
+    marks_assistant: bool
+    variables: frozenset[str]
+
+
+def template_source(tokenizer, folder: str, tools: object = None) -> str:
+    """The template ``apply_chat_template`` renders a record with (``tools``: the record's)."""
+    try:
+        return tokenizer.get_chat_template(None, tools)
+    except ValueError as err:  # several named templates and no default
+        raise DataError(f"--tokenizer {folder}: {str(err).splitlines()[0]}") from None
+
+
+def template_facts(source: str, folder: str) -> TemplateFacts:
+    """Markers and variables of a template source, parsed by transformers' environment."""
+    try:
+        return _parse(source)
+    except Exception as err:  # jinja raises TemplateSyntaxError and its subtypes
+        raise DataError(
+            f"--tokenizer {folder}: its chat template does not parse ({type(err).__name__}: "
+            f"{err}); fix the template"
+        ) from None
+
+
+@lru_cache(maxsize=16)
+def _parse(source: str) -> TemplateFacts:
+    jinja2 = require("jinja2", extra="hf")
+    meta = require("jinja2.meta", extra="hf")
+    chat_utils = require("transformers.utils.chat_template_utils", extra="hf")
+    environment = chat_utils._compile_jinja_template(source).environment
+    tree = environment.parse(source)
+    marks = any(
+        isinstance(block.call, jinja2.nodes.Call)
+        and isinstance(block.call.node, jinja2.nodes.ExtensionAttribute)
+        and block.call.node.name == GENERATION_CALL
+        for block in tree.find_all(jinja2.nodes.CallBlock)
+    )
+    return TemplateFacts(marks, frozenset(meta.find_undeclared_variables(tree)))
 
 
 def load_tokenizer(folder: str):
