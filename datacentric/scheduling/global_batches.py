@@ -24,6 +24,7 @@ import numpy as np
 
 from datacentric.scheduling.dataset_view import DatasetView, stable_order
 from datacentric.settings.scheduling import SchedulingConfig
+from datacentric.settings.sections import TrainingConfig
 from datacentric.shapes import SampleShape
 
 #: Mixed into the seed of the data-order generator (policies use another stream).
@@ -161,6 +162,34 @@ def size_global_batch(
         f"({max(tokens):,} tokens) (--global-batch-tokens sets it)"
     )
     return GlobalBatchSize(need, note)
+
+
+def run_global_batch(
+    scheduling: SchedulingConfig,
+    training: TrainingConfig,
+    seed: int,
+    shapes: list[SampleShape],
+    sp_sizes: list[int],
+    world_size: int,
+) -> GlobalBatchSize:
+    """The global-batch step: the batch :func:`size_global_batch` sizes when the
+    ``[scheduling]`` section gives none, never below what covers ``world_size`` ranks with
+    groups of the model's largest SP size (of ``sp_sizes``), then the batch the run
+    trains checked on its epochs (the ``[training]`` section's; :func:`check_global_batch`):
+    ``ValueError`` naming the fix, before any rank starts when the check runs it."""
+    largest = max(sp_sizes, default=1)
+    tokens = [shape.tokens for shape in shapes]
+    batch = size_global_batch(scheduling, tokens, world_size=world_size, largest_sp=largest)
+    check_global_batch(
+        batch.applied(scheduling),
+        shapes,
+        world_size=world_size,
+        largest_sp=largest,
+        seed=seed,
+        epochs=training.epochs,
+        iterations=training.iterations,
+    )
+    return batch
 
 
 def check_enough_samples(count: int, needed: int, world_size: int, largest_sp: int) -> None:

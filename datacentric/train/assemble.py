@@ -63,19 +63,9 @@ from datacentric.data.sources import build_run_data, reads_text, with_model_toke
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
-from datacentric.scheduling.global_batches import (
-    GlobalBatchSize,
-    check_global_batch,
-    size_global_batch,
-)
-from datacentric.settings import SchedulingConfig, TrainConfig
-from datacentric.settings.sections import (
-    DataConfig,
-    ModelConfig,
-    TrainingConfig,
-    ValidationConfig,
-)
-from datacentric.shapes import SampleShape
+from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
+from datacentric.settings import TrainConfig
+from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
 from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.reporting.metrics import StepMetrics
@@ -131,34 +121,6 @@ def tokenizer_used(
     if not reads_text(data, validation):
         return None
     return with_model_tokenizer(model, data, validation).tokenizer or BYTES
-
-
-def run_global_batch(
-    scheduling: SchedulingConfig,
-    training: TrainingConfig,
-    seed: int,
-    shapes: list[SampleShape],
-    sp_sizes: list[int],
-    world_size: int,
-) -> GlobalBatchSize:
-    """The global-batch step: the batch :func:`size_global_batch` sizes when the
-    ``[scheduling]`` section gives none, never below what covers ``world_size`` ranks with
-    groups of the model's largest SP size (of ``sp_sizes``), then the batch the run
-    trains checked on its epochs (the ``[training]`` section's; :func:`check_global_batch`):
-    ``ValueError`` naming the fix, before any rank starts when the check runs it."""
-    largest = max(sp_sizes, default=1)
-    tokens = [shape.tokens for shape in shapes]
-    batch = size_global_batch(scheduling, tokens, world_size=world_size, largest_sp=largest)
-    check_global_batch(
-        batch.applied(scheduling),
-        shapes,
-        world_size=world_size,
-        largest_sp=largest,
-        seed=seed,
-        epochs=training.epochs,
-        iterations=training.iterations,
-    )
-    return batch
 
 
 def assemble_run(

@@ -100,7 +100,8 @@ class _Tally:
 
 
 class Trainer:
-    """One rank's training run; construct on every rank after ``groups`` exist."""
+    """One rank's training run; construct on every rank (``groups``: its process groups;
+    None: the assembly makes them from the ``[parallelism]`` section)."""
 
     def __init__(
         self,
@@ -111,8 +112,7 @@ class Trainer:
         hooks: StepHooks | None = None,
         prechecked: Prechecked | None = None,
     ) -> None:
-        # groups (None: from the [parallelism] section), data, model, plan, ..., optimizer
-        run = assemble_run(config, groups, prechecked)
+        run = assemble_run(config, groups, prechecked)  # groups, data, model, ..., optimizer
         config, groups = run.config, run.groups  # as the run records it (its batch sized)
         self.config = config
         """The run's settings, kept only to write its files; each part gets its sections."""

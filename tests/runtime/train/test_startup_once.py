@@ -16,7 +16,7 @@ import datacentric.train.assemble as assemble
 import datacentric.train.build as build
 from datacentric.cli.main import main
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.scheduling.global_batches import GlobalBatchSize
+from datacentric.scheduling.global_batches import GlobalBatchSize, size_global_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,7 +72,7 @@ def test_the_ranks_train_the_global_batch_the_check_sized(tmp_path, monkeypatch)
     def not_again(*args, **kwargs):
         raise AssertionError("the global batch was sized again on a rank")
 
-    monkeypatch.setattr(assemble, "size_global_batch", not_again)
+    monkeypatch.setattr(assemble, "run_global_batch", not_again)
     run = assemble.assemble_run(config, ProcessGroups.local(), spawned)
     assert run.config.scheduling.global_batch_tokens == 777  # recorded by the run
     assert run.dc.pipeline.options.global_batch_tokens == 777  # and trained
@@ -83,7 +83,7 @@ def test_without_a_check_the_assembly_sizes_the_global_batch_itself(tmp_path):
     config = small_config(tmp_path / "run", tokens_per_iteration=None)
     run = assemble.assemble_run(config, ProcessGroups.local())
     tokens = [shape.tokens for shape in run.dataset.shapes()]
-    expected = assemble.size_global_batch(config.scheduling, tokens)
+    expected = size_global_batch(config.scheduling, tokens)
     assert run.config.scheduling.global_batch_tokens == expected.tokens
     assert run.dc.pipeline.options.global_batch_tokens == expected.tokens
 
