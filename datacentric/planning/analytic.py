@@ -99,7 +99,7 @@ from datacentric.planning.hardware import Hardware
 from datacentric.planning.heads import kv_head_repeat
 from datacentric.planning.memory_cap import resolve_memory_cap, warn_cost_model_cap
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.planning.sharding import ShardingSpec
+from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.shapes import SampleShape
 
 ATTENTION_BACKWARD_FACTOR = 2.5  # FlashAttention-2 backward: 5 matmuls vs 2 in forward
@@ -829,3 +829,33 @@ class AnalyticCostModel(CachedCostModel):
         recompute_peak = saved_block - input_only if any(counts) else 0.0
         transient = max(head, recompute_peak + grad_work)
         return int(self.model_state_bytes() + saved + transient)
+
+
+def analytic_model(
+    spec: ModelSpec,
+    hardware: Hardware,
+    *,
+    dtype_bytes: int | None = None,
+    shard: ShardingSpec | str | None = None,
+    world_size: int = 1,
+    grad_sync_overlap: float = 0.0,
+) -> AnalyticCostModel:
+    """The analytic model of ``spec`` on ``hardware``: the one place its settings are read.
+
+    ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
+    ``shard`` on ``world_size`` ranks: how model state is held (a
+    :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
+    :data:`~datacentric.planning.sharding.DEFAULT_SHARD`). ``grad_sync_overlap``: share
+    of the gradient reduction hidden behind backward (0: the model reports all of it).
+    """
+    if dtype_bytes is None:
+        dtype_bytes = 4 if hardware.name == "cpu-local" else 2
+    sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
+    return AnalyticCostModel(
+        spec,
+        hardware,
+        dtype_bytes=dtype_bytes,
+        sharding=sharding,
+        world_size=world_size,
+        grad_sync_overlap=grad_sync_overlap,
+    )

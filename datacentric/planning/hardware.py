@@ -307,6 +307,15 @@ def get_hardware(name: str) -> Hardware:
     return factory()
 
 
+def resolve_hardware(hardware: str | Hardware) -> Hardware:
+    """A preset name, a ``.json`` file ``datacentric calibrate --out`` wrote, or constants."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    if hardware.endswith(".json"):
+        return load_hardware_file(hardware)
+    return get_hardware(hardware)
+
+
 # --- calibration -----------------------------------------------------------------------------
 
 

@@ -20,11 +20,11 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from datacentric.models.configs import MODEL_PRESETS, model_config
-from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.analytic import AnalyticCostModel, analytic_model
 from datacentric.planning.fitted import FittedCostModel
-from datacentric.planning.hardware import Hardware, get_hardware, load_hardware_file
+from datacentric.planning.hardware import Hardware, resolve_hardware
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.planning.spec_derivation import (
     HAND_PRESETS,
     spec_from_model_config,
@@ -48,38 +48,19 @@ def analytic_cost_model(
     world_size: int = 1,
     grad_sync_overlap: float = 0.0,
 ) -> AnalyticCostModel:
-    """The analytic model of ``model`` (a preset name or a spec) on ``hardware`` (a
-    preset name, ``cpu-local`` being calibrated on this machine, a calibrated ``.json``
-    file, or constants).
-
-    ``dtype_bytes`` defaults to 4 (fp32) on ``cpu-local`` and 2 (bf16) elsewhere.
-    ``shard`` on ``world_size`` ranks: how model state is held (a
-    :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
-    :data:`~datacentric.planning.sharding.DEFAULT_SHARD`). ``grad_sync_overlap``: share
-    of the gradient reduction hidden behind backward (0: the model reports all of it).
-    """
-    spec = named_spec(model) if isinstance(model, str) else model
-    hw = resolve_hardware(hardware)
-    if dtype_bytes is None:
-        dtype_bytes = 4 if hw.name == "cpu-local" else 2
-    sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
-    return AnalyticCostModel(
-        spec,
-        hw,
+    """The analytic model of ``model`` (a name, :func:`named_spec`, or a spec) on
+    ``hardware`` (a preset name, ``cpu-local`` being calibrated on this machine, a
+    calibrated ``.json`` file, or constants:
+    :func:`~datacentric.planning.hardware.resolve_hardware`), as
+    :func:`~datacentric.planning.analytic.analytic_model` reads the other settings."""
+    return analytic_model(
+        named_spec(model) if isinstance(model, str) else model,
+        resolve_hardware(hardware),
         dtype_bytes=dtype_bytes,
-        sharding=sharding,
+        shard=shard,
         world_size=world_size,
         grad_sync_overlap=grad_sync_overlap,
     )
-
-
-def resolve_hardware(hardware: str | Hardware) -> Hardware:
-    """A preset name, a ``.json`` file ``datacentric calibrate --out`` wrote, or constants."""
-    if isinstance(hardware, Hardware):
-        return hardware
-    if hardware.endswith(".json"):
-        return load_hardware_file(hardware)
-    return get_hardware(hardware)
 
 
 def fitted_cost_model(profile: Profile) -> FittedCostModel:

@@ -19,6 +19,7 @@ from torch import nn
 from datacentric.data.base import Dataset
 from datacentric.data.sources import open_dataset
 from datacentric.log import quiet_loading
+from datacentric.models.configs import model_config
 from datacentric.models.lora import apply_lora
 from datacentric.models.lora_settings import lora_of
 from datacentric.models.presets import MODEL_PRESETS
@@ -31,12 +32,18 @@ from datacentric.models.source import (
 from datacentric.parallel.grad_sync import check_fsdp2
 from datacentric.parallel.groups import device_memory_bytes as device_memory_bytes  # its old home
 from datacentric.parallel.launch import launch_mode
+from datacentric.planning.analytic import analytic_model
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.hardware import get_hardware
 from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
-from datacentric.planning.spec_derivation import UnpricedModelError, spec_of_model
+from datacentric.planning.spec_derivation import (
+    UnpricedModelError,
+    spec_from_model_config,
+    spec_of_model,
+)
 from datacentric.profiling.autoprofile import ensure_profile
-from datacentric.profiling.factory import analytic_cost_model, fitted_cost_model, named_spec
+from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import ProfileSettings
 from datacentric.settings.sections import (
     CostConfig,
@@ -154,8 +161,9 @@ def build_run_model(
 ) -> RunModel:
     """The run's model, built once: :func:`build_model_for`'s model, its spec read off it
     before the ``[lora]`` section's adapters are injected
-    (:func:`~datacentric.profiling.factory.named_spec` of the built module; ``None`` for
-    a model whose cost cannot be read) and the analytic model the step records' ``mfu``
+    (:func:`~datacentric.planning.spec_derivation.spec_of_model`; a preset without model
+    arguments: its config's spec, as its name is priced everywhere; ``None`` for a model
+    whose cost cannot be read) and the analytic model the step records' ``mfu``
     counts FLOPs on from that spec (:func:`mfu_cost_model`), so nothing needs a second
     build. The same weights as :func:`build_model_for` (the adapters are drawn last
     either way)."""
@@ -163,8 +171,11 @@ def build_run_model(
     bare = dataclasses.replace(source, lora=None)
     with quiet_loading():  # the loaders' bars, when a run starts from Python too
         module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
-    try:
-        spec = named_spec(bare.name, bare.args, module=module)
+    try:  # read off the module, but a preset unchanged is priced as its name is
+        if bare.kind == "preset" and not bare.args:
+            spec = spec_from_model_config(model_config(bare.target), bare.name)
+        else:
+            spec = spec_of_model(module, bare.name)
     except UnpricedModelError:
         spec = None
     if source.lora is not None:
@@ -199,17 +210,27 @@ def build_cost_model(
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
 ) -> CostModel:
-    """The cost model a schedule is planned with, for model preset ``model`` or a spec
-    (:mod:`datacentric.planning.spec_derivation` derives one from any model).
+    """The cost model a schedule is planned with, for model ``model`` (a name:
+    :func:`~datacentric.profiling.factory.named_spec`) or a spec: :func:`device_cost_model`."""
+    spec = named_spec(model) if isinstance(model, str) else model
+    return device_cost_model(spec, device, dtype, shard=shard, world_size=world_size)
 
-    Analytic FLOP/byte model of the model on this device: ``cpu-local`` (calibrated
-    on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model state is
-    held as ``shard`` says on ``world_size`` ranks. The model only prices memory: the
-    budget is the plan's.
-    """
-    return analytic_cost_model(
-        model,
-        _hardware_name(device),
+
+def device_cost_model(
+    spec: ModelSpec,
+    device: torch.device,
+    dtype: str = "float32",
+    *,
+    shard: ShardingSpec | str | None = None,
+    world_size: int = 1,
+) -> CostModel:
+    """The analytic FLOP/byte model of ``spec`` on this device: ``cpu-local``
+    (calibrated on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model
+    state is held as ``shard`` says on ``world_size`` ranks. The model only prices
+    memory: the budget is the plan's."""
+    return analytic_model(
+        spec,
+        get_hardware(_hardware_name(device)),
         dtype_bytes=2 if dtype == "bfloat16" else 4,
         shard=shard,
         world_size=world_size,
@@ -225,12 +246,12 @@ def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
     the place's ``[job]`` section) if its fingerprint matches this model, device, torch,
     world and dtype, else one measured now on the run's own ranks (no second launch) on
     the run's own samples and SP sizes, and saved there; the fitted model then predicts
-    every bucket. ``analytic``: :func:`build_cost_model` of the run's spec
+    every bucket. ``analytic``: :func:`device_cost_model` of the run's spec
     (:attr:`RunModel.spec`).
     """
     place = model.place
     if cost.cost_model == "analytic":
-        return build_cost_model(
+        return device_cost_model(
             model.spec,
             place.device,
             model.dtype,
@@ -263,7 +284,7 @@ def mfu_cost_model(spec: ModelSpec | None, dtype: str, device: torch.device) -> 
     """The analytic model the step records' ``mfu`` counts FLOPs on: ``spec`` (the
     model without its adapters, :attr:`RunModel.bare_spec`) trained in ``dtype`` on this
     device; ``None`` for a model whose cost cannot be read (``spec`` None)."""
-    return None if spec is None else build_cost_model(spec, device, dtype)
+    return None if spec is None else device_cost_model(spec, device, dtype)
 
 
 def model_args(model: ModelConfig) -> dict:
