@@ -13,11 +13,10 @@ planner chooses micro-batches). ``aspect_ratios`` (optional) maps a resolution t
 portrait ``w x h`` and a square of about the same area.
 
 A bucket's frame count is pixel frames, in ``prepare`` and in ``train`` alike; the
-latents of ``n`` pixel frames have the VAE family's own number of latent frames (the
-``rule`` of :meth:`BucketConfig.assign`): ``(n - 1) // temporal + 1`` for the causal
-VAEs of Wan, SkyReels-V2 and HunyuanVideo
-(:func:`~datacentric.data.video_geometry.causal_latent_frames`), ``n * 5 // 17`` for
-Open-Sora's (:func:`~datacentric.data.video_geometry.latent_frames`, the default).
+latents of ``n`` pixel frames have the VAE family's own number of latent frames
+(:func:`~datacentric.data.video_geometry.vae_latent_frames`, by the ``temporal`` of
+:meth:`BucketConfig.assign`): ``(n - 1) // temporal + 1`` for the causal VAEs of Wan,
+SkyReels-V2 and HunyuanVideo, ``n * 5 // 17`` for Open-Sora's (the default).
 
 Assignment of a latent of ``F x C x H x W`` (latent pixels = pixels / 8), as Open-Sora:
 resolutions are tried from the largest area down. At one resolution, the aspect ratio
@@ -34,18 +33,12 @@ counted.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from datacentric.data.base import DataError
-from datacentric.data.video_geometry import (
-    RESOLUTIONS,
-    SPATIAL_DOWNSAMPLE,
-    causal_latent_frames,
-    latent_frames,
-)
+from datacentric.data.video_geometry import RESOLUTIONS, SPATIAL_DOWNSAMPLE, vae_latent_frames
 from datacentric.regular_files import read_json_file
 
 
@@ -147,25 +140,29 @@ class BucketConfig:
         return None
 
     def assign(
-        self,
-        shape: tuple[int, int, int],
-        rng: np.random.Generator,
-        rule: Callable[[int], int] = latent_frames,
+        self, shape: tuple[int, int, int], rng: np.random.Generator, temporal: int | None = None
     ) -> Bucket | None:
         """The bucket of a latent of ``(frames, height, width)`` latent pixels, or None;
-        ``rule``: the latent frames of a bucket's pixel frames (Open-Sora's by default)."""
+        ``temporal``: the causal VAE's frames per latent frame, which decides a bucket's
+        latent frames (:func:`~datacentric.data.video_geometry.vae_latent_frames`; None:
+        Open-Sora's rule)."""
         f, h, w = shape
         for res, sizes, probs in self.table:
             ratio = closest_ratio(sizes, h / w)
             hb, wb = (n // SPATIAL_DOWNSAMPLE for n in sizes[ratio])
             if h < hb or w < wb:
                 continue
-            fits = [(n, p) for n, p in probs if (n == 1) == (f == 1) and rule(n) <= f]
+            fits = [
+                (n, p)
+                for n, p in probs
+                if (n == 1) == (f == 1) and vae_latent_frames(n, temporal) <= f
+            ]
             if not fits:
                 continue
             frames, keep = fits[0]
             if keep >= 1 or rng.random() < keep:
-                return Bucket(f"{res}-{ratio}-{frames}f", rule(frames), hb, wb)
+                latent = vae_latent_frames(frames, temporal)
+                return Bucket(f"{res}-{ratio}-{frames}f", latent, hb, wb)
         return None
 
 
@@ -187,7 +184,7 @@ def prepared_bucket(
         return Bucket(name, f, h, w)
     # prepare keeps temporal k + 1 pixel frames for k + 1 latent frames: its temporal
     temporal = (pixel_frames - 1) // (f - 1) if f > 1 else 1
-    bucket = buckets.assign(shape, rng, lambda n: causal_latent_frames(n, max(1, temporal)))
+    bucket = buckets.assign(shape, rng, max(1, temporal))
     if bucket is not None and bucket.frames != f:
         raise DataError(
             f"{where} was prepared from {pixel_frames} frames ({f} latent frames); "

@@ -50,6 +50,15 @@ def causal_latent_frames(frames: int, temporal: int) -> int:
     return (frames - 1) // temporal + 1
 
 
+def vae_latent_frames(frames: int, temporal: int | None = None) -> int:
+    """Latent frames of ``frames`` pixel frames: a causal VAE's that takes ``temporal``
+    frames per latent frame (:func:`causal_latent_frames`), or (None) Open-Sora's
+    (:func:`latent_frames`)."""
+    if temporal is None:
+        return latent_frames(frames)
+    return causal_latent_frames(frames, temporal)
+
+
 def latent_grid(
     height_px: int,
     width_px: int,
