@@ -1,5 +1,13 @@
-"""Latent tensors in ``.npy``, ``.safetensors`` or ``.pt`` files: shape and dtype from the
-header alone, data through a memory map.
+"""The files of a latent folder: its listing, and latent tensors in ``.npy``,
+``.safetensors`` or ``.pt`` files (shape and dtype from the header alone, data through a
+memory map).
+
+Listing (:func:`read_latent_listing`): ``DIR/manifest.jsonl`` if present (one JSON
+object per line, ``{"latent": PATH, "text": PATH}`` and what ``prepare`` records:
+``frames``, ``bucket``, ``source``, ``logvar``; paths relative to the manifest), else
+every latent file below ``DIR`` (sorted); a manifest file may be given itself. A latent
+``NAME.EXT`` may have a text embedding ``NAME.text.EXT`` beside it (such files, and
+``NAME.logvar.EXT``, are never latents themselves).
 
 ``.npy``: the array header. ``.safetensors``: the JSON header (the file's only tensor,
 or the one named ``latent``, ``latents`` or ``x``). ``.pt``: ``torch.load`` with
@@ -12,15 +20,19 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from datacentric.data.base import DataError
-from datacentric.regular_files import check_regular, open_regular
+from datacentric.data.text_file import numbered_lines, read_text_file
+from datacentric.regular_files import check_regular, open_regular, parse_json
 
 LATENT_SUFFIXES = (".npy", ".safetensors", ".pt")
+#: The listing of a latent folder (``prepare`` writes it).
+MANIFEST = "manifest.jsonl"
 TENSOR_KEYS = ("latent", "latents", "x")
 _SAFETENSORS_DTYPES = {
     "F64": np.float64,
@@ -128,3 +140,91 @@ def as_float_tensor(data: np.ndarray | torch.Tensor) -> torch.Tensor:
     if isinstance(data, np.ndarray):
         return torch.from_numpy(np.array(data, dtype=np.float32))
     return data.to(torch.float32).contiguous().clone()
+
+
+def _text_beside(latent: Path) -> Path | None:
+    stem = latent.name[: -len(latent.suffix)]
+    for suffix in LATENT_SUFFIXES:
+        candidate = latent.with_name(f"{stem}.text{suffix}")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class LatentEntry:
+    """One latent of a listing and what its manifest line says of it."""
+
+    latent: Path
+    text: Path | None
+    where: str
+    """The manifest line (``FILE:LINE``) or the file, for messages."""
+    frames: int | None = None
+    """Pixel frames it was encoded from (``prepare``'s manifests), else None."""
+    bucket: str | None = None
+    """The bucket ``prepare`` chose for it, else None."""
+    source: str | None = None
+    """The media file it was encoded from, as the manifest's ``source`` says, else None."""
+    logvar: Path | None = None
+    """The VAE's log-variance beside the latent (its mean; ``prepare --latent-dist
+    sample``), else None: the latent is trained as it is."""
+
+
+def read_latent_listing(source: str) -> list[LatentEntry]:
+    """The :class:`LatentEntry` of every latent of a folder or manifest, in order."""
+    path = Path(source).expanduser()
+    if path.is_dir() and (path / MANIFEST).is_file():
+        path = path / MANIFEST
+    if path.is_file():
+        found = []
+        listing = read_text_file(path, f"latents:{source}", "a manifest.jsonl of JSON lines")
+        for number, line in numbered_lines(listing):
+            if not line.strip():
+                continue
+            entry = parse_json(line, f"{path}:{number}", DataError)
+            name = entry.get("latent", entry.get("path")) if isinstance(entry, dict) else None
+            if not isinstance(name, str):
+                raise DataError(
+                    f'{path}:{number}: want a JSON object {{"latent": PATH, "text": PATH}}'
+                )
+            latent = path.parent / name
+            try:
+                found_file = latent.is_file()
+            except (OSError, ValueError) as err:  # a name too long, a NUL byte
+                raise DataError(f"{path}:{number}: latent {name[:200]!r}: {err}") from None
+            if not found_file:
+                raise DataError(f"{path}:{number}: latent file {latent} not found")
+            text = entry.get("text")
+            frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
+            logvar = entry.get("logvar")
+            for key, value in (("text", text), ("logvar", logvar)):
+                if value is not None and not isinstance(value, str):
+                    raise DataError(f"{path}:{number}: {key} {value!r:.80}; want a file path")
+            if logvar is not None and not (path.parent / str(logvar)).is_file():
+                raise DataError(f"{path}:{number}: logvar file {path.parent / logvar} not found")
+            if frames is not None and (not isinstance(frames, int) or frames < 1):
+                raise DataError(f"{path}:{number}: frames {frames!r}; want a positive integer")
+            found.append(
+                LatentEntry(
+                    latent,
+                    path.parent / text if text else _text_beside(latent),
+                    f"{path}:{number}",
+                    frames,
+                    bucket if isinstance(bucket, str) else None,
+                    source if isinstance(source, str) else None,
+                    path.parent / logvar if logvar is not None else None,
+                )
+            )
+        if not found:
+            raise DataError(f"latents:{source}: {path} lists no latent")
+        return found
+    if not path.is_dir():
+        raise DataError(f"latents:{source}: no such folder or manifest")
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith((".text", ".logvar"))
+    )
+    if not files:
+        raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
+    return [LatentEntry(p, _text_beside(p), str(p)) for p in files]

@@ -4,7 +4,8 @@
   ``{"latent": PATH, "text": PATH}``, paths relative to the manifest, ``text``
   optional), else every ``.npy``/``.safetensors``/``.pt`` file below ``DIR`` (sorted).
   ``latents:FILE.jsonl`` reads that manifest. A latent ``NAME.EXT`` may have a text
-  embedding ``NAME.text.EXT`` beside it (such files are never latents themselves).
+  embedding ``NAME.text.EXT`` beside it (such files are never latents themselves). The
+  listing and the files are read by :mod:`datacentric.data.latent_files`.
 - A latent is ``frames x channels x height x width`` (latent pixels); all share
   ``channels``. Only headers are read up front.
 - Shapes: without a bucket config a sample keeps its own size; with one
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +44,12 @@ from datacentric.batch import PackedBatch
 from datacentric.data.base import DataError, check_sample_ids, sample_generator
 from datacentric.data.bucket_config import BucketConfig, prepared_bucket
 from datacentric.data.diffusion_draws import DiffusionDraws, sample_latent
-from datacentric.data.latent_files import LATENT_SUFFIXES, as_float_tensor, open_latent, read_shape
-from datacentric.data.text_file import numbered_lines, read_text_file
+from datacentric.data.latent_files import (
+    as_float_tensor,
+    open_latent,
+    read_latent_listing,
+    read_shape,
+)
 from datacentric.data.video import (
     PATCH,
     VideoSample,
@@ -53,106 +57,11 @@ from datacentric.data.video import (
     pack_video_samples,
     patchify,
 )
-from datacentric.regular_files import parse_json
 from datacentric.shapes import SampleShape
 
-MANIFEST = "manifest.jsonl"
 EMPTY_PROMPT = "empty_prompt.text.safetensors"
 """The pipeline's embedding of the empty prompt, beside the manifest (``prepare`` writes
 it): what a sample whose caption ``caption_dropout`` drops trains on."""
-
-
-def _text_beside(latent: Path) -> Path | None:
-    stem = latent.name[: -len(latent.suffix)]
-    for suffix in LATENT_SUFFIXES:
-        candidate = latent.with_name(f"{stem}.text{suffix}")
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-@dataclass(frozen=True)
-class LatentEntry:
-    """One latent of a listing and what its manifest line says of it."""
-
-    latent: Path
-    text: Path | None
-    where: str
-    """The manifest line (``FILE:LINE``) or the file, for messages."""
-    frames: int | None = None
-    """Pixel frames it was encoded from (``prepare``'s manifests), else None."""
-    bucket: str | None = None
-    """The bucket ``prepare`` chose for it, else None."""
-    source: str | None = None
-    """The media file it was encoded from, as the manifest's ``source`` says, else None."""
-    logvar: Path | None = None
-    """The VAE's log-variance beside the latent (its mean; ``prepare --latent-dist
-    sample``), else None: the latent is trained as it is."""
-
-
-def list_latents(source: str) -> list[tuple[Path, Path | None]]:
-    """(latent file, text-embedding file or None) of a folder or manifest, in order."""
-    return [(e.latent, e.text) for e in read_latent_listing(source)]
-
-
-def read_latent_listing(source: str) -> list[LatentEntry]:
-    """The :class:`LatentEntry` of every latent of a folder or manifest, in order."""
-    path = Path(source).expanduser()
-    if path.is_dir() and (path / MANIFEST).is_file():
-        path = path / MANIFEST
-    if path.is_file():
-        found = []
-        listing = read_text_file(path, f"latents:{source}", "a manifest.jsonl of JSON lines")
-        for number, line in numbered_lines(listing):
-            if not line.strip():
-                continue
-            entry = parse_json(line, f"{path}:{number}", DataError)
-            name = entry.get("latent", entry.get("path")) if isinstance(entry, dict) else None
-            if not isinstance(name, str):
-                raise DataError(
-                    f'{path}:{number}: want a JSON object {{"latent": PATH, "text": PATH}}'
-                )
-            latent = path.parent / name
-            try:
-                found_file = latent.is_file()
-            except (OSError, ValueError) as err:  # a name too long, a NUL byte
-                raise DataError(f"{path}:{number}: latent {name[:200]!r}: {err}") from None
-            if not found_file:
-                raise DataError(f"{path}:{number}: latent file {latent} not found")
-            text = entry.get("text")
-            frames, bucket, source = entry.get("frames"), entry.get("bucket"), entry.get("source")
-            logvar = entry.get("logvar")
-            for key, value in (("text", text), ("logvar", logvar)):
-                if value is not None and not isinstance(value, str):
-                    raise DataError(f"{path}:{number}: {key} {value!r:.80}; want a file path")
-            if logvar is not None and not (path.parent / str(logvar)).is_file():
-                raise DataError(f"{path}:{number}: logvar file {path.parent / logvar} not found")
-            if frames is not None and (not isinstance(frames, int) or frames < 1):
-                raise DataError(f"{path}:{number}: frames {frames!r}; want a positive integer")
-            found.append(
-                LatentEntry(
-                    latent,
-                    path.parent / text if text else _text_beside(latent),
-                    f"{path}:{number}",
-                    frames,
-                    bucket if isinstance(bucket, str) else None,
-                    source if isinstance(source, str) else None,
-                    path.parent / logvar if logvar is not None else None,
-                )
-            )
-        if not found:
-            raise DataError(f"latents:{source}: {path} lists no latent")
-        return found
-    if not path.is_dir():
-        raise DataError(f"latents:{source}: no such folder or manifest")
-    files = sorted(
-        p
-        for p in path.rglob("*")
-        if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith((".text", ".logvar"))
-    )
-    if not files:
-        raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
-    return [LatentEntry(p, _text_beside(p), str(p)) for p in files]
 
 
 class LatentDataset:

@@ -14,7 +14,8 @@ import torch
 from datacentric.cli.main import main
 from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError
-from datacentric.data.latents import LatentDataset, read_latent_listing
+from datacentric.data.latent_files import read_latent_listing
+from datacentric.data.latents import LatentDataset
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.data.sources import skipped_samples
 from datacentric.data.text import SyntheticTextDataset

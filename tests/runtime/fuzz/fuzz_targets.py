@@ -170,7 +170,7 @@ def _latent_manifest(folder: Path) -> Path:
 
 
 def _read_latent_manifest(path: Path) -> Any:
-    from datacentric.data.latents import read_latent_listing
+    from datacentric.data.latent_files import read_latent_listing
 
     return [
         (e.latent.name, e.text and e.text.name, e.frames, e.bucket)

@@ -39,7 +39,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.data.latent_files:_safetensors_header": fuzzed("latent safetensors"),
     "datacentric.data.latent_files:_pt_tensor": fuzzed("latent pt"),
     "datacentric.data.latent_files:open_latent": fuzzed("latent npy", "latent safetensors"),
-    "datacentric.data.latents:read_latent_listing": fuzzed("latent manifest"),
+    "datacentric.data.latent_files:read_latent_listing": fuzzed("latent manifest"),
     "datacentric.data.media:_csv_rows": fuzzed("media csv"),
     "datacentric.data.media:_rows": fuzzed("media csv", "media jsonl"),
     "datacentric.data.media:_caption_file": fuzzed("caption txt"),
