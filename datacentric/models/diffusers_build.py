@@ -33,8 +33,8 @@ from datacentric.models.diffusers_families import (
     family_named,
     family_of_tiny,
 )
-from datacentric.models.diffusers_generic import DiffusersVideoTransformer, check_supported
-from datacentric.models.diffusers_plan import UnsupportedVideoModel
+from datacentric.models.diffusers_generic import DiffusersVideoTransformer
+from datacentric.models.diffusers_plan import UnsupportedVideoModel, check_supported
 from datacentric.models.model_args import ModelSource
 from datacentric.regular_files import read_json_file
 

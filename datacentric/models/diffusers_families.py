@@ -443,14 +443,15 @@ def declare_plan(transformer: str, cp_plan: dict[str, Any]) -> Family:
     return FAMILIES[transformer]
 
 
-def family_of(model_class: type) -> Family | None:
-    """The declaration of ``model_class``'s family (by class name), or None."""
-    return FAMILIES.get(model_class.__name__)
-
-
 def family_named(class_name: str) -> Family | None:
-    """The declaration of the transformer class ``class_name``, or None."""
+    """The declaration of the transformer class ``class_name`` (the key of
+    :data:`FAMILIES`: the one lookup of a family's declaration), or None."""
     return FAMILIES.get(class_name)
+
+
+def family_of(model_class: type) -> Family | None:
+    """The declaration of ``model_class``'s family (:func:`family_named` of its name)."""
+    return family_named(model_class.__name__)
 
 
 def family_of_pipeline(pipeline: str) -> Family | None:
@@ -511,16 +512,6 @@ class FamilyView(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"FamilyView({self._table()!r})"
-
-
-def refused_config(model_class: type, config: Any) -> str | None:
-    """What a config of ``model_class`` needs that latent files do not hold, or None."""
-    family = family_of(model_class)
-    for name, (runs, what) in (family.refused if family else {}).items():
-        value = config.get(name, runs)
-        if value is not None and value != runs:
-            return f"{model_class.__name__}: {name} = {value!r}: {what} is not supported"
-    return None
 
 
 def text_inputs(

@@ -33,7 +33,8 @@ rank; the model's gather sends each rank's gradient rows back to the rank that
 computed them (a reduce-scatter), and the one gradient all-reduce sums the rest.
 
 Refused in one line, naming what is missing (:class:`UnsupportedVideoModel`): a model
-without a plan (:func:`~.diffusers_plan.cp_plan_of`), an image model
+without a plan (:func:`~.diffusers_plan.check_supported`,
+:func:`~.diffusers_plan.cp_plan_of`), an image model
 (``*Transformer2DModel``: Flux.2, QwenImage) whose packed image tokens no family declares
 (:mod:`~.diffusers_families`, layout ``"tokens"``), a ``forward`` that needs inputs the
 latent files do not hold (LTX-2's audio), image conditioning, a self-attention with a
@@ -61,15 +62,15 @@ from torch.overrides import TorchFunctionMode
 from datacentric.batch import PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.diffusers_families import (
-    family_of,
+    Family,
+    family_named,
     joint_attention,
-    refused_config,
     text_inputs,
 )
 from datacentric.models.diffusers_plan import (
     SequenceSplit,
     UnsupportedVideoModel,
-    cp_plan_of,
+    check_supported,
     install_plan,
 )
 
@@ -79,12 +80,7 @@ TIMESTEP_SCALE = 1000.0
 DATA_PATCH: tuple[int, int, int] = (1, 2, 2)
 """Latent pixels per data token (frame, row, column), as ``docs/data.md``'s datasets pack."""
 
-#: forward arguments the adapter fills; any other argument without a default is refused
-_FILLED = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_attention_mask")
 _GRID_ARGS = ("num_frames", "height", "width")
-
-#: config fields whose use needs inputs that latent files do not hold
-_NEEDS_INPUTS = {"image_dim": "image embeddings", "added_kv_proj_dim": "image embeddings"}
 
 
 def to_tokens(video: torch.Tensor, patch: Sequence[int]) -> torch.Tensor:
@@ -117,12 +113,11 @@ def model_patch(config: Any, family: Any = None) -> tuple[int, int, int]:
     return int(config.get("patch_size_t", 1) or 1), int(patch), int(patch)
 
 
-def transformer_blocks(model: nn.Module) -> nn.ModuleList:
-    """The model's repeated transformer blocks: the lists its family names
+def transformer_blocks(model: nn.Module, family: Family | None) -> nn.ModuleList:
+    """The model's repeated transformer blocks: the lists its ``family`` names
     (:mod:`~.diffusers_families`: HunyuanVideo's and Flux's two, in order), else the list
     of its ``_repeated_blocks`` classes (``blocks`` for Wan, ``transformer_blocks`` for
     LTX)."""
-    family = family_of(type(model))
     if family is not None and family.blocks:
         return nn.ModuleList([b for name in family.blocks for b in getattr(model, name)])
     names = set(getattr(model, "_repeated_blocks", None) or ())
@@ -134,43 +129,6 @@ def transformer_blocks(model: nn.Module) -> nn.ModuleList:
         f"{type(model).__name__}: no list of its _repeated_blocks {sorted(names)} found, "
         "so recomputation has no blocks to wrap"
     )
-
-
-def check_supported(
-    model_class: type, config: Any, cp_plan: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """Raise :class:`UnsupportedVideoModel` (one line naming what is missing) unless the
-    generic path can train ``model_class`` with ``config`` (a mapping); else return its
-    context-parallel plan. Reads the class and the config only: nothing is built."""
-    name = model_class.__name__
-    for field, what in _NEEDS_INPUTS.items():
-        if config.get(field) is not None:
-            raise UnsupportedVideoModel(f"{name}: {field} is set: {what} are not supported")
-    family = family_of(model_class)
-    refused = refused_config(model_class, config)
-    if refused:
-        raise UnsupportedVideoModel(refused)
-    plan = cp_plan_of(model_class, cp_plan, config)
-    if name.endswith("Transformer2DModel") and (family is None or family.layout != "tokens"):
-        raise UnsupportedVideoModel(
-            f"{name} is an image model: its pipeline packs the latents into image tokens "
-            "with position inputs of its own, which no family in diffusers_families declares "
-            "(the generic path would give it a 5-D video)"
-        )
-    params = inspect.signature(model_class.forward).parameters
-    missing = [
-        p
-        for p, spec in list(params.items())[1:]
-        if spec.default is inspect.Parameter.empty
-        and spec.kind not in (spec.VAR_POSITIONAL, spec.VAR_KEYWORD)
-        and p not in _FILLED + (family.fills if family else ())
-    ]
-    if missing:
-        raise UnsupportedVideoModel(
-            f"{name}: its forward needs {', '.join(missing)}, which latent files do not "
-            "hold (the generic path gives latents, timesteps and text embeddings)"
-        )
-    return plan
 
 
 class SdpaRoute(TorchFunctionMode):
@@ -278,9 +236,9 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
         config = transformer.config
         params = inspect.signature(type(transformer).forward).parameters
         self.transformer = transformer
+        self.family = family_named(type(transformer).__name__)
         # a plain attribute: registered once, under transformer., so state_dict has no copy
-        self.__dict__["blocks"] = transformer_blocks(transformer)
-        self.family = family_of(type(transformer))
+        self.__dict__["blocks"] = transformer_blocks(transformer, self.family)
         self.num_heads = int(config.num_attention_heads)
         self.patch = model_patch(config, self.family)
         self.data_patch = tuple(int(p) for p in data_patch)

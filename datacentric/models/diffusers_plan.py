@@ -25,7 +25,9 @@ How we read a plan (``ContextParallelInput``: ``split_dim``, ``expected_dims``,
 
 Models without a plan get one from their family's declaration (``cp_plan`` of
 :data:`~.diffusers_families.FAMILIES`) or are refused in one line naming what is
-missing (:data:`REFUSED_MODELS`).
+missing (:data:`REFUSED_MODELS`). :func:`check_supported` is the one check of a class and
+its config before anything is built: its family's declaration is looked up once and
+read for what it refuses, what its ``forward`` is given and its plan.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from datacentric.models.diffusers_families import FamilyView, declare_plan, family_of
+from datacentric.models.diffusers_families import Family, FamilyView, declare_plan, family_named
 
 
 class UnsupportedVideoModel(ValueError):
@@ -66,15 +68,76 @@ REFUSED_MODELS: dict[str, str] = {}
 """Model classes without a plan, and what is missing for the generic path."""
 
 
+#: forward arguments the adapter fills; any other argument without a default is refused
+FILLED = ("hidden_states", "timestep", "encoder_hidden_states", "encoder_attention_mask")
+
+#: config fields whose use needs inputs that latent files do not hold
+NEEDS_INPUTS = {"image_dim": "image embeddings", "added_kv_proj_dim": "image embeddings"}
+
+
+def check_supported(
+    model_class: type, config: Any, cp_plan: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Raise :class:`UnsupportedVideoModel` (one line naming what is missing) unless the
+    generic path can train ``model_class`` with ``config`` (a mapping); else return its
+    context-parallel plan. Reads the class, its family's declaration and the config
+    only: nothing is built."""
+    name = model_class.__name__
+    for field, what in NEEDS_INPUTS.items():
+        if config.get(field) is not None:
+            raise UnsupportedVideoModel(f"{name}: {field} is set: {what} are not supported")
+    family = family_named(name)
+    refused = refused_config(model_class, config, family)
+    if refused:
+        raise UnsupportedVideoModel(refused)
+    plan = cp_plan_of(model_class, cp_plan, config, family)
+    if name.endswith("Transformer2DModel") and (family is None or family.layout != "tokens"):
+        raise UnsupportedVideoModel(
+            f"{name} is an image model: its pipeline packs the latents into image tokens "
+            "with position inputs of its own, which no family in diffusers_families declares "
+            "(the generic path would give it a 5-D video)"
+        )
+    params = inspect.signature(model_class.forward).parameters
+    missing = [
+        p
+        for p, spec in list(params.items())[1:]
+        if spec.default is inspect.Parameter.empty
+        and spec.kind not in (spec.VAR_POSITIONAL, spec.VAR_KEYWORD)
+        and p not in FILLED + (family.fills if family else ())
+    ]
+    if missing:
+        raise UnsupportedVideoModel(
+            f"{name}: its forward needs {', '.join(missing)}, which latent files do not "
+            "hold (the generic path gives latents, timesteps and text embeddings)"
+        )
+    return plan
+
+
+def refused_config(model_class: type, config: Any, family: Family | None = None) -> str | None:
+    """What a config of ``model_class`` needs that latent files do not hold (its
+    family's ``refused``; ``family``: its declaration, looked up by the class's name
+    when not given), or None."""
+    family = family or family_named(model_class.__name__)
+    for name, (runs, what) in (family.refused if family else {}).items():
+        value = config.get(name, runs)
+        if value is not None and value != runs:
+            return f"{model_class.__name__}: {name} = {value!r}: {what} is not supported"
+    return None
+
+
 def cp_plan_of(
-    model_class: type, plan: dict[str, Any] | None = None, config: Any = None
+    model_class: type,
+    plan: dict[str, Any] | None = None,
+    config: Any = None,
+    family: Family | None = None,
 ) -> dict[str, Any]:
     """The context-parallel plan to run a model of ``model_class`` with: ``plan``, else
-    its family's declared plan, else the class's own ``_cp_plan``; else
+    its family's declared plan (``family``: its declaration, looked up by the class's
+    name when not given), else the class's own ``_cp_plan``; else
     :class:`UnsupportedVideoModel` naming what is missing. With ``config`` (a mapping),
     a plan that names blocks by their index must fit its block count."""
     name = model_class.__name__
-    family = family_of(model_class)
+    family = family or family_named(name)
     declared = family.cp_plan if family is not None else None
     found = plan or declared or getattr(model_class, "_cp_plan", None)
     if found:
