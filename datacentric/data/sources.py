@@ -91,6 +91,21 @@ def describe_sources() -> str:
     return f"stdlib, a workload preset ({presets}), {kinds}, or package.module:factory"
 
 
+def source_kind(spec: str) -> str | None:
+    """What a ``--dataset`` string names, read in this one place (:func:`open_dataset`
+    opens it, :func:`reads_text` asks whether it is text): ``stdlib``, ``preset`` (a
+    workload preset), a text kind (:data:`TEXT_KINDS`) or ``latents`` before ``:PATH``,
+    ``factory`` (``package.module:factory``), or None (no source we know)."""
+    if spec == "stdlib":
+        return "stdlib"
+    if spec in list_workloads():
+        return "preset"
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in SOURCE_KINDS:
+        return kind
+    return "factory" if sep and rest.isidentifier() else None
+
+
 def open_dataset(
     spec: str,
     settings: DataConfig | DataSettings | None = None,
@@ -111,20 +126,23 @@ def open_dataset(
     if s.long_docs not in LONG_DOC_RULES:
         raise DataError(f"--long-docs {s.long_docs!r}: use one of {', '.join(LONG_DOC_RULES)}")
     max_tokens = s.max_tokens
-    kind, sep, rest = spec.partition(":")
-    if draws is not None and not draws.default and not (sep and kind == "latents"):
+    kind = source_kind(spec)
+    if draws is not None and not draws.default and kind != "latents":
         raise DataError(
             f"--dataset {spec}: training.caption_dropout and training.timestep_sampling "
             "apply to latents:DIR datasets only; leave them unset"
         )
-    if spec == "stdlib":
+    rest = spec.partition(":")[2]
+    if kind == "factory":
+        return _from_factory(spec, s, seed)
+    if kind == "stdlib":
         return StdlibCorpus(max_tokens=max_tokens, limit=s.dataset_limit, long_docs=s.long_docs)
-    shapes = preset_shapes(spec, seed, s.dataset_limit)
-    if shapes is not None:
+    if kind == "preset":
+        shapes = preset_shapes(spec, seed, s.dataset_limit)
         if shapes[0].is_video:
             return SyntheticVideoDataset(shapes, seed=seed)
         return SyntheticTextDataset(shapes, seed=seed)
-    if sep and kind in TEXT_KINDS:
+    if kind in TEXT_KINDS:
         return TokenizedTextDataset(
             kind,
             rest,
@@ -135,19 +153,17 @@ def open_dataset(
             limit=s.dataset_limit,
             loss_on=s.loss_on,
         )
-    if sep and kind == "latents":
+    if kind == "latents":
         from datacentric.data.latents import LatentDataset
 
         return LatentDataset(
             rest, bucket_config=s.bucket_config, seed=seed, limit=s.dataset_limit, draws=draws
         )
-    if sep and rest.isidentifier():
-        return _from_factory(kind, rest, s, seed)
     raise DataError(f"unknown dataset {spec!r}; use {describe_sources()}")
 
 
-def _from_factory(module_name: str, attr: str, settings: DataConfig, seed: int) -> Dataset:
-    spec = f"{module_name}:{attr}"
+def _from_factory(spec: str, settings: DataConfig, seed: int) -> Dataset:
+    module_name, _, attr = spec.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
@@ -186,18 +202,19 @@ def build_run_data(
     ``timestep_sampling`` a latent dataset draws with (unset: their defaults)."""
     draws = DiffusionDraws.of(training) if training is not None else None
     dataset = open_dataset(data.dataset, data, seed=seed, draws=draws)
-    if validation.dataset is None:
+    given = validation.dataset
+    if given is None:
         return dataset, None
-    if not isinstance(validation.dataset, str):  # a dataset object (the Python API)
-        given = validation.dataset
-        limit = len(given) if validation.limit is None else min(validation.limit, len(given))
-        return dataset, given if limit == len(given) else SampleSubset(given, range(limit))
-    fraction = split_fraction(validation.dataset)
-    if fraction is not None:
+    if isinstance(given, str):  # split=FRACTION, or another --dataset string
+        fraction = split_fraction(given)
+        if fraction is None:
+            settings = dataclasses.replace(data, dataset_limit=validation.limit)
+            return dataset, open_dataset(given, settings, seed=seed, draws=draws)
         kept, held = split_ids(len(dataset), fraction, seed)
         return SampleSubset(dataset, kept), SampleSubset(dataset, held[: validation.limit])
-    settings = dataclasses.replace(data, dataset_limit=validation.limit)
-    return dataset, open_dataset(validation.dataset, settings, seed=seed, draws=draws)
+    # a dataset object (the Python API)
+    limit = len(given) if validation.limit is None else min(validation.limit, len(given))
+    return dataset, given if limit == len(given) else SampleSubset(given, range(limit))
 
 
 def skipped_samples(dataset: object) -> int:
@@ -232,7 +249,7 @@ def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
     """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
     on or to validate on, or prompts to continue."""
     specs = (data.dataset, validation.dataset)
-    kinds = [s.partition(":")[0] for s in specs if isinstance(s, str) and ":" in s]
+    kinds = [source_kind(s) for s in specs if isinstance(s, str)]
     return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
 
 
