@@ -54,10 +54,8 @@ from datacentric.train.reporting.metric_sinks import (
 from datacentric.train.reporting.metrics import full_model_state, read_jsonl, step_record
 from datacentric.train.reporting.step_trace import StepTracer
 from datacentric.train.run_folder import RunFolderLock, claim_run_folder, save_schedule
-from datacentric.train.validation.driver import RunValidation, ValidationRecord
+from datacentric.train.validation.driver import RunValidation
 from datacentric.train.validation.held_out import write_held_out
-from datacentric.train.validation.prompts import PromptSamples
-from datacentric.train.validation.renders import PipelineSamples
 
 
 class NonFiniteLossError(RuntimeError):
@@ -122,6 +120,10 @@ class Trainer:
         """What runs at the run's events (:mod:`datacentric.train.hooks`)."""
         self.groups, self.out = groups, Path(config.job.out)
         self.is_main = groups.rank == 0
+        self.activity = "setup"
+        """What this rank is doing (published by the heartbeat; names it when it stalls)."""
+        self._step_now: Step | None = None
+        self.heartbeat = Heartbeat(groups, self._phase_now)
         self.dataset = run.dataset
         self.held_out = run.held_out
         """The ``[validation]`` section's held-out samples (None: no validation)."""
@@ -130,22 +132,17 @@ class Trainer:
         self.dc = run.dc
         if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
             self.dc.prepare_evaluation(self.held_out)
-        prompts = PromptSamples.of(config.validation, config.data, config.job.seed)
-        renders = PipelineSamples.of(config.validation, config.job.seed, self.out)
-        if renders is not None:
-            renders.check(self.dc.module)
-        if prompts is not None:
-            prompts.check(self.dc.module, config.model.model)
-        self.validation = RunValidation(
-            ValidationRecord(config.validation.every, self.out),
-            self.held_out,
-            prompts,
-            renders,
+        self.validation = RunValidation.of(
+            config.validation,
+            config.data,
+            config.job.seed,
             self.out,
+            self.held_out,
             is_main=self.is_main,
             progress=config.metrics.progress,
         )
         """Validation's driver (what runs after a due step) and its record."""
+        self.validation.check(self.dc.module, config.model.model)
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         self.step_metrics = run.step_metrics
         self.optimizer = run.optimizer
@@ -153,16 +150,10 @@ class Trainer:
         self.loss_tokens_seen = 0
         """Loss tokens of every step so far, those before a resumed checkpoint included
         (saved in its ``trainer.json``)."""
-        self.activity = "setup"
-        """What this rank is doing (published by the heartbeat; names it when it stalls)."""
-        self._step_now: Step | None = None
         # the last step after which the ranks agreed on the stop signals (one that comes
         # later is read after the next step), and whether they are agreeing now (one that
         # comes then counts if another rank read it in time, else after the next step)
         self._stop_read_after, self._stop_agreeing = -1, False
-        self.heartbeat = Heartbeat(groups, self._phase_now)
-        self.settings_json = config.to_json()
-        """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
         self.training, self.job = config.training, config.job
         self.metrics_config, self.profiling = config.metrics, config.profiling
         self.checkpoints = RunCheckpoints(config.checkpoint, self.out, is_main=self.is_main)
@@ -179,6 +170,8 @@ class Trainer:
         self.fault = FaultInjection.of(
             config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
+        self.settings_json = config.to_json()
+        """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
         self.model_name = config.model.model
         self.tokenizer = config.data.tokenizer
         """What the run reads text with (chosen by ``assemble_run``; None: it reads none)."""

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.data.base import Dataset
+from datacentric.data.prompts import read_prompts
+from datacentric.data.tokenizer_files import text_codec
+from datacentric.settings.sections import DataConfig, ValidationConfig
 from datacentric.train.validation.prompts import PromptSamples, write_samples
 from datacentric.train.validation.renders import PipelineSamples
 
@@ -89,6 +92,44 @@ class RunValidation:
     """Rank 0: writes the records and shows the progress."""
     progress: bool = False
     """Show the held-out passes' progress (``[metrics] progress``)."""
+
+    @classmethod
+    def of(
+        cls,
+        validation: ValidationConfig,
+        data: DataConfig,
+        seed: int,
+        out: Path,
+        held_out: Dataset | None,
+        *,
+        is_main: bool,
+        progress: bool = False,
+    ) -> RunValidation:
+        """The ``[validation]`` section's validation of the run in folder ``out``, built
+        in one place: the ``held_out`` samples (opened with the training set), and the
+        section's ``prompts``, rendered through its ``pipeline`` when it names one (a
+        diffusers model: :meth:`PipelineSamples.of`), else continued by the text model
+        as the ``[data]`` section's tokenizer reads them."""
+        renders = PipelineSamples.of(validation, seed, out)
+        prompts = None
+        if renders is None and validation.prompts is not None:
+            prompts = PromptSamples(
+                read_prompts(validation.prompts),
+                text_codec(data.tokenizer),
+                validation.max_new_tokens,
+                validation.temperature,
+                seed,
+            )
+        record = ValidationRecord(validation.every, out)
+        return cls(record, held_out, prompts, renders, out, is_main, progress)
+
+    def check(self, module: Any, model: str) -> None:
+        """Refuse a ``module`` (the model ``model`` names) that cannot run the section's
+        renders or continue its prompts (``ValueError`` naming the setting)."""
+        if self.renders is not None:
+            self.renders.check(module)
+        if self.prompts is not None:
+            self.prompts.check(module, model)
 
     def due(self, step: int, last: int) -> bool:
         """Something validates after step ``step`` (from 1) of a run of ``last``."""

@@ -14,36 +14,21 @@ from typing import Any
 import torch
 
 from datacentric.data.base import sample_generator
-from datacentric.data.prompts import Prompt, read_prompts
-from datacentric.data.tokenizer_files import text_codec
+from datacentric.data.prompts import Prompt
 from datacentric.parallel.evaluate import generate_tokens
-from datacentric.settings.sections import DataConfig, ValidationConfig
 
 
 @dataclass
 class PromptSamples:
     """The ``[validation]`` section's prompts, tokenized as the ``[data]`` section's
-    tokenizer does, and how to continue them."""
+    tokenizer does, and how to continue them (built with the run's validation,
+    :meth:`~datacentric.train.validation.driver.RunValidation.of`)."""
 
     prompts: list[Prompt]
     codec: Any
     max_new_tokens: int
     temperature: float
     seed: int
-
-    @classmethod
-    def of(cls, validation: ValidationConfig, data: DataConfig, seed: int) -> PromptSamples | None:
-        """The section's prompts (None: no ``prompts`` file, or a ``pipeline`` renders
-        them: :class:`~datacentric.train.validation.renders.PipelineSamples`)."""
-        if validation.prompts is None or validation.pipeline is not None:
-            return None
-        return cls(
-            read_prompts(validation.prompts),
-            text_codec(data.tokenizer),
-            validation.max_new_tokens,
-            validation.temperature,
-            seed,
-        )
 
     def check(self, module: torch.nn.Module, model: str) -> None:
         """Refuse a ``module`` (the model ``model`` names) without next-token logits to
