@@ -253,8 +253,19 @@ class DataCentricRuntime:
         self.loss_mode: LossMode = loss_mode or module.loss_mode
         self.num_heads = int(module.num_heads)
         self.num_kv_heads = int(getattr(module, "num_kv_heads", self.num_heads))
-        if sp_sizes is not None:
-            self.check_sp_sizes(sp_sizes)
+        if sp_sizes is not None:  # plain Ulysses groups (ring degree 1)
+            self.check_splits([(size, 1) for size in sp_sizes])
+        # how the model syncs its gradients, fixed by its wrapper: read once here
+        self.fsdp2 = is_fsdp2(model)
+        """``model`` is sharded with FSDP2 (:func:`~datacentric.parallel.grad_sync.is_fsdp2`)."""
+        self.syncs_in_backward = syncs_itself(model)
+        """``model`` reduces its gradients inside its last backward (DDP, FSDP2 whose block
+        calls do not vary: :func:`~datacentric.parallel.grad_sync.syncs_itself`); else the
+        runtime reduces them after it (:meth:`finish_iteration`)."""
+        self.equal_passes = needs_equal_passes(model)
+        """``model`` communicates on every pass (FSDP2 resharding after forward), so every
+        rank must run as many micro-batches
+        (:func:`~datacentric.parallel.grad_sync.needs_equal_passes`)."""
         self.attention = SequenceParallelAttention(attention)
         module.set_attention(self.attention)
         self.recompute = BlockRecompute.apply(module)
@@ -266,19 +277,26 @@ class DataCentricRuntime:
         check_sp_sizes(self.num_heads, self.num_kv_heads, sp_sizes, "attention")
         check_max_sp_size(self.module, sp_sizes)
 
+    def check_splits(self, splits: Iterable[tuple[int, int]]) -> None:
+        """Raise ``ValueError`` if the model cannot run a split of ``splits`` (``(Ulysses
+        degree, ring degree)`` pairs, :attr:`~datacentric.schedule.Assignment.splits`): its
+        heads must allow the Ulysses degree (:meth:`check_sp_sizes`) and its
+        ``max_ring_size`` the ring degree."""
+        pairs = list(splits)
+        self.check_sp_sizes([ulysses for ulysses, _ in pairs])
+        check_max_ring_size(self.module, [ring for _, ring in pairs])
+
     def check_schedule(self, iterations: Iterable[Iteration]) -> None:
         """Fail at setup, not mid-epoch: SP sizes against heads, ring degrees against the
         model's ``max_ring_size``, recompute lengths against blocks.
 
         Pass ``schedule.iterations``; raises ``ValueError`` naming the offending setting.
         """
-        sizes: set[int] = set()
-        rings: set[int] = set()
+        splits: set[tuple[int, int]] = set()
         for iteration in iterations:
             iteration.validate(self.groups.world_size)
             for assignment in iteration.assignments:
-                sizes.update(ulysses for ulysses, _ in assignment.splits)
-                rings.update(ring for _, ring in assignment.splits)
+                splits.update(assignment.splits)
                 for micro_batch in assignment.micro_batches:
                     n = len(micro_batch.recompute)
                     if n and n != self.recompute.num_blocks:
@@ -287,16 +305,14 @@ class DataCentricRuntime:
                             f"{assignment.rank_start}: a recompute setting of {n} entries for "
                             f"a model of {self.recompute.num_blocks} blocks"
                         )
-        self.check_sp_sizes(sorted(sizes))
-        check_max_ring_size(self.module, rings)
+        self.check_splits(sorted(splits))
 
     def start_iteration(self, iteration: Iteration) -> IterationStats:
         """Validate ``iteration`` for this world and open its statistics."""
         iteration.validate(self.groups.world_size)
         mine = iteration.assignments_for_rank(self.groups.rank)
-        self.check_sp_sizes([ulysses for a in mine for ulysses, _ in a.splits])
-        check_max_ring_size(self.module, [ring for a in mine for _, ring in a.splits])
-        if needs_equal_passes(self.model):
+        self.check_splits([split for a in mine for split in a.splits])
+        if self.equal_passes:
             counts = {
                 len(iteration.micro_batches_of_rank(r)) for r in range(self.groups.world_size)
             }
@@ -379,8 +395,8 @@ class DataCentricRuntime:
         """The trace range of micro-batch ``k`` of ``count`` (built only while profiling)."""
         if not recording():
             return ""
-        last = k == count - 1 and syncs_itself(self.model)
-        how = "FSDP2" if is_fsdp2(self.model) else "DDP"
+        last = k == count - 1 and self.syncs_in_backward
+        how = "FSDP2" if self.fsdp2 else "DDP"
         return micro_batch_name(
             k,
             count,
@@ -400,8 +416,8 @@ class DataCentricRuntime:
         groups = self.groups
         clock = stats.clock or StepClock(groups.device)
         sync_start = done = clock.mark()
-        if groups.distributed and groups.world_size > 1 and not syncs_itself(self.model):
-            how = "FSDP2 reduce-scatter per unit" if is_fsdp2(self.model) else "all-reduce"
+        if groups.distributed and groups.world_size > 1 and not self.syncs_in_backward:
+            how = "FSDP2 reduce-scatter per unit" if self.fsdp2 else "all-reduce"
             with annotate(f"gradient sync: {how} over {groups.world_size} ranks"):
                 reduce_after_backward(self.model, groups.world)
             done = clock.mark()

@@ -17,7 +17,6 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.annotate import annotate
-from datacentric.parallel.grad_sync import is_fsdp2, syncs_itself
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.runtime import DataCentricRuntime, IterationStats, MicroStep
 from datacentric.schedule import Iteration
@@ -83,26 +82,26 @@ class Step:
         """The collectives micro-batch ``k`` of this rank issues, by who issues them."""
         group, last = mine[k][0], k == len(mine) - 1
         sp = f"the SP all-to-all of the group of {group.sp_size} at rank {group.rank_start}"
-        model = self.runtime.model
-        if is_fsdp2(model):
+        runtime = self.runtime
+        if runtime.fsdp2:
             parts = ["FSDP's parameter all-gather", sp]
-            in_backward = last and syncs_itself(model)
+            in_backward = last and runtime.syncs_in_backward
             return ", ".join(parts + (["FSDP's gradient reduce-scatter"] if in_backward else []))
-        if syncs_itself(model) and last:
+        if runtime.syncs_in_backward and last:
             return f"{sp} and DDP's gradient all-reduce"
         return sp
 
     def finish(self) -> float:
         """Sum gradients over the world once, gather every rank's loss share and
         timings (collectives) and return the global batch's loss."""
-        model = self.runtime.model
+        runtime = self.runtime
         self.phase = (
             "the end of the step (waiting for "
-            f"{'FSDP' if is_fsdp2(model) else 'DDP'}'s gradient sync)"
-            if syncs_itself(model)
+            f"{'FSDP' if runtime.fsdp2 else 'DDP'}'s gradient sync)"
+            if runtime.syncs_in_backward
             else (
                 "the FSDP2 reduce-scatter of every unit"
-                if is_fsdp2(model)
+                if runtime.fsdp2
                 else "the gradient all-reduce over the world"
             )
         )
