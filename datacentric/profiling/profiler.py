@@ -231,67 +231,73 @@ def _rank_worker(
     """On every rank: run the rounds; return ``{case index: (times, peak bytes, sync s,
     state bytes)}`` for the cases this rank took part in.
 
-    Warm-up and memory passes run round by round; the timed passes then cycle through
-    all rounds ``repeats`` times (interleaved), so that a change in the machine's load
-    while profiling touches every case alike instead of skewing some against others.
-    With ``interleave`` off, a round's timed passes run back to back and one model is
-    kept at a time (for models too large to keep several depths in memory).
+    What every round runs is known before any model is built: its iteration, this rank's
+    case in it and when its timed passes run (:func:`_timed_after`). Each round then runs
+    its warm-up and memory passes on the model of its depth (:func:`_runtime`, built once
+    per depth); the timed passes follow as :func:`_timed_after` orders them.
     """
     groups = ProcessGroups()
     dataset, ids = _dataset(settings, cases)
+    iterations = [_round_iteration(cases, round_, ids) for round_ in rounds]
+    mine = [
+        next((i for i, at in round_ if _holds(cases, i, at, groups.rank)), None)
+        for round_ in rounds
+    ]
+    timed_after = _timed_after(len(rounds), settings.cost)
+    sp_sizes = sorted({case.sp_size for case in cases})
     dtype = getattr(torch, settings.dtype)
     use_cpu_clock = settings.clock == "cpu" or (
         settings.clock == "auto" and groups.device.type == "cpu"
     )
-    models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
     bar = profiling_progress(len(rounds), settings.cost, settings.progress and groups.rank == 0)
     warm_passes = _warm_passes(settings.cost)
-    prepared = []  # (case index of this rank or None, runtime, clock, iteration)
+    models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
+    prepared: list[tuple[DataCentricRuntime, PassCpuClock]] = []  # each round's model
     memory: dict[int, tuple[int, int]] = {}
     times: dict[int, list[float]] = {}
     syncs: dict[int, list[float]] = {}
-
-    def timed(slot: int) -> None:
-        mine, runtime, clock, iteration = prepared[slot]
-        stats = run_step(runtime, iteration).stats
-        seconds = clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s
-        times.setdefault(slot, []).append(seconds)
-        syncs.setdefault(slot, []).append(stats.sync_time_s)
-        bar.update(1)
-
-    for round_ in rounds:
+    for slot, round_ in enumerate(rounds):
         depth = cases[round_[0][0]].depth
         if depth not in models:
             if not settings.cost.interleave:
                 models.clear()
-            runtime = _runtime(settings, depth, dtype, groups, dataset)
-            models[depth] = (runtime, PassCpuClock(runtime.module))
-        runtime, clock = models[depth]
-        iteration = _round_iteration(cases, round_, ids)
-        mine = next((i for i, start in round_ if _holds(cases, i, start, groups.rank)), None)
-        prepared.append((mine, runtime, clock, iteration))
+            models[depth] = _runtime(settings, depth, dtype, groups, dataset, sp_sizes)
+        prepared.append(models[depth])
+        runtime, iteration = models[depth][0], iterations[slot]
         # the first pass allocates gradients; the second (a warm-up too) measures memory
         run_step(runtime, iteration)
         peak, _ = measure_peak(groups.device, partial(run_step, runtime, iteration))
         states = model_state_bytes(runtime.module)
-        memory[len(prepared) - 1] = (peak + states, states)
+        memory[slot] = (peak + states, states)
         for _ in range(max(0, settings.cost.warmup - 2)):
             run_step(runtime, iteration)
         bar.update(warm_passes)
-        if not settings.cost.interleave:
-            for _ in range(settings.cost.repeats):
-                timed(len(prepared) - 1)
-    if settings.cost.interleave:
-        for _ in range(settings.cost.repeats):
-            for slot in range(len(prepared)):
-                timed(slot)
+        for timed in timed_after[slot]:
+            runtime, clock = prepared[timed]
+            stats = run_step(runtime, iterations[timed]).stats
+            seconds = clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s
+            times.setdefault(timed, []).append(seconds)
+            syncs.setdefault(timed, []).append(stats.sync_time_s)
+            bar.update(1)
     bar.close()
     out: dict[int, tuple[list[float], int, float, int]] = {}
-    for slot, (mine, *_) in enumerate(prepared):
-        if mine is not None:
+    for slot, case in enumerate(mine):
+        if case is not None:
             peak, states = memory[slot]
-            out[mine] = (times[slot], peak, statistics.median(syncs[slot]), states)
+            out[case] = (times[slot], peak, statistics.median(syncs[slot]), states)
     return out
+
+
+def _timed_after(rounds: int, cost: CostConfig) -> list[list[int]]:
+    """The rounds whose timed passes run after each round's warm-up: with ``interleave``
+    (the ``[cost]`` key), every round's, cycled ``repeats`` times after the last round's
+    warm-up, so that a change in the machine's load while profiling touches every case
+    alike instead of skewing some against others; without it, its own ``repeats``
+    passes back to back (one model kept at a time, for models too large to keep several
+    depths in memory)."""
+    if not cost.interleave:
+        return [[slot] * cost.repeats for slot in range(rounds)]
+    return [[] for _ in range(rounds - 1)] + [list(range(rounds)) * cost.repeats]
 
 
 def _warm_passes(cost: CostConfig) -> int:
@@ -360,7 +366,10 @@ def _runtime(
     dtype: torch.dtype,
     groups: ProcessGroups,
     dataset: Any,
-) -> DataCentricRuntime:
+    sp_sizes: Sequence[int],
+) -> tuple[DataCentricRuntime, PassCpuClock]:
+    """The runtime of the model cut to ``depth`` blocks (its adapters injected), told the
+    SP sizes it will run (checked against its heads now), and the clock of its passes."""
     torch.manual_seed(settings.seed)
     layers = max(depth, 1)
     if settings.model in MODEL_PRESETS:
@@ -374,12 +383,15 @@ def _runtime(
         truncate_blocks(model, layers)
     if settings.lora is not None:
         apply_lora(model, settings.lora)
-    runtime = DataCentricRuntime(model, groups, dataset.pack, dataset.loss_tokens)
+    clock = PassCpuClock(model)
+    runtime = DataCentricRuntime(
+        model, groups, dataset.pack, dataset.loss_tokens, sp_sizes=sp_sizes
+    )
     if depth == 0:
         # the runtime needs an attention layer to wire up; the depth-0 model (embedding,
         # head and loss only) then drops its one block
         truncate_blocks(model, 0)
-    return runtime
+    return runtime, clock
 
 
 def truncate_blocks(model: nn.Module, depth: int) -> None:

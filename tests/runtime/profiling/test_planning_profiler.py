@@ -20,6 +20,7 @@ from datacentric.profiling.profiler import (
     DUAL_LAYER_RUNS,
     RunCase,
     RunResult,
+    _timed_after,
     dual_layer_cases,
     plan_rounds,
     point_from_runs,
@@ -31,6 +32,7 @@ from datacentric.profiling.store import (
     save_profile,
     stale_fields,
 )
+from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 
 TEXT = SampleShape.text
@@ -58,6 +60,15 @@ def test_rounds_cover_every_rank_once_with_one_depth_each() -> None:
     assert len(rounds) == len(cases)
     with pytest.raises(ValueError, match="does not divide"):
         plan_rounds([RunCase((TEXT(8),), 3, 1, False)], 4)
+
+
+def test_timed_passes_cycle_through_every_round_or_follow_their_own() -> None:
+    """Interleaved, every round's timed passes run in turn after the last warm-up (a
+    change of load touches every case alike); otherwise each round's follow its own."""
+    cycled = _timed_after(3, CostConfig(repeats=2, interleave=True))
+    assert cycled == [[], [], [0, 1, 2, 0, 1, 2]]
+    assert _timed_after(3, CostConfig(repeats=2, interleave=False)) == [[0, 0], [1, 1], [2, 2]]
+    assert _timed_after(0, CostConfig(repeats=2, interleave=True)) == [[]]
 
 
 def runs_from_law(base_t, block_t, rec_t, base_m, block_m, rec_m, transient):
