@@ -203,6 +203,7 @@ class DataCentric:
         self.model = wrap_model(self.module, self.groups, self.sharding)
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
+        loss_tokens = loss_tokens_function(dataset)  # each sample's tokens that carry loss
         self.pipeline = Pipeline(
             dataset.shapes(),
             cost_model,
@@ -218,9 +219,7 @@ class DataCentric:
         )
         """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
         else 70% of this device) and builds each epoch's schedule."""
-        self.runtime = DataCentricRuntime(
-            self.model, self.groups, dataset.pack, loss_tokens_function(dataset)
-        )
+        self.runtime = DataCentricRuntime(self.model, self.groups, dataset.pack, loss_tokens)
         self.prefetcher = Prefetcher(epoch_pack(dataset, 0), depth=prefetch) if prefetch else None
         self.position = Position()
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""

@@ -23,7 +23,6 @@ import torch
 
 from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
 from datacentric.parallel.launch import launch_mode
-from datacentric.parallel.loss import loss_tokens_function
 from datacentric.regular_files import open_regular
 from datacentric.schedule import Schedule
 from datacentric.scheduling.resume import Position
@@ -128,8 +127,8 @@ class Trainer:
         self.held_out = run.held_out
         """The ``[validation]`` section's held-out samples (None: no validation)."""
         self.shapes = self.dataset.shapes()
-        self.loss_tokens = loss_tokens_function(self.dataset)
         self.dc = run.dc
+        self.loss_tokens = self.dc.runtime.loss_tokens_of  # the rule the runtime weighs by
         if self.held_out is not None:  # its plan and schedule: a sample that cannot fit fails now
             self.dc.prepare_evaluation(self.held_out)
         self.validation = RunValidation.of(
