@@ -25,9 +25,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from datacentric.models.lora_settings import ALL_LINEAR, LoraError, LoraSpec, lora_spec
+from datacentric.models.model_args import ALL_LINEAR, LoraError, LoraSpec, lora_spec
 
-__all__ = ["ALL_LINEAR", "LoraError", "LoraSpec", "lora_spec"]  # defined in lora_settings
+__all__ = ["ALL_LINEAR", "LoraError", "LoraSpec", "lora_spec"]  # defined in model_args
 
 #: The attention projections LoRA adapts by default, by the module names a family uses.
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {

@@ -21,7 +21,7 @@ from datacentric.data.sources import open_dataset
 from datacentric.log import quiet_loading
 from datacentric.models.configs import model_config
 from datacentric.models.lora import apply_lora
-from datacentric.models.lora_settings import lora_of
+from datacentric.models.model_args import lora_of
 from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
