@@ -12,9 +12,10 @@ from datacentric.cli.flags import config_from_args
 from datacentric.cli.main import build_parser, main
 from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError, epoch_pack
-from datacentric.data.sources import skipped_samples
+from datacentric.data.sources import reads_text, skipped_samples, source_kind
 from datacentric.data.tokenized import TokenizedTextDataset
 from datacentric.settings import load_config
+from datacentric.settings.sections import ValidationConfig
 
 
 @pytest.fixture(autouse=True)
@@ -188,6 +189,26 @@ def test_factory_dataset_gets_the_settings_it_names():
         open_dataset(f"{__name__}:TEXTS")
     with pytest.raises(DataError, match="cannot import"):
         open_dataset("no_such_module_xyz:make")
+
+
+def test_what_a_dataset_string_names_is_read_in_one_place():
+    kinds = {
+        "stdlib": "stdlib",
+        "sft-longtail": "preset",
+        "jsonl:a.jsonl": "jsonl",
+        "hf-datasets:folder": "hf-datasets",
+        "latents:folder": "latents",
+        "my_pkg.data:make": "factory",
+        "stdlib:make": "factory",
+        "jsonl": None,
+        "split=0.1": None,
+        "pkg:not/a/name": None,
+    }
+    assert {spec: source_kind(spec) for spec in kinds} == kinds
+    assert reads_text(DataConfig(dataset="sft-longtail"), ValidationConfig(dataset="text:a.txt"))
+    assert not reads_text(DataConfig(dataset="latents:x"), ValidationConfig(dataset="split=0.1"))
+    with pytest.raises(DataError, match="unknown dataset 'pkg:not/a/name'; use stdlib"):
+        open_dataset("pkg:not/a/name")
 
 
 def test_schedule_cli_counts_chunked_documents(tmp_path, capsys):
