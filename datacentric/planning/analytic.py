@@ -57,7 +57,7 @@ Memory on one rank (bytes):
   (:meth:`~datacentric.planning.sharding.ShardingSpec.model_state_bytes`: replicated
   for ``none``/``ddp``; optimizer state split over the world for ``fsdp2``);
 - saved activations: per non-recomputed block ``saved_elems * tokens/sp * dtype``
-  (see :func:`saved_elements_per_token`), per recomputed block only its input
+  (see :meth:`ModelSpec.saved_elements_per_token`), per recomputed block only its input
   ``hidden * tokens/sp * dtype``; conditioning k/v per sample, not sharded;
 - transient peak: the larger of the loss head's logits (LM: fp32 + dtype copy of
   ``tokens/sp x vocab``) and, in backward, one recomputed block's full activations
@@ -141,23 +141,6 @@ class Work:
 
 #: A :class:`Work`'s fields in order, as one tuple.
 _work_values = attrgetter(*(f.name for f in fields(Work)))
-
-
-def saved_elements_per_token(spec: ModelSpec) -> int:
-    """Activation elements one non-recomputed block saves per token for backward.
-
-    Self-attention: norm input and output, q, k, v, attention output (``4h + 2kv``);
-    cross-attention: its input, q and output (``3h``); MLP: norm input and output plus
-    ``2f`` (up, activation) or ``4f`` gated (gate, up, activation, product);
-    adaLN modulation: modulated inputs and gated outputs (``4h``). Approximate: it
-    ignores small per-head statistics (softmax log-sum-exp) and norm statistics.
-    """
-    h, f = spec.hidden, spec.ffn_hidden
-    attn = 4 * h + 2 * spec.kv_dim
-    cross = 3 * h if spec.cross_attn_tokens else 0
-    mlp = 2 * h + (4 if spec.gated_mlp else 2) * f
-    adaln = 4 * h if spec.adaln_single else 0
-    return attn + cross + mlp + adaln + spec.extra_saved_per_token
 
 
 def weight_traffic_bytes(dtype_bytes: int) -> tuple[int, int]:
@@ -313,7 +296,7 @@ class AnalyticCostModel(CachedCostModel):
         self._kinds = spec.kinds
         self._kind_index = {k: i for i, k in enumerate(self._kinds)}
         self._kind_counts = tuple(spec.kind_counts()[k] for k in self._kinds)
-        self._saved_elems = saved_elements_per_token(spec)
+        self._saved_elems = spec.saved_elements_per_token()
         self._rates = hardware.seconds_per_unit()
         if memory_fraction is not None or memory_capacity_bytes is not None:
             warn_cost_model_cap("AnalyticCostModel(memory_fraction=, memory_capacity_bytes=)")

@@ -66,7 +66,7 @@ class ModelSpec:
     """Parameters outside the blocks beyond the generic count (final norms, biases)."""
     extra_saved_per_token: int = 0
     """Activation elements per token a block saves beyond the generic count (see
-    :func:`~datacentric.planning.analytic.saved_elements_per_token`)."""
+    :meth:`saved_elements_per_token`)."""
     per_token_modulation: int = 0
     """Elements per token each block gathers from its sample's modulation row (DiT
     per-block adaLN: shift, scale, gate twice, ``6h``); backward scatter-adds them back
@@ -119,6 +119,22 @@ class ModelSpec:
 
     def kind_counts(self) -> dict[str, int]:
         return {k: self.block_kinds.count(k) for k in self.kinds}
+
+    def saved_elements_per_token(self) -> int:
+        """Activation elements one non-recomputed block saves per token for backward.
+
+        Self-attention: norm input and output, q, k, v, attention output (``4h + 2kv``);
+        cross-attention: its input, q and output (``3h``); MLP: norm input and output plus
+        ``2f`` (up, activation) or ``4f`` gated (gate, up, activation, product);
+        adaLN modulation: modulated inputs and gated outputs (``4h``). Approximate: it
+        ignores small per-head statistics (softmax log-sum-exp) and norm statistics.
+        """
+        h, f = self.hidden, self.ffn_hidden
+        attn = 4 * h + 2 * self.kv_dim
+        cross = 3 * h if self.cross_attn_tokens else 0
+        mlp = 2 * h + (4 if self.gated_mlp else 2) * f
+        adaln = 4 * h if self.adaln_single else 0
+        return attn + cross + mlp + adaln + self.extra_saved_per_token
 
     @cached_property
     def token_matmul_params(self) -> int:
