@@ -28,17 +28,19 @@ from typing import Any
 
 from datacentric.log import get_logger
 from datacentric.planning.fitted import FittedCostModel, extrapolate
-from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
-from datacentric.profiling.factory import fitted_cost_model, named_spec
+from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.profiler import (
     ProfileSettings,
     RunCase,
     RunResult,
+    default_sp_sizes,
     dual_layer_cases,
     measure,
+    measure_profile,
     point_from_runs,
+    select_profile_shapes,
 )
 from datacentric.profiling.store import (
     Profile,
@@ -52,65 +54,6 @@ from datacentric.profiling.store import (
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import Bucket, SampleShape, make_buckets
 from datacentric.timing import relative_spread
-
-
-def select_profile_shapes(
-    shapes: Sequence[SampleShape], *, max_points: int = 3, max_tokens: int | None = None
-) -> list[tuple[SampleShape, ...]]:
-    """Micro-batches to profile: up to ``max_points`` distinct bucket shapes spread
-    geometrically over the token range (at most ``max_tokens`` each), plus four copies
-    of the smallest (so the fit can tell a per-sample cost from a per-token one)."""
-    distinct = sorted(set(shapes), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
-    if max_tokens is not None:
-        distinct = [s for s in distinct if s.tokens <= max_tokens] or distinct[:1]
-    if len(distinct) > max_points:
-        last = len(distinct) - 1
-        picks = sorted({round(i * last / (max_points - 1)) for i in range(max_points)})
-        distinct = [distinct[i] for i in picks]
-    return [(s,) for s in distinct] + [(distinct[0],) * 4]
-
-
-def attention_kind(model: str, spec: ModelSpec) -> str:
-    """The attention of the blocks of a runnable model of ``spec`` (``causal`` or
-    ``full``)."""
-    kinds = spec.kinds
-    if len(kinds) != 1:
-        raise ValueError(f"{model}: the profiler handles one block kind, got {kinds}")
-    return kinds[0]
-
-
-def measure_profile(
-    settings: ProfileSettings,
-    micro_batches: Sequence[tuple[SampleShape, ...]],
-    sp_sizes: Sequence[int],
-    *,
-    extra_cases: Sequence[RunCase] = (),
-) -> tuple[Profile, list[Any]]:
-    """Dual-layer profile points of every micro-batch on every SP size (one spawn), and
-    the results of ``extra_cases`` measured in the same session."""
-    start = time.perf_counter()
-    # what the profile records of the model, known (and checked) before anything runs
-    spec = settings.spec or named_spec(settings.model, settings.model_args)
-    kind = attention_kind(settings.model, spec)
-    cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
-    results = measure([*cases, *extra_cases], settings)
-    dual, extra = results[: len(cases)], results[len(cases) :]
-    points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
-    sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
-    sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
-    depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
-    full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
-    profile = Profile(
-        fingerprint=_fingerprint(settings, settings.world_size),
-        model=settings.model,
-        num_blocks=spec.num_blocks,
-        attention_kind=kind,
-        points=tuple(points),
-        gpus_per_node=settings.world_size,  # the ranks of one machine share its links
-        grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
-        profile_seconds=time.perf_counter() - start,
-    )
-    return profile, extra
 
 
 def validation_cases(
@@ -236,7 +179,7 @@ def run_profile(
     finds off on this machine (:func:`reusable`) is re-measured."""
     start = time.perf_counter()
     world = settings.world_size
-    sp_sizes = list(sp_sizes or _powers_of_two(world))
+    sp_sizes = list(sp_sizes or default_sp_sizes(world))
     current = _fingerprint(settings, world)
     saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
     reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
@@ -248,7 +191,7 @@ def run_profile(
             max_points=max_points,
             max_tokens=max_profile_tokens,
         )
-        profile, _ = measure_profile(settings, micro_batches, sp_sizes)
+        profile, _ = measure_profile(settings, micro_batches, sp_sizes, current)
     cost = fitted_cost_model(profile)
     plan = Pipeline(
         shapes,
@@ -301,8 +244,8 @@ def ensure_profile(
     micro_batches = select_profile_shapes(
         [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
     )
-    sizes = list(sp_sizes or _powers_of_two(settings.world_size))
-    profile, _ = measure_profile(settings, micro_batches, sizes)
+    sizes = list(sp_sizes or default_sp_sizes(settings.world_size))
+    profile, _ = measure_profile(settings, micro_batches, sizes, current)
     if _is_rank_zero():
         save_profile(profile, directory)
     return profile
@@ -415,13 +358,6 @@ def reusable(
 
 def _tokens(shapes: Sequence[SampleShape]) -> int:
     return sum(s.tokens for s in shapes)
-
-
-def _powers_of_two(world: int) -> list[int]:
-    sizes = [1]
-    while sizes[-1] * 2 <= world and world % (sizes[-1] * 2) == 0:
-        sizes.append(sizes[-1] * 2)
-    return sizes
 
 
 def _rank_zero_value(value: Any) -> Any:

@@ -21,6 +21,10 @@ that a changing machine load touches every case alike. The first warm-up pass me
 (:mod:`datacentric.profiling.memory`), to which parameters, gradients and Adam's
 two moments are added from their sizes.
 
+:func:`measure_profile` measures a whole profile: the dual-layer points of the micro-batches
+:func:`select_profile_shapes` picks, on every SP size (:func:`default_sp_sizes` when none
+are given), as one :class:`~datacentric.profiling.store.Profile`.
+
 The profiler sits above the runtime (it runs it); the cost models it fits and the
 planner that reads them stay pure, below it.
 """
@@ -49,7 +53,9 @@ from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.model_specs import ModelSpec
+from datacentric.profiling.factory import named_spec
 from datacentric.profiling.memory import measure_peak, model_state_bytes
+from datacentric.profiling.store import Profile
 from datacentric.progress import Progress
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.settings.sections import CostConfig
@@ -223,6 +229,77 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
             )
         )
     return results
+
+
+def select_profile_shapes(
+    shapes: Sequence[SampleShape], *, max_points: int = 3, max_tokens: int | None = None
+) -> list[tuple[SampleShape, ...]]:
+    """Micro-batches to profile: up to ``max_points`` distinct bucket shapes spread
+    geometrically over the token range (at most ``max_tokens`` each), plus four copies
+    of the smallest (so the fit can tell a per-sample cost from a per-token one)."""
+    distinct = sorted(set(shapes), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
+    if max_tokens is not None:
+        distinct = [s for s in distinct if s.tokens <= max_tokens] or distinct[:1]
+    if len(distinct) > max_points:
+        last = len(distinct) - 1
+        picks = sorted({round(i * last / (max_points - 1)) for i in range(max_points)})
+        distinct = [distinct[i] for i in picks]
+    return [(s,) for s in distinct] + [(distinct[0],) * 4]
+
+
+def attention_kind(model: str, spec: ModelSpec) -> str:
+    """The attention of the blocks of a runnable model of ``spec`` (``causal`` or
+    ``full``)."""
+    kinds = spec.kinds
+    if len(kinds) != 1:
+        raise ValueError(f"{model}: the profiler handles one block kind, got {kinds}")
+    return kinds[0]
+
+
+def measure_profile(
+    settings: ProfileSettings,
+    micro_batches: Sequence[tuple[SampleShape, ...]],
+    sp_sizes: Sequence[int],
+    fingerprint: dict[str, Any],
+    *,
+    extra_cases: Sequence[RunCase] = (),
+) -> tuple[Profile, list[Any]]:
+    """Dual-layer profile points of every micro-batch on every SP size (one spawn), as the
+    profile of ``fingerprint`` (the caller's, found once:
+    :func:`~datacentric.profiling.store.fingerprint`), and the results of ``extra_cases``
+    measured in the same session."""
+    start = time.perf_counter()
+    # what the profile records of the model, known (and checked) before anything runs
+    spec = settings.spec or named_spec(settings.model, settings.model_args)
+    kind = attention_kind(settings.model, spec)
+    cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
+    results = measure([*cases, *extra_cases], settings)
+    dual, extra = results[: len(cases)], results[len(cases) :]
+    points = [point_from_runs(dual[i : i + 4]) for i in range(0, len(dual), 4)]
+    sync = [r.grad_sync_s for r in dual if r.case.depth == 2 and not r.case.recompute]
+    sync0 = [r.grad_sync_s for r in dual if r.case.depth == 0]
+    depth_sync = (statistics.median(sync) - statistics.median(sync0)) / 2
+    full_sync = statistics.median(sync0) + spec.num_blocks * max(0.0, depth_sync)
+    profile = Profile(
+        fingerprint=fingerprint,
+        model=settings.model,
+        num_blocks=spec.num_blocks,
+        attention_kind=kind,
+        points=tuple(points),
+        gpus_per_node=settings.world_size,  # the ranks of one machine share its links
+        grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
+        profile_seconds=time.perf_counter() - start,
+    )
+    return profile, extra
+
+
+def default_sp_sizes(world: int) -> list[int]:
+    """The SP sizes a profile measures when none are given: the powers of two that divide
+    ``world``."""
+    sizes = [1]
+    while sizes[-1] * 2 <= world and world % (sizes[-1] * 2) == 0:
+        sizes.append(sizes[-1] * 2)
+    return sizes
 
 
 def _rank_worker(

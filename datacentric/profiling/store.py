@@ -164,22 +164,18 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile | None:
         ) from err
 
 
-def stale_fields(profile: Profile, current: dict[str, Any]) -> list[str]:
-    """Fingerprint fields that differ from ``current`` (empty: the profile is fresh)."""
-    keys = sorted(set(profile.fingerprint) | set(current))
-    return [k for k in keys if profile.fingerprint.get(k) != current.get(k)]
-
-
 def fresh_profile(
     directory: str | os.PathLike[str], current: dict[str, Any]
 ) -> tuple[Profile | None, float]:
     """The profile in ``directory`` if its fingerprint is ``current`` (else ``None``:
-    none, or stale), and when it was last measured or probed (:func:`last_checked`; 0
-    without a fresh one), read together: what a caller needs to decide on reuse."""
+    none, or stale: measured for another model, device, torch, world, dtype or method),
+    and when it was last measured or probed (:func:`last_checked`; 0 without a fresh
+    one), read together: what a caller needs to decide on reuse."""
+    checked = last_checked(directory)
     saved = load_profile(directory)
-    if saved is None or stale_fields(saved, current):
+    if saved is None or saved.fingerprint != current:
         return None, 0.0
-    return saved, last_checked(directory)
+    return saved, checked
 
 
 def save_probe(directory: str | os.PathLike[str], worst_rel_diff: float) -> Path:

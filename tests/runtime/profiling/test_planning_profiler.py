@@ -13,7 +13,7 @@ from datacentric.parallel.ulysses import all_to_all, available_all_to_all_paths
 from datacentric.planning.bucket_options import BucketOption
 from datacentric.planning.fitted import FittedCostModel, ProfilePoint, extrapolate
 from datacentric.planning.plan import BucketPlan, Plan
-from datacentric.profiling.autoprofile import select_profile_shapes, validation_cases
+from datacentric.profiling.autoprofile import validation_cases
 from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.memory import LiveTensorBytes
 from datacentric.profiling.profiler import (
@@ -24,13 +24,14 @@ from datacentric.profiling.profiler import (
     dual_layer_cases,
     plan_rounds,
     point_from_runs,
+    select_profile_shapes,
 )
 from datacentric.profiling.store import (
     Profile,
     ProfileError,
+    fresh_profile,
     load_profile,
     save_profile,
-    stale_fields,
 )
 from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
@@ -194,8 +195,8 @@ def test_profile_round_trip_stale_and_corrupt(tmp_path) -> None:
     path = save_profile(profile, tmp_path)
     loaded = load_profile(tmp_path)
     assert loaded == profile
-    assert stale_fields(loaded, dict(profile.fingerprint)) == []
-    assert stale_fields(loaded, {**profile.fingerprint, "world_size": 4}) == ["world_size"]
+    assert fresh_profile(tmp_path, dict(profile.fingerprint))[0] == profile
+    assert fresh_profile(tmp_path, {**profile.fingerprint, "world_size": 4}) == (None, 0.0)
     assert load_profile(tmp_path / "nowhere") is None
     data = json.loads(path.read_text())
     data["fingerprint"]["torch"] = "edited"

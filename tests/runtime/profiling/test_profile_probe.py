@@ -9,7 +9,7 @@ import os
 import pytest
 from test_planning_profiler import make_profile, runs_from_law
 
-from datacentric.profiling import autoprofile
+from datacentric.profiling import autoprofile, profiler
 from datacentric.profiling.autoprofile import (
     PROBE_MIN_TOLERANCE,
     PROBE_TOLERANCE,
@@ -99,10 +99,10 @@ def test_a_model_the_profiler_cannot_describe_is_refused_before_anything_runs(mo
     def no_measure(*args, **kwargs):
         raise AssertionError("measured a model it then refused")
 
-    monkeypatch.setattr(autoprofile, "measure", no_measure)
+    monkeypatch.setattr(profiler, "measure", no_measure)
     settings = replace(SETTINGS, spec=mixed)
     with pytest.raises(ValueError, match="one block kind"):
-        autoprofile.measure_profile(settings, [(TEXT(64),)], [1])
+        profiler.measure_profile(settings, [(TEXT(64),)], [1], {})
 
 
 @pytest.mark.slow
