@@ -138,7 +138,7 @@ def search(inp: PolicyInput, told: Told | None = None) -> tuple[OptionTable, int
     """The (recomputation table, SP size, token budget) with the least estimated time
     (its progress told to ``told``, in steps priced: :func:`~.search_steps.searched`)."""
     told = told or Told(inp)
-    first = first_pass(inp, told.first_pass)
+    first = first_pass(inp, told)
     told.finalists(first)
     if not first:
         table = inp.full_table()
@@ -211,13 +211,11 @@ class Told:
         return lambda k: searched(self.inp, base + k * per_step, self.total())
 
 
-def first_pass(
-    inp: PolicyInput, told: Callable[..., None] | None = None
-) -> list[tuple[OptionTable, int, float]]:
+def first_pass(inp: PolicyInput, told: Told | None = None) -> list[tuple[OptionTable, int, float]]:
     """Every (recomputation table, SP size, token budget) candidate that covers the
     world on a few steps spread over the epoch, fastest there first: budgets in powers
     of two, then the best (setting, size) again on budgets ``2**(1/4)`` apart.
-    ``told(done, total)``: the micro-batches priced so far (:class:`Told`)."""
+    ``told``: hears the micro-batches priced so far (:meth:`Told.first_pass`)."""
     chunks, _ = inp.global_batches()
     sample = [chunks[k] for k in priced_steps(len(chunks))]
     first: list[tuple[float, int, OptionTable, int, float]] = []
@@ -228,7 +226,7 @@ def first_pass(
         for sp in uniform_sizes(inp, t)
     ]
     share = sum(len(c) for c in sample) / max(sum(len(c) for c in chunks), 1)
-    work = Told(inp).work if told is not None else None
+    work = told.work if told is not None else None
     priced, total, epoch = [0.0], 0.0, 0.0
     if work is not None:  # the finer budgets as many again as a (setting, size)'s most
         sums = [sum(work(t, sp, b, share) for b in bs) for _, t, sp, bs in grid]
@@ -246,7 +244,7 @@ def first_pass(
 
     def try_one(n: int, table: OptionTable, sp: int, budget: float) -> None:
         if told is not None and work is not None:
-            told(priced[0], max(total, priced[0]), builds())
+            told.first_pass(priced[0], max(total, priced[0]), builds())
             priced[0] += work(table, sp, budget, share)
         try:
             first.append((price(inp, table, sp, budget, sample), n, table, sp, budget))
@@ -263,7 +261,7 @@ def first_pass(
     for budget in finer_budgets(budgets(inp, table, sp)):
         try_one(n, table, sp, budget)
     if told is not None:
-        told(priced[0], priced[0], builds())
+        told.first_pass(priced[0], priced[0], builds())
     first.sort(key=lambda row: row[:2])
     return [row[2:] for row in first]
 
