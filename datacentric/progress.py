@@ -79,16 +79,17 @@ class TimeLeft:
         if done > self.marks[-1][0]:
             self.marks.append((done, at))
 
-    def _first(self) -> tuple[int, float]:
+    def _first(self, own: float | None = None) -> tuple[int, float]:
         """The mark the pace is measured from: the start, or the first unit's end once
         a second is done if the first took over twice the others' mean (it paid the
         start: compilation, caches, a search) or :attr:`first_pays`; one like the others
-        counts."""
-        if len(self.marks) <= 2:
+        counts. With one unit done, ``own`` (the pace of the one now running, as far as
+        its share is told, when it has taken some time) stands for the others'."""
+        if len(self.marks) < 2 or (len(self.marks) == 2 and not own):
             return self.marks[0]
         (done0, start), (done1, end1), (done, last) = self.marks[0], self.marks[1], self.marks[-1]
         first_pace = (end1 - start) / (done1 - done0)
-        others_pace = (last - end1) / (done - done1)
+        others_pace = (last - end1) / (done - done1) if done > done1 else own
         return self.marks[1] if self.first_pays or first_pace > 2 * others_pace else self.marks[0]
 
     def seconds(
@@ -107,8 +108,8 @@ class TimeLeft:
         if done >= self.total:
             return None
         running = min(max(running, 1e-9), self.total - done)
-        first = self._first()
         own = (now - last) / (partial * running) if partial > 0 else None
+        first = self._first(own)
         if done > first[0]:
             per_unit = (last - first[1]) / (done - first[0])
         elif own_left is not None and partial < 1:
@@ -133,23 +134,42 @@ STEP_SHARE_MAX = 0.95
 
 class StepShare:
     """How far the step a policy now builds is, as the policy tells it: ``step_begun(work)``
-    (about ``work`` micro-batches to lay out) and ``laid_out(count)`` (that many more laid
-    out; ``dcp-opt``: :func:`~datacentric.scheduling.search_steps.step_begun`). A step
-    callback that is one reads :meth:`step_share` for a time left inside a long step."""
+    (about ``work`` micro-batches to lay out), ``laid_out(count)`` (that many more laid
+    out) and ``solved(seconds)`` (a solve its work did not count; ``dcp-opt``:
+    :func:`~datacentric.scheduling.search_steps.step_begun`). A step callback that is
+    one reads :meth:`step_share` for a time left inside a long step. ``clock``: the
+    seconds a solve is told in (CPU seconds of the process that builds the step)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.process_time) -> None:
+        self.clock = clock
         self.work = 0.0
-        """Micro-batches the step now built lays out, as told (0: not told)."""
+        """Micro-batches the step now built lays out, as told (0: not told), and its
+        solves counted as the micro-batches laid out in as long (:meth:`solved`)."""
         self.worked = 0.0
         """Of those, laid out so far."""
+        self.begun_at = 0.0
+        """When the step now built began (the clock's reading)."""
 
     def step_begun(self, work: float) -> None:
         """The step now built has about ``work`` micro-batches to lay out."""
-        self.work, self.worked = float(work), 0.0
+        self.work, self.worked, self.begun_at = float(work), 0.0, self.clock()
 
     def laid_out(self, count: float) -> None:
         """The step now built has laid out ``count`` more micro-batches."""
         self.worked += count
+
+    def solved(self, seconds: float) -> None:
+        """The step now built has spent ``seconds`` in a solve its told work did not
+        count (an exact solver's run, which takes from a millisecond to seconds as the
+        instance goes): counted as the micro-batches the step laid out in as long before
+        it, done and added to its work, so that its share moves by the solve's cost.
+        Before any micro-batch is laid out it adds nothing (the solve's time then paces
+        the step's first layouts)."""
+        before = self.clock() - seconds - self.begun_at
+        if self.work and self.worked > 0 and before > 0:
+            count = seconds * self.worked / before
+            self.work += count
+            self.worked += count
 
     def step_out(self) -> None:
         """The step is out: nothing is told of the next till it begins."""

@@ -38,6 +38,7 @@ micro-batches to groups that minimise the iteration's makespan.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -69,7 +70,7 @@ from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, PolicySteps, StepMaker
 from datacentric.scheduling.riders import with_riders
-from datacentric.scheduling.search_steps import laid_out, step_begun
+from datacentric.scheduling.search_steps import laid_out, solved, step_begun
 from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
@@ -329,7 +330,9 @@ def solve_iteration(
         and idle_share(times, group_class, sizes, owner, world) > EXACT_IDLE
         and len(items) * len(layout) <= opts.exact_max_binaries
     ):
+        began = time.process_time()
         better = exact.solve_assignment(times, group_class, owner, max_nodes=opts.exact_max_nodes)
+        solved(inp, time.process_time() - began)
         if better is not None:
             owner = better
     t_own = times[np.arange(len(items)), group_class[owner]]

@@ -278,7 +278,7 @@ class StageSteps(StepShare):
     own time left."""
 
     def __init__(self, stages: Progress) -> None:
-        super().__init__()
+        super().__init__(stages.clock)
         self.stages = stages
         self.steps = (0, 1)
         """The stage's steps as last told: (done, total)."""
@@ -290,6 +290,13 @@ class StageSteps(StepShare):
 
     def laid_out(self, count: float) -> None:
         super().laid_out(count)
+        self._share_moved()
+
+    def solved(self, seconds: float) -> None:
+        super().solved(seconds)
+        self._share_moved()
+
+    def _share_moved(self) -> None:
         self.stages.inside(*self.steps, step_share=self.step_share() or 0.0)
 
     def searched(self, done: float, total: float) -> None:

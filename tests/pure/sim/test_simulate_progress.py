@@ -157,3 +157,22 @@ def test_dcp_opt_s_first_step_says_its_time_left_as_far_as_it_told_its_layouts(m
 
     line = line_while(monkeypatch, "dcp-opt", told)
     assert "(dcp-opt, step 0/4)" in line and seconds_left(line) == 30, line
+
+
+def test_a_solve_told_counts_as_the_layouts_the_step_makes_in_as_long(monkeypatch):
+    """dcp-opt's exact solver, told by ``solved(seconds)`` after it ran: the first
+    quarter of a step's 1,000 micro-batches laid out in 2 s, then a 6 s solve, counts
+    the solve as the 750 micro-batches laid out in as long: 1,000 of 1,750 done in 8 s,
+    14 s a step, 4 steps: about 48 s left (without it, the step paced by its quarter in
+    2 s: 30 s)."""
+
+    def told(on_step, wait):
+        on_step(0, 4)
+        on_step.step_begun(1000)
+        wait(2.0)
+        on_step.laid_out(250)
+        wait(6.0)
+        on_step.solved(6.0)
+
+    line = line_while(monkeypatch, "dcp-opt", told)
+    assert "(dcp-opt, step 0/4)" in line and seconds_left(line) == 48, line
