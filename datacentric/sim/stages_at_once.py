@@ -224,6 +224,7 @@ def run_at_once(
     sys.stderr.flush()
     pending, running = list(policies), {}
     quiet: set[str] = set()  # dead with nothing heard at the last look
+    looked = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < workers:
@@ -235,6 +236,12 @@ def run_at_once(
             try:
                 message = queue.get(timeout=HEARTBEAT_S)
             except queues.Empty:
+                message = None
+            if message is not None and not _heard(message, running, watch, on_end):
+                return
+            if message is None or time.monotonic() - looked >= HEARTBEAT_S:
+                # a dead process is looked for while the others still tell, too
+                looked = time.monotonic()
                 lost, quiet = _lost(running, quiet)
                 for policy, text in lost:
                     running.pop(policy)
@@ -242,21 +249,30 @@ def run_at_once(
                     error = RuntimeError(f"{policy}: {text}")
                     if not on_end(policy, None, error, f"RuntimeError: {text}"):
                         return
-                continue
-            kind, policy, cpu, *rest = message
-            if kind == "begun":
-                watch.begun(policy, cpu)
-            elif kind == "news":
-                watch.heard(policy, cpu, *rest)
-            else:
-                running.pop(policy).join()
-                watch.ended(policy, cpu)
-                if not on_end(policy, *rest):
-                    return
     finally:
         for process in running.values():
             process.terminate()
             process.join()
+
+
+def _heard(
+    message: tuple,
+    running: dict[str, Any],
+    watch: Watch,
+    on_end: Callable[[str, Any, BaseException | None, str], bool],
+) -> bool:
+    """Take one worker's ``message`` (begun, news or done); False where its end stops
+    the others (``on_end`` said so)."""
+    kind, policy, cpu, *rest = message
+    if kind == "begun":
+        watch.begun(policy, cpu)
+    elif kind == "news":
+        watch.heard(policy, cpu, *rest)
+    else:
+        running.pop(policy).join()
+        watch.ended(policy, cpu)
+        return bool(on_end(policy, *rest))
+    return True
 
 
 def _lost(running: dict[str, Any], quiet: set[str]) -> tuple[list[tuple[str, str]], set[str]]:
@@ -265,10 +281,21 @@ def _lost(running: dict[str, Any], quiet: set[str]) -> tuple[list[tuple[str, str
     once more (what a process sent before it ended may still be on its way)."""
     gone = {policy for policy, process in running.items() if not process.is_alive()}
     lost = [
-        (p, f"its process ended with exit code {running[p].exitcode} before its schedule was built")
+        (p, f"{_ended(running[p].exitcode)} before its schedule was built")
         for p in sorted(gone & quiet)
     ]
     return lost, gone - quiet
+
+
+def _ended(code: int | None) -> str:
+    """How a worker's process ended, from its exit code (negative: the signal)."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"its process was killed by {name} (exit code {code})"
+    return f"its process ended with exit code {code}"
 
 
 def _work(queue: Any, policy: str, build: Callable[[str, Any], Any]) -> None:

@@ -230,3 +230,39 @@ def test_a_stage_whose_process_dies_ends_with_an_error_that_says_so():
     run_at_once(["kept", "lost"], build, workers=2, watch=watch, on_end=on_end)
     assert ended["kept"] == ("KEPT", "")
     assert ended["lost"][0] is None and "exit code 3" in ended["lost"][1], ended
+
+
+@needs_fork
+def test_a_worker_killed_while_others_run_ends_its_stage_at_once():
+    """A worker killed by SIGKILL while another tells its progress every 50 ms (so the
+    parent never waits a heartbeat for news): its stage ends with an error naming the
+    signal and exit code -9 within a few seconds, and the run stops there (the other,
+    20 s long, is ended), where it was noticed only once the other workers ended."""
+    import os
+    import signal
+    import time
+
+    from datacentric.sim.stages_at_once import run_at_once
+
+    ended = {}
+
+    def build(policy, on_step):
+        if policy == "killed":
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGKILL)
+        for tick in range(400):
+            on_step(tick, 400)
+            time.sleep(0.05)
+        return policy
+
+    def on_end(policy, run, error, text):
+        ended[policy] = (run, text, time.monotonic() - start)
+        return error is None
+
+    start = time.monotonic()
+    watch = Watch(time.monotonic, StageSteps)
+    run_at_once(["long", "killed"], build, workers=2, watch=watch, on_end=on_end)
+    assert list(ended) == ["killed"], ended
+    run, text, at = ended["killed"]
+    assert run is None and "SIGKILL" in text and "exit code -9" in text, text
+    assert at < 5 and time.monotonic() - start < 6, (at, time.monotonic() - start)
