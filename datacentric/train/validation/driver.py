@@ -4,8 +4,10 @@
 - :class:`ValidationRecord`: when validation is due (``every``, and after the last
   step), the best step so far and its record in the run folder
   (``validation/best.json``);
-- :class:`RunValidation`: after a due step, on every rank, the held-out loss into the
-  step's record, then the prompts' completions or renders (rank 0 writes them).
+- :class:`RunValidation`: what the ``[validation]`` section asks for, built from it in
+  one place (:meth:`RunValidation.of`); after a due step, on every rank, the held-out
+  loss into the step's record, then the prompts' completions or renders (rank 0 writes
+  them).
 """
 
 from __future__ import annotations
