@@ -30,7 +30,7 @@ from datacentric.log import get_logger
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
-from datacentric.profiling.factory import fitted_cost_model
+from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import (
     ProfileSettings,
     RunCase,
@@ -186,12 +186,13 @@ def run_profile(
     if reused:
         profile = saved
     else:
+        spec = settings.spec or named_spec(settings.model, settings.model_args)
         micro_batches = select_profile_shapes(
             [b.shape for b in make_buckets(shapes).buckets],
             max_points=max_points,
             max_tokens=max_profile_tokens,
         )
-        profile, _ = measure_profile(settings, micro_batches, sp_sizes, current)
+        profile, _ = measure_profile(settings, micro_batches, sp_sizes, current, spec)
     cost = fitted_cost_model(profile)
     plan = Pipeline(
         shapes,
@@ -240,12 +241,14 @@ def ensure_profile(
     saved, checked = fresh_profile(directory, current)
     if saved is not None and reusable(saved, settings, directory, checked=checked):
         return saved
+    # what the profile records of the model: the run's spec without adapters, else found now
+    spec = settings.spec or named_spec(settings.model, settings.model_args)
     buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
     micro_batches = select_profile_shapes(
         [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
     )
     sizes = list(sp_sizes or default_sp_sizes(settings.world_size))
-    profile, _ = measure_profile(settings, micro_batches, sizes, current)
+    profile, _ = measure_profile(settings, micro_batches, sizes, current, spec)
     if _is_rank_zero():
         save_profile(profile, directory)
     return profile

@@ -53,7 +53,6 @@ from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.model_specs import ModelSpec
-from datacentric.profiling.factory import named_spec
 from datacentric.profiling.memory import measure_peak, model_state_bytes
 from datacentric.profiling.store import Profile
 from datacentric.progress import Progress
@@ -261,16 +260,18 @@ def measure_profile(
     micro_batches: Sequence[tuple[SampleShape, ...]],
     sp_sizes: Sequence[int],
     fingerprint: dict[str, Any],
+    spec: ModelSpec,
     *,
     extra_cases: Sequence[RunCase] = (),
 ) -> tuple[Profile, list[Any]]:
     """Dual-layer profile points of every micro-batch on every SP size (one spawn), as the
-    profile of ``fingerprint`` (the caller's, found once:
-    :func:`~datacentric.profiling.store.fingerprint`), and the results of ``extra_cases``
+    profile of ``fingerprint`` and ``spec`` (the model without adapters: its blocks and
+    their attention), both as the caller found them once
+    (:func:`~datacentric.profiling.store.fingerprint`, :attr:`ProfileSettings.spec` else
+    :func:`~datacentric.profiling.factory.named_spec`), and the results of ``extra_cases``
     measured in the same session."""
     start = time.perf_counter()
-    # what the profile records of the model, known (and checked) before anything runs
-    spec = settings.spec or named_spec(settings.model, settings.model_args)
+    # what the profile records of the model, checked before anything runs
     kind = attention_kind(settings.model, spec)
     cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
     results = measure([*cases, *extra_cases], settings)

@@ -100,9 +100,8 @@ def test_a_model_the_profiler_cannot_describe_is_refused_before_anything_runs(mo
         raise AssertionError("measured a model it then refused")
 
     monkeypatch.setattr(profiler, "measure", no_measure)
-    settings = replace(SETTINGS, spec=mixed)
     with pytest.raises(ValueError, match="one block kind"):
-        profiler.measure_profile(settings, [(TEXT(64),)], [1], {})
+        profiler.measure_profile(SETTINGS, [(TEXT(64),)], [1], {}, mixed)
 
 
 @pytest.mark.slow
