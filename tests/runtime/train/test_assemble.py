@@ -77,3 +77,37 @@ def test_the_sp_sizes_are_computed_once_for_the_cost_model_and_the_plan(tmp_path
         build_model("llama"), run.dataset, groups=ProcessGroups.local(), shard="none", sp_sizes=(1,)
     )
     assert worlds == [1, 1] and given.pipeline.sp_sizes == [1]
+
+
+def test_a_run_reads_its_spec_off_the_model_it_built_and_looks_nothing_up_by_name(monkeypatch):
+    import datacentric.train.build as build
+    from datacentric.models.source import build_model_named
+    from datacentric.settings.sections import LoraConfig, ModelConfig
+
+    real, built = build.build_from_source, []
+
+    def counted(source, **kwargs):
+        built.append(source.name)
+        return real(source, **kwargs)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the run's spec was looked up by name after the build")
+
+    monkeypatch.setattr(build, "build_from_source", counted)
+    monkeypatch.setattr(build, "named_spec", refused)
+    cpu = torch.device("cpu")
+    preset = build.build_run_model(ModelConfig(model="llama"), None, cpu)
+    assert preset.bare_spec == get_model_spec("llama")  # an unchanged preset: its config's
+    assert preset.mfu is not None and preset.mfu.spec is preset.bare_spec
+    name = "tests.user_models:tiny_gpt"
+    adapted = build.build_run_model(
+        ModelConfig(model=name, model_args=("width=64",)),
+        None,
+        cpu,
+        lora=LoraConfig(rank=2, targets="qkv,out"),
+    )
+    assert built == ["llama", name]  # each model built once
+    bare = build_model_named(name, {"width": 64}, device="meta")
+    assert adapted.bare_spec == spec_of_model(bare, name)  # read before the adapters
+    assert adapted.bare_spec.trainable_params is None
+    assert adapted.module is not None and hasattr(adapted.module, "lora_spec")
