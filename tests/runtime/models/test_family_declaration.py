@@ -172,3 +172,20 @@ def test_a_plan_assigned_to_the_old_table_declares_it_with_a_warning() -> None:
         FAMILIES.pop("CopyFluxTransformer2DModel", None)
     with pytest.raises(TypeError, match="register_family"):
         TINY_DIFFUSERS["copy"] = ("CopyFluxTransformer2DModel", {})  # type: ignore[index]
+
+
+def test_a_support_check_looks_its_family_up_once(monkeypatch):
+    """The check reads one declaration for what it refuses, fills and plans."""
+    from datacentric.models import diffusers_plan
+
+    looked_up: list[str] = []
+
+    def counted(class_name: str):
+        looked_up.append(class_name)
+        return family_named(class_name)
+
+    monkeypatch.setattr(diffusers_plan, "family_named", counted)
+    flux = family_named("FluxTransformer2DModel")
+    assert flux is not None
+    assert check_supported(diffusers.FluxTransformer2DModel, flux.tiny_config) == flux.cp_plan
+    assert looked_up == ["FluxTransformer2DModel"]
