@@ -273,14 +273,18 @@ def neighbour_layouts(layout: list[int], sizes: list[int]) -> list[list[int]]:
 
 
 def solve_iteration(
-    inp: PolicyInput, table: OptionTable, items: list[Item]
+    inp: PolicyInput, table: OptionTable, items: list[Item], node_times: np.ndarray | None = None
 ) -> list[tuple[int, list[Item]]]:
-    """Group sizes and assignment of ``items`` with the least estimated makespan."""
+    """Group sizes and assignment of ``items`` with the least estimated makespan
+    (``node_times``: their :func:`node_times`, when made already)."""
     world, opts = inp.world_size, inp.options
     items = ensure_items(items, 1, table)
     laying = len(items)
     sizes = list(table.node_sizes)
-    times = time_matrix(table, items, sizes)
+    if node_times is not None and len(node_times) == len(items):
+        times = node_times
+    else:
+        times = time_matrix(table, items, sizes)
     top = opts.max_sp_size or world
     buckets = {it.bucket for it in items}
     fits = bool(np.isfinite(times).any(axis=1).all())
@@ -672,14 +676,15 @@ def step_seconds(inp: PolicyInput, it: Iteration) -> float:
 def solve_step(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration:
     """Step ``k`` of ``items``: on one layout, in :func:`two_phases` where that is at
     least :data:`PHASE_GAIN` shorter, else with a :func:`tail_phase` where shorter."""
-    best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items), table)
-    phased = two_phases(inp, table, items, k)
+    node = node_times(table, items)  # read by each layout tried, made once
+    best = emit_iteration(k, inp.world_size, solve_iteration(inp, table, items, node), table)
+    phased = two_phases(inp, table, items, k, node)
     if phased is not None and phased.est_makespan_s < best.est_makespan_s * (1 - PHASE_GAIN):
         best = phased
-    tail = tail_phase(inp, table, items, k) if phased is None else None
+    tail = tail_phase(inp, table, items, k, node) if phased is None else None
     if tail is not None and tail.est_makespan_s < best.est_makespan_s * (1 - TAIL_GAIN):
         best = tail
-    filled = filled_phase(inp, table, items, k)
+    filled = filled_phase(inp, table, items, k, node)
     if filled is not None and filled.est_makespan_s < best.est_makespan_s * (1 - TAIL_GAIN):
         best = filled
     return best
@@ -753,7 +758,31 @@ def peers_run(inp: PolicyInput) -> list[str]:
     return [name for name in PEERS if len(inp.active) <= PEER_SAMPLES[name]]
 
 
-def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:
+def node_times(table: OptionTable, items: list[Item]) -> np.ndarray:
+    """``items``' :func:`~datacentric.scheduling.placement.time_matrix` on the sizes
+    within a node (``table.node_sizes``), as :func:`solve_iteration`, :func:`two_phases`,
+    :func:`tail_phase` and :func:`filled_phase` read it."""
+    return time_matrix(table, items, list(table.node_sizes))
+
+
+def on_sizes(
+    table: OptionTable, items: list[Item], sizes: list[int], node: np.ndarray | None
+) -> np.ndarray:
+    """``items``' time matrix on ``sizes``: the columns of the sizes within a node from
+    ``node`` (their :func:`node_times`) where given, the others made here (each column
+    is its size's alone)."""
+    within = list(table.node_sizes)
+    if node is None:
+        return time_matrix(table, items, sizes)
+    past = [s for s in sizes if s not in within]
+    more = time_matrix(table, items, past)
+    columns = [node[:, within.index(s)] if s in within else more[:, past.index(s)] for s in sizes]
+    return np.column_stack(columns) if columns else np.zeros((len(items), 0))
+
+
+def two_phases(
+    inp: PolicyInput, table: OptionTable, items: list[Item], k: int, node: np.ndarray | None = None
+) -> Iteration | None:
     """Step ``k`` in two phases, or None where it does not apply: first the micro-batches
     whose cheapest size is at least a threshold, then the rest, each phase laid out and
     assigned by :func:`solve_iteration`; the shorter of two thresholds is kept:
@@ -767,11 +796,11 @@ def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
     One layout keeps groups of the large size open for the whole step, running short
     micro-batches at their cost there; two phases let the short ones run on the small
     sizes after the long ones. Tried on steps of at most :data:`NEIGHBOUR_LIMIT`
-    micro-batches."""
+    micro-batches. ``node``: the micro-batches' :func:`node_times`, when made already."""
     if len(items) > NEIGHBOUR_LIMIT:
         return None
     sizes = list(table.node_sizes)
-    pref = preferred_class(time_matrix(table, items, sizes), sizes)
+    pref = preferred_class(on_sizes(table, items, sizes, node), sizes)
     present = sorted(set(pref.tolist()))
     if len(present) < 2:
         return None
@@ -787,18 +816,21 @@ def two_phases(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
     return best
 
 
-def tail_phase(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) -> Iteration | None:
+def tail_phase(
+    inp: PolicyInput, table: OptionTable, items: list[Item], k: int, node: np.ndarray | None = None
+) -> Iteration | None:
     """Step ``k`` in two phases when every micro-batch prefers one size and a few of
     them are left over once each group of that size holds as many (25 documents of
     164K tokens on four groups of 16 ranks): the longest whole rounds first, the
     remainder after them, solved on its own (the whole world for one document, as
     Megatron's last micro-batch runs it). None where that does not apply: more than
-    :data:`TAIL_ROUNDS` micro-batches a group, or no remainder."""
+    :data:`TAIL_ROUNDS` micro-batches a group, or no remainder. ``node``: the
+    micro-batches' :func:`node_times`, when made already."""
     if len(items) > TAIL_ROUNDS * inp.world_size:
         return None
     top = inp.options.max_sp_size or inp.world_size
     sizes = [s for s in table.all_sizes if s <= top]
-    times = time_matrix(table, items, sizes)
+    times = on_sizes(table, items, sizes, node)
     gpu = times * np.asarray(sizes, dtype=float)
     if not np.isfinite(gpu).any(axis=1).all():
         return None
@@ -816,7 +848,7 @@ def tail_phase(inp: PolicyInput, table: OptionTable, items: list[Item], k: int) 
 
 
 def filled_phase(
-    inp: PolicyInput, table: OptionTable, items: list[Item], k: int
+    inp: PolicyInput, table: OptionTable, items: list[Item], k: int, node: np.ndarray | None = None
 ) -> Iteration | None:
     """Step ``k`` in two phases where some micro-batches take more than half the step's
     bound on their cheapest size within a node (a 432K-token clip on 2 H100s: 6.13 s of
@@ -824,11 +856,12 @@ def filled_phase(
     longest of them, each on a group of its cheapest size, as many as the world holds
     at once, with the longest other micro-batches filling the ranks left for as long;
     then the rest, each phase solved by :func:`solve_iteration`. None where no
-    micro-batch is that long, or on steps of more than :data:`NEIGHBOUR_LIMIT`."""
+    micro-batch is that long, or on steps of more than :data:`NEIGHBOUR_LIMIT`.
+    ``node``: the micro-batches' :func:`node_times`, when made already."""
     if len(items) > NEIGHBOUR_LIMIT:
         return None
     sizes = list(table.node_sizes)
-    times = time_matrix(table, items, sizes)
+    times = on_sizes(table, items, sizes, node)
     gpu = times * np.asarray(sizes, dtype=float)
     if not np.isfinite(gpu).any(axis=1).all():
         return None
