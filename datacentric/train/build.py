@@ -135,6 +135,10 @@ class RunModel:
     """The spec of the model without its adapters (blocks, heads, widths), read once
     off the built model (:func:`build_run_model`); None where no model was built or its
     cost cannot be read."""
+    trained_spec: ModelSpec | None = None
+    """The spec the run prices: :attr:`bare_spec`, or with LoRA the spec read off the
+    built model once its adapters are injected (what trains); None where no model was
+    built or its cost cannot be read."""
     place: RunPlace = field(default_factory=RunPlace)
     """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
 
@@ -149,9 +153,12 @@ class RunModel:
 
     @cached_property
     def spec(self) -> ModelSpec:
-        """The spec the run prices, found once (:func:`~datacentric.profiling.factory.named_spec`:
-        the analytic preset, else read off the built module, else the model built on
-        the meta device)."""
+        """The spec the run prices: :attr:`trained_spec`, read when the model was built;
+        for a model not built here (or whose cost cannot be read, which then raises),
+        found by its name (:func:`~datacentric.profiling.factory.named_spec`: the
+        analytic preset, else the model built on the meta device)."""
+        if self.trained_spec is not None:
+            return self.trained_spec
         source = self.source
         return named_spec(source.name, source.args, source.lora, module=self.module)
 
@@ -159,8 +166,8 @@ class RunModel:
 def build_run_model(
     model: ModelConfig, dataset: Dataset, device: torch.device, *, lora: LoraConfig | None = None
 ) -> RunModel:
-    """The run's model, built once: :func:`build_model_for`'s model, its spec read off it
-    before the ``[lora]`` section's adapters are injected
+    """The run's model, built once: :func:`build_model_for`'s model, its specs read off it
+    before the ``[lora]`` section's adapters are injected and after (what trains)
     (:func:`~datacentric.planning.spec_derivation.spec_of_model`; a preset without model
     arguments: its config's spec, as its name is priced everywhere; ``None`` for a model
     whose cost cannot be read) and the analytic model the step records' ``mfu``
@@ -178,9 +185,15 @@ def build_run_model(
             spec = spec_of_model(module, bare.name)
     except UnpricedModelError:
         spec = None
+    trained = spec
     if source.lora is not None:
         apply_lora(module, source.lora)
-    return RunModel(source, model.dtype, module, mfu_cost_model(spec, model.dtype, device), spec)
+        try:  # what trains: the adapters
+            trained = None if spec is None else spec_of_model(module, bare.name)
+        except UnpricedModelError:
+            trained = None
+    mfu = mfu_cost_model(spec, model.dtype, device)
+    return RunModel(source, model.dtype, module, mfu, spec, trained)
 
 
 def what_trains(module: nn.Module, tokenizer: str | None = None) -> str:

@@ -82,6 +82,7 @@ def test_the_sp_sizes_are_computed_once_for_the_cost_model_and_the_plan(tmp_path
 def test_a_run_reads_its_spec_off_the_model_it_built_and_looks_nothing_up_by_name(monkeypatch):
     import datacentric.train.build as build
     from datacentric.models.source import build_model_named
+    from datacentric.profiling import factory
     from datacentric.settings.sections import LoraConfig, ModelConfig
 
     real, built = build.build_from_source, []
@@ -111,3 +112,9 @@ def test_a_run_reads_its_spec_off_the_model_it_built_and_looks_nothing_up_by_nam
     assert adapted.bare_spec == spec_of_model(bare, name)  # read before the adapters
     assert adapted.bare_spec.trainable_params is None
     assert adapted.module is not None and hasattr(adapted.module, "lora_spec")
+    # what the run prices, read once off the model with its adapters, as a name lookup
+    # of the built model reads it
+    assert preset.spec is preset.bare_spec and adapted.spec is adapted.trained_spec
+    assert adapted.spec.trainable_params is not None
+    lora = adapted.source.lora
+    assert adapted.spec == factory.named_spec(name, {"width": 64}, lora, module=adapted.module)
