@@ -330,15 +330,18 @@ def build_steps(
     first: int = 0,
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] | None = None,
     told: Callable[[int], None] | None = None,
+    built: dict[int, Iteration] | None = None,
 ) -> list[Iteration]:
     """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``.
     ``formed``: Megatron's micro-batches per (step, cap), kept across calls (they do not
     depend on the recomputation, so a search forms them once per cap). ``told(k)``:
-    step ``k`` is built."""
+    step ``k`` is built. ``built``: steps built already under the same table and cap,
+    by step (taken from it, not built again)."""
     formed = {} if formed is None else formed
+    built = {} if built is None else built
     out = []
     for k, chunk in enumerate(chunks, start=first):
-        out.append(build_step(inp, table, cap, k, chunk, formed))
+        out.append(built.pop(k) if k in built else build_step(inp, table, cap, k, chunk, formed))
         if told is not None:
             told(k)
     return out
@@ -427,16 +430,19 @@ def one_layout(
 def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:
     """The (recomputation, its table, per-rank cap) with the least estimated time, and
     its steps: every candidate priced on a spread of the epoch's steps, the best
-    :data:`FINALISTS` on every step; its progress told in steps priced (:class:`Told`)."""
+    :data:`FINALISTS` on every step (the steps the first pass built taken as they are);
+    its progress told in steps priced (:class:`Told`)."""
     chunks, _ = inp.global_batches()
     formed: dict[tuple[int, int], list[list[CPGroup]] | None] = {}
+    built: dict[tuple[str, int, int], Iteration] = {}
     told = Told(inp)
-    chosen = finalists(inp, formed, told=told)
-    told.finalists([cap for _, _, cap in chosen], formed)
+    chosen = finalists(inp, formed, built, told=told)
+    told.finalists([(name, cap) for name, _, cap in chosen], formed, built)
     best: tuple[float, str, int, list[Iteration]] | None = None
     for n, (name, table, cap) in enumerate(chosen):
+        own = {k: it for (was, c, k), it in built.items() if (was, c) == (name, cap)}
         try:
-            steps = build_steps(inp, table, cap, chunks, 0, formed, told.built(n))
+            steps = build_steps(inp, table, cap, chunks, 0, formed, told.built(n), own)
             total = epoch_estimate_s(steps, inp.cost_model, inp.view.shapes, inp.world_size)
         except ValueError:
             told.build_stopped(n)
@@ -495,9 +501,10 @@ class Told:
         """The first pass's totals of the candidates that may be finalists."""
         self.done = 0.0
         self.builds = [
-            [1.0 if k in self.sample else 2.0 for k in range(self.steps)] for _ in range(FINALISTS)
+            [0.0 if k in self.sample else 2.0 for k in range(self.steps)] for _ in range(FINALISTS)
         ]
-        """Per finalist, the units of its epoch's steps not built yet."""
+        """Per finalist, the units of its epoch's steps not built yet (those its first pass
+        built are taken as they are)."""
         self.tell()
 
     def first_left(self) -> float:
@@ -543,12 +550,19 @@ class Told:
             self.totals.append(total)
         self.tell()
 
-    def finalists(self, caps: list[int], formed: dict[tuple[int, int], object]) -> None:
-        """The finalists are known (their ``caps``, in order; ``formed``: the steps whose
-        micro-batches are formed): their builds counted as they are."""
+    def finalists(
+        self,
+        chosen: list[tuple[str, int]],
+        formed: dict[tuple[int, int], object],
+        built: dict[tuple[str, int, int], object],
+    ) -> None:
+        """The finalists are known (their (recomputation, cap), in order; ``formed``: the
+        steps whose micro-batches are formed; ``built``: the steps built, by
+        (recomputation, cap, step), taken as they are): their builds counted as they are."""
         seen, self.builds = set(formed), []
-        for cap in caps:
-            self.builds.append([1.0 if (k, cap) in seen else 2.0 for k in range(self.steps)])
+        for name, cap in chosen:
+            units = [1.0 if (k, cap) in seen else 2.0 for k in range(self.steps)]
+            self.builds.append([0.0 if (name, cap, k) in built else u for k, u in enumerate(units)])
             seen.update((k, cap) for k in range(self.steps))
         self.tell()
 
