@@ -1,6 +1,8 @@
-"""One factory for every cost model: analytic on a hardware preset (the calibrated
-``cpu-local`` included), and fitted to a measured profile; and the model a name means,
-for the analytic model's spec.
+"""Cost models by name: the analytic model of a named model on a named hardware preset
+(the calibrated ``cpu-local`` included; made by
+:func:`~datacentric.planning.analytic.analytic_model`, which a run calls itself with the
+spec read off its built model), the model fitted to a measured profile, and the model a
+name means, for the analytic model's spec.
 
 Cost models only price memory: the budget a plan fits under is resolved at the entry
 point (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`) and held by the plan.
