@@ -312,7 +312,9 @@ def _rank_worker(
     What every round runs is known before any model is built: its iteration, this rank's
     case in it and when its timed passes run (:func:`_timed_after`). Each round then runs
     its warm-up and memory passes on the model of its depth (:func:`_runtime`, built once
-    per depth); the timed passes follow as :func:`_timed_after` orders them.
+    per depth); the timed passes follow as :func:`_timed_after` orders them. A model is
+    kept until its rounds are timed: with ``interleave``, one per depth; without it, one
+    at a time.
     """
     groups = ProcessGroups()
     dataset, ids = _dataset(settings, cases)
@@ -329,34 +331,36 @@ def _rank_worker(
     )
     bar = profiling_progress(len(rounds), settings.cost, settings.progress and groups.rank == 0)
     warm_passes = _warm_passes(settings.cost)
-    models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}
-    prepared: list[tuple[DataCentricRuntime, PassCpuClock]] = []  # each round's model
+    models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}  # by depth
+    held: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}  # rounds not yet timed
     memory: dict[int, tuple[int, int]] = {}
     times: dict[int, list[float]] = {}
     syncs: dict[int, list[float]] = {}
     for slot, round_ in enumerate(rounds):
         depth = cases[round_[0][0]].depth
         if depth not in models:
-            if not settings.cost.interleave:
+            if not settings.cost.interleave:  # the last depth's rounds are timed: drop it
                 models.clear()
             models[depth] = _runtime(settings, depth, dtype, groups, dataset, sp_sizes)
-        prepared.append(models[depth])
+        held[slot] = models[depth]
         runtime, iteration = models[depth][0], iterations[slot]
         # the first pass allocates gradients; the second (a warm-up too) measures memory
         run_step(runtime, iteration)
-        peak, _ = measure_peak(groups.device, partial(run_step, runtime, iteration))
+        peak = measure_peak(groups.device, partial(run_step, runtime, iteration))[0]
         states = model_state_bytes(runtime.module)
         memory[slot] = (peak + states, states)
         for _ in range(max(0, settings.cost.warmup - 2)):
             run_step(runtime, iteration)
         bar.update(warm_passes)
+        del runtime  # nothing but ``models`` and ``held`` keeps a model past its round
         for timed in timed_after[slot]:
-            runtime, clock = prepared[timed]
-            stats = run_step(runtime, iterations[timed]).stats
-            seconds = clock.seconds if use_cpu_clock else stats.micro_batches[0].time_s
+            stats = run_step(held[timed][0], iterations[timed]).stats
+            seconds = held[timed][1].seconds if use_cpu_clock else stats.micro_batches[0].time_s
             times.setdefault(timed, []).append(seconds)
             syncs.setdefault(timed, []).append(stats.sync_time_s)
             bar.update(1)
+        for timed in timed_after[slot]:
+            held.pop(timed, None)
     bar.close()
     out: dict[int, tuple[list[float], int, float, int]] = {}
     for slot, case in enumerate(mine):

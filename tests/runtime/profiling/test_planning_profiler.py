@@ -18,6 +18,7 @@ from datacentric.profiling.factory import fitted_cost_model
 from datacentric.profiling.memory import LiveTensorBytes
 from datacentric.profiling.profiler import (
     DUAL_LAYER_RUNS,
+    ProfileSettings,
     RunCase,
     RunResult,
     _timed_after,
@@ -70,6 +71,40 @@ def test_timed_passes_cycle_through_every_round_or_follow_their_own() -> None:
     assert cycled == [[], [], [0, 1, 2, 0, 1, 2]]
     assert _timed_after(3, CostConfig(repeats=2, interleave=False)) == [[0, 0], [1, 1], [2, 2]]
     assert _timed_after(0, CostConfig(repeats=2, interleave=True)) == [[]]
+
+
+def _models_alive_at_each_build(interleave: bool) -> list[int]:
+    """On one rank: profile three depths; before each model is built, how many of the
+    models built so far are still alive."""
+    import gc
+    import weakref
+
+    from datacentric.profiling import profiler
+
+    built, alive = [], []
+    build = profiler._runtime
+
+    def counted(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in built))
+        runtime, clock = build(*args, **kwargs)
+        built.append(weakref.ref(runtime))
+        return runtime, clock
+
+    profiler._runtime = counted
+    cases = dual_layer_cases([TEXT(32)], 1)
+    settings = ProfileSettings(
+        model="llama", world_size=1, cost=CostConfig(warmup=2, repeats=1, interleave=interleave)
+    )
+    profiler._rank_worker(cases, plan_rounds(cases, 1), settings)
+    return alive
+
+
+def test_a_model_is_kept_only_until_its_rounds_are_timed() -> None:
+    """Interleaved, every depth's model is kept for the timed passes at the end; without
+    ``interleave``, the last depth's model is gone before the next is built."""
+    assert spawn(_models_alive_at_each_build, 1, True, timeout_s=120) == [[0, 1, 2]]
+    assert spawn(_models_alive_at_each_build, 1, False, timeout_s=120) == [[0, 0, 0]]
 
 
 def runs_from_law(base_t, block_t, rec_t, base_m, block_m, rec_m, transient):
