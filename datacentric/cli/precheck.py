@@ -30,8 +30,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.data.base import DataError
     from datacentric.data.sources import build_run_data, skipped_note
     from datacentric.parallel.launch import launch_mode
+    from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
-    from datacentric.train.data_centric import ulysses_sp_sizes
     from datacentric.train.validation.held_out import training_set_note
 
     given = config.data.tokenizer
@@ -212,8 +212,8 @@ def check_held_out_batches(
     one below a held-out sample (:func:`~datacentric.scheduling.global_batches.
     check_global_batch`)."""
     from datacentric.parallel.launch import launch_mode
+    from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.scheduling.global_batches import check_global_batch
-    from datacentric.train.data_centric import ulysses_sp_sizes
 
     world = launch_mode(config.parallelism.world).world_size
     try:
@@ -309,10 +309,10 @@ def analytic_pipeline(
     analytic price (``spec`` None)."""
     from datacentric.parallel.groups import default_device, device_memory_bytes
     from datacentric.planning.forward_only import ForwardOnlyCostModel
+    from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.scheduling.pipeline import Pipeline
     from datacentric.train.build import build_cost_model, sharding
-    from datacentric.train.data_centric import ulysses_sp_sizes
 
     if spec is None:
         return None

@@ -10,14 +10,18 @@ Such an ``r`` exists for every ``sp`` that divides ``num_heads`` (at worst
 head count never narrows the choice: a model with 4 query and 2 key/value heads runs
 at SP 1, 2 and 4.
 
-The planner asks :func:`allowed_sp_sizes`; the runtime checks with
-:func:`check_sp_sizes`; Ulysses repeats by :func:`kv_head_repeat`. One rule, one place.
+The planner asks :func:`allowed_sp_sizes` (a model's whole choice on a world:
+:func:`ulysses_sp_sizes`); the runtime checks with :func:`check_sp_sizes`; Ulysses
+repeats by :func:`kv_head_repeat`. One rule, one place.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import Any
+
+from datacentric.planning.bucket_options import mixable_sp_sizes
 
 
 def _check_counts(num_heads: int, num_kv_heads: int) -> None:
@@ -48,6 +52,21 @@ def allowed_sp_sizes(num_heads: int, num_kv_heads: int | None = None) -> list[in
     module docstring). ``num_kv_heads`` defaults to ``num_heads``."""
     _check_counts(num_heads, num_kv_heads or num_heads)
     return [s for s in range(1, num_heads + 1) if num_heads % s == 0]
+
+
+def ulysses_sp_sizes(model: Any, world_size: int) -> list[int]:
+    """The SP sizes the planner may use for ``model`` (any object with the model
+    contract's ``num_heads``, and ``num_kv_heads`` and ``max_sp_size`` when it declares
+    them) on ``world_size`` ranks: those a step may use (powers of two dividing the
+    world, and the whole world;
+    :func:`~datacentric.planning.bucket_options.mixable_sp_sizes`) that its heads allow
+    (:func:`allowed_sp_sizes`), none above its ``max_sp_size``."""
+    heads = int(getattr(model, "num_heads", 0) or 0)
+    kv_heads = int(getattr(model, "num_kv_heads", 0) or heads)
+    allowed = set(allowed_sp_sizes(heads, kv_heads)) if heads else None
+    cap = getattr(model, "max_sp_size", None) or world_size
+    sizes = [s for s in mixable_sp_sizes(world_size) if s <= cap]
+    return sizes if allowed is None else [s for s in sizes if s in allowed]
 
 
 def check_sp_sizes(

@@ -63,11 +63,12 @@ from datacentric.data.sources import build_run_data, reads_text, with_model_toke
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import process_groups
+from datacentric.planning.heads import ulysses_sp_sizes
 from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
 from datacentric.settings import TrainConfig
 from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
 from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
-from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
+from datacentric.train.data_centric import DataCentric
 from datacentric.train.reporting.metrics import StepMetrics
 
 

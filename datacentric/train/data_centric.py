@@ -50,9 +50,8 @@ from datacentric.parallel.launch import process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import Step
-from datacentric.planning.bucket_options import mixable_sp_sizes
 from datacentric.planning.cost_model import CostModel
-from datacentric.planning.heads import allowed_sp_sizes
+from datacentric.planning.heads import ulysses_sp_sizes as ulysses_sp_sizes  # its old home
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.planning.spec_derivation import spec_of_model
@@ -89,21 +88,6 @@ def announce_default_shard(sharding: ShardingSpec, groups: ProcessGroups) -> Non
         UserWarning,
         stacklevel=3,
     )
-
-
-def ulysses_sp_sizes(model: nn.Module, world_size: int) -> list[int]:
-    """The SP sizes the planner may use: those a step may use (powers of two dividing
-    the world, and the whole world; :func:`~datacentric.planning.bucket_options.mixable_sp_sizes`)
-    that the model's heads allow (:func:`~datacentric.planning.heads.allowed_sp_sizes`: Ulysses
-    splits query heads across a group, key/value heads are repeated as far as it needs),
-    none above the model's ``max_sp_size`` when it declares one."""
-    heads = int(getattr(model, "num_heads", 0) or 0)
-    sizes = mixable_sp_sizes(world_size)
-    sizes = [s for s in sizes if s <= (getattr(model, "max_sp_size", None) or world_size)]
-    if not heads:
-        return sizes
-    allowed = set(allowed_sp_sizes(heads, int(getattr(model, "num_kv_heads", 0) or heads)))
-    return [s for s in sizes if s in allowed]
 
 
 def scheduling_options(
@@ -148,8 +132,9 @@ class DataCentric:
     ``device`` picks a single process's device (default: ``cuda`` when available).
     ``compile=True`` compiles each block's forward with ``torch.compile``
     (:func:`~datacentric.parallel.compiled.compile_blocks`) before the model is wrapped.
-    ``sp_sizes``: the SP sizes the planner may use (default: :func:`ulysses_sp_sizes` of
-    ``model`` on this world; a caller that computed them for its cost model passes them).
+    ``sp_sizes``: the SP sizes the planner may use (default:
+    :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``model`` on this world; a
+    caller that computed them for its cost model passes them).
     """
 
     def __init__(

@@ -1,0 +1,26 @@
+"""The SP sizes a model may plan with on a world (``planning.heads.ulysses_sp_sizes``):
+the step's sizes (powers of two dividing the world, and the whole world) its heads
+allow, none above its ``max_sp_size``; read off any object with the model contract's
+head counts, with no torch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from datacentric.planning.heads import ulysses_sp_sizes
+
+
+def test_the_sizes_are_the_steps_sizes_the_heads_allow_under_the_models_cap() -> None:
+    six = SimpleNamespace(num_heads=6)
+    assert ulysses_sp_sizes(six, 3) == [1, 3]
+    assert ulysses_sp_sizes(six, 6) == [1, 2, 6]
+    assert ulysses_sp_sizes(six, 12) == [1, 2]  # 4 and 12 do not divide 6 heads
+    grouped = SimpleNamespace(num_heads=8, num_kv_heads=2)  # key/value heads repeated
+    assert ulysses_sp_sizes(grouped, 8) == [1, 2, 4, 8]
+    capped = SimpleNamespace(num_heads=8, max_sp_size=2)
+    assert ulysses_sp_sizes(capped, 8) == [1, 2]
+    assert ulysses_sp_sizes(SimpleNamespace(), 6) == [1, 2, 6]  # no heads: the step's own
+    with pytest.raises(ValueError, match="not a multiple"):
+        ulysses_sp_sizes(SimpleNamespace(num_heads=6, num_kv_heads=4), 2)
