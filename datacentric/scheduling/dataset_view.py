@@ -11,18 +11,7 @@ import numpy as np
 
 from datacentric.planning.bucket_options import safe_time
 from datacentric.planning.cost_model import CostModel, lengths_sums
-from datacentric.shapes import Bucket, SampleShape, make_buckets
-
-
-def stable_order(codes: np.ndarray, n_codes: int) -> np.ndarray:
-    """``np.argsort(codes, kind="stable")`` of integer ``codes`` in ``[0, n_codes)``: the
-    same order (a stable sort has one answer), sorted as the narrowest unsigned type that
-    holds them, which numpy sorts by radix (a million bucket numbers: a tenth of the
-    time of sorting them as 64-bit integers)."""
-    for narrow in (np.uint8, np.uint16):
-        if n_codes <= np.iinfo(narrow).max + 1:
-            return np.argsort(codes.astype(narrow), kind="stable")
-    return np.argsort(codes, kind="stable")
+from datacentric.shapes import Bucket, SampleShape, make_buckets, stable_order
 
 
 def distinct_counts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +30,8 @@ class DatasetView:
 
     Buckets come from :func:`datacentric.shapes.make_buckets` (the same names the
     planner uses), computed on the distinct shapes only so that a million samples
-    cost one pass over the list.
+    cost one pass over the list; each bucket's members are in id order
+    (:func:`datacentric.shapes.stable_order`, the order the data order sorts by too).
     """
 
     def __init__(self, shapes: Sequence[SampleShape]) -> None:

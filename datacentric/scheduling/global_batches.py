@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from datacentric.scheduling.dataset_view import DatasetView, stable_order
+from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.settings.sections import TrainingConfig
-from datacentric.shapes import SampleShape
+from datacentric.shapes import SampleShape, stable_order
 
 #: Mixed into the seed of the data-order generator (policies use another stream).
 ORDER_STREAM = 0x0D47A

@@ -1,11 +1,13 @@
-"""The dataset view's sorts by counting and radix: the same answers as numpy's general
-ones (``np.argsort(kind="stable")``, ``np.unique(return_inverse=True)``)."""
+"""The dataset view's sorts by counting and radix (its order by bucket is the shapes'
+module's, :func:`~datacentric.shapes.stable_order`): the same answers as numpy's
+general ones (``np.argsort(kind="stable")``, ``np.unique(return_inverse=True)``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from datacentric.scheduling.dataset_view import distinct_counts, stable_order
+from datacentric.scheduling.dataset_view import distinct_counts
+from datacentric.shapes import stable_order
 
 
 def test_stable_order_is_the_stable_argsort_at_every_width() -> None:
