@@ -55,6 +55,7 @@ from datacentric.planning.heads import ulysses_sp_sizes as ulysses_sp_sizes  # i
 from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.planning.spec_derivation import spec_of_model
+from datacentric.profiling.factory import named_spec
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import (
@@ -64,7 +65,7 @@ from datacentric.scheduling.resume import (
     continue_schedule,
 )
 from datacentric.settings.scheduling import SchedulingConfig
-from datacentric.train.build import build_cost_model
+from datacentric.train.build import device_cost_model
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation.held_out import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
@@ -170,10 +171,10 @@ class DataCentric:
         """How the model is held (``none``, ``ddp``, ``fsdp2``; the plan assumes the same)."""
         if shard is None:
             announce_default_shard(self.sharding, self.groups)
-        if cost_model is None:
-            described = preset if preset is not None else spec_of_model(model)
-            cost_model = build_cost_model(
-                described,
+        if cost_model is None:  # the analytic model of the preset's spec, else the model's
+            spec = named_spec(preset) if preset is not None else spec_of_model(model)
+            cost_model = device_cost_model(
+                spec,
                 self.groups.device,
                 dtype,
                 shard=self.sharding,
