@@ -691,24 +691,17 @@ def build_hf_model(
 def build_hf_source(source: ModelSource, *, dtype: torch.dtype, device: Any) -> HFCausalLM:
     """The model an ``hf:`` source names: a tiny name of :data:`TINY_CONFIGS`, else its
     folder's config (``--model-arg`` values set on it), its pretrained safetensors
-    weights read unless ``device`` is ``meta`` or the folder holds none."""
-    if source.folder is None:
-        base = tiny_hf_config(source.target)
-        check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
+    weights read unless ``device`` is ``meta`` or the folder holds none. What the build
+    reads is read and checked first, in one pass (:func:`source_config`, then the weight
+    files' headers), before any weight is drawn or loaded."""
+    config = source_config(source)
+    pretrained = source.folder is not None and str(device) != "meta" and source.has_weights
+    if pretrained:
+        check_weight_files(source)
+    if source.folder is None:  # a tiny name: build_hf_model sets the arguments on its config
         with torch.device(device) if device is not None else contextlib.nullcontext():
             return build_hf_model(source.target, dtype=dtype, **source.args)
-    config = folder_config(source)
-    check_model_args(source, config.to_dict(), f"{source.folder}/config.json")
-    for key, value in source.args.items():
-        setattr(config, key, value)
-    config.use_cache = False
-    if str(device) == "meta" or not source.has_weights:
-        with torch.device(device) if device is not None else contextlib.nullcontext():
-            hf_model = AutoModelForCausalLM.from_config(
-                config, trust_remote_code=False, **_dtype_kwarg(dtype)
-            )
-    else:
-        check_weight_files(source)
+    if pretrained:
         hf_model = AutoModelForCausalLM.from_pretrained(
             source.folder,
             config=config,
@@ -717,8 +710,30 @@ def build_hf_source(source: ModelSource, *, dtype: torch.dtype, device: Any) -> 
             trust_remote_code=False,
             **_dtype_kwarg(dtype),
         )
+    else:
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            hf_model = AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, **_dtype_kwarg(dtype)
+            )
     model = HFCausalLM(hf_model)
     return model.to(device=device, dtype=dtype) if device is not None else model.to(dtype=dtype)
+
+
+def source_config(source: ModelSource) -> Any:
+    """The transformers config an ``hf:`` source names, its model arguments checked
+    against it: a tiny name's (:func:`tiny_hf_config`, the arguments not set yet:
+    :func:`build_hf_model` sets them), else its folder's (:func:`folder_config`) with the
+    arguments set and the cache off."""
+    if source.folder is None:
+        base = tiny_hf_config(source.target)
+        check_model_args(source, base.to_dict(), f"hf:{source.target}'s config")
+        return base
+    config = folder_config(source)
+    check_model_args(source, config.to_dict(), f"{source.folder}/config.json")
+    for key, value in source.args.items():
+        setattr(config, key, value)
+    config.use_cache = False
+    return config
 
 
 def check_weight_files(source: ModelSource) -> None:
