@@ -8,8 +8,7 @@ from torch._dynamo.utils import counters
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
-from datacentric.parallel.compiled import compile_blocks, is_compiled
-from datacentric.parallel.recompute import BlockRecompute
+from datacentric.parallel.recompute import BlockRecompute, compile_blocks, is_compiled
 from datacentric.shapes import SampleShape
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -111,3 +110,10 @@ def test_compiled_blocks_recompute_save_less_and_match_eager() -> None:
     assert all(is_compiled(b) and "forward" in b.__dict__ for b in model.blocks)
     with pytest.raises(ValueError, match="already has switchable recomputation"):
         compile_blocks(eager)
+
+
+def test_compilation_keeps_its_older_path() -> None:
+    from datacentric.parallel import compiled, recompute
+
+    names = ("BACKEND_ENV", "DEFAULT_BACKEND", "compile_backend", "compile_blocks", "is_compiled")
+    assert all(getattr(compiled, name) is getattr(recompute, name) for name in names)

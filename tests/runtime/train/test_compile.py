@@ -13,9 +13,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from datacentric.cli.main import build_parser
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.models.presets import build_model
-from datacentric.parallel.compiled import is_compiled
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
+from datacentric.parallel.recompute import is_compiled
 from datacentric.parallel.ulysses import all_to_all
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.settings import TrainConfig
