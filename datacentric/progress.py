@@ -83,8 +83,8 @@ class TimeLeft:
         """The mark the pace is measured from: the start, or the first unit's end once
         a second is done if the first took over twice the others' mean (it paid the
         start: compilation, caches, a search) or :attr:`first_pays`; one like the others
-        counts. With one unit done, ``own`` (the pace of the one now running, as far as
-        its share is told, when it has taken some time) stands for the others'."""
+        counts. With one unit done, ``own`` (the pace of the one now running, once half
+        of it is told done and it has taken some time) stands for the others'."""
         if len(self.marks) < 2 or (len(self.marks) == 2 and not own):
             return self.marks[0]
         (done0, start), (done1, end1), (done, last) = self.marks[0], self.marks[1], self.marks[-1]
@@ -98,18 +98,21 @@ class TimeLeft:
         partial: float = 0.0,
         running: float = 1.0,
         own_left: float | None = None,
+        since: float | None = None,
     ) -> float | None:
         """Seconds left at ``now`` (None: nothing measured yet, or all done);
         ``running``: the units the piece of work now running counts for (a stage
         weighed by its cost; 1 for steps); ``own_left``: that piece's own estimate of
         its rest (from its steps), else its pace is the time it has taken over
-        ``partial``."""
+        ``partial``, from ``since`` where that is later than the last unit's end (work
+        before it began is not its own: a stage's set-up before its first step)."""
         done, last = self.marks[-1]
         if done >= self.total:
             return None
         running = min(max(running, 1e-9), self.total - done)
-        own = (now - last) / (partial * running) if partial > 0 else None
-        first = self._first(own)
+        began = last if since is None else max(last, since)
+        own = (now - began) / (partial * running) if partial > 0 else None
+        first = self._first(own if partial >= 0.5 else None)
         if done > first[0]:
             per_unit = (last - first[1]) / (done - first[0])
         elif own_left is not None and partial < 1:
@@ -224,6 +227,8 @@ class Progress:
         """The share done of the step after those (:meth:`inside`)."""
         self._share_at = 0.0
         """When that share last moved (the step's pace is measured up to then)."""
+        self._step_begun: float | None = None
+        """When that step began, where told (its pace is measured from then)."""
         self._outlook: Callable[[float], tuple[str, float | None]] | None = None
         """What runs and the seconds left, as the work tells them (:meth:`follow`)."""
         self.stream = stream or sys.stderr
@@ -302,15 +307,23 @@ class Progress:
         with self._lock:
             self.running, self._inside, self._steps = float(units), None, None
 
-    def inside(self, done: int, total: int, what: str = "step", step_share: float = 0.0) -> None:
+    def inside(
+        self,
+        done: int,
+        total: int,
+        what: str = "step",
+        step_share: float = 0.0,
+        step_begun: float | None = None,
+    ) -> None:
         """The stage now running has done ``done`` of its ``total`` steps (a callback
         such as ``build_schedule``'s ``on_step``), and ``step_share`` of the one after
         (:class:`StepShare`): its share counts for the time left, and the line says
         ``step DONE/TOTAL``; the step's pace is measured up to when its share last
         moved (work it tells nothing of, such as a search made once for the epoch, sets
-        no pace for the steps after while it runs). A count in another unit (``what``) starts its
-        pace afresh; one whose total moves (a search's estimate of its own work) keeps
-        it."""
+        no pace for the steps after while it runs), from ``step_begun`` (the clock's
+        reading when that step began, where told) if later than the last step's end. A
+        count in another unit (``what``) starts its pace afresh; one whose total moves (a
+        search's estimate of its own work) keeps it."""
         with self._lock:
             share = (done + step_share) / total if total else 0.0
             self._inside = (share, f"{what} {done}/{total}")
@@ -322,7 +335,7 @@ class Progress:
             self._steps.reached(done, self.clock())
             if step_share != self._step_share:
                 self._share_at = self.clock()
-            self._step_share = step_share
+            self._step_share, self._step_begun = step_share, step_begun
 
     def follow(self, outlook: Callable[[float], tuple[str, float | None]] | None) -> None:
         """From now on ``outlook(now)`` says what runs and the seconds left (work whose
@@ -363,7 +376,8 @@ class Progress:
             told = self._step_share
             steps = self._steps
             at = self._share_at if told else now
-            own = steps.seconds(at, told) if len(steps.marks) > 2 or told else None
+            begun = self._step_begun if told else None
+            own = steps.seconds(at, told, since=begun) if len(steps.marks) > 2 or told else None
             share = share if own is not None else 0.0
         return stage, self.left.seconds(now, share, self.running, own)
 

@@ -297,7 +297,9 @@ class StageSteps(StepShare):
         self._share_moved()
 
     def _share_moved(self) -> None:
-        self.stages.inside(*self.steps, step_share=self.step_share() or 0.0)
+        # the first step's pace from when it began: the stage's set-up is not a step's
+        begun = self.begun_at if self.steps[0] == 0 else None
+        self.stages.inside(*self.steps, step_share=self.step_share() or 0.0, step_begun=begun)
 
     def searched(self, done: float, total: float) -> None:
         """The policy's search has done ``done`` of its ``total`` units (``static``:

@@ -122,7 +122,8 @@ class _Stage:
 
     def left(self) -> tuple[str, float | None]:
         """What it does and its CPU seconds left: its own estimate, else its last one
-        less the CPU spent since (between two of its counts), else None."""
+        (as last heard or read) less the CPU spent since (between two of its counts),
+        else None."""
         what, left = self.progress.outlook()
         if left is not None:
             self.told = (left, self.cpu)
@@ -171,6 +172,7 @@ class Watch:
                 getattr(stage.steps, news)(*args)
             if news in ("__call__", "searched"):
                 stage.count = (args[0], args[1])
+            stage.left()  # its estimate kept as heard, however often the line is read
 
     def ended(self, policy: str, cpu: float | None) -> None:
         """``policy``'s stage is over (``cpu``: its process's last CPU seconds, if told)."""
