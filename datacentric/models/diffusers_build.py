@@ -73,15 +73,18 @@ def text_width(config: Any) -> int:
     raise UnsupportedVideoModel("the config names no text width (text_dim, caption_channels)")
 
 
-def _model_class(family: Family | None, name: str, where: str) -> type:
-    """The diffusers class ``name`` (its ``family``'s own class where it declares one)."""
+def _declared_class(name: str, where: str) -> tuple[type, Family | None]:
+    """The diffusers class ``name`` and its family's declaration, looked up once by the
+    class's name (the one key of :data:`FAMILIES`): the family's own class where it
+    declares one, else diffusers' class of that name."""
+    family = family_named(name)
     cls = family.model_class if family is not None else None
     cls = cls or getattr(diffusers, name, None)
     if not isinstance(cls, type) or not issubclass(cls, nn.Module):
         raise UnsupportedVideoModel(
             f"{where}: diffusers {diffusers.__version__} has no model {name}"
         )
-    return cls
+    return cls, family
 
 
 def read_model_config(
@@ -96,9 +99,9 @@ def read_model_config(
         raise UnsupportedVideoModel(
             f"{where}: {config_file}: _class_name is {str(name)[:80]!r}, not a class name"
         )
-    cls = _model_class(family_named(name), name, where)
+    cls, family = _declared_class(name, where)
     try:
-        check_supported(cls, {**config, **overrides})
+        check_supported(cls, {**config, **overrides}, family=family)
     except UnsupportedVideoModel as err:
         raise UnsupportedVideoModel(f"{config_file}: {err}") from None
     except (TypeError, ValueError, AttributeError, LookupError) as err:
@@ -124,13 +127,8 @@ def build_diffusers_model(
     fields. Raises :class:`UnsupportedVideoModel` for a model the generic path cannot
     train and ``ValueError`` for a name that is neither.
     """
-    family = family_of_tiny(name_or_path)
-    if family is not None:
-        cls = _model_class(family, family.transformer, f"diffusers:{name_or_path}")
-        config = {**family.tiny_config, **config_overrides}
-        check_supported(cls, config)  # unset fields take the class defaults (None for images)
-        transformer = cls.from_config(config)
-    else:
+    tiny = family_of_tiny(name_or_path)
+    if tiny is None:  # a folder: its config.json names the class
         folder = Path(name_or_path).expanduser()
         config_file = folder / "config.json"
         if not config_file.is_file():
@@ -146,6 +144,12 @@ def build_diffusers_model(
             )
         else:
             transformer = cls.from_config({**config, **config_overrides})
+    else:  # its family's tiny config, the class looked up as a folder's is
+        cls, family = _declared_class(tiny.transformer, f"diffusers:{name_or_path}")
+        config = {**tiny.tiny_config, **config_overrides}
+        # unset fields take the class defaults (None for images)
+        check_supported(cls, config, family=family)
+        transformer = cls.from_config(config)
     model = DiffusersVideoTransformer(transformer, attention=attention)
     return model.to(device=device, dtype=dtype)
 

@@ -232,11 +232,11 @@ class DiffusersVideoTransformer(AttentionSlot, nn.Module):
         data_patch: Sequence[int] = DATA_PATCH,
     ) -> None:
         super().__init__()
-        plan = check_supported(type(transformer), transformer.config, cp_plan)
+        self.family = family_named(type(transformer).__name__)  # its one lookup
+        plan = check_supported(type(transformer), transformer.config, cp_plan, self.family)
         config = transformer.config
         params = inspect.signature(type(transformer).forward).parameters
         self.transformer = transformer
-        self.family = family_named(type(transformer).__name__)
         # a plain attribute: registered once, under transformer., so state_dict has no copy
         self.__dict__["blocks"] = transformer_blocks(transformer, self.family)
         self.num_heads = int(config.num_attention_heads)

@@ -76,17 +76,21 @@ NEEDS_INPUTS = {"image_dim": "image embeddings", "added_kv_proj_dim": "image emb
 
 
 def check_supported(
-    model_class: type, config: Any, cp_plan: dict[str, Any] | None = None
+    model_class: type,
+    config: Any,
+    cp_plan: dict[str, Any] | None = None,
+    family: Family | None = None,
 ) -> dict[str, Any]:
     """Raise :class:`UnsupportedVideoModel` (one line naming what is missing) unless the
     generic path can train ``model_class`` with ``config`` (a mapping); else return its
-    context-parallel plan. Reads the class, its family's declaration and the config
+    context-parallel plan. Reads the class, its family's declaration (``family``: the
+    one its caller looked up, else looked up here by the class's name) and the config
     only: nothing is built."""
     name = model_class.__name__
     for field, what in NEEDS_INPUTS.items():
         if config.get(field) is not None:
             raise UnsupportedVideoModel(f"{name}: {field} is set: {what} are not supported")
-    family = family_named(name)
+    family = family or family_named(name)
     refused = refused_config(model_class, config, family)
     if refused:
         raise UnsupportedVideoModel(refused)

@@ -189,3 +189,31 @@ def test_a_support_check_looks_its_family_up_once(monkeypatch):
     assert flux is not None
     assert check_supported(diffusers.FluxTransformer2DModel, flux.tiny_config) == flux.cp_plan
     assert looked_up == ["FluxTransformer2DModel"]
+
+
+def test_a_build_looks_its_family_up_by_class_once_and_hands_it_on(monkeypatch, tmp_path):
+    """A folder's build looks the family of its config's class up once and hands it to
+    the support check; the adapter looks its own up once and hands it to its check: two
+    lookups by the class per build, none in the check (before: four, the check looking
+    it up again in the build and in the adapter)."""
+    from datacentric.models import diffusers_build, diffusers_generic, diffusers_plan
+
+    looked_up: list[str] = []
+
+    def counted(where: str):
+        def lookup(class_name: str):
+            looked_up.append(where)
+            return family_named(class_name)
+
+        return lookup
+
+    for module in (diffusers_build, diffusers_generic, diffusers_plan):
+        monkeypatch.setattr(module, "family_named", counted(module.__name__.split(".")[-1]))
+    flux = family_named("FluxTransformer2DModel")
+    assert flux is not None
+    config = {"_class_name": flux.transformer, **flux.tiny_config}
+    (tmp_path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    torch.manual_seed(0)
+    model = build_diffusers_model(str(tmp_path))
+    assert model.family is flux
+    assert looked_up == ["diffusers_build", "diffusers_generic"]
