@@ -1,7 +1,7 @@
 """A comparison's policies built at once, each in its own process, with one time left.
 
 Each policy's stage (its schedule and simulation) runs in a forked process
-(:func:`run_at_once`) and tells the parent, over a queue, what a
+(:func:`run_at_once`) and tells the parent, over a pipe of its own, what a
 :class:`~datacentric.sim.policy_comparison.StageSteps` hears in a sequential run (its
 steps, its search's count, its step's share), each with the CPU seconds
 its process has spent, plus a heartbeat of those every :data:`HEARTBEAT_S`. The parent
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
-import queue as queues
 import signal
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from multiprocessing import connection
 from typing import Any
 
 from datacentric.progress import Progress
@@ -50,14 +50,15 @@ class Relay:
     parent with the worker's CPU seconds; counts told often are sent at most every
     :data:`RELAY_EVERY_S`."""
 
-    def __init__(self, queue: Any, policy: str) -> None:
-        self.queue, self.policy = queue, policy
+    def __init__(self, line: Any, policy: str) -> None:
+        self.line, self.policy = line, policy
+        """``line.put(message)`` sends to the parent (:class:`_Line`)."""
         self._laid = 0.0
         self._search: tuple[float, float] | None = None
         self._sent = 0.0
 
     def _send(self, news: str, *args: float) -> None:
-        self.queue.put(("news", self.policy, time.process_time(), news, args))
+        self.line.put(("news", self.policy, time.process_time(), news, args))
         self._sent = time.monotonic()
 
     def _flush(self) -> None:
@@ -219,74 +220,64 @@ def run_at_once(
     """``build(policy, on_step)`` of each policy in its own forked process, at most
     ``workers`` at once, started in order; ``watch`` hears their progress. Each end
     calls ``on_end(policy, run, error, error_text)`` in the parent (run None on error);
-    when it returns False the others are stopped (their processes ended)."""
+    when it returns False the others are stopped (their processes ended). Each process
+    tells the parent over a pipe of its own: one killed (SIGKILL, out of memory) ends
+    its pipe, which ends its stage at once with an error naming how it ended, and
+    cannot leave a lock held that the others' messages wait on (a shared queue's)."""
     context = fork_context()
-    queue = context.Queue()
     sys.stdout.flush()  # what is buffered is written once, not again by each process
     sys.stderr.flush()
     pending, running = list(policies), {}
-    quiet: set[str] = set()  # dead with nothing heard at the last look
-    looked = time.monotonic()
     try:
         while pending or running:
             while pending and len(running) < workers:
                 policy = pending.pop(0)
-                running[policy] = context.Process(
-                    target=_work, args=(queue, policy, build), daemon=True
-                )
-                running[policy].start()
-            try:
-                message = queue.get(timeout=HEARTBEAT_S)
-            except queues.Empty:
-                message = None
-            if message is not None and not _heard(message, running, watch, on_end):
-                return
-            if message is None or time.monotonic() - looked >= HEARTBEAT_S:
-                # a dead process is looked for while the others still tell, too
-                looked = time.monotonic()
-                lost, quiet = _lost(running, quiet)
-                for policy, text in lost:
-                    running.pop(policy)
-                    watch.ended(policy, None)
-                    error = RuntimeError(f"{policy}: {text}")
-                    if not on_end(policy, None, error, f"RuntimeError: {text}"):
+                reader, writer = context.Pipe(duplex=False)
+                process = context.Process(target=_work, args=(writer, policy, build), daemon=True)
+                process.start()
+                writer.close()  # the process's end then ends the pipe
+                running[policy] = (process, reader)
+            readers = {reader: policy for policy, (_, reader) in running.items()}
+            for reader in connection.wait(list(readers), timeout=HEARTBEAT_S):
+                try:
+                    kind, policy, cpu, *rest = reader.recv()
+                except (EOFError, OSError):  # it ended without telling its end
+                    if not _end(readers[reader], running, watch, on_end, None, None):
                         return
+                    continue
+                if kind == "begun":
+                    watch.begun(policy, cpu)
+                elif kind == "news":
+                    watch.heard(policy, cpu, *rest)
+                elif not _end(policy, running, watch, on_end, cpu, tuple(rest)):
+                    return
     finally:
-        for process in running.values():
+        for process, reader in running.values():
             process.terminate()
             process.join()
+            reader.close()
 
 
-def _heard(
-    message: tuple,
+def _end(
+    policy: str,
     running: dict[str, Any],
     watch: Watch,
     on_end: Callable[[str, Any, BaseException | None, str], bool],
+    cpu: float | None,
+    outcome: tuple | None,
 ) -> bool:
-    """Take one worker's ``message`` (begun, news or done); False where its end stops
-    the others (``on_end`` said so)."""
-    kind, policy, cpu, *rest = message
-    if kind == "begun":
-        watch.begun(policy, cpu)
-    elif kind == "news":
-        watch.heard(policy, cpu, *rest)
-    else:
-        running.pop(policy).join()
-        watch.ended(policy, cpu)
-        return bool(on_end(policy, *rest))
-    return True
-
-
-def _lost(running: dict[str, Any], quiet: set[str]) -> tuple[list[tuple[str, str]], set[str]]:
-    """Stages whose process was already gone at the last look, with nothing heard since
-    (killed, out of memory): each with its error's text; and those gone now, to look at
-    once more (what a process sent before it ended may still be on its way)."""
-    gone = {policy for policy, process in running.items() if not process.is_alive()}
-    lost = [
-        (p, f"{_ended(running[p].exitcode)} before its schedule was built")
-        for p in sorted(gone & quiet)
-    ]
-    return lost, gone - quiet
+    """``policy``'s stage is over: its process reaped, ``watch`` told (``cpu``: its last
+    CPU seconds, if told) and ``on_end(policy, *outcome)``, an error naming how its
+    process ended where it told no ``outcome`` (killed, out of memory); False where
+    that stops the others."""
+    process, reader = running.pop(policy)
+    process.join()
+    reader.close()
+    if outcome is None:
+        text = f"{_ended(process.exitcode)} before its schedule was built"
+        outcome = (None, RuntimeError(f"{policy}: {text}"), f"RuntimeError: {text}")
+    watch.ended(policy, cpu)
+    return bool(on_end(policy, *outcome))
 
 
 def _ended(code: int | None) -> str:
@@ -300,27 +291,41 @@ def _ended(code: int | None) -> str:
     return f"its process ended with exit code {code}"
 
 
-def _work(queue: Any, policy: str, build: Callable[[str, Any], Any]) -> None:
+class _Line:
+    """A worker's end of its pipe to the parent: ``put(message)`` sends it whole, one
+    sender at a time (the heartbeat's thread and the build's)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn, self.lock = conn, threading.Lock()
+
+    def put(self, message: tuple) -> None:
+        with self.lock:
+            self.conn.send(message)
+
+
+def _work(conn: Any, policy: str, build: Callable[[str, Any], Any]) -> None:
     """A worker: build ``policy``'s stage, reporting its CPU seconds as it goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us on Ctrl-C
-    queue.put(("begun", policy, time.process_time()))
+    line = _Line(conn)
+    line.put(("begun", policy, time.process_time()))
     stop = threading.Event()
-    beat = threading.Thread(target=_heartbeat, args=(queue, policy, stop), daemon=True)
+    beat = threading.Thread(target=_heartbeat, args=(line, policy, stop), daemon=True)
     beat.start()
     run, error, text = None, None, ""
     try:
-        run = build(policy, Relay(queue, policy))
+        run = build(policy, Relay(line, policy))
     except Exception as err:  # sent to the parent, which raises or records it
         text = f"{type(err).__name__}: {err}"
         error = err if _picklable(err) else RuntimeError(text)
     stop.set()
     beat.join()
-    queue.put(("done", policy, time.process_time(), run, error, text))
+    line.put(("done", policy, time.process_time(), run, error, text))
+    conn.close()
 
 
-def _heartbeat(queue: Any, policy: str, stop: threading.Event) -> None:
+def _heartbeat(line: _Line, policy: str, stop: threading.Event) -> None:
     while not stop.wait(HEARTBEAT_S):
-        queue.put(("news", policy, time.process_time(), "", ()))
+        line.put(("news", policy, time.process_time(), "", ()))
 
 
 def _picklable(err: BaseException) -> bool:
