@@ -21,7 +21,7 @@ from typing import Any
 
 from datacentric.data.base import Dataset
 from datacentric.data.prompts import read_prompts
-from datacentric.data.tokenizer_files import text_codec
+from datacentric.data.tokenizer_files import TextCodec
 from datacentric.settings.sections import DataConfig, ValidationConfig
 from datacentric.train.validation.prompts import PromptSamples, write_samples
 from datacentric.train.validation.renders import PipelineSamples
@@ -117,7 +117,7 @@ class RunValidation:
         if renders is None and validation.prompts is not None:
             prompts = PromptSamples(
                 read_prompts(validation.prompts),
-                text_codec(data.tokenizer),
+                TextCodec(data.tokenizer),  # as the text datasets read the tokenizer
                 validation.max_new_tokens,
                 validation.temperature,
                 seed,
