@@ -13,6 +13,10 @@ from torch or ``models/``):
   its parameter shapes (:func:`spec_from_shapes`), with its trainable parameter count and
   the largest ring its path runs.
 
+Read off a built module beside its spec, in the same pass: its identity
+(:func:`identity_of_model`: class, config and parameter shapes), what a measured
+profile's fingerprint records of a model that is not a preset.
+
 A name (``llama-7b``, ``hf:DIR``, ``diffusers:DIR``, ``pkg.module:factory``, a preset
 with ``--model-arg``) is turned into one of these by the layer that may build a model:
 the cost-model factory (:func:`datacentric.profiling.factory.named_spec`) looks up a
@@ -48,6 +52,8 @@ every parameter the model really has.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -83,6 +89,27 @@ def spec_of_model(model: Any, name: str | None = None) -> ModelSpec:
     if max_ring is not None:  # the model's path runs no larger ring (diffusers generic: 1)
         spec = dataclasses.replace(spec, max_ring_size=int(max_ring))
     return spec
+
+
+def identity_of_model(model: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """What a measured profile of a built ``model`` (made with the model arguments
+    ``args``, without adapters) depends on: its class, its config (when it has one) and
+    the shapes of its parameters, as hashes (the fingerprint of
+    :mod:`datacentric.profiling.store`)."""
+    shapes = [(n, list(p.shape)) for n, p in model.named_parameters()]
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    described = to_dict() if callable(to_dict) else None
+    return {
+        "class": type(model).__name__,
+        "args": dict(args),
+        "config_sha256": _sha256_json(described) if described is not None else None,
+        "parameter_shapes_sha256": _sha256_json(shapes),
+    }
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def with_trainable(spec: ModelSpec, model: Any) -> ModelSpec:

@@ -47,6 +47,7 @@ from datacentric.profiling.store import (
     fingerprint,
     fresh_profile,
     last_checked,
+    model_identity,
     save_plan,
     save_probe,
     save_profile,
@@ -180,6 +181,8 @@ def run_profile(
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or default_sp_sizes(world))
+    if settings.identity is None:  # no model built here: found by name
+        settings = replace(settings, identity=model_identity(settings.model, settings.model_args))
     current = _fingerprint(settings, world)
     saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
     reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
@@ -236,7 +239,9 @@ def ensure_profile(
 
     Called by every rank of a training run that has initialised ``torch.distributed``
     (the measurement then runs on those ranks), or by one process without it (the
-    measurement then starts ``settings.world_size`` local ranks)."""
+    measurement then starts ``settings.world_size`` local ranks). A model that is not a
+    preset is fingerprinted by ``settings.identity``, read off the model the run built
+    (:attr:`ProfileSettings.identity`)."""
     current = _fingerprint(settings, settings.world_size)
     saved, checked = fresh_profile(directory, current)
     if saved is not None and reusable(saved, settings, directory, checked=checked):
@@ -383,7 +388,12 @@ def _is_rank_zero() -> bool:
 def _fingerprint(settings: ProfileSettings, world: int) -> dict[str, Any]:
     lora = settings.lora.to_json() if settings.lora is not None else None
     found = fingerprint(
-        settings.model, world, settings.dtype, settings.backend, dict(settings.model_args)
+        settings.model,
+        world,
+        settings.dtype,
+        settings.backend,
+        dict(settings.model_args),
+        identity=settings.identity,
     )
     if lora is not None:  # frozen weights time and hold differently
         found["lora"] = lora

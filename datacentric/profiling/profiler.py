@@ -31,6 +31,7 @@ planner that reads them stay pure, below it.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -45,8 +46,9 @@ from torch import nn
 
 from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models.lora import LoraSpec, apply_lora
+from datacentric.models.model_args import ModelSource
 from datacentric.models.presets import MODEL_PRESETS, build_model
-from datacentric.models.source import build_model_named
+from datacentric.models.source import build_from_source, resolve_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
@@ -98,6 +100,16 @@ class ProfileSettings:
     """The model's spec without adapters (its blocks and their attention), as the caller
     found it once (a run's :attr:`~datacentric.train.build.RunModel.bare_spec`); ``None``:
     looked up by ``model`` (:func:`~datacentric.profiling.factory.named_spec`)."""
+    source: ModelSource | None = None
+    """The model as the caller resolved it once (a run's
+    :attr:`~datacentric.train.build.RunModel.source`; its adapters are :attr:`lora`'s);
+    ``None``: resolved from :attr:`model` and :attr:`model_args` where it is built."""
+    identity: Mapping[str, Any] | None = None
+    """What the profile's fingerprint records of a model that is not a preset (its class,
+    config and parameter shapes), as the caller read it once off the model it built (a
+    run's :attr:`~datacentric.train.build.RunModel.identity`); ``None`` for a preset,
+    and where the profile command finds it by name
+    (:func:`~datacentric.profiling.store.model_identity`, in :func:`run_profile`)."""
 
 
 @dataclass(frozen=True)
@@ -457,10 +469,13 @@ def _runtime(
     if settings.model in MODEL_PRESETS:
         args = {**settings.model_args, "num_layers": layers}
         model = build_model(settings.model, dtype=dtype, device=groups.device, **args)
-    else:  # any other model: built whole, then cut to its first blocks
+    else:  # any other model: built whole (its adapters aside), then cut to its first blocks
+        source = settings.source
+        if source is None:
+            source = resolve_model(settings.model, settings.model_args)
         with torch.device(groups.device):
-            model = build_model_named(
-                settings.model, settings.model_args, dtype=dtype, dataset=settings.dataset
+            model, _ = build_from_source(
+                dataclasses.replace(source, lora=None), dtype=dtype, dataset=settings.dataset
             )
         truncate_blocks(model, layers)
     if settings.lora is not None:

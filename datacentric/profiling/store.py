@@ -22,6 +22,7 @@ from typing import Any
 
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.plan import Plan
+from datacentric.planning.spec_derivation import identity_of_model
 
 FORMAT_VERSION = 1
 PROFILE_FILE = "profile.json"
@@ -110,10 +111,13 @@ def fingerprint(
     dtype: str,
     backend: str,
     model_args: dict[str, Any] | None = None,
+    *,
+    identity: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What a profile's numbers depend on: model config (a preset's fields, or any
-    other model's class, config and parameter shapes), device, torch, world, dtype and
-    the profiler's method."""
+    other model's ``identity``: its class, config and parameter shapes as the caller
+    read them once, off the model it built or by :func:`model_identity`), device,
+    torch, world, dtype and the profiler's method."""
     import torch
 
     from datacentric.models.configs import MODEL_PRESETS, model_config
@@ -121,8 +125,10 @@ def fingerprint(
     if model in MODEL_PRESETS:
         config = model_config(model, **(model_args or {}))
         described = {"class": type(config).__name__, **dataclasses.asdict(config)}
+    elif identity is None:
+        raise ValueError(f"a profile of {model!r} needs its identity (model_identity)")
     else:
-        described = model_identity(model, model_args)
+        described = dict(identity)
     device_type, name = device_name(backend)
     return {
         "model": model,
@@ -226,24 +232,15 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What a profile of a model that is not a preset depends on: its class, its config
-    (when it has one) and the shapes of its parameters (read on the meta device)."""
+def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """What a profile of the model ``name`` means depends on, for a caller that has not
+    built it: a model that is not a preset is built on the meta device and read
+    (:func:`~datacentric.planning.spec_derivation.identity_of_model`); ``None`` for a
+    preset (:func:`fingerprint` records its config's fields)."""
+    from datacentric.models.configs import MODEL_PRESETS
     from datacentric.models.source import build_model_named
 
+    if name in MODEL_PRESETS:
+        return None
     args = dict(model_args or {})
-    model = build_model_named(name, args, device="meta")
-    shapes = [(n, list(p.shape)) for n, p in model.named_parameters()]
-    config = getattr(model, "config", None)
-    to_dict = getattr(config, "to_dict", None)
-    described = to_dict() if callable(to_dict) else None
-    return {
-        "class": type(model).__name__,
-        "args": args,
-        "config_sha256": _sha256_json(described) if described is not None else None,
-        "parameter_shapes_sha256": _sha256_json(shapes),
-    }
-
-
-def _sha256_json(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+    return identity_of_model(build_model_named(name, args, device="meta"), args)

@@ -8,10 +8,11 @@ deprecated form is kept, see docs/api.md).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,12 +40,14 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.planning.spec_derivation import (
     UnpricedModelError,
+    identity_of_model,
     spec_from_model_config,
     spec_of_model,
 )
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import ProfileSettings
+from datacentric.profiling.store import model_identity
 from datacentric.settings.sections import (
     CostConfig,
     DataConfig,
@@ -139,6 +142,11 @@ class RunModel:
     """The spec the run prices: :attr:`bare_spec`, or with LoRA the spec read off the
     built model once its adapters are injected (what trains); None where no model was
     built or its cost cannot be read."""
+    built_identity: Mapping[str, Any] | None = None
+    """What a measured profile's fingerprint records of the model (class, config,
+    parameter shapes), read once off the built model before its adapters are injected
+    (:func:`~datacentric.planning.spec_derivation.identity_of_model`); None for a
+    preset (its config is recorded) or where no model was built."""
     place: RunPlace = field(default_factory=RunPlace)
     """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
 
@@ -161,6 +169,16 @@ class RunModel:
             return self.trained_spec
         source = self.source
         return named_spec(source.name, source.args, source.lora, module=self.module)
+
+    @cached_property
+    def identity(self) -> Mapping[str, Any] | None:
+        """What a measured profile's fingerprint records of the model:
+        :attr:`built_identity`, read when the model was built; for a model not built
+        here, found by its name (:func:`~datacentric.profiling.store.model_identity`:
+        built on the meta device; ``None`` for a preset)."""
+        if self.built_identity is not None or self.module is not None:
+            return self.built_identity
+        return model_identity(self.source.name, self.source.args)
 
 
 def build_run_model(
@@ -185,6 +203,8 @@ def build_run_model(
             spec = spec_of_model(module, bare.name)
     except UnpricedModelError:
         spec = None
+    # what a profile's fingerprint records of it, read off it in the same pass
+    identity = None if bare.kind == "preset" else identity_of_model(module, bare.args)
     trained = spec
     if source.lora is not None:
         apply_lora(module, source.lora)
@@ -193,7 +213,7 @@ def build_run_model(
         except UnpricedModelError:
             trained = None
     mfu = mfu_cost_model(spec, model.dtype, device)
-    return RunModel(source, model.dtype, module, mfu, spec, trained)
+    return RunModel(source, model.dtype, module, mfu, spec, trained, identity)
 
 
 def what_trains(module: nn.Module, tokenizer: str | None = None) -> str:
@@ -288,6 +308,8 @@ def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
         clock="wall",
         cost=cost,
         spec=model.bare_spec,
+        source=source,
+        identity=model.identity,
     )
     profile = ensure_profile(directory, settings, place.shapes, sp_sizes=place.sp_sizes)
     return fitted_cost_model(profile)

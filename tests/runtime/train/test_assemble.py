@@ -120,3 +120,35 @@ def test_a_run_reads_its_spec_off_the_model_it_built_and_looks_nothing_up_by_nam
     assert adapted.spec.trainable_params is not None
     lora = adapted.source.lora
     assert adapted.spec == factory.named_spec(name, {"width": 64}, lora, module=adapted.module)
+
+
+def test_a_run_fingerprints_its_profile_by_the_model_it_built(monkeypatch):
+    """The identity a measured profile's fingerprint records of a model that is not a
+    preset is read off the run's model once it is built, before its adapters: the same
+    as building it again on the meta device by name, which the run no longer does."""
+    import datacentric.models.source as source
+    import datacentric.train.build as build
+    from datacentric.profiling.store import fingerprint, model_identity
+    from datacentric.settings.sections import LoraConfig, ModelConfig
+
+    cpu = torch.device("cpu")
+    name, args = "tests.user_models:tiny_gpt", {"width": 64}
+    by_name = model_identity(name, args)
+    preset = build.build_run_model(ModelConfig(model="llama"), None, cpu)
+    assert preset.identity is None and model_identity("llama") is None  # its config instead
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the model was built again to fingerprint its profile")
+
+    monkeypatch.setattr(source, "build_model_named", refused)
+    adapted = build.build_run_model(
+        ModelConfig(model=name, model_args=("width=64",)),
+        None,
+        cpu,
+        lora=LoraConfig(rank=2, targets="qkv,out"),
+    )
+    assert adapted.identity == by_name  # read before the adapters were injected
+    found = fingerprint(name, 1, "float32", "gloo", args, identity=adapted.identity)
+    assert found["model_config"] == by_name
+    with pytest.raises(ValueError, match="needs its identity"):
+        fingerprint(name, 1, "float32", "gloo", args)
