@@ -239,15 +239,18 @@ def ensure_profile(
 
     Called by every rank of a training run that has initialised ``torch.distributed``
     (the measurement then runs on those ranks), or by one process without it (the
-    measurement then starts ``settings.world_size`` local ranks). A model that is not a
-    preset is fingerprinted by ``settings.identity``, read off the model the run built
-    (:attr:`ProfileSettings.identity`)."""
+    measurement then starts ``settings.world_size`` local ranks). The model is described
+    as the run read it once: a model that is not a preset is fingerprinted by
+    ``settings.identity``, and a profile measured now records ``settings.spec`` (its
+    blocks and their attention; :attr:`ProfileSettings.identity`,
+    :attr:`ProfileSettings.spec`)."""
     current = _fingerprint(settings, settings.world_size)
     saved, checked = fresh_profile(directory, current)
     if saved is not None and reusable(saved, settings, directory, checked=checked):
         return saved
-    # what the profile records of the model: the run's spec without adapters, else found now
-    spec = settings.spec or named_spec(settings.model, settings.model_args)
+    spec = settings.spec  # what the profile records of the model: the run's, without adapters
+    if spec is None:
+        raise ValueError(f"a profile of {settings.model!r} needs its spec (ProfileSettings.spec)")
     buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
     micro_batches = select_profile_shapes(
         [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens

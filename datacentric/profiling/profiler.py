@@ -98,8 +98,10 @@ class ProfileSettings:
     """How carefully: the ``[cost]`` section (its measurement keys)."""
     spec: ModelSpec | None = None
     """The model's spec without adapters (its blocks and their attention), as the caller
-    found it once (a run's :attr:`~datacentric.train.build.RunModel.bare_spec`); ``None``:
-    looked up by ``model`` (:func:`~datacentric.profiling.factory.named_spec`)."""
+    found it once (a run's :attr:`~datacentric.train.build.RunModel.profile_spec`); ``None``:
+    looked up by ``model`` where the profile command measures
+    (:func:`~datacentric.profiling.factory.named_spec`, in
+    :func:`~datacentric.profiling.autoprofile.run_profile`)."""
     source: ModelSource | None = None
     """The model as the caller resolved it once (a run's
     :attr:`~datacentric.train.build.RunModel.source`; its adapters are :attr:`lora`'s);

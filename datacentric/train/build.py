@@ -171,6 +171,16 @@ class RunModel:
         return named_spec(source.name, source.args, source.lora, module=self.module)
 
     @cached_property
+    def profile_spec(self) -> ModelSpec:
+        """The spec a measured profile records (the model without its adapters: its
+        blocks and their attention): :attr:`bare_spec`, read when the model was built;
+        for a model not built here (or whose cost cannot be read, which then raises),
+        found by its name (:func:`~datacentric.profiling.factory.named_spec`)."""
+        if self.bare_spec is not None:
+            return self.bare_spec
+        return named_spec(self.source.name, self.source.args)
+
+    @cached_property
     def identity(self) -> Mapping[str, Any] | None:
         """What a measured profile's fingerprint records of the model:
         :attr:`built_identity`, read when the model was built; for a model not built
@@ -307,7 +317,7 @@ def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
         # wall-clock steps, collective waits included.
         clock="wall",
         cost=cost,
-        spec=model.bare_spec,
+        spec=model.profile_spec,
         source=source,
         identity=model.identity,
     )

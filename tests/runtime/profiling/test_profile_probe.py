@@ -20,7 +20,7 @@ from datacentric.profiling.autoprofile import (
     reusable,
     validation_report,
 )
-from datacentric.profiling.factory import fitted_cost_model
+from datacentric.profiling.factory import fitted_cost_model, get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult
 from datacentric.profiling.store import (
     PROFILE_FILE,
@@ -34,7 +34,12 @@ from datacentric.settings.sections import CostConfig
 from datacentric.shapes import SampleShape
 
 TEXT = SampleShape.text
-SETTINGS = ProfileSettings(model="llama", world_size=1, cost=CostConfig(warmup=2, repeats=3))
+SETTINGS = ProfileSettings(
+    model="llama",
+    world_size=1,
+    cost=CostConfig(warmup=2, repeats=3),
+    spec=get_model_spec("llama"),  # as a run hands it down (RunModel.profile_spec)
+)
 
 
 def test_probe_cases_take_the_largest_micro_batch_per_sp_size() -> None:
@@ -182,3 +187,11 @@ def test_validation_reports_the_spread_between_sessions() -> None:
     assert report["time_noise_rel"] == pytest.approx(0.2)
     assert report["sessions"] == 3
     assert report["memory_rel_err"] == pytest.approx(0.0)
+
+
+def test_a_runs_profile_records_the_spec_it_is_handed(tmp_path) -> None:
+    """ensure_profile (a training run's) measures with the spec the run read off its
+    model (ProfileSettings.spec) and looks nothing up by name: without one it refuses
+    before measuring."""
+    with pytest.raises(ValueError, match="needs its spec"):
+        ensure_profile(tmp_path, dataclasses.replace(SETTINGS, spec=None), [TEXT(64)])

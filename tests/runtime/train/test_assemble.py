@@ -148,6 +148,7 @@ def test_a_run_fingerprints_its_profile_by_the_model_it_built(monkeypatch):
         lora=LoraConfig(rank=2, targets="qkv,out"),
     )
     assert adapted.identity == by_name  # read before the adapters were injected
+    assert adapted.profile_spec is adapted.bare_spec  # what its profile records, read once
     found = fingerprint(name, 1, "float32", "gloo", args, identity=adapted.identity)
     assert found["model_config"] == by_name
     with pytest.raises(ValueError, match="needs its identity"):
