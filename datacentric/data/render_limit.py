@@ -24,12 +24,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.documents import Record
+
+if TYPE_CHECKING:
+    from datacentric.data.chat import ChatRenderer
 
 #: Seconds one conversation may take to render, plus :data:`RENDER_S_PER_MIB` per MiB of
 #: its text (a real one of a few KiB takes milliseconds).
@@ -127,7 +130,7 @@ def render_limit_s(base_s: float, chars: int) -> float:
 
 
 def render_within(
-    deadline: RenderDeadline, renderer: Any, record: Record, dtype: np.dtype
+    deadline: RenderDeadline, renderer: ChatRenderer, record: Record, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray]:
     """``renderer.render(record, dtype)`` under ``deadline``'s limit grown with the
     record's size (:func:`render_limit_s`); a render past it, or a record over
