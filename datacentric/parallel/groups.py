@@ -21,17 +21,29 @@ The object is passed explicitly to whoever needs a group; there are no module
 globals. The device a rank computes on is chosen here too (:func:`device_for_backend`
 for a rank of a world, :func:`default_device` for one process alone), and its memory
 read (:func:`device_memory_bytes`).
+
+How a process gets its groups is here as well: :func:`process_groups` takes the world
+already initialised (a spawned rank, or the caller's own ``init_process_group``),
+joins torchrun's (:func:`init_from_env`, NCCL or gloo as :func:`backend_for` says), or
+makes one local process's; the world's group is destroyed when the interpreter exits
+(:func:`destroy_at_exit`). Starting the ranks themselves is
+:mod:`datacentric.parallel.launch`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from datacentric.schedule import Assignment, aligned_groups, group_sizes
+
+#: the collective timeout (seconds) of a world initialised here or spawned
+DEFAULT_TIMEOUT_S = 300.0
 
 
 def device_for_backend(backend: str | None, rank: int = 0) -> torch.device:
@@ -187,3 +199,98 @@ class ProcessGroups:
             f"ProcessGroups(rank={self.rank}, world_size={self.world_size}, "
             f"backend={self.backend!r}, device={self.device}, sizes={self.sizes})"
         )
+
+
+def under_torchrun() -> bool:
+    """Whether this process runs under torchrun (its ``RANK`` and ``WORLD_SIZE`` are set)."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init_from_env(
+    backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> ProcessGroups:
+    """Initialise ``torch.distributed`` from torchrun's environment and build the groups.
+
+    ``backend`` defaults to NCCL when CUDA is available, else gloo. Reads
+    ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (env:// init) and
+    ``LOCAL_RANK`` for the CUDA device.
+    """
+    missing = [
+        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(
+            f"init_from_env needs torchrun's environment; {', '.join(missing)} not set "
+            "(start with `torchrun --nproc-per-node N ...` or use launch.spawn)"
+        )
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    device = device_for_backend(backend, int(os.environ["RANK"]))
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        timeout = timedelta(seconds=timeout_s)
+        store = dist.TCPStore(
+            os.environ["MASTER_ADDR"],
+            int(os.environ["MASTER_PORT"]),
+            world_size,
+            # torchrun's agent hosts the store when it says so; otherwise rank 0 does.
+            is_master=os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and rank == 0,
+            timeout=timeout,
+        )
+        # A restarted worker group (torchrun --max-restarts) may meet the store of the
+        # failed attempt: keys of each attempt get their own prefix, so no rank connects
+        # to an address a dead rank published.
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        store = dist.PrefixStore(f"datacentric/attempt-{attempt}", store)
+        dist.init_process_group(
+            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+        )
+    destroy_at_exit()
+    return ProcessGroups()
+
+
+def backend_for(world_size: int, device: str | torch.device | None = None) -> str:
+    """NCCL when every local rank gets its own GPU (and ``device`` is not the CPU),
+    else gloo."""
+    wants_cpu = device is not None and torch.device(device).type == "cpu"
+    if not wants_cpu and torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def process_groups(
+    timeout_s: float = DEFAULT_TIMEOUT_S, device: str | torch.device | None = None
+) -> ProcessGroups:
+    """This process's groups: the world already initialised (a spawned rank, or the
+    caller's own ``init_process_group``), torchrun's world, or one local process on
+    :func:`~datacentric.parallel.groups.default_device` (``device`` overriding)."""
+    if dist.is_available() and dist.is_initialized():
+        destroy_at_exit()
+        return ProcessGroups()
+    if under_torchrun():
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        return init_from_env(backend_for(local, device), timeout_s=timeout_s)
+    return ProcessGroups.local(default_device(device))
+
+
+@functools.cache
+def destroy_at_exit() -> None:
+    """Destroy the default process group when the interpreter exits, if it is still
+    there then (registered once per process).
+
+    A script that ends without ``destroy_process_group`` (a drop-in user's, or
+    ``torchrun -m datacentric train``) leaves gloo's worker threads to the C++ teardown
+    after Python's: a rank then dies with SIGABRT ("terminate called without an active
+    exception") after its run succeeded. Run from ``atexit``, the group is destroyed
+    while the interpreter still lives; a script that destroyed it itself is left alone.
+    """
+    import atexit
+
+    atexit.register(_destroy_if_initialized)
+
+
+def _destroy_if_initialized() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,16 +1,18 @@
-"""Starting ranks: N local processes (:func:`spawn`) or under torchrun (:func:`init_from_env`).
+"""Starting ranks: N local processes (:func:`spawn`) or under torchrun
+(:func:`~datacentric.parallel.groups.init_from_env`).
 
 :func:`launch_mode` is the one place that decides how a job runs: under torchrun
 (its environment is present), as ``nproc`` spawned local ranks, or as a single
-process. :func:`launch` runs a worker that way and :func:`process_groups` gives
-a process its groups the same way; the CLI, ``DataCentric``, the trainer and the
-policy comparison all go through them.
+process. :func:`launch` runs a worker that way, and
+:func:`~datacentric.parallel.groups.process_groups` gives a process its groups the
+same way (it lives beside the groups; its older path here still works); the CLI,
+``DataCentric``, the trainer and the policy comparison all go through them.
 
 A worker is a plain function. Inside it ``torch.distributed`` is initialised,
 so it builds :class:`~datacentric.parallel.groups.ProcessGroups` and runs; the
 same worker therefore runs under :func:`spawn` (tests, ``datacentric
 equivalence``, one-machine benchmarks) and under ``torchrun`` after
-:func:`init_from_env`.
+:func:`~datacentric.parallel.groups.init_from_env`.
 
 :func:`spawn` returns every rank's return value, re-raises the first failure
 in the parent with the rank named, and turns a hang into a ``TimeoutError``
@@ -19,7 +21,6 @@ in the parent with the rank named, and turns a hang into a ``TimeoutError``
 
 from __future__ import annotations
 
-import functools
 import io
 import os
 import queue as queue_module
@@ -38,9 +39,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from datacentric.log import get_logger
-from datacentric.parallel.groups import ProcessGroups, default_device, device_for_backend
+from datacentric.parallel.groups import (  # noqa: F401 - process_groups, destroy_at_exit: older path
+    DEFAULT_TIMEOUT_S,
+    backend_for,
+    destroy_at_exit,
+    device_for_backend,
+    init_from_env,
+    process_groups,
+    under_torchrun,
+)
 
-DEFAULT_TIMEOUT_S = 300.0
 #: Seconds ranks get to end on a second SIGINT relayed to them before they are killed.
 SIGINT_GRACE_S = 3.0
 #: What a first SIGINT (Ctrl-C) to the launcher reaches its ranks as: a stop that a rank
@@ -376,51 +384,6 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
     return [values[r] for r in range(len(processes))]
 
 
-def init_from_env(
-    backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
-) -> ProcessGroups:
-    """Initialise ``torch.distributed`` from torchrun's environment and build the groups.
-
-    ``backend`` defaults to NCCL when CUDA is available, else gloo. Reads
-    ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (env:// init) and
-    ``LOCAL_RANK`` for the CUDA device.
-    """
-    missing = [
-        k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ
-    ]
-    if missing:
-        raise RuntimeError(
-            f"init_from_env needs torchrun's environment; {', '.join(missing)} not set "
-            "(start with `torchrun --nproc-per-node N ...` or use launch.spawn)"
-        )
-    if backend is None:
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-    device = device_for_backend(backend, int(os.environ["RANK"]))
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        timeout = timedelta(seconds=timeout_s)
-        store = dist.TCPStore(
-            os.environ["MASTER_ADDR"],
-            int(os.environ["MASTER_PORT"]),
-            world_size,
-            # torchrun's agent hosts the store when it says so; otherwise rank 0 does.
-            is_master=os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" and rank == 0,
-            timeout=timeout,
-        )
-        # A restarted worker group (torchrun --max-restarts) may meet the store of the
-        # failed attempt: keys of each attempt get their own prefix, so no rank connects
-        # to an address a dead rank published.
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-        store = dist.PrefixStore(f"datacentric/attempt-{attempt}", store)
-        dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
-        )
-    destroy_at_exit()
-    return ProcessGroups()
-
-
 @dataclass(frozen=True)
 class LaunchMode:
     """How this job runs: the one launch decision (see :func:`launch_mode`)."""
@@ -435,7 +398,7 @@ def launch_mode(nproc: int | None = None) -> LaunchMode:
     """Decide how the job runs: under torchrun when its environment (``RANK``,
     ``WORLD_SIZE``) is present, as ``nproc`` spawned local ranks when ``nproc > 1``,
     else as one process. ``nproc`` other than torchrun's world is an error."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+    if under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if nproc is not None and nproc != world:
             raise ValueError(
@@ -447,51 +410,6 @@ def launch_mode(nproc: int | None = None) -> LaunchMode:
     if nproc is not None and nproc > 1:
         return LaunchMode("spawn", nproc)
     return LaunchMode("single", 1)
-
-
-def backend_for(world_size: int, device: str | torch.device | None = None) -> str:
-    """NCCL when every local rank gets its own GPU (and ``device`` is not the CPU),
-    else gloo."""
-    wants_cpu = device is not None and torch.device(device).type == "cpu"
-    if not wants_cpu and torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
-        return "nccl"
-    return "gloo"
-
-
-def process_groups(
-    timeout_s: float = DEFAULT_TIMEOUT_S, device: str | torch.device | None = None
-) -> ProcessGroups:
-    """This process's groups: the world already initialised (a spawned rank, or the
-    caller's own ``init_process_group``), torchrun's world, or one local process on
-    :func:`~datacentric.parallel.groups.default_device` (``device`` overriding)."""
-    if dist.is_available() and dist.is_initialized():
-        destroy_at_exit()
-        return ProcessGroups()
-    if launch_mode().kind == "torchrun":
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        return init_from_env(backend_for(local, device), timeout_s=timeout_s)
-    return ProcessGroups.local(default_device(device))
-
-
-@functools.cache
-def destroy_at_exit() -> None:
-    """Destroy the default process group when the interpreter exits, if it is still
-    there then (registered once per process).
-
-    A script that ends without ``destroy_process_group`` (a drop-in user's, or
-    ``torchrun -m datacentric train``) leaves gloo's worker threads to the C++ teardown
-    after Python's: a rank then dies with SIGABRT ("terminate called without an active
-    exception") after its run succeeded. Run from ``atexit``, the group is destroyed
-    while the interpreter still lives; a script that destroyed it itself is left alone.
-    """
-    import atexit
-
-    atexit.register(_destroy_if_initialized)
-
-
-def _destroy_if_initialized() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def cpu_cores() -> int:

@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent(
     """
     import atexit, sys
     import torch.distributed as dist
-    from datacentric.parallel.launch import process_groups
+    from datacentric.parallel.groups import process_groups
 
     def report():  # registered first: atexit runs it after datacentric's handler
         print("initialized at exit:", dist.is_initialized(), flush=True)
@@ -46,3 +46,11 @@ def test_the_group_is_destroyed_at_exit(who: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "initialized at exit: False" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_joining_the_world_keeps_its_older_path() -> None:
+    from datacentric.parallel import groups, launch
+
+    names = ("process_groups", "init_from_env", "backend_for", "destroy_at_exit")
+    assert all(getattr(launch, name) is getattr(groups, name) for name in names)
+    assert launch.DEFAULT_TIMEOUT_S == groups.DEFAULT_TIMEOUT_S
