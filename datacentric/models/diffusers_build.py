@@ -121,21 +121,16 @@ def build_diffusers_model(
 ) -> DiffusersVideoTransformer:
     """A diffusers video transformer under our model contract.
 
-    ``name_or_path``: a tiny name (:func:`tiny_names`), or a folder with
-    ``config.json`` (its ``_class_name`` says the class) and, optionally, weights
-    (``*.safetensors``/``*.bin``, sharded or not). ``config_overrides`` replace config
-    fields. Raises :class:`UnsupportedVideoModel` for a model the generic path cannot
-    train and ``ValueError`` for a name that is neither.
+    ``name_or_path``: a folder with ``config.json`` (its ``_class_name`` says the class)
+    and, optionally, weights (``*.safetensors``/``*.bin``, sharded or not), else a tiny
+    name (:func:`tiny_names`): a folder comes first, as
+    :func:`~datacentric.models.source.resolve_model` reads a ``diffusers:`` string.
+    ``config_overrides`` replace config fields. Raises :class:`UnsupportedVideoModel` for
+    a model the generic path cannot train and ``ValueError`` for a name that is neither.
     """
-    tiny = family_of_tiny(name_or_path)
-    if tiny is None:  # a folder: its config.json names the class
-        folder = Path(name_or_path).expanduser()
-        config_file = folder / "config.json"
-        if not config_file.is_file():
-            raise ValueError(
-                f"diffusers:{name_or_path}: neither a tiny name ({', '.join(tiny_names())}) "
-                "nor a folder with config.json"
-            )
+    folder = Path(name_or_path).expanduser()
+    config_file = folder / "config.json"
+    if config_file.is_file():  # a folder, before a tiny name (as resolve_model reads it)
         cls, config = read_model_config(config_file, name_or_path, config_overrides)
         weights = [p for p in folder.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)]
         if weights:
@@ -144,7 +139,13 @@ def build_diffusers_model(
             )
         else:
             transformer = cls.from_config({**config, **config_overrides})
-    else:  # its family's tiny config, the class looked up as a folder's is
+    else:  # a tiny name: its family's tiny config, the class looked up as a folder's is
+        tiny = family_of_tiny(name_or_path)
+        if tiny is None:
+            raise ValueError(
+                f"diffusers:{name_or_path}: neither a tiny name ({', '.join(tiny_names())}) "
+                "nor a folder with config.json"
+            )
         cls, family = _declared_class(tiny.transformer, f"diffusers:{name_or_path}")
         config = {**tiny.tiny_config, **config_overrides}
         # unset fields take the class defaults (None for images)

@@ -193,6 +193,28 @@ def test_a_folder_that_is_neither_is_named(tmp_path: Path) -> None:
         build_diffusers_model(str(tmp_path))
 
 
+def test_a_folder_named_as_a_tiny_model_is_trained_as_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diffusers:wan`` with a folder ``wan`` here is the folder, as resolve_model reads
+    it, both in the pre-check's meta build and in the build that trains (which built the
+    tiny Wan instead: 4 blocks, where the folder's config says 1)."""
+    from datacentric.models.diffusers_families import family_of_tiny
+    from datacentric.models.source import build_from_source, resolve_model
+
+    tiny = family_of_tiny("wan")
+    assert tiny is not None and tiny.tiny_config["num_layers"] != 1
+    (tmp_path / "wan").mkdir()
+    config = {"_class_name": tiny.transformer, **tiny.tiny_config, "num_layers": 1}
+    (tmp_path / "wan" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    source = resolve_model("diffusers:wan")
+    assert source.folder == Path("wan")
+    for device in ("meta", None):
+        model, _ = build_from_source(source, device=device)
+        assert model.transformer.config.num_layers == 1
+
+
 def padded_wan_case():  # noqa: ANN201
     """Wan on clips of 10 and 9 tokens: at SP 2 one is padded, and in one micro-batch
     both would pad to 10 (the adapter pads the 9 to 12)."""
