@@ -49,10 +49,9 @@ from datacentric.data import SyntheticTextDataset, SyntheticVideoDataset
 from datacentric.models import attention as attention_module
 from datacentric.models.attention import math_attention, varlen_attention
 from datacentric.models.presets import build_model
-from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossWeights, loss_tokens_function
-from datacentric.parallel.recompute import BlockRecompute
+from datacentric.parallel.recompute import BlockRecompute, compile_blocks
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
 from datacentric.profiling.factory import analytic_cost_model, get_model_spec

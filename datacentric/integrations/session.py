@@ -47,7 +47,7 @@ from datacentric.integrations.outputs import (
 from datacentric.integrations.records import tokenized_records, write_records
 from datacentric.integrations.script_api import ScriptMethods
 from datacentric.integrations.stops import ends_in_one_line, stop
-from datacentric.parallel.launch import process_groups
+from datacentric.parallel.groups import process_groups
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import build_sections
 from datacentric.settings.trainer_fields import METHODS, REFUSED

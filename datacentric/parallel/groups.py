@@ -122,7 +122,7 @@ class ProcessGroups:
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(
                 "ProcessGroups() needs torch.distributed initialised first "
-                "(init_process_group, launch.spawn or launch.init_from_env); "
+                "(init_process_group, launch.spawn or groups.init_from_env); "
                 "use ProcessGroups.local() for one process"
             )
         self.rank: int = dist.get_rank()

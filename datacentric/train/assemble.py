@@ -61,8 +61,7 @@ from torch import nn
 from datacentric.data.base import Dataset
 from datacentric.data.sources import build_run_data, reads_text, with_model_tokenizer
 from datacentric.data.tokenizer_files import BYTES
-from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import process_groups
+from datacentric.parallel.groups import ProcessGroups, process_groups
 from datacentric.planning.heads import ulysses_sp_sizes
 from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
 from datacentric.settings import TrainConfig

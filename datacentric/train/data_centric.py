@@ -43,11 +43,10 @@ from torch import nn
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.lora import is_peft_model
-from datacentric.parallel.compiled import compile_blocks
 from datacentric.parallel.grad_sync import wrap_model
-from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
-from datacentric.parallel.launch import process_groups
+from datacentric.parallel.groups import ProcessGroups, device_memory_bytes, process_groups
 from datacentric.parallel.loss import loss_tokens_function
+from datacentric.parallel.recompute import compile_blocks
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import Step
 from datacentric.planning.cost_model import CostModel
