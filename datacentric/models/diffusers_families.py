@@ -449,11 +449,6 @@ def family_named(class_name: str) -> Family | None:
     return FAMILIES.get(class_name)
 
 
-def family_of(model_class: type) -> Family | None:
-    """The declaration of ``model_class``'s family (:func:`family_named` of its name)."""
-    return family_named(model_class.__name__)
-
-
 def family_of_pipeline(pipeline: str) -> Family | None:
     """The family whose pipeline class is named ``pipeline``, or None."""
     return next((f for f in FAMILIES.values() if f.pipeline == pipeline), None)
