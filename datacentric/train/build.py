@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -88,9 +89,16 @@ def build_model_for(
     Seed the global RNG first: every rank must build identical weights (a pretrained
     folder's are read from the folder)."""
     source = model_source(model, lora)
-    with quiet_loading():  # the loaders' bars, when a run starts from Python too
+    with loading_quietly(source):  # the loaders' bars, when a run starts from Python too
         module, _ = build_from_source(source, dtype=torch.float32, dataset=dataset)
     return module
+
+
+def loading_quietly(source: ModelSource) -> AbstractContextManager:
+    """:func:`~datacentric.log.quiet_loading` around the build of ``source``, except for
+    a preset, which loads nothing through transformers or diffusers (importing them only
+    to silence their bars took over a second of a rank's start-up)."""
+    return nullcontext() if source.kind == "preset" else quiet_loading()
 
 
 @dataclass(frozen=True)
@@ -204,7 +212,7 @@ def build_run_model(
     either way)."""
     source = model_source(model, lora)
     bare = dataclasses.replace(source, lora=None)
-    with quiet_loading():  # the loaders' bars, when a run starts from Python too
+    with loading_quietly(bare):  # the loaders' bars, when a run starts from Python too
         module, _ = build_from_source(bare, dtype=torch.float32, dataset=dataset)
     try:  # read off the module, but a preset unchanged is priced as its name is
         if bare.kind == "preset" and not bare.args:
@@ -365,7 +373,7 @@ def check_model(
     name = model.model
     source = model_source(model, lora)
     try:
-        with quiet_loading():
+        with loading_quietly(source):
             module, _ = build_from_source(source, device="meta", dataset=dataset)
     except (
         AssertionError,

@@ -35,3 +35,24 @@ def test_building_an_hf_model_from_python_shows_no_bar_unless_verbose(tmp_path, 
     monkeypatch.setenv(VERBOSE_ENV, "1")
     build_run_model(model, None, torch.device("cpu"))
     assert "Loading weights" in capfd.readouterr().err
+
+
+def test_building_a_preset_imports_neither_loader_library():
+    """A preset loads nothing through transformers or diffusers: its build (and the
+    meta build the pre-check makes) leaves both unimported, where silencing their bars
+    imported them (over a second of each rank's start-up)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from datacentric.settings.sections import ModelConfig\n"
+        "from datacentric.train.build import build_run_model, check_model\n"
+        "build_run_model(ModelConfig(model='llama'), None, torch.device('cpu'))\n"
+        "check_model(ModelConfig(model='dit'), None)\n"
+        "print(sorted(m for m in ('transformers', 'diffusers') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
