@@ -111,7 +111,8 @@ class ProfileSettings:
     config and parameter shapes), as the caller read it once off the model it built (a
     run's :attr:`~datacentric.train.build.RunModel.identity`); ``None`` for a preset,
     and where the profile command finds it by name
-    (:func:`~datacentric.profiling.store.model_identity`, in :func:`run_profile`)."""
+    (:func:`~datacentric.profiling.store.model_identity`, in
+    :func:`~datacentric.profiling.autoprofile.run_profile`)."""
 
 
 @dataclass(frozen=True)
