@@ -117,8 +117,8 @@ def lora_of_args(args: argparse.Namespace) -> Any:
     """The LoRA spec of a command's ``[lora]`` section (``None``: off): the run's settings'
     when the command read them (``args.settings``), else the section of its ``[lora]``
     flags; converted by the one conversion,
-    :func:`~datacentric.models.lora_settings.lora_of`."""
-    from datacentric.models.lora_settings import lora_of
+    :func:`~datacentric.models.model_args.lora_of`."""
+    from datacentric.models.model_args import lora_of
     from datacentric.settings.layout import name_in_section
     from datacentric.settings.sections import LoraConfig
 

@@ -87,8 +87,7 @@ def diffusers_rows() -> Iterator[dict[str, Any]]:
     """One row per diffusers ``*Transformer2DModel`` / ``*Transformer3DModel``."""
     import diffusers
 
-    from datacentric.models.diffusers_generic import check_supported
-    from datacentric.models.diffusers_plan import UnsupportedVideoModel
+    from datacentric.models.diffusers_plan import UnsupportedVideoModel, check_supported
 
     classes = {n: getattr(diffusers, n) for n in dir(diffusers) if DIFFUSERS_CLASS.search(n)}
     classes.update({f.transformer: f.model_class for f in FAMILIES.values() if f.model_class})

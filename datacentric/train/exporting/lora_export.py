@@ -42,9 +42,9 @@ DIFFUSERS_WEIGHTS = "pytorch_lora_weights.safetensors"
 
 def lora_from_settings(settings: dict[str, Any]) -> LoraSpec | None:
     """The LoRA spec a run recorded (its ``[lora]`` section of ``{section: {field:
-    value}}``, converted by :func:`~datacentric.models.lora_settings.lora_of`); ``None`` for a full
+    value}}``, converted by :func:`~datacentric.models.model_args.lora_of`); ``None`` for a full
     fine-tune."""
-    from datacentric.models.lora_settings import lora_of
+    from datacentric.models.model_args import lora_of
     from datacentric.settings.sections import LoraConfig
 
     recorded = settings.get("lora", {})

@@ -1,4 +1,4 @@
-"""The ``[lora]`` section becomes a ``LoraSpec`` in one place (``models.lora_settings.lora_of``),
+"""The ``[lora]`` section becomes a ``LoraSpec`` in one place (``models.model_args.lora_of``),
 whether it comes from a command's settings, its flags alone or a run's record."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-import datacentric.models.lora_settings as build
+import datacentric.models.model_args as build
 from datacentric.cli.flag_groups import lora_of_args
 from datacentric.models.lora import LoraError, LoraSpec
 from datacentric.settings import TrainConfig
