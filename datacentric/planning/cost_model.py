@@ -8,10 +8,11 @@ communication, and the peak device memory of each rank. Implementations derive
 from :class:`CachedCostModel`, which caches breakdowns and derives ``pass_time_s``
 and ``pass_memory_bytes`` from them: the fitted model (profiles measured on the
 real device), the analytic model (FLOPs and bytes on a named hardware preset, also
-calibrated). :func:`datacentric.profiling.factory.build_cost_model` builds every
-kind. The scheduler and simulator only use this protocol, so they never depend on
-where the numbers come from. A cost model prices memory (``memory_bytes``) and holds
-no budget: the budget is the plan's (:mod:`datacentric.planning.memory_cap`).
+calibrated). :mod:`datacentric.profiling.factory` builds each kind by name (a run's
+on its own device: :func:`datacentric.train.build.run_cost_model`). The scheduler and
+simulator only use this protocol, so they never depend on where the numbers come from.
+A cost model prices memory (``memory_bytes``) and holds no budget: the budget is the
+plan's (:mod:`datacentric.planning.memory_cap`).
 
 Two optional attributes refine planning when a model has them (both implementations
 here do): ``block_kinds`` (a tuple naming each block's kind; the recomputation knapsack

@@ -34,7 +34,7 @@ DEFAULT_MEMORY_FRACTION = 0.7
 """Share of a device's memory the planner may use per rank when ``memory_gb`` is not
 set: the rest is left to the allocator's fragmentation, the communication library's
 buffers and what the memory model does not count. The one place this default is
-written; :func:`datacentric.planning.budget.resolve_budget` applies it."""
+written; :func:`datacentric.planning.memory_cap.resolve_memory_cap` applies it."""
 
 
 def check_shard(mode: str, reshard_after_forward: bool) -> None:
