@@ -5,7 +5,7 @@
 
 - ``"refused"``: the pre-check that runs before any rank starts refuses the class with
   its default config (``models.hf.check_supported`` for a transformers causal LM,
-  ``models.diffusers_generic.check_supported`` for a diffusers transformer);
+  ``models.diffusers_plan.check_supported`` for a diffusers transformer);
   ``reason`` is the pre-check's line;
 - ``"exact"``: the pre-check passes and a test compares the class's training step with
   its unmodified ``forward`` on each sample alone (:data:`EVIDENCE`, the test's id;
