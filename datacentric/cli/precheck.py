@@ -28,10 +28,11 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     ranks (:class:`~datacentric.train.assemble.Prechecked`): the same steps as theirs
     (:mod:`datacentric.train.assemble`), not run again."""
     from datacentric.data.base import DataError
-    from datacentric.data.sources import build_run_data, skipped_note
+    from datacentric.data.sources import build_run_data, skipped_note, with_model_tokenizer
     from datacentric.parallel.launch import launch_mode
     from datacentric.planning.heads import ulysses_sp_sizes
-    from datacentric.train.assemble import Prechecked, run_global_batch, with_model_tokenizer
+    from datacentric.scheduling.global_batches import run_global_batch
+    from datacentric.train.assemble import Prechecked
     from datacentric.train.validation.held_out import training_set_note
 
     given = config.data.tokenizer

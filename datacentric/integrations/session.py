@@ -5,7 +5,7 @@ A drop-in trainer adds no training loop of its own. At its first call
 (``train``/``evaluate``) on every rank it:
 
 1. joins the ranks (torchrun's or ``accelerate launch``'s environment, else one
-   process: :func:`~datacentric.parallel.launch.process_groups`);
+   process: :func:`~datacentric.parallel.groups.process_groups`);
 2. writes, on rank 0, the model (``save_pretrained``; a folder is used as it is), the
    tokenizer and the datasets as pre-tokenized records under ``<output_dir>/inputs``;
 3. builds the run's settings from the arguments (:mod:`.arguments`) and the

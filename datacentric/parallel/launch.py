@@ -39,9 +39,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from datacentric.log import get_logger
-from datacentric.parallel.groups import (  # noqa: F401 - process_groups, destroy_at_exit: older path
+from datacentric.parallel.groups import (  # noqa: F401 - process_groups, destroy_at_exit, default_device: older path
     DEFAULT_TIMEOUT_S,
     backend_for,
+    default_device,
     destroy_at_exit,
     device_for_backend,
     init_from_env,

@@ -10,7 +10,7 @@
    the tokenizer text is read with
    (:func:`~datacentric.data.sources.with_model_tokenizer`: unset, an ``hf:DIR``
    model's own), which the run records, and this rank's process groups
-   (:func:`~datacentric.parallel.launch.process_groups` from the ``[parallelism]``
+   (:func:`~datacentric.parallel.groups.process_groups` from the ``[parallelism]``
    section, unless the caller made them), which everything after is built on;
 2. **data**: the ``[data]`` section opens the dataset, the ``[validation]`` section its
    held-out samples, opened in one place of ``data/``
@@ -79,7 +79,8 @@ class Prechecked:
     opened. Pickled to a spawned rank, it carries no dataset: that rank opens its own."""
 
     global_batch: GlobalBatchSize
-    """The global-batch step's result (:func:`size_global_batch`)."""
+    """The global-batch step's result
+    (:func:`~datacentric.scheduling.global_batches.run_global_batch`)."""
     shard: str | None = None
     """How the check chose to hold the model instead of the settings' ``shard`` (``ddp``
     for a model that calls a block more than once, which FSDP2 cannot hold); ``None``:

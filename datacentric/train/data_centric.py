@@ -131,7 +131,7 @@ class DataCentric:
     held across ranks: call :attr:`model` and build the optimizer from its parameters.
     ``device`` picks a single process's device (default: ``cuda`` when available).
     ``compile=True`` compiles each block's forward with ``torch.compile``
-    (:func:`~datacentric.parallel.compiled.compile_blocks`) before the model is wrapped.
+    (:func:`~datacentric.parallel.recompute.compile_blocks`) before the model is wrapped.
     ``sp_sizes``: the SP sizes the planner may use (default:
     :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``model`` on this world; a
     caller that computed them for its cost model passes them).

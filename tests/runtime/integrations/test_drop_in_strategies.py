@@ -112,7 +112,7 @@ def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch, capfd) 
 
     import datacentric.integrations.session as session
     from datacentric.integrations.trl import SFTTrainer
-    from datacentric.parallel.launch import default_device
+    from datacentric.parallel.groups import default_device
 
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
     chosen = []
