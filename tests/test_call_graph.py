@@ -45,8 +45,8 @@ ROOT = Path(__file__).resolve().parents[1] / "datacentric"
 START = ("datacentric.train.trainer", "train_rank", "config")
 
 #: today's path: stays, climbs back up, the most entries into one module (4: the
-#: target's, in four modules)
-CEILINGS = {"stays": 147, "climbs": 29, "entries": 4}
+#: target's, in train.build)
+CEILINGS = {"stays": 119, "climbs": 22, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 
