@@ -28,6 +28,7 @@ from datacentric.models.presets import MODEL_PRESETS
 from datacentric.models.source import (
     ModelSource,
     build_from_source,
+    build_model_named,
     parse_model_args,
     resolve_model,
 )
@@ -48,7 +49,6 @@ from datacentric.planning.spec_derivation import (
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import ProfileSettings
-from datacentric.profiling.store import model_identity
 from datacentric.settings.sections import (
     CostConfig,
     DataConfig,
@@ -157,6 +157,11 @@ class RunModel:
     preset (its config is recorded) or where no model was built."""
     place: RunPlace = field(default_factory=RunPlace)
     """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
+    meta_built: dict[str, nn.Module] = field(default_factory=dict, repr=False, compare=False)
+    """A model not built here, built once on the meta device by its name when its
+    :attr:`identity` or :attr:`profile_spec` is first read (:meth:`meta_module`); shared
+    by the copies :meth:`placed` makes, so a comparison that places it again builds it
+    no more."""
 
     @classmethod
     def of(cls, model: ModelConfig, lora: LoraConfig | None = None) -> RunModel:
@@ -183,20 +188,36 @@ class RunModel:
         """The spec a measured profile records (the model without its adapters: its
         blocks and their attention): :attr:`bare_spec`, read when the model was built;
         for a model not built here (or whose cost cannot be read, which then raises),
-        found by its name (:func:`~datacentric.profiling.factory.named_spec`)."""
+        found by its name (:func:`~datacentric.profiling.factory.named_spec`: an analytic
+        preset's own spec, else read off :meth:`meta_module`)."""
         if self.bare_spec is not None:
             return self.bare_spec
-        return named_spec(self.source.name, self.source.args)
+        source = self.source
+        if source.kind == "preset" and not source.args:  # its spec by name, nothing built
+            return named_spec(source.name)
+        return named_spec(source.name, source.args, module=self.meta_module())
 
     @cached_property
     def identity(self) -> Mapping[str, Any] | None:
         """What a measured profile's fingerprint records of the model:
         :attr:`built_identity`, read when the model was built; for a model not built
-        here, found by its name (:func:`~datacentric.profiling.store.model_identity`:
-        built on the meta device; ``None`` for a preset)."""
+        here, read off :meth:`meta_module` (as
+        :func:`~datacentric.profiling.store.model_identity` reads it; ``None`` for a
+        preset, whose config is recorded)."""
         if self.built_identity is not None or self.module is not None:
             return self.built_identity
-        return model_identity(self.source.name, self.source.args)
+        if self.source.kind == "preset":
+            return None
+        return identity_of_model(self.meta_module(), dict(self.source.args or {}))
+
+    def meta_module(self) -> nn.Module:
+        """The model without its adapters built on the meta device by its name (no
+        memory, no weights read), once (:attr:`meta_built`)."""
+        if "module" not in self.meta_built:
+            source = self.source
+            args = dict(source.args or {})
+            self.meta_built["module"] = build_model_named(source.name, args, device="meta")
+        return self.meta_built["module"]
 
 
 def build_run_model(

@@ -245,6 +245,8 @@ def compare_policies(
     before, clock = load_average(), CpuClock.now()
     cpu_s = wall_s = process_s = 0.0
     cost_models: dict[str, CostModel] = {}
+    # the model, not built here: read by its name once (on the meta device), placed per profile
+    run_model = RunModel.of(base.model, base.lora)
     runs: dict[str, list[PolicyMeasurement]] = {p: [] for p in policies}
     order = run_order(policies, repeats)
     finished: list[tuple[str, int]] = []  # what a stop by a signal reports
@@ -280,8 +282,7 @@ def compare_policies(
                     progress=config.metrics.progress,
                     shapes=shapes,
                 )
-                run_model = RunModel.of(config.model, config.lora).placed(place)
-                cost_models[key] = run_cost_model(run_model, config.cost)
+                cost_models[key] = run_cost_model(run_model.placed(place), config.cost)
             measured = _read_run(policy, config.job.out, shapes, cost_models[key], warmup)
             runs[policy].append(measured)
             finished.append((policy, repeat))

@@ -153,3 +153,36 @@ def test_a_run_fingerprints_its_profile_by_the_model_it_built(monkeypatch):
     assert found["model_config"] == by_name
     with pytest.raises(ValueError, match="needs its identity"):
         fingerprint(name, 1, "float32", "gloo", args)
+
+
+def test_a_model_not_built_is_read_by_name_once_and_only_when_asked(monkeypatch):
+    """A model the run does not build (a measured comparison's launcher) is built on the
+    meta device once, when its profile's fingerprint or spec is first read, and not again
+    for the copies placed for each profile: the same identity and spec as found by name."""
+    import datacentric.models.source as source
+    from datacentric.profiling import factory
+    from datacentric.profiling.store import model_identity
+    from datacentric.settings.sections import LoraConfig, ModelConfig
+    from datacentric.train.build import RunModel, RunPlace
+
+    name, args = "tests.user_models:tiny_gpt", {"width": 64}
+    by_name, spec_by_name = model_identity(name, args), factory.named_spec(name, args)
+    factory._built_spec.cache_clear()  # nothing read by name before the run's model
+    built = []
+    real = source.build_from_source
+
+    def counted(found, **kwargs):
+        built.append(kwargs.get("device"))
+        return real(found, **kwargs)
+
+    monkeypatch.setattr(source, "build_from_source", counted)
+    config = ModelConfig(model=name, model_args=("width=64",))
+    model = RunModel.of(config, LoraConfig(rank=2, targets="qkv,out"))
+    placed = [model.placed(RunPlace(world_size=world)) for world in (1, 2)]
+    assert built == []  # nothing read yet: nothing built
+    assert [p.identity for p in placed] == [by_name, by_name]
+    assert [p.profile_spec for p in placed] == [spec_by_name, spec_by_name]
+    assert built == ["meta"]
+    preset = RunModel.of(ModelConfig(model="llama")).placed(RunPlace())
+    assert preset.identity is None and preset.profile_spec == factory.get_model_spec("llama")
+    assert built == ["meta"]  # a preset's config and analytic spec: nothing built
