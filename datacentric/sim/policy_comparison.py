@@ -199,7 +199,9 @@ def run_policies(
                 bounds,
                 epoch=epoch,
                 record_spans=record_spans,
-                on_step=StageSteps(stages),
+                # a solve is told in this process's CPU seconds: its layouts are timed
+                # in them too (on the wall clock, a loaded machine shrank its count)
+                on_step=StageSteps(stages, time.process_time),
             )
         except Exception as err:  # recorded for the caller, see the docstring
             if errors is None:
@@ -275,18 +277,26 @@ class StageSteps(StepShare):
     searches before them in the units its search counts (``searched``:
     :func:`~datacentric.scheduling.search_steps.searched`; ``static``: micro-batches
     priced, ``megatron-dyncp``: steps priced), so a long search or a long step says its
-    own time left."""
+    own time left. ``clock``: the seconds its step's layouts are timed in, those dcp-opt
+    tells its solves in (CPU seconds of the process that builds the step); default: the
+    stages' clock (a stage's CPU seconds, where stages run at once)."""
 
-    def __init__(self, stages: Progress) -> None:
-        super().__init__(stages.clock)
+    def __init__(self, stages: Progress, clock: Callable[[], float] | None = None) -> None:
+        super().__init__(clock or stages.clock)
         self.stages = stages
         self.steps = (0, 1)
         """The stage's steps as last told: (done, total)."""
+        self.stage_begun_at = 0.0
+        """When the step now built began on the stages' clock (its pace's start)."""
 
     def __call__(self, done: int, total: int) -> None:
         self.step_out()
         self.steps = (done, total)
         self.stages.inside(done, total)
+
+    def step_begun(self, work: float) -> None:
+        super().step_begun(work)
+        self.stage_begun_at = self.stages.clock()
 
     def laid_out(self, count: float) -> None:
         super().laid_out(count)
@@ -298,7 +308,7 @@ class StageSteps(StepShare):
 
     def _share_moved(self) -> None:
         # the first step's pace from when it began: the stage's set-up is not a step's
-        begun = self.begun_at if self.steps[0] == 0 else None
+        begun = self.stage_begun_at if self.steps[0] == 0 else None
         self.stages.inside(*self.steps, step_share=self.step_share() or 0.0, step_begun=begun)
 
     def searched(self, done: float, total: float) -> None:

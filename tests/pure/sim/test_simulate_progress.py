@@ -101,17 +101,23 @@ def test_the_units_weigh_each_stage_by_its_usual_cost():
     assert stage_units(["packed"])["packed"] == 1  # a policy not measured
 
 
-def line_while(monkeypatch, policy: str, told) -> str:
+def line_while(monkeypatch, policy: str, told, cpu_share: float = 1.0) -> str:
     """The line said mid-way through ``policy``, the one policy of a comparison (planning
     takes no time), once ``told(on_step, wait)`` has fed its ``on_step`` (``wait(s)``:
-    the scripted clock moves); then its 4 steps come out."""
-    now, said = [0.0], {}
+    the scripted wall clock moves by ``s``, the process's CPU seconds by ``cpu_share``
+    of it); then its 4 steps come out."""
+    now, cpu, said = [0.0], [0.0], {}
+
+    def wait(seconds: float) -> None:
+        now[0] += seconds
+        cpu[0] += cpu_share * seconds
+
     bar = Progress(
         "simulate", 1, stream=io.StringIO(), terminal=False, time_left=True, clock=lambda: now[0]
     )
 
     def run_policy(pipeline, policy, bounds, *, epoch, record_spans, on_step):
-        told(on_step, lambda seconds: now.__setitem__(0, now[0] + seconds))
+        told(on_step, wait)
         said["line"] = bar.line()
         now[0] += 30.0
         for done in range(1, 5):
@@ -123,6 +129,7 @@ def line_while(monkeypatch, policy: str, told) -> str:
         plan = None
 
     monkeypatch.setattr(policy_comparison, "_run_policy", run_policy)
+    monkeypatch.setattr(policy_comparison, "time", SimpleNamespace(process_time=lambda: cpu[0]))
     with bar:
         run_policies([], None, 8, [policy], pipeline=Pipeline(), progress=bar)
     return said["line"]
@@ -159,12 +166,16 @@ def test_dcp_opt_s_first_step_says_its_time_left_as_far_as_it_told_its_layouts(m
     assert "(dcp-opt, step 0/4)" in line and seconds_left(line) == 30, line
 
 
-def test_a_solve_told_counts_as_the_layouts_the_step_makes_in_as_long(monkeypatch):
+@pytest.mark.parametrize("cpu_share", [1.0, 0.5])
+def test_a_solve_told_counts_as_the_layouts_the_step_makes_in_as_long(monkeypatch, cpu_share):
     """dcp-opt's exact solver, told by ``solved(seconds)`` after it ran: the first
     quarter of a step's 1,000 micro-batches laid out in 2 s, then a 6 s solve, counts
     the solve as the 750 micro-batches laid out in as long: 1,000 of 1,750 done in 8 s,
     14 s a step, 4 steps: about 48 s left (without it, the step paced by its quarter in
-    2 s: 30 s)."""
+    2 s: 30 s). With the process given half a core (``cpu_share`` 0.5: its CPU seconds
+    move at half the wall clock's) the solve is told as dcp-opt tells it, in CPU seconds
+    (3 s), and the layouts are timed in them too (1 s): the same 750, the same 48 s
+    (timed on the wall clock, it counted as 150: 400 of 1,150 done in 8 s, 84 s left)."""
 
     def told(on_step, wait):
         on_step(0, 4)
@@ -172,7 +183,7 @@ def test_a_solve_told_counts_as_the_layouts_the_step_makes_in_as_long(monkeypatc
         wait(2.0)
         on_step.laid_out(250)
         wait(6.0)
-        on_step.solved(6.0)
+        on_step.solved(6.0 * cpu_share)
 
-    line = line_while(monkeypatch, "dcp-opt", told)
+    line = line_while(monkeypatch, "dcp-opt", told, cpu_share)
     assert "(dcp-opt, step 0/4)" in line and seconds_left(line) == 48, line
