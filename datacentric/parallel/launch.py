@@ -79,8 +79,12 @@ def _worker_entry(
     threads: int | None,
     results: Any,
     launcher_pid: int | None = None,
+    stop_at_start: bool = False,
 ) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the forkserver's is ignored
+    if stop_at_start:  # a stop relayed while this rank starts is kept, not its death
+        signal.signal(RELAYED_SIGINT, _STARTING.handle)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {RELAYED_SIGINT})  # held since the start
     if threads:
         torch.set_num_threads(threads)
     if launcher_pid is not None:
@@ -96,7 +100,8 @@ def _worker_entry(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        value = fn(*args)
+        stopped = stop_at_start and _STARTING.agreed(device)
+        value = StoppedAtStart(int(signal.SIGINT)) if stopped else fn(*args)
         # The rank's work has ended (a run's own handlers are gone): a stop request
         # repeated now (a scheduler signals every process of the job again, the launcher
         # passes on a Ctrl-C) must not end it before its result reaches the launcher.
@@ -113,6 +118,53 @@ def _worker_entry(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class StoppedAtStart:
+    """What a spawned rank returns when a stop reached the ranks before ``fn`` ran."""
+
+    signum: int
+
+
+class _StartStop:
+    """A rank's record of a Ctrl-C relayed (:data:`RELAYED_SIGINT`) while it starts: its
+    imports, the process group and ``fn``'s own start-up, until ``fn`` installs its stop
+    handler (which takes the record over: :func:`stop_requested_at_start`)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
+
+    def agreed(self, device: torch.device) -> bool:
+        """Whether any rank was stopped before ``fn`` (collective, on every rank)."""
+        flag = torch.tensor([int(self.at is not None)], dtype=torch.int64, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+
+_STARTING = _StartStop()
+
+
+def stop_requested_at_start() -> float | None:
+    """When (``time.monotonic()``) a Ctrl-C relayed to this spawned rank arrived while
+    it was starting, before its run installed its own stop handler; None if none did."""
+    return _STARTING.at
+
+
+class _HoldRelayedStop:
+    """While active, :data:`RELAYED_SIGINT` is held (blocked) in this thread, and in the
+    processes it starts (the forkserver, spawned ranks): a stop relayed to a rank before
+    it can take it stays pending until :func:`_worker_entry` can."""
+
+    def __enter__(self) -> None:
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {RELAYED_SIGINT})
+
+    def __exit__(self, *exc: Any) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
 
 
 def _ignore_stop_signals() -> None:
@@ -233,7 +285,11 @@ def spawn(
     timeout apart from the whole run's (default: ``timeout_s``). ``forward_signals``:
     a SIGTERM/SIGINT to this process reaches the ranks (SIGINT as :data:`RELAYED_SIGINT`,
     which a training rank names SIGINT) and the ranks' results are still awaited (for
-    ranks that stop cleanly on it); a second SIGINT kills them.
+    ranks that stop cleanly on it); a second SIGINT kills them. A Ctrl-C that reaches the
+    ranks before any of them runs ``fn`` ends them all without running it: this process
+    says so in one line and exits with ``SystemExit(130)``; one that reaches them later,
+    before ``fn`` installs its own stop handler, is kept for it
+    (:func:`stop_requested_at_start`).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -246,11 +302,13 @@ def spawn(
     stopper = _StopRanks(processes, forward=forward_signals)
     try:
         with stopper:
-            entry = (fn, args, backend, init_method, collective_timeout_s or timeout_s)
-            for rank in range(world_size):
-                processes.append(
-                    _start_rank(context, rank, world_size, entry, threads_per_rank, results)
-                )
+            timeout = collective_timeout_s or timeout_s
+            entry = (fn, args, backend, init_method, timeout, forward_signals)
+            with _HoldRelayedStop():
+                for rank in range(world_size):
+                    processes.append(
+                        _start_rank(context, rank, world_size, entry, threads_per_rank, results)
+                    )
             if stopper.forwarded is not None:  # forwarded while ranks were starting
                 # a rank takes a repeated SIGTERM or RELAYED_SIGINT as one
                 stopper.relay_stop()
@@ -274,7 +332,23 @@ def spawn(
         process.join(timeout=30)
         if process.is_alive():
             process.kill()
+    _end_if_stopped_at_start(values)
     return values
+
+
+def _end_if_stopped_at_start(values: list[Any]) -> None:
+    """Say in one line that the ranks stopped before their work started, and end this
+    process with ``128 + signal``, if they did."""
+    stopped = next((v.signum for v in values if isinstance(v, StoppedAtStart)), None)
+    if stopped is not None:
+        name = signal.Signals(stopped).name
+        print(
+            f"datacentric: stopped by {name} while the ranks were starting; nothing saved "
+            "yet; start again with the same command",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(128 + stopped)
 
 
 def _start_rank(
@@ -286,9 +360,9 @@ def _start_rank(
     results: Any,
 ) -> Any:
     """Start rank ``rank``'s process on :func:`_worker_entry`; ``entry`` holds the
-    function, its arguments, the backend, the rendezvous address and the collective
-    timeout, as every rank gets them."""
-    fn, args, backend, init_method, collective_timeout_s = entry
+    function, its arguments, the backend, the rendezvous address, the collective
+    timeout and whether stops are forwarded, as every rank gets them."""
+    fn, args, backend, init_method, collective_timeout_s, forward = entry
     process = context.Process(
         target=_worker_entry,
         args=(
@@ -301,7 +375,11 @@ def _start_rank(
             collective_timeout_s,
             threads_per_rank,
         ),
-        kwargs={"results": results, "launcher_pid": os.getpid()},
+        kwargs={
+            "results": results,
+            "launcher_pid": os.getpid(),
+            "stop_at_start": forward,
+        },
         daemon=True,
     )
     process.start()
@@ -341,11 +419,13 @@ def _start_forkserver() -> None:
     from multiprocessing import forkserver
 
     if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
+        with _HoldRelayedStop():
+            forkserver.ensure_running()
         return
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        forkserver.ensure_running()
+        with _HoldRelayedStop():  # its ranks start with it held
+            forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGTERM, previous)
 

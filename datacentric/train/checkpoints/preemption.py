@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import RELAYED_SIGINT
+from datacentric.parallel.launch import RELAYED_SIGINT, stop_requested_at_start
 
 SECOND_SIGNAL_AFTER_S = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, RELAYED_SIGINT)
@@ -43,7 +43,8 @@ class StopSignals:
     recorded rather than ending the process; :attr:`signum` is the first one seen, and
     ``announce`` says at once what happens next. A Ctrl-C the ``--world N`` launcher
     passes on (:data:`~datacentric.parallel.launch.RELAYED_SIGINT`) counts as SIGINT, but
-    never as Ctrl-C pressed again."""
+    never as Ctrl-C pressed again; one it passed on while this rank was starting
+    (:func:`~datacentric.parallel.launch.stop_requested_at_start`) is the first signal."""
 
     def __init__(
         self,
@@ -64,6 +65,8 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
+            if stop_requested_at_start() is not None:  # relayed while this rank started
+                self._handle(RELAYED_SIGINT, None)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:

@@ -157,3 +157,49 @@ def test_ctrl_c_again_relayed_by_the_launcher_says_what_is_kept(tmp_path) -> Non
     assert "SIGTERM" not in err, err[-2000:]
     again = "SIGINT again: stopped now, without a save; step-3 is kept (steps 4-5 are lost)"
     assert again in err, err[-2000:]
+
+
+def rank_that_never_starts(folder: str) -> None:
+    """A rank's work; a stop that reached the ranks while they started means it never runs."""
+    Path(folder, "ran").touch()
+
+
+#: The launcher gets a Ctrl-C right after it starts its first rank, so that rank gets the
+#: relayed stop while it is still starting (before any run's handler is in place).
+STOPPED_STARTING = """
+    import os, signal, sys
+    from datacentric.parallel import launch
+    from test_preemption_signals import rank_that_never_starts
+    start = launch._start_rank
+    def start_then_ctrl_c(context, rank, *args, **kwargs):
+        process = start(context, rank, *args, **kwargs)
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+        return process
+    launch._start_rank = start_then_ctrl_c
+    launch.spawn(rank_that_never_starts, 2, sys.argv[1], forward_signals=True, timeout_s=120)
+"""
+
+
+def test_a_ctrl_c_while_the_ranks_start_stops_them_cleanly(tmp_path) -> None:
+    launcher = _python(STOPPED_STARTING, str(tmp_path))
+    out, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 128 + signal.SIGINT, err[-3000:]
+    stop = "stopped by SIGINT while the ranks were starting; nothing saved yet; start again"
+    assert stop in err, err[-3000:]
+    assert "Traceback" not in err and "-10" not in err, err[-3000:]
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_stop_relayed_while_the_run_starts_is_taken_over_by_its_handler(monkeypatch) -> None:
+    """Relayed after the ranks agreed to start, before the run's handler is in place: the
+    run takes it as its first stop signal (it stops after a step and saves)."""
+    from datacentric.parallel import launch
+
+    said: list[int] = []
+    with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
+        assert stop.signum is None
+    monkeypatch.setattr(launch._STARTING, "at", time.monotonic())
+    with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
+        assert stop.signum == signal.SIGINT
+    assert said == [signal.SIGINT]
