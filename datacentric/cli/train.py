@@ -42,6 +42,19 @@ def run(args: argparse.Namespace) -> int:
     announce(
         "train", start_line(config), json_output=args.json
     )  # before torch and the model load (seconds, or more)
+    from datacentric.parallel.launch import launch_mode
+    from datacentric.train.checkpoints.preemption import StoppedWhileStarting
+
+    torchrun = launch_mode(config.parallelism.world).kind == "torchrun"
+    if torchrun and config.checkpoint.save_on_signal:  # a stop until the run's handler
+        with StoppedWhileStarting(int(os.environ["RANK"])):  # is one line, not a traceback
+            return _train(args, config)
+    return _train(args, config)
+
+
+def _train(args: argparse.Namespace, config: TrainConfig) -> int:
+    """Check the data, then train as :func:`~datacentric.parallel.launch.launch_mode`
+    decides; the exit status."""
     from datacentric.parallel.launch import launch, launch_mode
     from datacentric.train.run_folder import RunFolderLock, claim_run_folder
     from datacentric.train.trainer import train_rank, train_rank_in_locked_folder

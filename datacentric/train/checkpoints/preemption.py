@@ -44,7 +44,8 @@ class StopSignals:
     ``announce`` says at once what happens next. A Ctrl-C the ``--world N`` launcher
     passes on (:data:`~datacentric.parallel.launch.RELAYED_SIGINT`) counts as SIGINT, but
     never as Ctrl-C pressed again; one it passed on while this rank was starting
-    (:func:`~datacentric.parallel.launch.stop_requested_at_start`) is the first signal."""
+    (:func:`~datacentric.parallel.launch.stop_requested_at_start`) is the first signal.
+    It takes over from :class:`StoppedWhileStarting` (torchrun's ranks)."""
 
     def __init__(
         self,
@@ -63,6 +64,8 @@ class StopSignals:
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
+            if StoppedWhileStarting.active is not None:  # the run takes over from it
+                StoppedWhileStarting.active.hand_over()
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
             if stop_requested_at_start() is not None:  # relayed while this rank started
@@ -96,6 +99,53 @@ class StopSignals:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+
+
+class StoppedWhileStarting:
+    """A torchrun rank's start-up (a context manager, main thread only): the process
+    group, the model and the data open until its run's :class:`StopSignals` takes over.
+    A SIGTERM/SIGINT then (torchrun passes its own on to every rank) ends this rank at
+    once, in one line and with ``128 + signal``, instead of a traceback; one repeated
+    while it ends is ignored. Spawned ranks keep theirs for the run instead
+    (:func:`~datacentric.parallel.launch.stop_requested_at_start`)."""
+
+    active: StoppedWhileStarting | None = None
+    """The start-up under way in this process, if any."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StoppedWhileStarting:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+            StoppedWhileStarting.active = self
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            return  # torchrun's copy of the Ctrl-C this rank already got
+        self.signum = signum
+        line = (
+            f"datacentric train: stopped by {signal_name(signum)} while rank {self.rank} was "
+            "starting; nothing saved yet; start again with the same command\n"
+        )
+        os.write(2, line.encode())
+        raise SystemExit(128 + signum)  # unwinds: the run folder's lock is released
+
+    def hand_over(self) -> None:
+        """Give the signals back to what handled them before (the run's own handler
+        takes them next)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        StoppedWhileStarting.active = None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.signum is None:  # once stopping, a repeated signal stays ignored
+            self.hand_over()
 
 
 def agree_max(groups: ProcessGroups, *values: int) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -18,18 +19,23 @@ from pathlib import Path
 import pytest
 import torch
 from repo_paths import ROOT
+from run_config import SMALL_TRAIN_FLAGS
 
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoints import checkpoint as ckpt
-from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S, StopSignals
+from datacentric.train.checkpoints.preemption import (
+    SECOND_SIGNAL_AFTER_S,
+    StoppedWhileStarting,
+    StopSignals,
+)
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 
 HERE = Path(__file__).parent
 
 
-def _python(script: str, *args: str, **kw) -> subprocess.Popen:
+def _python(script: str, *args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
     path = os.pathsep.join(str(p) for p in (HERE, ROOT / "tests", ROOT))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script), *args],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw,
@@ -203,3 +209,53 @@ def test_a_stop_relayed_while_the_run_starts_is_taken_over_by_its_handler(monkey
     with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
         assert stop.signum == signal.SIGINT
     assert said == [signal.SIGINT]
+
+
+#: ``python -m datacentric train`` as torchrun starts a rank (its environment, a world of
+#: one); the signal comes right after the process group, while the rank is still starting.
+TORCHRUN_RANK = """
+    import os, signal, sys
+    from datacentric.cli.main import main
+    from datacentric.parallel import launch
+    init = launch.init_from_env
+    def init_then_stop(*args, **kwargs):
+        groups = init(*args, **kwargs)
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        return groups
+    launch.init_from_env = init_then_stop
+    sys.exit(main(["train", *sys.argv[2:]]))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_a_torchrun_rank_starts_ends_it_in_one_line(tmp_path, sig) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torchrun = dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    torchrun.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    flags = [*SMALL_TRAIN_FLAGS, "--iterations", "2", "--out", str(tmp_path / "run")]
+    rank = _python(TORCHRUN_RANK, sig.name, *flags, env=torchrun)
+    _, err = rank.communicate(timeout=120)
+    assert rank.returncode == 128 + sig, err[-3000:]
+    stop = (
+        f"datacentric train: stopped by {sig.name} while rank 0 was starting; nothing saved "
+        "yet; start again with the same command"
+    )
+    assert stop in err.splitlines(), err[-3000:]
+    assert "Traceback" not in err and "interrupted" not in err, err[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_run_takes_the_signals_over_from_the_start_up() -> None:
+    """Once the run's handler is in place a stop is its own (stop after a step, save),
+    and when it ends the signals are handled as before the start-up."""
+    before = signal.getsignal(signal.SIGINT)
+    with StoppedWhileStarting(0):
+        assert signal.getsignal(signal.SIGINT) != before
+        with StopSignals() as stop:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            assert stop.signum == signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) is before
+    assert signal.getsignal(signal.SIGINT) is before
