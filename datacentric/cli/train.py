@@ -48,14 +48,14 @@ def run(args: argparse.Namespace) -> int:
     torchrun = launch_mode(config.parallelism.world).kind == "torchrun"
     if torchrun and config.checkpoint.save_on_signal:  # a stop until the run's handler
         with StoppedWhileStarting(int(os.environ["RANK"])):  # is one line, not a traceback
-            return _train(args, config)
-    return _train(args, config)
+            return _train(args, config, torchrun)
+    return _train(args, config, torchrun)
 
 
-def _train(args: argparse.Namespace, config: TrainConfig) -> int:
-    """Check the data, then train as :func:`~datacentric.parallel.launch.launch_mode`
-    decides; the exit status."""
-    from datacentric.parallel.launch import launch, launch_mode
+def _train(args: argparse.Namespace, config: TrainConfig, torchrun: bool) -> int:
+    """Check the data, then train (``torchrun``: as one of torchrun's ranks, else as
+    :func:`~datacentric.parallel.launch.launch_mode` decided); the exit status."""
+    from datacentric.parallel.launch import launch
     from datacentric.train.run_folder import RunFolderLock, claim_run_folder
     from datacentric.train.trainer import train_rank, train_rank_in_locked_folder
 
@@ -71,7 +71,7 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> int:
         collective_timeout_s=config.parallelism.collective_timeout_s,
         device=config.parallelism.device,
     )
-    if launch_mode(config.parallelism.world).kind == "torchrun":  # rank 0 claims the folder
+    if torchrun:  # rank 0 claims the folder
         rank = functools.partial(train_rank, prechecked=prechecked)
         return report(args, launch(rank, config, **options))
     with RunFolderLock(config.job.out):
