@@ -24,7 +24,7 @@ the steps is never below the ideal bound, and no schedule of those steps beats i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -48,11 +48,12 @@ def ideal_epoch_time(
     max_sp_size: int | None = None,
     sample_ids: Sequence[int] | None = None,
     old_bound: bool = False,
+    searched: Callable[[float, float], None] | None = None,
 ) -> float:
     """The ideal epoch time in seconds of ``shapes`` (or the subset ``sample_ids``) on
     ``world_size`` ranks (see the module doc), over ``plan``'s options; ``old_bound``:
     the former, priced bound instead (:func:`old_gpu_seconds`, what
-    ``efficiency_old_bound`` is against)."""
+    ``efficiency_old_bound`` is against; ``searched`` hears its count)."""
     view = DatasetView(shapes)
     table = OptionTable(
         view,
@@ -64,7 +65,7 @@ def ideal_epoch_time(
     )
     ids = np.arange(view.num_samples) if sample_ids is None else np.asarray(sample_ids)
     if old_bound:
-        return float(old_gpu_seconds(table, ids).sum()) / world_size
+        return float(old_gpu_seconds(table, ids, searched).sum()) / world_size
     return ideal_gpu_seconds(table, ids) / world_size
 
 
@@ -148,29 +149,44 @@ def _proved(
     return key
 
 
-def old_gpu_seconds(table: OptionTable, ids: np.ndarray) -> np.ndarray:
+def old_gpu_seconds(
+    table: OptionTable,
+    ids: np.ndarray,
+    searched: Callable[[float, float], None] | None = None,
+) -> np.ndarray:
     """Per sample of ``ids`` (in that order), the former bound's price (reported as
     ``efficiency_old_bound``): the price of its length class (video: of its shape)
     over every SP size a step may use up to ``max_sp_size``, split, and micro-batch
     of copies of its own length (:func:`~datacentric.planning.sample_price.sample_price`).
     It ignores mixed micro-batches and recomputing some blocks, so a schedule can
-    beat it."""
+    beat it. ``searched(done, total)`` hears the count of distinct shapes priced (each
+    a search, up to a millisecond or so)."""
     view = table.view
     ids = np.asarray(ids, dtype=np.int64)
     out = np.zeros(len(ids))
     sizes = bound_sizes(table)
     buckets = view.bucket_of[ids]
+    groups = []  # (rows, the shapes to price in order, each row's index among them)
     for b in np.unique(buckets).tolist():
         rows = np.flatnonzero(buckets == b)
         if view.uniform[b] or view.buckets[b].shape.grid is not None:
-            shapes = [view.shapes[int(i)] for i in ids[rows]]
-            out[rows] = [_price(table, shape, sizes) for shape in shapes]
+            keys = [view.shapes[int(i)] for i in ids[rows]]
+            index = {k: j for j, k in enumerate(dict.fromkeys(keys))}
+            groups.append((rows, list(index), np.array([index[k] for k in keys], np.int64)))
             continue
         floors, class_of = length_classes(view.tokens[ids[rows]])
         # longest first: each search starts from the last, scaled to the new length
-        prices = [_price(table, SampleShape.text(int(n)), sizes) for n in floors[::-1]]
-        prices = np.asarray(prices[::-1])
-        out[rows] = prices[class_of]
+        longest_first = [SampleShape.text(int(n)) for n in floors[::-1]]
+        groups.append((rows, longest_first, len(floors) - 1 - np.asarray(class_of)))
+    total, done = sum(len(shapes) for _, shapes, _ in groups), 0
+    for rows, shapes, index in groups:
+        prices = []
+        for shape in shapes:
+            prices.append(_price(table, shape, sizes))
+            done += 1
+            if searched is not None:
+                searched(done, total)
+        out[rows] = np.asarray(prices)[index]
     return _priced_past(table, sizes, out, lambda rows, wider: _old_prices(table, ids[rows], wider))
 
 

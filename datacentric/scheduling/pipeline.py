@@ -151,11 +151,15 @@ class Pipeline:
         )
 
     def ideal_epoch_time(
-        self, sample_ids: Sequence[int] | None = None, *, old_bound: bool = False
+        self,
+        sample_ids: Sequence[int] | None = None,
+        *,
+        old_bound: bool = False,
+        searched: Callable[[float, float], None] | None = None,
     ) -> float:
         """The scheduler's ideal epoch time over the plan's options
         (:func:`~datacentric.scheduling.measures.ideal_epoch_time`; ``old_bound``: the
-        former, priced bound)."""
+        former, priced bound, whose count ``searched(done, total)`` hears)."""
         return ideal_epoch_time(
             self.shapes,
             self.cost_model,
@@ -163,4 +167,5 @@ class Pipeline:
             plan=self.plan,
             sample_ids=sample_ids,
             old_bound=old_bound,
+            searched=searched,
         )
