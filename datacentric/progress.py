@@ -337,6 +337,19 @@ class Progress:
                 self._share_at = self.clock()
             self._step_share, self._step_begun = step_share, step_begun
 
+    def set_aside(self, seconds: float) -> None:
+        """Work made once for the stage now running (a search its later steps reuse) has
+        just taken ``seconds`` of the clock: its steps' pace leaves it out, as if it had
+        not run (their marks, and the step now built's begin and last share, that much
+        later), since it does not come again."""
+        with self._lock:
+            if self._steps is None:
+                return
+            self._steps.marks = [(done, at + seconds) for done, at in self._steps.marks]
+            self._share_at += seconds
+            if self._step_begun is not None:
+                self._step_begun += seconds
+
     def follow(self, outlook: Callable[[float], tuple[str, float | None]] | None) -> None:
         """From now on ``outlook(now)`` says what runs and the seconds left (work whose
         parts run at once, each with its own time left); None: the units say them."""

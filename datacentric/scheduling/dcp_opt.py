@@ -70,7 +70,7 @@ from datacentric.scheduling.option_table import OptionTable
 from datacentric.scheduling.placement import assign_to_layout, ensure_items, time_matrix
 from datacentric.scheduling.policy_input import PolicyInput, PolicyOutput, PolicySteps, StepMaker
 from datacentric.scheduling.riders import with_riders
-from datacentric.scheduling.search_steps import laid_out, solved, step_begun
+from datacentric.scheduling.search_steps import laid_out, set_aside, solved, step_begun
 from datacentric.settings.scheduling import SchedulingConfig
 
 #: Epochs of at most this many samples also try every step as the peers run it.
@@ -647,10 +647,12 @@ class TokenPacked:
         if not peer_bounds.could_win(floors, [seconds], PEER_GAIN):
             return own
         if self.makers is None:
+            began = time.process_time()
             try:
                 self.makers = megatron_dyncp.step_makers(inp)
             except ValueError:  # no cap and recomputation forms every sampled step
                 self.makers = []
+            set_aside(inp, time.process_time() - began)  # made once: no step's pace
         for make in self.makers:
             try:
                 it = make(k, chunk)

@@ -55,6 +55,15 @@ def solved(inp: Any, seconds: float) -> None:
     _tell(inp, "solved", seconds)
 
 
+def set_aside(inp: Any, seconds: float) -> None:
+    """Tell ``inp.on_step.set_aside(seconds)``, when the step callback has one, that work
+    made once for the epoch (a search the later steps reuse) has just taken ``seconds``
+    of CPU inside the step now built: the steps' pace leaves it out, as it does not come
+    again (``dcp-opt``'s token-packed step makers: 0.47 s of a 0.74 s first step on
+    opensora-long at 32 GPUs, whose other steps take about 0.25 s)."""
+    _tell(inp, "set_aside", seconds)
+
+
 def _tell(inp: Any, news: str, *args: float) -> None:
     told = getattr(inp.on_step, news, None)
     if told is not None:

@@ -335,6 +335,13 @@ class StageSteps(StepShare):
         begun = self.stage_begun_at if self.steps[0] == 0 else None
         self.stages.inside(*self.steps, step_share=self.step_share() or 0.0, step_begun=begun)
 
+    def set_aside(self, seconds: float) -> None:
+        """Work made once for the epoch took ``seconds`` inside the step now built: left
+        out of the steps' pace (:meth:`Progress.set_aside
+        <datacentric.progress.Progress.set_aside>`), the first step's start too."""
+        self.stage_begun_at += seconds
+        self.stages.set_aside(seconds)
+
     def searched(self, done: float, total: float) -> None:
         """The policy's search has done ``done`` of its ``total`` units (``static``:
         micro-batches priced; ``megatron-dyncp``: steps priced)."""

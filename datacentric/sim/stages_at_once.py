@@ -81,6 +81,10 @@ class Relay:
         self._flush()
         self._send("solved", seconds)
 
+    def set_aside(self, seconds: float) -> None:
+        self._flush()
+        self._send("set_aside", seconds)
+
     def laid_out(self, count: float) -> None:
         self._laid += count
         if time.monotonic() - self._sent >= RELAY_EVERY_S:

@@ -21,6 +21,8 @@ class Listener:
         self.search: list[tuple[float, float]] = []
         self.layouts: list[list[float]] = []
         """Per step told begun: the work it said, then each count laid out."""
+        self.aside: list[tuple[int, float]] = []
+        """Work made once for the epoch: (steps told before it, its seconds)."""
 
     def __call__(self, done: int, total: int) -> None:
         self.steps.append((done, total))
@@ -34,6 +36,9 @@ class Listener:
 
     def laid_out(self, count: float) -> None:
         self.layouts[-1].append(count)
+
+    def set_aside(self, seconds: float) -> None:
+        self.aside.append((len(self.steps), seconds))
 
 
 def heard_building(policy: str) -> tuple[Listener, int]:
@@ -100,3 +105,5 @@ def test_dcp_opt_tells_its_steps_first_then_each_steps_layouts_and_builds_the_sa
     assert len(heard.layouts) == steps and not heard.search
     for work, *laid in heard.layouts:  # each step said its work, then laid it out
         assert work > 0 and laid and 0.25 * work <= sum(laid) <= 2 * work, (work, laid)
+    # its token-packed step makers, made once in the first step: set aside, not paced
+    assert len(heard.aside) == 1 and heard.aside[0][0] == 1 and heard.aside[0][1] > 0
