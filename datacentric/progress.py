@@ -341,12 +341,13 @@ class Progress:
         """Work made once for the stage now running (a search its later steps reuse) has
         just taken ``seconds`` of the clock: its steps' pace leaves it out, as if it had
         not run (their marks, and the step now built's begin and last share, that much
-        later), since it does not come again."""
+        later), since it does not come again. The share moved before that work began
+        (a count heard with it, sent late, is not paced by it)."""
         with self._lock:
             if self._steps is None:
                 return
             self._steps.marks = [(done, at + seconds) for done, at in self._steps.marks]
-            self._share_at += seconds
+            self._share_at = min(self._share_at, self.clock() - seconds) + seconds
             if self._step_begun is not None:
                 self._step_begun += seconds
 

@@ -739,10 +739,12 @@ class Portfolio:
 
     def _makers(self, name: str) -> list[StepMaker]:
         if name not in self.makers:
+            began = time.process_time()
             try:
                 self.makers[name] = PEERS[name](self.inp)
             except ValueError:  # the peer cannot run this epoch at all
                 self.makers[name] = []
+            set_aside(self.inp, time.process_time() - began)  # made once: no step's pace
         return self.makers[name]
 
     def settings(self) -> dict:

@@ -105,5 +105,7 @@ def test_dcp_opt_tells_its_steps_first_then_each_steps_layouts_and_builds_the_sa
     assert len(heard.layouts) == steps and not heard.search
     for work, *laid in heard.layouts:  # each step said its work, then laid it out
         assert work > 0 and laid and 0.25 * work <= sum(laid) <= 2 * work, (work, laid)
-    # its token-packed step makers, made once in the first step: set aside, not paced
-    assert len(heard.aside) == 1 and heard.aside[0][0] == 1 and heard.aside[0][1] > 0
+    # made once, in the first step: its token-packed step makers and its portfolio's
+    # peer searches (static, dcp-pac), each set aside, not paced
+    assert [steps for steps, _ in heard.aside] == [1, 1, 1], heard.aside
+    assert all(seconds > 0 for _, seconds in heard.aside)

@@ -213,3 +213,21 @@ def test_work_made_once_for_the_epoch_sets_no_pace_for_the_steps(monkeypatch, se
 
     line = line_while(monkeypatch, "dcp-opt", told)
     assert "(dcp-opt, step 1/5)" in line and seconds_left(line) == expected, line
+
+
+def test_layouts_heard_late_with_work_set_aside_are_paced_before_it(monkeypatch):
+    """Built at once, a stage's layouts are sent at most every 0.2 s, so those laid out
+    before the work set aside can arrive with it: a quarter of the first of 5 steps laid
+    out in 1 s, then 3 s set aside, both heard at its end, paces the steps at 4 s: 19 s
+    left (4 steps and three quarters of this one), not 16 s a step (76 s left)."""
+
+    def told(on_step, wait):
+        on_step(0, 5)
+        on_step.step_begun(1000)
+        wait(1.0)
+        wait(3.0)
+        on_step.laid_out(250)
+        on_step.set_aside(3.0)
+
+    line = line_while(monkeypatch, "dcp-opt", told)
+    assert "(dcp-opt, step 0/5)" in line and seconds_left(line) == 19, line
