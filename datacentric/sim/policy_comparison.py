@@ -170,8 +170,9 @@ def run_policies(
     its total is set here), a policy that builds its steps in order by its steps too.
     ``workers`` (above 1, where processes fork): the policies are built at once, at most
     that many, each in its own process (:mod:`~datacentric.sim.stages_at_once`; the same
-    results, in the same order), and ``progress`` counts the plan and each policy as one
-    part, its time left the running stages' own; by default, one after another.
+    results, in the same order), beside one more that prices the former bound
+    (:data:`OLD_BOUND`), and ``progress`` counts the plan, each policy and that bound as
+    one part each, its time left the running stages' own; by default, one after another.
     """
     if pipeline is None:
         if plan is None and memory_cap_bytes is None:
@@ -233,8 +234,9 @@ def _run_at_once(
     """:func:`run_policies` with the policies built at once (``workers`` at most), each
     in its own process: the plan and the proved bound over every sample are made first,
     here, so every process has them; the former bound over every sample (priced sample
-    by sample, up to seconds: :data:`OLD_BOUND`) is a stage of its own beside the
-    policies, and each run that kept every sample gets it once all have ended."""
+    by sample, up to seconds: :data:`OLD_BOUND`) is one more process, started with
+    them, and each run that kept every sample gets it once all have ended (its failure
+    is theirs, as one after another)."""
     policies = list(dict.fromkeys(policies))
     stages.set_total(2 + len(policies))
     stages.begin(f"planning {len(pipeline.shapes):,} samples", 1)
@@ -253,26 +255,24 @@ def _run_at_once(
     def on_end(stage: str, run: Any, error: BaseException | None, text: str) -> bool:
         ended[stage] = (run, error, text)
         stages.update(1)
-        if stage == OLD_BOUND:
-            return error is None or errors is not None
         return errors is not None or _first_error(policies, ended) is None
 
     watch = Watch(stages.clock, StageSteps)
     stages.follow(watch.outlook)
-    try:
-        run_at_once([*policies, OLD_BOUND], build, workers=workers, watch=watch, on_end=on_end)
+    try:  # one more process than the policies': the bound waits for none of them
+        run_at_once([*policies, OLD_BOUND], build, workers=workers + 1, watch=watch, on_end=on_end)
     finally:
         stages.follow(None)
-    old, old_error, old_text = ended.get(OLD_BOUND, (None, None, ""))
-    error = _first_error(policies, ended) or old_error
+    error = _first_error(policies, ended)
     if errors is None and error is not None:
         raise error
+    old, _, old_text = ended[OLD_BOUND]
     runs = {}
     for policy in policies:
         run, _, text = ended[policy]
-        if run is not None and not run.schedule.dropped_sample_ids:
+        if run is not None and _needs_old_bound(run):
             run, text = (
-                (None, old_text)
+                (None, f"efficiency_old_bound: {old_text}")
                 if old is None
                 else (replace(run, ideal_epoch_time_old_s=old), text)
             )
@@ -283,14 +283,28 @@ def _run_at_once(
     return runs
 
 
+def _needs_old_bound(run: PolicyRun) -> bool:
+    """Whether ``run`` kept every sample, so takes the former bound over every sample
+    (:data:`OLD_BOUND`'s; a run that dropped some prices its own)."""
+    return not run.schedule.dropped_sample_ids
+
+
 def _first_error(policies: Sequence[str], ended: dict[str, tuple]) -> BaseException | None:
-    """The error a sequential run raises, once known: the first policy's, in order,
-    that failed after all those before it were built (None: none, or not known yet)."""
+    """The error a sequential run raises, once known: in order, the first policy's that
+    failed, or the former bound's (:data:`OLD_BOUND`) at the first that kept every
+    sample, after all those before it were built (None: none, or not known yet)."""
+    bound = ended.get(OLD_BOUND)
     for policy in policies:
         if policy not in ended:
             return None
-        if ended[policy][1] is not None:
-            return ended[policy][1]
+        run, error, _ = ended[policy]
+        if error is not None:
+            return error
+        if _needs_old_bound(run):
+            if bound is None:
+                return None
+            if bound[1] is not None:
+                return bound[1]
     return None
 
 
@@ -336,11 +350,16 @@ class StageSteps(StepShare):
         self.stages.inside(*self.steps, step_share=self.step_share() or 0.0, step_begun=begun)
 
     def set_aside(self, seconds: float) -> None:
-        """Work made once for the epoch took ``seconds`` inside the step now built: left
-        out of the steps' pace (:meth:`Progress.set_aside
-        <datacentric.progress.Progress.set_aside>`), the first step's start too."""
-        self.stage_begun_at += seconds
-        self.stages.set_aside(seconds)
+        """Work made once for the epoch took ``seconds`` on this step's clock inside the
+        step now built: left out of the steps' pace (:meth:`Progress.set_aside
+        <datacentric.progress.Progress.set_aside>`), the step's start too. On the stages'
+        clock it took as much more as the step so far did (CPU seconds on a wall clock,
+        one after another on a loaded machine; the same clock where stages run at once)."""
+        mine, theirs = self.clock() - self.begun_at, self.stages.clock() - self.stage_begun_at
+        scaled = min(seconds * theirs / mine, theirs) if mine > 0 and theirs > 0 else seconds
+        self.begun_at += seconds
+        self.stage_begun_at += scaled
+        self.stages.set_aside(scaled)
 
     def searched(self, done: float, total: float) -> None:
         """The policy's search has done ``done`` of its ``total`` units (``static``:
