@@ -396,11 +396,13 @@ class Progress:
         return stage, self.left.seconds(now, share, self.running, own)
 
     def _bar_postfix(self) -> None:
-        """The bar's words after its count: the stage and our time left (tqdm's own
-        estimate, from its recent rate, is not shown: units may be unlike)."""
+        """The bar's words after its count: our time left, then the stage (tqdm's own
+        estimate, from its recent rate, is not shown: units may be unlike). The time left
+        comes first: tqdm cuts a line to the terminal's width, and the stages of work run
+        at once (``simulate``'s eight) fill 80 columns before it."""
         stage, left = self._now(self.clock())
-        words = [stage] if stage else []
-        words += [f"about {elapsed_text(left)} left"] if left is not None else []
+        words = [f"about {elapsed_text(left)} left"] if left is not None else []
+        words += [stage] if stage else []
         self._bar.set_postfix_str(", ".join(words), refresh=False)
 
     def _tick(self) -> None:

@@ -62,6 +62,25 @@ def test_a_terminal_gets_a_bar():
     assert "profiling" in out.getvalue() and "4/4" in out.getvalue()
 
 
+def test_an_80_column_terminal_keeps_the_time_left_of_stages_run_at_once():
+    """tqdm cuts the bar to the terminal's width: ``simulate``'s eight stages at once
+    (each with its count) fill 80 columns, so the time left comes before them (after
+    them, the line ended at 'megatron' and never said it)."""
+    stages = "; ".join(
+        f"{policy}, search {n}/722862"
+        for n, policy in enumerate(("static", "static-reference", "megatron-dyncp", "dcp-opt"))
+    )
+    out = io.StringIO()
+    with Progress("simulate on 32 ranks", 9, stream=out, terminal=True, time_left=True) as bar:
+        bar.follow(lambda now: (stages, 42.0))
+        bar.update(2)
+        bar._bar_postfix()
+        bar._bar.ncols = 80
+        drawn = str(bar._bar)
+        bar.follow(None)
+    assert len(drawn) <= 80 and "2/9" in drawn and "about 42 s left" in drawn, drawn
+
+
 def test_the_line_format():
     assert progress_line("bench", 0, 4, 83.2) == "progress: bench 0/4 (0%), 1 min 23 s elapsed"
     assert progress_line("bench", 4, 4, 83.2) == "progress: bench 4/4 (100%), 1 min 23 s elapsed"
