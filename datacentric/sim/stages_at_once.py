@@ -278,7 +278,7 @@ def _end(
     process.join()
     reader.close()
     if outcome is None:
-        text = f"{_ended(process.exitcode)} before its schedule was built"
+        text = f"{_ended(process.exitcode)} before its stage was done"
         outcome = (None, RuntimeError(f"{policy}: {text}"), f"RuntimeError: {text}")
     watch.ended(policy, cpu)
     return bool(on_end(policy, *outcome))

@@ -265,6 +265,15 @@ def test_the_former_bound_is_priced_beside_the_policies_not_before_them(monkeypa
     with pytest.raises(ValueError, match="nope"):  # the first policy's own error first
         run_policies(workload.shapes, cost_model, 4, ["nope", *policies], workers=3)
 
+    def killed(self, sample_ids=None, *, old_bound=False, searched=None):
+        return os._exit(3) if old_bound else real(self, sample_ids)
+
+    monkeypatch.setattr(Pipeline, "ideal_epoch_time", killed)
+    errors = {}
+    assert run_policies(workload.shapes, cost_model, 4, policies, errors=errors, workers=2) == {}
+    text = "efficiency_old_bound: RuntimeError: its process ended with exit code 3 before"
+    assert all(error.startswith(text) for error in errors.values()) and len(errors) == 2
+
 
 @needs_fork
 def test_a_stage_whose_process_dies_ends_with_an_error_that_says_so():
