@@ -174,7 +174,7 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
     and the model (``module``, on the meta device) has next-token logits to continue
     it with, or a ``pipeline`` renders for it (:func:`check_render_pipeline`)."""
     from datacentric.data.prompts import check_prompt_tokens, read_prompts
-    from datacentric.data.tokenizer_files import text_codec
+    from datacentric.data.tokenizer_files import TextCodec
 
     prompts = read_prompts(config.validation.prompts)
     if config.validation.pipeline is not None:
@@ -187,7 +187,7 @@ def check_prompts(config: TrainConfig, module: nn.Module) -> None:
         )
     positions = getattr(getattr(module, "config", None), "max_position_embeddings", None)
     limit = min(config.data.max_tokens, positions or config.data.max_tokens)
-    encode = text_codec(config.data.tokenizer).encode
+    encode = TextCodec(config.data.tokenizer).encode
     where = f"validation.prompts {config.validation.prompts}"
     check_prompt_tokens(prompts, encode, config.validation.max_new_tokens, limit, where)
 
@@ -313,13 +313,13 @@ def analytic_pipeline(
     from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.planning.memory_cap import resolve_memory_cap
     from datacentric.scheduling.pipeline import Pipeline
-    from datacentric.train.build import build_cost_model, sharding
+    from datacentric.train.build import device_cost_model, sharding
 
     if spec is None:
         return None
     device = default_device(config.parallelism.device or None)
     shard = sharding(config.parallelism)
-    cost_model = build_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
+    cost_model = device_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
     if forward_only:
         cost_model = ForwardOnlyCostModel(cost_model)  # as the validation schedule prices it
     budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))

@@ -347,17 +347,15 @@ def _rank_worker(
     bar = profiling_progress(len(rounds), settings.cost, settings.progress and groups.rank == 0)
     warm_passes = _warm_passes(settings.cost)
     models: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}  # by depth
-    held: dict[int, tuple[DataCentricRuntime, PassCpuClock]] = {}  # rounds not yet timed
+    depths = [cases[round_[0][0]].depth for round_ in rounds]
     memory: dict[int, tuple[int, int]] = {}
     times: dict[int, list[float]] = {}
     syncs: dict[int, list[float]] = {}
-    for slot, round_ in enumerate(rounds):
-        depth = cases[round_[0][0]].depth
+    for slot, depth in enumerate(depths):
         if depth not in models:
             if not settings.cost.interleave:  # the last depth's rounds are timed: drop it
                 models.clear()
             models[depth] = _runtime(settings, depth, dtype, groups, dataset, sp_sizes)
-        held[slot] = models[depth]
         runtime, iteration = models[depth][0], iterations[slot]
         # the first pass allocates gradients; the second (a warm-up too) measures memory
         run_step(runtime, iteration)
@@ -367,15 +365,15 @@ def _rank_worker(
         for _ in range(max(0, settings.cost.warmup - 2)):
             run_step(runtime, iteration)
         bar.update(warm_passes)
-        del runtime  # nothing but ``models`` and ``held`` keeps a model past its round
-        for timed in timed_after[slot]:
-            stats = run_step(held[timed][0], iterations[timed]).stats
-            seconds = held[timed][1].seconds if use_cpu_clock else stats.micro_batches[0].time_s
+        del runtime  # nothing but ``models`` keeps a model past its round
+        for timed in timed_after[slot]:  # its model is in ``models``: its own, or all
+            model = models[depths[timed]]  # not held past this pass (no local keeps it)
+            stats = run_step(model[0], iterations[timed]).stats
+            seconds = model[1].seconds if use_cpu_clock else stats.micro_batches[0].time_s
             times.setdefault(timed, []).append(seconds)
             syncs.setdefault(timed, []).append(stats.sync_time_s)
             bar.update(1)
-        for timed in timed_after[slot]:
-            held.pop(timed, None)
+            del model
     bar.close()
     out: dict[int, tuple[list[float], int, float, int]] = {}
     for slot, case in enumerate(mine):

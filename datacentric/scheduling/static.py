@@ -258,13 +258,14 @@ def first_pass(inp: PolicyInput, told: Told | None = None) -> list[tuple[OptionT
     def try_one(n: int, table: OptionTable, sp: int, budget: float) -> None:
         tell = None
         if told is not None and work is not None:
-            told.first_pass(priced[0], max(total, priced[0]), builds())
+            ranked = builds()  # the candidates priced so far: the same till this one is
+            told.first_pass(priced[0], max(total, priced[0]), ranked)
             before, candidate = priced[0], work(table, sp, budget, share)
             priced[0] += candidate
 
             def tell(k: int) -> None:
                 done = before + candidate * float(shares[k - 1])
-                told.first_pass(done, max(total, done), builds())
+                told.first_pass(done, max(total, done), ranked)
 
         try:
             first.append((price(inp, table, sp, budget, sample, tell), n, table, sp, budget))

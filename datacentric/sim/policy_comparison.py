@@ -259,8 +259,8 @@ def _run_at_once(
 
     watch = Watch(stages.clock, StageSteps)
     stages.follow(watch.outlook)
-    try:  # one more process than the policies': the bound waits for none of them
-        run_at_once([*policies, OLD_BOUND], build, workers=workers + 1, watch=watch, on_end=on_end)
+    try:  # one more process than the policies', started first: it waits for none of them
+        run_at_once([OLD_BOUND, *policies], build, workers=workers + 1, watch=watch, on_end=on_end)
     finally:
         stages.follow(None)
     error = _first_error(policies, ended)

@@ -247,7 +247,7 @@ def test_the_former_bound_is_priced_beside_the_policies_not_before_them(monkeypa
     monkeypatch.setattr(Watch, "heard", on_heard)
     monkeypatch.setattr(policy_comparison, "run_at_once", at_once_run)
     at_once = run_policies(workload.shapes, cost_model, 4, policies, workers=len(policies))
-    assert started == [([*policies, OLD_BOUND], len(policies) + 1)]  # every one at once
+    assert started == [([OLD_BOUND, *policies], len(policies) + 1)]  # every one at once
     assert counts and counts[-1][0] == counts[-1][1] > 0
     for policy in policies:
         assert at_once[policy].ideal_epoch_time_old_s == in_turn[policy].ideal_epoch_time_old_s

@@ -189,7 +189,7 @@ def test_validation_reports_the_spread_between_sessions() -> None:
     assert report["memory_rel_err"] == pytest.approx(0.0)
 
 
-def test_a_runs_profile_records_the_spec_it_is_handed(tmp_path) -> None:
+def test_a_runs_profile_without_the_spec_of_its_model_refuses_before_measuring(tmp_path) -> None:
     """ensure_profile (a training run's) measures with the spec the run read off its
     model (ProfileSettings.spec) and looks nothing up by name: without one it refuses
     before measuring."""
