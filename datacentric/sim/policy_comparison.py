@@ -28,7 +28,7 @@ from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 from datacentric.sim.engine import SimResult, simulate
-from datacentric.sim.stages_at_once import Watch, fork_context, run_at_once
+from datacentric.sim.stages_at_once import Watch, failure_text, fork_context, run_at_once
 
 if TYPE_CHECKING:
     from datacentric.settings import SchedulingConfig
@@ -77,6 +77,9 @@ PLANNING = "planning"
 #: every sample (``efficiency_old_bound``; 1.1 s of CPU on ``longctx-1m`` at 64 GPUs,
 #: which the stages waited for when it was priced before them).
 OLD_BOUND = "old bound"
+
+#: The field the former bound gives (:func:`policy_table`'s), which names its failure.
+OLD_BOUND_FIELD = "efficiency_old_bound"
 
 
 def stage_units(policies: Sequence[str], steps: int | None = None) -> dict[str, int]:
@@ -213,7 +216,7 @@ def run_policies(
         except Exception as err:  # recorded for the caller, see the docstring
             if errors is None:
                 raise
-            errors[policy] = f"{type(err).__name__}: {err}"
+            errors[policy] = failure_text(err)
         stages.update(units[policy])
         if len(runs) == 1 and policy in runs:  # the epoch's steps are told: weigh the rest
             later = policies[number + 1 :]
@@ -272,7 +275,7 @@ def _run_at_once(
         run, _, text = ended[policy]
         if run is not None and _needs_old_bound(run):
             run, text = (
-                (None, f"efficiency_old_bound: {old_text}")
+                (None, f"{OLD_BOUND_FIELD}: {old_text}")
                 if old is None
                 else (replace(run, ideal_epoch_time_old_s=old), text)
             )
@@ -389,7 +392,7 @@ def _run_policy(
         kept = sorted(set(everyone) - set(dropped)) if dropped else None
         bounds[dropped] = (
             pipeline.ideal_epoch_time(sample_ids=kept),
-            pipeline.ideal_epoch_time(sample_ids=kept, old_bound=True),
+            _old_bound(pipeline, kept),
         )
     ideal, old = bounds[dropped]
     result = simulate(
@@ -401,6 +404,17 @@ def _run_policy(
         overlap_grad_sync=overlaps_grad_sync(pipeline.cost_model, pipeline.world_size),
     )
     return PolicyRun(policy, schedule, result, elapsed, old)
+
+
+def _old_bound(pipeline: Pipeline, sample_ids: list[int] | None) -> float:
+    """The former bound over ``sample_ids``: an error its pricing raises carries the
+    note :data:`OLD_BOUND_FIELD`, so its text (:func:`failure_text`) names it as the
+    bound's own stage does where the policies are built at once."""
+    try:
+        return pipeline.ideal_epoch_time(sample_ids=sample_ids, old_bound=True)
+    except Exception as err:
+        err.add_note(OLD_BOUND_FIELD)
+        raise
 
 
 def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
@@ -424,6 +438,6 @@ def policy_table(runs: dict[str, PolicyRun]) -> dict[str, dict[str, Any]]:
         row["schedule_seconds"] = run.schedule_seconds
         old = run.ideal_epoch_time_old_s
         epoch = run.result.epoch_time_s
-        row["efficiency_old_bound"] = old / epoch if old and epoch else None
+        row[OLD_BOUND_FIELD] = old / epoch if old and epoch else None
         table[policy] = row
     return table

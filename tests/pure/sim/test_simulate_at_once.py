@@ -276,6 +276,43 @@ def test_the_former_bound_is_priced_beside_the_policies_not_before_them(monkeypa
 
 
 @needs_fork
+@pytest.mark.parametrize("drop", [False, True])
+def test_a_failing_former_bound_reads_the_same_one_after_another_and_at_once(monkeypatch, drop):
+    """The former bound's pricing raising is recorded with the same text whether the
+    policies are built one after another or at once, for runs that kept every sample (at
+    once: the bound's own stage) and for runs that dropped some (each its own pricing)."""
+    from datacentric.scheduling.pipeline import Pipeline
+    from datacentric.settings import SchedulingConfig
+
+    real = Pipeline.ideal_epoch_time
+
+    def failing(self, sample_ids=None, *, old_bound=False, searched=None):
+        return 1 / 0 if old_bound else real(self, sample_ids)
+
+    monkeypatch.setattr(Pipeline, "ideal_epoch_time", failing)
+    workload = get_workload("opensora-short", num_samples=64)
+    cost_model = simulation_cost_model("stdit-1.1b", "h100-sxm", 4)
+    options = SchedulingConfig(global_batch_samples=30, drop_remainder=drop)
+    policies = ["static", "dcp-pac"]
+    texts = []
+    for workers in (None, 2):
+        errors: dict[str, str] = {}
+        runs = run_policies(
+            workload.shapes,
+            cost_model,
+            4,
+            policies,
+            options=options,
+            errors=errors,
+            workers=workers,
+        )
+        assert runs == {}
+        texts.append(errors)
+    expected = "efficiency_old_bound: ZeroDivisionError: division by zero"
+    assert texts[0] == texts[1] == dict.fromkeys(policies, expected)
+
+
+@needs_fork
 def test_a_stage_whose_process_dies_ends_with_an_error_that_says_so():
     """A worker killed (here: it exits at once) ends its stage with an error naming its
     exit code, while the others' results come back."""
