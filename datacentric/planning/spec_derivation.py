@@ -103,12 +103,16 @@ def identity_of_model(model: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {
         "class": type(model).__name__,
         "args": dict(args),
-        "config_sha256": _sha256_json(described) if described is not None else None,
-        "parameter_shapes_sha256": _sha256_json(shapes),
+        "config_sha256": json_sha256(described) if described is not None else None,
+        "parameter_shapes_sha256": json_sha256(shapes),
     }
 
 
-def _sha256_json(value: Any) -> str:
+def json_sha256(value: Any) -> str:
+    """The SHA-256 (hex) of ``value`` as canonical JSON: keys sorted, ``json.dumps``'
+    default separators and ASCII escapes, a value JSON has no form for as its ``str`` (a
+    config's dtype). Saved profiles' fingerprints and identities are these digests:
+    any change of form changes every one of them."""
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 

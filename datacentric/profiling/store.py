@@ -10,7 +10,6 @@ a :class:`ProfileError` that names the file and what is wrong with it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import platform
@@ -18,11 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.plan import Plan
-from datacentric.planning.spec_derivation import identity_of_model
+from datacentric.planning.spec_derivation import identity_of_model, json_sha256
 
 FORMAT_VERSION = 1
 PROFILE_FILE = "profile.json"
@@ -52,7 +51,7 @@ class Profile:
         return {
             "format": FORMAT_VERSION,
             "fingerprint": self.fingerprint,
-            "fingerprint_sha256": fingerprint_hash(self.fingerprint),
+            "fingerprint_sha256": json_sha256(self.fingerprint),
             "model": self.model,
             "num_blocks": self.num_blocks,
             "attention_kind": self.attention_kind,
@@ -67,7 +66,7 @@ class Profile:
     def from_json(cls, d: dict[str, Any]) -> Profile:
         if d.get("format") != FORMAT_VERSION:
             raise ProfileError(f"format {d.get('format')!r}, expected {FORMAT_VERSION}")
-        if d.get("fingerprint_sha256") != fingerprint_hash(d["fingerprint"]):
+        if d.get("fingerprint_sha256") != json_sha256(d["fingerprint"]):
             raise ProfileError("fingerprint does not match its checksum (edited or damaged)")
         return cls(
             fingerprint=dict(d["fingerprint"]),
@@ -141,10 +140,6 @@ def fingerprint(
         "backend": backend,
         "profiler_method": PROFILER_METHOD,
     }
-
-
-def fingerprint_hash(value: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def save_profile(profile: Profile, directory: str | os.PathLike[str]) -> Path:
@@ -232,15 +227,21 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def model_identity(name: str, model_args: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
-    """What a profile of the model ``name`` means depends on, for a caller that has not
-    built it: a model that is not a preset is built on the meta device and read
-    (:func:`~datacentric.planning.spec_derivation.identity_of_model`); ``None`` for a
-    preset (:func:`fingerprint` records its config's fields)."""
+def model_identity(
+    name: str, model_args: Mapping[str, Any] | None = None, *, module: nn.Module | None = None
+) -> dict[str, Any] | None:
+    """What a profile of the model ``name`` means depends on, the one place it is read:
+    ``None`` for a preset (:func:`fingerprint` records its config's fields), else
+    :func:`~datacentric.planning.spec_derivation.identity_of_model` of ``module`` (the
+    model without its adapters, as the caller built it, on any device), or of the model
+    built here on the meta device for a caller that has not built it."""
     from datacentric.models.configs import MODEL_PRESETS
-    from datacentric.models.source import build_model_named
 
     if name in MODEL_PRESETS:
         return None
     args = dict(model_args or {})
-    return identity_of_model(build_model_named(name, args, device="meta"), args)
+    if module is None:
+        from datacentric.models.source import build_model_named
+
+        module = build_model_named(name, args, device="meta")
+    return identity_of_model(module, args)
