@@ -23,6 +23,9 @@ from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.plan import Plan
 from datacentric.planning.spec_derivation import identity_of_model, json_sha256
 
+if TYPE_CHECKING:
+    from torch import nn
+
 FORMAT_VERSION = 1
 PROFILE_FILE = "profile.json"
 PLAN_FILE = "plan.json"

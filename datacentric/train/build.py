@@ -42,13 +42,13 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.planning.spec_derivation import (
     UnpricedModelError,
-    identity_of_model,
     spec_from_model_config,
     spec_of_model,
 )
 from datacentric.profiling.autoprofile import ensure_profile
 from datacentric.profiling.factory import fitted_cost_model, named_spec
 from datacentric.profiling.profiler import ProfileSettings
+from datacentric.profiling.store import model_identity
 from datacentric.settings.sections import (
     CostConfig,
     DataConfig,
@@ -153,8 +153,8 @@ class RunModel:
     built_identity: Mapping[str, Any] | None = None
     """What a measured profile's fingerprint records of the model (class, config,
     parameter shapes), read once off the built model before its adapters are injected
-    (:func:`~datacentric.planning.spec_derivation.identity_of_model`); None for a
-    preset (its config is recorded) or where no model was built."""
+    (:func:`~datacentric.profiling.store.model_identity`); None for a preset (its
+    config is recorded) or where no model was built."""
     place: RunPlace = field(default_factory=RunPlace)
     """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
     meta_built: dict[str, nn.Module] = field(default_factory=dict, repr=False, compare=False)
@@ -201,14 +201,14 @@ class RunModel:
     def identity(self) -> Mapping[str, Any] | None:
         """What a measured profile's fingerprint records of the model:
         :attr:`built_identity`, read when the model was built; for a model not built
-        here, read off :meth:`meta_module` (as
-        :func:`~datacentric.profiling.store.model_identity` reads it; ``None`` for a
-        preset, whose config is recorded)."""
+        here, :func:`~datacentric.profiling.store.model_identity` read off
+        :meth:`meta_module` (``None`` for a preset, whose config is recorded: nothing is
+        built)."""
         if self.built_identity is not None or self.module is not None:
             return self.built_identity
         if self.source.kind == "preset":
             return None
-        return identity_of_model(self.meta_module(), dict(self.source.args or {}))
+        return model_identity(self.source.name, self.source.args, module=self.meta_module())
 
     def meta_module(self) -> nn.Module:
         """The model without its adapters built on the meta device by its name (no
@@ -243,7 +243,7 @@ def build_run_model(
     except UnpricedModelError:
         spec = None
     # what a profile's fingerprint records of it, read off it in the same pass
-    identity = None if bare.kind == "preset" else identity_of_model(module, bare.args)
+    identity = model_identity(bare.name, bare.args, module=module)
     trained = spec
     if source.lora is not None:
         apply_lora(module, source.lora)
