@@ -42,6 +42,7 @@ from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.planning.spec_derivation import (
     UnpricedModelError,
+    identity_of_model,
     spec_from_model_config,
     spec_of_model,
 )
@@ -153,8 +154,8 @@ class RunModel:
     built_identity: Mapping[str, Any] | None = None
     """What a measured profile's fingerprint records of the model (class, config,
     parameter shapes), read once off the built model before its adapters are injected
-    (:func:`~datacentric.profiling.store.model_identity`); None for a preset (its
-    config is recorded) or where no model was built."""
+    (:func:`~datacentric.planning.spec_derivation.identity_of_model`); None for a
+    preset (its config is recorded) or where no model was built."""
     place: RunPlace = field(default_factory=RunPlace)
     """Where it trains and on what (:meth:`placed`; default: one CPU rank)."""
     meta_built: dict[str, nn.Module] = field(default_factory=dict, repr=False, compare=False)
@@ -243,7 +244,7 @@ def build_run_model(
     except UnpricedModelError:
         spec = None
     # what a profile's fingerprint records of it, read off it in the same pass
-    identity = model_identity(bare.name, bare.args, module=module)
+    identity = None if bare.kind == "preset" else identity_of_model(module, bare.args)
     trained = spec
     if source.lora is not None:
         apply_lora(module, source.lora)
