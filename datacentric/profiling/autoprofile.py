@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from datacentric.log import get_logger
+from datacentric.models.configs import MODEL_PRESETS
+from datacentric.models.source import build_model_named
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
@@ -40,7 +42,6 @@ from datacentric.profiling.profiler import (
     measure,
     measure_profile,
     point_from_runs,
-    select_profile_shapes,
 )
 from datacentric.profiling.store import (
     Profile,
@@ -53,7 +54,7 @@ from datacentric.profiling.store import (
     save_profile,
 )
 from datacentric.scheduling.pipeline import Pipeline
-from datacentric.shapes import Bucket, SampleShape, make_buckets
+from datacentric.shapes import SampleShape, make_buckets
 from datacentric.timing import relative_spread
 
 
@@ -181,21 +182,28 @@ def run_profile(
     start = time.perf_counter()
     world = settings.world_size
     sp_sizes = list(sp_sizes or default_sp_sizes(world))
-    if settings.identity is None:  # no model built here: found by name
-        settings = replace(settings, identity=model_identity(settings.model, settings.model_args))
+    meta = None  # a model not built here: built on the meta device once, for its identity and spec
+    if settings.identity is None and settings.model not in MODEL_PRESETS:
+        meta = build_model_named(settings.model, settings.model_args, device="meta")
+        identity = model_identity(settings.model, settings.model_args, module=meta)
+        settings = replace(settings, identity=identity)
     current = _fingerprint(settings, world)
     saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
     reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
     if reused:
         profile = saved
     else:
-        spec = settings.spec or named_spec(settings.model, settings.model_args)
-        micro_batches = select_profile_shapes(
-            [b.shape for b in make_buckets(shapes).buckets],
+        spec = settings.spec or named_spec(settings.model, settings.model_args, module=meta)
+        bucket_shapes = [b.shape for b in make_buckets(shapes).buckets]
+        profile, _ = measure_profile(
+            settings,
+            bucket_shapes,
+            sp_sizes,
+            current,
+            spec,
             max_points=max_points,
             max_tokens=max_profile_tokens,
         )
-        profile, _ = measure_profile(settings, micro_batches, sp_sizes, current, spec)
     cost = fitted_cost_model(profile)
     plan = Pipeline(
         shapes,
@@ -251,12 +259,10 @@ def ensure_profile(
     spec = settings.spec  # what the profile records of the model: the run's, without adapters
     if spec is None:
         raise ValueError(f"a profile of {settings.model!r} needs its spec (ProfileSettings.spec)")
-    buckets = [Bucket(str(i), s) for i, s in enumerate(sorted(set(shapes)))]
-    micro_batches = select_profile_shapes(
-        [b.shape for b in buckets], max_points=max_points, max_tokens=max_profile_tokens
-    )
     sizes = list(sp_sizes or default_sp_sizes(settings.world_size))
-    profile, _ = measure_profile(settings, micro_batches, sizes, current, spec)
+    profile, _ = measure_profile(
+        settings, shapes, sizes, current, spec, max_points=max_points, max_tokens=max_profile_tokens
+    )
     if _is_rank_zero():
         save_profile(profile, directory)
     return profile

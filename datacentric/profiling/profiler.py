@@ -272,14 +272,17 @@ def attention_kind(model: str, spec: ModelSpec) -> str:
 
 def measure_profile(
     settings: ProfileSettings,
-    micro_batches: Sequence[tuple[SampleShape, ...]],
+    shapes: Sequence[SampleShape],
     sp_sizes: Sequence[int],
     fingerprint: dict[str, Any],
     spec: ModelSpec,
     *,
+    max_points: int = 3,
+    max_tokens: int | None = None,
     extra_cases: Sequence[RunCase] = (),
 ) -> tuple[Profile, list[Any]]:
-    """Dual-layer profile points of every micro-batch on every SP size (one spawn), as the
+    """Dual-layer profile points of the micro-batches :func:`select_profile_shapes` picks
+    of ``shapes`` (``max_points``, ``max_tokens``) on every SP size (one spawn), as the
     profile of ``fingerprint`` and ``spec`` (the model without adapters: its blocks and
     their attention), both as the caller found them once
     (:func:`~datacentric.profiling.store.fingerprint`, :attr:`ProfileSettings.spec` else
@@ -288,6 +291,7 @@ def measure_profile(
     start = time.perf_counter()
     # what the profile records of the model, checked before anything runs
     kind = attention_kind(settings.model, spec)
+    micro_batches = select_profile_shapes(shapes, max_points=max_points, max_tokens=max_tokens)
     cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
     results = measure([*cases, *extra_cases], settings)
     dual, extra = results[: len(cases)], results[len(cases) :]

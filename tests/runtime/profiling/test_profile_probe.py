@@ -106,7 +106,7 @@ def test_a_model_the_profiler_cannot_describe_is_refused_before_anything_runs(mo
 
     monkeypatch.setattr(profiler, "measure", no_measure)
     with pytest.raises(ValueError, match="one block kind"):
-        profiler.measure_profile(SETTINGS, [(TEXT(64),)], [1], {}, mixed)
+        profiler.measure_profile(SETTINGS, [TEXT(64)], [1], {}, mixed)
 
 
 @pytest.mark.slow
