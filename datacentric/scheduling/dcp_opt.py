@@ -39,7 +39,7 @@ micro-batches to groups that minimise the iteration's makespan.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -812,9 +812,8 @@ def two_phases(
     for threshold, exact_solver in ((present[1], True), (present[-1], False)):
         if not exact_solver and threshold == present[1]:
             continue  # the same split as the first
-        large = [item for item, c in zip(items, pref) if c >= threshold]
-        small = [item for item, c in zip(items, pref) if c < threshold]
-        phased = _in_phases(inp, table, (large, small), k, exact_solver)
+        large, small = np.flatnonzero(pref >= threshold), np.flatnonzero(pref < threshold)
+        phased = _in_phases(inp, table, items, (large, small), k, node, exact_solver)
         if phased is not None and (best is None or phased.est_makespan_s < best.est_makespan_s):
             best = phased
     return best
@@ -847,8 +846,7 @@ def tail_phase(
         return None
     order = np.argsort(-times[np.arange(len(items)), pref], kind="stable").tolist()
     cut = len(items) - rest
-    parts = ([items[j] for j in order[:cut]], [items[j] for j in order[cut:]])
-    return _in_phases(inp, table, parts, k)
+    return _in_phases(inp, table, items, (order[:cut], order[cut:]), k, node)
 
 
 def filled_phase(
@@ -888,28 +886,34 @@ def filled_phase(
             first.append(j)
             room -= float(gpu[j, pref[j]])
     chosen = set(first)
-    rest = [items[j] for j in range(len(items)) if j not in chosen]
+    rest = [j for j in range(len(items)) if j not in chosen]
     if not rest:
         return None
-    return _in_phases(inp, table, ([items[j] for j in first], rest), k)
+    return _in_phases(inp, table, items, (first, rest), k, node)
 
 
 def _in_phases(
     inp: PolicyInput,
     table: OptionTable,
-    parts: tuple[list[Item], ...],
+    items: list[Item],
+    parts: tuple[Sequence[int], ...],
     k: int,
+    node: np.ndarray | None,
     exact_solver: bool = True,
 ) -> Iteration | None:
-    """Step ``k`` with ``parts`` run one phase after another (None where a phase has too
-    few micro-batches to cover the world); ``exact_solver=False`` solves the phases by
-    the heuristics alone."""
+    """Step ``k`` with the ``items`` of each of ``parts`` (their positions) run one
+    phase after another (None where a phase has too few micro-batches to cover the
+    world), each phase solved on its rows of ``node`` (the items' :func:`node_times`,
+    when made already: not made again per phase); ``exact_solver=False`` solves the
+    phases by the heuristics alone."""
     if not exact_solver:
         inp = replace(inp, options=replace(inp.options, exact_solver=False))
     groups, placed = [], []
-    for phase, part in enumerate(parts):
+    for phase, rows in enumerate(parts):
+        part = [items[j] for j in rows]
+        times = None if node is None else node[np.asarray(rows, dtype=np.int64)]
         try:
-            solved = solve_iteration(inp, table, part)
+            solved = solve_iteration(inp, table, part, times)
         except ValueError:  # too few micro-batches in a phase to cover the world
             return None
         starts = place_groups(inp.world_size, [sp for sp, _ in solved])
