@@ -32,6 +32,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing import resource_tracker
 from typing import Any, Literal
 
 import torch
@@ -57,6 +58,9 @@ SIGINT_GRACE_S = 3.0
 #: reaches the ranks too, and a copy of SIGINT itself, relayed a second later by a busy
 #: launcher, would stop them without a save).
 RELAYED_SIGINT = signal.SIGUSR1
+#: The stops a rank holds (blocks) from before it starts until it can take them
+#: (:func:`_worker_entry`): a relayed Ctrl-C and a SIGTERM (a scheduler's preemption).
+_HELD_STOPS = (signal.SIGTERM, RELAYED_SIGINT)
 JOB_TIMEOUT_S = 7 * 24 * 3600.0
 """Whole-job limit of :func:`launch` (collectives keep their own, shorter timeout)."""
 
@@ -81,10 +85,12 @@ def _worker_entry(
     launcher_pid: int | None = None,
     stop_at_start: bool = False,
 ) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the forkserver's is ignored
     if stop_at_start:  # a stop relayed while this rank starts is kept, not its death
-        signal.signal(RELAYED_SIGINT, _STARTING.handle)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {RELAYED_SIGINT})  # held since the start
+        for sig in _HELD_STOPS:
+            signal.signal(sig, _STARTING.handle)
+    else:  # a SIGTERM ends the rank (the forkserver's is ignored)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_STOPS)  # held since the start
     if threads:
         torch.set_num_threads(threads)
     if launcher_pid is not None:
@@ -100,8 +106,8 @@ def _worker_entry(
             world_size=world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        stopped = stop_at_start and _STARTING.agreed(device)
-        value = StoppedAtStart(int(signal.SIGINT)) if stopped else fn(*args)
+        stopped = _STARTING.agreed(device) if stop_at_start else None
+        value = StoppedAtStart(stopped) if stopped is not None else fn(*args)
         # The rank's work has ended (a run's own handlers are gone): a stop request
         # repeated now (a scheduler signals every process of the job again, the launcher
         # passes on a Ctrl-C) must not end it before its result reaches the launcher.
@@ -128,40 +134,57 @@ class StoppedAtStart:
 
 
 class _StartStop:
-    """A rank's record of a Ctrl-C relayed (:data:`RELAYED_SIGINT`) while it starts: its
-    imports, the process group and ``fn``'s own start-up, until ``fn`` installs its stop
-    handler (which takes the record over: :func:`stop_requested_at_start`)."""
+    """A rank's record of the first stop relayed to it while it starts (a Ctrl-C as
+    :data:`RELAYED_SIGINT`, or a SIGTERM): its imports, the process group and ``fn``'s own
+    start-up, until ``fn`` installs its stop handler (which takes the record over:
+    :func:`stop_signal_at_start`)."""
 
     def __init__(self) -> None:
         self.at: float | None = None
+        self.signum: int | None = None
+        """The signal the stop is named by: SIGINT for the relayed Ctrl-C."""
 
     def handle(self, signum: int, frame: Any) -> None:
         if self.at is None:
             self.at = time.monotonic()
+            self.signum = int(signal.SIGINT if signum == RELAYED_SIGINT else signum)
 
-    def agreed(self, device: torch.device) -> bool:
-        """Whether any rank was stopped before ``fn`` (collective, on every rank)."""
-        flag = torch.tensor([int(self.at is not None)], dtype=torch.int64, device=device)
+    def agreed(self, device: torch.device) -> int | None:
+        """The stop any rank got before ``fn``, None if none did (collective, on every
+        rank): the largest signal, as a run's ranks agree on theirs."""
+        flag = torch.tensor([self.signum or 0], dtype=torch.int64, device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return int(flag.item()) or None
 
 
 _STARTING = _StartStop()
 
 
 def stop_requested_at_start() -> float | None:
-    """When (``time.monotonic()``) a Ctrl-C relayed to this spawned rank arrived while
-    it was starting, before its run installed its own stop handler; None if none did."""
+    """When (``time.monotonic()``) a stop relayed to this spawned rank (a Ctrl-C or a
+    SIGTERM) arrived while it was starting, before its run installed its own stop handler;
+    None if none did. Which stop it was: :func:`stop_signal_at_start`."""
     return _STARTING.at
 
 
-class _HoldRelayedStop:
-    """While active, :data:`RELAYED_SIGINT` is held (blocked) in this thread, and in the
+def stop_signal_at_start() -> int | None:
+    """The stop relayed to this spawned rank while it was starting, before its run
+    installed its own stop handler, as the run names it (``signal.SIGINT`` for a Ctrl-C
+    relayed as :data:`RELAYED_SIGINT`, ``signal.SIGTERM``); None if none was."""
+    return _STARTING.signum
+
+
+class _HoldStops:
+    """While active, :data:`_HELD_STOPS` are held (blocked) in this thread, and in the
     processes it starts (the forkserver, spawned ranks): a stop relayed to a rank before
-    it can take it stays pending until :func:`_worker_entry` can."""
+    it can take it stays pending until :func:`_worker_entry` can (pending, it survives the
+    forkserver's ignored SIGTERM)."""
 
     def __enter__(self) -> None:
-        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {RELAYED_SIGINT})
+        # multiprocessing's resource tracker, when it starts, unblocks SIGTERM in the
+        # thread that starts it (it blocks it only while it starts): started first, here.
+        resource_tracker.ensure_running()
+        self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_STOPS)
 
     def __exit__(self, *exc: Any) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
@@ -285,11 +308,11 @@ def spawn(
     timeout apart from the whole run's (default: ``timeout_s``). ``forward_signals``:
     a SIGTERM/SIGINT to this process reaches the ranks (SIGINT as :data:`RELAYED_SIGINT`,
     which a training rank names SIGINT) and the ranks' results are still awaited (for
-    ranks that stop cleanly on it); a second SIGINT kills them. A Ctrl-C that reaches the
-    ranks before any of them runs ``fn`` ends them all without running it: this process
-    says so in one line and exits with ``SystemExit(130)``; one that reaches them later,
-    before ``fn`` installs its own stop handler, is kept for it
-    (:func:`stop_requested_at_start`).
+    ranks that stop cleanly on it); a second SIGINT kills them. A Ctrl-C or SIGTERM that
+    reaches the ranks before any of them runs ``fn`` ends them all without running it:
+    this process says so in one line and exits with ``SystemExit(128 + signal)`` (130,
+    143); one that reaches them later, before ``fn`` installs its own stop handler, is
+    kept for it (:func:`stop_signal_at_start`).
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -304,7 +327,7 @@ def spawn(
         with stopper:
             timeout = collective_timeout_s or timeout_s
             entry = (fn, args, backend, init_method, timeout, forward_signals)
-            with _HoldRelayedStop():
+            with _HoldStops():
                 for rank in range(world_size):
                     processes.append(
                         _start_rank(context, rank, world_size, entry, threads_per_rank, results)
@@ -413,18 +436,20 @@ def _start_forkserver() -> None:
     """Start the forkserver (if it is not running) with SIGTERM ignored, as it ignores
     SIGINT: a scheduler's SIGTERM reaches every process of the job, and a forkserver it
     killed reports every rank as dead (exit code 255) while the ranks still save their
-    checkpoint, so the launcher would kill them mid-save. Ranks restore the default on
-    start (:func:`_worker_entry`); a rank's run installs its own handler."""
+    checkpoint, so the launcher would kill them mid-save. Its ranks start with SIGTERM
+    held too (:class:`_HoldStops`), so one sent to a starting rank waits for
+    :func:`_worker_entry` (which records it, or restores the default where stops are not
+    forwarded) instead of being lost; a rank's run installs its own handler."""
     import threading
     from multiprocessing import forkserver
 
     if threading.current_thread() is not threading.main_thread():
-        with _HoldRelayedStop():
+        with _HoldStops():
             forkserver.ensure_running()
         return
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        with _HoldRelayedStop():  # its ranks start with it held
+        with _HoldStops():  # its ranks start with them held
             forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups
-from datacentric.parallel.launch import RELAYED_SIGINT, stop_requested_at_start
+from datacentric.parallel.launch import RELAYED_SIGINT, stop_signal_at_start
 
 SECOND_SIGNAL_AFTER_S = 1.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, RELAYED_SIGINT)
@@ -43,8 +43,9 @@ class StopSignals:
     recorded rather than ending the process; :attr:`signum` is the first one seen, and
     ``announce`` says at once what happens next. A Ctrl-C the ``--world N`` launcher
     passes on (:data:`~datacentric.parallel.launch.RELAYED_SIGINT`) counts as SIGINT, but
-    never as Ctrl-C pressed again; one it passed on while this rank was starting
-    (:func:`~datacentric.parallel.launch.stop_requested_at_start`) is the first signal.
+    never as Ctrl-C pressed again; a Ctrl-C or SIGTERM it passed on while this rank was
+    starting (:func:`~datacentric.parallel.launch.stop_signal_at_start`) is the first
+    signal, named as the launcher got it.
     It takes over from :class:`StoppedWhileStarting` (torchrun's ranks)."""
 
     def __init__(
@@ -68,8 +69,9 @@ class StopSignals:
                 StoppedWhileStarting.active.hand_over()
             for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
-            if stop_requested_at_start() is not None:  # relayed while this rank started
-                self._handle(RELAYED_SIGINT, None)
+            at_start = stop_signal_at_start()  # relayed while this rank started
+            if at_start is not None:
+                self._handle(at_start, None)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -107,7 +109,7 @@ class StoppedWhileStarting:
     A SIGTERM/SIGINT then (torchrun passes its own on to every rank) ends this rank at
     once, in one line and with ``128 + signal``, instead of a traceback; one repeated
     while it ends is ignored. Spawned ranks keep theirs for the run instead
-    (:func:`~datacentric.parallel.launch.stop_requested_at_start`)."""
+    (:func:`~datacentric.parallel.launch.stop_signal_at_start`)."""
 
     active: StoppedWhileStarting | None = None
     """The start-up under way in this process, if any."""

@@ -21,6 +21,7 @@ import torch
 from repo_paths import ROOT
 from run_config import SMALL_TRAIN_FLAGS
 
+from datacentric.parallel.launch import spawn
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoints import checkpoint as ckpt
 from datacentric.train.checkpoints.preemption import (
@@ -197,18 +198,61 @@ def test_a_ctrl_c_while_the_ranks_start_stops_them_cleanly(tmp_path) -> None:
     assert not (tmp_path / "ran").exists()
 
 
-def test_a_stop_relayed_while_the_run_starts_is_taken_over_by_its_handler(monkeypatch) -> None:
+def test_a_sigterm_while_the_ranks_start_stops_them_cleanly(tmp_path, monkeypatch, capsys) -> None:
+    """A scheduler's SIGTERM reaches a rank as it starts (every process of the job gets it,
+    and the launcher passes its own on): held until the rank can take it, it ends the
+    ranks before their work as a Ctrl-C does, in one line, with 143."""
+    from datacentric.parallel import launch
+
+    start = launch._start_rank
+
+    def start_then_sigterm(context, rank, *args, **kwargs):
+        process = start(context, rank, *args, **kwargs)
+        if rank == 0:
+            os.kill(process.pid, signal.SIGTERM)
+        return process
+
+    monkeypatch.setattr(launch, "_start_rank", start_then_sigterm)
+    with pytest.raises(SystemExit) as end:
+        spawn(rank_that_never_starts, 2, str(tmp_path), forward_signals=True, timeout_s=120)
+    assert end.value.code == 128 + signal.SIGTERM
+    stop = "datacentric: stopped by SIGTERM while the ranks were starting; nothing saved yet"
+    assert capsys.readouterr().err.startswith(stop)
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_relayed_while_the_run_starts_is_taken_over_by_its_handler(monkeypatch, sig) -> None:
     """Relayed after the ranks agreed to start, before the run's handler is in place: the
-    run takes it as its first stop signal (it stops after a step and saves)."""
+    run takes it as its first stop signal (it stops after a step and saves), named as the
+    launcher got it."""
     from datacentric.parallel import launch
 
     said: list[int] = []
+    monkeypatch.setattr(launch, "_STARTING", launch._StartStop())
     with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
         assert stop.signum is None
-    monkeypatch.setattr(launch._STARTING, "at", time.monotonic())
+    launch._STARTING.handle(launch.RELAYED_SIGINT if sig == signal.SIGINT else sig, None)
     with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
-        assert stop.signum == signal.SIGINT
-    assert said == [signal.SIGINT]
+        assert stop.signum == sig
+    assert said == [sig]
+
+
+def rank_signalled_before_its_handler() -> tuple[int | None, list[int]]:
+    """A run that gets a SIGTERM after it began, before its stop handler is in place."""
+    os.kill(os.getpid(), signal.SIGTERM)
+    said: list[int] = []
+    with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
+        return stop.signum, said
+
+
+def test_a_sigterm_before_the_run_s_handler_is_taken_over_by_it() -> None:
+    """Forwarded stops (a training launch): the run stops on it as on a later SIGTERM and
+    names it; not forwarded, a SIGTERM still ends the rank at once."""
+    stopped = spawn(rank_signalled_before_its_handler, 2, forward_signals=True, timeout_s=120)
+    assert stopped == [(signal.SIGTERM, [signal.SIGTERM])] * 2
+    with pytest.raises(RuntimeError, match="exited with code -15"):
+        spawn(rank_signalled_before_its_handler, 2, timeout_s=120)
 
 
 #: ``python -m datacentric train`` as torchrun starts a rank (its environment, a world of
