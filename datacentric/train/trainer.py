@@ -260,6 +260,8 @@ class Trainer:
         step = self._step_now
         if step is not None and not step.finished:
             return f"finishing step {step.number + 1}, then saving"
+        if not self.total_iterations:  # a stop before the checkpoint is read: steps unknown
+            return "stopping after the next step, then saving"
         done = self.position.iterations_done
         after = f"{done}"
         if done < self.total_iterations:  # a next step runs unless this one's agreement stops

@@ -89,6 +89,8 @@ def test_the_first_ctrl_c_names_the_step_the_run_stops_after() -> None:
     assert _stop_note(None, 30, -1) == "stopping after step 31, then saving"  # resumed
     assert _stop_note(finished, 100, 100) == "stopping after step 100, then saving"
     assert _stop_note(finished, 100, 99, agreeing=True) == "stopping after step 100, then saving"
+    # a stop at start-up, before a checkpoint to resume from is read (no total yet)
+    assert _stop_note(None, 0, -1, total=0) == "stopping after the next step, then saving"
 
 
 def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
