@@ -187,13 +187,16 @@ def run_profile(
         meta = build_model_named(settings.model, settings.model_args, device="meta")
         identity = model_identity(settings.model, settings.model_args, module=meta)
         settings = replace(settings, identity=identity)
+    # its spec found once: the profile records it, and every launch of the ranks reads
+    # its vocabulary (the synthetic samples' ids, profiler.synthetic_token_ids)
+    spec = settings.spec or named_spec(settings.model, settings.model_args, module=meta)
+    settings = replace(settings, spec=spec)
     current = _fingerprint(settings, world)
     saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
     reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
     if reused:
         profile = saved
     else:
-        spec = settings.spec or named_spec(settings.model, settings.model_args, module=meta)
         bucket_shapes = [b.shape for b in make_buckets(shapes).buckets]
         profile, _ = measure_profile(
             settings,

@@ -106,7 +106,9 @@ def calibrate_cpu_local(
 
     spec = get_model_spec(model)
     cases = calibration_cases(spec, world_size)
-    settings = ProfileSettings(model=model, world_size=world_size, cost=CostConfig(repeats=repeats))
+    settings = ProfileSettings(
+        model=model, world_size=world_size, cost=CostConfig(repeats=repeats), spec=spec
+    )
     results = measure(cases, settings)
     fitted = calibrate_hardware(CPU_BASE, calibration_points(spec, results))
     fitted = replace(fitted, half_efficiency_tokens=0.0)

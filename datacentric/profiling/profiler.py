@@ -97,7 +97,8 @@ class ProfileSettings:
     cost: CostConfig = field(default_factory=CostConfig)
     """How carefully: the ``[cost]`` section (its measurement keys)."""
     spec: ModelSpec | None = None
-    """The model's spec without adapters (its blocks and their attention), as the caller
+    """The model's spec without adapters (its blocks and their attention; its vocabulary
+    bounds the synthetic samples' token ids, :func:`synthetic_token_ids`), as the caller
     found it once (a run's :attr:`~datacentric.train.build.RunModel.profile_spec`); ``None``:
     looked up by ``model`` where the profile command measures
     (:func:`~datacentric.profiling.factory.named_spec`, in
@@ -208,6 +209,8 @@ def measure(cases: Sequence[RunCase], settings: ProfileSettings) -> list[RunResu
     results are gathered. Otherwise ``settings.world_size`` local ranks are started.
     """
     rounds = plan_rounds(cases, settings.world_size)
+    if settings.dataset is None and not all(s.is_video for c in cases for s in c.shapes):
+        synthetic_token_ids(settings)  # a model without a vocabulary: refused before ranks start
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() != settings.world_size:
             raise ValueError(
@@ -291,6 +294,8 @@ def measure_profile(
     start = time.perf_counter()
     # what the profile records of the model, checked before anything runs
     kind = attention_kind(settings.model, spec)
+    if settings.spec is None:  # the ranks read its vocabulary (synthetic_token_ids)
+        settings = dataclasses.replace(settings, spec=spec)
     micro_batches = select_profile_shapes(shapes, max_points=max_points, max_tokens=max_tokens)
     cases = [c for mb in micro_batches for sp in sp_sizes for c in dual_layer_cases(mb, sp)]
     results = measure([*cases, *extra_cases], settings)
@@ -539,4 +544,35 @@ def _dataset(
         return SyntheticVideoDataset(shapes, seed=settings.seed), ids
     if any(s.is_video for s in shapes):
         raise ValueError(f"profile of {settings.model!r} mixes text and video shapes")
-    return SyntheticTextDataset(shapes, seed=settings.seed), ids
+    return SyntheticTextDataset(shapes, synthetic_token_ids(settings), seed=settings.seed), ids
+
+
+#: The synthetic text samples' token ids are bytes (below 256, as
+#: :class:`~datacentric.data.SyntheticTextDataset` draws by default) when the model's
+#: vocabulary holds them all.
+BYTE_IDS = 256
+
+
+def synthetic_token_ids(settings: ProfileSettings) -> int:
+    """How many token ids the profiler's synthetic text samples of ``settings.model`` draw
+    from: its vocabulary (:attr:`ProfileSettings.spec`'s, as the caller found it), at
+    most :data:`BYTE_IDS`. A pass takes the same time whatever the ids (an embedding row
+    and a loss column each), so a vocabulary of at least 256 ids is profiled on the very
+    samples it always was, and a smaller one on ids its embedding holds. Without a spec
+    (a caller measuring a preset by hand; the profile command and a run hand theirs
+    down), :data:`BYTE_IDS`. Raises ``ValueError`` naming the setting when the model has
+    no vocabulary size."""
+    spec = settings.spec
+    if spec is None:
+        return BYTE_IDS
+    if spec.vocab_size <= 0:
+        folder = (settings.source or resolve_model(settings.model, settings.model_args)).folder
+        where = "the model's vocab_size (--model-arg vocab_size=N)"
+        if folder is not None:
+            where = f"vocab_size in {folder / 'config.json'}"
+        raise ValueError(
+            f"model {settings.model!r} has no vocabulary size (vocab_size {spec.vocab_size}, "
+            f"read from its {spec.source or 'spec'}) to draw its synthetic token ids below: "
+            f"set {where}"
+        )
+    return min(spec.vocab_size, BYTE_IDS)
