@@ -253,13 +253,16 @@ def select_profile_shapes(
 ) -> list[tuple[SampleShape, ...]]:
     """Micro-batches to profile: up to ``max_points`` distinct bucket shapes spread
     geometrically over the token range (at most ``max_tokens`` each), plus four copies
-    of the smallest (so the fit can tell a per-sample cost from a per-token one)."""
+    of the smallest (so the fit can tell a per-sample cost from a per-token one); one
+    point is the smallest. Raises ``ValueError`` when ``max_points`` is below 1."""
+    if max_points < 1:
+        raise ValueError(f"--max-points {max_points}: profile at least one bucket shape")
     distinct = sorted(set(shapes), key=lambda s: (s.tokens, s.grid or (0, 0, 0)))
     if max_tokens is not None:
         distinct = [s for s in distinct if s.tokens <= max_tokens] or distinct[:1]
     if len(distinct) > max_points:
         last = len(distinct) - 1
-        picks = sorted({round(i * last / (max_points - 1)) for i in range(max_points)})
+        picks = sorted({round(i * last / max(1, max_points - 1)) for i in range(max_points)})
         distinct = [distinct[i] for i in picks]
     return [(s,) for s in distinct] + [(distinct[0],) * 4]
 

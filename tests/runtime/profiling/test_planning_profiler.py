@@ -198,6 +198,15 @@ def test_select_profile_shapes_spreads_and_adds_a_batch() -> None:
     assert (TEXT(256),) * 4 in picks
 
 
+def test_one_profile_point_is_the_smallest_shape_and_none_is_refused() -> None:
+    """``--max-points 1`` over several bucket shapes divided by zero (``internal error
+    ZeroDivisionError``); 0 failed with ``list index out of range``."""
+    shapes = [TEXT(n) for n in (256, 1024, 4096)]
+    assert select_profile_shapes(shapes, max_points=1) == [(TEXT(256),), (TEXT(256),) * 4]
+    with pytest.raises(ValueError, match="--max-points 0: profile at least one bucket shape"):
+        select_profile_shapes(shapes, max_points=0)
+
+
 def point(sp: int, tokens: int) -> ProfilePoint:
     return ProfilePoint(
         shapes=(TEXT(tokens),),
