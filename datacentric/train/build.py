@@ -20,6 +20,7 @@ from torch import nn
 
 from datacentric.data.base import Dataset
 from datacentric.data.sources import open_dataset
+from datacentric.data.text import SyntheticTextDataset
 from datacentric.log import quiet_loading
 from datacentric.models.configs import model_config
 from datacentric.models.lora import apply_lora
@@ -456,6 +457,12 @@ def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: 
         vocab = spec.vocab_size or None
     data_vocab = getattr(dataset, "vocab_size", None)
     if vocab and data_vocab and int(data_vocab) > int(vocab):
+        if isinstance(dataset, SyntheticTextDataset):  # no tokenizer: random ids
+            raise ValueError(
+                f"model {name!r} has {vocab} token ids but the synthetic workload draws "
+                f"ids below {data_vocab}: train on text files with the model's tokenizer "
+                "(--dataset jsonl:FILE --tokenizer DIR/tokenizer.json)"
+            )
         raise ValueError(
             f"model {name!r} has {vocab} token ids but the dataset's tokenizer has "
             f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"

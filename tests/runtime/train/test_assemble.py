@@ -186,3 +186,23 @@ def test_a_model_not_built_is_read_by_name_once_and_only_when_asked(monkeypatch)
     preset = RunModel.of(ModelConfig(model="llama")).placed(RunPlace())
     assert preset.identity is None and preset.profile_spec == factory.get_model_spec("llama")
     assert built == ["meta"]  # a preset's config and analytic spec: nothing built
+
+
+def test_a_model_with_fewer_ids_than_its_data_is_refused_naming_the_data_s_kind():
+    """A tokenizer with more ids than the model points at the model's own tokenizer; a
+    synthetic workload (no tokenizer: random ids) at text files with that tokenizer."""
+    from types import SimpleNamespace
+
+    from datacentric.data.text import SyntheticTextDataset
+    from datacentric.shapes import SampleShape
+    from datacentric.train.build import _check_vocab
+
+    module = torch.nn.Linear(1, 1)
+    module.config = SimpleNamespace(vocab_size=100)
+    synthetic = SyntheticTextDataset([SampleShape.text(8)], vocab_size=256)
+    with pytest.raises(ValueError, match="synthetic workload draws ids below 256: train on"):
+        _check_vocab("tiny", module, None, synthetic)
+    tokenized = SimpleNamespace(vocab_size=300)
+    with pytest.raises(ValueError, match="tokenizer has 300: use the model's own tokenizer"):
+        _check_vocab("tiny", module, None, tokenized)
+    _check_vocab("tiny", module, None, SimpleNamespace(vocab_size=100))
