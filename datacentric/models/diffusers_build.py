@@ -35,7 +35,7 @@ from datacentric.models.diffusers_families import (
 )
 from datacentric.models.diffusers_generic import DiffusersVideoTransformer
 from datacentric.models.diffusers_plan import UnsupportedVideoModel, check_supported
-from datacentric.models.model_args import ModelSource
+from datacentric.models.model_args import ModelSource, check_loaded_weights
 from datacentric.regular_files import read_json_file
 
 try:
@@ -134,9 +134,14 @@ def build_diffusers_model(
         cls, config = read_model_config(config_file, name_or_path, config_overrides)
         weights = [p for p in folder.iterdir() if p.name.endswith(WEIGHT_SUFFIXES)]
         if weights:
-            transformer = cls.from_pretrained(
-                folder, local_files_only=True, torch_dtype=dtype, **config_overrides
+            transformer, loading = cls.from_pretrained(
+                folder,
+                local_files_only=True,
+                torch_dtype=dtype,
+                output_loading_info=True,
+                **config_overrides,
             )
+            check_loaded_weights(f"diffusers:{name_or_path}", folder, cls.__name__, loading)
         else:
             transformer = cls.from_config({**config, **config_overrides})
     else:  # a tiny name: its family's tiny config, the class looked up as a folder's is

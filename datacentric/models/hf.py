@@ -74,6 +74,7 @@ from datacentric.models.lora import unwrap_peft
 from datacentric.models.model_args import (
     ModelSource,
     ModelSourceError,
+    check_loaded_weights,
     check_model_args,
     weight_files,
 )
@@ -702,14 +703,17 @@ def build_hf_source(source: ModelSource, *, dtype: torch.dtype, device: Any) -> 
         with torch.device(device) if device is not None else contextlib.nullcontext():
             return build_hf_model(source.target, dtype=dtype, **source.args)
     if pretrained:
-        hf_model = AutoModelForCausalLM.from_pretrained(
+        hf_model, loading = AutoModelForCausalLM.from_pretrained(
             source.folder,
             config=config,
             local_files_only=True,
             use_safetensors=True,
             trust_remote_code=False,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported below, naming the tensor
             **_dtype_kwarg(dtype),
         )
+        check_loaded_weights(source.name, source.folder, type(hf_model).__name__, loading)
     else:
         with torch.device(device) if device is not None else contextlib.nullcontext():
             hf_model = AutoModelForCausalLM.from_config(

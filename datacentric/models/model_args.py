@@ -181,6 +181,35 @@ def check_model_folder(name: str, folder: Path) -> None:
         )
 
 
+def check_loaded_weights(name: str, folder: Path, model_class: str, loading: Mapping) -> None:
+    """Every parameter of a model read from ``folder`` came from its weight files:
+    ``loading`` is what transformers' or diffusers' ``from_pretrained(...,
+    output_loading_info=True, ignore_mismatched_sizes=True)`` returns beside the model. A
+    tensor the files lack (a head not saved, keys saved under another prefix) or hold at
+    another shape would start from random values, which those libraries only log: one
+    line naming them, and the files' tensors the model does not use."""
+    missing = sorted(loading.get("missing_keys") or ())
+    mismatched = sorted(loading.get("mismatched_keys") or ())
+    if not (missing or mismatched):
+        return
+    what = [f"{len(missing)} tensor(s) it needs are not there ({_few(missing)})"] if missing else []
+    for key, found, wanted in mismatched[:3]:
+        what.append(f"{key} is {tuple(found)} there but {tuple(wanted)} in the model")
+    unused = sorted(loading.get("unexpected_keys") or ())
+    if unused:
+        what.append(f"{len(unused)} there are unused ({_few(unused)})")
+    raise ModelSourceError(
+        f"model {name!r}: the weights in {folder} do not fit {model_class}: "
+        + "; ".join(what)
+        + "; those parameters would train from random values (save the model again with "
+        "save_pretrained, or check config.json and the model arguments)"
+    )
+
+
+def _few(keys: list[str], shown: int = 3) -> str:
+    return ", ".join(keys[:shown]) + (", ..." if len(keys) > shown else "")
+
+
 def check_model_args(source: ModelSource, accepted: Iterable[str], what: str) -> None:
     """Refuse model arguments that ``what`` does not take, naming them and the choices;
     ``accepted`` a mapping of defaults: also those whose value is not of the default's

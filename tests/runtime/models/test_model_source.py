@@ -73,6 +73,49 @@ def test_a_users_model_is_priced_from_its_parameter_shapes() -> None:
     assert named_spec("llama", {"num_heads": 2}).heads == 2
 
 
+def _resave(source: Path, folder: Path, change) -> Path:  # noqa: ANN001
+    """``source`` copied to ``folder`` with ``change(tensors)`` applied to its weights."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, folder)
+    file = next(folder.glob("*.safetensors"))
+    save_file(change(load_file(file)), file, metadata={"format": "pt"})
+    return folder
+
+
+def test_weights_that_leave_parameters_unset_are_refused_naming_them(tmp_path: Path) -> None:
+    """transformers and diffusers start a parameter the files lack (or hold at another
+    shape) from random values and only log it: the build refuses, naming the tensors."""
+    from datacentric.models.diffusers_build import build_diffusers_model
+
+    torch.manual_seed(0)
+    build_model_named("hf:llama", ["num_hidden_layers=1"]).hf.save_pretrained(tmp_path / "full")
+    assert len(build_model_named(f"hf:{tmp_path / 'full'}").blocks) == 1  # all there: loads
+    cases = {
+        "lost": (lambda t: {k: v for k, v in t.items() if k != "lm_head.weight"}, "lm_head"),
+        "prefixed": (
+            lambda t: {f"module.{k}": v for k, v in t.items()},
+            r"\(lm_head.weight, .*unused \(module.lm_head.weight",
+        ),
+        "reshaped": (
+            lambda t: {**t, "model.norm.weight": torch.ones(3)},
+            r"model.norm.weight is \(3,\) there but \(64,\)",
+        ),
+    }
+    for name, (change, named) in cases.items():
+        folder = _resave(tmp_path / "full", tmp_path / name, change)
+        with pytest.raises(ModelSourceError, match=f"do not fit LlamaForCausalLM: .*{named}"):
+            build_model_named(f"hf:{folder}")
+    build_diffusers_model("wan").transformer.save_pretrained(tmp_path / "wan")
+    lost = next(iter(build_diffusers_model(str(tmp_path / "wan")).transformer.state_dict()))
+    drop = lambda t: {k: v for k, v in t.items() if k != lost}  # noqa: E731
+    folder = _resave(tmp_path / "wan", tmp_path / "wan-lost", drop)
+    with pytest.raises(ModelSourceError, match=f"WanTransformer3DModel: .*\\({lost}\\)"):
+        build_diffusers_model(str(folder))
+
+
 def test_truncated_blocks_reach_the_wrapped_models_own_layer_list() -> None:
     model = build_model_named("hf:qwen2", device="meta")
     truncate_blocks(model, 1)
