@@ -224,8 +224,9 @@ def _factory_reference(model: nn.Module, dataset: Dataset) -> Reference:
         inner = model.hf
         config = copy.deepcopy(inner.config)
 
-        def build() -> nn.Module:
-            return type(inner)._from_config(config, attn_implementation="sdpa")
+        def build() -> nn.Module:  # eager where the class has no SDPA path (Gemma2)
+            own = "sdpa" if getattr(type(inner), "_supports_sdpa", False) else "eager"
+            return type(inner)._from_config(config, attn_implementation=own)
 
         dtype = next(inner.parameters()).dtype
         if lora is not None:

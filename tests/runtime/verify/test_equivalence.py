@@ -192,6 +192,21 @@ def yarn_llama():  # type: ignore[no-untyped-def]
     return build_hf_llama(num_hidden_layers=2, max_position_embeddings=224, rope_scaling=rope)
 
 
+def gemma2():  # type: ignore[no-untyped-def]
+    """Gemma2 without attention-logit softcapping, a sliding window of 32 on every other
+    layer: transformers gives its class no SDPA path, so its reference runs eager."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    from datacentric.models.hf import HFCausalLM
+
+    config = Gemma2Config(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=32,
+        attn_logit_softcapping=None,
+    )  # fmt: skip
+    return HFCausalLM(Gemma2ForCausalLM(config))
+
+
 def _packed_vs_each_alone(name: str) -> float:
     """Largest relative gradient error between the model on a short sample packed
     with a long one (our adapter, one process) and the unmodified model on each alone."""
@@ -230,6 +245,21 @@ def test_longrope_is_refused_and_the_independent_reference_would_catch_it(
     assert _packed_vs_each_alone(f"{USER_MODULE}:longrope_phi3") > 1e-3  # 9.6e-3
     # YaRN's frequencies are fixed by the config: packing changes nothing.
     assert _packed_vs_each_alone(f"{USER_MODULE}:yarn_llama") <= 1e-5
+
+
+def test_a_model_without_an_sdpa_path_is_checked_against_its_eager_attention(
+    monkeypatch,
+) -> None:
+    """The reference asked transformers for SDPA whatever the class: Gemma2's refused it
+    (`does not support an attention implementation through ... scaled_dot_product_attention`),
+    so `datacentric equivalence --model hf:DIR` of a Gemma2 folder could not run."""
+    pytest.importorskip("transformers")
+    from datacentric.verify.case_models import build_reference
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    reference, _ = build_reference(f"{USER_MODULE}:gemma2", 0, torch.float32)
+    assert "(eager attention)" in reference.description
+    assert _packed_vs_each_alone(f"{USER_MODULE}:gemma2") <= 1e-5
 
 
 @pytest.mark.slow
