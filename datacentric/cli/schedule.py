@@ -138,7 +138,14 @@ def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
         preset = get_workload(name, seed=args.seed, num_samples=100)
         model, hardware = model or preset.model, hardware or preset.hardware
     if not (model and hardware):
-        raise ValueError("give --profile DIR, or --model PRESET --hardware PRESET")
+        from datacentric.planning.hardware import list_hardware
+
+        raise ValueError(
+            f"--model {model} prices with the analytic cost model: give --hardware PRESET "
+            f"({', '.join(list_hardware())}), or --profile-dir DIR"
+            if model
+            else "give --profile-dir DIR, or --model MODEL --hardware PRESET"
+        )
     cost = limit_splits(analytic_model(model, hardware, args.world, args), args)
     return cost, f"analytic {model} on {hardware}"
 

@@ -57,6 +57,12 @@ def test_schedule_drop_remainder_and_errors(lengths_file, capsys):
     assert report["samples_scheduled"] + report["samples_dropped"] == 61
     assert main(["schedule", "--dataset", "no-such-set", "--world", "4", "--policy", "static"]) == 2
     assert "no-such-set" in capsys.readouterr().err
+    # a model without hardware: the flag it lacks, by its name (not the former --profile)
+    no_hardware = ["schedule", "--lengths", str(lengths_file), "--world", "4"]
+    assert main([*no_hardware, "--model", "llama-7b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("datacentric schedule: --model llama-7b prices with the analytic")
+    assert "give --hardware PRESET" in err and "--profile-dir DIR" in err
 
 
 def test_schedule_from_a_saved_profile(lengths_file, tmp_path, capsys):
