@@ -5,9 +5,9 @@ shards gathered into full tensors (a run under FSDP2 saved each rank's shard), a
 written as:
 
 - a Hugging Face model (``hf:DIR_OR_NAME``): ``save_pretrained`` of the transformers
-  model (safetensors weights, ``config.json``), with the tokenizer files of the run's
-  ``--tokenizer`` folder beside it, so ``AutoModelForCausalLM.from_pretrained(OUT)``
-  loads it;
+  model (safetensors weights, ``config.json``), with the tokenizer files the run read
+  its text with beside it (its ``--tokenizer`` folder, else the model folder's; none
+  for ``--tokenizer bytes``), so ``AutoModelForCausalLM.from_pretrained(OUT)`` loads it;
 - a diffusers video transformer (``diffusers:DIR_OR_NAME``): ``save_pretrained`` of
   the diffusers model (safetensors, ``config.json``), which its class's
   ``from_pretrained(OUT)`` loads; trained from a pipeline folder, the pipeline's other
@@ -470,14 +470,18 @@ def _copy_tokenizer(folder: Path, out: Path) -> None:
 
 
 def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
-    folders = []
+    """The folder of the tokenizer the run read its text with, alone: its
+    ``--tokenizer`` (a folder, or a ``tokenizer.json``'s), else the model folder's own;
+    none for ``--tokenizer bytes``, whose ids are UTF-8 bytes (the model folder's
+    tokenizer, or files of another one mixed in, would give the exported model other ids
+    than it was trained on)."""
     tokenizer = settings["data"].get("tokenizer")
-    if tokenizer and tokenizer != BYTES:  # a tokenizer.json file, or a tokenizer folder
+    if tokenizer == BYTES:
+        return []
+    if tokenizer:  # a tokenizer.json file, or a tokenizer folder
         given = Path(tokenizer)
-        folders.append(given if given.is_dir() else given.parent)
-    if source.folder is not None:
-        folders.append(source.folder)
-    return folders
+        return [given if given.is_dir() else given.parent]
+    return [source.folder] if source.folder is not None else []
 
 
 def _export_diffusers(

@@ -335,3 +335,25 @@ def test_a_diffusers_folder_trains_on_latents_and_exports_as_a_loadable_model(
     }
     assert max(changes.values()) <= 1e-3, max(changes.items(), key=lambda kv: kv[1])
     assert any(c > 0 for c in changes.values())
+
+
+def test_an_export_carries_the_tokenizer_the_run_read_its_text_with_alone(tmp_path: Path) -> None:
+    """`--tokenizer bytes` trains on UTF-8 byte ids: the model folder's tokenizer beside
+    the export would give it other ids. Another `--tokenizer` is copied alone, not
+    filled in with the model folder's files (special tokens, vocabularies of another)."""
+    from datacentric.models.model_args import ModelSource
+    from datacentric.train.exporting.export import _tokenizer_folders
+
+    model, other = tmp_path / "model", tmp_path / "other"
+    source = ModelSource(name=f"hf:{model}", kind="hf", target=str(model), folder=model)
+
+    def folders(tokenizer: str | None, source: ModelSource = source) -> list[Path]:
+        return _tokenizer_folders(source, {"data": {"tokenizer": tokenizer}})
+
+    assert folders("bytes") == []
+    assert folders(str(other / "tokenizer.json")) == [other]
+    other.mkdir()
+    assert folders(str(other)) == [other]
+    assert folders(None) == [model]
+    tiny = ModelSource(name="hf:qwen2", kind="hf", target="qwen2")
+    assert folders(None, tiny) == folders("bytes", tiny) == []
