@@ -176,6 +176,8 @@ def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]
                     f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
                     "of the line); JSONL holds one JSON object per line"
                 ) from None
+            if number == 1:  # a byte-order mark an editor wrote, as text files may start
+                line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue  # a blank line (e.g. at the end) holds no document
             yield number, _json_line(line, f"{path}:{number}")

@@ -86,6 +86,18 @@ def test_bad_lines_and_empty_globs(tmp_path):
         open_dataset("jsonll:x.jsonl")
 
 
+def test_a_jsonl_file_an_editor_started_with_a_byte_order_mark_reads_as_without(tmp_path):
+    """A BOM (Notepad, PowerShell's UTF-8) before the first line, CRLF line ends: the same
+    documents as the plain file (was: line 1 is not JSON)."""
+    plain = write_jsonl(tmp_path / "plain.jsonl", ["first line", "second"])
+    marked = tmp_path / "marked.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
+    want = open_dataset(f"jsonl:{plain}")
+    got = open_dataset(f"jsonl:{marked}")
+    assert [s.tokens for s in got.shapes()] == [s.tokens for s in want.shapes()] == [10, 6]
+    assert bytes(got.sample(0).tolist()) == b"first line"
+
+
 def test_cache_is_reused_and_keyed_by_file_contents(tmp_path, cache):
     path = write_jsonl(tmp_path / "a.jsonl", ["abc", "defg"])
     first = TokenizedTextDataset("jsonl", str(path))
