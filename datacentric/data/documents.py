@@ -158,6 +158,12 @@ def _field(value: object, field: str, where: str) -> str:
         raise DataError(
             f"{where}: field {field!r} is a {type(value[field]).__name__}, not a string"
         )
+    if is_conversation(value) and field not in value:
+        raise DataError(
+            f"{where}: a conversation (messages, or prompt and completion), though the first "
+            f"record of the dataset is text (field {field!r}); keep conversations and text "
+            "in datasets of their own"
+        )
     if not isinstance(value, dict) or not isinstance(value.get(field), str):
         keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
         raise DataError(

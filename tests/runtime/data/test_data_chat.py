@@ -98,6 +98,10 @@ def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
     mixed = write_records(tmp_path / "mixed.jsonl", [records[0], {"body": "x"}])
     with pytest.raises(DataError, match=r"mixed.jsonl:2: not a conversation"):
         open_dataset(f"jsonl:{mixed}", DataConfig(tokenizer=str(folder)))
+    # the other way round: not a text field under another name (was: pass --text-field)
+    text_first = write_records(tmp_path / "text-first.jsonl", [{"text": "x"}, records[0]])
+    with pytest.raises(DataError, match=r"first.jsonl:2: a conversation .* first record .* text"):
+        open_dataset(f"jsonl:{text_first}", DataConfig(tokenizer=str(folder)))
     bad = write_records(tmp_path / "bad.jsonl", [{"messages": [{"content": "x"}]}])
     with pytest.raises(DataError, match=r"bad.jsonl:1: turn 0 is not a message"):
         open_dataset(f"jsonl:{bad}", DataConfig(tokenizer=str(folder)))
