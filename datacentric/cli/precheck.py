@@ -43,6 +43,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         dataset, held_out = build_run_data(
             config.data, config.validation, config.job.seed, training=config.training
         )
+        tokens = [shape.tokens for shape in dataset.shapes()]
+        if not (config.checkpoint.resume or config.checkpoint.resume_from):
+            check_samples_for_model_check(tokens)  # before a model's check packs them
         module, shard, held = check_model_holding(config, dataset)
         check_input_shapes(config, module, dataset, held_out)
         if shard is not None:  # the ranks hold it so (Prechecked.shard)
@@ -50,9 +53,6 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
                 config.parallelism, shard=shard, reshard_after_forward=False
             )
             config = dataclasses.replace(config, parallelism=parallelism)
-        tokens = [shape.tokens for shape in dataset.shapes()]
-        if not (config.checkpoint.resume or config.checkpoint.resume_from):
-            check_samples_for_model_check(tokens)
         world = launch_mode(config.parallelism.world).world_size
         sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
         batch = run_global_batch(

@@ -83,6 +83,18 @@ def test_too_few_samples_for_the_model_check_names_the_data_settings():
     check_samples_for_model_check([4, 4])
 
 
+def test_one_document_for_a_transformers_model_names_the_data_settings(tmp_path, capsys):
+    """A transformers model's check on a small copy packed two samples before this line
+    was said: one document (a text file shorter than --max-tokens) said only 'the check
+    needs 2 samples of 4 tokens or more'."""
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"text": "a single document of a few words"}\n')
+    argv = ["train", "--model", "hf:qwen2", "--dataset", f"jsonl:{data}", "--world", "1"]
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "has 1 sample(s) of 4 tokens or more (1 in all)" in err and "data.dataset" in err
+
+
 def test_the_first_rank_of_a_launch_says_a_line(tmp_path, monkeypatch):
     assert first_to_say("anything")  # outside torchrun: always
     attempt = tmp_path / "run_x" / "attempt_0"
