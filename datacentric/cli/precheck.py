@@ -46,6 +46,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             check_samples_for_model_check(tokens)  # before a model's check packs them
+        check_learned_positions(config, dataset, held_out)  # as well
         module, shard, held = check_model_holding(config, dataset)
         check_input_shapes(config, module, dataset, held_out)
         if shard is not None:  # the ranks hold it so (Prechecked.shard)
@@ -123,6 +124,46 @@ def check_input_shapes(config: TrainConfig, module: nn.Module, dataset, held_out
                 check_latent_patches(module, samples)
         except ValueError as err:
             raise ValueError(f"{prefix}model {config.model.model!r}: {err}") from None
+
+
+def check_learned_positions(config: TrainConfig, dataset, held_out) -> None:
+    """Raise ``ValueError`` naming the sample, its source and the setting when a sample of
+    the training or held-out set is longer than the position table of a transformers model
+    that learns one (GPT-2's ``n_positions``, OPT's ``max_position_embeddings``; read off
+    the model's config, before the model's own check packs samples): its positions start
+    again at each sample, but past the table its embedding fails (``IndexError: index out
+    of range in self``). Rotary models, which compute their angles, pass; so does a
+    model string the config cannot be read for (the model's check names what is wrong)."""
+    from datacentric.models.source import ModelSourceError, resolve_model
+    from datacentric.planning.spec_derivation import LEARNED_POSITION_TYPES
+
+    try:
+        source = resolve_model(config.model.model, config.model.model_args)
+        if source.kind != "hf":
+            return
+        from datacentric.models.hf import source_config
+
+        model = source_config(source)
+    except ModelSourceError:
+        return
+    if getattr(model, "model_type", None) not in LEARNED_POSITION_TYPES:
+        return
+    key = "n_positions" if getattr(model, "n_positions", None) else "max_position_embeddings"
+    limit = int(getattr(model, key))
+    where = f"validation.dataset {config.validation.dataset}: " if config.validation.dataset else ""
+    for samples, prefix in ((dataset, ""), (held_out, where)):
+        tokens = [shape.tokens for shape in samples.shapes()] if samples is not None else []
+        longest = max(range(len(tokens)), key=tokens.__getitem__, default=None)
+        if longest is None or tokens[longest] <= limit:
+            continue
+        source_of = getattr(samples, "sample_source", None)
+        sample = f"sample {longest}" + (f" ({source_of(longest)})" if callable(source_of) else "")
+        raise ValueError(
+            f"{prefix}model {config.model.model!r}: {sample} has {tokens[longest]:,} tokens, "
+            f"more than the {limit:,} positions {type(model).__name__.removesuffix('Config')} "
+            f"learns ({key} in its config): pass --max-tokens {limit} or less (a longer "
+            "document is then cut as --long-docs says)"
+        )
 
 
 def check_validation(

@@ -129,3 +129,31 @@ def test_torchrun_prints_a_configuration_error_once(tmp_path):
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("datacentric train:")]
     assert len(lines) == 1, done.stderr  # (a suggestion of the closest flag may follow)
     assert lines[0].startswith("datacentric train: unrecognized arguments: --no-such-flag")
+
+
+@pytest.mark.parametrize("model", ["hf:gpt2", "hf:opt"])
+def test_a_sample_past_a_learned_position_table_is_refused_before_ranks(model, tmp_path, capsys):
+    """GPT-2 and OPT learn a table of positions: a longer sample failed in the ranks with
+    'rank 0 failed: IndexError: index out of range in self'."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = tmp_path / "model"
+    sizes = dict(vocab_size=256, hidden_size=16, num_hidden_layers=1, num_attention_heads=2)
+    if model == "hf:gpt2":
+        config = AutoConfig.for_model(
+            "gpt2", n_positions=24, n_embd=16, n_layer=1, n_head=2, attn_pdrop=0.0
+        )
+    else:
+        config = AutoConfig.for_model(
+            "opt", max_position_embeddings=24, ffn_dim=32, attention_dropout=0.0, **sizes
+        )
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"text": "short one"}\n{"text": "' + "x" * 30 + '"}\n')
+    argv = ["train", "--model", f"hf:{folder}", "--tokenizer", "bytes", "--world", "1"]
+    argv += ["--dataset", f"jsonl:{data}", "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "sample 1 (" in err and "docs.jsonl:2) has 30 tokens, more than the 24 positions" in err
+    assert "--max-tokens 24 or less" in err
+    assert main([*argv, "--max-tokens", "24", "--iterations", "1", "--cost-model", "analytic"]) == 0
