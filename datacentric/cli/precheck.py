@@ -377,11 +377,12 @@ def check_samples_for_model_check(tokens: list[int]) -> None:
     """Raise ``ValueError`` naming the data settings when the dataset has fewer than the
     two samples of 4 tokens or more that the model check of a fresh run packs together
     (:func:`~datacentric.verify.model_contract.check_model_contract`), e.g. one sample
-    for two ranks."""
+    for two ranks, or documents cut into pieces of 3 tokens (``--max-tokens 3``)."""
     usable = sum(1 for t in tokens if t >= 4)
     if usable < 2:
+        longer = " or longer samples (data.max_tokens)" if len(tokens) > 2 else ""
         raise ValueError(
             f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all); "
             "training checks the model on 2 such samples packed together before the ranks "
-            "start: give more data (data.dataset, data.dataset_limit)"
+            f"start: give more data (data.dataset, data.dataset_limit){longer}"
         )

@@ -81,6 +81,9 @@ def test_too_few_samples_for_the_model_check_names_the_data_settings():
     with pytest.raises(ValueError, match="data.dataset_limit"):
         check_samples_for_model_check([100])
     check_samples_for_model_check([4, 4])
+    # many samples, all short (documents cut by --max-tokens 3): the setting that cut them
+    with pytest.raises(ValueError, match=r"\(1014 in all\).*or longer samples \(data.max_tokens\)"):
+        check_samples_for_model_check([3] * 1014)
 
 
 def test_one_document_for_a_transformers_model_names_the_data_settings(tmp_path, capsys):
