@@ -29,7 +29,9 @@ from datacentric.models.model_args import ALL_LINEAR, LoraError, LoraSpec, lora_
 
 __all__ = ["ALL_LINEAR", "LoraError", "LoraSpec", "lora_spec"]  # defined in model_args
 
-#: The attention projections LoRA adapts by default, by the module names a family uses.
+#: The attention projections LoRA adapts by default, by the module names a family uses;
+#: a transformers model with none of them gets peft's own default for its ``model_type``
+#: (:func:`peft_default_targets`: GPT-2's ``c_attn``, NeoX's ``query_key_value``...).
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
     "transformers": ("q_proj", "k_proj", "v_proj", "o_proj"),
     "diffusers": ("to_q", "to_k", "to_v", "to_out.0"),
@@ -69,16 +71,70 @@ def lora_root(model: nn.Module) -> nn.Module:
 
 
 def default_targets(root: nn.Module) -> tuple[str, ...]:
-    """The family's attention projections present in ``root``."""
+    """The family's attention projections present in ``root`` (:data:`DEFAULT_TARGETS`),
+    else peft's default for its ``config.model_type`` (those of them it holds)."""
     names = {name for name, _ in root.named_modules()}
     for targets in DEFAULT_TARGETS.values():
-        if any(n.endswith("." + targets[0]) or n == targets[0] for n in names):
+        if any(_names(n, targets[0]) for n in names):
             return targets
+    model_type = getattr(getattr(root, "config", None), "model_type", None)
+    peft_default = peft_default_targets(model_type)
+    held = tuple(t for t in peft_default or () if any(_names(n, t) for n in names))
+    if held:
+        return held
     families = "; ".join(f"{k}: {','.join(v)}" for k, v in DEFAULT_TARGETS.items())
+    if model_type is not None:
+        families += f"; peft's default for model type {model_type!r}: " + (
+            ",".join(peft_default) if peft_default else "none"
+        )
+    attention = _attention_linears(root)
+    named = f"--lora.targets {','.join(attention)}" if attention else "--lora.targets NAMES"
+    seen = f"; its attention's linear layers: {', '.join(attention)}" if attention else ""
     raise LoraError(
-        f"{type(root).__name__} has none of the default LoRA targets ({families}); name its "
-        "modules with --lora.targets NAMES"
+        f"{type(root).__name__} has none of the default LoRA targets ({families}){seen}; "
+        f"name its modules with {named} or adapt every linear layer with "
+        f"--lora.targets {ALL_LINEAR}"
     )
+
+
+def peft_default_targets(model_type: str | None) -> tuple[str, ...] | None:
+    """peft's default LoRA targets of a transformers ``model_type`` (what
+    ``peft.get_peft_model`` adapts when ``target_modules`` is unset); None where peft
+    has none."""
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+
+    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(model_type)
+    return tuple(targets) if targets else None
+
+
+def _names(name: str, target: str) -> bool:
+    """Whether module ``name`` is one a target ``target`` names (peft's rule)."""
+    return name == target or name.endswith("." + target)
+
+
+def _attention_linears(root: nn.Module, most: int = 4) -> list[str]:
+    """The last names of the first ``most`` distinct linear layers inside an attention
+    module of ``root`` (``qkv_proj``, ``o_proj``), what a refusal suggests to adapt."""
+    found: list[str] = []
+    for name, module in root.named_modules():
+        leaf = name.rpartition(".")[2]
+        inside = name[: -len(leaf)].lower()
+        if _is_linear(module) and ("attn" in inside or "attention" in inside):
+            if leaf not in found:
+                found.append(leaf)
+    return found[:most]
+
+
+def _is_linear(module: nn.Module) -> bool:
+    """An ``nn.Linear``, or transformers' ``Conv1D`` (GPT-2's transposed linear layer),
+    which peft adapts too."""
+    if isinstance(module, nn.Linear):
+        return True
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:
+        return False
+    return isinstance(module, Conv1D)
 
 
 def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
@@ -137,7 +193,7 @@ def _check_targets(root: nn.Module, targets: Sequence[str]) -> None:
     found = {t: [] for t in targets}
     for name, module in root.named_modules():
         for target in targets:
-            if name == target or name.endswith("." + target):
+            if _names(name, target):
                 found[target].append(module)
     missing = [t for t, mods in found.items() if not mods]
     if missing:
@@ -145,7 +201,7 @@ def _check_targets(root: nn.Module, targets: Sequence[str]) -> None:
             f"lora.targets: no module named {', '.join(missing)} in {type(root).__name__}; "
             "give the names of its linear layers (e.g. q_proj or to_q)"
         )
-    wrong = [t for t, mods in found.items() if not all(isinstance(m, nn.Linear) for m in mods)]
+    wrong = [t for t, mods in found.items() if not all(_is_linear(m) for m in mods)]
     if wrong:
         raise LoraError(
             f"lora.targets: {', '.join(wrong)} in {type(root).__name__} is not an nn.Linear; "

@@ -4,6 +4,8 @@ transformers model, diffusers' own ``add_adapter`` for a diffusers transformer).
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -156,3 +158,54 @@ def test_all_linear_adapts_the_modules_peft_all_linear_adapts() -> None:
     assert lora_spec(4, targets="All-Linear").targets == ("all-linear",)
     with pytest.raises(LoraError, match="all-linear stands alone"):
         lora_spec(4, targets="all-linear,lm_head")
+
+
+def test_a_fused_attention_model_gets_peft_default_targets_and_trains_and_loads(tmp_path) -> None:
+    """GPT-2 (fused ``c_attn``, a transformers ``Conv1D``) has no ``q_proj``: LoRA
+    adapts peft's own default for its model type, records it by name, trains one step
+    and its adapter folder loads in ``PeftModel.from_pretrained``; a Llama keeps q, k,
+    v, o; a Phi-3 (``qkv_proj``, no peft default here) is refused naming its
+    attention's linear layers."""
+    from peft import PeftModel
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    from transformers import GPT2LMHeadModel, Phi3Config, Phi3ForCausalLM
+
+    from datacentric.models.hf import HFCausalLM, tiny_hf_config
+    from datacentric.models.lora import draw_adapter_weights
+    from datacentric.models.source import build_model_named
+    from datacentric.train.build import what_trains
+    from datacentric.train.exporting.lora_export import write_adapter
+
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(tiny_hf_config("gpt2"))
+    model = apply_lora(HFCausalLM(copy.deepcopy(base)), lora_spec(4))
+    model.hf.set_attn_implementation("sdpa")  # called as transformers calls it
+    expected = tuple(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["gpt2"])
+    assert model.lora_spec.targets == expected == ("c_attn",)
+    assert " on c_attn: " in what_trains(model)
+    ids = torch.randint(0, 256, (1, 16))
+    model.hf(input_ids=ids, labels=ids).loss.backward()
+    grads = {n for n, p in model.named_parameters() if p.grad is not None}
+    assert grads and all(".lora_" in n for n in grads)
+    draw_adapter_weights(model, seed=1)
+    write_adapter(model.state_dict(), model.lora_spec, "hf", "base", tmp_path)
+    loaded = PeftModel.from_pretrained(base, tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(input_ids=ids).logits, model.hf.eval()(input_ids=ids).logits
+        )
+    llama = apply_lora(build_model_named("hf:llama"), lora_spec(4))
+    assert llama.lora_spec.targets == ("q_proj", "k_proj", "v_proj", "o_proj")
+    phi3 = Phi3Config(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    peft_phi3 = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get("phi3")
+    if peft_phi3 is None:
+        with pytest.raises(LoraError, match=r"'phi3': none.*o_proj, qkv_proj.*all-linear"):
+            apply_lora(HFCausalLM(Phi3ForCausalLM(phi3)), lora_spec(4))
+    else:  # a peft that knows Phi-3
+        adapted = apply_lora(HFCausalLM(Phi3ForCausalLM(phi3)), lora_spec(4))
+        assert adapted.lora_spec.targets == tuple(peft_phi3)
+    adapted = apply_lora(HFCausalLM(Phi3ForCausalLM(phi3)), lora_spec(4, targets="qkv_proj,o_proj"))
+    assert " on qkv_proj,o_proj: " in what_trains(adapted)
