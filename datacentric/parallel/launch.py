@@ -21,9 +21,12 @@ in the parent with the rank named, and turns a hang into a ``TimeoutError``
 
 from __future__ import annotations
 
+import functools
 import io
+import multiprocessing
 import os
 import queue as queue_module
+import select
 import signal
 import socket
 import sys
@@ -196,21 +199,42 @@ def _ignore_stop_signals() -> None:
 
 
 def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
-    """Stop this rank when the process that launched it is gone (killed, even with
-    SIGKILL): a daemon thread polls it (ranks of the forkserver are not its children)."""
+    """Stop this rank (status 143) when the process that launched it is gone (killed, even
+    with SIGKILL): a daemon thread watches it.
+
+    It waits on multiprocessing's parent sentinel, a pipe whose write end only the launcher
+    holds (for a rank of the forkserver too: its parent is named as the launcher), so the
+    pipe ends with the launcher's process, even while the launcher is a zombie its own
+    parent has not waited on (``kill(pid, 0)`` still succeeds on a zombie). Without that
+    sentinel (a rank not started by multiprocessing) it polls ``launcher_pid``."""
     import threading
 
-    def watch() -> None:
-        while True:
-            time.sleep(period_s)
-            try:
-                os.kill(launcher_pid, 0)
-            except ProcessLookupError:
-                os._exit(143)
-            except PermissionError:
-                pass
-
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid == launcher_pid:
+        watch = functools.partial(_exit_at_end_of, parent.sentinel)
+    else:
+        watch = functools.partial(_exit_when_pid_gone, launcher_pid, period_s)
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def _exit_at_end_of(sentinel: int) -> None:
+    """End this process once the pipe ``sentinel`` reads its end (every writer is gone)."""
+    while True:
+        select.select([sentinel], [], [])
+        if not os.read(sentinel, 1):
+            os._exit(143)
+
+
+def _exit_when_pid_gone(pid: int, period_s: float) -> None:
+    """End this process once ``pid`` is no process (a zombie still is one)."""
+    while True:
+        time.sleep(period_s)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(143)
+        except PermissionError:
+            pass
 
 
 class _StopRanks:
