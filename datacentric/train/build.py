@@ -422,7 +422,8 @@ def check_model(
     if held.mode == "fsdp2":  # e.g. reshard_after_forward on per-shape block calls
         check_fsdp2(module, held.reshard_after_forward)
     analytic = (cost or CostConfig()).cost_model == "analytic"
-    _check_vocab(name, module, spec_of_model(module, name) if analytic else None, dataset)
+    spec = spec_of_model(module, name) if analytic else None
+    _check_vocab(name, module, spec, dataset, folder=source.folder)
     try:  # a Hugging Face model runs forward on a small CPU copy (before ranks start)
         calls = check_small_copy(module, dataset)
         check_text_rows(module, dataset)
@@ -450,8 +451,15 @@ class BlockReuseError(ValueError):
         )
 
 
-def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: Dataset) -> None:
-    """The model's token ids (its config's, else the spec's) cover the dataset's."""
+def _check_vocab(
+    name: str,
+    module: nn.Module,
+    spec: ModelSpec | None,
+    dataset: Dataset,
+    folder: Path | None = None,
+) -> None:
+    """The model's token ids (its config's, else the spec's) cover the dataset's;
+    ``folder``: the model's folder (``hf:DIR``), whose own tokenizer may be the one read."""
     vocab = getattr(getattr(module, "config", None), "vocab_size", None)
     if vocab is None and spec is not None:
         vocab = spec.vocab_size or None
@@ -463,7 +471,23 @@ def _check_vocab(name: str, module: nn.Module, spec: ModelSpec | None, dataset: 
                 f"ids below {data_vocab}: train on text files with the model's tokenizer "
                 "(--dataset jsonl:FILE --tokenizer DIR/tokenizer.json)"
             )
+        if _in_folder(getattr(dataset, "tokenizer", None), folder):  # the folder's own
+            raise ValueError(
+                f"model {name!r}: the folder's own tokenizer has {data_vocab} ids (added "
+                f"tokens included) but its config.json says vocab_size {vocab}: resize the "
+                "model's embeddings to its tokenizer (model.resize_token_embeddings("
+                "len(tokenizer)), then model.save_pretrained(DIR)), or correct vocab_size "
+                f"in config.json if its embedding holds {data_vocab} rows"
+            )
         raise ValueError(
             f"model {name!r} has {vocab} token ids but the dataset's tokenizer has "
             f"{data_vocab}: use the model's own tokenizer (--tokenizer DIR/tokenizer.json)"
         )
+
+
+def _in_folder(tokenizer: str | None, folder: Path | None) -> bool:
+    """Whether the tokenizer read (a folder or its ``tokenizer.json``) is ``folder``'s."""
+    if not tokenizer or folder is None:
+        return False
+    path, folder = Path(tokenizer).expanduser().resolve(), folder.expanduser().resolve()
+    return path == folder or path.parent == folder

@@ -83,6 +83,37 @@ def test_a_model_folder_without_a_tokenizer_is_refused_before_ranks_start(tmp_pa
     assert not (tmp_path / "run" / "config.json").exists()  # no rank started
 
 
+def test_a_folder_whose_own_tokenizer_outgrows_its_config_names_the_folder(tmp_path, capsys):
+    """A folder's own tokenizer with an added token (one id more than its config.json's
+    vocab_size) is refused naming both counts and the resize, not with advice to use the
+    model's own tokenizer (the one read); read by default or named with --tokenizer."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = save_chat_tokenizer(tmp_path / "qwen")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    vocab_size = len(tokenizer)
+    tokenizer.add_tokens(["<tool_call>"])
+    tokenizer.save_pretrained(folder)
+    AutoModelForCausalLM.from_config(tiny_qwen2_config(vocab_size)).save_pretrained(folder)
+    data = write_records(tmp_path / "docs.jsonl", [{"text": t} for t in _texts(4)])
+    argv = ["train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{data}", *RUN]
+    capsys.readouterr()  # the save's progress bar
+    file = folder / "tokenizer.json"
+    for named, ids in (
+        ([], len(AutoTokenizer.from_pretrained(folder))),
+        (["--tokenizer", str(file)], Tokenizer.from_file(str(file)).get_vocab_size(True)),
+    ):
+        status, _, err = cli_here([*argv, *named, "--out", str(tmp_path / "run")], capsys)
+        assert status == 2 and err.count("\n") == 1, err
+        assert ids > vocab_size
+        assert f"the folder's own tokenizer has {ids} ids (added tokens included)" in err
+        assert f"config.json says vocab_size {vocab_size}" in err
+        assert "model.resize_token_embeddings(len(tokenizer))" in err
+        assert "use the model's own tokenizer" not in err
+    assert not (tmp_path / "run" / "config.json").exists()  # no rank started
+
+
 def test_bytes_are_chosen_only_by_name_or_for_our_own_models(tmp_path):
     """``--tokenizer bytes`` reads UTF-8 bytes as an unset tokenizer did; unset, only a
     model that is not an ``hf:DIR`` folder (a preset, a tiny name, a factory) gets them."""
