@@ -117,7 +117,9 @@ def trainer_state(
 ) -> dict[str, Any]:
     """What a checkpoint records of the run beside the model and the optimizer
     (``trainer.json``): where it stands, its planned steps, its learning-rate schedule,
-    its settings and its dataset's fingerprint."""
+    its settings, its dataset's fingerprint, and the directory it was started in (the
+    settings' relative paths, a model folder ``hf:DIR`` as typed, are relative to it:
+    ``export`` from elsewhere resolves them there)."""
     return {
         "position": position.to_json(),
         "iterations_done": position.iterations_done,
@@ -129,6 +131,7 @@ def trainer_state(
         "lr_scheduler": lr_state,
         "config": settings,
         "dataset_fingerprint": fingerprint,
+        "start_dir": os.getcwd(),
     }
 
 

@@ -45,10 +45,13 @@ from torch import nn
 
 from datacentric.data.tokenizer_files import BYTES, TEMPLATE_FOLDERS
 from datacentric.models.source import (
+    DIFFUSERS_PREFIX,
+    HF_PREFIX,
     ModelSource,
     build_from_source,
     parse_model_args,
     resolve_model,
+    tiny_names,
 )
 from datacentric.progress import Progress
 from datacentric.regular_files import file_sha256, read_json_file, read_regular_bytes
@@ -64,6 +67,7 @@ from datacentric.train.checkpoints.checkpoint import (
 )
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
 from datacentric.train.exporting.lora_export import lora_from_settings, merged_state, write_adapter
+from datacentric.train.exporting.run_paths import places, start_dir
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
@@ -148,6 +152,7 @@ def export_run(
         bar.set_stage("verify the checksums")
         trainer = verify_checkpoint(path, expect_sha256)
         settings = _recorded_settings(run, path, trainer, named=model is not None)
+        settings = _paths_as_the_run_saw(settings, start_dir(run, trainer, settings), model)
         source = dataclasses.replace(
             _export_source(run, settings, model, model_args), lora=lora_from_settings(settings)
         )
@@ -365,6 +370,44 @@ def _recorded_settings(
                     "(and --model-arg) naming the model"
                 )
     return saved
+
+
+def _paths_as_the_run_saw(
+    settings: dict[str, Any], start: Path | None, named: str | None
+) -> dict[str, Any]:
+    """``settings`` with the model folder (unless ``--model`` is ``named``) and the
+    tokenizer the run recorded as typed, where the run found them: relative to the
+    directory it was started in (``start``), else here (:mod:`.run_paths`)."""
+    model, data = dict(settings["model"]), dict(settings.get("data") or {})
+    recorded = model.get("model")
+    for prefix, kind in ((HF_PREFIX, "hf"), (DIFFUSERS_PREFIX, "diffusers")):
+        if named is None and isinstance(recorded, str) and recorded.startswith(prefix):
+            target = recorded.removeprefix(prefix)
+            tiny = target in tiny_names(kind)  # a name, where no folder has it
+            found = _as_the_run_saw(target, start, f"model {recorded!r}", tiny)
+            model["model"] = prefix + found
+    tokenizer = data.get("tokenizer")
+    if isinstance(tokenizer, str) and tokenizer and tokenizer != BYTES:
+        data["tokenizer"] = _as_the_run_saw(tokenizer, start, f"tokenizer {tokenizer!r}")
+    return {**settings, "model": model, "data": data}
+
+
+def _as_the_run_saw(typed: str, start: Path | None, what: str, name: bool = False) -> str:
+    """The path the run recorded as ``typed``, where it is now: in the directory the run
+    was started in, else here; as typed where only here was looked at (what reads it
+    says what is missing) or where it may be a ``name`` instead, else
+    :class:`ExportError` naming both places."""
+    tried = places(typed, start)
+    found = next((path for path in tried if path.exists()), None)
+    if found is not None:
+        return typed if found == Path(typed) else str(found)
+    if len(tried) == 1 or name:
+        return typed
+    raise ExportError(
+        f"the run's {what} is neither where the run was started ({tried[0]}) nor here "
+        f"({tried[1].absolute()}); export from the folder the run was started in, or put "
+        "it back there" + ("; or pass --model naming it" if what.startswith("model") else "")
+    )
 
 
 def _export_source(
