@@ -40,6 +40,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a LoRA run: fold the adapters into the model and export it whole (default: "
         "the adapters alone, as a PEFT adapter folder or diffusers LoRA weights)",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default=None,
+        help="write the weights cast to this dtype (a Hugging Face config.json says it too) "
+        "[default: as the checkpoint holds them: a run trains float32 master weights, "
+        "whatever the model folder's dtype]",
+    )
     add_json_flag(parser)
     parser.set_defaults(func=run)
 
@@ -56,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         model_args=args.model_args,
         expect_sha256=args.expect_sha256,
         merge=args.merge,
+        dtype=args.dtype,
     )
     if args.json:
         print(json.dumps(summary))

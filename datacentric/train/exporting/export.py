@@ -87,6 +87,10 @@ TOKENIZER_FILES = (
 )
 
 
+#: what ``export --dtype`` may write the weights as (default: as the checkpoint holds them,
+#: float32 master weights whatever the model folder's dtype)
+WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
 #: what ``export`` writes beside the model: the run, checkpoint and files it wrote (an
 #: ``--overwrite`` replaces only a folder holding one, and only those files)
 EXPORT_RECORD = "datacentric_export.json"
@@ -128,9 +132,14 @@ def export_run(
     model_args: list[str] | None = None,
     expect_sha256: str | None = None,
     merge: bool = False,
+    dtype: str | None = None,
 ) -> dict[str, Any]:
     """Write the run's model to ``out_dir`` in its source format; returns a summary
     (format, checkpoint, parameter count, files written).
+
+    ``dtype`` (a :data:`WEIGHT_DTYPES` name): the floating-point weights are written
+    cast to it (a transformers ``config.json`` says it too); default: as the checkpoint
+    holds them (a run trains float32 master weights, whatever the folder's dtype).
 
     ``model``/``model_args`` (``--model``, ``--model-arg``) name the model instead of the
     run's record; a ``pkg.module:factory`` runs only when named so. ``expect_sha256``:
@@ -141,6 +150,8 @@ def export_run(
     out = Path(out_dir)
     if not run.is_dir():
         raise ExportError(f"{run}: no such run folder")
+    if dtype is not None and dtype not in WEIGHT_DTYPES:
+        raise ExportError(f"--dtype {dtype}: choose one of {', '.join(WEIGHT_DTYPES)}")
     previous = _previous_export(run, out, overwrite)
     if checkpoint:
         path = resolve_resume_from(run, checkpoint)
@@ -164,7 +175,7 @@ def export_run(
         _remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
-        fmt, parameters = _write_model(built, source, state, out, settings, merge)
+        fmt, parameters = _write_model(built, source, state, out, settings, merge, dtype)
         bar.update()
     files = _write_record(out, run, path, fmt)
     summary = {
@@ -185,15 +196,20 @@ def _write_model(
     out: Path,
     settings: dict[str, Any],
     merge: bool,
+    dtype: str | None,
 ) -> tuple[str, int]:
-    """Write the model (or a LoRA run's adapters) into ``out``: its format and how many
-    values it holds."""
-    if source.lora is not None and not merge:
+    """Write the model (or a LoRA run's adapters, or with ``merge`` the model they are
+    folded into) into ``out``, its weights cast to ``dtype`` (a :data:`WEIGHT_DTYPES`
+    name; None: as they are): its format and how many values it holds."""
+    if source.lora is not None and merge:  # --merge: the adapters folded in, a full model's
+        built, source, state = _merged_model(built, source, state)
+    if dtype is not None:  # after a merge: its sums in the checkpoint's precision
+        cast = WEIGHT_DTYPES[dtype]
+        state = {k: v.to(cast) if v.is_floating_point() else v for k, v in state.items()}
+    if source.lora is not None:
         base = str(source.folder) if source.folder is not None else source.name
         fmt = {"hf": "peft-adapter", "diffusers": "diffusers-lora"}.get(source.kind, "lora")
         return fmt, write_adapter(state, built.lora_spec, source.kind, base, out)
-    if source.lora is not None:  # --merge: the adapters folded in, a full model's export
-        built, source, state = _merged_model(built, source, state)
     if source.kind == "hf":
         return "transformers", _export_hf(built, source, state, out, settings)
     if source.kind == "diffusers":

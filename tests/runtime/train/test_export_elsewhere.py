@@ -1,13 +1,16 @@
 """``export`` run from another directory than the run's: the run recorded its model
 folder and tokenizer as typed (``hf:my-model``), relative to where it was started, and
-export finds them there."""
+export finds them there. And ``export --dtype``: a bfloat16 folder trains float32 master
+weights, exported as such unless told."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from cli_here import cli_here, cli_json_here
 
@@ -15,8 +18,8 @@ from datacentric.train.exporting.run_paths import start_dir
 
 
 def _model_folder(folder: Path) -> Path:
-    """A 2-layer Qwen2 saved with save_pretrained, a word-level tokenizer beside it;
-    returns a JSONL of 40 short documents."""
+    """A 2-layer Qwen2 saved in bfloat16 with save_pretrained, a word-level tokenizer
+    beside it; returns a JSONL of 40 short documents."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -33,29 +36,44 @@ def _model_folder(folder: Path) -> Path:
         "qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
     )  # fmt: skip
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    AutoModelForCausalLM.from_config(config).to(torch.bfloat16).save_pretrained(folder)
     data = folder.parent / "docs.jsonl"
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     return data
 
 
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A folder holding ``my-model`` and ``run``, a run of one step of ``hf:my-model``
+    started in it (its paths typed relative)."""
+    from datacentric.cli.main import main
+
+    project = tmp_path_factory.mktemp("trained") / "project"
+    _model_folder(project / "my-model")
+    here = os.getcwd()
+    os.chdir(project)
+    try:
+        assert main([
+            "train", "--model", "hf:my-model", "--tokenizer", "my-model/tokenizer.json",
+            "--dataset", "jsonl:docs.jsonl", "--iterations", "1", "--cost-model", "analytic",
+            "--no-progress", "--out", "run", "--json",
+        ]) == 0  # fmt: skip
+    finally:
+        os.chdir(here)
+    return project
+
+
 def test_export_from_another_directory_finds_the_runs_relative_model(
-    tmp_path: Path, capsys, monkeypatch
+    project: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     from transformers import AutoModelForCausalLM
 
-    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
-    _model_folder(project / "my-model")
+    elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    monkeypatch.chdir(project)
-    cli_json_here([
-        "train", "--model", "hf:my-model", "--tokenizer", "my-model/tokenizer.json",
-        "--dataset", "jsonl:docs.jsonl", "--iterations", "1", "--cost-model", "analytic",
-        "--no-progress", "--out", "run", "--json",
-    ], capsys)  # fmt: skip
     monkeypatch.chdir(elsewhere)
+    run = os.path.relpath(project / "run")
     # before: "model 'hf:my-model': no folder 'my-model' with a config.json ..."
-    summary = cli_json_here(["export", "../project/run", "--out", "exported", "--json"], capsys)
+    summary = cli_json_here(["export", run, "--out", "exported", "--json"], capsys)
     assert summary["format"] == "transformers"
     assert (elsewhere / "exported" / "tokenizer.json").is_file()  # the run's tokenizer
     loaded = AutoModelForCausalLM.from_pretrained(elsewhere / "exported")
@@ -63,7 +81,10 @@ def test_export_from_another_directory_finds_the_runs_relative_model(
 
     # the folder gone from where the run was started: one line naming both places
     shutil.move(project / "my-model", tmp_path / "moved")
-    status, _, err = cli_here(["export", "../project/run", "--out", "again"], capsys)
+    try:
+        status, _, err = cli_here(["export", run, "--out", "again"], capsys)
+    finally:
+        shutil.move(tmp_path / "moved", project / "my-model")
     lines = [line for line in err.splitlines() if line.startswith("datacentric export: ")]
     assert status == 2 and len(lines) == 1, err
     assert str(project / "my-model") in lines[0] and str(elsewhere / "my-model") in lines[0]
@@ -79,3 +100,29 @@ def test_a_run_recorded_without_its_start_directory_is_found_by_its_out() -> Non
     assert start_dir(run, {"start_dir": "/work"}, {"job": {"out": "runs/a"}}) == Path("/work")
     for out in ("/abs/runs/a", "other/a", "../runs/a", None):
         assert start_dir(run, {}, {"job": {"out": out}}) is None, out
+
+
+def test_export_writes_float32_weights_unless_a_dtype_is_given(
+    project: Path, tmp_path: Path, capsys
+) -> None:
+    """The bfloat16 folder trained float32 master weights: exported as float32 (and its
+    config says so) by default; ``--dtype bfloat16`` writes them cast, config alike."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    def export(name: str, *flags: str) -> tuple[dict, dict[str, torch.Tensor]]:
+        out = tmp_path / name
+        cli_json_here(["export", str(project / "run"), "--out", str(out), "--json", *flags], capsys)
+        config = json.loads((out / "config.json").read_text())
+        return config, load_file(str(out / "model.safetensors"))
+
+    config, weights = export("as-trained")
+    assert config.get("dtype", config.get("torch_dtype")) == "float32"
+    assert {w.dtype for w in weights.values()} == {torch.float32}
+    config, cast = export("bf16", "--dtype", "bfloat16")
+    assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+    assert sorted(cast) == sorted(weights)
+    for name, weight in weights.items():
+        assert torch.equal(cast[name], weight.to(torch.bfloat16)), name
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
+    assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16}
