@@ -97,7 +97,7 @@ def test_a_run_recorded_without_its_start_directory_is_found_by_its_out() -> Non
     run = Path("/home/u/project/runs/a")
     assert start_dir(run, {}, {"job": {"out": "runs/a"}}) == Path("/home/u/project")
     assert start_dir(run, {}, {"job": {"out": "./runs/a/"}}) == Path("/home/u/project")
-    assert start_dir(run, {"start_dir": "/work"}, {"job": {"out": "runs/a"}}) == Path("/work")
+    assert start_dir(run, {"start_dir": "/srv/job"}, {"job": {"out": "runs/a"}}) == Path("/srv/job")
     for out in ("/abs/runs/a", "other/a", "../runs/a", None):
         assert start_dir(run, {}, {"job": {"out": out}}) is None, out
 
