@@ -125,6 +125,13 @@ def _attention_linears(root: nn.Module, most: int = 4) -> list[str]:
     return found[:most]
 
 
+def _transposed(root: nn.Module, targets: Sequence[str]) -> bool:
+    """Whether every module ``targets`` names in ``root`` is a transposed linear layer
+    (transformers' ``Conv1D``), not an ``nn.Linear``."""
+    named = [m for n, m in root.named_modules() if any(_names(n, t) for t in targets)]
+    return bool(named) and not any(isinstance(m, nn.Linear) for m in named)
+
+
 def _is_linear(module: nn.Module) -> bool:
     """An ``nn.Linear``, or transformers' ``Conv1D`` (GPT-2's transposed linear layer),
     which peft adapts too."""
@@ -145,7 +152,9 @@ def apply_lora(model: nn.Module, spec: LoraSpec) -> nn.Module:
     targets = spec.targets or default_targets(root)
     if targets != (ALL_LINEAR,):
         _check_targets(root, targets)
-    config = peft_config(dataclasses.replace(spec, targets=tuple(targets)))
+    # transformers' Conv1D (GPT-2) keeps its weight in x out: peft's fan_in_fan_out
+    extra = {"fan_in_fan_out": True} if _transposed(root, targets) else {}
+    config = peft_config(dataclasses.replace(spec, targets=tuple(targets)), **extra)
     peft.inject_adapter_in_model(config, root, adapter_name=ADAPTER)
     if targets == (ALL_LINEAR,):
         targets = adapted_modules(root)

@@ -5,6 +5,7 @@ transformers model, diffusers' own ``add_adapter`` for a diffusers transformer).
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -178,7 +179,9 @@ def test_a_fused_attention_model_gets_peft_default_targets_and_trains_and_loads(
 
     torch.manual_seed(0)
     base = GPT2LMHeadModel(tiny_hf_config("gpt2"))
-    model = apply_lora(HFCausalLM(copy.deepcopy(base)), lora_spec(4))
+    with warnings.catch_warnings():  # Conv1D is adapted as such (fan_in_fan_out), unwarned
+        warnings.simplefilter("error")
+        model = apply_lora(HFCausalLM(copy.deepcopy(base)), lora_spec(4))
     model.hf.set_attn_implementation("sdpa")  # called as transformers calls it
     expected = tuple(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["gpt2"])
     assert model.lora_spec.targets == expected == ("c_attn",)
