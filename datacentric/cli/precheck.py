@@ -363,7 +363,7 @@ def analytic_pipeline(
     cost_model = device_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
     if forward_only:
         cost_model = ForwardOnlyCostModel(cost_model)  # as the validation schedule prices it
-    budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device))
+    budget = resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device, world))
     return Pipeline(
         shapes,
         cost_model,

@@ -66,17 +66,29 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory of ``device``: a CUDA device's, else this machine's physical memory
-    (None when the system does not say). The budget's default share is taken of it
-    (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`), and the step lines
-    give peak memory as a share of it."""
+def local_world_size(world_size: int) -> int:
+    """How many ranks of a world of ``world_size`` run on this machine: torchrun's
+    ``LOCAL_WORLD_SIZE`` under torchrun, else the whole world (a spawn starts every rank
+    here; a world initialised by the caller without it is counted as one machine's)."""
+    if under_torchrun() and "LOCAL_WORLD_SIZE" in os.environ:
+        return max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
+    return max(1, world_size)
+
+
+def device_memory_bytes(device: torch.device, world_size: int = 1) -> int | None:
+    """The memory one rank of a world of ``world_size`` has on ``device``: a CUDA
+    device's own, else this machine's physical memory shared evenly by the world's ranks
+    on this machine (:func:`local_world_size`; None when the system does not say). Every
+    rank computes the same, from fixed sizes (no free memory read). The budget's default
+    share is taken of it (:func:`~datacentric.planning.memory_cap.resolve_memory_cap`),
+    and the step lines give peak memory as a share of it."""
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+    return physical // local_world_size(world_size)
 
 
 @dataclass(frozen=True)

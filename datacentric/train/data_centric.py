@@ -119,13 +119,14 @@ class DataCentric:
     ``dataset`` has ``shapes()``, ``pack(ids, pad_to_multiple, *, epoch)`` and
     ideally ``loss_tokens(id)`` (docs/data.md). The cost model is ``cost_model`` if given, else the
     analytic model of ``preset`` on this device; it only prices memory.
-    ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory),
-    held by the plan and every schedule. ``policy`` (default ``dcp-opt``) and
-    ``tokens_per_iteration`` (the global batch's bound) are the ``[scheduling]``
-    section's, which ``options`` (a :class:`SchedulingConfig`) gives whole: each setting
-    is given once (:func:`scheduling_options`). ``prefetch``
-    micro-batches are packed ahead in a background thread while :meth:`steps` runs
-    (0: pack each one when it is needed). ``shard`` (a
+    ``memory_gb`` is each rank's memory budget (default: 70% of the device's memory; on
+    the CPU, of this machine's memory shared by the world's ranks on it), held by the
+    plan and every schedule. ``policy`` (default ``dcp-opt``) and ``tokens_per_iteration``
+    (the global batch's bound) are the ``[scheduling]`` section's, which ``options`` (a
+    :class:`SchedulingConfig`) gives whole: each setting is given once
+    (:func:`scheduling_options`). ``prefetch`` micro-batches are packed ahead in a
+    background thread while :meth:`steps` runs (0: pack each one when it is needed).
+    ``shard`` (a
     :class:`~datacentric.planning.sharding.ShardingSpec` or ``none``/``ddp``/``fsdp2``;
     default :data:`~datacentric.planning.sharding.DEFAULT_SHARD`) says how the model is
     held across ranks: call :attr:`model` and build the optimizer from its parameters.
@@ -193,7 +194,9 @@ class DataCentric:
             dataset.shapes(),
             cost_model,
             world_size=self.groups.world_size,
-            memory_cap_bytes=resolve_memory_cap(memory_gb, device_memory_bytes(self.groups.device)),
+            memory_cap_bytes=resolve_memory_cap(
+                memory_gb, device_memory_bytes(self.groups.device, self.groups.world_size)
+            ),
             options=options,
             seed=seed,
             sp_sizes=(

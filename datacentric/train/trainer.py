@@ -364,7 +364,7 @@ class Trainer:
             log_every=logs.log_every,
             tensorboard=logs.tensorboard,
             wandb=wandb_settings(logs, dict(self.settings_json)) if self.is_main else None,
-            memory_capacity_bytes=device_memory_bytes(self.groups.device),
+            memory_capacity_bytes=device_memory_bytes(self.groups.device, self.groups.world_size),
         )
         tracer = StepTracer(
             self.out,

@@ -193,7 +193,9 @@ def _ranks_decide(config, prechecked) -> None:  # noqa: ANN001
         dataset.shapes(),
         cost,
         world_size=world,
-        memory_cap_bytes=resolve_memory_cap(config.cost.memory_gb, device_memory_bytes(device)),
+        memory_cap_bytes=resolve_memory_cap(
+            config.cost.memory_gb, device_memory_bytes(device, world)
+        ),
         options=options,
         seed=config.job.seed,
         sp_sizes=ulysses_sp_sizes(module, world),
