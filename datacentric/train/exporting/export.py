@@ -66,7 +66,12 @@ from datacentric.train.checkpoints.checkpoint import (
     verify_checkpoint,
 )
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
-from datacentric.train.exporting.lora_export import lora_from_settings, merged_state, write_adapter
+from datacentric.train.exporting.lora_export import (
+    lora_from_settings,
+    merged_state,
+    transposed_layers,
+    write_adapter,
+)
 from datacentric.train.exporting.run_paths import places, start_dir
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
@@ -209,7 +214,8 @@ def _write_model(
     if source.lora is not None:
         base = str(source.folder) if source.folder is not None else source.name
         fmt = {"hf": "peft-adapter", "diffusers": "diffusers-lora"}.get(source.kind, "lora")
-        return fmt, write_adapter(state, built.lora_spec, source.kind, base, out)
+        transposed = transposed_layers(built)  # GPT-2's Conv1D: fan_in_fan_out
+        return fmt, write_adapter(state, built.lora_spec, source.kind, base, out, transposed)
     if source.kind == "hf":
         return "transformers", _export_hf(built, source, state, out, settings)
     if source.kind == "diffusers":
@@ -229,7 +235,8 @@ def _merged_model(
     (tying them again would drop the update); any other model's tie that the merge
     splits is an :class:`ExportError`."""
     spec = built.lora_spec
-    merged = merged_state(with_aliases(built, state), spec)  # a tied base under each name
+    # a tied base under each name; a Conv1D's (GPT-2) update transposed
+    merged = merged_state(with_aliases(built, state), spec, transposed_layers(built))
     plain = dataclasses.replace(source, lora=None)
     rebuilt, _ = build_from_source(plain, device="meta")
     split = _split_ties(rebuilt, merged)

@@ -19,6 +19,12 @@ writes, by default, the adapters alone:
 ``--merge`` folds every adapter into its base weight (``W + alpha / r * B @ A``, the
 update peft's ``merge_and_unload`` applies) and exports the merged model as a model
 trained without LoRA would be.
+
+A layer whose weight is stored transposed, ``in x out`` (transformers' ``Conv1D``:
+GPT-2's ``c_attn``), is adapted by peft with ``fan_in_fan_out``: its update is
+``(B @ A)^T``, and the adapter folder says ``fan_in_fan_out: true`` (as
+``peft.get_peft_model`` records it). Which layers are so is read off the model
+(:func:`transposed_layers`), not guessed from shapes: a square layer's shapes say nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from datacentric.models.lora import ADAPTER, LoraSpec, peft_config
 
@@ -63,9 +70,22 @@ def adapter_tensors(state: dict[str, torch.Tensor], prefix: str = "") -> dict[st
     return out
 
 
-def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, torch.Tensor]:
+def transposed_layers(model: nn.Module) -> frozenset[str]:
+    """Full names (in ``model``) of the adapted layers whose base weight is stored ``in x
+    out`` (peft's ``fan_in_fan_out``, which it sets for transformers' ``Conv1D``)."""
+    return frozenset(
+        name
+        for name, module in model.named_modules(remove_duplicate=False)
+        if getattr(module, "fan_in_fan_out", False) is True
+    )
+
+
+def merged_state(
+    state: dict[str, torch.Tensor], spec: LoraSpec, transposed: frozenset[str] = frozenset()
+) -> dict[str, torch.Tensor]:
     """The state with every adapter folded into its base layer: ``X.base_layer.weight +
-    alpha / rank * X.lora_B @ X.lora_A`` becomes ``X.weight`` (and ``X.base_layer.bias``
+    alpha / rank * X.lora_B @ X.lora_A`` (transposed for a layer ``X`` in ``transposed``,
+    :func:`transposed_layers`) becomes ``X.weight`` (and ``X.base_layer.bias``
     ``X.bias``); the adapters are dropped."""
     scale = lora_scale(spec)
     merged = {}
@@ -80,7 +100,13 @@ def merged_state(state: dict[str, torch.Tensor], spec: LoraSpec) -> dict[str, to
         if leaf == "weight":
             a = state[f"{layer}.lora_A{ADAPTER_SEGMENT}weight"].double()
             b = state[f"{layer}.lora_B{ADAPTER_SEGMENT}weight"].double()
-            weight = (tensor.double() + scale * (b @ a)).to(tensor.dtype)
+            update = (b @ a).T if layer in transposed else b @ a
+            if update.shape != tensor.shape:
+                raise ValueError(
+                    f"{layer}: its LoRA update is {tuple(update.shape)} and its weight "
+                    f"{tuple(tensor.shape)}; the model built does not match the checkpoint"
+                )
+            weight = (tensor.double() + scale * update).to(tensor.dtype)
         merged[f"{layer}.{leaf}"] = weight
     return merged
 
@@ -108,18 +134,32 @@ def lora_scale(spec: LoraSpec) -> float:
     return (spec.alpha if spec.alpha is not None else spec.rank) / spec.rank
 
 
-def save_adapter_config(spec: LoraSpec, base: str, task_type: str | None, out: Path) -> None:
+def save_adapter_config(
+    spec: LoraSpec, base: str, task_type: str | None, out: Path, fan_in_fan_out: bool = False
+) -> None:
     """``adapter_config.json``, written by ``peft.LoraConfig`` itself."""
-    config = peft_config(spec, task_type=task_type, base_model_name_or_path=base)
+    config = peft_config(
+        spec, task_type=task_type, base_model_name_or_path=base, fan_in_fan_out=fan_in_fan_out
+    )
     config.save_pretrained(str(out))
 
 
 def write_adapter(
-    state: dict[str, torch.Tensor], spec: LoraSpec, kind: str, base: str, out: Path
+    state: dict[str, torch.Tensor],
+    spec: LoraSpec,
+    kind: str,
+    base: str,
+    out: Path,
+    transposed: frozenset[str] = frozenset(),
 ) -> int:
     """Write the adapters of ``state`` (the run's names) for a model of ``kind``
-    (``hf``, ``diffusers``, else ours) into ``out``; returns how many values they hold."""
+    (``hf``, ``diffusers``, else ours) into ``out``; returns how many values they hold.
+    ``transposed`` (:func:`transposed_layers`): when every adapted layer is one, the
+    config says ``fan_in_fan_out`` (peft's record of a GPT-2 ``c_attn`` adapter)."""
     from safetensors.torch import save_file
+
+    adapted = {name.partition(".lora_A")[0] for name in state if ".lora_A." in name}
+    fan_in_fan_out = bool(adapted) and adapted <= transposed
 
     if kind == "hf":
         tensors = {f"base_model.model.{k}": v for k, v in adapter_tensors(state, "hf.").items()}
@@ -131,5 +171,5 @@ def write_adapter(
     else:
         tensors, file, task = adapter_tensors(state), PEFT_WEIGHTS, None
     save_file(tensors, str(out / file), metadata={"format": "pt"})
-    save_adapter_config(spec, base, task, out)
+    save_adapter_config(spec, base, task, out, fan_in_fan_out)
     return sum(t.numel() for t in tensors.values())

@@ -21,6 +21,7 @@ from datacentric.train.exporting.lora_export import (  # noqa: E402
     PEFT_CONFIG,
     PEFT_WEIGHTS,
     merged_state,
+    transposed_layers,
     write_adapter,
 )
 
@@ -82,6 +83,135 @@ def test_merge_folds_the_adapters_as_peft_merge_and_unload(tmp_path) -> None:
     assert merged.keys() == reference.keys()
     for name, value in reference.items():
         torch.testing.assert_close(merged[name], value, rtol=1e-6, atol=1e-7)
+
+
+def _gpt2():
+    from transformers import GPT2LMHeadModel
+
+    from datacentric.models.hf import tiny_hf_config
+
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(tiny_hf_config("gpt2")).eval()
+
+
+def test_a_gpt2_conv1d_merge_and_adapter_folder_load_as_peft_s(tmp_path) -> None:
+    """GPT-2's ``c_attn`` and ``c_proj`` are transformers ``Conv1D`` (weight ``in x
+    out``; the attention's ``c_proj`` is square, so shapes cannot tell): the merge adds
+    the transposed update, as peft's ``merge_and_unload``, and loads in
+    ``from_pretrained`` with the adapted model's logits; the adapter folder says
+    ``fan_in_fan_out`` and loads in ``PeftModel.from_pretrained`` unwarned."""
+    import json
+    import warnings
+
+    import peft
+    from transformers import GPT2LMHeadModel
+
+    from datacentric.models.hf import HFCausalLM
+
+    base = _gpt2()
+    model = apply_lora(HFCausalLM(copy.deepcopy(base)), lora_spec(4, 8.0, 0.0, "c_attn,c_proj"))
+    draw_adapter_weights(model, seed=1)  # a non-zero B
+    model.eval().hf.set_attn_implementation("sdpa")  # called as transformers calls it
+    own = {k[3:]: v for k, v in model.state_dict().items() if k.startswith("hf.")}
+    transposed = transposed_layers(model.hf)
+    assert "transformer.h.0.attn.c_proj" in transposed  # 64 x 64
+    assert len(transposed) == 3 * base.config.n_layer  # c_attn, attn.c_proj, mlp.c_proj
+    merged = merged_state(own, model.lora_spec, transposed)
+    targets = ["c_attn", "c_proj"]
+    config = peft.LoraConfig(r=4, lora_alpha=8.0, target_modules=targets, fan_in_fan_out=True)
+    wrapped = peft.get_peft_model(copy.deepcopy(base), config)
+    wrapped.get_base_model().load_state_dict(own)
+    reference = wrapped.merge_and_unload().state_dict()
+    assert merged.keys() == reference.keys()
+    for name, value in reference.items():
+        torch.testing.assert_close(merged[name], value, rtol=1e-6, atol=1e-7)
+    ids = torch.randint(0, 256, (1, 12))
+    with torch.no_grad():
+        adapted = model.hf(input_ids=ids).logits
+        base.save_pretrained(tmp_path / "base")
+        plain = GPT2LMHeadModel.from_pretrained(tmp_path / "base")
+        plain.load_state_dict(merged)
+        plain.save_pretrained(tmp_path / "merged")
+        loaded = GPT2LMHeadModel.from_pretrained(tmp_path / "merged").eval()
+        torch.testing.assert_close(loaded(input_ids=ids).logits, adapted)
+        assert not torch.allclose(adapted, base(input_ids=ids).logits)  # the adapters count
+    (tmp_path / "a").mkdir()
+    state, spec = model.state_dict(), model.lora_spec  # the run's names (hf.)
+    write_adapter(state, spec, "hf", "base", tmp_path / "a", transposed_layers(model))
+    assert json.loads((tmp_path / "a" / PEFT_CONFIG).read_text())["fan_in_fan_out"] is True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reloaded = peft.PeftModel.from_pretrained(_gpt2(), tmp_path / "a").eval()
+    # peft corrects a false one with "fan_in_fan_out is set to False but ... Conv1D"
+    assert not [w for w in caught if "fan_in_fan_out" in str(w.message)]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids).logits, adapted)
+
+
+@pytest.mark.slow
+def test_a_gpt2_lora_run_exports_merged_and_as_an_adapter(tmp_path, capsys) -> None:
+    """``export --merge`` of a GPT-2 LoRA run (default targets: ``c_attn``, a
+    ``Conv1D``) loads in ``from_pretrained`` with the run's logits, and its adapter
+    folder in ``PeftModel.from_pretrained`` (no ``fan_in_fan_out`` warning) too."""
+    import json
+    import warnings
+
+    from peft import PeftModel
+    from transformers import GPT2LMHeadModel
+
+    from datacentric.models.source import build_model_named
+    from datacentric.train.checkpoints.checkpoint import read_model_state
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": f"the quick brown fox {i}"}) + "\n" for i in range(16))
+    )
+    run = tmp_path / "run"
+    cli_json_here([
+        "train", "--model", "hf:gpt2", "--dataset", f"jsonl:{data}", "--iterations", "1",
+        "--training.lr", "1e-2", "--lora.rank", "4", "--cost-model", "analytic",
+        "--memory-gb", "2", "--no-progress", "--out", str(run), "--json",
+    ], capsys)  # fmt: skip
+    for out, flags in (("adapter", []), ("merged", ["--merge"])):
+        cli_json_here(["export", str(run), "--out", str(tmp_path / out), *flags, "--json"], capsys)
+    model = apply_lora(build_model_named("hf:gpt2"), lora_spec(4))
+    checkpoint = run / "checkpoints" / "step-00000001"
+    state = {k.removeprefix("hf."): v for k, v in read_model_state(checkpoint).items()}
+    model.hf.load_state_dict(state, strict=False)  # lm_head: the tied embedding
+    assert any(float(v.abs().max()) > 0 for k, v in state.items() if ".lora_B." in k)
+    model.eval().hf.set_attn_implementation("sdpa")
+    base = GPT2LMHeadModel(model.hf.config)
+    base.load_state_dict({k.replace(".base_layer", ""): v for k, v in state.items()}, strict=False)
+    ids = torch.randint(0, 256, (1, 16))
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adapter = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+        merged = GPT2LMHeadModel.from_pretrained(tmp_path / "merged").eval()
+        adapted = model.hf(input_ids=ids).logits
+        torch.testing.assert_close(merged(input_ids=ids).logits, adapted)
+        torch.testing.assert_close(adapter(input_ids=ids).logits, adapted)
+    assert not [w for w in caught if "fan_in_fan_out" in str(w.message)]
+
+
+def test_a_llama_merge_and_adapter_config_are_unchanged(tmp_path) -> None:
+    """nn.Linear targets: nothing transposed, ``fan_in_fan_out`` false."""
+    import json
+
+    from datacentric.models.source import build_model_named
+
+    torch.manual_seed(0)
+    model = apply_lora(build_model_named("hf:llama"), lora_spec(4))
+    draw_adapter_weights(model, seed=1)
+    assert transposed_layers(model) == frozenset()
+    state = model.state_dict()
+    merged = merged_state(state, model.lora_spec, transposed_layers(model))
+    name = "hf.model.layers.0.self_attn.q_proj"
+    a, b = state[f"{name}.lora_A.default.weight"], state[f"{name}.lora_B.default.weight"]
+    expected = state[f"{name}.base_layer.weight"].double() + (b.double() @ a.double())
+    torch.testing.assert_close(merged[f"{name}.weight"], expected.float(), rtol=0, atol=0)
+    (tmp_path / "a").mkdir()
+    write_adapter(state, model.lora_spec, "hf", "base", tmp_path / "a", transposed_layers(model))
+    assert json.loads((tmp_path / "a" / PEFT_CONFIG).read_text())["fan_in_fan_out"] is False
 
 
 def test_diffusers_lora_weights_load_into_a_pipeline_every_tensor(tmp_path) -> None:
