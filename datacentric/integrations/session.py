@@ -520,12 +520,13 @@ def _flops_per_token(module: Any) -> float:
 
 def _peft_default_targets(model: Any) -> str:
     """peft's default LoRA targets of the model's type (what ``get_peft_model`` adapts
-    when ``target_modules`` is unset)."""
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    when ``target_modules`` is unset), comma-separated."""
     from transformers import AutoConfig
 
+    from datacentric.models.lora import peft_default_targets
+
     config = getattr(model, "config", None) or AutoConfig.from_pretrained(model)
-    targets = TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING.get(config.model_type)
+    targets = peft_default_targets(config.model_type)
     if targets is None:
         stop(
             "SFTTrainer",

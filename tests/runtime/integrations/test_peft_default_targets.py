@@ -1,0 +1,39 @@
+"""A drop-in trainer given a ``peft_config`` without ``target_modules`` adapts peft's
+default for the model's type, the one ``datacentric.models.lora`` reads, from a model or
+its folder; a type peft has none for stops in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+
+def test_peft_s_default_targets_of_a_model_or_its_folder(tmp_path, capsys) -> None:
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    from transformers import GPT2LMHeadModel
+
+    from datacentric.integrations.session import _peft_default_targets
+    from datacentric.models.hf import tiny_hf_config
+
+    config = tiny_hf_config("gpt2")
+    assert _peft_default_targets(GPT2LMHeadModel(config)) == "c_attn"
+    config.save_pretrained(tmp_path / "gpt2")
+    assert _peft_default_targets(str(tmp_path / "gpt2")) == "c_attn"
+    qwen2 = tiny_hf_config("qwen2")
+    qwen2.save_pretrained(tmp_path / "qwen2")
+    expected = ",".join(TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING["qwen2"])
+    assert _peft_default_targets(str(tmp_path / "qwen2")) == expected == "q_proj,v_proj"
+    config.model_type = "a-type-peft-does-not-know"
+
+    class Model:
+        pass
+
+    model = Model()
+    model.config = config
+    with pytest.raises(SystemExit) as stopped:
+        _peft_default_targets(model)
+    assert stopped.value.code == 2
+    line = "peft_config: set target_modules (peft has no default for 'a-type-peft-does-not-know')"
+    assert capsys.readouterr().err == f"datacentric SFTTrainer: {line}\n"
