@@ -190,13 +190,12 @@ class DataCentric:
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
         loss_tokens = loss_tokens_function(dataset)  # each sample's tokens that carry loss
+        memory = device_memory_bytes(self.groups.device, self.groups.world_size)
         self.pipeline = Pipeline(
             dataset.shapes(),
             cost_model,
             world_size=self.groups.world_size,
-            memory_cap_bytes=resolve_memory_cap(
-                memory_gb, device_memory_bytes(self.groups.device, self.groups.world_size)
-            ),
+            memory_cap_bytes=resolve_memory_cap(memory_gb, memory),
             options=options,
             seed=seed,
             sp_sizes=(
