@@ -5,6 +5,7 @@ transformers model, diffusers' own ``add_adapter`` for a diffusers transformer).
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -175,7 +176,7 @@ def test_a_fused_attention_model_gets_peft_default_targets_and_trains_and_loads(
     from datacentric.models.lora import draw_adapter_weights
     from datacentric.models.source import build_model_named
     from datacentric.train.build import what_trains
-    from datacentric.train.exporting.lora_export import write_adapter
+    from datacentric.train.exporting.lora_export import transposed_layers, write_adapter
 
     torch.manual_seed(0)
     base = GPT2LMHeadModel(tiny_hf_config("gpt2"))
@@ -191,7 +192,9 @@ def test_a_fused_attention_model_gets_peft_default_targets_and_trains_and_loads(
     grads = {n for n, p in model.named_parameters() if p.grad is not None}
     assert grads and all(".lora_" in n for n in grads)
     draw_adapter_weights(model, seed=1)
-    write_adapter(model.state_dict(), model.lora_spec, "hf", "base", tmp_path)
+    transposed = transposed_layers(model)
+    write_adapter(model.state_dict(), model.lora_spec, "hf", "base", tmp_path, transposed)
+    assert json.loads((tmp_path / "adapter_config.json").read_text())["fan_in_fan_out"]
     loaded = PeftModel.from_pretrained(base, tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(
