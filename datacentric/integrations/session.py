@@ -470,7 +470,9 @@ class DropInTrainer(ScriptMethods):
             for f in dataclasses.fields(peft)
             if f.init
             and f.name not in mapped
-            and f.name not in {"peft_type", "revision"}
+            # fan_in_fan_out: peft sets it by each adapted layer's type whatever is given
+            # (transformers' Conv1D: true), as datacentric's LoRA does
+            and f.name not in {"peft_type", "revision", "fan_in_fan_out"}
             and getattr(peft, f.name) != getattr(reference, f.name)
         ]
         if refused:

@@ -37,3 +37,26 @@ def test_peft_s_default_targets_of_a_model_or_its_folder(tmp_path, capsys) -> No
     assert stopped.value.code == 2
     line = "peft_config: set target_modules (peft has no default for 'a-type-peft-does-not-know')"
     assert capsys.readouterr().err == f"datacentric SFTTrainer: {line}\n"
+
+
+def test_a_lora_config_saying_fan_in_fan_out_is_taken(capsys) -> None:
+    """peft's advice for GPT-2's Conv1D (``fan_in_fan_out=True``) is taken: peft and
+    datacentric's LoRA both set it by each adapted layer's type."""
+    from types import SimpleNamespace
+
+    from peft import LoraConfig
+    from transformers import GPT2LMHeadModel
+
+    from datacentric.integrations.session import DropInTrainer
+    from datacentric.models.hf import tiny_hf_config
+
+    peft = LoraConfig(r=4, target_modules=["c_attn"], fan_in_fan_out=True)
+    session = SimpleNamespace(
+        peft_config=peft, model=GPT2LMHeadModel(tiny_hf_config("gpt2")), command="SFTTrainer"
+    )
+    settings = DropInTrainer._lora_settings(session)
+    assert settings["targets"] == "c_attn" and settings["rank"] == 4
+    session.peft_config = LoraConfig(r=4, target_modules=["c_attn"], use_dora=True)
+    with pytest.raises(SystemExit):
+        DropInTrainer._lora_settings(session)
+    assert "use_dora=True: not supported" in capsys.readouterr().err
