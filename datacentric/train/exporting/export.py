@@ -177,6 +177,8 @@ def export_run(
         bar.update(stage="build the model")
         built, _ = build_from_source(source, device="meta")
         _check_fits(built, state, f"{path.name} of {run}", source.name)
+        if source.kind == "hf" and (source.lora is None or merge):  # a whole model's
+            _tokenizer_folders(source, settings)  # its tokenizer is there, before writing
         _remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
@@ -546,6 +548,11 @@ def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Pa
         return []
     if tokenizer:  # a tokenizer.json file, or a tokenizer folder
         given = Path(tokenizer)
+        if not given.exists():  # the export would carry none, or another one's
+            raise ExportError(
+                f"the run's tokenizer {tokenizer!r} is not there any more: put it back, or "
+                "export from the directory the run was started in"
+            )
         return [given if given.is_dir() else given.parent]
     return [source.folder] if source.folder is not None else []
 

@@ -126,3 +126,20 @@ def test_export_writes_float32_weights_unless_a_dtype_is_given(
         assert torch.equal(cast[name], weight.to(torch.bfloat16)), name
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
     assert {p.dtype for p in loaded.parameters()} == {torch.bfloat16}
+
+
+def test_a_run_s_tokenizer_gone_is_said_before_anything_is_written(
+    project: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """Exported where the run was started, with its ``--tokenizer`` file gone: one line
+    naming it, and no folder written (before: a model folder with no tokenizer)."""
+    monkeypatch.chdir(project)
+    shutil.move(project / "my-model" / "tokenizer.json", tmp_path / "tokenizer.json")
+    try:
+        status, _, err = cli_here(["export", "run", "--out", str(tmp_path / "out")], capsys)
+    finally:
+        shutil.move(tmp_path / "tokenizer.json", project / "my-model" / "tokenizer.json")
+    lines = [line for line in err.splitlines() if line.startswith("datacentric export: ")]
+    assert status == 2 and len(lines) == 1, err
+    assert "tokenizer 'my-model/tokenizer.json' is not there any more" in lines[0]
+    assert not (tmp_path / "out").exists()
