@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "the adapters alone, as a PEFT adapter folder or diffusers LoRA weights)",
     )
     parser.add_argument(
-        "--dtype",
+        "--weights-dtype",
         choices=("float32", "bfloat16", "float16"),
         default=None,
         help="write the weights cast to this dtype (a Hugging Face config.json says it too) "
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         model_args=args.model_args,
         expect_sha256=args.expect_sha256,
         merge=args.merge,
-        dtype=args.dtype,
+        dtype=args.weights_dtype,
     )
     if args.json:
         print(json.dumps(summary))

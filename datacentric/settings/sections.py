@@ -386,7 +386,8 @@ class CostConfig:
     profile_dir: str | None = None
     """Where the profile is kept (unset: ``<out>/profile``); share it between runs."""
     memory_gb: float | None = setting(None, gt=0)
-    """Memory cap per rank in GiB for planning (unset: 70% of device memory)."""
+    """Memory cap per rank in GiB for planning (unset: 70% of device memory; on the CPU, of
+    this machine's memory shared by the ranks on it)."""
     warmup: int = 2
     """Unmeasured passes before the measured ones (at least 2: the first allocates
     gradients, the second measures memory)."""

@@ -92,7 +92,7 @@ TOKENIZER_FILES = (
 )
 
 
-#: what ``export --dtype`` may write the weights as (default: as the checkpoint holds them,
+#: what ``export --weights-dtype`` may write the weights as (default: as the checkpoint holds them,
 #: float32 master weights whatever the model folder's dtype)
 WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -156,7 +156,7 @@ def export_run(
     if not run.is_dir():
         raise ExportError(f"{run}: no such run folder")
     if dtype is not None and dtype not in WEIGHT_DTYPES:
-        raise ExportError(f"--dtype {dtype}: choose one of {', '.join(WEIGHT_DTYPES)}")
+        raise ExportError(f"--weights-dtype {dtype}: choose one of {', '.join(WEIGHT_DTYPES)}")
     previous = _previous_export(run, out, overwrite)
     if checkpoint:
         path = resolve_resume_from(run, checkpoint)

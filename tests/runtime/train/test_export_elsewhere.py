@@ -1,6 +1,6 @@
 """``export`` run from another directory than the run's: the run recorded its model
 folder and tokenizer as typed (``hf:my-model``), relative to where it was started, and
-export finds them there. And ``export --dtype``: a bfloat16 folder trains float32 master
+export finds them there. And ``export --weights-dtype``: a bfloat16 folder trains float32 master
 weights, exported as such unless told."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_export_writes_float32_weights_unless_a_dtype_is_given(
     project: Path, tmp_path: Path, capsys
 ) -> None:
     """The bfloat16 folder trained float32 master weights: exported as float32 (and its
-    config says so) by default; ``--dtype bfloat16`` writes them cast, config alike."""
+    config says so) by default; ``--weights-dtype bfloat16`` writes them cast, config alike."""
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -119,7 +119,7 @@ def test_export_writes_float32_weights_unless_a_dtype_is_given(
     config, weights = export("as-trained")
     assert config.get("dtype", config.get("torch_dtype")) == "float32"
     assert {w.dtype for w in weights.values()} == {torch.float32}
-    config, cast = export("bf16", "--dtype", "bfloat16")
+    config, cast = export("bf16", "--weights-dtype", "bfloat16")
     assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
     assert sorted(cast) == sorted(weights)
     for name, weight in weights.items():
