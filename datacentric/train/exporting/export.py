@@ -168,7 +168,8 @@ def export_run(
         bar.set_stage("verify the checksums")
         trainer = verify_checkpoint(path, expect_sha256)
         settings = _recorded_settings(run, path, trainer, named=model is not None)
-        settings = _paths_as_the_run_saw(settings, start_dir(run, trainer, settings), model)
+        start = start_dir(run, trainer, settings)
+        settings = _paths_as_the_run_saw(settings, start, model)
         source = dataclasses.replace(
             _export_source(run, settings, model, model_args), lora=lora_from_settings(settings)
         )
@@ -177,12 +178,13 @@ def export_run(
         bar.update(stage="build the model")
         built, _ = build_from_source(source, device="meta")
         _check_fits(built, state, f"{path.name} of {run}", source.name)
-        if source.kind == "hf" and (source.lora is None or merge):  # a whole model's
-            _tokenizer_folders(source, settings)  # its tokenizer is there, before writing
+        whole_hf = source.kind == "hf" and (source.lora is None or merge)
+        # a whole transformers model carries its tokenizer: found before anything is written
+        tokenizers = _tokenizer_folders(source, settings, start) if whole_hf else []
         _remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
-        fmt, parameters = _write_model(built, source, state, out, settings, merge, dtype)
+        fmt, parameters = _write_model(built, source, state, out, tokenizers, merge, dtype)
         bar.update()
     files = _write_record(out, run, path, fmt)
     summary = {
@@ -201,15 +203,18 @@ def _write_model(
     source: ModelSource,
     state: dict[str, torch.Tensor],
     out: Path,
-    settings: dict[str, Any],
+    tokenizers: list[Path],
     merge: bool,
     dtype: str | None,
 ) -> tuple[str, int]:
     """Write the model (or a LoRA run's adapters, or with ``merge`` the model they are
     folded into) into ``out``, its weights cast to ``dtype`` (a :data:`WEIGHT_DTYPES`
-    name; None: as they are): its format and how many values it holds."""
+    name; None: as they are), a transformers model with the files of ``tokenizers``
+    beside it: its format and how many values it holds."""
     if source.lora is not None and merge:  # --merge: the adapters folded in, a full model's
         built, source, state = _merged_model(built, source, state)
+    if source.lora is not None:  # the adapters alone are written (and cast)
+        state = {k: v for k, v in state.items() if ".lora_" in k}
     if dtype is not None:  # after a merge: its sums in the checkpoint's precision
         cast = WEIGHT_DTYPES[dtype]
         state = {k: v.to(cast) if v.is_floating_point() else v for k, v in state.items()}
@@ -219,7 +224,7 @@ def _write_model(
         transposed = transposed_layers(built)  # GPT-2's Conv1D: fan_in_fan_out
         return fmt, write_adapter(state, built.lora_spec, source.kind, base, out, transposed)
     if source.kind == "hf":
-        return "transformers", _export_hf(built, source, state, out, settings)
+        return "transformers", _export_hf(built, source, state, out, tokenizers)
     if source.kind == "diffusers":
         return "diffusers", _export_diffusers(built, source, state, out)
     return "safetensors", _export_state(built, source, state, out)
@@ -400,10 +405,10 @@ def _recorded_settings(
 def _paths_as_the_run_saw(
     settings: dict[str, Any], start: Path | None, named: str | None
 ) -> dict[str, Any]:
-    """``settings`` with the model folder (unless ``--model`` is ``named``) and the
-    tokenizer the run recorded as typed, where the run found them: relative to the
-    directory it was started in (``start``), else here (:mod:`.run_paths`)."""
-    model, data = dict(settings["model"]), dict(settings.get("data") or {})
+    """``settings`` with the model folder (unless ``--model`` is ``named``) the run
+    recorded as typed, where the run found it: relative to the directory it was started
+    in (``start``), else here (:mod:`.run_paths`)."""
+    model = dict(settings["model"])
     recorded = model.get("model")
     for prefix, kind in ((HF_PREFIX, "hf"), (DIFFUSERS_PREFIX, "diffusers")):
         if named is None and isinstance(recorded, str) and recorded.startswith(prefix):
@@ -411,10 +416,7 @@ def _paths_as_the_run_saw(
             tiny = target in tiny_names(kind)  # a name, where no folder has it
             found = _as_the_run_saw(target, start, f"model {recorded!r}", tiny)
             model["model"] = prefix + found
-    tokenizer = data.get("tokenizer")
-    if isinstance(tokenizer, str) and tokenizer and tokenizer != BYTES:
-        data["tokenizer"] = _as_the_run_saw(tokenizer, start, f"tokenizer {tokenizer!r}")
-    return {**settings, "model": model, "data": data}
+    return {**settings, "model": model}
 
 
 def _as_the_run_saw(typed: str, start: Path | None, what: str, name: bool = False) -> str:
@@ -504,9 +506,10 @@ def _export_hf(
     source: ModelSource,
     state: dict[str, torch.Tensor],
     out: Path,
-    settings: dict[str, Any],
+    tokenizers: list[Path],
 ) -> int:
-    """Write the model as a transformers folder; returns its parameter count."""
+    """Write the model as a transformers folder, with the files of the tokenizer folders
+    ``tokenizers`` beside it (:func:`_tokenizer_folders`); returns its parameter count."""
     from transformers import AutoModelForCausalLM
 
     config = adapter.hf.config
@@ -515,7 +518,7 @@ def _export_hf(
         inner = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     _load_into(inner, _strip_prefix(state, "hf."), str(source.name))
     inner.save_pretrained(out)
-    for folder in _tokenizer_folders(source, settings):
+    for folder in tokenizers:
         _copy_tokenizer(folder, out)
     return _parameter_count(inner)
 
@@ -537,17 +540,19 @@ def _copy_tokenizer(folder: Path, out: Path) -> None:
             (out / name).write_bytes(read_regular_bytes(folder / name))
 
 
-def _tokenizer_folders(source: ModelSource, settings: dict[str, Any]) -> list[Path]:
+def _tokenizer_folders(
+    source: ModelSource, settings: dict[str, Any], start: Path | None = None
+) -> list[Path]:
     """The folder of the tokenizer the run read its text with, alone: its
-    ``--tokenizer`` (a folder, or a ``tokenizer.json``'s), else the model folder's own;
-    none for ``--tokenizer bytes``, whose ids are UTF-8 bytes (the model folder's
-    tokenizer, or files of another one mixed in, would give the exported model other ids
-    than it was trained on)."""
-    tokenizer = settings["data"].get("tokenizer")
+    ``--tokenizer`` (a folder, or a ``tokenizer.json``'s; found where the run was started
+    in ``start``, else here), else the model folder's own; none for ``--tokenizer
+    bytes``, whose ids are UTF-8 bytes (the model folder's tokenizer, or files of another
+    one mixed in, would give the exported model other ids than it was trained on)."""
+    tokenizer = (settings.get("data") or {}).get("tokenizer")
     if tokenizer == BYTES:
         return []
     if tokenizer:  # a tokenizer.json file, or a tokenizer folder
-        given = Path(tokenizer)
+        given = Path(_as_the_run_saw(tokenizer, start, f"tokenizer {tokenizer!r}"))
         if not given.exists():  # the export would carry none, or another one's
             raise ExportError(
                 f"the run's tokenizer {tokenizer!r} is not there any more: put it back, or "

@@ -143,3 +143,12 @@ def test_a_run_s_tokenizer_gone_is_said_before_anything_is_written(
     assert status == 2 and len(lines) == 1, err
     assert "tokenizer 'my-model/tokenizer.json' is not there any more" in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_an_export_that_writes_no_tokenizer_needs_none(tmp_path: Path) -> None:
+    """Only a whole transformers model carries the run's tokenizer: the model's path is
+    resolved for every export, the tokenizer's only where it is copied."""
+    from datacentric.train.exporting.export import _paths_as_the_run_saw
+
+    settings = {"model": {"model": "mypkg.mod:factory"}, "data": {"tokenizer": "tok/t.json"}}
+    assert _paths_as_the_run_saw(settings, tmp_path / "gone", None) == settings
