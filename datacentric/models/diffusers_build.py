@@ -139,6 +139,7 @@ def build_diffusers_model(
                 local_files_only=True,
                 torch_dtype=dtype,
                 output_loading_info=True,
+                ignore_mismatched_sizes=True,  # reported below, naming the tensor
                 **config_overrides,
             )
             check_loaded_weights(f"diffusers:{name_or_path}", folder, cls.__name__, loading)

@@ -114,6 +114,12 @@ def test_weights_that_leave_parameters_unset_are_refused_naming_them(tmp_path: P
     folder = _resave(tmp_path / "wan", tmp_path / "wan-lost", drop)
     with pytest.raises(ModelSourceError, match=f"WanTransformer3DModel: .*\\({lost}\\)"):
         build_diffusers_model(str(folder))
+    norm = "blocks.0.attn1.norm_k.weight"  # at another shape: named with both shapes
+    folder = _resave(
+        tmp_path / "wan", tmp_path / "wan-reshaped", lambda t: {**t, norm: torch.ones(3)}
+    )
+    with pytest.raises(ModelSourceError, match=f"{norm} is \\(3,\\) there but"):
+        build_diffusers_model(str(folder))
 
 
 def test_truncated_blocks_reach_the_wrapped_models_own_layer_list() -> None:
