@@ -33,6 +33,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.scheduling.global_batches import run_global_batch
     from datacentric.train.assemble import Prechecked
+    from datacentric.train.checkpoints.checkpoint import CheckpointError
+    from datacentric.train.checkpoints.resume import check_resumable
     from datacentric.train.validation.held_out import training_set_note
 
     given = config.data.tokenizer
@@ -63,7 +65,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         options = batch.applied(config.scheduling)
         check_validation(config, options, module, spec, dataset, held_out)
         check_training_fits(config, module, spec, dataset, world)
-    except (DataError, OSError, ValueError) as err:
+        if config.checkpoint.resume or config.checkpoint.resume_from:  # as the ranks record it
+            check_resumable(dataclasses.replace(config, scheduling=options), dataset.shapes())
+    except (DataError, OSError, ValueError, CheckpointError) as err:
         say(command, str(err))
         return None
     chosen = config.data.tokenizer

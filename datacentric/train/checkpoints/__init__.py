@@ -9,6 +9,8 @@
   (``RunSaves``);
 - :mod:`.resume`: what a resume refuses to change (``RESUME_FIXED``), the state a
   checkpoint records of the run (``trainer.json``) and the step records a resume cuts;
+- :mod:`.run_paths`: where the paths a run recorded as typed point (relative to the
+  directory it was started in), for an export or a resume run elsewhere;
 - :mod:`.safe_load`: reading a checkpoint without running code from it (allow-listed
   unpickling of every pickle it holds);
 - :mod:`.state_names`: the aliases of a model's state (one tensor under two names),

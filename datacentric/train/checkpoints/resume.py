@@ -20,15 +20,23 @@ from typing import Any
 
 import torch
 
+from datacentric.data.sources import SOURCE_KINDS, source_kind
+from datacentric.data.tokenizer_files import BYTES
+from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
-from datacentric.regular_files import check_regular
+from datacentric.regular_files import check_regular, read_json_file
 from datacentric.scheduling.resume import Position
-from datacentric.settings import SECTIONS, ConfigError
+from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.shapes import SampleShape
-from datacentric.train.checkpoints.checkpoint import CheckpointError, load_checkpoint
+from datacentric.train.checkpoints.checkpoint import (
+    TRAINER_FILE,
+    CheckpointError,
+    load_checkpoint,
+)
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
+from datacentric.train.checkpoints.run_paths import found_place, start_dir
 from datacentric.train.reporting.metrics import read_jsonl
 
 #: Settings a resume must keep (the sample stream and the trained function depend on
@@ -66,11 +74,30 @@ def load_to_resume(
         path,
         model,
         optimizer,
-        expect_model=model_name,
+        # a model folder typed from elsewhere is the same model: check_unchanged compares
+        # it by its place; a model named otherwise is named in the load's own message
+        expect_model=None if typed_path("model", "model", model_name) else model_name,
         expect_sha256=checkpoints.expected_sha256(restarted),
         check=lambda saved: check_unchanged(path, saved, settings, dataset_fingerprint(shapes)),
     )
     return path, state
+
+
+def check_resumable(config: TrainConfig, shapes: list[SampleShape]) -> None:
+    """Before the ranks start: the checkpoint a resume of ``config`` (the settings as its
+    ranks record them) would load refuses the same changes as there
+    (:func:`check_unchanged`, :class:`CheckpointError`), naming each, so a refused resume
+    starts no rank. Nothing is checked for a fresh start, or where the checkpoint's
+    record cannot be read (the ranks verify the checkpoint and name what is wrong)."""
+    checkpoints = RunCheckpoints(config.checkpoint, Path(config.job.out), is_main=False)
+    path = checkpoints.to_load(launch_mode().restarts > 0)
+    if path is None:
+        return
+    try:
+        state = read_json_file(path / TRAINER_FILE, error=CheckpointError)
+    except (CheckpointError, OSError):
+        return
+    check_unchanged(path, state, config.to_json(), dataset_fingerprint(shapes))
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
@@ -84,17 +111,30 @@ def check_unchanged(
     """Refuse a resume whose data, model or schedule settings differ from the
     checkpoint's (any world size), naming each changed setting: ``state`` is the
     checkpoint's trainer state, ``settings`` the run's as ``config.json`` holds them and
-    ``fingerprint`` its dataset's (:func:`dataset_fingerprint`)."""
+    ``fingerprint`` its dataset's (:func:`dataset_fingerprint`). A setting that names a
+    file or folder (:func:`typed_path`) is compared by the place it names, relative to
+    the directory each run was started in: the same file typed from elsewhere is the
+    same setting, the same words naming another file are not."""
     try:
         saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
     now = _resolve_aliases(settings)
-    changed = [
-        f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
-        for section, name in RESUME_FIXED
-        if name in saved[section] and _as_json(saved[section][name]) != _as_json(now[section][name])
-    ]
+    then = start_dir(path.parent.parent, state, saved)  # the run folder holds checkpoints/
+    changed = []
+    for section, name in RESUME_FIXED:
+        if name not in saved[section]:
+            continue
+        old, new = saved[section][name], now[section][name]
+        found = typed_path(section, name, old), typed_path(section, name, new)
+        if found[0] is not None and found[1] is not None:
+            places = _placed(old, *found[0], then), _placed(new, *found[1], Path.cwd())
+            if places[0] != places[1] and old == new:  # the same words, another place
+                changed.append(f"{section}.{name} ({old!r}: {places[0]} -> {places[1]})")
+            elif places[0] != places[1]:
+                changed.append(f"{section}.{name} ({old!r} -> {new!r})")
+        elif _as_json(old) != _as_json(new):
+            changed.append(f"{section}.{name} ({old!r} -> {new!r})")
     saved_fingerprint = state.get("dataset_fingerprint")
     if saved_fingerprint is not None and saved_fingerprint != fingerprint:
         changed.append("the dataset's samples")
@@ -103,6 +143,29 @@ def check_unchanged(
             f"cannot resume from {path}: changed since it was saved: {', '.join(changed)}; "
             "resume with the same settings, or start a new run (another --out or --overwrite)"
         )
+
+
+def typed_path(section: str, name: str, value: Any) -> tuple[str, str] | None:
+    """The kind and the path of a setting that names a file or folder, as typed: a model
+    folder (``hf:DIR``, ``diffusers:DIR``), a dataset's files (``jsonl:GLOB``...), a
+    tokenizer other than ``bytes``, a bucket table; None for any other setting or value."""
+    if not isinstance(value, str) or not value:
+        return None
+    if (section, name) == ("model", "model"):
+        prefix = next((p for p in (HF_PREFIX, DIFFUSERS_PREFIX) if value.startswith(p)), None)
+        return None if prefix is None else (prefix, value.removeprefix(prefix))
+    if (section, name) == ("data", "dataset"):
+        kind = source_kind(value)
+        return (f"{kind}:", value.partition(":")[2]) if kind in SOURCE_KINDS else None
+    if (section, name) == ("data", "tokenizer"):
+        return None if value == BYTES else ("", value)
+    return ("", value) if (section, name) == ("data", "bucket_config") else None
+
+
+def _placed(typed: str, kind: str, path: str, start: Path | None) -> str:
+    """``kind`` and where ``path`` points from ``start``; as typed where nothing is there."""
+    place = found_place(path, start)
+    return typed if place is None else f"{kind}{place}"
 
 
 def trainer_state(

@@ -4,9 +4,7 @@
   tensors and written as a Hugging Face model, a diffusers transformer or a
   ``state_dict``, with the record of what was exported (``export_run``);
 - :mod:`.lora_export`: a ``[lora]`` run's adapters in the formats their libraries load
-  (a PEFT adapter folder, diffusers' LoRA weights), or merged into the base weights;
-- :mod:`.run_paths`: where the run found the model folder and tokenizer it recorded as
-  typed (relative to the directory it was started in), for an export run elsewhere.
+  (a PEFT adapter folder, diffusers' LoRA weights), or merged into the base weights.
 
 (The folder is ``exporting`` because ``export`` is the module that does it.) Nothing is
 imported here: each module is loaded where it is used.

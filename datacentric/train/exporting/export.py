@@ -72,7 +72,7 @@ from datacentric.train.exporting.lora_export import (
     transposed_layers,
     write_adapter,
 )
-from datacentric.train.exporting.run_paths import places, start_dir
+from datacentric.train.checkpoints.run_paths import places, start_dir
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
@@ -407,7 +407,7 @@ def _paths_as_the_run_saw(
 ) -> dict[str, Any]:
     """``settings`` with the model folder (unless ``--model`` is ``named``) the run
     recorded as typed, where the run found it: relative to the directory it was started
-    in (``start``), else here (:mod:`.run_paths`)."""
+    in (``start``), else here (:mod:`~datacentric.train.checkpoints.run_paths`)."""
     model = dict(settings["model"])
     recorded = model.get("model")
     for prefix, kind in ((HF_PREFIX, "hf"), (DIFFUSERS_PREFIX, "diffusers")):

@@ -1,6 +1,7 @@
-"""``export`` run from another directory than the run's: the run recorded its model
-folder and tokenizer as typed (``hf:my-model``), relative to where it was started, and
-export finds them there. And ``export --weights-dtype``: a bfloat16 folder trains float32 master
+"""``export`` and ``train --resume`` run from another directory than the run's: the run
+recorded its model folder, tokenizer and data as typed (``hf:my-model``), relative to
+where it was started; export finds them there, and a resume compares the places they
+name, not the words. And ``export --weights-dtype``: a bfloat16 folder trains float32 master
 weights, exported as such unless told."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 import torch
 from cli_here import cli_here, cli_json_here
 
-from datacentric.train.exporting.run_paths import start_dir
+from datacentric.train.checkpoints.run_paths import start_dir
 
 
 def _model_folder(folder: Path) -> Path:
@@ -152,3 +153,45 @@ def test_an_export_that_writes_no_tokenizer_needs_none(tmp_path: Path) -> None:
 
     settings = {"model": {"model": "mypkg.mod:factory"}, "data": {"tokenizer": "tok/t.json"}}
     assert _paths_as_the_run_saw(settings, tmp_path / "gone", None) == settings
+
+
+def _resume_from(elsewhere: Path, run: Path, *typed: str) -> list[str]:
+    """``train --resume`` of ``run`` (two steps now) in ``elsewhere``: its model and
+    tokenizer typed from there, then ``typed`` (the data)."""
+    model = os.path.relpath(run.parent / "my-model", elsewhere)
+    return [
+        "train", "--model", f"hf:{model}", "--tokenizer", f"{model}/tokenizer.json", *typed,
+        "--iterations", "2", "--cost-model", "analytic", "--no-progress",
+        "--out", os.path.relpath(run, elsewhere), "--resume",
+    ]  # fmt: skip
+
+
+def test_a_resume_from_another_directory_compares_the_places_the_paths_name(
+    project: Path, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """The same model folder, tokenizer and data typed from another directory resume
+    (before: refused inside the ranks, "data.dataset ('jsonl:docs.jsonl' ->
+    'jsonl:../project/docs.jsonl')"); the run's own words naming another file there are
+    refused before any rank starts, in one line naming both places (before: the
+    dataset's fingerprint, inside the ranks), the run folder untouched."""
+    from datacentric.train.checkpoints.checkpoint import list_checkpoints
+
+    run = project / "resumed"
+    shutil.copytree(project / "run", run)  # the fixture's run stays as it is
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    other = [{"text": f"document {i}: w1 t2 w3 t4 w5"} for i in range(6)]
+    (elsewhere / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in other))
+    before = sorted(p.name for p in list_checkpoints(run))
+    status, _, err = cli_here(_resume_from(elsewhere, run, "--dataset", "jsonl:docs.jsonl"), capsys)
+    lines = [line for line in err.splitlines() if line.startswith("datacentric train: ")]
+    assert status == 2 and "changed since it was saved" in lines[-1], err
+    named = f"data.dataset ('jsonl:docs.jsonl': jsonl:{os.path.realpath(project / 'docs.jsonl')}"
+    assert named in lines[-1] and "rank" not in lines[-1], lines[-1]
+    assert sorted(p.name for p in list_checkpoints(run)) == before
+
+    data = os.path.relpath(project / "docs.jsonl", elsewhere)
+    status, _, err = cli_here(_resume_from(elsewhere, run, "--dataset", f"jsonl:{data}"), capsys)
+    assert status == 0, err
+    assert sorted(p.name for p in list_checkpoints(run)) > before  # step 2 was saved

@@ -9,6 +9,7 @@ folder's path now, less that ``--out``.
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,18 @@ def _same_dir(one: Path, other: Path) -> bool:
         return one.resolve() == other.resolve()
     except OSError:
         return False
+
+
+def found_place(typed: str, start: Path | None) -> str | None:
+    """Where the path ``typed`` (a glob pattern allowed) points from ``start`` (None: an
+    absolute path only), symbolic links resolved; None where nothing is there (a name
+    that is not a path, such as the tiny model ``hf:qwen2``, or a path since gone)."""
+    path = Path(typed).expanduser()
+    if not path.is_absolute():
+        if start is None:
+            return None
+        path = start / path
+    full = os.path.realpath(path)
+    pattern = any(char in typed for char in "*?[")
+    there = glob.glob(full) if pattern else os.path.exists(full)
+    return full if there else None
