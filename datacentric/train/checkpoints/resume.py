@@ -114,7 +114,8 @@ def check_unchanged(
     ``fingerprint`` its dataset's (:func:`dataset_fingerprint`). A setting that names a
     file or folder (:func:`typed_path`) is compared by the place it names, relative to
     the directory each run was started in: the same file typed from elsewhere is the
-    same setting, the same words naming another file are not."""
+    same setting, the same words naming another file are not (as typed where the
+    checkpoint's run does not say where it was started)."""
     try:
         saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
     except ConfigError as err:
@@ -127,7 +128,7 @@ def check_unchanged(
             continue
         old, new = saved[section][name], now[section][name]
         found = typed_path(section, name, old), typed_path(section, name, new)
-        if found[0] is not None and found[1] is not None:
+        if then is not None and found[0] is not None and found[1] is not None:
             places = _placed(old, *found[0], then), _placed(new, *found[1], Path.cwd())
             if places[0] != places[1] and old == new:  # the same words, another place
                 changed.append(f"{section}.{name} ({old!r}: {places[0]} -> {places[1]})")

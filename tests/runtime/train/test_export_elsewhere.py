@@ -195,3 +195,37 @@ def test_a_resume_from_another_directory_compares_the_places_the_paths_name(
     status, _, err = cli_here(_resume_from(elsewhere, run, "--dataset", f"jsonl:{data}"), capsys)
     assert status == 0, err
     assert sorted(p.name for p in list_checkpoints(run)) > before  # step 2 was saved
+
+
+def test_a_resume_compares_paths_where_its_checkpoint_says_where_the_run_started(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The comparison alone, on a run folder's record: relative paths by place when the
+    checkpoint records its start directory; as typed where it records none and its
+    ``--out`` does not tell it (a run of an earlier release), so the same words from the
+    same directory still resume; names that are no path (``hf:qwen2``) as typed."""
+    from datacentric.settings import TrainConfig
+    from datacentric.train.checkpoints.checkpoint import CheckpointError
+    from datacentric.train.checkpoints.resume import check_unchanged
+
+    start, other = tmp_path / "start", tmp_path / "other"
+    for folder in (start, other):
+        (folder / "data").mkdir(parents=True)
+        (folder / "data" / "a.jsonl").write_text("{}\n")
+    checkpoint = tmp_path / "run" / "checkpoints" / "step-00000001"
+
+    def settings(dataset: str, model: str = "hf:qwen2") -> dict:
+        config = TrainConfig().to_json()
+        config["data"]["dataset"], config["model"]["model"] = dataset, model
+        config["job"]["out"] = str(tmp_path / "run")
+        return config
+
+    saved = {"config": settings("jsonl:data/*.jsonl"), "start_dir": str(start)}
+    monkeypatch.chdir(other)
+    check_unchanged(checkpoint, saved, settings("jsonl:../start/data/*.jsonl"), "")
+    with pytest.raises(CheckpointError, match=r"data\.dataset \('jsonl:data/\*\.jsonl': "):
+        check_unchanged(checkpoint, saved, settings("jsonl:data/*.jsonl"), "")
+    with pytest.raises(CheckpointError, match=r"model\.model \('hf:qwen2' -> 'hf:llama'\)"):
+        check_unchanged(checkpoint, saved, settings("jsonl:../start/data/*.jsonl", "hf:llama"), "")
+    unplaced = {"config": settings("jsonl:data/*.jsonl")}  # no start_dir, --out absolute
+    check_unchanged(checkpoint, unplaced, settings("jsonl:data/*.jsonl"), "")
