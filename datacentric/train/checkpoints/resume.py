@@ -112,30 +112,24 @@ def check_unchanged(
     checkpoint's (any world size), naming each changed setting: ``state`` is the
     checkpoint's trainer state, ``settings`` the run's as ``config.json`` holds them and
     ``fingerprint`` its dataset's (:func:`dataset_fingerprint`). A setting that names a
-    file or folder (:func:`typed_path`) is compared by the place it names, relative to
-    the directory each run was started in: the same file typed from elsewhere is the
-    same setting, the same words naming another file are not (as typed where the
-    checkpoint's run does not say where it was started)."""
+    file or folder (:func:`typed_path`) typed otherwise is unchanged when it names the
+    same place, each relative to the directory its run was started in (the checkpoint
+    records it): the same data typed from another directory. The same words are the
+    same setting wherever they now point, as a project moved or mounted elsewhere
+    resumes; another file's samples change the dataset's fingerprint."""
     try:
         saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
     now = _resolve_aliases(settings)
     then = start_dir(path.parent.parent, state, saved)  # the run folder holds checkpoints/
-    changed = []
-    for section, name in RESUME_FIXED:
-        if name not in saved[section]:
-            continue
-        old, new = saved[section][name], now[section][name]
-        found = typed_path(section, name, old), typed_path(section, name, new)
-        if then is not None and found[0] is not None and found[1] is not None:
-            places = _placed(old, *found[0], then), _placed(new, *found[1], Path.cwd())
-            if places[0] != places[1] and old == new:  # the same words, another place
-                changed.append(f"{section}.{name} ({old!r}: {places[0]} -> {places[1]})")
-            elif places[0] != places[1]:
-                changed.append(f"{section}.{name} ({old!r} -> {new!r})")
-        elif _as_json(old) != _as_json(new):
-            changed.append(f"{section}.{name} ({old!r} -> {new!r})")
+    changed = [
+        f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
+        for section, name in RESUME_FIXED
+        if name in saved[section]
+        and _as_json(saved[section][name]) != _as_json(now[section][name])
+        and not _same_place(section, name, saved[section][name], then, now[section][name])
+    ]
     saved_fingerprint = state.get("dataset_fingerprint")
     if saved_fingerprint is not None and saved_fingerprint != fingerprint:
         changed.append("the dataset's samples")
@@ -163,10 +157,14 @@ def typed_path(section: str, name: str, value: Any) -> tuple[str, str] | None:
     return ("", value) if (section, name) == ("data", "bucket_config") else None
 
 
-def _placed(typed: str, kind: str, path: str, start: Path | None) -> str:
-    """``kind`` and where ``path`` points from ``start``; as typed where nothing is there."""
-    place = found_place(path, start)
-    return typed if place is None else f"{kind}{place}"
+def _same_place(section: str, name: str, saved: Any, then: Path | None, now: Any) -> bool:
+    """The saved setting, typed in ``then`` (None: not known), and this run's, typed here,
+    name one file or folder that is there (:func:`typed_path`)."""
+    found = typed_path(section, name, saved), typed_path(section, name, now)
+    if then is None or found[0] is None or found[1] is None or found[0][0] != found[1][0]:
+        return False
+    place = found_place(found[0][1], then)
+    return place is not None and place == found_place(found[1][1], Path.cwd())
 
 
 def trainer_state(
