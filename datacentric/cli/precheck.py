@@ -8,6 +8,7 @@ No command owns this module.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
@@ -66,7 +67,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         check_validation(config, options, module, spec, dataset, held_out)
         check_training_fits(config, module, spec, dataset, world)
         if config.checkpoint.resume or config.checkpoint.resume_from:  # as the ranks record it
-            check_resumable(dataclasses.replace(config, scheduling=options), dataset.shapes())
+            recorded = dataclasses.replace(config, scheduling=options).to_json()
+            check_resumable(config.checkpoint, Path(config.job.out), recorded, dataset.shapes())
     except (DataError, OSError, ValueError, CheckpointError) as err:
         say(command, str(err))
         return None

@@ -26,9 +26,10 @@ from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
 from datacentric.regular_files import check_regular, read_json_file
 from datacentric.scheduling.resume import Position
-from datacentric.settings import SECTIONS, ConfigError, TrainConfig
+from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
+from datacentric.settings.sections import CheckpointConfig
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoints.checkpoint import (
     TRAINER_FILE,
@@ -83,21 +84,26 @@ def load_to_resume(
     return path, state
 
 
-def check_resumable(config: TrainConfig, shapes: list[SampleShape]) -> None:
-    """Before the ranks start: the checkpoint a resume of ``config`` (the settings as its
-    ranks record them) would load refuses the same changes as there
-    (:func:`check_unchanged`, :class:`CheckpointError`), naming each, so a refused resume
-    starts no rank. Nothing is checked for a fresh start, or where the checkpoint's
-    record cannot be read (the ranks verify the checkpoint and name what is wrong)."""
-    checkpoints = RunCheckpoints(config.checkpoint, Path(config.job.out), is_main=False)
-    path = checkpoints.to_load(launch_mode().restarts > 0)
+def check_resumable(
+    checkpoint: CheckpointConfig,
+    out: Path,
+    settings: dict[str, dict[str, Any]],
+    shapes: list[SampleShape],
+) -> None:
+    """Before the ranks start: the checkpoint a resume (the ``[checkpoint]`` section, of
+    the run folder ``out``) would load refuses the same changes of ``settings`` (as the
+    ranks record them: ``TrainConfig.to_json()``) as there (:func:`check_unchanged`,
+    :class:`CheckpointError`), naming each, so a refused resume starts no rank. Nothing
+    is checked for a fresh start, or where the checkpoint's record cannot be read (the
+    ranks verify the checkpoint and name what is wrong)."""
+    path = RunCheckpoints(checkpoint, out, is_main=False).to_load(launch_mode().restarts > 0)
     if path is None:
         return
     try:
         state = read_json_file(path / TRAINER_FILE, error=CheckpointError)
     except (CheckpointError, OSError):
         return
-    check_unchanged(path, state, config.to_json(), dataset_fingerprint(shapes))
+    check_unchanged(path, state, settings, dataset_fingerprint(shapes))
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
