@@ -464,32 +464,52 @@ def verify_checkpoint(path: str | Path, expect_sha256: str | None = None) -> dic
     shard ``.metadata`` names, must be a file of the manifest inside the folder, so the
     manifest (and a pin of it) covers everything a load reads."""
     path = Path(path)
-    manifest_path = path / MANIFEST
+    _check_pin(path, expect_sha256)
+    manifest = read_manifest(path)
+    for name, expected in manifest.items():
+        _check_file(path, name, expected)
+    _check_shard_paths(path, manifest)
+    return read_json_file(path / TRAINER_FILE, error=CheckpointError)
+
+
+def read_trainer_record(path: str | Path, expect_sha256: str | None = None) -> dict[str, Any]:
+    """A checkpoint's trainer state (``trainer.json``) checked as :func:`verify_checkpoint`
+    checks it (the pin ``expect_sha256`` first, then its SHA-256 in the manifest),
+    without reading the checkpoint's other files: what a check before the ranks start
+    reads of it."""
+    path = Path(path)
+    _check_pin(path, expect_sha256)
+    _check_file(path, TRAINER_FILE, read_manifest(path).get(TRAINER_FILE, ""))
+    return read_json_file(path / TRAINER_FILE, error=CheckpointError)
+
+
+def _check_pin(path: Path, expect_sha256: str | None) -> None:
+    """The manifest's SHA-256 is ``expect_sha256`` (None: not pinned), before any other
+    file of the checkpoint is opened."""
     if expect_sha256 is not None:
         found = manifest_sha256(path)
         if found != expect_sha256.strip().lower():
             raise CheckpointError(
-                f"{manifest_path}: SHA-256 is {found}, --expect-sha256 says {expect_sha256}; "
+                f"{path / MANIFEST}: SHA-256 is {found}, --expect-sha256 says {expect_sha256}; "
                 "this is not the checkpoint you meant to trust (nothing in it was read)"
             )
-    manifest = read_manifest(path)
-    for name, expected in manifest.items():
-        file = path / name
-        if not file.exists():
-            raise CheckpointError(f"{path}: {name} is missing")
-        if _sha256(file) != expected:
-            earlier = [p for p in list_checkpoints(path.parent.parent) if p.name < path.name]
-            hint = (
-                f"resume from an earlier one with `datacentric train --resume-from "
-                f"{earlier[-1]} ...`"
-                if earlier
-                else "restore it, or start the run again with --overwrite"
-            )
-            raise CheckpointError(
-                f"{path}: checksum mismatch for {name}; the checkpoint is corrupt: {hint}"
-            )
-    _check_shard_paths(path, manifest)
-    return read_json_file(path / TRAINER_FILE, error=CheckpointError)
+
+
+def _check_file(path: Path, name: str, expected: str) -> None:
+    """The checkpoint's file ``name`` is there and has the SHA-256 its manifest says."""
+    file = path / name
+    if not file.exists():
+        raise CheckpointError(f"{path}: {name} is missing")
+    if _sha256(file) != expected:
+        earlier = [p for p in list_checkpoints(path.parent.parent) if p.name < path.name]
+        hint = (
+            f"resume from an earlier one with `datacentric train --resume-from {earlier[-1]} ...`"
+            if earlier
+            else "restore it, or start the run again with --overwrite"
+        )
+        raise CheckpointError(
+            f"{path}: checksum mismatch for {name}; the checkpoint is corrupt: {hint}"
+        )
 
 
 def read_manifest(path: str | Path) -> dict[str, str]:

@@ -24,7 +24,7 @@ from datacentric.data.sources import SOURCE_KINDS, source_kind
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
-from datacentric.regular_files import check_regular, read_json_file
+from datacentric.regular_files import check_regular
 from datacentric.scheduling.resume import Position
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import record_sections
@@ -32,9 +32,9 @@ from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoints.checkpoint import (
-    TRAINER_FILE,
     CheckpointError,
     load_checkpoint,
+    read_trainer_record,
 )
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_paths import found_place, start_dir
@@ -93,17 +93,16 @@ def check_resumable(
     """Before the ranks start: the checkpoint a resume (the ``[checkpoint]`` section, of
     the run folder ``out``) would load refuses the same changes of ``settings`` (as the
     ranks record them: ``TrainConfig.to_json()``) as there (:func:`check_unchanged`,
-    :class:`CheckpointError`), naming each, so a refused resume starts no rank. Nothing
-    is checked for a fresh start, or where the checkpoint's record cannot be read (the
-    ranks verify the checkpoint and name what is wrong)."""
-    path = RunCheckpoints(checkpoint, out, is_main=False).to_load(launch_mode().restarts > 0)
-    if path is None:
-        return
-    try:
-        state = read_json_file(path / TRAINER_FILE, error=CheckpointError)
-    except (CheckpointError, OSError):
-        return
-    check_unchanged(path, state, settings, dataset_fingerprint(shapes))
+    :class:`CheckpointError`), naming each, so a refused resume starts no rank; its
+    record is read checked against the manifest (and the pin), the checkpoint's other
+    files are verified by the ranks as they load it. Nothing is checked for a fresh
+    start."""
+    restarted = launch_mode().restarts > 0
+    checkpoints = RunCheckpoints(checkpoint, out, is_main=False)
+    path = checkpoints.to_load(restarted)
+    if path is not None:
+        state = read_trainer_record(path, checkpoints.expected_sha256(restarted))
+        check_unchanged(path, state, settings, dataset_fingerprint(shapes))
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
