@@ -22,6 +22,34 @@ FORMATS = {
     "av1.mp4": ("libsvtav1", "mp4", "yuv420p", False),
 }
 
+#: a clip for each suffix a media folder lists as a video, in the container its name says
+#: (written at 25 fps: MPEG-1 and MXF take broadcast rates only); Ogg holds VP8, as this
+#: FFmpeg decodes Theora but has no Theora encoder
+SUFFIX_FORMATS = {
+    **{Path(name).suffix: FORMATS[name] for name in ("audio_first.mp4", "h264.mov")},
+    **{Path(name).suffix: FORMATS[name] for name in ("ffv1.mkv", "vp9.webm", "mpeg4.avi")},
+    ".gif": FORMATS["anim.gif"],
+    ".m4v": ("libx264", "mp4", "yuv420p", False),
+    ".3gp": ("mpeg4", "3gp", "yuv420p", True),
+    ".3g2": ("libx264", "3g2", "yuv420p", False),
+    ".mpg": ("mpeg1video", "mpeg", "yuv420p", False),
+    ".mpeg": ("mpeg2video", "mpeg", "yuv420p", False),
+    ".m2v": ("mpeg2video", "mpeg2video", "yuv420p", False),
+    ".vob": ("mpeg2video", "vob", "yuv420p", False),
+    ".ts": ("mpeg2video", "mpegts", "yuv420p", False),
+    ".mts": ("libx264", "mpegts", "yuv420p", False),
+    ".m2ts": ("libx264", "mpegts", "yuv420p", True),
+    ".wmv": ("wmv2", "asf", "yuv420p", False),
+    ".asf": ("wmv1", "asf", "yuv420p", False),
+    ".flv": ("flv", "flv", "yuv420p", False),
+    ".f4v": ("libx264", "f4v", "yuv420p", False),
+    ".ogv": ("libvpx", "ogg", "yuv420p", False),
+    ".mxf": ("mpeg2video", "mxf", "yuv420p", False),
+}
+
+#: muxer options by suffix: AVCHD's and Blu-ray's transport streams (192-byte packets)
+MUXER_OPTIONS = {".mts": {"mpegts_m2ts_mode": "1"}, ".m2ts": {"mpegts_m2ts_mode": "1"}}
+
 #: H.265 in MP4, written by :func:`write_h265_clip` only (in a child process, 64 x 64)
 H265 = ("libx265", "mp4", "yuv420p", False)
 
@@ -79,12 +107,14 @@ def write_format_clip(
     """A clip at ``path`` in the format :data:`FORMATS` gives its name (H.264 MP4 for
     another name); ``rotation`` (degrees counter-clockwise) and ``hflip`` (a left-right
     mirror after it) are written as the stream's display matrix; ``spec`` (a
-    :data:`FORMATS` value) overrides the name's format."""
+    :data:`FORMATS` value) overrides the name's format; a suffix of
+    :data:`MUXER_OPTIONS` is muxed with them."""
     import av
 
     default = FORMATS.get(path.name, ("libx264", "mp4", "yuv420p", False))
     codec, fmt, pix, audio_first = spec or default
-    with av.open(str(path), "w", format=fmt) as container:
+    muxer = MUXER_OPTIONS.get(path.suffix.lower(), {})
+    with av.open(str(path), "w", format=fmt, container_options=muxer) as container:
         audio = container.add_stream("aac", rate=8000) if audio_first else None
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, pix

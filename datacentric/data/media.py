@@ -14,14 +14,16 @@ each clip is read, and which frames and size it is encoded at.
   ``NAME.txt`` caption is its file's text less one final line end.
 - Reading: videos with PyAV (``av``, in the ``video`` extra), images with Pillow; both
   give RGB :class:`PIL.Image.Image` frames. Every container and codec the installed
-  PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF; H.264, H.265, VP8, VP9, AV1,
-  MPEG-4, FFV1 as its FFmpeg has them), from the first video stream; audio and other
+  PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
+  streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
+  its FFmpeg has them), from the first video stream; audio and other
   streams are never decoded. A clip's frame count is its stream's when the container
   states one, else the frames that decode (Matroska and WebM state none). Pixels come
   upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and diffusers'
   ``load_image``) and a video's display rotation (its display matrix, else its
   ``rotate`` tag) are applied before sizes are planned and frames resized. A file either
-  library fails on is a :class:`MediaError` saying why.
+  library fails on is a :class:`MediaError` saying why (for HEIC/HEIF and AVIF, which
+  Pillow reads through a plugin, the plugin to install when it is missing).
 - Geometry (:func:`plan_clip`): the frames and pixel size a clip is encoded at, or why
   it cannot be (too short, too small, no bucket keeps it).
 """
@@ -29,7 +31,9 @@ each clip is read, and which frames and size it is encoded at.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
+import importlib
 import io
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -50,8 +54,28 @@ from datacentric.data.text_file import read_text_file
 from datacentric.data.video_geometry import causal_latent_frames
 from datacentric.regular_files import parse_json
 
-VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".webm", ".avi", ".m4v", ".gif")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+#: a folder's clips, by suffix: the containers the installed PyAV's FFmpeg reads (each
+#: written and read back in tests/runtime/data/test_media_kinds.py)
+VIDEO_SUFFIXES = (
+    *(".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif"),
+    *(".3gp", ".3g2", ".mpg", ".mpeg", ".m2v", ".vob", ".ts", ".mts", ".m2ts"),
+    *(".wmv", ".asf", ".flv", ".f4v", ".ogv", ".mxf"),
+)
+#: a folder's images: what Pillow reads (HEIC/HEIF with the pillow-heif plugin, AVIF with
+#: a Pillow built with libavif or the pillow-avif-plugin: :data:`IMAGE_PLUGINS`)
+IMAGE_SUFFIXES = (
+    *(".png", ".jpg", ".jpeg", ".webp", ".bmp"),
+    *(".tif", ".tiff", ".avif", ".heic", ".heif"),
+)
+#: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
+IMAGE_PLUGINS = {
+    ".heic": ("pillow_heif", "pip install pillow-heif"),
+    ".heif": ("pillow_heif", "pip install pillow-heif"),
+    ".avif": (
+        "pillow_avif",
+        "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
+    ),
+}
 PATH_COLUMNS = ("path", "video", "file", "image", "file_name")
 #: Hugging Face's ``imagefolder`` / ``videofolder`` list, read when a folder holds one
 METADATA_FILES = ("metadata.jsonl", "metadata.csv")
@@ -246,6 +270,39 @@ class MediaInfo:
     presentation order: only when :func:`probe` is asked for them."""
 
 
+@functools.cache
+def _image_plugin(suffix: str) -> str:
+    """Registers the Pillow plugin that reads ``suffix`` (:data:`IMAGE_PLUGINS`) when it is
+    installed and Pillow lacks the format; else what to install, for the reason given
+    when the image cannot be read ("" when nothing is missing)."""
+    from PIL import features
+
+    if suffix not in IMAGE_PLUGINS or (suffix == ".avif" and features.check("avif")):
+        return ""
+    module, install = IMAGE_PLUGINS[suffix]
+    try:
+        plugin = importlib.import_module(module)
+    except ImportError:
+        return f"; Pillow reads {suffix} images with a plugin: {install}"
+    if hasattr(plugin, "register_heif_opener"):  # pillow-avif-plugin registers on import
+        plugin.register_heif_opener()
+    return ""
+
+
+def _open_image(path: Path) -> Any:
+    """Pillow's (lazy) image of ``path``, through its plugin where it needs one."""
+    from PIL import Image
+
+    _image_plugin(path.suffix.lower())
+    return Image.open(path)
+
+
+def _unreadable_image(path: Path, err: Exception) -> MediaError:
+    """The reason an image is skipped: Pillow's words, and the plugin it lacks."""
+    plugin = _image_plugin(path.suffix.lower())
+    return MediaError(f"unreadable image ({type(err).__name__}: {err}){plugin}")
+
+
 def _image_orientation(image: Any) -> int:
     """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
     try:
@@ -330,14 +387,12 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     if not item.path.is_file():
         raise MediaError("missing: no such file")
     if item.is_image:
-        from PIL import Image
-
         try:
-            with Image.open(item.path) as image:
+            with _open_image(item.path) as image:
                 orientation = _image_orientation(image)
                 h, w = image.height, image.width
         except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
-            raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
+            raise _unreadable_image(item.path, err) from None
         turned = orientation in (5, 6, 7, 8)
         return MediaInfo(1, w if turned else h, h if turned else w, orientation != 1)
     try:
@@ -371,13 +426,13 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
     diffusers' ``load_image``), a video's frames by their display rotation;
     :class:`MediaError` when decoding fails or the clip is shorter than asked."""
     if item.is_image:
-        from PIL import Image, ImageOps
+        from PIL import ImageOps
 
         try:
-            with Image.open(item.path) as image:
+            with _open_image(item.path) as image:
                 return [ImageOps.exif_transpose(image).convert("RGB")]
         except Exception as err:  # noqa: BLE001
-            raise MediaError(f"unreadable image ({type(err).__name__}: {err})") from None
+            raise _unreadable_image(item.path, err) from None
     wanted = None if indices is None else set(indices)
     frames: dict[int, Any] = {}
     decoded = 0

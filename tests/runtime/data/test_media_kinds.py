@@ -1,0 +1,129 @@
+"""Every kind of clip and image a ``NAME.txt`` folder lists is read: each video suffix in
+the container its name says (a phone's 3GP, MPEG program and transport streams, AVCHD's
+192-byte-packet M2TS, WMV, FLV, Ogg, MXF ...), written with PyAV and decoded back; TIFF
+and AVIF stills; a HEIC photo Pillow cannot open without its plugin is listed and
+skipped naming the plugin."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import numpy as np
+import pytest
+from media_formats import SUFFIX_FORMATS, wave_frames, write_format_clip
+
+from datacentric.data import media as media_module
+from datacentric.data.media import (
+    IMAGE_SUFFIXES,
+    VIDEO_SUFFIXES,
+    MediaError,
+    decode,
+    probe,
+    read_media_source,
+)
+
+pytest.importorskip("av")
+
+
+def _still(path, seed: int = 0) -> np.ndarray:
+    from PIL import Image
+
+    pixels = wave_frames(1, 32, 48, seed)[0]
+    Image.fromarray(pixels).save(path)
+    return pixels
+
+
+@pytest.fixture
+def no_heif_plugin(monkeypatch):
+    """pillow-heif not installed (``import pillow_heif`` fails), whatever this machine has."""
+    monkeypatch.setitem(sys.modules, "pillow_heif", None)
+    media_module._image_plugin.cache_clear()
+    yield
+    media_module._image_plugin.cache_clear()
+
+
+def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
+    from PIL import features
+
+    assert set(SUFFIX_FORMATS) == set(VIDEO_SUFFIXES)  # a written clip for every suffix
+    written = {}
+    for number, (suffix, spec) in enumerate(SUFFIX_FORMATS.items()):
+        name = f"v{number}{suffix}"
+        write_format_clip(tmp_path / name, 9, 32, 48, seed=number, rate=25, spec=spec)
+        written[name] = wave_frames(9, 32, 48, number)
+    readable = [s for s in IMAGE_SUFFIXES if s not in (".heic", ".heif")]
+    readable = [s for s in readable if s != ".avif" or features.check("avif")]
+    for number, suffix in enumerate(readable):
+        written[f"i{number}{suffix}"] = [_still(tmp_path / f"i{number}{suffix}", number)]
+    (tmp_path / "photo.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
+    for name in [*written, "photo.heic"]:
+        (tmp_path / name).with_suffix(".txt").write_text(f"{name}: a cat")
+
+    items = {item.source: item for item in read_media_source(tmp_path)}
+    assert set(items) == {*written, "photo.heic"}
+    assert all(i.caption == f"{s}: a cat" for s, i in items.items())
+    for name, frames in written.items():
+        item = items[name]
+        assert item.is_image == (len(frames) == 1), name
+        info = probe(item)
+        assert (info.frames, info.height, info.width) == (len(frames), 32, 48), name
+        got = decode(item)
+        assert [f.size for f in got] == [(48, 32)] * len(frames), name
+        # lossy codecs at their defaults and GIF's 256 colours: 16.2 levels at most from
+        # the waves written (another seed's waves are 79 off, another frame's more); PNG,
+        # BMP and TIFF exactly
+        error = np.mean([np.abs(np.asarray(g, float) - w) for g, w in zip(got, frames)])
+        assert error < 25, (name, error)
+        if name.endswith((".png", ".bmp", ".tif", ".tiff")):
+            assert np.array_equal(np.asarray(got[0]), frames[0]), name
+    assert items["photo.heic"].is_image
+    for read in (probe, decode):
+        with pytest.raises(MediaError, match=r"plugin: pip install pillow-heif$"):
+            read(items["photo.heic"])
+
+
+@pytest.mark.usefixtures("one_thread", "no_heif_plugin")
+def test_a_folder_of_other_kinds_is_prepared(tmp_path):
+    pytest.importorskip("diffusers")
+    import torch
+    from diffusers import WanPipeline
+    from PIL import Image
+    from prepare_media import decoded_frames, save_wan_pipeline
+    from runtime.prepare.test_prepare_media import _vae_latent
+    from safetensors.torch import load_file
+
+    from datacentric.prepare import PrepareJob, prepare
+
+    media = tmp_path / "media"
+    media.mkdir()
+    clips = {"phone.3gp": 5, "old.mpg": 9, "cam.ts": 5}
+    for number, (name, frames) in enumerate(clips.items()):
+        spec = SUFFIX_FORMATS["." + name.split(".")[1]]
+        write_format_clip(media / name, frames, 32, 48, seed=number, rate=25, spec=spec)
+    _still(media / "scan.tif")
+    (media / "photo.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
+    for name in (*clips, "scan.tif", "photo.heic"):
+        (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
+    pipe_dir = save_wan_pipeline(tmp_path / "pipe")
+    job = PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o"))
+    report = prepare(dataclasses.replace(job, caption_rule="error"))
+
+    skipped = {s["source"]: s["reason"] for s in report["skipped_files"]}
+    assert set(skipped) == {"photo.heic"}
+    assert skipped["photo.heic"].endswith("plugin: pip install pillow-heif")
+    assert (report["clips"], report["samples"], report["skipped"]) == (5, 4, 1)
+    pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
+    lines = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
+    for entry in map(json.loads, lines):
+        name = entry["source"]
+        if name == "scan.tif":
+            with Image.open(media / name) as image:
+                frames = [image.convert("RGB")]
+        else:
+            frames = decoded_frames(media / name)[: (clips[name] - 1) // 4 * 4 + 1]
+        got = load_file(tmp_path / "o" / entry["latent"])["latent"]
+        assert got.shape == (1 + (len(frames) - 1) // 4, 4, 4, 6), name
+        torch.testing.assert_close(got, _vae_latent(pipe, frames, 32, 48), rtol=0, atol=1e-5)
+    assert sorted(json.loads(line)["source"] for line in lines) == sorted([*clips, "scan.tif"])
