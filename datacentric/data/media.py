@@ -8,6 +8,9 @@ each clip is read, and which frames and size it is encoded at.
   ``imagefolder`` convention); or a folder where every clip or image has its caption
   beside it in ``NAME.txt`` (as finetrainers and musubi-tuner read them). A line
   without a caption keeps ``caption = None``: the caption rule of ``prepare`` decides.
+  In such a folder a file of a kind with no reader that has a caption beside it, and a
+  caption with no file of its name, are listed too, with the reason no sample comes of
+  them (:attr:`MediaItem.unread`): nothing captioned is dropped without a word.
 - Captions are kept exactly: a CSV is read as RFC 4180 over the whole text (quoted
   line breaks, commas and quotes kept; a UTF-8 byte-order mark and CRLF accepted), a
   JSONL file is split at ``\\n`` only (U+2028, U+0085 ... stay inside a caption), and a
@@ -98,6 +101,9 @@ class MediaItem:
     caption: str | None
     where: str
     """Where it was listed (``FILE:LINE`` or the caption file), for messages."""
+    unread: str | None = None
+    """Why no sample is read from this file of a ``NAME.txt`` folder (a kind with no
+    reader, or a caption with nothing beside it): ``prepare`` lists it as skipped."""
 
     @property
     def is_image(self) -> bool:
@@ -220,19 +226,52 @@ def _caption_file(path: Path) -> str:
     return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
 
 
+def _unread_files(folder: Path, paths: list[Path], media: list[Path]) -> dict[Path, str]:
+    """The files of a ``NAME.txt`` folder that caption nothing prepare reads, and why: a
+    file of another kind with its caption beside it, or a caption with no file of its
+    name. Hidden files and folders (``.DS_Store``) and other uncaptioned files are none."""
+    read = {path.with_suffix("") for path in media}
+    visible = [p for p in paths if not any(n.startswith(".") for n in p.relative_to(folder).parts)]
+    by_stem: dict[Path, list[Path]] = {}
+    for path in visible:
+        by_stem.setdefault(path.with_suffix(""), []).append(path)
+    unread = {}
+    captions = [p for p in visible if p.suffix == ".txt" and not p.is_dir()]
+    for caption in (p for p in captions if p.with_suffix("") not in read):
+        others = [p for p in by_stem[caption.with_suffix("")] if p != caption and p.is_file()]
+        for other in others:
+            kind = f"suffix {other.suffix}" if other.suffix else "no suffix"
+            unread[other] = (
+                f"not a clip or image prepare reads ({kind}; docs/prepare.md lists the "
+                "kinds): convert it, e.g. to .mp4 or .png"
+            )
+        if not others:
+            unread[caption] = (
+                "a caption with no clip or image beside it (NAME.txt captions NAME.mp4, "
+                "NAME.png ... in its folder)"
+            )
+    return unread
+
+
 def _list_folder(folder: Path) -> list[MediaItem]:
     found = [folder / name for name in METADATA_FILES if (folder / name).exists()]
     if len(found) > 1:
         raise DataError(f"--media {folder}: holds both {', '.join(METADATA_FILES)}; keep one")
     if found:
         return _list_file(found[0])
-    items = []
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
-    for media in sorted(p for p in folder.rglob("*") if p.suffix.lower() in suffixes):
-        caption_file = media.with_suffix(".txt")
+    paths = sorted(folder.rglob("*"))
+    media = [p for p in paths if p.suffix.lower() in suffixes]
+    unread = _unread_files(folder, paths, media)
+    items = []
+    for path in sorted([*media, *unread]):
+        given = path.relative_to(folder).as_posix()
+        caption_file = path.with_suffix(".txt")
+        if path in unread:  # its caption is not read: no sample comes of it
+            items.append(MediaItem(len(items), path, given, None, str(caption_file), unread[path]))
+            continue
         caption = _caption_file(caption_file) if caption_file.exists() else None
-        given = media.relative_to(folder).as_posix()
-        items.append(MediaItem(len(items), media, given, caption, str(caption_file)))
+        items.append(MediaItem(len(items), path, given, caption, str(caption_file)))
     return items
 
 
@@ -250,6 +289,11 @@ def read_media_source(source: str | Path) -> list[MediaItem]:
         raise DataError(f"--media {source}: no such file or folder")
     if not items:
         raise DataError(f"--media {source}: lists no clip or image")
+    if all(item.unread for item in items):
+        raise DataError(
+            f"--media {source}: lists no clip or image (the first file not read, "
+            f"{items[0].source}: {items[0].unread})"
+        )
     return items
 
 

@@ -210,6 +210,8 @@ def plan_task(
 ) -> Task:
     """The task of one clip (unassigned); ``tokens(caption)`` counts its text tokens;
     ``seen`` maps the names planned so far to where they were listed."""
+    if item.unread:  # a folder's file no sample comes of: skipped, its caption unread
+        return Task(item, None, item.unread)
     if item.name in seen:
         first = seen[item.name]
         return Task(item, None, f"duplicate of {first} (same path and caption)", duplicate_of=first)

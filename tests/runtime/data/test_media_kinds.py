@@ -2,7 +2,9 @@
 the container its name says (a phone's 3GP, MPEG program and transport streams, AVCHD's
 192-byte-packet M2TS, WMV, FLV, Ogg, MXF ...), written with PyAV and decoded back; TIFF
 and AVIF stills; a HEIC photo Pillow cannot open without its plugin is listed and
-skipped naming the plugin."""
+skipped naming the plugin. What such a folder holds that no sample comes of (a captioned
+file of another kind, a caption with nothing beside it) is listed with its reason, and
+``prepare`` reports it as skipped; hidden files and uncaptioned non-media are not."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 from media_formats import SUFFIX_FORMATS, wave_frames, write_format_clip
 
 from datacentric.data import media as media_module
+from datacentric.data.base import DataError
 from datacentric.data.media import (
     IMAGE_SUFFIXES,
     VIDEO_SUFFIXES,
@@ -63,7 +66,7 @@ def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
 
     items = {item.source: item for item in read_media_source(tmp_path)}
     assert set(items) == {*written, "photo.heic"}
-    assert all(i.caption == f"{s}: a cat" for s, i in items.items())
+    assert all(i.caption == f"{s}: a cat" and i.unread is None for s, i in items.items())
     for name, frames in written.items():
         item = items[name]
         assert item.is_image == (len(frames) == 1), name
@@ -84,8 +87,56 @@ def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
             read(items["photo.heic"])
 
 
+def _layout(folder) -> None:
+    """A musubi-tuner folder as found: clips, captions and what else users keep there."""
+    for name in ("a.mp4", "d.mp4", "sub/f.mxf", "sub/.hidden/g.mp4"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"")
+    for name in ("a", "b", "c", "d", "sub/f", "sub/e", "sub/.hidden/g", "sub/.hidden/h"):
+        (folder / f"{name}.txt").write_text(f"{name}: a cat")
+    (folder / "b.xyz").write_bytes(b"\x00")  # a kind with no reader, captioned
+    (folder / "d.json").write_text("{}")  # a clip's side file: the clip is read
+    (folder / "notes.md").write_text("no caption: not a sample")
+    (folder / ".DS_Store").write_bytes(b"\x00")
+    (folder / "c").mkdir()  # a folder named as the caption: no clip
+
+
+def test_a_folder_names_each_captioned_file_no_sample_comes_of(tmp_path):
+    _layout(tmp_path)
+    items = read_media_source(tmp_path)
+    listed = [(i.source, i.caption, (i.unread or "").split(" (")[0]) for i in items]
+    assert listed == [
+        ("a.mp4", "a: a cat", ""),
+        ("b.xyz", None, "not a clip or image prepare reads"),
+        ("c.txt", None, "a caption with no clip or image beside it"),
+        ("d.mp4", "d: a cat", ""),
+        ("sub/.hidden/g.mp4", "sub/.hidden/g: a cat", ""),  # named clips are read, as before
+        ("sub/e.txt", None, "a caption with no clip or image beside it"),
+        ("sub/f.mxf", "sub/f: a cat", ""),
+    ]
+    assert "(suffix .xyz; docs/prepare.md lists the kinds)" in items[1].unread
+    assert items[1].where == str(tmp_path / "b.txt")
+    only = tmp_path / "only"
+    only.mkdir()
+    (only / "x.mts.bak").write_bytes(b"")
+    (only / "x.mts.txt").write_text("a cat")
+    with pytest.raises(DataError, match=r"lists no clip or image \(the first file not read, x"):
+        read_media_source(only)
+
+
+def test_prepare_skips_an_unread_file_under_every_caption_rule(tmp_path):
+    from datacentric.data.media import Geometry
+    from datacentric.prepare.plan import PrepareJob, plan_task
+
+    _layout(tmp_path)
+    job = PrepareJob(pipeline="p", media=str(tmp_path), out="o", caption_rule="error")
+    unread = [i for i in read_media_source(tmp_path) if i.unread]
+    tasks = [plan_task(i, Geometry(4, 16), None, job, None, {}) for i in unread]
+    assert [(t.plan, t.skip) for t in tasks] == [(None, i.unread) for i in unread]
+
+
 @pytest.mark.usefixtures("one_thread", "no_heif_plugin")
-def test_a_folder_of_other_kinds_is_prepared(tmp_path):
+def test_a_folder_of_other_kinds_is_prepared_and_what_is_not_read_is_named(tmp_path):
     pytest.importorskip("diffusers")
     import torch
     from diffusers import WanPipeline
@@ -104,16 +155,19 @@ def test_a_folder_of_other_kinds_is_prepared(tmp_path):
         write_format_clip(media / name, frames, 32, 48, seed=number, rate=25, spec=spec)
     _still(media / "scan.tif")
     (media / "photo.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
-    for name in (*clips, "scan.tif", "photo.heic"):
+    (media / "clip.xyz").write_bytes(b"\x00")
+    for name in (*clips, "scan.tif", "photo.heic", "clip.xyz", "lonely.tif"):
         (media / name).with_suffix(".txt").write_text("a cat walks on the grass")
     pipe_dir = save_wan_pipeline(tmp_path / "pipe")
     job = PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o"))
     report = prepare(dataclasses.replace(job, caption_rule="error"))
 
     skipped = {s["source"]: s["reason"] for s in report["skipped_files"]}
-    assert set(skipped) == {"photo.heic"}
+    assert set(skipped) == {"photo.heic", "clip.xyz", "lonely.txt"}
     assert skipped["photo.heic"].endswith("plugin: pip install pillow-heif")
-    assert (report["clips"], report["samples"], report["skipped"]) == (5, 4, 1)
+    assert skipped["clip.xyz"].startswith("not a clip or image prepare reads (suffix .xyz")
+    assert skipped["lonely.txt"].startswith("a caption with no clip or image beside it")
+    assert (report["clips"], report["samples"], report["skipped"]) == (7, 4, 3)
     pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
     lines = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
     for entry in map(json.loads, lines):
