@@ -56,7 +56,9 @@ class RunCheckpoints:
             )
         if notice and self.is_main:
             logger.warning("note: %s", notice)
-        if path is None and self.is_main and self.checkpoint.resume:
+        if path is None and self.is_main and self.checkpoint.resume and not self.out.exists():
+            logger.warning("note: --resume: %s does not exist: a new run, at step 1", self.out)
+        elif path is None and self.is_main and self.checkpoint.resume:
             logger.warning(
                 "note: --resume: %s holds no checkpoint (the run stopped before its first "
                 "save; it saves %s); starting at step 1",

@@ -107,6 +107,12 @@ def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="datacentric"):
         assert checkpoints.to_load(restarted=False) is not None
     assert "holds no checkpoint" not in caplog.text
+    caplog.clear()
+    never = RunCheckpoints(CheckpointConfig(resume=True), tmp_path / "never-run")
+    with caplog.at_level(logging.WARNING, logger="datacentric"):
+        assert never.to_load(restarted=False) is None
+    assert f"--resume: {tmp_path / 'never-run'} does not exist: a new run, at step 1" in caplog.text
+    assert "stopped before its first save" not in caplog.text  # no run stopped there
 
 
 def test_steps_text_counts_the_steps_a_resume_takes() -> None:
