@@ -55,6 +55,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.settings.run_settings:_read_file": fuzzed("toml settings"),
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
     "datacentric.train.checkpoints.checkpoint:verify_checkpoint": fuzzed("trainer.json"),
+    "datacentric.train.checkpoints.checkpoint:read_trainer_record": fuzzed("trainer.json"),
     "datacentric.train.checkpoints.checkpoint:read_manifest": fuzzed("manifest.json"),
     "datacentric.train.exporting.export:run_settings": fuzzed("config.json"),
     "datacentric.train.exporting.export:_export_record_files": fuzzed("datacentric_export.json"),
