@@ -59,9 +59,10 @@ Memory on one rank (bytes):
 - saved activations: per non-recomputed block ``saved_elems * tokens/sp * dtype``
   (see :meth:`ModelSpec.saved_elements_per_token`), per recomputed block only its input
   ``hidden * tokens/sp * dtype``; conditioning k/v per sample, not sharded;
-- transient peak: the larger of the loss head's logits (LM: fp32 + dtype copy of
-  ``tokens/sp x vocab``) and, in backward, one recomputed block's full activations
-  plus the gradient working set (``(2 hidden + ffn) * tokens/sp * dtype``).
+- transient peak: the larger of the loss head (LM: three float32 ``tokens/sp x vocab``
+  tensors in log_softmax's backward, 12 bytes a logit) and, in backward, one
+  recomputed block's full activations plus the gradient working set
+  (``(2 hidden + ffn) * tokens/sp * dtype``).
 
 Terms fitted to measurement (``datacentric calibrate``; see docs/planning.md):
 
@@ -807,11 +808,21 @@ class AnalyticCostModel(CachedCostModel):
             saved += kept * (saved_block + cond_kv) + recomputed * (input_only + cond_kv)
         # embeddings / caption embedder outputs kept for backward
         saved += 2 * h * local * b + spec.cross_attn_tokens * n * (spec.cross_attn_width + h) * b
-        head = spec.vocab_size * local * (4 + b) if spec.vocab_size else 0.0
+        head = self._loss_head_bytes(local)
         grad_work = (2 * h + spec.ffn_hidden) * local * b
         recompute_peak = saved_block - input_only if any(counts) else 0.0
         transient = max(head, recompute_peak + grad_work)
         return int(self.model_state_bytes() + saved + transient)
+
+    def _loss_head_bytes(self, local: float) -> float:
+        """Bytes the LM loss head holds at its peak over ``local`` tokens of one rank (0
+        without a vocabulary). The models upcast the logits and take ``cross_entropy`` in
+        float32: backward's log_softmax holds its saved output, the gradient coming in and
+        the gradient it writes, three float32 tokens x vocab tensors (12 bytes a logit);
+        forward peaks at the float32 logits, their log_softmax and, while upcasting, the
+        model-dtype logits (8 + b). Measured: 12 bytes a logit, fp32 and bf16
+        (tests/runtime/models/test_loss_head_memory.py)."""
+        return self.spec.vocab_size * local * max(3 * 4, 2 * 4 + self.dtype_bytes)
 
 
 def analytic_model(

@@ -68,20 +68,26 @@ def test_a_model_without_rings_refuses_them():
     assert split_candidates(toy, 2) == [1]
 
 
+#: 768K tokens: the longest multiple of 256K tokens whose pass, split 8 ways, fits
+#: one node under a 100 GiB budget (94.8 GiB with a ring of 8 and full recomputation, 35.2 of
+#: them the loss head); 1M tokens need 117.5 GiB there and fit no node size
+NODE_LONG = 3 << 18
+
+
 def test_the_plan_offers_rings_past_the_head_count_and_keeps_ulysses_where_it_is_cheaper(llama):
-    shapes = [SampleShape.text(1 << 20), SampleShape.text(2048)]
+    shapes = [SampleShape.text(NODE_LONG), SampleShape.text(2048)]
     plan = plan_buckets(make_buckets(shapes), llama, world_size=64, memory_cap_bytes=100 * 2**30)
     options = [o for b in plan.buckets.values() for o in b.options]
     assert {o.sp_size for o in options if o.ring_size > 1} >= {64}
     short = plan.options_of(next(n for n, b in plan.buckets.items() if b.shape.tokens == 2048))
     assert all(o.ring_size == 1 for o in short if o.sp_size <= 32)  # short: no ring pays
-    long = next(n for n, b in plan.buckets.items() if b.shape.tokens == 1 << 20)
-    # 1M tokens inside a node: a ring over the 8 GPUs hides its transfers, Ulysses'
+    long = next(n for n, b in plan.buckets.items() if b.shape.tokens == NODE_LONG)
+    # 768K tokens inside a node: a ring over the 8 GPUs hides its transfers, Ulysses'
     # all-to-alls do not, so the plan takes the ring there
     inside = [o for o in plan.options_of(long) if o.sp_size == 8]
     assert inside and all(o.ring_size == 8 for o in inside)
     for o in inside:
-        ulysses = split_breakdown(llama, [SampleShape.text(1 << 20)], 8, o.recompute, 1)
+        ulysses = split_breakdown(llama, [SampleShape.text(NODE_LONG)], 8, o.recompute, 1)
         assert o.times[0] < ulysses.time_s
     best = plan.preferred(long)
     row = plan.bucket_row(long, llama)
@@ -153,16 +159,25 @@ def test_the_ideal_bound_prices_ring_options_past_a_node(llama):
     from datacentric.scheduling.option_table import OptionTable
     from datacentric.scheduling.policy_input import any_recompute
 
-    shapes = [SampleShape.text(1 << 20), SampleShape.text(8192)]
-    plan = Pipeline(shapes, llama, world_size=256, memory_cap_bytes=100 * 2**30).plan
-    table = OptionTable(
-        DatasetView(shapes), llama, plan, world_size=256, max_sp_size=None, allowed=any_recompute
-    )
-    b = int(table.view.bucket_of[0])
-    within = min(c.gpu_seconds_per_sample for s in table.node_sizes if (c := table.config(b, s)))
-    assert table.ring_sizes_past_node(b)
-    ideal = sample_gpu_seconds(table, np.asarray([0]))[0]
-    assert ideal < within  # a ring past a node costs fewer GPU-seconds than any node size
+    for tokens in (NODE_LONG, 1 << 20):  # one node holds 768K tokens, no node holds 1M
+        shapes = [SampleShape.text(tokens), SampleShape.text(8192)]
+        plan = Pipeline(shapes, llama, world_size=256, memory_cap_bytes=100 * 2**30).plan
+        table = OptionTable(
+            DatasetView(shapes),
+            llama,
+            plan,
+            world_size=256,
+            max_sp_size=None,
+            allowed=any_recompute,
+        )
+        b = int(table.view.bucket_of[0])
+        fits = [c.gpu_seconds_per_sample for s in table.node_sizes if (c := table.config(b, s))]
+        assert table.ring_sizes_past_node(b)
+        ideal = sample_gpu_seconds(table, np.asarray([0]))[0]
+        if tokens == NODE_LONG:  # a ring past a node costs fewer GPU-seconds than any node size
+            assert fits and ideal < min(fits)
+        else:  # only rings past a node hold it, and they price it
+            assert not fits and 0 < ideal < np.inf
 
 
 def test_ring_transfer_hides_behind_only_its_overlap_share_of_attention():

@@ -26,7 +26,8 @@ def _own_schedule(shapes, cost, world, tokens):
 def long_and_short(monkeypatch):
     """96 documents of 6,000 tokens and 2,496 of 128 at 8 H200s (llama-7b), one step:
     a quarter of the issue's 384 x 6,000 + 9,984 x 128, whose hand schedule runs each
-    6,000 alone with 26 of 128 riding."""
+    6,000 alone with 26 of 128 riding (24 fit since the loss head is priced at 12 bytes
+    a logit: 98.2 GB, 25 are 99.0 GB, over the 98.7 GB cap)."""
     monkeypatch.setattr(dcp_opt, "PORTFOLIO_SAMPLES", 0)
     shapes = [SampleShape.text(6_000)] * 96 + [SampleShape.text(128)] * 2_496
     cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=8)
@@ -37,9 +38,12 @@ def test_short_samples_ride_in_long_micro_batches_and_the_step_is_shorter(
     long_and_short, monkeypatch
 ):
     shapes, cost = long_and_short
-    # token-packed steps (megatron-dyncp's forming) mix lengths too: off, riders alone
+    # token-packed steps (megatron-dyncp's forming) mix lengths too, and so does merging
+    # a group's short micro-batches (merge_small: without riders, one group of 2 ranks
+    # then runs a 6,000-token document with 71 of 128): off, riders alone
     monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_SAMPLES", 0)
     monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_STEP_WORK", 0)
+    monkeypatch.setattr(dcp_opt, "MERGE_SHARE", 0.0)
     mixed = _own_schedule(shapes, cost, 8, 895_488)
     monkeypatch.setattr(riders, "RIDER_RATIO", 10**9)  # no bucket hosts riders
     alone = _own_schedule(shapes, cost, 8, 895_488)

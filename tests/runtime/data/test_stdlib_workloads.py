@@ -40,5 +40,9 @@ def test_dcp_pac_near_the_bound_on_long_tailed_code():
         plan=plan,
         options=SchedulingConfig(global_batch_tokens=4_000_000),
     )
-    assert schedule.meta["efficiency"] >= 0.85
+    # 0.848 (0.853 while the loss head was priced at 4 + 2 bytes a logit, not 12): the
+    # short buckets' micro-batches hold one sample fewer (t<=256: 44 -> 43, t<=512:
+    # 22 -> 21, t<=1024: 11 -> 10; eleven of 1,023 tokens would hold 4.3 GB of loss head,
+    # not 2.2), so dcp-pac's epoch grows 41.77 -> 42.12 s and the bound 35.62 -> 35.73 s
+    assert schedule.meta["efficiency"] >= 0.84
     assert np.isfinite(schedule.meta["est_epoch_time_s"])
