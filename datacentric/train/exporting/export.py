@@ -65,6 +65,7 @@ from datacentric.train.checkpoints.checkpoint import (
     resolve_resume_from,
     verify_checkpoint,
 )
+from datacentric.train.checkpoints.run_paths import places, start_dir
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
 from datacentric.train.exporting.lora_export import (
     lora_from_settings,
@@ -72,7 +73,6 @@ from datacentric.train.exporting.lora_export import (
     transposed_layers,
     write_adapter,
 )
-from datacentric.train.checkpoints.run_paths import places, start_dir
 
 #: path segments that wrappers insert into parameter names (activation checkpointing,
 #: torch.compile); they are not the model's own
