@@ -30,6 +30,7 @@ from datacentric.cli.planning_inputs import (
     analytic_model,
     command_pipeline,
     dataset_shapes,
+    model_and_hardware,
     profiled_model,
 )
 from datacentric.planning.plan import Plan
@@ -97,14 +98,16 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, A
         if not has_data:
             return load_plan(args.profile), None, f"saved plan in {args.profile}", cost
         source = f"profile {args.profile}"
-    elif not (args.model and args.hardware and has_data and args.world):
-        raise ValueError(
-            "give --profile-dir DIR, or --model PRESET --hardware PRESET --world N with "
-            "--dataset NAME or --lengths FILE"
-        )
     else:
-        cost, world = analytic_model(args.model, args.hardware, args.world, args), args.world
-        source = f"analytic {args.model} on {args.hardware}"
+        model, hardware = model_and_hardware(args)  # a workload preset's, where unset
+        if not (model and hardware and has_data and args.world):
+            raise ValueError(
+                "give --profile-dir DIR, or --model PRESET --hardware PRESET --world N with "
+                "--dataset NAME or --lengths FILE (a workload preset --dataset names its own "
+                "model and hardware)"
+            )
+        cost, world = analytic_model(model, hardware, args.world, args), args.world
+        source = f"analytic {model} on {hardware}"
     from datacentric.settings import SchedulingConfig
 
     # the plan schedule and train make: its options bounded by [scheduling]

@@ -52,6 +52,20 @@ def sharding_of(args: argparse.Namespace) -> Any:
     return ShardingSpec(args.shard or DEFAULT_SHARD, bool(args.reshard_after_forward))
 
 
+def model_and_hardware(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``--model`` and ``--hardware`` as given, each one unset taken from the workload
+    preset ``--dataset`` names (``stdlib``: ``stdlib-code``'s), as ``plan``, ``schedule``
+    and ``simulate`` read them."""
+    from datacentric.data.workloads import get_workload, list_workloads
+
+    model, hardware = args.model, args.hardware
+    name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
+    if name in list_workloads() and not (model and hardware):  # the preset's defaults
+        preset = get_workload(name, seed=args.seed, num_samples=100)
+        model, hardware = model or preset.model, hardware or preset.hardware
+    return model, hardware
+
+
 def analytic_model(model: str, hardware: str, world: int, args: argparse.Namespace) -> Any:
     """The analytic cost model of ``--model`` (any model string, with its ``--model-arg``
     keyword arguments) on ``--hardware`` (fp32 on ``cpu-local``, bf16 elsewhere) with

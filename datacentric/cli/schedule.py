@@ -41,6 +41,7 @@ from datacentric.cli.planning_inputs import (
     command_pipeline,
     dataset_shapes,
     global_batch_options,
+    model_and_hardware,
     profiled_model,
 )
 from datacentric.cli.ranks import announce
@@ -130,13 +131,7 @@ def cost_model_and_source(args: argparse.Namespace) -> tuple[Any, str]:
     if args.profile:
         cost, _ = profiled_model(args)
         return limit_splits(cost, args), f"profile {args.profile}"
-    model, hardware = args.model, args.hardware
-    from datacentric.data.workloads import get_workload, list_workloads
-
-    name = "stdlib-code" if args.dataset == "stdlib" else args.dataset
-    if name in list_workloads() and not (model and hardware):  # the preset's defaults
-        preset = get_workload(name, seed=args.seed, num_samples=100)
-        model, hardware = model or preset.model, hardware or preset.hardware
+    model, hardware = model_and_hardware(args)
     if not (model and hardware):
         from datacentric.planning.hardware import list_hardware
 

@@ -37,6 +37,17 @@ def test_plan_from_analytic_presets(capsys, tmp_path) -> None:
     assert "does not fit" in capsys.readouterr().err
 
 
+def test_plan_of_a_workload_preset_takes_its_model_and_hardware(capsys) -> None:
+    """``plan --dataset PRESET --world N`` plans on the preset's model and hardware, as
+    ``schedule`` and ``simulate`` do with the same flags (before: "give --profile-dir DIR,
+    or --model PRESET --hardware PRESET ..."); either given wins."""
+    assert main(["plan", "--dataset", "stdlib-code", "--world", "8"]) == 0
+    assert capsys.readouterr().out.startswith("plan from analytic llama-7b on h200-sxm")
+    argv = ["plan", "--dataset", "stdlib-code", "--world", "8", "--hardware", "h100-sxm"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("plan from analytic llama-7b on h100-sxm")
+
+
 @pytest.mark.slow
 def test_profile_command_measures_plans_validates_and_reuses(capsys, tmp_path) -> None:
     lengths = tmp_path / "lengths.txt"
