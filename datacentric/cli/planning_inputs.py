@@ -29,11 +29,23 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
         shapes = preset_shapes(args.dataset, settings.job.seed, settings.data.dataset_limit)
         if shapes is not None:  # open_dataset's shapes, without torch's import
             return shapes, 0
-        from datacentric.data.sources import open_dataset, skipped_samples, with_model_tokenizer
+        from datacentric.cli.ranks import say
+        from datacentric.data.sources import (
+            open_dataset,
+            reads_text,
+            skipped_samples,
+            with_model_tokenizer,
+        )
 
         # text read with the tokenizer train reads it with (an hf:DIR model's own)
         data = with_model_tokenizer(settings.model, settings.data, settings.validation)
         dataset = open_dataset(args.dataset, data, seed=settings.job.seed)
+        if reads_text(data, settings.validation) and data.tokenizer is None:  # not chosen
+            say(
+                args.command,
+                f"note: {args.dataset}: lengths counted in UTF-8 bytes, no tokenizer given "
+                "(--tokenizer DIR counts your model's tokens; --tokenizer bytes says so)",
+            )
         return dataset.shapes(), skipped_samples(dataset)
     raise ValueError("give --dataset NAME or --lengths FILE")
 

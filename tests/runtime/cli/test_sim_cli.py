@@ -48,14 +48,18 @@ def test_simulate_your_own_data_says_how_many_steps_and_why(tmp_path, capsys):
     data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     args = ["simulate", "--dataset", f"jsonl:{data}", "--world", "8", "--policy", "static,dcp-opt"]
     assert main([*args, "--global-batch-tokens", "8000"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert f"jsonl:{data}: 32 samples, llama-7b on 8 x h200-sxm" in out
+    # no tokenizer: the lengths are bytes, and a note says so (--tokenizer bytes: chosen)
+    assert f"note: jsonl:{data}: lengths counted in UTF-8 bytes, no tokenizer given" in err
     # 32 samples of 31,120 bytes in global batches of at most 8000 tokens: 4 steps or more
     steps = int(out.split("one epoch simulated: ")[1].split()[0])
     assert steps >= 4 and "global batch of 8000 tokens (--global-batch-tokens)" in out
-    assert main([*args, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    assert main([*args, "--json", "--tokenizer", "bytes"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
     assert report["steps"] == 1 and "the default" in report["steps_why"]
+    assert "UTF-8 bytes" not in err
     assert set(report["policies"]) == {"static", "dcp-opt"}
 
 
