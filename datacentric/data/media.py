@@ -230,7 +230,7 @@ def _unread_files(folder: Path, paths: list[Path], media: list[Path]) -> dict[Pa
     """The files of a ``NAME.txt`` folder that caption nothing prepare reads, and why: a
     file of another kind with its caption beside it, or a caption with no file of its
     name. Hidden files and folders (``.DS_Store``) and other uncaptioned files are none."""
-    read = {path.with_suffix("") for path in media}
+    read, listed = {path.with_suffix("") for path in media}, set(media)
     visible = [p for p in paths if not any(n.startswith(".") for n in p.relative_to(folder).parts)]
     by_stem: dict[Path, list[Path]] = {}
     for path in visible:
@@ -245,7 +245,14 @@ def _unread_files(folder: Path, paths: list[Path], media: list[Path]) -> dict[Pa
                 f"not a clip or image prepare reads ({kind}; docs/prepare.md lists the "
                 "kinds): convert it, e.g. to .mp4 or .png"
             )
-        if not others:
+        named = caption.with_suffix("")  # clip.mp4.txt beside clip.mp4
+        if not others and named in listed:
+            unread[caption] = (
+                f"names its clip or image with its suffix: {caption.name} is read as no "
+                f"caption of {named.name}; rename it {named.with_suffix('.txt').name} "
+                "(NAME.txt captions NAME.mp4, NAME.png ...)"
+            )
+        elif not others:
             unread[caption] = (
                 "a caption with no clip or image beside it (NAME.txt captions NAME.mp4, "
                 "NAME.png ... in its folder)"
@@ -319,9 +326,10 @@ def _image_plugin(suffix: str) -> str:
     """Registers the Pillow plugin that reads ``suffix`` (:data:`IMAGE_PLUGINS`) when it is
     installed and Pillow lacks the format; else what to install, for the reason given
     when the image cannot be read ("" when nothing is missing)."""
-    from PIL import features
+    from PIL import Image
 
-    if suffix not in IMAGE_PLUGINS or (suffix == ".avif" and features.check("avif")):
+    Image.init()  # the formats Pillow reads, its installed plugins' included
+    if suffix not in IMAGE_PLUGINS or suffix in Image.registered_extensions():
         return ""
     module, install = IMAGE_PLUGINS[suffix]
     try:

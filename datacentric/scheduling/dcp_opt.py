@@ -98,7 +98,7 @@ TOKEN_PACKED_SAMPLES = 50_000
 #: candidates. 120,000 chat turns at 8 GPUs are 64,000 a step (0.9870 -> 0.9970 of the
 #: bound with it); ``sft-longtail`` (100,000 samples) 14,000 at 8 GPUs (0.9746 -> 0.9800,
 #: 5.7 -> 10.0 s of CPU), 57,000 at 16 (0.9773 -> 0.9782) and 228,000 at 32 (0.9752 ->
-#: 0.9780, 3.5 -> 8.0 s: megatron-dyncp alone runs 0.9759 there since the loss head is
+#: 0.9780, 3.5 -> 8.3 s: megatron-dyncp alone runs 0.9759 there since the loss head is
 #: priced at 12 bytes a logit), but not 915,000 at 64 (7.3 -> 23.7 s, no step
 #: token-packed). ``opensora-balanced`` at 32 GPUs (155,000) pays 4.5 -> 6.4 s for no
 #: token-packed step.

@@ -95,6 +95,8 @@ def _layout(folder) -> None:
     for name in ("a", "b", "c", "d", "sub/f", "sub/e", "sub/.hidden/g", "sub/.hidden/h"):
         (folder / f"{name}.txt").write_text(f"{name}: a cat")
     (folder / "b.xyz").write_bytes(b"\x00")  # a kind with no reader, captioned
+    (folder / "k.png").write_bytes(b"")  # captioned by its full name: k.png.txt
+    (folder / "k.png.txt").write_text("k: a cat")
     (folder / "d.json").write_text("{}")  # a clip's side file: the clip is read
     (folder / "notes.md").write_text("no caption: not a sample")
     (folder / ".DS_Store").write_bytes(b"\x00")
@@ -110,6 +112,13 @@ def test_a_folder_names_each_captioned_file_no_sample_comes_of(tmp_path):
         ("b.xyz", None, "not a clip or image prepare reads"),
         ("c.txt", None, "a caption with no clip or image beside it"),
         ("d.mp4", "d: a cat", ""),
+        ("k.png", None, ""),
+        (
+            "k.png.txt",
+            None,
+            "names its clip or image with its suffix: k.png.txt is read as no "
+            "caption of k.png; rename it k.txt",
+        ),
         ("sub/.hidden/g.mp4", "sub/.hidden/g: a cat", ""),  # named clips are read, as before
         ("sub/e.txt", None, "a caption with no clip or image beside it"),
         ("sub/f.mxf", "sub/f: a cat", ""),
