@@ -26,6 +26,7 @@ from datacentric.train.checkpoints.checkpoint import (
     unfinished_saves,
 )
 from datacentric.train.reporting.metric_sinks import logger
+from datacentric.train.run_folder import RUN_FILES
 
 
 @dataclass
@@ -56,8 +57,8 @@ class RunCheckpoints:
             )
         if notice and self.is_main:
             logger.warning("note: %s", notice)
-        if path is None and self.is_main and self.checkpoint.resume and not self.out.exists():
-            logger.warning("note: --resume: %s does not exist: a new run, at step 1", self.out)
+        if path is None and self.is_main and self.checkpoint.resume and not self._holds_run():
+            logger.warning("note: --resume: %s holds no run yet: a new run, at step 1", self.out)
         elif path is None and self.is_main and self.checkpoint.resume:
             logger.warning(
                 "note: --resume: %s holds no checkpoint (the run stopped before its first "
@@ -68,6 +69,11 @@ class RunCheckpoints:
         if self.is_main:
             self._note_cut_short(path)
         return path
+
+    def _holds_run(self) -> bool:
+        """A run has recorded something in the run folder (its steps, its checkpoints,
+        its settings): the folder a first start creates and locks holds none of them."""
+        return any((self.out / name).exists() for name in RUN_FILES)
 
     def _note_cut_short(self, path: Path | None) -> None:
         """Say so when the newest save was cut short (its ``step-N.tmp`` folder is all

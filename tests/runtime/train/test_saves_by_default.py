@@ -94,6 +94,7 @@ def test_the_first_ctrl_c_names_the_step_the_run_stops_after() -> None:
 
 
 def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
+    (tmp_path / "metrics.jsonl").write_text("")  # a run that stopped before its first save
     checkpoints = RunCheckpoints(CheckpointConfig(resume=True), tmp_path)
     with caplog.at_level(logging.WARNING, logger="datacentric"):
         assert checkpoints.to_load(restarted=False) is None
@@ -108,10 +109,12 @@ def test_resume_with_no_checkpoint_says_so(tmp_path, caplog) -> None:
         assert checkpoints.to_load(restarted=False) is not None
     assert "holds no checkpoint" not in caplog.text
     caplog.clear()
+    (tmp_path / "never-run").mkdir()  # as the first start's lock of the run folder makes it
     never = RunCheckpoints(CheckpointConfig(resume=True), tmp_path / "never-run")
     with caplog.at_level(logging.WARNING, logger="datacentric"):
         assert never.to_load(restarted=False) is None
-    assert f"--resume: {tmp_path / 'never-run'} does not exist: a new run, at step 1" in caplog.text
+    said = f"--resume: {tmp_path / 'never-run'} holds no run yet: a new run, at step 1"
+    assert said in caplog.text
     assert "stopped before its first save" not in caplog.text  # no run stopped there
 
 
