@@ -100,12 +100,15 @@ def _make_plan(args: argparse.Namespace) -> tuple[Plan, Bucketing | None, str, A
         source = f"profile {args.profile}"
     else:
         model, hardware = model_and_hardware(args)  # a workload preset's, where unset
-        if not (model and hardware and has_data and args.world):
-            raise ValueError(
-                "give --profile-dir DIR, or --model PRESET --hardware PRESET --world N with "
-                "--dataset NAME or --lengths FILE (a workload preset --dataset names its own "
-                "model and hardware)"
-            )
+        missing = [
+            *([] if model else ["--model PRESET"]),
+            *([] if hardware else ["--hardware PRESET"]),
+            *([] if args.world else ["--world N"]),
+            *([] if has_data else ["--dataset NAME (or --lengths FILE)"]),
+        ]
+        if missing:
+            preset = "" if model and hardware else " (a workload preset --dataset names both)"
+            raise ValueError(f"give {', '.join(missing)}{preset}, or --profile-dir DIR")
         cost, world = analytic_model(model, hardware, args.world, args), args.world
         source = f"analytic {model} on {hardware}"
     from datacentric.settings import SchedulingConfig

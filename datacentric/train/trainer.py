@@ -205,7 +205,6 @@ class Trainer:
             self.checkpoints,
             self.model,
             self.optimizer,
-            model_name=self.model_name,
             settings=self.settings_json,
             shapes=self.shapes,
         )

@@ -383,12 +383,18 @@ def latest_checkpoint(run_dir: str | Path, expect_sha256: str | None = None) -> 
 
 
 def find_checkpoint(
-    run_dir: str | Path, expect_sha256: str | None = None
+    run_dir: str | Path,
+    expect_sha256: str | None = None,
+    verify: Callable[[Path, str | None], Any] | None = None,
 ) -> tuple[Path | None, str | None]:
     """``(checkpoint, notice)``: the one ``latest`` names if it verifies, else the
     newest checkpoint that does (the notice says why and which); ``(None, None)``
     when the run has no checkpoint; :class:`CheckpointError` when none is valid.
-    ``expect_sha256``: a checkpoint verifies only with that manifest (checked first)."""
+    ``expect_sha256``: a checkpoint verifies only with that manifest (checked first).
+    ``verify(path, expect_sha256)``: how a checkpoint is verified (default
+    :func:`verify_checkpoint`, every file; :func:`read_trainer_record` reads its record
+    alone, for a check that loads nothing)."""
+    verify = verify or verify_checkpoint
     root = checkpoint_dir(run_dir)
     pointer = root / "latest"
     candidates = list_checkpoints(run_dir)
@@ -400,7 +406,7 @@ def find_checkpoint(
         try:
             if not named.is_dir():
                 raise CheckpointError(f"{pointer} names {named.name}, which does not exist")
-            verify_checkpoint(named, expect_sha256)
+            verify(named, expect_sha256)
             return named, None
         except CheckpointError as err:
             problem = str(err)
@@ -408,7 +414,7 @@ def find_checkpoint(
         problem = f"{pointer} is missing"
     for path in reversed(candidates):
         try:
-            verify_checkpoint(path, expect_sha256)
+            verify(path, expect_sha256)
         except CheckpointError:
             continue
         return path, f"{problem}; using {path.name}, the newest valid checkpoint"
@@ -479,7 +485,7 @@ def read_trainer_record(path: str | Path, expect_sha256: str | None = None) -> d
     reads of it."""
     path = Path(path)
     _check_pin(path, expect_sha256)
-    _check_file(path, TRAINER_FILE, read_manifest(path).get(TRAINER_FILE, ""))
+    _check_file(path, TRAINER_FILE, read_manifest(path)[TRAINER_FILE])
     return read_json_file(path / TRAINER_FILE, error=CheckpointError)
 
 

@@ -57,15 +57,14 @@ def load_to_resume(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     *,
-    model_name: str,
     settings: dict[str, dict[str, Any]],
     shapes: list[SampleShape],
 ) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint this start continues from (``resume``, ``resume_from``, or a
     torchrun restart: always the last one), loaded into ``model`` and ``optimizer``
     (collective), and its trainer state; None: a fresh start. The step records are
-    checked first, and a checkpoint of other settings (:func:`check_unchanged`) or
-    another model is refused before anything is loaded."""
+    checked first, and a checkpoint of other settings (:func:`check_unchanged`: the
+    model's included) is refused before anything is loaded."""
     restarted = launch_mode().restarts > 0
     check_step_records(checkpoints.out)  # before anything is loaded
     path = checkpoints.to_load(restarted)
@@ -75,9 +74,6 @@ def load_to_resume(
         path,
         model,
         optimizer,
-        # a model folder typed from elsewhere is the same model: check_unchanged compares
-        # it by its place; a model named otherwise is named in the load's own message
-        expect_model=None if typed_path("model", "model", model_name) else model_name,
         expect_sha256=checkpoints.expected_sha256(restarted),
         check=lambda saved: check_unchanged(path, saved, settings, dataset_fingerprint(shapes)),
     )
@@ -93,13 +89,13 @@ def check_resumable(
     """Before the ranks start: the checkpoint a resume (the ``[checkpoint]`` section, of
     the run folder ``out``) would load refuses the same changes of ``settings`` (as the
     ranks record them: ``TrainConfig.to_json()``) as there (:func:`check_unchanged`,
-    :class:`CheckpointError`), naming each, so a refused resume starts no rank; its
-    record is read checked against the manifest (and the pin), the checkpoint's other
-    files are verified by the ranks as they load it. Nothing is checked for a fresh
-    start."""
+    :class:`CheckpointError`), naming each, so a refused resume starts no rank. Only
+    its record is read, checked against the manifest (and the pin): the checkpoint's
+    other files are verified by the ranks as they load it. Nothing is checked for a
+    fresh start."""
     restarted = launch_mode().restarts > 0
     checkpoints = RunCheckpoints(checkpoint, out, is_main=False)
-    path = checkpoints.to_load(restarted)
+    path = checkpoints.to_load(restarted, verify=read_trainer_record)  # its record alone
     if path is not None:
         state = read_trainer_record(path, checkpoints.expected_sha256(restarted))
         check_unchanged(path, state, settings, dataset_fingerprint(shapes))

@@ -40,16 +40,19 @@ class RunCheckpoints:
     is_main: bool = True
     """Rank 0: the one that says which checkpoint it fell back to."""
 
-    def to_load(self, restarted: bool) -> Path | None:
+    def to_load(
+        self, restarted: bool, verify: Callable[[Path, str | None], Any] | None = None
+    ) -> Path | None:
         """The checkpoint this start loads (``None``: a fresh start): ``resume_from``,
         else with ``resume`` (or a torchrun restart) the newest complete one, checked
-        against ``expect_sha256`` unless restarted."""
+        against ``expect_sha256`` unless restarted; ``verify``: how a candidate is
+        checked (:func:`~.checkpoint.find_checkpoint`'s; default every file)."""
         if self.checkpoint.resume_from:
             return resolve_resume_from(self.out, self.checkpoint.resume_from)
         if not (self.checkpoint.resume or restarted):
             return None
         pin = self.expected_sha256(restarted)
-        path, notice = find_checkpoint(self.out, pin)
+        path, notice = find_checkpoint(self.out, pin, verify)
         if path is None and pin is not None:  # a pin of nothing must not start over
             raise CheckpointError(
                 f"--expect-sha256: {self.out} holds no checkpoint to check it against; "

@@ -46,6 +46,8 @@ def test_plan_of_a_workload_preset_takes_its_model_and_hardware(capsys) -> None:
     argv = ["plan", "--dataset", "stdlib-code", "--world", "8", "--hardware", "h100-sxm"]
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("plan from analytic llama-7b on h100-sxm")
+    assert main(["plan", "--dataset", "stdlib-code"]) == 2  # what is missing, alone
+    assert "plan: give --world N, or --profile-dir DIR" in capsys.readouterr().err
 
 
 @pytest.mark.slow

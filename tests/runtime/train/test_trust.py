@@ -134,17 +134,20 @@ def test_expect_sha256_pins_the_checkpoint(trained, tmp_path, capsys):
 def test_a_resume_reads_the_checkpoint_s_record_only_once_its_pin_and_checksum_hold(
     trained, tmp_path, capsys
 ):
-    """The check before the ranks start reads the checkpoint's ``trainer.json`` as the
-    load does: a pin first, then the record's SHA-256 in the manifest. A record edited
-    to another seed is named by the pin, or as corrupt, never read as the run's settings
-    (before: "changed since it was saved: job.seed", from the unchecked record)."""
+    """The check before the ranks start reads the checkpoint ``--resume-from`` names (not
+    verified as ``--resume``'s newest is) as the load does: a pin first, then the
+    record's SHA-256 in the manifest. A record edited to another seed is named by the
+    pin, or as corrupt, never read as the run's settings (before: "changed since it was
+    saved: job.seed", from the unchecked record)."""
     out, checkpoint, _ = tampered(trained, tmp_path)
     record = json.loads((checkpoint / ckpt.TRAINER_FILE).read_text())
     record["config"]["job"]["seed"] += 1
     (checkpoint / ckpt.TRAINER_FILE).write_text(json.dumps(record))
     wrong = "0" * 64
+    argv = ["train", "--out", str(out), *SMALL_TRAIN_FLAGS, "--iterations", "2"]
+    argv += ["--resume-from", str(checkpoint)]
     for extra, named in ((["--expect-sha256", wrong], wrong), ([], "checksum mismatch")):
-        status, err = resume(out, capsys, *extra)
+        status, err = run_cli([*argv, *extra], capsys)
         lines = errors_only(err)
         assert status == 2 and len(lines) == 1, err
         assert named in lines[0] and "changed since" not in lines[0], lines[0]
