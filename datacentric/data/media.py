@@ -53,7 +53,12 @@ from datacentric.data.frame_sampling import (
     frame_line,
     window_positions,
 )
-from datacentric.data.text_file import read_text_file
+from datacentric.data.text_file import (
+    json_lone_surrogate,
+    lone_surrogate,
+    read_text_file,
+    surrogate_problem,
+)
 from datacentric.data.video_geometry import causal_latent_frames
 from datacentric.regular_files import parse_json
 
@@ -114,7 +119,8 @@ class MediaItem:
     def name(self) -> str:
         """The output name: the file's stem and a hash of its source and caption, so an
         edited caption or an inserted line never reuses another clip's files."""
-        key = f"{self.source}\0{self.caption}".encode()
+        # surrogatepass: a file name that is not UTF-8 (listed as unread) has a name too
+        key = f"{self.source}\0{self.caption}".encode("utf-8", "surrogatepass")
         stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.path.stem)[:60]
         return f"{stem}-{hashlib.sha256(key).hexdigest()[:12]}"
 
@@ -189,6 +195,9 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
         row = parse_json(line, f"{path}:{number}", DataError)
         if not isinstance(row, dict):
             raise DataError(f"{path}:{number}: want an object with path and caption")
+        escape = json_lone_surrogate(line, row)
+        if escape:
+            raise DataError(f"{path}:{number}: {surrogate_problem(escape)}")
         rows.append((f"{path}:{number}", row))
     if rows and not any(n in row for _, row in rows for n in CAPTION_COLUMNS):
         raise DataError(
@@ -260,6 +269,19 @@ def _unread_files(folder: Path, paths: list[Path], media: list[Path]) -> dict[Pa
     return unread
 
 
+def _not_utf8_names(folder: Path, media: list[Path]) -> dict[Path, str]:
+    """The clips and images of a folder whose names are not UTF-8, and why none is read:
+    no manifest or tokenizer holds such a name (Python reads each byte that is not
+    UTF-8 as the lone surrogate U+DC00 + byte)."""
+    unread = {}
+    for path in media:
+        escape = lone_surrogate(path.relative_to(folder).as_posix())
+        if escape:
+            byte = int(escape[2:], 16) - 0xDC00
+            unread[path] = f"its name is not UTF-8 (byte {byte:#04x}): rename it in UTF-8"
+    return unread
+
+
 def _list_folder(folder: Path) -> list[MediaItem]:
     found = [folder / name for name in METADATA_FILES if (folder / name).exists()]
     if len(found) > 1:
@@ -269,9 +291,9 @@ def _list_folder(folder: Path) -> list[MediaItem]:
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
     paths = sorted(folder.rglob("*"))
     media = [p for p in paths if p.suffix.lower() in suffixes]
-    unread = _unread_files(folder, paths, media)
+    unread = {**_unread_files(folder, paths, media), **_not_utf8_names(folder, media)}
     items = []
-    for path in sorted([*media, *unread]):
+    for path in sorted({*media, *unread}):
         given = path.relative_to(folder).as_posix()
         caption_file = path.with_suffix(".txt")
         if path in unread:  # its caption is not read: no sample comes of it

@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import numbered_lines, read_text_file
+from datacentric.data.text_file import (
+    json_lone_surrogate,
+    numbered_lines,
+    read_text_file,
+    surrogate_problem,
+)
 from datacentric.regular_files import parse_json
 
 #: The longest line a prompts file may hold (a prompt, or its JSON line): a prompt is
@@ -75,6 +80,9 @@ def _prompt(line: str, index: int, where: str) -> Prompt:
     if not stripped.startswith("{"):
         return Prompt(index, line)
     record = parse_json(stripped, where, DataError)
+    escape = json_lone_surrogate(stripped, record)
+    if escape:
+        raise DataError(f"{where}: {surrogate_problem(escape)}")
     if not isinstance(record.get("prompt"), str):
         raise DataError(f'{where}: a JSON line needs a "prompt" string')
     unknown = sorted(set(record) - {"prompt", "max_new_tokens", "temperature", *RENDER_KEYS})

@@ -1,12 +1,20 @@
 """A small text file the user wrote (a media list, a caption, a prompts file), read whole
 as UTF-8: through the regular-file check (a FIFO or device never blocks), a leading
 byte-order mark dropped (a spreadsheet's "CSV UTF-8" writes one), and anything that is
-not text refused as one :class:`~datacentric.data.base.DataError` naming the file."""
+not text refused as one :class:`~datacentric.data.base.DataError` naming the file.
+
+A JSON string may spell half of a UTF-16 pair alone (``"\\ud83d"``), and a file name
+that is not UTF-8 reads as such halves (Python's ``surrogateescape``): no character, and
+no UTF-8 text (a tokenizer's input, a manifest) can hold one. :func:`lone_surrogate` finds
+them, so that a reader names the line or file instead of failing later."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from datacentric.data.base import DataError
 from datacentric.regular_files import read_regular_bytes
@@ -36,3 +44,34 @@ def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
     JSON string may hold raw and which ``str.splitlines`` would cut at."""
     for number, line in enumerate(text.split("\n"), 1):
         yield number, line.removesuffix("\r")
+
+
+#: a JSON escape of a UTF-16 surrogate (U+D800 to U+DFFF): only a line with one can hold
+#: a lone half once parsed
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone UTF-16 surrogate of ``text`` as its escape (``\\ud83d``), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"\\u{ord(text[err.start]):04x}"
+    return None
+
+
+def json_lone_surrogate(line: str, value: Any) -> str | None:
+    """:func:`lone_surrogate` of any string in ``value``, parsed from the JSON ``line``
+    (only a line holding a surrogate's escape is looked into)."""
+    if not _SURROGATE_ESCAPE.search(line):
+        return None
+    return lone_surrogate(json.dumps(value, ensure_ascii=False))
+
+
+def surrogate_problem(escape: str) -> str:
+    """Why a string holding the lone surrogate ``escape`` is refused, and the fix."""
+    return (
+        f"holds {escape}, half of a UTF-16 surrogate pair without its other half: no "
+        "character, and UTF-8 cannot hold it; write the character itself, or both halves "
+        "of its pair (\\ud83d\\udc31)"
+    )

@@ -21,6 +21,7 @@ BAD_LINES = [
     (b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
     (b'{"text": "b", "n": ' + b"9" * 5000 + b"}\n", "cannot be read (Exceeds the limit"),
     (b"9" * 5000 + b"\n", "cannot be read"),
+    (b'{"text": "a \\ud83d b"}\n', "holds .ud83d, half of a UTF-16 surrogate pair"),
 ]
 
 

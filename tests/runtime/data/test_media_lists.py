@@ -101,6 +101,8 @@ def test_hugging_face_metadata_with_file_name(tmp_path):
         ("a.jsonl", b'{"path": "a.mp4"}\n', r"a.jsonl: no line has a caption"),
         ("a.jsonl", b'{"path": "a.mp4", "text": 3}\n', r"a.jsonl:1: .* must be strings"),
         ("a.jsonl", b'{"path": "a.mp4", "text": "x"}\n{"path"\n', r"a.jsonl:2: not JSON"),
+        ("a.jsonl", b'{"path": "a.mp4", "text": "\\ud83d"}\n', r"a.jsonl:1: holds .ud83d, half"),
+        ("a.jsonl", b'{"path": "\\udce9.mp4", "text": "x"}\n', r"a.jsonl:1: holds .udce9, half"),
     ],
 )
 def test_malformed_lists_are_one_error_naming_file_and_line(tmp_path, name, content, message):
@@ -119,3 +121,23 @@ def test_a_fifo_list_or_caption_file_is_refused_without_blocking(tmp_path):
     os.mkfifo(folder / "a.txt")
     with pytest.raises(DataError, match="a.txt: cannot read it .*FIFO"):
         read_media_source(folder)
+
+
+def test_a_clip_whose_name_is_not_utf8_is_named_not_a_crash(tmp_path):
+    from datacentric.data.media import Geometry
+    from datacentric.prepare.plan import PrepareJob, plan_task
+
+    folder = os.fsencode(tmp_path)
+    for name, data in ((b"caf\xe9.mp4", b""), (b"caf\xe9.txt", b"a cat"), (b"ok.mp4", b"")):
+        with open(os.path.join(folder, name), "wb") as handle:
+            handle.write(data)
+    (tmp_path / "ok.txt").write_text("a dog")
+    items = read_media_source(tmp_path)
+    assert [(i.source, i.caption, i.unread) for i in items] == [
+        ("caf\udce9.mp4", None, "its name is not UTF-8 (byte 0xe9): rename it in UTF-8"),
+        ("ok.mp4", "a dog", None),
+    ]
+    assert items[0].name.startswith("caf_-")  # its record's name: no UnicodeEncodeError
+    job = PrepareJob(pipeline="p", media=str(tmp_path), out="o")
+    task = plan_task(items[0], Geometry(4, 16), None, job, None, {})
+    assert (task.plan, task.skip) == (None, items[0].unread)

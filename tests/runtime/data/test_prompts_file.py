@@ -28,6 +28,15 @@ def test_lines_end_at_newline_only(tmp_path):
     ]
 
 
+def test_a_prompt_holding_half_a_surrogate_pair_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text('{"prompt": "a \\ud83d\\udc31 cat"}\n{"prompt": "a \\ud83d cat"}\n')
+    with pytest.raises(DataError, match=r"prompts.txt line 2: holds .ud83d, half of a UTF-16"):
+        read_prompts(path)
+    path.write_text('{"prompt": "a \\ud83d\\udc31 cat"}\n')
+    assert read_prompts(path) == [Prompt(0, "a \U0001f431 cat")]
+
+
 def test_a_fifo_is_refused_without_waiting(tmp_path):
     os.mkfifo(tmp_path / "prompts.txt")
     with pytest.raises(DataError, match=r"prompts.txt: cannot read it .*a FIFO"):
