@@ -377,6 +377,35 @@ def _unreadable_image(path: Path, err: Exception) -> MediaError:
     return MediaError(f"unreadable image ({type(err).__name__}: {err}){plugin}")
 
 
+def _sixteen_bit(image: Any) -> bool:
+    """A greyscale image of 16-bit levels: Pillow's ``I;16`` modes, or ``I`` read from a
+    PNG (whose greyscale is at most 16-bit; Pillow before 10 reads it so)."""
+    return image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
+
+
+def _level_problem(image: Any) -> str | None:
+    """Why an image's levels cannot be shown as 8-bit RGB, or None: a 32-bit integer or
+    float image (Pillow's ``I`` or ``F``) states no range its levels span."""
+    if image.mode in ("I", "F") and not _sixteen_bit(image):
+        kind = "floating-point" if image.mode == "F" else "32-bit integer"
+        return (
+            f"a {kind} image (Pillow mode {image.mode}) states no range of its levels: "
+            "save it with 8 or 16 bits a level (PNG, TIFF)"
+        )
+    return None
+
+
+def _rgb(image: Any, sixteen: bool) -> Any:
+    """An RGB image of ``image``: 16-bit levels by their high byte, as Pillow reads a
+    16-bit RGB PNG (its ``convert("RGB")`` clips them at 255 instead: nearly all white)."""
+    from PIL import Image
+
+    if not sixteen:
+        return image.convert("RGB")
+    levels = np.asarray(image).astype(np.uint32) >> 8
+    return Image.fromarray(levels.astype(np.uint8), "L").convert("RGB")
+
+
 def _image_orientation(image: Any) -> int:
     """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
     try:
@@ -465,8 +494,11 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
             with _open_image(item.path) as image:
                 orientation = _image_orientation(image)
                 h, w = image.height, image.width
+                problem = _level_problem(image)
         except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
             raise _unreadable_image(item.path, err) from None
+        if problem:
+            raise MediaError(problem)
         turned = orientation in (5, 6, 7, 8)
         return MediaInfo(1, w if turned else h, h if turned else w, orientation != 1)
     try:
@@ -504,9 +536,12 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
 
         try:
             with _open_image(item.path) as image:
-                return [ImageOps.exif_transpose(image).convert("RGB")]
+                problem, sixteen = _level_problem(image), _sixteen_bit(image)
+                if not problem:
+                    return [_rgb(ImageOps.exif_transpose(image), sixteen)]
         except Exception as err:  # noqa: BLE001
             raise _unreadable_image(item.path, err) from None
+        raise MediaError(problem)
     wanted = None if indices is None else set(indices)
     frames: dict[int, Any] = {}
     decoded = 0

@@ -87,6 +87,30 @@ def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
             read(items["photo.heic"])
 
 
+def test_a_16_bit_photo_keeps_its_levels_and_one_of_no_stated_range_is_named(tmp_path):
+    from PIL import Image
+
+    from datacentric.data.media import MediaItem
+
+    def item(name):
+        return MediaItem(0, tmp_path / name, name, "a cat", name)
+
+    # a 16-bit greyscale ramp (Pillow mode I;16), stored 32 x 48, shown turned (EXIF 6)
+    levels = np.arange(32 * 48, dtype=np.uint16).reshape(32, 48) * 43
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(levels).save(tmp_path / "deep.png", exif=exif)
+    info = probe(item("deep.png"))
+    assert (info.height, info.width, info.rotated) == (48, 32, True)
+    (got,) = decode(item("deep.png"))
+    high_byte = np.rot90(levels >> 8, k=-1).astype(np.uint8)  # as a 16-bit RGB PNG reads
+    assert np.array_equal(np.asarray(got), np.stack([high_byte] * 3, -1))
+    Image.fromarray(levels.astype(np.float32) / 65535).save(tmp_path / "hdr.tiff")
+    for read in (probe, decode):
+        with pytest.raises(MediaError, match=r"^a floating-point image \(Pillow mode F\) states"):
+            read(item("hdr.tiff"))
+
+
 def _layout(folder) -> None:
     """A musubi-tuner folder as found: clips, captions and what else users keep there."""
     for name in ("a.mp4", "d.mp4", "sub/f.mxf", "sub/.hidden/g.mp4"):
