@@ -235,17 +235,34 @@ def _caption_file(path: Path) -> str:
     return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
 
 
-def _unread_files(folder: Path, paths: list[Path], media: list[Path]) -> dict[Path, str]:
+def _caption_files(paths: list[Path]) -> dict[Path, list[Path]]:
+    """The caption files of a folder by stem: ``NAME.txt`` first, then ``NAME.TXT`` (a
+    suffix in any case, as Windows and cameras write them); the first is read."""
+    found: dict[Path, list[Path]] = {}
+    for path in sorted(paths, key=lambda p: (p.suffix != ".txt", p)):
+        if path.suffix.lower() == ".txt":
+            found.setdefault(path.with_suffix(""), []).append(path)
+    return found
+
+
+def _unread_files(
+    folder: Path, paths: list[Path], media: list[Path], captioned: dict[Path, list[Path]]
+) -> dict[Path, str]:
     """The files of a ``NAME.txt`` folder that caption nothing prepare reads, and why: a
-    file of another kind with its caption beside it, or a caption with no file of its
-    name. Hidden files and folders (``.DS_Store``) and other uncaptioned files are none."""
+    file of another kind with its caption beside it, a caption with no file of its name,
+    or a second caption of one (``NAME.txt`` and ``NAME.TXT``). Hidden files and folders
+    (``.DS_Store``) and other uncaptioned files are none."""
     read, listed = {path.with_suffix("") for path in media}, set(media)
     visible = [p for p in paths if not any(n.startswith(".") for n in p.relative_to(folder).parts)]
     by_stem: dict[Path, list[Path]] = {}
     for path in visible:
         by_stem.setdefault(path.with_suffix(""), []).append(path)
     unread = {}
-    captions = [p for p in visible if p.suffix == ".txt" and not p.is_dir()]
+    captions = [p for p in visible if p.suffix.lower() == ".txt" and not p.is_dir()]
+    for caption in (p for p in captions if p.with_suffix("") in read):
+        first = captioned[caption.with_suffix("")][0]
+        if caption != first:
+            unread[caption] = f"a second caption of {first.stem}: {first.name} is read; keep one"
     for caption in (p for p in captions if p.with_suffix("") not in read):
         others = [p for p in by_stem[caption.with_suffix("")] if p != caption and p.is_file()]
         for other in others:
@@ -291,13 +308,18 @@ def _list_folder(folder: Path) -> list[MediaItem]:
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
     paths = sorted(folder.rglob("*"))
     media = [p for p in paths if p.suffix.lower() in suffixes]
-    unread = {**_unread_files(folder, paths, media), **_not_utf8_names(folder, media)}
+    captioned = _caption_files(paths)
+    unread = {
+        **_unread_files(folder, paths, media, captioned),
+        **_not_utf8_names(folder, media),
+    }
     items = []
     for path in sorted({*media, *unread}):
         given = path.relative_to(folder).as_posix()
-        caption_file = path.with_suffix(".txt")
+        caption_file = captioned.get(path.with_suffix(""), [path.with_suffix(".txt")])[0]
         if path in unread:  # its caption is not read: no sample comes of it
-            items.append(MediaItem(len(items), path, given, None, str(caption_file), unread[path]))
+            where = path if path.suffix.lower() == ".txt" else caption_file
+            items.append(MediaItem(len(items), path, given, None, str(where), unread[path]))
             continue
         caption = _caption_file(caption_file) if caption_file.exists() else None
         items.append(MediaItem(len(items), path, given, caption, str(caption_file)))

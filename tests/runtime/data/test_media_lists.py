@@ -141,3 +141,24 @@ def test_a_clip_whose_name_is_not_utf8_is_named_not_a_crash(tmp_path):
     job = PrepareJob(pipeline="p", media=str(tmp_path), out="o")
     task = plan_task(items[0], Geometry(4, 16), None, job, None, {})
     assert (task.plan, task.skip) == (None, items[0].unread)
+
+
+def test_a_caption_file_of_an_upper_case_suffix_is_read(tmp_path):
+    for name, data in (("UP.MP4", b""), ("UP.TXT", b"a cat\r\n"), ("low.png", b"")):
+        (tmp_path / name).write_bytes(data)
+    (tmp_path / "low.Txt").write_text("a dog")
+    (tmp_path / "two.mp4").write_bytes(b"")
+    (tmp_path / "two.txt").write_text("read")
+    (tmp_path / "two.TXT").write_text("not read")
+    items = read_media_source(tmp_path)
+    assert [(i.source, i.caption, i.where, i.unread) for i in items] == [
+        ("UP.MP4", "a cat", str(tmp_path / "UP.TXT"), None),
+        ("low.png", "a dog", str(tmp_path / "low.Txt"), None),
+        (
+            "two.TXT",
+            None,
+            str(tmp_path / "two.TXT"),
+            "a second caption of two: two.txt is read; keep one",
+        ),
+        ("two.mp4", "read", str(tmp_path / "two.txt"), None),
+    ]
