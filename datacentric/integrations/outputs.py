@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from datacentric.train.checkpoints.checkpoint import checkpoint_step
+from datacentric.train.checkpoints.checkpoint import MANIFEST, checkpoint_step, list_checkpoints
 from datacentric.train.exporting.export import EXPORT_RECORD, export_run
 from datacentric.train.run_folder import RUN_FILES
 
@@ -66,6 +66,19 @@ def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:
     if value is None or value is False:
         return False, None
     if value is True:
+        # transformers raises here too; a run that stopped before its first save restarts
+        if not list_checkpoints(run_folder(output_dir)) and earlier_run(output_dir) is None:
+            foreign = foreign_checkpoints(output_dir)
+            raise ValueError(
+                f"resume_from_checkpoint=True: no checkpoint of a datacentric run in "
+                f"output_dir {output_dir}"
+                + (
+                    f" ({', '.join(foreign)}: not a drop-in run's); start a new run in "
+                    "another output_dir"
+                    if foreign
+                    else "; train without it to start a new run"
+                )
+            )
         return True, None
     if not isinstance(value, str | os.PathLike):
         raise ValueError(
@@ -78,7 +91,22 @@ def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:
             f"resume_from_checkpoint={str(value)!r}: no such checkpoint folder; give True "
             f"(the newest checkpoint of {output_dir}) or one of its checkpoint-N folders"
         )
+    if not (path / MANIFEST).is_file() and (path / "trainer_state.json").is_file():
+        raise ValueError(
+            f"resume_from_checkpoint={str(value)!r}: a checkpoint of transformers' own "
+            "Trainer; the drop-in resumes only its own checkpoint-N (with its optimizer and "
+            "data position): train without it to start a new run"
+        )
     return False, str(path.resolve())
+
+
+def foreign_checkpoints(output_dir: str | Path) -> list[str]:
+    """The ``checkpoint-N`` folders of ``output_dir`` that are not links to a run's
+    checkpoint (transformers' own ``Trainer`` writes such folders)."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        return []
+    return sorted(p.name for p in out.iterdir() if _LINK.match(p.name) and not p.is_symlink())
 
 
 def export_trained(run: Path, checkpoint: Path) -> Path:

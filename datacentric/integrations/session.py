@@ -40,6 +40,7 @@ from datacentric.integrations.outputs import (
     copy_saved,
     earlier_run,
     export_trained,
+    foreign_checkpoints,
     load_trained,
     resume_spec,
     run_folder,
@@ -184,13 +185,19 @@ class DropInTrainer(ScriptMethods):
                 "before any other call",
             )
         self._resume = resume
-        earlier = earlier_run(self.args.output_dir)
-        if earlier and self._trainer is None and self._resume == (False, None):
+        out = self.args.output_dir
+        earlier, foreign = earlier_run(out), foreign_checkpoints(out)
+        if (earlier or foreign) and self._trainer is None and self._resume == (False, None):
+            held = (
+                f"an earlier run ({earlier}): pass train(resume_from_checkpoint=True) to "
+                "continue it, or"
+                if earlier
+                else f"{', '.join(foreign)}, not a drop-in run's checkpoint (transformers' "
+                "own Trainer writes such folders):"
+            )
             stop(
                 self.command,
-                f"output_dir {self.args.output_dir} holds an earlier run ({earlier}): pass "
-                "train(resume_from_checkpoint=True) to continue it, or choose another "
-                "output_dir (nothing was deleted)",
+                f"output_dir {out} holds {held} choose another output_dir (nothing was deleted)",
             )
         trainer = self._built()
         result = trainer.run()

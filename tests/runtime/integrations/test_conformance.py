@@ -189,3 +189,32 @@ def test_a_wrong_constructor_argument_ends_in_one_line(capsys) -> None:
     given = TrainingArguments(output_dir="x", learning_rate=0.25, bf16=False)
     converted = SFTTrainer(model="m", args=given, train_dataset=texts).args
     assert isinstance(converted, SFTConfig) and converted.learning_rate == 0.25
+
+
+def test_a_resume_with_no_checkpoint_of_its_own_stops_as_transformers(tmp_path, capsys) -> None:
+    """transformers raises on ``resume_from_checkpoint=True`` with no checkpoint in
+    ``output_dir``; the drop-in started a new run at step 1 without a word (and took
+    transformers' own ``checkpoint-N`` folders there for nothing)."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    out = tmp_path / "out"
+    texts = Dataset.from_list([{"text": "a"}])
+
+    def stops(resume, named: str) -> None:
+        config = SFTConfig(output_dir=str(out), bf16=False, report_to="none")
+        trainer = SFTTrainer(model=str(tmp_path / "m"), args=config, train_dataset=texts)
+        with pytest.raises(SystemExit) as stopped:
+            trainer.train(resume_from_checkpoint=resume)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and len(err) == 1 and named in err[0], err
+
+    stops(True, "resume_from_checkpoint=True: no checkpoint of a datacentric run")
+    # a folder transformers' Trainer left: named, never resumed, written over or linked
+    (out / "checkpoint-3").mkdir(parents=True)
+    (out / "checkpoint-3" / "trainer_state.json").write_text("{}")
+    stops(True, "(checkpoint-3: not a drop-in run's)")
+    stops(str(out / "checkpoint-3"), "a checkpoint of transformers' own Trainer")
+    stops(None, "holds checkpoint-3, not a drop-in run's checkpoint")
