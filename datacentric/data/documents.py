@@ -53,13 +53,15 @@ def require(module: str, extra: str = "data"):
 
 def resolve_files(kind: str, pattern: str) -> list[str]:
     """Sorted files of ``PATH``, ``GLOB`` or a folder (searched recursively for
-    :data:`EXTENSIONS` of ``kind``); an empty result is a :class:`DataError`."""
+    :data:`EXTENSIONS` of ``kind``, in any case: ``NOTES.TXT`` too); an empty result is a
+    :class:`DataError`."""
     if not pattern:
         raise DataError(f"{kind}: give a file, glob or folder after '{kind}:'")
     path = Path(pattern).expanduser()
     if path.is_dir():
         ends = EXTENSIONS.get(kind, ())
-        files = sorted(str(p) for p in path.rglob("*") if p.is_file() and p.name.endswith(ends))
+        found = path.rglob("*")
+        files = sorted(str(p) for p in found if p.is_file() and p.name.lower().endswith(ends))
         if not files:
             raise DataError(f"{kind}:{pattern}: folder has no {'/'.join(ends)} file")
         return files

@@ -12,6 +12,7 @@ from datacentric.cli.flags import config_from_args
 from datacentric.cli.main import build_parser, main
 from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError, epoch_pack
+from datacentric.data.documents import resolve_files
 from datacentric.data.sources import reads_text, skipped_samples, source_kind
 from datacentric.data.tokenized import TokenizedTextDataset
 from datacentric.settings import load_config
@@ -128,6 +129,19 @@ def test_glob_over_text_files_and_tokenizer(tmp_path):
     assert ds.pack([0, 1]).inputs.tolist() == [1, 2, 2, 3, 2]
     with pytest.raises(DataError, match="no such file"):
         open_dataset(f"text:{tmp_path}/*.txt", DataConfig(tokenizer=str(tmp_path / "no")))
+
+
+def test_a_folder_s_files_are_found_by_their_suffix_in_any_case(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("a.txt", "B.TXT", "sub/c.Md", "d.json"):
+        (tmp_path / name).write_text(name)
+    assert resolve_files("text", str(tmp_path)) == [
+        str(tmp_path / n) for n in ("B.TXT", "a.txt", "sub/c.Md")
+    ]
+    (tmp_path / "E.JSONL").write_text('{"text": "e"}\n')
+    assert resolve_files("jsonl", str(tmp_path)) == [
+        str(tmp_path / n) for n in ("E.JSONL", "d.json")
+    ]
 
 
 def test_parquet_with_text_field(tmp_path):
