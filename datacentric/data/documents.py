@@ -17,7 +17,7 @@ from pathlib import Path
 
 from datacentric.data.base import DataError
 from datacentric.data.text_file import json_lone_surrogate, surrogate_problem
-from datacentric.regular_files import check_regular, open_regular, parse_json, read_regular_text
+from datacentric.regular_files import check_regular, open_regular, parse_json, read_regular_bytes
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -231,10 +231,13 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
 
 
 def _text(path: str) -> str:
+    """A text file's document, every byte as written: its CRLF and CR line ends kept (a
+    text-mode read turns both into LF), a leading byte-order mark dropped."""
     try:
-        return read_regular_text(path).removeprefix("\ufeff")  # a BOM an editor wrote
+        text = read_regular_bytes(path).decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return text.removeprefix("\ufeff")  # a BOM an editor wrote
 
 
 def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

@@ -56,7 +56,8 @@ from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 3  # 2: every message key and record keyword; 3: tables without None
+CACHE_VERSION = 4  # 2: every message key and record keyword; 3: tables without None;
+# 4: text files keep their CRLF and CR line ends
 ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")

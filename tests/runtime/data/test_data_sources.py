@@ -131,6 +131,13 @@ def test_glob_over_text_files_and_tokenizer(tmp_path):
         open_dataset(f"text:{tmp_path}/*.txt", DataConfig(tokenizer=str(tmp_path / "no")))
 
 
+def test_a_text_file_is_one_document_byte_for_byte(tmp_path):
+    written = "\ufeffa\r\nb\rc\n\u2028d \U0001f431\n".encode()
+    (tmp_path / "doc.txt").write_bytes(written)
+    ds = open_dataset(f"text:{tmp_path}/doc.txt")
+    assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
+
+
 def test_a_folder_s_files_are_found_by_their_suffix_in_any_case(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("a.txt", "B.TXT", "sub/c.Md", "d.json"):
