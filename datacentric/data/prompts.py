@@ -8,8 +8,8 @@ out is the ``[validation]`` section's.
 Read before ranks start (:func:`read_prompts`): a file that is not a regular UTF-8 text
 file (a FIFO is refused, never waited on), holds no prompt, a line over
 :data:`MAX_PROMPT_CHARS` characters, or a JSON line without ``prompt`` is one
-:class:`~datacentric.data.base.DataError` naming the file and line. Lines end at ``\\n``
-(or ``\\r\\n``) only: a U+2028 inside a prompt stays in it.
+:class:`~datacentric.data.base.DataError` naming the file and line. Lines end at ``\\n``,
+``\\r\\n`` or a lone ``\\r`` only: a U+2028 inside a prompt stays in it.
 """
 
 from __future__ import annotations

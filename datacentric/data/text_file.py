@@ -38,12 +38,16 @@ def read_text_file(path: str | Path, where: str, want: str) -> str:
     return text.removeprefix("\ufeff")
 
 
+#: the line ends of a text file: LF, CRLF and an old Mac editor's lone CR
+_LINE_END = re.compile(r"\r\n?|\n")
+
+
 def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number from 1, line) of ``text``, split at LF only (a CR before it dropped):
-    never at the other Unicode line breaks (U+2028, U+0085, ...), which a caption or a
-    JSON string may hold raw and which ``str.splitlines`` would cut at."""
-    for number, line in enumerate(text.split("\n"), 1):
-        yield number, line.removesuffix("\r")
+    """(line number from 1, line) of ``text``, split at LF, CRLF and a lone CR (none of
+    which a JSON line or a one-line prompt holds raw): never at the other Unicode line
+    breaks (U+2028, U+0085, ...), which a caption or a JSON string may hold raw and which
+    ``str.splitlines`` would cut at."""
+    yield from enumerate(_LINE_END.split(text), 1)
 
 
 #: a JSON escape of a UTF-16 surrogate (U+D800 to U+DFFF): only a line with one can hold

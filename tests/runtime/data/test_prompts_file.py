@@ -28,6 +28,20 @@ def test_lines_end_at_newline_only(tmp_path):
     ]
 
 
+def test_a_file_of_lone_cr_line_ends_is_a_prompt_a_line(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_bytes(b'a cat\r{"prompt": "b dog"}\r\rsame\rsame\r')
+    assert read_prompts(path) == [
+        Prompt(0, "a cat"),
+        Prompt(1, "b dog"),
+        Prompt(2, "same"),
+        Prompt(3, "same"),
+    ]
+    path.write_bytes(b"a\rb\r{\r")
+    with pytest.raises(DataError, match=r"prompts.txt line 3: not JSON"):
+        read_prompts(path)
+
+
 def test_a_prompt_holding_half_a_surrogate_pair_is_refused_naming_its_line(tmp_path):
     path = tmp_path / "prompts.txt"
     path.write_text('{"prompt": "a \\ud83d\\udc31 cat"}\n{"prompt": "a \\ud83d cat"}\n')
