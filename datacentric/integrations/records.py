@@ -65,6 +65,15 @@ def tokenized_records(
     return out
 
 
+def is_trl_collator(collator: Any) -> bool:
+    """``collator`` is TRL's ``DataCollatorForLanguageModeling``: it pads the rows and
+    takes their labels as given (else the ids), with or without ``padding_free``; the
+    loss it leads to is the packed records' (transformers' class of the same name
+    rewrites the labels instead)."""
+    kind = type(collator)
+    return kind.__name__ == "DataCollatorForLanguageModeling" and kind.__module__.startswith("trl.")
+
+
 def _tokens(
     row: dict[str, Any],
     tokenizer: Any,

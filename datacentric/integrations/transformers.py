@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datacentric.integrations.records import RecordsError, tokenized_records
+from datacentric.integrations.records import RecordsError, is_trl_collator, tokenized_records
 from datacentric.integrations.session import DropInTrainer
 from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
@@ -60,7 +60,12 @@ class Trainer(DropInTrainer):
         elif not isinstance(args, TrainingArguments):
             stop(self.command, f"args={type(args).__name__}: give a TrainingArguments")
         collator = getattr(data_collator, "__name__", type(data_collator).__name__)
-        self.causal_lm_collator = collator == "DataCollatorForLanguageModeling"
+        self.trl_collator = is_trl_collator(data_collator)
+        """TRL's collator of the same name: every token of a row, labels as given (else
+        the ids); the row's attention mask is not read (TRL's makes its own of ones)."""
+        self.causal_lm_collator = (
+            collator == "DataCollatorForLanguageModeling" and not self.trl_collator
+        )
         """labels = input_ids, -100 on the pad token (``DataCollatorForLanguageModeling``
         with ``mlm=False``: transformers' causal-LM collator)."""
         if self.causal_lm_collator and getattr(data_collator, "mlm", False):
@@ -71,7 +76,7 @@ class Trainer(DropInTrainer):
             )
         given = {
             "data_collator": None
-            if collator in PADDING_COLLATORS or self.causal_lm_collator
+            if collator in PADDING_COLLATORS or collator == "DataCollatorForLanguageModeling"
             else data_collator,
             "model_init": model_init,
             "compute_loss_func": compute_loss_func,
@@ -96,7 +101,8 @@ class Trainer(DropInTrainer):
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
         """The rows as given: ``input_ids``, ``labels`` honoured (padding, where the
         attention mask is 0, left out, on either side); with
-        ``DataCollatorForLanguageModeling`` the labels are the ids, -100 on the pad token."""
+        transformers' ``DataCollatorForLanguageModeling`` the labels are the ids, -100 on
+        the pad token; with TRL's, every token is kept."""
         pad = getattr(tokenizer, "pad_token_id", None)
         rows = []
         for index, row in enumerate(dataset):
@@ -110,7 +116,7 @@ class Trainer(DropInTrainer):
             labels = list(row["labels"]) if row.get("labels") is not None else None
             if self.causal_lm_collator:
                 labels = [-100 if t == pad else t for t in ids]
-            attention = row.get("attention_mask")
+            attention = None if self.trl_collator else row.get("attention_mask")
             keep = (
                 range(len(ids)) if attention is None else [i for i, a in enumerate(attention) if a]
             )

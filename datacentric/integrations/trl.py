@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from datacentric.integrations.records import RecordsError, tokenized_records
+from datacentric.integrations.records import RecordsError, is_trl_collator, tokenized_records
 from datacentric.integrations.session import DropInTrainer
 from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
@@ -57,7 +57,8 @@ class SFTTrainer(DropInTrainer):
         elif not isinstance(args, SFTConfig):
             stop(self.command, f"args={type(args).__name__}: give an SFTConfig")
         given = {
-            "data_collator": data_collator,
+            # TRL's own collator is what SFTTrainer uses unset: the records carry the labels
+            "data_collator": None if is_trl_collator(data_collator) else data_collator,
             "compute_loss_func": compute_loss_func,
             "compute_metrics": compute_metrics,
             "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,

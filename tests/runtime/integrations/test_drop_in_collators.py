@@ -1,0 +1,73 @@
+"""TRL's ``DataCollatorForLanguageModeling`` given to the drop-ins: in transformers'
+``Trainer`` it keeps every token and the labels as given (transformers' collator of the
+same name masks the pad token instead), and ``SFTTrainer`` takes it as TRL's default.
+One process, a tiny Qwen2, 4 rows trained as one batch per step."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+TESTS = Path(__file__).resolve().parents[2]
+
+
+def _losses(trainer_class, folder: Path, out: Path) -> list[float]:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    pad = tokenizer.pad_token_id
+    # a pad token inside a row has a label under TRL's collator
+    rows = [{"input_ids": [(3 * i + k) % 40 + 3 for k in range(6)] + [pad, 5]} for i in range(4)]
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        data_collator=DataCollatorForLanguageModeling(pad_token_id=pad),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    return [r["loss"] for r in trainer.state.log_history if "loss" in r]
+
+
+def test_trl_s_collator_keeps_the_labels_as_trl(tmp_path, monkeypatch) -> None:
+    from datasets import Dataset
+    from transformers import Trainer as Reference
+    from trl import SFTConfig
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from datacentric.integrations.transformers import Trainer
+    from datacentric.integrations.trl import SFTTrainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    want = _losses(Reference, folder, tmp_path / "ref")
+    assert _losses(Trainer, folder, tmp_path / "ours") == pytest.approx(want, rel=1e-5)
+    # SFTTrainer given TRL's own collator (its default) runs as without it
+    config = SFTConfig(output_dir=str(tmp_path / "sft"), bf16=False, report_to="none")
+    texts = Dataset.from_list([{"text": "hello world"}])
+    SFTTrainer(
+        model=str(folder),
+        args=config,
+        data_collator=DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True),
+        train_dataset=texts,
+    )
