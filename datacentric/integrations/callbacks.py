@@ -83,8 +83,11 @@ class CallbackHooks(StepHooks):
                 self.control = answer
 
     def log(self, logs: dict[str, float]) -> None:
-        """``on_log`` with ``logs`` (and the epoch, step), kept in ``state.log_history``."""
-        logs = {**logs, "epoch": self.state.epoch}
+        """``on_log`` with ``logs`` (and the step), kept in ``state.log_history``; the
+        epoch, once there is one, is added to ``logs`` itself, as transformers does (so
+        ``evaluate()``'s metrics hold it)."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
 

@@ -133,6 +133,7 @@ def test_the_script_epilogue_and_trainer_surface(runs, capsys) -> None:
     )
     assert len(set(rates)) == STEPS  # the cosine moved it at every step
     assert metrics["test_loss"] == pytest.approx(ref_metrics["test_loss"], rel=1e-5)
+    assert set(metrics) == set(ref_metrics) and metrics["epoch"] == ref_metrics["epoch"]
     assert "eval_loss" not in metrics
     evals = [r["eval_loss"] for r in ours.state.log_history if "eval_loss" in r]
     assert evals == pytest.approx(
