@@ -103,8 +103,11 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
     training samples on ``world`` ranks (the schedule needs the steps of an epoch)."""
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
     per_epoch = steps_per_epoch(args, samples, batch)
-    epochs = whole(args.num_train_epochs, "num_train_epochs")
-    total = args.max_steps if args.max_steps > 0 else epochs * per_epoch
+    if args.max_steps > 0:  # transformers' count of epochs; num_train_epochs is not read
+        epochs, total = math.ceil(args.max_steps / per_epoch), args.max_steps
+    else:
+        epochs = whole(args.num_train_epochs, "num_train_epochs")
+        total = epochs * per_epoch
     warmup = warmup_steps(args, total)
     lr_factor(args, total)  # refused here, before the run is built
     log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps")

@@ -95,6 +95,10 @@ def test_fields_become_settings(tmp_path) -> None:
     assert steps_per_epoch(args, 25, 12) == 2  # the partial third batch is left out
     assert sections["parallelism"] == {"collective_timeout_s": 77.0, "device": "cpu"}
     assert sections["checkpoint"]["keep_last"] == 2
+    # under max_steps transformers reads no num_train_epochs (a share of one included)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, num_train_epochs=0.5)
+    training = training_settings(args, world=1, samples=16)["training"]
+    assert (training["iterations"], training["epochs"]) == (3, 2)  # 2 steps an epoch
 
 
 def test_lr_schedules_equal_transformers(tmp_path) -> None:
