@@ -16,7 +16,8 @@ each clip is read, and which frames and size it is encoded at.
   JSONL file is split at ``\\n`` only (U+2028, U+0085 ... stay inside a caption), and a
   ``NAME.txt`` caption is its file's text less one final line end.
 - Reading: videos with PyAV (``av``, in the ``video`` extra), images with Pillow; both
-  give RGB :class:`PIL.Image.Image` frames. Every container and codec the installed
+  give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
+  of its frames, timed by their durations. Every container and codec the installed
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
   streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
   its FFmpeg has them), from the first video stream; audio and other
@@ -84,6 +85,8 @@ IMAGE_PLUGINS = {
         "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
     ),
 }
+#: Pillow's formats whose files may hold an animation: several frames are a clip
+ANIMATED_FORMATS = ("WEBP", "PNG")
 PATH_COLUMNS = ("path", "video", "file", "image", "file_name")
 #: Hugging Face's ``imagefolder`` / ``videofolder`` list, read when a folder holds one
 METADATA_FILES = ("metadata.jsonl", "metadata.csv")
@@ -112,7 +115,8 @@ class MediaItem:
 
     @property
     def is_image(self) -> bool:
-        """An image (one frame) by its suffix."""
+        """An image file by its suffix, read with Pillow (an animated WebP or PNG is
+        a clip of its frames)."""
         return self.path.suffix.lower() in IMAGE_SUFFIXES
 
     @property
@@ -350,7 +354,7 @@ def read_media_source(source: str | Path) -> list[MediaItem]:
 
 @dataclass(frozen=True)
 class MediaInfo:
-    """A file's frames (1 for an image) and its upright pixel size."""
+    """A file's frames (1 for a still image) and its upright pixel size."""
 
     frames: int
     height: int
@@ -502,6 +506,62 @@ def _open_video(path: Path) -> Any:
     return container, stream
 
 
+def _animation_frames(image: Any) -> int:
+    """The frames of an image file: an animated WebP's or PNG's (APNG) all, else 1 (an
+    MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
+    return int(getattr(image, "n_frames", 1)) if image.format in ANIMATED_FORMATS else 1
+
+
+def _animation_times(image: Any, frames: int) -> tuple[Fraction, ...]:
+    """Each frame's start in seconds, from the frames' durations in milliseconds (read
+    once a frame is loaded; an APNG's fractions kept; a frame stating none, or 0, is
+    shown 100 ms, as browsers show it)."""
+    start, starts = Fraction(0), []
+    for number in range(frames):
+        image.seek(number)
+        image.load()
+        starts.append(start)
+        start += Fraction(image.info.get("duration") or 100).limit_denominator(10**6) / 1000
+    return tuple(starts)
+
+
+def _probe_image(path: Path, times: bool) -> MediaInfo:
+    """:func:`probe` of an image file: one frame, or an animation's frames."""
+    try:
+        with _open_image(path) as image:
+            orientation = _image_orientation(image)
+            h, w = image.height, image.width
+            problem = _level_problem(image)
+            frames = _animation_frames(image)
+            stamps = _animation_times(image, frames) if times and frames > 1 else None
+    except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
+        raise _unreadable_image(path, err) from None
+    if problem:
+        raise MediaError(problem)
+    turned = orientation in (5, 6, 7, 8)
+    return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
+
+
+def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
+    """:func:`decode` of an image file: its frame (0), or an animation's at ``indices``."""
+    from PIL import ImageOps
+
+    try:
+        with _open_image(path) as image:
+            problem, sixteen = _level_problem(image), _sixteen_bit(image)
+            frames = _animation_frames(image)
+            order = list(range(frames)) if indices is None else indices
+            if not problem and all(0 <= i < frames for i in order):
+                pictures = []
+                for number in order:
+                    image.seek(number)
+                    pictures.append(_rgb(ImageOps.exif_transpose(image), sixteen))
+                return pictures
+    except Exception as err:  # noqa: BLE001
+        raise _unreadable_image(path, err) from None
+    raise MediaError(problem or f"{frames} frames, frame {max(order)} wanted")
+
+
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
@@ -512,17 +572,7 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     if not item.path.is_file():
         raise MediaError("missing: no such file")
     if item.is_image:
-        try:
-            with _open_image(item.path) as image:
-                orientation = _image_orientation(image)
-                h, w = image.height, image.width
-                problem = _level_problem(image)
-        except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
-            raise _unreadable_image(item.path, err) from None
-        if problem:
-            raise MediaError(problem)
-        turned = orientation in (5, 6, 7, 8)
-        return MediaInfo(1, w if turned else h, h if turned else w, orientation != 1)
+        return _probe_image(item.path, times)
     try:
         container, stream = _open_video(item.path)
         with container:
@@ -554,16 +604,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
     diffusers' ``load_image``), a video's frames by their display rotation;
     :class:`MediaError` when decoding fails or the clip is shorter than asked."""
     if item.is_image:
-        from PIL import ImageOps
-
-        try:
-            with _open_image(item.path) as image:
-                problem, sixteen = _level_problem(image), _sixteen_bit(image)
-                if not problem:
-                    return [_rgb(ImageOps.exif_transpose(image), sixteen)]
-        except Exception as err:  # noqa: BLE001
-            raise _unreadable_image(item.path, err) from None
-        raise MediaError(problem)
+        return _decode_image(item.path, indices)
     wanted = None if indices is None else set(indices)
     frames: dict[int, Any] = {}
     decoded = 0

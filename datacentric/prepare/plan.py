@@ -223,12 +223,13 @@ def plan_task(
     if isinstance(stamp, str):
         return Task(item, None, stamp)
     try:
-        info = probe(item, times=job.sampling().needs_times and not item.is_image)
+        info = probe(item, times=job.sampling().needs_times)
     except MediaError as err:
         return Task(item, None, str(err), stamp=stamp)
     rng = clip_rng(item, job.seed)
+    still = item.is_image and info.frames == 1  # an animated WebP or PNG is a clip
     plan = plan_clip(
-        info, geometry, is_image=item.is_image, buckets=buckets, rng=rng, sampling=job.sampling()
+        info, geometry, is_image=still, buckets=buckets, rng=rng, sampling=job.sampling()
     )
     if isinstance(plan, str):
         return Task(item, None, plan, stamp=stamp)

@@ -111,6 +111,45 @@ def test_a_16_bit_photo_keeps_its_levels_and_one_of_no_stated_range_is_named(tmp
             read(item("hdr.tiff"))
 
 
+class _Tokens:
+    """A caption's tokens as ``prepare`` counts them: 3 each, of 512."""
+
+    limit = 512
+
+    def __call__(self, caption: str) -> int:
+        return 3
+
+
+def test_an_animated_webp_or_png_is_a_clip_of_its_frames(tmp_path):
+    from fractions import Fraction
+
+    from PIL import Image
+
+    from datacentric.data.media import Geometry, MediaItem
+    from datacentric.prepare.plan import PrepareJob, plan_task
+
+    frames = wave_frames(9, 32, 48)
+    pictures = [Image.fromarray(f) for f in frames]
+    pictures[0].save(
+        tmp_path / "a.webp", save_all=True, append_images=pictures[1:], duration=125, lossless=True
+    )
+    pictures[0].save(tmp_path / "a.png", save_all=True, append_images=pictures[1:], duration=125)
+    # an MPO photo (a phone's JPEG with a second picture): one image, as viewers show it
+    pictures[0].save(tmp_path / "m.jpg", "MPO", save_all=True, append_images=pictures[1:2])
+    for name in ("a.webp", "a.png"):
+        item = MediaItem(0, tmp_path / name, name, "a cat", name)
+        info = probe(item, times=True)
+        assert (info.frames, info.height, info.width) == (9, 32, 48), name
+        assert info.times == tuple(Fraction(n, 8) for n in range(9)), name
+        assert all(map(np.array_equal, map(np.asarray, decode(item)), frames)), name
+        assert np.array_equal(np.asarray(decode(item, [4])[0]), frames[4]), name
+        job = PrepareJob(pipeline="p", media=str(tmp_path), out="o", target_fps=4)
+        task = plan_task(item, Geometry(4, 16), None, job, _Tokens(), {})
+        assert task.plan.frames == (0, 2, 4, 6, 8), name  # a clip at 8 fps, resampled to 4
+    item = MediaItem(0, tmp_path / "m.jpg", "m.jpg", "a cat", "m.jpg")
+    assert probe(item).frames == 1 and len(decode(item)) == 1
+
+
 def _layout(folder) -> None:
     """A musubi-tuner folder as found: clips, captions and what else users keep there."""
     for name in ("a.mp4", "d.mp4", "sub/f.mxf", "sub/.hidden/g.mp4"):
