@@ -108,6 +108,13 @@ class DropInTrainer(ScriptMethods):
                 "drop-in trainer (docs/integrations.md lists what maps); leave "
                 f"{'them' if len(refused) > 1 else 'it'} at the default",
             )
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+        if strategy != "no" and eval_dataset is None:  # transformers raises here too
+            stop(
+                self.command,
+                f"eval_strategy={strategy!r}: no eval_dataset to evaluate; give one, or set "
+                "eval_strategy='no'",
+            )
         if getattr(model, "peft_config", None):
             stop(self.command, "model is a PeftModel: give its base model and peft_config")
         self.args, self.model, self.processing_class = args, model, processing_class

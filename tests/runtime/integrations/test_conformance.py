@@ -222,3 +222,19 @@ def test_a_resume_with_no_checkpoint_of_its_own_stops_as_transformers(tmp_path, 
     stops(True, "(checkpoint-3: not a drop-in run's)")
     stops(str(out / "checkpoint-3"), "a checkpoint of transformers' own Trainer")
     stops(None, "holds checkpoint-3, not a drop-in run's checkpoint")
+
+
+def test_an_eval_strategy_with_no_eval_dataset_stops_as_transformers(capsys) -> None:
+    """transformers raises on ``eval_strategy`` with no ``eval_dataset``; the drop-ins
+    trained without one evaluation."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    config = SFTConfig(output_dir="x", eval_strategy="steps", eval_steps=1, bf16=False)
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(model="m", args=config, train_dataset=Dataset.from_list([{"text": "a"}]))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and len(err) == 1, err
+    assert "eval_strategy='steps': no eval_dataset" in err[0], err

@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 TESTS = Path(__file__).resolve().parents[2]
 
 
-def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch) -> None:
+def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch, capsys) -> None:
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_utils import get_last_checkpoint
@@ -70,7 +70,13 @@ def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
     with pytest.raises(SystemExit):  # an earlier run is never deleted: refused in one line
-        SFTTrainer(model=str(folder), args=config, train_dataset=Dataset.from_list(texts)).train()
+        SFTTrainer(
+            model=str(folder),
+            args=config,
+            train_dataset=Dataset.from_list(texts),
+            eval_dataset=Dataset.from_list(texts[:2]),
+        ).train()
+    assert "holds an earlier run" in capsys.readouterr().err
     again = SFTTrainer(
         model=str(folder),
         args=config,
