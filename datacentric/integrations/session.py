@@ -191,6 +191,13 @@ class DropInTrainer(ScriptMethods):
                 "built by an earlier call (evaluate() or train()); resume in a new trainer, "
                 "before any other call",
             )
+        if self._trained is not None:  # transformers trains again, from a new optimizer
+            stop(
+                self.command,
+                "train() ran already on this trainer (its run is in output_dir "
+                f"{self.args.output_dir}); to train on, build a new trainer with another "
+                "output_dir (model=trainer.model)",
+            )
         self._resume = resume
         out = self.args.output_dir
         earlier, foreign = earlier_run(out), foreign_checkpoints(out)

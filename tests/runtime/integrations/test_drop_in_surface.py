@@ -187,6 +187,10 @@ def test_the_script_epilogue_and_trainer_surface(runs, capsys) -> None:
     assert ours.is_world_process_zero() and ours.is_local_process_zero()
     assert ours.get_total_train_batch_size() == 4  # 2 x 2 accumulated
     assert ours.get_num_trainable_parameters() == sum(p.numel() for p in saved.parameters())
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # training again is refused naming train()
+        ours.train()
+    assert "train() ran already on this trainer" in capsys.readouterr().err
 
 
 def test_every_callback_event_as_transformers_fires_it(runs) -> None:
