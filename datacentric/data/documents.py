@@ -51,6 +51,27 @@ def require(module: str, extra: str = "data"):
         ) from None
 
 
+def paths_below(folder: Path) -> list[Path]:
+    """Every file and folder below ``folder``, sorted, symlinked folders' contents too (a
+    shard of data linked in; ``Path.rglob`` before Python 3.13 does not enter them):
+    each real folder once, and never ``folder`` or one above it (a link back is a loop)."""
+    root = folder.resolve()
+    found, seen, todo = [], {root}, [folder]
+    while todo:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:  # an unreadable folder, as rglob passes it
+            continue
+        for entry in entries:
+            path = Path(entry.path)
+            found.append(path)
+            real = path.resolve() if entry.is_dir() else None  # links followed
+            if real is not None and real not in seen and not root.is_relative_to(real):
+                seen.add(real)
+                todo.append(path)
+    return sorted(found)
+
+
 def resolve_files(kind: str, pattern: str) -> list[str]:
     """Sorted files of ``PATH``, ``GLOB`` or a folder (searched recursively for
     :data:`EXTENSIONS` of ``kind``, in any case: ``NOTES.TXT`` too); an empty result is a
@@ -60,7 +81,7 @@ def resolve_files(kind: str, pattern: str) -> list[str]:
     path = Path(pattern).expanduser()
     if path.is_dir():
         ends = EXTENSIONS.get(kind, ())
-        found = path.rglob("*")
+        found = paths_below(path)
         files = sorted(str(p) for p in found if p.is_file() and p.name.lower().endswith(ends))
         if not files:
             raise DataError(f"{kind}:{pattern}: folder has no {'/'.join(ends)} file")

@@ -48,6 +48,7 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig, closest_ratio
+from datacentric.data.documents import paths_below
 from datacentric.data.frame_sampling import (
     FrameSampling,
     even_frames,  # noqa: F401 - its home before frame_sampling; still imported from here
@@ -310,7 +311,7 @@ def _list_folder(folder: Path) -> list[MediaItem]:
     if found:
         return _list_file(found[0])
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
-    paths = sorted(folder.rglob("*"))
+    paths = paths_below(folder)
     media = [p for p in paths if p.suffix.lower() in suffixes]
     captioned = _caption_files(paths)
     unread = {

@@ -138,12 +138,19 @@ def test_a_text_file_is_one_document_byte_for_byte(tmp_path):
     assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
 
 
-def test_a_folder_s_files_are_found_by_their_suffix_in_any_case(tmp_path):
+def test_a_folder_s_files_are_found_by_suffix_in_any_case_and_through_links(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("a.txt", "B.TXT", "sub/c.Md", "d.json"):
         (tmp_path / name).write_text(name)
     assert resolve_files("text", str(tmp_path)) == [
         str(tmp_path / n) for n in ("B.TXT", "a.txt", "sub/c.Md")
+    ]
+    (tmp_path / "shard").mkdir()
+    (tmp_path / "shard" / "f.txt").write_text("f")
+    (tmp_path / "sub" / "linked").symlink_to(tmp_path / "shard")  # read through the link
+    (tmp_path / "sub" / "up").symlink_to(tmp_path)  # a loop: walked once
+    assert resolve_files("text", str(tmp_path / "sub")) == [
+        str(tmp_path / n) for n in ("sub/c.Md", "sub/linked/f.txt")
     ]
     (tmp_path / "E.JSONL").write_text('{"text": "e"}\n')
     assert resolve_files("jsonl", str(tmp_path)) == [

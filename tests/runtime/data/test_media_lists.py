@@ -162,3 +162,15 @@ def test_a_caption_file_of_an_upper_case_suffix_is_read(tmp_path):
         ),
         ("two.mp4", "read", str(tmp_path / "two.txt"), None),
     ]
+
+
+def test_a_symlinked_folder_s_clips_are_listed_once_and_a_loop_ends(tmp_path):
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    (shard / "s.mp4").write_bytes(b"")
+    (shard / "s.txt").write_text("a cat")
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    (folder / "linked").symlink_to(shard)
+    (folder / "loop").symlink_to(folder)  # a link to the folder itself: walked once
+    assert [(i.source, i.caption) for i in read_media_source(folder)] == [("linked/s.mp4", "a cat")]
