@@ -116,7 +116,13 @@ class DropInTrainer(ScriptMethods):
                 "eval_strategy='no'",
             )
         if getattr(model, "peft_config", None):
-            stop(self.command, "model is a PeftModel: give its base model and peft_config")
+            where = (
+                "peft_config"
+                if self.command == "SFTTrainer"  # transformers' Trainer takes no peft_config
+                else "peft_config to datacentric.integrations.trl.SFTTrainer (it takes "
+                "tokenized input_ids and labels)"
+            )
+            stop(self.command, f"model is a PeftModel: give its base model and {where}")
         self.args, self.model, self.processing_class = args, model, processing_class
         self.model_wrapped = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset

@@ -60,3 +60,20 @@ def test_a_lora_config_saying_fan_in_fan_out_is_taken(capsys) -> None:
     with pytest.raises(SystemExit):
         DropInTrainer._lora_settings(session)
     assert "use_dora=True: not supported" in capsys.readouterr().err
+
+
+def test_a_peft_model_is_refused_naming_where_its_config_goes(capsys) -> None:
+    """transformers' ``Trainer`` takes a ``PeftModel``; the drop-in one takes no adapter
+    and no ``peft_config`` argument: the line names the trainer that does."""
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2LMHeadModel, TrainingArguments
+
+    from datacentric.integrations.transformers import Trainer
+    from datacentric.models.hf import tiny_hf_config
+
+    model = get_peft_model(GPT2LMHeadModel(tiny_hf_config("gpt2")), LoraConfig(r=2))
+    args = TrainingArguments(output_dir="x", report_to="none", use_cpu=True)
+    with pytest.raises(SystemExit):
+        Trainer(model=model, args=args, train_dataset=Dataset.from_list([{"input_ids": [1]}]))
+    assert "and peft_config to datacentric.integrations.trl.SFTTrainer" in capsys.readouterr().err
