@@ -79,7 +79,13 @@ def _prompt(line: str, index: int, where: str) -> Prompt:
     stripped = line.strip()
     if not stripped.startswith("{"):
         return Prompt(index, line)
-    record = parse_json(stripped, where, DataError)
+    try:
+        record = parse_json(stripped, where, DataError)
+    except DataError as err:
+        raise DataError(
+            f'{err}; a line starting with {{ is read as JSON: write such a prompt as {{"prompt": '
+            '"{cat} in a hat"}'
+        ) from None
     escape = json_lone_surrogate(stripped, record)
     if escape:
         raise DataError(f"{where}: {surrogate_problem(escape)}")

@@ -37,9 +37,11 @@ def test_a_file_of_lone_cr_line_ends_is_a_prompt_a_line(tmp_path):
         Prompt(2, "same"),
         Prompt(3, "same"),
     ]
-    path.write_bytes(b"a\rb\r{\r")
-    with pytest.raises(DataError, match=r"prompts.txt line 3: not JSON"):
+    path.write_bytes(b"a\rb\r{cat} in a hat\r")
+    with pytest.raises(DataError, match=r"prompts.txt line 3: not JSON .* write such a prompt as"):
         read_prompts(path)
+    path.write_text('{"prompt": "{cat} in a hat"}\n')
+    assert read_prompts(path) == [Prompt(0, "{cat} in a hat")]
 
 
 def test_a_prompt_holding_half_a_surrogate_pair_is_refused_naming_its_line(tmp_path):
