@@ -5,9 +5,9 @@ memory map).
 Listing (:func:`read_latent_listing`): ``DIR/manifest.jsonl`` if present (one JSON
 object per line, ``{"latent": PATH, "text": PATH}`` and what ``prepare`` records:
 ``frames``, ``bucket``, ``source``, ``logvar``; paths relative to the manifest), else
-every latent file below ``DIR`` (sorted); a manifest file may be given itself. A latent
-``NAME.EXT`` may have a text embedding ``NAME.text.EXT`` beside it (such files, and
-``NAME.logvar.EXT``, are never latents themselves).
+every latent file below ``DIR`` (sorted; symlinked folders entered); a manifest file
+may be given itself. A latent ``NAME.EXT`` may have a text embedding ``NAME.text.EXT``
+beside it (such files, and ``NAME.logvar.EXT``, are never latents themselves).
 
 ``.npy``: the array header. ``.safetensors``: the JSON header (the file's only tensor,
 or the one named ``latent``, ``latents`` or ``x``). ``.pt``: ``torch.load`` with
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from datacentric.data.base import DataError
+from datacentric.data.documents import paths_below
 from datacentric.data.text_file import numbered_lines, read_text_file
 from datacentric.regular_files import check_regular, open_regular, parse_json
 
@@ -220,11 +221,11 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
         return found
     if not path.is_dir():
         raise DataError(f"latents:{source}: no such folder or manifest")
-    files = sorted(
+    files = [  # symlinked folders entered (a shard of latents linked in)
         p
-        for p in path.rglob("*")
+        for p in paths_below(path)
         if p.is_file() and p.suffix in LATENT_SUFFIXES and not p.stem.endswith((".text", ".logvar"))
-    )
+    ]
     if not files:
         raise DataError(f"latents:{source}: folder has no {'/'.join(LATENT_SUFFIXES)} latent")
     return [LatentEntry(p, _text_beside(p), str(p)) for p in files]

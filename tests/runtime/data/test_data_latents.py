@@ -158,6 +158,15 @@ def test_rank_requests_follow_the_schedule():
     assert rank_requests([iteration], 1) == [((3, 1), 2), ((2,), 2)]
 
 
+def test_a_folder_s_symlinked_shard_of_latents_is_read(folder, tmp_path):
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    np.save(shard / "d.npy", np.zeros((1, 4, 2, 2), dtype=np.float32))
+    (folder / "linked").symlink_to(shard)
+    names = [e.latent.name for e in read_latent_listing(str(folder))]
+    assert names == ["a.npy", "b.safetensors", "c.pt", "d.npy"]
+
+
 def test_manifest_lines_split_at_line_feed_only(folder):
     # a hand-written manifest (BOM, CRLF) whose JSON strings hold raw U+2028 and U+0085:
     # str.splitlines would cut both lines in two and refuse them as broken JSON
