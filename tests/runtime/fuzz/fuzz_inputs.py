@@ -72,6 +72,8 @@ class Target:
     accepts_none: bool = False
     text: bool = True
     """A text file: a BOM and CRLF line ends keep its meaning (in a binary one, not)."""
+    crlf_same: bool = True
+    """CRLF line ends keep its meaning (a text document, read byte for byte: not)."""
     expect: Any = None
     """What the valid seed must read as, where the value is known by hand (captions)."""
     names: Callable[[Path], list[str]] = field(default=lambda path: [path.name])
@@ -265,7 +267,8 @@ def mutants(target: Target, valid: bytes, count: int) -> Iterator[tuple[str, byt
             yield f"line {at + 1} {what}", ("\n".join(lines) + "\n").encode(), same
             continue
         name, mutate, same = rng.choice(BYTE_MUTATIONS)
-        yield name, mutate(rng, valid), same and target.text
+        keeps = same and target.text and (name != "CRLF" or target.crlf_same)
+        yield name, mutate(rng, valid), keeps
 
 
 # -- the rule ----------------------------------------------------------------------------

@@ -452,7 +452,7 @@ TARGETS = [
     Target("text jsonl", _text_jsonl, _read_text_jsonl, jsonl=True, examples=300),
     Target("chat jsonl", _chat_jsonl, _read_chat_jsonl, jsonl=True, examples=300),
     Target("parquet", _parquet, _read_parquet, examples=200, text=False),
-    Target("plain text", _plain_text, _read_plain_text, examples=200),
+    Target("plain text", _plain_text, _read_plain_text, examples=200, crlf_same=False),
     Target("media csv", _media_csv, _read_media, examples=300, expect=CAPTIONS),
     Target("media jsonl", _media_jsonl, _read_media, jsonl=True, expect=JSONL_CAPTIONS),
     Target("caption txt", _caption_txt, _read_captions, examples=200, expect=CAPTIONS),
