@@ -10,7 +10,7 @@ per global batch of one shared data order, the same for every policy) and the sc
 executed by the simulator on the cost model of
 :func:`datacentric.sim.policy_comparison.simulation_cost_model`, the one
 ``datacentric simulate`` uses, so a full run's 32-GPU cells equal
-``datacentric simulate --preset P --world 32 --hardware H --json``. The blog's and
+``datacentric simulate --dataset P --world 32 --hardware H --json``. The blog's and
 paper's figures are quoted beside ours, never used as inputs.
 """
 
@@ -322,7 +322,7 @@ def write_report(path: str, today: str, at32, text, scaling, quick: bool, second
         return fmt(max((v for v in values if v is not None), default=None), ".2f", "x")
 
     command = (
-        "`datacentric simulate --preset P --world 32 --hardware H --policy "
+        "`datacentric simulate --dataset P --world 32 --hardware H --policy "
         + ",".join(DEFAULT_POLICIES)
         + " --json`"
     )
