@@ -474,6 +474,36 @@ def _display_turns(frame: Any, stream: Any) -> tuple[str, ...]:
     return ()
 
 
+def _pixel_aspect(stream: Any) -> Fraction:
+    """The width over the height of one stored pixel of a video (its sample aspect
+    ratio: 4:3 for HDV's 1440 x 1080 shown 1920 x 1080; 1 when unstated, or outside
+    1/8 to 8, which no camera writes)."""
+    context = getattr(stream, "codec_context", None)
+    for stated in (
+        getattr(stream, "sample_aspect_ratio", None),
+        getattr(context, "sample_aspect_ratio", None),
+    ):
+        if stated and Fraction(1, 8) <= Fraction(stated) <= 8:
+            return Fraction(stated)
+    return Fraction(1)
+
+
+def _square_width(width: int, aspect: Fraction) -> int:
+    """The width of a row of ``width`` pixels of ``aspect`` in square pixels."""
+    return max(1, round(width * aspect))
+
+
+def _square_pixels(image: Any, aspect: Fraction) -> Any:
+    """A frame of pixels of ``aspect`` resized to square pixels, as players show it
+    (its width scaled, as FFmpeg's ``scale=iw*sar:ih``; Lanczos, as diffusers resizes)."""
+    from PIL import Image
+
+    if aspect == 1:
+        return image
+    size = (_square_width(image.width, aspect), image.height)
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
 def _upright(image: Any, turns: tuple[str, ...]) -> Any:
     """``image`` transposed by each of ``turns`` (``PIL.Image.Transpose`` names), exactly."""
     from PIL import Image
@@ -588,12 +618,12 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
                     break
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
-            turns = _display_turns(first, stream)
+            turns, aspect = _display_turns(first, stream), _pixel_aspect(stream)
     except MediaError:
         raise
     except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
         raise MediaError(f"corrupt or unreadable video ({type(err).__name__}: {err})") from None
-    h, w = first.height, first.width
+    h, w = first.height, _square_width(first.width, aspect)
     if {"TRANSPOSE", "TRANSVERSE", "ROTATE_90", "ROTATE_270"} & set(turns):
         h, w = w, h
     return MediaInfo(stated or decoded, h, w, bool(turns), tuple(stamps) if times else None)
@@ -614,7 +644,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
         with container:
             for frame in container.decode(stream):
                 if wanted is None or decoded in wanted:
-                    image = frame.to_image()
+                    image = _square_pixels(frame.to_image(), _pixel_aspect(stream))
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):

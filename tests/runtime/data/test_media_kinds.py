@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -111,6 +112,36 @@ def test_a_16_bit_photo_keeps_its_levels_and_one_of_no_stated_range_is_named(tmp
             read(item("hdr.tiff"))
 
 
+def test_a_clip_of_non_square_pixels_is_read_as_players_show_it(tmp_path):
+    import av
+    from PIL import Image
+
+    from datacentric.data.media import MediaItem
+
+    # H.264 in MP4 stored 32 x 48, each pixel twice as wide as high (as the stream
+    # states), turned 90 degrees: shown 32 x 96 before the turn, 96 x 32 after
+    path = tmp_path / "wide.mp4"
+    written = wave_frames(5, 32, 48)
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p"
+        stream.codec_context.sample_aspect_ratio = Fraction(2, 1)
+        stream.set_display_rotation(90)
+        for pixels in written:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    item = MediaItem(0, path, path.name, "a cat", path.name)
+    assert (probe(item).height, probe(item).width) == (96, 32)
+    with av.open(str(path)) as container:  # the stored pixels, as the decoder gives them
+        stored = [f.to_image() for f in container.decode(video=0)]
+    shown = [
+        np.rot90(np.asarray(f.resize((96, 32), Image.Resampling.LANCZOS)), k=1) for f in stored
+    ]
+    assert all(map(np.array_equal, map(np.asarray, decode(item)), shown))
+
+
 class _Tokens:
     """A caption's tokens as ``prepare`` counts them: 3 each, of 512."""
 
@@ -121,8 +152,6 @@ class _Tokens:
 
 
 def test_an_animated_webp_or_png_is_a_clip_of_its_frames(tmp_path):
-    from fractions import Fraction
-
     from PIL import Image
 
     from datacentric.data.media import Geometry, MediaItem
