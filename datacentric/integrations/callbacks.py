@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.integrations.arguments import lr_factor
-from datacentric.integrations.outputs import link_checkpoint
+from datacentric.integrations.outputs import keep_state, kept_state, link_checkpoint
 from datacentric.train.hooks import StepControl, StepHooks
 
 
@@ -62,6 +62,8 @@ class CallbackHooks(StepHooks):
         """Each step's ``(mean_token_accuracy, entropy)`` since the last log."""
         self.losses: list[float] = []
         self.tokens_seen = 0
+        self.tokens_at: dict[int, int] = {}
+        """The tokens seen by each step (what a checkpoint of the step keeps)."""
         self.started = 0.0
         self.samples = 0
         self.metrics: dict[str, float] = {}
@@ -135,6 +137,11 @@ class CallbackHooks(StepHooks):
         state.save_steps = args.save_steps
         state.train_batch_size = args.per_device_train_batch_size
         self.control.should_training_stop = False
+        kept = kept_state(args.output_dir, done) if done else None
+        if kept is not None:  # a resume: transformers restores the checkpoint's state
+            state.log_history, self.tokens_seen = kept
+            state.num_input_tokens_seen = self.tokens_seen
+            state.total_flos = self.flops_per_token * self.tokens_seen
         self.started = time.perf_counter()
         self.event("on_train_begin")
 
@@ -160,6 +167,7 @@ class CallbackHooks(StepHooks):
             self.pending_tokens.append((record["mean_token_accuracy"], record["entropy"]))
         self.losses.append(float(record["loss"]))
         self.tokens_seen += int(record["tokens"])
+        self.tokens_at[step] = self.tokens_seen
         self.samples += int(record["samples"])
         state.num_input_tokens_seen = self.tokens_seen
         state.total_flos = self.flops_per_token * self.tokens_seen
@@ -213,6 +221,8 @@ class CallbackHooks(StepHooks):
     def saved(self, step: int, folder: Path) -> None:
         if self.state.is_world_process_zero:
             link_checkpoint(self.args.output_dir, folder)
+            tokens = self.tokens_at.get(step, self.tokens_seen)
+            keep_state(self.args.output_dir, step, tokens, self.state.log_history)
         if step in self.save_asked:
             self.event("on_save")
         if self.epoch_end_after_save:

@@ -8,11 +8,14 @@
 - what ``save_model()`` writes (the model, or a LoRA run's adapter, with the tokenizer);
 - ``trainer_state.json``, ``*_results.json`` (``save_state``, ``save_metrics``);
 - ``run/``: the ``datacentric train`` run folder (settings, metrics, checkpoints, and the
-  inputs the drop-in wrote under ``run/inputs``).
+  inputs the drop-in wrote under ``run/inputs``); ``run/trainer_state.json`` keeps the
+  ``TrainerState`` a resume restores (its log history and tokens seen at each checkpoint),
+  what transformers keeps in each checkpoint.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,6 +31,8 @@ RUN = "run"
 TRAINED = "trained"
 """The trained model, exported inside the run folder at the end of ``train()``."""
 _LINK = re.compile(r"^checkpoint-(\d+)$")
+STATE = "trainer_state.json"
+"""The ``TrainerState`` at each checkpoint, in the run folder (:func:`keep_state`)."""
 
 
 def run_folder(output_dir: str | Path) -> Path:
@@ -57,6 +62,33 @@ def link_checkpoint(output_dir: str | Path, folder: Path) -> None:
     for other in out.iterdir():
         if _LINK.match(other.name) and other.is_symlink() and not other.exists():
             other.unlink()
+
+
+def keep_state(output_dir: str | Path, step: int, tokens: int, log_history: list[dict]) -> None:
+    """Keep what a resume from the checkpoint of ``step`` restores of the ``TrainerState``
+    (as transformers saves it into each checkpoint): its log history up to ``step`` and
+    the tokens seen by then, beside the other checkpoints' (rank 0)."""
+    path = run_folder(output_dir) / STATE
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    tokens_at = {**kept.get("num_input_tokens_seen", {}), str(step): tokens}
+    record = {
+        "num_input_tokens_seen": tokens_at,
+        "log_history": [r for r in log_history if r.get("step", 0) <= step],
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    tmp.replace(path)
+
+
+def kept_state(output_dir: str | Path, step: int) -> tuple[list[dict], int] | None:
+    """``(log history, tokens seen)`` at the checkpoint of ``step`` (:func:`keep_state`);
+    None when none was kept for it."""
+    path = run_folder(output_dir) / STATE
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    tokens = kept.get("num_input_tokens_seen", {}).get(str(step))
+    if tokens is None:
+        return None
+    return [r for r in kept["log_history"] if r.get("step", 0) <= step], int(tokens)
 
 
 def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:

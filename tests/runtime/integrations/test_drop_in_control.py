@@ -87,7 +87,11 @@ def test_should_save_and_should_training_stop_then_resume(tmp_path, monkeypatch,
     with pytest.raises(SystemExit):  # a resume once the run is built is refused, not ignored
         again.train(resume_from_checkpoint=True)
     assert again.state.global_step == 4
-    assert [r["step"] for r in again.state.log_history if "loss" in r] == [3, 4]
+    # as transformers: the checkpoint's log history restored, the tokens counted on
+    logged = [r for r in again.state.log_history if "loss" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4]
+    tokens = [r["num_tokens"] for r in logged]
+    assert tokens == sorted(set(tokens)) and again.state.num_input_tokens_seen == tokens[-1]
 
 
 def _epoch_stop_run(trainer_class, folder: Path, out: Path) -> tuple[list, list, int]:
