@@ -1,7 +1,9 @@
 """A small text file the user wrote (a media list, a caption, a prompts file), read whole
-as UTF-8: through the regular-file check (a FIFO or device never blocks), a leading
-byte-order mark dropped (a spreadsheet's "CSV UTF-8" writes one), and anything that is
-not text refused as one :class:`~datacentric.data.base.DataError` naming the file.
+as UTF-8 (or UTF-16 when it starts with that byte-order mark, as Windows PowerShell and
+Notepad write it): through the regular-file check (a FIFO or device never blocks), a
+leading byte-order mark dropped (a spreadsheet's "CSV UTF-8" writes one), and anything
+that is not text refused as one :class:`~datacentric.data.base.DataError` naming the
+file.
 
 A JSON string may spell half of a UTF-16 pair alone (``"\\ud83d"``), and a file name
 that is not UTF-8 reads as such halves (Python's ``surrogateescape``): no character, and
@@ -27,11 +29,14 @@ def read_text_file(path: str | Path, where: str, want: str) -> str:
         raw = read_regular_bytes(path)
     except OSError as err:
         raise DataError(f"{where}: cannot read it ({err.strerror or err})") from None
+    # UTF-16 with its byte-order mark: what Windows PowerShell's > and Notepad's
+    # "Unicode" write; the mark says which, so the text is read as written
+    codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode(codec)
     except UnicodeDecodeError as err:
         raise DataError(
-            f"{where}: not a text file (byte {err.start} is not UTF-8); want {want}"
+            f"{where}: not a text file (byte {err.start} is not {codec.upper()}); want {want}"
         ) from None
     if "\x00" in text:
         raise DataError(f"{where}: not a text file (it holds NUL bytes); want {want}")

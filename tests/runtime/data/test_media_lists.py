@@ -174,3 +174,16 @@ def test_a_symlinked_folder_s_clips_are_listed_once_and_a_loop_ends(tmp_path):
     (folder / "linked").symlink_to(shard)
     (folder / "loop").symlink_to(folder)  # a link to the folder itself: walked once
     assert [(i.source, i.caption) for i in read_media_source(folder)] == [("linked/s.mp4", "a cat")]
+
+
+def test_a_utf16_caption_or_list_as_windows_writes_it_is_read_as_written(tmp_path):
+    # PowerShell 5's `"..." > clip.txt` and Notepad's "Unicode": UTF-16 LE, its BOM, CRLF
+    (tmp_path / "clip.mp4").write_bytes(b"")
+    (tmp_path / "clip.txt").write_bytes("\ufeffa cat, 猫 🐈\r\n".encode("utf-16-le"))
+    assert [i.caption for i in read_media_source(tmp_path)] == ["a cat, 猫 🐈"]
+    listing = tmp_path / "list.csv"
+    listing.write_bytes('path,caption\r\nclip.mp4,"x, y"\r\n'.encode("utf-16"))  # BOM first
+    assert [(i.source, i.caption) for i in read_media_source(listing)] == [("clip.mp4", "x, y")]
+    listing.write_bytes(b"\xfe\xff\x00p\xd8\x00")  # big-endian, then half a pair
+    with pytest.raises(DataError, match=r"list.csv: not a text file \(byte 4 is not UTF-16\)"):
+        read_media_source(listing)
