@@ -62,6 +62,8 @@ class CallbackHooks(StepHooks):
         """Each step's ``(mean_token_accuracy, entropy)`` since the last log."""
         self.losses: list[float] = []
         self.tokens_seen = 0
+        self.tokens_before = 0
+        """The tokens seen before this call of ``train()`` (a resume's)."""
         self.tokens_at: dict[int, int] = {}
         """The tokens seen by each step (what a checkpoint of the step keeps)."""
         self.started = 0.0
@@ -84,12 +86,20 @@ class CallbackHooks(StepHooks):
             if answer is not None:
                 self.control = answer
 
-    def log(self, logs: dict[str, float]) -> None:
+    def log(self, logs: dict[str, float], started: float | None = None) -> None:
         """``on_log`` with ``logs`` (and the step), kept in ``state.log_history``; the
         epoch, once there is one, is added to ``logs`` itself, as transformers does (so
-        ``evaluate()``'s metrics hold it)."""
+        ``evaluate()``'s metrics hold it), and with ``include_num_input_tokens_seen`` the
+        tokens seen (a step's log, from ``started``: the run's time and tokens a second)."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
+        if self.args.include_num_input_tokens_seen not in ("no", False):
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+            if started is not None:
+                runtime = time.perf_counter() - started
+                logs["train_runtime"] = round(runtime, 4)
+                tokens = self.tokens_seen - self.tokens_before
+                logs["train_tokens_per_second"] = round(tokens / runtime, 3)
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
 
@@ -142,6 +152,7 @@ class CallbackHooks(StepHooks):
             state.log_history, self.tokens_seen = kept
             state.num_input_tokens_seen = self.tokens_seen
             state.total_flos = self.flops_per_token * self.tokens_seen
+        self.tokens_before = self.tokens_seen
         self.started = time.perf_counter()
         self.event("on_train_begin")
 
@@ -213,7 +224,7 @@ class CallbackHooks(StepHooks):
                 logs["entropy"] = _mean(e for _, e in self.pending_tokens)
             self.pending.clear()
             self.pending_tokens.clear()
-            self.log(logs)
+            self.log(logs, self.started)
         if self.control.should_evaluate and self.evaluate is not None:
             for prefix, loss, runtime in self.evaluate():
                 self.evaluated(loss, prefix, runtime, self.eval_samples[prefix])

@@ -132,7 +132,11 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "logging_first_step": _r("the first step is logged at logging_steps as the others"),
     "log_on_each_node": _x("logging is rank 0's"),
     "logging_nan_inf_filter": _x("a NaN or inf loss is logged as it is"),
-    "include_num_input_tokens_seen": _x("num_tokens is always logged"),
+    "include_num_input_tokens_seen": _h(
+        "num_input_tokens_seen in each log (and a step's train_tokens_per_second), counted "
+        "without padding (transformers' all also counts a padded batch's padding)",
+        "test_include_num_input_tokens_seen_logs_them_as_transformers",
+    ),
     "log_level": _x("only transformers' own logger"),
     "log_level_replica": _x("only transformers' own logger"),
     "disable_tqdm": _x("the progress line is the runtime's"),

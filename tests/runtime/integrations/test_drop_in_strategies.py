@@ -197,3 +197,44 @@ def test_a_dict_of_eval_datasets(folder, tmp_path, monkeypatch) -> None:
         assert x == pytest.approx(y, rel=1e-5)
     for key in ("eval_a_loss", "eval_b_loss"):
         assert have[key] == pytest.approx(want[key], rel=1e-5)
+
+
+def _tokens_logged(trainer_class, folder: Path, out: Path) -> list[dict]:
+    """A 2-step run of rows of one length with ``include_num_input_tokens_seen``: each
+    log's keys and tokens seen (its times left out)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
+
+    rows = [{"input_ids": [(3 * i + k) % 40 + 3 for k in range(6)]} for i in range(4)]
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        logging_steps=1,
+        include_num_input_tokens_seen=True,
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        data_collator=default_data_collator,
+        train_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows]),
+        processing_class=_tokenizer(folder),
+    )
+    trainer.train()
+    return [
+        (sorted(r), r.get("num_input_tokens_seen"), r["step"]) for r in trainer.state.log_history
+    ]
+
+
+def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_path) -> None:
+    """transformers logs ``num_input_tokens_seen`` (with a step's ``train_runtime`` and
+    ``train_tokens_per_second``) when asked; the drop-in logged none of them."""
+    from transformers import Trainer as Reference
+
+    from datacentric.integrations.transformers import Trainer
+
+    want = _tokens_logged(Reference, folder, tmp_path / "ref")
+    assert want[0][1] == 24  # 4 rows of 6 tokens
+    assert _tokens_logged(Trainer, folder, tmp_path / "ours") == want
