@@ -1,7 +1,8 @@
 """Raw media for ``datacentric prepare``: which clips and captions a source lists, how
 each clip is read, and which frames and size it is encoded at.
 
-- Sources (:func:`read_media_source`): a CSV or JSONL file of ``path`` and ``caption``
+- Sources (:func:`read_media_source`): a CSV or JSONL file (or a ``.json`` file of
+  JSON lines or of one array of objects) of ``path`` and ``caption``
   (Open-Sora's ``text`` column, and ``video``/``file``/``prompt``, are accepted), paths
   relative to the file's folder and never outside it; a folder holding Hugging Face's
   ``metadata.jsonl`` or ``metadata.csv`` (``file_name`` and a caption column, the
@@ -204,11 +205,22 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
         if escape:
             raise DataError(f"{path}:{number}: {surrogate_problem(escape)}")
         rows.append((f"{path}:{number}", row))
-    if rows and not any(n in row for _, row in rows for n in CAPTION_COLUMNS):
-        raise DataError(
-            f"{path}: no line has a caption (a key {', '.join(CAPTION_COLUMNS)}); captions "
-            "in NAME.txt files: give their folder as --media"
-        )
+    return rows
+
+
+def _json_array_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The objects of a ``.json`` file holding one JSON array of them (as ``json.dump``
+    writes a list; Hugging Face's ``json`` loader reads both forms), each named by its
+    place in the array (``entry 1`` is the first)."""
+    entries = parse_json(text, str(path), DataError, what="the file")
+    escape = json_lone_surrogate(text, entries)
+    if escape:
+        raise DataError(f"{path}: {surrogate_problem(escape)}")
+    rows = []
+    for number, row in enumerate(entries if isinstance(entries, list) else [entries], 1):
+        if not isinstance(row, dict):
+            raise DataError(f"{path}: entry {number}: want an object with path and caption")
+        rows.append((f"{path}: entry {number}", row))
     return rows
 
 
@@ -216,7 +228,16 @@ def _rows(path: Path) -> list[tuple[str, dict[str, Any]]]:
     text = read_text_file(path, str(path), "a UTF-8 CSV or JSONL media list")
     if path.suffix.lower() == ".csv":
         return _csv_rows(path, text)
-    return _jsonl_rows(path, text)
+    if path.suffix.lower() == ".json" and text.lstrip().startswith("["):
+        rows = _json_array_rows(path, text)
+    else:
+        rows = _jsonl_rows(path, text)
+    if rows and not any(n in row for _, row in rows for n in CAPTION_COLUMNS):
+        raise DataError(
+            f"{path}: no line has a caption (a key {', '.join(CAPTION_COLUMNS)}); captions "
+            "in NAME.txt files: give their folder as --media"
+        )
+    return rows
 
 
 def _list_file(path: Path) -> list[MediaItem]:

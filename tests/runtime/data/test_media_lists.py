@@ -187,3 +187,20 @@ def test_a_utf16_caption_or_list_as_windows_writes_it_is_read_as_written(tmp_pat
     listing.write_bytes(b"\xfe\xff\x00p\xd8\x00")  # big-endian, then half a pair
     with pytest.raises(DataError, match=r"list.csv: not a text file \(byte 4 is not UTF-16\)"):
         read_media_source(listing)
+
+
+def test_a_json_list_of_one_array_is_read_as_json_dump_writes_it(tmp_path):
+    rows = [{"path": "a.mp4", "caption": "a cat,\n runs"}, {"video": "b.png", "text": "🐈"}]
+    listing = tmp_path / "list.json"
+    listing.write_text(json.dumps(rows, indent=2, ensure_ascii=False), encoding="utf-8")
+    items = read_media_source(listing)
+    assert [(i.source, i.caption, i.where) for i in items] == [
+        ("a.mp4", "a cat,\n runs", f"{listing}: entry 1"),
+        ("b.png", "🐈", f"{listing}: entry 2"),
+    ]
+    listing.write_text('[{"path": "a.mp4", "caption": "x"}, 3]')
+    with pytest.raises(DataError, match=r"list.json: entry 2: want an object with path"):
+        read_media_source(listing)
+    listing.write_text('[{"path": "a.mp4", "caption": "x"},\n')
+    with pytest.raises(DataError, match=r"list.json: the file is not JSON"):
+        read_media_source(listing)
