@@ -14,8 +14,8 @@ each clip is read, and which frames and size it is encoded at.
   them (:attr:`MediaItem.unread`): nothing captioned is dropped without a word.
 - Captions are kept exactly: a CSV is read as RFC 4180 over the whole text (quoted
   line breaks, commas and quotes kept; a UTF-8 byte-order mark and CRLF accepted), a
-  JSONL file is split at ``\\n`` only (U+2028, U+0085 ... stay inside a caption), and a
-  ``NAME.txt`` caption is its file's text less one final line end.
+  JSONL file is split at LF, CRLF and CR only (U+2028, U+0085 ... stay inside a
+  caption), and a ``NAME.txt`` caption is its file's text less one final line end.
 - Reading: videos with PyAV (``av``, in the ``video`` extra), images with Pillow; both
   give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
   of its frames, timed by their durations. Every container and codec the installed
@@ -59,6 +59,7 @@ from datacentric.data.frame_sampling import (
 from datacentric.data.text_file import (
     json_lone_surrogate,
     lone_surrogate,
+    numbered_lines,
     read_text_file,
     surrogate_problem,
 )
@@ -191,11 +192,11 @@ def _check_columns(path: Path, header: list[str]) -> None:
 
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
-    """One JSON object a line, lines ended by LF (CRLF accepted): never split at the
-    other Unicode line breaks, which a JSON string may hold raw."""
+    """One JSON object a line, lines ended by LF, CRLF or a lone CR (which no JSON line
+    holds raw): never split at the other Unicode line breaks, which a JSON string may
+    hold raw."""
     rows = []
-    for number, line in enumerate(text.split("\n"), 1):
-        line = line.removesuffix("\r")
+    for number, line in numbered_lines(text):
         if not line.strip():
             continue
         row = parse_json(line, f"{path}:{number}", DataError)
@@ -256,9 +257,12 @@ def _list_file(path: Path) -> list[MediaItem]:
 
 
 def _caption_file(path: Path) -> str:
-    """A ``NAME.txt`` caption as written, less the one line end an editor adds."""
+    """A ``NAME.txt`` caption as written, less the one line end an editor adds (LF,
+    CRLF, or an old Mac editor's CR)."""
     text = read_text_file(path, str(path), "a UTF-8 caption")
-    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
+    if text.endswith("\r\n"):
+        return text[:-2]
+    return text[:-1] if text.endswith(("\n", "\r")) else text
 
 
 def _caption_files(paths: list[Path]) -> dict[Path, list[Path]]:

@@ -204,3 +204,20 @@ def test_a_json_list_of_one_array_is_read_as_json_dump_writes_it(tmp_path):
     listing.write_text('[{"path": "a.mp4", "caption": "x"},\n')
     with pytest.raises(DataError, match=r"list.json: the file is not JSON"):
         read_media_source(listing)
+
+
+def test_lone_cr_line_ends_end_a_jsonl_line_and_a_caption_file(tmp_path):
+    listing = tmp_path / "list.jsonl"
+    listing.write_bytes(
+        b'{"path": "a.mp4", "caption": "x\\ry"}\r{"path": "b.mp4", "caption": "z"}\r'
+    )
+    items = read_media_source(listing)
+    assert [(i.caption, i.where) for i in items] == [
+        ("x\ry", f"{listing}:1"),
+        ("z", f"{listing}:2"),
+    ]
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    (folder / "a.mp4").write_bytes(b"")
+    (folder / "a.txt").write_bytes(b"one\rtwo\r")  # an old Mac editor's line ends
+    assert [i.caption for i in read_media_source(folder)] == ["one\rtwo"]
