@@ -129,6 +129,13 @@ def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:
             "Trainer; the drop-in resumes only its own checkpoint-N (with its optimizer and "
             "data position): train without it to start a new run"
         )
+    run = run_folder(output_dir).resolve()
+    if run not in path.resolve().parents:  # the run's settings name its own inputs
+        raise ValueError(
+            f"resume_from_checkpoint={str(value)!r}: not a checkpoint of output_dir "
+            f"{output_dir}; the drop-in resumes a run in its own output_dir (set output_dir "
+            "to the one that holds the checkpoint)"
+        )
     return False, str(path.resolve())
 
 

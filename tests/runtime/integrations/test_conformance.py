@@ -222,6 +222,10 @@ def test_a_resume_with_no_checkpoint_of_its_own_stops_as_transformers(tmp_path, 
     stops(True, "(checkpoint-3: not a drop-in run's)")
     stops(str(out / "checkpoint-3"), "a checkpoint of transformers' own Trainer")
     stops(None, "holds checkpoint-3, not a drop-in run's checkpoint")
+    # another output_dir's checkpoint: named, not refused for settings that only moved
+    other = tmp_path / "other" / "run" / "checkpoints" / "step-00000002"
+    other.mkdir(parents=True)
+    stops(str(other), f"not a checkpoint of output_dir {out}")
 
 
 def test_an_eval_strategy_with_no_eval_dataset_stops_as_transformers(capsys) -> None:
