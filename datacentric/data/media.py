@@ -78,6 +78,7 @@ VIDEO_SUFFIXES = (
 IMAGE_SUFFIXES = (
     *(".png", ".jpg", ".jpeg", ".webp", ".bmp"),
     *(".tif", ".tiff", ".avif", ".heic", ".heif"),
+    *(".jfif", ".jpe", ".apng"),  # JPEGs as browsers save them on Windows; animated PNG
 )
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {

@@ -179,6 +179,23 @@ def test_an_animated_webp_or_png_is_a_clip_of_its_frames(tmp_path):
     assert probe(item).frames == 1 and len(decode(item)) == 1
 
 
+def test_a_jpeg_saved_as_jfif_or_jpe_and_an_apng_are_read(tmp_path):
+    names = ("a.jfif", "b.JPE", "c.apng")
+    written = {name: _still(tmp_path / name, n) for n, name in enumerate(names)}
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.txt").write_text(f"{name}: a cat")
+    items = read_media_source(tmp_path)
+    assert [(i.source, i.caption, i.unread, i.is_image) for i in items] == [
+        ("a.jfif", "a: a cat", None, True),
+        ("b.JPE", "b: a cat", None, True),
+        ("c.apng", "c: a cat", None, True),
+    ]
+    for item in items[:2]:
+        error = np.abs(np.asarray(decode(item)[0], float) - written[item.source]).mean()
+        assert error < 25, item.source  # a JPEG's loss: another picture is 79 off
+    assert np.array_equal(np.asarray(decode(items[2])[0]), written["c.apng"])
+
+
 def _layout(folder) -> None:
     """A musubi-tuner folder as found: clips, captions and what else users keep there."""
     for name in ("a.mp4", "d.mp4", "sub/f.mxf", "sub/.hidden/g.mp4"):
