@@ -168,12 +168,38 @@ def copy_saved(trained: Path, out: Path, tokenizer: Any) -> None:
         tokenizer.save_pretrained(out)
 
 
+def save_base(model: Any, folder: Path) -> None:
+    """``model.save_pretrained(folder)``; of a ``PeftModel``, its base model's weights
+    without the adapter's layers (the weights LoRA starts from)."""
+    if not getattr(model, "peft_config", None):
+        model.save_pretrained(folder)
+        return
+    base = model.get_base_model()
+    state = {
+        name.replace(".base_layer.", "."): tensor
+        for name, tensor in base.state_dict().items()
+        if ".lora_" not in name
+    }
+    base.save_pretrained(folder, state_dict=state)
+
+
 def load_trained(trained: Path, base: Any, base_folder: Path, lora: bool) -> Any:
     """The trained model as transformers and peft load it: a ``PeftModel`` over ``base``
-    for a LoRA run, else ``base`` (a model object) with the trained weights, or the
-    trained model loaded from ``trained`` when ``base`` is a folder name."""
+    for a LoRA run (``base`` itself, a ``PeftModel`` already, with the trained adapter),
+    else ``base`` (a model object) with the trained weights, or the trained model loaded
+    from ``trained`` when ``base`` is a folder name."""
     from transformers import AutoModelForCausalLM
 
+    if lora and getattr(base, "peft_config", None):
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        loaded = set_peft_model_state_dict(base, load_peft_weights(str(trained)))
+        if loaded.unexpected_keys:
+            raise ValueError(
+                f"{trained}: adapter tensors the model has not: {loaded.unexpected_keys[:3]}"
+            )
+        return base
     if lora:
         from peft import PeftModel
 

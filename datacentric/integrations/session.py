@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ from datacentric.integrations.outputs import (
     load_trained,
     resume_spec,
     run_folder,
+    save_base,
 )
 from datacentric.integrations.records import tokenized_records, write_records
 from datacentric.integrations.script_api import ScriptMethods
@@ -130,6 +132,14 @@ class DropInTrainer(ScriptMethods):
         """Each held-out set by its metric prefix (``eval``; a dict: ``eval_<name>``),
         as the runtime reads it (built with the run)."""
         self.peft_config = peft_config
+        self._lora = self._lora_settings()
+        """The ``[lora]`` section of ``peft_config`` (checked here, as TRL checks it)."""
+        if peft_config is not None and not isinstance(model, str | os.PathLike):
+            from peft import get_peft_model
+
+            # as TRL: trainer.model is the PeftModel (print_trainable_parameters...) over
+            # the model given; the run starts from its base weights
+            self.model = self.model_wrapped = get_peft_model(model, peft_config)
         self.callbacks: list = [DefaultFlowCallback()]
         """transformers' ``DefaultFlowCallback`` (the strategies' flags), then the user's."""
         for callback in callbacks or []:
@@ -426,7 +436,7 @@ class DropInTrainer(ScriptMethods):
             f.name == "checkpoint_every_minutes" for f in dataclasses.fields(SECTIONS["checkpoint"])
         ):
             sections["checkpoint"]["checkpoint_every_minutes"] = 0.0  # by steps, as transformers
-        sections["lora"] = self._lora_settings()
+        sections["lora"] = self._lora
         try:
             return build_sections(sections)
         except ConfigError as err:
@@ -467,7 +477,7 @@ class DropInTrainer(ScriptMethods):
                 "give a local folder saved with save_pretrained, or a model object)",
             )
         if main and not isinstance(model, (str, Path)):
-            model.save_pretrained(folder)
+            save_base(model, folder)
         tokenizer = self.processing_class
         if tokenizer is None:
             if not isinstance(model, (str, Path)):

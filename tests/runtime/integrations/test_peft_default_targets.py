@@ -77,3 +77,58 @@ def test_a_peft_model_is_refused_naming_where_its_config_goes(capsys) -> None:
     with pytest.raises(SystemExit):
         Trainer(model=model, args=args, train_dataset=Dataset.from_list([{"input_ids": [1]}]))
     assert "and peft_config to datacentric.integrations.trl.SFTTrainer" in capsys.readouterr().err
+
+
+def test_sft_trainer_s_model_is_the_peft_model_before_and_after_train(tmp_path, monkeypatch):
+    """As TRL's: ``trainer.model`` is a ``PeftModel`` from the constructor on (scripts call
+    ``trainer.model.print_trainable_parameters()``), the same object after ``train()``
+    holding the trained adapter that ``save_model`` writes; the base weights untouched."""
+    import sys
+    from pathlib import Path
+
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    base = AutoModelForCausalLM.from_pretrained(folder)
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    config = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        learning_rate=5e-2,
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+    )
+    trainer = SFTTrainer(
+        model=base,
+        args=config,
+        train_dataset=Dataset.from_list([{"text": "hello world " * (1 + i)} for i in range(4)]),
+        processing_class=AutoTokenizer.from_pretrained(folder),
+        peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]),
+    )
+    wrapped = trainer.model
+    assert isinstance(wrapped, PeftModel)
+    wrapped.print_trainable_parameters()
+    trainer.train()
+    assert trainer.model is wrapped
+    trainer.save_model()
+    loaded = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(folder), config.output_dir
+    )
+    have, want = wrapped.state_dict(), loaded.state_dict()
+    lora = [name for name in want if "lora_B" in name]
+    assert lora and all(torch.equal(have[name], want[name]) for name in want)
+    assert any(want[name].abs().sum() > 0 for name in lora)  # trained: B moved from 0
+    for name, tensor in wrapped.get_base_model().state_dict().items():
+        if "lora_" not in name:
+            torch.testing.assert_close(tensor, before[name.replace(".base_layer.", ".")])
