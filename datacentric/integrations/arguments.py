@@ -34,6 +34,10 @@ SCHEDULES = (
 )
 
 
+#: refused fields' values that compute what the default computes (taken, not refused)
+AS_DEFAULT = {"optim": ("adamw_torch", "adamw_torch_fused")}
+
+
 class ArgumentsError(ValueError):
     """A field the runtime cannot honour, named."""
 
@@ -50,8 +54,10 @@ def refused_fields(args: Any, reference: Any) -> list[str]:
             continue
         if treatment is not None and treatment.kind != REFUSED:
             continue
-        value = getattr(args, field.name)
-        if _plain(value) != _plain(getattr(reference, field.name)):
+        value = _plain(getattr(args, field.name))
+        if value in AS_DEFAULT.get(field.name, ()):
+            continue
+        if value != _plain(getattr(reference, field.name)):
             why = treatment.text if treatment is not None else "not known to this release"
             refused.append(f"{field.name}={value!r} ({why})")
     return refused

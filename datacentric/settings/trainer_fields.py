@@ -89,7 +89,7 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "warmup_steps": _h(
         "the warm-up steps (below 1: a share of the steps)", SAME, "training.warmup_iterations"
     ),
-    "optim": _r(_OPTIMIZER),
+    "optim": _r(f"{_OPTIMIZER}; adamw_torch and adamw_torch_fused are taken as it"),
     "optim_args": _r(_OPTIMIZER),
     "optim_target_modules": _r(_OPTIMIZER),
     "weight_decay": _h(

@@ -56,6 +56,15 @@ def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
     assert stopped.value.code == 2
     line = capsys.readouterr().err.strip()
     assert "label_smoothing_factor=0.1 (the loss is the model's own cross-entropy)" in line
+    # transformers 4's default optimizer is the runtime's AdamW: taken; another is named
+    texts = Dataset.from_list([{"text": "a"}])
+    for optim in ("adamw_torch", "adamw_torch_fused"):
+        config = SFTConfig(output_dir=str(tmp_path), optim=optim, bf16=False)
+        SFTTrainer(model="unused", args=config, train_dataset=texts)
+    config = SFTConfig(output_dir=str(tmp_path), optim="sgd", bf16=False)
+    with pytest.raises(SystemExit):
+        SFTTrainer(model="unused", args=config, train_dataset=texts)
+    assert "optim='sgd' (the runtime builds AdamW" in capsys.readouterr().err
     trainer = SFTTrainer(
         model="unused",
         args=SFTConfig(output_dir=str(tmp_path), bf16=False),
