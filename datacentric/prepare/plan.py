@@ -227,7 +227,8 @@ def plan_task(
     except MediaError as err:
         return Task(item, None, str(err), stamp=stamp)
     rng = clip_rng(item, job.seed)
-    still = item.is_image and info.frames == 1  # an animated WebP or PNG is a clip
+    # one frame of an image file or a GIF is a still (an animated WebP or PNG is a clip)
+    still = info.frames == 1 and (item.is_image or item.path.suffix.lower() == ".gif")
     plan = plan_clip(
         info, geometry, is_image=still, buckets=buckets, rng=rng, sampling=job.sampling()
     )

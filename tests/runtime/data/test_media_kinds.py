@@ -151,7 +151,7 @@ class _Tokens:
         return 3
 
 
-def test_an_animated_webp_or_png_is_a_clip_of_its_frames(tmp_path):
+def test_an_animated_webp_or_png_is_a_clip_and_a_one_frame_gif_a_still(tmp_path):
     from PIL import Image
 
     from datacentric.data.media import Geometry, MediaItem
@@ -177,6 +177,11 @@ def test_an_animated_webp_or_png_is_a_clip_of_its_frames(tmp_path):
         assert task.plan.frames == (0, 2, 4, 6, 8), name  # a clip at 8 fps, resampled to 4
     item = MediaItem(0, tmp_path / "m.jpg", "m.jpg", "a cat", "m.jpg")
     assert probe(item).frames == 1 and len(decode(item)) == 1
+    # a GIF of one frame is a still image, as viewers show it (not a clip too short)
+    pictures[0].save(tmp_path / "still.gif")
+    item = MediaItem(0, tmp_path / "still.gif", "still.gif", "a cat", "still.gif")
+    task = plan_task(item, Geometry(4, 16), None, job, _Tokens(), {})
+    assert (task.skip, task.plan.frames, task.plan.bucket) == (None, (0,), "1x32x48")
 
 
 def test_a_jpeg_saved_as_jfif_or_jpe_and_an_apng_are_read(tmp_path):
