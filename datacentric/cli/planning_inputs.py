@@ -146,3 +146,26 @@ def global_batch_options(args: argparse.Namespace) -> dict[str, Any]:
         "global_batch_samples": args.global_batch_samples,
         "reorder_window": args.reorder_window,
     }
+
+
+def sized_global_batch(
+    args: argparse.Namespace, options: Any, shapes: list[SampleShape], cost: Any, world: int
+) -> Any:
+    """The ``[scheduling]`` section ``options`` with the global batch ``train`` would size
+    for ``shapes`` on ``world`` ranks when none is given
+    (:func:`~datacentric.scheduling.global_batches.size_global_batch`: a small dataset's
+    from its samples, never below what covers the ranks with groups of the largest SP
+    size the cost model's heads allow, as ``train`` covers them with the model's), so
+    that ``schedule`` and ``simulate`` count the steps ``train`` runs; its note is said
+    on stderr."""
+    from datacentric.cli.ranks import say
+    from datacentric.planning.bucket_options import mixable_sp_sizes
+    from datacentric.planning.cost_model import supports_split
+    from datacentric.scheduling.global_batches import size_global_batch
+
+    ulysses = [s for s in mixable_sp_sizes(world) if supports_split(cost, s, 1)]
+    tokens = [shape.tokens for shape in shapes]
+    batch = size_global_batch(options, tokens, world_size=world, largest_sp=max(ulysses, default=1))
+    if batch.note:
+        say(args.command, f"note: {batch.note}")
+    return batch.applied(options)

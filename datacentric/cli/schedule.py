@@ -43,6 +43,7 @@ from datacentric.cli.planning_inputs import (
     global_batch_options,
     model_and_hardware,
     profiled_model,
+    sized_global_batch,
 )
 from datacentric.cli.ranks import announce
 from datacentric.progress import StepShare
@@ -166,6 +167,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
             max_sp_size=args.max_sp,
             exact_solver=args.exact_solver,
         )
+        options = sized_global_batch(args, options, shapes, cost, args.world)  # as train's
         pipeline = command_pipeline(args, shapes, cost, args.world, options=options, seed=args.seed)
         bar.update(stage=f"planning {len(shapes):,} samples")
         pipeline.plan  # noqa: B018 - made once here, so the stages show
@@ -183,7 +185,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     first = rows[policies[0]]
     return {
         **{key: first[key] for key in shared},
-        "global_batch_tokens": batch["global_batch_tokens"],
+        "global_batch_tokens": options.global_batch_tokens,
         "policies": {p: {k: v for k, v in row.items() if k != "policy"} for p, row in rows.items()},
     }
 

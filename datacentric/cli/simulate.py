@@ -36,7 +36,12 @@ from datacentric.cli.flag_groups import (
     limit_splits,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
-from datacentric.cli.planning_inputs import dataset_shapes, global_batch_options, sharding_of
+from datacentric.cli.planning_inputs import (
+    dataset_shapes,
+    global_batch_options,
+    sharding_of,
+    sized_global_batch,
+)
 from datacentric.cli.ranks import announce
 
 KEY = """\
@@ -116,6 +121,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     options = SchedulingConfig(**global_batch_options(args))
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
+    options = sized_global_batch(args, options, workload.shapes, cost_model, args.world)
     what = f"simulate on {args.world} ranks"
     with Progress(what, 1, unit="part", time_left=True) as bar:  # run_policies sizes it
         runs = run_policies(
@@ -151,7 +157,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
         "tokens": workload.num_tokens,
         "ideal_epoch_time_s": first.ideal_epoch_time_s,
         "steps": steps,
-        "steps_why": _steps_why(args, workload.shapes, steps),
+        "steps_why": _steps_why(args, workload.shapes, steps, options),
         "policies": policy_table(runs),
     }
 
@@ -176,12 +182,18 @@ def _workload(args: argparse.Namespace) -> Any:
     return workload_from_shapes(args.dataset, shapes, args.model, args.hardware, "")
 
 
-def _steps_why(args: argparse.Namespace, shapes: Any, steps: int) -> str:
-    """Why the epoch has ``steps`` optimizer steps: the global batch and where it is set."""
+def _steps_why(args: argparse.Namespace, shapes: Any, steps: int, options: Any) -> str:
+    """Why the epoch has ``steps`` optimizer steps: the global batch and where it is set
+    (``options``: the ``[scheduling]`` section simulated, its sized batch included)."""
     if args.global_batch_samples:
         return f"global batch of {args.global_batch_samples} samples (--global-batch-samples)"
     if args.global_batch_tokens:
         return f"global batch of {args.global_batch_tokens} tokens (--global-batch-tokens)"
+    if options.global_batch_tokens:
+        return (
+            f"global batch of {options.global_batch_tokens} tokens (sized from the dataset "
+            "as train sizes it; --global-batch-tokens changes it)"
+        )
     import numpy as np
 
     from datacentric.scheduling.dataset_view import DatasetView

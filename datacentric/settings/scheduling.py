@@ -69,9 +69,10 @@ class SchedulingConfig:
     """The global batch in tokens: every policy runs exactly one iteration (optimizer
     step) per global batch, and the data order chooses each step's samples (see
     :mod:`~datacentric.scheduling.global_batches`); default ``world * max(2**18,
-    longest sample)``, but ``datacentric train`` sizes it from a small dataset (fewer
-    tokens than 8 such batches of one rank) so an epoch has 8 steps, and records it in
-    the run's ``config.toml``. Ignored when ``global_batch_samples`` is set."""
+    longest sample)``, but ``datacentric train`` (and ``schedule`` and ``simulate``, to
+    count its steps) sizes it from a small dataset (fewer tokens than 8 such batches of
+    one rank) so an epoch has 8 steps, and records it in the run's ``config.toml``.
+    Ignored when ``global_batch_samples`` is set."""
     global_batch_samples: int | None = None
     """The global batch in samples (instead of tokens)."""
     tokens_per_iteration: int | None = None

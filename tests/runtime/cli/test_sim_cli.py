@@ -58,7 +58,8 @@ def test_simulate_your_own_data_says_how_many_steps_and_why(tmp_path, capsys):
     assert main([*args, "--json", "--tokenizer", "bytes"]) == 0
     out, err = capsys.readouterr()
     report = json.loads(out)
-    assert report["steps"] == 1 and "the default" in report["steps_why"]
+    # no global batch given: sized from the 31,120 tokens as train sizes it, 8 steps
+    assert report["steps"] == 8 and "sized from the dataset" in report["steps_why"]
     assert "UTF-8 bytes" not in err
     assert set(report["policies"]) == {"static", "dcp-opt"}
 
