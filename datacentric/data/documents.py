@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import json_lone_surrogate, surrogate_problem
+from datacentric.data.text_file import json_lone_surrogate, surrogate_problem, text_codec
 from datacentric.regular_files import check_regular, open_regular, parse_json, read_regular_bytes
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
@@ -253,11 +253,15 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
 
 def _text(path: str) -> str:
     """A text file's document, every byte as written: its CRLF and CR line ends kept (a
-    text-mode read turns both into LF), a leading byte-order mark dropped."""
+    text-mode read turns both into LF), a leading byte-order mark dropped; UTF-8, or
+    UTF-16 when it starts with that mark (:func:`~datacentric.data.text_file.text_codec`)."""
+    raw = read_regular_bytes(path)
+    codec = text_codec(raw)
     try:
-        text = read_regular_bytes(path).decode("utf-8")
+        text = raw.decode(codec)
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        what = codec.upper()
+        raise DataError(f"{path}: not {what} text ({err.reason} at byte {err.start})") from None
     return text.removeprefix("\ufeff")  # a BOM an editor wrote
 
 

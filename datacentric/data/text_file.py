@@ -22,6 +22,13 @@ from datacentric.data.base import DataError
 from datacentric.regular_files import read_regular_bytes
 
 
+def text_codec(raw: bytes) -> str:
+    """The codec of a text file's bytes: ``utf-16`` when they start with its byte-order
+    mark (what Windows PowerShell's ``>`` and Notepad's "Unicode" write; the mark says
+    which byte order), else ``utf-8``."""
+    return "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"
+
+
 def read_text_file(path: str | Path, where: str, want: str) -> str:
     """The text of ``path``; errors start with ``where`` and say ``want`` (what the file
     should be: ``a UTF-8 CSV or JSONL list``)."""
@@ -29,9 +36,7 @@ def read_text_file(path: str | Path, where: str, want: str) -> str:
         raw = read_regular_bytes(path)
     except OSError as err:
         raise DataError(f"{where}: cannot read it ({err.strerror or err})") from None
-    # UTF-16 with its byte-order mark: what Windows PowerShell's > and Notepad's
-    # "Unicode" write; the mark says which, so the text is read as written
-    codec = "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"
+    codec = text_codec(raw)
     try:
         text = raw.decode(codec)
     except UnicodeDecodeError as err:

@@ -136,6 +136,10 @@ def test_a_text_file_is_one_document_byte_for_byte(tmp_path):
     (tmp_path / "doc.txt").write_bytes(written)
     ds = open_dataset(f"text:{tmp_path}/doc.txt")
     assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
+    # UTF-16 with its byte-order mark (Windows PowerShell's >): the same text
+    (tmp_path / "doc.txt").write_bytes(written.decode("utf-8").encode("utf-16"))
+    ds = open_dataset(f"text:{tmp_path}/doc.txt")
+    assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
 
 
 def test_a_folder_s_files_are_found_by_suffix_in_any_case_and_through_links(tmp_path):
