@@ -129,7 +129,10 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
         "metrics.log_every",
     ),
     "logging_steps": _h("the steps between two on_log calls", SAME, "metrics.log_every"),
-    "logging_first_step": _r("the first step is logged at logging_steps as the others"),
+    "logging_first_step": _h(
+        "step 1 logged too (transformers' DefaultFlowCallback asks it)",
+        "test_first_step_and_eval_delay",
+    ),
     "log_on_each_node": _x("logging is rank 0's"),
     "logging_nan_inf_filter": _x("a NaN or inf loss is logged as it is"),
     "include_num_input_tokens_seen": _h(
@@ -148,7 +151,10 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "trackio_static_space_id": _x("trackio is refused in report_to"),
     "eval_strategy": _h("steps, epoch or no", CONTROL, "validation.every"),
     "eval_steps": _h("the steps between two evaluations", CONTROL, "validation.every"),
-    "eval_delay": _r("evaluation starts at the first due step"),
+    "eval_delay": _h(
+        "no evaluation before it (transformers' DefaultFlowCallback asks none)",
+        "test_first_step_and_eval_delay",
+    ),
     "per_device_eval_batch_size": _n("the held-out loss is over the whole set at once"),
     "prediction_loss_only": _x("compute_metrics is refused: only the loss is computed"),
     "eval_on_start": _r("the first evaluation is at the first due step"),

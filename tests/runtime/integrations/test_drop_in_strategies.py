@@ -199,9 +199,9 @@ def test_a_dict_of_eval_datasets(folder, tmp_path, monkeypatch) -> None:
         assert have[key] == pytest.approx(want[key], rel=1e-5)
 
 
-def _tokens_logged(trainer_class, folder: Path, out: Path) -> list[dict]:
-    """A 2-step run of rows of one length with ``include_num_input_tokens_seen``: each
-    log's keys and tokens seen (its times left out)."""
+def _logged(trainer_class, folder: Path, out: Path, **fields) -> list[dict]:
+    """A run of 4 rows of one length, one batch a step, with ``fields``: its log
+    history."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
 
@@ -209,23 +209,32 @@ def _tokens_logged(trainer_class, folder: Path, out: Path) -> list[dict]:
     args = TrainingArguments(
         output_dir=str(out),
         per_device_train_batch_size=4,
-        max_steps=2,
-        logging_steps=1,
-        include_num_input_tokens_seen=True,
+        learning_rate=1e-3,
         report_to="none",
         use_cpu=True,
+        **fields,
     )
     trainer = trainer_class(
         model=AutoModelForCausalLM.from_pretrained(folder),
         args=args,
         data_collator=default_data_collator,
         train_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows]),
+        eval_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows[:2]]),
         processing_class=_tokenizer(folder),
     )
     trainer.train()
-    return [
-        (sorted(r), r.get("num_input_tokens_seen"), r["step"]) for r in trainer.state.log_history
-    ]
+    return trainer.state.log_history
+
+
+def _same_logs(have: list[dict], want: list[dict]) -> None:
+    """The same keys in each log, the same values but times and rates."""
+    assert [sorted(r) for r in have] == [sorted(r) for r in want]
+
+    def untimed(r: dict) -> dict:
+        return {k: v for k, v in r.items() if not any(t in k for t in ("runtime", "per_sec"))}
+
+    for mine, theirs in zip(have, want):
+        assert untimed(mine) == pytest.approx(untimed(theirs), rel=1e-5)
 
 
 def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_path) -> None:
@@ -235,6 +244,29 @@ def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_pat
 
     from datacentric.integrations.transformers import Trainer
 
-    want = _tokens_logged(Reference, folder, tmp_path / "ref")
-    assert want[0][1] == 24  # 4 rows of 6 tokens
-    assert _tokens_logged(Trainer, folder, tmp_path / "ours") == want
+    fields = dict(max_steps=2, logging_steps=1, include_num_input_tokens_seen=True)
+    want = _logged(Reference, folder, tmp_path / "ref", **fields)
+    assert [r["num_input_tokens_seen"] for r in want] == [24, 48, 48]  # 4 rows of 6 tokens
+    assert "train_tokens_per_second" in want[0]
+    _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
+
+
+def test_first_step_and_eval_delay(folder, tmp_path) -> None:
+    """``logging_first_step`` and ``eval_delay``, which transformers' DefaultFlowCallback
+    reads, were refused; they log and evaluate at transformers' steps."""
+    from transformers import Trainer as Reference
+
+    from datacentric.integrations.transformers import Trainer
+
+    fields = dict(
+        max_steps=4,
+        logging_steps=2,
+        logging_first_step=True,
+        eval_strategy="steps",
+        eval_steps=1,
+        eval_delay=3,
+    )
+    want = _logged(Reference, folder, tmp_path / "ref", **fields)
+    assert [r["step"] for r in want if "loss" in r] == [1, 2, 4]
+    assert [r["step"] for r in want if "eval_loss" in r][:2] == [3, 4]
+    _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
