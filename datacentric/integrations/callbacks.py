@@ -155,6 +155,8 @@ class CallbackHooks(StepHooks):
         self.tokens_before = self.tokens_seen
         self.started = time.perf_counter()
         self.event("on_train_begin")
+        if args.eval_on_start and self.evaluate is not None:  # as transformers, then
+            self._evaluate_all()
 
     def step_end(self, record: dict[str, Any]) -> StepControl:
         state, control = self.state, self.control
@@ -226,8 +228,12 @@ class CallbackHooks(StepHooks):
             self.pending_tokens.clear()
             self.log(logs, self.started)
         if self.control.should_evaluate and self.evaluate is not None:
-            for prefix, loss, runtime in self.evaluate():
-                self.evaluated(loss, prefix, runtime, self.eval_samples[prefix])
+            self._evaluate_all()
+
+    def _evaluate_all(self) -> None:
+        """Each eval set's loss under the model as it is now, logged (collective)."""
+        for prefix, loss, runtime in self.evaluate():
+            self.evaluated(loss, prefix, runtime, self.eval_samples[prefix])
 
     def saved(self, step: int, folder: Path) -> None:
         if self.state.is_world_process_zero:

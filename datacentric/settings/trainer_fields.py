@@ -157,7 +157,9 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     ),
     "per_device_eval_batch_size": _n("the held-out loss is over the whole set at once"),
     "prediction_loss_only": _x("compute_metrics is refused: only the loss is computed"),
-    "eval_on_start": _r("the first evaluation is at the first due step"),
+    "eval_on_start": _h(
+        "an evaluation before the first step, as transformers", "test_first_step_and_eval_delay"
+    ),
     "eval_do_concat_batches": _x("predict() concatenates"),
     "eval_use_gather_object": _x("predict() gathers on every rank itself"),
     "eval_accumulation_steps": _x("predictions stay on the CPU"),

@@ -253,7 +253,8 @@ def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_pat
 
 def test_first_step_and_eval_delay(folder, tmp_path) -> None:
     """``logging_first_step`` and ``eval_delay``, which transformers' DefaultFlowCallback
-    reads, were refused; they log and evaluate at transformers' steps."""
+    reads, and ``eval_on_start`` were refused; they log and evaluate at transformers'
+    steps."""
     from transformers import Trainer as Reference
 
     from datacentric.integrations.transformers import Trainer
@@ -265,8 +266,9 @@ def test_first_step_and_eval_delay(folder, tmp_path) -> None:
         eval_strategy="steps",
         eval_steps=1,
         eval_delay=3,
+        eval_on_start=True,
     )
     want = _logged(Reference, folder, tmp_path / "ref", **fields)
     assert [r["step"] for r in want if "loss" in r] == [1, 2, 4]
-    assert [r["step"] for r in want if "eval_loss" in r][:2] == [3, 4]
+    assert [r["step"] for r in want if "eval_loss" in r][:3] == [0, 3, 4]
     _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
