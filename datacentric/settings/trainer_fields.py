@@ -109,7 +109,10 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "fp16": _r("float16 is not supported: use bf16=True", "model.dtype"),
     "bf16_full_eval": _r("evaluation runs as training does (bf16: autocast)"),
     "fp16_full_eval": _r("evaluation runs as training does (bf16: autocast)"),
-    "tf32": _r("the matmul precision is torch's default"),
+    "tf32": _h(
+        "TF32 matmuls on or off: TrainingArguments sets torch's flags for the process itself",
+        "test_a_refused_field_and_method_stop_in_one_line",
+    ),
     "activation_checkpointing": _n("recomputation is the planner's decision, block by block"),
     "activation_checkpointing_kwargs": _n("recomputation is the planner's decision"),
     "gradient_checkpointing": _n("recomputation is the planner's decision, block by block"),

@@ -61,6 +61,9 @@ def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
     for optim in ("adamw_torch", "adamw_torch_fused"):
         config = SFTConfig(output_dir=str(tmp_path), optim=optim, bf16=False)
         SFTTrainer(model="unused", args=config, train_dataset=texts)
+    # tf32 is set in torch's flags by the arguments themselves (True needs a GPU)
+    config = SFTConfig(output_dir=str(tmp_path), tf32=False, bf16=False)
+    SFTTrainer(model="unused", args=config, train_dataset=texts)
     config = SFTConfig(output_dir=str(tmp_path), optim="sgd", bf16=False)
     with pytest.raises(SystemExit):
         SFTTrainer(model="unused", args=config, train_dataset=texts)
