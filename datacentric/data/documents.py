@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import json_lone_surrogate, surrogate_problem, text_codec
-from datacentric.regular_files import check_regular, open_regular, parse_json, read_regular_bytes
+from datacentric.data.text_file import parse_json_line, text_codec
+from datacentric.regular_files import check_regular, open_regular, read_regular_bytes
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -217,11 +217,7 @@ def _json_line(line: str, where: str) -> object:
     """One JSONL line's value; :class:`DataError` naming ``where`` for anything else
     (not JSON, nested deeper than the reader's stack, an integer too long to convert, a
     string holding half of a UTF-16 pair: no tokenizer encodes it)."""
-    value = parse_json(line, where, DataError, what="line")
-    escape = json_lone_surrogate(line, value)
-    if escape:
-        raise DataError(f"{where}: {surrogate_problem(escape)}")
-    return value
+    return parse_json_line(line, where, what="line")
 
 
 def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

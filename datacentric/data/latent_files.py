@@ -28,8 +28,8 @@ import torch
 
 from datacentric.data.base import DataError
 from datacentric.data.documents import paths_below
-from datacentric.data.text_file import numbered_lines, read_text_file
-from datacentric.regular_files import check_regular, open_regular, parse_json
+from datacentric.data.text_file import numbered_lines, parse_json_line, read_text_file
+from datacentric.regular_files import check_regular, open_regular
 
 LATENT_SUFFIXES = (".npy", ".safetensors", ".pt")
 #: The listing of a latent folder (``prepare`` writes it).
@@ -182,7 +182,7 @@ def read_latent_listing(source: str) -> list[LatentEntry]:
         for number, line in numbered_lines(listing):
             if not line.strip():
                 continue
-            entry = parse_json(line, f"{path}:{number}", DataError)
+            entry = parse_json_line(line, f"{path}:{number}")
             name = entry.get("latent", entry.get("path")) if isinstance(entry, dict) else None
             if not isinstance(name, str):
                 raise DataError(

@@ -57,14 +57,12 @@ from datacentric.data.frame_sampling import (
     window_positions,
 )
 from datacentric.data.text_file import (
-    json_lone_surrogate,
     lone_surrogate,
     numbered_lines,
+    parse_json_line,
     read_text_file,
-    surrogate_problem,
 )
 from datacentric.data.video_geometry import causal_latent_frames
-from datacentric.regular_files import parse_json
 
 #: a folder's clips, by suffix: the containers the installed PyAV's FFmpeg reads (each
 #: written and read back in tests/runtime/data/test_media_kinds.py)
@@ -200,12 +198,9 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
     for number, line in numbered_lines(text):
         if not line.strip():
             continue
-        row = parse_json(line, f"{path}:{number}", DataError)
+        row = parse_json_line(line, f"{path}:{number}")
         if not isinstance(row, dict):
             raise DataError(f"{path}:{number}: want an object with path and caption")
-        escape = json_lone_surrogate(line, row)
-        if escape:
-            raise DataError(f"{path}:{number}: {surrogate_problem(escape)}")
         rows.append((f"{path}:{number}", row))
     return rows
 
@@ -214,10 +209,7 @@ def _json_array_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
     """The objects of a ``.json`` file holding one JSON array of them (as ``json.dump``
     writes a list; Hugging Face's ``json`` loader reads both forms), each named by its
     place in the array (``entry 1`` is the first)."""
-    entries = parse_json(text, str(path), DataError, what="the file")
-    escape = json_lone_surrogate(text, entries)
-    if escape:
-        raise DataError(f"{path}: {surrogate_problem(escape)}")
+    entries = parse_json_line(text, str(path), what="the file")
     rows = []
     for number, row in enumerate(entries if isinstance(entries, list) else [entries], 1):
         if not isinstance(row, dict):

@@ -19,13 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import (
-    json_lone_surrogate,
-    numbered_lines,
-    read_text_file,
-    surrogate_problem,
-)
-from datacentric.regular_files import parse_json
+from datacentric.data.text_file import numbered_lines, parse_json_line, read_text_file
 
 #: The longest line a prompts file may hold (a prompt, or its JSON line): a prompt is
 #: tokenized and generated from on every rank, so a runaway line is refused up front.
@@ -79,16 +73,8 @@ def _prompt(line: str, index: int, where: str) -> Prompt:
     stripped = line.strip()
     if not stripped.startswith("{"):
         return Prompt(index, line)
-    try:
-        record = parse_json(stripped, where, DataError)
-    except DataError as err:
-        raise DataError(
-            f'{err}; a line starting with {{ is read as JSON: write such a prompt as {{"prompt": '
-            '"{cat} in a hat"}'
-        ) from None
-    escape = json_lone_surrogate(stripped, record)
-    if escape:
-        raise DataError(f"{where}: {surrogate_problem(escape)}")
+    hint = 'a line starting with { is read as JSON: write such a prompt as {"prompt": "{cat}"}'
+    record = parse_json_line(stripped, where, hint=hint)
     if not isinstance(record.get("prompt"), str):
         raise DataError(f'{where}: a JSON line needs a "prompt" string')
     unknown = sorted(set(record) - {"prompt", "max_new_tokens", "temperature", *RENDER_KEYS})

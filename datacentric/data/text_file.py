@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.data.base import DataError
-from datacentric.regular_files import read_regular_bytes
+from datacentric.regular_files import parse_json, read_regular_bytes
 
 
 def text_codec(raw: bytes) -> str:
@@ -74,7 +74,7 @@ def lone_surrogate(text: str) -> str | None:
     return None
 
 
-def json_lone_surrogate(line: str, value: Any) -> str | None:
+def _json_lone_surrogate(line: str, value: Any) -> str | None:
     """:func:`lone_surrogate` of any string in ``value``, parsed from the JSON ``line``
     (only a line holding a surrogate's escape is looked into)."""
     if not _SURROGATE_ESCAPE.search(line):
@@ -82,10 +82,27 @@ def json_lone_surrogate(line: str, value: Any) -> str | None:
     return lone_surrogate(json.dumps(value, ensure_ascii=False))
 
 
-def surrogate_problem(escape: str) -> str:
+def _surrogate_problem(escape: str) -> str:
     """Why a string holding the lone surrogate ``escape`` is refused, and the fix."""
     return (
         f"holds {escape}, half of a UTF-16 surrogate pair without its other half: no "
         "character, and UTF-8 cannot hold it; write the character itself, or both halves "
         "of its pair (\\ud83d\\udc31)"
     )
+
+
+def parse_json_line(line: str, where: str, what: str = "", hint: str = "") -> Any:
+    """The value of a JSON line (or file) a user wrote: a media list's, a JSONL record's,
+    a prompt's, a latent manifest's. :class:`~datacentric.data.base.DataError` naming
+    ``where`` when it is not JSON (followed by ``hint``, when given) or a string in it
+    holds half of a UTF-16 surrogate pair (:func:`lone_surrogate`)."""
+    try:
+        value = parse_json(line, where, DataError, what=what)
+    except DataError as err:
+        if not hint:
+            raise
+        raise DataError(f"{err}; {hint}") from None
+    escape = _json_lone_surrogate(line, value)
+    if escape:
+        raise DataError(f"{where}: {_surrogate_problem(escape)}")
+    return value
