@@ -444,7 +444,8 @@ class DropInTrainer(ScriptMethods):
 
     def _decay_groups(self, trainer: Trainer) -> None:
         """The run's AdamW in transformers' two groups: weight decay on the parameters
-        ``get_decay_parameter_names`` names, none on biases and norm weights."""
+        ``get_decay_parameter_names`` names, none on biases and norm weights; epsilon
+        ``adam_epsilon``."""
         import torch
 
         module = trainer.dc.model
@@ -461,6 +462,7 @@ class DropInTrainer(ScriptMethods):
             ],
             lr=old["lr"],
             betas=old["betas"],
+            eps=self.args.adam_epsilon,
         )
 
     def _write_model(self, inputs: Path, main: bool) -> tuple[Path, Any]:

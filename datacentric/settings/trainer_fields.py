@@ -99,7 +99,7 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     ),
     "adam_beta1": _h("AdamW's first beta", SAME, "training.betas"),
     "adam_beta2": _h("AdamW's second beta", SAME, "training.betas"),
-    "adam_epsilon": _r("AdamW's epsilon is 1e-8 (transformers' default)"),
+    "adam_epsilon": _h("AdamW's epsilon", SURFACE),
     "average_tokens_across_devices": _r(
         "the loss is always the mean over every loss token of the global batch (True)"
     ),

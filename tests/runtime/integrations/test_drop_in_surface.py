@@ -72,6 +72,7 @@ def _script(trainer_class, folder: Path, out: Path, left: bool, **extra):
         max_steps=STEPS,
         learning_rate=1e-3,
         weight_decay=0.1,
+        adam_epsilon=1e-4,  # a step's size moves with it
         lr_scheduler_type="cosine",
         warmup_steps=1,
         logging_steps=1,
