@@ -33,6 +33,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.parallel.launch import launch_mode
     from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.scheduling.global_batches import run_global_batch
+    from datacentric.settings.sections import split_fraction
     from datacentric.train.assemble import Prechecked
     from datacentric.train.checkpoints.checkpoint import CheckpointError
     from datacentric.train.checkpoints.resume import check_resumable
@@ -48,7 +49,9 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         )
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
-            check_samples_for_model_check(tokens)  # before a model's check packs them
+            split = config.validation.dataset if split_fraction(config.validation.dataset) else None
+            held_count = len(held_out) if split and held_out is not None else 0
+            check_samples_for_model_check(tokens, split, held_count)  # before the model's check
         check_learned_positions(config, dataset, held_out)  # as well
         module, shard, held = check_model_holding(config, dataset)
         check_input_shapes(config, module, dataset, held_out)
@@ -379,16 +382,22 @@ def analytic_pipeline(
     )
 
 
-def check_samples_for_model_check(tokens: list[int]) -> None:
+def check_samples_for_model_check(
+    tokens: list[int], split: str | None = None, held: int = 0
+) -> None:
     """Raise ``ValueError`` naming the data settings when the dataset has fewer than the
     two samples of 4 tokens or more that the model check of a fresh run packs together
     (:func:`~datacentric.verify.model_contract.check_model_contract`), e.g. one sample
-    for two ranks, or documents cut into pieces of 3 tokens (``--max-tokens 3``)."""
+    for two ranks, or documents cut into pieces of 3 tokens (``--max-tokens 3``).
+    ``tokens``: the training set's, after a ``[validation] dataset`` of ``split``
+    (``split=FRACTION``; None: none) held out ``held`` samples, which it then names."""
     usable = sum(1 for t in tokens if t >= 4)
     if usable < 2:
         longer = " or longer samples (data.max_tokens)" if len(tokens) > 2 else ""
+        after = f", after validation.dataset {split} held out {held}" if split else ""
+        fewer = ", or hold out fewer (validation.dataset)" if split else ""
         raise ValueError(
-            f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all); "
-            "training checks the model on 2 such samples packed together before the ranks "
-            f"start: give more data (data.dataset, data.dataset_limit){longer}"
+            f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all"
+            f"{after}); training checks the model on 2 such samples packed together before "
+            f"the ranks start: give more data (data.dataset, data.dataset_limit){longer}{fewer}"
         )

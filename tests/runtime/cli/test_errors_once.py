@@ -84,6 +84,13 @@ def test_too_few_samples_for_the_model_check_names_the_data_settings():
     # many samples, all short (documents cut by --max-tokens 3): the setting that cut them
     with pytest.raises(ValueError, match=r"\(1014 in all\).*or longer samples \(data.max_tokens\)"):
         check_samples_for_model_check([3] * 1014)
+    # a split that left too few: the held-out setting is named, as the fix
+    with pytest.raises(
+        ValueError, match=r"\(1 in all, after validation.dataset split=0.5 held out 1\)"
+    ):
+        check_samples_for_model_check([100], "split=0.5", 1)
+    with pytest.raises(ValueError, match=r"or hold out fewer \(validation.dataset\)$"):
+        check_samples_for_model_check([100], "split=0.5", 1)
 
 
 def test_one_document_for_a_transformers_model_names_the_data_settings(tmp_path, capsys):
