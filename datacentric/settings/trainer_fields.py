@@ -229,7 +229,10 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "fsdp_config": _r("sharding is parallelism.shard", "parallelism.shard"),
     "deepspeed": _r("the runtime holds the model and optimizer itself"),
     "debug": _r("transformers' debug modes are not run"),
-    "skip_memory_metrics": _x("memory is in the run's metrics either way"),
+    "skip_memory_metrics": _r(
+        "transformers' *_mem_* metrics are not computed (the run's metrics.jsonl records "
+        "each step's memory)"
+    ),
     "do_train": _x("read by scripts, not by the trainer"),
     "do_eval": _x("read by scripts, not by the trainer"),
     "do_predict": _x("read by scripts, not by the trainer"),

@@ -68,6 +68,11 @@ def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit):
         SFTTrainer(model="unused", args=config, train_dataset=texts)
     assert "optim='sgd' (the runtime builds AdamW" in capsys.readouterr().err
+    # transformers then adds train_mem_* / eval_mem_* metrics, which the drop-ins do not
+    config = SFTConfig(output_dir=str(tmp_path), skip_memory_metrics=False, bf16=False)
+    with pytest.raises(SystemExit):
+        SFTTrainer(model="unused", args=config, train_dataset=texts)
+    assert "skip_memory_metrics=False (transformers' *_mem_* metrics" in capsys.readouterr().err
     trainer = SFTTrainer(
         model="unused",
         args=SFTConfig(output_dir=str(tmp_path), bf16=False),
