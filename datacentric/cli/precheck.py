@@ -41,6 +41,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
 
     given = config.data.tokenizer
     try:
+        check_device(config.parallelism.device)  # before the model is priced on it
         data = with_model_tokenizer(config.model, config.data, config.validation)
         if data is not config.data:  # as the ranks read text (assemble_run)
             config = dataclasses.replace(config, data=data)
@@ -96,6 +97,24 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             )
             return None
     return Prechecked(batch, data=(dataset, held_out), shard=shard)
+
+
+def check_device(device: str | None) -> None:
+    """Raise ``ValueError`` naming ``parallelism.device`` when it names a CUDA device
+    this machine does not have (torch built without CUDA, no GPU, or an index past the
+    last): the run would fail on it at its first use instead."""
+    import torch
+
+    if device is None or torch.device(device).type != "cuda":
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if (torch.device(device).index or 0) < count:
+        return
+    have = f"{count} CUDA device(s), cuda:0 to cuda:{count - 1}" if count else "no CUDA device"
+    raise ValueError(
+        f"parallelism.device: {device} is not a device of this machine ({have}); pass "
+        "--device cpu, or leave it unset (cuda when available, else the CPU)"
+    )
 
 
 def check_model_holding(config: TrainConfig, dataset) -> tuple[nn.Module, str | None, str | None]:

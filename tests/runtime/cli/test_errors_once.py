@@ -167,3 +167,26 @@ def test_a_sample_past_a_learned_position_table_is_refused_before_ranks(model, t
     assert "sample 1 (" in err and "docs.jsonl:2) has 30 tokens, more than the 24 positions" in err
     assert "--max-tokens 24 or less" in err
     assert main([*argv, "--max-tokens", "24", "--iterations", "1", "--cost-model", "analytic"]) == 0
+
+
+@pytest.mark.parametrize(("device", "gpus"), [("cuda", 0), ("cuda:2", 2)])
+def test_a_cuda_device_this_machine_lacks_is_one_line_naming_the_setting(
+    device, gpus, tmp_path, monkeypatch, capsys
+):
+    """``--device cuda`` where torch has no CUDA ended in 'internal error AssertionError:
+    Torch not compiled with CUDA enabled', raised while the check priced the model."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"text": "a first document of words"}\n{"text": "and a second one"}\n')
+    argv = ["train", "--model", "llama", "--dataset", f"jsonl:{data}", "--device", device]
+    assert main([*argv, "--cost-model", "analytic", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    have = "2 CUDA device(s), cuda:0 to cuda:1" if gpus else "no CUDA device"
+    assert err == (
+        f"datacentric train: parallelism.device: {device} is not a device of this machine "
+        f"({have}); pass --device cpu, or leave it unset (cuda when available, else the CPU)"
+    )
+    assert not (tmp_path / "run").exists()  # refused before the run folder is claimed
