@@ -322,15 +322,29 @@ def _not_utf8_names(folder: Path, media: list[Path]) -> dict[Path, str]:
     return unread
 
 
+def _with_unlisted(
+    items: list[MediaItem], folder: Path, media: list[Path], listing: Path
+) -> list[MediaItem]:
+    """``items`` (a folder's ``metadata.jsonl``) and, after them, each clip or image of
+    the folder it does not list, with the reason no sample comes of it."""
+    listed = {item.path for item in items}  # resolved, as the list's paths are
+    unlisted = [path for path in media if path.resolve() not in listed]
+    reason = f"not listed in {listing.name}, the folder's list: add a line for it"
+    return items + [
+        MediaItem(len(items) + n, p, p.relative_to(folder).as_posix(), None, str(listing), reason)
+        for n, p in enumerate(unlisted)
+    ]
+
+
 def _list_folder(folder: Path) -> list[MediaItem]:
     found = [folder / name for name in METADATA_FILES if (folder / name).exists()]
     if len(found) > 1:
         raise DataError(f"--media {folder}: holds both {', '.join(METADATA_FILES)}; keep one")
-    if found:
-        return _list_file(found[0])
     suffixes = VIDEO_SUFFIXES + IMAGE_SUFFIXES
     paths = paths_below(folder)
     media = [p for p in paths if p.suffix.lower() in suffixes]
+    if found:
+        return _with_unlisted(_list_file(found[0]), folder, media, found[0])
     captioned = _caption_files(paths)
     unread = {
         **_unread_files(folder, paths, media, captioned),

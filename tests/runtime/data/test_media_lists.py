@@ -221,3 +221,21 @@ def test_lone_cr_line_ends_end_a_jsonl_line_and_a_caption_file(tmp_path):
     (folder / "a.mp4").write_bytes(b"")
     (folder / "a.txt").write_bytes(b"one\rtwo\r")  # an old Mac editor's line ends
     assert [i.caption for i in read_media_source(folder)] == ["one\rtwo"]
+
+
+def test_a_clip_the_folder_s_metadata_does_not_list_is_named(tmp_path):
+    (tmp_path / "sub").mkdir()
+    for name in ("a.mp4", "sub/b.PNG", "c.txt"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "metadata.jsonl").write_text('{"file_name": "a.mp4", "text": "a cat"}\n')
+    items = read_media_source(tmp_path)
+    listing = tmp_path / "metadata.jsonl"
+    assert [(i.source, i.caption, i.where, i.unread) for i in items] == [
+        ("a.mp4", "a cat", f"{listing}:1", None),
+        (
+            "sub/b.PNG",
+            None,
+            str(listing),
+            "not listed in metadata.jsonl, the folder's list: add a line for it",
+        ),
+    ]
