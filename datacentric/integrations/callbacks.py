@@ -74,14 +74,25 @@ class CallbackHooks(StepHooks):
         """The last step's record (what an epoch's log reports)."""
         self.save_asked: set[int] = set()
         self.epoch_end_after_save = False
-        self.objects: dict[str, Any] = {}
-        """What each event passes as keyword arguments (model, processing_class)."""
+        self.objects: dict[str, Any] = dict.fromkeys(
+            ("model", "processing_class", "optimizer", "lr_scheduler")
+        )
+        """What each event passes as keyword arguments, as transformers passes them (the
+        data loaders: None, the runtime has none)."""
+        self.run: Any = None
+        """The run's trainer once built (its learning-rate schedule: ``lr_scheduler``)."""
 
     def event(self, name: str, **extra: Any) -> None:
         """Call ``name`` on every callback (their returned control, if any, is kept)."""
+        objects = {
+            **self.objects,
+            "train_dataloader": None,
+            "eval_dataloader": None,
+            "lr_scheduler": getattr(self.run, "scheduler", self.objects["lr_scheduler"]),
+        }
         for callback in self.callbacks:
             answer = getattr(callback, name)(
-                self.args, self.state, self.control, **self.objects, **extra
+                self.args, self.state, self.control, **objects, **extra
             )
             if answer is not None:
                 self.control = answer

@@ -305,6 +305,7 @@ class DropInTrainer(ScriptMethods):
             self._hooks = CallbackHooks(
                 self.args, self.state, self.control, self.callbacks, per_epoch=1
             )
+            self._hooks.objects.update(model=self.model, processing_class=self.processing_class)
         return self._hooks
 
     def _evaluate_now(self, name: str | None = None) -> list[tuple[str, float, float]]:
@@ -366,10 +367,13 @@ class DropInTrainer(ScriptMethods):
         # TRL's mean_token_accuracy and entropy, counted where the loss is
         trainer.dc.runtime.token_metrics = self._hooks.token_metrics
         self._hooks.flops_per_token = _flops_per_token(trainer.dc.module)
-        self._hooks.objects = {"model": trainer.dc.model}
-        if self.processing_class is not None:
-            self._hooks.objects["processing_class"] = self.processing_class
         self._decay_groups(trainer)
+        self._hooks.objects.update(
+            model=trainer.dc.model,
+            processing_class=self.processing_class,
+            optimizer=trainer.optimizer,
+        )
+        self._hooks.run = trainer
         self._eval_sets = {}
         for index, (prefix, path) in enumerate(inputs.eval_files.items()):
             self._hooks.eval_samples[prefix] = inputs.eval_samples[prefix]
