@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
 from datacentric.settings import SchedulingConfig, TrainConfig
+from datacentric.settings.sections import TrainingConfig
 
 if TYPE_CHECKING:
     from torch import nn
@@ -83,7 +84,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             f"note: text read with the model's own tokenizer, {chosen} (--tokenizer sets another)",
         )
     same_set = training_set_note(config.data, config.validation)
-    for note in (held, skipped_note(dataset), batch.note, same_set):
+    warmup = warmup_note(config.training, options, dataset.shapes(), config.job.seed, world)
+    for note in (held, skipped_note(dataset), batch.note, same_set, warmup):
         if note:
             say(command, f"note: {note}")
     if config.metrics.wandb:
@@ -97,6 +99,29 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             )
             return None
     return Prechecked(batch, data=(dataset, held_out), shard=shard)
+
+
+def warmup_note(
+    training: TrainingConfig, options: SchedulingConfig, shapes, seed: int, world: int
+) -> str | None:
+    """A note when the learning-rate warm-up (``warmup_iterations``) is longer than the
+    run (``iterations``, else ``epochs`` epochs of the global batches of ``options``,
+    the sized one included, on ``world`` ranks): the rate then never reaches
+    ``training.lr`` (its last step's share of it is said); ``None`` otherwise."""
+    from datacentric.scheduling.global_batches import steps_per_epoch
+
+    warmup, steps = training.warmup_iterations, training.iterations
+    if warmup <= (steps or training.epochs):  # an epoch is one step or more
+        return None
+    if steps is None:
+        steps = training.epochs * steps_per_epoch(shapes, options, seed=seed, world_size=world)
+    if warmup <= steps:
+        return None
+    return (
+        f"training.warmup_iterations {warmup} is more than the run's {steps} step(s): the "
+        f"learning rate stays in its warm-up and reaches {steps / warmup:.3g} of training.lr "
+        "at the last step (--warmup-iterations sets it)"
+    )
 
 
 def check_device(device: str | None) -> None:
