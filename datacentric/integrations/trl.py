@@ -16,6 +16,15 @@ from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
 __all__ = ["SFTTrainer"]
 
+#: ``model_init_kwargs`` that change nothing at these values (the runtime loads a local
+#: folder and runs no code of it)
+INIT_DEFAULTS = {
+    "revision": "main",
+    "trust_remote_code": False,
+    "device_map": None,
+    "quantization_config": None,
+}
+
 
 class SFTTrainer(DropInTrainer):
     """TRL's ``SFTTrainer`` under data-centric parallel: ``train()``, ``evaluate()``,
@@ -46,6 +55,7 @@ class SFTTrainer(DropInTrainer):
         preprocess_logits_for_metrics: Any = None,
         peft_config: Any = None,
         formatting_func: Any = None,
+        quantization_config: Any = None,
     ) -> None:
         from transformers import TrainingArguments
         from trl import SFTConfig
@@ -68,10 +78,21 @@ class SFTTrainer(DropInTrainer):
         if optimizers not in ((None, None), None):
             given["optimizers"] = optimizers
         refuse_given(self.command, given)
+        if quantization_config is not None:
+            stop(
+                self.command,
+                "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
+            )
         init = dict(args.model_init_kwargs or {})
         for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
             if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
                 init.pop(key, None)
+        # TRL's sft.py passes these at their defaults: nothing for a local folder
+        for key, default in INIT_DEFAULTS.items():
+            if key in init and init[key] in (default, None):
+                init.pop(key)
+        # any attention computes the same: the runtime's own runs, each sample apart
+        init.pop("attn_implementation", None)
         if init:
             stop(
                 self.command,

@@ -243,7 +243,9 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
 #: the fields ``SFTConfig`` adds
 SFT_CONFIG: dict[str, Treatment] = {
     "model_init_kwargs": _h(
-        "only dtype float32 (the weights the runtime holds; others refused)", SAME
+        "dtype float32 (the weights the runtime holds), any attn_implementation, revision "
+        "main, trust_remote_code False; others refused",
+        SAME,
     ),
     "trust_remote_code": _r("no code of a model folder runs"),
     "router_aux_loss_coef": _r("no router loss is added"),

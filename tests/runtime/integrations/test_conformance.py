@@ -259,3 +259,30 @@ def test_an_eval_strategy_with_no_eval_dataset_stops_as_transformers(capsys) -> 
     err = capsys.readouterr().err.strip().splitlines()
     assert stopped.value.code == 2 and len(err) == 1, err
     assert "eval_strategy='steps': no eval_dataset" in err[0], err
+
+
+def test_trl_s_sft_script_arguments_are_taken(capsys) -> None:
+    """TRL's own sft.py gives ``model_init_kwargs`` its defaults (revision, trust_remote_code,
+    attn_implementation, dtype) and ``quantization_config=None``: they were refused (the
+    keyword ended in an internal error); a quantization or a remote code is named."""
+    from datasets import Dataset
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    texts = Dataset.from_list([{"text": "a"}])
+    init = dict(revision="main", trust_remote_code=False, attn_implementation="sdpa")
+    config = SFTConfig(output_dir="x", model_init_kwargs={**init, "dtype": "float32"}, bf16=False)
+    SFTTrainer(model="m", args=config, train_dataset=texts, quantization_config=None)
+    remote = {"trust_remote_code": True}
+    for given, named in (
+        ({"quantization_config": object()}, "quantization_config: quantized (QLoRA)"),
+        (
+            {"args": SFTConfig(output_dir="x", model_init_kwargs=remote, bf16=False)},
+            "model_init_kwargs={'trust_remote_code': True}",
+        ),
+    ):
+        with pytest.raises(SystemExit):
+            SFTTrainer(**{"model": "m", "args": config, "train_dataset": texts, **given})
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0], err
