@@ -119,6 +119,7 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
     log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps")
     every(args.save_strategy, args.save_steps, per_epoch, "save_steps")
     every(args.eval_strategy, args.eval_steps, per_epoch, "eval_steps")
+    limit = args.save_total_limit or 0  # transformers deletes none at 0 or below, as unset
     return {
         "job": {"out": str(args.output_dir), "seed": args.seed},
         "scheduling": {
@@ -140,7 +141,7 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
         "metrics": {"log_every": log_every, **sinks(args.report_to)},
         # the callbacks' TrainerControl asks for every save and evaluation (a final
         # checkpoint is always written)
-        "checkpoint": {"checkpoint_every": 0, "keep_last": args.save_total_limit},
+        "checkpoint": {"checkpoint_every": 0, "keep_last": limit if limit > 0 else None},
         "validation": {"every": 0},
         "model": {"dtype": "bfloat16" if args.bf16 else "float32"},
         "parallelism": {

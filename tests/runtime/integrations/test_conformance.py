@@ -116,6 +116,9 @@ def test_fields_become_settings(tmp_path) -> None:
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, num_train_epochs=0.5)
     training = training_settings(args, world=1, samples=16)["training"]
     assert (training["iterations"], training["epochs"]) == (3, 2)  # 2 steps an epoch
+    # transformers deletes no checkpoint at save_total_limit=0, as when it is unset
+    args = TrainingArguments(output_dir=str(tmp_path), save_total_limit=0)
+    assert training_settings(args, world=1, samples=16)["checkpoint"]["keep_last"] is None
 
 
 def test_lr_schedules_equal_transformers(tmp_path) -> None:
