@@ -16,6 +16,7 @@ from datacentric.settings import SchedulingConfig, TrainConfig
 from datacentric.settings.sections import TrainingConfig
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from datacentric.planning.model_specs import ModelSpec
@@ -122,6 +123,23 @@ def warmup_note(
         f"learning rate stays in its warm-up and reaches {steps / warmup:.3g} of training.lr "
         "at the last step (--warmup-iterations sets it)"
     )
+
+
+def ranks_device(device: str | None, world: int | None) -> torch.device:
+    """The device the run's first rank computes on, as the launch places its ranks
+    (``parallelism.device`` and ``world``): one process on ``device`` (else cuda when
+    available), ranks of NCCL on their GPUs, ranks of gloo (more local ranks than GPUs,
+    or ``device`` the CPU) on the CPU; the plan checks price and budget on it."""
+    import os
+
+    from datacentric.parallel.groups import backend_for, default_device, device_for_backend
+    from datacentric.parallel.launch import launch_mode
+
+    mode = launch_mode(world)
+    if mode.kind == "single":
+        return default_device(device)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if mode.kind == "torchrun" else world
+    return device_for_backend(backend_for(local, device), 0)
 
 
 def check_device(device: str | None) -> None:
@@ -402,7 +420,7 @@ def analytic_pipeline(
     memory_gb`` (else 70% of the device), with the SP sizes its ranks plan with;
     ``forward_only``: priced as validation runs it. ``None`` when the model has no
     analytic price (``spec`` None)."""
-    from datacentric.parallel.groups import default_device, device_memory_bytes
+    from datacentric.parallel.groups import device_memory_bytes
     from datacentric.planning.forward_only import ForwardOnlyCostModel
     from datacentric.planning.heads import ulysses_sp_sizes
     from datacentric.planning.memory_cap import resolve_memory_cap
@@ -411,7 +429,7 @@ def analytic_pipeline(
 
     if spec is None:
         return None
-    device = default_device(config.parallelism.device or None)
+    device = ranks_device(config.parallelism.device, config.parallelism.world)
     shard = sharding(config.parallelism)
     cost_model = device_cost_model(spec, device, config.model.dtype, shard=shard, world_size=world)
     if forward_only:
