@@ -10,6 +10,7 @@ name (:func:`refused_fields`), never ignored.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 from typing import Any
 
@@ -92,9 +93,12 @@ def every(strategy: Any, steps: float | None, per_epoch: int, name: str) -> int:
 
 
 def sinks(report_to: Any) -> dict[str, bool]:
-    """``report_to`` as the ``[metrics]`` sinks (tensorboard, wandb)."""
+    """``report_to`` as the ``[metrics]`` sinks (tensorboard, wandb; ``all``: those
+    installed)."""
     names = [report_to] if isinstance(report_to, str) else list(report_to or [])
-    names = {"tensorboard", "wandb"} if "all" in names else set(names) - {"none"}
+    if "all" in names:  # as transformers: every one that is installed
+        names = {name for name in ("tensorboard", "wandb") if importlib.util.find_spec(name)}
+    names = set(names) - {"none"}
     other = sorted(names - {"tensorboard", "wandb"})
     if other:
         raise ArgumentsError(

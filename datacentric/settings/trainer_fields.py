@@ -146,7 +146,9 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "log_level": _x("only transformers' own logger"),
     "log_level_replica": _x("only transformers' own logger"),
     "disable_tqdm": _x("the progress line is the runtime's"),
-    "report_to": _h("tensorboard, wandb, none or all", SAME, "metrics.tensorboard"),
+    "report_to": _h(
+        "tensorboard, wandb, none or all (those installed)", SAME, "metrics.tensorboard"
+    ),
     "run_name": _x("a name for the trackers"),
     "project": _x("a name for the trackers"),
     "trackio_space_id": _x("trackio is refused in report_to"),

@@ -6,6 +6,7 @@ from its default stops the drop-in in one line naming it and why."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 
 import pytest
 
@@ -95,7 +96,7 @@ def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
 def test_fields_become_settings(tmp_path) -> None:
     from transformers import TrainingArguments
 
-    from datacentric.integrations.arguments import steps_per_epoch, training_settings
+    from datacentric.integrations.arguments import sinks, steps_per_epoch, training_settings
 
     args = TrainingArguments(
         output_dir=str(tmp_path),
@@ -116,6 +117,11 @@ def test_fields_become_settings(tmp_path) -> None:
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, num_train_epochs=0.5)
     training = training_settings(args, world=1, samples=16)["training"]
     assert (training["iterations"], training["epochs"]) == (3, 2)  # 2 steps an epoch
+    # report_to="all": the installed ones, as transformers (wandb is not a dependency)
+    installed = {
+        name: importlib.util.find_spec(name) is not None for name in ("tensorboard", "wandb")
+    }
+    assert sinks("all") == sinks(["all"]) == installed
     # transformers deletes no checkpoint at save_total_limit=0, as when it is unset
     args = TrainingArguments(output_dir=str(tmp_path), save_total_limit=0)
     assert training_settings(args, world=1, samples=16)["checkpoint"]["keep_last"] is None
