@@ -159,6 +159,7 @@ class CallbackHooks(StepHooks):
         state.train_batch_size = args.per_device_train_batch_size
         self.control.should_training_stop = False
         kept = kept_state(args.output_dir, done) if done else None
+        state.log_history = []  # as transformers' new TrainerState (an evaluate() before)
         if kept is not None:  # a resume: transformers restores the checkpoint's state
             state.log_history, self.tokens_seen = kept
             state.num_input_tokens_seen = self.tokens_seen

@@ -199,9 +199,11 @@ def test_a_dict_of_eval_datasets(folder, tmp_path, monkeypatch) -> None:
         assert have[key] == pytest.approx(want[key], rel=1e-5)
 
 
-def _logged(trainer_class, folder: Path, out: Path, **fields) -> list[dict]:
-    """A run of 4 rows of one length, one batch a step, with ``fields``: its log
-    history."""
+def _logged(
+    trainer_class, folder: Path, out: Path, evaluate_first: bool = False, **fields
+) -> list[dict]:
+    """A run of 4 rows of one length, one batch a step, with ``fields`` (after an
+    ``evaluate()``: ``evaluate_first``): its log history."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
 
@@ -222,6 +224,8 @@ def _logged(trainer_class, folder: Path, out: Path, **fields) -> list[dict]:
         eval_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows[:2]]),
         processing_class=_tokenizer(folder),
     )
+    if evaluate_first:  # its log is dropped when train() starts a new state
+        trainer.evaluate()
     trainer.train()
     return trainer.state.log_history
 
@@ -239,16 +243,17 @@ def _same_logs(have: list[dict], want: list[dict]) -> None:
 
 def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_path) -> None:
     """transformers logs ``num_input_tokens_seen`` (with a step's ``train_runtime`` and
-    ``train_tokens_per_second``) when asked; the drop-in logged none of them."""
+    ``train_tokens_per_second``) when asked; the drop-in logged none of them. An
+    ``evaluate()`` before ``train()`` leaves no log: train() starts a new state."""
     from transformers import Trainer as Reference
 
     from datacentric.integrations.transformers import Trainer
 
     fields = dict(max_steps=2, logging_steps=1, include_num_input_tokens_seen=True)
-    want = _logged(Reference, folder, tmp_path / "ref", **fields)
+    want = _logged(Reference, folder, tmp_path / "ref", evaluate_first=True, **fields)
     assert [r["num_input_tokens_seen"] for r in want] == [24, 48, 48]  # 4 rows of 6 tokens
     assert "train_tokens_per_second" in want[0]
-    _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
+    _same_logs(_logged(Trainer, folder, tmp_path / "ours", evaluate_first=True, **fields), want)
 
 
 def test_first_step_and_eval_delay(folder, tmp_path) -> None:
