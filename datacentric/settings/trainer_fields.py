@@ -260,7 +260,9 @@ SFT_CONFIG: dict[str, Treatment] = {
     "truncation_mode": _r("records keep their start (keep_start)"),
     "shuffle_dataset": _x("the data order is the runtime's"),
     "packing": _n(
-        "packing is always on: samples packed without padding, attention never crossing a sample"
+        "packing is always on: samples packed without padding, attention never crossing a "
+        "sample; the batch still counts samples, not TRL's packed rows of max_length tokens "
+        "(more, smaller steps than TRL's packing=True)"
     ),
     "packing_strategy": _n("packing is always on (padding-free, the runtime's packing)"),
     "padding_free": _n("packing is always on (padding-free)"),
