@@ -475,13 +475,7 @@ class DropInTrainer(ScriptMethods):
         from transformers import AutoTokenizer
 
         model = self.model
-        folder = Path(model) if isinstance(model, (str, Path)) else inputs / "model"
-        if isinstance(model, (str, Path)) and not folder.is_dir():
-            stop(
-                self.command,
-                f"model={model!r}: no such folder (nothing is downloaded: "
-                "give a local folder saved with save_pretrained, or a model object)",
-            )
+        folder = _model_folder(self.command, model) or inputs / "model"
         if main and not isinstance(model, (str, Path)):
             save_base(model, folder)
         tokenizer = self.processing_class
@@ -563,6 +557,20 @@ def _flops_per_token(module: Any) -> float:
     return 6.0 * count(exclude_embeddings=True) if callable(count) else 0.0
 
 
+def _model_folder(command: str, model: Any) -> Path | None:
+    """The folder ``model`` names (None: a model object); the script stops when it names
+    no folder (nothing is downloaded)."""
+    if not isinstance(model, str | os.PathLike):
+        return None
+    if not Path(model).is_dir():
+        stop(
+            command,
+            f"model={model!r}: no such folder (nothing is downloaded: "
+            "give a local folder saved with save_pretrained, or a model object)",
+        )
+    return Path(model)
+
+
 def _peft_default_targets(model: Any) -> str:
     """peft's default LoRA targets of the model's type (what ``get_peft_model`` adapts
     when ``target_modules`` is unset), comma-separated."""
@@ -570,7 +578,9 @@ def _peft_default_targets(model: Any) -> str:
 
     from datacentric.models.lora import peft_default_targets
 
-    config = getattr(model, "config", None) or AutoConfig.from_pretrained(model)
+    config = getattr(model, "config", None) or AutoConfig.from_pretrained(
+        _model_folder("SFTTrainer", model)
+    )
     targets = peft_default_targets(config.model_type)
     if targets is None:
         stop(
