@@ -367,6 +367,7 @@ class DropInTrainer(ScriptMethods):
         # TRL's mean_token_accuracy and entropy, counted where the loss is
         trainer.dc.runtime.token_metrics = self._hooks.token_metrics
         self._hooks.flops_per_token = _flops_per_token(trainer.dc.module)
+        self._freeze_as_given(trainer, groups.world_size)
         self._decay_groups(trainer)
         self._hooks.objects.update(
             model=trainer.dc.model,
@@ -445,6 +446,36 @@ class DropInTrainer(ScriptMethods):
             return build_sections(sections)
         except ConfigError as err:
             stop(self.command, str(err))
+
+    def _freeze_as_given(self, trainer: Trainer, world: int) -> None:
+        """The parameters the user's model object holds frozen (``requires_grad=False``)
+        frozen in the run's model too, as transformers' optimizer leaves them out (a LoRA
+        run freezes its base itself); on one rank only: across ranks the gradient sync is
+        wrapped around the model before this, for every parameter."""
+        model = self.model
+        if self.peft_config is not None or isinstance(model, str | os.PathLike):
+            return
+        frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+        if not frozen:
+            return
+        if world > 1:
+            stop(
+                self.command,
+                f"model: {len(frozen)} frozen parameters (requires_grad=False, e.g. "
+                f"{min(frozen)}) stay frozen on one rank only, not across {world} ranks; "
+                "unfreeze them, or run one process",
+            )
+        module = trainer.dc.model
+        run = dict(getattr(module, "hf", module).named_parameters())  # the hf: adapter's
+        missing = sorted(frozen - set(run))
+        if missing:
+            stop(
+                self.command,
+                f"model: {missing[0]} is frozen (requires_grad=False) but the run's model has "
+                "no parameter of that name to freeze; unfreeze it",
+            )
+        for name in frozen:
+            run[name].requires_grad_(False)
 
     def _decay_groups(self, trainer: Trainer) -> None:
         """The run's AdamW in transformers' two groups: weight decay on the parameters

@@ -218,3 +218,50 @@ def torch_close(a, b, name) -> None:
     import torch
 
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5, msg=name)
+
+
+def _frozen_run(trainer_class, folder: Path, out: Path):
+    """2 steps of a model whose embeddings and first block are frozen: its weights, and
+    which of them the run moved."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    for name, param in model.named_parameters():
+        param.requires_grad_(not ("embed" in name or "layers.0." in name))
+    rows = [{"input_ids": [(3 * i + k) % 40 + 3 for k in range(8)]} for i in range(4)]
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        max_steps=2,
+        learning_rate=1e-3,
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows]),
+        processing_class=AutoTokenizer.from_pretrained(folder),
+    )
+    trainer.train()
+    state = trainer.model.state_dict()
+    return state, sorted(k for k, v in state.items() if not torch.equal(v, before[k]))
+
+
+def test_frozen_parameters_stay_frozen_as_transformers_leaves_them(runs, tmp_path) -> None:
+    """A model object's parameters with ``requires_grad=False`` are left out of the
+    optimizer by transformers; the drop-in trained them (it saves and reloads the model)."""
+    from transformers import Trainer as Reference
+
+    from datacentric.integrations.transformers import Trainer
+
+    folder = runs[0]
+    want, want_moved = _frozen_run(Reference, folder, tmp_path / "ref")
+    have, moved = _frozen_run(Trainer, folder, tmp_path / "ours")
+    assert moved == want_moved and not any("embed" in k or "layers.0." in k for k in moved)
+    for name, tensor in have.items():
+        torch_close(tensor, want[name], name)
