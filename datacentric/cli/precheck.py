@@ -368,30 +368,13 @@ def check_training_fits(
     the budget, and the flags of ``train`` that help, when a bucket of the training set
     fits no configuration of the plan (:func:`analytic_pipeline`) under the memory
     budget, even on the largest SP size with every block recomputed."""
-    from datacentric.planning.hardware import gib_text
-    from datacentric.planning.planner import UnfittableBucketError
+    from datacentric.train.assemble import check_plan
 
     shapes = dataset.shapes()
     pipeline = analytic_pipeline(shapes, config, module, spec, world, forward_only=False)
     if pipeline is None:
         return  # no analytic price: the run's own plan decides
-    try:
-        _ = pipeline.plan
-    except UnfittableBucketError as err:
-        bucketing = pipeline.bucketing
-        index = next(i for i, b in enumerate(bucketing.buckets) if b.name == err.bucket)
-        members = bucketing.members()[index]
-        longest = max(members, key=lambda i: pipeline.shapes[i].tokens)
-        shorter = (
-            ", or shorter samples (--max-tokens)" if not pipeline.shapes[longest].is_video else ""
-        )
-        raise ValueError(
-            f"cost.memory_gb: bucket {err.bucket!r} (its longest sample: sample {longest}, "
-            f"{pipeline.shapes[longest].tokens:,} tokens) needs {gib_text(err.needed_bytes)} "
-            f"GiB per rank even on {err.sp_size} rank(s) with every block recomputed, above "
-            f"the memory budget of {gib_text(err.cap_bytes)} GiB per rank; raise --memory-gb, "
-            f"give more ranks (--world){shorter}"
-        ) from None
+    check_plan(pipeline, "analytic")
 
 
 def analytic_spec(config: TrainConfig, module: nn.Module) -> ModelSpec | None:

@@ -62,8 +62,11 @@ from datacentric.data.base import Dataset
 from datacentric.data.sources import build_run_data, reads_text, with_model_tokenizer
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups, process_groups
+from datacentric.planning.hardware import gib_text
 from datacentric.planning.heads import ulysses_sp_sizes
+from datacentric.planning.planner import UnfittableBucketError
 from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.settings import TrainConfig
 from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
 from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
@@ -193,8 +196,8 @@ def assemble_run(
         # checks refuse any change), and names a changed model by the checkpoint's
         check_model=not (config.checkpoint.resume or config.checkpoint.resume_from),
     )
-    # trainer: the weights are drawn; from here each rank draws its own random stream, so
-    # a model's dropout masks differ between ranks (and between an SP group's shards).
+    check_plan(dc.pipeline, config.cost.cost_model)  # now, its refusal train's own line
+    # trainer: each rank's own random stream from here (dropout differs by rank and shard)
     torch.manual_seed(seed + 1 + groups.rank)
     step_metrics = StepMetrics(dc, groups, run_model.mfu)
     optimizer = torch.optim.AdamW(
@@ -204,3 +207,35 @@ def assemble_run(
         weight_decay=config.training.weight_decay,
     )
     return Run(config, groups, dataset, module, dc, step_metrics, optimizer, held_out)
+
+
+def check_plan(pipeline: Pipeline, cost_model: str) -> None:
+    """Make the plan of the run's training set (``pipeline``'s; priced by the ``[cost]``
+    section's ``cost_model``): a bucket that fits no configuration under the memory
+    budget raises ``ValueError`` with :func:`unfittable_line`. The check before the
+    ranks start priced the plan analytically; a profile measured on the ranks may price
+    a sample's memory above it."""
+    try:
+        _ = pipeline.plan
+    except UnfittableBucketError as err:
+        priced = ", as the run's profile measured it," if cost_model == "profile" else ""
+        raise ValueError(unfittable_line(err, pipeline, priced)) from None
+
+
+def unfittable_line(err: UnfittableBucketError, pipeline: Pipeline, priced: str = "") -> str:
+    """``train``'s line for a bucket of ``pipeline`` that fits no configuration under
+    its memory budget (``err``): the bucket, its longest sample, the GiB it needs
+    (``priced``: by what, said after the GiB) and the budget, and the flags of ``train``
+    that help."""
+    bucketing = pipeline.bucketing
+    index = next(i for i, b in enumerate(bucketing.buckets) if b.name == err.bucket)
+    longest = max(bucketing.members()[index], key=lambda i: pipeline.shapes[i].tokens)
+    shape = pipeline.shapes[longest]
+    shorter = ", or shorter samples (--max-tokens)" if not shape.is_video else ""
+    return (
+        f"cost.memory_gb: bucket {err.bucket!r} (its longest sample: sample {longest}, "
+        f"{shape.tokens:,} tokens) needs {gib_text(err.needed_bytes)} GiB per rank{priced} "
+        f"even on {err.sp_size} rank(s) with every block recomputed, above the memory budget "
+        f"of {gib_text(err.cap_bytes)} GiB per rank; raise --memory-gb, give more ranks "
+        f"(--world){shorter}"
+    )

@@ -38,3 +38,28 @@ def test_an_impossible_memory_budget_exits_2_before_ranks_start(tmp_path, capsys
     named = set(re.findall(r"--[a-z][a-z-]*", line))
     assert named and named <= takes, named - takes
     assert not (out / "config.json").exists()  # no rank started
+
+
+@pytest.mark.parametrize(("cost_model", "priced"), [("profile", True), ("analytic", False)])
+def test_a_plan_the_ranks_price_over_the_budget_is_train_s_line(cost_model, priced):
+    """The ranks plan with the profile they measure, which may price a sample above the
+    check's analytic estimate: their refusal said 'raise the cap' and named the planning
+    commands' --skip-unfittable, a flag train does not take (measured: --memory-gb 0.045
+    on 6 documents, 'bucket 't<=1024' does not fit ... (0.050 GiB)'; at --world 2 'rank
+    1 failed: UnfittableBucketError: ...')."""
+    from toy_cost_model import ToyCostModel, toy_pipeline
+
+    from datacentric.shapes import SampleShape
+    from datacentric.train.assemble import check_plan
+
+    shapes = [SampleShape(tokens=n) for n in (300, 9000, 1200, 700)]
+    toy = ToyCostModel(capacity_bytes=8 * 2**20 + 100_000)  # 8 MiB of state, 9000 tokens over
+    with pytest.raises(ValueError) as refused:
+        check_plan(toy_pipeline(shapes, toy, world_size=1), cost_model)
+    line = str(refused.value)
+    assert line.startswith("cost.memory_gb: bucket ") and "(its longest sample: sample 1, " in line
+    assert ("as the run's profile measured it" in line) is priced
+    assert line.endswith(
+        "raise --memory-gb, give more ranks (--world), or shorter samples (--max-tokens)"
+    )
+    assert "skip-unfittable" not in line
