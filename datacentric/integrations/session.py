@@ -511,9 +511,15 @@ class DropInTrainer(ScriptMethods):
             save_base(model, folder)
         tokenizer = self.processing_class
         if tokenizer is None:
-            if not isinstance(model, (str, Path)):
-                stop(self.command, "give processing_class (the tokenizer)")
-            tokenizer = AutoTokenizer.from_pretrained(folder)
+            # a model object: the local folder it was loaded from, as TRL reads it
+            source = folder if isinstance(model, (str, Path)) else _tokenizer_folder(model)
+            if source is None:
+                stop(
+                    self.command,
+                    "give processing_class (the tokenizer): the model object was not loaded "
+                    "from a local folder that holds one",
+                )
+            tokenizer = AutoTokenizer.from_pretrained(source)
             self.processing_class = tokenizer
         if main:
             tokenizer.save_pretrained(inputs / "tokenizer")
@@ -600,6 +606,14 @@ def _model_folder(command: str, model: Any) -> Path | None:
             "give a local folder saved with save_pretrained, or a model object)",
         )
     return Path(model)
+
+
+def _tokenizer_folder(model: Any) -> Path | None:
+    """The local folder a model object was loaded from, when it holds a tokenizer."""
+    folder = Path(getattr(model, "name_or_path", "") or "")
+    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+    found = str(folder) not in ("", ".") and any((folder / name).is_file() for name in names)
+    return folder if found else None
 
 
 def _peft_default_targets(model: Any) -> str:

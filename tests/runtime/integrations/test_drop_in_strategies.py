@@ -200,10 +200,16 @@ def test_a_dict_of_eval_datasets(folder, tmp_path, monkeypatch) -> None:
 
 
 def _logged(
-    trainer_class, folder: Path, out: Path, evaluate_first: bool = False, **fields
+    trainer_class,
+    folder: Path,
+    out: Path,
+    evaluate_first: bool = False,
+    tokenizer: bool = True,
+    **fields,
 ) -> list[dict]:
     """A run of 4 rows of one length, one batch a step, with ``fields`` (after an
-    ``evaluate()``: ``evaluate_first``): its log history."""
+    ``evaluate()``: ``evaluate_first``; no ``processing_class``: not ``tokenizer``): its
+    log history."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
 
@@ -222,7 +228,7 @@ def _logged(
         data_collator=default_data_collator,
         train_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows]),
         eval_dataset=Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows[:2]]),
-        processing_class=_tokenizer(folder),
+        processing_class=_tokenizer(folder) if tokenizer else None,
     )
     if evaluate_first:  # its log is dropped when train() starts a new state
         trainer.evaluate()
@@ -276,4 +282,16 @@ def test_first_step_and_eval_delay(folder, tmp_path) -> None:
     want = _logged(Reference, folder, tmp_path / "ref", **fields)
     assert [r["step"] for r in want if "loss" in r] == [1, 2, 4]
     assert [r["step"] for r in want if "eval_loss" in r][:3] == [0, 3, 4]
+    _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
+
+
+def test_no_processing_class_takes_the_model_s_folder_s_tokenizer(folder, tmp_path) -> None:
+    """transformers' Trainer trains tokenized rows with no tokenizer; the drop-in stopped
+    ('give processing_class') for a model object loaded from a folder that holds one."""
+    from transformers import Trainer as Reference
+
+    from datacentric.integrations.transformers import Trainer
+
+    fields = dict(max_steps=2, logging_steps=1, tokenizer=False)
+    want = _logged(Reference, folder, tmp_path / "ref", **fields)
     _same_logs(_logged(Trainer, folder, tmp_path / "ours", **fields), want)
