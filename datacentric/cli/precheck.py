@@ -254,9 +254,11 @@ def check_validation(
     its global batches when ``iterations`` is unset: ``options``, the sized global batch
     included). ``module``: the run's model on the meta device; ``spec``: its analytic
     spec (:func:`analytic_spec`)."""
+    from datacentric.parallel.launch import launch_mode
     from datacentric.scheduling.global_batches import steps_per_epoch
 
-    validation, world = config.validation, config.parallelism.world or 1
+    validation = config.validation
+    world = launch_mode(config.parallelism.world).world_size  # torchrun's, else --world
     if held_out is not None:
         where = f"validation.dataset {validation.dataset}"
         if not sum(held_out.loss_tokens(i) for i in range(len(held_out))):

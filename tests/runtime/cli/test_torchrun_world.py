@@ -1,0 +1,37 @@
+"""Under torchrun (``[parallelism] world`` unset) the check before the ranks start
+counts the run's steps on torchrun's world, as the ranks do."""
+
+from __future__ import annotations
+
+import pytest
+
+from datacentric.cli.precheck import check_validation
+from datacentric.settings import load_config
+from datacentric.shapes import SampleShape
+
+
+class Shapes:
+    """A training set of 40 samples of 65,536 tokens (2.6M: the default global batch,
+    ``world * 2**18`` tokens, holds; 3 steps on 4 ranks, 10 on one)."""
+
+    def shapes(self) -> list[SampleShape]:
+        return [SampleShape(tokens=2**16)] * 40
+
+
+@pytest.mark.parametrize(("torchrun", "refused"), [(True, True), (False, False)])
+def test_validation_every_is_checked_on_torchrun_s_world(torchrun, refused, monkeypatch):
+    """The check counted one rank under torchrun (``world or 1``): every=5 passed for a
+    run of 3 steps on 4 ranks, whose validation then ran only after its last step."""
+    if torchrun:
+        for key, value in dict(RANK="0", WORLD_SIZE="4", LOCAL_WORLD_SIZE="4").items():
+            monkeypatch.setenv(key, value)
+    else:
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            monkeypatch.delenv(key, raising=False)
+    config = load_config(None, validation_dataset="split=0.1", validation_every=5)
+    options = config.scheduling
+    if not refused:
+        check_validation(config, options, None, None, Shapes(), None)
+        return
+    with pytest.raises(ValueError, match=r"validation.every: 5 is more than the run's 3 steps"):
+        check_validation(config, options, None, None, Shapes(), None)
