@@ -140,12 +140,16 @@ def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:
 
 
 def foreign_checkpoints(output_dir: str | Path) -> list[str]:
-    """The ``checkpoint-N`` folders of ``output_dir`` that are not links to a run's
-    checkpoint (transformers' own ``Trainer`` writes such folders)."""
+    """The ``checkpoint-N`` folders of ``output_dir`` that are neither links to a run's
+    checkpoint nor copies of one (transformers' own ``Trainer`` writes such folders)."""
     out = Path(output_dir)
     if not out.is_dir():
         return []
-    return sorted(p.name for p in out.iterdir() if _LINK.match(p.name) and not p.is_symlink())
+    return sorted(
+        p.name
+        for p in out.iterdir()
+        if _LINK.match(p.name) and not p.is_symlink() and not (p / MANIFEST).is_file()
+    )
 
 
 def export_trained(run: Path, checkpoint: Path) -> Path:

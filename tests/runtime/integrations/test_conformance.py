@@ -248,6 +248,14 @@ def test_a_resume_with_no_checkpoint_of_its_own_stops_as_transformers(tmp_path, 
     stops(True, "(checkpoint-3: not a drop-in run's)")
     stops(str(out / "checkpoint-3"), "a checkpoint of transformers' own Trainer")
     stops(None, "holds checkpoint-3, not a drop-in run's checkpoint")
+    # a copy of a drop-in checkpoint (links followed) is not taken for transformers' own
+    copied = tmp_path / "copied" / "checkpoint-5"
+    copied.mkdir(parents=True)
+    (copied / "manifest.json").write_text("{}")
+    config = SFTConfig(output_dir=str(copied.parent), bf16=False, report_to="none")
+    with pytest.raises(SystemExit):
+        SFTTrainer(model=str(tmp_path / "m"), args=config, train_dataset=texts).train()
+    assert "model=" in capsys.readouterr().err  # the missing model, not checkpoint-5
     # another output_dir's checkpoint: named, not refused for settings that only moved
     other = tmp_path / "other" / "run" / "checkpoints" / "step-00000002"
     other.mkdir(parents=True)
