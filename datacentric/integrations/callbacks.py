@@ -269,7 +269,7 @@ class CallbackHooks(StepHooks):
             "total_flos": float(self.state.total_flos),
             "train_loss": loss,
         }
-        self.log(dict(self.metrics))
+        self.log(self.metrics)  # in place, as transformers: train() returns what it logs
         self.event("on_train_end")
 
 

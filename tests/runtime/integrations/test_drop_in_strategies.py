@@ -209,7 +209,7 @@ def _logged(
 ) -> list[dict]:
     """A run of 4 rows of one length, one batch a step, with ``fields`` (after an
     ``evaluate()``: ``evaluate_first``; no ``processing_class``: not ``tokenizer``): its
-    log history."""
+    log history, then the metrics ``train()`` returned."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
 
@@ -232,8 +232,8 @@ def _logged(
     )
     if evaluate_first:  # its log is dropped when train() starts a new state
         trainer.evaluate()
-    trainer.train()
-    return trainer.state.log_history
+    result = trainer.train()
+    return [*trainer.state.log_history, result.metrics]  # train()'s metrics, last
 
 
 def _same_logs(have: list[dict], want: list[dict]) -> None:
@@ -257,7 +257,7 @@ def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_pat
 
     fields = dict(max_steps=2, logging_steps=1, include_num_input_tokens_seen=True)
     want = _logged(Reference, folder, tmp_path / "ref", evaluate_first=True, **fields)
-    assert [r["num_input_tokens_seen"] for r in want] == [24, 48, 48]  # 4 rows of 6 tokens
+    assert [r["num_input_tokens_seen"] for r in want] == [24, 48, 48, 48]  # 4 rows of 6
     assert "train_tokens_per_second" in want[0]
     _same_logs(_logged(Trainer, folder, tmp_path / "ours", evaluate_first=True, **fields), want)
 
