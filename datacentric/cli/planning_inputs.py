@@ -8,6 +8,7 @@ this module; each command's own module imports it.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from datacentric.cli.flag_groups import add_memory_flags, add_shard_flags, lora_of_args
@@ -108,9 +109,16 @@ def memory_budget(args: argparse.Namespace, cost: Any) -> int:
     the plan saved in ``--profile DIR``, else ``--memory-fraction`` of the memory of the
     analytic model's hardware."""
     from datacentric.planning.memory_cap import device_memory_of, resolve_memory_cap
-    from datacentric.profiling.store import load_plan
+    from datacentric.profiling.store import PLAN_FILE, ProfileError, load_plan
 
     if args.memory_gb is None and getattr(args, "profile", None):
+        saved = Path(args.profile) / PLAN_FILE
+        if not saved.exists():  # a training run's profile folder keeps no plan
+            raise ProfileError(
+                f"{saved}: no saved plan to take the memory budget per rank from (a "
+                "training run's profile keeps none): give --memory-gb GIB, or run "
+                "`datacentric profile`"
+            )
         return load_plan(args.profile).memory_cap_bytes
     return resolve_memory_cap(args.memory_gb, device_memory_of(cost), args.memory_fraction)
 

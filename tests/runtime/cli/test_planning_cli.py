@@ -103,3 +103,20 @@ def test_memory_gb_becomes_the_same_cap_from_the_cli_and_the_api(capsys, tmp_pat
     assert cli_cap == api.plan.memory_cap_bytes == int(0.75 * GIB)
     schedule = api.schedule()
     assert schedule.memory_cap_bytes == schedule.meta["memory_cap_bytes"] == cli_cap
+
+
+def test_a_profile_folder_without_a_plan_asks_for_the_memory_budget(tmp_path):
+    """A training run's profile folder (``<out>/profile``) keeps profile.json and no
+    plan.json, whose budget ``schedule --profile-dir`` takes when ``--memory-gb`` is not
+    given: the line said only 'run `datacentric profile` first'."""
+    import argparse
+
+    from datacentric.cli.planning_inputs import memory_budget
+    from datacentric.profiling.store import ProfileError
+
+    (tmp_path / "profile.json").write_text("{}")
+    args = argparse.Namespace(memory_gb=None, profile=str(tmp_path), memory_fraction=0.7)
+    with pytest.raises(ProfileError, match=r"plan.json: no saved plan .*give --memory-gb GIB"):
+        memory_budget(args, None)
+    args.memory_gb = 2.0  # given: the profile's folder is not asked
+    assert memory_budget(args, None) == resolve_memory_cap(2.0, None, 0.7)
