@@ -16,12 +16,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+from datacentric.regular_files import FileFormatError, read_json_file
 from datacentric.train.checkpoints.checkpoint import MANIFEST, checkpoint_step, list_checkpoints
 from datacentric.train.exporting.export import EXPORT_RECORD, export_run
 from datacentric.train.run_folder import RUN_FILES
@@ -69,8 +71,7 @@ def keep_state(output_dir: str | Path, step: int, tokens: int, log_history: list
     (as transformers saves it into each checkpoint): its log history up to ``step`` and
     the tokens seen by then, beside the other checkpoints' (rank 0)."""
     path = run_folder(output_dir) / STATE
-    kept = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    tokens_at = {**kept.get("num_input_tokens_seen", {}), str(step): tokens}
+    tokens_at = {**_kept(output_dir)["num_input_tokens_seen"], str(step): tokens}
     record = {
         "num_input_tokens_seen": tokens_at,
         "log_history": [r for r in log_history if r.get("step", 0) <= step],
@@ -83,12 +84,42 @@ def keep_state(output_dir: str | Path, step: int, tokens: int, log_history: list
 def kept_state(output_dir: str | Path, step: int) -> tuple[list[dict], int] | None:
     """``(log history, tokens seen)`` at the checkpoint of ``step`` (:func:`keep_state`);
     None when none was kept for it."""
-    path = run_folder(output_dir) / STATE
-    kept = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    tokens = kept.get("num_input_tokens_seen", {}).get(str(step))
+    kept = _kept(output_dir)
+    tokens = kept["num_input_tokens_seen"].get(str(step))
     if tokens is None:
         return None
-    return [r for r in kept["log_history"] if r.get("step", 0) <= step], int(tokens)
+    return [r for r in kept["log_history"] if r.get("step", 0) <= step], tokens
+
+
+def _kept(output_dir: str | Path) -> dict[str, Any]:
+    """``run/trainer_state.json`` as :func:`keep_state` writes it (empty where there is
+    none); a file of another form is :class:`FileFormatError` naming it and how to go
+    on."""
+    path = run_folder(output_dir) / STATE
+    if not path.exists():
+        return {"num_input_tokens_seen": {}, "log_history": []}
+    kept = read_json_file(path)
+    tokens, history = kept.get("num_input_tokens_seen"), kept.get("log_history")
+    if not (
+        isinstance(tokens, dict)
+        and all(_whole(count) for count in tokens.values())
+        and isinstance(history, list)
+        and all(isinstance(log, dict) and _number(log.get("step", 0)) for log in history)
+    ):
+        raise FileFormatError(
+            f"{path}: not the trainer state the drop-in trainers keep (num_input_tokens_seen: "
+            "a count per checkpoint step; log_history: a list of logs, each with a numeric "
+            "step); remove it to resume without the earlier log history"
+        )
+    return {"num_input_tokens_seen": tokens, "log_history": history}
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def resume_spec(value: Any, output_dir: str | Path) -> tuple[bool, str | None]:

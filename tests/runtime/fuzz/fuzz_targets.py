@@ -275,6 +275,21 @@ def _read_export_record(path: Path) -> Any:
     return _export_record_files(path.parent)
 
 
+def _drop_in_state(folder: Path) -> Path:
+    run = folder / "out" / "run"
+    run.mkdir(parents=True)
+    logs = [{"loss": 5.7, "step": 1}, {"loss": 5.1, "step": 2}, {"eval_loss": 5.0, "step": 2}]
+    record = {"num_input_tokens_seen": {"2": 64}, "log_history": logs}
+    (run / "trainer_state.json").write_text(json.dumps(record), encoding="utf-8")
+    return run / "trainer_state.json"
+
+
+def _read_drop_in_state(path: Path) -> Any:
+    from datacentric.integrations.outputs import kept_state
+
+    return kept_state(path.parent.parent, 2)
+
+
 # -- model and pipeline folders ------------------------------------------------------------
 
 
@@ -483,6 +498,13 @@ TARGETS = [
         "datacentric_export.json",
         _export_record,
         _read_export_record,
+        json=True,
+        accepts_none=True,
+    ),
+    Target(
+        "drop-in trainer_state.json",
+        _drop_in_state,
+        _read_drop_in_state,
         json=True,
         accepts_none=True,
     ),

@@ -60,6 +60,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.exporting.export:run_settings": fuzzed("config.json"),
     "datacentric.train.exporting.export:_export_record_files": fuzzed("datacentric_export.json"),
     "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
+    "datacentric.integrations.outputs:_kept": fuzzed("drop-in trainer_state.json"),
     # the read helpers themselves: fuzzed through every reader above that calls them
     "datacentric.regular_files:read_regular_text": fuzzed("trainer.json", "plain text"),
     "datacentric.regular_files:read_regular_bytes": fuzzed("prompts", "media csv"),
