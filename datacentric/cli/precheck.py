@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
 from datacentric.settings import SchedulingConfig, TrainConfig
-from datacentric.settings.sections import TrainingConfig
+from datacentric.settings.sections import CostConfig, TrainingConfig
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +44,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     given = config.data.tokenizer
     try:
         check_device(config.parallelism.device)  # before the model is priced on it
+        check_profile_dir(config.cost)  # the ranks write their profile there
         data = with_model_tokenizer(config.model, config.data, config.validation)
         if data is not config.data:  # as the ranks read text (assemble_run)
             config = dataclasses.replace(config, data=data)
@@ -140,6 +141,22 @@ def ranks_device(device: str | None, world: int | None) -> torch.device:
         return default_device(device)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if mode.kind == "torchrun" else world
     return device_for_backend(backend_for(local, device), 0)
+
+
+def check_profile_dir(cost: CostConfig) -> None:
+    """Raise ``ValueError`` naming ``cost.profile_dir`` when the profile's folder of a
+    ``profile`` cost model is a file, or lies under one: the ranks would fail to save
+    the profile there (``FileExistsError``) after measuring it."""
+    if cost.cost_model != "profile" or cost.profile_dir is None:
+        return
+    folder = Path(cost.profile_dir)
+    blocking = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if blocking is not None and not blocking.is_dir():
+        what = "is a file" if blocking == folder else f"lies under the file {blocking}"
+        raise ValueError(
+            f"cost.profile_dir: {folder} {what}; name a folder for the profile "
+            "(--profile-dir DIR), or leave it unset (the run's <out>/profile)"
+        )
 
 
 def check_device(device: str | None) -> None:

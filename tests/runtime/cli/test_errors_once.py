@@ -190,3 +190,24 @@ def test_a_cuda_device_this_machine_lacks_is_one_line_naming_the_setting(
         f"({have}); pass --device cpu, or leave it unset (cuda when available, else the CPU)"
     )
     assert not (tmp_path / "run").exists()  # refused before the run folder is claimed
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_a_profile_dir_that_is_a_file_is_refused_before_the_ranks(below, tmp_path, capsys):
+    """``--profile-dir FILE`` failed when the ranks saved the profile, after measuring
+    it: 'rank 0 failed: FileExistsError: [Errno 17] File exists' at --world 2."""
+    blocking = tmp_path / "a-file"
+    blocking.write_text("not a folder")
+    folder = blocking / below if below else blocking
+    data = tmp_path / "docs.jsonl"
+    data.write_text('{"text": "a first document of words"}\n{"text": "and a second one"}\n')
+    argv = ["train", "--model", "llama", "--dataset", f"jsonl:{data}"]
+    argv += ["--profile-dir", str(folder), "--out", str(tmp_path / "run")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    what = f"lies under the file {blocking}" if below else "is a file"
+    assert err == (
+        f"datacentric train: cost.profile_dir: {folder} {what}; name a folder for the profile "
+        "(--profile-dir DIR), or leave it unset (the run's <out>/profile)"
+    )
+    assert not (tmp_path / "run").exists()
