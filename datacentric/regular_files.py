@@ -123,13 +123,22 @@ def read_json_file(
     return value
 
 
-def parse_json(text: str, where: str, error: type[Exception], what: str = "") -> Any:
+def parse_json(
+    text: str, where: str, error: type[Exception], what: str = "", *, unique_keys: bool = False
+) -> Any:
     """``json.loads(text)``; anything else is ``error`` naming ``where`` (a file, a
     ``FILE:LINE``) and ``what`` it is (``the file``, ``line``; none: ``where`` says it):
-    not JSON, nested deeper than the reader's stack, an integer too long to convert."""
+    not JSON, nested deeper than the reader's stack, an integer too long to convert, and
+    with ``unique_keys`` an object that names a key twice (``json.loads`` keeps the last
+    value, so the other would be dropped without a word)."""
     subject = f"{what} is " if what else ""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys if unique_keys else None)
+    except _RepeatedKey as err:
+        raise error(
+            f"{where}: {what + ' ' if what else ''}names the key {err.key!r} twice in one "
+            "object; write it once (which value is meant cannot be told)"
+        ) from None
     except json.JSONDecodeError as err:
         at = f": line {err.lineno} column {err.colno}" if "\n" in text.rstrip() else ""
         raise error(f"{where}: {subject}not JSON ({err.msg}{at})") from None
@@ -143,6 +152,21 @@ def parse_json(text: str, where: str, error: type[Exception], what: str = "") ->
         raise error(
             f"{where}: {what + ' ' if what else ''}holds a value that cannot be read ({first})"
         ) from None
+
+
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of JSON from its ``pairs``; :class:`_RepeatedKey` where a key repeats."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        seen: set[str] = set()
+        raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return value
 
 
 def json_kind(value: Any) -> str:

@@ -178,6 +178,12 @@ def _csv_rows(path: Path, text: str) -> list[tuple[str, dict[str, Any]]]:
 
 def _check_columns(path: Path, header: list[str]) -> None:
     shown = ",".join(header)
+    twice = next((name for i, name in enumerate(header) if name in header[:i]), None)
+    if twice is not None:
+        raise DataError(
+            f"{path}:1: the header names the column {twice!r} twice (which one is meant "
+            f"cannot be told); the header reads {shown!r}: rename or remove one"
+        )
     if not set(header) & set(PATH_COLUMNS):
         raise DataError(
             f"{path}:1: no media path column (one of {', '.join(PATH_COLUMNS)}); the header "

@@ -95,9 +95,10 @@ def parse_json_line(line: str, where: str, what: str = "", hint: str = "") -> An
     """The value of a JSON line (or file) a user wrote: a media list's, a JSONL record's,
     a prompt's, a latent manifest's. :class:`~datacentric.data.base.DataError` naming
     ``where`` when it is not JSON (followed by ``hint``, when given) or a string in it
-    holds half of a UTF-16 surrogate pair (:func:`lone_surrogate`)."""
+    holds half of a UTF-16 surrogate pair (:func:`lone_surrogate`) or an object in it names
+    a key twice (``json.loads`` would keep one value and drop the other)."""
     try:
-        value = parse_json(line, where, DataError, what=what)
+        value = parse_json(line, where, DataError, what=what, unique_keys=True)
     except DataError as err:
         if not hint:
             raise

@@ -1,7 +1,8 @@
 """JSONL that cannot be read is refused naming its file and line: a line that is not
-UTF-8, nested deeper than the reader's stack, or holding an integer too long to convert;
-an empty file names the file, with or without a ``--tokenizer`` folder (a tokenizer
-failed on the empty batch with ``list index out of range``)."""
+UTF-8, nested deeper than the reader's stack, holding an integer too long to convert, or
+naming a key twice (json.loads kept the last value); an empty file names the file, with
+or without a ``--tokenizer`` folder (a tokenizer failed on the empty batch with ``list
+index out of range``)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ BAD_LINES = [
     (b'{"text": "b", "n": ' + b"9" * 5000 + b"}\n", "cannot be read (Exceeds the limit"),
     (b"9" * 5000 + b"\n", "cannot be read"),
     (b'{"text": "a \\ud83d b"}\n', "holds .ud83d, half of a UTF-16 surrogate pair"),
+    (b'{"text": "a", "text": "b"}\n', "line names the key 'text' twice"),
+    (b'{"messages": [{"role": "user", "role": "assistant"}]}\n', "names the key 'role' twice"),
 ]
 
 

@@ -98,6 +98,8 @@ def test_hugging_face_metadata_with_file_name(tmp_path):
         ("a.csv", b"\x89PNG\r\n\x1a\n\xff\xfe", r"a.csv: not a text file \(byte 0 is not UTF-8\)"),
         ("a.csv", b"path,text\x00\n", r"a.csv: not a text file \(it holds NUL bytes\)"),
         ("a.csv", b"", r"a.csv: empty"),
+        ("a.csv", b"path,text,text\na.mp4,x,y\n", r"a.csv:1: the header names the column .text."),
+        ("a.jsonl", b'{"path": "a.mp4", "text": "x", "text": "y"}\n', r"a.jsonl:1: .*'text' twice"),
         ("a.jsonl", b'{"path": "a.mp4"}\n', r"a.jsonl: no line has a caption"),
         ("a.jsonl", b'{"path": "a.mp4", "text": 3}\n', r"a.jsonl:1: .* must be strings"),
         ("a.jsonl", b'{"path": "a.mp4", "text": "x"}\n{"path"\n', r"a.jsonl:2: not JSON"),
