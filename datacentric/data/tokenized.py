@@ -281,6 +281,13 @@ class TokenizedTextDataset:
         doc = np.repeat(np.arange(len(lengths)), counts)
         if not len(lengths):
             raise DataError(f"{self.kind}:{self.pattern}: holds no document (its files are empty)")
+        if not len(doc) and self.skipped_long:
+            raise DataError(
+                f"{self.kind}:{self.pattern}: every document with a token is longer than "
+                f"--max-tokens {cap} ({self.skipped_long} of {self.documents}), and "
+                "--long-docs skip leaves them out; raise --max-tokens or pass --long-docs "
+                "chunk or truncate"
+            )
         if not len(doc):
             raise DataError(f"{self.kind}:{self.pattern}: no document has any token")
         first = np.repeat(np.cumsum(counts) - counts, counts)

@@ -69,6 +69,12 @@ def test_long_document_error_names_the_line(tmp_path):
         open_dataset(f"jsonl:{path}", DataConfig(max_tokens=20, long_docs="error"))
 
 
+def test_skipping_every_document_names_max_tokens_and_long_docs(tmp_path):
+    path = write_jsonl(tmp_path / "a.jsonl", TEXTS)  # 3 of 9, 25 and 52 tokens, 1 empty
+    with pytest.raises(DataError, match=r"longer than --max-tokens 8 \(3 of 4\), and --long-docs"):
+        open_dataset(f"jsonl:{path}", DataConfig(max_tokens=8, long_docs="skip"))
+
+
 def test_bad_lines_and_empty_globs(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n\n{"text": oops}\n')
