@@ -125,14 +125,18 @@ class CallbackHooks(StepHooks):
             self.event("on_prediction_step")
         self.event("on_predict", metrics=metrics)
 
-    def evaluated(self, loss: float, prefix: str, runtime: float, samples: int) -> dict:
+    def evaluated(
+        self, loss: float, prefix: str, runtime: float, samples: int, computed: dict | None = None
+    ) -> dict:
         """``on_prediction_step`` per eval batch of ``samples``, ``on_log`` and
-        ``on_evaluate`` with a held-out loss; the metrics, named with ``prefix``."""
+        ``on_evaluate`` with a held-out loss and the ``computed`` metrics (named already);
+        the metrics, named with ``prefix``."""
         batches = self.batches(samples)
         for _ in range(batches):
             self.event("on_prediction_step")
         metrics = {
             f"{prefix}_loss": loss,
+            **(computed or {}),
             f"{prefix}_runtime": round(runtime, 4),
             f"{prefix}_samples_per_second": round(samples / runtime, 3),
             f"{prefix}_steps_per_second": round(batches / runtime, 3),

@@ -49,10 +49,9 @@ class ScriptMethods:
     ) -> Any:
         """transformers' ``PredictionOutput`` of ``test_dataset`` under the trained model:
         the logits of each record (its tokens as the drop-in trains them, padding left
-        out), the labels (-100: no loss; both padded with -100 to the longest record) and
-        ``<metric_key_prefix>_loss`` (the mean over every loss token)."""
-        import numpy as np
-        import torch
+        out; ``preprocess_logits_for_metrics`` of them when given), the labels (-100: no
+        loss; both padded with -100 to the longest record), ``<metric_key_prefix>_loss``
+        (the mean over every loss token) and ``compute_metrics``' metrics, prefixed."""
         from transformers.trainer_utils import PredictionOutput
 
         if self._trained is None:
@@ -60,30 +59,66 @@ class ScriptMethods:
         records = self.records(test_dataset, self.processing_class)
         if not records:
             stop(self.command, "predict(test_dataset): no record has a token with loss")
-        longest = max(len(r["input_ids"]) for r in records)
-        logits_all, labels_all, total, count = [], [], 0.0, 0
-        self.model.eval()
+        predictions, label_ids, loss = self._forward_records(records)
+        metrics = {f"{metric_key_prefix}_loss": loss}
+        metrics.update(self._metrics_of(predictions, label_ids, metric_key_prefix))
+        self._hooks.predicted(len(records), metrics)
+        return PredictionOutput(predictions=predictions, label_ids=label_ids, metrics=metrics)
+
+    def _forward_records(self, records: list[dict[str, list[int]]]) -> tuple[Any, Any, float]:
+        """``(predictions, label_ids, loss)`` of ``records`` under ``model``: each record
+        forwarded alone (a batch of one: no padding enters the model, so nothing depends
+        on ``per_device_eval_batch_size``), its logits [1, T, V] and labels [1, T] given
+        to ``preprocess_logits_for_metrics`` when set, then concatenated over records
+        padded with -100 to the longest, as transformers' evaluation loop concatenates
+        its batches; the loss is the mean over every loss token."""
+        import torch
+        from transformers.trainer_pt_utils import nested_numpify
+
+        model = self.model
+        if not isinstance(model, torch.nn.Module):
+            stop(
+                self.command,
+                f"model={model!r} is a folder name, not loaded before train(): train "
+                "first, or give the model object",
+            )
+        device = next(model.parameters()).device
+        preprocess = self.preprocess_logits_for_metrics
+        predictions, label_ids, total, count = [], [], 0.0, 0
+        model.eval()
         with torch.no_grad():
             for record in records:
-                ids = torch.tensor([record["input_ids"]])
-                labels = torch.tensor(record["labels"])
-                logits = self.model(input_ids=ids).logits[0].float()
+                ids = torch.tensor([record["input_ids"]], device=device)
+                labels_1T = torch.tensor([record["labels"]], device=device)
+                logits_1TV = model(input_ids=ids).logits.float()
                 total += float(
                     torch.nn.functional.cross_entropy(
-                        logits[:-1], labels[1:], ignore_index=-100, reduction="sum"
+                        logits_1TV[0, :-1], labels_1T[0, 1:], ignore_index=-100, reduction="sum"
                     )
                 )
-                count += int((labels[1:] != -100).sum())
-                pad = longest - len(labels)
-                logits_all.append(torch.nn.functional.pad(logits, (0, 0, 0, pad), value=-100))
-                labels_all.append(torch.nn.functional.pad(labels, (0, pad), value=-100))
-        metrics = {f"{metric_key_prefix}_loss": total / max(1, count)}
-        self._hooks.predicted(len(records), metrics)
-        return PredictionOutput(
-            predictions=np.stack([t.numpy() for t in logits_all]),
-            label_ids=np.stack([t.numpy() for t in labels_all]),
-            metrics=metrics,
-        )
+                count += int((labels_1T[0, 1:] != -100).sum())
+                kept = logits_1TV if preprocess is None else preprocess(logits_1TV, labels_1T)
+                predictions.append(nested_numpify(kept))
+                label_ids.append(labels_1T.cpu().numpy())
+        loss = total / max(1, count)
+        return _concatenated(predictions), _concatenated(label_ids), loss
+
+    def _computes_metrics(self) -> bool:
+        """Whether ``compute_metrics`` is called (given, and ``prediction_loss_only``
+        unset, as transformers)."""
+        return self.compute_metrics is not None and not self.args.prediction_loss_only
+
+    def _metrics_of(self, predictions: Any, label_ids: Any, prefix: str) -> dict[str, Any]:
+        """``compute_metrics(EvalPrediction(predictions, label_ids))``, each name prefixed
+        with ``<prefix>_`` as transformers names them (none: no compute_metrics, or
+        ``prediction_loss_only``)."""
+        from transformers.trainer_utils import EvalPrediction, denumpify_detensorize
+
+        if not self._computes_metrics():
+            return {}
+        found = self.compute_metrics(EvalPrediction(predictions=predictions, label_ids=label_ids))
+        found = denumpify_detensorize(dict(found))
+        return {k if k.startswith(f"{prefix}_") else f"{prefix}_{k}": v for k, v in found.items()}
 
     @ends_in_one_line("save_state()")
     def save_state(self) -> None:
@@ -151,3 +186,18 @@ class ScriptMethods:
         args = args or self.args
         world = launch_mode().world_size
         return args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+
+
+def _concatenated(parts: list[Any]) -> Any:
+    """The records' arrays (or nested tuples/dicts of them) concatenated on the first
+    axis, each padded with -100 to the longest on the second, by transformers'
+    ``nested_concat``, pairwise in a balanced tree (each element copied log2(records)
+    times, not once per record)."""
+    from transformers.trainer_pt_utils import nested_concat
+
+    while len(parts) > 1:
+        parts = [
+            nested_concat(*parts[i : i + 2], padding_index=-100) if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
+    return parts[0]

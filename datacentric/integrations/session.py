@@ -95,6 +95,8 @@ class DropInTrainer(ScriptMethods):
         processing_class: Any = None,
         peft_config: Any = None,
         callbacks: list | None = None,
+        compute_metrics: Any = None,
+        preprocess_logits_for_metrics: Any = None,
     ) -> None:
         from transformers import DefaultFlowCallback, TrainerControl, TrainerState
 
@@ -110,13 +112,7 @@ class DropInTrainer(ScriptMethods):
                 "drop-in trainer (docs/integrations.md lists what maps); leave "
                 f"{'them' if len(refused) > 1 else 'it'} at the default",
             )
-        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
-        if strategy != "no" and eval_dataset is None:  # transformers raises here too
-            stop(
-                self.command,
-                f"eval_strategy={strategy!r}: no eval_dataset to evaluate; give one, or set "
-                "eval_strategy='no'",
-            )
+        self._refuse_evaluations(args, eval_dataset, compute_metrics)
         if getattr(model, "peft_config", None):
             where = (
                 "peft_config"
@@ -128,6 +124,10 @@ class DropInTrainer(ScriptMethods):
         self.args, self.model, self.processing_class = args, model, processing_class
         self.model_wrapped = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
+        self.compute_metrics = compute_metrics
+        """Called by ``evaluate()`` and ``predict()`` with an ``EvalPrediction``."""
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        """Called on each record's logits [1, T, V] and labels [1, T]."""
         self._eval_sets: dict[str, Any] = {}
         """Each held-out set by its metric prefix (``eval``; a dict: ``eval_<name>``),
         as the runtime reads it (built with the run)."""
@@ -165,6 +165,37 @@ class DropInTrainer(ScriptMethods):
             if values[name] and not (name == "per_device_eval_batch_size" and eval_dataset is None)
         ]
         self._hooks_now().init_end()
+
+    def _refuse_evaluations(self, args: Any, eval_dataset: Any, compute_metrics: Any) -> None:
+        """Stop when ``eval_strategy`` has no ``eval_dataset``, or ``compute_metrics``
+        would be asked of an evaluation during training (the runtime's evaluations compute
+        the held-out loss only) or in a form that ``evaluate()`` does not give it (lists of
+        batches)."""
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+        if strategy != "no" and eval_dataset is None:  # transformers raises here too
+            stop(
+                self.command,
+                f"eval_strategy={strategy!r}: no eval_dataset to evaluate; give one, or set "
+                "eval_strategy='no'",
+            )
+        if compute_metrics is None:
+            return
+        during = f"eval_strategy={strategy!r}" if strategy != "no" else None
+        if during is None and args.eval_on_start:
+            during = "eval_on_start=True"
+        if during:
+            stop(
+                self.command,
+                f"compute_metrics with {during}: the evaluations during training compute "
+                "the held-out loss only; set eval_strategy='no' (eval_on_start=False) and "
+                "call trainer.evaluate() after train() (it computes the metrics)",
+            )
+        if not args.eval_do_concat_batches:
+            stop(
+                self.command,
+                "compute_metrics with eval_do_concat_batches=False: its predictions are "
+                "concatenated over the eval set; leave eval_do_concat_batches at True",
+            )
 
     def _refuse_overrides(self) -> None:
         """Stop when a subclass overrides a method of transformers' loop that the
@@ -244,7 +275,8 @@ class DropInTrainer(ScriptMethods):
     ) -> dict[str, float]:
         """``{"<metric_key_prefix>_loss": ...}``: the held-out loss of the constructor's
         ``eval_dataset`` (a dict: ``<metric_key_prefix>_<name>_loss`` of each, or of the
-        one named) under the model as it is now (collective: every rank)."""
+        one named) under the model as it is now (collective: every rank), with
+        ``compute_metrics``' metrics of its records (:meth:`predict`'s predictions)."""
         named = isinstance(eval_dataset, str) and isinstance(self.eval_dataset, dict)
         if eval_dataset is not None and eval_dataset is not self.eval_dataset and not named:
             stop(
@@ -265,9 +297,25 @@ class DropInTrainer(ScriptMethods):
         metrics: dict[str, float] = {}
         for prefix, loss, runtime in self._evaluate_now(eval_dataset if named else None):
             samples = self._hooks.eval_samples[prefix]
-            prefix = metric_key_prefix + prefix.removeprefix("eval")
-            metrics.update(self._hooks.evaluated(loss, prefix, runtime, samples))
+            key = metric_key_prefix + prefix.removeprefix("eval")
+            started = time.perf_counter()
+            computed = self._computed_metrics(prefix, key)
+            runtime += time.perf_counter() - started
+            metrics.update(self._hooks.evaluated(loss, key, runtime, samples, computed))
         return metrics
+
+    def _computed_metrics(self, prefix: str, key: str) -> dict[str, Any]:
+        """``compute_metrics``' metrics (named ``<key>_...``) of the eval set of metric
+        ``prefix`` (``eval``, ``eval_<name>``) under ``model`` (none without it)."""
+        if not self._computes_metrics():
+            return {}
+        dataset = self.eval_dataset
+        if isinstance(dataset, dict):
+            dataset = dataset[prefix.removeprefix("eval_")]
+        predictions, label_ids, _ = self._forward_records(
+            self.records(dataset, self.processing_class)
+        )
+        return self._metrics_of(predictions, label_ids, key)
 
     def log(self, logs: dict[str, float], *_: Any) -> None:
         """Add ``logs`` to ``state.log_history`` and call ``on_log``."""

@@ -80,9 +80,7 @@ class Trainer(DropInTrainer):
             else data_collator,
             "model_init": model_init,
             "compute_loss_func": compute_loss_func,
-            "compute_metrics": compute_metrics,
             "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,
-            "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
         }
         if optimizers not in ((None, None), None):
             given["optimizers"] = optimizers
@@ -96,6 +94,8 @@ class Trainer(DropInTrainer):
             eval_dataset=eval_dataset,
             processing_class=processing_class,
             callbacks=callbacks,
+            compute_metrics=compute_metrics,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
 
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:

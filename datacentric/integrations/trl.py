@@ -70,9 +70,7 @@ class SFTTrainer(DropInTrainer):
             # TRL's own collator is what SFTTrainer uses unset: the records carry the labels
             "data_collator": None if is_trl_collator(data_collator) else data_collator,
             "compute_loss_func": compute_loss_func,
-            "compute_metrics": compute_metrics,
             "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,
-            "preprocess_logits_for_metrics": preprocess_logits_for_metrics,
             "formatting_func": formatting_func,
         }
         if optimizers not in ((None, None), None):
@@ -109,6 +107,8 @@ class SFTTrainer(DropInTrainer):
             processing_class=processing_class,
             peft_config=peft_config,
             callbacks=callbacks,
+            compute_metrics=compute_metrics,
+            preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
 
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:

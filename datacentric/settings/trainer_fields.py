@@ -54,6 +54,7 @@ SAME = "test_drop_ins_under_torchrun_equal_trl_and_transformers"
 CONTROL = "test_should_save_and_should_training_stop_then_resume"
 SURFACE = "test_the_script_epilogue_and_trainer_surface"
 MAPPED = "test_fields_become_settings"
+_METRICS = "test_compute_metrics_after_train_as_transformers_evaluate"
 _GLOBAL = "per_device_train_batch_size x gradient_accumulation_steps x world"
 _OWN_LOOP = "the runtime runs its own packed steps; this hook of transformers' loop is never called"
 _NO_HUB = "nothing is uploaded: push the saved folder with huggingface_hub yourself"
@@ -160,16 +161,23 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
         "no evaluation before it (transformers' DefaultFlowCallback asks none)",
         "test_first_step_and_eval_delay",
     ),
-    "per_device_eval_batch_size": _n("the held-out loss is over the whole set at once"),
-    "prediction_loss_only": _x("compute_metrics is refused: only the loss is computed"),
+    "per_device_eval_batch_size": _n(
+        "the held-out loss is over the whole set at once; compute_metrics' predictions are "
+        "each record's alone, padded with -100 to the longest"
+    ),
+    "prediction_loss_only": _h(
+        "True: compute_metrics is not called (the loss only), as transformers", _METRICS
+    ),
     "eval_on_start": _h(
         "an evaluation before the first step, as transformers", "test_first_step_and_eval_delay"
     ),
-    "eval_do_concat_batches": _x("predict() concatenates"),
+    "eval_do_concat_batches": _x(
+        "predict() concatenates (compute_metrics with False is refused: it is given one array)"
+    ),
     "eval_use_gather_object": _x("predict() gathers on every rank itself"),
-    "eval_accumulation_steps": _x("predictions stay on the CPU"),
-    "include_for_metrics": _x("compute_metrics is refused"),
-    "batch_eval_metrics": _x("compute_metrics is refused"),
+    "eval_accumulation_steps": _x("predictions move to the CPU record by record"),
+    "include_for_metrics": _r("compute_metrics is given the predictions and label_ids only"),
+    "batch_eval_metrics": _r("compute_metrics is called once, over the whole eval set"),
     "save_only_model": _x("a checkpoint also holds the optimizer: it only saves more"),
     "save_strategy": _h(
         "steps, epoch or no (a final checkpoint is always written)",
@@ -283,7 +291,8 @@ SFT_CONFIG: dict[str, Treatment] = {
 METHODS: dict[str, Treatment] = {
     "train": _h("runs datacentric train's trainer", SAME),
     "evaluate": _h(
-        "the held-out loss (a dict of sets: one loss each; metric_key_prefix)",
+        "the held-out loss (a dict of sets: one loss each; metric_key_prefix), and "
+        "compute_metrics' metrics after train() (refused with an evaluation during training)",
         "test_logging_strategy_epoch_and_metric_key_prefix",
     ),
     "predict": _h("logits and labels of a dataset under the trained model", SURFACE),
