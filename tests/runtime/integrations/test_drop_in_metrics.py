@@ -2,8 +2,9 @@
 ``run_clm.py --do_eval`` passes them (argmax of the logits; the accuracy of
 ``preds[:, :-1]`` against ``labels[:, 1:]`` where the label is not -100), then
 ``trainer.evaluate()`` after ``train()``: the drop-in's metrics against transformers'
-``Trainer.evaluate()`` on the same trained weights, eval set and collator. One process, a
-tiny Qwen2 and its tokenizer built here, texts grouped into blocks as run_clm groups them.
+``Trainer.evaluate()`` on the same trained weights, eval set and collator (the drop-in
+``SFTTrainer`` against TRL's likewise). One process, a tiny Qwen2 and its tokenizer built
+here, texts grouped into blocks as run_clm groups them.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ def _blocks(tokenizer, texts: list[str]):
     return Dataset.from_list([{"input_ids": r, "labels": list(r)} for r in rows])
 
 
-def _args(out: Path, **extra):
+def _args(out: Path, config: type | None = None, **extra):
     from transformers import TrainingArguments
 
-    return TrainingArguments(
+    return (config or TrainingArguments)(
         output_dir=str(out),
         per_device_train_batch_size=4,
         per_device_eval_batch_size=2,
@@ -73,27 +74,52 @@ def data(tmp_path_factory):
     return folder, tokenizer, _blocks(tokenizer, texts[:4]), _blocks(tokenizer, texts[4:])
 
 
-def test_compute_metrics_after_train_as_transformers_evaluate(data, tmp_path, monkeypatch) -> None:
-    from transformers import AutoModelForCausalLM, default_data_collator
-    from transformers import Trainer as Reference
+def _trainers(library: str) -> tuple[type, type, type | None, dict]:
+    """The drop-in, the reference it stands for, its arguments class (None:
+    TrainingArguments) and run_clm's collator (TRL's SFTTrainer: its own)."""
+    if library == "transformers":
+        from transformers import Trainer as Reference
+        from transformers import default_data_collator
 
-    from datacentric.integrations.transformers import Trainer
+        from datacentric.integrations.transformers import Trainer
+
+        return Trainer, Reference, None, {"data_collator": default_data_collator}
+    pytest.importorskip("trl")
+    from trl import SFTConfig
+    from trl import SFTTrainer as Reference
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    return SFTTrainer, Reference, SFTConfig, {}
+
+
+@pytest.mark.parametrize("library", ["transformers", "trl"])
+def test_compute_metrics_after_train_as_transformers_evaluate(
+    data, library, tmp_path, monkeypatch
+) -> None:
+    from transformers import AutoModelForCausalLM
 
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
     folder, tokenizer, train, held = data
     assert len(held) == 3  # an odd count: batches of 2 against records one at a time
+    Trainer, Reference, config, collator = _trainers(library)
     given = {
-        "data_collator": default_data_collator,
+        **collator,
         "eval_dataset": held,
         "processing_class": tokenizer,
         "compute_metrics": _accuracy,
         "preprocess_logits_for_metrics": _argmax,
     }
     model = AutoModelForCausalLM.from_pretrained(folder)
-    trainer = Trainer(model=model, args=_args(tmp_path / "ours"), train_dataset=train, **given)
+    trainer = Trainer(
+        model=model, args=_args(tmp_path / "ours", config), train_dataset=train, **given
+    )
     trainer.train()
     ours = trainer.evaluate()
-    want = Reference(model=trainer.model, args=_args(tmp_path / "ref"), **given).evaluate()
+    reference = Reference(
+        model=trainer.model, args=_args(tmp_path / "ref", config), train_dataset=train, **given
+    )
+    want = reference.evaluate()
     assert 0.0 < want["eval_accuracy"] < 1.0
     assert ours["eval_accuracy"] == want["eval_accuracy"]
     assert ours["eval_loss"] == pytest.approx(want["eval_loss"], abs=1e-5)
