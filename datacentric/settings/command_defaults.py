@@ -97,7 +97,7 @@ COMMAND_DEFAULTS: dict[str, dict[str, Override]] = {
         ),
         "dtype": Override(
             None,
-            "bfloat16 autocast is CUDA only; GPUs profile in the dtype they train in",
+            "gloo ranks on CPUs profile in float32, GPUs in the dtype they train in",
             shown="float32 with gloo, bfloat16 with nccl",
         ),
         "profile_dir": Override(

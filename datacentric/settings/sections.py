@@ -67,7 +67,7 @@ class ModelConfig:
     """Keyword arguments of the model, ``KEY=VALUE`` each (``--model-arg``, repeatable):
     config fields or the factory's parameters, checked against them."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """Compute dtype (``bfloat16``: autocast, CUDA only)."""
+    """Compute dtype (``bfloat16``: autocast on the ranks' device, CPU or CUDA)."""
 
     # Deprecated: ``config.model`` was the model's name before the settings were made of
     # sections; it is now this section, which still compares, hashes and reads as that
