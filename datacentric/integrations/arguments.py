@@ -12,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+from collections.abc import Sequence
 from typing import Any
 
+from datacentric.scheduling.global_batches import steps_per_epoch as epoch_steps
+from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.settings.trainer_fields import NOTED as NOTED_KIND
 from datacentric.settings.trainer_fields import REFUSED, fields
+from datacentric.shapes import SampleShape
 
 #: field -> why its value does not change a run (said in a note when set)
 NOTED: dict[str, str] = {name: t.text for name, t in fields().items() if t.kind == NOTED_KIND}
@@ -108,11 +112,15 @@ def sinks(report_to: Any) -> dict[str, bool]:
     return {"tensorboard": "tensorboard" in names, "wandb": "wandb" in names}
 
 
-def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[str, Any]]:
-    """The ``{section: {field: value}}`` settings of ``args`` for a run of ``samples``
-    training samples on ``world`` ranks (the schedule needs the steps of an epoch)."""
-    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
-    per_epoch = steps_per_epoch(args, samples, batch)
+def training_settings(args: Any, *, world: int, tokens: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """The ``{section: {field: value}}`` settings of ``args`` for a run on ``world`` ranks
+    of training samples of ``tokens`` tokens each (the schedule needs the steps of an
+    epoch)."""
+    scheduling = {
+        **global_batch(args, world, tokens),
+        "drop_remainder": bool(args.dataloader_drop_last),
+    }
+    per_epoch = steps_per_epoch(args, tokens, SchedulingConfig(**scheduling))
     if args.max_steps > 0:  # transformers' count of epochs; num_train_epochs is not read
         epochs, total = math.ceil(args.max_steps / per_epoch), args.max_steps
     else:
@@ -126,10 +134,7 @@ def training_settings(args: Any, *, world: int, samples: int) -> dict[str, dict[
     limit = args.save_total_limit or 0  # transformers deletes none at 0 or below, as unset
     return {
         "job": {"out": str(args.output_dir), "seed": args.seed},
-        "scheduling": {
-            "global_batch_samples": batch,
-            "drop_remainder": bool(args.dataloader_drop_last),
-        },
+        "scheduling": scheduling,
         "training": {
             "lr": args.learning_rate,
             # the schedule that runs is transformers' (lr_factor, through the hooks);
@@ -194,9 +199,25 @@ def lr_factor(args: Any, total: int) -> Any:
     return scheduler.lr_lambdas[0]
 
 
-def steps_per_epoch(args: Any, samples: int, batch: int) -> int:
-    """Optimizer steps in an epoch of ``samples`` at a global batch of ``batch`` samples
-    (the last, partial batch left out with ``dataloader_drop_last``)."""
-    if args.dataloader_drop_last:
-        return max(1, samples // batch)
-    return max(1, math.ceil(samples / batch))
+def global_batch(args: Any, world: int, tokens: Sequence[int]) -> dict[str, int]:
+    """The run's global batch, as the ``[scheduling]`` setting: per_device_train_batch_size
+    x gradient_accumulation_steps x ``world`` samples, or with TRL's ``packing=True`` as
+    many rows of ``max_length`` tokens: ``global_batch_tokens`` (the tokens of TRL's
+    packed step), never below the longest sample (of ``tokens``), as the runtime sizes a
+    global batch (it keeps every sample whole)."""
+    rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    if not getattr(args, "packing", False):
+        return {"global_batch_samples": rows}
+    if args.max_length is None:  # TRL refuses it too
+        raise ArgumentsError(
+            "packing=True with max_length=None: a packed row is max_length tokens; set max_length"
+        )
+    return {"global_batch_tokens": max(rows * args.max_length, max(tokens, default=0))}
+
+
+def steps_per_epoch(args: Any, tokens: Sequence[int], scheduling: SchedulingConfig) -> int:
+    """Optimizer steps in an epoch of samples of ``tokens`` tokens each: the run's own
+    global batches at ``scheduling``'s global batch (in samples or tokens; the last,
+    partial one left out with ``dataloader_drop_last``)."""
+    shapes = [SampleShape.text(count) for count in tokens]
+    return epoch_steps(shapes, scheduling, seed=args.seed, world_size=1)

@@ -69,8 +69,8 @@ class _Inputs:
 
     folder: Path
     model_dir: Path
-    train: int
-    """Training records."""
+    train_tokens: tuple[int, ...]
+    """Tokens of each training record."""
     eval_files: dict[str, Path]
     """Each held-out set's records file, by metric prefix (``eval``, ``eval_<name>``)."""
     eval_samples: dict[str, int]
@@ -406,7 +406,7 @@ class DropInTrainer(ScriptMethods):
             self.state,
             self.control,
             self.callbacks,
-            per_epoch=steps_per_epoch(args, inputs.train, config.scheduling.global_batch_samples),
+            per_epoch=steps_per_epoch(args, inputs.train_tokens, config.scheduling),
             evaluate=self._evaluate_now if inputs.eval_files else None,
             world=groups.world_size,
             token_metrics=self.command == "SFTTrainer",
@@ -460,13 +460,14 @@ class DropInTrainer(ScriptMethods):
                 write_records(records, files[prefix])
         if dist.is_initialized():
             dist.barrier()
-        return _Inputs(inputs, model_dir, len(train), files, samples, longest)
+        tokens = tuple(len(r["input_ids"]) for r in train)
+        return _Inputs(inputs, model_dir, tokens, files, samples, longest)
 
     def _settings(self, inputs: _Inputs, world: int) -> Any:
         """The run's settings: the arguments' (:mod:`.arguments`), the inputs, the
         resume and the ``[lora]`` section of ``peft_config``."""
         try:
-            sections = training_settings(self.args, world=world, samples=inputs.train)
+            sections = training_settings(self.args, world=world, tokens=inputs.train_tokens)
         except ArgumentsError as err:
             stop(self.command, str(err))
         resume, resume_from = self._resume

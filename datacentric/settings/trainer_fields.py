@@ -267,12 +267,17 @@ SFT_CONFIG: dict[str, Treatment] = {
     "max_length": _h("each record cut to its first max_length tokens", SAME, "data.max_tokens"),
     "truncation_mode": _r("records keep their start (keep_start)"),
     "shuffle_dataset": _x("the data order is the runtime's"),
-    "packing": _n(
-        "packing is always on: samples packed without padding, attention never crossing a "
-        "sample; the batch still counts samples, not TRL's packed rows of max_length tokens "
-        "(more, smaller steps than TRL's packing=True)"
+    "packing": _h(
+        "True: the global batch in tokens, as TRL's packed step: "
+        f"{_GLOBAL} x max_length (never below the longest sample); False: in samples. "
+        "Samples are packed without padding either way, attention never crossing a sample",
+        "test_packing_steps_as_trl_in_tokens",
+        "scheduling.global_batch_tokens",
     ),
-    "packing_strategy": _n("packing is always on (padding-free, the runtime's packing)"),
+    "packing_strategy": _n(
+        "the runtime packs its own micro-batches, every sample whole (records are cut to "
+        "max_length, as bfd does; no bfd_split pieces, no wrapped rows across samples)"
+    ),
     "padding_free": _n("packing is always on (padding-free)"),
     "pad_to_multiple_of": _x("no padding: samples are packed"),
     "eval_packing": _x("the held-out set is packed as the training set"),

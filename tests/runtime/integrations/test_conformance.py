@@ -97,6 +97,7 @@ def test_fields_become_settings(tmp_path) -> None:
     from transformers import TrainingArguments
 
     from datacentric.integrations.arguments import sinks, steps_per_epoch, training_settings
+    from datacentric.settings.scheduling import SchedulingConfig
 
     args = TrainingArguments(
         output_dir=str(tmp_path),
@@ -108,14 +109,15 @@ def test_fields_become_settings(tmp_path) -> None:
         use_cpu=True,
         report_to="none",
     )
-    sections = training_settings(args, world=2, samples=25)
+    sections = training_settings(args, world=2, tokens=[7] * 25)
     assert sections["scheduling"] == {"global_batch_samples": 12, "drop_remainder": True}
-    assert steps_per_epoch(args, 25, 12) == 2  # the partial third batch is left out
+    batch = SchedulingConfig(**sections["scheduling"])
+    assert steps_per_epoch(args, [7] * 25, batch) == 2  # the partial third batch is left out
     assert sections["parallelism"] == {"collective_timeout_s": 77.0, "device": "cpu"}
     assert sections["checkpoint"]["keep_last"] == 2
     # under max_steps transformers reads no num_train_epochs (a share of one included)
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, num_train_epochs=0.5)
-    training = training_settings(args, world=1, samples=16)["training"]
+    training = training_settings(args, world=1, tokens=[7] * 16)["training"]
     assert (training["iterations"], training["epochs"]) == (3, 2)  # 2 steps an epoch
     # report_to="all": the installed ones, as transformers (wandb is not a dependency)
     installed = {
@@ -124,7 +126,7 @@ def test_fields_become_settings(tmp_path) -> None:
     assert sinks("all") == sinks(["all"]) == installed
     # transformers deletes no checkpoint at save_total_limit=0, as when it is unset
     args = TrainingArguments(output_dir=str(tmp_path), save_total_limit=0)
-    assert training_settings(args, world=1, samples=16)["checkpoint"]["keep_last"] is None
+    assert training_settings(args, world=1, tokens=[7] * 16)["checkpoint"]["keep_last"] is None
 
 
 def test_lr_schedules_equal_transformers(tmp_path) -> None:

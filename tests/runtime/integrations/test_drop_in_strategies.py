@@ -144,7 +144,8 @@ def test_use_cpu_keeps_the_run_on_the_cpu(folder, tmp_path, monkeypatch, capfd) 
     assert chosen == ["cpu"] and trainer._trainer.config.parallelism.device == "cpu"
     # the notes the docs promise, logged once the run's handler exists
     err = capfd.readouterr().err
-    assert "note: packing=True: packing is always on" in err
+    assert "note: packing_strategy='bfd': the runtime packs its own micro-batches" in err
+    assert "note: packing=" not in err  # packing=True is honoured: a batch in tokens
     assert "note: gradient_checkpointing=True: recomputation is the planner's decision" in err
     assert trainer.state.global_step == 1
 
