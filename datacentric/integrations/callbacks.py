@@ -113,6 +113,10 @@ class CallbackHooks(StepHooks):
                 logs["train_tokens_per_second"] = round(tokens / runtime, 3)
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.event("on_log", logs=logs)
+        if getattr(self.args, "disable_tqdm", False):
+            # transformers then adds PrinterCallback, whose on_log pops total_flos from the
+            # logs it is given: train()'s metrics, logged in place, lose it there too
+            logs.pop("total_flos", None)
 
     def batches(self, samples: int) -> int:
         """The eval batches of ``samples`` on each rank, as transformers counts them."""

@@ -248,15 +248,22 @@ def _same_logs(have: list[dict], want: list[dict]) -> None:
         assert untimed(mine) == pytest.approx(untimed(theirs), rel=1e-5)
 
 
-def test_include_num_input_tokens_seen_logs_them_as_transformers(folder, tmp_path) -> None:
+@pytest.mark.parametrize("disable_tqdm", [False, True])
+def test_include_num_input_tokens_seen_logs_them_as_transformers(
+    folder, tmp_path, disable_tqdm
+) -> None:
     """transformers logs ``num_input_tokens_seen`` (with a step's ``train_runtime`` and
     ``train_tokens_per_second``) when asked; the drop-in logged none of them. An
-    ``evaluate()`` before ``train()`` leaves no log: train() starts a new state."""
+    ``evaluate()`` before ``train()`` leaves no log: train() starts a new state. With
+    ``disable_tqdm`` (its default when transformers' logging is quieter than warnings)
+    the PrinterCallback it adds pops ``total_flos`` from train()'s metrics; the drop-in
+    returned them with it."""
     from transformers import Trainer as Reference
 
     from datacentric.integrations.transformers import Trainer
 
     fields = dict(max_steps=2, logging_steps=1, include_num_input_tokens_seen=True)
+    fields |= dict(disable_tqdm=disable_tqdm)
     want = _logged(Reference, folder, tmp_path / "ref", evaluate_first=True, **fields)
     assert [r["num_input_tokens_seen"] for r in want] == [24, 48, 48, 48]  # 4 rows of 6
     assert "train_tokens_per_second" in want[0]
