@@ -255,13 +255,16 @@ class ChatRenderer:
     def __init__(self, tokenizer, folder: str) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise DataError(
-                f"--tokenizer {folder}: has no chat template, so conversations cannot be "
-                "rendered; save the model's tokenizer with its chat_template"
+                f"the tokenizer of {folder} (--tokenizer, else the hf: model folder's own) "
+                "has no chat template, so conversations cannot be rendered; pass "
+                "--tokenizer DIR of a tokenizer with one (an instruct model's), or save this "
+                "one with its chat_template"
             )
         if not getattr(tokenizer, "is_fast", False):
             raise DataError(
-                f"--tokenizer {folder}: a slow tokenizer cannot mark assistant tokens; save "
-                "a fast one (tokenizer.json)"
+                f"the tokenizer of {folder} (--tokenizer, else the hf: model folder's own) "
+                "is a slow one, which cannot mark assistant tokens; save a fast one "
+                "(tokenizer.json) there, or pass --tokenizer DIR of one"
             )
         self.tokenizer, self.folder = tokenizer, folder
         self.unmarked = [

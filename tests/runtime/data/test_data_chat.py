@@ -82,6 +82,9 @@ def test_loss_on_all_and_the_refusals(chat, tmp_path) -> None:
     assert all(every.loss_tokens(i) == s.tokens - 1 for i, s in enumerate(every.shapes()))
     with pytest.raises(DataError, match=r"need a chat template: .*chat.jsonl holds conv.*no --tok"):
         open_dataset(f"jsonl:{path}")
+    plain = save_chat_tokenizer(tmp_path / "plain", template=None)  # a base model's
+    with pytest.raises(DataError, match=r"^the tokenizer of \S*plain \(--tokenizer, else"):
+        open_dataset(f"jsonl:{path}", DataConfig(tokenizer=str(plain)))
     # a glob that also matches a chat file names that file
     (tmp_path / "glob").mkdir()
     write_records(tmp_path / "glob" / "a-chat.jsonl", records[:2])
