@@ -221,3 +221,54 @@ def steps_per_epoch(args: Any, tokens: Sequence[int], scheduling: SchedulingConf
     partial one left out with ``dataloader_drop_last``)."""
     shapes = [SampleShape.text(count) for count in tokens]
     return epoch_steps(shapes, scheduling, seed=args.seed, world_size=1)
+
+
+def best_metric_key(args: Any) -> str | None:
+    """The metric ``metric_for_best_model`` names, as transformers reads it from an
+    evaluation's metrics (``eval_`` added); None: unset."""
+    metric = args.metric_for_best_model
+    if metric is None:
+        return None
+    return metric if metric.startswith("eval_") else f"eval_{metric}"
+
+
+def check_best_model(args: Any, prefixes: Sequence[str]) -> None:
+    """:class:`ArgumentsError` when ``metric_for_best_model`` names a metric that the
+    evaluations during training (eval sets of metric ``prefixes``: the held-out loss
+    only) do not give, when ``load_best_model_at_end`` breaks transformers' rules (save
+    and eval strategies equal, save_steps a multiple of eval_steps), or when
+    ``save_total_limit`` could delete the best checkpoint (the runtime's ``keep_last``
+    keeps the newest checkpoints only)."""
+    strategy, saving = _plain(args.eval_strategy), _plain(args.save_strategy)
+    key = best_metric_key(args)
+    if key is None or strategy == "no":
+        return
+    given = [f"{prefix}_loss" for prefix in prefixes]
+    if key not in given:
+        raise unknown_best_metric(args, given)
+    if args.load_best_model_at_end and strategy != saving:
+        raise ArgumentsError(
+            f"load_best_model_at_end=True with eval_strategy={strategy!r} and "
+            f"save_strategy={saving!r}: set them equal, as transformers requires"
+        )
+    if args.load_best_model_at_end and strategy == "steps" and args.save_steps % args.eval_steps:
+        raise ArgumentsError(
+            f"load_best_model_at_end=True with save_steps={args.save_steps!r}: give a multiple "
+            f"of eval_steps={args.eval_steps!r}, as transformers requires"
+        )
+    if args.save_total_limit is not None and args.save_total_limit > 0:
+        raise ArgumentsError(
+            f"save_total_limit={args.save_total_limit!r} with metric_for_best_model="
+            f"{args.metric_for_best_model!r}: the runtime keeps the newest checkpoints only "
+            "and could delete the best one; leave save_total_limit unset"
+        )
+
+
+def unknown_best_metric(args: Any, given: Sequence[str]) -> ArgumentsError:
+    """The error of a ``metric_for_best_model`` that an evaluation during training (its
+    metrics: ``given``) does not give."""
+    return ArgumentsError(
+        f"metric_for_best_model={args.metric_for_best_model!r}: the evaluations during "
+        f"training give {', '.join(given)} only (compute_metrics runs after train()); "
+        f"set metric_for_best_model to {given[0]!r}"
+    )

@@ -8,6 +8,10 @@ The first callback is transformers' own ``DefaultFlowCallback``: it sets
 transformers; every flag, whoever set it, is then honoured: a log (the mean loss since
 the last one), an evaluation (the held-out loss, ``eval_loss``), a checkpoint (the
 runtime saves after the step; ``checkpoint-N`` links it into ``output_dir``), a stop.
+With ``metric_for_best_model`` each evaluation during training updates
+``state.best_metric`` and ``best_global_step`` after its ``on_evaluate`` (so
+``EarlyStoppingCallback`` compares with the best before it), and the save of that step
+``best_model_checkpoint``, as transformers keeps them.
 The events of a step (``on_step_begin``, ``on_substep_end`` once per accumulated
 micro-batch of ``gradient_accumulation_steps``, ``on_pre_optimizer_step``,
 ``on_optimizer_step``, ``on_step_end``) are fired after the runtime's step ran, in
@@ -18,13 +22,20 @@ transformers' order; ``on_prediction_step`` once per eval batch of
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from datacentric.integrations.arguments import lr_factor
-from datacentric.integrations.outputs import keep_state, kept_state, link_checkpoint
+from datacentric.integrations.arguments import best_metric_key, lr_factor, unknown_best_metric
+from datacentric.integrations.outputs import (
+    BEST,
+    checkpoint_of,
+    keep_state,
+    kept_state,
+    link_checkpoint,
+)
 from datacentric.train.hooks import StepControl, StepHooks
 
 
@@ -169,7 +180,12 @@ class CallbackHooks(StepHooks):
         kept = kept_state(args.output_dir, done) if done else None
         state.log_history = []  # as transformers' new TrainerState (an evaluate() before)
         if kept is not None:  # a resume: transformers restores the checkpoint's state
-            state.log_history, self.tokens_seen = kept
+            state.log_history, self.tokens_seen, best = kept
+            for name in BEST:
+                setattr(state, name, best[name])
+            folder = state.best_model_checkpoint
+            if folder is not None and not os.path.isdir(folder):  # as transformers
+                state.best_model_checkpoint = None
             state.num_input_tokens_seen = self.tokens_seen
             state.total_flos = self.flops_per_token * self.tokens_seen
         self.tokens_before = self.tokens_seen
@@ -248,18 +264,50 @@ class CallbackHooks(StepHooks):
             self.pending_tokens.clear()
             self.log(logs, self.started)
         if self.control.should_evaluate and self.evaluate is not None:
-            self._evaluate_all()
+            self._keep_best(self._evaluate_all())
 
-    def _evaluate_all(self) -> None:
-        """Each eval set's loss under the model as it is now, logged (collective)."""
+    def _evaluate_all(self) -> dict[str, float]:
+        """Each eval set's loss under the model as it is now, logged (collective); the
+        metrics of all."""
+        metrics: dict[str, float] = {}
         for prefix, loss, runtime in self.evaluate():
-            self.evaluated(loss, prefix, runtime, self.eval_samples[prefix])
+            metrics.update(self.evaluated(loss, prefix, runtime, self.eval_samples[prefix]))
+        return metrics
+
+    def _keep_best(self, metrics: dict[str, float]) -> None:
+        """``state.best_metric`` (and, when checkpoints are saved by steps or epochs,
+        ``best_global_step``) from an evaluation's ``metrics``, when its
+        ``metric_for_best_model`` beats the best so far (greater or lower, as
+        ``greater_is_better`` says; checked before training, unless no evaluation was
+        planned: then refused here, as transformers raises)."""
+        key, state = best_metric_key(self.args), self.state
+        if key is None:
+            return
+        if key not in metrics:  # an evaluation a callback asked for (eval_strategy no)
+            raise unknown_best_metric(self.args, [k for k in metrics if k.endswith("_loss")])
+        value, best = metrics[key], state.best_metric
+        better = self.args.greater_is_better
+        if best is None or (value > best if better else value < best):
+            state.best_metric = value
+            if getattr(self.args.save_strategy, "value", self.args.save_strategy) != "no":
+                state.best_global_step = state.global_step
+
+    def _best_checkpoint(self) -> None:
+        """``state.best_model_checkpoint``: ``output_dir/checkpoint-N`` of the best step,
+        once the run holds its checkpoint (every rank, after a save)."""
+        step = self.state.best_global_step
+        if step and checkpoint_of(self.args.output_dir, step) is not None:
+            self.state.best_model_checkpoint = os.path.join(
+                self.args.output_dir, f"checkpoint-{step}"
+            )
 
     def saved(self, step: int, folder: Path) -> None:
+        self._best_checkpoint()
         if self.state.is_world_process_zero:
             link_checkpoint(self.args.output_dir, folder)
             tokens = self.tokens_at.get(step, self.tokens_seen)
-            keep_state(self.args.output_dir, step, tokens, self.state.log_history)
+            best = {name: getattr(self.state, name) for name in BEST}
+            keep_state(self.args.output_dir, step, tokens, self.state.log_history, best)
         if step in self.save_asked:
             self.event("on_save")
         if self.epoch_end_after_save:

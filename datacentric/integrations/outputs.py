@@ -9,8 +9,8 @@
 - ``trainer_state.json``, ``*_results.json`` (``save_state``, ``save_metrics``);
 - ``run/``: the ``datacentric train`` run folder (settings, metrics, checkpoints, and the
   inputs the drop-in wrote under ``run/inputs``); ``run/trainer_state.json`` keeps the
-  ``TrainerState`` a resume restores (its log history and tokens seen at each checkpoint),
-  what transformers keeps in each checkpoint.
+  ``TrainerState`` a resume restores (its log history, tokens seen and best evaluation so
+  far at each checkpoint), what transformers keeps in each checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ TRAINED = "trained"
 _LINK = re.compile(r"^checkpoint-(\d+)$")
 STATE = "trainer_state.json"
 """The ``TrainerState`` at each checkpoint, in the run folder (:func:`keep_state`)."""
+BEST = ("best_metric", "best_global_step", "best_model_checkpoint")
+"""The ``TrainerState`` fields of the best evaluation so far (``metric_for_best_model``)."""
 
 
 def run_folder(output_dir: str | Path) -> Path:
@@ -66,29 +68,39 @@ def link_checkpoint(output_dir: str | Path, folder: Path) -> None:
             other.unlink()
 
 
-def keep_state(output_dir: str | Path, step: int, tokens: int, log_history: list[dict]) -> None:
+def keep_state(
+    output_dir: str | Path,
+    step: int,
+    tokens: int,
+    log_history: list[dict],
+    best: dict[str, Any] | None = None,
+) -> None:
     """Keep what a resume from the checkpoint of ``step`` restores of the ``TrainerState``
-    (as transformers saves it into each checkpoint): its log history up to ``step`` and
-    the tokens seen by then, beside the other checkpoints' (rank 0)."""
+    (as transformers saves it into each checkpoint): its log history up to ``step``, the
+    tokens seen by then and the best so far (``best_metric``, ``best_global_step``,
+    ``best_model_checkpoint``), beside the other checkpoints' (rank 0)."""
     path = run_folder(output_dir) / STATE
-    tokens_at = {**_kept(output_dir)["num_input_tokens_seen"], str(step): tokens}
+    kept = _kept(output_dir)
     record = {
-        "num_input_tokens_seen": tokens_at,
+        "num_input_tokens_seen": {**kept["num_input_tokens_seen"], str(step): tokens},
         "log_history": [r for r in log_history if r.get("step", 0) <= step],
+        "best": {**kept["best"], str(step): dict.fromkeys(BEST) | (best or {})},
     }
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(record), encoding="utf-8")
     tmp.replace(path)
 
 
-def kept_state(output_dir: str | Path, step: int) -> tuple[list[dict], int] | None:
-    """``(log history, tokens seen)`` at the checkpoint of ``step`` (:func:`keep_state`);
-    None when none was kept for it."""
+def kept_state(output_dir: str | Path, step: int) -> tuple[list[dict], int, dict] | None:
+    """``(log history, tokens seen, best so far)`` at the checkpoint of ``step``
+    (:func:`keep_state`; the best: ``{field: value}`` of :data:`BEST`, all None when none
+    was kept); None when nothing was kept for it."""
     kept = _kept(output_dir)
     tokens = kept["num_input_tokens_seen"].get(str(step))
     if tokens is None:
         return None
-    return [r for r in kept["log_history"] if r.get("step", 0) <= step], tokens
+    best = kept["best"].get(str(step)) or dict.fromkeys(BEST)
+    return [r for r in kept["log_history"] if r.get("step", 0) <= step], tokens, best
 
 
 def _kept(output_dir: str | Path) -> dict[str, Any]:
@@ -97,21 +109,43 @@ def _kept(output_dir: str | Path) -> dict[str, Any]:
     on."""
     path = run_folder(output_dir) / STATE
     if not path.exists():
-        return {"num_input_tokens_seen": {}, "log_history": []}
+        return {"num_input_tokens_seen": {}, "log_history": [], "best": {}}
     kept = read_json_file(path)
     tokens, history = kept.get("num_input_tokens_seen"), kept.get("log_history")
+    best = kept.get("best", {})
     if not (
         isinstance(tokens, dict)
         and all(_whole(count) for count in tokens.values())
         and isinstance(history, list)
         and all(isinstance(log, dict) and _number(log.get("step", 0)) for log in history)
+        and isinstance(best, dict)
+        and all(_best_record(record) for record in best.values())
     ):
         raise FileFormatError(
             f"{path}: not the trainer state the drop-in trainers keep (num_input_tokens_seen: "
             "a count per checkpoint step; log_history: a list of logs, each with a numeric "
-            "step); remove it to resume without the earlier log history"
+            "step; best: per checkpoint step, best_metric, best_global_step and "
+            "best_model_checkpoint); remove it to resume without the earlier log history"
         )
-    return {"num_input_tokens_seen": tokens, "log_history": history}
+    return {"num_input_tokens_seen": tokens, "log_history": history, "best": best}
+
+
+def _best_record(record: Any) -> bool:
+    """Whether ``record`` is a best-so-far as :func:`keep_state` keeps it."""
+    if not isinstance(record, dict) or set(record) != set(BEST):
+        return False
+    metric, step, folder = (record[name] for name in BEST)
+    return (
+        (metric is None or _number(metric))
+        and (step is None or _whole(step))
+        and (folder is None or isinstance(folder, str))
+    )
+
+
+def checkpoint_of(output_dir: str | Path, step: int) -> Path | None:
+    """The run's checkpoint folder of ``step`` (None: none was kept)."""
+    found = [p for p in list_checkpoints(run_folder(output_dir)) if checkpoint_step(p) == step]
+    return found[-1] if found else None
 
 
 def _whole(value: Any) -> bool:

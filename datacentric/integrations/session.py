@@ -31,6 +31,7 @@ from datacentric.data import open_dataset
 from datacentric.integrations.arguments import (
     NOTED,
     ArgumentsError,
+    check_best_model,
     refused_fields,
     steps_per_epoch,
     training_settings,
@@ -38,6 +39,7 @@ from datacentric.integrations.arguments import (
 from datacentric.integrations.callbacks import CallbackHooks
 from datacentric.integrations.launcher import tell_transformers_the_launch
 from datacentric.integrations.outputs import (
+    checkpoint_of,
     copy_saved,
     earlier_run,
     export_trained,
@@ -167,10 +169,12 @@ class DropInTrainer(ScriptMethods):
         self._hooks_now().init_end()
 
     def _refuse_evaluations(self, args: Any, eval_dataset: Any, compute_metrics: Any) -> None:
-        """Stop when ``eval_strategy`` has no ``eval_dataset``, or ``compute_metrics``
-        would be asked of an evaluation during training (the runtime's evaluations compute
-        the held-out loss only) or in a form that ``evaluate()`` does not give it (lists of
-        batches)."""
+        """Stop when ``eval_strategy`` has no ``eval_dataset``, when
+        ``metric_for_best_model`` / ``load_best_model_at_end`` ask what the evaluations
+        during training cannot give (:func:`.arguments.check_best_model`), or when
+        ``compute_metrics`` would be asked of an evaluation during training (the runtime's
+        evaluations compute the held-out loss only) or in a form that ``evaluate()`` does
+        not give it (lists of batches)."""
         strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
         if strategy != "no" and eval_dataset is None:  # transformers raises here too
             stop(
@@ -178,6 +182,11 @@ class DropInTrainer(ScriptMethods):
                 f"eval_strategy={strategy!r}: no eval_dataset to evaluate; give one, or set "
                 "eval_strategy='no'",
             )
+        names = eval_dataset if isinstance(eval_dataset, dict) else {None: None}
+        try:  # metric_for_best_model and load_best_model_at_end
+            check_best_model(args, ["eval" if n is None else f"eval_{n}" for n in names])
+        except ArgumentsError as err:
+            stop(self.command, str(err))
         if compute_metrics is None:
             return
         during = f"eval_strategy={strategy!r}" if strategy != "no" else None
@@ -369,13 +378,18 @@ class DropInTrainer(ScriptMethods):
         return out
 
     def _load_trained(self, trainer: Trainer) -> None:
-        """``model``: the trained module (exported from the last checkpoint by rank 0,
-        loaded on every rank)."""
+        """``model``: the trained module (exported by rank 0 from the last checkpoint, or
+        with ``load_best_model_at_end`` from ``state.best_model_checkpoint``'s, as
+        transformers loads the best; loaded on every rank)."""
         run = run_folder(self.args.output_dir)
         if trainer.saved is None:
             return
+        source, best = trainer.saved, self.state.best_model_checkpoint
+        if self.args.load_best_model_at_end and best is not None:
+            step = int(Path(best).name.removeprefix("checkpoint-"))
+            source = checkpoint_of(self.args.output_dir, step) or source
         if trainer.is_main:
-            export_trained(run, trainer.saved)
+            export_trained(run, source)
         if dist.is_initialized():
             dist.barrier()
         self._trained = run / "trained"

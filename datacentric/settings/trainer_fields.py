@@ -55,6 +55,8 @@ CONTROL = "test_should_save_and_should_training_stop_then_resume"
 SURFACE = "test_the_script_epilogue_and_trainer_surface"
 MAPPED = "test_fields_become_settings"
 _METRICS = "test_compute_metrics_after_train_as_transformers_evaluate"
+_BEST = "test_load_best_model_at_end_as_transformers"
+_EARLY = "test_early_stopping_as_transformers"
 _GLOBAL = "per_device_train_batch_size x gradient_accumulation_steps x world"
 _OWN_LOOP = "the runtime runs its own packed steps; this hook of transformers' loop is never called"
 _NO_HUB = "nothing is uploaded: push the saved folder with huggingface_hub yourself"
@@ -199,11 +201,19 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "hub_strategy": _x("push_to_hub is refused"),
     "hub_always_push": _x("push_to_hub is refused"),
     "hub_revision": _x("push_to_hub is refused"),
-    "load_best_model_at_end": _r(
-        "use datacentric train --keep-best (the best checkpoint is kept)", "checkpoint.keep_best"
+    "load_best_model_at_end": _h(
+        "after train(), trainer.model holds the best checkpoint's weights (save_model writes "
+        "them; datacentric train: --keep-best)",
+        _BEST,
+        "checkpoint.keep_best",
     ),
-    "metric_for_best_model": _r("the best checkpoint is by eval_loss (--keep-best)"),
-    "greater_is_better": _r("the best checkpoint is by the lowest eval_loss (--keep-best)"),
+    "metric_for_best_model": _h(
+        "state.best_metric, best_global_step and best_model_checkpoint as transformers keeps "
+        "them (EarlyStoppingCallback reads them); the eval loss only during training; "
+        "save_total_limit with it is refused (keep_last keeps the newest, not the best)",
+        _EARLY,
+    ),
+    "greater_is_better": _h("which way metric_for_best_model improves", _BEST),
     "ignore_data_skip": _r("a resumed run continues at the exact sample it stopped at"),
     "restore_callback_states_from_checkpoint": _r("callback states are not saved"),
     "full_determinism": _r("the runtime's determinism is its own (docs/runtime.md)"),
