@@ -1,8 +1,9 @@
 """``metric_for_best_model``, ``load_best_model_at_end`` and ``EarlyStoppingCallback`` in
-the drop-in ``SFTTrainer``, against TRL's own in the same process: a tiny Qwen2, 4 texts
-trained as one batch per step (the data order cannot matter), 2 held-out texts evaluated
-and saved at every step; at a learning rate of 5e-2 the eval loss is lowest at step 4 and
-rises after it."""
+the drop-in ``SFTTrainer``, against TRL's own in the same process (and the drop-in
+``Trainer`` against transformers' on run_clm's blocks): a tiny Qwen2, the training set as
+one batch per step (the data order cannot matter), held-out texts evaluated and saved at
+every step; at a learning rate of 5e-2 the eval loss is lowest at step 4 and rises after
+it."""
 
 from __future__ import annotations
 
@@ -85,16 +86,72 @@ def _close(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=0, atol=1e-3) for k in a)
 
 
-def test_load_best_model_at_end_as_transformers(folder, tmp_path, monkeypatch) -> None:
-    from transformers import AutoModelForCausalLM
-    from trl import SFTTrainer as Reference
+def _blocks_trainer(trainer_class, folder: Path, out: Path):
+    """transformers' ``Trainer`` (or the drop-in) on run_clm's blocks of 8 tokens: 4
+    rotations of the words (7 blocks) trained as one batch per step, the words reversed
+    (3 blocks) held out."""
+    from chat_data import WORDS as CHAT_WORDS
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        TrainingArguments,
+        default_data_collator,
+    )
 
-    from datacentric.integrations.trl import SFTTrainer
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def blocks(texts: list[str]):
+        ids = [t for text in texts for t in tokenizer(text)["input_ids"]]
+        rows = [ids[i * 8 : (i + 1) * 8] for i in range(len(ids) // 8)]
+        return Dataset.from_list([{"input_ids": r, "labels": list(r)} for r in rows])
+
+    words = CHAT_WORDS.split()
+    train = blocks([" ".join(words[i:] + words[:i]) for i in range(4)])
+    config = _config(out).to_dict()
+    given = {k: config[k] for k in ("max_steps", "learning_rate", "eval_steps", "save_steps")}
+    args = TrainingArguments(
+        output_dir=str(out),
+        per_device_train_batch_size=len(train),
+        eval_strategy="steps",
+        load_best_model_at_end=True,
+        report_to="none",
+        use_cpu=True,
+        **given,
+    )
+    return trainer_class(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        train_dataset=train,
+        eval_dataset=blocks([" ".join(reversed(words))] * 2),
+        processing_class=tokenizer,
+        data_collator=default_data_collator,
+    )
+
+
+@pytest.mark.parametrize("library", ["trl", "transformers"])
+def test_load_best_model_at_end_as_transformers(folder, library, tmp_path, monkeypatch) -> None:
+    from transformers import AutoModelForCausalLM
 
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
-    want = _trainer(Reference, folder, _config(tmp_path / "ref", load_best_model_at_end=True))
-    want.train()
-    have = _trainer(SFTTrainer, folder, _config(tmp_path / "ours", load_best_model_at_end=True))
+    if library == "trl":
+        from trl import SFTTrainer as Reference
+
+        from datacentric.integrations.trl import SFTTrainer as DropIn
+
+        def built(trainer_class, out: Path):
+            return _trainer(trainer_class, folder, _config(out, load_best_model_at_end=True))
+    else:
+        from transformers import Trainer as Reference
+
+        from datacentric.integrations.transformers import Trainer as DropIn
+
+        def built(trainer_class, out: Path):
+            return _blocks_trainer(trainer_class, folder, out)
+
+    want = built(Reference, tmp_path / "ref")
+    want.train()  # trained before the drop-in is built: built after it, it fails to train
+    have = built(DropIn, tmp_path / "ours")
     have.train()
     losses = _eval_losses(have)
     for (s, a), (t, b) in zip(losses, _eval_losses(want), strict=True):
