@@ -680,9 +680,10 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
     try:
         container, stream = _open_video(item.path)
         with container:
+            aspect = _pixel_aspect(stream)  # the stream's, read once
             for frame in container.decode(stream):
                 if wanted is None or decoded in wanted:
-                    image = _square_pixels(frame.to_image(), _pixel_aspect(stream))
+                    image = _square_pixels(frame.to_image(), aspect)
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):
