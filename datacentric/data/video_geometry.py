@@ -7,12 +7,14 @@ VAEs of diffusers' video pipelines make ``(frames - 1) // temporal + 1``, see
 :func:`causal_latent_frames`), spatial
 down-sampling by 8 (rounding down, as the VAE's strided convolutions do), patches
 of 1 x 2 x 2 (a partial patch is padded, rounding up). The synthetic latents
-themselves are :mod:`datacentric.data.video`.
+themselves are :mod:`datacentric.data.video`. What a diffusers family's VAE accepts,
+which ``prepare`` plans clips by, is a :class:`Geometry`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from datacentric.shapes import SampleShape
 
@@ -57,6 +59,22 @@ def vae_latent_frames(frames: int, temporal: int | None = None) -> int:
     if temporal is None:
         return latent_frames(frames)
     return causal_latent_frames(frames, temporal)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a family's VAE accepts: ``temporal k + 1`` frames, sizes of ``multiple``."""
+
+    temporal: int
+    multiple: int
+
+    def latent_frames(self, frames: int) -> int:
+        """Latent frames the VAE makes of a ``frames``-frame bucket (the family's rule)."""
+        return causal_latent_frames(frames, self.temporal)
+
+    def frames_below(self, frames: int) -> int:
+        """The largest accepted frame count not above ``frames`` (0 if none)."""
+        return 0 if frames < 1 else (self.latent_frames(frames) - 1) * self.temporal + 1
 
 
 def latent_grid(

@@ -2,7 +2,7 @@
 
 :func:`plan_prepare` reads the media source, each file's header and each caption, and
 gives every clip a :class:`Task`: its output name, the frames and size it is encoded at
-(:func:`~datacentric.data.media.plan_clip`) or the reason it is skipped, and the rank
+(:func:`~datacentric.data.clip_plans.plan_clip`) or the reason it is skipped, and the rank
 that encodes it. Ranks get clips by encoding cost (frames x pixels), largest first, each
 to the rank with the least cost so far (:func:`~datacentric.scheduling.balance.lpt`).
 """
@@ -20,17 +20,11 @@ import numpy as np
 
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.clip_plans import ClipPlan, clip_rng, plan_clip
 from datacentric.data.frame_sampling import FrameSampling
-from datacentric.data.media import (
-    ClipPlan,
-    Geometry,
-    MediaError,
-    MediaItem,
-    clip_rng,
-    plan_clip,
-    probe,
-    read_media_source,
-)
+from datacentric.data.media_decode import MediaError, probe
+from datacentric.data.media_sources import MediaItem, read_media_source
+from datacentric.data.video_geometry import Geometry
 from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 

@@ -30,7 +30,8 @@ import torch
 
 from datacentric.data.base import DataError
 from datacentric.data.latents import EMPTY_PROMPT
-from datacentric.data.media import Geometry, MediaError, decode
+from datacentric.data.media_decode import MediaError, decode
+from datacentric.data.video_geometry import Geometry
 from datacentric.log import quiet_loading
 from datacentric.models.diffusers_encode import (
     CaptionLength,

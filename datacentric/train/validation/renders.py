@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from datacentric.data.diffusion_draws import render_generator
-from datacentric.data.media import even_frames
+from datacentric.data.frame_sampling import even_frames
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.log import quiet_loading
 from datacentric.models.diffusers_encode import open_pipeline

@@ -7,8 +7,10 @@ from fractions import Fraction
 import pytest
 
 from datacentric.data.base import DataError
+from datacentric.data.clip_plans import plan_clip
 from datacentric.data.frame_sampling import FrameSampling, frame_line, window_positions
-from datacentric.data.media import Geometry, MediaInfo, plan_clip
+from datacentric.data.media_decode import MediaInfo
+from datacentric.data.video_geometry import Geometry
 
 WAN = Geometry(temporal=4, multiple=16)
 

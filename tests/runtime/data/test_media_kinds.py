@@ -17,16 +17,10 @@ import numpy as np
 import pytest
 from media_formats import SUFFIX_FORMATS, wave_frames, write_format_clip
 
-from datacentric.data import media as media_module
+from datacentric.data import media_decode
 from datacentric.data.base import DataError
-from datacentric.data.media import (
-    IMAGE_SUFFIXES,
-    VIDEO_SUFFIXES,
-    MediaError,
-    decode,
-    probe,
-    read_media_source,
-)
+from datacentric.data.media_decode import MediaError, decode, probe
+from datacentric.data.media_sources import IMAGE_SUFFIXES, VIDEO_SUFFIXES, read_media_source
 
 pytest.importorskip("av")
 
@@ -43,9 +37,9 @@ def _still(path, seed: int = 0) -> np.ndarray:
 def no_heif_plugin(monkeypatch):
     """pillow-heif not installed (``import pillow_heif`` fails), whatever this machine has."""
     monkeypatch.setitem(sys.modules, "pillow_heif", None)
-    media_module._image_plugin.cache_clear()
+    media_decode._image_plugin.cache_clear()
     yield
-    media_module._image_plugin.cache_clear()
+    media_decode._image_plugin.cache_clear()
 
 
 def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
@@ -91,7 +85,7 @@ def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
 def test_a_16_bit_photo_keeps_its_levels_and_one_of_no_stated_range_is_named(tmp_path):
     from PIL import Image
 
-    from datacentric.data.media import MediaItem
+    from datacentric.data.media_sources import MediaItem
 
     def item(name):
         return MediaItem(0, tmp_path / name, name, "a cat", name)
@@ -116,7 +110,7 @@ def test_a_clip_of_non_square_pixels_is_read_as_players_show_it(tmp_path):
     import av
     from PIL import Image
 
-    from datacentric.data.media import MediaItem
+    from datacentric.data.media_sources import MediaItem
 
     # H.264 in MP4 stored 32 x 48, each pixel twice as wide as high (as the stream
     # states), turned 90 degrees: shown 32 x 96 before the turn, 96 x 32 after
@@ -154,7 +148,8 @@ class _Tokens:
 def test_an_animated_webp_or_png_is_a_clip_and_a_one_frame_gif_a_still(tmp_path):
     from PIL import Image
 
-    from datacentric.data.media import Geometry, MediaItem
+    from datacentric.data.media_sources import MediaItem
+    from datacentric.data.video_geometry import Geometry
     from datacentric.prepare.plan import PrepareJob, plan_task
 
     frames = wave_frames(9, 32, 48)
@@ -248,7 +243,7 @@ def test_a_folder_names_each_captioned_file_no_sample_comes_of(tmp_path):
 
 
 def test_prepare_skips_an_unread_file_under_every_caption_rule(tmp_path):
-    from datacentric.data.media import Geometry
+    from datacentric.data.video_geometry import Geometry
     from datacentric.prepare.plan import PrepareJob, plan_task
 
     _layout(tmp_path)

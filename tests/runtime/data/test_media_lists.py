@@ -14,7 +14,7 @@ import os
 import pytest
 
 from datacentric.data.base import DataError
-from datacentric.data.media import read_media_source
+from datacentric.data.media_sources import read_media_source
 
 #: every character Python's ``str.splitlines`` splits at, and what a caption may hold
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
@@ -126,7 +126,7 @@ def test_a_fifo_list_or_caption_file_is_refused_without_blocking(tmp_path):
 
 
 def test_a_clip_whose_name_is_not_utf8_is_named_not_a_crash(tmp_path):
-    from datacentric.data.media import Geometry
+    from datacentric.data.video_geometry import Geometry
     from datacentric.prepare.plan import PrepareJob, plan_task
 
     folder = os.fsencode(tmp_path)

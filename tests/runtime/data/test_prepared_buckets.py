@@ -13,8 +13,11 @@ from safetensors.torch import save_file
 from datacentric.cli.main import main
 from datacentric.data.base import DataError
 from datacentric.data.bucket_config import BucketConfig
+from datacentric.data.clip_plans import clip_rng, plan_clip
 from datacentric.data.latents import LatentDataset
-from datacentric.data.media import Geometry, MediaInfo, MediaItem, clip_rng, plan_clip
+from datacentric.data.media_decode import MediaInfo
+from datacentric.data.media_sources import MediaItem
+from datacentric.data.video_geometry import Geometry
 from datacentric.models.diffusers_encode import PIPELINES, pipeline_geometry
 
 #: every pipeline prepare encodes for: its VAE's config, and frames per latent frame

@@ -89,7 +89,7 @@ def _media_jsonl(folder: Path) -> Path:
 
 
 def _read_media(path: Path) -> Any:
-    from datacentric.data.media import read_media_source
+    from datacentric.data.media_sources import read_media_source
 
     return [(i.source, i.caption) for i in read_media_source(path)]
 

@@ -40,9 +40,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.data.latent_files:_pt_tensor": fuzzed("latent pt"),
     "datacentric.data.latent_files:open_latent": fuzzed("latent npy", "latent safetensors"),
     "datacentric.data.latent_files:read_latent_listing": fuzzed("latent manifest"),
-    "datacentric.data.media:_csv_rows": fuzzed("media csv"),
-    "datacentric.data.media:_rows": fuzzed("media csv", "media jsonl"),
-    "datacentric.data.media:_caption_file": fuzzed("caption txt"),
+    "datacentric.data.media_sources:_csv_rows": fuzzed("media csv"),
+    "datacentric.data.media_sources:_rows": fuzzed("media csv", "media jsonl"),
+    "datacentric.data.media_sources:_caption_file": fuzzed("caption txt"),
     "datacentric.data.prompts:read_prompts": fuzzed("prompts"),
     "datacentric.data.text_file:read_text_file": fuzzed("media csv", "prompts", "caption txt"),
     "datacentric.data.tokenizer_files:tokenizer_digest": fuzzed("tokenizer.json", "chat template"),
@@ -234,10 +234,10 @@ def _split_csv_rows(path: Path, text: str) -> list:
 
 
 def test_a_planted_split_at_commas_is_caught_by_the_fuzzing(tmp_path, monkeypatch):
-    from datacentric.data import media
+    from datacentric.data import media_sources
 
     target = next(t for t in TARGETS if t.name == "media csv")
-    monkeypatch.setattr(media, "_csv_rows", _split_csv_rows)
+    monkeypatch.setattr(media_sources, "_csv_rows", _split_csv_rows)
     with pytest.raises(AssertionError, match="the valid seed reads"):
         fuzz(target, tmp_path, count=20)
     (tmp_path / "again").mkdir()

@@ -13,13 +13,11 @@ pytest.importorskip("av")
 
 from datacentric.data.base import DataError  # noqa: E402
 from datacentric.data.bucket_config import BucketConfig  # noqa: E402
-from datacentric.data.media import (  # noqa: E402
-    Geometry,
-    MediaInfo,
-    even_frames,
-    plan_clip,
-    read_media_source,
-)
+from datacentric.data.clip_plans import plan_clip  # noqa: E402
+from datacentric.data.frame_sampling import even_frames  # noqa: E402
+from datacentric.data.media_decode import MediaInfo  # noqa: E402
+from datacentric.data.media_sources import read_media_source  # noqa: E402
+from datacentric.data.video_geometry import Geometry  # noqa: E402
 from datacentric.models.diffusers_encode import (  # noqa: E402
     CaptionLength,
     PipelineError,

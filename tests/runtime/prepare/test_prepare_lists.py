@@ -21,7 +21,7 @@ pytest.importorskip("av")
 import datacentric.prepare.run as prepare_run  # noqa: E402
 from datacentric.cli.main import main  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
-from datacentric.data.media import read_media_source  # noqa: E402
+from datacentric.data.media_sources import read_media_source  # noqa: E402
 from datacentric.prepare import PrepareJob, prepare  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,7 +16,8 @@ pytest.importorskip("av")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from datacentric.data.media import MediaError, MediaItem, decode, probe  # noqa: E402
+from datacentric.data.media_decode import MediaError, decode, probe  # noqa: E402
+from datacentric.data.media_sources import MediaItem  # noqa: E402
 from datacentric.prepare import PrepareJob, prepare  # noqa: E402
 
 #: file -> frames written (17 in Matroska and WebM, which keep no per-stream count)

@@ -1,0 +1,361 @@
+"""How ``datacentric prepare`` reads a clip or image listed by
+:mod:`datacentric.data.media_sources`: its frames and upright size (:func:`probe`) and
+its frames as RGB pictures (:func:`decode`).
+
+- Videos are read with PyAV (``av``, in the ``video`` extra), images with Pillow; both
+  give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
+  of its frames, timed by their durations. Every container and codec the installed
+  PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
+  streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
+  its FFmpeg has them), from the first video stream; audio and other
+  streams are never decoded. A clip's frame count is its stream's when the container
+  states one, else the frames that decode (Matroska and WebM state none).
+- Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
+  diffusers' ``load_image``) and a video's display rotation (its display matrix, else
+  its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
+  of non-square pixels (its sample aspect ratio) is shown in square pixels, and a
+  16-bit greyscale image by the high byte of its levels (a 32-bit integer or float
+  image, which states no range of its levels, is refused).
+- A file either library fails on is a :class:`MediaError` saying why (for HEIC/HEIF
+  and AVIF, which Pillow reads through a plugin, the plugin to install when it is
+  missing).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datacentric.data.media_sources import MediaItem
+
+#: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
+IMAGE_PLUGINS = {
+    ".heic": ("pillow_heif", "pip install pillow-heif"),
+    ".heif": ("pillow_heif", "pip install pillow-heif"),
+    ".avif": (
+        "pillow_avif",
+        "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
+    ),
+}
+#: Pillow's formats whose files may hold an animation: several frames are a clip
+ANIMATED_FORMATS = ("WEBP", "PNG")
+
+
+class MediaError(ValueError):
+    """A clip that cannot be read: the reason, for ``prepare_report.json``."""
+
+
+@dataclass(frozen=True)
+class MediaInfo:
+    """A file's frames (1 for a still image) and its upright pixel size."""
+
+    frames: int
+    height: int
+    width: int
+    """Height and width as shown: after an image's EXIF orientation or a video's display
+    rotation (a 90-degree turn swaps them)."""
+    rotated: bool = False
+    """Its pixels are stored turned or mirrored (an EXIF orientation or display rotation
+    other than upright); :func:`decode` returns them upright."""
+    times: tuple[Any, ...] | None = field(default=None, compare=False)
+    """Every frame's timestamp in seconds (``Fraction`` where the stream has them), in
+    presentation order: only when :func:`probe` is asked for them."""
+
+
+@functools.cache
+def _image_plugin(suffix: str) -> str:
+    """Registers the Pillow plugin that reads ``suffix`` (:data:`IMAGE_PLUGINS`) when it is
+    installed and Pillow lacks the format; else what to install, for the reason given
+    when the image cannot be read ("" when nothing is missing)."""
+    from PIL import Image
+
+    Image.init()  # the formats Pillow reads, its installed plugins' included
+    if suffix not in IMAGE_PLUGINS or suffix in Image.registered_extensions():
+        return ""
+    module, install = IMAGE_PLUGINS[suffix]
+    try:
+        plugin = importlib.import_module(module)
+    except ImportError:
+        return f"; Pillow reads {suffix} images with a plugin: {install}"
+    if hasattr(plugin, "register_heif_opener"):  # pillow-avif-plugin registers on import
+        plugin.register_heif_opener()
+    return ""
+
+
+def _open_image(path: Path) -> Any:
+    """Pillow's (lazy) image of ``path``, through its plugin where it needs one."""
+    from PIL import Image
+
+    _image_plugin(path.suffix.lower())
+    return Image.open(path)
+
+
+def _unreadable_image(path: Path, err: Exception) -> MediaError:
+    """The reason an image is skipped: Pillow's words, and the plugin it lacks."""
+    plugin = _image_plugin(path.suffix.lower())
+    return MediaError(f"unreadable image ({type(err).__name__}: {err}){plugin}")
+
+
+def _sixteen_bit(image: Any) -> bool:
+    """A greyscale image of 16-bit levels: Pillow's ``I;16`` modes, or ``I`` read from a
+    PNG (whose greyscale is at most 16-bit; Pillow before 10 reads it so)."""
+    return image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
+
+
+def _level_problem(image: Any) -> str | None:
+    """Why an image's levels cannot be shown as 8-bit RGB, or None: a 32-bit integer or
+    float image (Pillow's ``I`` or ``F``) states no range its levels span."""
+    if image.mode in ("I", "F") and not _sixteen_bit(image):
+        kind = "floating-point" if image.mode == "F" else "32-bit integer"
+        return (
+            f"a {kind} image (Pillow mode {image.mode}) states no range of its levels: "
+            "save it with 8 or 16 bits a level (PNG, TIFF)"
+        )
+    return None
+
+
+def _rgb(image: Any, sixteen: bool) -> Any:
+    """An RGB image of ``image``: 16-bit levels by their high byte, as Pillow reads a
+    16-bit RGB PNG (its ``convert("RGB")`` clips them at 255 instead: nearly all white)."""
+    from PIL import Image
+
+    if not sixteen:
+        return image.convert("RGB")
+    levels = np.asarray(image).astype(np.uint32) >> 8
+    return Image.fromarray(levels.astype(np.uint8), "L").convert("RGB")
+
+
+def _image_orientation(image: Any) -> int:
+    """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
+    try:
+        return int(image.getexif().get(0x0112, 1) or 1)
+    except Exception:  # noqa: BLE001 - an unreadable EXIF block is no orientation
+        return 1
+
+
+def _display_matrix(frame: Any) -> list[int] | None:
+    """The 3 x 3 display matrix of a decoded frame (FFmpeg's ``int32`` layout), or None."""
+    for data in getattr(frame, "side_data", None) or ():
+        if getattr(data.type, "name", "") == "DISPLAYMATRIX" and len(bytes(data)) == 36:
+            return list(np.frombuffer(bytes(data), dtype=np.int32))
+    return None
+
+
+def _display_turns(frame: Any, stream: Any) -> tuple[str, ...]:
+    """The ``PIL.Image.Transpose`` names that show a decoded frame as players show it,
+    by FFmpeg's own autorotate rule on its display matrix (rotations by a multiple of 90
+    degrees and mirrors); a stream with no matrix but a ``rotate`` tag (degrees
+    clockwise) is turned by that. Other angles are left as stored."""
+    matrix = _display_matrix(frame)
+    if matrix is None:
+        try:
+            clockwise = round(float(stream.metadata.get("rotate", 0))) % 360
+        except ValueError:
+            clockwise = 0
+        return {90: ("ROTATE_270",), 180: ("ROTATE_180",), 270: ("ROTATE_90",)}.get(clockwise, ())
+    clockwise = -round(getattr(frame, "rotation", 0) or 0) % 360
+    if clockwise == 90:
+        return ("TRANSPOSE",) if matrix[3] > 0 else ("ROTATE_270",)
+    if clockwise == 270:
+        return ("TRANSVERSE",) if matrix[3] < 0 else ("ROTATE_90",)
+    if clockwise == 180:
+        flips = (("FLIP_LEFT_RIGHT", matrix[0] < 0), ("FLIP_TOP_BOTTOM", matrix[4] < 0))
+        return tuple(name for name, flip in flips if flip)
+    if clockwise == 0 and matrix[4] < 0:
+        return ("FLIP_TOP_BOTTOM",)
+    return ()
+
+
+def _pixel_aspect(stream: Any) -> Fraction:
+    """The width over the height of one stored pixel of a video (its sample aspect
+    ratio: 4:3 for HDV's 1440 x 1080 shown 1920 x 1080; 1 when unstated, or outside
+    1/8 to 8, which no camera writes)."""
+    context = getattr(stream, "codec_context", None)
+    for stated in (
+        getattr(stream, "sample_aspect_ratio", None),
+        getattr(context, "sample_aspect_ratio", None),
+    ):
+        if stated and Fraction(1, 8) <= Fraction(stated) <= 8:
+            return Fraction(stated)
+    return Fraction(1)
+
+
+def _square_width(width: int, aspect: Fraction) -> int:
+    """The width of a row of ``width`` pixels of ``aspect`` in square pixels."""
+    return max(1, round(width * aspect))
+
+
+def _square_pixels(image: Any, aspect: Fraction) -> Any:
+    """A frame of pixels of ``aspect`` resized to square pixels, as players show it
+    (its width scaled, as FFmpeg's ``scale=iw*sar:ih``; Lanczos, as diffusers resizes)."""
+    from PIL import Image
+
+    if aspect == 1:
+        return image
+    size = (_square_width(image.width, aspect), image.height)
+    return image.resize(size, Image.Resampling.LANCZOS)
+
+
+def _upright(image: Any, turns: tuple[str, ...]) -> Any:
+    """``image`` transposed by each of ``turns`` (``PIL.Image.Transpose`` names), exactly."""
+    from PIL import Image
+
+    for name in turns:
+        image = image.transpose(Image.Transpose[name])
+    return image
+
+
+def _frame_time(frame: Any, number: int, stream: Any) -> Any:
+    """A decoded frame's timestamp in seconds: exact (``Fraction``) from its ``pts``, or
+    its number over the stream's frame rate when it has none."""
+    if frame.pts is not None and frame.time_base is not None:
+        return frame.pts * frame.time_base
+    rate = stream.average_rate or stream.guessed_rate or 1
+    return Fraction(number) / Fraction(rate)
+
+
+def _open_video(path: Path) -> Any:
+    """A PyAV container and its first video stream (audio and other streams, wherever
+    they sit, are never decoded); :class:`MediaError` when there is no video stream."""
+    import av
+
+    container = av.open(str(path))
+    if not container.streams.video:
+        kinds = sorted({s.type for s in container.streams}) or ["no"]
+        container.close()
+        raise MediaError(f"no video stream ({', '.join(kinds)} streams only)")
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    return container, stream
+
+
+def _animation_frames(image: Any) -> int:
+    """The frames of an image file: an animated WebP's or PNG's (APNG) all, else 1 (an
+    MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
+    return int(getattr(image, "n_frames", 1)) if image.format in ANIMATED_FORMATS else 1
+
+
+def _animation_times(image: Any, frames: int) -> tuple[Fraction, ...]:
+    """Each frame's start in seconds, from the frames' durations in milliseconds (read
+    once a frame is loaded; an APNG's fractions kept; a frame stating none, or 0, is
+    shown 100 ms, as browsers show it)."""
+    start, starts = Fraction(0), []
+    for number in range(frames):
+        image.seek(number)
+        image.load()
+        starts.append(start)
+        start += Fraction(image.info.get("duration") or 100).limit_denominator(10**6) / 1000
+    return tuple(starts)
+
+
+def _probe_image(path: Path, times: bool) -> MediaInfo:
+    """:func:`probe` of an image file: one frame, or an animation's frames."""
+    try:
+        with _open_image(path) as image:
+            orientation = _image_orientation(image)
+            h, w = image.height, image.width
+            problem = _level_problem(image)
+            frames = _animation_frames(image)
+            stamps = _animation_times(image, frames) if times and frames > 1 else None
+    except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
+        raise _unreadable_image(path, err) from None
+    if problem:
+        raise MediaError(problem)
+    turned = orientation in (5, 6, 7, 8)
+    return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
+
+
+def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
+    """:func:`decode` of an image file: its frame (0), or an animation's at ``indices``."""
+    from PIL import ImageOps
+
+    try:
+        with _open_image(path) as image:
+            problem, sixteen = _level_problem(image), _sixteen_bit(image)
+            frames = _animation_frames(image)
+            order = list(range(frames)) if indices is None else indices
+            if not problem and all(0 <= i < frames for i in order):
+                pictures = []
+                for number in order:
+                    image.seek(number)
+                    pictures.append(_rgb(ImageOps.exif_transpose(image), sixteen))
+                return pictures
+    except Exception as err:  # noqa: BLE001
+        raise _unreadable_image(path, err) from None
+    raise MediaError(problem or f"{frames} frames, frame {max(order)} wanted")
+
+
+def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
+    """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
+
+    A video's frame count is the stream's own when its container states one (MP4, MOV,
+    AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count);
+    its size and rotation are those of its first decoded frame. With ``times``, every
+    frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
+    if not item.path.is_file():
+        raise MediaError("missing: no such file")
+    if item.is_image:
+        return _probe_image(item.path, times)
+    try:
+        container, stream = _open_video(item.path)
+        with container:
+            stated = 0 if times else int(stream.frames or 0)
+            first, decoded, stamps = None, 0, []
+            for frame in container.decode(stream):
+                first = frame if first is None else first
+                decoded += 1
+                if times:
+                    stamps.append(_frame_time(frame, decoded - 1, stream))
+                if stated:
+                    break
+            if first is None:
+                raise MediaError("no frame decodes (an empty or unreadable video stream)")
+            turns, aspect = _display_turns(first, stream), _pixel_aspect(stream)
+    except MediaError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
+        raise MediaError(f"corrupt or unreadable video ({type(err).__name__}: {err})") from None
+    h, w = first.height, _square_width(first.width, aspect)
+    if {"TRANSPOSE", "TRANSVERSE", "ROTATE_90", "ROTATE_270"} & set(turns):
+        h, w = w, h
+    return MediaInfo(stated or decoded, h, w, bool(turns), tuple(stamps) if times else None)
+
+
+def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
+    """The upright RGB frames (``PIL.Image``) of ``item`` at ``indices`` (every frame if
+    None): an image turned by its EXIF orientation (as ``ImageOps.exif_transpose`` and
+    diffusers' ``load_image``), a video's frames by their display rotation;
+    :class:`MediaError` when decoding fails or the clip is shorter than asked."""
+    if item.is_image:
+        return _decode_image(item.path, indices)
+    wanted = None if indices is None else set(indices)
+    frames: dict[int, Any] = {}
+    decoded = 0
+    try:
+        container, stream = _open_video(item.path)
+        with container:
+            aspect = _pixel_aspect(stream)  # the stream's, read once
+            for frame in container.decode(stream):
+                if wanted is None or decoded in wanted:
+                    image = _square_pixels(frame.to_image(), aspect)
+                    frames[decoded] = _upright(image, _display_turns(frame, stream))
+                decoded += 1
+                if wanted is not None and len(frames) == len(wanted):
+                    break
+    except MediaError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any decoder failure is a bad file
+        raise MediaError(f"corrupt video ({type(err).__name__}: {err})") from None
+    order = sorted(frames) if indices is None else indices
+    if not order or any(i not in frames for i in order):
+        wants = max(order) + 1 if order else 1
+        raise MediaError(
+            f"only {decoded} frames decode, {wants} wanted (a truncated or damaged stream)"
+        )
+    return [frames[i] for i in order]
