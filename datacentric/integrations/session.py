@@ -107,6 +107,7 @@ class DropInTrainer(ScriptMethods):
             reference = type(args)(output_dir=args.output_dir, bf16=args.bf16, use_cpu=args.use_cpu)
             refused = refused_fields(args, reference)
             values = {name: getattr(args, name, None) for name in NOTED}
+        _accelerate_state_as_transformers(args)
         if refused:
             stop(
                 self.command,
@@ -647,6 +648,22 @@ def _quiet_transformers() -> Iterator[None]:
             yield
     finally:
         hf_logging.set_verbosity(level)
+
+
+def _accelerate_state_as_transformers(args: Any) -> None:
+    """accelerate's shared state set up again, as transformers' ``Trainer`` constructor
+    leaves it (its ``Accelerator``, of ``args.mixed_precision``).
+
+    Every ``TrainingArguments`` (the script's, and the reference the drop-in reads the
+    defaults from) clears accelerate's shared ``AcceleratorState`` when it sets up its
+    device; transformers' ``Trainer`` fills it again with the ``Accelerator`` it builds.
+    Without this, a transformers ``Trainer`` built earlier in the script finds the state
+    cleared when it trains (``AcceleratorState`` has no ``distributed_type``). The
+    runtime itself never reads it; the ``Accelerator`` is not kept."""
+    from accelerate import Accelerator
+
+    # transformers before 5 reads it from ACCELERATE_MIXED_PRECISION (None: as there)
+    Accelerator(mixed_precision=getattr(args, "mixed_precision", None))
 
 
 def _flops_per_token(module: Any) -> float:

@@ -150,7 +150,7 @@ def test_load_best_model_at_end_as_transformers(folder, library, tmp_path, monke
             return _blocks_trainer(trainer_class, folder, out)
 
     want = built(Reference, tmp_path / "ref")
-    want.train()  # trained before the drop-in is built: built after it, it fails to train
+    want.train()
     have = built(DropIn, tmp_path / "ours")
     have.train()
     losses = _eval_losses(have)
