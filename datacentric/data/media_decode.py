@@ -139,6 +139,16 @@ def _image_orientation(image: Any) -> int:
         return 1
 
 
+def _stored_size(image: Any) -> tuple[int, int]:
+    """The height and width of an image's pixels as stored, before its EXIF orientation:
+    Pillow's size, but a TIFF's from its own ImageLength and ImageWidth tags: Pillow 13
+    reports a TIFF's size turned by its orientation already (it turns it as it loads)."""
+    tags = getattr(image, "tag_v2", None)
+    if image.format == "TIFF" and tags is not None and 256 in tags and 257 in tags:
+        return int(tags[257]), int(tags[256])
+    return image.height, image.width
+
+
 def _display_matrix(frame: Any) -> list[int] | None:
     """The 3 x 3 display matrix of a decoded frame (FFmpeg's ``int32`` layout), or None."""
     for data in getattr(frame, "side_data", None) or ():
@@ -259,7 +269,7 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     try:
         with _open_image(path) as image:
             orientation = _image_orientation(image)
-            h, w = image.height, image.width
+            h, w = _stored_size(image)
             problem = _level_problem(image)
             frames = _animation_frames(image)
             stamps = _animation_times(image, frames) if times and frames > 1 else None

@@ -106,6 +106,40 @@ def test_a_16_bit_photo_keeps_its_levels_and_one_of_no_stated_range_is_named(tmp
             read(item("hdr.tiff"))
 
 
+@pytest.mark.parametrize("suffix", [".tiff", ".jpg", ".png", ".webp"])
+def test_every_exif_orientation_gives_the_size_its_frame_is_decoded_at(tmp_path, suffix):
+    """probe's upright size is the decoded frame's for each of the 8 orientations: a TIFF
+    too, whose size Pillow may report turned already (it turns a TIFF as it loads it)."""
+    from PIL import Image
+
+    from datacentric.data.media_sources import MediaItem
+
+    stored = wave_frames(1, 32, 48)[0]
+    upright = {  # EXIF orientation -> the stored pixels shown upright
+        1: stored,
+        2: np.fliplr(stored),
+        3: np.rot90(stored, 2),
+        4: np.flipud(stored),
+        5: np.transpose(stored, (1, 0, 2)),
+        6: np.rot90(stored, -1),
+        7: np.rot90(np.transpose(stored, (1, 0, 2)), 2),
+        8: np.rot90(stored, 1),
+    }
+    lossless = {".webp": {"lossless": True}, ".jpg": {"quality": 100}}.get(suffix, {})
+    for orientation, want in upright.items():
+        path = tmp_path / f"photo-{orientation}{suffix}"
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        Image.fromarray(stored).save(path, exif=exif, **lossless)
+        item = MediaItem(0, path, path.name, "a cat", path.name)
+        info = probe(item)
+        (got,) = decode(item)
+        assert (info.height, info.width) == want.shape[:2] == (got.height, got.width), path
+        assert info.rotated == (orientation != 1)
+        tolerance = 8 if suffix == ".jpg" else 0  # JPEG's loss, never a turn's
+        assert np.abs(np.asarray(got, dtype=int) - want).mean() <= tolerance, path
+
+
 def test_a_clip_of_non_square_pixels_is_read_as_players_show_it(tmp_path):
     import av
     from PIL import Image
