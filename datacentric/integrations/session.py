@@ -1,42 +1,36 @@
-"""What the drop-in trainers share: the inputs written into the run folder, the settings
-of the run, and the one trainer of ``datacentric train`` that runs it.
+"""The drop-in trainers' common class: the script's objects kept as transformers'
+``Trainer`` keeps them, the methods a script calls (``train``, ``evaluate``,
+``save_model``...) and the one trainer of ``datacentric train`` that runs them.
 
-A drop-in trainer adds no training loop of its own. At its first call
-(``train``/``evaluate``) on every rank it:
+A drop-in trainer adds no training loop of its own. Its constructor checks what it is
+given (:mod:`.constructor_checks`); at its first call (``train``/``evaluate``) on every
+rank it:
 
 1. joins the ranks (torchrun's or ``accelerate launch``'s environment, else one
    process: :func:`~datacentric.parallel.groups.process_groups`);
 2. writes, on rank 0, the model (``save_pretrained``; a folder is used as it is), the
-   tokenizer and the datasets as pre-tokenized records under ``<output_dir>/inputs``;
+   tokenizer and the datasets as pre-tokenized records under ``<output_dir>/inputs``
+   (:mod:`.run_inputs`);
 3. builds the run's settings from the arguments (:mod:`.arguments`) and the
    ``[data]``/``[model]``/``[lora]``/``[validation]`` sections from those inputs;
 4. builds :class:`~datacentric.train.trainer.Trainer` (the assembly of
-   ``datacentric train``) with the callbacks as its hooks (:mod:`.callbacks`).
+   ``datacentric train``) with the callbacks as its hooks (:mod:`.callbacks`), its
+   parameters and optimizer groups as transformers' (:mod:`.trained_parameters`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import time
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
 from datacentric.data import open_dataset
-from datacentric.integrations.arguments import (
-    NOTED,
-    ArgumentsError,
-    check_best_model,
-    refused_fields,
-    steps_per_epoch,
-    training_settings,
-)
+from datacentric.integrations.arguments import steps_per_epoch
 from datacentric.integrations.callbacks import CallbackHooks
+from datacentric.integrations.constructor_checks import checked_construction
 from datacentric.integrations.launcher import tell_transformers_the_launch
 from datacentric.integrations.outputs import (
     checkpoint_of,
@@ -47,37 +41,24 @@ from datacentric.integrations.outputs import (
     load_trained,
     resume_spec,
     run_folder,
-    save_base,
 )
-from datacentric.integrations.records import tokenized_records, write_records
+from datacentric.integrations.records import tokenized_records
+from datacentric.integrations.run_inputs import INPUTS as INPUTS  # importable here as before
+from datacentric.integrations.run_inputs import lora_section, run_settings, write_inputs
 from datacentric.integrations.script_api import ScriptMethods
 from datacentric.integrations.stops import ends_in_one_line, stop
+from datacentric.integrations.trained_parameters import (
+    decay_groups,
+    flops_per_token,
+    freeze_as_given,
+)
 from datacentric.parallel.groups import process_groups
-from datacentric.settings import SECTIONS, ConfigError
-from datacentric.settings.run_settings import build_sections
 from datacentric.settings.trainer_fields import METHODS, REFUSED
 from datacentric.train.reporting.metric_sinks import logger, setup_logging
 from datacentric.train.trainer import Trainer
 
-INPUTS = "inputs"
-
 # before the script builds its TrainingArguments / SFTConfig (it imports a drop-in first)
 tell_transformers_the_launch()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Inputs:
-    """What a drop-in wrote under ``run/inputs`` for its run."""
-
-    folder: Path
-    model_dir: Path
-    train_tokens: tuple[int, ...]
-    """Tokens of each training record."""
-    eval_files: dict[str, Path]
-    """Each held-out set's records file, by metric prefix (``eval``, ``eval_<name>``)."""
-    eval_samples: dict[str, int]
-    longest: int
-    """Tokens of the longest record (``data.max_tokens``)."""
 
 
 class DropInTrainer(ScriptMethods):
@@ -102,28 +83,13 @@ class DropInTrainer(ScriptMethods):
     ) -> None:
         from transformers import DefaultFlowCallback, TrainerControl, TrainerState
 
-        self._refuse_overrides()
-        with _quiet_transformers():  # its advice and deprecations were the user's to see
-            reference = type(args)(output_dir=args.output_dir, bf16=args.bf16, use_cpu=args.use_cpu)
-            refused = refused_fields(args, reference)
-            values = {name: getattr(args, name, None) for name in NOTED}
-        _accelerate_state_as_transformers(args)
-        if refused:
-            stop(
-                self.command,
-                f"{', '.join(refused)}: not supported by datacentric's "
-                "drop-in trainer (docs/integrations.md lists what maps); leave "
-                f"{'them' if len(refused) > 1 else 'it'} at the default",
-            )
-        self._refuse_evaluations(args, eval_dataset, compute_metrics)
-        if getattr(model, "peft_config", None):
-            where = (
-                "peft_config"
-                if self.command == "SFTTrainer"  # transformers' Trainer takes no peft_config
-                else "peft_config to datacentric.integrations.trl.SFTTrainer (it takes "
-                "tokenized input_ids and labels)"
-            )
-            stop(self.command, f"model is a PeftModel: give its base model and {where}")
+        given = {
+            "args": args,
+            "model": model,
+            "eval_dataset": eval_dataset,
+            "compute_metrics": compute_metrics,
+        }
+        notes = checked_construction(type(self), self.command, given)
         self.args, self.model, self.processing_class = args, model, processing_class
         self.model_wrapped = model
         self.train_dataset, self.eval_dataset = train_dataset, eval_dataset
@@ -162,61 +128,8 @@ class DropInTrainer(ScriptMethods):
         self._resume: tuple[bool, str | None] = (False, None)
         self._trained: Path | None = None
         self._base_folder: Path | None = None
-        self._notes = [
-            f"note: {name}={values[name]!r}: {why}"
-            for name, why in NOTED.items()
-            if values[name] and not (name == "per_device_eval_batch_size" and eval_dataset is None)
-        ]
+        self._notes = notes
         self._hooks_now().init_end()
-
-    def _refuse_evaluations(self, args: Any, eval_dataset: Any, compute_metrics: Any) -> None:
-        """Stop when ``eval_strategy`` has no ``eval_dataset``, when
-        ``metric_for_best_model`` / ``load_best_model_at_end`` ask what the evaluations
-        during training cannot give (:func:`.arguments.check_best_model`), or when
-        ``compute_metrics`` would be asked of an evaluation during training (the runtime's
-        evaluations compute the held-out loss only) or in a form that ``evaluate()`` does
-        not give it (lists of batches)."""
-        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
-        if strategy != "no" and eval_dataset is None:  # transformers raises here too
-            stop(
-                self.command,
-                f"eval_strategy={strategy!r}: no eval_dataset to evaluate; give one, or set "
-                "eval_strategy='no'",
-            )
-        names = eval_dataset if isinstance(eval_dataset, dict) else {None: None}
-        try:  # metric_for_best_model and load_best_model_at_end
-            check_best_model(args, ["eval" if n is None else f"eval_{n}" for n in names])
-        except ArgumentsError as err:
-            stop(self.command, str(err))
-        if compute_metrics is None:
-            return
-        during = f"eval_strategy={strategy!r}" if strategy != "no" else None
-        if during is None and args.eval_on_start:
-            during = "eval_on_start=True"
-        if during:
-            stop(
-                self.command,
-                f"compute_metrics with {during}: the evaluations during training compute "
-                "the held-out loss only; set eval_strategy='no' (eval_on_start=False) and "
-                "call trainer.evaluate() after train() (it computes the metrics)",
-            )
-        if not args.eval_do_concat_batches:
-            stop(
-                self.command,
-                "compute_metrics with eval_do_concat_batches=False: its predictions are "
-                "concatenated over the eval set; leave eval_do_concat_batches at True",
-            )
-
-    def _refuse_overrides(self) -> None:
-        """Stop when a subclass overrides a method of transformers' loop that the
-        runtime never calls (``compute_loss``, ``training_step``...)."""
-        for name, treatment in METHODS.items():
-            if treatment.kind == REFUSED and name in vars(type(self)):
-                stop(
-                    self.command,
-                    f"{type(self).__name__}.{name}: overriding it has no effect "
-                    f"({treatment.text}); remove the override",
-                )
 
     def __getattr__(self, name: str) -> Any:
         treatment = METHODS.get(name)
@@ -411,8 +324,19 @@ class DropInTrainer(ScriptMethods):
         arguments, hooks, optimizer groups and held-out sets."""
         args = self.args
         groups = process_groups(float(args.ddp_timeout), "cpu" if args.use_cpu else None)
-        inputs = self._write_inputs(groups.rank == 0)
-        config = self._settings(inputs, groups.world_size)
+        inputs = write_inputs(
+            self.command,
+            args.output_dir,
+            self.model,
+            self.processing_class,
+            (self.train_dataset, self.eval_dataset),
+            self.records,
+            main=groups.rank == 0,
+        )
+        self.processing_class, self._base_folder = inputs.tokenizer, inputs.model_dir
+        config = run_settings(
+            self.command, args, inputs, groups.world_size, self._resume, self._lora
+        )
         setup_logging(config.metrics.log_level, groups.rank, config.metrics.log_all_ranks)
         for note in self._notes:
             logger.info("%s", note)
@@ -429,11 +353,15 @@ class DropInTrainer(ScriptMethods):
         trainer = Trainer(config, groups, hooks=self._hooks)
         # TRL's mean_token_accuracy and entropy, counted where the loss is
         trainer.dc.runtime.token_metrics = self._hooks.token_metrics
-        self._hooks.flops_per_token = _flops_per_token(trainer.dc.module)
-        self._freeze_as_given(trainer, groups.world_size)
-        self._decay_groups(trainer)
+        self._hooks.flops_per_token = flops_per_token(trainer.dc.module)
+        module = trainer.dc.model
+        # a LoRA run freezes its base itself; a folder holds no frozen parameters
+        if self.peft_config is None and not isinstance(self.model, str | os.PathLike):
+            freeze_as_given(self.command, self.model, module, groups.world_size)
+        decayed = set(self.get_decay_parameter_names(module))
+        trainer.optimizer = decay_groups(trainer.optimizer, module, decayed, args.adam_epsilon)
         self._hooks.objects.update(
-            model=trainer.dc.model,
+            model=module,
             processing_class=self.processing_class,
             optimizer=trainer.optimizer,
         )
@@ -448,268 +376,6 @@ class DropInTrainer(ScriptMethods):
             )
         return trainer
 
-    def _write_inputs(self, main: bool) -> _Inputs:
-        """The model, tokenizer and datasets as the run reads them, written under
-        ``run/inputs`` by rank 0 (every rank waits)."""
-        inputs = run_folder(self.args.output_dir) / INPUTS
-        model_dir, tokenizer = self._write_model(inputs, main)
-        self._base_folder = model_dir
-        train = self.records(self.train_dataset, tokenizer)
-        if not train:
-            stop(self.command, "train_dataset: no record has a token with loss")
-        sets = self.eval_dataset
-        if not isinstance(sets, dict):
-            sets = {} if sets is None else {None: sets}
-        held, files, samples, longest = {}, {}, {}, max(len(r["input_ids"]) for r in train)
-        for index, (name, dataset) in enumerate(sets.items()):
-            prefix = "eval" if name is None else f"eval_{name}"
-            held[prefix] = self.records(dataset, tokenizer)
-            if not held[prefix]:
-                stop(self.command, f"eval_dataset {name or ''}: no record has a token with loss")
-            files[prefix] = inputs / f"eval{'' if name is None else f'-{index}'}.jsonl"
-            samples[prefix] = len(held[prefix])
-            longest = max(longest, *(len(r["input_ids"]) for r in held[prefix]))
-        if main:
-            write_records(train, inputs / "train.jsonl")
-            for prefix, records in held.items():
-                write_records(records, files[prefix])
-        if dist.is_initialized():
-            dist.barrier()
-        tokens = tuple(len(r["input_ids"]) for r in train)
-        return _Inputs(inputs, model_dir, tokens, files, samples, longest)
-
-    def _settings(self, inputs: _Inputs, world: int) -> Any:
-        """The run's settings: the arguments' (:mod:`.arguments`), the inputs, the
-        resume and the ``[lora]`` section of ``peft_config``."""
-        try:
-            sections = training_settings(self.args, world=world, tokens=inputs.train_tokens)
-        except ArgumentsError as err:
-            stop(self.command, str(err))
-        resume, resume_from = self._resume
-        sections["job"].update(out=str(inputs.folder.parent), overwrite=False)
-        sections["model"]["model"] = f"hf:{inputs.model_dir}"
-        sections["data"] = {
-            "dataset": f"jsonl:{inputs.folder / 'train.jsonl'}",
-            "tokenizer": str(inputs.folder / "tokenizer"),
-            "max_tokens": inputs.longest,
-            "long_docs": "error",
-        }
-        first = next(iter(inputs.eval_files.values()), None)
-        sections["validation"]["dataset"] = f"jsonl:{first}" if first else None
-        if first is None:
-            sections["validation"]["every"] = None
-        sections["cost"] = {"cost_model": "analytic"}
-        sections["metrics"]["plots"] = False
-        sections["checkpoint"].update(resume=resume, resume_from=resume_from)
-        if any(
-            f.name == "checkpoint_every_minutes" for f in dataclasses.fields(SECTIONS["checkpoint"])
-        ):
-            sections["checkpoint"]["checkpoint_every_minutes"] = 0.0  # by steps, as transformers
-        sections["lora"] = self._lora
-        try:
-            return build_sections(sections)
-        except ConfigError as err:
-            stop(self.command, str(err))
-
-    def _freeze_as_given(self, trainer: Trainer, world: int) -> None:
-        """The parameters the user's model object holds frozen (``requires_grad=False``)
-        frozen in the run's model too, as transformers' optimizer leaves them out (a LoRA
-        run freezes its base itself); on one rank only: across ranks the gradient sync is
-        wrapped around the model before this, for every parameter."""
-        model = self.model
-        if self.peft_config is not None or isinstance(model, str | os.PathLike):
-            return
-        frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
-        if not frozen:
-            return
-        if world > 1:
-            stop(
-                self.command,
-                f"model: {len(frozen)} frozen parameters (requires_grad=False, e.g. "
-                f"{min(frozen)}) stay frozen on one rank only, not across {world} ranks; "
-                "unfreeze them, or run one process",
-            )
-        module = trainer.dc.model
-        run = dict(getattr(module, "hf", module).named_parameters())  # the hf: adapter's
-        missing = sorted(frozen - set(run))
-        if missing:
-            stop(
-                self.command,
-                f"model: {missing[0]} is frozen (requires_grad=False) but the run's model has "
-                "no parameter of that name to freeze; unfreeze it",
-            )
-        for name in frozen:
-            run[name].requires_grad_(False)
-
-    def _decay_groups(self, trainer: Trainer) -> None:
-        """The run's AdamW in transformers' two groups: weight decay on the parameters
-        ``get_decay_parameter_names`` names, none on biases and norm weights; epsilon
-        ``adam_epsilon``."""
-        import torch
-
-        module = trainer.dc.model
-        decayed = set(self.get_decay_parameter_names(module))
-        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
-        old = trainer.optimizer.defaults
-        trainer.optimizer = torch.optim.AdamW(
-            [
-                {
-                    "params": [p for n, p in named if n in decayed],
-                    "weight_decay": old["weight_decay"],
-                },
-                {"params": [p for n, p in named if n not in decayed], "weight_decay": 0.0},
-            ],
-            lr=old["lr"],
-            betas=old["betas"],
-            eps=self.args.adam_epsilon,
-        )
-
-    def _write_model(self, inputs: Path, main: bool) -> tuple[Path, Any]:
-        """The model's folder (written by rank 0 for a model object) and the tokenizer
-        (written beside it)."""
-        from transformers import AutoTokenizer
-
-        model = self.model
-        folder = _model_folder(self.command, model) or inputs / "model"
-        if main and not isinstance(model, (str, Path)):
-            save_base(model, folder)
-        tokenizer = self.processing_class
-        if tokenizer is None:
-            # a model object: the local folder it was loaded from, as TRL reads it
-            source = folder if isinstance(model, (str, Path)) else _tokenizer_folder(model)
-            if source is None:
-                stop(
-                    self.command,
-                    "give processing_class (the tokenizer): the model object was not loaded "
-                    "from a local folder that holds one",
-                )
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            self.processing_class = tokenizer
-        if main:
-            tokenizer.save_pretrained(inputs / "tokenizer")
-        if dist.is_initialized():
-            dist.barrier()
-        return folder.resolve(), tokenizer
-
     def _lora_settings(self) -> dict[str, Any]:
-        """The ``[lora]`` section of ``peft_config`` (a peft ``LoraConfig``); any other of
-        its fields set away from the default is refused by name."""
-        peft = self.peft_config
-        if peft is None:
-            return {}
-        from peft import LoraConfig
-
-        if not isinstance(peft, LoraConfig):
-            stop(self.command, "peft_config: only a LoraConfig is supported")
-        mapped = {"r", "lora_alpha", "lora_dropout", "target_modules", "task_type"}
-        reference = LoraConfig()
-        refused = [
-            f"{f.name}={getattr(peft, f.name)!r}"
-            for f in dataclasses.fields(peft)
-            if f.init
-            and f.name not in mapped
-            # fan_in_fan_out: peft sets it by each adapted layer's type whatever is given
-            # (transformers' Conv1D: true), as datacentric's LoRA does
-            and f.name not in {"peft_type", "revision", "fan_in_fan_out"}
-            and getattr(peft, f.name) != getattr(reference, f.name)
-        ]
-        if refused:
-            stop(
-                self.command,
-                f"peft_config {', '.join(refused)}: not supported (rank, "
-                "alpha, dropout and target_modules map); leave it at the default",
-            )
-        targets = peft.target_modules
-        if targets is None:
-            targets = _peft_default_targets(self.model)
-        if not isinstance(targets, str):
-            targets = ",".join(sorted(targets))
-        return {
-            "rank": peft.r,
-            "alpha": float(peft.lora_alpha),
-            "dropout": float(peft.lora_dropout),
-            "targets": targets,
-        }
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """transformers' warnings and logged advice silenced while the drop-in builds and
-    reads arguments objects (a reference ``TrainingArguments`` under torchrun logs that
-    DDP wants ``torch.distributed.launch``; a deprecated field's alias warns on read)."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
-
-
-def _accelerate_state_as_transformers(args: Any) -> None:
-    """accelerate's shared state set up again, as transformers' ``Trainer`` constructor
-    leaves it (its ``Accelerator``, of ``args.mixed_precision``).
-
-    Every ``TrainingArguments`` (the script's, and the reference the drop-in reads the
-    defaults from) clears accelerate's shared ``AcceleratorState`` when it sets up its
-    device; transformers' ``Trainer`` fills it again with the ``Accelerator`` it builds.
-    Without this, a transformers ``Trainer`` built earlier in the script finds the state
-    cleared when it trains (``AcceleratorState`` has no ``distributed_type``). The
-    runtime itself never reads it; the ``Accelerator`` is not kept."""
-    from accelerate import Accelerator
-
-    # transformers before 5 reads it from ACCELERATE_MIXED_PRECISION (None: as there)
-    Accelerator(mixed_precision=getattr(args, "mixed_precision", None))
-
-
-def _flops_per_token(module: Any) -> float:
-    """transformers' ``floating_point_ops`` per token: 6 x the parameters outside the
-    embeddings (0 for a module without ``num_parameters``)."""
-    module = getattr(module, "hf", module)  # datacentric's hf: adapter holds the model
-    count = getattr(module, "num_parameters", None)
-    return 6.0 * count(exclude_embeddings=True) if callable(count) else 0.0
-
-
-def _model_folder(command: str, model: Any) -> Path | None:
-    """The folder ``model`` names (None: a model object); the script stops when it names
-    no folder (nothing is downloaded)."""
-    if not isinstance(model, str | os.PathLike):
-        return None
-    if not Path(model).is_dir():
-        stop(
-            command,
-            f"model={model!r}: no such folder (nothing is downloaded: "
-            "give a local folder saved with save_pretrained, or a model object)",
-        )
-    return Path(model)
-
-
-def _tokenizer_folder(model: Any) -> Path | None:
-    """The local folder a model object was loaded from, when it holds a tokenizer."""
-    folder = Path(getattr(model, "name_or_path", "") or "")
-    names = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
-    found = str(folder) not in ("", ".") and any((folder / name).is_file() for name in names)
-    return folder if found else None
-
-
-def _peft_default_targets(model: Any) -> str:
-    """peft's default LoRA targets of the model's type (what ``get_peft_model`` adapts
-    when ``target_modules`` is unset), comma-separated."""
-    from transformers import AutoConfig
-
-    from datacentric.models.lora import peft_default_targets
-
-    config = getattr(model, "config", None) or AutoConfig.from_pretrained(
-        _model_folder("SFTTrainer", model)
-    )
-    targets = peft_default_targets(config.model_type)
-    if targets is None:
-        stop(
-            "SFTTrainer",
-            f"peft_config: set target_modules (peft has no default for {config.model_type!r})",
-        )
-    return ",".join(targets)
+        """The ``[lora]`` section of ``peft_config`` (:func:`.run_inputs.lora_section`)."""
+        return lora_section(self.command, self.peft_config, self.model)

@@ -14,7 +14,7 @@ def test_peft_s_default_targets_of_a_model_or_its_folder(tmp_path, capsys) -> No
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
     from transformers import GPT2LMHeadModel
 
-    from datacentric.integrations.session import _peft_default_targets
+    from datacentric.integrations.run_inputs import _peft_default_targets
     from datacentric.models.hf import tiny_hf_config
 
     config = tiny_hf_config("gpt2")
