@@ -111,13 +111,40 @@ def foreign_flag(flag: str, actions: dict[str, argparse.Action]) -> str | None:
 
 def one_line(err: BaseException) -> str:
     """A failure as one line: the message's first line (a rank's failure carries
-    its traceback on the following lines), prefixed by the type for internal errors."""
+    its traceback on the following lines), prefixed by the type for internal errors.
+    A spawned rank's refusal of bad input is the line one process says, followed by the
+    ranks it came from where not every rank refused so (``on rank 1 of 2``)."""
+    rank_error = _rank_refusal(err)
+    if rank_error is not None:
+        where = err.where  # type: ignore[attr-defined]
+        return one_line(rank_error) + (f" {where}" if where else "")
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    if isinstance(err, ValueError | OSError | RuntimeError | LookupError):
+    if _user_error(err):
         if isinstance(err, FileNotFoundError | PermissionError) and err.filename:
             return f"{err.filename}: {err.strerror}"
         return text or type(err).__name__
     return f"internal error {type(err).__name__}: {text} (rerun with --debug for the traceback)"
+
+
+def _user_error(err: BaseException) -> bool:
+    """Whether ``err`` is a refusal of bad input (said in one line as it is), not a crash."""
+    return isinstance(err, ValueError | OSError | RuntimeError | LookupError)
+
+
+def _rank_refusal(err: BaseException) -> BaseException | None:
+    """The refusal a spawned rank raised, where ``err`` is its failure
+    (:class:`~datacentric.parallel.launch.RankFailure`) and the rank's own exception a
+    refusal; None otherwise: a crash in a rank, or a collective that failed with a peer
+    (``torch.distributed.DistError``), keeps its ``rank R failed: Type:`` line."""
+    launch = sys.modules.get("datacentric.parallel.launch")  # imported where ranks ran
+    if launch is None or not isinstance(err, launch.RankFailure):
+        return None
+    import torch.distributed  # loaded already, with the launcher
+
+    error = err.error
+    if error is None or isinstance(error, torch.distributed.DistError):
+        return None
+    return error if _user_error(error) else None
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import functools
 import io
 import multiprocessing
 import os
+import pickle
 import queue as queue_module
 import select
 import signal
@@ -123,10 +124,68 @@ def _worker_entry(
         _ignore_stop_signals()  # as above: the failure is reported
         text = str(err).strip()
         summary = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
-        results.put((rank, False, summary + "\n" + traceback.format_exc()))
+        report = (summary + "\n" + traceback.format_exc(), _portable_error(err))
+        results.put((rank, False, report))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+#: Seconds the launcher waits, after a rank's failure, for the other ranks' reports (ranks
+#: that refuse the same input report together); it stops waiting once every rank reported
+#: or died (a rank waiting in a collective fails as soon as the failed one is gone).
+PEER_REPORT_WAIT_S = 3.0
+
+
+class RankFailure(RuntimeError):
+    """A spawned rank's failure, raised by :func:`spawn`: ``rank R failed: Type: message``,
+    then the rank's traceback.
+
+    ``error``: the exception the rank raised, rebuilt in the launcher (of its nearest
+    built-in class, with its message, where it does not pickle as itself; None where not
+    even that does), so the caller tells a refusal of bad input from a crash as it would
+    in one process. ``ranks``: every rank whose failure said the same (``rank`` among
+    them) of the ``world_size``; :attr:`where` names them when they are not all."""
+
+    def __init__(
+        self,
+        rank: int,
+        world_size: int,
+        report: str,
+        error: BaseException | None = None,
+        ranks: tuple[int, ...] = (),
+    ) -> None:
+        super().__init__(f"rank {rank} failed: {report}")
+        self.rank = rank
+        self.world_size = world_size
+        self.error = error
+        self.ranks = ranks or (rank,)
+
+    @property
+    def where(self) -> str:
+        """``on rank 1 of 2`` (``on ranks 0 and 2 of 4``) where only some ranks failed
+        so; empty where every rank did (the same failure as in one process)."""
+        if len(self.ranks) == self.world_size:
+            return ""
+        if len(self.ranks) == 1:
+            return f"on rank {self.ranks[0]} of {self.world_size}"
+        *most, last = (str(r) for r in self.ranks)
+        return f"on ranks {', '.join(most)} and {last} of {self.world_size}"
+
+
+def _portable_error(err: BaseException) -> bytes | None:
+    """``err`` pickled for the launcher, where it comes back as itself; else an instance
+    of its nearest built-in class with its message (a refusal stays a ``ValueError``, a
+    crash an ``AttributeError``); None where neither pickles."""
+    builtin = next(c for c in type(err).__mro__ if c.__module__ == "builtins")
+    for make in (lambda: err, lambda: builtin(*err.args), lambda: builtin(str(err))):
+        try:
+            data = pickle.dumps(make())
+            pickle.loads(data)  # it must come back: its class may not take its message
+        except Exception:  # noqa: BLE001 - any failure: the next, plainer one
+            continue
+        return data
+    return None
 
 
 @dataclass(frozen=True)
@@ -323,7 +382,8 @@ def spawn(
     a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
     ``fn``; ``fn`` must be importable (a module-level function) and its return
     value serialisable with ``torch.save``. If any rank raises, the others are
-    stopped and ``RuntimeError`` names the rank and carries its traceback. If the
+    stopped and :class:`RankFailure` (a ``RuntimeError``) names the rank, carries its
+    traceback and the exception it raised. If the
     ranks have not all returned after ``timeout_s`` seconds, they are stopped and
     ``TimeoutError`` names the missing ranks. ``threads_per_rank`` caps each
     rank's intra-op threads (many ranks on few cores); ``None`` leaves torch's
@@ -505,13 +565,46 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
                 ) from None
             continue
         if not ok:
-            summary, _, trace = payload.partition("\n")
-            raise RuntimeError(f"rank {rank} failed: {summary}\n{trace}")
+            raise _failure(rank, payload, processes, results, values)
         values[rank] = torch.load(
             io.BytesIO(payload),
             weights_only=False,  # trusted: this launch's own ranks' results, over a local pipe
         )
     return [values[r] for r in range(len(processes))]
+
+
+def _failure(
+    rank: int, report: tuple[str, bytes | None], processes: list[Any], results: Any, done: dict
+) -> RankFailure:
+    """Rank ``rank``'s failure (``report``: its text and :func:`_portable_error`), with
+    the ranks that fail the same way within :data:`PEER_REPORT_WAIT_S` (every rank
+    reported or died before then: no longer); ``done``: the ranks that returned."""
+    text, error = report
+    summary = text.partition("\n")[0]
+    alike = [rank]
+    reported = set(done) | {rank}
+    deadline = time.monotonic() + PEER_REPORT_WAIT_S
+    while True:
+        try:
+            other, ok, payload = results.get(timeout=0.05)
+        except queue_module.Empty:  # (a rank's report is queued before the rank ends)
+            alive = [p.is_alive() for r, p in enumerate(processes) if r not in reported]
+            if not any(alive) or time.monotonic() > deadline:
+                break
+            continue
+        reported.add(other)
+        if not ok and payload[0].partition("\n")[0] == summary:
+            alike.append(other)
+    return RankFailure(rank, len(processes), text, _rebuilt(error), tuple(sorted(alike)))
+
+
+def _rebuilt(error: bytes | None) -> BaseException | None:
+    """A rank's exception from :func:`_portable_error` (a local pipe's: trusted), None
+    where it cannot be rebuilt here."""
+    try:
+        return pickle.loads(error) if error is not None else None
+    except Exception:  # noqa: BLE001 - the failure is still reported, as text
+        return None
 
 
 @dataclass(frozen=True)
