@@ -302,6 +302,12 @@ def chunk_even(
     else:
         k = max(1, -(-total // bound))
     cuts = np.searchsorted(cum, total * np.arange(1, k) / k, side="left") + 1
+    if k <= len(order):
+        # a sample longer than a batch's share can hold two targets (or the last one): the
+        # cuts then fall together and the epoch had fewer than k steps, one of them twice a
+        # batch; kept apart (one sample at least a batch), every epoch has k steps
+        offsets = np.arange(k - 1)
+        cuts = np.minimum(np.maximum.accumulate(cuts - offsets), len(order) - k + 1) + offsets
     chunks = [c for c in np.split(order, cuts) if len(c)]
     return chunks, dropped
 

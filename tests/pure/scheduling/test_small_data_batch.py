@@ -8,6 +8,7 @@ from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import (
     SMALL_DATA_STEPS,
     GlobalBatchSize,
+    chunk_even,
     data_sized_tokens,
     epoch_batches,
     size_global_batch,
@@ -54,3 +55,43 @@ def test_the_global_batch_step_sizes_a_copy_and_keeps_a_given_one():
         config = load_config(None, **given)
         batch = size_global_batch(config.scheduling, tokens)
         assert batch == GlobalBatchSize() and batch.applied(config.scheduling) is config.scheduling
+
+
+def test_every_epoch_has_the_steps_the_run_plans_when_one_sample_is_a_batch_long():
+    """A small dataset whose longest sample sets the sized batch: an epoch whose order puts
+    it last cut both batches after it (the first target falls inside it), so that epoch
+    trained one step of all 1,318 tokens and the run one step fewer than it planned."""
+    tokens = [724, 44, 61, 71, 83, 99, 108, 128]
+    bound = data_sized_tokens(tokens)
+    assert bound == 724  # the longest sample's
+    view = DatasetView([SampleShape(tokens=t) for t in tokens])
+    counts = set()
+    for epoch in range(20):
+        batches, _ = epoch_batches(
+            view,
+            np.arange(len(tokens)),
+            seed=0,
+            epoch=epoch,
+            tokens_bound=bound,
+            samples_bound=None,
+            world_size=4,
+        )
+        counts.add(len(batches))
+        assert sorted(i for b in batches for i in b) == list(range(len(tokens)))
+    assert counts == {-(-sum(tokens) // bound)}  # 2 steps, every epoch
+
+
+def test_chunks_are_as_many_as_the_bound_asks_whatever_straddles_a_cut():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        weights = rng.integers(1, 50, size=n)
+        weights[rng.integers(n)] = int(rng.integers(50, 400))  # one long sample anywhere
+        bound = int(rng.integers(int(weights.max()), int(weights.sum()) + 2))
+        for drop in (False, True):
+            chunks, dropped = chunk_even(np.arange(n), weights, bound, drop)
+            total = int(weights.sum())
+            want = total // bound if drop and total >= bound else max(1, -(-total // bound))
+            assert len(chunks) == want and all(len(c) for c in chunks), (weights, bound, drop)
+            kept = [i for c in chunks for i in c.tolist()]
+            assert kept + dropped == list(range(n))
