@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datacentric.data.workloads import get_workload
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import dcp_opt
+from datacentric.scheduling import dcp_opt, step_phases
 from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.pipeline import Pipeline
 
@@ -28,8 +28,10 @@ def test_clips_of_half_a_step_run_first_each_on_a_group_of_its_own(monkeypatch):
 
     with_it, schedule = epoch()
     calls = []
-    filled = dcp_opt.filled_phase
-    monkeypatch.setattr(dcp_opt, "filled_phase", lambda *a: calls.append(filled(*a)) or calls[-1])
+    filled = step_phases.filled_phase
+    monkeypatch.setattr(
+        step_phases, "filled_phase", lambda *a: calls.append(filled(*a)) or calls[-1]
+    )
     assert epoch()[0] == with_it  # the same search, watched
     kept = [it for it in schedule.iterations if it in calls]
     assert kept, "no step kept its filled phases"
@@ -37,7 +39,7 @@ def test_clips_of_half_a_step_run_first_each_on_a_group_of_its_own(monkeypatch):
         first = [a for a in it.assignments if a.phase == 0]
         longest = max(mb.est_time_s for a in it.assignments for mb in a.micro_batches)
         assert any(mb.est_time_s == longest for a in first for mb in a.micro_batches)
-    monkeypatch.setattr(dcp_opt, "filled_phase", lambda *a: None)
+    monkeypatch.setattr(step_phases, "filled_phase", lambda *a: None)
     without, _ = epoch()
     assert with_it < without * (1 - 1e-3), (with_it, without)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datacentric.data.workloads import get_workload
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import dcp_opt
+from datacentric.scheduling import layout_search, placement, step_phases
 from datacentric.scheduling.pipeline import Pipeline
 
 
@@ -22,18 +22,19 @@ def test_phases_read_the_step_s_node_times_instead_of_making_them_again(monkeypa
         return pipe.schedule(0, policy="dcp-opt", measure=False)
 
     inside = {"_in_phases": 0, "refine_by_splitting": 0}
-    for name in inside:
-        monkeypatch.setattr(dcp_opt, name, _counting(getattr(dcp_opt, name), name, inside))
-    made_again, time_matrix = [], dcp_opt.time_matrix
+    for module, name in ((step_phases, "_in_phases"), (layout_search, "refine_by_splitting")):
+        monkeypatch.setattr(module, name, _counting(getattr(module, name), name, inside))
+    made_again, time_matrix = [], placement.time_matrix
 
     def watched(table, items, sizes):
         again = inside["_in_phases"] and not inside["refine_by_splitting"]
         made_again.extend([len(items)] if again and list(sizes) == list(table.node_sizes) else [])
         return time_matrix(table, items, sizes)
 
-    monkeypatch.setattr(dcp_opt, "time_matrix", watched)
-    phases, in_phases = [], dcp_opt._in_phases
-    monkeypatch.setattr(dcp_opt, "_in_phases", lambda *a: phases.append(a) or in_phases(*a))
+    for module in (step_phases, layout_search):  # the phases' matrices and the layouts'
+        monkeypatch.setattr(module, "time_matrix", watched)
+    phases, in_phases = [], step_phases._in_phases
+    monkeypatch.setattr(step_phases, "_in_phases", lambda *a: phases.append(a) or in_phases(*a))
     kept = schedule()
     assert phases and max(a.phase for it in kept.iterations for a in it.assignments) == 1
     assert made_again == []
@@ -41,7 +42,7 @@ def test_phases_read_the_step_s_node_times_instead_of_making_them_again(monkeypa
     def without_node(inp, table, items, parts, k, node, *rest):
         return in_phases(inp, table, items, parts, k, None, *rest)
 
-    monkeypatch.setattr(dcp_opt, "_in_phases", without_node)
+    monkeypatch.setattr(step_phases, "_in_phases", without_node)
     assert schedule().iterations == kept.iterations
     assert made_again  # the check sees a matrix made again
 

@@ -13,7 +13,7 @@ from repo_paths import ROOT
 from toy_cost_model import ToyCostModel, mixed_text, toy_pipeline
 
 from datacentric.scheduling import balance, exact
-from datacentric.scheduling.dcp_opt import one_group_per_big_item
+from datacentric.scheduling.layout_search import one_group_per_big_item
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
@@ -227,8 +227,8 @@ def test_dcp_opt_merges_short_micro_batches_across_buckets():
     """Many tiny samples of different lengths (their own buckets) would each pay a pass's
     fixed cost; merged on a group, the group's load only drops and no sample is lost."""
     from datacentric.scheduling.dataset_view import DatasetView
-    from datacentric.scheduling.dcp_opt import merge_small
     from datacentric.scheduling.item import Item
+    from datacentric.scheduling.layout_search import merge_small
     from datacentric.scheduling.option_table import OptionTable
     from datacentric.scheduling.policy_input import any_recompute
 

@@ -7,7 +7,7 @@ import pytest
 
 from datacentric.data.workloads import get_workload
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import dcp_opt
+from datacentric.scheduling import dcp_opt, portfolio
 from datacentric.scheduling.epoch import POLICIES
 from datacentric.scheduling.measures import epoch_estimate_s
 from datacentric.scheduling.pipeline import Pipeline
@@ -110,7 +110,7 @@ def test_on_a_shipped_preset_dcp_opt_leads_every_peer_with_its_own_steps(monkeyp
         return epoch_estimate_s([it], cost, wl.shapes, 32)
 
     beaten = sum(
-        any(seconds(peers[p].iterations[k]) < seconds(it) * (1 - 1e-9) for p in dcp_opt.PEERS)
+        any(seconds(peers[p].iterations[k]) < seconds(it) * (1 - 1e-9) for p in portfolio.PEERS)
         for k, it in enumerate(own.iterations)
     )
     assert len(own.iterations) >= 4 and beaten <= 0.1 * len(own.iterations), beaten
@@ -126,7 +126,7 @@ def _long_tailed(n: int, seed: int = 0) -> list[SampleShape]:
 def test_peer_floors_are_below_every_step_the_peers_run():
     """A peer's floor on a step (peer_bounds.step_floors) is never above the step it
     runs (makespan plus exposed sync, as the portfolio compares them)."""
-    from datacentric.scheduling import dcp_opt, peer_bounds
+    from datacentric.scheduling import peer_bounds
     from datacentric.scheduling.measures import estimated_grad_sync_s, overlaps_grad_sync
 
     cost = analytic_cost_model("llama-7b", "h200-sxm", world_size=16)
@@ -135,7 +135,7 @@ def test_peer_floors_are_below_every_step_the_peers_run():
     pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
     reduction = float(cost.grad_sync_time_s(16))
     overlap = overlaps_grad_sync(cost, 16)
-    for name in dcp_opt.PEERS:
+    for name in portfolio.PEERS:
         schedule = pipe.schedule(0, policy=name, measure=False)
         inp = _policy_input(pipe)
         chunks, _ = inp.global_batches()
@@ -205,7 +205,7 @@ def _policy_input(pipe: Pipeline):
 
 
 def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
-    """Above its :data:`dcp_opt.PEER_SAMPLES` limit a peer's search is not run at all
+    """Above its :data:`portfolio.PEER_SAMPLES` limit a peer's search is not run at all
     (``peers_dropped``), and the other peers are compared as before."""
     from datacentric.data.workloads import get_workload
 
@@ -216,10 +216,10 @@ def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
     ran: list[str] = []
     peers = {
         name: (lambda inp, name=name, policy=policy: ran.append(name) or policy(inp))
-        for name, policy in dcp_opt.PEERS.items()
+        for name, policy in portfolio.PEERS.items()
     }
-    monkeypatch.setattr(dcp_opt, "PEERS", peers)
-    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "dcp-pac", len(shapes) - 1)
+    monkeypatch.setattr(portfolio, "PEERS", peers)
+    monkeypatch.setitem(portfolio.PEER_SAMPLES, "dcp-pac", len(shapes) - 1)
     heard: list[tuple[int, int]] = []
     ours = pipe.schedule(0, policy="dcp-opt", on_step=lambda d, t: heard.append((d, t)))
     settings = ours.meta["settings"]
@@ -230,7 +230,7 @@ def test_a_peer_is_dropped_above_its_sample_limit(monkeypatch):
     assert heard[:2] == [(0, n), (1, n)] and heard[-1] == (n, n)
     assert [d for d, _ in heard] == sorted(d for d, _ in heard)
     ours.validate()
-    monkeypatch.setitem(dcp_opt.PEER_SAMPLES, "dcp-pac", len(shapes))
+    monkeypatch.setitem(portfolio.PEER_SAMPLES, "dcp-pac", len(shapes))
     ran.clear()
     pipe = Pipeline(shapes, cost, world_size=16, memory_cap_bytes=98_700_000_000, options=options)
     with_all = pipe.schedule(0, policy="dcp-opt")

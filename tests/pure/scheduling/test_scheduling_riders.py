@@ -7,7 +7,7 @@ import pytest
 
 from datacentric.planning.cost_model import split_breakdown
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import dcp_opt, riders
+from datacentric.scheduling import dcp_opt, layout_search, riders
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
@@ -43,7 +43,7 @@ def test_short_samples_ride_in_long_micro_batches_and_the_step_is_shorter(
     # then runs a 6,000-token document with 71 of 128): off, riders alone
     monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_SAMPLES", 0)
     monkeypatch.setattr(dcp_opt, "TOKEN_PACKED_STEP_WORK", 0)
-    monkeypatch.setattr(dcp_opt, "MERGE_SHARE", 0.0)
+    monkeypatch.setattr(layout_search, "MERGE_SHARE", 0.0)
     mixed = _own_schedule(shapes, cost, 8, 895_488)
     monkeypatch.setattr(riders, "RIDER_RATIO", 10**9)  # no bucket hosts riders
     alone = _own_schedule(shapes, cost, 8, 895_488)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling import Pipeline, dcp_opt
+from datacentric.scheduling import Pipeline, layout_search, step_phases
 from datacentric.shapes import SampleShape
 
 
 def test_a_matrix_is_asked_once_whether_it_straggles(monkeypatch) -> None:
     asked: list[tuple[int, int]] = []  # (dcp-opt's solve of a step, sizes asked on)
     calls = [0]
-    straggles, solve = dcp_opt.straggles, dcp_opt.solve_iteration
+    straggles, solve = layout_search.straggles, layout_search.solve_iteration
 
     def counted(times: np.ndarray, sizes: list[int], world: int) -> bool:
         asked.append((calls[0], len(sizes)))
@@ -23,8 +23,8 @@ def test_a_matrix_is_asked_once_whether_it_straggles(monkeypatch) -> None:
         calls[0] += 1
         return solve(*args, **kw)
 
-    monkeypatch.setattr(dcp_opt, "straggles", counted)
-    monkeypatch.setattr(dcp_opt, "solve_iteration", solving)
+    monkeypatch.setattr(layout_search, "straggles", counted)
+    monkeypatch.setattr(step_phases, "solve_iteration", solving)
     rng = np.random.default_rng(0)
     lengths = np.minimum(rng.lognormal(8, 1.2, size=150).astype(int) + 16, 30_000)
     shapes = [SampleShape.text(int(n)) for n in lengths]
