@@ -51,6 +51,7 @@ from datacentric.integrations.trained_parameters import (
     decay_groups,
     flops_per_token,
     freeze_as_given,
+    share_run_tensors,
 )
 from datacentric.parallel.groups import process_groups
 from datacentric.settings.trainer_fields import METHODS, REFUSED
@@ -294,7 +295,8 @@ class DropInTrainer(ScriptMethods):
     def _load_trained(self, trainer: Trainer) -> None:
         """``model``: the trained module (exported by rank 0 from the last checkpoint, or
         with ``load_best_model_at_end`` from ``state.best_model_checkpoint``'s, as
-        transformers loads the best; loaded on every rank)."""
+        transformers loads the best; loaded on every rank), holding the run's tensors on
+        ``args.device`` where it can (:func:`.trained_parameters.share_run_tensors`)."""
         run = run_folder(self.args.output_dir)
         if trainer.saved is None:
             return
@@ -307,9 +309,10 @@ class DropInTrainer(ScriptMethods):
         if dist.is_initialized():
             dist.barrier()
         self._trained = run / "trained"
-        self.model = load_trained(
-            self._trained, self.model, self._base_folder, self.peft_config is not None
-        )
+        lora = self.peft_config is not None
+        self.model = load_trained(self._trained, self.model, self._base_folder, lora)
+        if not lora:  # on args.device, as transformers' (a LoRA run's stays where it was)
+            share_run_tensors(self.model, trainer.dc.module, self.args.device)
         self.model_wrapped = self.model
         self._hooks.objects["model"] = self.model
 

@@ -1,6 +1,8 @@
 """Which parameters of a drop-in's run train, and how, as transformers' ``Trainer`` has
 them: the ones the user's model holds frozen stay frozen, AdamW takes transformers' two
-weight-decay groups; and transformers' count of FLOPs per token over them."""
+weight-decay groups; transformers' count of FLOPs per token over them; and after
+``train()``, ``trainer.model`` holding the run's trained tensors where the run keeps
+them, as transformers' stays on ``args.device``."""
 
 from __future__ import annotations
 
@@ -69,3 +71,31 @@ def flops_per_token(module: Any) -> float:
     module = getattr(module, "hf", module)  # datacentric's hf: adapter holds the model
     count = getattr(module, "num_parameters", None)
     return 6.0 * count(exclude_embeddings=True) if callable(count) else 0.0
+
+
+def share_run_tensors(model: Any, module: torch.nn.Module, device: Any) -> bool:
+    """``model`` (``trainer.model`` after ``train()``, holding the exported weights) made
+    to hold the run's own tensors, on ``device`` (``args.device``) as transformers leaves
+    its ``trainer.model``: the exported weights (with ``load_best_model_at_end``, the best
+    checkpoint's) copied into the run's parameters, each of ``model``'s parameters then
+    the run's tensor (one copy on the accelerator, not two), its buffers moved there.
+    Whether it could: every parameter of the same name, shape and dtype, a plain tensor on
+    ``device`` in the run (not sharded, as under FSDP2); else ``model`` is left as it is."""
+    run = dict(getattr(module, "hf", module).named_parameters())  # the hf: adapter's
+    mine = dict(model.named_parameters())
+    device = torch.device(device)
+    shareable = mine.keys() == run.keys() and all(
+        type(run[n].data) is torch.Tensor
+        and run[n].device.type == device.type
+        and device.index in (None, run[n].device.index)  # "cuda": the current one
+        and (run[n].shape, run[n].dtype) == (p.shape, p.dtype)
+        for n, p in mine.items()
+    )
+    if not (shareable and run):
+        return False
+    with torch.no_grad():
+        for name, param in mine.items():
+            run[name].copy_(param)
+            param.data = run[name].data
+    model.to(next(iter(run.values())).device)  # the buffers (the parameters are there)
+    return True

@@ -152,6 +152,7 @@ def test_load_best_model_at_end_as_transformers(folder, library, tmp_path, monke
     want = built(Reference, tmp_path / "ref")
     want.train()
     have = built(DropIn, tmp_path / "ours")
+    given = have.model
     have.train()
     losses = _eval_losses(have)
     for (s, a), (t, b) in zip(losses, _eval_losses(want), strict=True):
@@ -166,6 +167,13 @@ def test_load_best_model_at_end_as_transformers(folder, library, tmp_path, monke
     assert _close(loaded, _weights(want.model))
     have.save_model(str(tmp_path / "saved"))  # writes the best, as transformers
     assert _close(_weights(AutoModelForCausalLM.from_pretrained(tmp_path / "saved")), best)
+    # as transformers: trainer.model is the object given, on args.device, and evaluate()
+    # evaluates it (the best); it holds the run's own tensors (one copy of the model)
+    assert have.evaluate()["eval_loss"] == pytest.approx(want.evaluate()["eval_loss"], rel=1e-4)
+    run = dict(have._trainer.dc.module.hf.named_parameters())
+    assert have.model is given
+    for name, param in have.model.named_parameters():
+        assert param.device == have.args.device and param.data_ptr() == run[name].data_ptr()
 
 
 def test_early_stopping_as_transformers(folder, tmp_path, monkeypatch) -> None:
