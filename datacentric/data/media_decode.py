@@ -301,11 +301,24 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
     raise MediaError(problem or f"{frames} frames, frame {max(order)} wanted")
 
 
+def _stated_frames(stream: Any) -> int:
+    """The frames a video stream's container states, where they are the frames that play;
+    0 (count them as they decode) where it states none, or more than its duration holds
+    at its frame rate: an MP4 or MOV cut without re-encoding, whose edit list trims
+    frames that FFmpeg (and every player) then never shows."""
+    stated = int(stream.frames or 0)
+    duration, base, rate = stream.duration, stream.time_base, stream.average_rate
+    if stated and duration and base and rate and stated > round(duration * base * rate):
+        return 0
+    return stated
+
+
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
-    AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count);
+    AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count;
+    an edit list that trims frames: :func:`_stated_frames`);
     its size and rotation are those of its first decoded frame. With ``times``, every
     frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():
@@ -315,7 +328,7 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     try:
         container, stream = _open_video(item.path)
         with container:
-            stated = 0 if times else int(stream.frames or 0)
+            stated = 0 if times else _stated_frames(stream)
             first, decoded, stamps = None, 0, []
             for frame in container.decode(stream):
                 first = frame if first is None else first

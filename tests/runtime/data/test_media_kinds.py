@@ -140,6 +140,37 @@ def test_every_exif_orientation_gives_the_size_its_frame_is_decoded_at(tmp_path,
         assert np.abs(np.asarray(got, dtype=int) - want).mean() <= tolerance, path
 
 
+def test_a_clip_trimmed_by_its_edit_list_has_the_frames_that_play(tmp_path):
+    """An MP4 cut without re-encoding (its first 4 of 12 frames trimmed by an edit list, as
+    a stream copy from a time writes it) states 12 frames; 8 play and decode. probe counts
+    the 8: it said 12, and prepare skipped the clip as 'only 8 frames decode, 9 wanted'."""
+    import av
+
+    from datacentric.data.media_sources import MediaItem
+
+    path = tmp_path / "cut.mp4"
+    written = wave_frames(12, 32, 48)
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv420p"
+        stream.options = {"crf": "0", "preset": "ultrafast", "bf": "0"}
+        packets = [p for f in written for p in stream.encode(av.VideoFrame.from_ndarray(f))]
+        packets += list(stream.encode())
+        tick = sorted(p.pts for p in packets)[1]  # one frame in the stream's time base
+        for packet in packets:  # the first 4 frames before time 0: trimmed by an edit list
+            packet.pts, packet.dts = packet.pts - 4 * tick, packet.dts - 4 * tick
+            container.mux(packet)
+    with av.open(str(path)) as container:  # what the container states, what plays
+        assert container.streams.video[0].frames == 12
+        plays = [np.asarray(f.to_image()) for f in container.decode(video=0)]
+    assert len(plays) == 8
+    item = MediaItem(0, path, path.name, "a cat", path.name)
+    info = probe(item)
+    assert info.frames == 8
+    got = decode(item, list(range(info.frames)))
+    assert all(map(np.array_equal, map(np.asarray, got), plays))
+
+
 def test_a_clip_of_non_square_pixels_is_read_as_players_show_it(tmp_path):
     import av
     from PIL import Image
