@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.planning.analytic import attention_pairs
 from datacentric.planning.cost_model import CachedCostModel, PassBreakdown
 from datacentric.planning.lsq import nonnegative_least_squares
 from datacentric.planning.memory_cap import warn_cost_model_cap
+from datacentric.planning.pass_work import attention_pairs
 from datacentric.shapes import SampleShape
 
 TIME_FIELDS = ("base_time_s", "block_time_s", "recompute_time_s")

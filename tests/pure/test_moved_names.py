@@ -73,8 +73,28 @@ DCP_OPT_KEPT = [
     "token_packed_runs",
 ]
 
+#: each public name ``analytic`` held that moved out, by its new home (its private
+#: helpers moved with them: nothing imported them from it)
+ANALYTIC_MOVED = {
+    "datacentric.planning.pass_work": [
+        "Work",
+        "weight_traffic_bytes",
+        "attention_pairs",
+        "shape_sums",
+        "text_shape_sums",
+    ],
+}
+#: the public names ``analytic`` still defines: the cost model and its constants
+ANALYTIC_KEPT = [
+    "ATTENTION_BACKWARD_FACTOR",
+    "COMM_COLUMNS",
+    "RING_KINDS",
+    "AnalyticCostModel",
+    "analytic_model",
+]
 #: each split module: (the names that moved out, by their new home; those it still defines)
 SPLITS = {
+    "datacentric.planning.analytic": (ANALYTIC_MOVED, ANALYTIC_KEPT),
     "datacentric.scheduling.dcp_opt": (DCP_OPT_MOVED, DCP_OPT_KEPT),
 }
 

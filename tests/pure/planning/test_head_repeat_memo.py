@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from datacentric.planning.analytic import attention_pairs, shape_sums, text_shape_sums
 from datacentric.planning.heads import kv_head_repeat
+from datacentric.planning.pass_work import attention_pairs, shape_sums, text_shape_sums
 from datacentric.shapes import SampleShape
 
 

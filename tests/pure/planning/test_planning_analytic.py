@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from datacentric.planning.analytic import AnalyticCostModel, attention_pairs
+from datacentric.planning.analytic import AnalyticCostModel
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import (
     CalibrationPoint,
@@ -15,6 +15,7 @@ from datacentric.planning.hardware import (
     get_hardware,
     list_hardware,
 )
+from datacentric.planning.pass_work import attention_pairs
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import analytic_cost_model, get_model_spec, list_model_specs
 from datacentric.shapes import SampleShape
@@ -146,7 +147,7 @@ def test_memory_alone_and_one_pass_sums_answer_as_the_whole_formula(model):
     some blocks), attention pairs equal to the per-sample sums."""
     import random
 
-    from datacentric.planning.analytic import attention_pairs, shape_sums
+    from datacentric.planning.pass_work import shape_sums
 
     cost = analytic_cost_model(model, "h100-sxm", world_size=16)
     fresh = analytic_cost_model(model, "h100-sxm", world_size=16)
