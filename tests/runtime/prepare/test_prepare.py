@@ -226,11 +226,11 @@ def test_train_on_prepared_latents_then_export_the_pipeline(prepared, capsys):
     run, exported = prepared["root"] / "run", prepared["root"] / "exported"
     summary = cli_json_here([
         "train", "--model", f"diffusers:{prepared['pipe']}", "--dataset",
-        f"latents:{prepared['out']}", "--world", "2", "--iterations", "2",
+        f"latents:{prepared['out']}", "--world", "2", "--iterations", "3",
         "--training.lr", "1e-2", "--cost-model", "analytic", "--no-progress",
         "--out", str(run), "--json",
     ], capsys)  # fmt: skip
-    assert summary["samples_seen"] == 3
+    assert summary["samples_seen"] == 3  # one epoch: 3 steps of one latent each
     cli_json_here(["export", str(run), "--out", str(exported), "--json"], capsys)
     pipe = WanPipeline.from_pretrained(exported, local_files_only=True)
     from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
