@@ -216,7 +216,7 @@ day, load about 12: `static`'s search skipped by its floor, `megatron-dyncp`'s m
 cheaper); 41.9 s against 46.1 s for the code before, back to back at a load near 4
 (memory checks without the time formula, one sum of a pass's shapes); 18.4 s (load 5.7):
 `megatron-dyncp`'s search, two thirds of the rest and the source of none of the 7 steps,
-no longer runs in the portfolio above 50,000 samples (`dcp_opt.PEER_SAMPLES`); then about
+no longer runs in the portfolio above 50,000 samples (`portfolio.PEER_SAMPLES`); then about
 10-11 s: the command no longer imports torch (a sixth of it). The schedule is the same
 in each: 0.972 of the proved bound, no step from a peer.
 
