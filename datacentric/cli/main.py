@@ -113,11 +113,13 @@ def one_line(err: BaseException) -> str:
     """A failure as one line: the message's first line (a rank's failure carries
     its traceback on the following lines), prefixed by the type for internal errors.
     A spawned rank's refusal of bad input is the line one process says, followed by the
-    ranks it came from where not every rank refused so (``on rank 1 of 2``)."""
+    ranks it came from where not every rank refused so and the line does not begin with
+    its rank already (``(on rank 1 of 2)``)."""
     rank_error = _rank_refusal(err)
     if rank_error is not None:
-        where = err.where  # type: ignore[attr-defined]
-        return one_line(rank_error) + (f" {where}" if where else "")
+        line, where = one_line(rank_error), err.where  # type: ignore[attr-defined]
+        named = len(err.ranks) == 1 and line.startswith(f"rank {err.rank}:")  # type: ignore[attr-defined]
+        return line + (f" ({where})" if where and not named else "")
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if _user_error(err):
         if isinstance(err, FileNotFoundError | PermissionError) and err.filename:

@@ -41,7 +41,7 @@ def _failing_on(ranks: tuple[int, ...], kind: str) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("world", "ranks", "where"),
-    [(2, (1,), " on rank 1 of 2"), (2, (0, 1), ""), (4, (1, 3), " on ranks 1 and 3 of 4")],
+    [(2, (1,), " (on rank 1 of 2)"), (2, (0, 1), ""), (4, (1, 3), " (on ranks 1 and 3 of 4)")],
 )
 def test_a_refusal_in_ranks_is_the_one_process_line(world, ranks, where):
     with pytest.raises(RankFailure) as failed:
@@ -60,7 +60,7 @@ def test_a_refusal_that_does_not_pickle_comes_back_as_its_built_in_class():
     with pytest.raises(RankFailure) as failed:
         spawn(_failing_on, 2, (0,), "two-part", timeout_s=120)
     assert type(failed.value.error) is ValueError
-    assert one_line(failed.value) == "data.dataset: sample 3 holds no token on rank 0 of 2"
+    assert one_line(failed.value) == "data.dataset: sample 3 holds no token (on rank 0 of 2)"
 
 
 @pytest.mark.slow
@@ -78,3 +78,16 @@ def test_a_crash_in_a_rank_keeps_its_rank_and_type(kind, line):
         spawn(_failing_on, 2, (1,), kind, timeout_s=120)
     assert type(failed.value.error).__name__ == line.partition(":")[0]
     assert one_line(failed.value) == f"rank 1 failed: {line}"
+
+
+def test_a_line_that_names_its_rank_gets_no_second_note():
+    """The trainer's own failure of a step names its rank (``rank 1: iteration 3 failed
+    in forward: ...``): the line is not followed by ``(on rank 1 of 2)`` as well; where
+    another rank failed alike, or the line names none, the note is kept."""
+    said = "rank 1: iteration 3 failed in forward: expected a 4-D input"
+    alone = RankFailure(1, 2, f"RuntimeError: {said}", RuntimeError(said), (1,))
+    assert one_line(alone) == said
+    both = RankFailure(1, 4, f"RuntimeError: {said}", RuntimeError(said), (1, 3))
+    assert one_line(both) == f"{said} (on ranks 1 and 3 of 4)"
+    plain = RankFailure(1, 2, f"ValueError: {REFUSAL}", ValueError(REFUSAL), (1,))
+    assert one_line(plain) == f"{REFUSAL} (on rank 1 of 2)"

@@ -72,5 +72,5 @@ def test_a_refusal_of_one_rank_names_it_at_the_end(one_step, tmp_path, capsys):
     rewrite_manifest(checkpoint)
     lines = [refusal(*resume(out, capsys, "--world", world)) for world in ("1", "2")]
     assert lines[0].startswith(f"datacentric train: {rng}: refused to load: "), lines[0]
-    assert lines[1] == lines[0] + " on rank 0 of 2"
+    assert lines[1] == lines[0] + " (on rank 0 of 2)"
     assert not marker.exists()
