@@ -8,7 +8,7 @@ import json
 
 from datacentric.cli.flag_groups import add_json_flag, add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
-from datacentric.cli.ranks import announce
+from datacentric.cli.ranks import announce, say
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -155,4 +155,16 @@ def run(args: argparse.Namespace) -> int:
         f"{report['already_done']} already done, {report['skipped']} skipped: see "
         f"{args.out}/prepare_report.json)"
     )
+    if report.get("no_longer_listed"):
+        earlier = report.get("earlier_media")
+        earlier = None if earlier == args.media else earlier
+        count = report["no_longer_listed"]
+        say(
+            "prepare",
+            f"note: {count} sample{'s' * (count != 1)} of the manifest the last run "
+            f"wrote{f' (--media {earlier})' if earlier else ''} are not in --media "
+            f"{args.media}: {args.out}/manifest.jsonl lists this source's now, and latents:"
+            f"{args.out} trains on them alone (their files stay in {args.out}/latents; "
+            "prepare each source into its own --out to keep both)",
+        )
     return 0

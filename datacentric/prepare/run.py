@@ -264,11 +264,15 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
                 entry["logvar"] = f"latents/{name}.logvar.safetensors"
             lines.append(_json_line(entry))
     costs = [r["assigned_cost"] for r in ranks]
+    earlier, earlier_media = _earlier_run(out)
+    listed = {json.loads(line)["latent"] for line in lines}
     report = {
         "pipeline": job.pipeline,
         "media": job.media,
         "clips": len(plan.tasks),
         "samples": len(lines),
+        "no_longer_listed": len(earlier - listed),
+        "earlier_media": earlier_media,
         "encoded": sum(r["encoded"] for r in ranks),
         "already_done": sum(r["already_done"] for r in ranks),
         "skipped": len(skipped),
@@ -283,6 +287,22 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
     _write_json(out / REPORT, report)
     _write_atomic(out / MANIFEST, ("\n".join(lines) + "\n" if lines else "").encode())
     return report
+
+
+def _earlier_run(out: Path) -> tuple[set[str], str | None]:
+    """The samples (latent files) the manifest in ``out`` lists and the ``--media`` of the
+    run that wrote it (its report's): what a run of another source no longer lists. An
+    unreadable file is no earlier run."""
+    try:
+        text = (out / MANIFEST).read_text(encoding="utf-8")
+        samples = {json.loads(line)["latent"] for line in text.split("\n") if line}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set(), None
+    try:
+        media = json.loads((out / REPORT).read_text(encoding="utf-8")).get("media")
+    except (OSError, ValueError, AttributeError):
+        media = None
+    return samples, media if isinstance(media, str) else None
 
 
 #: Line breaks to ``str.splitlines`` that JSON keeps raw: escaped in the manifest, so a

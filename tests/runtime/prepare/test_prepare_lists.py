@@ -183,3 +183,29 @@ def test_caption_files_and_hugging_face_metadata_reach_the_manifest(media, tmp_p
         out = tmp_path / f"out-{kind}"
         prepare(PrepareJob(pipeline=job.pipeline, media=str(folder), out=str(out)))
         assert [(e["source"], e["caption"]) for e in _manifest(out)] == [expected[kind]]
+
+
+def test_another_source_into_the_same_out_names_the_samples_it_no_longer_lists(
+    media, tmp_path, capsys
+):
+    """A second list prepared into a folder that holds the first's samples: the manifest
+    lists the second's (what latents:OUT trains on), and the run says how many samples of
+    the earlier manifest it no longer lists, and from which --media; it said nothing."""
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(media["job"].out, out)  # the module's prepare: 3 samples
+    other = tmp_path / "more"
+    other.mkdir()
+    write_clip(other / "c.mp4", 5, 16, 16, seed=3)
+    (other / "c.txt").write_text("a third clip")
+    pipeline = media["job"].pipeline
+    assert main(["prepare", "--pipeline", pipeline, "--media", str(other), "--out", str(out)]) == 0
+    said = capsys.readouterr().err
+    assert [e["source"] for e in _manifest(out)] == ["c.mp4"]
+    report = json.loads((out / "prepare_report.json").read_text())
+    assert report["no_longer_listed"] == 3
+    earlier = f"(--media {media['job'].media})"
+    assert f"prepare: note: 3 samples of the manifest the last run wrote {earlier}" in said
+    again = prepare(PrepareJob(pipeline=pipeline, media=str(other), out=str(out)))
+    assert again["no_longer_listed"] == 0  # the same source again: nothing dropped
