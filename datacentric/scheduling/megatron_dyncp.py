@@ -35,24 +35,43 @@ the plan's per-bucket choice) are searched (:func:`search`), each candidate pric
 a spread of the epoch's steps, the best few on every step; ``settings`` reports the
 choice. ``SchedulingConfig.megatron_tokens_per_rank`` fixes the cap (the recomputation
 is still searched).
+
+Where each part lives: Megatron's forming of a global batch into micro-batches of CP
+groups (:func:`megatron_micro_batches`) in :mod:`~datacentric.scheduling.megatron_groups`;
+a step under one cap and recomputation (:func:`build_steps`, :func:`one_layout`) in
+:mod:`~datacentric.scheduling.megatron_steps`. Here: the caps and recomputations
+searched, the search and its progress (:class:`Told`), the finalists' step makers and
+the policy; every name this module held before is still importable from it.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
 from datacentric.planning.proved_price import has_floor
 from datacentric.schedule import Iteration
 from datacentric.scheduling.measures import epoch_estimate_s, step_bound_s
-from datacentric.scheduling.micro_batches import emit_iteration
+from datacentric.scheduling.megatron_groups import (
+    DELTA,
+    CPGroup,
+    NoLayoutError,
+    best_place,
+    cp_min,
+    expand_once,
+    form_micro_batch,
+    full_group,
+    megatron_micro_batches,
+)
+from datacentric.scheduling.megatron_steps import (
+    build_step,
+    build_steps,
+    cp_limits,
+    cp_sizes,
+    one_layout,
+)
 from datacentric.scheduling.option_table import OptionTable
-from datacentric.scheduling.packed import fitting_items
-from datacentric.scheduling.placement import place_at_sizes
 from datacentric.scheduling.policy_input import (
     PolicyInput,
     PolicyOutput,
@@ -63,230 +82,43 @@ from datacentric.scheduling.policy_input import (
 )
 from datacentric.scheduling.search_steps import priced_steps, searched
 
-#: Megatron's workload slack.
-DELTA = 0.05
+#: every name this module held before its parts moved (each the object of its home)
+__all__ = [
+    "CPGroup",
+    "DELTA",
+    "FINALISTS",
+    "NoLayoutError",
+    "RECOMPUTATIONS",
+    "Told",
+    "best_place",
+    "build_step",
+    "build_steps",
+    "cap_candidates",
+    "cp_limits",
+    "cp_min",
+    "cp_sizes",
+    "default_tokens_per_rank",
+    "expand_once",
+    "finalists",
+    "form_micro_batch",
+    "full_group",
+    "megatron_micro_batches",
+    "one_layout",
+    "rank_tokens",
+    "schedule",
+    "search",
+    "settings_searched",
+    "step_floors_s",
+    "step_makers",
+]
+
 
 #: The recomputation settings searched, by the name ``settings`` reports.
 RECOMPUTATIONS = {"none": no_recompute, "full": full_recompute, "plan": any_recompute}
 
+
 #: Candidates re-priced on every step after the first pass.
 FINALISTS = 3
-
-
-class NoLayoutError(ValueError):
-    """Megatron's forming cannot cover the ranks with the CP sizes the model runs."""
-
-
-@dataclass
-class CPGroup:
-    """One CP group of a micro-batch: contiguous ranks and the sequences it holds."""
-
-    first: int
-    size: int
-    ids: list[int] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    tokens: float = 0.0
-    squares: float = 0.0
-    """Sum of ``L**2`` over :attr:`lengths` (kept by :meth:`add`)."""
-
-    def add(self, sid: int, length: int, tokens: float) -> None:
-        """Hold sequence ``sid`` of ``length`` tokens, ``tokens`` of them per rank."""
-        self.ids.append(sid)
-        self.lengths.append(length)
-        self.tokens += tokens
-        self.squares += float(length) * length
-
-    @property
-    def load(self) -> float:
-        return self.squares / self.size
-
-
-def cp_min(length: int, cap: int, min_cp: int = 1) -> int:
-    """The smallest CP size ``min_cp * 2**k`` holding ``length`` at ``cap`` per rank."""
-    c = max(1, min_cp)
-    while c * cap < length:
-        c *= 2
-    return c
-
-
-def form_micro_batch(
-    rem: list[tuple[int, int]],
-    cap: int,
-    ranks: int,
-    max_cp: int | None = None,
-    whole: bool = False,
-) -> tuple[list[CPGroup], list[tuple[int, int]]]:
-    """One micro-batch over ``ranks`` ranks from ``rem`` (``(id, length)``, longest
-    first), in CP groups of at most ``max_cp`` ranks (default: ``ranks``); returns its
-    groups (in rank order) and the sequences left for later. ``whole``: one group of
-    every rank may run too (past ``max_cp``, at a world that is not a power of two):
-    the micro-batch of a sequence longer than ``max_cp`` groups hold, and the
-    fallback where the groups cannot cover the ranks."""
-    top_cp = min(ranks, max_cp or ranks)
-    seed_id, seed_len = rem[0]
-    c = cp_min(seed_len, cap)
-    if c > top_cp:
-        if whole and seed_len <= cap * ranks:
-            return full_group(rem, cap, ranks)
-        raise ValueError(
-            f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
-            f"{cap} tokens per rank but CP groups hold at most {ranks if whole else top_cp} "
-            "ranks here (the model's heads, --max-sp and the world); raise "
-            "megatron_tokens_per_rank"
-        )
-    work_cap = seed_len * cap * (1 + DELTA)
-    groups = [CPGroup(0, c)]
-    groups[0].add(seed_id, seed_len, seed_len / c)
-    top = groups[0].load
-    free = c
-    left: list[tuple[int, int]] = []
-    by_size = {c: [groups[0]]}  # per CP size, its groups that may still take a sequence
-    shortest = rem[-1][1]
-    room = float("inf")  # once every rank is grouped: a bound on what still fits
-    i = 1
-    while i < len(rem):
-        sid, length = rem[i]
-        if length > room:  # no group holds it, nor any longer one: skip them at once
-            # (rem is longest first, so -length ascends)
-            j = bisect.bisect_left(rem, -room, lo=i, key=lambda x: -x[1])
-            left.extend(rem[i:j])
-            i = j
-            continue
-        i += 1
-        best = best_place(length, cap, by_size, top, work_cap, top_cp, ranks - free)
-        if best is None:
-            left.append((sid, length))
-            if free == ranks:  # rooms only shrink: any bound above the widest will do
-                room = max((cap - h.tokens) * h.size for h in groups) * (1 + 1e-9) + 1
-            continue
-        _, g, c = best
-        if g is None:
-            g = CPGroup(free, c)
-            groups.append(g)
-            by_size.setdefault(c, []).append(g)
-            free += c
-        g.add(sid, length, length / c)
-        top = max(top, g.load)
-        if g.tokens + shortest / c > cap:  # it holds none of the rest any more
-            by_size[c].remove(g)
-    while free < ranks:
-        if not expand_once(groups, ranks, ranks - free, top_cp):
-            if top_cp < ranks and not whole:
-                raise NoLayoutError(f"megatron-dyncp: {ranks - free} ranks left empty")
-            return full_group(rem, cap, ranks)
-        free = sum(g.size for g in groups)
-    for g in groups:
-        assert g.first % g.size == 0, f"megatron-dyncp: CP group of {g.size} at rank {g.first}"
-    return groups, left
-
-
-def best_place(
-    length: int,
-    cap: int,
-    by_size: dict[int, list[CPGroup]],
-    top: float,
-    work_cap: float,
-    top_cp: int,
-    empty: int,
-) -> tuple[float, CPGroup | None, int] | None:
-    """Where a sequence of ``length`` tokens goes: ``(score, group, CP size)`` with the
-    least score (the micro-batch's top load after it), a group of ``by_size`` or a new
-    one (``None``) on ``empty`` ranks, under the token cap and ``work_cap``; the first
-    found on ties (CP sizes ascending, a size's groups in order, then a new group).
-    No score is below ``top``, so the first place scoring ``top`` wins at once."""
-    best: tuple[float, CPGroup | None, int] | None = None
-    c = cp_min(length, cap)
-    while c <= top_cp:
-        w = length * length / c
-        for g in by_size.get(c, ()):
-            if g.tokens + length / c > cap:
-                continue
-            score = max(top, g.squares / c + w)  # g.load, inlined: the hot loop
-            if score <= work_cap and (best is None or score < best[0]):
-                best = (score, g, c)
-                if score <= top:
-                    return best
-        if empty >= c:
-            score = max(top, w)
-            if score <= work_cap and (best is None or score < best[0]):
-                best = (score, None, c)
-                if score <= top:
-                    return best
-        c *= 2
-    return best
-
-
-def expand_once(groups: list[CPGroup], ranks: int, empty: int, max_cp: int | None = None) -> bool:
-    """Double the first smallest group (shifting later groups right), if the empty
-    ranks and ``max_cp`` allow it."""
-    s = min(g.size for g in groups)
-    target = min(2 * s, ranks)
-    if target > (max_cp or ranks):
-        return False
-    need = target - s
-    for k, g in enumerate(groups):
-        if g.size != s or need > empty or g.first + s - 1 + need >= ranks:
-            continue
-        g.size = target
-        for later in groups[k + 1 :]:
-            later.first += need
-        return True
-    return False
-
-
-def full_group(
-    rem: list[tuple[int, int]], cap: int, ranks: int
-) -> tuple[list[CPGroup], list[tuple[int, int]]]:
-    """The fallback: one group of every rank, filled first-fit under the token cap."""
-    g = CPGroup(0, ranks)
-    left = []
-    for sid, length in rem:
-        if g.tokens + length / ranks <= cap:
-            g.add(sid, length, length / ranks)
-        else:
-            left.append((sid, length))
-    if not g.ids:
-        raise ValueError(
-            "megatron-dyncp: nothing fits one micro-batch; raise megatron_tokens_per_rank"
-        )
-    return [g], left
-
-
-def megatron_micro_batches(
-    lengths: list[tuple[int, int]],
-    cap: int,
-    ranks: int,
-    max_cp: int | None = None,
-    whole: bool = False,
-) -> list[list[CPGroup]]:
-    """Megatron's schedule of one global batch: its micro-batches, each a list of CP
-    groups (at most ``max_cp`` ranks, or one of every rank if ``whole``: see
-    :func:`form_micro_batch`) covering the ranks."""
-    rem = sorted(lengths, key=lambda x: -x[1])  # stable: ties keep their order
-    out = []
-    while rem:
-        groups, rem = form_micro_batch(rem, cap, ranks, max_cp, whole)
-        out.append(groups)
-    return out
-
-
-def cp_sizes(inp: PolicyInput) -> list[int]:
-    """The CP sizes Megatron's groups may take here: powers of two dividing the world,
-    and the whole world (one group of every rank), up to ``--max-sp`` (default: the
-    world), that the model runs with some split
-    (:func:`~datacentric.planning.bucket_options.split_candidates`: past the head count
-    on a ring, as Megatron's ``a2a+p2p`` context parallelism runs)."""
-    top = inp.options.max_sp_size or inp.world_size
-    sizes = [s for s in mixable_sp_sizes(inp.world_size) if s <= top]
-    return [s for s in sizes if split_candidates(inp.cost_model, s)] or [1]
-
-
-def cp_limits(inp: PolicyInput) -> tuple[int, bool]:
-    """The largest power-of-two CP size of :func:`cp_sizes` and whether one group of
-    every rank runs beyond it (a world that is not a power of two, such as 6)."""
-    sizes = cp_sizes(inp)
-    nested = [s for s in sizes if s & (s - 1) == 0]
-    return nested[-1], sizes[-1] != nested[-1]
 
 
 def default_tokens_per_rank(inp: PolicyInput, table: OptionTable) -> int:
@@ -320,111 +152,6 @@ def cap_candidates(inp: PolicyInput, table: OptionTable) -> list[int]:
         c *= 2
     caps.add(top)
     return sorted(caps)
-
-
-def build_steps(
-    inp: PolicyInput,
-    table: OptionTable,
-    cap: int,
-    chunks: list[np.ndarray],
-    first: int = 0,
-    formed: dict[tuple[int, int], list[list[CPGroup]] | None] | None = None,
-    told: Callable[[int], None] | None = None,
-    built: dict[int, Iteration] | None = None,
-) -> list[Iteration]:
-    """The iterations of ``chunks`` (steps ``first``, ``first + 1``, ...) under ``cap``.
-    ``formed``: Megatron's micro-batches per (step, cap), kept across calls (they do not
-    depend on the recomputation, so a search forms them once per cap). ``told(k)``:
-    step ``k`` is built. ``built``: steps built already under the same table and cap,
-    by step (taken from it, not built again)."""
-    formed = {} if formed is None else formed
-    built = {} if built is None else built
-    out = []
-    for k, chunk in enumerate(chunks, start=first):
-        out.append(built.pop(k) if k in built else build_step(inp, table, cap, k, chunk, formed))
-        if told is not None:
-            told(k)
-    return out
-
-
-def build_step(
-    inp: PolicyInput,
-    table: OptionTable,
-    cap: int,
-    k: int,
-    chunk: np.ndarray,
-    formed: dict[tuple[int, int], list[list[CPGroup]] | None],
-) -> Iteration:
-    """Step ``k`` (its samples ``chunk``) under ``cap``: Megatron's micro-batches (formed
-    once per (step, cap) into ``formed``), else one layout (:func:`one_layout`)."""
-    world = inp.world_size
-    lengths = list(zip(chunk.tolist(), inp.view.tokens[chunk].tolist()))
-    if (k, cap) not in formed:
-        max_cp, whole = cp_limits(inp)
-        try:
-            formed[k, cap] = megatron_micro_batches(lengths, cap, world, max_cp, whole)
-        except NoLayoutError:
-            formed[k, cap] = None
-    phases = formed[k, cap]
-    if phases is not None:
-        groups, placed = [], []
-        for phase, micro_batch in enumerate(phases):
-            for g in micro_batch:
-                groups.append((g.size, fitting_items(table, g.ids, g.size)))
-                placed.append((g.first, phase))
-        runnable = all(
-            table.config(item.bucket, sp) is not None for sp, items in groups for item in items
-        )
-        if runnable:
-            return emit_iteration(k, world, groups, table, placed=placed)
-    return one_layout(inp, table, k, lengths, cap, cp_sizes(inp))
-
-
-def one_layout(
-    inp: PolicyInput,
-    table: OptionTable,
-    k: int,
-    lengths: list[tuple[int, int]],
-    cap: int,
-    runnable: list[int],
-) -> Iteration:
-    """Step ``k`` on one layout: each sequence packed as Megatron would at its CP size
-    (the smallest of ``runnable`` holding it, else the largest), each unit on the
-    smallest size at least that where it runs, placed as ``dcp-inter`` places its
-    micro-batches."""
-    world = inp.world_size
-    max_cp = runnable[-1]
-    by_size: dict[int, list[int]] = {}
-    for sid, length in sorted(lengths, key=lambda x: -x[1]):
-        c = cp_min(length, cap)
-        by_size.setdefault(next((s for s in runnable if s >= c), max_cp), []).append(sid)
-    items, own = [], []
-    for c, ids in sorted(by_size.items()):
-        per_group = max(1, int(cap * c))
-        batch: list[int] = []
-        tokens = 0
-        for sid in [*ids, None]:
-            length = 0 if sid is None else int(inp.view.tokens[sid])
-            if batch and (sid is None or tokens + length > per_group):
-                for item in fitting_items(table, batch, c):
-                    sizes = [
-                        s for s in runnable if s >= c and np.isfinite(table.item_time(item, s))
-                    ]
-                    sizes = sizes or [s for s in runnable if np.isfinite(table.item_time(item, s))]
-                    if not sizes:
-                        bucket = inp.view.buckets[item.bucket].name
-                        raise ValueError(
-                            f"megatron-dyncp: step {k}: a micro-batch of bucket {bucket!r} "
-                            f"fits no SP size up to {max_cp}"
-                        )
-                    items.append(item)
-                    own.append(sizes[0])
-                batch, tokens = [], 0
-            if sid is not None:
-                batch.append(sid)
-                tokens += length
-    groups = place_at_sizes(items, own, table, world, inp.options.local_search_moves)
-    return emit_iteration(k, world, groups, table)
 
 
 def search(inp: PolicyInput) -> tuple[str, OptionTable, int, list[Iteration]]:

@@ -92,10 +92,47 @@ ANALYTIC_KEPT = [
     "AnalyticCostModel",
     "analytic_model",
 ]
+#: each name ``megatron_dyncp`` held that moved out, by its new home
+MEGATRON_MOVED = {
+    "datacentric.scheduling.megatron_groups": [
+        "DELTA",
+        "NoLayoutError",
+        "CPGroup",
+        "cp_min",
+        "form_micro_batch",
+        "best_place",
+        "expand_once",
+        "full_group",
+        "megatron_micro_batches",
+    ],
+    "datacentric.scheduling.megatron_steps": [
+        "cp_sizes",
+        "cp_limits",
+        "build_steps",
+        "build_step",
+        "one_layout",
+    ],
+}
+#: the names ``megatron_dyncp`` still defines: the search, its caps and the policy
+MEGATRON_KEPT = [
+    "RECOMPUTATIONS",
+    "FINALISTS",
+    "default_tokens_per_rank",
+    "rank_tokens",
+    "cap_candidates",
+    "search",
+    "settings_searched",
+    "Told",
+    "finalists",
+    "step_makers",
+    "step_floors_s",
+    "schedule",
+]
 #: each split module: (the names that moved out, by their new home; those it still defines)
 SPLITS = {
     "datacentric.planning.analytic": (ANALYTIC_MOVED, ANALYTIC_KEPT),
     "datacentric.scheduling.dcp_opt": (DCP_OPT_MOVED, DCP_OPT_KEPT),
+    "datacentric.scheduling.megatron_dyncp": (MEGATRON_MOVED, MEGATRON_KEPT),
 }
 
 

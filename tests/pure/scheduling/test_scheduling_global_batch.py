@@ -10,7 +10,7 @@ from toy_cost_model import ToyCostModel, toy_pipeline
 from datacentric.scheduling import POLICIES
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.scheduling.global_batches import epoch_batches, order_change
-from datacentric.scheduling.megatron_dyncp import megatron_micro_batches
+from datacentric.scheduling.megatron_groups import megatron_micro_batches
 from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 
@@ -63,7 +63,7 @@ def test_megatron_port_reproduces_the_documented_example():
 
 
 def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
-    from datacentric.scheduling import megatron_dyncp
+    from datacentric.scheduling import megatron_steps
 
     formed = {}
 
@@ -71,8 +71,8 @@ def test_megatron_port_runs_each_of_its_micro_batches_as_one_phase(monkeypatch):
         formed[frozenset(i for i, _ in lengths)] = real(lengths, *args)
         return formed[frozenset(i for i, _ in lengths)]
 
-    real = megatron_dyncp.megatron_micro_batches
-    monkeypatch.setattr(megatron_dyncp, "megatron_micro_batches", record)
+    real = megatron_steps.megatron_micro_batches  # the forming each step calls
+    monkeypatch.setattr(megatron_steps, "megatron_micro_batches", record)
     options = SchedulingConfig(global_batch_tokens=BATCH, megatron_tokens_per_rank=20_000)
     schedule = toy_pipeline(
         SHAPES, MODEL, world_size=8, policy="megatron-dyncp", options=options
