@@ -35,6 +35,14 @@ def elapsed_text(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+def counted(count: int, unit: str, spec: str = "") -> str:
+    """``1 step``, ``3 steps``, ``1,024 tokens`` (``spec`` formats the number, e.g.
+    ``","``): the one plural of a number said with its unit in what a user reads
+    (``micro-batch`` gives ``micro-batches``)."""
+    plural = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
+    return f"{count:{spec}} {unit if count == 1 else plural}"
+
+
 def progress_line(
     what: str, done: int, total: int, seconds: float, *, time_left: bool = False
 ) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from datacentric.progress import counted
 from datacentric.scheduling.dataset_view import DatasetView
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.settings.sections import TrainingConfig
@@ -71,6 +72,32 @@ def samples_per_step(world_size: int, largest_sp: int) -> int:
     """Samples every global batch needs so that its micro-batches (one sample at least
     each) can fill groups of at most ``largest_sp`` ranks covering ``world_size`` ranks."""
     return -(-int(world_size) // max(1, int(largest_sp)))
+
+
+@dataclass(frozen=True)
+class GroupCap:
+    """The largest group a step's samples fill, and where that limit comes from."""
+
+    size: int
+    """The largest SP size: the setting's when it is below the model's, else the model's."""
+    set_by_user: bool
+    """``True``: the ``[scheduling] max_sp_size`` setting (``--max-sp-size``) set it."""
+
+    @classmethod
+    def of(cls, options: SchedulingConfig, world_size: int, largest_sp: int | None) -> GroupCap:
+        """The cap of ``world_size`` ranks whose model allows groups of ``largest_sp``."""
+        model = largest_sp or world_size
+        setting = options.max_sp_size
+        if setting is not None and setting < model:
+            return cls(setting, True)
+        return cls(model, False)
+
+    @property
+    def source(self) -> str:
+        """Where the limit comes from, as a message says it."""
+        if self.set_by_user:
+            return f"--max-sp-size {self.size}, [scheduling] max_sp_size"
+        return "the model's largest SP size"
 
 
 def covering_tokens(tokens: Sequence[int], needed: int, drop_remainder: bool = False) -> int:
@@ -138,9 +165,9 @@ def size_global_batch(
         return GlobalBatchSize()
     if not len(tokens):
         return GlobalBatchSize()
-    largest = min(largest_sp or world_size, options.max_sp_size or world_size)
-    needed = samples_per_step(world_size, largest)
-    check_enough_samples(len(tokens), needed, world_size, largest)
+    cap = GroupCap.of(options, world_size, largest_sp)
+    needed = samples_per_step(world_size, cap.size)
+    check_enough_samples(len(tokens), needed, world_size, cap)
     need = covering_tokens(tokens, needed, options.drop_remainder)
     bound = data_sized_tokens(tokens)
     chosen = world_size * max(2**18, max(tokens)) if bound is None else bound
@@ -150,16 +177,16 @@ def size_global_batch(
         steps = -(-sum(tokens) // bound)
         note = (
             f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
-            f"global batches; global batch sized to {bound:,} tokens, about {steps} steps an "
-            "epoch (--global-batch-tokens sets it)"
+            f"global batches; global batch sized to {bound:,} tokens, about "
+            f"{counted(steps, 'step')} an epoch (--global-batch-tokens sets it)"
         )
         return GlobalBatchSize(bound, note)
     steps = -(-sum(tokens) // need)
     note = (
-        f"global batch sized to {need:,} tokens, about {steps} steps an epoch, so that every "
-        f"step holds {needed} samples in any data order (one a group: {world_size} ranks in "
-        f"groups of at most {largest}, the model's largest SP size) and the longest sample "
-        f"({max(tokens):,} tokens) (--global-batch-tokens sets it)"
+        f"global batch sized to {need:,} tokens, about {counted(steps, 'step')} an epoch, so "
+        f"that every step holds {counted(needed, 'sample')} in any data order (one a group: "
+        f"{counted(world_size, 'rank')} in groups of at most {cap.size}, {cap.source}) and the "
+        f"longest sample ({counted(max(tokens), 'token', ',')}) (--global-batch-tokens sets it)"
     )
     return GlobalBatchSize(need, note)
 
@@ -192,14 +219,16 @@ def run_global_batch(
     return batch
 
 
-def check_enough_samples(count: int, needed: int, world_size: int, largest_sp: int) -> None:
+def check_enough_samples(count: int, needed: int, world_size: int, cap: GroupCap) -> None:
     """Raise ``ValueError`` when ``count`` samples cannot give one step the ``needed``
-    micro-batches that cover ``world_size`` ranks in groups of at most ``largest_sp``."""
+    micro-batches that cover ``world_size`` ranks in groups of at most ``cap.size``."""
     if count < needed:
+        wider = ", or a larger --max-sp-size" if cap.set_by_user else ""
         raise ValueError(
-            f"the dataset has {count} sample(s), and a step on {world_size} ranks in groups "
-            f"of at most {largest_sp} ranks (the model's largest SP size) needs {needed}: "
-            f"give more samples, or at most --world {count * largest_sp}"
+            f"the dataset has {counted(count, 'sample')}, and a step on "
+            f"{counted(world_size, 'rank')} in groups of at most {counted(cap.size, 'rank')} "
+            f"({cap.source}) needs {needed}: give more samples, or at most --world "
+            f"{count * cap.size}{wider}"
         )
 
 
@@ -223,9 +252,9 @@ def check_global_batch(
     bound_tokens, bound_samples = options.global_batch_tokens, options.global_batch_samples
     if not len(tokens) or (bound_tokens is None and bound_samples is None):
         return
-    largest = min(largest_sp, options.max_sp_size or world_size)
-    needed = samples_per_step(world_size, largest)
-    check_enough_samples(len(tokens), needed, world_size, largest)
+    cap = GroupCap.of(options, world_size, largest_sp)
+    needed = samples_per_step(world_size, cap.size)
+    check_enough_samples(len(tokens), needed, world_size, cap)
     longest, flag = int(max(tokens)), "--global-batch-tokens"
     if bound_samples is None and bound_tokens < longest:
         raise ValueError(
@@ -257,8 +286,8 @@ def check_global_batch(
             given = bound_samples if bound_samples is not None else bound_tokens
             raise ValueError(
                 f"{flag} {given}: step {short + 1} of epoch {epoch} holds "
-                f"{len(batches[short])} sample(s), and {world_size} ranks in groups of at "
-                f"most {largest} (the model's largest SP size) need {needed} a step; give "
+                f"{counted(len(batches[short]), 'sample')}, and {counted(world_size, 'rank')} "
+                f"in groups of at most {cap.size} ({cap.source}) need {needed} a step; give "
                 f"{flag} {fix} or more, or fewer ranks (--world)"
             )
         if bound_samples is not None:
