@@ -48,6 +48,34 @@ def test_model_strings_resolve_or_name_what_is_wrong(tmp_path: Path) -> None:
     }
 
 
+def test_a_model_folder_without_its_prefix_is_refused_naming_the_prefix(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``--model my-model``, a folder holding a model, says ``hf:my-model`` (or
+    ``diffusers:``) and still lists every other kind of model string."""
+    monkeypatch.chdir(tmp_path)
+    folders = {"my-model": {"model_type": "llama"}, "wan": {"_class_name": "WanTransformer3DModel"}}
+    for name, config in folders.items():
+        Path(name).mkdir()
+        (Path(name) / "config.json").write_text(json.dumps(config))
+    Path("pipe").mkdir()
+    (Path("pipe") / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline"}))
+    Path("other").mkdir()
+    (Path("other") / "config.json").write_text("{}")
+    others = r"use a preset \(llama, .*hf:DIR_OR_NAME, diffusers:DIR_OR_NAME or pkg.module:factory"
+    for name, prefix in (("my-model", "hf:"), ("wan", "diffusers:"), ("pipe", "diffusers:")):
+        with pytest.raises(ModelSourceError, match=f"give --model {prefix}{name}; or {others}"):
+            resolve_model(name)
+    with pytest.raises(ModelSourceError) as err:
+        resolve_model("other")  # a config.json of no model kind: no prefix to suggest
+    assert "give --model" not in str(err.value) and "unknown model 'other'; use a" in str(err.value)
+    Path("lengths.txt").write_text("100\n200\n")
+    command = ["schedule", "--model", "my-model", "--hardware", "h100-sxm", "--world", "2"]
+    status, _, err_text = cli_here([*command, "--lengths", "lengths.txt"], capsys)
+    assert status == 2 and "Hugging Face transformers model" in err_text
+    assert "give --model hf:my-model; or use a preset" in err_text
+
+
 def test_model_arguments_are_checked_against_what_the_model_takes() -> None:
     model = build_model_named("llama", ["num_heads=2"], device="meta")
     assert model.num_heads == 2
