@@ -27,13 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def inspect_run(run_dir: str, expect_sha256: str | None = None) -> dict:
     """The latest checkpoint's position, SHA-256 of its model tensors and of its
     manifest (``expect_sha256``: refuse a checkpoint whose manifest has another)."""
-    from datacentric.train.checkpoints.checkpoint import (
-        CheckpointError,
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+    from datacentric.train.checkpoints.checkpoint_load import read_model_state, weights_sha256
+    from datacentric.train.checkpoints.checkpoint_verify import (
         latest_checkpoint,
         manifest_sha256,
-        read_model_state,
         verify_checkpoint,
-        weights_sha256,
     )
 
     if not Path(run_dir).is_dir():
@@ -55,7 +54,7 @@ def checkpoint_position(trainer: dict, path: Path) -> dict[str, int]:
     """Iterations done, samples seen, epoch and world size of a checkpoint's
     ``trainer.json`` (read as ``trainer``); a key missing or not an integer is one line
     naming the file and the key."""
-    from datacentric.train.checkpoints.checkpoint import TRAINER_FILE, CheckpointError
+    from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE, CheckpointError
 
     return {
         key: json_field(trainer, key, int, path / TRAINER_FILE, error=CheckpointError)

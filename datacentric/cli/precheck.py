@@ -37,7 +37,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.scheduling.global_batches import run_global_batch
     from datacentric.settings.sections import split_fraction
     from datacentric.train.assemble import Prechecked
-    from datacentric.train.checkpoints.checkpoint import CheckpointError
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
     from datacentric.train.checkpoints.resume import check_resumable
     from datacentric.train.validation.held_out import training_set_note
 

@@ -24,7 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from datacentric.regular_files import FileFormatError, read_json_file
-from datacentric.train.checkpoints.checkpoint import MANIFEST, checkpoint_step, list_checkpoints
+from datacentric.train.checkpoints.checkpoint_folders import (
+    MANIFEST,
+    checkpoint_step,
+    list_checkpoints,
+)
 from datacentric.train.exporting.export import EXPORT_RECORD, export_run
 from datacentric.train.run_folder import RUN_FILES
 

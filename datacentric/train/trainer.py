@@ -29,7 +29,7 @@ from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import what_trains
-from datacentric.train.checkpoints.checkpoint import weights_sha256
+from datacentric.train.checkpoints.checkpoint_load import weights_sha256
 from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
 from datacentric.train.checkpoints.resume import (
     dataset_fingerprint,

@@ -1,7 +1,12 @@
 """A run's checkpoints and its resume: writing, verifying and reading them, and when.
 
 - :mod:`.checkpoint`: atomic, checksummed checkpoints on ``torch.distributed.checkpoint``
-  (the run folder's ``checkpoints/`` layout, save, verify, load, the model's weights);
+  (the run folder's ``checkpoints/`` layout; every name of the parts below);
+  :mod:`.checkpoint_folders`: the folder's names, which checkpoints a run holds;
+  :mod:`.checkpoint_save`: writing one (in the background or not), a full disk named;
+  :mod:`.checkpoint_verify`: every file against the manifest, the pin, which checkpoint a
+  run trusts; :mod:`.checkpoint_load`: reading one into a run, or its model's tensors
+  alone, and the weights' SHA-256;
 - :mod:`.run_checkpoints`: the ``[checkpoint]`` section at work (which checkpoint a start
   resumes from, which steps are saved, ``keep_last``, ``async_save``: ``RunCheckpoints``);
 - :mod:`.run_saves`: the running trainer's saves, one at a time (in the background or

@@ -31,11 +31,9 @@ from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.shapes import SampleShape
-from datacentric.train.checkpoints.checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-    read_trainer_record,
-)
+from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+from datacentric.train.checkpoints.checkpoint_load import load_checkpoint
+from datacentric.train.checkpoints.checkpoint_verify import read_trainer_record
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_paths import found_place, start_dir
 from datacentric.train.reporting.metrics import read_jsonl

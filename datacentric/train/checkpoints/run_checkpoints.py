@@ -16,15 +16,13 @@ from typing import Any
 import torch
 
 from datacentric.settings.sections import CheckpointConfig
-from datacentric.train.checkpoints.checkpoint import (
+from datacentric.train.checkpoints.checkpoint_folders import (
     CheckpointError,
-    PendingSave,
     checkpoint_step,
-    find_checkpoint,
-    resolve_resume_from,
-    start_checkpoint,
     unfinished_saves,
 )
+from datacentric.train.checkpoints.checkpoint_save import PendingSave, start_checkpoint
+from datacentric.train.checkpoints.checkpoint_verify import find_checkpoint, resolve_resume_from
 from datacentric.train.reporting.metric_sinks import logger
 from datacentric.train.run_folder import RUN_FILES
 
@@ -138,7 +136,7 @@ class RunCheckpoints:
     ) -> PendingSave:
         """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints and,
         with ``keep_best``, the one of ``best_step`` (the best validation's) (collective;
-        see :func:`~datacentric.train.checkpoints.checkpoint.start_checkpoint`)."""
+        see :func:`~datacentric.train.checkpoints.checkpoint_save.start_checkpoint`)."""
         keep = self.checkpoint.keep_best and best_step is not None
         return start_checkpoint(
             self.out,

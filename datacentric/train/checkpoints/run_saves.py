@@ -17,7 +17,9 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from datacentric.train.checkpoints.checkpoint import PendingSave, checkpoint_step, manifest_sha256
+from datacentric.train.checkpoints.checkpoint_folders import checkpoint_step
+from datacentric.train.checkpoints.checkpoint_save import PendingSave
+from datacentric.train.checkpoints.checkpoint_verify import manifest_sha256
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
 from datacentric.train.reporting.metric_sinks import logger

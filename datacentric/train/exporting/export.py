@@ -57,11 +57,10 @@ from datacentric.progress import Progress
 from datacentric.regular_files import file_sha256, read_json_file, read_regular_bytes
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
-from datacentric.train.checkpoints.checkpoint import (
-    TRAINER_FILE,
-    CheckpointError,
+from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE, CheckpointError
+from datacentric.train.checkpoints.checkpoint_load import read_model_state
+from datacentric.train.checkpoints.checkpoint_verify import (
     latest_checkpoint,
-    read_model_state,
     resolve_resume_from,
     verify_checkpoint,
 )

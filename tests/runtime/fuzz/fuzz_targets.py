@@ -247,14 +247,17 @@ def _read_trainer(path: Path) -> Any:
     """``inspect``'s reading, after the check before a resume's ranks start has read the
     same record (each refuses what the other would)."""
     from datacentric.cli.inspect import checkpoint_position
-    from datacentric.train.checkpoints.checkpoint import read_trainer_record, verify_checkpoint
+    from datacentric.train.checkpoints.checkpoint_verify import (
+        read_trainer_record,
+        verify_checkpoint,
+    )
 
     read_trainer_record(path.parent)
     return checkpoint_position(verify_checkpoint(path.parent), path.parent)
 
 
 def _read_manifest(path: Path) -> Any:
-    from datacentric.train.checkpoints.checkpoint import read_manifest
+    from datacentric.train.checkpoints.checkpoint_verify import read_manifest
 
     return read_manifest(path.parent)
 

@@ -54,9 +54,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.planning.hardware:load_hardware_file": fuzzed("hardware json"),
     "datacentric.settings.run_settings:_read_file": fuzzed("toml settings"),
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
-    "datacentric.train.checkpoints.checkpoint:verify_checkpoint": fuzzed("trainer.json"),
-    "datacentric.train.checkpoints.checkpoint:read_trainer_record": fuzzed("trainer.json"),
-    "datacentric.train.checkpoints.checkpoint:read_manifest": fuzzed("manifest.json"),
+    "datacentric.train.checkpoints.checkpoint_verify:verify_checkpoint": fuzzed("trainer.json"),
+    "datacentric.train.checkpoints.checkpoint_verify:read_trainer_record": fuzzed("trainer.json"),
+    "datacentric.train.checkpoints.checkpoint_verify:read_manifest": fuzzed("manifest.json"),
     "datacentric.train.exporting.export:run_settings": fuzzed("config.json"),
     "datacentric.train.exporting.export:_export_record_files": fuzzed("datacentric_export.json"),
     "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
@@ -123,7 +123,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.prepare.run:write_outputs": left_out(
         "prepare's own per-clip records, written by the same run moments before"
     ),
-    "datacentric.train.checkpoints.checkpoint:_named_by_latest": left_out(
+    "datacentric.train.checkpoints.checkpoint_verify:_named_by_latest": left_out(
         "the checkpoints/latest pointer: its text is a folder name, checked to exist and "
         "verified as a checkpoint (fuzzed as trainer.json and manifest.json)"
     ),
@@ -215,11 +215,11 @@ def test_a_planted_reader_is_found_and_refused(tmp_path):
 
 
 def test_a_planted_unguarded_json_loads_is_caught_by_the_fuzzing(tmp_path, monkeypatch):
-    from datacentric.train.checkpoints import checkpoint
+    from datacentric.train.checkpoints import checkpoint_verify
 
     target = next(t for t in TARGETS if t.name == "manifest.json")
     monkeypatch.setattr(
-        checkpoint, "read_json_file", lambda path, **_: json.loads(Path(path).read_text())
+        checkpoint_verify, "read_json_file", lambda path, **_: json.loads(Path(path).read_text())
     )
     problems = fuzz(target, tmp_path / "planted", count=60)
     assert any("JSONDecodeError leaked" in p for p in problems), problems

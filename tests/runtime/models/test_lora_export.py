@@ -160,7 +160,7 @@ def test_a_gpt2_lora_run_exports_merged_and_as_an_adapter(tmp_path, capsys) -> N
     from transformers import GPT2LMHeadModel
 
     from datacentric.models.source import build_model_named
-    from datacentric.train.checkpoints.checkpoint import read_model_state
+    from datacentric.train.checkpoints.checkpoint_load import read_model_state
 
     data = tmp_path / "docs.jsonl"
     data.write_text(

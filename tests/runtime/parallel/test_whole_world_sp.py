@@ -29,7 +29,8 @@ from datacentric.scheduling.micro_batches import check_layout
 from datacentric.settings import SchedulingConfig
 from datacentric.shapes import SampleShape
 from datacentric.sim.policy_comparison import run_policies
-from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
+from datacentric.train.checkpoints.checkpoint_load import read_model_state
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint
 from datacentric.train.data_centric import DataCentric, ulysses_sp_sizes
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank

@@ -233,7 +233,8 @@ def test_train_on_prepared_latents_then_export_the_pipeline(prepared, capsys):
     assert summary["samples_seen"] == 3  # one epoch: 3 steps of one latent each
     cli_json_here(["export", str(run), "--out", str(exported), "--json"], capsys)
     pipe = WanPipeline.from_pretrained(exported, local_files_only=True)
-    from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
+    from datacentric.train.checkpoints.checkpoint_load import read_model_state
+    from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint
 
     state = read_model_state(latest_checkpoint(run))
     trained = {k.removeprefix("transformer."): v for k, v in state.items()}

@@ -11,7 +11,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.profiling.factory import get_model_spec, run_spec
 from datacentric.train.assemble import assemble_run
-from datacentric.train.checkpoints.checkpoint import weights_sha256
+from datacentric.train.checkpoints.checkpoint_load import weights_sha256
 from datacentric.train.data_centric import DataCentric
 
 pytestmark = pytest.mark.usefixtures("one_thread")

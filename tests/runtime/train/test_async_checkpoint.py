@@ -13,13 +13,10 @@ from run_config import small_config
 
 from datacentric.cli.inspect import inspect_run
 from datacentric.parallel.launch import spawn
-from datacentric.train.checkpoints.checkpoint import (
-    MANIFEST,
-    latest_checkpoint,
-    load_checkpoint,
-    start_checkpoint,
-    verify_checkpoint,
-)
+from datacentric.train.checkpoints.checkpoint_folders import MANIFEST
+from datacentric.train.checkpoints.checkpoint_load import load_checkpoint
+from datacentric.train.checkpoints.checkpoint_save import start_checkpoint
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint, verify_checkpoint
 from datacentric.train.trainer import train_rank
 
 

@@ -174,7 +174,7 @@ def test_a_resume_from_another_directory_compares_the_places_the_paths_name(
     'jsonl:../project/docs.jsonl')"); the run's own words naming another file there,
     whose samples differ, are refused before any rank starts, in one line (before: by
     the dataset's fingerprint, inside the ranks), the run folder untouched."""
-    from datacentric.train.checkpoints.checkpoint import list_checkpoints
+    from datacentric.train.checkpoints.checkpoint_folders import list_checkpoints
 
     run = project / "resumed"
     shutil.copytree(project / "run", run)  # the fixture's run stays as it is
@@ -207,7 +207,7 @@ def test_a_resume_compares_paths_where_its_checkpoint_says_where_the_run_started
     release's, its ``--out`` absolute), other words are a change; names that are no
     path (``hf:qwen2``) compare as typed."""
     from datacentric.settings import TrainConfig
-    from datacentric.train.checkpoints.checkpoint import CheckpointError
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
     from datacentric.train.checkpoints.resume import check_unchanged
 
     start, other = tmp_path / "start", tmp_path / "other"

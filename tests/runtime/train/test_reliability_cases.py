@@ -20,6 +20,7 @@ from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.main import main
 from datacentric.train.checkpoints import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint_save
 from datacentric.train.lr_schedule import lr_lambda
 from datacentric.train.trainer import train_rank
 
@@ -224,7 +225,7 @@ def test_full_disk_is_named(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ckpt.dcp, "save", full)
+    monkeypatch.setattr(checkpoint_save.dcp, "save", full)
     with pytest.raises(ckpt.CheckpointError, match="no space left on device while saving"):
         ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
     assert snapshot(tmp_path) == before and ckpt.latest_checkpoint(tmp_path) == kept
@@ -242,10 +243,10 @@ def test_full_disk_on_one_rank_of_dcp_is_named(tmp_path, monkeypatch):
 
         return save
 
-    monkeypatch.setattr(ckpt.dcp, "save", failing(True))
+    monkeypatch.setattr(checkpoint_save.dcp, "save", failing(True))
     with pytest.raises(ckpt.CheckpointError, match="no space left on device while saving"):
         ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
-    monkeypatch.setattr(ckpt.dcp, "save", failing(False))
+    monkeypatch.setattr(checkpoint_save.dcp, "save", failing(False))
     with pytest.raises(ckpt.CheckpointError, match="failed: rank 1: KeyError: 'x'"):
         ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
 

@@ -15,6 +15,7 @@ import torch
 from repo_paths import ROOT
 
 from datacentric.train.checkpoints import checkpoint as ckpt
+from datacentric.train.checkpoints import checkpoint_save
 
 LINE = "no space left on device while saving checkpoint step 2 to"
 
@@ -72,11 +73,13 @@ def test_each_form_of_a_short_write_reads_as_a_full_disk(tmp_path, monkeypatch, 
     def short_write(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(ckpt.torch, "save", short_write)  # the RNG file's writer
+    monkeypatch.setattr(checkpoint_save.torch, "save", short_write)  # the RNG file's writer
     with pytest.raises(ckpt.CheckpointError, match=LINE):
         ckpt.save_checkpoint(tmp_path, 2, model, opt, {"n": 2})
     assert ckpt.latest_checkpoint(tmp_path) == kept
-    monkeypatch.setattr(ckpt.torch, "save", lambda *a, **k: (_ for _ in ()).throw(KeyError("x")))
+    monkeypatch.setattr(
+        checkpoint_save.torch, "save", lambda *a, **k: (_ for _ in ()).throw(KeyError("x"))
+    )
     with pytest.raises(
         ckpt.CheckpointError, match="saving checkpoint step 2 to .* failed: (rank 0: )?KeyError"
     ):

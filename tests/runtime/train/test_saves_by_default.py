@@ -19,7 +19,7 @@ from cli_here import cli_here
 from run_config import SMALL_TRAIN_FLAGS
 
 from datacentric.settings.sections import CheckpointConfig
-from datacentric.train.checkpoints.checkpoint import save_checkpoint
+from datacentric.train.checkpoints.checkpoint_save import save_checkpoint
 from datacentric.train.checkpoints.preemption import SECOND_SIGNAL_AFTER_S
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_saves import RunSaves

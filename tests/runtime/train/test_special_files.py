@@ -16,7 +16,7 @@ from test_reliability_cases import errors_only, run_cli
 from time_limit import within
 
 from datacentric.regular_files import NotRegularFileError, open_regular
-from datacentric.train.checkpoints.checkpoint import list_checkpoints
+from datacentric.train.checkpoints.checkpoint_folders import list_checkpoints
 from datacentric.train.trainer import train_rank
 
 LIMIT_S = 60

@@ -7,11 +7,8 @@ from __future__ import annotations
 import torch
 
 from datacentric.models.source import build_model_named
-from datacentric.train.checkpoints.checkpoint import (
-    load_checkpoint,
-    read_model_state,
-    save_checkpoint,
-)
+from datacentric.train.checkpoints.checkpoint_load import load_checkpoint, read_model_state
+from datacentric.train.checkpoints.checkpoint_save import save_checkpoint
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
 
 
@@ -44,12 +41,12 @@ def test_a_checkpoint_stores_each_tensor_once_and_resumes(tmp_path):
 
 
 def test_a_checkpoint_with_both_names_still_loads(tmp_path, monkeypatch):
-    import datacentric.train.checkpoints.checkpoint as checkpoint
+    from datacentric.train.checkpoints import checkpoint_save
 
     model = _adapter()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     # write as before: every alias stored too
-    monkeypatch.setattr(checkpoint, "without_aliases", lambda model, state: state)
+    monkeypatch.setattr(checkpoint_save, "without_aliases", lambda model, state: state)
     path = save_checkpoint(tmp_path, 1, model, optimizer, {"step": 1})
     monkeypatch.undo()
     assert any(k.startswith("blocks.") for k in read_model_state(path))

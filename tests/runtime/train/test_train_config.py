@@ -8,14 +8,10 @@ from repo_paths import ROOT
 
 from datacentric.scheduling.resume import Position
 from datacentric.settings import load_config
-from datacentric.train.checkpoints.checkpoint import (
-    CheckpointError,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-    verify_checkpoint,
-    weights_sha256,
-)
+from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+from datacentric.train.checkpoints.checkpoint_load import load_checkpoint, weights_sha256
+from datacentric.train.checkpoints.checkpoint_save import save_checkpoint
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint, verify_checkpoint
 
 
 def test_toml_and_flags_merge(tmp_path):

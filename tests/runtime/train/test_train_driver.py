@@ -18,7 +18,7 @@ from datacentric.train.build import (
     run_cost_model,
     sharding,
 )
-from datacentric.train.checkpoints.checkpoint import weights_sha256
+from datacentric.train.checkpoints.checkpoint_load import weights_sha256
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.lr_schedule import lr_lambda
 from datacentric.train.sampler import RankBatchSampler

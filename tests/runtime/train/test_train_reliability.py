@@ -25,7 +25,7 @@ from datacentric.planning.planner import UnfittableBucketError
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape, read_lengths_file
 from datacentric.train.build import build_cost_model
-from datacentric.train.checkpoints.checkpoint import latest_checkpoint, verify_checkpoint
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint, verify_checkpoint
 from datacentric.train.run_folder import LOCK_FILE
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 

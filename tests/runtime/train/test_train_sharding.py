@@ -7,7 +7,8 @@ import torch
 from run_config import small_config
 
 from datacentric.parallel.launch import spawn
-from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
+from datacentric.train.checkpoints.checkpoint_load import read_model_state
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
 

@@ -18,7 +18,8 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch, spawn
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.shapes import SampleShape
-from datacentric.train.checkpoints.checkpoint import latest_checkpoint, read_model_state
+from datacentric.train.checkpoints.checkpoint_load import read_model_state
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
