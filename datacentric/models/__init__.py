@@ -34,7 +34,7 @@ _LAZY = {
     "parse_model_args": "datacentric.models.model_args",
     "resolve_model": "datacentric.models.source",
     "HFCausalLM": "datacentric.models.hf",
-    "UnsupportedModelFeature": "datacentric.models.hf",
+    "UnsupportedModelFeature": "datacentric.models.hf_attention",
     "DiffusersVideoTransformer": "datacentric.models.diffusers_generic",
     "UnsupportedVideoModel": "datacentric.models.diffusers_plan",
 }

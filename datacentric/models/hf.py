@@ -52,16 +52,23 @@ Shape legend: B = batch rows (always 1 here), H = query heads, Hkv = key/value
 heads, S = tokens of the (possibly sharded) packed batch, D = head dim, V = vocab.
 
 This module does not import the distributed package.
+
+Where each part lives: the attention implementation registered in transformers and what
+it refuses at run time (:func:`packed_attention_forward`, :class:`UnsupportedModelFeature`)
+in :mod:`~datacentric.models.hf_attention`; where an architecture keeps its decoder layers
+(:func:`decoder_layers`) in :mod:`~datacentric.models.hf_layers`; the loss tokens' sums a
+forward counts (:func:`loss_token_sums`) in :mod:`~datacentric.models.token_metrics`.
+Here: :class:`HFCausalLM`, what a config is refused for (:func:`check_supported`), and
+the builds of an ``hf:`` source; every name this module held before is still importable
+from it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import sys
 from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -70,6 +77,15 @@ from torch import nn
 
 from datacentric.batch import IGNORE_INDEX, PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
+from datacentric.models.hf_attention import (
+    _PACKED_CALL,
+    ATTENTION_NAME,
+    REFUSED_KWARGS,
+    UnsupportedModelFeature,
+    packed_attention_forward,
+    register_attention,
+)
+from datacentric.models.hf_layers import _layer_signature, decoder_layers
 from datacentric.models.lora import unwrap_peft
 from datacentric.models.model_args import (
     ModelSource,
@@ -78,26 +94,46 @@ from datacentric.models.model_args import (
     check_model_args,
     weight_files,
 )
+from datacentric.models.token_metrics import loss_token_sums
 from datacentric.regular_files import check_regular, read_json_file
 
 try:
-    from transformers import AttentionInterface, AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise ImportError(
         "datacentric.models.hf needs transformers: pip install 'datacentric[hf]'"
     ) from _error
 
+#: every public name this module held, those that moved included (each the object of its home)
+__all__ = [
+    "ATTENTION_DROPOUT_SETTINGS",
+    "ATTENTION_LAYER_TYPES",
+    "ATTENTION_NAME",
+    "HFCausalLM",
+    "POSITION_LOCAL_ROPE_TYPES",
+    "REFUSED_KWARGS",
+    "ROUTER_AUX_MODELS",
+    "Refusal",
+    "SMALL_LLAMA",
+    "TINY_CONFIGS",
+    "UnsupportedModelFeature",
+    "attention_heads",
+    "build_hf_llama",
+    "build_hf_model",
+    "build_hf_source",
+    "check_supported",
+    "check_weight_files",
+    "decoder_layers",
+    "folder_config",
+    "loss_token_sums",
+    "packed_attention_forward",
+    "register_attention",
+    "rope_types",
+    "small_copy",
+    "source_config",
+    "tiny_hf_config",
+]
 
-class UnsupportedModelFeature(ValueError):
-    """A model feature the packed, sequence-parallel path cannot run exactly."""
-
-
-ATTENTION_NAME = "datacentric"
-"""The name :func:`packed_attention_forward` is registered under in transformers."""
-
-#: set while :meth:`HFCausalLM.logits` runs the model with the packed layout, so that
-#: attention called without it is known to have lost the keyword arguments on the way
-_PACKED_CALL: ContextVar[bool] = ContextVar("datacentric_packed_call", default=False)
 
 SMALL_LLAMA: dict[str, Any] = {
     "hidden_size": 64,
@@ -114,108 +150,17 @@ SMALL_LLAMA: dict[str, Any] = {
 """Defaults of :func:`build_hf_llama`: a small byte-level Llama (vocabulary 256)."""
 
 
-def packed_attention_forward(
-    module: nn.Module,
-    query_BHSD: torch.Tensor,
-    key_BHSD: torch.Tensor,
-    value_BHSD: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    *,
-    cu_seqlens: torch.Tensor | None = None,
-    datacentric_attention: AttentionFn | None = None,
-    sliding_window: int | None = None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers attention-interface function that calls an :data:`AttentionFn`.
-
-    transformers passes ``(B, H, S, D)`` queries and ``(B, Hkv, S, D)`` keys and
-    values (RoPE applied), returns ``(B, S, H, D)``. Here ``B`` must be 1 (one
-    packed row), ``cu_seqlens`` describes the full packed sequence and
-    ``datacentric_attention`` is the callable (both forwarded by
-    :meth:`HFCausalLM.forward`). Grouped key/value heads are passed as they are
-    (the callable and Ulysses handle ``Hkv < H``); the layer's ``sliding_window``
-    becomes the callable's ``window``. A feature that would change the result and
-    that no path runs (``softcap``, attention sinks) raises, never passes silently.
-    """
-    for name, meaning in REFUSED_KWARGS.items():
-        value = kwargs.get(name)
-        if value is not None:
-            shown = f"a {tuple(value.shape)} tensor" if torch.is_tensor(value) else repr(value)
-            raise UnsupportedModelFeature(
-                f"{type(module).__name__} passes {name}={shown} ({meaning}) to attention, "
-                "which packed sequence-parallel attention cannot apply exactly"
-            )
-    if cu_seqlens is None:
-        if _PACKED_CALL.get():  # HFCausalLM.forward passed it: a layer dropped it
-            raise UnsupportedModelFeature(
-                f"{type(module).__name__} is called without the keyword arguments of the "
-                "model's forward (its decoder layers do not pass them through, although the "
-                "model declares attention backends), so the packed layout (cu_seqlens) cannot "
-                "reach attention"
-            )
-        raise ValueError(
-            f"the {ATTENTION_NAME!r} attention implementation needs cu_seqlens (the packed "
-            "layout); call HFCausalLM.forward(batch), or switch the model back with "
-            "model.hf.set_attn_implementation('sdpa') for plain Hugging Face use"
-        )
-    if attention_mask is not None:
-        # "datacentric" builds no mask: a mask here is the layer's own (a score bias)
-        raise UnsupportedModelFeature(
-            f"{type(module).__name__} passes an attention mask of its own (a bias on the "
-            "attention scores, computed in the model's code), which packed attention cannot "
-            "apply exactly: sample boundaries come from cu_seqlens"
-        )
-    if dropout:
-        raise ValueError(f"attention dropout {dropout} is not supported (set it to 0)")
-    if query_BHSD.shape[0] != 1:
-        raise ValueError(f"a packed batch has one row, got {query_BHSD.shape[0]}")
-    attention = datacentric_attention if datacentric_attention is not None else varlen_attention
-    q_SHD, k_SHD, v_SHD = (t[0].transpose(0, 1) for t in (query_BHSD, key_BHSD, value_BHSD))
-    qk_dim, v_dim = q_SHD.shape[-1], v_SHD.shape[-1]
-    head_dim = max(qk_dim, v_dim)
-    if v_dim != qk_dim:
-        # Multi-head latent attention (DeepSeek-V3): value heads wider or narrower than
-        # query/key heads. Zeros pad both to one head dim (scores and outputs unchanged;
-        # the extra output columns are zero and cut off), so every path sees one width.
-        q_SHD, k_SHD = (F.pad(t, (0, head_dim - qk_dim)) for t in (q_SHD, k_SHD))
-        v_SHD = F.pad(v_SHD, (0, head_dim - v_dim))
-    scale = qk_dim**-0.5 if scaling is None else scaling
-    if not math.isclose(scale, head_dim**-0.5, rel_tol=1e-12):
-        # Our kernels scale by 1/sqrt(D); fold a different softmax scale into q.
-        q_SHD = q_SHD * (scale * math.sqrt(head_dim))
-    causal = getattr(module, "is_causal", True)
-    # Only a windowed layer passes ``window``: a callable without the keyword then
-    # fails loudly instead of attending over the whole sample.
-    extra = {} if sliding_window is None else {"window": int(sliding_window)}
-    out_SHD = attention(q_SHD, k_SHD, v_SHD, cu_seqlens, causal, **extra)
-    return out_SHD[..., :v_dim].unsqueeze(0), None
-
-
-#: attention keyword arguments of transformers layers that change the result and that
-#: no path here runs (with what they mean); a layer passing one of them non-None is refused
-REFUSED_KWARGS = {
-    "softcap": "attention-logit softcapping",
-    "s_aux": "attention sinks, GPT-OSS",
-    "sinks": "attention sinks",
-}
-
 #: Mixture-of-experts models whose own loss with ``output_router_logits=True`` adds
 #: ``router_aux_loss_coef * load_balancing_loss_func(router_logits, num_experts,
 #: num_experts_per_tok, attention_mask)``: the term :meth:`HFCausalLM.router_aux_loss`
 #: computes per sample
 ROUTER_AUX_MODELS = ("mixtral", "olmoe", "qwen2_moe", "qwen3_moe")
 
+
 #: ``config.layer_types`` entries whose layers attend through transformers' attention
 #: interface; any other (``linear_attention``, ``mamba``, ``conv``...) mixes tokens in
 #: the model's own code, across the whole packed row
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
-
-
-def register_attention() -> None:
-    """Register :func:`packed_attention_forward` as transformers' ``"datacentric"``."""
-    AttentionInterface.register(ATTENTION_NAME, packed_attention_forward)
 
 
 class HFCausalLM(AttentionSlot, nn.Module):
@@ -330,34 +275,6 @@ class HFCausalLM(AttentionSlot, nn.Module):
         return torch.cat(pieces)
 
 
-@torch.no_grad()
-def loss_token_sums(
-    logits_SV: torch.Tensor,
-    targets_S: torch.Tensor,
-    loss_mask_S: torch.Tensor,
-    rows: int | None = None,
-) -> torch.Tensor:
-    """``(3,)`` float64: the loss tokens, those whose target is the logits' first argmax,
-    and the summed entropy (nats) of their predicted distribution, in float32 -- sums,
-    so that any split of tokens over micro-batches and ranks adds up to the same totals
-    (TRL's ``mean_token_accuracy`` and ``entropy`` are the last two over the first).
-    ``rows`` tokens at a time (default: 2**25 logits, 128 MiB a float32 copy) bound the
-    copies; no host sync."""
-    rows = rows or max(1, 2**25 // max(1, logits_SV.shape[-1]))
-    sums = torch.zeros(3, dtype=torch.float64, device=logits_SV.device)
-    for start in range(0, logits_SV.shape[0], rows):
-        logits = logits_SV[start : start + rows].float()
-        mask = loss_mask_S[start : start + rows]
-        # a -inf logit's log-probability clamped to the most negative float: p log p = 0
-        log_p = logits.log_softmax(-1).clamp_(min=torch.finfo(torch.float32).min)
-        entropy = -(log_p.exp() * log_p).sum(-1)
-        correct = logits.argmax(-1) == targets_S[start : start + rows].long()
-        sums[0] += mask.sum()
-        sums[1] += (correct & mask).sum()
-        sums[2] += torch.where(mask, entropy, torch.zeros_like(entropy)).sum()
-    return sums
-
-
 #: rotary scalings whose angles are a function of each token's own position for a fixed
 #: config: transformers computes their inverse frequencies once, from the config, when the
 #: rotary embedding is built (``ROPE_INIT_FUNCTIONS[type](config, device)`` with no
@@ -365,6 +282,7 @@ def loss_token_sums(
 #: the ``dynamic`` types and ``longrope``. So a token's angles are ``position * inv_freq``
 #: (times a constant attention factor), the same packed, sharded or alone.
 POSITION_LOCAL_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
 
 #: why a rotary scaling outside :data:`POSITION_LOCAL_ROPE_TYPES` is refused, per type
 _ROPE_REASONS = {
@@ -375,6 +293,7 @@ _ROPE_REASONS = {
     "position in the packed row or shard, so a sample's angles depend on the samples "
     "packed with it",
 }
+
 
 #: config settings of dropout on attention probabilities (our attention kernels run none)
 ATTENTION_DROPOUT_SETTINGS = ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob")
@@ -557,66 +476,6 @@ def _layer_refusals(config: Any, model_class: type | None) -> Iterator[Refusal]:
             "use an architecture that supports attention backends (Llama, Mistral, Qwen2/3, "
             "Gemma2/3, Phi-3, GPT-2, GPT-NeoX, OLMo, Starcoder2, ...)",
         )
-
-
-def decoder_layers(hf_model: nn.Module) -> nn.ModuleList:
-    """The decoder layers of a ``*ForCausalLM``, wherever the architecture keeps them:
-    the shallowest ``nn.ModuleList`` whose length is the config's layer count
-    (``model.layers``, ``transformer.h``, ``gpt_neox.layers``, ...), which must be unique."""
-    count = int(hf_model.config.num_hidden_layers)
-    lists = [
-        (name.count("."), name, m)
-        for name, m in hf_model.named_modules()
-        if isinstance(m, nn.ModuleList) and len(m) == count
-    ]
-    shallowest = [entry for entry in lists if entry[0] == min((e[0] for e in lists), default=0)]
-    if len(shallowest) != 1:
-        feature = _layer_layout(hf_model, count, [e[1] for e in shallowest])
-        raise UnsupportedModelFeature(
-            f"{type(hf_model).__name__}: {feature}, which data-centric parallel cannot run "
-            "(it holds, prices and recomputes one list of num_hidden_layers decoder layers, "
-            "a block each); use a causal LM whose decoder layers are one such list"
-        )
-    return shallowest[0][2]
-
-
-def _layer_layout(hf_model: nn.Module, count: int, same_depth: list[str]) -> str:
-    """The layer layout that keeps a model's decoder layers from being one list of
-    ``num_hidden_layers`` (``count``) blocks, as a feature: parallel lists of ``count``
-    layers (``same_depth``), stacks run in recurrent cycles (HRM), layers holding several
-    attention sublayers each (LongCat-Flash), or layers kept outside any list."""
-    if same_depth:
-        return f"{len(same_depth)} parallel stacks of {count} layers ({', '.join(same_depth)})"
-    stacks = [
-        (name, m)
-        for name, m in hf_model.named_modules()
-        if isinstance(m, nn.ModuleList)
-        and len(m)
-        and all(type(layer).__name__.endswith(("Layer", "Block")) for layer in m)
-    ]
-    depth = min((name.count(".") for name, _ in stacks), default=0)
-    stacks = [(name, m) for name, m in stacks if name.count(".") == depth]
-    total = sum(len(m) for _, m in stacks)
-    listed = ", ".join(f"{name} of {len(m)}" for name, m in stacks)
-    if len(stacks) > 1 and count > total:
-        return (
-            f"layer stacks run in recurrent cycles ({listed}: num_hidden_layers={count} "
-            f"layer calls of {total} layers)"
-        )
-    if len(stacks) == 1 and count % total == 0:
-        inner = [
-            f"{stacks[0][0]}.0.{name}, a list of {len(m)}"
-            for name, m in stacks[0][1][0].named_children()
-            if isinstance(m, nn.ModuleList) and ("attn" in name or "attention" in name)
-        ]
-        held = f"; {inner[0]}" if inner else ""
-        return (
-            f"decoder layers holding {count // total} layers each ({listed}, counted as "
-            f"num_hidden_layers={count}{held}): several attention sublayers in one layer"
-        )
-    if stacks:
-        return f"layer stacks ({listed}) that are not num_hidden_layers={count} layers"
-    return f"decoder layers kept outside a module list (num_hidden_layers={count})"
 
 
 #: the tiny random-weight configs behind ``hf:NAME`` (tests and ``equivalence``); every
@@ -817,21 +676,6 @@ def build_hf_llama(
     return build_hf_model(
         "llama", attention=attention, device=device, dtype=dtype, **config_overrides
     )
-
-
-def _layer_signature(config: Any, layer: nn.Module, index: int) -> tuple:
-    """What makes decoder layer ``index`` a type of its own: its modules' classes and
-    parameter shapes, and its entry of every per-layer list of the config
-    (``layer_types``, ...)."""
-    count = int(config.num_hidden_layers)
-    per_layer = tuple(
-        (key, repr(value[index]))
-        for key, value in sorted(vars(config).items())
-        if isinstance(value, (list, tuple)) and len(value) == count
-    )
-    modules = tuple((name, type(m).__name__) for name, m in layer.named_modules())
-    shapes = tuple((name, tuple(p.shape)) for name, p in layer.named_parameters())
-    return modules, shapes, per_layer
 
 
 def small_copy(model: HFCausalLM) -> HFCausalLM:

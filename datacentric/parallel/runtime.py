@@ -247,7 +247,8 @@ class DataCentricRuntime:
         self.check_batches = check_batches
         self.token_metrics = False
         """Count each iteration's loss-token sums (``IterationStats.token_sums``) on a
-        model that has ``token_sums`` (:func:`~datacentric.models.hf.loss_token_sums`)."""
+        model that has ``token_sums``
+        (:func:`~datacentric.models.token_metrics.loss_token_sums`)."""
         module = unwrap(model)
         self.module = module
         self.loss_mode: LossMode = loss_mode or module.loss_mode

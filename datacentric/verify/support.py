@@ -108,12 +108,8 @@ def transformers_rows() -> Iterator[dict[str, Any]]:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from datacentric.models.hf import (
-        TINY_CONFIGS,
-        UnsupportedModelFeature,
-        check_supported,
-        tiny_hf_config,
-    )
+    from datacentric.models.hf import TINY_CONFIGS, check_supported, tiny_hf_config
+    from datacentric.models.hf_attention import UnsupportedModelFeature
 
     tiny = {str(v["model_type"]): name for name, v in TINY_CONFIGS.items()}
     names: dict[str, str] = {}

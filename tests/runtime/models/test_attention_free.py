@@ -9,7 +9,8 @@ from cli_here import cli_here
 
 transformers = pytest.importorskip("transformers")
 
-from datacentric.models.hf import UnsupportedModelFeature, check_supported  # noqa: E402
+from datacentric.models.hf import check_supported  # noqa: E402
+from datacentric.models.hf_attention import UnsupportedModelFeature  # noqa: E402
 
 RUN = ["--dataset", "stdlib", "--dataset-limit", "4", "--cost-model", "analytic"]
 RUN += ["--no-progress"]

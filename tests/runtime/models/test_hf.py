@@ -22,15 +22,17 @@ pytest.importorskip("transformers")
 from datacentric.data import StdlibCorpus  # noqa: E402
 from datacentric.models.attention import varlen_attention  # noqa: E402
 from datacentric.models.hf import (  # noqa: E402
-    ATTENTION_NAME,
     IGNORE_INDEX,
     HFCausalLM,
-    UnsupportedModelFeature,
     build_hf_llama,
     build_hf_model,
-    loss_token_sums,
+)
+from datacentric.models.hf_attention import (  # noqa: E402
+    ATTENTION_NAME,
+    UnsupportedModelFeature,
     packed_attention_forward,
 )
+from datacentric.models.token_metrics import loss_token_sums  # noqa: E402
 from datacentric.parallel.groups import ProcessGroups  # noqa: E402
 from datacentric.parallel.launch import spawn  # noqa: E402
 from datacentric.parallel.loss import loss_tokens_function  # noqa: E402

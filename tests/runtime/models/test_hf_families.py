@@ -20,12 +20,8 @@ pytest.importorskip("transformers")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 from datacentric.data import StdlibCorpus  # noqa: E402
-from datacentric.models.hf import (  # noqa: E402
-    IGNORE_INDEX,
-    HFCausalLM,
-    UnsupportedModelFeature,
-    small_copy,
-)
+from datacentric.models.hf import IGNORE_INDEX, HFCausalLM, small_copy  # noqa: E402
+from datacentric.models.hf_attention import UnsupportedModelFeature  # noqa: E402
 from datacentric.settings import TrainConfig  # noqa: E402
 from datacentric.train.build import build_dataset, check_model  # noqa: E402
 from datacentric.train.data_centric import ulysses_sp_sizes  # noqa: E402

@@ -68,7 +68,8 @@ CASES = {
 def test_the_refusal_names_the_layer_layout(name):
     import torch
 
-    from datacentric.models.hf import HFCausalLM, UnsupportedModelFeature
+    from datacentric.models.hf import HFCausalLM
+    from datacentric.models.hf_attention import UnsupportedModelFeature
 
     make, feature = CASES[name]
     if not all(hasattr(transformers, n) for n in ("HrmTextConfig", "LongcatFlashConfig")):
