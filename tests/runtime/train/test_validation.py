@@ -25,6 +25,8 @@ from datacentric.train.reporting.metrics import read_metrics
 from datacentric.train.trainer import train_rank
 from datacentric.train.validation.held_out import build_run_data
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 #: video clips of mixed sizes (latent grids), and text of mixed lengths
 VIDEO_SHAPES = [SampleShape.video(*g) for g in ((1, 3, 4), (2, 3, 3), (3, 2, 5), (1, 2, 2))]
 VIDEO_SHAPES += [SampleShape.video(*g) for g in ((2, 4, 4), (1, 1, 3), (2, 2, 2))]
