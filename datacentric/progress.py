@@ -38,8 +38,11 @@ def elapsed_text(seconds: float) -> str:
 def counted(count: int, unit: str, spec: str = "") -> str:
     """``1 step``, ``3 steps``, ``1,024 tokens`` (``spec`` formats the number, e.g.
     ``","``): the one plural of a number said with its unit in what a user reads
-    (``micro-batch`` gives ``micro-batches``)."""
-    plural = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
+    (``micro-batch`` gives ``micro-batches``, ``policy`` ``policies``)."""
+    if unit.endswith("y") and unit[-2:-1] not in ("a", "e", "o", "u"):
+        plural = unit[:-1] + "ies"
+    else:
+        plural = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
     return f"{count:{spec}} {unit if count == 1 else plural}"
 
 

@@ -48,8 +48,10 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 #: target's, in train.build); one stay more than 119 since a pretrained folder's
 #: weights are checked against the model it loads into (models.model_args'
 #: check_loaded_weights, which the hf: and diffusers: builders share); one more since
-#: the ranks' plan is made in assemble_run, its refusal train's line (check_plan)
-CEILINGS = {"stays": 121, "climbs": 22, "entries": 4}
+#: the ranks' plan is made in assemble_run, its refusal train's line (check_plan); two
+#: more since the global-batch note and refusals say their counts with their units
+#: (progress.counted, a stay there and one back in scheduling.global_batches)
+CEILINGS = {"stays": 123, "climbs": 22, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

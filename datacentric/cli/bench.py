@@ -24,6 +24,7 @@ from datacentric.cli.flag_groups import (
 from datacentric.cli.flags import enable_config_file
 from datacentric.cli.precheck import check_dataset
 from datacentric.cli.ranks import say
+from datacentric.progress import counted
 from datacentric.settings import TrainConfig, load_config
 
 KEY = """\
@@ -146,8 +147,9 @@ def human_summary(summary: dict[str, Any]) -> str:
     whether the losses agree; :data:`KEY` explains each figure."""
     details = summary["details"]
     lines = [
-        f"{p}: {d['steps']} steps in {statistics.median(d['measured_s_runs']):,.2f} s measured "
-        f"(median of {len(d['measured_s_runs'])} runs), {d['tokens_per_s']:,.0f} tokens/s; "
+        f"{p}: {counted(d['steps'], 'step')} in "
+        f"{statistics.median(d['measured_s_runs']):,.2f} s measured (median of "
+        f"{counted(len(d['measured_s_runs']), 'run')}), {d['tokens_per_s']:,.0f} tokens/s; "
         f"simulated {d['predicted_s']:,.2f} s"
         for p, d in details.items()
     ]

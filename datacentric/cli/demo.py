@@ -25,6 +25,7 @@ from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, des
 from datacentric.cli.flag_groups import add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce, say
+from datacentric.progress import counted
 from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_default
 
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     announce(
         "demo",
         f"{config.model.model} on the standard-library corpus "
-        f"({config.data.dataset_limit} files, chunks of <= {config.data.max_tokens} bytes), "
+        f"({counted(config.data.dataset_limit, 'file')}, chunks of <= "
+        f"{config.data.max_tokens} bytes), "
         f"{args.world} gloo ranks, memory cap {config.cost.memory_gb} GiB per rank, "
         f"one epoch per policy, {DEMO_REPEATS} runs each (A B A B; about 4 minutes on an idle "
         f"2-core machine); {describe_start(load_average(), cores(), busy_cores_now())}",

@@ -9,6 +9,7 @@ from typing import Any
 
 from datacentric.planning.hardware import GIB, gib_text
 from datacentric.planning.plan import Plan
+from datacentric.progress import counted
 from datacentric.shapes import Bucketing
 
 TABLE_KEY = """\
@@ -70,5 +71,5 @@ def format_table(plan: Plan, bucketing: Bucketing | None = None, cost: Any = Non
         f"memory cap {gib_text(plan.memory_cap_bytes)} GiB per rank, world {plan.world_size}"
     )
     for name, count in plan.skipped.items():
-        lines.append(f"skipped bucket {name}: {count} samples (fits no configuration)")
+        lines.append(f"skipped bucket {name}: {counted(count, 'sample')} (fits no configuration)")
     return "\n".join(lines)

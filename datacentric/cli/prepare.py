@@ -9,6 +9,7 @@ import json
 from datacentric.cli.flag_groups import add_json_flag, add_out_flag, add_world_flag
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce, say
+from datacentric.progress import counted
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -151,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     if "samples" not in report:
         return 0
     print(
-        f"prepare: {report['samples']} samples in {args.out} ({report['encoded']} encoded now, "
+        f"prepare: {counted(report['samples'], 'sample')} in {args.out} "
+        f"({report['encoded']} encoded now, "
         f"{report['already_done']} already done, {report['skipped']} skipped: see "
         f"{args.out}/prepare_report.json)"
     )

@@ -31,6 +31,7 @@ from datacentric.cli.flags import config_option, enable_config_file
 from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
 from datacentric.cli.planning_inputs import dataset_shapes
 from datacentric.cli.ranks import announce
+from datacentric.progress import counted
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
 
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if profile.validation:
         v = profile.validation
         print(
-            f"validation on {len(v['buckets'])} buckets (full depth vs dual-layer): "
+            f"validation on {counted(len(v['buckets']), 'bucket')} (full depth vs dual-layer): "
             f"time_rel_err {v['time_rel_err']:.3f} (spread between "
             f"{v.get('sessions', 1)} sessions {v.get('time_noise_rel', 0.0):.3f}), "
             f"memory_rel_err {v['memory_rel_err']:.3f}"

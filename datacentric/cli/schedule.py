@@ -46,7 +46,7 @@ from datacentric.cli.planning_inputs import (
     sized_global_batch,
 )
 from datacentric.cli.ranks import announce
-from datacentric.progress import StepShare
+from datacentric.progress import StepShare, counted
 
 if TYPE_CHECKING:
     from datacentric.progress import Progress
@@ -157,7 +157,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
     if len(policies) > 1 and args.json_out:
         raise ValueError("--json-out saves one schedule: give one --policy")
     batch = global_batch_options(args)
-    with Progress(f"schedule on {args.world} ranks", 2, unit="stage") as bar:
+    with Progress(f"schedule on {counted(args.world, 'rank')}", 2, unit="stage") as bar:
         bar.set_stage("the dataset and the cost model")
         shapes, skipped = dataset_shapes(args)
         cost, source = cost_model_and_source(args)
@@ -169,7 +169,7 @@ def schedule_summary(args: argparse.Namespace) -> dict[str, Any]:
         )
         options = sized_global_batch(args, options, shapes, cost, args.world)  # as train's
         pipeline = command_pipeline(args, shapes, cost, args.world, options=options, seed=args.seed)
-        bar.update(stage=f"planning {len(shapes):,} samples")
+        bar.update(stage=f"planning {counted(len(shapes), 'sample', ',')}")
         pipeline.plan  # noqa: B018 - made once here, so the stages show
         bar.update()
     rows = {}
@@ -298,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
     costs = f"the profile in {args.profile}" if args.profile else "the analytic cost model"
     announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
         "schedule",
-        f"{args.policy} on {args.dataset or args.lengths} at {args.world} ranks with {costs}; "
+        f"{args.policy} on {args.dataset or args.lengths} at {counted(args.world, 'rank')} "
+        f"with {costs}; "
         "reading the data and planning first, then each policy's steps with time left",
         json_output=args.json,
     )
@@ -322,11 +323,14 @@ def human_report(summary: dict[str, Any]) -> str:
     )
     lines = policy_report(rows, "est_epoch_time_s", "estimated", header, _policy_row)
     lines.append(
-        f"{summary['samples_total']:,} samples on {summary['world']} ranks "
+        f"{counted(summary['samples_total'], 'sample', ',')} on "
+        f"{counted(summary['world'], 'rank')} "
         f"({summary['cost_model']})"
     )
     if summary["samples_skipped"]:
-        lines.append(f"left out by the dataset: {summary['samples_skipped']:,} samples")
+        lines.append(
+            f"left out by the dataset: {counted(summary['samples_skipped'], 'sample', ',')}"
+        )
     if any(row["samples_dropped"] for row in rows.values()):
         dropped = ", ".join(f"{p} {r['samples_dropped']:,}" for p, r in rows.items())
         lines.append(f"samples not scheduled: {dropped}")

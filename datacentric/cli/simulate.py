@@ -43,6 +43,7 @@ from datacentric.cli.planning_inputs import (
     sized_global_batch,
 )
 from datacentric.cli.ranks import announce
+from datacentric.progress import counted
 
 KEY = """\
 Reading the output. The headline, per policy: one epoch's simulated time (every step's
@@ -122,7 +123,7 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
     options = sized_global_batch(args, options, workload.shapes, cost_model, args.world)
-    what = f"simulate on {args.world} ranks"
+    what = f"simulate on {counted(args.world, 'rank')}"
     with Progress(what, 1, unit="part", time_left=True) as bar:  # run_policies sizes it
         runs = run_policies(
             workload.shapes,
@@ -186,7 +187,8 @@ def _steps_why(args: argparse.Namespace, shapes: Any, steps: int, options: Any) 
     """Why the epoch has ``steps`` optimizer steps: the global batch and where it is set
     (``options``: the ``[scheduling]`` section simulated, its sized batch included)."""
     if args.global_batch_samples:
-        return f"global batch of {args.global_batch_samples} samples (--global-batch-samples)"
+        samples = counted(args.global_batch_samples, "sample")
+        return f"global batch of {samples} (--global-batch-samples)"
     if args.global_batch_tokens:
         return f"global batch of {args.global_batch_tokens} tokens (--global-batch-tokens)"
     if options.global_batch_tokens:
@@ -210,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
     announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
         "simulate",
         f"{args.policy or 'the default policies'} on {args.dataset or args.lengths} at "
-        f"{args.world} ranks; reading the data first, then one epoch per policy with "
+        f"{counted(args.world, 'rank')}; reading the data first, then one epoch per policy with "
         "time left",
         json_output=args.json,
     )
@@ -219,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         print(json_text(report))
         return 0
     print(
-        f"{report['workload']}: {report['samples']} samples, {report['model']} on "
+        f"{report['workload']}: {counted(report['samples'], 'sample')}, {report['model']} on "
         f"{report['gpus']} x {report['hardware']}"
     )
     steps = report["steps"]

@@ -20,6 +20,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from datacentric.batch import PackedBatch
+from datacentric.progress import counted
 from datacentric.shapes import SampleShape
 
 
@@ -110,7 +111,9 @@ def check_sample_ids(sample_ids: Sequence[int], size: int) -> tuple[int, ...]:
         raise ValueError("cannot pack an empty list of samples")
     bad = [i for i in ids if not 0 <= i < size]
     if bad:
-        raise IndexError(f"sample id(s) {bad[:5]} out of range for a dataset of {size} samples")
+        raise IndexError(
+            f"sample id(s) {bad[:5]} out of range for a dataset of {counted(size, 'sample')}"
+        )
     return ids
 
 

@@ -17,6 +17,7 @@ from datacentric.data.frame_sampling import FrameSampling, frame_line, window_po
 from datacentric.data.media_decode import MediaInfo
 from datacentric.data.media_sources import MediaItem
 from datacentric.data.video_geometry import Geometry
+from datacentric.progress import counted
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def plan_clip(
     least = 1 if is_image else geometry.temporal + 1
     if len(line) < least:
         after = "" if len(line) == info.frames else " after --target-fps/--frame-stride"
-        return f"too short: {len(line)} frames{after}, the VAE needs {least}"
+        return f"too short: {counted(len(line), 'frame')}{after}, the VAE needs {least}"
     cap = len(line) if is_image else min(len(line), sampling.max_frames or len(line))
     if buckets is None:
         count = 1 if is_image else geometry.frames_below(cap)

@@ -17,6 +17,7 @@ from typing import Any
 
 from datacentric.batch import PackedBatch
 from datacentric.data.base import Dataset, check_sample_ids, epoch_pack
+from datacentric.progress import counted
 from datacentric.shapes import SampleShape
 
 
@@ -30,7 +31,7 @@ def split_ids(size: int, fraction: float, seed: int) -> tuple[list[int], list[in
     held = max(1, round(fraction * size))
     if held >= size:
         raise ValueError(
-            f"validation.dataset: split={fraction:g} of {size} sample(s) leaves none to "
+            f"validation.dataset: split={fraction:g} of {counted(size, 'sample')} leaves none to "
             "train on; lower the fraction or give more data"
         )
     order = list(range(size))

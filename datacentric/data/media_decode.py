@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from datacentric.data.media_sources import MediaItem
+from datacentric.progress import counted
 
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
@@ -298,7 +299,7 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
                 return pictures
     except Exception as err:  # noqa: BLE001
         raise _unreadable_image(path, err) from None
-    raise MediaError(problem or f"{frames} frames, frame {max(order)} wanted")
+    raise MediaError(problem or f"{counted(frames, 'frame')}, frame {max(order)} wanted")
 
 
 def _stated_frames(stream: Any) -> int:

@@ -192,7 +192,8 @@ def check_loaded_weights(name: str, folder: Path, model_class: str, loading: Map
     mismatched = sorted(loading.get("mismatched_keys") or ())
     if not (missing or mismatched):
         return
-    what = [f"{len(missing)} tensor(s) it needs are not there ({_few(missing)})"] if missing else []
+    needed = "tensor it needs is" if len(missing) == 1 else "tensors it needs are"
+    what = [f"{len(missing)} {needed} not there ({_few(missing)})"] if missing else []
     for key, found, wanted in mismatched[:3]:
         what.append(f"{key} is {tuple(found)} there but {tuple(wanted)} in the model")
     unused = sorted(loading.get("unexpected_keys") or ())

@@ -25,6 +25,7 @@ from datacentric.data.frame_sampling import FrameSampling
 from datacentric.data.media_decode import MediaError, probe
 from datacentric.data.media_sources import MediaItem, read_media_source
 from datacentric.data.video_geometry import Geometry
+from datacentric.progress import counted
 from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 
@@ -259,7 +260,8 @@ def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -
     if not any(task.plan for task in tasks):
         first = tasks[0]
         raise DataError(
-            f"--media {job.media}: none of its {len(tasks)} clips can be encoded (the first, "
+            f"--media {job.media}: none of its {counted(len(tasks), 'clip')} can be encoded "
+            f"(the first, "
             f"{first.item.where}: {first.skip}); nothing to prepare"
         )
     return assign_ranks(tasks, world)

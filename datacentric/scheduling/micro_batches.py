@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from datacentric.planning.bucket_options import mixable_sp_sizes
+from datacentric.progress import counted
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.option_table import OptionTable
@@ -124,8 +125,8 @@ def emit_iteration(
                 bucket = view.buckets[item.bucket]
                 raise ValueError(
                     f"iteration {index}: bucket {bucket.name!r} does not fit on an SP "
-                    f"group of {sp} ranks under the memory cap (or the model rejects "
-                    f"SP {sp}); too few samples to cover {world_size} ranks otherwise — "
+                    f"group of {counted(sp, 'rank')} under the memory cap (or the model rejects "
+                    f"SP {sp}); too few samples to cover {counted(world_size, 'rank')} otherwise — "
                     "use drop_remainder=True or a smaller world"
                 )
             settings.append((item, sp, table.micro_batch_recompute(item, sp, cfg), cfg.ring_size))

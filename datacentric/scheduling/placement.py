@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from datacentric.progress import counted
 from datacentric.scheduling import balance
 from datacentric.scheduling.item import Item
 from datacentric.scheduling.micro_batches import split_item
@@ -59,7 +60,7 @@ def ensure_items(items: list[Item], needed: int, table: OptionTable) -> list[Ite
 def largest_group(
     table: OptionTable, items: Sequence[Item], times: np.ndarray, sizes: Sequence[int]
 ) -> int:
-    """The largest group size an iteration may use: ``--max-sp`` when given (more only
+    """The largest group size an iteration may use: ``--max-sp-size`` when given (more only
     where some micro-batch fits nothing smaller), and never a size no micro-batch
     runs on (the model may reject it, e.g. more ranks than attention heads)."""
     cap = table.max_sp_size or table.world_size
@@ -75,10 +76,10 @@ def largest_group(
 def too_few(n_items: int, layout: list[int], limit: int, world_size: int) -> ValueError:
     """The error of an iteration whose micro-batches cannot cover the world."""
     return ValueError(
-        f"a global batch of {n_items} micro-batch(es) cannot cover {world_size} ranks with "
-        f"groups of at most {limit} ranks (layout {sorted(layout)}); raise the global batch "
-        "(--global-batch-tokens / --global-batch-samples), raise --max-sp, or drop the "
-        "remainder"
+        f"a global batch of {counted(n_items, 'micro-batch')} cannot cover "
+        f"{counted(world_size, 'rank')} with groups of at most {counted(limit, 'rank')} "
+        f"(layout {sorted(layout)}); raise the global batch (--global-batch-tokens / "
+        "--global-batch-samples), raise --max-sp-size, or drop the remainder"
     )
 
 

@@ -47,7 +47,8 @@ def check_validation(
         )
     if every and steps is not None and every > steps:
         raise ConfigError(
-            f"validation.every: {every} is more than the run's {steps} steps "
+            f"validation.every: {every} is more than the run's {steps} "
+            f"{'step' if steps == 1 else 'steps'} "
             "(training.iterations): validation would run only after the last step; lower it"
         )
     if validation.pipeline is not None and validation.prompts is None:

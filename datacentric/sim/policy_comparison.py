@@ -23,7 +23,7 @@ from datacentric.planning.memory_cap import (
 from datacentric.planning.plan import Plan
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.progress import Progress, StepShare
+from datacentric.progress import Progress, StepShare, counted
 from datacentric.schedule import Schedule
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
@@ -195,7 +195,7 @@ def run_policies(
         return _run_at_once(pipeline, policies, stages, errors, workers or 1, epoch, record_spans)
     units = stage_units(policies)
     stages.set_total(sum(units.values()))
-    stages.begin(f"planning {len(pipeline.shapes):,} samples", units[PLANNING])
+    stages.begin(f"planning {counted(len(pipeline.shapes), 'sample', ',')}", units[PLANNING])
     _ = pipeline.plan  # planned once, before any policy: a bucket that fits nothing raises
     stages.update(units[PLANNING])
     bounds: dict[tuple[int, ...], tuple[float, float]] = {}
@@ -242,7 +242,7 @@ def _run_at_once(
     is theirs, as one after another)."""
     policies = list(dict.fromkeys(policies))
     stages.set_total(2 + len(policies))
-    stages.begin(f"planning {len(pipeline.shapes):,} samples", 1)
+    stages.begin(f"planning {counted(len(pipeline.shapes), 'sample', ',')}", 1)
     _ = pipeline.plan
     bounds = {(): (pipeline.ideal_epoch_time(), None)}
     stages.update(1, stage="")  # the bound over every sample, made once for every process

@@ -65,6 +65,7 @@ from datacentric.parallel.groups import ProcessGroups, process_groups
 from datacentric.planning.hardware import gib_text
 from datacentric.planning.heads import ulysses_sp_sizes
 from datacentric.planning.planner import UnfittableBucketError
+from datacentric.progress import counted
 from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.settings import TrainConfig
@@ -235,7 +236,8 @@ def unfittable_line(err: UnfittableBucketError, pipeline: Pipeline, priced: str 
     return (
         f"cost.memory_gb: bucket {err.bucket!r} (its longest sample: sample {longest}, "
         f"{shape.tokens:,} tokens) needs {gib_text(err.needed_bytes)} GiB per rank{priced} "
-        f"even on {err.sp_size} rank(s) with every block recomputed, above the memory budget "
+        f"even on {counted(err.sp_size, 'rank')} with every block recomputed, above the "
+        "memory budget "
         f"of {gib_text(err.cap_bytes)} GiB per rank; raise --memory-gb, give more ranks "
         f"(--world){shorter}"
     )

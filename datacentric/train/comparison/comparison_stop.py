@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from datacentric.progress import counted
 from datacentric.train.checkpoints.preemption import signal_name
 
 #: The signals a comparison stops for.
@@ -37,7 +38,8 @@ class ComparisonStopped(Exception):
         what = f"{done}; their folders are under {self.out}" if done else "none finished"
         return (
             f"stopped by {signal_name(self.signum)} after {len(self.finished)} of "
-            f"{self.total} runs ({what}); no comparison without every run: run the command "
+            f"{counted(self.total, 'run')} ({what}); no comparison without every run: run the "
+            "command "
             "again"
         )
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from datacentric.progress import counted
+
 #: Other jobs' 1-minute load average per core above which a machine counts as busy.
 BUSY_LOAD_PER_CORE = 0.5
 #: Other jobs' measured busy time per core and second above which a machine counts as busy.
@@ -196,7 +198,8 @@ class LoadReading:
         )
         return (
             f"load average {self.before[0]:.2f} before, {self.after[0]:.2f} after on "
-            f"{self.cores} cores{others}; the {self.ranks} ranks got {self.cpu_share:.0%} "
+            f"{counted(self.cores, 'core')}{others}; the {counted(self.ranks, 'rank')} got "
+            f"{self.cpu_share:.0%} "
             f"of their wall time as CPU time ({self.rank_cpu_s:.0f} of "
             f"{self.rank_wall_s:.0f} rank-seconds): {verdict}"
         )
@@ -225,4 +228,4 @@ def describe_start(
     else:
         is_busy, now = busy_measured(busy_now, num_cores), f", {busy_now:.2f} busy now"
     note = ": BUSY, other jobs share the cores and timings will be noisy" if is_busy else ""
-    return f"load average {before[0]:.2f} on {num_cores} cores{now}{note}"
+    return f"load average {before[0]:.2f} on {counted(num_cores, 'core')}{now}{note}"

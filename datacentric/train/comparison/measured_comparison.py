@@ -35,7 +35,7 @@ import torch
 from datacentric.parallel.launch import launch
 from datacentric.planning.cost_model import CostModel
 from datacentric.profiling.store import PROBE_FILE, PROFILE_FILE
-from datacentric.progress import Progress
+from datacentric.progress import Progress, counted
 from datacentric.schedule import Iteration, Schedule
 from datacentric.settings import TrainConfig
 from datacentric.settings.sections import DataConfig
@@ -251,7 +251,7 @@ def compare_policies(
     order = run_order(policies, repeats)
     finished: list[tuple[str, int]] = []  # what a stop by a signal reports
     steps = RunSteps()
-    what = f"{len(policies)} policies x {repeats} runs"
+    what = f"{counted(len(policies), 'policy')} x {counted(repeats, 'run')}"
     with (
         Progress(what, len(order), unit="run", time_left=True, partial=steps) as bar,
         stopping_on_signals(finished, len(order), out),
@@ -357,7 +357,7 @@ def _read_run(policy, out: str, shapes, cost_model, warmup) -> PolicyMeasurement
     records = read_metrics(out)
     if len(records) != len(schedule.iterations):
         raise RuntimeError(
-            f"{policy}: {len(records)} steps were logged in {out} but epoch 0 has "
+            f"{policy}: {counted(len(records), 'step')} logged in {out} but epoch 0 has "
             f"{len(schedule.iterations)}; the run did not finish its epoch"
         )
     return dataclasses.replace(
