@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import runpy
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.train.comparison.measured_comparison import compare_policies
 from datacentric.train.data_centric import DataCentric
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_example_diff_is_at_most_ten_lines():
@@ -71,8 +74,9 @@ def _example_losses(name: str, model: str, capsys, monkeypatch) -> list[float]:
     this process, which has torch, transformers and diffusers imported already."""
     path = ROOT / "examples" / name
     if model == "llama" and name == "train_datacentric.py":
+        env = dict(os.environ, OMP_NUM_THREADS="1")  # one thread, as a rank has
         done = subprocess.run(
-            [sys.executable, str(path), model], capture_output=True, text=True, timeout=600
+            [sys.executable, str(path), model], capture_output=True, text=True, timeout=600, env=env
         )
         assert done.returncode == 0, done.stderr[-2000:]
         stdout = done.stdout
