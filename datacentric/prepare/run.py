@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from datacentric.data.base import DataError
+from datacentric.data.latent_files import read_latent_listing
 from datacentric.data.latents import EMPTY_PROMPT
 from datacentric.data.media_decode import MediaError, decode
 from datacentric.data.video_geometry import Geometry
@@ -42,6 +43,7 @@ from datacentric.models.diffusers_encode import (
 from datacentric.parallel.launch import launch
 from datacentric.prepare.plan import PrepareJob, PreparePlan, Task, plan_prepare
 from datacentric.progress import TimeLeft, elapsed_text
+from datacentric.regular_files import read_json_file
 
 STATE = ".prepare"
 MANIFEST = "manifest.jsonl"
@@ -290,18 +292,17 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
 
 
 def _earlier_run(out: Path) -> tuple[set[str], str | None]:
-    """The samples (latent files) the manifest in ``out`` lists and the ``--media`` of the
-    run that wrote it (its report's): what a run of another source no longer lists. An
-    unreadable file is no earlier run."""
+    """The samples (latent files, relative to ``out``) the manifest in ``out`` lists, read
+    as ``latents:OUT`` reads it, and the ``--media`` of the run that wrote it (its
+    report's): what a run of another source no longer lists. A manifest or report that
+    does not read is no earlier run (the note is left out)."""
     try:
-        text = (out / MANIFEST).read_text(encoding="utf-8")
-        samples = {json.loads(line)["latent"] for line in text.split("\n") if line}
-    except (OSError, ValueError, KeyError, TypeError):
+        listed = read_latent_listing(str(out / MANIFEST)) if (out / MANIFEST).exists() else []
+        report = read_json_file(out / REPORT) if (out / REPORT).exists() else {}
+        samples = {entry.latent.relative_to(out).as_posix() for entry in listed}
+    except (ValueError, OSError):  # a name outside out: relative_to's ValueError
         return set(), None
-    try:
-        media = json.loads((out / REPORT).read_text(encoding="utf-8")).get("media")
-    except (OSError, ValueError, AttributeError):
-        media = None
+    media = report.get("media")
     return samples, media if isinstance(media, str) else None
 
 

@@ -178,6 +178,22 @@ def _read_latent_manifest(path: Path) -> Any:
     ]
 
 
+def _earlier_prepare(folder: Path) -> Path:
+    """A prepare output folder: its manifest (mutated) and its report."""
+    path = _latent_manifest(folder)
+    (folder / "prepare_report.json").write_text(json.dumps({"media": "clips.csv"}))
+    return path
+
+
+def _read_earlier_prepare(path: Path) -> Any:
+    """What a later prepare into the folder reads of the earlier run (nothing, where the
+    manifest does not read: the note is left out, never a failure)."""
+    from datacentric.prepare.run import _earlier_run
+
+    samples, media = _earlier_run(path.parent)
+    return sorted(samples), media
+
+
 # -- settings and run folders ------------------------------------------------------------
 
 
@@ -480,6 +496,7 @@ TARGETS = [
     Target("latent safetensors", _latent_safetensors, _read_latent, examples=200, text=False),
     Target("latent pt", _latent_pt, _read_latent, examples=200, text=False),
     Target("latent manifest", _latent_manifest, _read_latent_manifest, jsonl=True),
+    Target("earlier prepare", _earlier_prepare, _read_earlier_prepare, jsonl=True),
     Target("toml settings", _toml, _read_toml, examples=300),
     Target("config.json", _run_config, _read_run_config, json=True, examples=200),
     Target(

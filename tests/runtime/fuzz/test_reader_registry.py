@@ -39,7 +39,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.data.latent_files:_safetensors_header": fuzzed("latent safetensors"),
     "datacentric.data.latent_files:_pt_tensor": fuzzed("latent pt"),
     "datacentric.data.latent_files:open_latent": fuzzed("latent npy", "latent safetensors"),
-    "datacentric.data.latent_files:read_latent_listing": fuzzed("latent manifest"),
+    "datacentric.data.latent_files:read_latent_listing": fuzzed(
+        "latent manifest", "earlier prepare"
+    ),
+    "datacentric.prepare.run:_earlier_run": fuzzed("earlier prepare"),
     "datacentric.data.media_sources:_csv_rows": fuzzed("media csv"),
     "datacentric.data.media_sources:_rows": fuzzed("media csv", "media jsonl"),
     "datacentric.data.media_sources:_caption_file": fuzzed("caption txt"),
