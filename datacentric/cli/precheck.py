@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datacentric.cli.ranks import say
+from datacentric.progress import counted
 from datacentric.settings import SchedulingConfig, TrainConfig
 from datacentric.settings.sections import CostConfig, TrainingConfig
 
@@ -120,7 +121,7 @@ def warmup_note(
     if warmup <= steps:
         return None
     return (
-        f"training.warmup_iterations {warmup} is more than the run's {steps} step(s): the "
+        f"training.warmup_iterations {warmup} is more than the run's {counted(steps, 'step')}: the "
         f"learning rate stays in its warm-up and reaches {steps / warmup:.3g} of training.lr "
         "at the last step (--warmup-iterations sets it)"
     )
@@ -294,8 +295,9 @@ def check_validation(
         )
         if every > per_epoch * training.epochs:
             raise ValueError(
-                f"validation.every: {every} is more than the run's {per_epoch * training.epochs} "
-                f"steps ({training.epochs} epoch(s) of {per_epoch}): validation would run only "
+                f"validation.every: {every} is more than the run's "
+                f"{counted(per_epoch * training.epochs, 'step')} "
+                f"({counted(training.epochs, 'epoch')} of {per_epoch}): validation would run only "
                 "after the last step; lower it"
             )
 
@@ -461,7 +463,7 @@ def check_samples_for_model_check(
         after = f", after validation.dataset {split} held out {held}" if split else ""
         fewer = ", or hold out fewer (validation.dataset)" if split else ""
         raise ValueError(
-            f"the dataset has {usable} sample(s) of 4 tokens or more ({len(tokens)} in all"
+            f"the dataset has {counted(usable, 'sample')} of 4 tokens or more ({len(tokens)} in all"
             f"{after}); training checks the model on 2 such samples packed together before "
             f"the ranks start: give more data (data.dataset, data.dataset_limit){longer}{fewer}"
         )

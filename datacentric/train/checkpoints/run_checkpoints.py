@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from datacentric.progress import counted
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoints.checkpoint_folders import (
     CheckpointError,
@@ -109,7 +110,7 @@ class RunCheckpoints:
     def interval_text(self) -> str:
         """``every 500 steps or 10 min``: how often the run saves (for messages)."""
         steps, minutes = self.checkpoint.checkpoint_every, self.checkpoint.checkpoint_every_minutes
-        parts = [f"{steps} steps"] if steps else []
+        parts = [counted(steps, "step")] if steps else []
         parts += [f"{minutes:g} min"] if minutes else []
         return f"every {' or '.join(parts)}" if parts else "only at the end"
 

@@ -76,7 +76,7 @@ def test_a_missing_config_file_is_reported_before_torch_loads(tmp_path):
 
 
 def test_too_few_samples_for_the_model_check_names_the_data_settings():
-    with pytest.raises(ValueError, match=r"has 1 sample\(s\) of 4 tokens or more \(2 in all\)"):
+    with pytest.raises(ValueError, match=r"has 1 sample of 4 tokens or more \(2 in all\)"):
         check_samples_for_model_check([100, 3])
     with pytest.raises(ValueError, match="data.dataset_limit"):
         check_samples_for_model_check([100])
@@ -102,7 +102,7 @@ def test_one_document_for_a_transformers_model_names_the_data_settings(tmp_path,
     argv = ["train", "--model", "hf:qwen2", "--dataset", f"jsonl:{data}", "--world", "1"]
     assert main([*argv, "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "has 1 sample(s) of 4 tokens or more (1 in all)" in err and "data.dataset" in err
+    assert "has 1 sample of 4 tokens or more (1 in all)" in err and "data.dataset" in err
 
 
 def test_the_first_rank_of_a_launch_says_a_line(tmp_path, monkeypatch):

@@ -15,9 +15,9 @@ from datacentric.settings import load_config
 @pytest.mark.parametrize(
     ("settings", "note"),
     [
-        (dict(iterations=1), "2 is more than the run's 1 step(s)"),
-        (dict(warmup_iterations=20), "20 is more than the run's 8 step(s)"),
-        (dict(warmup_iterations=20, epochs=2), "20 is more than the run's 16 step(s)"),
+        (dict(iterations=1), "2 is more than the run's 1 step"),
+        (dict(warmup_iterations=20), "20 is more than the run's 8 steps"),
+        (dict(warmup_iterations=20, epochs=2), "20 is more than the run's 16 steps"),
         (dict(), None),  # 2 warm-up steps of 8
         (dict(warmup_iterations=8), None),  # the last step reaches the peak
     ],

@@ -33,6 +33,8 @@ def test_a_default_run_saves_every_500_steps_or_10_minutes(tmp_path) -> None:
     assert not checkpoints.overdue(599.0) and checkpoints.overdue(600.0)
     by_time = RunCheckpoints(CheckpointConfig(checkpoint_every=0), tmp_path)
     assert not by_time.due(500) and by_time.interval_text() == "every 10 min"
+    each = CheckpointConfig(checkpoint_every=1, checkpoint_every_minutes=0)
+    assert RunCheckpoints(each, tmp_path).interval_text() == "every 1 step"
     never = CheckpointConfig(checkpoint_every=0, checkpoint_every_minutes=0)
     assert not RunCheckpoints(never, tmp_path).overdue(1e9)
 
