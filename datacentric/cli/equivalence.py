@@ -21,6 +21,7 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce
+from datacentric.progress import counted
 from datacentric.settings import SHARD_MODES
 
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     announce(  # before the ranks start and import torch
         "equivalence",
-        f"{args.model} on {args.world} rank{'s' if args.world != 1 else ''}: one mixed step "
+        f"{args.model} on {counted(args.world, 'rank')}: one mixed step "
         "against one process; starting the ranks, then the check (a minute or two for a "
         "tiny model on 2 CPU cores)",
         json_output=args.json,

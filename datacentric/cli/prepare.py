@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     announce(  # before torch and the pipeline load
         "prepare",
         f"encoding {args.media} with {args.pipeline}'s VAE and text encoders into {args.out} "
-        f"on {world} rank{'s' if world != 1 else ''}; loading the pipeline first (seconds "
+        f"on {counted(world, 'rank')}; loading the pipeline first (seconds "
         "for a small one, a minute or more for a full-size one), then clips with time left",
         json_output=args.json,
     )

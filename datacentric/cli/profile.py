@@ -174,8 +174,8 @@ def run(args: argparse.Namespace) -> int:
 def _start_line(args: argparse.Namespace) -> str:
     """What ``profile`` will do, said before torch loads and the ranks start."""
     return (
-        f"{args.model} on {args.dataset or args.lengths}, {args.world} {args.backend} "
-        f"rank{'s' if args.world != 1 else ''}, memory cap {args.memory_gb} GiB, into "
+        f"{args.model} on {args.dataset or args.lengths}, "
+        f"{counted(args.world, f'{args.backend} rank')}, memory cap {args.memory_gb} GiB, into "
         f"{args.out} (a fresh profile there is reused); starting the ranks, then profiling "
         "with time left (the tiny llama: about half a minute on 2 idle CPU cores)"
     )

@@ -225,10 +225,7 @@ def run(args: argparse.Namespace) -> int:
         f"{report['gpus']} x {report['hardware']}"
     )
     steps = report["steps"]
-    print(
-        f"one epoch simulated: {steps} optimizer step{'s' if steps != 1 else ''}, "
-        f"each a {report['steps_why']}"
-    )
+    print(f"one epoch simulated: {counted(steps, 'optimizer step')}, each a {report['steps_why']}")
     print("\n".join(policy_lines(report["policies"])))
     return 0
 

@@ -21,6 +21,7 @@ from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.precheck import check_dataset
 from datacentric.cli.ranks import announce
+from datacentric.progress import counted
 from datacentric.settings import TrainConfig
 
 
@@ -91,14 +92,14 @@ def start_line(config: TrainConfig) -> str:
     steps, the ranks and the run folder."""
     training = config.training
     steps = (
-        f"{training.iterations} step{'s' if training.iterations != 1 else ''}"
+        counted(training.iterations, "step")
         if training.iterations
-        else f"{training.epochs} epoch{'s' if training.epochs != 1 else ''}"
+        else counted(training.epochs, "epoch")
     )
     ranks = config.parallelism.world or int(os.environ.get("WORLD_SIZE", "1"))
     return (
-        f"{config.model.model} on {config.data.dataset}, {steps}, {ranks} "
-        f"rank{'s' if ranks != 1 else ''}, into {config.job.out} (loading torch and the "
+        f"{config.model.model} on {config.data.dataset}, {steps}, {counted(ranks, 'rank')}, "
+        f"into {config.job.out} (loading torch and the "
         "model first: seconds for a small one, a minute or more for a large hf: folder)"
     )
 

@@ -34,6 +34,7 @@ from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedText
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.data.video import SyntheticVideoDataset
 from datacentric.data.workloads import list_workloads, preset_shapes
+from datacentric.progress import counted
 from datacentric.settings.sections import (
     DataConfig,
     ModelConfig,
@@ -242,7 +243,7 @@ def skipped_note(dataset: object) -> str:
     other = total - empty - long - no_loss
     if other:
         parts.append(f"{other} by the dataset")
-    return f"{total} sample{'s' if total != 1 else ''} skipped: {', '.join(parts)}"
+    return f"{counted(total, 'sample')} skipped: {', '.join(parts)}"
 
 
 def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:

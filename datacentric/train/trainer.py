@@ -23,6 +23,7 @@ import torch
 
 from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
 from datacentric.parallel.launch import launch_mode
+from datacentric.progress import counted
 from datacentric.regular_files import open_regular
 from datacentric.schedule import Schedule
 from datacentric.scheduling.resume import Position
@@ -562,7 +563,7 @@ def steps_text(done: int, total: int) -> str:
     """The steps a run will take: ``10 steps``; resumed after step 6, ``steps 7-10 of 10
     (4 to run)``."""
     if done == 0:
-        return f"{total} step" if total == 1 else f"{total} steps"
+        return counted(total, "step")
     if done >= total:
         return f"all {total} steps done already"
     return f"steps {done + 1}-{total} of {total} ({total - done} to run)"
