@@ -24,6 +24,8 @@ from datacentric.train.checkpoints import checkpoint_save
 from datacentric.train.lr_schedule import lr_lambda
 from datacentric.train.trainer import train_rank
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 TINY = SMALL_TRAIN_FLAGS
 
 
@@ -147,9 +149,15 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    """A finished one-process run of 2 steps with a checkpoint after each."""
+    """A finished one-process run of 2 steps with a checkpoint after each (on one thread,
+    as the tests: a module's fixture is set up before their ``one_thread``)."""
     out = tmp_path_factory.mktemp("finished") / "run"
-    train_rank(small_config(out, iterations=2, checkpoint_every=1, lr_schedule="cosine"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_rank(small_config(out, iterations=2, checkpoint_every=1, lr_schedule="cosine"))
+    finally:
+        torch.set_num_threads(threads)
     return out
 
 
@@ -345,13 +353,13 @@ def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
     deadline = time.monotonic() + 300
     while not (out / "metrics.jsonl").exists() and time.monotonic() < deadline:
         assert launcher.poll() is None, launcher.stderr.read().decode()[-2000:]
-        time.sleep(0.5)
+        time.sleep(0.05)
     ranks = _descendants(launcher.pid)
     assert ranks, "no rank processes found"
     launcher.send_signal(signal.SIGTERM)
     launcher.wait(timeout=60)
     deadline = time.monotonic() + 30
     while any(_alive(p) for p in ranks) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.05)
     assert not [p for p in ranks if _alive(p)]
     assert launcher.returncode == 128 + signal.SIGTERM
