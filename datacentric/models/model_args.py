@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from datacentric.regular_files import read_json_file
+
 ALL_LINEAR = "all-linear"
 """peft's shorthand target: every linear layer but a transformers model's output head,
 chosen by peft itself."""
@@ -179,6 +181,24 @@ def check_model_folder(name: str, folder: Path) -> None:
             "run code when read; save them as safetensors "
             "(save_pretrained(..., safe_serialization=True))"
         )
+
+
+def model_held(folder: Path) -> tuple[str, str] | None:
+    """The kind of ``--model`` source (``hf``, ``diffusers``) ``folder`` holds, and what
+    it holds, where it holds a model: a diffusers pipeline (``model_index.json``), a
+    transformers model (``config.json`` with a ``model_type``) or a diffusers model
+    (``config.json`` with a ``_class_name``); ``None`` otherwise. Reads JSON only: a
+    ``config.json`` that does not read is a :class:`ModelSourceError` naming it."""
+    if (folder / "model_index.json").is_file():
+        return "diffusers", "a diffusers pipeline (model_index.json)"
+    if not (folder / "config.json").is_file():
+        return None
+    config = read_json_file(folder / "config.json", error=ModelSourceError)
+    if "model_type" in config:
+        return "hf", "a Hugging Face transformers model (config.json with a model_type)"
+    if "_class_name" in config:
+        return "diffusers", "a diffusers model (config.json with a _class_name)"
+    return None
 
 
 def check_loaded_weights(name: str, folder: Path, model_class: str, loading: Mapping) -> None:

@@ -37,7 +37,6 @@ unasked, is refused in one line.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from datacentric.models.model_args import (
     ModelSourceError,
     check_model_args,
     check_model_folder,
+    model_held,
     parse_model_args,
     pickled_only,
     weight_files,
@@ -111,30 +111,16 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
         if not module_name or not attr.isidentifier():
             raise ModelSourceError(f"model {name!r} is not pkg.module:factory")
         return ModelSource(name, "factory", name, args=values)
-    kind = _folder_kind(Path(name).expanduser())
-    hint = f", a folder holding {kind[1]}: give --model {kind[0]}{name}; or" if kind else ";"
+    try:
+        held = model_held(Path(name).expanduser())
+    except ModelSourceError as err:  # a folder whose config.json does not read
+        raise ModelSourceError(f"model {name!r}: {err}") from None
+    prefix = {"hf": HF_PREFIX, "diffusers": DIFFUSERS_PREFIX}[held[0]] if held else ""
+    hint = f", a folder holding {held[1]}: give --model {prefix}{name}; or" if held else ";"
     raise ModelSourceError(
         f"unknown model {name!r}{hint} use a preset ({', '.join(MODEL_PRESETS)}), "
         "hf:DIR_OR_NAME, diffusers:DIR_OR_NAME or pkg.module:factory"
     )
-
-
-def _folder_kind(folder: Path) -> tuple[str, str] | None:
-    """The prefix a ``--model`` of ``folder`` needs (``hf:``, ``diffusers:``) and what the
-    folder holds, when it holds a model: a diffusers pipeline (``model_index.json``), a
-    transformers model (``config.json`` with a ``model_type``) or a diffusers model
-    (``config.json`` with a ``_class_name``); ``None`` otherwise. Reads JSON only."""
-    if (folder / "model_index.json").is_file():
-        return DIFFUSERS_PREFIX, "a diffusers pipeline (model_index.json)"
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if isinstance(config, dict) and "model_type" in config:
-        return HF_PREFIX, "a Hugging Face transformers model (config.json with a model_type)"
-    if isinstance(config, dict) and "_class_name" in config:
-        return DIFFUSERS_PREFIX, "a diffusers model (config.json with a _class_name)"
-    return None
 
 
 def tiny_names(kind: str) -> list[str]:

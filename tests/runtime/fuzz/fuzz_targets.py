@@ -412,6 +412,13 @@ def _latent_pt(folder: Path) -> Path:
     return path
 
 
+def _read_model_held(path: Path) -> Any:
+    """What ``--model DIR`` without its prefix is told the folder holds."""
+    from datacentric.models.model_args import model_held
+
+    return model_held(path.parent)
+
+
 def _hf_weights(folder: Path) -> Path:
     import torch
     from safetensors.torch import save_file
@@ -531,6 +538,7 @@ TARGETS = [
     Target("model_index.json", _model_index, _read_model_index, json=True, names=_folder_names),
     Target("vae config.json", _vae_config, _read_vae_config, json=True, names=_folder_names),
     Target("hf config.json", _hf_config, _read_hf_config, json=True, names=_folder_names),
+    Target("unprefixed model folder", _hf_config, _read_model_held, json=True, examples=100),
     Target("hf weights", _hf_weights, _read_hf_weights, examples=200, text=False),
     Target(
         "checkpoint .metadata",

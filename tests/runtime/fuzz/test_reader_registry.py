@@ -52,6 +52,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.models.diffusers_build:read_model_config": fuzzed("diffusers config.json"),
     "datacentric.models.hf:check_weight_files": fuzzed("hf weights"),
     "datacentric.models.hf:folder_config": fuzzed("hf config.json"),
+    "datacentric.models.model_args:model_held": fuzzed("unprefixed model folder"),
     "datacentric.models.diffusers_encode:read_model_index": fuzzed("model_index.json"),
     "datacentric.models.diffusers_encode:pipeline_geometry": fuzzed("vae config.json"),
     "datacentric.planning.hardware:load_hardware_file": fuzzed("hardware json"),
