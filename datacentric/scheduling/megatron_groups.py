@@ -16,6 +16,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from datacentric.progress import counted
+from datacentric.scheduling.global_batches import GroupCap
+
 #: Megatron's workload slack.
 DELTA = 0.05
 
@@ -62,24 +65,28 @@ def form_micro_batch(
     ranks: int,
     max_cp: int | None = None,
     whole: bool = False,
+    limit: GroupCap | None = None,
 ) -> tuple[list[CPGroup], list[tuple[int, int]]]:
     """One micro-batch over ``ranks`` ranks from ``rem`` (``(id, length)``, longest
     first), in CP groups of at most ``max_cp`` ranks (default: ``ranks``); returns its
     groups (in rank order) and the sequences left for later. ``whole``: one group of
     every rank may run too (past ``max_cp``, at a world that is not a power of two):
     the micro-batch of a sequence longer than ``max_cp`` groups hold, and the
-    fallback where the groups cannot cover the ranks."""
+    fallback where the groups cannot cover the ranks. ``limit``: where ``max_cp`` comes
+    from, as the refusal of a sequence too long for it says (default: the model)."""
     top_cp = min(ranks, max_cp or ranks)
     seed_id, seed_len = rem[0]
     c = cp_min(seed_len, cap)
     if c > top_cp:
         if whole and seed_len <= cap * ranks:
             return full_group(rem, cap, ranks)
+        held = ranks if whole else top_cp
+        limit = limit or GroupCap(held, False)
+        wider = ", or a larger --max-sp-size" if limit.set_by_user else ""
         raise ValueError(
             f"megatron-dyncp: a sequence of {seed_len} tokens needs CP {c} at "
-            f"{cap} tokens per rank but CP groups hold at most {ranks if whole else top_cp} "
-            "ranks here (the model's heads, --max-sp and the world); raise "
-            "megatron_tokens_per_rank"
+            f"{cap} tokens per rank but CP groups hold at most {counted(held, 'rank')} here "
+            f"({limit.source}); raise megatron_tokens_per_rank{wider}"
         )
     work_cap = seed_len * cap * (1 + DELTA)
     groups = [CPGroup(0, c)]
@@ -205,13 +212,14 @@ def megatron_micro_batches(
     ranks: int,
     max_cp: int | None = None,
     whole: bool = False,
+    limit: GroupCap | None = None,
 ) -> list[list[CPGroup]]:
     """Megatron's schedule of one global batch: its micro-batches, each a list of CP
     groups (at most ``max_cp`` ranks, or one of every rank if ``whole``: see
-    :func:`form_micro_batch`) covering the ranks."""
+    :func:`form_micro_batch`; ``limit``: where ``max_cp`` comes from) covering the ranks."""
     rem = sorted(lengths, key=lambda x: -x[1])  # stable: ties keep their order
     out = []
     while rem:
-        groups, rem = form_micro_batch(rem, cap, ranks, max_cp, whole)
+        groups, rem = form_micro_batch(rem, cap, ranks, max_cp, whole, limit)
         out.append(groups)
     return out

@@ -16,6 +16,7 @@ import numpy as np
 
 from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
 from datacentric.schedule import Iteration
+from datacentric.scheduling.global_batches import GroupCap
 from datacentric.scheduling.megatron_groups import (
     CPGroup,
     NoLayoutError,
@@ -35,9 +36,19 @@ def cp_sizes(inp: PolicyInput) -> list[int]:
     world), that the model runs with some split
     (:func:`~datacentric.planning.bucket_options.split_candidates`: past the head count
     on a ring, as Megatron's ``a2a+p2p`` context parallelism runs)."""
-    top = inp.options.max_sp_size or inp.world_size
+    return _runnable_cp_sizes(inp, inp.options.max_sp_size or inp.world_size)
+
+
+def _runnable_cp_sizes(inp: PolicyInput, top: int) -> list[int]:
+    """The CP sizes of :func:`cp_sizes` up to ``top`` ranks, whatever ``--max-sp`` says."""
     sizes = [s for s in mixable_sp_sizes(inp.world_size) if s <= top]
     return [s for s in sizes if split_candidates(inp.cost_model, s)] or [1]
+
+
+def _group_cap(inp: PolicyInput) -> GroupCap:
+    """Where the limit of :func:`cp_limits` comes from: ``--max-sp-size`` when it is below
+    the largest CP size the model runs here, else the model."""
+    return GroupCap.of(inp.options, inp.world_size, _runnable_cp_sizes(inp, inp.world_size)[-1])
 
 
 def cp_limits(inp: PolicyInput) -> tuple[int, bool]:
@@ -88,7 +99,9 @@ def build_step(
     if (k, cap) not in formed:
         max_cp, whole = cp_limits(inp)
         try:
-            formed[k, cap] = megatron_micro_batches(lengths, cap, world, max_cp, whole)
+            formed[k, cap] = megatron_micro_batches(
+                lengths, cap, world, max_cp, whole, _group_cap(inp)
+            )
         except NoLayoutError:
             formed[k, cap] = None
     phases = formed[k, cap]

@@ -1,10 +1,13 @@
 """What the global-batch notes and refusals say: the limit on a group's ranks named where
 it comes from (``--max-sp-size`` when the user's setting sets it, the model otherwise),
+megatron-dyncp's CP groups' limit said the same way (:class:`GroupCap`),
 and a count said with its unit in the singular when it is one."""
 
 from __future__ import annotations
 
 import pytest
+from test_search_progress import MODEL
+from toy_cost_model import toy_pipeline
 
 from datacentric.progress import counted
 from datacentric.scheduling.global_batches import check_global_batch, size_global_batch
@@ -58,3 +61,24 @@ def test_a_short_step_refusal_names_the_setting():
     message = str(err.value)
     assert "in groups of at most 2 (--max-sp-size 2, [scheduling] max_sp_size) need 2" in message
     assert "model" not in message
+
+
+def test_megatron_names_where_its_cp_groups_limit_comes_from():
+    """A sequence longer than megatron-dyncp's CP groups hold at a fixed per-rank cap: the
+    refusal names ``--max-sp-size`` when it sets the limit, the model otherwise."""
+    shapes = [SampleShape.text(t) for t in (100, 200, 9000, 500, 300, 400, 600, 700)]
+    said = {}
+    for max_sp_size in (2, None):
+        options = load_config(
+            None, max_sp_size=max_sp_size, megatron_tokens_per_rank=1000, global_batch_samples=8
+        ).scheduling
+        pipeline = toy_pipeline(shapes, MODEL, world_size=8, options=options)
+        with pytest.raises(ValueError) as err:
+            pipeline.schedule(policy="megatron-dyncp")
+        said[max_sp_size] = str(err.value)
+    assert (
+        "CP groups hold at most 2 ranks here (--max-sp-size 2, [scheduling] max_sp_size); "
+        "raise megatron_tokens_per_rank, or a larger --max-sp-size" in said[2]
+    ), said[2]
+    assert "CP groups hold at most 8 ranks here (the model's largest SP size); " in said[None]
+    assert "--max-sp" not in said[None] and "max_sp_size" not in said[None]
