@@ -29,7 +29,7 @@ from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint, v
 from datacentric.train.run_folder import LOCK_FILE
 from datacentric.train.trainer import NonFiniteLossError, train_rank
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 
 def logged_samples(out: Path) -> list[dict]:
