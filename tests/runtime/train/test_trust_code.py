@@ -19,10 +19,21 @@ from test_trust_paths import copy_run, one_step_run, refused
 from datacentric.models.source import build_model_named
 from datacentric.train.checkpoints import checkpoint as ckpt
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    return one_step_run(tmp_path_factory)
+    """The one-step run, trained on one thread as the tests run (a module's fixture is set
+    up before their ``one_thread``)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return one_step_run(tmp_path_factory)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def set_model(run: Path, model: str, args: dict, *, checkpoint_too: bool = True) -> None:
