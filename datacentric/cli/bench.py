@@ -54,6 +54,9 @@ runtime_s_runs, noise_rel, runtime_noise_rel, predicted_s, sim_rel_err, first_lo
 final_loss, measured_idle_share, est_idle_share and folders.
 """
 
+#: Runs of each policy by default: two, for the spread between them.
+RUNS_PER_POLICY = 2
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -73,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--runs-per-policy",
         type=int,
-        default=None,
-        help="runs of each policy, interleaved (A B A B), for the spread between them (default: 2)",
+        default=RUNS_PER_POLICY,
+        help="runs of each policy, interleaved (A B A B), for the spread between them "
+        f"(default: {RUNS_PER_POLICY})",
     )
     add_json_flag(parser)
     enable_config_file(parser)
@@ -95,29 +99,33 @@ def bench_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from datacentric.train.comparison.comparison_stop import ComparisonStopped
     from datacentric.train.comparison.machine_load import (
         busy_cores_now,
         cores,
         describe_start,
         load_average,
     )
-    from datacentric.train.comparison.measured_comparison import DEFAULT_REPEATS, compare_policies
 
-    repeats = DEFAULT_REPEATS if args.runs_per_policy is None else args.runs_per_policy
+    repeats = args.runs_per_policy
     if repeats < 1:
         print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
     config = bench_config(args)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    # stdout holds the summary alone; the first line and the load notes go to stderr,
+    # before torch loads
+    print(
+        f"datacentric bench: {start_line(args, config, policies, repeats)}; "
+        f"{describe_start(load_average(), cores(), busy_cores_now())}",
+        file=sys.stderr,
+        flush=True,
+    )
+    from datacentric.train.comparison.comparison_stop import ComparisonStopped
+    from datacentric.train.comparison.measured_comparison import compare_policies
+
     prechecked = check_dataset(config, "bench")
     if prechecked is None:
         return 2
-    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    # stdout holds the summary alone; the load notes go to stderr
-    print(
-        f"datacentric bench: {describe_start(load_average(), cores(), busy_cores_now())}",
-        file=sys.stderr,
-    )
     try:
         comparison = compare_policies(
             config, policies, args.world, args.out, repeats=repeats, prechecked=prechecked
@@ -139,6 +147,20 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def start_line(
+    args: argparse.Namespace, config: TrainConfig, policies: list[str], repeats: int
+) -> str:
+    """What ``bench`` will do, said before torch loads: the policies, the data, the ranks
+    and the runs, and what its time grows with (no run of it was timed at every input)."""
+    interleaved = " (A B A B)" if repeats > 1 else ""
+    return (
+        f"{', '.join(policies)} with {config.model.model} on {config.data.dataset}, "
+        f"{counted(args.world, 'gloo rank')}, one epoch per policy, {counted(repeats, 'run')} "
+        f"each{interleaved}, into {args.out}; loading torch and checking the data first (how "
+        "long grows with the model, the data, --world and --runs-per-policy)"
+    )
 
 
 def human_summary(summary: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from datacentric.settings import load_config
 from datacentric.settings.command_defaults import command_default
 
 if TYPE_CHECKING:
+    from datacentric.settings import TrainConfig
     from datacentric.train.comparison.measured_comparison import PolicyRepeats
 
 #: Tuned ``static`` first (the baseline of every ratio), the reference baseline, then DCP.
@@ -74,9 +75,9 @@ def run(args: argparse.Namespace) -> int:
         f"{config.model.model} on the standard-library corpus "
         f"({counted(config.data.dataset_limit, 'file')}, chunks of <= "
         f"{config.data.max_tokens} bytes), "
-        f"{args.world} gloo ranks, memory cap {config.cost.memory_gb} GiB per rank, "
-        f"one epoch per policy, {DEMO_REPEATS} runs each (A B A B; about 4 minutes on an idle "
-        f"2-core machine); {describe_start(load_average(), cores(), busy_cores_now())}",
+        f"{counted(args.world, 'gloo rank')}, memory cap {config.cost.memory_gb} GiB per rank, "
+        f"one epoch per policy, {DEMO_REPEATS} runs each (A B A B; {_how_long(args, config)}); "
+        f"{describe_start(load_average(), cores(), busy_cores_now())}",
     )
     from datacentric.sim.plots import plot_loss_curves, plot_results
     from datacentric.sim.trace import write_trace
@@ -164,6 +165,17 @@ def _print_table(results: dict[str, PolicyRepeats], global_batch_tokens: int) ->
             f"{first.losses[0]:>8.3f} -> {first.losses[-1]:<7.3f} "
             f"{first.measured_idle_share:>6.1%}"
         )
+
+
+def _how_long(args: argparse.Namespace, config: TrainConfig) -> str:
+    """How long the demo takes: measured at its defaults, else what it grows with."""
+    world, files = command_default("demo", "world"), DEMO_DATASET_LIMIT
+    if (args.world, config.data.dataset_limit) == (world, files):
+        return "about 4 minutes on an idle 2-core machine"
+    return (
+        f"how long grows with --world and --dataset-limit: about 4 minutes at --world {world} "
+        f"and {counted(files, 'file')} on an idle 2-core machine"
+    )
 
 
 def _print_plan(path: Path) -> None:

@@ -14,6 +14,20 @@ from typing import Any
 from datacentric.cli.flag_groups import add_memory_flags, add_shard_flags, lora_of_args
 from datacentric.shapes import SampleShape, read_lengths_file
 
+#: The refusal of a command whose samples come from nowhere.
+NO_DATA = "give --dataset SPEC or --lengths FILE"
+
+
+def data_named(args: argparse.Namespace) -> str:
+    """What the samples come from, as a command's first line names it: ``--lengths
+    FILE`` or ``--dataset SPEC``, the one :func:`dataset_shapes` reads; ``ValueError``
+    when neither is given (or the ``--config`` file's ``dataset``), so that the command
+    refuses before a first line that names no data."""
+    named = getattr(args, "lengths", None) or args.dataset
+    if not named:
+        raise ValueError(NO_DATA)
+    return named
+
 
 def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
     """Sample shapes of ``--dataset SPEC`` (any source of
@@ -48,7 +62,7 @@ def dataset_shapes(args: argparse.Namespace) -> tuple[list[SampleShape], int]:
                 "(--tokenizer DIR counts your model's tokens; --tokenizer bytes says so)",
             )
         return dataset.shapes(), skipped_samples(dataset)
-    raise ValueError("give --dataset NAME or --lengths FILE")
+    raise ValueError(NO_DATA)
 
 
 def add_cost_model_arguments(parser: argparse.ArgumentParser) -> None:

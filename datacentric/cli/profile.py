@@ -29,10 +29,13 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import config_option, enable_config_file
 from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
-from datacentric.cli.planning_inputs import dataset_shapes
+from datacentric.cli.planning_inputs import data_named, dataset_shapes
 from datacentric.cli.ranks import announce
 from datacentric.progress import counted
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
+
+#: Bucket shapes profiled, and buckets validated, by default.
+MAX_POINTS = VALIDATE = 3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,14 +63,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     config_option(parser, "--dtype", key="dtype")
     config_option(parser, "--warmup", key="warmup", type=int)
     config_option(parser, "--repeats", key="repeats", type=int)
-    parser.add_argument("--max-points", type=int, default=3, help="bucket shapes to profile")
+    parser.add_argument(
+        "--max-points", type=int, default=MAX_POINTS, help="bucket shapes to profile"
+    )
     parser.add_argument(
         "--max-profile-tokens",
         type=int,
         help=f"largest profiled sample (default: {CPU_MAX_TOKENS} with gloo, {GPU_MAX_TOKENS} "
         "with nccl)",
     )
-    parser.add_argument("--validate", type=int, default=3, help="buckets to validate (0: no)")
+    parser.add_argument(
+        "--validate", type=int, default=VALIDATE, help="buckets to validate (0: no)"
+    )
     parser.add_argument(
         "--validation-tokens",
         type=int,
@@ -172,10 +179,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start_line(args: argparse.Namespace) -> str:
-    """What ``profile`` will do, said before torch loads and the ranks start."""
+    """What ``profile`` will do, said before torch loads and the ranks start (no data
+    given: refused first)."""
     return (
-        f"{args.model} on {args.dataset or args.lengths}, "
+        f"{args.model} on {data_named(args)}, "
         f"{counted(args.world, f'{args.backend} rank')}, memory cap {args.memory_gb} GiB, into "
         f"{args.out} (a fresh profile there is reused); starting the ranks, then profiling "
-        "with time left (the tiny llama: about half a minute on 2 idle CPU cores)"
+        f"with time left ({_how_long(args)})"
     )
+
+
+def _how_long(args: argparse.Namespace) -> str:
+    """How long a profile takes: measured for the tiny llama at the defaults, else what
+    it grows with."""
+    tiny = args.model == "llama" and args.backend == "gloo"
+    if tiny and args.world == 2 and (args.max_points, args.validate) == (MAX_POINTS, VALIDATE):
+        return "the tiny llama at 2 gloo ranks: about half a minute on 2 idle CPU cores"
+    return "how long grows with the model's size, --world, --max-points and --validate"

@@ -39,6 +39,7 @@ from datacentric.cli.planning_inputs import (
     add_cost_model_arguments,
     analytic_model,
     command_pipeline,
+    data_named,
     dataset_shapes,
     global_batch_options,
     model_and_hardware,
@@ -298,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     costs = f"the profile in {args.profile}" if args.profile else "the analytic cost model"
     announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
         "schedule",
-        f"{args.policy} on {args.dataset or args.lengths} at {counted(args.world, 'rank')} "
+        f"{args.policy} on {data_named(args)} at {counted(args.world, 'rank')} "
         f"with {costs}; "
         "reading the data and planning first, then each policy's steps with time left",
         json_output=args.json,

@@ -37,6 +37,8 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
 from datacentric.cli.planning_inputs import (
+    NO_DATA,
+    data_named,
     dataset_shapes,
     global_batch_options,
     sharding_of,
@@ -176,7 +178,7 @@ def _workload(args: argparse.Namespace) -> Any:
     if args.lengths:
         return workload_from_lengths(args.lengths, args.model, args.hardware)
     if not args.dataset:
-        raise ValueError("give --dataset SPEC or --lengths FILE")
+        raise ValueError(NO_DATA)
     if args.dataset in list_workloads():
         return get_workload(args.dataset, seed=args.seed, num_samples=args.dataset_limit)
     shapes, _ = dataset_shapes(args)
@@ -211,7 +213,7 @@ def _steps_why(args: argparse.Namespace, shapes: Any, steps: int, options: Any) 
 def run(args: argparse.Namespace) -> int:
     announce(  # before the data is read (a tokenizer, or a large file, takes seconds)
         "simulate",
-        f"{args.policy or 'the default policies'} on {args.dataset or args.lengths} at "
+        f"{args.policy or 'the default policies'} on {data_named(args)} at "
         f"{counted(args.world, 'rank')}; reading the data first, then one epoch per policy with "
         "time left",
         json_output=args.json,

@@ -99,9 +99,16 @@ def start_line(config: TrainConfig) -> str:
     ranks = config.parallelism.world or int(os.environ.get("WORLD_SIZE", "1"))
     return (
         f"{config.model.model} on {config.data.dataset}, {steps}, {counted(ranks, 'rank')}, "
-        f"into {config.job.out} (loading torch and the "
-        "model first: seconds for a small one, a minute or more for a large hf: folder)"
+        f"into {config.job.out} (loading torch and the model first: "
+        f"{_load_time(config.model.model)})"
     )
+
+
+def _load_time(model: str) -> str:
+    """How long loading ``model`` takes: what it grows with, the folder's kind named."""
+    kind = model.split(":", 1)[0]
+    large = f"a large {kind}: folder" if kind in ("hf", "diffusers") else "a large one"
+    return f"seconds for a small one, a minute or more for {large}"
 
 
 def _report(args: argparse.Namespace, results: dict, tokenizer: str | None) -> int:

@@ -1,6 +1,7 @@
 """A long command says what it will do before it pays for its heavy imports: the first
 line of ``demo``, ``train``, ``profile``, ``prepare``, ``schedule``, ``simulate`` and
-``equivalence`` is written on stdout before torch, transformers or diffusers is imported
+``equivalence`` is written on stdout (``bench``'s on stderr: its stdout is the summary's)
+before torch, transformers or diffusers is imported
 (with ``--json`` none: stdout is the JSON's, stderr the one line of a failure), after at
 most :data:`FIRST_LINE_CPU_S` of the process's CPU time (what an idle machine's wall time
 to it would be; a loaded one's wall time is not the command's). Measured to the first line
@@ -87,10 +88,10 @@ COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(COMMANDS))
-def test_the_first_line_comes_before_torch_is_imported(case: str, tmp_path) -> None:
-    arguments, stream, start = COMMANDS[case]
-    argv = [case.split()[0], *(a.replace("{tmp}", str(tmp_path)) for a in arguments)]
+def first_line(argv: list[str], tmp_path) -> tuple[str, str, str, str, str]:
+    """The command's first line (``{tmp}`` in ``argv`` is ``tmp_path``): its stream, the
+    heavy modules loaded by then, the CPU time, the line and all the process said."""
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(FIRST_LINE), *argv],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
@@ -98,6 +99,13 @@ def test_the_first_line_comes_before_torch_is_imported(case: str, tmp_path) -> N
     )  # fmt: skip
     said = done.stdout[-2000:] + done.stderr[-2000:]
     where, heavy, cpu, line = (done.stdout.split("; ", 3) + ["", "", "", ""])[:4]
+    return where, heavy, cpu, line, said
+
+
+@pytest.mark.parametrize("case", sorted(COMMANDS))
+def test_the_first_line_comes_before_torch_is_imported(case: str, tmp_path) -> None:
+    arguments, stream, start = COMMANDS[case]
+    where, heavy, cpu, line, said = first_line([case.split()[0], *arguments], tmp_path)
     assert (where, heavy) == (stream, "heavy []"), said
     assert line.startswith(start.replace("{tmp}", str(tmp_path))), said
     assert cpu.startswith("cpu ") and float(cpu[4:]) <= FIRST_LINE_CPU_S, said
@@ -110,3 +118,75 @@ def test_json_output_gets_no_first_line(capsys) -> None:
     assert capsys.readouterr() == ("", "")  # stdout is the JSON's, stderr the failure's
     announce("train", "llama on stdlib")
     assert capsys.readouterr() == ("datacentric train: llama on stdlib\n", "")
+
+
+#: unusual but valid inputs -> (arguments, the stream, the start of the first line, what
+#: it says of how long, and what it must not say): a claim of time only where it holds
+#: for the input, else what the time grows with
+PROFILE = ["profile", "--memory-gb", "2", "--profile-dir", "{tmp}", "--model"]
+UNUSUAL = {
+    "profile of a folder model on --lengths": (
+        [*PROFILE, "hf:my-model", "--lengths", "{tmp}/lengths.txt", "--world", "2"],
+        "stdout",
+        "datacentric profile: hf:my-model on {tmp}/lengths.txt, 2 gloo ranks",
+        "(how long grows with the model's size, --world, --max-points and --validate)",
+        "tiny llama",
+    ),
+    "profile of the tiny llama at 4 ranks": (
+        [*PROFILE, "llama", "--dataset", "stdlib", "--world", "4"],
+        "stdout",
+        "datacentric profile: llama on stdlib, 4 gloo ranks",
+        "(how long grows with the model's size, --world",
+        "half a minute",
+    ),
+    "demo at 4 ranks on 3 files": (
+        ["demo", "--out", "{tmp}", "--world", "4", "--dataset-limit", "3"],
+        "stdout",
+        "datacentric demo: llama on the standard-library corpus (3 files",
+        "how long grows with --world and --dataset-limit: about 4 minutes at --world 2 and "
+        "10 files",
+        "A B A B; about 4 minutes",
+    ),
+    "train of a diffusers model": (
+        ["train", "--model", "diffusers:wan", "--dataset", "latents:{tmp}/latents"]
+        + ["--iterations", "1", "--out", "{tmp}/run"],
+        "stdout",
+        "datacentric train: diffusers:wan on latents:{tmp}/latents, 1 step, 1 rank",
+        "a minute or more for a large diffusers: folder)",
+        "hf: folder",
+    ),
+    "bench of two policies, one run each": (
+        ["bench", "--policy", "static,dcp-opt", "--runs-per-policy", "1", "--out", "{tmp}"],
+        "stderr",
+        "datacentric bench: static, dcp-opt with llama on stdlib, 2 gloo ranks, one epoch per "
+        "policy, 1 run each, into {tmp}; loading torch",
+        "(how long grows with the model, the data, --world and --runs-per-policy)",
+        "A B A B",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNUSUAL))
+def test_the_first_line_of_an_unusual_input_says_what_it_will_do(case: str, tmp_path) -> None:
+    arguments, stream, start, how_long, wrong = UNUSUAL[case]
+    (tmp_path / "lengths.txt").write_text("100\n200\n3000\n", encoding="utf-8")
+    where, heavy, _, line, said = first_line(arguments, tmp_path)
+    assert (where, heavy) == (stream, "heavy []"), said
+    assert line.startswith(start.replace("{tmp}", str(tmp_path))), said
+    assert how_long in line and wrong not in line, said
+
+
+@pytest.mark.parametrize("command", ["profile", "schedule", "simulate"])
+def test_no_data_is_refused_before_a_first_line_that_names_none(command: str, tmp_path) -> None:
+    """Without ``--dataset`` or ``--lengths`` (nor a ``--config`` file's ``dataset``): one
+    line and exit status 2; the first line said ``on None`` before."""
+    argv = [command, "--world", "2"]
+    if command == "profile":
+        argv += ["--model", "llama", "--memory-gb", "2", "--profile-dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-m", "datacentric", *argv],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
+    assert done.stderr == f"datacentric {command}: give --dataset SPEC or --lengths FILE\n"
