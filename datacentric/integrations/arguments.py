@@ -80,8 +80,9 @@ def whole(value: float, name: str) -> int:
     return int(value)
 
 
-def every(strategy: Any, steps: float | None, per_epoch: int, name: str) -> int:
-    """The steps between two events of a ``*_strategy`` (``no``: 0)."""
+def every(strategy: Any, steps: float | None, per_epoch: int, name: str, total: int) -> int:
+    """The steps between two events of a ``*_strategy`` (``no``: 0) in a run of ``total``
+    steps (``steps`` below 1: that share of them, rounded up, as transformers)."""
     strategy = _plain(strategy)
     if strategy == "no":
         return 0
@@ -89,9 +90,7 @@ def every(strategy: Any, steps: float | None, per_epoch: int, name: str) -> int:
         return per_epoch
     if strategy == "steps" and steps is not None:
         if 0 < steps < 1:
-            raise ArgumentsError(
-                f"{name}={steps!r}: a share of the steps is not supported; give a step count"
-            )
+            return math.ceil(total * steps)
         return whole(steps, name)
     raise ArgumentsError(f"{name.split('_')[0]}_strategy={strategy!r}: use steps, epoch or no")
 
@@ -120,17 +119,22 @@ def training_settings(args: Any, *, world: int, tokens: Sequence[int]) -> dict[s
         **global_batch(args, world, tokens),
         "drop_remainder": bool(args.dataloader_drop_last),
     }
+    check_drop_last(args, world, len(tokens))
     per_epoch = steps_per_epoch(args, tokens, SchedulingConfig(**scheduling))
     if args.max_steps > 0:  # transformers' count of epochs; num_train_epochs is not read
         epochs, total = math.ceil(args.max_steps / per_epoch), args.max_steps
-    else:
-        epochs = whole(args.num_train_epochs, "num_train_epochs")
-        total = epochs * per_epoch
+        iterations = total
+    else:  # as transformers: a share of the last epoch is its share of the steps
+        if args.num_train_epochs < 0:
+            raise ArgumentsError(f"num_train_epochs={args.num_train_epochs!r}: give 0 or more")
+        epochs = math.ceil(args.num_train_epochs)
+        total = math.ceil(args.num_train_epochs * per_epoch)
+        iterations = total if total < epochs * per_epoch else None  # ends inside an epoch
     warmup = warmup_steps(args, total)
     lr_factor(args, total)  # refused here, before the run is built
-    log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps")
-    every(args.save_strategy, args.save_steps, per_epoch, "save_steps")
-    every(args.eval_strategy, args.eval_steps, per_epoch, "eval_steps")
+    log_every = every(args.logging_strategy, args.logging_steps, per_epoch, "logging_steps", total)
+    every(args.save_strategy, args.save_steps, per_epoch, "save_steps", total)
+    every(args.eval_strategy, args.eval_steps, per_epoch, "eval_steps", total)
     limit = args.save_total_limit or 0  # transformers deletes none at 0 or below, as unset
     return {
         "job": {"out": str(args.output_dir), "seed": args.seed},
@@ -143,9 +147,10 @@ def training_settings(args: Any, *, world: int, tokens: Sequence[int]) -> dict[s
             "warmup_iterations": warmup,
             "weight_decay": args.weight_decay,
             "betas": (args.adam_beta1, args.adam_beta2),
-            "grad_clip": args.max_grad_norm or 0.0,
+            # as transformers: no clipping unless above 0
+            "grad_clip": max(args.max_grad_norm or 0.0, 0.0),
             "epochs": max(1, epochs),
-            "iterations": args.max_steps if args.max_steps > 0 else None,
+            "iterations": iterations,
         },
         "metrics": {"log_every": log_every, **sinks(args.report_to)},
         # the callbacks' TrainerControl asks for every save and evaluation (a final
@@ -158,6 +163,25 @@ def training_settings(args: Any, *, world: int, tokens: Sequence[int]) -> dict[s
             **({"device": "cpu"} if args.use_cpu else {}),
         },
     }
+
+
+def check_drop_last(args: Any, world: int, samples: int) -> None:
+    """:class:`ArgumentsError` when ``dataloader_drop_last`` would leave out other samples
+    of an epoch of ``samples`` than transformers' loader does: it drops the last partial
+    micro-batch of each rank, the runtime the last partial global batch (with gradient
+    accumulation, whole micro-batches more)."""
+    if not args.dataloader_drop_last or getattr(args, "packing", False):
+        return
+    rows = args.per_device_train_batch_size * world
+    batch = rows * args.gradient_accumulation_steps
+    if samples // rows * rows != samples // batch * batch:
+        raise ArgumentsError(
+            f"dataloader_drop_last=True with gradient_accumulation_steps="
+            f"{args.gradient_accumulation_steps}: transformers trains {samples // rows * rows} "
+            f"of the {samples} samples an epoch (it leaves out a partial micro-batch), the "
+            f"runtime {samples // batch * batch} (it leaves out a partial global batch); set "
+            "dataloader_drop_last=False or gradient_accumulation_steps=1"
+        )
 
 
 def warmup_steps(args: Any, total: int) -> int:
@@ -221,6 +245,16 @@ def steps_per_epoch(args: Any, tokens: Sequence[int], scheduling: SchedulingConf
     partial one left out with ``dataloader_drop_last``)."""
     shapes = [SampleShape.text(count) for count in tokens]
     return epoch_steps(shapes, scheduling, seed=args.seed, world_size=1)
+
+
+def epoch_batches(args: Any, samples: int, world: int) -> int:
+    """transformers' micro-batches of an epoch of ``samples`` on each of ``world`` ranks
+    (its data loader's length), which its ``state.epoch`` counts; 0 with TRL's
+    ``packing=True`` (its packed rows are not the runtime's global batches)."""
+    if getattr(args, "packing", False):
+        return 0
+    rows = args.per_device_train_batch_size * world
+    return samples // rows if args.dataloader_drop_last else math.ceil(samples / rows)
 
 
 def best_metric_key(args: Any) -> str | None:

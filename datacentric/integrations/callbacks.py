@@ -50,6 +50,7 @@ class CallbackHooks(StepHooks):
         callbacks: list,
         *,
         per_epoch: int,
+        epoch_batches: int = 0,
         evaluate: Callable[[], list[tuple[str, float, float]]] | None = None,
         world: int = 1,
         token_metrics: bool = False,
@@ -57,6 +58,9 @@ class CallbackHooks(StepHooks):
     ):
         self.args, self.state, self.control, self.callbacks = args, state, control, callbacks
         self.per_epoch = per_epoch
+        self.epoch_batches = epoch_batches
+        """transformers' micro-batches of an epoch on a rank, which its ``state.epoch``
+        counts (:func:`.arguments.epoch_batches`; 0: count the epoch by steps)."""
         self.epoch_index = 0
         """The runtime's epoch (0-based) of the last step, and its steps run so far."""
         self.in_epoch = 0
@@ -175,6 +179,7 @@ class CallbackHooks(StepHooks):
         state.num_train_epochs = math.ceil(total / self.per_epoch)
         state.logging_steps, state.eval_steps = args.logging_steps, args.eval_steps or 0
         state.save_steps = args.save_steps
+        state.compute_steps(args, total)  # as transformers: below 1, a share of the steps
         state.train_batch_size = args.per_device_train_batch_size
         self.control.should_training_stop = False
         kept = kept_state(args.output_dir, done) if done else None
@@ -210,7 +215,7 @@ class CallbackHooks(StepHooks):
         self.event("on_pre_optimizer_step")
         self.event("on_optimizer_step")
         state.global_step = step
-        state.epoch = self.epoch_index + self.in_epoch / self.per_epoch
+        state.epoch = self.epoch_index + self._epoch_share()
         self.pending.append(float(record["loss"]))
         if "mean_token_accuracy" in record:
             self.pending_tokens.append((record["mean_token_accuracy"], record["entropy"]))
@@ -234,10 +239,21 @@ class CallbackHooks(StepHooks):
         if save:
             self.save_asked.add(step)
         end_epoch = bool(control.should_epoch_stop) and self.in_epoch < self.per_epoch
-        # under max_steps transformers runs ceil(max_steps / per_epoch) epochs, cut or not
-        last = self.args.max_steps > 0 and self.epoch_index + 1 >= state.num_train_epochs
+        # under max_steps (or a share of an epoch) transformers runs ceil(max_steps /
+        # per_epoch) epochs, cut or not
+        counted = self.args.max_steps > 0 or state.max_steps % self.per_epoch
+        last = bool(counted) and self.epoch_index + 1 >= state.num_train_epochs
         stop = bool(control.should_training_stop) or (end_epoch and last)
         return StepControl(stop=stop, save=save, end_epoch=end_epoch)
+
+    def _epoch_share(self) -> float:
+        """The share of the epoch done after its ``in_epoch`` steps, as transformers counts
+        it: its micro-batches done over the epoch's (its last step may hold fewer than
+        ``gradient_accumulation_steps``), else the steps done over the epoch's."""
+        if not self.epoch_batches:
+            return self.in_epoch / self.per_epoch
+        done = min(self.in_epoch * self.args.gradient_accumulation_steps, self.epoch_batches)
+        return done / self.epoch_batches
 
     def _epoch_end(self, record: dict[str, Any]) -> bool:
         """``on_epoch_end``, then what its flags ask; whether a checkpoint is asked for."""

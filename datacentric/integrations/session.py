@@ -28,7 +28,7 @@ from typing import Any
 import torch.distributed as dist
 
 from datacentric.data import open_dataset
-from datacentric.integrations.arguments import steps_per_epoch
+from datacentric.integrations.arguments import epoch_batches, steps_per_epoch
 from datacentric.integrations.callbacks import CallbackHooks
 from datacentric.integrations.constructor_checks import checked_construction
 from datacentric.integrations.launcher import tell_transformers_the_launch
@@ -349,6 +349,7 @@ class DropInTrainer(ScriptMethods):
             self.control,
             self.callbacks,
             per_epoch=steps_per_epoch(args, inputs.train_tokens, config.scheduling),
+            epoch_batches=epoch_batches(args, len(inputs.train_tokens), groups.world_size),
             evaluate=self._evaluate_now if inputs.eval_files else None,
             world=groups.world_size,
             token_metrics=self.command == "SFTTrainer",

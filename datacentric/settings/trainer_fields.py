@@ -54,6 +54,7 @@ SAME = "test_drop_ins_under_torchrun_equal_trl_and_transformers"
 CONTROL = "test_should_save_and_should_training_stop_then_resume"
 SURFACE = "test_the_script_epilogue_and_trainer_surface"
 MAPPED = "test_fields_become_settings"
+SWEEP = "test_each_field_trains_as_transformers"
 _METRICS = "test_compute_metrics_after_train_as_transformers_evaluate"
 _BEST = "test_load_best_model_at_end_as_transformers"
 _EARLY = "test_early_stopping_as_transformers"
@@ -75,7 +76,12 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "gradient_accumulation_steps": _h(
         f"the global batch in samples: {_GLOBAL}", SAME, "scheduling.global_batch_samples"
     ),
-    "num_train_epochs": _h("a whole number of epochs", SAME, "training.epochs"),
+    "num_train_epochs": _h(
+        "the epochs; a share of the last trains that share of its steps (rounded up), as "
+        "transformers",
+        SWEEP,
+        "training.epochs",
+    ),
     "max_steps": _h("the step count (when above 0)", CONTROL, "training.iterations"),
     "learning_rate": _h("the peak learning rate", SAME, "training.lr"),
     "lr_scheduler_type": _h(
@@ -106,7 +112,7 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "average_tokens_across_devices": _r(
         "the loss is always the mean over every loss token of the global batch (True)"
     ),
-    "max_grad_norm": _h("gradient clipping (0: none)", SAME, "training.grad_clip"),
+    "max_grad_norm": _h("gradient clipping (0 or below: none)", SWEEP, "training.grad_clip"),
     "label_smoothing_factor": _r("the loss is the model's own cross-entropy"),
     "bf16": _h("training under bfloat16 autocast", SAME, "model.dtype"),
     "fp16": _r("float16 is not supported: use bf16=True", "model.dtype"),
@@ -134,7 +140,11 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
         "test_logging_strategy_epoch_and_metric_key_prefix",
         "metrics.log_every",
     ),
-    "logging_steps": _h("the steps between two on_log calls", SAME, "metrics.log_every"),
+    "logging_steps": _h(
+        "the steps between two on_log calls (below 1: a share of the steps)",
+        SWEEP,
+        "metrics.log_every",
+    ),
     "logging_first_step": _h(
         "step 1 logged too (transformers' DefaultFlowCallback asks it)",
         "test_first_step_and_eval_delay",
@@ -158,7 +168,11 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "trackio_bucket_id": _x("trackio is refused in report_to"),
     "trackio_static_space_id": _x("trackio is refused in report_to"),
     "eval_strategy": _h("steps, epoch or no", CONTROL, "validation.every"),
-    "eval_steps": _h("the steps between two evaluations", CONTROL, "validation.every"),
+    "eval_steps": _h(
+        "the steps between two evaluations (below 1: a share of the steps)",
+        CONTROL,
+        "validation.every",
+    ),
     "eval_delay": _h(
         "no evaluation before it (transformers' DefaultFlowCallback asks none)",
         "test_first_step_and_eval_delay",
@@ -186,7 +200,11 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
         CONTROL,
         "checkpoint.checkpoint_every",
     ),
-    "save_steps": _h("the steps between two checkpoints", CONTROL, "checkpoint.checkpoint_every"),
+    "save_steps": _h(
+        "the steps between two checkpoints (below 1: a share of the steps)",
+        CONTROL,
+        "checkpoint.checkpoint_every",
+    ),
     "save_on_each_node": _x("rank 0 writes; the folder is shared"),
     "save_total_limit": _h(
         "keep the newest N checkpoints",
@@ -225,7 +243,8 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
     "accelerator_config": _r("no accelerate Accelerator: the runtime holds the ranks"),
     "parallelism_config": _r("parallelism is the planner's decision"),
     "dataloader_drop_last": _h(
-        "leave out the last, partial global batch",
+        "leave out the last, partial global batch (refused with gradient accumulation where "
+        "transformers, which leaves out a partial micro-batch, trains more samples)",
         MAPPED,
         "scheduling.drop_remainder",
     ),
