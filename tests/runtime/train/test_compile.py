@@ -87,7 +87,12 @@ def train_steps(compile: bool) -> dict:
 
 
 def _both() -> tuple[dict, dict]:
-    return train_steps(compile=False), train_steps(compile=True)
+    """Eager, then compiled. Inductor compiles in this process: a pool of compile workers
+    (an interpreter each, importing torch) costs more than these few small graphs."""
+    from torch._inductor import config
+
+    with config.patch(compile_threads=1):
+        return train_steps(compile=False), train_steps(compile=True)
 
 
 def _assert_same_run(got: dict, want: dict, what: str) -> None:
