@@ -183,12 +183,15 @@ def check_model_holding(config: TrainConfig, dataset) -> tuple[nn.Module, str | 
     device), the ``shard`` its ranks hold it with instead of the settings' (``ddp`` for a
     model whose forward calls a block more than once, which FSDP2 cannot hold; ``None``:
     the settings'), and the note that says so."""
-    from datacentric.models.source import inner_pretrained
+    from datacentric.models.source import DataKindError, inner_pretrained
     from datacentric.train.build import BlockReuseError, check_model
 
     settings = dict(lora=config.lora, parallelism=config.parallelism, cost=config.cost)
     try:
         return check_model(config.model, dataset, **settings), None, None
+    except DataKindError as err:  # named by the settings that chose the model and data
+        line = err.named(f"--model {config.model.model}", f"--dataset {config.data.dataset}")
+        raise ValueError(line) from None
     except BlockReuseError as err:  # FSDP2 gathers a block once per call: DDP holds it
         note = (
             f"{type(inner_pretrained(err.module) or err.module).__name__} calls block "

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from datacentric.models.configs import DiTConfig
 from datacentric.models.lora import apply_lora
 from datacentric.models.model_args import (
     ADAPTER_FILES,
@@ -154,6 +155,70 @@ def build_from_source(
     if source.lora is not None:
         apply_lora(model, source.lora)
     return model, data
+
+
+TEXT = "text"
+VIDEO = "video latents"
+CAPTIONED = "video latents with their text embeddings"
+#: how to give the data each kind of model trains on
+DATA_FIX = {
+    TEXT: "give text (--dataset stdlib, jsonl:FILE, parquet:FILE or text:FILE)",
+    VIDEO: "give video (--dataset latents:DIR, or a video workload preset: opensora-short, ...)",
+    CAPTIONED: "give --dataset latents:DIR with text embeddings (datacentric prepare writes one)",
+}
+
+
+class DataKindError(ValueError):
+    """A model given data of the other kind: a text model given video, a video model
+    given text, a diffusers model given data without text embeddings. ``named`` says it
+    with the settings that chose them."""
+
+    def __init__(self, name: str, wants: str, holds: str) -> None:
+        self.name, self.wants, self.holds = name, wants, holds
+        super().__init__(self.named(f"model {name!r}", "the dataset"))
+
+    def named(self, model: str, data: str) -> str:
+        """The line, naming the model as ``model`` and the data as ``data``."""
+        return (
+            f"{model} trains on {self.wants}, and {data} holds {self.holds}: {DATA_FIX[self.wants]}"
+        )
+
+
+def check_data_kind(source: ModelSource, dataset: Any) -> None:
+    """Raise :class:`DataKindError` when ``dataset`` holds data of another kind than the
+    model ``source`` names trains on: text for a preset Llama or an ``hf:`` model, video
+    latents for a preset DiT, video latents with their text embeddings for a
+    ``diffusers:`` model. A factory's model, no dataset or data of both kinds pass (what
+    we cannot tell, the model's own check decides)."""
+    if source.kind == "preset":
+        video = isinstance(MODEL_PRESETS[source.target].config, DiTConfig)
+        wants = VIDEO if video else TEXT
+    else:
+        wants = {"hf": TEXT, "diffusers": CAPTIONED}.get(source.kind)
+    holds = None if wants is None or dataset is None else _data_kind(dataset, wants)
+    if holds is not None and holds != wants:
+        raise DataKindError(source.name, wants, holds)
+
+
+def _data_kind(dataset: Any, wants: str) -> str | None:
+    """What ``dataset`` holds (:data:`TEXT`, :data:`VIDEO`, :data:`CAPTIONED` or video
+    latents without them), or ``None`` when it cannot be told (no shapes, both kinds, a
+    sample that does not pack). Text embeddings are looked for only when ``wants`` them,
+    in its shortest sample packed."""
+    shapes = list(getattr(dataset, "shapes", list)())
+    video = {shape.is_video for shape in shapes}
+    if len(video) != 1:
+        return None
+    if not video.pop():
+        return TEXT
+    if wants != CAPTIONED:
+        return VIDEO
+    shortest = min(range(len(shapes)), key=lambda i: shapes[i].tokens)
+    try:
+        context = getattr(dataset.pack([shortest]), "sample_context", None)
+    except Exception:  # a dataset that does not pack here: the model's check decides
+        return None
+    return CAPTIONED if context is not None else "video latents without text embeddings"
 
 
 def _build_source(

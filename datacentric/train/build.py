@@ -30,6 +30,7 @@ from datacentric.models.source import (
     ModelSource,
     build_from_source,
     build_model_named,
+    check_data_kind,
     parse_model_args,
     resolve_model,
 )
@@ -386,13 +387,14 @@ def check_model(
     """Everything about the run's model that can be checked before ranks start, on the
     meta device (no weights read): the ``--model`` string and ``--model-arg`` keys, the
     model contract's attributes, features the packed path refuses (raised by the
-    adapters at construction), the vocabulary against the dataset's, and, for the
-    analytic cost model, that its cost can be read from it. A Hugging Face model then
-    runs the model contract's forward passes on a small CPU copy keeping every layer
-    type (features that show only when the model runs). Raises a ``ValueError`` naming
-    the model and what is wrong. Reads the ``[model]``, ``[lora]``, ``[parallelism]`` and
-    ``[cost]`` sections. Returns the model built on the meta device (the other checks
-    before ranks start read it: one build)."""
+    adapters at construction), data of the kind the model trains on
+    (:func:`~datacentric.models.source.check_data_kind`), the vocabulary against the
+    dataset's, and, for the analytic cost model, that its cost can be read from it. A
+    Hugging Face model then runs the model contract's forward passes on a small CPU copy
+    keeping every layer type (features that show only when the model runs). Raises a
+    ``ValueError`` naming the model and what is wrong. Reads the ``[model]``, ``[lora]``,
+    ``[parallelism]`` and ``[cost]`` sections. Returns the model built on the meta device
+    (the other checks before ranks start read it: one build)."""
     name = model.model
     source = model_source(model, lora)
     try:
@@ -407,8 +409,11 @@ def check_model(
         RuntimeError,
         NotImplementedError,
     ) as err:
+        # a preset follows the data, and fails on the other kind's: that is the cause
+        check_data_kind(source, dataset)
         # raised inside the model's own constructor: name the model and the cause
         raise ValueError(f"model {name!r} cannot be built: {err}") from err
+    check_data_kind(source, dataset)  # after the model's own refusals (its class, config)
     missing = [
         a for a in ("blocks", "set_attention", "num_heads", "loss_mode") if not hasattr(module, a)
     ]
