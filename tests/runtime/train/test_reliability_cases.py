@@ -167,7 +167,7 @@ def finished_run(tmp_path_factory) -> Path:
     [
         ([], "already holds a run"),
         (["--resume", "--max-tokens", "128"], "max_tokens"),
-        (["--resume", "--model", "dit"], "'dit'"),
+        (["--resume", "--model-arg", "num_layers=1"], "model.model_args"),
         (["--resume", "--policy", "packed"], "policy"),
         (["--resume", "--seed", "5"], "seed"),
         (["--resume-from", "7"], "step 7"),
