@@ -40,14 +40,16 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 # The torch-free layers' tests run where `import torch` fails, then everything else, each on
-# TEST_WORKERS processes (pytest-xdist; a test file's tests stay on one worker). The slowest
-# tests and the wall time are printed at the end (aim: under 15 minutes on an idle 2-core
-# machine). `make test TEST_WORKERS=0` runs them in this one process.
+# TEST_WORKERS processes (pytest-xdist; a test file's tests stay on one worker), torch on one
+# thread in each (OMP_NUM_THREADS=1: two workers of two threads each fought over the cores,
+# the commands the tests start inherit it). The slowest tests and the wall time are printed
+# at the end (aim: under 15 minutes on an idle 2-core machine). `make test TEST_WORKERS=0`
+# runs them in this one process.
 TEST_WORKERS ?= 2
 test: setup lint
 	@start=$$(date +%s); \
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=5 -p tests.no_torch tests/pure && \
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15 \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadscope --durations=15 \
 		--ignore=tests/pure; status=$$?; \
 	echo "make test: $$(( ($$(date +%s) - start) / 60 )) min $$(( ($$(date +%s) - start) % 60 )) s of wall time"; \
 	exit $$status
