@@ -35,11 +35,18 @@ def elapsed_text(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+#: Units ending in a "ch" said as "k", whose plural adds only an "s".
+_CH_AS_K = ("epoch",)
+
+
 def counted(count: int, unit: str, spec: str = "") -> str:
     """``1 step``, ``3 steps``, ``1,024 tokens`` (``spec`` formats the number, e.g.
     ``","``): the one plural of a number said with its unit in what a user reads
-    (``micro-batch`` gives ``micro-batches``, ``policy`` ``policies``)."""
-    if unit.endswith("y") and unit[-2:-1] not in ("a", "e", "o", "u"):
+    (``micro-batch`` gives ``micro-batches``, ``policy`` ``policies``, ``epoch``
+    ``epochs``)."""
+    if unit.endswith(_CH_AS_K):
+        plural = unit + "s"
+    elif unit.endswith("y") and unit[-2:-1] not in ("a", "e", "o", "u"):
         plural = unit[:-1] + "ies"
     else:
         plural = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
