@@ -37,6 +37,7 @@ unasked, is refused in one line.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -112,8 +113,9 @@ def resolve_model(name: str, args: Iterable[str] | Mapping[str, Any] | None = No
         if not module_name or not attr.isidentifier():
             raise ModelSourceError(f"model {name!r} is not pkg.module:factory")
         return ModelSource(name, "factory", name, args=values)
-    try:
-        held = model_held(Path(name).expanduser())
+    folder = os.path.expanduser(name)  # as given where ~user names no user
+    try:  # os.path.isdir: False for a name too long to be a path
+        held = model_held(Path(folder)) if os.path.isdir(folder) else None
     except ModelSourceError as err:  # a folder whose config.json does not read
         raise ModelSourceError(f"model {name!r}: {err}") from None
     prefix = {"hf": HF_PREFIX, "diffusers": DIFFUSERS_PREFIX}[held[0]] if held else ""
