@@ -157,16 +157,25 @@ def run(args: argparse.Namespace) -> int:
         f"{report['already_done']} already done, {report['skipped']} skipped: see "
         f"{args.out}/prepare_report.json)"
     )
-    if report.get("no_longer_listed"):
-        earlier = report.get("earlier_media")
-        earlier = None if earlier == args.media else earlier
-        count = report["no_longer_listed"]
-        say(
-            "prepare",
-            f"note: {count} sample{'s' * (count != 1)} of the manifest the last run "
-            f"wrote{f' (--media {earlier})' if earlier else ''} are not in --media "
-            f"{args.media}: {args.out}/manifest.jsonl lists this source's now, and latents:"
-            f"{args.out} trains on them alone (their files stay in {args.out}/latents; "
-            "prepare each source into its own --out to keep both)",
-        )
+    note = dropped_note(report, args.media, args.out)
+    if note:
+        say("prepare", note)
     return 0
+
+
+def dropped_note(report: dict, media: str, out: str) -> str | None:
+    """The note on the samples of the manifest the last run wrote into ``out`` that this
+    run of ``media`` no longer lists (``report``: :func:`~datacentric.prepare.run.prepare`'s);
+    None where it lists them all."""
+    count = report.get("no_longer_listed")
+    if not count:
+        return None
+    earlier = report.get("earlier_media")
+    earlier = None if earlier == media else earlier
+    return (
+        f"note: {counted(count, 'sample')} of the manifest the last run "
+        f"wrote{f' (--media {earlier})' if earlier else ''} {'is' if count == 1 else 'are'} "
+        f"not in --media {media}: {out}/manifest.jsonl lists this source's now, and latents:"
+        f"{out} trains on them alone (their files stay in {out}/latents; "
+        "prepare each source into its own --out to keep both)"
+    )
