@@ -233,7 +233,7 @@ def step_bound_s(
 ) -> float:
     """A lower bound on the makespan of the step of samples ``ids`` (see the module
     doc): the larger of their ideal GPU-seconds over the world and the fastest time
-    any SP size the model runs (up to ``--max-sp`` when given, else the world) gives
+    any SP size the model runs (up to ``--max-sp-size`` when given, else the world) gives
     the step's slowest single sample. Each bucket's longest member stands for its
     bucket (a longer sample of one bucket never runs faster). ``gpu_seconds``: the
     samples' :func:`sample_gpu_seconds`, when already known. ``sizes`` and

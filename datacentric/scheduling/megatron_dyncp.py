@@ -6,7 +6,7 @@ Per global batch, micro-batches are formed one at a time across all ``N`` ranks:
 
 - each sequence's CP size is the next power of two of ``L / C`` (``C``: the per-rank
   packed-token cap), and its work on ``c`` ranks is ``L**2 / c``; CP sizes stop at
-  the largest power of two the model runs with some split within ``--max-sp``
+  the largest power of two the model runs with some split within ``--max-sp-size``
   (default: the world): Ulysses dividing its heads, past them Ulysses x ring as
   Megatron's ``a2a+p2p`` CP runs (``--split-mode ulysses`` keeps the head count's
   limit, ``ring`` prices every group as one ring);

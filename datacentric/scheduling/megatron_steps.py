@@ -5,7 +5,7 @@ A step is Megatron's micro-batches (formed by
 groups run their packed sequences (:func:`build_step`); where the model cannot run
 those groups at their size, or they cannot cover the ranks, the step runs on one layout
 (:func:`one_layout`). The CP sizes the groups may take are those the model runs with
-some split, up to ``--max-sp`` (:func:`cp_sizes`, :func:`cp_limits`).
+some split, up to ``--max-sp-size`` (:func:`cp_sizes`, :func:`cp_limits`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from datacentric.scheduling.policy_input import PolicyInput
 
 def cp_sizes(inp: PolicyInput) -> list[int]:
     """The CP sizes Megatron's groups may take here: powers of two dividing the world,
-    and the whole world (one group of every rank), up to ``--max-sp`` (default: the
+    and the whole world (one group of every rank), up to ``--max-sp-size`` (default: the
     world), that the model runs with some split
     (:func:`~datacentric.planning.bucket_options.split_candidates`: past the head count
     on a ring, as Megatron's ``a2a+p2p`` context parallelism runs)."""
@@ -40,7 +40,7 @@ def cp_sizes(inp: PolicyInput) -> list[int]:
 
 
 def _runnable_cp_sizes(inp: PolicyInput, top: int) -> list[int]:
-    """The CP sizes of :func:`cp_sizes` up to ``top`` ranks, whatever ``--max-sp`` says."""
+    """The CP sizes of :func:`cp_sizes` up to ``top`` ranks, whatever ``--max-sp-size`` says."""
     sizes = [s for s in mixable_sp_sizes(inp.world_size) if s <= top]
     return [s for s in sizes if split_candidates(inp.cost_model, s)] or [1]
 

@@ -1,9 +1,9 @@
 """``static-reference``: the reference implementation's baseline (Open-Sora bucket
 parallel as the DCP paper runs it).
 
-- Fixed SP size 4 (capped by ``--max-sp``, the world and the SP sizes the model
+- Fixed SP size 4 (capped by ``--max-sp-size``, the world and the SP sizes the model
   runs, e.g. that divide its heads; larger only if some bucket fits nothing at that
-  size, as every policy exceeds ``--max-sp`` only there), every block recomputing.
+  size, as every policy exceeds ``--max-sp-size`` only there), every block recomputing.
 - Each bucket's micro-batch is found by doubling from one sample until the next
   doubling runs out of memory (the largest power of two that fits).
 - Buckets whose micro-batch is slower than the median bucket's are shrunk to the
@@ -27,7 +27,7 @@ REFERENCE_SP = 4
 
 
 def reference_sp(inp: PolicyInput, table: OptionTable) -> int:
-    """SP 4 (at most ``--max-sp``), or the largest runnable size below it; larger only
+    """SP 4 (at most ``--max-sp-size``), or the largest runnable size below it; larger only
     if a bucket needs it."""
     buckets = inp.active_buckets()
     ok = [s for s in table.all_sizes if all(table.config(b, s) is not None for b in buckets)]
