@@ -125,8 +125,11 @@ def training_settings(args: Any, *, world: int, tokens: Sequence[int]) -> dict[s
         epochs, total = math.ceil(args.max_steps / per_epoch), args.max_steps
         iterations = total
     else:  # as transformers: a share of the last epoch is its share of the steps
-        if args.num_train_epochs < 0:
-            raise ArgumentsError(f"num_train_epochs={args.num_train_epochs!r}: give 0 or more")
+        if args.num_train_epochs <= 0:  # transformers' Trainer then returns untrained
+            raise ArgumentsError(
+                f"num_train_epochs={args.num_train_epochs!r} with no max_steps trains no "
+                "step: give num_train_epochs above 0, or max_steps"
+            )
         epochs = math.ceil(args.num_train_epochs)
         total = math.ceil(args.num_train_epochs * per_epoch)
         iterations = total if total < epochs * per_epoch else None  # ends inside an epoch

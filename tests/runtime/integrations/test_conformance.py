@@ -96,7 +96,12 @@ def test_a_refused_field_and_method_stop_in_one_line(tmp_path, capsys) -> None:
 def test_fields_become_settings(tmp_path) -> None:
     from transformers import TrainingArguments
 
-    from datacentric.integrations.arguments import sinks, steps_per_epoch, training_settings
+    from datacentric.integrations.arguments import (
+        ArgumentsError,
+        sinks,
+        steps_per_epoch,
+        training_settings,
+    )
     from datacentric.settings.scheduling import SchedulingConfig
 
     args = TrainingArguments(
@@ -119,6 +124,10 @@ def test_fields_become_settings(tmp_path) -> None:
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, num_train_epochs=0.5)
     training = training_settings(args, world=1, tokens=[7] * 16)["training"]
     assert (training["iterations"], training["epochs"]) == (3, 2)  # 2 steps an epoch
+    # no epoch and no max_steps: transformers returns untrained; refused, not one epoch
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=0)
+    with pytest.raises(ArgumentsError, match="num_train_epochs=0 with no max_steps"):
+        training_settings(args, world=1, tokens=[7] * 16)
     # report_to="all": the installed ones, as transformers (wandb is not a dependency)
     installed = {
         name: importlib.util.find_spec(name) is not None for name in ("tensorboard", "wandb")
