@@ -553,10 +553,7 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
                 # Dead, and the queue stayed empty three times since: it died without reporting.
                 silent_deaths[rank] = silent_deaths.get(rank, 0) + 1
                 if silent_deaths[rank] > 2:
-                    raise RuntimeError(
-                        f"rank {rank} exited with code {process.exitcode} without a result "
-                        "(killed, out of memory, or a crash in native code)"
-                    ) from None
+                    raise _died(rank, process) from None
             if time.monotonic() > deadline:
                 missing = [r for r in range(len(processes)) if r not in values]
                 raise TimeoutError(
@@ -575,10 +572,13 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
 
 def _failure(
     rank: int, report: tuple[str, bytes | None], processes: list[Any], results: Any, done: dict
-) -> RankFailure:
+) -> RuntimeError:
     """Rank ``rank``'s failure (``report``: its text and :func:`_portable_error`), with
     the ranks that fail the same way within :data:`PEER_REPORT_WAIT_S` (every rank
-    reported or died before then: no longer); ``done``: the ranks that returned."""
+    reported or died before then: no longer); ``done``: the ranks that returned. Where
+    a rank ended without a word by then (killed, out of memory), its end is the failure,
+    not what its peers met in a collective with it (gloo's ``Read error``, a
+    ``DistError``)."""
     text, error = report
     summary = text.partition("\n")[0]
     alike = [rank]
@@ -595,7 +595,18 @@ def _failure(
         reported.add(other)
         if not ok and payload[0].partition("\n")[0] == summary:
             alike.append(other)
+    dead = [r for r, p in enumerate(processes) if r not in reported and not p.is_alive()]
+    if dead:  # ended without a word: the cause (the others lost it in a collective)
+        return _died(dead[0], processes[dead[0]])
     return RankFailure(rank, len(processes), text, _rebuilt(error), tuple(sorted(alike)))
+
+
+def _died(rank: int, process: Any) -> RuntimeError:
+    """A rank that ended without reporting a result or a failure."""
+    return RuntimeError(
+        f"rank {rank} exited with code {process.exitcode} without a result "
+        "(killed, out of memory, or a crash in native code)"
+    )
 
 
 def _rebuilt(error: bytes | None) -> BaseException | None:

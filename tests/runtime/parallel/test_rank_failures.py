@@ -6,6 +6,9 @@ crash as ``rank R failed: Type: ...``."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch.distributed as dist
 
@@ -61,6 +64,25 @@ def test_a_refusal_that_does_not_pickle_comes_back_as_its_built_in_class():
         spawn(_failing_on, 2, (0,), "two-part", timeout_s=120)
     assert type(failed.value.error) is ValueError
     assert one_line(failed.value) == "data.dataset: sample 3 holds no token (on rank 0 of 2)"
+
+
+def _killed_beside_a_collective() -> int:
+    """Rank 0 is killed (as the kernel's out-of-memory killer does); rank 1 then meets
+    its closed connection in a collective."""
+    if dist.get_rank() == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return dist.get_rank()
+
+
+@pytest.mark.slow
+def test_a_rank_killed_is_the_failure_not_the_connection_its_peer_lost():
+    """The rank that lost its peer reports a ``DistError``; the launcher names the rank
+    that ended without a word, the cause, as it does when no peer reports first."""
+    with pytest.raises(RuntimeError) as failed:
+        spawn(_killed_beside_a_collective, 2, timeout_s=120)
+    assert str(failed.value).startswith("rank 0 exited with code -9 without a result")
+    assert one_line(failed.value).startswith("rank 0 exited with code -9")
 
 
 @pytest.mark.slow
