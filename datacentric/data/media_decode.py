@@ -9,7 +9,8 @@ its frames as RGB pictures (:func:`decode`).
   streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
   its FFmpeg has them), from the first video stream; audio and other
   streams are never decoded. A clip's frame count is its stream's when the container
-  states one, else the frames that decode (Matroska and WebM state none).
+  states one, else the frames that decode (Matroska and WebM state none). A clip cut
+  before its first keyframe plays from that keyframe, as players show it.
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -246,6 +248,35 @@ def _open_video(path: Path) -> Any:
     return container, stream
 
 
+class _Frames:
+    """The decoded frames of a video stream as players show them, in presentation
+    order. A stream cut before its first keyframe (a clip cut from a longer one without
+    re-encoding) plays from that keyframe: the packets before its first frame that the
+    decoder refuses (VP9 does; H.264 drops their frames itself) are passed over, as
+    players pass them; any other refusal is the file's error."""
+
+    def __init__(self, container: Any, stream: Any) -> None:
+        self.container, self.stream = container, stream
+        self.cut = False
+        """The stream's first packet is no keyframe: the frames its container states
+        count frames before the first keyframe, which never show."""
+
+    def __iter__(self) -> Iterator[Any]:
+        import av
+
+        opened, shown = False, False  # the first packet seen; a frame decoded
+        for packet in self.container.demux(self.stream):
+            if not opened and packet.size:
+                opened, self.cut = True, not packet.is_keyframe
+            try:
+                for frame in packet.decode():
+                    shown = True
+                    yield frame
+            except av.error.FFmpegError:
+                if shown or not self.cut:
+                    raise
+
+
 def _animation_frames(image: Any) -> int:
     """The frames of an image file: an animated WebP's or PNG's (APNG) all, else 1 (an
     MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
@@ -331,9 +362,11 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
         with container:
             stated = 0 if times else _stated_frames(stream)
             first, decoded, stamps = None, 0, []
-            for frame in container.decode(stream):
+            frames = _Frames(container, stream)
+            for frame in frames:
                 first = frame if first is None else first
                 decoded += 1
+                stated = 0 if frames.cut else stated
                 if times:
                     stamps.append(_frame_time(frame, decoded - 1, stream))
                 if stated:
@@ -365,7 +398,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
         container, stream = _open_video(item.path)
         with container:
             aspect = _pixel_aspect(stream)  # the stream's, read once
-            for frame in container.decode(stream):
+            for frame in _Frames(container, stream):
                 if wanted is None or decoded in wanted:
                     image = _square_pixels(frame.to_image(), aspect)
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
