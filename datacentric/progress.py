@@ -39,18 +39,22 @@ def elapsed_text(seconds: float) -> str:
 _CH_AS_K = ("epoch",)
 
 
-def counted(count: int, unit: str, spec: str = "") -> str:
+def counted(count: int, unit: str, spec: str = "", *, plural: str | None = None) -> str:
     """``1 step``, ``3 steps``, ``1,024 tokens`` (``spec`` formats the number, e.g.
     ``","``): the one plural of a number said with its unit in what a user reads
     (``micro-batch`` gives ``micro-batches``, ``policy`` ``policies``, ``epoch``
-    ``epochs``)."""
+    ``epochs``; ``plural`` where no rule makes it: ``clip or image``, ``clips and
+    images``)."""
+    return f"{count:{spec}} {unit if count == 1 else plural or _plural(unit)}"
+
+
+def _plural(unit: str) -> str:
+    """The plural of an English noun of our units (:func:`counted`'s rules)."""
     if unit.endswith(_CH_AS_K):
-        plural = unit + "s"
-    elif unit.endswith("y") and unit[-2:-1] not in ("a", "e", "o", "u"):
-        plural = unit[:-1] + "ies"
-    else:
-        plural = unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
-    return f"{count:{spec}} {unit if count == 1 else plural}"
+        return unit + "s"
+    if unit.endswith("y") and unit[-2:-1] not in ("a", "e", "o", "u"):
+        return unit[:-1] + "ies"
+    return unit + ("es" if unit.endswith(("ch", "sh", "s", "x")) else "s")
 
 
 def progress_line(

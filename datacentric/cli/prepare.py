@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         "prepare",
         f"encoding {args.media} with {args.pipeline}'s VAE and text encoders into {args.out} "
         f"on {counted(world, 'rank')}; loading the pipeline first (seconds "
-        "for a small one, a minute or more for a full-size one), then clips with time left",
+        "for a small one, a minute or more for a full-size one), then each clip or image "
+        "with the time left",
         json_output=args.json,
     )
     from datacentric.prepare import PrepareJob, prepare

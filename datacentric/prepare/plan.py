@@ -163,6 +163,15 @@ class Task:
         }
 
 
+def media_unit(items: list[MediaItem]) -> tuple[str, str]:
+    """What ``items`` are, to count them by in what ``prepare`` says (one unit and its
+    plural): ``image`` (image files alone), ``clip``, or ``clip or image`` (both)."""
+    images = sum(item.is_image for item in items)
+    if images and images < len(items):
+        return "clip or image", "clips and images"
+    return ("image", "images") if images else ("clip", "clips")
+
+
 @dataclass
 class PreparePlan:
     """Every clip's :class:`Task`, in source order, and the ranks' assigned cost."""
@@ -259,9 +268,9 @@ def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -
     tasks = [plan_task(item, geometry, buckets, job, tokens, seen) for item in items]
     if not any(task.plan for task in tasks):
         first = tasks[0]
+        unit, plural = media_unit(items)
         raise DataError(
-            f"--media {job.media}: none of its {counted(len(tasks), 'clip')} can be encoded "
-            f"(the first, "
-            f"{first.item.where}: {first.skip}); nothing to prepare"
+            f"--media {job.media}: none of its {counted(len(tasks), unit, plural=plural)} "
+            f"can be encoded (the first, {first.item.where}: {first.skip}); nothing to prepare"
         )
     return assign_ranks(tasks, world)

@@ -41,8 +41,8 @@ from datacentric.models.diffusers_encode import (
     pipeline_geometry,
 )
 from datacentric.parallel.launch import launch
-from datacentric.prepare.plan import PrepareJob, PreparePlan, Task, plan_prepare
-from datacentric.progress import TimeLeft, elapsed_text
+from datacentric.prepare.plan import PrepareJob, PreparePlan, Task, media_unit, plan_prepare
+from datacentric.progress import TimeLeft, counted, elapsed_text
 from datacentric.regular_files import read_json_file
 
 STATE = ".prepare"
@@ -206,6 +206,7 @@ def encode_rank(
         opened()  # loaded before the time left starts counting: it is no clip's cost
     # the time left by encoding cost (frames x pixels), the first clip's warm-up left out
     left = TimeLeft(total_cost, start=clock())
+    unit, plural = media_unit([task.item for task in todo])  # what each line counts
     for number, task in enumerate(todo, 1):
         if task.plan is None:
             record = {"key": task.key(), "where": task.item.where, "skipped": task.skip}
@@ -219,7 +220,11 @@ def encode_rank(
         left.reached(cost_done, now)
         said = left.seconds(now) if cost_done < total_cost else 0.0
         time_left = "" if said is None else f", {elapsed_text(said)} left"
-        _say(rank, plan.world, f"{number}/{len(todo)} clips, {rate:.2f} clips/s{time_left}")
+        _say(
+            rank,
+            plan.world,
+            f"{number}/{counted(len(todo), unit, plural=plural)}, {rate:.2f}/s{time_left}",
+        )
     seconds = clock() - start
     return {
         "rank": rank,

@@ -155,6 +155,13 @@ UNUSUAL = {
         "a minute or more for a large diffusers: folder)",
         "hf: folder",
     ),
+    "prepare of a folder of photos": (
+        ["prepare", "--pipeline", "{tmp}/wan", "--media", "{tmp}/photos", "--out", "{tmp}/out"],
+        "stdout",
+        "datacentric prepare: encoding {tmp}/photos with {tmp}/wan's VAE and text encoders",
+        "then each clip or image with the time left",
+        "then clips",
+    ),
     "bench of two policies, one run each": (
         ["bench", "--policy", "static,dcp-opt", "--runs-per-policy", "1", "--out", "{tmp}"],
         "stderr",

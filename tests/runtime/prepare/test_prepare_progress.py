@@ -49,7 +49,7 @@ def test_each_clips_time_left_holds_from_a_fifth_of_the_work_on(tmp_path, monkey
     tasks = [
         SimpleNamespace(
             number=k, cost=c, plan=object(), rank=0, duplicate_of=None,
-            item=SimpleNamespace(name=f"clip{k}"), key=lambda k=k: {"clip": k},
+            item=SimpleNamespace(name=f"clip{k}", is_image=False), key=lambda k=k: {"clip": k},
         )
         for k, c in enumerate(costs)
     ]  # fmt: skip
@@ -65,7 +65,7 @@ def test_each_clips_time_left_holds_from_a_fifth_of_the_work_on(tmp_path, monkey
     work = load_s + sum(durations)
     checked = old_misses = 0
     for k, line in enumerate(lines):
-        said = re.fullmatch(r"prepare: (\d+)/40 clips, [\d.]+ clips/s, (.+) left", line)
+        said = re.fullmatch(r"prepare: (\d+)/40 clips, [\d.]+/s, (.+) left", line)
         assert said and int(said[1]) == k + 1, line
         at = load_s + sum(durations[: k + 1])
         actual = work - at
