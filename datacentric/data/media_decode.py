@@ -7,10 +7,11 @@ its frames as RGB pictures (:func:`decode`).
   of its frames, timed by their durations. Every container and codec the installed
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
   streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
-  its FFmpeg has them), from the first video stream; audio and other
-  streams are never decoded. A clip's frame count is its stream's when the container
-  states one, else the frames that decode (Matroska and WebM state none). A clip cut
-  before its first keyframe plays from that keyframe, as players show it.
+  its FFmpeg has them), from the video stream players open (the default one, else
+  the first); audio and other streams are never decoded. A clip's frame count is its
+  stream's when the container states one, else the frames that decode (Matroska and
+  WebM state none). A clip cut before its first keyframe plays from that keyframe, as
+  players show it.
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
@@ -233,17 +234,39 @@ def _frame_time(frame: Any, number: int, stream: Any) -> Any:
     return Fraction(number) / Fraction(rate)
 
 
+#: FFmpeg's stream dispositions read here (``AV_DISPOSITION_*``)
+DEFAULT_STREAM, COVER_PICTURE = 0x1, 0x400
+
+
+def _disposition(stream: Any) -> int:
+    """A stream's FFmpeg disposition flags (0 where this PyAV reads none)."""
+    return int(getattr(stream, "disposition", 0) or 0)
+
+
+def _shown_stream(streams: Any) -> Any:
+    """The video stream a player opens of a file's: the first marked the default (as
+    FFmpeg's own choice, ``av_find_best_stream``, prefers it), else the first; never a
+    cover picture (an audio file's artwork: one still, no clip); None when there is
+    no other."""
+    moving = [s for s in streams if not _disposition(s) & COVER_PICTURE]
+    if not moving:
+        return None
+    return next((s for s in moving if _disposition(s) & DEFAULT_STREAM), moving[0])
+
+
 def _open_video(path: Path) -> Any:
-    """A PyAV container and its first video stream (audio and other streams, wherever
-    they sit, are never decoded); :class:`MediaError` when there is no video stream."""
+    """A PyAV container and the video stream it shows (:func:`_shown_stream`; audio and
+    other streams, wherever they sit, are never decoded); :class:`MediaError` when there
+    is no video stream but a cover picture."""
     import av
 
     container = av.open(str(path))
-    if not container.streams.video:
-        kinds = sorted({s.type for s in container.streams}) or ["no"]
+    stream = _shown_stream(container.streams.video)
+    if stream is None:
+        kinds = sorted({s.type for s in container.streams if s.type != "video"}) or ["no"]
+        cover = " and a cover picture" if container.streams.video else ""
         container.close()
-        raise MediaError(f"no video stream ({', '.join(kinds)} streams only)")
-    stream = container.streams.video[0]
+        raise MediaError(f"no video stream ({', '.join(kinds)} streams{cover} only)")
     stream.thread_type = "AUTO"
     return container, stream
 

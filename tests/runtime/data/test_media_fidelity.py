@@ -63,3 +63,58 @@ def test_a_clip_cut_before_its_first_keyframe_has_the_frames_that_play(
     got = decode(item, list(range(8)))
     tolerance = 1 if codec == "libx264" else 12  # VP9's loss; another frame is 30 off
     assert all(_error(g, w) < tolerance for g, w in zip(got, written[4:])), name
+
+
+@pytest.mark.parametrize("container_format", ["mp4", "matroska", "mov"])
+def test_a_file_of_two_video_streams_is_read_at_the_one_players_show(tmp_path, container_format):
+    """Two video streams, the second marked the default (the track a player opens: FFmpeg's
+    own choice, mpv's, VLC's): its frames are the clip. The first stream was read: other
+    pictures, silently."""
+    import av
+
+    path = tmp_path / f"two.{container_format}"
+    other, shown = wave_frames(5, 16, 16, seed=1), wave_frames(9, 32, 48, seed=2)
+    with av.open(str(path), "w", format=container_format) as container:
+        streams = []
+        for frames, default in ((other, False), (shown, True)):
+            stream = container.add_stream("libx264", rate=8)
+            height, width = frames[0].shape[:2]
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv444p"
+            stream.options = dict(H264_GOP4)
+            stream.disposition = av.stream.Disposition(int(default))  # 1: default
+            streams.append((stream, frames))
+        for stream, frames in streams:
+            for pixels in frames:
+                for packet in stream.encode(av.VideoFrame.from_ndarray(pixels)):
+                    container.mux(packet)
+            for packet in stream.encode():
+                container.mux(packet)
+    item = _item(path)
+    info = probe(item)
+    assert (info.frames, info.height, info.width) == (9, 32, 48)
+    got = decode(item)
+    assert len(got) == 9 and all(_error(g, w) < 1 for g, w in zip(got, shown))
+
+
+def test_an_audio_file_with_a_cover_picture_is_named_as_no_clip(tmp_path):
+    """An MP4 of sound and its artwork (a cover picture, one still): no video stream.
+    prepare skipped it as 'too short: 1 frame, the VAE needs 5', the cover read as a
+    clip."""
+    import av
+    from media_formats import _audio
+
+    from datacentric.data.media_decode import MediaError
+
+    path = tmp_path / "song.mp4"
+    with av.open(str(path), "w", format="mp4") as container:
+        sound = container.add_stream("aac", rate=8000)
+        cover = container.add_stream("mjpeg", rate=1)
+        cover.width, cover.height, cover.pix_fmt = 32, 48, "yuvj420p"
+        cover.disposition = av.stream.Disposition.attached_pic
+        picture = av.VideoFrame.from_ndarray(wave_frames(1, 48, 32)[0])
+        for packet in [*cover.encode(picture), *cover.encode()]:
+            container.mux(packet)
+        _audio(container, sound, 1.0)
+    for read in (probe, decode):
+        with pytest.raises(MediaError, match=r"^no video stream \(audio streams and a cover"):
+            read(_item(path))
