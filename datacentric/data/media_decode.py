@@ -239,8 +239,10 @@ DEFAULT_STREAM, COVER_PICTURE = 0x1, 0x400
 
 
 def _disposition(stream: Any) -> int:
-    """A stream's FFmpeg disposition flags (0 where this PyAV reads none)."""
-    return int(getattr(stream, "disposition", 0) or 0)
+    """A stream's FFmpeg disposition flags (0 where this PyAV reads none; PyAV 16 gives
+    a ``Flag`` of no ``int()``)."""
+    flags = getattr(stream, "disposition", 0)
+    return int(getattr(flags, "value", flags) or 0)
 
 
 def _shown_stream(streams: Any) -> Any:

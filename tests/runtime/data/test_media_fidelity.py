@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from media_formats import wave_frames
 
-from datacentric.data.media_decode import decode, probe
+from datacentric.data.media_decode import COVER_PICTURE, DEFAULT_STREAM, decode, probe
 from datacentric.data.media_sources import MediaItem
 
 pytest.importorskip("av")
@@ -81,7 +81,7 @@ def test_a_file_of_two_video_streams_is_read_at_the_one_players_show(tmp_path, c
             height, width = frames[0].shape[:2]
             stream.width, stream.height, stream.pix_fmt = width, height, "yuv444p"
             stream.options = dict(H264_GOP4)
-            stream.disposition = av.stream.Disposition(int(default))  # 1: default
+            stream.disposition = DEFAULT_STREAM if default else 0
             streams.append((stream, frames))
         for stream, frames in streams:
             for pixels in frames:
@@ -110,7 +110,7 @@ def test_an_audio_file_with_a_cover_picture_is_named_as_no_clip(tmp_path):
         sound = container.add_stream("aac", rate=8000)
         cover = container.add_stream("mjpeg", rate=1)
         cover.width, cover.height, cover.pix_fmt = 32, 48, "yuvj420p"
-        cover.disposition = av.stream.Disposition.attached_pic
+        cover.disposition = COVER_PICTURE
         picture = av.VideoFrame.from_ndarray(wave_frames(1, 48, 32)[0])
         for packet in [*cover.encode(picture), *cover.encode()]:
             container.mux(packet)
@@ -118,3 +118,23 @@ def test_an_audio_file_with_a_cover_picture_is_named_as_no_clip(tmp_path):
     for read in (probe, decode):
         with pytest.raises(MediaError, match=r"^no video stream \(audio streams and a cover"):
             read(_item(path))
+
+
+def test_the_stream_shown_is_found_whatever_type_pyav_gives_its_disposition():
+    """PyAV 16 and 17 give a stream's disposition as an ``enum.Flag`` (no ``int()``), 18
+    as an ``IntFlag``, 12 none: each reads (it failed every clip on 16 and 17 as
+    'corrupt or unreadable video (TypeError: int() argument must be ...)')."""
+    import enum
+    from types import SimpleNamespace
+
+    from datacentric.data.media_decode import _shown_stream
+
+    class Flag(enum.Flag):  # PyAV 16's and 17's av.stream.Disposition, in short
+        none, default, attached_pic = 0, DEFAULT_STREAM, COVER_PICTURE
+
+    for kind in (Flag, enum.IntFlag("IntFlag", {"default": 1, "attached_pic": 1024})):
+        streams = [SimpleNamespace(disposition=kind(0)), SimpleNamespace(disposition=kind(1))]
+        assert _shown_stream(streams) is streams[1]
+        assert _shown_stream([SimpleNamespace(disposition=kind(COVER_PICTURE))]) is None
+    streams = [SimpleNamespace(), SimpleNamespace()]
+    assert _shown_stream(streams) is streams[0]
