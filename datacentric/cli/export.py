@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from datacentric.cli.flag_groups import add_json_flag, add_model_flags, add_out_flag
 from datacentric.cli.flags import config_option
+from datacentric.cli.ranks import announce
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +55,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from datacentric.train.exporting.export_folders import check_export
+
+    run_dir, out = Path(args.run_dir), Path(args.out)
+    found = check_export(  # a wrong folder is one line, before the first
+        run_dir,
+        out,
+        checkpoint=args.checkpoint,
+        overwrite=args.overwrite,
+        expect_sha256=args.expect_sha256,
+    )
+    announce(  # before torch loads
+        "export",
+        f"{found.name} of {run_dir} into {out}; loading torch first (seconds), then "
+        "checking the checkpoint's files, building the model and writing it (how long "
+        "grows with the model's size)",
+        json_output=args.json,
+    )
     from datacentric.train.exporting.export import export_run
 
     summary = export_run(

@@ -23,7 +23,6 @@ from datacentric.train.checkpoints.checkpoint_folders import (
     checkpoint_step,
     list_checkpoints,
 )
-from datacentric.train.checkpoints.safe_load import read_metadata_file
 
 
 def _sha256(path: Path) -> str:
@@ -93,20 +92,21 @@ def _named_by_latest(root: Path, pointer: Path) -> Path:
     return named
 
 
-def resolve_resume_from(run_dir: str | Path, spec: str) -> Path:
-    """The checkpoint ``--resume-from`` names: a folder, or a step number of ``run_dir``."""
+def resolve_resume_from(run_dir: str | Path, spec: str, flag: str = "--resume-from") -> Path:
+    """The checkpoint ``--resume-from`` (``flag``: the setting named in a refusal) names:
+    a folder, or a step number of ``run_dir``."""
     if spec.isdigit():
         matches = [p for p in list_checkpoints(run_dir) if checkpoint_step(p) == int(spec)]
         if not matches:
             steps = sorted({checkpoint_step(p) for p in list_checkpoints(run_dir)})
             raise CheckpointError(
-                f"--resume-from {spec}: {checkpoint_dir(run_dir)} has no checkpoint of step "
+                f"{flag} {spec}: {checkpoint_dir(run_dir)} has no checkpoint of step "
                 f"{spec} (it has steps {steps or 'none'})"
             )
         return matches[-1]
     path = Path(spec)
     if not path.is_dir():
-        raise CheckpointError(f"--resume-from {spec}: no such checkpoint folder")
+        raise CheckpointError(f"{flag} {spec}: no such checkpoint folder")
     return path
 
 
@@ -201,6 +201,9 @@ def read_manifest(path: str | Path) -> dict[str, str]:
 
 def _check_shard_paths(path: Path, manifest: dict[str, str]) -> None:
     """Every shard file ``.metadata`` names is a file of the manifest (checked, inside)."""
+    # torch's reader: imported here, so that finding a checkpoint loads no torch
+    from datacentric.train.checkpoints.safe_load import read_metadata_file
+
     metadata = read_metadata_file(path / ".metadata")
     for info in (metadata.storage_data or {}).values():
         shard = str(getattr(info, "relative_path", ""))

@@ -3,6 +3,8 @@
 - :mod:`.export`: the run folder's checkpoint read in one process, gathered into full
   tensors and written as a Hugging Face model, a diffusers transformer or a
   ``state_dict``, with the record of what was exported (``export_run``);
+- :mod:`.export_folders`: the run folder, the checkpoint of it to export and the output
+  folder, checked before torch loads (``check_export``), and the record of an export;
 - :mod:`.lora_export`: a ``[lora]`` run's adapters in the formats their libraries load
   (a PEFT adapter folder, diffusers' LoRA weights), or merged into the base weights.
 

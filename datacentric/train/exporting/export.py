@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -54,18 +53,22 @@ from datacentric.models.source import (
     tiny_names,
 )
 from datacentric.progress import Progress
-from datacentric.regular_files import file_sha256, read_json_file, read_regular_bytes
+from datacentric.regular_files import read_json_file, read_regular_bytes
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.schema import ConfigError
-from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE, CheckpointError
+from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE
 from datacentric.train.checkpoints.checkpoint_load import read_model_state
-from datacentric.train.checkpoints.checkpoint_verify import (
-    latest_checkpoint,
-    resolve_resume_from,
-    verify_checkpoint,
-)
+from datacentric.train.checkpoints.checkpoint_verify import latest_checkpoint, verify_checkpoint
 from datacentric.train.checkpoints.run_paths import places, start_dir
 from datacentric.train.checkpoints.state_names import alias_names, with_aliases, without_aliases
+from datacentric.train.exporting.export_folders import (
+    EXPORT_RECORD,
+    ExportError,
+    check_export,
+    previous_export,
+    remove_previous,
+    write_record,
+)
 from datacentric.train.exporting.lora_export import (
     lora_from_settings,
     merged_state,
@@ -94,14 +97,6 @@ TOKENIZER_FILES = (
 #: what ``export --weights-dtype`` may write the weights as (default: as the checkpoint holds them,
 #: float32 master weights whatever the model folder's dtype)
 WEIGHT_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-#: what ``export`` writes beside the model: the run, checkpoint and files it wrote (an
-#: ``--overwrite`` replaces only a folder holding one, and only those files)
-EXPORT_RECORD = "datacentric_export.json"
-
-
-class ExportError(ValueError):
-    """A run folder that cannot be exported, or an output folder we must not replace."""
 
 
 def run_settings(run_dir: Path) -> dict[str, dict[str, Any]]:
@@ -152,17 +147,14 @@ def export_run(
     folded into the model, which is then written as a full fine-tune's."""
     run = Path(run_dir)
     out = Path(out_dir)
-    if not run.is_dir():
-        raise ExportError(f"{run}: no such run folder")
+    named = check_export(
+        run, out, checkpoint=checkpoint, overwrite=overwrite, expect_sha256=expect_sha256
+    )
     if dtype is not None and dtype not in WEIGHT_DTYPES:
         raise ExportError(f"--weights-dtype {dtype}: choose one of {', '.join(WEIGHT_DTYPES)}")
-    previous = _previous_export(run, out, overwrite)
-    if checkpoint:
-        path = resolve_resume_from(run, checkpoint)
-    else:
-        path = latest_checkpoint(run, expect_sha256)
-    if path is None:
-        raise CheckpointError(f"{run}: no checkpoint to export (train with --out first)")
+    previous = previous_export(run, out, overwrite)
+    # the newest checkpoint whose every file verifies (named: whose record does)
+    path = named if checkpoint else latest_checkpoint(run, expect_sha256) or named
     with Progress(f"export {path.name}", 4, unit="stage") as bar:
         bar.set_stage("verify the checksums")
         trainer = verify_checkpoint(path, expect_sha256)
@@ -180,12 +172,12 @@ def export_run(
         whole_hf = source.kind == "hf" and (source.lora is None or merge)
         # a whole transformers model carries its tokenizer: found before anything is written
         tokenizers = _tokenizer_folders(source, settings, start) if whole_hf else []
-        _remove_previous(out, previous)
+        remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
         fmt, parameters = _write_model(built, source, state, out, tokenizers, merge, dtype)
         bar.update()
-    files = _write_record(out, run, path, fmt)
+    files = write_record(out, run, path, fmt)
     summary = {
         "format": fmt,
         "checkpoint": str(path),
@@ -267,114 +259,6 @@ def _split_ties(model: nn.Module, state: dict[str, torch.Tensor]) -> list[tuple[
         for alias, primary in alias_names(model).items()
         if alias in state and primary in state and not torch.equal(state[alias], state[primary])
     ]
-
-
-def _previous_export(run: Path, out: Path, overwrite: bool) -> list[Path]:
-    """The files of an earlier export that ``--overwrite`` replaces in ``out`` (none for
-    a new or empty folder); :class:`ExportError` for the run folder itself, a folder
-    holding it, a file, or a non-empty folder that no export wrote."""
-    if out.resolve() == run.resolve() or run.resolve().is_relative_to(out.resolve()):
-        what = "is" if out.resolve() == run.resolve() else "holds"
-        raise ExportError(
-            f"--out {out} {what} the run folder {run}; export writes a folder of its own: "
-            "choose another --out"
-        )
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file; name a folder to export into")
-    tree = _tree(out) if out.is_dir() else {}
-    if not tree:
-        return []
-    written = _export_record_files(out)
-    if written is None:
-        raise ExportError(
-            f"--out {out} exists and is not empty, and no export wrote it; choose a new --out "
-            "(--overwrite replaces only an earlier export)"
-        )
-    if not overwrite:
-        raise ExportError(
-            f"--out {out} exists and is not empty (an earlier export); pass --overwrite to "
-            "replace it, or choose a new --out"
-        )
-    others = [name for name in tree if name not in written and name != EXPORT_RECORD]
-    if others:
-        raise ExportError(
-            f"--out {out} holds what no export wrote ({', '.join(others[:3])}); "
-            "move it away or choose a new --out (nothing was deleted)"
-        )
-    changed = [n for n, p in tree.items() if n in written and not _as_written(p, written[n])]
-    if changed:
-        raise ExportError(
-            f"--out {out}: {', '.join(changed[:3])} is not the file export wrote (its SHA-256 "
-            f"differs from {EXPORT_RECORD}'s, or it is a link); move it away or choose a new "
-            "--out (nothing was deleted)"
-        )
-    return [p for n, p in tree.items() if n in written or n == EXPORT_RECORD]
-
-
-def _tree(out: Path) -> dict[str, Path]:
-    """Every entry of ``out`` at any depth but its real folders (files, links, a link to
-    a folder, anything else), by its path relative to ``out``; links are not followed."""
-    found: dict[str, Path] = {}
-    for top, folders, files in os.walk(out, followlinks=False):
-        here = Path(top)
-        for name in files + [f for f in folders if (here / f).is_symlink()]:
-            found[(here / name).relative_to(out).as_posix()] = here / name
-    return dict(sorted(found.items()))
-
-
-def _remove_previous(out: Path, previous: list[Path]) -> None:
-    """Remove an earlier export's files, then the folders they leave empty."""
-    for old in previous:
-        old.unlink()
-    for folder in sorted({p.parent for p in previous}, key=lambda p: len(p.parts), reverse=True):
-        while folder != out and folder.is_dir() and not any(folder.iterdir()):
-            folder.rmdir()
-            folder = folder.parent
-
-
-def _as_written(path: Path, sha256: str) -> bool:
-    """``path`` is a regular file (no link) whose SHA-256 is ``sha256``."""
-    return not path.is_symlink() and path.is_file() and file_sha256(path) == sha256
-
-
-def _export_record_files(out: Path) -> dict[str, str] | None:
-    """The files ``out``'s export record lists, with the SHA-256 export wrote them with;
-    ``None`` when it has no record, or one that is not export's own (a name that is not a
-    relative path inside ``out``, a file without its SHA-256, a record of an older version
-    that kept none)."""
-    path = out / EXPORT_RECORD
-    if path.is_symlink() or not path.is_file():
-        return None
-    try:
-        record = read_json_file(path)
-        files, hashes = record["files"], record["sha256"]
-    except (OSError, ValueError, KeyError):
-        return None
-    if not isinstance(files, list) or not isinstance(hashes, dict):
-        return None
-    if not all(isinstance(f, str) for f in files) or set(files) != set(hashes):
-        return None
-    plain = all(
-        not f.startswith("/")
-        and "\\" not in f
-        and all(part not in ("", ".", "..") for part in f.split("/"))
-        for f in files
-    )
-    if not plain or not all(isinstance(h, str) and len(h) == 64 for h in hashes.values()):
-        return None
-    return dict(hashes)
-
-
-def _write_record(out: Path, run: Path, checkpoint: Path, fmt: str) -> list[str]:
-    """Write ``out``'s export record: every file export wrote there with its SHA-256 (an
-    ``--overwrite`` removes only these, and only while their content is unchanged);
-    returns their names."""
-    files = [name for name in _tree(out) if name != EXPORT_RECORD]
-    hashes = {name: file_sha256(out / name) for name in files}
-    record = {"run": str(run), "checkpoint": str(checkpoint), "format": fmt, "files": files}
-    record["sha256"] = hashes
-    (out / EXPORT_RECORD).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    return files
 
 
 def _recorded_settings(

@@ -289,7 +289,7 @@ def _export_record(folder: Path) -> Path:
 
 
 def _read_export_record(path: Path) -> Any:
-    from datacentric.train.exporting.export import _export_record_files
+    from datacentric.train.exporting.export_folders import _export_record_files
 
     return _export_record_files(path.parent)
 

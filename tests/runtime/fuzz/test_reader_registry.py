@@ -62,7 +62,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.checkpoints.checkpoint_verify:read_trainer_record": fuzzed("trainer.json"),
     "datacentric.train.checkpoints.checkpoint_verify:read_manifest": fuzzed("manifest.json"),
     "datacentric.train.exporting.export:run_settings": fuzzed("config.json"),
-    "datacentric.train.exporting.export:_export_record_files": fuzzed("datacentric_export.json"),
+    "datacentric.train.exporting.export_folders:_export_record_files": fuzzed(
+        "datacentric_export.json"
+    ),
     "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
     "datacentric.integrations.outputs:_kept": fuzzed("drop-in trainer_state.json"),
     # the read helpers themselves: fuzzed through every reader above that calls them
