@@ -12,6 +12,9 @@ its frames as RGB pictures (:func:`decode`).
   stream's when the container states one, else the frames that decode (Matroska and
   WebM state none). A clip cut before its first keyframe plays from that keyframe, as
   players show it.
+- Colours are the file's: each frame is converted to RGB by the colour matrix and
+  range it states (BT.709 or BT.601, limited or full range; PyAV 17 or later, which
+  reads them; an earlier PyAV is named as the reason no clip is read).
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
@@ -256,12 +259,32 @@ def _shown_stream(streams: Any) -> Any:
     return next((s for s in moving if _disposition(s) & DEFAULT_STREAM), moving[0])
 
 
+#: the first PyAV whose frames turn to RGB by their own colour matrix and range
+#: (FFmpeg's ``sws_scale_frame``); earlier ones convert every frame as BT.601 of limited
+#: range unless told, and are not told right through ``to_image``'s arguments
+COLOUR_PYAV = 17
+
+
+def _colour_problem(version: str) -> str | None:
+    """Why frames decoded by PyAV ``version`` would not show the file's colours, or None."""
+    if int(version.split(".")[0]) >= COLOUR_PYAV:
+        return None
+    return (
+        f"PyAV {version} converts every clip's colours as BT.601 of limited range, whatever "
+        f"the clip states (BT.709, full range): pip install 'av>={COLOUR_PYAV}'"
+    )
+
+
 def _open_video(path: Path) -> Any:
     """A PyAV container and the video stream it shows (:func:`_shown_stream`; audio and
     other streams, wherever they sit, are never decoded); :class:`MediaError` when there
-    is no video stream but a cover picture."""
+    is no video stream but a cover picture, or the installed PyAV would not show its
+    colours (:func:`_colour_problem`)."""
     import av
 
+    problem = _colour_problem(str(av.__version__))
+    if problem:
+        raise MediaError(problem)
     container = av.open(str(path))
     stream = _shown_stream(container.streams.video)
     if stream is None:

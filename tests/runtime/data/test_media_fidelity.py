@@ -138,3 +138,71 @@ def test_the_stream_shown_is_found_whatever_type_pyav_gives_its_disposition():
         assert _shown_stream([SimpleNamespace(disposition=kind(COVER_PICTURE))]) is None
     streams = [SimpleNamespace(), SimpleNamespace()]
     assert _shown_stream(streams) is streams[0]
+
+
+#: FFmpeg's colour matrices (``AVColorSpace``) -> the red and blue weights of luma
+MATRICES = {1: (0.2126, 0.0722), 5: (0.299, 0.114)}  # BT.709; BT.601 (BT.470BG)
+
+
+def _yuv_to_rgb(planes: np.ndarray, full_range: bool, matrix: int) -> np.ndarray:
+    """RGB levels of 8-bit 4:4:4 Y, Cb and Cr planes by the matrix's equations, computed
+    here (not by the decoder's scaler): the reference the decoded frames must match."""
+    kr, kb = MATRICES[matrix]
+    y, cb, cr = planes.astype(float)
+    if full_range:
+        y, cb, cr = y / 255, (cb - 128) / 255, (cr - 128) / 255
+    else:
+        y, cb, cr = (y - 16) / 219, (cb - 128) / 224, (cr - 128) / 224
+    red, blue = y + 2 * (1 - kr) * cr, y + 2 * (1 - kb) * cb
+    green = (y - kr * red - kb * blue) / (1 - kr - kb)
+    return np.clip(np.round(np.stack([red, green, blue], -1) * 255), 0, 255)
+
+
+@pytest.mark.parametrize("matrix", sorted(MATRICES))
+@pytest.mark.parametrize("full_range", [False, True])
+def test_colours_are_converted_by_the_matrix_and_range_the_file_states(
+    tmp_path, matrix, full_range
+):
+    """FFV1 (lossless) Y, Cb and Cr planes tagged BT.709 or BT.601, limited (16-235) or
+    full (0-255) range: the RGB frames are the planes converted by the file's tags."""
+    import av
+
+    y, x = np.mgrid[0:32, 0:48]
+    low, high = (0, 255) if full_range else (16, 235)
+    planes = np.stack(
+        [low + (high - low) * x / 47, low + (high - low) * y / 31, 128 + 100 * np.sin(x + y)]
+    ).astype(np.uint8)
+    path = tmp_path / "tagged.mkv"
+    with av.open(str(path), "w", format="matroska") as container:
+        stream = container.add_stream("ffv1", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
+        tags = (2 if full_range else 1), matrix
+        stream.codec_context.color_range, stream.codec_context.colorspace = tags
+        for _ in range(2):
+            frame = av.VideoFrame.from_ndarray(planes, format="yuv444p")
+            frame.color_range, frame.colorspace = tags
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(path)) as container:  # the file states what was written
+        frame = next(container.decode(video=0))
+        assert (frame.color_range, frame.colorspace) == tags
+    want = _yuv_to_rgb(planes, full_range, matrix)
+    assert all(_error(got, want) < 0.05 for got in decode(_item(path)))
+
+
+def test_a_pyav_that_converts_every_clip_as_bt601_is_named_as_the_reason(tmp_path, monkeypatch):
+    """PyAV 16 and earlier convert a BT.709 or full-range clip as BT.601 of limited range
+    (7.3 levels off on average for the BT.709 ramp above, 5.5 for the full-range BT.601
+    one): each clip is skipped naming the PyAV to install, not read in other colours."""
+    import av
+
+    from datacentric.data.media_decode import MediaError
+
+    path = tmp_path / "clip.mp4"
+    path.write_bytes(b"")
+    monkeypatch.setattr(av, "__version__", "16.1.0")
+    for read in (probe, decode):
+        with pytest.raises(MediaError, match=r"^PyAV 16\.1\.0 converts every clip's colours as BT"):
+            read(_item(path))
