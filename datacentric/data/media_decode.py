@@ -14,7 +14,9 @@ its frames as RGB pictures (:func:`decode`).
   players show it.
 - Colours are the file's: each frame is converted to RGB by the colour matrix and
   range it states (BT.709 or BT.601, limited or full range; PyAV 17 or later, which
-  reads them; an earlier PyAV is named as the reason no clip is read).
+  reads them; an earlier PyAV is named as the reason no clip is read). Levels of more
+  than 8 bits (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its
+  colours kept as stored (not composited over a background).
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video

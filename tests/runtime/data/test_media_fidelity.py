@@ -206,3 +206,38 @@ def test_a_pyav_that_converts_every_clip_as_bt601_is_named_as_the_reason(tmp_pat
     for read in (probe, decode):
         with pytest.raises(MediaError, match=r"^PyAV 16\.1\.0 converts every clip's colours as BT"):
             read(_item(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "codec", "pixels"),
+    [
+        ("ten_bit.mkv", "ffv1", "yuv444p10le"),
+        ("twelve_bit.mkv", "ffv1", "yuv444p12le"),
+        ("ten_bit_rgb.mkv", "ffv1", "gbrp10le"),
+        ("ten_bit.mp4", "libx264", "yuv444p10le"),
+        ("alpha.mov", "png", "rgba"),
+        ("alpha.mkv", "ffv1", "bgra"),
+        ("alpha_4444.mov", "prores_ks", "yuva444p10le"),
+    ],
+)
+def test_deep_levels_and_an_alpha_channel_keep_the_colours_written(tmp_path, name, codec, pixels):
+    """10- and 12-bit levels are scaled to 8 bits (not clipped, nor read dark), and a clip
+    with an alpha channel is read at its colours as stored, the alpha dropped (not
+    composited over a background): each frame within a level of the RGB written."""
+    import av
+
+    path = tmp_path / name
+    written = wave_frames(3, 32, 48)
+    alpha = np.broadcast_to(np.arange(48, dtype=np.uint8)[None, :, None] * 5, (32, 48, 1))
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, pixels
+        stream.options = {"qp": "0", "preset": "ultrafast"} if codec == "libx264" else {}
+        for rgb in written:
+            frame = av.VideoFrame.from_ndarray(np.concatenate([rgb, alpha], -1), format="rgba")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    got = decode(_item(path))
+    assert len(got) == 3 and all(_error(g, w) < 1 for g, w in zip(got, written)), name
