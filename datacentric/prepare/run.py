@@ -88,9 +88,10 @@ def _write_tensor(path: Path, tensor: torch.Tensor, key: str) -> None:
     _write_atomic(path, save({key: tensor.contiguous()}))
 
 
-def claim_folder(job: PrepareJob) -> Path:
+def claim_folder(job: PrepareJob, *, create: bool = True) -> Path:
     """Create ``OUT`` (or reuse one this job's settings made); :class:`DataError` for a
-    folder made with other settings or holding other files."""
+    folder made with other settings or holding other files. ``create=False``: those
+    refusals alone, nothing made (before the media are read)."""
     out = Path(job.out).expanduser()
     state = out / STATE
     settings = job.settings()
@@ -104,6 +105,8 @@ def claim_folder(job: PrepareJob) -> Path:
             )
     elif out.exists() and any(p.name not in (STATE, "latents") for p in out.iterdir()):
         raise DataError(f"--out {out}: a non-empty folder that prepare did not make")
+    if not create:
+        return out
     (state / "records").mkdir(parents=True, exist_ok=True)
     (out / "latents").mkdir(exist_ok=True)
     _remove_stale_temporaries(out)
@@ -343,6 +346,7 @@ def prepare(job: PrepareJob) -> dict[str, Any]:
     temporal, multiple = pipeline_geometry(job.pipeline)
     tokens = CaptionLength(job.pipeline, job.max_text_tokens)
     job = replace(job, max_text_tokens=tokens.limit)  # the folder records the length used
+    claim_folder(job, create=False)  # a wrong --out before every file's header is read
     plan = plan_prepare(job, Geometry(temporal, multiple), tokens, world)
     claim_folder(job)
     results = launch(_gathering_rank, job, plan, nproc=job.world if job.world > 1 else None)

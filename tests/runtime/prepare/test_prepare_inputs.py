@@ -136,3 +136,32 @@ def test_a_component_from_another_library_is_refused_before_anything_loads(tmp_p
     with pytest.raises(PipelineError):
         CaptionLength(folder)
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_wrong_out_folder_is_refused_before_the_media_are_read(tmp_path, monkeypatch):
+    """A non-empty ``--out`` prepare did not make, or one it made with other settings,
+    is refused before every file's header is read (minutes for a large folder); no
+    folder is made for a source that is then refused."""
+    from types import SimpleNamespace
+
+    from datacentric.prepare import run as prepare_run
+
+    def read_media(*args):
+        raise AssertionError("the media were read before --out was checked")
+
+    monkeypatch.setattr(prepare_run, "pipeline_geometry", lambda folder: (4, 16))
+    monkeypatch.setattr(prepare_run, "CaptionLength", lambda *a: SimpleNamespace(limit=8))
+    monkeypatch.setattr(prepare_run, "plan_prepare", read_media)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    job = PrepareJob(pipeline="pipe", media="media", out=str(theirs))
+    with pytest.raises(DataError, match="a non-empty folder that prepare did not make"):
+        prepare_run.prepare(job)
+    made = PrepareJob(pipeline="pipe", media="media", out=str(tmp_path / "made"))
+    prepare_run.claim_folder(PrepareJob(**{**made.__dict__, "seed": 1}))
+    with pytest.raises(DataError, match=r"prepared with other settings \(max_text_tokens, seed"):
+        prepare_run.prepare(made)
+    with pytest.raises(AssertionError, match="the media were read"):
+        prepare_run.prepare(PrepareJob(**{**made.__dict__, "out": str(tmp_path / "new")}))
+    assert not (tmp_path / "new").exists()
