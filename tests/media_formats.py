@@ -24,7 +24,8 @@ FORMATS = {
 
 #: a clip for each suffix a media folder lists as a video, in the container its name says
 #: (written at 25 fps: MPEG-1 and MXF take broadcast rates only); Ogg holds VP8, as this
-#: FFmpeg decodes Theora but has no Theora encoder
+#: FFmpeg decodes Theora but has no Theora encoder; QuickTime's older suffix, YUV4MPEG
+#: (uncompressed, as lossless test clips come) and IVF (VP8, VP9 or AV1 as encoders write them)
 SUFFIX_FORMATS = {
     **{Path(name).suffix: FORMATS[name] for name in ("audio_first.mp4", "h264.mov")},
     **{Path(name).suffix: FORMATS[name] for name in ("ffv1.mkv", "vp9.webm", "mpeg4.avi")},
@@ -45,6 +46,9 @@ SUFFIX_FORMATS = {
     ".f4v": ("libx264", "f4v", "yuv420p", False),
     ".ogv": ("libvpx", "ogg", "yuv420p", False),
     ".mxf": ("mpeg2video", "mxf", "yuv420p", False),
+    ".qt": ("libx264", "mov", "yuv420p", False),
+    ".y4m": ("rawvideo", "yuv4mpegpipe", "yuv444p", False),
+    ".ivf": ("libvpx-vp9", "ivf", "yuv420p", False),
 }
 
 #: muxer options by suffix: AVCHD's and Blu-ray's transport streams (192-byte packets)

@@ -6,12 +6,12 @@ its frames as RGB pictures (:func:`decode`).
   give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
   of its frames, timed by their durations. Every container and codec the installed
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
-  streams, ASF/WMV, FLV, Ogg, MXF; H.264, H.265, VP8, VP9, AV1, MPEG-1/2/4, WMV, FFV1 as
-  its FFmpeg has them), from the video stream players open (the default one, else
-  the first); audio and other streams are never decoded. A clip's frame count is its
-  stream's when the container states one, else the frames that decode (Matroska and
-  WebM state none). A clip cut before its first keyframe plays from that keyframe, as
-  players show it.
+  streams, ASF/WMV, FLV, Ogg, MXF, YUV4MPEG, IVF; H.264, H.265, VP8, VP9, AV1,
+  MPEG-1/2/4, WMV, FFV1 as its FFmpeg has them), from the video stream players open
+  (the default one, else the first); audio and other streams are never decoded. A
+  clip's frame count is its stream's when the container states one, else the frames
+  that decode (Matroska and WebM state none). A clip cut before its first keyframe
+  plays from that keyframe, as players show it.
 - Colours are the file's: each frame is converted to RGB by the colour matrix and
   range it states (BT.709 or BT.601, limited or full range; PyAV 17 or later, which
   reads them; an earlier PyAV is named as the reason no clip is read). Levels of more

@@ -44,6 +44,7 @@ VIDEO_SUFFIXES = (
     *(".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".gif"),
     *(".3gp", ".3g2", ".mpg", ".mpeg", ".m2v", ".vob", ".ts", ".mts", ".m2ts"),
     *(".wmv", ".asf", ".flv", ".f4v", ".ogv", ".mxf"),
+    *(".qt", ".y4m", ".ivf"),  # QuickTime's older suffix; YUV4MPEG; VP8/VP9/AV1 in IVF
 )
 #: a folder's images: what Pillow reads (HEIC/HEIF with the pillow-heif plugin, AVIF with
 #: a Pillow built with libavif or the pillow-avif-plugin:
