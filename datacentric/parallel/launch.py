@@ -141,11 +141,23 @@ class RankFailure(RuntimeError):
     """A spawned rank's failure, raised by :func:`spawn`: ``rank R failed: Type: message``,
     then the rank's traceback.
 
-    ``error``: the exception the rank raised, rebuilt in the launcher (of its nearest
-    built-in class, with its message, where it does not pickle as itself; None where not
-    even that does), so the caller tells a refusal of bad input from a crash as it would
-    in one process. ``ranks``: every rank whose failure said the same (``rank`` among
-    them) of the ``world_size``; :attr:`where` names them when they are not all."""
+    The first line names the rank, the class the rank raised (its own name) and its
+    message, whatever ``error`` holds. ``error``: the exception the rank raised, rebuilt
+    in the launcher, so the caller tells a refusal of bad input from a crash as it would
+    in one process (where one process would raise ``MyError``, ``failure.error`` is one
+    here: ``except RankFailure`` then look at ``error``):
+
+    - as itself where its class's module imports here by its name, as ``pickle``
+      imports it: a class of the script's ``__main__`` (this process's own), of an
+      installed package, or of a module on ``sys.path`` that only the rank imported;
+    - else as an instance of its nearest built-in class with its message (a
+      ``ValueError`` subclass stays a ``ValueError``): a class of a file the rank loaded
+      by its path (which is never run here), or one that does not pickle or does not
+      take its message back;
+    - None where not even that pickles.
+
+    ``ranks``: every rank whose failure said the same (``rank`` among them) of the
+    ``world_size``; :attr:`where` names them when they are not all."""
 
     def __init__(
         self,
@@ -173,19 +185,29 @@ class RankFailure(RuntimeError):
         return f"on ranks {', '.join(most)} and {last} of {self.world_size}"
 
 
-def _portable_error(err: BaseException) -> bytes | None:
-    """``err`` pickled for the launcher, where it comes back as itself; else an instance
-    of its nearest built-in class with its message (a refusal stays a ``ValueError``, a
-    crash an ``AttributeError``); None where neither pickles."""
+def _portable_error(err: BaseException) -> tuple[bytes, ...]:
+    """``err`` pickled for the launcher: as itself, then (where its class is not
+    built-in) as an instance of its nearest built-in class with its message (a refusal
+    stays a ``ValueError``, a crash an ``AttributeError``). The launcher takes the first
+    it can rebuild (:func:`_rebuilt`): a class of a module the launcher cannot import
+    comes back as the built-in one. Each one is left out where it does not pickle and
+    come back here (its class may not take its message)."""
     builtin = next(c for c in type(err).__mro__ if c.__module__ == "builtins")
-    for make in (lambda: err, lambda: builtin(*err.args), lambda: builtin(str(err))):
-        try:
-            data = pickle.dumps(make())
-            pickle.loads(data)  # it must come back: its class may not take its message
-        except Exception:  # noqa: BLE001 - any failure: the next, plainer one
-            continue
-        return data
-    return None
+    exact = _pickled(lambda: err)
+    plain = None
+    if exact is None or type(err) is not builtin:
+        plain = _pickled(lambda: builtin(*err.args)) or _pickled(lambda: builtin(str(err)))
+    return tuple(data for data in (exact, plain) if data is not None)
+
+
+def _pickled(make: Callable[[], BaseException]) -> bytes | None:
+    """The exception ``make`` returns, pickled, where it unpickles here; else None."""
+    try:
+        data = pickle.dumps(make())
+        pickle.loads(data)
+    except Exception:  # noqa: BLE001 - any failure: the caller tries a plainer one
+        return None
+    return data
 
 
 @dataclass(frozen=True)
@@ -571,7 +593,7 @@ def _collect(processes: list[Any], results: Any, timeout_s: float) -> list[Any]:
 
 
 def _failure(
-    rank: int, report: tuple[str, bytes | None], processes: list[Any], results: Any, done: dict
+    rank: int, report: tuple[str, tuple[bytes, ...]], processes: list[Any], results: Any, done: dict
 ) -> RuntimeError:
     """Rank ``rank``'s failure (``report``: its text and :func:`_portable_error`), with
     the ranks that fail the same way within :data:`PEER_REPORT_WAIT_S` (every rank
@@ -609,13 +631,18 @@ def _died(rank: int, process: Any) -> RuntimeError:
     )
 
 
-def _rebuilt(error: bytes | None) -> BaseException | None:
-    """A rank's exception from :func:`_portable_error` (a local pipe's: trusted), None
-    where it cannot be rebuilt here."""
-    try:
-        return pickle.loads(error) if error is not None else None
-    except Exception:  # noqa: BLE001 - the failure is still reported, as text
-        return None
+def _rebuilt(portable: tuple[bytes, ...]) -> BaseException | None:
+    """A rank's exception from :func:`_portable_error` (a local pipe's: trusted): the
+    first that unpickles here, None where none does. Unpickling imports the module of
+    the exception's class by its name, as ``pickle`` does (a class of the script's
+    ``__main__`` is this process's own: ``multiprocessing`` names the ranks' main
+    module ``__mp_main__`` and this one's too); no file is run by its path."""
+    for data in portable:
+        try:
+            return pickle.loads(data)
+        except Exception:  # noqa: BLE001 - its module does not import here: the next one
+            continue
+    return None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,14 @@ crash as ``rank R failed: Type: ...``."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
@@ -113,3 +119,120 @@ def test_a_line_that_names_its_rank_gets_no_second_note():
     assert one_line(both) == f"{said} (on ranks 1 and 3 of 4)"
     plain = RankFailure(1, 2, f"ValueError: {REFUSAL}", ValueError(REFUSAL), (1,))
     assert one_line(plain) == f"{REFUSAL} (on rank 1 of 2)"
+
+
+USER_ERRORS = """
+import os
+
+with open(MARKER, "a") as marker:  # who ran this file
+    marker.write(f"{os.getpid()}\\n")
+
+
+class MyError(Exception):
+    pass
+
+
+class MyRefusal(ValueError):
+    pass
+"""
+SAID = "the user's own failure"
+
+
+def _raising_from_file(path: str, name: str, kind: str) -> int:
+    """Rank 1 loads the user's file (by its path, or by its module ``name`` where
+    ``path`` is empty) and raises its ``kind``; rank 0 returns."""
+    if dist.get_rank() == 1:
+        if path:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(name)
+        raise getattr(module, kind)(SAID)
+    return dist.get_rank()
+
+
+def _user_file(tmp_path: Path, name: str) -> Path:
+    """The user's file ``name.py``, which notes each process that runs it in ``ran``."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(USER_ERRORS.replace("MARKER", repr(str(tmp_path / "ran"))))
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "builtin", "line"),
+    [("MyRefusal", ValueError, f"{SAID} (on rank 1 of 2)"), ("MyError", Exception, None)],
+)
+def test_a_class_of_a_file_loaded_by_its_path_comes_back_as_its_built_in_class(
+    kind, builtin, line, tmp_path
+):
+    """The launcher cannot import the module of the rank's class (the rank loaded it
+    from a file by its path): the failure carries its nearest built-in class with its
+    message (it carried None, and a refusal read as a crash: 'rank 1 failed: MyRefusal:
+    ...'); the text still names the rank and the real class; the file is not run here."""
+    name = "user_errors_by_path"
+    path = _user_file(tmp_path, name)
+    with pytest.raises(RankFailure) as failed:
+        spawn(_raising_from_file, 2, str(path), name, kind, timeout_s=120)
+    failure = failed.value
+    assert type(failure.error) is builtin and str(failure.error) == SAID
+    assert str(failure).startswith(f"rank 1 failed: {kind}: {SAID}\n")
+    assert one_line(failure) == (line or f"rank 1 failed: {kind}: {SAID}")
+    assert name not in sys.modules
+    ran = (tmp_path / "ran").read_text().split()
+    assert len(ran) == 1 and ran != [str(os.getpid())]
+
+
+@pytest.mark.slow
+def test_a_class_of_a_module_importable_by_name_comes_back_as_itself(tmp_path, monkeypatch):
+    """Only the rank imported it; the launcher imports it by its name to rebuild it."""
+    name = "user_errors_by_name"
+    _user_file(tmp_path, name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(RankFailure) as failed:
+        spawn(_raising_from_file, 2, "", name, "MyError", timeout_s=120)
+    assert isinstance(failed.value.error, sys.modules[name].MyError)
+    assert str(failed.value.error) == SAID
+
+
+SCRIPT = """
+import sys
+
+import torch.distributed as dist
+
+from datacentric.parallel.launch import RankFailure, launch
+
+
+class MyError(Exception):
+    pass
+
+
+def work():
+    if dist.get_rank() == 1:
+        raise MyError("{said}")
+    return dist.get_rank()
+
+
+if __name__ == "__main__":
+    try:
+        launch(work, nproc=2)
+    except RankFailure as failed:
+        print(type(failed.error) is MyError, str(failed.error), str(failed).splitlines()[0])
+"""
+
+
+@pytest.mark.slow
+def test_a_class_of_the_user_s_script_comes_back_as_itself(tmp_path):
+    """A Python-API run at world 2 from a script whose ranks raise the script's own
+    class: the failure carries an instance of that very class (the ranks' ``__mp_main__``
+    is the script, the launcher's ``__main__``)."""
+    script = tmp_path / "user_script.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(said=SAID)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.stdout.strip() == f"True {SAID} rank 1 failed: MyError: {SAID}", done.stderr
