@@ -20,6 +20,7 @@ from datacentric.cli.flag_groups import (
     add_policy_flag,
     add_shard_flags,
     add_world_flag,
+    check_out_folder,
 )
 from datacentric.cli.flags import enable_config_file
 from datacentric.cli.precheck import check_dataset
@@ -110,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if repeats < 1:
         print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
+    check_out_folder(args.out)
     config = bench_config(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     # stdout holds the summary alone; the first line and the load notes go to stderr,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
-from datacentric.cli.flag_groups import add_out_flag, add_world_flag
+from datacentric.cli.flag_groups import add_out_flag, add_world_flag, check_out_folder
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce, say
 from datacentric.progress import counted
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         load_average,
     )
 
+    check_out_folder(args.out)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(BENCH_DEFAULTS, progress=True, dataset_limit=DEMO_DATASET_LIMIT)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from datacentric.cli.flags import add_deprecated_alias, add_plain_flag, config_option
@@ -215,6 +216,13 @@ def add_timeout_flag(parser: argparse.ArgumentParser, note: str = "") -> None:
 def add_out_flag(container: Any, *, required: bool = False, note: str = "") -> None:
     """``--out DIR``, the folder a command writes."""
     config_option(container, "--out", key="out", metavar="DIR", required=required, note=note)
+
+
+def check_out_folder(path: str | None, flag: str = "--out") -> None:
+    """Refuse a folder to write (``flag``'s ``path``) that is a file, in one line naming it:
+    checked before a command's first line, as its work comes before it writes there."""
+    if path and Path(path).expanduser().exists() and not Path(path).expanduser().is_dir():
+        raise ValueError(f"{flag} {path} is a file; name a folder")
 
 
 def add_json_flag(parser: argparse.ArgumentParser, note: str = "") -> None:

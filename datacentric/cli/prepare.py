@@ -6,7 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from datacentric.cli.flag_groups import add_json_flag, add_out_flag, add_world_flag
+from datacentric.cli.flag_groups import (
+    add_json_flag,
+    add_out_flag,
+    add_world_flag,
+    check_out_folder,
+)
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce, say
 from datacentric.progress import counted
@@ -120,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (*given, ("--out DIR", args.out)) if not value]
     if missing:
         raise ValueError(f"{', '.join(missing)}: required (see datacentric prepare --help)")
+    check_out_folder(args.out)
     world = 1 if args.world is None else args.world
     announce(  # before torch and the pipeline load
         "prepare",

@@ -25,6 +25,7 @@ from datacentric.cli.flag_groups import (
     add_skip_unfittable_flag,
     add_timeout_flag,
     add_world_flag,
+    check_out_folder,
     lora_of_args,
 )
 from datacentric.cli.flags import config_option, enable_config_file
@@ -98,6 +99,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
+    check_out_folder(args.out, "--profile-dir")
     announce("profile", _start_line(args), json_output=args.json)  # before torch loads
     from datacentric.models.model_args import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from datacentric.cli.flag_groups import add_out_flag
+from datacentric.cli.flag_groups import add_out_flag, check_out_folder
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce
 
@@ -81,9 +81,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out_folder(args.out)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; name a folder")
     announce("tiny", f"writing a model folder, two pipelines, clips and jsonl into {out}")
     parts: dict[str, Callable[[Path], Any]] = {
         "data/train.jsonl": write_text_records,

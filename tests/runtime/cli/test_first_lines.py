@@ -267,3 +267,28 @@ def test_export_s_names_keep_their_import_path() -> None:
 
     assert export.ExportError is export_folders.ExportError
     assert export.EXPORT_RECORD == export_folders.EXPORT_RECORD == "datacentric_export.json"
+
+
+#: commands that write a folder -> their arguments, the folder a file here
+FOLDER_AS_FILE = {
+    "demo": ["demo", "--out", "{tmp}/afile"],
+    "bench": ["bench", "--runs-per-policy", "1", "--out", "{tmp}/afile"],
+    "profile": ["profile", "--memory-gb", "2", "--profile-dir", "{tmp}/afile", "--model", "llama"]
+    + ["--dataset", "stdlib", "--world", "2"],
+    "prepare": ["prepare", "--pipeline", "{tmp}/p", "--media", "{tmp}/m", "--out", "{tmp}/afile"],
+    "tiny": ["tiny", "--out", "{tmp}/afile"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(FOLDER_AS_FILE))
+def test_an_output_folder_that_is_a_file_is_one_line_first(command: str, tmp_path) -> None:
+    """A file given as the folder to write is refused in one line before the first line:
+    ``demo`` said ``[Errno 17] File exists``, ``bench`` ``[Errno 20] Not a directory``
+    after 5 s, ``profile`` ``[Errno 17]`` after the whole profile (55 s), ``prepare``
+    ``[Errno 20]`` after loading torch."""
+    (tmp_path / "afile").write_text("mine")
+    where, heavy, _, line, said = first_line(FOLDER_AS_FILE[command], tmp_path)
+    assert (where, heavy) == ("stderr", "heavy []"), said
+    flag = "--profile-dir" if command == "profile" else "--out"
+    assert line == f"datacentric {command}: {flag} {tmp_path}/afile is a file; name a folder"
+    assert (tmp_path / "afile").read_text() == "mine"
