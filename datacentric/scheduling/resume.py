@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.schedule import Schedule
+from datacentric.schedule import Iteration, Schedule
 
 MakeSchedule = Callable[[int, Sequence[int] | None], Schedule]
 """``make_schedule(epoch, sample_ids)``: an epoch's schedule, restricted to
@@ -163,16 +163,47 @@ def check_segment(position: Position, schedule: Schedule) -> None:
     """Raise ``ValueError`` when ``schedule``, the segment's rebuilt schedule, is not
     the one ``position`` was saved from (its fingerprint), or is shorter than where the
     position stands; else hold its fingerprint in ``position``."""
+    fingerprint = check_fingerprint(position.segment_fingerprint, position.epoch, schedule)
+    check_length(position, len(schedule.iterations))
+    position.segment_fingerprint = fingerprint
+
+
+def check_fingerprint(saved: str, epoch: int, schedule: Schedule) -> str:
+    """The fingerprint of epoch ``epoch``'s rebuilt ``schedule``; ``ValueError`` when it
+    is not the one a position saved (``saved``; empty: nothing to compare)."""
     fingerprint = schedule_fingerprint(schedule)
-    if position.segment_fingerprint and position.segment_fingerprint != fingerprint:
-        raise ValueError(
-            f"the rebuilt schedule of epoch {position.epoch} (world {schedule.world_size}, "
-            f"policy {schedule.policy}) differs from the saved one: the dataset, model, cost "
-            "model or options changed since it was saved; resume with the same settings"
-        )
-    if position.segment_iteration > len(schedule.iterations):
+    if saved and saved != fingerprint:
+        raise schedule_changed(epoch, schedule.world_size, schedule.policy)
+    return fingerprint
+
+
+def schedule_changed(epoch: int, world_size: int, policy: str) -> ValueError:
+    """The error of a segment's rebuilt schedule that is not the saved one."""
+    return ValueError(
+        f"the rebuilt schedule of epoch {epoch} (world {world_size}, policy {policy}) differs "
+        "from the saved one: the dataset, model, cost model or options changed since it was "
+        "saved; resume with the same settings"
+    )
+
+
+def check_length(position: Position, num_steps: int) -> None:
+    """Raise ``ValueError`` when ``position`` stands past the end of its segment's
+    schedule of ``num_steps`` steps (known before the steps are built)."""
+    if position.segment_iteration > num_steps:
         raise ValueError(
             f"the saved position is at iteration {position.segment_iteration} of a "
-            f"{len(schedule.iterations)}-iteration schedule"
+            f"{num_steps}-iteration schedule"
         )
-    position.segment_fingerprint = fingerprint
+
+
+def check_steps_run(
+    position: Position, built: Sequence[Iteration], world_size: int, policy: str
+) -> None:
+    """Raise ``ValueError`` when the samples of the rebuilt segment's first steps
+    (``built``, up to where ``position`` stands) are not those the position says its
+    segment ran (the tail of ``consumed``): a changed schedule found before the next step
+    runs, without its whole build (the fingerprint is checked once it is whole)."""
+    ran = position.consumed[len(position.segment_excluded) :]
+    rebuilt = [i for it in built[: position.segment_iteration] for i in it.sample_ids()]
+    if ran != rebuilt:
+        raise schedule_changed(position.epoch, world_size, policy)

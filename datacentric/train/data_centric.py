@@ -60,8 +60,10 @@ from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import (
     Position,
     begin_segment,
+    check_fingerprint,
+    check_length,
     check_segment,
-    continue_schedule,
+    check_steps_run,
 )
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import device_cost_model
@@ -211,10 +213,10 @@ class DataCentric:
         self.position = Position()
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
         # the segment's whole schedule, else its steps streaming (_build); where it began
-        self._segment: Schedule | None = None
         self._build: StreamedBuild | None = None
+        self._leave_segment()  # none yet (_segment, _announced, a resumed one's checks)
         self._segment_epoch, self._segment_at, self._serial = -1, None, 0
-        self._announced, self._on_schedule, self._expected = None, None, 0
+        self._on_schedule: OnSchedule | None = None
         self._held_out: HeldOut | None = None
         self._ahead = ScheduleAhead(self.schedule)
         self._schedule_wait_s = 0.0
@@ -326,51 +328,54 @@ class DataCentric:
         return self._build.num_steps
 
     def _open_segment(self) -> None:
-        """Start the segment the position is in, unless it is the current one: a saved
-        one (resumed on its world) is rebuilt whole and checked against its
-        fingerprint; the epoch's schedule built ahead is taken when there is one; any
-        other is streamed (:class:`~datacentric.train.schedule_ahead.StreamedBuild`)."""
+        """Start the segment the position is in, unless it is the current one: the
+        epoch's schedule built ahead is taken when there is one; any other is streamed
+        (:class:`~datacentric.train.schedule_ahead.StreamedBuild`), a saved one resumed on
+        its world too: its steps up to the position are compared with those the position
+        ran before the next step is handed out, and its fingerprint once it is whole
+        (:meth:`_settle`; nothing is saved before). A resumed segment left before it was
+        whole is waited for and checked first."""
         p = self.position
         world = self.groups.world_size
         if p.segment_world == world and self._segment_epoch == p.epoch:
             if self._segment is not None or self._build is not None:
                 return
+        if self._saved_fingerprint:  # the run moved past a resumed segment still unchecked
+            self._settle()
         self._leave_segment()
         self._segment_epoch, self._serial = p.epoch, self._serial + 1
         started = time.perf_counter()
-        if p.segment_fingerprint and p.segment_world == world:
-            self._segment = continue_schedule(p, len(self.pipeline.shapes), world, self._whole)
-        else:
-            ids = begin_segment(p, len(self.pipeline.shapes), world)
-            ready = self._ahead.take(p.epoch) if ids is None else None
-            if ready is not None:  # built while the last epoch trained: waited for here
-                self._schedule_wait_s += ready[1]
-                check_segment(p, ready[0])
-                self._segment = ready[0]
-            else:  # the plan and the epoch's global batches on this thread, the steps on one
-                stream = self.pipeline.stream(p.epoch, sample_ids=ids)
-                self._build = StreamedBuild(stream, name=f"schedule-epoch-{p.epoch}")
-                self._schedule_wait_s += time.perf_counter() - started
+        ids = begin_segment(p, len(self.pipeline.shapes), world)
+        ready = self._ahead.take(p.epoch) if ids is None else None
+        if ready is not None:  # built while the last epoch trained: waited for here
+            self._schedule_wait_s += ready[1]
+            check_segment(p, ready[0])
+            self._segment = ready[0]
+        else:  # the plan and the epoch's global batches on this thread, the steps on one
+            stream = self.pipeline.stream(p.epoch, sample_ids=ids)
+            check_length(p, stream.num_steps)
+            self._build = StreamedBuild(stream, name=f"schedule-epoch-{p.epoch}")
+            self._saved_fingerprint = p.segment_fingerprint  # "": a segment begun here
+            self._check_ran = bool(p.segment_fingerprint)
+            self._schedule_wait_s += time.perf_counter() - started
         self._segment_at = p.iterations_done if p.segment_excluded else None
 
-    def _whole(self, epoch: int, sample_ids: Sequence[int] | None) -> Schedule:
-        """The segment's schedule built now, whole; the seconds are added to the next
-        step's ``schedule_wait_s``."""
-        started = time.perf_counter()
-        schedule = self.schedule(epoch, sample_ids)
-        self._schedule_wait_s += time.perf_counter() - started
-        return schedule
-
     def _leave_segment(self) -> None:
-        """Forget the current segment (its build, if one is streaming, stops)."""
+        """Forget the current segment (its build, if one is streaming, stops) and the
+        checks of a resumed one."""
         if self._build is not None:
             self._build.cancel()
-        self._segment, self._build, self._announced, self._expected = None, None, None, 0
+        self._segment: Schedule | None = None
+        self._build, self._announced, self._expected = None, None, 0
+        # a resumed segment streaming: its saved fingerprint (checked once whole), whether
+        # the steps it ran are still to be compared; a refusal of the whole (_check_whole)
+        self._saved_fingerprint, self._check_ran, self._refused = "", False, None
 
     def _settle(self, wait: bool = True, count: bool = True) -> None:
         """Hold the streamed segment's whole schedule once it is built (``wait``: wait
         for it; ``count``: the seconds go to the next step's ``schedule_wait_s``), its
-        fingerprint in the position while the position is in that segment; then
+        fingerprint in the position while the position is in that segment (a resumed
+        segment's checked against the saved one, wherever the position is now); then
         announce it (``on_schedule``)."""
         if self._build is not None:
             schedule = self._build.finished()
@@ -379,22 +384,40 @@ class DataCentric:
             if schedule is None:
                 schedule, waited = self._build.schedule()
                 self._schedule_wait_s += waited if count else 0.0
-            p = self.position
-            if p.epoch == self._segment_epoch and p.segment_world == self.groups.world_size:
-                check_segment(p, schedule)
-            self._segment, self._build = schedule, None
+            self._check_whole(schedule)
+            self._segment, self._build, self._saved_fingerprint = schedule, None, ""
         if self._segment is not None and self._segment is not self._announced:
             self._announced = self._segment
             if self._on_schedule is not None:
                 self._on_schedule(self._segment, self._segment_at)
 
+    def _check_whole(self, schedule: Schedule) -> None:
+        """Check the streamed segment's whole ``schedule`` against the position's saved
+        fingerprint while the position is in that segment (then held there), else against
+        the resumed segment's; a refusal is kept, so that leaving the loop it was raised
+        in does not raise it again."""
+        p = self.position
+        try:
+            if p.epoch == self._segment_epoch and p.segment_world == self.groups.world_size:
+                check_segment(p, schedule)
+            else:  # the position has left the segment (its fingerprint with it)
+                check_fingerprint(self._saved_fingerprint, self._segment_epoch, schedule)
+        except ValueError as err:
+            self._refused = err
+            raise
+
     def _iteration(self, k: int) -> Iteration:
         """Step ``k`` of the segment (waited for while it streams: the seconds go to
-        its ``schedule_wait_s``)."""
+        its ``schedule_wait_s``; the first of a resumed segment once the steps before it,
+        built first, are the ones the position ran)."""
         if self._segment is not None:
             return self._segment.iterations[k]
         iteration, waited = self._build.step(k)
         self._schedule_wait_s += waited
+        if self._check_ran:
+            built = self._build.built_steps(0)
+            check_steps_run(self.position, built, self.groups.world_size, self.pipeline.policy)
+            self._check_ran = False
         return iteration
 
     def steps(
@@ -455,7 +478,7 @@ class DataCentric:
                 if not step.finished:
                     raise RuntimeError("call step.finish() before asking for the next step")
         except GeneratorExit:  # the loop was left: its schedule is still announced
-            if on_schedule is not None:
+            if on_schedule is not None and self._refused is None:
                 self._settle()
             raise
         if on_schedule is not None:

@@ -457,13 +457,16 @@ class Trainer:
         )
 
     def _save(self, scheduler, *, background: bool = False) -> None:
-        """Save this step (collective; :meth:`RunSaves.save`)."""
+        """Save this step (collective; :meth:`RunSaves.save`). The position is
+        ``DataCentric.state_dict()``'s: a segment's schedule still being built is waited
+        for and checked against a resumed run's saved one before anything is written."""
+        position = Position.from_json(self.dc.state_dict())
         self.saves.save(
-            self.position.iterations_done,
+            position.iterations_done,
             self.model,
             self.optimizer,
             trainer_state(
-                self.position,
+                position,
                 loss_tokens_seen=self.loss_tokens_seen,
                 world_size=self.groups.world_size,
                 total_iterations=self.total_iterations,

@@ -31,17 +31,17 @@ def small_loop(prefetch: int = 2) -> DataCentric:
 
 
 class HeldBack:
-    """An epoch's stream that stops after its first step until :attr:`gate` opens."""
+    """An epoch's stream that stops after its step ``after`` until :attr:`gate` opens."""
 
-    def __init__(self, stream, gate: threading.Event) -> None:
-        self.stream, self.gate = stream, gate
+    def __init__(self, stream, gate: threading.Event, after: int = 0) -> None:
+        self.stream, self.gate, self.after = stream, gate, after
         self.num_steps = stream.num_steps
         self.opened: bool | None = None
 
     def __iter__(self):
         for k, iteration in enumerate(self.stream):
             yield iteration
-            if k == 0:
+            if k == self.after:
                 self.opened = self.gate.wait(60)  # False: nobody opened it (a minute)
 
     def schedule(self):
