@@ -38,6 +38,7 @@ unasked, is refused in one line.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.models.configs import DiTConfig
+from datacentric.models.configs import DiTConfig, LlamaConfig
 from datacentric.models.lora import apply_lora
 from datacentric.models.model_args import (
     ADAPTER_FILES,
@@ -151,8 +152,12 @@ def build_from_source(
 
     ``device="meta"`` builds without weights (pretrained weights are not read), for the
     checks made before ranks start. ``dataset`` lets a preset follow the data (latent
-    channels, vocabulary). ``source.lora`` adapters are injected last, the rest frozen.
+    channels, vocabulary): data of the other kind is refused before it is built
+    (:class:`DataKindError`, :func:`check_data_kind`; other kinds' models may be built
+    beside any data). ``source.lora`` adapters are injected last, the rest frozen.
     """
+    if source.kind == "preset":  # it follows the data, of its own kind only
+        check_data_kind(source, dataset)
     model, data = _build_source(source, dtype=dtype, device=device, dataset=dataset)
     if source.lora is not None:
         apply_lora(model, source.lora)
@@ -186,20 +191,46 @@ class DataKindError(ValueError):
         )
 
 
-def check_data_kind(source: ModelSource, dataset: Any) -> None:
+#: our adapters of unmodified models (module, class), by what they train on; looked up
+#: only where the module is loaded (a model of the class exists only then)
+ADAPTER_KINDS = {
+    ("datacentric.models.hf", "HFCausalLM"): TEXT,
+    ("datacentric.models.diffusers_generic", "DiffusersVideoTransformer"): CAPTIONED,
+    ("datacentric.models.diffusers_video", "DiffusersVideoModel"): CAPTIONED,
+}
+
+
+def check_data_kind(source: ModelSource | nn.Module, dataset: Any) -> None:
     """Raise :class:`DataKindError` when ``dataset`` holds data of another kind than the
-    model ``source`` names trains on: text for a preset Llama or an ``hf:`` model, video
-    latents for a preset DiT, video latents with their text embeddings for a
-    ``diffusers:`` model. A factory's model, no dataset or data of both kinds pass (what
-    we cannot tell, the model's own check decides)."""
-    if source.kind == "preset":
+    model ``source`` names (or is: a built model, named by its class) trains on: text
+    for a preset Llama or an ``hf:`` model, video latents for a preset DiT, video
+    latents with their text embeddings for a ``diffusers:`` model. A factory's model
+    (any other module), no dataset or data of both kinds pass (what we cannot tell, the
+    model's own check decides). Reads the dataset's shapes (and packs its shortest
+    sample for a ``diffusers:`` model); builds nothing."""
+    if isinstance(source, nn.Module):
+        name, wants = type(source).__name__, _module_wants(source)
+    elif source.kind == "preset":
         video = isinstance(MODEL_PRESETS[source.target].config, DiTConfig)
-        wants = VIDEO if video else TEXT
+        name, wants = source.name, VIDEO if video else TEXT
     else:
-        wants = {"hf": TEXT, "diffusers": CAPTIONED}.get(source.kind)
+        name, wants = source.name, {"hf": TEXT, "diffusers": CAPTIONED}.get(source.kind)
     holds = None if wants is None or dataset is None else _data_kind(dataset, wants)
     if holds is not None and holds != wants:
-        raise DataKindError(source.name, wants, holds)
+        raise DataKindError(name, wants, holds)
+
+
+def _module_wants(model: nn.Module) -> str | None:
+    """What a built ``model`` trains on: a preset's by its config, our adapters' by
+    :data:`ADAPTER_KINDS`; ``None`` for any other model."""
+    config = getattr(model, "config", None)
+    if isinstance(config, DiTConfig | LlamaConfig):
+        return VIDEO if isinstance(config, DiTConfig) else TEXT
+    for (module, name), kind in ADAPTER_KINDS.items():
+        adapter = getattr(sys.modules.get(module), name, None)
+        if adapter is not None and isinstance(model, adapter):
+            return kind
+    return None
 
 
 def _data_kind(dataset: Any, wants: str) -> str | None:

@@ -43,6 +43,7 @@ from torch import nn
 from datacentric.data.base import epoch_pack
 from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.lora import is_peft_model
+from datacentric.models.source import check_data_kind
 from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups, device_memory_bytes, process_groups
 from datacentric.parallel.loss import loss_tokens_function
@@ -111,6 +112,19 @@ def scheduling_options(
     return options
 
 
+def held_model(model: nn.Module, dataset: Any) -> nn.Module:
+    """``model`` as :class:`DataCentric` holds it: a ``peft.PeftModel`` of a transformers
+    causal LM wrapped in ``HFCausalLM``. A model given data of the other kind (a text
+    model given video, a video model given text) is refused here, in the line the CLI's
+    check says (:func:`~datacentric.models.source.check_data_kind`), before a step."""
+    if is_peft_model(model):  # a transformers model the user adapted with peft
+        from datacentric.models.hf import HFCausalLM
+
+        model = HFCausalLM(model)
+    check_data_kind(model, dataset)
+    return model
+
+
 class DataCentric:
     """Data-centric parallel training of ``model`` on ``dataset``.
 
@@ -162,10 +176,7 @@ class DataCentric:
         sp_sizes: Sequence[int] | None = None,
     ) -> None:
         options = scheduling_options(options, policy, tokens_per_iteration)  # settings first
-        if is_peft_model(model):  # a transformers model the user adapted with peft
-            from datacentric.models.hf import HFCausalLM
-
-            model = HFCausalLM(model)
+        model = held_model(model, dataset)
         self.groups = groups or process_groups(device=device)
         self.sharding = (
             shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
