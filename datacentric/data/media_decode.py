@@ -12,11 +12,13 @@ its frames as RGB pictures (:func:`decode`).
   clip's frame count is its stream's when the container states one, else the frames
   that decode (Matroska and WebM state none). A clip cut before its first keyframe
   plays from that keyframe, as players show it.
-- Colours are the file's: each frame is converted to RGB by the colour matrix and
-  range it states (BT.709 or BT.601, limited or full range; PyAV 17 or later, which
-  reads them; an earlier PyAV is named as the reason no clip is read). Levels of more
-  than 8 bits (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its
-  colours kept as stored (not composited over a background).
+- Colours are the file's, as players show them on an ordinary display
+  (:mod:`datacentric.data.media_colours`): each frame is converted to RGB by the colour
+  matrix and range it states (BT.709 or BT.601, limited or full range; PyAV 17 or
+  later, which reads them; an earlier PyAV is named as the reason no clip is read), and
+  an HDR (PQ, HLG) or BT.2020 frame is mapped to BT.709. Levels of more than 8 bits
+  (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its colours kept
+  as stored (not composited over a background).
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from datacentric.data.media_colours import colour_problem, rgb_picture
 from datacentric.data.media_sources import MediaItem
 from datacentric.progress import counted
 
@@ -261,30 +264,23 @@ def _shown_stream(streams: Any) -> Any:
     return next((s for s in moving if _disposition(s) & DEFAULT_STREAM), moving[0])
 
 
-#: the first PyAV whose frames turn to RGB by their own colour matrix and range
-#: (FFmpeg's ``sws_scale_frame``); earlier ones convert every frame as BT.601 of limited
-#: range unless told, and are not told right through ``to_image``'s arguments
-COLOUR_PYAV = 17
-
-
-def _colour_problem(version: str) -> str | None:
-    """Why frames decoded by PyAV ``version`` would not show the file's colours, or None."""
-    if int(version.split(".")[0]) >= COLOUR_PYAV:
-        return None
-    return (
-        f"PyAV {version} converts every clip's colours as BT.601 of limited range, whatever "
-        f"the clip states (BT.709, full range): pip install 'av>={COLOUR_PYAV}'"
-    )
+def _picture(frame: Any) -> Any:
+    """A decoded frame as RGB as players show it (:func:`~datacentric.data.media_colours.
+    rgb_picture`); :class:`MediaError` when the installed PyAV cannot show its colours."""
+    picture = rgb_picture(frame)
+    if isinstance(picture, str):
+        raise MediaError(picture)
+    return picture
 
 
 def _open_video(path: Path) -> Any:
     """A PyAV container and the video stream it shows (:func:`_shown_stream`; audio and
     other streams, wherever they sit, are never decoded); :class:`MediaError` when there
     is no video stream but a cover picture, or the installed PyAV would not show its
-    colours (:func:`_colour_problem`)."""
+    colours (:func:`~datacentric.data.media_colours.colour_problem`)."""
     import av
 
-    problem = _colour_problem(str(av.__version__))
+    problem = colour_problem(str(av.__version__))
     if problem:
         raise MediaError(problem)
     container = av.open(str(path))
@@ -450,7 +446,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
             aspect = _pixel_aspect(stream)  # the stream's, read once
             for frame in _Frames(container, stream):
                 if wanted is None or decoded in wanted:
-                    image = _square_pixels(frame.to_image(), aspect)
+                    image = _square_pixels(_picture(frame), aspect)
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):

@@ -241,3 +241,68 @@ def test_deep_levels_and_an_alpha_channel_keep_the_colours_written(tmp_path, nam
             container.mux(packet)
     got = decode(_item(path))
     assert len(got) == 3 and all(_error(g, w) < 1 for g, w in zip(got, written)), name
+
+
+def _tagged_greys(path: Path, transfer: int, primaries: int, signal: np.ndarray) -> None:
+    """A 10-bit FFV1 clip of greys (lossless), limited range, BT.2020's matrix, tagged
+    ``transfer`` and ``primaries``: its luma ``signal`` (0 to 1) across each row."""
+    import av
+
+    luma = np.round(64 + 876 * signal).astype(np.uint16)
+    planes = [np.tile(luma, (4, 1)), np.full((4, len(signal)), 512, np.uint16)]
+    planes.append(planes[1])
+    with av.open(str(path), "w", format="matroska") as container:
+        stream = container.add_stream("ffv1", rate=8)
+        stream.width, stream.height, stream.pix_fmt = len(signal), 4, "yuv444p10le"
+        tags = {"color_range": 1, "colorspace": 9}
+        tags |= {"color_trc": transfer, "color_primaries": primaries}
+        for name, value in tags.items():
+            setattr(stream.codec_context, name, value)
+        frame = av.VideoFrame(len(signal), 4, "yuv444p10le")
+        for plane, values in zip(frame.planes, planes):
+            row = plane.line_size // 2  # 16-bit samples, rows padded to the line size
+            plane.update(np.pad(values, ((0, 0), (0, row - len(signal)))).tobytes())
+        for name, value in tags.items():
+            setattr(frame, name, value)
+        for packet in [*stream.encode(frame), *stream.encode()]:
+            container.mux(packet)
+
+
+@pytest.mark.parametrize(
+    ("transfer", "reference_white"),
+    [(18, 0.75), (16, 0.58)],  # HLG's 75 % signal; PQ's 203 nits
+)
+def test_an_hdr_clip_is_shown_as_players_map_it_to_an_ordinary_display(
+    tmp_path, transfer, reference_white
+):
+    """An HDR clip (HLG, as phones record HDR, or PQ) of BT.2020 greys: black stays
+    black, the reference white comes out near white, brighter levels clip at white, and
+    greys stay grey. Its levels were converted alone: the reference white 191 of 255
+    (HLG), 148 (PQ), every grey dim and flat."""
+    from datacentric.data.media_colours import maps_to_bt709
+
+    if not maps_to_bt709():
+        pytest.skip("this PyAV's scaler does not map HDR to BT.709 (the refusal's test)")
+    signal = np.array([0.0, 0.25, 0.5, reference_white, 0.95])
+    path = tmp_path / "hdr.mkv"
+    _tagged_greys(path, transfer, 9, signal)
+    (got,) = decode(_item(path))
+    row = np.asarray(got, dtype=int)[0]
+    assert (row.max(-1) - row.min(-1) <= 2).all(), row  # greys stay grey
+    greys = row[:, 1]
+    assert greys[0] <= 2 and greys[3] >= 235 and greys[4] == 255, greys
+    assert (np.diff(greys) >= 0).all() and greys[2] > greys[1] > greys[0], greys
+
+
+def test_an_hdr_clip_the_installed_pyav_cannot_map_is_named(tmp_path, monkeypatch):
+    """A PyAV whose scaler cannot map HDR to BT.709 (17.0 takes the arguments and
+    converts the levels alone): an HLG clip is skipped naming its colours and the fix."""
+    from datacentric.data import media_colours
+    from datacentric.data.media_decode import MediaError
+
+    path = tmp_path / "hdr.mkv"
+    _tagged_greys(path, 18, 9, np.linspace(0, 1, 8))
+    monkeypatch.setattr(media_colours, "maps_to_bt709", lambda: False)
+    with pytest.raises(MediaError, match=r"^colours of HLG transfer, BT.2020 primaries, which"):
+        decode(_item(path))
+    assert probe(_item(path)).frames == 1  # the size and frames are read as before

@@ -1,0 +1,95 @@
+"""How a decoded video frame becomes RGB as players show it on an ordinary (BT.709,
+sRGB) display, for :mod:`datacentric.data.media_decode`:
+
+- by the colour matrix and range the frame states (BT.709, BT.601, BT.2020; limited or
+  full range): PyAV 17 or later reads them (:func:`colour_problem` names an earlier
+  one);
+- an HDR frame (PQ or HLG transfer) or one of BT.2020 primaries mapped to BT.709, as
+  players map it (FFmpeg 8's colour management, through PyAV 18's ``dst_color_trc`` and
+  ``dst_color_primaries``): levels above the reference white (HLG's 75 % signal, PQ's
+  203 nits) are clipped, colours outside BT.709 brought inside it. A PyAV that cannot
+  map them is named (:func:`rgb_picture`), not read in flat colours: its levels
+  converted alone, an HLG clip's reference white is 191 of 255, a PQ clip's 148.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+#: the first PyAV whose frames turn to RGB by their own colour matrix and range
+#: (FFmpeg's ``sws_scale_frame``); earlier ones convert every frame as BT.601 of limited
+#: range unless told, and are not told right through ``to_image``'s arguments
+COLOUR_PYAV = 17
+#: transfers (``AVColorTransferCharacteristic``) and primaries (``AVColorPrimaries``)
+#: that players map to BT.709: HDR's, and BT.2020's wide gamut
+HDR_TRANSFERS = {16: "PQ", 18: "HLG"}
+WIDE_PRIMARIES = {9: "BT.2020"}
+#: BT.709's transfer and primaries (both 1 in FFmpeg's numbering)
+BT709 = 1
+
+
+def colour_problem(version: str) -> str | None:
+    """Why frames decoded by PyAV ``version`` would not show the file's colours, or None."""
+    if int(version.split(".")[0]) >= COLOUR_PYAV:
+        return None
+    return (
+        f"PyAV {version} converts every clip's colours as BT.601 of limited range, whatever "
+        f"the clip states (BT.709, full range): pip install 'av>={COLOUR_PYAV}'"
+    )
+
+
+def _tag(frame: Any, name: str) -> int:
+    """A frame's colour tag ``name`` as FFmpeg numbers it (0 where PyAV reads none)."""
+    value = getattr(frame, name, 0)
+    return int(getattr(value, "value", value) or 0)
+
+
+def wide_colours(frame: Any) -> str:
+    """What of a decoded frame's colours players map to BT.709 ("" when nothing): its HDR
+    transfer, its BT.2020 primaries."""
+    transfer, primaries = _tag(frame, "color_trc"), _tag(frame, "color_primaries")
+    named = [
+        f"{HDR_TRANSFERS[transfer]} transfer" if transfer in HDR_TRANSFERS else "",
+        f"{WIDE_PRIMARIES[primaries]} primaries" if primaries in WIDE_PRIMARIES else "",
+    ]
+    return ", ".join(n for n in named if n)
+
+
+@functools.cache
+def maps_to_bt709() -> bool:
+    """Whether the installed PyAV's scaler maps a frame's transfer and primaries to
+    BT.709 when asked: an HLG grey at its reference white (75 % signal) comes out near
+    white (253 with PyAV 18.1), where its levels converted alone give 191 (PyAV 17.0
+    takes the arguments and converts the levels alone)."""
+    import av
+
+    planes = np.stack([np.full((2, 2), 180), np.full((2, 2), 128), np.full((2, 2), 128)])
+    frame = av.VideoFrame.from_ndarray(planes.astype(np.uint8), format="yuv444p")
+    try:
+        frame.color_range, frame.colorspace = 1, 9
+        frame.color_trc, frame.color_primaries = 18, 9
+        mapped = frame.reformat(format="rgb24", dst_color_trc=BT709, dst_color_primaries=BT709)
+        return int(mapped.to_ndarray()[0, 0, 1]) > 230
+    except Exception:  # noqa: BLE001 - a PyAV without the arguments maps nothing
+        return False
+
+
+def rgb_picture(frame: Any) -> Any:
+    """A decoded frame as an RGB ``PIL.Image`` as players show it (see the module
+    docstring), or, where the installed PyAV cannot map its HDR or BT.2020 colours to
+    BT.709, the reason (a ``str``)."""
+    wide = wide_colours(frame)
+    if not wide:
+        return frame.to_image()
+    if not maps_to_bt709():
+        import av
+
+        return (
+            f"colours of {wide}, which PyAV {av.__version__} cannot map to BT.709 as "
+            "players show them: pip install 'av>=18' (with FFmpeg 8), or convert the clip "
+            "to BT.709 first"
+        )
+    return frame.to_image(dst_color_trc=BT709, dst_color_primaries=BT709)
