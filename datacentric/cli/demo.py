@@ -64,8 +64,7 @@ def run(args: argparse.Namespace) -> int:
         load_average,
     )
 
-    check_out_folder(args.out)
-    out = Path(args.out)
+    out = Path(check_out_folder(args.out))
     out.mkdir(parents=True, exist_ok=True)
     settings = dict(BENCH_DEFAULTS, progress=True, dataset_limit=DEMO_DATASET_LIMIT)
     if args.dataset_limit:

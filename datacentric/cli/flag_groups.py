@@ -218,11 +218,12 @@ def add_out_flag(container: Any, *, required: bool = False, note: str = "") -> N
     config_option(container, "--out", key="out", metavar="DIR", required=required, note=note)
 
 
-def check_out_folder(path: str | None, flag: str = "--out") -> None:
-    """Refuse a folder to write (``flag``'s ``path``) that is a file, in one line naming it:
-    checked before a command's first line, as its work comes before it writes there."""
+def check_out_folder(path: str | None, flag: str = "--out") -> str | None:
+    """``path``, a folder to write (``flag``'s), refused in one line naming it when it is a
+    file: checked before a command's first line, as its work comes before it writes there."""
     if path and Path(path).expanduser().exists() and not Path(path).expanduser().is_dir():
         raise ValueError(f"{flag} {path} is a file; name a folder")
+    return path
 
 
 def add_json_flag(parser: argparse.ArgumentParser, note: str = "") -> None:

@@ -97,9 +97,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def _profile_dir(args: argparse.Namespace) -> str:
+    """``--profile-dir``, or its default for the model and world; a file is refused."""
+    default = f"runs/profile-{args.model}-world{args.world}"
+    return check_out_folder(args.out or default, "--profile-dir")
+
+
 def run(args: argparse.Namespace) -> int:
-    args.out = args.out or f"runs/profile-{args.model}-world{args.world}"
-    check_out_folder(args.out, "--profile-dir")
+    args.out = _profile_dir(args)
     announce("profile", _start_line(args), json_output=args.json)  # before torch loads
     from datacentric.models.model_args import parse_model_args
     from datacentric.planning.memory_cap import resolve_memory_cap
