@@ -130,13 +130,19 @@ def is_conversation(fields: object) -> bool:
     )
 
 
+def first_record(kind: str, files: list[str]) -> Record | None:
+    """The first record of ``files``, past files that hold none (an empty JSONL file, a
+    Parquet file of no rows); None when none does or ``kind`` is plain text."""
+    return None if kind == "text" else next(read_records(kind, files), None)
+
+
 def record_format(kind: str, files: list[str], text_field: str) -> str:
-    """What the records of ``files`` hold, read off the first: ``"tokens"`` when it holds
-    ``input_ids`` (pre-tokenized), ``"chat"`` when it is a conversation without
-    ``text_field``, else ``"text"`` (plain text files always)."""
+    """What the records of ``files`` hold, read off the first (:func:`first_record`):
+    ``"tokens"`` when it holds ``input_ids`` (pre-tokenized), ``"chat"`` when it is a
+    conversation without ``text_field``, else ``"text"`` (plain text files always)."""
     if kind == "text":
         return "text"
-    first = next(read_records(kind, files[:1]), None)
+    first = first_record(kind, files)
     if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
         return "tokens"
     if first is None or text_field in first.fields or not is_conversation(first.fields):

@@ -40,6 +40,7 @@ from datacentric.data.base import DataError, check_sample_ids
 from datacentric.data.chat import ChatRenderer, chat_renderer
 from datacentric.data.documents import (
     TOKEN_FIELD,
+    first_record,
     is_conversation,
     loss_rule,
     read_documents,
@@ -232,7 +233,7 @@ class TokenizedTextDataset:
         enc = TextCodec(tokenizer)
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         chat = self.format == "chat"
-        renderer = chat_renderer(enc.hf, enc.path, self.files[0]) if chat else None
+        renderer = chat_renderer(enc.hf, enc.path, self._first_file()) if chat else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
         field_key = text_field if self.format == "text" else self.format
@@ -257,6 +258,11 @@ class TokenizedTextDataset:
         )
         self._split(np.diff(offsets))
         self._count_loss_tokens()
+
+    def _first_file(self) -> str:
+        """The file of the dataset's first record (files before it hold none)."""
+        first = first_record(self.kind, self.files)
+        return self.files[first.file if first is not None else 0]
 
     def _split(self, lengths: np.ndarray) -> None:
         """Samples (document, start, end) of each document by the long-document rule."""
