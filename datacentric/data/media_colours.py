@@ -4,6 +4,9 @@ sRGB) display, for :mod:`datacentric.data.media_decode`:
 - by the colour matrix and range the frame states (BT.709, BT.601, BT.2020; limited or
   full range): PyAV 17 or later reads them (:func:`colour_problem` names an earlier
   one);
+- a frame that states no matrix by the one players guess from its size: BT.709 above
+  576 lines or from 1280 pixels wide (high definition), else BT.601 (FFmpeg's scaler
+  alone takes BT.601 whatever the size);
 - an HDR frame (PQ or HLG transfer) or one of BT.2020 primaries mapped to BT.709, as
   players map it (FFmpeg 8's colour management, through PyAV 18's ``dst_color_trc`` and
   ``dst_color_primaries``): levels above the reference white (HLG's 75 % signal, PQ's
@@ -27,8 +30,10 @@ COLOUR_PYAV = 17
 #: that players map to BT.709: HDR's, and BT.2020's wide gamut
 HDR_TRANSFERS = {16: "PQ", 18: "HLG"}
 WIDE_PRIMARIES = {9: "BT.2020"}
-#: BT.709's transfer and primaries (both 1 in FFmpeg's numbering)
+#: BT.709's matrix, transfer and primaries (each 1 in FFmpeg's numbering)
 BT709 = 1
+#: FFmpeg's ``AVCOL_SPC_UNSPECIFIED``: a frame that states no matrix
+UNSTATED_MATRIX = 2
 
 
 def colour_problem(version: str) -> str | None:
@@ -77,13 +82,23 @@ def maps_to_bt709() -> bool:
         return False
 
 
+def guessed_matrix(frame: Any) -> dict[str, int]:
+    """The ``reformat`` argument that converts a frame stating no colour matrix by the
+    one players guess for its size (BT.709 for high definition: above 576 lines, or
+    1280 pixels wide or more); nothing for a frame that states one, or a smaller one
+    (BT.601, FFmpeg's own default)."""
+    if _tag(frame, "colorspace") != UNSTATED_MATRIX:
+        return {}
+    return {"src_colorspace": BT709} if frame.height > 576 or frame.width >= 1280 else {}
+
+
 def rgb_picture(frame: Any) -> Any:
     """A decoded frame as an RGB ``PIL.Image`` as players show it (see the module
     docstring), or, where the installed PyAV cannot map its HDR or BT.2020 colours to
     BT.709, the reason (a ``str``)."""
-    wide = wide_colours(frame)
+    wide, matrix = wide_colours(frame), guessed_matrix(frame)
     if not wide:
-        return frame.to_image()
+        return frame.to_image(**matrix)
     if not maps_to_bt709():
         import av
 
@@ -92,4 +107,4 @@ def rgb_picture(frame: Any) -> Any:
             "players show them: pip install 'av>=18' (with FFmpeg 8), or convert the clip "
             "to BT.709 first"
         )
-    return frame.to_image(dst_color_trc=BT709, dst_color_primaries=BT709)
+    return frame.to_image(dst_color_trc=BT709, dst_color_primaries=BT709, **matrix)

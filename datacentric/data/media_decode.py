@@ -15,7 +15,8 @@ its frames as RGB pictures (:func:`decode`).
 - Colours are the file's, as players show them on an ordinary display
   (:mod:`datacentric.data.media_colours`): each frame is converted to RGB by the colour
   matrix and range it states (BT.709 or BT.601, limited or full range; PyAV 17 or
-  later, which reads them; an earlier PyAV is named as the reason no clip is read), and
+  later, which reads them; an earlier PyAV is named as the reason no clip is read; a
+  frame stating none by the one players guess from its size), and
   an HDR (PQ, HLG) or BT.2020 frame is mapped to BT.709. Levels of more than 8 bits
   (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its colours kept
   as stored (not composited over a background).
