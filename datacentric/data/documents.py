@@ -256,7 +256,8 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
 def _text(path: str) -> str:
     """A text file's document, every byte as written: its CRLF and CR line ends kept (a
     text-mode read turns both into LF), a leading byte-order mark dropped; UTF-8, or
-    UTF-16 when it starts with that mark (:func:`~datacentric.data.text_file.text_codec`)."""
+    UTF-16 or UTF-32 when it starts with that one's mark
+    (:func:`~datacentric.data.text_file.text_codec`)."""
     raw = read_regular_bytes(path)
     codec = text_codec(raw)
     try:

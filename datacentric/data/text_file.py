@@ -1,9 +1,9 @@
 """A small text file the user wrote (a media list, a caption, a prompts file), read whole
 as UTF-8 (or UTF-16 when it starts with that byte-order mark, as Windows PowerShell and
-Notepad write it): through the regular-file check (a FIFO or device never blocks), a
-leading byte-order mark dropped (a spreadsheet's "CSV UTF-8" writes one), and anything
-that is not text refused as one :class:`~datacentric.data.base.DataError` naming the
-file.
+Notepad write it; UTF-32 after its own): through the regular-file check (a FIFO or
+device never blocks), a leading byte-order mark dropped (a spreadsheet's "CSV UTF-8"
+writes one), and anything that is not text refused as one
+:class:`~datacentric.data.base.DataError` naming the file.
 
 A JSON string may spell half of a UTF-16 pair alone (``"\\ud83d"``), and a file name
 that is not UTF-8 reads as such halves (Python's ``surrogateescape``): no character, and
@@ -25,7 +25,11 @@ from datacentric.regular_files import parse_json, read_regular_bytes
 def text_codec(raw: bytes) -> str:
     """The codec of a text file's bytes: ``utf-16`` when they start with its byte-order
     mark (what Windows PowerShell's ``>`` and Notepad's "Unicode" write; the mark says
-    which byte order), else ``utf-8``."""
+    which byte order), ``utf-32`` when they start with that one (looked for first: its
+    little-endian mark starts with UTF-16's, and read as UTF-16 it is text with a NUL
+    after every character), else ``utf-8``."""
+    if raw.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
+        return "utf-32"
     return "utf-16" if raw.startswith((b"\xff\xfe", b"\xfe\xff")) else "utf-8"
 
 

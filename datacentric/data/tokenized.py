@@ -57,8 +57,8 @@ from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 4  # 2: every message key and record keyword; 3: tables without None;
-# 4: text files keep their CRLF and CR line ends
+CACHE_VERSION = 5  # 2: every message key and record keyword; 3: tables without None;
+# 4: text files keep their CRLF and CR line ends; 5: UTF-32 text files read as UTF-32
 ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")

@@ -142,10 +142,14 @@ def test_a_text_file_is_one_document_byte_for_byte(tmp_path):
     (tmp_path / "doc.txt").write_bytes(written)
     ds = open_dataset(f"text:{tmp_path}/doc.txt")
     assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
-    # UTF-16 with its byte-order mark (Windows PowerShell's >): the same text
-    (tmp_path / "doc.txt").write_bytes(written.decode("utf-8").encode("utf-16"))
-    ds = open_dataset(f"text:{tmp_path}/doc.txt")
-    assert bytes(ds.pack([0]).inputs.tolist()) == written.removeprefix(b"\xef\xbb\xbf")
+    # UTF-16 with its byte-order mark (Windows PowerShell's >), UTF-32 with its own
+    # (which starts with UTF-16 LE's and read as text with a NUL after each character)
+    for codec in ("utf-16", "utf-16-be", "utf-32", "utf-32-be"):
+        mark = "" if codec in ("utf-16", "utf-32") else "\ufeff"
+        (tmp_path / "doc.txt").write_bytes((mark + written.decode("utf-8")).encode(codec))
+        ds = open_dataset(f"text:{tmp_path}/doc.txt")
+        got = bytes(ds.pack([0]).inputs.tolist())
+        assert got == written.removeprefix(b"\xef\xbb\xbf"), codec
 
 
 def test_a_folder_s_files_are_found_by_suffix_in_any_case_and_through_links(tmp_path):
