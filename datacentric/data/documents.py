@@ -183,10 +183,27 @@ def _where(kind: str, path: str, row: int) -> str:
     return f"{path}:{row}" if kind == "jsonl" else f"{path} row {row}"
 
 
+#: What a value that is no string is, in JSON's words (a JSONL line's, a table cell's).
+_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number"}
+_JSON_KINDS |= {list: "a list", dict: "an object"}
+
+
 def _field(value: object, field: str, where: str) -> str:
+    """The text of ``value``'s ``field``: a string, or the bytes of a binary table column
+    read as UTF-8 (Impala, Hive and older Spark write strings so)."""
+    if isinstance(value, dict) and isinstance(value.get(field), bytes):
+        try:
+            return value[field].decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{where}: field {field!r} is binary and not UTF-8 text ({err.reason} at "
+                f"byte {err.start}); write the column as UTF-8 strings"
+            ) from None
     if isinstance(value, dict) and field in value and not isinstance(value[field], str):
+        kind = _JSON_KINDS.get(type(value[field]), f"a {type(value[field]).__name__}")
         raise DataError(
-            f"{where}: field {field!r} is a {type(value[field]).__name__}, not a string"
+            f"{where}: field {field!r} is {kind}, not a string; give every record its "
+            "text as a string, or leave the record out"
         )
     if is_conversation(value) and field not in value:
         raise DataError(

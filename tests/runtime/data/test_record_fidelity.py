@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 from chat_data import save_chat_tokenizer, write_records  # noqa: E402
 
 from datacentric.data import DataConfig, open_dataset  # noqa: E402
+from datacentric.data.base import DataError  # noqa: E402
 
 CONVERSATION = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]
 
@@ -57,3 +58,50 @@ def test_a_parquet_file_of_no_rows_first_leaves_the_kind_to_the_next(tmp_path, t
     ds = open_dataset(f"parquet:{tmp_path / 'data'}", DataConfig(tokenizer=tokenizer))
     assert ds.summary()["records"] == "chat"
     assert ds.sample_source(0) == f"{tmp_path / 'data' / 'b.parquet'} row 0"
+
+
+def _texts(ds) -> list[str]:
+    return [bytes(ds.sample(i).tolist()).decode("utf-8") for i in range(len(ds))]
+
+
+def test_a_binary_parquet_column_of_utf8_is_read_as_its_text(tmp_path, tokenizer):
+    """Impala, Hive and older Spark write strings as binary columns (no UTF-8 annotation):
+    each row was refused as 'field 'text' is a bytes, not a string'."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    written = ["caf\u00e9 \U0001f431", "", "line\r\nend\u2028"]
+    for binary in (pa.binary(), pa.large_binary()):
+        path = tmp_path / f"{binary}.parquet"
+        pq.write_table(pa.table({"text": pa.array([t.encode() for t in written], binary)}), path)
+        ds = open_dataset(f"parquet:{path}")
+        expected = [b.decode("utf-8") for b in pq.read_table(path)["text"].to_pylist()]
+        assert _texts(ds) == [t for t in expected if t]
+        assert ds.summary()["skipped_empty"] == 1
+    path = tmp_path / "latin1.parquet"
+    pq.write_table(pa.table({"text": pa.array([b"ok", b"caf\xe9!"], pa.binary())}), path)
+    with pytest.raises(
+        DataError, match=rf"^{path} row 1: field 'text' is binary and not UTF-8 .*byte 3"
+    ):
+        open_dataset(f"parquet:{path}")
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [("null", "is null"), ("5", "is a number"), ("true", "is a boolean"), ('["a"]', "is a list")],
+)
+def test_a_text_field_of_another_json_kind_is_named_as_json_names_it(
+    tmp_path, tokenizer, value, says
+):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"text": "a"}\n{"text": ' + value + "}\n")
+    with pytest.raises(DataError, match=rf"^{path}:2: field 'text' {says}, not a string"):
+        open_dataset(f"jsonl:{path}")
+
+
+def test_a_null_parquet_cell_is_named_not_trained(tmp_path, tokenizer):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": ["a", None]}), path)
+    with pytest.raises(DataError, match=rf"^{path} row 1: field 'text' is null, not a string"):
+        open_dataset(f"parquet:{path}")
