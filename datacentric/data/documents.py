@@ -9,11 +9,14 @@ is downloaded: Parquet needs the optional ``pyarrow`` and saved datasets the opt
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from datacentric.data.base import DataError
 from datacentric.data.text_file import parse_json_line, text_codec
@@ -220,20 +223,53 @@ def _field(value: object, field: str, where: str) -> str:
 
 
 def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
+    """(line number, value) of every JSON line of ``path``: UTF-8, or UTF-16 or UTF-32
+    after its byte-order mark (as text files), split at LF only (a JSON string may hold
+    U+2028 raw)."""
     with open_regular(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise DataError(
-                    f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
-                    "of the line); JSONL holds one JSON object per line"
-                ) from None
-            if number == 1:  # a byte-order mark an editor wrote, as text files may start
-                line = line.removeprefix("\ufeff")
-            if not line.strip():
-                continue  # a blank line (e.g. at the end) holds no document
-            yield number, _json_line(line, f"{path}:{number}")
+        codec = text_codec(handle.peek(4)[:4])
+        text = None if codec == "utf-8" else io.TextIOWrapper(handle, encoding=codec, newline="\n")
+        with text or contextlib.nullcontext():  # the reader closed before the file
+            lines = _utf8_lines(handle, path) if text is None else _lines_of(text, path)
+            yield from _json_lines(lines, path)
+
+
+def _json_lines(lines: Iterator[tuple[int, str]], path: str) -> Iterator[tuple[int, object]]:
+    """(line number, value) of every line that is not blank."""
+    for number, line in lines:
+        if number == 1:  # a byte-order mark an editor wrote, as text files may start
+            line = line.removeprefix("\ufeff")
+        if not line.strip():
+            continue  # a blank line (e.g. at the end) holds no document
+        yield number, _json_line(line, f"{path}:{number}")
+
+
+def _utf8_lines(handle: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
+    for number, raw in enumerate(handle, start=1):
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
+                "of the line); JSONL holds one JSON object per line"
+            ) from None
+
+
+def _lines_of(text: io.TextIOWrapper, path: str) -> Iterator[tuple[int, str]]:
+    """The lines of a file read in UTF-16 or UTF-32 (``text``), split at LF only."""
+    number = 0
+    while True:
+        try:
+            line = text.readline()
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{path}:{number + 1}: line is not {text.encoding.upper()} text "
+                f"({err.reason}); JSONL holds one JSON object per line"
+            ) from None
+        if not line:
+            return
+        number += 1
+        yield number, line
 
 
 def _json_line(line: str, where: str) -> object:

@@ -105,3 +105,25 @@ def test_a_null_parquet_cell_is_named_not_trained(tmp_path, tokenizer):
     pq.write_table(pa.table({"text": ["a", None]}), path)
     with pytest.raises(DataError, match=rf"^{path} row 1: field 'text' is null, not a string"):
         open_dataset(f"parquet:{path}")
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_utf16_or_utf32_jsonl_file_with_its_mark_reads_as_its_text(tmp_path, tokenizer, codec):
+    """Windows PowerShell's ``>`` writes UTF-16 with its byte-order mark, as text files,
+    lists and captions are read: each such JSONL file was refused at line 1 as not
+    UTF-8; its lines split at LF only (U+2028 inside a string stays)."""
+    lines = ['{"text": "caf\u00e9 \U0001f431"}', "", '{"text": "a\u2028b\\r\\nc"}\r', "  "]
+    lines.append('{"text": "last, no line end"}')
+    mark = "\ufeff" if codec.endswith("-be") else ""
+    path = tmp_path / "data.jsonl"
+    path.write_bytes((mark + "\n".join(lines)).encode(codec))
+    ds = open_dataset(f"jsonl:{path}")
+    expected = [json.loads(line)["text"] for line in lines if line.strip()]
+    assert _texts(ds) == expected
+    assert [ds.sample_source(i) for i in range(len(ds))] == [f"{path}:{n}" for n in (1, 3, 5)]
+    path.write_bytes((mark + '{"text": "a"}\n{"text": 5}\n').encode(codec))
+    with pytest.raises(DataError, match=rf"^{path}:2: field 'text' is a number"):
+        open_dataset(f"jsonl:{path}")
+    path.write_bytes((mark + '{"text": "a"}\n{"text": "b"}\n').encode(codec)[:-1])
+    with pytest.raises(DataError, match=rf"^{path}:2: line is not {codec[:6].upper()} text"):
+        open_dataset(f"jsonl:{path}")
