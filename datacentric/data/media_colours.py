@@ -92,10 +92,12 @@ def guessed_matrix(frame: Any) -> dict[str, int]:
     return {"src_colorspace": BT709} if frame.height > 576 or frame.width >= 1280 else {}
 
 
-def rgb_picture(frame: Any) -> Any:
+def rgb_picture(frame: Any, reformatter: Any) -> Any:
     """A decoded frame as an RGB ``PIL.Image`` as players show it (see the module
     docstring), or, where the installed PyAV cannot map its HDR or BT.2020 colours to
-    BT.709, the reason (a ``str``)."""
+    BT.709, the reason (a ``str``). ``reformatter`` (a PyAV ``VideoReformatter``, one
+    for a clip's frames) maps them: its scaler builds its map once, about 4 s here, and
+    keeps it while the frames' size and colours stay the same."""
     wide, matrix = wide_colours(frame), guessed_matrix(frame)
     if not wide:
         return frame.to_image(**matrix)
@@ -107,4 +109,7 @@ def rgb_picture(frame: Any) -> Any:
             "players show them: pip install 'av>=18' (with FFmpeg 8), or convert the clip "
             "to BT.709 first"
         )
-    return frame.to_image(dst_color_trc=BT709, dst_color_primaries=BT709, **matrix)
+    mapped = reformatter.reformat(
+        frame, format="rgb24", dst_color_trc=BT709, dst_color_primaries=BT709, **matrix
+    )
+    return mapped.to_image()

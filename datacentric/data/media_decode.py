@@ -265,10 +265,10 @@ def _shown_stream(streams: Any) -> Any:
     return next((s for s in moving if _disposition(s) & DEFAULT_STREAM), moving[0])
 
 
-def _picture(frame: Any) -> Any:
+def _picture(frame: Any, reformatter: Any) -> Any:
     """A decoded frame as RGB as players show it (:func:`~datacentric.data.media_colours.
     rgb_picture`); :class:`MediaError` when the installed PyAV cannot show its colours."""
-    picture = rgb_picture(frame)
+    picture = rgb_picture(frame, reformatter)
     if isinstance(picture, str):
         raise MediaError(picture)
     return picture
@@ -442,12 +442,15 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
     frames: dict[int, Any] = {}
     decoded = 0
     try:
+        from av.video.reformatter import VideoReformatter
+
         container, stream = _open_video(item.path)
         with container:
             aspect = _pixel_aspect(stream)  # the stream's, read once
+            reformatter = VideoReformatter()  # one for the clip: its scaler's map kept
             for frame in _Frames(container, stream):
                 if wanted is None or decoded in wanted:
-                    image = _square_pixels(_picture(frame), aspect)
+                    image = _square_pixels(_picture(frame, reformatter), aspect)
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
                 decoded += 1
                 if wanted is not None and len(frames) == len(wanted):
