@@ -24,6 +24,40 @@ INIT_DEFAULTS = {
     "device_map": None,
     "quantization_config": None,
 }
+#: TRL's packing strategies that pack what the runtime packs (each sample whole, cut to
+#: ``max_length``): ``bfd_split`` trains the pieces past ``max_length`` too, ``wrapped``
+#: cuts rows across samples (a sample's tokens seeing the one before)
+PACKED_AS_RUNTIME = ("bfd",)
+
+
+def _check_sft_fields(command: str, args: Any) -> None:
+    """Stop (in one line, as ``command``) on the ``SFTConfig`` fields whose value the
+    runtime cannot train as TRL does: ``model_init_kwargs`` other than
+    :data:`INIT_DEFAULTS`, float32 and any attention; a ``packing_strategy`` not in
+    :data:`PACKED_AS_RUNTIME` under ``packing``."""
+    init = dict(args.model_init_kwargs or {})
+    for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
+        if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
+            init.pop(key, None)
+    # TRL's sft.py passes these at their defaults: nothing for a local folder
+    for key, default in INIT_DEFAULTS.items():
+        if key in init and init[key] in (default, None):
+            init.pop(key)
+    # any attention computes the same: the runtime's own runs, each sample apart
+    init.pop("attn_implementation", None)
+    if init:
+        stop(
+            command,
+            f"model_init_kwargs={init!r}: not supported (the model is loaded from its "
+            "folder in float32; bf16=True trains under bfloat16 autocast); leave it unset",
+        )
+    if args.packing and args.packing_strategy not in PACKED_AS_RUNTIME:
+        stop(
+            command,
+            f"packing_strategy={args.packing_strategy!r}: the runtime packs each sample "
+            "whole, cut to max_length, as 'bfd' does (bfd_split also trains the pieces "
+            "past max_length, wrapped cuts rows across samples); set packing_strategy='bfd'",
+        )
 
 
 class SFTTrainer(DropInTrainer):
@@ -81,22 +115,7 @@ class SFTTrainer(DropInTrainer):
                 self.command,
                 "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
             )
-        init = dict(args.model_init_kwargs or {})
-        for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
-            if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
-                init.pop(key, None)
-        # TRL's sft.py passes these at their defaults: nothing for a local folder
-        for key, default in INIT_DEFAULTS.items():
-            if key in init and init[key] in (default, None):
-                init.pop(key)
-        # any attention computes the same: the runtime's own runs, each sample apart
-        init.pop("attn_implementation", None)
-        if init:
-            stop(
-                self.command,
-                f"model_init_kwargs={init!r}: not supported (the model is loaded from its "
-                "folder in float32; bf16=True trains under bfloat16 autocast); leave it unset",
-            )
+        _check_sft_fields(self.command, args)
         if train_dataset is None:
             stop(self.command, "give a train_dataset")
         super().__init__(

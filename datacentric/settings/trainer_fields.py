@@ -305,7 +305,8 @@ SFT_CONFIG: dict[str, Treatment] = {
     ),
     "packing_strategy": _n(
         "the runtime packs its own micro-batches, every sample whole (records are cut to "
-        "max_length, as bfd does; no bfd_split pieces, no wrapped rows across samples)"
+        "max_length, as bfd does); with packing=True, bfd_split (it trains the pieces past "
+        "max_length) and wrapped (rows across samples) are refused"
     ),
     "padding_free": _n("packing is always on (padding-free)"),
     "pad_to_multiple_of": _x("no padding: samples are packed"),

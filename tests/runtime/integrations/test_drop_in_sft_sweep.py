@@ -1,0 +1,191 @@
+"""The drop-in ``SFTTrainer`` against TRL's own, one SFT-specific ``SFTConfig`` field (or
+``SFTTrainer`` argument) at a time: the same script, only the trainer class changed.
+A case passes when the drop-in trains what TRL trains (the logged loss and grad_norm of
+each step, the trained weights) or refuses the field in one line naming it, before
+training; never when it trains something else.
+
+A tiny Qwen2, CPU, 3 steps of the whole set (4 rows of other lengths in each step: the
+drop-in's data order is its own, docs/integrations.md).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+TESTS = Path(__file__).resolve().parents[2]
+WORDS = "hello world how are you the user asks and the assistant answers briefly".split()
+
+
+def _words(i: int, n: int) -> str:
+    return " ".join(WORDS[(3 * i + k) % len(WORDS)] for k in range(n))
+
+
+def _rows(kind: str) -> list[dict]:
+    """4 rows of ``kind``: text (in ``text``, or ``body`` for ``body``), prompt and
+    completion, conversations, or pre-tokenized with labels."""
+    if kind in ("text", "body"):
+        return [{kind: _words(i, 3 + 4 * i)} for i in range(4)]
+    if kind == "prompt":
+        return [
+            {"prompt": _words(i, 2 + i), "completion": " " + _words(i + 1, 4 - i)} for i in range(4)
+        ]
+    if kind == "chat":
+        from chat_data import conversations
+
+        return [{"messages": m} for m in conversations(4)]
+    ids = [[(7 * i + k) % 250 + 3 for k in range(5 + 2 * i)] for i in range(4)]
+    return [{"input_ids": r, "labels": [-100] * 2 + r[2:]} for r in ids]
+
+
+def _title(row: dict) -> str:
+    """A formatting function: the row's prompt and completion as one text."""
+    return f"Q: {row['prompt']} A:{row['completion']}"
+
+
+#: case -> (rows, SFTConfig fields, SFTTrainer arguments, the field a refusal names)
+CASES = {
+    "max_length": ("text", dict(max_length=6), {}, "max_length"),
+    "max_length_prompt": ("prompt", dict(max_length=5), {}, "max_length"),
+    "packing": ("text", dict(packing=True, max_length=64), {}, "packing"),
+    "packing_short_rows": ("text", dict(packing=True, max_length=8), {}, "packing"),
+    "packing_wrapped": (
+        "text",
+        dict(packing=True, packing_strategy="wrapped", max_length=8),
+        {},
+        "packing_strategy",
+    ),
+    "packing_bfd_split": (
+        "text",
+        dict(packing=True, packing_strategy="bfd_split", max_length=8),
+        {},
+        "packing_strategy",
+    ),
+    "padding_free": ("text", dict(padding_free=True, max_length=None), {}, "padding_free"),
+    "completion_only_loss": ("prompt", dict(), {}, "completion_only_loss"),
+    "completion_only_loss_false": (
+        "prompt",
+        dict(completion_only_loss=False),
+        {},
+        "completion_only_loss",
+    ),
+    "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, "assistant_only_loss"),
+    "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, "dataset_text_field"),
+    "formatting_func": (
+        "prompt",
+        dict(completion_only_loss=False),
+        {"formatting_func": _title},
+        "formatting_func",
+    ),
+    "eos_token": ("text", dict(eos_token="hello"), {}, "eos_token"),
+    "pad_token": ("text", dict(pad_token="hello"), {}, "pad_token"),
+    "skip_prepare_dataset": (
+        "tokens",
+        dict(dataset_kwargs={"skip_prepare_dataset": True}, max_length=6),
+        {},
+        "dataset_kwargs",
+    ),
+    "loss_type_dft": ("text", dict(loss_type="dft"), {}, "loss_type"),
+    "neftune_noise_alpha": ("text", dict(neftune_noise_alpha=5.0), {}, "neftune_noise_alpha"),
+    "chat_template_path": ("chat", dict(chat_template_path="PLACE"), {}, "chat_template_path"),
+    "dataset_num_proc": ("text", dict(dataset_num_proc=2), {}, "dataset_num_proc"),
+    "shuffle_dataset": ("text", dict(shuffle_dataset=True), {}, "shuffle_dataset"),
+    "activation_offloading": (
+        "text",
+        dict(activation_offloading=True),
+        {},
+        "activation_offloading",
+    ),
+    "use_liger_kernel": ("text", dict(use_liger_kernel=True), {}, "use_liger_kernel"),
+    "model_init_kwargs": (
+        "text",
+        dict(model_init_kwargs={"dtype": "float32"}),
+        {"model": "NAME"},
+        "model_init_kwargs",
+    ),
+    "model_init_kwargs_bf16": (
+        "text",
+        dict(model_init_kwargs={"dtype": "bfloat16"}),
+        {"model": "NAME"},
+        "model_init_kwargs",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    return save_tiny_qwen2(tmp_path_factory.mktemp("qwen2"))
+
+
+def _run(trainer_class, folder: Path, out: Path, case: str):
+    """The case's script: the losses and grad norms logged and the trained weights."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    kind, fields, given, _ = CASES[case]
+    if fields.get("chat_template_path"):
+        fields = {**fields, "chat_template_path": str(folder)}
+    config = SFTConfig(
+        **{
+            "output_dir": str(out),
+            "per_device_train_batch_size": 4,
+            "max_steps": 3,
+            "learning_rate": 1e-3,
+            "logging_steps": 1,
+            "report_to": "none",
+            "bf16": False,
+            "use_cpu": True,
+            "save_strategy": "no",
+            **fields,
+        }
+    )
+    model = given.get("model")
+    trainer = trainer_class(
+        model=str(folder) if model else AutoModelForCausalLM.from_pretrained(folder),
+        args=config,
+        train_dataset=Dataset.from_list(_rows(kind)),
+        processing_class=AutoTokenizer.from_pretrained(folder),
+        **{k: v for k, v in given.items() if k != "model"},
+    )
+    if trainer_class.__module__.startswith("datacentric."):
+        print("constructed", file=sys.stderr)
+    trainer.train()
+    history = trainer.state.log_history
+    steps = [(r["step"], r["loss"], r["grad_norm"]) for r in history if "loss" in r]
+    weights = {k: v.detach().float().clone() for k, v in trainer.model.state_dict().items()}
+    return steps, weights
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_sft_field_trains_as_trl_or_is_refused(folder, tmp_path, case, capsys) -> None:
+    import torch
+    from trl import SFTTrainer as Reference
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    named = CASES[case][3]
+    try:
+        have, weights = _run(SFTTrainer, folder, tmp_path / "ours", case)
+    except SystemExit as stopped:
+        assert stopped.code == 2
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.startswith("datacentric ")]
+        assert len(lines) == 1 and lines[0].startswith("datacentric SFTTrainer: "), err
+        assert named in lines[0], lines[0]
+        assert "constructed" not in err  # refused by the constructor, before training
+        return
+    want, want_weights = _run(Reference, folder, tmp_path / "ref", case)
+    assert [s for s, _, _ in have] == [s for s, _, _ in want] == [1, 2, 3]
+    for (step, loss, norm), (_, want_loss, want_norm) in zip(have, want):
+        assert loss == pytest.approx(want_loss, rel=1e-4), f"step {step}"
+        assert norm == pytest.approx(want_norm, rel=1e-4), f"step {step}"
+    for name, tensor in weights.items():
+        torch.testing.assert_close(tensor, want_weights[name], rtol=0, atol=5e-5, msg=name)
