@@ -116,6 +116,16 @@ def without_nones(value: object) -> object:
     return value
 
 
+def _table_fields(fields: dict) -> dict:
+    """A table's record as the same JSONL record reads (:func:`without_nones`), its null
+    conversation cells kept when it has no conversation without them, so that they are
+    named as a JSONL ``null`` is (not as a missing ``prompt`` and ``completion``)."""
+    kept = without_nones(fields)
+    if not is_conversation(kept):
+        kept |= {k: None for k in CONVERSATION_FIELDS if k in fields and fields[k] is None}
+    return kept
+
+
 def template_keywords(record: Record, variables: frozenset[str]) -> dict[str, object]:
     """The keywords a record passes to ``apply_chat_template``: its ``tools`` and
     ``documents``, the entries of its ``chat_template_kwargs``, and every other field the
@@ -293,7 +303,7 @@ class ChatRenderer:
         as ``apply_chat_template`` renders it with the record's own keywords (a table's
         record without the ``None`` its columns gave it: :func:`without_nones`)."""
         if record.columnar:
-            record = dataclasses.replace(record, fields=without_nones(record.fields))
+            record = dataclasses.replace(record, fields=_table_fields(record.fields))
         turns = conversation_turns(record)
         source = template_source(self.tokenizer, self.folder, record.fields.get("tools"))
         facts = template_facts(source, self.folder)

@@ -127,3 +127,18 @@ def test_a_utf16_or_utf32_jsonl_file_with_its_mark_reads_as_its_text(tmp_path, t
     path.write_bytes((mark + '{"text": "a"}\n{"text": "b"}\n').encode(codec)[:-1])
     with pytest.raises(DataError, match=rf"^{path}:2: line is not {codec[:6].upper()} text"):
         open_dataset(f"jsonl:{path}")
+
+
+def test_a_null_conversation_cell_is_named_as_the_jsonl_null_is(tmp_path, tokenizer):
+    """A table's record has its ``None`` entries left out before rendering; a null
+    ``messages`` cell was left out too, and the record refused as 'prompt and completion
+    must both be strings or both lists of messages' in a table that has neither."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    records = [{"messages": CONVERSATION}, {"messages": None}]
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "chat.parquet")
+    write_records(tmp_path / "chat.jsonl", records)
+    for name, where in (("chat.parquet", " row 1"), ("chat.jsonl", ":2")):
+        path = tmp_path / name
+        with pytest.raises(DataError, match=rf"^{path}{where}: messages must be a non-empty list"):
+            open_dataset(f"{name.split('.')[1]}:{path}", DataConfig(tokenizer=tokenizer))
