@@ -57,8 +57,9 @@ from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 5  # 2: every message key and record keyword; 3: tables without None;
-# 4: text files keep their CRLF and CR line ends; 5: UTF-32 text files read as UTF-32
+CACHE_VERSION = 6  # 2: every message key and record keyword; 3: tables without None;
+# 4: text files keep their CRLF and CR line ends; 5: UTF-32 text files read as UTF-32;
+# 6: pre-tokenized ids that are no whole numbers refused (2.5 was read as 2)
 ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
@@ -78,13 +79,52 @@ def _file_facts(path: str) -> list[object]:
     return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in found]
 
 
+#: What each list of a pre-tokenized record holds, as its refusals say.
+_ENTRIES = {TOKEN_FIELD: "a token id", "labels": "a token id or -100"}
+_INT64 = 2**63
+
+
+def _whole_number(value: object, mask: bool) -> bool:
+    """An entry a pre-tokenized list may hold: an integer of 64 bits, or a float of
+    one (``2.0``, as some writers write them); ``true``/``false`` in a mask only."""
+    if isinstance(value, bool):
+        return mask
+    if isinstance(value, int | float):
+        return float(value).is_integer() and -_INT64 <= value < _INT64
+    return False
+
+
+def _whole_numbers(record, name: str, value: object) -> np.ndarray:
+    """The list ``value`` of a pre-tokenized record's field ``name`` as int64;
+    :class:`DataError` naming the record and the first entry that is no whole number
+    (numpy would take 2.5 as 2, ``true`` as 1, ``"2"`` as 2, and flatten nested lists)."""
+    if not isinstance(value, list | tuple):
+        shown = json.dumps(value, ensure_ascii=False, default=repr)[:60]
+        each = "token ids" if name in _ENTRIES else "0s and 1s"
+        raise DataError(f"{record.where}: {name} is {shown}, not a list of {each}")
+    if set(map(type, value)) <= {int}:  # the usual case, checked at C speed
+        try:
+            return np.asarray(value, dtype=np.int64)
+        except OverflowError:
+            pass
+    mask = name not in _ENTRIES
+    for index, entry in enumerate(value):
+        if not _whole_number(entry, mask):
+            shown = json.dumps(entry, ensure_ascii=False, default=repr)[:60]
+            raise DataError(
+                f"{record.where}: {name}[{index}] is {shown}, not "
+                f"{_ENTRIES.get(name, '0 or 1')}; write each as a JSON integer"
+            )
+    return np.asarray(value, dtype=np.int64)
+
+
 def token_record(record, enc: TextCodec) -> tuple[np.ndarray, np.ndarray]:
     """``(token ids, loss mask as uint8)`` of a pre-tokenized record: ``input_ids`` and
     the tokens its ``labels`` (not -100), ``completion_mask`` and ``assistant_masks``
     (each optional, 1 on a token that is predicted) all mark, as transformers' causal-LM
     loss and TRL's collator read them; the labels must be the ids where they count."""
     fields = record.fields
-    ids = np.asarray(fields.get(TOKEN_FIELD) or [], dtype=np.int64).reshape(-1)
+    ids = _whole_numbers(record, TOKEN_FIELD, fields.get(TOKEN_FIELD) or [])
     if ids.size and (ids.min() < 0 or ids.max() >= enc.vocab_size):
         raise DataError(
             f"{record.where}: input_ids hold ids outside the tokenizer's vocabulary of "
@@ -94,7 +134,7 @@ def token_record(record, enc: TextCodec) -> tuple[np.ndarray, np.ndarray]:
     for name in TOKEN_MASKS:
         if fields.get(name) is None:
             continue
-        values = np.asarray(fields[name], dtype=np.int64).reshape(-1)
+        values = _whole_numbers(record, name, fields[name])
         if len(values) != len(ids):
             raise DataError(
                 f"{record.where}: {name} has {len(values)} entries for {len(ids)} input_ids; "

@@ -53,3 +53,51 @@ def test_labels_that_differ_from_the_ids_are_refused_by_record(tmp_path, monkeyp
     path = _write(tmp_path / "t.jsonl", [{"input_ids": [1, 2, 3], "labels": [1, 9, 3]}])
     with pytest.raises(DataError, match=r"t\.jsonl:\d+: labels differ from input_ids"):
         TokenizedTextDataset("jsonl", str(path), max_tokens=16)
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        ({"input_ids": [1, 2.5]}, r"input_ids\[1\] is 2.5, not a token id"),
+        ({"input_ids": [1, True]}, r"input_ids\[1\] is true, not a token id"),
+        ({"input_ids": [1, "2"]}, r"input_ids\[1\] is \"2\", not a token id"),
+        ({"input_ids": [1, None]}, r"input_ids\[1\] is null, not a token id"),
+        ({"input_ids": [[1, 2], [3, 4]]}, r"input_ids\[0\] is \[1, 2\], not a token id"),
+        ({"input_ids": [[1, 2], [3]]}, r"input_ids\[0\] is \[1, 2\], not a token id"),
+        ({"input_ids": "abc"}, r"input_ids is \"abc\", not a list of token ids"),
+        ({"input_ids": {"a": 1}}, r"input_ids is \{\"a\": 1\}, not a list of token ids"),
+        ({"input_ids": 7}, "input_ids is 7, not a list of token ids"),
+        ({"input_ids": [1, 10**30]}, r"input_ids\[1\] is 1000000000000000000000000000000, not a"),
+        (
+            {"input_ids": [1, 2], "labels": [-100, 2.7]},
+            r"labels\[1\] is 2.7, not a token id or -100; write each as a JSON integer",
+        ),
+        (
+            {"input_ids": [1, 2], "completion_mask": [0, 0.5]},
+            r"completion_mask\[1\] is 0.5, not 0 or 1",
+        ),
+        (
+            {"input_ids": [1, 2], "assistant_masks": "01"},
+            'assistant_masks is "01", not a list of 0s',
+        ),
+    ],
+)
+def test_ids_and_masks_that_are_not_whole_numbers_are_refused_by_record(
+    tmp_path, monkeypatch, record, says
+) -> None:
+    """Such values were read through numpy: 2.5 trained as 2, true as 1, '2' as 2, a list
+    of lists flattened, ``labels`` 2.7 taken as 2; text, a mapping, a ragged list or an
+    integer past 64 bits ended in a traceback."""
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    path = _write(tmp_path / "t.jsonl", [{"input_ids": [1, 2, 3]}, record])
+    with pytest.raises(DataError, match=rf"^{path}:2: {says}"):
+        TokenizedTextDataset("jsonl", str(path), max_tokens=16)
+
+
+def test_whole_numbers_written_as_floats_and_boolean_masks_are_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    record = {"input_ids": [1.0, 2, 3], "labels": [-100.0, 2, 3], "completion_mask": [0, 1, 1]}
+    record["assistant_masks"] = [False, True, True]
+    path = _write(tmp_path / "t.jsonl", [record])
+    data = TokenizedTextDataset("jsonl", str(path), max_tokens=16)
+    assert data.sample(0).tolist() == [1, 2, 3] and data.loss_tokens(0) == 2
