@@ -1,5 +1,10 @@
-"""How a decoded video frame becomes RGB as players show it on an ordinary (BT.709,
-sRGB) display, for :mod:`datacentric.data.media_decode`:
+"""How a decoded picture becomes RGB as viewers and players show it on an ordinary
+(sRGB, BT.709) display, for :mod:`datacentric.data.media_decode`.
+
+A still image (and each frame of an animated WebP or PNG) is converted to sRGB by the
+ICC colour profile it embeds (:func:`image_rgb`; a linear-light or wide-gamut
+picture's levels are not sRGB's); an unreadable profile, or one of another kind than
+its pixels, is passed over, as viewers pass it. A video frame:
 
 - by the colour matrix and range the frame states (BT.709, BT.601, BT.2020; limited or
   full range): PyAV 17 or later reads them (:func:`colour_problem` names an earlier
@@ -18,6 +23,7 @@ sRGB) display, for :mod:`datacentric.data.media_decode`:
 from __future__ import annotations
 
 import functools
+import io
 from typing import Any
 
 import numpy as np
@@ -113,3 +119,32 @@ def rgb_picture(frame: Any, reformatter: Any) -> Any:
         frame, format="rgb24", dst_color_trc=BT709, dst_color_primaries=BT709, **matrix
     )
     return mapped.to_image()
+
+
+#: Pillow modes an ICC profile converts from, each as LittleCMS takes it
+PROFILED_MODES = {"RGB": "RGB", "RGBA": "RGB", "P": "RGB", "PA": "RGB", "L": "L", "LA": "L"}
+PROFILED_MODES |= {"1": "L", "CMYK": "CMYK"}
+
+
+@functools.cache
+def _srgb() -> Any:
+    """LittleCMS's sRGB profile, what an image is shown in."""
+    from PIL import ImageCms
+
+    return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+
+
+def image_rgb(image: Any) -> Any:
+    """An RGB image of a Pillow picture as viewers show it: converted to sRGB by the ICC
+    profile it embeds (its ``icc_profile``), else its levels taken as sRGB's."""
+    icc, mode = image.info.get("icc_profile"), PROFILED_MODES.get(image.mode)
+    if not (icc and mode):
+        return image.convert("RGB")
+    from PIL import ImageCms
+
+    try:
+        source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+        pixels = image if image.mode == mode else image.convert(mode)
+        return ImageCms.profileToProfile(pixels, source, _srgb(), outputMode="RGB")
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError):
+        return image.convert("RGB")  # an unreadable profile, or of another kind: as sRGB

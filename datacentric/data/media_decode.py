@@ -17,7 +17,8 @@ its frames as RGB pictures (:func:`decode`).
   matrix and range it states (BT.709 or BT.601, limited or full range; PyAV 17 or
   later, which reads them; an earlier PyAV is named as the reason no clip is read; a
   frame stating none by the one players guess from its size), and
-  an HDR (PQ, HLG) or BT.2020 frame is mapped to BT.709. Levels of more than 8 bits
+  an HDR (PQ, HLG) or BT.2020 frame is mapped to BT.709; an image is converted to
+  sRGB by the ICC profile it embeds. Levels of more than 8 bits
   (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its colours kept
   as stored (not composited over a background).
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
@@ -43,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.data.media_colours import colour_problem, rgb_picture
+from datacentric.data.media_colours import colour_problem, image_rgb, rgb_picture
 from datacentric.data.media_sources import MediaItem
 from datacentric.progress import counted
 
@@ -134,12 +135,14 @@ def _level_problem(image: Any) -> str | None:
 
 
 def _rgb(image: Any, sixteen: bool) -> Any:
-    """An RGB image of ``image``: 16-bit levels by their high byte, as Pillow reads a
-    16-bit RGB PNG (its ``convert("RGB")`` clips them at 255 instead: nearly all white)."""
+    """An RGB image of ``image``: in sRGB by its colour profile
+    (:func:`~datacentric.data.media_colours.image_rgb`); 16-bit levels by their high
+    byte, as Pillow reads a 16-bit RGB PNG (its ``convert("RGB")`` clips them at 255
+    instead: nearly all white)."""
     from PIL import Image
 
     if not sixteen:
-        return image.convert("RGB")
+        return image_rgb(image)
     levels = np.asarray(image).astype(np.uint32) >> 8
     return Image.fromarray(levels.astype(np.uint8), "L").convert("RGB")
 

@@ -423,3 +423,83 @@ def test_an_hdr_clip_s_frames_share_one_scaler_map(tmp_path, monkeypatch):
     monkeypatch.setattr(media_decode, "rgb_picture", lambda f, r: used.append(r) or f.to_image())
     assert len(decode(_item(path))) == 3
     assert len(used) == 3 and len({id(r) for r in used}) == 1
+
+
+def _linear_light_profile() -> bytes:
+    """An ICC v2 display profile of sRGB's colorants (LittleCMS's own) and a gamma of 1
+    (linear light), written here: a picture tagged with it holds light, not sRGB's
+    levels, and viewers show level 128 as sRGB's 188."""
+    import struct
+
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).profile
+
+    def fixed(*values: float) -> bytes:  # s15Fixed16Number
+        return b"".join(struct.pack(">i", round(v * 65536)) for v in values)
+
+    def xyz(values) -> bytes:
+        return b"XYZ \0\0\0\0" + fixed(*values)
+
+    text = b"linear light\0"
+    tags = {
+        b"desc": b"desc\0\0\0\0" + struct.pack(">I", len(text)) + text + bytes(4 + 4 + 2 + 1 + 67),
+        b"wtpt": xyz(srgb.media_white_point[0]),
+        b"rXYZ": xyz(srgb.red_colorant[0]),
+        b"gXYZ": xyz(srgb.green_colorant[0]),
+        b"bXYZ": xyz(srgb.blue_colorant[0]),
+        b"rTRC": b"curv\0\0\0\0" + struct.pack(">IH", 1, 256) + b"\0\0",  # gamma 1.0
+    }
+    tags[b"gTRC"] = tags[b"bTRC"] = tags[b"rTRC"]
+    table, body, offset = b"", b"", 128 + 4 + 12 * len(tags)
+    for name, data in tags.items():
+        data += bytes(-len(data) % 4)
+        table += name + struct.pack(">II", offset + len(body), len(data))
+        body += data
+    size = offset + len(body)
+    header = struct.pack(">I4sI4s4s4s", size, b"\0" * 4, 0x02100000, b"mntr", b"RGB ", b"XYZ ")
+    header += bytes(12) + b"acsp" + bytes(24) + struct.pack(">I", 0) + fixed(0.9642, 1.0, 0.8249)
+    header += bytes(128 - len(header))
+    return header + struct.pack(">I", len(tags)) + table + body
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg", ".tiff", ".webp"])
+def test_a_picture_with_a_colour_profile_is_shown_as_viewers_show_it(tmp_path, suffix):
+    """A still, and an animated PNG's or WebP's frames, tagged with an ICC profile other
+    than sRGB's are converted to sRGB by it, as viewers show them: a linear-light
+    picture's levels come out sRGB-encoded (128 as 188). Its levels were taken as
+    sRGB's: 51.7 levels off on average for this ramp."""
+    from PIL import Image
+
+    ramp = np.tile(np.linspace(0, 255, 48).round().astype(np.uint8), (32, 1))
+    stored = np.stack([ramp, ramp[::-1], np.full_like(ramp, 128)], -1)
+    path = tmp_path / f"linear{suffix}"
+    options = {".jpg": {"quality": 100}, ".webp": {"lossless": True}}.get(suffix, {})
+    Image.fromarray(stored).save(path, icc_profile=_linear_light_profile(), **options)
+    light = stored / 255.0  # the sRGB encoding of linear light, by its formula
+    want = np.where(light <= 0.0031308, 12.92 * light, 1.055 * light ** (1 / 2.4) - 0.055) * 255
+    (got,) = decode(_item(path))
+    tolerance = 3 if suffix == ".jpg" else 1  # JPEG's loss at quality 100
+    assert _error(got, np.round(want)) < tolerance, (suffix, _error(got, stored))
+    if suffix in (".png", ".webp"):  # an animation's frames: 64, 128, 192 as 137, 188, 225
+        frames = [Image.fromarray(np.full((8, 8, 3), v, np.uint8)) for v in (64, 128, 192)]
+        path = tmp_path / f"animated{suffix}"
+        profile = _linear_light_profile()
+        frames[0].save(path, save_all=True, append_images=frames[1:], icc_profile=profile)
+        assert [np.asarray(f)[0, 0, 0] for f in decode(_item(path))] == [137, 188, 225]
+
+
+def test_a_profile_that_does_not_read_or_fit_is_passed_over_as_viewers_pass_it(tmp_path):
+    """A PNG whose ICC profile is damaged, and a greyscale PNG given an RGB profile: their
+    levels are shown as sRGB's, as viewers show them (no error, no other colours)."""
+    from PIL import Image
+
+    stored = wave_frames(1, 32, 48)[0]
+    damaged = _linear_light_profile()[:200]
+    Image.fromarray(stored).save(tmp_path / "damaged.png", icc_profile=damaged)
+    grey = stored[..., 0]
+    Image.fromarray(grey).save(tmp_path / "grey.png", icc_profile=_linear_light_profile())
+    (got,) = decode(_item(tmp_path / "damaged.png"))
+    assert np.array_equal(np.asarray(got), stored)
+    (got,) = decode(_item(tmp_path / "grey.png"))
+    assert np.array_equal(np.asarray(got), np.stack([grey] * 3, -1))
