@@ -142,3 +142,42 @@ def test_a_null_conversation_cell_is_named_as_the_jsonl_null_is(tmp_path, tokeni
         path = tmp_path / name
         with pytest.raises(DataError, match=rf"^{path}{where}: messages must be a non-empty list"):
             open_dataset(f"{name.split('.')[1]}:{path}", DataConfig(tokenizer=tokenizer))
+
+
+#: A template that renders content given as a list of parts (OpenAI's and HF's
+#: multimodal chat data) as Qwen2-VL's does: a part with an ``image`` key is a picture.
+PARTS_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' }}"
+    "{% if m['role'] == 'assistant' %}{% generation %}"
+    "{{ m['content'] | map(attribute='text') | join('') + '<|im_end|>' }}"
+    "{% endgeneration %}{% else %}{% for part in m['content'] %}"
+    "{% if 'image' in part %}{{ '<image>' }}{% else %}{{ part['text'] }}{% endif %}"
+    "{% endfor %}{{ '<|im_end|>' }}{% endif %}{{ '\\n' }}{% endfor %}"
+)
+
+
+def test_content_as_a_list_of_parts_renders_as_apply_chat_template_renders_it(tmp_path, tokenizer):
+    """Parquet gives each text part the ``image: null`` its column has; it is left out,
+    so the table's record renders as the JSONL one and as transformers renders the turns
+    (kept, every text part would render as a picture)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from transformers import AutoTokenizer
+
+    folder = str(save_chat_tokenizer(tmp_path / "parts", PARTS_TEMPLATE))
+    user = [{"type": "image", "image": "cat.png"}, {"type": "text", "text": "hello world"}]
+    turns = [{"role": "system", "content": [{"type": "text", "text": "be brief"}]}]
+    turns += [
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": [{"type": "text", "text": "how are you"}]},
+    ]
+    write_records(tmp_path / "c.jsonl", [{"messages": turns}])
+    pq.write_table(pa.Table.from_pylist([{"messages": turns}]), tmp_path / "c.parquet")
+    reference = AutoTokenizer.from_pretrained(folder).apply_chat_template(
+        turns, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+    )
+    for spec in (f"jsonl:{tmp_path / 'c.jsonl'}", f"parquet:{tmp_path / 'c.parquet'}"):
+        ds = open_dataset(spec, DataConfig(tokenizer=folder))
+        assert ds.sample(0).tolist() == list(reference["input_ids"]), spec
+        marked = ds.target_mask(0).tolist()[:-1]
+        assert marked == [bool(m) for m in reference["assistant_masks"][1:]], spec
