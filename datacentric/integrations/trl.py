@@ -30,11 +30,12 @@ INIT_DEFAULTS = {
 PACKED_AS_RUNTIME = ("bfd",)
 
 
-def _check_sft_fields(command: str, args: Any) -> None:
+def _check_sft_fields(command: str, args: Any, train_dataset: Any) -> None:
     """Stop (in one line, as ``command``) on the ``SFTConfig`` fields whose value the
     runtime cannot train as TRL does: ``model_init_kwargs`` other than
     :data:`INIT_DEFAULTS`, float32 and any attention; a ``packing_strategy`` not in
-    :data:`PACKED_AS_RUNTIME` under ``packing``."""
+    :data:`PACKED_AS_RUNTIME` under ``packing``; ``assistant_only_loss`` on a
+    ``train_dataset`` that is not conversational (TRL raises)."""
     init = dict(args.model_init_kwargs or {})
     for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
         if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
@@ -58,6 +59,20 @@ def _check_sft_fields(command: str, args: Any) -> None:
             "whole, cut to max_length, as 'bfd' does (bfd_split also trains the pieces "
             "past max_length, wrapped cuts rows across samples); set packing_strategy='bfd'",
         )
+    if train_dataset is None:
+        stop(command, "give a train_dataset")
+    if args.assistant_only_loss:
+        from trl.data_utils import is_conversational
+
+        first = next(iter(train_dataset), None)
+        if first is not None and not is_conversational(first):
+            stop(
+                command,
+                "assistant_only_loss=True: the train_dataset is not conversational (its "
+                f"columns: {', '.join(sorted(first))}); the assistant's tokens are marked in "
+                "messages, or in a prompt and completion given as messages; set "
+                "assistant_only_loss=False",
+            )
 
 
 class SFTTrainer(DropInTrainer):
@@ -115,9 +130,7 @@ class SFTTrainer(DropInTrainer):
                 self.command,
                 "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
             )
-        _check_sft_fields(self.command, args)
-        if train_dataset is None:
-            stop(self.command, "give a train_dataset")
+        _check_sft_fields(self.command, args, train_dataset)
         super().__init__(
             model=model,
             args=args,
