@@ -98,23 +98,32 @@ def guessed_matrix(frame: Any) -> dict[str, int]:
     return {"src_colorspace": BT709} if frame.height > 576 or frame.width >= 1280 else {}
 
 
+def mapping_problem(frame: Any) -> str | None:
+    """Why a decoded frame's HDR or BT.2020 colours cannot be shown as players show
+    them with the installed PyAV (:func:`maps_to_bt709`), or None."""
+    wide = wide_colours(frame)
+    if not wide or maps_to_bt709():
+        return None
+    import av
+
+    return (
+        f"colours of {wide}, which PyAV {av.__version__} cannot map to BT.709 as players "
+        "show them: pip install 'av>=18' (with FFmpeg 8), or convert the clip to BT.709 first"
+    )
+
+
 def rgb_picture(frame: Any, reformatter: Any) -> Any:
     """A decoded frame as an RGB ``PIL.Image`` as players show it (see the module
     docstring), or, where the installed PyAV cannot map its HDR or BT.2020 colours to
-    BT.709, the reason (a ``str``). ``reformatter`` (a PyAV ``VideoReformatter``, one
-    for a clip's frames) maps them: its scaler builds its map once, about 4 s here, and
-    keeps it while the frames' size and colours stay the same."""
-    wide, matrix = wide_colours(frame), guessed_matrix(frame)
-    if not wide:
+    BT.709, the reason (a ``str``: :func:`mapping_problem`). ``reformatter`` (a PyAV
+    ``VideoReformatter``, one for a clip's frames) maps them: its scaler builds its map
+    once, about 4 s here, and keeps it while the frames' size and colours stay."""
+    matrix = guessed_matrix(frame)
+    if not wide_colours(frame):
         return frame.to_image(**matrix)
-    if not maps_to_bt709():
-        import av
-
-        return (
-            f"colours of {wide}, which PyAV {av.__version__} cannot map to BT.709 as "
-            "players show them: pip install 'av>=18' (with FFmpeg 8), or convert the clip "
-            "to BT.709 first"
-        )
+    problem = mapping_problem(frame)
+    if problem:
+        return problem
     mapped = reformatter.reformat(
         frame, format="rgb24", dst_color_trc=BT709, dst_color_primaries=BT709, **matrix
     )

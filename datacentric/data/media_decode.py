@@ -44,7 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from datacentric.data.media_colours import colour_problem, image_rgb, rgb_picture
+from datacentric.data.media_colours import (
+    colour_problem,
+    image_rgb,
+    mapping_problem,
+    rgb_picture,
+)
 from datacentric.data.media_sources import MediaItem
 from datacentric.progress import counted
 
@@ -251,8 +256,8 @@ DEFAULT_STREAM, COVER_PICTURE = 0x1, 0x400
 
 
 def _disposition(stream: Any) -> int:
-    """A stream's FFmpeg disposition flags (0 where this PyAV reads none; PyAV 16 gives
-    a ``Flag`` of no ``int()``)."""
+    """A stream's FFmpeg disposition flags (0 where this PyAV reads none; PyAV 16 and 17
+    give a ``Flag`` of no ``int()``)."""
     flags = getattr(stream, "disposition", 0)
     return int(getattr(flags, "value", flags) or 0)
 
@@ -423,6 +428,9 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
                     break
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
+            problem = mapping_problem(first)  # refused when planned, not when encoded
+            if problem:
+                raise MediaError(problem)
             turns, aspect = _display_turns(first, stream), _pixel_aspect(stream)
     except MediaError:
         raise
