@@ -196,8 +196,16 @@ def _portable_error(err: BaseException) -> tuple[bytes, ...]:
     exact = _pickled(lambda: err)
     plain = None
     if exact is None or type(err) is not builtin:
-        plain = _pickled(lambda: builtin(*err.args)) or _pickled(lambda: builtin(str(err)))
+        plain = _pickled(lambda: _as_builtin(err, builtin)) or _pickled(lambda: builtin(str(err)))
     return tuple(data for data in (exact, plain) if data is not None)
+
+
+def _as_builtin(err: BaseException, builtin: type[BaseException]) -> BaseException:
+    """``err`` as an instance of ``builtin`` that says what ``err`` says: of its
+    arguments where they say it (an ``OSError`` keeps its ``errno``), else of its text
+    (a class whose ``__str__`` words its message from its fields)."""
+    same = builtin(*err.args)
+    return same if str(same) == str(err) else builtin(str(err))
 
 
 def _pickled(make: Callable[[], BaseException]) -> bytes | None:

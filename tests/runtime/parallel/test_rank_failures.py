@@ -134,6 +134,15 @@ class MyError(Exception):
 
 class MyRefusal(ValueError):
     pass
+
+
+class MyWorded(ValueError):
+    def __init__(self, said):
+        super().__init__()  # no arguments: its __str__ words it
+        self.said = said
+
+    def __str__(self):
+        return self.said
 """
 SAID = "the user's own failure"
 
@@ -163,7 +172,11 @@ def _user_file(tmp_path: Path, name: str) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "builtin", "line"),
-    [("MyRefusal", ValueError, f"{SAID} (on rank 1 of 2)"), ("MyError", Exception, None)],
+    [
+        ("MyRefusal", ValueError, f"{SAID} (on rank 1 of 2)"),
+        ("MyError", Exception, None),
+        ("MyWorded", ValueError, f"{SAID} (on rank 1 of 2)"),
+    ],
 )
 def test_a_class_of_a_file_loaded_by_its_path_comes_back_as_its_built_in_class(
     kind, builtin, line, tmp_path
@@ -171,7 +184,9 @@ def test_a_class_of_a_file_loaded_by_its_path_comes_back_as_its_built_in_class(
     """The launcher cannot import the module of the rank's class (the rank loaded it
     from a file by its path): the failure carries its nearest built-in class with its
     message (it carried None, and a refusal read as a crash: 'rank 1 failed: MyRefusal:
-    ...'); the text still names the rank and the real class; the file is not run here."""
+    ...'); the text still names the rank and the real class; the file is not run here.
+    A class whose ``__str__`` words its message keeps it (its ``args`` said nothing: the
+    line was 'ValueError (on rank 1 of 2)')."""
     name = "user_errors_by_path"
     path = _user_file(tmp_path, name)
     with pytest.raises(RankFailure) as failed:
