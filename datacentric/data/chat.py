@@ -314,6 +314,7 @@ class ChatRenderer:
                 tokenize=True,
                 return_dict=True,
                 return_assistant_tokens_mask=facts.marks_assistant,
+                tokenizer_kwargs={"verbose": False},  # a long one is chunked, not refused
                 **keywords,
             )
         except Exception as err:  # the template's own errors (jinja raises its types)

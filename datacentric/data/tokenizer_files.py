@@ -99,8 +99,12 @@ class TextCodec:
         return np.dtype(np.uint16 if self.vocab_size <= 2**16 else np.uint32)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
+        """Token ids of each text, whatever its length (``verbose=False``: transformers'
+        warning of a text longer than the model's length is no concern of documents that
+        ``--max-tokens`` chunks)."""
         if self.hf is not None:
-            return [np.asarray(ids, dtype=self.dtype) for ids in self.hf(texts)["input_ids"]]
+            encoded = self.hf(texts, verbose=False)["input_ids"]
+            return [np.asarray(ids, dtype=self.dtype) for ids in encoded]
         if self._tok is None:
             return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
         return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]

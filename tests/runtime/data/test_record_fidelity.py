@@ -181,3 +181,38 @@ def test_content_as_a_list_of_parts_renders_as_apply_chat_template_renders_it(tm
         assert ds.sample(0).tolist() == list(reference["input_ids"]), spec
         marked = ds.target_mask(0).tolist()[:-1]
         assert marked == [bool(m) for m in reference["assistant_masks"][1:]], spec
+
+
+def test_documents_longer_than_the_tokenizer_s_model_length_are_read_without_its_warning(
+    tmp_path, tokenizer, capfd, caplog
+):
+    """transformers warned 'Token indices sequence length is longer than the specified
+    maximum sequence length for this model (60 > 8). Running this sequence through the
+    model will result in indexing errors' while the dataset was read, of documents and
+    conversations that --max-tokens then chunks (or --long-docs says what to do), where
+    its warnings are let through (the Python API, ``--verbose``)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
+    try:
+        _read_long_documents(tmp_path, tokenizer)
+    finally:
+        hf_logging.set_verbosity(level)
+    said = capfd.readouterr().err + caplog.text
+    assert "Token indices sequence length" not in said
+
+
+def _read_long_documents(tmp_path, tokenizer) -> None:
+    config = json.loads((tmp_path / "tok" / "tokenizer_config.json").read_text())
+    config["model_max_length"] = 8
+    (tmp_path / "tok" / "tokenizer_config.json").write_text(json.dumps(config))
+    long = "hello world " * 20
+    write_records(tmp_path / "text.jsonl", [{"text": long}])
+    turns = [{"role": "user", "content": long}, {"role": "assistant", "content": "how are"}]
+    write_records(tmp_path / "chat.jsonl", [{"messages": turns}])
+    for name in ("text.jsonl", "chat.jsonl"):
+        ds = open_dataset(
+            f"jsonl:{tmp_path / name}", DataConfig(tokenizer=tokenizer, max_tokens=16)
+        )
+        assert ds.summary()["total_tokens"] > 8
