@@ -10,7 +10,8 @@ its frames as RGB pictures (:func:`decode`).
   MPEG-1/2/4, WMV, FFV1 as its FFmpeg has them), from the video stream players open
   (the default one, else the first); audio and other streams are never decoded. A
   clip's frame count is its stream's when the container states one, else the frames
-  that decode (Matroska and WebM state none). A clip cut before its first keyframe
+  that decode (Matroska and WebM state none; an AVI states its frame slots, a picture
+  held over a gap counted again). A clip cut before its first keyframe
   plays from that keyframe, as players show it.
 - Colours are the file's, as players show them on an ordinary display
   (:mod:`datacentric.data.media_colours`): each frame is converted to RGB by the colour
@@ -388,11 +389,20 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
     raise MediaError(problem or f"{counted(frames, 'frame')}, frame {max(order)} wanted")
 
 
-def _stated_frames(stream: Any) -> int:
+#: containers whose stated frame count is their frame slots, not their pictures: an
+#: AVI's header counts every slot of its frame rate, a picture held over a gap (a
+#: dropped frame, a variable rate) counted again
+SLOT_COUNTS = ("avi",)
+
+
+def _stated_frames(stream: Any, container: Any) -> int:
     """The frames a video stream's container states, where they are the frames that play;
-    0 (count them as they decode) where it states none, or more than its duration holds
-    at its frame rate: an MP4 or MOV cut without re-encoding, whose edit list trims
-    frames that FFmpeg (and every player) then never shows."""
+    0 (count them as they decode) where it states none, where it counts frame slots
+    (:data:`SLOT_COUNTS`), or more than its duration holds at its frame rate: an MP4
+    or MOV cut without re-encoding, whose edit list trims frames that FFmpeg (and every
+    player) then never shows."""
+    if str(getattr(container.format, "name", "")) in SLOT_COUNTS:
+        return 0
     stated = int(stream.frames or 0)
     duration, base, rate = stream.duration, stream.time_base, stream.average_rate
     if stated and duration and base and rate and stated > round(duration * base * rate):
@@ -404,8 +414,8 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
-    AVI, GIF), else the frames that decode (Matroska and WebM keep no per-stream count;
-    an edit list that trims frames: :func:`_stated_frames`);
+    GIF), else the frames that decode (Matroska and WebM keep no per-stream count; an
+    AVI counts frame slots; an edit list that trims frames: :func:`_stated_frames`);
     its size and rotation are those of its first decoded frame. With ``times``, every
     frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():
@@ -415,7 +425,7 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     try:
         container, stream = _open_video(item.path)
         with container:
-            stated = 0 if times else _stated_frames(stream)
+            stated = 0 if times else _stated_frames(stream, container)
             first, decoded, stamps = None, 0, []
             frames = _Frames(container, stream)
             for frame in frames:

@@ -503,3 +503,36 @@ def test_a_profile_that_does_not_read_or_fit_is_passed_over_as_viewers_pass_it(t
     assert np.array_equal(np.asarray(got), stored)
     (got,) = decode(_item(tmp_path / "grey.png"))
     assert np.array_equal(np.asarray(got), np.stack([grey] * 3, -1))
+
+
+def test_an_avi_with_gaps_in_its_frame_times_has_the_frames_that_decode(tmp_path):
+    """An AVI of 9 pictures over 21 frame slots (a capture that dropped frames, or any
+    variable-rate clip written to AVI): its header states the 21 slots, players hold a
+    picture over a gap. probe said 21 and decode failed 'only 9 frames decode, 21
+    wanted (a truncated or damaged stream)', so prepare skipped the clip; now the 9
+    pictures are its frames, timed by their timestamps for --target-fps."""
+    from fractions import Fraction
+
+    import av
+
+    ticks = [0, 1, 2, 5, 6, 10, 11, 12, 20]  # eighths of a second
+    written = wave_frames(len(ticks), 32, 48)
+    path = tmp_path / "gaps.avi"
+    with av.open(str(path), "w", format="avi") as container:
+        stream = container.add_stream("ffv1", rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
+        stream.codec_context.time_base = Fraction(1, 8)
+        for tick, pixels in zip(ticks, written):
+            frame = av.VideoFrame.from_ndarray(pixels)
+            frame.pts, frame.time_base = tick, Fraction(1, 8)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with av.open(str(path)) as container:
+        assert container.streams.video[0].frames == 21  # the slots the header states
+    item = _item(path)
+    assert probe(item).frames == 9
+    assert probe(item, times=True).times == tuple(Fraction(t, 8) for t in ticks)
+    got = decode(item, list(range(9)))
+    assert all(_error(g, w) < 1 for g, w in zip(got, written))
