@@ -20,7 +20,12 @@ from typing import IO
 
 from datacentric.data.base import DataError
 from datacentric.data.text_file import parse_json_line, text_codec
-from datacentric.regular_files import check_regular, open_regular, read_regular_bytes
+from datacentric.regular_files import (
+    check_regular,
+    json_kind,
+    open_regular,
+    read_regular_bytes,
+)
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
 EXTENSIONS: dict[str, tuple[str, ...]] = {
@@ -186,9 +191,15 @@ def _where(kind: str, path: str, row: int) -> str:
     return f"{path}:{row}" if kind == "jsonl" else f"{path} row {row}"
 
 
-#: What a value that is no string is, in JSON's words (a JSONL line's, a table cell's).
-_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number"}
-_JSON_KINDS |= {list: "a list", dict: "an object"}
+def _kind(value: object) -> str:
+    """What a JSONL value or a table cell is, in JSON's words (``null``, ``an array``;
+    a table's own types, a date or a decimal, by name)."""
+    if value is None:
+        return "null"
+    kind = json_kind(value)
+    if kind == "null":  # no JSON value: a table's own type
+        kind = type(value).__name__
+    return kind if kind == "true/false" else ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
 def _field(value: object, field: str, where: str) -> str:
@@ -203,10 +214,9 @@ def _field(value: object, field: str, where: str) -> str:
                 f"byte {err.start}); write the column as UTF-8 strings"
             ) from None
     if isinstance(value, dict) and field in value and not isinstance(value[field], str):
-        kind = _JSON_KINDS.get(type(value[field]), f"a {type(value[field]).__name__}")
         raise DataError(
-            f"{where}: field {field!r} is {kind}, not a string; give every record its "
-            "text as a string, or leave the record out"
+            f"{where}: field {field!r} is {_kind(value[field])}, not a string; give every "
+            "record its text as a string, or leave the record out"
         )
     if is_conversation(value) and field not in value:
         raise DataError(
@@ -214,8 +224,13 @@ def _field(value: object, field: str, where: str) -> str:
             f"record of the dataset is text (field {field!r}); keep conversations and text "
             "in datasets of their own"
         )
-    if not isinstance(value, dict) or not isinstance(value.get(field), str):
-        keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
+    if not isinstance(value, dict):
+        raise DataError(
+            f"{where}: {_kind(value)}, not an object; JSONL holds one object per line (a "
+            "file of one JSON array: write each of its objects on a line of its own)"
+        )
+    if not isinstance(value.get(field), str):
+        keys = ", ".join(sorted(value))
         raise DataError(
             f"{where}: no string field {field!r} (found: {keys}); pass --text-field NAME"
         )

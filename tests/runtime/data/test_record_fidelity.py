@@ -87,7 +87,12 @@ def test_a_binary_parquet_column_of_utf8_is_read_as_its_text(tmp_path, tokenizer
 
 @pytest.mark.parametrize(
     ("value", "says"),
-    [("null", "is null"), ("5", "is a number"), ("true", "is a boolean"), ('["a"]', "is a list")],
+    [
+        ("null", "is null"),
+        ("5", "is a number"),
+        ("true", "is true/false"),
+        ('["a"]', "is an array"),
+    ],
 )
 def test_a_text_field_of_another_json_kind_is_named_as_json_names_it(
     tmp_path, tokenizer, value, says
@@ -96,6 +101,18 @@ def test_a_text_field_of_another_json_kind_is_named_as_json_names_it(
     path.write_text('{"text": "a"}\n{"text": ' + value + "}\n")
     with pytest.raises(DataError, match=rf"^{path}:2: field 'text' {says}, not a string"):
         open_dataset(f"jsonl:{path}")
+
+
+@pytest.mark.parametrize(
+    ("line", "says"), [('[{"text": "a"}, {"text": "b"}]', "an array"), ('"a"', "a string")]
+)
+def test_a_line_that_is_no_object_is_named_as_no_record(tmp_path, tokenizer, line, says):
+    """A ``.json`` file of one JSON array (which a folder's search takes as JSONL) said
+    'no string field 'text' (found: list); pass --text-field NAME'."""
+    path = tmp_path / "data.json"
+    path.write_text(line + "\n")
+    with pytest.raises(DataError, match=rf"^{path}:1: {says}, not an object; JSONL holds one"):
+        open_dataset(f"jsonl:{tmp_path}")
 
 
 def test_a_null_parquet_cell_is_named_not_trained(tmp_path, tokenizer):
