@@ -339,6 +339,29 @@ def test_a_clip_stating_no_matrix_is_converted_by_the_one_players_guess(
     assert _error(got, _yuv_to_rgb(planes, False, matrix)) < 0.05
 
 
+def _write_timed(path: Path, container_format: str, codec: str, ticks: list[int]) -> list:
+    """A 32 x 48 clip of lossless 4:4:4 frames at ``ticks`` (eighths of a second, uneven
+    where they skip); the frames written."""
+    from fractions import Fraction
+
+    import av
+
+    written = wave_frames(len(ticks), 32, 48)
+    with av.open(str(path), "w", format=container_format) as container:
+        stream = container.add_stream(codec, rate=8)
+        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
+        stream.options = dict(H264_GOP4) if codec == "libx264" else {}
+        stream.codec_context.time_base = Fraction(1, 8)
+        for tick, pixels in zip(ticks, written):
+            frame = av.VideoFrame.from_ndarray(pixels)
+            frame.pts, frame.time_base = tick, Fraction(1, 8)
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return written
+
+
 @pytest.mark.parametrize("container_format", ["mp4", "matroska"])
 def test_uneven_frame_times_from_a_late_start_are_resampled_by_their_timestamps(
     tmp_path, container_format
@@ -348,24 +371,11 @@ def test_uneven_frame_times_from_a_late_start_are_resampled_by_their_timestamps(
     step from the first frame's time, not from 0 nor by the average rate."""
     from fractions import Fraction
 
-    import av
-
     from datacentric.data.frame_sampling import FrameSampling, frame_line
 
     ticks = [80, 81, 82, 85, 86, 90, 91, 92, 100]  # eighths of a second
     path = tmp_path / f"vfr.{container_format}"
-    with av.open(str(path), "w", format=container_format) as container:
-        stream = container.add_stream("libx264", rate=8)
-        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
-        stream.options = dict(H264_GOP4)
-        stream.codec_context.time_base = Fraction(1, 8)
-        for tick, pixels in zip(ticks, wave_frames(len(ticks), 32, 48)):
-            frame = av.VideoFrame.from_ndarray(pixels)
-            frame.pts, frame.time_base = tick, Fraction(1, 8)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    _write_timed(path, container_format, "libx264", ticks)
     info = probe(_item(path), times=True)
     assert info.times == tuple(Fraction(t, 8) for t in ticks)
     # at 4 fps: 0, 0.25, 0.5 ... 2.5 s after the first frame, each to its nearest frame
@@ -516,19 +526,8 @@ def test_an_avi_with_gaps_in_its_frame_times_has_the_frames_that_decode(tmp_path
     import av
 
     ticks = [0, 1, 2, 5, 6, 10, 11, 12, 20]  # eighths of a second
-    written = wave_frames(len(ticks), 32, 48)
     path = tmp_path / "gaps.avi"
-    with av.open(str(path), "w", format="avi") as container:
-        stream = container.add_stream("ffv1", rate=8)
-        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
-        stream.codec_context.time_base = Fraction(1, 8)
-        for tick, pixels in zip(ticks, written):
-            frame = av.VideoFrame.from_ndarray(pixels)
-            frame.pts, frame.time_base = tick, Fraction(1, 8)
-            for packet in stream.encode(frame):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
+    written = _write_timed(path, "avi", "ffv1", ticks)
     with av.open(str(path)) as container:
         assert container.streams.video[0].frames == 21  # the slots the header states
     item = _item(path)
