@@ -252,8 +252,9 @@ def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]
 def _json_lines(lines: Iterator[tuple[int, str]], path: str) -> Iterator[tuple[int, object]]:
     """(line number, value) of every line that is not blank."""
     for number, line in lines:
-        if number == 1:  # a byte-order mark an editor wrote, as text files may start
-            line = line.removeprefix("\ufeff")
+        # a byte-order mark an editor wrote, as text files may start: before a later line
+        # where files so written were joined (cat a.jsonl b.jsonl); no JSON value holds it
+        line = line.removeprefix("\ufeff")
         if not line.strip():
             continue  # a blank line (e.g. at the end) holds no document
         yield number, _json_line(line, f"{path}:{number}")

@@ -95,7 +95,8 @@ def test_bad_lines_and_empty_globs(tmp_path):
 
 def test_a_jsonl_file_an_editor_started_with_a_byte_order_mark_reads_as_without(tmp_path):
     """A BOM (Notepad, PowerShell's UTF-8) before the first line, CRLF line ends: the same
-    documents as the plain file (was: line 1 is not JSON)."""
+    documents as the plain file (was: line 1 is not JSON); before a later line, where
+    joining such files puts it, too (was: 'line 3 is not JSON (Unexpected UTF-8 BOM')."""
     plain = write_jsonl(tmp_path / "plain.jsonl", ["first line", "second"])
     marked = tmp_path / "marked.jsonl"
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes().replace(b"\n", b"\r\n"))
@@ -103,6 +104,12 @@ def test_a_jsonl_file_an_editor_started_with_a_byte_order_mark_reads_as_without(
     got = open_dataset(f"jsonl:{marked}")
     assert [s.tokens for s in got.shapes()] == [s.tokens for s in want.shapes()] == [10, 6]
     assert bytes(got.sample(0).tolist()) == b"first line"
+    # two such files joined (cat a.jsonl b.jsonl): the second's mark starts line 3
+    joined = tmp_path / "joined.jsonl"
+    joined.write_bytes(marked.read_bytes() * 2)
+    got = open_dataset(f"jsonl:{joined}")
+    assert [s.tokens for s in got.shapes()] == [10, 6, 10, 6]
+    assert got.sample_source(2) == f"{joined}:3"
 
 
 def test_cache_is_reused_and_keyed_by_file_contents(tmp_path, cache):
