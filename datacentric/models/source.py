@@ -46,7 +46,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.models.configs import DiTConfig, LlamaConfig
+from datacentric.models.configs import DiTConfig
+from datacentric.models.dit import VideoDiT
+from datacentric.models.llama import Llama
 from datacentric.models.lora import apply_lora
 from datacentric.models.model_args import (
     ADAPTER_FILES,
@@ -221,11 +223,12 @@ def check_data_kind(source: ModelSource | nn.Module, dataset: Any) -> None:
 
 
 def _module_wants(model: nn.Module) -> str | None:
-    """What a built ``model`` trains on: a preset's by its config, our adapters' by
-    :data:`ADAPTER_KINDS`; ``None`` for any other model."""
-    config = getattr(model, "config", None)
-    if isinstance(config, DiTConfig | LlamaConfig):
-        return VIDEO if isinstance(config, DiTConfig) else TEXT
+    """What a built ``model`` trains on: a preset's by its class (compiled too), our
+    adapters' by :data:`ADAPTER_KINDS`; ``None`` for any other model (a user's own that
+    holds a public ``LlamaConfig`` or ``DiTConfig`` included)."""
+    inner = getattr(model, "_orig_mod", model)  # torch.compile's wrapper
+    if isinstance(inner, Llama | VideoDiT):
+        return VIDEO if isinstance(inner, VideoDiT) else TEXT
     for (module, name), kind in ADAPTER_KINDS.items():
         adapter = getattr(sys.modules.get(module), name, None)
         if adapter is not None and isinstance(model, adapter):

@@ -7,10 +7,12 @@ inside the preset's config; the kinds that go together pass."""
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
 
 from datacentric import DataCentric
 from datacentric.data import open_dataset
-from datacentric.models import build_model_named
+from datacentric.models import LlamaConfig, build_model_named
 from datacentric.models.source import DataKindError
 
 TEXT_FIX = "give text (--dataset stdlib, jsonl:FILE, parquet:FILE or text:FILE)"
@@ -99,3 +101,28 @@ def test_the_kinds_that_go_together_still_construct():
     DataCentric(text, open_dataset("stdlib"), device="cpu", shard="none")
     factory = build_model_named("tests.user_models:tiny_gpt")
     DataCentric(factory, open_dataset("stdlib"), device="cpu", shard="none")
+
+
+class LatentsOnLlamaConfig(nn.Module):
+    """A user's own video model that holds the public ``LlamaConfig`` (for its blocks)."""
+
+    loss_mode = "sample"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = LlamaConfig(hidden_size=64, num_layers=1, num_heads=2, ffn_hidden_size=128)
+        self.blocks = nn.ModuleList([nn.Linear(64, 64)])
+        self.num_heads = 2
+
+    def set_attention(self, fn) -> None:
+        pass
+
+
+def test_a_user_s_own_model_holding_a_llama_config_is_not_told_a_text_model():
+    """Only our presets (compiled too) are told by what they are: a user's model that
+    holds a ``LlamaConfig`` was refused as 'model 'LatentsOnLlamaConfig' trains on text'."""
+    latents = open_dataset("opensora-short")
+    DataCentric(LatentsOnLlamaConfig(), latents, device="cpu", shard="none", check_model=False)
+    compiled = torch.compile(build_model_named("llama", SMALL))
+    with pytest.raises(DataKindError, match="trains on text, and the dataset holds video"):
+        DataCentric(compiled, latents, device="cpu", shard="none", check_model=False)
