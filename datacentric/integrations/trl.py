@@ -30,12 +30,14 @@ INIT_DEFAULTS = {
 PACKED_AS_RUNTIME = ("bfd",)
 
 
-def _check_sft_fields(command: str, args: Any, train_dataset: Any) -> None:
+def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_func: Any) -> None:
     """Stop (in one line, as ``command``) on the ``SFTConfig`` fields whose value the
     runtime cannot train as TRL does: ``model_init_kwargs`` other than
     :data:`INIT_DEFAULTS`, float32 and any attention; a ``packing_strategy`` not in
     :data:`PACKED_AS_RUNTIME` under ``packing``; ``assistant_only_loss`` on a
-    ``train_dataset`` that is not conversational (TRL raises)."""
+    ``train_dataset`` that is not conversational (TRL raises); a ``formatting_func`` of
+    prompt-completion rows (TRL trains them unformatted, or raises) or with
+    ``completion_only_loss`` (TRL raises)."""
     init = dict(args.model_init_kwargs or {})
     for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
         if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
@@ -61,11 +63,11 @@ def _check_sft_fields(command: str, args: Any, train_dataset: Any) -> None:
         )
     if train_dataset is None:
         stop(command, "give a train_dataset")
+    first = next(iter(train_dataset), None) or {}
     if args.assistant_only_loss:
         from trl.data_utils import is_conversational
 
-        first = next(iter(train_dataset), None)
-        if first is not None and not is_conversational(first):
+        if first and not is_conversational(first):
             stop(
                 command,
                 "assistant_only_loss=True: the train_dataset is not conversational (its "
@@ -73,6 +75,21 @@ def _check_sft_fields(command: str, args: Any, train_dataset: Any) -> None:
                 "messages, or in a prompt and completion given as messages; set "
                 "assistant_only_loss=False",
             )
+    if formatting_func is None or "input_ids" in first:  # TRL: token ids as given
+        return
+    if "prompt" in first:
+        stop(
+            command,
+            "formatting_func with prompt-completion rows: TRL trains their prompt and "
+            "completion, not the formatted text (and refuses it with the completion-only "
+            "loss); give the rows as text, or leave formatting_func unset",
+        )
+    if args.completion_only_loss:
+        stop(
+            command,
+            "formatting_func with completion_only_loss=True: the formatted text has no "
+            "completion to keep the loss on (TRL refuses it); set completion_only_loss=False",
+        )
 
 
 class SFTTrainer(DropInTrainer):
@@ -120,7 +137,6 @@ class SFTTrainer(DropInTrainer):
             "data_collator": None if is_trl_collator(data_collator) else data_collator,
             "compute_loss_func": compute_loss_func,
             "optimizer_cls_and_kwargs": optimizer_cls_and_kwargs,
-            "formatting_func": formatting_func,
         }
         if optimizers not in ((None, None), None):
             given["optimizers"] = optimizers
@@ -130,7 +146,9 @@ class SFTTrainer(DropInTrainer):
                 self.command,
                 "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
             )
-        _check_sft_fields(self.command, args, train_dataset)
+        _check_sft_fields(self.command, args, train_dataset, formatting_func)
+        self._formatting_func = formatting_func
+        """Each row's text, as TRL takes it (a row of token ids is kept as given)."""
         super().__init__(
             model=model,
             args=args,
@@ -146,10 +164,12 @@ class SFTTrainer(DropInTrainer):
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
         """The rows as TRL prepares them (text with EOS, chat template, prompt-completion
         with its completion mask, pre-tokenized as given), cut to ``max_length``."""
-        args = self.args
+        args, rows, formatting = self.args, iter(dataset), self._formatting_func
+        if formatting is not None:  # TRL: its text in "text", the other columns kept
+            rows = (r if "input_ids" in r else {**r, "text": formatting(r)} for r in rows)
         try:
             return tokenized_records(
-                iter(dataset),
+                rows,
                 tokenizer,
                 text_field=args.dataset_text_field,
                 assistant_only_loss=args.assistant_only_loss,

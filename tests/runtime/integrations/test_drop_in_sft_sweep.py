@@ -49,12 +49,18 @@ def _title(row: dict) -> str:
     return f"Q: {row['prompt']} A:{row['completion']}"
 
 
-#: case -> (rows, SFTConfig fields, SFTTrainer arguments, the field a refusal names)
+def _quoted(row: dict) -> str:
+    """A formatting function: the row's text after a heading."""
+    return f"Q: {row['text']}"
+
+
+#: case -> (rows, SFTConfig fields, SFTTrainer arguments, the field the drop-in refuses,
+#: None where it trains as TRL)
 CASES = {
-    "max_length": ("text", dict(max_length=6), {}, "max_length"),
-    "max_length_prompt": ("prompt", dict(max_length=5), {}, "max_length"),
-    "packing": ("text", dict(packing=True, max_length=64), {}, "packing"),
-    "packing_short_rows": ("text", dict(packing=True, max_length=8), {}, "packing"),
+    "max_length": ("text", dict(max_length=6), {}, None),
+    "max_length_prompt": ("prompt", dict(max_length=5), {}, None),
+    "packing": ("text", dict(packing=True, max_length=64), {}, None),
+    "packing_short_rows": ("text", dict(packing=True, max_length=8), {}, None),
     "packing_wrapped": (
         "text",
         dict(packing=True, packing_strategy="wrapped", max_length=8),
@@ -67,14 +73,14 @@ CASES = {
         {},
         "packing_strategy",
     ),
-    "packing_prompt": ("prompt", dict(packing=True, max_length=8), {}, "packing"),
+    "packing_prompt": ("prompt", dict(packing=True, max_length=8), {}, None),
     "packing_eval": (
         "text",
         dict(packing=True, max_length=16, eval_packing=False, eval_strategy="steps", eval_steps=1),
         {},
-        "eval_packing",
+        None,
     ),
-    "pad_to_multiple_of": ("text", dict(pad_to_multiple_of=8), {}, "pad_to_multiple_of"),
+    "pad_to_multiple_of": ("text", dict(pad_to_multiple_of=8), {}, None),
     "assistant_only_loss_text": (
         "text",
         dict(assistant_only_loss=True),
@@ -87,31 +93,39 @@ CASES = {
         {},
         "assistant_only_loss",
     ),
-    "chat_prompt": ("chat_prompt", dict(), {}, "completion_only_loss"),
+    "chat_prompt": ("chat_prompt", dict(), {}, None),
     "chat_prompt_assistant_only": (
         "chat_prompt",
         dict(assistant_only_loss=True, max_length=30),
         {},
-        "assistant_only_loss",
+        None,
     ),
-    "padding_free": ("text", dict(padding_free=True, max_length=None), {}, "padding_free"),
-    "completion_only_loss": ("prompt", dict(), {}, "completion_only_loss"),
-    "completion_only_loss_false": (
-        "prompt",
-        dict(completion_only_loss=False),
-        {},
-        "completion_only_loss",
-    ),
-    "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, "assistant_only_loss"),
-    "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, "dataset_text_field"),
+    "padding_free": ("text", dict(padding_free=True, max_length=None), {}, None),
+    "completion_only_loss": ("prompt", dict(), {}, None),
+    "completion_only_loss_false": ("prompt", dict(completion_only_loss=False), {}, None),
+    "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, None),
+    "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, None),
+    # TRL trains each row's text; of a prompt and completion, those unformatted (refused)
     "formatting_func": (
+        "text",
+        dict(eval_strategy="steps", eval_steps=1),
+        {"formatting_func": _quoted},
+        None,
+    ),
+    "formatting_func_prompt": (
         "prompt",
         dict(completion_only_loss=False),
         {"formatting_func": _title},
         "formatting_func",
     ),
+    "formatting_func_completion_only": (
+        "text",
+        dict(completion_only_loss=True),
+        {"formatting_func": _quoted},
+        "formatting_func",
+    ),
     "eos_token": ("text", dict(eos_token="hello"), {}, "eos_token"),
-    "pad_token": ("text", dict(pad_token="hello"), {}, "pad_token"),
+    "pad_token": ("text", dict(pad_token="hello"), {}, None),
     "skip_prepare_dataset": (
         "tokens",
         dict(dataset_kwargs={"skip_prepare_dataset": True}, max_length=6),
@@ -121,8 +135,8 @@ CASES = {
     "loss_type_dft": ("text", dict(loss_type="dft"), {}, "loss_type"),
     "neftune_noise_alpha": ("text", dict(neftune_noise_alpha=5.0), {}, "neftune_noise_alpha"),
     "chat_template_path": ("chat", dict(chat_template_path="PLACE"), {}, "chat_template_path"),
-    "dataset_num_proc": ("text", dict(dataset_num_proc=2), {}, "dataset_num_proc"),
-    "shuffle_dataset": ("text", dict(shuffle_dataset=True), {}, "shuffle_dataset"),
+    "dataset_num_proc": ("text", dict(dataset_num_proc=2), {}, None),
+    "shuffle_dataset": ("text", dict(shuffle_dataset=True), {}, None),
     "activation_offloading": (
         "text",
         dict(activation_offloading=True),
@@ -134,7 +148,7 @@ CASES = {
         "text",
         dict(model_init_kwargs={"dtype": "float32"}),
         {"model": "NAME"},
-        "model_init_kwargs",
+        None,
     ),
     "model_init_kwargs_bf16": (
         "text",
@@ -202,17 +216,18 @@ def test_each_sft_field_trains_as_trl_or_is_refused(folder, tmp_path, case, caps
 
     from datacentric.integrations.trl import SFTTrainer
 
-    named = CASES[case][3]
-    try:
-        have, weights = _run(SFTTrainer, folder, tmp_path / "ours", case)
-    except SystemExit as stopped:
-        assert stopped.code == 2
+    refused = CASES[case][3]
+    if refused:
+        with pytest.raises(SystemExit) as stopped:
+            _run(SFTTrainer, folder, tmp_path / "ours", case)
+        assert stopped.value.code == 2
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.startswith("datacentric ")]
         assert len(lines) == 1 and lines[0].startswith("datacentric SFTTrainer: "), err
-        assert named in lines[0], lines[0]
-        assert "constructed" not in err  # refused by the constructor, before training
+        assert refused in lines[0], lines[0]
+        assert "constructed" not in err  # by the constructor, before training
         return
+    have, weights = _run(SFTTrainer, folder, tmp_path / "ours", case)
     want, want_weights = _run(Reference, folder, tmp_path / "ref", case)
     assert [s for s, _, _ in have] == [s for s, _, _ in want]
     assert [s for s, _, norm in have if norm is not None] == [1, 2, 3]
