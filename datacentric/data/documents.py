@@ -353,6 +353,7 @@ def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, ob
         )
     if columns:
         data = data.select_columns(columns)
+    data = data.with_format(None)  # rows as Python values, whatever format it was saved with
     row = 0
     for batch in data.iter(batch_size=PARQUET_BATCH_ROWS):
         for values in zip(*batch.values()):

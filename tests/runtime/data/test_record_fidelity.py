@@ -233,3 +233,20 @@ def _read_long_documents(tmp_path, tokenizer) -> None:
             f"jsonl:{tmp_path / name}", DataConfig(tokenizer=tokenizer, max_tokens=16)
         )
         assert ds.summary()["total_tokens"] > 8
+
+
+@pytest.mark.parametrize("form", ["numpy", "torch", "pandas", "arrow"])
+def test_a_dataset_saved_with_a_format_reads_as_its_rows(tmp_path, tokenizer, form):
+    """``set_format("torch")`` before ``save_to_disk`` (as tokenizing scripts do) is
+    saved with the dataset: its rows came as arrays, tensors or tables, and token ids
+    failed as 'The truth value of an array with more than one element is ambiguous',
+    every record under pandas and arrow as a TypeError or AttributeError."""
+    datasets = pytest.importorskip("datasets")
+    rows = {"input_ids": [[1, 2, 3], [4, 5]], "labels": [[-100, 2, 3], [4, 5]]}
+    datasets.Dataset.from_dict(rows).with_format(form).save_to_disk(tmp_path / "ids")
+    texts = ["caf\u00e9", "line\r\nend"]
+    datasets.Dataset.from_dict({"text": texts}).with_format(form).save_to_disk(tmp_path / "t")
+    ds = open_dataset(f"hf-datasets:{tmp_path / 'ids'}")
+    assert [ds.sample(i).tolist() for i in range(len(ds))] == rows["input_ids"]
+    assert [ds.loss_tokens(i) for i in range(len(ds))] == [2, 1]
+    assert _texts(open_dataset(f"hf-datasets:{tmp_path / 't'}")) == texts
