@@ -250,3 +250,23 @@ def test_a_dataset_saved_with_a_format_reads_as_its_rows(tmp_path, tokenizer, fo
     assert [ds.sample(i).tolist() for i in range(len(ds))] == rows["input_ids"]
     assert [ds.loss_tokens(i) for i in range(len(ds))] == [2, 1]
     assert _texts(open_dataset(f"hf-datasets:{tmp_path / 't'}")) == texts
+
+
+def test_parquet_rows_of_every_row_group_and_file_come_once_in_order(tmp_path, monkeypatch):
+    """Row groups of 2, read in batches of 3, over two files and a dictionary-encoded and
+    a large_string column: every row once, in pyarrow's order, named by its own row."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("datacentric.data.documents.PARQUET_BATCH_ROWS", 3)
+    (tmp_path / "data").mkdir()
+    first = pa.array([f"a{i}" for i in range(7)]).dictionary_encode()
+    pq.write_table(pa.table({"text": first}), tmp_path / "data" / "a.parquet", row_group_size=2)
+    second = pa.array(["b0", "b1 \u00e9"], pa.large_string())
+    pq.write_table(pa.table({"text": second}), tmp_path / "data" / "b.parquet")
+    ds = open_dataset(f"parquet:{tmp_path / 'data'}")
+    files = sorted((tmp_path / "data").iterdir())
+    expected = [t for f in files for t in pq.read_table(f)["text"].to_pylist()]
+    assert _texts(ds) == expected
+    rows = [f"{f} row {r}" for f in files for r in range(pq.ParquetFile(f).metadata.num_rows)]
+    assert [ds.sample_source(i) for i in range(len(ds))] == rows
