@@ -50,8 +50,10 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 #: check_loaded_weights, which the hf: and diffusers: builders share); one more since
 #: the ranks' plan is made in assemble_run, its refusal train's line (check_plan); two
 #: more since the global-batch note and refusals say their counts with their units
-#: (progress.counted, a stay there and one back in scheduling.global_batches)
-CEILINGS = {"stays": 123, "climbs": 22, "entries": 4}
+#: (progress.counted, a stay there and one back in scheduling.global_batches); one
+#: more and a climb since a record's field of another kind is named in JSON's words
+#: through regular_files.json_kind, the one namer of the JSON readers
+CEILINGS = {"stays": 124, "climbs": 23, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 
