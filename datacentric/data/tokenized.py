@@ -57,9 +57,10 @@ from datacentric.regular_files import check_regular
 from datacentric.shapes import SampleShape
 
 TEXT_KINDS = ("jsonl", "parquet", "text", "hf-datasets")
-CACHE_VERSION = 6  # 2: every message key and record keyword; 3: tables without None;
+CACHE_VERSION = 7  # 2: every message key and record keyword; 3: tables without None;
 # 4: text files keep their CRLF and CR line ends; 5: UTF-32 text files read as UTF-32;
-# 6: pre-tokenized ids that are no whole numbers refused (2.5 was read as 2)
+# 6: pre-tokenized ids that are no whole numbers refused (2.5 was read as 2); 7: a
+# record without them among pre-tokenized records refused (it was an empty document)
 ENCODE_BATCH = 1024
 #: The files of a cache entry.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
@@ -124,7 +125,14 @@ def token_record(record, enc: TextCodec) -> tuple[np.ndarray, np.ndarray]:
     (each optional, 1 on a token that is predicted) all mark, as transformers' causal-LM
     loss and TRL's collator read them; the labels must be the ids where they count."""
     fields = record.fields
-    ids = _whole_numbers(record, TOKEN_FIELD, fields.get(TOKEN_FIELD) or [])
+    if not isinstance(fields, dict) or TOKEN_FIELD not in fields:
+        found = ", ".join(sorted(fields)) if isinstance(fields, dict) else type(fields).__name__
+        raise DataError(
+            f"{record.where}: no {TOKEN_FIELD} (found: {found}), though the first record "
+            "of the dataset holds token ids; keep token records and text or conversations "
+            "in datasets of their own"
+        )
+    ids = _whole_numbers(record, TOKEN_FIELD, fields[TOKEN_FIELD])
     if ids.size and (ids.min() < 0 or ids.max() >= enc.vocab_size):
         raise DataError(
             f"{record.where}: input_ids hold ids outside the tokenizer's vocabulary of "

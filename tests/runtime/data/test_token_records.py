@@ -101,3 +101,22 @@ def test_whole_numbers_written_as_floats_and_boolean_masks_are_read(tmp_path, mo
     path = _write(tmp_path / "t.jsonl", [record])
     data = TokenizedTextDataset("jsonl", str(path), max_tokens=16)
     assert data.sample(0).tolist() == [1, 2, 3] and data.loss_tokens(0) == 2
+
+
+@pytest.mark.parametrize(
+    ("record", "says"),
+    [
+        ({"text": "hello"}, r"no input_ids \(found: text\), though the first record"),
+        ({"input_id": [1, 2]}, r"no input_ids \(found: input_id\), though the first record"),
+        ({"input_ids": None}, "input_ids is null, not a list of token ids"),
+    ],
+)
+def test_a_record_without_token_ids_is_named_not_counted_empty(
+    tmp_path, monkeypatch, record, says
+) -> None:
+    """A text record among token records, a misspelt ``input_ids`` or a null one was
+    counted as an empty document (``skipped_empty``) and its record dropped."""
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    path = _write(tmp_path / "t.jsonl", [{"input_ids": [1, 2, 3]}, record])
+    with pytest.raises(DataError, match=rf"^{path}:2: {says}"):
+        TokenizedTextDataset("jsonl", str(path), max_tokens=16)
