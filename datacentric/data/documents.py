@@ -303,6 +303,12 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
     except Exception as err:  # pyarrow raises several types for unreadable files
         raise DataError(f"{path}: not a readable Parquet file ({err})") from None
     names = handle.schema_arrow.names
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # a row as a mapping would keep one of them
+        raise DataError(
+            f"{path}: names the column {twice!r} twice; rename or drop one (which holds "
+            "the records' values cannot be told)"
+        )
     missing = [c for c in columns or () if c not in names]
     if missing:
         raise DataError(

@@ -270,3 +270,23 @@ def test_parquet_rows_of_every_row_group_and_file_come_once_in_order(tmp_path, m
     assert _texts(ds) == expected
     rows = [f"{f} row {r}" for f in files for r in range(pq.ParquetFile(f).metadata.num_rows)]
     assert [ds.sample_source(i) for i in range(len(ds))] == rows
+
+
+@pytest.mark.parametrize(
+    ("columns", "name"),
+    [({"text": ["first"]}, "text"), ({"input_ids": [[1, 2]]}, "input_ids")],
+)
+def test_a_parquet_column_named_twice_is_refused_as_a_repeated_json_key_is(
+    tmp_path, tokenizer, columns, name
+):
+    """pyarrow writes a table with two columns of one name; a row read as a mapping kept
+    the second's value and dropped the first's, silently (a JSONL key named twice is
+    refused)."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    ((key, values),) = columns.items()
+    table = pa.table([pa.array(values), pa.array(values), pa.array([1])], names=[key, key, "id"])
+    pq.write_table(table, tmp_path / "p.parquet")
+    path = tmp_path / "p.parquet"
+    with pytest.raises(DataError, match=rf"^{path}: names the column '{name}' twice"):
+        open_dataset(f"parquet:{path}")
