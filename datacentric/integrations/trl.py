@@ -92,6 +92,16 @@ def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_fu
         )
 
 
+def _completion_only_loss(args: Any, train_dataset: Any) -> bool:
+    """``completion_only_loss``, unset as TRL reads it: on when the first training row
+    has a prompt and a completion, else off (a row of token ids with a
+    ``completion_mask`` then trains every token)."""
+    if args.completion_only_loss is not None:
+        return bool(args.completion_only_loss)
+    first = next(iter(train_dataset), None) or {}
+    return "prompt" in first and "completion" in first
+
+
 class SFTTrainer(DropInTrainer):
     """TRL's ``SFTTrainer`` under data-centric parallel: ``train()``, ``evaluate()``,
     ``save_model()``, ``log()``, ``add_callback()``, ``state``.
@@ -149,6 +159,8 @@ class SFTTrainer(DropInTrainer):
         _check_sft_fields(self.command, args, train_dataset, formatting_func)
         self._formatting_func = formatting_func
         """Each row's text, as TRL takes it (a row of token ids is kept as given)."""
+        self._completion_only_loss = _completion_only_loss(args, train_dataset)
+        """``completion_only_loss`` as TRL resolves it, for every dataset."""
         super().__init__(
             model=model,
             args=args,
@@ -173,7 +185,7 @@ class SFTTrainer(DropInTrainer):
                 tokenizer,
                 text_field=args.dataset_text_field,
                 assistant_only_loss=args.assistant_only_loss,
-                completion_only_loss=args.completion_only_loss,
+                completion_only_loss=self._completion_only_loss,
                 max_length=args.max_length,
             )
         except RecordsError as err:

@@ -27,7 +27,8 @@ def _words(i: int, n: int) -> str:
 
 def _rows(kind: str) -> list[dict]:
     """4 rows of ``kind``: text (in ``text``, or ``body`` for ``body``), prompt and
-    completion, conversations, or pre-tokenized with labels."""
+    completion, conversations (``chat_prompt``: the last turn as the completion), or
+    token ids with labels (``tokens``) or with a completion mask (``masked``)."""
     if kind in ("text", "body"):
         return [{kind: _words(i, 3 + 4 * i)} for i in range(4)]
     if kind == "prompt":
@@ -41,6 +42,8 @@ def _rows(kind: str) -> list[dict]:
             return [{"prompt": m[:-1], "completion": m[-1:]} for m in conversations(4)]
         return [{"messages": m} for m in conversations(4)]
     ids = [[(7 * i + k) % 250 + 3 for k in range(5 + 2 * i)] for i in range(4)]
+    if kind == "masked":  # a completion mask, no labels
+        return [{"input_ids": r, "completion_mask": [0] * 3 + [1] * (len(r) - 3)} for r in ids]
     return [{"input_ids": r, "labels": [-100] * 2 + r[2:]} for r in ids]
 
 
@@ -102,6 +105,9 @@ CASES = {
     ),
     "padding_free": ("text", dict(padding_free=True, max_length=None), {}, None),
     "completion_only_loss": ("prompt", dict(), {}, None),
+    "completion_mask": ("masked", dict(), {}, None),
+    "completion_mask_completion_only": ("masked", dict(completion_only_loss=True), {}, None),
+    "tokens": ("tokens", dict(max_length=6), {}, None),
     "completion_only_loss_false": ("prompt", dict(completion_only_loss=False), {}, None),
     "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, None),
     "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, None),
