@@ -54,6 +54,13 @@ from datacentric.data.media_colours import (
 from datacentric.data.media_sources import MediaItem
 from datacentric.progress import counted
 
+#: The revision of what :func:`probe` and :func:`decode` make of a file: bump when what a
+#: file decodes to changes (its frames, their size, pixels or colours). ``prepare``
+#: records it with each clip it encodes and encodes again, on a resume, the clips an
+#: earlier reading encoded. 1: upright by EXIF and display rotation, square pixels, MP4
+#: edit lists, the shown stream, colours by matrix and range, HDR mapped to BT.709, ICC
+#: profiles, 16-bit greyscale (0: the records of earlier versions, which state none).
+READING_REVISION = 1
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
     ".heic": ("pillow_heif", "pip install pillow-heif"),

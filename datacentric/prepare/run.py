@@ -11,7 +11,9 @@ Under ``OUT/.prepare/`` it keeps the settings the folder was made with and one r
 finished (or skipped) clip, each written to a temporary name and renamed, after the
 clip's files: a killed run resumes where it stopped, a rerun with the same inputs encodes
 nothing, and the manifest, written last, lists what a run that was never interrupted
-lists.
+lists. A record states the media reading it was encoded from
+(:data:`~datacentric.data.media_decode.READING_REVISION`); a clip an earlier reading
+encoded is encoded again, its files replaced.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import torch
 from datacentric.data.base import DataError
 from datacentric.data.latent_files import read_latent_listing
 from datacentric.data.latents import EMPTY_PROMPT
-from datacentric.data.media_decode import MediaError, decode
+from datacentric.data.media_decode import READING_REVISION, MediaError, decode
 from datacentric.data.video_geometry import Geometry
 from datacentric.log import quiet_loading
 from datacentric.models.diffusers_encode import (
@@ -128,6 +130,35 @@ def _done_record(out: Path, task: Task) -> dict[str, Any] | None:
         return None
 
 
+def _earlier_records(
+    out: Path, mine: list[Task], say: Callable[[str], None]
+) -> tuple[dict[int, dict[str, Any] | None], int]:
+    """Each clip's record from an earlier run (None: to encode), by ``id`` of its task,
+    and how many clips are encoded again because an earlier reading of the media
+    (another :data:`~datacentric.data.media_decode.READING_REVISION`, or none stated:
+    an earlier version) encoded them, said in one line: kept, their latents would mix
+    two readings of the files in one dataset."""
+    done: dict[int, dict[str, Any] | None] = {}
+    earlier: dict[str, Any] = {}  # the clips' names -> the reading that encoded them
+    for task in mine:
+        record = _done_record(out, task)
+        if record is not None and task.plan is not None:
+            reading = record.get("reading", 0)
+            if reading != READING_REVISION:
+                earlier[task.item.name] = reading
+                record = None  # its file is read differently now: encoded again
+        done[id(task)] = record
+    if earlier:
+        unit, plural = media_unit([t.item for t in mine if t.item.name in earlier])
+        revisions = ", ".join(sorted({str(r) for r in earlier.values()}))
+        say(
+            f"encoding again {counted(len(earlier), unit, plural=plural)} that an earlier "
+            f"version read (media reading revision {revisions}, now {READING_REVISION}: it "
+            "read some files differently), so that every sample comes of one reading"
+        )
+    return done, len(earlier)
+
+
 def _sample_names(task: Task) -> list[str]:
     """The latent file names of a clip's samples: its name, or ``NAME-wK`` for each of
     several windows."""
@@ -181,7 +212,7 @@ def encode_rank(
     # a repeated line is its first copy's sample: no record of its own (the record's
     # file is the first copy's)
     mine = [t for t in plan.tasks if t.rank == rank and t.duplicate_of is None]
-    done = {id(t): _done_record(out, t) for t in mine}
+    done, again = _earlier_records(out, mine, lambda line: _say(rank, plan.world, line))
     todo = [t for t in mine if done[id(t)] is None]
     start = clock()
     encoded, cost_done = 0, 0
@@ -217,7 +248,7 @@ def encode_rank(
             record = _encode_one(opened(), out, task, job.latent_dist)
             encoded += "skipped" not in record
             cost_done += task.cost
-        _write_json(_record_path(out, task), record)
+        _write_json(_record_path(out, task), {**record, "reading": READING_REVISION})
         now = clock()
         rate = number / (now - start) if now > start else 0.0
         left.reached(cost_done, now)
@@ -236,6 +267,7 @@ def encode_rank(
         "encoded": encoded,
         # samples an earlier run encoded (its skipped clips are not counted)
         "already_done": sum(1 for r in done.values() if r is not None and "shape" in r),
+        "encoded_again": again,
         "seconds": round(seconds, 3),
     }
 
@@ -285,6 +317,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
         "earlier_media": earlier_media,
         "encoded": sum(r["encoded"] for r in ranks),
         "already_done": sum(r["already_done"] for r in ranks),
+        "encoded_again": sum(r["encoded_again"] for r in ranks),
         "skipped": len(skipped),
         "duplicates": sum(task.duplicate_of is not None for task in plan.tasks),
         "skipped_files": skipped,
