@@ -260,6 +260,10 @@ def _json_lines(lines: Iterator[tuple[int, str]], path: str) -> Iterator[tuple[i
         yield number, _json_line(line, f"{path}:{number}")
 
 
+#: The encodings a text or JSONL file is read in, as a refusal names the fix.
+_UTF = "UTF-8 (or UTF-16 with its byte-order mark)"
+
+
 def _utf8_lines(handle: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
     for number, raw in enumerate(handle, start=1):
         try:
@@ -267,7 +271,7 @@ def _utf8_lines(handle: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as err:
             raise DataError(
                 f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
-                "of the line); JSONL holds one JSON object per line"
+                f"of the line); save the file as {_UTF}"
             ) from None
 
 
@@ -280,7 +284,7 @@ def _lines_of(text: io.TextIOWrapper, path: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as err:
             raise DataError(
                 f"{path}:{number + 1}: line is not {text.encoding.upper()} text "
-                f"({err.reason}); JSONL holds one JSON object per line"
+                f"({err.reason}); save the file as {_UTF}"
             ) from None
         if not line:
             return
@@ -339,7 +343,9 @@ def _text(path: str) -> str:
         text = raw.decode(codec)
     except UnicodeDecodeError as err:
         what = codec.upper()
-        raise DataError(f"{path}: not {what} text ({err.reason} at byte {err.start})") from None
+        raise DataError(
+            f"{path}: not {what} text ({err.reason} at byte {err.start}); save it as {_UTF}"
+        ) from None
     return text.removeprefix("\ufeff")  # a BOM an editor wrote
 
 

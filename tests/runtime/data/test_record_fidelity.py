@@ -290,3 +290,23 @@ def test_a_parquet_column_named_twice_is_refused_as_a_repeated_json_key_is(
     path = tmp_path / "p.parquet"
     with pytest.raises(DataError, match=rf"^{path}: names the column '{name}' twice"):
         open_dataset(f"parquet:{path}")
+
+
+def test_a_file_that_is_not_utf8_is_named_with_its_byte_and_the_fix(tmp_path, tokenizer):
+    """A Latin-1 file (``é`` as byte 0xE9): the byte is named, and how to read it."""
+    (tmp_path / "doc.txt").write_bytes("caf\u00e9!".encode("latin-1"))
+    with pytest.raises(
+        DataError,
+        match=r"doc\.txt: not UTF-8 text \(invalid continuation byte at byte 3\); save it as "
+        r"UTF-8 \(or UTF-16 with its byte-order mark\)$",
+    ):
+        open_dataset(f"text:{tmp_path / 'doc.txt'}")
+    (tmp_path / "data.jsonl").write_bytes(
+        '{"text": "a"}\n{"text": "caf\u00e9"}\n'.encode("latin-1")
+    )
+    with pytest.raises(
+        DataError,
+        match=r"data\.jsonl:2: line is not UTF-8 text \(invalid continuation byte at byte 13 of "
+        r"the line\); save the file as UTF-8 \(or UTF-16 with its byte-order mark\)$",
+    ):
+        open_dataset(f"jsonl:{tmp_path / 'data.jsonl'}")
