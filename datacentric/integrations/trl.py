@@ -8,9 +8,15 @@ is prepared as TRL prepares it (:mod:`datacentric.integrations.records`), the ru
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from datacentric.integrations.records import RecordsError, is_trl_collator, tokenized_records
+from datacentric.integrations.records import (
+    MASKS,
+    RecordsError,
+    is_trl_collator,
+    tokenized_records,
+)
 from datacentric.integrations.session import DropInTrainer
 from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
@@ -32,12 +38,33 @@ PACKED_AS_RUNTIME = ("bfd",)
 
 def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_func: Any) -> None:
     """Stop (in one line, as ``command``) on the ``SFTConfig`` fields whose value the
-    runtime cannot train as TRL does: ``model_init_kwargs`` other than
-    :data:`INIT_DEFAULTS`, float32 and any attention; a ``packing_strategy`` not in
-    :data:`PACKED_AS_RUNTIME` under ``packing``; ``assistant_only_loss`` on a
-    ``train_dataset`` that is not conversational (TRL raises); a ``formatting_func`` of
-    prompt-completion rows (TRL trains them unformatted, or raises) or with
-    ``completion_only_loss`` (TRL raises)."""
+    runtime cannot train as TRL does: ``model_init_kwargs`` (:func:`_check_model_init`);
+    a ``packing_strategy`` not in :data:`PACKED_AS_RUNTIME` under ``packing``;
+    ``skip_prepare_dataset`` with ``packing``; what the first training row cannot be
+    given (:func:`_check_first_row`)."""
+    _check_model_init(command, args)
+    if args.packing and args.packing_strategy not in PACKED_AS_RUNTIME:
+        stop(
+            command,
+            f"packing_strategy={args.packing_strategy!r}: the runtime packs each sample "
+            "whole, cut to max_length, as 'bfd' does (bfd_split also trains the pieces "
+            "past max_length, wrapped cuts rows across samples); set packing_strategy='bfd'",
+        )
+    if args.packing and _skips_preparation(args):
+        stop(
+            command,
+            f"dataset_kwargs={args.dataset_kwargs!r} with packing=True: TRL then packs "
+            "nothing (a step of per_device_train_batch_size rows as given), while the "
+            "runtime counts the batch in tokens; set packing=False",
+        )
+    if train_dataset is None:
+        stop(command, "give a train_dataset")
+    _check_first_row(command, args, next(iter(train_dataset), None) or {}, formatting_func)
+
+
+def _check_model_init(command: str, args: Any) -> None:
+    """Stop on ``model_init_kwargs`` other than :data:`INIT_DEFAULTS`, float32 and any
+    attention (the runtime loads the folder in float32 and runs its own attention)."""
     init = dict(args.model_init_kwargs or {})
     for key in ("dtype", "torch_dtype"):  # float32 weights are what the runtime holds
         if str(init.get(key, "float32")).removeprefix("torch.") == "float32":
@@ -54,16 +81,18 @@ def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_fu
             f"model_init_kwargs={init!r}: not supported (the model is loaded from its "
             "folder in float32; bf16=True trains under bfloat16 autocast); leave it unset",
         )
-    if args.packing and args.packing_strategy not in PACKED_AS_RUNTIME:
-        stop(
-            command,
-            f"packing_strategy={args.packing_strategy!r}: the runtime packs each sample "
-            "whole, cut to max_length, as 'bfd' does (bfd_split also trains the pieces "
-            "past max_length, wrapped cuts rows across samples); set packing_strategy='bfd'",
-        )
-    if train_dataset is None:
-        stop(command, "give a train_dataset")
-    first = next(iter(train_dataset), None) or {}
+
+
+def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any) -> None:
+    """Stop on what TRL refuses of the first training row: one ``skip_prepare_dataset``
+    cannot take as given (:func:`_as_given`); ``assistant_only_loss`` on a row that is
+    not conversational; a ``formatting_func`` of prompt-completion rows (TRL trains them
+    unformatted, or raises) or with ``completion_only_loss``."""
+    if _skips_preparation(args) and first:
+        try:  # the first row now, each row as the run reads them
+            next(_as_given([first]))
+        except RecordsError as err:
+            stop(command, f"dataset_kwargs={args.dataset_kwargs!r}: {err}")
     if args.assistant_only_loss:
         from trl.data_utils import is_conversational
 
@@ -177,6 +206,11 @@ class SFTTrainer(DropInTrainer):
         """The rows as TRL prepares them (text with EOS, chat template, prompt-completion
         with its completion mask, pre-tokenized as given), cut to ``max_length``."""
         args, rows, formatting = self.args, iter(dataset), self._formatting_func
+        if _skips_preparation(args):  # TRL: the token ids and labels as given, uncut
+            try:
+                return tokenized_records(_as_given(rows), tokenizer, completion_only_loss=False)
+            except RecordsError as err:
+                stop(self.command, f"dataset_kwargs={args.dataset_kwargs!r}: {err}")
         if formatting is not None:  # TRL: its text in "text", the other columns kept
             rows = (r if "input_ids" in r else {**r, "text": formatting(r)} for r in rows)
         try:
@@ -190,3 +224,31 @@ class SFTTrainer(DropInTrainer):
             )
         except RecordsError as err:
             stop(self.command, str(err))
+
+
+def _skips_preparation(args: Any) -> bool:
+    """``dataset_kwargs={"skip_prepare_dataset": True}``: TRL takes the rows as given."""
+    return bool((args.dataset_kwargs or {}).get("skip_prepare_dataset", False))
+
+
+def _as_given(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Each row's ``input_ids`` and ``labels`` (unset: every token), as TRL's collator
+    takes them when the preparation is skipped; a row of text, or of masks with no
+    labels (TRL raises: they would train every token), is named."""
+    for index, row in enumerate(rows):
+        if row.get("input_ids") is None:
+            raise RecordsError(
+                f"record {index} has no input_ids (its columns: {', '.join(sorted(row))}): "
+                "the rows are taken as given, tokenized; drop skip_prepare_dataset"
+            )
+        if row.get("labels") is None and any(row.get(m) is not None for m in MASKS):
+            raise RecordsError(
+                f"record {index} has a mask but no labels, so TRL refuses it (it would "
+                "train every token); give labels (-100 off the loss) or drop "
+                "skip_prepare_dataset"
+            )
+        labels = row.get("labels")
+        yield {
+            "input_ids": row["input_ids"],
+            "labels": row["input_ids"] if labels is None else labels,
+        }

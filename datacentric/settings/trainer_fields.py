@@ -290,7 +290,12 @@ SFT_CONFIG: dict[str, Treatment] = {
     "router_aux_loss_coef": _r("no router loss is added"),
     "chat_template_path": _r("the tokenizer's own chat template is used"),
     "dataset_text_field": _h("the text column of text records", SAME, "data.text_field"),
-    "dataset_kwargs": _r("the datasets are prepared as TRL prepares them by default"),
+    "dataset_kwargs": _h(
+        "skip_prepare_dataset=True: each row's input_ids and labels taken as given (unset "
+        "labels: every token), uncut, as TRL; refused with packing=True, with rows of no "
+        "input_ids, and with masks but no labels (TRL refuses those)",
+        "test_each_sft_field_trains_as_trl_or_is_refused",
+    ),
     "dataset_num_proc": _x("the records are prepared in the process"),
     "eos_token": _r("the tokenizer's own EOS is appended"),
     "max_length": _h("each record cut to its first max_length tokens", SAME, "data.max_tokens"),

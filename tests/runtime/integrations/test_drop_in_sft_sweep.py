@@ -28,7 +28,8 @@ def _words(i: int, n: int) -> str:
 def _rows(kind: str) -> list[dict]:
     """4 rows of ``kind``: text (in ``text``, or ``body`` for ``body``), prompt and
     completion, conversations (``chat_prompt``: the last turn as the completion), or
-    token ids with labels (``tokens``) or with a completion mask (``masked``)."""
+    token ids with labels (``tokens``), with a completion mask (``masked``) or alone
+    (``ids``)."""
     if kind in ("text", "body"):
         return [{kind: _words(i, 3 + 4 * i)} for i in range(4)]
     if kind == "prompt":
@@ -44,6 +45,8 @@ def _rows(kind: str) -> list[dict]:
     ids = [[(7 * i + k) % 250 + 3 for k in range(5 + 2 * i)] for i in range(4)]
     if kind == "masked":  # a completion mask, no labels
         return [{"input_ids": r, "completion_mask": [0] * 3 + [1] * (len(r) - 3)} for r in ids]
+    if kind == "ids":
+        return [{"input_ids": r} for r in ids]
     return [{"input_ids": r, "labels": [-100] * 2 + r[2:]} for r in ids]
 
 
@@ -56,6 +59,8 @@ def _quoted(row: dict) -> str:
     """A formatting function: the row's text after a heading."""
     return f"Q: {row['text']}"
 
+
+SKIP = {"skip_prepare_dataset": True}
 
 #: case -> (rows, SFTConfig fields, SFTTrainer arguments, the field the drop-in refuses,
 #: None where it trains as TRL)
@@ -132,9 +137,14 @@ CASES = {
     ),
     "eos_token": ("text", dict(eos_token="hello"), {}, "eos_token"),
     "pad_token": ("text", dict(pad_token="hello"), {}, None),
-    "skip_prepare_dataset": (
+    # the rows as given: labels kept, no cut at max_length, no EOS
+    "skip_prepare_dataset": ("tokens", dict(dataset_kwargs=SKIP, max_length=6), {}, None),
+    "skip_prepare_dataset_ids": ("ids", dict(dataset_kwargs=SKIP), {}, None),
+    "skip_prepare_dataset_masked": ("masked", dict(dataset_kwargs=SKIP), {}, "dataset_kwargs"),
+    "skip_prepare_dataset_text": ("text", dict(dataset_kwargs=SKIP), {}, "dataset_kwargs"),
+    "skip_prepare_dataset_packing": (
         "tokens",
-        dict(dataset_kwargs={"skip_prepare_dataset": True}, max_length=6),
+        dict(dataset_kwargs=SKIP, packing=True, max_length=8),
         {},
         "dataset_kwargs",
     ),
