@@ -124,23 +124,28 @@ def test_a_null_parquet_cell_is_named_not_trained(tmp_path, tokenizer):
         open_dataset(f"parquet:{path}")
 
 
-@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
-def test_a_utf16_or_utf32_jsonl_file_with_its_mark_reads_as_its_text(tmp_path, tokenizer, codec):
+@pytest.mark.parametrize("codec", ["utf-8", "utf-8-sig", "utf-16", "utf-16-be", "utf-32"])
+def test_jsonl_lines_read_as_json_reads_them_in_utf8_utf16_and_utf32(tmp_path, tokenizer, codec):
     """Windows PowerShell's ``>`` writes UTF-16 with its byte-order mark, as text files,
     lists and captions are read: each such JSONL file was refused at line 1 as not
-    UTF-8; its lines split at LF only (U+2028 inside a string stays)."""
-    lines = ['{"text": "caf\u00e9 \U0001f431"}', "", '{"text": "a\u2028b\\r\\nc"}\r', "  "]
+    UTF-8. In every encoding lines split at LF only (U+2028, U+2029 and U+0085 inside a
+    string stay), a blank or white line is no record, the last may lack its LF, and a
+    line of a mebibyte reads whole."""
+    lines = ['{"text": "caf\u00e9 \U0001f431"}', "", '{"text": "a\u2028b\\r\\nc"}\r', " \t"]
+    lines.append(json.dumps({"text": "\u2029\x85" + "x" * 2**20}, ensure_ascii=False))
     lines.append('{"text": "last, no line end"}')
     mark = "\ufeff" if codec.endswith("-be") else ""
     path = tmp_path / "data.jsonl"
     path.write_bytes((mark + "\n".join(lines)).encode(codec))
-    ds = open_dataset(f"jsonl:{path}")
+    ds = open_dataset(f"jsonl:{path}", DataConfig(max_tokens=2**21))  # each one sample
     expected = [json.loads(line)["text"] for line in lines if line.strip()]
     assert _texts(ds) == expected
-    assert [ds.sample_source(i) for i in range(len(ds))] == [f"{path}:{n}" for n in (1, 3, 5)]
+    assert [ds.sample_source(i) for i in range(len(ds))] == [f"{path}:{n}" for n in (1, 3, 5, 6)]
     path.write_bytes((mark + '{"text": "a"}\n{"text": 5}\n').encode(codec))
     with pytest.raises(DataError, match=rf"^{path}:2: field 'text' is a number"):
         open_dataset(f"jsonl:{path}")
+    if codec.startswith("utf-8"):
+        return
     path.write_bytes((mark + '{"text": "a"}\n{"text": "b"}\n').encode(codec)[:-1])
     with pytest.raises(DataError, match=rf"^{path}:2: line is not {codec[:6].upper()} text"):
         open_dataset(f"jsonl:{path}")
