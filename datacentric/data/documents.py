@@ -13,7 +13,7 @@ import contextlib
 import glob
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -231,10 +231,19 @@ def _field(value: object, field: str, where: str) -> str:
         )
     if not isinstance(value.get(field), str):
         keys = ", ".join(sorted(value))
-        raise DataError(
-            f"{where}: no string field {field!r} (found: {keys}); pass --text-field NAME"
-        )
+        raise DataError(f"{where}: no string field {field!r} (found: {keys}); {_fix(value)}")
     return value[field]
+
+
+def _fix(names: Iterable[str]) -> str:
+    """The fix for records without the text field, by the fields they have: ShareGPT's
+    turns, which a user may take for a field to name, else ``--text-field``."""
+    if "conversations" in names:
+        return (
+            "ShareGPT's conversations (turns of from and value) are not read: write them "
+            "as messages (turns of role and content, human as user and gpt as assistant)"
+        )
+    return "pass --text-field NAME"
 
 
 def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
@@ -316,7 +325,7 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
     missing = [c for c in columns or () if c not in names]
     if missing:
         raise DataError(
-            f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); --text-field"
+            f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); {_fix(names)}"
         )
     row = 0
     batches = handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
@@ -361,7 +370,7 @@ def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, ob
     if missing:
         raise DataError(
             f"{path}: no column {missing[0]!r} (found: {', '.join(data.column_names)}); "
-            "--text-field"
+            f"{_fix(data.column_names)}"
         )
     if columns:
         data = data.select_columns(columns)

@@ -315,3 +315,18 @@ def test_a_file_that_is_not_utf8_is_named_with_its_byte_and_the_fix(tmp_path, to
         r"the line\); save the file as UTF-8 \(or UTF-16 with its byte-order mark\)$",
     ):
         open_dataset(f"jsonl:{tmp_path / 'data.jsonl'}")
+
+
+def test_sharegpt_records_are_named_with_the_fix_not_a_text_field(tmp_path, tokenizer):
+    """ShareGPT's ``conversations`` of ``from``/``value`` turns read as text records
+    without the text field, whose fix said 'pass --text-field NAME' (which then read
+    'field 'conversations' is an array')."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    turns = [{"from": "human", "value": "hello"}, {"from": "gpt", "value": "world"}]
+    write_records(tmp_path / "share.jsonl", [{"conversations": turns}])
+    pq.write_table(pa.Table.from_pylist([{"conversations": turns}]), tmp_path / "share.parquet")
+    for spec in ("jsonl:share.jsonl", "parquet:share.parquet"):
+        kind, name = spec.split(":")
+        with pytest.raises(DataError, match=r"ShareGPT's conversations .* write them as messages"):
+            open_dataset(f"{kind}:{tmp_path / name}", DataConfig(tokenizer=tokenizer))
