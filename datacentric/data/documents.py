@@ -304,8 +304,18 @@ def _lines_of(text: io.TextIOWrapper, path: str) -> Iterator[tuple[int, str]]:
 def _json_line(line: str, where: str) -> object:
     """One JSONL line's value; :class:`DataError` naming ``where`` for anything else
     (not JSON, nested deeper than the reader's stack, an integer too long to convert, a
-    string holding half of a UTF-16 pair: no tokenizer encodes it)."""
-    return parse_json_line(line, where, what="line")
+    string holding half of a UTF-16 pair: no tokenizer encodes it); a line that only
+    opens an array or object is a JSON document spread over lines, which the refusal
+    says."""
+    spread = line.strip() in ("[", "{")
+    return parse_json_line(line, where, what="line", hint=_SPREAD if spread else "")
+
+
+#: The fix for a JSON document spread over lines (a pretty-printed ``.json`` file).
+_SPREAD = (
+    "JSONL holds one object per line, and this line only opens a JSON document spread "
+    "over lines: write each record on a line of its own"
+)
 
 
 def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

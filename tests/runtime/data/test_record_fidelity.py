@@ -330,3 +330,14 @@ def test_sharegpt_records_are_named_with_the_fix_not_a_text_field(tmp_path, toke
         kind, name = spec.split(":")
         with pytest.raises(DataError, match=r"ShareGPT's conversations .* write them as messages"):
             open_dataset(f"{kind}:{tmp_path / name}", DataConfig(tokenizer=tokenizer))
+
+
+@pytest.mark.parametrize("opening", ["[", "{", " [ "])
+def test_a_json_file_spread_over_lines_is_named_with_the_fix(tmp_path, tokenizer, opening):
+    """A pretty-printed ``.json`` file said 'line is not JSON (Expecting value)' at its
+    first line, and nothing of what JSONL is."""
+    path = tmp_path / "data.json"
+    rest = '\n  {"text": "a"}\n]\n' if "[" in opening else '\n  "text": "a"\n}\n'
+    path.write_text(opening + rest)
+    with pytest.raises(DataError, match=rf"^{path}:1: line is not JSON .*; JSONL holds one"):
+        open_dataset(f"jsonl:{path}")
