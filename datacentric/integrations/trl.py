@@ -8,7 +8,9 @@ is prepared as TRL prepares it (:mod:`datacentric.integrations.records`), the ru
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from datacentric.integrations.records import (
@@ -121,6 +123,35 @@ def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any)
         )
 
 
+def _with_chat_template(command: str, args: Any, model: Any, processing_class: Any) -> Any:
+    """``processing_class`` (unset: the model folder's) with the template of
+    ``chat_template_path``'s ``.jinja`` or ``.j2`` file, as TRL sets it; another path
+    (TRL clones that model's template, adding its tokens and resizing the embeddings) is
+    refused."""
+    path = args.chat_template_path
+    if path is None:
+        return processing_class
+    if not (os.path.isfile(path) and str(path).endswith((".jinja", ".j2"))):
+        stop(
+            command,
+            f"chat_template_path={path!r}: a .jinja or .j2 file is taken; cloning another "
+            "model's template (its tokens added, the embeddings resized) is not supported; "
+            "give the template's file",
+        )
+    if processing_class is None:
+        if not (isinstance(model, str | os.PathLike) and Path(model).is_dir()):
+            stop(
+                command,
+                f"chat_template_path={path!r}: give processing_class (the tokenizer) to set "
+                "the template on",
+            )
+        from transformers import AutoTokenizer
+
+        processing_class = AutoTokenizer.from_pretrained(model)
+    processing_class.chat_template = Path(path).read_text(encoding="utf-8")
+    return processing_class
+
+
 def _completion_only_loss(args: Any, train_dataset: Any) -> bool:
     """``completion_only_loss``, unset as TRL reads it: on when the first training row
     has a prompt and a completion, else off (a row of token ids with a
@@ -186,6 +217,7 @@ class SFTTrainer(DropInTrainer):
                 "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
             )
         _check_sft_fields(self.command, args, train_dataset, formatting_func)
+        processing_class = _with_chat_template(self.command, args, model, processing_class)
         self._formatting_func = formatting_func
         """Each row's text, as TRL takes it (a row of token ids is kept as given)."""
         self._completion_only_loss = _completion_only_loss(args, train_dataset)

@@ -288,7 +288,11 @@ SFT_CONFIG: dict[str, Treatment] = {
     ),
     "trust_remote_code": _r("no code of a model folder runs"),
     "router_aux_loss_coef": _r("no router loss is added"),
-    "chat_template_path": _r("the tokenizer's own chat template is used"),
+    "chat_template_path": _h(
+        "a .jinja or .j2 file: the tokenizer's chat template, as TRL sets it; another path "
+        "(TRL clones that model's template and tokens) refused",
+        "test_each_sft_field_trains_as_trl_or_is_refused",
+    ),
     "dataset_text_field": _h("the text column of text records", SAME, "data.text_field"),
     "dataset_kwargs": _h(
         "skip_prepare_dataset=True: each row's input_ids and labels taken as given (unset "

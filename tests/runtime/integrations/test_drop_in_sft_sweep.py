@@ -61,6 +61,12 @@ def _quoted(row: dict) -> str:
 
 
 SKIP = {"skip_prepare_dataset": True}
+#: a chat template other than the tokenizer's, marking the assistant's tokens
+TEMPLATE = (
+    "{% for m in messages %}{{ '### ' + m['role'] + ': ' }}{% if m['role'] == 'assistant' %}"
+    "{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{% else %}{{ m['content'] }}{% endif %}{{ '\\n' }}{% endfor %}"
+)
 
 #: case -> (rows, SFTConfig fields, SFTTrainer arguments, the field the drop-in refuses,
 #: None where it trains as TRL)
@@ -150,7 +156,19 @@ CASES = {
     ),
     "loss_type_dft": ("text", dict(loss_type="dft"), {}, "loss_type"),
     "neftune_noise_alpha": ("text", dict(neftune_noise_alpha=5.0), {}, "neftune_noise_alpha"),
-    "chat_template_path": ("chat", dict(chat_template_path="PLACE"), {}, "chat_template_path"),
+    # a template file (its own generation marks); a model's template to clone is refused
+    "chat_template_path": (
+        "chat",
+        dict(chat_template_path="TEMPLATE", assistant_only_loss=True),
+        {},
+        None,
+    ),
+    "chat_template_path_folder": (
+        "chat",
+        dict(chat_template_path="FOLDER"),
+        {},
+        "chat_template_path",
+    ),
     "dataset_num_proc": ("text", dict(dataset_num_proc=2), {}, None),
     "shuffle_dataset": ("text", dict(shuffle_dataset=True), {}, None),
     "activation_offloading": (
@@ -190,7 +208,11 @@ def _run(trainer_class, folder: Path, out: Path, case: str):
     from trl import SFTConfig
 
     kind, fields, given, _ = CASES[case]
-    if fields.get("chat_template_path"):
+    if fields.get("chat_template_path") == "TEMPLATE":
+        template = out.parent / "template.jinja"
+        template.write_text(TEMPLATE, encoding="utf-8")
+        fields = {**fields, "chat_template_path": str(template)}
+    elif fields.get("chat_template_path") == "FOLDER":
         fields = {**fields, "chat_template_path": str(folder)}
     config = SFTConfig(
         **{
