@@ -8,6 +8,7 @@ is prepared as TRL prepares it (:mod:`datacentric.integrations.records`), the ru
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -245,6 +246,7 @@ class SFTTrainer(DropInTrainer):
                 stop(self.command, f"dataset_kwargs={args.dataset_kwargs!r}: {err}")
         if formatting is not None:  # TRL: its text in "text", the other columns kept
             rows = (r if "input_ids" in r else {**r, "text": formatting(r)} for r in rows)
+        rows = (_as_chatml(r) for r in rows)
         try:
             return tokenized_records(
                 rows,
@@ -256,6 +258,17 @@ class SFTTrainer(DropInTrainer):
             )
         except RecordsError as err:
             stop(self.command, str(err))
+
+
+def _as_chatml(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of ``conversations`` of ``from`` and ``value`` turns (ShareGPT's) as
+    ``messages`` of ``role`` and ``content``, as TRL converts it (the roles kept as
+    written); any other row as it is."""
+    from trl.data_utils import is_conversational_from_value, maybe_convert_to_chatml
+
+    if row.get("input_ids") is not None or not is_conversational_from_value(row):
+        return row
+    return maybe_convert_to_chatml(copy.deepcopy(row))
 
 
 def _skips_preparation(args: Any) -> bool:

@@ -27,7 +27,8 @@ def _words(i: int, n: int) -> str:
 
 def _rows(kind: str) -> list[dict]:
     """4 rows of ``kind``: text (in ``text``, or ``body`` for ``body``), prompt and
-    completion, conversations (``chat_prompt``: the last turn as the completion), or
+    completion, conversations (``chat_prompt``: the last turn as the completion;
+    ``sharegpt``: turns of ``from`` and ``value``), or
     token ids with labels (``tokens``), with a completion mask (``masked``) or alone
     (``ids``)."""
     if kind in ("text", "body"):
@@ -36,11 +37,16 @@ def _rows(kind: str) -> list[dict]:
         return [
             {"prompt": _words(i, 2 + i), "completion": " " + _words(i + 1, 4 - i)} for i in range(4)
         ]
-    if kind in ("chat", "chat_prompt"):
+    if kind in ("chat", "chat_prompt", "sharegpt"):
         from chat_data import conversations
 
         if kind == "chat_prompt":  # the last assistant turn is the completion
             return [{"prompt": m[:-1], "completion": m[-1:]} for m in conversations(4)]
+        if kind == "sharegpt":  # turns of from and value
+            turns = [
+                [{"from": t["role"], "value": t["content"]} for t in m] for m in conversations(4)
+            ]
+            return [{"conversations": m} for m in turns]
         return [{"messages": m} for m in conversations(4)]
     ids = [[(7 * i + k) % 250 + 3 for k in range(5 + 2 * i)] for i in range(4)]
     if kind == "masked":  # a completion mask, no labels
@@ -121,6 +127,7 @@ CASES = {
     "tokens": ("tokens", dict(max_length=6), {}, None),
     "completion_only_loss_false": ("prompt", dict(completion_only_loss=False), {}, None),
     "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, None),
+    "sharegpt": ("sharegpt", dict(max_length=40), {}, None),
     "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, None),
     # TRL trains each row's text; of a prompt and completion, those unformatted (refused)
     "formatting_func": (
