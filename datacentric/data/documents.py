@@ -13,7 +13,7 @@ import contextlib
 import glob
 import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -230,20 +230,19 @@ def _field(value: object, field: str, where: str) -> str:
             "file of one JSON array: write each of its objects on a line of its own)"
         )
     if not isinstance(value.get(field), str):
-        keys = ", ".join(sorted(value))
-        raise DataError(f"{where}: no string field {field!r} (found: {keys}); {_fix(value)}")
+        keys, fix = ", ".join(sorted(value)), _FIXES["conversations" in value]
+        raise DataError(f"{where}: no string field {field!r} (found: {keys}); {fix}")
     return value[field]
 
 
-def _fix(names: Iterable[str]) -> str:
-    """The fix for records without the text field, by the fields they have: ShareGPT's
-    turns, which a user may take for a field to name, else ``--text-field``."""
-    if "conversations" in names:
-        return (
-            "ShareGPT's conversations (turns of from and value) are not read: write them "
-            "as messages (turns of role and content, human as user and gpt as assistant)"
-        )
-    return "pass --text-field NAME"
+#: The fix for records without the text field, by the fields they have: ShareGPT's
+#: turns, which a user may take for a field to name (a key ``conversations``), else
+#: ``--text-field``.
+_FIXES = {
+    True: "ShareGPT's conversations (turns of from and value) are not read: write them as "
+    "messages (turns of role and content, human as user and gpt as assistant)",
+    False: "pass --text-field NAME",
+}
 
 
 def _jsonl(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:
@@ -334,9 +333,8 @@ def _parquet(path: str, columns: list[str] | None) -> Iterator[tuple[int, object
         )
     missing = [c for c in columns or () if c not in names]
     if missing:
-        raise DataError(
-            f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); {_fix(names)}"
-        )
+        fix = _FIXES["conversations" in names]
+        raise DataError(f"{path}: no column {missing[0]!r} (found: {', '.join(names)}); {fix}")
     row = 0
     batches = handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
     while True:
@@ -380,7 +378,7 @@ def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, ob
     if missing:
         raise DataError(
             f"{path}: no column {missing[0]!r} (found: {', '.join(data.column_names)}); "
-            f"{_fix(data.column_names)}"
+            f"{_FIXES['conversations' in data.column_names]}"
         )
     if columns:
         data = data.select_columns(columns)
