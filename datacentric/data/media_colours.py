@@ -143,15 +143,55 @@ def _srgb() -> Any:
     return ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
 
 
+def _samples(mode: str) -> Any:
+    """Colours of LittleCMS ``mode`` ("RGB" or "L") an embedded profile is checked on:
+    every combination of 17 levels a channel and each channel's 256 levels alone (RGB),
+    the 256 greys (L); None for CMYK, whose levels are never sRGB's."""
+    from PIL import Image
+
+    ramp = np.arange(256, dtype=np.uint8)
+    if mode == "L":
+        return Image.fromarray(ramp[None], "L")
+    if mode != "RGB":
+        return None
+    grid = np.linspace(0, 255, 17).round().astype(np.uint8)
+    mixed = np.stack(np.meshgrid(grid, grid, grid, indexing="ij"), -1).reshape(-1, 3)
+    alone = np.zeros((3, 256, 3), np.uint8)
+    for channel in range(3):
+        alone[channel, :, channel] = ramp
+    return Image.fromarray(np.concatenate([mixed, alone.reshape(-1, 3)])[None], "RGB")
+
+
+@functools.lru_cache(maxsize=64)
+def _shows_as_srgb(icc: bytes, mode: str) -> bool:
+    """Whether an embedded ICC profile shows pixels of ``mode`` at their own levels in
+    sRGB, within a level (:func:`_samples`): the sRGB profiles cameras, phones and
+    editors embed. Such a picture is taken as stored, exactly, and spared the
+    conversion (about 12 ms a 1024 x 768 photo, 4 times its JPEG decoding); the answer
+    is kept for each profile. Raises as LittleCMS does on a profile it cannot read."""
+    from PIL import ImageCms
+
+    samples = _samples(mode)
+    if samples is None:
+        return False
+    source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
+    shown = ImageCms.profileToProfile(samples, source, _srgb(), outputMode="RGB")
+    stored = np.asarray(samples.convert("RGB"), dtype=np.int16)
+    return bool(np.abs(np.asarray(shown, dtype=np.int16) - stored).max() <= 1)
+
+
 def image_rgb(image: Any) -> Any:
     """An RGB image of a Pillow picture as viewers show it: converted to sRGB by the ICC
-    profile it embeds (its ``icc_profile``), else its levels taken as sRGB's."""
+    profile it embeds (its ``icc_profile``), else, or where that profile is sRGB's
+    (:func:`_shows_as_srgb`), its levels taken as sRGB's."""
     icc, mode = image.info.get("icc_profile"), PROFILED_MODES.get(image.mode)
     if not (icc and mode):
         return image.convert("RGB")
     from PIL import ImageCms
 
     try:
+        if _shows_as_srgb(bytes(icc), mode):
+            return image.convert("RGB")
         source = ImageCms.ImageCmsProfile(io.BytesIO(icc))
         pixels = image if image.mode == mode else image.convert(mode)
         return ImageCms.profileToProfile(pixels, source, _srgb(), outputMode="RGB")
