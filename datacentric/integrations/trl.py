@@ -89,8 +89,9 @@ def _check_model_init(command: str, args: Any) -> None:
 def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any) -> None:
     """Stop on what TRL refuses of the first training row: one ``skip_prepare_dataset``
     cannot take as given (:func:`_as_given`); ``assistant_only_loss`` on a row that is
-    not conversational; a ``formatting_func`` of prompt-completion rows (TRL trains them
-    unformatted, or raises) or with ``completion_only_loss``."""
+    not conversational; a text row without ``dataset_text_field``; a ``formatting_func``
+    of prompt-completion rows (TRL trains them unformatted, or raises) or with
+    ``completion_only_loss``."""
     if _skips_preparation(args) and first:
         try:  # the first row now, each row as the run reads them
             next(_as_given([first]))
@@ -107,7 +108,17 @@ def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any)
                 "messages, or in a prompt and completion given as messages; set "
                 "assistant_only_loss=False",
             )
-    if formatting_func is None or "input_ids" in first:  # TRL: token ids as given
+    if "input_ids" in first:  # TRL: token ids as given, formatting_func unused
+        return
+    if formatting_func is None:
+        known = ("messages", "conversations", args.dataset_text_field)
+        if first and not any(k in first for k in known) and "completion" not in first:
+            stop(
+                command,
+                f"dataset_text_field={args.dataset_text_field!r}: the train_dataset has no "
+                f"such column, nor messages, a prompt and completion or input_ids (its "
+                f"columns: {', '.join(sorted(first))}); set dataset_text_field",
+            )
         return
     if "prompt" in first:
         stop(

@@ -129,6 +129,12 @@ CASES = {
     "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, None),
     "sharegpt": ("sharegpt", dict(max_length=40), {}, None),
     "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, None),
+    "dataset_text_field_missing": (
+        "text",
+        dict(dataset_text_field="body"),
+        {},
+        "dataset_text_field",
+    ),
     # TRL trains each row's text; of a prompt and completion, those unformatted (refused)
     "formatting_func": (
         "text",
