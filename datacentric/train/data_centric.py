@@ -316,6 +316,17 @@ class DataCentric:
         self._settle()
         return self.position.to_json()
 
+    def stop_building(self) -> None:
+        """Cancel the segment's schedule still being built, for a run that stops now (on
+        a signal, its grace period short): :meth:`state_dict` then saves the position
+        without waiting for it, holding the fingerprint it already holds (a resumed
+        segment's saved one, not re-verified: the next resume checks it; a segment
+        begun here: none, and a resume compares the steps it ran) and the segment is
+        never announced (``on_schedule``). A no-op once the schedule is whole; a later
+        step builds the segment again."""
+        if self._build is not None:
+            self._leave_segment()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`, on this world size: on another
         one the samples the epoch has not run are re-planned for this world."""
@@ -367,7 +378,7 @@ class DataCentric:
             check_length(p, stream.num_steps)
             self._build = StreamedBuild(stream, name=f"schedule-epoch-{p.epoch}")
             self._saved_fingerprint = p.segment_fingerprint  # "": a segment begun here
-            self._check_ran = bool(p.segment_fingerprint)
+            self._check_ran = p.segment_iteration > 0  # a resumed one ran steps of it
             self._schedule_wait_s += time.perf_counter() - started
         self._segment_at = p.iterations_done if p.segment_excluded else None
 

@@ -426,7 +426,9 @@ class Trainer:
                 checkpointed = self.position.iterations_done
             if tally.stopped_by is not None or control.stop:
                 break
-        steps.close()  # the schedule still being built is saved (waited for) here
+        if tally.stopped_by is not None:  # the grace period is short: no waiting for
+            self.dc.stop_building()  # the epoch's schedule (its file is the resume's)
+        steps.close()  # else the schedule still being built is saved (waited for) here
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
         self.saves.finish()  # a background save of the last step completes here
@@ -459,7 +461,8 @@ class Trainer:
     def _save(self, scheduler, *, background: bool = False) -> None:
         """Save this step (collective; :meth:`RunSaves.save`). The position is
         ``DataCentric.state_dict()``'s: a segment's schedule still being built is waited
-        for and checked against a resumed run's saved one before anything is written."""
+        for and checked against a resumed run's saved one before anything is written,
+        unless a stop signal cancelled its build (``DataCentric.stop_building``)."""
         position = Position.from_json(self.dc.state_dict())
         self.saves.save(
             position.iterations_done,
