@@ -45,11 +45,16 @@ def tokenized_records(
     completion_only_loss: bool | None = None,
     max_length: int | None = None,
     add_eos: bool = True,
+    chat_template: str | None = None,
 ) -> list[dict[str, list[int]]]:
-    """Every row as ``{"input_ids", "labels"}`` (rows with no loss token left out)."""
+    """Every row as ``{"input_ids", "labels"}`` (rows with no loss token left out);
+    ``chat_template``: the template conversations are rendered with (unset: the
+    tokenizer's)."""
     out = []
     for index, row in enumerate(rows):
-        ids, keep = _tokens(row, tokenizer, text_field, assistant_only_loss, add_eos, index)
+        ids, keep = _tokens(
+            row, tokenizer, text_field, assistant_only_loss, add_eos, index, chat_template
+        )
         if completion_only_loss is False:
             keep.pop("completion_mask", None)
         labels = [
@@ -81,6 +86,7 @@ def _tokens(
     assistant_only: bool,
     add_eos: bool,
     index: int,
+    chat_template: str | None = None,
 ) -> tuple[list[int], dict[str, list[int]]]:
     """``(input_ids, {mask name: mask})`` of one row in any of the formats."""
     if row.get("input_ids") is not None:
@@ -92,6 +98,8 @@ def _tokens(
         return ids, masks
     eos = tokenizer.eos_token or ""
     template = {"tools": _tools(row), **(row.get("chat_template_kwargs") or {})}
+    if chat_template is not None:
+        template["chat_template"] = chat_template
     if "prompt" in row and "completion" in row:
         prompt, completion = row["prompt"], row["completion"]
         if isinstance(prompt, list):

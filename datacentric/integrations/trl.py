@@ -230,6 +230,8 @@ class SFTTrainer(DropInTrainer):
             )
         _check_sft_fields(self.command, args, train_dataset, formatting_func)
         processing_class = _with_chat_template(self.command, args, model, processing_class)
+        if processing_class is not None:  # a template TRL cannot patch stops here
+            _training_template(self.command, args, processing_class)
         self._formatting_func = formatting_func
         """Each row's text, as TRL takes it (a row of token ids is kept as given)."""
         self._completion_only_loss = _completion_only_loss(args, train_dataset)
@@ -266,9 +268,26 @@ class SFTTrainer(DropInTrainer):
                 assistant_only_loss=args.assistant_only_loss,
                 completion_only_loss=self._completion_only_loss,
                 max_length=args.max_length,
+                chat_template=_training_template(self.command, args, tokenizer),
             )
         except RecordsError as err:
             stop(self.command, str(err))
+
+
+def _training_template(command: str, args: Any, tokenizer: Any) -> str | None:
+    """Under ``assistant_only_loss``, the template TRL renders conversations with when
+    the tokenizer's marks no assistant token (no ``{% generation %}``): TRL's training
+    version of it (Qwen, Llama, Gemma... its chat_templates); None: the tokenizer's own.
+    One TRL cannot patch stops, named."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    if not args.assistant_only_loss or has_generation_markers(tokenizer.chat_template):
+        return None
+    try:
+        return get_training_chat_template(tokenizer)
+    except ValueError as err:
+        stop(command, f"assistant_only_loss=True: {str(err).splitlines()[0]}")
+    return None
 
 
 def _as_chatml(row: dict[str, Any]) -> dict[str, Any]:

@@ -127,6 +127,19 @@ CASES = {
     "tokens": ("tokens", dict(max_length=6), {}, None),
     "completion_only_loss_false": ("prompt", dict(completion_only_loss=False), {}, None),
     "assistant_only_loss": ("chat", dict(assistant_only_loss=True), {}, None),
+    # a template with no generation marks: TRL's training version of Qwen2.5's, or refused
+    "assistant_only_loss_qwen2_5": (
+        "chat",
+        dict(assistant_only_loss=True),
+        {"template": "qwen2_5"},
+        None,
+    ),
+    "assistant_only_loss_unmarked": (
+        "chat",
+        dict(assistant_only_loss=True),
+        {"template": "unmarked"},
+        "assistant_only_loss",
+    ),
     "sharegpt": ("sharegpt", dict(max_length=40), {}, None),
     "dataset_text_field": ("body", dict(dataset_text_field="body"), {}, None),
     "dataset_text_field_missing": (
@@ -241,14 +254,25 @@ def _run(trainer_class, folder: Path, out: Path, case: str):
             **fields,
         }
     )
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    if given.get("template") == "qwen2_5":
+        import trl
+
+        tokenizer.chat_template = (
+            Path(trl.__file__).parent / "chat_templates/qwen2_5.jinja"
+        ).read_text()
+    elif given.get("template") == "unmarked":
+        from chat_data import UNMARKED_TEMPLATE
+
+        tokenizer.chat_template = UNMARKED_TEMPLATE
     model = given.get("model")
     trainer = trainer_class(
         model=str(folder) if model else AutoModelForCausalLM.from_pretrained(folder),
         args=config,
         train_dataset=Dataset.from_list(_rows(kind)),
         eval_dataset=Dataset.from_list(_rows(kind)[1:]) if "eval_steps" in fields else None,
-        processing_class=AutoTokenizer.from_pretrained(folder),
-        **{k: v for k, v in given.items() if k != "model"},
+        processing_class=tokenizer,
+        **{k: v for k, v in given.items() if k not in ("model", "template")},
     )
     if trainer_class.__module__.startswith("datacentric."):
         print("constructed", file=sys.stderr)
