@@ -178,7 +178,8 @@ class SFTTrainer(DropInTrainer):
     """TRL's ``SFTTrainer`` under data-centric parallel: ``train()``, ``evaluate()``,
     ``save_model()``, ``log()``, ``add_callback()``, ``state``.
 
-    ``model``: a model object, or a local folder (``model_init_kwargs`` refused);
+    ``model``: a model object, or a local folder (``model_init_kwargs``: float32 and the
+    defaults TRL's sft.py passes);
     ``args``: an ``SFTConfig`` (unset: TRL's defaults, ``output_dir`` ``trainer_output``);
     ``train_dataset``/``eval_dataset``: a ``datasets.Dataset`` in any of TRL's formats;
     ``processing_class``: the tokenizer (unset: the model folder's); ``peft_config``: a
@@ -281,8 +282,9 @@ def _training_template(command: str, args: Any, tokenizer: Any) -> str | None:
     One TRL cannot patch stops, named."""
     from trl.chat_template_utils import get_training_chat_template, has_generation_markers
 
-    if not args.assistant_only_loss or has_generation_markers(tokenizer.chat_template):
-        return None
+    template = tokenizer.chat_template
+    if not args.assistant_only_loss or template is None or has_generation_markers(template):
+        return None  # no template: the records' rendering names it
     try:
         return get_training_chat_template(tokenizer)
     except ValueError as err:
