@@ -4,7 +4,8 @@ its frames as RGB pictures (:func:`decode`).
 
 - Videos are read with PyAV (``av``, in the ``video`` extra), images with Pillow; both
   give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
-  of its frames, timed by their durations. Every container and codec the installed
+  of its frames, timed by their durations (one of 10 ms or less, a GIF's too, shown
+  100 ms, as browsers show it). Every container and codec the installed
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
   streams, ASF/WMV, FLV, Ogg, MXF, YUV4MPEG, IVF; H.264, H.265, VP8, VP9, AV1,
   MPEG-1/2/4, WMV, FFV1 as its FFmpeg has them), from the video stream players open
@@ -346,16 +347,37 @@ def _animation_frames(image: Any) -> int:
     return int(getattr(image, "n_frames", 1)) if image.format in ANIMATED_FORMATS else 1
 
 
+#: an animation's frame stating this many milliseconds or fewer (or none) is shown for
+#: :data:`FLASH_SHOWN_MS`, as Chromium and Firefox show GIF, APNG and WebP frames
+FLASH_MS, FLASH_SHOWN_MS = 10, 100
+
+
+def _shown_seconds(ms: Any) -> Fraction:
+    """How long browsers show an animation's frame that states ``ms`` milliseconds
+    (None: none stated)."""
+    stated = Fraction(ms or 0).limit_denominator(10**6)
+    return (stated if stated > FLASH_MS else Fraction(FLASH_SHOWN_MS)) / 1000
+
+
+def _gif_starts(starts: list[Any]) -> list[Any]:
+    """A GIF's frame starts from FFmpeg's (which reads a 10 ms delay as 10 ms, 0 as
+    100 ms) as browsers play them (:func:`_shown_seconds`)."""
+    shown = starts[:1]
+    for before, after in zip(starts, starts[1:]):
+        shown.append(shown[-1] + _shown_seconds((Fraction(after) - Fraction(before)) * 1000))
+    return shown
+
+
 def _animation_times(image: Any, frames: int) -> tuple[Fraction, ...]:
     """Each frame's start in seconds, from the frames' durations in milliseconds (read
-    once a frame is loaded; an APNG's fractions kept; a frame stating none, or 0, is
-    shown 100 ms, as browsers show it)."""
+    once a frame is loaded; an APNG's fractions kept; a frame stating none, or 10 ms or
+    less, is shown 100 ms, as browsers show it: :func:`_shown_seconds`)."""
     start, starts = Fraction(0), []
     for number in range(frames):
         image.seek(number)
         image.load()
         starts.append(start)
-        start += Fraction(image.info.get("duration") or 100).limit_denominator(10**6) / 1000
+        start += _shown_seconds(image.info.get("duration"))
     return tuple(starts)
 
 
@@ -445,6 +467,8 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
                     break
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
+            if times and str(getattr(container.format, "name", "")) == "gif":
+                stamps = _gif_starts(stamps)
             problem = mapping_problem(first)  # refused when planned, not when encoded
             if problem:
                 raise MediaError(problem)

@@ -1,0 +1,38 @@
+"""Still images and animations reach training as viewers and browsers show them: each
+case written with Pillow and read back against what was written (the frames, their
+times as browsers play them, the reason a file is not read)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from datacentric.data.frame_sampling import FrameSampling, frame_line
+from datacentric.data.media_decode import probe
+from datacentric.data.media_sources import MediaItem
+
+pytest.importorskip("av")
+pytest.importorskip("PIL")
+
+
+def _item(path) -> MediaItem:
+    return MediaItem(0, path, path.name, "a cat", path.name)
+
+
+@pytest.mark.parametrize("name", ["a.gif", "a.png", "a.webp"])
+def test_a_frame_of_ten_milliseconds_or_less_is_timed_as_browsers_show_it(tmp_path, name):
+    from PIL import Image
+
+    pictures = [Image.new("RGB", (32, 24), (60 * n, 90, 30)) for n in range(5)]
+    durations = [10, 20, 0, 5, 50]  # ms; Chromium and Firefox show 10 ms or less 100 ms
+    options = {".gif": {"loop": 0}, ".png": {}, ".webp": {"lossless": True}}[
+        name[name.index(".") :]
+    ]
+    pictures[0].save(
+        tmp_path / name, save_all=True, append_images=pictures[1:], duration=durations, **options
+    )
+    times = probe(_item(tmp_path / name), times=True).times
+    assert times == tuple(Fraction(ms, 1000) for ms in (0, 100, 120, 220, 320)), name
+    # resampled to 10 fps by time, not index: the frames nearest 0, 100, 200 and 300 ms
+    assert frame_line(5, times, FrameSampling(target_fps=10)) == [0, 1, 3, 4], name
