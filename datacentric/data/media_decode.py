@@ -31,13 +31,16 @@ its frames as RGB pictures (:func:`decode`).
   image, which states no range of its levels, is refused).
 - A file either library fails on is a :class:`MediaError` saying why (for HEIC/HEIF
   and AVIF, which Pillow reads through a plugin, the plugin to install when it is
-  missing).
+  missing; for a picture past Pillow's decompression-bomb limit, its pixels and
+  the fix; one under it is read without Pillow's warning).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -117,15 +120,32 @@ def _image_plugin(suffix: str) -> str:
 
 
 def _open_image(path: Path) -> Any:
-    """Pillow's (lazy) image of ``path``, through its plugin where it needs one."""
+    """Pillow's (lazy) image of ``path``, through its plugin where it needs one. A
+    picture of more pixels than Pillow opens without its decompression-bomb warning (89
+    megapixels: a medium-format camera's 100) is read without it: it is the user's own
+    file, read whole; one of more than twice as many Pillow refuses
+    (:func:`_unreadable_image` names the fix)."""
     from PIL import Image
 
     _image_plugin(path.suffix.lower())
-    return Image.open(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(path)
 
 
 def _unreadable_image(path: Path, err: Exception) -> MediaError:
-    """The reason an image is skipped: Pillow's words, and the plugin it lacks."""
+    """The reason an image is skipped: Pillow's words, and the plugin it lacks; for one
+    past Pillow's decompression-bomb limit, its pixels and the fix."""
+    from PIL import Image
+
+    if isinstance(err, Image.DecompressionBombError):
+        limit = 2 * int(Image.MAX_IMAGE_PIXELS or 0)
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        pixels = f"{found.group(1)} pixels" if found else "more pixels"
+        return MediaError(
+            f"too large to read: {pixels}, over the {limit} Pillow reads (as a guard against "
+            f"decompression bombs): scale it down to {limit} pixels or fewer first"
+        )
     plugin = _image_plugin(path.suffix.lower())
     return MediaError(f"unreadable image ({type(err).__name__}: {err}){plugin}")
 

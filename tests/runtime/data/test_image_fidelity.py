@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from datacentric.data.frame_sampling import FrameSampling, frame_line
-from datacentric.data.media_decode import probe
+from datacentric.data.media_decode import MediaError, decode, probe
 from datacentric.data.media_sources import MediaItem
 
 pytest.importorskip("av")
@@ -36,3 +36,29 @@ def test_a_frame_of_ten_milliseconds_or_less_is_timed_as_browsers_show_it(tmp_pa
     assert times == tuple(Fraction(ms, 1000) for ms in (0, 100, 120, 220, 320)), name
     # resampled to 10 fps by time, not index: the frames nearest 0, 100, 200 and 300 ms
     assert frame_line(5, times, FrameSampling(target_fps=10)) == [0, 1, 3, 4], name
+
+
+def test_a_very_large_picture_is_read_quietly_and_one_past_pillow_s_limit_named_with_the_fix(
+    tmp_path, monkeypatch
+):
+    import warnings
+
+    import numpy as np
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # warns above 1000, refuses 2000
+    written = np.arange(40 * 30 * 3, dtype=np.uint32).reshape(30, 40, 3).astype(np.uint8)
+    Image.fromarray(written).save(tmp_path / "large.png")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        info = probe(_item(tmp_path / "large.png"))
+        picture = decode(_item(tmp_path / "large.png"))[0]
+    assert (info.height, info.width) == (30, 40) and np.array_equal(picture, written)
+    assert not [w for w in seen if issubclass(w.category, Image.DecompressionBombWarning)]
+    Image.new("RGB", (50, 50)).save(tmp_path / "huge.png")
+    with pytest.raises(MediaError) as refused:
+        probe(_item(tmp_path / "huge.png"))
+    assert str(refused.value) == (
+        "too large to read: 2500 pixels, over the 2000 Pillow reads (as a guard against "
+        "decompression bombs): scale it down to 2000 pixels or fewer first"
+    )
