@@ -22,7 +22,8 @@ its frames as RGB pictures (:func:`decode`).
   an HDR (PQ, HLG) or BT.2020 frame is mapped to BT.709; an image is converted to
   sRGB by the ICC profile it embeds. Levels of more than 8 bits
   (10-, 12-bit) are scaled to 8; a clip's alpha channel is dropped, its colours kept
-  as stored (not composited over a background).
+  as stored (not composited over a background); a GIF's transparent pixels are
+  white, as FFmpeg's GIF decoder gives them.
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
   its ``rotate`` tag) are applied before sizes are planned and frames resized. A video

@@ -62,3 +62,37 @@ def test_a_very_large_picture_is_read_quietly_and_one_past_pillow_s_limit_named_
         "too large to read: 2500 pixels, over the 2000 Pillow reads (as a guard against "
         "decompression bombs): scale it down to 2000 pixels or fewer first"
     )
+
+
+def test_a_gif_s_transparent_pixels_are_white_in_every_frame(tmp_path):
+    """FFmpeg's GIF decoder shows a transparent pixel white, not the colour its palette
+    stores under it (Pillow's reading), on the first frame and where a frame is cleared
+    to the background; every frame composed over the ones before (a frame smaller than
+    the picture at an offset, restored to the background or to the frame before)."""
+    import numpy as np
+    from PIL import Image
+
+    first = Image.new("P", (32, 24), 0)  # index 0: (10, 20, 30), transparent
+    first.putpalette([10, 20, 30, 200, 100, 50, 30, 200, 30] + [0] * 759)
+    first.paste(1, (8, 8, 24, 16))
+    second = first.copy()
+    second.paste(2, (2, 2, 6, 6))
+    third = Image.new("P", (32, 24), 0)
+    third.putpalette(first.getpalette())
+    third.paste(2, (20, 4, 28, 10))
+    first.save(
+        tmp_path / "a.gif",
+        save_all=True,
+        append_images=[second, third],
+        transparency=0,
+        disposal=[1, 2, 1],  # the second (Pillow writes its 4 x 4 square alone) cleared
+        duration=100,
+        loop=0,
+    )
+    white, orange, green = (255, 255, 255), (200, 100, 50), (30, 200, 30)
+    want = [np.full((24, 32, 3), white, np.uint8) for _ in range(3)]
+    for frame in want:
+        frame[8:16, 8:24] = orange  # the first frame's, kept where no frame is cleared
+    want[1][2:6, 2:6] = want[2][4:10, 20:28] = green
+    got = decode(_item(tmp_path / "a.gif"))
+    assert len(got) == 3 and all(map(np.array_equal, map(np.asarray, got), want))
