@@ -160,8 +160,20 @@ def _with_chat_template(command: str, args: Any, model: Any, processing_class: A
         from transformers import AutoTokenizer
 
         processing_class = AutoTokenizer.from_pretrained(model)
-    processing_class.chat_template = Path(path).read_text(encoding="utf-8")
+    try:
+        processing_class.chat_template = read_chat_template(path)
+    except ValueError as err:
+        stop(command, str(err))
     return processing_class
+
+
+def read_chat_template(path: str | os.PathLike) -> str:
+    """The text of ``chat_template_path``'s file, as a text file is read (a regular file;
+    UTF-8, or UTF-16/32 with its byte-order mark, the mark left out; line ends kept:
+    they are the template's); a ``ValueError`` naming it when it is none."""
+    from datacentric.data.text_file import read_text_file
+
+    return read_text_file(path, f"chat_template_path={str(path)!r}", "a UTF-8 Jinja template")
 
 
 def _completion_only_loss(args: Any, train_dataset: Any) -> bool:

@@ -119,6 +119,22 @@ def _read_prompts(path: Path) -> Any:
     return read_prompts(path)
 
 
+def _chat_template(folder: Path) -> Path:
+    path = folder / "template.jinja"
+    template = (
+        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+    )
+    path.write_text(template, encoding="utf-8")
+    return path
+
+
+def _read_chat_template(path: Path) -> Any:
+    from datacentric.integrations.trl import read_chat_template
+
+    return read_chat_template(path)
+
+
 def _bucket_config(folder: Path) -> Path:
     path = folder / "buckets.json"
     buckets = {"480p": {"1": 0.5, "17": [0.5, 1.0]}, "240p": {"1": 1.0}}
@@ -498,6 +514,7 @@ TARGETS = [
     Target("media jsonl", _media_jsonl, _read_media, jsonl=True, expect=JSONL_CAPTIONS),
     Target("caption txt", _caption_txt, _read_captions, examples=200, expect=CAPTIONS),
     Target("prompts", _prompts, _read_prompts, examples=300),
+    Target("chat template", _chat_template, _read_chat_template, examples=100, crlf_same=False),
     Target("bucket config", _bucket_config, _read_bucket_config, json=True, examples=300),
     Target("latent npy", _latent_npy, _read_latent, examples=200, text=False),
     Target("latent safetensors", _latent_safetensors, _read_latent, examples=200, text=False),

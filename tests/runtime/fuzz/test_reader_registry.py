@@ -67,6 +67,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     ),
     "datacentric.train.checkpoints.safe_load:read_metadata_file": fuzzed("checkpoint .metadata"),
     "datacentric.integrations.outputs:_kept": fuzzed("drop-in trainer_state.json"),
+    "datacentric.integrations.trl:read_chat_template": fuzzed("chat template"),
     # the read helpers themselves: fuzzed through every reader above that calls them
     "datacentric.regular_files:read_regular_text": fuzzed("trainer.json", "plain text"),
     "datacentric.regular_files:read_regular_bytes": fuzzed("prompts", "media csv"),

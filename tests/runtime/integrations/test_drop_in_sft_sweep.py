@@ -312,3 +312,36 @@ def test_each_sft_field_trains_as_trl_or_is_refused(folder, tmp_path, case, caps
     # rounding: 1.1e-5 seen here; a field trained otherwise moved weights by 4e-3
     for name, tensor in weights.items():
         torch.testing.assert_close(tensor, want_weights[name], rtol=0, atol=5e-5, msg=name)
+
+
+def test_a_chat_template_file_that_is_no_text_is_one_line(folder, tmp_path, capsys) -> None:
+    """A template file in Latin-1 is refused in one line naming ``chat_template_path`` and
+    the byte, where the line said only "SFTTrainer(): 'utf-8' codec can't decode ...";
+    the file is read as a text file (regular files only, a byte-order mark left out)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    template = tmp_path / "template.jinja"
+    template.write_bytes(TEMPLATE.replace("{%", "{# caf\xe9 #}{%", 1).encode("latin-1"))
+    config = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        chat_template_path=str(template),
+    )
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=config,
+            train_dataset=Dataset.from_list(_rows("chat")),
+            processing_class=AutoTokenizer.from_pretrained(folder),
+        )
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("datacentric")]
+    assert len(lines) == 1, lines
+    assert f"chat_template_path={str(template)!r}: not a text file (byte" in lines[0], lines
