@@ -96,3 +96,20 @@ def test_a_gif_s_transparent_pixels_are_white_in_every_frame(tmp_path):
     want[1][2:6, 2:6] = want[2][4:10, 20:28] = green
     got = decode(_item(tmp_path / "a.gif"))
     assert len(got) == 3 and all(map(np.array_equal, map(np.asarray, got), want))
+
+
+def test_a_png_stating_a_gamma_alone_is_read_as_stored_as_browsers_show_it(tmp_path):
+    """A gAMA chunk without cHRM is passed over by Chromium, Firefox and Safari (Blink's
+    PNG decoder builds no colour profile of it), and so here: the levels as written."""
+    import struct
+
+    import numpy as np
+    from PIL import Image, PngImagePlugin
+
+    written = np.arange(24 * 32 * 3, dtype=np.uint32).reshape(24, 32, 3).astype(np.uint8)
+    chunks = PngImagePlugin.PngInfo()
+    chunks.add(b"gAMA", struct.pack(">I", 100000))  # linear light, 1.0
+    Image.fromarray(written).save(tmp_path / "linear.png", pnginfo=chunks)
+    with Image.open(tmp_path / "linear.png") as image:
+        assert image.info["gamma"] == 1.0  # the chunk was written and is read
+    assert np.array_equal(decode(_item(tmp_path / "linear.png"))[0], written)
