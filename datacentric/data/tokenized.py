@@ -90,9 +90,9 @@ def _whole_number(value: object, mask: bool) -> bool:
     one (``2.0``, as some writers write them); ``true``/``false`` in a mask only."""
     if isinstance(value, bool):
         return mask
-    if isinstance(value, int | float):
-        return float(value).is_integer() and -_INT64 <= value < _INT64
-    return False
+    if isinstance(value, int):  # one past a float's range too (10**400)
+        return -_INT64 <= value < _INT64
+    return isinstance(value, float) and value.is_integer() and -_INT64 <= value < _INT64
 
 
 def _whole_numbers(record, name: str, value: object) -> np.ndarray:

@@ -68,6 +68,9 @@ def test_labels_that_differ_from_the_ids_are_refused_by_record(tmp_path, monkeyp
         ({"input_ids": {"a": 1}}, r"input_ids is \{\"a\": 1\}, not a list of token ids"),
         ({"input_ids": 7}, "input_ids is 7, not a list of token ids"),
         ({"input_ids": [1, 10**30]}, r"input_ids\[1\] is 1000000000000000000000000000000, not a"),
+        # past a float's range too: float() of it raised OverflowError, a traceback
+        ({"input_ids": [1, 10**400]}, r"input_ids\[1\] is 10{59}, not a token id"),
+        ({"input_ids": [1, 2], "labels": [-100, -(10**400)]}, r"labels\[1\] is -10{58}, not a"),
         (
             {"input_ids": [1, 2], "labels": [-100, 2.7]},
             r"labels\[1\] is 2.7, not a token id or -100; write each as a JSON integer",
