@@ -64,8 +64,9 @@ from datacentric.progress import counted
 #: records it with each clip it encodes and encodes again, on a resume, the clips an
 #: earlier reading encoded. 1: upright by EXIF and display rotation, square pixels, MP4
 #: edit lists, the shown stream, colours by matrix and range, HDR mapped to BT.709, ICC
-#: profiles, 16-bit greyscale (0: the records of earlier versions, which state none).
-READING_REVISION = 1
+#: profiles, 16-bit greyscale; 2: an APNG frame after one disposed to the frame before
+#: it (0: the records of earlier versions, which state none).
+READING_REVISION = 2
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
     ".heic": ("pillow_heif", "pip install pillow-heif"),
@@ -419,10 +420,30 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
 
 
-def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
-    """:func:`decode` of an image file: its frame (0), or an animation's at ``indices``."""
+#: APNG's ``dispose_op`` that restores a frame's area to the frame before it
+APNG_DISPOSE_PREVIOUS = 2
+
+
+def _frame_picture(image: Any, sixteen: bool) -> Any:
+    """The upright RGB picture of the frame a Pillow image is at (:func:`_rgb`). An APNG
+    frame disposed to the frame before it (``APNG_DISPOSE_OP_PREVIOUS``) and blended
+    over it is composed by Pillow (13) into the canvas it keeps to restore from, so the
+    next frame, read after it, kept its pixels where browsers and FFmpeg show the
+    frame before: that canvas is kept as it was and put back once it is read."""
     from PIL import ImageOps
 
+    kept = getattr(image, "_prev_im", None)
+    restore = image.format == "PNG" and kept is not None
+    restore = restore and getattr(image, "dispose_op", None) == APNG_DISPOSE_PREVIOUS
+    before = kept.copy() if restore else None
+    picture = _rgb(ImageOps.exif_transpose(image), sixteen)
+    if restore:
+        image._prev_im = before
+    return picture
+
+
+def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
+    """:func:`decode` of an image file: its frame (0), or an animation's at ``indices``."""
     try:
         with _open_image(path) as image:
             problem, sixteen = _level_problem(image), _sixteen_bit(image)
@@ -432,7 +453,7 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
                 pictures = []
                 for number in order:
                     image.seek(number)
-                    pictures.append(_rgb(ImageOps.exif_transpose(image), sixteen))
+                    pictures.append(_frame_picture(image, sixteen))
                 return pictures
     except Exception as err:  # noqa: BLE001
         raise _unreadable_image(path, err) from None

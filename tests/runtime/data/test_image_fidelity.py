@@ -113,3 +113,32 @@ def test_a_png_stating_a_gamma_alone_is_read_as_stored_as_browsers_show_it(tmp_p
     with Image.open(tmp_path / "linear.png") as image:
         assert image.info["gamma"] == 1.0  # the chunk was written and is read
     assert np.array_equal(decode(_item(tmp_path / "linear.png"))[0], written)
+
+
+def test_an_apng_frame_restored_to_the_one_before_is_gone_from_the_next(tmp_path):
+    """APNG's dispose to the previous frame (APNG_DISPOSE_OP_PREVIOUS, as apngasm writes
+    it) over a blended frame: Pillow 13 composes such a frame into the canvas it keeps to
+    restore from, so the next frame read after it kept it; each frame is the picture
+    written, as FFmpeg's APNG decoder and browsers compose it."""
+    import numpy as np
+    from PIL import Image, PngImagePlugin
+
+    red, green, blue = (200, 30, 30, 255), (30, 200, 30, 255), (30, 30, 200, 255)
+    frames = [Image.new("RGBA", (32, 24), red) for _ in range(4)]
+    frames[1].paste(green, (4, 4, 14, 14))  # shown once, then restored to the frame before
+    frames[2].paste(blue, (16, 8, 28, 20))
+    frames[3].paste(green, (20, 2, 30, 6))
+    disposal, blend = PngImagePlugin.Disposal, PngImagePlugin.Blend
+    frames[0].save(
+        tmp_path / "a.png",
+        save_all=True,
+        append_images=frames[1:],
+        duration=100,
+        disposal=[disposal.OP_NONE, disposal.OP_PREVIOUS, disposal.OP_PREVIOUS, disposal.OP_NONE],
+        blend=[blend.OP_SOURCE, blend.OP_OVER, blend.OP_OVER, blend.OP_OVER],
+    )
+    written = [np.asarray(frame.convert("RGB")) for frame in frames]
+    for indices in (None, [1, 2, 3], [2, 3]):
+        got = decode(_item(tmp_path / "a.png"), indices)
+        want = written if indices is None else [written[i] for i in indices]
+        assert all(map(np.array_equal, map(np.asarray, got), want)), indices
