@@ -144,13 +144,11 @@ def first_record(kind: str, files: list[str]) -> Record | None:
     return None if kind == "text" else next(read_records(kind, files), None)
 
 
-def record_format(kind: str, files: list[str], text_field: str) -> str:
-    """What the records of ``files`` hold, read off the first (:func:`first_record`):
-    ``"tokens"`` when it holds ``input_ids`` (pre-tokenized), ``"chat"`` when it is a
-    conversation without ``text_field``, else ``"text"`` (plain text files always)."""
-    if kind == "text":
-        return "text"
-    first = first_record(kind, files)
+def record_format(first: Record | None, text_field: str) -> str:
+    """What the records of a dataset hold, read off its first (:func:`first_record`, read
+    once by the caller, which also names its file): ``"tokens"`` when it holds
+    ``input_ids`` (pre-tokenized), ``"chat"`` when it is a conversation without
+    ``text_field``, else ``"text"`` (plain text files, which have no record, always)."""
     if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
         return "tokens"
     if first is None or text_field in first.fields or not is_conversation(first.fields):

@@ -276,12 +276,13 @@ class TokenizedTextDataset:
         else:
             self.files = resolve_files(kind, pattern)
         # what the files hold (their first record), then the tokenizer that reads them
-        self.format = record_format(kind, self.files, text_field)
+        first = first_record(kind, self.files)  # read once: a table's first batch is large
+        self.format = record_format(first, text_field)
         self.loss_on = loss_rule(loss_on, self.format, f"{kind}:{pattern}")
         enc = TextCodec(tokenizer)
         self.tokenizer, self.vocab_size = tokenizer, enc.vocab_size
         chat = self.format == "chat"
-        renderer = chat_renderer(enc.hf, enc.path, self._first_file()) if chat else None
+        renderer = chat_renderer(enc.hf, enc.path, self.files[first.file]) if chat else None
         if renderer is not None:
             renderer.check_loss_on(self.loss_on)
         field_key = text_field if self.format == "text" else self.format
@@ -306,11 +307,6 @@ class TokenizedTextDataset:
         )
         self._split(np.diff(offsets))
         self._count_loss_tokens()
-
-    def _first_file(self) -> str:
-        """The file of the dataset's first record (files before it hold none)."""
-        first = first_record(self.kind, self.files)
-        return self.files[first.file if first is not None else 0]
 
     def _split(self, lengths: np.ndarray) -> None:
         """Samples (document, start, end) of each document by the long-document rule."""

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from chat_data import save_chat_tokenizer, write_records  # noqa: E402
 
-from datacentric.data import DataConfig, open_dataset  # noqa: E402
+from datacentric.data import DataConfig, documents, open_dataset  # noqa: E402
 from datacentric.data.base import DataError  # noqa: E402
 
 CONVERSATION = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]
@@ -341,3 +341,21 @@ def test_a_json_file_spread_over_lines_is_named_with_the_fix(tmp_path, tokenizer
     path.write_text(opening + rest)
     with pytest.raises(DataError, match=rf"^{path}:1: line is not JSON .*; JSONL holds one"):
         open_dataset(f"jsonl:{path}")
+
+
+def test_a_conversation_table_is_read_once_to_find_its_first_record(
+    tmp_path, tokenizer, monkeypatch
+):
+    """The first record (a Parquet file's first batch of rows, every column) was read
+    twice, for the records' kind and for the file whose template folder renders them: a
+    cached dataset of long conversations took a third longer to open."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.Table.from_pylist([{"messages": CONVERSATION}] * 3), tmp_path / "c.parquet")
+    spec, settings = f"parquet:{tmp_path / 'c.parquet'}", DataConfig(tokenizer=tokenizer)
+    built = open_dataset(spec, settings)
+    reads = []
+    parquet = documents._READERS["parquet"]
+    monkeypatch.setitem(documents._READERS, "parquet", lambda *a: reads.append(a) or parquet(*a))
+    again = open_dataset(spec, settings)
+    assert len(reads) == 1 and again.summary() == built.summary()
