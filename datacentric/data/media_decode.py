@@ -3,8 +3,8 @@
 its frames as RGB pictures (:func:`decode`).
 
 - Videos are read with PyAV (``av``, in the ``video`` extra), images with Pillow; both
-  give RGB :class:`PIL.Image.Image` frames; an animated WebP or PNG (APNG) is a clip
-  of its frames, timed by their durations (one of 10 ms or less, a GIF's too, shown
+  give RGB :class:`PIL.Image.Image` frames; an animated WebP, PNG (APNG) or AVIF is a
+  clip of its frames, timed by their durations (one of 10 ms or less, a GIF's too, shown
   100 ms, as browsers show it). Every container and codec the installed
   PyAV decodes is read (MP4, MOV, MKV, WebM, AVI, GIF, 3GP, MPEG program and transport
   streams, ASF/WMV, FLV, Ogg, MXF, YUV4MPEG, IVF; H.264, H.265, VP8, VP9, AV1,
@@ -76,8 +76,9 @@ IMAGE_PLUGINS = {
         "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
     ),
 }
-#: Pillow's formats whose files may hold an animation: several frames are a clip
-ANIMATED_FORMATS = ("WEBP", "PNG")
+#: Pillow's formats whose files may hold an animation: several frames are a clip (an
+#: AVIF image sequence's too; a HEIF file's several pictures are a burst or a bracket)
+ANIMATED_FORMATS = ("WEBP", "PNG", "AVIF")
 
 
 class MediaError(ValueError):
@@ -364,8 +365,8 @@ class _Frames:
 
 
 def _animation_frames(image: Any) -> int:
-    """The frames of an image file: an animated WebP's or PNG's (APNG) all, else 1 (an
-    MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
+    """The frames of an image file: an animated WebP's, PNG's (APNG) or AVIF's all, else
+    1 (an MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
     return int(getattr(image, "n_frames", 1)) if image.format in ANIMATED_FORMATS else 1
 
 

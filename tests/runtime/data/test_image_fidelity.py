@@ -142,3 +142,30 @@ def test_an_apng_frame_restored_to_the_one_before_is_gone_from_the_next(tmp_path
         got = decode(_item(tmp_path / "a.png"), indices)
         want = written if indices is None else [written[i] for i in indices]
         assert all(map(np.array_equal, map(np.asarray, got), want)), indices
+
+
+def test_an_animated_avif_is_a_clip_of_its_frames(tmp_path):
+    """An AVIF image sequence (as phones and converters write animations) is a clip of
+    every frame at its time, as an animated WebP or PNG is: it was its first frame."""
+    import numpy as np
+    from media_formats import wave_frames
+    from PIL import Image, features
+
+    if not features.check("avif"):
+        pytest.skip("this Pillow is built without libavif")
+    written = wave_frames(5, 32, 48)
+    pictures = [Image.fromarray(frame) for frame in written]
+    pictures[0].save(
+        tmp_path / "a.avif",
+        save_all=True,
+        append_images=pictures[1:],
+        duration=[100, 200, 100, 50, 100],
+        quality=100,
+        subsampling="4:4:4",
+    )
+    info = probe(_item(tmp_path / "a.avif"), times=True)
+    assert (info.frames, info.height, info.width) == (5, 32, 48)
+    assert info.times == tuple(Fraction(ms, 1000) for ms in (0, 100, 300, 400, 450))
+    got = [np.asarray(p, float) for p in decode(_item(tmp_path / "a.avif"))]
+    errors = [[np.abs(g - w).mean() for w in written] for g in got]
+    assert all(np.argmin(row) == n and row[n] < 3 for n, row in enumerate(errors)), errors
