@@ -148,10 +148,12 @@ def record_format(first: Record | None, text_field: str) -> str:
     """What the records of a dataset hold, read off its first (:func:`first_record`, read
     once by the caller, which also names its file): ``"tokens"`` when it holds
     ``input_ids`` (pre-tokenized), ``"chat"`` when it is a conversation without
-    ``text_field``, else ``"text"`` (plain text files, which have no record, always)."""
-    if first is not None and TOKEN_FIELD in first.fields and text_field not in first.fields:
+    ``text_field``, else ``"text"`` (plain text files, which have no record, always; a
+    JSONL line that holds no object, refused as such when read as text)."""
+    fields = first.fields if first is not None and isinstance(first.fields, dict) else None
+    if fields is not None and TOKEN_FIELD in fields and text_field not in fields:
         return "tokens"
-    if first is None or text_field in first.fields or not is_conversation(first.fields):
+    if fields is None or text_field in fields or not is_conversation(fields):
         return "text"
     return "chat"
 

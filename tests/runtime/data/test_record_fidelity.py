@@ -104,11 +104,23 @@ def test_a_text_field_of_another_json_kind_is_named_as_json_names_it(
 
 
 @pytest.mark.parametrize(
-    ("line", "says"), [('[{"text": "a"}, {"text": "b"}]', "an array"), ('"a"', "a string")]
+    ("line", "says"),
+    [
+        ('[{"text": "a"}, {"text": "b"}]', "an array"),
+        ('"a"', "a string"),
+        # the first record, read for the records' kind: a TypeError ('argument of type
+        # 'int' is not iterable'), or a line naming input_ids taken for token records
+        ("5", "a number"),
+        ("null", "null"),
+        ("true", "true/false"),
+        ('"input_ids"', "a string"),
+        ('["input_ids"]', "an array"),
+    ],
 )
 def test_a_line_that_is_no_object_is_named_as_no_record(tmp_path, tokenizer, line, says):
     """A ``.json`` file of one JSON array (which a folder's search takes as JSONL) said
-    'no string field 'text' (found: list); pass --text-field NAME'."""
+    'no string field 'text' (found: list); pass --text-field NAME'; a first line of a
+    number, null or true/false stopped with a traceback."""
     path = tmp_path / "data.json"
     path.write_text(line + "\n")
     with pytest.raises(DataError, match=rf"^{path}:1: {says}, not an object; JSONL holds one"):
