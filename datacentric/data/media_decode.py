@@ -64,8 +64,9 @@ from datacentric.progress import counted
 #: records it with each clip it encodes and encodes again, on a resume, the clips an
 #: earlier reading encoded. 1: upright by EXIF and display rotation, square pixels, MP4
 #: edit lists, the shown stream, colours by matrix and range, HDR mapped to BT.709, ICC
-#: profiles, 16-bit greyscale; 2: an APNG frame after one disposed to the frame before
-#: it (0: the records of earlier versions, which state none).
+#: profiles, 16-bit greyscale; 2: an APNG's frames as browsers compose them (a frame
+#: after one disposed to the frame before it; no still outside the animation) (0: the
+#: records of earlier versions, which state none).
 READING_REVISION = 2
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
@@ -367,7 +368,18 @@ class _Frames:
 def _animation_frames(image: Any) -> int:
     """The frames of an image file: an animated WebP's, PNG's (APNG) or AVIF's all, else
     1 (an MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
-    return int(getattr(image, "n_frames", 1)) if image.format in ANIMATED_FORMATS else 1
+    if image.format not in ANIMATED_FORMATS:
+        return 1
+    return int(getattr(image, "n_frames", 1)) - _hidden_frames(image)
+
+
+def _hidden_frames(image: Any) -> int:
+    """How many of Pillow's frames of an image file, from the first, are no frames of its
+    animation: 1 for an APNG whose plain PNG picture is a still for viewers without APNG
+    (no fcTL before its IDAT; Pillow's ``default_image``), which browsers and FFmpeg
+    never show in the animation; else 0."""
+    hidden = image.format == "PNG" and bool(image.info.get("default_image"))
+    return 1 if hidden and int(getattr(image, "n_frames", 1)) > 1 else 0
 
 
 #: an animation's frame stating this many milliseconds or fewer (or none) is shown for
@@ -395,9 +407,9 @@ def _animation_times(image: Any, frames: int) -> tuple[Fraction, ...]:
     """Each frame's start in seconds, from the frames' durations in milliseconds (read
     once a frame is loaded; an APNG's fractions kept; a frame stating none, or 10 ms or
     less, is shown 100 ms, as browsers show it: :func:`_shown_seconds`)."""
-    start, starts = Fraction(0), []
+    start, starts, hidden = Fraction(0), [], _hidden_frames(image)
     for number in range(frames):
-        image.seek(number)
+        image.seek(number + hidden)
         image.load()
         starts.append(start)
         start += _shown_seconds(image.info.get("duration"))
@@ -448,12 +460,12 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
     try:
         with _open_image(path) as image:
             problem, sixteen = _level_problem(image), _sixteen_bit(image)
-            frames = _animation_frames(image)
+            frames, hidden = _animation_frames(image), _hidden_frames(image)
             order = list(range(frames)) if indices is None else indices
             if not problem and all(0 <= i < frames for i in order):
                 pictures = []
                 for number in order:
-                    image.seek(number)
+                    image.seek(number + hidden)
                     pictures.append(_frame_picture(image, sixteen))
                 return pictures
     except Exception as err:  # noqa: BLE001

@@ -169,3 +169,27 @@ def test_an_animated_avif_is_a_clip_of_its_frames(tmp_path):
     got = [np.asarray(p, float) for p in decode(_item(tmp_path / "a.avif"))]
     errors = [[np.abs(g - w).mean() for w in written] for g in got]
     assert all(np.argmin(row) == n and row[n] < 3 for n, row in enumerate(errors)), errors
+
+
+def test_an_apng_s_default_image_outside_its_animation_is_no_frame(tmp_path):
+    """An APNG whose plain PNG picture is no frame of its animation (a still for viewers
+    without APNG: no fcTL before its IDAT) is a clip of its animation's frames alone, as
+    browsers and FFmpeg play it: the still was its first frame."""
+    import numpy as np
+    from PIL import Image
+
+    written = [np.full((24, 32, 3), (60 * n, 90, 200), np.uint8) for n in range(3)]
+    still = Image.new("RGB", (32, 24), (255, 255, 0))
+    animation = [Image.fromarray(frame) for frame in written]
+    still.save(
+        tmp_path / "a.png",
+        save_all=True,
+        append_images=animation,
+        default_image=True,
+        duration=[100, 200, 100],
+    )
+    info = probe(_item(tmp_path / "a.png"), times=True)
+    assert info.frames == 3 and info.times == (0, Fraction(1, 10), Fraction(3, 10))
+    got = decode(_item(tmp_path / "a.png"))
+    assert all(map(np.array_equal, map(np.asarray, got), written))
+    assert np.array_equal(decode(_item(tmp_path / "a.png"), [2])[0], written[2])
