@@ -65,8 +65,9 @@ from datacentric.progress import counted
 #: earlier reading encoded. 1: upright by EXIF and display rotation, square pixels, MP4
 #: edit lists, the shown stream, colours by matrix and range, HDR mapped to BT.709, ICC
 #: profiles, 16-bit greyscale; 2: an APNG's frames as browsers compose them (a frame
-#: after one disposed to the frame before it; no still outside the animation) (0: the
-#: records of earlier versions, which state none).
+#: after one disposed to the frame before it; a half-transparent frame blended by its
+#: alpha; no still outside the animation) (0: the records of earlier versions, which
+#: state none).
 READING_REVISION = 2
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
@@ -433,26 +434,62 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
 
 
-#: APNG's ``dispose_op`` that restores a frame's area to the frame before it
-APNG_DISPOSE_PREVIOUS = 2
+#: APNG's ``dispose_op`` that restores a frame's area to the frame before it, and its
+#: ``blend_op`` that draws a frame over the one before through its alpha
+APNG_DISPOSE_PREVIOUS, APNG_BLEND_OVER = 2, 1
 
 
-def _frame_picture(image: Any, sixteen: bool) -> Any:
-    """The upright RGB picture of the frame a Pillow image is at (:func:`_rgb`). An APNG
-    frame disposed to the frame before it (``APNG_DISPOSE_OP_PREVIOUS``) and blended
-    over it is composed by Pillow (13) into the canvas it keeps to restore from, so the
-    next frame, read after it, kept its pixels where browsers and FFmpeg show the
-    frame before: that canvas is kept as it was and put back once it is read."""
-    from PIL import ImageOps
+def _blend_apng_frame(image: Any) -> None:
+    """Loads the APNG frame a Pillow image is at, an RGBA frame blended over the frame
+    before (``APNG_BLEND_OP_OVER``) composed by alpha, as the APNG specification, FFmpeg
+    and browsers compose it: Pillow (13) pastes such a frame through its alpha as a mask,
+    half its colour over a transparent pixel where it is half transparent."""
+    from PIL import Image
 
+    if image.mode != "RGBA" or getattr(image, "blend_op", None) != APNG_BLEND_OVER:
+        return
+    box = tuple(image.dispose_extent)
+    image.blend_op = 0  # Pillow loads the frame's own pixels into its area alone
+    image.load()
+    under = image._new(image._prev_im).crop(box)
+    composed = Image.alpha_composite(under, image.crop(box))
+    image.im.paste(composed.im, box)
+
+
+def _load_frame(image: Any) -> None:
+    """Loads the frame a Pillow image is at, an APNG frame composed as browsers and
+    FFmpeg compose it. A frame disposed to the frame before it
+    (``APNG_DISPOSE_OP_PREVIOUS``) and blended over it is composed by Pillow (13) into
+    the canvas it keeps to restore from, so the next frame kept its pixels where the
+    frame before shows: that canvas is kept as it was and put back. An RGBA frame
+    blended over the one before is blended by :func:`_blend_apng_frame`."""
     kept = getattr(image, "_prev_im", None)
-    restore = image.format == "PNG" and kept is not None
-    restore = restore and getattr(image, "dispose_op", None) == APNG_DISPOSE_PREVIOUS
+    if image.format != "PNG" or kept is None:
+        image.load()
+        return
+    restore = getattr(image, "dispose_op", None) == APNG_DISPOSE_PREVIOUS
     before = kept.copy() if restore else None
-    picture = _rgb(ImageOps.exif_transpose(image), sixteen)
+    _blend_apng_frame(image)
+    image.load()
     if restore:
         image._prev_im = before
-    return picture
+
+
+def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:
+    """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``
+    (after ``hidden`` frames that are none: :func:`_hidden_frames`). An APNG's are read
+    through every frame before them, each composed by :func:`_load_frame` (Pillow
+    composes a frame it passes over itself); another file's are sought directly."""
+    from PIL import ImageOps
+
+    wanted, pictures = set(order), {}
+    steps = range(max(order) + 1) if image.format == "PNG" else sorted(wanted)
+    for number in steps:
+        image.seek(number + hidden)
+        _load_frame(image)
+        if number in wanted:
+            pictures[number] = _rgb(ImageOps.exif_transpose(image), sixteen)
+    return [pictures[number] for number in order]
 
 
 def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
@@ -463,11 +500,7 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
             frames, hidden = _animation_frames(image), _hidden_frames(image)
             order = list(range(frames)) if indices is None else indices
             if not problem and all(0 <= i < frames for i in order):
-                pictures = []
-                for number in order:
-                    image.seek(number + hidden)
-                    pictures.append(_frame_picture(image, sixteen))
-                return pictures
+                return _pictures(image, order, hidden, sixteen) if order else []
     except Exception as err:  # noqa: BLE001
         raise _unreadable_image(path, err) from None
     raise MediaError(problem or f"{counted(frames, 'frame')}, frame {max(order)} wanted")

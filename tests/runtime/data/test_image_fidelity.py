@@ -193,3 +193,37 @@ def test_an_apng_s_default_image_outside_its_animation_is_no_frame(tmp_path):
     got = decode(_item(tmp_path / "a.png"))
     assert all(map(np.array_equal, map(np.asarray, got), written))
     assert np.array_equal(decode(_item(tmp_path / "a.png"), [2])[0], written[2])
+
+
+def test_a_half_transparent_apng_frame_is_blended_as_browsers_blend_it(tmp_path):
+    """An APNG frame blended over the one before (APNG_BLEND_OP_OVER) where it is half
+    transparent: over transparent pixels its colour as written (its alpha dropped, as a
+    still's is), over opaque ones the two mixed by its alpha, as FFmpeg's APNG decoder
+    and browsers blend; Pillow 13 pasted it through its alpha as a mask (half its colour
+    over transparent black), and the frame after kept that."""
+    import numpy as np
+    from PIL import Image, PngImagePlugin
+
+    first = Image.new("RGBA", (32, 24), (0, 0, 0, 0))
+    first.paste((200, 30, 30, 255), (0, 0, 8, 8))
+    second = first.copy()
+    second.paste((30, 200, 30, 128), (10, 10, 20, 20))  # over transparent pixels
+    second.paste((30, 200, 30, 128), (4, 4, 8, 8))  # over opaque red
+    third = second.copy()
+    third.paste((30, 30, 200, 255), (24, 2, 30, 6))
+    blend = PngImagePlugin.Blend
+    first.save(
+        tmp_path / "a.png",
+        save_all=True,
+        append_images=[second, third],
+        duration=100,
+        blend=[blend.OP_SOURCE, blend.OP_OVER, blend.OP_OVER],
+    )
+    mixed = np.round(np.array([30, 200, 30]) * 128 / 255 + np.array([200, 30, 30]) * 127 / 255)
+    want = np.asarray(second.convert("RGB")).copy()
+    want[4:8, 4:8] = mixed
+    got = [np.asarray(p, int) for p in decode(_item(tmp_path / "a.png"))]
+    assert np.abs(got[1] - want).max() <= 1
+    want[2:6, 24:30] = (30, 30, 200)
+    assert np.abs(got[2] - want).max() <= 1
+    assert np.array_equal(decode(_item(tmp_path / "a.png"), [2])[0], got[2])  # passing 1
