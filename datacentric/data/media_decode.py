@@ -78,6 +78,7 @@ IMAGE_PLUGINS = {
         "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
     ),
 }
+IMAGE_PLUGINS[".avifs"] = IMAGE_PLUGINS[".avif"]  # an AVIF image sequence
 #: Pillow's formats whose files may hold an animation: several frames are a clip (an
 #: AVIF image sequence's too; a HEIF file's several pictures are a burst or a bracket)
 ANIMATED_FORMATS = ("WEBP", "PNG", "AVIF")

@@ -53,6 +53,7 @@ IMAGE_SUFFIXES = (
     *(".png", ".jpg", ".jpeg", ".webp", ".bmp"),
     *(".tif", ".tiff", ".avif", ".heic", ".heif"),
     *(".jfif", ".jpe", ".apng"),  # JPEGs as browsers save them on Windows; animated PNG
+    ".avifs",  # an AVIF image sequence (an animation)
 )
 PATH_COLUMNS = ("path", "video", "file", "image", "file_name")
 #: Hugging Face's ``imagefolder`` / ``videofolder`` list, read when a folder holds one

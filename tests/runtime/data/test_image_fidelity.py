@@ -227,3 +227,21 @@ def test_a_half_transparent_apng_frame_is_blended_as_browsers_blend_it(tmp_path)
     want[2:6, 24:30] = (30, 30, 200)
     assert np.abs(got[2] - want).max() <= 1
     assert np.array_equal(decode(_item(tmp_path / "a.png"), [2])[0], got[2])  # passing 1
+
+
+def test_an_avif_sequence_saved_as_avifs_is_listed_and_read(tmp_path):
+    """``.avifs``, the suffix of an AVIF image sequence, is listed by a folder as an image
+    (a clip of its frames) with its caption, not skipped as a kind prepare reads not."""
+    from PIL import Image, features
+
+    from datacentric.data.media_sources import read_media_source
+
+    if not features.check("avif"):
+        pytest.skip("this Pillow is built without libavif")
+    pictures = [Image.new("RGB", (48, 32), (60 * n, 90, 200)) for n in range(3)]
+    pictures[0].save(tmp_path / "a.avifs", "AVIF", save_all=True, append_images=pictures[1:])
+    (tmp_path / "a.txt").write_text("a cat")
+    (item,) = read_media_source(tmp_path)
+    assert (item.source, item.caption, item.unread) == ("a.avifs", "a cat", None)
+    assert item.is_image
+    assert probe(item).frames == 3 and len(decode(item)) == 3

@@ -52,7 +52,7 @@ def test_every_suffix_a_folder_lists_is_read(tmp_path, no_heif_plugin):
         write_format_clip(tmp_path / name, 9, 32, 48, seed=number, rate=25, spec=spec)
         written[name] = wave_frames(9, 32, 48, number)
     readable = [s for s in IMAGE_SUFFIXES if s not in (".heic", ".heif")]
-    readable = [s for s in readable if s != ".avif" or features.check("avif")]
+    readable = [s for s in readable if s not in (".avif", ".avifs") or features.check("avif")]
     for number, suffix in enumerate(readable):
         written[f"i{number}{suffix}"] = [_still(tmp_path / f"i{number}{suffix}", number)]
     (tmp_path / "photo.heic").write_bytes(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic")
