@@ -245,3 +245,79 @@ def test_an_avif_sequence_saved_as_avifs_is_listed_and_read(tmp_path):
     assert (item.source, item.caption, item.unread) == ("a.avifs", "a cat", None)
     assert item.is_image
     assert probe(item).frames == 3 and len(decode(item)) == 3
+
+
+def _write_png16(path, levels) -> None:
+    """A 16-bit RGB PNG of ``levels`` (height x width x 3, ``uint16``), chunk by chunk."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        check = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + check
+
+    height, width = levels.shape[:2]
+    rows = b"".join(b"\0" + row.astype(">u2").tobytes() for row in levels)
+    header = struct.pack(">IIBBBBB", width, height, 16, 2, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _still_kinds(path, written):
+    """Writes ``written`` (RGB) as the still kind ``path``'s name says; what it shows."""
+    import numpy as np
+    from PIL import Image
+
+    picture, grey = Image.fromarray(written), written[..., 1]
+    kind = path.stem
+    if kind == "palette_trns":  # a palette PNG with a transparent entry: its colour kept
+        palette = picture.quantize(64)
+        palette.save(path, transparency=3)
+        return np.asarray(palette.convert("RGB"))
+    if kind == "rgb16":  # 16-bit RGB, which Pillow writes not: each level's high byte
+        levels = written.astype(np.uint16) * 256 + np.arange(48, dtype=np.uint16)[:, None] * 5
+        _write_png16(path, levels)
+        return (levels >> 8).astype(np.uint8)
+    if kind == "grey_alpha":  # an LA PNG: its grey kept under any alpha
+        Image.fromarray(np.dstack([grey, written[..., 0]]), "LA").save(path)
+        return np.repeat(grey[..., None], 3, -1)
+    if kind == "grey_jpeg":
+        Image.fromarray(grey).save(path, quality=100)
+        return np.repeat(grey[..., None], 3, -1)
+    if kind == "cmyk_jpeg":  # Pillow writes Adobe's inverted CMYK, as Photoshop does
+        picture.convert("CMYK").save(path, quality=100)
+        return written
+    if kind == "one_bit":
+        Image.fromarray(grey > 127).save(path, compression="group4")
+        return np.repeat(np.where(grey > 127, 255, 0)[..., None], 3, -1).astype(np.uint8)
+    picture.save(path, save_all=True, append_images=[Image.fromarray(255 - written)])
+    return written  # a TIFF of two pages: its first (the second is no frame)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "palette_trns.png",
+        "rgb16.png",
+        "grey_alpha.png",
+        "grey_jpeg.jpg",
+        "cmyk_jpeg.jpg",
+        "one_bit.tif",
+        "two_pages.tif",
+    ],
+)
+def test_a_still_of_each_kind_shows_the_colours_written(tmp_path, name):
+    import numpy as np
+    from media_formats import wave_frames
+
+    written = wave_frames(1, 32, 48)[0]
+    shown = _still_kinds(tmp_path / name, written)
+    info = probe(_item(tmp_path / name))
+    assert (info.frames, info.height, info.width) == (1, 32, 48)
+    (got,) = decode(_item(tmp_path / name))
+    error = np.abs(np.asarray(got, float) - shown)
+    assert error.mean() < 1 and error.max() <= 8, (name, error.mean(), error.max())
