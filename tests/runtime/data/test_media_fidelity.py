@@ -521,6 +521,29 @@ def test_a_picture_with_a_colour_profile_is_shown_as_viewers_show_it(tmp_path, s
         assert [np.asarray(f)[0, 0, 0] for f in decode(_item(path))] == [137, 188, 225]
 
 
+@pytest.mark.parametrize("suffix", [".jpg", ".png"])
+def test_a_photo_turned_by_exif_with_a_colour_profile_is_turned_and_converted(tmp_path, suffix):
+    """A phone's portrait photo (EXIF orientation 6: turned 90 degrees clockwise to be
+    shown) that also embeds a colour profile is shown upright and converted by it
+    (regression case): the two are applied together, against numpy's turn and the
+    sRGB encoding of linear light by its formula."""
+    from PIL import Image
+
+    ramp = np.tile(np.linspace(0, 255, 48).round().astype(np.uint8), (32, 1))
+    stored = np.stack([ramp, ramp[::-1], np.full_like(ramp, 128)], -1)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = tmp_path / f"portrait{suffix}"
+    options = {".jpg": {"quality": 100}}.get(suffix, {})
+    Image.fromarray(stored).save(path, exif=exif, icc_profile=_linear_light_profile(), **options)
+    light = np.rot90(stored, k=-1) / 255.0
+    want = np.where(light <= 0.0031308, 12.92 * light, 1.055 * light ** (1 / 2.4) - 0.055) * 255
+    info = probe(_item(path))
+    (got,) = decode(_item(path))
+    assert (info.height, info.width, info.rotated) == (48, 32, True)
+    assert _error(got, np.round(want)) < (3 if suffix == ".jpg" else 1)
+
+
 def test_a_profile_that_does_not_read_or_fit_is_passed_over_as_viewers_pass_it(tmp_path):
     """A PNG whose ICC profile is damaged, and a greyscale PNG given an RGB profile: their
     levels are shown as sRGB's, as viewers show them (no error, no other colours)."""
