@@ -436,21 +436,21 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
 
 
 #: APNG's ``dispose_op`` that restores a frame's area to the frame before it, and its
-#: ``blend_op`` that draws a frame over the one before through its alpha
-APNG_DISPOSE_PREVIOUS, APNG_BLEND_OVER = 2, 1
+#: ``blend_op`` values: a frame's pixels replace its area, or are drawn over it by alpha
+APNG_DISPOSE_PREVIOUS, APNG_BLEND_SOURCE, APNG_BLEND_OVER = 2, 0, 1
 
 
 def _blend_apng_frame(image: Any) -> None:
-    """Loads the APNG frame a Pillow image is at, an RGBA frame blended over the frame
-    before (``APNG_BLEND_OP_OVER``) composed by alpha, as the APNG specification, FFmpeg
-    and browsers compose it: Pillow (13) pastes such a frame through its alpha as a mask,
-    half its colour over a transparent pixel where it is half transparent."""
+    """Loads an RGBA APNG frame blended over the frame before (``APNG_BLEND_OP_OVER``)
+    composed by alpha, as the APNG specification, FFmpeg and browsers compose it:
+    Pillow (13) pastes such a frame through its alpha as a mask, half its colour over a
+    transparent pixel where it is half transparent. Other frames are left to Pillow."""
     from PIL import Image
 
     if image.mode != "RGBA" or getattr(image, "blend_op", None) != APNG_BLEND_OVER:
         return
     box = tuple(image.dispose_extent)
-    image.blend_op = 0  # Pillow loads the frame's own pixels into its area alone
+    image.blend_op = APNG_BLEND_SOURCE  # Pillow loads the frame's own pixels alone
     image.load()
     under = image._new(image._prev_im).crop(box)
     composed = Image.alpha_composite(under, image.crop(box))
@@ -476,17 +476,30 @@ def _load_frame(image: Any) -> None:
         image._prev_im = before
 
 
+def _clear_canvas(image: Any) -> None:
+    """Clears the canvas an APNG's first frame is drawn on to transparent black, as the
+    APNG specification starts its animation: Pillow draws it over the still it holds
+    for viewers without APNG (:func:`_hidden_frames`), which showed through."""
+    from PIL import Image
+
+    image.im = Image.core.fill(image.mode, image.size)
+    image._prev_im = image.im.copy()
+
+
 def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:
     """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``
     (after ``hidden`` frames that are none: :func:`_hidden_frames`). An APNG's are read
     through every frame before them, each composed by :func:`_load_frame` (Pillow
-    composes a frame it passes over itself); another file's are sought directly."""
+    composes a frame it passes over itself), from a clear canvas
+    (:func:`_clear_canvas`); another file's are sought directly."""
     from PIL import ImageOps
 
     wanted, pictures = set(order), {}
     steps = range(max(order) + 1) if image.format == "PNG" else sorted(wanted)
     for number in steps:
         image.seek(number + hidden)
+        if hidden and number == 0:
+            _clear_canvas(image)
         _load_frame(image)
         if number in wanted:
             pictures[number] = _rgb(ImageOps.exif_transpose(image), sixteen)

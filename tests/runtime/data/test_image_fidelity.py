@@ -176,7 +176,7 @@ def test_an_apng_s_default_image_outside_its_animation_is_no_frame(tmp_path):
     without APNG: no fcTL before its IDAT) is a clip of its animation's frames alone, as
     browsers and FFmpeg play it: the still was its first frame."""
     import numpy as np
-    from PIL import Image
+    from PIL import Image, PngImagePlugin
 
     written = [np.full((24, 32, 3), (60 * n, 90, 200), np.uint8) for n in range(3)]
     still = Image.new("RGB", (32, 24), (255, 255, 0))
@@ -193,6 +193,16 @@ def test_an_apng_s_default_image_outside_its_animation_is_no_frame(tmp_path):
     got = decode(_item(tmp_path / "a.png"))
     assert all(map(np.array_equal, map(np.asarray, got), written))
     assert np.array_equal(decode(_item(tmp_path / "a.png"), [2])[0], written[2])
+    # the animation starts on a transparent canvas, not over the still: a first frame
+    # transparent but for a red square shows black (its alpha dropped) around it
+    first = Image.new("RGBA", (32, 24), (0, 0, 0, 0))
+    first.paste((200, 30, 30, 255), (0, 0, 8, 8))
+    over = PngImagePlugin.Blend.OP_OVER  # drawn over the canvas by its alpha
+    still.save(
+        tmp_path / "b.png", save_all=True, append_images=[first], default_image=True, blend=over
+    )
+    (got,) = decode(_item(tmp_path / "b.png"))
+    assert np.array_equal(got, np.asarray(first.convert("RGB")))
 
 
 def test_a_half_transparent_apng_frame_is_blended_as_browsers_blend_it(tmp_path):
