@@ -50,6 +50,13 @@ from typing import Any
 
 import numpy as np
 
+from datacentric.data.media_animation import (
+    animation_times,
+    clear_canvas,
+    gif_starts,
+    hidden_frames,
+    load_frame,
+)
 from datacentric.data.media_colours import (
     colour_problem,
     image_rgb,
@@ -372,50 +379,7 @@ def _animation_frames(image: Any) -> int:
     1 (an MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
     if image.format not in ANIMATED_FORMATS:
         return 1
-    return int(getattr(image, "n_frames", 1)) - _hidden_frames(image)
-
-
-def _hidden_frames(image: Any) -> int:
-    """How many of Pillow's frames of an image file, from the first, are no frames of its
-    animation: 1 for an APNG whose plain PNG picture is a still for viewers without APNG
-    (no fcTL before its IDAT; Pillow's ``default_image``), which browsers and FFmpeg
-    never show in the animation; else 0."""
-    hidden = image.format == "PNG" and bool(image.info.get("default_image"))
-    return 1 if hidden and int(getattr(image, "n_frames", 1)) > 1 else 0
-
-
-#: an animation's frame stating this many milliseconds or fewer (or none) is shown for
-#: :data:`FLASH_SHOWN_MS`, as Chromium and Firefox show GIF, APNG and WebP frames
-FLASH_MS, FLASH_SHOWN_MS = 10, 100
-
-
-def _shown_seconds(ms: Any) -> Fraction:
-    """How long browsers show an animation's frame that states ``ms`` milliseconds
-    (None: none stated)."""
-    stated = Fraction(ms or 0).limit_denominator(10**6)
-    return (stated if stated > FLASH_MS else Fraction(FLASH_SHOWN_MS)) / 1000
-
-
-def _gif_starts(starts: list[Any]) -> list[Any]:
-    """A GIF's frame starts from FFmpeg's (which reads a 10 ms delay as 10 ms, 0 as
-    100 ms) as browsers play them (:func:`_shown_seconds`)."""
-    shown = starts[:1]
-    for before, after in zip(starts, starts[1:]):
-        shown.append(shown[-1] + _shown_seconds((Fraction(after) - Fraction(before)) * 1000))
-    return shown
-
-
-def _animation_times(image: Any, frames: int) -> tuple[Fraction, ...]:
-    """Each frame's start in seconds, from the frames' durations in milliseconds (read
-    once a frame is loaded; an APNG's fractions kept; a frame stating none, or 10 ms or
-    less, is shown 100 ms, as browsers show it: :func:`_shown_seconds`)."""
-    start, starts, hidden = Fraction(0), [], _hidden_frames(image)
-    for number in range(frames):
-        image.seek(number + hidden)
-        image.load()
-        starts.append(start)
-        start += _shown_seconds(image.info.get("duration"))
-    return tuple(starts)
+    return int(getattr(image, "n_frames", 1)) - hidden_frames(image)
 
 
 def _probe_image(path: Path, times: bool) -> MediaInfo:
@@ -426,7 +390,7 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
             h, w = _stored_size(image)
             problem = _level_problem(image)
             frames = _animation_frames(image)
-            stamps = _animation_times(image, frames) if times and frames > 1 else None
+            stamps = animation_times(image, frames) if times and frames > 1 else None
     except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
         raise _unreadable_image(path, err) from None
     if problem:
@@ -435,63 +399,12 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
 
 
-#: APNG's ``dispose_op`` that restores a frame's area to the frame before it, and its
-#: ``blend_op`` values: a frame's pixels replace its area, or are drawn over it by alpha
-APNG_DISPOSE_PREVIOUS, APNG_BLEND_SOURCE, APNG_BLEND_OVER = 2, 0, 1
-
-
-def _blend_apng_frame(image: Any) -> None:
-    """Loads an RGBA APNG frame blended over the frame before (``APNG_BLEND_OP_OVER``)
-    composed by alpha, as the APNG specification, FFmpeg and browsers compose it:
-    Pillow (13) pastes such a frame through its alpha as a mask, half its colour over a
-    transparent pixel where it is half transparent. Other frames are left to Pillow."""
-    from PIL import Image
-
-    if image.mode != "RGBA" or getattr(image, "blend_op", None) != APNG_BLEND_OVER:
-        return
-    box = tuple(image.dispose_extent)
-    image.blend_op = APNG_BLEND_SOURCE  # Pillow loads the frame's own pixels alone
-    image.load()
-    under = image._new(image._prev_im).crop(box)
-    composed = Image.alpha_composite(under, image.crop(box))
-    image.im.paste(composed.im, box)
-
-
-def _load_frame(image: Any) -> None:
-    """Loads the frame a Pillow image is at, an APNG frame composed as browsers and
-    FFmpeg compose it. A frame disposed to the frame before it
-    (``APNG_DISPOSE_OP_PREVIOUS``) and blended over it is composed by Pillow (13) into
-    the canvas it keeps to restore from, so the next frame kept its pixels where the
-    frame before shows: that canvas is kept as it was and put back. An RGBA frame
-    blended over the one before is blended by :func:`_blend_apng_frame`."""
-    kept = getattr(image, "_prev_im", None)
-    if image.format != "PNG" or kept is None:
-        image.load()
-        return
-    restore = getattr(image, "dispose_op", None) == APNG_DISPOSE_PREVIOUS
-    before = kept.copy() if restore else None
-    _blend_apng_frame(image)
-    image.load()
-    if restore:
-        image._prev_im = before
-
-
-def _clear_canvas(image: Any) -> None:
-    """Clears the canvas an APNG's first frame is drawn on to transparent black, as the
-    APNG specification starts its animation: Pillow draws it over the still it holds
-    for viewers without APNG (:func:`_hidden_frames`), which showed through."""
-    from PIL import Image
-
-    image.im = Image.core.fill(image.mode, image.size)
-    image._prev_im = image.im.copy()
-
-
 def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:
     """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``
-    (after ``hidden`` frames that are none: :func:`_hidden_frames`). An APNG's are read
-    through every frame before them, each composed by :func:`_load_frame` (Pillow
-    composes a frame it passes over itself), from a clear canvas
-    (:func:`_clear_canvas`); another file's are sought directly."""
+    (after ``hidden`` frames that are none: :mod:`~datacentric.data.media_animation`'s
+    ``hidden_frames``). An APNG's are read through every frame before them, each
+    composed by its ``load_frame`` (Pillow composes a frame it passes over itself),
+    from a clear canvas (``clear_canvas``); another file's are sought directly."""
     from PIL import ImageOps
 
     wanted, pictures = set(order), {}
@@ -499,8 +412,8 @@ def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[
     for number in steps:
         image.seek(number + hidden)
         if hidden and number == 0:
-            _clear_canvas(image)
-        _load_frame(image)
+            clear_canvas(image)
+        load_frame(image)
         if number in wanted:
             pictures[number] = _rgb(ImageOps.exif_transpose(image), sixteen)
     return [pictures[number] for number in order]
@@ -511,7 +424,7 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
     try:
         with _open_image(path) as image:
             problem, sixteen = _level_problem(image), _sixteen_bit(image)
-            frames, hidden = _animation_frames(image), _hidden_frames(image)
+            frames, hidden = _animation_frames(image), hidden_frames(image)
             order = list(range(frames)) if indices is None else indices
             if not problem and all(0 <= i < frames for i in order):
                 return _pictures(image, order, hidden, sixteen) if order else []
@@ -570,7 +483,7 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
             if first is None:
                 raise MediaError("no frame decodes (an empty or unreadable video stream)")
             if times and str(getattr(container.format, "name", "")) == "gif":
-                stamps = _gif_starts(stamps)
+                stamps = gif_starts(stamps)
             problem = mapping_problem(first)  # refused when planned, not when encoded
             if problem:
                 raise MediaError(problem)
