@@ -179,15 +179,7 @@ def _write_model(
     if main and not isinstance(model, (str, Path)):
         save_base(model, folder)
     if tokenizer is None:
-        # a model object: the local folder it was loaded from, as TRL reads it
-        source = folder if isinstance(model, (str, Path)) else _tokenizer_folder(model)
-        if source is None:
-            stop(
-                command,
-                "give processing_class (the tokenizer): the model object was not loaded "
-                "from a local folder that holds one",
-            )
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(command, model))
     if main:
         tokenizer.save_pretrained(inputs / "tokenizer")
     if dist.is_initialized():
@@ -207,6 +199,21 @@ def _model_folder(command: str, model: Any) -> Path | None:
             "give a local folder saved with save_pretrained, or a model object)",
         )
     return Path(model)
+
+
+def tokenizer_source(command: str, model: Any) -> Path:
+    """The folder ``processing_class`` is loaded from when unset, as TRL loads it: the
+    model's folder, or the local folder a model object was loaded from; the script
+    stops when a model object names none that holds a tokenizer."""
+    folder = _model_folder(command, model)  # a folder name: that folder (else it stops)
+    source = folder if folder is not None else _tokenizer_folder(model)
+    if source is None:
+        stop(
+            command,
+            "give processing_class (the tokenizer): the model object was not loaded "
+            "from a local folder that holds one",
+        )
+    return source
 
 
 def _tokenizer_folder(model: Any) -> Path | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from datacentric.integrations.records import (
@@ -20,6 +19,7 @@ from datacentric.integrations.records import (
     is_trl_collator,
     tokenized_records,
 )
+from datacentric.integrations.run_inputs import tokenizer_source
 from datacentric.integrations.session import DropInTrainer
 from datacentric.integrations.stops import ends_in_one_line, refuse_given, stop
 
@@ -136,10 +136,10 @@ def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any)
 
 
 def _with_chat_template(command: str, args: Any, model: Any, processing_class: Any) -> Any:
-    """``processing_class`` (unset: the model folder's) with the template of
-    ``chat_template_path``'s ``.jinja`` or ``.j2`` file, as TRL sets it; another path
-    (TRL clones that model's template, adding its tokens and resizing the embeddings) is
-    refused."""
+    """``processing_class`` (unset: the model's, :func:`.run_inputs.tokenizer_source`)
+    with the template of ``chat_template_path``'s ``.jinja`` or ``.j2`` file, as TRL
+    sets it; another path (TRL clones that model's template, adding its tokens and
+    resizing the embeddings) is refused."""
     path = args.chat_template_path
     if path is None:
         return processing_class
@@ -150,16 +150,11 @@ def _with_chat_template(command: str, args: Any, model: Any, processing_class: A
             "model's template (its tokens added, the embeddings resized) is not supported; "
             "give the template's file",
         )
-    if processing_class is None:
-        if not (isinstance(model, str | os.PathLike) and Path(model).is_dir()):
-            stop(
-                command,
-                f"chat_template_path={path!r}: give processing_class (the tokenizer) to set "
-                "the template on",
-            )
+    if processing_class is None:  # as TRL: the model's own (its folder's, or the
+        # folder a model object was loaded from), as the run would load it
         from transformers import AutoTokenizer
 
-        processing_class = AutoTokenizer.from_pretrained(model)
+        processing_class = AutoTokenizer.from_pretrained(tokenizer_source(command, model))
     try:
         processing_class.chat_template = read_chat_template(path)
     except ValueError as err:

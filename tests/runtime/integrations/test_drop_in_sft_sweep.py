@@ -345,3 +345,38 @@ def test_a_chat_template_file_that_is_no_text_is_one_line(folder, tmp_path, caps
     lines = [line for line in err.splitlines() if line.startswith("datacentric")]
     assert len(lines) == 1, lines
     assert f"chat_template_path={str(template)!r}: not a text file (byte" in lines[0], lines
+
+
+def test_a_template_file_sets_the_template_of_a_model_objects_own_tokenizer(
+    folder, tmp_path
+) -> None:
+    """A model object loaded from a folder, no ``processing_class``, and a
+    ``chat_template_path`` file: TRL loads the folder's tokenizer and sets the file's
+    template on it; so does the drop-in (it was refused: 'give processing_class'), and
+    ``save_model`` writes the template with the tokenizer, as TRL's does."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    template = tmp_path / "template.jinja"
+    template.write_text(TEMPLATE, encoding="utf-8")
+    config = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        assistant_only_loss=True,
+        chat_template_path=str(template),
+    )
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=config,
+        train_dataset=Dataset.from_list(_rows("chat")),
+    )
+    assert trainer.processing_class.chat_template == TEMPLATE
+    trainer.train()
+    trainer.save_model(str(tmp_path / "saved"))
+    assert AutoTokenizer.from_pretrained(tmp_path / "saved").chat_template == TEMPLATE
