@@ -331,3 +331,20 @@ def test_a_still_of_each_kind_shows_the_colours_written(tmp_path, name):
     (got,) = decode(_item(tmp_path / name))
     error = np.abs(np.asarray(got, float) - shown)
     assert error.mean() < 1 and error.max() <= 8, (name, error.mean(), error.max())
+
+
+def test_the_video_extra_asks_for_a_pillow_that_reads_tiffs_as_viewers_show_them():
+    """Pillow before 10.1 leaves a TIFF's EXIF mirror undone and cannot decode a TIFF of
+    several pages ('NoneType' object has no attribute 'seek'), measured with 10.0.1 and
+    9.5.0 first on the path (10.1.0 and later read both as this file's cases and
+    test_media_kinds' orientations want): the ``video`` extra asks for 10.1 or later."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"
+    extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["video"]
+    (pillow,) = [Requirement(r) for r in extra if Requirement(r).name.lower() == "pillow"]
+    assert not pillow.specifier.contains("10.0.1") and not pillow.specifier.contains("9.5.0")
+    assert pillow.specifier.contains("10.1.0")
