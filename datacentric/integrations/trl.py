@@ -39,12 +39,14 @@ INIT_DEFAULTS = {
 PACKED_AS_RUNTIME = ("bfd",)
 
 
-def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_func: Any) -> None:
+def _check_sft_fields(
+    command: str, args: Any, datasets: tuple[Any, Any], formatting_func: Any
+) -> None:
     """Stop (in one line, as ``command``) on the ``SFTConfig`` fields whose value the
     runtime cannot train as TRL does: ``model_init_kwargs`` (:func:`_check_model_init`);
     a ``packing_strategy`` not in :data:`PACKED_AS_RUNTIME` under ``packing``;
-    ``skip_prepare_dataset`` with ``packing``; what the first training row cannot be
-    given (:func:`_check_first_row`)."""
+    ``skip_prepare_dataset`` with ``packing``; what ``datasets`` (``(train_dataset,
+    eval_dataset)``) cannot be given (:func:`_check_datasets`)."""
     _check_model_init(command, args)
     if args.packing and args.packing_strategy not in PACKED_AS_RUNTIME:
         stop(
@@ -60,9 +62,39 @@ def _check_sft_fields(command: str, args: Any, train_dataset: Any, formatting_fu
             "nothing (a step of per_device_train_batch_size rows as given), while the "
             "runtime counts the batch in tokens; set packing=False",
         )
+    _check_datasets(command, args, datasets, formatting_func)
+
+
+def _check_datasets(
+    command: str, args: Any, datasets: tuple[Any, Any], formatting_func: Any
+) -> None:
+    """Stop on ``assistant_only_loss`` with a first training row that is not
+    conversational (TRL checks that row), and on what the first row of the training set
+    and of each held-out set cannot be given (:func:`_check_first_row`: TRL prepares
+    each set alike in its constructor)."""
+    train_dataset, eval_dataset = datasets
     if train_dataset is None:
         stop(command, "give a train_dataset")
-    _check_first_row(command, args, next(iter(train_dataset), None) or {}, formatting_func)
+    first = next(iter(train_dataset), None) or {}
+    if args.assistant_only_loss:
+        from trl.data_utils import is_conversational
+
+        if first and not is_conversational(first):
+            stop(
+                command,
+                "assistant_only_loss=True: the train_dataset is not conversational (its "
+                f"columns: {', '.join(sorted(first))}); the assistant's tokens are marked in "
+                "messages, or in a prompt and completion given as messages; set "
+                "assistant_only_loss=False",
+            )
+    held_out = eval_dataset if isinstance(eval_dataset, dict) else {None: eval_dataset}
+    named = {"train_dataset": train_dataset}
+    for name, dataset in held_out.items():
+        named["eval_dataset" if name is None else f"eval_dataset[{name!r}]"] = dataset
+    for where, dataset in named.items():
+        if dataset is not None:
+            row = next(iter(dataset), None) or {}
+            _check_first_row(command, args, row, formatting_func, where)
 
 
 def _check_model_init(command: str, args: Any) -> None:
@@ -86,28 +118,19 @@ def _check_model_init(command: str, args: Any) -> None:
         )
 
 
-def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any) -> None:
-    """Stop on what TRL refuses of the first training row: one ``skip_prepare_dataset``
-    cannot take as given (:func:`_as_given`); ``assistant_only_loss`` on a row that is
-    not conversational; a text row without ``dataset_text_field``; a ``formatting_func``
-    of prompt-completion rows (TRL trains them unformatted, or raises) or with
+def _check_first_row(
+    command: str, args: Any, first: dict, formatting_func: Any, where: str
+) -> None:
+    """Stop on what TRL refuses of the first row of the dataset ``where`` names: one
+    ``skip_prepare_dataset`` cannot take as given (:func:`_as_given`); a text row
+    without ``dataset_text_field``; a ``formatting_func`` of prompt-completion rows (TRL
+    trains them unformatted, without the EOS, or raises) or with
     ``completion_only_loss``."""
     if _skips_preparation(args) and first:
         try:  # the first row now, each row as the run reads them
             next(_as_given([first]))
         except RecordsError as err:
-            stop(command, f"dataset_kwargs={args.dataset_kwargs!r}: {err}")
-    if args.assistant_only_loss:
-        from trl.data_utils import is_conversational
-
-        if first and not is_conversational(first):
-            stop(
-                command,
-                "assistant_only_loss=True: the train_dataset is not conversational (its "
-                f"columns: {', '.join(sorted(first))}); the assistant's tokens are marked in "
-                "messages, or in a prompt and completion given as messages; set "
-                "assistant_only_loss=False",
-            )
+            stop(command, f"dataset_kwargs={args.dataset_kwargs!r}: {where} {err}")
     if "input_ids" in first:  # TRL: token ids as given, formatting_func unused
         return
     if formatting_func is None:
@@ -115,7 +138,7 @@ def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any)
         if first and not any(k in first for k in known) and "completion" not in first:
             stop(
                 command,
-                f"dataset_text_field={args.dataset_text_field!r}: the train_dataset has no "
+                f"dataset_text_field={args.dataset_text_field!r}: the {where} has no "
                 f"such column, nor messages, a prompt and completion or input_ids (its "
                 f"columns: {', '.join(sorted(first))}); set dataset_text_field",
             )
@@ -123,9 +146,9 @@ def _check_first_row(command: str, args: Any, first: dict, formatting_func: Any)
     if "prompt" in first:
         stop(
             command,
-            "formatting_func with prompt-completion rows: TRL trains their prompt and "
-            "completion, not the formatted text (and refuses it with the completion-only "
-            "loss); give the rows as text, or leave formatting_func unset",
+            f"formatting_func with prompt-completion rows ({where}): TRL trains their "
+            "prompt and completion, not the formatted text (and refuses it with the "
+            "completion-only loss); give the rows as text, or leave formatting_func unset",
         )
     if args.completion_only_loss:
         stop(
@@ -236,7 +259,8 @@ class SFTTrainer(DropInTrainer):
                 self.command,
                 "quantization_config: quantized (QLoRA) training is not supported; leave it unset",
             )
-        _check_sft_fields(self.command, args, train_dataset, formatting_func)
+        datasets = (train_dataset, eval_dataset)
+        _check_sft_fields(self.command, args, datasets, formatting_func)
         processing_class = _with_chat_template(self.command, args, model, processing_class)
         if processing_class is not None:  # a template TRL cannot patch stops here
             _training_template(self.command, args, processing_class)

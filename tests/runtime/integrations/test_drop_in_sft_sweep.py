@@ -314,25 +314,25 @@ def test_each_sft_field_trains_as_trl_or_is_refused(folder, tmp_path, case, caps
         torch.testing.assert_close(tensor, want_weights[name], rtol=0, atol=5e-5, msg=name)
 
 
+def _one_step(out: Path, **fields):
+    """An ``SFTConfig`` of one step on the CPU into ``out``, with ``fields``."""
+    from trl import SFTConfig
+
+    return SFTConfig(output_dir=str(out), max_steps=1, report_to="none", use_cpu=True, **fields)
+
+
 def test_a_chat_template_file_that_is_no_text_is_one_line(folder, tmp_path, capsys) -> None:
     """A template file in Latin-1 is refused in one line naming ``chat_template_path`` and
     the byte, where the line said only "SFTTrainer(): 'utf-8' codec can't decode ...";
     the file is read as a text file (regular files only, a byte-order mark left out)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig
 
     from datacentric.integrations.trl import SFTTrainer
 
     template = tmp_path / "template.jinja"
     template.write_bytes(TEMPLATE.replace("{%", "{# caf\xe9 #}{%", 1).encode("latin-1"))
-    config = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1,
-        report_to="none",
-        use_cpu=True,
-        chat_template_path=str(template),
-    )
+    config = _one_step(tmp_path / "out", chat_template_path=str(template))
     with pytest.raises(SystemExit) as stopped:
         SFTTrainer(
             model=AutoModelForCausalLM.from_pretrained(folder),
@@ -356,17 +356,13 @@ def test_a_template_file_sets_the_template_of_a_model_objects_own_tokenizer(
     ``save_model`` writes the template with the tokenizer, as TRL's does."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig
 
     from datacentric.integrations.trl import SFTTrainer
 
     template = tmp_path / "template.jinja"
     template.write_text(TEMPLATE, encoding="utf-8")
-    config = SFTConfig(
-        output_dir=str(tmp_path / "out"),
-        max_steps=1,
-        report_to="none",
-        use_cpu=True,
+    config = _one_step(
+        tmp_path / "out",
         save_strategy="no",
         assistant_only_loss=True,
         chat_template_path=str(template),
@@ -380,3 +376,45 @@ def test_a_template_file_sets_the_template_of_a_model_objects_own_tokenizer(
     trainer.train()
     trainer.save_model(str(tmp_path / "saved"))
     assert AutoTokenizer.from_pretrained(tmp_path / "saved").chat_template == TEMPLATE
+
+
+def _text_or_title(row: dict) -> str:
+    """A formatting function of text rows and of prompt-completion rows."""
+    return _quoted(row) if "text" in row else _title(row)
+
+
+@pytest.mark.parametrize(
+    "field, train, held_out, fields, given",
+    [
+        # TRL trains the eval rows' prompt and completion, with no EOS: it was added here
+        ("formatting_func", "text", "prompt", {}, {"formatting_func": _text_or_title}),
+        # TRL refuses eval rows with masks but no labels in its constructor
+        ("dataset_kwargs", "tokens", "masked", {"dataset_kwargs": SKIP}, {}),
+    ],
+)
+def test_the_held_out_set_is_checked_as_the_training_set(
+    folder, tmp_path, capsys, field, train, held_out, fields, given
+) -> None:
+    """What the constructor refuses of the training set's first row it refuses of the
+    held-out set's, naming ``eval_dataset``: a ``formatting_func`` of prompt-completion
+    rows gave a held-out loss other than TRL's (the EOS added), masks with no labels
+    under ``skip_prepare_dataset`` stopped only in ``train()``."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    config = _one_step(tmp_path / "out", eval_strategy="steps", eval_steps=1, **fields)
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=config,
+            train_dataset=Dataset.from_list(_rows(train)),
+            eval_dataset={"held": Dataset.from_list(_rows(held_out))},
+            processing_class=AutoTokenizer.from_pretrained(folder),
+            **given,
+        )
+    assert stopped.value.code == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("datacentric")]
+    assert len(lines) == 1 and lines[0].startswith(f"datacentric SFTTrainer: {field}"), lines
+    assert "eval_dataset['held']" in lines[0], lines
