@@ -137,11 +137,15 @@ def _earlier_records(
     and how many clips are encoded again because an earlier reading of the media
     (another :data:`~datacentric.data.media_decode.READING_REVISION`, or none stated:
     an earlier version) encoded them, said in one line: kept, their latents would mix
-    two readings of the files in one dataset."""
+    two readings of the files in one dataset. A file skipped before it is encoded whose
+    record gives another reason (an earlier version's wording) is recorded again with
+    this version's, as a fresh ``prepare`` reports it (nothing encoded)."""
     done: dict[int, dict[str, Any] | None] = {}
     earlier: dict[str, Any] = {}  # the clips' names -> the reading that encoded them
     for task in mine:
         record = _done_record(out, task)
+        if record is not None and task.plan is None and record.get("skipped") != task.skip:
+            record = None  # recorded again with this version's reason
         if record is not None and task.plan is not None:
             reading = record.get("reading", 0)
             if reading != READING_REVISION:

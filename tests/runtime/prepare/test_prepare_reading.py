@@ -91,3 +91,36 @@ def test_a_resume_encodes_again_what_an_earlier_reading_encoded(tmp_path, monkey
     assert counts == (0, 2, 0)
     assert "again" not in capsys.readouterr().err
     assert stamps == {p: p.stat().st_mtime_ns for p in (out / "latents").iterdir()}
+
+
+def test_a_resume_gives_the_reason_this_reading_skips_a_file_for(tmp_path, capsys):
+    """A file skipped before it is encoded (here one that does not read) is reported with
+    the reason this version gives, as a fresh prepare reports it, where an earlier
+    version's record states another (this release words many reasons anew): the resume
+    kept the earlier reason in ``prepare_report.json``. Nothing is encoded again."""
+    pipe = save_wan_pipeline(tmp_path / "pipe")
+    media = write_media(tmp_path / "media", CLIPS)
+    (media.parent / "broken.mp4").write_bytes(b"no video here")
+    with open(media, "a", encoding="utf-8") as listing:
+        listing.write("broken.mp4,a dog runs\n")
+
+    def job(name: str) -> PrepareJob:
+        return PrepareJob(pipeline=str(pipe), media=str(media), out=str(tmp_path / name))
+
+    fresh = prepare(job("fresh"))
+    prepare(job("resumed"))
+    out = tmp_path / "resumed"
+    (path,) = (out / ".prepare" / "records").glob("broken-*.json")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record.pop("reading")
+    path.write_text(json.dumps({**record, "skipped": "an earlier version's reason"}))
+    capsys.readouterr()
+    resumed = prepare(job("resumed"))
+    assert [s["reason"] for s in resumed["skipped_files"]] == [
+        s["reason"] for s in fresh["skipped_files"]
+    ]
+    assert len(fresh["skipped_files"]) == 1
+    counts = (resumed["encoded"], resumed["already_done"], resumed["encoded_again"])
+    assert counts == (0, 2, 0) and "again" not in capsys.readouterr().err
+    assert json.loads(path.read_text(encoding="utf-8"))["reading"] == READING_REVISION
+    assert _files(out) == _files(tmp_path / "fresh")
