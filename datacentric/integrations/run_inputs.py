@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from datacentric.integrations.arguments import ArgumentsError, training_settings
 from datacentric.integrations.outputs import run_folder, save_base
-from datacentric.integrations.records import write_records
+from datacentric.integrations.records import record_lengths, write_records
 from datacentric.integrations.stops import stop
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import build_sections
@@ -67,23 +67,31 @@ def write_inputs(
         stop(command, "train_dataset: no record has a token with loss")
     if not isinstance(sets, dict):
         sets = {} if sets is None else {None: sets}
-    held, files, samples, longest = {}, {}, {}, max(len(r["input_ids"]) for r in train)
+    held, files = {}, {}
     for index, (name, dataset) in enumerate(sets.items()):
         prefix = "eval" if name is None else f"eval_{name}"
         held[prefix] = records(dataset, tokenizer)
         if not held[prefix]:
             stop(command, f"eval_dataset {name or ''}: no record has a token with loss")
         files[prefix] = inputs / f"eval{'' if name is None else f'-{index}'}.jsonl"
-        samples[prefix] = len(held[prefix])
-        longest = max(longest, *(len(r["input_ids"]) for r in held[prefix]))
     if main:
         write_records(train, inputs / "train.jsonl")
         for prefix, rows in held.items():
             write_records(rows, files[prefix])
     if dist.is_initialized():
         dist.barrier()
-    tokens = tuple(len(r["input_ids"]) for r in train)
+    tokens = _lengths(train, inputs / "train.jsonl", main)
+    held_tokens = {prefix: _lengths(rows, files[prefix], main) for prefix, rows in held.items()}
+    samples = {prefix: len(counts) for prefix, counts in held_tokens.items()}
+    longest = max(tokens + tuple(n for counts in held_tokens.values() for n in counts))
     return RunInputs(inputs, model_dir, tokenizer, tokens, files, samples, longest)
+
+
+def _lengths(rows: list[dict[str, list[int]]], path: Path, main: bool) -> tuple[int, ...]:
+    """The tokens of each record the run reads at ``path``: ``rows`` on rank 0, which
+    wrote them; on another rank, read back (a ``formatting_func`` may draw at random, and
+    a rank's own records would plan other lengths than the run reads: out of step)."""
+    return tuple(len(r["input_ids"]) for r in rows) if main else record_lengths(path)
 
 
 def run_settings(

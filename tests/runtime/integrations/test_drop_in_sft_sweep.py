@@ -418,3 +418,43 @@ def test_the_held_out_set_is_checked_as_the_training_set(
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("datacentric")]
     assert len(lines) == 1 and lines[0].startswith(f"datacentric SFTTrainer: {field}"), lines
     assert "eval_dataset['held']" in lines[0], lines
+
+
+def test_every_rank_plans_from_the_records_rank_0_wrote(folder, tmp_path) -> None:
+    """A ``formatting_func`` that draws at random gives each rank other records; the run
+    reads rank 0's, so every rank takes their lengths (a rank planning from its own fell
+    out of step: under torchrun, 2 ranks, 'Connection closed by peer' in step 1)."""
+    import random
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from datacentric.integrations.run_inputs import write_inputs
+    from datacentric.integrations.trl import SFTTrainer
+
+    def drawn(row: dict) -> str:  # a system line or none, drawn per row
+        return random.choice(["", "you are kind " * 6]) + row["text"]
+
+    rows = Dataset.from_list(_rows("text") * 4)
+    trainer = SFTTrainer(
+        model=str(folder),
+        args=_one_step(tmp_path / "out"),
+        train_dataset=rows,
+        eval_dataset=rows,
+        processing_class=AutoTokenizer.from_pretrained(folder),
+        formatting_func=drawn,
+    )
+    planned = []
+    for rank in (0, 1):
+        random.seed(rank)  # each rank's own draws
+        inputs = write_inputs(
+            "SFTTrainer",
+            str(tmp_path / "out"),
+            str(folder),
+            trainer.processing_class,
+            (rows, rows),
+            trainer.records,
+            main=rank == 0,
+        )
+        planned.append((inputs.train_tokens, inputs.eval_samples, inputs.longest))
+    assert planned[1] == planned[0]
