@@ -458,3 +458,27 @@ def test_every_rank_plans_from_the_records_rank_0_wrote(folder, tmp_path) -> Non
         )
         planned.append((inputs.train_tokens, inputs.eval_samples, inputs.longest))
     assert planned[1] == planned[0]
+
+
+def test_assistant_only_loss_with_no_chat_template_is_one_line(folder, tmp_path, capsys) -> None:
+    """A tokenizer with no chat template under ``assistant_only_loss``: one line naming
+    the missing template, as transformers words it (TRL's template lookup raised
+    TypeError on None: an internal-error line)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = None
+    with pytest.raises(SystemExit) as stopped:
+        SFTTrainer(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=_one_step(tmp_path / "out", assistant_only_loss=True),
+            train_dataset=Dataset.from_list(_rows("chat")),
+            processing_class=tokenizer,
+        ).train()
+    assert stopped.value.code == 2
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("datacentric")]
+    assert len(lines) == 1 and "internal error" not in lines[0], lines
+    assert "chat_template" in lines[0], lines
