@@ -164,10 +164,35 @@ def run(args: argparse.Namespace) -> int:
         f"{report['already_done']} already done, {report['skipped']} skipped: see "
         f"{args.out}/prepare_report.json)"
     )
-    note = dropped_note(report, args.media, args.out)
-    if note:
+    notes = [*pages_notes(report, args.out), dropped_note(report, args.media, args.out)]
+    for note in filter(None, notes):
         say("prepare", note)
     return 0
+
+
+#: the TIFFs of several pages named one a line at the end of a run; more are counted
+PAGES_NAMED = 10
+
+
+def pages_notes(report: dict, out: str) -> list[str]:
+    """A note on each TIFF of several pages ``report`` lists (its first page alone is
+    trained), the first :data:`PAGES_NAMED` by name and the others counted."""
+    paged = report.get("pages_left_out") or []
+    notes = [
+        f"note: {entry['source']}: a TIFF of {entry['pages']} pages trains its first page "
+        f"alone; page{'' if entry['pages'] == 2 else 's'} {entry['left_out']} "
+        f"{'is' if entry['pages'] == 2 else 'are'} left out (split its pages into files, "
+        "each with its caption, to train them)"
+        for entry in paged[:PAGES_NAMED]
+    ]
+    if len(paged) > PAGES_NAMED:
+        more = len(paged) - PAGES_NAMED
+        notes.append(
+            f"note: {counted(more, 'more TIFF')} of several pages "
+            f"{'trains its' if more == 1 else 'train their'} first page alone: see "
+            f"pages_left_out in {out}/prepare_report.json"
+        )
+    return notes
 
 
 def dropped_note(report: dict, media: str, out: str) -> str | None:

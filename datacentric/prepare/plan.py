@@ -146,6 +146,8 @@ class Task:
     """The caption is longer than the text encoder takes (truncated, counted)."""
     duplicate_of: str | None = None
     """Where the same path and caption were listed first (this copy is not a sample)."""
+    pages: int = 1
+    """A TIFF's pages: its first alone is encoded, the others are named in the report."""
 
     @property
     def cost(self) -> int:
@@ -251,6 +253,26 @@ def plan_task(
     return Task(item, plan, None, stamp=stamp)
 
 
+def tiff_pages(path: Path) -> int:
+    """The pages of a TIFF file (1 for any other file, or a TIFF Pillow cannot open:
+    its reading names that)."""
+    if path.suffix.lower() not in (".tif", ".tiff"):
+        return 1
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            return int(getattr(image, "n_frames", 1))
+    except Exception:  # noqa: BLE001 - the decoder says why it does not read
+        return 1
+
+
+def _with_pages(task: Task) -> Task:
+    """``task`` with its file's pages stated, when it is a TIFF of several encoded."""
+    pages = 1 if task.plan is None else tiff_pages(task.item.path)
+    return task if pages == 1 else replace(task, pages=pages)
+
+
 def assign_ranks(tasks: list[Task], world: int) -> PreparePlan:
     """Each task's rank: largest cost first, to the rank with the least cost so far."""
     costs = np.array([[float(t.cost)] for t in tasks]).reshape(len(tasks), 1)
@@ -265,7 +287,7 @@ def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -
     items = read_media_source(job.media)
     buckets = BucketConfig.load(job.bucket_config) if job.bucket_config else None
     seen: dict[str, str] = {}
-    tasks = [plan_task(item, geometry, buckets, job, tokens, seen) for item in items]
+    tasks = [_with_pages(plan_task(item, geometry, buckets, job, tokens, seen)) for item in items]
     if not any(task.plan for task in tasks):
         first = tasks[0]
         unit, plural = media_unit(items)

@@ -279,7 +279,7 @@ def encode_rank(
 def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict[str, Any]:
     """The manifest (samples in source order) and ``prepare_report.json``; the report."""
     out = Path(job.out).expanduser()
-    lines, skipped, truncated, rotated = [], [], 0, 0
+    lines, skipped, truncated, rotated, paged = [], [], 0, 0, []
     for task in plan.tasks:
         if task.duplicate_of is not None:
             where = task.item.where
@@ -295,6 +295,8 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
             )
             continue
         truncated += task.truncate
+        if task.pages > 1:  # its first page alone is a sample
+            paged.append(_pages_entry(task))
         for name, window in zip(_sample_names(task), task.plan.windows):
             rotated += task.plan.rotated
             entry = {
@@ -325,6 +327,7 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
         "skipped": len(skipped),
         "duplicates": sum(task.duplicate_of is not None for task in plan.tasks),
         "skipped_files": skipped,
+        "pages_left_out": paged,
         "captions_truncated": truncated,
         "rotated": rotated,
         "world": plan.world,
@@ -334,6 +337,17 @@ def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict
     _write_json(out / REPORT, report)
     _write_atomic(out / MANIFEST, ("\n".join(lines) + "\n" if lines else "").encode())
     return report
+
+
+def _pages_entry(task: Task) -> dict[str, Any]:
+    """A TIFF of several pages in ``prepare_report.json``: its pages, those left out."""
+    left_out = "2" if task.pages == 2 else f"2-{task.pages}"
+    return {
+        "source": task.item.source,
+        "where": task.item.where,
+        "pages": task.pages,
+        "left_out": left_out,
+    }
 
 
 def _earlier_run(out: Path) -> tuple[set[str], str | None]:
