@@ -13,7 +13,8 @@ its frames as RGB pictures (:func:`decode`).
   clip's frame count is its stream's when the container states one, else the frames
   that decode (Matroska and WebM state none; an AVI states its frame slots, a picture
   held over a gap counted again). A clip cut before its first keyframe
-  plays from that keyframe, as players show it.
+  plays from that keyframe, as players show it. An interlaced clip is deinterlaced as
+  players show it (FFmpeg's ``bwdif``, one frame per frame: :func:`_deinterlaced`).
 - Colours are the file's, as players show them on an ordinary display
   (:mod:`datacentric.data.media_colours`): each frame is converted to RGB by the colour
   matrix and range it states (BT.709 or BT.601, limited or full range; PyAV 17 or
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import itertools
 import re
 import warnings
 from collections.abc import Iterator
@@ -73,9 +75,10 @@ from datacentric.progress import counted
 #: edit lists, the shown stream, colours by matrix and range, HDR mapped to BT.709, ICC
 #: profiles, 16-bit greyscale; 2: an APNG's frames as browsers compose them (a frame
 #: after one disposed to the frame before it; a half-transparent frame blended by its
-#: alpha; no still outside the animation) (0: the records of earlier versions, which
+#: alpha; no still outside the animation); 3: an interlaced clip's frames deinterlaced as
+#: players show them (:func:`_deinterlaced`) (0: the records of earlier versions, which
 #: state none).
-READING_REVISION = 2
+READING_REVISION = 3
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
 IMAGE_PLUGINS = {
     ".heic": ("pillow_heif", "pip install pillow-heif"),
@@ -374,6 +377,59 @@ class _Frames:
                     raise
 
 
+#: a stream's field orders that are interlaced (FFmpeg's ``AVFieldOrder``: TT, BB, TB, BT)
+INTERLACED_ORDERS = (2, 3, 4, 5)
+#: FFmpeg's deinterlacer, as players show an interlaced clip: one frame per frame, at the
+#: clip's rate, by its field order; only frames that say they are interlaced
+DEINTERLACER = ("bwdif", "mode=send_frame:parity=auto:deint=interlaced")
+
+
+def _pulled(graph: Any) -> Iterator[Any]:
+    """The frames a filter graph holds ready."""
+    import av
+
+    while True:
+        try:
+            yield graph.vpull()
+        except (av.BlockingIOError, av.EOFError):
+            return
+
+
+def _deinterlaced(frames: Iterator[Any], stream: Any) -> Iterator[Any]:
+    """A stream's decoded frames as players show them: an interlaced clip's (its field
+    order, or its first frame, says so) through FFmpeg's deinterlacer
+    (:data:`DEINTERLACER`), the same frames at the same times with each field's lines
+    filled from its own instant, not two instants woven into combs; a progressive
+    clip's as decoded."""
+    import av.filter
+
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None:
+        return
+    order = int(getattr(stream.codec_context, "field_order", 0) or 0)
+    if not first.interlaced_frame and order not in INTERLACED_ORDERS:
+        yield first
+        yield from frames
+        return
+    graph = av.filter.Graph()
+    source = graph.add_buffer(
+        width=first.width,
+        height=first.height,
+        format=first.format,
+        time_base=first.time_base or stream.time_base,
+    )
+    deinterlacer, sink = graph.add(*DEINTERLACER), graph.add("buffersink")
+    source.link_to(deinterlacer)
+    deinterlacer.link_to(sink)
+    graph.configure()
+    for frame in itertools.chain([first], frames):
+        graph.vpush(frame)
+        yield from _pulled(graph)
+    graph.vpush(None)
+    yield from _pulled(graph)
+
+
 def _animation_frames(image: Any) -> int:
     """The frames of an image file: an animated WebP's, PNG's (APNG) or AVIF's all, else
     1 (an MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
@@ -515,7 +571,7 @@ def decode(item: MediaItem, indices: list[int] | None = None) -> list[Any]:
         with container:
             aspect = _pixel_aspect(stream)  # the stream's, read once
             reformatter = VideoReformatter()  # one for the clip: its scaler's map kept
-            for frame in _Frames(container, stream):
+            for frame in _deinterlaced(_Frames(container, stream), stream):
                 if wanted is None or decoded in wanted:
                     image = _square_pixels(_picture(frame, reformatter), aspect)
                     frames[decoded] = _upright(image, _display_turns(frame, stream))
