@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from datacentric.cli.flag_groups import (
     add_json_flag,
@@ -126,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if missing:
         raise ValueError(f"{', '.join(missing)}: required (see datacentric prepare --help)")
     check_out_folder(args.out)
+    check_pipeline_folder(args.pipeline)  # these before torch and the first line
+    check_media_flag(args.media)
     world = 1 if args.world is None else args.world
     announce(  # before torch and the pipeline load
         "prepare",
@@ -193,6 +196,46 @@ def pages_notes(report: dict, out: str) -> list[str]:
             f"pages_left_out in {out}/prepare_report.json"
         )
     return notes
+
+
+def check_pipeline_folder(folder: str) -> None:
+    """``--pipeline``, refused in one line when it is no folder or holds no
+    ``model_index.json`` (what its reading checks further needs torch)."""
+    path = Path(folder).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(
+            f"--pipeline {folder}: not a folder; name a diffusers pipeline folder "
+            "(model_index.json, as save_pretrained writes it)"
+        )
+    if not (path / "model_index.json").is_file():
+        raise ValueError(
+            f"--pipeline {folder}: no model_index.json (a diffusers pipeline folder, as "
+            "save_pretrained writes it)"
+        )
+
+
+#: the suffixes of a media list (``read_media_source`` reads a ``.json`` one too)
+LIST_SUFFIXES = (".csv", ".jsonl", ".json")
+
+
+def check_media_flag(media: str) -> None:
+    """``--media``, refused in one line when it does not exist, is an empty folder, or is
+    a file that is no list (a single clip or image); what its reading finds further is
+    said after the first line."""
+    path = Path(media).expanduser()
+    if path.is_dir():
+        if not any(path.iterdir()):
+            raise ValueError(
+                f"--media {media}: an empty folder; put clips or images in it, each with "
+                "its caption in NAME.txt beside it, or name a .csv or .jsonl list"
+            )
+    elif not path.exists():
+        raise ValueError(f"--media {media}: no such file or folder")
+    elif path.suffix.lower() not in LIST_SUFFIXES:
+        raise ValueError(
+            f"--media {media}: not a .csv or .jsonl list nor a folder; put a single clip "
+            "or image in a folder with its caption in NAME.txt beside it, and name the folder"
+        )
 
 
 def dropped_note(report: dict, media: str, out: str) -> str | None:
