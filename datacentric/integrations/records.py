@@ -168,11 +168,3 @@ def write_records(records: list[dict[str, list[int]]], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     tmp.replace(path)
-
-
-def record_lengths(path: Path) -> tuple[int, ...]:
-    """The tokens of each record of the JSONL :func:`write_records` wrote at ``path``."""
-    from datacentric.data.text_file import read_text_file
-
-    text = read_text_file(path, str(path), "the records of write_records")
-    return tuple(len(json.loads(line)["input_ids"]) for line in text.split("\n") if line)

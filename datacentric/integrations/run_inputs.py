@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from datacentric.integrations.arguments import ArgumentsError, training_settings
 from datacentric.integrations.outputs import run_folder, save_base
-from datacentric.integrations.records import record_lengths, write_records
+from datacentric.integrations.records import write_records
 from datacentric.integrations.stops import stop
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import build_sections
@@ -78,20 +78,29 @@ def write_inputs(
         write_records(train, inputs / "train.jsonl")
         for prefix, rows in held.items():
             write_records(rows, files[prefix])
-    if dist.is_initialized():
-        dist.barrier()
-    tokens = _lengths(train, inputs / "train.jsonl", main)
-    held_tokens = {prefix: _lengths(rows, files[prefix], main) for prefix, rows in held.items()}
+    tokens, held_tokens = _rank_0_lengths(train, held)
     samples = {prefix: len(counts) for prefix, counts in held_tokens.items()}
     longest = max(tokens + tuple(n for counts in held_tokens.values() for n in counts))
     return RunInputs(inputs, model_dir, tokenizer, tokens, files, samples, longest)
 
 
-def _lengths(rows: list[dict[str, list[int]]], path: Path, main: bool) -> tuple[int, ...]:
-    """The tokens of each record the run reads at ``path``: ``rows`` on rank 0, which
-    wrote them; on another rank, read back (a ``formatting_func`` may draw at random, and
-    a rank's own records would plan other lengths than the run reads: out of step)."""
-    return tuple(len(r["input_ids"]) for r in rows) if main else record_lengths(path)
+def _rank_0_lengths(
+    train: list[dict[str, list[int]]], held: dict[str, list[dict[str, list[int]]]]
+) -> tuple[tuple[int, ...], dict[str, tuple[int, ...]]]:
+    """The tokens of each training record and of each held-out set's, as rank 0 has
+    them: the records the run reads are the ones rank 0 wrote, and every rank plans from
+    them (a ``formatting_func`` may draw at random: a rank's own records would plan other
+    lengths than the run reads, and the ranks fall out of step). Collective: every rank
+    waits for rank 0's files."""
+    lengths = (
+        tuple(len(r["input_ids"]) for r in train),
+        {prefix: tuple(len(r["input_ids"]) for r in rows) for prefix, rows in held.items()},
+    )
+    if not dist.is_initialized():
+        return lengths
+    box = [lengths]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def run_settings(

@@ -420,43 +420,55 @@ def test_the_held_out_set_is_checked_as_the_training_set(
     assert "eval_dataset['held']" in lines[0], lines
 
 
-def test_every_rank_plans_from_the_records_rank_0_wrote(folder, tmp_path) -> None:
-    """A ``formatting_func`` that draws at random gives each rank other records; the run
-    reads rank 0's, so every rank takes their lengths (a rank planning from its own fell
-    out of step: under torchrun, 2 ranks, 'Connection closed by peer' in step 1)."""
+def _drawn(row: dict) -> str:
+    """A formatting function that draws at random: a system line or none, per row."""
     import random
 
+    return random.choice(["", "you are kind " * 6]) + row["text"]
+
+
+def _planned_on_rank(folder: Path, out: Path) -> tuple:
+    """(training record lengths, held-out samples, longest) as this rank plans the run,
+    its ``formatting_func`` drawing from a seed of its own rank."""
+    import random
+
+    import torch.distributed as dist
     from datasets import Dataset
     from transformers import AutoTokenizer
 
     from datacentric.integrations.run_inputs import write_inputs
     from datacentric.integrations.trl import SFTTrainer
 
-    def drawn(row: dict) -> str:  # a system line or none, drawn per row
-        return random.choice(["", "you are kind " * 6]) + row["text"]
-
     rows = Dataset.from_list(_rows("text") * 4)
     trainer = SFTTrainer(
         model=str(folder),
-        args=_one_step(tmp_path / "out"),
+        args=_one_step(out),
         train_dataset=rows,
         eval_dataset=rows,
         processing_class=AutoTokenizer.from_pretrained(folder),
-        formatting_func=drawn,
+        formatting_func=_drawn,
     )
-    planned = []
-    for rank in (0, 1):
-        random.seed(rank)  # each rank's own draws
-        inputs = write_inputs(
-            "SFTTrainer",
-            str(tmp_path / "out"),
-            str(folder),
-            trainer.processing_class,
-            (rows, rows),
-            trainer.records,
-            main=rank == 0,
-        )
-        planned.append((inputs.train_tokens, inputs.eval_samples, inputs.longest))
+    random.seed(dist.get_rank())
+    inputs = write_inputs(
+        "SFTTrainer",
+        str(out),
+        str(folder),
+        trainer.processing_class,
+        (rows, rows),
+        trainer.records,
+        main=dist.get_rank() == 0,
+    )
+    return inputs.train_tokens, inputs.eval_samples, inputs.longest
+
+
+def test_every_rank_plans_from_the_records_rank_0_wrote(folder, tmp_path) -> None:
+    """A ``formatting_func`` that draws at random gives each rank other records; the run
+    reads rank 0's, so every rank takes their lengths (2 spawned ranks; a rank planning
+    from its own fell out of step: under torchrun, 'Connection closed by peer' in step
+    1)."""
+    from datacentric.parallel.launch import spawn
+
+    planned = spawn(_planned_on_rank, 2, folder, tmp_path / "out", timeout_s=120)
     assert planned[1] == planned[0]
 
 
