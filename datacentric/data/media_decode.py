@@ -495,14 +495,30 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
 SLOT_COUNTS = ("avi",)
 
 
+def _demuxed_pictures(container: Any, stream: Any) -> int:
+    """The pictures of a slot-counting stream (:data:`SLOT_COUNTS`) told without decoding
+    them: its packets that hold data, for an intra-only codec (MJPEG, DV, raw, HuffYUV,
+    Ut Video, ProRes), where each such packet is one picture; 0 (decode them to count)
+    for another: an MPEG-4 Part 2 packet (Xvid, DivX) may hold a VOP "not coded" (a
+    dropped frame, 6 bytes), which decodes to no frame, and an H.264 one a lone field."""
+    import av
+
+    if not getattr(stream.codec_context.codec, "intra_only", False):
+        return 0
+    with av.open(container.name) as again:
+        packets = again.demux(again.streams[stream.index])
+        return sum(1 for packet in packets if packet.size)
+
+
 def _stated_frames(stream: Any, container: Any) -> int:
     """The frames a video stream's container states, where they are the frames that play;
     0 (count them as they decode) where it states none, where it counts frame slots
-    (:data:`SLOT_COUNTS`), or more than its duration holds at its frame rate: an MP4
-    or MOV cut without re-encoding, whose edit list trims frames that FFmpeg (and every
-    player) then never shows."""
+    (:data:`SLOT_COUNTS`) of a codec whose packets do not tell its pictures
+    (:func:`_demuxed_pictures`), or more than its duration holds at its frame rate: an
+    MP4 or MOV cut without re-encoding, whose edit list trims frames that FFmpeg (and
+    every player) then never shows."""
     if str(getattr(container.format, "name", "")) in SLOT_COUNTS:
-        return 0
+        return _demuxed_pictures(container, stream)
     stated = int(stream.frames or 0)
     duration, base, rate = stream.duration, stream.time_base, stream.average_rate
     if stated and duration and base and rate and stated > round(duration * base * rate):
@@ -515,7 +531,8 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
     GIF), else the frames that decode (Matroska and WebM keep no per-stream count; an
-    AVI counts frame slots; an edit list that trims frames: :func:`_stated_frames`);
+    AVI counts frame slots, its packets tell an intra-only codec's pictures; an edit
+    list that trims frames: :func:`_stated_frames`);
     its size and rotation are those of its first decoded frame. With ``times``, every
     frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():

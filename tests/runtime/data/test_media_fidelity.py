@@ -339,9 +339,11 @@ def test_a_clip_stating_no_matrix_is_converted_by_the_one_players_guess(
     assert _error(got, _yuv_to_rgb(planes, False, matrix)) < 0.05
 
 
-def _write_timed(path: Path, container_format: str, codec: str, ticks: list[int]) -> list:
-    """A 32 x 48 clip of lossless 4:4:4 frames at ``ticks`` (eighths of a second, uneven
-    where they skip); the frames written."""
+def _write_timed(
+    path: Path, container_format: str, codec: str, ticks: list[int], pixels: str = "yuv444p"
+) -> list:
+    """A 32 x 48 clip of frames at ``ticks`` (eighths of a second, uneven where they
+    skip), lossless 4:4:4 unless ``pixels`` says otherwise; the frames written."""
     from fractions import Fraction
 
     import av
@@ -349,7 +351,7 @@ def _write_timed(path: Path, container_format: str, codec: str, ticks: list[int]
     written = wave_frames(len(ticks), 32, 48)
     with av.open(str(path), "w", format=container_format) as container:
         stream = container.add_stream(codec, rate=8)
-        stream.width, stream.height, stream.pix_fmt = 48, 32, "yuv444p"
+        stream.width, stream.height, stream.pix_fmt = 48, 32, pixels
         stream.options = dict(H264_GOP4) if codec == "libx264" else {}
         stream.codec_context.time_base = Fraction(1, 8)
         for tick, pixels in zip(ticks, written):
@@ -677,3 +679,64 @@ def test_an_interlaced_clip_is_deinterlaced_as_players_show_it(tmp_path):
     assert max(_error(w, s) for w, s in zip(woven, shown)) > 3  # the combs bwdif fills
     assert all(_error(g, s) < 0.5 for g, s in zip(got, shown))
     assert np.array_equal(np.asarray(decode(item, [5])[0]), np.asarray(got[5]))
+
+
+def _not_coded_avi(path: Path, source: Path, dropped: tuple[int, ...]) -> int:
+    """``source``'s MPEG-4 AVI written again with a VOP "not coded" (a 6-byte packet, as
+    Xvid writes a dropped frame: P, time increment 1 of 3 bits, vop_coded 0) after each
+    packet of ``dropped``; the packets written."""
+    from fractions import Fraction
+
+    import av
+
+    not_coded = bytes([0, 0, 1, 0xB6, 0x53, 0x3F])
+    with av.open(str(source)) as container:
+        stream = container.streams.video[0]
+        width, height = stream.width, stream.height
+        extradata = stream.codec_context.extradata
+        coded = [(bytes(p), p.is_keyframe) for p in container.demux(stream) if p.size]
+    chunks = []
+    for number, chunk in enumerate(coded):
+        chunks += [chunk, (not_coded, False)] if number in dropped else [chunk]
+    with av.open(str(path), "w", format="avi") as container:
+        stream = container.add_stream("mpeg4", rate=8)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.codec_context.extradata = extradata
+        for tick, (data, keyframe) in enumerate(chunks):
+            packet = av.Packet(data)
+            packet.pts = packet.dts = tick
+            packet.time_base, packet.stream = Fraction(1, 8), stream
+            packet.is_keyframe = keyframe
+            container.mux(packet)
+    return len(chunks)
+
+
+def test_an_avi_of_an_intra_only_codec_is_probed_without_decoding_its_frames(tmp_path, monkeypatch):
+    """An AVI's header counts frame slots, so probe counted its pictures by decoding
+    them all (a long AVI decoded twice: to probe and to encode). Of an intra-only codec
+    (MJPEG, as cameras record AVI; raw), each packet that holds data is a picture: probe
+    counts them and decodes one frame. An MPEG-4 AVI is still decoded to count: a VOP
+    "not coded" (a dropped frame) is a packet that decodes to no frame."""
+    from datacentric.data import media_decode
+
+    decoded = []
+
+    class Counted(media_decode._Frames):
+        def __iter__(self):
+            for frame in super().__iter__():
+                decoded.append(frame)
+                yield frame
+
+    monkeypatch.setattr(media_decode, "_Frames", Counted)
+    ticks = [0, 1, 2, 5, 6, 10, 11, 12, 20]  # 9 pictures over 21 slots
+    pixels = {"mjpeg": "yuvj420p", "rawvideo": "yuv420p", "ffv1": "yuv444p"}
+    for codec in ("mjpeg", "rawvideo", "ffv1", "mpeg4", "libx264"):
+        path = tmp_path / f"{codec}.avi"
+        _write_timed(path, "avi", codec, ticks, pixels.get(codec, "yuv420p"))
+        decoded.clear()
+        assert probe(_item(path)).frames == 9, codec
+        assert len(decoded) == (1 if codec in ("mjpeg", "rawvideo") else 9), codec
+        assert len(decode(_item(path))) == 9, codec
+    dropped = tmp_path / "dropped.avi"
+    assert _not_coded_avi(dropped, tmp_path / "mpeg4.avi", (2, 5)) == 11  # packets
+    assert probe(_item(dropped)).frames == len(decode(_item(dropped))) == 9
