@@ -16,6 +16,7 @@ from datacentric.cli.flag_groups import (
 from datacentric.cli.flags import config_option
 from datacentric.cli.ranks import announce, say
 from datacentric.progress import counted
+from datacentric.regular_files import open_regular
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -214,8 +215,18 @@ def check_pipeline_folder(folder: str) -> None:
         )
 
 
-#: the suffixes of a media list (``read_media_source`` reads a ``.json`` one too)
+#: the suffixes of a media list (``read_media_source`` reads a ``.json`` one too, and a
+#: file of any other suffix as JSONL lines)
 LIST_SUFFIXES = (".csv", ".jsonl", ".json")
+
+
+def _binary(path: Path) -> bool:
+    """Whether ``path``'s first bytes hold a NUL, as a clip's or an image's do and a text
+    list's never do (but UTF-16/32 text, which starts with its byte-order mark)."""
+    with open_regular(path, "rb") as handle:
+        head = handle.read(4096)
+    marks = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+    return b"\x00" in head and not head.startswith(marks)
 
 
 def check_media_flag(media: str) -> None:
@@ -231,7 +242,9 @@ def check_media_flag(media: str) -> None:
             )
     elif not path.exists():
         raise ValueError(f"--media {media}: no such file or folder")
-    elif path.suffix.lower() not in LIST_SUFFIXES:
+    elif path.is_file() and path.stat().st_size == 0:
+        raise ValueError(f"--media {media}: an empty file; name a .csv or .jsonl list, or a folder")
+    elif path.suffix.lower() not in LIST_SUFFIXES and _binary(path):
         raise ValueError(
             f"--media {media}: not a .csv or .jsonl list nor a folder; put a single clip "
             "or image in a folder with its caption in NAME.txt beside it, and name the folder"

@@ -114,7 +114,7 @@ def _prepare_inputs(tmp_path: Path) -> None:
     (tmp_path / "wan" / "model_index.json").write_text("{}", encoding="utf-8")
     (tmp_path / "clips.csv").write_text("path,caption\na.mp4,a cat\n", encoding="utf-8")
     (tmp_path / "photos").mkdir()
-    (tmp_path / "photos" / "a.jpg").write_bytes(b"")
+    (tmp_path / "photos" / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00")
 
 
 @pytest.mark.parametrize("case", sorted(COMMANDS))
@@ -345,3 +345,19 @@ def test_a_wrong_pipeline_or_media_for_prepare_is_one_line_before_torch(case, tm
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "out").exists(), done.stderr
+
+
+def test_a_media_list_of_another_suffix_is_not_refused_as_a_clip(tmp_path) -> None:
+    """``--media`` naming a text list of any suffix (``clips.list``, ``media.txt``: read as
+    JSONL lines, as before) passes the check before the first line; a clip or image (its
+    first bytes hold a NUL) is refused there, and a UTF-16 list with its mark is text."""
+    from datacentric.cli.prepare import check_media_flag
+
+    listed = '{"path": "a.mp4", "caption": "a cat"}\n'
+    (tmp_path / "clips.list").write_text(listed, encoding="utf-8")
+    (tmp_path / "media.txt").write_text(listed, encoding="utf-16")
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom")
+    check_media_flag(str(tmp_path / "clips.list"))
+    check_media_flag(str(tmp_path / "media.txt"))
+    with pytest.raises(ValueError, match="clip.mp4: not a .csv or .jsonl list nor a folder"):
+        check_media_flag(str(tmp_path / "clip.mp4"))
