@@ -226,13 +226,14 @@ def test_a_stop_relayed_while_the_run_starts_is_taken_over_by_its_handler(monkey
     """Relayed after the ranks agreed to start, before the run's handler is in place: the
     run takes it as its first stop signal (it stops after a step and saves), named as the
     launcher got it."""
-    from datacentric.parallel import launch
+    from datacentric.parallel import start_stops
 
     said: list[int] = []
-    monkeypatch.setattr(launch, "_STARTING", launch._StartStop())
+    monkeypatch.setattr(start_stops, "_STARTING", start_stops._StartStop())
     with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
         assert stop.signum is None
-    launch._STARTING.handle(launch.RELAYED_SIGINT if sig == signal.SIGINT else sig, None)
+    relayed = start_stops.RELAYED_SIGINT if sig == signal.SIGINT else sig
+    start_stops._STARTING.handle(relayed, None)
     with StopSignals(lambda signum: said.append(signum) or "stopping after step 1") as stop:
         assert stop.signum == sig
     assert said == [sig]

@@ -1,0 +1,124 @@
+"""What runs in a spawned rank's process: :func:`_worker_entry`, from its start to its
+result or failure sent to the launcher, and the watch that ends the rank once the
+launcher is gone (:func:`_exit_with_launcher`).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import multiprocessing
+import os
+import select
+import signal
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from datacentric.parallel.groups import device_for_backend
+from datacentric.parallel.rank_failure import _portable_error
+from datacentric.parallel.start_stops import (
+    _HELD_STOPS,
+    _STARTING,
+    StoppedAtStart,
+    _ignore_stop_signals,
+)
+
+
+def _worker_entry(
+    rank: int,
+    world_size: int,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    backend: str,
+    init_method: str,
+    timeout_s: float,
+    threads: int | None,
+    results: Any,
+    launcher_pid: int | None = None,
+    stop_at_start: bool = False,
+) -> None:
+    if stop_at_start:  # a stop relayed while this rank starts is kept, not its death
+        for sig in _HELD_STOPS:
+            signal.signal(sig, _STARTING.handle)
+    else:  # a SIGTERM ends the rank (the forkserver's is ignored)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_STOPS)  # held since the start
+    if threads:
+        torch.set_num_threads(threads)
+    if launcher_pid is not None:
+        _exit_with_launcher(launcher_pid)
+    try:
+        device = device_for_backend(backend, rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+        stopped = _STARTING.agreed(device) if stop_at_start else None
+        value = StoppedAtStart(stopped) if stopped is not None else fn(*args)
+        # The rank's work has ended (a run's own handlers are gone): a stop request
+        # repeated now (a scheduler signals every process of the job again, the launcher
+        # passes on a Ctrl-C) must not end it before its result reaches the launcher.
+        _ignore_stop_signals()
+        # Serialise here: the parent must not depend on this process's shared memory.
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        results.put((rank, True, buffer.getvalue()))
+    except BaseException as err:  # noqa: BLE001 - every failure goes to the parent, named
+        _ignore_stop_signals()  # as above: the failure is reported
+        text = str(err).strip()
+        summary = f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"
+        report = (summary + "\n" + traceback.format_exc(), _portable_error(err))
+        results.put((rank, False, report))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
+    """Stop this rank (status 143) when the process that launched it is gone (killed, even
+    with SIGKILL): a daemon thread watches it.
+
+    It waits on multiprocessing's parent sentinel, a pipe whose write end only the launcher
+    holds (for a rank of the forkserver too: its parent is named as the launcher), so the
+    pipe ends with the launcher's process, even while the launcher is a zombie its own
+    parent has not waited on (``kill(pid, 0)`` still succeeds on a zombie). Without that
+    sentinel (a rank not started by multiprocessing) it polls ``launcher_pid``."""
+    import threading
+
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid == launcher_pid:
+        watch = functools.partial(_exit_at_end_of, parent.sentinel)
+    else:
+        watch = functools.partial(_exit_when_pid_gone, launcher_pid, period_s)
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def _exit_at_end_of(sentinel: int) -> None:
+    """End this process once the pipe ``sentinel`` reads its end (every writer is gone)."""
+    while True:
+        select.select([sentinel], [], [])
+        if not os.read(sentinel, 1):
+            os._exit(143)
+
+
+def _exit_when_pid_gone(pid: int, period_s: float) -> None:
+    """End this process once ``pid`` is no process (a zombie still is one)."""
+    while True:
+        time.sleep(period_s)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(143)
+        except PermissionError:
+            pass
