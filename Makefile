@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 
 # torch is pinned here only (pyproject says torch>=2.4); 2.13.0 has a CPU build.
 TORCH := 2.13.0
-EXTRAS := test,dev,plot,opt,hf,data,video,tensorboard,lora,trl
+EXTRAS := test,dev,plot,opt,hf,data,video,heif,tensorboard,lora,trl
 
 demo: setup
 	$(BIN)/datacentric demo --out runs/demo

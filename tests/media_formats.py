@@ -1,7 +1,9 @@
 """Clips in every container and codec ``prepare`` reads, written with PyAV (the decoder's
 own library), for the media tests: MKV (FFV1), WebM (VP9, VP8), AVI (MPEG-4), MOV and
 MP4 (H.264, the MP4 with an AAC track before its video; AV1; H.265 apart), GIF; and clips stored
-turned or mirrored, with a display matrix."""
+turned or mirrored, with a display matrix; phone photos in HEIC (pillow-heif) and AVIF
+(Pillow) turned by their container, their EXIF or both, and the colour profiles they
+embed (Display P3, profiles written here)."""
 
 from __future__ import annotations
 
@@ -155,4 +157,127 @@ def write_h265_clip(path: Path, frames: int, *, seed: int = 0) -> Path:
     here = str(Path(__file__).resolve().parent)
     argv = [sys.executable, "-c", code, here, str(path), str(frames), str(seed)]
     subprocess.run(argv, check=True, timeout=120)
+    return path
+
+
+def rgb_profile(curve: bytes, colorants: list | None = None) -> bytes:
+    """An ICC v2 display profile written here: each channel's tone ``curve`` (a ``curv``
+    tag) and ``colorants`` (red, green and blue's XYZ; LittleCMS's sRGB's when None)."""
+    import struct
+
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).profile
+    own = [srgb.red_colorant[0], srgb.green_colorant[0], srgb.blue_colorant[0]]
+    red, green, blue = colorants or own
+
+    def fixed(*values: float) -> bytes:  # s15Fixed16Number
+        return b"".join(struct.pack(">i", round(v * 65536)) for v in values)
+
+    def xyz(values) -> bytes:
+        return b"XYZ \0\0\0\0" + fixed(*values)
+
+    text = b"a profile\0"
+    tags = {
+        b"desc": b"desc\0\0\0\0" + struct.pack(">I", len(text)) + text + bytes(4 + 4 + 2 + 1 + 67),
+        b"wtpt": xyz(srgb.media_white_point[0]),
+        b"rXYZ": xyz(red),
+        b"gXYZ": xyz(green),
+        b"bXYZ": xyz(blue),
+        b"rTRC": curve,
+    }
+    tags[b"gTRC"] = tags[b"bTRC"] = tags[b"rTRC"]
+    table, body, offset = b"", b"", 128 + 4 + 12 * len(tags)
+    for name, data in tags.items():
+        data += bytes(-len(data) % 4)
+        table += name + struct.pack(">II", offset + len(body), len(data))
+        body += data
+    size = offset + len(body)
+    header = struct.pack(">I4sI4s4s4s", size, b"\0" * 4, 0x02100000, b"mntr", b"RGB ", b"XYZ ")
+    header += bytes(12) + b"acsp" + bytes(24) + struct.pack(">I", 0) + fixed(0.9642, 1.0, 0.8249)
+    header += bytes(128 - len(header))
+    return header + struct.pack(">I", len(tags)) + table + body
+
+
+def srgb_curve() -> bytes:
+    """sRGB's tone curve as a ``curv`` tag of 1024 entries (as cameras' profiles hold it)."""
+    import struct
+
+    level = np.linspace(0, 1, 1024)
+    light = np.where(level <= 0.04045, level / 12.92, ((level + 0.055) / 1.055) ** 2.4)
+    table = np.round(light * 65535).astype(">u2").tobytes()
+    return b"curv\0\0\0\0" + struct.pack(">I", 1024) + table
+
+
+def display_p3_profile() -> bytes:
+    """A Display P3 profile as iPhones embed in their photos: P3's primaries (D65 white,
+    adapted to the profile connection space's D50 as in Apple's ``Display P3.icc``) and
+    sRGB's tone curve."""
+    colorants = [(0.5151, 0.2412, -0.0011), (0.2920, 0.6922, 0.0419), (0.1571, 0.0666, 0.7841)]
+    return rgb_profile(srgb_curve(), colorants)
+
+
+#: an EXIF Orientation entry's tag, and a tag no reader knows that holds its place
+ORIENTATION_TAG, SPARE_TAG = 0x0112, 0x0113
+
+
+def _retag(path: Path, old: int, new: int) -> None:
+    """Renames the one SHORT EXIF entry tagged ``old`` in ``path``'s bytes to ``new``."""
+    import struct
+
+    data, found = path.read_bytes(), []
+    for order in ">", "<":
+        entry = struct.pack(order + "HHI", old, 3, 1)
+        found += [(data.index(entry), order)] if entry in data else []
+    assert len(found) == 1, (path, hex(old), found)
+    at, order = found[0]
+    path.write_bytes(data[:at] + struct.pack(order + "H", new) + data[at + 2 :])
+
+
+def write_oriented_photo(
+    path: Path,
+    pixels: np.ndarray,
+    orientation: int,
+    *,
+    container: bool,
+    exif: bool,
+    icc_profile: bytes | None = None,
+) -> Path:
+    """A HEIC (pillow-heif, lossless: x265 with RGB coded as is) or AVIF (Pillow's libavif,
+    quality 100, 4:4:4) photo of the stored ``pixels`` whose ``orientation`` (EXIF's
+    numbering) is stated by the container's ``irot``/``imir`` transforms, in an EXIF
+    Orientation entry, or both (as iPhones write a HEIC). Both encoders write the one
+    from the other's: the entry that must not be is renamed to :data:`SPARE_TAG` in the
+    file, or a spare entry to the Orientation it must be."""
+    from PIL import Image
+
+    heic = path.suffix.lower() in (".heic", ".heif")
+    tags = Image.Exif()
+    if container:
+        tags[ORIENTATION_TAG] = orientation
+    if exif and (not heic or not container):  # Pillow's AVIF writer moves it into irot/imir
+        tags[SPARE_TAG] = orientation
+    options = {"quality": -1, "chroma": 444, "matrix_coefficients": 0} if heic else {}
+    options = options or {"quality": 100, "subsampling": "4:4:4"}
+    if heic:
+        import pillow_heif
+
+        pillow_heif.register_heif_opener()
+    image = Image.fromarray(pixels)
+    image.save(path, exif=tags.tobytes(), icc_profile=icc_profile, **options)
+    if heic and container and not exif:
+        _retag(path, ORIENTATION_TAG, SPARE_TAG)
+    elif exif and (not heic or not container):
+        _retag(path, SPARE_TAG, ORIENTATION_TAG)
+    return path
+
+
+def write_ten_bit_heic(path: Path, levels: np.ndarray) -> Path:
+    """A lossless 10-bit HEIC of ``levels`` (an ``H x W x 3`` array of 0 to 1023)."""
+    import pillow_heif
+
+    height, width = levels.shape[:2]
+    data = (levels.astype("<u2") << 6).tobytes()  # pillow-heif takes 16-bit levels
+    heif = pillow_heif.from_bytes(mode="RGB;16", size=(width, height), data=data)
+    heif.save(path, quality=-1, chroma=444, matrix_coefficients=0)
     return path

@@ -27,7 +27,11 @@ its frames as RGB pictures (:func:`decode`).
   white, as FFmpeg's GIF decoder gives them.
 - Pixels come upright: an image's EXIF orientation (as ``ImageOps.exif_transpose`` and
   diffusers' ``load_image``) and a video's display rotation (its display matrix, else
-  its ``rotate`` tag) are applied before sizes are planned and frames resized. A video
+  its ``rotate`` tag) are applied before sizes are planned and frames resized. A HEIC's
+  or AVIF's turn is its container's (``irot``, ``imir``): pillow-heif applies it as it
+  opens the file and clears the EXIF entry, Pillow's AVIF reader states it as the EXIF
+  entry, so it is applied once and an EXIF entry alone (information only in HEIF) never
+  (``tests/runtime/data/test_heif_photos.py``). A video
   of non-square pixels (its sample aspect ratio) is shown in square pixels, and a
   16-bit greyscale image by the high byte of its levels (a 32-bit integer or float
   image, which states no range of its levels, is refused).

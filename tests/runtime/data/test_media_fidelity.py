@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from media_formats import wave_frames
+from media_formats import rgb_profile, srgb_curve, wave_frames
 
 from datacentric.data.media_decode import COVER_PICTURE, DEFAULT_STREAM, decode, probe
 from datacentric.data.media_sources import MediaItem
@@ -437,64 +437,20 @@ def test_an_hdr_clip_s_frames_share_one_scaler_map(tmp_path, monkeypatch):
     assert len(used) == 3 and len({id(r) for r in used}) == 1
 
 
-def _rgb_profile(curve: bytes, colorants: list | None = None) -> bytes:
-    """An ICC v2 display profile written here: each channel's tone ``curve`` (a ``curv``
-    tag) and ``colorants`` (red, green and blue's XYZ; LittleCMS's sRGB's when None)."""
-    import struct
-
-    from PIL import ImageCms
-
-    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).profile
-    own = [srgb.red_colorant[0], srgb.green_colorant[0], srgb.blue_colorant[0]]
-    red, green, blue = colorants or own
-
-    def fixed(*values: float) -> bytes:  # s15Fixed16Number
-        return b"".join(struct.pack(">i", round(v * 65536)) for v in values)
-
-    def xyz(values) -> bytes:
-        return b"XYZ \0\0\0\0" + fixed(*values)
-
-    text = b"a profile\0"
-    tags = {
-        b"desc": b"desc\0\0\0\0" + struct.pack(">I", len(text)) + text + bytes(4 + 4 + 2 + 1 + 67),
-        b"wtpt": xyz(srgb.media_white_point[0]),
-        b"rXYZ": xyz(red),
-        b"gXYZ": xyz(green),
-        b"bXYZ": xyz(blue),
-        b"rTRC": curve,
-    }
-    tags[b"gTRC"] = tags[b"bTRC"] = tags[b"rTRC"]
-    table, body, offset = b"", b"", 128 + 4 + 12 * len(tags)
-    for name, data in tags.items():
-        data += bytes(-len(data) % 4)
-        table += name + struct.pack(">II", offset + len(body), len(data))
-        body += data
-    size = offset + len(body)
-    header = struct.pack(">I4sI4s4s4s", size, b"\0" * 4, 0x02100000, b"mntr", b"RGB ", b"XYZ ")
-    header += bytes(12) + b"acsp" + bytes(24) + struct.pack(">I", 0) + fixed(0.9642, 1.0, 0.8249)
-    header += bytes(128 - len(header))
-    return header + struct.pack(">I", len(tags)) + table + body
-
-
 def _linear_light_profile() -> bytes:
     """A profile of sRGB's colorants (LittleCMS's own) and a gamma of 1 (linear light): a
     picture tagged with it holds light, not sRGB's levels, and viewers show level 128 as
     sRGB's 188."""
     import struct
 
-    return _rgb_profile(b"curv\0\0\0\0" + struct.pack(">IH", 1, 256) + b"\0\0")  # gamma 1.0
+    return rgb_profile(b"curv\0\0\0\0" + struct.pack(">IH", 1, 256) + b"\0\0")  # gamma 1.0
 
 
 def _camera_srgb_profile() -> bytes:
     """An sRGB profile laid out as the one cameras and editors embed ('sRGB
     IEC61966-2.1'): sRGB's curve in a table of 1024 entries, colorants to 4 decimals."""
-    import struct
-
-    level = np.linspace(0, 1, 1024)
-    light = np.where(level <= 0.04045, level / 12.92, ((level + 0.055) / 1.055) ** 2.4)
-    table = np.round(light * 65535).astype(">u2").tobytes()
     colorants = [(0.4361, 0.2225, 0.0139), (0.3851, 0.7169, 0.0971), (0.1431, 0.0606, 0.7141)]
-    return _rgb_profile(b"curv\0\0\0\0" + struct.pack(">I", 1024) + table, colorants)
+    return rgb_profile(srgb_curve(), colorants)
 
 
 @pytest.mark.parametrize("suffix", [".png", ".jpg", ".tiff", ".webp"])

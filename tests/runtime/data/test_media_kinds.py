@@ -35,8 +35,15 @@ def _still(path, seed: int = 0) -> np.ndarray:
 
 @pytest.fixture
 def no_heif_plugin(monkeypatch):
-    """pillow-heif not installed (``import pillow_heif`` fails), whatever this machine has."""
+    """pillow-heif not installed (``import pillow_heif`` fails), whatever this machine has:
+    its reader is hidden from Pillow where a test before registered it."""
+    from PIL import Image
+
     monkeypatch.setitem(sys.modules, "pillow_heif", None)
+    Image.init()
+    monkeypatch.setattr(Image, "ID", [name for name in Image.ID if name != "HEIF"])
+    others = {suffix: name for suffix, name in Image.EXTENSION.items() if name != "HEIF"}
+    monkeypatch.setattr(Image, "EXTENSION", others)
     media_decode._image_plugin.cache_clear()
     yield
     media_decode._image_plugin.cache_clear()

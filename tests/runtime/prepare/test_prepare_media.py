@@ -176,6 +176,38 @@ def test_phone_photos_and_portrait_clips_are_encoded_upright(pipe_dir, tmp_path)
         torch.testing.assert_close(got, _vae_latent(pipe, frames, h, w), rtol=0, atol=1e-5)
 
 
+def test_an_iphone_heic_photo_is_encoded_upright_in_its_colours(pipe_dir, tmp_path):
+    """A HEIC as iPhones write it (turned 90 degrees clockwise by its container's ``irot``
+    and by EXIF's entry alike, a Display P3 profile) is encoded by ``prepare`` as the
+    Wan VAE encodes its upright picture: a PNG of the same pixels and profile, converted
+    to sRGB, turned once with numpy (the HEIC is lossless: exactly those pixels)."""
+    import numpy as np
+    from diffusers import WanPipeline
+    from media_formats import display_p3_profile, wave_frames, write_oriented_photo
+    from PIL import Image
+
+    pytest.importorskip("pillow_heif")
+    media = tmp_path / "media"
+    media.mkdir()
+    stored, profile = wave_frames(1, 64, 96)[0], display_p3_profile()
+    stored[:12, :20] = 255  # a white corner: no turn or mirror leaves the picture the same
+    photo = write_oriented_photo(
+        media / "IMG_0001.HEIC", stored, 6, container=True, exif=True, icc_profile=profile
+    )
+    photo.with_suffix(".txt").write_text("a cat walks on the grass")
+    Image.fromarray(stored).save(tmp_path / "same.png", icc_profile=profile)
+    (shown,) = decode(_item(tmp_path / "same.png"))
+    upright = Image.fromarray(np.ascontiguousarray(np.rot90(np.asarray(shown), k=-1)))
+
+    report = prepare(PrepareJob(pipeline=str(pipe_dir), media=str(media), out=str(tmp_path / "o")))
+    assert report["samples"] == 1 and not report["skipped_files"]
+    (line,) = (tmp_path / "o" / "manifest.jsonl").read_text().splitlines()
+    got = load_file(tmp_path / "o" / json.loads(line)["latent"])["latent"]
+    assert got.shape == (1, 4, 96 // 8, 64 // 8)
+    pipe = WanPipeline.from_pretrained(pipe_dir, local_files_only=True)
+    torch.testing.assert_close(got, _vae_latent(pipe, [upright], 96, 64), rtol=0, atol=1e-5)
+
+
 def _frame_times(path) -> list:
     """Every frame's timestamp in seconds, exact, as the decoder gives them."""
     import av
