@@ -57,6 +57,24 @@ def ensure_items(items: list[Item], needed: int, table: OptionTable) -> list[Ite
     return items
 
 
+def covering_items(
+    items: list[Item], world_size: int, limit: int, table: OptionTable
+) -> tuple[list[Item], list[int]]:
+    """``items`` split (:func:`ensure_items`) into as many micro-batches as the fewest
+    groups of at most ``limit`` ranks covering ``world_size`` ranks need, and their
+    layout (single ranks merged pairwise, as
+    :func:`~datacentric.scheduling.balance.merge_groups` merges them): a policy may pack
+    a step's samples into fewer micro-batches (one bucket's, under a large memory
+    budget) though the step holds a sample a group. A layout still past ``limit``
+    means too few samples."""
+    size = 1  # the groups merge_groups makes: a power of two dividing the world
+    while 2 * size <= limit and world_size % (2 * size) == 0:
+        size *= 2
+    needed = 1 if limit >= world_size else world_size // size
+    items = ensure_items(items, needed, table)
+    return items, balance.merge_groups(world_size, [1] * world_size, len(items))
+
+
 def largest_group(
     table: OptionTable, items: Sequence[Item], times: np.ndarray, sizes: Sequence[int]
 ) -> int:
@@ -93,6 +111,9 @@ def assign_to_layout(
     sizes_all = list(table.all_sizes)
     limit = largest_group(table, items, time_matrix(table, items, sizes_all), sizes_all)
     layout = balance.merge_groups(world_size, layout, len(items))
+    if max(layout) > limit:  # merged for too few micro-batches, past what may run
+        items, layout = covering_items(items, world_size, limit, table)
+        limit = largest_group(table, items, time_matrix(table, items, sizes_all), sizes_all)
     while True:
         if max(layout) > limit:
             raise too_few(len(items), layout, limit, world_size)

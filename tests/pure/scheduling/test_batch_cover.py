@@ -103,3 +103,33 @@ def test_a_users_batch_that_leaves_a_step_short_is_refused_naming_the_fix():
     check_global_batch(
         load_config(None, global_batch_tokens=60).scheduling, shapes, **{**check, "world_size": 2}
     )
+
+
+@pytest.mark.parametrize("policy", ["dcp-intra", "dcp-inter", "dcp-pac"])
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_a_step_packed_into_fewer_micro_batches_than_groups_is_split_to_cover_them(policy, world):
+    """A model that runs on one rank a sample (no SP size above 1), under a memory
+    budget that holds a whole step in one micro-batch: the policies that pack a bucket
+    at its largest micro-batch gave a step of ``world`` samples one or two micro-batches,
+    and the step stopped the run inside its ranks ('a global batch of 1 micro-batch
+    cannot cover 2 ranks'); it is split to a micro-batch a rank."""
+    from toy_cost_model import ToyCostModel, toy_pipeline
+
+    from datacentric.settings import SchedulingConfig
+
+    options = SchedulingConfig(global_batch_samples=world)
+    shapes = _shapes([200 + 7 * i for i in range(12)])
+    pipeline = toy_pipeline(
+        shapes,
+        ToyCostModel(capacity_bytes=2**34),
+        world_size=world,
+        policy=policy,
+        sp_sizes=[1],
+        options=options,
+    )
+    schedule = pipeline.schedule()
+    assert len(schedule.iterations) == -(-len(shapes) // world)
+    for iteration in schedule.iterations:
+        ranks = {a.rank_start for a in iteration.assignments}
+        assert ranks == set(range(world)), (iteration.assignments, world)
+        assert {a.sp_size for a in iteration.assignments} == {1}

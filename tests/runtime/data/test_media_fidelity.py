@@ -414,7 +414,7 @@ def test_an_hdr_clip_s_frames_share_one_scaler_map(tmp_path, monkeypatch):
     build, not one a frame (a 20-frame HLG clip of 64 x 4 took 40.7 s; 3.5 s now)."""
     import av
 
-    from datacentric.data import media_decode
+    from datacentric.data import media_display
 
     path = tmp_path / "hdr.mkv"
     _tagged_greys(path, 18, 9, np.linspace(0, 1, 8))
@@ -432,7 +432,7 @@ def test_an_hdr_clip_s_frames_share_one_scaler_map(tmp_path, monkeypatch):
         for packet in stream.encode():
             container.mux(packet)
     used = []
-    monkeypatch.setattr(media_decode, "rgb_picture", lambda f, r: used.append(r) or f.to_image())
+    monkeypatch.setattr(media_display, "rgb_picture", lambda f, r: used.append(r) or f.to_image())
     assert len(decode(_item(path))) == 3
     assert len(used) == 3 and len({id(r) for r in used}) == 1
 

@@ -1,0 +1,218 @@
+"""How ``datacentric prepare`` reads an image file, for
+:mod:`datacentric.data.media_decode` (its ``probe`` and ``decode`` of one): with Pillow,
+HEIC/HEIF and AVIF through a plugin (:data:`IMAGE_PLUGINS`).
+
+- An animated WebP, PNG (APNG) or AVIF is a clip of its frames (:data:`ANIMATED_FORMATS`),
+  counted, timed and composed as browsers play them
+  (:mod:`datacentric.data.media_animation`).
+- Pixels come upright by the image's EXIF orientation (as ``ImageOps.exif_transpose``
+  and diffusers' ``load_image``). A HEIC's or AVIF's turn is its container's (``irot``,
+  ``imir``): pillow-heif applies it as it opens the file and clears the EXIF entry,
+  Pillow's AVIF reader states it as the EXIF entry, so it is applied once and an EXIF
+  entry alone (information only in HEIF) never
+  (``tests/runtime/data/test_heif_photos.py``).
+- Colours are converted to sRGB by the ICC profile the image embeds
+  (:mod:`datacentric.data.media_colours`); a 16-bit greyscale image is read by the high
+  byte of its levels (a 32-bit integer or float image, which states no range of its
+  levels, is refused).
+- A file Pillow fails on is a :class:`~datacentric.data.media_info.MediaError` saying
+  why: the plugin to install when it is missing; for a picture past Pillow's
+  decompression-bomb limit, its pixels and the fix (one under it is read without
+  Pillow's warning).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from datacentric.data.media_animation import (
+    animation_times,
+    clear_canvas,
+    hidden_frames,
+    load_frame,
+)
+from datacentric.data.media_colours import image_rgb
+from datacentric.data.media_info import MediaError, MediaInfo
+from datacentric.progress import counted
+
+#: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
+IMAGE_PLUGINS = {
+    ".heic": ("pillow_heif", "pip install pillow-heif"),
+    ".heif": ("pillow_heif", "pip install pillow-heif"),
+    ".avif": (
+        "pillow_avif",
+        "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",
+    ),
+}
+IMAGE_PLUGINS[".avifs"] = IMAGE_PLUGINS[".avif"]  # an AVIF image sequence
+#: Pillow's formats whose files may hold an animation: several frames are a clip (an
+#: AVIF image sequence's too; a HEIF file's several pictures are a burst or a bracket)
+ANIMATED_FORMATS = ("WEBP", "PNG", "AVIF")
+
+
+@functools.cache
+def _image_plugin(suffix: str) -> str:
+    """Registers the Pillow plugin that reads ``suffix`` (:data:`IMAGE_PLUGINS`) when it is
+    installed and Pillow lacks the format; else what to install, for the reason given
+    when the image cannot be read ("" when nothing is missing)."""
+    from PIL import Image
+
+    Image.init()  # the formats Pillow reads, its installed plugins' included
+    if suffix not in IMAGE_PLUGINS or suffix in Image.registered_extensions():
+        return ""
+    module, install = IMAGE_PLUGINS[suffix]
+    try:
+        plugin = importlib.import_module(module)
+    except ImportError:
+        return f"; Pillow reads {suffix} images with a plugin: {install}"
+    if hasattr(plugin, "register_heif_opener"):  # pillow-avif-plugin registers on import
+        plugin.register_heif_opener()
+    return ""
+
+
+def _open_image(path: Path) -> Any:
+    """Pillow's (lazy) image of ``path``, through its plugin where it needs one. A
+    picture of more pixels than Pillow opens without its decompression-bomb warning (89
+    megapixels: a medium-format camera's 100) is read without it: it is the user's own
+    file, read whole; one of more than twice as many Pillow refuses
+    (:func:`_unreadable_image` names the fix)."""
+    from PIL import Image
+
+    _image_plugin(path.suffix.lower())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(path)
+
+
+def _unreadable_image(path: Path, err: Exception) -> MediaError:
+    """The reason an image is skipped: Pillow's words, and the plugin it lacks; for one
+    past Pillow's decompression-bomb limit, its pixels and the fix."""
+    from PIL import Image
+
+    if isinstance(err, Image.DecompressionBombError):
+        limit = 2 * int(Image.MAX_IMAGE_PIXELS or 0)
+        found = re.search(r"\((\d+) pixels\)", str(err))
+        pixels = f"{found.group(1)} pixels" if found else "more pixels"
+        return MediaError(
+            f"too large to read: {pixels}, over the {limit} Pillow reads (as a guard against "
+            f"decompression bombs): scale it down to {limit} pixels or fewer first"
+        )
+    plugin = _image_plugin(path.suffix.lower())
+    return MediaError(f"unreadable image ({type(err).__name__}: {err}){plugin}")
+
+
+def _sixteen_bit(image: Any) -> bool:
+    """A greyscale image of 16-bit levels: Pillow's ``I;16`` modes, or ``I`` read from a
+    PNG (whose greyscale is at most 16-bit; Pillow before 10 reads it so)."""
+    return image.mode.startswith("I;16") or (image.mode == "I" and image.format == "PNG")
+
+
+def _level_problem(image: Any) -> str | None:
+    """Why an image's levels cannot be shown as 8-bit RGB, or None: a 32-bit integer or
+    float image (Pillow's ``I`` or ``F``) states no range its levels span."""
+    if image.mode in ("I", "F") and not _sixteen_bit(image):
+        kind = "floating-point" if image.mode == "F" else "32-bit integer"
+        return (
+            f"a {kind} image (Pillow mode {image.mode}) states no range of its levels: "
+            "save it with 8 or 16 bits a level (PNG, TIFF)"
+        )
+    return None
+
+
+def _rgb(image: Any, sixteen: bool) -> Any:
+    """An RGB image of ``image``: in sRGB by its colour profile
+    (:func:`~datacentric.data.media_colours.image_rgb`); 16-bit levels by their high
+    byte, as Pillow reads a 16-bit RGB PNG (its ``convert("RGB")`` clips them at 255
+    instead: nearly all white)."""
+    from PIL import Image
+
+    if not sixteen:
+        return image_rgb(image)
+    levels = np.asarray(image).astype(np.uint32) >> 8
+    return Image.fromarray(levels.astype(np.uint8), "L").convert("RGB")
+
+
+def _image_orientation(image: Any) -> int:
+    """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
+    try:
+        return int(image.getexif().get(0x0112, 1) or 1)
+    except Exception:  # noqa: BLE001 - an unreadable EXIF block is no orientation
+        return 1
+
+
+def _stored_size(image: Any) -> tuple[int, int]:
+    """The height and width of an image's pixels as stored, before its EXIF orientation:
+    Pillow's size, but a TIFF's from its own ImageLength and ImageWidth tags: Pillow 13
+    reports a TIFF's size turned by its orientation already (it turns it as it loads)."""
+    tags = getattr(image, "tag_v2", None)
+    if image.format == "TIFF" and tags is not None and 256 in tags and 257 in tags:
+        return int(tags[257]), int(tags[256])
+    return image.height, image.width
+
+
+def _animation_frames(image: Any) -> int:
+    """The frames of an image file: an animated WebP's, PNG's (APNG) or AVIF's all, else
+    1 (an MPO photo's second picture, a depth map or preview, is no frame of a clip)."""
+    if image.format not in ANIMATED_FORMATS:
+        return 1
+    return int(getattr(image, "n_frames", 1)) - hidden_frames(image)
+
+
+def _probe_image(path: Path, times: bool) -> MediaInfo:
+    """:func:`~datacentric.data.media_decode.probe` of an image file: one frame, or an
+    animation's frames."""
+    try:
+        with _open_image(path) as image:
+            orientation = _image_orientation(image)
+            h, w = _stored_size(image)
+            problem = _level_problem(image)
+            frames = _animation_frames(image)
+            stamps = animation_times(image, frames) if times and frames > 1 else None
+    except Exception as err:  # noqa: BLE001 - any reader failure is a bad file
+        raise _unreadable_image(path, err) from None
+    if problem:
+        raise MediaError(problem)
+    turned = orientation in (5, 6, 7, 8)
+    return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
+
+
+def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:
+    """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``
+    (after ``hidden`` frames that are none: :mod:`~datacentric.data.media_animation`'s
+    ``hidden_frames``). An APNG's are read through every frame before them, each
+    composed by its ``load_frame`` (Pillow composes a frame it passes over itself),
+    from a clear canvas (``clear_canvas``); another file's are sought directly."""
+    from PIL import ImageOps
+
+    wanted, pictures = set(order), {}
+    steps = range(max(order) + 1) if image.format == "PNG" else sorted(wanted)
+    for number in steps:
+        image.seek(number + hidden)
+        if hidden and number == 0:
+            clear_canvas(image)
+        load_frame(image)
+        if number in wanted:
+            pictures[number] = _rgb(ImageOps.exif_transpose(image), sixteen)
+    return [pictures[number] for number in order]
+
+
+def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
+    """:func:`~datacentric.data.media_decode.decode` of an image file: its frame (0), or
+    an animation's at ``indices``."""
+    try:
+        with _open_image(path) as image:
+            problem, sixteen = _level_problem(image), _sixteen_bit(image)
+            frames, hidden = _animation_frames(image), hidden_frames(image)
+            order = list(range(frames)) if indices is None else indices
+            if not problem and all(0 <= i < frames for i in order):
+                return _pictures(image, order, hidden, sixteen) if order else []
+    except Exception as err:  # noqa: BLE001
+        raise _unreadable_image(path, err) from None
+    raise MediaError(problem or f"{counted(frames, 'frame')}, frame {max(order)} wanted")
