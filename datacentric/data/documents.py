@@ -9,6 +9,7 @@ is downloaded: Parquet needs the optional ``pyarrow`` and saved datasets the opt
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import glob
 import io
@@ -24,7 +25,6 @@ from datacentric.regular_files import (
     check_regular,
     json_kind,
     open_regular,
-    read_regular_bytes,
 )
 
 #: File name endings that a folder given as ``jsonl:DIR`` (etc.) is searched for.
@@ -353,17 +353,53 @@ def _text(path: str) -> str:
     """A text file's document, every byte as written: its CRLF and CR line ends kept (a
     text-mode read turns both into LF), a leading byte-order mark dropped; UTF-8, or
     UTF-16 or UTF-32 when it starts with that one's mark
-    (:func:`~datacentric.data.text_file.text_codec`)."""
-    raw = read_regular_bytes(path)
-    codec = text_codec(raw)
-    try:
-        text = raw.decode(codec)
-    except UnicodeDecodeError as err:
-        what = codec.upper()
-        raise DataError(
-            f"{path}: not {what} text ({err.reason} at byte {err.start}); save it as {_UTF}"
-        ) from None
-    return text.removeprefix("\ufeff")  # a BOM an editor wrote
+    (:func:`~datacentric.data.text_file.text_codec`). Read whole: a tokenizer takes the
+    document as one string."""
+    with open_regular(path, "rb") as handle:
+        return "".join(text for text, _ in _decoded(handle, path, -1))
+
+
+#: Bytes of a text file read at a time by :func:`text_utf8`.
+TEXT_PIECE_BYTES = 1 << 24
+
+
+def text_utf8(path: str) -> bytearray:
+    """The UTF-8 bytes of a text file's document (:func:`_text`'s text, encoded), read
+    :data:`TEXT_PIECE_BYTES` at a time: memory of one piece and the bytes kept, where the
+    text held as one string takes up to four bytes a character besides."""
+    kept = bytearray()
+    with open_regular(path, "rb") as handle:
+        for text, utf8 in _decoded(handle, path, TEXT_PIECE_BYTES):
+            kept += text.encode("utf-8") if utf8 is None else utf8  # never a surrogate
+    return kept
+
+
+def _decoded(handle: IO[bytes], path: str, size: int) -> Iterator[tuple[str, bytes | None]]:
+    """(text, its UTF-8 bytes as read from a UTF-8 file, else None) of a text file,
+    ``size`` bytes read at a time (-1: in one read): a character cut between two reads
+    comes with the later one, a leading byte-order mark is dropped (a BOM an editor
+    wrote; UTF-16's and UTF-32's decoders drop their own, and one more), and an error
+    names its byte in the whole file."""
+    codec = text_codec(handle.peek(4)[:4])
+    fed, leading, last = 0, codec != "utf-8", False
+    if not leading and handle.peek(3)[:3] == codecs.BOM_UTF8:
+        fed = len(handle.read(3))
+    decoder = codecs.getincrementaldecoder(codec)()
+    while not last:
+        raw = handle.read(size)
+        last = not raw or size < 0  # the file's end: a cut character left is an error
+        before = fed - len(decoder.buffer)  # the decoder holds a cut character's bytes
+        fed += len(raw)
+        try:
+            text = decoder.decode(raw, final=last)
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{path}: not {codec.upper()} text ({err.reason} at byte "
+                f"{before + err.start}); save it as {_UTF}"
+            ) from None
+        if leading and text:
+            text, leading = text.removeprefix("\ufeff"), False
+        yield text, raw if codec == "utf-8" else None
 
 
 def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

@@ -47,6 +47,7 @@ from datacentric.data.documents import (
     read_records,
     record_format,
     resolve_files,
+    text_utf8,
 )
 from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
@@ -189,6 +190,10 @@ def _chunks(
                     *render_within(deadline, renderer, record, enc.dtype),
                 )
         return
+    if kind == "text" and enc.is_bytes:  # a file's ids are its bytes: no whole string held
+        for index, path in enumerate(files):
+            yield index, 0, np.frombuffer(text_utf8(path), dtype=np.uint8), None
+        return
     pending = []
 
     def flush():
@@ -225,9 +230,9 @@ def _build_cache(
             for file, row, ids, mask in _chunks(
                 kind, files, text_field, enc, renderer, fmt == "tokens"
             ):
-                out.write(ids.astype(enc.dtype, copy=False).tobytes())
+                out.write(np.ascontiguousarray(ids, dtype=enc.dtype))  # not copied again
                 if mask is not None:
-                    masks.write(mask.astype(np.uint8, copy=False).tobytes())
+                    masks.write(np.ascontiguousarray(mask, dtype=np.uint8))
                 offsets.append(offsets[-1] + len(ids))
                 rows.append(row)
                 file_of.append(file)

@@ -93,6 +93,11 @@ class TextCodec:
         self.digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
     @property
+    def is_bytes(self) -> bool:
+        """UTF-8 bytes (vocabulary 256): a text's ids are its UTF-8 bytes."""
+        return self.hf is None and self._tok is None
+
+    @property
     def dtype(self) -> np.dtype:
         if self.vocab_size <= 256:
             return np.dtype(np.uint8)
@@ -105,7 +110,7 @@ class TextCodec:
         if self.hf is not None:
             encoded = self.hf(texts, verbose=False)["input_ids"]
             return [np.asarray(ids, dtype=self.dtype) for ids in encoded]
-        if self._tok is None:
+        if self.is_bytes:
             return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
         return [np.asarray(e.ids, dtype=self.dtype) for e in self._tok.encode_batch(texts)]
 

@@ -415,9 +415,12 @@ def _plain_text(folder: Path) -> Path:
 
 
 def _read_plain_text(path: Path) -> Any:
-    from datacentric.data.documents import read_documents
+    from datacentric.data.documents import read_documents, text_utf8
 
-    return [(d.row, d.text) for d in read_documents("text", [str(path)], "text")]
+    texts = [(d.row, d.text) for d in read_documents("text", [str(path)], "text")]
+    # the UTF-8 bytes tokenizer's read, in pieces: the same text
+    assert bytes(text_utf8(str(path))) == texts[0][1].encode()
+    return texts
 
 
 def _latent_pt(folder: Path) -> Path:

@@ -35,6 +35,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.data.documents:_jsonl": fuzzed("text jsonl", "chat jsonl"),
     "datacentric.data.documents:_parquet": fuzzed("parquet"),
     "datacentric.data.documents:_text": fuzzed("plain text"),
+    "datacentric.data.documents:text_utf8": fuzzed("plain text"),
     "datacentric.data.latent_files:_npy_header": fuzzed("latent npy", "latent manifest"),
     "datacentric.data.latent_files:_safetensors_header": fuzzed("latent safetensors"),
     "datacentric.data.latent_files:_pt_tensor": fuzzed("latent pt"),
