@@ -1,0 +1,43 @@
+"""docs/configuration.md's table of sections names every key of each section, and the
+defaults it states are the schema's (no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from datacentric.settings import SECTIONS, SchedulingConfig
+from datacentric.settings.sections import DataConfig, ValidationConfig
+
+DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
+
+
+def _section_rows() -> dict[str, str]:
+    """``section -> its row's text`` of the table of sections."""
+    rows = re.findall(r"^\| `\[(\w+)\]` \| (.*) \|$", DOC.read_text(encoding="utf-8"), re.M)
+    return dict(rows)
+
+
+def test_the_table_of_sections_names_every_key():
+    """A row ending its list with ``...`` names the keys it explains; every other row all."""
+    rows = _section_rows()
+    assert set(rows) == set(SECTIONS)
+    for section, row in rows.items():
+        if "..." in row:
+            continue
+        named = set(re.findall(r"`(\w+)`", row))
+        fields = [f.name for f in dataclasses.fields(SECTIONS[section])]
+        assert [f for f in fields if f not in named] == [], section
+
+
+def test_the_defaults_the_doc_states_are_the_schemas():
+    text = DOC.read_text(encoding="utf-8")
+    assert "`max_tokens` (default 4096" in text and DataConfig().max_tokens == 4096
+    assert "`max_micro_batch_size` (default 4096" in text
+    assert SchedulingConfig().max_micro_batch_size == 4096
+    assert "| `max_new_tokens` | tokens generated per prompt (32) |" in text
+    assert ValidationConfig().max_new_tokens == 32
+    assert "| `fps` | frame rate of the rendered videos (16) |" in text
+    assert ValidationConfig().fps == 16
+    assert "| `temperature` | 0 (default)" in text and ValidationConfig().temperature == 0
