@@ -37,14 +37,28 @@ def schedule_fingerprint(schedule: Schedule) -> str:
     digest = hashlib.sha256()
     head = (schedule.policy, schedule.world_size, schedule.seed, schedule.epoch)
     digest.update(repr((*head, schedule.num_samples)).encode())
-    for it in schedule.iterations:
+    _hash_steps(digest, schedule.iterations)
+    digest.update(np.asarray(schedule.dropped_sample_ids, dtype=np.int64).tobytes())
+    return digest.hexdigest()[:32]
+
+
+def steps_fingerprint(iterations: Sequence[Iteration]) -> str:
+    """A hash of who runs which samples where in ``iterations``, a segment's first steps
+    (hashed as :func:`schedule_fingerprint` hashes every step): what a position saved
+    before its segment's whole schedule was known holds of it."""
+    digest = hashlib.sha256()
+    _hash_steps(digest, iterations)
+    return digest.hexdigest()[:32]
+
+
+def _hash_steps(digest: Any, iterations: Sequence[Iteration]) -> None:
+    """Add each step's groups (ranks, phase) and their micro-batches' sample ids to ``digest``."""
+    for it in iterations:
         for a in it.assignments:
             where = [-1, it.index, a.rank_start, a.sp_size] + ([-3, a.phase] if a.phase else [])
             digest.update(np.asarray(where, np.int64).tobytes())
             for mb in a.micro_batches:
                 digest.update(np.asarray((-2, *mb.sample_ids), dtype=np.int64).tobytes())
-    digest.update(np.asarray(schedule.dropped_sample_ids, dtype=np.int64).tobytes())
-    return digest.hexdigest()[:32]
 
 
 @dataclass
@@ -63,7 +77,15 @@ class Position:
     segment_iteration: int = 0
     """Next iteration of the current segment's schedule."""
     segment_fingerprint: str = ""
-    """Fingerprint of the segment's schedule (checked when it is rebuilt)."""
+    """Fingerprint of the segment's schedule (checked when it is rebuilt); empty where
+    it was not yet known when the position was saved (a stop on a signal early in the
+    segment): :attr:`segment_steps_known` then says how much of it was."""
+    segment_steps_known: int = 0
+    """Where :attr:`segment_fingerprint` is empty: how many of the segment's first steps
+    were built when the position was saved (0: none known, or the whole is)."""
+    segment_steps_fingerprint: str = ""
+    """:func:`steps_fingerprint` of those first :attr:`segment_steps_known` steps (checked
+    when the rebuilt segment has built them)."""
     consumed: list[int] = field(default_factory=list)
     """Sample ids of this epoch that have run (in order)."""
 
@@ -127,7 +149,17 @@ class Position:
         self.segment_excluded = []
         self.segment_iteration = 0
         self.segment_world = None
+        self.forget_schedule()
+
+    def forget_schedule(self) -> None:
+        """Hold nothing of the current segment's schedule (a new segment begins)."""
         self.segment_fingerprint = ""
+        self.known_steps(0, "")
+
+    def known_steps(self, count: int, fingerprint: str) -> None:
+        """Hold that the segment's first ``count`` steps have ``fingerprint``
+        (:func:`steps_fingerprint`), its whole schedule not yet known."""
+        self.segment_steps_known, self.segment_steps_fingerprint = int(count), fingerprint
 
 
 def continue_schedule(
@@ -155,34 +187,40 @@ def begin_segment(position: Position, num_samples: int, world_size: int) -> list
         position.segment_excluded = sorted(position.consumed)
         position.segment_iteration = 0
         position.segment_world = world_size
-        position.segment_fingerprint = ""
+        position.forget_schedule()
     return position.remaining(num_samples)
 
 
-def check_segment(position: Position, schedule: Schedule) -> None:
+def check_segment(position: Position, schedule: Schedule, found: str = "") -> None:
     """Raise ``ValueError`` when ``schedule``, the segment's rebuilt schedule, is not
-    the one ``position`` was saved from (its fingerprint), or is shorter than where the
-    position stands; else hold its fingerprint in ``position``."""
-    fingerprint = check_fingerprint(position.segment_fingerprint, position.epoch, schedule)
+    the one ``position`` was saved from (its fingerprint, else its first steps'), or is
+    shorter than where the position stands; else hold its fingerprint in ``position``.
+    ``found``: where the run found a difference (said in the error)."""
+    fingerprint = check_fingerprint(position.segment_fingerprint, position.epoch, schedule, found)
     check_length(position, len(schedule.iterations))
+    world, policy = schedule.world_size, schedule.policy
+    check_known_steps(position, schedule.iterations, world, policy, found, whole=True)
     position.segment_fingerprint = fingerprint
+    position.known_steps(0, "")  # the whole is known now
 
 
-def check_fingerprint(saved: str, epoch: int, schedule: Schedule) -> str:
+def check_fingerprint(saved: str, epoch: int, schedule: Schedule, found: str = "") -> str:
     """The fingerprint of epoch ``epoch``'s rebuilt ``schedule``; ``ValueError`` when it
     is not the one a position saved (``saved``; empty: nothing to compare)."""
     fingerprint = schedule_fingerprint(schedule)
     if saved and saved != fingerprint:
-        raise schedule_changed(epoch, schedule.world_size, schedule.policy)
+        raise schedule_changed(epoch, schedule.world_size, schedule.policy, found)
     return fingerprint
 
 
-def schedule_changed(epoch: int, world_size: int, policy: str) -> ValueError:
-    """The error of a segment's rebuilt schedule that is not the saved one."""
+def schedule_changed(epoch: int, world_size: int, policy: str, found: str = "") -> ValueError:
+    """The error of a segment's rebuilt schedule that is not the saved one (``found``:
+    where the run found it, said in parentheses)."""
+    where = f" ({found})" if found else ""
     return ValueError(
         f"the rebuilt schedule of epoch {epoch} (world {world_size}, policy {policy}) differs "
-        "from the saved one: the dataset, model, cost model or options changed since it was "
-        "saved; resume with the same settings"
+        f"from the saved one{where}: the dataset, model, cost model or options changed since "
+        "it was saved; resume with the same settings"
     )
 
 
@@ -207,3 +245,27 @@ def check_steps_run(
     rebuilt = [i for it in built[: position.segment_iteration] for i in it.sample_ids()]
     if ran != rebuilt:
         raise schedule_changed(position.epoch, world_size, policy)
+
+
+def check_known_steps(
+    position: Position,
+    built: Sequence[Iteration],
+    world_size: int,
+    policy: str,
+    found: str = "",
+    *,
+    whole: bool = False,
+) -> bool:
+    """Whether the rebuilt segment's steps ``built`` (its first ones; ``whole``: all of
+    them) reach the steps ``position`` held the fingerprint of, saved before its whole
+    schedule was known (:attr:`Position.segment_steps_known`; True when it holds none):
+    ``ValueError`` when those steps are not the saved ones, or the whole has fewer
+    (``found``: where the run found it)."""
+    known = position.segment_steps_known
+    if not known:
+        return True
+    if len(built) < known and not whole:
+        return False
+    if len(built) < known or steps_fingerprint(built[:known]) != position.segment_steps_fingerprint:
+        raise schedule_changed(position.epoch, world_size, policy, found)
+    return True

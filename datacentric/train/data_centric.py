@@ -35,6 +35,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -62,9 +63,11 @@ from datacentric.scheduling.resume import (
     Position,
     begin_segment,
     check_fingerprint,
+    check_known_steps,
     check_length,
     check_segment,
     check_steps_run,
+    steps_fingerprint,
 )
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.train.build import device_cost_model
@@ -311,9 +314,15 @@ class DataCentric:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the run stands (JSON-able): save it with the model and optimizer. While
-        the segment's steps stream, it waits for the whole schedule first (the position
-        holds its fingerprint, checked when a resume rebuilds it)."""
-        self._settle()
+        the steps of a segment begun here stream, it waits for the whole schedule first
+        (the position holds its fingerprint, checked when a resume rebuilds it). A
+        resumed segment's position is saved at once with the record it was resumed from
+        (the whole fingerprint, else that of its first steps, extended by the steps built
+        since): the run checks it once its schedule is whole, and stops there on a
+        difference."""
+        self._settle(wait=not (self._saved is not None and self._in_segment()))
+        if self._build is not None and self._in_segment():
+            self._hold_built_steps()
         return self.position.to_json()
 
     def stop_building(self) -> None:
@@ -321,11 +330,30 @@ class DataCentric:
         a signal, its grace period short): :meth:`state_dict` then saves the position
         without waiting for it, holding the fingerprint it already holds (a resumed
         segment's saved one, not re-verified: the next resume checks it; a segment
-        begun here: none, and a resume compares the steps it ran) and the segment is
-        never announced (``on_schedule``). A no-op once the schedule is whole; a later
-        step builds the segment again."""
+        begun here: the fingerprint of its steps built so far, which a resume checks
+        once it has built them, besides the samples of the steps that ran) and the
+        segment is never announced (``on_schedule``). A no-op once the schedule is whole;
+        a later step builds the segment again."""
         if self._build is not None:
+            if self._in_segment():
+                self._hold_built_steps()
             self._leave_segment()
+
+    def _in_segment(self) -> bool:
+        """Whether the position stands in the segment held or streaming."""
+        p = self.position
+        return p.epoch == self._segment_epoch and p.segment_world == self.groups.world_size
+
+    def _hold_built_steps(self) -> None:
+        """Hold in the position the fingerprint of the streaming segment's steps built so
+        far, where its whole one is not known (a segment begun here, or resumed from a
+        position saved so): once the steps of such a resumed position are checked."""
+        p = self.position
+        if p.segment_fingerprint or not self._steps_checked:
+            return  # the saved fingerprint or steps stand, to be checked later
+        built = self._build.built_steps(0)
+        if len(built) > p.segment_steps_known:
+            p.known_steps(len(built), steps_fingerprint(built))
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`, on this world size: on another
@@ -362,7 +390,7 @@ class DataCentric:
         if p.segment_world == world and self._segment_epoch == p.epoch:
             if self._segment is not None or self._build is not None:
                 return
-        if self._saved_fingerprint:  # the run moved past a resumed segment still unchecked
+        if self._saved is not None:  # the run moved past a resumed segment still unchecked
             self._settle()
         self._leave_segment()
         self._segment_epoch, self._serial = p.epoch, self._serial + 1
@@ -377,8 +405,10 @@ class DataCentric:
             stream = self.pipeline.stream(p.epoch, sample_ids=ids)
             check_length(p, stream.num_steps)
             self._build = StreamedBuild(stream, name=f"schedule-epoch-{p.epoch}")
-            self._saved_fingerprint = p.segment_fingerprint  # "": a segment begun here
+            if p.segment_fingerprint or p.segment_steps_known:  # else a segment begun here
+                self._saved = replace(p, consumed=[], segment_excluded=[])  # its record
             self._check_ran = p.segment_iteration > 0  # a resumed one ran steps of it
+            self._steps_checked = not p.segment_steps_known
             self._schedule_wait_s += time.perf_counter() - started
         self._segment_at = p.iterations_done if p.segment_excluded else None
 
@@ -389,9 +419,11 @@ class DataCentric:
             self._build.cancel()
         self._segment: Schedule | None = None
         self._build, self._announced, self._expected = None, None, 0
-        # a resumed segment streaming: its saved fingerprint (checked once whole), whether
-        # the steps it ran are still to be compared; a refusal of the whole (_check_whole)
-        self._saved_fingerprint, self._check_ran, self._refused = "", False, None
+        # a resumed segment streaming: the record it was saved with (checked once whole:
+        # its fingerprint, else its first steps'), whether the steps it ran and the first
+        # steps saved are checked yet; a refusal of the whole (_check_whole)
+        self._saved: Position | None = None
+        self._check_ran, self._steps_checked, self._refused = False, True, None
 
     def _settle(self, wait: bool = True, count: bool = True) -> None:
         """Hold the streamed segment's whole schedule once it is built (``wait``: wait
@@ -407,7 +439,7 @@ class DataCentric:
                 schedule, waited = self._build.schedule()
                 self._schedule_wait_s += waited if count else 0.0
             self._check_whole(schedule)
-            self._segment, self._build, self._saved_fingerprint = schedule, None, ""
+            self._segment, self._build, self._saved = schedule, None, None
         if self._segment is not None and self._segment is not self._announced:
             self._announced = self._segment
             if self._on_schedule is not None:
@@ -418,12 +450,15 @@ class DataCentric:
         fingerprint while the position is in that segment (then held there), else against
         the resumed segment's; a refusal is kept, so that leaving the loop it was raised
         in does not raise it again."""
-        p = self.position
+        found = self._found("its whole schedule was")
         try:
-            if p.epoch == self._segment_epoch and p.segment_world == self.groups.world_size:
-                check_segment(p, schedule)
-            else:  # the position has left the segment (its fingerprint with it)
-                check_fingerprint(self._saved_fingerprint, self._segment_epoch, schedule)
+            if self._in_segment():
+                check_segment(self.position, schedule, found)
+            elif self._saved is not None:  # the position has left the segment (its record)
+                saved = self._saved
+                check_fingerprint(saved.segment_fingerprint, saved.epoch, schedule, found)
+                world, policy = schedule.world_size, schedule.policy
+                check_known_steps(saved, schedule.iterations, world, policy, found, whole=True)
         except ValueError as err:
             self._refused = err
             raise
@@ -431,16 +466,34 @@ class DataCentric:
     def _iteration(self, k: int) -> Iteration:
         """Step ``k`` of the segment (waited for while it streams: the seconds go to
         its ``schedule_wait_s``; the first of a resumed segment once the steps before it,
-        built first, are the ones the position ran)."""
+        built first, are the ones the position ran; the last of the first steps a
+        position saved the fingerprint of, once they are those steps)."""
         if self._segment is not None:
             return self._segment.iterations[k]
         iteration, waited = self._build.step(k)
         self._schedule_wait_s += waited
+        world, policy = self.groups.world_size, self.pipeline.policy
         if self._check_ran:
-            built = self._build.built_steps(0)
-            check_steps_run(self.position, built, self.groups.world_size, self.pipeline.policy)
+            check_steps_run(self.position, self._build.built_steps(0), world, policy)
             self._check_ran = False
+        known = self.position.segment_steps_known
+        if not self._steps_checked and k + 1 >= known:  # all built, with step k
+            found = self._found(f"its first {known} steps were")
+            built = self._build.built_steps(0)
+            self._steps_checked = check_known_steps(self.position, built, world, policy, found)
         return iteration
+
+    def _found(self, what: str) -> str:
+        """Where a resumed segment's rebuilt schedule was found to differ, for its error:
+        the step the run stands after, once ``what`` built, the steps that ran unchecked
+        since the saved position, and that position (the one to resume from)."""
+        done = self.position.iterations_done
+        found = f"found after step {done}, once {what} built"
+        saved = self._saved.iterations_done if self._saved is not None else done
+        if saved >= done:
+            return found
+        ran = f"step {done}" if done == saved + 1 else f"steps {saved + 1}-{done}"
+        return f"{found}: {ran} ran unchecked since the position saved after step {saved}"
 
     def steps(
         self,

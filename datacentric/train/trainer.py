@@ -460,9 +460,10 @@ class Trainer:
 
     def _save(self, scheduler, *, background: bool = False) -> None:
         """Save this step (collective; :meth:`RunSaves.save`). The position is
-        ``DataCentric.state_dict()``'s: a segment's schedule still being built is waited
-        for and checked against a resumed run's saved one before anything is written,
-        unless a stop signal cancelled its build (``DataCentric.stop_building``)."""
+        ``DataCentric.state_dict()``'s: the schedule of an epoch begun in this run still
+        being built is waited for (its fingerprint), unless a stop signal cancelled its
+        build (``DataCentric.stop_building``: the fingerprint of its steps built); a
+        resumed segment's is not, its saved record carried forward until it is checked."""
         position = Position.from_json(self.dc.state_dict())
         self.saves.save(
             position.iterations_done,

@@ -1,8 +1,9 @@
 """A run resumed on its world streams its segment as a fresh start does: the first
 step after the resume waits for the steps up to its own, not for the epoch's schedule;
 the rebuilt schedule is still checked against the saved one (the steps that ran before
-the next step is handed out, the fingerprint once it is whole) and nothing is saved
-before it is. The build is held back on purpose, so no test reads a clock."""
+the next step is handed out, the fingerprint once it is whole; what is saved before
+carries the saved fingerprint: test_resumed_saves.py). The build is held back on
+purpose, so no test reads a clock."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from run_config import small_config
 from test_streamed_schedule import HeldBack, small_loop
 
 from datacentric.cli.inspect import inspect_run
-from datacentric.scheduling import resume
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE
@@ -153,28 +153,6 @@ def test_a_position_past_its_segment_s_end_is_refused_before_a_build():
     with pytest.raises(ValueError, match=f"at iteration {length + 1} of a {length}-iteration"):
         next(dc.steps(iterations=length + 5))
     dc.close()
-
-
-@pytest.mark.slow
-def test_train_refuses_a_changed_schedule_on_resume_before_its_next_checkpoint(
-    tmp_path, monkeypatch
-):
-    """A resume that saves every step, its build held until a save waits for it: the
-    save checks the rebuilt schedule first, so no checkpoint follows the saved one."""
-    train_rank(small_config(tmp_path, iterations=2, checkpoint_every=1))
-    assert inspect_run(str(tmp_path))["iterations_done"] == 2
-    gate = threading.Event()
-    stream, schedule = Pipeline.stream, StreamedBuild.schedule
-    monkeypatch.setattr(
-        Pipeline, "stream", lambda self, *a, **kw: HeldBack(stream(self, *a, **kw), gate, 2)
-    )
-    monkeypatch.setattr(StreamedBuild, "schedule", lambda self: gate.set() or schedule(self))
-    monkeypatch.setattr(resume, "schedule_fingerprint", lambda s: "0" * 32)  # it differs
-    with pytest.raises(ValueError, match=CHANGED):
-        train_rank(small_config(tmp_path, iterations=4, checkpoint_every=1, resume=True))
-    saved = sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*"))
-    assert saved == ["step-00000001", "step-00000002"]
-    assert inspect_run(str(tmp_path))["iterations_done"] == 2
 
 
 class TermAfter(StepHooks):
