@@ -24,12 +24,15 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 from datacentric.log import get_logger
 from datacentric.models.configs import MODEL_PRESETS
 from datacentric.models.source import build_model_named
 from datacentric.planning.fitted import FittedCostModel, extrapolate
+from datacentric.planning.heads import ulysses_sp_sizes
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import recompute_from_counts
 from datacentric.profiling.factory import fitted_cost_model, named_spec
@@ -181,7 +184,6 @@ def run_profile(
     finds off on this machine (:func:`reusable`) is re-measured."""
     start = time.perf_counter()
     world = settings.world_size
-    sp_sizes = list(sp_sizes or default_sp_sizes(world))
     meta = None  # a model not built here: built on the meta device once, for its identity and spec
     if settings.identity is None and settings.model not in MODEL_PRESETS:
         meta = build_model_named(settings.model, settings.model_args, device="meta")
@@ -191,6 +193,7 @@ def run_profile(
     # its vocabulary (the synthetic samples' ids, profiler.synthetic_token_ids)
     spec = settings.spec or named_spec(settings.model, settings.model_args, module=meta)
     settings = replace(settings, spec=spec)
+    sp_sizes = list(sp_sizes or profiled_sp_sizes(spec, world, meta))
     current = _fingerprint(settings, world)
     saved, checked = fresh_profile(out_dir, current) if out_dir is not None else (None, 0.0)
     reused = reuse and saved is not None and reusable(saved, settings, out_dir, checked=checked)
@@ -232,6 +235,19 @@ def run_profile(
         save_plan(plan, profile.fingerprint, out_dir)
     wall = time.perf_counter() - start
     return ProfileReport(profile=profile, plan=plan, wall_seconds=wall, reused=reused)
+
+
+def profiled_sp_sizes(spec: ModelSpec, world: int, module: Any = None) -> list[int]:
+    """The SP sizes a profile measures when none are given: those of
+    :func:`~datacentric.profiling.profiler.default_sp_sizes` that the model runs (its
+    heads split among them, none above its ``max_sp_size``:
+    :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``module``, else of
+    ``spec``'s heads), as a training run's profile measures the sizes its model runs."""
+    model = module
+    if model is None:
+        model = SimpleNamespace(num_heads=spec.heads, num_kv_heads=spec.kv_heads or spec.heads)
+    runs = set(ulysses_sp_sizes(model, world))
+    return [size for size in default_sp_sizes(world) if size in runs]
 
 
 def ensure_profile(
