@@ -84,7 +84,8 @@ def test_a_resumed_run_s_first_step_waits_for_its_own_step_not_the_epoch():
     assert dc.state_dict()["segment_fingerprint"] == schedule_fingerprint(whole)
 
 
-def test_a_changed_schedule_on_resume_is_refused_and_nothing_is_saved_before():
+def test_a_changed_schedule_on_resume_is_refused_once_it_is_whole():
+    """(``state_dict()`` does not wait for it: test_resumed_saves.py.)"""
     state = saved_after(2)
     gate = threading.Event()
     changed = {**state, "segment_fingerprint": "0" * 32}  # the rebuilt one differs
@@ -96,7 +97,7 @@ def test_a_changed_schedule_on_resume_is_refused_and_nothing_is_saved_before():
         micro.backward(dc.model(micro.batch))
     step.finish()
     with pytest.raises(ValueError, match=CHANGED):
-        dc.state_dict()  # waits for the whole schedule: checked before it is saved
+        dc.current_schedule()  # waits for the whole schedule: checked
     with pytest.raises(ValueError, match=CHANGED):
         next(steps)
     dc.close()
