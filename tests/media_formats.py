@@ -213,8 +213,38 @@ def display_p3_profile() -> bytes:
     """A Display P3 profile as iPhones embed in their photos: P3's primaries (D65 white,
     adapted to the profile connection space's D50 as in Apple's ``Display P3.icc``) and
     sRGB's tone curve."""
-    colorants = [(0.5151, 0.2412, -0.0011), (0.2920, 0.6922, 0.0419), (0.1571, 0.0666, 0.7841)]
-    return rgb_profile(srgb_curve(), colorants)
+    return rgb_profile(srgb_curve(), DISPLAY_P3_COLORANTS)
+
+
+#: Display P3's primaries as Apple's profile states them (adapted to D50)
+DISPLAY_P3_COLORANTS = [
+    (0.5151, 0.2412, -0.0011),
+    (0.2920, 0.6922, 0.0419),
+    (0.1571, 0.0666, 0.7841),
+]
+
+
+def gamma_curve(gamma: float) -> bytes:
+    """A plain power ``gamma`` as a ``curv`` tag of one entry (1.0: linear light)."""
+    import struct
+
+    return b"curv\0\0\0\0" + struct.pack(">IH", 1, round(gamma * 256))
+
+
+#: BT.2020's primaries as ICC profiles state them (adapted to D50)
+BT2020_COLORANTS = [(0.6734, 0.2790, -0.0019), (0.1656, 0.6753, 0.0300), (0.1251, 0.0456, 0.7969)]
+
+
+def write_nclx_heic(path: Path, pixels: np.ndarray, primaries: int, transfer: int) -> Path:
+    """A lossless HEIC of ``pixels`` (RGB coded as is) whose colours are stated by its
+    ``nclx`` box alone: ``primaries`` and ``transfer`` (H.273's numbers), full range."""
+    import pillow_heif
+    from PIL import Image
+
+    pillow_heif.register_heif_opener()
+    nclx = {"color_primaries": primaries, "transfer_characteristics": transfer}
+    Image.fromarray(pixels).save(path, quality=-1, chroma=444, matrix_coefficients=0, **nclx)
+    return path
 
 
 #: an EXIF Orientation entry's tag, and a tag no reader knows that holds its place

@@ -93,9 +93,11 @@ __all__ = [
 #: profiles, 16-bit greyscale; 2: an APNG's frames as browsers compose them (a frame
 #: after one disposed to the frame before it; a half-transparent frame blended by its
 #: alpha; no still outside the animation); 3: an interlaced clip's frames deinterlaced as
-#: players show them (:func:`~datacentric.data.media_streams._deinterlaced`) (0: the
-#: records of earlier versions, which state none).
-READING_REVISION = 3
+#: players show them (:func:`~datacentric.data.media_streams._deinterlaced`); 4: an
+#: image's colours stated by its ``nclx`` box alone (a HEIC's) converted to sRGB
+#: (:func:`~datacentric.data.media_colours.nclx_rgb`) (0: the records of earlier
+#: versions, which state none).
+READING_REVISION = 4
 
 
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:

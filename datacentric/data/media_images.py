@@ -11,7 +11,8 @@ HEIC/HEIF and AVIF through a plugin (:data:`IMAGE_PLUGINS`).
   Pillow's AVIF reader states it as the EXIF entry, so it is applied once and an EXIF
   entry alone (information only in HEIF) never
   (``tests/runtime/data/test_heif_photos.py``).
-- Colours are converted to sRGB by the ICC profile the image embeds
+- Colours are converted to sRGB by the ICC profile the image embeds, else by the
+  primaries and transfer its ``nclx`` box states (a HEIC's, through pillow-heif)
   (:mod:`datacentric.data.media_colours`); a 16-bit greyscale image is read by the high
   byte of its levels (a 32-bit integer or float image, which states no range of its
   levels, is refused).
@@ -38,7 +39,7 @@ from datacentric.data.media_animation import (
     hidden_frames,
     load_frame,
 )
-from datacentric.data.media_colours import image_rgb
+from datacentric.data.media_colours import image_rgb, nclx_colours, nclx_problem
 from datacentric.data.media_info import MediaError, MediaInfo
 from datacentric.progress import counted
 
@@ -115,15 +116,18 @@ def _sixteen_bit(image: Any) -> bool:
 
 
 def _level_problem(image: Any) -> str | None:
-    """Why an image's levels cannot be shown as 8-bit RGB, or None: a 32-bit integer or
-    float image (Pillow's ``I`` or ``F``) states no range its levels span."""
+    """Why an image's levels cannot be shown as 8-bit sRGB, or None: a 32-bit integer or
+    float image (Pillow's ``I`` or ``F``) states no range its levels span; colours its
+    ``nclx`` box states that cannot be mapped
+    (:func:`~datacentric.data.media_colours.nclx_problem`)."""
     if image.mode in ("I", "F") and not _sixteen_bit(image):
         kind = "floating-point" if image.mode == "F" else "32-bit integer"
         return (
             f"a {kind} image (Pillow mode {image.mode}) states no range of its levels: "
             "save it with 8 or 16 bits a level (PNG, TIFF)"
         )
-    return None
+    nclx = nclx_colours(image)
+    return nclx_problem(nclx) if nclx else None
 
 
 def _rgb(image: Any, sixteen: bool) -> Any:
