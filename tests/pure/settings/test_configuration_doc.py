@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from datacentric.settings import SECTIONS, SchedulingConfig
+from datacentric.settings.command_defaults import COMMAND_DEFAULTS
 from datacentric.settings.sections import DataConfig, ValidationConfig
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
@@ -41,3 +42,21 @@ def test_the_defaults_the_doc_states_are_the_schemas():
     assert "| `fps` | frame rate of the rendered videos (16) |" in text
     assert ValidationConfig().fps == 16
     assert "| `temperature` | 0 (default)" in text and ValidationConfig().temperature == 0
+
+
+#: Command defaults of keys the command offers no flag for (set inside it, not shown).
+NOT_FLAGS = {("bench", "tokens_per_iteration"), ("bench", "progress")}
+
+
+def test_the_commands_own_defaults_the_doc_lists_are_command_defaults():
+    """Every value of ``COMMAND_DEFAULTS`` that a flag shows is in the paragraph listing
+    them, beside its command's name."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index("A flag's default is the schema's")
+    paragraph = " ".join(text[start : text.index("\n\n", start)].split())
+    for command, overrides in COMMAND_DEFAULTS.items():
+        for key, override in overrides.items():
+            if override.value is None or (command, key) in NOT_FLAGS:
+                continue
+            value = f"{override.value:g}" if isinstance(override.value, float) else override.value
+            assert f"`{command}" in paragraph and str(value) in paragraph, (command, key)
