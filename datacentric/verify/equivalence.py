@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,6 +34,7 @@ from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
+from datacentric.planning.heads import allowed_sp_sizes, check_sp_sizes
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
 from datacentric.verify.case_models import build_case, build_reference, num_blocks
@@ -121,10 +122,12 @@ def mixed_iteration(
     return iteration
 
 
-def split_phases(world_size: int, sp_split: tuple[int, int]) -> list[list[int]]:
+def split_phases(
+    world_size: int, sp_split: tuple[int, int], then: list[int] | None = None
+) -> list[list[int]]:
     """The layouts of an ``--sp-split u,r`` step: one group of ``u x r`` (and groups of
-    one for the other ranks), then :func:`default_layout`; ``ValueError`` when ``u x r``
-    does not divide the world."""
+    one for the other ranks), then ``then`` (unset: :func:`default_layout`);
+    ``ValueError`` when ``u x r`` does not divide the world."""
     ulysses, ring = sp_split
     size = ulysses * ring
     if ulysses < 1 or ring < 1 or world_size % size:
@@ -132,7 +135,7 @@ def split_phases(world_size: int, sp_split: tuple[int, int]) -> list[list[int]]:
             f"--sp-split {ulysses},{ring} makes a group of {size} ranks, which must divide "
             f"--world {world_size} (both degrees at least 1)"
         )
-    return [[size] + [1] * (world_size - size), default_layout(world_size)]
+    return [[size] + [1] * (world_size - size), then or default_layout(world_size)]
 
 
 def with_ring(iteration: Iteration, *, phase: int, rank_start: int, ring_size: int) -> Iteration:
@@ -150,12 +153,22 @@ def with_ring(iteration: Iteration, *, phase: int, rank_start: int, ring_size: i
     return replace(iteration, assignments=assignments)
 
 
-def default_layout(world_size: int) -> list[int]:
-    """:func:`mixed_iteration`'s group sizes (see there) in rank order."""
+def default_layout(world_size: int, runs: Collection[int] | None = None) -> list[int]:
+    """:func:`mixed_iteration`'s group sizes (see there) in rank order; ``runs``: the SP
+    sizes the model's heads split among (unset: any), so its SP group is of such a size
+    (groups of one rank each when it runs none that fits)."""
+
+    def fits(size: int) -> bool:
+        return size == 1 or runs is None or size in runs
+
     if world_size >= 4:
-        sp = max(s for s in group_sizes(world_size) if s <= world_size // 2 and s & (s - 1) == 0)
+        sp = max(
+            s
+            for s in group_sizes(world_size)
+            if s <= world_size // 2 and s & (s - 1) == 0 and fits(s)
+        )
         return [sp] + [1] * (world_size - sp)
-    if world_size == 2:
+    if world_size == 2 and fits(2):
         return [2]
     return [1] * world_size
 
@@ -331,11 +344,10 @@ def check_equivalence(
     ``u`` inside a ring of ``r`` (:func:`split_phases`), then :func:`mixed_iteration`'s
     Ulysses layout. ``model_args``: the model's keyword arguments (``--model-arg``);
     ``lora``: only LoRA adapters train (their gradients are compared)."""
-    phases = [default_layout(world_size), [1] * world_size] if phased else None
     if sp_split is not None:
-        phases = split_phases(world_size, sp_split)
+        split_phases(world_size, sp_split)  # a split that does not divide the world: first
     cases = [
-        (name, _case_iteration(name, world_size, seed, phases, sp_split, model_args, lora))
+        (name, _case_iteration(name, world_size, seed, phased, sp_split, model_args, lora))
         for name in models
     ]
     start = time.perf_counter()
@@ -373,24 +385,32 @@ def _case_iteration(
     name: str,
     world_size: int,
     seed: int,
-    phases: list[list[int]] | None,
+    phased: bool,
     sp_split: tuple[int, int] | None,
     model_args: dict[str, Any] | None,
     lora: LoraSpec | None,
 ) -> Iteration:
-    """The iteration :func:`check_equivalence` runs for model ``name``, checked against
-    the model's SP and ring limits before any rank starts."""
+    """The iteration :func:`check_equivalence` runs for model ``name`` (its SP groups of
+    sizes the model's heads split among: :func:`default_layout`), checked against the
+    model's heads and its SP and ring limits before any rank starts."""
     model, dataset = build_case(name, seed, torch.float32, model_args, lora)
     check_small_copy(model, dataset)  # refusals that show only when it runs
     blocks = num_blocks(model, name)
-    layout = phases
+    heads = int(model.num_heads)
+    kv_heads = int(getattr(model, "num_kv_heads", heads))
+    base = default_layout(world_size, allowed_sp_sizes(heads, kv_heads))
+    layout = [base, [1] * world_size] if phased else None
+    if sp_split is not None:
+        layout = split_phases(world_size, sp_split, base)
     if layout is None and getattr(model, "max_sp_size", None) == 1:
         layout = [[1] * world_size]  # whole samples only: every group is one rank
-    iteration = mixed_iteration(dataset.shapes(), world_size, blocks, seed, phases=layout)
+    iteration = mixed_iteration(dataset.shapes(), world_size, blocks, seed, phases=layout or [base])
     if sp_split is not None:
         iteration = with_ring(iteration, phase=0, rank_start=0, ring_size=sp_split[1])
-    check_max_sp_size(model, [a.sp_size for a in iteration.assignments])  # before ranks
-    check_max_ring_size(model, [r for a in iteration.assignments for _, r in a.splits])
+    splits = [split for a in iteration.assignments for split in a.splits]
+    check_sp_sizes(heads, kv_heads, [u for u, _ in splits])  # before ranks, as they check
+    check_max_sp_size(model, [a.sp_size for a in iteration.assignments])
+    check_max_ring_size(model, [r for _, r in splits])
     return iteration
 
 
