@@ -233,6 +233,9 @@ def gamma_curve(gamma: float) -> bytes:
 
 #: BT.2020's primaries as ICC profiles state them (adapted to D50)
 BT2020_COLORANTS = [(0.6734, 0.2790, -0.0019), (0.1656, 0.6753, 0.0300), (0.1251, 0.0456, 0.7969)]
+#: CIE 1931 XYZ as primaries (SMPTE ST 428's, nclx primaries 10: red X, green Y, blue Z,
+#: an equal-energy white) as ICC profiles state them (adapted to D50 by Bradford's transform)
+XYZ_COLORANTS = [(0.9978, -0.0098, -0.0074), (-0.0042, 1.0183, 0.0135), (-0.0294, -0.0086, 0.8189)]
 
 
 def write_nclx_heic(path: Path, pixels: np.ndarray, primaries: int, transfer: int) -> Path:

@@ -276,10 +276,13 @@ def nclx_problem(nclx: dict[str, Any]) -> str | None:
 
 
 def _rgb_to_xyz(chromaticities: tuple) -> np.ndarray:
-    """The matrix from linear RGB of these primaries to XYZ (the white's Y 1)."""
+    """The matrix from linear RGB of these primaries to XYZ (the white's Y 1). Each
+    primary is taken as (x, y, 1 - x - y), not divided by its y: XYZ's own primaries
+    (nclx 10: red X at (1, 0), blue Z at (0, 0)) have none; the white's scale fixes
+    each column's length."""
     xy = np.array(chromaticities, dtype=float)
-    xyz = np.stack([xy[:, 0] / xy[:, 1], np.ones(4), (1 - xy.sum(1)) / xy[:, 1]], 1)
-    scale = np.linalg.solve(xyz[:3].T, xyz[3])
+    xyz = np.stack([xy[:, 0], xy[:, 1], 1 - xy.sum(1)], 1)
+    scale = np.linalg.solve(xyz[:3].T, xyz[3] / xyz[3, 1])
     return xyz[:3].T * scale
 
 

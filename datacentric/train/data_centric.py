@@ -515,7 +515,9 @@ class DataCentric:
         each segment's whole schedule once (``at_step``: the run's step where a segment
         re-planned for another world began, else ``None``), on this thread: at the
         first step after it is built, and at the latest when the loop ends or is left
-        (which then waits for it).
+        (which then waits for it). A resumed segment's rebuilt schedule is checked
+        against the saved one there too, with or without ``on_schedule``: a loop never
+        ends quietly on a changed schedule.
         """
         if epochs is None and iterations is None:
             raise ValueError("steps() needs a limit: epochs, iterations or both")
@@ -553,8 +555,8 @@ class DataCentric:
                 if not step.finished:
                     raise RuntimeError("call step.finish() before asking for the next step")
         except GeneratorExit:  # the loop was left: its schedule is still announced
-            if on_schedule is not None and self._refused is None:
-                self._settle()
+            if (on_schedule is not None or self._saved is not None) and self._refused is None:
+                self._settle()  # and a resumed segment's checked
             raise
-        if on_schedule is not None:
+        if on_schedule is not None or self._saved is not None:
             self._settle()

@@ -17,6 +17,7 @@ import pytest
 from media_formats import (
     BT2020_COLORANTS,
     DISPLAY_P3_COLORANTS,
+    XYZ_COLORANTS,
     display_p3_profile,
     gamma_curve,
     rgb_profile,
@@ -128,13 +129,15 @@ def test_a_ten_bit_heic_is_read_in_eight_bit_levels(tmp_path):
     assert tuple(np.asarray(got)[0, -1]) == (255, 0, 128)
 
 
-#: nclx primaries and transfer -> the ICC profile of the same colours (Display P3, BT.2020
-#: and sRGB's primaries; sRGB's tone curve, a power of 2.2, linear light)
+#: nclx primaries and transfer -> the ICC profile of the same colours (Display P3, BT.2020,
+#: sRGB's and XYZ's primaries, whose blue and red lie on y = 0; sRGB's tone curve, a power
+#: of 2.2, linear light)
 NCLX_TWINS = {
     (12, 13): lambda: display_p3_profile(),
     (9, 1): lambda: rgb_profile(srgb_curve(), BT2020_COLORANTS),
     (1, 8): lambda: rgb_profile(gamma_curve(1.0)),
     (12, 4): lambda: rgb_profile(gamma_curve(2.2), DISPLAY_P3_COLORANTS),
+    (10, 13): lambda: rgb_profile(srgb_curve(), XYZ_COLORANTS),
 }
 
 

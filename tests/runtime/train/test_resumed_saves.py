@@ -245,3 +245,25 @@ def test_train_stops_on_a_changed_schedule_found_after_its_resume(tmp_path, monk
         assert saved_position(tmp_path, step)["segment_fingerprint"] == kept
     with pytest.raises(ValueError, match=CHANGED):
         train_rank(small_config(tmp_path, iterations=6, checkpoint_every=1, resume=True))
+
+
+@pytest.mark.parametrize("end", ["limit", "left"])
+def test_a_loop_resumed_on_a_changed_schedule_is_refused_at_its_end_before_it_is_whole(end):
+    """A user loop (no ``on_schedule``) that ends (its limit) or is left (closed) before
+    the resumed segment's schedule is whole: it waits there for the schedule and refuses
+    the difference, as the trainer's loop does, so that a run never ends quietly on a
+    changed schedule (its ``state_dict()`` carries the saved fingerprint)."""
+    state = saved_after(2)
+    gate = threading.Event()
+    changed = {**state, "segment_fingerprint": "0" * 32}  # the rebuilt one differs
+    dc, _ = held_resume(changed, gate)
+    steps = dc.steps(iterations=3 if end == "limit" else 8)
+    one_step(dc, steps)  # step 3, the last within the limit
+    assert dc.state_dict()["segment_fingerprint"] == "0" * 32  # not waited for
+    gate.set()  # the rest of the schedule is built once the step has run
+    with pytest.raises(ValueError, match=f"{CHANGED}.*found after step 3, once its whole"):
+        if end == "limit":
+            next(steps, None)  # the loop ends
+        else:
+            steps.close()  # the loop is left
+    dc.close()
