@@ -62,10 +62,35 @@ def check_validation(
                 f"validation.{key}: only a pipeline render uses it; set validation.pipeline "
                 "(a diffusers pipeline folder) or leave it unset"
             )
-    if checkpoint.keep_best and validation.dataset is None:
+    check_keep_best(validation, checkpoint)
+
+
+def check_keep_best(validation: ValidationConfig, checkpoint: CheckpointConfig) -> None:
+    """A ``keep_best`` with no validation loss to rank checkpoints by, or one validated
+    at steps that are not saved (``every`` not a multiple of ``checkpoint_every``): the
+    best step's checkpoint is kept only if that step saved one, and with the default
+    ``checkpoint_every`` a run validated every few steps kept none of them."""
+    if not checkpoint.keep_best:
+        return
+    if validation.dataset is None:
         raise ConfigError(
             "checkpoint.keep_best: needs a validation loss to rank checkpoints by; set "
             "validation.dataset (and validation.every, at checkpoint steps)"
+        )
+    every, saves = validation.every, checkpoint.checkpoint_every
+    if every == 0:
+        raise ConfigError(
+            "checkpoint.keep_best: validation.every 0 computes no validation loss to rank "
+            "checkpoints by; leave validation.every unset (after the last step) or set it "
+            "to a multiple of checkpoint.checkpoint_every"
+        )
+    if every is not None and (saves == 0 or every % saves):
+        given = f"checkpoint.checkpoint_every {saves}" + (" (by time only)" if not saves else "")
+        other = f", or validation.every to a multiple of {saves}" if saves else ""
+        raise ConfigError(
+            f"checkpoint.keep_best: validation.every {every} validates at steps that {given} "
+            "does not save, so the best of them may have no checkpoint to keep; set "
+            f"checkpoint.checkpoint_every to {every} (or a divisor of it){other}"
         )
 
 

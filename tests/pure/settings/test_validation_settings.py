@@ -4,6 +4,7 @@ Python API; off by default; settings that cannot work together refused by name."
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -66,3 +67,42 @@ def test_validation_settings_that_cannot_work_are_refused_by_name(values, messag
 def test_split_fraction():
     assert split_fraction(None) is None and split_fraction("jsonl:a.jsonl") is None
     assert split_fraction("split=0.25") == 0.25
+
+
+KEEP_BEST = {"keep_best": True, "validation_dataset": "split=0.1"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"validation_every": 1},
+            "validation.every 1 validates at steps that checkpoint.checkpoint_every 500 does "
+            "not save, so the best of them may have no checkpoint to keep; set "
+            "checkpoint.checkpoint_every to 1 (or a divisor of it), or validation.every to a "
+            "multiple of 500",
+        ),
+        ({"validation_every": 3, "checkpoint_every": 2}, "checkpoint_every to 3"),
+        ({"validation_every": 2, "checkpoint_every": 0}, "checkpoint_every 0 (by time only)"),
+        ({"validation_every": 0}, "validation.every 0 computes no validation loss"),
+    ],
+)
+def test_keep_best_validated_at_steps_that_are_not_saved_is_refused(values, message):
+    """A run validated every step under the default checkpoint_every kept only its last
+    checkpoint: the best step's (step 1 of 4, loss 4.55 against 23.4) was never saved,
+    and nothing said so."""
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(None, **KEEP_BEST, **values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"validation_every": 4, "checkpoint_every": 2},
+        {"validation_every": 5, "checkpoint_every": 5},
+    ],
+)
+def test_keep_best_validated_at_saved_steps_is_taken(values):
+    loaded = load_config(None, **KEEP_BEST, **values)
+    assert loaded.checkpoint.keep_best
