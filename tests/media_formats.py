@@ -160,43 +160,59 @@ def write_h265_clip(path: Path, frames: int, *, seed: int = 0) -> Path:
     return path
 
 
-def rgb_profile(curve: bytes, colorants: list | None = None) -> bytes:
-    """An ICC v2 display profile written here: each channel's tone ``curve`` (a ``curv``
-    tag) and ``colorants`` (red, green and blue's XYZ; LittleCMS's sRGB's when None)."""
+def _fixed(*values: float) -> bytes:
+    """ICC's s15Fixed16Number of each value."""
+    import struct
+
+    return b"".join(struct.pack(">i", round(v * 65536)) for v in values)
+
+
+def _xyz(values) -> bytes:
+    """An ICC ``XYZ`` tag of one colour."""
+    return b"XYZ \0\0\0\0" + _fixed(*values)
+
+
+def _icc_profile(space: bytes, tags: dict[bytes, bytes]) -> bytes:
+    """An ICC v2 display profile of colour ``space`` (``b"RGB "``, ``b"GRAY"``): a
+    description, LittleCMS's sRGB's media white and ``tags``."""
     import struct
 
     from PIL import ImageCms
 
     srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).profile
-    own = [srgb.red_colorant[0], srgb.green_colorant[0], srgb.blue_colorant[0]]
-    red, green, blue = colorants or own
-
-    def fixed(*values: float) -> bytes:  # s15Fixed16Number
-        return b"".join(struct.pack(">i", round(v * 65536)) for v in values)
-
-    def xyz(values) -> bytes:
-        return b"XYZ \0\0\0\0" + fixed(*values)
-
     text = b"a profile\0"
     tags = {
         b"desc": b"desc\0\0\0\0" + struct.pack(">I", len(text)) + text + bytes(4 + 4 + 2 + 1 + 67),
-        b"wtpt": xyz(srgb.media_white_point[0]),
-        b"rXYZ": xyz(red),
-        b"gXYZ": xyz(green),
-        b"bXYZ": xyz(blue),
-        b"rTRC": curve,
+        b"wtpt": _xyz(srgb.media_white_point[0]),
+        **tags,
     }
-    tags[b"gTRC"] = tags[b"bTRC"] = tags[b"rTRC"]
     table, body, offset = b"", b"", 128 + 4 + 12 * len(tags)
     for name, data in tags.items():
         data += bytes(-len(data) % 4)
         table += name + struct.pack(">II", offset + len(body), len(data))
         body += data
     size = offset + len(body)
-    header = struct.pack(">I4sI4s4s4s", size, b"\0" * 4, 0x02100000, b"mntr", b"RGB ", b"XYZ ")
-    header += bytes(12) + b"acsp" + bytes(24) + struct.pack(">I", 0) + fixed(0.9642, 1.0, 0.8249)
+    header = struct.pack(">I4sI4s4s4s", size, b"\0" * 4, 0x02100000, b"mntr", space, b"XYZ ")
+    header += bytes(12) + b"acsp" + bytes(24) + struct.pack(">I", 0) + _fixed(0.9642, 1.0, 0.8249)
     header += bytes(128 - len(header))
     return header + struct.pack(">I", len(tags)) + table + body
+
+
+def rgb_profile(curve: bytes, colorants: list | None = None) -> bytes:
+    """An ICC v2 display profile written here: each channel's tone ``curve`` (a ``curv``
+    tag) and ``colorants`` (red, green and blue's XYZ; LittleCMS's sRGB's when None)."""
+    from PIL import ImageCms
+
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).profile
+    own = [srgb.red_colorant[0], srgb.green_colorant[0], srgb.blue_colorant[0]]
+    red, green, blue = colorants or own
+    tags = {b"rXYZ": _xyz(red), b"gXYZ": _xyz(green), b"bXYZ": _xyz(blue)}
+    return _icc_profile(b"RGB ", {**tags, b"rTRC": curve, b"gTRC": curve, b"bTRC": curve})
+
+
+def grey_profile(curve: bytes) -> bytes:
+    """An ICC v2 greyscale display profile written here: its tone ``curve`` (``kTRC``)."""
+    return _icc_profile(b"GRAY", {b"kTRC": curve})
 
 
 def srgb_curve() -> bytes:
@@ -305,12 +321,15 @@ def write_oriented_photo(
     return path
 
 
-def write_ten_bit_heic(path: Path, levels: np.ndarray) -> Path:
-    """A lossless 10-bit HEIC of ``levels`` (an ``H x W x 3`` array of 0 to 1023)."""
+def write_ten_bit_heic(path: Path, levels: np.ndarray, **nclx: int) -> Path:
+    """A lossless 10-bit HEIC of ``levels`` (an ``H x W x 3`` array of 0 to 1023, or
+    ``H x W``: greyscale), its ``nclx`` box's ``color_primaries`` and
+    ``transfer_characteristics`` as given (pillow-heif's defaults else)."""
     import pillow_heif
 
     height, width = levels.shape[:2]
     data = (levels.astype("<u2") << 6).tobytes()  # pillow-heif takes 16-bit levels
-    heif = pillow_heif.from_bytes(mode="RGB;16", size=(width, height), data=data)
-    heif.save(path, quality=-1, chroma=444, matrix_coefficients=0)
+    mode = "L;16" if levels.ndim == 2 else "RGB;16"
+    heif = pillow_heif.from_bytes(mode=mode, size=(width, height), data=data)
+    heif.save(path, quality=-1, chroma=444, matrix_coefficients=0, **nclx)
     return path

@@ -95,9 +95,10 @@ __all__ = [
 #: alpha; no still outside the animation); 3: an interlaced clip's frames deinterlaced as
 #: players show them (:func:`~datacentric.data.media_streams._deinterlaced`); 4: an
 #: image's colours stated by its ``nclx`` box alone (a HEIC's) converted to sRGB
-#: (:func:`~datacentric.data.media_colours.nclx_rgb`) (0: the records of earlier
-#: versions, which state none).
-READING_REVISION = 4
+#: (:func:`~datacentric.data.media_colours.nclx_rgb`); 5: a 16-bit greyscale image's
+#: colours converted by its ICC profile or ``nclx`` box as an 8-bit one's (0: the
+#: records of earlier versions, which state none).
+READING_REVISION = 5
 
 
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:

@@ -134,13 +134,15 @@ def _rgb(image: Any, sixteen: bool) -> Any:
     """An RGB image of ``image``: in sRGB by its colour profile
     (:func:`~datacentric.data.media_colours.image_rgb`); 16-bit levels by their high
     byte, as Pillow reads a 16-bit RGB PNG (its ``convert("RGB")`` clips them at 255
-    instead: nearly all white)."""
+    instead: nearly all white), then converted by the image's profile as 8-bit ones."""
     from PIL import Image
 
     if not sixteen:
         return image_rgb(image)
     levels = np.asarray(image).astype(np.uint32) >> 8
-    return Image.fromarray(levels.astype(np.uint8), "L").convert("RGB")
+    grey = Image.fromarray(levels.astype(np.uint8), "L")
+    grey.info = dict(image.info)  # its ICC profile or nclx box
+    return image_rgb(grey)
 
 
 def _image_orientation(image: Any) -> int:

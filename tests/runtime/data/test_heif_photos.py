@@ -129,6 +129,22 @@ def test_a_ten_bit_heic_is_read_in_eight_bit_levels(tmp_path):
     assert tuple(np.asarray(got)[0, -1]) == (255, 0, 128)
 
 
+def test_a_ten_bit_grey_heic_tagged_by_nclx_is_converted_as_an_eight_bit_one(tmp_path):
+    """A 10-bit greyscale HEIC (pillow-heif reads it 16-bit, mode ``I;16``) whose nclx box
+    states Display P3 primaries and a power of 2.2 reads as the same greys at 8 bits
+    with that box: converted, within a level. Its box was passed over (read as stored,
+    up to 9 levels darker or lighter)."""
+    pytest.importorskip("pillow_heif")
+    grey = np.tile(np.arange(256, dtype=np.uint16), (8, 1))
+    nclx = {"color_primaries": 12, "transfer_characteristics": 4}
+    eight = np.repeat(grey.astype(np.uint8)[..., None], 3, -1)
+    (want,) = decode(_item(write_nclx_heic(tmp_path / "eight.heic", eight, 12, 4)))
+    assert _error(want, eight.astype(float)) > 3  # the box moves these greys
+    deep = write_ten_bit_heic(tmp_path / "deep.heic", grey.astype(int) * 1023 // 255, **nclx)
+    (got,) = decode(_item(deep))
+    assert _error(got, np.asarray(want, dtype=float)) <= 1
+
+
 #: nclx primaries and transfer -> the ICC profile of the same colours (Display P3, BT.2020,
 #: sRGB's and XYZ's primaries, whose blue and red lie on y = 0; sRGB's tone curve, a power
 #: of 2.2, linear light)

@@ -1,14 +1,14 @@
 """A picture's colours reach ``prepare`` as viewers show them: converted to sRGB by the
-ICC profile it embeds (a still, an animation's frames, a photo turned by EXIF), a
-damaged or unfitting profile passed over, and an sRGB-tagged photo read as stored
-without a conversion."""
+ICC profile it embeds (a still, an animation's frames, a photo turned by EXIF, a 16-bit
+greyscale picture), a damaged or unfitting profile passed over, and an sRGB-tagged photo
+read as stored without a conversion."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from fidelity_clips import _error, _item
-from media_formats import rgb_profile, srgb_curve, wave_frames
+from media_formats import gamma_curve, grey_profile, rgb_profile, srgb_curve, wave_frames
 
 from datacentric.data.media_decode import decode, probe
 
@@ -119,3 +119,20 @@ def test_a_picture_tagged_srgb_is_read_as_stored_without_a_conversion(tmp_path, 
         (got,) = decode(_item(path))
         assert np.array_equal(np.asarray(got), stored), number
     assert (48, 32) not in converted, converted
+
+
+def test_a_sixteen_bit_grey_picture_is_converted_by_its_profile_as_an_eight_bit_one(tmp_path):
+    """A 16-bit greyscale PNG with a greyscale ICC profile (linear light) is shown as the
+    same picture at 8 bits with that profile: its levels' high byte, converted. Its
+    profile was passed over (level 128 read as 128, where viewers show 188)."""
+    from PIL import Image
+
+    ramp = np.tile(np.arange(256, dtype=np.uint16) * 257, (4, 1))
+    profile = grey_profile(gamma_curve(1.0))
+    Image.fromarray((ramp >> 8).astype(np.uint8)).save(tmp_path / "eight.png", icc_profile=profile)
+    Image.fromarray(ramp).save(tmp_path / "deep.png", icc_profile=profile)
+    (want,) = decode(_item(tmp_path / "eight.png"))
+    assert abs(int(np.asarray(want)[0, 128, 0]) - 188) <= 1  # the profile moves the levels
+    (got,) = decode(_item(tmp_path / "deep.png"))
+    assert Image.open(tmp_path / "deep.png").mode.startswith("I")
+    assert np.array_equal(np.asarray(got), np.asarray(want))
