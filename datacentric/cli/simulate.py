@@ -34,6 +34,7 @@ from datacentric.cli.flag_groups import (
     add_world_flag,
     json_text,
     limit_splits,
+    lora_of_args,
 )
 from datacentric.cli.flags import add_deprecated_alias, config_option, enable_config_file
 from datacentric.cli.planning_inputs import (
@@ -106,6 +107,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     """Run the simulation the arguments describe; returns the JSON-able report."""
+    from datacentric.models.model_args import parse_model_args
+    from datacentric.profiling.factory import named_spec
     from datacentric.sim.policy_comparison import DEFAULT_POLICIES, policy_table, run_policies
     from datacentric.sim.policy_comparison import simulation_cost_model as make_cost_model
 
@@ -122,7 +125,8 @@ def simulate_command(args: argparse.Namespace) -> dict[str, Any]:
     from datacentric.settings import SchedulingConfig
 
     options = SchedulingConfig(**global_batch_options(args))
-    cost_model = make_cost_model(model, hardware, args.world, shard=sharding_of(args))
+    spec = named_spec(model, parse_model_args(args.model_args), lora_of_args(args))
+    cost_model = make_cost_model(spec, hardware, args.world, shard=sharding_of(args))
     cost_model = limit_splits(cost_model, args)
     options = sized_global_batch(args, options, workload.shapes, cost_model, args.world)
     what = f"simulate on {counted(args.world, 'rank')}"

@@ -20,6 +20,7 @@ from datacentric.planning.memory_cap import (
     resolve_memory_cap,
     warn_cost_model_cap,
 )
+from datacentric.planning.model_specs import ModelSpec
 from datacentric.planning.plan import Plan
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.profiling.factory import analytic_cost_model
@@ -95,14 +96,15 @@ def stage_units(policies: Sequence[str], steps: int | None = None) -> dict[str, 
 
 
 def simulation_cost_model(
-    model: str,
+    model: str | ModelSpec,
     hardware: str,
     world_size: int,
     *,
     memory_gb: float | None = None,
     shard: ShardingSpec | str | None = None,
 ) -> AnalyticCostModel:
-    """The analytic cost model the simulator uses for ``model`` on ``hardware``.
+    """The analytic cost model the simulator uses for ``model`` (a name, or a spec: one
+    with its keyword arguments and LoRA) on ``hardware``.
 
     Settings (stated, not fitted): bf16; model state held as ``shard`` says on
     ``world_size`` ranks
