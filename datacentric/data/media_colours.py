@@ -311,11 +311,18 @@ def _srgb_levels(light: np.ndarray) -> np.ndarray:
 SRGB_TRANSFER = 13
 
 
-@functools.cache
-def _still_reformatter() -> Any:
-    """One PyAV ``VideoReformatter`` for the HDR stills of a process (:func:`_hdr_rgb`):
-    its scaler keeps its map (about 4 s to build here) while the pictures' size and
-    colours stay, as a phone's photos' do."""
+#: the rows and width of the blocks an HDR still's pixels are mapped in (:func:`_hdr_rgb`):
+#: one frame size for every picture, so the scaler builds its map (2 to 5 s here) once
+#: for each transfer and primaries, not again for each size (a camera's landscape and
+#: portrait photos alternate); FFmpeg maps each pixel alone, so blocks map as a whole
+#: frame does, exactly
+HDR_BLOCK = (64, 1024)
+
+
+@functools.lru_cache(maxsize=4)
+def _still_reformatter(transfer: int, primaries: int) -> Any:
+    """A PyAV ``VideoReformatter`` for the HDR stills of a process of these colours
+    (:func:`_hdr_rgb`): its scaler keeps its map for their blocks (:data:`HDR_BLOCK`)."""
     from av.video.reformatter import VideoReformatter
 
     return VideoReformatter()
@@ -323,17 +330,27 @@ def _still_reformatter() -> Any:
 
 def _hdr_rgb(rgb: np.ndarray, nclx: dict[str, Any]) -> np.ndarray:
     """HDR levels (PQ, HLG) mapped to sRGB as a clip's are mapped to BT.709
-    (:func:`rgb_picture`: FFmpeg's colour management), to sRGB's transfer."""
+    (:func:`rgb_picture`: FFmpeg's colour management), to sRGB's transfer, in blocks of
+    one size (:data:`HDR_BLOCK`), the last one padded."""
     import av
 
-    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-    frame.color_range, frame.colorspace = 2, 0  # full-range RGB levels
-    frame.color_trc = int(nclx["transfer_characteristics"])
-    frame.color_primaries = int(nclx.get("color_primaries", 2))
-    mapped = _still_reformatter().reformat(
-        frame, format="rgb24", dst_color_trc=SRGB_TRANSFER, dst_color_primaries=BT709
-    )
-    return mapped.to_ndarray()
+    transfer = int(nclx["transfer_characteristics"])
+    primaries = int(nclx.get("color_primaries", 2))
+    reformatter = _still_reformatter(transfer, primaries)
+    rows, width = HDR_BLOCK
+    pixels, block = rgb.reshape(-1, 3), rows * width
+    padded = np.zeros((-(-len(pixels) // block) * block, 3), np.uint8)
+    padded[: len(pixels)] = pixels
+    for start in range(0, len(padded), block):
+        piece = padded[start : start + block].reshape(rows, width, 3)
+        frame = av.VideoFrame.from_ndarray(piece, format="rgb24")
+        frame.color_range, frame.colorspace = 2, 0  # full-range RGB levels
+        frame.color_trc, frame.color_primaries = transfer, primaries
+        mapped = reformatter.reformat(
+            frame, format="rgb24", dst_color_trc=SRGB_TRANSFER, dst_color_primaries=BT709
+        )
+        padded[start : start + block] = mapped.to_ndarray().reshape(-1, 3)
+    return padded[: len(pixels)].reshape(rgb.shape)
 
 
 @functools.lru_cache(maxsize=16)

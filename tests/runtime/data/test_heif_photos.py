@@ -214,6 +214,38 @@ def test_an_hdr_heic_tagged_by_nclx_is_mapped_as_an_hdr_clip(tmp_path, transfer,
     assert (np.diff(greys) >= 0).all() and greys[2] > greys[1] > greys[0], greys
 
 
+def test_hdr_heics_of_other_sizes_are_mapped_by_one_scaler_map(tmp_path, monkeypatch):
+    """An HLG photo and one turned the other way (a camera's landscape and portrait
+    shots) are mapped by frames of one size, so the scaler's map (2 to 5 s to build
+    here) is built once, not again for each size; each is mapped as a whole frame of
+    its own size maps it, exactly. Each size built its map again."""
+    import av
+
+    from datacentric.data import media_colours
+
+    pytest.importorskip("pillow_heif")
+    if not media_colours.maps_to_bt709():
+        pytest.skip("this PyAV's scaler does not map HDR (the refusal's test)")
+    sizes, reformatter = [], av.video.reformatter.VideoReformatter()
+
+    class Seen:
+        def reformat(self, frame, **options):
+            sizes.append((frame.height, frame.width))
+            return reformatter.reformat(frame, **options)
+
+    monkeypatch.setattr(media_colours, "_still_reformatter", lambda *colours: Seen())
+    stored = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    for pixels in (stored, stored.transpose(1, 0, 2)):
+        (got,) = decode(_item(write_nclx_heic(tmp_path / "hlg.heic", pixels, 9, 18)))
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
+        frame.color_range, frame.colorspace, frame.color_trc, frame.color_primaries = 2, 0, 18, 9
+        whole = reformatter.reformat(
+            frame, format="rgb24", dst_color_trc=13, dst_color_primaries=1
+        ).to_ndarray()
+        assert np.array_equal(np.asarray(got), whole)
+    assert len(set(sizes)) == 1, sizes
+
+
 @pytest.mark.parametrize(
     ("transfer", "said"),
     [
