@@ -446,13 +446,18 @@ class DataCentric:
                 self._on_schedule(self._segment, self._segment_at)
 
     def _check_whole(self, schedule: Schedule) -> None:
-        """Check the streamed segment's whole ``schedule`` against the position's saved
-        fingerprint while the position is in that segment (then held there), else against
-        the resumed segment's; a refusal is kept, so that leaving the loop it was raised
-        in does not raise it again."""
+        """Check the streamed segment's whole ``schedule``: while the position is in that
+        segment, against its saved fingerprint (then held there) and, where no step was
+        handed out yet (``current_schedule()`` first), the samples of the steps a resumed
+        position ran; else against the resumed segment's record. A refusal is kept, so
+        that leaving the loop it was raised in does not raise it again."""
         found = self._found("its whole schedule was")
         try:
             if self._in_segment():
+                if self._check_ran:  # no step handed out yet (current_schedule() first)
+                    world, policy = schedule.world_size, schedule.policy
+                    check_steps_run(self.position, schedule.iterations, world, policy)
+                    self._check_ran = False
                 check_segment(self.position, schedule, found)
             elif self._saved is not None:  # the position has left the segment (its record)
                 saved = self._saved

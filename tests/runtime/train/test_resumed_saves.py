@@ -267,3 +267,23 @@ def test_a_loop_resumed_on_a_changed_schedule_is_refused_at_its_end_before_it_is
         else:
             steps.close()  # the loop is left
     dc.close()
+
+
+@pytest.mark.parametrize("fingerprint", [True, False], ids=["fingerprint", "none-saved"])
+def test_a_resume_whose_ran_steps_differ_is_refused_when_its_schedule_is_asked_first(fingerprint):
+    """The steps that ran are compared with the rebuilt ones also where the whole
+    schedule is built before the first step (``current_schedule()`` asked first): with no
+    record of the schedule saved (a stop by an earlier version) nothing else compares
+    them, and a saved fingerprint does not cover the position's own samples."""
+    state = saved_after(2)
+    ran = state["consumed"]
+    moved = {**state, "consumed": ran[1:] + ran[:1]}  # the same samples, another order
+    if not fingerprint:
+        moved["segment_fingerprint"] = ""
+    gate = threading.Event()
+    gate.set()  # the build goes on
+    dc, _ = held_resume(moved, gate)
+    with pytest.raises(ValueError, match=CHANGED):
+        dc.current_schedule()
+        next(dc.steps(iterations=5))
+    dc.close()
