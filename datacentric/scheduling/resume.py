@@ -114,13 +114,15 @@ class Position:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Position:
-        """The position :meth:`to_json` wrote."""
+        """The position :meth:`to_json` wrote, with lists of its own (advancing it leaves
+        ``d`` as it was saved, to be loaded again)."""
         if "segment_iteration" not in d or "consumed" not in d:
             raise ValueError(
                 "not a datacentric position (fields epoch, iterations_done, segment_*, "
                 f"consumed); got keys {sorted(d)}: it was saved by another version"
             )
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        kept = [k for k in cls.__dataclass_fields__ if k in d]
+        return cls(**{k: list(d[k]) if isinstance(d[k], list) else d[k] for k in kept})
 
     def remaining(self, num_samples: int) -> list[int] | None:
         """Sample ids the current segment schedules (``None``: the whole epoch)."""
