@@ -133,3 +133,26 @@ def test_a_step_packed_into_fewer_micro_batches_than_groups_is_split_to_cover_th
         ranks = {a.rank_start for a in iteration.assignments}
         assert ranks == set(range(world)), (iteration.assignments, world)
         assert {a.sp_size for a in iteration.assignments} == {1}
+
+
+@pytest.mark.parametrize("policy", ["megatron-dyncp", "dcp-intra"])
+def test_one_step_of_ten_samples_covers_8_ranks_of_a_model_without_sp(policy):
+    """10 samples in one global batch at world 8, SP 1 only: megatron-dyncp formed one
+    micro-batch and refused every cap ('megatron-dyncp: no searched cap and recomputation
+    runs (... a global batch of 1 micro-batch cannot cover 8 ranks ...)'), dcp-intra two."""
+    from toy_cost_model import ToyCostModel, toy_pipeline
+
+    from datacentric.settings import SchedulingConfig
+
+    lengths = [319, 341, 89, 314, 392, 182, 81, 289, 111, 344]
+    schedule = toy_pipeline(
+        _shapes(lengths),
+        ToyCostModel(capacity_bytes=32 * 2**20),
+        world_size=8,
+        policy=policy,
+        sp_sizes=[1],
+        options=SchedulingConfig(global_batch_tokens=sum(lengths)),
+    ).schedule()
+    (iteration,) = schedule.iterations
+    assert {a.rank_start for a in iteration.assignments} == set(range(8))
+    assert sorted(iteration.sample_ids()) == list(range(10))
