@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import io
+import threading
 from typing import Any
 
 import numpy as np
@@ -320,12 +321,14 @@ HDR_BLOCK = (64, 1024)
 
 
 @functools.lru_cache(maxsize=4)
-def _still_reformatter(transfer: int, primaries: int) -> Any:
+def _still_reformatter(transfer: int, primaries: int) -> tuple[Any, threading.Lock]:
     """A PyAV ``VideoReformatter`` for the HDR stills of a process of these colours
-    (:func:`_hdr_rgb`): its scaler keeps its map for their blocks (:data:`HDR_BLOCK`)."""
+    (:func:`_hdr_rgb`): its scaler keeps its map for their blocks (:data:`HDR_BLOCK`);
+    and the lock its users hold, one thread at a time (two threads' frames in one
+    scaler crash the process)."""
     from av.video.reformatter import VideoReformatter
 
-    return VideoReformatter()
+    return VideoReformatter(), threading.Lock()
 
 
 def _hdr_rgb(rgb: np.ndarray, nclx: dict[str, Any]) -> np.ndarray:
@@ -336,7 +339,7 @@ def _hdr_rgb(rgb: np.ndarray, nclx: dict[str, Any]) -> np.ndarray:
 
     transfer = int(nclx["transfer_characteristics"])
     primaries = int(nclx.get("color_primaries", 2))
-    reformatter = _still_reformatter(transfer, primaries)
+    reformatter, lock = _still_reformatter(transfer, primaries)
     rows, width = HDR_BLOCK
     pixels, block = rgb.reshape(-1, 3), rows * width
     padded = np.zeros((-(-len(pixels) // block) * block, 3), np.uint8)
@@ -346,10 +349,11 @@ def _hdr_rgb(rgb: np.ndarray, nclx: dict[str, Any]) -> np.ndarray:
         frame = av.VideoFrame.from_ndarray(piece, format="rgb24")
         frame.color_range, frame.colorspace = 2, 0  # full-range RGB levels
         frame.color_trc, frame.color_primaries = transfer, primaries
-        mapped = reformatter.reformat(
-            frame, format="rgb24", dst_color_trc=SRGB_TRANSFER, dst_color_primaries=BT709
-        )
-        padded[start : start + block] = mapped.to_ndarray().reshape(-1, 3)
+        with lock:
+            mapped = reformatter.reformat(
+                frame, format="rgb24", dst_color_trc=SRGB_TRANSFER, dst_color_primaries=BT709
+            ).to_ndarray()
+        padded[start : start + block] = mapped.reshape(-1, 3)
     return padded[: len(pixels)].reshape(rgb.shape)
 
 

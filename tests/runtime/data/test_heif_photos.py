@@ -10,6 +10,7 @@ shows)."""
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -233,7 +234,7 @@ def test_hdr_heics_of_other_sizes_are_mapped_by_one_scaler_map(tmp_path, monkeyp
             sizes.append((frame.height, frame.width))
             return reformatter.reformat(frame, **options)
 
-    monkeypatch.setattr(media_colours, "_still_reformatter", lambda *colours: Seen())
+    monkeypatch.setattr(media_colours, "_still_reformatter", lambda *c: (Seen(), nullcontext()))
     stored = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
     for pixels in (stored, stored.transpose(1, 0, 2)):
         (got,) = decode(_item(write_nclx_heic(tmp_path / "hlg.heic", pixels, 9, 18)))
@@ -244,6 +245,29 @@ def test_hdr_heics_of_other_sizes_are_mapped_by_one_scaler_map(tmp_path, monkeyp
         ).to_ndarray()
         assert np.array_equal(np.asarray(got), whole)
     assert len(set(sizes)) == 1, sizes
+
+
+def test_hdr_heics_read_by_threads_at_once_are_mapped_as_one_by_one(tmp_path):
+    """HLG photos decoded by four threads at once (as a caller's thread pool may read
+    them) are mapped as when read one by one: the threads share the kept scaler, one
+    at a time. Two threads' frames in it at once crashed the process (a segmentation
+    fault, or no end)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from datacentric.data.media_colours import maps_to_bt709
+
+    pytest.importorskip("pillow_heif")
+    if not maps_to_bt709():
+        pytest.skip("this PyAV's scaler does not map HDR (the refusal's test)")
+    rng, paths = np.random.default_rng(1), []
+    for number in range(8):
+        pixels = rng.integers(0, 256, (128, 1024, 3), dtype=np.uint8)
+        paths.append(write_nclx_heic(tmp_path / f"hlg{number}.heic", pixels, 9, 18))
+    alone = [np.asarray(decode(_item(path))[0]) for path in paths]
+    for _ in range(3):
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(lambda path: np.asarray(decode(_item(path))[0]), paths))
+        assert all(np.array_equal(a, b) for a, b in zip(alone, together))
 
 
 @pytest.mark.parametrize(
