@@ -96,12 +96,21 @@ def start_line(config: TrainConfig) -> str:
         if training.iterations
         else counted(training.epochs, "epoch")
     )
-    ranks = config.parallelism.world or int(os.environ.get("WORLD_SIZE", "1"))
+    ranks = _ranks(config.parallelism.world)
     return (
         f"{config.model.model} on {config.data.dataset}, {steps}, {counted(ranks, 'rank')}, "
         f"into {config.job.out} (loading torch and the model first: "
         f"{_load_time(config.model.model)})"
     )
+
+
+def _ranks(world: int | None) -> int:
+    """The ranks that run: torchrun's world under torchrun (its ``RANK`` and ``WORLD_SIZE``
+    set, as ``parallel.groups.under_torchrun`` reads them, without importing torch), which
+    a differing ``--world`` cannot change, else ``world`` (one without it)."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return world or 1
 
 
 def _load_time(model: str) -> str:

@@ -282,13 +282,14 @@ class LaunchMode:
 def launch_mode(nproc: int | None = None) -> LaunchMode:
     """Decide how the job runs: under torchrun when its environment (``RANK``,
     ``WORLD_SIZE``) is present, as ``nproc`` spawned local ranks when ``nproc > 1``,
-    else as one process. ``nproc`` other than torchrun's world is an error."""
+    else as one process. ``nproc`` (a command's ``--world``) other than torchrun's world
+    is an error."""
     if under_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if nproc is not None and nproc != world:
             raise ValueError(
-                f"--nproc {nproc} under torchrun (WORLD_SIZE={world}): torchrun starts the "
-                "ranks; drop --nproc"
+                f"--world {nproc} under torchrun (WORLD_SIZE={world}): torchrun starts the "
+                f"ranks; drop --world (or give --world {world})"
             )
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         return LaunchMode("torchrun", world, restarts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from datacentric.cli.precheck import check_validation
+from datacentric.cli.train import start_line
 from datacentric.settings import load_config
 from datacentric.shapes import SampleShape
 
@@ -35,3 +36,22 @@ def test_validation_every_is_checked_on_torchrun_s_world(torchrun, refused, monk
         return
     with pytest.raises(ValueError, match=r"validation.every: 5 is more than the run's 3 steps"):
         check_validation(config, options, None, None, Shapes(), None)
+
+
+@pytest.mark.parametrize(("env", "world", "ranks"), [({}, 3, "3 ranks"), ({}, None, "1 rank")])
+def test_train_s_start_line_counts_the_ranks_that_run(env, world, ranks, monkeypatch):
+    """Outside torchrun the start line counts ``--world``'s ranks (one without it)."""
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    config = load_config(None, world=world)
+    assert f", {ranks}, " in start_line(config)
+
+
+@pytest.mark.parametrize("world", [None, 2, 3])
+def test_train_s_start_line_under_torchrun_counts_torchrun_s_world(world, monkeypatch):
+    """Under torchrun the start line said ``--world``'s value (3 ranks) where torchrun
+    started 2, just before the refusal of the two worlds."""
+    for key, value in dict(RANK="0", WORLD_SIZE="2").items():
+        monkeypatch.setenv(key, value)
+    config = load_config(None, world=world)
+    assert ", 2 ranks, " in start_line(config)

@@ -144,8 +144,12 @@ def test_launch_conflicts_and_single_process(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
     assert launch_mode().restarts == 1
-    with pytest.raises(ValueError, match="drop --nproc"):
+    with pytest.raises(ValueError) as refused:
         launch_mode(4)
+    assert str(refused.value) == (
+        "--world 4 under torchrun (WORLD_SIZE=2): torchrun starts the ranks; drop --world "
+        "(or give --world 2)"
+    )
     for name in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT"):
         monkeypatch.delenv(name)
     assert process_groups().world_size == 1
