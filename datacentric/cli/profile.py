@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from pathlib import Path
 
 from datacentric.cli.flag_groups import (
     add_dataset_flags,
@@ -99,8 +101,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _profile_dir(args: argparse.Namespace) -> str:
     """``--profile-dir``, or its default for the model and world; a file is refused."""
-    default = f"runs/profile-{args.model}-world{args.world}"
+    default = f"runs/profile-{model_folder_name(args.model)}-world{args.world}"
     return check_out_folder(args.out or default, "--profile-dir")
+
+
+def model_folder_name(model: str) -> str:
+    """``model`` as one folder name: a preset's name as it is, a model folder's
+    (``hf:DIR``, ``diffusers:DIR``) last name, and any character outside
+    ``[A-Za-z0-9._-]`` (a factory's ``:``) replaced by ``_``."""
+    kind, colon, target = model.partition(":")
+    if colon and kind in ("hf", "diffusers"):
+        folder = Path(target).expanduser()
+        model = folder.name if folder.name not in ("", ".", "..") else folder.resolve().name
+    return re.sub(r"[^A-Za-z0-9._-]", "_", model) or kind
 
 
 def run(args: argparse.Namespace) -> int:
