@@ -13,12 +13,16 @@ routing and weights are the run's, as they are now.
   :func:`check_negative_prompt`: a prompt's negative prompt is one the pipeline uses;
 - :func:`render`: one prompt, with a caller's generator (a fixed seed per prompt gives
   the same pixels on a rerun), as ``(frames, height, width, 3)`` ``uint8`` pixels (an
-  image pipeline: one frame).
+  image pipeline: one frame); a caller's ``stop`` ends it after the denoising step
+  under way (a run's stop signal: its save must not wait for the render);
+- :func:`render_size`: the size, frames and steps a render takes, the pipeline's
+  defaults where the settings leave them unset.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +150,10 @@ def check_negative_prompt(folder: str | Path, settings: RenderSettings) -> None:
         )
 
 
+class _RenderStopped(Exception):
+    """Raised from a pipeline's step callback to leave its denoising loop at once."""
+
+
 def render(
     pipe: Any,
     prompt: str,
@@ -153,13 +161,47 @@ def render(
     generator: torch.Generator,
     *,
     negative_prompt: str | None = None,
-) -> np.ndarray:
+    stop: Callable[[], bool] | None = None,
+) -> np.ndarray | None:
     """``prompt`` rendered by ``pipe`` (its progress bar off): ``(F, H, W, 3)`` ``uint8``;
-    ``negative_prompt`` passed when set (the pipeline's default else)."""
+    ``negative_prompt`` passed when set (the pipeline's default else). ``stop``: asked
+    after each denoising step (the pipeline's ``callback_on_step_end``); once it is
+    True the render ends there and returns None, its latents never decoded (diffusers'
+    own ``interrupt`` skips the remaining steps but still runs the VAE, minutes on a
+    CPU at a video's default size)."""
     pipe.set_progress_bar_config(disable=True)
     extra = {} if negative_prompt is None else {"negative_prompt": negative_prompt}
+    if stop is not None and "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
+
+        def check(_pipe: Any, _index: int, _timestep: Any, tensors: dict) -> dict:
+            if stop():
+                raise _RenderStopped
+            return tensors
+
+        extra["callback_on_step_end"] = check
     arguments = {**settings.arguments(), **extra}
-    out = pipe(prompt=prompt, generator=generator, output_type="np", **arguments)
+    try:
+        out = pipe(prompt=prompt, generator=generator, output_type="np", **arguments)
+    except _RenderStopped:
+        return None
     frames = getattr(out, "frames", None)
     pixels = np.asarray(frames[0] if frames is not None else out.images[0][None])
     return (np.clip(pixels, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
+def render_size(name: str, settings: RenderSettings, *, images: bool) -> tuple[str, bool]:
+    """What pipeline class ``name`` (``images``: an image pipeline) renders at
+    ``settings`` (``64 x 64, 5 frames, 2 steps``: the settings, else the pipeline's own
+    defaults, "its default" where it derives one), and whether any is its default."""
+    takes = pipeline_arguments(name) or {}
+    keys = ("height", "width", "num_frames", "num_inference_steps")
+    if images:
+        keys = tuple(k for k in keys if k != "num_frames")
+    chosen = {k: getattr(settings, k) for k in keys}
+    values = {k: takes.get(k, None) if v is None else v for k, v in chosen.items()}
+    shown = {k: "its default" if v is None else str(v) for k, v in values.items()}
+    text = f"{shown['height']} x {shown['width']}"
+    if "num_frames" in shown:
+        text += f", {shown['num_frames']} frames"
+    text += f", {shown['num_inference_steps']} steps"
+    return text, any(v is None for v in chosen.values())

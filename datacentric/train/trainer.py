@@ -401,7 +401,7 @@ class Trainer:
             tracer.begin(step.number + 1)
             record = self._step(step, scheduler)
             tracer.end(step.number + 1)
-            samples = self._validate(step.number + 1, record)
+            samples = self._validate(step.number + 1, record, signals)
             tally.losses.append(record["loss"])
             tally.rates.append(record["tokens_per_s"])
             self.loss_tokens_seen += record["loss_tokens"]
@@ -434,14 +434,18 @@ class Trainer:
         self.saves.finish()  # a background save of the last step completes here
         return tally
 
-    def _validate(self, number: int, record: dict[str, Any]) -> list[dict[str, Any]]:
+    def _validate(
+        self, number: int, record: dict[str, Any], signals: StopSignals | None
+    ) -> list[dict[str, Any]]:
         """Validation after step ``number`` when it is due (on every rank; see
         :meth:`RunValidation.after_step`): its results into ``record``, the prompts'
-        completions or renders returned."""
+        completions or renders returned; a stop signal ends the renders at once."""
         if not self.validation.due(number, self.total_iterations):
             return []
         self.activity = f"validation after step {number}"
-        samples = self.validation.after_step(self.dc, number, record, autocast=self._autocast())
+        stop = (lambda: signals.signum is not None) if signals is not None else None
+        autocast = self._autocast()
+        samples = self.validation.after_step(self.dc, number, record, autocast=autocast, stop=stop)
         self.activity = f"training after step {number}"
         return samples
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,13 +141,20 @@ class RunValidation:
         return self.record.due(step, last)
 
     def after_step(
-        self, dc: Any, step: int, record: dict[str, Any], *, autocast: AbstractContextManager
+        self,
+        dc: Any,
+        step: int,
+        record: dict[str, Any],
+        *,
+        autocast: AbstractContextManager,
+        stop: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """Validation after step ``step`` under ``dc``'s model (a :class:`DataCentric`;
         collective: every rank calls it): the held-out loss into the step ``record``
         (``val_loss``, and ``val_time_s`` apart from its step time), and the prompts'
         completions (rank 0 writes ``validation/step-N.jsonl``) or renders
-        (``validation/step-N/``), which it returns."""
+        (``validation/step-N/``), which it returns; ``stop()`` True (a stop signal) ends
+        the renders at once (:meth:`PipelineSamples.run`)."""
         started = time.perf_counter()
         if self.held_out is not None:
             loss = dc.evaluate(
@@ -160,6 +168,6 @@ class RunValidation:
             if self.is_main:
                 write_samples(self.out, step, samples)
         if self.renders is not None:
-            samples = self.renders.run(dc, step, autocast=autocast)
+            samples = self.renders.run(dc, step, autocast=autocast, stop=stop)
         record["val_time_s"] = time.perf_counter() - started
         return samples

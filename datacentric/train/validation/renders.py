@@ -17,11 +17,17 @@
   ``negative_prompt`` (:mod:`datacentric.data.prompts`); the section's are the defaults;
 - rank 0 writes ``validation/step-N/contact_sheet.png`` (a row per prompt: up to
   :data:`GRID_FRAMES` frames spread over the clip) and each record carries that row,
-  the frame grid the TensorBoard image summary shows.
+  the frame grid the TensorBoard image summary shows;
+- rank 0 says before the first render what it renders (size, frames, steps) and, where
+  the pipeline's defaults fill them in, which settings make it smaller;
+- a stop signal ends the render under way after its denoising step and skips the
+  prompts after it (nothing is written for them): the run's save does not wait.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,17 +40,20 @@ from datacentric.data.diffusion_draws import render_generator
 from datacentric.data.frame_sampling import even_frames
 from datacentric.data.prompts import Prompt, read_prompts
 from datacentric.log import quiet_loading
-from datacentric.models.diffusers_encode import open_pipeline
+from datacentric.models.diffusers_encode import open_pipeline, read_model_index
 from datacentric.models.diffusers_render import (
     WHERE,
     RenderSettings,
     check_negative_prompt,
     check_render_pipeline,
     render,
+    render_size,
     render_transformer,
 )
 from datacentric.parallel.evaluate import each_prompt_alone
 from datacentric.settings.sections import ValidationConfig
+
+logger = logging.getLogger(__name__)
 
 GRID_FRAMES = 4
 """Frames of a clip in its frame grid (the contact sheet's row, TensorBoard's image)."""
@@ -68,6 +77,7 @@ class PipelineSamples:
     images: bool | None = None
     """An image pipeline (``.png``), once :meth:`check` has read the folder."""
     _pipes: dict[int, Any] = field(default_factory=dict)
+    _said: bool = False
 
     @classmethod
     def of(cls, validation: ValidationConfig, seed: int, out: Path) -> PipelineSamples | None:
@@ -97,16 +107,27 @@ class PipelineSamples:
         return replace(self.settings, **{k: v for k, v in own.items() if v is not None})
 
     def run(
-        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
+        self,
+        dc: Any,
+        step: int,
+        *,
+        autocast: AbstractContextManager | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """Every prompt's render after step ``step`` (collective: every rank calls it; each
-        gets every record: ``prompt_id``, ``prompt``, ``path``, ``grid``)."""
+        gets every record: ``prompt_id``, ``prompt``, ``path``, ``grid``). Once ``stop()``
+        is True (a stop signal) the render under way ends and no later prompt renders:
+        the records are those rendered until then."""
         folder = self.out / "validation" / f"step-{step}"
         folder.mkdir(parents=True, exist_ok=True)
         device = dc.runtime.groups.device
+        if dc.runtime.groups.rank == 0:
+            self._say(dc.module, device)
 
-        def one(module: torch.nn.Module, k: int) -> dict[str, Any]:
+        def one(module: torch.nn.Module, k: int) -> dict[str, Any] | None:
             prompt = self.prompts[k]
+            if stop is not None and stop():
+                return None
             generator = render_generator(self.seed, prompt.index, prompt.seed)
             with autocast or nullcontext():
                 pixels = render(
@@ -115,7 +136,10 @@ class PipelineSamples:
                     self.settings_of(prompt),
                     generator,
                     negative_prompt=prompt.negative_prompt,
+                    stop=stop,
                 )
+            if pixels is None:
+                return None
             path = folder / f"{prompt.index}{'.png' if self.images else '.mp4'}"
             write_pixels(path, pixels, self.fps)
             return {
@@ -125,10 +149,31 @@ class PipelineSamples:
                 "grid": frame_grid(pixels),
             }
 
-        records = each_prompt_alone(dc.runtime, len(self.prompts), one)
-        if dc.runtime.groups.rank == 0:
+        done = each_prompt_alone(dc.runtime, len(self.prompts), one)
+        records = [r for r in done if r is not None]
+        if dc.runtime.groups.rank == 0 and records:
             contact_sheet([r["grid"] for r in records]).save(folder / CONTACT_SHEET)
         return records
+
+    def _say(self, module: torch.nn.Module, device: torch.device) -> None:
+        """Once, before the first render: what it renders, and how to render smaller
+        where the pipeline's defaults fill the size, frames or steps in (a video
+        pipeline's default, 480 x 832 x 81 frames for Wan, takes many minutes a prompt
+        on a CPU)."""
+        if self._said or not self.prompts:
+            return
+        self._said = True
+        if self.images is None:
+            self.check(module)
+        name = read_model_index(self.folder, WHERE)["_class_name"]
+        size, defaults = render_size(name, self.settings, images=bool(self.images))
+        how = ""
+        if defaults:
+            keys = ["height", "width", "num_frames", "num_inference_steps"]
+            keys = [f"validation.{k}" for k in keys if not (self.images and k == "num_frames")]
+            how = f" (the pipeline's defaults; set {', '.join(keys)} to render smaller)"
+        count = len(self.prompts)
+        logger.info("validation renders %d prompt(s) at %s on %s%s", count, size, device.type, how)
 
     def _pipeline(self, module: torch.nn.Module, device: torch.device) -> Any:
         """The pipeline around ``module``'s transformer (loaded once per module)."""
