@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from datacentric.cli.ranks import say
 from datacentric.progress import counted
 from datacentric.settings import SchedulingConfig, TrainConfig
+from datacentric.settings.command_defaults import command_override
 from datacentric.settings.sections import CostConfig, TrainingConfig
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             recorded = dataclasses.replace(config, scheduling=options).to_json()
             check_resumable(config.checkpoint, Path(config.job.out), recorded, dataset.shapes())
     except (DataError, OSError, ValueError, CheckpointError) as err:
-        say(command, str(err))
+        say(command, refusal(err, command))
         return None
     chosen = config.data.tokenizer
     if given is None and chosen is not None:
@@ -102,6 +103,22 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             )
             return None
     return Prechecked(batch, data=(dataset, held_out), shard=shard)
+
+
+def refusal(err: Exception, command: str) -> str:
+    """``err``'s line; where it is a global batch below the longest sample and the batch
+    is ``command``'s own (its ``tokens_per_iteration`` in ``COMMAND_DEFAULTS``, which no
+    flag of it sets), the fix the command takes: a shorter ``--max-tokens``."""
+    from datacentric.scheduling.global_batches import BatchBelowLongest
+
+    own = command_override(command, "tokens_per_iteration")
+    if not isinstance(err, BatchBelowLongest) or own is None or err.bound != own.value:
+        return str(err)
+    return (
+        f"{command}'s global batch of {err.bound:,} tokens (its own: {own.reason}; no flag "
+        f"sets it) is smaller than the longest sample ({err.longest:,} tokens); give "
+        f"--max-tokens {err.bound} or less"
+    )
 
 
 def warmup_note(

@@ -32,6 +32,19 @@ from datacentric.shapes import SampleShape, stable_order
 ORDER_STREAM = 0x0D47A
 
 
+class BatchBelowLongest(ValueError):
+    """A global batch of ``bound`` tokens below the ``longest`` sample, which no step can
+    then hold; the message names ``--global-batch-tokens`` (a command that sets the batch
+    itself names its own fix from ``bound`` and ``longest``)."""
+
+    def __init__(self, bound: int, longest: int) -> None:
+        super().__init__(
+            f"--global-batch-tokens: a global batch of {bound:,} tokens is smaller than the "
+            f"longest sample ({longest:,} tokens); give at least {longest:,}"
+        )
+        self.bound, self.longest = bound, longest
+
+
 def order_rng(seed: int, epoch: int) -> np.random.Generator:
     """The data order's generator for ``(seed, epoch)``."""
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(epoch), ORDER_STREAM]))
@@ -257,10 +270,7 @@ def check_global_batch(
     check_enough_samples(len(tokens), needed, world_size, cap)
     longest, flag = int(max(tokens)), "--global-batch-tokens"
     if bound_samples is None and bound_tokens < longest:
-        raise ValueError(
-            f"{flag}: a global batch of {bound_tokens:,} tokens is smaller than the longest "
-            f"sample ({longest:,} tokens); give at least {longest:,}"
-        )
+        raise BatchBelowLongest(bound_tokens, longest)
     if bound_samples is not None:
         fix, flag = covering_samples(len(tokens), needed), "--global-batch-samples"
     else:
@@ -388,10 +398,7 @@ def epoch_batches(
         bound = int(tokens_bound or default_tokens_per_iteration(view, active, world_size))
         longest = int(weights.max())
         if bound < longest:
-            raise ValueError(
-                f"a global batch of {bound} tokens is smaller than the longest sample "
-                f"({longest} tokens); give at least {longest} (--global-batch-tokens)"
-            )
+            raise BatchBelowLongest(bound, longest)
     chunks, dropped = chunk_even(order, weights, bound, drop_remainder)
     return reorder_windows(view, chunks, reorder_window), dropped
 

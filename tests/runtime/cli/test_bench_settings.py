@@ -69,3 +69,21 @@ def test_bench_keeps_its_own_defaults_and_every_settings_flag(tmp_path: Path) ->
     # a flag wins over the file
     path = config_file(tmp_path, "[lora]\nrank = 4\n")
     assert bench_settings("--config", path, "--lora.rank", "8").lora.rank == 8
+
+
+def test_a_sample_longer_than_bench_s_global_batch_is_refused_naming_bench_s_flag(
+    capsys, monkeypatch
+) -> None:
+    """Bench's global batch (16,384 tokens, its own: no flag or ``--config`` key sets it)
+    below its longest sample was refused naming ``--global-batch-tokens``, a flag bench
+    does not take; the refusal names ``--max-tokens``, which bench takes."""
+    from datacentric.cli.precheck import check_dataset
+
+    for key in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    settings = bench_settings("--max-tokens", "32768", "--dataset-limit", "40")
+    assert check_dataset(settings, "bench") is None
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("datacentric bench: bench's global batch of 16,384 tokens ")
+    assert "--global-batch-tokens" not in line
+    assert line.endswith("give --max-tokens 16384 or less")
