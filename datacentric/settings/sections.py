@@ -138,7 +138,8 @@ class DataConfig:
     """``stdlib``, a workload preset, ``jsonl:``/``parquet:``/``text:PATH_OR_GLOB``,
     ``hf-datasets:DIR``, ``latents:DIR`` or ``package.module:factory`` (docs/data.md)."""
     dataset_limit: int | None = setting(None, ge=1)
-    """Use only the first N samples of the dataset (unset: all of it)."""
+    """Use only the first N documents of the dataset (records or files, counted before
+    long ones are chunked into samples; unset: all of it)."""
     max_tokens: int = setting(4096, ge=1)
     """Longest text sample in tokens; longer documents follow ``long_docs``."""
     tokenizer: str | None = None

@@ -34,7 +34,8 @@ def test_a_flag_of_a_setting_takes_its_type_and_help_from_the_schema():
     parser = build_parser()
     schedule = parser._subparsers._group_actions[0].choices["schedule"]
     action = schedule._option_string_actions["--dataset-limit"]
-    assert action.type is int and "first N samples" in action.help
+    assert action.type is int and "first N documents" in action.help
+    assert "before long ones are chunked" in action.help  # it counts documents, not samples
     with pytest.raises(SystemExit):
         schedule.parse_args(["--dataset-limit", "many"])
 
