@@ -48,8 +48,8 @@ def planned_total(training: TrainingConfig, per_epoch: int, *, note: bool = Fals
         # or stops early, unlike what `epochs` alone would do)
         log = logger.warning if training.iterations > per_epoch * training.epochs else logger.info
         log(
-            "note: training.iterations %d sets the step count over training.epochs %d "
-            "(%d steps per epoch): %.3g epochs of data",
+            "datacentric train: note: training.iterations %d sets the step count over "
+            "training.epochs %d (%d steps per epoch): %.3g epochs of data",
             training.iterations,
             training.epochs,
             per_epoch,
