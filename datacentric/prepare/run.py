@@ -101,8 +101,9 @@ def claim_folder(job: PrepareJob, *, create: bool = True) -> Path:
         old = json.loads((state / "settings.json").read_text(encoding="utf-8"))
         changed = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
         if changed:
+            differ = ", ".join(_change(k, old.get(k), settings.get(k)) for k in changed)
             raise DataError(
-                f"--out {out}: prepared with other settings ({', '.join(changed)} differ); "
+                f"--out {out}: prepared with other settings: {differ}; "
                 "choose a new --out, or the same settings to resume"
             )
     elif out.exists() and any(p.name not in (STATE, "latents") for p in out.iterdir()):
@@ -114,6 +115,16 @@ def claim_folder(job: PrepareJob, *, create: bool = True) -> Path:
     _remove_stale_temporaries(out)
     _write_json(state / "settings.json", settings)
     return out
+
+
+def _change(key: str, then: Any, now: Any) -> str:
+    """``key (THEN -> NOW)``, a setting the folder was prepared with and this run's, as
+    the resume check words them; a bucket table by its file's SHA-256 (its first 12
+    digits), which is what the folder records."""
+    if key == "bucket_config":
+        then, now = (f"sha256 {v[:12]}" if v else "none" for v in (then, now))
+        return f"{key} ({then} -> {now})"
+    return f"{key} ({then!r} -> {now!r})"
 
 
 def _record_path(out: Path, task: Task) -> Path:

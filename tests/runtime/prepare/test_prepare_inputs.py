@@ -160,8 +160,16 @@ def test_a_wrong_out_folder_is_refused_before_the_media_are_read(tmp_path, monke
         prepare_run.prepare(job)
     made = PrepareJob(pipeline="pipe", media="media", out=str(tmp_path / "made"))
     prepare_run.claim_folder(PrepareJob(**{**made.__dict__, "seed": 1}))
-    with pytest.raises(DataError, match=r"prepared with other settings \(max_text_tokens, seed"):
+    with pytest.raises(DataError) as refused:  # said "(max_text_tokens, seed differ)"
         prepare_run.prepare(made)
+    assert str(refused.value) == (
+        f"--out {tmp_path / 'made'}: prepared with other settings: max_text_tokens "
+        "(None -> 8), seed (1 -> 0); choose a new --out, or the same settings to resume"
+    )
+    table = tmp_path / "buckets.json"
+    table.write_text("{}")
+    with pytest.raises(DataError, match=r": bucket_config \(none -> sha256 44136fa355b3\), "):
+        prepare_run.claim_folder(PrepareJob(**{**made.__dict__, "bucket_config": str(table)}))
     with pytest.raises(AssertionError, match="the media were read"):
         prepare_run.prepare(PrepareJob(**{**made.__dict__, "out": str(tmp_path / "new")}))
     assert not (tmp_path / "new").exists()
