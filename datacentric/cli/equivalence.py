@@ -20,7 +20,7 @@ from datacentric.cli.flag_groups import (
     lora_of_args,
 )
 from datacentric.cli.flags import config_option
-from datacentric.cli.ranks import announce
+from datacentric.cli.ranks import announce, refuse_under_torchrun
 from datacentric.progress import counted
 from datacentric.settings import SHARD_MODES
 
@@ -66,6 +66,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if refuse_under_torchrun(
+        "equivalence",
+        "run it without torchrun (datacentric equivalence --world N): it compares its ranks "
+        "with one process on this machine",
+    ):
+        return 2
     if args.world < 1:
         print(
             f"datacentric equivalence: --world must be at least 1, got {args.world}",

@@ -18,6 +18,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from datacentric.cli.flag_groups import (
     add_dataset_flags,
@@ -33,7 +34,7 @@ from datacentric.cli.flag_groups import (
 from datacentric.cli.flags import config_option, enable_config_file
 from datacentric.cli.plan_table import TABLE_KEY, format_table, plan_json
 from datacentric.cli.planning_inputs import data_named, dataset_shapes
-from datacentric.cli.ranks import announce
+from datacentric.cli.ranks import announce, refuse_under_torchrun
 from datacentric.progress import counted
 from datacentric.settings.command_defaults import CPU_MAX_TOKENS, GPU_MAX_TOKENS
 
@@ -99,6 +100,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+#: How to profile when under torchrun: the command starts its own ranks, once per SP size.
+UNDER_TORCHRUN_FIX = (
+    "run it without torchrun (datacentric profile --world N), or let datacentric train "
+    "under torchrun measure its profile on torchrun's ranks (cost.cost_model profile, "
+    "the default)"
+)
+
+
 def _profile_dir(args: argparse.Namespace) -> str:
     """``--profile-dir``, or its default for the model and world; a file is refused."""
     default = f"runs/profile-{model_folder_name(args.model)}-world{args.world}"
@@ -117,6 +126,8 @@ def model_folder_name(model: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if refuse_under_torchrun("profile", UNDER_TORCHRUN_FIX):
+        return 2
     args.out = _profile_dir(args)
     announce("profile", _start_line(args), json_output=args.json)  # before torch loads
     from datacentric.models.model_args import parse_model_args
@@ -185,8 +196,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(format_table(plan, bucketing, cost))
-    verb = "reused" if report.reused else "measured"
-    print(f"profile {verb} in {profile.profile_seconds:.1f} s; saved to {args.out}")
+    _print_summary(profile, report.reused, args.out)
+    return 0
+
+
+def _print_summary(profile: Any, reused: bool, out: str) -> None:
+    """The lines under the plan's table: where the profile went, and its validation."""
+    verb = "reused" if reused else "measured"
+    print(f"profile {verb} in {profile.profile_seconds:.1f} s; saved to {out}")
     if profile.validation:
         v = profile.validation
         print(
@@ -195,7 +212,6 @@ def run(args: argparse.Namespace) -> int:
             f"{v.get('sessions', 1)} sessions {v.get('time_noise_rel', 0.0):.3f}), "
             f"memory_rel_err {v['memory_rel_err']:.3f}"
         )
-    return 0
 
 
 def _start_line(args: argparse.Namespace) -> str:

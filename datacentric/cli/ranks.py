@@ -37,6 +37,30 @@ def first_to_say(line: str) -> bool:
     return True
 
 
+def torchrun_world() -> int | None:
+    """torchrun's ``WORLD_SIZE`` when this process runs under torchrun (its ``RANK`` and
+    ``WORLD_SIZE`` set, as ``parallel.groups.under_torchrun`` reads them, without
+    importing torch), else None."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return int(os.environ["WORLD_SIZE"])
+    return None
+
+
+def refuse_under_torchrun(command: str, fix: str) -> bool:
+    """For a command that starts its own ranks on this machine and cannot join torchrun's:
+    under torchrun, say ``datacentric <command>: ...`` (once per job) naming torchrun's
+    world and ``fix``, and return True (the caller exits with status 2); else False."""
+    world = torchrun_world()
+    if world is None:
+        return False
+    say(
+        command,
+        f"runs under torchrun (WORLD_SIZE={world}) but starts its own --world ranks on this "
+        f"machine, so each of torchrun's processes would start them again; {fix}",
+    )
+    return True
+
+
 def say(command: str | None, message: str) -> None:
     """Print ``datacentric <command>: <message>`` on stderr, once per job under torchrun."""
     where = f"datacentric {command}" if command else "datacentric"

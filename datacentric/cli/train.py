@@ -20,7 +20,7 @@ import os
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.precheck import check_dataset
-from datacentric.cli.ranks import announce
+from datacentric.cli.ranks import announce, torchrun_world
 from datacentric.progress import counted
 from datacentric.settings import TrainConfig
 
@@ -108,9 +108,7 @@ def _ranks(world: int | None) -> int:
     """The ranks that run: torchrun's world under torchrun (its ``RANK`` and ``WORLD_SIZE``
     set, as ``parallel.groups.under_torchrun`` reads them, without importing torch), which
     a differing ``--world`` cannot change, else ``world`` (one without it)."""
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return int(os.environ["WORLD_SIZE"])
-    return world or 1
+    return torchrun_world() or world or 1
 
 
 def _load_time(model: str) -> str:

@@ -55,3 +55,37 @@ def test_train_s_start_line_under_torchrun_counts_torchrun_s_world(world, monkey
         monkeypatch.setenv(key, value)
     config = load_config(None, world=world)
     assert ", 2 ranks, " in start_line(config)
+
+
+TORCHRUN_ENV = dict(
+    RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "fix"),
+    [
+        (
+            ["profile", "--model", "llama", "--lengths", "64", "--memory-gb", "1", "--world", "3"],
+            "--world N",
+        ),
+        (["equivalence", "--model", "llama", "--world", "3"], "--world N"),
+        (["equivalence", "--model", "llama"], "--world N"),
+    ],
+)
+def test_commands_that_start_their_own_ranks_are_refused_under_torchrun(
+    argv, fix, monkeypatch, capsys
+):
+    """``profile`` and ``equivalence`` under torchrun ignored its ranks and started
+    their own ``--world`` ranks in each of torchrun's processes (2 x 3 ranks), exit 0;
+    now one line names torchrun's world and how to run them, exit 2, before any rank."""
+    from datacentric.cli.main import main
+
+    for key, value in TORCHRUN_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"datacentric {argv[0]}: runs under torchrun (WORLD_SIZE=2)")
+    assert "without torchrun" in err[0] and fix in err[0]
