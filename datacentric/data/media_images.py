@@ -44,9 +44,11 @@ from datacentric.data.media_info import MediaError, MediaInfo
 from datacentric.progress import counted
 
 #: images Pillow reads only through a plugin: suffix -> (its module, how to install it)
+#: (HEIC/HEIF: the ``heif`` extra, which asks for the pillow-heif version we read with)
+HEIF_INSTALL = "pip install 'datacentric[heif]' (or pip install 'pillow-heif>=0.16')"
 IMAGE_PLUGINS = {
-    ".heic": ("pillow_heif", "pip install pillow-heif"),
-    ".heif": ("pillow_heif", "pip install pillow-heif"),
+    ".heic": ("pillow_heif", HEIF_INSTALL),
+    ".heif": ("pillow_heif", HEIF_INSTALL),
     ".avif": (
         "pillow_avif",
         "Pillow 11.3 or later built with libavif, or pip install pillow-avif-plugin",

@@ -13,8 +13,8 @@ routing and weights are the run's, as they are now.
   :func:`check_negative_prompt`: a prompt's negative prompt is one the pipeline uses;
 - :func:`render`: one prompt, with a caller's generator (a fixed seed per prompt gives
   the same pixels on a rerun), as ``(frames, height, width, 3)`` ``uint8`` pixels (an
-  image pipeline: one frame); a caller's ``stop`` ends it after the denoising step
-  under way (a run's stop signal: its save must not wait for the render);
+  image pipeline: one frame); a caller's ``stop`` ends it before the transformer's
+  next block (a run's stop signal: its save must not wait for the render);
 - :func:`render_size`: the size, frames and steps a render takes, the pipeline's
   defaults where the settings leave them unset.
 """
@@ -151,7 +151,7 @@ def check_negative_prompt(folder: str | Path, settings: RenderSettings) -> None:
 
 
 class _RenderStopped(Exception):
-    """Raised from a pipeline's step callback to leave its denoising loop at once."""
+    """Raised before a transformer's forward to leave the pipeline's loop at once."""
 
 
 def render(
@@ -165,28 +165,44 @@ def render(
 ) -> np.ndarray | None:
     """``prompt`` rendered by ``pipe`` (its progress bar off): ``(F, H, W, 3)`` ``uint8``;
     ``negative_prompt`` passed when set (the pipeline's default else). ``stop``: asked
-    after each denoising step (the pipeline's ``callback_on_step_end``); once it is
-    True the render ends there and returns None, its latents never decoded (diffusers'
-    own ``interrupt`` skips the remaining steps but still runs the VAE, minutes on a
-    CPU at a video's default size)."""
+    before each forward of the pipeline's transformers and of their blocks; once it is
+    True the render ends there and returns None, its latents never decoded. A block, not
+    a denoising step: a step of classifier-free guidance is two forwards (of the tests'
+    tiny Wan at its default size, 23 s each on one CPU thread), and diffusers' own
+    ``interrupt`` skips the steps left but still runs the VAE (130 s more)."""
     pipe.set_progress_bar_config(disable=True)
     extra = {} if negative_prompt is None else {"negative_prompt": negative_prompt}
-    if stop is not None and "callback_on_step_end" in inspect.signature(pipe.__call__).parameters:
-
-        def check(_pipe: Any, _index: int, _timestep: Any, tensors: dict) -> dict:
-            if stop():
-                raise _RenderStopped
-            return tensors
-
-        extra["callback_on_step_end"] = check
     arguments = {**settings.arguments(), **extra}
+
+    def check(_module: torch.nn.Module, _args: Any) -> None:
+        if stop is not None and stop():
+            raise _RenderStopped
+
+    hooks = [m.register_forward_pre_hook(check) for m in _stop_points(pipe)] if stop else []
     try:
         out = pipe(prompt=prompt, generator=generator, output_type="np", **arguments)
     except _RenderStopped:
         return None
+    finally:
+        for hook in hooks:
+            hook.remove()
     frames = getattr(out, "frames", None)
     pixels = np.asarray(frames[0] if frames is not None else out.images[0][None])
     return (np.clip(pixels, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
+def _stop_points(pipe: Any) -> list[torch.nn.Module]:
+    """Where a render checks for a stop: the pipeline's transformers (Wan 2.2's second
+    one too) and each block of their top-level module lists (``blocks``,
+    ``transformer_blocks``, ``single_transformer_blocks``)."""
+    models = [getattr(pipe, k, None) for k in ("transformer", "transformer_2")]
+    points = []
+    for model in (m for m in models if isinstance(m, torch.nn.Module)):
+        points.append(model)
+        for child in model.children():
+            if isinstance(child, torch.nn.ModuleList):
+                points.extend(child)
+    return points
 
 
 def render_size(name: str, settings: RenderSettings, *, images: bool) -> tuple[str, bool]:

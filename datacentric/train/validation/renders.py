@@ -20,8 +20,8 @@
   the frame grid the TensorBoard image summary shows;
 - rank 0 says before the first render what it renders (size, frames, steps) and, where
   the pipeline's defaults fill them in, which settings make it smaller;
-- a stop signal ends the render under way after its denoising step and skips the
-  prompts after it (nothing is written for them): the run's save does not wait.
+- a stop signal ends the render under way before the transformer's next block and
+  skips the prompts after it (nothing is written for them): the run's save does not wait.
 """
 
 from __future__ import annotations

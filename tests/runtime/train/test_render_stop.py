@@ -1,8 +1,9 @@
-"""A stop signal during a validation render is honoured at once: the render ends after
-the denoising step under way (a tiny Wan pipeline at the pipeline's 50 steps ran for
-minutes past a SIGTERM, which then waited on it), the run saves its last step and exits
-with ``128 + signal`` as at any stop. Before the first render rank 0 says what it
-renders, and which settings make it smaller when the pipeline's defaults fill it in."""
+"""A stop signal during a validation render is honoured at once: the render ends before
+the transformer's next forward (a tiny Wan pipeline at the pipeline's default size and 50
+steps ran for many minutes past a SIGTERM, which then waited on it), the run saves its
+last step and exits with ``128 + signal`` as at any stop. Before the first render rank 0
+says what it renders, and which settings make it smaller when the pipeline's defaults
+fill it in."""
 
 from __future__ import annotations
 
@@ -41,27 +42,40 @@ def wan(tmp_path_factory):
 
 
 def _counted(transformer: torch.nn.Module, on_call=None) -> list[int]:
-    """A list that grows by one at each forward of ``transformer`` (``on_call(n)`` then)."""
+    """A list that grows by one as each forward of ``transformer`` ends (``on_call(n)``
+    then)."""
     calls: list[int] = []
 
-    def hook(module, args, kwargs):
+    def hook(module, args, output):
         calls.append(len(calls) + 1)
         if on_call is not None:
             on_call(len(calls))
 
-    transformer.register_forward_pre_hook(hook, with_kwargs=True)
+    transformer.register_forward_hook(hook)
     return calls
 
 
-def test_a_render_ends_after_the_denoising_step_under_way_once_stopped(wan):
+def test_a_render_ends_before_the_transformer_s_next_forward_once_stopped(wan):
+    """Stopped after 3 forwards of a guided render (2 a step): the 4th, the second half
+    of step 2 of 30, never runs, and the transformer keeps no hook."""
     from diffusers import WanPipeline
 
     pipe = WanPipeline.from_pretrained(wan / "wan")
     calls = _counted(pipe.transformer)
-    pixels = render(pipe, "a cat", SLOW, torch.Generator().manual_seed(0), stop=lambda: calls)
+    guided = RenderSettings(16, 16, num_frames=5, num_inference_steps=30, guidance_scale=5.0)
+    stop = lambda: len(calls) >= 3  # noqa: E731
+    pixels = render(pipe, "a cat", guided, torch.Generator().manual_seed(0), stop=stop)
     assert pixels is None
-    assert len(calls) == 1, calls  # one step of 30
-    calls.clear()
+    assert len(calls) == 3, calls
+    assert (
+        not pipe.transformer._forward_pre_hooks
+        and not pipe.transformer.blocks[0]._forward_pre_hooks
+    )
+    calls.clear()  # a stop within a forward: its next block never runs, nor does it end
+    blocks = _counted(pipe.transformer.blocks[0])
+    pixels = render(pipe, "a cat", guided, torch.Generator(), stop=lambda: blocks)
+    assert pixels is None and blocks == [1] and calls == []
+    blocks.clear()
     done = render(pipe, "a cat", RenderSettings(16, 16, 5, 2, 1.0), torch.Generator(), stop=None)
     assert done.shape == (5, 16, 16, 3) and len(calls) == 2
 
@@ -94,7 +108,7 @@ def test_a_sigterm_during_a_render_saves_the_last_step_at_once(wan, tmp_path, ca
     argv += ["--validation.guidance_scale", "1.0", "--no-progress", "--no-plots"]
     status, _, err = cli_here([*argv, "--out", str(out)], capsys)
     assert status == 128 + signal.SIGTERM, err[-3000:]
-    assert seen and len(seen[0]) == 1, seen  # the forward the signal came in, no other
+    assert seen and len(seen[0]) == 1, seen  # the forward the signal came after, no other
     assert (out / "checkpoints" / "step-00000002").is_dir(), sorted((out / "checkpoints").iterdir())
     assert not list((out / "validation" / "step-2").glob("*.mp4"))
     assert "stopped by SIGTERM after step 2" in err, err[-3000:]
