@@ -20,9 +20,9 @@ import os
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.precheck import check_dataset
-from datacentric.cli.ranks import announce, torchrun_world
+from datacentric.cli.ranks import announce, say, torchrun_world
 from datacentric.progress import counted
-from datacentric.settings import TrainConfig
+from datacentric.settings import TrainConfig, file_settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)  # a bad --config or flag is reported before torch loads
+    args.lr_given = lr_given(args)
     announce(
         "train", start_line(config), json_output=args.json
     )  # before torch and the model load (seconds, or more)
@@ -63,6 +64,9 @@ def _train(args: argparse.Namespace, config: TrainConfig, torchrun: bool) -> int
     prechecked = check_dataset(config, "train")
     if prechecked is None:
         return 2
+    note = pretrained_lr_note(config, args.lr_given)
+    if note:
+        say("train", f"note: {note}")
     from datacentric.train.assemble import tokenizer_used
 
     used = tokenizer_used(config.model, config.data, config.validation)
@@ -85,6 +89,31 @@ def _train(args: argparse.Namespace, config: TrainConfig, torchrun: bool) -> int
             forward_signals=config.checkpoint.save_on_signal,
         )
     return report(args, results)
+
+
+def lr_given(args: argparse.Namespace) -> bool:
+    """Whether the user set ``training.lr``: by its flag, or in the ``--config`` file."""
+    return args.lr is not None or bool(args.config and "lr" in file_settings(args.config))
+
+
+def pretrained_lr_note(config: TrainConfig, lr_given: bool) -> str | None:
+    """A note when the model is loaded with pretrained weights (an ``hf:`` or
+    ``diffusers:`` folder holding them) and ``training.lr`` was not given (``lr_given``:
+    by a flag or ``--config``): the default is a rate for training from scratch, far
+    above the rates pretrained weights are fine-tuned at. The default is kept, so that
+    an upgrade does not change a run's learning rate; the note says what to set."""
+    from datacentric.models.source import resolve_model
+
+    if lr_given or not resolve_model(config.model.model, config.model.model_args).has_weights:
+        return None
+    lr = config.training.lr
+    suggested = "1e-4 for the LoRA adapters" if config.lora.rank else "2e-5, or 1e-4 with LoRA"
+    return (
+        f"training.lr {lr:g} (the default) is a rate for training from scratch, far above "
+        f"fine-tuning rates for the pretrained weights of {config.model.model} "
+        "(transformers' Trainer: 5e-5; LoRA: 1e-4 to 2e-4); set one with --training.lr "
+        f"(e.g. {suggested})"
+    )
 
 
 def start_line(config: TrainConfig) -> str:
