@@ -24,9 +24,10 @@ from datacentric.cli.flag_groups import (
 )
 from datacentric.cli.flags import enable_config_file
 from datacentric.cli.precheck import check_dataset
-from datacentric.cli.ranks import say
+from datacentric.cli.ranks import command_world, say
 from datacentric.progress import counted
 from datacentric.settings import TrainConfig, load_config
+from datacentric.settings.command_defaults import COMPARISON_WORLD
 
 KEY = """\
 Reading the output. The headline, per policy: its timed steps' measured wall time (the
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"datacentric bench: --runs-per-policy {repeats}: give at least 1", file=sys.stderr)
         return 2
     check_out_folder(args.out)
+    args.world = command_world(args.world, COMPARISON_WORLD)
     config = bench_config(args)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     # stdout holds the summary alone; the first line and the load notes go to stderr,

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 from datacentric.cli.comparison_report import BENCH_DEFAULTS, bench_summary, describe_speedup
 from datacentric.cli.flag_groups import add_out_flag, add_world_flag, check_out_folder
 from datacentric.cli.flags import config_option
-from datacentric.cli.ranks import announce, say
+from datacentric.cli.ranks import announce, command_world, say
 from datacentric.progress import counted
 from datacentric.settings import load_config
-from datacentric.settings.command_defaults import command_default
+from datacentric.settings.command_defaults import COMPARISON_WORLD, command_default
 
 if TYPE_CHECKING:
     from datacentric.settings import TrainConfig
@@ -66,10 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(check_out_folder(args.out))
     out.mkdir(parents=True, exist_ok=True)
-    settings = dict(BENCH_DEFAULTS, progress=True, dataset_limit=DEMO_DATASET_LIMIT)
-    if args.dataset_limit:
-        settings["dataset_limit"] = args.dataset_limit
-    config = load_config(None, out=str(out), **settings)
+    args.world = command_world(args.world, COMPARISON_WORLD)
+    config = _demo_config(args, out)
     announce(
         "demo",
         f"{config.model.model} on the standard-library corpus "
@@ -137,6 +135,15 @@ def run(args: argparse.Namespace) -> int:
     return 1 if not_learning else 0
 
 
+def _demo_config(args: argparse.Namespace, out: Path) -> TrainConfig:
+    """The demo's settings: :data:`BENCH_DEFAULTS` on ``args.world`` ranks with a progress
+    bar, over ``--dataset-limit`` corpus files (:data:`DEMO_DATASET_LIMIT` unset), into
+    ``out``."""
+    limit = args.dataset_limit or DEMO_DATASET_LIMIT
+    settings = dict(BENCH_DEFAULTS, world=args.world, progress=True, dataset_limit=limit)
+    return load_config(None, out=str(out), **settings)
+
+
 def _print_table(results: dict[str, PolicyRepeats], global_batch_tokens: int) -> None:
     """Median throughput per policy with its spread over the repeats, measured against
     simulated time, and throughput ratios (of medians) against tuned ``static`` and
@@ -169,7 +176,7 @@ def _print_table(results: dict[str, PolicyRepeats], global_batch_tokens: int) ->
 
 def _how_long(args: argparse.Namespace, config: TrainConfig) -> str:
     """How long the demo takes: measured at its defaults, else what it grows with."""
-    world, files = command_default("demo", "world"), DEMO_DATASET_LIMIT
+    world, files = COMPARISON_WORLD, DEMO_DATASET_LIMIT
     if (args.world, config.data.dataset_limit) == (world, files):
         return "about 4 minutes on an idle 2-core machine"
     return (

@@ -14,7 +14,7 @@ from datacentric.cli.flag_groups import (
     check_out_folder,
 )
 from datacentric.cli.flags import config_option
-from datacentric.cli.ranks import announce, say
+from datacentric.cli.ranks import announce, ranks_that_run, say
 from datacentric.progress import counted
 from datacentric.regular_files import open_regular
 
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     announce(  # before torch and the pipeline load
         "prepare",
         f"encoding {args.media} with {args.pipeline}'s VAE and text encoders into {args.out} "
-        f"on {counted(world, 'rank')}; loading the pipeline first (seconds "
+        f"on {counted(ranks_that_run(args.world), 'rank')}; loading the pipeline first (seconds "
         "for a small one, a minute or more for a full-size one), then each clip or image "
         "with the time left",
         json_output=args.json,

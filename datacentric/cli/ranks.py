@@ -46,6 +46,23 @@ def torchrun_world() -> int | None:
     return None
 
 
+def ranks_that_run(world: int | None) -> int:
+    """The ranks a job started by ``datacentric`` runs on: torchrun's world under
+    torchrun (a ``world`` that differs is refused when the ranks start, as
+    ``parallel.launch.launch_mode`` decides), else ``world`` (one without it)."""
+    return torchrun_world() or world or 1
+
+
+def command_world(given: int | None, default: int) -> int:
+    """The world of a command that starts its own local ranks outside torchrun (``bench``,
+    ``demo``): ``--world`` when given (under torchrun one other than its ``WORLD_SIZE`` is
+    refused when the ranks start), else torchrun's world under torchrun, else the
+    command's ``default``."""
+    if given is not None:
+        return given
+    return torchrun_world() or default
+
+
 def refuse_under_torchrun(command: str, fix: str) -> bool:
     """For a command that starts its own ranks on this machine and cannot join torchrun's:
     under torchrun, say ``datacentric <command>: ...`` (once per job) naming torchrun's

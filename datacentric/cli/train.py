@@ -20,7 +20,7 @@ import os
 from datacentric.cli.flag_groups import add_json_flag
 from datacentric.cli.flags import add_config_file_flag, add_config_flags, config_from_args
 from datacentric.cli.precheck import check_dataset
-from datacentric.cli.ranks import announce, say, torchrun_world
+from datacentric.cli.ranks import announce, ranks_that_run, say
 from datacentric.progress import counted
 from datacentric.settings import TrainConfig, file_settings
 
@@ -125,19 +125,12 @@ def start_line(config: TrainConfig) -> str:
         if training.iterations
         else counted(training.epochs, "epoch")
     )
-    ranks = _ranks(config.parallelism.world)
+    ranks = ranks_that_run(config.parallelism.world)
     return (
         f"{config.model.model} on {config.data.dataset}, {steps}, {counted(ranks, 'rank')}, "
         f"into {config.job.out} (loading torch and the model first: "
         f"{_load_time(config.model.model)})"
     )
-
-
-def _ranks(world: int | None) -> int:
-    """The ranks that run: torchrun's world under torchrun (its ``RANK`` and ``WORLD_SIZE``
-    set, as ``parallel.groups.under_torchrun`` reads them, without importing torch), which
-    a differing ``--world`` cannot change, else ``world`` (one without it)."""
-    return torchrun_world() or world or 1
 
 
 def _load_time(model: str) -> str:

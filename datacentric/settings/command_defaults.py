@@ -31,6 +31,16 @@ class Override:
 CPU_MAX_TOKENS = 1024
 GPU_MAX_TOKENS = 4096
 
+#: ``bench``'s and ``demo``'s local gloo ranks outside torchrun: the smallest world with
+#: an SP-2 group (under torchrun they run on its ``WORLD_SIZE``).
+COMPARISON_WORLD = 2
+_COMPARISON_WORLD = Override(
+    None,
+    f"{COMPARISON_WORLD} local gloo ranks, the smallest world with an SP-2 group; under "
+    "torchrun, its ranks",
+    shown=f"{COMPARISON_WORLD}; under torchrun, its WORLD_SIZE",
+)
+
 _EITHER_DATA = Override(None, "the samples come from --dataset or --lengths, whichever is given")
 _WORKLOAD_MODEL = Override(
     None, "a workload preset brings its model", shown="the workload's, llama-7b for text data"
@@ -46,7 +56,7 @@ COMMAND_DEFAULTS: dict[str, dict[str, Override]] = {
         # together mid-pass, and on two CPU cores that slowed the other rank's remaining
         # micro-batches (1.5 s -> 3.6 s), which the simulator does not model (errors
         # 6.5-15.1% with FSDP2, 0.6-1.5% without, same command, 2026-12-01).
-        "world": Override(2, "two local gloo ranks: the smallest world with an SP-2 group"),
+        "world": _COMPARISON_WORLD,
         "policy": Override(
             "static,dcp-pac,dcp-opt", "a comparison: the baseline first, then the DCP policies"
         ),
@@ -58,7 +68,7 @@ COMMAND_DEFAULTS: dict[str, dict[str, Override]] = {
         "progress": Override(False, "stdout holds the summary; each run's bar would interleave"),
     },
     "demo": {
-        "world": Override(2, "two local gloo ranks: the smallest world with an SP-2 group"),
+        "world": _COMPARISON_WORLD,
         "out": Override("runs/demo", "its runs are not a training run's"),
         # one run of each policy on 12 files took 2 min 53 s; two on 10 (24 chunks,
         # 5 steps) keep `make demo` near five minutes on an idle machine
