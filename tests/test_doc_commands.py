@@ -25,6 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,64 @@ def test_the_scripts_docs_run_take_the_flags_they_are_given() -> None:
     assert "['--stpes']" in script_flag_problems(planted)[0]
 
 
+#: the most seconds a command of :data:`RUN` may take: the slowest, the torchrun example,
+#: took 10 s at load 5 and at most 70 s at load 9 to 14 (two CPU burners and a second copy
+#: of it at once; 34 runs, none failed)
+RUN_LIMIT_S = 280
+#: a line a torchrun rank wrote (``[rank1]: RuntimeError: ...``)
+RANK_LINE = re.compile(r"^\[rank\d+\]:")
+
+
+def run_command(argv: list[str], limit_s: float, **popen) -> tuple[int | None, str, str]:
+    """(exit status, stdout, stderr) of ``argv``; ``None`` for a command still running
+    after ``limit_s``, which is stopped with SIGTERM (torchrun then stops its ranks, which
+    run in sessions of their own: a kill of torchrun alone left them running), then
+    killed."""
+    with subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            process.terminate()
+            try:
+                out, err = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired as still:
+                process.kill()
+                out, err = (str(still.output or ""), str(still.stderr or ""))
+            return None, out, err
+    return process.returncode, out, err
+
+
+def failure_report(command: str, code: int | None, seconds: float, out: str, err: str) -> str:
+    """What a failed command said: how it ended and when, the tail of its output, and every
+    line a torchrun rank wrote (the rank's error, which torchrun's summary of the failure,
+    'exitcode: 1 ... To enable traceback see ...', pushes out of the tail)."""
+    ended = "stopped, still running" if code is None else f"exit status {code}"
+    ranks = [line for line in err.splitlines() if RANK_LINE.match(line)][-60:]
+    return "\n".join(
+        [f"{command}: {ended} after {seconds:.0f} s", out[-1500:], *ranks, err[-1500:]]
+    )
+
+
+def test_a_failed_command_s_report_keeps_its_ranks_error() -> None:
+    err = "[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: the cause\n"
+    err += "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n" + "=" * 2000
+    report = failure_report("torchrun x.py", 1, 12.3, "step 0\n", err)
+    assert "[rank1]: RuntimeError: the cause" in report.splitlines(), report
+    assert report.startswith("torchrun x.py: exit status 1 after 12 s\nstep 0\n"), report
+    assert failure_report("c", None, 280.2, "", "").startswith(
+        "c: stopped, still running after 280 s"
+    )
+
+
+def test_a_command_past_its_limit_is_stopped_with_what_it_wrote() -> None:
+    script = "import time; print('begun', flush=True); time.sleep(60)"
+    start = time.monotonic()
+    code, out, _ = run_command([sys.executable, "-c", script], 2)
+    assert (code, out) == (None, "begun\n") and time.monotonic() - start < 30
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", sorted(RUN))
 def test_doc_command_runs(command: str, tmp_path: Path) -> None:
@@ -287,10 +346,9 @@ def test_doc_command_runs(command: str, tmp_path: Path) -> None:
     if argv[0].endswith("datacentric") and "train" in argv:
         argv += ["--out", str(tmp_path / "run")]  # not the doc's runs/ folder
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        argv, cwd=ROOT, capture_output=True, text=True, timeout=280, env=env, check=False
-    )
-    assert done.returncode == 0, f"{command}\n{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+    start = time.monotonic()
+    code, out, err = run_command(argv, RUN_LIMIT_S, cwd=ROOT, env=env)
+    assert code == 0, failure_report(command, code, time.monotonic() - start, out, err)
 
 
 @pytest.fixture(scope="module")
