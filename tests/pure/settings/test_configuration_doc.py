@@ -60,3 +60,15 @@ def test_the_commands_own_defaults_the_doc_lists_are_command_defaults():
                 continue
             value = f"{override.value:g}" if isinstance(override.value, float) else override.value
             assert f"`{command}" in paragraph and str(value) in paragraph, (command, key)
+
+
+def test_the_doc_says_bench_s_and_demo_s_world_under_torchrun():
+    """``bench``'s and ``demo``'s world is chosen when they run (``Override.shown``:
+    ``2; under torchrun, its WORLD_SIZE``), and the paragraph of command defaults says
+    both halves, not ``--world 2`` alone."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index("A flag's default is the schema's")
+    paragraph = " ".join(text[start : text.index("\n\n", start)].split())
+    for command in ("bench", "demo"):
+        assert COMMAND_DEFAULTS[command]["world"].shown == "2; under torchrun, its WORLD_SIZE"
+    assert "(`--world 2`, under torchrun its `WORLD_SIZE`;" in paragraph
