@@ -42,11 +42,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 import torch
-import torch.distributed as dist
 
 from datacentric.log import get_logger
 from datacentric.parallel.groups import (
@@ -59,7 +57,7 @@ from datacentric.parallel.groups import (
     process_groups,
     under_torchrun,
 )
-from datacentric.parallel.rank_entry import RENDEZVOUS_HOST, _worker_entry
+from datacentric.parallel.rank_entry import _worker_entry
 from datacentric.parallel.rank_failure import PEER_REPORT_WAIT_S, RankFailure, _died, _failure
 from datacentric.parallel.rank_processes import SIGINT_GRACE_S, _context, _StopRanks
 from datacentric.parallel.start_stops import (
@@ -106,8 +104,7 @@ JOB_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host`` (another program may take it
-    before it is bound: :func:`spawn` binds its rendezvous store itself instead)."""
+    """A TCP port that was free a moment ago on ``host``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -126,9 +123,8 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
-    Each process initialises ``torch.distributed`` (``backend``, rendezvous on a TCP
-    store this process binds on 127.0.0.1 before the ranks start and keeps until they
-    end, collective timeout ``timeout_s``) before calling
+    Each process initialises ``torch.distributed`` (``backend``, TCP rendezvous on
+    a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
     ``fn``; ``fn`` must be importable (a module-level function) and its return
     value serialisable with ``torch.save``. If any rank raises, the others are
     stopped and :class:`RankFailure` (a ``RuntimeError``) names the rank, carries its
@@ -151,15 +147,15 @@ def spawn(
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     context = _context(start_method, fn)
     results = context.Queue()
-    timeout = collective_timeout_s or timeout_s
-    store = _rendezvous_store(world_size, timeout)
+    init_method = f"tcp://127.0.0.1:{free_port()}"
     processes: list[Any] = []
     # The stop handlers are in place before the first rank starts: a signal that comes
     # while the launcher is still starting ranks (a busy machine) reaches those started.
     stopper = _StopRanks(processes, forward=forward_signals)
     try:
         with stopper:
-            entry = (fn, args, backend, store.port, timeout, forward_signals)
+            timeout = collective_timeout_s or timeout_s
+            entry = (fn, args, backend, init_method, timeout, forward_signals)
             with _HoldStops():
                 for rank in range(world_size):
                     processes.append(
@@ -188,26 +184,8 @@ def spawn(
         process.join(timeout=30)
         if process.is_alive():
             process.kill()
-    del store  # the ranks are gone: the rendezvous store closes
     _end_if_stopped_at_start(values)
     return values
-
-
-def _rendezvous_store(world_size: int, timeout_s: float) -> dist.TCPStore:
-    """The store the ranks meet on, bound on a port of :data:`RENDEZVOUS_HOST` now, before
-    any rank starts (a port picked free and bound later by a rank could be taken in
-    between by another program); the caller keeps it until the ranks end. Its server
-    thread starts with the stop signals held, so a stop always reaches this process's
-    main thread as before."""
-    with _HoldStops():
-        return dist.TCPStore(
-            RENDEZVOUS_HOST,
-            0,
-            world_size,
-            is_master=True,
-            timeout=timedelta(seconds=timeout_s),
-            wait_for_workers=False,
-        )
 
 
 def _end_if_stopped_at_start(values: list[Any]) -> None:
@@ -234,9 +212,9 @@ def _start_rank(
     results: Any,
 ) -> Any:
     """Start rank ``rank``'s process on :func:`_worker_entry`; ``entry`` holds the
-    function, its arguments, the backend, the rendezvous store's port, the collective
+    function, its arguments, the backend, the rendezvous address, the collective
     timeout and whether stops are forwarded, as every rank gets them."""
-    fn, args, backend, store_port, collective_timeout_s, forward = entry
+    fn, args, backend, init_method, collective_timeout_s, forward = entry
     process = context.Process(
         target=_worker_entry,
         args=(
@@ -245,7 +223,7 @@ def _start_rank(
             fn,
             args,
             backend,
-            store_port,
+            init_method,
             collective_timeout_s,
             threads_per_rank,
         ),

@@ -29,9 +29,6 @@ from datacentric.parallel.start_stops import (
     _ignore_stop_signals,
 )
 
-RENDEZVOUS_HOST = "127.0.0.1"
-"""Where the launcher binds its rendezvous store and its ranks join it."""
-
 
 def _worker_entry(
     rank: int,
@@ -39,7 +36,7 @@ def _worker_entry(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     backend: str,
-    store_port: int,
+    init_method: str,
     timeout_s: float,
     threads: int | None,
     results: Any,
@@ -60,13 +57,12 @@ def _worker_entry(
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        timeout = timedelta(seconds=timeout_s)
-        # the launcher's store, bound before this rank started (RENDEZVOUS_HOST:store_port)
-        store = dist.TCPStore(
-            RENDEZVOUS_HOST, store_port, world_size, is_master=False, timeout=timeout
-        )
         dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
         )
         stopped = _STARTING.agreed(device) if stop_at_start else None
         value = StoppedAtStart(stopped) if stopped is not None else fn(*args)
