@@ -170,7 +170,7 @@ def test_latent_dist_sample_stores_the_vaes_mean_and_log_variance(prepared):
         torch.testing.assert_close(logvar, want_logvar, rtol=0, atol=1e-4)
     ds = LatentDataset(str(out))
     assert all(p is not None for p in ds.logvars)
-    with pytest.raises(DataError, match="latent_dist differ"):
+    with pytest.raises(DataError, match=r"other settings: latent_dist \('sample' -> None\)"):
         prepare(
             PrepareJob(pipeline=str(prepared["pipe"]), media=str(prepared["media"]), out=str(out))
         )
