@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from moved_names import assert_given_as_defined
 
 #: each name ``media_decode`` gave before the split that is defined elsewhere now, and
 #: where (the names other modules and tests import from it, or patch there)
@@ -70,11 +71,7 @@ PACKAGE = "datacentric.data"
 
 @pytest.mark.parametrize("name", sorted(HOMES))
 def test_media_decode_still_gives_each_name_as_its_new_home_defines_it(name):
-    decode = importlib.import_module(f"{PACKAGE}.media_decode")
-    home = importlib.import_module(f"{PACKAGE}.{HOMES[name]}")
-    assert getattr(decode, name) is getattr(home, name)
-    if not name.isupper():  # a class or function says where it is defined
-        assert getattr(home, name).__module__ == home.__name__
+    assert_given_as_defined(f"{PACKAGE}.media_decode", f"{PACKAGE}.{HOMES[name]}", name)
 
 
 @pytest.mark.parametrize(("home", "name"), [(h, n) for h, names in MOVED.items() for n in names])

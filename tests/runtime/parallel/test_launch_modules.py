@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from moved_names import assert_given_as_defined
 
 #: each name ``launch`` held before the split that lives elsewhere now, and where
 HOMES = {
@@ -46,11 +47,7 @@ PACKAGE = "datacentric.parallel"
 
 @pytest.mark.parametrize("name", sorted(HOMES))
 def test_launch_still_gives_each_name_as_its_new_home_defines_it(name):
-    launch = importlib.import_module(f"{PACKAGE}.launch")
-    home = importlib.import_module(f"{PACKAGE}.{HOMES[name]}")
-    assert getattr(launch, name) is getattr(home, name)
-    if not name.isupper():  # a class or function says where it is defined
-        assert getattr(home, name).__module__ == home.__name__
+    assert_given_as_defined(f"{PACKAGE}.launch", f"{PACKAGE}.{HOMES[name]}", name)
 
 
 def test_launch_lists_exactly_those_names_and_defines_its_own():

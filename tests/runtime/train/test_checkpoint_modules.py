@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 
 import pytest
+from moved_names import assert_given_as_defined
 
 #: each public name ``checkpoint`` held before the split, and where it lives now
 HOMES = {
@@ -39,11 +40,7 @@ PACKAGE = "datacentric.train.checkpoints"
 
 @pytest.mark.parametrize("name", sorted(HOMES))
 def test_checkpoint_still_gives_each_name_as_its_new_home_defines_it(name):
-    checkpoint = importlib.import_module(f"{PACKAGE}.checkpoint")
-    home = importlib.import_module(f"{PACKAGE}.{HOMES[name]}")
-    assert getattr(checkpoint, name) is getattr(home, name)
-    if not name.isupper():  # a class or function says where it is defined
-        assert getattr(home, name).__module__ == home.__name__
+    assert_given_as_defined(f"{PACKAGE}.checkpoint", f"{PACKAGE}.{HOMES[name]}", name)
 
 
 def test_checkpoint_lists_exactly_those_names():
