@@ -2,8 +2,8 @@
 own library), for the media tests: MKV (FFV1), WebM (VP9, VP8), AVI (MPEG-4), MOV and
 MP4 (H.264, the MP4 with an AAC track before its video; AV1; H.265 apart), GIF; and clips stored
 turned or mirrored, with a display matrix; phone photos in HEIC (pillow-heif) and AVIF
-(Pillow) turned by their container, their EXIF or both, and the colour profiles they
-embed (Display P3, profiles written here)."""
+(Pillow) turned by their container, their EXIF or both, the colour profiles they
+embed (Display P3, profiles written here) or the colours their ``nclx`` box states."""
 
 from __future__ import annotations
 
@@ -263,6 +263,39 @@ def write_nclx_heic(path: Path, pixels: np.ndarray, primaries: int, transfer: in
     pillow_heif.register_heif_opener()
     nclx = {"color_primaries": primaries, "transfer_characteristics": transfer}
     Image.fromarray(pixels).save(path, quality=-1, chroma=444, matrix_coefficients=0, **nclx)
+    return path
+
+
+#: nclx primaries and transfer -> the ICC profile of the same colours (Display P3, BT.2020,
+#: sRGB's and XYZ's primaries, whose blue and red lie on y = 0; sRGB's tone curve, a power
+#: of 2.2, linear light)
+NCLX_TWINS = {
+    (12, 13): lambda: display_p3_profile(),
+    (9, 1): lambda: rgb_profile(srgb_curve(), BT2020_COLORANTS),
+    (1, 8): lambda: rgb_profile(gamma_curve(1.0)),
+    (12, 4): lambda: rgb_profile(gamma_curve(2.2), DISPLAY_P3_COLORANTS),
+    (10, 13): lambda: rgb_profile(srgb_curve(), XYZ_COLORANTS),
+}
+
+
+def write_nclx_avif(path: Path, pixels: np.ndarray, primaries: int, transfer: int) -> Path:
+    """An AVIF (PyAV: SVT-AV1, 4:2:0, BT.709 matrix, full range) of ``pixels`` whose
+    colours are stated by its ``nclx`` box alone: ``primaries`` and ``transfer`` (H.273's
+    numbers), as FFmpeg's AVIF muxer writes them from the stream's colour tags (Pillow's
+    AVIF writer states sRGB's always)."""
+    import av
+
+    height, width = pixels.shape[:2]
+    with av.open(str(path), "w", format="avif") as out:
+        stream = out.add_stream("libsvtav1", rate=1, options={"crf": "1", "preset": "11"})
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pixels), format="rgb24")
+        frame = frame.reformat(format="yuv420p", dst_colorspace=1, dst_color_range=2)
+        for owner in (stream.codec_context, frame):
+            owner.color_primaries, owner.color_trc = primaries, transfer
+            owner.colorspace, owner.color_range = 1, 2
+        for packet in [*stream.encode(frame), *stream.encode()]:
+            out.mux(packet)
     return path
 
 

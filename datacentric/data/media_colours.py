@@ -5,9 +5,9 @@ A still image (and each frame of an animated WebP or PNG) is converted to sRGB b
 ICC colour profile it embeds (:func:`image_rgb`; a linear-light or wide-gamut
 picture's levels are not sRGB's); an unreadable profile, or one of another kind than
 its pixels, is passed over, as viewers pass it. One that states its colours by an
-``nclx`` box alone (a HEIC's primaries and transfer) is converted as the ICC profile of
-the same colours converts it (:func:`nclx_rgb`), its HDR mapped as a clip's. A video
-frame:
+``nclx`` box alone (a HEIC's or AVIF's primaries and transfer) is converted as the ICC
+profile of the same colours converts it (:func:`nclx_rgb`), its HDR mapped as a clip's.
+A video frame:
 
 - by the colour matrix and range the frame states (BT.709, BT.601, BT.2020; limited or
   full range): PyAV 17 or later reads them (:func:`colour_problem` names an earlier
@@ -232,7 +232,8 @@ def nclx_colours(image: Any) -> dict[str, Any] | None:
     """The ``nclx`` box (primaries, transfer) a Pillow picture states its colours by
     when it embeds no ICC profile and they are not sRGB's (:data:`SRGB_PRIMARIES`,
     :data:`SRGB_TRANSFERS`); None for any other (its levels are sRGB's). pillow-heif
-    reads a HEIC's as ``info["nclx_profile"]``; Pillow's AVIF reader reads none."""
+    reads a HEIC's as ``info["nclx_profile"]``; an AVIF's is read from its container
+    (Pillow's AVIF reader reads none) by :mod:`datacentric.data.media_images`."""
     nclx = image.info.get("nclx_profile")
     if image.info.get("icc_profile") or not isinstance(nclx, dict):
         return None

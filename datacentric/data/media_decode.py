@@ -96,9 +96,11 @@ __all__ = [
 #: players show them (:func:`~datacentric.data.media_streams._deinterlaced`); 4: an
 #: image's colours stated by its ``nclx`` box alone (a HEIC's) converted to sRGB
 #: (:func:`~datacentric.data.media_colours.nclx_rgb`); 5: a 16-bit greyscale image's
-#: colours converted by its ICC profile or ``nclx`` box as an 8-bit one's (0: the
-#: records of earlier versions, which state none).
-READING_REVISION = 5
+#: colours converted by its ICC profile or ``nclx`` box as an 8-bit one's; 6: an AVIF's
+#: colours stated by its container's ``nclx`` box converted as a HEIC's
+#: (:func:`~datacentric.data.media_boxes.nclx_box`) (0: the records of earlier versions,
+#: which state none).
+READING_REVISION = 6
 
 
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:

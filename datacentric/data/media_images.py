@@ -12,7 +12,8 @@ HEIC/HEIF and AVIF through a plugin (:data:`IMAGE_PLUGINS`).
   entry alone (information only in HEIF) never
   (``tests/runtime/data/test_heif_photos.py``).
 - Colours are converted to sRGB by the ICC profile the image embeds, else by the
-  primaries and transfer its ``nclx`` box states (a HEIC's, through pillow-heif)
+  primaries and transfer its ``nclx`` box states (a HEIC's, through pillow-heif; an
+  AVIF's, read from its container: :mod:`datacentric.data.media_boxes`)
   (:mod:`datacentric.data.media_colours`); a 16-bit greyscale image is read by the high
   byte of its levels (a 32-bit integer or float image, which states no range of its
   levels, is refused).
@@ -39,6 +40,7 @@ from datacentric.data.media_animation import (
     hidden_frames,
     load_frame,
 )
+from datacentric.data.media_boxes import BoxError, nclx_box
 from datacentric.data.media_colours import image_rgb, nclx_colours, nclx_problem
 from datacentric.data.media_info import MediaError, MediaInfo
 from datacentric.progress import counted
@@ -91,7 +93,24 @@ def _open_image(path: Path) -> Any:
     _image_plugin(path.suffix.lower())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        return Image.open(path)
+        image = Image.open(path)
+    try:
+        _avif_colours(image, path)
+    except BoxError:
+        image.close()
+        raise
+    return image
+
+
+def _avif_colours(image: Any, path: Path) -> None:
+    """Gives an AVIF without an ICC profile the colours its container's ``nclx`` box
+    states (:func:`~datacentric.data.media_boxes.nclx_box`) as pillow-heif gives a
+    HEIC's, ``info["nclx_profile"]``: Pillow's AVIF reader reads none (its decoder has
+    used the box's matrix and range already; its primaries and transfer were lost)."""
+    if image.format == "AVIF" and not image.info.get("icc_profile"):
+        nclx = nclx_box(path)
+        if nclx:
+            image.info["nclx_profile"] = nclx
 
 
 def _unreadable_image(path: Path, err: Exception) -> MediaError:
@@ -99,6 +118,8 @@ def _unreadable_image(path: Path, err: Exception) -> MediaError:
     past Pillow's decompression-bomb limit, its pixels and the fix."""
     from PIL import Image
 
+    if isinstance(err, BoxError):
+        return MediaError(str(err))
     if isinstance(err, Image.DecompressionBombError):
         limit = 2 * int(Image.MAX_IMAGE_PIXELS or 0)
         found = re.search(r"\((\d+) pixels\)", str(err))

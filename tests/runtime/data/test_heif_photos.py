@@ -16,13 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from media_formats import (
-    BT2020_COLORANTS,
-    DISPLAY_P3_COLORANTS,
-    XYZ_COLORANTS,
+    NCLX_TWINS,
     display_p3_profile,
-    gamma_curve,
-    rgb_profile,
-    srgb_curve,
     wave_frames,
     write_nclx_heic,
     write_oriented_photo,
@@ -144,18 +139,6 @@ def test_a_ten_bit_grey_heic_tagged_by_nclx_is_converted_as_an_eight_bit_one(tmp
     deep = write_ten_bit_heic(tmp_path / "deep.heic", grey.astype(int) * 1023 // 255, **nclx)
     (got,) = decode(_item(deep))
     assert _error(got, np.asarray(want, dtype=float)) <= 1
-
-
-#: nclx primaries and transfer -> the ICC profile of the same colours (Display P3, BT.2020,
-#: sRGB's and XYZ's primaries, whose blue and red lie on y = 0; sRGB's tone curve, a power
-#: of 2.2, linear light)
-NCLX_TWINS = {
-    (12, 13): lambda: display_p3_profile(),
-    (9, 1): lambda: rgb_profile(srgb_curve(), BT2020_COLORANTS),
-    (1, 8): lambda: rgb_profile(gamma_curve(1.0)),
-    (12, 4): lambda: rgb_profile(gamma_curve(2.2), DISPLAY_P3_COLORANTS),
-    (10, 13): lambda: rgb_profile(srgb_curve(), XYZ_COLORANTS),
-}
 
 
 @pytest.mark.parametrize(("primaries", "transfer"), list(NCLX_TWINS))

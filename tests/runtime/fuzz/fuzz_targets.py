@@ -503,6 +503,29 @@ def _read_diffusers_config(path: Path) -> Any:
     return cls.__name__, config
 
 
+def _box(kind: bytes, body: bytes) -> bytes:
+    return (8 + len(body)).to_bytes(4, "big") + kind + body
+
+
+def _heif_boxes(folder: Path) -> Path:
+    """An AVIF's container as phones write it, its pixels left out: the primary item's
+    properties (a Display P3 ``nclx`` box, a quarter turn) in ``meta``, then ``mdat``."""
+    nclx = _box(b"colr", b"nclx" + bytes([0, 12, 0, 13, 0, 1, 0x80]))
+    ipco = _box(b"ipco", _box(b"ispe", bytes(12)) + nclx + _box(b"irot", b"\x03"))
+    ipma = _box(b"ipma", bytes(4) + (1).to_bytes(4, "big") + b"\0\1\3\x01\x82\x83")
+    pitm = _box(b"pitm", bytes(4) + b"\0\1")
+    meta = _box(b"meta", bytes(4) + _box(b"hdlr", bytes(24)) + pitm + _box(b"iprp", ipco + ipma))
+    path = folder / "photo.avif"
+    path.write_bytes(_box(b"ftyp", b"avif\0\0\0\0avifmif1") + meta + _box(b"mdat", bytes(16)))
+    return path
+
+
+def _read_heif_boxes(path: Path) -> Any:
+    from datacentric.data.media_boxes import container_turned, nclx_box
+
+    return nclx_box(path), container_turned(path)
+
+
 def _folder_names(path: Path) -> list[str]:
     """A reader of a folder may name the folder or the file."""
     return [path.name, path.parent.name]
@@ -568,6 +591,7 @@ TARGETS = [
         refit=_refit_manifest,
     ),
     Target("hardware json", _hardware, _read_hardware, json=True, examples=200),
+    Target("heif boxes", _heif_boxes, _read_heif_boxes, examples=300, text=False),
     Target("lengths file", _lengths, _read_lengths, examples=200),
     Target(
         "diffusers config.json",

@@ -44,6 +44,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
         "latent manifest", "earlier prepare"
     ),
     "datacentric.prepare.run:_earlier_run": fuzzed("earlier prepare"),
+    "datacentric.data.media_boxes:_meta": fuzzed("heif boxes"),
     "datacentric.data.media_sources:_csv_rows": fuzzed("media csv"),
     "datacentric.data.media_sources:_rows": fuzzed("media csv", "media jsonl"),
     "datacentric.data.media_sources:_caption_file": fuzzed("caption txt"),
