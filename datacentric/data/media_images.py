@@ -10,7 +10,8 @@ HEIC/HEIF and AVIF through a plugin (:data:`IMAGE_PLUGINS`).
   ``imir``): pillow-heif applies it as it opens the file and clears the EXIF entry,
   Pillow's AVIF reader states it as the EXIF entry, so it is applied once and an EXIF
   entry alone (information only in HEIF) never
-  (``tests/runtime/data/test_heif_photos.py``).
+  (``tests/runtime/data/test_heif_photos.py``); either is counted as stored turned
+  (:attr:`~datacentric.data.media_info.MediaInfo.rotated`).
 - Colours are converted to sRGB by the ICC profile the image embeds, else by the
   primaries and transfer its ``nclx`` box states (a HEIC's, through pillow-heif; an
   AVIF's, read from its container: :mod:`datacentric.data.media_boxes`)
@@ -40,7 +41,7 @@ from datacentric.data.media_animation import (
     hidden_frames,
     load_frame,
 )
-from datacentric.data.media_boxes import BoxError, nclx_box
+from datacentric.data.media_boxes import BoxError, container_turned, nclx_box
 from datacentric.data.media_colours import image_rgb, nclx_colours, nclx_problem
 from datacentric.data.media_info import MediaError, MediaInfo
 from datacentric.progress import counted
@@ -176,6 +177,15 @@ def _image_orientation(image: Any) -> int:
         return 1
 
 
+def _turned_by_container(image: Any, path: Path) -> bool:
+    """Whether a HEIC's container turns or mirrors it (``irot``, ``imir``:
+    :func:`~datacentric.data.media_boxes.container_turned`): pillow-heif applies the turn
+    as it opens the file and clears EXIF's entry, so its pixels come upright, turned once,
+    and its orientation reads 1. (Pillow's AVIF reader states an AVIF's turn as EXIF's
+    entry.)"""
+    return image.format == "HEIF" and container_turned(path)
+
+
 def _stored_size(image: Any) -> tuple[int, int]:
     """The height and width of an image's pixels as stored, before its EXIF orientation:
     Pillow's size, but a TIFF's from its own ImageLength and ImageWidth tags: Pillow 13
@@ -200,6 +210,7 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     try:
         with _open_image(path) as image:
             orientation = _image_orientation(image)
+            turned = _turned_by_container(image, path)
             h, w = _stored_size(image)
             problem = _level_problem(image)
             frames = _animation_frames(image)
@@ -208,8 +219,9 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
         raise _unreadable_image(path, err) from None
     if problem:
         raise MediaError(problem)
-    turned = orientation in (5, 6, 7, 8)
-    return MediaInfo(frames, w if turned else h, h if turned else w, orientation != 1, stamps)
+    across = orientation in (5, 6, 7, 8)
+    rotated = orientation != 1 or turned
+    return MediaInfo(frames, w if across else h, h if across else w, rotated, stamps)
 
 
 def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:

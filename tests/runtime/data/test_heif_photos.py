@@ -71,10 +71,12 @@ def _error(got, want) -> float:
 @pytest.mark.parametrize("suffix", [".heic", ".avif"])
 def test_a_phone_photo_is_turned_once_by_its_container(tmp_path, suffix, orientation, stated):
     """A photo turned by its container's transforms, with EXIF's entry saying the same
-    (as iPhones write) or without it, is read upright, turned once; one stating its
-    orientation in EXIF alone is read as stored, as libheif and browsers show it (HEIF
-    reads EXIF's entry as information only). Lossless HEIC within 0 levels, AVIF at
-    quality 100 within 6 levels (its loss on these waves: 3 at most, measured)."""
+    (as iPhones write) or without it, is read upright, turned once, and counted as
+    stored turned (``rotated``, ``prepare_report``'s count: a HEIC's was not, as
+    pillow-heif turns it and clears EXIF's entry); one stating its orientation in EXIF
+    alone is read as stored, as libheif and browsers show it (HEIF reads EXIF's entry as
+    information only). Lossless HEIC within 0 levels, AVIF at quality 100 within 6
+    levels (its loss on these waves: 3 at most, measured)."""
     _needs(suffix)
     container, exif = STATED[stated]
     stored = _stored()
@@ -85,6 +87,7 @@ def test_a_phone_photo_is_turned_once_by_its_container(tmp_path, suffix, orienta
     info = probe(_item(path))
     (got,) = decode(_item(path))
     assert (info.frames, info.height, info.width) == (1, *want.shape[:2])
+    assert info.rotated == container, (stated, orientation)
     assert _error(got, want) <= (0 if suffix == ".heic" else 6), (stated, orientation)
 
 
