@@ -83,12 +83,12 @@ ANALYTIC_MOVED = {
         "shape_sums",
         "text_shape_sums",
     ],
+    "datacentric.planning.analytic_formulas": ["ATTENTION_BACKWARD_FACTOR"],
+    "datacentric.planning.analytic_ring": ["RING_KINDS"],
 }
 #: the public names ``analytic`` still defines: the cost model and its constants
 ANALYTIC_KEPT = [
-    "ATTENTION_BACKWARD_FACTOR",
     "COMM_COLUMNS",
-    "RING_KINDS",
     "AnalyticCostModel",
     "analytic_model",
 ]
