@@ -9,8 +9,8 @@ its frames as RGB pictures (:func:`decode`), the same as players and viewers sho
   MPEG-1/2/4, WMV, FFV1 as its FFmpeg has them), from the stream players open, a clip
   cut before its first keyframe from that keyframe and an interlaced one deinterlaced
   (:mod:`datacentric.data.media_streams`); its frame count is its stream's when the
-  container states the frames that play, else the frames that decode
-  (:mod:`datacentric.data.media_frame_counts`).
+  container states the frames that play, else its packets' where they tell the frames
+  that show, else the frames that decode (:mod:`datacentric.data.media_frame_counts`).
 - An image file is read by :mod:`datacentric.data.media_images` (Pillow and its
   plugins, EXIF orientation, 16-bit greyscale levels); an animated WebP, PNG (APNG) or
   AVIF is a clip of its frames, timed by their durations (one of 10 ms or less, a
@@ -98,18 +98,21 @@ __all__ = [
 #: (:func:`~datacentric.data.media_colours.nclx_rgb`); 5: a 16-bit greyscale image's
 #: colours converted by its ICC profile or ``nclx`` box as an 8-bit one's; 6: an AVIF's
 #: colours stated by its container's ``nclx`` box converted as a HEIC's
-#: (:func:`~datacentric.data.media_boxes.nclx_box`) (0: the records of earlier versions,
-#: which state none).
-READING_REVISION = 6
+#: (:func:`~datacentric.data.media_boxes.nclx_box`); 7: a 10- or 12-bit HLG or PQ
+#: HEIC's levels mapped to sRGB from all their bits, not from 8
+#: (:func:`~datacentric.data.media_colours.deep_hdr_rgb`) (0: the records of earlier
+#: versions, which state none).
+READING_REVISION = 7
 
 
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
-    GIF), else the frames that decode (Matroska and WebM keep no per-stream count; an
-    AVI counts frame slots, its packets tell an intra-only codec's pictures; an edit
-    list that trims frames: :func:`~datacentric.data.media_frame_counts._stated_frames`);
+    GIF), else its packets' where they tell the frames that show (FFV1, VP8, VP9 and
+    intra-only codecs), else the frames that decode (Matroska and WebM keep no
+    per-stream count; an AVI counts frame slots; an edit list that trims frames:
+    :func:`~datacentric.data.media_frame_counts._stated_frames`);
     its size and rotation are those of its first decoded frame. With ``times``, every
     frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():

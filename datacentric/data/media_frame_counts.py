@@ -1,14 +1,15 @@
 """How many frames a clip plays, and when, for :mod:`datacentric.data.media_decode`'s
 ``probe``: its stream's own count where the container states the frames that play
-(:func:`_stated_frames`), else the frames that decode. Matroska and WebM state none; an
-AVI states its frame slots (:data:`SLOT_COUNTS`), a picture held over a gap counted
-again, so its packets tell an intra-only codec's pictures (:func:`_demuxed_pictures`);
-an MP4 or MOV whose edit list trims frames states more than play. Each frame's time is
-its timestamp (:func:`_frame_time`).
+(:func:`_stated_frames`), else its packets' where they tell the frames they show without
+decoding (:func:`_demuxed_pictures`), else the frames that decode. Matroska and WebM state
+none; an AVI states its frame slots (:data:`SLOT_COUNTS`), a picture held over a gap
+counted again; an MP4 or MOV whose edit list trims frames states more than play. Each
+frame's time is its timestamp (:func:`_frame_time`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -18,31 +19,111 @@ from typing import Any
 SLOT_COUNTS = ("avi",)
 
 
+def _one_picture(data: memoryview) -> int | None:
+    """A packet of an intra-only codec or FFV1: one picture (FFmpeg's FFV1 decoder gives
+    a frame for every packet that holds data)."""
+    return 1
+
+
+def _vp8_shown(data: memoryview) -> int | None:
+    """A VP8 packet's shown frames: 1 where its frame tag's ``show_frame`` bit (bit 4 of
+    its first byte, RFC 6386 9.1) is set, 0 for an invisible frame (an alt-ref stored as
+    a block of its own, which FFmpeg's decoder decodes and never outputs); None for a
+    packet too short to hold a tag."""
+    return (1 if data[0] & 0x10 else 0) if len(data) >= 3 else None
+
+
+def _vp9_frames(data: memoryview) -> list[memoryview] | None:
+    """A VP9 packet's frames, as FFmpeg's decoder splits them (``vp9_superframe_split``):
+    a superframe's, by the index at its end (a marker byte ``110mmnnn``, ``nnn + 1``
+    sizes of ``mm + 1`` bytes little-endian, the marker again), else the packet; None
+    where the index's sizes do not fit the packet."""
+    marker = data[-1]
+    if marker & 0xE0 != 0xC0:
+        return [data]
+    length, count = 1 + (marker >> 3 & 3), 1 + (marker & 7)
+    index = 2 + count * length
+    if len(data) < index or data[len(data) - index] != marker:
+        return [data]
+    sizes = bytes(data[len(data) - index + 1 : len(data) - 1])
+    frames, start = [], 0
+    for number in range(count):
+        size = int.from_bytes(sizes[number * length : (number + 1) * length], "little")
+        if size <= 0 or start + size > len(data) - index:
+            return None
+        frames.append(data[start : start + size])
+        start += size
+    return frames
+
+
+def _vp9_shown(data: memoryview) -> int | None:
+    """A VP9 packet's shown frames: of each of its frames (:func:`_vp9_frames`), one
+    whose uncompressed header (VP9 bitstream 6.2) says ``show_existing_frame`` (a frame
+    decoded before, shown now) or ``show_frame``; a hidden frame (an alt-ref) shows
+    none. None where a frame holds no VP9 header."""
+    frames = _vp9_frames(data)
+    if frames is None:
+        return None
+    shown = 0
+    for frame in frames:
+        bits = int.from_bytes(bytes(frame[:2]).ljust(2, b"\0"), "big")
+        if not frame or bits >> 14 != 2:  # frame_marker
+            return None
+        at = 10 if (bits >> 12 & 3) == 3 else 11  # profile 3 has a reserved bit
+        existing, shows = bits >> at & 1, bits >> (at - 2) & 1
+        shown += 1 if existing or shows else 0
+    return shown
+
+
+#: decoders (FFmpeg's names) whose packets tell the frames they show, each packet's told
+#: by its function: FFV1's one picture a packet, VP8's and VP9's frame headers' show
+#: flags. H.264 and H.265 are decoded to count (a packet may hold a lone field, and the
+#: decoder drops frames it cannot reorder); MPEG-4 Part 2 (a VOP "not coded", a packed
+#: B-frame) and AV1 too.
+PACKET_COUNTS: dict[str, Callable[[memoryview], int | None]] = {
+    "ffv1": _one_picture,
+    "vp8": _vp8_shown,
+    "vp9": _vp9_shown,
+}
+
+
 def _demuxed_pictures(container: Any, stream: Any) -> int:
-    """The pictures of a slot-counting stream (:data:`SLOT_COUNTS`) told without decoding
-    them: its packets that hold data, for an intra-only codec (MJPEG, DV, raw, HuffYUV,
-    Ut Video, ProRes), where each such packet is one picture; 0 (decode them to count)
-    for another: an MPEG-4 Part 2 packet (Xvid, DivX) may hold a VOP "not coded" (a
-    dropped frame, 6 bytes), which decodes to no frame, and an H.264 one a lone field."""
+    """The frames a stream shows told from its packets without decoding them: of an
+    intra-only codec (MJPEG, DV, raw, HuffYUV, Ut Video, ProRes) or FFV1, its packets
+    that hold data; of VP8 and VP9, the frames their headers show (:data:`PACKET_COUNTS`).
+    0 (decode them to count) for another codec, or a packet that does not tell them: an
+    MPEG-4 Part 2 packet (Xvid, DivX) may hold a VOP "not coded" (a dropped frame, 6
+    bytes), which decodes to no frame, and an H.264 one a lone field."""
     import av
 
-    if not getattr(stream.codec_context.codec, "intra_only", False):
+    codec = stream.codec_context.codec
+    shown = PACKET_COUNTS.get(str(codec.name))
+    if shown is None and getattr(codec, "intra_only", False):
+        shown = _one_picture
+    if shown is None:
         return 0
+    total = 0
     with av.open(container.name) as again:
-        packets = again.demux(again.streams[stream.index])
-        return sum(1 for packet in packets if packet.size)
+        for packet in again.demux(again.streams[stream.index]):
+            if packet.is_corrupt:  # cut short (a truncated file): may decode to none
+                return 0
+            count = shown(memoryview(packet)) if packet.size else 0
+            if count is None:
+                return 0
+            total += count
+    return total
 
 
 def _stated_frames(stream: Any, container: Any) -> int:
     """The frames a video stream's container states, where they are the frames that play;
-    0 (count them as they decode) where it states none, where it counts frame slots
-    (:data:`SLOT_COUNTS`) of a codec whose packets do not tell its pictures
-    (:func:`_demuxed_pictures`), or more than its duration holds at its frame rate: an
-    MP4 or MOV cut without re-encoding, whose edit list trims frames that FFmpeg (and
-    every player) then never shows."""
-    if str(getattr(container.format, "name", "")) in SLOT_COUNTS:
-        return _demuxed_pictures(container, stream)
+    else those its packets tell (:func:`_demuxed_pictures`) where it states none or counts
+    frame slots (:data:`SLOT_COUNTS`); 0 (count them as they decode) where neither does,
+    or where it states more than its duration holds at its frame rate: an MP4 or MOV cut
+    without re-encoding, whose edit list trims frames that FFmpeg (and every player)
+    then never shows."""
     stated = int(stream.frames or 0)
+    if not stated or str(getattr(container.format, "name", "")) in SLOT_COUNTS:
+        return _demuxed_pictures(container, stream)
     duration, base, rate = stream.duration, stream.time_base, stream.average_rate
     if stated and duration and base and rate and stated > round(duration * base * rate):
         return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fidelity_clips import H264_GOP4, _error, _item
+from fidelity_clips import H264_GOP4, _error, _item, count_decoded
 from media_formats import wave_frames
 
 from datacentric.data.media_decode import decode, probe
@@ -118,20 +118,10 @@ def _not_coded_avi(path: Path, source: Path, dropped: tuple[int, ...]) -> int:
 def test_an_avi_of_an_intra_only_codec_is_probed_without_decoding_its_frames(tmp_path, monkeypatch):
     """An AVI's header counts frame slots, so probe counted its pictures by decoding
     them all (a long AVI decoded twice: to probe and to encode). Of an intra-only codec
-    (MJPEG, as cameras record AVI; raw), each packet that holds data is a picture: probe
-    counts them and decodes one frame. An MPEG-4 AVI is still decoded to count: a VOP
-    "not coded" (a dropped frame) is a packet that decodes to no frame."""
-    from datacentric.data import media_decode
-
-    decoded = []
-
-    class Counted(media_decode._Frames):
-        def __iter__(self):
-            for frame in super().__iter__():
-                decoded.append(frame)
-                yield frame
-
-    monkeypatch.setattr(media_decode, "_Frames", Counted)
+    (MJPEG, as cameras record AVI; raw) or FFV1, each packet that holds data is a
+    picture: probe counts them and decodes one frame. An MPEG-4 AVI is still decoded to
+    count: a VOP "not coded" (a dropped frame) is a packet that decodes to no frame."""
+    decoded = count_decoded(monkeypatch)
     ticks = [0, 1, 2, 5, 6, 10, 11, 12, 20]  # 9 pictures over 21 slots
     pixels = {"mjpeg": "yuvj420p", "rawvideo": "yuv420p", "ffv1": "yuv444p"}
     for codec in ("mjpeg", "rawvideo", "ffv1", "mpeg4", "libx264"):
@@ -139,7 +129,7 @@ def test_an_avi_of_an_intra_only_codec_is_probed_without_decoding_its_frames(tmp
         _write_timed(path, "avi", codec, ticks, pixels.get(codec, "yuv420p"))
         decoded.clear()
         assert probe(_item(path)).frames == 9, codec
-        assert len(decoded) == (1 if codec in ("mjpeg", "rawvideo") else 9), codec
+        assert len(decoded) == (1 if codec in ("mjpeg", "rawvideo", "ffv1") else 9), codec
         assert len(decode(_item(path))) == 9, codec
     dropped = tmp_path / "dropped.avi"
     assert _not_coded_avi(dropped, tmp_path / "mpeg4.avi", (2, 5)) == 11  # packets

@@ -1,0 +1,162 @@
+"""A clip whose container states no frame count (Matroska, WebM, Ogg, IVF) or counts
+frame slots (AVI) is counted from its packets without decoding them where they tell the
+frames that show (FFV1, VP8, VP9, intra-only codecs), and by decoding otherwise: on every
+clip kind the media tests write, the count probe gives is the frames that decode, and
+probe decodes one frame where packets count. Each clip is written with PyAV (the
+decoder's own library)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from fidelity_clips import _item, count_decoded
+from media_formats import FORMATS, SUFFIX_FORMATS, write_format_clip
+
+from datacentric.data import media_decode
+from datacentric.data.media_frame_counts import PACKET_COUNTS, _demuxed_pictures
+
+pytest.importorskip("av")
+
+#: every clip kind the media tests write (H.265 apart: written in a child process), by
+#: file name; an FFV1 AVI and an FFV1 MKV in 4:2:0 beside the formats' own
+KINDS = {
+    **{name: spec for name, spec in FORMATS.items()},
+    **{f"clip{suffix}": spec for suffix, spec in SUFFIX_FORMATS.items()},
+    "ffv1.avi": ("ffv1", "avi", "yuv420p", False),
+    "ffv1_420.mkv": ("ffv1", "matroska", "yuv420p", False),
+    "vp9.mkv": ("libvpx-vp9", "matroska", "yuv420p", False),
+}
+#: the codecs whose packets tell the frames that show
+COUNTED = {*PACKET_COUNTS, "mjpeg", "rawvideo"}
+
+
+@pytest.fixture
+def decoded(monkeypatch) -> list:
+    """The frames probe and decode take from their decoder, listed."""
+    return count_decoded(monkeypatch)
+
+
+def _decoded_count(path: Path) -> int:
+    """The frames a clip decodes to, every packet decoded (as probe counted them before)."""
+    import av
+
+    with av.open(str(path)) as container:
+        return sum(1 for _ in container.decode(container.streams.video[0]))
+
+
+def _probed(path: Path, decoded: list) -> tuple[int, int]:
+    """probe's frame count and the frames it decoded to give it."""
+    decoded.clear()
+    frames = media_decode.probe(_item(path)).frames
+    return frames, len(decoded)
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_every_clip_kind_is_counted_as_it_decodes(tmp_path, decoded, name):
+    """The count probe gives equals the frames that decode; where the container states
+    none or counts slots and the codec's packets tell the frames, the packets give it
+    and probe decodes the first frame only (a 10 s 480p WebM or MKV was decoded whole to
+    probe it, then again to prepare it)."""
+    import av
+
+    path = write_format_clip(tmp_path / name, 11, 32, 48, rate=25, spec=KINDS[name])
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        codec, stated = stream.codec_context.codec.name, stream.frames
+        counted = _demuxed_pictures(container, stream)
+    want = _decoded_count(path)
+    assert want == 11, name
+    frames, decodes = _probed(path, decoded)
+    assert frames == want, name
+    if codec in COUNTED and (not stated or KINDS[name][1] == "avi"):
+        assert counted == want and decodes == 1, (name, counted, decodes)
+    else:
+        assert counted in (0, want), (name, counted)
+
+
+def _remuxed(path: Path, source: Path, packets: list[bytes]) -> Path:
+    """``source``'s video stream written to ``path`` (its container) with ``packets`` for
+    its own, one a tick, the first a keyframe."""
+    import av
+
+    with av.open(str(source)) as container:
+        template = container.streams.video[0]
+        with av.open(str(path), "w", format=container.format.name.split(",")[0]) as out:
+            stream = out.add_stream_from_template(template)
+            for tick, data in enumerate(packets):
+                packet = av.Packet(data)
+                packet.pts = packet.dts = tick
+                packet.time_base, packet.stream = Fraction(1, 8), stream
+                packet.is_keyframe = tick == 0
+                out.mux(packet)
+    return path
+
+
+def _packets(path: Path) -> list[bytes]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [bytes(p) for p in container.demux(container.streams.video[0]) if p.size]
+
+
+def test_a_vp8_alt_ref_stored_as_its_own_block_is_no_frame(tmp_path, decoded):
+    """A VP8 alt-ref (an invisible frame: its tag's show_frame bit clear) stored as a
+    block of its own decodes to no frame: the packets tell 8 frames of 9, as decode."""
+    source = write_format_clip(tmp_path / "vp8.webm", 9, 32, 48)
+    packets = _packets(source)
+    hidden = bytes([packets[3][0] & ~0x10]) + packets[3][1:]
+    path = _remuxed(tmp_path / "altref.webm", source, [*packets[:3], hidden, *packets[4:]])
+    assert _decoded_count(path) == 8
+    assert _probed(path, decoded) == (8, 1)
+    assert len(media_decode.decode(_item(path))) == 8
+
+
+def _superframe(*frames: bytes) -> bytes:
+    """VP9 frames in one packet: a superframe, its index of 4-byte sizes at its end."""
+    marker = bytes([0xC0 | 3 << 3 | len(frames) - 1])
+    sizes = b"".join(len(frame).to_bytes(4, "little") for frame in frames)
+    return b"".join(frames) + marker + sizes + marker
+
+
+def test_vp9_hidden_frames_and_frames_shown_again_are_counted_as_they_decode(tmp_path, decoded):
+    """VP9's packets as encoders write an alt-ref: a hidden frame (show_frame clear)
+    alone, one in a superframe with the frame shown after it, and a frame shown again
+    (show_existing_frame, one byte): their headers tell the 10 frames that decode of 11
+    packets holding 12 frames. The hidden frame is the keyframe again, whose header
+    holds nothing more when hidden."""
+    source = write_format_clip(tmp_path / "vp9.webm", 9, 32, 48)
+    packets = _packets(source)
+    assert packets[0][0] == 0b1000_0010  # frame marker, profile 0, a keyframe shown
+    assert all(p[0] >> 3 == 0b1000_0 for p in packets)  # none shown again
+    hidden = bytes([packets[0][0] & ~0x02]) + packets[0][1:]
+    shown_again = bytes([0b1000_1000])  # frame marker, profile 0, show_existing_frame, slot 0
+    remade = [
+        *packets[:3],
+        hidden,
+        packets[3],
+        _superframe(hidden, packets[4]),
+        packets[5],
+        shown_again,
+        *packets[6:],
+    ]
+    path = _remuxed(tmp_path / "hidden.webm", source, remade)
+    assert _decoded_count(path) == 10
+    assert _probed(path, decoded) == (10, 1)
+    assert len(media_decode.decode(_item(path))) == 10
+
+
+def test_an_avi_cut_short_is_counted_by_decoding(tmp_path, decoded):
+    """An AVI cut off inside its last packet (a copy that stopped): the demuxer gives
+    that packet short, marked corrupt, and it decodes to no frame, so probe decodes
+    the clip to count it (its packets said 9, and decode then failed)."""
+    source = write_format_clip(tmp_path / "ffv1.avi", 9, 32, 48, spec=KINDS["ffv1.avi"])
+    assert _probed(source, decoded) == (9, 1)
+    data = source.read_bytes()
+    last = _packets(source)[-1]
+    end = data.rindex(last) + len(last)
+    path = tmp_path / "cut.avi"
+    path.write_bytes(data[: end - len(last) // 2])
+    assert _probed(path, decoded) == (8, 8)
+    assert len(media_decode.decode(_item(path))) == 8
