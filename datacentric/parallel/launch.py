@@ -33,14 +33,17 @@ here is still given from here:
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import queue as queue_module
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -104,7 +107,8 @@ JOB_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
+    """A TCP port that was free a moment ago on ``host`` (another program may bind it
+    before the caller does; :func:`spawn`'s ranks meet by a file instead)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
@@ -123,10 +127,11 @@ def spawn(
 ) -> list[Any]:
     """Run ``fn(*args)`` on ``world_size`` new processes and return their results by rank.
 
-    Each process initialises ``torch.distributed`` (``backend``, TCP rendezvous on
-    a free port of 127.0.0.1, collective timeout ``timeout_s``) before calling
-    ``fn``; ``fn`` must be importable (a module-level function) and its return
-    value serialisable with ``torch.save``. If any rank raises, the others are
+    Each process initialises ``torch.distributed`` (``backend``, rendezvous by a file in
+    a private temporary folder, removed once the ranks end: no port that another program
+    could take; collective timeout ``timeout_s``) before calling ``fn``; ``fn`` must be
+    importable (a module-level function) and its return value serialisable with
+    ``torch.save``. If any rank raises, the others are
     stopped and :class:`RankFailure` (a ``RuntimeError``) names the rank, carries its
     traceback and the exception it raised. If the
     ranks have not all returned after ``timeout_s`` seconds, they are stopped and
@@ -146,16 +151,55 @@ def spawn(
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
     context = _context(start_method, fn)
+    timeout = collective_timeout_s or timeout_s
+    with _file_rendezvous() as init_method:
+        entry = (fn, args, backend, init_method, timeout, forward_signals)
+        values = _run_ranks(
+            context, world_size, entry, threads_per_rank, timeout_s, forward_signals
+        )
+    _end_if_stopped_at_start(values)
+    return values
+
+
+@contextlib.contextmanager
+def _file_rendezvous() -> Iterator[str]:
+    """The ``init_method`` the ranks of one :func:`spawn` meet by: ``file://`` a file in a
+    new folder only this user may open (mode 0700), torch's ``FileStore``; the folder goes
+    once the ranks have ended, however they ended (a failure, a timeout, a signal).
+
+    No port is involved: a port picked free (:func:`free_port`) and bound later by rank 0
+    could be taken in between by another program, which then failed the run at its start
+    or met its ranks."""
+    folder = tempfile.mkdtemp(prefix="datacentric-rendezvous-")
+    try:
+        if "?" in folder or "#" in folder:  # the URL would end there
+            raise ValueError(
+                f"the temporary folder {folder} holds '?' or '#', which a file:// "
+                "rendezvous cannot name; set TMPDIR to a folder without them"
+            )
+        yield "file://" + os.path.join(folder, "rendezvous")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_ranks(
+    context: Any,
+    world_size: int,
+    entry: tuple[Any, ...],
+    threads_per_rank: int | None,
+    timeout_s: float,
+    forward_signals: bool,
+) -> list[Any]:
+    """Start the ranks (:func:`_start_rank`), collect their results and join them: the
+    body of :func:`spawn`, which owns the rendezvous they meet by. Any failure kills the
+    ranks still running before it is raised."""
     results = context.Queue()
-    init_method = f"tcp://127.0.0.1:{free_port()}"
     processes: list[Any] = []
     # The stop handlers are in place before the first rank starts: a signal that comes
     # while the launcher is still starting ranks (a busy machine) reaches those started.
     stopper = _StopRanks(processes, forward=forward_signals)
     try:
         with stopper:
-            timeout = collective_timeout_s or timeout_s
-            entry = (fn, args, backend, init_method, timeout, forward_signals)
             with _HoldStops():
                 for rank in range(world_size):
                     processes.append(
@@ -184,7 +228,6 @@ def spawn(
         process.join(timeout=30)
         if process.is_alive():
             process.kill()
-    _end_if_stopped_at_start(values)
     return values
 
 
@@ -212,8 +255,8 @@ def _start_rank(
     results: Any,
 ) -> Any:
     """Start rank ``rank``'s process on :func:`_worker_entry`; ``entry`` holds the
-    function, its arguments, the backend, the rendezvous address, the collective
-    timeout and whether stops are forwarded, as every rank gets them."""
+    function, its arguments, the backend, the rendezvous (a ``file://`` URL), the
+    collective timeout and whether stops are forwarded, as every rank gets them."""
     fn, args, backend, init_method, collective_timeout_s, forward = entry
     process = context.Process(
         target=_worker_entry,

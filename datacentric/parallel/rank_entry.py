@@ -1,6 +1,7 @@
 """What runs in a spawned rank's process: :func:`_worker_entry`, from its start to its
 result or failure sent to the launcher, and the watch that ends the rank once the
-launcher is gone (:func:`_exit_with_launcher`).
+launcher is gone (:func:`_exit_with_launcher`), removing the rendezvous folder the
+launcher can no longer remove.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import io
 import multiprocessing
 import os
 import select
+import shutil
 import signal
 import time
 import traceback
@@ -52,7 +54,7 @@ def _worker_entry(
     if threads:
         torch.set_num_threads(threads)
     if launcher_pid is not None:
-        _exit_with_launcher(launcher_pid)
+        _exit_with_launcher(launcher_pid, leftover=_rendezvous_folder(init_method))
     try:
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
@@ -85,9 +87,20 @@ def _worker_entry(
             dist.destroy_process_group()
 
 
-def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
+def _rendezvous_folder(init_method: str) -> str | None:
+    """The folder of a ``file://`` rendezvous (:func:`~datacentric.parallel.launch.spawn`
+    makes one for each launch, its ranks' alone), else None."""
+    if not init_method.startswith("file://"):
+        return None
+    return os.path.dirname(init_method.removeprefix("file://"))
+
+
+def _exit_with_launcher(
+    launcher_pid: int, period_s: float = 0.5, leftover: str | None = None
+) -> None:
     """Stop this rank (status 143) when the process that launched it is gone (killed, even
-    with SIGKILL): a daemon thread watches it.
+    with SIGKILL): a daemon thread watches it. The folder ``leftover`` (the ranks'
+    rendezvous, which the launcher removes once they end) is removed first.
 
     It waits on multiprocessing's parent sentinel, a pipe whose write end only the launcher
     holds (for a rank of the forkserver too: its parent is named as the launcher), so the
@@ -98,27 +111,35 @@ def _exit_with_launcher(launcher_pid: int, period_s: float = 0.5) -> None:
 
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid == launcher_pid:
-        watch = functools.partial(_exit_at_end_of, parent.sentinel)
+        watch = functools.partial(_exit_at_end_of, parent.sentinel, leftover)
     else:
-        watch = functools.partial(_exit_when_pid_gone, launcher_pid, period_s)
+        watch = functools.partial(_exit_when_pid_gone, launcher_pid, period_s, leftover)
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
 
 
-def _exit_at_end_of(sentinel: int) -> None:
+def _exit_at_end_of(sentinel: int, leftover: str | None = None) -> None:
     """End this process once the pipe ``sentinel`` reads its end (every writer is gone)."""
     while True:
         select.select([sentinel], [], [])
         if not os.read(sentinel, 1):
-            os._exit(143)
+            _exit_without_launcher(leftover)
 
 
-def _exit_when_pid_gone(pid: int, period_s: float) -> None:
+def _exit_when_pid_gone(pid: int, period_s: float, leftover: str | None = None) -> None:
     """End this process once ``pid`` is no process (a zombie still is one)."""
     while True:
         time.sleep(period_s)
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            os._exit(143)
+            _exit_without_launcher(leftover)
         except PermissionError:
             pass
+
+
+def _exit_without_launcher(leftover: str | None) -> None:
+    """End this process (status 143) after removing the folder ``leftover``, if any: its
+    launcher, gone, cannot remove it (every rank tries; the first one removes it)."""
+    if leftover is not None:
+        shutil.rmtree(leftover, ignore_errors=True)
+    os._exit(143)

@@ -1,6 +1,7 @@
 """A rank ends when its launcher is gone, even killed with SIGKILL and not yet reaped by
 its own parent (a script, a scheduler's agent): a zombie launcher still answers
-``kill(pid, 0)``, so the ranks watch something that only the living launcher holds."""
+``kill(pid, 0)``, so the ranks watch something that only the living launcher holds. They
+remove their rendezvous folder as they end, which the launcher can no longer do."""
 
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ AGENT = """
 @pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
 def test_ranks_end_when_their_launcher_is_killed_and_not_reaped(tmp_path) -> None:
     path = os.pathsep.join(str(p) for p in (HERE, ROOT / "tests", ROOT))
-    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
+    temporary = tmp_path / "tmp"  # the launcher's: where it makes the ranks' rendezvous
+    temporary.mkdir()
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TMPDIR=str(temporary))
     args = [sys.executable, "-c", textwrap.dedent(AGENT), str(tmp_path)]
     agent = subprocess.run(
         [*args, textwrap.dedent(LAUNCHER)],
@@ -88,3 +91,5 @@ def test_ranks_end_when_their_launcher_is_killed_and_not_reaped(tmp_path) -> Non
     # did not take it), within about a second
     assert {status for status, _ in seen["ended"]} <= {143, None}, seen
     assert max(after for _, after in seen["ended"]) < 5, seen
+    # the ranks removed their rendezvous folder, which their launcher could not
+    assert not list(temporary.glob("datacentric-rendezvous-*"))
