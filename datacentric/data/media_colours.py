@@ -321,41 +321,57 @@ SRGB_TRANSFER = 13
 HDR_BLOCK = (64, 1024)
 
 
-@functools.lru_cache(maxsize=4)
-def _still_reformatter(transfer: int, primaries: int) -> tuple[Any, threading.Lock]:
-    """A PyAV ``VideoReformatter`` for the HDR stills of a process of these colours
-    (:func:`_hdr_rgb`): its scaler keeps its map for their blocks (:data:`HDR_BLOCK`);
-    and the lock its users hold, one thread at a time (two threads' frames in one
-    scaler crash the process)."""
+@functools.lru_cache(maxsize=8)
+def _still_reformatter(transfer: int, primaries: int, deep: bool) -> tuple[Any, threading.Lock]:
+    """A PyAV ``VideoReformatter`` for the HDR stills of a process of these colours, of
+    8-bit levels or (``deep``) 16-bit ones (:func:`_hdr_rgb`): its scaler keeps its map
+    for their blocks (:data:`HDR_BLOCK`); and the lock its users hold, one thread at a
+    time (two threads' frames in one scaler crash the process)."""
     from av.video.reformatter import VideoReformatter
 
     return VideoReformatter(), threading.Lock()
 
 
 def _hdr_rgb(rgb: np.ndarray, nclx: dict[str, Any]) -> np.ndarray:
-    """HDR levels (PQ, HLG) mapped to sRGB as a clip's are mapped to BT.709
-    (:func:`rgb_picture`: FFmpeg's colour management), to sRGB's transfer, in blocks of
-    one size (:data:`HDR_BLOCK`), the last one padded."""
+    """HDR levels (PQ, HLG; 8-bit, or 16-bit: ``uint16``) mapped to 8-bit sRGB as a
+    clip's are mapped to BT.709 (:func:`rgb_picture`: FFmpeg's colour management), to
+    sRGB's transfer, in blocks of one size (:data:`HDR_BLOCK`), the last one padded."""
     import av
 
     transfer = int(nclx["transfer_characteristics"])
     primaries = int(nclx.get("color_primaries", 2))
-    reformatter, lock = _still_reformatter(transfer, primaries)
+    deep = rgb.dtype == np.uint16
+    reformatter, lock = _still_reformatter(transfer, primaries, deep)
     rows, width = HDR_BLOCK
     pixels, block = rgb.reshape(-1, 3), rows * width
-    padded = np.zeros((-(-len(pixels) // block) * block, 3), np.uint8)
+    padded = np.zeros((-(-len(pixels) // block) * block, 3), rgb.dtype)
     padded[: len(pixels)] = pixels
+    shown = np.empty(padded.shape, np.uint8)
     for start in range(0, len(padded), block):
         piece = padded[start : start + block].reshape(rows, width, 3)
-        frame = av.VideoFrame.from_ndarray(piece, format="rgb24")
+        frame = av.VideoFrame.from_ndarray(piece, format="rgb48le" if deep else "rgb24")
         frame.color_range, frame.colorspace = 2, 0  # full-range RGB levels
         frame.color_trc, frame.color_primaries = transfer, primaries
         with lock:
             mapped = reformatter.reformat(
                 frame, format="rgb24", dst_color_trc=SRGB_TRANSFER, dst_color_primaries=BT709
             ).to_ndarray()
-        padded[start : start + block] = mapped.reshape(-1, 3)
-    return padded[: len(pixels)].reshape(rgb.shape)
+        shown[start : start + block] = mapped.reshape(-1, 3)
+    return shown[: len(pixels)].reshape(rgb.shape)
+
+
+def deep_hdr_rgb(levels: np.ndarray, nclx: dict[str, Any]) -> Any:
+    """An RGB image of HDR levels of more than 8 bits (``H x W x 3``, ``uint16`` of 0 to
+    65535: a 10- or 12-bit HEIC's) whose ``nclx`` box states PQ or HLG, mapped from all
+    their bits as :func:`nclx_rgb` maps 8-bit ones: an HLG ramp of 1024 levels reaches
+    all 256 of sRGB, where its 8-bit levels reach 183 (PQ's 128). Raises ``ValueError``
+    (:func:`nclx_problem`) where they cannot be shown."""
+    from PIL import Image
+
+    problem = nclx_problem(nclx)
+    if problem:
+        raise ValueError(problem)
+    return Image.fromarray(_hdr_rgb(levels, nclx), "RGB")
 
 
 @functools.lru_cache(maxsize=16)

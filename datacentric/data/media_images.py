@@ -42,7 +42,13 @@ from datacentric.data.media_animation import (
     load_frame,
 )
 from datacentric.data.media_boxes import BoxError, container_turned, nclx_box
-from datacentric.data.media_colours import image_rgb, nclx_colours, nclx_problem
+from datacentric.data.media_colours import (
+    HDR_TRANSFERS,
+    deep_hdr_rgb,
+    image_rgb,
+    nclx_colours,
+    nclx_problem,
+)
 from datacentric.data.media_info import MediaError, MediaInfo
 from datacentric.progress import counted
 
@@ -169,6 +175,29 @@ def _rgb(image: Any, sixteen: bool) -> Any:
     return image_rgb(grey)
 
 
+def _deep_hdr(image: Any) -> Any:
+    """The RGB picture of a HEIC of more than 8 bits a level whose ``nclx`` box states
+    HDR (PQ, HLG), mapped from its levels as decoded (read at 16 bits:
+    :func:`~datacentric.data.media_colours.deep_hdr_rgb`), or None for any other.
+    pillow-heif's Pillow reader gives an RGB one 8-bit levels, a greyscale one 16-bit
+    (``I;16``); mapped from 8 bits, a 10-bit HLG ramp reached 183 of sRGB's 256 levels."""
+    nclx, bits = nclx_colours(image), int(image.info.get("bit_depth", 8))
+    if image.format != "HEIF" or bits <= 8 or not nclx:
+        return None
+    if int(nclx.get("transfer_characteristics", 2)) not in HDR_TRANSFERS:
+        return None
+    if image.mode.startswith("I;16"):
+        levels = np.repeat(np.asarray(image, dtype=np.uint16)[..., None], 3, -1)
+    else:
+        import pillow_heif
+
+        heif = pillow_heif.open_heif(image.filename, convert_hdr_to_8bit=False)
+        levels = np.asarray(heif[image.tell()])[..., :3]
+    # levels of ``bits`` shifted to the top of 16 (1023 as 65472): their top bits
+    # repeated below, as from 10 to 16 bits (1023 as 65535, 512 as 32776)
+    return deep_hdr_rgb(levels | (levels >> bits), nclx)
+
+
 def _image_orientation(image: Any) -> int:
     """The EXIF orientation tag of a Pillow image (1, upright, when it has none)."""
     try:
@@ -229,7 +258,8 @@ def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[
     (after ``hidden`` frames that are none: :mod:`~datacentric.data.media_animation`'s
     ``hidden_frames``). An APNG's are read through every frame before them, each
     composed by its ``load_frame`` (Pillow composes a frame it passes over itself),
-    from a clear canvas (``clear_canvas``); another file's are sought directly."""
+    from a clear canvas (``clear_canvas``); another file's are sought directly. A deep
+    HDR HEIC's is read at 16 bits instead (:func:`_deep_hdr`)."""
     from PIL import ImageOps
 
     wanted, pictures = set(order), {}
@@ -238,6 +268,10 @@ def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[
         image.seek(number + hidden)
         if hidden and number == 0:
             clear_canvas(image)
+        deep = _deep_hdr(image) if number in wanted else None  # its levels read once
+        if deep is not None:
+            pictures[number] = deep
+            continue
         load_frame(image)
         if number in wanted:
             pictures[number] = _rgb(ImageOps.exif_transpose(image), sixteen)
