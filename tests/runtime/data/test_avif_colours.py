@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from fidelity_clips import _item
-from media_formats import NCLX_TWINS, wave_frames, write_nclx_avif
+from media_formats import NCLX_TWINS, wave_frames, write_nclx_avif, write_nclx_heic
 
 from datacentric.data.media_boxes import BoxError, nclx_box, primary_properties
 from datacentric.data.media_decode import decode
@@ -119,3 +119,24 @@ def test_a_container_whose_boxes_do_not_fit_is_refused_naming_the_file(tmp_path,
     path.write_bytes(_box(b"ftyp", b"avif\0\0\0\0avif") + damage(meta))
     with pytest.raises(BoxError, match=f"^photo.avif: malformed HEIF/AVIF container .*{said}"):
         nclx_box(path)
+
+
+def test_an_hdr_avif_tagged_by_nclx_is_mapped_as_a_heic_of_its_levels(tmp_path):
+    """An AVIF whose nclx box states HLG (BT.2020 greys and colours) is mapped to sRGB as
+    a HEIC of the same decoded levels and box is (an HDR clip's map): exactly. It was
+    read as stored, its reference white (75 % signal) as 191 of 255."""
+    from PIL import Image
+
+    from datacentric.data.media_colours import maps_to_bt709
+
+    _needs_avif()
+    pytest.importorskip("pillow_heif")
+    if not maps_to_bt709():
+        pytest.skip("this PyAV's scaler does not map HDR")
+    path = write_nclx_avif(tmp_path / "hlg.avif", _smooth(), 9, 18)
+    with Image.open(path) as image:
+        levels = np.asarray(image.convert("RGB"))
+    (want,) = decode(_item(write_nclx_heic(tmp_path / "hlg.heic", levels, 9, 18)))
+    (got,) = decode(_item(path))
+    assert np.abs(np.asarray(want, dtype=int) - levels).mean() > 10  # the map moves them
+    assert np.array_equal(np.asarray(got), np.asarray(want))
