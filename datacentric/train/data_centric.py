@@ -234,6 +234,9 @@ class DataCentric:
         self._held_out: HeldOut | None = None
         self._ahead = ScheduleAhead(self.schedule)
         self._schedule_wait_s = 0.0
+        self.ran_unchecked: tuple[int, int] | None = None
+        """Steps (first, last) run on a resumed segment's rebuilt schedule before it was
+        refused (it differs from the saved one); ``None``: no such refusal."""
 
     @property
     def rank(self) -> int:
@@ -465,7 +468,7 @@ class DataCentric:
                 world, policy = schedule.world_size, schedule.policy
                 check_known_steps(saved, schedule.iterations, world, policy, found, whole=True)
         except ValueError as err:
-            self._refused = err
+            self._refused, self.ran_unchecked = err, self._unchecked()
             raise
 
     def _iteration(self, k: int) -> Iteration:
@@ -485,7 +488,12 @@ class DataCentric:
         if not self._steps_checked and k + 1 >= known:  # all built, with step k
             found = self._found(f"its first {known} steps were")
             built = self._build.built_steps(0)
-            self._steps_checked = check_known_steps(self.position, built, world, policy, found)
+            try:
+                checked = check_known_steps(self.position, built, world, policy, found)
+            except ValueError:
+                self.ran_unchecked = self._unchecked()
+                raise
+            self._steps_checked = checked
         return iteration
 
     def _found(self, what: str) -> str:
@@ -494,11 +502,19 @@ class DataCentric:
         since the saved position, and that position (the one to resume from)."""
         done = self.position.iterations_done
         found = f"found after step {done}, once {what} built"
-        saved = self._saved.iterations_done if self._saved is not None else done
-        if saved >= done:
+        unchecked = self._unchecked()
+        if unchecked is None:
             return found
-        ran = f"step {done}" if done == saved + 1 else f"steps {saved + 1}-{done}"
+        first, saved = unchecked[0], unchecked[0] - 1
+        ran = f"step {done}" if done == first else f"steps {first}-{done}"
         return f"{found}: {ran} ran unchecked since the position saved after step {saved}"
+
+    def _unchecked(self) -> tuple[int, int] | None:
+        """The steps (first, last) run since the resumed segment's saved position, its
+        rebuilt schedule not yet checked (``None``: none)."""
+        done = self.position.iterations_done
+        saved = self._saved.iterations_done if self._saved is not None else done
+        return (saved + 1, done) if saved < done else None
 
     def steps(
         self,

@@ -311,6 +311,10 @@ class Trainer:
         self.hooks.train_begin(self.position.iterations_done, self.total_iterations)
         try:
             tally = self._train_steps(signals, scheduler, metrics, tracer)
+        except ValueError as err:  # a resumed schedule refused: what it saved is marked
+            if self.dc.ran_unchecked is None:
+                raise
+            raise self.saves.refused(err, *self.dc.ran_unchecked) from err
         finally:
             tracer.close()
             metrics.close()

@@ -1,7 +1,8 @@
 """Where a run's checkpoints lie: the ``checkpoints/`` folder, its ``step-N`` (and
 ``step-N-rK``) checkpoints and the ``step-N.tmp`` saves not finished, the files each holds
-(:data:`MANIFEST`, :data:`TRAINER_FILE`) and :class:`CheckpointError`; a folder that is a
-link, and a name that leads out of its folder, are not the run's own.
+(:data:`MANIFEST`, :data:`TRAINER_FILE`; :data:`REFUSED_FILE` where its steps ran on a
+refused schedule) and :class:`CheckpointError`; a folder that is a link, and a name that
+leads out of its folder, are not the run's own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,27 @@ MANIFEST = "manifest.json"
 
 
 TRAINER_FILE = "trainer.json"
+
+
+REFUSED_FILE = "schedule-refused.json"
+"""Written (not in the manifest) into a checkpoint saved after steps that ran on a
+resumed epoch's rebuilt schedule before it was found to differ from the saved one:
+``--resume`` passes over such a checkpoint (deleting the file lets it be used)."""
+
+
+#: Why a checkpoint holding :data:`REFUSED_FILE` is not resumed from unless named.
+REFUSED_REASON = "saved after steps that ran on a schedule found to differ from the saved one"
+
+
+def is_refused(path: str | Path) -> bool:
+    """The checkpoint holds :data:`REFUSED_FILE`: its steps ran on a refused schedule."""
+    return (Path(path) / REFUSED_FILE).is_file()
+
+
+def named_checkpoints(names: list[str]) -> str:
+    """``step-00000003``, or ``step-00000003 to step-00000005 (3 checkpoints)``: the
+    checkpoints ``names`` (oldest first), said in one line."""
+    return names[0] if len(names) == 1 else f"{names[0]} to {names[-1]} ({len(names)} checkpoints)"
 
 
 class CheckpointError(RuntimeError):

@@ -15,13 +15,17 @@ from datacentric.log import get_logger
 from datacentric.regular_files import file_sha256, read_json_file, read_regular_text
 from datacentric.train.checkpoints.checkpoint_folders import (
     MANIFEST,
+    REFUSED_FILE,
+    REFUSED_REASON,
     TRAINER_FILE,
     CheckpointError,
     _inside,
     _plain_name,
     checkpoint_dir,
     checkpoint_step,
+    is_refused,
     list_checkpoints,
+    named_checkpoints,
 )
 
 
@@ -62,13 +66,21 @@ def find_checkpoint(
         try:
             if not named.is_dir():
                 raise CheckpointError(f"{pointer} names {named.name}, which does not exist")
+            if is_refused(named):
+                raise CheckpointError(f"{pointer} names {named.name}, {REFUSED_REASON}")
             verify(named, expect_sha256)
             return named, None
         except CheckpointError as err:
             problem = str(err)
     else:
         problem = f"{pointer} is missing"
-    for path in reversed(candidates):
+    refused = [p.name for p in candidates if is_refused(p)]
+    if refused:
+        problem += (
+            f"; passing over {named_checkpoints(refused)}, marked {REFUSED_FILE} (delete the "
+            "file to resume from one anyway)"
+        )
+    for path in reversed([p for p in candidates if not is_refused(p)]):
         try:
             verify(path, expect_sha256)
         except CheckpointError:

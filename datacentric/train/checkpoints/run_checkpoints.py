@@ -18,8 +18,11 @@ import torch
 from datacentric.progress import counted
 from datacentric.settings.sections import CheckpointConfig
 from datacentric.train.checkpoints.checkpoint_folders import (
+    REFUSED_FILE,
+    REFUSED_REASON,
     CheckpointError,
     checkpoint_step,
+    is_refused,
     unfinished_saves,
 )
 from datacentric.train.checkpoints.checkpoint_save import PendingSave, start_checkpoint
@@ -47,7 +50,15 @@ class RunCheckpoints:
         against ``expect_sha256`` unless restarted; ``verify``: how a candidate is
         checked (:func:`~.checkpoint.find_checkpoint`'s; default every file)."""
         if self.checkpoint.resume_from:
-            return resolve_resume_from(self.out, self.checkpoint.resume_from)
+            path = resolve_resume_from(self.out, self.checkpoint.resume_from)
+            if is_refused(path) and self.is_main:  # named: used, and said
+                logger.warning(
+                    "note: --resume-from %s: %s (its %s); resuming from it as named",
+                    path.name,
+                    REFUSED_REASON,
+                    REFUSED_FILE,
+                )
+            return path
         if not (self.checkpoint.resume or restarted):
             return None
         pin = self.expected_sha256(restarted)

@@ -8,6 +8,7 @@ when a step is due) and keeps the newest checkpoint the run saved or resumed fro
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,8 +18,12 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from datacentric.train.checkpoints.checkpoint_folders import checkpoint_step
-from datacentric.train.checkpoints.checkpoint_save import PendingSave
+from datacentric.train.checkpoints.checkpoint_folders import (
+    REFUSED_FILE,
+    checkpoint_step,
+    named_checkpoints,
+)
+from datacentric.train.checkpoints.checkpoint_save import PendingSave, _write_atomic
 from datacentric.train.checkpoints.checkpoint_verify import manifest_sha256
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
@@ -49,6 +54,8 @@ class RunSaves:
     """When the run started or last saved (``checkpoint_every_minutes`` counts from it)."""
     pending: PendingSave | None = None
     """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
+    written: list[Path] = field(default_factory=list)
+    """Every checkpoint this run saved, oldest first."""
 
     @property
     def is_main(self) -> bool:
@@ -93,10 +100,31 @@ class RunSaves:
         if pending is None:
             return
         self.saved = self.kept = self._in_save(pending.step, pending.wait)
+        self.written.append(self.saved)
         self.saved_at = time.monotonic()
         if self.is_main:
             logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
         self.on_saved(pending.step, self.saved)
+
+    def refused(self, err: ValueError, first: int, last: int) -> ValueError:
+        """The refusal ``err`` of a resumed epoch's rebuilt schedule, found to differ once
+        its steps ``first``..``last`` had run on it, saying which of this run's
+        checkpoints hold those steps: each is marked so (rank 0 writes :data:`REFUSED_FILE`
+        into it; nothing is deleted) and ``--resume`` passes over it."""
+        marked = [
+            p for p in self.written if first <= (checkpoint_step(p) or 0) <= last and p.is_dir()
+        ]
+        if not marked:
+            return err
+        if self.is_main:
+            record = {"steps": [first, last], "refusal": str(err)}
+            for path in marked:
+                _write_atomic(path / REFUSED_FILE, json.dumps(record, indent=1) + "\n")
+        names = named_checkpoints([p.name for p in marked])
+        return ValueError(
+            f"{err}; saved after those steps: {names}, each now marked {REFUSED_FILE}, "
+            "which --resume passes over"
+        )
 
     def _in_save(self, step: int, phase: Callable[[], Any]) -> Any:
         """Run a phase of a save (collective) with the heartbeat naming it; a collective

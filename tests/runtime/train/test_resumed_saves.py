@@ -17,11 +17,14 @@ from run_config import small_config
 from test_resumed_stream import CHANGED, held_resume, run_until, saved_after
 from test_streamed_schedule import HeldBack, small_loop
 
-from datacentric.cli.inspect import inspect_run
 from datacentric.scheduling import resume
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import schedule_fingerprint, steps_fingerprint
-from datacentric.train.checkpoints.checkpoint_folders import TRAINER_FILE
+from datacentric.train.checkpoints.checkpoint_folders import (
+    TRAINER_FILE,
+    checkpoint_step,
+    list_checkpoints,
+)
 from datacentric.train.hooks import StepHooks
 from datacentric.train.schedule_ahead import StreamedBuild
 from datacentric.train.trainer import Trainer, train_rank
@@ -224,8 +227,8 @@ def test_a_resumed_run_s_first_checkpoint_does_not_wait_for_the_epoch(tmp_path, 
 def test_train_stops_on_a_changed_schedule_found_after_its_resume(tmp_path, monkeypatch):
     """A resume whose rebuilt schedule differs (its fingerprint), its build held until the
     step-3 checkpoint is complete: the run stops once the schedule is whole, naming the
-    step; each checkpoint written since holds the saved fingerprint, so a resume from it
-    is refused as well."""
+    step; each checkpoint written since holds the saved fingerprint and is marked, so the
+    next resume passes over it (test_refused_saves.py) and is refused as well."""
     train_rank(small_config(tmp_path, iterations=2, checkpoint_every=1))
     kept = saved_position(tmp_path, 2)["segment_fingerprint"]
     gate = threading.Event()
@@ -239,7 +242,7 @@ def test_train_stops_on_a_changed_schedule_found_after_its_resume(tmp_path, monk
     found = r"\(found after step [3-6], once its whole schedule was built: steps? 3(-\d)? ran "
     with pytest.raises(ValueError, match=f"{CHANGED} {found}unchecked since .* step 2\\)"):
         Trainer(again, hooks=GateAfterSave(gate, waited, 3)).run()
-    last = inspect_run(str(tmp_path))["iterations_done"]
+    last = max(checkpoint_step(p) for p in list_checkpoints(tmp_path))
     assert 3 <= last < 6
     for step in range(3, last + 1):
         assert saved_position(tmp_path, step)["segment_fingerprint"] == kept
