@@ -48,44 +48,42 @@ model defines it while the module is in training mode: masks come from the torch
 random stream of the rank that runs the token (recomputation replays the same masks).
 ``model.eval()`` turns it off; ``datacentric equivalence`` runs that way.
 
-Shape legend: B = batch rows (always 1 here), H = query heads, Hkv = key/value
-heads, S = tokens of the (possibly sharded) packed batch, D = head dim, V = vocab.
-
 This module does not import the distributed package.
 
 Where each part lives: the attention implementation registered in transformers and what
 it refuses at run time (:func:`packed_attention_forward`, :class:`UnsupportedModelFeature`)
 in :mod:`~datacentric.models.hf_attention`; where an architecture keeps its decoder layers
 (:func:`decoder_layers`) in :mod:`~datacentric.models.hf_layers`; the loss tokens' sums a
-forward counts (:func:`loss_token_sums`) in :mod:`~datacentric.models.token_metrics`.
-Here: :class:`HFCausalLM`, what a config is refused for (:func:`check_supported`), and
-the builds of an ``hf:`` source; every name this module held before is still importable
-from it.
+forward counts (:func:`loss_token_sums`) in :mod:`~datacentric.models.token_metrics`;
+how the wrapper runs a packed batch (its forward, logits and router loss, with the shape
+legend) in :mod:`~datacentric.models.hf_forward`; the tiny configs behind ``hf:NAME``
+(:data:`TINY_CONFIGS`, :data:`SMALL_LLAMA`) in :mod:`~datacentric.models.hf_tiny`.
+Here: :class:`HFCausalLM` and its construction, what a config is refused for
+(:func:`check_supported`), and the builds of an ``hf:`` source; every name this module
+held before is still importable from it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from datacentric.batch import IGNORE_INDEX, PackedBatch, segment_offsets
 from datacentric.models.attention import AttentionFn, AttentionSlot, varlen_attention
 from datacentric.models.hf_attention import (
-    _PACKED_CALL,
     ATTENTION_NAME,
     REFUSED_KWARGS,
     UnsupportedModelFeature,
     packed_attention_forward,
     register_attention,
 )
+from datacentric.models.hf_forward import PackedCausalLM
 from datacentric.models.hf_layers import _layer_signature, decoder_layers
+from datacentric.models.hf_tiny import SMALL_LLAMA, TINY_CONFIGS
 from datacentric.models.lora import unwrap_peft
 from datacentric.models.model_args import (
     ModelSource,
@@ -135,21 +133,6 @@ __all__ = [
 ]
 
 
-SMALL_LLAMA: dict[str, Any] = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "vocab_size": 256,
-    "max_position_embeddings": 8192,
-    "rms_norm_eps": 1e-5,
-    "tie_word_embeddings": False,
-    "use_cache": False,
-}
-"""Defaults of :func:`build_hf_llama`: a small byte-level Llama (vocabulary 256)."""
-
-
 #: Mixture-of-experts models whose own loss with ``output_router_logits=True`` adds
 #: ``router_aux_loss_coef * load_balancing_loss_func(router_logits, num_experts,
 #: num_experts_per_tok, attention_mask)``: the term :meth:`HFCausalLM.router_aux_loss`
@@ -163,7 +146,7 @@ ROUTER_AUX_MODELS = ("mixtral", "olmoe", "qwen2_moe", "qwen3_moe")
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 
-class HFCausalLM(AttentionSlot, nn.Module):
+class HFCausalLM(PackedCausalLM, AttentionSlot, nn.Module):
     """A transformers decoder-only causal LM with our model contract.
 
     ``hf_model`` is an unmodified decoder-only ``*ForCausalLM`` (Llama, Mistral,
@@ -201,78 +184,6 @@ class HFCausalLM(AttentionSlot, nn.Module):
         register_attention()
         self.hf.set_attn_implementation(ATTENTION_NAME)
         self.set_attention(attention)
-
-    def logits(self, batch: PackedBatch) -> torch.Tensor:
-        """Next-token logits ``(S, V)`` of a packed batch or shard (model dtype)."""
-        return self._run(batch).logits[0]
-
-    def _run(self, batch: PackedBatch, **extra: Any) -> Any:
-        """The wrapped model's output on a packed batch or shard (one row)."""
-        if batch.inputs.dim() != 1:
-            raise ValueError(
-                f"a causal LM expects token ids of shape (S,), got {tuple(batch.inputs.shape)}"
-            )
-        token = _PACKED_CALL.set(True)
-        try:
-            out = self.hf(
-                input_ids=batch.inputs.long().unsqueeze(0),
-                position_ids=batch.position_ids.long().unsqueeze(0),
-                use_cache=False,
-                cu_seqlens=batch.cu_seqlens,
-                datacentric_attention=self.attention,
-                **extra,
-            )
-        finally:
-            _PACKED_CALL.reset(token)
-        return out
-
-    def forward(self, batch: PackedBatch) -> torch.Tensor:
-        """Unreduced next-token cross-entropy ``(S,)`` (float32), 0 where ``loss_mask`` is
-        False; with ``output_router_logits=True``, each loss token of a sample also
-        carries the router's auxiliary loss of that sample (:meth:`router_aux_loss`)."""
-        if self.router_aux_coef is None:
-            out = self._run(batch)
-        elif batch.num_tokens != batch.full_length:
-            raise UnsupportedModelFeature(
-                f"{type(self.hf).__name__}: output_router_logits=True on a sequence shard (the "
-                "router's auxiliary loss of a sample needs all of its tokens); run it with "
-                "SP size 1"
-            )
-        else:
-            out = self._run(batch, output_router_logits=True)
-        loss_S = F.cross_entropy(
-            out.logits[0].float(), batch.targets.long(), ignore_index=IGNORE_INDEX, reduction="none"
-        )
-        if self.router_aux_coef is not None:
-            loss_S = loss_S + self.router_aux_coef * self.router_aux_loss(batch, out.router_logits)
-        if self.token_sums is not None:
-            self.token_sums += loss_token_sums(out.logits[0], batch.targets, batch.loss_mask)
-        return torch.where(batch.loss_mask, loss_S, torch.zeros_like(loss_S))
-
-    def router_aux_loss(
-        self, batch: PackedBatch, router_logits: tuple[torch.Tensor, ...]
-    ) -> torch.Tensor:
-        """``(S,)``: on every token of a sample, the router's load-balancing loss of that
-        sample alone, as the model's own loss computes it (its own
-        ``load_balancing_loss_func`` on the sample's rows of every layer's router logits,
-        as it runs on the sample alone with no attention mask); 0 on padding.
-
-        Each loss token carrying its sample's term weights the term like the sample's
-        cross-entropy (by its loss tokens), so the global loss is the loss-token-weighted
-        mean of the model's own per-sample loss, whatever the packing or world size. It
-        needs whole samples: :meth:`forward` refuses a sequence shard (``max_sp_size``
-        is 1, so no plan makes one)."""
-        balance = sys.modules[type(self.hf).__module__].load_balancing_loss_func
-        experts, top_k = int(self.hf.num_experts), int(self.hf.num_experts_per_tok)
-        bounds = segment_offsets(batch.cu_seqlens)
-        pieces = []
-        for segment, (start, end) in enumerate(zip(bounds[:-1], bounds[1:])):
-            if segment >= len(batch.sample_ids) or end == start:  # padding carries none
-                pieces.append(router_logits[0].new_zeros(end - start, dtype=torch.float32))
-                continue
-            rows = tuple(layer[start:end].float() for layer in router_logits)
-            pieces.append(balance(rows, experts, top_k, None).expand(end - start))
-        return torch.cat(pieces)
 
 
 #: rotary scalings whose angles are a function of each token's own position for a fixed
@@ -476,38 +387,6 @@ def _layer_refusals(config: Any, model_class: type | None) -> Iterator[Refusal]:
             "use an architecture that supports attention backends (Llama, Mistral, Qwen2/3, "
             "Gemma2/3, Phi-3, GPT-2, GPT-NeoX, OLMo, Starcoder2, ...)",
         )
-
-
-#: the tiny random-weight configs behind ``hf:NAME`` (tests and ``equivalence``); every
-#: one has 4 layers, width 64, a byte vocabulary and no dropout
-TINY_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {"model_type": "llama", "num_key_value_heads": 4},
-    "mistral": {"model_type": "mistral", "num_key_value_heads": 2, "sliding_window": 16},
-    "qwen2": {"model_type": "qwen2", "num_key_value_heads": 2},
-    "gpt2": {
-        "model_type": "gpt2",
-        "n_embd": 64,
-        "n_layer": 4,
-        "n_head": 4,
-        "n_positions": 8192,
-        "resid_pdrop": 0.0,
-        "embd_pdrop": 0.0,
-        "attn_pdrop": 0.0,
-    },
-    "gemma3n": {  # a width per layer (intermediate_size a list), shared KV, a sparse MLP
-        "model_type": "gemma3n_text",
-        "intermediate_size": [128, 96, 128, 96],
-        "head_dim": 16,
-        "hidden_size_per_layer_input": 8,
-        "vocab_size_per_layer_input": 256,
-        "num_kv_shared_layers": 2,
-        "laurel_rank": 4,
-        "altup_num_inputs": 2,
-        "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0],
-        "layer_types": ["sliding_attention", "full_attention"] * 2,
-        "sliding_window": 16,
-    },
-}
 
 
 def tiny_hf_config(name: str, **config_overrides: Any) -> Any:

@@ -108,8 +108,9 @@ def transformers_rows() -> Iterator[dict[str, Any]]:
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    from datacentric.models.hf import TINY_CONFIGS, check_supported, tiny_hf_config
+    from datacentric.models.hf import check_supported, tiny_hf_config
     from datacentric.models.hf_attention import UnsupportedModelFeature
+    from datacentric.models.hf_tiny import TINY_CONFIGS
 
     tiny = {str(v["model_type"]): name for name, v in TINY_CONFIGS.items()}
     names: dict[str, str] = {}

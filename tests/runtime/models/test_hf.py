@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
+from datacentric.batch import IGNORE_INDEX  # noqa: E402
 from datacentric.data import StdlibCorpus  # noqa: E402
 from datacentric.models.attention import varlen_attention  # noqa: E402
 from datacentric.models.hf import (  # noqa: E402
-    IGNORE_INDEX,
     HFCausalLM,
     build_hf_llama,
     build_hf_model,

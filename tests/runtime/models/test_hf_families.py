@@ -19,8 +19,9 @@ pytest.importorskip("transformers")
 
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
+from datacentric.batch import IGNORE_INDEX  # noqa: E402
 from datacentric.data import StdlibCorpus  # noqa: E402
-from datacentric.models.hf import IGNORE_INDEX, HFCausalLM, small_copy  # noqa: E402
+from datacentric.models.hf import HFCausalLM, small_copy  # noqa: E402
 from datacentric.models.hf_attention import UnsupportedModelFeature  # noqa: E402
 from datacentric.settings import TrainConfig  # noqa: E402
 from datacentric.train.build import build_dataset, check_model  # noqa: E402

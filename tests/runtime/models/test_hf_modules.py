@@ -1,27 +1,30 @@
 """``datacentric.models.hf`` keeps every name it had before the attention implementation,
-the decoder layers' finding and the loss tokens' sums moved to modules of their own, each
-the very object of its new home."""
+the decoder layers' finding, the loss tokens' sums, the tiny configs and the forward on a
+packed batch moved to modules of their own, each the very object of its new home."""
 
 from __future__ import annotations
 
 import importlib
 
 import pytest
+from moved_names import assert_given_as_defined
 
 pytest.importorskip("transformers")
 
 #: each name ``datacentric.models.hf`` held that moved, and where it lives now (its
-#: private ``_layer_layout`` moved with ``decoder_layers``: nothing imported it from hf)
+#: private ``_layer_layout`` moved with ``decoder_layers``, and ``_PACKED_CALL`` is read
+#: by ``hf_forward`` now: nothing imported them from hf)
 MOVED = {
     "UnsupportedModelFeature": "hf_attention",
     "ATTENTION_NAME": "hf_attention",
-    "_PACKED_CALL": "hf_attention",
     "packed_attention_forward": "hf_attention",
     "REFUSED_KWARGS": "hf_attention",
     "register_attention": "hf_attention",
     "decoder_layers": "hf_layers",
     "_layer_signature": "hf_layers",
     "loss_token_sums": "token_metrics",
+    "SMALL_LLAMA": "hf_tiny",
+    "TINY_CONFIGS": "hf_tiny",
 }
 #: the public names ``hf`` still defines: the wrapper, its checks and its builds
 KEPT = [
@@ -31,8 +34,6 @@ KEPT = [
     "POSITION_LOCAL_ROPE_TYPES",
     "ROUTER_AUX_MODELS",
     "Refusal",
-    "SMALL_LLAMA",
-    "TINY_CONFIGS",
     "attention_heads",
     "build_hf_llama",
     "build_hf_model",
@@ -45,15 +46,13 @@ KEPT = [
     "source_config",
     "tiny_hf_config",
 ]
+#: the methods of :class:`HFCausalLM` that moved to its base ``hf_forward.PackedCausalLM``
+FORWARD = ["logits", "_run", "forward", "router_aux_loss"]
 
 
 @pytest.mark.parametrize("name", sorted(MOVED))
 def test_hf_still_gives_each_name_as_its_new_home_defines_it(name):
-    hf = importlib.import_module("datacentric.models.hf")
-    home = importlib.import_module(f"datacentric.models.{MOVED[name]}")
-    assert getattr(hf, name) is getattr(home, name)
-    if callable(getattr(home, name)):  # a class or function says where it is defined
-        assert getattr(home, name).__module__ == home.__name__
+    assert_given_as_defined("datacentric.models.hf", f"datacentric.models.{MOVED[name]}", name)
 
 
 def test_hf_lists_every_public_name_it_had():
@@ -63,6 +62,17 @@ def test_hf_lists_every_public_name_it_had():
     for name in KEPT:
         value = getattr(hf, name)
         assert not callable(value) or name == "Refusal" or value.__module__ == hf.__name__
+
+
+def test_the_wrapper_answers_each_moved_method_from_its_base():
+    """No method of ``HFCausalLM``'s own, nor of ``nn.Module`` (whose ``forward`` comes
+    after the base), hides one that moved."""
+    from datacentric.models.hf import HFCausalLM
+    from datacentric.models.hf_forward import PackedCausalLM
+
+    for name in FORWARD:
+        assert getattr(HFCausalLM, name) is vars(PackedCausalLM)[name], name
+        assert name not in vars(HFCausalLM), name
 
 
 def test_the_public_table_names_the_home_of_unsupported_model_feature():

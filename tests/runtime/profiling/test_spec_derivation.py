@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from datacentric.models.hf import TINY_CONFIGS, build_hf_model  # noqa: E402
+from datacentric.models.hf import build_hf_model  # noqa: E402
+from datacentric.models.hf_tiny import TINY_CONFIGS  # noqa: E402
 from datacentric.planning.spec_derivation import spec_from_hf_config  # noqa: E402
 from datacentric.profiling.factory import get_model_spec  # noqa: E402
 

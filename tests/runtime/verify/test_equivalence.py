@@ -163,7 +163,8 @@ def _tiny_phi3(**overrides):  # type: ignore[no-untyped-def]
     """A tiny Phi-3 (head dim 16: 8 rotary pairs) wrapped for our runtime."""
     from transformers import Phi3Config, Phi3ForCausalLM
 
-    from datacentric.models.hf import SMALL_LLAMA, HFCausalLM
+    from datacentric.models.hf import HFCausalLM
+    from datacentric.models.hf_tiny import SMALL_LLAMA
 
     # SMALL_LLAMA's shapes, 2 layers, 2 key/value heads; token ids inside the vocabulary
     values = {**SMALL_LLAMA, "num_hidden_layers": 2, "num_key_value_heads": 2}

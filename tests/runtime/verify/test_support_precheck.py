@@ -19,7 +19,7 @@ def _tiny_names() -> dict[str, str]:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     from datacentric.models.diffusers_families import FAMILIES
-    from datacentric.models.hf import TINY_CONFIGS
+    from datacentric.models.hf_tiny import TINY_CONFIGS
 
     names = {
         MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[values["model_type"]]: f"hf:{name}"
