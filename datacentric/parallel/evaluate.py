@@ -142,17 +142,20 @@ def generate_tokens(
     settings: Sequence[tuple[int, float, torch.Generator]],
     *,
     autocast: AbstractContextManager | None = None,
-) -> list[list[int]]:
+    stop: Callable[[], bool] | None = None,
+) -> list[list[int] | None]:
     """The continuation of each prompt's token ids, ``settings[k] = (new tokens,
     temperature, generator)`` (temperature 0: greedy; else sampled with the generator):
     each prompt runs alone on its rank (:func:`each_prompt_alone`), the model's
     next-token logits (``logits(batch)``) recomputed on the whole sequence per token (no
-    cache); collective, every rank gets every continuation."""
+    cache); collective, every rank gets every continuation. ``stop()`` is asked before
+    each token: once it is true, a rank's prompts not yet finished are ``None`` (a stop
+    signal waits for one token's forward, not for every prompt's tokens)."""
     device = runtime.groups.device
     return each_prompt_alone(
         runtime,
         len(prompts),
-        lambda module, k: _continue(module, list(prompts[k]), *settings[k], autocast, device),
+        lambda module, k: _continue(module, list(prompts[k]), *settings[k], autocast, device, stop),
     )
 
 
@@ -164,10 +167,14 @@ def _continue(
     generator: torch.Generator,
     autocast: AbstractContextManager | None,
     device: torch.device,
-) -> list[int]:
-    """``new_tokens`` more tokens after ``ids`` from ``module.logits`` (see above)."""
+    stop: Callable[[], bool] | None = None,
+) -> list[int] | None:
+    """``new_tokens`` more tokens after ``ids`` from ``module.logits`` (see above);
+    ``None`` once ``stop()`` is true."""
     start = len(ids)
     for _ in range(new_tokens):
+        if stop is not None and stop():
+            return None
         n = len(ids)
         tokens = torch.tensor(ids, dtype=torch.long)
         batch = PackedBatch(

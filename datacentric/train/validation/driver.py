@@ -154,7 +154,8 @@ class RunValidation:
         (``val_loss``, and ``val_time_s`` apart from its step time), and the prompts'
         completions (rank 0 writes ``validation/step-N.jsonl``) or renders
         (``validation/step-N/``), which it returns; ``stop()`` True (a stop signal) ends
-        the renders at once (:meth:`PipelineSamples.run`)."""
+        the completions before their next token (:meth:`PromptSamples.run`) and the
+        renders at once (:meth:`PipelineSamples.run`): what finished is kept."""
         started = time.perf_counter()
         if self.held_out is not None:
             loss = dc.evaluate(
@@ -164,8 +165,8 @@ class RunValidation:
             record["val_loss"] = loss
         samples = []
         if self.prompts is not None:
-            samples = self.prompts.run(dc, step, autocast=autocast)
-            if self.is_main:
+            samples = self.prompts.run(dc, step, autocast=autocast, stop=stop)
+            if self.is_main and samples:  # none: stopped before its first prompt finished
                 write_samples(self.out, step, samples)
         if self.renders is not None:
             samples = self.renders.run(dc, step, autocast=autocast, stop=stop)

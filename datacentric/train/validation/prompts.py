@@ -6,6 +6,7 @@ the ranks, written to ``validation/step-N.jsonl``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,17 @@ class PromptSamples:
             )
 
     def run(
-        self, dc: Any, step: int, *, autocast: AbstractContextManager | None = None
+        self,
+        dc: Any,
+        step: int,
+        *,
+        autocast: AbstractContextManager | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> list[dict[str, Any]]:
         """Every prompt's completion after step ``step`` (collective: every rank calls
-        it; each gets every record: ``prompt_id``, ``prompt``, ``completion``, ``tokens``)."""
+        it; each gets every record: ``prompt_id``, ``prompt``, ``completion``, ``tokens``).
+        ``stop()`` true (a stop signal) ends the generation before its next token: the
+        records are those of the prompts finished until then."""
         ids = [list(map(int, e)) for e in self.codec.encode([p.text for p in self.prompts])]
         settings = [
             (
@@ -53,7 +61,7 @@ class PromptSamples:
             )
             for p in self.prompts
         ]
-        tokens = generate_tokens(dc.runtime, ids, settings, autocast=autocast)
+        tokens = generate_tokens(dc.runtime, ids, settings, autocast=autocast, stop=stop)
         return [
             {
                 "prompt_id": p.index,
@@ -62,6 +70,7 @@ class PromptSamples:
                 "tokens": new,
             }
             for p, new in zip(self.prompts, tokens)
+            if new is not None
         ]
 
 
