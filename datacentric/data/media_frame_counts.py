@@ -20,8 +20,9 @@ SLOT_COUNTS = ("avi",)
 
 
 def _one_picture(data: memoryview) -> int | None:
-    """A packet of an intra-only codec or FFV1: one picture (FFmpeg's FFV1 decoder gives
-    a frame for every packet that holds data)."""
+    """A packet of FFV1 or an intra-only codec of :data:`ONE_PICTURE_CODECS`: one
+    picture (their FFmpeg decoders give a frame for every packet that holds data, or
+    fail on it)."""
     return 1
 
 
@@ -75,31 +76,41 @@ def _vp9_shown(data: memoryview) -> int | None:
     return shown
 
 
+#: intra-only decoders (FFmpeg's names) that give one frame for every packet holding
+#: data, or fail on it: MJPEG (an interlaced picture's two fields in one packet), DV,
+#: raw, HuffYUV, Ut Video, MagicYUV, ProRes, DNxHD, 10-bit 4:2:2 (v210). Not every
+#: codec FFmpeg calls intra-only (each picture whole) is so: Fraps stores a frame that
+#: repeats the one before as a header that decodes to no frame; it and the codecs not
+#: named here are decoded to count.
+ONE_PICTURE_CODECS = (
+    *("mjpeg", "dvvideo", "rawvideo", "huffyuv", "ffvhuff", "utvideo", "magicyuv"),
+    *("prores", "dnxhd", "v210"),
+)
+
 #: decoders (FFmpeg's names) whose packets tell the frames they show, each packet's told
-#: by its function: FFV1's one picture a packet, VP8's and VP9's frame headers' show
-#: flags. H.264 and H.265 are decoded to count (a packet may hold a lone field, and the
-#: decoder drops frames it cannot reorder); MPEG-4 Part 2 (a VOP "not coded", a packed
-#: B-frame) and AV1 too.
+#: by its function: FFV1's and :data:`ONE_PICTURE_CODECS`' one picture a packet, VP8's
+#: and VP9's frame headers' show flags. H.264 and H.265 are decoded to count (a packet
+#: may hold a lone field, and the decoder drops frames it cannot reorder); MPEG-4 Part 2
+#: (a VOP "not coded", a packed B-frame) and AV1 too.
 PACKET_COUNTS: dict[str, Callable[[memoryview], int | None]] = {
     "ffv1": _one_picture,
+    **dict.fromkeys(ONE_PICTURE_CODECS, _one_picture),
     "vp8": _vp8_shown,
     "vp9": _vp9_shown,
 }
 
 
 def _demuxed_pictures(container: Any, stream: Any) -> int:
-    """The frames a stream shows told from its packets without decoding them: of an
-    intra-only codec (MJPEG, DV, raw, HuffYUV, Ut Video, ProRes) or FFV1, its packets
-    that hold data; of VP8 and VP9, the frames their headers show (:data:`PACKET_COUNTS`).
-    0 (decode them to count) for another codec, or a packet that does not tell them: an
-    MPEG-4 Part 2 packet (Xvid, DivX) may hold a VOP "not coded" (a dropped frame, 6
-    bytes), which decodes to no frame, and an H.264 one a lone field."""
+    """The frames a stream shows told from its packets without decoding them: of FFV1
+    and the intra-only codecs of :data:`ONE_PICTURE_CODECS` (MJPEG, DV, raw, HuffYUV,
+    Ut Video, ProRes), its packets that hold data; of VP8 and VP9, the frames their
+    headers show (:data:`PACKET_COUNTS`). 0 (decode them to count) for another codec, or
+    a packet that does not tell them: an MPEG-4 Part 2 packet (Xvid, DivX) may hold a
+    VOP "not coded" (a dropped frame, 6 bytes), which decodes to no frame, a Fraps one
+    a frame repeated, and an H.264 one a lone field."""
     import av
 
-    codec = stream.codec_context.codec
-    shown = PACKET_COUNTS.get(str(codec.name))
-    if shown is None and getattr(codec, "intra_only", False):
-        shown = _one_picture
+    shown = PACKET_COUNTS.get(str(stream.codec_context.codec.name))
     if shown is None:
         return 0
     total = 0

@@ -15,7 +15,11 @@ from fidelity_clips import _item, count_decoded
 from media_formats import FORMATS, SUFFIX_FORMATS, write_format_clip
 
 from datacentric.data import media_decode
-from datacentric.data.media_frame_counts import PACKET_COUNTS, _demuxed_pictures
+from datacentric.data.media_frame_counts import (
+    ONE_PICTURE_CODECS,
+    PACKET_COUNTS,
+    _demuxed_pictures,
+)
 
 pytest.importorskip("av")
 
@@ -160,3 +164,79 @@ def test_an_avi_cut_short_is_counted_by_decoding(tmp_path, decoded):
     path.write_bytes(data[: end - len(last) // 2])
     assert _probed(path, decoded) == (8, 8)
     assert len(media_decode.decode(_item(path))) == 8
+
+
+def _fraps_avi(path: Path, packets: list[bytes], width: int, height: int) -> Path:
+    """An AVI of Fraps packets (FourCC ``FPS1``), one a tick: written as raw BGR24 by
+    PyAV, which has no Fraps encoder, its stream header and format then marked Fraps."""
+    import av
+
+    with av.open(str(path), "w", format="avi") as out:
+        stream = out.add_stream("rawvideo", rate=25)
+        stream.width, stream.height, stream.pix_fmt = width, height, "bgr24"
+        for tick, data in enumerate(packets):
+            packet = av.Packet(data)
+            packet.pts = packet.dts = tick
+            packet.time_base, packet.stream = Fraction(1, 25), stream
+            packet.is_keyframe = True
+            out.mux(packet)
+    data = bytearray(path.read_bytes())
+    handler = data.index(b"strh") + 12  # the chunk's id and size, fccType, fccHandler
+    compression = data.index(b"strf") + 24  # BITMAPINFOHEADER's biCompression
+    data[handler : handler + 4] = data[compression : compression + 4] = b"FPS1"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_fraps_frame_that_repeats_the_one_before_is_no_frame(tmp_path, decoded):
+    """Fraps (an intra-only codec by FFmpeg's list: each picture it gives is whole)
+    stores a frame that repeats the one before as a header alone, its bit 31 set, which
+    FFmpeg's decoder decodes to no frame: a Fraps AVI of 6 packets, 3 of them such, is
+    counted at the 3 frames that decode, by decoding them (its packets said 6, and
+    decode then failed past the third)."""
+    width, height = 32, 16
+    picture = bytes(range(256)) * (width * height * 3 // 256)
+    shown = (1).to_bytes(4, "little") + picture  # version 1: BGR24, bottom row first
+    repeated = (1 | 1 << 31).to_bytes(4, "little")
+    packets = [shown, repeated, repeated, shown, repeated, shown]
+    path = _fraps_avi(tmp_path / "fraps.avi", packets, width, height)
+    assert _decoded_count(path) == 3
+    assert _probed(path, decoded) == (3, 3)
+    assert len(media_decode.decode(_item(path))) == 3
+
+
+#: a clip of each codec of ONE_PICTURE_CODECS, by its decoder: encoder, container,
+#: pixel format, height and width (DV at its PAL size, DNxHD as DNxHR in MXF, which
+#: states no count)
+ONE_PICTURE_CLIPS = {
+    "mjpeg": ("mjpeg", "avi", "yuvj420p", 32, 48),
+    "dvvideo": ("dvvideo", "avi", "yuv420p", 576, 720),
+    "rawvideo": ("rawvideo", "matroska", "yuv420p", 32, 48),
+    "huffyuv": ("huffyuv", "avi", "yuv422p", 32, 48),
+    "ffvhuff": ("ffvhuff", "avi", "yuv420p", 32, 48),
+    "utvideo": ("utvideo", "avi", "yuv420p", 32, 48),
+    "magicyuv": ("magicyuv", "avi", "yuv420p", 32, 48),
+    "prores": ("prores_ks", "matroska", "yuv422p10le", 32, 48),
+    "dnxhd": ("dnxhd", "mxf", "yuv422p", 128, 256),
+    "v210": ("v210", "avi", "yuv422p10le", 32, 48),
+}
+
+
+@pytest.mark.parametrize("codec", sorted(ONE_PICTURE_CLIPS))
+def test_each_codec_counted_a_picture_a_packet_is(tmp_path, decoded, monkeypatch, codec):
+    """Each codec whose packets are counted one picture each is so as written: probe
+    gives the 5 frames that decode and decodes one; every one of them is written here."""
+    import av
+    import media_formats
+
+    assert set(ONE_PICTURE_CLIPS) == set(ONE_PICTURE_CODECS)
+    monkeypatch.setitem(media_formats.OPTIONS, "dnxhd", {"profile": "dnxhr_lb"})
+    encoder, fmt, pix, height, width = ONE_PICTURE_CLIPS[codec]
+    spec = (encoder, fmt, pix, False)
+    path = write_format_clip(tmp_path / f"{codec}.{fmt}", 5, height, width, rate=25, spec=spec)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        assert stream.codec_context.codec.name == codec
+        assert stream.frames in (0, 5)  # none stated, or AVI's slots
+    assert _decoded_count(path) == 5
+    assert _probed(path, decoded) == (5, 1)
