@@ -3,8 +3,9 @@
 (:func:`_stated_frames`), else its packets' where they tell the frames they show without
 decoding (:func:`_demuxed_pictures`), else the frames that decode. Matroska and WebM state
 none; an AVI states its frame slots (:data:`SLOT_COUNTS`), a picture held over a gap
-counted again; an MP4 or MOV whose edit list trims frames states more than play. Each
-frame's time is its timestamp (:func:`_frame_time`).
+counted again; an IVF the frames it stores (:data:`STORED_COUNTS`), a hidden one
+counted; an MP4 or MOV whose edit list trims frames states more than play. Each frame's
+time is its timestamp (:func:`_frame_time`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from typing import Any
 #: AVI's header counts every slot of its frame rate, a picture held over a gap (a
 #: dropped frame, a variable rate) counted again
 SLOT_COUNTS = ("avi",)
+#: containers whose stated frame count is the frames they store, not those that show:
+#: an IVF's header counts a VP8 alt-ref stored as a frame of its own (as FFmpeg's IVF
+#: muxer writes a WebM's copied), which decodes to no frame; their packets are counted
+#: where they tell the frames that show (:data:`PACKET_COUNTS`), an AV1 IVF's header
+#: (one frame shown a temporal unit) is its count
+STORED_COUNTS = ("ivf",)
 
 
 def _one_picture(data: memoryview) -> int | None:
@@ -127,13 +134,16 @@ def _demuxed_pictures(container: Any, stream: Any) -> int:
 
 def _stated_frames(stream: Any, container: Any) -> int:
     """The frames a video stream's container states, where they are the frames that play;
-    else those its packets tell (:func:`_demuxed_pictures`) where it states none or counts
-    frame slots (:data:`SLOT_COUNTS`); 0 (count them as they decode) where neither does,
-    or where it states more than its duration holds at its frame rate: an MP4 or MOV cut
-    without re-encoding, whose edit list trims frames that FFmpeg (and every player)
-    then never shows."""
+    else those its packets tell (:func:`_demuxed_pictures`) where it states none, counts
+    frame slots (:data:`SLOT_COUNTS`) or counts the frames it stores of a codec whose
+    packets tell those that show (:data:`STORED_COUNTS`); 0 (count them as they decode)
+    where neither does, or where it states more than its duration holds at its frame
+    rate: an MP4 or MOV cut without re-encoding, whose edit list trims frames that FFmpeg
+    (and every player) then never shows."""
     stated = int(stream.frames or 0)
-    if not stated or str(getattr(container.format, "name", "")) in SLOT_COUNTS:
+    kind = str(getattr(container.format, "name", ""))
+    told = str(stream.codec_context.codec.name) in PACKET_COUNTS
+    if not stated or kind in SLOT_COUNTS or (kind in STORED_COUNTS and told):
         return _demuxed_pictures(container, stream)
     duration, base, rate = stream.duration, stream.time_base, stream.average_rate
     if stated and duration and base and rate and stated > round(duration * base * rate):

@@ -74,7 +74,7 @@ def test_every_clip_kind_is_counted_as_it_decodes(tmp_path, decoded, name):
     assert want == 11, name
     frames, decodes = _probed(path, decoded)
     assert frames == want, name
-    if codec in COUNTED and (not stated or KINDS[name][1] == "avi"):
+    if codec in COUNTED and (not stated or KINDS[name][1] in ("avi", "ivf")):
         assert counted == want and decodes == 1, (name, counted, decodes)
     else:
         assert counted in (0, want), (name, counted)
@@ -115,6 +115,29 @@ def test_a_vp8_alt_ref_stored_as_its_own_block_is_no_frame(tmp_path, decoded):
     assert _decoded_count(path) == 8
     assert _probed(path, decoded) == (8, 1)
     assert len(media_decode.decode(_item(path))) == 8
+
+
+def test_an_ivf_header_counts_a_vp8_alt_ref_that_is_no_frame(tmp_path, decoded):
+    """An IVF's header counts the frames it stores, which FFmpeg gives as the stream's
+    count: a VP8 alt-ref stored as a frame of its own among them (as FFmpeg's IVF muxer
+    writes a WebM's copied) is counted there but decodes to no frame. Its packets are
+    counted (8 of 9), as decode gives, not its header (9); an AV1 IVF's header, one
+    frame shown a temporal unit, is still its count."""
+    import av
+
+    spec = ("libvpx", "ivf", "yuv420p", False)
+    source = write_format_clip(tmp_path / "vp8.ivf", 9, 32, 48, spec=spec)
+    packets = _packets(source)
+    hidden = bytes([packets[3][0] & ~0x10]) + packets[3][1:]
+    path = _remuxed(tmp_path / "altref.ivf", source, [*packets[:3], hidden, *packets[4:]])
+    with av.open(str(path)) as container:
+        assert container.streams.video[0].frames == 9
+    assert _decoded_count(path) == 8
+    assert _probed(path, decoded) == (8, 1)
+    assert len(media_decode.decode(_item(path))) == 8
+    av1 = ("libsvtav1", "ivf", "yuv420p", False)
+    path = write_format_clip(tmp_path / "av1.ivf", 9, 64, 64, spec=av1)
+    assert _probed(path, decoded) == (9, 1)
 
 
 def _superframe(*frames: bytes) -> bytes:
