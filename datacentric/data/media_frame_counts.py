@@ -68,7 +68,8 @@ def _vp9_shown(data: memoryview) -> int | None:
     """A VP9 packet's shown frames: of each of its frames (:func:`_vp9_frames`), one
     whose uncompressed header (VP9 bitstream 6.2) says ``show_existing_frame`` (a frame
     decoded before, shown now) or ``show_frame``; a hidden frame (an alt-ref) shows
-    none. None where a frame holds no VP9 header."""
+    none. None where a frame holds no VP9 header, or one FFmpeg's decoder refuses: a
+    profile 3 header's reserved bit set (read as profile 4)."""
     frames = _vp9_frames(data)
     if frames is None:
         return None
@@ -77,7 +78,10 @@ def _vp9_shown(data: memoryview) -> int | None:
         bits = int.from_bytes(bytes(frame[:2]).ljust(2, b"\0"), "big")
         if not frame or bits >> 14 != 2:  # frame_marker
             return None
-        at = 10 if (bits >> 12 & 3) == 3 else 11  # profile 3 has a reserved bit
+        profile_3 = (bits >> 12 & 3) == 3  # its profile bits, low then high
+        if profile_3 and bits >> 11 & 1:  # reserved_zero set
+            return None
+        at = 10 if profile_3 else 11  # past profile 3's reserved bit
         existing, shows = bits >> at & 1, bits >> (at - 2) & 1
         shown += 1 if existing or shows else 0
     return shown

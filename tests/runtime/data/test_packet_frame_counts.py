@@ -174,6 +174,30 @@ def test_vp9_hidden_frames_and_frames_shown_again_are_counted_as_they_decode(tmp
     assert len(media_decode.decode(_item(path))) == 10
 
 
+def test_a_vp9_profile_3_header_is_read_past_its_reserved_bit(tmp_path, decoded):
+    """A profile 3 frame's header holds a reserved bit before show_existing_frame (VP9
+    bitstream 6.2): a frame shown again written in profile 3 (two bytes) is read past
+    it and counted, as it decodes (10 frames). With that bit set FFmpeg's decoder
+    refuses the frame (profile 4), so the header does not tell: probe decodes the
+    clip to count it and says it cannot be read, as decode would fail on that frame."""
+    source = write_format_clip(tmp_path / "vp9.webm", 9, 32, 48)
+    packets = _packets(source)
+    for reserved in (0, 1):
+        # frame marker, profile bits 1 1, the reserved bit, show_existing_frame, slot 0
+        shown_again = bytes([0b1011_0100 | reserved << 3, 0])
+        path = _remuxed(
+            tmp_path / f"p3_{reserved}.webm", source, [*packets[:4], shown_again, *packets[4:]]
+        )
+        if not reserved:
+            assert _decoded_count(path) == 10
+            assert _probed(path, decoded) == (10, 1)
+            continue
+        with pytest.raises(media_decode.MediaError, match="corrupt or unreadable"):
+            media_decode.probe(_item(path))
+        with pytest.raises(media_decode.MediaError, match="corrupt video"):
+            media_decode.decode(_item(path))
+
+
 def test_an_avi_cut_short_is_counted_by_decoding(tmp_path, decoded):
     """An AVI cut off inside its last packet (a copy that stopped): the demuxer gives
     that packet short, marked corrupt, and it decodes to no frame, so probe decodes
