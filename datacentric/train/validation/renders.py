@@ -18,8 +18,9 @@
 - rank 0 writes ``validation/step-N/contact_sheet.png`` (a row per prompt: up to
   :data:`GRID_FRAMES` frames spread over the clip) and each record carries that row,
   the frame grid the TensorBoard image summary shows;
-- rank 0 says before the first render what it renders (size, frames, steps) and, where
-  the pipeline's defaults fill them in, which settings make it smaller;
+- rank 0 says before the first render what it renders (each prompt's size and frames,
+  the steps) and, where the pipeline's defaults fill them in, which settings make it
+  smaller;
 - a stop signal ends the render under way before the transformer's next block and
   skips the prompts after it (nothing is written for them): the run's save does not wait.
 """
@@ -166,7 +167,7 @@ class PipelineSamples:
         if self.images is None:
             self.check(module)
         name = read_model_index(self.folder, WHERE)["_class_name"]
-        size, defaults = render_size(name, self.settings, images=bool(self.images))
+        size, defaults = self._sizes(name)
         how = ""
         if defaults:
             keys = ["height", "width", "num_frames", "num_inference_steps"]
@@ -174,6 +175,25 @@ class PipelineSamples:
             how = f" (the pipeline's defaults; set {', '.join(keys)} to render smaller)"
         count = len(self.prompts)
         logger.info("validation renders %d prompt(s) at %s on %s%s", count, size, device.type, how)
+
+    def _sizes(self, name: str) -> tuple[str, bool]:
+        """What pipeline class ``name`` renders the prompts at, each at its own size and
+        frames (``48 x 32, 5 frames, 2 steps``; ``...; ... (prompts 1, 2)`` where they
+        differ), and whether the pipeline's defaults fill any of them in."""
+        sizes: dict[str, list[int]] = {}
+        defaults = False
+        for prompt in self.prompts:
+            settings = self.settings_of(prompt)
+            size, default = render_size(name, settings, images=bool(self.images))
+            sizes.setdefault(size, []).append(prompt.index)
+            defaults = defaults or default
+        if len(sizes) == 1:
+            return next(iter(sizes)), defaults
+        named = [
+            f"{size} (prompt{'s' * (len(ids) > 1)} {', '.join(map(str, ids))})"
+            for size, ids in sizes.items()
+        ]
+        return "; ".join(named), defaults
 
     def _pipeline(self, module: torch.nn.Module, device: torch.device) -> Any:
         """The pipeline around ``module``'s transformer (loaded once per module)."""

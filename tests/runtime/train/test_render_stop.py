@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ pytest.importorskip("av")
 
 from runtime.models.test_model_source import _latent_folder  # noqa: E402
 
+from datacentric.data.prompts import Prompt  # noqa: E402
 from datacentric.models.diffusers_build import TINY_DIFFUSERS, text_width  # noqa: E402
 from datacentric.models.diffusers_render import RenderSettings, render  # noqa: E402
 
@@ -118,9 +120,9 @@ def test_a_sigterm_during_a_render_saves_the_last_step_at_once(wan, tmp_path, ca
 def test_the_first_render_says_what_it_renders_and_how_to_render_smaller(wan, caplog):
     from datacentric.train.validation.renders import PipelineSamples
 
-    def said(settings: RenderSettings) -> str:
-        samples = PipelineSamples([], str(wan / "wan"), settings, 16, 0, wan / "run")
-        samples.prompts = [object()]  # type: ignore[list-item]
+    def said(settings: RenderSettings, prompts: list[Prompt] | None = None) -> str:
+        prompts = prompts or [Prompt(0, "a cat")]
+        samples = PipelineSamples(prompts, str(wan / "wan"), settings, 16, 0, wan / "run")
         samples.images = False
         caplog.clear()
         with caplog.at_level(logging.INFO, logger=renders_logger):
@@ -135,3 +137,12 @@ def test_the_first_render_says_what_it_renders_and_how_to_render_smaller(wan, ca
     assert "validation.num_frames" in text and "validation.num_inference_steps" in text, text
     text = said(RenderSettings(16, 16, 5, 2))
     assert "16 x 16, 5 frames, 2 steps on cpu" in text and "smaller" not in text, text
+    # each prompt at its own size and frames (a prompts file's height, width, num_frames)
+    own = [Prompt(0, "a cat", height=48, width=32, num_frames=5), Prompt(1, "a car")]
+    own += [Prompt(2, "a dog", height=48, width=32, num_frames=5)]
+    text = said(RenderSettings(16, 16, 9, 2), own)
+    sizes = "48 x 32, 5 frames, 2 steps (prompts 0, 2); 16 x 16, 9 frames, 2 steps (prompt 1)"
+    assert f"validation renders 3 prompt(s) at {sizes} on cpu\n" in text, text
+    own = [replace(p, height=48, width=32, num_frames=5) for p in own]
+    text = said(RenderSettings(num_inference_steps=2), own)
+    assert "at 48 x 32, 5 frames, 2 steps on cpu\n" in text and "smaller" not in text, text
