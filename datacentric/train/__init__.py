@@ -8,10 +8,12 @@ The loop, read in the order a run uses it:
   trainer runs), with ``schedule_ahead.py`` (each epoch's schedule built beside the
   steps) and ``sampler.py`` (a rank's batches for a ``DataLoader``);
 - ``trainer.py``: one rank's run (``train_rank``): resume, the steps, the saves,
-  validation when due, the result; ``lr_schedule.py`` (its learning-rate schedule),
-  ``hooks.py`` (what a caller runs at its events), ``fault_injection.py`` (the faults
-  the reliability tests plant in it), ``run_folder.py`` (whose run a folder holds, its
-  lock, the schedules it ran); ``config.py`` is the settings' deprecated location.
+  validation when due, the result; ``trainer_step.py`` (one step of it),
+  ``trainer_saves.py`` (its resume, saves and stop notes), ``lr_schedule.py`` (its
+  learning-rate schedule), ``hooks.py`` (what a caller runs at its events),
+  ``fault_injection.py`` (the faults the reliability tests plant in it),
+  ``run_folder.py`` (whose run a folder holds, its lock, the schedules it ran);
+  ``config.py`` is the settings' deprecated location.
 
 Beside it, one concern per folder: ``checkpoints/`` (save, verify, load, resume),
 ``validation/`` (validation's driver: held-out loss, prompts, renders), ``reporting/``

@@ -8,12 +8,17 @@ learning-rate schedule once, logs, and checkpoints ``DataCentric``'s position.
 Resuming continues the sample stream exactly where the checkpoint left it; on a
 different world size the rest of the epoch is re-planned (see
 :mod:`datacentric.scheduling.resume`).
+
+Where each part lives: one step (its micro-batches, clipping, the optimizer, the step's
+record; :class:`NonFiniteLossError`) in :mod:`~datacentric.train.trainer_step`; the
+resume, each save and what a stop signal says in :mod:`~datacentric.train.trainer_saves`.
+Here: the run's setup, its loop over the steps and validation, its result and
+:func:`train_rank`; every public name this module held before is still importable from it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +29,6 @@ import torch
 from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
 from datacentric.parallel.launch import launch_mode
 from datacentric.progress import counted
-from datacentric.regular_files import open_regular
 from datacentric.schedule import Schedule
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
@@ -32,34 +36,36 @@ from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import what_trains
 from datacentric.train.checkpoints.checkpoint_load import weights_sha256
 from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
-from datacentric.train.checkpoints.resume import (
-    dataset_fingerprint,
-    keep_records_below,
-    load_to_resume,
-    trainer_state,
-)
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_saves import RunSaves
 from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.hooks import StepHooks
 from datacentric.train.lr_schedule import lr_scheduler, planned_total
-from datacentric.train.reporting.heartbeat import Heartbeat, is_timeout
+from datacentric.train.reporting.heartbeat import Heartbeat
 from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,
     logger,
     setup_logging,
     wandb_settings,
 )
-from datacentric.train.reporting.metrics import full_model_state, read_jsonl, step_record
+from datacentric.train.reporting.metrics import full_model_state
 from datacentric.train.reporting.step_trace import StepTracer
 from datacentric.train.run_folder import RunFolderLock, claim_run_folder, save_schedule
+from datacentric.train.trainer_saves import TrainerSaves
+from datacentric.train.trainer_step import NonFiniteLossError, TrainerStep
 from datacentric.train.validation.driver import RunValidation
 from datacentric.train.validation.held_out import write_held_out
 
-
-class NonFiniteLossError(RuntimeError):
-    """The loss of an optimizer step is NaN or infinite; the step was not applied."""
+#: every public name this module held before its parts moved (each the object of its home)
+__all__ = [
+    "NonFiniteLossError",
+    "TrainResult",
+    "Trainer",
+    "steps_text",
+    "train_rank",
+    "train_rank_in_locked_folder",
+]
 
 
 @dataclass
@@ -97,7 +103,7 @@ class _Tally:
     stopped_by: int | None = None
 
 
-class Trainer:
+class Trainer(TrainerStep, TrainerSaves):
     """One rank's training run; construct on every rank (``groups``: its process groups;
     None: the assembly makes them from the ``[parallelism]`` section)."""
 
@@ -200,41 +206,6 @@ class Trainer:
         per_epoch = self.dc.current_length()  # known before the epoch's steps are built
         return planned_total(self.training, per_epoch, note=self.is_main)
 
-    # ---------------------------------------------------------------- resume
-    def _resume(self) -> None:
-        found = load_to_resume(
-            self.checkpoints,
-            self.model,
-            self.optimizer,
-            settings=self.settings_json,
-            shapes=self.shapes,
-        )
-        planned = self._planned_total()
-        if found is None:
-            self.total_iterations = planned
-            if self.is_main:  # a fresh start: records of an earlier attempt go
-                keep_records_below(self.out, 0)
-            return
-        path, state = found
-        self.dc.load_state_dict(state["position"])
-        self.saves.kept = path
-        self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
-        done = self.position.iterations_done
-        was = int(state["total_iterations"])
-        self.total_iterations = was if self.training.lr_horizon == "first" else planned
-        if self.is_main:
-            new = self.total_iterations
-            change = f" (the checkpoint's run planned {was})" if was != new else ""
-            logger.info(
-                "resuming from %s at step %d; learning-rate horizon %d steps%s",
-                path.name,
-                done,
-                self.total_iterations,
-                change,
-            )
-            keep_records_below(self.out, done)
-            self.validation.record.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
-
     # ---------------------------------------------------------------- loop
     def run(self) -> TrainResult:
         """Train until ``training.iterations`` steps or ``training.epochs`` epochs are
@@ -254,28 +225,6 @@ class Trainer:
         finally:
             if lock is not None:
                 lock.release()
-
-    def _stop_note(self, signum: int) -> str:
-        """What a stop signal does now (said at once, from the signal handler)."""
-        step = self._step_now
-        if step is not None and not step.finished:
-            return f"finishing step {step.number + 1}, then saving"
-        if not self.total_iterations:  # a stop before the checkpoint is read: steps unknown
-            return "stopping after the next step, then saving"
-        done = self.position.iterations_done
-        after = f"{done}"
-        if done < self.total_iterations:  # a next step runs unless this one's agreement stops
-            if step is None or self._stop_read_after == done:
-                after = f"{done + 1}"
-            elif self._stop_agreeing:
-                after = f"{done} or {done + 1}"
-        return f"stopping after step {after}, then saving"
-
-    def _lost_note(self) -> str:
-        """What a stop without a save keeps and loses (said from the signal handler)."""
-        step = self._step_now
-        running = step is not None and not step.finished
-        return self.saves.lost_note(step.number + 1 if running else self.position.iterations_done)
 
     def _run(self, signals: StopSignals | None) -> TrainResult:
         logs = self.metrics_config
@@ -459,119 +408,6 @@ class Trainer:
         if self.held_out is None:
             return None
         return self.dc.evaluate(self.held_out, autocast=self._autocast())
-
-    def _autocast(self) -> torch.autocast:
-        """Mixed precision of the forward passes (``[model] dtype``)."""
-        return torch.autocast(
-            device_type=self.groups.device.type, dtype=torch.bfloat16, enabled=self.bfloat16
-        )
-
-    def _save(self, scheduler, *, background: bool = False) -> None:
-        """Save this step (collective; :meth:`RunSaves.save`). The position is
-        ``DataCentric.state_dict()``'s: the schedule of an epoch begun in this run still
-        being built is waited for (its fingerprint), unless a stop signal cancelled its
-        build (``DataCentric.stop_building``: the fingerprint of its steps built); a
-        resumed segment's is not, its saved record carried forward until it is checked."""
-        position = Position.from_json(self.dc.state_dict())
-        self.saves.save(
-            position.iterations_done,
-            self.model,
-            self.optimizer,
-            trainer_state(
-                position,
-                loss_tokens_seen=self.loss_tokens_seen,
-                world_size=self.groups.world_size,
-                total_iterations=self.total_iterations,
-                lr_state=scheduler.state_dict(),
-                settings=self.settings_json,
-                fingerprint=dataset_fingerprint(self.shapes),
-            ),
-            before_commit=self._maybe_stop_in_save,
-            best_step=self.validation.record.best_step,
-            background=background,
-        )
-
-    def _maybe_stop_in_save(self) -> None:
-        """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
-        of step STEP, after its files are written (once per run folder)."""
-        if self.fault is not None:
-            self.fault.in_save(self.position.iterations_done)
-
-    def _maybe_inject_fault(self, number: int) -> None:
-        """Kill (or hang) this rank after its first micro-batch of the step named by the
-        fault-injection setting, once per run folder (a marker file records it)."""
-        if self.fault is not None:
-            self.fault.after_first_micro_batch(number)
-
-    def _step(self, step: Step, scheduler) -> dict[str, Any]:
-        """Run one step of ``DataCentric.steps()``: the user loop's body plus mixed
-        precision, fault injection, clipping and the step's metrics record."""
-        self.optimizer.zero_grad(set_to_none=True)
-        self.step_metrics.start()
-        started = time.perf_counter()
-        autocast = self._autocast()
-        self._step_now = step
-        loss = self._forward_backward(step, autocast)
-        sample_ids = step.sample_ids
-        if not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"iteration {step.number} (epoch {step.epoch}): loss "
-                f"is {loss}; samples {sorted(sample_ids)}. The step was not applied and the "
-                "last checkpoint is intact; lower the learning rate or inspect these samples"
-            )
-        # The norm before clipping, over the whole gradient (every shard under FSDP2).
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), self.training.grad_clip or math.inf
-        )
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        scheduler.step()
-        elapsed = time.perf_counter() - started
-        if self.is_main:
-            with open_regular(self.out / "samples.jsonl", "a") as handle:
-                handle.write(
-                    json.dumps(
-                        {"iteration": step.number, "epoch": step.epoch, "sample_ids": sample_ids}
-                    )
-                    + "\n"
-                )
-        return step_record(
-            step,
-            loss,
-            lr,
-            grad_norm,
-            elapsed,
-            metrics=self.step_metrics,
-            optimizer=self.optimizer,
-            shapes=self.shapes,
-            loss_tokens=self.loss_tokens,
-            timeline=self.metrics_config.timeline,
-        )
-
-    def _forward_backward(self, step: Step, autocast: torch.autocast) -> float:
-        """Every micro-step of ``step`` (fault injection after the first), then its one
-        gradient reduction; the global loss. A failure or a timeout names the rank, the
-        step, its phase and (timed out) what the peers were doing."""
-        try:
-            for k, micro in enumerate(step):
-                with autocast:
-                    loss_S = self.model(micro.batch)
-                micro.backward(loss_S)
-                if k == 0:
-                    self._maybe_inject_fault(step.number)
-            return step.finish()
-        except RuntimeError as err:
-            timed_out = is_timeout(err)
-            peers = (
-                (self.heartbeat.describe_peers() or "a peer rank stopped answering?")
-                if timed_out
-                else ""
-            )
-            raise RuntimeError(
-                f"rank {self.groups.rank}: iteration {step.number} "
-                f"{'timed out' if timed_out else 'failed'} in {step.phase}"
-                f"{f' ({peers})' if timed_out else ''}: {err}"
-            ) from err
 
 
 def steps_text(done: int, total: int) -> str:

@@ -1,0 +1,111 @@
+"""Where the trainer's run starts and how it stops
+(:class:`~datacentric.train.trainer.Trainer`): resuming from the checkpoint found (or a
+fresh start), what a stop signal will do and what a stop without a save loses (said from
+the signal handler), and each save of a step: the position, the trainer's state, the fault
+injected inside a save. :class:`TrainerSaves` is a base of the trainer: its methods read
+what ``Trainer.__init__`` sets.
+"""
+
+from __future__ import annotations
+
+from datacentric.scheduling.resume import Position
+from datacentric.train.checkpoints.resume import (
+    dataset_fingerprint,
+    keep_records_below,
+    load_to_resume,
+    trainer_state,
+)
+from datacentric.train.reporting.metric_sinks import logger
+from datacentric.train.reporting.metrics import read_jsonl
+
+
+class TrainerSaves:
+    """The trainer's resume, saves and stop notes (a base of
+    :class:`~datacentric.train.trainer.Trainer`)."""
+
+    def _resume(self) -> None:
+        found = load_to_resume(
+            self.checkpoints,
+            self.model,
+            self.optimizer,
+            settings=self.settings_json,
+            shapes=self.shapes,
+        )
+        planned = self._planned_total()
+        if found is None:
+            self.total_iterations = planned
+            if self.is_main:  # a fresh start: records of an earlier attempt go
+                keep_records_below(self.out, 0)
+            return
+        path, state = found
+        self.dc.load_state_dict(state["position"])
+        self.saves.kept = path
+        self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
+        done = self.position.iterations_done
+        was = int(state["total_iterations"])
+        self.total_iterations = was if self.training.lr_horizon == "first" else planned
+        if self.is_main:
+            new = self.total_iterations
+            change = f" (the checkpoint's run planned {was})" if was != new else ""
+            logger.info(
+                "resuming from %s at step %d; learning-rate horizon %d steps%s",
+                path.name,
+                done,
+                self.total_iterations,
+                change,
+            )
+            keep_records_below(self.out, done)
+            self.validation.record.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
+
+    def _stop_note(self, signum: int) -> str:
+        """What a stop signal does now (said at once, from the signal handler)."""
+        step = self._step_now
+        if step is not None and not step.finished:
+            return f"finishing step {step.number + 1}, then saving"
+        if not self.total_iterations:  # a stop before the checkpoint is read: steps unknown
+            return "stopping after the next step, then saving"
+        done = self.position.iterations_done
+        after = f"{done}"
+        if done < self.total_iterations:  # a next step runs unless this one's agreement stops
+            if step is None or self._stop_read_after == done:
+                after = f"{done + 1}"
+            elif self._stop_agreeing:
+                after = f"{done} or {done + 1}"
+        return f"stopping after step {after}, then saving"
+
+    def _lost_note(self) -> str:
+        """What a stop without a save keeps and loses (said from the signal handler)."""
+        step = self._step_now
+        running = step is not None and not step.finished
+        return self.saves.lost_note(step.number + 1 if running else self.position.iterations_done)
+
+    def _save(self, scheduler, *, background: bool = False) -> None:
+        """Save this step (collective; :meth:`RunSaves.save`). The position is
+        ``DataCentric.state_dict()``'s: the schedule of an epoch begun in this run still
+        being built is waited for (its fingerprint), unless a stop signal cancelled its
+        build (``DataCentric.stop_building``: the fingerprint of its steps built); a
+        resumed segment's is not, its saved record carried forward until it is checked."""
+        position = Position.from_json(self.dc.state_dict())
+        self.saves.save(
+            position.iterations_done,
+            self.model,
+            self.optimizer,
+            trainer_state(
+                position,
+                loss_tokens_seen=self.loss_tokens_seen,
+                world_size=self.groups.world_size,
+                total_iterations=self.total_iterations,
+                lr_state=scheduler.state_dict(),
+                settings=self.settings_json,
+                fingerprint=dataset_fingerprint(self.shapes),
+            ),
+            before_commit=self._maybe_stop_in_save,
+            best_step=self.validation.record.best_step,
+            background=background,
+        )
+
+    def _maybe_stop_in_save(self) -> None:
+        """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save
+        of step STEP, after its files are written (once per run folder)."""
+        if self.fault is not None:
+            self.fault.in_save(self.position.iterations_done)
