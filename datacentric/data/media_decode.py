@@ -109,10 +109,11 @@ def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
     """Frames and upright size of a file; :class:`MediaError` when it cannot be read.
 
     A video's frame count is the stream's own when its container states one (MP4, MOV,
-    GIF), else its packets' where they tell the frames that show (FFV1, VP8, VP9 and
-    intra-only codecs), else the frames that decode (Matroska and WebM keep no
-    per-stream count; an AVI counts frame slots; an edit list that trims frames:
-    :func:`~datacentric.data.media_frame_counts._stated_frames`);
+    GIF; an IVF of AV1), else its packets' where they tell the frames that show (VP8,
+    VP9, FFV1 and the codecs of
+    :data:`~datacentric.data.media_frame_counts.ONE_PICTURE_CODECS`), else the frames
+    that decode (Matroska and WebM keep no per-stream count; an AVI counts frame slots;
+    an edit list that trims frames: :func:`~datacentric.data.media_frame_counts._stated_frames`);
     its size and rotation are those of its first decoded frame. With ``times``, every
     frame is decoded: the count is theirs and :attr:`MediaInfo.times` their timestamps."""
     if not item.path.is_file():
