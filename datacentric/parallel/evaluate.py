@@ -29,6 +29,7 @@ from torch import nn
 
 from datacentric.batch import PackedBatch
 from datacentric.parallel.grad_sync import is_fsdp2
+from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.loss import LossWeights
 from datacentric.parallel.runtime import DataCentricRuntime, unwrap
 from datacentric.parallel.sequence_shards import shard_batch
@@ -107,13 +108,20 @@ class _gathered:
 
 
 def each_prompt_alone(
-    runtime: DataCentricRuntime, count: int, run: Callable[[nn.Module, int], T]
-) -> list[T]:
+    runtime: DataCentricRuntime,
+    count: int,
+    run: Callable[[nn.Module, int], T],
+    stop: Callable[[], bool] | None = None,
+) -> list[T | None]:
     """``[run(module, k) for k in range(count)]``, spread over the ranks: prompt ``k`` runs
     on rank ``k % world``, alone (its own SP group of one), forward only, with the model
     in eval mode (FSDP2 state gathered once, the random streams restored after);
     ``module`` is the unwrapped model. Collective (every rank calls it with the same
-    ``count``); every rank gets every result."""
+    ``count``); every rank gets every result. ``stop()`` (this rank's stop signal) is
+    agreed before each round of prompts (one on each rank; one small all-reduce): once
+    it is true on any rank, no rank starts another prompt, and those not run are
+    ``None`` (a rank that was not signalled finishes the prompt it is running, not all
+    of its own)."""
     groups = runtime.groups
     model = runtime.model
     module = unwrap(model)
@@ -124,16 +132,29 @@ def each_prompt_alone(
         was_training = model.training
         model.eval()
         try:
-            for k in range(groups.rank, count, groups.world_size):
-                with runtime.attention.use(group, ring), runtime.recompute.use(()):
-                    mine[k] = run(module, k)
+            for first in range(0, count, groups.world_size):  # a round: a prompt a rank
+                if stop is not None and _any_rank(groups, stop()):
+                    break
+                k = first + groups.rank
+                if k < count:
+                    with runtime.attention.use(group, ring), runtime.recompute.use(()):
+                        mine[k] = run(module, k)
         finally:
             model.train(was_training)
     if groups.distributed and groups.world_size > 1:
         every: list[dict[int, T]] = [{} for _ in range(groups.world_size)]
         dist.all_gather_object(every, mine, group=groups.world)
         mine = {k: v for part in every for k, v in part.items()}
-    return [mine[k] for k in range(count)]
+    return [mine.get(k) for k in range(count)]
+
+
+def _any_rank(groups: ProcessGroups, flag: bool) -> bool:
+    """Whether ``flag`` is true on any rank of the world (collective; alone: ``flag``)."""
+    if not (groups.distributed and groups.world_size > 1):
+        return flag
+    found = torch.tensor([int(flag)], dtype=torch.int64, device=groups.device)
+    dist.all_reduce(found, op=dist.ReduceOp.MAX, group=groups.world)
+    return bool(found.item())
 
 
 def generate_tokens(
@@ -156,6 +177,7 @@ def generate_tokens(
         runtime,
         len(prompts),
         lambda module, k: _continue(module, list(prompts[k]), *settings[k], autocast, device, stop),
+        stop,
     )
 
 

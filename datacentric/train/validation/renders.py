@@ -117,8 +117,9 @@ class PipelineSamples:
     ) -> list[dict[str, Any]]:
         """Every prompt's render after step ``step`` (collective: every rank calls it; each
         gets every record: ``prompt_id``, ``prompt``, ``path``, ``grid``). Once ``stop()``
-        is True (a stop signal) the render under way ends and no later prompt renders:
-        the records are those rendered until then."""
+        is True (a stop signal) the render under way ends and no later prompt renders, on
+        any rank (agreed before each round of prompts): the records are those rendered
+        until then."""
         folder = self.out / "validation" / f"step-{step}"
         folder.mkdir(parents=True, exist_ok=True)
         device = dc.runtime.groups.device
@@ -150,7 +151,7 @@ class PipelineSamples:
                 "grid": frame_grid(pixels),
             }
 
-        done = each_prompt_alone(dc.runtime, len(self.prompts), one)
+        done = each_prompt_alone(dc.runtime, len(self.prompts), one, stop)
         records = [r for r in done if r is not None]
         if dc.runtime.groups.rank == 0 and records:
             contact_sheet([r["grid"] for r in records]).save(folder / CONTACT_SHEET)

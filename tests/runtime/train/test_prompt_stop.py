@@ -1,12 +1,16 @@
 """A stop signal while validation continues its text prompts is honoured before the next
 token: the completions of prompts not finished are dropped, the run saves its last step
 and exits with ``128 + signal`` as at any stop (before, every prompt ran to its last
-token first: one forward a token, the whole sequence again each time)."""
+token first: one forward a token, the whole sequence again each time). Where only one
+rank is signalled (one node of several), the ranks agree on the stop before each round
+of prompts, so the others start no further prompt."""
 
 from __future__ import annotations
 
 import os
 import signal
+from contextlib import nullcontext
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,6 +21,8 @@ pytest.importorskip("transformers")
 from runtime.models.test_model_source import _pretrained_folder  # noqa: E402
 
 from datacentric.parallel import evaluate  # noqa: E402
+from datacentric.parallel.groups import ProcessGroups  # noqa: E402
+from datacentric.parallel.launch import spawn  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,7 +40,7 @@ def count_forwards(monkeypatch, on_call) -> list[int]:
         calls.append(len(calls) + 1)
         on_call(len(calls))
 
-    def counted(runtime, count, run):
+    def counted(runtime, count, run, *stop):
         def each(module, k):
             if not getattr(module, "_counted", False):
                 module._counted = True
@@ -42,7 +48,7 @@ def count_forwards(monkeypatch, on_call) -> list[int]:
                     embedding.register_forward_hook(hook)
             return run(module, k)
 
-        return real(runtime, count, each)
+        return real(runtime, count, each, *stop)
 
     monkeypatch.setattr(evaluate, "each_prompt_alone", counted)
     return calls
@@ -79,3 +85,47 @@ def test_a_sigterm_during_prompt_completions_saves_the_last_step_at_once(
     assert not (out / "checkpoints" / "step-00000004").exists()
     assert not (out / "validation" / "step-2.jsonl").exists()
     assert "stopped by SIGTERM after step 2" in err, err[-3000:]
+
+
+class NextToken(torch.nn.Module):
+    """Next-token logits that always choose token 1."""
+
+    def logits(self, batch) -> torch.Tensor:
+        logits = torch.zeros(len(batch.inputs), 4)
+        logits[:, 1] = 1.0
+        return logits
+
+
+def _one_rank_signalled(count: int) -> dict:
+    """A rank of 2 continuing ``count`` prompts of 3 tokens; rank 0 alone is signalled,
+    once its first prompt is done: the prompts each rank ran, and what it got."""
+    groups = ProcessGroups()
+    ran: list[int] = []
+    uses = SimpleNamespace(use=lambda *a: nullcontext())
+    runtime = SimpleNamespace(groups=groups, model=NextToken(), attention=uses, recompute=uses)
+    settings = [(3, 0.0, torch.Generator()) for _ in range(count)]
+
+    def stop() -> bool:  # this rank's signal: rank 0's after its first prompt
+        return groups.rank == 0 and len(ran) >= 1
+
+    real = evaluate._continue
+
+    def counted(module, ids, *args):
+        done = real(module, ids, *args)
+        ran.append(len(ran))  # once finished
+        return done
+
+    evaluate._continue = counted
+    got = evaluate.generate_tokens(runtime, [[0]] * count, settings, stop=stop)
+    return {"ran": len(ran), "got": got}
+
+
+@pytest.mark.slow
+def test_a_rank_not_signalled_starts_no_prompt_after_the_round_the_stop_came_in():
+    """6 prompts on 2 ranks (3 rounds): rank 0 is signalled after its first prompt; rank
+    1 finishes the prompt of that round and runs none after it (before: all 3 of its
+    prompts), and both ranks get the first round's completions alone."""
+    results = spawn(_one_rank_signalled, 2, 6, timeout_s=120)
+    assert [r["ran"] for r in results] == [1, 1], results
+    for r in results:
+        assert r["got"] == [[1, 1, 1], [1, 1, 1], None, None, None, None], r
