@@ -248,10 +248,12 @@ def skipped_note(dataset: object) -> str:
 
 def reads_text(data: DataConfig, validation: ValidationConfig) -> bool:
     """The run reads text through a tokenizer: a text dataset (``jsonl:``, ...) to train
-    on or to validate on, or prompts to continue."""
+    on or to validate on, or prompts to continue (not prompts a ``validation.pipeline``
+    renders: its own text encoders read them)."""
     specs = (data.dataset, validation.dataset)
     kinds = [source_kind(s) for s in specs if isinstance(s, str)]
-    return any(k in TEXT_KINDS for k in kinds) or validation.prompts is not None
+    continued = validation.prompts is not None and validation.pipeline is None
+    return any(k in TEXT_KINDS for k in kinds) or continued
 
 
 def holds_tokenizer(folder: str | Path) -> bool:

@@ -268,6 +268,10 @@ def test_what_a_dataset_string_names_is_read_in_one_place():
     assert {spec: source_kind(spec) for spec in kinds} == kinds
     assert reads_text(DataConfig(dataset="sft-longtail"), ValidationConfig(dataset="text:a.txt"))
     assert not reads_text(DataConfig(dataset="latents:x"), ValidationConfig(dataset="split=0.1"))
+    # prompts a pipeline renders are read by its text encoders; prompts to continue are text
+    rendered = ValidationConfig(prompts="p.jsonl", pipeline="my-wan-pipeline")
+    assert not reads_text(DataConfig(dataset="latents:x"), rendered)
+    assert reads_text(DataConfig(dataset="latents:x"), ValidationConfig(prompts="p.jsonl"))
     with pytest.raises(DataError, match="unknown dataset 'pkg:not/a/name'; use stdlib"):
         open_dataset("pkg:not/a/name")
 
