@@ -233,6 +233,18 @@ def _animation_frames(image: Any) -> int:
     return int(getattr(image, "n_frames", 1)) - hidden_frames(image)
 
 
+def _first_frame(image: Any) -> int:
+    """Pillow's frame of an image file's first picture, read before Pillow seeks: an
+    animation's first shown frame (past an APNG's still:
+    :func:`~datacentric.data.media_animation.hidden_frames`); a still's, the frame Pillow
+    opens it at. A HEIF's is its primary picture, the one its ``pitm`` box names and
+    viewers show, which need not be the first it lists (a burst's, an edited photo's
+    kept with its original); an MPO's or a TIFF's, its first."""
+    if image.format in ANIMATED_FORMATS:
+        return hidden_frames(image)
+    return int(image.tell())
+
+
 def _probe_image(path: Path, times: bool) -> MediaInfo:
     """:func:`~datacentric.data.media_decode.probe` of an image file: one frame, or an
     animation's frames."""
@@ -253,10 +265,10 @@ def _probe_image(path: Path, times: bool) -> MediaInfo:
     return MediaInfo(frames, w if across else h, h if across else w, rotated, stamps)
 
 
-def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[Any]:
-    """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``
-    (after ``hidden`` frames that are none: :mod:`~datacentric.data.media_animation`'s
-    ``hidden_frames``). An APNG's are read through every frame before them, each
+def _pictures(image: Any, order: list[int], first: int, sixteen: bool) -> list[Any]:
+    """The upright RGB pictures (:func:`_rgb`) of an image file's frames at ``order``,
+    counted from Pillow's frame ``first`` (:func:`_first_frame`: past an APNG's still, a
+    HEIF's primary picture). An APNG's are read through every frame before them, each
     composed by its ``load_frame`` (Pillow composes a frame it passes over itself),
     from a clear canvas (``clear_canvas``); another file's are sought directly. A deep
     HDR HEIC's is read at 16 bits instead (:func:`_deep_hdr`)."""
@@ -265,8 +277,8 @@ def _pictures(image: Any, order: list[int], hidden: int, sixteen: bool) -> list[
     wanted, pictures = set(order), {}
     steps = range(max(order) + 1) if image.format == "PNG" else sorted(wanted)
     for number in steps:
-        image.seek(number + hidden)
-        if hidden and number == 0:
+        image.seek(number + first)
+        if first and number == 0 and image.format == "PNG":
             clear_canvas(image)
         deep = _deep_hdr(image) if number in wanted else None  # its levels read once
         if deep is not None:
@@ -283,11 +295,11 @@ def _decode_image(path: Path, indices: list[int] | None) -> list[Any]:
     an animation's at ``indices``."""
     try:
         with _open_image(path) as image:
+            first, frames = _first_frame(image), _animation_frames(image)
             problem, sixteen = _level_problem(image), _sixteen_bit(image)
-            frames, hidden = _animation_frames(image), hidden_frames(image)
             order = list(range(frames)) if indices is None else indices
             if not problem and all(0 <= i < frames for i in order):
-                return _pictures(image, order, hidden, sixteen) if order else []
+                return _pictures(image, order, first, sixteen) if order else []
     except Exception as err:  # noqa: BLE001
         raise _unreadable_image(path, err) from None
     raise MediaError(problem or f"{counted(frames, 'frame')}, frame {max(order)} wanted")
