@@ -59,10 +59,17 @@ def require(module: str, extra: str = "data"):
         ) from None
 
 
+#: the name macOS gives a file's AppleDouble companion (``._NAME``: its Finder metadata,
+#: written beside every file a Mac copies to a FAT, exFAT or network volume and into a
+#: zip's ``__MACOSX/``): binary, never a document, clip, image, caption or latent
+APPLE_DOUBLE = "._"
+
+
 def paths_below(folder: Path) -> list[Path]:
     """Every file and folder below ``folder``, sorted, symlinked folders' contents too (a
     shard of data linked in; ``Path.rglob`` before Python 3.13 does not enter them):
-    each real folder once, and never ``folder`` or one above it (a link back is a loop)."""
+    each real folder once, and never ``folder`` or one above it (a link back is a loop).
+    macOS's AppleDouble files (:data:`APPLE_DOUBLE`) are left out."""
     root = folder.resolve()
     found, seen, todo = [], {root}, [folder]
     while todo:
@@ -72,6 +79,8 @@ def paths_below(folder: Path) -> list[Path]:
             continue
         for entry in entries:
             path = Path(entry.path)
+            if entry.name.startswith(APPLE_DOUBLE) and entry.is_file():
+                continue
             found.append(path)
             real = path.resolve() if entry.is_dir() else None  # links followed
             if real is not None and real not in seen and not root.is_relative_to(real):

@@ -325,3 +325,11 @@ def test_schedule_and_train_see_the_same_dataset(tmp_path, capsys):
     assert config.data.dataset_limit == 25
     assert report["samples_total"] == len(shapes) >= 25
     assert report["samples_scheduled"] == len(shapes)
+
+
+def test_a_text_folder_copied_by_a_mac_reads_no_apple_double_file(tmp_path):
+    from datacentric.data.documents import resolve_files
+
+    (tmp_path / "notes.txt").write_text("a document")
+    (tmp_path / "._notes.txt").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X")
+    assert resolve_files("text", str(tmp_path)) == [str(tmp_path / "notes.txt")]

@@ -241,3 +241,21 @@ def test_a_clip_the_folder_s_metadata_does_not_list_is_named(tmp_path):
             "not listed in metadata.jsonl, the folder's list: add a line for it",
         ),
     ]
+
+
+#: the start of an AppleDouble file, as macOS writes ``._NAME`` beside a copied file
+APPLE_DOUBLE = b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        \x00\x02"
+
+
+def test_the_apple_double_files_a_mac_writes_beside_a_copy_are_no_media(tmp_path):
+    folder = tmp_path / "clips"
+    (folder / "__MACOSX").mkdir(parents=True)
+    (folder / "a.mp4").write_bytes(b"")
+    (folder / "a.txt").write_text("a cat")
+    for name in ("._a.mp4", "._a.txt", "._b.png", "__MACOSX/._a.mp4"):
+        (folder / name).write_bytes(APPLE_DOUBLE)
+    assert [(i.source, i.caption, i.unread) for i in read_media_source(folder)] == [
+        ("a.mp4", "a cat", None)
+    ]
+    (folder / "metadata.jsonl").write_text(json.dumps({"file_name": "a.mp4", "text": "a cat"}))
+    assert [(i.source, i.unread) for i in read_media_source(folder)] == [("a.mp4", None)]
