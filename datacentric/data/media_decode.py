@@ -100,9 +100,12 @@ __all__ = [
 #: colours stated by its container's ``nclx`` box converted as a HEIC's
 #: (:func:`~datacentric.data.media_boxes.nclx_box`); 7: a 10- or 12-bit HLG or PQ
 #: HEIC's levels mapped to sRGB from all their bits, not from 8
-#: (:func:`~datacentric.data.media_colours.deep_hdr_rgb`) (0: the records of earlier
-#: versions, which state none).
-READING_REVISION = 7
+#: (:func:`~datacentric.data.media_colours.deep_hdr_rgb`); 8: a HEIF's primary picture,
+#: not its first; a Fraps frame that repeats the one before, and a VP8 alt-ref an IVF
+#: stores as a frame, counted as no frame, as they decode
+#: (:data:`~datacentric.data.media_frame_counts.ONE_PICTURE_CODECS`) (0: the records of
+#: earlier versions, which state none).
+READING_REVISION = 8
 
 
 def probe(item: MediaItem, *, times: bool = False) -> MediaInfo:
