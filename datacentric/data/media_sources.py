@@ -102,7 +102,14 @@ def _inside(folder: Path, given: str, where: str) -> Path:
         path = (folder / given).resolve()
     except (ValueError, OSError) as err:  # a NUL byte, a name too long
         raise DataError(f"{where}: path {given[:200]!r} is not a file name ({err})") from None
-    if Path(given).is_absolute() or not path.is_relative_to(folder.resolve()):
+    inside = path.is_relative_to(folder.resolve())
+    if Path(given).is_absolute() and inside:  # as Open-Sora's lists hold them
+        relative = path.relative_to(folder.resolve()).as_posix()
+        raise DataError(
+            f"{where}: path {given!r} is absolute; paths in a media list are relative to "
+            f"the list's folder {folder.resolve()}: write it as {relative!r}"
+        )
+    if Path(given).is_absolute() or not inside:
         raise DataError(
             f"{where}: path {given!r} is outside the list's folder {folder}; paths in a "
             "media list are relative to it (move the list beside the clips)"

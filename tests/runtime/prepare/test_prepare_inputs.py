@@ -35,6 +35,15 @@ def test_media_list_paths_stay_in_their_folder(tmp_path):
         (tmp_path / "list" / "c.csv").write_text(f"path,text\n{bad},a caption\n")
         with pytest.raises(DataError, match="outside the list's folder"):
             read_media_source(tmp_path / "list" / "c.csv")
+    # an absolute path inside the folder is not said to be outside it: its relative spelling
+    (tmp_path / "list" / "c.csv").write_text(f"path,text\n{tmp_path}/list/sub/a.mp4,a\n")
+    with pytest.raises(DataError) as err:
+        read_media_source(tmp_path / "list" / "c.csv")
+    folder = (tmp_path / "list").resolve()
+    assert str(err.value) == (
+        f"{tmp_path}/list/c.csv:2: path '{tmp_path}/list/sub/a.mp4' is absolute; paths in a "
+        f"media list are relative to the list's folder {folder}: write it as 'sub/a.mp4'"
+    )
     (tmp_path / "list" / "c.jsonl").write_text('{"video": "a.mp4", "prompt": "x"}\n{"path": 3\n')
     with pytest.raises(DataError, match=r"c.jsonl:2: not JSON"):
         read_media_source(tmp_path / "list" / "c.jsonl")
