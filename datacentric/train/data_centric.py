@@ -232,11 +232,11 @@ class DataCentric:
         self._segment_epoch, self._segment_at, self._serial = -1, None, 0
         self._on_schedule: OnSchedule | None = None
         self._held_out: HeldOut | None = None
-        self._ahead = ScheduleAhead(self.schedule)
-        self._schedule_wait_s = 0.0
+        self._ahead, self._schedule_wait_s = ScheduleAhead(self.schedule), 0.0
         self.ran_unchecked: tuple[int, int] | None = None
         """Steps (first, last) run on a resumed segment's rebuilt schedule before it was
         refused (it differs from the saved one); ``None``: no such refusal."""
+        self.resume_unchecked = False  # a resumed record not yet checked (load_state_dict)
 
     @property
     def rank(self) -> int:
@@ -360,8 +360,14 @@ class DataCentric:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved :meth:`state_dict`, on this world size: on another
-        one the samples the epoch has not run are re-planned for this world."""
+        one the samples the epoch has not run are re-planned for this world.
+        :attr:`resume_unchecked` holds from here until the rebuilt schedule is checked
+        against the record of it the state holds (its fingerprint, or that of its first
+        steps): until then the run may still be refused, its steps since the resume run
+        on a schedule that differs (a checkpoint from before them is the one to keep)."""
         self.position = Position.from_json(state)
+        p = self.position
+        self.resume_unchecked = bool(p.segment_fingerprint or p.segment_steps_known)
         self._leave_segment()
 
     def current_schedule(self) -> Schedule:
@@ -443,6 +449,7 @@ class DataCentric:
                 self._schedule_wait_s += waited if count else 0.0
             self._check_whole(schedule)
             self._segment, self._build, self._saved = schedule, None, None
+            self.resume_unchecked = False  # checked (a refusal raised above)
         if self._segment is not None and self._segment is not self._announced:
             self._announced = self._segment
             if self._on_schedule is not None:

@@ -385,6 +385,7 @@ class Trainer(TrainerStep, TrainerSaves):
         if checkpointed != self.position.iterations_done:  # one final checkpoint
             self._save(scheduler)
         self.saves.finish()  # a background save of the last step completes here
+        self._catch_up()  # keep_last, once a resumed schedule is checked
         return tally
 
     def _validate(

@@ -39,7 +39,7 @@ class TrainerSaves:
             return
         path, state = found
         self.dc.load_state_dict(state["position"])
-        self.saves.kept = path
+        self.saves.kept = self.saves.resumed = path
         self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
         done = self.position.iterations_done
         was = int(state["total_iterations"])
@@ -102,7 +102,14 @@ class TrainerSaves:
             before_commit=self._maybe_stop_in_save,
             best_step=self.validation.record.best_step,
             background=background,
+            unchecked=self.dc.resume_unchecked,
         )
+
+    def _catch_up(self) -> None:
+        """Prune what saves kept past ``keep_last`` while the resumed schedule was
+        unchecked, now that it is checked equal (nothing while it may still be refused)."""
+        if not self.dc.resume_unchecked:
+            self.saves.catch_up(self.validation.record.best_step)
 
     def _maybe_stop_in_save(self) -> None:
         """Fault injection ``RANK:STEP:stop``: SIGSTOP this rank inside the checkpoint save

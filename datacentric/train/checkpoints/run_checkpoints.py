@@ -23,9 +23,10 @@ from datacentric.train.checkpoints.checkpoint_folders import (
     CheckpointError,
     checkpoint_step,
     is_refused,
+    list_checkpoints,
     unfinished_saves,
 )
-from datacentric.train.checkpoints.checkpoint_save import PendingSave, start_checkpoint
+from datacentric.train.checkpoints.checkpoint_save import PendingSave, _prune, start_checkpoint
 from datacentric.train.checkpoints.checkpoint_verify import find_checkpoint, resolve_resume_from
 from datacentric.train.reporting.metric_sinks import logger
 from datacentric.train.run_folder import RUN_FILES
@@ -145,11 +146,12 @@ class RunCheckpoints:
         before_commit: Callable[[], None] | None = None,
         background: bool = False,
         best_step: int | None = None,
+        keep_through: int | None = None,
     ) -> PendingSave:
         """Start saving ``step`` in the run folder, keeping ``keep_last`` checkpoints and,
-        with ``keep_best``, the one of ``best_step`` (the best validation's) (collective;
-        see :func:`~datacentric.train.checkpoints.checkpoint_save.start_checkpoint`)."""
-        keep = self.checkpoint.keep_best and best_step is not None
+        with ``keep_best``, the one of ``best_step`` (the best validation's), and every
+        checkpoint of a step up to ``keep_through`` (collective; see
+        :func:`~datacentric.train.checkpoints.checkpoint_save.start_checkpoint`)."""
         return start_checkpoint(
             self.out,
             step,
@@ -159,5 +161,21 @@ class RunCheckpoints:
             keep_last=self.checkpoint.keep_last,
             before_commit=before_commit,
             async_save=background,
-            keep_steps=(best_step,) if keep else (),
+            keep_steps=self.kept_steps(best_step, keep_through),
         )
+
+    def kept_steps(self, best_step: int | None, keep_through: int | None = None) -> tuple:
+        """The steps whose checkpoints ``keep_last`` does not prune: ``best_step`` with
+        ``keep_best``, and those of the run folder's checkpoints up to ``keep_through``
+        (the one a run resumed from, while its schedule is unchecked)."""
+        kept = (best_step,) if self.checkpoint.keep_best and best_step is not None else ()
+        if keep_through is None or self.checkpoint.keep_last is None:
+            return kept
+        steps = (checkpoint_step(p) for p in list_checkpoints(self.out))
+        return kept + tuple(s for s in steps if s is not None and s <= keep_through)
+
+    def prune(self, current: Path, best_step: int | None) -> None:
+        """Delete what ``keep_last`` keeps no longer, as the save of ``current`` (the
+        newest checkpoint) did where it kept more (``keep_through``; rank 0)."""
+        if self.is_main and self.checkpoint.keep_last is not None:
+            _prune(self.out, current, self.checkpoint.keep_last, self.kept_steps(best_step))

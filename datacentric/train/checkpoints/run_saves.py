@@ -56,6 +56,11 @@ class RunSaves:
     """A background save (``async_save``) not yet complete: no manifest, not ``latest``."""
     written: list[Path] = field(default_factory=list)
     """Every checkpoint this run saved, oldest first."""
+    resumed: Path | None = None
+    """The checkpoint the run resumed from (``None``: a fresh start)."""
+    held: bool = False
+    """A save kept the checkpoints up to :attr:`resumed` past ``keep_last``, the resumed
+    schedule unchecked then (:meth:`catch_up` prunes them once it is checked)."""
 
     @property
     def is_main(self) -> bool:
@@ -75,10 +80,15 @@ class RunSaves:
         before_commit: Callable[[], None] | None = None,
         best_step: int | None = None,
         background: bool = False,
+        unchecked: bool = False,
     ) -> None:
         """Save ``step`` (collective); ``background``: return once the state is staged,
-        the save completing after the next step (:meth:`finish`) or at the run's end."""
+        the save completing after the next step (:meth:`finish`) or at the run's end;
+        ``unchecked``: the resumed schedule may still be refused, so ``keep_last`` prunes
+        no checkpoint up to the one resumed from (the state to go back to)."""
         self.finish()  # one save at a time: the previous one completes first
+        through = checkpoint_step(self.resumed) if unchecked and self.resumed else None
+        self.held = self.held or through is not None
         self.pending = self._in_save(
             step,
             lambda: self.checkpoints.start(
@@ -89,6 +99,7 @@ class RunSaves:
                 before_commit=before_commit,
                 background=background,
                 best_step=best_step,
+                keep_through=through,
             ),
         )
         if not background:
@@ -105,6 +116,13 @@ class RunSaves:
         if self.is_main:
             logger.info("saved %s (manifest sha256 %s)", self.saved, manifest_sha256(self.saved))
         self.on_saved(pending.step, self.saved)
+
+    def catch_up(self, best_step: int | None) -> None:
+        """Once the resumed schedule is checked equal: prune what the saves since the
+        resume kept past ``keep_last`` (rank 0; ``best_step``: kept with ``keep_best``)."""
+        if self.held and self.saved is not None and self.pending is None:
+            self.checkpoints.prune(self.saved, best_step)
+            self.held = False
 
     def refused(self, err: ValueError, first: int, last: int) -> ValueError:
         """The refusal ``err`` of a resumed epoch's rebuilt schedule, found to differ once

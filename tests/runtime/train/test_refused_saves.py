@@ -2,7 +2,9 @@
 has saved checkpoints of the steps that ran on it before: each is marked (its
 ``schedule-refused.json``, nothing deleted) and the next ``--resume`` passes over them to
 the newest checkpoint before them, saying so in one line; ``--resume-from`` one of them
-is used, with a note. The build is held back on purpose, so no test reads a clock."""
+is used, with a note. While the schedule is unchecked, ``keep_last`` never prunes the
+checkpoint the run resumed from (nor one before it); once it is checked equal, pruning
+catches up. The build is held back on purpose, so no test reads a clock."""
 
 from __future__ import annotations
 
@@ -38,11 +40,12 @@ def heard(monkeypatch) -> None:
     monkeypatch.setattr(logger, "propagate", True)
 
 
-def refused_after_resume(out, monkeypatch) -> tuple[ValueError, int]:
+def refused_after_resume(out, monkeypatch, **limits) -> tuple[ValueError, int]:
     """A run of 2 steps saved each step; its resume (to step 6, saving each step) runs
     steps on a rebuilt schedule whose fingerprint differs, its build held until the
-    step-3 checkpoint is complete: the refusal, and the last step saved before it."""
-    train_rank(small_config(out, iterations=2, checkpoint_every=1))
+    step-3 checkpoint is complete: the refusal, and the last step saved before it.
+    ``limits``: what both runs keep (``keep_last``)."""
+    train_rank(small_config(out, iterations=2, checkpoint_every=1, **limits))
     gate = threading.Event()
     waited = watch_whole_builds(monkeypatch, gate)
     with monkeypatch.context() as changed:  # the schedule differs in this run alone
@@ -51,7 +54,7 @@ def refused_after_resume(out, monkeypatch) -> tuple[ValueError, int]:
             Pipeline, "stream", lambda self, *a, **kw: HeldBack(stream(self, *a, **kw), gate, 2)
         )
         changed.setattr(resume, "schedule_fingerprint", lambda s: "0" * 32)
-        again = small_config(out, iterations=6, checkpoint_every=1, resume=True)
+        again = small_config(out, iterations=6, checkpoint_every=1, resume=True, **limits)
         with pytest.raises(ValueError, match=CHANGED) as refused:
             Trainer(again, hooks=GateAfterSave(gate, waited, 3)).run()
     return refused.value, max(checkpoint_step(p) for p in list_checkpoints(out))
@@ -99,3 +102,51 @@ def test_resume_from_a_marked_checkpoint_uses_it_and_says_so(tmp_path, monkeypat
     assert f"note: --resume-from step-{last:08d}: {said}" in caplog.text
     result = train_rank(small_config(tmp_path, iterations=last + 1, resume_from=str(last)))
     assert len(result.losses) == 1  # from the checkpoint named
+
+
+class SavedBeside(GateAfterSave):
+    """:class:`GateAfterSave` that also records the steps of the checkpoints in the run
+    folder once each checkpoint is complete (after its pruning)."""
+
+    def __init__(self, gate: threading.Event, waited: list, step: int, out) -> None:
+        super().__init__(gate, waited, step)
+        self.out, self.beside = out, {}
+
+    def saved(self, step: int, folder) -> None:
+        self.beside[step] = sorted(checkpoint_step(p) for p in list_checkpoints(self.out))
+        super().saved(step, folder)
+
+
+@pytest.mark.slow
+def test_keep_last_keeps_the_resumed_checkpoint_through_a_refused_schedule(tmp_path, monkeypatch):
+    err, last = refused_after_resume(tmp_path, monkeypatch, keep_last=1)
+    steps = sorted(checkpoint_step(p) for p in list_checkpoints(tmp_path))
+    assert steps == [2, last]  # the one resumed from, and the newest of the refused run
+    assert f"saved after those steps: step-{last:08d}, each now marked" in str(err)
+    path, _ = find_checkpoint(tmp_path)
+    assert path.name == "step-00000002"
+    again = small_config(tmp_path, iterations=6, checkpoint_every=1, keep_last=1, resume=True)
+    result = train_rank(again)
+    assert len(result.losses) == 4  # steps 3-6, from step 2
+    straight = train_rank(small_config(tmp_path / "straight", iterations=6))
+    assert result.weights_sha256 == straight.weights_sha256
+    assert [checkpoint_step(p) for p in list_checkpoints(tmp_path)] == [6]  # caught up
+
+
+@pytest.mark.slow
+def test_keep_last_catches_up_once_the_resumed_schedule_is_checked_equal(tmp_path, monkeypatch):
+    """The same resume on its own schedule: the step-3 checkpoint, saved before the
+    schedule is checked, keeps step 2 beside it; the run ends with its last one alone."""
+    train_rank(small_config(tmp_path, iterations=2, checkpoint_every=1, keep_last=1))
+    gate = threading.Event()
+    waited = watch_whole_builds(monkeypatch, gate)
+    stream = Pipeline.stream
+    monkeypatch.setattr(
+        Pipeline, "stream", lambda self, *a, **kw: HeldBack(stream(self, *a, **kw), gate, 2)
+    )
+    hooks = SavedBeside(gate, waited, 3, tmp_path)
+    again = small_config(tmp_path, iterations=6, checkpoint_every=1, keep_last=1, resume=True)
+    result = Trainer(again, hooks=hooks).run()
+    assert hooks.seen == 0 and hooks.beside[3] == [2, 3]  # saved unchecked: step 2 kept
+    assert [checkpoint_step(p) for p in list_checkpoints(tmp_path)] == [6]
+    assert result.checkpoint == "step-00000006"
