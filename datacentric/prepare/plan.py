@@ -29,6 +29,9 @@ from datacentric.progress import counted
 from datacentric.regular_files import kind_of
 from datacentric.scheduling.balance import lpt
 
+#: a list of clips and captions a folder may hold beside them (read when given as --media)
+LIST_SUFFIXES = (".csv", ".jsonl", ".json")
+
 CAPTION_RULES = ("truncate", "skip", "error")
 LATENT_DISTS = ("mode", "sample")
 #: the frame-sampling settings, recorded in the folder's settings
@@ -293,6 +296,19 @@ def plan_prepare(job: PrepareJob, geometry: Geometry, tokens: Any, world: int) -
         unit, plural = media_unit(items)
         raise DataError(
             f"--media {job.media}: none of its {counted(len(tasks), unit, plural=plural)} "
-            f"can be encoded (the first, {first.item.where}: {first.skip}); nothing to prepare"
+            f"can be encoded (the first, {first.item.where}: {first.skip}); nothing to "
+            f"prepare{_list_beside(job.media, first.skip)}"
         )
     return assign_ranks(tasks, world)
+
+
+def _list_beside(media: str, skip: str | None) -> str:
+    """Where a folder's clips have no ``NAME.txt`` caption but the folder holds a list
+    of them (``captions.csv``, ``clips.jsonl``): the ``--media`` that reads it."""
+    folder = Path(media).expanduser()
+    if skip != "missing caption" or not folder.is_dir():
+        return ""
+    lists = sorted(p for p in folder.glob("*") if p.suffix.lower() in LIST_SUFFIXES)
+    if not lists:
+        return ""
+    return f": {folder / lists[0].name} lists captions, pass it as --media to read them"

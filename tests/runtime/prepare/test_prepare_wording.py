@@ -77,3 +77,24 @@ def test_a_source_none_of_whose_files_can_be_encoded_is_named_by_its_kind(tmp_pa
     (photos / "c.txt").write_text("a cat")
     with pytest.raises(DataError, match=r": none of its 3 clips and images can be encoded"):
         plan_prepare(job, wan, None, 1)
+
+
+def test_a_folder_of_uncaptioned_clips_beside_their_list_names_the_list(tmp_path) -> None:
+    """``--media clips`` on a folder whose captions are in ``clips/captions.csv`` (as
+    ``datacentric tiny`` writes it) says to pass the list, not only 'missing caption'."""
+    wan = Geometry(temporal=4, multiple=16)
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    for name in ("a.mp4", "b.mp4"):
+        write_clip(clips / name, 5, 16, 16)
+    (clips / "captions.csv").write_text("path,text\na.mp4,a cat\nb.mp4,a dog\n")
+    job = PrepareJob(pipeline="pipe", media=str(clips), out=str(tmp_path / "out"))
+    with pytest.raises(DataError) as err:
+        plan_prepare(job, wan, None, 1)
+    assert str(err.value).endswith(
+        f"missing caption); nothing to prepare: {clips / 'captions.csv'} lists captions, pass "
+        "it as --media to read them"
+    ), err.value
+    (clips / "captions.csv").unlink()
+    with pytest.raises(DataError, match=r"missing caption\); nothing to prepare$"):
+        plan_prepare(job, wan, None, 1)
