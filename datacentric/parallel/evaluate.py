@@ -47,10 +47,14 @@ def evaluate_schedule(
     *,
     autocast: AbstractContextManager | None = None,
     on_iteration: Callable[[int], None] | None = None,
-) -> float:
+    stop: Callable[[], bool] | None = None,
+) -> float | None:
     """The weighted loss of every sample of ``iterations`` under ``weights`` (collective
     over the world: every rank calls it with the same iterations); ``pack`` builds a
-    whole micro-batch, ``on_iteration(k)`` is called after iteration ``k``."""
+    whole micro-batch, ``on_iteration(k)`` is called after iteration ``k``. ``stop()``
+    (this rank's stop signal) is agreed before each iteration (one small all-reduce):
+    once it is true on any rank, no rank starts another iteration and the loss, not
+    whole, is ``None`` on every rank."""
     groups = runtime.groups
     model = runtime.model
     total = torch.zeros((), dtype=torch.float64, device=groups.device)
@@ -60,6 +64,8 @@ def evaluate_schedule(
         model.eval()
         try:
             for k, iteration in enumerate(iterations):
+                if stop is not None and _any_rank(groups, stop()):
+                    return None  # on every rank, at the same iteration
                 iteration.validate(groups.world_size)
                 for assignment, micro_batch in iteration.micro_batches_of_rank(groups.rank):
                     sp, ring = assignment.sp_size, micro_batch.ring_size

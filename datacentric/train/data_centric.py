@@ -262,16 +262,19 @@ class DataCentric:
         *,
         autocast: AbstractContextManager | None = None,
         progress: bool = False,
-    ) -> float:
+        stop: Callable[[], bool] | None = None,
+    ) -> float | None:
         """The held-out loss of ``dataset`` (any dataset, as ``DataCentric`` takes) under
         the model as it is now: forward only, on every rank (collective: call it on all),
         each sample weighted as in training over the whole set, the same value on any
         world size; gradients, optimizer and random streams untouched. Its schedule is
         made on the first call with this dataset (the run's cost model, budget and policy;
         docs/configuration.md, "Validation during training"). ``autocast``: the context
-        the forward passes run in (mixed precision)."""
+        the forward passes run in (mixed precision). ``stop()``: this rank's stop signal,
+        agreed by the ranks before each batch (one small all-reduce); once it is true on
+        any rank, no rank starts another batch and the loss is ``None`` on every rank."""
         held_out = self.prepare_evaluation(dataset)
-        return validation_loss(self, held_out, autocast=autocast, progress=progress)
+        return validation_loss(self, held_out, autocast=autocast, progress=progress, stop=stop)
 
     def prepare_evaluation(self, dataset) -> HeldOut:
         """Plan and schedule ``dataset`` for :meth:`evaluate` now (made once per dataset;

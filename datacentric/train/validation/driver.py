@@ -154,15 +154,16 @@ class RunValidation:
         (``val_loss``, and ``val_time_s`` apart from its step time), and the prompts'
         completions (rank 0 writes ``validation/step-N.jsonl``) or renders
         (``validation/step-N/``), which it returns; ``stop()`` True (a stop signal) ends
-        the completions before their next token (:meth:`PromptSamples.run`) and the
-        renders at once (:meth:`PipelineSamples.run`): what finished is kept."""
+        the held-out loss before its next batch (no ``val_loss`` for the step), the
+        completions before their next token (:meth:`PromptSamples.run`) and the renders
+        at once (:meth:`PipelineSamples.run`): what finished is kept."""
         started = time.perf_counter()
         if self.held_out is not None:
-            loss = dc.evaluate(
-                self.held_out, autocast=autocast, progress=self.is_main and self.progress
-            )
-            self.record.add(step, loss, write=self.is_main)
-            record["val_loss"] = loss
+            shown = self.is_main and self.progress
+            loss = dc.evaluate(self.held_out, autocast=autocast, progress=shown, stop=stop)
+            if loss is not None:  # None: stopped before its last batch
+                self.record.add(step, loss, write=self.is_main)
+                record["val_loss"] = loss
         samples = []
         if self.prompts is not None:
             samples = self.prompts.run(dc, step, autocast=autocast, stop=stop)

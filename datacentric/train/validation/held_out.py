@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -145,10 +146,12 @@ def validation_loss(
     *,
     autocast: AbstractContextManager | None = None,
     progress: bool = False,
-) -> float:
+    stop: Callable[[], bool] | None = None,
+) -> float | None:
     """The held-out loss of ``held_out`` under ``dc``'s model (a :class:`DataCentric`;
     collective: every rank calls it); ``progress`` shows ``progress: validation K/N``
-    lines (rank 0)."""
+    lines (rank 0); ``None`` once ``stop()`` (agreed by the ranks before each batch)
+    ended it."""
     iterations = held_out.schedule.iterations
     with Progress("validation", len(iterations), unit="batch", enabled=progress) as shown:
         return evaluate_schedule(
@@ -158,4 +161,5 @@ def validation_loss(
             held_out.weights(dc.runtime.loss_mode),
             autocast=autocast,
             on_iteration=lambda _: shown.update(1),
+            stop=stop,
         )
