@@ -258,10 +258,12 @@ def ensure_profile(
     sp_sizes: Sequence[int] | None = None,
     max_points: int = 3,
     max_profile_tokens: int | None = None,
+    probe: bool = True,
 ) -> Profile:
     """The profile saved in ``directory`` if it matches this model, device, torch, world
-    and dtype and this machine still runs like it (:func:`reusable`); otherwise measure
-    one now and save it. A corrupt file raises
+    and dtype and this machine still runs like it (:func:`reusable`; without ``probe``,
+    not asked: a resumed run rebuilds its saved schedule from the profile that made it);
+    otherwise measure one now and save it. A corrupt file raises
     :class:`~datacentric.profiling.store.ProfileError`.
 
     Called by every rank of a training run that has initialised ``torch.distributed``
@@ -273,7 +275,7 @@ def ensure_profile(
     :attr:`ProfileSettings.spec`)."""
     current = _fingerprint(settings, settings.world_size)
     saved, checked = fresh_profile(directory, current)
-    if saved is not None and reusable(saved, settings, directory, checked=checked):
+    if saved is not None and (not probe or reusable(saved, settings, directory, checked=checked)):
         return saved
     spec = settings.spec  # what the profile records of the model: the run's, without adapters
     if spec is None:

@@ -171,8 +171,8 @@ def assemble_run(
         dataset=dataset,
         sp_sizes=sp_sizes,
     )
-    # its spec's cost (collective when it profiles)
-    cost_model = run_cost_model(run_model.placed(place), config.cost)
+    resumed = bool(config.checkpoint.resume or config.checkpoint.resume_from)
+    cost_model = run_cost_model(run_model.placed(place), config.cost, resumed=resumed)  # collective
     # global batch size: the check's, else sized here from the same samples
     batch = prechecked.global_batch if prechecked is not None else None
     if batch is None:
@@ -195,7 +195,7 @@ def assemble_run(
         sp_sizes=sp_sizes,
         # a resumed run keeps the model and data its first start checked (the resume
         # checks refuse any change), and names a changed model by the checkpoint's
-        check_model=not (config.checkpoint.resume or config.checkpoint.resume_from),
+        check_model=not resumed,
     )
     check_plan(dc.pipeline, config.cost.cost_model)  # now, its refusal train's own line
     # trainer: each rank's own random stream from here (dropout differs by rank and shard)

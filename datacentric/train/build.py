@@ -312,7 +312,7 @@ def device_cost_model(
     )
 
 
-def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
+def run_cost_model(model: RunModel, cost: CostConfig, *, resumed: bool = False) -> CostModel:
     """The cost model of a training run of ``model`` (collective when it profiles), from
     the ``[cost]`` section, on the ranks and device its :attr:`~RunModel.place` says,
     holding model state as it says.
@@ -321,8 +321,9 @@ def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
     the place's ``[job]`` section) if its fingerprint matches this model, device, torch,
     world and dtype, else one measured now on the run's own ranks (no second launch) on
     the run's own samples and SP sizes, and saved there; the fitted model then predicts
-    every bucket. ``analytic``: :func:`device_cost_model` of the run's spec
-    (:attr:`RunModel.spec`).
+    every bucket; ``resumed`` (a resumed run), the saved profile as it is, unprobed: the
+    schedule its checkpoint's steps ran is rebuilt from it. ``analytic``:
+    :func:`device_cost_model` of the run's spec (:attr:`RunModel.spec`).
     """
     place = model.place
     if cost.cost_model == "analytic":
@@ -353,7 +354,11 @@ def run_cost_model(model: RunModel, cost: CostConfig) -> CostModel:
         source=source,
         identity=model.identity,
     )
-    profile = ensure_profile(directory, settings, place.shapes, sp_sizes=place.sp_sizes)
+    # resumed: the saved profile as it is (a fresh measurement would rebuild another
+    # schedule than the one the checkpoint's steps ran, and the resume would refuse it)
+    profile = ensure_profile(
+        directory, settings, place.shapes, sp_sizes=place.sp_sizes, probe=not resumed
+    )
     return fitted_cost_model(profile)
 
 

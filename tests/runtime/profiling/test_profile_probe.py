@@ -195,3 +195,29 @@ def test_a_runs_profile_without_the_spec_of_its_model_refuses_before_measuring(t
     before measuring."""
     with pytest.raises(ValueError, match="needs its spec"):
         ensure_profile(tmp_path, dataclasses.replace(SETTINGS, spec=None), [TEXT(64)])
+
+
+def test_a_resumed_run_keeps_its_saved_profile_however_the_machine_runs_now(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """A resume rebuilds the schedule its checkpoint's steps ran from the profile that
+    made it: a probe finding the machine busier now re-measured it, the rebuilt schedule
+    differed and the resume was refused ('resume with the same settings', which it had)."""
+    saved = dataclasses.replace(
+        make_profile(world=1), fingerprint=autoprofile._fingerprint(SETTINGS, 1)
+    )
+    save_profile(saved, tmp_path)
+    os.utime(tmp_path / PROFILE_FILE, (1_000_000.0, 1_000_000.0))  # long ago: probed
+    case = RunCase((TEXT(4096),), 1, 2, False)
+    monkeypatch.setattr(  # twice as slow now: off by far more than the tolerance
+        autoprofile, "probe_profile", lambda *a, **k: ProbeResult(((case, 1.0, 2.0),))
+    )
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(autoprofile, "measure_profile", measured_again)
+    assert ensure_profile(tmp_path, SETTINGS, [TEXT(64)], probe=False) == saved
+    assert load_profile(tmp_path) == saved and "off on this machine" not in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="measured again"):  # a fresh run measures it
+        ensure_profile(tmp_path, SETTINGS, [TEXT(64)])
