@@ -31,6 +31,9 @@ from datacentric.parallel.start_stops import (
     _ignore_stop_signals,
 )
 
+_INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"
+"""torch's switch for a barrier on the store after a process group is built."""
+
 
 def _worker_entry(
     rank: int,
@@ -59,13 +62,7 @@ def _worker_entry(
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(
-            backend,
-            init_method=init_method,
-            rank=rank,
-            world_size=world_size,
-            timeout=timedelta(seconds=timeout_s),
-        )
+        _init_every_rank(backend, init_method, rank, world_size, timeout_s)
         stopped = _STARTING.agreed(device) if stop_at_start else None
         value = StoppedAtStart(stopped) if stopped is not None else fn(*args)
         # The rank's work has ended (a run's own handlers are gone): a stop request
@@ -85,6 +82,34 @@ def _worker_entry(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _init_every_rank(
+    backend: str, init_method: str, rank: int, world_size: int, timeout_s: float
+) -> None:
+    """Initialise ``torch.distributed`` and return once every rank has: torch's barrier
+    on the store after the process group is built (``TORCH_DIST_INIT_BARRIER=1``, for
+    this call alone; later groups are as torch makes them).
+
+    Without it a rank whose work has no collective could end while a peer was still
+    taking its gloo connection, and that peer's start failed ('Gloo connectFullMesh
+    failed ... Connection closed by peer'); the file rendezvous, which its ranks poll,
+    made that more likely than rank 0's TCP store did."""
+    previous = os.environ.get(_INIT_BARRIER)
+    os.environ[_INIT_BARRIER] = "1"
+    try:
+        dist.init_process_group(
+            backend,
+            init_method=init_method,
+            rank=rank,
+            world_size=world_size,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    finally:
+        if previous is None:
+            del os.environ[_INIT_BARRIER]
+        else:
+            os.environ[_INIT_BARRIER] = previous
 
 
 def _rendezvous_folder(init_method: str) -> str | None:

@@ -5,6 +5,7 @@ they end."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import socket
@@ -12,11 +13,13 @@ import stat
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 import torch.distributed as dist
+from torch.distributed.rendezvous import register_rendezvous_handler
 
-from datacentric.parallel import launch
+from datacentric.parallel import launch, rank_entry
 from datacentric.parallel.launch import RankFailure, spawn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -126,3 +129,88 @@ def test_the_folder_is_gone_after_a_signal_to_the_launcher(folders):
 def test_the_store_waits_as_long_as_the_collective_timeout(folders):
     waited = spawn(_waiting_for_a_key_never_set, 2, timeout_s=120, collective_timeout_s=2)
     assert all(1.5 <= s < 30 for s in waited), waited
+
+
+class _SlowGets(dist.Store):
+    """A store whose reads wait ``delay_s`` first: rank 0's, slow to take its peers'
+    gloo connections while they have started and gone."""
+
+    def __init__(self, inner: dist.Store, delay_s: float) -> None:
+        super().__init__()
+        self.inner, self.delay_s = inner, delay_s
+
+    def set(self, key, value):
+        self.inner.set(key, value)
+
+    def get(self, key):
+        time.sleep(self.delay_s)
+        return self.inner.get(key)
+
+    def add(self, key, amount):
+        return self.inner.add(key, amount)
+
+    def compare_set(self, key, expected, desired):
+        return self.inner.compare_set(key, expected, desired)
+
+    def wait(self, keys, timeout=None):
+        return self.inner.wait(keys) if timeout is None else self.inner.wait(keys, timeout)
+
+    def check(self, keys):
+        return self.inner.check(keys)
+
+    def delete_key(self, key):
+        return self.inner.delete_key(key)
+
+    def num_keys(self):
+        return self.inner.num_keys()
+
+    def clone(self):
+        return _SlowGets(self.inner.clone(), self.delay_s)
+
+
+_KEPT: list[dist.Store] = []
+
+
+def _slow_rank_zero(url: str, **kwargs):
+    """``slowfile://PATH?rank=R&world_size=N``: a FileStore, slow to read on rank 0."""
+    parts = urlparse(url)
+    query = dict(item.split("=") for item in parts.query.split("&"))
+    rank, world = int(query["rank"]), int(query["world_size"])
+    slow = _SlowGets(dist.FileStore(parts.path, world), 0.5 if rank == 0 else 0.0)
+    _KEPT.append(slow)  # a store written in Python lives while Python holds it
+    yield slow, rank, world
+    raise RuntimeError("no second rendezvous")
+
+
+register_rendezvous_handler("slowfile", _slow_rank_zero)
+
+
+def _start_and_leave(rank: int, path: str, world: int, report) -> None:
+    """Start as a spawned rank does, then leave at once (work without a collective)."""
+    try:
+        init = f"slowfile://{path}"
+        rank_entry._init_every_rank("gloo", init, rank, world, timeout_s=60)
+        report.put((rank, "ok"))
+    except Exception as err:  # noqa: BLE001 - the test counts them
+        report.put((rank, str(err).splitlines()[0]))
+
+
+def test_no_rank_leaves_before_every_rank_has_started(tmp_path):
+    """A rank with no collective to run used to end while rank 0 was still taking its
+    connection, and rank 0's start failed ('Gloo connectFullMesh failed ... Connection
+    closed by peer': 3 of 10 tries at world 2 without the barrier)."""
+    context = multiprocessing.get_context("fork")
+    for attempt in range(6):
+        report = context.Queue()
+        path = str(tmp_path / f"rendezvous-{attempt}")
+        ranks = [
+            context.Process(target=_start_and_leave, args=(rank, path, 3, report))
+            for rank in range(3)
+        ]
+        for process in ranks:
+            process.start()
+        ended = dict(report.get(timeout=120) for _ in ranks)
+        for process in ranks:
+            process.join(timeout=30)
+        assert ended == {0: "ok", 1: "ok", 2: "ok"}, (attempt, ended)
+    assert "TORCH_DIST_INIT_BARRIER" not in os.environ
