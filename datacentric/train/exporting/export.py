@@ -7,7 +7,9 @@ written as:
 - a Hugging Face model (``hf:DIR_OR_NAME``): ``save_pretrained`` of the transformers
   model (safetensors weights, ``config.json``), with the tokenizer files the run read
   its text with beside it (its ``--tokenizer`` folder, else the model folder's; none
-  for ``--tokenizer bytes``), so ``AutoModelForCausalLM.from_pretrained(OUT)`` loads it;
+  for ``--tokenizer bytes``), so ``AutoModelForCausalLM.from_pretrained(OUT)`` loads it
+  and ``AutoTokenizer.from_pretrained(OUT)`` gives the ids it was trained on (a LoRA
+  run's PEFT adapter folder carries the same tokenizer files);
 - a diffusers video transformer (``diffusers:DIR_OR_NAME``): ``save_pretrained`` of
   the diffusers model (safetensors, ``config.json``), which its class's
   ``from_pretrained(OUT)`` loads; trained from a pipeline folder, the pipeline's other
@@ -169,9 +171,10 @@ def export_run(
         bar.update(stage="build the model")
         built, _ = build_from_source(source, device="meta")
         _check_fits(built, state, f"{path.name} of {run}", source.name)
-        whole_hf = source.kind == "hf" and (source.lora is None or merge)
-        # a whole transformers model carries its tokenizer: found before anything is written
-        tokenizers = _tokenizer_folders(source, settings, start) if whole_hf else []
+        # a transformers model, or its adapter, carries the tokenizer the run read its
+        # text with (as transformers' Trainer saves it beside a PEFT adapter): found
+        # before anything is written
+        tokenizers = _tokenizer_folders(source, settings, start) if source.kind == "hf" else []
         remove_previous(out, previous)
         out.mkdir(parents=True, exist_ok=True)
         bar.update(stage=f"write {out}")
@@ -186,6 +189,8 @@ def export_run(
         "out": str(out),
         "files": sorted([*files, EXPORT_RECORD]),
     }
+    if source.kind == "hf":  # where its tokenizer files came from (None: --tokenizer bytes)
+        summary["tokenizer"] = str(tokenizers[0]) if tokenizers else None
     return summary
 
 
@@ -200,8 +205,8 @@ def _write_model(
 ) -> tuple[str, int]:
     """Write the model (or a LoRA run's adapters, or with ``merge`` the model they are
     folded into) into ``out``, its weights cast to ``dtype`` (a :data:`WEIGHT_DTYPES`
-    name; None: as they are), a transformers model with the files of ``tokenizers``
-    beside it: its format and how many values it holds."""
+    name; None: as they are), a transformers model or adapter with the files of
+    ``tokenizers`` beside it: its format and how many values it holds."""
     if source.lora is not None and merge:  # --merge: the adapters folded in, a full model's
         built, source, state = _merged_model(built, source, state)
     if source.lora is not None:  # the adapters alone are written (and cast)
@@ -213,7 +218,10 @@ def _write_model(
         base = str(source.folder) if source.folder is not None else source.name
         fmt = {"hf": "peft-adapter", "diffusers": "diffusers-lora"}.get(source.kind, "lora")
         transposed = transposed_layers(built)  # GPT-2's Conv1D: fan_in_fan_out
-        return fmt, write_adapter(state, built.lora_spec, source.kind, base, out, transposed)
+        count = write_adapter(state, built.lora_spec, source.kind, base, out, transposed)
+        for folder in tokenizers:  # AutoTokenizer.from_pretrained(OUT): the run's ids
+            _copy_tokenizer(folder, out)
+        return fmt, count
     if source.kind == "hf":
         return "transformers", _export_hf(built, source, state, out, tokenizers)
     if source.kind == "diffusers":

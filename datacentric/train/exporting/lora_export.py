@@ -6,7 +6,10 @@ writes, by default, the adapters alone:
 
 - a transformers model: a PEFT adapter folder (``adapter_config.json``,
   ``adapter_model.safetensors``) that ``PeftModel.from_pretrained(base, OUT)`` loads onto
-  the base model the run started from;
+  the base model the run started from, with the run's tokenizer files beside them (its
+  ``--tokenizer``, else the model folder's; as transformers' ``Trainer`` saves a
+  tokenizer beside an adapter), so ``AutoTokenizer.from_pretrained(OUT)`` gives the ids
+  the adapters were trained on;
 - a diffusers transformer: ``pytorch_lora_weights.safetensors``, keys prefixed with the
   pipeline component (``transformer.``), which a diffusers pipeline's
   ``load_lora_weights(OUT)`` loads, with ``adapter_config.json`` beside it. That loader

@@ -369,3 +369,65 @@ def test_a_merged_lm_head_adapter_of_a_tied_model_loads_as_trained(tmp_path, cap
     )
     assert abs(adapter_loss - base_loss) > 1e-4  # the adapters moved the loss
     assert abs(merged_loss - adapter_loss) <= 1e-6 * abs(adapter_loss)
+
+
+def _word_tokenizer(folder, texts) -> None:  # noqa: ANN001
+    """A word-level ``tokenizer.json`` trained on ``texts`` in ``folder``."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
+    folder.mkdir(exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+
+
+@pytest.mark.slow
+def test_an_adapter_export_carries_the_tokenizer_the_run_read_its_text_with(
+    tmp_path, capsys
+) -> None:
+    """A LoRA run of a Llama folder that read its text with another ``--tokenizer``:
+    the adapter folder holds that tokenizer (before: none, so a user took the base
+    folder's, whose ids differ), ``AutoTokenizer`` of the adapter folder gives the run's
+    ids, and ``PeftModel.from_pretrained`` still loads the adapter onto the base."""
+    import json
+
+    from peft import PeftModel
+    from tokenizers import Tokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    words = [" ".join(f"w{j % 13} t{i * j % 5}" for j in range(8)) for i in range(24)]
+    texts = [f"doc {i}: {line}" for i, line in enumerate(words)]
+    base, other = tmp_path / "llama", tmp_path / "other"
+    _word_tokenizer(base, [t[::-1] for t in texts])  # the base folder's own: other ids
+    _word_tokenizer(other, texts)
+    config = AutoConfig.for_model(
+        "llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(base)
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    run = tmp_path / "run"
+    cli_json_here([
+        "train", "--model", f"hf:{base}", "--dataset", f"jsonl:{data}",
+        "--tokenizer", str(other / "tokenizer.json"), "--iterations", "1",
+        "--lora.rank", "4", "--cost-model", "analytic", "--no-progress",
+        "--out", str(run), "--json",
+    ], capsys)  # fmt: skip
+    adapter = tmp_path / "adapter"
+    summary = cli_json_here(["export", str(run), "--out", str(adapter), "--json"], capsys)
+    assert summary["format"] == "peft-adapter"
+    assert summary["tokenizer"] == str(other)
+    assert {PEFT_CONFIG, PEFT_WEIGHTS, "tokenizer.json"} <= set(summary["files"])
+    trained = Tokenizer.from_file(str(other / "tokenizer.json"))
+    loaded = AutoTokenizer.from_pretrained(adapter)
+    own = AutoTokenizer.from_pretrained(base)
+    for text in texts[:4]:
+        assert loaded(text).input_ids == trained.encode(text).ids
+        assert own(text).input_ids != trained.encode(text).ids  # the mistake it saves
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter)
+    ids = torch.tensor([loaded(texts[0]).input_ids])
+    with torch.no_grad():
+        assert torch.isfinite(model.eval()(input_ids=ids).logits).all()

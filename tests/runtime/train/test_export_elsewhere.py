@@ -147,8 +147,8 @@ def test_a_run_s_tokenizer_gone_is_said_before_anything_is_written(
 
 
 def test_an_export_that_writes_no_tokenizer_needs_none(tmp_path: Path) -> None:
-    """Only a whole transformers model carries the run's tokenizer: the model's path is
-    resolved for every export, the tokenizer's only where it is copied."""
+    """Only a transformers model (or its LoRA adapter) carries the run's tokenizer: the
+    model's path is resolved for every export, the tokenizer's only where it is copied."""
     from datacentric.train.exporting.export import _paths_as_the_run_saw
 
     settings = {"model": {"model": "mypkg.mod:factory"}, "data": {"tokenizer": "tok/t.json"}}
