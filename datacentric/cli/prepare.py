@@ -134,9 +134,8 @@ def run(args: argparse.Namespace) -> int:
     announce(  # before torch and the pipeline load
         "prepare",
         f"encoding {args.media} with {args.pipeline}'s VAE and text encoders into {args.out} "
-        f"on {counted(ranks_that_run(args.world), 'rank')}; loading the pipeline first (seconds "
-        "for a small one, a minute or more for a full-size one), then each clip or image "
-        "with the time left",
+        f"on {counted(ranks_that_run(args.world), 'rank')}; reading the media first (each "
+        "file's header), then what an earlier run left to encode",
         json_output=args.json,
     )
     from datacentric.prepare import PrepareJob, prepare

@@ -10,8 +10,9 @@ caption ``[training] caption_dropout`` drops trains on) and ``prepare_report.jso
 Under ``OUT/.prepare/`` it keeps the settings the folder was made with and one record per
 finished (or skipped) clip, each written to a temporary name and renamed, after the
 clip's files: a killed run resumes where it stopped, a rerun with the same inputs encodes
-nothing, and the manifest, written last, lists what a run that was never interrupted
-lists. A record states the media reading it was encoded from
+nothing (when every clip is recorded it starts no rank and loads no pipeline: it writes
+the manifest and report again and says so), and the manifest, written last, lists what
+a run that was never interrupted lists. A record states the media reading it was encoded from
 (:data:`~datacentric.data.media_decode.READING_REVISION`); a clip an earlier reading
 encoded is encoded again, its files replaced.
 """
@@ -224,9 +225,7 @@ def encode_rank(
     distributed = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     out = Path(job.out).expanduser()
-    # a repeated line is its first copy's sample: no record of its own (the record's
-    # file is the first copy's)
-    mine = [t for t in plan.tasks if t.rank == rank and t.duplicate_of is None]
+    mine = _rank_tasks(plan, rank)
     done, again = _earlier_records(out, mine, lambda line: _say(rank, plan.world, line))
     todo = [t for t in mine if done[id(t)] is None]
     start = clock()
@@ -274,10 +273,27 @@ def encode_rank(
             plan.world,
             f"{number}/{counted(len(todo), unit, plural=plural)}, {rate:.2f}/s{time_left}",
         )
-    seconds = clock() - start
+    return _rank_result(plan, rank, done, encoded, again, clock() - start)
+
+
+def _rank_tasks(plan: PreparePlan, rank: int) -> list[Task]:
+    """The clips ``rank`` encodes: a repeated line is its first copy's sample, with no
+    record of its own (the record's file is the first copy's)."""
+    return [t for t in plan.tasks if t.rank == rank and t.duplicate_of is None]
+
+
+def _rank_result(
+    plan: PreparePlan,
+    rank: int,
+    done: dict[int, dict[str, Any] | None],
+    encoded: int,
+    again: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """What a rank reports of its clips (``done``: :func:`_earlier_records`'s)."""
     return {
         "rank": rank,
-        "clips": len(mine),
+        "clips": len(done),
         "assigned_cost": plan.assigned_cost[rank],
         "encoded": encoded,
         # samples an earlier run encoded (its skipped clips are not counted)
@@ -285,6 +301,23 @@ def encode_rank(
         "encoded_again": again,
         "seconds": round(seconds, 3),
     }
+
+
+def _finished_ranks(job: PrepareJob, plan: PreparePlan) -> list[dict[str, Any]] | None:
+    """Every rank's report as :func:`encode_rank` gives it when an earlier run left
+    nothing to encode (each clip recorded at this media reading with these settings, as
+    the ranks' own resume check finds it, and the empty prompt's file written), else
+    None."""
+    out = Path(job.out).expanduser()
+    if not (out / EMPTY_PROMPT).is_file():
+        return None
+    results = []
+    for rank in range(plan.world):
+        done, again = _earlier_records(out, _rank_tasks(plan, rank), lambda line: None)
+        if any(record is None for record in done.values()):
+            return None  # a clip to encode (the ranks say why one is encoded again)
+        results.append(_rank_result(plan, rank, done, 0, again, 0.0))
+    return results
 
 
 def write_outputs(job: PrepareJob, plan: PreparePlan, ranks: list[dict]) -> dict[str, Any]:
@@ -404,13 +437,43 @@ def prepare(job: PrepareJob) -> dict[str, Any]:
     """Run ``prepare`` (see the module docstring); returns ``prepare_report.json``."""
     from datacentric.parallel.launch import launch_mode
 
-    world = launch_mode(job.world if job.world > 1 else None).world_size
+    mode = launch_mode(job.world if job.world > 1 else None)
+    world = mode.world_size
     temporal, multiple = pipeline_geometry(job.pipeline)
     tokens = CaptionLength(job.pipeline, job.max_text_tokens)
     job = replace(job, max_text_tokens=tokens.limit)  # the folder records the length used
     claim_folder(job, create=False)  # a wrong --out before every file's header is read
     plan = plan_prepare(job, Geometry(temporal, multiple), tokens, world)
     claim_folder(job)
+    finished = _finished_ranks(job, plan)
+    if finished is not None and mode.kind != "torchrun":  # no rank to start, no encoder
+        return _nothing_to_encode(job, plan, finished)
+    if finished is None and os.environ.get("RANK", "0") == "0":  # once under torchrun
+        _say(
+            0,
+            1,
+            f"loading the pipeline on {counted(world, 'rank')} (seconds for a small one, a "
+            "minute or more for a full-size one), then each clip or image with the time left",
+        )
     results = launch(_gathering_rank, job, plan, nproc=job.world if job.world > 1 else None)
     report = next((r["report"] for r in results.values() if "report" in r), None)
     return report if report is not None else {"rank": next(iter(results))}
+
+
+def _nothing_to_encode(
+    job: PrepareJob, plan: PreparePlan, finished: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """A rerun that found every clip done (:func:`_finished_ranks`): the manifest and
+    report written again, as its ranks would write them, said in one line."""
+    report = write_outputs(job, plan, finished)
+    unit, plural = media_unit([task.item for task in plan.tasks])
+    _say(
+        0,
+        1,
+        f"nothing to encode: all {counted(len(plan.tasks), unit, plural=plural)} of "
+        f"{job.media} are done in {job.out} at media reading revision {READING_REVISION} "
+        f"with these settings ({counted(report['samples'], 'sample')}, "
+        f"{report['skipped']} skipped); no rank started, the manifest and {REPORT} "
+        "written again",
+    )
+    return report

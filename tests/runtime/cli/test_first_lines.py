@@ -175,7 +175,7 @@ UNUSUAL = {
         ["prepare", "--pipeline", "{tmp}/wan", "--media", "{tmp}/photos", "--out", "{tmp}/out"],
         "stdout",
         "datacentric prepare: encoding {tmp}/photos with {tmp}/wan's VAE and text encoders",
-        "then each clip or image with the time left",
+        "reading the media first (each file's header), then what an earlier run left",
         "then clips",
     ),
     "bench of two policies, one run each": (

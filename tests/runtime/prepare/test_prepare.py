@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_here import cli_json_here
+from cli_here import cli_here, cli_json_here
 from prepare_media import decoded_frames, save_wan_pipeline, write_media
 from repo_paths import ROOT
 
@@ -216,6 +216,38 @@ def test_killed_run_resumes_to_the_same_bytes_and_a_rerun_encodes_nothing(prepar
     # already done: the 3 samples encoded before (not the 2 skipped clips)
     assert again["encoded"] == 0 and again["already_done"] == 3 and again["samples"] == 3
     assert stamps == {p: p.stat().st_mtime_ns for p in (out / "latents").iterdir()}
+
+
+def test_a_rerun_with_nothing_to_do_starts_no_rank(prepared, capsys, monkeypatch):
+    """Every clip recorded at this reading and these settings: a rerun at world 2 says
+    what it found done in one line and writes the same report and manifest, without
+    starting its ranks or saying that it loads the pipeline (before: two ranks spawned,
+    10-14 s on this machine, after 'loading the pipeline first')."""
+    import datacentric.prepare.run as prepare_run
+
+    out = prepared["root"] / "rerun"
+    subprocess.run(["cp", "-a", str(prepared["out"]), str(out)], check=True)
+    started, launch = [], prepare_run.launch
+    monkeypatch.setattr(prepare_run, "launch", lambda *a, **k: started.append(k) or launch(*a, **k))
+    argv = ["prepare", "--pipeline", str(prepared["pipe"]), "--media", str(prepared["media"])]
+    status, stdout, stderr = cli_here([*argv, "--out", str(out), "--world", "2"], capsys)
+    assert status == 0, stderr
+    assert started == []
+    assert "loading the pipeline" not in stdout + stderr
+    done = [line for line in stderr.splitlines() if "nothing to encode" in line]
+    assert len(done) == 1 and "5 clips" in done[0] and str(out) in done[0], stderr
+    first = prepared["report"]
+    ranks = [{**r, "encoded": 0, "already_done": r["encoded"]} for r in first["ranks"]]
+    want = {**first, "encoded": 0, "already_done": 3, "earlier_media": first["media"]}
+    report = json.loads((out / "prepare_report.json").read_text())
+    untimed = [{**r, "seconds": None} for r in report["ranks"]]
+    assert {**report, "ranks": untimed} == {
+        **want,
+        "ranks": [{**r, "seconds": None} for r in ranks],
+    }
+    assert (out / "manifest.jsonl").read_bytes() == (
+        prepared["out"] / "manifest.jsonl"
+    ).read_bytes()
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def test_a_resume_encodes_again_what_an_earlier_reading_encoded(tmp_path, monkey
     again = prepare(job("resumed"))
     counts = (again["encoded"], again["already_done"], again["encoded_again"])
     assert counts == (0, 2, 0)
-    assert "again" not in capsys.readouterr().err
+    assert "encoding again" not in capsys.readouterr().err  # the out path may say "again"
     assert stamps == {p: p.stat().st_mtime_ns for p in (out / "latents").iterdir()}
 
 
