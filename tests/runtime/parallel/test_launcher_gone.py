@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -75,9 +76,15 @@ AGENT = """
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
 def test_ranks_end_when_their_launcher_is_killed_and_not_reaped(tmp_path) -> None:
+    # the launcher's temporary folder, where it makes the ranks' rendezvous: a short path
+    # of its own, not below tmp_path (the forkserver's socket, made there too, would pass
+    # AF_UNIX's 108 bytes under a deep pytest folder)
+    with tempfile.TemporaryDirectory(prefix="dc-gone-") as temporary:
+        _launcher_killed(tmp_path, Path(temporary))
+
+
+def _launcher_killed(tmp_path: Path, temporary: Path) -> None:
     path = os.pathsep.join(str(p) for p in (HERE, ROOT / "tests", ROOT))
-    temporary = tmp_path / "tmp"  # the launcher's: where it makes the ranks' rendezvous
-    temporary.mkdir()
     env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", TMPDIR=str(temporary))
     args = [sys.executable, "-c", textwrap.dedent(AGENT), str(tmp_path)]
     agent = subprocess.run(
