@@ -7,8 +7,9 @@ collective, the gradient sync, a checkpoint save). After a timeout,
 :meth:`Heartbeat.describe_peers` reads every rank's record twice, ``2.5 * period_s``
 apart: a rank whose counter did not move is stopped (SIGSTOP, a frozen host, a
 debugger), one whose counter moved is alive but elsewhere (a deadlock: its phase says
-where). The store is the one the process group was built on (rank 0's, or torchrun's
-agent's); if it does not answer either, the message says so.
+where). The store is the one the process group was built on (a file the launcher made
+for the ranks it started, rank 0's for a ``tcp://`` rendezvous, or torchrun's agent's);
+if it does not answer either, the message says so.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Heartbeat:
             time.sleep(2.5 * self.period_s)
             after = self._records()
         except Exception:  # noqa: BLE001 - the store's host is the one that stopped
-            return "the job's store did not answer either (rank 0 or the launcher stopped?)"
+            return "the job's store did not answer either (its host or the launcher stopped?)"
         stopped = [
             f"rank {r} stopped answering during {after[r][1]}"
             for r in sorted(after)
