@@ -95,8 +95,9 @@ def _launcher_killed(tmp_path: Path, temporary: Path) -> None:
     seen = json.loads(agent.stdout.strip().splitlines()[-1])
     assert seen["running"] == 0, seen  # before: both ranks still ran 20 s on
     # as when the launcher was reaped: status 143 (where the forkserver, still ending,
-    # did not take it), within about a second
+    # did not take it), within about a second on an idle machine (6.5 and 11.7 s were
+    # seen at load 8-10; before, the ranks ran on past the agent's 20 s)
     assert {status for status, _ in seen["ended"]} <= {143, None}, seen
-    assert max(after for _, after in seen["ended"]) < 5, seen
+    assert max(after for _, after in seen["ended"]) < 15, seen
     # the ranks removed their rendezvous folder, which their launcher could not
     assert not list(temporary.glob("datacentric-rendezvous-*"))
