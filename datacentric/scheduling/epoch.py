@@ -286,6 +286,23 @@ def send_stream(spec: dict, conn: Connection) -> None:
         conn.close()
 
 
+def serve_stream(inputs: Connection, out: Connection) -> None:
+    """The body of a build process started afresh (not forked): read the spec from
+    ``inputs``, say ``("started", None)`` through ``out``, then :func:`send_stream`; or
+    say ``("unreadable", words)`` when the spec cannot be loaded here (a class of the
+    parent's main script, say), so the parent builds the epoch itself."""
+    try:
+        spec = inputs.recv()
+    except Exception as err:  # the parent builds it on a thread instead
+        out.send(("unreadable", f"{type(err).__name__}: {err}"))
+        out.close()
+        return
+    finally:
+        inputs.close()
+    out.send(("started", None))
+    send_stream(spec, out)
+
+
 def _check_call(policy: str, world_size: int, plan: Plan) -> None:
     """Raise on a policy name, world size or plan :func:`build_schedule` cannot use."""
     if policy not in POLICIES:

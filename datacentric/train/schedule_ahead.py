@@ -22,7 +22,7 @@ epoch's.
 from __future__ import annotations
 
 import os
-import signal
+import subprocess
 import sys
 import threading
 import time
@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from datacentric.schedule import Iteration, Schedule
-from datacentric.scheduling.epoch import EpochStream, send_stream
+from datacentric.scheduling.epoch import EpochStream
 
 
 class _Build:
@@ -92,13 +92,17 @@ class StreamedBuild:
     """``stream``'s steps built in order away from the training loop: :meth:`step`
     hands out step ``k`` once it is built, :meth:`schedule` the whole schedule once
     every step is (the schedule ``build_schedule`` returns for the same inputs). An
-    :class:`~datacentric.scheduling.epoch.EpochStream` is built in a forked process of its
-    own on Linux (:func:`~datacentric.scheduling.epoch.send_stream`; a thread of this
-    process shares its interpreter lock with the training loop: streamed on a thread, a
+    :class:`~datacentric.scheduling.epoch.EpochStream` is built in a process of its own on
+    Linux (:func:`~datacentric.scheduling.epoch.serve_stream`; a thread of this process
+    shares its interpreter lock with the training loop: streamed on a thread, a
     5,918-step epoch slowed the demo's CPU steps from 0.45 s to 4-5 s while it was
-    built); elsewhere, and for another iterable of steps with a ``schedule()``, on a
-    thread here. An error of the build is
-    raised where a step or the schedule is taken."""
+    built). The process is a fresh interpreter given the stream's pickled spec, not a
+    fork: a fork of this process (which has threads: prefetch, heartbeat, checkpoints)
+    inherited every lock another thread held at that moment, held forever, and a build
+    that took one never sent a step. Where the spec does not pickle or load there, and
+    elsewhere than Linux, and for another iterable of steps with a ``schedule()``, the
+    steps are built on a thread here. An error of the build is raised where a step or
+    the schedule is taken."""
 
     def __init__(self, stream: EpochStream, name: str) -> None:
         self.num_steps = stream.num_steps
@@ -108,33 +112,58 @@ class StreamedBuild:
         self._error: BaseException | None = None
         self._done = False
         self._cancelled = False
-        self._pid: int | None = None
+        self._process: subprocess.Popen | None = None
         self._cond = threading.Condition()
+        target, args = self._run, (stream,)
         if isinstance(stream, EpochStream) and sys.platform == "linux":
-            target, args = self._receive, (self._fork(stream.spec),)
-        else:
-            target, args = self._run, (stream,)
+            try:
+                target, args = self._serve, (stream, *self._start())
+            except OSError:  # no process to be had: built here, on a thread
+                self._process = None
         threading.Thread(target=target, args=args, name=name, daemon=True).start()
 
-    def _fork(self, spec: dict) -> Connection:
-        """Fork the process that builds ``EpochStream(**spec)`` (as a DataLoader's workers
-        are forked: no main module imported again, the inputs inherited, not pickled;
-        ``os.fork`` itself, as a rank may be a daemonic process); the end of the pipe its
-        steps come through."""
-        receive, send = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the build process: it never returns into the caller's code
-            try:
-                os.close(receive)
-                for signum in (signal.SIGINT, signal.SIGTERM):  # its life is the parent's:
-                    signal.signal(signum, signal.SIG_IGN)  # a Ctrl-C saves, then ends it
-                os.nice(BUILD_NICENESS)
-                send_stream(spec, Connection(send, readable=False))
-            finally:
-                os._exit(0)
-        os.close(send)
-        self._pid = pid
-        return Connection(receive, writable=False)
+    def _start(self) -> tuple[Connection, Connection]:
+        """Start the build process (:data:`_ENTRY`: a fresh interpreter, not a fork, so no
+        lock another thread of this process holds, and no state of a thread pool, is
+        inherited); the ends of the pipes its inputs go through and its steps come back
+        through."""
+        inputs_r, inputs_w = os.pipe()
+        steps_r, steps_w = os.pipe()
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", _ENTRY, str(steps_w), str(BUILD_NICENESS)],
+                stdin=inputs_r,
+                pass_fds=(steps_w,),
+                start_new_session=True,  # a Ctrl-C saves, then ends it
+            )
+        except OSError:
+            os.close(inputs_w)
+            os.close(steps_r)
+            raise
+        finally:
+            os.close(inputs_r)
+            os.close(steps_w)
+        return Connection(inputs_w, readable=False), Connection(steps_r, writable=False)
+
+    def _serve(self, stream: EpochStream, inputs: Connection, steps: Connection) -> None:
+        """Send the build process ``sys.path`` and ``stream``'s spec, then store what it
+        sends (:meth:`_receive`); where it cannot take them (they do not pickle, or do not
+        load there), build ``stream`` here (:meth:`_run`)."""
+        started = False
+        try:
+            inputs.send(sys.path)
+            inputs.send(stream.spec)
+            started = steps.recv() == ("started", None)
+        except Exception:  # not picklable, or the process ended: built here instead
+            pass
+        finally:
+            inputs.close()
+        if started:
+            self._receive(steps)
+            return
+        steps.close()
+        self._end_process()
+        self._run(stream)
 
     def _receive(self, conn: Connection) -> None:
         """Store the steps, then the schedule or the error, the process sends."""
@@ -154,11 +183,20 @@ class StreamedBuild:
                     break
         except (EOFError, OSError):
             error = RuntimeError("the schedule's build process ended before its schedule")
+        except Exception as err:  # what it sent does not load here: never wait for it
+            error = RuntimeError(f"the schedule's build process sent what cannot be read: {err}")
         finally:
             conn.close()
-        if self._pid is not None:
-            os.waitpid(self._pid, 0)
-        self._finish(schedule, error)
+            self._end_process()
+            self._finish(schedule, error)
+
+    def _end_process(self) -> None:
+        """Reap the build process (killed first when it has not ended: it has sent all it
+        will send)."""
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
 
     def _run(self, stream) -> None:
         schedule, error = None, None
@@ -182,11 +220,9 @@ class StreamedBuild:
     def cancel(self) -> None:
         """Stop building (a segment no longer run)."""
         self._cancelled = True
-        if self._pid is not None and not self._done:
-            try:
-                os.kill(self._pid, signal.SIGKILL)
-            except ProcessLookupError:  # it has ended
-                pass
+        process = self._process
+        if process is not None and not self._done and process.poll() is None:
+            process.kill()
 
     def built(self) -> int:
         """Steps built so far."""
@@ -231,3 +267,19 @@ class StreamedBuild:
 #: How much lower than the training loop's the build process's CPU priority is (Linux
 #: niceness): it takes the cores the loop leaves idle.
 BUILD_NICENESS = 10
+
+#: The build process's program: SIGINT and SIGTERM ignored (its life is the parent's:
+#: a Ctrl-C's checkpoint still gets its schedule), niceness ``argv[2]``, the parent's
+#: ``sys.path`` read first, then :func:`~datacentric.scheduling.epoch.serve_stream`
+#: with its steps sent through file descriptor ``argv[1]``.
+_ENTRY = """
+import os, signal, sys
+from multiprocessing.connection import Connection
+for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, signal.SIG_IGN)
+os.nice(int(sys.argv[2]))
+inputs = Connection(0, writable=False)
+sys.path[:] = inputs.recv()
+from datacentric.scheduling.epoch import serve_stream
+serve_stream(inputs, Connection(int(sys.argv[1]), readable=False))
+"""

@@ -6,15 +6,17 @@ is built). The build is held back on purpose here, so no test reads a clock."""
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 import threading
 
 import pytest
+import stream_cost_models
 from run_config import small_config
 from test_schedule_ahead import small_loop as schedule_ahead_loop
 
 from datacentric.schedule import Schedule
-from datacentric.scheduling import dcp_opt
+from datacentric.scheduling.epoch import EpochStream
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.train.data_centric import DataCentric
 from datacentric.train.reporting.metrics import read_metrics
@@ -113,26 +115,77 @@ def test_train_logs_step_1s_schedule_wait_and_saves_the_whole_schedule(tmp_path)
     assert ran == [(len(it.sample_ids()), it.est_makespan_s) for it in schedule.iterations[:3]]
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="the build forks on Linux only")
-def test_a_build_in_its_own_process_hands_out_the_whole_builds_steps(monkeypatch):
-    """The epoch's steps built in a forked process are the whole build's; an error of
+def stream_with(cost_model, like: EpochStream | None = None) -> EpochStream:
+    """The small loop's epoch-0 stream (or ``like``'s inputs) priced by ``cost_model(the
+    stream's own cost model)``."""
+    spec = (like or small_loop(0).pipeline.stream(0)).spec
+    return EpochStream(**{**spec, "cost_model": cost_model(spec["cost_model"])})
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the build has a process on Linux only")
+@pytest.mark.timeout(60)
+def test_a_lock_another_thread_holds_when_the_build_starts_does_not_stop_the_build():
+    """The build process starts afresh: a lock the build takes, held by another thread of
+    this process when the build starts (a forked copy would hold it forever: the build
+    sent no step and never ended), is not held there."""
+    whole = small_loop(0).pipeline.schedule(0)
+    stream = stream_with(stream_cost_models.Locked)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with stream_cost_models.PRICES:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert held.wait(60)
+    build = StreamedBuild(stream, name="schedule-epoch-0")
+    release.set()
+    holder.join()
+    assert [build.step(k)[0] for k in range(build.num_steps)] == list(whole.iterations)
+    assert build.schedule()[0].iterations == whole.iterations
+    assert build._process is not None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the build has a process on Linux only")
+@pytest.mark.timeout(120)
+def test_a_build_in_its_own_process_hands_out_the_whole_builds_steps():
+    """The epoch's steps built in the build process are the whole build's; an error of
     the build is raised where its step is taken, the steps before it handed out."""
-    dc = small_loop(0)
-    build = StreamedBuild(dc.pipeline.stream(0), name="schedule-epoch-0")
-    assert build._pid is not None
+    whole = small_loop(0).pipeline.schedule(0)
+    build = StreamedBuild(small_loop(0).pipeline.stream(0), name="schedule-epoch-0")
+    assert build._process is not None
     steps = [build.step(k)[0] for k in range(build.num_steps)]
     schedule, _ = build.schedule()
-    whole = small_loop(0).pipeline.schedule(0)
     assert steps == list(whole.iterations) and schedule.iterations == whole.iterations
-    own_step = dcp_opt.own_step
+    failing = stream_with(lambda model: stream_cost_models.FailsAfter(model, 10**9))
+    probe = EpochStream(**pickle.loads(pickle.dumps(failing.spec)))  # what the process reads
+    built = iter(probe)
+    next(built), next(built)
+    failing.spec["cost_model"].calls = probe.spec["cost_model"].asked  # fails in step 3
+    failed = StreamedBuild(failing, name="schedule-epoch-0")
+    assert failed.step(1)[0] == whole.iterations[1]
+    with pytest.raises(ValueError, match="planted: price .* fails"):
+        failed.step(2)
 
-    def planted(inp, table, chunk, k, *rest):
-        if k == 2:
-            raise ValueError("planted: step 3 fits nothing")
-        return own_step(inp, table, chunk, k, *rest)
 
-    monkeypatch.setattr(dcp_opt, "own_step", planted)  # the forked process inherits it
-    failing = StreamedBuild(small_loop(0).pipeline.stream(0), name="schedule-epoch-0")
-    assert failing.step(1)[0] == whole.iterations[1]
-    with pytest.raises(ValueError, match="planted: step 3 fits nothing"):
-        failing.step(2)
+def test_a_build_process_that_cannot_read_its_inputs_leaves_the_build_to_a_thread():
+    """Inputs the build process cannot load (a class of the running script, a pickling
+    error) are built on a thread of this process: the same steps."""
+    whole = small_loop(0).pipeline.schedule(0)
+    stream = stream_with(lambda model: Unreadable(model))
+    build = StreamedBuild(stream, name="schedule-epoch-0")
+    assert [build.step(k)[0] for k in range(build.num_steps)] == list(whole.iterations)
+    assert build.schedule()[0].iterations == whole.iterations
+
+
+class Unreadable(stream_cost_models.Locked):
+    """Prices as the model it wraps; cannot be loaded again once pickled."""
+
+    def __reduce__(self):
+        return (_refuse, ())
+
+
+def _refuse():
+    raise RuntimeError("planted: these inputs do not load")
