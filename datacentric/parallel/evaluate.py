@@ -29,7 +29,7 @@ from torch import nn
 
 from datacentric.batch import PackedBatch
 from datacentric.parallel.grad_sync import is_fsdp2
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import agree_max
 from datacentric.parallel.loss import LossWeights
 from datacentric.parallel.runtime import DataCentricRuntime, unwrap
 from datacentric.parallel.sequence_shards import shard_batch
@@ -64,7 +64,7 @@ def evaluate_schedule(
         model.eval()
         try:
             for k, iteration in enumerate(iterations):
-                if stop is not None and _any_rank(groups, stop()):
+                if stop is not None and agree_max(groups, int(stop()))[0]:
                     return None  # on every rank, at the same iteration
                 iteration.validate(groups.world_size)
                 for assignment, micro_batch in iteration.micro_batches_of_rank(groups.rank):
@@ -139,7 +139,7 @@ def each_prompt_alone(
         model.eval()
         try:
             for first in range(0, count, groups.world_size):  # a round: a prompt a rank
-                if stop is not None and _any_rank(groups, stop()):
+                if stop is not None and agree_max(groups, int(stop()))[0]:
                     break
                 k = first + groups.rank
                 if k < count:
@@ -152,15 +152,6 @@ def each_prompt_alone(
         dist.all_gather_object(every, mine, group=groups.world)
         mine = {k: v for part in every for k, v in part.items()}
     return [mine.get(k) for k in range(count)]
-
-
-def _any_rank(groups: ProcessGroups, flag: bool) -> bool:
-    """Whether ``flag`` is true on any rank of the world (collective; alone: ``flag``)."""
-    if not (groups.distributed and groups.world_size > 1):
-        return flag
-    found = torch.tensor([int(flag)], dtype=torch.int64, device=groups.device)
-    dist.all_reduce(found, op=dist.ReduceOp.MAX, group=groups.world)
-    return bool(found.item())
 
 
 def generate_tokens(

@@ -213,6 +213,16 @@ class ProcessGroups:
         )
 
 
+def agree_max(groups: ProcessGroups, *values: int) -> tuple[int, ...]:
+    """Each of ``values`` as its largest over the ranks (collective: one small all-reduce
+    for all of them; a single process returns them as they are)."""
+    if not (groups.distributed and groups.world_size > 1):
+        return values
+    flags = torch.tensor(values, dtype=torch.int64, device=groups.device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=groups.world)
+    return tuple(int(v) for v in flags.tolist())
+
+
 def under_torchrun() -> bool:
     """Whether this process runs under torchrun (its ``RANK`` and ``WORLD_SIZE`` are set)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from datacentric.parallel.groups import ProcessGroups, device_memory_bytes
+from datacentric.parallel.groups import ProcessGroups, agree_max, device_memory_bytes
 from datacentric.parallel.launch import launch_mode
 from datacentric.progress import counted
 from datacentric.schedule import Schedule
@@ -35,7 +35,7 @@ from datacentric.settings import TrainConfig
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import what_trains
 from datacentric.train.checkpoints.checkpoint_load import weights_sha256
-from datacentric.train.checkpoints.preemption import StopSignals, agree_max, signal_name
+from datacentric.train.checkpoints.preemption import StopSignals, signal_name
 from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_saves import RunSaves
 from datacentric.train.data_centric import Step

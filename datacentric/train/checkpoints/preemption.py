@@ -28,10 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import ProcessGroups, agree_max
 from datacentric.parallel.launch import RELAYED_SIGINT, stop_signal_at_start
 
 SECOND_SIGNAL_AFTER_S = 1.0
@@ -148,16 +145,6 @@ class StoppedWhileStarting:
     def __exit__(self, *exc: Any) -> None:
         if self.signum is None:  # once stopping, a repeated signal stays ignored
             self.hand_over()
-
-
-def agree_max(groups: ProcessGroups, *values: int) -> tuple[int, ...]:
-    """Each of ``values`` as its largest over the ranks (collective: one small all-reduce
-    for all of them; a single process returns them as they are)."""
-    if not (groups.distributed and groups.world_size > 1):
-        return values
-    flags = torch.tensor(values, dtype=torch.int64, device=groups.device)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=groups.world)
-    return tuple(int(v) for v in flags.tolist())
 
 
 def signal_name(signum: int) -> str:
