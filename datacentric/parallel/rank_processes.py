@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +20,15 @@ from datacentric.parallel.start_stops import RELAYED_SIGINT, _HoldStops
 
 #: Seconds ranks get to end on a second SIGINT relayed to them before they are killed.
 SIGINT_GRACE_S = 3.0
+
+#: The longest path of an AF_UNIX socket, in bytes (``sun_path`` less its NUL: 108 on
+#: Linux, 104 on macOS and the BSDs).
+SOCKET_PATH_BYTES = 107 if sys.platform.startswith("linux") else 103
+#: What multiprocessing adds to the temporary folder for the forkserver's socket:
+#: its own folder (``/pymp-XXXXXXXX``), then the socket (``/listener-XXXXXXXX``).
+PYMP_BYTES, LISTENER_BYTES = len("/pymp-") + 8, len("/listener-") + 8
+#: Where the socket goes when ``TMPDIR`` leaves it too little room (as Python 3.14 does).
+SHORT_TEMP_FOLDERS = ("/tmp", "/var/tmp")
 
 
 class _StopRanks:
@@ -125,6 +136,7 @@ def _start_forkserver() -> None:
     import threading
     from multiprocessing import forkserver
 
+    _room_for_the_socket()
     if threading.current_thread() is not threading.main_thread():
         with _HoldStops():
             forkserver.ensure_running()
@@ -135,3 +147,36 @@ def _start_forkserver() -> None:
             forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _room_for_the_socket() -> None:
+    """Let the forkserver's socket path fit AF_UNIX's limit: multiprocessing binds it
+    below the temporary folder (``TMPDIR``), so a folder longer than about 75 bytes (a
+    cluster job's scratch folder) failed every launch with ``OSError: AF_UNIX path too
+    long``. Such a folder leaves this process's multiprocessing folder (the socket's, a
+    few bytes) in the first of :data:`SHORT_TEMP_FOLDERS` that is writable; everything
+    else still goes under ``TMPDIR``. Where no such folder is writable, or
+    multiprocessing already made its folder, the error names ``TMPDIR``."""
+    from multiprocessing import util
+
+    def fits(folder: str) -> bool:
+        return len(os.fsencode(folder)) + PYMP_BYTES + LISTENER_BYTES <= SOCKET_PATH_BYTES
+
+    if fits(tempfile.gettempdir()):
+        return
+    short = next(
+        (f for f in SHORT_TEMP_FOLDERS if fits(f) and os.access(f, os.W_OK | os.X_OK)), None
+    )
+    previous = tempfile.tempdir
+    if short is not None:
+        tempfile.tempdir = short
+    try:
+        made = util.get_temp_dir()  # made once per process, kept until it ends
+    finally:
+        tempfile.tempdir = previous
+    if len(os.fsencode(made)) + LISTENER_BYTES > SOCKET_PATH_BYTES:
+        raise OSError(
+            f"the temporary folder {made} leaves too little room for the rank launcher's "
+            f"socket (AF_UNIX paths hold {SOCKET_PATH_BYTES} bytes): set TMPDIR to a "
+            "shorter folder"
+        )
