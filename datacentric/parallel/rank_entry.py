@@ -34,6 +34,11 @@ from datacentric.parallel.start_stops import (
 _INIT_BARRIER = "TORCH_DIST_INIT_BARRIER"
 """torch's switch for a barrier on the store after a process group is built."""
 
+RENDEZVOUS_FOLDER = "DATACENTRIC_RENDEZVOUS_FOLDER"
+"""The environment variable that names a spawned rank's rendezvous folder: its launch's
+own (mode 0700), removed once the ranks end, where the ranks may keep small files of
+their own (the heartbeat's records) instead of appending to the store's file."""
+
 
 def _worker_entry(
     rank: int,
@@ -56,8 +61,11 @@ def _worker_entry(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD_STOPS)  # held since the start
     if threads:
         torch.set_num_threads(threads)
+    folder = _rendezvous_folder(init_method)
+    if folder is not None:
+        os.environ[RENDEZVOUS_FOLDER] = folder
     if launcher_pid is not None:
-        _exit_with_launcher(launcher_pid, leftover=_rendezvous_folder(init_method))
+        _exit_with_launcher(launcher_pid, leftover=folder)
     try:
         device = device_for_backend(backend, rank)
         if device.type == "cuda":
