@@ -74,6 +74,15 @@ class Trainer(DropInTrainer):
                 "data_collator: DataCollatorForLanguageModeling(mlm=True) "
                 "is masked-LM training; give mlm=False (causal LM)",
             )
+        label_pad = getattr(data_collator, "label_pad_token_id", -100)
+        if collator == "DataCollatorForSeq2Seq" and label_pad != -100:
+            stop(
+                self.command,
+                f"data_collator: DataCollatorForSeq2Seq(label_pad_token_id={label_pad!r}) "
+                "puts a loss on the padding it adds to each batch (as many tokens as the "
+                "batch's longest row leaves), and the runtime packs its rows without "
+                "padding; give label_pad_token_id=-100",
+            )
         given = {
             "data_collator": None
             if collator in PADDING_COLLATORS or collator == "DataCollatorForLanguageModeling"
@@ -120,6 +129,8 @@ class Trainer(DropInTrainer):
             keep = (
                 range(len(ids)) if attention is None else [i for i, a in enumerate(attention) if a]
             )
+            if labels is not None and attention is not None:
+                self._refuse_loss_on_padding(index, attention, labels)
             kept = {"input_ids": [ids[i] for i in keep]}
             if labels is not None:
                 kept["labels"] = [labels[i] for i in keep]
@@ -128,3 +139,17 @@ class Trainer(DropInTrainer):
             return tokenized_records(rows, tokenizer, add_eos=False)
         except RecordsError as err:
             stop(self.command, str(err))
+
+    def _refuse_loss_on_padding(self, index: int, attention: list, labels: list) -> None:
+        """Stop when a row's labels put a loss on a token its attention mask leaves out
+        (a row padded to ``max_length`` with ``labels`` copied from ``input_ids``):
+        transformers' ``Trainer`` trains those targets, the drop-in leaves padding out."""
+        at = next((i for i, a in enumerate(attention) if not a and labels[i] != -100), None)
+        if at is not None:
+            stop(
+                self.command,
+                f"train/eval record {index}: its labels put a loss on its padding (position "
+                f"{at}: attention_mask 0, label {labels[at]}), which transformers' Trainer "
+                "trains and the drop-in leaves out; set labels to -100 where attention_mask "
+                "is 0, or give DataCollatorForLanguageModeling(tokenizer, mlm=False)",
+            )

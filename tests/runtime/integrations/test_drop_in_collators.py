@@ -71,3 +71,70 @@ def test_trl_s_collator_keeps_the_labels_as_trl(tmp_path, monkeypatch) -> None:
         data_collator=DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True),
         train_dataset=texts,
     )
+
+
+@pytest.mark.parametrize("way", ["padded_rows", "seq2seq_label_pad"])
+def test_a_loss_on_padding_is_refused_in_one_line(tmp_path, monkeypatch, capsys, way) -> None:
+    """transformers' ``Trainer`` trains the labels a row puts on its padding (rows padded
+    to ``max_length`` with ``labels`` copied from ``input_ids``, or
+    ``DataCollatorForSeq2Seq(label_pad_token_id=...)`` padding each batch with a token
+    that has a loss); the runtime packs without padding, so it could not train them:
+    refused in one line, never trained without them."""
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForSeq2Seq,
+        TrainingArguments,
+        default_data_collator,
+    )
+
+    from datacentric.integrations.transformers import Trainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    pad = tokenizer.pad_token_id
+    rows = []
+    for i in range(4):
+        ids = [(3 * i + k) % 40 + 3 for k in range(3 + i)]
+        if way == "padded_rows":  # padding="max_length", then labels = input_ids
+            mask = [1] * len(ids) + [0] * (6 - len(ids))
+            ids = ids + [pad] * (6 - len(ids))
+            rows.append({"input_ids": ids, "attention_mask": mask, "labels": list(ids)})
+        else:
+            rows.append({"input_ids": ids, "labels": list(ids)})
+    collator = (
+        default_data_collator
+        if way == "padded_rows"
+        else DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=pad)
+    )
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        max_steps=1,
+        report_to="none",
+        use_cpu=True,
+    )
+    with pytest.raises(SystemExit) as stopped:
+        trainer = Trainer(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=args,
+            data_collator=collator,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+        )
+        trainer.train()
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    if way == "padded_rows":
+        assert line.startswith("datacentric Trainer: train/eval record 0: its labels put a loss")
+        assert f"position 3: attention_mask 0, label {pad}" in line
+    else:
+        assert line.startswith(
+            f"datacentric Trainer: data_collator: DataCollatorForSeq2Seq(label_pad_token_id={pad})"
+        )
+    assert not (tmp_path / "out" / "run" / "checkpoints").exists()
