@@ -10,6 +10,7 @@ naming those inputs and the ``[lora]`` section of ``peft_config``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +83,31 @@ def write_inputs(
     samples = {prefix: len(counts) for prefix, counts in held_tokens.items()}
     longest = max(tokens + tuple(n for counts in held_tokens.values() for n in counts))
     return RunInputs(inputs, model_dir, tokenizer, tokens, files, samples, longest)
+
+
+def streamed_rows(command: str, args: Any, dataset: Any, world: int) -> Any:
+    """The training set as the run reads it: a ``datasets.Dataset`` (anything with a
+    length) as it is; a stream (an ``IterableDataset``, no length) as transformers'
+    ``Trainer`` reads it, its first ``max_steps`` x the global batch rows (all of them,
+    read again from the start, when it ends first), which the run then trains as its
+    set. The script stops where transformers raises (no ``max_steps``), and with TRL's
+    ``packing=True`` (its packed rows of a stream are not counted in rows)."""
+    if hasattr(dataset, "__len__"):
+        return dataset
+    if args.max_steps <= 0:
+        stop(
+            command,
+            "train_dataset is an IterableDataset (a stream, no length): set max_steps, "
+            "as transformers requires (it reads max_steps x the global batch rows of it)",
+        )
+    if getattr(args, "packing", False):
+        stop(
+            command,
+            "packing=True with an IterableDataset train_dataset: give a datasets.Dataset "
+            "(Dataset.from_generator, or the stream's .take(N) rows), or packing=False",
+        )
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * world
+    return list(itertools.islice(dataset, batch * args.max_steps))
 
 
 def _rank_0_lengths(

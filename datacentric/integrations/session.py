@@ -44,7 +44,12 @@ from datacentric.integrations.outputs import (
 )
 from datacentric.integrations.records import tokenized_records
 from datacentric.integrations.run_inputs import INPUTS as INPUTS  # importable here as before
-from datacentric.integrations.run_inputs import lora_section, run_settings, write_inputs
+from datacentric.integrations.run_inputs import (
+    lora_section,
+    run_settings,
+    streamed_rows,
+    write_inputs,
+)
 from datacentric.integrations.script_api import ScriptMethods
 from datacentric.integrations.stops import ends_in_one_line, stop
 from datacentric.integrations.trained_parameters import (
@@ -332,7 +337,10 @@ class DropInTrainer(ScriptMethods):
             args.output_dir,
             self.model,
             self.processing_class,
-            (self.train_dataset, self.eval_dataset),
+            (
+                streamed_rows(self.command, args, self.train_dataset, groups.world_size),
+                self.eval_dataset,
+            ),
             self.records,
             main=groups.rank == 0,
         )
