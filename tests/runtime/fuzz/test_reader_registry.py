@@ -106,6 +106,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.parallel.launch:_collect": left_out(
         "results the package's own rank processes wrote to its private temporary folder"
     ),
+    "datacentric.train.reporting.heartbeat:_FolderRecords.read": left_out(
+        "the beats the package's own rank processes wrote to their launch's private "
+        "rendezvous folder (mode 0700), only shown in a message after a timeout"
+    ),
     "datacentric.profiling.store:device_name": left_out("the kernel's /proc/cpuinfo"),
     "datacentric.train.comparison.machine_load:cores_busy_s": left_out("the kernel's /proc/stat"),
     "datacentric.data.stdlib:StdlibCorpus.sample": left_out(
