@@ -7,7 +7,8 @@ attention, no hook of ours) run on each clip alone with the inputs its pipeline 
 (``verify.diffusers_calls``: CogVideoX's rotary grid, HunyuanVideo's text mask, pooled
 projections and guidance, Flux's packed tokens and image ids). One process: a
 micro-batch of several shapes, two clips of one shape stacked; two processes: SP 2,
-two micro-batches, recomputation, through ``check_equivalence``.
+two micro-batches, recomputation, through ``check_equivalence``; four processes: SP
+sizes and accumulation mixed. Each world's cases run in one start of its ranks.
 """
 
 from __future__ import annotations
@@ -138,20 +139,40 @@ def helios_case():  # noqa: ANN201
     return model, dataset(model, VIDEO_GRIDS)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "case",
-    ["diffusers:skyreels-v2", "diffusers:cogvideox", "diffusers:flux", "diffusers:chronoedit"]
-    + ["tests.runtime.models.test_diffusers_families:masked_hunyuan_case"]
-    + ["tests.runtime.models.test_diffusers_families:helios_case"],
-)
-def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
-    case: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+SP_2_CASES = [
+    *("diffusers:skyreels-v2", "diffusers:cogvideox", "diffusers:flux", "diffusers:chronoedit"),
+    "tests.runtime.models.test_diffusers_families:masked_hunyuan_case",
+    "tests.runtime.models.test_diffusers_families:helios_case",
+]
+
+
+def _reports(cases: list[str], world: int) -> dict[str, dict]:
+    """Each case's equivalence report, every case in one start of ``world`` ranks (a
+    start imports the diffusers models in each rank: most of a case's time)."""
     from datacentric.verify.equivalence import check_equivalence
 
-    monkeypatch.syspath_prepend(str(ROOT))
-    (report,) = check_equivalence([case], 2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(ROOT))
+        return dict(zip(cases, check_equivalence(cases, world), strict=True))
+
+
+@pytest.fixture(scope="module")
+def sp_2_reports() -> dict[str, dict]:
+    return _reports(SP_2_CASES, 2)
+
+
+@pytest.fixture(scope="module")
+def world_4_reports() -> dict[str, dict]:
+    return _reports([f"diffusers:{name}" for name in FAMILIES], 4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", SP_2_CASES)
+def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
+    case: str, sp_2_reports: dict[str, dict]
+) -> None:
+    report = sp_2_reports[case]
+    assert report["model"] == case and report["world"] == 2, report
     assert report["sp_sizes"] == [2] and report["accumulation_counts"] == [2], report
     assert any(n for mbs in report["recomputed_blocks"] for n in mbs), report
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
@@ -159,10 +180,11 @@ def test_sp_2_with_accumulation_and_recomputation_equals_one_process(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
-def test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process(name: str) -> None:
-    from datacentric.verify.equivalence import check_equivalence
-
-    (report,) = check_equivalence([f"diffusers:{name}"], 4)
+def test_world_4_mixes_sp_sizes_and_accumulation_and_equals_one_process(
+    name: str, world_4_reports: dict[str, dict]
+) -> None:
+    report = world_4_reports[f"diffusers:{name}"]
+    assert report["model"] == f"diffusers:{name}" and report["world"] == 4, report
     assert max(report["sp_sizes"]) == 2 and max(report["accumulation_counts"]) > 1, report
     assert report["passed"] and report["max_rel_grad_err"] <= 1e-5, report
 
