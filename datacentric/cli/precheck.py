@@ -59,6 +59,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             held_count = len(held_out) if split and held_out is not None else 0
             check_samples_for_model_check(tokens, split, held_count)  # before the model's check
         check_learned_positions(config, dataset, held_out)  # as well
+        check_pipeline_objective(config)
         module, shard, held = check_model_holding(config, dataset)
         check_input_shapes(config, module, dataset, held_out)
         if shard is not None:  # the ranks hold it so (Prechecked.shard)
@@ -233,6 +234,22 @@ def check_input_shapes(config: TrainConfig, module: nn.Module, dataset, held_out
                 check_latent_patches(module, samples)
         except ValueError as err:
             raise ValueError(f"{prefix}model {config.model.model!r}: {err}") from None
+
+
+def check_pipeline_objective(config: TrainConfig) -> None:
+    """Raise ``ValueError`` naming the model and its scheduler when a diffusers model
+    folder sits in a pipeline that does not sample by flow matching
+    (:func:`~datacentric.models.model_args.check_pipeline_scheduler`); a model string
+    that does not resolve passes (the model's own check names what is wrong)."""
+    from datacentric.models.model_args import check_pipeline_scheduler
+    from datacentric.models.source import ModelSourceError, resolve_model
+
+    try:
+        source = resolve_model(config.model.model, config.model.model_args)
+    except ModelSourceError:
+        return
+    if source.kind == "diffusers" and source.folder is not None:
+        check_pipeline_scheduler(config.model.model, source.pipeline or source.folder)
 
 
 def check_learned_positions(config: TrainConfig, dataset, held_out) -> None:

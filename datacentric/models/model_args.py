@@ -259,3 +259,36 @@ _ARG_TYPES = {
     int: lambda v: isinstance(v, int) and not isinstance(v, bool),
     float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
 }
+
+
+#: scheduler ``prediction_type`` values that sample by the velocity training regresses
+FLOW_PREDICTIONS = ("flow_prediction",)
+
+
+def check_pipeline_scheduler(name: str, folder: Path) -> None:
+    """The pipeline folder a diffusers model sits in (``folder``, or the folder above a
+    ``transformer/`` one) samples by flow matching, the objective ``train`` regresses
+    (rectified flow's velocity ``noise - x0``): its scheduler is a ``FlowMatch*`` class or
+    predicts ``flow_prediction`` (Wan's UniPC). A v-prediction or epsilon scheduler
+    (CogVideoX's ``CogVideoXDDIMScheduler``) would sample the trained transformer as
+    another kind of model, so it is one line naming it. A folder outside any pipeline,
+    or a pipeline without a readable scheduler config, passes."""
+    pipeline = folder if (folder / "model_index.json").is_file() else folder.parent
+    path = pipeline / "scheduler" / "scheduler_config.json"
+    if not (pipeline / "model_index.json").is_file() or not path.is_file():
+        return
+    try:
+        config = read_json_file(path, error=ModelSourceError)
+    except (ModelSourceError, OSError):
+        return
+    cls = str(config.get("_class_name", ""))
+    prediction = config.get("prediction_type")
+    if cls.startswith("FlowMatch") or prediction in FLOW_PREDICTIONS:
+        return
+    raise ModelSourceError(
+        f"model {name!r}: its pipeline samples with {cls or 'a scheduler'} (prediction_type "
+        f"{prediction!r}, {path}), and train regresses rectified flow's velocity (noise - "
+        "x0), so that pipeline would not render the trained transformer; train a model "
+        "whose pipeline's scheduler is a flow-matching one (FlowMatchEulerDiscreteScheduler, "
+        "or prediction_type 'flow_prediction')"
+    )
