@@ -59,7 +59,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             held_count = len(held_out) if split and held_out is not None else 0
             check_samples_for_model_check(tokens, split, held_count)  # before the model's check
         check_learned_positions(config, dataset, held_out)  # as well
-        check_pipeline_objective(config)
+        if command == "train":  # bench times the steps; it renders nothing
+            check_pipeline_objective(config)
         module, shard, held = check_model_holding(config, dataset)
         check_input_shapes(config, module, dataset, held_out)
         if shard is not None:  # the ranks hold it so (Prechecked.shard)
