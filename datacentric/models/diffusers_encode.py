@@ -81,8 +81,8 @@ def read_model_index(folder: str | Path, where: str = "--pipeline") -> dict[str,
     name = index.get("_class_name")
     if not isinstance(name, str) or name not in pipeline_names():
         raise PipelineError(
-            f"{where} {path}: _class_name is {str(name)[:80]!r}, not a pipeline class; it "
-            f"takes {', '.join(pipeline_names())} folders"
+            f"{where} {path}: _class_name is {str(name)[:80]!r}, not a pipeline datacentric "
+            f"reads; it takes {', '.join(pipeline_names())} folders"
         )
     for key, value in index.items():
         if key.startswith("_") or not isinstance(value, list) or not value or value[0] is None:

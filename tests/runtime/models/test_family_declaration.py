@@ -135,7 +135,7 @@ def test_without_the_declaration_nothing_knows_the_family(tmp_path: Path) -> Non
     """The same checks fail without the declaration (the test above depends on it)."""
     folder = pipeline_folder(tmp_path / "pipe", "CopyFluxPipeline", "CopyFluxTransformer2DModel")
     with pytest.raises(
-        PipelineError, match="_class_name is 'CopyFluxPipeline', not a pipeline class"
+        PipelineError, match="_class_name is 'CopyFluxPipeline', not a pipeline datacentric reads"
     ):
         read_model_index(folder)
     with pytest.raises(ValueError, match="neither a tiny name"):
