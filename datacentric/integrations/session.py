@@ -31,6 +31,7 @@ from datacentric.data import open_dataset
 from datacentric.integrations.arguments import epoch_batches, steps_per_epoch
 from datacentric.integrations.callbacks import CallbackHooks
 from datacentric.integrations.constructor_checks import checked_construction
+from datacentric.integrations.eval_batches import TransformersEvalBatches
 from datacentric.integrations.launcher import tell_transformers_the_launch
 from datacentric.integrations.outputs import (
     checkpoint_of,
@@ -62,6 +63,7 @@ from datacentric.parallel.groups import process_groups
 from datacentric.settings.trainer_fields import METHODS, REFUSED
 from datacentric.train.reporting.metric_sinks import logger, setup_logging
 from datacentric.train.trainer import Trainer
+from datacentric.train.validation.held_out import validation_loss
 
 # before the script builds its TrainingArguments / SFTConfig (it imports a drop-in first)
 tell_transformers_the_launch()
@@ -293,9 +295,19 @@ class DropInTrainer(ScriptMethods):
             if name is not None and prefix != f"eval_{name}":
                 continue
             started = time.perf_counter()
-            loss = trainer.dc.evaluate(dataset, autocast=trainer._autocast())
+            held = trainer.dc.prepare_evaluation(dataset)
+            rows = self.eval_batch_rows()
+            if rows is not None:  # transformers' eval_loss: the mean of its batches' means
+                held = TransformersEvalBatches(held, rows, trainer.dc.runtime.groups.world_size)
+            loss = validation_loss(trainer.dc, held, autocast=trainer._autocast())
             out.append((prefix, loss, time.perf_counter() - started))
         return out
+
+    def eval_batch_rows(self) -> int | None:
+        """The rows of an eval batch on each rank whose loss transformers averages
+        (``per_device_eval_batch_size``); None: the held-out loss is the mean over every
+        loss token of the set (an eval batch of TRL's packed rows)."""
+        return self.args.per_device_eval_batch_size
 
     def _load_trained(self, trainer: Trainer) -> None:
         """``model``: the trained module (exported by rank 0 from the last checkpoint, or

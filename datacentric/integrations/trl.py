@@ -280,6 +280,13 @@ class SFTTrainer(DropInTrainer):
             preprocess_logits_for_metrics=preprocess_logits_for_metrics,
         )
 
+    def eval_batch_rows(self) -> int | None:
+        """``per_device_eval_batch_size``, or None when TRL packs the eval set
+        (``eval_packing``, unset: ``packing``): its batches are of packed rows."""
+        args = self.args
+        packed = args.packing if args.eval_packing is None else args.eval_packing
+        return None if packed else args.per_device_eval_batch_size
+
     def records(self, dataset: Any, tokenizer: Any) -> list[dict[str, list[int]]]:
         """The rows as TRL prepares them (text with EOS, chat template, prompt-completion
         with its completion mask, pre-tokenized as given), cut to ``max_length``."""

@@ -177,9 +177,13 @@ TRAINING_ARGUMENTS: dict[str, Treatment] = {
         "no evaluation before it (transformers' DefaultFlowCallback asks none)",
         "test_first_step_and_eval_delay",
     ),
-    "per_device_eval_batch_size": _n(
-        "the held-out loss is over the whole set at once; compute_metrics' predictions are "
-        "each record's alone, padded with -100 to the longest"
+    "per_device_eval_batch_size": _h(
+        "eval_loss as transformers computes it: the mean of its eval batches' losses (rows "
+        "in the set's order, this many a rank, as accelerate shards them), each counted "
+        "once per row (TRL's packed eval set: the mean over its loss tokens); "
+        "compute_metrics' predictions are each record's alone, padded with -100 to the "
+        "longest",
+        "test_eval_loss_is_the_mean_of_transformers_eval_batches",
     ),
     "prediction_loss_only": _h(
         "True: compute_metrics is not called (the loss only), as transformers", _METRICS
@@ -319,7 +323,11 @@ SFT_CONFIG: dict[str, Treatment] = {
     ),
     "padding_free": _n("packing is always on (padding-free)"),
     "pad_to_multiple_of": _x("no padding: samples are packed"),
-    "eval_packing": _x("the held-out set is packed as the training set"),
+    "eval_packing": _n(
+        "the held-out set is packed as the training set; TRL's packed eval rows are not the "
+        "runtime's, so with it (unset: packing) eval_loss is the mean over every loss token "
+        "of the set, without it TRL's mean of its eval batches"
+    ),
     "completion_only_loss": _h(
         "the loss on the completion of prompt-completion records", SAME, "data.loss_on"
     ),

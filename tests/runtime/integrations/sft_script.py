@@ -98,11 +98,14 @@ def run(folder: Path, out: Path, which: str, kind: str, world: int) -> dict:
         from datacentric.integrations.trl import SFTTrainer
     model = AutoModelForCausalLM.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    train, held = rows(kind, 4, 0), rows(kind, 3, 4)
+    train, held = rows(kind, 4, 0), rows(kind, 4, 4)
     recorder = Recorder()
     settings = dict(
         output_dir=str(out / f"{which}-{kind}"),
         per_device_train_batch_size=4 // world,
+        # one round of eval batches on 1 rank or 2: transformers' eval_loss is then the
+        # mean over every loss token of the set on either
+        per_device_eval_batch_size=4 // world,
         num_train_epochs=2,
         learning_rate=1e-3,
         logging_steps=1,

@@ -5,7 +5,8 @@ with a chat template, a tokenizer trained here) runs twice with only its import
 changed: TRL's ``SFTTrainer`` / transformers' ``Trainer`` in one process with a batch of
 4 samples, and the drop-ins under ``torchrun --nproc-per-node 2`` with 2 per rank, the
 same global batch. Each dataset is 4 samples over 2 epochs (2 steps, each the whole
-set, so the data order does not matter), 3 held-out ones; the text run also under
+set, so the data order does not matter), 4 held-out ones (in eval batches of 4 in one
+process and of 2 a rank on two: one round of them either way); the text run also under
 ``accelerate launch`` with 2 processes. The losses logged at steps 1
 and 2 and ``eval_loss`` must agree within 1e-5 relative for text, conversational
 (assistant-only) and prompt-completion data and a tokenized dataset with labels -100;
