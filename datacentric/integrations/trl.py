@@ -185,6 +185,28 @@ def _with_chat_template(command: str, args: Any, model: Any, processing_class: A
     return processing_class
 
 
+def _check_eos_token(command: str, args: Any, model: Any, processing_class: Any) -> None:
+    """Stop on an ``eos_token`` other than the tokenizer's own EOS (``processing_class``,
+    unset: the model's): TRL makes it the tokenizer's EOS and the model's
+    ``eos_token_id``, which the run's export does not; the tokenizer's own (what TRL
+    appends when it is unset) trains as unset."""
+    if args.eos_token is None:
+        return
+    tokenizer = processing_class
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_source(command, model))
+    if args.eos_token != tokenizer.eos_token:
+        stop(
+            command,
+            f"eos_token={args.eos_token!r}: not the tokenizer's EOS "
+            f"({tokenizer.eos_token!r}); TRL would also make it the model's eos_token_id, "
+            "which the drop-in does not: set the tokenizer's eos_token and give it as "
+            "processing_class, or leave eos_token unset",
+        )
+
+
 def read_chat_template(path: str | os.PathLike) -> str:
     """The text of ``chat_template_path``'s file, as a text file is read (a regular file;
     UTF-8, or UTF-16/32 with its byte-order mark, the mark left out; line ends kept:
@@ -262,6 +284,7 @@ class SFTTrainer(DropInTrainer):
         datasets = (train_dataset, eval_dataset)
         _check_sft_fields(self.command, args, datasets, formatting_func)
         processing_class = _with_chat_template(self.command, args, model, processing_class)
+        _check_eos_token(self.command, args, model, processing_class)
         if processing_class is not None:  # a template TRL cannot patch stops here
             _training_template(self.command, args, processing_class)
         self._formatting_func = formatting_func

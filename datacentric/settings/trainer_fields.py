@@ -305,7 +305,12 @@ SFT_CONFIG: dict[str, Treatment] = {
         "test_each_sft_field_trains_as_trl_or_is_refused",
     ),
     "dataset_num_proc": _x("the records are prepared in the process"),
-    "eos_token": _r("the tokenizer's own EOS is appended"),
+    "eos_token": _h(
+        "the tokenizer's own EOS, appended as TRL appends it; another token is refused (TRL "
+        "also makes it the model's eos_token_id): set it on the tokenizer given as "
+        "processing_class",
+        "test_each_sft_field_trains_as_trl_or_is_refused",
+    ),
     "max_length": _h("each record cut to its first max_length tokens", SAME, "data.max_tokens"),
     "truncation_mode": _r("records keep their start (keep_start)"),
     "shuffle_dataset": _x("the data order is the runtime's"),

@@ -167,6 +167,7 @@ CASES = {
         "formatting_func",
     ),
     "eos_token": ("text", dict(eos_token="hello"), {}, "eos_token"),
+    "eos_token_own": ("text", dict(eos_token="<|im_end|>"), {}, None),  # the tokenizer's
     "pad_token": ("text", dict(pad_token="hello"), {}, None),
     # the rows as given: labels kept, no cut at max_length, no EOS
     "skip_prepare_dataset": ("tokens", dict(dataset_kwargs=SKIP, max_length=6), {}, None),
