@@ -133,19 +133,29 @@ def tool_conversations(count: int) -> list[dict]:
 
 
 def run_json(argv: list[str], cache: Path) -> dict:
-    """``python -m datacentric ARGV`` in a subprocess (token cache under ``cache``); its
-    last stdout line read as JSON, after checking it exited 0."""
+    """``datacentric ARGV`` in this process (its ranks are spawned from it), with the token
+    cache under ``cache``: its last stdout line read as JSON, after checking it exited 0.
+    A child interpreter would import torch and transformers again, most of a one-step
+    run's time."""
+    import contextlib
+    import io
     import os
-    import subprocess
-    import sys
 
-    env = {**os.environ, "DATACENTRIC_CACHE": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-m", "datacentric", *argv],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    from datacentric.cli.main import main
+
+    previous = os.environ.get("DATACENTRIC_CACHE")
+    os.environ["DATACENTRIC_CACHE"] = str(cache)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            try:
+                status = main(argv)
+            except SystemExit as done:
+                status = done.code
+    finally:
+        if previous is None:
+            del os.environ["DATACENTRIC_CACHE"]
+        else:
+            os.environ["DATACENTRIC_CACHE"] = previous
+    assert status == 0, out.getvalue()[-3000:]
+    return json.loads(out.getvalue().strip().splitlines()[-1])
