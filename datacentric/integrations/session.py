@@ -153,11 +153,28 @@ class DropInTrainer(ScriptMethods):
 
     # ------------------------------------------------------------ the user's API
     @ends_in_one_line("train()")
-    def train(self, resume_from_checkpoint: str | bool | None = None, **_: Any) -> Any:
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+        **unknown: Any,
+    ) -> Any:
         """Train as ``datacentric train`` does; ``resume_from_checkpoint``: True (the
-        newest checkpoint of ``output_dir``) or a checkpoint folder (``checkpoint-N``)."""
+        newest checkpoint of ``output_dir``) or a checkpoint folder (``checkpoint-N``);
+        ``ignore_keys_for_eval``: no effect (the evaluations during training compute the
+        held-out loss only); ``trial`` (a hyperparameter search's) and any other keyword
+        stop, as transformers' ``train()`` raises on one it does not take."""
         from transformers.trainer_utils import TrainOutput
 
+        if unknown:
+            stop(
+                self.command,
+                f"train({', '.join(f'{k}=...' for k in unknown)}): not an argument of "
+                "train() (it takes resume_from_checkpoint, trial, ignore_keys_for_eval)",
+            )
+        if trial is not None:
+            stop(self.command, "train(trial=...): not supported (run one drop-in per trial)")
         try:
             resume = resume_spec(resume_from_checkpoint, self.args.output_dir)
         except ValueError as err:

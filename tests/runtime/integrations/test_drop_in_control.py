@@ -156,3 +156,37 @@ def test_should_epoch_stop_skips_the_rest_of_the_epoch_as_trl(tmp_path, monkeypa
     assert want[2] == 5  # 6 planned, epoch 2's second step skipped
     assert ("on_epoch_end", 3, 1.5) in want[0]
     assert have == want
+
+
+def test_an_argument_train_does_not_take_stops_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    """transformers' ``train()`` raises on a keyword it does not take (``model_path``,
+    transformers 4's name of ``resume_from_checkpoint``); the drop-in's stops naming it
+    instead of training as if it were not given."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainingArguments
+
+    from datacentric.integrations.transformers import Trainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=1, report_to="none", use_cpu=True
+    )
+    trainer = Trainer(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        train_dataset=Dataset.from_list([{"input_ids": [5, 6, 7, 8]}] * 2),
+    )
+    for keywords, named in (
+        ({"model_path": str(tmp_path / "elsewhere")}, "train(model_path=...): not an argument"),
+        ({"trial": {"learning_rate": 1e-3}}, "train(trial=...): not supported"),
+    ):
+        with pytest.raises(SystemExit) as stopped:
+            trainer.train(**keywords)
+        assert stopped.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"datacentric Trainer: {named}"), line
+    assert not (tmp_path / "out" / "run" / "checkpoints").exists()
