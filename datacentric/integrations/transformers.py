@@ -134,11 +134,25 @@ class Trainer(DropInTrainer):
             kept = {"input_ids": [ids[i] for i in keep]}
             if labels is not None:
                 kept["labels"] = [labels[i] for i in keep]
+                if all(label == -100 for label in kept["labels"][1:]):
+                    self._refuse_row_without_loss(index)
             rows.append(kept)
         try:
             return tokenized_records(rows, tokenizer, add_eos=False)
         except RecordsError as err:
             stop(self.command, str(err))
+
+    def _refuse_row_without_loss(self, index: int) -> None:
+        """Stop on a row with no target (every label after its first -100): transformers'
+        ``Trainer`` still counts it as a row of its batches, in the steps of an epoch, the
+        learning-rate schedule and ``eval_loss``; the runtime has no sample to give it."""
+        stop(
+            self.command,
+            f"train/eval record {index}: no label to train on (all -100 after its first "
+            "token), which transformers' Trainer still counts as a row of its batches (the "
+            "steps of an epoch, the learning-rate schedule, eval_loss) and the drop-in "
+            "cannot; leave such rows out (dataset.filter)",
+        )
 
     def _refuse_loss_on_padding(self, index: int, attention: list, labels: list) -> None:
         """Stop when a row's labels put a loss on a token its attention mask leaves out

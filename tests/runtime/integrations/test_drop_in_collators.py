@@ -138,3 +138,43 @@ def test_a_loss_on_padding_is_refused_in_one_line(tmp_path, monkeypatch, capsys,
             f"datacentric Trainer: data_collator: DataCollatorForSeq2Seq(label_pad_token_id={pad})"
         )
     assert not (tmp_path / "out" / "run" / "checkpoints").exists()
+
+
+def test_a_row_without_a_target_is_refused_in_one_line(tmp_path, monkeypatch, capsys) -> None:
+    """transformers' ``Trainer`` counts a row whose labels are all -100 as a row of its
+    batches (8 rows, 2 of them so, in batches of 2: 4 steps an epoch and its learning-rate
+    schedule); the runtime has no sample for it and trained 3 steps on another schedule:
+    refused in one line naming the record."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
+
+    from datacentric.integrations.transformers import Trainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    rows = []
+    for i in range(8):
+        ids = [(3 * i + k) % 40 + 3 for k in range(6)]
+        rows.append({"input_ids": ids, "labels": [-100] * 6 if i in (1, 5) else ids})
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_train_epochs=1,
+        report_to="none",
+        use_cpu=True,
+    )
+    trainer = Trainer(
+        model=AutoModelForCausalLM.from_pretrained(folder),
+        args=args,
+        data_collator=default_data_collator,
+        train_dataset=Dataset.from_list(rows),
+    )
+    with pytest.raises(SystemExit) as stopped:
+        trainer.train()
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("datacentric Trainer: train/eval record 1: no label to train on")
+    assert not (tmp_path / "out" / "run" / "checkpoints").exists()
