@@ -68,6 +68,8 @@ class Trainer(DropInTrainer):
         )
         """labels = input_ids, -100 on the pad token (``DataCollatorForLanguageModeling``
         with ``mlm=False``: transformers' causal-LM collator)."""
+        self.collator_tokenizer = getattr(data_collator, "tokenizer", None)
+        """The causal-LM collator's own tokenizer: its pad token is the one it masks."""
         if self.causal_lm_collator and getattr(data_collator, "mlm", False):
             stop(
                 self.command,
@@ -112,7 +114,9 @@ class Trainer(DropInTrainer):
         attention mask is 0, left out, on either side); with
         transformers' ``DataCollatorForLanguageModeling`` the labels are the ids, -100 on
         the pad token; with TRL's, every token is kept."""
-        pad = getattr(tokenizer, "pad_token_id", None)
+        # transformers' causal-LM collator masks its own tokenizer's pad token
+        masks = self.collator_tokenizer if self.causal_lm_collator else None
+        pad = getattr(masks or tokenizer, "pad_token_id", None)
         rows = []
         for index, row in enumerate(dataset):
             if row.get("input_ids") is None:

@@ -178,3 +178,51 @@ def test_a_row_without_a_target_is_refused_in_one_line(tmp_path, monkeypatch, ca
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("datacentric Trainer: train/eval record 1: no label to train on")
     assert not (tmp_path / "out" / "run" / "checkpoints").exists()
+
+
+def test_the_causal_lm_collator_masks_its_own_tokenizer_s_pad_token(tmp_path, monkeypatch) -> None:
+    """transformers' ``DataCollatorForLanguageModeling(tokenizer, mlm=False)`` puts no loss
+    on *its* tokenizer's pad token (a script sets ``pad_token`` on the tokenizer it gives
+    the collator, and no ``processing_class``): the drop-in masks the same token, not the
+    model folder's pad token (2 steps of 4 rows holding it: the same losses)."""
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        DataCollatorForLanguageModeling,
+        TrainingArguments,
+    )
+    from transformers import Trainer as Reference
+
+    from datacentric.integrations.transformers import Trainer
+
+    sys.path.insert(0, str(TESTS))
+    from chat_data import save_tiny_qwen2
+
+    monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny_qwen2(tmp_path / "qwen2")
+    rows = [{"input_ids": [(3 * i + k) % 6 + 3 for k in range(8)]} for i in range(4)]
+
+    def losses(trainer_class, out: Path) -> list[float]:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(5)  # in every row
+        args = TrainingArguments(
+            output_dir=str(out),
+            per_device_train_batch_size=4,
+            max_steps=2,
+            learning_rate=1e-3,
+            logging_steps=1,
+            report_to="none",
+            use_cpu=True,
+        )
+        trainer = trainer_class(
+            model=AutoModelForCausalLM.from_pretrained(folder),
+            args=args,
+            data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+            train_dataset=Dataset.from_list(rows),
+        )
+        trainer.train()
+        return [r["loss"] for r in trainer.state.log_history if "loss" in r]
+
+    want = losses(Reference, tmp_path / "ref")
+    assert losses(Trainer, tmp_path / "ours") == pytest.approx(want, rel=1e-5)
