@@ -46,10 +46,12 @@ def tokenized_records(
     max_length: int | None = None,
     add_eos: bool = True,
     chat_template: str | None = None,
+    drop_unlabelled: bool = True,
 ) -> list[dict[str, list[int]]]:
-    """Every row as ``{"input_ids", "labels"}`` (rows with no loss token left out);
-    ``chat_template``: the template conversations are rendered with (unset: the
-    tokenizer's)."""
+    """Every row as ``{"input_ids", "labels"}`` (rows with no loss token left out, as
+    TRL's truncation leaves them out; ``drop_unlabelled=False``: a :class:`RecordsError`
+    naming the first, where TRL keeps it as a row of its batches); ``chat_template``: the
+    template conversations are rendered with (unset: the tokenizer's)."""
     out = []
     for index, row in enumerate(rows):
         ids, keep = _tokens(
@@ -65,6 +67,13 @@ def tokenized_records(
             ids, labels = ids[:max_length], labels[:max_length]
         if any(label != IGNORE for label in labels):
             out.append({"input_ids": [int(t) for t in ids], "labels": [int(t) for t in labels]})
+        elif not drop_unlabelled:
+            raise RecordsError(
+                f"record {index}: no token to train on (every label -100), which TRL keeps as "
+                "a row of its batches (without max_length, with packing or "
+                "skip_prepare_dataset) and the drop-in cannot; leave such rows out "
+                "(dataset.filter)"
+            )
     if not out:
         raise RecordsError("no record of the dataset has a token to train on")
     return out

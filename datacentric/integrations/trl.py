@@ -316,7 +316,9 @@ class SFTTrainer(DropInTrainer):
         args, rows, formatting = self.args, iter(dataset), self._formatting_func
         if _skips_preparation(args):  # TRL: the token ids and labels as given, uncut
             try:
-                return tokenized_records(_as_given(rows), tokenizer, completion_only_loss=False)
+                return tokenized_records(
+                    _as_given(rows), tokenizer, completion_only_loss=False, drop_unlabelled=False
+                )
             except RecordsError as err:
                 stop(self.command, f"dataset_kwargs={args.dataset_kwargs!r}: {err}")
         if formatting is not None:  # TRL: its text in "text", the other columns kept
@@ -331,6 +333,8 @@ class SFTTrainer(DropInTrainer):
                 completion_only_loss=self._completion_only_loss,
                 max_length=args.max_length,
                 chat_template=_training_template(self.command, args, tokenizer),
+                # TRL leaves out a row with no loss token only when it truncates
+                drop_unlabelled=args.max_length is not None and not args.packing,
             )
         except RecordsError as err:
             stop(self.command, str(err))

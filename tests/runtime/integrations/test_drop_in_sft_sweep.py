@@ -495,3 +495,26 @@ def test_assistant_only_loss_with_no_chat_template_is_one_line(folder, tmp_path,
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("datacentric")]
     assert len(lines) == 1 and "internal error" not in lines[0], lines
     assert "chat_template" in lines[0], lines
+
+
+@pytest.mark.parametrize("fields", [dict(max_length=None), dict(dataset_kwargs=SKIP)])
+def test_a_row_without_a_loss_token_trl_keeps_is_refused(folder, tmp_path, capsys, fields) -> None:
+    """Without ``max_length`` (or with ``skip_prepare_dataset``) TRL keeps a row whose
+    labels are all -100 as a row of its batches (5 rows, one so, in batches of 2: 3 steps
+    an epoch); the drop-in left it out (2 steps): refused in one line naming the record."""
+    from datasets import Dataset
+
+    from datacentric.integrations.trl import SFTTrainer
+
+    rows = [
+        {"input_ids": [5 + i, 6, 7, 8, 9], "labels": [-100] * 5 if i == 1 else [5 + i, 6, 7, 8, 9]}
+        for i in range(5)
+    ]
+    config = _one_step(tmp_path / "out", per_device_train_batch_size=2, **fields)
+    trainer = SFTTrainer(model=str(folder), args=config, train_dataset=Dataset.from_list(rows))
+    with pytest.raises(SystemExit) as stopped:
+        trainer.train()
+    assert stopped.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("datacentric SFTTrainer: "), line
+    assert "record 1: no token to train on (every label -100)" in line
