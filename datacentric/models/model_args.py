@@ -271,16 +271,14 @@ def check_pipeline_scheduler(name: str, folder: Path) -> None:
     (rectified flow's velocity ``noise - x0``): its scheduler is a ``FlowMatch*`` class or
     predicts ``flow_prediction`` (Wan's UniPC). A v-prediction or epsilon scheduler
     (CogVideoX's ``CogVideoXDDIMScheduler``) would sample the trained transformer as
-    another kind of model, so it is one line naming it. A folder outside any pipeline,
-    or a pipeline without a readable scheduler config, passes."""
+    another kind of model, so it is one line naming it, as is a scheduler config that
+    does not read (a JSON object). A folder outside any pipeline, or a pipeline without
+    a scheduler config, passes."""
     pipeline = folder if (folder / "model_index.json").is_file() else folder.parent
     path = pipeline / "scheduler" / "scheduler_config.json"
-    if not (pipeline / "model_index.json").is_file() or not path.is_file():
+    if not (pipeline / "model_index.json").is_file() or not path.exists():
         return
-    try:
-        config = read_json_file(path, error=ModelSourceError)
-    except (ModelSourceError, OSError):
-        return
+    config = read_json_file(path, error=ModelSourceError)
     cls = str(config.get("_class_name", ""))
     prediction = config.get("prediction_type")
     if cls.startswith("FlowMatch") or prediction in FLOW_PREDICTIONS:

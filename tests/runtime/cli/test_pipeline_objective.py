@@ -83,3 +83,13 @@ def test_a_transformer_folder_outside_a_pipeline_passes(tmp_path):
     with pytest.raises(ModelSourceError):
         (tmp_path / "p" / "model_index.json").write_text("{}")
         check_pipeline_scheduler("diffusers:t", tmp_path / "p" / "transformer")
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_scheduler_config_that_does_not_read_is_refused_naming_it(tmp_path, text):
+    """Its objective cannot be known, so the run is not started as if it were flow."""
+    _pipeline(tmp_path / "p", COGVIDEOX_SCHEDULER)
+    config = tmp_path / "p" / "scheduler" / "scheduler_config.json"
+    config.write_text(text)
+    with pytest.raises(ModelSourceError, match="scheduler_config.json"):
+        check_pipeline_scheduler("diffusers:p", tmp_path / "p")

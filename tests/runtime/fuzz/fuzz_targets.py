@@ -354,6 +354,23 @@ def _read_model_index(path: Path) -> Any:
     return read_model_index(path.parent)
 
 
+def _scheduler_config(folder: Path) -> Path:
+    pipe = _model_index(folder).parent
+    (pipe / "scheduler").mkdir()
+    config = {"_class_name": "UniPCMultistepScheduler", "prediction_type": "flow_prediction"}
+    config |= {"flow_shift": 3.0, "use_flow_sigmas": True}
+    path = pipe / "scheduler" / "scheduler_config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def _read_scheduler_config(path: Path) -> Any:
+    from datacentric.models.model_args import check_pipeline_scheduler
+
+    check_pipeline_scheduler("diffusers:pipe", path.parent.parent)
+    return "flow"
+
+
 def _vae_config(folder: Path) -> Path:
     return _model_index(folder).parent / "vae" / "config.json"
 
@@ -580,6 +597,13 @@ TARGETS = [
     ),
     Target("model_index.json", _model_index, _read_model_index, json=True, names=_folder_names),
     Target("vae config.json", _vae_config, _read_vae_config, json=True, names=_folder_names),
+    Target(
+        "scheduler_config.json",
+        _scheduler_config,
+        _read_scheduler_config,
+        json=True,
+        names=_folder_names,
+    ),
     Target("hf config.json", _hf_config, _read_hf_config, json=True, names=_folder_names),
     Target("unprefixed model folder", _hf_config, _read_model_held, json=True, examples=100),
     Target("hf weights", _hf_weights, _read_hf_weights, examples=200, text=False),

@@ -57,6 +57,7 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.models.model_args:model_held": fuzzed("unprefixed model folder"),
     "datacentric.models.diffusers_encode:read_model_index": fuzzed("model_index.json"),
     "datacentric.models.diffusers_encode:pipeline_geometry": fuzzed("vae config.json"),
+    "datacentric.models.model_args:check_pipeline_scheduler": fuzzed("scheduler_config.json"),
     "datacentric.planning.hardware:load_hardware_file": fuzzed("hardware json"),
     "datacentric.settings.run_settings:_read_file": fuzzed("toml settings"),
     "datacentric.shapes:read_lengths_file": fuzzed("lengths file"),
@@ -105,6 +106,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     ),
     "datacentric.parallel.launch:_collect": left_out(
         "results the package's own rank processes wrote to its private temporary folder"
+    ),
+    "datacentric.data.tokenizer_files:encode_in_pieces": left_out(
+        "parses the tokenizers library's own serialization (to_str) of a tokenizer already "
+        "loaded; tokenizer.json itself is fuzzed by the tokenizer.json target"
     ),
     "datacentric.train.reporting.heartbeat:_FolderRecords.read": left_out(
         "the beats the package's own rank processes wrote to their launch's private "
