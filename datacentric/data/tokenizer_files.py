@@ -40,12 +40,17 @@ tokens) when
    no prefix space), ``Whitespace`` and ``WhitespaceSplit`` have no pattern that joins a
    line end to the non-whitespace character after it (GPT-2's and Llama-3's patterns
    match a line end only with whitespace before it or symbols before it), so every piece
-   holding the ``\\n`` ends at ``p`` whatever came before; a ``Split`` regex is a user's
-   pattern, checked on the text around ``p``; ``Metaspace``, ``BertPreTokenizer`` and
-   the rest keep the text whole, and so does a tokenizer with no pre-tokenizer (one
-   piece: the model would see the whole text);
+   holding the ``\\n`` ends at ``p`` whatever came before; a ``Split`` counts only with
+   Llama 3's or Qwen 2's pattern (:data:`LINE_SPLITS`), isolated: another pattern may
+   hold a match that starts before the window and crosses ``p`` (a quoted string over
+   lines), or take its matches in a step set at the text's start (``..``), which no
+   window shows; ``Metaspace``, ``BertPreTokenizer`` and the rest keep the text whole,
+   and so does a tokenizer with no pre-tokenizer (one piece: the model would see the
+   whole text);
 3. no added token spans ``p`` (or strips the line end before it): checked on the text
-   around ``p``.
+   around ``p``; an added token with a line end before its last character keeps the
+   text whole (of overlapping matches, as ``\\nx`` and ``x\\n`` in ``\\nx\\nx``, the
+   first from the text's start is taken, which no window shows).
 
 The check (:func:`cut_fits`) takes :data:`WINDOW_CHARS` characters each side of ``p``
 (at least four times the longest added token, :func:`least_window`: a token touching
@@ -53,9 +58,8 @@ the cut lies in it whole). The normalized text after ``p`` must start with no
 whitespace (NFKC turns some characters into a space and a mark), the pre-tokenizer's
 pieces of the normalized window must have a boundary at ``p``, and the window's ids
 must be those of its two halves; a candidate that fails is skipped for the next line
-end. For the pre-tokenizers named in 2 the boundary holds whatever precedes the window;
-for a ``Split`` regex of another kind, the window's text is the context it is checked
-in. The post-processor (``TemplateProcessing``, ``BertProcessing``,
+end. For the pre-tokenizers named in 2 the boundary holds whatever precedes the window.
+The post-processor (``TemplateProcessing``, ``BertProcessing``,
 ``RobertaProcessing``, ``ByteLevel``, their ``Sequence``) puts fixed special tokens
 before and after a single text's ids: :func:`special_affix` reads them from two probes
 and confirms the form, else the text stays whole. Truncation, padding and BPE dropout
@@ -124,6 +128,14 @@ WINDOW_CHARS = 4096
 PER_CHARACTER = frozenset({"NFC", "NFD", "NFKC", "NFKD", "Lowercase"})
 #: Pre-tokenizers whose pieces a model never crosses (condition 2 of the module).
 SPLITTING = frozenset({"Split", "Whitespace", "WhitespaceSplit", "ByteLevel"})
+#: ``Split`` patterns (Llama 3's, Qwen 2's) of which no match holds a line end and the
+#: non-whitespace character after it, whatever text precedes: any other pattern may
+#: carry a match across a cut from beyond the checked window (condition 2 of the module).
+LINE_SPLITS = frozenset(
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|" + digits + r"| ?[^\s\p{L}\p{N}]+"
+    r"[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    for digits in (r"\p{N}{1,3}", r"\p{N}")
+)
 #: Texts whose special tokens :func:`special_affix` reads (two lengths, two lines).
 PROBES = ("a\nb", "probe one, two\n\nthree 4")
 #: A candidate cut: right after a line end, before a non-whitespace character.
@@ -146,6 +158,10 @@ def _pre_tokenizer_parts(config: dict[str, Any]) -> list[tuple[bool, bool]]:
         return [p for part in config.get("pretokenizers", []) for p in _pre_tokenizer_parts(part)]
     if kind == "ByteLevel":  # without its regex it only maps bytes (Llama 3 after a Split)
         return [(not config.get("add_prefix_space"), bool(config.get("use_regex", True)))]
+    if kind == "Split":
+        pattern = (config.get("pattern") or {}).get("Regex")
+        fits = config.get("behavior") == "Isolated" and not config.get("invert")
+        return [(fits and pattern in LINE_SPLITS, True)]
     return [(kind in SPLITTING, kind in SPLITTING)]
 
 
@@ -163,6 +179,10 @@ def splits_cleanly(config: dict[str, Any]) -> bool:
     if config.get("truncation") or config.get("padding"):
         return False
     if (config.get("model") or {}).get("dropout"):
+        return False
+    # a token holding a line end before its last character may match across a cut, and
+    # which of its overlapping matches is taken can follow from text before the window
+    if any("\n" in t.get("content", "")[:-1] for t in config.get("added_tokens", [])):
         return False
     return _normalizer_fits(config.get("normalizer")) and _pre_tokenizer_fits(
         config.get("pre_tokenizer")

@@ -229,3 +229,59 @@ def test_a_long_text_reaches_the_tokenizer_in_pieces(tmp_path, monkeypatch) -> N
     assert ids.tolist() == tok.encode(text).ids
     longest_line = max(len(line) for line in text.split("\n"))
     assert max(recording.lengths) <= 2000 + longest_line + 2 * tokenizer_files.WINDOW_CHARS
+
+
+def _pieces_or_whole(tok: Tokenizer, text: str, piece: int) -> list[int]:
+    """The ids encode_in_pieces gives (the whole encoding where it declines)."""
+    got = tokenizer_files.encode_in_pieces(
+        tok, lambda t: tok.encode(t).ids, text, np.dtype(np.int64), piece
+    )
+    return tok.encode(text).ids if got is None else got.tolist()
+
+
+def _split_bpe(pattern: str) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(['say "hello world"\nx\n'] * 50, trainer)
+    return tok
+
+
+@pytest.mark.parametrize(
+    "pattern, text",
+    [  # pairs counted from the text's start; a quoted string over many lines
+        (r"[\s\S][\s\S]", "a" + "hello world\n" * 1000),
+        (r'"[^"]*"|\s+|[^\s"]+', 'say "' + "hello world\n" * 1000 + 'end" x\n' + "ab\n" * 9),
+    ],
+)
+def test_a_split_pattern_whose_matches_cross_the_window_keeps_the_ids(pattern, text) -> None:
+    """A match reaching past the checked window decides the pieces at a cut."""
+    tok = _split_bpe(pattern)
+    assert _pieces_or_whole(tok, text, 50) == tok.encode(text).ids
+
+
+def test_an_added_token_holding_a_line_end_keeps_the_ids() -> None:
+    """Of the overlapping ``\\nx`` and ``x\\n``, the first from the text's start is
+    taken: a window starting one character later takes the other."""
+    tok = _split_bpe(LLAMA3)
+    tok.add_tokens(["\nx", "x\n"])
+    text = "\nx" * 6000
+    assert _pieces_or_whole(tok, text, 50) == tok.encode(text).ids
+
+
+def test_llama_3_and_qwen_2_split_patterns_are_cut() -> None:
+    qwen2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
+    text = _text(0, 3000, SPECIALS)
+    for pattern in (LLAMA3, qwen2):
+        tok = _split_bpe(pattern)
+        got = tokenizer_files.encode_in_pieces(
+            tok, lambda t, tok=tok: tok.encode(t).ids, text, np.dtype(np.int64), 300
+        )
+        assert got is not None and got.tolist() == tok.encode(text).ids
