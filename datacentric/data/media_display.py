@@ -18,8 +18,12 @@ from datacentric.data.media_info import MediaError
 
 
 def _display_matrix(frame: Any) -> list[int] | None:
-    """The 3 x 3 display matrix of a decoded frame (FFmpeg's ``int32`` layout), or None."""
-    for data in getattr(frame, "side_data", None) or ():
+    """The 3 x 3 display matrix of a decoded frame (FFmpeg's ``int32`` layout), or None.
+    Its side data are taken by position: PyAV 18.1.1 iterates their types, earlier
+    versions the data themselves."""
+    side = getattr(frame, "side_data", None)
+    for index in range(len(side) if side is not None else 0):
+        data = side[index]
         if getattr(data.type, "name", "") == "DISPLAYMATRIX" and len(bytes(data)) == 36:
             return list(np.frombuffer(bytes(data), dtype=np.int32))
     return None
