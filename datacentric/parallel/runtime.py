@@ -52,6 +52,8 @@ from datacentric.parallel.grad_sync import (
     micro_step_context,
     needs_equal_passes,
     reduce_after_backward,
+    restore_gradients,
+    set_aside_gradients,
     syncs_itself,
 )
 from datacentric.parallel.groups import ProcessGroups
@@ -113,6 +115,9 @@ class IterationStats:
     #: this rank's loss tokens, those predicted right (argmax) and their summed entropy,
     #: on the device (``DataCentricRuntime.token_metrics``; None: not counted)
     token_sums: torch.Tensor | None = field(default=None, repr=False)
+    #: gradients the parameters held before the iteration, added back after its
+    #: reduction (:func:`~datacentric.parallel.grad_sync.set_aside_gradients`)
+    held_grads: list[tuple[nn.Parameter, torch.Tensor]] = field(default_factory=list, repr=False)
 
     @property
     def weighted_loss(self) -> float:
@@ -225,7 +230,9 @@ class DataCentricRuntime:
     count now (default: checked per assignment when it runs). ``attention`` is
     the single-process kernel used inside each group.
 
-    Gradients accumulate into ``.grad``: zero them before each iteration.
+    Gradients accumulate into ``.grad`` as in one process: each iteration reduces its
+    own gradient over the world and adds it to what ``.grad`` held before (zero them
+    before an iteration that should not add).
     """
 
     def __init__(
@@ -324,6 +331,7 @@ class DataCentricRuntime:
                     "the same count on every rank (turn reshard_after_forward off)"
                 )
         counted = self.token_metrics and hasattr(self.module, "token_sums")
+        reduced = self.groups.distributed and self.groups.world_size > 1
         return IterationStats(
             index=iteration.index,
             rank=self.groups.rank,
@@ -334,6 +342,7 @@ class DataCentricRuntime:
             token_sums=(
                 torch.zeros(3, dtype=torch.float64, device=self.groups.device) if counted else None
             ),
+            held_grads=set_aside_gradients(self.model) if reduced else [],
         )
 
     def micro_steps(self, iteration: Iteration, stats: IterationStats) -> Iterator[MicroStep]:
@@ -422,6 +431,8 @@ class DataCentricRuntime:
             with annotate(f"gradient sync: {how} over {groups.world_size} ranks"):
                 reduce_after_backward(self.model, groups.world)
             done = clock.mark()
+        restore_gradients(stats.held_grads)  # a caller's accumulation over iterations
+        stats.held_grads = []
         marks: list[object] = []
         for _, start, end in stats.pending:
             marks += [start, end]

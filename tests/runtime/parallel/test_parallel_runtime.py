@@ -12,11 +12,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.data import SyntheticTextDataset
 from datacentric.models.presets import build_model
+from datacentric.parallel.grad_sync import wrap_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
+from datacentric.planning.sharding import ShardingSpec
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
 from datacentric.verify.case_models import build_case
@@ -174,6 +176,43 @@ def test_wrapped_models_on_a_step_of_several_phases(wrapper: str, model: str) ->
     (result,) = run_distributed([(model, iteration)], 2, wrapper=wrapper, timeout_s=120)
     assert result.ranks_agree
     assert_gradients_close(result, run_reference(model, iteration))
+
+
+def _accumulating_worker(iteration_json: dict) -> dict[str, dict[str, torch.Tensor]]:
+    """Each way of holding the model runs one iteration twice without zeroing the
+    gradients between (a caller's own accumulation over steps): every gradient."""
+    groups, iteration = ProcessGroups(), Iteration.from_json(iteration_json)
+    out = {}
+    for shard in ("none", "ddp"):
+        model, dataset = build_case("llama", 0, torch.float32)
+        model.eval()
+        held = wrap_model(model, groups, ShardingSpec(shard))
+        runtime = DataCentricRuntime(held, groups, dataset.pack, loss_tokens_function(dataset))
+        for _ in range(2):
+            run_step(runtime, iteration)
+        out[shard] = {
+            name.removeprefix("module."): (
+                p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+            )
+            for name, p in held.named_parameters()
+        }
+    return out
+
+
+@pytest.mark.slow
+def test_gradients_accumulated_over_steps_add_as_in_one_process() -> None:
+    """A step adds its reduced gradient to what ``.grad`` held: the sum of the steps'
+    gradients, as one process accumulates them, under every way of holding the model
+    (a plain module and DDP summed the held gradient over the ranks again)."""
+    num_blocks = len(build_model("llama", device="meta").blocks)
+    shapes = build_case("llama", 0, torch.float32)[1].shapes()
+    iteration = mixed_iteration(shapes, 2, num_blocks, sizes=[1, 1])
+    reference = run_reference("llama", iteration)
+    results = spawn(_accumulating_worker, 2, iteration.to_json(), timeout_s=120)[0]
+    for shard, grads in results.items():
+        for name, grad in grads.items():
+            want = 2 * reference.grads[name]
+            torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-6, msg=f"{shard} {name}")
 
 
 def test_losses_and_times_are_read_from_the_device_once_per_step(monkeypatch) -> None:
