@@ -6,8 +6,11 @@ One state type, :class:`Position`, serves every resume: the trainer's checkpoint
 An epoch runs in *segments*: a segment is one schedule built for one world size
 over the samples the epoch had not run when the segment began. A run that never
 changes world size has one segment per epoch. Continuing on a different number of
-ranks ends the segment and plans the remaining samples for the new world
-(:func:`continue_schedule`), so every sample still runs exactly once per epoch.
+ranks ends the segment: where the epoch's global batches do not depend on the world (an
+explicit global batch, ``same_batches``), the new segment is the whole epoch's schedule
+for the new world, continued at the step the epoch stands at, so the run trains the
+steps an uninterrupted run would; otherwise the remaining samples are planned for the new
+world (:func:`continue_schedule`). Either way every sample runs exactly once per epoch.
 
 A segment's schedule is a pure function of (shapes, policy, world size, cost model,
 seed, epoch, excluded samples), so the position needs only those numbers and ids; a
@@ -165,29 +168,45 @@ class Position:
 
 
 def continue_schedule(
-    position: Position, num_samples: int, world_size: int, make_schedule: MakeSchedule
+    position: Position,
+    num_samples: int,
+    world_size: int,
+    make_schedule: MakeSchedule,
+    *,
+    same_batches: bool = False,
 ) -> Schedule:
     """The schedule that continues from ``position`` on ``world_size`` ranks.
 
     Starts a new segment when needed (new epoch, or a world size other than the saved
-    segment's: the samples the epoch has not run are then re-planned for the new
-    world) and updates ``position`` accordingly. Raises ``ValueError`` if the rebuilt
-    schedule differs from the one the position was taken from.
+    segment's: see :func:`begin_segment` and ``same_batches``) and updates ``position``
+    accordingly. Raises ``ValueError`` if the rebuilt schedule differs from the one the
+    position was taken from, or, on another world, its steps up to the position do not
+    hold the samples that ran.
     """
-    schedule = make_schedule(position.epoch, begin_segment(position, num_samples, world_size))
+    ids = begin_segment(position, num_samples, world_size, same_batches=same_batches)
+    schedule = make_schedule(position.epoch, ids)
+    if position.segment_iteration:
+        check_steps_run(position, schedule.iterations, world_size, schedule.policy)
     check_segment(position, schedule)
     return schedule
 
 
-def begin_segment(position: Position, num_samples: int, world_size: int) -> list[int] | None:
+def begin_segment(
+    position: Position, num_samples: int, world_size: int, *, same_batches: bool = False
+) -> list[int] | None:
     """Start a new segment in ``position`` where the world size is not the saved
-    segment's (the samples the epoch has not run are re-planned); the sample ids the
-    segment schedules (``None``: the whole epoch). The first half of
-    :func:`continue_schedule`: a runtime that streams the segment's steps calls
-    :func:`check_segment` once its schedule is whole."""
+    segment's; the sample ids the segment schedules (``None``: the whole epoch). With
+    ``same_batches`` (the epoch's global batches do not depend on the world: an explicit
+    global batch) and a segment that holds the whole epoch, the new segment is the whole
+    epoch again, at the step the epoch stands at: the steps that ran are the rebuilt
+    schedule's first ones (checked by :func:`check_steps_run`), and the rest are the
+    global batches an uninterrupted run trains next. Otherwise the samples the epoch has
+    not run are re-planned. The first half of :func:`continue_schedule`: a runtime that
+    streams the segment's steps calls :func:`check_segment` once its schedule is whole."""
     if position.segment_world != world_size:
-        position.segment_excluded = sorted(position.consumed)
-        position.segment_iteration = 0
+        if not (same_batches and not position.segment_excluded):
+            position.segment_excluded = sorted(position.consumed)
+            position.segment_iteration = 0
         position.segment_world = world_size
         position.forget_schedule()
     return position.remaining(num_samples)
@@ -241,11 +260,18 @@ def check_steps_run(
 ) -> None:
     """Raise ``ValueError`` when the samples of the rebuilt segment's first steps
     (``built``, up to where ``position`` stands) are not those the position says its
-    segment ran (the tail of ``consumed``): a changed schedule found before the next step
-    runs, without its whole build (the fingerprint is checked once it is whole)."""
+    segment ran (the tail of ``consumed``), step by step (in any order within a step: a
+    step run on another world lists its samples by that world's ranks): a changed
+    schedule found before the next step runs, without its whole build (the fingerprint
+    is checked once it is whole)."""
     ran = position.consumed[len(position.segment_excluded) :]
-    rebuilt = [i for it in built[: position.segment_iteration] for i in it.sample_ids()]
-    if ran != rebuilt:
+    at = 0
+    for it in built[: position.segment_iteration]:
+        ids = it.sample_ids()
+        if sorted(ran[at : at + len(ids)]) != sorted(ids):
+            raise schedule_changed(position.epoch, world_size, policy)
+        at += len(ids)
+    if at != len(ran):
         raise schedule_changed(position.epoch, world_size, policy)
 
 

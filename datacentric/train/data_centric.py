@@ -407,7 +407,9 @@ class DataCentric:
         self._leave_segment()
         self._segment_epoch, self._serial = p.epoch, self._serial + 1
         started = time.perf_counter()
-        ids = begin_segment(p, len(self.pipeline.shapes), world)
+        options = self.pipeline.options  # an explicit global batch: the same on any world
+        fixed = options.global_batch_tokens is not None or options.global_batch_samples is not None
+        ids = begin_segment(p, len(self.pipeline.shapes), world, same_batches=fixed)
         ready = self._ahead.take(p.epoch) if ids is None else None
         if ready is not None:  # built while the last epoch trained: waited for here
             self._schedule_wait_s += ready[1]

@@ -13,6 +13,7 @@ from datacentric.scheduling.resume import (
     begin_segment,
     check_known_steps,
     check_segment,
+    continue_schedule,
     schedule_fingerprint,
     steps_fingerprint,
 )
@@ -71,3 +72,30 @@ def test_a_new_segment_or_epoch_forgets_the_steps_and_older_positions_read_back(
     again = Position.from_json(state)
     again.next_epoch()
     assert (again.segment_steps_known, again.segment_steps_fingerprint) == (0, "")
+
+
+def test_another_world_with_a_global_batch_continues_the_epoch_s_own_steps():
+    """With an explicit global batch, a position saved on 1 rank, continued on 2 for two
+    steps, then on 4, stands at the epoch's step and trains the uninterrupted run's next
+    global batches (before: each new world re-planned the samples left into other steps);
+    steps that ran otherwise are refused."""
+    shapes = [SampleShape.text(100 + (i * 7919) % 1900) for i in range(120)]
+    per_step = SchedulingConfig(tokens_per_iteration=12_000)
+
+    def make(world: int):
+        pipeline = toy_pipeline(shapes, MODEL, world_size=world, seed=1, options=per_step)
+        return lambda epoch, ids: pipeline.schedule(epoch=epoch, sample_ids=ids, measure=False)
+
+    whole = make(1)(0, None)
+    steps = [sorted(it.sample_ids()) for it in whole.iterations]
+    position = Position.at(whole, 2)
+    for world, ran in ((2, 2), (4, 4)):
+        rest = continue_schedule(position, len(shapes), world, make(world), same_batches=True)
+        assert (position.segment_iteration, position.segment_excluded) == (ran, [])
+        assert [sorted(it.sample_ids()) for it in rest.iterations] == steps
+        for it in rest.iterations[ran : ran + 2]:
+            position.advance(it.sample_ids(), len(rest.iterations))
+    wrong = Position.at(whole, 2)
+    wrong.consumed[0], wrong.consumed[-1] = wrong.consumed[-1], wrong.consumed[0]
+    with pytest.raises(ValueError, match=CHANGED):
+        continue_schedule(wrong, len(shapes), 2, make(2), same_batches=True)
