@@ -52,8 +52,9 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 #: more since the global-batch note and refusals say their counts with their units
 #: (progress.counted, a stay there and one back in scheduling.global_batches); one
 #: more and a climb since a record's field of another kind is named in JSON's words
-#: through regular_files.json_kind, the one namer of the JSON readers
-CEILINGS = {"stays": 124, "climbs": 23, "entries": 4}
+#: through regular_files.json_kind, the one namer of the JSON readers; one more since
+#: the ranks check they were given the same settings (train.rank_agreement)
+CEILINGS = {"stays": 125, "climbs": 23, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

@@ -72,6 +72,7 @@ from datacentric.settings import TrainConfig
 from datacentric.settings.sections import DataConfig, ModelConfig, ValidationConfig
 from datacentric.train.build import RunPlace, build_run_model, run_cost_model, sharding
 from datacentric.train.data_centric import DataCentric
+from datacentric.train.rank_agreement import check_same_run
 from datacentric.train.reporting.metrics import StepMetrics
 
 
@@ -149,12 +150,11 @@ def assemble_run(
         config = dataclasses.replace(config, parallelism=held)
     seed = config.job.seed
     # data: the training set, without the [validation] section's held-out samples
-    if prechecked is not None and prechecked.data is not None:
-        dataset, held_out = prechecked.data
-    else:
-        dataset, held_out = build_run_data(
-            config.data, config.validation, seed, training=config.training
-        )
+    found = prechecked.data if prechecked is not None else None
+    dataset, held_out = found or build_run_data(
+        config.data, config.validation, seed, training=config.training
+    )
+    check_same_run(groups, config.to_json(), dataset.shapes())  # before any other collective
     torch.manual_seed(seed)  # model: every rank draws the same weights
     # the model, and the analytic model mfu counts on, read off it before its adapters
     run_model = build_run_model(config.model, dataset, groups.device, lora=config.lora)

@@ -42,6 +42,7 @@ from datacentric.train.data_centric import Step
 from datacentric.train.fault_injection import FaultInjection
 from datacentric.train.hooks import StepHooks
 from datacentric.train.lr_schedule import lr_scheduler, planned_total
+from datacentric.train.rank_agreement import check_shared_run_folder
 from datacentric.train.reporting.heartbeat import Heartbeat
 from datacentric.train.reporting.metric_sinks import (
     MetricsLogger,
@@ -215,6 +216,7 @@ class Trainer(TrainerStep, TrainerSaves):
         if lock is not None:
             lock.acquire()  # before anything in the folder is written
         try:
+            check_shared_run_folder(self.groups, self.out)  # every rank sees rank 0's lock
             with self.heartbeat:
                 if self.checkpoints.save_on_signal:
                     announce = self._stop_note if self.is_main else None

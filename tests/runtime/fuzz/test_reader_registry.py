@@ -132,6 +132,9 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.run_folder:RunFolderLock._holder": left_out(
         "the run folder lock's text, only shown in a message naming the lock file"
     ),
+    "datacentric.train.rank_agreement:check_shared_run_folder": left_out(
+        "the run folder lock's text, only compared with what rank 0 read, never parsed"
+    ),
     # files the package writes and reads back itself
     "datacentric.data.tokenized:TokenizedTextDataset.__init__": left_out(
         "the token cache the package wrote (meta.json, offsets.npy), in a folder named by "

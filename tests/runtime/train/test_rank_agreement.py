@@ -1,0 +1,50 @@
+"""Ranks that were not started alike (several nodes, each its own command) are refused
+before training, in the same line on every rank: other settings (another ``--seed``),
+or a run folder rank 0's side does not share (another ``--out``, no shared filesystem).
+Both trained before, the second saving each checkpoint in parts."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from run_config import small_config
+
+from datacentric.parallel.launch import spawn
+from datacentric.train.trainer import train_rank
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _started_apart(root: str) -> dict[str, str]:
+    """A rank's outcome of two runs of one step each: rank 1 given another seed, then
+    another run folder (as a second node's command would give them)."""
+    rank = dist.get_rank()
+    seen = {}
+    base = small_config(Path(root) / "run", iterations=1)
+    job = base.job
+    cases = {
+        "seed": dataclasses.replace(job, seed=job.seed + rank),
+        "out": dataclasses.replace(job, out=str(Path(root) / f"node-{rank}")),
+    }
+    for case, given in cases.items():
+        try:
+            train_rank(dataclasses.replace(base, job=given))
+            seen[case] = "trained"
+        except ValueError as err:
+            seen[case] = str(err)
+    return seen
+
+
+def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
+    outcomes = spawn(_started_apart, 2, str(tmp_path), timeout_s=300)
+    assert outcomes[0] == outcomes[1]  # one line, whichever rank says it
+    seed, out = outcomes[0]["seed"], outcomes[0]["out"]
+    assert seed.startswith("rank 1 (host "), seed
+    assert "job.seed = 1 where rank 0 (host " in seed and "has 0;" in seed, seed
+    assert out.startswith("rank 1 (host ") and "does not see the run folder" in out, out
+    assert f"--out {tmp_path / 'node-1'} is another folder than rank 0's" in out, out
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+    assert not (tmp_path / "node-0" / "checkpoints").exists()
