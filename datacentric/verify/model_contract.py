@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from datacentric.data.base import Dataset
+from datacentric.batch import PER_TOKEN_FIELDS
+from datacentric.data.base import DataError, Dataset
 
 
 class ModelContractError(ValueError):
@@ -51,6 +52,8 @@ POSITION_RULE = (
     "with an attention callable that returns the queries"
 )
 ATTENTION_FIX = "store fn as `self.attention`"
+#: the dataset protocol's rule the boundary check rests on (docs/data.md, "Packing")
+PACK_RULE = "A sample's rows are the same whatever it is packed with and however it is padded."
 OLD_FORM_UNTIL = "0.3.0"
 
 
@@ -147,6 +150,31 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
     return float((a - b).abs().max()) <= rtol * max(scale, 1e-12)
 
 
+def check_pack_rows(dataset: Dataset, first: int, second: int) -> None:
+    """Raise :class:`~datacentric.data.DataError` if ``dataset`` packs sample ``second``
+    into other rows after sample ``first`` than alone (a ``pack`` that draws anew on each
+    call, or mixes the samples it packs), or into another length than ``shapes()`` says:
+    the checks of the model below rest on both, and would blame the model."""
+    name = type(dataset).__name__
+    alone, both = dataset.pack([second], 1), dataset.pack([first, second], 1)
+    tokens = dataset.shapes()[second].tokens
+    if alone.num_tokens != tokens:
+        raise DataError(
+            f"{name}: shapes() gives sample {second} {tokens} tokens and pack([{second}]) "
+            f"{alone.num_tokens}; shapes() must give each sample's packed length (docs/data.md)"
+        )
+    start = int(both.cu_seqlens[1])
+    for field in PER_TOKEN_FIELDS:
+        if field != "segment_ids" and not torch.equal(
+            getattr(alone, field), getattr(both, field)[start : start + tokens]
+        ):
+            raise DataError(
+                f"{name}: sample {second} packed after sample {first} gets other {field} than "
+                f"packed alone; pack must give a sample the same rows on every call, whatever "
+                f'it is packed with (per-epoch draws from its epoch; docs/data.md: "{PACK_RULE}")'
+            )
+
+
 @torch.no_grad()
 def check_model_contract(
     model: nn.Module,
@@ -159,6 +187,7 @@ def check_model_contract(
     the batch's positions (see the module docstring). ``sample_ids`` picks the two
     samples (default: the two shortest with at least 4 tokens)."""
     first, second = sample_ids if sample_ids is not None else _pick_samples(dataset, 2)
+    check_pack_rows(dataset, first, second)
     name = type(model).__name__
     device = next(model.parameters()).device
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,12 +12,15 @@ from repo_paths import ROOT
 from torch import nn
 from wrong_positions import LocalPositions
 
+from datacentric.data import DataError
 from datacentric.models.attention import varlen_attention
+from datacentric.shapes import SampleShape
 from datacentric.verify.case_models import build_case
 from datacentric.verify.model_contract import (
     ATTENTION_FIX,
     ATTENTION_RULE,
     BOUNDARY_RULE,
+    PACK_RULE,
     POSITION_RULE,
     ModelContractError,
     check_model_contract,
@@ -24,6 +28,7 @@ from datacentric.verify.model_contract import (
 )
 
 MODELS_DOC = ROOT / "docs" / "models.md"
+DATA_DOC = ROOT / "docs" / "data.md"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,6 +126,46 @@ def test_a_set_attention_that_keeps_fn_out_of_reach_is_an_error_naming_the_fix()
     model.set_attention = lambda fn: setattr(model, "attn_fn", lambda *a, **k: fn(*a, **k))
     with pytest.raises(ModelContractError, match=re.escape(ATTENTION_FIX)):
         check_model_contract(model, dataset)
+
+
+class _DrawsAnew:
+    """A dataset whose ``pack`` draws each sample's tokens anew on every call."""
+
+    def __init__(self, dataset) -> None:  # noqa: ANN001
+        self.dataset = dataset
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def shapes(self):  # noqa: ANN201
+        return self.dataset.shapes()
+
+    def pack(self, ids, pad_to_multiple=1, *, epoch=0):  # noqa: ANN001, ANN201
+        self.calls += 1
+        batch = self.dataset.pack(ids, pad_to_multiple)
+        return replace(batch, inputs=(batch.inputs + self.calls) % 256)
+
+
+class _LongerThanItsShape(_DrawsAnew):
+    """A dataset whose ``shapes()`` gives every sample one token more than ``pack``."""
+
+    def shapes(self):  # noqa: ANN201
+        return [SampleShape(s.tokens + 1) for s in self.dataset.shapes()]
+
+    def pack(self, ids, pad_to_multiple=1, *, epoch=0):  # noqa: ANN001, ANN201
+        return self.dataset.pack(ids, pad_to_multiple)
+
+
+def test_a_dataset_that_breaks_the_packing_rule_is_named_not_the_model() -> None:
+    """A ``pack`` that draws anew on each call once failed as a model that "attends across
+    samples or ignores batch.position_ids"; it is the dataset's fault, named as such."""
+    model, dataset = build_case("llama", 0, torch.float32)
+    with pytest.raises(DataError, match="_DrawsAnew: sample .* gets other inputs") as caught:
+        check_model_contract(model, _DrawsAnew(dataset))
+    assert PACK_RULE in str(caught.value) and PACK_RULE in DATA_DOC.read_text()
+    with pytest.raises(DataError, match=r"shapes\(\) gives sample \d+ \d+ tokens and pack"):
+        check_model_contract(model, _LongerThanItsShape(dataset))
 
 
 def test_docs_state_every_rule_the_check_quotes() -> None:
