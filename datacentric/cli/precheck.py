@@ -379,29 +379,30 @@ def check_held_out_batches(
     where: str, held_out, config: TrainConfig, options: SchedulingConfig, module: nn.Module
 ) -> None:
     """Raise ``ValueError`` starting with ``where`` when the held-out set's one pass,
-    cut by the run's global batch (``options``, the sized one included; no remainder
-    dropped, as its schedule cuts it), has a batch the world's groups cannot share or
-    one below a held-out sample (:func:`~datacentric.scheduling.global_batches.
-    check_global_batch`)."""
+    cut as its schedule cuts it (the run's global batch, ``options``, the sized one
+    included, raised to cover the held-out samples:
+    :func:`~datacentric.scheduling.global_batches.held_out_batch`), has a batch the
+    world's groups cannot share (:func:`~datacentric.scheduling.global_batches.
+    check_global_batch`): fewer held-out samples than the groups need."""
     from datacentric.parallel.launch import launch_mode
     from datacentric.planning.heads import ulysses_sp_sizes
-    from datacentric.scheduling.global_batches import check_global_batch
+    from datacentric.scheduling.global_batches import check_global_batch, held_out_batch
 
     world = launch_mode(config.parallelism.world).world_size
+    largest = max(ulysses_sp_sizes(module, world), default=1)
+    shapes = held_out.shapes()
+    tokens = [shape.tokens for shape in shapes]
     try:
         check_global_batch(
-            options.updated(drop_remainder=False),
-            held_out.shapes(),
+            held_out_batch(options, tokens, world_size=world, largest_sp=largest),
+            shapes,
             world_size=world,
-            largest_sp=max(ulysses_sp_sizes(module, world), default=1),
+            largest_sp=largest,
             seed=config.job.seed,
             epochs=1,
         )
     except ValueError as err:
-        given = config.scheduling.global_batch_tokens or config.scheduling.global_batch_samples
-        sized = "" if given else " (sized from the training set)"
-        message = f"{where}: held-out samples, cut by the global batch{sized}: {err}"
-        raise ValueError(message) from None
+        raise ValueError(f"{where}: held-out samples: {err}") from None
 
 
 def check_held_out_fits(

@@ -232,6 +232,34 @@ def run_global_batch(
     return batch
 
 
+def held_out_batch(
+    options: SchedulingConfig,
+    tokens: Sequence[int],
+    *,
+    world_size: int,
+    largest_sp: int | None,
+) -> SchedulingConfig:
+    """The ``[scheduling]`` section a held-out set's one pass is cut by (samples of
+    ``tokens`` tokens each): the run's, no remainder dropped, its global batch (given or
+    sized from the training set) raised where it is below what covers ``world_size``
+    ranks in groups of at most ``largest_sp`` in any order and the longest held-out
+    sample (:func:`covering_tokens`, :func:`covering_samples`). Why a held-out batch may
+    differ from training's: the held-out loss weighs the whole set at once, so how its
+    pass is cut moves no value, and a held-out sample longer than the training set's
+    batch is no reason to refuse the run or to change its training steps."""
+    options = options.updated(drop_remainder=False)
+    if not len(tokens):
+        return options
+    needed = samples_per_step(world_size, GroupCap.of(options, world_size, largest_sp).size)
+    if options.global_batch_samples is not None:
+        least = covering_samples(len(tokens), needed)
+        return options.updated(global_batch_samples=max(options.global_batch_samples, least))
+    if options.global_batch_tokens is not None:
+        least = covering_tokens(tokens, needed)
+        return options.updated(global_batch_tokens=max(options.global_batch_tokens, least))
+    return options
+
+
 def check_enough_samples(count: int, needed: int, world_size: int, cap: GroupCap) -> None:
     """Raise ``ValueError`` when ``count`` samples cannot give one step the ``needed``
     micro-batches that cover ``world_size`` ranks in groups of at most ``cap.size``."""

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from datacentric.parallel.loss import LossWeights, loss_tokens_function
 from datacentric.planning.forward_only import ForwardOnlyCostModel
 from datacentric.progress import Progress
 from datacentric.schedule import Schedule
+from datacentric.scheduling.global_batches import held_out_batch
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.settings.sections import (
     DataConfig,
@@ -101,11 +101,17 @@ def write_held_out(out: Path, training: Dataset, held_out: Dataset | None) -> No
 class HeldOut:
     """A held-out ``dataset`` planned and scheduled once beside a run's ``pipeline``
     (its budget, policy, seed and SP sizes, its cost model priced forward only; every
-    sample kept)."""
+    sample kept), cut by the run's global batch raised where it does not cover the
+    held-out samples (:func:`~datacentric.scheduling.global_batches.held_out_batch`)."""
 
     def __init__(self, dataset: Dataset, pipeline: Pipeline) -> None:
         self.dataset = dataset
-        options = dataclasses.replace(pipeline.options, drop_remainder=False)
+        options = held_out_batch(
+            pipeline.options,
+            [shape.tokens for shape in dataset.shapes()],
+            world_size=pipeline.world_size,
+            largest_sp=max(pipeline.sp_sizes, default=1) if pipeline.sp_sizes else None,
+        )
         self.pipeline = Pipeline(
             dataset.shapes(),
             ForwardOnlyCostModel(pipeline.cost_model),

@@ -156,3 +156,33 @@ def test_one_step_of_ten_samples_covers_8_ranks_of_a_model_without_sp(policy):
     (iteration,) = schedule.iterations
     assert {a.rank_start for a in iteration.assignments} == set(range(8))
     assert sorted(iteration.sample_ids()) == list(range(10))
+
+
+def test_the_held_out_pass_takes_a_batch_that_covers_its_samples():
+    """A held-out set's pass is cut by the run's global batch raised to cover it: a
+    held-out sample of 3,000 tokens under a batch of 35 sized from the training set (the
+    run was refused), and groups of one rank at world 4 (every step 4 samples); a batch
+    that covers them already is kept, and no remainder is dropped."""
+    from datacentric.scheduling.global_batches import held_out_batch
+    from datacentric.settings import SchedulingConfig
+
+    lengths = [3000, 30, 31, 32, 33, 34, 35, 36, 37]
+    sized = SchedulingConfig(global_batch_tokens=35, drop_remainder=True)
+    options = held_out_batch(sized, lengths, world_size=1, largest_sp=1)
+    assert options.global_batch_tokens == 3000 and options.tokens_per_iteration == 3000
+    assert not options.drop_remainder
+    check_global_batch(options, _shapes(lengths), world_size=1, largest_sp=1, seed=0, epochs=1)
+    wide = held_out_batch(sized, lengths, world_size=4, largest_sp=1)
+    assert wide.global_batch_tokens == covering_tokens(lengths, 4)
+    assert _fewest(lengths, 5, tokens=wide.global_batch_tokens) >= 4
+    kept = SchedulingConfig(global_batch_tokens=10**6)
+    assert held_out_batch(kept, lengths, world_size=4, largest_sp=1).global_batch_tokens == 10**6
+    samples = SchedulingConfig(global_batch_samples=2)
+    held = held_out_batch(samples, lengths[:8], world_size=4, largest_sp=2)
+    assert held.global_batch_samples == 2  # 4 steps of 2
+    held = held_out_batch(samples, lengths, world_size=4, largest_sp=2)
+    assert held.global_batch_samples == 3  # of 9, steps of 2 leave one of 1
+    held = held_out_batch(samples, lengths, world_size=4, largest_sp=1)
+    assert held.global_batch_samples == 5  # steps of 5 and 4, 4 a step
+    unset = SchedulingConfig()
+    assert held_out_batch(unset, lengths, world_size=4, largest_sp=1).global_batch_tokens is None

@@ -60,17 +60,22 @@ def test_the_batch_the_library_sizes_trains_at_world_4(tmp_path, capsys):
     assert recorded["scheduling"]["global_batch_tokens"] == 142
 
 
-def test_a_held_out_sample_longer_than_the_sized_batch_is_refused(tmp_path, capsys):
-    """The held-out set's one pass is cut by the run's global batch: a held-out document
-    of 40 tokens, 20 training ones of 10 (sized: 25 tokens), failed inside the ranks."""
+def test_a_held_out_sample_longer_than_the_sized_batch_validates(tmp_path, capsys):
+    """The held-out set's one pass is cut by the run's global batch raised to cover its
+    samples: a held-out document of 40 tokens, 20 training ones of 10 (sized: 25
+    tokens), was refused ('give at least 40', a batch that would change training's
+    steps); it now validates, and training keeps its sized batch and steps."""
     train, held = tmp_path / "train.jsonl", tmp_path / "held.jsonl"
     train.write_text("".join(json.dumps({"text": "abcdefghij"}) + "\n" for _ in range(20)))
     held.write_text(json.dumps({"text": "x" * 40}) + "\n")
     argv = ["train", "--dataset", f"jsonl:{train}", "--validation.dataset", f"jsonl:{held}"]
-    argv += ["--cost-model", "analytic", "--iterations", "2", "--no-progress"]
-    status, _, err = cli_here([*argv, "--out", str(tmp_path / "run")], capsys)
-    assert status == 2
-    line = err.strip().splitlines()[-1]
-    assert line.startswith(f"datacentric train: validation.dataset jsonl:{held}: held-out")
-    assert "(sized from the training set)" in line and "give at least 40" in line
-    assert not (tmp_path / "run" / "config.json").exists()
+    argv += ["--cost-model", "analytic", "--iterations", "2", "--no-progress", "--no-plots"]
+    out = tmp_path / "run"
+    status, _, err = cli_here([*argv, "--no-tensorboard", "--out", str(out)], capsys)
+    assert status == 0, err
+    assert "global batch sized to 25 tokens" in err
+    recorded = json.loads((out / "config.json").read_text())
+    assert recorded["scheduling"]["global_batch_tokens"] == 25
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [0, 1], records
+    assert "val_loss" not in records[0] and 0 < records[1]["val_loss"] < 10, records
