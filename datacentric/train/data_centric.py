@@ -157,6 +157,8 @@ class DataCentric:
     caller that computed them for its cost model passes them).
     """
 
+    _ran_here = False  # steps() has handed out a step of this object (_check_limits)
+
     def __init__(
         self,
         model: nn.Module,
@@ -528,6 +530,31 @@ class DataCentric:
         saved = self._saved.iterations_done if self._saved is not None else done
         return (saved + 1, done) if saved < done else None
 
+    def _reached(self, epochs: int | None, iterations: int | None) -> bool:
+        """Whether the run has completed ``epochs`` epochs or ``iterations`` steps."""
+        p = self.position
+        return (epochs is not None and p.epoch >= epochs) or (
+            iterations is not None and p.iterations_done >= iterations
+        )
+
+    def _check_limits(self, epochs: int | None, iterations: int | None) -> None:
+        """Refuse a :meth:`steps` call without a limit, or one that has no step to run
+        after steps of this object ran: its limits count from the run's start, so a loop
+        ``for epoch in range(E): for step in dc.steps(): ...`` trained its first epoch
+        only, the others with no step and no word."""
+        if epochs is None and iterations is None:
+            raise ValueError("steps() needs a limit: epochs, iterations or both")
+        if not (self._ran_here and self._reached(epochs, iterations)):
+            return
+        p = self.position
+        raise ValueError(
+            f"steps(epochs={epochs}, iterations={iterations}) has no step to run: its limits "
+            f"count from the run's start, and the run has done {p.iterations_done} steps "
+            f"(epochs completed: {p.epoch}); ask for more (steps(epochs=E) runs every epoch "
+            "up to E in one loop, step.epoch naming each step's; per epoch: "
+            "steps(epochs=epoch + 1))"
+        )
+
     def steps(
         self,
         epochs: int | None = 1,
@@ -552,15 +579,11 @@ class DataCentric:
         against the saved one there too, with or without ``on_schedule``: a loop never
         ends quietly on a changed schedule.
         """
-        if epochs is None and iterations is None:
-            raise ValueError("steps() needs a limit: epochs, iterations or both")
+        self._check_limits(epochs, iterations)
         self._on_schedule = on_schedule
         seen = -1
         try:
-            while not (
-                (epochs is not None and self.position.epoch >= epochs)
-                or (iterations is not None and self.position.iterations_done >= iterations)
-            ):
+            while not self._reached(epochs, iterations):
                 self._open_segment()
                 self._settle(wait=False)
                 p, length = self.position, self.current_length()
@@ -584,6 +607,7 @@ class DataCentric:
                     on_finish=lambda done, n=length: self.position.advance(done.sample_ids, n),
                 )
                 step.schedule_wait_s, self._schedule_wait_s = self._schedule_wait_s, 0.0
+                self._ran_here = True
                 yield step
                 if not step.finished:
                     raise RuntimeError("call step.finish() before asking for the next step")

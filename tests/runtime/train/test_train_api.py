@@ -68,6 +68,33 @@ def test_user_loop_step_equals_one_process_gradient():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+def test_a_steps_call_with_no_step_left_is_refused_naming_the_limits():
+    """``for epoch in range(2): for step in dc.steps(): ...`` trained its second epoch with
+    no step and no word (``steps()``' limits count from the run's start): refused now."""
+    from user_models import tiny_gpt
+
+    from datacentric.data import SyntheticTextDataset
+    from datacentric.shapes import SampleShape
+
+    torch.manual_seed(0)
+    dataset = SyntheticTextDataset([SampleShape(n) for n in (9, 14, 6, 20)])
+    dc = DataCentric(
+        tiny_gpt(width=16), dataset, tokens_per_iteration=32, groups=ProcessGroups.local()
+    )
+    ran = []
+    for epoch in range(2):
+        if epoch == 1:
+            with pytest.raises(ValueError, match=r"steps\(epochs=1, iterations=None\) has no "):
+                next(dc.steps())
+        for step in dc.steps(epochs=epoch + 1):  # the way the line says
+            for micro in step:
+                micro.backward(dc.model(micro.batch))
+            step.finish()
+            ran.append(step.epoch)
+    dc.close()
+    assert ran and ran.count(1) == ran.count(0)
+
+
 def _example_losses(name: str, model: str, capsys, monkeypatch) -> list[float]:
     """The losses ``python examples/NAME MODEL`` prints. Our Llama's data-centric example
     runs as that command (a fresh interpreter, the public API only); the others run in
