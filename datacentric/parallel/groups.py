@@ -91,6 +91,21 @@ def device_memory_bytes(device: torch.device, world_size: int = 1) -> int | None
     return physical // local_world_size(world_size)
 
 
+def planning_memory_bytes(groups: ProcessGroups) -> int | None:
+    """The device memory every rank of ``groups`` takes the default budget of: the least
+    of the ranks' own (:func:`device_memory_bytes`; None when a rank's system does not
+    say). Why the least: each rank plans the steps itself, so a budget read off each
+    rank's own device (nodes with GPUs of other sizes, or other memory or ranks per node
+    on CPUs) planned other steps on different ranks; the smallest device's holds on all.
+    Collective on the world's group (every rank calls it); one process reads its own."""
+    own = device_memory_bytes(groups.device, groups.world_size)
+    if not (groups.distributed and groups.world_size > 1):
+        return own
+    least = torch.tensor([-1 if own is None else own], dtype=torch.int64, device=groups.device)
+    dist.all_reduce(least, op=dist.ReduceOp.MIN, group=groups.world)
+    return None if int(least.item()) < 0 else int(least.item())
+
+
 @dataclass(frozen=True)
 class RingGroup:
     """The global ranks of one attention ring, in ring order, and this rank's position."""

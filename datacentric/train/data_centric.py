@@ -46,7 +46,7 @@ from datacentric.data.prefetch import Prefetcher, rank_requests
 from datacentric.models.lora import is_peft_model
 from datacentric.models.source import check_data_kind
 from datacentric.parallel.grad_sync import wrap_model
-from datacentric.parallel.groups import ProcessGroups, device_memory_bytes, process_groups
+from datacentric.parallel.groups import ProcessGroups, planning_memory_bytes, process_groups
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.recompute import compile_blocks
 from datacentric.parallel.runtime import DataCentricRuntime
@@ -208,7 +208,7 @@ class DataCentric:
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
         loss_tokens = loss_tokens_function(dataset)  # each sample's tokens that carry loss
-        memory = device_memory_bytes(self.groups.device, self.groups.world_size)
+        memory = None if memory_gb is not None else planning_memory_bytes(self.groups)
         self.pipeline = Pipeline(
             dataset.shapes(),
             cost_model,
@@ -223,7 +223,7 @@ class DataCentric:
             ),
         )
         """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
-        else 70% of this device) and builds each epoch's schedule."""
+        else 70% of the smallest rank's device) and builds each epoch's schedule."""
         self.runtime = DataCentricRuntime(self.model, self.groups, dataset.pack, loss_tokens)
         self.prefetcher = Prefetcher(epoch_pack(dataset, 0), depth=prefetch) if prefetch else None
         self.position = Position()

@@ -1,7 +1,8 @@
 """Ranks that were not started alike (several nodes, each its own command) are refused
 before training, in the same line on every rank: other settings (another ``--seed``),
 or a run folder rank 0's side does not share (another ``--out``, no shared filesystem).
-Both trained before, the second saving each checkpoint in parts."""
+Both trained before, the second saving each checkpoint in parts. Ranks on devices of
+other sizes plan under one default budget, the smallest device's."""
 
 from __future__ import annotations
 
@@ -35,11 +36,37 @@ def _started_apart(root: str) -> dict[str, str]:
             seen[case] = "trained"
         except ValueError as err:
             seen[case] = str(err)
+    seen["budget"] = _default_budget(4 + 4 * rank)
     return seen
+
+
+def _default_budget(gib: int) -> int:
+    """The budget a ``DataCentric`` without ``memory_gb`` plans under on a rank whose
+    device has ``gib`` GiB (a node with other GPUs or memory than another's)."""
+    import datacentric.parallel.groups as groups_module
+    import datacentric.train.data_centric as data_centric
+    from datacentric import DataCentric
+    from datacentric.data import DataConfig, open_dataset
+    from datacentric.models import build_model_named
+
+    dataset = open_dataset("stdlib", DataConfig(max_tokens=256, dataset_limit=1))
+    model = build_model_named("llama", dataset=dataset)
+    patched = [m for m in (groups_module, data_centric) if hasattr(m, "device_memory_bytes")]
+    saved = [m.device_memory_bytes for m in patched]
+    for module in patched:
+        module.device_memory_bytes = lambda device, world_size=1: gib * 2**30
+    try:
+        dc = DataCentric(model, dataset, check_model=False, prefetch=0)
+        return dc.pipeline.memory_cap_bytes
+    finally:
+        for module, function in zip(patched, saved):
+            module.device_memory_bytes = function
 
 
 def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
     outcomes = spawn(_started_apart, 2, str(tmp_path), timeout_s=300)
+    # the default budget: 70% of the smaller device on both ranks (was each its own)
+    assert [o["budget"] for o in outcomes] == [int(0.7 * 4 * 2**30)] * 2, outcomes
     assert outcomes[0] == outcomes[1]  # one line, whichever rank says it
     seed, out = outcomes[0]["seed"], outcomes[0]["out"]
     assert seed.startswith("rank 1 (host "), seed
