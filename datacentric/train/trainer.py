@@ -246,7 +246,10 @@ class Trainer(TrainerStep, TrainerSaves):
         )
         self.scheduler = scheduler
         """The run's learning-rate schedule (set when the run starts)."""
+        owed = self._validate_owed(signals)  # before metrics.jsonl is opened to append
         metrics, tracer = self._metrics_and_tracer()
+        if owed is not None:
+            metrics.log_validation(*owed)
         if self.is_main:
             logger.info(
                 "training %s on %d rank(s) (%s), policy %s: %s; run folder %s",

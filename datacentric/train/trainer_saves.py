@@ -8,11 +8,17 @@ what ``Trainer.__init__`` sets.
 
 from __future__ import annotations
 
+from typing import Any
+
+from datacentric.parallel.groups import agree_max
 from datacentric.scheduling.resume import Position
+from datacentric.train.checkpoints.preemption import StopSignals
 from datacentric.train.checkpoints.resume import (
+    add_to_record,
     dataset_fingerprint,
     keep_records_below,
     load_to_resume,
+    step_validated,
     trainer_state,
 )
 from datacentric.train.reporting.metric_sinks import logger
@@ -56,6 +62,31 @@ class TrainerSaves:
             )
             keep_records_below(self.out, done)
             self.validation.record.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
+
+    def _validate_owed(
+        self, signals: StopSignals | None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        """The validation a stop signal cut short at the step a resumed run continues
+        from (the signal came during the step or its validation: the step was saved
+        without its ``val_loss``), run first, under that checkpoint's model, as the
+        uninterrupted run ran it: its results go into the step's ``metrics.jsonl`` line
+        (rank 0); the record and the prompts' completions or renders, None when none is
+        owed. Collective (rank 0 decides from the folder's records; one all-reduce)."""
+        done = self.position.iterations_done
+        owed = (
+            self.is_main
+            and self.saves.resumed is not None
+            and self.validation.held_out is not None
+            and self.validation.due(done, self.total_iterations)
+            and not step_validated(self.out, done - 1)
+        )
+        if not agree_max(self.groups, int(owed))[0]:
+            return None
+        record: dict[str, Any] = {"iteration": done - 1}
+        samples = self._validate(done, record, signals)
+        if self.is_main and record.get("val_loss") is not None:
+            add_to_record(self.out, done - 1, {k: record[k] for k in ("val_loss", "val_time_s")})
+        return record, samples
 
     def _stop_note(self, signum: int) -> str:
         """What a stop signal does now (said at once, from the signal handler)."""

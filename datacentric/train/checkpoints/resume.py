@@ -209,6 +209,33 @@ def keep_records_below(out: Path, done: int) -> None:
         _truncate_jsonl(out / name, done)
 
 
+def add_to_record(out: Path, iteration: int, found: dict[str, Any]) -> bool:
+    """Add ``found`` to the ``metrics.jsonl`` line of step ``iteration`` (from 0) in the
+    run folder ``out``: a validation run after the line was written (a resumed run's
+    owed one); False when the folder has no line of that step."""
+    path = out / "metrics.jsonl"
+    records = read_jsonl(path) if path.exists() else []
+    hits = [r for r in records if r.get("iteration") == iteration]
+    for record in hits:
+        record.update(found)
+    if hits:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        os.replace(tmp, path)
+    return bool(hits)
+
+
+def step_validated(out: Path, iteration: int) -> bool:
+    """Whether the ``metrics.jsonl`` line of step ``iteration`` (from 0) in the run
+    folder ``out`` holds a held-out loss (a line missing counts as validated: nothing
+    to add it to)."""
+    path = out / "metrics.jsonl"
+    records = [
+        r for r in (read_jsonl(path) if path.exists() else []) if r.get("iteration") == iteration
+    ]
+    return not records or any(r.get("val_loss") is not None for r in records)
+
+
 def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``{section: {field: value}}`` with each older scheduling name and its new name
     holding the value either gave (:data:`~datacentric.settings.scheduling.OLDER_NAMES`)."""

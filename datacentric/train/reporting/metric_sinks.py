@@ -203,6 +203,30 @@ class MetricsLogger:
         if self._wandb is not None:
             self._wandb.log(scalars, step=record["iteration"])
 
+    def log_validation(self, record: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        """A validation run after its step's record was written (a resumed run's owed
+        one, whose ``val_loss`` the caller added to that step's ``metrics.jsonl`` line):
+        its log line, its scalars to TensorBoard and W&B at that step, and its prompts'
+        completions or renders (:meth:`log_samples`)."""
+        if not self.enabled:
+            return
+        number = record["iteration"] + 1
+        if record.get("val_loss") is not None:
+            val_time = _seconds(record.get("val_time_s"))
+            logger.info(
+                "step %5d  val_loss %8.4f (val_time %s; the validation a stop cut short)",
+                number,
+                record["val_loss"],
+                val_time,
+            )
+        scalars = {k: record[k] for k in ("val_loss", "val_time_s") if record.get(k) is not None}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, record["iteration"])
+        if self._wandb is not None and scalars:
+            self._wandb.log(scalars, step=record["iteration"])
+        self.log_samples(number, samples)
+
     def log_samples(self, step: int, samples: list[dict[str, Any]]) -> None:
         """The validation prompts' completions or renders after ``step`` (from 1): one log
         line each, and in TensorBoard under ``validation/prompt-K`` the completion's text

@@ -91,7 +91,9 @@ def test_a_rank_not_signalled_starts_no_batch_after_the_stop_is_agreed():
 def test_a_sigterm_during_the_held_out_loss_stops_before_its_next_batch(tmp_path, monkeypatch):
     """SIGTERM at the first held-out micro-batch of the validation after step 2 of 4:
     no batch after the first, no ``val_loss`` for step 2, the run saves step 2 and
-    stops (before: every batch ran, and the step recorded its loss)."""
+    stops (before: every batch ran, and the step recorded its loss). Its resume runs
+    that validation first: the held-out losses and records are the uninterrupted run's
+    (before: step 2's ``val_loss`` was never recorded)."""
     packed: list[int] = []
     batches: list[int] = []
     real = held_out.evaluate_schedule
@@ -115,3 +117,12 @@ def test_a_sigterm_during_the_held_out_loss_stops_before_its_next_batch(tmp_path
     assert packed == [1], packed  # the first batch alone (before: all 6)
     assert result.val_losses == [] and result.checkpoint == "step-00000002"
     assert not any("val_loss" in r for r in read_metrics(tmp_path))
+    config = small_config(tmp_path, iterations=4, resume=True, **settings)
+    resumed = train_rank(config)
+    straight = train_rank(small_config(tmp_path / "straight", iterations=4, **settings))
+    assert [s for s, _ in resumed.val_losses] == [2, 4] == [s for s, _ in straight.val_losses]
+    torch.testing.assert_close(resumed.val_losses, straight.val_losses, rtol=1e-6, atol=0.0)
+    records = [read_metrics(folder) for folder in (tmp_path, tmp_path / "straight")]
+    assert [[(r["iteration"], "val_loss" in r) for r in run] for run in records] == [
+        [(0, False), (1, True), (2, False), (3, True)]
+    ] * 2
