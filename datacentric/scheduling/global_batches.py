@@ -187,21 +187,35 @@ def size_global_batch(
     if chosen >= need:
         if bound is None:
             return GlobalBatchSize()
-        steps = -(-sum(tokens) // bound)
         note = (
             f"the dataset holds {sum(tokens):,} tokens, fewer than {SMALL_DATA_STEPS} default "
-            f"global batches; global batch sized to {bound:,} tokens, about "
-            f"{counted(steps, 'step')} an epoch (--global-batch-tokens sets it)"
+            f"global batches; global batch sized to {bound:,} tokens, "
+            f"{epoch_steps(tokens, bound, options.drop_remainder)} (--global-batch-tokens sets it)"
         )
         return GlobalBatchSize(bound, note)
-    steps = -(-sum(tokens) // need)
     note = (
-        f"global batch sized to {need:,} tokens, about {counted(steps, 'step')} an epoch, so "
+        f"global batch sized to {need:,} tokens, "
+        f"{epoch_steps(tokens, need, options.drop_remainder)}, so "
         f"that every step holds {counted(needed, 'sample')} in any data order (one a group: "
         f"{counted(world_size, 'rank')} in groups of at most {cap.size}, {cap.source}) and the "
         f"longest sample ({counted(max(tokens), 'token', ',')}) (--global-batch-tokens sets it)"
     )
     return GlobalBatchSize(need, note)
+
+
+def epoch_steps(tokens: Sequence[int], bound: int, drop_remainder: bool) -> str:
+    """How many steps an epoch of samples of ``tokens`` tokens takes under a global batch
+    of ``bound`` tokens, as a note says it: ``ceil(total / bound)`` near-equal batches, or
+    with ``drop_remainder`` the ``floor(total / bound)`` that :func:`chunk_even` keeps and
+    the tokens it leaves out (a batch sized from few samples may leave out a third)."""
+    total = int(sum(tokens))
+    if not drop_remainder:
+        return f"about {counted(-(-total // bound), 'step')} an epoch"
+    kept = total // bound
+    return (
+        f"about {counted(kept, 'step')} an epoch, --drop-remainder leaving out at least "
+        f"{total - kept * bound:,} of its {total:,} tokens"
+    )
 
 
 def run_global_batch(

@@ -95,3 +95,35 @@ def test_chunks_are_as_many_as_the_bound_asks_whatever_straddles_a_cut():
             assert len(chunks) == want and all(len(c) for c in chunks), (weights, bound, drop)
             kept = [i for c in chunks for i in c.tolist()]
             assert kept + dropped == list(range(n))
+
+
+def test_the_note_counts_the_steps_drop_remainder_keeps():
+    """With --drop-remainder the note of a sized batch said the steps of the whole epoch
+    ('about 2 steps an epoch' of 3 documents, 10, 12 and 24 tokens: sized 24) where the
+    run trained 1 and left out a third of its samples without a word; it now counts the
+    steps kept and the tokens left out, in every world and order."""
+    from datacentric.settings import SchedulingConfig
+
+    cases = ([10, 12, 24], [40 + (7 * i) % 90 for i in range(60)], [300, 20, 20, 20, 20])
+    for tokens in cases:
+        batch = size_global_batch(SchedulingConfig(drop_remainder=True), tokens, world_size=1)
+        view = DatasetView([SampleShape(tokens=t) for t in tokens])
+        for seed in range(4):
+            batches, _ = epoch_batches(
+                view,
+                np.arange(len(tokens)),
+                seed=seed,
+                epoch=0,
+                tokens_bound=batch.tokens,
+                samples_bound=None,
+                world_size=1,
+                drop_remainder=True,
+            )
+            kept = sum(tokens[i] for b in batches for i in b)
+            steps = "1 step" if len(batches) == 1 else f"{len(batches)} steps"
+            assert f"about {steps} an epoch, --drop-remainder" in batch.note, batch.note
+            least = sum(tokens) - len(batches) * batch.tokens
+            assert f"leaving out at least {least:,} of its {sum(tokens):,}" in batch.note
+            assert sum(tokens) - kept >= least
+    kept_all = size_global_batch(SchedulingConfig(), [10, 12, 24])
+    assert "about 2 steps an epoch (--global-batch-tokens" in kept_all.note
