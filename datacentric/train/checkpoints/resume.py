@@ -3,10 +3,11 @@
 it, the dataset's fingerprint, the trainer's state a checkpoint records
 (``trainer.json``), and the records of steps that will run again.
 
-A resume refuses a checkpoint whose model, adapters, data, schedule or seed differ
-(:data:`RESUME_FIXED`, :func:`check_unchanged`); the rest (steps, learning rate,
-checkpointing, world size...) may change. Steps after the checkpoint run again, so their
-lines of ``metrics.jsonl`` and ``samples.jsonl`` go (:func:`keep_records_below`).
+A resume refuses a checkpoint whose model, adapters, data (its draws included),
+schedule or seed differ (:data:`RESUME_FIXED`, :func:`check_unchanged`); the rest
+(steps, learning rate, checkpointing, world size...) may change. Steps after the
+checkpoint run again, so their lines of ``metrics.jsonl`` and ``samples.jsonl`` go
+(:func:`keep_records_below`).
 """
 
 from __future__ import annotations
@@ -38,11 +39,16 @@ from datacentric.train.checkpoints.run_checkpoints import RunCheckpoints
 from datacentric.train.checkpoints.run_paths import found_place, start_dir
 from datacentric.train.reporting.metrics import read_jsonl
 
+#: ``[training]`` settings of a latent dataset's draws (each sample's caption dropped or
+#: kept, its timestep and noise: ``data/diffusion_draws``): the sample stream.
+DRAW_SETTINGS = ("caption_dropout", "timestep_sampling", "logit_mean", "logit_std", "flow_shift")
+
 #: Settings a resume must keep (the sample stream and the trained function depend on
-#: them: the model, its LoRA adapters, the data, the schedule, the seed); the rest (steps,
-#: learning rate, checkpointing, world size...) may change.
+#: them: the model, its LoRA adapters, the data and its draws, the schedule, the seed);
+#: the rest (steps, learning rate, checkpointing, world size...) may change.
 RESUME_FIXED = (
     *((s, f.name) for s in ("model", "lora", "data", "scheduling") for f in fields(SECTIONS[s])),
+    *(("training", name) for name in DRAW_SETTINGS),
     ("job", "seed"),
 )
 

@@ -209,3 +209,32 @@ def test_the_loss_does_not_depend_on_world_or_policy(tmp_path):
         != float(LatentDataset(folder, seed=SEED, draws=DRAWS).pack([i]).sample_cond[0])
         for i in range(8)
     )
+
+
+@pytest.mark.parametrize(
+    ("changed", "named"),
+    [
+        ({"caption_dropout": 0.1}, "training.caption_dropout (0.5 -> 0.1)"),
+        ({"timestep_sampling": "uniform"}, "training.timestep_sampling ('logit_normal' -> "),
+        ({"logit_std": 1.0}, "training.logit_std (1.3 -> 1.0)"),
+    ],
+)
+def test_a_resume_with_other_draws_is_refused(tmp_path, changed, named):
+    """The draws are the sample stream: a resume with another caption dropout or
+    timestep sampling is refused naming the setting (before, it trained on with other
+    draws, as the learning rate may change); the learning rate still may."""
+    from datacentric.settings import load_config
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+    from datacentric.train.checkpoints.resume import check_unchanged
+
+    draws = dict(caption_dropout=0.5, timestep_sampling="logit_normal", logit_std=1.3)
+    saved = load_config(None, out=str(tmp_path), **draws).to_json()
+    state = {"config": saved, "dataset_fingerprint": "f"}
+    path = tmp_path / "checkpoints" / "step-00000002"
+    check_unchanged(
+        path, state, load_config(None, out=str(tmp_path), lr=0.5, **draws).to_json(), "f"
+    )
+    now = load_config(None, out=str(tmp_path), **{**draws, **changed}).to_json()
+    with pytest.raises(CheckpointError, match="changed since it was saved") as refused:
+        check_unchanged(path, state, now, "f")
+    assert named in str(refused.value), refused.value
