@@ -153,8 +153,10 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> bool:
 def check_pack_rows(dataset: Dataset, first: int, second: int) -> None:
     """Raise :class:`~datacentric.data.DataError` if ``dataset`` packs sample ``second``
     into other rows after sample ``first`` than alone (a ``pack`` that draws anew on each
-    call, or mixes the samples it packs), or into another length than ``shapes()`` says:
-    the checks of the model below rest on both, and would blame the model."""
+    call, or mixes the samples it packs), or into another length than ``shapes()`` says,
+    or counts other loss tokens (``loss_tokens``) than its ``loss_mask`` holds: the
+    checks of the model below rest on the first two, and would blame the model; the last
+    would weight every step's loss wrong, found at its first micro-batch."""
     name = type(dataset).__name__
     alone, both = dataset.pack([second], 1), dataset.pack([first, second], 1)
     tokens = dataset.shapes()[second].tokens
@@ -162,6 +164,13 @@ def check_pack_rows(dataset: Dataset, first: int, second: int) -> None:
         raise DataError(
             f"{name}: shapes() gives sample {second} {tokens} tokens and pack([{second}]) "
             f"{alone.num_tokens}; shapes() must give each sample's packed length (docs/data.md)"
+        )
+    counted = getattr(dataset, "loss_tokens", None)
+    masked = int(alone.loss_mask.sum())
+    if callable(counted) and int(counted(second)) != masked:
+        raise DataError(
+            f"{name}: loss_tokens({second}) gives {int(counted(second))} and pack([{second}]) "
+            f"has {masked} loss tokens (loss_mask); loss_tokens must count them (docs/data.md)"
         )
     start = int(both.cu_seqlens[1])
     for field in PER_TOKEN_FIELDS:
@@ -204,9 +213,12 @@ def check_model_contract(
         if not _close(packed[start : start + alone.shape[0]], alone, rtol):
             raise ModelContractError(
                 f"{name}: sample {second}'s loss changes when packed after sample {first}: "
-                "the model attends across samples or ignores batch.position_ids; route "
-                "attention through set_attention(fn) with batch.cu_seqlens and take "
-                f'positions from batch.position_ids (docs/models.md: "{BOUNDARY_RULE}")'
+                "the model attends across samples, mixes them otherwise (a norm or mean "
+                "over the batch's tokens, a loss averaged over it) or ignores "
+                "batch.position_ids; route attention through set_attention(fn) with "
+                "batch.cu_seqlens, keep every other layer per token and per sample, return "
+                "the loss unreduced and take positions from batch.position_ids "
+                f'(docs/models.md: "{BOUNDARY_RULE}")'
             )
         if getattr(model, "rebuilds_whole_samples", False) or _never_sharded(model):
             return
@@ -224,7 +236,8 @@ def check_model_contract(
                 f"{name}: a sequence shard of sample {first} gives other values than the "
                 "same tokens of the whole sample: the model computes positions itself "
                 "instead of reading batch.position_ids (global positions within each "
-                f'sample, also on a shard); docs/models.md: "{POSITION_RULE}"'
+                "sample, also on a shard), or mixes tokens outside attention (a norm or "
+                f'mean over the batch\'s tokens); docs/models.md: "{POSITION_RULE}"'
             )
     finally:  # each module's own flag, as the user set it (model.train() would reset all)
         for module, training in modes.items():

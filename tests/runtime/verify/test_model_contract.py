@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from repo_paths import ROOT
 from torch import nn
+from user_models import tiny_gpt
 from wrong_positions import LocalPositions
 
 from datacentric.data import DataError
@@ -157,6 +158,16 @@ class _LongerThanItsShape(_DrawsAnew):
         return self.dataset.pack(ids, pad_to_multiple)
 
 
+class _CountsOneMore(_LongerThanItsShape):
+    """A dataset whose ``loss_tokens`` counts every token, the last one too."""
+
+    def shapes(self):  # noqa: ANN201
+        return self.dataset.shapes()
+
+    def loss_tokens(self, sample_id: int) -> int:
+        return self.dataset.shapes()[sample_id].tokens
+
+
 def test_a_dataset_that_breaks_the_packing_rule_is_named_not_the_model() -> None:
     """A ``pack`` that draws anew on each call once failed as a model that "attends across
     samples or ignores batch.position_ids"; it is the dataset's fault, named as such."""
@@ -166,6 +177,43 @@ def test_a_dataset_that_breaks_the_packing_rule_is_named_not_the_model() -> None
     assert PACK_RULE in str(caught.value) and PACK_RULE in DATA_DOC.read_text()
     with pytest.raises(DataError, match=r"shapes\(\) gives sample \d+ \d+ tokens and pack"):
         check_model_contract(model, _LongerThanItsShape(dataset))
+    # refused at construction, where the runtime found it at the first micro-batch
+    with pytest.raises(DataError, match=r"_CountsOneMore: loss_tokens\(\d+\) gives \d+ and pack"):
+        check_model_contract(model, _CountsOneMore(dataset))
+
+
+class _BatchCentred(nn.Module):
+    """A model that normalizes its embeddings over the batch's tokens (a batch norm):
+    samples mixed outside attention."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.blocks, self.num_heads, self.loss_mode = model.blocks, model.num_heads, "token"
+        self.set_attention = model.set_attention
+
+    def forward(self, batch):  # noqa: ANN001, ANN201
+        hook = self.model.embed.register_forward_hook(
+            lambda m, i, out: (out - out.mean(0)) / out.std(0)
+        )
+        try:
+            return self.model(batch)
+        finally:
+            hook.remove()
+
+
+def test_a_model_that_mixes_samples_outside_attention_is_told_so() -> None:
+    """Both rules' errors name a norm over the batch's tokens (they named attention across
+    samples and positions only): the boundary rule's where the losses show it (a model of
+    one's own), the shard rule's where they barely move (our Llama at its start)."""
+    _, dataset = build_case("llama", 0, torch.float32)
+    torch.manual_seed(0)
+    with pytest.raises(ModelContractError, match="mixes them otherwise .a norm or mean") as caught:
+        check_model_contract(_BatchCentred(tiny_gpt()), dataset)
+    assert BOUNDARY_RULE in str(caught.value)
+    model = build_case("llama", 0, torch.float32)[0]
+    with pytest.raises(ModelContractError, match="or mixes tokens outside attention .a norm"):
+        check_model_contract(_BatchCentred(model), dataset)
 
 
 def test_docs_state_every_rule_the_check_quotes() -> None:
