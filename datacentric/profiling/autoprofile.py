@@ -48,6 +48,7 @@ from datacentric.profiling.profiler import (
 )
 from datacentric.profiling.store import (
     Profile,
+    ProfileError,
     fingerprint,
     fresh_profile,
     last_checked,
@@ -274,7 +275,19 @@ def ensure_profile(
     blocks and their attention; :attr:`ProfileSettings.identity`,
     :attr:`ProfileSettings.spec`)."""
     current = _fingerprint(settings, settings.world_size)
-    saved, checked = fresh_profile(directory, current)
+    # Rank 0 alone saves the profile, so it alone reads it and every rank takes what it
+    # read: ranks that read their own (another node's disk without it, or a stale copy)
+    # measured while rank 0 reused it, and their collectives crossed until the timeout.
+    read: tuple[Profile | None, float] | ProfileError | None = None
+    if _is_rank_zero():
+        try:
+            read = fresh_profile(directory, current)
+        except ProfileError as err:  # raised on every rank
+            read = err
+    read = _rank_zero_value(read)
+    if isinstance(read, ProfileError):
+        raise read
+    saved, checked = read if read is not None else (None, 0.0)
     if saved is not None and (not probe or reusable(saved, settings, directory, checked=checked)):
         return saved
     spec = settings.spec  # what the profile records of the model: the run's, without adapters

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 import pytest
 from test_planning_profiler import make_profile, runs_from_law
@@ -24,6 +25,7 @@ from datacentric.profiling.factory import fitted_cost_model, get_model_spec
 from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult
 from datacentric.profiling.store import (
     PROFILE_FILE,
+    Profile,
     fresh_profile,
     last_checked,
     load_profile,
@@ -221,3 +223,27 @@ def test_a_resumed_run_keeps_its_saved_profile_however_the_machine_runs_now(
     assert load_profile(tmp_path) == saved and "off on this machine" not in capsys.readouterr().err
     with pytest.raises(AssertionError, match="measured again"):  # a fresh run measures it
         ensure_profile(tmp_path, SETTINGS, [TEXT(64)])
+
+
+def _ensure_in_own_folder(root: str) -> Profile:
+    """ensure_profile on a rank of two whose profile folder is its own (as on nodes
+    without a shared filesystem): rank 0's holds a fresh profile, rank 1's none."""
+    import torch.distributed as dist
+
+    settings = dataclasses.replace(SETTINGS, world_size=2)
+    return ensure_profile(Path(root) / f"rank-{dist.get_rank()}", settings, [TEXT(64)])
+
+
+def test_every_rank_takes_the_profile_rank_0_reads(tmp_path) -> None:
+    """Each rank read its own folder: rank 1 measured while rank 0 reused its profile,
+    and their collectives crossed until the collective timeout."""
+    from datacentric.parallel.launch import spawn
+
+    settings = dataclasses.replace(SETTINGS, world_size=2)
+    saved = dataclasses.replace(
+        make_profile(world=2), fingerprint=autoprofile._fingerprint(settings, 2)
+    )
+    save_profile(saved, tmp_path / "rank-0")  # measured now: trusted without a probe
+    found = spawn(_ensure_in_own_folder, 2, str(tmp_path), timeout_s=60, collective_timeout_s=20)
+    assert found == [saved, saved]
+    assert not (tmp_path / "rank-1").exists()  # rank 0 alone writes
