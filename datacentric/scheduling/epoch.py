@@ -271,12 +271,16 @@ def send_stream(spec: dict, conn: Connection) -> None:
     """Build ``EpochStream(**spec)`` and send its steps through ``conn`` as they are
     built (``("step", iteration)``), then ``("schedule", schedule)``, or
     ``("error", error)`` where the build raises: the body of a process that builds an
-    epoch's schedule away from the training loop (its interpreter lock)."""
+    epoch's schedule away from the training loop (its interpreter lock). Once the loop
+    reads no more (its process ended, as a loop that stops within the epoch does), the
+    build stops without a word."""
     try:
         stream = EpochStream(**spec)
         for iteration in stream:
             conn.send(("step", iteration))
         conn.send(("schedule", stream.schedule()))
+    except (BrokenPipeError, ConnectionResetError):  # nobody reads: nothing to say
+        pass
     except Exception as err:  # raised again where the runtime takes a step
         try:
             conn.send(("error", err))

@@ -4,11 +4,13 @@ built when it is asked for, and they are the very steps of the whole-epoch build
 
 from __future__ import annotations
 
+from multiprocessing import Pipe
+
 import numpy as np
 import pytest
 
 from datacentric.profiling.factory import analytic_cost_model
-from datacentric.scheduling.epoch import EpochStream, build_schedule
+from datacentric.scheduling.epoch import EpochStream, build_schedule, send_stream
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import schedule_fingerprint
 from datacentric.settings import SchedulingConfig
@@ -50,6 +52,16 @@ def test_a_streamed_epoch_is_the_whole_epochs_schedule(world, policy):
     assert streamed.iterations == whole.iterations
     assert _meta(streamed) == _meta(whole)
     streamed.validate()
+
+
+def test_a_build_whose_loop_reads_no_more_stops_without_a_word(capfd):
+    """A loop that stopped within the epoch (``steps(iterations=1)``, then its script
+    ended) left the build process writing to a closed pipe: it printed three
+    ``BrokenPipeError`` tracebacks on the loop's terminal. It now stops quietly."""
+    reader, writer = Pipe(duplex=False)
+    reader.close()
+    send_stream(pipeline(1).stream(0, policy="static").spec, writer)
+    assert capfd.readouterr().err == ""
 
 
 def test_a_steps_samples_depend_on_neither_the_policy_nor_the_world():
