@@ -30,7 +30,7 @@ from datacentric.scheduling.resume import Position
 from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
-from datacentric.settings.sections import CheckpointConfig
+from datacentric.settings.sections import CheckpointConfig, split_fraction
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
 from datacentric.train.checkpoints.checkpoint_load import load_checkpoint
@@ -135,6 +135,7 @@ def check_unchanged(
         and _as_json(saved[section][name]) != _as_json(now[section][name])
         and not _same_place(section, name, saved[section][name], then, now[section][name])
     ]
+    changed += _held_out_change(saved.get("validation", {}), now.get("validation", {}))
     saved_fingerprint = state.get("dataset_fingerprint")
     if saved_fingerprint is not None and saved_fingerprint != fingerprint:
         changed.append("the dataset's samples")
@@ -143,6 +144,18 @@ def check_unchanged(
             f"cannot resume from {path}: changed since it was saved: {', '.join(changed)}; "
             "resume with the same settings, or start a new run (another --out or --overwrite)"
         )
+
+
+def _held_out_change(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """``validation.dataset`` with both values where the share of the training set it
+    holds out differs (``split=FRACTION``, or a split given or dropped: the training
+    samples change); another held-out dataset changes no training sample."""
+    was, new = saved.get("dataset"), now.get("dataset")
+    try:
+        same = split_fraction(was) == split_fraction(new)
+    except ValueError:  # not a fraction the settings check passes: compare the words
+        same = was == new
+    return [] if same else [f"validation.dataset ({was!r} -> {new!r})"]
 
 
 def typed_path(section: str, name: str, value: Any) -> tuple[str, str] | None:

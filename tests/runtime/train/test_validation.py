@@ -277,6 +277,36 @@ def test_a_resumed_run_keeps_its_best_validation_step(tmp_path):
     assert record == {"step": best, "val_loss": losses[best]}
 
 
+@pytest.mark.parametrize(
+    ("was", "now", "named"),
+    [
+        ("split=0.2", "split=0.3", "validation.dataset ('split=0.2' -> 'split=0.3')"),
+        ("split=0.2", "stdlib", "validation.dataset ('split=0.2' -> 'stdlib')"),
+        ("split=0.2", "split=0.20", None),  # the same share
+        ("stdlib", None, None),  # another held-out set trains the same samples
+    ],
+)
+def test_a_resume_holding_out_another_share_names_the_setting(tmp_path, was, now, named):
+    """A resume whose ``split=`` holds out another share of the training set is refused
+    naming ``validation.dataset`` with both values (before: only "the dataset's
+    samples"); a held-out set that trains the same samples passes."""
+    from datacentric.settings import load_config
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+    from datacentric.train.checkpoints.resume import check_unchanged
+
+    def settings(dataset):
+        return load_config(None, out=str(tmp_path), validation_dataset=dataset).to_json()
+
+    state = {"config": settings(was), "dataset_fingerprint": "f"}
+    path = tmp_path / "checkpoints" / "step-00000002"
+    if named is None:
+        check_unchanged(path, state, settings(now), "f")
+        return
+    with pytest.raises(CheckpointError, match="changed since it was saved") as refused:
+        check_unchanged(path, state, settings(now), "f")
+    assert named in str(refused.value), refused.value
+
+
 def wan_held_out_loss(folder: str, latents: str) -> float:
     """On this rank: the held-out loss of a saved Wan transformer on latents (FSDP2)."""
     from datacentric.data.sources import open_dataset
