@@ -281,11 +281,38 @@ def init_from_env(
         # to an address a dead rank published.
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         store = dist.PrefixStore(f"datacentric/attempt-{attempt}", store)
-        dist.init_process_group(
-            backend, store=store, rank=rank, world_size=world_size, timeout=timeout
-        )
+        store.set(f"joined/{rank}", "1")  # read back only to name ranks that never came
+        try:
+            dist.init_process_group(
+                backend, store=store, rank=rank, world_size=world_size, timeout=timeout
+            )
+        except dist.DistStoreError as err:  # 'wait timeout after 300000ms, keys: ...'
+            line = _not_joined(store, world_size, timeout_s)
+            if line is None:
+                raise
+            raise RuntimeError(line) from err
     destroy_at_exit()
     return ProcessGroups()
+
+
+def _not_joined(store: dist.Store, world_size: int, timeout_s: float) -> str | None:
+    """The line for a world that some ranks never joined within ``timeout_s``: which
+    (each joining rank leaves a ``joined/RANK`` key in the store before it waits), and
+    why that happens (their node stopped before it joined, most often on a refusal it
+    said in its own log, or was never started); None when every rank came."""
+    missing = [str(r) for r in range(world_size) if not store.check([f"joined/{r}"])]
+    if not missing:
+        return None
+    if len(missing) == 1:
+        ranks = f"rank {missing[0]}"
+    else:
+        shown = missing if len(missing) <= 8 else [*missing[:7], f"{len(missing) - 7} more"]
+        ranks = f"ranks {', '.join(shown[:-1])} and {shown[-1]}"
+    return (
+        f"{ranks} of {world_size} did not join within {timeout_s:.0f} s "
+        "(parallelism.collective_timeout_s): their node stopped before it joined (its log "
+        "says why) or was not started; start every node with the same command"
+    )
 
 
 def backend_for(world_size: int, device: str | torch.device | None = None) -> str:

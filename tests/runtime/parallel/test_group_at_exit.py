@@ -54,3 +54,32 @@ def test_joining_the_world_keeps_its_older_path() -> None:
     names = ("process_groups", "init_from_env", "backend_for", "destroy_at_exit")
     assert all(getattr(launch, name) is getattr(groups, name) for name in names)
     assert launch.DEFAULT_TIMEOUT_S == groups.DEFAULT_TIMEOUT_S
+
+
+def test_a_rank_that_never_joins_torchrun_s_world_is_named(monkeypatch) -> None:
+    """Rank 0 of 2 whose rank 1 never comes (its node stopped on a refusal before it
+    joined): after the collective timeout, one line naming rank 1 and the setting, where
+    gloo said 'wait timeout after 2000ms, keys: ...'."""
+    import pytest
+    import torch.distributed as dist
+
+    from datacentric.parallel.groups import init_from_env
+    from datacentric.parallel.launch import free_port
+
+    port = free_port()
+    # the store torchrun's agent hosts for its workers
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env |= {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError) as refused:
+        init_from_env("gloo", timeout_s=2)
+    assert not dist.is_initialized()
+    assert str(refused.value) == (
+        "rank 1 of 2 did not join within 2 s (parallelism.collective_timeout_s): their node "
+        "stopped before it joined (its log says why) or was not started; start every node "
+        "with the same command"
+    )
+    del agent
