@@ -80,6 +80,9 @@ def test_elastic_resume_on_fewer_ranks_runs_every_sample_once(straight, tmp_path
     assert len(steps[0]) == 6 and steps[0] == steps[1]
     losses = [torch.tensor([r["loss"] for r in read_metrics(run)]) for run in runs]
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0.0)
+    # the schedule the 4 ranks ran stays; the 2 ranks' one is saved apart, from step 3
+    for name, world in (("epoch-0.json", 4), ("epoch-0-step-3.json", 2)):
+        assert json.loads((out / "schedules" / name).read_text())["world_size"] == world
 
 
 def test_torchrun_restarts_a_killed_rank_and_loses_no_sample(tmp_path):
