@@ -49,7 +49,7 @@ from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.model_args import ModelSource
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.models.source import build_from_source, resolve_model
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import ProcessGroups, local_world_size
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
@@ -314,7 +314,9 @@ def measure_profile(
         num_blocks=spec.num_blocks,
         attention_kind=kind,
         points=tuple(points),
-        gpus_per_node=settings.world_size,  # the ranks of one machine share its links
+        # the ranks of one machine share its links: torchrun's ranks of a node when the
+        # world spans several (LOCAL_WORLD_SIZE), else the whole world
+        gpus_per_node=local_world_size(settings.world_size),
         grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
         profile_seconds=time.perf_counter() - start,
     )

@@ -9,8 +9,9 @@ Two collective checks refuse both before anything is trained or written, in the 
 line on every rank (so each node says it once):
 
 - :func:`check_same_run` (when the run is assembled, before any collective it issues):
-  every rank's settings (but ``job.out``, which :func:`check_shared_run_folder` checks)
-  and the shapes of its training samples are rank 0's;
+  every rank's settings (but ``job.out``, which :func:`check_shared_run_folder` checks),
+  the shapes of its training samples and the ranks of its node (torchrun's
+  ``LOCAL_WORLD_SIZE``: a node is what the plan keeps groups within) are rank 0's;
 - :func:`check_shared_run_folder` (once rank 0 holds the run folder's lock): every rank
   reads, in its own ``job.out``, the lock file rank 0's side wrote.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from datacentric.parallel.groups import ProcessGroups
+from datacentric.parallel.groups import ProcessGroups, local_world_size
 from datacentric.shapes import SampleShape
 from datacentric.train.run_folder import LOCK_FILE
 
@@ -58,16 +59,24 @@ def check_same_run(
     groups: ProcessGroups, settings: dict[str, Any], shapes: Sequence[SampleShape]
 ) -> None:
     """Refuse, on every rank, a run whose ranks were given other settings than rank 0's
-    (``settings``: :meth:`~datacentric.settings.TrainConfig.to_json`; ``job.out`` apart)
-    or read other training samples (``shapes``), in one ``ValueError`` naming the first
-    rank that differs, its host and the setting. Collective; nothing for one process."""
+    (``settings``: :meth:`~datacentric.settings.TrainConfig.to_json`; ``job.out`` apart),
+    read other training samples (``shapes``) or run on nodes of another number of ranks,
+    in one ``ValueError`` naming the first rank that differs, its host and the setting.
+    Collective; nothing for one process."""
     if not (groups.distributed and groups.world_size > 1):
         return
     flat = {k: v for k, v in _flat(settings).items() if k != "job.out"}
     digest = hashlib.sha256(repr([(s.tokens, s.grid) for s in shapes]).encode()).hexdigest()
-    mine = (flat, digest, len(shapes), socket.gethostname())
+    local = local_world_size(dist.get_world_size())  # the ranks of this node
+    mine = (flat, digest, len(shapes), socket.gethostname(), local)
     first, *others = _gathered(groups, mine)
-    for rank, (theirs, their_digest, count, host) in enumerate(others, start=1):
+    for rank, (theirs, their_digest, count, host, their_local) in enumerate(others, start=1):
+        if their_local != first[4]:  # a node is the plan's unit: every node holds as many
+            raise ValueError(
+                f"{_where(rank, host)} runs on a node of {their_local} rank(s) where rank 0 "
+                f"(host {first[3]}) runs on one of {first[4]} (torchrun --nproc-per-node "
+                "differs); start every node with the same --nproc-per-node"
+            )
         for key in sorted(set(first[0]) | set(theirs)):
             if theirs.get(key) != first[0].get(key):
                 raise ValueError(

@@ -247,3 +247,17 @@ def test_every_rank_takes_the_profile_rank_0_reads(tmp_path) -> None:
     found = spawn(_ensure_in_own_folder, 2, str(tmp_path), timeout_s=60, collective_timeout_s=20)
     assert found == [saved, saved]
     assert not (tmp_path / "rank-1").exists()  # rank 0 alone writes
+
+
+def test_a_profile_on_several_nodes_records_the_ranks_of_one_node(monkeypatch) -> None:
+    """Measured on 2 nodes of 2 ranks under torchrun, the profile recorded a node of 4
+    GPUs (the world), so the plan took groups of 4, across both nodes, as within one."""
+    from tests.runtime.profiling.test_profile_by_name import measured_without_ranks
+
+    monkeypatch.setattr(profiler, "measure", measured_without_ranks)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(key, value)
+    settings = dataclasses.replace(SETTINGS, world_size=4)
+    spec = settings.spec
+    found, _ = profiler.measure_profile(settings, [TEXT(64)], [1, 2, 4], {"world_size": 4}, spec)
+    assert found.gpus_per_node == 2

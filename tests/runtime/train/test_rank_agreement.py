@@ -1,7 +1,8 @@
 """Ranks that were not started alike (several nodes, each its own command) are refused
 before training, in the same line on every rank: other settings (another ``--seed``),
-or a run folder rank 0's side does not share (another ``--out``, no shared filesystem).
-Both trained before, the second saving each checkpoint in parts. Ranks on devices of
+a run folder rank 0's side does not share (another ``--out``, no shared filesystem), or
+nodes of other numbers of ranks (another ``--nproc-per-node``). All three trained
+before, the second saving each checkpoint in parts. Ranks on devices of
 other sizes plan under one default budget, the smallest device's."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch.distributed as dist
 from run_config import small_config
 
 from datacentric.parallel.launch import spawn
+from datacentric.train import rank_agreement
 from datacentric.train.trainer import train_rank
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,8 +38,28 @@ def _started_apart(root: str) -> dict[str, str]:
             seen[case] = "trained"
         except ValueError as err:
             seen[case] = str(err)
+    seen["node"] = _on_nodes_of_other_sizes(base, rank)
     seen["budget"] = _default_budget(4 + 4 * rank)
     return seen
+
+
+def _on_nodes_of_other_sizes(config, rank: int) -> str:
+    """A rank's outcome of a run where rank 0's node holds 2 ranks and rank 1's one
+    (torchrun's LOCAL_WORLD_SIZE, as another --nproc-per-node on the second node)."""
+    import datacentric.parallel.groups as groups_module
+
+    patched = [m for m in (groups_module, rank_agreement) if hasattr(m, "local_world_size")]
+    saved = [m.local_world_size for m in patched]
+    for module in patched:
+        module.local_world_size = lambda world: world - rank
+    try:
+        train_rank(config)
+        return "trained"
+    except ValueError as err:
+        return str(err)
+    finally:
+        for module, function in zip(patched, saved):
+            module.local_world_size = function
 
 
 def _default_budget(gib: int) -> int:
@@ -73,5 +95,8 @@ def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
     assert "job.seed = 1 where rank 0 (host " in seed and "has 0;" in seed, seed
     assert out.startswith("rank 1 (host ") and "does not see the run folder" in out, out
     assert f"--out {tmp_path / 'node-1'} is another folder than rank 0's" in out, out
+    node = outcomes[0]["node"]
+    assert node.startswith("rank 1 (host ") and "runs on a node of 1 rank(s) where" in node
+    assert node.endswith("start every node with the same --nproc-per-node"), node
     assert not (tmp_path / "run").exists()  # refused before anything was written
     assert not (tmp_path / "node-0" / "checkpoints").exists()
