@@ -306,12 +306,49 @@ def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = No
     finish()
 
 
+def _sums(t: torch.Tensor, chunk: int = 1 << 22) -> torch.Tensor:
+    """The sum and the sum of squares of ``t`` in float64, a chunk at a time (no float64
+    copy of a large tensor)."""
+    total = torch.zeros(2, dtype=torch.float64, device=t.device)
+    for part in t.reshape(-1).split(chunk):
+        part = part.double()
+        total += torch.stack([part.sum(), (part * part).sum()])
+    return total
+
+
+def take_rank_zero_weights(model: nn.Module, group: dist.ProcessGroup | None = None) -> bool:
+    """Give every rank of ``group`` rank 0's parameters and buffers where any differ (a
+    model built otherwise on each rank: a seed per rank), as DDP does at its start; held
+    as is, each rank would train its own model, and FSDP2 would shard a mix of them.
+    One all-gather of two sums per tensor; the broadcasts only when some differ.
+    Returns whether they differed (collective)."""
+    tensors = [t.detach() for t in [*model.parameters(), *model.buffers()]]
+    if not tensors:
+        return False
+    sums = torch.stack([_sums(t) for t in tensors])
+    table = [torch.empty_like(sums) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(table, sums, group=group)
+    if all(torch.equal(other, table[0]) for other in table[1:]):
+        return False
+    source = dist.get_global_rank(group, 0) if group is not None else 0
+    for t in tensors:
+        held = t if t.is_contiguous() else t.contiguous()
+        dist.broadcast(held, src=source, group=group)
+        if held is not t:
+            t.copy_(held)
+    return True
+
+
 def wrap_model(model: nn.Module, groups: ProcessGroups, sharding: ShardingSpec) -> nn.Module:
     """``model`` held as ``sharding`` says on ``groups``' world (the one place the
     trainer and ``DataCentric`` wrap a model): as is (``none``, or one rank),
-    :func:`wrap_ddp` or :func:`shard_fsdp2`. Create the optimizer afterwards, from
-    the returned module's parameters (FSDP2 replaces them with sharded ones)."""
+    :func:`wrap_ddp` or :func:`shard_fsdp2`, with rank 0's weights on every rank
+    (:func:`take_rank_zero_weights`; DDP takes them itself). Create the optimizer
+    afterwards, from the returned module's parameters (FSDP2 replaces them with sharded
+    ones)."""
     spec = sharding.effective(groups.world_size if groups.distributed else 1)
+    if groups.distributed and groups.world_size > 1 and spec.mode != "ddp":
+        take_rank_zero_weights(model, groups.world)
     if spec.mode == "ddp":
         ids = [groups.device.index] if groups.device.type == "cuda" else None
         ddp = wrap_ddp(model, device_ids=ids)

@@ -331,7 +331,6 @@ class DataCentricRuntime:
                     "the same count on every rank (turn reshard_after_forward off)"
                 )
         counted = self.token_metrics and hasattr(self.module, "token_sums")
-        reduced = self.groups.distributed and self.groups.world_size > 1
         return IterationStats(
             index=iteration.index,
             rank=self.groups.rank,
@@ -342,7 +341,6 @@ class DataCentricRuntime:
             token_sums=(
                 torch.zeros(3, dtype=torch.float64, device=self.groups.device) if counted else None
             ),
-            held_grads=set_aside_gradients(self.model) if reduced else [],
         )
 
     def micro_steps(self, iteration: Iteration, stats: IterationStats) -> Iterator[MicroStep]:
@@ -355,6 +353,8 @@ class DataCentricRuntime:
         groups = self.groups
         weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
         mine = iteration.micro_batches_of_rank(groups.rank)
+        if groups.distributed and groups.world_size > 1:  # what .grad holds when the
+            stats.held_grads = set_aside_gradients(self.model)  # caller starts the step
         last = len(mine) - 1
         for step, (assignment, micro_batch) in enumerate(mine):
             sp = assignment.sp_size

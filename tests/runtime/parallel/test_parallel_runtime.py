@@ -17,7 +17,7 @@ from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import init_from_env, spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
-from datacentric.parallel.step import run_step
+from datacentric.parallel.step import Step, run_step
 from datacentric.planning.sharding import ShardingSpec
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.shapes import SampleShape
@@ -179,31 +179,47 @@ def test_wrapped_models_on_a_step_of_several_phases(wrapper: str, model: str) ->
 
 
 def _accumulating_worker(iteration_json: dict) -> dict[str, dict[str, torch.Tensor]]:
-    """Each way of holding the model runs one iteration twice without zeroing the
-    gradients between (a caller's own accumulation over steps): every gradient."""
+    """Each way of holding the model, given other weights on rank 1 (a seed per rank),
+    runs one iteration twice without zeroing the gradients between (a caller's own
+    accumulation over steps): every gradient."""
     groups, iteration = ProcessGroups(), Iteration.from_json(iteration_json)
     out = {}
-    for shard in ("none", "ddp"):
+    for shard in ("none", "ddp", "fsdp2"):
         model, dataset = build_case("llama", 0, torch.float32)
         model.eval()
+        if groups.rank == 1:  # rank 0's weights are the ones trained, as DDP takes them
+            with torch.no_grad():
+                model.embed.weight.add_(1.0)
         held = wrap_model(model, groups, ShardingSpec(shard))
         runtime = DataCentricRuntime(held, groups, dataset.pack, loss_tokens_function(dataset))
         for _ in range(2):
             run_step(runtime, iteration)
-        out[shard] = {
-            name.removeprefix("module."): (
-                p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
-            )
-            for name, p in held.named_parameters()
-        }
+        out[shard] = _full_grads(held)
+        step = Step(runtime, iteration)  # the trainer's order: the step, then zero_grad
+        held.zero_grad(set_to_none=True)
+        for micro in step:
+            micro.backward(held(micro.batch))
+        step.finish()
+        out[f"{shard}, zeroed after the step was made"] = _full_grads(held)
     return out
+
+
+def _full_grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        name.removeprefix("module."): (
+            p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad.clone()
+        )
+        for name, p in model.named_parameters()
+    }
 
 
 @pytest.mark.slow
 def test_gradients_accumulated_over_steps_add_as_in_one_process() -> None:
     """A step adds its reduced gradient to what ``.grad`` held: the sum of the steps'
     gradients, as one process accumulates them, under every way of holding the model
-    (a plain module and DDP summed the held gradient over the ranks again)."""
+    (a plain module and DDP summed the held gradient over the ranks again); and every
+    rank trains rank 0's weights (a plain module kept each rank's own, FSDP2 sharded a
+    mix of them)."""
     num_blocks = len(build_model("llama", device="meta").blocks)
     shapes = build_case("llama", 0, torch.float32)[1].shapes()
     iteration = mixed_iteration(shapes, 2, num_blocks, sizes=[1, 1])
@@ -211,7 +227,7 @@ def test_gradients_accumulated_over_steps_add_as_in_one_process() -> None:
     results = spawn(_accumulating_worker, 2, iteration.to_json(), timeout_s=120)[0]
     for shard, grads in results.items():
         for name, grad in grads.items():
-            want = 2 * reference.grads[name]
+            want = (1 if "zeroed" in shard else 2) * reference.grads[name]
             torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-6, msg=f"{shard} {name}")
 
 
