@@ -322,18 +322,9 @@ def check_global_batch(
     view = DatasetView(shapes)
     epoch = 0
     while epoch < min(epochs, 1000):
-        batches, _ = epoch_batches(
-            view,
-            np.arange(len(tokens)),
-            seed=seed,
-            epoch=epoch,
-            tokens_bound=bound_tokens,
-            samples_bound=bound_samples,
-            world_size=world_size,
-            reorder_window=options.reorder_window,
-            drop_remainder=options.drop_remainder,
+        batches, short = short_step(
+            view, options, seed, epoch, (bound_tokens, bound_samples), world_size, needed
         )
-        short = next((k for k, b in enumerate(batches) if len(b) < needed), None)
         if short is not None:
             given = bound_samples if bound_samples is not None else bound_tokens
             raise ValueError(
@@ -347,6 +338,33 @@ def check_global_batch(
         if epoch == 0 and iterations is not None:
             epochs = -(-iterations // len(batches))
         epoch += 1
+
+
+def short_step(
+    view: DatasetView,
+    options: SchedulingConfig,
+    seed: int,
+    epoch: int,
+    bounds: tuple[int | None, int | None],
+    world_size: int,
+    needed: int,
+) -> tuple[list[np.ndarray], int | None]:
+    """The epoch's global batches of every sample of ``view`` under ``bounds`` (tokens,
+    samples; ``None``: the default) and ``options``' window and remainder (the sampler's
+    own, :func:`epoch_batches`), and the index of the first holding fewer than ``needed``
+    samples (``None``: none does)."""
+    batches, _ = epoch_batches(
+        view,
+        np.arange(len(view.tokens)),
+        seed=seed,
+        epoch=epoch,
+        tokens_bound=bounds[0],
+        samples_bound=bounds[1],
+        world_size=world_size,
+        reorder_window=options.reorder_window,
+        drop_remainder=options.drop_remainder,
+    )
+    return batches, next((k for k, batch in enumerate(batches) if len(batch) < needed), None)
 
 
 def stratified_order(view: DatasetView, active: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -38,6 +38,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -57,7 +58,16 @@ from datacentric.planning.memory_cap import resolve_memory_cap
 from datacentric.planning.sharding import DEFAULT_SHARD, ShardingSpec
 from datacentric.planning.spec_derivation import spec_of_model
 from datacentric.profiling.factory import named_spec
+from datacentric.progress import counted
 from datacentric.schedule import Iteration, Schedule
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.global_batches import (
+    GroupCap,
+    covering_tokens,
+    default_tokens_per_iteration,
+    samples_per_step,
+    short_step,
+)
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import (
     Position,
@@ -70,6 +80,7 @@ from datacentric.scheduling.resume import (
     steps_fingerprint,
 )
 from datacentric.settings.scheduling import SchedulingConfig
+from datacentric.shapes import SampleShape
 from datacentric.train.build import device_cost_model
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation.held_out import HeldOut, validation_loss
@@ -126,6 +137,72 @@ def held_model(model: nn.Module, dataset: Any) -> nn.Module:
         model = HFCausalLM(model)
     check_data_kind(model, dataset)
     return model
+
+
+def check_default_batch(
+    options: SchedulingConfig,
+    shapes: Sequence[SampleShape],
+    *,
+    world_size: int,
+    sp_sizes: Sequence[int],
+    seed: int = 0,
+) -> None:
+    """Raise one-line ``ValueError`` (``DataCentric: ...``) when the Python API's default
+    global batch (``options`` give none:
+    :func:`~datacentric.scheduling.global_batches.default_tokens_per_iteration`) cannot fill
+    the groups covering ``world_size`` ranks with the SP sizes ``sp_sizes`` allows: fewer
+    samples than groups, or a first epoch cut into a step of too few (few long samples).
+    Why here: this default is chosen when ``DataCentric`` is built, and its failure
+    was found at the first ``steps()`` with advice (a larger global batch, dropping the
+    remainder) that could not help; the message names the model's SP sizes, the samples
+    and a fix that works. Pure."""
+    if options.global_batch_tokens is not None or options.global_batch_samples is not None:
+        return
+    if not len(shapes):
+        return
+    tokens = [shape.tokens for shape in shapes]
+    cap = GroupCap.of(options, world_size, max(sp_sizes, default=1))
+    needed = samples_per_step(world_size, cap.size)
+    where = (
+        f"a step on {counted(world_size, 'rank')} needs one sample in each of its {needed} "
+        f"groups (groups of at most {counted(cap.size, 'rank')}: {cap.source}, of the SP "
+        f"sizes {list(sp_sizes)} the model's heads allow on {world_size})"
+    )
+    if len(tokens) < needed:
+        raise ValueError(
+            f"DataCentric: the dataset has {counted(len(tokens), 'sample')} and {where}: give "
+            f"{needed} samples or more, or run on at most {len(tokens) * cap.size} ranks"
+        )
+    view, fix = DatasetView(shapes), covering_tokens(tokens, needed, options.drop_remainder)
+    default = default_tokens_per_iteration(view, np.arange(len(tokens)), world_size)
+    if default >= fix:
+        return  # every data order fills the groups
+    batches, short = short_step(view, options, seed, 0, (None, None), world_size, needed)
+    if short is not None:
+        raise ValueError(
+            f"DataCentric: the default global batch ({default:,} tokens) cuts step "
+            f"{short + 1} of epoch 0 to {counted(len(batches[short]), 'sample')} and {where}: pass "
+            f"tokens_per_iteration={fix} or more (every step then holds {needed}), or run on "
+            "fewer ranks"
+        )
+
+
+def planning_sp_sizes(
+    model: nn.Module,
+    shapes: Sequence[SampleShape],
+    world_size: int,
+    options: SchedulingConfig,
+    seed: int,
+    sp_sizes: Sequence[int] | None,
+) -> list[int]:
+    """The SP sizes a :class:`DataCentric` plans with (``sp_sizes``, else
+    :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``model`` on ``world_size``
+    ranks), once the default global batch is checked to fill the groups they allow
+    (:func:`~datacentric.scheduling.global_batches.check_default_batch`): where the default
+    is chosen, not at the first :meth:`DataCentric.steps`."""
+    sizes = list(sp_sizes) if sp_sizes is not None else ulysses_sp_sizes(model, world_size)
+    check_default_batch(options, shapes, world_size=world_size, sp_sizes=sizes, seed=seed)
+    return sizes
 
 
 class DataCentric:
@@ -187,6 +264,8 @@ class DataCentric:
             shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
         )
         """How the model is held (``none``, ``ddp``, ``fsdp2``; the plan assumes the same)."""
+        shapes = dataset.shapes()  # the default global batch is checked here, not at steps()
+        sp_sizes = planning_sp_sizes(model, shapes, self.groups.world_size, options, seed, sp_sizes)
         if shard is None:
             announce_default_shard(self.sharding, self.groups)
         if cost_model is None:  # the analytic model of the preset's spec, else the model's
@@ -210,17 +289,13 @@ class DataCentric:
         loss_tokens = loss_tokens_function(dataset)  # each sample's tokens that carry loss
         memory = None if memory_gb is not None else planning_memory_bytes(self.groups)
         self.pipeline = Pipeline(
-            dataset.shapes(),
+            shapes,
             cost_model,
             world_size=self.groups.world_size,
             memory_cap_bytes=resolve_memory_cap(memory_gb, memory),
             options=options,
             seed=seed,
-            sp_sizes=(
-                list(sp_sizes)
-                if sp_sizes is not None
-                else ulysses_sp_sizes(model, self.groups.world_size)
-            ),
+            sp_sizes=sp_sizes,
         )
         """Plans the dataset once (``pipeline.plan``, holding the memory budget: ``memory_gb``,
         else 70% of the smallest rank's device) and builds each epoch's schedule."""
@@ -411,7 +486,6 @@ class DataCentric:
         started = time.perf_counter()
         options = self.pipeline.options  # an explicit global batch: the same on any world
         fixed = options.global_batch_tokens is not None or options.global_batch_samples is not None
-        moved = p.segment_world not in (None, world) and p.segment_iteration > 0  # mid-epoch
         ids = begin_segment(p, len(self.pipeline.shapes), world, same_batches=fixed)
         ready = self._ahead.take(p.epoch) if ids is None else None
         if ready is not None:  # built while the last epoch trained: waited for here
@@ -427,8 +501,7 @@ class DataCentric:
             self._check_ran = p.segment_iteration > 0  # a resumed one ran steps of it
             self._steps_checked = not p.segment_steps_known
             self._schedule_wait_s += time.perf_counter() - started
-        # a segment begun mid-epoch (on another world) is saved apart from the epoch's
-        self._segment_at = p.iterations_done if p.segment_excluded or moved else None
+        self._segment_at = p.iterations_done if p.segment_excluded else None
 
     def _leave_segment(self) -> None:
         """Forget the current segment (its build, if one is streaming, stops) and the
