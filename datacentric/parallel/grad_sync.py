@@ -259,28 +259,19 @@ class _BlockCalls:
         )
 
 
-def set_aside_gradients(model: nn.Module) -> list[tuple[nn.Parameter, torch.Tensor]]:
-    """Take off ``model``'s parameters the gradients they hold before a step (a caller's
-    own accumulation over steps): the step's SUM over the world reduces the whole
-    ``.grad`` (:func:`allreduce_gradients`, DDP's bucket), which would add the ranks'
-    copies of gradients already reduced, ``world`` times the one process's. FSDP2 reduces
-    only the step's own gradient into its shards: nothing is taken. Put them back with
-    :func:`restore_gradients` after the reduction."""
-    if is_fsdp2(model):
-        return []
-    held = [(p, p.grad) for p in model.parameters() if p.grad is not None]
-    for p, _ in held:
-        p.grad = None
-    return held
-
-
-def restore_gradients(held: list[tuple[nn.Parameter, torch.Tensor]]) -> None:
-    """Add the gradients :func:`set_aside_gradients` took to the step's reduced ones, in
-    the tensors the caller held."""
-    for p, grad in held:
-        if p.grad is not None:
-            grad.add_(p.grad)
-        p.grad = grad
+def share_held_gradients(model: nn.Module, world_size: int) -> None:
+    """Divide by ``world_size``, in place, the gradients ``model``'s parameters hold when
+    a step starts (a caller's own accumulation over steps: reduced already, the same on
+    every rank). The step's SUM over the world reduces the whole ``.grad``
+    (:func:`allreduce_gradients`, DDP's bucket), which makes them whole again beside the
+    step's own gradient; undivided, they would count ``world_size`` times. FSDP2 reduces
+    only the step's own gradient into its shards: nothing to do."""
+    if is_fsdp2(model) or world_size == 1:
+        return
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.div_(world_size)
 
 
 def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:

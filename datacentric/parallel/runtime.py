@@ -52,8 +52,7 @@ from datacentric.parallel.grad_sync import (
     micro_step_context,
     needs_equal_passes,
     reduce_after_backward,
-    restore_gradients,
-    set_aside_gradients,
+    share_held_gradients,
     syncs_itself,
 )
 from datacentric.parallel.groups import ProcessGroups
@@ -115,9 +114,6 @@ class IterationStats:
     #: this rank's loss tokens, those predicted right (argmax) and their summed entropy,
     #: on the device (``DataCentricRuntime.token_metrics``; None: not counted)
     token_sums: torch.Tensor | None = field(default=None, repr=False)
-    #: gradients the parameters held before the iteration, added back after its
-    #: reduction (:func:`~datacentric.parallel.grad_sync.set_aside_gradients`)
-    held_grads: list[tuple[nn.Parameter, torch.Tensor]] = field(default_factory=list, repr=False)
 
     @property
     def weighted_loss(self) -> float:
@@ -354,7 +350,7 @@ class DataCentricRuntime:
         weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
         mine = iteration.micro_batches_of_rank(groups.rank)
         if groups.distributed and groups.world_size > 1:  # what .grad holds when the
-            stats.held_grads = set_aside_gradients(self.model)  # caller starts the step
+            share_held_gradients(self.model, groups.world_size)  # caller starts the step
         last = len(mine) - 1
         for step, (assignment, micro_batch) in enumerate(mine):
             sp = assignment.sp_size
@@ -431,8 +427,6 @@ class DataCentricRuntime:
             with annotate(f"gradient sync: {how} over {groups.world_size} ranks"):
                 reduce_after_backward(self.model, groups.world)
             done = clock.mark()
-        restore_gradients(stats.held_grads)  # a caller's accumulation over iterations
-        stats.held_grads = []
         marks: list[object] = []
         for _, start, end in stats.pending:
             marks += [start, end]
