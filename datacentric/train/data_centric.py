@@ -82,6 +82,7 @@ from datacentric.scheduling.resume import (
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
 from datacentric.train.build import device_cost_model
+from datacentric.train.rank_agreement import check_same_plan
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation.held_out import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
@@ -301,6 +302,7 @@ class DataCentric:
         else 70% of the smallest rank's device) and builds each epoch's schedule."""
         self.runtime = DataCentricRuntime(self.model, self.groups, dataset.pack, loss_tokens)
         self.prefetcher = Prefetcher(epoch_pack(dataset, 0), depth=prefetch) if prefetch else None
+        check_same_plan(self.groups, self.pipeline)  # planned now; ranks that differ refused
         self.position = Position()
         """Where the run stands; :meth:`steps` advances it, :meth:`state_dict` saves it."""
         # the segment's whole schedule, else its steps streaming (_build); where it began

@@ -27,6 +27,7 @@ from typing import Any
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups, local_world_size
+from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 from datacentric.train.run_folder import LOCK_FILE
 
@@ -114,4 +115,64 @@ def check_shared_run_folder(groups: ProcessGroups, out: str | Path) -> None:
                 f"{first[2]}) writes: its --out {their_out} is another folder than rank "
                 f"0's {first[1]} (checkpoints would be saved in parts); give every node "
                 "the same --out on a filesystem they share"
+            )
+
+
+def _plan_record(pipeline: Pipeline) -> tuple[str, int, list[int] | None, dict[str, str], str]:
+    """What a rank's plan is made of and holds: the hardware its cost model prices on
+    (an analytic model's preset, picked by the device's name; another model's class),
+    its budget and SP sizes, a digest of each bucket's plan and one of the plan's other
+    fields. Its planning's own refusal stands for the plan: it is raised again (the
+    caller's line) where the plan is first used."""
+    model = pipeline.cost_model
+    hardware = getattr(getattr(model, "hardware", None), "name", None) or type(model).__name__
+    try:
+        plan = pipeline.plan
+    except ValueError as err:  # the same on every rank that plans alike
+        return hardware, -1, pipeline.sp_sizes, {}, f"refused: {err}"
+    buckets = {name: _digest(bucket.to_json()) for name, bucket in plan.buckets.items()}
+    rest = _digest(
+        (plan.world_size, plan.num_blocks, plan.option_batch_limit, sorted(plan.skipped.items()))
+    )
+    return hardware, plan.memory_cap_bytes, pipeline.sp_sizes, buckets, rest
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+def _plan_difference(mine: tuple, first: tuple, zero: str) -> str | None:
+    """What differs between a rank's :func:`_plan_record` and rank 0's (``first``; ``zero``
+    names rank 0), as a refusal says it; ``None`` when nothing does."""
+    hardware, budget, sizes, buckets, rest = mine
+    hw0, budget0, sizes0, buckets0, rest0 = first
+    if hardware != hw0:
+        return f"prices its plan on hardware {hardware!r} where {zero} prices it on {hw0!r}"
+    if budget != budget0:
+        return f"plans under {budget} bytes per rank where {zero} plans under {budget0}"
+    if sizes != sizes0:
+        return f"plans with SP sizes {sizes} where {zero} plans with {sizes0}"
+    for name in [*buckets0, *(b for b in buckets if b not in buckets0)]:
+        if buckets.get(name) != buckets0.get(name):
+            return f"plans bucket {name!r} otherwise than {zero}"
+    return None if rest == rest0 else f"made another plan than {zero}"
+
+
+def check_same_plan(groups: ProcessGroups, pipeline: Pipeline) -> None:
+    """Refuse, on every rank, ranks that made other plans from the same settings and
+    samples (``pipeline``'s: each rank plans alone, from what its own machine says, and
+    ranks that plan otherwise run other steps: a hang, or another computation), in one
+    ``ValueError`` naming the first rank that differs, its host and what differs (the
+    hardware its cost model prices on, the budget, the SP sizes, a bucket). Makes the
+    plan; one small all-gather. Collective; nothing for one process."""
+    if not (groups.distributed and groups.world_size > 1):
+        return
+    first, *others = _gathered(groups, (_plan_record(pipeline), socket.gethostname()))
+    for rank, (record, host) in enumerate(others, start=1):
+        difference = _plan_difference(record, first[0], _where(0, first[1]))
+        if difference is not None:
+            raise ValueError(
+                f"{_where(rank, host)} {difference}, and would run other steps: give every "
+                "rank the same device model, or one cost model (cost_model=, or --cost-model "
+                "profile, which rank 0 reads for every rank)"
             )

@@ -40,7 +40,33 @@ def _started_apart(root: str) -> dict[str, str]:
             seen[case] = str(err)
     seen["node"] = _on_nodes_of_other_sizes(base, rank)
     seen["budget"] = _default_budget(4 + 4 * rank)
+    seen["hardware"] = _planned_apart(rank, hardware="h100-sxm")
+    seen["plan"] = _planned_apart(rank, dtype="bfloat16")
     return seen
+
+
+def _planned_apart(rank: int, hardware: str | None = None, dtype: str | None = None) -> str:
+    """A rank's outcome of a ``DataCentric`` whose rank 1 reads another GPU model off its
+    device (the analytic cost model's ``hardware``), or prices another ``dtype``: each
+    rank plans alone, from what its own machine says."""
+    import datacentric.train.build as build
+    from datacentric import DataCentric
+    from datacentric.data import DataConfig, open_dataset
+    from datacentric.models import build_model_named
+
+    dataset = open_dataset("stdlib", DataConfig(max_tokens=256, dataset_limit=1))
+    model = build_model_named("llama", dataset=dataset)
+    own = build._hardware_name
+    if rank == 1 and hardware is not None:
+        build._hardware_name = lambda device: hardware
+    try:
+        given = {"dtype": dtype} if rank == 1 and dtype is not None else {}
+        DataCentric(model, dataset, check_model=False, prefetch=0, memory_gb=8, **given)
+        return "planned"
+    except ValueError as err:
+        return str(err)
+    finally:
+        build._hardware_name = own
 
 
 def _on_nodes_of_other_sizes(config, rank: int) -> str:
@@ -98,5 +124,14 @@ def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
     node = outcomes[0]["node"]
     assert node.startswith("rank 1 (host ") and "runs on a node of 1 rank(s) where" in node
     assert node.endswith("start every node with the same --nproc-per-node"), node
+    hardware, plan = outcomes[0]["hardware"], outcomes[0]["plan"]  # each ran other steps
+    assert hardware.startswith("rank 1 (host "), hardware
+    assert "prices its plan on hardware 'h100-sxm' where rank 0 (host " in hardware, hardware
+    assert hardware.endswith(
+        "prices it on 'cpu-local', and would run other steps: give every "
+        "rank the same device model, or one cost model (cost_model=, or "
+        "--cost-model profile, which rank 0 reads for every rank)"
+    ), hardware
+    assert plan.startswith("rank 1 (host ") and " plans bucket " in plan, plan
     assert not (tmp_path / "run").exists()  # refused before anything was written
     assert not (tmp_path / "node-0" / "checkpoints").exists()
