@@ -156,6 +156,8 @@ class ProcessGroups:
         self.world_size: int = dist.get_world_size()
         self.backend: str = str(dist.get_backend())
         self.device: torch.device = device_for_backend(self.backend, self.rank)
+        #: this rank's node's ranks (:func:`local_world_size`): groups of more cross nodes
+        self.ranks_per_node: int = local_world_size(self.world_size)
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
         # Every rank must call new_group for every group, in the same order.
         for start, size in aligned_groups(self.world_size):
@@ -175,6 +177,7 @@ class ProcessGroups:
         self.world_size = 1
         self.backend = "none"
         self.device = torch.device(device)
+        self.ranks_per_node = 1
         self._groups = {(0, 1): None}
         return self
 

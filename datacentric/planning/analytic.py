@@ -79,6 +79,7 @@ module held before is still importable from it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 
 from datacentric.planning.analytic_formulas import ATTENTION_BACKWARD_FACTOR, PassFormulas
@@ -353,6 +354,15 @@ class AnalyticCostModel(RingPricing, PassFormulas, CachedCostModel):
         return tuple(counts)
 
 
+def on_nodes_of(hardware: Hardware, ranks_per_node: int | None) -> Hardware:
+    """``hardware`` on the nodes a run has: a node of the lesser of its
+    ``gpus_per_node`` and the run's ``ranks_per_node`` (torchrun ``--nproc-per-node 4``
+    on 8-GPU nodes: groups of more than 4 ranks cross nodes); ``None``: its own node."""
+    if ranks_per_node is None or ranks_per_node >= hardware.gpus_per_node:
+        return hardware
+    return dataclasses.replace(hardware, gpus_per_node=max(1, int(ranks_per_node)))
+
+
 def analytic_model(
     spec: ModelSpec,
     hardware: Hardware,
@@ -361,6 +371,7 @@ def analytic_model(
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
     grad_sync_overlap: float = 0.0,
+    ranks_per_node: int | None = None,
 ) -> AnalyticCostModel:
     """The analytic model of ``spec`` on ``hardware``: the one place its settings are read.
 
@@ -369,13 +380,15 @@ def analytic_model(
     :class:`~datacentric.planning.sharding.ShardingSpec` or its mode; default
     :data:`~datacentric.planning.sharding.DEFAULT_SHARD`). ``grad_sync_overlap``: share
     of the gradient reduction hidden behind backward (0: the model reports all of it).
+    ``ranks_per_node``: the run's ranks on each node; groups of more are priced across
+    nodes where the preset's node is larger (:func:`on_nodes_of`; None: the preset's node).
     """
     if dtype_bytes is None:
         dtype_bytes = 4 if hardware.name == "cpu-local" else 2
     sharding = shard if isinstance(shard, ShardingSpec) else ShardingSpec(shard or DEFAULT_SHARD)
     return AnalyticCostModel(
         spec,
-        hardware,
+        on_nodes_of(hardware, ranks_per_node),
         dtype_bytes=dtype_bytes,
         sharding=sharding,
         world_size=world_size,

@@ -115,11 +115,15 @@ def fingerprint(
     model_args: dict[str, Any] | None = None,
     *,
     identity: Mapping[str, Any] | None = None,
+    ranks_per_node: int | None = None,
 ) -> dict[str, Any]:
     """What a profile's numbers depend on: model config (a preset's fields, or any
     other model's ``identity``: its class, config and parameter shapes as the caller
     read them once, off the model it built or by :func:`model_identity`), device,
-    torch, world, dtype and the profiler's method."""
+    torch, world, its ranks on each node (``ranks_per_node``; None: the whole world on
+    one machine, as a spawn starts it), dtype and the profiler's method: a profile
+    measured on 1 node of 4 ranks is not reused on 2 nodes of 2, whose groups of 4
+    cross nodes."""
     import torch
 
     from datacentric.models.configs import MODEL_PRESETS, model_config
@@ -139,6 +143,7 @@ def fingerprint(
         "device_name": name,
         "torch": torch.__version__,
         "world_size": world_size,
+        "ranks_per_node": world_size if ranks_per_node is None else ranks_per_node,
         "dtype": dtype,
         "backend": backend,
         "profiler_method": PROFILER_METHOD,
@@ -172,9 +177,9 @@ def fresh_profile(
     directory: str | os.PathLike[str], current: dict[str, Any]
 ) -> tuple[Profile | None, float]:
     """The profile in ``directory`` if its fingerprint is ``current`` (else ``None``:
-    none, or stale: measured for another model, device, torch, world, dtype or method),
-    and when it was last measured or probed (:func:`last_checked`; 0 without a fresh
-    one), read together: what a caller needs to decide on reuse."""
+    none, or stale: measured for another model, device, torch, world, node size, dtype or
+    method), and when it was last measured or probed (:func:`last_checked`; 0 without
+    a fresh one), read together: what a caller needs to decide on reuse."""
     checked = last_checked(directory)
     saved = load_profile(directory)
     if saved is None or saved.fingerprint != current:

@@ -170,6 +170,7 @@ def assemble_run(
         shapes=dataset.shapes(),
         dataset=dataset,
         sp_sizes=sp_sizes,
+        ranks_per_node=groups.ranks_per_node,
     )
     resumed = bool(config.checkpoint.resume or config.checkpoint.resume_from)
     cost_model = run_cost_model(run_model.placed(place), config.cost, resumed=resumed)  # collective

@@ -126,6 +126,10 @@ class RunPlace:
     """The run's samples, when opened (a profile measures a user's model on its own)."""
     sp_sizes: Sequence[int] | None = None
     """The SP sizes the run may use (a profile measures these; None: its default)."""
+    ranks_per_node: int | None = None
+    """The run's ranks on each node (its process groups' ``ranks_per_node``: torchrun's
+    ``LOCAL_WORLD_SIZE``, else the world); the analytic model prices larger groups across
+    nodes. None: the hardware preset's node."""
 
 
 @dataclass(frozen=True)
@@ -298,17 +302,20 @@ def device_cost_model(
     *,
     shard: ShardingSpec | str | None = None,
     world_size: int = 1,
+    ranks_per_node: int | None = None,
 ) -> CostModel:
     """The analytic FLOP/byte model of ``spec`` on this device: ``cpu-local``
     (calibrated on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model
-    state is held as ``shard`` says on ``world_size`` ranks. The model only prices
-    memory: the budget is the plan's."""
+    state is held as ``shard`` says on ``world_size`` ranks, ``ranks_per_node`` of them
+    on each node (None: the preset's node; groups larger than a node cross nodes). The
+    model only prices memory: the budget is the plan's."""
     return analytic_model(
         spec,
         get_hardware(_hardware_name(device)),
         dtype_bytes=2 if dtype == "bfloat16" else 4,
         shard=shard,
         world_size=world_size,
+        ranks_per_node=ranks_per_node,
     )
 
 
@@ -333,6 +340,7 @@ def run_cost_model(model: RunModel, cost: CostConfig, *, resumed: bool = False) 
             model.dtype,
             shard=place.shard,
             world_size=place.world_size,
+            ranks_per_node=place.ranks_per_node,
         )
     source = model.source
     directory = cost.profile_dir or str(Path(place.job.out) / "profile")

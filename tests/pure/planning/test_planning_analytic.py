@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from datacentric.planning.analytic import AnalyticCostModel
+from datacentric.planning.analytic import AnalyticCostModel, analytic_model
 from datacentric.planning.cost_model import CostModel
 from datacentric.planning.hardware import (
     CalibrationPoint,
@@ -174,3 +174,19 @@ def test_memory_alone_and_one_pass_sums_answer_as_the_whole_formula(model):
         assert pairs == sum(attention_pairs(kind, s) for s in text)
     with pytest.raises(ValueError):
         cost.pass_memory_bytes([], 2, [False] * cost.num_blocks)
+
+
+def test_a_run_of_fewer_ranks_per_node_prices_groups_across_its_nodes() -> None:
+    """8 ranks on nodes of 4 (torchrun --nproc-per-node 4 on 8-GPU nodes): a group of 8
+    crosses nodes and is priced over InfiniBand; a group of 4 stays inside one."""
+    spec, h100 = get_model_spec("llama-7b"), get_hardware("h100-sxm")
+    preset, eight = (analytic_model(spec, h100, world_size=8, ranks_per_node=n) for n in (None, 8))
+    four = analytic_model(spec, h100, world_size=8, ranks_per_node=4)
+    assert (preset.gpus_per_node, eight.gpus_per_node, four.gpus_per_node) == (8, 8, 4)
+    shapes = [SampleShape.text(1 << 17)]
+    assert eight.work(shapes, 8, ()).ib_bytes == 0 < four.work(shapes, 8, ()).ib_bytes
+    assert four.pass_time_s(shapes, 8, ()) > eight.pass_time_s(shapes, 8, ())
+    assert four.pass_time_s(shapes, 4, ()) == eight.pass_time_s(shapes, 4, ())
+    assert four.grad_sync_time_s(8) > eight.grad_sync_time_s(8)
+    # more ranks on a node than the preset's GPUs: the preset's node
+    assert analytic_model(spec, h100, world_size=16, ranks_per_node=16).gpus_per_node == 8

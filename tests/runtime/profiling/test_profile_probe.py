@@ -261,3 +261,26 @@ def test_a_profile_on_several_nodes_records_the_ranks_of_one_node(monkeypatch) -
     spec = settings.spec
     found, _ = profiler.measure_profile(settings, [TEXT(64)], [1, 2, 4], {"world_size": 4}, spec)
     assert found.gpus_per_node == 2
+
+
+def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(tmp_path, monkeypatch) -> None:
+    """A profile measured on 1 node of 4 ranks (its node: 4) was reused on 2 nodes of 2
+    with the same world, where its groups of 4 cross nodes: its fingerprint lacked the
+    ranks per node."""
+    settings = dataclasses.replace(SETTINGS, world_size=4)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}.items():
+        monkeypatch.setenv(key, value)
+    saved = dataclasses.replace(
+        make_profile(world=4), fingerprint=autoprofile._fingerprint(settings, 4)
+    )
+    assert saved.fingerprint["ranks_per_node"] == 4
+    save_profile(saved, tmp_path)  # measured now: trusted without a probe
+
+    def measured_again(*args, **kwargs):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(autoprofile, "measure_profile", measured_again)
+    assert ensure_profile(tmp_path, settings, [TEXT(64)]) == saved  # the same layout
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with pytest.raises(AssertionError, match="measured again"):
+        ensure_profile(tmp_path, settings, [TEXT(64)])

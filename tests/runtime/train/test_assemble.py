@@ -206,3 +206,21 @@ def test_a_model_with_fewer_ids_than_its_data_is_refused_naming_the_data_s_kind(
     with pytest.raises(ValueError, match="tokenizer has 300: use the model's own tokenizer"):
         _check_vocab("tiny", module, None, tokenized)
     _check_vocab("tiny", module, None, SimpleNamespace(vocab_size=100))
+
+
+def test_the_analytic_cost_model_prices_the_run_s_own_nodes():
+    """The cost model kept its preset's node whatever the run's layout: 2 ranks on nodes
+    of 1 (torchrun --nproc-per-node 1 on two machines) priced a group of 2 as inside a
+    node. The run's place carries its ranks per node (its process groups')."""
+    from datacentric.planning.hardware import get_hardware
+    from datacentric.settings.sections import CostConfig, ModelConfig
+    from datacentric.train.build import RunModel, RunPlace, run_cost_model
+
+    model, cost = RunModel.of(ModelConfig(model="llama")), CostConfig(cost_model="analytic")
+    preset = get_hardware("cpu-local").gpus_per_node
+    nodes = [
+        run_cost_model(model.placed(RunPlace(world_size=2, ranks_per_node=n)), cost)
+        for n in (None, 2, 1)
+    ]
+    assert [m.gpus_per_node for m in nodes] == [preset, min(preset, 2), 1]
+    assert ProcessGroups.local().ranks_per_node == 1
