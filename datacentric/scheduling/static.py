@@ -211,7 +211,11 @@ class Told:
         self.builds = builds + builds[:1]
 
     def at(self, build: int) -> Callable[[int], None]:
-        """Told the steps built by the ``build``-th epoch (``FINALISTS``: the chosen one)."""
+        """Told the steps built by the ``build``-th epoch (``FINALISTS``: the chosen one);
+        told nothing where no finalist was counted (a first pass that found no candidate:
+        :func:`search`'s fallback)."""
+        if not self.builds:
+            return lambda k: None
         build = min(build, len(self.builds) - 1)
         base = self.first + sum(self.builds[:build])
         per_step = self.builds[build] / max(len(self.chunks), 1)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from datacentric.profiling.factory import analytic_cost_model
+from datacentric.scheduling import static
 from datacentric.scheduling.epoch import EpochStream, build_schedule, send_stream
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import schedule_fingerprint
@@ -62,6 +63,16 @@ def test_a_build_whose_loop_reads_no_more_stops_without_a_word(capfd):
     reader.close()
     send_stream(pipeline(1).stream(0, policy="static").spec, writer)
     assert capfd.readouterr().err == ""
+
+
+def test_static_without_a_first_pass_candidate_builds_its_fallback(monkeypatch):
+    """Where static's first pass finds no candidate covering the world (a model of 4
+    heads at world 3, global batches of 256 tokens), its search falls back to one
+    configuration, whose build told its progress to a finalist never counted: an
+    ``IndexError`` (list index out of range) in place of the steps or a refusal in words."""
+    monkeypatch.setattr(static, "first_pass", lambda inp, told=None: [])
+    schedule = pipeline(2).schedule(0, policy="static", measure=False)
+    assert len(schedule.iterations) > 4
 
 
 def test_a_steps_samples_depend_on_neither_the_policy_nor_the_world():
