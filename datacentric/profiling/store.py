@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from datacentric.log import get_logger
 from datacentric.planning.fitted import ProfilePoint
 from datacentric.planning.plan import Plan
 from datacentric.planning.spec_derivation import identity_of_model, json_sha256
@@ -182,7 +183,17 @@ def fresh_profile(
     a fresh one), read together: what a caller needs to decide on reuse."""
     checked = last_checked(directory)
     saved = load_profile(directory)
-    if saved is None or saved.fingerprint != current:
+    if saved is None:
+        return None, 0.0
+    if saved.fingerprint != current:
+        # measured with another number of ranks per node (its groups crossed other nodes)
+        was, now = saved.fingerprint.get("ranks_per_node"), current.get("ranks_per_node")
+        if now is not None and was != now:
+            had = "an unrecorded number of" if was is None else str(was)
+            get_logger().warning(
+                f"datacentric: the profile in {directory} was measured with {had} ranks per "
+                f"node and this run has {now}: measuring it again"
+            )
         return None, 0.0
     return saved, checked
 

@@ -263,7 +263,9 @@ def test_a_profile_on_several_nodes_records_the_ranks_of_one_node(monkeypatch) -
     assert found.gpus_per_node == 2
 
 
-def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(tmp_path, monkeypatch) -> None:
+def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(
+    tmp_path, monkeypatch, capsys
+) -> None:
     """A profile measured on 1 node of 4 ranks (its node: 4) was reused on 2 nodes of 2
     with the same world, where its groups of 4 cross nodes: its fingerprint lacked the
     ranks per node."""
@@ -282,5 +284,8 @@ def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(tmp_path, m
     monkeypatch.setattr(autoprofile, "measure_profile", measured_again)
     assert ensure_profile(tmp_path, settings, [TEXT(64)]) == saved  # the same layout
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    capsys.readouterr()
     with pytest.raises(AssertionError, match="measured again"):
         ensure_profile(tmp_path, settings, [TEXT(64)])
+    note = "measured with 4 ranks per node and this run has 2: measuring it again"
+    assert note in capsys.readouterr().err
