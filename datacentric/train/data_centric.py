@@ -277,6 +277,7 @@ class DataCentric:
                 dtype,
                 shard=self.sharding,
                 world_size=self.groups.world_size,
+                ranks_per_node=self.groups.ranks_per_node,
             )
         self.module = model.to(self.groups.device)
         """The user's module (inside ``model``'s DDP wrapper, when there is one)."""

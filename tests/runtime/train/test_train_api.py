@@ -152,3 +152,22 @@ def test_compare_policies_measures_and_simulates_the_same_epoch(tmp_path):
     assert summary["speedup"] == pytest.approx(
         results["dcp-opt"].tokens_per_s / results["static"].tokens_per_s
     )
+
+
+def test_the_default_cost_model_prices_the_ranks_own_nodes():
+    """``DataCentric(model, dataset)`` without a cost model priced its groups on the
+    preset's node (``cpu-local``: 2 ranks) whatever the ranks' layout: a group of 2 on
+    nodes of 1 rank (torchrun ``--nproc-per-node 1`` on two machines) was priced as inside
+    a node. It now takes the process groups' ranks per node, as ``train`` does."""
+    from user_models import tiny_gpt
+
+    from datacentric.data import SyntheticTextDataset
+    from datacentric.planning.hardware import get_hardware
+    from datacentric.shapes import SampleShape
+
+    groups = ProcessGroups.local()
+    assert groups.ranks_per_node == 1 < get_hardware("cpu-local").gpus_per_node
+    dataset = SyntheticTextDataset([SampleShape(n) for n in (9, 14, 6, 20)])
+    dc = DataCentric(tiny_gpt(width=16), dataset, tokens_per_iteration=32, groups=groups)
+    dc.close()
+    assert dc.pipeline.cost_model.gpus_per_node == 1
