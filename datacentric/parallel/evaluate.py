@@ -111,6 +111,22 @@ class _gathered:
         for unit in self.units:
             unit.reshard()
             unit.set_reshard_after_forward(blocks and unit is not self.model, recurse=False)
+            _forget_forward_order(unit)
+
+
+def _forget_forward_order(unit: nn.Module) -> None:
+    """Forget the order FSDP2 recorded the passes' forwards in: it keeps each forward's
+    order for the next backward's prefetches (private lists only a backward clears), and
+    these passes have none, so a rank that ran fewer of them (fewer prompts than ranks)
+    would prefetch other all-gathers than the others in the next step's backward: a
+    hang. Every rank now starts that step with none recorded."""
+    group = getattr(unit._get_fsdp_state(), "_fsdp_param_group", None)
+    if group is None:
+        return
+    group._post_forward_indices.clear()
+    order = getattr(group.comm_ctx, "post_forward_order", None)  # set at FSDP's first forward
+    if order is not None:
+        order.clear()
 
 
 def each_prompt_alone(

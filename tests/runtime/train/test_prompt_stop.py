@@ -54,18 +54,25 @@ def count_forwards(monkeypatch, on_call) -> list[int]:
     return calls
 
 
+def _run_inputs(tmp_path, prompt_lines: str):
+    """A tiny Qwen2 folder, 24 of its documents as a JSON-lines training set, and a
+    prompts file of ``prompt_lines``."""
+    folder = tmp_path / "qwen"
+    texts = _pretrained_folder(folder)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in texts[:24]))
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text(prompt_lines)
+    return folder, data, prompts
+
+
 @pytest.mark.slow
 def test_a_sigterm_during_prompt_completions_saves_the_last_step_at_once(
     tmp_path, capsys, monkeypatch
 ):
     """SIGTERM at the first token of the first validation (after step 2 of 4): no forward
     after the one it came in, the checkpoint holds step 2, no completion is written."""
-    folder = tmp_path / "qwen"
-    texts = _pretrained_folder(folder)
-    data = tmp_path / "train.jsonl"
-    data.write_text("".join(f'{{"text": "{t}"}}\n' for t in texts[:24]))
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("document 3: word1\nword4 tok2\n")
+    folder, data, prompts = _run_inputs(tmp_path, "document 3: word1\nword4 tok2\n")
 
     def sigterm_at_first(n: int) -> None:
         if n == 1:
@@ -129,3 +136,22 @@ def test_a_rank_not_signalled_starts_no_prompt_after_the_round_the_stop_came_in(
     assert [r["ran"] for r in results] == [1, 1], results
     for r in results:
         assert r["got"] == [[1, 1, 1], [1, 1, 1], None, None, None, None], r
+
+
+@pytest.mark.slow
+def test_fewer_prompts_than_ranks_leave_the_next_step_running(tmp_path, capsys):
+    """One prompt on 2 ranks (FSDP2), validated after step 2 of 3: step 3 runs (before:
+    FSDP2 kept the order of the prompt's forwards on rank 0 alone, whose next backward
+    then prefetched an all-gather rank 1 never joined: the step hung until the collective
+    timeout; seen too with 2 prompts at world 4)."""
+    folder, data, prompts = _run_inputs(tmp_path, "document 3: word1\n")
+    out = tmp_path / "run"
+    argv = ["train", "--model", f"hf:{folder}", "--dataset", f"jsonl:{data}", "--world", "2"]
+    argv += ["--tokenizer", str(folder / "tokenizer.json"), "--iterations", "3"]
+    argv += ["--validation.every", "2", "--validation.prompts", str(prompts)]
+    argv += ["--validation.max_new_tokens", "2", "--cost-model", "analytic"]
+    argv += ["--collective-timeout-s", "20", "--no-progress", "--no-plots", "--out", str(out)]
+    status, _, err = cli_here(argv, capsys)
+    assert status == 0, err[-3000:]
+    assert (out / "validation" / "step-2.jsonl").is_file()
+    assert (out / "checkpoints" / "step-00000003").is_dir()
