@@ -489,6 +489,7 @@ class DataCentric:
         started = time.perf_counter()
         options = self.pipeline.options  # an explicit global batch: the same on any world
         fixed = options.global_batch_tokens is not None or options.global_batch_samples is not None
+        moved = p.segment_world not in (None, world) and p.segment_iteration > 0  # mid-epoch
         ids = begin_segment(p, len(self.pipeline.shapes), world, same_batches=fixed)
         ready = self._ahead.take(p.epoch) if ids is None else None
         if ready is not None:  # built while the last epoch trained: waited for here
@@ -504,7 +505,8 @@ class DataCentric:
             self._check_ran = p.segment_iteration > 0  # a resumed one ran steps of it
             self._steps_checked = not p.segment_steps_known
             self._schedule_wait_s += time.perf_counter() - started
-        self._segment_at = p.iterations_done if p.segment_excluded else None
+        # a segment begun mid-epoch (on another world) is saved apart from the epoch's
+        self._segment_at = p.iterations_done if p.segment_excluded or moved else None
 
     def _leave_segment(self) -> None:
         """Forget the current segment (its build, if one is streaming, stops) and the
