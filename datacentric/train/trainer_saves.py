@@ -68,22 +68,26 @@ class TrainerSaves:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The validation a stop signal cut short at the step a resumed run continues
         from (the signal came during the step or its validation: the step was saved
-        without its ``val_loss``), run first, under that checkpoint's model, as the
-        uninterrupted run ran it: its results go into the step's ``metrics.jsonl`` line
-        (rank 0); the record and the prompts' completions or renders, None when none is
-        owed. Collective (rank 0 decides from the folder's records; one all-reduce)."""
+        without its ``val_loss``, or without every prompt's completion), run first,
+        under that checkpoint's model, as the uninterrupted run ran it (only the parts
+        left undone, :meth:`~datacentric.train.validation.driver.RunValidation.owed`):
+        its held-out loss goes into the step's ``metrics.jsonl`` line (rank 0); the
+        record and the prompts' completions or renders, None when none is owed.
+        Collective (rank 0 decides from the folder's records; one all-reduce)."""
         done = self.position.iterations_done
-        owed = (
-            self.is_main
-            and self.saves.resumed is not None
-            and self.validation.held_out is not None
-            and self.validation.due(done, self.total_iterations)
-            and not step_validated(self.out, done - 1)
-        )
-        if not agree_max(self.groups, int(owed))[0]:
+        loss = prompts = False
+        if self.is_main and self.saves.resumed is not None:
+            has_loss = step_validated(self.out, done - 1)
+            loss, prompts = self.validation.owed(done, self.total_iterations, has_loss=has_loss)
+        loss, prompts = agree_max(self.groups, int(loss), int(prompts))
+        if not (loss or prompts):
             return None
         record: dict[str, Any] = {"iteration": done - 1}
-        samples = self._validate(done, record, signals)
+        validation, self.validation = self.validation, self.validation.only(loss, prompts)
+        try:
+            samples = self._validate(done, record, signals)
+        finally:
+            self.validation = validation
         if self.is_main and record.get("val_loss") is not None:
             add_to_record(self.out, done - 1, {k: record[k] for k in ("val_loss", "val_time_s")})
         return record, samples

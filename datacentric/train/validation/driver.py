@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,28 @@ class RunValidation:
         if self.held_out is None and self.prompts is None and self.renders is None:
             return False
         return self.record.due(step, last)
+
+    def owed(self, step: int, last: int, *, has_loss: bool) -> tuple[bool, bool]:
+        """What a stop left undone of the validation after step ``step`` (from 1) of a
+        run of ``last``, as rank 0 finds it in the run folder: the held-out loss
+        (``has_loss``: the step's record holds its ``val_loss``) and the prompts'
+        completions (``validation/step-N.jsonl`` missing or short)."""
+        if not self.due(step, last):
+            return False, False
+        loss = self.held_out is not None and not has_loss
+        prompts = self.prompts is not None and not self.prompts.written(self.out, step)
+        return loss, prompts
+
+    def only(self, loss: bool, prompts: bool) -> RunValidation:
+        """This validation with only the parts :meth:`owed` names: the held-out loss
+        (and the renders) when ``loss``, the prompts' completions when ``prompts``; the
+        same record."""
+        return replace(
+            self,
+            held_out=self.held_out if loss else None,
+            renders=self.renders if loss else None,
+            prompts=self.prompts if prompts else None,
+        )
 
     def after_step(
         self,

@@ -17,6 +17,7 @@ import torch
 from datacentric.data.base import sample_generator
 from datacentric.data.prompts import Prompt
 from datacentric.parallel.evaluate import generate_tokens
+from datacentric.train.reporting.metrics import read_jsonl
 
 
 @dataclass
@@ -39,6 +40,13 @@ class PromptSamples:
                 f"validation.prompts: {model} has no next-token logits to "
                 "generate with (a text model: hf:DIR); leave validation.prompts unset"
             )
+
+    def written(self, out: Path, step: int) -> bool:
+        """Whether ``validation/step-N.jsonl`` of the run folder ``out`` holds every
+        prompt's completion after step ``step`` (a stop before the last prompt finished
+        leaves it missing or short)."""
+        done = {r.get("prompt_id") for r in read_jsonl(samples_path(out, step))}
+        return all(p.index in done for p in self.prompts)
 
     def run(
         self,
@@ -76,7 +84,12 @@ class PromptSamples:
 
 def write_samples(out: Path, step: int, records: list[dict[str, Any]]) -> Path:
     """``validation/step-N.jsonl`` of the run folder ``out``: one record per prompt."""
-    path = out / "validation" / f"step-{step}.jsonl"
+    path = samples_path(out, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+def samples_path(out: Path, step: int) -> Path:
+    """The prompts' completions after step ``step`` in the run folder ``out``."""
+    return out / "validation" / f"step-{step}.jsonl"

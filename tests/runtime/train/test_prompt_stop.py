@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from contextlib import nullcontext
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -71,7 +72,9 @@ def test_a_sigterm_during_prompt_completions_saves_the_last_step_at_once(
     tmp_path, capsys, monkeypatch
 ):
     """SIGTERM at the first token of the first validation (after step 2 of 4): no forward
-    after the one it came in, the checkpoint holds step 2, no completion is written."""
+    after the one it came in, the checkpoint holds step 2, no completion is written. Its
+    resume continues the prompts of step 2 first: the completions of steps 2 and 4 are
+    the uninterrupted run's (before: step 2's were never written)."""
     folder, data, prompts = _run_inputs(tmp_path, "document 3: word1\nword4 tok2\n")
 
     def sigterm_at_first(n: int) -> None:
@@ -92,6 +95,13 @@ def test_a_sigterm_during_prompt_completions_saves_the_last_step_at_once(
     assert not (out / "checkpoints" / "step-00000004").exists()
     assert not (out / "validation" / "step-2.jsonl").exists()
     assert "stopped by SIGTERM after step 2" in err, err[-3000:]
+    assert cli_here([*argv, "--resume"], capsys)[0] == 0
+    straight = tmp_path / "straight"
+    assert cli_here([*argv[:-1], str(straight)], capsys)[0] == 0
+    for step in (2, 4):
+        name = Path("validation") / f"step-{step}.jsonl"
+        assert (out / name).is_file(), sorted((out / "validation").iterdir())
+        assert (out / name).read_text() == (straight / name).read_text()
 
 
 class NextToken(torch.nn.Module):
