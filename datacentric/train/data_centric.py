@@ -289,7 +289,7 @@ class DataCentric:
         """The module to call: wrapped (DDP) or sharded (FSDP2) as ``shard`` says."""
         self.dataset = dataset
         loss_tokens = loss_tokens_function(dataset)  # each sample's tokens that carry loss
-        memory = None if memory_gb is not None else planning_memory_bytes(self.groups)
+        memory = planning_memory_bytes(self.groups)  # collective: every rank, memory_gb or not
         self.pipeline = Pipeline(
             shapes,
             cost_model,

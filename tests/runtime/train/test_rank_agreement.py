@@ -42,13 +42,20 @@ def _started_apart(root: str) -> dict[str, str]:
     seen["budget"] = _default_budget(4 + 4 * rank)
     seen["hardware"] = _planned_apart(rank, hardware="h100-sxm")
     seen["plan"] = _planned_apart(rank, dtype="bfloat16")
+    seen["memory"] = _planned_apart(rank, budget_on_rank_1_only=True)
     return seen
 
 
-def _planned_apart(rank: int, hardware: str | None = None, dtype: str | None = None) -> str:
+def _planned_apart(
+    rank: int,
+    hardware: str | None = None,
+    dtype: str | None = None,
+    budget_on_rank_1_only: bool = False,
+) -> str:
     """A rank's outcome of a ``DataCentric`` whose rank 1 reads another GPU model off its
-    device (the analytic cost model's ``hardware``), or prices another ``dtype``: each
-    rank plans alone, from what its own machine says."""
+    device (the analytic cost model's ``hardware``), prices another ``dtype``, or alone
+    is given ``memory_gb`` (``budget_on_rank_1_only``): each rank plans alone, from what
+    its own machine and arguments say."""
     import datacentric.train.build as build
     from datacentric import DataCentric
     from datacentric.data import DataConfig, open_dataset
@@ -61,7 +68,8 @@ def _planned_apart(rank: int, hardware: str | None = None, dtype: str | None = N
         build._hardware_name = lambda device: hardware
     try:
         given = {"dtype": dtype} if rank == 1 and dtype is not None else {}
-        DataCentric(model, dataset, check_model=False, prefetch=0, memory_gb=8, **given)
+        given["memory_gb"] = None if budget_on_rank_1_only and rank == 0 else 8
+        DataCentric(model, dataset, check_model=False, prefetch=0, **given)
         return "planned"
     except ValueError as err:
         return str(err)
@@ -133,5 +141,8 @@ def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
         "--cost-model profile, which rank 0 reads for every rank)"
     ), hardware
     assert plan.startswith("rank 1 (host ") and " plans bucket " in plan, plan
+    memory = outcomes[0]["memory"]  # rank 0 alone took the default budget's all-reduce
+    assert memory.startswith("rank 1 (host ") and " plans under " in memory, memory
+    assert " bytes per rank where rank 0 (host " in memory, memory
     assert not (tmp_path / "run").exists()  # refused before anything was written
     assert not (tmp_path / "node-0" / "checkpoints").exists()
