@@ -259,19 +259,22 @@ class _BlockCalls:
         )
 
 
-def share_held_gradients(model: nn.Module, world_size: int) -> None:
-    """Divide by ``world_size``, in place, the gradients ``model``'s parameters hold when
-    a step starts (a caller's own accumulation over steps: reduced already, the same on
-    every rank). The step's SUM over the world reduces the whole ``.grad``
-    (:func:`allreduce_gradients`, DDP's bucket), which makes them whole again beside the
-    step's own gradient; undivided, they would count ``world_size`` times. FSDP2 reduces
-    only the step's own gradient into its shards: nothing to do."""
-    if is_fsdp2(model) or world_size == 1:
+def share_held_gradients(model: nn.Module, rank: int) -> None:
+    """Keep on rank 0 only the gradients ``model``'s trainable parameters hold when a
+    step starts (a caller's own accumulation over steps: reduced already, the same on
+    every rank); the other ranks zero theirs in place. The step's SUM over the world
+    reduces the whole ``.grad`` of the trainable parameters (:func:`allreduce_gradients`,
+    DDP's bucket), which gives every rank the held gradient once beside the step's own,
+    as one process adds them (held on every rank, it would count ``world`` times; divided
+    by the world, it would be rounded on a world that is not a power of two). A frozen
+    parameter's gradient is not reduced, so it is left as it is. FSDP2 reduces only the
+    step's own gradient into its shards: nothing to do."""
+    if is_fsdp2(model) or rank == 0:
         return
     with torch.no_grad():
         for p in model.parameters():
-            if p.grad is not None:
-                p.grad.div_(world_size)
+            if p.grad is not None and p.requires_grad:
+                p.grad.zero_()
 
 
 def reduce_after_backward(model: nn.Module, group: dist.ProcessGroup | None = None) -> None:

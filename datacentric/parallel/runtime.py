@@ -350,7 +350,7 @@ class DataCentricRuntime:
         weights = LossWeights.for_iteration(self.loss_mode, iteration, self.loss_tokens_of)
         mine = iteration.micro_batches_of_rank(groups.rank)
         if groups.distributed and groups.world_size > 1:  # what .grad holds when the
-            share_held_gradients(self.model, groups.world_size)  # caller starts the step
+            share_held_gradients(self.model, groups.rank)  # caller starts the step
         last = len(mine) - 1
         for step, (assignment, micro_batch) in enumerate(mine):
             sp = assignment.sp_size

@@ -231,6 +231,28 @@ def test_gradients_accumulated_over_steps_add_as_in_one_process() -> None:
             torch.testing.assert_close(grad, want, rtol=1e-4, atol=1e-6, msg=f"{shard} {name}")
 
 
+def test_held_gradients_are_summed_over_three_ranks_as_they_were() -> None:
+    """What each rank holds when a step starts sums over the world (the step's SUM) to
+    the held gradient itself, bit for bit, on a world that is not a power of two: held
+    divided by 3 on every rank summed to other values in the last bits (18% of these
+    float32 elements); a frozen parameter's gradient, never reduced, stays as it was on
+    every rank (it was divided by 3)."""
+    from datacentric.parallel.grad_sync import share_held_gradients
+
+    torch.manual_seed(0)
+    held = torch.randn(4096) / 3
+    ranks = [torch.nn.Linear(64, 64) for _ in range(3)]
+    for module in ranks:
+        module.weight.grad = held[: 64 * 64].reshape(64, 64).clone()
+        module.bias.requires_grad_(False)
+        module.bias.grad = held[:64].clone()
+    for rank, module in enumerate(ranks):
+        share_held_gradients(module, rank)
+    summed = (ranks[0].weight.grad + ranks[1].weight.grad) + ranks[2].weight.grad
+    assert torch.equal(summed, held[: 64 * 64].reshape(64, 64))
+    assert all(torch.equal(module.bias.grad, held[:64]) for module in ranks)
+
+
 def test_losses_and_times_are_read_from_the_device_once_per_step(monkeypatch) -> None:
     """No float read of a device value inside the micro-batch loop: one ``host_read``
     per step, at its end (on CUDA the times come from events read there too; this
