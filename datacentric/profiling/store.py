@@ -158,7 +158,7 @@ def save_profile(profile: Profile, directory: str | os.PathLike[str]) -> Path:
 
 def load_profile(directory: str | os.PathLike[str]) -> Profile | None:
     """The profile in ``directory``; ``None`` if there is none; :class:`ProfileError`
-    if the file is corrupt."""
+    if the file is corrupt or cannot be read (a folder, no permission)."""
     path = Path(directory) / PROFILE_FILE
     if not path.exists():
         return None
@@ -171,6 +171,11 @@ def load_profile(directory: str | os.PathLike[str]) -> Profile | None:
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProfileError(
             f"{path}: corrupt profile ({type(err).__name__}: {err}); delete it to re-profile"
+        ) from err
+    except OSError as err:  # a folder of that name, or unreadable: one line, every rank
+        raise ProfileError(
+            f"{path}: cannot read the profile ({err.strerror or err}); make it a readable "
+            "file or remove it to re-profile"
         ) from err
 
 

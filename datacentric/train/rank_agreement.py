@@ -27,6 +27,7 @@ from typing import Any
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups, local_world_size
+from datacentric.planning.plan import BucketChoice, BucketPlan
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 from datacentric.train.run_folder import LOCK_FILE
@@ -118,23 +119,47 @@ def check_shared_run_folder(groups: ProcessGroups, out: str | Path) -> None:
             )
 
 
-def _plan_record(pipeline: Pipeline) -> tuple[str, int, list[int] | None, dict[str, str], str]:
-    """What a rank's plan is made of and holds: the hardware its cost model prices on
-    (an analytic model's preset, picked by the device's name; another model's class),
-    its budget and SP sizes, a digest of each bucket's plan and one of the plan's other
-    fields. Its planning's own refusal stands for the plan: it is raised again (the
-    caller's line) where the plan is first used."""
+def _plan_record(pipeline: Pipeline) -> tuple[tuple, Exception | None]:
+    """What a rank's plan is made of and decides, and what its planning raised (``None``
+    when it planned): the hardware its cost model prices on (an analytic model's preset,
+    picked by the device's name; another model's class), its budget and SP sizes, a
+    digest of each bucket's decisions (:func:`_decisions`) and one of the plan's other
+    fields. A refusal of its planning (``ValueError``) stands for the plan: it is raised
+    again (the caller's line) where the plan is first used; another failure is raised
+    once every rank has its record."""
     model = pipeline.cost_model
     hardware = getattr(getattr(model, "hardware", None), "name", None) or type(model).__name__
     try:
         plan = pipeline.plan
     except ValueError as err:  # the same on every rank that plans alike
-        return hardware, -1, pipeline.sp_sizes, {}, f"refused: {err}"
-    buckets = {name: _digest(bucket.to_json()) for name, bucket in plan.buckets.items()}
+        return (hardware, -1, pipeline.sp_sizes, {}, f"refused: {_one_line(err)}"), None
+    except Exception as err:  # every rank still reaches the all-gather, told of it
+        failed = f"failed: {type(err).__name__}: {_one_line(err)}"
+        return (hardware, -1, pipeline.sp_sizes, {}, failed), err
+    buckets = {
+        name: _digest(_decisions(bucket, plan.preferred(name) if bucket.options else None))
+        for name, bucket in plan.buckets.items()
+    }
     rest = _digest(
         (plan.world_size, plan.num_blocks, plan.option_batch_limit, sorted(plan.skipped.items()))
     )
-    return hardware, plan.memory_cap_bytes, pipeline.sp_sizes, buckets, rest
+    return (hardware, plan.memory_cap_bytes, pipeline.sp_sizes, buckets, rest), None
+
+
+def _decisions(bucket: BucketPlan, best: BucketChoice | None) -> tuple:
+    """What a bucket's plan decides: its shape, each option's configuration (SP size,
+    ring, recomputation, largest micro-batch, the micro-batches it is timed at) and the
+    preferred choice (``best``), without the estimated times: those come from a
+    least-squares fit or libm, whose last bits may differ on other CPUs without another
+    decision."""
+    options = [(o.sp_size, o.ring_size, o.recompute, o.max_batch, o.counts) for o in bucket.options]
+    chosen = best and (best.sp_size, best.ring_size, best.recompute, best.micro_batch_size)
+    return bucket.bucket, bucket.shape, options, chosen
+
+
+def _one_line(err: BaseException) -> str:
+    """``err``'s message on one line (a refusal's line says it)."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _digest(value: Any) -> str:
@@ -148,6 +173,12 @@ def _plan_difference(mine: tuple, first: tuple, zero: str) -> str | None:
     hw0, budget0, sizes0, buckets0, rest0 = first
     if hardware != hw0:
         return f"prices its plan on hardware {hardware!r} where {zero} prices it on {hw0!r}"
+    if rest != rest0 and "refused: " in (rest[:9], rest0[:9]):
+        return (
+            f"refused its plan ({rest[9:]}) where {zero} planned"
+            if rest.startswith("refused: ")
+            else f"planned where {zero} refused its plan ({rest0[9:]})"
+        )
     if budget != budget0:
         return f"plans under {budget} bytes per rank where {zero} plans under {budget0}"
     if sizes != sizes0:
@@ -163,11 +194,23 @@ def check_same_plan(groups: ProcessGroups, pipeline: Pipeline) -> None:
     samples (``pipeline``'s: each rank plans alone, from what its own machine says, and
     ranks that plan otherwise run other steps: a hang, or another computation), in one
     ``ValueError`` naming the first rank that differs, its host and what differs (the
-    hardware its cost model prices on, the budget, the SP sizes, a bucket). Makes the
-    plan; one small all-gather. Collective; nothing for one process."""
+    hardware its cost model prices on, the budget, the SP sizes, a bucket's decisions).
+    A rank whose planning failed takes part too: it raises its error after the
+    all-gather, and the others a ``ValueError`` naming it and its error. Makes the plan;
+    one small all-gather. Collective; nothing for one process."""
     if not (groups.distributed and groups.world_size > 1):
         return
-    first, *others = _gathered(groups, (_plan_record(pipeline), socket.gethostname()))
+    record, failure = _plan_record(pipeline)
+    gathered = _gathered(groups, (record, socket.gethostname()))
+    if failure is not None:  # told to the others below, in one line
+        raise failure
+    for rank, (theirs, host) in enumerate(gathered):
+        if theirs[4].startswith("failed: "):
+            raise ValueError(
+                f"{_where(rank, host)} could not make its plan ({theirs[4][8:]}); "
+                "see that rank's error"
+            )
+    first, *others = gathered
     for rank, (record, host) in enumerate(others, start=1):
         difference = _plan_difference(record, first[0], _where(0, first[1]))
         if difference is not None:

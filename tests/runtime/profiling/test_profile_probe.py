@@ -26,6 +26,7 @@ from datacentric.profiling.profiler import ProfileSettings, RunCase, RunResult
 from datacentric.profiling.store import (
     PROFILE_FILE,
     Profile,
+    ProfileError,
     fresh_profile,
     last_checked,
     load_profile,
@@ -225,18 +226,26 @@ def test_a_resumed_run_keeps_its_saved_profile_however_the_machine_runs_now(
         ensure_profile(tmp_path, SETTINGS, [TEXT(64)])
 
 
-def _ensure_in_own_folder(root: str) -> Profile:
+def _ensure_in_own_folder(root: str) -> tuple[Profile, str]:
     """ensure_profile on a rank of two whose profile folder is its own (as on nodes
-    without a shared filesystem): rank 0's holds a fresh profile, rank 1's none."""
+    without a shared filesystem): rank 0's holds a fresh profile, rank 1's none; then
+    where rank 0's profile.json is a folder (what each rank is told)."""
     import torch.distributed as dist
 
     settings = dataclasses.replace(SETTINGS, world_size=2)
-    return ensure_profile(Path(root) / f"rank-{dist.get_rank()}", settings, [TEXT(64)])
+    found = ensure_profile(Path(root) / f"rank-{dist.get_rank()}", settings, [TEXT(64)])
+    try:
+        ensure_profile(Path(root) / f"unread-{dist.get_rank()}", settings, [TEXT(64)])
+    except ProfileError as err:
+        return found, str(err)
+    return found, "read"
 
 
 def test_every_rank_takes_the_profile_rank_0_reads(tmp_path) -> None:
     """Each rank read its own folder: rank 1 measured while rank 0 reused its profile,
-    and their collectives crossed until the collective timeout."""
+    and their collectives crossed until the collective timeout. A profile.json rank 0
+    cannot read (a folder) stopped rank 0 alone with a traceback (IsADirectoryError)
+    while rank 1 waited for what it read."""
     from datacentric.parallel.launch import spawn
 
     settings = dataclasses.replace(SETTINGS, world_size=2)
@@ -244,9 +253,13 @@ def test_every_rank_takes_the_profile_rank_0_reads(tmp_path) -> None:
         make_profile(world=2), fingerprint=autoprofile._fingerprint(settings, 2)
     )
     save_profile(saved, tmp_path / "rank-0")  # measured now: trusted without a probe
+    (tmp_path / "unread-0" / PROFILE_FILE).mkdir(parents=True)
     found = spawn(_ensure_in_own_folder, 2, str(tmp_path), timeout_s=60, collective_timeout_s=20)
-    assert found == [saved, saved]
+    assert [profile for profile, _ in found] == [saved, saved]
     assert not (tmp_path / "rank-1").exists()  # rank 0 alone writes
+    path = tmp_path / "unread-0" / PROFILE_FILE
+    line = f"{path}: cannot read the profile (Is a directory); make it a readable file or "
+    assert [told for _, told in found] == [line + "remove it to re-profile"] * 2, found
 
 
 def test_a_profile_on_several_nodes_records_the_ranks_of_one_node(monkeypatch) -> None:

@@ -8,7 +8,9 @@ other sizes plan under one default budget, the smallest device's."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch.distributed as dist
@@ -43,10 +45,33 @@ def _started_apart(root: str) -> dict[str, str]:
     seen["hardware"] = _planned_apart(rank, hardware="h100-sxm")
     seen["plan"] = _planned_apart(rank, dtype="bfloat16")
     seen["memory"] = _planned_apart(rank, budget_on_rank_1_only=True)
+    seen["last bits"] = _planned_apart(rank, times=lambda t: t * (1 + 1e-15))
+    seen["failed"] = _planned_apart(rank, times=_fails)
     return seen
 
 
-def _planned_apart(
+def _fails(seconds: float) -> float:
+    """A cost model that fails with something else than a refusal (a ``ValueError``)."""
+    raise RuntimeError("the cost model\nfailed")
+
+
+def _planned_apart(rank: int, times: Callable[[float], float] | None = None, **given: Any) -> str:
+    """:func:`_planned_apart_with` whose rank 1 passes each option's estimated pass time
+    through ``times`` (last bits another CPU's fit or libm may give, or a failure)."""
+    from datacentric.planning import bucket_options
+
+    own = bucket_options.safe_time
+    if rank == 1 and times is not None:
+        bucket_options.safe_time = lambda *args: times(own(*args))
+    try:
+        return _planned_apart_with(rank, **given)
+    except RuntimeError as err:
+        return f"raised {err}"
+    finally:
+        bucket_options.safe_time = own
+
+
+def _planned_apart_with(
     rank: int,
     hardware: str | None = None,
     dtype: str | None = None,
@@ -123,7 +148,7 @@ def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
     outcomes = spawn(_started_apart, 2, str(tmp_path), timeout_s=300)
     # the default budget: 70% of the smaller device on both ranks (was each its own)
     assert [o["budget"] for o in outcomes] == [int(0.7 * 4 * 2**30)] * 2, outcomes
-    assert outcomes[0] == outcomes[1]  # one line, whichever rank says it
+    assert {**outcomes[0], "failed": ""} == {**outcomes[1], "failed": ""}  # one line
     seed, out = outcomes[0]["seed"], outcomes[0]["out"]
     assert seed.startswith("rank 1 (host "), seed
     assert "job.seed = 1 where rank 0 (host " in seed and "has 0;" in seed, seed
@@ -144,5 +169,14 @@ def test_ranks_started_with_other_settings_or_run_folders_are_refused(tmp_path):
     memory = outcomes[0]["memory"]  # rank 0 alone took the default budget's all-reduce
     assert memory.startswith("rank 1 (host ") and " plans under " in memory, memory
     assert " bytes per rank where rank 0 (host " in memory, memory
+    # times that differ in their last bits decide nothing else: the same plan
+    assert [o["last bits"] for o in outcomes] == ["planned"] * 2, outcomes
+    # a rank whose planning failed: the others are told, where they waited for it
+    assert outcomes[1]["failed"] == "raised the cost model\nfailed", outcomes
+    failed = outcomes[0].pop("failed")
+    assert failed.startswith("rank 1 (host "), failed
+    assert failed.endswith(
+        "could not make its plan (RuntimeError: the cost model failed); see that rank's error"
+    ), failed
     assert not (tmp_path / "run").exists()  # refused before anything was written
     assert not (tmp_path / "node-0" / "checkpoints").exists()
