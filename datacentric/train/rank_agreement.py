@@ -27,7 +27,7 @@ from typing import Any
 import torch.distributed as dist
 
 from datacentric.parallel.groups import ProcessGroups, local_world_size
-from datacentric.planning.plan import BucketChoice, BucketPlan
+from datacentric.planning.plan import BucketChoice, BucketPlan, Plan
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.shapes import SampleShape
 from datacentric.train.run_folder import LOCK_FILE
@@ -130,7 +130,7 @@ def _plan_record(pipeline: Pipeline) -> tuple[tuple, Exception | None]:
     model = pipeline.cost_model
     hardware = getattr(getattr(model, "hardware", None), "name", None) or type(model).__name__
     try:
-        plan = pipeline.plan
+        plan: Plan = pipeline.plan
     except ValueError as err:  # the same on every rank that plans alike
         return (hardware, -1, pipeline.sp_sizes, {}, f"refused: {_one_line(err)}"), None
     except Exception as err:  # every rank still reaches the all-gather, told of it
