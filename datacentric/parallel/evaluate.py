@@ -123,9 +123,11 @@ def _forget_forward_order(unit: nn.Module) -> None:
     group = getattr(unit._get_fsdp_state(), "_fsdp_param_group", None)
     if group is None:
         return
-    group._post_forward_indices.clear()
-    order = getattr(group.comm_ctx, "post_forward_order", None)  # set at FSDP's first forward
-    if order is not None:
+    indices = getattr(group, "_post_forward_indices", None)  # private: absent, nothing kept
+    if indices is not None:
+        indices.clear()
+    order = getattr(getattr(group, "comm_ctx", None), "post_forward_order", None)
+    if order is not None:  # set at FSDP's first forward
         order.clear()
 
 
