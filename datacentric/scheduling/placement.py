@@ -92,12 +92,14 @@ def largest_group(
 
 
 def too_few(n_items: int, layout: list[int], limit: int, world_size: int) -> ValueError:
-    """The error of an iteration whose micro-batches cannot cover the world."""
+    """The error of an iteration whose micro-batches cannot cover the world; its fix is
+    named as a command's flags and as the Python API's settings."""
     return ValueError(
         f"a global batch of {counted(n_items, 'micro-batch')} cannot cover "
         f"{counted(world_size, 'rank')} with groups of at most {counted(limit, 'rank')} "
         f"(layout {sorted(layout)}); raise the global batch (--global-batch-tokens / "
-        "--global-batch-samples), raise --max-sp-size, or drop the remainder"
+        "--global-batch-samples; in Python, DataCentric(..., tokens_per_iteration=)), raise "
+        "--max-sp-size (SchedulingConfig(max_sp_size=)), or drop the remainder"
     )
 
 

@@ -36,4 +36,7 @@ def test_too_few_micro_batches_say_one_and_name_the_flag_as_it_is_spelled():
     message = str(too_few(1, [2, 2], 2, 4))
     assert message.startswith("a global batch of 1 micro-batch cannot cover 4 ranks with ")
     assert "groups of at most 2 ranks (layout [2, 2])" in message
-    assert "raise --max-sp-size," in message and "(es)" not in message
+    assert "raise --max-sp-size (" in message and "(es)" not in message
+    # the fix in both forms: a command's flags and the Python API's settings
+    assert "--global-batch-tokens" in message and "tokens_per_iteration=" in message
+    assert "SchedulingConfig(max_sp_size=)" in message
