@@ -68,9 +68,9 @@ class TrainerSaves:
     ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
         """The validation a stop signal cut short at the step a resumed run continues
         from (the signal came during the step or its validation: the step was saved
-        without its ``val_loss``, or without every prompt's completion), run first,
-        under that checkpoint's model, as the uninterrupted run ran it (only the parts
-        left undone, :meth:`~datacentric.train.validation.driver.RunValidation.owed`):
+        without its ``val_loss``, or without every prompt's completion or render), run
+        first, under that checkpoint's model, as the uninterrupted run ran it (only the
+        parts left undone, :meth:`~datacentric.train.validation.driver.RunValidation.owed`):
         its held-out loss goes into the step's ``metrics.jsonl`` line (rank 0); the
         record and the prompts' completions or renders, None when none is owed.
         Collective (rank 0 decides from the folder's records; one all-reduce)."""

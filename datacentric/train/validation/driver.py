@@ -144,21 +144,23 @@ class RunValidation:
         """What a stop left undone of the validation after step ``step`` (from 1) of a
         run of ``last``, as rank 0 finds it in the run folder: the held-out loss
         (``has_loss``: the step's record holds its ``val_loss``) and the prompts'
-        completions (``validation/step-N.jsonl`` missing or short)."""
+        completions (``validation/step-N.jsonl`` missing or short) or renders (a
+        prompt's file or the contact sheet missing from ``validation/step-N/``)."""
         if not self.due(step, last):
             return False, False
         loss = self.held_out is not None and not has_loss
         prompts = self.prompts is not None and not self.prompts.written(self.out, step)
-        return loss, prompts
+        renders = self.renders is not None and not self.renders.written(step)
+        return loss, prompts or renders
 
     def only(self, loss: bool, prompts: bool) -> RunValidation:
         """This validation with only the parts :meth:`owed` names: the held-out loss
-        (and the renders) when ``loss``, the prompts' completions when ``prompts``; the
-        same record."""
+        when ``loss``, the prompts' completions or renders when ``prompts``; the same
+        record."""
         return replace(
             self,
             held_out=self.held_out if loss else None,
-            renders=self.renders if loss else None,
+            renders=self.renders if prompts else None,
             prompts=self.prompts if prompts else None,
         )
 

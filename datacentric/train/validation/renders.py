@@ -102,6 +102,15 @@ class PipelineSamples:
             except ValueError as err:
                 raise type(err)(f"prompt {prompt.index}: {err}") from None
 
+    def written(self, step: int) -> bool:
+        """Whether ``validation/step-N/`` holds every prompt's render after step ``step``
+        and the contact sheet (a stop before the last render finished leaves some
+        missing)."""
+        folder = self.out / "validation" / f"step-{step}"
+        names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        rendered = all(f"{p.index}.mp4" in names or f"{p.index}.png" in names for p in self.prompts)
+        return rendered and (not self.prompts or CONTACT_SHEET in names)
+
     def settings_of(self, prompt: Prompt) -> RenderSettings:
         """What ``prompt`` is rendered with: its own size and frames, else the section's."""
         own = {k: getattr(prompt, k) for k in ("height", "width", "num_frames")}

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,6 +116,16 @@ def test_a_sigterm_during_a_render_saves_the_last_step_at_once(wan, tmp_path, ca
     assert not list((out / "validation" / "step-2").glob("*.mp4"))
     assert "stopped by SIGTERM after step 2" in err, err[-3000:]
     assert "validation renders 2 prompt(s) at 16 x 16, 5 frames, 30 steps on cpu\n" in err, err
+    assert cli_here([*argv, "--out", str(out), "--resume"], capsys)[0] == 0
+    straight = tmp_path / "straight"
+    assert cli_here([*argv, "--out", str(straight)], capsys)[0] == 0
+    for step in (2, 4):
+        names = sorted(p.name for p in (straight / "validation" / f"step-{step}").iterdir())
+        assert names == ["0.mp4", "1.mp4", "contact_sheet.png"], names
+        for name in names:
+            path = Path("validation") / f"step-{step}" / name
+            assert (out / path).is_file(), sorted((out / "validation").rglob("*"))
+            assert (out / path).read_bytes() == (straight / path).read_bytes(), path
 
 
 def test_the_first_render_says_what_it_renders_and_how_to_render_smaller(wan, caplog):
