@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from datacentric.cli.ranks import say
+from datacentric.cli.ranks import node_host, say
 from datacentric.progress import counted
 from datacentric.settings import SchedulingConfig, TrainConfig
 from datacentric.settings.command_defaults import command_override
@@ -110,9 +110,15 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
 def refusal(err: Exception, command: str) -> str:
     """``err``'s line; where it is a global batch below the longest sample and the batch
     is ``command``'s own (its ``tokens_per_iteration`` in ``COMMAND_DEFAULTS``, which no
-    flag of it sets), the fix the command takes: a shorter ``--max-tokens``."""
+    flag of it sets), the fix the command takes: a shorter ``--max-tokens``. Data or a
+    file this node cannot read (``DataError``, ``OSError``) on a job of several nodes
+    is named with its host (:func:`~datacentric.cli.ranks.node_host`)."""
+    from datacentric.data.base import DataError
     from datacentric.scheduling.global_batches import BatchBelowLongest
 
+    host = node_host()
+    if host is not None and isinstance(err, (DataError, OSError)):
+        return f"host {host}: {err}"
     own = command_override(command, "tokens_per_iteration")
     if not isinstance(err, BatchBelowLongest) or own is None or err.bound != own.value:
         return str(err)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -44,6 +45,16 @@ def torchrun_world() -> int | None:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return int(os.environ["WORLD_SIZE"])
     return None
+
+
+def node_host() -> str | None:
+    """This machine's host name where the job spans several nodes under torchrun (its
+    ``LOCAL_WORLD_SIZE`` below ``WORLD_SIZE``), else None: a refusal of what one node
+    lacks names it, as a launcher that merges the nodes' logs (``srun``) does not."""
+    world, local = torchrun_world(), os.environ.get("LOCAL_WORLD_SIZE")
+    if world is None or local is None or int(local) >= world:
+        return None
+    return socket.gethostname()
 
 
 def ranks_that_run(world: int | None) -> int:

@@ -211,3 +211,26 @@ def test_a_profile_dir_that_is_a_file_is_refused_before_the_ranks(below, tmp_pat
         "(--profile-dir DIR), or leave it unset (the run's <out>/profile)"
     )
     assert not (tmp_path / "run").exists()
+
+
+def test_a_node_lacking_the_dataset_is_named_by_its_host(tmp_path, monkeypatch, capsys):
+    """Under torchrun on several nodes, a node without the ``--dataset`` file said a line
+    naming the file alone, which ``srun``'s merged logs cannot tell apart; on one
+    machine the line stays as it was."""
+    from datacentric.cli import ranks
+    from datacentric.cli.precheck import check_dataset
+    from datacentric.settings import load_config
+
+    spec = f"jsonl:{tmp_path / 'absent.jsonl'}"
+    config = load_config(None, dataset=spec, model="tiny")
+    monkeypatch.setattr(ranks.socket, "gethostname", lambda: "node-b")
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    said = []
+    for local in ("2", "4"):  # two nodes of 2 ranks, then one of 4
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+        assert check_dataset(config, "train") is None
+        said.append(capsys.readouterr().err.strip())
+    line = f"{spec}: no file matches (check the path or glob)"
+    assert said == [f"datacentric train: host node-b: {line}", f"datacentric train: {line}"]
