@@ -199,7 +199,7 @@ def planning_sp_sizes(
     """The SP sizes a :class:`DataCentric` plans with (``sp_sizes``, else
     :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``model`` on ``world_size``
     ranks), once the default global batch is checked to fill the groups they allow
-    (:func:`~datacentric.scheduling.global_batches.check_default_batch`): where the default
+    (:func:`check_default_batch`): where the default
     is chosen, not at the first :meth:`DataCentric.steps`."""
     sizes = list(sp_sizes) if sp_sizes is not None else ulysses_sp_sizes(model, world_size)
     check_default_batch(options, shapes, world_size=world_size, sp_sizes=sizes, seed=seed)
