@@ -12,7 +12,9 @@ The loop, read in the order a run uses it:
   ``trainer_saves.py`` (its resume, saves and stop notes), ``lr_schedule.py`` (its
   learning-rate schedule), ``hooks.py`` (what a caller runs at its events),
   ``fault_injection.py`` (the faults the reliability tests plant in it),
-  ``run_folder.py`` (whose run a folder holds, its lock, the schedules it ran);
+  ``run_folder.py`` (whose run a folder holds, its lock, the schedules it ran),
+  ``rank_agreement.py`` (the ranks' checks at the start that they were given the same
+  settings, run folder and made the same plan);
   ``config.py`` is the settings' deprecated location.
 
 Beside it, one concern per folder: ``checkpoints/`` (save, verify, load, resume),
