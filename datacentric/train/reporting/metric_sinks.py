@@ -166,7 +166,7 @@ class MetricsLogger:
                 disable=False,  # TQDM_DISABLE (log.QUIET_ENV) is for other libraries' bars
             )
         if tensorboard:
-            self._tb = _tensorboard_writer(out / "tb")
+            self._tb = _tensorboard_writer(out / "tb", initial)
         if wandb is not None:
             self._wandb = _wandb_run(out, **wandb)
 
@@ -265,14 +265,17 @@ class MetricsLogger:
             self._wandb.finish()
 
 
-def _tensorboard_writer(log_dir: Path) -> Any:
-    """A TensorBoard ``SummaryWriter``, or None when tensorboard is not installed."""
+def _tensorboard_writer(log_dir: Path, initial: int = 0) -> Any:
+    """A TensorBoard ``SummaryWriter``, or None when tensorboard is not installed. A
+    resumed run (``initial`` steps done) runs the steps after its checkpoint again, so
+    TensorBoard is told to drop what ``log_dir`` holds from step ``initial`` on (as
+    ``metrics.jsonl`` drops their lines)."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except Exception:  # noqa: BLE001 - tensorboard is optional
         logger.debug("tensorboard is not installed: no TensorBoard scalars")
         return None
-    return SummaryWriter(log_dir=str(log_dir))
+    return SummaryWriter(log_dir=str(log_dir), purge_step=initial or None)
 
 
 def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) -> Any:

@@ -224,3 +224,24 @@ def test_skip_note_says_why(tmp_path):
         "2 samples skipped: 1 empty (no tokens), 1 longer than data.max_tokens "
         "(data.long_docs = skip)"
     )
+
+
+def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
+    """A run stopped after step 6 whose last checkpoint is step 4 runs steps 5 and 6 again
+    on resume; TensorBoard then reads each step's loss once, the resumed run's (as
+    ``metrics.jsonl`` keeps it), not the lost steps' beside them."""
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    sink = MetricsLogger(tmp_path, enabled=True, total=8, progress=False)
+    for step in range(6):
+        sink.log(record(step, loss=10.0 + step))
+    sink.close()
+    sink = MetricsLogger(tmp_path, enabled=True, total=8, initial=4, progress=False)
+    for step in range(4, 8):
+        sink.log(record(step, loss=1.0 + step))
+    sink.close()
+    events = accumulator.EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    losses = [(e.step, e.value) for e in events.Scalars("loss")]
+    assert losses == [(0, 10.0), (1, 11.0), (2, 12.0), (3, 13.0)] + [
+        (s, 1.0 + s) for s in range(4, 8)
+    ]
