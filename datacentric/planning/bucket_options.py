@@ -31,6 +31,8 @@ from datacentric.planning.cost_model import (
     split_memory_bytes,
     supports_split,
 )
+from datacentric.planning.heads import check_step_sp_sizes, mixable_sp_sizes
+from datacentric.planning.heads import nesting_sp_sizes as nesting_sp_sizes  # its old home
 from datacentric.shapes import SampleShape
 
 
@@ -269,43 +271,10 @@ def sp_size_tiers(
 ) -> tuple[list[int], list[int]]:
     """The SP sizes a bucket may be planned on, split into (within a node, across
     nodes), ascending: ``sp_sizes`` or every size a step may use
-    (:func:`mixable_sp_sizes`), that the model runs with some split
-    (:func:`split_candidates`). A size a step cannot use raises ``ValueError``."""
+    (:func:`~datacentric.planning.heads.mixable_sp_sizes`), that the model runs with
+    some split (:func:`split_candidates`). A size a step cannot use raises ``ValueError``."""
     sizes = sorted(set(sp_sizes)) if sp_sizes else mixable_sp_sizes(world_size)
     check_step_sp_sizes(world_size, sizes)
     sizes = [s for s in sizes if split_candidates(cost_model, s)]
     node = cost_model.gpus_per_node
     return [s for s in sizes if s <= node], [s for s in sizes if s > node]
-
-
-def nesting_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) -> list[int]:
-    """SP sizes that can share one iteration: powers of two dividing the world (they
-    nest, so any mix tiles the ranks aligned), capped at ``max_sp`` (default a node)."""
-    cap = max_sp if max_sp is not None else max(1, gpus_per_node)
-    sizes = [1]
-    while world_size % (sizes[-1] * 2) == 0 and sizes[-1] * 2 <= min(cap, world_size):
-        sizes.append(sizes[-1] * 2)
-    return sizes
-
-
-def mixable_sp_sizes(world_size: int) -> list[int]:
-    """Every SP size a step may use at ``world_size``: the powers of two that divide
-    it, plus the whole world (one group; at a world that is not a power of two, such
-    as 3, 6 or 12, it is the only group of its phase)."""
-    sizes = nesting_sp_sizes(world_size, world_size, world_size)
-    if sizes[-1] != world_size:
-        sizes.append(world_size)
-    return sizes
-
-
-def check_step_sp_sizes(world_size: int, sizes: Sequence[int]) -> None:
-    """Raise ``ValueError`` naming the sizes of ``sizes`` no step may use at
-    ``world_size`` (see :func:`mixable_sp_sizes`)."""
-    allowed = mixable_sp_sizes(world_size)
-    bad = sorted({int(s) for s in sizes if s not in allowed})
-    if bad:
-        raise ValueError(
-            f"SP sizes {bad} cannot run at world size {world_size}: a step's SP groups are "
-            f"powers of two dividing the world or the whole world ({allowed}; "
-            "docs/scheduling.md)"
-        )

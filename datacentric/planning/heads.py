@@ -1,4 +1,9 @@
-"""Which SP sizes a model's attention heads allow (pure: no torch).
+"""Which SP sizes a run may use: those its steps' groups can tile the world with, and
+those its model's attention heads allow (pure: no torch).
+
+A step's SP groups are powers of two dividing the world, or the whole world as one
+group (:func:`mixable_sp_sizes`; the powers of two nest, so any mix of them tiles the
+ranks aligned: :func:`nesting_sp_sizes`).
 
 Ulysses sequence parallelism splits attention heads across the ranks of an SP group.
 Query heads are split as they are, so the group size must divide ``num_heads``.
@@ -10,18 +15,17 @@ Such an ``r`` exists for every ``sp`` that divides ``num_heads`` (at worst
 head count never narrows the choice: a model with 4 query and 2 key/value heads runs
 at SP 1, 2 and 4.
 
-The planner asks :func:`allowed_sp_sizes` (a model's whole choice on a world:
-:func:`ulysses_sp_sizes`); the runtime checks with :func:`check_sp_sizes`; Ulysses
+The planner asks :func:`allowed_sp_sizes` (a model's whole choice on a world, both
+rules applied: :func:`ulysses_sp_sizes`) and refuses a size no step may use
+(:func:`check_step_sp_sizes`); the runtime checks with :func:`check_sp_sizes`; Ulysses
 repeats by :func:`kv_head_repeat`. One rule, one place.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
-
-from datacentric.planning.bucket_options import mixable_sp_sizes
 
 
 def _check_counts(num_heads: int, num_kv_heads: int) -> None:
@@ -54,12 +58,44 @@ def allowed_sp_sizes(num_heads: int, num_kv_heads: int | None = None) -> list[in
     return [s for s in range(1, num_heads + 1) if num_heads % s == 0]
 
 
+def nesting_sp_sizes(world_size: int, gpus_per_node: int, max_sp: int | None) -> list[int]:
+    """SP sizes that can share one iteration: powers of two dividing the world (they
+    nest, so any mix tiles the ranks aligned), capped at ``max_sp`` (default a node)."""
+    cap = max_sp if max_sp is not None else max(1, gpus_per_node)
+    sizes = [1]
+    while world_size % (sizes[-1] * 2) == 0 and sizes[-1] * 2 <= min(cap, world_size):
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def mixable_sp_sizes(world_size: int) -> list[int]:
+    """Every SP size a step may use at ``world_size``: the powers of two that divide
+    it, plus the whole world (one group; at a world that is not a power of two, such
+    as 3, 6 or 12, it is the only group of its phase)."""
+    sizes = nesting_sp_sizes(world_size, world_size, world_size)
+    if sizes[-1] != world_size:
+        sizes.append(world_size)
+    return sizes
+
+
+def check_step_sp_sizes(world_size: int, sizes: Sequence[int]) -> None:
+    """Raise ``ValueError`` naming the sizes of ``sizes`` no step may use at
+    ``world_size`` (see :func:`mixable_sp_sizes`)."""
+    allowed = mixable_sp_sizes(world_size)
+    bad = sorted({int(s) for s in sizes if s not in allowed})
+    if bad:
+        raise ValueError(
+            f"SP sizes {bad} cannot run at world size {world_size}: a step's SP groups are "
+            f"powers of two dividing the world or the whole world ({allowed}; "
+            "docs/scheduling.md)"
+        )
+
+
 def ulysses_sp_sizes(model: Any, world_size: int) -> list[int]:
     """The SP sizes the planner may use for ``model`` (any object with the model
     contract's ``num_heads``, and ``num_kv_heads`` and ``max_sp_size`` when it declares
     them) on ``world_size`` ranks: those a step may use (powers of two dividing the
-    world, and the whole world;
-    :func:`~datacentric.planning.bucket_options.mixable_sp_sizes`) that its heads allow
+    world, and the whole world; :func:`mixable_sp_sizes`) that its heads allow
     (:func:`allowed_sp_sizes`), none above its ``max_sp_size``."""
     heads = int(getattr(model, "num_heads", 0) or 0)
     kv_heads = int(getattr(model, "num_kv_heads", 0) or heads)

@@ -24,3 +24,17 @@ def test_the_sizes_are_the_steps_sizes_the_heads_allow_under_the_models_cap() ->
     assert ulysses_sp_sizes(SimpleNamespace(), 6) == [1, 2, 6]  # no heads: the step's own
     with pytest.raises(ValueError, match="not a multiple"):
         ulysses_sp_sizes(SimpleNamespace(num_heads=6, num_kv_heads=4), 2)
+
+
+def test_the_step_rule_lives_beside_the_head_rule_and_keeps_its_old_import() -> None:
+    """A step's SP sizes (powers of two dividing the world, and the whole world) are
+    decided in ``planning.heads`` beside the heads' rule; ``planning.bucket_options``,
+    their old home, still gives the same functions."""
+    from datacentric.planning import bucket_options, heads
+
+    assert heads.mixable_sp_sizes(12) == [1, 2, 4, 12]
+    assert heads.nesting_sp_sizes(16, 8, None) == [1, 2, 4, 8]
+    with pytest.raises(ValueError, match="SP sizes \\[3\\] cannot run at world size 6"):
+        heads.check_step_sp_sizes(6, [1, 3])
+    for name in ("mixable_sp_sizes", "nesting_sp_sizes", "check_step_sp_sizes"):
+        assert getattr(bucket_options, name) is getattr(heads, name)
