@@ -9,7 +9,6 @@ is downloaded: Parquet needs the optional ``pyarrow`` and saved datasets the opt
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import glob
 import io
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import IO
 
 from datacentric.data.base import DataError
-from datacentric.data.text_file import parse_json_line, text_codec
+from datacentric.data.text_file import TEXT_ENCODINGS, decoded_pieces, parse_json_line, text_codec
 from datacentric.regular_files import (
     check_regular,
     json_kind,
@@ -277,10 +276,6 @@ def _json_lines(lines: Iterator[tuple[int, str]], path: str) -> Iterator[tuple[i
         yield number, _json_line(line, f"{path}:{number}")
 
 
-#: The encodings a text or JSONL file is read in, as a refusal names the fix.
-_UTF = "UTF-8 (or UTF-16 with its byte-order mark)"
-
-
 def _utf8_lines(handle: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
     for number, raw in enumerate(handle, start=1):
         try:
@@ -288,7 +283,7 @@ def _utf8_lines(handle: IO[bytes], path: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as err:
             raise DataError(
                 f"{path}:{number}: line is not UTF-8 text ({err.reason} at byte {err.start} "
-                f"of the line); save the file as {_UTF}"
+                f"of the line); save the file as {TEXT_ENCODINGS}"
             ) from None
 
 
@@ -301,7 +296,7 @@ def _lines_of(text: io.TextIOWrapper, path: str) -> Iterator[tuple[int, str]]:
         except UnicodeDecodeError as err:
             raise DataError(
                 f"{path}:{number + 1}: line is not {text.encoding.upper()} text "
-                f"({err.reason}); save the file as {_UTF}"
+                f"({err.reason}); save the file as {TEXT_ENCODINGS}"
             ) from None
         if not line:
             return
@@ -362,53 +357,10 @@ def _text(path: str) -> str:
     """A text file's document, every byte as written: its CRLF and CR line ends kept (a
     text-mode read turns both into LF), a leading byte-order mark dropped; UTF-8, or
     UTF-16 or UTF-32 when it starts with that one's mark
-    (:func:`~datacentric.data.text_file.text_codec`). Read whole: a tokenizer takes the
-    document as one string."""
+    (:func:`~datacentric.data.text_file.decoded_pieces`). Read whole: a tokenizer takes
+    the document as one string."""
     with open_regular(path, "rb") as handle:
-        return "".join(text for text, _ in _decoded(handle, path, -1))
-
-
-#: Bytes of a text file read at a time by :func:`text_utf8`.
-TEXT_PIECE_BYTES = 1 << 24
-
-
-def text_utf8(path: str) -> bytearray:
-    """The UTF-8 bytes of a text file's document (:func:`_text`'s text, encoded), read
-    :data:`TEXT_PIECE_BYTES` at a time: memory of one piece and the bytes kept, where the
-    text held as one string takes up to four bytes a character besides."""
-    kept = bytearray()
-    with open_regular(path, "rb") as handle:
-        for text, utf8 in _decoded(handle, path, TEXT_PIECE_BYTES):
-            kept += text.encode("utf-8") if utf8 is None else utf8  # never a surrogate
-    return kept
-
-
-def _decoded(handle: IO[bytes], path: str, size: int) -> Iterator[tuple[str, bytes | None]]:
-    """(text, its UTF-8 bytes as read from a UTF-8 file, else None) of a text file,
-    ``size`` bytes read at a time (-1: in one read): a character cut between two reads
-    comes with the later one, a leading byte-order mark is dropped (a BOM an editor
-    wrote; UTF-16's and UTF-32's decoders drop their own, and one more), and an error
-    names its byte in the whole file."""
-    codec = text_codec(handle.peek(4)[:4])
-    fed, leading, last = 0, codec != "utf-8", False
-    if not leading and handle.peek(3)[:3] == codecs.BOM_UTF8:
-        fed = len(handle.read(3))
-    decoder = codecs.getincrementaldecoder(codec)()
-    while not last:
-        raw = handle.read(size)
-        last = not raw or size < 0  # the file's end: a cut character left is an error
-        before = fed - len(decoder.buffer)  # the decoder holds a cut character's bytes
-        fed += len(raw)
-        try:
-            text = decoder.decode(raw, final=last)
-        except UnicodeDecodeError as err:
-            raise DataError(
-                f"{path}: not {codec.upper()} text ({err.reason} at byte "
-                f"{before + err.start}); save it as {_UTF}"
-            ) from None
-        if leading and text:
-            text, leading = text.removeprefix("\ufeff"), False
-        yield text, raw if codec == "utf-8" else None
+        return "".join(text for text, _ in decoded_pieces(handle, path, -1))
 
 
 def _hf_datasets(path: str, columns: list[str] | None) -> Iterator[tuple[int, object]]:

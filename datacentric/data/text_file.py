@@ -5,6 +5,10 @@ device never blocks), a leading byte-order mark dropped (a spreadsheet's "CSV UT
 writes one), and anything that is not text refused as one
 :class:`~datacentric.data.base.DataError` naming the file.
 
+A ``text:`` dataset's file, which may be far larger, is decoded by the same rules a piece
+at a time (:func:`decoded_pieces`), without the whole text held as one string when its
+UTF-8 bytes are what is wanted (:func:`text_utf8`, the UTF-8 bytes tokenizer's read).
+
 A JSON string may spell half of a UTF-16 pair alone (``"\\ud83d"``), and a file name
 that is not UTF-8 reads as such halves (Python's ``surrogateescape``): no character, and
 no UTF-8 text (a tokenizer's input, a manifest) can hold one. :func:`lone_surrogate` finds
@@ -12,14 +16,18 @@ them, so that a reader names the line or file instead of failing later."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from datacentric.data.base import DataError
-from datacentric.regular_files import parse_json, read_regular_bytes
+from datacentric.regular_files import open_regular, parse_json, read_regular_bytes
+
+#: The encodings a text or JSONL file is read in, as a refusal names the fix.
+TEXT_ENCODINGS = "UTF-8 (or UTF-16 with its byte-order mark)"
 
 
 def text_codec(raw: bytes) -> str:
@@ -50,6 +58,50 @@ def read_text_file(path: str | Path, where: str, want: str) -> str:
     if "\x00" in text:
         raise DataError(f"{where}: not a text file (it holds NUL bytes); want {want}")
     return text.removeprefix("\ufeff")
+
+
+#: Bytes of a text file read at a time by :func:`text_utf8`.
+TEXT_PIECE_BYTES = 1 << 24
+
+
+def text_utf8(path: str) -> bytearray:
+    """The UTF-8 bytes of a ``text:`` dataset's document (the text its reader,
+    :mod:`datacentric.data.documents`, reads, encoded), read :data:`TEXT_PIECE_BYTES` at
+    a time: memory of one piece and the bytes kept, where the text held as one string
+    takes up to four bytes a character besides."""
+    kept = bytearray()
+    with open_regular(path, "rb") as handle:
+        for text, utf8 in decoded_pieces(handle, path, TEXT_PIECE_BYTES):
+            kept += text.encode("utf-8") if utf8 is None else utf8  # never a surrogate
+    return kept
+
+
+def decoded_pieces(handle: IO[bytes], path: str, size: int) -> Iterator[tuple[str, bytes | None]]:
+    """(text, its UTF-8 bytes as read from a UTF-8 file, else None) of a text file,
+    ``size`` bytes read at a time (-1: in one read): a character cut between two reads
+    comes with the later one, a leading byte-order mark is dropped (a BOM an editor
+    wrote; UTF-16's and UTF-32's decoders drop their own, and one more), and an error
+    names its byte in the whole file."""
+    codec = text_codec(handle.peek(4)[:4])
+    fed, leading, last = 0, codec != "utf-8", False
+    if not leading and handle.peek(3)[:3] == codecs.BOM_UTF8:
+        fed = len(handle.read(3))
+    decoder = codecs.getincrementaldecoder(codec)()
+    while not last:
+        raw = handle.read(size)
+        last = not raw or size < 0  # the file's end: a cut character left is an error
+        before = fed - len(decoder.buffer)  # the decoder holds a cut character's bytes
+        fed += len(raw)
+        try:
+            text = decoder.decode(raw, final=last)
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{path}: not {codec.upper()} text ({err.reason} at byte "
+                f"{before + err.start}); save it as {TEXT_ENCODINGS}"
+            ) from None
+        if leading and text:
+            text, leading = text.removeprefix("\ufeff"), False
+        yield text, raw if codec == "utf-8" else None
 
 
 #: the line ends of a text file: LF, CRLF and an old Mac editor's lone CR

@@ -47,11 +47,11 @@ from datacentric.data.documents import (
     read_records,
     record_format,
     resolve_files,
-    text_utf8,
 )
 from datacentric.data.render_limit import RenderDeadline, render_within
 from datacentric.data.stdlib import DEFAULT_MAX_TOKENS, LONG_DOC_RULES
 from datacentric.data.text import pack_token_samples
+from datacentric.data.text_file import text_utf8
 from datacentric.data.tokenizer_files import BYTES, TextCodec
 from datacentric.data.tokenizer_files import text_codec as text_codec  # its old home
 from datacentric.regular_files import check_regular

@@ -1,4 +1,4 @@
-"""A ``text:`` file read in pieces (``documents.text_utf8``, the UTF-8 bytes tokenizer's
+"""A ``text:`` file read in pieces (``text_file.text_utf8``, the UTF-8 bytes tokenizer's
 read) gives the token cache of the file read whole, byte for byte, whatever the piece
 size: pieces of 1, 2, 3, 5 and 7 bytes cut inside every multi-byte character, CRLF pair
 and byte-order mark of the inputs; a file that is not text is refused with the same
@@ -12,14 +12,14 @@ import tracemalloc
 
 import pytest
 
-import datacentric.data.documents as documents
+import datacentric.data.text_file as text_file
 from datacentric.data import DataConfig, open_dataset
 from datacentric.data.base import DataError
 from datacentric.data.documents import read_documents
 from datacentric.data.text_file import text_codec
 
 #: Piece sizes that cut everywhere, one larger than the files, and the default.
-SIZES = (1, 2, 3, 5, 7, 4096, documents.TEXT_PIECE_BYTES)
+SIZES = (1, 2, 3, 5, 7, 4096, text_file.TEXT_PIECE_BYTES)
 #: The cache entry's files, compared byte for byte.
 CACHE_FILES = ("meta.json", "offsets.npy", "origins.npy", "tokens.bin", "mask.bin")
 
@@ -64,7 +64,7 @@ def _whole(raw: bytes) -> bytes:
 
 def _cache(path, size: int, folder, monkeypatch) -> dict[str, bytes]:
     """The cache entry's files of ``text:path`` read ``size`` bytes at a time."""
-    monkeypatch.setattr(documents, "TEXT_PIECE_BYTES", size)
+    monkeypatch.setattr(text_file, "TEXT_PIECE_BYTES", size)
     monkeypatch.setenv("DATACENTRIC_CACHE", str(folder / f"cache-{size}"))
     ds = open_dataset(f"text:{path}", DataConfig(max_tokens=64))
     return {name: (ds.cache_dir / name).read_bytes() for name in CACHE_FILES}
@@ -83,7 +83,7 @@ def test_a_text_file_read_in_pieces_caches_the_tokens_of_the_file_read_whole(
     caches = {size: _cache(path, size, tmp_path, monkeypatch) for size in SIZES}
     assert caches[1]["tokens.bin"] == want
     for size, cache in caches.items():
-        assert cache == caches[documents.TEXT_PIECE_BYTES], size
+        assert cache == caches[text_file.TEXT_PIECE_BYTES], size
 
 
 @pytest.mark.parametrize("name", list(NOT_TEXT))
@@ -119,7 +119,7 @@ def test_a_large_text_file_is_read_without_a_whole_file_string(tmp_path, monkeyp
     raw = _mixed(1, 1_400_000).encode()
     path = tmp_path / "big.txt"
     path.write_bytes(raw)
-    monkeypatch.setattr(documents, "TEXT_PIECE_BYTES", 1 << 16)
+    monkeypatch.setattr(text_file, "TEXT_PIECE_BYTES", 1 << 16)
     monkeypatch.setenv("DATACENTRIC_CACHE", str(tmp_path / "cache"))
     tracemalloc.start()
     try:

@@ -432,7 +432,8 @@ def _plain_text(folder: Path) -> Path:
 
 
 def _read_plain_text(path: Path) -> Any:
-    from datacentric.data.documents import read_documents, text_utf8
+    from datacentric.data.documents import read_documents
+    from datacentric.data.text_file import text_utf8
 
     texts = [(d.row, d.text) for d in read_documents("text", [str(path)], "text")]
     # the UTF-8 bytes tokenizer's read, in pieces: the same text
