@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from moved_names import assert_given_as_defined
 
 from datacentric.planning.heads import ulysses_sp_sizes
 
@@ -30,11 +31,13 @@ def test_the_step_rule_lives_beside_the_head_rule_and_keeps_its_old_import() -> 
     """A step's SP sizes (powers of two dividing the world, and the whole world) are
     decided in ``planning.heads`` beside the heads' rule; ``planning.bucket_options``,
     their old home, still gives the same functions."""
-    from datacentric.planning import bucket_options, heads
+    from datacentric.planning import heads
 
     assert heads.mixable_sp_sizes(12) == [1, 2, 4, 12]
     assert heads.nesting_sp_sizes(16, 8, None) == [1, 2, 4, 8]
     with pytest.raises(ValueError, match="SP sizes \\[3\\] cannot run at world size 6"):
         heads.check_step_sp_sizes(6, [1, 3])
     for name in ("mixable_sp_sizes", "nesting_sp_sizes", "check_step_sp_sizes"):
-        assert getattr(bucket_options, name) is getattr(heads, name)
+        assert_given_as_defined(
+            "datacentric.planning.bucket_options", "datacentric.planning.heads", name
+        )
