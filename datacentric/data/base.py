@@ -8,14 +8,16 @@ that the packed length is a multiple of ``pad_to_multiple`` (the SP size).
 ``pack`` takes the epoch as a keyword (default 0) so that per-epoch draws (noise,
 diffusion time, crops) change between epochs; :func:`epoch_pack` binds it for
 callers that pack with two positional arguments, also for datasets without it.
+:class:`SampleSubset` shows some samples of any dataset as a dataset of its own (the
+parts of a held-out split, :mod:`datacentric.data.holdout`, or the first of a held-out set).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -179,3 +181,44 @@ class ShapeListDataset:
         """Shape of sample ``sample_id`` (range-checked)."""
         (sample_id,) = check_sample_ids([sample_id], len(self))
         return self._shapes[sample_id]
+
+
+class SampleSubset:
+    """The samples ``ids`` of ``dataset`` as a dataset of their own (id ``k`` is the
+    parent's ``ids[k]``); anything else is read from the parent (its tokenizer, vocabulary
+    size, summary)."""
+
+    def __init__(self, dataset: Dataset, ids: Sequence[int]) -> None:
+        self.dataset = dataset
+        self.ids = check_sample_ids(ids, len(dataset))
+        self._shapes = dataset.shapes()
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("dataset", "ids"):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def parent_id(self, sample_id: int) -> int:
+        """The parent dataset's id of this subset's sample ``sample_id``."""
+        (sample_id,) = check_sample_ids([sample_id], len(self))
+        return self.ids[sample_id]
+
+    def shapes(self) -> list[SampleShape]:
+        return [self._shapes[i] for i in self.ids]
+
+    def loss_tokens(self, sample_id: int) -> int:
+        parent = self.parent_id(sample_id)
+        direct = getattr(self.dataset, "loss_tokens", None)
+        if callable(direct):
+            return int(direct(parent))
+        return int(self.dataset.pack([parent], 1).loss_mask.sum())
+
+    def pack(
+        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
+    ) -> PackedBatch:
+        ids = check_sample_ids(sample_ids, len(self))
+        batch = epoch_pack(self.dataset, epoch)([self.ids[i] for i in ids], pad_to_multiple)
+        return replace(batch, sample_ids=ids)

@@ -1,24 +1,22 @@
-"""Held-out samples: a seeded split of a dataset's sample ids, and a view of some of them.
+"""Held-out samples: a seeded split of a dataset's sample ids, and what it held out.
 
 ``[validation] dataset = "split=0.1"`` holds a tenth of the training set out:
 :func:`split_ids` draws which sample ids (from the seed only, so every rank and a
-rerun draw the same ones), and :class:`SampleSubset` shows each part as a dataset of
-its own, with ids ``0..len-1`` that map to the parent's: the training run plans,
-schedules and records the training part's ids; the held-out part is never in it.
-Per-sample draws (diffusion noise and time) stay the parent's, by its own sample id.
+rerun draw the same ones), and :class:`~datacentric.data.base.SampleSubset` (a view of
+some samples of any dataset) shows each part as a dataset of its own, with ids
+``0..len-1`` that map to the parent's: the training run plans, schedules and records the
+training part's ids; the held-out part is never in it. Per-sample draws (diffusion noise
+and time) stay the parent's, by its own sample id. :func:`held_out_records` lists what a
+split held out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import random
-from collections.abc import Sequence
 from typing import Any
 
-from datacentric.batch import PackedBatch
-from datacentric.data.base import Dataset, check_sample_ids, epoch_pack
+from datacentric.data.base import Dataset, SampleSubset
 from datacentric.progress import counted
-from datacentric.shapes import SampleShape
 
 
 def split_ids(size: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
@@ -39,47 +37,6 @@ def split_ids(size: int, fraction: float, seed: int) -> tuple[list[int], list[in
     out = sorted(order[:held])
     chosen = set(out)
     return [i for i in range(size) if i not in chosen], out
-
-
-class SampleSubset:
-    """The samples ``ids`` of ``dataset`` as a dataset of their own (id ``k`` is the
-    parent's ``ids[k]``); anything else is read from the parent (its tokenizer, vocabulary
-    size, summary)."""
-
-    def __init__(self, dataset: Dataset, ids: Sequence[int]) -> None:
-        self.dataset = dataset
-        self.ids = check_sample_ids(ids, len(dataset))
-        self._shapes = dataset.shapes()
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name in ("dataset", "ids"):
-            raise AttributeError(name)
-        return getattr(self.dataset, name)
-
-    def parent_id(self, sample_id: int) -> int:
-        """The parent dataset's id of this subset's sample ``sample_id``."""
-        (sample_id,) = check_sample_ids([sample_id], len(self))
-        return self.ids[sample_id]
-
-    def shapes(self) -> list[SampleShape]:
-        return [self._shapes[i] for i in self.ids]
-
-    def loss_tokens(self, sample_id: int) -> int:
-        parent = self.parent_id(sample_id)
-        direct = getattr(self.dataset, "loss_tokens", None)
-        if callable(direct):
-            return int(direct(parent))
-        return int(self.dataset.pack([parent], 1).loss_mask.sum())
-
-    def pack(
-        self, sample_ids: Sequence[int], pad_to_multiple: int = 1, *, epoch: int = 0
-    ) -> PackedBatch:
-        ids = check_sample_ids(sample_ids, len(self))
-        batch = epoch_pack(self.dataset, epoch)([self.ids[i] for i in ids], pad_to_multiple)
-        return dataclasses.replace(batch, sample_ids=ids)
 
 
 def held_out_records(training: Dataset, held_out: Dataset | None) -> list[dict[str, Any]] | None:

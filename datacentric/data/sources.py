@@ -25,9 +25,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from datacentric.data.base import DataError, Dataset
+from datacentric.data.base import DataError, Dataset, SampleSubset
 from datacentric.data.diffusion_draws import DiffusionDraws
-from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.data.holdout import split_ids
 from datacentric.data.stdlib import StdlibCorpus
 from datacentric.data.text import SyntheticTextDataset
 from datacentric.data.tokenized import LONG_DOC_RULES, TEXT_KINDS, TokenizedTextDataset

@@ -12,7 +12,8 @@ import torch
 from run_config import small_config
 
 from datacentric.data import StdlibCorpus, SyntheticTextDataset, SyntheticVideoDataset
-from datacentric.data.holdout import SampleSubset, split_ids
+from datacentric.data.base import SampleSubset
+from datacentric.data.holdout import split_ids
 from datacentric.models import build_model
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import launch, spawn
