@@ -189,7 +189,7 @@ def json_field(
         raise error(f"{path}: no key {key!r} (found: {', '.join(map(str, record)) or 'none'})")
     value = record[key]
     if not isinstance(value, expect) or (isinstance(value, bool) and bool not in _types(expect)):
-        raise error(f"{path}: key {key!r} holds a {json_kind(value)} ({str(value)[:80]!r})")
+        raise error(f"{path}: key {key!r} holds a JSON {json_kind(value)} ({str(value)[:80]!r})")
     return value
 
 

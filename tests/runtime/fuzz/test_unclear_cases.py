@@ -63,14 +63,15 @@ def test_inspect_of_a_trainer_json_without_its_keys_names_file_and_key(run_copy,
     assert f"{trainer}: no key {key!r}" in err[0] and "internal error" not in err[0], err
 
 
-def test_inspect_of_a_trainer_json_with_a_key_of_another_kind(run_copy, capsys):
+@pytest.mark.parametrize(("value", "kind"), [("many", "string"), ([1, 2], "array")])
+def test_inspect_of_a_trainer_json_with_a_key_of_another_kind(run_copy, value, kind, capsys):
     out, checkpoint = run_copy
     state = json.loads((checkpoint / "trainer.json").read_text())
-    state["samples_seen"] = "many"
+    state["samples_seen"] = value
     rewrite(checkpoint, "trainer.json", json.dumps(state))
     status, err = run_cli(["inspect", str(out)], capsys)
     assert status == 2 and len(err) == 1, err
-    assert "trainer.json: key 'samples_seen' holds a string" in err[0], err
+    assert f"trainer.json: key 'samples_seen' holds a JSON {kind} (" in err[0], err
 
 
 def test_a_deeply_nested_manifest_names_the_file(run_copy, capsys):
