@@ -30,7 +30,6 @@ from typing import Any
 from datacentric.log import get_logger
 from datacentric.models.configs import MODEL_PRESETS
 from datacentric.models.source import build_model_named
-from datacentric.parallel.groups import local_world_size
 from datacentric.planning.fitted import FittedCostModel, extrapolate
 from datacentric.planning.heads import ulysses_sp_sizes
 from datacentric.planning.model_specs import ModelSpec
@@ -438,7 +437,7 @@ def _fingerprint(settings: ProfileSettings, world: int) -> dict[str, Any]:
         settings.backend,
         dict(settings.model_args),
         identity=settings.identity,
-        ranks_per_node=local_world_size(world),  # as measure_profile records its node
+        ranks_per_node=settings.ranks_per_node,  # as measure_profile records its node
     )
     if lora is not None:  # frozen weights time and hold differently
         found["lora"] = lora

@@ -49,7 +49,7 @@ from datacentric.models.lora import LoraSpec, apply_lora
 from datacentric.models.model_args import ModelSource
 from datacentric.models.presets import MODEL_PRESETS, build_model
 from datacentric.models.source import build_from_source, resolve_model
-from datacentric.parallel.groups import ProcessGroups, local_world_size
+from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
@@ -114,6 +114,11 @@ class ProfileSettings:
     and where the profile command finds it by name
     (:func:`~datacentric.profiling.store.model_identity`, in
     :func:`~datacentric.profiling.autoprofile.run_profile`)."""
+    ranks_per_node: int | None = None
+    """The ranks of one node, as the caller's process groups read them once (a run's
+    :attr:`~datacentric.train.build.RunPlace.ranks_per_node`: torchrun's
+    ``LOCAL_WORLD_SIZE``); the profile records it (its fingerprint and its
+    ``gpus_per_node``). ``None``: the whole world on this machine, as a spawn starts it."""
 
 
 @dataclass(frozen=True)
@@ -314,9 +319,9 @@ def measure_profile(
         num_blocks=spec.num_blocks,
         attention_kind=kind,
         points=tuple(points),
-        # the ranks of one machine share its links: torchrun's ranks of a node when the
-        # world spans several (LOCAL_WORLD_SIZE), else the whole world
-        gpus_per_node=local_world_size(settings.world_size),
+        # the ranks of one machine share its links: those of a node when the world spans
+        # several, else the whole world
+        gpus_per_node=settings.ranks_per_node or settings.world_size,
         grad_sync_seconds={settings.world_size: full_sync} if settings.world_size > 1 else {},
         profile_seconds=time.perf_counter() - start,
     )

@@ -361,6 +361,7 @@ def run_cost_model(model: RunModel, cost: CostConfig, *, resumed: bool = False) 
         spec=model.profile_spec,
         source=source,
         identity=model.identity,
+        ranks_per_node=place.ranks_per_node,
     )
     # resumed: the saved profile as it is (a fresh measurement would rebuild another
     # schedule than the one the checkpoint's steps ran, and the resume would refuse it)

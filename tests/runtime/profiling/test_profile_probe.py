@@ -264,16 +264,18 @@ def test_every_rank_takes_the_profile_rank_0_reads(tmp_path) -> None:
 
 def test_a_profile_on_several_nodes_records_the_ranks_of_one_node(monkeypatch) -> None:
     """Measured on 2 nodes of 2 ranks under torchrun, the profile recorded a node of 4
-    GPUs (the world), so the plan took groups of 4, across both nodes, as within one."""
+    GPUs (the world), so the plan took groups of 4, across both nodes, as within one.
+    The node is the one the run's process groups read (ProfileSettings.ranks_per_node);
+    without one, the whole world runs on this machine, as a spawn starts it."""
     from tests.runtime.profiling.test_profile_by_name import measured_without_ranks
 
     monkeypatch.setattr(profiler, "measure", measured_without_ranks)
-    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}.items():
-        monkeypatch.setenv(key, value)
-    settings = dataclasses.replace(SETTINGS, world_size=4)
-    spec = settings.spec
-    found, _ = profiler.measure_profile(settings, [TEXT(64)], [1, 2, 4], {"world_size": 4}, spec)
-    assert found.gpus_per_node == 2
+    spec = SETTINGS.spec
+    for node, recorded in ((2, 2), (None, 4)):
+        settings = dataclasses.replace(SETTINGS, world_size=4, ranks_per_node=node)
+        found, _ = profiler.measure_profile(settings, [TEXT(64)], [1, 2, 4], {}, spec)
+        assert found.gpus_per_node == recorded
+        assert autoprofile._fingerprint(settings, 4)["ranks_per_node"] == recorded
 
 
 def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(
@@ -282,9 +284,7 @@ def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(
     """A profile measured on 1 node of 4 ranks (its node: 4) was reused on 2 nodes of 2
     with the same world, where its groups of 4 cross nodes: its fingerprint lacked the
     ranks per node."""
-    settings = dataclasses.replace(SETTINGS, world_size=4)
-    for key, value in {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}.items():
-        monkeypatch.setenv(key, value)
+    settings = dataclasses.replace(SETTINGS, world_size=4, ranks_per_node=4)
     saved = dataclasses.replace(
         make_profile(world=4), fingerprint=autoprofile._fingerprint(settings, 4)
     )
@@ -296,9 +296,8 @@ def test_a_profile_of_one_node_is_not_reused_on_nodes_of_fewer_ranks(
 
     monkeypatch.setattr(autoprofile, "measure_profile", measured_again)
     assert ensure_profile(tmp_path, settings, [TEXT(64)]) == saved  # the same layout
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     capsys.readouterr()
     with pytest.raises(AssertionError, match="measured again"):
-        ensure_profile(tmp_path, settings, [TEXT(64)])
+        ensure_profile(tmp_path, dataclasses.replace(settings, ranks_per_node=2), [TEXT(64)])
     note = "measured with 4 ranks per node and this run has 2: measuring it again"
     assert note in capsys.readouterr().err

@@ -224,3 +224,19 @@ def test_the_analytic_cost_model_prices_the_run_s_own_nodes():
     ]
     assert [m.gpus_per_node for m in nodes] == [preset, min(preset, 2), 1]
     assert ProcessGroups.local().ranks_per_node == 1
+
+
+def test_a_profiled_run_hands_its_node_to_its_profile(monkeypatch):
+    """The profile a run measures or reuses records the run's ranks per node as its
+    process groups read them (RunPlace.ranks_per_node): none read again by the profiler."""
+    from datacentric.settings.sections import CostConfig, ModelConfig
+    from datacentric.train import build
+
+    monkeypatch.setattr(build, "ensure_profile", lambda directory, settings, *a, **k: settings)
+    monkeypatch.setattr(build, "fitted_cost_model", lambda settings: settings)
+    model, cost = build.RunModel.of(ModelConfig(model="llama")), CostConfig(cost_model="profile")
+    found = [
+        build.run_cost_model(model.placed(build.RunPlace(world_size=2, ranks_per_node=n)), cost)
+        for n in (None, 2, 1)
+    ]
+    assert [settings.ranks_per_node for settings in found] == [None, 2, 1]
