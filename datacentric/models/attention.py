@@ -17,7 +17,7 @@ import functools
 import inspect
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -86,41 +86,6 @@ class AttentionSlot:
     def attention(self) -> AttentionFn:
         """The :data:`AttentionFn` every attention layer calls."""
         return self.__dict__["_attention"]
-
-
-def check_max_sp_size(model: object, sp_sizes: Iterable[int]) -> None:
-    """Raise ``ValueError`` if an SP size of ``sp_sizes`` exceeds the model's
-    ``max_sp_size`` (a model whose loss needs whole samples declares 1), naming why
-    (its ``max_sp_size_reason``)."""
-    found = _above_cap(model, "max_sp_size", sp_sizes)
-    if found:
-        cap, bad, why = found
-        raise ValueError(
-            f"{type(model).__name__} runs exactly only up to SP size {cap}, not {bad}: {why}"
-        )
-
-
-def check_max_ring_size(model: object, ring_sizes: Iterable[int]) -> None:
-    """Raise ``ValueError`` if a ring degree of ``ring_sizes`` exceeds the model's
-    ``max_ring_size`` (a model whose path runs Ulysses only declares 1), naming why (its
-    ``max_ring_size_reason``)."""
-    found = _above_cap(model, "max_ring_size", ring_sizes)
-    if found:
-        cap, bad, why = found
-        raise ValueError(
-            f"{type(model).__name__} runs rings of at most {cap} position"
-            f"{'' if cap == 1 else 's'}, not {bad} (use Ulysses splits): {why}"
-        )
-
-
-def _above_cap(model: object, name: str, sizes: Iterable[int]) -> tuple[int, int, str] | None:
-    """``(cap, smallest size above it, reason)`` for the model's declared ``name`` (and
-    its ``name_reason``), or ``None`` when every size fits or it declares none."""
-    cap = getattr(model, name, None)
-    bad = sorted({int(s) for s in sizes if cap is not None and s > cap})
-    if not bad:
-        return None
-    return int(cap), bad[0], str(getattr(model, f"{name}_reason", "the model declares it"))
 
 
 def check_attention_args(

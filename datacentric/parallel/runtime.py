@@ -40,12 +40,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from datacentric.batch import PackedBatch
-from datacentric.models.attention import (
-    AttentionFn,
-    check_max_ring_size,
-    check_max_sp_size,
-    varlen_attention,
-)
+from datacentric.models.attention import AttentionFn, varlen_attention
 from datacentric.parallel.annotate import annotate, micro_batch_name, recording
 from datacentric.parallel.grad_sync import (
     is_fsdp2,
@@ -60,7 +55,7 @@ from datacentric.parallel.loss import LossMode, LossWeights
 from datacentric.parallel.recompute import BlockRecompute
 from datacentric.parallel.sequence_shards import shard_batch
 from datacentric.parallel.ulysses import SequenceParallelAttention
-from datacentric.planning.heads import check_sp_sizes
+from datacentric.planning.heads import check_max_ring_size, check_max_sp_size, check_sp_sizes
 from datacentric.schedule import Iteration
 from datacentric.timing import COMPUTE, SYNC, Span, micro_batch_id
 

@@ -17,8 +17,11 @@ at SP 1, 2 and 4.
 
 The planner asks :func:`allowed_sp_sizes` (a model's whole choice on a world, both
 rules applied: :func:`ulysses_sp_sizes`) and refuses a size no step may use
-(:func:`check_step_sp_sizes`); the runtime checks with :func:`check_sp_sizes`; Ulysses
-repeats by :func:`kv_head_repeat`. One rule, one place.
+(:func:`check_step_sp_sizes`); the runtime checks with :func:`check_sp_sizes`, and a
+schedule against the caps a model declares (``max_sp_size``, ``max_ring_size``: a model
+whose loss needs whole samples, or whose attention runs Ulysses only) with
+:func:`check_max_sp_size` and :func:`check_max_ring_size`; Ulysses repeats by
+:func:`kv_head_repeat`. One rule, one place.
 """
 
 from __future__ import annotations
@@ -120,3 +123,38 @@ def check_sp_sizes(
             f"that divide {num_heads} ({', '.join(map(str, allowed_sp_sizes(num_heads)))}), "
             "or a model whose head count they divide"
         )
+
+
+def check_max_sp_size(model: object, sp_sizes: Iterable[int]) -> None:
+    """Raise ``ValueError`` if an SP size of ``sp_sizes`` exceeds the model's
+    ``max_sp_size`` (a model whose loss needs whole samples declares 1), naming why
+    (its ``max_sp_size_reason``)."""
+    found = _above_cap(model, "max_sp_size", sp_sizes)
+    if found:
+        cap, bad, why = found
+        raise ValueError(
+            f"{type(model).__name__} runs exactly only up to SP size {cap}, not {bad}: {why}"
+        )
+
+
+def check_max_ring_size(model: object, ring_sizes: Iterable[int]) -> None:
+    """Raise ``ValueError`` if a ring degree of ``ring_sizes`` exceeds the model's
+    ``max_ring_size`` (a model whose path runs Ulysses only declares 1), naming why (its
+    ``max_ring_size_reason``)."""
+    found = _above_cap(model, "max_ring_size", ring_sizes)
+    if found:
+        cap, bad, why = found
+        raise ValueError(
+            f"{type(model).__name__} runs rings of at most {cap} position"
+            f"{'' if cap == 1 else 's'}, not {bad} (use Ulysses splits): {why}"
+        )
+
+
+def _above_cap(model: object, name: str, sizes: Iterable[int]) -> tuple[int, int, str] | None:
+    """``(cap, smallest size above it, reason)`` for the model's declared ``name`` (and
+    its ``name_reason``), or ``None`` when every size fits or it declares none."""
+    cap = getattr(model, name, None)
+    bad = sorted({int(s) for s in sizes if cap is not None and s > cap})
+    if not bad:
+        return None
+    return int(cap), bad[0], str(getattr(model, f"{name}_reason", "the model declares it"))

@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from datacentric.models.attention import check_max_ring_size, check_max_sp_size
 from datacentric.models.lora import LoraSpec
 from datacentric.parallel.grad_sync import shard_fsdp2, wrap_ddp
 from datacentric.parallel.groups import ProcessGroups
@@ -34,7 +33,12 @@ from datacentric.parallel.launch import spawn
 from datacentric.parallel.loss import loss_tokens_function
 from datacentric.parallel.runtime import DataCentricRuntime
 from datacentric.parallel.step import run_step
-from datacentric.planning.heads import allowed_sp_sizes, check_sp_sizes
+from datacentric.planning.heads import (
+    allowed_sp_sizes,
+    check_max_ring_size,
+    check_max_sp_size,
+    check_sp_sizes,
+)
 from datacentric.schedule import Assignment, Iteration, MicroBatch, group_sizes
 from datacentric.shapes import SampleShape, bucket_name
 from datacentric.verify.case_models import build_case, build_reference, num_blocks

@@ -41,3 +41,22 @@ def test_the_step_rule_lives_beside_the_head_rule_and_keeps_its_old_import() -> 
         assert_given_as_defined(
             "datacentric.planning.bucket_options", "datacentric.planning.heads", name
         )
+
+
+def test_a_schedule_above_the_models_declared_caps_is_refused_naming_why() -> None:
+    """The caps a model declares (``max_sp_size``, ``max_ring_size`` and their reasons)
+    are checked beside the heads' rule, with no torch: the smallest size above the cap
+    is named, with the model's reason; a model declaring none takes any size."""
+    from datacentric.planning.heads import check_max_ring_size, check_max_sp_size
+
+    class Whole:
+        max_sp_size, max_sp_size_reason = 2, "its loss needs whole samples"
+        max_ring_size = 1
+
+    check_max_sp_size(Whole(), [1, 2])
+    check_max_ring_size(Whole(), [1])
+    check_max_sp_size(SimpleNamespace(), [64])
+    with pytest.raises(ValueError, match="^Whole runs exactly only up to SP size 2, not 4: its"):
+        check_max_sp_size(Whole(), [8, 4, 1])
+    with pytest.raises(ValueError, match="rings of at most 1 position, not 2 .* declares it$"):
+        check_max_ring_size(Whole(), [2, 1])
