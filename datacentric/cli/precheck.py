@@ -36,11 +36,10 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     from datacentric.data.sources import build_run_data, skipped_note, with_model_tokenizer
     from datacentric.parallel.launch import launch_mode
     from datacentric.planning.heads import ulysses_sp_sizes
-    from datacentric.scheduling.global_batches import run_global_batch
     from datacentric.settings.sections import split_fraction
     from datacentric.train.assemble import Prechecked
     from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
-    from datacentric.train.checkpoints.resume import check_resumable
+    from datacentric.train.checkpoints.resume import check_resumable, global_batch_to_train
     from datacentric.train.validation.held_out import training_set_note
 
     given = config.data.tokenizer
@@ -70,9 +69,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             config = dataclasses.replace(config, parallelism=parallelism)
         world = launch_mode(config.parallelism.world).world_size
         sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
-        batch = run_global_batch(
-            config.scheduling, config.training, config.job.seed, dataset.shapes(), sp_sizes, world
-        )
+        batch = global_batch_to_train(config, dataset.shapes(), sp_sizes, world)  # a resume's kept
         spec = analytic_spec(config, module)  # derived once: each plan check prices with it
         options = batch.applied(config.scheduling)
         check_validation(config, options, module, spec, dataset, held_out)

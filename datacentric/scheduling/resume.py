@@ -11,6 +11,10 @@ explicit global batch, ``same_batches``), the new segment is the whole epoch's s
 for the new world, continued at the step the epoch stands at, so the run trains the
 steps an uninterrupted run would; otherwise the remaining samples are planned for the new
 world (:func:`continue_schedule`). Either way every sample runs exactly once per epoch.
+A run given no global batch is cut by the default of the world it started on (which
+grows with the world): its checkpoints record it (:func:`batch_tokens_to_record`) and a
+resume on another world keeps it (:func:`kept_global_batch`), so that its batches do
+not depend on the world either.
 
 A segment's schedule is a pure function of (shapes, policy, world size, cost model,
 seed, epoch, excluded samples), so the position needs only those numbers and ids; a
@@ -27,7 +31,12 @@ from typing import Any
 
 import numpy as np
 
+from datacentric.progress import counted
 from datacentric.schedule import Iteration, Schedule
+from datacentric.scheduling.dataset_view import DatasetView
+from datacentric.scheduling.global_batches import GlobalBatchSize, default_tokens_per_iteration
+from datacentric.settings.scheduling import SchedulingConfig
+from datacentric.shapes import SampleShape
 
 MakeSchedule = Callable[[int, Sequence[int] | None], Schedule]
 """``make_schedule(epoch, sample_ids)``: an epoch's schedule, restricted to
@@ -297,3 +306,48 @@ def check_known_steps(
     if len(built) < known or steps_fingerprint(built[:known]) != position.segment_steps_fingerprint:
         raise schedule_changed(position.epoch, world_size, policy, found)
     return True
+
+
+def batch_tokens_to_record(
+    options: SchedulingConfig, shapes: Sequence[SampleShape], world_size: int
+) -> int | None:
+    """The global batch (tokens) a run's checkpoints record: ``options``' own, else,
+    where they give none, the default its epochs are cut by on ``world_size`` ranks
+    (:func:`~datacentric.scheduling.global_batches.default_tokens_per_iteration` of
+    the samples of ``shapes``), which a resume on another world keeps
+    (:func:`kept_global_batch`); ``None`` where the batch is given in samples (the
+    settings hold it) or there are no samples."""
+    if options.global_batch_samples is not None or not len(shapes):
+        return None
+    if options.global_batch_tokens is not None:
+        return int(options.global_batch_tokens)
+    view = DatasetView(shapes)
+    return default_tokens_per_iteration(view, np.arange(len(shapes)), world_size)
+
+
+def kept_global_batch(
+    options: SchedulingConfig,
+    recorded: int | None,
+    shapes: Sequence[SampleShape],
+    world_size: int,
+) -> GlobalBatchSize | None:
+    """The global batch a resume on ``world_size`` ranks trains where ``options`` give
+    none: ``recorded``, the batch (tokens) the checkpoint it continues recorded (the
+    default its run chose), with a note where this world's default differs. ``None``
+    where ``options`` give a batch (the resume's settings check
+    compares it with the recorded one) or the checkpoint recorded none (saved before
+    checkpoints held it: this world's default, as before). Why: the default grows with
+    the world, so a resume on another world cut the rest of the epoch into other, larger
+    or smaller, global batches: other training math, without a word."""
+    given = options.global_batch_tokens, options.global_batch_samples
+    if recorded is None or any(value is not None for value in given):
+        return None
+    here = batch_tokens_to_record(options, shapes, world_size)
+    if here == recorded:
+        return GlobalBatchSize(int(recorded))
+    note = (
+        f"global batch kept at {int(recorded):,} tokens, the default the resumed run trained "
+        f"({counted(world_size, 'rank')} would default to {here:,}), so that its steps stay "
+        "those of the uninterrupted run (--global-batch-tokens gives it; another is refused)"
+    )
+    return GlobalBatchSize(int(recorded), note)

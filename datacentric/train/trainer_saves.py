@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from datacentric.parallel.groups import agree_max
-from datacentric.scheduling.resume import Position
+from datacentric.scheduling.resume import Position, batch_tokens_to_record, kept_global_batch
 from datacentric.train.checkpoints.preemption import StopSignals
 from datacentric.train.checkpoints.resume import (
+    BATCH_RECORD,
     add_to_record,
     dataset_fingerprint,
     keep_records_below,
@@ -37,6 +38,8 @@ class TrainerSaves:
             settings=self.settings_json,
             shapes=self.shapes,
         )
+        if found is not None:  # before the epoch's length is asked for
+            self._keep_global_batch(found[1])
         planned = self._planned_total()
         if found is None:
             self.total_iterations = planned
@@ -62,6 +65,22 @@ class TrainerSaves:
             )
             keep_records_below(self.out, done)
             self.validation.record.load(read_jsonl(self.out / "metrics.jsonl"), write=True)
+
+    def _keep_global_batch(self, state: dict[str, Any]) -> None:
+        """Cut the epochs by the global batch the resumed checkpoint recorded (its trainer
+        state ``state``) where the settings give none, saying so
+        (:func:`~datacentric.scheduling.resume.kept_global_batch`): a run given no batch
+        keeps the default it trained on another world. ``train`` puts it in the settings
+        before the ranks start (``global_batch_to_train``); this keeps it for a trainer
+        started without that check."""
+        options = self.dc.pipeline.options
+        recorded = state.get(BATCH_RECORD)
+        kept = kept_global_batch(options, recorded, self.shapes, self.groups.world_size)
+        if kept is None:
+            return
+        self.dc.pipeline.options = kept.applied(options)
+        if kept.note and self.is_main:
+            logger.info("note: %s", kept.note)
 
     def _validate_owed(
         self, signals: StopSignals | None
@@ -133,6 +152,9 @@ class TrainerSaves:
                 lr_state=scheduler.state_dict(),
                 settings=self.settings_json,
                 fingerprint=dataset_fingerprint(self.shapes),
+                global_batch_tokens=batch_tokens_to_record(
+                    self.dc.pipeline.options, self.shapes, self.groups.world_size
+                ),
             ),
             before_commit=self._maybe_stop_in_save,
             best_step=self.validation.record.best_step,

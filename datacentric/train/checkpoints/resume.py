@@ -7,7 +7,10 @@ A resume refuses a checkpoint whose model, adapters, data (its draws included),
 schedule or seed differ (:data:`RESUME_FIXED`, :func:`check_unchanged`); the rest
 (steps, learning rate, checkpointing, world size...) may change. Steps after the
 checkpoint run again, so their lines of ``metrics.jsonl`` and ``samples.jsonl`` go
-(:func:`keep_records_below`).
+(:func:`keep_records_below`). A run given no global batch trains the default of the
+world it started on, which its checkpoints record (``global_batch_tokens``): a resume
+on another world keeps it (:func:`global_batch_to_train`), and a resume that gives
+another batch is refused as any changed setting.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from datacentric.data.tokenizer_files import BYTES
 from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
 from datacentric.regular_files import check_regular
-from datacentric.scheduling.resume import Position
-from datacentric.settings import SECTIONS, ConfigError
+from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
+from datacentric.scheduling.resume import Position, kept_global_batch
+from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES
 from datacentric.settings.sections import CheckpointConfig, split_fraction
@@ -51,6 +55,10 @@ RESUME_FIXED = (
     *(("training", name) for name in DRAW_SETTINGS),
     ("job", "seed"),
 )
+
+#: The trainer record's key of the global batch (tokens) the run trains, the default
+#: included (:func:`~datacentric.scheduling.resume.batch_tokens_to_record`).
+BATCH_RECORD = "global_batch_tokens"
 
 #: The run folder's records of steps, one line per step (``iteration`` from 0).
 STEP_RECORDS = ("metrics.jsonl", "samples.jsonl")
@@ -97,12 +105,45 @@ def check_resumable(
     its record is read, checked against the manifest (and the pin): the checkpoint's
     other files are verified by the ranks as they load it. Nothing is checked for a
     fresh start."""
+    found = record_to_resume(checkpoint, out)
+    if found is not None:
+        check_unchanged(*found, settings, dataset_fingerprint(shapes))
+
+
+def record_to_resume(checkpoint: CheckpointConfig, out: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint a start (the ``[checkpoint]`` section, of the run folder ``out``)
+    would load and its trainer record, read alone and checked against the manifest (and
+    the pin); None: a fresh start."""
     restarted = launch_mode().restarts > 0
     checkpoints = RunCheckpoints(checkpoint, out, is_main=False)
     path = checkpoints.to_load(restarted, verify=read_trainer_record)  # its record alone
-    if path is not None:
-        state = read_trainer_record(path, checkpoints.expected_sha256(restarted))
-        check_unchanged(path, state, settings, dataset_fingerprint(shapes))
+    if path is None:
+        return None
+    return path, read_trainer_record(path, checkpoints.expected_sha256(restarted))
+
+
+def global_batch_to_train(
+    config: TrainConfig, shapes: list[SampleShape], sp_sizes: list[int], world_size: int
+) -> GlobalBatchSize:
+    """The global-batch step of a start on ``world_size`` ranks
+    (:func:`~datacentric.scheduling.global_batches.run_global_batch`), except on a resume
+    whose settings give no batch from a checkpoint that recorded the one its run trained
+    (:data:`BATCH_RECORD`): that batch, checked on this world as a given one is, with a
+    note where this world's default differs
+    (:func:`~datacentric.scheduling.resume.kept_global_batch`). The check before the
+    ranks start runs it, and the ranks record the batch in their settings, so the
+    resumed steps are the uninterrupted run's on any world (a trainer started without
+    the check keeps it at its resume: ``TrainerSaves._keep_global_batch``)."""
+    scheduling, seed = config.scheduling, config.job.seed
+    recorded = None
+    if scheduling.global_batch_tokens is None and scheduling.global_batch_samples is None:
+        found = record_to_resume(config.checkpoint, Path(config.job.out))
+        recorded = found[1].get(BATCH_RECORD) if found is not None else None
+    kept = kept_global_batch(scheduling, recorded, shapes, world_size)
+    if kept is None:
+        return run_global_batch(scheduling, config.training, seed, shapes, sp_sizes, world_size)
+    run_global_batch(kept.applied(scheduling), config.training, seed, shapes, sp_sizes, world_size)
+    return kept
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
@@ -126,7 +167,9 @@ def check_unchanged(
         saved = _resolve_aliases(record_sections(state.get("config") or {}, str(path)))
     except ConfigError as err:
         raise CheckpointError(str(err)) from None
-    now = _resolve_aliases(settings)
+    recorded = state.get(BATCH_RECORD)  # where a side gives no batch: the one it keeps
+    saved = _batch_trained(saved, recorded)
+    now = _batch_trained(_resolve_aliases(settings), recorded)
     then = start_dir(path.parent.parent, state, saved)  # the run folder holds checkpoints/
     changed = [
         f"{section}.{name} ({saved[section][name]!r} -> {now[section][name]!r})"
@@ -194,10 +237,13 @@ def trainer_state(
     lr_state: dict[str, Any],
     settings: dict[str, dict[str, Any]],
     fingerprint: str,
+    global_batch_tokens: int | None = None,
 ) -> dict[str, Any]:
     """What a checkpoint records of the run beside the model and the optimizer
     (``trainer.json``): where it stands, its planned steps, its learning-rate schedule,
-    its settings, its dataset's fingerprint, and the directory it was started in (the
+    its settings, the global batch (tokens) it trains, its default included
+    (:data:`BATCH_RECORD`; ``None``: given in samples), its dataset's fingerprint, and
+    the directory it was started in (the
     settings' relative paths, a model folder ``hf:DIR`` as typed, are relative to it:
     ``export`` from elsewhere resolves them there)."""
     return {
@@ -210,6 +256,7 @@ def trainer_state(
         "total_iterations": total_iterations,
         "lr_scheduler": lr_state,
         "config": settings,
+        BATCH_RECORD: global_batch_tokens,
         "dataset_fingerprint": fingerprint,
         "start_dir": os.getcwd(),
     }
@@ -264,6 +311,23 @@ def _resolve_aliases(settings: dict[str, dict[str, Any]]) -> dict[str, dict[str,
             value = scheduling.get(new)
             scheduling[old] = scheduling[new] = value if value is not None else scheduling.get(old)
     return {**settings, "scheduling": scheduling}
+
+
+def _batch_trained(settings: dict[str, dict[str, Any]], recorded: Any) -> dict[str, dict[str, Any]]:
+    """``settings`` (aliases resolved) with the global batch a run trains where they give
+    none: the default the checkpoint's trainer record holds (``recorded``), which the
+    saved run trained and a resume keeps (:func:`global_batch_to_train`), so that a
+    resume giving that batch (or none) is unchanged and one giving another is refused
+    naming both; ``None`` (a record saved before it held one): as typed."""
+    scheduling = settings.get("scheduling", {})
+    if recorded is None or any(scheduling.get(n) is not None for n in _BATCH_NAMES):
+        return settings
+    chosen = dict.fromkeys(("global_batch_tokens", "tokens_per_iteration"), recorded)
+    return {**settings, "scheduling": {**scheduling, **chosen}}
+
+
+#: The ``[scheduling]`` settings of the global batch, older names included.
+_BATCH_NAMES = (*OLDER_NAMES, *OLDER_NAMES.values())
 
 
 def _as_json(value: Any) -> Any:

@@ -85,6 +85,75 @@ def test_elastic_resume_on_fewer_ranks_runs_every_sample_once(straight, tmp_path
         assert json.loads((out / "schedules" / name).read_text())["world_size"] == world
 
 
+def shrink_default_batch(setattr) -> None:
+    """Make a small dataset train the default global batch as a large one does: no batch
+    sized from the data, and a default of ``world * max(1,024, longest)`` tokens (the
+    rule of ``world * max(2**18, longest)``, which grows with the world as it does)."""
+    from datacentric.scheduling import global_batches, resume
+
+    def default(view, active, world_size):
+        return world_size * max(1024, int(view.tokens[active].max()))
+
+    setattr(global_batches, "data_sized_tokens", lambda tokens: None)
+    setattr(global_batches, "default_tokens_per_iteration", default)
+    setattr(resume, "default_tokens_per_iteration", default)
+
+
+def default_batch_rank(config):
+    """:func:`train_rank` with :func:`shrink_default_batch` (a spawned rank's own)."""
+    shrink_default_batch(setattr)
+    return train_rank(config)
+
+
+def test_an_elastic_resume_keeps_the_default_global_batch_of_its_run(tmp_path, monkeypatch):
+    """A run given no global batch, stopped on 1 rank after step 2 and resumed on 2,
+    trains the steps and losses of the uninterrupted 1-rank run: its checkpoint records
+    the default batch it chose, which the resume keeps (and says so) although 2 ranks
+    default to twice as many tokens. Before, the rest of the epoch was cut into the
+    2-rank default's batches (step 3 trained other samples). A resume giving that batch
+    resumes; one giving another is refused naming both; an older record (none) compares
+    the setting as typed, as before."""
+    from test_resumed_stream import TermAfter
+
+    from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
+    from datacentric.train.checkpoints.resume import check_unchanged, global_batch_to_train
+    from datacentric.train.trainer import Trainer
+
+    shrink_default_batch(monkeypatch.setattr)
+    settings = dict(iterations=4, tokens_per_iteration=None)
+    train_rank(small_config(tmp_path / "straight", **settings))
+    out = tmp_path / "elastic"
+    Trainer(small_config(out, **settings), hooks=TermAfter(2)).run()
+    path = out / "checkpoints" / "step-00000002"
+    saved = json.loads((path / "trainer.json").read_text())
+    assert saved["global_batch_tokens"] == 1024  # the default on 1 rank; the settings give none
+    assert saved["config"]["scheduling"]["global_batch_tokens"] is None
+    resumed = small_config(out, resume=True, **settings)  # as the check before the ranks
+    shapes = StdlibCorpus(max_tokens=256, limit=2).shapes()
+    kept = global_batch_to_train(resumed, shapes, [1, 2], 2)
+    assert kept.tokens == 1024 and "kept at 1,024 tokens" in kept.note, kept
+    assert "2 ranks would default to 2,048" in kept.note, kept
+
+    def given(tokens: int) -> dict:
+        return small_config(out, **{**settings, "tokens_per_iteration": tokens}).to_json()
+
+    fingerprint = saved["dataset_fingerprint"]
+    check_unchanged(path, saved, given(1024), fingerprint)  # the batch it trained
+    check_unchanged(path, saved, small_config(out, **settings).to_json(), fingerprint)  # kept
+    with pytest.raises(CheckpointError, match=r"global_batch_tokens \(1024 -> 2048\)"):
+        check_unchanged(path, saved, given(2048), fingerprint)
+    older = {k: v for k, v in saved.items() if k != "global_batch_tokens"}
+    with pytest.raises(CheckpointError, match=r"global_batch_tokens \(None -> 1024\)"):
+        check_unchanged(path, older, given(1024), fingerprint)
+    spawn(default_batch_rank, 2, small_config(out, resume=True, **settings), timeout_s=600)
+    assert inspect_run(str(out))["world_size"] == 2
+    runs = [tmp_path / "straight", out]
+    steps = [[sorted(r["sample_ids"]) for r in logged_samples(run)] for run in runs]
+    assert len(steps[0]) == 4 and steps[0] == steps[1]
+    losses = [torch.tensor([r["loss"] for r in read_metrics(run)]) for run in runs]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0.0)
+
+
 def test_torchrun_restarts_a_killed_rank_and_loses_no_sample(tmp_path):
     out = tmp_path / "torchrun"
     cmd = [
