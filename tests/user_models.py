@@ -65,3 +65,20 @@ class TinyGPT(nn.Module):
 def tiny_gpt(width: int = 32, heads: int = 2, layers: int = 2) -> TinyGPT:
     """The factory (keyword arguments come from ``--model-arg``)."""
     return TinyGPT(width=width, heads=heads, layers=layers)
+
+
+class NanGradGPT(TinyGPT):
+    """:class:`TinyGPT` whose loss is finite but whose gradient is not: the loss is scaled
+    by ``1 + 0 * sqrt(gate)`` with ``gate`` 0, whose derivative there is ``0 * inf``."""
+
+    def __init__(self, **kwargs) -> None:  # noqa: ANN003
+        super().__init__(**kwargs)
+        self.gate = nn.Parameter(torch.zeros(1))
+
+    def forward(self, batch) -> torch.Tensor:  # noqa: ANN001
+        return super().forward(batch) * (1 + 0 * torch.sqrt(self.gate))
+
+
+def nan_grad_gpt(width: int = 32, heads: int = 2, layers: int = 2) -> NanGradGPT:
+    """The factory of :class:`NanGradGPT`."""
+    return NanGradGPT(width=width, heads=heads, layers=layers)

@@ -1,8 +1,9 @@
 """One optimizer step of the trainer (:class:`~datacentric.train.trainer.Trainer`): the
 step's micro-batches forward and backward under mixed precision (fault injection after the
 first), a loss that is not finite refused (:class:`NonFiniteLossError`), the gradient
-clipped, the optimizer and the learning-rate schedule stepped once, the step's samples and
-its metrics record. :class:`TrainerStep` is a base of the trainer: its methods read what
+clipped, a gradient that is not finite refused too (:func:`check_finite_gradient`), the
+optimizer and the learning-rate schedule stepped once, the step's samples and its metrics
+record. :class:`TrainerStep` is a base of the trainer: its methods read what
 ``Trainer.__init__`` sets.
 """
 
@@ -22,7 +23,22 @@ from datacentric.train.reporting.metrics import step_record
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss of an optimizer step is NaN or infinite; the step was not applied."""
+    """The loss of an optimizer step, or its gradient, is NaN or infinite; the step was
+    not applied."""
+
+
+def check_finite_gradient(step: Step, loss: float, grad_norm: torch.Tensor) -> None:
+    """Refuse ``step`` before the optimizer applies it when its gradient's norm (the same
+    on every rank: the whole gradient's) is not finite though its loss is: clipping would
+    scale every gradient by NaN and the step would turn every weight NaN."""
+    norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    if not math.isfinite(norm):
+        raise NonFiniteLossError(
+            f"iteration {step.number} (epoch {step.epoch}): the gradient's norm is {norm} "
+            f"though the loss is {loss:.6g}; samples {sorted(step.sample_ids)}. The step was "
+            "not applied and the last checkpoint is intact; lower the learning rate, train "
+            "in float32 or inspect these samples and the model's backward pass"
+        )
 
 
 class TrainerStep:
@@ -60,6 +76,7 @@ class TrainerStep:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.training.grad_clip or math.inf
         )
+        check_finite_gradient(step, loss, grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         scheduler.step()
