@@ -62,8 +62,10 @@ START = ("datacentric.train.trainer", "train_rank", "config")
 #: and the profile takes the ranks per node from the run's process groups
 #: (ProfileSettings.ranks_per_node) instead of reading the environment again; one
 #: fewer since a schedule is checked against the model's declared SP and ring caps
-#: beside the heads' rule (planning.heads.check_max_sp_size, check_max_ring_size)
-CEILINGS = {"stays": 122, "climbs": 23, "entries": 4}
+#: beside the heads' rule (planning.heads.check_max_sp_size, check_max_ring_size); one
+#: fewer since the data layer is handed a latent dataset's draws, not the [training]
+#: section (data.sources.build_run_data(draws=))
+CEILINGS = {"stays": 121, "climbs": 23, "entries": 4}
 #: the fifth round's target
 TARGET = {"stays": 60, "climbs": 8, "entries": 4}
 

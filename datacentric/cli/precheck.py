@@ -33,6 +33,7 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
     ranks (:class:`~datacentric.train.assemble.Prechecked`): the same steps as theirs
     (:mod:`datacentric.train.assemble`), not run again."""
     from datacentric.data.base import DataError
+    from datacentric.data.diffusion_draws import DiffusionDraws
     from datacentric.data.sources import build_run_data, skipped_note, with_model_tokenizer
     from datacentric.parallel.launch import launch_mode
     from datacentric.planning.heads import ulysses_sp_sizes
@@ -49,9 +50,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
         data = with_model_tokenizer(config.model, config.data, config.validation)
         if data is not config.data:  # as the ranks read text (assemble_run)
             config = dataclasses.replace(config, data=data)
-        dataset, held_out = build_run_data(
-            config.data, config.validation, config.job.seed, training=config.training
-        )
+        draws = DiffusionDraws.of(config.training)  # as the ranks draw (assemble_run)
+        dataset, held_out = build_run_data(config.data, config.validation, config.job.seed, draws)
         tokens = [shape.tokens for shape in dataset.shapes()]
         if not (config.checkpoint.resume or config.checkpoint.resume_from):
             split = config.validation.dataset if split_fraction(config.validation.dataset) else None

@@ -38,7 +38,6 @@ from datacentric.progress import counted
 from datacentric.settings.sections import (
     DataConfig,
     ModelConfig,
-    TrainingConfig,
     ValidationConfig,
     split_fraction,
 )
@@ -194,14 +193,13 @@ def build_run_data(
     data: DataConfig,
     validation: ValidationConfig,
     seed: int = 0,
-    training: TrainingConfig | None = None,
+    draws: DiffusionDraws | None = None,
 ) -> tuple[Dataset, Dataset | None]:
     """``(training set, held-out set or None)`` of the ``[data]`` and ``[validation]``
     sections and ``[job] seed`` (a ``dataset`` object is the held-out set as it is);
     ``limit`` keeps the first held-out samples (a split's others stay out of training);
-    ``training``: the ``[training]`` section, whose ``caption_dropout`` and
-    ``timestep_sampling`` a latent dataset draws with (unset: their defaults)."""
-    draws = DiffusionDraws.of(training) if training is not None else None
+    ``draws``: how a latent dataset draws each sample's caption and time (the
+    ``[training]`` section's, :meth:`DiffusionDraws.of`; unset: their defaults)."""
     dataset = open_dataset(data.dataset, data, seed=seed, draws=draws)
     given = validation.dataset
     if given is None:

@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from datacentric.data.base import Dataset
+from datacentric.data.diffusion_draws import DiffusionDraws
 from datacentric.data.sources import build_run_data, reads_text, with_model_tokenizer
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.parallel.groups import ProcessGroups, process_groups
@@ -140,6 +141,8 @@ def assemble_run(
     # process groups: where this rank stands in the world, before anything is built on it
     parallelism = config.parallelism
     groups = groups or process_groups(parallelism.collective_timeout_s, parallelism.device)
+    # the data's settings: how a latent dataset draws captions and times, the tokenizer
+    draws = DiffusionDraws.of(config.training)
     data = with_model_tokenizer(config.model, config.data, config.validation)
     if data is not config.data:  # the run records the tokenizer it reads with
         config = dataclasses.replace(config, data=data)
@@ -151,9 +154,7 @@ def assemble_run(
     seed = config.job.seed
     # data: the training set, without the [validation] section's held-out samples
     found = prechecked.data if prechecked is not None else None
-    dataset, held_out = found or build_run_data(
-        config.data, config.validation, seed, training=config.training
-    )
+    dataset, held_out = found or build_run_data(config.data, config.validation, seed, draws)
     check_same_run(groups, config.to_json(), dataset.shapes())  # before any other collective
     torch.manual_seed(seed)  # model: every rank draws the same weights
     # the model, and the analytic model mfu counts on, read off it before its adapters
