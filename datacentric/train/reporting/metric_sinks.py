@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -28,7 +30,7 @@ from tqdm import tqdm
 
 from datacentric.log import LOGGER_NAME, StderrHandler
 from datacentric.progress import TimeLeft, elapsed_text
-from datacentric.regular_files import open_regular
+from datacentric.regular_files import open_regular, read_regular_text
 
 #: Scalars of a record that go to TensorBoard and W&B.
 SCALARS = (
@@ -168,7 +170,7 @@ class MetricsLogger:
         if tensorboard:
             self._tb = _tensorboard_writer(out / "tb", initial)
         if wandb is not None:
-            self._wandb = _wandb_run(out, **wandb)
+            self._wandb = _wandb_run(out, resumed=initial > 0, **wandb)
 
     def log(self, record: dict[str, Any]) -> None:
         """Write one step's record to every sink."""
@@ -269,17 +271,24 @@ def _tensorboard_writer(log_dir: Path, initial: int = 0) -> Any:
     """A TensorBoard ``SummaryWriter``, or None when tensorboard is not installed. A
     resumed run (``initial`` steps done) runs the steps after its checkpoint again, so
     TensorBoard is told to drop what ``log_dir`` holds from step ``initial`` on (as
-    ``metrics.jsonl`` drops their lines)."""
+    ``metrics.jsonl`` drops their lines); 0 included: a start that found no checkpoint
+    in a folder an earlier attempt logged steps to drops them all."""
     try:
         from torch.utils.tensorboard import SummaryWriter
     except Exception:  # noqa: BLE001 - tensorboard is optional
         logger.debug("tensorboard is not installed: no TensorBoard scalars")
         return None
-    return SummaryWriter(log_dir=str(log_dir), purge_step=initial or None)
+    return SummaryWriter(log_dir=str(log_dir), purge_step=initial)
 
 
-def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) -> Any:
-    """A W&B run writing under ``out/wandb`` (``mode``: ``online`` or ``offline``)."""
+def _wandb_run(
+    out: Path, *, project: str, mode: str, config: dict[str, Any], resumed: bool = False
+) -> Any:
+    """A W&B run writing under ``out/wandb`` (``mode``: ``online`` or ``offline``): a
+    resumed run (``resumed``) continues the W&B run its folder's first start opened
+    (:func:`wandb_run_id`), whose steps W&B moves only forward: the steps a resume runs
+    again keep the values W&B already holds (``metrics.jsonl`` and TensorBoard hold the
+    new ones)."""
     try:
         import wandb
     except ImportError:
@@ -288,7 +297,37 @@ def _wandb_run(out: Path, *, project: str, mode: str, config: dict[str, Any]) ->
             "pip install 'datacentric[wandb]' or set --no-wandb"
         ) from None
     (out / "wandb").mkdir(parents=True, exist_ok=True)
-    return wandb.init(project=project, mode=mode, dir=str(out), name=out.name, config=config)
+    run_id = wandb_run_id(out / "wandb" / WANDB_ID_FILE, resumed)
+    return wandb.init(
+        project=project,
+        mode=mode,
+        dir=str(out),
+        name=out.name,
+        config=config,
+        id=run_id,
+        resume="allow",
+    )
+
+
+#: The file under a run folder's ``wandb/`` that names its W&B run.
+WANDB_ID_FILE = "run_id"
+
+
+def wandb_run_id(path: Path, resumed: bool) -> str:
+    """The W&B run id of a run folder, kept in ``path``: a resumed run's is the one its
+    first start wrote there (if it did); a fresh start (or ``--overwrite``) writes a new
+    one. A file that holds no id is one line naming it."""
+    if resumed and path.exists():
+        found = read_regular_text(path).strip()
+        if not re.fullmatch("[0-9a-z]{1,64}", found):
+            raise ValueError(
+                f"{path}: holds no W&B run id ({found[:40]!r}); delete it to start a new "
+                "W&B run for this run folder"
+            )
+        return found
+    run_id = secrets.token_hex(8)
+    path.write_text(run_id + "\n", encoding="utf-8")
+    return run_id
 
 
 def wandb_settings(metrics: Any, record: dict[str, Any]) -> dict[str, Any] | None:

@@ -162,6 +162,10 @@ READERS: dict[str, tuple[str, ...] | str] = {
     "datacentric.train.reporting.metrics:read_jsonl": left_out(
         "a run's own metrics.jsonl and samples.jsonl, which the run appends"
     ),
+    "datacentric.train.reporting.metric_sinks:wandb_run_id": left_out(
+        "a run folder's own wandb/run_id, written by its first start; anything but an id "
+        "is one line naming the file"
+    ),
     "datacentric.train.comparison.measured_comparison:compare_policies": left_out(
         "the comparison's own step files, written by the runs it started"
     ),

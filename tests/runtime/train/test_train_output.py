@@ -160,6 +160,26 @@ def test_wandb_sink_offline(tmp_path, monkeypatch):
     assert calls[0][1]["dir"] == str(tmp_path) and calls[0][1]["config"] == {"lr": 1e-3}
     assert calls[1][0] == "log" and calls[1][1]["loss"] == 3.0 and calls[1][2] == 0
     assert calls[-1] == ("finish",)
+    # a resumed run continues the W&B run its folder started; a fresh start opens another
+    first = calls[0][1]
+    assert first["resume"] == "allow" and re.fullmatch("[0-9a-f]{16}", first["id"]), first
+    ids = []
+    for initial in (1, 0):
+        calls.clear()
+        MetricsLogger(
+            tmp_path,
+            enabled=True,
+            total=2,
+            initial=initial,
+            progress=False,
+            tensorboard=False,
+            wandb=wandb,
+        ).close()
+        ids.append(calls[0][1]["id"])
+    assert ids[0] == first["id"] != ids[1], ids
+    (tmp_path / "wandb" / "run_id").write_text("not an id!\n")
+    with pytest.raises(ValueError, match="wandb/run_id: holds no W&B run id"):
+        MetricsLogger(tmp_path, enabled=True, total=2, initial=1, progress=False, wandb=wandb)
 
 
 def test_wandb_gets_each_render_as_a_video_or_an_image(tmp_path, monkeypatch):
@@ -245,3 +265,13 @@ def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
     assert losses == [(0, 10.0), (1, 11.0), (2, 12.0), (3, 13.0)] + [
         (s, 1.0 + s) for s in range(4, 8)
     ]
+    # an attempt that logged steps 0-2 and saved no checkpoint, then a start that found
+    # none (0 steps done, its metrics.jsonl emptied): the earlier steps go too
+    for attempt in ([20.0, 21.0, 22.0], [30.0, 31.0]):
+        sink = MetricsLogger(tmp_path / "again", enabled=True, total=8, progress=False)
+        for step, loss in enumerate(attempt):
+            sink.log(record(step, loss=loss))
+        sink.close()
+    events = accumulator.EventAccumulator(str(tmp_path / "again" / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 30.0), (1, 31.0)]
