@@ -16,6 +16,7 @@ from datacentric.train.checkpoints.preemption import StopSignals
 from datacentric.train.checkpoints.resume import (
     BATCH_RECORD,
     add_to_record,
+    check_kept_batch,
     dataset_fingerprint,
     keep_records_below,
     load_to_resume,
@@ -72,13 +73,19 @@ class TrainerSaves:
         (:func:`~datacentric.scheduling.resume.kept_global_batch`): a run given no batch
         keeps the default it trained on another world. ``train`` puts it in the settings
         before the ranks start (``global_batch_to_train``); this keeps it for a trainer
-        started without that check."""
-        options = self.dc.pipeline.options
+        started without that check, and checks it on this world as that check does
+        (:func:`~datacentric.train.checkpoints.resume.check_kept_batch`: a step with too
+        few samples for this world's groups is refused now, in one line)."""
+        pipeline, world = self.dc.pipeline, self.groups.world_size
+        options = pipeline.options
         recorded = state.get(BATCH_RECORD)
-        kept = kept_global_batch(options, recorded, self.shapes, self.groups.world_size)
+        kept = kept_global_batch(options, recorded, self.shapes, world)
         if kept is None:
             return
-        self.dc.pipeline.options = kept.applied(options)
+        sp_sizes = pipeline.sp_sizes or [world]  # the plan's (None: any size, the whole world)
+        where = (self.shapes, sp_sizes, world, state.get("world_size"))
+        check_kept_batch(kept, options, self.training, self.job.seed, *where)
+        pipeline.options = kept.applied(options)
         if kept.note and self.is_main:
             logger.info("note: %s", kept.note)
 

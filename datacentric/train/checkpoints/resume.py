@@ -28,13 +28,19 @@ from datacentric.data.sources import SOURCE_KINDS, source_kind
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
+from datacentric.progress import counted
 from datacentric.regular_files import check_regular
-from datacentric.scheduling.global_batches import GlobalBatchSize, run_global_batch
+from datacentric.scheduling.global_batches import (
+    GlobalBatchSize,
+    GroupCap,
+    run_global_batch,
+    samples_per_step,
+)
 from datacentric.scheduling.resume import Position, kept_global_batch
 from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
-from datacentric.settings.scheduling import OLDER_NAMES
-from datacentric.settings.sections import CheckpointConfig, split_fraction
+from datacentric.settings.scheduling import OLDER_NAMES, SchedulingConfig
+from datacentric.settings.sections import CheckpointConfig, TrainingConfig, split_fraction
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
 from datacentric.train.checkpoints.checkpoint_load import load_checkpoint
@@ -135,15 +141,54 @@ def global_batch_to_train(
     resumed steps are the uninterrupted run's on any world (a trainer started without
     the check keeps it at its resume: ``TrainerSaves._keep_global_batch``)."""
     scheduling, seed = config.scheduling, config.job.seed
-    recorded = None
+    recorded, state = None, {}
     if scheduling.global_batch_tokens is None and scheduling.global_batch_samples is None:
         found = record_to_resume(config.checkpoint, Path(config.job.out))
-        recorded = found[1].get(BATCH_RECORD) if found is not None else None
+        state = found[1] if found is not None else {}
+        recorded = state.get(BATCH_RECORD)
     kept = kept_global_batch(scheduling, recorded, shapes, world_size)
     if kept is None:
         return run_global_batch(scheduling, config.training, seed, shapes, sp_sizes, world_size)
-    run_global_batch(kept.applied(scheduling), config.training, seed, shapes, sp_sizes, world_size)
+    where = (shapes, sp_sizes, world_size, state.get("world_size"))
+    check_kept_batch(kept, scheduling, config.training, seed, *where)
     return kept
+
+
+def check_kept_batch(
+    kept: GlobalBatchSize,
+    scheduling: SchedulingConfig,
+    training: TrainingConfig,
+    seed: int,
+    shapes: list[SampleShape],
+    sp_sizes: list[int],
+    world_size: int,
+    saved_world: int | None,
+) -> None:
+    """Check the global batch a resume keeps (``kept``: the one the checkpoint, saved on
+    ``saved_world`` ranks, recorded) on ``world_size`` ranks as a given one is
+    (:func:`~datacentric.scheduling.global_batches.run_global_batch`). Where a step of
+    it holds fewer samples than this world's groups need, ``ValueError`` in one line
+    naming the batch, the world and a fix that works: fewer ranks (the run's own), or a
+    new run. Why not the check's own line: it advises a larger ``--global-batch-tokens``,
+    which the resume's settings check refuses (its steps would not be the run's)."""
+    options = kept.applied(scheduling)
+    try:
+        run_global_batch(options, training, seed, shapes, sp_sizes, world_size)
+    except ValueError:
+        cap = GroupCap.of(options, world_size, max(sp_sizes, default=1))
+        needed = samples_per_step(world_size, cap.size)
+        if len(shapes) < needed:  # the data's own limit, said as for any start
+            raise
+        fewer = f"--world {saved_world}, as it was saved" if saved_world else "--world"
+        raise ValueError(
+            f"--world {world_size}: the resumed run trains a global batch of "
+            f"{int(options.global_batch_tokens):,} tokens (the default of the world it "
+            "started on, kept so that its steps stay those of the uninterrupted run; "
+            f"another is refused), and a step of it holds fewer than the {needed} samples "
+            f"{counted(world_size, 'rank')} in groups of at most {cap.size} ({cap.source}) "
+            f"need; resume on fewer ranks ({fewer}), or start a new run (another --out "
+            "or --overwrite)"
+        ) from None
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
