@@ -14,7 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from datacentric.planning.bucket_options import mixable_sp_sizes, split_candidates
+from datacentric.planning.bucket_options import split_candidates
+from datacentric.planning.heads import mixable_sp_sizes
 from datacentric.schedule import Iteration
 from datacentric.scheduling.global_batches import GroupCap
 from datacentric.scheduling.megatron_groups import (

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from datacentric.planning.bucket_options import mixable_sp_sizes
+from datacentric.planning.heads import mixable_sp_sizes
 from datacentric.progress import counted
 from datacentric.schedule import Assignment, Iteration, MicroBatch
 from datacentric.scheduling.item import Item
@@ -159,7 +159,7 @@ def emit_iteration(
 def check_layout(iteration: Iteration, world_size: int) -> None:
     """Raise ``ValueError`` unless every phase of ``iteration`` tiles the ranks with
     aligned groups (each starting at a multiple of its size) of sizes a step may use
-    (:func:`~datacentric.planning.bucket_options.mixable_sp_sizes`: a group that is not
+    (:func:`~datacentric.planning.heads.mixable_sp_sizes`: a group that is not
     a power of two holds the whole world, alone in its phase): the runtime has a
     process group for exactly those."""
     iteration.validate(world_size)

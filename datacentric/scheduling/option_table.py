@@ -23,10 +23,9 @@ from datacentric.planning.bucket_options import (
     BucketOption,
     cheapest,
     fits_shapes,
-    mixable_sp_sizes,
-    nesting_sp_sizes,
 )
 from datacentric.planning.cost_model import CostModel
+from datacentric.planning.heads import mixable_sp_sizes, nesting_sp_sizes
 from datacentric.planning.plan import Plan
 from datacentric.planning.planner import choose_recompute
 from datacentric.scheduling.dataset_view import DatasetView
