@@ -12,9 +12,10 @@ for the new world, continued at the step the epoch stands at, so the run trains 
 steps an uninterrupted run would; otherwise the remaining samples are planned for the new
 world (:func:`continue_schedule`). Either way every sample runs exactly once per epoch.
 A run given no global batch is cut by the default of the world it started on (which
-grows with the world): its checkpoints record it (:func:`batch_tokens_to_record`) and a
-resume on another world keeps it (:func:`kept_global_batch`), so that its batches do
-not depend on the world either.
+grows with the world): its checkpoints and positions record it
+(:func:`batch_tokens_to_record`, :attr:`Position.global_batch_tokens`) and a resume on
+another world keeps it (:func:`kept_global_batch`, :func:`resumed_global_batch`), so that
+its batches do not depend on the world either.
 
 A segment's schedule is a pure function of (shapes, policy, world size, cost model,
 seed, epoch, excluded samples), so the position needs only those numbers and ids; a
@@ -100,6 +101,12 @@ class Position:
     when the rebuilt segment has built them)."""
     consumed: list[int] = field(default_factory=list)
     """Sample ids of this epoch that have run (in order)."""
+    global_batch_tokens: int | None = None
+    """The global batch (tokens) the run trains, its default included, as
+    ``DataCentric.state_dict()`` records it (:func:`batch_tokens_to_record`): a resume
+    given none keeps it (:func:`resumed_global_batch`). ``None``: given in samples, or a
+    state saved before positions held it, which loads as before (a reader that predates
+    the field passes over its key)."""
 
     @classmethod
     def at(cls, schedule: Schedule, next_iteration: int) -> Position:
@@ -330,10 +337,12 @@ def kept_global_batch(
     recorded: int | None,
     shapes: Sequence[SampleShape],
     world_size: int,
+    setting: str = "--global-batch-tokens",
 ) -> GlobalBatchSize | None:
     """The global batch a resume on ``world_size`` ranks trains where ``options`` give
     none: ``recorded``, the batch (tokens) the checkpoint it continues recorded (the
-    default its run chose), with a note where this world's default differs. ``None``
+    default its run chose), with a note where this world's default differs (naming
+    ``setting``, the one that gives the batch). ``None``
     where ``options`` give a batch (the resume's settings check
     compares it with the recorded one) or the checkpoint recorded none (saved before
     checkpoints held it: this world's default, as before). Why: the default grows with
@@ -348,6 +357,35 @@ def kept_global_batch(
     note = (
         f"global batch kept at {int(recorded):,} tokens, the default the resumed run trained "
         f"({counted(world_size, 'rank')} would default to {here:,}), so that its steps stay "
-        "those of the uninterrupted run (--global-batch-tokens gives it; another is refused)"
+        f"those of the uninterrupted run ({setting} gives it; another is refused)"
     )
     return GlobalBatchSize(int(recorded), note)
+
+
+def resumed_global_batch(
+    options: SchedulingConfig,
+    position: Position,
+    shapes: Sequence[SampleShape],
+    world_size: int,
+) -> GlobalBatchSize | None:
+    """The global batch a user's loop resumed from ``position`` on ``world_size`` ranks
+    trains (``DataCentric.load_state_dict``): where ``options`` give none, the one the
+    position recorded (:func:`kept_global_batch`, its note naming
+    ``tokens_per_iteration``); ``None`` where ``options`` give that batch or the position
+    recorded none (a state saved before positions held it: the options as they are).
+    ``ValueError`` (one line) where ``options`` give another: the rest of the epoch
+    would be cut into other steps than those of the run that saved it."""
+    recorded = position.global_batch_tokens
+    tokens, samples = options.global_batch_tokens, options.global_batch_samples
+    if recorded is not None and samples is not None:
+        given = f"{counted(int(samples), 'sample', ',')} (options.global_batch_samples)"
+    elif recorded is not None and tokens is not None and int(tokens) != int(recorded):
+        given = f"{int(tokens):,} tokens (tokens_per_iteration)"
+    else:
+        return kept_global_batch(options, recorded, shapes, world_size, "tokens_per_iteration")
+    raise ValueError(
+        f"DataCentric: the state to load was saved by a run training a global batch of "
+        f"{int(recorded):,} tokens, and this DataCentric gives {given}: give "
+        f"tokens_per_iteration={int(recorded)}, or none to keep it, so that the resumed "
+        "steps are those of the run that saved it"
+    )

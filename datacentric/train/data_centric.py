@@ -71,18 +71,21 @@ from datacentric.scheduling.global_batches import (
 from datacentric.scheduling.pipeline import Pipeline
 from datacentric.scheduling.resume import (
     Position,
+    batch_tokens_to_record,
     begin_segment,
     check_fingerprint,
     check_known_steps,
     check_length,
     check_segment,
     check_steps_run,
+    resumed_global_batch,
     steps_fingerprint,
 )
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
 from datacentric.train.build import device_cost_model
 from datacentric.train.rank_agreement import check_same_plan
+from datacentric.train.reporting.metric_sinks import logger
 from datacentric.train.schedule_ahead import ScheduleAhead, StreamedBuild
 from datacentric.train.validation.held_out import HeldOut, validation_loss
 from datacentric.verify.model_contract import check_model_contract
@@ -405,11 +408,15 @@ class DataCentric:
         resumed segment's position is saved at once with the record it was resumed from
         (the whole fingerprint, else that of its first steps, extended by the steps built
         since): the run checks it once its schedule is whole, and stops there on a
-        difference."""
+        difference. It holds the global batch the run trains (:meth:`load_state_dict`)."""
         self._settle(wait=not (self._saved is not None and self._in_segment()))
         if self._build is not None and self._in_segment():
             self._hold_built_steps()
-        return self.position.to_json()
+        pipeline, p = self.pipeline, self.position
+        p.global_batch_tokens = batch_tokens_to_record(
+            pipeline.options, pipeline.shapes, self.groups.world_size
+        )
+        return p.to_json()
 
     def stop_building(self) -> None:
         """Cancel the segment's schedule still being built, for a run that stops now (on
@@ -447,9 +454,16 @@ class DataCentric:
         :attr:`resume_unchecked` holds from here until the rebuilt schedule is checked
         against the record of it the state holds (its fingerprint, or that of its first
         steps): until then the run may still be refused, its steps since the resume run
-        on a schedule that differs (a checkpoint from before them is the one to keep)."""
-        self.position = Position.from_json(state)
-        p = self.position
+        on a schedule that differs (a checkpoint from before them is the one to keep).
+        Given no global batch, the one the state recorded is kept; another is refused
+        (:func:`~datacentric.scheduling.resume.resumed_global_batch`)."""
+        p, options = Position.from_json(state), self.pipeline.options
+        kept = resumed_global_batch(options, p, self.pipeline.shapes, self.groups.world_size)
+        if kept is not None:
+            self.pipeline.options = kept.applied(options)
+            if kept.note and self.rank == 0:
+                logger.info("note: %s", kept.note)
+        self.position = p
         self.resume_unchecked = bool(p.segment_fingerprint or p.segment_steps_known)
         self._leave_segment()
 

@@ -99,17 +99,52 @@ def shrink_default_batch(setattr) -> None:
     setattr(resume, "default_tokens_per_iteration", default)
 
 
-def default_batch_rank(config):
-    """:func:`train_rank` with :func:`shrink_default_batch` (a spawned rank's own)."""
+def default_batch_rank(config, state: dict | None = None):
+    """:func:`train_rank` with :func:`shrink_default_batch` (a spawned rank's own); with
+    ``state``, then a user's loop on the same ranks loaded from it
+    (:func:`resumed_user_loop`)."""
     shrink_default_batch(setattr)
-    return train_rank(config)
+    result = train_rank(config)
+    return result if state is None else resumed_user_loop(config, state)
+
+
+def user_loop(config, **overrides):
+    """A user's ``DataCentric`` loop on ``config``'s model and data, its ``[scheduling]``
+    section updated by ``overrides`` (this process's world)."""
+    from datacentric.models.presets import build_model
+    from datacentric.train.data_centric import DataCentric
+
+    torch.manual_seed(0)
+    return DataCentric(
+        build_model("llama", hidden_size=64, num_heads=2, ffn_hidden_size=128),
+        StdlibCorpus(max_tokens=256, limit=2),
+        preset="llama",
+        options=config.scheduling.updated(**overrides),
+        seed=config.job.seed,
+        prefetch=0,
+        check_model=False,
+        shard="none",
+    )
+
+
+def resumed_user_loop(config, state: dict) -> tuple[int | None, list[int]]:
+    """The global batch a user's loop given none trains once loaded from ``state``
+    (``dc.load_state_dict``), and the samples of its next step."""
+    dc = user_loop(config)
+    dc.load_state_dict(state)
+    step = dc.current_schedule().iterations[dc.position.segment_iteration]
+    tokens = dc.pipeline.options.global_batch_tokens
+    dc.close()
+    return tokens, sorted(int(i) for i in step.sample_ids())
 
 
 def test_an_elastic_resume_keeps_the_default_global_batch_of_its_run(tmp_path, monkeypatch):
     """A run given no global batch, stopped on 1 rank after step 2 and resumed on 2,
     trains the steps and losses of the uninterrupted 1-rank run: its checkpoint records
     the default batch it chose, which the resume keeps (and says so) although 2 ranks
-    default to twice as many tokens. Before, the rest of the epoch was cut into the
+    default to twice as many tokens; so does a user's loop on 2 ranks loaded from the
+    checkpoint's position (``dc.load_state_dict``), and one giving another batch is
+    refused. Before, the rest of the epoch was cut into the
     2-rank default's batches (step 3 trained other samples). A resume giving that batch
     resumes; one giving another is refused naming both; an older record (none) compares
     the setting as typed, as before."""
@@ -145,11 +180,17 @@ def test_an_elastic_resume_keeps_the_default_global_batch_of_its_run(tmp_path, m
     older = {k: v for k, v in saved.items() if k != "global_batch_tokens"}
     with pytest.raises(CheckpointError, match=r"global_batch_tokens \(None -> 1024\)"):
         check_unchanged(path, older, given(1024), fingerprint)
-    spawn(default_batch_rank, 2, small_config(out, resume=True, **settings), timeout_s=600)
+    assert saved["position"]["global_batch_tokens"] == 1024  # dc.state_dict()'s own
+    other = user_loop(resumed, global_batch_tokens=2048)  # a user's loop giving another
+    with pytest.raises(ValueError, match=r"^DataCentric: .* 1,024 tokens.* gives 2,048 tokens"):
+        other.load_state_dict(saved["position"])
+    other.close()
+    loops = spawn(default_batch_rank, 2, resumed, saved["position"], timeout_s=600)
     assert inspect_run(str(out))["world_size"] == 2
     runs = [tmp_path / "straight", out]
     steps = [[sorted(r["sample_ids"]) for r in logged_samples(run)] for run in runs]
     assert len(steps[0]) == 4 and steps[0] == steps[1]
+    assert loops == [(1024, steps[0][2])] * 2  # a user's loop on 2 ranks: step 3, kept batch
     losses = [torch.tensor([r["loss"] for r in read_metrics(run)]) for run in runs]
     torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0.0)
 
