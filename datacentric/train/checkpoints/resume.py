@@ -35,6 +35,7 @@ from datacentric.scheduling.global_batches import (
     GroupCap,
     run_global_batch,
     samples_per_step,
+    size_global_batch,
 )
 from datacentric.scheduling.resume import Position, kept_global_batch
 from datacentric.settings import SECTIONS, ConfigError, TrainConfig
@@ -147,11 +148,25 @@ def global_batch_to_train(
         state = found[1] if found is not None else {}
         recorded = state.get(BATCH_RECORD)
     kept = kept_global_batch(scheduling, recorded, shapes, world_size)
-    if kept is None:
+    if kept is None or _sized_here(scheduling, shapes, sp_sizes, world_size) == kept.tokens:
         return run_global_batch(scheduling, config.training, seed, shapes, sp_sizes, world_size)
     where = (shapes, sp_sizes, world_size, state.get("world_size"))
     check_kept_batch(kept, scheduling, config.training, seed, *where)
     return kept
+
+
+def _sized_here(
+    scheduling: SchedulingConfig, shapes: list[SampleShape], sp_sizes: list[int], world_size: int
+) -> int | None:
+    """The global batch (tokens) a start on ``world_size`` ranks sizes from the samples
+    where ``scheduling`` gives none (a small dataset's:
+    :func:`~datacentric.scheduling.global_batches.size_global_batch`); ``None``: the
+    default. Why: the recorded batch of a run that sized it is that batch, which this
+    world sizes alike (from the samples alone), and then the start's own note says what
+    was sized, not that a default was kept."""
+    tokens = [shape.tokens for shape in shapes]
+    largest = max(sp_sizes, default=1)
+    return size_global_batch(scheduling, tokens, world_size=world_size, largest_sp=largest).tokens
 
 
 def check_kept_batch(

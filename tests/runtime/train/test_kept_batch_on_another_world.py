@@ -62,3 +62,19 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
     trainer.groups.world_size, pipeline.sp_sizes = 2, [1, 2]
     TrainerSaves._keep_global_batch(trainer, RECORD)
     assert pipeline.options.global_batch_tokens == 2**18
+
+
+def test_a_resume_of_a_batch_sized_from_the_samples_says_so_not_that_a_default_was_kept(
+    tmp_path, monkeypatch
+):
+    """A small dataset's run records the batch sized from its samples, which any world
+    sizes alike: its resume says that, as a fresh start does. Before, every resume, on
+    the same world too, said 'global batch kept at 2,524 tokens, the default the resumed
+    run trained (1 rank would default to 262,144)'."""
+    shapes = [SampleShape(1000 + i) for i in range(20)]  # 20,190 tokens: sized to 2,524
+    record = {"global_batch_tokens": 2524, "world_size": 1}
+    monkeypatch.setattr(resume, "record_to_resume", lambda checkpoint, out: (out, record))
+    for world, sp_sizes in [(1, [1]), (2, [1, 2])]:
+        batch = resume.global_batch_to_train(settings(tmp_path), shapes, sp_sizes, world)
+        assert batch.tokens == 2524, batch
+        assert batch.note.startswith("the dataset holds 20,190 tokens, fewer than 8 "), batch
