@@ -8,6 +8,7 @@ what ``Trainer.__init__`` sets.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from datacentric.parallel.groups import agree_max
@@ -86,6 +87,11 @@ class TrainerSaves:
         where = (self.shapes, sp_sizes, world, state.get("world_size"))
         check_kept_batch(kept, options, self.training, self.job.seed, *where)
         pipeline.options = kept.applied(options)
+        # the run records the batch it trains (config.toml, its checkpoints' settings),
+        # as train's check puts it in the settings
+        scheduling = kept.applied(self.config.scheduling)
+        self.config = dataclasses.replace(self.config, scheduling=scheduling)
+        self.settings_json = self.config.to_json()
         if kept.note and self.is_main:
             logger.info("note: %s", kept.note)
 

@@ -55,6 +55,8 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
         training=config.training,
         job=config.job,
         is_main=False,
+        config=config,
+        settings_json=config.to_json(),
     )
     with pytest.raises(ValueError, match=REFUSAL):
         TrainerSaves._keep_global_batch(trainer, RECORD)
@@ -62,6 +64,10 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
     trainer.groups.world_size, pipeline.sp_sizes = 2, [1, 2]
     TrainerSaves._keep_global_batch(trainer, RECORD)
     assert pipeline.options.global_batch_tokens == 2**18
+    # the run records it, as train's check puts it in the settings: config.toml and its
+    # checkpoints' settings (before, they said no batch while the run trained this one)
+    assert trainer.config.scheduling.global_batch_tokens == 2**18
+    assert trainer.settings_json["scheduling"]["global_batch_tokens"] == 2**18
 
 
 def test_a_resume_of_a_batch_sized_from_the_samples_says_so_not_that_a_default_was_kept(
