@@ -55,6 +55,7 @@ from datacentric.settings.layout import (
     section_of,
 )
 from datacentric.settings.run_settings import TrainConfig, build_config, file_settings, load_config
+from datacentric.settings.scheduling import with_older_names
 from datacentric.settings.schema import choices_of
 
 
@@ -341,8 +342,10 @@ def apply_config_file(args: argparse.Namespace) -> None:
         for a in options
         if a.config_default is not None and not getattr(a, "config_list", False)
     }
-    # the command's whole settings: its defaults, then the file, then the flags given
-    args.settings = build_config({**defaults, **from_file, **_given(options, args)})
+    # the command's whole settings: its defaults, then the file, then the flags given (a
+    # setting given replaces its older or newer name: with_older_names)
+    from_file_and_defaults = with_older_names(defaults, from_file)
+    args.settings = build_config(with_older_names(from_file_and_defaults, _given(options, args)))
     for action in options:
         if getattr(args, action.dest) is not None:
             continue

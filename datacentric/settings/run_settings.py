@@ -312,18 +312,20 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig
     """Build a config from a TOML file (optional), then flat keyword overrides.
 
     Overrides whose value is ``None`` are ignored so that unset CLI flags keep the
-    file's (or default) value. Raises :class:`ConfigError` naming the key.
+    file's (or default) value; an override replaces the file's value under the
+    setting's older or newer name too (``--global-batch-tokens`` over the
+    ``tokens_per_iteration`` a run folder's ``config.toml`` writes beside it). Raises
+    :class:`ConfigError` naming the key.
     """
     owners = section_of()
     from_file: dict[str, Any] = {} if path is None else _read_file(path)
-    values = dict(from_file)
-    for key, value in overrides.items():
+    for key in overrides:
         if key not in owners:
             raise ConfigError(f"unknown configuration key {key!r}{suggest(key, list(owners))}")
-        if value is not None:
-            values[key] = value
-            from_file.pop(key, None)
-    return _build_naming_file(values, from_file, path)
+    given = {key: value for key, value in overrides.items() if value is not None}
+    replaced = with_older_names({}, given)  # the keys given, and their other names
+    kept = {key: value for key, value in from_file.items() if key not in replaced}
+    return _build_naming_file({**kept, **replaced}, kept, path)
 
 
 def _build_naming_file(

@@ -127,3 +127,22 @@ def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
 def test_a_section_of_the_wrong_kind_is_refused():
     with pytest.raises(TypeError, match="needs a TrainingConfig"):
         TrainConfig(training={"lr": 0.01})
+
+
+def test_a_flag_replaces_the_older_name_a_file_writes_beside_its_new_one(tmp_path):
+    from datacentric.cli.flags import apply_config_file
+    from datacentric.cli.main import build_parser
+
+    shown = tmp_path / "config.toml"  # as a run folder keeps it: both names, one value
+    shown.write_text(load_config(None, global_batch_tokens=1000).to_toml())
+    older = tmp_path / "older.toml"
+    older.write_text("[scheduling]\ntokens_per_iteration = 100\n")
+    for path in (shown, older):
+        settings = load_config(path, global_batch_tokens=2000).scheduling
+        assert (settings.global_batch_tokens, settings.tokens_per_iteration) == (2000, 2000)
+    with pytest.raises(ConfigError, match="not both"):  # two values given at once
+        load_config(shown, global_batch_tokens=2000, tokens_per_iteration=3000)
+    argv = ["schedule", "--config", str(shown), "--global-batch-tokens", "2000", "--world", "2"]
+    args = build_parser().parse_args(argv)
+    apply_config_file(args)  # the commands beside train read the file so too
+    assert args.settings.scheduling.tokens_per_iteration == 2000
