@@ -205,6 +205,17 @@ def plain_value(value: Any) -> Any:
     return f"<{type(value).__name__} object>"
 
 
+#: Characters a TOML basic string holds escaped (others below U+0020, and U+007F, as
+#: ``\uXXXX``: a string read from a file, such as a multi-line ``bucket_config``, prints
+#: back as TOML that reads)
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _toml_char(char: str) -> str:
+    """``char`` as a TOML basic string holds it (a control character escaped)."""
+    return f"\\u{ord(char):04x}" if ord(char) < 0x20 or ord(char) == 0x7F else char
+
+
 def toml_value(value: Any) -> str:
     """One value as TOML (strings, numbers, booleans and lists of them)."""
     if isinstance(value, bool):
@@ -212,7 +223,7 @@ def toml_value(value: Any) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_TOML_ESCAPES.get(c) or _toml_char(c) for c in value) + '"'
     if isinstance(value, list | tuple):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"no TOML form for {value!r}")

@@ -122,6 +122,12 @@ def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
     shown.write_text(settings.to_toml())
     assert "[lora]" in shown.read_text() and "\nrank = 4\n" in shown.read_text()
     assert load_config(shown) == settings
+    # strings TOML holds escaped: a multi-line bucket_config, a path with a quote, a
+    # backslash, a tab, a control character and non-ASCII letters
+    sectioned.write_text("[data]\nbucket_config = '''\n{\"240p\": {\"1\": [1.0, 1]}}\n'''\n")
+    odd = load_config(sectioned, out='runs/a "b"\\c\td\x01\x7f ü')
+    shown.write_text(odd.to_toml(), encoding="utf-8")
+    assert load_config(shown) == odd and odd.data.bucket_config.endswith("}\n")
 
 
 def test_a_section_of_the_wrong_kind_is_refused():
