@@ -268,23 +268,25 @@ def field_names() -> list[str]:
 
 def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
     """Sectioned TOML -> ``{key: value}``; unknown sections or keys are errors. The flat
-    layout of earlier releases (a ``[train]`` table or top-level keys) still loads,
-    with a note."""
+    layout of earlier releases (a ``[train]`` table or top-level keys) and a renamed
+    section (``[profiling]``'s cost keys) still load, with a note; one setting given in
+    two of these places with two values is an error naming both."""
     owners = section_of()
     keys_of = section_keys()
     flat: dict[str, Any] = {}
-    legacy = dict(data.pop("train", None) or {})
-    legacy.update({k: v for k, v in data.items() if not isinstance(v, dict)})
-    for key in legacy:
+    places: dict[str, str] = {}  # key -> where the file set it (for a second setting)
+    legacy = [(f"[train] {k}", k, v) for k, v in dict(data.pop("train", None) or {}).items()]
+    legacy += [(f"top-level {k}", k, v) for k, v in data.items() if not isinstance(v, dict)]
+    for place, key, value in legacy:
         if key not in owners:
             raise ConfigError(f"{where}: unknown key {key!r}{suggest(key, list(owners))}")
         data.pop(key, None)
+        _set_once(flat, places, key, value, place, where)
     if legacy:
         get_logger().warning(
             f"datacentric: note: {where}: flat settings (a [train] table or top-level keys) "
             "are deprecated; use sections (`datacentric config --show` prints them)"
         )
-        flat.update(legacy)
     for name, table in data.items():
         if name not in SECTIONS:
             raise ConfigError(f"{where}: unknown section [{name}]{suggest(name, list(SECTIONS))}")
@@ -304,8 +306,22 @@ def _flatten(data: dict[str, Any], where: str) -> dict[str, Any]:
                 raise ConfigError(
                     f"{where}: unknown key {name}.{key}{hint or suggest(key, keys_of[name])}"
                 )
-            flat[key] = value
+            _set_once(flat, places, key, value, f"[{name}] {name_in_section(key)}", where)
     return flat
+
+
+def _set_once(
+    flat: dict[str, Any], places: dict[str, str], key: str, value: Any, place: str, where: str
+) -> None:
+    """Set ``flat[key]`` from ``place`` of the file ``where``; a setting the file gave
+    already (under an older layout's name) with another value is an error naming both."""
+    if key in flat and flat[key] != value:
+        raise ConfigError(
+            f"{where}: {places[key]} = {toml_value(plain_value(flat[key]))} and {place} = "
+            f"{toml_value(plain_value(value))} are one setting ([{section_of()[key]}] "
+            f"{name_in_section(key)}); give it once"
+        )
+    flat[key], places[key] = value, place
 
 
 def load_config(path: str | Path | None = None, **overrides: Any) -> TrainConfig:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import re
 import warnings
 
 import pytest
@@ -152,3 +153,17 @@ def test_a_flag_replaces_the_older_name_a_file_writes_beside_its_new_one(tmp_pat
     args = build_parser().parse_args(argv)
     apply_config_file(args)  # the commands beside train read the file so too
     assert args.settings.scheduling.tokens_per_iteration == 2000
+
+
+def test_one_setting_under_an_older_layout_and_its_own_takes_one_value(tmp_path):
+    run = tmp_path / "run.toml"
+    for text, places in [
+        ("[profiling]\nwarmup = 5\n[cost]\nwarmup = 3\n", "[profiling] warmup = 5 and [cost]"),
+        ("[training]\nlr = 0.2\n[train]\nlr = 0.1\n", "[train] lr = 0.1 and [training] lr"),
+        ("lora_rank = 4\n[train]\nlora_rank = 8\n", "[train] lora_rank = 8 and top-level"),
+    ]:
+        run.write_text(text)
+        with pytest.raises(ConfigError, match=re.escape(f"run.toml: {places}")):
+            load_config(run)  # not whichever came last
+    run.write_text("[profiling]\nwarmup = 3\n[cost]\nwarmup = 3\n")
+    assert load_config(run).cost.warmup == 3  # the same value twice
