@@ -145,12 +145,25 @@ class Step:
         return self.iteration.sample_ids()
 
 
-def run_step(runtime: DataCentricRuntime, iteration: Iteration) -> Step:
+def forward_autocast(device: torch.device, dtype: str) -> torch.autocast:
+    """The mixed precision of a run's forward passes (``[model] dtype``): ``bfloat16``
+    autocasts on ``device`` (weights, gradients and optimizer state stay float32);
+    ``float32`` is disabled autocast. The trainer and the profiler run passes under it."""
+    return torch.autocast(
+        device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bfloat16"
+    )
+
+
+def run_step(runtime: DataCentricRuntime, iteration: Iteration, *, dtype: str = "float32") -> Step:
     """Run one iteration as a finished :class:`Step`: ``micro.backward(model(batch))``
-    for each of this rank's micro-batches, then ``finish()`` (collective: every rank of
-    the world calls it with the same iteration)."""
+    for each of this rank's micro-batches, each forward under :func:`forward_autocast`
+    of ``dtype`` (the dtype the run trains in, as the trainer runs it), then ``finish()``
+    (collective: every rank of the world calls it with the same iteration)."""
     step = Step(runtime, iteration)
+    autocast = forward_autocast(runtime.groups.device, dtype)
     for micro in step:
-        micro.backward(runtime.model(micro.batch))
+        with autocast:
+            loss_S = runtime.model(micro.batch)
+        micro.backward(loss_S)
     step.finish()
     return step

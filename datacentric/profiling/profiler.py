@@ -84,7 +84,9 @@ class ProfileSettings:
     backend: str = "gloo"
     """``gloo`` (CPU) or ``nccl`` (one GPU per rank)."""
     dtype: str = "float32"
-    """Parameter and activation dtype (``float32``, ``bfloat16``)."""
+    """The dtype the run trains in (``float32``, ``bfloat16``): measured as the trainer
+    runs it, float32 weights, gradients and optimizer state, ``bfloat16`` forwards under
+    autocast (:func:`~datacentric.parallel.step.run_step`)."""
     seed: int = 0
     """Weights and synthetic data."""
     progress: bool = False
@@ -359,7 +361,6 @@ def _rank_worker(
     ]
     timed_after = _timed_after(len(rounds), settings.cost)
     sp_sizes = sorted({case.sp_size for case in cases})
-    dtype = getattr(torch, settings.dtype)
     use_cpu_clock = settings.clock == "cpu" or (
         settings.clock == "auto" and groups.device.type == "cpu"
     )
@@ -374,20 +375,22 @@ def _rank_worker(
         if depth not in models:
             if not settings.cost.interleave:  # the last depth's rounds are timed: drop it
                 models.clear()
-            models[depth] = _runtime(settings, depth, dtype, groups, dataset, sp_sizes)
+            models[depth] = _runtime(settings, depth, groups, dataset, sp_sizes)
         runtime, iteration = models[depth][0], iterations[slot]
         # the first pass allocates gradients; the second (a warm-up too) measures memory
-        run_step(runtime, iteration)
-        peak = measure_peak(groups.device, partial(run_step, runtime, iteration))[0]
+        run_step(runtime, iteration, dtype=settings.dtype)
+        peak = measure_peak(
+            groups.device, partial(run_step, runtime, iteration, dtype=settings.dtype)
+        )[0]
         states = model_state_bytes(runtime.module)
         memory[slot] = (peak + states, states)
         for _ in range(max(0, settings.cost.warmup - 2)):
-            run_step(runtime, iteration)
+            run_step(runtime, iteration, dtype=settings.dtype)
         bar.update(warm_passes)
         del runtime  # nothing but ``models`` keeps a model past its round
         for timed in timed_after[slot]:  # its model is in ``models``: its own, or all
             model = models[depths[timed]]  # not held past this pass (no local keeps it)
-            stats = run_step(model[0], iterations[timed]).stats
+            stats = run_step(model[0], iterations[timed], dtype=settings.dtype).stats
             seconds = model[1].seconds if use_cpu_clock else stats.micro_batches[0].time_s
             times.setdefault(timed, []).append(seconds)
             syncs.setdefault(timed, []).append(stats.sync_time_s)
@@ -477,26 +480,26 @@ def _holds(cases: Sequence[RunCase], index: int, start: int, rank: int) -> bool:
 def _runtime(
     settings: ProfileSettings,
     depth: int,
-    dtype: torch.dtype,
     groups: ProcessGroups,
     dataset: Any,
     sp_sizes: Sequence[int],
 ) -> tuple[DataCentricRuntime, PassCpuClock]:
     """The runtime of the model cut to ``depth`` blocks (its adapters injected), told the
-    SP sizes it will run (checked against its heads now), and the clock of its passes."""
+    SP sizes it will run (checked against its heads now), and the clock of its passes.
+    Its weights are float32 in any dtype, as the trainer builds them
+    (:func:`~datacentric.train.build.build_model_for`); ``bfloat16`` is autocast."""
     torch.manual_seed(settings.seed)
     layers = max(depth, 1)
     if settings.model in MODEL_PRESETS:
         args = {**settings.model_args, "num_layers": layers}
-        model = build_model(settings.model, dtype=dtype, device=groups.device, **args)
+        model = build_model(settings.model, dtype=torch.float32, device=groups.device, **args)
     else:  # any other model: built whole (its adapters aside), then cut to its first blocks
         source = settings.source
         if source is None:
             source = resolve_model(settings.model, settings.model_args)
         with torch.device(groups.device):
-            model, _ = build_from_source(
-                dataclasses.replace(source, lora=None), dtype=dtype, dataset=settings.dataset
-            )
+            bare = dataclasses.replace(source, lora=None)
+            model, _ = build_from_source(bare, dtype=torch.float32, dataset=settings.dataset)
         truncate_blocks(model, layers)
     if settings.lora is not None:
         apply_lora(model, settings.lora)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from datacentric.parallel.step import forward_autocast
 from datacentric.regular_files import open_regular
 from datacentric.train.data_centric import Step
 from datacentric.train.reporting.heartbeat import is_timeout
@@ -46,9 +47,7 @@ class TrainerStep:
 
     def _autocast(self) -> torch.autocast:
         """Mixed precision of the forward passes (``[model] dtype``)."""
-        return torch.autocast(
-            device_type=self.groups.device.type, dtype=torch.bfloat16, enabled=self.bfloat16
-        )
+        return forward_autocast(self.groups.device, "bfloat16" if self.bfloat16 else "float32")
 
     def _maybe_inject_fault(self, number: int) -> None:
         """Kill (or hang) this rank after its first micro-batch of the step named by the

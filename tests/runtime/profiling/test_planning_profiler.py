@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from torch import nn
 
 from datacentric.parallel.groups import ProcessGroups
 from datacentric.parallel.launch import spawn
@@ -28,8 +29,10 @@ from datacentric.profiling.profiler import (
     select_profile_shapes,
 )
 from datacentric.profiling.store import (
+    PROFILER_METHOD,
     Profile,
     ProfileError,
+    fingerprint,
     fresh_profile,
     load_profile,
     save_profile,
@@ -105,6 +108,50 @@ def test_a_model_is_kept_only_until_its_rounds_are_timed() -> None:
     ``interleave``, the last depth's model is gone before the next is built."""
     assert spawn(_models_alive_at_each_build, 1, True, timeout_s=120) == [[0, 1, 2]]
     assert spawn(_models_alive_at_each_build, 1, False, timeout_s=120) == [[0, 0, 0]]
+
+
+def _measured_as_trained() -> dict[str, tuple]:
+    """On one rank: each dtype's profile of depth 2 (no recomputation), with the dtypes
+    of the model's parameters and of a block's first linear layer's outputs seen in the
+    passes, and the state bytes it counted."""
+    from datacentric.profiling import profiler
+
+    seen: dict[str, tuple] = {}
+    build = profiler._runtime
+
+    def watched(*args, **kwargs):
+        runtime, clock = build(*args, **kwargs)
+        params = {p.dtype for p in runtime.module.parameters()}
+        outputs: set[torch.dtype] = set()
+        linear = next(m for m in runtime.module.blocks.modules() if isinstance(m, nn.Linear))
+        linear.register_forward_hook(lambda m, i, o: outputs.add(o.dtype))
+        seen["now"] = (params, outputs)
+        return runtime, clock
+
+    profiler._runtime = watched
+    out = {}
+    for dtype in ("float32", "bfloat16"):
+        cases = [RunCase((TEXT(32),), 1, 2, False)]
+        settings = ProfileSettings(
+            model="llama", world_size=1, dtype=dtype, cost=CostConfig(warmup=2, repeats=1)
+        )
+        result = profiler._rank_worker(cases, plan_rounds(cases, 1), settings)[0]
+        out[dtype] = (*seen["now"], result[3])
+    return out
+
+
+def test_a_bfloat16_profile_measures_the_passes_as_the_run_trains_them() -> None:
+    """A ``bfloat16`` run trains float32 weights, gradients and AdamW moments under
+    bfloat16 autocast (``Trainer._autocast``); its profile measures that: float32
+    weights, bfloat16 matmul outputs, and the float32 run's state bytes (bfloat16
+    weights counted half of them, and a plan fitted to it held more than fits)."""
+    measured = spawn(_measured_as_trained, 1, timeout_s=120)[0]
+    assert measured["float32"][:2] == ({torch.float32}, {torch.float32})
+    assert measured["bfloat16"][:2] == ({torch.float32}, {torch.bfloat16})
+    assert measured["bfloat16"][2] == measured["float32"][2] > 0
+    # a bfloat16 profile measured before (bfloat16 weights) is stale; a float32 one is not
+    methods = {d: fingerprint("llama", 1, d, "gloo")["profiler_method"] for d in measured}
+    assert methods == {"float32": PROFILER_METHOD, "bfloat16": PROFILER_METHOD + 1}
 
 
 def runs_from_law(base_t, block_t, rec_t, base_m, block_m, rec_m, transient):
