@@ -35,7 +35,13 @@ import numpy as np
 from datacentric.progress import counted
 from datacentric.schedule import Iteration, Schedule
 from datacentric.scheduling.dataset_view import DatasetView
-from datacentric.scheduling.global_batches import GlobalBatchSize, default_tokens_per_iteration
+from datacentric.scheduling.global_batches import (
+    GlobalBatchSize,
+    GroupCap,
+    check_global_batch,
+    default_tokens_per_iteration,
+    samples_per_step,
+)
 from datacentric.settings.scheduling import SchedulingConfig
 from datacentric.shapes import SampleShape
 
@@ -362,11 +368,57 @@ def kept_global_batch(
     return GlobalBatchSize(int(recorded), note)
 
 
+def kept_batch_shortfall(
+    kept: GlobalBatchSize,
+    options: SchedulingConfig,
+    shapes: Sequence[SampleShape],
+    *,
+    sp_sizes: Sequence[int],
+    world_size: int,
+    seed: int,
+    epochs: int,
+    iterations: int | None = None,
+) -> str | None:
+    """Check the global batch a resume keeps (``kept``, applied to ``options``) on
+    ``world_size`` ranks, with the SP sizes ``sp_sizes`` allows, as a given one is
+    (:func:`~datacentric.scheduling.global_batches.check_global_batch`, over ``epochs``
+    epochs or as many as ``iterations`` steps take): ``None`` where every step fills this
+    world's groups, else the words saying which need a step falls short of ('a step of
+    it holds fewer than the 4 samples ...'), for the caller's line and fix. Why not the
+    check's own line: it advises a larger batch, which a resume refuses (its steps would
+    not be the run's). A dataset with fewer samples than the groups: the check's own
+    ``ValueError`` (that limit is the data's, said as for any start)."""
+    applied, largest = kept.applied(options), max(sp_sizes, default=1)
+    try:
+        check_global_batch(
+            applied,
+            shapes,
+            world_size=world_size,
+            largest_sp=largest,
+            seed=seed,
+            epochs=epochs,
+            iterations=iterations,
+        )
+    except ValueError:
+        cap = GroupCap.of(applied, world_size, largest)
+        needed = samples_per_step(world_size, cap.size)
+        if len(shapes) < needed:
+            raise
+        return (
+            f"a step of it holds fewer than the {needed} samples {counted(world_size, 'rank')} "
+            f"in groups of at most {cap.size} ({cap.source}) need"
+        )
+    return None
+
+
 def resumed_global_batch(
     options: SchedulingConfig,
     position: Position,
     shapes: Sequence[SampleShape],
     world_size: int,
+    *,
+    sp_sizes: Sequence[int] | None,
+    seed: int,
 ) -> GlobalBatchSize | None:
     """The global batch a user's loop resumed from ``position`` on ``world_size`` ranks
     trains (``DataCentric.load_state_dict``): where ``options`` give none, the one the
@@ -374,7 +426,10 @@ def resumed_global_batch(
     ``tokens_per_iteration``); ``None`` where ``options`` give that batch or the position
     recorded none (a state saved before positions held it: the options as they are).
     ``ValueError`` (one line) where ``options`` give another: the rest of the epoch
-    would be cut into other steps than those of the run that saved it."""
+    would be cut into other steps than those of the run that saved it; where a step of
+    the kept batch cannot fill this world's groups (``sp_sizes``, ``None``: any size; the
+    epochs up to the position's, seeded by ``seed``: :func:`kept_batch_shortfall`), naming
+    the fix that works here: fewer ranks (the world the state was saved on), or a new run."""
     recorded = position.global_batch_tokens
     tokens, samples = options.global_batch_tokens, options.global_batch_samples
     if recorded is not None and samples is not None:
@@ -382,7 +437,21 @@ def resumed_global_batch(
     elif recorded is not None and tokens is not None and int(tokens) != int(recorded):
         given = f"{int(tokens):,} tokens (tokens_per_iteration)"
     else:
-        return kept_global_batch(options, recorded, shapes, world_size, "tokens_per_iteration")
+        kept = kept_global_batch(options, recorded, shapes, world_size, "tokens_per_iteration")
+        if kept is None:
+            return None
+        where = {"sp_sizes": sp_sizes or [world_size], "world_size": world_size, "seed": seed}
+        short = kept_batch_shortfall(kept, options, shapes, epochs=position.epoch + 1, **where)
+        if short is None:
+            return kept
+        saved = position.segment_world
+        fewer = f" ({counted(saved, 'rank')}, the world it was saved on)" if saved else ""
+        raise ValueError(
+            f"DataCentric: the state to load keeps the global batch of {kept.tokens:,} tokens "
+            "its run trained (so that its steps stay those of the run that saved it; another "
+            f"is refused), and {short}: load it on fewer ranks{fewer}, or start a new run (a "
+            "DataCentric given no state)"
+        )
     raise ValueError(
         f"DataCentric: the state to load was saved by a run training a global batch of "
         f"{int(recorded):,} tokens, and this DataCentric gives {given}: give "

@@ -455,10 +455,12 @@ class DataCentric:
         against the record of it the state holds (its fingerprint, or that of its first
         steps): until then the run may still be refused, its steps since the resume run
         on a schedule that differs (a checkpoint from before them is the one to keep).
-        Given no global batch, the one the state recorded is kept; another is refused
+        Given no global batch, the one the state recorded is kept (refused where a step of
+        it cannot fill this world's groups); another is refused
         (:func:`~datacentric.scheduling.resume.resumed_global_batch`)."""
-        p, options = Position.from_json(state), self.pipeline.options
-        kept = resumed_global_batch(options, p, self.pipeline.shapes, self.groups.world_size)
+        p, pipeline, world = Position.from_json(state), self.pipeline, self.groups.world_size
+        options, here = pipeline.options, {"sp_sizes": pipeline.sp_sizes, "seed": pipeline.seed}
+        kept = resumed_global_batch(options, p, pipeline.shapes, world, **here)
         if kept is not None:
             self.pipeline.options = kept.applied(options)
             if kept.note and self.rank == 0:

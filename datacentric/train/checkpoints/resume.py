@@ -28,16 +28,13 @@ from datacentric.data.sources import SOURCE_KINDS, source_kind
 from datacentric.data.tokenizer_files import BYTES
 from datacentric.models.source import DIFFUSERS_PREFIX, HF_PREFIX
 from datacentric.parallel.launch import launch_mode
-from datacentric.progress import counted
 from datacentric.regular_files import check_regular
 from datacentric.scheduling.global_batches import (
     GlobalBatchSize,
-    GroupCap,
     run_global_batch,
-    samples_per_step,
     size_global_batch,
 )
-from datacentric.scheduling.resume import Position, kept_global_batch
+from datacentric.scheduling.resume import Position, kept_batch_shortfall, kept_global_batch
 from datacentric.settings import SECTIONS, ConfigError, TrainConfig
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES, SchedulingConfig
@@ -181,29 +178,22 @@ def check_kept_batch(
 ) -> None:
     """Check the global batch a resume keeps (``kept``: the one the checkpoint, saved on
     ``saved_world`` ranks, recorded) on ``world_size`` ranks as a given one is
-    (:func:`~datacentric.scheduling.global_batches.run_global_batch`). Where a step of
-    it holds fewer samples than this world's groups need, ``ValueError`` in one line
-    naming the batch, the world and a fix that works: fewer ranks (the run's own), or a
-    new run. Why not the check's own line: it advises a larger ``--global-batch-tokens``,
-    which the resume's settings check refuses (its steps would not be the run's)."""
-    options = kept.applied(scheduling)
-    try:
-        run_global_batch(options, training, seed, shapes, sp_sizes, world_size)
-    except ValueError:
-        cap = GroupCap.of(options, world_size, max(sp_sizes, default=1))
-        needed = samples_per_step(world_size, cap.size)
-        if len(shapes) < needed:  # the data's own limit, said as for any start
-            raise
-        fewer = f"--world {saved_world}, as it was saved" if saved_world else "--world"
-        raise ValueError(
-            f"--world {world_size}: the resumed run trains a global batch of "
-            f"{int(options.global_batch_tokens):,} tokens (the default of the world it "
-            "started on, kept so that its steps stay those of the uninterrupted run; "
-            f"another is refused), and a step of it holds fewer than the {needed} samples "
-            f"{counted(world_size, 'rank')} in groups of at most {cap.size} ({cap.source}) "
-            f"need; resume on fewer ranks ({fewer}), or start a new run (another --out "
-            "or --overwrite)"
-        ) from None
+    (:func:`~datacentric.scheduling.resume.kept_batch_shortfall`, which a user's loop's
+    ``load_state_dict`` shares). Where a step of it holds fewer samples than this world's
+    groups need, ``ValueError`` in one line naming the batch, the world and a fix that
+    works: fewer ranks (the run's own), or a new run."""
+    where = {"sp_sizes": sp_sizes, "world_size": world_size, "seed": seed}
+    runs = {"epochs": training.epochs, "iterations": training.iterations}
+    short = kept_batch_shortfall(kept, scheduling, shapes, **where, **runs)
+    if short is None:
+        return
+    fewer = f"--world {saved_world}, as it was saved" if saved_world else "--world"
+    raise ValueError(
+        f"--world {world_size}: the resumed run trains a global batch of {kept.tokens:,} "
+        "tokens (the default of the world it started on, kept so that its steps stay those "
+        f"of the uninterrupted run; another is refused), and {short}; resume on fewer ranks "
+        f"({fewer}), or start a new run (another --out or --overwrite)"
+    )
 
 
 def dataset_fingerprint(shapes: list[SampleShape]) -> str:
