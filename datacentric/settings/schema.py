@@ -133,12 +133,27 @@ def coerce(key: str, value: Any, kind: Any, field: dataclasses.Field) -> Any:
     values = result if isinstance(result, tuple) else (result,)
     if any(isinstance(v, float) and not math.isfinite(v) for v in values):
         raise ConfigError(f"{key}: needs a finite number, got {value!r}")
+    if any(isinstance(v, str) and not _is_utf8(v) for v in values):
+        raise ConfigError(
+            f"{key}: {value!r} holds bytes that are not UTF-8, which the run folder's "
+            "config.toml and config.json cannot record; write it in UTF-8"
+        )
     ge, gt = field.metadata.get("ge"), field.metadata.get("gt")
     if ge is not None and result < ge:
         raise ConfigError(f"{key}: must be >= {ge}, got {result!r}")
     if gt is not None and result <= gt:
         raise ConfigError(f"{key}: must be > {gt}, got {result!r}")
     return result
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a command-line argument or file name of other
+    bytes holds them as lone surrogates, which no file of settings can write)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _coerce_one(value: Any, kind: Any) -> Any:

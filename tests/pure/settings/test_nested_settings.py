@@ -129,6 +129,8 @@ def test_toml_files_sectioned_and_flat_load_into_the_sections(tmp_path):
     odd = load_config(sectioned, out='runs/a "b"\\c\td\x01\x7f ü')
     shown.write_text(odd.to_toml(), encoding="utf-8")
     assert load_config(shown) == odd and odd.data.bucket_config.endswith("}\n")
+    with pytest.raises(ConfigError, match="job.out: .* holds bytes that are not UTF-8"):
+        load_config(None, out="runs/\udcff")  # argv's byte 0xff: no file could record it
 
 
 def test_a_section_of_the_wrong_kind_is_refused():
