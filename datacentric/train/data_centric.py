@@ -492,14 +492,16 @@ class DataCentric:
         its world too: its steps up to the position are compared with those the position
         ran before the next step is handed out, and its fingerprint once it is whole
         (:meth:`_settle`; nothing is saved before). A resumed segment left before it was
-        whole is waited for and checked first."""
+        whole is waited for and checked first, and one whose steps are all built is
+        waited for and announced (its last step can run before its whole schedule comes)."""
         p = self.position
         world = self.groups.world_size
         if p.segment_world == world and self._segment_epoch == p.epoch:
             if self._segment is not None or self._build is not None:
                 return
-        if self._saved is not None:  # the run moved past a resumed segment still unchecked
-            self._settle()
+        build = self._build  # the run moved past a resumed segment still unchecked, or
+        if self._saved is not None or (build is not None and build.built() >= build.num_steps):
+            self._settle()  # one whose last step ran before its whole schedule came
         self._leave_segment()
         self._segment_epoch, self._serial = p.epoch, self._serial + 1
         started = time.perf_counter()

@@ -156,3 +156,21 @@ def test_a_build_counts_only_real_waiting_and_never_serves_another_epoch():
     gates[2].set()
     ahead._build.done.wait(10)
     assert ahead.take(2) == ("schedule of epoch 2", 0.0)  # ready: 0.0 exactly
+
+
+def test_each_epoch_of_one_step_announces_its_schedule():
+    """An epoch whose schedule is whole only once its last step is handed out (one step
+    an epoch here; a resume one step before an epoch's end on another world) is still
+    announced (``schedules/epoch-N.json``) when the next epoch begins: before, its
+    build was cancelled there unheard, and only the last epoch's schedule was saved."""
+    dc = small_loop(tokens=8192)  # the whole corpus file in one step
+    heard: list[tuple[int, int]] = []
+    for step in dc.steps(
+        epochs=3, on_schedule=lambda s, at: heard.append((s.epoch, len(s.iterations)))
+    ):
+        for micro in step:
+            micro.backward(dc.model(micro.batch))
+        step.finish()
+    dc.close()
+    assert dc.position.iterations_done == 3
+    assert heard == [(0, 1), (1, 1), (2, 1)], heard
