@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +119,10 @@ class Trainer(TrainerStep, TrainerSaves):
     ) -> None:
         run = assemble_run(config, groups, prechecked)  # groups, data, model, ..., optimizer
         config, groups = run.config, run.groups  # as the run records it (its batch sized)
-        self.config = config
-        """The run's settings, kept only to write its files; each part gets its sections."""
+        self.config = replace(config, job=replace(config.job, overwrite=False))
+        """The run's settings as its folder records them (config.toml, config.json, its
+        checkpoints'), kept only to write them: ``overwrite`` off, as the folder was
+        cleared before the run began (fed back, they resume the run or are refused)."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
@@ -177,7 +179,7 @@ class Trainer(TrainerStep, TrainerSaves):
         self.fault = FaultInjection.of(
             config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
-        self.settings_json = config.to_json()
+        self.settings_json = self.config.to_json()
         """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
         self.model_name = config.model.model
         self.tokenizer = config.data.tokenizer

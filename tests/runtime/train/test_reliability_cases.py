@@ -19,6 +19,7 @@ import torch
 from run_config import SMALL_TRAIN_FLAGS, small_config
 
 from datacentric.cli.main import main
+from datacentric.settings import load_config
 from datacentric.train.checkpoints import checkpoint as ckpt
 from datacentric.train.checkpoints import checkpoint_save
 from datacentric.train.lr_schedule import lr_lambda
@@ -316,6 +317,13 @@ def test_overwrite_replaces_the_run(finished_run, capsys):
                          "--overwrite"], capsys)  # fmt: skip
     assert status == 0
     assert [p.name for p in ckpt.list_checkpoints(finished_run)] == ["step-00000001"]
+    # the folder records the run, not the clearing: its config.toml fed back resumes it
+    # (overwrite and resume together are refused) and never deletes it
+    saved = ckpt.list_checkpoints(finished_run)[0] / "trainer.json"
+    for record in (finished_run / "config.json", saved):
+        settings = json.loads(record.read_text())
+        assert settings.get("config", settings)["job"]["overwrite"] is False, record
+    assert load_config(finished_run / "config.toml", resume=True).job.overwrite is False
 
 
 def _descendants(pid: int) -> set[int]:
