@@ -295,6 +295,10 @@ def build_cost_model(
     return device_cost_model(spec, device, dtype, shard=shard, world_size=world_size)
 
 
+#: The dtypes a run trains in (``[model] dtype``, ``DataCentric(dtype=)``).
+RUN_DTYPES = ("float32", "bfloat16")
+
+
 def device_cost_model(
     spec: ModelSpec,
     device: torch.device,
@@ -308,7 +312,13 @@ def device_cost_model(
     (calibrated on a CPU) or ``h100-sxm``/``h200-sxm`` by the CUDA device's name; model
     state is held as ``shard`` says on ``world_size`` ranks, ``ranks_per_node`` of them
     on each node (None: the preset's node; groups larger than a node cross nodes). The
-    model only prices memory: the budget is the plan's."""
+    model only prices memory: the budget is the plan's. ``dtype``: one of
+    :data:`RUN_DTYPES` (another is a ``ValueError`` naming them)."""
+    if dtype not in RUN_DTYPES:
+        raise ValueError(
+            f"dtype {dtype!r}: a run trains in float32 or bfloat16 (float32 weights, "
+            "gradients and optimizer state, each forward under bfloat16 autocast)"
+        )
     return analytic_model(
         spec,
         get_hardware(_hardware_name(device)),

@@ -233,6 +233,11 @@ class DataCentric:
     ``device`` picks a single process's device (default: ``cuda`` when available).
     ``compile=True`` compiles each block's forward with ``torch.compile``
     (:func:`~datacentric.parallel.recompute.compile_blocks`) before the model is wrapped.
+    ``dtype`` (``float32`` or ``bfloat16``): the dtype the loop trains in, which the
+    analytic cost model (``cost_model`` not given) prices activations in; ``bfloat16``
+    is float32 weights, gradients and optimizer state with each forward run under
+    ``torch.autocast(device_type, torch.bfloat16)``, which the loop does itself, as
+    ``datacentric train --dtype bfloat16`` does.
     ``sp_sizes``: the SP sizes the planner may use (default:
     :func:`~datacentric.planning.heads.ulysses_sp_sizes` of ``model`` on this world; a
     caller that computed them for its cost model passes them).

@@ -171,3 +171,20 @@ def test_the_default_cost_model_prices_the_ranks_own_nodes():
     dc = DataCentric(tiny_gpt(width=16), dataset, tokens_per_iteration=32, groups=groups)
     dc.close()
     assert dc.pipeline.cost_model.gpus_per_node == 1
+
+
+def test_a_dtype_the_cost_model_does_not_know_is_refused_naming_the_two():
+    """``DataCentric(..., dtype="bf16")`` (transformers' word) was priced as float32
+    without a word: the analytic model read any dtype but ``bfloat16`` as 4 bytes. It is
+    refused now, naming the two it knows; ``bfloat16`` prices 2-byte activations."""
+    from user_models import tiny_gpt
+
+    from datacentric.data import SyntheticTextDataset
+    from datacentric.shapes import SampleShape
+
+    dataset = SyntheticTextDataset([SampleShape(n) for n in (9, 14, 6, 20)])
+    with pytest.raises(ValueError, match=r"dtype 'bf16'.*float32 or bfloat16"):
+        DataCentric(tiny_gpt(width=16), dataset, dtype="bf16", groups=ProcessGroups.local())
+    dc = DataCentric(tiny_gpt(width=16), dataset, dtype="bfloat16", groups=ProcessGroups.local())
+    dc.close()
+    assert dc.pipeline.cost_model.dtype_bytes == 2
