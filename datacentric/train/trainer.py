@@ -119,10 +119,10 @@ class Trainer(TrainerStep, TrainerSaves):
     ) -> None:
         run = assemble_run(config, groups, prechecked)  # groups, data, model, ..., optimizer
         config, groups = run.config, run.groups  # as the run records it (its batch sized)
-        once = replace(config.checkpoint, resume_from=None, expect_sha256=None)
-        self.config = replace(config, job=replace(config.job, overwrite=False), checkpoint=once)
-        """The settings its folder records, kept to write them: without what its start did
-        once (overwrite, resume_from, expect_sha256), so that --resume continues the run."""
+        self.config = replace(config, job=replace(config.job, overwrite=False))
+        """The run's settings as its folder records them (config.toml, config.json, its
+        checkpoints'), kept only to write them: ``overwrite`` off, as the folder was
+        cleared before the run began (fed back, they resume the run or are refused)."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
@@ -155,7 +155,9 @@ class Trainer(TrainerStep, TrainerSaves):
         self.model = self.dc.model  # wrapped or sharded: the optimizer takes its parameters
         self.step_metrics = run.step_metrics
         self.optimizer = run.optimizer
-        self.total_iterations = 0
+        self.total_iterations = self.lr_horizon = 0
+        """The steps this command plans (its last step), and those the learning-rate schedule
+        spans: the same, or a resumed run's first horizon (``lr_horizon = "first"``)."""
         self.loss_tokens_seen = 0
         """Loss tokens of every step so far, those before a resumed checkpoint included
         (saved in its ``trainer.json``)."""
@@ -242,9 +244,9 @@ class Trainer(TrainerStep, TrainerSaves):
         scheduler = lr_scheduler(
             self.optimizer,
             self.training,
-            self.total_iterations,
+            self.lr_horizon,
             self.position.iterations_done,
-            self.hooks.lr_factor(self.total_iterations),
+            self.hooks.lr_factor(self.lr_horizon),
         )
         self.scheduler = scheduler
         """The run's learning-rate schedule (set when the run starts)."""

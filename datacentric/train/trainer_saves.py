@@ -43,8 +43,8 @@ class TrainerSaves:
         if found is not None:  # before the epoch's length is asked for
             self._keep_global_batch(found[1])
         planned = self._planned_total()
+        self.total_iterations = self.lr_horizon = planned
         if found is None:
-            self.total_iterations = planned
             if self.is_main:  # a fresh start: records of an earlier attempt go
                 keep_records_below(self.out, 0)
             return
@@ -53,16 +53,16 @@ class TrainerSaves:
         self.saves.kept = self.saves.resumed = path
         self.loss_tokens_seen = int(state.get("loss_tokens_seen", 0))
         done = self.position.iterations_done
-        was = int(state["total_iterations"])
-        self.total_iterations = was if self.training.lr_horizon == "first" else planned
+        was = int(state["total_iterations"])  # the learning-rate horizon it saved
+        self.lr_horizon = was if self.training.lr_horizon == "first" else planned
         if self.is_main:
-            new = self.total_iterations
+            new = self.lr_horizon
             change = f" (the checkpoint's run planned {was})" if was != new else ""
             logger.info(
                 "resuming from %s at step %d; learning-rate horizon %d steps%s",
                 path.name,
                 done,
-                self.total_iterations,
+                self.lr_horizon,
                 change,
             )
             keep_records_below(self.out, done)
@@ -161,7 +161,7 @@ class TrainerSaves:
                 position,
                 loss_tokens_seen=self.loss_tokens_seen,
                 world_size=self.groups.world_size,
-                total_iterations=self.total_iterations,
+                total_iterations=self.lr_horizon,  # what lr_horizon = "first" keeps
                 lr_state=scheduler.state_dict(),
                 settings=self.settings_json,
                 fingerprint=dataset_fingerprint(self.shapes),
