@@ -119,10 +119,10 @@ class Trainer(TrainerStep, TrainerSaves):
     ) -> None:
         run = assemble_run(config, groups, prechecked)  # groups, data, model, ..., optimizer
         config, groups = run.config, run.groups  # as the run records it (its batch sized)
-        self.config = replace(config, job=replace(config.job, overwrite=False))
-        """The run's settings as its folder records them (config.toml, config.json, its
-        checkpoints'), kept only to write them: ``overwrite`` off, as the folder was
-        cleared before the run began (fed back, they resume the run or are refused)."""
+        once = replace(config.checkpoint, resume_from=None, expect_sha256=None)
+        self.config = replace(config, job=replace(config.job, overwrite=False), checkpoint=once)
+        """The settings its folder records, kept to write them: without what its start did
+        once (overwrite, resume_from, expect_sha256), so that --resume continues the run."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()

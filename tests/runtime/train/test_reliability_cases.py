@@ -322,13 +322,21 @@ def test_overwrite_replaces_the_run(finished_run, capsys):
                          "--overwrite"], capsys)  # fmt: skip
     assert status == 0
     assert [p.name for p in ckpt.list_checkpoints(finished_run)] == ["step-00000001"]
-    # the folder records the run, not the clearing: its config.toml fed back resumes it
-    # (overwrite and resume together are refused) and never deletes it
-    saved = ckpt.list_checkpoints(finished_run)[0] / "trainer.json"
-    for record in (finished_run / "config.json", saved):
+    # the folder records the run, not what its start did once (clear the folder, resume
+    # a named checkpoint of a pinned manifest): its config.toml fed back with --resume
+    # continues the run from its latest step, never deletes or rewinds it
+    first = ckpt.list_checkpoints(finished_run)[0]
+    pin = hashlib.sha256((first / "manifest.json").read_bytes()).hexdigest()
+    status, _ = run_cli(["train", "--config", str(finished_run / "config.toml"), "--iterations",
+                         "2", "--resume-from", "1", "--expect-sha256", pin], capsys)  # fmt: skip
+    assert status == 0
+    for record in (finished_run / "config.json", first.parent / "step-00000002/trainer.json"):
         settings = json.loads(record.read_text())
-        assert settings.get("config", settings)["job"]["overwrite"] is False, record
-    assert load_config(finished_run / "config.toml", resume=True).job.overwrite is False
+        settings = settings.get("config", settings)
+        recorded = settings["job"]["overwrite"], settings["checkpoint"]["resume_from"]
+        assert recorded == (False, None) and not settings["checkpoint"]["expect_sha256"], record
+    fed_back = load_config(finished_run / "config.toml", resume=True).checkpoint
+    assert (fed_back.resume_from, fed_back.expect_sha256) == (None, None)
 
 
 def _descendants(pid: int) -> set[int]:
