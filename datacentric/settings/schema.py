@@ -133,6 +133,11 @@ def coerce(key: str, value: Any, kind: Any, field: dataclasses.Field) -> Any:
     values = result if isinstance(result, tuple) else (result,)
     if any(isinstance(v, float) and not math.isfinite(v) for v in values):
         raise ConfigError(f"{key}: needs a finite number, got {value!r}")
+    if any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in values):
+        raise ConfigError(
+            f"{key}: {value!r} is outside the 64-bit integers a TOML file holds (-2**63 to "
+            "2**63 - 1), so the run folder's config.toml could not record it; give a smaller one"
+        )
     if any(isinstance(v, str) and not _is_utf8(v) for v in values):
         raise ConfigError(
             f"{key}: {value!r} holds bytes that are not UTF-8, which the run folder's "

@@ -50,7 +50,7 @@ class JobConfig:
     out: str = "runs/train"
     """Output folder; a training run's holds its resolved config, metrics.jsonl,
     samples.jsonl, checkpoints and schedules."""
-    seed: int = 0
+    seed: int = setting(0, ge=0)
     """Seed of model initialisation, data noise and the schedule."""
     overwrite: bool = False
     """Replace the run already in ``out`` (its checkpoints, logs and schedules) instead of

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import pickle
 import re
+import tomllib
 import warnings
 
 import pytest
@@ -169,3 +170,12 @@ def test_one_setting_under_an_older_layout_and_its_own_takes_one_value(tmp_path)
             load_config(run)  # not whichever came last
     run.write_text("[profiling]\nwarmup = 3\n[cost]\nwarmup = 3\n")
     assert load_config(run).cost.warmup == 3  # the same value twice
+
+
+def test_a_seed_no_run_can_draw_from_or_a_toml_file_hold_is_refused():
+    with pytest.raises(ConfigError, match="job.seed: must be >= 0, got -1"):
+        load_config(None, seed=-1)  # numpy's generators refused it after the ranks began
+    with pytest.raises(ConfigError, match="job.seed: 9223372036854775808 is outside the 64-bit"):
+        load_config(None, seed=2**63)
+    largest = load_config(None, seed=2**63 - 1, max_tokens=2**63 - 1)
+    assert tomllib.loads(largest.to_toml())["job"]["seed"] == 2**63 - 1
