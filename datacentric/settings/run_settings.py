@@ -384,13 +384,14 @@ def _read_file(path: str | Path) -> dict[str, Any]:
 
 
 def file_settings(path: str | Path) -> dict[str, Any]:
-    """The checked values of the keys a TOML file sets (and only those): the whole file
-    is checked as :func:`load_config` does. Commands other than ``train`` take the keys
-    they have flags for from it."""
+    """The checked values of the keys a TOML file sets (and only those, a setting under
+    both its names): the whole file is checked as :func:`load_config` does. Commands
+    other than ``train`` take the keys they have flags for from it."""
     values = _read_file(path)
     config = _build_naming_file(values, values, path)
     index = flat_index()
-    return {key: getattr(getattr(config, index[key][0]), index[key][1]) for key in values}
+    keys = with_older_names({}, values)  # a setting under an older name is its new one's too
+    return {key: getattr(getattr(config, index[key][0]), index[key][1]) for key in keys}
 
 
 def build_config(values: dict[str, Any]) -> TrainConfig:

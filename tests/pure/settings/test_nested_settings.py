@@ -156,6 +156,9 @@ def test_a_flag_replaces_the_older_name_a_file_writes_beside_its_new_one(tmp_pat
     args = build_parser().parse_args(argv)
     apply_config_file(args)  # the commands beside train read the file so too
     assert args.settings.scheduling.tokens_per_iteration == 2000
+    args = build_parser().parse_args(["schedule", "--config", str(older), "--world", "2"])
+    apply_config_file(args)  # the older name in a file is the flag's setting
+    assert args.global_batch_tokens == 100
 
 
 def test_one_setting_under_an_older_layout_and_its_own_takes_one_value(tmp_path):
