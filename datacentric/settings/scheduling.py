@@ -116,10 +116,9 @@ class SchedulingConfig:
     """``dcp-opt``: most improving moves and swaps tried per iteration."""
 
     def __post_init__(self) -> None:
+        self._check_older_names()
         for old, new in OLDER_NAMES.items():
             a, b = getattr(self, new), getattr(self, old)
-            if a is not None and b is not None and a != b:
-                raise ValueError(f"give scheduling.{new} or its older name {old}, not both")
             setattr(self, new, a if a is not None else b)
             setattr(self, old, a if a is not None else b)
         self.check()
@@ -130,10 +129,7 @@ class SchedulingConfig:
             raise ValueError(
                 f"unknown policy {self.policy!r}; choose one of {', '.join(POLICY_NAMES)}"
             )
-        for old, new in OLDER_NAMES.items():
-            a, b = getattr(self, new), getattr(self, old)
-            if a is not None and b is not None and a != b:
-                raise ValueError(f"give scheduling.{new} or its older name {old}, not both")
+        self._check_older_names()
         if self.reorder_window < 1:
             raise ValueError(f"scheduling.reorder_window must be >= 1, got {self.reorder_window}")
         for name in ("global_batch_tokens", "global_batch_samples", "max_sp_size"):
@@ -142,6 +138,18 @@ class SchedulingConfig:
                 raise ValueError(f"scheduling.{name} must be >= 1, got {value}")
         if self.max_micro_batch_size < 1:
             raise ValueError("scheduling.max_micro_batch_size must be >= 1")
+
+    def _check_older_names(self) -> None:
+        """``ValueError`` naming a setting given two values, under its name and its older
+        name (the message starts with ``scheduling.NAME:``, so a settings file that gave
+        them is named with it)."""
+        for old, new in OLDER_NAMES.items():
+            a, b = getattr(self, new), getattr(self, old)
+            if a is not None and b is not None and a != b:
+                raise ValueError(
+                    f"scheduling.{new}: {a}, and {b} under its older name {old}: give one "
+                    "of them, not both"
+                )
 
     def updated(self, **values: object) -> SchedulingConfig:
         """A copy with ``values`` set (an older name and its new one set together)."""

@@ -173,6 +173,10 @@ def test_one_setting_under_an_older_layout_and_its_own_takes_one_value(tmp_path)
             load_config(run)  # not whichever came last
     run.write_text("[profiling]\nwarmup = 3\n[cost]\nwarmup = 3\n")
     assert load_config(run).cost.warmup == 3  # the same value twice
+    run.write_text("[scheduling]\ntokens_per_iteration = 100\nglobal_batch_tokens = 200\n")
+    said = "run.toml: scheduling.global_batch_tokens: 200, and 100 under its older name"
+    with pytest.raises(ConfigError, match=said):  # the file named, as for any other key
+        load_config(run)
 
 
 def test_a_seed_no_run_can_draw_from_or_a_toml_file_hold_is_refused():

@@ -65,7 +65,7 @@ def test_older_names_of_a_setting_are_one_value():
     assert (section.global_batch_tokens, section.tokens_per_iteration) == (512, 512)
     moved = section.updated(tokens_per_iteration=256)
     assert (moved.global_batch_tokens, moved.tokens_per_iteration) == (256, 256)
-    with pytest.raises(ValueError, match="global_batch_tokens or its older name"):
+    with pytest.raises(ValueError, match="global_batch_tokens: 1, and 2 under its older name"):
         SchedulingConfig(global_batch_tokens=1, tokens_per_iteration=2)
 
 
