@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -246,6 +247,17 @@ def test_skip_note_says_why(tmp_path):
     )
 
 
+def _next_second() -> None:
+    """Wait for the clock's next whole second. TensorBoard reads a folder's event files in
+    name order, and a name starts with its writer's start second, then a count of the
+    writers this process opened (in text: writer 10 sorts before writer 9); two writers
+    started in one second of one process, as in a test, can read in the wrong order, which
+    a run and its resume, seconds apart, never do."""
+    start = int(time.time())
+    while int(time.time()) == start:
+        time.sleep(0.02)
+
+
 def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
     """A run stopped after step 6 whose last checkpoint is step 4 runs steps 5 and 6 again
     on resume; TensorBoard then reads each step's loss once, the resumed run's (as
@@ -255,6 +267,7 @@ def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
     for step in range(6):
         sink.log(record(step, loss=10.0 + step))
     sink.close()
+    _next_second()  # a resume starts later, and TensorBoard reads the files in that order
     sink = MetricsLogger(tmp_path, enabled=True, total=8, initial=4, progress=False)
     for step in range(4, 8):
         sink.log(record(step, loss=1.0 + step))
@@ -268,6 +281,7 @@ def test_tensorboard_of_a_resumed_run_holds_each_step_once(tmp_path):
     # an attempt that logged steps 0-2 and saved no checkpoint, then a start that found
     # none (0 steps done, its metrics.jsonl emptied): the earlier steps go too
     for attempt in ([20.0, 21.0, 22.0], [30.0, 31.0]):
+        _next_second()
         sink = MetricsLogger(tmp_path / "again", enabled=True, total=8, progress=False)
         for step, loss in enumerate(attempt):
             sink.log(record(step, loss=loss))
