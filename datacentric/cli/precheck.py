@@ -69,7 +69,8 @@ def check_dataset(config: TrainConfig, command: str) -> Prechecked | None:
             config = dataclasses.replace(config, parallelism=parallelism)
         world = launch_mode(config.parallelism.world).world_size
         sp_sizes = ulysses_sp_sizes(module, world)  # as the ranks' plan (assemble_run)
-        batch = global_batch_to_train(config, dataset.shapes(), sp_sizes, world)  # a resume's kept
+        sections = (config.scheduling, config.training, config.job, config.checkpoint)
+        batch = global_batch_to_train(*sections, dataset.shapes(), sp_sizes, world)  # kept
         spec = analytic_spec(config, module)  # derived once: each plan check prices with it
         options = batch.applied(config.scheduling)
         check_validation(config, options, module, spec, dataset, held_out)

@@ -308,8 +308,10 @@ class Trainer(TrainerStep, TrainerSaves):
         """The run folder's settings (``config.json``, ``config.toml``), plan and the
         samples a ``split=`` held out (``validation/held_out.jsonl``)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        self.config.save(self.out / "config.json")
-        (self.out / "config.toml").write_text(self.config.to_toml(), encoding="utf-8")
+        kept = self.kept_batch  # a resume's kept global batch is what the run trains
+        recorded = self.config.updated(scheduling=kept) if kept else self.config
+        recorded.save(self.out / "config.json")
+        (self.out / "config.toml").write_text(recorded.to_toml(), encoding="utf-8")
         plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
         (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         write_held_out(self.out, self.dataset, self.held_out)  # a split's held-out samples

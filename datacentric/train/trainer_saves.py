@@ -8,7 +8,6 @@ what ``Trainer.__init__`` sets.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from datacentric.parallel.groups import agree_max
@@ -31,6 +30,10 @@ from datacentric.train.reporting.metrics import read_jsonl
 class TrainerSaves:
     """The trainer's resume, saves and stop notes (a base of
     :class:`~datacentric.train.trainer.Trainer`)."""
+
+    kept_batch: dict[str, int] | None = None
+    """A resume's kept global batch (:meth:`_keep_global_batch`), as the ``[scheduling]``
+    settings the run records: its settings files and checkpoints say the batch it trains."""
 
     def _resume(self) -> None:
         found = load_to_resume(
@@ -89,9 +92,9 @@ class TrainerSaves:
         pipeline.options = kept.applied(options)
         # the run records the batch it trains (config.toml, its checkpoints' settings),
         # as train's check puts it in the settings
-        scheduling = kept.applied(self.config.scheduling)
-        self.config = dataclasses.replace(self.config, scheduling=scheduling)
-        self.settings_json = self.config.to_json()
+        if kept.tokens is not None:
+            self.kept_batch = {"global_batch_tokens": kept.tokens}
+            self.settings_json = self.config.updated(scheduling=self.kept_batch).to_json()
         if kept.note and self.is_main:
             logger.info("note: %s", kept.note)
 

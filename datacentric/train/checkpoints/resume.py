@@ -35,10 +35,15 @@ from datacentric.scheduling.global_batches import (
     size_global_batch,
 )
 from datacentric.scheduling.resume import Position, kept_batch_shortfall, kept_global_batch
-from datacentric.settings import SECTIONS, ConfigError, TrainConfig
+from datacentric.settings import SECTIONS, ConfigError
 from datacentric.settings.run_settings import record_sections
 from datacentric.settings.scheduling import OLDER_NAMES, SchedulingConfig
-from datacentric.settings.sections import CheckpointConfig, TrainingConfig, split_fraction
+from datacentric.settings.sections import (
+    CheckpointConfig,
+    JobConfig,
+    TrainingConfig,
+    split_fraction,
+)
 from datacentric.shapes import SampleShape
 from datacentric.train.checkpoints.checkpoint_folders import CheckpointError
 from datacentric.train.checkpoints.checkpoint_load import load_checkpoint
@@ -127,7 +132,13 @@ def record_to_resume(checkpoint: CheckpointConfig, out: Path) -> tuple[Path, dic
 
 
 def global_batch_to_train(
-    config: TrainConfig, shapes: list[SampleShape], sp_sizes: list[int], world_size: int
+    scheduling: SchedulingConfig,
+    training: TrainingConfig,
+    job: JobConfig,
+    checkpoint: CheckpointConfig,
+    shapes: list[SampleShape],
+    sp_sizes: list[int],
+    world_size: int,
 ) -> GlobalBatchSize:
     """The global-batch step of a start on ``world_size`` ranks
     (:func:`~datacentric.scheduling.global_batches.run_global_batch`), except on a resume
@@ -138,17 +149,17 @@ def global_batch_to_train(
     ranks start runs it, and the ranks record the batch in their settings, so the
     resumed steps are the uninterrupted run's on any world (a trainer started without
     the check keeps it at its resume: ``TrainerSaves._keep_global_batch``)."""
-    scheduling, seed = config.scheduling, config.job.seed
+    seed = job.seed
     recorded, state = None, {}
     if scheduling.global_batch_tokens is None and scheduling.global_batch_samples is None:
-        found = record_to_resume(config.checkpoint, Path(config.job.out))
+        found = record_to_resume(checkpoint, Path(job.out))
         state = found[1] if found is not None else {}
         recorded = state.get(BATCH_RECORD)
     kept = kept_global_batch(scheduling, recorded, shapes, world_size)
     if kept is None or _sized_here(scheduling, shapes, sp_sizes, world_size) == kept.tokens:
-        return run_global_batch(scheduling, config.training, seed, shapes, sp_sizes, world_size)
+        return run_global_batch(scheduling, training, seed, shapes, sp_sizes, world_size)
     where = (shapes, sp_sizes, world_size, state.get("world_size"))
-    check_kept_batch(kept, scheduling, config.training, seed, *where)
+    check_kept_batch(kept, scheduling, training, seed, *where)
     return kept
 
 

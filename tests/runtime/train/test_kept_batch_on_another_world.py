@@ -36,13 +36,19 @@ def settings(out):
     return load_config(None, model="llama", dataset="stdlib", out=str(out), resume=True)
 
 
+def to_train(config, *where):  # noqa: ANN001, ANN002, ANN201
+    """train's global-batch step of ``config``'s sections (as its start-up check calls it)."""
+    sections = (config.scheduling, config.training, config.job, config.checkpoint)
+    return resume.global_batch_to_train(*sections, *where)
+
+
 def test_train_s_check_refuses_a_kept_batch_this_world_cannot_fill(tmp_path, monkeypatch):
     monkeypatch.setattr(resume, "record_to_resume", lambda checkpoint, out: (out, RECORD))
     config = settings(tmp_path)
-    kept = resume.global_batch_to_train(config, SHAPES, [1, 2], 2)  # groups of 2: it fits
+    kept = to_train(config, SHAPES, [1, 2], 2)  # groups of 2: it fits
     assert kept.tokens == 2**18 and "kept at 262,144 tokens" in kept.note
     with pytest.raises(ValueError, match=REFUSAL):
-        resume.global_batch_to_train(config, SHAPES, [1], 4)
+        to_train(config, SHAPES, [1], 4)
 
 
 def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
@@ -57,6 +63,7 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
         is_main=False,
         config=config,
         settings_json=config.to_json(),
+        kept_batch=None,
     )
     with pytest.raises(ValueError, match=REFUSAL):
         TrainerSaves._keep_global_batch(trainer, RECORD)
@@ -66,7 +73,7 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
     assert pipeline.options.global_batch_tokens == 2**18
     # the run records it, as train's check puts it in the settings: config.toml and its
     # checkpoints' settings (before, they said no batch while the run trained this one)
-    assert trainer.config.scheduling.global_batch_tokens == 2**18
+    assert trainer.kept_batch == {"global_batch_tokens": 2**18}
     assert trainer.settings_json["scheduling"]["global_batch_tokens"] == 2**18
 
 
@@ -81,6 +88,6 @@ def test_a_resume_of_a_batch_sized_from_the_samples_says_so_not_that_a_default_w
     record = {"global_batch_tokens": 2524, "world_size": 1}
     monkeypatch.setattr(resume, "record_to_resume", lambda checkpoint, out: (out, record))
     for world, sp_sizes in [(1, [1]), (2, [1, 2])]:
-        batch = resume.global_batch_to_train(settings(tmp_path), shapes, sp_sizes, world)
+        batch = to_train(settings(tmp_path), shapes, sp_sizes, world)
         assert batch.tokens == 2524, batch
         assert batch.note.startswith("the dataset holds 20,190 tokens, fewer than 8 "), batch

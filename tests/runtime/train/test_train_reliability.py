@@ -165,7 +165,8 @@ def test_an_elastic_resume_keeps_the_default_global_batch_of_its_run(tmp_path, m
     assert saved["config"]["scheduling"]["global_batch_tokens"] is None
     resumed = small_config(out, resume=True, **settings)  # as the check before the ranks
     shapes = StdlibCorpus(max_tokens=256, limit=2).shapes()
-    kept = global_batch_to_train(resumed, shapes, [1, 2], 2)
+    sections = (resumed.scheduling, resumed.training, resumed.job, resumed.checkpoint)
+    kept = global_batch_to_train(*sections, shapes, [1, 2], 2)
     assert kept.tokens == 1024 and "kept at 1,024 tokens" in kept.note, kept
     assert "2 ranks would default to 2,048" in kept.note, kept
 
