@@ -65,6 +65,40 @@ from datacentric.settings.sections import (
 )
 
 
+def recorded_settings(record: dict[str, Any]) -> dict[str, Any]:
+    """The settings a run folder records (``config.toml``, ``config.json``, its
+    checkpoints'), of ``record`` (:meth:`TrainConfig.to_json`'s): a copy without what a
+    start does once, ``overwrite`` (the folder was cleared before the run began),
+    ``resume_from`` and ``expect_sha256`` (the checkpoint it started from), so that fed
+    back they continue the run with ``--resume``, or are refused as a run already there."""
+    job = {**record["job"], "overwrite": False}
+    checkpoint = {**record["checkpoint"], "resume_from": None, "expect_sha256": None}
+    return {**record, "job": job, "checkpoint": checkpoint}
+
+
+def record_toml(record: dict[str, Any]) -> str:
+    """Settings held as JSON data by section (:meth:`TrainConfig.to_json`'s) as sectioned
+    TOML, each key under its doc line, unset values as comments (``config.toml``)."""
+    docs = flat_docs()
+    lines: list[str] = []
+    for section, keys in section_keys().items():
+        lines.append(f"[{section}]")
+        for key in keys:
+            name = name_in_section(key)
+            lines.append(f"# {docs.get(key, '')}")
+            value = record[section][name]
+            shown = "(unset)" if value is None else toml_value(value)
+            lines.append(f"{'# ' if value is None else ''}{name} = {shown}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def save_record(record: dict[str, Any], path: str | Path) -> None:
+    """Write settings held as JSON data by section (:meth:`TrainConfig.to_json`'s) as
+    ``config.json`` at ``path`` (what :meth:`TrainConfig.save` writes)."""
+    Path(path).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
 def _warn_flat(key: str, stacklevel: int = 3) -> None:
     section, name = flat_index()[key]
     warnings.warn(
@@ -200,23 +234,13 @@ class TrainConfig(Sections):
         return build_sections(record_sections(record, where))
 
     def save(self, path: str | Path) -> None:
-        """Write the settings as JSON, by section (``config.json``)."""
-        text = json.dumps(self.sections(), indent=2, default=plain_value)
-        Path(path).write_text(text + "\n", encoding="utf-8")
+        """Write the settings as JSON, by section (``config.json``: :func:`save_record`)."""
+        save_record(self.to_json(), path)
 
     def to_toml(self) -> str:
-        """The resolved configuration as sectioned TOML (unset values as comments)."""
-        docs = flat_docs()
-        lines: list[str] = []
-        for section, keys in section_keys().items():
-            lines.append(f"[{section}]")
-            for key in keys:
-                lines.append(f"# {docs.get(key, '')}")
-                value = getattr(getattr(self, section), name_in_section(key))
-                shown = "(unset)" if value is None else toml_value(plain_value(value))
-                lines.append(f"{'# ' if value is None else ''}{name_in_section(key)} = {shown}")
-            lines.append("")
-        return "\n".join(lines)
+        """The resolved configuration as sectioned TOML (unset values as comments:
+        :func:`record_toml`)."""
+        return record_toml(self.to_json())
 
     def schedule_options(self) -> SchedulingConfig:
         """Deprecated: the ``[scheduling]`` section is what the pipeline and the policies

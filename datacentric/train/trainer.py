@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from datacentric.progress import counted
 from datacentric.schedule import Schedule
 from datacentric.scheduling.resume import Position
 from datacentric.settings import TrainConfig
+from datacentric.settings.run_settings import record_toml, recorded_settings, save_record
 from datacentric.train.assemble import Prechecked, assemble_run
 from datacentric.train.build import what_trains
 from datacentric.train.checkpoints.checkpoint_load import weights_sha256
@@ -119,10 +120,9 @@ class Trainer(TrainerStep, TrainerSaves):
     ) -> None:
         run = assemble_run(config, groups, prechecked)  # groups, data, model, ..., optimizer
         config, groups = run.config, run.groups  # as the run records it (its batch sized)
-        once = replace(config.checkpoint, resume_from=None, expect_sha256=None)
-        self.config = replace(config, job=replace(config.job, overwrite=False), checkpoint=once)
-        """The settings its folder records, kept to write them: without what its start did
-        once (overwrite, resume_from, expect_sha256), so that --resume continues the run."""
+        self.config = config
+        """The run's settings, kept only to write its files (as the folder records them:
+        :attr:`settings_json`); each part gets its sections."""
         self.lock_folder = lock_folder
         """Rank 0 locks ``out`` (:class:`RunFolderLock`); off when the caller holds it."""
         self.hooks = hooks or StepHooks()
@@ -181,8 +181,10 @@ class Trainer(TrainerStep, TrainerSaves):
         self.fault = FaultInjection.of(
             config.training.fault_inject, self.out, groups.rank, self.collective_timeout_s
         )
-        self.settings_json = self.config.to_json()
-        """The settings as ``config.json`` holds them (checkpoints and W&B record them)."""
+        self.settings_json = recorded_settings(self.config.to_json())
+        """The settings as ``config.json`` holds them (checkpoints and W&B record them):
+        without what its start did once (overwrite, resume_from, expect_sha256), so that
+        ``--resume`` continues the run."""
         self.model_name = config.model.model
         self.tokenizer = config.data.tokenizer
         """What the run reads text with (chosen by ``assemble_run``; None: it reads none)."""
@@ -308,10 +310,8 @@ class Trainer(TrainerStep, TrainerSaves):
         """The run folder's settings (``config.json``, ``config.toml``), plan and the
         samples a ``split=`` held out (``validation/held_out.jsonl``)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        kept = self.kept_batch  # a resume's kept global batch is what the run trains
-        recorded = self.config.updated(scheduling=kept) if kept else self.config
-        recorded.save(self.out / "config.json")
-        (self.out / "config.toml").write_text(recorded.to_toml(), encoding="utf-8")
+        save_record(self.settings_json, self.out / "config.json")  # a kept batch included
+        (self.out / "config.toml").write_text(record_toml(self.settings_json), encoding="utf-8")
         plan = self.dc.pipeline.plan.to_json(self.dc.pipeline.cost_model)
         (self.out / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         write_held_out(self.out, self.dataset, self.held_out)  # a split's held-out samples

@@ -12,6 +12,7 @@ from typing import Any
 
 from datacentric.parallel.groups import agree_max
 from datacentric.scheduling.resume import Position, batch_tokens_to_record, kept_global_batch
+from datacentric.settings.run_settings import recorded_settings
 from datacentric.train.checkpoints.preemption import StopSignals
 from datacentric.train.checkpoints.resume import (
     BATCH_RECORD,
@@ -30,10 +31,6 @@ from datacentric.train.reporting.metrics import read_jsonl
 class TrainerSaves:
     """The trainer's resume, saves and stop notes (a base of
     :class:`~datacentric.train.trainer.Trainer`)."""
-
-    kept_batch: dict[str, int] | None = None
-    """A resume's kept global batch (:meth:`_keep_global_batch`), as the ``[scheduling]``
-    settings the run records: its settings files and checkpoints say the batch it trains."""
 
     def _resume(self) -> None:
         found = load_to_resume(
@@ -92,9 +89,9 @@ class TrainerSaves:
         pipeline.options = kept.applied(options)
         # the run records the batch it trains (config.toml, its checkpoints' settings),
         # as train's check puts it in the settings
-        if kept.tokens is not None:
-            self.kept_batch = {"global_batch_tokens": kept.tokens}
-            self.settings_json = self.config.updated(scheduling=self.kept_batch).to_json()
+        if kept.tokens is not None:  # its settings files and checkpoints say it
+            trained = self.config.updated(scheduling={"global_batch_tokens": kept.tokens})
+            self.settings_json = recorded_settings(trained.to_json())
         if kept.note and self.is_main:
             logger.info("note: %s", kept.note)
 

@@ -63,7 +63,6 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
         is_main=False,
         config=config,
         settings_json=config.to_json(),
-        kept_batch=None,
     )
     with pytest.raises(ValueError, match=REFUSAL):
         TrainerSaves._keep_global_batch(trainer, RECORD)
@@ -73,7 +72,6 @@ def test_a_trainer_started_without_that_check_refuses_it_too(tmp_path):
     assert pipeline.options.global_batch_tokens == 2**18
     # the run records it, as train's check puts it in the settings: config.toml and its
     # checkpoints' settings (before, they said no batch while the run trained this one)
-    assert trainer.kept_batch == {"global_batch_tokens": 2**18}
     assert trainer.settings_json["scheduling"]["global_batch_tokens"] == 2**18
 
 

@@ -306,7 +306,8 @@ def test_the_trainer_keeps_the_whole_settings_only_to_write_them():
         and isinstance(node.value, ast.Name)
         and node.value.id == "self"
     }
-    assert readers == {"Trainer.__init__", "Trainer._write_run_files"}
+    # __init__ records them (settings_json, what the run's files and checkpoints hold)
+    assert readers == {"Trainer.__init__"}
 
 
 PLANTED = """
