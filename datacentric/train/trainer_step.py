@@ -28,11 +28,13 @@ class NonFiniteLossError(RuntimeError):
     not applied."""
 
 
-def check_finite_gradient(step: Step, loss: float, grad_norm: torch.Tensor) -> None:
+def check_finite_gradient(step: Step, loss: float, grad_norm: torch.Tensor) -> torch.Tensor:
     """Refuse ``step`` before the optimizer applies it when its gradient's norm (the same
     on every rank: the whole gradient's) is not finite though its loss is: clipping would
-    scale every gradient by NaN and the step would turn every weight NaN."""
-    norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)
+    scale every gradient by NaN and the step would turn every weight NaN. Returns the
+    norm as a plain tensor (an FSDP2 norm gathered once), which the step's record reads."""
+    whole = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+    norm = float(whole)
     if not math.isfinite(norm):
         raise NonFiniteLossError(
             f"iteration {step.number} (epoch {step.epoch}): the gradient's norm is {norm} "
@@ -40,6 +42,7 @@ def check_finite_gradient(step: Step, loss: float, grad_norm: torch.Tensor) -> N
             "not applied and the last checkpoint is intact; lower the learning rate, train "
             "in float32 or inspect these samples and the model's backward pass"
         )
+    return whole
 
 
 class TrainerStep:
@@ -75,7 +78,7 @@ class TrainerStep:
         grad_norm = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), self.training.grad_clip or math.inf
         )
-        check_finite_gradient(step, loss, grad_norm)
+        grad_norm = check_finite_gradient(step, loss, grad_norm)
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
         scheduler.step()
